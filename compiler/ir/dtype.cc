@@ -1,0 +1,43 @@
+#include "compiler/ir/dtype.h"
+
+namespace cjit {
+namespace {
+struct Info {
+  DType t;
+  absl::string_view name;
+  size_t size;
+};
+constexpr Info kInfos[] = {
+    {DType::kInvalid, "invalid", 0}, {DType::kF32, "f32", 4}, {DType::kF16, "f16", 2},
+    {DType::kBF16, "bf16", 2},       {DType::kF64, "f64", 8}, {DType::kI8, "i8", 1},
+    {DType::kU8, "u8", 1},           {DType::kI16, "i16", 2}, {DType::kU16, "u16", 2},
+    {DType::kI32, "i32", 4},         {DType::kI64, "i64", 8}, {DType::kU32, "u32", 4},
+    {DType::kU64, "u64", 8},         {DType::kBool, "bool", 1},
+};
+}  // namespace
+
+size_t DTypeSize(DType t) { return kInfos[static_cast<int>(t)].size; }
+absl::string_view DTypeName(DType t) { return kInfos[static_cast<int>(t)].name; }
+DType DTypeFromName(absl::string_view name) {
+  for (const Info& i : kInfos) {
+    if (i.name == name && i.t != DType::kInvalid) return i.t;
+  }
+  return DType::kInvalid;
+}
+bool IsFloat(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kF64;
+}
+bool IsInteger(DType t) {
+  switch (t) {
+    case DType::kI8: case DType::kU8: case DType::kI16: case DType::kU16:
+    case DType::kI32: case DType::kI64: case DType::kU32: case DType::kU64:
+      return true;
+    default:
+      return false;
+  }
+}
+bool IsSigned(DType t) {
+  return IsFloat(t) || t == DType::kI8 || t == DType::kI16 || t == DType::kI32 || t == DType::kI64;
+}
+
+}  // namespace cjit

@@ -1,0 +1,41 @@
+// Element types of clusterjit tensors. Storage sizes are those of the ONNX TensorProto data types;
+// float16 is IEEE 754 binary16, bfloat16 the upper half of a binary32, bool one byte (0 or 1).
+#ifndef CJIT_COMPILER_IR_DTYPE_H_
+#define CJIT_COMPILER_IR_DTYPE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include "absl/strings/string_view.h"
+
+namespace cjit {
+
+enum class DType : uint8_t {
+  kInvalid = 0,
+  kF32,
+  kF16,
+  kBF16,
+  kF64,
+  kI8,
+  kU8,
+  kI16,
+  kU16,
+  kI32,
+  kI64,
+  kU32,
+  kU64,
+  kBool,
+};
+
+// Bytes per element (0 for kInvalid).
+size_t DTypeSize(DType t);
+// Short name used by the textual IR: f32 f16 bf16 f64 i8 u8 i16 u16 i32 i64 u32 u64 bool.
+absl::string_view DTypeName(DType t);
+// Inverse of DTypeName; kInvalid when unknown.
+DType DTypeFromName(absl::string_view name);
+bool IsFloat(DType t);    // f16, bf16, f32, f64
+bool IsInteger(DType t);  // signed or unsigned integers (not bool)
+bool IsSigned(DType t);
+
+}  // namespace cjit
+
+#endif  // CJIT_COMPILER_IR_DTYPE_H_

@@ -1,0 +1,25 @@
+// The one propagation macro family of clusterjit (this abseil version has none).
+//   CJIT_RETURN_IF_ERROR(expr)        returns expr's status if it is not OK.
+//   CJIT_ASSIGN_OR_RETURN(lhs, expr)  evaluates a StatusOr, returns its status on error, else assigns.
+#ifndef CJIT_COMPILER_IR_STATUS_MACROS_H_
+#define CJIT_COMPILER_IR_STATUS_MACROS_H_
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+#define CJIT_RETURN_IF_ERROR(expr)                        \
+  do {                                                    \
+    if (::absl::Status cjit_st_ = (expr); !cjit_st_.ok()) \
+      return cjit_st_;                                    \
+  } while (0)
+
+#define CJIT_CONCAT_INNER_(a, b) a##b
+#define CJIT_CONCAT_(a, b) CJIT_CONCAT_INNER_(a, b)
+#define CJIT_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                                \
+  if (!tmp.ok()) return std::move(tmp).status();    \
+  lhs = std::move(tmp).value()
+#define CJIT_ASSIGN_OR_RETURN(lhs, expr) \
+  CJIT_ASSIGN_OR_RETURN_IMPL_(CJIT_CONCAT_(cjit_statusor_, __LINE__), lhs, expr)
+
+#endif  // CJIT_COMPILER_IR_STATUS_MACROS_H_

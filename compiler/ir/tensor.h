@@ -1,0 +1,64 @@
+// A dense, row-major host tensor: dtype, dims and a shared, 64-byte-aligned buffer.
+// Copies share the buffer (like a shared_ptr); Clone() copies the bytes. A tensor with dims {} is a scalar
+// (one element); any zero dim makes it empty. Not thread-safe for concurrent writes to the same buffer;
+// concurrent reads are fine.
+#ifndef CJIT_COMPILER_IR_TENSOR_H_
+#define CJIT_COMPILER_IR_TENSOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/ir/dtype.h"
+
+namespace cjit {
+
+using Dims = std::vector<int64_t>;
+
+int64_t NumElements(const Dims& dims);
+std::string DimsToString(const Dims& dims);  // "1x3x48x320"; "scalar" for {}
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Allocates an uninitialized buffer for dims (contents unspecified).
+  Tensor(DType dtype, Dims dims);
+  // Allocates and zero-fills.
+  static Tensor Zeros(DType dtype, Dims dims);
+
+  DType dtype() const { return dtype_; }
+  const Dims& dims() const { return dims_; }
+  int rank() const { return static_cast<int>(dims_.size()); }
+  int64_t dim(int i) const { return dims_[i]; }
+  int64_t numel() const { return NumElements(dims_); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype_); }
+  bool defined() const { return dtype_ != DType::kInvalid; }
+
+  void* raw() { return data_.get(); }
+  const void* raw() const { return data_.get(); }
+  template <typename T>
+  T* data() { return reinterpret_cast<T*>(data_.get()); }
+  template <typename T>
+  const T* data() const { return reinterpret_cast<const T*>(data_.get()); }
+
+  // Same buffer, new dims (numel must match; checked).
+  Tensor Reshaped(Dims dims) const;
+  // Deep copy.
+  Tensor Clone() const;
+  // Elements as int64 / double, converting from any integer or float dtype (for shape arithmetic and
+  // attribute-like inputs). Empty vector for kInvalid.
+  std::vector<int64_t> ToInt64Vector() const;
+  std::vector<double> ToDoubleVector() const;
+  // Byte equality of dtype, dims and contents.
+  bool BitwiseEquals(const Tensor& other) const;
+
+ private:
+  DType dtype_ = DType::kInvalid;
+  Dims dims_;
+  std::shared_ptr<uint8_t> data_;
+};
+
+}  // namespace cjit
+
+#endif  // CJIT_COMPILER_IR_TENSOR_H_

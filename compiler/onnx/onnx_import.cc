@@ -1,0 +1,287 @@
+// ONNX importer. Two passes per graph: (1) create every node with its output values, so names resolve
+// whatever order the file lists nodes in; (2) resolve inputs, looking outward through enclosing graphs
+// for subgraph captures. Constant nodes become constant values directly.
+#include "compiler/onnx/onnx_import.h"
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/status_macros.h"
+#include "compiler/onnx/tensor_proto.h"
+#include "compiler/ops/op_registry.h"
+#include "onnx/onnx_pb.h"
+
+namespace cjit {
+namespace {
+
+constexpr int64_t kMinOpset = 7;
+constexpr int64_t kMaxOpset = 18;
+constexpr int64_t kMaxIrVersion = 10;
+
+struct Scope {
+  Graph* graph = nullptr;
+  Scope* parent = nullptr;
+  std::map<std::string, Value*> names;
+
+  bool Has(const std::string& n) const { return names.count(n) || (parent && parent->Has(n)); }
+  Value* Lookup(const std::string& n) {
+    auto it = names.find(n);
+    if (it != names.end()) return it->second;
+    if (parent == nullptr || !parent->Has(n)) return nullptr;
+    Value* outer = parent->Lookup(n);
+    Value* cap = graph->AddCapture(n, outer->dtype, outer->shape);
+    names[n] = cap;
+    return cap;
+  }
+};
+
+class Importer {
+ public:
+  Importer(const ImportOptions& options, int64_t opset) : options_(options), opset_(opset) {}
+
+  absl::StatusOr<std::unique_ptr<Graph>> ImportGraph(const onnx::GraphProto& gp, Scope* parent) {
+    auto graph = std::make_unique<Graph>();
+    graph->name = gp.name();
+    graph->opset = opset_;
+    Scope scope;
+    scope.graph = graph.get();
+    scope.parent = parent;
+    for (const onnx::TensorProto& init : gp.initializer()) {
+      auto t = TensorFromProto(init, options_.model_dir);
+      if (!t.ok()) return Error(t.status(), absl::StrCat("initializer '", init.name(), "'"));
+      scope.names[init.name()] = graph->AddConstant(init.name(), std::move(*t));
+    }
+    if (gp.sparse_initializer_size() > 0) {
+      return absl::UnimplementedError(absl::StrCat(options_.source, ": sparse initializers are not supported"));
+    }
+    for (const onnx::ValueInfoProto& in : gp.input()) {
+      if (scope.names.count(in.name())) continue;  // IR < 4 lists initializers as inputs too
+      DType t;
+      Shape s;
+      CJIT_RETURN_IF_ERROR(TypeOf(in, &t, &s));
+      scope.names[in.name()] = graph->AddInput(in.name(), t, s);
+    }
+    // Pass 1: outputs of every node.
+    std::vector<std::pair<const onnx::NodeProto*, Node*>> nodes;
+    int index = 0;
+    for (const onnx::NodeProto& np : gp.node()) {
+      std::string name = np.name().empty() ? absl::StrCat(np.op_type(), "_", index) : np.name();
+      ++index;
+      std::string domain = np.domain() == "ai.onnx" ? "" : np.domain();
+      if (np.op_type() == "Constant" && domain.empty()) {
+        CJIT_ASSIGN_OR_RETURN(Tensor t, ConstantValue(np, name));
+        if (np.output_size() != 1) return NodeErr(name, "Constant", "must have one output");
+        scope.names[np.output(0)] = graph->AddConstant(np.output(0), std::move(t));
+        continue;
+      }
+      if (FindOp(domain, np.op_type()) == nullptr) {
+        return absl::UnimplementedError(absl::StrCat(
+            options_.source, ": node '", name, "': unsupported operator ",
+            domain.empty() ? "" : domain + ".", np.op_type(), " (opset ", opset_, ")"));
+      }
+      std::vector<std::string> outs(np.output().begin(), np.output().end());
+      Node* n = graph->AddNode(np.op_type(), name, {}, outs);
+      n->domain = domain;
+      n->opset_version = opset_;
+      for (size_t k = 0; k < outs.size(); ++k) {
+        if (outs[k].empty()) continue;
+        if (scope.names.count(outs[k]) && scope.names[outs[k]]->producer != nullptr) {
+          return NodeErr(name, np.op_type(), absl::StrCat("output '", outs[k], "' is defined twice"));
+        }
+        scope.names[outs[k]] = n->outputs[k];
+      }
+      nodes.push_back({&np, n});
+    }
+    // Pass 2: inputs, attributes, subgraphs.
+    for (auto& [np, n] : nodes) {
+      for (const std::string& in : np->input()) {
+        if (in.empty()) {
+          n->inputs.push_back(nullptr);
+          continue;
+        }
+        Value* v = scope.Lookup(in);
+        if (v == nullptr) return NodeErr(n->name, n->op_type, absl::StrCat("input '", in, "' is not defined"));
+        n->inputs.push_back(v);
+      }
+      while (!n->inputs.empty() && n->inputs.back() == nullptr) n->inputs.pop_back();
+      std::set<std::string> captured;
+      for (const onnx::AttributeProto& ap : np->attribute()) {
+        CJIT_ASSIGN_OR_RETURN(Attribute a, ConvertAttribute(ap, *n, &scope));
+        if (a.kind == Attribute::Kind::kGraph) {
+          for (const Value* c : a.g->captures()) captured.insert(c->name);
+        }
+        n->attrs[ap.name()] = std::move(a);
+      }
+      for (const std::string& c : captured) {
+        Value* v = scope.Lookup(c);
+        if (v == nullptr) return NodeErr(n->name, n->op_type, absl::StrCat("subgraph reads undefined '", c, "'"));
+        n->implicit_inputs.push_back(v);
+      }
+    }
+    for (const onnx::ValueInfoProto& out : gp.output()) {
+      Value* v = scope.Lookup(out.name());
+      if (v == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(options_.source, ": graph output '", out.name(), "' is not defined"));
+      }
+      DType t;
+      Shape s;
+      if (TypeOf(out, &t, &s).ok() && v->dtype == DType::kInvalid) {
+        v->dtype = t;
+        v->shape = s;
+      }
+      graph->AddOutput(v);
+    }
+    return graph;
+  }
+
+ private:
+  absl::Status TypeOf(const onnx::ValueInfoProto& vi, DType* t, Shape* s) {
+    *t = DType::kInvalid;
+    *s = Shape::Unknown();
+    if (!vi.has_type()) return absl::OkStatus();
+    if (!vi.type().has_tensor_type()) {
+      return absl::UnimplementedError(absl::StrCat(options_.source, ": value '", vi.name(),
+                                                   "' is not a tensor (sequence/map/optional types are "
+                                                   "not supported)"));
+    }
+    const auto& tt = vi.type().tensor_type();
+    *t = DTypeFromOnnx(tt.elem_type());
+    if (*t == DType::kInvalid) {
+      return absl::UnimplementedError(absl::StrCat(options_.source, ": value '", vi.name(),
+                                                   "' has unsupported element type ", tt.elem_type()));
+    }
+    if (tt.has_shape()) {
+      s->rank_known = true;
+      for (const auto& d : tt.shape().dim()) {
+        if (d.has_dim_value()) s->dims.push_back(Dim{d.dim_value(), ""});
+        else s->dims.push_back(Dim{-1, d.dim_param()});
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Tensor> ConstantValue(const onnx::NodeProto& np, const std::string& name) {
+    for (const onnx::AttributeProto& a : np.attribute()) {
+      if (a.name() == "value") {
+        auto t = TensorFromProto(a.t(), options_.model_dir);
+        if (!t.ok()) return Error(t.status(), absl::StrCat("node '", name, "' (Constant)"));
+        return std::move(*t);
+      }
+      if (a.name() == "value_float") {
+        Tensor t(DType::kF32, {});
+        *t.data<float>() = a.f();
+        return t;
+      }
+      if (a.name() == "value_int") {
+        Tensor t(DType::kI64, {});
+        *t.data<int64_t>() = a.i();
+        return t;
+      }
+      if (a.name() == "value_floats") {
+        Tensor t(DType::kF32, {a.floats_size()});
+        for (int i = 0; i < a.floats_size(); ++i) t.data<float>()[i] = a.floats(i);
+        return t;
+      }
+      if (a.name() == "value_ints") {
+        Tensor t(DType::kI64, {a.ints_size()});
+        for (int i = 0; i < a.ints_size(); ++i) t.data<int64_t>()[i] = a.ints(i);
+        return t;
+      }
+      return NodeErr(name, "Constant", absl::StrCat("unsupported attribute '", a.name(), "'"));
+    }
+    return NodeErr(name, "Constant", "has no value attribute");
+  }
+
+  absl::StatusOr<Attribute> ConvertAttribute(const onnx::AttributeProto& ap, const Node& n, Scope* scope) {
+    Attribute a;
+    using K = Attribute::Kind;
+    switch (ap.type()) {
+      case onnx::AttributeProto::INT: a.kind = K::kInt; a.i = ap.i(); break;
+      case onnx::AttributeProto::FLOAT: a.kind = K::kFloat; a.f = ap.f(); break;
+      case onnx::AttributeProto::STRING: a.kind = K::kString; a.s = ap.s(); break;
+      case onnx::AttributeProto::INTS: a.kind = K::kInts; a.ints.assign(ap.ints().begin(), ap.ints().end()); break;
+      case onnx::AttributeProto::FLOATS:
+        a.kind = K::kFloats;
+        a.floats.assign(ap.floats().begin(), ap.floats().end());
+        break;
+      case onnx::AttributeProto::STRINGS:
+        a.kind = K::kStrings;
+        a.strings.assign(ap.strings().begin(), ap.strings().end());
+        break;
+      case onnx::AttributeProto::TENSOR: {
+        a.kind = K::kTensor;
+        auto t = TensorFromProto(ap.t(), options_.model_dir);
+        if (!t.ok()) return Error(t.status(), n.Describe());
+        a.t = std::make_shared<const Tensor>(std::move(*t));
+        break;
+      }
+      case onnx::AttributeProto::GRAPH: {
+        a.kind = K::kGraph;
+        CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> g, ImportGraph(ap.g(), scope));
+        a.g = std::shared_ptr<const Graph>(std::move(g));
+        break;
+      }
+      default:
+        return NodeErr(n.name, n.op_type,
+                       absl::StrCat("attribute '", ap.name(), "' has unsupported type ",
+                                    onnx::AttributeProto::AttributeType_Name(ap.type())));
+    }
+    return a;
+  }
+
+  absl::Status NodeErr(const std::string& name, const std::string& op, absl::string_view what) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options_.source, ": node '", name, "' (", op, "): ", what));
+  }
+  absl::Status Error(const absl::Status& st, absl::string_view where) const {
+    return absl::Status(st.code(), absl::StrCat(options_.source, ": ", where, ": ", st.message()));
+  }
+
+  const ImportOptions& options_;
+  int64_t opset_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(absl::string_view bytes, const ImportOptions& options) {
+  onnx::ModelProto model;
+  if (bytes.empty() || !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.source, ": not a valid ONNX model (protobuf parse failed)"));
+  }
+  if (!model.has_graph()) {
+    return absl::InvalidArgumentError(absl::StrCat(options.source, ": ONNX model has no graph"));
+  }
+  if (model.ir_version() < 3 || model.ir_version() > kMaxIrVersion) {
+    return absl::UnimplementedError(absl::StrCat(options.source, ": ONNX IR version ", model.ir_version(),
+                                                 " is not supported (3 to ", kMaxIrVersion, ")"));
+  }
+  int64_t opset = 0;
+  for (const auto& os : model.opset_import()) {
+    if (os.domain().empty() || os.domain() == "ai.onnx") opset = os.version();
+  }
+  if (opset < kMinOpset || opset > kMaxOpset) {
+    return absl::UnimplementedError(absl::StrCat(options.source, ": opset ", opset,
+                                                 " is not supported (", kMinOpset, " to ", kMaxOpset, ")"));
+  }
+  Importer importer(options, opset);
+  return importer.ImportGraph(model.graph(), nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open model file ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  ImportOptions options;
+  options.source = path;
+  size_t slash = path.find_last_of('/');
+  options.model_dir = slash == std::string::npos ? "" : path.substr(0, slash);
+  return ImportOnnxModel(ss.str(), options);
+}
+
+}  // namespace cjit

@@ -1,0 +1,106 @@
+// The one table of operator properties (CONVENTIONS #11): for every supported ONNX operator, its category
+// (for clustering), whether it may be clustered, its automatic-mixed-precision class, and its shape/dtype
+// inference function. Kernels live in runtime/cpu and are looked up by the same name.
+//
+// Shape functions follow the ONNX operator specification (https://onnx.ai/onnx/operators/), for opsets 7-18.
+// They receive each input's dtype, (partial) shape and, when known, its value (constants during
+// specialization; every input at run time), and fill one InferOutput per node output. An output dim that
+// depends on data not known yet is left unknown (-1); a bad attribute or incompatible shapes is an
+// InvalidArgumentError naming the node.
+//
+// Thread-safety: the table is built once, immutable after; lookups are safe from any thread.
+#ifndef CJIT_COMPILER_OPS_OP_REGISTRY_H_
+#define CJIT_COMPILER_OPS_OP_REGISTRY_H_
+
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/status/status.h"
+#include "compiler/ir/graph.h"
+
+namespace cjit {
+
+enum class OpCategory {
+  kElementwise,   // one output element from the same-index input elements (with broadcasting)
+  kReduction,     // reduces axes (ReduceX, ArgMax, Softmax-like normalizations)
+  kDataMovement,  // reshape/transpose/slice/concat/gather...: moves elements, no arithmetic
+  kContraction,   // MatMul, Gemm, Conv, ConvTranspose: library calls
+  kPooling,
+  kNormalization,
+  kShape,         // produces shape metadata (Shape, Size) or constants (ConstantOfShape, Range)
+  kRecurrent,     // LSTM, GRU, RNN
+  kControlFlow,   // If, Loop
+  kOther,
+};
+
+enum class AmpClass { kAllow, kInfer, kDeny };
+
+struct InferInput {
+  DType dtype = DType::kInvalid;
+  Shape shape;
+  const Tensor* value = nullptr;  // known value, or null
+  bool present = true;            // false for an absent optional input
+};
+
+struct InferOutput {
+  DType dtype = DType::kInvalid;
+  Shape shape;
+};
+
+using InferFn = std::function<absl::Status(const Node& node, std::span<const InferInput> inputs,
+                                           std::vector<InferOutput>& outputs)>;
+
+struct OpDef {
+  std::string name;
+  OpCategory category = OpCategory::kOther;
+  bool clusterable = false;
+  AmpClass amp = AmpClass::kInfer;
+  int min_inputs = 0;
+  int max_inputs = 1 << 20;
+  InferFn infer;
+};
+
+// The op, or null when clusterjit does not support it. `domain` "" and "ai.onnx" are the default domain.
+const OpDef* FindOp(absl::string_view domain, absl::string_view op_type);
+std::vector<std::string> SupportedOps();
+
+// Runs the op's shape function after checking the input count. Outputs are resized to node.outputs.
+absl::Status InferNode(const Node& node, std::span<const InferInput> inputs,
+                       std::vector<InferOutput>& outputs);
+
+// Registration, called once from the table's initializer by the shape_fns_*.cc files.
+void RegisterOp(OpDef def);
+void RegisterMathOps();
+void RegisterNnOps();
+void RegisterTensorOps();
+
+// ---- helpers shared by shape functions ----
+// Numpy-style multidirectional broadcasting (ONNX Broadcasting.md).
+absl::StatusOr<Shape> BroadcastShapes(const Node& node, const std::vector<Shape>& shapes);
+// Normalizes a possibly negative axis against rank; error names the node.
+absl::StatusOr<int> NormalizeAxis(const Node& node, int64_t axis, int rank);
+absl::Status NodeError(const Node& node, absl::string_view what);
+
+// Convolution / pooling geometry per spatial dim (ONNX Conv, ConvTranspose, MaxPool, AveragePool):
+// resolves auto_pad, pads, strides, dilations and ceil_mode into begin/end pads and output sizes.
+struct WindowGeometry {
+  std::vector<int64_t> kernel, strides, dilations, pad_begin, pad_end, out;
+};
+// `in` and `kernel` are spatial sizes. `transposed` selects ConvTranspose's formula (output_padding,
+// output_shape). Errors name the node.
+absl::StatusOr<WindowGeometry> ComputeWindowGeometry(const Node& node, const std::vector<int64_t>& in,
+                                                     const std::vector<int64_t>& kernel,
+                                                     bool transposed, bool ceil_mode);
+// Reads an int64 list given either as an attribute (older opsets) or as input `input_index` (newer).
+// Returns false in *known when the input exists but its value is not known yet.
+absl::StatusOr<std::vector<int64_t>> AttrOrInputInts(const Node& node, std::span<const InferInput> in,
+                                                     const std::string& attr, int input_index,
+                                                     bool* present, bool* known);
+
+}  // namespace cjit
+
+#endif  // CJIT_COMPILER_OPS_OP_REGISTRY_H_

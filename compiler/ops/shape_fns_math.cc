@@ -1,0 +1,196 @@
+// Shape/dtype functions of elementwise, comparison, reduction, softmax and matrix-product operators
+// (ONNX operator specification, opsets 7-18).
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/status_macros.h"
+#include "compiler/ops/op_registry.h"
+
+namespace cjit {
+namespace {
+
+using Inputs = std::span<const InferInput>;
+using Outputs = std::vector<InferOutput>;
+using C = OpCategory;
+using A = AmpClass;
+
+void Reg(const std::string& name, C cat, bool clusterable, A amp, int min_in, int max_in, InferFn fn) {
+  RegisterOp(OpDef{name, cat, clusterable, amp, min_in, max_in, std::move(fn)});
+}
+
+absl::Status SameAsInput0(const Node&, Inputs in, Outputs& out) {
+  out[0] = {in[0].dtype, in[0].shape};
+  return absl::OkStatus();
+}
+
+InferFn BroadcastTo(DType fixed) {
+  return [fixed](const Node& n, Inputs in, Outputs& out) -> absl::Status {
+    std::vector<Shape> shapes;
+    for (const InferInput& i : in) if (i.present) shapes.push_back(i.shape);
+    CJIT_ASSIGN_OR_RETURN(Shape s, BroadcastShapes(n, shapes));
+    DType t = fixed == DType::kInvalid ? in[0].dtype : fixed;
+    out[0] = {t, s};
+    return absl::OkStatus();
+  };
+}
+
+absl::Status ReduceInfer(const Node& n, Inputs in, Outputs& out) {
+  bool present, known;
+  // ReduceSum takes axes as an input from opset 13, the others from opset 18.
+  CJIT_ASSIGN_OR_RETURN(std::vector<int64_t> axes, AttrOrInputInts(n, in, "axes", 1, &present, &known));
+  bool keep = n.GetInt("keepdims", 1) != 0;
+  bool noop = n.GetInt("noop_with_empty_axes", 0) != 0;
+  out[0].dtype = in[0].dtype;
+  const Shape& s = in[0].shape;
+  if (!s.rank_known || !known) {
+    if (s.rank_known && keep) {
+      out[0].shape.rank_known = true;
+      out[0].shape.dims.assign(s.rank(), Dim{});
+    }
+    return absl::OkStatus();
+  }
+  int r = s.rank();
+  std::vector<bool> reduce(r, false);
+  if (axes.empty()) {
+    if (!noop) reduce.assign(r, true);
+  } else {
+    for (int64_t a : axes) {
+      CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(n, a, r));
+      reduce[ax] = true;
+    }
+  }
+  out[0].shape.rank_known = true;
+  for (int i = 0; i < r; ++i) {
+    if (!reduce[i]) out[0].shape.dims.push_back(s.dims[i]);
+    else if (keep) out[0].shape.dims.push_back(Dim{1, ""});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ArgInfer(const Node& n, Inputs in, Outputs& out) {
+  out[0].dtype = DType::kI64;
+  const Shape& s = in[0].shape;
+  if (!s.rank_known) return absl::OkStatus();
+  CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(n, n.GetInt("axis", 0), s.rank()));
+  bool keep = n.GetInt("keepdims", 1) != 0;
+  out[0].shape.rank_known = true;
+  for (int i = 0; i < s.rank(); ++i) {
+    if (i != ax) out[0].shape.dims.push_back(s.dims[i]);
+    else if (keep) out[0].shape.dims.push_back(Dim{1, ""});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MatMulInfer(const Node& n, Inputs in, Outputs& out) {
+  out[0].dtype = in[0].dtype;
+  const Shape& a = in[0].shape;
+  const Shape& b = in[1].shape;
+  if (!a.rank_known || !b.rank_known) return absl::OkStatus();
+  if (a.rank() == 0 || b.rank() == 0) return NodeError(n, "MatMul inputs must have rank >= 1");
+  Shape a2 = a, b2 = b;
+  if (a.rank() == 1) a2.dims.insert(a2.dims.begin(), Dim{1, ""});
+  if (b.rank() == 1) b2.dims.push_back(Dim{1, ""});
+  const Dim& ka = a2.dims[a2.rank() - 1];
+  const Dim& kb = b2.dims[b2.rank() - 2];
+  if (ka.known() && kb.known() && ka.value != kb.value) {
+    return NodeError(n, absl::StrCat("MatMul inner dims differ: ", a.ToString(), " x ", b.ToString()));
+  }
+  Shape ba, bb;
+  ba.rank_known = bb.rank_known = true;
+  ba.dims.assign(a2.dims.begin(), a2.dims.end() - 2);
+  bb.dims.assign(b2.dims.begin(), b2.dims.end() - 2);
+  CJIT_ASSIGN_OR_RETURN(Shape batch, BroadcastShapes(n, {ba, bb}));
+  if (a.rank() != 1) batch.dims.push_back(a2.dims[a2.rank() - 2]);
+  if (b.rank() != 1) batch.dims.push_back(b2.dims[b2.rank() - 1]);
+  out[0].shape = batch;
+  return absl::OkStatus();
+}
+
+absl::Status GemmInfer(const Node& n, Inputs in, Outputs& out) {
+  out[0].dtype = in[0].dtype;
+  const Shape& a = in[0].shape;
+  const Shape& b = in[1].shape;
+  if (!a.rank_known || !b.rank_known) return absl::OkStatus();
+  if (a.rank() != 2 || b.rank() != 2) return NodeError(n, "Gemm inputs must be 2-D");
+  bool ta = n.GetInt("transA", 0), tb = n.GetInt("transB", 0);
+  Dim m = a.dims[ta ? 1 : 0], ka = a.dims[ta ? 0 : 1];
+  Dim kb = b.dims[tb ? 1 : 0], nn = b.dims[tb ? 0 : 1];
+  if (ka.known() && kb.known() && ka.value != kb.value) {
+    return NodeError(n, absl::StrCat("Gemm inner dims differ: ", a.ToString(), " x ", b.ToString()));
+  }
+  out[0].shape.rank_known = true;
+  out[0].shape.dims = {m, nn};
+  return absl::OkStatus();
+}
+
+absl::Status CastInfer(const Node& n, Inputs in, Outputs& out) {
+  int64_t to = n.GetInt("to", 0);
+  // ONNX TensorProto.DataType codes.
+  static const DType kMap[] = {DType::kInvalid, DType::kF32, DType::kU8,  DType::kI8,  DType::kU16,
+                               DType::kI16,     DType::kI32, DType::kI64, DType::kInvalid, DType::kBool,
+                               DType::kF16,     DType::kF64, DType::kU32, DType::kU64, DType::kInvalid,
+                               DType::kInvalid, DType::kBF16};
+  DType t = (to >= 0 && to < 17) ? kMap[to] : DType::kInvalid;
+  if (t == DType::kInvalid) return NodeError(n, absl::StrCat("unsupported Cast target type ", to));
+  out[0] = {t, in[0].shape};
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterMathOps() {
+  for (const char* op :
+       {"Abs", "Neg", "Floor", "Ceil", "Round", "Sqrt", "Reciprocal", "Exp", "Log", "Sin", "Cos", "Tan",
+        "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Sigmoid", "Tanh", "Relu",
+        "LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Erf",
+        "Sign", "ThresholdedRelu", "Shrink", "Not", "Mish", "Gelu", "BitwiseNot"}) {
+    std::string name = op;
+    A amp = (name == "Exp" || name == "Log" || name == "Softplus" || name == "Erf") ? A::kDeny : A::kInfer;
+    Reg(name, C::kElementwise, true, amp, 1, 1, SameAsInput0);
+  }
+  Reg("Clip", C::kElementwise, true, A::kInfer, 1, 3, SameAsInput0);
+  for (const char* op : {"IsNaN", "IsInf"}) {
+    Reg(op, C::kElementwise, true, A::kInfer, 1, 1, [](const Node&, Inputs in, Outputs& out) {
+      out[0] = {DType::kBool, in[0].shape};
+      return absl::OkStatus();
+    });
+  }
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "PRelu", "BitShift", "And", "Or",
+                         "Xor", "BitwiseAnd", "BitwiseOr", "BitwiseXor"}) {
+    Reg(op, C::kElementwise, true, std::string(op) == "Pow" ? A::kDeny : A::kInfer, 2, 2,
+        BroadcastTo(DType::kInvalid));
+  }
+  for (const char* op : {"Max", "Min", "Sum", "Mean"}) {
+    Reg(op, C::kElementwise, true, A::kInfer, 1, 1 << 20, BroadcastTo(DType::kInvalid));
+  }
+  for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}) {
+    Reg(op, C::kElementwise, true, A::kInfer, 2, 2, BroadcastTo(DType::kBool));
+  }
+  Reg("Where", C::kElementwise, true, A::kInfer, 3, 3,
+      [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
+        CJIT_ASSIGN_OR_RETURN(Shape s, BroadcastShapes(n, {in[0].shape, in[1].shape, in[2].shape}));
+        out[0] = {in[1].dtype, s};
+        return absl::OkStatus();
+      });
+  Reg("Cast", C::kElementwise, true, A::kInfer, 1, 1, CastInfer);
+  Reg("CastLike", C::kElementwise, true, A::kInfer, 2, 2, [](const Node&, Inputs in, Outputs& out) {
+    out[0] = {in[1].dtype, in[0].shape};
+    return absl::OkStatus();
+  });
+  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+                         "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}) {
+    std::string name = op;
+    A amp = (name == "ReduceMax" || name == "ReduceMin") ? A::kInfer : A::kDeny;
+    Reg(name, C::kReduction, true, amp, 1, 2, ReduceInfer);
+  }
+  Reg("ArgMax", C::kReduction, true, A::kInfer, 1, 1, ArgInfer);
+  Reg("ArgMin", C::kReduction, true, A::kInfer, 1, 1, ArgInfer);
+  for (const char* op : {"Softmax", "LogSoftmax", "Hardmax"}) {
+    Reg(op, C::kReduction, true, A::kDeny, 1, 1, SameAsInput0);
+  }
+  Reg("CumSum", C::kOther, false, A::kDeny, 2, 2, SameAsInput0);
+  Reg("MatMul", C::kContraction, true, A::kAllow, 2, 2, MatMulInfer);
+  Reg("Gemm", C::kContraction, true, A::kAllow, 2, 3, GemmInfer);
+}
+
+}  // namespace cjit

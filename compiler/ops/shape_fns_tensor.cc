@@ -1,0 +1,497 @@
+// Shape/dtype functions of data-movement, shape and control-flow operators
+// (ONNX operator specification, opsets 7-18).
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/status_macros.h"
+#include "compiler/ops/op_registry.h"
+
+namespace cjit {
+namespace {
+
+using Inputs = std::span<const InferInput>;
+using Outputs = std::vector<InferOutput>;
+using C = OpCategory;
+using A = AmpClass;
+
+void Reg(const std::string& name, C cat, bool clusterable, A amp, int min_in, int max_in, InferFn fn) {
+  RegisterOp(OpDef{name, cat, clusterable, amp, min_in, max_in, std::move(fn)});
+}
+
+Shape UnknownDimsOfRank(int r) {
+  Shape s;
+  s.rank_known = true;
+  s.dims.assign(r, Dim{});
+  return s;
+}
+
+absl::Status ReshapeInfer(const Node& n, Inputs in, Outputs& out) {
+  out[0].dtype = in[0].dtype;
+  const Shape& x = in[0].shape;
+  if (in[1].value == nullptr) {
+    if (in[1].shape.fully_known() && in[1].shape.rank() == 1) {
+      out[0].shape = UnknownDimsOfRank(static_cast<int>(in[1].shape.dims[0].value));
+    }
+    return absl::OkStatus();
+  }
+  std::vector<int64_t> target = in[1].value->ToInt64Vector();
+  bool allowzero = n.GetInt("allowzero", 0) != 0;
+  Shape s;
+  s.rank_known = true;
+  int infer_at = -1;
+  for (size_t i = 0; i < target.size(); ++i) {
+    int64_t t = target[i];
+    if (t == 0 && !allowzero) {
+      if (!x.rank_known || static_cast<int>(i) >= x.rank()) {
+        if (!x.rank_known) { s.dims.push_back(Dim{}); continue; }
+        return NodeError(n, "shape has 0 at an index past the input rank");
+      }
+      s.dims.push_back(x.dims[i]);
+    } else if (t == -1) {
+      if (infer_at >= 0) return NodeError(n, "shape has more than one -1");
+      infer_at = static_cast<int>(i);
+      s.dims.push_back(Dim{});
+    } else if (t < -1) {
+      return NodeError(n, absl::StrCat("invalid target dim ", t));
+    } else {
+      s.dims.push_back(Dim{t, ""});
+    }
+  }
+  if (x.fully_known()) {
+    int64_t total = NumElements(x.concrete());
+    int64_t known = 1;
+    for (int i = 0; i < s.rank(); ++i) if (i != infer_at) known *= s.dims[i].value;
+    if (infer_at >= 0) {
+      if (known == 0 || total % known != 0) {
+        return NodeError(n, absl::StrCat("cannot reshape ", x.ToString(), " to ", s.ToString()));
+      }
+      s.dims[infer_at] = Dim{total / known, ""};
+    } else if (known != total) {
+      return NodeError(n, absl::StrCat("cannot reshape ", x.ToString(), " (", total, " elements) to ",
+                                       Shape::Of([&] { Dims d; for (auto& q : s.dims) d.push_back(q.value); return d; }()).ToString()));
+    }
+  }
+  out[0].shape = s;
+  return absl::OkStatus();
+}
+
+absl::Status FlattenInfer(const Node& n, Inputs in, Outputs& out) {
+  out[0].dtype = in[0].dtype;
+  const Shape& x = in[0].shape;
+  if (!x.rank_known) return absl::OkStatus();
+  int64_t axis = n.GetInt("axis", 1);
+  if (axis < 0) axis += x.rank();
+  if (axis < 0 || axis > x.rank()) return NodeError(n, "axis out of range");
+  Dim a{1, ""}, b{1, ""};
+  for (int i = 0; i < x.rank(); ++i) {
+    Dim& t = i < axis ? a : b;
+    if (t.known() && x.dims[i].known()) t.value *= x.dims[i].value;
+    else t = Dim{};
+  }
+  out[0].shape.rank_known = true;
+  out[0].shape.dims = {a, b};
+  return absl::OkStatus();
+}
+
+absl::Status SqueezeInfer(const Node& n, Inputs in, Outputs& out) {
+  out[0].dtype = in[0].dtype;
+  const Shape& x = in[0].shape;
+  bool present, known;
+  CJIT_ASSIGN_OR_RETURN(std::vector<int64_t> axes, AttrOrInputInts(n, in, "axes", 1, &present, &known));
+  if (!x.rank_known || !known) return absl::OkStatus();
+  std::vector<bool> drop(x.rank(), false);
+  if (!present || axes.empty()) {
+    for (int i = 0; i < x.rank(); ++i) {
+      if (!x.dims[i].known()) return absl::OkStatus();
+      drop[i] = x.dims[i].value == 1;
+    }
+  } else {
+    for (int64_t a : axes) {
+      CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(n, a, x.rank()));
+      if (x.dims[ax].known() && x.dims[ax].value != 1) {
+        return NodeError(n, absl::StrCat("cannot squeeze axis ", a, " of size ", x.dims[ax].value));
+      }
+      drop[ax] = true;
+    }
+  }
+  out[0].shape.rank_known = true;
+  for (int i = 0; i < x.rank(); ++i) if (!drop[i]) out[0].shape.dims.push_back(x.dims[i]);
+  return absl::OkStatus();
+}
+
+absl::Status UnsqueezeInfer(const Node& n, Inputs in, Outputs& out) {
+  out[0].dtype = in[0].dtype;
+  const Shape& x = in[0].shape;
+  bool present, known;
+  CJIT_ASSIGN_OR_RETURN(std::vector<int64_t> axes, AttrOrInputInts(n, in, "axes", 1, &present, &known));
+  if (!present) return NodeError(n, "axes is required");
+  if (!x.rank_known || !known) return absl::OkStatus();
+  int r = x.rank() + static_cast<int>(axes.size());
+  std::vector<bool> is_new(r, false);
+  for (int64_t a : axes) {
+    CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(n, a, r));
+    if (is_new[ax]) return NodeError(n, "duplicate axis");
+    is_new[ax] = true;
+  }
+  out[0].shape.rank_known = true;
+  int k = 0;
+  for (int i = 0; i < r; ++i) out[0].shape.dims.push_back(is_new[i] ? Dim{1, ""} : x.dims[k++]);
+  return absl::OkStatus();
+}
+
+absl::Status TransposeInfer(const Node& n, Inputs in, Outputs& out) {
+  out[0].dtype = in[0].dtype;
+  const Shape& x = in[0].shape;
+  if (!x.rank_known) return absl::OkStatus();
+  std::vector<int64_t> perm = n.GetInts("perm");
+  if (perm.empty()) for (int i = x.rank() - 1; i >= 0; --i) perm.push_back(i);
+  if (static_cast<int>(perm.size()) != x.rank()) return NodeError(n, "perm length differs from rank");
+  std::vector<bool> seen(x.rank(), false);
+  out[0].shape.rank_known = true;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= x.rank() || seen[p]) return NodeError(n, "perm is not a permutation");
+    seen[p] = true;
+    out[0].shape.dims.push_back(x.dims[p]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SliceInfer(const Node& n, Inputs in, Outputs& out) {
+  out[0].dtype = in[0].dtype;
+  const Shape& x = in[0].shape;
+  if (!x.rank_known) return absl::OkStatus();
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (n.HasAttr("starts")) {  // opset < 10
+    starts = n.GetInts("starts");
+    ends = n.GetInts("ends");
+    axes = n.GetInts("axes");
+  } else {
+    for (int i = 1; i < static_cast<int>(in.size()); ++i) {
+      if (in[i].present && in[i].value == nullptr) {
+        out[0].shape = UnknownDimsOfRank(x.rank());
+        return absl::OkStatus();
+      }
+    }
+    starts = in[1].value->ToInt64Vector();
+    ends = in[2].value->ToInt64Vector();
+    if (in.size() > 3 && in[3].present) axes = in[3].value->ToInt64Vector();
+    if (in.size() > 4 && in[4].present) steps = in[4].value->ToInt64Vector();
+  }
+  if (axes.empty()) for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size()) {
+    return NodeError(n, "starts/ends/axes/steps lengths differ");
+  }
+  out[0].shape = x;
+  for (size_t k = 0; k < starts.size(); ++k) {
+    CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(n, axes[k], x.rank()));
+    if (steps[k] == 0) return NodeError(n, "step is 0");
+    const Dim& d = x.dims[ax];
+    if (!d.known()) {
+      out[0].shape.dims[ax] = Dim{};
+      continue;
+    }
+    int64_t dim = d.value, s = starts[k], e = ends[k], st = steps[k];
+    if (s < 0) s += dim;
+    if (e < 0) e += dim;
+    if (st > 0) {
+      s = std::clamp<int64_t>(s, 0, dim);
+      e = std::clamp<int64_t>(e, 0, dim);
+      out[0].shape.dims[ax] = Dim{e > s ? (e - s + st - 1) / st : 0, ""};
+    } else {
+      s = std::clamp<int64_t>(s, 0, dim - 1);
+      e = std::clamp<int64_t>(e, -1, dim - 1);
+      out[0].shape.dims[ax] = Dim{s > e ? (s - e + (-st) - 1) / (-st) : 0, ""};
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ConcatInfer(const Node& n, Inputs in, Outputs& out) {
+  out[0].dtype = in[0].dtype;
+  int r = -1;
+  for (const InferInput& i : in) if (i.shape.rank_known) r = i.shape.rank();
+  if (r < 0) return absl::OkStatus();
+  CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(n, n.GetInt("axis", 0), r));
+  Shape s = UnknownDimsOfRank(r);
+  Dim total{0, ""};
+  bool first = true;
+  for (const InferInput& i : in) {
+    if (!i.shape.rank_known) { total = Dim{}; continue; }
+    if (i.shape.rank() != r) return NodeError(n, "inputs have different ranks");
+    for (int d = 0; d < r; ++d) {
+      if (d == ax) continue;
+      if (first || (!s.dims[d].known() && i.shape.dims[d].known())) s.dims[d] = i.shape.dims[d];
+      else if (s.dims[d].known() && i.shape.dims[d].known() && s.dims[d].value != i.shape.dims[d].value) {
+        return NodeError(n, absl::StrCat("inputs differ in dim ", d, " (", s.dims[d].value, " vs ",
+                                         i.shape.dims[d].value, ")"));
+      }
+    }
+    first = false;
+    if (total.known() && i.shape.dims[ax].known()) total.value += i.shape.dims[ax].value;
+    else total = Dim{};
+  }
+  s.dims[ax] = total;
+  out[0].shape = s;
+  return absl::OkStatus();
+}
+
+absl::Status SplitInfer(const Node& n, Inputs in, Outputs& out) {
+  const Shape& x = in[0].shape;
+  for (auto& o : out) o.dtype = in[0].dtype;
+  if (!x.rank_known) return absl::OkStatus();
+  CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(n, n.GetInt("axis", 0), x.rank()));
+  bool present, known;
+  CJIT_ASSIGN_OR_RETURN(std::vector<int64_t> split, AttrOrInputInts(n, in, "split", 1, &present, &known));
+  for (auto& o : out) o.shape = x;
+  const Dim& d = x.dims[ax];
+  if (!known || (!present && !d.known()) || (present && split.empty() && !d.known())) {
+    for (auto& o : out) o.shape.dims[ax] = Dim{};
+    return absl::OkStatus();
+  }
+  int k = static_cast<int>(out.size());
+  if (split.empty()) {
+    int64_t chunk = (d.value + k - 1) / k;
+    for (int i = 0; i < k; ++i) split.push_back(std::max<int64_t>(0, std::min(chunk, d.value - i * chunk)));
+  }
+  if (static_cast<int>(split.size()) != k) return NodeError(n, "split has a different length than outputs");
+  int64_t sum = 0;
+  for (int64_t v : split) sum += v;
+  if (d.known() && sum != d.value) return NodeError(n, "split does not sum to the axis size");
+  for (int i = 0; i < k; ++i) out[i].shape.dims[ax] = Dim{split[i], ""};
+  return absl::OkStatus();
+}
+
+absl::Status GatherInfer(const Node& n, Inputs in, Outputs& out) {
+  out[0].dtype = in[0].dtype;
+  const Shape& x = in[0].shape;
+  const Shape& idx = in[1].shape;
+  if (!x.rank_known || !idx.rank_known) return absl::OkStatus();
+  CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(n, n.GetInt("axis", 0), x.rank()));
+  out[0].shape.rank_known = true;
+  for (int i = 0; i < ax; ++i) out[0].shape.dims.push_back(x.dims[i]);
+  for (const Dim& d : idx.dims) out[0].shape.dims.push_back(d);
+  for (int i = ax + 1; i < x.rank(); ++i) out[0].shape.dims.push_back(x.dims[i]);
+  return absl::OkStatus();
+}
+
+absl::Status GatherNDInfer(const Node& n, Inputs in, Outputs& out) {
+  out[0].dtype = in[0].dtype;
+  const Shape& x = in[0].shape;
+  const Shape& idx = in[1].shape;
+  if (!x.rank_known || !idx.rank_known || idx.rank() == 0 || !idx.dims.back().known()) {
+    return absl::OkStatus();
+  }
+  int b = static_cast<int>(n.GetInt("batch_dims", 0));
+  int64_t last = idx.dims.back().value;
+  out[0].shape.rank_known = true;
+  for (int i = 0; i < idx.rank() - 1; ++i) out[0].shape.dims.push_back(idx.dims[i]);
+  for (int i = b + static_cast<int>(last); i < x.rank(); ++i) out[0].shape.dims.push_back(x.dims[i]);
+  return absl::OkStatus();
+}
+
+absl::Status PadInfer(const Node& n, Inputs in, Outputs& out) {
+  out[0].dtype = in[0].dtype;
+  const Shape& x = in[0].shape;
+  if (!x.rank_known) return absl::OkStatus();
+  bool present, known;
+  CJIT_ASSIGN_OR_RETURN(std::vector<int64_t> pads, AttrOrInputInts(n, in, "pads", 1, &present, &known));
+  if (!known) {
+    out[0].shape = UnknownDimsOfRank(x.rank());
+    return absl::OkStatus();
+  }
+  int r = x.rank();
+  std::vector<int> axes;
+  if (in.size() > 3 && in[3].present) {
+    if (!in[3].value) { out[0].shape = UnknownDimsOfRank(r); return absl::OkStatus(); }
+    for (int64_t a : in[3].value->ToInt64Vector()) {
+      CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(n, a, r));
+      axes.push_back(ax);
+    }
+  } else {
+    for (int i = 0; i < r; ++i) axes.push_back(i);
+  }
+  if (pads.size() != 2 * axes.size()) return NodeError(n, "pads has the wrong length");
+  out[0].shape = x;
+  for (size_t k = 0; k < axes.size(); ++k) {
+    Dim& d = out[0].shape.dims[axes[k]];
+    if (d.known()) {
+      d.value += pads[k] + pads[k + axes.size()];
+      if (d.value < 0) return NodeError(n, "negative padded size");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExpandInfer(const Node& n, Inputs in, Outputs& out) {
+  out[0].dtype = in[0].dtype;
+  if (in[1].value == nullptr) return absl::OkStatus();
+  CJIT_ASSIGN_OR_RETURN(Shape s, BroadcastShapes(n, {in[0].shape, Shape::Of(in[1].value->ToInt64Vector())}));
+  out[0].shape = s;
+  return absl::OkStatus();
+}
+
+absl::Status TileInfer(const Node& n, Inputs in, Outputs& out) {
+  out[0].dtype = in[0].dtype;
+  const Shape& x = in[0].shape;
+  if (!x.rank_known) return absl::OkStatus();
+  if (in[1].value == nullptr) {
+    out[0].shape = UnknownDimsOfRank(x.rank());
+    return absl::OkStatus();
+  }
+  std::vector<int64_t> reps = in[1].value->ToInt64Vector();
+  if (static_cast<int>(reps.size()) != x.rank()) return NodeError(n, "repeats length differs from rank");
+  out[0].shape = x;
+  for (int i = 0; i < x.rank(); ++i) {
+    if (x.dims[i].known()) out[0].shape.dims[i] = Dim{x.dims[i].value * reps[i], ""};
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShapeInfer(const Node& n, Inputs in, Outputs& out) {
+  out[0].dtype = DType::kI64;
+  const Shape& x = in[0].shape;
+  if (!x.rank_known) return absl::OkStatus();
+  int64_t r = x.rank();
+  int64_t start = n.GetInt("start", 0), end = n.GetInt("end", r);
+  if (start < 0) start += r;
+  if (end < 0) end += r;
+  start = std::clamp<int64_t>(start, 0, r);
+  end = std::clamp<int64_t>(end, 0, r);
+  out[0].shape = Shape::Of({std::max<int64_t>(0, end - start)});
+  return absl::OkStatus();
+}
+
+absl::Status TopKInfer(const Node& n, Inputs in, Outputs& out) {
+  out[0].dtype = in[0].dtype;
+  out[1].dtype = DType::kI64;
+  const Shape& x = in[0].shape;
+  if (!x.rank_known) return absl::OkStatus();
+  CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(n, n.GetInt("axis", -1), x.rank()));
+  Shape s = x;
+  if (n.HasAttr("k")) s.dims[ax] = Dim{n.GetInt("k", 0), ""};
+  else if (in.size() > 1 && in[1].value) s.dims[ax] = Dim{in[1].value->ToInt64Vector().at(0), ""};
+  else s.dims[ax] = Dim{};
+  out[0].shape = out[1].shape = s;
+  return absl::OkStatus();
+}
+
+absl::Status DataDependent(const Node&, Inputs in, Outputs& out) {
+  for (auto& o : out) o.dtype = in[0].dtype;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterTensorOps() {
+  auto same = [](const Node&, Inputs in, Outputs& out) {
+    for (size_t i = 0; i < out.size() && i < in.size(); ++i) out[i] = {in[i].dtype, in[i].shape};
+    return absl::OkStatus();
+  };
+  Reg("Identity", C::kDataMovement, true, A::kInfer, 1, 1, same);
+  Reg("Dropout", C::kDataMovement, true, A::kInfer, 1, 3, [](const Node&, Inputs in, Outputs& out) {
+    out[0] = {in[0].dtype, in[0].shape};
+    if (out.size() > 1) out[1] = {DType::kBool, in[0].shape};
+    return absl::OkStatus();
+  });
+  Reg("Reshape", C::kDataMovement, true, A::kInfer, 2, 2, ReshapeInfer);
+  Reg("Flatten", C::kDataMovement, true, A::kInfer, 1, 1, FlattenInfer);
+  Reg("Squeeze", C::kDataMovement, true, A::kInfer, 1, 2, SqueezeInfer);
+  Reg("Unsqueeze", C::kDataMovement, true, A::kInfer, 1, 2, UnsqueezeInfer);
+  Reg("Transpose", C::kDataMovement, true, A::kInfer, 1, 1, TransposeInfer);
+  Reg("Slice", C::kDataMovement, true, A::kInfer, 1, 5, SliceInfer);
+  Reg("Concat", C::kDataMovement, true, A::kInfer, 1, 1 << 20, ConcatInfer);
+  Reg("Split", C::kDataMovement, true, A::kInfer, 1, 2, SplitInfer);
+  Reg("Gather", C::kDataMovement, true, A::kInfer, 2, 2, GatherInfer);
+  Reg("GatherElements", C::kDataMovement, true, A::kInfer, 2, 2, [](const Node&, Inputs in, Outputs& out) {
+    out[0] = {in[0].dtype, in[1].shape};
+    return absl::OkStatus();
+  });
+  Reg("GatherND", C::kDataMovement, false, A::kInfer, 2, 2, GatherNDInfer);
+  for (const char* op : {"ScatterElements", "Scatter", "ScatterND"}) {
+    Reg(op, C::kDataMovement, false, A::kInfer, 3, 3, [](const Node&, Inputs in, Outputs& out) {
+      out[0] = {in[0].dtype, in[0].shape};
+      return absl::OkStatus();
+    });
+  }
+  Reg("Pad", C::kDataMovement, true, A::kInfer, 1, 4, PadInfer);
+  Reg("Expand", C::kDataMovement, true, A::kInfer, 2, 2, ExpandInfer);
+  Reg("Tile", C::kDataMovement, true, A::kInfer, 2, 2, TileInfer);
+  Reg("Trilu", C::kDataMovement, true, A::kInfer, 1, 2, [](const Node&, Inputs in, Outputs& out) {
+    out[0] = {in[0].dtype, in[0].shape};
+    return absl::OkStatus();
+  });
+  Reg("Shape", C::kShape, false, A::kInfer, 1, 1, ShapeInfer);
+  Reg("Size", C::kShape, false, A::kInfer, 1, 1, [](const Node&, Inputs, Outputs& out) {
+    out[0] = {DType::kI64, Shape::Of({})};
+    return absl::OkStatus();
+  });
+  Reg("ConstantOfShape", C::kShape, false, A::kInfer, 1, 1, [](const Node& n, Inputs in, Outputs& out) {
+    auto it = n.attrs.find("value");
+    out[0].dtype = it != n.attrs.end() && it->second.t ? it->second.t->dtype() : DType::kF32;
+    if (in[0].value) out[0].shape = Shape::Of(in[0].value->ToInt64Vector());
+    else if (in[0].shape.fully_known()) out[0].shape = UnknownDimsOfRank(static_cast<int>(in[0].shape.dims[0].value));
+    return absl::OkStatus();
+  });
+  Reg("Range", C::kShape, false, A::kInfer, 3, 3, [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
+    out[0].dtype = in[0].dtype;
+    if (in[0].value && in[1].value && in[2].value) {
+      double s = in[0].value->ToDoubleVector().at(0), l = in[1].value->ToDoubleVector().at(0),
+             d = in[2].value->ToDoubleVector().at(0);
+      if (d == 0) return NodeError(n, "delta is 0");
+      out[0].shape = Shape::Of({std::max<int64_t>(0, static_cast<int64_t>(std::ceil((l - s) / d)))});
+    } else {
+      out[0].shape = UnknownDimsOfRank(1);
+    }
+    return absl::OkStatus();
+  });
+  Reg("EyeLike", C::kShape, false, A::kInfer, 1, 1, [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
+    out[0] = {in[0].dtype, in[0].shape};
+    if (n.HasAttr("dtype")) {
+      Node tmp;
+      tmp.attrs["to"] = n.attrs.at("dtype");
+      std::vector<InferOutput> o(1);
+      CJIT_RETURN_IF_ERROR(FindOp("", "Cast")->infer(tmp, in, o));
+      out[0].dtype = o[0].dtype;
+    }
+    return absl::OkStatus();
+  });
+  Reg("OneHot", C::kOther, false, A::kInfer, 3, 3, [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
+    out[0].dtype = in[2].dtype;
+    const Shape& idx = in[0].shape;
+    if (!idx.rank_known) return absl::OkStatus();
+    int r = idx.rank() + 1;
+    CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(n, n.GetInt("axis", -1), r));
+    Dim depth = in[1].value ? Dim{static_cast<int64_t>(in[1].value->ToDoubleVector().at(0)), ""} : Dim{};
+    out[0].shape = idx;
+    out[0].shape.dims.insert(out[0].shape.dims.begin() + ax, depth);
+    return absl::OkStatus();
+  });
+  Reg("TopK", C::kOther, false, A::kInfer, 1, 2, TopKInfer);
+  Reg("NonZero", C::kOther, false, A::kInfer, 1, 1, [](const Node&, Inputs in, Outputs& out) {
+    out[0].dtype = DType::kI64;
+    if (in[0].shape.rank_known) {
+      out[0].shape.rank_known = true;
+      out[0].shape.dims = {Dim{in[0].shape.rank(), ""}, Dim{}};
+    }
+    return absl::OkStatus();
+  });
+  Reg("Compress", C::kOther, false, A::kInfer, 2, 2, DataDependent);
+  Reg("If", C::kControlFlow, false, A::kInfer, 1, 1, [](const Node& n, Inputs, Outputs& out) {
+    const Graph* g = n.GetGraph("then_branch");
+    for (size_t i = 0; g && i < out.size() && i < g->outputs().size(); ++i) {
+      out[i].dtype = g->outputs()[i]->dtype;
+    }
+    return absl::OkStatus();
+  });
+  Reg("Loop", C::kControlFlow, false, A::kInfer, 2, 1 << 20, [](const Node& n, Inputs in, Outputs& out) {
+    const Graph* g = n.GetGraph("body");
+    for (size_t i = 0; g && i < out.size(); ++i) {
+      if (i + 1 < g->outputs().size()) out[i].dtype = g->outputs()[i + 1]->dtype;
+    }
+    // Loop-carried values keep their input's shape only when the body preserves it; leave unknown.
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace cjit

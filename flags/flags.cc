@@ -1,0 +1,252 @@
+// Table-driven CJIT_FLAGS parser. See flags.h for the grammar.
+#include "flags/flags.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace cjit {
+namespace {
+
+using Setter = std::function<absl::Status(Flags&, absl::string_view value, bool has_value)>;
+
+struct FlagDef {
+  FlagInfo info;
+  Setter set;
+};
+
+absl::Status BadValue(absl::string_view name, absl::string_view value, absl::string_view want) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("bad value '", value, "' for flag --", name, ": expected ", want));
+}
+
+Setter IntFlag(int Flags::*field, std::string name, int min, int max) {
+  return [=](Flags& f, absl::string_view v, bool has_value) -> absl::Status {
+    int x;
+    if (!has_value || !absl::SimpleAtoi(v, &x) || x < min || x > max) {
+      return BadValue(name, v, absl::StrCat("an integer in [", min, ", ", max, "]"));
+    }
+    f.*field = x;
+    return absl::OkStatus();
+  };
+}
+
+Setter StringFlag(std::string Flags::*field) {
+  return [=](Flags& f, absl::string_view v, bool) -> absl::Status {
+    f.*field = std::string(v);
+    return absl::OkStatus();
+  };
+}
+
+int DefaultThreads() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
+
+const std::vector<FlagDef>& Table() {
+  static const auto* table = new std::vector<FlagDef>{
+      {{"intra_op_threads", "int", "number of cores",
+        "Threads used inside one operator (oneDNN primitives, parallel loops); 0 = number of cores.",
+        {"xla_cpu_intra_op_threads"}},
+       [](Flags& f, absl::string_view v, bool has) -> absl::Status {
+         int x;
+         if (!has || !absl::SimpleAtoi(v, &x) || x < 0 || x > 1024) {
+           return BadValue("intra_op_threads", v, "an integer in [0, 1024]");
+         }
+         f.intra_op_threads = x == 0 ? DefaultThreads() : x;
+         return absl::OkStatus();
+       }},
+      {{"auto_jit", "string", "0",
+        "Auto-clustering: -1 off, 0 leave it to SessionOptions, 1 cluster every clusterable op, "
+        "fusible = elementwise, broadcast, reduction and data-movement ops only (XLA Lite).",
+        {}},
+       [](Flags& f, absl::string_view v, bool has) -> absl::Status {
+         if (!has || (v != "-1" && v != "0" && v != "1" && v != "2" && v != "fusible")) {
+           return BadValue("auto_jit", v, "one of -1, 0, 1, 2, fusible");
+         }
+         f.auto_jit = std::string(v);
+         return absl::OkStatus();
+       }},
+      {{"min_cluster_size", "int", "4",
+        "Minimum number of ops in a cluster (Identity and Constant count 0).", {}},
+       IntFlag(&Flags::min_cluster_size, "min_cluster_size", 1, 1 << 30)},
+      {{"v", "int", "0", "Global VLOG verbosity (as TF_CPP_MAX_VLOG_LEVEL).", {}},
+       IntFlag(&Flags::v, "v", 0, 100)},
+      {{"vmodule", "string", "",
+        "Per-file VLOG levels, FILE=N,FILE2=M (FILE without extension, globs allowed; as "
+        "TF_CPP_VMODULE).",
+        {}},
+       [](Flags& f, absl::string_view v, bool has) -> absl::Status {
+         if (!has) return BadValue("vmodule", v, "FILE=N[,FILE=N...]");
+         if (!v.empty()) {
+           for (absl::string_view item : absl::StrSplit(v, ',')) {
+             std::vector<absl::string_view> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+             int level;
+             if (kv.size() != 2 || kv[0].empty() || !absl::SimpleAtoi(kv[1], &level) || level < 0) {
+               return BadValue("vmodule", v, "FILE=N[,FILE=N...]");
+             }
+           }
+         }
+         f.vmodule = std::string(v);
+         return absl::OkStatus();
+       }},
+      {{"stderrthreshold", "int", "1",
+        "Log messages at or above this severity go to stderr: 0 INFO, 1 WARNING, 2 ERROR.", {}},
+       IntFlag(&Flags::stderrthreshold, "stderrthreshold", 0, 3)},
+  };
+  return *table;
+}
+
+const FlagDef* FindFlag(absl::string_view name) {
+  for (const FlagDef& def : Table()) {
+    if (def.info.name == name) return &def;
+    for (const std::string& alias : def.info.aliases) {
+      if (alias == name) return &def;
+    }
+  }
+  return nullptr;
+}
+
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// Splits on whitespace, honouring '...' and "..." quotes anywhere in a token.
+absl::StatusOr<std::vector<std::string>> Tokenize(absl::string_view text, absl::string_view source) {
+  std::vector<std::string> tokens;
+  std::string cur;
+  bool in_token = false;
+  char quote = 0;
+  for (char c : text) {
+    if (quote) {
+      if (c == quote) {
+        quote = 0;
+      } else {
+        cur.push_back(c);
+      }
+    } else if (c == '\'' || c == '"') {
+      quote = c;
+      in_token = true;
+    } else if (std::isspace(static_cast<unsigned char>(c))) {
+      if (in_token) tokens.push_back(std::move(cur));
+      cur.clear();
+      in_token = false;
+    } else {
+      cur.push_back(c);
+      in_token = true;
+    }
+  }
+  if (quote) {
+    return absl::InvalidArgumentError(absl::StrCat("unterminated quote in ", source));
+  }
+  if (in_token) tokens.push_back(std::move(cur));
+  return tokens;
+}
+
+absl::Status ParseInto(absl::string_view text, absl::string_view source, int depth, Flags& flags) {
+  if (depth > 8) {
+    return absl::InvalidArgumentError(absl::StrCat("flag files nested too deep at ", source));
+  }
+  auto tokens = Tokenize(text, source);
+  if (!tokens.ok()) return tokens.status();
+  for (const std::string& token : *tokens) {
+    if (token.empty() || token[0] != '-') {
+      std::ifstream in(token);
+      if (!in) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "in ", source, ": '", token,
+            "' does not start with '-' so it names a flags file, but that file cannot be read"));
+      }
+      std::stringstream ss;
+      ss << in.rdbuf();
+      absl::Status st = ParseInto(ss.str(), token, depth + 1, flags);
+      if (!st.ok()) return st;
+      continue;
+    }
+    absl::string_view body = token;
+    body.remove_prefix(body.size() > 1 && body[1] == '-' ? 2 : 1);
+    size_t eq = body.find('=');
+    absl::string_view name = body.substr(0, eq);
+    bool has_value = eq != absl::string_view::npos;
+    absl::string_view value = has_value ? body.substr(eq + 1) : absl::string_view();
+    const FlagDef* def = FindFlag(name);
+    if (def == nullptr && absl::StartsWith(name, "tf_xla_")) def = FindFlag(name.substr(7));
+    if (def == nullptr) {
+      std::string nearest = NearestFlag(name);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown flag --", name, " in ", source,
+          nearest.empty() ? "" : absl::StrCat(" (did you mean --", nearest, "?)"),
+          "; `cjit flags` lists every flag"));
+    }
+    if (!has_value && def->info.type != "bool") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("flag --", def->info.name, " in ", source, " needs a value (--",
+                       def->info.name, "=...)"));
+    }
+    absl::Status st = def->set(flags, value, has_value);
+    if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat(st.message(), " (in ", source, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Flags> ParseFlags(absl::string_view text, const Flags& base, absl::string_view source) {
+  Flags flags = base;
+  if (flags.intra_op_threads <= 0) flags.intra_op_threads = DefaultThreads();
+  absl::Status st = ParseInto(text, source, 0, flags);
+  if (!st.ok()) return st;
+  return flags;
+}
+
+const absl::StatusOr<Flags>& FlagsFromEnvironment() {
+  static const absl::StatusOr<Flags>* flags = [] {
+    const char* env = std::getenv("CJIT_FLAGS");
+    return new absl::StatusOr<Flags>(ParseFlags(env ? env : "", Flags{}, "CJIT_FLAGS"));
+  }();
+  return *flags;
+}
+
+std::vector<FlagInfo> ListFlags() {
+  std::vector<FlagInfo> out;
+  for (const FlagDef& def : Table()) out.push_back(def.info);
+  return out;
+}
+
+std::string NearestFlag(absl::string_view name) {
+  if (absl::StartsWith(name, "tf_xla_")) name.remove_prefix(7);
+  std::string best;
+  size_t best_d = std::max<size_t>(3, name.size() / 3) + 1;
+  for (const FlagDef& def : Table()) {
+    size_t d = EditDistance(name, def.info.name);
+    if (d < best_d) {
+      best_d = d;
+      best = def.info.name;
+    }
+  }
+  return best;
+}
+
+}  // namespace cjit

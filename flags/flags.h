@@ -1,0 +1,65 @@
+// clusterjit configuration: the one typed struct that every component receives, parsed once from the
+// CJIT_FLAGS environment variable (or a string / file) with the grammar of TensorFlow's TF_XLA_FLAGS.
+//
+// Grammar (tensorflow/compiler/xla/parse_flags_from_env.cc):
+//   * flags are whitespace-separated `--name=value` tokens; a value may be quoted with '...' or "...";
+//   * `--name` alone sets a boolean flag to true (`--name=false` clears it);
+//   * a token that does not start with '-' names a file whose contents are parsed with the same grammar
+//     (files may nest up to 8 deep);
+//   * `--tf_xla_<name>` is accepted as an alias of `--<name>`, as are the per-flag aliases in the table.
+// Unknown names and bad values are errors (absl::InvalidArgumentError) that name the flag and, for an
+// unknown one, the nearest known flag. Nothing here aborts the process.
+//
+// Thread-safety: ParseFlags is a pure function. FlagsFromEnvironment parses CJIT_FLAGS once, on first
+// call, under a lock; later calls return the same result.
+#ifndef CJIT_FLAGS_FLAGS_H_
+#define CJIT_FLAGS_FLAGS_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/status/statusor.h"
+
+namespace cjit {
+
+// Every runtime option of clusterjit. Defaults are those of Flags{}; `cjit flags` prints the table.
+struct Flags {
+  // Threads used inside one operator (oneDNN, parallel loops). Default: the number of cores.
+  int intra_op_threads = 0;  // 0 is replaced by the number of cores at parse time.
+  // Auto-clustering mode: "-1" off, "0" defer to SessionOptions, "1" every clusterable op,
+  // "fusible" elementwise/reduction/data-movement only (XLA Lite).
+  std::string auto_jit = "0";
+  // Minimum ops in a cluster (Identity and Constant count 0); used by the clustering pass.
+  int min_cluster_size = 4;
+  // Logging: global VLOG level and per-file levels "file=N,file2=M" (as TF_CPP_VMODULE).
+  int v = 0;
+  std::string vmodule;
+  // Minimum severity printed to stderr: 0 INFO, 1 WARNING, 2 ERROR.
+  int stderrthreshold = 1;
+};
+
+// Parses `text` on top of `base`. `source` names where the text came from, for error messages.
+absl::StatusOr<Flags> ParseFlags(absl::string_view text, const Flags& base = Flags{},
+                                 absl::string_view source = "CJIT_FLAGS");
+
+// The flags from the CJIT_FLAGS environment variable, parsed once (the only getenv for configuration).
+const absl::StatusOr<Flags>& FlagsFromEnvironment();
+
+// One row per flag: name, default, help, aliases. For `cjit flags` and the docs.
+struct FlagInfo {
+  std::string name;
+  std::string type;
+  std::string default_value;
+  std::string help;
+  std::vector<std::string> aliases;
+};
+std::vector<FlagInfo> ListFlags();
+
+// The known flag name nearest to `name` by edit distance ("" if none is close).
+std::string NearestFlag(absl::string_view name);
+
+}  // namespace cjit
+
+#endif  // CJIT_FLAGS_FLAGS_H_

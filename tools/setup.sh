@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs every Debian package clusterjit needs to build, test and benchmark. Idempotent: packages already
+# present are skipped by apt. Run as root (or with sudo available) on Debian 12.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config
+  llvm-19-dev libzstd-dev zlib1g-dev libffi-dev libedit-dev libxml2-dev libcurl4-openssl-dev
+  libabsl-dev libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata
+  libeigen3-dev libdnnl-dev opencl-headers ocl-icd-opencl-dev libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libgoogle-glog-dev libgflags-dev libxxhash-dev libfmt-dev libcli11-dev
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "setup: all ${#PACKAGES[@]} packages already installed"
+  exit 0
+fi
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get -y -o DPkg::Lock::Timeout=600 update -q
+$SUDO apt-get -y -o DPkg::Lock::Timeout=600 install -q --no-install-recommends "${missing[@]}"
