@@ -1,0 +1,164 @@
+#include "compiler/passes/specialize_shapes.h"
+
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/status_macros.h"
+#include "compiler/ops/op_registry.h"
+
+namespace cjit {
+namespace {
+
+bool IsRandom(const Node& n) { return n.op_type.rfind("Random", 0) == 0 || n.op_type == "Bernoulli"; }
+
+// Replaces an If node by the nodes of the selected branch.
+void InlineBranch(Graph& graph, Node* node, const Graph& branch) {
+  std::unordered_map<const Value*, Value*> map;
+  for (const Value* cap : branch.captures()) {
+    for (Value* v : node->implicit_inputs) {
+      if (v->name == cap->name) map[cap] = v;
+    }
+  }
+  std::string prefix = node->name + "/";
+  for (const auto& v : branch.values()) {
+    if (v->is_constant()) {
+      Value* c = graph.AddConstant(prefix + v->name, *v->constant);
+      map[v.get()] = c;
+    }
+  }
+  auto order = branch.TopologicalOrder();
+  for (Node* bn : *order) {
+    std::vector<Value*> ins;
+    for (Value* v : bn->inputs) ins.push_back(v ? map.at(v) : nullptr);
+    std::vector<std::string> outs;
+    for (Value* v : bn->outputs) outs.push_back(v ? prefix + v->name : "");
+    Node* c = graph.AddNode(bn->op_type, prefix + bn->name, ins, outs);
+    c->domain = bn->domain;
+    c->opset_version = bn->opset_version;
+    c->attrs = bn->attrs;
+    for (Value* v : bn->implicit_inputs) c->implicit_inputs.push_back(map.at(v));
+    for (size_t k = 0; k < bn->outputs.size(); ++k) {
+      if (bn->outputs[k]) map[bn->outputs[k]] = c->outputs[k];
+    }
+  }
+  for (size_t k = 0; k < node->outputs.size() && k < branch.outputs().size(); ++k) {
+    if (node->outputs[k]) graph.ReplaceAllUses(node->outputs[k], map.at(branch.outputs()[k]));
+  }
+  graph.RemoveNode(node);
+}
+
+void RemoveDeadNodes(Graph& graph) {
+  std::unordered_set<const Value*> live(graph.outputs().begin(), graph.outputs().end());
+  auto order = graph.TopologicalOrder();
+  if (!order.ok()) return;
+  std::vector<Node*> dead;
+  for (auto it = order->rbegin(); it != order->rend(); ++it) {
+    Node* n = *it;
+    bool used = false;
+    for (Value* v : n->outputs) used |= v && live.count(v);
+    if (!used) {
+      dead.push_back(n);
+      continue;
+    }
+    for (Value* v : n->inputs) if (v) live.insert(v);
+    for (Value* v : n->implicit_inputs) live.insert(v);
+  }
+  for (Node* n : dead) graph.RemoveNode(n);
+}
+
+// One walk; returns true if an If was inlined (the caller walks again).
+absl::StatusOr<bool> Walk(Graph& graph, const ConstantEvaluator& evaluate, const SpecializeOptions& options) {
+  CJIT_ASSIGN_OR_RETURN(std::vector<Node*> order, graph.TopologicalOrder());
+  for (Node* n : order) {
+    std::vector<InferInput> in(n->inputs.size());
+    bool all_const = true;
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      Value* v = n->inputs[i];
+      if (v == nullptr) {
+        in[i].present = false;
+        continue;
+      }
+      in[i].dtype = v->dtype;
+      in[i].shape = v->shape;
+      in[i].value = v->constant.get();
+      all_const &= v->is_constant();
+    }
+    for (Value* v : n->implicit_inputs) all_const &= v->is_constant();
+    if (n->op_type == "If" && in[0].value != nullptr) {
+      bool cond = in[0].value->ToDoubleVector().at(0) != 0;
+      const Graph* branch = n->GetGraph(cond ? "then_branch" : "else_branch");
+      if (branch) {
+        InlineBranch(graph, n, *branch);
+        return true;
+      }
+    }
+    std::vector<InferOutput> out;
+    CJIT_RETURN_IF_ERROR(InferNode(*n, in, out));
+    int64_t out_elems = 0;
+    bool out_known = true;
+    for (size_t k = 0; k < n->outputs.size(); ++k) {
+      if (!n->outputs[k]) continue;
+      n->outputs[k]->dtype = out[k].dtype;
+      n->outputs[k]->shape = out[k].shape;
+      if (out[k].shape.fully_known()) out_elems += NumElements(out[k].shape.concrete());
+      else out_known = false;
+    }
+    // Shape / Size of a fully known shape fold without evaluating the input.
+    bool shape_only = (n->op_type == "Shape" || n->op_type == "Size") && in[0].shape.fully_known();
+    bool foldable = !IsRandom(*n) && (all_const || shape_only) &&
+                    (!out_known || out_elems <= options.max_folded_elements);
+    if (!foldable) continue;
+    std::vector<Tensor> values;
+    if (shape_only) {
+      Dims d = in[0].shape.concrete();
+      if (n->op_type == "Size") {
+        Tensor t(DType::kI64, {});
+        *t.data<int64_t>() = NumElements(d);
+        values.push_back(t);
+      } else {
+        int64_t r = static_cast<int64_t>(d.size());
+        int64_t start = n->GetInt("start", 0), end = n->GetInt("end", r);
+        if (start < 0) start += r;
+        if (end < 0) end += r;
+        start = std::clamp<int64_t>(start, 0, r);
+        end = std::clamp<int64_t>(end, 0, r);
+        Tensor t(DType::kI64, {std::max<int64_t>(0, end - start)});
+        for (int64_t i = start; i < end; ++i) t.data<int64_t>()[i - start] = d[i];
+        values.push_back(t);
+      }
+    } else {
+      std::vector<const Tensor*> args;
+      for (Value* v : n->inputs) args.push_back(v ? v->constant.get() : nullptr);
+      CJIT_ASSIGN_OR_RETURN(values, evaluate(*n, args));
+    }
+    for (size_t k = 0; k < n->outputs.size() && k < values.size(); ++k) {
+      Value* old = n->outputs[k];
+      if (!old) continue;
+      Value* c = graph.AddConstant(old->name, values[k]);
+      graph.ReplaceAllUses(old, c);
+    }
+    graph.RemoveNode(n);
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::Status SpecializeShapes(Graph& graph, const std::vector<Dims>& input_dims, const ConstantEvaluator& evaluate,
+                              const SpecializeOptions& options) {
+  if (input_dims.size() != graph.inputs().size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("signature has ", input_dims.size(), " inputs, graph has ", graph.inputs().size()));
+  }
+  for (size_t i = 0; i < input_dims.size(); ++i) graph.inputs()[i]->shape = Shape::Of(input_dims[i]);
+  for (int round = 0; round < 1000; ++round) {
+    CJIT_ASSIGN_OR_RETURN(bool again, Walk(graph, evaluate, options));
+    if (!again) break;
+  }
+  RemoveDeadNodes(graph);
+  return absl::OkStatus();
+}
+
+}  // namespace cjit

@@ -1,0 +1,38 @@
+// Shape specialization and constant folding for one concrete input signature.
+//
+// Given a graph and the concrete dims of every graph input, this pass (1) sets the input shapes,
+// (2) walks the graph in topological order inferring every value's dtype and shape with the op table's
+// shape functions, (3) folds every node whose inputs are all constant (Shape/Size of a fully known shape
+// fold directly) by evaluating it with `evaluate` — so the Shape -> Gather -> Concat -> Reshape chains of
+// exported models disappear — (4) inlines an If whose condition is constant, and (5) removes nodes that no
+// graph output depends on. Nodes with random outputs are never folded.
+//
+// Before:  %s = Shape(%x)   %i = Gather(%s, %c1)   %y = Reshape(%x, %t)  ...   with x: f32[1,3,?]
+// After, for x: f32[1,3,48]:  %s, %i folded to constants; %y: f32[...] with known dims.
+//
+// Errors: shape-function errors (incompatible shapes, bad attributes) naming the node; evaluation errors.
+#ifndef CJIT_COMPILER_PASSES_SPECIALIZE_SHAPES_H_
+#define CJIT_COMPILER_PASSES_SPECIALIZE_SHAPES_H_
+
+#include <functional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "compiler/ir/graph.h"
+
+namespace cjit {
+
+using ConstantEvaluator =
+    std::function<absl::StatusOr<std::vector<Tensor>>(const Node& node, const std::vector<const Tensor*>& inputs)>;
+
+struct SpecializeOptions {
+  // Do not fold a node whose outputs would exceed this many elements in total (keeps memory bounded).
+  int64_t max_folded_elements = int64_t{1} << 24;
+};
+
+absl::Status SpecializeShapes(Graph& graph, const std::vector<Dims>& input_dims, const ConstantEvaluator& evaluate,
+                              const SpecializeOptions& options = {});
+
+}  // namespace cjit
+
+#endif  // CJIT_COMPILER_PASSES_SPECIALIZE_SHAPES_H_

@@ -1,0 +1,86 @@
+#include "runtime/cpu/kernel.h"
+
+#include <glog/logging.h>
+
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/status_macros.h"
+
+namespace cjit {
+namespace {
+
+std::map<std::string, KernelFn>& Raw() {
+  static auto* m = new std::map<std::string, KernelFn>();
+  return *m;
+}
+
+const std::map<std::string, KernelFn>& Registered() {
+  static bool once = [] {
+    RegisterElementwiseKernels();
+    RegisterReduceKernels();
+    RegisterLinalgKernels();
+    RegisterNnKernels();
+    RegisterMovementKernels();
+    RegisterRecurrentKernels();
+    RegisterControlFlowKernels();
+    return true;
+  }();
+  (void)once;
+  return Raw();
+}
+
+}  // namespace
+
+Tensor& KernelContext::Alloc(int i) {
+  const InferOutput& o = inferred[i];
+  CHECK(o.shape.fully_known()) << node->Describe() << ": output " << i << " has unknown dims "
+                               << o.shape.ToString();
+  outputs[i] = Tensor(o.dtype, o.shape.concrete());
+  return outputs[i];
+}
+
+Tensor& KernelContext::Alloc(int i, DType dtype, Dims dims) {
+  outputs[i] = Tensor(dtype, std::move(dims));
+  return outputs[i];
+}
+
+const KernelFn* FindKernelDuringRegistration(const std::string& op_type) {
+  auto it = Raw().find(op_type);
+  return it == Raw().end() ? nullptr : &it->second;
+}
+
+void RegisterKernel(const std::string& op_type, KernelFn fn) { Raw()[op_type] = std::move(fn); }
+
+const KernelFn* FindKernel(const std::string& op_type) {
+  const auto& m = Registered();
+  auto it = m.find(op_type);
+  return it == m.end() ? nullptr : &it->second;
+}
+
+absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::vector<const Tensor*>& inputs,
+                                                 int threads, const SubgraphRunner* runner) {
+  const KernelFn* fn = FindKernel(node.op_type);
+  if (fn == nullptr) return absl::UnimplementedError(absl::StrCat(node.Describe(), ": no CPU kernel"));
+  std::vector<InferInput> infer_in(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i] == nullptr) {
+      infer_in[i].present = false;
+      continue;
+    }
+    infer_in[i].dtype = inputs[i]->dtype();
+    infer_in[i].shape = Shape::Of(inputs[i]->dims());
+    infer_in[i].value = inputs[i];
+  }
+  KernelContext ctx;
+  ctx.node = &node;
+  ctx.inputs = inputs;
+  ctx.threads = threads;
+  ctx.run_subgraph = runner;
+  CJIT_RETURN_IF_ERROR(InferNode(node, infer_in, ctx.inferred));
+  ctx.outputs.resize(node.outputs.size());
+  CJIT_RETURN_IF_ERROR((*fn)(ctx));
+  return std::move(ctx.outputs);
+}
+
+}  // namespace cjit

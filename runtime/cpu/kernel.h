@@ -1,0 +1,68 @@
+// CPU fallback kernels: the op-by-op path of clusterjit. One kernel per ONNX operator, looked up by
+// op_type. The executor infers output shapes (compiler/ops shape functions) and hands each kernel a
+// KernelContext with its inputs and the inferred outputs; a kernel allocates each output with Alloc()
+// (inferred dims) or Alloc(i, dtype, dims) when the dims depend on data.
+//
+// Errors from kernels are absl::Status naming the node (bad attribute values, out-of-range indices).
+// Kernels are stateless functions and may run concurrently; each uses at most ctx.threads threads.
+#ifndef CJIT_RUNTIME_CPU_KERNEL_H_
+#define CJIT_RUNTIME_CPU_KERNEL_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/ir/graph.h"
+#include "compiler/ops/op_registry.h"
+
+namespace cjit {
+
+// Runs a subgraph (If branch, Loop body) with positional inputs and named captured values.
+using SubgraphRunner = std::function<absl::StatusOr<std::vector<Tensor>>(
+    const Graph& graph, const std::vector<Tensor>& inputs, const std::vector<std::pair<std::string, Tensor>>& captures)>;
+
+struct KernelContext {
+  const Node* node = nullptr;
+  std::vector<const Tensor*> inputs;     // null = absent optional input
+  std::vector<const Tensor*> implicit;   // node->implicit_inputs, same order
+  std::vector<Tensor> outputs;           // filled by the kernel
+  std::vector<InferOutput> inferred;     // from the shape function
+  int threads = 1;
+  const SubgraphRunner* run_subgraph = nullptr;
+  std::vector<bool> input_is_constant;  // per input: a graph constant (weights may be cached)
+
+  int num_inputs() const { return static_cast<int>(inputs.size()); }
+  bool has(int i) const { return i < num_inputs() && inputs[i] != nullptr; }
+  const Tensor& in(int i) const { return *inputs[i]; }
+  bool wants(int i) const { return i < static_cast<int>(outputs.size()) && node->outputs[i] != nullptr; }
+  // Allocates output i with its inferred dtype and (fully known) dims.
+  Tensor& Alloc(int i);
+  Tensor& Alloc(int i, DType dtype, Dims dims);
+  absl::Status Error(absl::string_view what) const { return NodeError(*node, what); }
+};
+
+using KernelFn = std::function<absl::Status(KernelContext&)>;
+
+void RegisterKernel(const std::string& op_type, KernelFn fn);
+const KernelFn* FindKernel(const std::string& op_type);
+// For registration functions that wrap an already registered kernel (no lazy initialization).
+const KernelFn* FindKernelDuringRegistration(const std::string& op_type);
+
+// Runs one node outside an executor (constant folding, tests): infers shapes from the values, runs the
+// kernel, returns the outputs.
+absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::vector<const Tensor*>& inputs,
+                                                 int threads, const SubgraphRunner* runner = nullptr);
+
+// Called once by the registry; each kernels_*.cc file registers its kernels.
+void RegisterElementwiseKernels();
+void RegisterReduceKernels();
+void RegisterLinalgKernels();
+void RegisterNnKernels();
+void RegisterMovementKernels();
+void RegisterRecurrentKernels();
+void RegisterControlFlowKernels();
+
+}  // namespace cjit
+
+#endif  // CJIT_RUNTIME_CPU_KERNEL_H_

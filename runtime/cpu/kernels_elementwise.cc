@@ -1,0 +1,480 @@
+// Elementwise CPU kernels: unary math and activations, binary arithmetic/comparison/logic with
+// broadcasting, variadic Max/Min/Sum/Mean, Where, Clip, Cast. Semantics: ONNX operator specification.
+#include <cmath>
+
+#include "compiler/ir/status_macros.h"
+#include "runtime/cpu/broadcast.h"
+#include "runtime/cpu/dispatch.h"
+#include "runtime/cpu/kernel.h"
+
+namespace cjit {
+
+Dims BroadcastDims(const std::vector<Dims>& shapes) {
+  size_t r = 0;
+  for (const Dims& d : shapes) r = std::max(r, d.size());
+  Dims out(r, 1);
+  for (const Dims& d : shapes) {
+    size_t off = r - d.size();
+    for (size_t i = 0; i < d.size(); ++i) {
+      if (d[i] != 1) out[off + i] = d[i];
+    }
+  }
+  // A zero-sized dim wins over 1.
+  for (const Dims& d : shapes) {
+    size_t off = r - d.size();
+    for (size_t i = 0; i < d.size(); ++i) if (d[i] == 0) out[off + i] = 0;
+  }
+  return out;
+}
+
+namespace {
+
+template <typename D, typename S>
+inline D ConvertTo(S v) {
+  if constexpr (std::is_same_v<D, bool>) {
+    return static_cast<float>(v) != 0.0f;
+  } else if constexpr (std::is_same_v<D, half> || std::is_same_v<D, bfloat16>) {
+    return static_cast<D>(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<S, half> || std::is_same_v<S, bfloat16>) {
+    return static_cast<D>(static_cast<float>(v));
+  } else if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>) {
+    if (std::isnan(v)) return D(0);
+    return static_cast<D>(v);
+  } else {
+    return static_cast<D>(v);
+  }
+}
+
+// ---------- unary ----------
+
+template <typename T, typename F>
+void UnaryLoop(const Tensor& x, Tensor& y, int threads, F f) {
+  const T* a = x.data<T>();
+  T* b = y.data<T>();
+  int64_t n = x.numel();
+  int nt = n >= 65536 ? threads : 1;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+  for (int64_t i = 0; i < n; ++i) {
+    using A = typename Acc<T>::type;
+    b[i] = static_cast<T>(f(static_cast<A>(a[i])));
+  }
+}
+
+using UnaryFn = std::function<absl::Status(KernelContext&)>;
+
+// Registers a float-only unary op computed in the accumulation type.
+template <typename Make>
+void FloatUnary(const std::string& name, Make make) {
+  RegisterKernel(name, [make](KernelContext& ctx) -> absl::Status {
+    const Tensor& x = ctx.in(0);
+    Tensor& y = ctx.Alloc(0);
+    return DispatchFloat(x.dtype(), [&](auto t) {
+      using T = decltype(t);
+      using A = typename Acc<T>::type;
+      UnaryLoop<T>(x, y, ctx.threads, make(A{}, *ctx.node));
+    });
+  });
+}
+
+// Registers a unary op over all numeric types.
+template <typename Make>
+void NumericUnary(const std::string& name, Make make) {
+  RegisterKernel(name, [make](KernelContext& ctx) -> absl::Status {
+    const Tensor& x = ctx.in(0);
+    Tensor& y = ctx.Alloc(0);
+    return DispatchNumeric(x.dtype(), [&](auto t) {
+      using T = decltype(t);
+      using A = typename Acc<T>::type;
+      UnaryLoop<T>(x, y, ctx.threads, make(A{}, *ctx.node));
+    });
+  });
+}
+
+// Fast float32 paths through Eigen's vectorized array functions.
+template <typename F>
+void EigenUnaryF32(const std::string& name, F f) {
+  const KernelFn* generic = FindKernelDuringRegistration(name);
+  KernelFn fallback = generic ? *generic : KernelFn();
+  RegisterKernel(name, [f, fallback](KernelContext& ctx) -> absl::Status {
+    const Tensor& x = ctx.in(0);
+    if (x.dtype() != DType::kF32) return fallback(ctx);
+    Tensor& y = ctx.Alloc(0);
+    int64_t n = x.numel();
+    const int64_t chunk = 16384;
+    int64_t chunks = (n + chunk - 1) / chunk;
+    int nt = n >= 65536 ? ctx.threads : 1;
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+    for (int64_t c = 0; c < chunks; ++c) {
+      int64_t lo = c * chunk, len = std::min(chunk, n - lo);
+      Eigen::Map<const Eigen::ArrayXf> in(x.data<float>() + lo, len);
+      Eigen::Map<Eigen::ArrayXf> out(y.data<float>() + lo, len);
+      f(in, out);
+    }
+    return absl::OkStatus();
+  });
+}
+
+void RegisterUnary() {
+#define CJIT_FLOAT_UNARY(NAME, EXPR) \
+  FloatUnary(NAME, [](auto a, const Node& n) { using A = decltype(a); (void)n; return [=](A x) -> A { return EXPR; }; })
+  CJIT_FLOAT_UNARY("Sqrt", std::sqrt(x));
+  CJIT_FLOAT_UNARY("Exp", std::exp(x));
+  CJIT_FLOAT_UNARY("Log", std::log(x));
+  CJIT_FLOAT_UNARY("Sin", std::sin(x));
+  CJIT_FLOAT_UNARY("Cos", std::cos(x));
+  CJIT_FLOAT_UNARY("Tan", std::tan(x));
+  CJIT_FLOAT_UNARY("Asin", std::asin(x));
+  CJIT_FLOAT_UNARY("Acos", std::acos(x));
+  CJIT_FLOAT_UNARY("Atan", std::atan(x));
+  CJIT_FLOAT_UNARY("Sinh", std::sinh(x));
+  CJIT_FLOAT_UNARY("Cosh", std::cosh(x));
+  CJIT_FLOAT_UNARY("Asinh", std::asinh(x));
+  CJIT_FLOAT_UNARY("Acosh", std::acosh(x));
+  CJIT_FLOAT_UNARY("Atanh", std::atanh(x));
+  CJIT_FLOAT_UNARY("Erf", std::erf(x));
+  CJIT_FLOAT_UNARY("Tanh", std::tanh(x));
+  CJIT_FLOAT_UNARY("Sigmoid", x >= 0 ? A(1) / (A(1) + std::exp(-x)) : std::exp(x) / (A(1) + std::exp(x)));
+  CJIT_FLOAT_UNARY("Reciprocal", A(1) / x);
+  CJIT_FLOAT_UNARY("Floor", std::floor(x));
+  CJIT_FLOAT_UNARY("Ceil", std::ceil(x));
+  CJIT_FLOAT_UNARY("Round", std::nearbyint(x));
+  CJIT_FLOAT_UNARY("Softplus", x > A(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)));
+  CJIT_FLOAT_UNARY("Softsign", x / (A(1) + std::abs(x)));
+  CJIT_FLOAT_UNARY("Mish", x * std::tanh(std::log1p(std::exp(x))));
+#undef CJIT_FLOAT_UNARY
+#define CJIT_FLOAT_UNARY_ATTR(NAME, SETUP, EXPR)                \
+  FloatUnary(NAME, [](auto a, const Node& n) {                   \
+    using A = decltype(a);                                       \
+    SETUP;                                                       \
+    return [=](A x) -> A { return EXPR; };                       \
+  })
+  CJIT_FLOAT_UNARY_ATTR("LeakyRelu", A alpha = n.GetFloat("alpha", 0.01f), x < A(0) ? alpha * x : x);
+  CJIT_FLOAT_UNARY_ATTR("Elu", A alpha = n.GetFloat("alpha", 1.0f), x < A(0) ? alpha * (std::exp(x) - A(1)) : x);
+  CJIT_FLOAT_UNARY_ATTR("Celu", A alpha = n.GetFloat("alpha", 1.0f),
+                        std::max(A(0), x) + std::min(A(0), alpha * (std::exp(x / alpha) - A(1))));
+  CJIT_FLOAT_UNARY_ATTR("Selu", A alpha = n.GetFloat("alpha", 1.67326319217681884765625f);
+                        A gamma = n.GetFloat("gamma", 1.05070102214813232421875f),
+                        x <= A(0) ? gamma * (alpha * std::exp(x) - alpha) : gamma * x);
+  CJIT_FLOAT_UNARY_ATTR("HardSigmoid", A alpha = n.GetFloat("alpha", 0.2f); A beta = n.GetFloat("beta", 0.5f),
+                        std::max(A(0), std::min(A(1), alpha * x + beta)));
+  CJIT_FLOAT_UNARY_ATTR("HardSwish", (void)0, x * std::max(A(0), std::min(A(1), x / A(6) + A(0.5))));
+  CJIT_FLOAT_UNARY_ATTR("ThresholdedRelu", A alpha = n.GetFloat("alpha", 1.0f), x > alpha ? x : A(0));
+  CJIT_FLOAT_UNARY_ATTR("Shrink", A bias = n.GetFloat("bias", 0.0f); A lambd = n.GetFloat("lambd", 0.5f),
+                        x < -lambd ? x + bias : (x > lambd ? x - bias : A(0)));
+  CJIT_FLOAT_UNARY_ATTR("Gelu", bool tanh_approx = n.GetString("approximate", "none") == "tanh",
+                        tanh_approx ? A(0.5) * x * (A(1) + std::tanh(A(0.7978845608028654) * (x + A(0.044715) * x * x * x)))
+                                    : A(0.5) * x * (A(1) + std::erf(x * A(0.7071067811865476))));
+#undef CJIT_FLOAT_UNARY_ATTR
+  NumericUnary("Abs", [](auto a, const Node&) {
+    using A = decltype(a);
+    return [](A x) -> A {
+      if constexpr (std::is_unsigned_v<A>) return x; else return x < A(0) ? A(-x) : x;
+    };
+  });
+  NumericUnary("Neg", [](auto a, const Node&) { using A = decltype(a); return [](A x) -> A { return A(-x); }; });
+  NumericUnary("Relu", [](auto a, const Node&) {
+    using A = decltype(a);
+    return [](A x) -> A { return x > A(0) ? x : A(0); };
+  });
+  NumericUnary("Sign", [](auto a, const Node&) {
+    using A = decltype(a);
+    return [](A x) -> A { return x > A(0) ? A(1) : (x < A(0) ? A(-1) : A(0)); };
+  });
+  NumericUnary("BitwiseNot", [](auto a, const Node&) {
+    using A = decltype(a);
+    return [](A x) -> A { if constexpr (std::is_integral_v<A>) return A(~x); else return x; };
+  });
+  // Vectorized float32 versions of the hottest ones.
+  EigenUnaryF32("Exp", [](const auto& in, auto& out) { out = in.exp(); });
+  EigenUnaryF32("Log", [](const auto& in, auto& out) { out = in.log(); });
+  EigenUnaryF32("Sqrt", [](const auto& in, auto& out) { out = in.sqrt(); });
+  EigenUnaryF32("Tanh", [](const auto& in, auto& out) { out = in.tanh(); });
+  EigenUnaryF32("Sigmoid", [](const auto& in, auto& out) { out = in.logistic(); });
+  EigenUnaryF32("Relu", [](const auto& in, auto& out) { out = in.max(0.0f); });
+  EigenUnaryF32("Abs", [](const auto& in, auto& out) { out = in.abs(); });
+  EigenUnaryF32("Neg", [](const auto& in, auto& out) { out = -in; });
+  EigenUnaryF32("Reciprocal", [](const auto& in, auto& out) { out = in.inverse(); });
+
+  RegisterKernel("Not", [](KernelContext& ctx) -> absl::Status {
+    const Tensor& x = ctx.in(0);
+    Tensor& y = ctx.Alloc(0);
+    for (int64_t i = 0; i < x.numel(); ++i) y.data<uint8_t>()[i] = !x.data<uint8_t>()[i];
+    return absl::OkStatus();
+  });
+  for (const char* name : {"IsNaN", "IsInf"}) {
+    bool is_nan = std::string(name) == "IsNaN";
+    RegisterKernel(name, [is_nan](KernelContext& ctx) -> absl::Status {
+      const Tensor& x = ctx.in(0);
+      Tensor& y = ctx.Alloc(0);
+      bool pos = ctx.node->GetInt("detect_positive", 1), neg = ctx.node->GetInt("detect_negative", 1);
+      return DispatchFloat(x.dtype(), [&](auto t) {
+        using T = decltype(t);
+        for (int64_t i = 0; i < x.numel(); ++i) {
+          float v = static_cast<float>(x.data<T>()[i]);
+          y.data<uint8_t>()[i] = is_nan ? std::isnan(v) : (std::isinf(v) && ((v > 0 && pos) || (v < 0 && neg)));
+        }
+      });
+    });
+  }
+}
+
+// ---------- binary ----------
+
+template <typename T, typename R, typename Op>
+void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& out, int threads, Op op) {
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  R* po = out.data<R>();
+  ForEachBroadcastRow<2>(out.dims(), {&a.dims(), &b.dims()}, threads,
+                         [&](std::array<int64_t, 2> off, int64_t o, int64_t n, std::array<int64_t, 2> s) {
+                           const T* x = pa + off[0];
+                           const T* y = pb + off[1];
+                           R* z = po + o;
+                           if (s[0] == 1 && s[1] == 1) {
+                             for (int64_t i = 0; i < n; ++i) z[i] = op(x[i], y[i]);
+                           } else if (s[0] == 0 && s[1] == 1) {
+                             T xv = x[0];
+                             for (int64_t i = 0; i < n; ++i) z[i] = op(xv, y[i]);
+                           } else if (s[0] == 1 && s[1] == 0) {
+                             T yv = y[0];
+                             for (int64_t i = 0; i < n; ++i) z[i] = op(x[i], yv);
+                           } else {
+                             for (int64_t i = 0; i < n; ++i) z[i] = op(x[i * s[0]], y[i * s[1]]);
+                           }
+                         });
+}
+
+template <typename T>
+T IntPow(T base, T exp) {
+  if (exp < T(0)) return base == T(1) ? T(1) : T(0);
+  T r = 1;
+  while (exp > T(0)) {
+    if (exp & T(1)) r *= base;
+    base *= base;
+    exp >>= 1;
+  }
+  return r;
+}
+
+template <typename T>
+T FloorMod(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    if (b == 0) return 0;
+    T r = a % b;
+    if constexpr (std::is_signed_v<T>) {
+      if (r != 0 && ((r < 0) != (b < 0))) r += b;
+    }
+    return r;
+  } else {
+    using A = typename Acc<T>::type;
+    A r = std::fmod(static_cast<A>(a), static_cast<A>(b));
+    if (r != 0 && ((r < 0) != (static_cast<A>(b) < 0))) r += static_cast<A>(b);
+    return static_cast<T>(r);
+  }
+}
+
+absl::Status Arith(KernelContext& ctx, const std::string& op) {
+  const Tensor& a = ctx.in(0);
+  const Tensor& b = ctx.in(1);
+  Tensor& out = ctx.Alloc(0);
+  if (op == "Pow" && a.dtype() != b.dtype()) {
+    // Pow allows a different exponent type: compute in double.
+    std::vector<double> ea = a.ToDoubleVector(), eb = b.ToDoubleVector();
+    Tensor da(DType::kF64, a.dims()), db(DType::kF64, b.dims()), dout(DType::kF64, out.dims());
+    std::copy(ea.begin(), ea.end(), da.data<double>());
+    std::copy(eb.begin(), eb.end(), db.data<double>());
+    BinaryLoop<double, double>(da, db, dout, ctx.threads, [](double x, double y) { return std::pow(x, y); });
+    return DispatchNumeric(out.dtype(), [&](auto t) {
+      using T = decltype(t);
+      for (int64_t i = 0; i < out.numel(); ++i) out.data<T>()[i] = ConvertTo<T>(dout.data<double>()[i]);
+    });
+  }
+  if (a.dtype() != b.dtype()) return ctx.Error("inputs have different dtypes");
+  bool fmod = ctx.node->GetInt("fmod", 0) != 0;
+  return DispatchNumeric(a.dtype(), [&](auto t) {
+    using T = decltype(t);
+    using A = typename Acc<T>::type;
+    if (op == "Add") BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) { return T(x + y); });
+    else if (op == "Sub") BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) { return T(x - y); });
+    else if (op == "Mul") BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) { return T(x * y); });
+    else if (op == "Div") {
+      BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) {
+        if constexpr (std::is_integral_v<T>) return y == T(0) ? T(0) : T(x / y);
+        else return T(x / y);
+      });
+    } else if (op == "Pow") {
+      BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) {
+        if constexpr (std::is_integral_v<T>) return IntPow(x, y);
+        else return static_cast<T>(std::pow(static_cast<A>(x), static_cast<A>(y)));
+      });
+    } else if (op == "Mod") {
+      if (fmod) {
+        BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) {
+          if constexpr (std::is_integral_v<T>) return y == T(0) ? T(0) : T(x % y);
+          else return static_cast<T>(std::fmod(static_cast<A>(x), static_cast<A>(y)));
+        });
+      } else {
+        BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) { return FloorMod(x, y); });
+      }
+    } else if (op == "Max") {
+      BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) {
+        if constexpr (std::is_floating_point_v<A>) if (std::isnan(static_cast<A>(x))) return x;
+        return x < y ? y : x;
+      });
+    } else if (op == "Min") {
+      BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) {
+        if constexpr (std::is_floating_point_v<A>) if (std::isnan(static_cast<A>(x))) return x;
+        return y < x ? y : x;
+      });
+    } else if (op == "PRelu") {
+      BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) { return x < T(0) ? T(x * y) : x; });
+    } else if (op == "BitShift" || op == "BitwiseAnd" || op == "BitwiseOr" || op == "BitwiseXor") {
+      if constexpr (std::is_integral_v<T>) {
+        bool left = ctx.node->GetString("direction", "LEFT") == "LEFT";
+        if (op == "BitShift") BinaryLoop<T, T>(a, b, out, ctx.threads, [left](T x, T y) {
+          if (y >= T(sizeof(T) * 8)) return T(0);
+          return left ? T(x << y) : T(x >> y);
+        });
+        else if (op == "BitwiseAnd") BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) { return T(x & y); });
+        else if (op == "BitwiseOr") BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) { return T(x | y); });
+        else BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) { return T(x ^ y); });
+      }
+    }
+  });
+}
+
+absl::Status Compare(KernelContext& ctx, const std::string& op) {
+  const Tensor& a = ctx.in(0);
+  const Tensor& b = ctx.in(1);
+  if (a.dtype() != b.dtype()) return ctx.Error("inputs have different dtypes");
+  Tensor& out = ctx.Alloc(0);
+  return DispatchAll(a.dtype(), [&](auto t) {
+    using T = decltype(t);
+    if (op == "Equal") BinaryLoop<T, bool>(a, b, out, ctx.threads, [](T x, T y) { return x == y; });
+    else if (op == "Less") BinaryLoop<T, bool>(a, b, out, ctx.threads, [](T x, T y) { return x < y; });
+    else if (op == "Greater") BinaryLoop<T, bool>(a, b, out, ctx.threads, [](T x, T y) { return y < x; });
+    else if (op == "LessOrEqual") BinaryLoop<T, bool>(a, b, out, ctx.threads, [](T x, T y) { return x <= y; });
+    else if (op == "GreaterOrEqual") BinaryLoop<T, bool>(a, b, out, ctx.threads, [](T x, T y) { return y <= x; });
+    else if (op == "And") BinaryLoop<T, bool>(a, b, out, ctx.threads, [](T x, T y) { return bool(x) && bool(y); });
+    else if (op == "Or") BinaryLoop<T, bool>(a, b, out, ctx.threads, [](T x, T y) { return bool(x) || bool(y); });
+    else if (op == "Xor") BinaryLoop<T, bool>(a, b, out, ctx.threads, [](T x, T y) { return bool(x) != bool(y); });
+  });
+}
+
+absl::Status Variadic(KernelContext& ctx, const std::string& op) {
+  Tensor& out = ctx.Alloc(0);
+  DType t = ctx.in(0).dtype();
+  for (int i = 1; i < ctx.num_inputs(); ++i) {
+    if (ctx.in(i).dtype() != t) return ctx.Error("inputs have different dtypes");
+  }
+  // acc = broadcast(in0); acc = acc op in_k.
+  Tensor acc = Tensor::Zeros(t, out.dims());
+  std::string first = op == "Max" || op == "Min" ? op : "Add";
+  CJIT_RETURN_IF_ERROR(DispatchNumeric(t, [&](auto tag) {
+    using T = decltype(tag);
+    BinaryLoop<T, T>(acc, ctx.in(0), out, ctx.threads, [](T, T y) { return y; });
+  }));
+  for (int i = 1; i < ctx.num_inputs(); ++i) {
+    CJIT_RETURN_IF_ERROR(DispatchNumeric(t, [&](auto tag) {
+      using T = decltype(tag);
+      Tensor cur = out.Clone();
+      if (first == "Max") BinaryLoop<T, T>(cur, ctx.in(i), out, ctx.threads, [](T x, T y) { return x < y ? y : x; });
+      else if (first == "Min") BinaryLoop<T, T>(cur, ctx.in(i), out, ctx.threads, [](T x, T y) { return y < x ? y : x; });
+      else BinaryLoop<T, T>(cur, ctx.in(i), out, ctx.threads, [](T x, T y) { return T(x + y); });
+    }));
+  }
+  if (op == "Mean") {
+    CJIT_RETURN_IF_ERROR(DispatchFloat(t, [&](auto tag) {
+      using T = decltype(tag);
+      for (int64_t i = 0; i < out.numel(); ++i) {
+        out.data<T>()[i] = static_cast<T>(static_cast<float>(out.data<T>()[i]) / ctx.num_inputs());
+      }
+    }));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Where(KernelContext& ctx) {
+  const Tensor& c = ctx.in(0);
+  const Tensor& x = ctx.in(1);
+  const Tensor& y = ctx.in(2);
+  Tensor& out = ctx.Alloc(0);
+  return DispatchAll(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const uint8_t* pc = c.data<uint8_t>();
+    const T* px = x.data<T>();
+    const T* py = y.data<T>();
+    T* po = out.data<T>();
+    ForEachBroadcastRow<3>(out.dims(), {&c.dims(), &x.dims(), &y.dims()}, ctx.threads,
+                           [&](std::array<int64_t, 3> off, int64_t o, int64_t n, std::array<int64_t, 3> s) {
+                             for (int64_t i = 0; i < n; ++i) {
+                               po[o + i] = pc[off[0] + i * s[0]] ? px[off[1] + i * s[1]] : py[off[2] + i * s[2]];
+                             }
+                           });
+  });
+}
+
+absl::Status Clip(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.Alloc(0);
+  return DispatchNumeric(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using A = typename Acc<T>::type;
+    A lo = std::numeric_limits<A>::lowest(), hi = std::numeric_limits<A>::max();
+    if (ctx.node->HasAttr("min")) lo = static_cast<A>(ctx.node->GetFloat("min", 0));
+    if (ctx.node->HasAttr("max")) hi = static_cast<A>(ctx.node->GetFloat("max", 0));
+    if (ctx.has(1) && ctx.in(1).numel() > 0) lo = static_cast<A>(ctx.in(1).data<T>()[0]);
+    if (ctx.has(2) && ctx.in(2).numel() > 0) hi = static_cast<A>(ctx.in(2).data<T>()[0]);
+    UnaryLoop<T>(x, y, ctx.threads, [=](A v) -> A { return v < lo ? lo : (v > hi ? hi : v); });
+  });
+}
+
+absl::Status Cast(KernelContext& ctx, DType to) {
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.Alloc(0, to, x.dims());
+  if (x.dtype() == to) {
+    y = x;
+    return absl::OkStatus();
+  }
+  int64_t n = x.numel();
+  absl::Status inner = absl::OkStatus();
+  absl::Status outer = DispatchAll(x.dtype(), [&](auto s) {
+    using S = decltype(s);
+    inner = DispatchAll(to, [&](auto d) {
+      using D = decltype(d);
+      const S* in = x.data<S>();
+      D* out = y.data<D>();
+      for (int64_t i = 0; i < n; ++i) out[i] = ConvertTo<D>(in[i]);
+    });
+  });
+  CJIT_RETURN_IF_ERROR(outer);
+  return inner;
+}
+
+}  // namespace
+
+void RegisterElementwiseKernels() {
+  RegisterUnary();
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "PRelu", "BitShift", "BitwiseAnd",
+                         "BitwiseOr", "BitwiseXor"}) {
+    std::string name = op;
+    RegisterKernel(name, [name](KernelContext& ctx) { return Arith(ctx, name); });
+  }
+  for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"}) {
+    std::string name = op;
+    RegisterKernel(name, [name](KernelContext& ctx) { return Compare(ctx, name); });
+  }
+  for (const char* op : {"Max", "Min", "Sum", "Mean"}) {
+    std::string name = op;
+    RegisterKernel(name, [name](KernelContext& ctx) {
+      if (ctx.num_inputs() == 2 && (name == "Max" || name == "Min")) return Arith(ctx, name);
+      return Variadic(ctx, name);
+    });
+  }
+  RegisterKernel("Where", Where);
+  RegisterKernel("Clip", Clip);
+  RegisterKernel("Cast", [](KernelContext& ctx) { return Cast(ctx, ctx.inferred[0].dtype); });
+  RegisterKernel("CastLike", [](KernelContext& ctx) { return Cast(ctx, ctx.in(1).dtype()); });
+}
+
+}  // namespace cjit

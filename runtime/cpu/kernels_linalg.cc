@@ -1,0 +1,177 @@
+// MatMul and Gemm. float32 runs through oneDNN's matmul primitive (batch broadcasting, strided operands
+// for transposes); other dtypes use plain loops with float/double accumulation.
+#include <mutex>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "compiler/ir/status_macros.h"
+#include "runtime/cpu/broadcast.h"
+#include "runtime/cpu/dispatch.h"
+#include "runtime/cpu/kernel.h"
+#include "runtime/cpu/onednn_util.h"
+
+namespace cjit {
+
+dnnl::engine& CpuEngine() {
+  static auto* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *e;
+}
+
+std::shared_ptr<DnnlEntry> GetOrCreateDnnl(const std::string& key,
+                                           const std::function<std::shared_ptr<DnnlEntry>()>& make) {
+  static std::mutex mu;
+  static auto* cache = new std::unordered_map<std::string, std::shared_ptr<DnnlEntry>>();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache->find(key);
+    if (it != cache->end()) return it->second;
+  }
+  std::shared_ptr<DnnlEntry> e = make();
+  std::lock_guard<std::mutex> lock(mu);
+  auto [it, inserted] = cache->emplace(key, e);
+  return it->second;
+}
+
+namespace {
+
+using dnnl::memory;
+
+// Batched matmul of a [B..., M, K] (strides given) and b [B..., K, N] into c [B..., M, N] (dense).
+absl::Status DnnlMatMul(const float* a, const memory::dims& ad, const memory::dims& as, const float* b,
+                        const memory::dims& bd, const memory::dims& bs, float* c, const memory::dims& cd,
+                        float alpha) {
+  std::string key = absl::StrCat("mm:", absl::StrJoin(ad, ","), "/", absl::StrJoin(as, ","), ":",
+                                 absl::StrJoin(bd, ","), "/", absl::StrJoin(bs, ","), ":", alpha);
+  auto entry = GetOrCreateDnnl(key, [&] {
+    auto e = std::make_shared<DnnlEntry>();
+    e->src_md = memory::desc(ad, memory::data_type::f32, as);
+    e->weights_md = memory::desc(bd, memory::data_type::f32, bs);
+    memory::dims cs(cd.size(), 1);
+    for (int i = static_cast<int>(cd.size()) - 2; i >= 0; --i) cs[i] = cs[i + 1] * cd[i + 1];
+    e->dst_md = memory::desc(cd, memory::data_type::f32, cs);
+    dnnl::primitive_attr attr;
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    dnnl::matmul::desc d(e->src_md, e->weights_md, e->dst_md);
+    e->prim = dnnl::matmul(dnnl::matmul::primitive_desc(d, attr, CpuEngine()));
+    return e;
+  });
+  dnnl::stream s(CpuEngine());
+  memory ma(entry->src_md, CpuEngine(), const_cast<float*>(a));
+  memory mb(entry->weights_md, CpuEngine(), const_cast<float*>(b));
+  memory mc(entry->dst_md, CpuEngine(), c);
+  entry->prim.execute(s, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+  s.wait();
+  return absl::OkStatus();
+}
+
+memory::dims DenseStrides(const memory::dims& d) {
+  memory::dims s(d.size(), 1);
+  for (int i = static_cast<int>(d.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * d[i + 1];
+  return s;
+}
+
+template <typename T>
+void LoopMatMul(const T* a, const T* b, T* c, int64_t M, int64_t K, int64_t N, int64_t as_m, int64_t as_k,
+                int64_t bs_k, int64_t bs_n) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double,
+                               std::conditional_t<std::is_integral_v<T>, int64_t, float>>;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      A acc = 0;
+      for (int64_t k = 0; k < K; ++k) acc += static_cast<A>(a[m * as_m + k * as_k]) * static_cast<A>(b[k * bs_k + n * bs_n]);
+      c[m * N + n] = static_cast<T>(acc);
+    }
+}
+
+absl::Status MatMul(KernelContext& ctx) {
+  Tensor a = ctx.in(0), b = ctx.in(1);
+  if (a.dtype() != b.dtype()) return ctx.Error("inputs have different dtypes");
+  Tensor& y = ctx.Alloc(0);
+  if (y.numel() == 0) return absl::OkStatus();
+  Dims ad = a.dims(), bd = b.dims();
+  if (ad.size() == 1) ad.insert(ad.begin(), 1);
+  if (bd.size() == 1) bd.push_back(1);
+  size_t r = std::max(ad.size(), bd.size());
+  while (ad.size() < r) ad.insert(ad.begin(), 1);
+  while (bd.size() < r) bd.insert(bd.begin(), 1);
+  int64_t M = ad[r - 2], K = ad[r - 1], N = bd[r - 1];
+  Dims cd(r);
+  for (size_t i = 0; i + 2 < r; ++i) cd[i] = std::max(ad[i], bd[i]);
+  cd[r - 2] = M;
+  cd[r - 1] = N;
+  if (K == 0) {
+    std::memset(y.raw(), 0, y.nbytes());
+    return absl::OkStatus();
+  }
+  if (a.dtype() == DType::kF32 && r <= 12) {
+    return DnnlMatMul(a.data<float>(), ad, DenseStrides(ad), b.data<float>(), bd, DenseStrides(bd),
+                      y.data<float>(), cd, 1.0f);
+  }
+  // Loop path: iterate the broadcast batch.
+  int64_t batch = 1;
+  for (size_t i = 0; i + 2 < r; ++i) batch *= cd[i];
+  return DispatchNumeric(a.dtype(), [&](auto t) {
+    using T = decltype(t);
+    for (int64_t bi = 0; bi < batch; ++bi) {
+      int64_t rem = bi, aoff = 0, boff = 0, astr = M * K, bstr = K * N;
+      for (int i = static_cast<int>(r) - 3; i >= 0; --i) {
+        int64_t idx = rem % cd[i];
+        rem /= cd[i];
+        aoff += (ad[i] == 1 ? 0 : idx) * astr;
+        boff += (bd[i] == 1 ? 0 : idx) * bstr;
+        astr *= ad[i];
+        bstr *= bd[i];
+      }
+      LoopMatMul<T>(a.data<T>() + aoff, b.data<T>() + boff, y.data<T>() + bi * M * N, M, K, N, K, 1, N, 1);
+    }
+  });
+}
+
+absl::Status Gemm(KernelContext& ctx) {
+  const Tensor& a = ctx.in(0);
+  const Tensor& b = ctx.in(1);
+  bool ta = ctx.node->GetInt("transA", 0), tb = ctx.node->GetInt("transB", 0);
+  float alpha = ctx.node->GetFloat("alpha", 1.0f), beta = ctx.node->GetFloat("beta", 1.0f);
+  Tensor& y = ctx.Alloc(0);
+  int64_t M = y.dim(0), N = y.dim(1), K = ta ? a.dim(0) : a.dim(1);
+  int64_t as_m = ta ? 1 : K, as_k = ta ? M : 1, bs_k = tb ? 1 : N, bs_n = tb ? K : 1;
+  if (a.dtype() == DType::kF32 && K > 0 && M > 0 && N > 0) {
+    CJIT_RETURN_IF_ERROR(DnnlMatMul(a.data<float>(), {M, K}, {as_m, as_k}, b.data<float>(), {K, N},
+                                    {bs_k, bs_n}, y.data<float>(), {M, N}, alpha));
+  } else {
+    CJIT_RETURN_IF_ERROR(DispatchNumeric(a.dtype(), [&](auto t) {
+      using T = decltype(t);
+      LoopMatMul<T>(a.data<T>(), b.data<T>(), y.data<T>(), M, K, N, as_m, as_k, bs_k, bs_n);
+      if (alpha != 1.0f) {
+        for (int64_t i = 0; i < M * N; ++i) y.data<T>()[i] = static_cast<T>(static_cast<double>(y.data<T>()[i]) * alpha);
+      }
+    }));
+  }
+  if (ctx.has(2) && beta != 0.0f) {
+    const Tensor& c = ctx.in(2);
+    return DispatchNumeric(y.dtype(), [&](auto t) {
+      using T = decltype(t);
+      T* py = y.data<T>();
+      const T* pc = c.data<T>();
+      ForEachBroadcastRow<1>(y.dims(), {&c.dims()}, 1,
+                             [&](std::array<int64_t, 1> off, int64_t o, int64_t n, std::array<int64_t, 1> s) {
+                               for (int64_t i = 0; i < n; ++i) {
+                                 py[o + i] = static_cast<T>(static_cast<typename Acc<T>::type>(py[o + i]) +
+                                                            static_cast<typename Acc<T>::type>(beta) *
+                                                                static_cast<typename Acc<T>::type>(pc[off[0] + i * s[0]]));
+                               }
+                             });
+    });
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterLinalgKernels() {
+  RegisterKernel("MatMul", MatMul);
+  RegisterKernel("Gemm", Gemm);
+}
+
+}  // namespace cjit

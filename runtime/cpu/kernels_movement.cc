@@ -1,0 +1,593 @@
+// Data-movement and shape CPU kernels: Reshape/Flatten/Squeeze/Unsqueeze/Identity/Dropout (zero-copy),
+// Transpose, Slice, Concat, Split, Gather, GatherElements, GatherND, ScatterElements, ScatterND, Pad,
+// Expand, Tile, Shape, Size, ConstantOfShape, Range, Trilu, OneHot, EyeLike, NonZero, TopK, Compress,
+// DepthToSpace, SpaceToDepth. Byte-level copies where the dtype does not matter.
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "compiler/ir/status_macros.h"
+#include "runtime/cpu/broadcast.h"
+#include "runtime/cpu/dispatch.h"
+#include "runtime/cpu/kernel.h"
+#include "runtime/cpu/tensor_util.h"
+
+namespace cjit {
+
+absl::StatusOr<Tensor> TransposeTensor(const Tensor& x, const std::vector<int64_t>& perm, int threads) {
+  int r = x.rank();
+  Dims od(r);
+  for (int i = 0; i < r; ++i) od[i] = x.dim(perm[i]);
+  Tensor y(x.dtype(), od);
+  size_t es = DTypeSize(x.dtype());
+  std::vector<int64_t> xs(r, 1);
+  for (int i = r - 2; i >= 0; --i) xs[i] = xs[i + 1] * x.dim(i + 1);
+  // Source stride for each output dim; the innermost output dim is copied in a loop.
+  std::vector<int64_t> st(r);
+  for (int i = 0; i < r; ++i) st[i] = xs[perm[i]];
+  int64_t total = y.numel();
+  if (total == 0) return y;
+  int64_t inner = r ? od[r - 1] : 1, inner_st = r ? st[r - 1] : 1;
+  int64_t rows = total / inner;
+  const uint8_t* src = static_cast<const uint8_t*>(x.raw());
+  uint8_t* dst = static_cast<uint8_t*>(y.raw());
+  int nt = total >= 65536 ? threads : 1;
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t rem = row, off = 0;
+    for (int d = r - 2; d >= 0; --d) {
+      off += (rem % od[d]) * st[d];
+      rem /= od[d];
+    }
+    uint8_t* o = dst + row * inner * es;
+    if (inner_st == 1) {
+      std::memcpy(o, src + off * es, inner * es);
+    } else if (es == 4) {
+      const uint32_t* s = reinterpret_cast<const uint32_t*>(src) + off;
+      uint32_t* oo = reinterpret_cast<uint32_t*>(o);
+      for (int64_t i = 0; i < inner; ++i) oo[i] = s[i * inner_st];
+    } else {
+      for (int64_t i = 0; i < inner; ++i) std::memcpy(o + i * es, src + (off + i * inner_st) * es, es);
+    }
+  }
+  return y;
+}
+
+namespace {
+
+absl::Status ZeroCopy(KernelContext& ctx) {
+  const InferOutput& o = ctx.inferred[0];
+  ctx.outputs[0] = ctx.in(0).Reshaped(o.shape.concrete());
+  if (ctx.wants(1) && ctx.node->op_type == "Dropout") {
+    Tensor& mask = ctx.Alloc(1, DType::kBool, ctx.in(0).dims());
+    std::memset(mask.raw(), 1, mask.nbytes());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Transpose(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  std::vector<int64_t> perm = ctx.node->GetInts("perm");
+  if (perm.empty()) for (int i = x.rank() - 1; i >= 0; --i) perm.push_back(i);
+  CJIT_ASSIGN_OR_RETURN(ctx.outputs[0], TransposeTensor(x, perm, ctx.threads));
+  return absl::OkStatus();
+}
+
+// Generic strided copy: out[idx] = in[start + idx*step] per dim.
+void StridedCopy(const Tensor& x, Tensor& y, const std::vector<int64_t>& start, const std::vector<int64_t>& step) {
+  int r = x.rank();
+  size_t es = DTypeSize(x.dtype());
+  int64_t total = y.numel();
+  if (total == 0) return;
+  std::vector<int64_t> xs(r, 1);
+  for (int i = r - 2; i >= 0; --i) xs[i] = xs[i + 1] * x.dim(i + 1);
+  int64_t inner = r ? y.dim(r - 1) : 1;
+  int64_t rows = total / inner;
+  const uint8_t* src = static_cast<const uint8_t*>(x.raw());
+  uint8_t* dst = static_cast<uint8_t*>(y.raw());
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t rem = row, off = 0;
+    for (int d = r - 2; d >= 0; --d) {
+      off += (start[d] + (rem % y.dim(d)) * step[d]) * xs[d];
+      rem /= y.dim(d);
+    }
+    if (r) off += start[r - 1];
+    int64_t s = r ? step[r - 1] : 1;
+    uint8_t* o = dst + row * inner * es;
+    if (s == 1) std::memcpy(o, src + off * es, inner * es);
+    else for (int64_t i = 0; i < inner; ++i) std::memcpy(o + i * es, src + (off + i * s) * es, es);
+  }
+}
+
+absl::Status Slice(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (ctx.node->HasAttr("starts")) {
+    starts = ctx.node->GetInts("starts");
+    ends = ctx.node->GetInts("ends");
+    axes = ctx.node->GetInts("axes");
+  } else {
+    starts = ctx.in(1).ToInt64Vector();
+    ends = ctx.in(2).ToInt64Vector();
+    if (ctx.has(3)) axes = ctx.in(3).ToInt64Vector();
+    if (ctx.has(4)) steps = ctx.in(4).ToInt64Vector();
+  }
+  if (axes.empty()) for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  std::vector<int64_t> st(x.rank(), 0), sp(x.rank(), 1);
+  for (size_t k = 0; k < starts.size(); ++k) {
+    CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*ctx.node, axes[k], x.rank()));
+    int64_t dim = x.dim(ax), s = starts[k];
+    if (s < 0) s += dim;
+    s = steps[k] > 0 ? std::clamp<int64_t>(s, 0, dim) : std::clamp<int64_t>(s, 0, dim - 1);
+    st[ax] = s;
+    sp[ax] = steps[k];
+  }
+  Tensor& y = ctx.Alloc(0);
+  StridedCopy(x, y, st, sp);
+  return absl::OkStatus();
+}
+
+absl::Status Concat(KernelContext& ctx) {
+  Tensor& y = ctx.Alloc(0);
+  CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", 0), y.rank()));
+  size_t es = DTypeSize(y.dtype());
+  int64_t outer = 1, inner = es;
+  for (int i = 0; i < ax; ++i) outer *= y.dim(i);
+  for (int i = ax + 1; i < y.rank(); ++i) inner *= y.dim(i);
+  int64_t out_row = y.dim(ax) * inner;
+  int64_t off = 0;
+  for (int k = 0; k < ctx.num_inputs(); ++k) {
+    const Tensor& x = ctx.in(k);
+    if (x.dtype() != y.dtype()) return ctx.Error("inputs have different dtypes");
+    int64_t row = (x.rank() ? x.dim(ax) : 1) * inner;
+    for (int64_t o = 0; o < outer; ++o) {
+      std::memcpy(static_cast<uint8_t*>(y.raw()) + o * out_row + off,
+                  static_cast<const uint8_t*>(x.raw()) + o * row, row);
+    }
+    off += row;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Split(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", 0), x.rank()));
+  std::vector<int64_t> start(x.rank(), 0), step(x.rank(), 1);
+  for (size_t k = 0; k < ctx.outputs.size(); ++k) {
+    Tensor& y = ctx.Alloc(static_cast<int>(k));
+    StridedCopy(x, y, start, step);
+    start[ax] += y.dim(ax);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Gather(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  const Tensor& idx = ctx.in(1);
+  CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", 0), x.rank()));
+  Tensor& y = ctx.Alloc(0);
+  std::vector<int64_t> ind = idx.ToInt64Vector();
+  size_t es = DTypeSize(x.dtype());
+  int64_t outer = 1, inner = es, n = x.dim(ax);
+  for (int i = 0; i < ax; ++i) outer *= x.dim(i);
+  for (int i = ax + 1; i < x.rank(); ++i) inner *= x.dim(i);
+  for (int64_t& i : ind) {
+    if (i < -n || i >= n) return ctx.Error(absl::StrCat("index ", i, " out of range [", -n, ", ", n, ")"));
+    if (i < 0) i += n;
+  }
+  const uint8_t* src = static_cast<const uint8_t*>(x.raw());
+  uint8_t* dst = static_cast<uint8_t*>(y.raw());
+  int64_t m = static_cast<int64_t>(ind.size());
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t j = 0; j < m; ++j) {
+      std::memcpy(dst + (o * m + j) * inner, src + (o * n + ind[j]) * inner, inner);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Element-index helpers for GatherElements / ScatterElements.
+absl::Status ElementsOp(KernelContext& ctx, bool scatter) {
+  const Tensor& x = ctx.in(0);
+  const Tensor& idx = ctx.in(1);
+  CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", 0), x.rank()));
+  std::vector<int64_t> ind = idx.ToInt64Vector();
+  int r = x.rank();
+  std::vector<int64_t> xs(r, 1), is(r, 1);
+  for (int i = r - 2; i >= 0; --i) {
+    xs[i] = xs[i + 1] * x.dim(i + 1);
+    is[i] = is[i + 1] * idx.dim(i + 1);
+  }
+  size_t es = DTypeSize(x.dtype());
+  Tensor& y = scatter ? (ctx.outputs[0] = x.Clone()) : ctx.Alloc(0);
+  std::string reduction = ctx.node->GetString("reduction", "none");
+  for (int64_t e = 0; e < idx.numel(); ++e) {
+    int64_t rem = e, off = 0;
+    for (int d = 0; d < r; ++d) {
+      int64_t c = rem / is[d];
+      rem %= is[d];
+      if (d == ax) {
+        int64_t v = ind[e];
+        if (v < -x.dim(ax) || v >= x.dim(ax)) return ctx.Error(absl::StrCat("index ", v, " out of range"));
+        c = v < 0 ? v + x.dim(ax) : v;
+      }
+      off += c * xs[d];
+    }
+    if (!scatter) {
+      std::memcpy(static_cast<uint8_t*>(y.raw()) + e * es, static_cast<const uint8_t*>(x.raw()) + off * es, es);
+    } else {
+      const Tensor& upd = ctx.in(2);
+      CJIT_RETURN_IF_ERROR(DispatchNumeric(x.dtype(), [&](auto t) {
+        using T = decltype(t);
+        T u = upd.data<T>()[e];
+        T& d = y.data<T>()[off];
+        if (reduction == "add") d = T(d + u);
+        else if (reduction == "mul") d = T(d * u);
+        else if (reduction == "max") d = d < u ? u : d;
+        else if (reduction == "min") d = u < d ? u : d;
+        else d = u;
+      }));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GatherND(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  const Tensor& idx = ctx.in(1);
+  int b = static_cast<int>(ctx.node->GetInt("batch_dims", 0));
+  Tensor& y = ctx.Alloc(0);
+  std::vector<int64_t> ind = idx.ToInt64Vector();
+  int64_t last = idx.dim(idx.rank() - 1);
+  size_t es = DTypeSize(x.dtype());
+  int64_t slice = es;
+  for (int i = b + static_cast<int>(last); i < x.rank(); ++i) slice *= x.dim(i);
+  int64_t batch = 1;
+  for (int i = 0; i < b; ++i) batch *= x.dim(i);
+  int64_t per_batch_x = 1;
+  for (int i = b; i < x.rank(); ++i) per_batch_x *= x.dim(i);
+  int64_t n_idx = idx.numel() / last / batch;
+  for (int64_t bi = 0; bi < batch; ++bi) {
+    for (int64_t j = 0; j < n_idx; ++j) {
+      int64_t off = 0;
+      for (int64_t k = 0; k < last; ++k) {
+        int64_t v = ind[(bi * n_idx + j) * last + k], dim = x.dim(b + static_cast<int>(k));
+        if (v < -dim || v >= dim) return ctx.Error("index out of range");
+        off = off * dim + (v < 0 ? v + dim : v);
+      }
+      for (int i = b + static_cast<int>(last); i < x.rank(); ++i) off *= x.dim(i);
+      std::memcpy(static_cast<uint8_t*>(y.raw()) + (bi * n_idx + j) * slice,
+                  static_cast<const uint8_t*>(x.raw()) + (bi * per_batch_x + off) * es, slice);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ScatterND(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  const Tensor& idx = ctx.in(1);
+  const Tensor& upd = ctx.in(2);
+  ctx.outputs[0] = x.Clone();
+  Tensor& y = ctx.outputs[0];
+  std::vector<int64_t> ind = idx.ToInt64Vector();
+  int64_t last = idx.dim(idx.rank() - 1);
+  int64_t slice = 1;
+  for (int i = static_cast<int>(last); i < x.rank(); ++i) slice *= x.dim(i);
+  std::string reduction = ctx.node->GetString("reduction", "none");
+  int64_t n = idx.numel() / last;
+  return DispatchNumeric(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t off = 0;
+      for (int64_t k = 0; k < last; ++k) {
+        int64_t dim = x.dim(static_cast<int>(k)), v = ind[j * last + k];
+        off = off * dim + (v < 0 ? v + dim : v);
+      }
+      off *= slice;
+      for (int64_t s = 0; s < slice; ++s) {
+        T u = upd.data<T>()[j * slice + s];
+        T& d = y.data<T>()[off + s];
+        if (reduction == "add") d = T(d + u);
+        else if (reduction == "mul") d = T(d * u);
+        else if (reduction == "max") d = d < u ? u : d;
+        else if (reduction == "min") d = u < d ? u : d;
+        else d = u;
+      }
+    }
+  });
+}
+
+absl::Status Pad(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.Alloc(0);
+  int r = x.rank();
+  std::vector<int64_t> pads = ctx.node->HasAttr("pads") ? ctx.node->GetInts("pads") : ctx.in(1).ToInt64Vector();
+  std::vector<int64_t> axes;
+  if (ctx.has(3)) {
+    for (int64_t a : ctx.in(3).ToInt64Vector()) axes.push_back(a < 0 ? a + r : a);
+  } else {
+    for (int i = 0; i < r; ++i) axes.push_back(i);
+  }
+  std::vector<int64_t> begin(r, 0);
+  for (size_t k = 0; k < axes.size(); ++k) begin[axes[k]] = pads[k];
+  std::string mode = ctx.node->GetString("mode", "constant");
+  return DispatchAll(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    T value = T(0);
+    if (ctx.node->HasAttr("value")) value = static_cast<T>(ctx.node->GetFloat("value", 0));
+    if (ctx.has(2) && ctx.in(2).numel() > 0) value = ctx.in(2).data<T>()[0];
+    std::vector<int64_t> ys(r, 1), xs(r, 1);
+    for (int i = r - 2; i >= 0; --i) {
+      ys[i] = ys[i + 1] * y.dim(i + 1);
+      xs[i] = xs[i + 1] * x.dim(i + 1);
+    }
+    T* out = y.data<T>();
+    const T* in = x.data<T>();
+    for (int64_t e = 0; e < y.numel(); ++e) {
+      int64_t rem = e, off = 0;
+      bool outside = false;
+      for (int d = 0; d < r; ++d) {
+        int64_t c = rem / ys[d] - begin[d];
+        rem %= ys[d];
+        int64_t n = x.dim(d);
+        if (c < 0 || c >= n) {
+          if (mode == "constant" || n == 0) { outside = true; break; }
+          if (mode == "edge") c = c < 0 ? 0 : n - 1;
+          else if (mode == "reflect") {
+            int64_t period = 2 * (n - 1);
+            if (period == 0) c = 0;
+            else { c = ((c % period) + period) % period; if (c >= n) c = period - c; }
+          } else {  // wrap
+            c = ((c % n) + n) % n;
+          }
+        }
+        off += c * xs[d];
+      }
+      out[e] = outside ? value : in[off];
+    }
+  });
+}
+
+absl::Status ExpandLike(KernelContext& ctx, const Tensor& x, Tensor& y) {
+  size_t es = DTypeSize(x.dtype());
+  const uint8_t* src = static_cast<const uint8_t*>(x.raw());
+  uint8_t* dst = static_cast<uint8_t*>(y.raw());
+  ForEachBroadcastRow<1>(y.dims(), {&x.dims()}, ctx.threads,
+                         [&](std::array<int64_t, 1> off, int64_t o, int64_t n, std::array<int64_t, 1> s) {
+                           if (s[0] == 1) {
+                             std::memcpy(dst + o * es, src + off[0] * es, n * es);
+                           } else {
+                             for (int64_t i = 0; i < n; ++i) std::memcpy(dst + (o + i) * es, src + (off[0] + i * s[0]) * es, es);
+                           }
+                         });
+  return absl::OkStatus();
+}
+
+absl::Status Tile(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.Alloc(0);
+  int r = x.rank();
+  size_t es = DTypeSize(x.dtype());
+  std::vector<int64_t> ys(r, 1), xs(r, 1);
+  for (int i = r - 2; i >= 0; --i) {
+    ys[i] = ys[i + 1] * y.dim(i + 1);
+    xs[i] = xs[i + 1] * x.dim(i + 1);
+  }
+  for (int64_t e = 0; e < y.numel(); ++e) {
+    int64_t rem = e, off = 0;
+    for (int d = 0; d < r; ++d) {
+      off += ((rem / ys[d]) % x.dim(d)) * xs[d];
+      rem %= ys[d];
+    }
+    std::memcpy(static_cast<uint8_t*>(y.raw()) + e * es, static_cast<const uint8_t*>(x.raw()) + off * es, es);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FillFromInts(Tensor& y, const std::vector<int64_t>& v) {
+  std::copy(v.begin(), v.end(), y.data<int64_t>());
+  return absl::OkStatus();
+}
+
+absl::Status TopK(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", -1), x.rank()));
+  int64_t k = ctx.node->HasAttr("k") ? ctx.node->GetInt("k", 0) : ctx.in(1).ToInt64Vector().at(0);
+  if (k < 0 || k > x.dim(ax)) return ctx.Error(absl::StrCat("k=", k, " is out of range"));
+  bool largest = ctx.node->GetInt("largest", 1), sorted = ctx.node->GetInt("sorted", 1);
+  (void)sorted;
+  Dims od = x.dims();
+  od[ax] = k;
+  Tensor& vals = ctx.Alloc(0, x.dtype(), od);
+  Tensor& inds = ctx.Alloc(1, DType::kI64, od);
+  int64_t outer = 1, n = x.dim(ax), inner = 1;
+  for (int i = 0; i < ax; ++i) outer *= x.dim(i);
+  for (int i = ax + 1; i < x.rank(); ++i) inner *= x.dim(i);
+  return DispatchNumeric(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    std::vector<int64_t> order(n);
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t i = 0; i < inner; ++i) {
+        const T* p = x.data<T>() + o * n * inner + i;
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+          return largest ? p[b * inner] < p[a * inner] : p[a * inner] < p[b * inner];
+        });
+        for (int64_t j = 0; j < k; ++j) {
+          vals.data<T>()[(o * k + j) * inner + i] = p[order[j] * inner];
+          inds.data<int64_t>()[(o * k + j) * inner + i] = order[j];
+        }
+      }
+    }
+  });
+}
+
+absl::Status SpaceDepth(KernelContext& ctx, bool to_space) {
+  const Tensor& x = ctx.in(0);
+  int64_t b = ctx.node->GetInt("blocksize", 1);
+  int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  Tensor tmp;
+  if (to_space) {
+    bool crd = ctx.node->GetString("mode", "DCR") == "CRD";
+    Tensor v = crd ? x.Reshaped({N, C / (b * b), b, b, H, W}) : x.Reshaped({N, b, b, C / (b * b), H, W});
+    std::vector<int64_t> perm = crd ? std::vector<int64_t>{0, 1, 4, 2, 5, 3} : std::vector<int64_t>{0, 3, 4, 1, 5, 2};
+    CJIT_ASSIGN_OR_RETURN(tmp, TransposeTensor(v, perm, ctx.threads));
+    ctx.outputs[0] = tmp.Reshaped({N, C / (b * b), H * b, W * b});
+  } else {
+    Tensor v = x.Reshaped({N, C, H / b, b, W / b, b});
+    CJIT_ASSIGN_OR_RETURN(tmp, TransposeTensor(v, {0, 3, 5, 1, 2, 4}, ctx.threads));
+    ctx.outputs[0] = tmp.Reshaped({N, C * b * b, H / b, W / b});
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterMovementKernels() {
+  for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}) {
+    RegisterKernel(op, ZeroCopy);
+  }
+  RegisterKernel("Transpose", Transpose);
+  RegisterKernel("Slice", Slice);
+  RegisterKernel("Concat", Concat);
+  RegisterKernel("Split", Split);
+  RegisterKernel("Gather", Gather);
+  RegisterKernel("GatherElements", [](KernelContext& ctx) { return ElementsOp(ctx, false); });
+  RegisterKernel("ScatterElements", [](KernelContext& ctx) { return ElementsOp(ctx, true); });
+  RegisterKernel("Scatter", [](KernelContext& ctx) { return ElementsOp(ctx, true); });
+  RegisterKernel("GatherND", GatherND);
+  RegisterKernel("ScatterND", ScatterND);
+  RegisterKernel("Pad", Pad);
+  RegisterKernel("Expand", [](KernelContext& ctx) { return ExpandLike(ctx, ctx.in(0), ctx.Alloc(0)); });
+  RegisterKernel("Tile", Tile);
+  RegisterKernel("Shape", [](KernelContext& ctx) {
+    Tensor& y = ctx.Alloc(0);
+    const Dims& d = ctx.in(0).dims();
+    int64_t r = static_cast<int64_t>(d.size());
+    int64_t start = ctx.node->GetInt("start", 0), end = ctx.node->GetInt("end", r);
+    if (start < 0) start += r;
+    if (end < 0) end += r;
+    start = std::clamp<int64_t>(start, 0, r);
+    end = std::clamp<int64_t>(end, 0, r);
+    for (int64_t i = start; i < end; ++i) y.data<int64_t>()[i - start] = d[i];
+    return absl::OkStatus();
+  });
+  RegisterKernel("Size", [](KernelContext& ctx) {
+    *ctx.Alloc(0).data<int64_t>() = ctx.in(0).numel();
+    return absl::OkStatus();
+  });
+  RegisterKernel("ConstantOfShape", [](KernelContext& ctx) {
+    std::vector<int64_t> dims = ctx.in(0).ToInt64Vector();
+    auto it = ctx.node->attrs.find("value");
+    DType t = it != ctx.node->attrs.end() && it->second.t ? it->second.t->dtype() : DType::kF32;
+    Tensor& y = ctx.Alloc(0, t, dims);
+    size_t es = DTypeSize(t);
+    for (int64_t i = 0; i < y.numel(); ++i) {
+      if (it != ctx.node->attrs.end() && it->second.t) std::memcpy(static_cast<uint8_t*>(y.raw()) + i * es, it->second.t->raw(), es);
+      else std::memset(static_cast<uint8_t*>(y.raw()) + i * es, 0, es);
+    }
+    return absl::OkStatus();
+  });
+  RegisterKernel("Range", [](KernelContext& ctx) {
+    Tensor& y = ctx.Alloc(0);
+    return DispatchNumeric(y.dtype(), [&](auto t) {
+      using T = decltype(t);
+      T s = ctx.in(0).data<T>()[0], d = ctx.in(2).data<T>()[0];
+      for (int64_t i = 0; i < y.numel(); ++i) y.data<T>()[i] = static_cast<T>(s + static_cast<T>(i) * d);
+    });
+  });
+  RegisterKernel("Trilu", [](KernelContext& ctx) -> absl::Status {
+    const Tensor& x = ctx.in(0);
+    Tensor& y = ctx.Alloc(0);
+    int64_t k = ctx.has(1) ? ctx.in(1).ToInt64Vector().at(0) : 0;
+    bool upper = ctx.node->GetInt("upper", 1);
+    int64_t R = x.dim(x.rank() - 2), Cc = x.dim(x.rank() - 1);
+    size_t es = DTypeSize(x.dtype());
+    for (int64_t e = 0; e < x.numel(); ++e) {
+      int64_t c = e % Cc, r = (e / Cc) % R;
+      bool keep = upper ? (c - r >= k) : (c - r <= k);
+      if (keep) std::memcpy(static_cast<uint8_t*>(y.raw()) + e * es, static_cast<const uint8_t*>(x.raw()) + e * es, es);
+      else std::memset(static_cast<uint8_t*>(y.raw()) + e * es, 0, es);
+    }
+    return absl::OkStatus();
+  });
+  RegisterKernel("OneHot", [](KernelContext& ctx) -> absl::Status {
+    const Tensor& idx = ctx.in(0);
+    int64_t depth = static_cast<int64_t>(ctx.in(1).ToDoubleVector().at(0));
+    Dims od = idx.dims();
+    CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", -1), idx.rank() + 1));
+    od.insert(od.begin() + ax, depth);
+    const Tensor& vals = ctx.in(2);
+    Tensor& y = ctx.Alloc(0, vals.dtype(), od);
+    std::vector<int64_t> ind = idx.ToInt64Vector();
+    size_t es = DTypeSize(vals.dtype());
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < ax; ++i) outer *= od[i];
+    for (int i = ax + 1; i < static_cast<int>(od.size()); ++i) inner *= od[i];
+    const uint8_t* off_v = static_cast<const uint8_t*>(vals.raw());
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t d = 0; d < depth; ++d)
+        for (int64_t i = 0; i < inner; ++i) {
+          int64_t v = ind[o * inner + i];
+          if (v < 0) v += depth;
+          std::memcpy(static_cast<uint8_t*>(y.raw()) + ((o * depth + d) * inner + i) * es, off_v + (v == d ? es : 0), es);
+        }
+    return absl::OkStatus();
+  });
+  RegisterKernel("EyeLike", [](KernelContext& ctx) {
+    Tensor& y = ctx.Alloc(0);
+    int64_t k = ctx.node->GetInt("k", 0);
+    return DispatchAll(y.dtype(), [&](auto t) {
+      using T = decltype(t);
+      int64_t R = y.dim(0), Cc = y.dim(1);
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t c = 0; c < Cc; ++c) y.data<T>()[r * Cc + c] = static_cast<T>(c - r == k ? 1 : 0);
+    });
+  });
+  RegisterKernel("NonZero", [](KernelContext& ctx) {
+    const Tensor& x = ctx.in(0);
+    std::vector<double> v = x.ToDoubleVector();
+    std::vector<int64_t> hits;
+    for (int64_t i = 0; i < static_cast<int64_t>(v.size()); ++i) if (v[i] != 0) hits.push_back(i);
+    int r = x.rank();
+    Tensor& y = ctx.Alloc(0, DType::kI64, {r, static_cast<int64_t>(hits.size())});
+    for (size_t j = 0; j < hits.size(); ++j) {
+      int64_t rem = hits[j];
+      for (int d = r - 1; d >= 0; --d) {
+        y.data<int64_t>()[d * hits.size() + j] = rem % x.dim(d);
+        rem /= x.dim(d);
+      }
+    }
+    return absl::OkStatus();
+  });
+  RegisterKernel("Compress", [](KernelContext& ctx) -> absl::Status {
+    const Tensor& x = ctx.in(0);
+    std::vector<double> cond = ctx.in(1).ToDoubleVector();
+    bool has_axis = ctx.node->HasAttr("axis");
+    Tensor src = has_axis ? x : x.Reshaped({x.numel()});
+    int ax = 0;
+    if (has_axis) {
+      CJIT_ASSIGN_OR_RETURN(ax, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", 0), x.rank()));
+    }
+    std::vector<int64_t> keep;
+    for (int64_t i = 0; i < std::min<int64_t>(cond.size(), src.dim(ax)); ++i) if (cond[i] != 0) keep.push_back(i);
+    Dims od = src.dims();
+    od[ax] = static_cast<int64_t>(keep.size());
+    Tensor& y = ctx.Alloc(0, x.dtype(), od);
+    size_t es = DTypeSize(x.dtype());
+    int64_t outer = 1, inner = es;
+    for (int i = 0; i < ax; ++i) outer *= src.dim(i);
+    for (int i = ax + 1; i < src.rank(); ++i) inner *= src.dim(i);
+    for (int64_t o = 0; o < outer; ++o)
+      for (size_t j = 0; j < keep.size(); ++j)
+        std::memcpy(static_cast<uint8_t*>(y.raw()) + (o * keep.size() + j) * inner,
+                    static_cast<const uint8_t*>(src.raw()) + (o * src.dim(ax) + keep[j]) * inner, inner);
+    return absl::OkStatus();
+  });
+  RegisterKernel("TopK", TopK);
+  RegisterKernel("DepthToSpace", [](KernelContext& ctx) { return SpaceDepth(ctx, true); });
+  RegisterKernel("SpaceToDepth", [](KernelContext& ctx) { return SpaceDepth(ctx, false); });
+}
+
+}  // namespace cjit

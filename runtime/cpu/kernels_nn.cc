@@ -1,0 +1,432 @@
+// Convolution (oneDNN convolution/deconvolution primitives, float32), pooling (loops), normalizations
+// (BatchNormalization inference, LayerNormalization, InstanceNormalization, LRN,
+// MeanVarianceNormalization) and Resize/Upsample. Semantics: ONNX operator specification.
+#include <cmath>
+#include <map>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "compiler/ir/status_macros.h"
+#include "runtime/cpu/dispatch.h"
+#include "runtime/cpu/kernel.h"
+#include "runtime/cpu/onednn_util.h"
+
+namespace cjit {
+namespace {
+
+using dnnl::memory;
+
+memory::dims ToDims(const Dims& d) { return memory::dims(d.begin(), d.end()); }
+
+memory::dims Dense(const memory::dims& d) {
+  memory::dims s(d.size(), 1);
+  for (int i = static_cast<int>(d.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * d[i + 1];
+  return s;
+}
+
+absl::StatusOr<WindowGeometry> Geometry(const KernelContext& ctx, const Tensor& x, const Tensor& w, bool transposed) {
+  std::vector<int64_t> in(x.dims().begin() + 2, x.dims().end());
+  std::vector<int64_t> k = ctx.node->GetInts("kernel_shape");
+  if (k.empty()) k.assign(w.dims().begin() + 2, w.dims().end());
+  return ComputeWindowGeometry(*ctx.node, in, k, transposed, false);
+}
+
+absl::Status Conv(KernelContext& ctx, bool transposed) {
+  const Tensor& x = ctx.in(0);
+  const Tensor& w = ctx.in(1);
+  if (x.dtype() != DType::kF32 || w.dtype() != DType::kF32) {
+    return ctx.Error(absl::StrCat("only float32 convolution is supported, got ", DTypeName(x.dtype())));
+  }
+  CJIT_ASSIGN_OR_RETURN(WindowGeometry g, Geometry(ctx, x, w, transposed));
+  int64_t group = ctx.node->GetInt("group", 1);
+  int64_t C = x.dim(1);
+  Tensor& y = ctx.Alloc(0);
+  if (y.numel() == 0) return absl::OkStatus();
+  int64_t OC = y.dim(1);
+  if (group <= 0 || C % group || OC % group) return ctx.Error("channels are not divisible by group");
+  if (!transposed && w.dim(1) * group != C) {
+    return ctx.Error(absl::StrCat("weight has ", w.dim(1), " input channels per group, input has ", C, "/", group));
+  }
+  size_t nsp = g.kernel.size();
+  memory::dims wd, ws;
+  if (!transposed) {  // ONNX [OC, C/g, k...]
+    wd = {group, OC / group, C / group};
+  } else {            // ONNX [C, OC/g, k...] = [g][C/g][OC/g][k]
+    wd = {group, OC / group, C / group};
+  }
+  int64_t ksz = 1;
+  for (int64_t k : g.kernel) ksz *= k;
+  for (int64_t k : g.kernel) wd.push_back(k);
+  ws.assign(wd.size(), 0);
+  {
+    memory::dims ks = Dense(memory::dims(g.kernel.begin(), g.kernel.end()));
+    for (size_t i = 0; i < nsp; ++i) ws[3 + i] = ks[i];
+    if (!transposed) {
+      ws[2] = ksz;                       // ic
+      ws[1] = (C / group) * ksz;         // oc
+      ws[0] = (OC / group) * ws[1];      // g
+    } else {
+      ws[1] = ksz;                       // oc
+      ws[2] = (OC / group) * ksz;        // ic
+      ws[0] = (C / group) * ws[2];       // g
+    }
+  }
+  memory::dims dil, pl, pr, st;
+  for (size_t i = 0; i < nsp; ++i) {
+    dil.push_back(g.dilations[i] - 1);
+    st.push_back(g.strides[i]);
+    pl.push_back(g.pad_begin[i]);
+    std::vector<int64_t> op = ctx.node->GetInts("output_padding", std::vector<int64_t>(nsp, 0));
+    pr.push_back(transposed ? g.pad_end[i] - (op.size() == nsp ? op[i] : 0) : g.pad_end[i]);
+  }
+  bool has_bias = ctx.has(2);
+  bool const_w = ctx.input_is_constant.size() > 1 && ctx.input_is_constant[1];
+  memory::dims xd = ToDims(x.dims()), yd = ToDims(y.dims());
+  std::string key = absl::StrCat(transposed ? "deconv:" : "conv:", absl::StrJoin(xd, ","), ":", absl::StrJoin(wd, ","),
+                                 ":", absl::StrJoin(st, ","), ":", absl::StrJoin(dil, ","), ":", absl::StrJoin(pl, ","),
+                                 ":", absl::StrJoin(pr, ","), ":", has_bias, ":",
+                                 const_w ? absl::StrCat(reinterpret_cast<uintptr_t>(w.raw())) : "var");
+  absl::Status create_status = absl::OkStatus();
+  auto entry = GetOrCreateDnnl(key, [&]() -> std::shared_ptr<DnnlEntry> {
+    auto e = std::make_shared<DnnlEntry>();
+    auto f32 = memory::data_type::f32;
+    memory::desc src_md(xd, f32, Dense(xd));
+    memory::desc dst_md(yd, f32, Dense(yd));
+    memory::desc w_any(wd, f32, memory::format_tag::any);
+    memory::desc b_md({OC}, f32, memory::format_tag::a);
+    try {
+      if (!transposed) {
+        auto d = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                            dnnl::algorithm::convolution_direct, src_md, w_any, b_md,
+                                                            dst_md, st, dil, pl, pr)
+                          : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                            dnnl::algorithm::convolution_direct, src_md, w_any, dst_md,
+                                                            st, dil, pl, pr);
+        dnnl::convolution_forward::primitive_desc pd(d, CpuEngine());
+        e->prim = dnnl::convolution_forward(pd);
+        e->weights_md = pd.weights_desc();
+      } else {
+        auto d = has_bias ? dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                              dnnl::algorithm::deconvolution_direct, src_md, w_any,
+                                                              b_md, dst_md, st, dil, pl, pr)
+                          : dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                              dnnl::algorithm::deconvolution_direct, src_md, w_any,
+                                                              dst_md, st, dil, pl, pr);
+        dnnl::deconvolution_forward::primitive_desc pd(d, CpuEngine());
+        e->prim = dnnl::deconvolution_forward(pd);
+        e->weights_md = pd.weights_desc();
+      }
+    } catch (const dnnl::error& err) {
+      create_status = ctx.Error(absl::StrCat("oneDNN rejected the convolution: ", err.what()));
+      return nullptr;
+    }
+    e->src_md = src_md;
+    e->dst_md = dst_md;
+    e->bias_md = b_md;
+    if (const_w) {
+      dnnl::stream s(CpuEngine());
+      memory user(memory::desc(wd, f32, ws), CpuEngine(), const_cast<void*>(w.raw()));
+      e->weights = memory(e->weights_md, CpuEngine());
+      dnnl::reorder(user, e->weights).execute(s, user, e->weights);
+      s.wait();
+    }
+    return e;
+  });
+  CJIT_RETURN_IF_ERROR(create_status);
+  if (!entry) return ctx.Error("oneDNN primitive creation failed");
+  dnnl::stream s(CpuEngine());
+  memory wmem = entry->weights;
+  if (!const_w) {
+    memory user(memory::desc(wd, memory::data_type::f32, ws), CpuEngine(), const_cast<void*>(w.raw()));
+    wmem = memory(entry->weights_md, CpuEngine());
+    dnnl::reorder(user, wmem).execute(s, user, wmem);
+  }
+  memory src(entry->src_md, CpuEngine(), const_cast<void*>(x.raw()));
+  memory dst(entry->dst_md, CpuEngine(), y.raw());
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wmem}, {DNNL_ARG_DST, dst}};
+  if (has_bias) args[DNNL_ARG_BIAS] = memory(entry->bias_md, CpuEngine(), const_cast<void*>(ctx.in(2).raw()));
+  entry->prim.execute(s, args);
+  s.wait();
+  return absl::OkStatus();
+}
+
+// Max / average / Lp pooling over N-d windows, any float dtype.
+absl::Status Pool(KernelContext& ctx, int kind) {  // 0 max, 1 avg, 2 lp
+  const Tensor& x = ctx.in(0);
+  std::vector<int64_t> in(x.dims().begin() + 2, x.dims().end());
+  CJIT_ASSIGN_OR_RETURN(WindowGeometry g, ComputeWindowGeometry(*ctx.node, in, ctx.node->GetInts("kernel_shape"),
+                                                                false, ctx.node->GetInt("ceil_mode", 0) != 0));
+  Tensor& y = ctx.Alloc(0);
+  Tensor* idx = ctx.wants(1) ? &ctx.Alloc(1) : nullptr;
+  bool count_pad = ctx.node->GetInt("count_include_pad", 0) != 0;
+  double p = static_cast<double>(ctx.node->GetInt("p", 2));
+  bool col_major_idx = ctx.node->GetInt("storage_order", 0) != 0;
+  size_t nsp = in.size();
+  int64_t NC = x.dim(0) * x.dim(1);
+  int64_t isz = 1, osz = 1;
+  for (size_t i = 0; i < nsp; ++i) { isz *= in[i]; osz *= g.out[i]; }
+  return DispatchNumeric(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    int nt = NC * osz >= 16384 ? ctx.threads : 1;
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+    for (int64_t c = 0; c < NC; ++c) {
+      const T* px = x.data<T>() + c * isz;
+      std::vector<int64_t> o(nsp, 0), k(nsp);
+      for (int64_t oi = 0; oi < osz; ++oi) {
+        int64_t rem = oi;
+        for (int d = static_cast<int>(nsp) - 1; d >= 0; --d) { o[d] = rem % g.out[d]; rem /= g.out[d]; }
+        A acc = kind == 0 ? -std::numeric_limits<A>::infinity() : A(0);
+        int64_t best = -1, count = 0, ksz = 1;
+        for (int64_t kk : g.kernel) ksz *= kk;
+        for (int64_t ki = 0; ki < ksz; ++ki) {
+          int64_t r2 = ki, off = 0;
+          bool inside = true, in_padded = true;
+          for (int d = static_cast<int>(nsp) - 1; d >= 0; --d) { k[d] = r2 % g.kernel[d]; r2 /= g.kernel[d]; }
+          for (size_t d = 0; d < nsp; ++d) {
+            int64_t pos = o[d] * g.strides[d] - g.pad_begin[d] + k[d] * g.dilations[d];
+            if (pos < 0 || pos >= in[d]) inside = false;
+            if (pos >= in[d] + g.pad_end[d]) in_padded = false;
+            off = off * in[d] + pos;
+          }
+          if (!inside) {
+            if (in_padded && count_pad) ++count;
+            continue;
+          }
+          A v = static_cast<A>(px[off]);
+          ++count;
+          if (kind == 0) {
+            if (v > acc || best < 0) { acc = v; best = off; }
+          } else if (kind == 1) {
+            acc += v;
+          } else {
+            acc += static_cast<A>(std::pow(std::abs(static_cast<double>(v)), p));
+          }
+        }
+        if (kind == 1) acc = count ? acc / static_cast<A>(count) : A(0);
+        if (kind == 2) acc = static_cast<A>(std::pow(static_cast<double>(acc), 1.0 / p));
+        y.data<T>()[c * osz + oi] = static_cast<T>(acc);
+        if (idx) {
+          int64_t flat = best;
+          if (col_major_idx && nsp == 2) flat = (best % in[1]) * in[0] + best / in[1];
+          idx->data<int64_t>()[c * osz + oi] = c * isz + flat;
+        }
+      }
+    }
+  });
+}
+
+absl::Status GlobalPool(KernelContext& ctx, int kind) {
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.Alloc(0);
+  int64_t NC = x.dim(0) * x.dim(1), sp = x.numel() / std::max<int64_t>(NC, 1);
+  double p = static_cast<double>(ctx.node->GetInt("p", 2));
+  return DispatchFloat(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    for (int64_t c = 0; c < NC; ++c) {
+      const T* px = x.data<T>() + c * sp;
+      A acc = kind == 0 ? -std::numeric_limits<A>::infinity() : A(0);
+      for (int64_t i = 0; i < sp; ++i) {
+        A v = static_cast<A>(px[i]);
+        if (kind == 0) acc = std::max(acc, v);
+        else if (kind == 1) acc += v;
+        else acc += static_cast<A>(std::pow(std::abs(static_cast<double>(v)), p));
+      }
+      if (kind == 1) acc /= static_cast<A>(sp);
+      if (kind == 2) acc = static_cast<A>(std::pow(static_cast<double>(acc), 1.0 / p));
+      y.data<T>()[c] = static_cast<T>(acc);
+    }
+  });
+}
+
+absl::Status BatchNorm(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  float eps = ctx.node->GetFloat("epsilon", 1e-5f);
+  Tensor& y = ctx.Alloc(0);
+  int64_t N = x.dim(0), C = x.rank() > 1 ? x.dim(1) : 1, sp = x.numel() / std::max<int64_t>(N * C, 1);
+  std::vector<double> sc = ctx.in(1).ToDoubleVector(), b = ctx.in(2).ToDoubleVector(),
+                      mean = ctx.in(3).ToDoubleVector(), var = ctx.in(4).ToDoubleVector();
+  bool training = ctx.node->GetInt("training_mode", 0) != 0;
+  if (training) {
+    // Batch statistics (ONNX BatchNormalization-15 training mode).
+    std::vector<double> v = x.ToDoubleVector();
+    double mom = ctx.node->GetFloat("momentum", 0.9f);
+    std::vector<double> bm(C, 0), bv(C, 0);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t i = 0; i < sp; ++i) bm[c] += v[(n * C + c) * sp + i];
+    for (int64_t c = 0; c < C; ++c) bm[c] /= N * sp;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t i = 0; i < sp; ++i) { double d = v[(n * C + c) * sp + i] - bm[c]; bv[c] += d * d; }
+    for (int64_t c = 0; c < C; ++c) bv[c] /= N * sp;
+    if (ctx.wants(1)) {
+      Tensor& rm = ctx.Alloc(1);
+      Tensor& rv = ctx.Alloc(2);
+      CJIT_RETURN_IF_ERROR(DispatchFloat(rm.dtype(), [&](auto t) {
+        using T = decltype(t);
+        for (int64_t c = 0; c < C; ++c) {
+          rm.data<T>()[c] = static_cast<T>(mean[c] * mom + bm[c] * (1 - mom));
+          rv.data<T>()[c] = static_cast<T>(var[c] * mom + bv[c] * (1 - mom));
+        }
+      }));
+    }
+    mean = bm;
+    var = bv;
+  }
+  return DispatchFloat(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    using A = typename Acc<T>::type;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c) {
+        A s = static_cast<A>(sc[c] / std::sqrt(var[c] + eps));
+        A sh = static_cast<A>(b[c] - mean[c] * sc[c] / std::sqrt(var[c] + eps));
+        const T* px = x.data<T>() + (n * C + c) * sp;
+        T* py = y.data<T>() + (n * C + c) * sp;
+        for (int64_t i = 0; i < sp; ++i) py[i] = static_cast<T>(static_cast<A>(px[i]) * s + sh);
+      }
+  });
+}
+
+absl::Status LayerNorm(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", -1), x.rank()));
+  float eps = ctx.node->GetFloat("epsilon", 1e-5f);
+  Tensor& y = ctx.Alloc(0);
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < ax; ++i) outer *= x.dim(i);
+  for (int i = ax; i < x.rank(); ++i) inner *= x.dim(i);
+  Tensor* mean_out = ctx.wants(1) ? &ctx.Alloc(1) : nullptr;
+  Tensor* inv_out = ctx.wants(2) ? &ctx.Alloc(2) : nullptr;
+  const Tensor& scale = ctx.in(1);
+  const Tensor* bias = ctx.has(2) ? &ctx.in(2) : nullptr;
+  Tensor sb = Tensor(x.dtype(), {inner}), bb = Tensor(x.dtype(), {inner});
+  return DispatchFloat(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    // Broadcast scale/bias to [inner].
+    auto bcast = [&](const Tensor& s, int64_t i) -> A {
+      return static_cast<A>(s.data<T>()[s.numel() == inner ? i : i % s.numel()]);
+    };
+    for (int64_t o = 0; o < outer; ++o) {
+      const T* px = x.data<T>() + o * inner;
+      T* py = y.data<T>() + o * inner;
+      A mean = 0, var = 0;
+      for (int64_t i = 0; i < inner; ++i) mean += static_cast<A>(px[i]);
+      mean /= inner;
+      for (int64_t i = 0; i < inner; ++i) { A d = static_cast<A>(px[i]) - mean; var += d * d; }
+      var /= inner;
+      A inv = A(1) / std::sqrt(var + static_cast<A>(eps));
+      for (int64_t i = 0; i < inner; ++i) {
+        A v = (static_cast<A>(px[i]) - mean) * inv * bcast(scale, i);
+        if (bias) v += bcast(*bias, i);
+        py[i] = static_cast<T>(v);
+      }
+      if (mean_out) mean_out->data<float>()[o] = static_cast<float>(mean);
+      if (inv_out) inv_out->data<float>()[o] = static_cast<float>(inv);
+    }
+  });
+}
+
+absl::Status InstanceNorm(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  float eps = ctx.node->GetFloat("epsilon", 1e-5f);
+  Tensor& y = ctx.Alloc(0);
+  int64_t N = x.dim(0), C = x.dim(1), sp = x.numel() / std::max<int64_t>(N * C, 1);
+  std::vector<double> sc = ctx.in(1).ToDoubleVector(), b = ctx.in(2).ToDoubleVector();
+  return DispatchFloat(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c) {
+        const T* px = x.data<T>() + (n * C + c) * sp;
+        T* py = y.data<T>() + (n * C + c) * sp;
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < sp; ++i) mean += static_cast<double>(px[i]);
+        mean /= sp;
+        for (int64_t i = 0; i < sp; ++i) { double d = static_cast<double>(px[i]) - mean; var += d * d; }
+        var /= sp;
+        double inv = 1.0 / std::sqrt(var + eps);
+        for (int64_t i = 0; i < sp; ++i) py[i] = static_cast<T>((static_cast<double>(px[i]) - mean) * inv * sc[c] + b[c]);
+      }
+  });
+}
+
+absl::Status Lrn(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.Alloc(0);
+  double alpha = ctx.node->GetFloat("alpha", 1e-4f), beta = ctx.node->GetFloat("beta", 0.75f),
+         bias = ctx.node->GetFloat("bias", 1.0f);
+  int64_t size = ctx.node->GetInt("size", 1);
+  int64_t N = x.dim(0), C = x.dim(1), sp = x.numel() / std::max<int64_t>(N * C, 1);
+  std::vector<double> v = x.ToDoubleVector();
+  return DispatchFloat(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t i = 0; i < sp; ++i) {
+          double sq = 0;
+          int64_t lo = std::max<int64_t>(0, c - (size - 1) / 2), hi = std::min<int64_t>(C - 1, c + size / 2);
+          for (int64_t k = lo; k <= hi; ++k) { double e = v[(n * C + k) * sp + i]; sq += e * e; }
+          y.data<T>()[(n * C + c) * sp + i] =
+              static_cast<T>(v[(n * C + c) * sp + i] / std::pow(bias + alpha / size * sq, beta));
+        }
+  });
+}
+
+absl::Status Mvn(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.Alloc(0);
+  std::vector<int64_t> axes = ctx.node->GetInts("axes", {0, 2, 3});
+  int r = x.rank();
+  std::vector<bool> red(r, false);
+  for (int64_t a : axes) red[a < 0 ? a + r : a] = true;
+  std::vector<double> v = x.ToDoubleVector();
+  std::vector<int64_t> xs(r, 1);
+  for (int i = r - 2; i >= 0; --i) xs[i] = xs[i + 1] * x.dim(i + 1);
+  // Group elements by their non-reduced coordinates.
+  std::map<int64_t, std::pair<double, double>> stats;
+  std::map<int64_t, int64_t> counts;
+  std::vector<int64_t> key(x.numel());
+  for (int64_t e = 0; e < x.numel(); ++e) {
+    int64_t k = 0;
+    for (int d = 0; d < r; ++d) if (!red[d]) k = k * x.dim(d) + (e / xs[d]) % x.dim(d);
+    key[e] = k;
+    stats[k].first += v[e];
+    stats[k].second += v[e] * v[e];
+    ++counts[k];
+  }
+  return DispatchFloat(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    for (int64_t e = 0; e < x.numel(); ++e) {
+      auto& s = stats[key[e]];
+      double n = counts[key[e]], mean = s.first / n, var = s.second / n - mean * mean;
+      y.data<T>()[e] = static_cast<T>((v[e] - mean) / (std::sqrt(std::max(var, 0.0)) + 1e-9));
+    }
+  });
+}
+
+}  // namespace
+
+absl::Status ResizeKernel(KernelContext& ctx);
+
+void RegisterNnKernels() {
+  RegisterKernel("Conv", [](KernelContext& ctx) { return Conv(ctx, false); });
+  RegisterKernel("ConvTranspose", [](KernelContext& ctx) { return Conv(ctx, true); });
+  RegisterKernel("MaxPool", [](KernelContext& ctx) { return Pool(ctx, 0); });
+  RegisterKernel("AveragePool", [](KernelContext& ctx) { return Pool(ctx, 1); });
+  RegisterKernel("LpPool", [](KernelContext& ctx) { return Pool(ctx, 2); });
+  RegisterKernel("GlobalMaxPool", [](KernelContext& ctx) { return GlobalPool(ctx, 0); });
+  RegisterKernel("GlobalAveragePool", [](KernelContext& ctx) { return GlobalPool(ctx, 1); });
+  RegisterKernel("GlobalLpPool", [](KernelContext& ctx) { return GlobalPool(ctx, 2); });
+  RegisterKernel("BatchNormalization", BatchNorm);
+  RegisterKernel("LayerNormalization", LayerNorm);
+  RegisterKernel("InstanceNormalization", InstanceNorm);
+  RegisterKernel("LRN", Lrn);
+  RegisterKernel("MeanVarianceNormalization", Mvn);
+  RegisterKernel("Resize", ResizeKernel);
+  RegisterKernel("Upsample", ResizeKernel);
+}
+
+}  // namespace cjit

@@ -1,0 +1,185 @@
+// LSTM, GRU and RNN (ONNX operator specification, opsets 7-14 semantics incl. layout, peepholes,
+// sequence_lens, clip, input_forget, linear_before_reset, bidirectional). Plain loops in float/double.
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "compiler/ir/status_macros.h"
+#include "runtime/cpu/dispatch.h"
+#include "runtime/cpu/kernel.h"
+
+namespace cjit {
+namespace {
+
+struct Activation {
+  std::string name;
+  double alpha = 0, beta = 0;
+  double operator()(double x) const {
+    if (name == "Sigmoid") return 1.0 / (1.0 + std::exp(-x));
+    if (name == "Tanh") return std::tanh(x);
+    if (name == "Relu") return x > 0 ? x : 0;
+    if (name == "Affine") return alpha * x + beta;
+    if (name == "LeakyRelu") return x < 0 ? alpha * x : x;
+    if (name == "ThresholdedRelu") return x > alpha ? x : 0;
+    if (name == "ScaledTanh") return alpha * std::tanh(beta * x);
+    if (name == "HardSigmoid") return std::max(0.0, std::min(1.0, alpha * x + beta));
+    if (name == "Elu") return x < 0 ? alpha * (std::exp(x) - 1) : x;
+    if (name == "Softsign") return x / (1 + std::abs(x));
+    if (name == "Softplus") return std::log1p(std::exp(x));
+    return x;
+  }
+};
+
+absl::StatusOr<std::vector<Activation>> Activations(const KernelContext& ctx, std::vector<std::string> dflt,
+                                                    int num_dir) {
+  std::vector<std::string> names;
+  auto it = ctx.node->attrs.find("activations");
+  if (it != ctx.node->attrs.end()) names = it->second.strings;
+  std::vector<float> alphas = ctx.node->GetFloats("activation_alpha"), betas = ctx.node->GetFloats("activation_beta");
+  size_t per = dflt.size();
+  std::vector<Activation> out;
+  for (size_t i = 0; i < per * num_dir; ++i) {
+    Activation a;
+    a.name = i < names.size() ? names[i] : dflt[i % per];
+    static const std::map<std::string, std::pair<double, double>> kDefaults = {
+        {"LeakyRelu", {0.01, 0}}, {"ThresholdedRelu", {1.0, 0}}, {"ScaledTanh", {1.0, 1.0}},
+        {"HardSigmoid", {0.2, 0.5}}, {"Elu", {1.0, 0}}, {"Affine", {1.0, 0}}};
+    auto d = kDefaults.find(a.name);
+    if (d != kDefaults.end()) { a.alpha = d->second.first; a.beta = d->second.second; }
+    if (i < alphas.size()) a.alpha = alphas[i];
+    if (i < betas.size()) a.beta = betas[i];
+    static const std::set<std::string> kKnown = {"Sigmoid", "Tanh", "Relu", "Affine", "LeakyRelu",
+                                                 "ThresholdedRelu", "ScaledTanh", "HardSigmoid", "Elu",
+                                                 "Softsign", "Softplus"};
+    if (!kKnown.count(a.name)) return ctx.Error("unsupported activation " + a.name);
+    out.push_back(a);
+  }
+  return out;
+}
+
+// kind: 0 RNN, 1 GRU, 2 LSTM.
+absl::Status Recurrent(KernelContext& ctx, int kind) {
+  const Node& n = *ctx.node;
+  const Tensor& X = ctx.in(0);
+  bool batch_major = n.GetInt("layout", 0) == 1;
+  std::string direction = n.GetString("direction", "forward");
+  int nd = direction == "bidirectional" ? 2 : 1;
+  int64_t H = n.GetInt("hidden_size", 0);
+  int gates = kind == 0 ? 1 : kind == 1 ? 3 : 4;
+  if (H <= 0) H = ctx.in(2).dim(2);
+  int64_t S = X.dim(batch_major ? 1 : 0), B = X.dim(batch_major ? 0 : 1), I = X.dim(2);
+  double clip = n.GetFloat("clip", 0.0f);
+  bool input_forget = n.GetInt("input_forget", 0) != 0;
+  bool lbr = n.GetInt("linear_before_reset", 0) != 0;
+  std::vector<std::string> dflt = kind == 0 ? std::vector<std::string>{"Tanh"}
+                                : kind == 1 ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                                            : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
+  CJIT_ASSIGN_OR_RETURN(std::vector<Activation> acts, Activations(ctx, dflt, nd));
+  std::vector<double> x = X.ToDoubleVector(), W = ctx.in(1).ToDoubleVector(), R = ctx.in(2).ToDoubleVector();
+  std::vector<double> bias = ctx.has(3) ? ctx.in(3).ToDoubleVector() : std::vector<double>(nd * 2 * gates * H, 0.0);
+  std::vector<int64_t> lens = ctx.has(4) ? ctx.in(4).ToInt64Vector() : std::vector<int64_t>(B, S);
+  std::vector<double> h0 = ctx.has(5) ? ctx.in(5).ToDoubleVector() : std::vector<double>(nd * B * H, 0.0);
+  std::vector<double> c0 = kind == 2 && ctx.has(6) ? ctx.in(6).ToDoubleVector() : std::vector<double>(nd * B * H, 0.0);
+  std::vector<double> P = kind == 2 && ctx.has(7) ? ctx.in(7).ToDoubleVector() : std::vector<double>(nd * 3 * H, 0.0);
+  std::vector<double> Y(S * nd * B * H, 0.0), Yh(nd * B * H), Yc(nd * B * H);
+  auto X_at = [&](int64_t t, int64_t b, int64_t i) {
+    return batch_major ? x[(b * S + t) * I + i] : x[(t * B + b) * I + i];
+  };
+  auto clipf = [&](double v) { return clip > 0 ? std::max(-clip, std::min(clip, v)) : v; };
+  for (int d = 0; d < nd; ++d) {
+    bool reverse = direction == "reverse" || d == 1;
+    const double* w = W.data() + d * gates * H * I;
+    const double* r = R.data() + d * gates * H * H;
+    const double* wb = bias.data() + d * 2 * gates * H;
+    const double* rb = wb + gates * H;
+    const double* p = P.data() + d * 3 * H;
+    const Activation* act = acts.data() + d * dflt.size();
+    for (int64_t b = 0; b < B; ++b) {
+      std::vector<double> h(h0.begin() + (d * B + b) * H, h0.begin() + (d * B + b + 1) * H);
+      std::vector<double> c(c0.begin() + (d * B + b) * H, c0.begin() + (d * B + b + 1) * H);
+      std::vector<double> gx(gates * H), gh(gates * H), hn(H);
+      int64_t len = std::min<int64_t>(lens[b], S);
+      for (int64_t step = 0; step < len; ++step) {
+        int64_t t = reverse ? len - 1 - step : step;
+        for (int64_t g = 0; g < gates * H; ++g) {
+          double sx = wb[g], sh = rb[g];
+          for (int64_t i = 0; i < I; ++i) sx += w[g * I + i] * X_at(t, b, i);
+          for (int64_t k = 0; k < H; ++k) sh += r[g * H + k] * h[k];
+          gx[g] = sx;
+          gh[g] = sh;
+        }
+        if (kind == 0) {
+          for (int64_t k = 0; k < H; ++k) hn[k] = act[0](clipf(gx[k] + gh[k]));
+        } else if (kind == 1) {  // z, r, h
+          for (int64_t k = 0; k < H; ++k) {
+            double z = act[0](clipf(gx[k] + gh[k]));
+            double rr = act[0](clipf(gx[H + k] + gh[H + k]));
+            double hh;
+            if (lbr) {
+              hh = act[1](clipf(gx[2 * H + k] + rr * gh[2 * H + k]));
+            } else {
+              double s = rb[2 * H + k];
+              for (int64_t j = 0; j < H; ++j) s += r[(2 * H + k) * H + j] * rr * h[j];
+              hh = act[1](clipf(gx[2 * H + k] + s));
+            }
+            hn[k] = (1 - z) * hh + z * h[k];
+          }
+        } else {  // i, o, f, c
+          for (int64_t k = 0; k < H; ++k) {
+            double ig = act[0](clipf(gx[k] + gh[k] + p[k] * c[k]));
+            double fg = act[0](clipf(gx[2 * H + k] + gh[2 * H + k] + p[2 * H + k] * c[k]));
+            if (input_forget) ig = 1 - fg;
+            double cg = act[1](clipf(gx[3 * H + k] + gh[3 * H + k]));
+            double cn = fg * c[k] + ig * cg;
+            double og = act[0](clipf(gx[H + k] + gh[H + k] + p[H + k] * cn));
+            c[k] = cn;
+            hn[k] = og * act[2](cn);
+          }
+        }
+        h = hn;
+        for (int64_t k = 0; k < H; ++k) Y[((t * nd + d) * B + b) * H + k] = h[k];
+      }
+      for (int64_t k = 0; k < H; ++k) {
+        Yh[(d * B + b) * H + k] = h[k];
+        Yc[(d * B + b) * H + k] = c[k];
+      }
+    }
+  }
+  auto store = [&](int idx, const std::vector<double>& v, Dims dims) -> absl::Status {
+    if (!ctx.wants(idx)) return absl::OkStatus();
+    Tensor& out = ctx.Alloc(idx, X.dtype(), dims);
+    return DispatchFloat(X.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      for (size_t i = 0; i < v.size(); ++i) out.data<T>()[i] = static_cast<T>(v[i]);
+    });
+  };
+  if (batch_major) {
+    std::vector<double> Yb(Y.size()), Yhb(Yh.size()), Ycb(Yc.size());
+    for (int64_t t = 0; t < S; ++t)
+      for (int d = 0; d < nd; ++d)
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t k = 0; k < H; ++k) Yb[((b * S + t) * nd + d) * H + k] = Y[((t * nd + d) * B + b) * H + k];
+    for (int d = 0; d < nd; ++d)
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t k = 0; k < H; ++k) {
+          Yhb[(b * nd + d) * H + k] = Yh[(d * B + b) * H + k];
+          Ycb[(b * nd + d) * H + k] = Yc[(d * B + b) * H + k];
+        }
+    CJIT_RETURN_IF_ERROR(store(0, Yb, {B, S, nd, H}));
+    CJIT_RETURN_IF_ERROR(store(1, Yhb, {B, nd, H}));
+    return store(2, Ycb, {B, nd, H});
+  }
+  CJIT_RETURN_IF_ERROR(store(0, Y, {S, nd, B, H}));
+  CJIT_RETURN_IF_ERROR(store(1, Yh, {nd, B, H}));
+  return store(2, Yc, {nd, B, H});
+}
+
+}  // namespace
+
+void RegisterRecurrentKernels() {
+  RegisterKernel("RNN", [](KernelContext& ctx) { return Recurrent(ctx, 0); });
+  RegisterKernel("GRU", [](KernelContext& ctx) { return Recurrent(ctx, 1); });
+  RegisterKernel("LSTM", [](KernelContext& ctx) { return Recurrent(ctx, 2); });
+}
+
+}  // namespace cjit

@@ -1,0 +1,258 @@
+// Reduction CPU kernels: ReduceX, ArgMax/ArgMin, Softmax/LogSoftmax/Hardmax, CumSum.
+// Each views the input as [outer, reduced, inner] (moving scattered reduced axes together with a
+// transpose first) and accumulates in float (double for float64, int64 for integers).
+#include <cmath>
+#include <limits>
+
+#include "compiler/ir/status_macros.h"
+#include "runtime/cpu/dispatch.h"
+#include "runtime/cpu/kernel.h"
+#include "runtime/cpu/tensor_util.h"
+
+namespace cjit {
+namespace {
+
+struct ReduceView {
+  Tensor x;  // possibly transposed so that reduced axes are contiguous
+  int64_t outer = 1, red = 1, inner = 1;
+};
+
+absl::StatusOr<ReduceView> MakeView(const KernelContext& ctx, const Tensor& x, std::vector<bool> reduce) {
+  int r = x.rank();
+  int first = -1, last = -1;
+  for (int i = 0; i < r; ++i) {
+    if (reduce[i]) {
+      if (first < 0) first = i;
+      last = i;
+    }
+  }
+  ReduceView v;
+  bool contiguous = true;
+  for (int i = first; i >= 0 && i <= last; ++i) contiguous &= reduce[i] || x.dim(i) == 1;
+  if (first < 0) {
+    v.x = x;
+    v.outer = x.numel();
+    return v;
+  }
+  if (contiguous) {
+    v.x = x;
+    for (int i = 0; i < first; ++i) v.outer *= x.dim(i);
+    for (int i = first; i <= last; ++i) v.red *= reduce[i] ? x.dim(i) : 1;
+    for (int i = last + 1; i < r; ++i) v.inner *= x.dim(i);
+    return v;
+  }
+  std::vector<int64_t> perm;
+  for (int i = 0; i < r; ++i) if (!reduce[i]) perm.push_back(i);
+  for (int i = 0; i < r; ++i) if (reduce[i]) perm.push_back(i);
+  CJIT_ASSIGN_OR_RETURN(v.x, TransposeTensor(x, perm, ctx.threads));
+  for (int i = 0; i < r; ++i) (reduce[i] ? v.red : v.outer) *= x.dim(i);
+  return v;
+}
+
+absl::StatusOr<std::vector<bool>> ReducedAxes(const KernelContext& ctx, int rank) {
+  const Node& n = *ctx.node;
+  std::vector<int64_t> axes;
+  if (n.HasAttr("axes")) axes = n.GetInts("axes");
+  else if (ctx.has(1)) axes = ctx.in(1).ToInt64Vector();
+  std::vector<bool> reduce(rank, false);
+  if (axes.empty()) {
+    if (!n.GetInt("noop_with_empty_axes", 0)) reduce.assign(rank, true);
+  } else {
+    for (int64_t a : axes) {
+      CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(n, a, rank));
+      reduce[ax] = true;
+    }
+  }
+  return reduce;
+}
+
+template <typename T, typename W>
+void ReduceLoop(const ReduceView& v, T* out, int threads, const std::string& op) {
+  using A = std::conditional_t<std::is_integral_v<T>, int64_t, std::conditional_t<std::is_same_v<T, double>, double, float>>;
+  const T* x = v.x.data<T>();
+  int64_t work = v.outer * v.inner;
+  int nt = work * v.red >= 65536 && work > 1 ? threads : 1;
+  int kind = op == "ReduceSum" ? 0 : op == "ReduceMean" ? 1 : op == "ReduceMax" ? 2 : op == "ReduceMin" ? 3
+           : op == "ReduceProd" ? 4 : op == "ReduceL1" ? 5 : op == "ReduceL2" ? 6 : op == "ReduceLogSum" ? 7
+           : op == "ReduceLogSumExp" ? 8 : 9;
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t o = 0; o < v.outer; ++o) {
+    for (int64_t i = 0; i < v.inner; ++i) {
+      const T* p = x + o * v.red * v.inner + i;
+      A acc;
+      switch (kind) {
+        case 2: acc = std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity() : std::numeric_limits<A>::lowest(); break;
+        case 3: acc = std::numeric_limits<A>::has_infinity ? std::numeric_limits<A>::infinity() : std::numeric_limits<A>::max(); break;
+        case 4: acc = 1; break;
+        default: acc = 0;
+      }
+      A mx = 0;
+      if (kind == 8) {
+        mx = -std::numeric_limits<A>::infinity();
+        for (int64_t k = 0; k < v.red; ++k) mx = std::max<A>(mx, static_cast<A>(p[k * v.inner]));
+        if (v.red == 0 || !std::isfinite(static_cast<double>(mx))) mx = 0;
+      }
+      for (int64_t k = 0; k < v.red; ++k) {
+        A e = static_cast<A>(p[k * v.inner]);
+        switch (kind) {
+          case 0: case 1: case 7: acc += e; break;
+          case 2: acc = (e > acc || e != e) ? e : acc; break;
+          case 3: acc = (e < acc || e != e) ? e : acc; break;
+          case 4: acc *= e; break;
+          case 5: acc += e < 0 ? -e : e; break;
+          case 6: case 9: acc += e * e; break;
+          case 8: acc += static_cast<A>(std::exp(static_cast<double>(e - mx))); break;
+        }
+      }
+      if (kind == 1) acc = v.red ? static_cast<A>(acc / static_cast<A>(v.red)) : acc;
+      else if (kind == 6) acc = static_cast<A>(std::sqrt(static_cast<double>(acc)));
+      else if (kind == 7) acc = static_cast<A>(std::log(static_cast<double>(acc)));
+      else if (kind == 8) acc = static_cast<A>(std::log(static_cast<double>(acc)) + mx);
+      out[o * v.inner + i] = static_cast<T>(acc);
+    }
+  }
+}
+
+absl::Status Reduce(KernelContext& ctx, const std::string& op) {
+  const Tensor& x = ctx.in(0);
+  CJIT_ASSIGN_OR_RETURN(std::vector<bool> reduce, ReducedAxes(ctx, x.rank()));
+  Tensor& y = ctx.Alloc(0);
+  bool any = false;
+  for (bool b : reduce) any |= b;
+  if (!any && (op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax" || op == "ReduceMin" ||
+               op == "ReduceProd")) {
+    y = x.Reshaped(y.dims());
+    return absl::OkStatus();
+  }
+  CJIT_ASSIGN_OR_RETURN(ReduceView v, MakeView(ctx, x, reduce));
+  if (!any) v.red = 1;
+  return DispatchNumeric(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    ReduceLoop<T, void>(v, y.data<T>(), ctx.threads, op);
+  });
+}
+
+absl::Status ArgReduce(KernelContext& ctx, bool is_max) {
+  const Tensor& x = ctx.in(0);
+  CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", 0), x.rank()));
+  std::vector<bool> reduce(x.rank(), false);
+  reduce[ax] = true;
+  CJIT_ASSIGN_OR_RETURN(ReduceView v, MakeView(ctx, x, reduce));
+  Tensor& y = ctx.Alloc(0);
+  bool last = ctx.node->GetInt("select_last_index", 0) != 0;
+  return DispatchNumeric(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* p = v.x.data<T>();
+    int64_t* out = y.data<int64_t>();
+    for (int64_t o = 0; o < v.outer; ++o) {
+      for (int64_t i = 0; i < v.inner; ++i) {
+        const T* q = p + o * v.red * v.inner + i;
+        int64_t best = 0;
+        for (int64_t k = 1; k < v.red; ++k) {
+          T e = q[k * v.inner], b = q[best * v.inner];
+          bool better = is_max ? (last ? !(e < b) : b < e) : (last ? !(b < e) : e < b);
+          if (better) best = k;
+        }
+        out[o * v.inner + i] = best;
+      }
+    }
+  });
+}
+
+// Softmax family. opset < 13: coerce to 2-D at `axis` (default 1); opset >= 13: one axis (default -1).
+absl::Status SoftmaxLike(KernelContext& ctx, int kind) {
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.Alloc(0);
+  int r = x.rank();
+  bool legacy = ctx.node->opset_version > 0 && ctx.node->opset_version < 13;
+  CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", legacy ? 1 : -1), r));
+  int64_t outer = 1, red = 1, inner = 1;
+  for (int i = 0; i < ax; ++i) outer *= x.dim(i);
+  if (legacy) {
+    for (int i = ax; i < r; ++i) red *= x.dim(i);
+  } else {
+    red = r ? x.dim(ax) : 1;
+    for (int i = ax + 1; i < r; ++i) inner *= x.dim(i);
+  }
+  return DispatchFloat(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    using A = typename Acc<T>::type;
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
+    int nt = outer * inner * red >= 65536 ? ctx.threads : 1;
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+    for (int64_t o = 0; o < outer; ++o) {
+      std::vector<A> buf(red);
+      for (int64_t i = 0; i < inner; ++i) {
+        const T* p = px + o * red * inner + i;
+        T* q = py + o * red * inner + i;
+        A mx = -std::numeric_limits<A>::infinity();
+        int64_t arg = 0;
+        for (int64_t k = 0; k < red; ++k) {
+          A e = static_cast<A>(p[k * inner]);
+          if (e > mx) { mx = e; arg = k; }
+        }
+        if (kind == 2) {
+          for (int64_t k = 0; k < red; ++k) q[k * inner] = static_cast<T>(k == arg ? 1.0f : 0.0f);
+          continue;
+        }
+        A sum = 0;
+        for (int64_t k = 0; k < red; ++k) {
+          buf[k] = std::exp(static_cast<A>(p[k * inner]) - mx);
+          sum += buf[k];
+        }
+        if (kind == 0) {
+          A inv = A(1) / sum;
+          for (int64_t k = 0; k < red; ++k) q[k * inner] = static_cast<T>(buf[k] * inv);
+        } else {
+          A ls = std::log(sum);
+          for (int64_t k = 0; k < red; ++k) q[k * inner] = static_cast<T>(static_cast<A>(p[k * inner]) - mx - ls);
+        }
+      }
+    }
+  });
+}
+
+absl::Status CumSum(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*ctx.node, ctx.in(1).ToInt64Vector().at(0), x.rank()));
+  bool exclusive = ctx.node->GetInt("exclusive", 0), reverse = ctx.node->GetInt("reverse", 0);
+  Tensor& y = ctx.Alloc(0);
+  int64_t outer = 1, red = x.dim(ax), inner = 1;
+  for (int i = 0; i < ax; ++i) outer *= x.dim(i);
+  for (int i = ax + 1; i < x.rank(); ++i) inner *= x.dim(i);
+  return DispatchNumeric(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    using A = typename Acc<T>::type;
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t i = 0; i < inner; ++i) {
+        A acc = 0;
+        for (int64_t kk = 0; kk < red; ++kk) {
+          int64_t k = reverse ? red - 1 - kk : kk;
+          int64_t idx = (o * red + k) * inner + i;
+          A e = static_cast<A>(x.data<T>()[idx]);
+          if (exclusive) { y.data<T>()[idx] = static_cast<T>(acc); acc += e; }
+          else { acc += e; y.data<T>()[idx] = static_cast<T>(acc); }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void RegisterReduceKernels() {
+  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+                         "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}) {
+    std::string name = op;
+    RegisterKernel(name, [name](KernelContext& ctx) { return Reduce(ctx, name); });
+  }
+  RegisterKernel("ArgMax", [](KernelContext& ctx) { return ArgReduce(ctx, true); });
+  RegisterKernel("ArgMin", [](KernelContext& ctx) { return ArgReduce(ctx, false); });
+  RegisterKernel("Softmax", [](KernelContext& ctx) { return SoftmaxLike(ctx, 0); });
+  RegisterKernel("LogSoftmax", [](KernelContext& ctx) { return SoftmaxLike(ctx, 1); });
+  RegisterKernel("Hardmax", [](KernelContext& ctx) { return SoftmaxLike(ctx, 2); });
+  RegisterKernel("CumSum", CumSum);
+}
+
+}  // namespace cjit

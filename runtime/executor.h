@@ -1,0 +1,67 @@
+// Executes a Graph op by op on the CPU fallback kernels.
+//
+// Create() plans once: topological order, a slot per value, the last reader of every slot (so each
+// intermediate is freed right after its last use), and for nodes whose output shapes are fully known in
+// the graph (a specialized graph) the inferred outputs, so Run() skips shape inference for them. Nodes
+// with data-dependent shapes (or unspecialized subgraphs) run their shape function on the actual values.
+//
+// Thread-safety: Run() is const and may be called from several threads at once; subgraph executors are
+// created lazily under a mutex.
+#ifndef CJIT_RUNTIME_EXECUTOR_H_
+#define CJIT_RUNTIME_EXECUTOR_H_
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/ir/graph.h"
+#include "compiler/ops/op_registry.h"
+#include "runtime/cpu/kernel.h"
+
+namespace cjit {
+
+class Executor {
+ public:
+  // `graph` must stay alive as long as the executor (it is shared).
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(std::shared_ptr<const Graph> graph, int threads);
+
+  // Inputs in graph-input order; captures bound by name (for subgraphs). Returns graph outputs in order.
+  absl::StatusOr<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs,
+                                          const std::vector<std::pair<std::string, Tensor>>& captures = {}) const;
+
+  const Graph& graph() const { return *graph_; }
+  int num_steps() const { return static_cast<int>(steps_.size()); }
+
+ private:
+  struct Step {
+    const Node* node;
+    const KernelFn* kernel;
+    std::vector<int> in, implicit, out;
+    std::vector<bool> in_const;
+    std::vector<int> free_after;  // slots whose last reader is this step
+    bool static_shapes = false;
+    std::vector<InferOutput> inferred;
+  };
+
+  Executor() = default;
+  absl::StatusOr<std::vector<Tensor>> RunSubgraph(const Graph& g, const std::vector<Tensor>& inputs,
+                                                  const std::vector<std::pair<std::string, Tensor>>& captures) const;
+
+  std::shared_ptr<const Graph> graph_;
+  int threads_ = 1;
+  int num_slots_ = 0;
+  std::vector<Step> steps_;
+  std::vector<std::pair<int, std::shared_ptr<const Tensor>>> constants_;
+  std::vector<int> input_slots_, output_slots_;
+  std::vector<std::pair<std::string, int>> capture_slots_;
+  SubgraphRunner runner_;
+  mutable std::mutex sub_mu_;
+  mutable std::map<const Graph*, std::unique_ptr<Executor>> subgraphs_;
+};
+
+}  // namespace cjit
+
+#endif  // CJIT_RUNTIME_EXECUTOR_H_

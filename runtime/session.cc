@@ -1,0 +1,133 @@
+#include "runtime/session.h"
+
+#include <omp.h>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/status_macros.h"
+#include "compiler/ir/verifier.h"
+#include "compiler/onnx/onnx_import.h"
+#include "compiler/passes/specialize_shapes.h"
+#include "runtime/executor.h"
+#include "runtime/logging.h"
+
+namespace cjit {
+
+Session::~Session() = default;
+
+absl::StatusOr<std::unique_ptr<Session>> Session::Load(const std::string& path, const SessionOptions& options) {
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, ImportOnnxFile(path));
+  return FromGraph(std::move(graph), options);
+}
+
+absl::StatusOr<std::unique_ptr<Session>> Session::LoadFromBytes(absl::string_view bytes, const SessionOptions& options,
+                                                                const std::string& model_dir) {
+  ImportOptions io;
+  io.model_dir = model_dir;
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, ImportOnnxModel(bytes, io));
+  return FromGraph(std::move(graph), options);
+}
+
+absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Graph> graph,
+                                                            const SessionOptions& options) {
+  std::unique_ptr<Session> s(new Session());
+  if (options.use_environment_flags) {
+    const absl::StatusOr<Flags>& env = FlagsFromEnvironment();
+    if (!env.ok()) return env.status();
+    s->flags_ = *env;
+  } else {
+    CJIT_ASSIGN_OR_RETURN(s->flags_, ParseFlags("", options.flags, "SessionOptions"));
+  }
+  InitLogging(s->flags_);
+  CJIT_RETURN_IF_ERROR(VerifyGraph(*graph));
+  for (const Value* v : graph->inputs()) s->inputs_.push_back({v->name, v->dtype, v->shape});
+  for (const Value* v : graph->outputs()) s->outputs_.push_back({v->name, v->dtype, v->shape});
+  s->graph_ = std::move(graph);
+  return s;
+}
+
+int Session::num_signatures() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(plans_.size());
+}
+
+absl::StatusOr<std::vector<Tensor>> Session::ValidateInputs(const std::vector<NamedTensor>& inputs) const {
+  std::vector<Tensor> ordered(inputs_.size());
+  std::vector<bool> seen(inputs_.size(), false);
+  for (const NamedTensor& nt : inputs) {
+    int idx = -1;
+    for (size_t i = 0; i < inputs_.size(); ++i) if (inputs_[i].name == nt.name) idx = static_cast<int>(i);
+    if (idx < 0) {
+      std::string names;
+      for (const TensorInfo& i : inputs_) absl::StrAppend(&names, names.empty() ? "" : ", ", i.name);
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown input name '", nt.name, "'; the model's inputs are: ", names));
+    }
+    if (seen[idx]) return absl::InvalidArgumentError(absl::StrCat("input '", nt.name, "' is given twice"));
+    seen[idx] = true;
+    const TensorInfo& info = inputs_[idx];
+    const Tensor& t = nt.tensor;
+    if (info.dtype != DType::kInvalid && t.dtype() != info.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", nt.name, "' has dtype ", DTypeName(t.dtype()),
+                                                     ", the model expects ", DTypeName(info.dtype)));
+    }
+    if (info.shape.rank_known) {
+      if (t.rank() != info.shape.rank()) {
+        return absl::InvalidArgumentError(absl::StrCat("input '", nt.name, "' has rank ", t.rank(), " (dims ",
+                                                       DimsToString(t.dims()), "), the model expects rank ",
+                                                       info.shape.rank(), " ", info.shape.ToString()));
+      }
+      for (int d = 0; d < t.rank(); ++d) {
+        if (info.shape.dims[d].known() && info.shape.dims[d].value != t.dim(d)) {
+          return absl::InvalidArgumentError(absl::StrCat("input '", nt.name, "' has dims ", DimsToString(t.dims()),
+                                                         ", the model expects ", info.shape.ToString(),
+                                                         " (dim ", d, " must be ", info.shape.dims[d].value, ")"));
+        }
+      }
+    }
+    ordered[idx] = t;
+  }
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    if (!seen[i]) return absl::InvalidArgumentError(absl::StrCat("missing input '", inputs_[i].name, "'"));
+  }
+  return ordered;
+}
+
+absl::StatusOr<std::shared_ptr<const Executor>> Session::Specialize(const std::vector<Tensor>& inputs) {
+  std::string signature;
+  std::vector<Dims> dims;
+  for (const Tensor& t : inputs) {
+    absl::StrAppend(&signature, DTypeName(t.dtype()), "[", DimsToString(t.dims()), "];");
+    dims.push_back(t.dims());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = plans_.find(signature);
+    if (it != plans_.end()) return it->second;
+  }
+  std::shared_ptr<Graph> g(graph_->Clone());
+  for (size_t i = 0; i < inputs.size(); ++i) g->inputs()[i]->dtype = inputs[i].dtype();
+  int threads = flags_.intra_op_threads;
+  auto evaluate = [threads](const Node& n, const std::vector<const Tensor*>& args) {
+    return EvaluateNode(n, args, threads);
+  };
+  CJIT_RETURN_IF_ERROR(SpecializeShapes(*g, dims, evaluate));
+  CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
+  VLOG(1) << "specialized signature " << signature << ": " << g->nodes().size() << " nodes";
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::Create(g, threads));
+  std::shared_ptr<const Executor> plan(std::move(ex));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [it, inserted] = plans_.emplace(signature, plan);
+  return it->second;
+}
+
+absl::StatusOr<std::vector<NamedTensor>> Session::Run(const std::vector<NamedTensor>& inputs) {
+  CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> ordered, ValidateInputs(inputs));
+  omp_set_num_threads(flags_.intra_op_threads);
+  CJIT_ASSIGN_OR_RETURN(std::shared_ptr<const Executor> plan, Specialize(ordered));
+  CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> outs, plan->Run(ordered));
+  std::vector<NamedTensor> named;
+  for (size_t i = 0; i < outs.size(); ++i) named.push_back({outputs_[i].name, std::move(outs[i])});
+  return named;
+}
+
+}  // namespace cjit

@@ -1,0 +1,78 @@
+// The public entry point of clusterjit: load an ONNX model once, run it many times.
+//
+//   CJIT_ASSIGN_OR_RETURN(auto session, cjit::Session::Load("model.onnx", {}));
+//   CJIT_ASSIGN_OR_RETURN(auto outputs, session->Run({{"x", x_tensor}}));
+//
+// Run() takes named host tensors (row-major, dtypes of compiler/ir/dtype.h) and returns the graph outputs
+// in graph-output order, with their names. Each distinct input signature (dtype + dims of every input)
+// is specialized once — shapes inferred, constant sub-graphs folded — and the plan cached; later runs with
+// that signature reuse it.
+//
+// Errors (absl::Status, never an abort): a model that cannot be read or imported (names the node and
+// op), an unknown or missing input name, a wrong dtype, rank or dim (names the input, expected and got).
+//
+// Thread-safety: Run() may be called concurrently from several threads on one Session.
+#ifndef CJIT_RUNTIME_SESSION_H_
+#define CJIT_RUNTIME_SESSION_H_
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "compiler/ir/graph.h"
+#include "compiler/onnx/tensor_proto.h"
+#include "flags/flags.h"
+
+namespace cjit {
+
+class Executor;
+
+struct SessionOptions {
+  // Configuration; by default the process's CJIT_FLAGS (see flags/flags.h).
+  Flags flags = Flags{};
+  // When true (default), Load() starts from FlagsFromEnvironment() instead of `flags`.
+  bool use_environment_flags = true;
+};
+
+struct TensorInfo {
+  std::string name;
+  DType dtype;
+  Shape shape;  // declared shape; unknown dims carry their symbol
+};
+
+class Session {
+ public:
+  static absl::StatusOr<std::unique_ptr<Session>> Load(const std::string& path, const SessionOptions& options = {});
+  static absl::StatusOr<std::unique_ptr<Session>> LoadFromBytes(absl::string_view bytes,
+                                                                const SessionOptions& options = {},
+                                                                const std::string& model_dir = "");
+  ~Session();
+
+  absl::StatusOr<std::vector<NamedTensor>> Run(const std::vector<NamedTensor>& inputs);
+
+  const std::vector<TensorInfo>& inputs() const { return inputs_; }
+  const std::vector<TensorInfo>& outputs() const { return outputs_; }
+  const Flags& flags() const { return flags_; }
+  // Number of distinct input signatures specialized so far.
+  int num_signatures() const;
+
+ private:
+  Session() = default;
+  static absl::StatusOr<std::unique_ptr<Session>> FromGraph(std::unique_ptr<Graph> graph, const SessionOptions& options);
+  absl::StatusOr<std::vector<Tensor>> ValidateInputs(const std::vector<NamedTensor>& inputs) const;
+  absl::StatusOr<std::shared_ptr<const Executor>> Specialize(const std::vector<Tensor>& inputs);
+
+  Flags flags_;
+  std::shared_ptr<const Graph> graph_;
+  std::vector<TensorInfo> inputs_, outputs_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<const Executor>> plans_;  // by signature
+};
+
+}  // namespace cjit
+
+#endif  // CJIT_RUNTIME_SESSION_H_

@@ -1,0 +1,102 @@
+#include "tools/check_lib.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/status_macros.h"
+
+namespace cjit {
+
+namespace fs = std::filesystem;
+
+OutputComparison CompareTensors(const std::string& name, const Tensor& got, const Tensor& ref, double rtol,
+                                double atol) {
+  OutputComparison c;
+  c.name = name;
+  if (got.dtype() != ref.dtype()) {
+    c.problem = absl::StrCat("dtype ", DTypeName(got.dtype()), " != expected ", DTypeName(ref.dtype()));
+    return c;
+  }
+  if (got.dims() != ref.dims()) {
+    c.problem = absl::StrCat("dims ", DimsToString(got.dims()), " != expected ", DimsToString(ref.dims()));
+    return c;
+  }
+  std::vector<double> a = got.ToDoubleVector(), b = ref.ToDoubleVector();
+  c.ok = true;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) || std::isnan(b[i])) {
+      if (std::isnan(a[i]) != std::isnan(b[i])) c.ok = false;
+      continue;
+    }
+    if (std::isinf(a[i]) || std::isinf(b[i])) {
+      if (a[i] != b[i]) c.ok = false;
+      continue;
+    }
+    double diff = std::abs(a[i] - b[i]);
+    c.max_abs = std::max(c.max_abs, diff);
+    if (b[i] != 0) c.max_rel = std::max(c.max_rel, diff / std::abs(b[i]));
+    if (diff > atol + rtol * std::abs(b[i])) c.ok = false;
+  }
+  return c;
+}
+
+bool DataSetResult::ok() const {
+  if (!status.ok()) return false;
+  for (const auto& o : outputs) if (!o.ok) return false;
+  return true;
+}
+
+absl::StatusOr<std::vector<DataSet>> ReadDataSets(const std::string& dir, const Session& session) {
+  std::vector<std::string> dirs;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0) {
+      dirs.push_back(e.path().string());
+    }
+  }
+  if (ec) return absl::NotFoundError(absl::StrCat("cannot list ", dir, ": ", ec.message()));
+  std::sort(dirs.begin(), dirs.end());
+  std::vector<DataSet> sets;
+  for (const std::string& d : dirs) {
+    DataSet s;
+    s.dir = d;
+    for (int k = 0;; ++k) {
+      std::string p = absl::StrCat(d, "/input_", k, ".pb");
+      if (!fs::exists(p)) break;
+      CJIT_ASSIGN_OR_RETURN(NamedTensor t, ReadTensorProtoFile(p));
+      if (t.name.empty() && k < static_cast<int>(session.inputs().size())) t.name = session.inputs()[k].name;
+      s.inputs.push_back(std::move(t));
+    }
+    for (int k = 0;; ++k) {
+      std::string p = absl::StrCat(d, "/output_", k, ".pb");
+      if (!fs::exists(p)) break;
+      CJIT_ASSIGN_OR_RETURN(NamedTensor t, ReadTensorProtoFile(p));
+      s.outputs.push_back(std::move(t));
+    }
+    sets.push_back(std::move(s));
+  }
+  return sets;
+}
+
+DataSetResult RunDataSet(Session& session, const DataSet& set, double rtol, double atol) {
+  DataSetResult r;
+  r.dir = set.dir;
+  auto outs = session.Run(set.inputs);
+  if (!outs.ok()) {
+    r.status = outs.status();
+    return r;
+  }
+  if (outs->size() != set.outputs.size()) {
+    r.status = absl::InternalError(
+        absl::StrCat("model produced ", outs->size(), " outputs, reference has ", set.outputs.size()));
+    return r;
+  }
+  for (size_t i = 0; i < outs->size(); ++i) {
+    r.outputs.push_back(CompareTensors((*outs)[i].name, (*outs)[i].tensor, set.outputs[i].tensor, rtol, atol));
+  }
+  return r;
+}
+
+}  // namespace cjit

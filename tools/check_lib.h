@@ -1,0 +1,46 @@
+// Running ONNX test-data directories (model.onnx + test_data_set_*/input_K.pb, output_K.pb) and comparing
+// outputs with the ONNX backend-test rule |out - ref| <= atol + rtol * |ref| (NaN matches NaN; dtypes and
+// dims must match exactly). Used by `cjit check` and the conformance/real-model tests.
+#ifndef CJIT_TOOLS_CHECK_LIB_H_
+#define CJIT_TOOLS_CHECK_LIB_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/onnx/tensor_proto.h"
+#include "runtime/session.h"
+
+namespace cjit {
+
+struct OutputComparison {
+  std::string name;
+  bool ok = false;
+  double max_abs = 0, max_rel = 0;
+  std::string problem;  // dtype/shape mismatch text, empty otherwise
+};
+
+OutputComparison CompareTensors(const std::string& name, const Tensor& got, const Tensor& ref, double rtol,
+                                double atol);
+
+struct DataSet {
+  std::string dir;
+  std::vector<NamedTensor> inputs, outputs;
+};
+
+// Lists test_data_set_* directories under `dir` (sorted) and reads their tensors. Input tensors without a
+// name get the session's input name at the same position.
+absl::StatusOr<std::vector<DataSet>> ReadDataSets(const std::string& dir, const Session& session);
+
+struct DataSetResult {
+  std::string dir;
+  absl::Status status;  // run error, if any
+  std::vector<OutputComparison> outputs;
+  bool ok() const;
+};
+
+DataSetResult RunDataSet(Session& session, const DataSet& set, double rtol, double atol);
+
+}  // namespace cjit
+
+#endif  // CJIT_TOOLS_CHECK_LIB_H_

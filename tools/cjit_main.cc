@@ -1,0 +1,239 @@
+// The `cjit` command-line tool: run, check and flags. Exit codes: 0 success, 1 failure (run error or
+// mismatching outputs), 2 usage error (bad arguments or a bad CJIT_FLAGS).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
+#include "runtime/session.h"
+#include "tools/check_lib.h"
+
+namespace cjit {
+namespace {
+
+int Fail(const absl::Status& st, int code = 1) {
+  std::cerr << "cjit: error: " << st.message() << "\n";
+  return code;
+}
+
+absl::StatusOr<Dims> ParseDims(const std::string& text) {
+  Dims d;
+  if (text.empty() || text == "scalar") return d;
+  for (absl::string_view p : absl::StrSplit(text, 'x')) {
+    int64_t v;
+    if (!absl::SimpleAtoi(p, &v) || v < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("bad shape '", text, "': expected e.g. 1x3x48x320"));
+    }
+    d.push_back(v);
+  }
+  return d;
+}
+
+Tensor RandomTensor(DType t, const Dims& dims, std::mt19937& rng) {
+  Tensor out(t, dims);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    double v = u(rng);
+    switch (t) {
+      case DType::kF32: out.data<float>()[i] = static_cast<float>(v); break;
+      case DType::kF64: out.data<double>()[i] = v; break;
+      case DType::kI64: out.data<int64_t>()[i] = static_cast<int64_t>((v + 1) * 5); break;
+      case DType::kI32: out.data<int32_t>()[i] = static_cast<int32_t>((v + 1) * 5); break;
+      case DType::kBool: case DType::kU8: out.data<uint8_t>()[i] = v > 0; break;
+      default: std::memset(static_cast<uint8_t*>(out.raw()) + i * DTypeSize(t), 0, DTypeSize(t));
+    }
+  }
+  return out;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t idx = static_cast<size_t>(std::ceil(p * v.size())) - 1;
+  return v[std::min(idx, v.size() - 1)];
+}
+
+int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
+           const std::vector<std::string>& shape_args, int iterations, int warmup, const std::string& output_dir,
+           const std::string& stats_json) {
+  auto session = Session::Load(model);
+  if (!session.ok()) return Fail(session.status(), session.status().code() == absl::StatusCode::kInvalidArgument &&
+                                                           absl::StrContains(session.status().message(), "flag")
+                                                       ? 2 : 1);
+  Session& s = **session;
+  std::vector<NamedTensor> inputs;
+  for (size_t k = 0; k < input_args.size(); ++k) {
+    std::string arg = input_args[k], name, path = arg;
+    size_t eq = arg.find('=');
+    if (eq != std::string::npos && !std::filesystem::exists(arg)) {
+      name = arg.substr(0, eq);
+      path = arg.substr(eq + 1);
+    }
+    auto t = ReadTensorProtoFile(path);
+    if (!t.ok()) return Fail(t.status(), 2);
+    if (!name.empty()) t->name = name;
+    if (t->name.empty()) {
+      if (k >= s.inputs().size()) return Fail(absl::InvalidArgumentError("more --input files than model inputs"), 2);
+      t->name = s.inputs()[k].name;
+    }
+    inputs.push_back(std::move(*t));
+  }
+  std::map<std::string, Dims> shapes;
+  for (const std::string& a : shape_args) {
+    size_t eq = a.find('=');
+    if (eq == std::string::npos) return Fail(absl::InvalidArgumentError("--shape takes NAME=1x3x48x320"), 2);
+    auto d = ParseDims(a.substr(eq + 1));
+    if (!d.ok()) return Fail(d.status(), 2);
+    shapes[a.substr(0, eq)] = *d;
+  }
+  std::mt19937 rng(1234);
+  for (const TensorInfo& info : s.inputs()) {
+    bool given = false;
+    for (const auto& in : inputs) given |= in.name == info.name;
+    if (given) continue;
+    Dims dims;
+    if (shapes.count(info.name)) {
+      dims = shapes[info.name];
+    } else {
+      if (!info.shape.fully_known()) {
+        return Fail(absl::InvalidArgumentError(absl::StrCat("input '", info.name, "' has dynamic shape ",
+                                                            info.shape.ToString(), ": give --shape ", info.name,
+                                                            "=... or --input")), 2);
+      }
+      dims = info.shape.concrete();
+    }
+    inputs.push_back({info.name, RandomTensor(info.dtype == DType::kInvalid ? DType::kF32 : info.dtype, dims, rng)});
+  }
+  using Clock = std::chrono::steady_clock;
+  auto time_run = [&](std::vector<NamedTensor>* out) -> absl::StatusOr<double> {
+    auto t0 = Clock::now();
+    auto r = s.Run(inputs);
+    auto t1 = Clock::now();
+    if (!r.ok()) return r.status();
+    if (out) *out = std::move(*r);
+    return std::chrono::duration<double, std::milli>(t1 - t0).count();
+  };
+  std::vector<NamedTensor> outputs;
+  auto first = time_run(&outputs);
+  if (!first.ok()) return Fail(first.status());
+  for (int i = 1; i < warmup; ++i) {
+    auto w = time_run(nullptr);
+    if (!w.ok()) return Fail(w.status());
+  }
+  std::vector<double> times;
+  for (int i = 0; i < iterations; ++i) {
+    auto t = time_run(&outputs);
+    if (!t.ok()) return Fail(t.status());
+    times.push_back(*t);
+  }
+  double median = Percentile(times, 0.5), p90 = Percentile(times, 0.9),
+         mn = times.empty() ? 0 : *std::min_element(times.begin(), times.end());
+  std::printf("model: %s\n", model.c_str());
+  for (const auto& in : inputs) std::printf("input  %s: %s[%s]\n", in.name.c_str(), std::string(DTypeName(in.tensor.dtype())).c_str(), DimsToString(in.tensor.dims()).c_str());
+  for (const auto& o : outputs) std::printf("output %s: %s[%s]\n", o.name.c_str(), std::string(DTypeName(o.tensor.dtype())).c_str(), DimsToString(o.tensor.dims()).c_str());
+  std::printf("latency ms: first %.3f  median %.3f  p90 %.3f  min %.3f  (%d iterations, %d warm-up, %d threads)\n",
+              *first, median, p90, mn, iterations, warmup, s.flags().intra_op_threads);
+  if (!output_dir.empty()) {
+    std::filesystem::create_directories(output_dir);
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      absl::Status st = WriteTensorProtoFile(absl::StrCat(output_dir, "/output_", k, ".pb"), outputs[k].name, outputs[k].tensor);
+      if (!st.ok()) return Fail(st);
+    }
+  }
+  if (!stats_json.empty()) {
+    nlohmann::json j;
+    j["model"] = model;
+    j["iterations"] = iterations;
+    j["warmup"] = warmup;
+    j["threads"] = s.flags().intra_op_threads;
+    j["latency_ms"] = {{"first", *first}, {"median", median}, {"p90", p90}, {"min", mn}};
+    std::ofstream f(stats_json);
+    f << j.dump(2) << "\n";
+    if (!f) return Fail(absl::InternalError("cannot write " + stats_json));
+  }
+  return 0;
+}
+
+int CmdCheck(const std::string& dir, double rtol, double atol) {
+  auto session = Session::Load(dir + "/model.onnx");
+  if (!session.ok()) return Fail(session.status());
+  auto sets = ReadDataSets(dir, **session);
+  if (!sets.ok()) return Fail(sets.status());
+  if (sets->empty()) return Fail(absl::NotFoundError("no test_data_set_* directories in " + dir));
+  bool all_ok = true;
+  for (const DataSet& set : *sets) {
+    DataSetResult r = RunDataSet(**session, set, rtol, atol);
+    std::string name = std::filesystem::path(set.dir).filename().string();
+    if (!r.status.ok()) {
+      std::printf("%s: ERROR %s\n", name.c_str(), std::string(r.status.message()).c_str());
+      all_ok = false;
+      continue;
+    }
+    for (const auto& o : r.outputs) {
+      if (!o.problem.empty()) std::printf("%s: %s: FAIL %s\n", name.c_str(), o.name.c_str(), o.problem.c_str());
+      else std::printf("%s: %s: %s max_abs %.3g max_rel %.3g\n", name.c_str(), o.name.c_str(), o.ok ? "ok" : "FAIL",
+                       o.max_abs, o.max_rel);
+    }
+    all_ok &= r.ok();
+  }
+  std::printf("%s (rtol %g, atol %g)\n", all_ok ? "PASS" : "FAIL", rtol, atol);
+  return all_ok ? 0 : 1;
+}
+
+int CmdFlags() {
+  std::printf("CJIT_FLAGS: whitespace-separated --name=value (TF_XLA_FLAGS grammar); --tf_xla_NAME is an alias.\n\n");
+  for (const FlagInfo& f : ListFlags()) {
+    std::printf("--%s (%s, default %s)\n    %s\n", f.name.c_str(), f.type.c_str(), f.default_value.c_str(),
+                f.help.c_str());
+    for (const std::string& a : f.aliases) std::printf("    alias: --%s\n", a.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace cjit
+
+int main(int argc, char** argv) {
+  const auto& env = cjit::FlagsFromEnvironment();
+  if (!env.ok()) {
+    std::cerr << "cjit: error: " << env.status().message() << "\n";
+    return 2;
+  }
+  CLI::App app{"clusterjit: a JIT clustering executor for ONNX models"};
+  app.require_subcommand(1);
+  std::string model, dir, output_dir, stats_json;
+  std::vector<std::string> inputs, shapes;
+  int iterations = 10, warmup = 1;
+  double rtol = 1e-3, atol = 1e-7;
+  auto* run = app.add_subcommand("run", "run a model and print latency");
+  run->add_option("model", model, "model.onnx")->required();
+  run->add_option("--input", inputs, "[NAME=]FILE.pb (ONNX TensorProto); repeatable");
+  run->add_option("--shape", shapes, "NAME=1x3x48x320 for random inputs; repeatable");
+  run->add_option("--iterations", iterations, "timed runs")->check(CLI::NonNegativeNumber);
+  run->add_option("--warmup", warmup, "untimed runs, the first included")->check(CLI::NonNegativeNumber);
+  run->add_option("--output-dir", output_dir, "write output_K.pb here");
+  run->add_option("--stats-json", stats_json, "write latency statistics here");
+  auto* check = app.add_subcommand("check", "run an ONNX test-data directory and compare with its outputs");
+  check->add_option("dir", dir, "directory with model.onnx and test_data_set_*")->required();
+  check->add_option("--rtol", rtol, "relative tolerance");
+  check->add_option("--atol", atol, "absolute tolerance");
+  auto* flags = app.add_subcommand("flags", "list every CJIT_FLAGS flag with its default and help");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (*run) return cjit::CmdRun(model, inputs, shapes, iterations, warmup, output_dir, stats_json);
+  if (*check) return cjit::CmdCheck(dir, rtol, atol);
+  if (*flags) return cjit::CmdFlags();
+  return 2;
+}
