@@ -12,12 +12,15 @@
 #include "compiler/ir/status_macros.h"
 #include "compiler/onnx/tensor_proto.h"
 #include "compiler/ops/op_registry.h"
+#include "onnx/defs/schema.h"
 #include "onnx/onnx_pb.h"
 
 namespace cjit {
 namespace {
 
-constexpr int64_t kMinOpset = 7;
+// Opsets 7-18 are the supported range; 1-6 load too where no legacy-only attribute is used (checked per
+// node against the ONNX schema of that opset).
+constexpr int64_t kMinOpset = 1;
 constexpr int64_t kMaxOpset = 18;
 constexpr int64_t kMaxIrVersion = 10;
 
@@ -82,6 +85,7 @@ class Importer {
             options_.source, ": node '", name, "': unsupported operator ",
             domain.empty() ? "" : domain + ".", np.op_type(), " (opset ", opset_, ")"));
       }
+      CJIT_RETURN_IF_ERROR(CheckAttributes(np, name, domain));
       std::vector<std::string> outs(np.output().begin(), np.output().end());
       Node* n = graph->AddNode(np.op_type(), name, {}, outs);
       n->domain = domain;
@@ -159,6 +163,25 @@ class Importer {
       for (const auto& d : tt.shape().dim()) {
         if (d.has_dim_value()) s->dims.push_back(Dim{d.dim_value(), ""});
         else s->dims.push_back(Dim{-1, d.dim_param()});
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Every attribute must be one the ONNX schema of this op at this opset defines; legacy broadcasting
+  // (opset < 7 `broadcast` with `axis`) and BatchNormalization spatial=0 are not supported.
+  absl::Status CheckAttributes(const onnx::NodeProto& np, const std::string& name, const std::string& domain) {
+    const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(np.op_type(), static_cast<int>(opset_), domain);
+    for (const onnx::AttributeProto& a : np.attribute()) {
+      if (schema != nullptr && !schema->attributes().count(a.name())) {
+        return absl::UnimplementedError(absl::StrCat(options_.source, ": node '", name, "' (", np.op_type(),
+                                                     "): unsupported attribute '", a.name(), "' (not in the opset ",
+                                                     opset_, " schema)"));
+      }
+      if ((a.name() == "axis" && opset_ < 7 && schema && schema->attributes().count("broadcast")) ||
+          (a.name() == "spatial" && a.i() == 0)) {
+        return absl::UnimplementedError(absl::StrCat(options_.source, ": node '", name, "' (", np.op_type(),
+                                                     "): unsupported legacy attribute '", a.name(), "'"));
       }
     }
     return absl::OkStatus();

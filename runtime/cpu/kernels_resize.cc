@@ -77,7 +77,11 @@ absl::Status ResizeKernel(KernelContext& ctx) {
       }
       if (ctm == "half_pixel") xo = (i + 0.5) / s - 0.5;
       else if (ctm == "pytorch_half_pixel") xo = out > 1 ? (i + 0.5) / s - 0.5 : 0;
-      else if (ctm == "align_corners") xo = out > 1 ? i * static_cast<double>(in - 1) / (out - 1) : 0;
+      else if (ctm == "align_corners") {
+        // With scales given, length_resized is in * scale (not rounded), as the specification defines.
+        double len = sizes_given || !scales_t ? static_cast<double>(out) : in * s;
+        xo = len > 1 ? i * static_cast<double>(in - 1) / (len - 1) : 0;
+      } else if (ctm == "tf_half_pixel_for_nn") xo = (i + 0.5) / s;
       else if (ctm == "half_pixel_symmetric") {
         double adj = static_cast<double>(out) / (s * in);
         double center = in / 2.0, offset = center * (1 - adj);

@@ -1,0 +1,135 @@
+// ONNX backend conformance runner: every test of Debian's libonnx-testdata (node, simple,
+// pytorch-converted, pytorch-operator) through Session with the ONNX backend tolerance (rtol 1e-3,
+// atol 1e-7). Prints one line per non-passing test and closes with "N passed, N failed, N skipped".
+//
+// A test is skipped when its model uses something clusterjit does not support (the reason names the op
+// or type); failed when a supported model errors or produces a wrong result. Exit status is non-zero when
+// the pass count is below the floor in tests/conformance_floor.txt, or when a test fails that is not
+// listed in tests/conformance_known_failures.txt ("test_name  reason" lines).
+//
+// Usage: conformance_runner [--data DIR] [--floor FILE] [--known FILE] [--filter SUBSTRING]
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/session.h"
+#include "tools/check_lib.h"
+
+namespace fs = std::filesystem;
+
+int main(int argc, char** argv) {
+  std::string data = "/usr/share/libonnx-testdata/data";
+  std::string floor_file = CJIT_SOURCE_DIR "/tests/conformance_floor.txt";
+  std::string known_file = CJIT_SOURCE_DIR "/tests/conformance_known_failures.txt";
+  std::string filter;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--data") data = argv[i + 1];
+    else if (a == "--floor") floor_file = argv[i + 1];
+    else if (a == "--known") known_file = argv[i + 1];
+    else if (a == "--filter") filter = argv[i + 1];
+  }
+  if (!fs::exists(data)) {
+    std::cout << "conformance: SKIPPED, " << data << " is absent (install libonnx-testdata: tools/setup.sh)\n";
+    return 0;
+  }
+  std::map<std::string, std::string> known;
+  {
+    std::ifstream in(known_file);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      std::istringstream ss(line);
+      std::string name, reason;
+      ss >> name;
+      std::getline(ss, reason);
+      known[name] = reason;
+    }
+  }
+  int floor = 0;
+  {
+    std::ifstream in(floor_file);
+    in >> floor;
+  }
+  std::vector<fs::path> tests;
+  for (const char* suite : {"node", "simple", "pytorch-converted", "pytorch-operator"}) {
+    fs::path dir = fs::path(data) / suite;
+    if (!fs::exists(dir)) continue;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (fs::exists(e.path() / "model.onnx")) tests.push_back(e.path());
+    }
+  }
+  std::sort(tests.begin(), tests.end());
+  cjit::SessionOptions options;
+  options.use_environment_flags = false;
+  options.flags.intra_op_threads = 1;
+  int passed = 0, failed = 0, skipped = 0, unexpected = 0;
+  std::map<std::string, int> skip_reasons;
+  for (const fs::path& t : tests) {
+    std::string name = t.filename().string();
+    if (!filter.empty() && !absl::StrContains(name, filter)) continue;
+    auto session = cjit::Session::Load((t / "model.onnx").string(), options);
+    std::string fail_reason;
+    if (!session.ok()) {
+      if (session.status().code() == absl::StatusCode::kUnimplemented) {
+        ++skipped;
+        std::string msg(session.status().message());
+        size_t p = msg.find("unsupported");
+        std::string reason = p == std::string::npos ? msg : msg.substr(p);
+        std::cout << "SKIP " << name << ": " << reason << "\n";
+        ++skip_reasons[reason.substr(0, reason.find(" (opset"))];
+        continue;
+      }
+      fail_reason = std::string(session.status().message());
+    } else {
+      auto sets = cjit::ReadDataSets(t.string(), **session);
+      if (!sets.ok()) {
+        if (sets.status().code() == absl::StatusCode::kUnimplemented) {
+          ++skipped;
+          std::cout << "SKIP " << name << ": " << sets.status().message() << "\n";
+          continue;
+        }
+        fail_reason = std::string(sets.status().message());
+      } else {
+        for (const auto& set : *sets) {
+          cjit::DataSetResult r = cjit::RunDataSet(**session, set, 1e-3, 1e-7);
+          if (!r.status.ok()) {
+            fail_reason = std::string(r.status.message());
+            break;
+          }
+          for (const auto& o : r.outputs) {
+            if (!o.ok) {
+              fail_reason = o.problem.empty() ? absl::StrCat("output ", o.name, " max_abs ", o.max_abs, " max_rel ", o.max_rel)
+                                              : absl::StrCat("output ", o.name, ": ", o.problem);
+              break;
+            }
+          }
+          if (!fail_reason.empty()) break;
+        }
+      }
+    }
+    if (fail_reason.empty()) {
+      ++passed;
+      continue;
+    }
+    ++failed;
+    bool is_known = known.count(name) > 0;
+    if (!is_known) ++unexpected;
+    std::cout << (is_known ? "KNOWN-FAIL " : "FAIL ") << name << ": " << fail_reason << "\n";
+  }
+  std::cout << "\nskip reasons:\n";
+  for (const auto& [r, n] : skip_reasons) std::cout << "  " << n << "  " << r << "\n";
+  std::cout << "\nfloor " << floor << ", unexpected failures " << unexpected << "\n";
+  std::cout << passed << " passed, " << failed << " failed, " << skipped << " skipped\n";
+  if (filter.empty() && passed < floor) {
+    std::cout << "conformance: pass count " << passed << " is below the floor " << floor << "\n";
+    return 1;
+  }
+  return unexpected > 0 ? 1 : 0;
+}
