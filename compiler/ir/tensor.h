@@ -42,6 +42,8 @@ class Tensor {
   template <typename T>
   const T* data() const { return reinterpret_cast<const T*>(data_.get()); }
 
+  // The shared buffer (for caches that must notice when a buffer is freed; compare with weak_ptr).
+  const std::shared_ptr<uint8_t>& buffer() const { return data_; }
   // Same buffer, new dims (numel must match; checked).
   Tensor Reshaped(Dims dims) const;
   // Deep copy.

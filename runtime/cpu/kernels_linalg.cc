@@ -19,18 +19,22 @@ dnnl::engine& CpuEngine() {
 }
 
 std::shared_ptr<DnnlEntry> GetOrCreateDnnl(const std::string& key,
-                                           const std::function<std::shared_ptr<DnnlEntry>()>& make) {
+                                           const std::function<std::shared_ptr<DnnlEntry>()>& make,
+                                           const std::function<bool(const DnnlEntry&)>& valid) {
   static std::mutex mu;
   static auto* cache = new std::unordered_map<std::string, std::shared_ptr<DnnlEntry>>();
   {
     std::lock_guard<std::mutex> lock(mu);
     auto it = cache->find(key);
-    if (it != cache->end()) return it->second;
+    if (it != cache->end() && (!valid || valid(*it->second))) return it->second;
   }
   std::shared_ptr<DnnlEntry> e = make();
+  if (!e) return e;
   std::lock_guard<std::mutex> lock(mu);
-  auto [it, inserted] = cache->emplace(key, e);
-  return it->second;
+  auto it = cache->find(key);
+  if (it != cache->end() && (!valid || valid(*it->second))) return it->second;
+  (*cache)[key] = e;
+  return e;
 }
 
 namespace {

@@ -130,8 +130,12 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
       e->weights = memory(e->weights_md, CpuEngine());
       dnnl::reorder(user, e->weights).execute(s, user, e->weights);
       s.wait();
+      e->weights_source = w.buffer();
     }
     return e;
+  }, [&](const DnnlEntry& e) {
+    // Cached reordered weights are only valid while the very buffer they came from is alive.
+    return !const_w || (!e.weights_source.expired() && e.weights_source.lock() == w.buffer());
   });
   CJIT_RETURN_IF_ERROR(create_status);
   if (!entry) return ctx.Error("oneDNN primitive creation failed");

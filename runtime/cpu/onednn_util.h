@@ -19,11 +19,15 @@ struct DnnlEntry {
   dnnl::primitive prim;
   dnnl::memory::desc src_md, weights_md, dst_md, bias_md;
   dnnl::memory weights;  // reordered constant weights, or empty
+  std::weak_ptr<uint8_t> weights_source;  // the buffer `weights` was reordered from
 };
 
 // Returns the entry for `key`, creating it with `make` on first use. Entries live for the process.
+// `valid` (optional) rejects a cached entry, which is then re-created (e.g. its weights' buffer was freed
+// and the address reused by another tensor).
 std::shared_ptr<DnnlEntry> GetOrCreateDnnl(const std::string& key,
-                                           const std::function<std::shared_ptr<DnnlEntry>()>& make);
+                                           const std::function<std::shared_ptr<DnnlEntry>()>& make,
+                                           const std::function<bool(const DnnlEntry&)>& valid = nullptr);
 
 }  // namespace cjit
 
