@@ -1,0 +1,72 @@
+#include "flags/flags.h"
+
+#include <fstream>
+
+#include "gtest/gtest.h"
+
+namespace cjit {
+namespace {
+
+TEST(FlagsTest, ParsesGrammar) {
+  auto f = ParseFlags("--intra_op_threads=3  --auto_jit=fusible --vmodule='executor=2,session=1' --v=1");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->intra_op_threads, 3);
+  EXPECT_EQ(f->auto_jit, "fusible");
+  EXPECT_EQ(f->vmodule, "executor=2,session=1");
+  EXPECT_EQ(f->v, 1);
+}
+
+TEST(FlagsTest, TfXlaAliasAndDefaults) {
+  auto f = ParseFlags("--tf_xla_auto_jit=1 --tf_xla_min_cluster_size=2");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->auto_jit, "1");
+  EXPECT_EQ(f->min_cluster_size, 2);
+  EXPECT_GE(f->intra_op_threads, 1);  // default: number of cores
+}
+
+TEST(FlagsTest, UnknownFlagNamesNearest) {
+  auto f = ParseFlags("--intra_op_thread=2");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("unknown flag --intra_op_thread"), std::string::npos) << f.status();
+  EXPECT_NE(f.status().message().find("did you mean --intra_op_threads"), std::string::npos) << f.status();
+}
+
+TEST(FlagsTest, BadValueNamesFlag) {
+  auto f = ParseFlags("--intra_op_threads=many");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("bad value 'many' for flag --intra_op_threads"), std::string::npos);
+  auto g = ParseFlags("--auto_jit=sometimes");
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("--auto_jit"), std::string::npos);
+  auto h = ParseFlags("--vmodule=executor");
+  EXPECT_FALSE(h.ok());
+  auto q = ParseFlags("--v='1");
+  ASSERT_FALSE(q.ok());
+  EXPECT_NE(q.status().message().find("unterminated quote"), std::string::npos);
+}
+
+TEST(FlagsTest, FlagsFile) {
+  std::string path = ::testing::TempDir() + "/cjit_flags.txt";
+  {
+    std::ofstream f(path);
+    f << "--intra_op_threads=5\n--auto_jit=-1\n";
+  }
+  auto f = ParseFlags(path + " --v=2");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->intra_op_threads, 5);
+  EXPECT_EQ(f->auto_jit, "-1");
+  EXPECT_EQ(f->v, 2);
+  auto missing = ParseFlags("/nonexistent/flags.txt");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("/nonexistent/flags.txt"), std::string::npos);
+}
+
+TEST(FlagsTest, EveryFlagHasHelp) {
+  for (const FlagInfo& f : ListFlags()) {
+    EXPECT_FALSE(f.help.empty()) << f.name;
+    EXPECT_FALSE(f.default_value.empty() && f.type != "string") << f.name;
+  }
+}
+
+}  // namespace
+}  // namespace cjit

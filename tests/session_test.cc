@@ -1,0 +1,170 @@
+// Session and ONNX-import error paths, and concurrent Run, on small models built with libonnx's protobuf
+// classes. Reference values are computed here in double precision, independently of the kernels.
+#include <cmath>
+#include <atomic>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "onnx/onnx_pb.h"
+#include "runtime/session.h"
+
+namespace cjit {
+namespace {
+
+SessionOptions Opts() {
+  SessionOptions o;
+  o.use_environment_flags = false;
+  o.flags.intra_op_threads = 1;
+  return o;
+}
+
+void AddTensorValue(onnx::ValueInfoProto* v, const std::string& name, int elem, std::vector<int64_t> dims) {
+  v->set_name(name);
+  auto* tt = v->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(elem);
+  for (int64_t d : dims) {
+    if (d < 0) tt->mutable_shape()->add_dim()->set_dim_param("N");
+    else tt->mutable_shape()->add_dim()->set_dim_value(d);
+  }
+}
+
+// y = Sigmoid(x + b) with x: f32[N, 4], b constant.
+std::string SmallModel(const std::string& op = "Sigmoid", const std::string& extra_attr = "") {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  g->set_name("small");
+  AddTensorValue(g->add_input(), "x", onnx::TensorProto::FLOAT, {-1, 4});
+  AddTensorValue(g->add_output(), "y", onnx::TensorProto::FLOAT, {-1, 4});
+  auto* b = g->add_initializer();
+  b->set_name("b");
+  b->set_data_type(onnx::TensorProto::FLOAT);
+  b->add_dims(4);
+  for (float v : {0.5f, -1.0f, 2.0f, 0.0f}) b->add_float_data(v);
+  auto* add = g->add_node();
+  add->set_op_type("Add");
+  add->set_name("add");
+  add->add_input("x");
+  add->add_input("b");
+  add->add_output("t");
+  auto* n = g->add_node();
+  n->set_op_type(op);
+  n->set_name("act");
+  n->add_input("t");
+  n->add_output("y");
+  if (!extra_attr.empty()) {
+    auto* a = n->add_attribute();
+    a->set_name(extra_attr);
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(1);
+  }
+  return m.SerializeAsString();
+}
+
+Tensor Input(int64_t rows) {
+  Tensor t(DType::kF32, {rows, 4});
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(std::sin(0.3 * i));
+  return t;
+}
+
+TEST(SessionTest, RunsAndMatchesFloat64Math) {
+  auto s = Session::LoadFromBytes(SmallModel(), Opts());
+  ASSERT_TRUE(s.ok()) << s.status();
+  for (int64_t rows : {1, 3, 7}) {
+    Tensor x = Input(rows);
+    auto out = (*s)->Run({{"x", x}});
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ(out->size(), 1u);
+    EXPECT_EQ((*out)[0].name, "y");
+    const double b[4] = {0.5, -1.0, 2.0, 0.0};
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      double ref = 1.0 / (1.0 + std::exp(-(static_cast<double>(x.data<float>()[i]) + b[i % 4])));
+      EXPECT_NEAR((*out)[0].tensor.data<float>()[i], ref, 1e-6);
+    }
+  }
+  EXPECT_EQ((*s)->num_signatures(), 3);
+}
+
+TEST(SessionTest, WrongInputsAreClearErrors) {
+  auto s = Session::LoadFromBytes(SmallModel(), Opts());
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto bad_name = (*s)->Run({{"z", Input(1)}});
+  ASSERT_FALSE(bad_name.ok());
+  EXPECT_NE(bad_name.status().message().find("unknown input name 'z'"), std::string::npos) << bad_name.status();
+  auto missing = (*s)->Run({});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("missing input 'x'"), std::string::npos);
+  auto bad_dtype = (*s)->Run({{"x", Tensor::Zeros(DType::kF64, {1, 4})}});
+  ASSERT_FALSE(bad_dtype.ok());
+  EXPECT_NE(bad_dtype.status().message().find("dtype f64, the model expects f32"), std::string::npos)
+      << bad_dtype.status();
+  auto bad_rank = (*s)->Run({{"x", Tensor::Zeros(DType::kF32, {4})}});
+  ASSERT_FALSE(bad_rank.ok());
+  EXPECT_NE(bad_rank.status().message().find("has rank 1"), std::string::npos) << bad_rank.status();
+  auto bad_dim = (*s)->Run({{"x", Tensor::Zeros(DType::kF32, {2, 5})}});
+  ASSERT_FALSE(bad_dim.ok());
+  EXPECT_NE(bad_dim.status().message().find("dim 1 must be 4"), std::string::npos) << bad_dim.status();
+}
+
+TEST(ImportTest, MalformedModel) {
+  auto s = Session::LoadFromBytes("this is not a protobuf", Opts());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("not a valid ONNX model"), std::string::npos) << s.status();
+  auto missing = Session::Load("/nonexistent/model.onnx", Opts());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("/nonexistent/model.onnx"), std::string::npos);
+}
+
+TEST(ImportTest, UnsupportedOpNamesNodeAndOp) {
+  auto s = Session::LoadFromBytes(SmallModel("FancyActivation"), Opts());
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(s.status().message().find("node 'act'"), std::string::npos) << s.status();
+  EXPECT_NE(s.status().message().find("unsupported operator FancyActivation"), std::string::npos) << s.status();
+}
+
+TEST(ImportTest, UnsupportedAttributeNamesIt) {
+  auto s = Session::LoadFromBytes(SmallModel("Sigmoid", "bogus_attr"), Opts());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("unsupported attribute 'bogus_attr'"), std::string::npos) << s.status();
+  EXPECT_NE(s.status().message().find("node 'act' (Sigmoid)"), std::string::npos) << s.status();
+}
+
+TEST(ImportTest, UndefinedInputAndBadOpset) {
+  onnx::ModelProto m;
+  m.ParseFromString(SmallModel());
+  m.mutable_graph()->mutable_node(1)->set_input(0, "nowhere");
+  auto s = Session::LoadFromBytes(m.SerializeAsString(), Opts());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("input 'nowhere' is not defined"), std::string::npos) << s.status();
+  m.ParseFromString(SmallModel());
+  m.mutable_opset_import(0)->set_version(99);
+  auto t = Session::LoadFromBytes(m.SerializeAsString(), Opts());
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("opset 99 is not supported"), std::string::npos) << t.status();
+}
+
+TEST(SessionTest, ConcurrentRunsAgree) {
+  auto s = Session::LoadFromBytes(SmallModel(), Opts());
+  ASSERT_TRUE(s.ok());
+  auto ref = (*s)->Run({{"x", Input(5)}});
+  ASSERT_TRUE(ref.ok());
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        int64_t rows = 1 + (i + t) % 6;
+        auto out = (*s)->Run({{"x", Input(rows)}});
+        if (!out.ok()) { ++mismatches; continue; }
+        if (rows == 5 && !(*out)[0].tensor.BitwiseEquals((*ref)[0].tensor)) ++mismatches;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
+}  // namespace
+}  // namespace cjit
