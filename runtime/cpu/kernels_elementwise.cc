@@ -60,35 +60,26 @@ void UnaryLoop(const Tensor& x, Tensor& y, int threads, F f) {
   }
 }
 
-using UnaryFn = std::function<absl::Status(KernelContext&)>;
-
-// Registers a float-only unary op computed in the accumulation type.
-template <typename Make>
-void FloatUnary(const std::string& name, Make make) {
+// Registers a unary op computed in the accumulation type, over float dtypes only or over all numeric ones.
+template <bool kFloatOnly, typename Make>
+void RegisterUnaryOp(const std::string& name, Make make) {
   RegisterKernel(name, [make](KernelContext& ctx) -> absl::Status {
     const Tensor& x = ctx.in(0);
     Tensor& y = ctx.Alloc(0);
-    return DispatchFloat(x.dtype(), [&](auto t) {
+    auto body = [&](auto t) {
       using T = decltype(t);
       using A = typename Acc<T>::type;
       UnaryLoop<T>(x, y, ctx.threads, make(A{}, *ctx.node));
-    });
+    };
+    if constexpr (kFloatOnly) return DispatchFloat(x.dtype(), body);
+    else return DispatchNumeric(x.dtype(), body);
   });
 }
 
-// Registers a unary op over all numeric types.
 template <typename Make>
-void NumericUnary(const std::string& name, Make make) {
-  RegisterKernel(name, [make](KernelContext& ctx) -> absl::Status {
-    const Tensor& x = ctx.in(0);
-    Tensor& y = ctx.Alloc(0);
-    return DispatchNumeric(x.dtype(), [&](auto t) {
-      using T = decltype(t);
-      using A = typename Acc<T>::type;
-      UnaryLoop<T>(x, y, ctx.threads, make(A{}, *ctx.node));
-    });
-  });
-}
+void FloatUnary(const std::string& name, Make make) { RegisterUnaryOp<true>(name, make); }
+template <typename Make>
+void NumericUnary(const std::string& name, Make make) { RegisterUnaryOp<false>(name, make); }
 
 // Fast float32 paths through Eigen's vectorized array functions.
 template <typename F>
