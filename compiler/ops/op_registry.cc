@@ -20,6 +20,7 @@ std::map<std::string, OpDef, std::less<>>& Table() {
     RegisterMathOps();
     RegisterNnOps();
     RegisterTensorOps();
+    RegisterMiscOps();
     return true;
   }();
   (void)registered;

@@ -77,6 +77,7 @@ void RegisterOp(OpDef def);
 void RegisterMathOps();
 void RegisterNnOps();
 void RegisterTensorOps();
+void RegisterMiscOps();
 
 // ---- helpers shared by shape functions ----
 // Numpy-style multidirectional broadcasting (ONNX Broadcasting.md).

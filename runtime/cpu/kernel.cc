@@ -24,6 +24,7 @@ const std::map<std::string, KernelFn>& Registered() {
     RegisterMovementKernels();
     RegisterRecurrentKernels();
     RegisterControlFlowKernels();
+    RegisterMiscKernels();
     return true;
   }();
   (void)once;

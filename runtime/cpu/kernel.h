@@ -62,6 +62,7 @@ void RegisterNnKernels();
 void RegisterMovementKernels();
 void RegisterRecurrentKernels();
 void RegisterControlFlowKernels();
+void RegisterMiscKernels();
 
 }  // namespace cjit
 

@@ -1,0 +1,186 @@
+// Shape/dtype functions of losses, quantization and less common operators (ONNX operator specification):
+// NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, QuantizeLinear, DequantizeLinear,
+// DynamicQuantizeLinear, NonMaxSuppression, Unique, ReverseSequence, MaxUnpool, Det, Hann/Hamming/
+// BlackmanWindow, Einsum, GridSample.
+#include <cctype>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/status_macros.h"
+#include "compiler/ops/op_registry.h"
+
+namespace cjit {
+namespace {
+
+using Inputs = std::span<const InferInput>;
+using Outputs = std::vector<InferOutput>;
+using C = OpCategory;
+using A = AmpClass;
+
+void Reg(const std::string& name, C cat, A amp, int min_in, int max_in, InferFn fn) {
+  RegisterOp(OpDef{name, cat, false, amp, min_in, max_in, std::move(fn)});
+}
+
+Shape Unknown1D() {
+  Shape s;
+  s.rank_known = true;
+  s.dims = {Dim{}};
+  return s;
+}
+
+absl::Status LossInfer(const Node& n, Inputs in, Outputs& out) {
+  bool none = n.GetString("reduction", "mean") == "none";
+  out[0].dtype = in[0].dtype;
+  out[0].shape = none ? in[1].shape : Shape::Of({});
+  if (out.size() > 1) out[1] = {in[0].dtype, in[0].shape};
+  return absl::OkStatus();
+}
+
+DType OnnxCode(int64_t code) {
+  switch (code) {
+    case 1: return DType::kF32;
+    case 10: return DType::kF16;
+    case 11: return DType::kF64;
+    case 16: return DType::kBF16;
+    default: return DType::kInvalid;
+  }
+}
+
+absl::Status EinsumInfer(const Node& n, Inputs in, Outputs& out) {
+  out[0].dtype = in[0].dtype;
+  std::string eq = n.GetString("equation", "");
+  std::string spaced;
+  for (char c : eq) if (!std::isspace(static_cast<unsigned char>(c))) spaced.push_back(c);
+  size_t arrow = spaced.find("->");
+  if (arrow == std::string::npos) return absl::OkStatus();  // implicit output: computed at run time
+  std::vector<std::string> terms;
+  std::string lhs = spaced.substr(0, arrow), rhs = spaced.substr(arrow + 2);
+  size_t start = 0;
+  for (size_t i = 0; i <= lhs.size(); ++i) {
+    if (i == lhs.size() || lhs[i] == ',') {
+      terms.push_back(lhs.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  if (terms.size() != in.size()) return NodeError(n, "equation names a different number of operands");
+  std::map<char, Dim> size;
+  Shape ell;
+  ell.rank_known = true;
+  for (size_t k = 0; k < terms.size(); ++k) {
+    const Shape& s = in[k].shape;
+    if (!s.rank_known) return absl::OkStatus();
+    std::string t = terms[k];
+    size_t e = t.find("...");
+    int n_ell = e == std::string::npos ? 0 : s.rank() - static_cast<int>(t.size() - 3);
+    int d = 0;
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (t.compare(i, 3, "...") == 0) {
+        Shape part;
+        part.rank_known = true;
+        for (int j = 0; j < n_ell; ++j) part.dims.push_back(s.dims[d + j]);
+        CJIT_ASSIGN_OR_RETURN(ell, BroadcastShapes(n, {ell, part}));
+        d += n_ell;
+        i += 2;
+        continue;
+      }
+      if (d >= s.rank()) return NodeError(n, "equation term longer than the operand's rank");
+      size[t[i]] = s.dims[d++];
+    }
+  }
+  out[0].shape.rank_known = true;
+  for (size_t i = 0; i < rhs.size(); ++i) {
+    if (rhs.compare(i, 3, "...") == 0) {
+      for (const Dim& dm : ell.dims) out[0].shape.dims.push_back(dm);
+      i += 2;
+      continue;
+    }
+    if (!size.count(rhs[i])) return NodeError(n, absl::StrCat("output letter '", std::string(1, rhs[i]), "' is not an input letter"));
+    out[0].shape.dims.push_back(size[rhs[i]]);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterMiscOps() {
+  Reg("NegativeLogLikelihoodLoss", C::kReduction, A::kDeny, 2, 3, LossInfer);
+  Reg("SoftmaxCrossEntropyLoss", C::kReduction, A::kDeny, 2, 3, LossInfer);
+  Reg("QuantizeLinear", C::kElementwise, A::kDeny, 2, 3, [](const Node&, Inputs in, Outputs& out) {
+    DType t = in.size() > 2 && in[2].present ? in[2].dtype : DType::kU8;
+    out[0] = {t, in[0].shape};
+    return absl::OkStatus();
+  });
+  Reg("DequantizeLinear", C::kElementwise, A::kDeny, 2, 3, [](const Node&, Inputs in, Outputs& out) {
+    out[0] = {in[1].dtype, in[0].shape};
+    return absl::OkStatus();
+  });
+  Reg("DynamicQuantizeLinear", C::kElementwise, A::kDeny, 1, 1, [](const Node&, Inputs in, Outputs& out) {
+    out[0] = {DType::kU8, in[0].shape};
+    out[1] = {DType::kF32, Shape::Of({})};
+    out[2] = {DType::kU8, Shape::Of({})};
+    return absl::OkStatus();
+  });
+  Reg("NonMaxSuppression", C::kOther, A::kDeny, 2, 5, [](const Node&, Inputs, Outputs& out) {
+    out[0].dtype = DType::kI64;
+    out[0].shape.rank_known = true;
+    out[0].shape.dims = {Dim{}, Dim{3, ""}};
+    return absl::OkStatus();
+  });
+  Reg("Unique", C::kOther, A::kInfer, 1, 1, [](const Node&, Inputs in, Outputs& out) {
+    out[0].dtype = in[0].dtype;
+    for (size_t i = 1; i < out.size(); ++i) out[i] = {DType::kI64, Unknown1D()};
+    return absl::OkStatus();
+  });
+  Reg("ReverseSequence", C::kDataMovement, A::kInfer, 2, 2, [](const Node&, Inputs in, Outputs& out) {
+    out[0] = {in[0].dtype, in[0].shape};
+    return absl::OkStatus();
+  });
+  Reg("MaxUnpool", C::kPooling, A::kInfer, 2, 3, [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
+    out[0].dtype = in[0].dtype;
+    if (in.size() > 2 && in[2].present) {
+      if (in[2].value) out[0].shape = Shape::Of(in[2].value->ToInt64Vector());
+      return absl::OkStatus();
+    }
+    const Shape& x = in[0].shape;
+    if (!x.fully_known()) return absl::OkStatus();
+    std::vector<int64_t> k = n.GetInts("kernel_shape");
+    size_t sp = x.rank() - 2;
+    std::vector<int64_t> st = n.GetInts("strides", std::vector<int64_t>(sp, 1));
+    std::vector<int64_t> pads = n.GetInts("pads", std::vector<int64_t>(2 * sp, 0));
+    if (k.size() != sp || st.size() != sp || pads.size() != 2 * sp) return NodeError(n, "bad kernel_shape/strides/pads");
+    Dims d = x.concrete();
+    for (size_t i = 0; i < sp; ++i) d[2 + i] = (d[2 + i] - 1) * st[i] + k[i] - pads[i] - pads[sp + i];
+    out[0].shape = Shape::Of(d);
+    return absl::OkStatus();
+  });
+  Reg("Det", C::kOther, A::kDeny, 1, 1, [](const Node&, Inputs in, Outputs& out) {
+    out[0].dtype = in[0].dtype;
+    if (in[0].shape.rank_known && in[0].shape.rank() >= 2) {
+      out[0].shape = in[0].shape;
+      out[0].shape.dims.resize(in[0].shape.rank() - 2);
+    }
+    return absl::OkStatus();
+  });
+  for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"}) {
+    Reg(op, C::kShape, A::kDeny, 1, 1, [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
+      DType t = OnnxCode(n.GetInt("output_datatype", 1));
+      if (t == DType::kInvalid) t = DType::kF32;
+      out[0].dtype = t;
+      out[0].shape = in[0].value ? Shape::Of({in[0].value->ToInt64Vector().at(0)}) : Unknown1D();
+      return absl::OkStatus();
+    });
+  }
+  Reg("Einsum", C::kContraction, A::kAllow, 1, 1 << 20, EinsumInfer);
+  Reg("GridSample", C::kOther, A::kInfer, 2, 2, [](const Node&, Inputs in, Outputs& out) {
+    out[0].dtype = in[0].dtype;
+    const Shape& x = in[0].shape;
+    const Shape& g = in[1].shape;
+    if (x.rank_known && g.rank_known && x.rank() == 4 && g.rank() == 4) {
+      out[0].shape.rank_known = true;
+      out[0].shape.dims = {x.dims[0], x.dims[1], g.dims[1], g.dims[2]};
+    }
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace cjit

@@ -1,0 +1,516 @@
+// CPU kernels for losses (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss), quantization
+// (QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear), NonMaxSuppression, Unique, ReverseSequence,
+// MaxUnpool, Det, window functions, Einsum and GridSample. Semantics: ONNX operator specification.
+// These are plain loops in double precision: correctness first, they are not on hot paths of the models.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/status_macros.h"
+#include "runtime/cpu/dispatch.h"
+#include "runtime/cpu/kernel.h"
+
+namespace cjit {
+namespace {
+
+absl::Status StoreDoubles(Tensor& t, const std::vector<double>& v) {
+  return DispatchNumeric(t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    for (size_t i = 0; i < v.size(); ++i) t.data<T>()[i] = static_cast<T>(v[i]);
+  });
+}
+
+// loss over log-probabilities `lp` [N, C, D] (D = product of extra dims), labels [N, D].
+absl::Status NllCore(KernelContext& ctx, const std::vector<double>& lp, const Dims& in_dims, const Tensor& target,
+                     const Tensor* weight, Tensor& out) {
+  int64_t N = in_dims[0], Cc = in_dims[1], D = 1;
+  for (size_t i = 2; i < in_dims.size(); ++i) D *= in_dims[i];
+  std::vector<int64_t> t = target.ToInt64Vector();
+  std::vector<double> w = weight ? weight->ToDoubleVector() : std::vector<double>();
+  bool has_ignore = ctx.node->HasAttr("ignore_index");
+  int64_t ignore = ctx.node->GetInt("ignore_index", 0);
+  std::string reduction = ctx.node->GetString("reduction", "mean");
+  std::vector<double> loss(N * D, 0.0);
+  double wsum = 0, lsum = 0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t d = 0; d < D; ++d) {
+      int64_t c = t[n * D + d];
+      if (has_ignore && c == ignore) continue;
+      if (c < 0 || c >= Cc) return ctx.Error(absl::StrCat("target ", c, " is out of range [0, ", Cc, ")"));
+      double wc = weight ? w[c] : 1.0;
+      double l = -lp[(n * Cc + c) * D + d] * wc;
+      loss[n * D + d] = l;
+      lsum += l;
+      wsum += wc;
+    }
+  if (reduction == "none") {
+    out = Tensor(out.dtype(), target.dims());
+    return StoreDoubles(out, loss);
+  }
+  double v = reduction == "sum" ? lsum : (wsum == 0 ? 0 : lsum / wsum);
+  return StoreDoubles(out, {v});
+}
+
+absl::Status Nll(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  Tensor& out = ctx.Alloc(0, x.dtype(), {});
+  return NllCore(ctx, x.ToDoubleVector(), x.dims(), ctx.in(1), ctx.has(2) ? &ctx.in(2) : nullptr, out);
+}
+
+absl::Status Sce(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  int64_t N = x.dim(0), Cc = x.dim(1), D = x.numel() / std::max<int64_t>(N * Cc, 1);
+  std::vector<double> v = x.ToDoubleVector(), lp(v.size());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t d = 0; d < D; ++d) {
+      double mx = -INFINITY, s = 0;
+      for (int64_t c = 0; c < Cc; ++c) mx = std::max(mx, v[(n * Cc + c) * D + d]);
+      for (int64_t c = 0; c < Cc; ++c) s += std::exp(v[(n * Cc + c) * D + d] - mx);
+      for (int64_t c = 0; c < Cc; ++c) lp[(n * Cc + c) * D + d] = v[(n * Cc + c) * D + d] - mx - std::log(s);
+    }
+  Tensor& out = ctx.Alloc(0, x.dtype(), {});
+  CJIT_RETURN_IF_ERROR(NllCore(ctx, lp, x.dims(), ctx.in(1), ctx.has(2) ? &ctx.in(2) : nullptr, out));
+  if (ctx.wants(1)) {
+    Tensor& l = ctx.Alloc(1, x.dtype(), x.dims());
+    CJIT_RETURN_IF_ERROR(StoreDoubles(l, lp));
+  }
+  return absl::OkStatus();
+}
+
+// Per-element scale/zero-point index for per-tensor (scalar) or per-axis (1-D) quantization parameters.
+int64_t ParamIndex(const Tensor& x, const Tensor& param, int axis, int64_t e) {
+  if (param.numel() == 1) return 0;
+  int64_t inner = 1;
+  for (int i = axis + 1; i < x.rank(); ++i) inner *= x.dim(i);
+  return (e / inner) % x.dim(axis);
+}
+
+absl::Status Quantize(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  const Tensor& scale = ctx.in(1);
+  Tensor& y = ctx.Alloc(0);
+  int axis = 0;
+  if (scale.numel() > 1) {
+    CJIT_ASSIGN_OR_RETURN(axis, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", 1), x.rank()));
+  }
+  std::vector<double> xv = x.ToDoubleVector(), sv = scale.ToDoubleVector();
+  std::vector<double> zv = ctx.has(2) ? ctx.in(2).ToDoubleVector() : std::vector<double>(sv.size(), 0.0);
+  double lo = y.dtype() == DType::kI8 ? -128 : 0, hi = y.dtype() == DType::kI8 ? 127 : 255;
+  std::vector<double> q(xv.size());
+  for (size_t e = 0; e < xv.size(); ++e) {
+    int64_t p = ParamIndex(x, scale, axis, static_cast<int64_t>(e));
+    // float32 division, as the reference implementation does (rounding ties to even).
+    double scaled = x.dtype() == DType::kF32 ? static_cast<double>(static_cast<float>(xv[e]) / static_cast<float>(sv[p]))
+                                             : xv[e] / sv[p];
+    q[e] = std::clamp(std::nearbyint(scaled) + zv[p], lo, hi);
+  }
+  return StoreDoubles(y, q);
+}
+
+absl::Status Dequantize(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  const Tensor& scale = ctx.in(1);
+  Tensor& y = ctx.Alloc(0);
+  int axis = 0;
+  if (scale.numel() > 1) {
+    CJIT_ASSIGN_OR_RETURN(axis, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", 1), x.rank()));
+  }
+  std::vector<double> xv = x.ToDoubleVector(), sv = scale.ToDoubleVector();
+  std::vector<double> zv = ctx.has(2) ? ctx.in(2).ToDoubleVector() : std::vector<double>(sv.size(), 0.0);
+  std::vector<double> out(xv.size());
+  for (size_t e = 0; e < xv.size(); ++e) {
+    int64_t p = ParamIndex(x, scale, axis, static_cast<int64_t>(e));
+    out[e] = static_cast<float>((xv[e] - zv[p]) * static_cast<float>(sv[p]));
+  }
+  return StoreDoubles(y, out);
+}
+
+absl::Status DynamicQuantize(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  std::vector<double> xv = x.ToDoubleVector();
+  float mn = 0, mx = 0;
+  for (double v : xv) {
+    mn = std::min(mn, static_cast<float>(v));
+    mx = std::max(mx, static_cast<float>(v));
+  }
+  float scale = (mx - mn) / 255.0f;
+  float zp = scale == 0 ? 0 : std::clamp(std::nearbyint(0.0f - mn / scale), 0.0f, 255.0f);
+  Tensor& y = ctx.Alloc(0);
+  for (size_t e = 0; e < xv.size(); ++e) {
+    y.data<uint8_t>()[e] = scale == 0 ? static_cast<uint8_t>(zp)
+                                      : static_cast<uint8_t>(std::clamp(std::nearbyint(static_cast<float>(xv[e]) / scale) + zp, 0.0f, 255.0f));
+  }
+  *ctx.Alloc(1).data<float>() = scale;
+  *ctx.Alloc(2).data<uint8_t>() = static_cast<uint8_t>(zp);
+  return absl::OkStatus();
+}
+
+absl::Status Nms(KernelContext& ctx) {
+  const Tensor& boxes = ctx.in(0);
+  const Tensor& scores = ctx.in(1);
+  int64_t max_out = ctx.has(2) && ctx.in(2).numel() ? ctx.in(2).ToInt64Vector()[0] : 0;
+  double iou_thr = ctx.has(3) && ctx.in(3).numel() ? ctx.in(3).ToDoubleVector()[0] : 0;
+  bool has_score_thr = ctx.has(4) && ctx.in(4).numel();
+  double score_thr = has_score_thr ? ctx.in(4).ToDoubleVector()[0] : 0;
+  bool center = ctx.node->GetInt("center_point_box", 0) != 0;
+  int64_t B = boxes.dim(0), N = boxes.dim(1), Cc = scores.dim(1);
+  std::vector<double> bx = boxes.ToDoubleVector(), sc = scores.ToDoubleVector();
+  auto corners = [&](int64_t b, int64_t i, double c[4]) {
+    const double* p = &bx[(b * N + i) * 4];
+    if (center) {
+      c[0] = p[1] - p[3] / 2; c[1] = p[0] - p[2] / 2; c[2] = p[1] + p[3] / 2; c[3] = p[0] + p[2] / 2;
+    } else {
+      c[0] = std::min(p[0], p[2]); c[1] = std::min(p[1], p[3]); c[2] = std::max(p[0], p[2]); c[3] = std::max(p[1], p[3]);
+    }
+  };
+  std::vector<int64_t> sel;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t c = 0; c < Cc; ++c) {
+      std::vector<int64_t> order;
+      for (int64_t i = 0; i < N; ++i) if (!has_score_thr || sc[(b * Cc + c) * N + i] > score_thr) order.push_back(i);
+      std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+        return sc[(b * Cc + c) * N + x] > sc[(b * Cc + c) * N + y];
+      });
+      std::vector<int64_t> kept;
+      for (int64_t i : order) {
+        if (static_cast<int64_t>(kept.size()) >= max_out) break;
+        double a[4];
+        corners(b, i, a);
+        bool keep = true;
+        for (int64_t j : kept) {
+          double k[4];
+          corners(b, j, k);
+          double iw = std::max(0.0, std::min(a[2], k[2]) - std::max(a[0], k[0]));
+          double ih = std::max(0.0, std::min(a[3], k[3]) - std::max(a[1], k[1]));
+          double inter = iw * ih, uni = (a[2] - a[0]) * (a[3] - a[1]) + (k[2] - k[0]) * (k[3] - k[1]) - inter;
+          if (uni > 0 && inter / uni > iou_thr) { keep = false; break; }
+        }
+        if (keep) kept.push_back(i);
+      }
+      for (int64_t i : kept) { sel.push_back(b); sel.push_back(c); sel.push_back(i); }
+    }
+  Tensor& y = ctx.Alloc(0, DType::kI64, {static_cast<int64_t>(sel.size() / 3), 3});
+  std::copy(sel.begin(), sel.end(), y.data<int64_t>());
+  return absl::OkStatus();
+}
+
+absl::Status Unique(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  bool has_axis = ctx.node->HasAttr("axis");
+  bool sorted = ctx.node->GetInt("sorted", 1) != 0;
+  Tensor src = has_axis ? x : x.Reshaped({x.numel()});
+  int ax = 0;
+  if (has_axis) {
+    CJIT_ASSIGN_OR_RETURN(ax, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", 0), x.rank()));
+  }
+  int64_t outer = 1, n = src.dim(ax), inner = 1;
+  for (int i = 0; i < ax; ++i) outer *= src.dim(i);
+  for (int i = ax + 1; i < src.rank(); ++i) inner *= src.dim(i);
+  std::vector<double> v = src.ToDoubleVector();
+  auto slice = [&](int64_t k) {
+    std::vector<double> s;
+    for (int64_t o = 0; o < outer; ++o) for (int64_t i = 0; i < inner; ++i) s.push_back(v[(o * n + k) * inner + i]);
+    return s;
+  };
+  std::vector<std::vector<double>> uniq;
+  std::vector<int64_t> first, inverse(n), counts;
+  for (int64_t k = 0; k < n; ++k) {
+    auto s = slice(k);
+    auto it = std::find(uniq.begin(), uniq.end(), s);
+    if (it == uniq.end()) {
+      inverse[k] = static_cast<int64_t>(uniq.size());
+      uniq.push_back(s);
+      first.push_back(k);
+      counts.push_back(1);
+    } else {
+      inverse[k] = it - uniq.begin();
+      ++counts[inverse[k]];
+    }
+  }
+  std::vector<int64_t> order(uniq.size());
+  std::iota(order.begin(), order.end(), 0);
+  if (sorted) std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return uniq[a] < uniq[b]; });
+  std::vector<int64_t> rank(order.size());
+  for (size_t i = 0; i < order.size(); ++i) rank[order[i]] = static_cast<int64_t>(i);
+  int64_t u = static_cast<int64_t>(uniq.size());
+  Dims od = src.dims();
+  od[ax] = u;
+  Tensor& y = ctx.Alloc(0, x.dtype(), od);
+  std::vector<double> yv(y.numel());
+  for (int64_t j = 0; j < u; ++j)
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) yv[(o * u + j) * inner + i] = uniq[order[j]][o * inner + i];
+  CJIT_RETURN_IF_ERROR(StoreDoubles(y, yv));
+  auto put = [&](int idx, const std::vector<int64_t>& vals) {
+    if (!ctx.wants(idx)) return;
+    Tensor& t = ctx.Alloc(idx, DType::kI64, {static_cast<int64_t>(vals.size())});
+    std::copy(vals.begin(), vals.end(), t.data<int64_t>());
+  };
+  std::vector<int64_t> f(u), c(u), inv(n);
+  for (int64_t j = 0; j < u; ++j) { f[j] = first[order[j]]; c[j] = counts[order[j]]; }
+  for (int64_t k = 0; k < n; ++k) inv[k] = rank[inverse[k]];
+  put(1, f);
+  put(2, inv);
+  put(3, c);
+  return absl::OkStatus();
+}
+
+absl::Status ReverseSequence(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  std::vector<int64_t> lens = ctx.in(1).ToInt64Vector();
+  int ba = static_cast<int>(ctx.node->GetInt("batch_axis", 1)), ta = static_cast<int>(ctx.node->GetInt("time_axis", 0));
+  Tensor& y = ctx.Alloc(0);
+  int r = x.rank();
+  std::vector<int64_t> xs(r, 1);
+  for (int i = r - 2; i >= 0; --i) xs[i] = xs[i + 1] * x.dim(i + 1);
+  size_t es = DTypeSize(x.dtype());
+  for (int64_t e = 0; e < x.numel(); ++e) {
+    int64_t b = (e / xs[ba]) % x.dim(ba), t = (e / xs[ta]) % x.dim(ta);
+    int64_t src = e;
+    if (t < lens[b]) src = e + (lens[b] - 1 - 2 * t) * xs[ta];
+    std::memcpy(static_cast<uint8_t*>(y.raw()) + e * es, static_cast<const uint8_t*>(x.raw()) + src * es, es);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MaxUnpool(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  std::vector<int64_t> idx = ctx.in(1).ToInt64Vector();
+  Tensor& y = ctx.Alloc(0);
+  std::memset(y.raw(), 0, y.nbytes());
+  size_t es = DTypeSize(x.dtype());
+  // Indices address the default unpooled shape ((in-1)*stride + k - pads); with output_shape given, each
+  // index is re-laid out into the requested (larger) spatial dims.
+  size_t sp = x.rank() - 2;
+  std::vector<int64_t> k = ctx.node->GetInts("kernel_shape");
+  std::vector<int64_t> st = ctx.node->GetInts("strides", std::vector<int64_t>(sp, 1));
+  std::vector<int64_t> pads = ctx.node->GetInts("pads", std::vector<int64_t>(2 * sp, 0));
+  if (k.size() != sp || st.size() != sp || pads.size() != 2 * sp) return ctx.Error("bad kernel_shape/strides/pads");
+  Dims def(x.dims().begin(), x.dims().end());
+  for (size_t i = 0; i < sp; ++i) def[2 + i] = (x.dim(2 + i) - 1) * st[i] + k[i] - pads[i] - pads[sp + i];
+  int64_t def_n = NumElements(def);
+  for (int64_t e = 0; e < x.numel(); ++e) {
+    if (idx[e] < 0 || idx[e] >= def_n) return ctx.Error(absl::StrCat("index ", idx[e], " out of range"));
+    int64_t rem = idx[e], off = 0;
+    std::vector<int64_t> coord(def.size());
+    for (int d = static_cast<int>(def.size()) - 1; d >= 0; --d) { coord[d] = rem % def[d]; rem /= def[d]; }
+    for (size_t d = 0; d < def.size(); ++d) off = off * y.dim(static_cast<int>(d)) + coord[d];
+    if (off >= y.numel()) return ctx.Error("index outside output_shape");
+    std::memcpy(static_cast<uint8_t*>(y.raw()) + off * es, static_cast<const uint8_t*>(x.raw()) + e * es, es);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Det(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  int64_t m = x.dim(x.rank() - 1);
+  int64_t batch = x.numel() / std::max<int64_t>(m * m, 1);
+  std::vector<double> v = x.ToDoubleVector(), out(batch);
+  for (int64_t b = 0; b < batch; ++b) {
+    std::vector<double> a(v.begin() + b * m * m, v.begin() + (b + 1) * m * m);
+    double det = 1;
+    for (int64_t c = 0; c < m; ++c) {
+      int64_t p = c;
+      for (int64_t r = c + 1; r < m; ++r) if (std::abs(a[r * m + c]) > std::abs(a[p * m + c])) p = r;
+      if (a[p * m + c] == 0) { det = 0; break; }
+      if (p != c) { for (int64_t k = 0; k < m; ++k) std::swap(a[p * m + k], a[c * m + k]); det = -det; }
+      det *= a[c * m + c];
+      for (int64_t r = c + 1; r < m; ++r) {
+        double f = a[r * m + c] / a[c * m + c];
+        for (int64_t k = c; k < m; ++k) a[r * m + k] -= f * a[c * m + k];
+      }
+    }
+    out[b] = det;
+  }
+  Tensor& y = ctx.Alloc(0);
+  return StoreDoubles(y, out);
+}
+
+absl::Status Window(KernelContext& ctx, int kind) {
+  int64_t size = ctx.in(0).ToInt64Vector().at(0);
+  bool periodic = ctx.node->GetInt("periodic", 1) != 0;
+  Tensor& y = ctx.Alloc(0);
+  double N = periodic ? size : size - 1;
+  std::vector<double> w(size);
+  for (int64_t n = 0; n < size; ++n) {
+    double t = 2 * M_PI * n / N;
+    if (kind == 0) w[n] = 0.5 - 0.5 * std::cos(t);
+    else if (kind == 1) w[n] = 25.0 / 46 - (1 - 25.0 / 46) * std::cos(t);
+    else w[n] = 0.42 - 0.5 * std::cos(t) + 0.08 * std::cos(2 * t);
+  }
+  return StoreDoubles(y, w);
+}
+
+// Einsum by direct summation over every letter's range (ONNX Einsum; implicit output = sorted letters
+// that appear once; "..." broadcast dims).
+absl::Status Einsum(KernelContext& ctx) {
+  std::string eq;
+  for (char c : ctx.node->GetString("equation", "")) if (!std::isspace(static_cast<unsigned char>(c))) eq.push_back(c);
+  size_t arrow = eq.find("->");
+  std::string lhs = eq.substr(0, arrow);
+  std::vector<std::string> terms;
+  size_t start = 0;
+  for (size_t i = 0; i <= lhs.size(); ++i) {
+    if (i == lhs.size() || lhs[i] == ',') { terms.push_back(lhs.substr(start, i - start)); start = i + 1; }
+  }
+  if (static_cast<int>(terms.size()) != ctx.num_inputs()) return ctx.Error("operand count differs from the equation");
+  // Replace "..." by upper-case letters (one per broadcast dim, right-aligned).
+  int max_ell = 0;
+  for (size_t k = 0; k < terms.size(); ++k) {
+    size_t e = terms[k].find("...");
+    if (e != std::string::npos) max_ell = std::max<int>(max_ell, ctx.in(k).rank() - static_cast<int>(terms[k].size() - 3));
+  }
+  std::string ell;
+  for (int i = 0; i < max_ell; ++i) ell.push_back(static_cast<char>('A' + i));
+  std::map<char, int64_t> size;
+  for (size_t k = 0; k < terms.size(); ++k) {
+    size_t e = terms[k].find("...");
+    if (e != std::string::npos) {
+      int n = ctx.in(k).rank() - static_cast<int>(terms[k].size() - 3);
+      terms[k] = terms[k].substr(0, e) + ell.substr(max_ell - n) + terms[k].substr(e + 3);
+    }
+    if (static_cast<int>(terms[k].size()) != ctx.in(k).rank()) return ctx.Error("term length differs from operand rank");
+    for (size_t i = 0; i < terms[k].size(); ++i) {
+      int64_t d = ctx.in(k).dim(static_cast<int>(i));
+      auto it = size.find(terms[k][i]);
+      if (it == size.end() || it->second == 1) size[terms[k][i]] = d;
+      else if (d != 1 && d != it->second) return ctx.Error("inconsistent sizes for an equation letter");
+    }
+  }
+  std::string out;
+  if (arrow != std::string::npos) {
+    out = eq.substr(arrow + 2);
+    size_t e = out.find("...");
+    if (e != std::string::npos) out = out.substr(0, e) + ell + out.substr(e + 3);
+  } else {
+    std::map<char, int> count;
+    for (const auto& t : terms) for (char c : t) ++count[c];
+    out = ell;
+    for (const auto& [c, n] : count) if (n == 1 && std::islower(static_cast<unsigned char>(c))) out.push_back(c);
+  }
+  std::string letters = out;
+  for (const auto& [c, d] : size) if (out.find(c) == std::string::npos) letters.push_back(c);
+  Dims od;
+  for (char c : out) od.push_back(size[c]);
+  std::vector<std::vector<double>> vals;
+  std::vector<std::vector<int64_t>> strides(terms.size());
+  for (size_t k = 0; k < terms.size(); ++k) {
+    vals.push_back(ctx.in(k).ToDoubleVector());
+    std::vector<int64_t> st(ctx.in(k).rank(), 1);
+    for (int i = ctx.in(k).rank() - 2; i >= 0; --i) st[i] = st[i + 1] * ctx.in(k).dim(i + 1);
+    for (int i = 0; i < ctx.in(k).rank(); ++i) if (ctx.in(k).dim(i) == 1) st[i] = 0;
+    strides[k] = st;
+  }
+  int64_t out_n = NumElements(od), sum_n = 1;
+  for (size_t i = out.size(); i < letters.size(); ++i) sum_n *= size[letters[i]];
+  std::vector<double> res(out_n, 0.0);
+  std::vector<int64_t> idx(128, 0);
+  for (int64_t o = 0; o < out_n; ++o) {
+    int64_t rem = o;
+    for (int i = static_cast<int>(out.size()) - 1; i >= 0; --i) { idx[out[i]] = rem % od[i]; rem /= od[i]; }
+    double acc = 0;
+    for (int64_t s = 0; s < sum_n; ++s) {
+      int64_t r2 = s;
+      for (int i = static_cast<int>(letters.size()) - 1; i >= static_cast<int>(out.size()); --i) {
+        idx[letters[i]] = r2 % size[letters[i]];
+        r2 /= size[letters[i]];
+      }
+      double p = 1;
+      for (size_t k = 0; k < terms.size(); ++k) {
+        int64_t off = 0;
+        for (size_t i = 0; i < terms[k].size(); ++i) off += idx[terms[k][i]] * strides[k][i];
+        p *= vals[k][off];
+      }
+      acc += p;
+    }
+    res[o] = acc;
+  }
+  Tensor& y = ctx.Alloc(0, ctx.in(0).dtype(), od);
+  return StoreDoubles(y, res);
+}
+
+// GridSample (opset 16, 4-D): bilinear / nearest / bicubic; zeros / border / reflection padding.
+absl::Status GridSample(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  const Tensor& grid = ctx.in(1);
+  std::string mode = ctx.node->GetString("mode", "bilinear");
+  std::string pad = ctx.node->GetString("padding_mode", "zeros");
+  bool align = ctx.node->GetInt("align_corners", 0) != 0;
+  int64_t N = x.dim(0), Cc = x.dim(1), H = x.dim(2), W = x.dim(3), Ho = grid.dim(1), Wo = grid.dim(2);
+  Tensor& y = ctx.Alloc(0);
+  std::vector<double> xv = x.ToDoubleVector(), gv = grid.ToDoubleVector(), out(N * Cc * Ho * Wo);
+  auto unnorm = [&](double c, int64_t len) { return align ? (c + 1) / 2 * (len - 1) : ((c + 1) * len - 1) / 2; };
+  auto reflect = [&](double c, double lo, double hi) {
+    double range = hi - lo;
+    if (range <= 0) return lo;
+    if (c < lo) { double d = lo - c; int64_t f = static_cast<int64_t>(d / range); double r = d - f * range; return f % 2 ? hi - r : lo + r; }
+    if (c > hi) { double d = c - hi; int64_t f = static_cast<int64_t>(d / range); double r = d - f * range; return f % 2 ? lo + r : hi - r; }
+    return c;
+  };
+  auto fix = [&](double c, int64_t len) {
+    if (pad == "border") return std::clamp(c, 0.0, static_cast<double>(len - 1));
+    if (pad == "reflection") return align ? reflect(c, 0, len - 1) : reflect(c, -0.5, len - 0.5);
+    return c;
+  };
+  auto at = [&](int64_t n, int64_t c, int64_t yy, int64_t xx) -> double {
+    if (pad != "zeros") { yy = std::clamp<int64_t>(yy, 0, H - 1); xx = std::clamp<int64_t>(xx, 0, W - 1); }
+    if (yy < 0 || yy >= H || xx < 0 || xx >= W) return 0;
+    return xv[((n * Cc + c) * H + yy) * W + xx];
+  };
+  auto cubic = [](double t, double a = -0.75) {
+    t = std::abs(t);
+    if (t <= 1) return ((a + 2) * t - (a + 3)) * t * t + 1;
+    if (t < 2) return ((a * t - 5 * a) * t + 8 * a) * t - 4 * a;
+    return 0.0;
+  };
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = 0; i < Ho; ++i)
+      for (int64_t j = 0; j < Wo; ++j) {
+        double gx = unnorm(gv[((n * Ho + i) * Wo + j) * 2], W), gy = unnorm(gv[((n * Ho + i) * Wo + j) * 2 + 1], H);
+        gx = fix(gx, W);
+        gy = fix(gy, H);
+        for (int64_t c = 0; c < Cc; ++c) {
+          double v = 0;
+          if (mode == "nearest") {
+            v = at(n, c, static_cast<int64_t>(std::nearbyint(gy)), static_cast<int64_t>(std::nearbyint(gx)));
+          } else if (mode == "bilinear") {
+            int64_t x0 = static_cast<int64_t>(std::floor(gx)), y0 = static_cast<int64_t>(std::floor(gy));
+            double fx = gx - x0, fy = gy - y0;
+            v = at(n, c, y0, x0) * (1 - fx) * (1 - fy) + at(n, c, y0, x0 + 1) * fx * (1 - fy) +
+                at(n, c, y0 + 1, x0) * (1 - fx) * fy + at(n, c, y0 + 1, x0 + 1) * fx * fy;
+          } else {
+            int64_t x0 = static_cast<int64_t>(std::floor(gx)), y0 = static_cast<int64_t>(std::floor(gy));
+            double fx = gx - x0, fy = gy - y0;
+            for (int a = -1; a <= 2; ++a)
+              for (int b = -1; b <= 2; ++b) v += at(n, c, y0 + a, x0 + b) * cubic(fy - a) * cubic(fx - b);
+          }
+          out[((n * Cc + c) * Ho + i) * Wo + j] = v;
+        }
+      }
+  return StoreDoubles(y, out);
+}
+
+}  // namespace
+
+void RegisterMiscKernels() {
+  RegisterKernel("NegativeLogLikelihoodLoss", Nll);
+  RegisterKernel("SoftmaxCrossEntropyLoss", Sce);
+  RegisterKernel("QuantizeLinear", Quantize);
+  RegisterKernel("DequantizeLinear", Dequantize);
+  RegisterKernel("DynamicQuantizeLinear", DynamicQuantize);
+  RegisterKernel("NonMaxSuppression", Nms);
+  RegisterKernel("Unique", Unique);
+  RegisterKernel("ReverseSequence", ReverseSequence);
+  RegisterKernel("MaxUnpool", MaxUnpool);
+  RegisterKernel("Det", Det);
+  RegisterKernel("HannWindow", [](KernelContext& ctx) { return Window(ctx, 0); });
+  RegisterKernel("HammingWindow", [](KernelContext& ctx) { return Window(ctx, 1); });
+  RegisterKernel("BlackmanWindow", [](KernelContext& ctx) { return Window(ctx, 2); });
+  RegisterKernel("Einsum", Einsum);
+  RegisterKernel("GridSample", GridSample);
+}
+
+}  // namespace cjit
