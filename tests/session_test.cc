@@ -2,10 +2,14 @@
 // classes. Reference values are computed here in double precision, independently of the kernels.
 #include <cmath>
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
+#include "runtime/logging.h"
 #include "runtime/session.h"
 
 namespace cjit {
@@ -164,6 +168,75 @@ TEST(SessionTest, ConcurrentRunsAgree) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(mismatches.load(), 0);
+}
+
+}  // namespace
+}  // namespace cjit
+
+namespace cjit {
+namespace {
+
+TEST(ImportTest, ExternalDataIsReadRelativeToTheModel) {
+  std::string dir = ::testing::TempDir() + "/cjit_external";
+  std::filesystem::create_directories(dir);
+  onnx::ModelProto m;
+  m.ParseFromString(SmallModel());
+  auto* b = m.mutable_graph()->mutable_initializer(0);
+  b->clear_float_data();
+  b->set_data_location(onnx::TensorProto::EXTERNAL);
+  auto* loc = b->add_external_data();
+  loc->set_key("location");
+  loc->set_value("weights.bin");
+  auto* off = b->add_external_data();
+  off->set_key("offset");
+  off->set_value("8");
+  float vals[6] = {99, 99, 0.5f, -1.0f, 2.0f, 0.0f};  // 8 bytes of padding before the tensor
+  {
+    std::ofstream w(dir + "/weights.bin", std::ios::binary);
+    w.write(reinterpret_cast<const char*>(vals), sizeof(vals));
+  }
+  {
+    std::ofstream f(dir + "/model.onnx", std::ios::binary);
+    m.SerializeToOstream(&f);
+  }
+  auto s = Session::Load(dir + "/model.onnx", Opts());
+  ASSERT_TRUE(s.ok()) << s.status();
+  Tensor x = Tensor::Zeros(DType::kF32, {1, 4});
+  auto out = (*s)->Run({{"x", x}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_NEAR((*out)[0].tensor.data<float>()[2], 1.0 / (1.0 + std::exp(-2.0)), 1e-6);
+  // A missing external file is a clear error naming the tensor and the file.
+  std::filesystem::remove(dir + "/weights.bin");
+  auto bad = Session::Load(dir + "/model.onnx", Opts());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("weights.bin"), std::string::npos) << bad.status();
+  EXPECT_NE(bad.status().message().find("tensor 'b'"), std::string::npos) << bad.status();
+}
+
+class CollectingSink : public google::LogSink {
+ public:
+  void send(google::LogSeverity, const char*, const char*, int, const struct ::tm*, const char* message,
+            size_t length) override {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.emplace_back(message, length);
+  }
+  std::mutex mu;
+  std::vector<std::string> lines;
+};
+
+TEST(LoggingTest, HostSinkReceivesVlogLines) {
+  SessionOptions o = Opts();
+  o.flags.v = 1;
+  CollectingSink sink;
+  cjit::AddLogSink(&sink, /*also_stderr=*/false);
+  auto s = Session::LoadFromBytes(SmallModel(), o);
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE((*s)->Run({{"x", Input(2)}}).ok());
+  cjit::RemoveLogSink(&sink);
+  InitLogging(Flags{});  // restore v=0 for the other tests
+  bool found = false;
+  for (const std::string& l : sink.lines) found |= l.find("specialized signature f32[2x4]") != std::string::npos;
+  EXPECT_TRUE(found) << "no specialization line among " << sink.lines.size() << " log lines";
 }
 
 }  // namespace
