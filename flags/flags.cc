@@ -44,6 +44,39 @@ Setter IntFlag(int Flags::*field, std::string name, int min, int max) {
   };
 }
 
+Setter BoolFlag(bool Flags::*field, std::string name) {
+  return [=](Flags& f, absl::string_view v, bool has_value) -> absl::Status {
+    if (!has_value || v == "true" || v == "1") {
+      f.*field = true;
+    } else if (v == "false" || v == "0") {
+      f.*field = false;
+    } else {
+      return BadValue(name, v, "true or false");
+    }
+    return absl::OkStatus();
+  };
+}
+
+Setter Int64Flag(int64_t Flags::*field, std::string name, int64_t min) {
+  return [=](Flags& f, absl::string_view v, bool has_value) -> absl::Status {
+    int64_t x;
+    if (!has_value || !absl::SimpleAtoi(v, &x) || x < min) {
+      return BadValue(name, v, absl::StrCat("an integer >= ", min));
+    }
+    f.*field = x;
+    return absl::OkStatus();
+  };
+}
+
+Setter DoubleFlag(double Flags::*field, std::string name) {
+  return [=](Flags& f, absl::string_view v, bool has_value) -> absl::Status {
+    double x;
+    if (!has_value || !absl::SimpleAtod(v, &x) || x < 0) return BadValue(name, v, "a number >= 0");
+    f.*field = x;
+    return absl::OkStatus();
+  };
+}
+
 Setter StringFlag(std::string Flags::*field) {
   return [=](Flags& f, absl::string_view v, bool) -> absl::Status {
     f.*field = std::string(v);
@@ -83,6 +116,28 @@ const std::vector<FlagDef>& Table() {
       {{"min_cluster_size", "int", "4",
         "Minimum number of ops in a cluster (Identity and Constant count 0).", {}},
        IntFlag(&Flags::min_cluster_size, "min_cluster_size", 1, 1 << 30)},
+      {{"max_cluster_size", "int", "unbounded", "Maximum number of ops in a cluster.", {}},
+       IntFlag(&Flags::max_cluster_size, "max_cluster_size", 1, 1 << 30)},
+      {{"clustering_fuel", "int", "-1",
+        "Stop marking ops for clustering after this many (bisects a bad cluster); -1 = unbounded.", {}},
+       Int64Flag(&Flags::clustering_fuel, "clustering_fuel", -1)},
+      {{"compile_threshold", "int", "2",
+        "Executions of a cluster signature on the fallback path before it is compiled (lazy compilation).", {}},
+       IntFlag(&Flags::compile_threshold, "compile_threshold", 0, 1 << 30)},
+      {{"compile_time_cutoff_s", "float", "30",
+        "A cluster whose compilation took longer is compiled for no further signatures.", {}},
+       DoubleFlag(&Flags::compile_time_cutoff_s, "compile_time_cutoff_s")},
+      {{"always_defer_compilation", "bool", "false", "Never compile: every cluster runs on the fallback path.", {}},
+       BoolFlag(&Flags::always_defer_compilation, "always_defer_compilation")},
+      {{"enable_lazy_compilation", "bool", "true",
+        "false: compile every cluster signature on its first execution, with no fallback runs.", {}},
+       BoolFlag(&Flags::enable_lazy_compilation, "enable_lazy_compilation")},
+      {{"async_compilation", "bool", "false",
+        "Compile on a background thread while the fallback path runs; swap the executable in when ready.", {}},
+       BoolFlag(&Flags::async_compilation, "async_compilation")},
+      {{"fail_compilation_for_testing", "string", "",
+        "Test hook: every compilation fails with this message, so clusters run on the fallback path.", {}},
+       StringFlag(&Flags::fail_compilation_for_testing)},
       {{"v", "int", "0", "Global VLOG verbosity (as TF_CPP_MAX_VLOG_LEVEL).", {}},
        IntFlag(&Flags::v, "v", 0, 100)},
       {{"vmodule", "string", "",

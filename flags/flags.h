@@ -31,8 +31,18 @@ struct Flags {
   // Auto-clustering mode: "-1" off, "0" defer to SessionOptions, "1" every clusterable op,
   // "fusible" elementwise/reduction/data-movement only (XLA Lite).
   std::string auto_jit = "0";
-  // Minimum ops in a cluster (Identity and Constant count 0); used by the clustering pass.
-  int min_cluster_size = 4;
+  // Clustering (compiler/passes/mark_for_compilation.h).
+  int min_cluster_size = 4;       // Identity and Constant count 0
+  int max_cluster_size = 1 << 30;
+  int64_t clustering_fuel = -1;   // stop marking after this many ops; -1 = unbounded
+  // Compile policy (runtime/compile_policy.h), as TensorFlow's lazy compilation.
+  int compile_threshold = 2;      // fallback executions per signature before compiling
+  double compile_time_cutoff_s = 30;
+  bool always_defer_compilation = false;
+  bool enable_lazy_compilation = true;
+  bool async_compilation = false;
+  // Test hook: every compilation fails with this message (exercises the fallback path).
+  std::string fail_compilation_for_testing;
   // Logging: global VLOG level and per-file levels "file=N,file2=M" (as TF_CPP_VMODULE).
   int v = 0;
   std::string vmodule;

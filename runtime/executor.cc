@@ -5,10 +5,15 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
+#include "compiler/passes/mark_for_compilation.h"
+#include "runtime/cluster_runner.h"
 
 namespace cjit {
 
-absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(std::shared_ptr<const Graph> graph, int threads) {
+Executor::~Executor() = default;
+
+absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(std::shared_ptr<const Graph> graph, int threads,
+                                                           ClusterRuntime* clusters, bool trust_shapes) {
   std::unique_ptr<Executor> ex(new Executor());
   ex->graph_ = graph;
   ex->threads_ = std::max(1, threads);
@@ -31,7 +36,10 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(std::shared_ptr<const
     Step st;
     st.node = n;
     st.kernel = FindKernel(n->op_type);
-    if (st.kernel == nullptr) {
+    if (n->op_type == kClusterOp) {
+      if (clusters == nullptr) return absl::InternalError("cluster node in a graph without a cluster runtime");
+      CJIT_ASSIGN_OR_RETURN(st.cluster, ClusterRunner::Create(*n, graph, clusters, ex->threads_));
+    } else if (st.kernel == nullptr) {
       return absl::UnimplementedError(absl::StrCat(n->Describe(), ": no CPU kernel for this operator"));
     }
     for (const Value* v : n->inputs) {
@@ -40,7 +48,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(std::shared_ptr<const
     }
     for (const Value* v : n->implicit_inputs) st.implicit.push_back(slot_of(v));
     for (const Value* v : n->outputs) st.out.push_back(v ? slot_of(v) : -1);
-    st.static_shapes = true;
+    st.static_shapes = trust_shapes;
     for (const Value* v : n->outputs) {
       if (v && (!v->shape.fully_known() || v->dtype == DType::kInvalid)) st.static_shapes = false;
       st.inferred.push_back(v ? InferOutput{v->dtype, v->shape} : InferOutput{});
@@ -130,7 +138,14 @@ absl::StatusOr<std::vector<Tensor>> Executor::Run(
       CJIT_RETURN_IF_ERROR(InferNode(*st.node, in, ctx.inferred));
     }
     ctx.outputs.resize(st.out.size());
-    absl::Status status = (*st.kernel)(ctx);
+    absl::Status status;
+    if (st.cluster) {
+      auto outs = st.cluster->Run(ctx.inputs);
+      if (outs.ok()) ctx.outputs = std::move(*outs);
+      status = outs.status();
+    } else {
+      status = (*st.kernel)(ctx);
+    }
     if (!status.ok()) {
       if (absl::StrContains(status.message(), st.node->name)) return status;
       return absl::Status(status.code(), absl::StrCat(st.node->Describe(), ": ", status.message()));

@@ -23,10 +23,17 @@
 
 namespace cjit {
 
+class ClusterRunner;
+class ClusterRuntime;
+
 class Executor {
  public:
-  // `graph` must stay alive as long as the executor (it is shared).
-  static absl::StatusOr<std::unique_ptr<Executor>> Create(std::shared_ptr<const Graph> graph, int threads);
+  // `graph` is shared with the executor. `clusters` (optional) runs cjit.Cluster nodes. With
+  // `trust_shapes` (a specialized graph), nodes whose outputs have fully known shapes skip shape inference.
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(std::shared_ptr<const Graph> graph, int threads,
+                                                          ClusterRuntime* clusters = nullptr,
+                                                          bool trust_shapes = false);
+  ~Executor();
 
   // Inputs in graph-input order; captures bound by name (for subgraphs). Returns graph outputs in order.
   absl::StatusOr<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs,
@@ -44,6 +51,7 @@ class Executor {
     std::vector<int> free_after;  // slots whose last reader is this step
     bool static_shapes = false;
     std::vector<InferOutput> inferred;
+    std::unique_ptr<ClusterRunner> cluster;  // for cjit.Cluster nodes
   };
 
   Executor() = default;

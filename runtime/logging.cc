@@ -13,9 +13,12 @@ void InitLogging(const Flags& flags) {
     if (!google::IsGoogleLoggingInitialized()) google::InitGoogleLogging("clusterjit");
     FLAGS_logtostderr = false;
     FLAGS_alsologtostderr = false;
+    // A library never writes log files: messages go to stderr (by threshold) and to host sinks.
+    for (int sev = google::GLOG_INFO; sev < google::NUM_SEVERITIES; ++sev) google::SetLogDestination(sev, "");
   });
   FLAGS_v = flags.v;
-  FLAGS_stderrthreshold = flags.stderrthreshold;
+  // Asking for VLOG output (--v / --vmodule) means showing it.
+  FLAGS_stderrthreshold = (flags.v > 0 || !flags.vmodule.empty()) ? 0 : flags.stderrthreshold;
   if (!flags.vmodule.empty()) {
     for (absl::string_view item : absl::StrSplit(flags.vmodule, ',')) {
       std::vector<std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));

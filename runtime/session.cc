@@ -7,6 +7,8 @@
 #include "compiler/ir/verifier.h"
 #include "compiler/onnx/onnx_import.h"
 #include "compiler/passes/specialize_shapes.h"
+#include "compiler/passes/mark_for_compilation.h"
+#include "runtime/cluster_runner.h"
 #include "runtime/executor.h"
 #include "runtime/logging.h"
 
@@ -38,11 +40,51 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Grap
     CJIT_ASSIGN_OR_RETURN(s->flags_, ParseFlags("", options.flags, "SessionOptions"));
   }
   InitLogging(s->flags_);
+  s->enable_clustering_ = options.enable_clustering;
+  s->clusters_ = std::make_shared<ClusterRuntime>(s->flags_);
   CJIT_RETURN_IF_ERROR(VerifyGraph(*graph));
   for (const Value* v : graph->inputs()) s->inputs_.push_back({v->name, v->dtype, v->shape});
   for (const Value* v : graph->outputs()) s->outputs_.push_back({v->name, v->dtype, v->shape});
   s->graph_ = std::move(graph);
   return s;
+}
+
+ClusteringOptions ClusteringOptionsFor(const Flags& flags, bool session_default) {
+  ClusteringOptions o;
+  if (flags.auto_jit == "-1" || (flags.auto_jit == "0" && !session_default)) o.mode = ClusteringMode::kOff;
+  else if (flags.auto_jit == "fusible") o.mode = ClusteringMode::kFusible;
+  else o.mode = ClusteringMode::kAll;
+  o.min_cluster_size = flags.min_cluster_size;
+  o.max_cluster_size = flags.max_cluster_size;
+  o.fuel = flags.clustering_fuel;
+  return o;
+}
+
+SessionStats Session::stats() const {
+  SessionStats out;
+  for (const auto& s : clusters_->AllStats()) {
+    ClusterStatsSnapshot c;
+    c.id = s->id;
+    c.ops = s->ops;
+    c.signature = s->signature;
+    c.compiles = s->compiles;
+    c.compile_ms = s->compile_us / 1e3;
+    c.fallback_executions = s->fallback_executions;
+    c.compiled_executions = s->compiled_executions;
+    c.memory_hits = s->memory_hits;
+    c.disk_hits = s->disk_hits;
+    c.code_bytes = s->code_bytes;
+    out.totals.compiles += c.compiles;
+    out.totals.compile_ms += c.compile_ms;
+    out.totals.fallback_executions += c.fallback_executions;
+    out.totals.compiled_executions += c.compiled_executions;
+    out.totals.memory_hits += c.memory_hits;
+    out.totals.disk_hits += c.disk_hits;
+    out.totals.code_bytes += c.code_bytes;
+    out.totals.ops += c.ops;
+    out.clusters.push_back(std::move(c));
+  }
+  return out;
 }
 
 int Session::num_signatures() const {
@@ -113,7 +155,13 @@ absl::StatusOr<std::shared_ptr<const Executor>> Session::Specialize(const std::v
   CJIT_RETURN_IF_ERROR(SpecializeShapes(*g, dims, evaluate));
   CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
   VLOG(1) << "specialized signature " << signature << ": " << g->nodes().size() << " nodes";
-  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::Create(g, threads));
+  ClusteringOptions copts = ClusteringOptionsFor(flags_, enable_clustering_);
+  if (copts.mode != ClusteringMode::kOff) {
+    CJIT_ASSIGN_OR_RETURN(ClusteringReport report, MarkForCompilation(*g, copts));
+    CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
+    VLOG(1) << "signature " << signature << ": " << report.clusters.size() << " clusters";
+  }
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::Create(g, threads, clusters_.get(), true));
   std::shared_ptr<const Executor> plan(std::move(ex));
   std::lock_guard<std::mutex> lock(mu_);
   auto [it, inserted] = plans_.emplace(signature, plan);

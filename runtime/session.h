@@ -30,12 +30,30 @@
 namespace cjit {
 
 class Executor;
+class ClusterRuntime;
+
+// A snapshot of one cluster's counters (see runtime/cluster_runner.h).
+struct ClusterStatsSnapshot {
+  int id = 0;
+  int ops = 0;
+  std::string signature;
+  int64_t compiles = 0;
+  double compile_ms = 0;
+  int64_t fallback_executions = 0, compiled_executions = 0, memory_hits = 0, disk_hits = 0, code_bytes = 0;
+};
+
+struct SessionStats {
+  std::vector<ClusterStatsSnapshot> clusters;
+  ClusterStatsSnapshot totals;  // counters summed (id, ops, signature unused)
+};
 
 struct SessionOptions {
   // Configuration; by default the process's CJIT_FLAGS (see flags/flags.h).
   Flags flags = Flags{};
   // When true (default), Load() starts from FlagsFromEnvironment() instead of `flags`.
   bool use_environment_flags = true;
+  // Auto-clustering when --auto_jit=0 ("leave it to SessionOptions"): on by default, every clusterable op.
+  bool enable_clustering = true;
 };
 
 struct TensorInfo {
@@ -43,6 +61,10 @@ struct TensorInfo {
   DType dtype;
   Shape shape;  // declared shape; unknown dims carry their symbol
 };
+
+// The clustering options that flags (and SessionOptions::enable_clustering, for --auto_jit=0) select.
+struct ClusteringOptions;
+ClusteringOptions ClusteringOptionsFor(const Flags& flags, bool session_default);
 
 class Session {
  public:
@@ -59,6 +81,8 @@ class Session {
   const Flags& flags() const { return flags_; }
   // Number of distinct input signatures specialized so far.
   int num_signatures() const;
+  // Per-cluster compile/execution counters so far.
+  SessionStats stats() const;
 
  private:
   Session() = default;
@@ -67,6 +91,8 @@ class Session {
   absl::StatusOr<std::shared_ptr<const Executor>> Specialize(const std::vector<Tensor>& inputs);
 
   Flags flags_;
+  bool enable_clustering_ = true;
+  std::shared_ptr<ClusterRuntime> clusters_;
   std::shared_ptr<const Graph> graph_;
   std::vector<TensorInfo> inputs_, outputs_;
   mutable std::mutex mu_;

@@ -122,18 +122,16 @@ int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
     if (out) *out = std::move(*r);
     return std::chrono::duration<double, std::milli>(t1 - t0).count();
   };
+  // warmup + iterations runs in all; the very first one is reported as first-run latency.
   std::vector<NamedTensor> outputs;
-  auto first = time_run(&outputs);
-  if (!first.ok()) return Fail(first.status());
-  for (int i = 1; i < warmup; ++i) {
-    auto w = time_run(nullptr);
-    if (!w.ok()) return Fail(w.status());
-  }
   std::vector<double> times;
-  for (int i = 0; i < iterations; ++i) {
+  double first = 0;
+  int total = std::max(1, warmup + iterations);
+  for (int i = 0; i < total; ++i) {
     auto t = time_run(&outputs);
     if (!t.ok()) return Fail(t.status());
-    times.push_back(*t);
+    if (i == 0) first = *t;
+    if (i >= total - iterations) times.push_back(*t);
   }
   double median = Percentile(times, 0.5), p90 = Percentile(times, 0.9),
          mn = times.empty() ? 0 : *std::min_element(times.begin(), times.end());
@@ -141,7 +139,7 @@ int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
   for (const auto& in : inputs) std::printf("input  %s: %s[%s]\n", in.name.c_str(), std::string(DTypeName(in.tensor.dtype())).c_str(), DimsToString(in.tensor.dims()).c_str());
   for (const auto& o : outputs) std::printf("output %s: %s[%s]\n", o.name.c_str(), std::string(DTypeName(o.tensor.dtype())).c_str(), DimsToString(o.tensor.dims()).c_str());
   std::printf("latency ms: first %.3f  median %.3f  p90 %.3f  min %.3f  (%d iterations, %d warm-up, %d threads)\n",
-              *first, median, p90, mn, iterations, warmup, s.flags().intra_op_threads);
+              first, median, p90, mn, iterations, warmup, s.flags().intra_op_threads);
   if (!output_dir.empty()) {
     std::filesystem::create_directories(output_dir);
     for (size_t k = 0; k < outputs.size(); ++k) {
@@ -155,7 +153,23 @@ int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
     j["iterations"] = iterations;
     j["warmup"] = warmup;
     j["threads"] = s.flags().intra_op_threads;
-    j["latency_ms"] = {{"first", *first}, {"median", median}, {"p90", p90}, {"min", mn}};
+    j["latency_ms"] = {{"first", first}, {"median", median}, {"p90", p90}, {"min", mn}};
+    SessionStats st = s.stats();
+    auto counters = [](const ClusterStatsSnapshot& c) {
+      return nlohmann::json{{"compiles", c.compiles}, {"compile_ms", c.compile_ms},
+                            {"fallback_executions", c.fallback_executions},
+                            {"compiled_executions", c.compiled_executions}, {"memory_hits", c.memory_hits},
+                            {"disk_hits", c.disk_hits}, {"code_bytes", c.code_bytes}};
+    };
+    j["clusters"] = nlohmann::json::array();
+    for (const auto& c : st.clusters) {
+      nlohmann::json cj = counters(c);
+      cj["id"] = c.id;
+      cj["ops"] = c.ops;
+      cj["signature"] = c.signature;
+      j["clusters"].push_back(cj);
+    }
+    j["totals"] = counters(st.totals);
     std::ofstream f(stats_json);
     f << j.dump(2) << "\n";
     if (!f) return Fail(absl::InternalError("cannot write " + stats_json));

@@ -60,7 +60,8 @@ const KernelFn* FindKernel(const std::string& op_type) {
 }
 
 absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::vector<const Tensor*>& inputs,
-                                                 int threads, const SubgraphRunner* runner) {
+                                                 int threads, const SubgraphRunner* runner,
+                                                 const std::vector<bool>* input_is_constant) {
   const KernelFn* fn = FindKernel(node.op_type);
   if (fn == nullptr) return absl::UnimplementedError(absl::StrCat(node.Describe(), ": no CPU kernel"));
   std::vector<InferInput> infer_in(inputs.size());
@@ -78,7 +79,14 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
   ctx.inputs = inputs;
   ctx.threads = threads;
   ctx.run_subgraph = runner;
-  CJIT_RETURN_IF_ERROR(InferNode(node, infer_in, ctx.inferred));
+  if (input_is_constant) ctx.input_is_constant = *input_is_constant;
+  bool known = !node.outputs.empty();
+  for (const Value* v : node.outputs) known &= v == nullptr || (v->dtype != DType::kInvalid && v->shape.fully_known());
+  if (known) {
+    for (const Value* v : node.outputs) ctx.inferred.push_back(v ? InferOutput{v->dtype, v->shape} : InferOutput{});
+  } else {
+    CJIT_RETURN_IF_ERROR(InferNode(node, infer_in, ctx.inferred));
+  }
   ctx.outputs.resize(node.outputs.size());
   CJIT_RETURN_IF_ERROR((*fn)(ctx));
   return std::move(ctx.outputs);

@@ -51,8 +51,11 @@ const KernelFn* FindKernelDuringRegistration(const std::string& op_type);
 
 // Runs one node outside an executor (constant folding, tests): infers shapes from the values, runs the
 // kernel, returns the outputs.
+// When every output of `node` has a known dtype and shape in the graph, those are used and the shape
+// function is skipped. `input_is_constant` (optional) marks graph constants (kernels may cache on them).
 absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::vector<const Tensor*>& inputs,
-                                                 int threads, const SubgraphRunner* runner = nullptr);
+                                                 int threads, const SubgraphRunner* runner = nullptr,
+                                                 const std::vector<bool>* input_is_constant = nullptr);
 
 // Called once by the registry; each kernels_*.cc file registers its kernels.
 void RegisterElementwiseKernels();

@@ -1,0 +1,40 @@
+// Cache keys of compiled clusters (DESIGN.md "Cache"): a canonical serialization of everything that
+// affects the generated code — the cluster's ops, attributes and constant values (by content, never by
+// pointer or node/value name), the input dtypes and dims, the target, the codegen flags and a format
+// version — and its 64-bit hash (xxHash XXH3). Two clusters with equal canonical text generate identical
+// code; the full text is kept so that a hash collision can be detected.
+//
+// Thread-safety: pure functions.
+#ifndef CJIT_CACHE_CACHE_KEY_H_
+#define CJIT_CACHE_CACHE_KEY_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "compiler/ir/graph.h"
+
+namespace cjit {
+
+// Bump by hand whenever generated code or the executable's layout changes for the same inputs, and say why.
+// 1: first CPU code generator (fused elementwise kernels + library steps).
+inline constexpr int kCacheFormatVersion = 1;
+
+struct CacheKey {
+  std::string canonical;  // full text
+  uint64_t hash = 0;
+  std::string Hex() const;
+  bool operator==(const CacheKey& o) const { return hash == o.hash && canonical == o.canonical; }
+};
+
+// Canonical text of a cluster body. With include_shapes=false the input dims are left out, giving the
+// cluster's identity across shape signatures (used by the compile policy).
+std::string CanonicalClusterText(const Graph& body, bool include_shapes);
+
+CacheKey MakeCacheKey(const Graph& body, absl::string_view target, absl::string_view codegen_flags);
+
+uint64_t Fingerprint64(absl::string_view bytes);
+
+}  // namespace cjit
+
+#endif  // CJIT_CACHE_CACHE_KEY_H_

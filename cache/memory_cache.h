@@ -1,0 +1,48 @@
+// The in-memory cache of compiled clusters: key -> entry, bounded in bytes with least-recently-used
+// eviction. Entries are shared (std::shared_ptr), so an evicted entry stays alive while a run uses it.
+// Lookups compare the full canonical key text, so a hash collision is a miss, never a wrong entry.
+//
+// Thread-safety: every method is safe to call concurrently.
+#ifndef CJIT_CACHE_MEMORY_CACHE_H_
+#define CJIT_CACHE_MEMORY_CACHE_H_
+
+#include <cstddef>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "cache/cache_key.h"
+
+namespace cjit {
+
+class CacheEntry {
+ public:
+  virtual ~CacheEntry() = default;
+  virtual size_t bytes() const = 0;
+};
+
+class MemoryCache {
+ public:
+  explicit MemoryCache(size_t max_bytes = size_t{1} << 30) : max_bytes_(max_bytes) {}
+
+  std::shared_ptr<const CacheEntry> Lookup(const CacheKey& key);
+  void Insert(const CacheKey& key, std::shared_ptr<const CacheEntry> entry);
+  size_t size() const;
+  size_t bytes() const;
+
+ private:
+  struct Item {
+    CacheKey key;
+    std::shared_ptr<const CacheEntry> entry;
+  };
+  mutable std::mutex mu_;
+  size_t max_bytes_;
+  size_t bytes_ = 0;
+  std::list<Item> lru_;  // front = most recent
+  std::unordered_multimap<uint64_t, std::list<Item>::iterator> index_;
+};
+
+}  // namespace cjit
+
+#endif  // CJIT_CACHE_MEMORY_CACHE_H_

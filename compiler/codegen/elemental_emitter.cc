@@ -1,0 +1,125 @@
+// One output element per op; see elemental_emitter.h. Example: HardSigmoid(x) with alpha=0.2, beta=0.5
+// becomes  %t = fmul 0.2, %x ; %u = fadd %t, 0.5 ; %v = maxnum(%u, 0) ; minnum(%v, 1).
+#include "compiler/codegen/elemental_emitter.h"
+
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "llvm/IR/Intrinsics.h"
+
+namespace cjit {
+namespace {
+
+llvm::Value* F(llvm::IRBuilder<>& b, double v) { return llvm::ConstantFP::get(b.getFloatTy(), v); }
+
+// NaN-propagating max/min (ONNX Max/Min and Relu keep NaN).
+llvm::Value* Max(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y) {
+  return b.CreateSelect(b.CreateFCmpUGT(x, y), x, y);  // unordered: NaN in x selects x
+}
+llvm::Value* Min(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y) {
+  return b.CreateSelect(b.CreateFCmpULT(x, y), x, y);
+}
+llvm::Value* Clamp(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* lo, llvm::Value* hi) {
+  llvm::Value* t = b.CreateSelect(b.CreateFCmpOLT(x, lo), lo, x);
+  return b.CreateSelect(b.CreateFCmpOGT(t, hi), hi, t);
+}
+
+}  // namespace
+
+absl::StatusOr<llvm::Value*> EmitElemental(llvm::IRBuilder<>& b, TargetMath& math, const Node& n,
+                                           const std::vector<llvm::Value*>& in) {
+  const std::string& op = n.op_type;
+  auto x = [&](int i) { return in[i]; };
+  if (op == "Identity") return x(0);
+  if (op == "Add") return b.CreateFAdd(x(0), x(1));
+  if (op == "Sub") return b.CreateFSub(x(0), x(1));
+  if (op == "Mul") return b.CreateFMul(x(0), x(1));
+  if (op == "Div") return b.CreateFDiv(x(0), x(1));
+  if (op == "Max" || op == "Min" || op == "Sum" || op == "Mean") {
+    llvm::Value* acc = x(0);
+    for (size_t i = 1; i < in.size(); ++i) {
+      if (op == "Max") acc = Max(b, acc, x(static_cast<int>(i)));
+      else if (op == "Min") acc = Min(b, acc, x(static_cast<int>(i)));
+      else acc = b.CreateFAdd(acc, x(static_cast<int>(i)));
+    }
+    if (op == "Mean") acc = b.CreateFDiv(acc, F(b, static_cast<double>(in.size())));
+    return acc;
+  }
+  if (op == "Pow") {
+    if (auto* c = llvm::dyn_cast<llvm::ConstantFP>(x(1))) {
+      double e = c->getValueAPF().convertToFloat();
+      if (e == 2.0) return b.CreateFMul(x(0), x(0));
+      if (e == 1.0) return x(0);
+      if (e == 0.5) return math.Unary(b, "sqrt", x(0));
+      if (e == 3.0) return b.CreateFMul(b.CreateFMul(x(0), x(0)), x(0));
+    }
+    return math.Pow(b, x(0), x(1));
+  }
+  if (op == "Neg") return b.CreateFNeg(x(0));
+  if (op == "Abs") return b.CreateSelect(b.CreateFCmpOLT(x(0), F(b, 0)), b.CreateFNeg(x(0)), x(0));
+  if (op == "Relu") return b.CreateSelect(b.CreateFCmpOLT(x(0), F(b, 0)), F(b, 0), x(0));
+  if (op == "Sigmoid") {
+    // 1 / (1 + exp(-x)), exact enough for float32 on the whole range (exp overflows to inf -> 0).
+    return b.CreateFDiv(F(b, 1), b.CreateFAdd(F(b, 1), math.Unary(b, "exp", b.CreateFNeg(x(0)))));
+  }
+  if (op == "Tanh") return math.Unary(b, "tanh", x(0));
+  if (op == "Exp") return math.Unary(b, "exp", x(0));
+  if (op == "Log") return math.Unary(b, "log", x(0));
+  if (op == "Sqrt") return math.Unary(b, "sqrt", x(0));
+  if (op == "Erf") return math.Unary(b, "erf", x(0));
+  if (op == "Sin") return math.Unary(b, "sin", x(0));
+  if (op == "Cos") return math.Unary(b, "cos", x(0));
+  if (op == "Floor") return math.Unary(b, "floor", x(0));
+  if (op == "Ceil") return math.Unary(b, "ceil", x(0));
+  if (op == "Round") return math.Unary(b, "round", x(0));
+  if (op == "Reciprocal") return b.CreateFDiv(F(b, 1), x(0));
+  if (op == "Sign") {
+    llvm::Value* pos = b.CreateSelect(b.CreateFCmpOGT(x(0), F(b, 0)), F(b, 1), F(b, 0));
+    return b.CreateSelect(b.CreateFCmpOLT(x(0), F(b, 0)), F(b, -1), pos);
+  }
+  if (op == "Clip") {
+    llvm::Value* lo = F(b, -std::numeric_limits<float>::infinity());
+    llvm::Value* hi = F(b, std::numeric_limits<float>::infinity());
+    if (n.HasAttr("min")) lo = F(b, n.GetFloat("min", 0));
+    if (n.HasAttr("max")) hi = F(b, n.GetFloat("max", 0));
+    if (in.size() > 1 && in[1]) lo = in[1];
+    if (in.size() > 2 && in[2]) hi = in[2];
+    return Clamp(b, x(0), lo, hi);
+  }
+  if (op == "HardSigmoid") {
+    llvm::Value* t = b.CreateFAdd(b.CreateFMul(F(b, n.GetFloat("alpha", 0.2f)), x(0)), F(b, n.GetFloat("beta", 0.5f)));
+    return Clamp(b, t, F(b, 0), F(b, 1));
+  }
+  if (op == "HardSwish") {
+    llvm::Value* t = b.CreateFAdd(b.CreateFMul(F(b, 1.0 / 6.0), x(0)), F(b, 0.5));
+    return b.CreateFMul(x(0), Clamp(b, t, F(b, 0), F(b, 1)));
+  }
+  if (op == "LeakyRelu" || op == "PRelu") {
+    llvm::Value* slope = op == "PRelu" ? x(1) : F(b, n.GetFloat("alpha", 0.01f));
+    return b.CreateSelect(b.CreateFCmpOLT(x(0), F(b, 0)), b.CreateFMul(slope, x(0)), x(0));
+  }
+  if (op == "ThresholdedRelu") {
+    return b.CreateSelect(b.CreateFCmpOGT(x(0), F(b, n.GetFloat("alpha", 1.0f))), x(0), F(b, 0));
+  }
+  if (op == "Elu" || op == "Selu" || op == "Celu") {
+    double alpha = n.GetFloat("alpha", op == "Selu" ? 1.67326319217681884765625f : 1.0f);
+    double gamma = op == "Selu" ? n.GetFloat("gamma", 1.05070102214813232421875f) : 1.0;
+    llvm::Value* arg = op == "Celu" ? b.CreateFDiv(x(0), F(b, alpha)) : x(0);
+    llvm::Value* neg = b.CreateFMul(F(b, alpha), b.CreateFSub(math.Unary(b, "exp", arg), F(b, 1)));
+    llvm::Value* r = b.CreateSelect(b.CreateFCmpOLE(x(0), F(b, 0)), neg, x(0));
+    return gamma == 1.0 ? r : b.CreateFMul(F(b, gamma), r);
+  }
+  if (op == "Softplus") {
+    // max(x, 0) + log(1 + exp(-|x|)), stable for large |x|.
+    llvm::Value* ax = b.CreateSelect(b.CreateFCmpOLT(x(0), F(b, 0)), b.CreateFNeg(x(0)), x(0));
+    llvm::Value* l = math.Unary(b, "log", b.CreateFAdd(F(b, 1), math.Unary(b, "exp", b.CreateFNeg(ax))));
+    return b.CreateFAdd(b.CreateSelect(b.CreateFCmpOGT(x(0), F(b, 0)), x(0), F(b, 0)), l);
+  }
+  if (op == "Softsign") {
+    llvm::Value* ax = b.CreateSelect(b.CreateFCmpOLT(x(0), F(b, 0)), b.CreateFNeg(x(0)), x(0));
+    return b.CreateFDiv(x(0), b.CreateFAdd(F(b, 1), ax));
+  }
+  return absl::UnimplementedError(absl::StrCat(n.Describe(), ": no elemental emitter"));
+}
+
+}  // namespace cjit

@@ -1,0 +1,33 @@
+// The elemental emitter: LLVM IR for one output element of an elementwise op, given its operands' values
+// for that element. Shared by every target: it contains no target-specific code; math functions that
+// differ per target (exp, log, tanh, erf, pow, ...) go through the TargetMath hooks (CPU: LLVM intrinsics
+// lowered to libm/vector code; NVPTX: libdevice __nv_* calls).
+//
+// Semantics follow the ONNX operator specification for float32. Includes LLVM headers: only
+// compiler/codegen/*.cc may include this file.
+#ifndef CJIT_COMPILER_CODEGEN_ELEMENTAL_EMITTER_H_
+#define CJIT_COMPILER_CODEGEN_ELEMENTAL_EMITTER_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/ir/graph.h"
+#include "llvm/IR/IRBuilder.h"
+
+namespace cjit {
+
+class TargetMath {
+ public:
+  virtual ~TargetMath() = default;
+  // Unary float32 functions: name is one of exp, log, tanh, erf, sin, cos, floor, ceil, sqrt, round.
+  virtual llvm::Value* Unary(llvm::IRBuilder<>& b, const char* name, llvm::Value* x) = 0;
+  virtual llvm::Value* Pow(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y) = 0;
+};
+
+// `operands[i]` is the float32 value of node.inputs[i] at this element (nullptr for an absent input).
+absl::StatusOr<llvm::Value*> EmitElemental(llvm::IRBuilder<>& b, TargetMath& math, const Node& node,
+                                           const std::vector<llvm::Value*>& operands);
+
+}  // namespace cjit
+
+#endif  // CJIT_COMPILER_CODEGEN_ELEMENTAL_EMITTER_H_

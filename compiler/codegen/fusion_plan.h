@@ -1,0 +1,53 @@
+// Fusion plan of one cluster (a specialized subgraph with fully known shapes): which ops become fused loop
+// kernels and which run as library steps, in an order that respects every dependency.
+//
+// A fused kernel is a maximal group of elementwise ops (float32, supported by the elemental emitter) whose
+// outputs all have the same dims — its iteration space. It reads each of its inputs once per element
+// (inputs may broadcast to the iteration space) and writes each value that is read outside the kernel
+// once; values used only inside stay in registers. Groups are formed by contracting producer->consumer
+// edges through GraphCycles, so no group depends on itself through a library step. Every other op of the
+// cluster (MatMul, Conv, reductions, data movement for now) is a library step run by the runtime.
+//
+// No LLVM here: the plan is target-independent; cpu_compiler.cc (and later the NVPTX compiler) lower it.
+#ifndef CJIT_COMPILER_CODEGEN_FUSION_PLAN_H_
+#define CJIT_COMPILER_CODEGEN_FUSION_PLAN_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/ir/graph.h"
+
+namespace cjit {
+
+struct FusedKernel {
+  std::string name;                    // symbol name in the generated module
+  Dims shape;                          // iteration space
+  std::vector<const Node*> nodes;      // in topological order
+  std::vector<const Value*> inputs;    // values read from outside the kernel (non-scalar)
+  std::vector<const Value*> outputs;   // values the kernel writes
+};
+
+struct PlanStep {
+  enum class Kind { kFused, kLibrary };
+  Kind kind = Kind::kLibrary;
+  int kernel = -1;            // index into FusionPlan::kernels for kFused
+  const Node* node = nullptr;  // the op for kLibrary
+};
+
+struct FusionPlan {
+  std::vector<FusedKernel> kernels;
+  std::vector<PlanStep> steps;  // execution order
+};
+
+// True if the elemental emitter can generate `node` (op and dtypes).
+bool IsFusibleElementwise(const Node& node);
+
+// Scalar float32 constants are folded into the generated code rather than passed as inputs.
+bool IsScalarConstant(const Value* v);
+
+absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body);
+
+}  // namespace cjit
+
+#endif  // CJIT_COMPILER_CODEGEN_FUSION_PLAN_H_

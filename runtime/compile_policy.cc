@@ -1,0 +1,39 @@
+#include "runtime/compile_policy.h"
+
+namespace cjit {
+
+CompilePolicy::Decision CompilePolicy::OnExecution(const std::string& cluster, const std::string& signature,
+                                                   std::string* reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  State& s = clusters_[cluster];
+  ++s.executions;
+  auto fallback = [&](const char* why) {
+    if (reason) *reason = why;
+    return Decision::kFallback;
+  };
+  if (options_.always_defer) return fallback("--always_defer_compilation");
+  if (s.failed) return fallback("an earlier compilation of this cluster failed");
+  if (s.too_slow) return fallback("an earlier compilation exceeded --compile_time_cutoff_s");
+  if (s.compiles > 10 && s.executions < 50LL * s.compiles) return fallback("megamorphic cluster");
+  int64_t& runs = s.fallback_runs[signature];
+  if (options_.lazy && runs < options_.compile_threshold) {
+    ++runs;
+    return fallback("below --compile_threshold");
+  }
+  return Decision::kCompile;
+}
+
+void CompilePolicy::RecordCompile(const std::string& cluster, double seconds, bool ok) {
+  std::lock_guard<std::mutex> lock(mu_);
+  State& s = clusters_[cluster];
+  ++s.compiles;
+  if (!ok) s.failed = true;
+  if (seconds > options_.compile_time_cutoff_s) s.too_slow = true;
+}
+
+void CompilePolicy::RecordCompiledExecution(const std::string& cluster) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++clusters_[cluster].executions;
+}
+
+}  // namespace cjit

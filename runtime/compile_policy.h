@@ -1,0 +1,57 @@
+// When to compile a cluster signature (DESIGN.md "Compile policy"; TensorFlow user guide §9.2.1.2, NVIDIA's
+// lazy-compilation heuristic): the first --compile_threshold executions of a signature run the fallback
+// path and the next one compiles; a cluster whose compilation took longer than --compile_time_cutoff_s is
+// compiled for no further signatures; a cluster that keeps seeing new signatures (more than 10 compiles and
+// fewer than 50 executions per compile, as TensorFlow's profiler) is megamorphic and stays on the fallback
+// for new signatures; a failed compile sends that cluster to the fallback for good.
+// --always_defer_compilation never compiles; --enable_lazy_compilation=false compiles on first execution.
+//
+// A cluster is identified across signatures by its shape-free canonical text.
+// Thread-safety: all methods are safe to call concurrently.
+#ifndef CJIT_RUNTIME_COMPILE_POLICY_H_
+#define CJIT_RUNTIME_COMPILE_POLICY_H_
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace cjit {
+
+struct CompilePolicyOptions {
+  int compile_threshold = 2;
+  double compile_time_cutoff_s = 30;
+  bool always_defer = false;
+  bool lazy = true;
+};
+
+class CompilePolicy {
+ public:
+  enum class Decision { kFallback, kCompile };
+
+  explicit CompilePolicy(CompilePolicyOptions options) : options_(options) {}
+
+  // Records one execution of (cluster, signature) that has no executable yet and decides how to run it.
+  // `reason` (optional) receives why a fallback was chosen.
+  Decision OnExecution(const std::string& cluster, const std::string& signature, std::string* reason = nullptr);
+  // Records the outcome of a compilation.
+  void RecordCompile(const std::string& cluster, double seconds, bool ok);
+  // Records one execution of an already compiled signature (for the megamorphic ratio).
+  void RecordCompiledExecution(const std::string& cluster);
+
+ private:
+  struct State {
+    std::map<std::string, int64_t> fallback_runs;  // per signature
+    int compiles = 0;
+    int64_t executions = 0;
+    bool too_slow = false;
+    bool failed = false;
+  };
+  CompilePolicyOptions options_;
+  std::mutex mu_;
+  std::map<std::string, State> clusters_;
+};
+
+}  // namespace cjit
+
+#endif  // CJIT_RUNTIME_COMPILE_POLICY_H_
