@@ -7,7 +7,8 @@
 // the pass count is below the floor in tests/conformance_floor.txt, or when a test fails that is not
 // listed in tests/conformance_known_failures.txt ("test_name  reason" lines).
 //
-// Usage: conformance_runner [--data DIR] [--floor FILE] [--known FILE] [--filter SUBSTRING]
+// Usage: conformance_runner [--data DIR] [--floor FILE] [--known FILE] [--filter SUBSTRING] [--flags "CJIT_FLAGS"]
+// --flags runs every test with those flags (e.g. every cluster compiled on first execution).
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -27,13 +28,14 @@ int main(int argc, char** argv) {
   std::string data = "/usr/share/libonnx-testdata/data";
   std::string floor_file = CJIT_SOURCE_DIR "/tests/conformance_floor.txt";
   std::string known_file = CJIT_SOURCE_DIR "/tests/conformance_known_failures.txt";
-  std::string filter;
+  std::string filter, flag_text;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--data") data = argv[i + 1];
     else if (a == "--floor") floor_file = argv[i + 1];
     else if (a == "--known") known_file = argv[i + 1];
     else if (a == "--filter") filter = argv[i + 1];
+    else if (a == "--flags") flag_text = argv[i + 1];
   }
   if (!fs::exists(data)) {
     std::cout << "conformance: SKIPPED, " << data << " is absent (install libonnx-testdata: tools/setup.sh)\n";
@@ -69,6 +71,12 @@ int main(int argc, char** argv) {
   cjit::SessionOptions options;
   options.use_environment_flags = false;
   options.flags.intra_op_threads = 1;
+  auto parsed = cjit::ParseFlags(flag_text, options.flags, "--flags");
+  if (!parsed.ok()) {
+    std::cerr << parsed.status().message() << "\n";
+    return 2;
+  }
+  options.flags = *parsed;
   int passed = 0, failed = 0, skipped = 0, unexpected = 0;
   std::map<std::string, int> skip_reasons;
   for (const fs::path& t : tests) {

@@ -1,0 +1,111 @@
+#include "runtime/compile_policy.h"
+
+#include <filesystem>
+
+#include "gtest/gtest.h"
+#include "runtime/session.h"
+#include "tools/check_lib.h"
+
+namespace cjit {
+namespace {
+
+using D = CompilePolicy::Decision;
+
+TEST(CompilePolicyTest, LazyThresholdPerSignature) {
+  CompilePolicy p({.compile_threshold = 2});
+  EXPECT_EQ(p.OnExecution("c", "s1"), D::kFallback);
+  EXPECT_EQ(p.OnExecution("c", "s1"), D::kFallback);
+  EXPECT_EQ(p.OnExecution("c", "s2"), D::kFallback);  // a new signature starts its own count
+  EXPECT_EQ(p.OnExecution("c", "s1"), D::kCompile);
+}
+
+TEST(CompilePolicyTest, EagerAndDeferred) {
+  CompilePolicy eager({.lazy = false});
+  EXPECT_EQ(eager.OnExecution("c", "s"), D::kCompile);
+  CompilePolicy defer({.always_defer = true});
+  std::string why;
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(defer.OnExecution("c", "s", &why), D::kFallback);
+  EXPECT_EQ(why, "--always_defer_compilation");
+}
+
+TEST(CompilePolicyTest, FailedOrSlowCompileStopsCompiling) {
+  CompilePolicy p({.compile_threshold = 0, .compile_time_cutoff_s = 1.0});
+  EXPECT_EQ(p.OnExecution("slow", "s1"), D::kCompile);
+  p.RecordCompile("slow", 2.5, true);
+  std::string why;
+  EXPECT_EQ(p.OnExecution("slow", "s2", &why), D::kFallback);
+  EXPECT_NE(why.find("compile_time_cutoff_s"), std::string::npos);
+  EXPECT_EQ(p.OnExecution("bad", "s1"), D::kCompile);
+  p.RecordCompile("bad", 0.01, false);
+  EXPECT_EQ(p.OnExecution("bad", "s1", &why), D::kFallback);
+  EXPECT_NE(why.find("failed"), std::string::npos);
+}
+
+TEST(CompilePolicyTest, Megamorphic) {
+  CompilePolicy p({.compile_threshold = 0});
+  for (int i = 0; i < 11; ++i) {
+    ASSERT_EQ(p.OnExecution("m", "sig" + std::to_string(i)), D::kCompile);
+    p.RecordCompile("m", 0.01, true);
+  }
+  std::string why;
+  EXPECT_EQ(p.OnExecution("m", "new"), D::kFallback);
+  EXPECT_EQ(p.OnExecution("m", "another", &why), D::kFallback);
+  EXPECT_EQ(why, "megamorphic cluster");
+}
+
+std::filesystem::path SharedModel(const std::string& name) {
+  return std::filesystem::path(CJIT_SOURCE_DIR) / ".." / "shared" / "models" / name;
+}
+
+// cjit run ppocrv4_rec with 5 runs: every cluster 2 fallback executions, 1 compile, 3 compiled executions.
+TEST(ClusterRuntimeTest, LazyCompilationCountsOnRealModel) {
+  auto dir = SharedModel("ppocrv4_rec");
+  if (!std::filesystem::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
+  SessionOptions o;
+  o.use_environment_flags = false;
+  o.flags.intra_op_threads = 2;
+  auto s = Session::Load((dir / "model.onnx").string(), o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto sets = ReadDataSets(dir.string(), **s);
+  ASSERT_TRUE(sets.ok());
+  for (int i = 0; i < 5; ++i) {
+    DataSetResult r = RunDataSet(**s, (*sets)[0], 1e-3, 1e-4);
+    ASSERT_TRUE(r.ok()) << "run " << i << ": " << r.status << " " << (r.outputs.empty() ? "" : r.outputs[0].problem);
+  }
+  SessionStats st = (*s)->stats();
+  ASSERT_FALSE(st.clusters.empty());
+  for (const auto& c : st.clusters) {
+    EXPECT_EQ(c.fallback_executions, 2) << "cluster " << c.id;
+    EXPECT_EQ(c.compiles, 1) << "cluster " << c.id;
+    EXPECT_EQ(c.compiled_executions, 3) << "cluster " << c.id;
+  }
+}
+
+// The test hook makes every compilation fail: clusters run on the fallback path, with correct results.
+TEST(ClusterRuntimeTest, FailedCompilationFallsBack) {
+  auto dir = SharedModel("ppocr_mobile_cls");
+  if (!std::filesystem::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
+  SessionOptions o;
+  o.use_environment_flags = false;
+  o.flags.intra_op_threads = 2;
+  o.flags.enable_lazy_compilation = false;
+  o.flags.fail_compilation_for_testing = "injected";
+  auto s = Session::Load((dir / "model.onnx").string(), o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto sets = ReadDataSets(dir.string(), **s);
+  ASSERT_TRUE(sets.ok());
+  for (int i = 0; i < 3; ++i) {
+    for (const DataSet& set : *sets) {
+      DataSetResult r = RunDataSet(**s, set, 1e-3, 1e-4);
+      ASSERT_TRUE(r.ok()) << set.dir << ": " << r.status;
+    }
+  }
+  SessionStats st = (*s)->stats();
+  ASSERT_FALSE(st.clusters.empty());
+  EXPECT_EQ(st.totals.compiled_executions, 0);
+  EXPECT_GT(st.totals.fallback_executions, 0);
+  for (const auto& c : st.clusters) EXPECT_LE(c.compiles, 1) << "a failed cluster must not be recompiled";
+}
+
+}  // namespace
+}  // namespace cjit

@@ -1,0 +1,167 @@
+// Every clusterable op family, compiled (cluster of one or more ops, compiled on first execution) vs the
+// fallback path (the same graph through the op-by-op executor), per dtype, on random inputs
+// (CONVENTIONS #10, as ggml's test-backend-ops). Tolerance: 1e-5 relative for float32 (reassociation and
+// libm differences), exact for integers.
+#include <algorithm>
+#include <random>
+
+#include "compiler/ir/text.h"
+#include "compiler/passes/mark_for_compilation.h"
+#include "compiler/passes/specialize_shapes.h"
+#include "gtest/gtest.h"
+#include "runtime/cluster_runner.h"
+#include "runtime/cpu/kernel.h"
+#include "runtime/executor.h"
+#include "tools/check_lib.h"
+
+namespace cjit {
+namespace {
+
+struct OpCase {
+  std::string name;
+  std::string ir;  // a graph with inputs; shapes fully given
+};
+
+Tensor RandomInput(const Value& v, std::mt19937& rng) {
+  Tensor t(v.dtype, v.shape.concrete());
+  std::uniform_real_distribution<double> u(-2.0, 2.0);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    double x = u(rng);
+    switch (v.dtype) {
+      case DType::kF32: t.data<float>()[i] = static_cast<float>(x); break;
+      case DType::kF64: t.data<double>()[i] = x; break;
+      case DType::kI64: t.data<int64_t>()[i] = static_cast<int64_t>(x * 3); break;
+      case DType::kI32: t.data<int32_t>()[i] = static_cast<int32_t>(x * 3); break;
+      case DType::kBool: t.data<uint8_t>()[i] = x > 0; break;
+      default: ADD_FAILURE() << "no generator for " << DTypeName(v.dtype);
+    }
+  }
+  return t;
+}
+
+class OpSuite : public ::testing::TestWithParam<OpCase> {};
+
+TEST_P(OpSuite, CompiledMatchesFallback) {
+  const OpCase& c = GetParam();
+  auto parsed = ParseGraph(c.ir);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  std::shared_ptr<Graph> g(std::move(*parsed));
+  std::vector<Dims> dims;
+  for (const Value* v : g->inputs()) dims.push_back(v->shape.concrete());
+  auto eval = [](const Node& n, const std::vector<const Tensor*>& in) { return EvaluateNode(n, in, 1); };
+  ASSERT_TRUE(SpecializeShapes(*g, dims, eval).ok());
+  std::mt19937 rng(42);
+  std::vector<Tensor> inputs;
+  for (const Value* v : g->inputs()) inputs.push_back(RandomInput(*v, rng));
+  // Fallback.
+  auto fallback = Executor::Create(std::shared_ptr<const Graph>(g->Clone()), 2, nullptr, true);
+  ASSERT_TRUE(fallback.ok()) << fallback.status();
+  auto ref = (*fallback)->Run(inputs);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  // Compiled.
+  std::shared_ptr<Graph> cg(g->Clone());
+  ClusteringOptions co;
+  co.min_cluster_size = 1;
+  auto report = MarkForCompilation(*cg, co);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->clusters.size(), 1u) << "expected the whole case in one cluster";
+  Flags flags;
+  flags.enable_lazy_compilation = false;
+  ClusterRuntime rt(flags);
+  auto compiled = Executor::Create(cg, 2, &rt, true);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  auto got = (*compiled)->Run(inputs);
+  ASSERT_TRUE(got.ok()) << got.status();
+  auto stats = rt.AllStats();
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_EQ(stats[0]->compiles.load(), 1);
+  EXPECT_EQ(stats[0]->compiled_executions.load(), 1);
+  ASSERT_EQ(got->size(), ref->size());
+  for (size_t i = 0; i < ref->size(); ++i) {
+    bool is_float = IsFloat((*ref)[i].dtype());
+    OutputComparison cmp = CompareTensors("out", (*got)[i], (*ref)[i], is_float ? 1e-5 : 0, is_float ? 1e-6 : 0);
+    EXPECT_TRUE(cmp.ok) << c.name << " output " << i << ": " << cmp.problem << " max_abs " << cmp.max_abs;
+  }
+}
+
+std::vector<OpCase> Cases() {
+  std::vector<OpCase> cases;
+  auto unary = [&](const std::string& op, const std::string& dt, const std::string& attrs = "") {
+    cases.push_back({op + "_" + dt, "graph g(%x: " + dt + "[3,37]) {\n  %y = " + op + "(%x)" + attrs +
+                                        "\n  %z = Add(%y, %y)\n  return %z\n}"});
+  };
+  for (const char* op : {"Abs", "Neg", "Relu", "Sigmoid", "Tanh", "Exp", "Floor", "Ceil", "Round", "Erf", "Sin",
+                         "Cos", "Softplus", "Softsign", "HardSwish", "Sign", "Identity"}) {
+    unary(op, "f32");
+  }
+  unary("LeakyRelu", "f32", " {alpha=0.3}");
+  unary("HardSigmoid", "f32", " {alpha=0.25, beta=0.4}");
+  unary("Elu", "f32", " {alpha=0.7}");
+  unary("Selu", "f32");
+  unary("Celu", "f32", " {alpha=1.5}");
+  unary("ThresholdedRelu", "f32", " {alpha=0.5}");
+  unary("Clip", "f32", " {min=-0.5, max=0.75}");
+  for (const char* op : {"Abs", "Neg", "Relu", "Sign"}) unary(op, "f64");
+  for (const char* op : {"Abs", "Neg"}) unary(op, "i64");
+  // Positive-domain unary ops.
+  for (const char* op : {"Sqrt", "Log", "Reciprocal"}) {
+    cases.push_back({std::string(op) + "_f32", std::string("graph g(%x: f32[4,33]) {\n  %a = Abs(%x)\n  %one = constant f32[] {1}\n") +
+                                                   "  %b = Add(%a, %one)\n  %y = " + op + "(%b)\n  return %y\n}"});
+  }
+  auto binary = [&](const std::string& op, const std::string& dt, const std::string& sa, const std::string& sb) {
+    std::string tag = op + "_" + dt + "_" + sa + "_" + sb;
+    std::replace(tag.begin(), tag.end(), ',', 'x');
+    cases.push_back({tag, "graph g(%a: " + dt + "[" + sa + "], %b: " + dt + "[" + sb +
+                                                              "]) {\n  %y = " + op + "(%a, %b)\n  %z = Mul(%y, %a)\n  return %z\n}"});
+  };
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "Max", "Min"}) {
+    binary(op, "f32", "2,3,16", "2,3,16");
+    binary(op, "f32", "2,3,16", "3,1");
+    binary(op, "f32", "2,3,16", "1");
+    binary(op, "f64", "4,5", "5");
+  }
+  for (const char* op : {"Add", "Sub", "Mul", "Max", "Min"}) binary(op, "i64", "4,5", "5");
+  cases.push_back({"Pow_square_f32", "graph g(%x: f32[64]) {\n  %two = constant f32[] {2}\n  %y = Pow(%x, %two)\n  %z = Add(%y, %x)\n  return %z\n}"});
+  cases.push_back({"PRelu_f32", "graph g(%x: f32[2,4,8], %s: f32[4,1]) {\n  %y = PRelu(%x, %s)\n  %z = Add(%y, %x)\n  return %z\n}"});
+  cases.push_back({"Sum3_f32", "graph g(%a: f32[6,7], %b: f32[7], %c: f32[6,1]) {\n  %y = Sum(%a, %b, %c)\n  %z = Mean(%y, %a, %c)\n  return %z\n}"});
+  // Fused chains with intermediate outputs, as in the real models (HardSwish written out, LayerNorm).
+  cases.push_back({"HardSwishChain_f32", R"(graph g(%x: f32[1,8,6,10]) {
+  %three = constant f32[] {3}
+  %six = constant f32[] {6}
+  %zero = constant f32[] {0}
+  %a = Add(%x, %three)
+  %b = Clip(%a, %zero, %six)
+  %c = Mul(%x, %b)
+  %d = Div(%c, %six)
+  return %d, %b
+})"});
+  cases.push_back({"LayerNormChain_f32", R"(graph g(%x: f32[2,5,16], %w: f32[16]) {
+  %m = ReduceMean(%x) {axes=[-1]}
+  %d = Sub(%x, %m)
+  %two = constant f32[] {2}
+  %p = Pow(%d, %two)
+  %v = ReduceMean(%p) {axes=[-1]}
+  %eps = constant f32[] {0.00001}
+  %ve = Add(%v, %eps)
+  %s = Sqrt(%ve)
+  %n = Div(%d, %s)
+  %y = Mul(%n, %w)
+  return %y
+})"});
+  // Library steps inside a cluster.
+  cases.push_back({"MatMulBias_f32", "graph g(%a: f32[3,8,16], %b: f32[16,12], %c: f32[12]) {\n  %m = MatMul(%a, %b)\n  %y = Add(%m, %c)\n  %z = Relu(%y)\n  return %z\n}"});
+  cases.push_back({"Gemm_f32", "graph g(%a: f32[5,7], %b: f32[9,7], %c: f32[9]) {\n  %m = Gemm(%a, %b, %c) {transB=1, alpha=0.5, beta=2.0}\n  %z = Sigmoid(%m)\n  return %z\n}"});
+  cases.push_back({"Softmax_f32", "graph g(%x: f32[4,33]) {\n  %s = Softmax(%x) {axis=-1}\n  %z = Mul(%s, %x)\n  return %z\n}"});
+  cases.push_back({"Transpose_f32", "graph g(%x: f32[2,3,4]) {\n  %t = Transpose(%x) {perm=[2,0,1]}\n  %z = Neg(%t)\n  return %z\n}"});
+  cases.push_back({"Concat_f32", "graph g(%x: f32[2,3], %y: f32[2,5]) {\n  %c = Concat(%x, %y) {axis=1}\n  %z = Exp(%c)\n  return %z\n}"});
+  cases.push_back({"ReduceMax_f64", "graph g(%x: f64[3,4,5]) {\n  %r = ReduceMax(%x) {axes=[1], keepdims=0}\n  %z = Abs(%r)\n  return %z\n}"});
+  cases.push_back({"Where_f32", "graph g(%c: bool[4,6], %x: f32[4,6], %y: f32[6]) {\n  %w = Where(%c, %x, %y)\n  %z = Tanh(%w)\n  return %z\n}"});
+  cases.push_back({"Cast_i64_f32", "graph g(%x: i64[10]) {\n  %c = Cast(%x) {to=1}\n  %z = Mul(%c, %c)\n  return %z\n}"});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, OpSuite, ::testing::ValuesIn(Cases()),
+                         [](const ::testing::TestParamInfo<OpCase>& i) { return i.param.name; });
+
+}  // namespace
+}  // namespace cjit
