@@ -168,6 +168,24 @@ absl::StatusOr<std::shared_ptr<const Executor>> Session::Specialize(const std::v
   return it->second;
 }
 
+absl::StatusOr<ClusteringReport> Session::Explain(const std::vector<NamedTensor>& inputs) {
+  CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> ordered, ValidateInputs(inputs));
+  std::vector<Dims> dims;
+  std::unique_ptr<Graph> g = graph_->Clone();
+  for (size_t i = 0; i < ordered.size(); ++i) {
+    g->inputs()[i]->dtype = ordered[i].dtype();
+    dims.push_back(ordered[i].dims());
+  }
+  int threads = flags_.intra_op_threads;
+  auto evaluate = [threads](const Node& n, const std::vector<const Tensor*>& args) {
+    return EvaluateNode(n, args, threads);
+  };
+  CJIT_RETURN_IF_ERROR(SpecializeShapes(*g, dims, evaluate));
+  ClusteringOptions copts = ClusteringOptionsFor(flags_, enable_clustering_);
+  if (copts.mode == ClusteringMode::kOff) return ClusteringReport{};
+  return MarkForCompilation(*g, copts);
+}
+
 absl::StatusOr<std::vector<NamedTensor>> Session::Run(const std::vector<NamedTensor>& inputs) {
   CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> ordered, ValidateInputs(inputs));
   omp_set_num_threads(flags_.intra_op_threads);

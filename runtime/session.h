@@ -64,6 +64,7 @@ struct TensorInfo {
 
 // The clustering options that flags (and SessionOptions::enable_clustering, for --auto_jit=0) select.
 struct ClusteringOptions;
+struct ClusteringReport;
 ClusteringOptions ClusteringOptionsFor(const Flags& flags, bool session_default);
 
 class Session {
@@ -83,6 +84,8 @@ class Session {
   int num_signatures() const;
   // Per-cluster compile/execution counters so far.
   SessionStats stats() const;
+  // The clustering this session would do for these inputs' signature (for `cjit explain`).
+  absl::StatusOr<ClusteringReport> Explain(const std::vector<NamedTensor>& inputs);
 
  private:
   Session() = default;

@@ -14,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
+#include "absl/strings/str_join.h"
+#include "compiler/passes/mark_for_compilation.h"
 #include "runtime/session.h"
 #include "tools/check_lib.h"
 
@@ -62,14 +64,15 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(idx, v.size() - 1)];
 }
 
-int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
-           const std::vector<std::string>& shape_args, int iterations, int warmup, const std::string& output_dir,
-           const std::string& stats_json) {
-  auto session = Session::Load(model);
-  if (!session.ok()) return Fail(session.status(), session.status().code() == absl::StatusCode::kInvalidArgument &&
-                                                           absl::StrContains(session.status().message(), "flag")
-                                                       ? 2 : 1);
-  Session& s = **session;
+// Usage error (exit 2) or run error (exit 1), carried through the helpers below.
+struct CliError {
+  absl::Status status;
+  int code;
+};
+
+// Inputs from --input files ([NAME=]FILE.pb) and --shape NAME=DIMS (random, fixed seed) for the rest.
+absl::StatusOr<std::vector<NamedTensor>> PrepareInputs(const Session& s, const std::vector<std::string>& input_args,
+                                                       const std::vector<std::string>& shape_args) {
   std::vector<NamedTensor> inputs;
   for (size_t k = 0; k < input_args.size(); ++k) {
     std::string arg = input_args[k], name, path = arg;
@@ -79,10 +82,10 @@ int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
       path = arg.substr(eq + 1);
     }
     auto t = ReadTensorProtoFile(path);
-    if (!t.ok()) return Fail(t.status(), 2);
+    if (!t.ok()) return t.status();
     if (!name.empty()) t->name = name;
     if (t->name.empty()) {
-      if (k >= s.inputs().size()) return Fail(absl::InvalidArgumentError("more --input files than model inputs"), 2);
+      if (k >= s.inputs().size()) return absl::InvalidArgumentError("more --input files than model inputs");
       t->name = s.inputs()[k].name;
     }
     inputs.push_back(std::move(*t));
@@ -90,9 +93,9 @@ int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
   std::map<std::string, Dims> shapes;
   for (const std::string& a : shape_args) {
     size_t eq = a.find('=');
-    if (eq == std::string::npos) return Fail(absl::InvalidArgumentError("--shape takes NAME=1x3x48x320"), 2);
+    if (eq == std::string::npos) return absl::InvalidArgumentError("--shape takes NAME=1x3x48x320");
     auto d = ParseDims(a.substr(eq + 1));
-    if (!d.ok()) return Fail(d.status(), 2);
+    if (!d.ok()) return d.status();
     shapes[a.substr(0, eq)] = *d;
   }
   std::mt19937 rng(1234);
@@ -105,14 +108,31 @@ int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
       dims = shapes[info.name];
     } else {
       if (!info.shape.fully_known()) {
-        return Fail(absl::InvalidArgumentError(absl::StrCat("input '", info.name, "' has dynamic shape ",
-                                                            info.shape.ToString(), ": give --shape ", info.name,
-                                                            "=... or --input")), 2);
+        return absl::InvalidArgumentError(absl::StrCat("input '", info.name, "' has dynamic shape ",
+                                                       info.shape.ToString(), ": give --shape ", info.name,
+                                                       "=... or --input"));
       }
       dims = info.shape.concrete();
     }
     inputs.push_back({info.name, RandomTensor(info.dtype == DType::kInvalid ? DType::kF32 : info.dtype, dims, rng)});
   }
+  return inputs;
+}
+
+int LoadFailure(const absl::Status& st) {
+  bool flag_error = st.code() == absl::StatusCode::kInvalidArgument && absl::StrContains(st.message(), "flag");
+  return Fail(st, flag_error ? 2 : 1);
+}
+
+int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
+           const std::vector<std::string>& shape_args, int iterations, int warmup, const std::string& output_dir,
+           const std::string& stats_json) {
+  auto session = Session::Load(model);
+  if (!session.ok()) return LoadFailure(session.status());
+  Session& s = **session;
+  auto prepared = PrepareInputs(s, input_args, shape_args);
+  if (!prepared.ok()) return Fail(prepared.status(), 2);
+  std::vector<NamedTensor> inputs = std::move(*prepared);
   using Clock = std::chrono::steady_clock;
   auto time_run = [&](std::vector<NamedTensor>* out) -> absl::StatusOr<double> {
     auto t0 = Clock::now();
@@ -203,6 +223,86 @@ int CmdCheck(const std::string& dir, double rtol, double atol) {
   return all_ok ? 0 : 1;
 }
 
+int CmdExplain(const std::string& model, const std::vector<std::string>& input_args,
+               const std::vector<std::string>& shape_args) {
+  auto session = Session::Load(model);
+  if (!session.ok()) return LoadFailure(session.status());
+  auto inputs = PrepareInputs(**session, input_args, shape_args);
+  if (!inputs.ok()) return Fail(inputs.status(), 2);
+  auto report = (*session)->Explain(*inputs);
+  if (!report.ok()) return Fail(report.status());
+  std::printf("%zu clusters\n", report->clusters.size());
+  std::printf("%-4s %-5s %-60s %s\n", "id", "ops", "op histogram", "inputs -> outputs");
+  for (const ClusterInfo& c : report->clusters) {
+    std::vector<std::string> hist;
+    for (const auto& [op, n] : c.op_histogram) hist.push_back(absl::StrCat(op, ":", n));
+    std::printf("%-4d %-5d %-60s %zu -> %zu (%s -> %s)\n", c.id, c.num_ops, absl::StrJoin(hist, " ").c_str(),
+                c.inputs.size(), c.outputs.size(), absl::StrJoin(c.inputs, ",").c_str(),
+                absl::StrJoin(c.outputs, ",").c_str());
+  }
+  std::printf("\n%zu nodes outside clusters:\n", report->excluded.size());
+  for (const auto& [node, why] : report->excluded) std::printf("  %s: %s\n", node.c_str(), why.c_str());
+  return 0;
+}
+
+// Fallback only (--auto_jit=-1) vs clustering, same inputs, one process.
+int CmdBench(const std::string& model, const std::vector<std::string>& input_args,
+             const std::vector<std::string>& shape_args, int iterations, int warmup) {
+  const Flags& env = *FlagsFromEnvironment();
+  struct Result {
+    double median = 0, first_compiled_ms = -1;
+    int64_t compiles = 0;
+  };
+  auto measure = [&](bool clustering) -> absl::StatusOr<Result> {
+    SessionOptions o;
+    o.use_environment_flags = false;
+    o.flags = env;
+    if (!clustering) o.flags.auto_jit = "-1";
+    else if (o.flags.auto_jit == "-1" || o.flags.auto_jit == "0") o.flags.auto_jit = "1";
+    auto session = Session::Load(model, o);
+    if (!session.ok()) return session.status();
+    auto inputs = PrepareInputs(**session, input_args, shape_args);
+    if (!inputs.ok()) return inputs.status();
+    Result r;
+    std::vector<double> times;
+    auto t_start = std::chrono::steady_clock::now();
+    int64_t fallback_before = 0;
+    for (int i = 0; i < warmup + iterations; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      auto out = (*session)->Run(*inputs);
+      auto t1 = std::chrono::steady_clock::now();
+      if (!out.ok()) return out.status();
+      SessionStats st = (*session)->stats();
+      // The first run in which no cluster ran on the fallback path (and at least one ran compiled).
+      if (clustering && r.first_compiled_ms < 0 && st.totals.compiled_executions > 0 &&
+          st.totals.fallback_executions == fallback_before) {
+        r.first_compiled_ms = std::chrono::duration<double, std::milli>(t1 - t_start).count();
+      }
+      fallback_before = st.totals.fallback_executions;
+      r.compiles = st.totals.compiles;
+      if (i >= warmup) times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    }
+    r.median = Percentile(times, 0.5);
+    return r;
+  };
+  auto fb = measure(false);
+  if (!fb.ok()) return Fail(fb.status());
+  auto cl = measure(true);
+  if (!cl.ok()) return Fail(cl.status());
+  std::printf("model: %s  (%d threads, %d warm-up, %d timed runs each)\n", model.c_str(), env.intra_op_threads,
+              warmup, iterations);
+  std::printf("fallback (--auto_jit=-1) median: %.3f ms\n", fb->median);
+  std::printf("clustered             median: %.3f ms  (%lld compiles)\n", cl->median,
+              static_cast<long long>(cl->compiles));
+  std::printf("speedup: %.2fx\n", fb->median / cl->median);
+  if (cl->first_compiled_ms >= 0) {
+    std::printf("time to first compiled run: %.1f ms (from the first Run call)\n", cl->first_compiled_ms);
+  } else {
+    std::printf("time to first compiled run: never (no run was fully compiled)\n");
+  }
+  return 0;
+}
+
 int CmdFlags() {
   std::printf("CJIT_FLAGS: whitespace-separated --name=value (TF_XLA_FLAGS grammar); --tf_xla_NAME is an alias.\n\n");
   for (const FlagInfo& f : ListFlags()) {
@@ -240,6 +340,16 @@ int main(int argc, char** argv) {
   check->add_option("dir", dir, "directory with model.onnx and test_data_set_*")->required();
   check->add_option("--rtol", rtol, "relative tolerance");
   check->add_option("--atol", atol, "absolute tolerance");
+  auto* explain = app.add_subcommand("explain", "print the clusters of a model for one input signature");
+  explain->add_option("model", model, "model.onnx")->required();
+  explain->add_option("--input", inputs, "[NAME=]FILE.pb; repeatable");
+  explain->add_option("--shape", shapes, "NAME=1x3x48x320; repeatable");
+  auto* bench = app.add_subcommand("bench", "fallback vs clustered latency, side by side in one process");
+  bench->add_option("model", model, "model.onnx")->required();
+  bench->add_option("--input", inputs, "[NAME=]FILE.pb; repeatable");
+  bench->add_option("--shape", shapes, "NAME=1x3x48x320; repeatable");
+  bench->add_option("--iterations", iterations, "timed runs per mode")->check(CLI::PositiveNumber);
+  bench->add_option("--warmup", warmup, "untimed runs per mode (compilation happens here)")->check(CLI::NonNegativeNumber);
   auto* flags = app.add_subcommand("flags", "list every CJIT_FLAGS flag with its default and help");
   try {
     app.parse(argc, argv);
@@ -249,5 +359,7 @@ int main(int argc, char** argv) {
   if (*run) return cjit::CmdRun(model, inputs, shapes, iterations, warmup, output_dir, stats_json);
   if (*check) return cjit::CmdCheck(dir, rtol, atol);
   if (*flags) return cjit::CmdFlags();
+  if (*explain) return cjit::CmdExplain(model, inputs, shapes);
+  if (*bench) return cjit::CmdBench(model, inputs, shapes, iterations, warmup);
   return 2;
 }
