@@ -6,6 +6,7 @@
 #include "compiler/ir/status_macros.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/onnx/onnx_import.h"
+#include "compiler/passes/simplify.h"
 #include "compiler/passes/specialize_shapes.h"
 #include "compiler/passes/mark_for_compilation.h"
 #include "runtime/cluster_runner.h"
@@ -154,6 +155,7 @@ absl::StatusOr<std::shared_ptr<const Executor>> Session::Specialize(const std::v
   };
   CJIT_RETURN_IF_ERROR(SpecializeShapes(*g, dims, evaluate));
   CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
+  CJIT_RETURN_IF_ERROR(SimplifyGraph(*g));
   VLOG(1) << "specialized signature " << signature << ": " << g->nodes().size() << " nodes";
   ClusteringOptions copts = ClusteringOptionsFor(flags_, enable_clustering_);
   if (copts.mode != ClusteringMode::kOff) {
@@ -181,6 +183,7 @@ absl::StatusOr<ClusteringReport> Session::Explain(const std::vector<NamedTensor>
     return EvaluateNode(n, args, threads);
   };
   CJIT_RETURN_IF_ERROR(SpecializeShapes(*g, dims, evaluate));
+  CJIT_RETURN_IF_ERROR(SimplifyGraph(*g));
   ClusteringOptions copts = ClusteringOptionsFor(flags_, enable_clustering_);
   if (copts.mode == ClusteringMode::kOff) return ClusteringReport{};
   return MarkForCompilation(*g, copts);

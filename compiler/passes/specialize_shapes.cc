@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/ops/op_registry.h"
+#include "compiler/passes/simplify.h"
 
 namespace cjit {
 namespace {
@@ -47,25 +48,6 @@ void InlineBranch(Graph& graph, Node* node, const Graph& branch) {
     if (node->outputs[k]) graph.ReplaceAllUses(node->outputs[k], map.at(branch.outputs()[k]));
   }
   graph.RemoveNode(node);
-}
-
-void RemoveDeadNodes(Graph& graph) {
-  std::unordered_set<const Value*> live(graph.outputs().begin(), graph.outputs().end());
-  auto order = graph.TopologicalOrder();
-  if (!order.ok()) return;
-  std::vector<Node*> dead;
-  for (auto it = order->rbegin(); it != order->rend(); ++it) {
-    Node* n = *it;
-    bool used = false;
-    for (Value* v : n->outputs) used |= v && live.count(v);
-    if (!used) {
-      dead.push_back(n);
-      continue;
-    }
-    for (Value* v : n->inputs) if (v) live.insert(v);
-    for (Value* v : n->implicit_inputs) live.insert(v);
-  }
-  for (Node* n : dead) graph.RemoveNode(n);
 }
 
 // One walk; returns true if an If was inlined (the caller walks again).

@@ -1,0 +1,266 @@
+#include "compiler/passes/simplify.h"
+
+#include <glog/logging.h>
+
+#include <cmath>
+#include <map>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "compiler/ir/status_macros.h"
+#include "compiler/ir/verifier.h"
+
+namespace cjit {
+namespace {
+
+// Readers of each value (node inputs and implicit inputs) and whether it is a graph output.
+struct Uses {
+  std::unordered_map<const Value*, int> count;
+  std::unordered_map<const Value*, bool> is_output;
+  explicit Uses(const Graph& g) {
+    for (const auto& n : g.nodes()) {
+      for (const Value* v : n->inputs) if (v) ++count[v];
+      for (const Value* v : n->implicit_inputs) ++count[v];
+    }
+    for (const Value* v : g.outputs()) is_output[v] = true;
+  }
+  bool OnlyReader(const Value* v) const {
+    auto it = count.find(v);
+    return it != count.end() && it->second == 1 && !is_output.count(v);
+  }
+};
+
+// Replaces node `n`'s (single) output by `by` and removes n. A graph output keeps its position.
+void Bypass(Graph& g, Node* n, Value* by) {
+  g.ReplaceAllUses(n->outputs[0], by);
+  g.RemoveNode(n);
+}
+
+bool SameDims(const Value* a, const Value* b) {
+  return a && b && a->shape.fully_known() && b->shape.fully_known() && a->shape.concrete() == b->shape.concrete();
+}
+
+bool IsReshapeLike(const std::string& op) {
+  return op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze";
+}
+
+}  // namespace
+
+bool RemoveDeadNodes(Graph& graph) {
+  std::unordered_map<const Value*, bool> live;
+  for (const Value* v : graph.outputs()) live[v] = true;
+  auto order = graph.TopologicalOrder();
+  if (!order.ok()) return false;
+  std::vector<Node*> dead;
+  for (auto it = order->rbegin(); it != order->rend(); ++it) {
+    Node* n = *it;
+    bool used = false;
+    for (Value* v : n->outputs) used |= v && live.count(v);
+    if (!used) {
+      dead.push_back(n);
+      continue;
+    }
+    for (Value* v : n->inputs) if (v) live[v] = true;
+    for (Value* v : n->implicit_inputs) live[v] = true;
+  }
+  for (Node* n : dead) graph.RemoveNode(n);
+  return !dead.empty();
+}
+
+absl::StatusOr<bool> RemoveNoOps(Graph& g) {
+  bool changed = false;
+  CJIT_ASSIGN_OR_RETURN(std::vector<Node*> order, g.TopologicalOrder());
+  for (Node* n : order) {
+    if (n->outputs.empty() || n->outputs[0] == nullptr || n->inputs.empty() || n->inputs[0] == nullptr) continue;
+    Value* in = n->inputs[0];
+    Value* out = n->outputs[0];
+    bool extra_outputs = false;
+    for (size_t k = 1; k < n->outputs.size(); ++k) extra_outputs |= n->outputs[k] != nullptr;
+    bool noop = false;
+    if (n->op_type == "Identity") noop = true;
+    else if (n->op_type == "Dropout") {
+      bool training = n->GetInt("training_mode", 0) != 0;
+      if (n->inputs.size() > 2 && n->inputs[2]) {
+        training = n->inputs[2]->is_constant() && n->inputs[2]->constant->ToDoubleVector().at(0) != 0;
+        if (!n->inputs[2]->is_constant()) training = true;
+      }
+      noop = !training && !extra_outputs;
+    } else if (n->op_type == "Cast") noop = in->dtype == out->dtype && in->dtype != DType::kInvalid;
+    else if (IsReshapeLike(n->op_type)) noop = SameDims(in, out) && in->dtype == out->dtype;
+    else if (n->op_type == "Transpose") {
+      std::vector<int64_t> perm = n->GetInts("perm");
+      noop = !perm.empty();
+      for (size_t i = 0; i < perm.size(); ++i) noop &= perm[i] == static_cast<int64_t>(i);
+      // Transpose(Transpose(x, p), q) with p∘q = identity.
+      if (!noop && in->producer && in->producer->op_type == "Transpose") {
+        std::vector<int64_t> p = in->producer->GetInts("perm");
+        if (!p.empty() && p.size() == perm.size()) {
+          bool ident = true;
+          for (size_t i = 0; i < perm.size(); ++i) ident &= p[perm[i]] == static_cast<int64_t>(i);
+          if (ident && in->producer->inputs[0]) {
+            VLOG(2) << "RemoveNoOps: transpose pair " << in->producer->name << ", " << n->name << " cancels";
+            Bypass(g, n, in->producer->inputs[0]);
+            changed = true;
+            continue;
+          }
+        }
+      }
+    } else if (n->op_type == "Reshape" && in->producer && IsReshapeLike(in->producer->op_type) &&
+               n->inputs.size() > 1 && n->inputs[1] && n->inputs[1]->is_constant() &&
+               in->producer->inputs[0] && out->shape.fully_known()) {
+      // Reshape(ReshapeLike(x)) -> Reshape(x) with the final dims (0 / -1 resolved).
+      Dims d = out->shape.concrete();
+      Tensor t(DType::kI64, {static_cast<int64_t>(d.size())});
+      for (size_t i = 0; i < d.size(); ++i) t.data<int64_t>()[i] = d[i];
+      n->inputs[0] = in->producer->inputs[0];
+      n->inputs[1] = g.AddConstant(absl::StrCat(n->name, "/shape"), t);
+      n->attrs.erase("allowzero");
+      changed = true;
+      continue;
+    }
+    if (noop) {
+      VLOG(2) << "RemoveNoOps: removing " << n->Describe();
+      Bypass(g, n, in);
+      changed = true;
+    }
+  }
+  if (changed) RemoveDeadNodes(g);
+  return changed;
+}
+
+absl::StatusOr<bool> FoldIntoConv(Graph& g) {
+  bool changed = false;
+  Uses uses(g);
+  CJIT_ASSIGN_OR_RETURN(std::vector<Node*> order, g.TopologicalOrder());
+  for (Node* n : order) {
+    if (n->inputs.empty() || !n->inputs[0] || !n->inputs[0]->producer) continue;
+    Node* conv = n->inputs[0]->producer;
+    if (conv->op_type != "Conv" || !uses.OnlyReader(conv->outputs[0])) continue;
+    Value* w = conv->input(1);
+    Value* b = conv->input(2);
+    if (!w || !w->is_constant() || w->dtype != DType::kF32 || (b && (!b->is_constant() || b->dtype != DType::kF32))) continue;
+    int64_t oc = w->constant->dim(0);
+    int64_t per_oc = w->constant->numel() / std::max<int64_t>(oc, 1);
+    std::vector<double> scale(oc, 1.0), shift(oc, 0.0);
+    const Value* out = conv->outputs[0];
+    int rank = out->shape.rank();
+    // Per-channel constant c broadcast over [N, OC, spatial...]: returns false if it is not one.
+    auto channel_values = [&](const Value* c, std::vector<double>* vals) {
+      if (!c || !c->is_constant() || c->dtype != DType::kF32) return false;
+      const Dims& d = c->constant->dims();
+      if (static_cast<int>(d.size()) > rank) return false;
+      std::vector<double> v = c->constant->ToDoubleVector();
+      if (v.size() == 1) {
+        vals->assign(oc, v[0]);
+        return true;
+      }
+      // Must be [..., OC, 1, ..., 1] aligned to dim 1 of the output.
+      int off = rank - static_cast<int>(d.size());
+      for (int i = 0; i < static_cast<int>(d.size()); ++i) {
+        int axis = off + i;
+        if (axis == 1 ? d[i] != oc : d[i] != 1) return false;
+      }
+      *vals = v;
+      return true;
+    };
+    if (n->op_type == "BatchNormalization") {
+      if (n->GetInt("training_mode", 0) != 0 || n->outputs.size() > 1) {
+        bool extra = false;
+        for (size_t k = 1; k < n->outputs.size(); ++k) extra |= n->outputs[k] != nullptr;
+        if (extra || n->GetInt("training_mode", 0) != 0) continue;
+      }
+      bool all_const = true;
+      for (int i = 1; i < 5; ++i) all_const &= n->input(i) && n->input(i)->is_constant();
+      if (!all_const) continue;
+      std::vector<double> gam = n->input(1)->constant->ToDoubleVector(), bet = n->input(2)->constant->ToDoubleVector(),
+                          mean = n->input(3)->constant->ToDoubleVector(), var = n->input(4)->constant->ToDoubleVector();
+      if (static_cast<int64_t>(gam.size()) != oc) continue;
+      double eps = n->GetFloat("epsilon", 1e-5f);
+      for (int64_t c = 0; c < oc; ++c) {
+        scale[c] = gam[c] / std::sqrt(var[c] + eps);
+        shift[c] = bet[c] - mean[c] * scale[c];
+      }
+    } else if (n->op_type == "Mul" || n->op_type == "Add") {
+      std::vector<double> vals;
+      if (!channel_values(n->input(1), &vals) || !SameDims(n->outputs[0], out)) continue;
+      if (n->op_type == "Mul") scale = vals;
+      else shift = vals;
+    } else {
+      continue;
+    }
+    Tensor nw(DType::kF32, w->constant->dims());
+    const float* pw = w->constant->data<float>();
+    for (int64_t c = 0; c < oc; ++c)
+      for (int64_t i = 0; i < per_oc; ++i) nw.data<float>()[c * per_oc + i] = static_cast<float>(pw[c * per_oc + i] * scale[c]);
+    Tensor nb(DType::kF32, {oc});
+    for (int64_t c = 0; c < oc; ++c) {
+      double b0 = b ? b->constant->data<float>()[c] : 0.0;
+      nb.data<float>()[c] = static_cast<float>(b0 * scale[c] + shift[c]);
+    }
+    VLOG(2) << "FoldIntoConv: folding " << n->Describe() << " into " << conv->Describe();
+    conv->inputs.resize(3);
+    conv->inputs[1] = g.AddConstant(absl::StrCat(conv->name, "/W_folded", g.values().size()), nw);
+    conv->inputs[2] = g.AddConstant(absl::StrCat(conv->name, "/B_folded", g.values().size()), nb);
+    g.ReplaceAllUses(n->outputs[0], conv->outputs[0]);
+    g.RemoveNode(n);
+    changed = true;
+    uses = Uses(g);
+  }
+  return changed;
+}
+
+absl::StatusOr<bool> EliminateCommonSubexpressions(Graph& g) {
+  bool changed = false;
+  CJIT_ASSIGN_OR_RETURN(std::vector<Node*> order, g.TopologicalOrder());
+  std::map<std::string, Node*> seen;
+  for (Node* n : order) {
+    if (n->op_type.rfind("Random", 0) == 0 || n->op_type == "Bernoulli" || !n->implicit_inputs.empty()) continue;
+    bool has_graph = false;
+    std::vector<std::string> attrs;
+    for (const auto& [k, a] : n->attrs) {
+      if (a.kind == Attribute::Kind::kGraph || a.kind == Attribute::Kind::kGraphs || a.kind == Attribute::Kind::kTensor ||
+          a.kind == Attribute::Kind::kTensors) {
+        has_graph = true;
+        break;
+      }
+      attrs.push_back(absl::StrCat(k, "=", a.i, "/", a.f, "/", a.s, "/", absl::StrJoin(a.ints, ","), "/",
+                                   absl::StrJoin(a.floats, ","), "/", absl::StrJoin(a.strings, ",")));
+    }
+    if (has_graph) continue;
+    std::vector<std::string> ins;
+    for (const Value* v : n->inputs) ins.push_back(absl::StrCat(reinterpret_cast<uintptr_t>(v)));
+    std::string key = absl::StrCat(n->domain, ".", n->op_type, "(", absl::StrJoin(ins, ","), "){",
+                                   absl::StrJoin(attrs, ";"), "}#", n->outputs.size());
+    auto [it, inserted] = seen.emplace(key, n);
+    if (inserted) continue;
+    Node* keep = it->second;
+    VLOG(2) << "CSE: " << n->Describe() << " is the same as " << keep->Describe();
+    for (size_t k = 0; k < n->outputs.size(); ++k) {
+      if (!n->outputs[k]) continue;
+      if (!keep->outputs[k]) goto next;  // the kept node does not produce this optional output
+    }
+    for (size_t k = 0; k < n->outputs.size(); ++k) {
+      if (n->outputs[k]) g.ReplaceAllUses(n->outputs[k], keep->outputs[k]);
+    }
+    g.RemoveNode(n);
+    changed = true;
+  next:;
+  }
+  return changed;
+}
+
+absl::Status SimplifyGraph(Graph& g) {
+  for (int round = 0; round < 8; ++round) {
+    bool any = false;
+    for (auto pass : {&RemoveNoOps, &FoldIntoConv, &EliminateCommonSubexpressions}) {
+      CJIT_ASSIGN_OR_RETURN(bool changed, pass(g));
+      CJIT_RETURN_IF_ERROR(VerifyGraph(g));
+      any |= changed;
+    }
+    if (!any) break;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cjit

@@ -1,0 +1,35 @@
+// Graph simplifications run before clustering (whether or not clustering is on, so the fallback path
+// gains too) — the rewrites ONNX Runtime's basic and extended levels do. Each is its own pass with one
+// entry point returning whether it changed the graph. All expect a specialized graph (known shapes).
+//
+//  * RemoveNoOps: Identity; inference Dropout; Cast to the same dtype; Reshape/Flatten/Squeeze/Unsqueeze to
+//    the same dims; Transpose with the identity permutation; Transpose pairs whose permutations cancel;
+//    Reshape-of-Reshape (-> one Reshape).
+//  * FoldIntoConv: BatchNormalization (inference), and Mul / Add by per-output-channel constants, folded
+//    into a preceding Conv with constant weights (W' = W*s, B' = B*s + t); only when the Conv output has
+//    no other reader.
+//  * EliminateCommonSubexpressions: nodes with the same op, attributes and inputs are merged.
+//
+// Before (FoldIntoConv):  %c = Conv(%x, %W, %B)  %y = BatchNormalization(%c, %g, %b, %m, %v)
+// After:                  %y = Conv(%x, %W', %B')
+#ifndef CJIT_COMPILER_PASSES_SIMPLIFY_H_
+#define CJIT_COMPILER_PASSES_SIMPLIFY_H_
+
+#include "absl/status/statusor.h"
+#include "compiler/ir/graph.h"
+
+namespace cjit {
+
+// Removes nodes that no graph output depends on. Returns whether any was removed.
+bool RemoveDeadNodes(Graph& graph);
+
+absl::StatusOr<bool> RemoveNoOps(Graph& graph);
+absl::StatusOr<bool> FoldIntoConv(Graph& graph);
+absl::StatusOr<bool> EliminateCommonSubexpressions(Graph& graph);
+
+// Runs the three passes to a fixed point, verifying the graph after each.
+absl::Status SimplifyGraph(Graph& graph);
+
+}  // namespace cjit
+
+#endif  // CJIT_COMPILER_PASSES_SIMPLIFY_H_

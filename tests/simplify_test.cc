@@ -1,0 +1,144 @@
+// Graph simplification passes: textual IR in, checked text and float64-checked numbers out.
+#include "compiler/passes/simplify.h"
+
+#include <cmath>
+#include <random>
+
+#include "compiler/ir/text.h"
+#include "compiler/passes/specialize_shapes.h"
+#include "gtest/gtest.h"
+#include "runtime/cpu/kernel.h"
+#include "runtime/executor.h"
+
+namespace cjit {
+namespace {
+
+std::shared_ptr<Graph> Specialized(const std::string& ir) {
+  auto g = ParseGraph(ir);
+  EXPECT_TRUE(g.ok()) << g.status();
+  std::shared_ptr<Graph> sg(std::move(*g));
+  std::vector<Dims> dims;
+  for (const Value* v : sg->inputs()) dims.push_back(v->shape.concrete());
+  auto eval = [](const Node& n, const std::vector<const Tensor*>& in) { return EvaluateNode(n, in, 1); };
+  EXPECT_TRUE(SpecializeShapes(*sg, dims, eval).ok());
+  return sg;
+}
+
+std::vector<Tensor> RunGraph(std::shared_ptr<Graph> g, const std::vector<Tensor>& in) {
+  auto ex = Executor::Create(g, 1, nullptr, true);
+  EXPECT_TRUE(ex.ok()) << ex.status();
+  auto out = (*ex)->Run(in);
+  EXPECT_TRUE(out.ok()) << out.status();
+  return *out;
+}
+
+TEST(RemoveNoOpsTest, RemovesIdentityChains) {
+  auto g = Specialized(R"(graph g(%x: f32[2,3]) {
+  %a = Identity(%x)
+  %b = Cast(%a) {to=1}
+  %c = Transpose(%b) {perm=[1,0]}
+  %d = Transpose(%c) {perm=[1,0]}
+  %e = Dropout(%d)
+  %f = Relu(%e)
+  return %f
+})");
+  auto changed = RemoveNoOps(*g);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_TRUE(*changed);
+  std::string text = PrintGraph(*g);
+  EXPECT_NE(text.find("Relu(%x)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("Identity"), std::string::npos) << text;
+  EXPECT_EQ(text.find("Transpose"), std::string::npos) << text;
+  EXPECT_EQ(text.find("Dropout"), std::string::npos) << text;
+}
+
+TEST(RemoveNoOpsTest, KeepsRealReshapesAndTransposes) {
+  auto g = Specialized(R"(graph g(%x: f32[2,3]) {
+  %s = constant i64[1] {6}
+  %a = Reshape(%x, %s)
+  %t = Transpose(%x) {perm=[1,0]}
+  return %a, %t
+})");
+  auto changed = RemoveNoOps(*g);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_FALSE(*changed) << PrintGraph(*g);
+}
+
+TEST(FoldIntoConvTest, BatchNormAndChannelMulAddFoldAndMatchFloat64) {
+  // Conv 2->3 channels, 1x1 kernel; then BN, then Mul by per-channel constant, then Add.
+  std::string ir = R"(graph g(%x: f32[1,2,2,2]) {
+  %w = constant f32[3,2,1,1] {0.5, -1, 2, 0.25, -0.75, 1.5}
+  %b = constant f32[3] {0.1, -0.2, 0.3}
+  %c = Conv(%x, %w, %b)
+  %gam = constant f32[3] {1.5, 0.5, -2}
+  %bet = constant f32[3] {0, 1, -1}
+  %mu = constant f32[3] {0.2, -0.1, 0.05}
+  %var = constant f32[3] {1, 4, 0.25}
+  %bn = BatchNormalization(%c, %gam, %bet, %mu, %var) {epsilon=0.001}
+  %k = constant f32[3,1,1] {2, 3, 4}
+  %m = Mul(%bn, %k)
+  %t = constant f32[1,3,1,1] {-1, 0, 1}
+  %y = Add(%m, %t)
+  return %y
+})";
+  auto g = Specialized(ir);
+  Tensor x(DType::kF32, {1, 2, 2, 2});
+  for (int i = 0; i < 8; ++i) x.data<float>()[i] = static_cast<float>(std::sin(i + 1.0));
+  std::vector<Tensor> before = RunGraph(std::shared_ptr<Graph>(g->Clone()), {x});
+  auto changed = FoldIntoConv(*g);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_TRUE(*changed);
+  std::string text = PrintGraph(*g);
+  EXPECT_EQ(text.find("BatchNormalization"), std::string::npos) << text;
+  EXPECT_EQ(text.find("Mul"), std::string::npos) << text;
+  EXPECT_EQ(text.find("Add"), std::string::npos) << text;
+  std::vector<Tensor> after = RunGraph(g, {x});
+  // Float64 reference of the original computation.
+  const double w[3][2] = {{0.5, -1}, {2, 0.25}, {-0.75, 1.5}}, b[3] = {0.1, -0.2, 0.3};
+  const double gam[3] = {1.5, 0.5, -2}, bet[3] = {0, 1, -1}, mu[3] = {0.2, -0.1, 0.05}, var[3] = {1, 4, 0.25};
+  const double k[3] = {2, 3, 4}, t[3] = {-1, 0, 1};
+  for (int c = 0; c < 3; ++c)
+    for (int p = 0; p < 4; ++p) {
+      double conv = b[c];
+      for (int ic = 0; ic < 2; ++ic) conv += w[c][ic] * x.data<float>()[ic * 4 + p];
+      double ref = ((conv - mu[c]) / std::sqrt(var[c] + 0.001) * gam[c] + bet[c]) * k[c] + t[c];
+      EXPECT_NEAR(after[0].data<float>()[c * 4 + p], ref, 1e-5);
+      EXPECT_NEAR(before[0].data<float>()[c * 4 + p], ref, 1e-5);
+    }
+}
+
+TEST(FoldIntoConvTest, DoesNotFoldWhenConvOutputHasOtherReaders) {
+  auto g = Specialized(R"(graph g(%x: f32[1,1,2,2]) {
+  %w = constant f32[1,1,1,1] {2}
+  %c = Conv(%x, %w)
+  %k = constant f32[] {3}
+  %m = Mul(%c, %k)
+  %r = Relu(%c)
+  return %m, %r
+})");
+  auto changed = FoldIntoConv(*g);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_FALSE(*changed);
+}
+
+TEST(CseTest, MergesIdenticalNodes) {
+  auto g = Specialized(R"(graph g(%x: f32[4]) {
+  %a = Exp(%x)
+  %b = Exp(%x)
+  %c = Add(%a, %b)
+  %d = LeakyRelu(%x) {alpha=0.1}
+  %e = LeakyRelu(%x) {alpha=0.2}
+  %f = Add(%d, %e)
+  return %c, %f
+})");
+  auto changed = EliminateCommonSubexpressions(*g);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_TRUE(*changed);
+  std::string text = PrintGraph(*g);
+  EXPECT_EQ(text.find("Exp(%x)"), text.rfind("Exp(%x)")) << "one Exp left:\n" << text;
+  EXPECT_NE(text.find("alpha=0.1"), std::string::npos) << text;
+  EXPECT_NE(text.find("alpha=0.2"), std::string::npos) << "different attributes must not merge\n" << text;
+}
+
+}  // namespace
+}  // namespace cjit
