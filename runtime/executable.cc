@@ -86,12 +86,12 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const T
       int64_t rows = ck.rows, work = rows * ck.row_elems;
       int nt = (work >= 32768 && rows > 1) ? std::min<int64_t>(threads, rows) : 1;
       if (nt <= 1) {
-        ck.fn(args.data(), 0, rows);
+        ck.fn(args.data(), ck.meta.data(), ck.consts.data(), 0, rows);
       } else {
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int t = 0; t < nt; ++t) {
           int64_t lo = rows * t / nt, hi = rows * (t + 1) / nt;
-          if (lo < hi) ck.fn(args.data(), lo, hi);
+          if (lo < hi) ck.fn(args.data(), ck.meta.data(), ck.consts.data(), lo, hi);
         }
       }
     } else {

@@ -6,11 +6,15 @@
 // which LLVM's loop vectorizer turns into SIMD code for the host.
 #include "compiler/codegen/cpu_compiler.h"
 
+#include <glog/logging.h>
+
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "compiler/codegen/elemental_emitter.h"
 #include "compiler/ir/status_macros.h"
@@ -106,77 +110,164 @@ Collapsed Collapse(const Dims& out, const std::vector<Dims>& ins) {
   return c;
 }
 
-absl::Status EmitKernel(llvm::Module& m, const FusedKernel& k, const std::string& symbol, CpuKernel* info) {
+// The structure of a kernel (everything but its dims): the key of the process-wide kernel cache.
+std::string KernelStructure(const FusedKernel& k, const Collapsed& c) {
+  std::map<const Value*, std::string> ref;
+  std::string s = absl::StrCat("nd=", c.dims.size(), ";in=");
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    ref[k.inputs[i]] = absl::StrCat("i", i);
+    absl::StrAppend(&s, c.strides[i].back() == 0 ? "b" : "c", ",");  // innermost stride 0 or 1
+  }
+  int n = 0;
+  for (const Node* node : k.nodes) {
+    absl::StrAppend(&s, ";", node->op_type, "(");
+    for (const Value* v : node->inputs) {
+      if (v == nullptr) absl::StrAppend(&s, "_,");
+      else if (IsScalarConstant(v) && node->op_type == "Pow") {
+        absl::StrAppend(&s, "k", absl::StrFormat("%a", *v->constant->data<float>()), ",");
+      } else if (IsScalarConstant(v)) {
+        absl::StrAppend(&s, "p,");  // a runtime scalar parameter
+      }
+      else absl::StrAppend(&s, ref.at(v), ",");
+    }
+    absl::StrAppend(&s, ")");
+    for (const auto& [name, a] : node->attrs) {
+      absl::StrAppend(&s, name, "=", a.i, "/", absl::StrFormat("%a", a.f), "/", a.s, ",");
+    }
+    ref[node->outputs[0]] = absl::StrCat("n", n++);
+  }
+  absl::StrAppend(&s, ";out=");
+  for (const Value* v : k.outputs) absl::StrAppend(&s, ref.at(v), ",");
+  return s;
+}
+
+// meta = [inner, outer dims (nd-1)..., then for each input its strides over the outer dims (nd-1 each)].
+// The scalar parameters of a kernel, in the order the emitter reads them.
+std::vector<float> KernelConsts(const FusedKernel& k) {
+  std::vector<float> out;
+  for (const Node* node : k.nodes) {
+    for (const Value* v : node->inputs) {
+      if (v && IsScalarConstant(v) && node->op_type != "Pow") out.push_back(*v->constant->data<float>());
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> KernelMeta(const Collapsed& c) {
+  int nd = static_cast<int>(c.dims.size());
+  std::vector<int64_t> meta{c.dims.back()};
+  for (int d = 0; d < nd - 1; ++d) meta.push_back(c.dims[d]);
+  for (const auto& st : c.strides)
+    for (int d = 0; d < nd - 1; ++d) meta.push_back(st[d]);
+  return meta;
+}
+
+absl::Status EmitKernel(llvm::Module& m, const FusedKernel& k, const Collapsed& c, const std::string& symbol) {
   llvm::LLVMContext& ctx = m.getContext();
   llvm::IRBuilder<> b(ctx);
   llvm::Type* i64 = b.getInt64Ty();
   llvm::Type* f32 = b.getFloatTy();
   llvm::Type* ptr = b.getPtrTy();
-  auto* fty = llvm::FunctionType::get(b.getVoidTy(), {ptr, i64, i64}, false);
-  auto* fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, symbol, m);
-  fn->addFnAttr(llvm::Attribute::NoUnwind);
-  llvm::Value* args = fn->getArg(0);
-  llvm::Value* row_begin = fn->getArg(1);
-  llvm::Value* row_end = fn->getArg(2);
-  std::vector<Dims> in_dims;
-  for (const Value* v : k.inputs) in_dims.push_back(v->shape.concrete());
-  Collapsed c = Collapse(k.shape, in_dims);
+  size_t n_in = k.inputs.size(), n_out = k.outputs.size();
   int nd = static_cast<int>(c.dims.size());
-  int64_t inner = c.dims.back();
-  int64_t rows = 1;
-  for (int d = 0; d < nd - 1; ++d) rows *= c.dims[d];
-  info->rows = rows;
-  info->row_elems = inner;
-
+  // Inner function: one noalias pointer per buffer (outputs are fresh allocations, never aliasing inputs),
+  // so the loop vectorizer needs no runtime alias checks. The exported wrapper unpacks `args`.
+  std::vector<llvm::Type*> params(n_in + n_out, ptr);
+  params.push_back(ptr);  // meta
+  params.push_back(ptr);  // consts
+  params.push_back(i64);
+  params.push_back(i64);
+  auto* ity = llvm::FunctionType::get(b.getVoidTy(), params, false);
+  auto* inner_fn = llvm::Function::Create(ity, llvm::Function::InternalLinkage, symbol + "_body", m);
+  inner_fn->addFnAttr(llvm::Attribute::NoUnwind);
+  inner_fn->addFnAttr(llvm::Attribute::AlwaysInline);
+  for (size_t i = 0; i < n_in + n_out; ++i) inner_fn->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::NoAlias);
+  {
+    auto* wty = llvm::FunctionType::get(b.getVoidTy(), {ptr, ptr, ptr, i64, i64}, false);
+    auto* w = llvm::Function::Create(wty, llvm::Function::ExternalLinkage, symbol, m);
+    w->addFnAttr(llvm::Attribute::NoUnwind);
+    b.SetInsertPoint(llvm::BasicBlock::Create(ctx, "entry", w));
+    std::vector<llvm::Value*> call_args;
+    for (size_t i = 0; i < n_in + n_out; ++i) {
+      call_args.push_back(b.CreateLoad(ptr, b.CreateInBoundsGEP(ptr, w->getArg(0), b.getInt64(i))));
+    }
+    call_args.push_back(w->getArg(1));
+    call_args.push_back(w->getArg(2));
+    call_args.push_back(w->getArg(3));
+    call_args.push_back(w->getArg(4));
+    b.CreateCall(inner_fn, call_args);
+    b.CreateRetVoid();
+  }
+  llvm::Function* fn = inner_fn;
+  llvm::Value* meta = fn->getArg(static_cast<unsigned>(n_in + n_out));
+  llvm::Value* consts = fn->getArg(static_cast<unsigned>(n_in + n_out + 1));
+  llvm::Value* row_begin = fn->getArg(static_cast<unsigned>(n_in + n_out + 2));
+  llvm::Value* row_end = fn->getArg(static_cast<unsigned>(n_in + n_out + 3));
   auto* entry = llvm::BasicBlock::Create(ctx, "entry", fn);
   auto* outer_head = llvm::BasicBlock::Create(ctx, "outer", fn);
   auto* inner_head = llvm::BasicBlock::Create(ctx, "inner", fn);
   auto* inner_exit = llvm::BasicBlock::Create(ctx, "inner_exit", fn);
   auto* done = llvm::BasicBlock::Create(ctx, "done", fn);
   b.SetInsertPoint(entry);
-  size_t n_in = k.inputs.size(), n_out = k.outputs.size();
-  std::vector<llvm::Value*> bufs;
-  for (size_t i = 0; i < n_in + n_out; ++i) {
-    llvm::Value* slot = b.CreateInBoundsGEP(ptr, args, b.getInt64(i));
-    auto* load = b.CreateLoad(ptr, slot);
-    bufs.push_back(load);
+  auto meta_at = [&](int64_t i) { return b.CreateLoad(i64, b.CreateInBoundsGEP(i64, meta, b.getInt64(i))); };
+  llvm::Value* inner = meta_at(0);
+  std::vector<llvm::Value*> dims(nd - 1);
+  for (int d = 0; d < nd - 1; ++d) dims[d] = meta_at(1 + d);
+  std::vector<std::vector<llvm::Value*>> strides(n_in, std::vector<llvm::Value*>(nd - 1));
+  for (size_t i = 0; i < n_in; ++i)
+    for (int d = 0; d < nd - 1; ++d) strides[i][d] = meta_at(nd + static_cast<int64_t>(i) * (nd - 1) + d);
+  // Scalar parameters, loaded once (the emitter sees them as loop-invariant values).
+  std::vector<llvm::Value*> params_v;
+  {
+    int64_t np = 0;
+    for (const Node* node : k.nodes)
+      for (const Value* v : node->inputs) np += v && IsScalarConstant(v) && node->op_type != "Pow";
+    for (int64_t i = 0; i < np; ++i) params_v.push_back(b.CreateLoad(f32, b.CreateInBoundsGEP(f32, consts, b.getInt64(i))));
   }
-  b.CreateCondBr(b.CreateICmpSLT(row_begin, row_end), outer_head, done);
+  llvm::Value* has_work = b.CreateAnd(b.CreateICmpSLT(row_begin, row_end), b.CreateICmpSGT(inner, b.getInt64(0)));
+  b.CreateCondBr(has_work, outer_head, done);
 
   b.SetInsertPoint(outer_head);
   llvm::PHINode* r = b.CreatePHI(i64, 2, "r");
   r->addIncoming(row_begin, entry);
-  // Per-input base offsets for this row (compile-time strides and dims: divisions by constants).
-  std::vector<llvm::Value*> base(n_in);
-  for (size_t i = 0; i < n_in; ++i) base[i] = b.getInt64(0);
+  std::vector<llvm::Value*> base(n_in, b.getInt64(0));
   llvm::Value* rem = r;
   for (int d = nd - 2; d >= 0; --d) {
-    llvm::Value* idx = b.CreateURem(rem, b.getInt64(c.dims[d]));
-    rem = b.CreateUDiv(rem, b.getInt64(c.dims[d]));
-    for (size_t i = 0; i < n_in; ++i) {
-      if (c.strides[i][d] != 0) base[i] = b.CreateAdd(base[i], b.CreateMul(idx, b.getInt64(c.strides[i][d])));
-    }
+    llvm::Value* idx = d == 0 ? rem : b.CreateURem(rem, dims[d]);
+    if (d > 0) rem = b.CreateUDiv(rem, dims[d]);
+    for (size_t i = 0; i < n_in; ++i) base[i] = b.CreateAdd(base[i], b.CreateMul(idx, strides[i][d]));
   }
-  llvm::Value* out_base = b.CreateMul(r, b.getInt64(inner));
+  llvm::Value* out_base = b.CreateMul(r, inner);
+  std::vector<llvm::Value*> in_ptr(n_in);
+  for (size_t i = 0; i < n_in; ++i) in_ptr[i] = b.CreateInBoundsGEP(f32, fn->getArg(static_cast<unsigned>(i)), base[i]);
+  std::vector<llvm::Value*> out_ptr(n_out);
+  for (size_t o = 0; o < n_out; ++o) {
+    out_ptr[o] = b.CreateInBoundsGEP(f32, fn->getArg(static_cast<unsigned>(n_in + o)), out_base);
+  }
+  // Broadcast (innermost stride 0) inputs are loop-invariant.
+  std::map<const Value*, llvm::Value*> vals;
+  for (size_t i = 0; i < n_in; ++i) {
+    if (c.strides[i].back() == 0) vals[k.inputs[i]] = b.CreateLoad(f32, in_ptr[i]);
+  }
   b.CreateBr(inner_head);
 
   b.SetInsertPoint(inner_head);
   llvm::PHINode* j = b.CreatePHI(i64, 2, "j");
   j->addIncoming(b.getInt64(0), outer_head);
-  std::map<const Value*, llvm::Value*> vals;
   for (size_t i = 0; i < n_in; ++i) {
-    int64_t s = c.strides[i][nd - 1];
-    llvm::Value* idx = s == 0 ? base[i] : b.CreateAdd(base[i], s == 1 ? j : b.CreateMul(j, b.getInt64(s)));
-    vals[k.inputs[i]] = b.CreateLoad(f32, b.CreateInBoundsGEP(f32, bufs[i], idx));
+    if (c.strides[i].back() != 0) vals[k.inputs[i]] = b.CreateLoad(f32, b.CreateInBoundsGEP(f32, in_ptr[i], j));
   }
   CpuMath math(m);
+  size_t next_param = 0;
   for (const Node* node : k.nodes) {
     std::vector<llvm::Value*> ops;
     for (const Value* v : node->inputs) {
       if (v == nullptr) {
         ops.push_back(nullptr);
-      } else if (IsScalarConstant(v)) {
+      } else if (IsScalarConstant(v) && node->op_type == "Pow") {
         ops.push_back(llvm::ConstantFP::get(f32, *v->constant->data<float>()));
+      } else if (IsScalarConstant(v)) {
+        ops.push_back(params_v.at(next_param++));
       } else {
         auto it = vals.find(v);
         if (it == vals.end()) return absl::InternalError(absl::StrCat("fused kernel lost value %", v->name));
@@ -186,13 +277,17 @@ absl::Status EmitKernel(llvm::Module& m, const FusedKernel& k, const std::string
     CJIT_ASSIGN_OR_RETURN(llvm::Value* res, EmitElemental(b, math, *node, ops));
     vals[node->outputs[0]] = res;
   }
-  llvm::Value* oidx = b.CreateAdd(out_base, j);
-  for (size_t o = 0; o < n_out; ++o) {
-    b.CreateStore(vals.at(k.outputs[o]), b.CreateInBoundsGEP(f32, bufs[n_in + o], oidx));
-  }
+  for (size_t o = 0; o < n_out; ++o) b.CreateStore(vals.at(k.outputs[o]), b.CreateInBoundsGEP(f32, out_ptr[o], j));
   llvm::Value* j_next = b.CreateAdd(j, b.getInt64(1));
   j->addIncoming(j_next, b.GetInsertBlock());
-  b.CreateCondBr(b.CreateICmpSLT(j_next, b.getInt64(inner)), inner_head, inner_exit);
+  auto* latch = b.CreateCondBr(b.CreateICmpSLT(j_next, inner), inner_head, inner_exit);
+  // Vectorize, but do not interleave or unroll: most rows are short, and it halves compile time.
+  llvm::MDNode* no_interleave = llvm::MDNode::get(
+      ctx, {llvm::MDString::get(ctx, "llvm.loop.interleave.count"), llvm::ConstantAsMetadata::get(b.getInt32(1))});
+  llvm::MDNode* no_unroll = llvm::MDNode::get(ctx, {llvm::MDString::get(ctx, "llvm.loop.unroll.disable")});
+  llvm::MDNode* loop_id = llvm::MDNode::getDistinct(ctx, {nullptr, no_interleave, no_unroll});
+  loop_id->replaceOperandWith(0, loop_id);
+  latch->setMetadata(llvm::LLVMContext::MD_loop, loop_id);
 
   b.SetInsertPoint(inner_exit);
   llvm::Value* r_next = b.CreateAdd(r, b.getInt64(1));
@@ -209,6 +304,7 @@ std::string ToString(llvm::Error err) { return llvm::toString(std::move(err)); }
 // The process-wide JIT: one LLJIT; each compiled cluster lives under its own ResourceTracker.
 struct Jit {
   std::mutex mu;
+  std::map<std::string, CpuKernelFn> kernels;  // structure -> compiled kernel (process lifetime)
   std::unique_ptr<llvm::orc::LLJIT> lljit;
   std::unique_ptr<llvm::TargetMachine> tm;
   std::map<std::string, size_t> object_bytes;  // by module identifier
@@ -225,7 +321,7 @@ Jit& GetJit() {
       j->error = ToString(jtmb.takeError());
       return j;
     }
-    jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+    jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Less);
     auto tm = jtmb->createTargetMachine();
     if (!tm) {
       j->error = ToString(tm.takeError());
@@ -257,18 +353,11 @@ Jit& GetJit() {
 
 class CpuCodeImpl : public CpuCode {
  public:
-  ~CpuCodeImpl() override {
-    if (tracker_) {
-      std::lock_guard<std::mutex> lock(GetJit().mu);
-      llvm::consumeError(tracker_->remove());
-    }
-  }
   const std::vector<CpuKernel>& kernels() const override { return kernels_; }
   size_t code_bytes() const override { return code_bytes_; }
 
   std::vector<CpuKernel> kernels_;
   size_t code_bytes_ = 0;
-  llvm::orc::ResourceTrackerSP tracker_;
 };
 
 }  // namespace
@@ -293,49 +382,84 @@ absl::StatusOr<std::unique_ptr<CpuCode>> CompileForCpu(const FusionPlan& plan, c
   Jit& jit = GetJit();
   std::lock_guard<std::mutex> lock(jit.mu);
   if (!jit.lljit) return absl::InternalError(absl::StrCat("LLVM JIT unavailable: ", jit.error));
+  auto t0 = std::chrono::steady_clock::now();
+  auto ms_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+  };
+  // Kernels whose structure is already compiled are reused; the others go into one new module.
+  std::vector<std::string> structures(plan.kernels.size());
+  std::map<std::string, std::string> to_compile;  // structure -> symbol
+  std::vector<std::pair<size_t, Collapsed>> emit;
   static std::atomic<int64_t> counter{0};
   std::string prefix = absl::StrCat("cjit_m", counter++);
-  auto ctx = std::make_unique<llvm::LLVMContext>();
-  auto module = std::make_unique<llvm::Module>(prefix, *ctx);
-  module->setDataLayout(jit.lljit->getDataLayout());
-  module->setTargetTriple(jit.lljit->getTargetTriple().str());
-  std::vector<std::string> symbols;
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
-    symbols.push_back(absl::StrCat(prefix, "_", plan.kernels[i].name));
-    CJIT_RETURN_IF_ERROR(EmitKernel(*module, plan.kernels[i], symbols.back(), &code->kernels_[i]));
+    const FusedKernel& k = plan.kernels[i];
+    std::vector<Dims> in_dims;
+    for (const Value* v : k.inputs) in_dims.push_back(v->shape.concrete());
+    Collapsed c = Collapse(k.shape, in_dims);
+    CpuKernel& info = code->kernels_[i];
+    info.row_elems = c.dims.back();
+    info.rows = 1;
+    for (size_t d = 0; d + 1 < c.dims.size(); ++d) info.rows *= c.dims[d];
+    info.meta = KernelMeta(c);
+    info.consts = KernelConsts(k);
+    structures[i] = KernelStructure(k, c);
+    VLOG(3) << "kernel " << i << " structure " << structures[i];
+    if (jit.kernels.count(structures[i])) {
+      info.reused = true;
+    } else if (!to_compile.count(structures[i])) {
+      to_compile[structures[i]] = absl::StrCat(prefix, "_k", emit.size());
+      emit.push_back({i, c});
+    }
   }
-  std::string verify_errors;
-  llvm::raw_string_ostream os(verify_errors);
-  if (llvm::verifyModule(*module, &os)) {
-    return absl::InternalError(absl::StrCat("generated LLVM IR is invalid: ", os.str()));
+  double opt_ms = 0, mc_ms = 0;
+  if (!emit.empty()) {
+    auto ctx = std::make_unique<llvm::LLVMContext>();
+    auto module = std::make_unique<llvm::Module>(prefix, *ctx);
+    module->setDataLayout(jit.lljit->getDataLayout());
+    module->setTargetTriple(jit.lljit->getTargetTriple().str());
+    for (const auto& [i, c] : emit) {
+      CJIT_RETURN_IF_ERROR(EmitKernel(*module, plan.kernels[i], c, to_compile.at(structures[i])));
+    }
+    std::string verify_errors;
+    llvm::raw_string_ostream os(verify_errors);
+    if (llvm::verifyModule(*module, &os)) {
+      return absl::InternalError(absl::StrCat("generated LLVM IR is invalid: ", os.str()));
+    }
+    auto t1 = std::chrono::steady_clock::now();
+    {
+      llvm::LoopAnalysisManager lam;
+      llvm::FunctionAnalysisManager fam;
+      llvm::CGSCCAnalysisManager cgam;
+      llvm::ModuleAnalysisManager mam;
+      llvm::PassBuilder pb(jit.tm.get());
+      pb.registerModuleAnalyses(mam);
+      pb.registerCGSCCAnalyses(cgam);
+      pb.registerFunctionAnalyses(fam);
+      pb.registerLoopAnalyses(lam);
+      pb.crossRegisterProxies(lam, fam, cgam, mam);
+      llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2);
+      mpm.run(*module, mam);
+    }
+    opt_ms = ms_since(t1);
+    auto t2 = std::chrono::steady_clock::now();
+    if (llvm::Error err = jit.lljit->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx)))) {
+      return absl::InternalError(absl::StrCat("LLVM JIT rejected the module: ", ToString(std::move(err))));
+    }
+    for (const auto& [structure, symbol] : to_compile) {
+      auto addr = jit.lljit->lookup(symbol);
+      if (!addr) return absl::InternalError(absl::StrCat("LLVM JIT lookup failed: ", ToString(addr.takeError())));
+      jit.kernels[structure] = addr->toPtr<CpuKernelFn>();
+    }
+    mc_ms = ms_since(t2);
+    for (const auto& [id, bytes] : jit.object_bytes) {
+      if (id.find(prefix) != std::string::npos) code->code_bytes_ += bytes;
+    }
   }
-  {
-    llvm::LoopAnalysisManager lam;
-    llvm::FunctionAnalysisManager fam;
-    llvm::CGSCCAnalysisManager cgam;
-    llvm::ModuleAnalysisManager mam;
-    llvm::PassBuilder pb(jit.tm.get());
-    pb.registerModuleAnalyses(mam);
-    pb.registerCGSCCAnalyses(cgam);
-    pb.registerFunctionAnalyses(fam);
-    pb.registerLoopAnalyses(lam);
-    pb.crossRegisterProxies(lam, fam, cgam, mam);
-    llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
-    mpm.run(*module, mam);
-  }
-  code->tracker_ = jit.lljit->getMainJITDylib().createResourceTracker();
-  if (llvm::Error err = jit.lljit->addIRModule(code->tracker_,
-                                               llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx)))) {
-    return absl::InternalError(absl::StrCat("LLVM JIT rejected the module: ", ToString(std::move(err))));
-  }
-  for (size_t i = 0; i < symbols.size(); ++i) {
-    auto addr = jit.lljit->lookup(symbols[i]);
-    if (!addr) return absl::InternalError(absl::StrCat("LLVM JIT lookup failed: ", ToString(addr.takeError())));
-    code->kernels_[i].fn = addr->toPtr<CpuKernelFn>();
-  }
-  for (const auto& [id, bytes] : jit.object_bytes) {
-    if (id.find(prefix) != std::string::npos) code->code_bytes_ += bytes;
-  }
+  for (size_t i = 0; i < plan.kernels.size(); ++i) code->kernels_[i].fn = jit.kernels.at(structures[i]);
+  VLOG(2) << "CompileForCpu " << prefix << ": " << plan.kernels.size() << " kernels, " << emit.size()
+          << " new (" << plan.kernels.size() - emit.size() << " reused); total " << ms_since(t0)
+          << " ms, optimize " << opt_ms << " ms, machine code " << mc_ms << " ms";
   return code;
 }
 

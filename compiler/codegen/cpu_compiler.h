@@ -3,13 +3,18 @@
 // (LLJIT). LLVM errors become absl::Status; nothing in here exits or aborts the process.
 //
 // Each generated kernel has the C signature
-//   void kernel(void* const* args, int64_t row_begin, int64_t row_end)
+//   void kernel(void* const* args, const int64_t* meta, const float* consts, int64_t row_begin, int64_t row_end)
 // where args holds the kernel's input buffers (FusedKernel::inputs order) then its output buffers, and the
 // iteration space is rows x row_elems (collapsed from the kernel's dims); callers split rows across
-// threads. Buffers are dense row-major float32.
+// threads. Buffers are dense row-major float32. Kernels are shape- and constant-generic: the collapsed
+// dims and the per-input strides of the outer dims are read from `meta` (CpuKernel::meta) and the scalar
+// float constants from `consts` (CpuKernel::consts), so one compiled kernel serves every kernel of the same
+// structure (ops, attributes, wiring, broadcast pattern), across clusters and signatures: compiled kernels
+// are cached process-wide by that structure.
 //
 // Thread-safety: CompileForCpu may be called from several threads (the JIT is shared and locked);
-// compiled kernels are reentrant. Code stays loaded until its CpuCode is destroyed.
+// compiled kernels are reentrant. Compiled kernels stay loaded for the life of the process (they are
+// shared through the kernel cache; a few KB each).
 #ifndef CJIT_COMPILER_CODEGEN_CPU_COMPILER_H_
 #define CJIT_COMPILER_CODEGEN_CPU_COMPILER_H_
 
@@ -23,12 +28,16 @@
 
 namespace cjit {
 
-using CpuKernelFn = void (*)(void* const* args, int64_t row_begin, int64_t row_end);
+using CpuKernelFn = void (*)(void* const* args, const int64_t* meta, const float* consts, int64_t row_begin,
+                             int64_t row_end);
 
 struct CpuKernel {
   CpuKernelFn fn = nullptr;
-  int64_t rows = 0;       // iterations of the outer loop
-  int64_t row_elems = 0;  // elements per row
+  int64_t rows = 0;           // iterations of the outer loop
+  int64_t row_elems = 0;      // elements per row
+  std::vector<int64_t> meta;  // runtime dims and strides passed to fn
+  std::vector<float> consts;  // scalar constants passed to fn
+  bool reused = false;        // taken from the process-wide kernel cache
 };
 
 class CpuCode {
@@ -36,7 +45,7 @@ class CpuCode {
   virtual ~CpuCode() = default;
   // One per FusionPlan::kernels entry, same order.
   virtual const std::vector<CpuKernel>& kernels() const = 0;
-  // Size of the generated object code.
+  // Size of the object code generated for this plan (0 for kernels reused from the kernel cache).
   virtual size_t code_bytes() const = 0;
 };
 

@@ -134,8 +134,15 @@ absl::StatusOr<bool> FoldIntoConv(Graph& g) {
   Uses uses(g);
   CJIT_ASSIGN_OR_RETURN(std::vector<Node*> order, g.TopologicalOrder());
   for (Node* n : order) {
-    if (n->inputs.empty() || !n->inputs[0] || !n->inputs[0]->producer) continue;
-    Node* conv = n->inputs[0]->producer;
+    if (n->inputs.empty() || !n->inputs[0]) continue;
+    // Mul and Add commute: the Conv output may be either operand.
+    int data_in = 0;
+    if ((n->op_type == "Mul" || n->op_type == "Add") && n->inputs.size() == 2 && n->inputs[1] &&
+        n->inputs[0]->is_constant() && n->inputs[1]->producer) {
+      data_in = 1;
+    }
+    if (!n->inputs[data_in]->producer) continue;
+    Node* conv = n->inputs[data_in]->producer;
     if (conv->op_type != "Conv" || !uses.OnlyReader(conv->outputs[0])) continue;
     Value* w = conv->input(1);
     Value* b = conv->input(2);
@@ -183,7 +190,7 @@ absl::StatusOr<bool> FoldIntoConv(Graph& g) {
       }
     } else if (n->op_type == "Mul" || n->op_type == "Add") {
       std::vector<double> vals;
-      if (!channel_values(n->input(1), &vals) || !SameDims(n->outputs[0], out)) continue;
+      if (!channel_values(n->input(1 - data_in), &vals) || !SameDims(n->outputs[0], out)) continue;
       if (n->op_type == "Mul") scale = vals;
       else shift = vals;
     } else {
