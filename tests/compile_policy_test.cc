@@ -1,6 +1,8 @@
 #include "runtime/compile_policy.h"
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "runtime/session.h"
@@ -105,6 +107,33 @@ TEST(ClusterRuntimeTest, FailedCompilationFallsBack) {
   EXPECT_EQ(st.totals.compiled_executions, 0);
   EXPECT_GT(st.totals.fallback_executions, 0);
   for (const auto& c : st.clusters) EXPECT_LE(c.compiles, 1) << "a failed cluster must not be recompiled";
+}
+
+// --async_compilation: the fallback path runs while the cluster compiles in the background; the
+// executable is swapped in when ready; every result along the way is correct.
+TEST(ClusterRuntimeTest, AsyncCompilationSwapsIn) {
+  auto dir = SharedModel("oww_melspectrogram");
+  if (!std::filesystem::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
+  SessionOptions o;
+  o.use_environment_flags = false;
+  o.flags.intra_op_threads = 1;
+  o.flags.async_compilation = true;
+  o.flags.compile_threshold = 0;
+  auto s = Session::Load((dir / "model.onnx").string(), o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto sets = ReadDataSets(dir.string(), **s);
+  ASSERT_TRUE(sets.ok());
+  int runs = 0;
+  for (; runs < 2000; ++runs) {
+    DataSetResult r = RunDataSet(**s, (*sets)[0], 1e-3, 1e-4);
+    ASSERT_TRUE(r.ok()) << "run " << runs << ": " << r.status;
+    if ((*s)->stats().totals.compiled_executions > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  SessionStats st = (*s)->stats();
+  EXPECT_GT(st.totals.compiled_executions, 0) << "no compiled execution after " << runs << " runs";
+  EXPECT_GT(st.totals.fallback_executions, 0) << "the first run must not wait for the compiler";
+  EXPECT_EQ(st.totals.compiles, static_cast<int64_t>(st.clusters.size()));
 }
 
 }  // namespace

@@ -9,14 +9,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class SharedModelTest : public ::testing::TestWithParam<std::string> {};
+// (model, CJIT_FLAGS): the fallback path, every cluster compiled, and XLA-Lite clustering compiled.
+class SharedModelTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(SharedModelTest, MatchesReference) {
-  fs::path dir = fs::path(CJIT_SOURCE_DIR) / ".." / "shared" / "models" / GetParam();
+  fs::path dir = fs::path(CJIT_SOURCE_DIR) / ".." / "shared" / "models" / std::get<0>(GetParam());
   if (!fs::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent (../shared not checked out)";
   SessionOptions o;
   o.use_environment_flags = false;
   o.flags.intra_op_threads = 2;
+  auto parsed = ParseFlags(std::get<1>(GetParam()), o.flags, "test");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  o.flags = *parsed;
   auto session = Session::Load((dir / "model.onnx").string(), o);
   ASSERT_TRUE(session.ok()) << session.status();
   auto sets = ReadDataSets(dir.string(), **session);
@@ -31,9 +35,17 @@ TEST_P(SharedModelTest, MatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, SharedModelTest,
-                         ::testing::Values("ppocrv4_rec", "ppocr_mobile_cls", "silero_vad_v5",
-                                           "oww_melspectrogram", "oww_hello_deepa"));
+INSTANTIATE_TEST_SUITE_P(
+    All, SharedModelTest,
+    ::testing::Combine(::testing::Values("ppocrv4_rec", "ppocr_mobile_cls", "silero_vad_v5", "oww_melspectrogram",
+                                         "oww_hello_deepa"),
+                       ::testing::Values("--auto_jit=-1", "--auto_jit=1 --enable_lazy_compilation=false",
+                                         "--auto_jit=fusible --enable_lazy_compilation=false")),
+    [](const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& i) {
+      std::string f = std::get<1>(i.param);
+      std::string mode = f.find("fusible") != std::string::npos ? "fusible" : f.find("-1") != std::string::npos ? "fallback" : "compiled";
+      return std::get<0>(i.param) + "_" + mode;
+    });
 
 }  // namespace
 }  // namespace cjit

@@ -1,0 +1,142 @@
+// mark_for_compilation and GraphCycles: textual IR in, cluster structure out.
+#include "compiler/passes/graph_cycles.h"
+#include "compiler/passes/mark_for_compilation.h"
+
+#include "compiler/ir/text.h"
+#include "compiler/ir/verifier.h"
+#include "compiler/passes/specialize_shapes.h"
+#include "gtest/gtest.h"
+#include "runtime/cpu/kernel.h"
+
+namespace cjit {
+namespace {
+
+TEST(GraphCyclesTest, RefusesCycles) {
+  GraphCycles g(4);
+  EXPECT_TRUE(g.InsertEdge(0, 1));
+  EXPECT_TRUE(g.InsertEdge(1, 2));
+  EXPECT_TRUE(g.InsertEdge(2, 3));
+  EXPECT_FALSE(g.InsertEdge(3, 0));
+  EXPECT_TRUE(g.IsReachable(0, 3));
+  EXPECT_FALSE(g.IsReachable(3, 0));
+  // Contracting 0->2 directly is refused: 0->1->2 is another path (1 would sit inside and outside).
+  EXPECT_TRUE(g.InsertEdge(0, 2));
+  EXPECT_FALSE(g.ContractEdge(0, 2));
+  EXPECT_TRUE(g.ContractEdge(0, 1));  // now 0 -> 2 directly (merged 1)
+  EXPECT_TRUE(g.ContractEdge(0, 2));
+  EXPECT_TRUE(g.HasEdge(0, 3));
+}
+
+std::unique_ptr<Graph> Specialized(const std::string& ir) {
+  auto g = ParseGraph(ir);
+  EXPECT_TRUE(g.ok()) << g.status();
+  std::vector<Dims> dims;
+  for (const Value* v : (*g)->inputs()) dims.push_back(v->shape.concrete());
+  auto eval = [](const Node& n, const std::vector<const Tensor*>& in) { return EvaluateNode(n, in, 1); };
+  EXPECT_TRUE(SpecializeShapes(**g, dims, eval).ok());
+  return std::move(*g);
+}
+
+// a -> b -> (non-clusterable) -> c, and a -> c: clustering a, b, c together would create a cycle
+// through the TopK node; the pass must keep the graph acyclic.
+constexpr char kDiamond[] = R"(graph g(%x: f32[8]) {
+  %a = Exp(%x)
+  %b = Neg(%a)
+  %k = constant i64[1] {8}
+  %t, %i = TopK(%b, %k)
+  %c = Add(%a, %t)
+  %d = Relu(%c)
+  return %d
+})";
+
+TEST(MarkForCompilationTest, NeverCreatesCycles) {
+  auto g = Specialized(kDiamond);
+  ClusteringOptions o;
+  o.min_cluster_size = 1;
+  auto report = MarkForCompilation(*g, o);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(VerifyGraph(*g).ok()) << VerifyGraph(*g) << "\n" << PrintGraph(*g);
+  EXPECT_GE(report->clusters.size(), 2u) << PrintGraph(*g);
+  bool topk_excluded = false;
+  for (const auto& [node, why] : report->excluded) topk_excluded |= why.find("TopK is not clusterable") != std::string::npos;
+  EXPECT_TRUE(topk_excluded);
+}
+
+TEST(MarkForCompilationTest, MinClusterSizeAndModes) {
+  constexpr char kChain[] = R"(graph g(%x: f32[4,4], %w: f32[4,4]) {
+  %m = MatMul(%x, %w)
+  %a = Relu(%m)
+  %b = Neg(%a)
+  %c = Exp(%b)
+  %i = Identity(%c)
+  return %i
+})";
+  {
+    auto g = Specialized(kChain);
+    ClusteringOptions o;  // kAll, min 4: MatMul + 3 elementwise = 4 (Identity counts 0)
+    auto r = MarkForCompilation(*g, o);
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->clusters.size(), 1u) << PrintGraph(*g);
+    EXPECT_EQ(r->clusters[0].op_histogram.count("MatMul"), 1u);
+  }
+  {
+    auto g = Specialized(kChain);
+    ClusteringOptions o;
+    o.mode = ClusteringMode::kFusible;  // MatMul stays out; 3 elementwise + Identity < 4
+    auto r = MarkForCompilation(*g, o);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->clusters.size(), 0u) << PrintGraph(*g);
+    o.min_cluster_size = 3;
+    auto g2 = Specialized(kChain);
+    auto r2 = MarkForCompilation(*g2, o);
+    ASSERT_TRUE(r2.ok());
+    ASSERT_EQ(r2->clusters.size(), 1u);
+    EXPECT_EQ(r2->clusters[0].op_histogram.count("MatMul"), 0u);
+  }
+  {
+    auto g = Specialized(kChain);
+    ClusteringOptions o;
+    o.min_cluster_size = 1;
+    o.max_cluster_size = 2;
+    auto r = MarkForCompilation(*g, o);
+    ASSERT_TRUE(r.ok());
+    for (const auto& c : r->clusters) EXPECT_LE(c.num_ops, 2);
+  }
+  {
+    auto g = Specialized(kChain);
+    ClusteringOptions o;
+    o.min_cluster_size = 1;
+    o.fuel = 2;  // only the first two ops may be marked
+    auto r = MarkForCompilation(*g, o);
+    ASSERT_TRUE(r.ok());
+    int marked = 0;
+    for (const auto& c : r->clusters) marked += c.num_ops;
+    EXPECT_EQ(marked, 2);
+    bool fuel_reason = false;
+    for (const auto& [node, why] : r->excluded) fuel_reason |= why.find("--clustering_fuel") != std::string::npos;
+    EXPECT_TRUE(fuel_reason);
+  }
+}
+
+TEST(MarkForCompilationTest, ClusterBodyCarriesConstantsAndOutputs) {
+  auto g = Specialized(R"(graph g(%x: f32[2,3]) {
+  %k = constant f32[3] {1, 2, 3}
+  %a = Mul(%x, %k)
+  %b = Relu(%a)
+  %c = Exp(%b)
+  %d = Neg(%c)
+  return %d, %b
+})");
+  ClusteringOptions o;
+  auto r = MarkForCompilation(*g, o);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->clusters.size(), 1u);
+  EXPECT_EQ(r->clusters[0].inputs, std::vector<std::string>({"x"}));  // the constant moved into the body
+  EXPECT_EQ(r->clusters[0].outputs.size(), 2u);
+  std::string text = PrintGraph(*g);
+  EXPECT_NE(text.find("cjit.Cluster(%x)"), std::string::npos) << text;
+  EXPECT_NE(text.find("return %d, %b"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace cjit
