@@ -79,8 +79,9 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const T
       const CpuKernel& ck = code_->kernels()[step.kernel];
       std::vector<void*> args;
       for (int s : step_inputs_[i]) args.push_back(const_cast<void*>(slots[s].raw()));
-      for (int s : step_outputs_[i]) {
-        slots[s] = Tensor(DType::kF32, k.shape);
+      for (size_t o = 0; o < step_outputs_[i].size(); ++o) {
+        int s = step_outputs_[i][o];
+        slots[s] = Tensor(DType::kF32, k.outputs[o]->shape.concrete());
         args.push_back(slots[s].raw());
       }
       int64_t rows = ck.rows, work = rows * ck.row_elems;

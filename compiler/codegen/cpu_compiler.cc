@@ -10,7 +10,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <limits>
 #include <map>
+#include <set>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -70,7 +73,8 @@ struct Collapsed {
   std::vector<std::vector<int64_t>> strides;   // [input][dim], element strides (0 = broadcast)
 };
 
-Collapsed Collapse(const Dims& out, const std::vector<Dims>& ins) {
+// With keep_last, the last dim is never merged with the others (row kernels iterate over it per row).
+Collapsed Collapse(const Dims& out, const std::vector<Dims>& ins, bool keep_last = false) {
   int r = static_cast<int>(out.size());
   size_t n = ins.size();
   std::vector<std::vector<int64_t>> stride(r, std::vector<int64_t>(n + 1, 0));
@@ -87,8 +91,9 @@ Collapsed Collapse(const Dims& out, const std::vector<Dims>& ins) {
   Collapsed c;
   std::vector<std::vector<int64_t>> cs;
   for (int i = 0; i < r; ++i) {
-    if (out[i] == 1) continue;
-    if (!c.dims.empty()) {
+    bool last = keep_last && i == r - 1;
+    if (out[i] == 1 && !last) continue;
+    if (!c.dims.empty() && !last) {
       bool merge = true;
       for (size_t k = 0; k <= n; ++k) merge &= cs.back()[k] == stride[i][k] * out[i];
       if (merge) {
@@ -104,6 +109,10 @@ Collapsed Collapse(const Dims& out, const std::vector<Dims>& ins) {
     c.dims.push_back(1);
     cs.push_back(std::vector<int64_t>(n + 1, 0));
   }
+  if (keep_last && c.dims.size() == 1) {  // a row kernel always has an outer dim
+    c.dims.insert(c.dims.begin(), 1);
+    cs.insert(cs.begin(), std::vector<int64_t>(n + 1, 0));
+  }
   c.strides.assign(n, std::vector<int64_t>(c.dims.size()));
   for (size_t k = 0; k < n; ++k)
     for (size_t d = 0; d < c.dims.size(); ++d) c.strides[k][d] = cs[d][k];
@@ -113,7 +122,7 @@ Collapsed Collapse(const Dims& out, const std::vector<Dims>& ins) {
 // The structure of a kernel (everything but its dims): the key of the process-wide kernel cache.
 std::string KernelStructure(const FusedKernel& k, const Collapsed& c) {
   std::map<const Value*, std::string> ref;
-  std::string s = absl::StrCat("nd=", c.dims.size(), ";in=");
+  std::string s = absl::StrCat(k.row_reduction ? "row;" : "", "nd=", c.dims.size(), ";in=");
   for (size_t i = 0; i < k.inputs.size(); ++i) {
     ref[k.inputs[i]] = absl::StrCat("i", i);
     absl::StrAppend(&s, c.strides[i].back() == 0 ? "b" : "c", ",");  // innermost stride 0 or 1
@@ -137,7 +146,9 @@ std::string KernelStructure(const FusedKernel& k, const Collapsed& c) {
     ref[node->outputs[0]] = absl::StrCat("n", n++);
   }
   absl::StrAppend(&s, ";out=");
-  for (const Value* v : k.outputs) absl::StrAppend(&s, ref.at(v), ",");
+  for (const Value* v : k.outputs) {
+    absl::StrAppend(&s, ref.at(v), v->shape.concrete() == k.shape ? "" : "r", ",");
+  }
   return s;
 }
 
@@ -299,6 +310,264 @@ absl::Status EmitKernel(llvm::Module& m, const FusedKernel& k, const Collapsed& 
   return absl::OkStatus();
 }
 
+// Row kernel: per row, one pass over the last dim per reduction (two for Softmax/LogSoftmax: max, then the
+// sum of exponentials), then a final pass storing the full-shaped outputs; row-shaped outputs are stored
+// once per row. Per-element values are recomputed in each pass that needs them (cheaper than storing);
+// values that depend only on row values are loop-invariant and hoisted by LLVM.
+class RowEmitter {
+ public:
+  RowEmitter(llvm::Module& m, const FusedKernel& k, const Collapsed& c) : m_(m), k_(k), c_(c), b_(m.getContext()) {}
+
+  absl::Status Emit(const std::string& symbol) {
+    llvm::LLVMContext& ctx = m_.getContext();
+    llvm::Type* i64 = b_.getInt64Ty();
+    llvm::Type* f32 = b_.getFloatTy();
+    llvm::Type* ptr = b_.getPtrTy();
+    size_t n_in = k_.inputs.size(), n_out = k_.outputs.size();
+    int nd = static_cast<int>(c_.dims.size());
+    std::vector<llvm::Type*> params(n_in + n_out, ptr);
+    params.insert(params.end(), {ptr, ptr, i64, i64});
+    fn_ = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), params, false),
+                                 llvm::Function::InternalLinkage, symbol + "_body", m_);
+    fn_->addFnAttr(llvm::Attribute::NoUnwind);
+    fn_->addFnAttr(llvm::Attribute::AlwaysInline);
+    for (size_t i = 0; i < n_in + n_out; ++i) fn_->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::NoAlias);
+    {
+      auto* w = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr, i64, i64}, false),
+                                       llvm::Function::ExternalLinkage, symbol, m_);
+      w->addFnAttr(llvm::Attribute::NoUnwind);
+      b_.SetInsertPoint(llvm::BasicBlock::Create(ctx, "entry", w));
+      std::vector<llvm::Value*> args;
+      for (size_t i = 0; i < n_in + n_out; ++i) {
+        args.push_back(b_.CreateLoad(ptr, b_.CreateInBoundsGEP(ptr, w->getArg(0), b_.getInt64(i))));
+      }
+      for (unsigned a = 1; a <= 4; ++a) args.push_back(w->getArg(a));
+      b_.CreateCall(fn_, args);
+      b_.CreateRetVoid();
+    }
+    llvm::Value* meta = fn_->getArg(static_cast<unsigned>(n_in + n_out));
+    llvm::Value* consts = fn_->getArg(static_cast<unsigned>(n_in + n_out + 1));
+    llvm::Value* row_begin = fn_->getArg(static_cast<unsigned>(n_in + n_out + 2));
+    llvm::Value* row_end = fn_->getArg(static_cast<unsigned>(n_in + n_out + 3));
+    auto* entry = llvm::BasicBlock::Create(ctx, "entry", fn_);
+    auto* outer = llvm::BasicBlock::Create(ctx, "outer", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx, "done", fn_);
+    b_.SetInsertPoint(entry);
+    auto meta_at = [&](int64_t i) { return b_.CreateLoad(i64, b_.CreateInBoundsGEP(i64, meta, b_.getInt64(i))); };
+    inner_ = meta_at(0);
+    std::vector<llvm::Value*> dims(nd - 1);
+    for (int d = 0; d < nd - 1; ++d) dims[d] = meta_at(1 + d);
+    std::vector<std::vector<llvm::Value*>> strides(n_in, std::vector<llvm::Value*>(nd - 1));
+    for (size_t i = 0; i < n_in; ++i)
+      for (int d = 0; d < nd - 1; ++d) strides[i][d] = meta_at(nd + static_cast<int64_t>(i) * (nd - 1) + d);
+    int64_t np = 0;
+    for (const Node* node : k_.nodes)
+      for (const Value* v : node->inputs) {
+        if (v && IsScalarConstant(v) && node->op_type != "Pow" && !params_.count(v)) {
+          params_[v] = b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, consts, b_.getInt64(np++)));
+        } else if (v && IsScalarConstant(v) && node->op_type != "Pow") {
+          ++np;  // every use has its own slot (KernelConsts order); the first one is used
+        }
+      }
+    b_.CreateCondBr(b_.CreateICmpSLT(row_begin, row_end), outer, done);
+
+    b_.SetInsertPoint(outer);
+    llvm::PHINode* r = b_.CreatePHI(i64, 2, "r");
+    r->addIncoming(row_begin, entry);
+    std::vector<llvm::Value*> base(n_in, b_.getInt64(0));
+    llvm::Value* rem = r;
+    for (int d = nd - 2; d >= 0; --d) {
+      llvm::Value* idx = d == 0 ? rem : b_.CreateURem(rem, dims[d]);
+      if (d > 0) rem = b_.CreateUDiv(rem, dims[d]);
+      for (size_t i = 0; i < n_in; ++i) base[i] = b_.CreateAdd(base[i], b_.CreateMul(idx, strides[i][d]));
+    }
+    in_ptr_.resize(n_in);
+    for (size_t i = 0; i < n_in; ++i) {
+      in_ptr_[i] = b_.CreateInBoundsGEP(f32, fn_->getArg(static_cast<unsigned>(i)), base[i]);
+      if (c_.strides[i].back() == 0) row_vals_[k_.inputs[i]] = b_.CreateLoad(f32, in_ptr_[i]);
+    }
+    Dims rd = k_.shape;
+    rd.back() = 1;
+    // Reductions in topological order, each one or two passes.
+    for (const Node* node : k_.nodes) {
+      if (!IsRowReduction(*node)) continue;
+      const std::string& op = node->op_type;
+      const Value* x = node->inputs[0];
+      if (op == "Softmax" || op == "LogSoftmax") {
+        CJIT_ASSIGN_OR_RETURN(llvm::Value* mx, Reduce(x, Kind::kMax, nullptr));
+        CJIT_ASSIGN_OR_RETURN(llvm::Value* sum, Reduce(x, Kind::kSumExp, mx));
+        softmax_[node] = {mx, sum};
+        continue;
+      }
+      Kind kind = op == "ReduceMax" ? Kind::kMax : op == "ReduceMin" ? Kind::kMin
+                : (op == "ReduceSumSquare" || op == "ReduceL2") ? Kind::kSumSq : Kind::kSum;
+      CJIT_ASSIGN_OR_RETURN(llvm::Value* v, Reduce(x, kind, nullptr));
+      if (op == "ReduceMean") v = b_.CreateFDiv(v, b_.CreateSIToFP(inner_, f32));
+      if (op == "ReduceL2") v = CpuMath(m_).Unary(b_, "sqrt", v);
+      row_vals_[node->outputs[0]] = v;
+    }
+    // Final pass: full-shaped outputs.
+    llvm::Value* out_base = b_.CreateMul(r, inner_);
+    bool any_full = false;
+    for (const Value* v : k_.outputs) any_full |= v->shape.concrete() == k_.shape;
+    if (any_full) {
+      CJIT_RETURN_IF_ERROR(Loop([&](llvm::Value* j) -> absl::Status {
+        std::map<const Value*, llvm::Value*> memo;
+        for (size_t o = 0; o < n_out; ++o) {
+          if (k_.outputs[o]->shape.concrete() != k_.shape) continue;
+          CJIT_ASSIGN_OR_RETURN(llvm::Value* val, Elem(k_.outputs[o], j, memo));
+          llvm::Value* p = b_.CreateInBoundsGEP(f32, fn_->getArg(static_cast<unsigned>(n_in + o)), out_base);
+          b_.CreateStore(val, b_.CreateInBoundsGEP(f32, p, j));
+        }
+        return absl::OkStatus();
+      }, {}, nullptr));
+    }
+    // Row-shaped outputs: once per row.
+    std::map<const Value*, llvm::Value*> memo;
+    for (size_t o = 0; o < n_out; ++o) {
+      if (k_.outputs[o]->shape.concrete() == k_.shape) continue;
+      CJIT_ASSIGN_OR_RETURN(llvm::Value* val, Elem(k_.outputs[o], b_.getInt64(0), memo));
+      b_.CreateStore(val, b_.CreateInBoundsGEP(f32, fn_->getArg(static_cast<unsigned>(n_in + o)), r));
+    }
+    llvm::Value* r_next = b_.CreateAdd(r, b_.getInt64(1));
+    r->addIncoming(r_next, b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpSLT(r_next, row_end), outer, done);
+    b_.SetInsertPoint(done);
+    b_.CreateRetVoid();
+    return absl::OkStatus();
+  }
+
+ private:
+  enum class Kind { kSum, kSumSq, kMax, kMin, kSumExp };
+
+  // A loop over j in [0, inner); `accs` are (init, step(acc, j) -> next) accumulators; their final values
+  // (init for an empty row) go to `results`.
+  using Step = std::function<absl::StatusOr<llvm::Value*>(llvm::Value* acc, llvm::Value* j)>;
+  absl::Status Loop(const std::function<absl::Status(llvm::Value*)>& body, const std::vector<std::pair<llvm::Value*, Step>>& accs,
+                    std::vector<llvm::Value*>* results) {
+    llvm::LLVMContext& ctx = m_.getContext();
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* head = llvm::BasicBlock::Create(ctx, "pass", fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx, "pass_exit", fn_);
+    b_.CreateCondBr(b_.CreateICmpSGT(inner_, b_.getInt64(0)), head, exit);
+    b_.SetInsertPoint(head);
+    llvm::PHINode* j = b_.CreatePHI(b_.getInt64Ty(), 2, "j");
+    j->addIncoming(b_.getInt64(0), pre);
+    std::vector<llvm::PHINode*> phis;
+    for (const auto& a : accs) {
+      llvm::PHINode* p = b_.CreatePHI(b_.getFloatTy(), 2);
+      p->addIncoming(a.first, pre);
+      phis.push_back(p);
+    }
+    if (body) CJIT_RETURN_IF_ERROR(body(j));
+    std::vector<llvm::Value*> next;
+    for (size_t a = 0; a < accs.size(); ++a) {
+      CJIT_ASSIGN_OR_RETURN(llvm::Value* nv, accs[a].second(phis[a], j));
+      next.push_back(nv);
+    }
+    llvm::Value* j_next = b_.CreateAdd(j, b_.getInt64(1));
+    llvm::BasicBlock* latch = b_.GetInsertBlock();
+    j->addIncoming(j_next, latch);
+    for (size_t a = 0; a < phis.size(); ++a) phis[a]->addIncoming(next[a], latch);
+    auto* br = b_.CreateCondBr(b_.CreateICmpSLT(j_next, inner_), head, exit);
+    llvm::MDNode* no_unroll = llvm::MDNode::get(ctx, {llvm::MDString::get(ctx, "llvm.loop.unroll.disable")});
+    llvm::MDNode* loop_id = llvm::MDNode::getDistinct(ctx, {nullptr, no_unroll});
+    loop_id->replaceOperandWith(0, loop_id);
+    br->setMetadata(llvm::LLVMContext::MD_loop, loop_id);
+    b_.SetInsertPoint(exit);
+    if (results) {
+      for (size_t a = 0; a < accs.size(); ++a) {
+        llvm::PHINode* res = b_.CreatePHI(b_.getFloatTy(), 2);
+        res->addIncoming(accs[a].first, pre);
+        res->addIncoming(next[a], latch);
+        results->push_back(res);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<llvm::Value*> Reduce(const Value* x, Kind kind, llvm::Value* offset) {
+    llvm::Type* f32 = b_.getFloatTy();
+    double init = kind == Kind::kMax ? -std::numeric_limits<float>::infinity()
+                : kind == Kind::kMin ? std::numeric_limits<float>::infinity() : 0.0;
+    llvm::FastMathFlags fmf;
+    fmf.setAllowReassoc();
+    fmf.setNoSignedZeros();
+    Step step = [&, x, kind, offset, fmf](llvm::Value* acc, llvm::Value* j) -> absl::StatusOr<llvm::Value*> {
+      std::map<const Value*, llvm::Value*> memo;
+      CJIT_ASSIGN_OR_RETURN(llvm::Value* e, Elem(x, j, memo));
+      llvm::IRBuilder<>::FastMathFlagGuard guard(b_);
+      b_.setFastMathFlags(fmf);
+      switch (kind) {
+        case Kind::kSum: return b_.CreateFAdd(acc, e);
+        case Kind::kSumSq: return b_.CreateFAdd(acc, b_.CreateFMul(e, e));
+        case Kind::kSumExp: return b_.CreateFAdd(acc, CpuMath(m_).Unary(b_, "exp", b_.CreateFSub(e, offset)));
+        case Kind::kMax: return b_.CreateMaxNum(acc, e);
+        case Kind::kMin: return b_.CreateMinNum(acc, e);
+      }
+      return acc;
+    };
+    std::vector<llvm::Value*> results;
+    CJIT_RETURN_IF_ERROR(Loop(nullptr, {{llvm::ConstantFP::get(f32, init), step}}, &results));
+    return results[0];
+  }
+
+  absl::StatusOr<llvm::Value*> Elem(const Value* v, llvm::Value* j, std::map<const Value*, llvm::Value*>& memo) {
+    llvm::Type* f32 = b_.getFloatTy();
+    if (auto it = row_vals_.find(v); it != row_vals_.end()) return it->second;
+    if (auto it = memo.find(v); it != memo.end()) return it->second;
+    if (IsScalarConstant(v)) {
+      auto it = params_.find(v);
+      return it != params_.end() ? it->second : llvm::ConstantFP::get(f32, *v->constant->data<float>());
+    }
+    llvm::Value* out = nullptr;
+    auto in_it = std::find(k_.inputs.begin(), k_.inputs.end(), v);
+    if (in_it != k_.inputs.end()) {
+      out = b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, in_ptr_[in_it - k_.inputs.begin()], j));
+    } else {
+      const Node* node = v->producer;
+      if (node == nullptr) return absl::InternalError(absl::StrCat("row kernel lost value %", v->name));
+      if (node->op_type == "Softmax" || node->op_type == "LogSoftmax") {
+        auto st = softmax_.find(node);
+        if (st == softmax_.end()) return absl::InternalError("softmax used before its passes");
+        CJIT_ASSIGN_OR_RETURN(llvm::Value* x, Elem(node->inputs[0], j, memo));
+        llvm::Value* d = b_.CreateFSub(x, st->second.first);
+        CpuMath math(m_);
+        out = node->op_type == "Softmax" ? b_.CreateFDiv(math.Unary(b_, "exp", d), st->second.second)
+                                         : b_.CreateFSub(d, math.Unary(b_, "log", st->second.second));
+      } else if (IsRowReduction(*node)) {
+        return absl::InternalError(absl::StrCat("reduction %", v->name, " used before its pass"));
+      } else {
+        std::vector<llvm::Value*> ops;
+        for (const Value* in : node->inputs) {
+          if (in == nullptr) {
+            ops.push_back(nullptr);
+          } else if (IsScalarConstant(in) && node->op_type == "Pow") {
+            ops.push_back(llvm::ConstantFP::get(f32, *in->constant->data<float>()));
+          } else {
+            CJIT_ASSIGN_OR_RETURN(llvm::Value* o, Elem(in, j, memo));
+            ops.push_back(o);
+          }
+        }
+        CpuMath math(m_);
+        CJIT_ASSIGN_OR_RETURN(out, EmitElemental(b_, math, *node, ops));
+      }
+    }
+    memo[v] = out;
+    return out;
+  }
+
+  llvm::Module& m_;
+  const FusedKernel& k_;
+  const Collapsed& c_;
+  llvm::IRBuilder<> b_;
+  llvm::Function* fn_ = nullptr;
+  llvm::Value* inner_ = nullptr;
+  std::vector<llvm::Value*> in_ptr_;
+  std::map<const Value*, llvm::Value*> row_vals_, params_;
+  std::map<const Node*, std::pair<llvm::Value*, llvm::Value*>> softmax_;
+};
+
 std::string ToString(llvm::Error err) { return llvm::toString(std::move(err)); }
 
 // The process-wide JIT: one LLJIT; each compiled cluster lives under its own ResourceTracker.
@@ -396,7 +665,7 @@ absl::StatusOr<std::unique_ptr<CpuCode>> CompileForCpu(const FusionPlan& plan, c
     const FusedKernel& k = plan.kernels[i];
     std::vector<Dims> in_dims;
     for (const Value* v : k.inputs) in_dims.push_back(v->shape.concrete());
-    Collapsed c = Collapse(k.shape, in_dims);
+    Collapsed c = Collapse(k.shape, in_dims, k.row_reduction);
     CpuKernel& info = code->kernels_[i];
     info.row_elems = c.dims.back();
     info.rows = 1;
@@ -419,7 +688,12 @@ absl::StatusOr<std::unique_ptr<CpuCode>> CompileForCpu(const FusionPlan& plan, c
     module->setDataLayout(jit.lljit->getDataLayout());
     module->setTargetTriple(jit.lljit->getTargetTriple().str());
     for (const auto& [i, c] : emit) {
-      CJIT_RETURN_IF_ERROR(EmitKernel(*module, plan.kernels[i], c, to_compile.at(structures[i])));
+      if (plan.kernels[i].row_reduction) {
+        RowEmitter row(*module, plan.kernels[i], c);
+        CJIT_RETURN_IF_ERROR(row.Emit(to_compile.at(structures[i])));
+      } else {
+        CJIT_RETURN_IF_ERROR(EmitKernel(*module, plan.kernels[i], c, to_compile.at(structures[i])));
+      }
     }
     std::string verify_errors;
     llvm::raw_string_ostream os(verify_errors);

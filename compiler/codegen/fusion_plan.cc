@@ -45,6 +45,37 @@ bool IsFusibleElementwise(const Node& n) {
   return true;
 }
 
+bool IsRowReduction(const Node& n) {
+  static const std::set<std::string> kOps = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
+                                             "ReduceSumSquare", "ReduceL2", "Softmax", "LogSoftmax"};
+  if (!kOps.count(n.op_type) || n.outputs.size() != 1 || !n.outputs[0] || !n.inputs[0]) return false;
+  const Value* x = n.inputs[0];
+  const Value* y = n.outputs[0];
+  if (x->dtype != DType::kF32 || y->dtype != DType::kF32 || !x->shape.fully_known() || !y->shape.fully_known()) {
+    return false;
+  }
+  int r = x->shape.rank();
+  if (r == 0) return false;
+  Dims xd = x->shape.concrete(), yd = y->shape.concrete();
+  if (n.op_type == "Softmax" || n.op_type == "LogSoftmax") {
+    int64_t axis = n.GetInt("axis", n.opset_version > 0 && n.opset_version < 13 ? 1 : -1);
+    if (axis < 0) axis += r;
+    return axis == r - 1;
+  }
+  // axes from the attribute or a constant second input; must be exactly the last axis, keepdims=1.
+  std::vector<int64_t> axes = n.GetInts("axes");
+  if (axes.empty() && n.inputs.size() > 1 && n.inputs[1]) {
+    if (!n.inputs[1]->is_constant()) return false;
+    axes = n.inputs[1]->constant->ToInt64Vector();
+  }
+  if (axes.size() != 1 || n.GetInt("keepdims", 1) != 1) return false;
+  int64_t a = axes[0] < 0 ? axes[0] + r : axes[0];
+  if (a != r - 1) return false;
+  Dims expect = xd;
+  expect.back() = 1;
+  return yd == expect;
+}
+
 absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body) {
   CJIT_ASSIGN_OR_RETURN(std::vector<Node*> order, body.TopologicalOrder());
   int n = static_cast<int>(order.size());
@@ -56,23 +87,53 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body) {
       if (v && v->producer && index.count(v->producer)) cycles.InsertEdge(index[v->producer], i);
     }
   }
-  std::vector<bool> fusible(n);
-  for (int i = 0; i < n; ++i) fusible[i] = IsFusibleElementwise(*order[i]);
+  std::vector<bool> fusible(n), reduction(n);
+  for (int i = 0; i < n; ++i) {
+    reduction[i] = IsRowReduction(*order[i]);
+    fusible[i] = reduction[i] || IsFusibleElementwise(*order[i]);
+  }
+  // Each group has an iteration shape; row groups (with a reduction) iterate over rows of it.
   std::vector<int> rep(n);
   std::iota(rep.begin(), rep.end(), 0);
   std::function<int(int)> find = [&](int x) { return rep[x] == x ? x : rep[x] = find(rep[x]); };
+  std::vector<Dims> gshape(n);
+  std::vector<bool> grow(n, false), gall_elementwise(n, true);
+  for (int i = 0; i < n; ++i) {
+    if (!fusible[i]) continue;
+    gshape[i] = reduction[i] ? order[i]->inputs[0]->shape.concrete() : order[i]->outputs[0]->shape.concrete();
+    grow[i] = reduction[i];
+    gall_elementwise[i] = !reduction[i];
+  }
+  auto rowdims = [](Dims d) {
+    if (!d.empty()) d.back() = 1;
+    return d;
+  };
   for (int j = 0; j < n; ++j) {
     if (!fusible[j]) continue;
     for (const Value* v : order[j]->inputs) {
       if (!v || !v->producer || !index.count(v->producer)) continue;
       int i = index[v->producer];
       if (!fusible[i]) continue;
-      if (order[i]->outputs[0]->shape.concrete() != order[j]->outputs[0]->shape.concrete()) continue;
       int a = find(i), b = find(j);
       if (a == b) continue;
+      // Compatible iteration shapes: equal, or one group is only elementwise ops on the other's row values.
+      Dims merged;
+      bool row = grow[a] || grow[b];
+      if (gshape[a] == gshape[b]) {
+        merged = gshape[a];
+      } else if (grow[a] && gall_elementwise[b] && gshape[b] == rowdims(gshape[a])) {
+        merged = gshape[a];
+      } else if (grow[b] && gall_elementwise[a] && gshape[a] == rowdims(gshape[b])) {
+        merged = gshape[b];
+      } else {
+        continue;
+      }
       if (!cycles.HasEdge(a, b) && !cycles.InsertEdge(a, b)) continue;
       if (!cycles.ContractEdge(a, b)) continue;
       rep[b] = a;
+      gshape[a] = merged;
+      grow[a] = row;
+      gall_elementwise[a] = gall_elementwise[a] && gall_elementwise[b];
     }
   }
   // Group members, then order groups/library nodes by a topological order of the contracted graph:
@@ -112,7 +173,8 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body) {
     } else {
       FusedKernel k;
       k.name = absl::StrCat("fused_", plan.kernels.size());
-      k.shape = order[members.front()]->outputs[0]->shape.concrete();
+      k.shape = gshape[g];
+      k.row_reduction = grow[g];
       std::set<const Node*> in_group;
       for (int m : members) {
         k.nodes.push_back(order[m]);

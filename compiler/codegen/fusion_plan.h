@@ -2,7 +2,8 @@
 // kernels and which run as library steps, in an order that respects every dependency.
 //
 // A fused kernel is a maximal group of elementwise ops (float32, supported by the elemental emitter) whose
-// outputs all have the same dims — its iteration space. It reads each of its inputs once per element
+// outputs all have the same dims — its iteration space — possibly with reductions over the last axis and
+// the elementwise ops on their per-row results (a "row kernel", see FusedKernel::row_reduction). It reads each of its inputs once per element
 // (inputs may broadcast to the iteration space) and writes each value that is read outside the kernel
 // once; values used only inside stay in registers. Groups are formed by contracting producer->consumer
 // edges through GraphCycles, so no group depends on itself through a library step. Every other op of the
@@ -22,6 +23,12 @@ namespace cjit {
 
 struct FusedKernel {
   std::string name;                    // symbol name in the generated module
+  // Elementwise kernels iterate over `shape`. Row kernels (row_reduction) iterate over rows of `shape`
+  // (all dims but the last) and, per row, run one pass over the last dim per reduction (ReduceX over the
+  // last axis with keepdims, Softmax/LogSoftmax over the last axis take one/two passes), then a final pass
+  // writing the outputs: a LayerNorm or Softmax chain is one kernel. Values in a row kernel have `shape`
+  // ("full") or `shape` with the last dim 1 ("row values", computed once per row).
+  bool row_reduction = false;
   Dims shape;                          // iteration space
   std::vector<const Node*> nodes;      // in topological order
   std::vector<const Value*> inputs;    // values read from outside the kernel (non-scalar)
@@ -42,6 +49,9 @@ struct FusionPlan {
 
 // True if the elemental emitter can generate `node` (op and dtypes).
 bool IsFusibleElementwise(const Node& node);
+// True for reductions a row kernel can fuse: float32 ReduceSum/Mean/Max/Min/SumSquare/L2 over the last
+// axis with keepdims=1, Softmax/LogSoftmax over the last axis.
+bool IsRowReduction(const Node& node);
 
 // Scalar float32 constants are folded into the generated code rather than passed as inputs.
 bool IsScalarConstant(const Value* v);
