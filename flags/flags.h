@@ -41,6 +41,10 @@ struct Flags {
   bool always_defer_compilation = false;
   bool enable_lazy_compilation = true;
   bool async_compilation = false;
+  // Persistent cache (cache/disk_cache.h).
+  std::string persistent_cache_dir;  // "" = no disk cache
+  bool persistent_cache_read_only = false;
+  int64_t persistent_cache_max_bytes = 0;  // 0 = unbounded
   // Test hook: every compilation fails with this message (exercises the fallback path).
   std::string fail_compilation_for_testing;
   // Logging: global VLOG level and per-file levels "file=N,file2=M" (as TF_CPP_VMODULE).

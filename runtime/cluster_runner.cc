@@ -18,9 +18,25 @@ ClusterRuntime::ClusterRuntime(const Flags& flags)
     : flags_(flags),
       policy_(CompilePolicyOptions{flags.compile_threshold, flags.compile_time_cutoff_s,
                                    flags.always_defer_compilation, flags.enable_lazy_compilation}),
-      target_(HostTargetDescription()),
+      target_(absl::StrCat("clusterjit=", CJIT_VERSION, " ", HostTargetDescription())),
       // Flags that change generated code (none of the current ones besides the target); listed for the key.
       codegen_flags_("O3") {}
+
+absl::StatusOr<std::shared_ptr<ClusterRuntime>> ClusterRuntime::Create(const Flags& flags) {
+  auto rt = std::make_shared<ClusterRuntime>(flags);
+  if (!flags.persistent_cache_dir.empty()) {
+    DiskCacheOptions o;
+    o.dir = flags.persistent_cache_dir;
+    o.read_only = flags.persistent_cache_read_only;
+    o.max_bytes = flags.persistent_cache_max_bytes;
+    auto disk = DiskCache::Open(o);
+    if (!disk.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--persistent_cache_dir: ", disk.status().message()));
+    }
+    rt->disk_ = std::move(*disk);
+  }
+  return rt;
+}
 
 std::shared_ptr<ClusterStats> ClusterRuntime::NewStats() {
   auto s = std::make_shared<ClusterStats>();
@@ -95,6 +111,23 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
       s.executable = ex;
     }
   }
+  if (!ex && s.runtime->disk() != nullptr) {
+    // Loading is not compiling: a signature with a valid disk entry runs compiled from its first execution.
+    if (auto payload = s.runtime->disk()->Lookup(s.key, CpuExecutable::kPayloadKind)) {
+      auto loaded = CpuExecutable::Load(s.body, *payload);
+      if (loaded.ok()) {
+        ex = *loaded;
+        ++s.stats->disk_hits;
+        s.runtime->cache().Insert(s.key, ex);
+        std::lock_guard<std::mutex> lock(s.mu);
+        s.executable = ex;
+      } else {
+        ++s.stats->disk_rejects;
+        LOG(WARNING) << "persistent cache: entry " << s.key.Hex() << " for cluster " << s.stats->id
+                     << " could not be loaded, recompiling: " << loaded.status().message();
+      }
+    }
+  }
   if (!ex) {
     bool failed, in_flight;
     {
@@ -156,6 +189,15 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state) {
           << " library steps, " << (*ex)->code_bytes() << " code bytes, key " << s.key.Hex();
   s.runtime->cache().Insert(s.key, *ex);
   s.executable = *ex;
+  if (DiskCache* disk = s.runtime->disk(); disk != nullptr && !disk->options().read_only) {
+    auto payload = (*ex)->ExportPayload();
+    absl::Status st = payload.ok() ? disk->Store(s.key, CpuExecutable::kPayloadKind, *payload) : payload.status();
+    if (st.ok()) {
+      ++s.stats->disk_writes;
+    } else {
+      LOG(WARNING) << "persistent cache: cannot store cluster " << s.stats->id << ": " << st.message();
+    }
+  }
   return absl::OkStatus();
 }
 

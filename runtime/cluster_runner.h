@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "cache/cache_key.h"
+#include "cache/disk_cache.h"
 #include "cache/memory_cache.h"
 #include "compiler/ir/graph.h"
 #include "flags/flags.h"
@@ -33,13 +34,16 @@ struct ClusterStats {
   int ops = 0;
   std::string signature;
   std::atomic<int64_t> compiles{0}, compile_us{0}, fallback_executions{0}, compiled_executions{0},
-      memory_hits{0}, disk_hits{0};
+      memory_hits{0}, disk_hits{0}, disk_writes{0}, disk_rejects{0};
   std::atomic<int64_t> code_bytes{0};
 };
 
 class ClusterRuntime {
  public:
+  // Opens the persistent cache when --persistent_cache_dir is set (error: the directory cannot be used).
+  static absl::StatusOr<std::shared_ptr<ClusterRuntime>> Create(const Flags& flags);
   explicit ClusterRuntime(const Flags& flags);
+  DiskCache* disk() { return disk_.get(); }
   const Flags& flags() const { return flags_; }
   CompilePolicy& policy() { return policy_; }
   MemoryCache& cache() { return cache_; }
@@ -52,6 +56,7 @@ class ClusterRuntime {
   Flags flags_;
   CompilePolicy policy_;
   MemoryCache cache_;
+  std::unique_ptr<DiskCache> disk_;
   std::string target_, codegen_flags_;
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<ClusterStats>> stats_;

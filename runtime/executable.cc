@@ -12,6 +12,17 @@ namespace cjit {
 
 absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Compile(std::shared_ptr<const Graph> body,
                                                                             const CpuCompileOptions& options) {
+  return Build(body, [&](const FusionPlan& plan) { return CompileForCpu(plan, options); });
+}
+
+absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Load(std::shared_ptr<const Graph> body,
+                                                                         absl::string_view payload) {
+  return Build(body, [&](const FusionPlan& plan) { return LoadCpuPayload(plan, payload); });
+}
+
+absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Build(
+    std::shared_ptr<const Graph> body,
+    const std::function<absl::StatusOr<std::unique_ptr<CpuCode>>(const FusionPlan&)>& make_code) {
   std::shared_ptr<CpuExecutable> ex(new CpuExecutable());
   ex->body_ = body;
   CJIT_ASSIGN_OR_RETURN(ex->plan_, BuildFusionPlan(*body));
@@ -20,7 +31,7 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Compile(std:
       return absl::UnimplementedError(absl::StrCat(s.node->Describe(), ": no CPU kernel for a library step"));
     }
   }
-  CJIT_ASSIGN_OR_RETURN(ex->code_, CompileForCpu(ex->plan_, options));
+  CJIT_ASSIGN_OR_RETURN(ex->code_, make_code(ex->plan_));
   // Buffer plan.
   std::unordered_map<const Value*, int> slot;
   auto slot_of = [&](const Value* v) {

@@ -7,6 +7,7 @@
 #ifndef CJIT_RUNTIME_EXECUTABLE_H_
 #define CJIT_RUNTIME_EXECUTABLE_H_
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -22,6 +23,12 @@ class CpuExecutable : public CacheEntry {
  public:
   static absl::StatusOr<std::shared_ptr<const CpuExecutable>> Compile(std::shared_ptr<const Graph> body,
                                                                       const CpuCompileOptions& options);
+  // From a persistent-cache payload (ExportPayload of an equal body): loads object code, no compilation.
+  static absl::StatusOr<std::shared_ptr<const CpuExecutable>> Load(std::shared_ptr<const Graph> body,
+                                                                   absl::string_view payload);
+  // Payload kind in the disk cache.
+  static constexpr uint32_t kPayloadKind = 1;  // CPU object code of the fused kernels
+  absl::StatusOr<std::string> ExportPayload() const { return ExportCpuPayload(plan_); }
 
   // Inputs in body-input order; returns body outputs in order.
   absl::StatusOr<std::vector<Tensor>> Run(const std::vector<const Tensor*>& inputs, int threads) const;
@@ -33,6 +40,9 @@ class CpuExecutable : public CacheEntry {
 
  private:
   CpuExecutable() = default;
+  static absl::StatusOr<std::shared_ptr<const CpuExecutable>> Build(
+      std::shared_ptr<const Graph> body,
+      const std::function<absl::StatusOr<std::unique_ptr<CpuCode>>(const FusionPlan&)>& make_code);
   std::shared_ptr<const Graph> body_;
   FusionPlan plan_;
   std::unique_ptr<CpuCode> code_;

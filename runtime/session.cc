@@ -42,7 +42,7 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Grap
   }
   InitLogging(s->flags_);
   s->enable_clustering_ = options.enable_clustering;
-  s->clusters_ = std::make_shared<ClusterRuntime>(s->flags_);
+  CJIT_ASSIGN_OR_RETURN(s->clusters_, ClusterRuntime::Create(s->flags_));
   CJIT_RETURN_IF_ERROR(VerifyGraph(*graph));
   for (const Value* v : graph->inputs()) s->inputs_.push_back({v->name, v->dtype, v->shape});
   for (const Value* v : graph->outputs()) s->outputs_.push_back({v->name, v->dtype, v->shape});
@@ -63,6 +63,7 @@ ClusteringOptions ClusteringOptionsFor(const Flags& flags, bool session_default)
 
 SessionStats Session::stats() const {
   SessionStats out;
+  if (DiskCache* disk = clusters_->disk()) out.totals.disk_rejects += disk->stats().rejects;
   for (const auto& s : clusters_->AllStats()) {
     ClusterStatsSnapshot c;
     c.id = s->id;
@@ -74,6 +75,8 @@ SessionStats Session::stats() const {
     c.compiled_executions = s->compiled_executions;
     c.memory_hits = s->memory_hits;
     c.disk_hits = s->disk_hits;
+    c.disk_writes = s->disk_writes;
+    c.disk_rejects = s->disk_rejects;
     c.code_bytes = s->code_bytes;
     out.totals.compiles += c.compiles;
     out.totals.compile_ms += c.compile_ms;
@@ -81,6 +84,8 @@ SessionStats Session::stats() const {
     out.totals.compiled_executions += c.compiled_executions;
     out.totals.memory_hits += c.memory_hits;
     out.totals.disk_hits += c.disk_hits;
+    out.totals.disk_writes += c.disk_writes;
+    out.totals.disk_rejects += c.disk_rejects;
     out.totals.code_bytes += c.code_bytes;
     out.totals.ops += c.ops;
     out.clusters.push_back(std::move(c));

@@ -40,6 +40,7 @@ struct ClusterStatsSnapshot {
   int64_t compiles = 0;
   double compile_ms = 0;
   int64_t fallback_executions = 0, compiled_executions = 0, memory_hits = 0, disk_hits = 0, code_bytes = 0;
+  int64_t disk_writes = 0, disk_rejects = 0;
 };
 
 struct SessionStats {

@@ -179,7 +179,8 @@ int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
       return nlohmann::json{{"compiles", c.compiles}, {"compile_ms", c.compile_ms},
                             {"fallback_executions", c.fallback_executions},
                             {"compiled_executions", c.compiled_executions}, {"memory_hits", c.memory_hits},
-                            {"disk_hits", c.disk_hits}, {"code_bytes", c.code_bytes}};
+                            {"disk_hits", c.disk_hits}, {"disk_writes", c.disk_writes},
+                            {"disk_rejects", c.disk_rejects}, {"code_bytes", c.code_bytes}};
     };
     j["clusters"] = nlohmann::json::array();
     for (const auto& c : st.clusters) {

@@ -32,6 +32,7 @@
 #include "llvm/IR/Verifier.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/xxhash.h"
 #include "llvm/TargetParser/Host.h"
 #include "llvm/Config/llvm-config.h"
 
@@ -571,12 +572,17 @@ class RowEmitter {
 std::string ToString(llvm::Error err) { return llvm::toString(std::move(err)); }
 
 // The process-wide JIT: one LLJIT; each compiled cluster lives under its own ResourceTracker.
+struct LoadedKernel {
+  CpuKernelFn fn = nullptr;
+  std::string symbol;
+};
+
 struct Jit {
   std::mutex mu;
-  std::map<std::string, CpuKernelFn> kernels;  // structure -> compiled kernel (process lifetime)
+  std::map<std::string, LoadedKernel> kernels;  // structure -> loaded kernel (process lifetime)
   std::unique_ptr<llvm::orc::LLJIT> lljit;
   std::unique_ptr<llvm::TargetMachine> tm;
-  std::map<std::string, size_t> object_bytes;  // by module identifier
+  std::map<std::string, std::string> objects;  // symbol (= module identifier) -> object file bytes
   std::string error;
 };
 
@@ -612,7 +618,11 @@ Jit& GetJit() {
     j->lljit->getMainJITDylib().addGenerator(std::move(*gen));
     j->lljit->getObjTransformLayer().setTransform(
         [j](std::unique_ptr<llvm::MemoryBuffer> obj) -> llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> {
-          j->object_bytes[obj->getBufferIdentifier().str()] += obj->getBufferSize();
+          // Kept for the persistent cache (one kernel per module, a few KB each).
+          // The identifier is "<module>-jitted-objectbuffer" (or similar): key by the module name part.
+          std::string id = obj->getBufferIdentifier().str();
+          size_t cut = id.find("-jitted");
+          j->objects[cut == std::string::npos ? id : id.substr(0, cut)] = obj->getBuffer().str();
           return std::move(obj);
         });
     return j;
@@ -641,99 +651,200 @@ std::string HostTargetDescription() {
                       " llvm=", LLVM_VERSION_STRING);
 }
 
-absl::StatusOr<std::unique_ptr<CpuCode>> CompileForCpu(const FusionPlan& plan, const CpuCompileOptions& options) {
-  if (!options.fail_for_testing.empty()) {
-    return absl::InternalError(absl::StrCat("compilation failed (test hook): ", options.fail_for_testing));
-  }
-  auto code = std::make_unique<CpuCodeImpl>();
+namespace {
+
+// The deterministic symbol of a kernel structure: identical in every process with the same target, so
+// object files from the persistent cache link without clashes.
+std::string KernelSymbol(const std::string& structure) {
+  return absl::StrCat("cjit_k_", absl::StrFormat("%016x", llvm::xxh3_64bits(llvm::StringRef(structure))));
+}
+
+struct PlannedKernel {
+  Collapsed collapsed;
+  std::string structure;
+};
+
+std::vector<PlannedKernel> PlanKernels(const FusionPlan& plan, CpuCodeImpl* code) {
+  std::vector<PlannedKernel> out(plan.kernels.size());
   code->kernels_.resize(plan.kernels.size());
-  if (plan.kernels.empty()) return code;
-  Jit& jit = GetJit();
-  std::lock_guard<std::mutex> lock(jit.mu);
-  if (!jit.lljit) return absl::InternalError(absl::StrCat("LLVM JIT unavailable: ", jit.error));
-  auto t0 = std::chrono::steady_clock::now();
-  auto ms_since = [](std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
-  };
-  // Kernels whose structure is already compiled are reused; the others go into one new module.
-  std::vector<std::string> structures(plan.kernels.size());
-  std::map<std::string, std::string> to_compile;  // structure -> symbol
-  std::vector<std::pair<size_t, Collapsed>> emit;
-  static std::atomic<int64_t> counter{0};
-  std::string prefix = absl::StrCat("cjit_m", counter++);
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
     const FusedKernel& k = plan.kernels[i];
     std::vector<Dims> in_dims;
     for (const Value* v : k.inputs) in_dims.push_back(v->shape.concrete());
-    Collapsed c = Collapse(k.shape, in_dims, k.row_reduction);
+    out[i].collapsed = Collapse(k.shape, in_dims, k.row_reduction);
+    const Collapsed& c = out[i].collapsed;
     CpuKernel& info = code->kernels_[i];
     info.row_elems = c.dims.back();
     info.rows = 1;
     for (size_t d = 0; d + 1 < c.dims.size(); ++d) info.rows *= c.dims[d];
     info.meta = KernelMeta(c);
     info.consts = KernelConsts(k);
-    structures[i] = KernelStructure(k, c);
-    VLOG(3) << "kernel " << i << " structure " << structures[i];
-    if (jit.kernels.count(structures[i])) {
-      info.reused = true;
-    } else if (!to_compile.count(structures[i])) {
-      to_compile[structures[i]] = absl::StrCat(prefix, "_k", emit.size());
-      emit.push_back({i, c});
-    }
+    out[i].structure = KernelStructure(k, c);
+    VLOG(3) << "kernel " << i << " structure " << out[i].structure;
   }
+  return out;
+}
+
+absl::StatusOr<CpuKernelFn> Lookup(Jit& jit, const std::string& symbol) {
+  auto addr = jit.lljit->lookup(symbol);
+  if (!addr) return absl::InternalError(absl::StrCat("LLVM JIT lookup of ", symbol, " failed: ", ToString(addr.takeError())));
+  return addr->toPtr<CpuKernelFn>();
+}
+
+// Compiles one kernel in its own module (so that its object file can be cached and loaded alone).
+absl::Status CompileKernel(Jit& jit, const FusedKernel& k, const PlannedKernel& pk, double* opt_ms, double* mc_ms) {
+  std::string symbol = KernelSymbol(pk.structure);
+  auto ctx = std::make_unique<llvm::LLVMContext>();
+  auto module = std::make_unique<llvm::Module>(symbol, *ctx);
+  module->setDataLayout(jit.lljit->getDataLayout());
+  module->setTargetTriple(jit.lljit->getTargetTriple().str());
+  if (k.row_reduction) {
+    RowEmitter row(*module, k, pk.collapsed);
+    CJIT_RETURN_IF_ERROR(row.Emit(symbol));
+  } else {
+    CJIT_RETURN_IF_ERROR(EmitKernel(*module, k, pk.collapsed, symbol));
+  }
+  std::string verify_errors;
+  llvm::raw_string_ostream os(verify_errors);
+  if (llvm::verifyModule(*module, &os)) {
+    return absl::InternalError(absl::StrCat("generated LLVM IR is invalid: ", os.str()));
+  }
+  auto t1 = std::chrono::steady_clock::now();
+  {
+    llvm::LoopAnalysisManager lam;
+    llvm::FunctionAnalysisManager fam;
+    llvm::CGSCCAnalysisManager cgam;
+    llvm::ModuleAnalysisManager mam;
+    llvm::PassBuilder pb(jit.tm.get());
+    pb.registerModuleAnalyses(mam);
+    pb.registerCGSCCAnalyses(cgam);
+    pb.registerFunctionAnalyses(fam);
+    pb.registerLoopAnalyses(lam);
+    pb.crossRegisterProxies(lam, fam, cgam, mam);
+    llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2);
+    mpm.run(*module, mam);
+  }
+  auto t2 = std::chrono::steady_clock::now();
+  *opt_ms += std::chrono::duration<double, std::milli>(t2 - t1).count();
+  if (llvm::Error err = jit.lljit->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx)))) {
+    return absl::InternalError(absl::StrCat("LLVM JIT rejected the module: ", ToString(std::move(err))));
+  }
+  CJIT_ASSIGN_OR_RETURN(CpuKernelFn fn, Lookup(jit, symbol));
+  *mc_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t2).count();
+  jit.kernels[pk.structure] = LoadedKernel{fn, symbol};
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CpuCode>> CompileForCpu(const FusionPlan& plan, const CpuCompileOptions& options) {
+  if (!options.fail_for_testing.empty()) {
+    return absl::InternalError(absl::StrCat("compilation failed (test hook): ", options.fail_for_testing));
+  }
+  auto code = std::make_unique<CpuCodeImpl>();
+  std::vector<PlannedKernel> planned = PlanKernels(plan, code.get());
+  if (plan.kernels.empty()) return code;
+  Jit& jit = GetJit();
+  std::lock_guard<std::mutex> lock(jit.mu);
+  if (!jit.lljit) return absl::InternalError(absl::StrCat("LLVM JIT unavailable: ", jit.error));
+  auto t0 = std::chrono::steady_clock::now();
   double opt_ms = 0, mc_ms = 0;
-  if (!emit.empty()) {
-    auto ctx = std::make_unique<llvm::LLVMContext>();
-    auto module = std::make_unique<llvm::Module>(prefix, *ctx);
-    module->setDataLayout(jit.lljit->getDataLayout());
-    module->setTargetTriple(jit.lljit->getTargetTriple().str());
-    for (const auto& [i, c] : emit) {
-      if (plan.kernels[i].row_reduction) {
-        RowEmitter row(*module, plan.kernels[i], c);
-        CJIT_RETURN_IF_ERROR(row.Emit(to_compile.at(structures[i])));
-      } else {
-        CJIT_RETURN_IF_ERROR(EmitKernel(*module, plan.kernels[i], c, to_compile.at(structures[i])));
-      }
+  int compiled = 0;
+  for (size_t i = 0; i < plan.kernels.size(); ++i) {
+    auto it = jit.kernels.find(planned[i].structure);
+    if (it != jit.kernels.end()) {
+      code->kernels_[i].reused = true;
+    } else {
+      CJIT_RETURN_IF_ERROR(CompileKernel(jit, plan.kernels[i], planned[i], &opt_ms, &mc_ms));
+      ++compiled;
+      code->code_bytes_ += jit.objects[jit.kernels.at(planned[i].structure).symbol].size();
     }
-    std::string verify_errors;
-    llvm::raw_string_ostream os(verify_errors);
-    if (llvm::verifyModule(*module, &os)) {
-      return absl::InternalError(absl::StrCat("generated LLVM IR is invalid: ", os.str()));
-    }
-    auto t1 = std::chrono::steady_clock::now();
-    {
-      llvm::LoopAnalysisManager lam;
-      llvm::FunctionAnalysisManager fam;
-      llvm::CGSCCAnalysisManager cgam;
-      llvm::ModuleAnalysisManager mam;
-      llvm::PassBuilder pb(jit.tm.get());
-      pb.registerModuleAnalyses(mam);
-      pb.registerCGSCCAnalyses(cgam);
-      pb.registerFunctionAnalyses(fam);
-      pb.registerLoopAnalyses(lam);
-      pb.crossRegisterProxies(lam, fam, cgam, mam);
-      llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2);
-      mpm.run(*module, mam);
-    }
-    opt_ms = ms_since(t1);
-    auto t2 = std::chrono::steady_clock::now();
-    if (llvm::Error err = jit.lljit->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx)))) {
-      return absl::InternalError(absl::StrCat("LLVM JIT rejected the module: ", ToString(std::move(err))));
-    }
-    for (const auto& [structure, symbol] : to_compile) {
-      auto addr = jit.lljit->lookup(symbol);
-      if (!addr) return absl::InternalError(absl::StrCat("LLVM JIT lookup failed: ", ToString(addr.takeError())));
-      jit.kernels[structure] = addr->toPtr<CpuKernelFn>();
-    }
-    mc_ms = ms_since(t2);
-    for (const auto& [id, bytes] : jit.object_bytes) {
-      if (id.find(prefix) != std::string::npos) code->code_bytes_ += bytes;
-    }
+    code->kernels_[i].fn = jit.kernels.at(planned[i].structure).fn;
   }
-  for (size_t i = 0; i < plan.kernels.size(); ++i) code->kernels_[i].fn = jit.kernels.at(structures[i]);
-  VLOG(2) << "CompileForCpu " << prefix << ": " << plan.kernels.size() << " kernels, " << emit.size()
-          << " new (" << plan.kernels.size() - emit.size() << " reused); total " << ms_since(t0)
+  VLOG(2) << "CompileForCpu: " << plan.kernels.size() << " kernels, " << compiled << " new ("
+          << plan.kernels.size() - compiled << " reused); total "
+          << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()
           << " ms, optimize " << opt_ms << " ms, machine code " << mc_ms << " ms";
+  return code;
+}
+
+// Payload: u32 count, then per kernel structure: (u64 len + bytes) of structure, symbol, object file.
+absl::StatusOr<std::string> ExportCpuPayload(const FusionPlan& plan) {
+  CpuCodeImpl scratch;
+  std::vector<PlannedKernel> planned = PlanKernels(plan, &scratch);
+  Jit& jit = GetJit();
+  std::lock_guard<std::mutex> lock(jit.mu);
+  std::set<std::string> done;
+  std::string out;
+  std::vector<const PlannedKernel*> unique;
+  for (const PlannedKernel& pk : planned) {
+    if (done.insert(pk.structure).second) unique.push_back(&pk);
+  }
+  auto put = [&out](absl::string_view s) {
+    uint64_t n = s.size();
+    out.append(reinterpret_cast<const char*>(&n), 8);
+    out.append(s.data(), s.size());
+  };
+  uint32_t count = static_cast<uint32_t>(unique.size());
+  out.append(reinterpret_cast<const char*>(&count), 4);
+  for (const PlannedKernel* pk : unique) {
+    auto it = jit.kernels.find(pk->structure);
+    if (it == jit.kernels.end()) return absl::FailedPreconditionError("kernel not compiled in this process");
+    auto obj = jit.objects.find(it->second.symbol);
+    if (obj == jit.objects.end()) return absl::FailedPreconditionError("kernel object code not retained");
+    put(pk->structure);
+    put(it->second.symbol);
+    put(obj->second);
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<CpuCode>> LoadCpuPayload(const FusionPlan& plan, absl::string_view payload) {
+  std::map<std::string, std::pair<std::string, std::string>> objects;  // structure -> (symbol, object)
+  size_t pos = 0;
+  auto get = [&](std::string* s) -> bool {
+    if (pos + 8 > payload.size()) return false;
+    uint64_t n;
+    std::memcpy(&n, payload.data() + pos, 8);
+    pos += 8;
+    if (n > payload.size() - pos) return false;
+    *s = std::string(payload.substr(pos, n));
+    pos += n;
+    return true;
+  };
+  if (payload.size() < 4) return absl::DataLossError("payload too short");
+  uint32_t count;
+  std::memcpy(&count, payload.data(), 4);
+  pos = 4;
+  for (uint32_t i = 0; i < count; ++i) {
+    std::string structure, symbol, object;
+    if (!get(&structure) || !get(&symbol) || !get(&object)) return absl::DataLossError("payload truncated");
+    if (symbol != KernelSymbol(structure)) return absl::DataLossError("payload symbol does not match its kernel");
+    objects[structure] = {symbol, object};
+  }
+  if (pos != payload.size()) return absl::DataLossError("payload has trailing bytes");
+  auto code = std::make_unique<CpuCodeImpl>();
+  std::vector<PlannedKernel> planned = PlanKernels(plan, code.get());
+  Jit& jit = GetJit();
+  std::lock_guard<std::mutex> lock(jit.mu);
+  if (!jit.lljit) return absl::InternalError(absl::StrCat("LLVM JIT unavailable: ", jit.error));
+  for (size_t i = 0; i < plan.kernels.size(); ++i) {
+    const std::string& structure = planned[i].structure;
+    if (!jit.kernels.count(structure)) {
+      auto it = objects.find(structure);
+      if (it == objects.end()) return absl::DataLossError("payload lacks a kernel of this cluster");
+      const auto& [symbol, object] = it->second;
+      auto buffer = llvm::MemoryBuffer::getMemBufferCopy(object, symbol);
+      if (llvm::Error err = jit.lljit->addObjectFile(std::move(buffer))) {
+        return absl::DataLossError(absl::StrCat("cached object code rejected: ", ToString(std::move(err))));
+      }
+      CJIT_ASSIGN_OR_RETURN(CpuKernelFn fn, Lookup(jit, symbol));
+      jit.kernels[structure] = LoadedKernel{fn, symbol};
+      jit.objects[symbol] = object;
+    }
+    code->kernels_[i].fn = jit.kernels.at(structure).fn;
+    code->kernels_[i].reused = true;
+  }
   return code;
 }
 

@@ -56,6 +56,12 @@ struct CpuCompileOptions {
 
 absl::StatusOr<std::unique_ptr<CpuCode>> CompileForCpu(const FusionPlan& plan, const CpuCompileOptions& options);
 
+// Persistent-cache payload of a compiled plan: the object code of every kernel it uses. Loading it adds
+// the objects the process does not have yet to the JIT (no compilation). Errors: DataLossError for a
+// malformed payload or object code the JIT rejects.
+absl::StatusOr<std::string> ExportCpuPayload(const FusionPlan& plan);
+absl::StatusOr<std::unique_ptr<CpuCode>> LoadCpuPayload(const FusionPlan& plan, absl::string_view payload);
+
 // "cpu=<name> features=<+f1,+f2,...> llvm=<version>": everything about the host that changes generated code
 // (part of the cache key).
 std::string HostTargetDescription();

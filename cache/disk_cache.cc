@@ -1,0 +1,331 @@
+#include "cache/disk_cache.h"
+
+#include <fcntl.h>
+#include <glog/logging.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+namespace cjit {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr size_t kHeaderBytes = 8 + 4 + 4 + 8 + 8 + 8;
+
+template <typename T>
+void Put(std::string& out, T v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+template <typename T>
+T Get(absl::string_view in, size_t off) {
+  T v;
+  std::memcpy(&v, in.data() + off, sizeof(v));
+  return v;
+}
+
+uint64_t Checksum(absl::string_view key, absl::string_view payload) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  XXH3_64bits_update(st, key.data(), key.size());
+  XXH3_64bits_update(st, payload.data(), payload.size());
+  uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return h;
+}
+
+absl::StatusOr<std::string> ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
+  return ss.str();
+}
+
+absl::Status Errno(absl::string_view what, const std::string& path) {
+  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+}
+
+// Writing past RLIMIT_FSIZE raises SIGXFSZ, which kills the process by default; with it ignored the
+// write fails with EFBIG and the cache reports an error instead.
+void IgnoreSigXfsz() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction old {};
+    if (sigaction(SIGXFSZ, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) signal(SIGXFSZ, SIG_IGN);
+  });
+}
+
+bool IsEntry(const fs::path& p) { return p.extension() == ".cjit"; }
+
+// LRU eviction under an advisory lock.
+absl::StatusOr<int64_t> EvictTo(const std::string& dir, int64_t max_bytes) {
+  std::string lock_path = dir + "/.lock";
+  int fd = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("cannot open lock file", lock_path);
+  if (flock(fd, LOCK_EX) != 0) {
+    ::close(fd);
+    return Errno("cannot lock", lock_path);
+  }
+  struct Item {
+    std::string path;
+    int64_t bytes;
+    int64_t mtime_ns;
+  };
+  std::vector<Item> items;
+  int64_t total = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (!IsEntry(e.path())) continue;
+    struct stat st {};
+    if (::stat(e.path().c_str(), &st) != 0) continue;
+    items.push_back({e.path().string(), static_cast<int64_t>(st.st_size),
+                     static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec});
+    total += st.st_size;
+  }
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.mtime_ns < b.mtime_ns; });
+  int64_t removed = 0;
+  for (const Item& it : items) {
+    if (total <= max_bytes) break;
+    if (::unlink(it.path.c_str()) == 0) {
+      total -= it.bytes;
+      ++removed;
+    }
+  }
+  flock(fd, LOCK_UN);
+  ::close(fd);
+  return removed;
+}
+
+}  // namespace
+
+std::string DiskCache::Encode(const CacheKey& key, uint32_t kind, absl::string_view payload) {
+  std::string out;
+  out.reserve(kHeaderBytes + key.canonical.size() + payload.size());
+  out.append(kDiskMagic, 8);
+  Put<uint32_t>(out, kDiskFormatVersion);
+  Put<uint32_t>(out, kind);
+  Put<uint64_t>(out, key.canonical.size());
+  Put<uint64_t>(out, payload.size());
+  Put<uint64_t>(out, Checksum(key.canonical, payload));
+  out.append(key.canonical);
+  out.append(payload.data(), payload.size());
+  return out;
+}
+
+absl::StatusOr<std::string> DiskCache::Decode(absl::string_view bytes, std::string* key_text, uint32_t* kind) {
+  if (bytes.size() < kHeaderBytes) return absl::DataLossError("truncated header");
+  if (std::memcmp(bytes.data(), kDiskMagic, 8) != 0) return absl::DataLossError("bad magic");
+  uint32_t version = Get<uint32_t>(bytes, 8);
+  if (version != kDiskFormatVersion) {
+    return absl::FailedPreconditionError(absl::StrCat("format version ", version, " (expected ", kDiskFormatVersion, ")"));
+  }
+  *kind = Get<uint32_t>(bytes, 12);
+  uint64_t key_len = Get<uint64_t>(bytes, 16), payload_len = Get<uint64_t>(bytes, 24), sum = Get<uint64_t>(bytes, 32);
+  if (key_len > bytes.size() || payload_len > bytes.size() || kHeaderBytes + key_len + payload_len != bytes.size()) {
+    return absl::DataLossError(absl::StrCat("truncated or oversized: header says ", kHeaderBytes + key_len + payload_len,
+                                            " bytes, file has ", bytes.size()));
+  }
+  absl::string_view key = bytes.substr(kHeaderBytes, key_len);
+  absl::string_view payload = bytes.substr(kHeaderBytes + key_len, payload_len);
+  if (Checksum(key, payload) != sum) return absl::DataLossError("checksum mismatch");
+  *key_text = std::string(key);
+  return std::string(payload);
+}
+
+absl::StatusOr<std::unique_ptr<DiskCache>> DiskCache::Open(const DiskCacheOptions& options) {
+  if (options.dir.empty()) return absl::InvalidArgumentError("persistent cache directory is empty");
+  std::error_code ec;
+  if (!options.read_only) fs::create_directories(options.dir, ec);
+  if (!fs::is_directory(options.dir, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("persistent cache directory ", options.dir,
+                                                   options.read_only ? " does not exist" : " cannot be created",
+                                                   ec ? absl::StrCat(": ", ec.message()) : ""));
+  }
+  IgnoreSigXfsz();
+  return std::unique_ptr<DiskCache>(new DiskCache(options));
+}
+
+std::string DiskCache::PathFor(const CacheKey& key) const { return absl::StrCat(options_.dir, "/", key.Hex(), ".cjit"); }
+
+void DiskCache::Reject(const std::string& path, absl::string_view why) {
+  ++rejects_;
+  static std::mutex mu;
+  static std::set<std::string>* warned = new std::set<std::string>();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (warned->insert(path).second) {
+      LOG(WARNING) << "persistent cache: ignoring entry " << path << ": " << why
+                   << (options_.read_only ? "" : " (removed; it will be recompiled)");
+    }
+  }
+  if (!options_.read_only) ::unlink(path.c_str());
+}
+
+std::optional<std::string> DiskCache::Lookup(const CacheKey& key, uint32_t payload_kind) {
+  std::string path = PathFor(key);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    ++misses_;
+    return std::nullopt;
+  }
+  auto bytes = ReadAll(path);
+  if (!bytes.ok()) {
+    if (errno == ENOENT) {  // evicted or replaced between stat and open
+      ++misses_;
+      return std::nullopt;
+    }
+    Reject(path, bytes.status().message());
+    return std::nullopt;
+  }
+  std::string key_text;
+  uint32_t kind = 0;
+  auto payload = Decode(*bytes, &key_text, &kind);
+  if (!payload.ok()) {
+    Reject(path, payload.status().message());
+    return std::nullopt;
+  }
+  if (key_text != key.canonical) {
+    Reject(path, "key mismatch (hash collision or foreign entry)");
+    return std::nullopt;
+  }
+  if (kind != payload_kind) {
+    Reject(path, absl::StrCat("payload kind ", kind, " (expected ", payload_kind, ")"));
+    return std::nullopt;
+  }
+  if (!options_.read_only) ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // LRU: refresh on hit
+  ++hits_;
+  return std::move(*payload);
+}
+
+absl::Status DiskCache::Store(const CacheKey& key, uint32_t payload_kind, absl::string_view payload) {
+  if (options_.read_only) return absl::OkStatus();
+  static std::atomic<uint64_t> counter{0};
+  std::string final_path = PathFor(key);
+  std::string tmp = absl::StrCat(options_.dir, "/.tmp-", ::getpid(), "-",
+                                 std::hash<std::thread::id>()(std::this_thread::get_id()), "-", counter++);
+  std::string bytes = Encode(key, payload_kind, payload);
+  int fd = ::open(tmp.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    ++write_errors_;
+    return Errno("cannot create", tmp);
+  }
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      absl::Status st = Errno("cannot write", tmp);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      ++write_errors_;
+      return st;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    absl::Status st = Errno("cannot flush", tmp);
+    ::unlink(tmp.c_str());
+    ++write_errors_;
+    return st;
+  }
+  if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
+    absl::Status st = Errno("cannot rename into", final_path);
+    ::unlink(tmp.c_str());
+    ++write_errors_;
+    return st;
+  }
+  ++writes_;
+  if (options_.max_bytes > 0) {
+    auto removed = EvictTo(options_.dir, options_.max_bytes);
+    if (removed.ok()) evictions_ += *removed;
+  }
+  return absl::OkStatus();
+}
+
+DiskCacheStats DiskCache::stats() const {
+  DiskCacheStats s;
+  s.hits = hits_;
+  s.misses = misses_;
+  s.writes = writes_;
+  s.rejects = rejects_;
+  s.evictions = evictions_;
+  s.write_errors = write_errors_;
+  return s;
+}
+
+absl::StatusOr<std::vector<DiskCache::EntryInfo>> DiskCache::List(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return absl::NotFoundError(absl::StrCat("no cache directory ", dir));
+  std::vector<EntryInfo> out;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (!IsEntry(e.path())) continue;
+    EntryInfo info;
+    info.file = e.path().filename().string();
+    struct stat st {};
+    if (::stat(e.path().c_str(), &st) == 0) {
+      info.bytes = st.st_size;
+      info.mtime = st.st_mtim.tv_sec;
+    }
+    auto bytes = ReadAll(e.path().string());
+    if (!bytes.ok()) {
+      info.problem = std::string(bytes.status().message());
+    } else {
+      std::string key;
+      auto payload = Decode(*bytes, &key, &info.payload_kind);
+      if (!payload.ok()) {
+        info.problem = std::string(payload.status().message());
+      } else {
+        CacheKey k;
+        k.canonical = key;
+        k.hash = Fingerprint64(key);
+        if (absl::StrCat(k.Hex(), ".cjit") != info.file) {
+          info.problem = "file name does not match the key's hash";
+        } else {
+          info.ok = true;
+        }
+        size_t nl = key.find('\n', key.find('\n') + 1);
+        info.key_head = key.substr(0, std::min<size_t>(nl, 160));
+      }
+    }
+    out.push_back(std::move(info));
+  }
+  std::sort(out.begin(), out.end(), [](const EntryInfo& a, const EntryInfo& b) { return a.file < b.file; });
+  return out;
+}
+
+absl::StatusOr<int64_t> DiskCache::Prune(const std::string& dir, int64_t max_bytes) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return absl::NotFoundError(absl::StrCat("no cache directory ", dir));
+  return EvictTo(dir, max_bytes);
+}
+
+absl::StatusOr<int64_t> DiskCache::Clear(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return absl::NotFoundError(absl::StrCat("no cache directory ", dir));
+  int64_t removed = 0;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::string name = e.path().filename().string();
+    if (IsEntry(e.path()) || name.rfind(".tmp-", 0) == 0) {
+      if (::unlink(e.path().c_str()) == 0) ++removed;
+    }
+  }
+  return removed;
+}
+
+}  // namespace cjit
