@@ -8,6 +8,8 @@
 #include <iostream>
 #include <random>
 
+#include <unistd.h>
+
 #include "CLI/CLI.hpp"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -16,6 +18,7 @@
 #include "nlohmann/json.hpp"
 #include "absl/strings/str_join.h"
 #include "compiler/passes/mark_for_compilation.h"
+#include "cache/disk_cache.h"
 #include "runtime/session.h"
 #include "tools/check_lib.h"
 
@@ -304,6 +307,116 @@ int CmdBench(const std::string& model, const std::vector<std::string>& input_arg
   return 0;
 }
 
+// One process of `bench --cold-warm`: loads the model with the persistent cache in `cache_dir`, runs it
+// `runs` times and prints one JSON line (time to the first fully compiled result from Load, total time).
+int CmdBenchProcess(const std::string& model, const std::vector<std::string>& input_args,
+                    const std::vector<std::string>& shape_args, int runs, const std::string& cache_dir) {
+  auto t_start = std::chrono::steady_clock::now();
+  SessionOptions o;
+  o.use_environment_flags = false;
+  o.flags = *FlagsFromEnvironment();
+  o.flags.persistent_cache_dir = cache_dir;
+  if (o.flags.auto_jit == "-1") o.flags.auto_jit = "1";
+  auto session = Session::Load(model, o);
+  if (!session.ok()) return LoadFailure(session.status());
+  auto inputs = PrepareInputs(**session, input_args, shape_args);
+  if (!inputs.ok()) return Fail(inputs.status(), 2);
+  double first_compiled = -1;
+  int64_t fallback_before = 0;
+  for (int i = 0; i < runs; ++i) {
+    auto out = (*session)->Run(*inputs);
+    if (!out.ok()) return Fail(out.status());
+    SessionStats st = (*session)->stats();
+    if (first_compiled < 0 && st.totals.compiled_executions > 0 && st.totals.fallback_executions == fallback_before) {
+      first_compiled = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
+    }
+    fallback_before = st.totals.fallback_executions;
+  }
+  SessionStats st = (*session)->stats();
+  double total = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
+  nlohmann::json j{{"first_compiled_ms", first_compiled}, {"total_ms", total}, {"compiles", st.totals.compiles},
+                   {"disk_hits", st.totals.disk_hits}, {"disk_writes", st.totals.disk_writes}};
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
+int CmdBenchColdWarm(const std::string& model, const std::vector<std::string>& input_args,
+                     const std::vector<std::string>& shape_args, int runs) {
+  std::string dir = (std::filesystem::temp_directory_path() / absl::StrCat("cjit-cold-warm-", ::getpid())).string();
+  std::filesystem::remove_all(dir);
+  std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::string cmd = absl::StrCat("'", self, "' bench-process '", model, "' --runs ", runs, " --cache-dir '", dir, "'");
+  for (const auto& a : input_args) absl::StrAppend(&cmd, " --input '", a, "'");
+  for (const auto& a : shape_args) absl::StrAppend(&cmd, " --shape '", a, "'");
+  nlohmann::json res[2];
+  for (int p = 0; p < 2; ++p) {
+    FILE* f = popen(cmd.c_str(), "r");
+    if (!f) return Fail(absl::InternalError("cannot start a benchmark process"));
+    std::string out;
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof(buf), f)) out.append(buf, n);
+    int rc = pclose(f);
+    if (rc != 0) return Fail(absl::InternalError(absl::StrCat("benchmark process ", p + 1, " failed: ", out)));
+    res[p] = nlohmann::json::parse(out.substr(out.find('{')), nullptr, false);
+    if (res[p].is_discarded()) return Fail(absl::InternalError("benchmark process printed no result: " + out));
+  }
+  std::filesystem::remove_all(dir);
+  auto d = [](const nlohmann::json& j, const char* k) { return j[k].get<double>(); };
+  std::printf("model: %s  (%d runs per process, empty cache directory, then the filled one)\n", model.c_str(), runs);
+  std::printf("%-6s %24s %14s %9s %10s\n", "", "first compiled result ms", "total ms", "compiles", "disk hits");
+  const char* names[2] = {"cold", "warm"};
+  for (int p = 0; p < 2; ++p) {
+    std::printf("%-6s %24.1f %14.1f %9lld %10lld\n", names[p], d(res[p], "first_compiled_ms"), d(res[p], "total_ms"),
+                static_cast<long long>(res[p]["compiles"].get<int64_t>()),
+                static_cast<long long>(res[p]["disk_hits"].get<int64_t>()));
+  }
+  std::printf("warm speedup: first compiled result %.1fx, total %.1fx\n",
+              d(res[0], "first_compiled_ms") / d(res[1], "first_compiled_ms"), d(res[0], "total_ms") / d(res[1], "total_ms"));
+  return 0;
+}
+
+int CmdCache(const std::string& action, const std::string& dir, int64_t max_bytes) {
+  if (action == "clear") {
+    auto n = DiskCache::Clear(dir);
+    if (!n.ok()) return Fail(n.status());
+    std::printf("removed %lld files from %s\n", static_cast<long long>(*n), dir.c_str());
+    return 0;
+  }
+  if (action == "prune") {
+    if (max_bytes < 0) return Fail(absl::InvalidArgumentError("cache prune needs --max-bytes N"), 2);
+    auto n = DiskCache::Prune(dir, max_bytes);
+    if (!n.ok()) return Fail(n.status());
+    std::printf("evicted %lld entries (least recently used first) to stay under %lld bytes\n",
+                static_cast<long long>(*n), static_cast<long long>(max_bytes));
+    return 0;
+  }
+  auto entries = DiskCache::List(dir);
+  if (!entries.ok()) return Fail(entries.status());
+  int64_t total = 0, bad = 0;
+  for (const auto& e : *entries) {
+    total += e.bytes;
+    bad += !e.ok;
+  }
+  if (action == "ls") {
+    for (const auto& e : *entries) {
+      std::printf("%s %8lld bytes  %s%s\n", e.file.c_str(), static_cast<long long>(e.bytes), e.ok ? "ok" : "BAD: ",
+                  e.ok ? "" : e.problem.c_str());
+    }
+  } else if (action == "verify") {
+    for (const auto& e : *entries) {
+      if (!e.ok) std::printf("BAD %s: %s\n", e.file.c_str(), e.problem.c_str());
+    }
+    std::printf("%zu entries, %lld bad\n", entries->size(), static_cast<long long>(bad));
+    return bad ? 1 : 0;
+  } else if (action == "stats") {
+    std::printf("{\"dir\": \"%s\", \"entries\": %zu, \"bytes\": %lld, \"bad\": %lld}\n", dir.c_str(), entries->size(),
+                static_cast<long long>(total), static_cast<long long>(bad));
+  } else {
+    return Fail(absl::InvalidArgumentError("cache action must be ls, stats, verify, clear or prune"), 2);
+  }
+  return 0;
+}
+
 int CmdFlags() {
   std::printf("CJIT_FLAGS: whitespace-separated --name=value (TF_XLA_FLAGS grammar); --tf_xla_NAME is an alias.\n\n");
   for (const FlagInfo& f : ListFlags()) {
@@ -351,6 +464,25 @@ int main(int argc, char** argv) {
   bench->add_option("--shape", shapes, "NAME=1x3x48x320; repeatable");
   bench->add_option("--iterations", iterations, "timed runs per mode")->check(CLI::PositiveNumber);
   bench->add_option("--warmup", warmup, "untimed runs per mode (compilation happens here)")->check(CLI::NonNegativeNumber);
+  bool cold_warm = false;
+  bench->add_flag("--cold-warm", cold_warm,
+                  "two processes: an empty persistent cache directory, then the filled one (--iterations runs each)");
+  std::string cache_dir, cache_action;
+  int64_t max_bytes = -1;
+  int runs = 10;
+  auto* bench_process = app.add_subcommand("bench-process", "(internal) one process of bench --cold-warm");
+  bench_process->add_option("model", model)->required();
+  bench_process->add_option("--input", inputs);
+  bench_process->add_option("--shape", shapes);
+  bench_process->add_option("--runs", runs);
+  bench_process->add_option("--cache-dir", cache_dir)->required();
+  bench_process->group("");
+  auto* cache = app.add_subcommand("cache", "inspect or maintain a persistent cache directory");
+  cache->add_option("action", cache_action, "ls | stats | verify | clear | prune")
+      ->required()
+      ->check(CLI::IsMember({"ls", "stats", "verify", "clear", "prune"}));
+  cache->add_option("--dir", cache_dir, "the cache directory")->required();
+  cache->add_option("--max-bytes", max_bytes, "for prune: the size to evict down to");
   auto* flags = app.add_subcommand("flags", "list every CJIT_FLAGS flag with its default and help");
   try {
     app.parse(argc, argv);
@@ -361,6 +493,9 @@ int main(int argc, char** argv) {
   if (*check) return cjit::CmdCheck(dir, rtol, atol);
   if (*flags) return cjit::CmdFlags();
   if (*explain) return cjit::CmdExplain(model, inputs, shapes);
+  if (*bench && cold_warm) return cjit::CmdBenchColdWarm(model, inputs, shapes, iterations);
   if (*bench) return cjit::CmdBench(model, inputs, shapes, iterations, warmup);
+  if (*bench_process) return cjit::CmdBenchProcess(model, inputs, shapes, runs, cache_dir);
+  if (*cache) return cjit::CmdCache(cache_action, cache_dir, max_bytes);
   return 2;
 }
