@@ -1,0 +1,245 @@
+// The persistent cache: every fault of a cache file is ignored, removed, counted and recompiled — never a
+// crash or a wrong result; full disk and read-only use; LRU size bound; warm start compiles nothing.
+#include "cache/disk_cache.h"
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "gtest/gtest.h"
+#include "runtime/session.h"
+#include "tools/check_lib.h"
+
+namespace cjit {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string FreshDir(const std::string& name) {
+  std::string dir = ::testing::TempDir() + "/cjit_disk_" + name + "_" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  return dir;
+}
+
+CacheKey Key(const std::string& text) {
+  CacheKey k;
+  k.canonical = text;
+  k.hash = Fingerprint64(text);
+  return k;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::unique_ptr<DiskCache> Open(const std::string& dir, bool read_only = false, int64_t max_bytes = 0) {
+  auto c = DiskCache::Open({dir, read_only, max_bytes});
+  EXPECT_TRUE(c.ok()) << c.status();
+  return std::move(*c);
+}
+
+TEST(DiskCacheTest, RoundTrip) {
+  std::string dir = FreshDir("roundtrip");
+  auto c = Open(dir);
+  ASSERT_TRUE(c->Store(Key("k1"), 1, "payload one").ok());
+  auto got = c->Lookup(Key("k1"), 1);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, "payload one");
+  EXPECT_FALSE(c->Lookup(Key("k2"), 1).has_value());
+  EXPECT_EQ(c->stats().hits, 1);
+  EXPECT_EQ(c->stats().misses, 1);
+  EXPECT_EQ(c->stats().writes, 1);
+}
+
+// Each corruption of a valid entry: the entry is rejected, removed, and counted.
+TEST(DiskCacheTest, EveryCorruptionIsRejectedAndRemoved) {
+  struct Fault {
+    const char* name;
+    std::function<void(std::string&)> corrupt;
+  };
+  std::vector<Fault> faults = {
+      {"bad magic", [](std::string& b) { b[0] = 'X'; }},
+      {"other version", [](std::string& b) { b[8] = static_cast<char>(b[8] + 1); }},
+      {"bad checksum", [](std::string& b) { b[b.size() - 1] ^= 0x5a; }},
+      {"truncated", [](std::string& b) { b.resize(b.size() - 3); }},
+      {"truncated header", [](std::string& b) { b.resize(10); }},
+      {"empty", [](std::string& b) { b.clear(); }},
+      {"oversized", [](std::string& b) { b += "extra"; }},
+  };
+  for (const Fault& f : faults) {
+    std::string dir = FreshDir("corrupt");
+    auto c = Open(dir);
+    CacheKey k = Key("the key");
+    ASSERT_TRUE(c->Store(k, 1, std::string(1000, 'p')).ok());
+    std::string path = dir + "/" + k.Hex() + ".cjit";
+    std::string bytes = ReadFile(path);
+    f.corrupt(bytes);
+    WriteFile(path, bytes);
+    EXPECT_FALSE(c->Lookup(k, 1).has_value()) << f.name;
+    EXPECT_EQ(c->stats().rejects, 1) << f.name;
+    EXPECT_FALSE(fs::exists(path)) << f.name << ": a bad entry must be removed";
+    // Recompiled and stored again: valid.
+    ASSERT_TRUE(c->Store(k, 1, "fresh").ok());
+    EXPECT_EQ(c->Lookup(k, 1).value_or(""), "fresh") << f.name;
+  }
+}
+
+TEST(DiskCacheTest, KeyMismatchAndWrongKindAreRejected) {
+  std::string dir = FreshDir("mismatch");
+  auto c = Open(dir);
+  CacheKey a = Key("key A"), b = Key("key B");
+  ASSERT_TRUE(c->Store(a, 1, "A's payload").ok());
+  // An entry for key A sitting under key B's file name (as a hash collision would).
+  fs::copy_file(dir + "/" + a.Hex() + ".cjit", dir + "/" + b.Hex() + ".cjit");
+  EXPECT_FALSE(c->Lookup(b, 1).has_value());
+  EXPECT_EQ(c->stats().rejects, 1);
+  EXPECT_FALSE(c->Lookup(a, 2).has_value()) << "payload kind must match";
+  EXPECT_EQ(c->stats().rejects, 2);
+}
+
+TEST(DiskCacheTest, UnreadableEntryIsRejected) {
+  std::string dir = FreshDir("unreadable");
+  auto c = Open(dir);
+  CacheKey k = Key("k");
+  // A directory where the entry file should be: open succeeds but reading fails.
+  fs::create_directories(dir + "/" + k.Hex() + ".cjit");
+  EXPECT_FALSE(c->Lookup(k, 1).has_value());
+  EXPECT_EQ(c->stats().rejects, 1);
+}
+
+TEST(DiskCacheTest, ReadOnlyNeverWrites) {
+  std::string dir = FreshDir("readonly");
+  {
+    auto w = Open(dir);
+    ASSERT_TRUE(w->Store(Key("k"), 1, "v").ok());
+  }
+  auto r = Open(dir, /*read_only=*/true);
+  EXPECT_EQ(r->Lookup(Key("k"), 1).value_or(""), "v");
+  ASSERT_TRUE(r->Store(Key("other"), 1, "w").ok());
+  EXPECT_FALSE(fs::exists(dir + "/" + Key("other").Hex() + ".cjit"));
+  auto missing = DiskCache::Open({dir + "/does-not-exist", true, 0});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("does not exist"), std::string::npos) << missing.status();
+}
+
+// A full disk (RLIMIT_FSIZE in a child process): the write fails cleanly, the process lives, no partial
+// or temporary file is left, and an existing entry stays valid.
+TEST(DiskCacheTest, FullDiskFailsCleanly) {
+  std::string dir = FreshDir("full");
+  {
+    auto c = Open(dir);
+    ASSERT_TRUE(c->Store(Key("small"), 1, "ok").ok());
+  }
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    struct rlimit lim {4096, 4096};
+    setrlimit(RLIMIT_FSIZE, &lim);
+    auto c = DiskCache::Open({dir, false, 0});
+    if (!c.ok()) _exit(3);
+    absl::Status st = (*c)->Store(Key("big"), 1, std::string(1 << 20, 'x'));
+    _exit(st.ok() ? 1 : 0);  // the store must fail, not kill us
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died from a signal: " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::string name = e.path().filename().string();
+    EXPECT_TRUE(name == Key("small").Hex() + ".cjit" || name == ".lock") << "left behind: " << name;
+  }
+  auto c = Open(dir);
+  EXPECT_EQ(c->Lookup(Key("small"), 1).value_or(""), "ok");
+  auto list = DiskCache::List(dir);
+  ASSERT_TRUE(list.ok());
+  for (const auto& e : *list) EXPECT_TRUE(e.ok) << e.file << ": " << e.problem;
+}
+
+TEST(DiskCacheTest, MaxBytesHoldsWithLruEviction) {
+  std::string dir = FreshDir("lru");
+  const int64_t max_bytes = 20000;
+  auto c = Open(dir, false, max_bytes);
+  std::string payload(3000, 'z');
+  ASSERT_TRUE(c->Store(Key("keep"), 1, payload).ok());
+  for (int i = 0; i < 30; ++i) {
+    ASSERT_TRUE(c->Store(Key("k" + std::to_string(i)), 1, payload).ok());
+    ASSERT_TRUE(c->Lookup(Key("keep"), 1).has_value()) << "a recently hit entry must survive eviction (i=" << i << ")";
+    int64_t total = 0;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (e.path().extension() == ".cjit") total += static_cast<int64_t>(fs::file_size(e.path()));
+    }
+    EXPECT_LE(total, max_bytes);
+  }
+  EXPECT_GT(c->stats().evictions, 0);
+  auto pruned = DiskCache::Prune(dir, 7000);
+  ASSERT_TRUE(pruned.ok());
+  auto list = DiskCache::List(dir);
+  ASSERT_TRUE(list.ok());
+  EXPECT_LE(list->size(), 2u);
+}
+
+fs::path SharedModel(const std::string& name) {
+  return fs::path(CJIT_SOURCE_DIR) / ".." / "shared" / "models" / name;
+}
+
+// Warm start on a real model: the second session compiles nothing and gives byte-identical outputs;
+// corrupted entries are rejected, recompiled and replaced, with correct results.
+TEST(DiskCacheTest, WarmStartOnRealModel) {
+  auto dir = SharedModel("ppocr_mobile_cls");
+  if (!fs::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
+  std::string cache = FreshDir("warm");
+  SessionOptions o;
+  o.use_environment_flags = false;
+  o.flags.intra_op_threads = 2;
+  o.flags.persistent_cache_dir = cache;
+  auto run = [&](int times, std::vector<NamedTensor>* last) {
+    auto s = Session::Load((dir / "model.onnx").string(), o);
+    EXPECT_TRUE(s.ok()) << s.status();
+    auto sets = ReadDataSets(dir.string(), **s);
+    EXPECT_TRUE(sets.ok());
+    for (int i = 0; i < times; ++i) {
+      auto out = (*s)->Run((*sets)[0].inputs);
+      EXPECT_TRUE(out.ok()) << out.status();
+      CompareTensors("y", (*out)[0].tensor, (*sets)[0].outputs[0].tensor, 1e-3, 1e-4);
+      OutputComparison cmp = CompareTensors("y", (*out)[0].tensor, (*sets)[0].outputs[0].tensor, 1e-3, 1e-4);
+      EXPECT_TRUE(cmp.ok) << "run " << i << " max_abs " << cmp.max_abs;
+      *last = *out;
+    }
+    return (*s)->stats();
+  };
+  std::vector<NamedTensor> cold_out, warm_out, healed_out;
+  SessionStats cold = run(3, &cold_out);
+  EXPECT_GT(cold.totals.compiles, 0);
+  EXPECT_EQ(cold.totals.disk_writes, cold.totals.compiles);
+  SessionStats warm = run(1, &warm_out);
+  EXPECT_EQ(warm.totals.compiles, 0);
+  EXPECT_GT(warm.totals.disk_hits, 0);
+  EXPECT_EQ(warm.totals.fallback_executions, 0) << "a disk hit runs compiled from the first execution";
+  EXPECT_TRUE(warm_out[0].tensor.BitwiseEquals(cold_out[0].tensor));
+  // Corrupt every entry.
+  for (const auto& e : fs::directory_iterator(cache)) {
+    if (e.path().extension() != ".cjit") continue;
+    std::string b = ReadFile(e.path().string());
+    b[b.size() / 2] ^= 0x33;
+    WriteFile(e.path().string(), b);
+  }
+  SessionStats healed = run(3, &healed_out);
+  EXPECT_GT(healed.totals.disk_rejects, 0);
+  EXPECT_GT(healed.totals.compiles, 0);
+  EXPECT_TRUE(healed_out[0].tensor.BitwiseEquals(cold_out[0].tensor));
+  auto list = DiskCache::List(cache);
+  ASSERT_TRUE(list.ok());
+  for (const auto& e : *list) EXPECT_TRUE(e.ok) << "bad entry left: " << e.file << " " << e.problem;
+}
+
+}  // namespace
+}  // namespace cjit
