@@ -588,6 +588,7 @@ struct Jit {
 
 Jit& GetJit() {
   static Jit* jit = [] {
+    auto t0 = std::chrono::steady_clock::now();
     auto* j = new Jit();
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
@@ -625,6 +626,8 @@ Jit& GetJit() {
           j->objects[cut == std::string::npos ? id : id.substr(0, cut)] = obj->getBuffer().str();
           return std::move(obj);
         });
+    VLOG(1) << "LLVM JIT ready in "
+            << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() << " ms";
     return j;
   }();
   return *jit;
