@@ -19,7 +19,8 @@ namespace cjit {
 // Bump by hand whenever generated code or the executable's layout changes for the same inputs, and say why.
 // 1: first CPU code generator (fused elementwise kernels + library steps).
 // 2: row (reduction) kernels, shape-generic kernels with per-kernel object code in the payload.
-inline constexpr int kCacheFormatVersion = 2;
+// 3: kernel inputs read through strided views (absorbed Transpose/Slice/Expand/Reshape): new meta layout.
+inline constexpr int kCacheFormatVersion = 3;
 
 struct CacheKey {
   std::string canonical;  // full text

@@ -48,7 +48,7 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Build(
     std::vector<bool> consts;
     if (s.kind == PlanStep::Kind::kFused) {
       const FusedKernel& k = ex->plan_.kernels[s.kernel];
-      for (const Value* v : k.inputs) ins.push_back(slot_of(v));
+      for (const Value* v : k.input_sources) ins.push_back(slot_of(v));
       for (const Value* v : k.outputs) outs.push_back(slot_of(v));
     } else {
       for (const Value* v : s.node->inputs) {

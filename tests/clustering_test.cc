@@ -2,6 +2,7 @@
 #include "compiler/passes/graph_cycles.h"
 #include "compiler/passes/mark_for_compilation.h"
 
+#include "compiler/codegen/fusion_plan.h"
 #include "compiler/ir/text.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/passes/specialize_shapes.h"
@@ -136,6 +137,47 @@ TEST(MarkForCompilationTest, ClusterBodyCarriesConstantsAndOutputs) {
   std::string text = PrintGraph(*g);
   EXPECT_NE(text.find("cjit.Cluster(%x)"), std::string::npos) << text;
   EXPECT_NE(text.find("return %d, %b"), std::string::npos) << text;
+}
+
+int LibrarySteps(const FusionPlan& plan) {
+  int n = 0;
+  for (const PlanStep& s : plan.steps) n += s.kind == PlanStep::Kind::kLibrary;
+  return n;
+}
+
+TEST(FusionPlanTest, ViewsAreAbsorbedAndReductionsFuse) {
+  auto g = Specialized(R"(graph g(%x: f32[4,6,5], %y: f32[5,4,6], %w: f32[6]) {
+  %t = Transpose(%x) {perm=[2,0,1]}
+  %a = Add(%t, %y)
+  %m = ReduceMean(%a) {axes=[-1]}
+  %d = Sub(%a, %m)
+  %s = Softmax(%d) {axis=-1}
+  %o = Mul(%s, %w)
+  return %o
+})");
+  auto plan = BuildFusionPlan(*g);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(LibrarySteps(*plan), 0) << "the Transpose must be read through strides, not run";
+  ASSERT_EQ(plan->kernels.size(), 1u) << "Add, ReduceMean, Sub, Softmax and Mul form one row kernel";
+  EXPECT_TRUE(plan->kernels[0].row_reduction);
+  EXPECT_EQ(plan->kernels[0].input_sources[0]->name, "x");
+}
+
+TEST(FusionPlanTest, NonViewReshapeIsMaterialized) {
+  auto g = Specialized(R"(graph g(%x: f32[2,3,4]) {
+  %t = Transpose(%x) {perm=[1,0,2]}
+  %r = constant i64[1] {24}
+  %f = Reshape(%t, %r)
+  %z = Neg(%f)
+  return %z
+})");
+  auto plan = BuildFusionPlan(*g);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // Reshape of a transposed (non-dense) view has no strided form: the Transpose runs, the Reshape is read
+  // as a dense view of its result.
+  EXPECT_EQ(LibrarySteps(*plan), 1);
+  ASSERT_EQ(plan->kernels.size(), 1u);
+  EXPECT_EQ(plan->kernels[0].input_sources[0]->name, "t");
 }
 
 }  // namespace

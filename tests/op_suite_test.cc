@@ -157,6 +157,36 @@ std::vector<OpCase> Cases() {
   cases.push_back({"ReduceMax_f64", "graph g(%x: f64[3,4,5]) {\n  %r = ReduceMax(%x) {axes=[1], keepdims=0}\n  %z = Abs(%r)\n  return %z\n}"});
   cases.push_back({"Where_f32", "graph g(%c: bool[4,6], %x: f32[4,6], %y: f32[6]) {\n  %w = Where(%c, %x, %y)\n  %z = Tanh(%w)\n  return %z\n}"});
   cases.push_back({"Cast_i64_f32", "graph g(%x: i64[10]) {\n  %c = Cast(%x) {to=1}\n  %z = Mul(%c, %c)\n  return %z\n}"});
+  // View ops absorbed into fused kernels (strided reads; nothing materialized).
+  cases.push_back({"TransposeIntoAdd_f32", "graph g(%x: f32[4,6,5], %y: f32[5,4,6]) {\n  %t = Transpose(%x) {perm=[2,0,1]}\n  %a = Add(%t, %y)\n  %z = Relu(%a)\n  return %z\n}"});
+  cases.push_back({"SliceIntoMul_f32", R"(graph g(%x: f32[8,10], %y: f32[3,4]) {
+  %st = constant i64[2] {1, 7}
+  %en = constant i64[2] {7, 0}
+  %ax = constant i64[2] {0, 1}
+  %sp = constant i64[2] {2, -2}
+  %s = Slice(%x, %st, %en, %ax, %sp)
+  %m = Mul(%s, %y)
+  %z = Exp(%m)
+  return %z
+})"});
+  cases.push_back({"ExpandReshapeChain_f32", R"(graph g(%x: f32[3,1], %y: f32[3,4]) {
+  %sh = constant i64[2] {3, 4}
+  %e = Expand(%x, %sh)
+  %a = Add(%e, %y)
+  %r = constant i64[1] {12}
+  %f = Reshape(%a, %r)
+  %z = Neg(%f)
+  return %z
+})"});
+  cases.push_back({"TransposeThenReshape_f32", R"(graph g(%x: f32[2,3,4], %y: f32[24]) {
+  %t = Transpose(%x) {perm=[1,0,2]}
+  %r = constant i64[1] {24}
+  %f = Reshape(%t, %r)
+  %a = Add(%f, %y)
+  %z = Sigmoid(%a)
+  return %z
+})"});
+  cases.push_back({"SoftmaxOfTranspose_f32", "graph g(%x: f32[6,3,7]) {\n  %t = Transpose(%x) {perm=[1,0,2]}\n  %s = Softmax(%t) {axis=-1}\n  %z = Mul(%s, %t)\n  return %z\n}"});
   return cases;
 }
 

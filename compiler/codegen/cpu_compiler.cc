@@ -72,22 +72,32 @@ class CpuMath : public TargetMath {
 struct Collapsed {
   std::vector<int64_t> dims;                   // collapsed iteration dims
   std::vector<std::vector<int64_t>> strides;   // [input][dim], element strides (0 = broadcast)
+  std::vector<int64_t> offsets;                // [input], element offset of the first element
 };
 
+struct InputLayout {
+  Dims dims;                     // the input value's dims (right-aligned to the iteration dims)
+  std::vector<int64_t> strides;  // element strides over dims
+  int64_t offset = 0;
+};
+
+// Collapses adjacent iteration dims that every input (and the dense output) walks contiguously.
 // With keep_last, the last dim is never merged with the others (row kernels iterate over it per row).
-Collapsed Collapse(const Dims& out, const std::vector<Dims>& ins, bool keep_last = false) {
+Collapsed Collapse(const Dims& out, const std::vector<InputLayout>& ins, bool keep_last = false) {
   int r = static_cast<int>(out.size());
   size_t n = ins.size();
   std::vector<std::vector<int64_t>> stride(r, std::vector<int64_t>(n + 1, 0));
-  for (size_t k = 0; k <= n; ++k) {
-    const Dims& d = k < n ? ins[k] : out;  // the last column is the output (dense)
-    int off = r - static_cast<int>(d.size());
-    int64_t s = 1;
-    for (int i = r - 1; i >= 0; --i) {
+  for (size_t k = 0; k < n; ++k) {
+    int off = r - static_cast<int>(ins[k].dims.size());
+    for (int i = 0; i < r; ++i) {
       int j = i - off;
-      stride[i][k] = (j < 0 || d[j] == 1) ? 0 : s;
-      if (j >= 0) s *= d[j];
+      stride[i][k] = (j < 0 || ins[k].dims[j] == 1) ? 0 : ins[k].strides[j];
     }
+  }
+  int64_t s = 1;
+  for (int i = r - 1; i >= 0; --i) {  // the last column is the dense output
+    stride[i][n] = s;
+    s *= out[i];
   }
   Collapsed c;
   std::vector<std::vector<int64_t>> cs;
@@ -117,7 +127,31 @@ Collapsed Collapse(const Dims& out, const std::vector<Dims>& ins, bool keep_last
   c.strides.assign(n, std::vector<int64_t>(c.dims.size()));
   for (size_t k = 0; k < n; ++k)
     for (size_t d = 0; d < c.dims.size(); ++d) c.strides[k][d] = cs[d][k];
+  for (size_t k = 0; k < n; ++k) c.offsets.push_back(ins[k].offset);
   return c;
+}
+
+std::vector<InputLayout> Layouts(const FusedKernel& k) {
+  std::vector<InputLayout> out;
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    InputLayout l;
+    l.dims = k.inputs[i]->shape.concrete();
+    if (i < k.input_strides.size() && k.input_strides[i].size() == l.dims.size()) {
+      l.strides = k.input_strides[i];
+      l.offset = k.input_offsets[i];
+    } else {
+      l.strides.assign(l.dims.size(), 1);
+      for (int d = static_cast<int>(l.dims.size()) - 2; d >= 0; --d) l.strides[d] = l.strides[d + 1] * l.dims[d + 1];
+    }
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
+// Innermost access of an input: 'b' broadcast (stride 0), 'c' contiguous (stride 1), 's' strided.
+char InnerClass(const Collapsed& c, size_t i) {
+  int64_t s = c.strides[i].back();
+  return s == 0 ? 'b' : s == 1 ? 'c' : 's';
 }
 
 // The structure of a kernel (everything but its dims): the key of the process-wide kernel cache.
@@ -126,7 +160,7 @@ std::string KernelStructure(const FusedKernel& k, const Collapsed& c) {
   std::string s = absl::StrCat(k.row_reduction ? "row;" : "", "nd=", c.dims.size(), ";in=");
   for (size_t i = 0; i < k.inputs.size(); ++i) {
     ref[k.inputs[i]] = absl::StrCat("i", i);
-    absl::StrAppend(&s, c.strides[i].back() == 0 ? "b" : "c", ",");  // innermost stride 0 or 1
+    absl::StrAppend(&s, std::string(1, InnerClass(c, i)), ",");
   }
   int n = 0;
   for (const Node* node : k.nodes) {
@@ -155,8 +189,7 @@ std::string KernelStructure(const FusedKernel& k, const Collapsed& c) {
   return s;
 }
 
-// meta = [inner, outer dims (nd-1)..., then for each input its strides over the outer dims (nd-1 each)].
-// The scalar parameters of a kernel, in the order the emitter reads them.
+// The scalar parameters of a kernel, in the order the emitters read them (one per use).
 std::vector<float> KernelConsts(const FusedKernel& k) {
   std::vector<float> out;
   for (const Node* node : k.nodes) {
@@ -167,14 +200,20 @@ std::vector<float> KernelConsts(const FusedKernel& k) {
   return out;
 }
 
+// meta = [inner, outer dims (nd-1)..., then for each input: its strides over all nd dims, its offset].
 std::vector<int64_t> KernelMeta(const Collapsed& c) {
   int nd = static_cast<int>(c.dims.size());
   std::vector<int64_t> meta{c.dims.back()};
   for (int d = 0; d < nd - 1; ++d) meta.push_back(c.dims[d]);
-  for (const auto& st : c.strides)
-    for (int d = 0; d < nd - 1; ++d) meta.push_back(st[d]);
+  for (size_t i = 0; i < c.strides.size(); ++i) {
+    for (int d = 0; d < nd; ++d) meta.push_back(c.strides[i][d]);
+    meta.push_back(c.offsets[i]);
+  }
   return meta;
 }
+
+// Index of input i's stride d (d = nd-1 is the inner stride) or offset (d = nd) in the meta array.
+int64_t MetaIndex(int nd, size_t i, int d) { return nd + static_cast<int64_t>(i) * (nd + 1) + d; }
 
 absl::Status EmitKernel(llvm::Module& m, const FusedKernel& k, const Collapsed& c, const std::string& symbol) {
   llvm::LLVMContext& ctx = m.getContext();
@@ -227,9 +266,12 @@ absl::Status EmitKernel(llvm::Module& m, const FusedKernel& k, const Collapsed& 
   llvm::Value* inner = meta_at(0);
   std::vector<llvm::Value*> dims(nd - 1);
   for (int d = 0; d < nd - 1; ++d) dims[d] = meta_at(1 + d);
-  std::vector<std::vector<llvm::Value*>> strides(n_in, std::vector<llvm::Value*>(nd - 1));
-  for (size_t i = 0; i < n_in; ++i)
-    for (int d = 0; d < nd - 1; ++d) strides[i][d] = meta_at(nd + static_cast<int64_t>(i) * (nd - 1) + d);
+  std::vector<std::vector<llvm::Value*>> strides(n_in, std::vector<llvm::Value*>(nd));
+  std::vector<llvm::Value*> offsets(n_in);
+  for (size_t i = 0; i < n_in; ++i) {
+    for (int d = 0; d < nd; ++d) strides[i][d] = meta_at(MetaIndex(nd, i, d));
+    offsets[i] = meta_at(MetaIndex(nd, i, nd));
+  }
   // Scalar parameters, loaded once (the emitter sees them as loop-invariant values).
   std::vector<llvm::Value*> params_v;
   {
@@ -244,7 +286,7 @@ absl::Status EmitKernel(llvm::Module& m, const FusedKernel& k, const Collapsed& 
   b.SetInsertPoint(outer_head);
   llvm::PHINode* r = b.CreatePHI(i64, 2, "r");
   r->addIncoming(row_begin, entry);
-  std::vector<llvm::Value*> base(n_in, b.getInt64(0));
+  std::vector<llvm::Value*> base(offsets);
   llvm::Value* rem = r;
   for (int d = nd - 2; d >= 0; --d) {
     llvm::Value* idx = d == 0 ? rem : b.CreateURem(rem, dims[d]);
@@ -269,7 +311,10 @@ absl::Status EmitKernel(llvm::Module& m, const FusedKernel& k, const Collapsed& 
   llvm::PHINode* j = b.CreatePHI(i64, 2, "j");
   j->addIncoming(b.getInt64(0), outer_head);
   for (size_t i = 0; i < n_in; ++i) {
-    if (c.strides[i].back() != 0) vals[k.inputs[i]] = b.CreateLoad(f32, b.CreateInBoundsGEP(f32, in_ptr[i], j));
+    char cls = InnerClass(c, i);
+    if (cls == 'b') continue;
+    llvm::Value* idx = cls == 'c' ? j : b.CreateMul(j, strides[i][nd - 1]);
+    vals[k.inputs[i]] = b.CreateLoad(f32, b.CreateInBoundsGEP(f32, in_ptr[i], idx));
   }
   CpuMath math(m);
   size_t next_param = 0;
@@ -360,9 +405,12 @@ class RowEmitter {
     inner_ = meta_at(0);
     std::vector<llvm::Value*> dims(nd - 1);
     for (int d = 0; d < nd - 1; ++d) dims[d] = meta_at(1 + d);
-    std::vector<std::vector<llvm::Value*>> strides(n_in, std::vector<llvm::Value*>(nd - 1));
-    for (size_t i = 0; i < n_in; ++i)
-      for (int d = 0; d < nd - 1; ++d) strides[i][d] = meta_at(nd + static_cast<int64_t>(i) * (nd - 1) + d);
+    strides_.assign(n_in, std::vector<llvm::Value*>(nd));
+    std::vector<llvm::Value*> offsets(n_in);
+    for (size_t i = 0; i < n_in; ++i) {
+      for (int d = 0; d < nd; ++d) strides_[i][d] = meta_at(MetaIndex(nd, i, d));
+      offsets[i] = meta_at(MetaIndex(nd, i, nd));
+    }
     int64_t np = 0;
     for (const Node* node : k_.nodes)
       for (const Value* v : node->inputs) {
@@ -377,12 +425,12 @@ class RowEmitter {
     b_.SetInsertPoint(outer);
     llvm::PHINode* r = b_.CreatePHI(i64, 2, "r");
     r->addIncoming(row_begin, entry);
-    std::vector<llvm::Value*> base(n_in, b_.getInt64(0));
+    std::vector<llvm::Value*> base(offsets);
     llvm::Value* rem = r;
     for (int d = nd - 2; d >= 0; --d) {
       llvm::Value* idx = d == 0 ? rem : b_.CreateURem(rem, dims[d]);
       if (d > 0) rem = b_.CreateUDiv(rem, dims[d]);
-      for (size_t i = 0; i < n_in; ++i) base[i] = b_.CreateAdd(base[i], b_.CreateMul(idx, strides[i][d]));
+      for (size_t i = 0; i < n_in; ++i) base[i] = b_.CreateAdd(base[i], b_.CreateMul(idx, strides_[i][d]));
     }
     in_ptr_.resize(n_in);
     for (size_t i = 0; i < n_in; ++i) {
@@ -526,7 +574,10 @@ class RowEmitter {
     llvm::Value* out = nullptr;
     auto in_it = std::find(k_.inputs.begin(), k_.inputs.end(), v);
     if (in_it != k_.inputs.end()) {
-      out = b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, in_ptr_[in_it - k_.inputs.begin()], j));
+      size_t i = in_it - k_.inputs.begin();
+      char cls = InnerClass(c_, i);
+      llvm::Value* idx = cls == 'c' ? j : b_.CreateMul(j, strides_[i][c_.dims.size() - 1]);
+      out = b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, in_ptr_[i], idx));
     } else {
       const Node* node = v->producer;
       if (node == nullptr) return absl::InternalError(absl::StrCat("row kernel lost value %", v->name));
@@ -567,6 +618,7 @@ class RowEmitter {
   llvm::Function* fn_ = nullptr;
   llvm::Value* inner_ = nullptr;
   std::vector<llvm::Value*> in_ptr_;
+  std::vector<std::vector<llvm::Value*>> strides_;
   std::map<const Value*, llvm::Value*> row_vals_, params_;
   std::map<const Node*, std::pair<llvm::Value*, llvm::Value*>> softmax_;
 };
@@ -676,9 +728,7 @@ std::vector<PlannedKernel> PlanKernels(const FusionPlan& plan, CpuCodeImpl* code
   code->kernels_.resize(plan.kernels.size());
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
     const FusedKernel& k = plan.kernels[i];
-    std::vector<Dims> in_dims;
-    for (const Value* v : k.inputs) in_dims.push_back(v->shape.concrete());
-    out[i].collapsed = Collapse(k.shape, in_dims, k.row_reduction);
+    out[i].collapsed = Collapse(k.shape, Layouts(k), k.row_reduction);
     const Collapsed& c = out[i].collapsed;
     CpuKernel& info = code->kernels_[i];
     info.row_elems = c.dims.back();

@@ -76,6 +76,90 @@ bool IsRowReduction(const Node& n) {
   return yd == expect;
 }
 
+namespace {
+
+struct View {
+  const Value* source;
+  int64_t offset = 0;
+  std::vector<int64_t> strides;  // over the viewed value's dims
+};
+
+std::vector<int64_t> DenseStrides(const Dims& d) {
+  std::vector<int64_t> s(d.size(), 1);
+  for (int i = static_cast<int>(d.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * d[i + 1];
+  return s;
+}
+
+bool IsDense(const View& v, const Dims& dims) {
+  if (v.offset != 0) return false;
+  std::vector<int64_t> d = DenseStrides(dims);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] != 1 && d[i] != v.strides[i]) return false;
+  }
+  return true;
+}
+
+// How `v` can be read from a buffer that no view op has to materialize. `body_nodes` limits resolution to
+// nodes of this cluster.
+View Resolve(const Value* v, const std::set<const Node*>& body_nodes) {
+  View dense{v, 0, v->shape.fully_known() ? DenseStrides(v->shape.concrete()) : std::vector<int64_t>{}};
+  const Node* n = v->producer;
+  if (n == nullptr || !body_nodes.count(n) || !v->shape.fully_known() || v->dtype != DType::kF32) return dense;
+  const Value* u = n->input(0);
+  if (u == nullptr || !u->shape.fully_known() || u->dtype != DType::kF32 || n->outputs.size() != 1) return dense;
+  for (size_t i = 1; i < n->inputs.size(); ++i) {  // shapes, bounds, axes must be constants
+    if (n->inputs[i] && !n->inputs[i]->is_constant()) return dense;
+  }
+  Dims ud = u->shape.concrete(), vd = v->shape.concrete();
+  const std::string& op = n->op_type;
+  if (op != "Identity" && op != "Transpose" && op != "Slice" && op != "Expand" && op != "Reshape" && op != "Flatten" &&
+      op != "Squeeze" && op != "Unsqueeze") {
+    return dense;
+  }
+  View in = Resolve(u, body_nodes);
+  View out{in.source, in.offset, {}};
+  if (op == "Identity") return in;
+  if (op == "Transpose") {
+    std::vector<int64_t> perm = n->GetInts("perm");
+    if (perm.empty()) for (int i = static_cast<int>(ud.size()) - 1; i >= 0; --i) perm.push_back(i);
+    for (int64_t p : perm) out.strides.push_back(in.strides[p]);
+    return out;
+  }
+  if (op == "Slice") {
+    if (n->HasAttr("starts") || n->inputs.size() < 3) return dense;
+    std::vector<int64_t> starts = n->inputs[1]->constant->ToInt64Vector();
+    std::vector<int64_t> axes, steps;
+    if (n->input(3)) axes = n->input(3)->constant->ToInt64Vector();
+    if (n->input(4)) steps = n->input(4)->constant->ToInt64Vector();
+    if (axes.empty()) for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+    if (steps.empty()) steps.assign(starts.size(), 1);
+    out.strides = in.strides;
+    for (size_t k = 0; k < starts.size(); ++k) {
+      int64_t a = axes[k] < 0 ? axes[k] + static_cast<int64_t>(ud.size()) : axes[k];
+      if (a < 0 || a >= static_cast<int64_t>(ud.size())) return dense;
+      int64_t dim = ud[a], st = starts[k];
+      if (st < 0) st += dim;
+      st = steps[k] > 0 ? std::clamp<int64_t>(st, 0, dim) : std::clamp<int64_t>(st, 0, dim - 1);
+      if (vd[a] == 0) return dense;
+      out.offset += st * in.strides[a];
+      out.strides[a] = in.strides[a] * steps[k];
+    }
+    return out;
+  }
+  if (op == "Expand") {
+    size_t off = vd.size() - ud.size();
+    out.strides.assign(vd.size(), 0);
+    for (size_t i = 0; i < ud.size(); ++i) out.strides[off + i] = ud[i] == 1 && vd[off + i] != 1 ? 0 : in.strides[i];
+    return out;
+  }
+  // Reshape-like: only a dense view keeps a strided form; otherwise read u's materialized (dense) result.
+  if (!IsDense(in, ud)) return View{u, 0, DenseStrides(vd)};
+  out.strides = DenseStrides(vd);
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body) {
   CJIT_ASSIGN_OR_RETURN(std::vector<Node*> order, body.TopologicalOrder());
   int n = static_cast<int>(order.size());
@@ -197,6 +281,14 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body) {
         }
         if (used_outside) k.outputs.push_back(out);
       }
+      std::set<const Node*> body_nodes;
+      for (const Node* nd : order) body_nodes.insert(nd);
+      for (const Value* in : k.inputs) {
+        View view = Resolve(in, body_nodes);
+        k.input_sources.push_back(view.source);
+        k.input_offsets.push_back(view.offset);
+        k.input_strides.push_back(view.strides);
+      }
       PlanStep s;
       s.kind = PlanStep::Kind::kFused;
       s.kernel = static_cast<int>(plan.kernels.size());
@@ -210,6 +302,24 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body) {
   if (plan.steps.size() != groups.size()) {
     return absl::InternalError("fusion plan has a cycle between groups");
   }
+  // Drop library steps whose outputs nothing reads any more (view ops absorbed into kernels).
+  std::set<const Value*> needed(body.outputs().begin(), body.outputs().end());
+  for (auto it = plan.steps.rbegin(); it != plan.steps.rend(); ++it) {
+    if (it->kind == PlanStep::Kind::kFused) {
+      for (const Value* v : plan.kernels[it->kernel].input_sources) needed.insert(v);
+    }
+  }
+  std::vector<PlanStep> kept;
+  for (auto it = plan.steps.rbegin(); it != plan.steps.rend(); ++it) {
+    if (it->kind == PlanStep::Kind::kLibrary) {
+      bool used = false;
+      for (const Value* v : it->node->outputs) used |= v && needed.count(v);
+      if (!used) continue;
+      for (const Value* v : it->node->inputs) if (v) needed.insert(v);
+    }
+    kept.push_back(*it);
+  }
+  plan.steps.assign(kept.rbegin(), kept.rend());
   return plan;
 }
 

@@ -33,6 +33,13 @@ struct FusedKernel {
   std::vector<const Node*> nodes;      // in topological order
   std::vector<const Value*> inputs;    // values read from outside the kernel (non-scalar)
   std::vector<const Value*> outputs;   // values the kernel writes
+  // How each input is read: from the buffer of input_sources[i], at element input_offsets[i], with
+  // input_strides[i] (element strides over inputs[i]'s dims). View ops between a source and the kernel —
+  // Transpose, Slice with constant bounds, Expand, Identity, and Reshape/Flatten/Squeeze/Unsqueeze of a
+  // dense view — are absorbed this way: they move no data, and do not run when nothing else needs them.
+  std::vector<const Value*> input_sources;
+  std::vector<int64_t> input_offsets;
+  std::vector<std::vector<int64_t>> input_strides;
 };
 
 struct PlanStep {
