@@ -168,6 +168,57 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
   return absl::OkStatus();
 }
 
+// float32 max/average pooling through oneDNN (pooling_v2: dilations). Returns false when the case is
+// not one it expresses exactly (then the loop implementation runs).
+absl::StatusOr<bool> DnnlPool(KernelContext& ctx, int kind, const WindowGeometry& g, Tensor& y) {
+  const Tensor& x = ctx.in(0);
+  size_t nsp = g.kernel.size();
+  if (x.dtype() != DType::kF32 || kind == 2 || ctx.wants(1) || nsp < 1 || nsp > 3) return false;
+  bool count_pad = ctx.node->GetInt("count_include_pad", 0) != 0;
+  memory::dims st, ker, dil, pl, pr;
+  for (size_t i = 0; i < nsp; ++i) {
+    int64_t in = x.dim(static_cast<int>(2 + i));
+    int64_t eff = (g.kernel[i] - 1) * g.dilations[i] + 1;
+    // oneDNN needs (in + pl + pr - eff) / s + 1 == out: extend the right padding for ceil_mode.
+    int64_t right = (g.out[i] - 1) * g.strides[i] + eff - in - g.pad_begin[i];
+    if (right < 0) right = g.pad_end[i];
+    if (kind == 1 && count_pad && right != g.pad_end[i]) return false;  // ceil-mode padding is not counted
+    st.push_back(g.strides[i]);
+    ker.push_back(g.kernel[i]);
+    dil.push_back(g.dilations[i] - 1);
+    pl.push_back(g.pad_begin[i]);
+    pr.push_back(right);
+  }
+  memory::dims xd = ToDims(x.dims()), yd = ToDims(y.dims());
+  dnnl::algorithm alg = kind == 0 ? dnnl::algorithm::pooling_max
+                        : count_pad ? dnnl::algorithm::pooling_avg_include_padding
+                                    : dnnl::algorithm::pooling_avg_exclude_padding;
+  std::string key = absl::StrCat("pool:", static_cast<int>(alg), ":", absl::StrJoin(xd, ","), ":", absl::StrJoin(yd, ","),
+                                 ":", absl::StrJoin(st, ","), ":", absl::StrJoin(ker, ","), ":", absl::StrJoin(dil, ","),
+                                 ":", absl::StrJoin(pl, ","), ":", absl::StrJoin(pr, ","));
+  bool failed = false;
+  auto entry = GetOrCreateDnnl(key, [&]() -> std::shared_ptr<DnnlEntry> {
+    auto e = std::make_shared<DnnlEntry>();
+    e->src_md = memory::desc(xd, memory::data_type::f32, Dense(xd));
+    e->dst_md = memory::desc(yd, memory::data_type::f32, Dense(yd));
+    try {
+      dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, e->src_md, e->dst_md, st, ker, dil, pl, pr);
+      e->prim = dnnl::pooling_v2_forward(dnnl::pooling_v2_forward::primitive_desc(d, CpuEngine()));
+    } catch (const dnnl::error&) {
+      failed = true;
+      return nullptr;
+    }
+    return e;
+  });
+  if (failed || !entry) return false;
+  dnnl::stream s(CpuEngine());
+  memory src(entry->src_md, CpuEngine(), const_cast<void*>(x.raw()));
+  memory dst(entry->dst_md, CpuEngine(), y.raw());
+  entry->prim.execute(s, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+  s.wait();
+  return true;
+}
+
 // Max / average / Lp pooling over N-d windows, any float dtype.
 absl::Status Pool(KernelContext& ctx, int kind) {  // 0 max, 1 avg, 2 lp
   const Tensor& x = ctx.in(0);
@@ -175,6 +226,8 @@ absl::Status Pool(KernelContext& ctx, int kind) {  // 0 max, 1 avg, 2 lp
   CJIT_ASSIGN_OR_RETURN(WindowGeometry g, ComputeWindowGeometry(*ctx.node, in, ctx.node->GetInts("kernel_shape"),
                                                                 false, ctx.node->GetInt("ceil_mode", 0) != 0));
   Tensor& y = ctx.Alloc(0);
+  CJIT_ASSIGN_OR_RETURN(bool done, DnnlPool(ctx, kind, g, y));
+  if (done) return absl::OkStatus();
   Tensor* idx = ctx.wants(1) ? &ctx.Alloc(1) : nullptr;
   bool count_pad = ctx.node->GetInt("count_include_pad", 0) != 0;
   double p = static_cast<double>(ctx.node->GetInt("p", 2));
@@ -238,6 +291,14 @@ absl::Status GlobalPool(KernelContext& ctx, int kind) {
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.Alloc(0);
   int64_t NC = x.dim(0) * x.dim(1), sp = x.numel() / std::max<int64_t>(NC, 1);
+  if (x.dtype() == DType::kF32 && kind < 2 && sp > 0) {
+    // Eigen's vectorized row reductions.
+    Eigen::Map<const Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> m(x.data<float>(), NC, sp);
+    Eigen::Map<Eigen::ArrayXf> out(y.data<float>(), NC);
+    if (kind == 0) out = m.rowwise().maxCoeff();
+    else out = m.rowwise().sum() / static_cast<float>(sp);
+    return absl::OkStatus();
+  }
   double p = static_cast<double>(ctx.node->GetInt("p", 2));
   return DispatchFloat(x.dtype(), [&](auto t) {
     using T = decltype(t);
