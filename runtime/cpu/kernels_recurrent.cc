@@ -75,7 +75,14 @@ absl::Status Recurrent(KernelContext& ctx, int kind) {
                                 : kind == 1 ? std::vector<std::string>{"Sigmoid", "Tanh"}
                                             : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
   CJIT_ASSIGN_OR_RETURN(std::vector<Activation> acts, Activations(ctx, dflt, nd));
-  std::vector<double> x = X.ToDoubleVector(), W = ctx.in(1).ToDoubleVector(), R = ctx.in(2).ToDoubleVector();
+  // float32 weights are used in place (Eigen matrix-vector products); other dtypes go through double.
+  bool f32 = X.dtype() == DType::kF32 && ctx.in(1).dtype() == DType::kF32 && ctx.in(2).dtype() == DType::kF32;
+  std::vector<double> x, W, R;
+  if (!f32) {
+    x = X.ToDoubleVector();
+    W = ctx.in(1).ToDoubleVector();
+    R = ctx.in(2).ToDoubleVector();
+  }
   std::vector<double> bias = ctx.has(3) ? ctx.in(3).ToDoubleVector() : std::vector<double>(nd * 2 * gates * H, 0.0);
   std::vector<int64_t> lens = ctx.has(4) ? ctx.in(4).ToInt64Vector() : std::vector<int64_t>(B, S);
   std::vector<double> h0 = ctx.has(5) ? ctx.in(5).ToDoubleVector() : std::vector<double>(nd * B * H, 0.0);
@@ -85,11 +92,15 @@ absl::Status Recurrent(KernelContext& ctx, int kind) {
   auto X_at = [&](int64_t t, int64_t b, int64_t i) {
     return batch_major ? x[(b * S + t) * I + i] : x[(t * B + b) * I + i];
   };
+  using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  Eigen::VectorXf hf(H), gxf(gates * H), ghf(gates * H);
   auto clipf = [&](double v) { return clip > 0 ? std::max(-clip, std::min(clip, v)) : v; };
   for (int d = 0; d < nd; ++d) {
     bool reverse = direction == "reverse" || d == 1;
-    const double* w = W.data() + d * gates * H * I;
-    const double* r = R.data() + d * gates * H * H;
+    const double* w = f32 ? nullptr : W.data() + d * gates * H * I;
+    const double* r = f32 ? nullptr : R.data() + d * gates * H * H;
+    const float* wf = f32 ? ctx.in(1).data<float>() + d * gates * H * I : nullptr;
+    const float* rf = f32 ? ctx.in(2).data<float>() + d * gates * H * H : nullptr;
     const double* wb = bias.data() + d * 2 * gates * H;
     const double* rb = wb + gates * H;
     const double* p = P.data() + d * 3 * H;
@@ -101,25 +112,42 @@ absl::Status Recurrent(KernelContext& ctx, int kind) {
       int64_t len = std::min<int64_t>(lens[b], S);
       for (int64_t step = 0; step < len; ++step) {
         int64_t t = reverse ? len - 1 - step : step;
-        for (int64_t g = 0; g < gates * H; ++g) {
-          double sx = wb[g], sh = rb[g];
-          for (int64_t i = 0; i < I; ++i) sx += w[g * I + i] * X_at(t, b, i);
-          for (int64_t k = 0; k < H; ++k) sh += r[g * H + k] * h[k];
-          gx[g] = sx;
-          gh[g] = sh;
+        if (f32) {
+          const float* xrow = X.data<float>() + (batch_major ? (b * S + t) * I : (t * B + b) * I);
+          for (int64_t k = 0; k < H; ++k) hf[k] = static_cast<float>(h[k]);
+          gxf.noalias() = Eigen::Map<const RowMatrix>(wf, gates * H, I) * Eigen::Map<const Eigen::VectorXf>(xrow, I);
+          ghf.noalias() = Eigen::Map<const RowMatrix>(rf, gates * H, H) * hf;
+          for (int64_t g = 0; g < gates * H; ++g) {
+            gx[g] = wb[g] + gxf[g];
+            gh[g] = rb[g] + ghf[g];
+          }
+        } else {
+          for (int64_t g = 0; g < gates * H; ++g) {
+            double sx = wb[g], sh = rb[g];
+            for (int64_t i = 0; i < I; ++i) sx += w[g * I + i] * X_at(t, b, i);
+            for (int64_t k = 0; k < H; ++k) sh += r[g * H + k] * h[k];
+            gx[g] = sx;
+            gh[g] = sh;
+          }
         }
         if (kind == 0) {
           for (int64_t k = 0; k < H; ++k) hn[k] = act[0](clipf(gx[k] + gh[k]));
         } else if (kind == 1) {  // z, r, h
+          // ht = g(Xt Wh^T + (rt (.) Ht-1) Rh^T + Rbh + Wbh), or with linear_before_reset
+          // ht = g(Xt Wh^T + rt (.) (Ht-1 Rh^T + Rbh) + Wbh)  (ONNX GRU).
+          std::vector<double> rv(H);
+          for (int64_t k = 0; k < H; ++k) rv[k] = act[0](clipf(gx[H + k] + gh[H + k]));
           for (int64_t k = 0; k < H; ++k) {
             double z = act[0](clipf(gx[k] + gh[k]));
-            double rr = act[0](clipf(gx[H + k] + gh[H + k]));
             double hh;
             if (lbr) {
-              hh = act[1](clipf(gx[2 * H + k] + rr * gh[2 * H + k]));
+              hh = act[1](clipf(gx[2 * H + k] + rv[k] * gh[2 * H + k]));
             } else {
               double s = rb[2 * H + k];
-              for (int64_t j = 0; j < H; ++j) s += r[(2 * H + k) * H + j] * rr * h[j];
+              for (int64_t j = 0; j < H; ++j) {
+                double rkj = f32 ? static_cast<double>(rf[(2 * H + k) * H + j]) : r[(2 * H + k) * H + j];
+                s += rkj * rv[j] * h[j];
+              }
               hh = act[1](clipf(gx[2 * H + k] + s));
             }
             hn[k] = (1 - z) * hh + z * h[k];
