@@ -128,6 +128,15 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
       return nullptr;
     }
     e->bias_md = b_md;
+    memory::desc plain_src(xd, f32, Dense(xd)), plain_dst(yd, f32, Dense(yd));
+    if (e->src_md != plain_src) {
+      e->src_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(CpuEngine(), plain_src, CpuEngine(), e->src_md));
+      e->has_src_reorder = true;
+    }
+    if (e->dst_md != plain_dst) {
+      e->dst_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(CpuEngine(), e->dst_md, CpuEngine(), plain_dst));
+      e->has_dst_reorder = true;
+    }
     if (const_w) {
       dnnl::stream s(CpuEngine());
       memory user(memory::desc(wd, f32, ws), CpuEngine(), const_cast<void*>(w.raw()));
@@ -155,15 +164,15 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
   memory user_src(plain_x, CpuEngine(), const_cast<void*>(x.raw()));
   memory user_dst(plain_y, CpuEngine(), y.raw());
   memory src = user_src, dst = user_dst;
-  if (entry->src_md != plain_x) {
+  if (entry->has_src_reorder) {
     src = memory(entry->src_md, CpuEngine());
-    dnnl::reorder(user_src, src).execute(s, user_src, src);
+    entry->src_reorder.execute(s, {{DNNL_ARG_FROM, user_src}, {DNNL_ARG_TO, src}});
   }
-  if (entry->dst_md != plain_y) dst = memory(entry->dst_md, CpuEngine());
+  if (entry->has_dst_reorder) dst = memory(entry->dst_md, CpuEngine());
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wmem}, {DNNL_ARG_DST, dst}};
   if (has_bias) args[DNNL_ARG_BIAS] = memory(entry->bias_md, CpuEngine(), const_cast<void*>(ctx.in(2).raw()));
   entry->prim.execute(s, args);
-  if (dst != user_dst) dnnl::reorder(dst, user_dst).execute(s, dst, user_dst);
+  if (entry->has_dst_reorder) entry->dst_reorder.execute(s, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, user_dst}});
   s.wait();
   return absl::OkStatus();
 }

@@ -19,6 +19,9 @@ struct DnnlEntry {
   dnnl::primitive prim;
   dnnl::memory::desc src_md, weights_md, dst_md, bias_md;
   dnnl::memory weights;  // reordered constant weights, or empty
+  // Reorders between plain (NCHW) activations and the primitive's chosen layouts, created once.
+  dnnl::primitive src_reorder, dst_reorder;
+  bool has_src_reorder = false, has_dst_reorder = false;
   std::weak_ptr<uint8_t> weights_source;  // the buffer `weights` was reordered from
 };
 
