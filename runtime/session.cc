@@ -175,10 +175,11 @@ absl::StatusOr<std::shared_ptr<const Executor>> Session::Specialize(const std::v
   return it->second;
 }
 
-absl::StatusOr<ClusteringReport> Session::Explain(const std::vector<NamedTensor>& inputs) {
+absl::StatusOr<std::shared_ptr<Graph>> Session::SpecializeAndCluster(const std::vector<NamedTensor>& inputs,
+                                                                     ClusteringReport* report) {
   CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> ordered, ValidateInputs(inputs));
   std::vector<Dims> dims;
-  std::unique_ptr<Graph> g = graph_->Clone();
+  std::shared_ptr<Graph> g(graph_->Clone());
   for (size_t i = 0; i < ordered.size(); ++i) {
     g->inputs()[i]->dtype = ordered[i].dtype();
     dims.push_back(ordered[i].dims());
@@ -190,8 +191,18 @@ absl::StatusOr<ClusteringReport> Session::Explain(const std::vector<NamedTensor>
   CJIT_RETURN_IF_ERROR(SpecializeShapes(*g, dims, evaluate));
   CJIT_RETURN_IF_ERROR(SimplifyGraph(*g));
   ClusteringOptions copts = ClusteringOptionsFor(flags_, enable_clustering_);
-  if (copts.mode == ClusteringMode::kOff) return ClusteringReport{};
-  return MarkForCompilation(*g, copts);
+  ClusteringReport r;
+  if (copts.mode != ClusteringMode::kOff) {
+    CJIT_ASSIGN_OR_RETURN(r, MarkForCompilation(*g, copts));
+  }
+  if (report) *report = std::move(r);
+  return g;
+}
+
+absl::StatusOr<ClusteringReport> Session::Explain(const std::vector<NamedTensor>& inputs) {
+  ClusteringReport report;
+  CJIT_RETURN_IF_ERROR(SpecializeAndCluster(inputs, &report).status());
+  return report;
 }
 
 absl::StatusOr<std::vector<NamedTensor>> Session::Run(const std::vector<NamedTensor>& inputs) {

@@ -87,6 +87,10 @@ class Session {
   SessionStats stats() const;
   // The clustering this session would do for these inputs' signature (for `cjit explain`).
   absl::StatusOr<ClusteringReport> Explain(const std::vector<NamedTensor>& inputs);
+  // The specialized, simplified and clustered graph for these inputs' signature, without running it
+  // (for `cjit compile`); `report` (optional) receives the clustering report.
+  absl::StatusOr<std::shared_ptr<Graph>> SpecializeAndCluster(const std::vector<NamedTensor>& inputs,
+                                                              ClusteringReport* report);
 
  private:
   Session() = default;

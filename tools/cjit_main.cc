@@ -19,6 +19,8 @@
 #include "absl/strings/str_join.h"
 #include "compiler/passes/mark_for_compilation.h"
 #include "cache/disk_cache.h"
+#include "compiler/codegen/fusion_plan.h"
+#include "compiler/codegen/nvptx_compiler.h"
 #include "runtime/session.h"
 #include "tools/check_lib.h"
 
@@ -421,6 +423,42 @@ int CmdCache(const std::string& action, const std::string& dir, int64_t max_byte
   return 0;
 }
 
+// PTX of every cluster's fused kernels for one signature and GPU target, without a GPU.
+int CmdCompile(const std::string& model, const std::vector<std::string>& input_args,
+               const std::vector<std::string>& shape_args, const std::string& target, const std::string& dump_to) {
+  auto session = Session::Load(model);
+  if (!session.ok()) return LoadFailure(session.status());
+  auto inputs = PrepareInputs(**session, input_args, shape_args);
+  if (!inputs.ok()) return Fail(inputs.status(), 2);
+  auto graph = (*session)->SpecializeAndCluster(*inputs, nullptr);
+  if (!graph.ok()) return Fail(graph.status());
+  std::error_code ec;
+  std::filesystem::create_directories(dump_to, ec);
+  if (ec) return Fail(absl::InvalidArgumentError(absl::StrCat("cannot create ", dump_to, ": ", ec.message())), 2);
+  int written = 0;
+  for (const auto& node : (*graph)->nodes()) {
+    if (node->op_type != kClusterOp) continue;
+    const Graph* body = node->GetGraph("body");
+    auto plan = BuildFusionPlan(*body);
+    if (!plan.ok()) return Fail(plan.status());
+    PtxOptions po;
+    po.gpu_arch = target;
+    auto ptx = CompileForNvptx(*plan, po);
+    if (!ptx.ok()) return Fail(ptx.status(), ptx.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1);
+    std::string path = absl::StrCat(dump_to, "/cluster_", node->GetInt("cluster_id", 0), ".", target, ".ptx");
+    std::ofstream f(path);
+    f << ptx->ptx;
+    if (!f) return Fail(absl::InternalError("cannot write " + path));
+    int library = 0;
+    for (const auto& st : plan->steps) library += st.kind == PlanStep::Kind::kLibrary;
+    std::printf("%s: %zu kernels (%d library steps run by cuBLASLt/cuDNN/fallback kernels, not in the PTX)\n",
+                path.c_str(), ptx->kernels.size(), library);
+    ++written;
+  }
+  std::printf("%d clusters compiled for %s\n", written, target.c_str());
+  return 0;
+}
+
 int CmdFlags() {
   std::printf("CJIT_FLAGS: whitespace-separated --name=value (TF_XLA_FLAGS grammar); --tf_xla_NAME is an alias.\n\n");
   for (const FlagInfo& f : ListFlags()) {
@@ -481,6 +519,13 @@ int main(int argc, char** argv) {
   bench_process->add_option("--runs", runs);
   bench_process->add_option("--cache-dir", cache_dir)->required();
   bench_process->group("");
+  std::string target = "sm_80", dump_to;
+  auto* compile = app.add_subcommand("compile", "write each cluster's PTX for a GPU target (no GPU needed)");
+  compile->add_option("model", model, "model.onnx")->required();
+  compile->add_option("--input", inputs, "[NAME=]FILE.pb; repeatable");
+  compile->add_option("--shape", shapes, "NAME=1x3x48x320; repeatable");
+  compile->add_option("--target", target, "sm_75 ... sm_90a");
+  compile->add_option("--dump_to,--dump-to", dump_to, "directory for the .ptx files")->required();
   auto* cache = app.add_subcommand("cache", "inspect or maintain a persistent cache directory");
   cache->add_option("action", cache_action, "ls | stats | verify | clear | prune")
       ->required()
@@ -501,5 +546,6 @@ int main(int argc, char** argv) {
   if (*bench) return cjit::CmdBench(model, inputs, shapes, iterations, warmup);
   if (*bench_process) return cjit::CmdBenchProcess(model, inputs, shapes, runs, cache_dir);
   if (*cache) return cjit::CmdCache(cache_action, cache_dir, max_bytes);
+  if (*compile) return cjit::CmdCompile(model, inputs, shapes, target, dump_to);
   return 2;
 }

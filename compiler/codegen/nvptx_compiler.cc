@@ -1,0 +1,444 @@
+// NVPTX code generation. The emitted IR of an elementwise kernel, for one element e of rows x inner:
+//   for (e = blockIdx.x * blockDim.x + threadIdx.x; e < rows * inner; e += gridDim.x * blockDim.x)
+//     r = e / inner; j = e % inner; out[e] = f(in_k[offset_k + sum_d(idx_d(r) * stride_kd) + j * s_k]...)
+// A row kernel gives each row to one warp: lane = threadIdx.x % 32, passes stride j by 32.
+#include "compiler/codegen/nvptx_compiler.h"
+
+#include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/codegen/elemental_emitter.h"
+#include "compiler/codegen/kernel_layout.h"
+#include "compiler/ir/status_macros.h"
+#include "llvm/Bitcode/BitcodeReader.h"
+#include "llvm/IR/IntrinsicsNVPTX.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/IR/Verifier.h"
+#include "llvm/Linker/Linker.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/Target/TargetOptions.h"
+
+namespace cjit {
+namespace {
+
+constexpr char kTriple[] = "nvptx64-nvidia-cuda";
+
+// libdevice: __nv_expf and friends (declared here, linked from libdevice.10.bc).
+class NvptxMath : public TargetMath {
+ public:
+  explicit NvptxMath(llvm::Module& m) : m_(m) {}
+  llvm::Value* Unary(llvm::IRBuilder<>& b, const char* name, llvm::Value* x) override {
+    static const std::map<std::string, std::string> kNames = {
+        {"exp", "__nv_expf"}, {"log", "__nv_logf"},     {"tanh", "__nv_tanhf"}, {"erf", "__nv_erff"},
+        {"sin", "__nv_sinf"}, {"cos", "__nv_cosf"},     {"floor", "__nv_floorf"}, {"ceil", "__nv_ceilf"},
+        {"sqrt", "__nv_sqrtf"}, {"round", "__nv_rintf"}};
+    auto it = kNames.find(name);
+    std::string fn = it != kNames.end() ? it->second : std::string("__nv_") + name + "f";
+    llvm::Type* f = b.getFloatTy();
+    return b.CreateCall(m_.getOrInsertFunction(fn, llvm::FunctionType::get(f, {f}, false)), {x});
+  }
+  llvm::Value* Pow(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y) override {
+    llvm::Type* f = b.getFloatTy();
+    return b.CreateCall(m_.getOrInsertFunction("__nv_powf", llvm::FunctionType::get(f, {f, f}, false)), {x, y});
+  }
+
+ private:
+  llvm::Module& m_;
+};
+
+llvm::Value* Sreg(llvm::IRBuilder<>& b, llvm::Module& m, llvm::Intrinsic::ID id) {
+  return b.CreateZExt(b.CreateCall(llvm::Intrinsic::getDeclaration(&m, id), {}), b.getInt64Ty());
+}
+
+// Emits one fused kernel (elementwise or row) as a PTX kernel function.
+class GpuEmitter {
+ public:
+  GpuEmitter(llvm::Module& m, const FusedKernel& k, const Collapsed& c) : m_(m), k_(k), c_(c), b_(m.getContext()), math_(m) {}
+
+  absl::Status Emit(const std::string& name) {
+    llvm::LLVMContext& ctx = m_.getContext();
+    llvm::Type* i64 = b_.getInt64Ty();
+    llvm::Type* ptr = b_.getPtrTy(1);  // global address space
+    size_t n_in = k_.inputs.size(), n_out = k_.outputs.size();
+    nd_ = static_cast<int>(c_.dims.size());
+    std::vector<llvm::Type*> params(n_in + n_out, ptr);
+    params.push_back(ptr);  // meta
+    params.push_back(ptr);  // consts
+    params.push_back(i64);  // rows
+    fn_ = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), params, false), llvm::Function::ExternalLinkage,
+                                 name, m_);
+    fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
+    for (size_t i = 0; i < n_in + n_out; ++i) fn_->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::NoAlias);
+    // Also the classic nvvm.annotations kernel marker, which every LLVM version honours.
+    m_.getOrInsertNamedMetadata("nvvm.annotations")
+        ->addOperand(llvm::MDNode::get(ctx, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx, "kernel"),
+                                             llvm::ConstantAsMetadata::get(b_.getInt32(1))}));
+    auto* entry = llvm::BasicBlock::Create(ctx, "entry", fn_);
+    b_.SetInsertPoint(entry);
+    meta_ = fn_->getArg(static_cast<unsigned>(n_in + n_out));
+    llvm::Value* consts = fn_->getArg(static_cast<unsigned>(n_in + n_out + 1));
+    rows_ = fn_->getArg(static_cast<unsigned>(n_in + n_out + 2));
+    inner_ = MetaAt(0);
+    int64_t np = 0;
+    for (const Node* node : k_.nodes)
+      for (const Value* v : node->inputs) {
+        if (v && IsScalarConstant(v) && node->op_type != "Pow") {
+          llvm::Value* p = b_.CreateLoad(b_.getFloatTy(), b_.CreateInBoundsGEP(b_.getFloatTy(), consts, b_.getInt64(np++)));
+          if (!params_.count(v)) params_[v] = p;
+        }
+      }
+    tid_ = Sreg(b_, m_, llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
+    llvm::Value* ctaid = Sreg(b_, m_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
+    llvm::Value* ntid = Sreg(b_, m_, llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x);
+    llvm::Value* nctaid = Sreg(b_, m_, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
+    gid_ = b_.CreateAdd(b_.CreateMul(ctaid, ntid), tid_);
+    nthreads_ = b_.CreateMul(ntid, nctaid);
+    return k_.row_reduction ? EmitRow() : EmitElementwise();
+  }
+
+ private:
+  llvm::Value* MetaAt(int64_t i) {
+    return b_.CreateLoad(b_.getInt64Ty(), b_.CreateInBoundsGEP(b_.getInt64Ty(), meta_, b_.getInt64(i)));
+  }
+
+  // Per-input base pointers for row r (offset + outer index * strides).
+  void RowBases(llvm::Value* r) {
+    size_t n_in = k_.inputs.size();
+    std::vector<llvm::Value*> base(n_in);
+    for (size_t i = 0; i < n_in; ++i) base[i] = MetaAt(MetaIndex(nd_, i, nd_));
+    llvm::Value* rem = r;
+    for (int d = nd_ - 2; d >= 0; --d) {
+      llvm::Value* dim = MetaAt(1 + d);
+      llvm::Value* idx = d == 0 ? rem : b_.CreateURem(rem, dim);
+      if (d > 0) rem = b_.CreateUDiv(rem, dim);
+      for (size_t i = 0; i < n_in; ++i) base[i] = b_.CreateAdd(base[i], b_.CreateMul(idx, MetaAt(MetaIndex(nd_, i, d))));
+    }
+    in_ptr_.assign(n_in, nullptr);
+    inner_stride_.assign(n_in, nullptr);
+    for (size_t i = 0; i < n_in; ++i) {
+      in_ptr_[i] = b_.CreateInBoundsGEP(b_.getFloatTy(), fn_->getArg(static_cast<unsigned>(i)), base[i]);
+      inner_stride_[i] = MetaAt(MetaIndex(nd_, i, nd_ - 1));
+    }
+  }
+
+  absl::StatusOr<llvm::Value*> Elem(const Value* v, llvm::Value* j, std::map<const Value*, llvm::Value*>& memo) {
+    llvm::Type* f32 = b_.getFloatTy();
+    if (auto it = row_vals_.find(v); it != row_vals_.end()) return it->second;
+    if (auto it = memo.find(v); it != memo.end()) return it->second;
+    if (IsScalarConstant(v)) {
+      auto it = params_.find(v);
+      return it != params_.end() ? it->second : llvm::ConstantFP::get(f32, *v->constant->data<float>());
+    }
+    llvm::Value* out = nullptr;
+    auto in_it = std::find(k_.inputs.begin(), k_.inputs.end(), v);
+    if (in_it != k_.inputs.end()) {
+      size_t i = in_it - k_.inputs.begin();
+      char cls = InnerClass(c_, i);
+      llvm::Value* idx = cls == 'b' ? b_.getInt64(0) : cls == 'c' ? j : b_.CreateMul(j, inner_stride_[i]);
+      out = b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, in_ptr_[i], idx));
+    } else {
+      const Node* node = v->producer;
+      if (node == nullptr) return absl::InternalError(absl::StrCat("GPU kernel lost value %", v->name));
+      if (node->op_type == "Softmax" || node->op_type == "LogSoftmax") {
+        auto st = softmax_.find(node);
+        if (st == softmax_.end()) return absl::InternalError("softmax used before its passes");
+        CJIT_ASSIGN_OR_RETURN(llvm::Value* x, Elem(node->inputs[0], j, memo));
+        llvm::Value* d = b_.CreateFSub(x, st->second.first);
+        out = node->op_type == "Softmax" ? b_.CreateFDiv(math_.Unary(b_, "exp", d), st->second.second)
+                                         : b_.CreateFSub(d, math_.Unary(b_, "log", st->second.second));
+      } else if (IsRowReduction(*node)) {
+        return absl::InternalError(absl::StrCat("reduction %", v->name, " used before its pass"));
+      } else {
+        std::vector<llvm::Value*> ops;
+        for (const Value* in : node->inputs) {
+          if (in == nullptr) {
+            ops.push_back(nullptr);
+          } else if (IsScalarConstant(in) && node->op_type == "Pow") {
+            ops.push_back(llvm::ConstantFP::get(f32, *in->constant->data<float>()));
+          } else {
+            CJIT_ASSIGN_OR_RETURN(llvm::Value* o, Elem(in, j, memo));
+            ops.push_back(o);
+          }
+        }
+        CJIT_ASSIGN_OR_RETURN(out, EmitElemental(b_, math_, *node, ops));
+      }
+    }
+    memo[v] = out;
+    return out;
+  }
+
+  absl::Status EmitElementwise() {
+    llvm::LLVMContext& ctx = m_.getContext();
+    llvm::Type* f32 = b_.getFloatTy();
+    llvm::Value* total = b_.CreateMul(rows_, inner_);
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* loop = llvm::BasicBlock::Create(ctx, "loop", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx, "done", fn_);
+    b_.CreateCondBr(b_.CreateICmpSLT(gid_, total), loop, done);
+    b_.SetInsertPoint(loop);
+    llvm::PHINode* e = b_.CreatePHI(b_.getInt64Ty(), 2, "e");
+    e->addIncoming(gid_, pre);
+    llvm::Value* r = b_.CreateUDiv(e, inner_);
+    llvm::Value* j = b_.CreateURem(e, inner_);
+    RowBases(r);
+    std::map<const Value*, llvm::Value*> memo;
+    for (size_t o = 0; o < k_.outputs.size(); ++o) {
+      CJIT_ASSIGN_OR_RETURN(llvm::Value* val, Elem(k_.outputs[o], j, memo));
+      b_.CreateStore(val, b_.CreateInBoundsGEP(f32, fn_->getArg(static_cast<unsigned>(k_.inputs.size() + o)), e));
+    }
+    llvm::Value* next = b_.CreateAdd(e, nthreads_);
+    e->addIncoming(next, b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpSLT(next, total), loop, done);
+    b_.SetInsertPoint(done);
+    b_.CreateRetVoid();
+    return absl::OkStatus();
+  }
+
+  enum class Kind { kSum, kSumSq, kMax, kMin, kSumExp };
+
+  // One pass over the row by this lane (j = lane, lane + 32, ...), then a butterfly warp reduction.
+  absl::StatusOr<llvm::Value*> Reduce(const Value* x, Kind kind, llvm::Value* offset) {
+    llvm::LLVMContext& ctx = m_.getContext();
+    llvm::Type* f32 = b_.getFloatTy();
+    double init = kind == Kind::kMax ? -std::numeric_limits<float>::infinity()
+                : kind == Kind::kMin ? std::numeric_limits<float>::infinity() : 0.0;
+    auto combine = [&](llvm::Value* acc, llvm::Value* e) -> llvm::Value* {
+      switch (kind) {
+        case Kind::kSum: case Kind::kSumSq: case Kind::kSumExp: return b_.CreateFAdd(acc, e);
+        case Kind::kMax: return b_.CreateMaxNum(acc, e);
+        case Kind::kMin: return b_.CreateMinNum(acc, e);
+      }
+      return acc;
+    };
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* loop = llvm::BasicBlock::Create(ctx, "pass", fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx, "pass_exit", fn_);
+    b_.CreateCondBr(b_.CreateICmpSLT(lane_, inner_), loop, exit);
+    b_.SetInsertPoint(loop);
+    llvm::PHINode* j = b_.CreatePHI(b_.getInt64Ty(), 2, "j");
+    llvm::PHINode* acc = b_.CreatePHI(f32, 2, "acc");
+    j->addIncoming(lane_, pre);
+    acc->addIncoming(llvm::ConstantFP::get(f32, init), pre);
+    std::map<const Value*, llvm::Value*> memo;
+    CJIT_ASSIGN_OR_RETURN(llvm::Value* e, Elem(x, j, memo));
+    if (kind == Kind::kSumSq) e = b_.CreateFMul(e, e);
+    if (kind == Kind::kSumExp) e = math_.Unary(b_, "exp", b_.CreateFSub(e, offset));
+    llvm::Value* next_acc = combine(acc, e);
+    llvm::Value* next_j = b_.CreateAdd(j, b_.getInt64(32));
+    llvm::BasicBlock* latch = b_.GetInsertBlock();
+    j->addIncoming(next_j, latch);
+    acc->addIncoming(next_acc, latch);
+    b_.CreateCondBr(b_.CreateICmpSLT(next_j, inner_), loop, exit);
+    b_.SetInsertPoint(exit);
+    llvm::PHINode* part = b_.CreatePHI(f32, 2);
+    part->addIncoming(llvm::ConstantFP::get(f32, init), pre);
+    part->addIncoming(next_acc, latch);
+    llvm::Value* v = part;
+    llvm::Function* shfl = llvm::Intrinsic::getDeclaration(&m_, llvm::Intrinsic::nvvm_shfl_sync_bfly_f32);
+    for (int delta = 16; delta >= 1; delta /= 2) {
+      llvm::Value* other = b_.CreateCall(shfl, {b_.getInt32(0xffffffffu), v, b_.getInt32(delta), b_.getInt32(31)});
+      v = combine(v, other);
+    }
+    return v;
+  }
+
+  absl::Status EmitRow() {
+    llvm::LLVMContext& ctx = m_.getContext();
+    llvm::Type* f32 = b_.getFloatTy();
+    // One warp per row; the whole warp stays converged (shuffles need every lane), so out-of-range
+    // warps exit together.
+    llvm::Value* row = b_.CreateUDiv(gid_, b_.getInt64(32));
+    lane_ = b_.CreateURem(tid_, b_.getInt64(32));
+    auto* body = llvm::BasicBlock::Create(ctx, "row", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx, "done", fn_);
+    b_.CreateCondBr(b_.CreateICmpSLT(row, rows_), body, done);
+    b_.SetInsertPoint(body);
+    RowBases(row);
+    for (size_t i = 0; i < k_.inputs.size(); ++i) {
+      if (InnerClass(c_, i) == 'b') row_vals_[k_.inputs[i]] = b_.CreateLoad(f32, in_ptr_[i]);
+    }
+    for (const Node* node : k_.nodes) {
+      if (!IsRowReduction(*node)) continue;
+      const std::string& op = node->op_type;
+      const Value* x = node->inputs[0];
+      if (op == "Softmax" || op == "LogSoftmax") {
+        CJIT_ASSIGN_OR_RETURN(llvm::Value* mx, Reduce(x, Kind::kMax, nullptr));
+        CJIT_ASSIGN_OR_RETURN(llvm::Value* sum, Reduce(x, Kind::kSumExp, mx));
+        softmax_[node] = {mx, sum};
+        continue;
+      }
+      Kind kind = op == "ReduceMax" ? Kind::kMax : op == "ReduceMin" ? Kind::kMin
+                : (op == "ReduceSumSquare" || op == "ReduceL2") ? Kind::kSumSq : Kind::kSum;
+      CJIT_ASSIGN_OR_RETURN(llvm::Value* v, Reduce(x, kind, nullptr));
+      if (op == "ReduceMean") v = b_.CreateFDiv(v, b_.CreateSIToFP(inner_, f32));
+      if (op == "ReduceL2") v = math_.Unary(b_, "sqrt", v);
+      row_vals_[node->outputs[0]] = v;
+    }
+    // Store pass (lane-strided) for full outputs; lane 0 stores row outputs.
+    llvm::Value* out_base = b_.CreateMul(row, inner_);
+    bool any_full = false;
+    for (const Value* v : k_.outputs) any_full |= v->shape.concrete() == k_.shape;
+    if (any_full) {
+      llvm::BasicBlock* pre = b_.GetInsertBlock();
+      auto* loop = llvm::BasicBlock::Create(ctx, "store", fn_);
+      auto* exit = llvm::BasicBlock::Create(ctx, "store_exit", fn_);
+      b_.CreateCondBr(b_.CreateICmpSLT(lane_, inner_), loop, exit);
+      b_.SetInsertPoint(loop);
+      llvm::PHINode* j = b_.CreatePHI(b_.getInt64Ty(), 2, "j");
+      j->addIncoming(lane_, pre);
+      std::map<const Value*, llvm::Value*> memo;
+      for (size_t o = 0; o < k_.outputs.size(); ++o) {
+        if (k_.outputs[o]->shape.concrete() != k_.shape) continue;
+        CJIT_ASSIGN_OR_RETURN(llvm::Value* val, Elem(k_.outputs[o], j, memo));
+        llvm::Value* p = b_.CreateInBoundsGEP(f32, fn_->getArg(static_cast<unsigned>(k_.inputs.size() + o)), out_base);
+        b_.CreateStore(val, b_.CreateInBoundsGEP(f32, p, j));
+      }
+      llvm::Value* next = b_.CreateAdd(j, b_.getInt64(32));
+      j->addIncoming(next, b_.GetInsertBlock());
+      b_.CreateCondBr(b_.CreateICmpSLT(next, inner_), loop, exit);
+      b_.SetInsertPoint(exit);
+    }
+    bool any_row = false;
+    for (const Value* v : k_.outputs) any_row |= v->shape.concrete() != k_.shape;
+    if (any_row) {
+      auto* store = llvm::BasicBlock::Create(ctx, "row_store", fn_);
+      auto* after = llvm::BasicBlock::Create(ctx, "row_store_done", fn_);
+      b_.CreateCondBr(b_.CreateICmpEQ(lane_, b_.getInt64(0)), store, after);
+      b_.SetInsertPoint(store);
+      std::map<const Value*, llvm::Value*> memo;
+      for (size_t o = 0; o < k_.outputs.size(); ++o) {
+        if (k_.outputs[o]->shape.concrete() == k_.shape) continue;
+        CJIT_ASSIGN_OR_RETURN(llvm::Value* val, Elem(k_.outputs[o], b_.getInt64(0), memo));
+        b_.CreateStore(val, b_.CreateInBoundsGEP(f32, fn_->getArg(static_cast<unsigned>(k_.inputs.size() + o)), row));
+      }
+      b_.CreateBr(after);
+      b_.SetInsertPoint(after);
+    }
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+    b_.CreateRetVoid();
+    return absl::OkStatus();
+  }
+
+  llvm::Module& m_;
+  const FusedKernel& k_;
+  const Collapsed& c_;
+  llvm::IRBuilder<> b_;
+  NvptxMath math_;
+  llvm::Function* fn_ = nullptr;
+  int nd_ = 0;
+  llvm::Value *meta_ = nullptr, *rows_ = nullptr, *inner_ = nullptr, *tid_ = nullptr, *gid_ = nullptr,
+              *nthreads_ = nullptr, *lane_ = nullptr;
+  std::vector<llvm::Value*> in_ptr_, inner_stride_;
+  std::map<const Value*, llvm::Value*> row_vals_, params_;
+  std::map<const Node*, std::pair<llvm::Value*, llvm::Value*>> softmax_;
+};
+
+std::string ToString(llvm::Error err) { return llvm::toString(std::move(err)); }
+
+}  // namespace
+
+std::string PtxVersionFor(const std::string&) { return "ptx80"; }
+
+absl::StatusOr<PtxModule> CompileForNvptx(const FusionPlan& plan, const PtxOptions& options) {
+  static const std::set<std::string> kArchs = {"sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a"};
+  if (!kArchs.count(options.gpu_arch)) {
+    return absl::InvalidArgumentError(absl::StrCat("unsupported GPU target '", options.gpu_arch,
+                                                   "' (sm_75, sm_80, sm_86, sm_87, sm_89, sm_90, sm_90a)"));
+  }
+  static std::once_flag init;
+  std::call_once(init, [] {
+    llvm::InitializeAllTargetInfos();
+    llvm::InitializeAllTargets();
+    llvm::InitializeAllTargetMCs();
+    llvm::InitializeAllAsmPrinters();
+  });
+  std::string err;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(kTriple, err);
+  if (target == nullptr) return absl::InternalError(absl::StrCat("LLVM has no NVPTX target: ", err));
+  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
+      kTriple, options.gpu_arch, absl::StrCat("+", PtxVersionFor(options.gpu_arch)), llvm::TargetOptions(),
+      std::nullopt, std::nullopt, llvm::CodeGenOptLevel::Default));
+  if (!tm) return absl::InternalError("cannot create the NVPTX target machine");
+  llvm::LLVMContext ctx;
+  auto module = std::make_unique<llvm::Module>("cjit_ptx", ctx);
+  module->setTargetTriple(kTriple);
+  module->setDataLayout(tm->createDataLayout());
+  // libdevice's __nvvm_reflect("__CUDA_FTZ") reads this flag: no flush-to-zero (IEEE denormals).
+  module->addModuleFlag(llvm::Module::Override, "nvvm-reflect-ftz", static_cast<uint32_t>(0));
+  PtxModule out;
+  out.arch = options.gpu_arch;
+  for (size_t i = 0; i < plan.kernels.size(); ++i) {
+    const FusedKernel& k = plan.kernels[i];
+    Collapsed c = Collapse(k.shape, Layouts(k), k.row_reduction);
+    PtxKernel pk;
+    pk.name = absl::StrCat("cjit_", k.name);
+    pk.row_reduction = k.row_reduction;
+    pk.row_elems = c.dims.back();
+    pk.rows = 1;
+    for (size_t d = 0; d + 1 < c.dims.size(); ++d) pk.rows *= c.dims[d];
+    pk.meta = KernelMeta(c);
+    pk.consts = KernelConsts(k);
+    GpuEmitter emitter(*module, k, c);
+    CJIT_RETURN_IF_ERROR(emitter.Emit(pk.name));
+    out.kernels.push_back(std::move(pk));
+  }
+  if (out.kernels.empty()) return out;
+  // Link libdevice (only the functions used), then optimize: the NVPTX pipeline runs NVVMReflect.
+  auto buf = llvm::MemoryBuffer::getFile(options.libdevice);
+  if (!buf) {
+    return absl::NotFoundError(absl::StrCat("cannot read libdevice at ", options.libdevice, ": ", buf.getError().message()));
+  }
+  auto libdevice = llvm::parseBitcodeFile((*buf)->getMemBufferRef(), ctx);
+  if (!libdevice) return absl::InternalError(absl::StrCat("bad libdevice bitcode: ", ToString(libdevice.takeError())));
+  (*libdevice)->setTargetTriple(kTriple);
+  (*libdevice)->setDataLayout(module->getDataLayout());
+  if (llvm::Linker::linkModules(*module, std::move(*libdevice), llvm::Linker::Flags::LinkOnlyNeeded)) {
+    return absl::InternalError("linking libdevice failed");
+  }
+  for (llvm::Function& f : *module) {
+    if (!f.isDeclaration() && f.getCallingConv() != llvm::CallingConv::PTX_Kernel) {
+      f.setLinkage(llvm::GlobalValue::InternalLinkage);
+    }
+  }
+  std::string verify_errors;
+  llvm::raw_string_ostream vs(verify_errors);
+  if (llvm::verifyModule(*module, &vs)) return absl::InternalError(absl::StrCat("invalid NVPTX IR: ", vs.str()));
+  {
+    llvm::LoopAnalysisManager lam;
+    llvm::FunctionAnalysisManager fam;
+    llvm::CGSCCAnalysisManager cgam;
+    llvm::ModuleAnalysisManager mam;
+    llvm::PassBuilder pb(tm.get());
+    pb.registerModuleAnalyses(mam);
+    pb.registerCGSCCAnalyses(cgam);
+    pb.registerFunctionAnalyses(fam);
+    pb.registerLoopAnalyses(lam);
+    pb.crossRegisterProxies(lam, fam, cgam, mam);
+    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(*module, mam);
+  }
+  llvm::SmallString<0> ptx;
+  {
+    llvm::raw_svector_ostream os(ptx);
+    llvm::legacy::PassManager pm;
+    if (tm->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::AssemblyFile)) {
+      return absl::InternalError("the NVPTX target cannot emit PTX");
+    }
+    pm.run(*module);
+  }
+  out.ptx = std::string(ptx.str());
+  return out;
+}
+
+}  // namespace cjit

@@ -1,0 +1,54 @@
+// NVPTX back end: lowers a FusionPlan's fused kernels to PTX with LLVM's NVPTX target, through the same
+// elemental emitter as the CPU (math functions from libdevice, `__nv_*`, linked and resolved with
+// NVVMReflect). Works without a GPU: the PTX can be dumped (`cjit compile`) and checked with ptxas.
+//
+// Kernels (ptx_kernel calling convention) have the signature
+//   kernel(float* in_0, ..., float* out_0, ..., const int64_t* meta, const float* consts, int64_t rows)
+// with meta/consts as in kernel_layout.h, in device memory.
+//  * elementwise kernels: one thread per element, a grid-stride loop over rows x row_elems;
+//  * row kernels: one warp per row; each reduction pass strides the row by 32 lanes and combines the
+//    lanes' partial results with warp shuffles (shfl.sync.bfly), so every lane holds the row's value.
+// Launch: PtxKernel::block_size threads per block; any grid size covers all elements (elementwise) or
+// rows * 32 threads (row kernels).
+//
+// Errors: an unsupported target name, a missing libdevice, LLVM failures — as absl::Status.
+// Thread-safety: reentrant (each call has its own LLVM context).
+#ifndef CJIT_COMPILER_CODEGEN_NVPTX_COMPILER_H_
+#define CJIT_COMPILER_CODEGEN_NVPTX_COMPILER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/codegen/fusion_plan.h"
+
+namespace cjit {
+
+struct PtxOptions {
+  std::string gpu_arch = "sm_80";  // sm_75 ... sm_90a
+  std::string libdevice = "/usr/local/cuda/nvvm/libdevice/libdevice.10.bc";
+};
+
+struct PtxKernel {
+  std::string name;
+  bool row_reduction = false;
+  int64_t rows = 0, row_elems = 0;
+  std::vector<int64_t> meta;
+  std::vector<float> consts;
+  int block_size = 256;
+};
+
+struct PtxModule {
+  std::string arch;
+  std::string ptx;  // PTX assembly text of every kernel of the plan
+  std::vector<PtxKernel> kernels;
+};
+
+absl::StatusOr<PtxModule> CompileForNvptx(const FusionPlan& plan, const PtxOptions& options);
+
+// The PTX ISA version LLVM emits (part of the cache key of GPU code).
+std::string PtxVersionFor(const std::string& gpu_arch);
+
+}  // namespace cjit
+
+#endif  // CJIT_COMPILER_CODEGEN_NVPTX_COMPILER_H_

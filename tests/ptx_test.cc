@@ -1,0 +1,76 @@
+// NVPTX code generation without a GPU: for every cluster of every shared model, the PTX for sm_80 and
+// sm_90 is accepted by CUDA's ptxas (skipped with a message when ptxas or the models are absent).
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "compiler/codegen/fusion_plan.h"
+#include "compiler/codegen/nvptx_compiler.h"
+#include "compiler/passes/mark_for_compilation.h"
+#include "gtest/gtest.h"
+#include "runtime/session.h"
+#include "tools/check_lib.h"
+
+namespace cjit {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr char kPtxas[] = "/usr/local/cuda/bin/ptxas";
+
+class PtxTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(PtxTest, EveryClusterAssembles) {
+  if (!fs::exists(kPtxas)) GTEST_SKIP() << kPtxas << " is absent (CUDA toolkit not installed)";
+  const auto& [model, arch] = GetParam();
+  fs::path dir = fs::path(CJIT_SOURCE_DIR) / ".." / "shared" / "models" / model;
+  if (!fs::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
+  SessionOptions o;
+  o.use_environment_flags = false;
+  auto s = Session::Load((dir / "model.onnx").string(), o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto sets = ReadDataSets(dir.string(), **s);
+  ASSERT_TRUE(sets.ok());
+  auto g = (*s)->SpecializeAndCluster((*sets)[0].inputs, nullptr);
+  ASSERT_TRUE(g.ok()) << g.status();
+  int clusters = 0;
+  for (const auto& node : (*g)->nodes()) {
+    if (node->op_type != kClusterOp) continue;
+    auto plan = BuildFusionPlan(*node->GetGraph("body"));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    PtxOptions po;
+    po.gpu_arch = arch;
+    auto ptx = CompileForNvptx(*plan, po);
+    ASSERT_TRUE(ptx.ok()) << ptx.status();
+    if (ptx->kernels.empty()) continue;
+    std::string path = ::testing::TempDir() + "/cjit_" + model + "_" + std::to_string(clusters) + "_" + arch + ".ptx";
+    {
+      std::ofstream f(path);
+      f << ptx->ptx;
+    }
+    std::string cmd = std::string(kPtxas) + " -arch=" + arch + " " + path + " -o /dev/null";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << "ptxas rejected " << path;
+    ++clusters;
+  }
+  if (model != "silero_vad_v5") EXPECT_GT(clusters, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    SharedModels, PtxTest,
+    ::testing::Combine(::testing::Values("ppocrv4_rec", "ppocr_mobile_cls", "silero_vad_v5", "oww_melspectrogram",
+                                         "oww_hello_deepa"),
+                       ::testing::Values("sm_80", "sm_90")),
+    [](const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& i) {
+      return std::get<0>(i.param) + "_" + std::get<1>(i.param);
+    });
+
+TEST(PtxOptionsTest, UnknownArchIsAClearError) {
+  FusionPlan empty;
+  PtxOptions po;
+  po.gpu_arch = "sm_61";
+  auto r = CompileForNvptx(empty, po);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("unsupported GPU target 'sm_61'"), std::string::npos) << r.status();
+}
+
+}  // namespace
+}  // namespace cjit
