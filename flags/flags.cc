@@ -135,6 +135,18 @@ const std::vector<FlagDef>& Table() {
       {{"async_compilation", "bool", "false",
         "Compile on a background thread while the fallback path runs; swap the executable in when ready.", {}},
        BoolFlag(&Flags::async_compilation, "async_compilation")},
+      {{"device", "string", "auto",
+        "Execution device: auto, cpu, cuda or cuda:N. auto picks the CPU (GPU execution is not built yet); "
+        "cuda without a CUDA driver or device is an error.",
+        {}},
+       [](Flags& f, absl::string_view v, bool has) -> absl::Status {
+         bool ok = has && (v == "auto" || v == "cpu" || v == "cuda");
+         int n;
+         if (has && absl::StartsWith(v, "cuda:") && absl::SimpleAtoi(v.substr(5), &n) && n >= 0) ok = true;
+         if (!ok) return BadValue("device", v, "auto, cpu, cuda or cuda:N");
+         f.device = std::string(v);
+         return absl::OkStatus();
+       }},
       {{"persistent_cache_dir", "string", "",
         "Directory of the persistent compilation cache (created if missing); empty = memory cache only.",
         {"xla_gpu_persistent_cache_dir", "persistent_cache_directory"}},

@@ -41,6 +41,8 @@ struct Flags {
   bool always_defer_compilation = false;
   bool enable_lazy_compilation = true;
   bool async_compilation = false;
+  // Execution device: auto, cpu, cuda or cuda:N (as TF's device placement; auto = cpu in this build).
+  std::string device = "auto";
   // Persistent cache (cache/disk_cache.h).
   std::string persistent_cache_dir;  // "" = no disk cache
   bool persistent_cache_read_only = false;

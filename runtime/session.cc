@@ -9,7 +9,9 @@
 #include "compiler/passes/simplify.h"
 #include "compiler/passes/specialize_shapes.h"
 #include "compiler/passes/mark_for_compilation.h"
+#include "absl/strings/match.h"
 #include "runtime/cluster_runner.h"
+#include "runtime/cuda/driver.h"
 #include "runtime/executor.h"
 #include "runtime/logging.h"
 
@@ -41,6 +43,19 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Grap
     CJIT_ASSIGN_OR_RETURN(s->flags_, ParseFlags("", options.flags, "SessionOptions"));
   }
   InitLogging(s->flags_);
+  if (absl::StartsWith(s->flags_.device, "cuda")) {
+    const auto& devices = ProbeCudaDriver();
+    if (!devices.ok()) return absl::FailedPreconditionError(absl::StrCat("--device=", s->flags_.device, ": ", devices.status().message()));
+    int ordinal = 0;
+    if (s->flags_.device.size() > 5) ordinal = std::stoi(s->flags_.device.substr(5));
+    if (ordinal >= static_cast<int>(devices->size())) {
+      return absl::FailedPreconditionError(absl::StrCat("--device=", s->flags_.device, ": only ", devices->size(),
+                                                        " CUDA device(s)"));
+    }
+    return absl::UnimplementedError(absl::StrCat("--device=", s->flags_.device, ": found ", (*devices)[ordinal].name, " (",
+                                                 (*devices)[ordinal].sm(), "), but GPU execution is not built yet; "
+                                                 "use --device=cpu (PTX can be generated with `cjit compile`)"));
+  }
   s->enable_clustering_ = options.enable_clustering;
   CJIT_ASSIGN_OR_RETURN(s->clusters_, ClusterRuntime::Create(s->flags_));
   CJIT_RETURN_IF_ERROR(VerifyGraph(*graph));
