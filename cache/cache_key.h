@@ -20,7 +20,8 @@ namespace cjit {
 // 1: first CPU code generator (fused elementwise kernels + library steps).
 // 2: row (reduction) kernels, shape-generic kernels with per-kernel object code in the payload.
 // 3: kernel inputs read through strided views (absorbed Transpose/Slice/Expand/Reshape): new meta layout.
-inline constexpr int kCacheFormatVersion = 3;
+// 4: Conv epilogues as oneDNN post-ops (different kernels for the same cluster).
+inline constexpr int kCacheFormatVersion = 4;
 
 struct CacheKey {
   std::string canonical;  // full text

@@ -56,6 +56,7 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Build(
         consts.push_back(v && v->is_constant());
       }
       for (const Value* v : s.node->outputs) outs.push_back(v ? slot_of(v) : -1);
+      if (s.output != nullptr) outs[0] = slot_of(s.output);  // the Conv computes its post-ops' result
     }
     ex->step_inputs_.push_back(ins);
     ex->step_outputs_.push_back(outs);
@@ -110,7 +111,8 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const T
       std::vector<const Tensor*> ins;
       for (int s : step_inputs_[i]) ins.push_back(s >= 0 ? &slots[s] : nullptr);
       CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> outs, EvaluateNode(*step.node, ins, threads, nullptr,
-                                                                   &step_input_const_[i]));
+                                                                   &step_input_const_[i],
+                                                                   step.post_ops.empty() ? nullptr : &step.post_ops));
       for (size_t k = 0; k < step_outputs_[i].size(); ++k) {
         if (step_outputs_[i][k] >= 0) slots[step_outputs_[i][k]] = std::move(outs[k]);
       }

@@ -180,5 +180,31 @@ TEST(FusionPlanTest, NonViewReshapeIsMaterialized) {
   EXPECT_EQ(plan->kernels[0].input_sources[0]->name, "t");
 }
 
+TEST(FusionPlanTest, ConvEpilogueBecomesPostOps) {
+  auto g = Specialized(R"(graph g(%x: f32[1,3,8,8], %w: f32[4,3,1,1]) {
+  %c = Conv(%x, %w)
+  %t = constant f32[1,4,1,1] {1, 2, 3, 4}
+  %a = Add(%c, %t)
+  %three = constant f32[] {3}
+  %zero = constant f32[] {0}
+  %six = constant f32[] {6}
+  %p = Add(%a, %three)
+  %k = Clip(%p, %zero, %six)
+  %m = Mul(%a, %k)
+  %d = Div(%m, %six)
+  %r = Relu(%d)
+  return %r
+})");
+  auto plan = BuildFusionPlan(*g);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->steps.size(), 1u) << "Conv with everything after it as post-ops";
+  const PlanStep& s = plan->steps[0];
+  ASSERT_EQ(s.post_ops.size(), 3u);
+  EXPECT_EQ(s.post_ops[0].kind, PostOp::Kind::kAddChannel);
+  EXPECT_EQ(s.post_ops[1].kind, PostOp::Kind::kHardSwish);
+  EXPECT_EQ(s.post_ops[2].kind, PostOp::Kind::kRelu);
+  EXPECT_EQ(s.output->name, "r");
+}
+
 }  // namespace
 }  // namespace cjit

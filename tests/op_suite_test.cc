@@ -157,6 +157,30 @@ std::vector<OpCase> Cases() {
   cases.push_back({"ReduceMax_f64", "graph g(%x: f64[3,4,5]) {\n  %r = ReduceMax(%x) {axes=[1], keepdims=0}\n  %z = Abs(%r)\n  return %z\n}"});
   cases.push_back({"Where_f32", "graph g(%c: bool[4,6], %x: f32[4,6], %y: f32[6]) {\n  %w = Where(%c, %x, %y)\n  %z = Tanh(%w)\n  return %z\n}"});
   cases.push_back({"Cast_i64_f32", "graph g(%x: i64[10]) {\n  %c = Cast(%x) {to=1}\n  %z = Mul(%c, %c)\n  return %z\n}"});
+  // Elementwise ops after Conv run as oneDNN post-ops inside the Conv step.
+  auto conv_case = [&](const std::string& name, const std::string& tail) {
+    cases.push_back({name, "graph g(%x: f32[1,3,9,11], %w: f32[4,3,3,3], %b: f32[4]) {\n  %c = Conv(%x, %w, %b) {pads=[1,1,1,1]}\n" +
+                               tail + "\n}"});
+  };
+  conv_case("ConvRelu_f32", "  %r = Relu(%c)\n  %z = Neg(%r)\n  return %z");
+  conv_case("ConvHardSwish_f32", R"(  %three = constant f32[] {3}
+  %zero = constant f32[] {0}
+  %six = constant f32[] {6}
+  %a = Add(%c, %three)
+  %k = Clip(%a, %zero, %six)
+  %m = Mul(%c, %k)
+  %d = Div(%m, %six)
+  return %d)");
+  conv_case("ConvAddChannelClip_f32", R"(  %t = constant f32[4,1,1] {0.5, -0.5, 1, -1}
+  %a = Add(%c, %t)
+  %k = Clip(%a) {min=-1.0, max=1.5}
+  %h = HardSigmoid(%k) {alpha=0.3, beta=0.4}
+  return %h)");
+  conv_case("ConvScaleSigmoid_f32", R"(  %s = constant f32[] {0.75}
+  %m = Mul(%c, %s)
+  %o = Sigmoid(%m)
+  %t = Tanh(%o)
+  return %t, %m)");
   // View ops absorbed into fused kernels (strided reads; nothing materialized).
   cases.push_back({"TransposeIntoAdd_f32", "graph g(%x: f32[4,6,5], %y: f32[5,4,6]) {\n  %t = Transpose(%x) {perm=[2,0,1]}\n  %a = Add(%t, %y)\n  %z = Relu(%a)\n  return %z\n}"});
   cases.push_back({"SliceIntoMul_f32", R"(graph g(%x: f32[8,10], %y: f32[3,4]) {

@@ -4,6 +4,8 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <limits>
+#include <map>
 #include <set>
 #include <unordered_map>
 
@@ -160,6 +162,114 @@ View Resolve(const Value* v, const std::set<const Node*>& body_nodes) {
 
 }  // namespace
 
+namespace {
+
+bool ScalarOf(const Value* v, float* out) {
+  if (!IsScalarConstant(v)) return false;
+  *out = *v->constant->data<float>();
+  return true;
+}
+
+// Matches elementwise ops after a float32 Conv that oneDNN can apply as post-ops, along a chain of values
+// each read by exactly one node (HardSwish written out, x * Clip(x + 3, 0, 6) / 6, reads x twice).
+// Returns the absorbed nodes; fills ops and the final value.
+std::vector<const Node*> MatchPostOps(const Node& conv, const std::map<const Value*, std::vector<const Node*>>& users,
+                                      const std::set<const Value*>& body_outputs, std::vector<PostOp>* ops,
+                                      const Value** final_value) {
+  std::vector<const Node*> absorbed;
+  const Value* v = conv.outputs[0];
+  if (v == nullptr || v->dtype != DType::kF32 || !v->shape.fully_known() || v->shape.rank() < 3) return absorbed;
+  int64_t oc = v->shape.dims[1].value;
+  auto readers = [&](const Value* x) -> const std::vector<const Node*>& {
+    static const std::vector<const Node*> kNone;
+    auto it = users.find(x);
+    return it == users.end() ? kNone : it->second;
+  };
+  for (;;) {
+    if (body_outputs.count(v)) break;
+    const auto& r = readers(v);
+    PostOp op;
+    const Node* n = r.size() == 1 ? r[0] : nullptr;
+    float c = 0;
+    if (r.size() == 2) {
+      // HardSwish written out: a = Add(v, 3); b = Clip(a, 0, 6); m = Mul(v, b) [or Mul(b, v)]; d = Div(m, 6).
+      const Node* add = r[0]->op_type == "Add" ? r[0] : r[1];
+      const Node* mul = add == r[0] ? r[1] : r[0];
+      float three, lo, hi, six;
+      if (add->op_type != "Add" || mul->op_type != "Mul" || !ScalarOf(add->input(1), &three) || three != 3.0f) break;
+      const auto& ar = readers(add->outputs[0]);
+      if (ar.size() != 1 || ar[0]->op_type != "Clip" || body_outputs.count(add->outputs[0])) break;
+      const Node* clip = ar[0];
+      bool attrs = clip->HasAttr("min");
+      lo = clip->GetFloat("min", 0);
+      hi = clip->GetFloat("max", 0);
+      if (!attrs && !(ScalarOf(clip->input(1), &lo) && ScalarOf(clip->input(2), &hi))) break;
+      if (lo != 0.0f || hi != 6.0f) break;
+      const auto& cr = readers(clip->outputs[0]);
+      if (cr.size() != 1 || cr[0] != mul || body_outputs.count(clip->outputs[0])) break;
+      const auto& mr = readers(mul->outputs[0]);
+      if (mr.size() != 1 || mr[0]->op_type != "Div" || !ScalarOf(mr[0]->input(1), &six) || six != 6.0f ||
+          body_outputs.count(mul->outputs[0])) {
+        break;
+      }
+      op.kind = PostOp::Kind::kHardSwish;
+      ops->push_back(op);
+      absorbed.insert(absorbed.end(), {add, clip, mul, mr[0]});
+      v = mr[0]->outputs[0];
+      continue;
+    }
+    if (n == nullptr || n->outputs.size() != 1 || n->outputs[0] == nullptr || n->inputs.empty() || n->inputs[0] != v) break;
+    if (n->outputs[0]->dtype != DType::kF32 || !n->outputs[0]->shape.fully_known() ||
+        n->outputs[0]->shape.concrete() != v->shape.concrete()) {
+      break;
+    }
+    const std::string& t = n->op_type;
+    if (t == "Relu") {
+      op.kind = PostOp::Kind::kRelu;
+    } else if (t == "Sigmoid") {
+      op.kind = PostOp::Kind::kSigmoid;
+    } else if (t == "Tanh") {
+      op.kind = PostOp::Kind::kTanh;
+    } else if (t == "Clip") {
+      op.kind = PostOp::Kind::kClip;
+      op.a = -std::numeric_limits<float>::infinity();
+      op.b = std::numeric_limits<float>::infinity();
+      if (n->HasAttr("min")) op.a = n->GetFloat("min", 0);
+      if (n->HasAttr("max")) op.b = n->GetFloat("max", 0);
+      if (n->input(1) && !ScalarOf(n->input(1), &op.a)) break;
+      if (n->input(2) && !ScalarOf(n->input(2), &op.b)) break;
+    } else if (t == "HardSigmoid") {  // clip(alpha * x + beta, 0, 1): two post-ops
+      ops->push_back(PostOp{PostOp::Kind::kLinear, n->GetFloat("alpha", 0.2f), n->GetFloat("beta", 0.5f), nullptr});
+      op = PostOp{PostOp::Kind::kClip, 0.0f, 1.0f, nullptr};
+    } else if ((t == "Mul" || t == "Add" || t == "Sub" || t == "Div") && ScalarOf(n->input(1), &c)) {
+      op.kind = PostOp::Kind::kLinear;
+      if (t == "Mul") op = {PostOp::Kind::kLinear, c, 0, nullptr};
+      else if (t == "Add") op = {PostOp::Kind::kLinear, 1, c, nullptr};
+      else if (t == "Sub") op = {PostOp::Kind::kLinear, 1, -c, nullptr};
+      else op = {PostOp::Kind::kLinear, 1.0f / c, 0, nullptr};
+    } else if (t == "Add" && n->input(1) && n->input(1)->is_constant() && n->input(1)->dtype == DType::kF32) {
+      // One value per output channel, broadcast as [OC, 1, ...] or [1, OC, 1, ...].
+      const Dims& d = n->input(1)->constant->dims();
+      int rank = v->shape.rank();
+      if (static_cast<int>(d.size()) > rank || n->input(1)->constant->numel() != oc) break;
+      int off = rank - static_cast<int>(d.size());
+      bool ok = true;
+      for (int i = 0; i < static_cast<int>(d.size()); ++i) ok &= (off + i == 1) ? d[i] == oc : d[i] == 1;
+      if (!ok) break;
+      op = {PostOp::Kind::kAddChannel, 0, 0, n->input(1)};
+    } else {
+      break;
+    }
+    ops->push_back(op);
+    absorbed.push_back(n);
+    v = n->outputs[0];
+  }
+  *final_value = v;
+  return absorbed;
+}
+
+}  // namespace
+
 absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body) {
   CJIT_ASSIGN_OR_RETURN(std::vector<Node*> order, body.TopologicalOrder());
   int n = static_cast<int>(order.size());
@@ -171,10 +281,27 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body) {
       if (v && v->producer && index.count(v->producer)) cycles.InsertEdge(index[v->producer], i);
     }
   }
+  // oneDNN post-ops: elementwise ops right after a Conv run inside the Conv's library call.
+  std::map<const Value*, std::vector<const Node*>> readers;
+  for (const Node* nd : order) {
+    for (const Value* v : nd->inputs) if (v) readers[v].push_back(nd);
+  }
+  std::set<const Value*> outputs_set(body.outputs().begin(), body.outputs().end());
+  std::vector<int> owner(n, -1);  // absorbed node -> the Conv that applies it
+  std::map<int, std::pair<std::vector<PostOp>, const Value*>> post;
+  for (int i = 0; i < n; ++i) {
+    if (order[i]->op_type != "Conv" || owner[i] >= 0) continue;
+    std::vector<PostOp> ops;
+    const Value* final_value = nullptr;
+    std::vector<const Node*> absorbed = MatchPostOps(*order[i], readers, outputs_set, &ops, &final_value);
+    if (absorbed.empty()) continue;
+    for (const Node* a : absorbed) owner[index[a]] = i;
+    post[i] = {ops, final_value};
+  }
   std::vector<bool> fusible(n), reduction(n);
   for (int i = 0; i < n; ++i) {
-    reduction[i] = IsRowReduction(*order[i]);
-    fusible[i] = reduction[i] || IsFusibleElementwise(*order[i]);
+    reduction[i] = owner[i] < 0 && IsRowReduction(*order[i]);
+    fusible[i] = owner[i] < 0 && (reduction[i] || IsFusibleElementwise(*order[i]));
   }
   // Each group has an iteration shape; row groups (with a reduction) iterate over rows of it.
   std::vector<int> rep(n);
@@ -223,7 +350,9 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body) {
   // Group members, then order groups/library nodes by a topological order of the contracted graph:
   // a group is ready when all of its members' external producers have run.
   std::map<int, std::vector<int>> groups;
-  for (int i = 0; i < n; ++i) groups[fusible[i] ? find(i) : i].push_back(i);
+  for (int i = 0; i < n; ++i) {
+    if (owner[i] < 0) groups[fusible[i] ? find(i) : i].push_back(i);
+  }
   std::map<int, int> pending;
   std::map<int, std::set<int>> users;
   for (auto& [g, members] : groups) {
@@ -232,6 +361,7 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body) {
       for (const Value* v : order[m]->inputs) {
         if (!v || !v->producer || !index.count(v->producer)) continue;
         int p = index[v->producer];
+        if (owner[p] >= 0) p = owner[p];  // produced by a post-op: available after its Conv
         int pg = fusible[p] ? find(p) : p;
         if (pg != g) deps.insert(pg);
       }
@@ -253,6 +383,10 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body) {
       PlanStep s;
       s.kind = PlanStep::Kind::kLibrary;
       s.node = order[members.front()];
+      if (auto it = post.find(members.front()); it != post.end()) {
+        s.post_ops = it->second.first;
+        s.output = it->second.second;
+      }
       plan.steps.push_back(s);
     } else {
       FusedKernel k;
@@ -312,10 +446,11 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body) {
   std::vector<PlanStep> kept;
   for (auto it = plan.steps.rbegin(); it != plan.steps.rend(); ++it) {
     if (it->kind == PlanStep::Kind::kLibrary) {
-      bool used = false;
+      bool used = it->output && needed.count(it->output);
       for (const Value* v : it->node->outputs) used |= v && needed.count(v);
       if (!used) continue;
       for (const Value* v : it->node->inputs) if (v) needed.insert(v);
+      for (const PostOp& op : it->post_ops) if (op.tensor) needed.insert(op.tensor);
     }
     kept.push_back(*it);
   }

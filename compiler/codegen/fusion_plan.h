@@ -42,11 +42,23 @@ struct FusedKernel {
   std::vector<std::vector<int64_t>> input_strides;
 };
 
+// An elementwise op applied by a library call to its result (a oneDNN post-op), in order.
+struct PostOp {
+  enum class Kind { kRelu, kClip, kSigmoid, kTanh, kHardSwish, kLinear, kAddChannel };
+  Kind kind = Kind::kRelu;
+  float a = 0, b = 0;              // kClip: [a, b]; kLinear: a * x + b
+  const Value* tensor = nullptr;   // kAddChannel: constant of one value per output channel
+};
+
 struct PlanStep {
   enum class Kind { kFused, kLibrary };
   Kind kind = Kind::kLibrary;
   int kernel = -1;            // index into FusionPlan::kernels for kFused
   const Node* node = nullptr;  // the op for kLibrary
+  // For a float32 Conv library step: elementwise ops after it that run as oneDNN post-ops (the nodes that
+  // computed them are skipped); `output` is then the value the step produces (the last absorbed op's).
+  std::vector<PostOp> post_ops;
+  const Value* output = nullptr;
 };
 
 struct FusionPlan {

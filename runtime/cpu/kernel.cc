@@ -61,7 +61,8 @@ const KernelFn* FindKernel(const std::string& op_type) {
 
 absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::vector<const Tensor*>& inputs,
                                                  int threads, const SubgraphRunner* runner,
-                                                 const std::vector<bool>* input_is_constant) {
+                                                 const std::vector<bool>* input_is_constant,
+                                                 const std::vector<PostOp>* post_ops) {
   const KernelFn* fn = FindKernel(node.op_type);
   if (fn == nullptr) return absl::UnimplementedError(absl::StrCat(node.Describe(), ": no CPU kernel"));
   std::vector<InferInput> infer_in(inputs.size());
@@ -80,6 +81,10 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
   ctx.threads = threads;
   ctx.run_subgraph = runner;
   if (input_is_constant) ctx.input_is_constant = *input_is_constant;
+  ctx.post_ops = post_ops;
+  if (post_ops && !post_ops->empty() && node.op_type != "Conv") {
+    return absl::InternalError(absl::StrCat(node.Describe(), ": post-ops are only supported on Conv"));
+  }
   bool known = !node.outputs.empty();
   for (const Value* v : node.outputs) known &= v == nullptr || (v->dtype != DType::kInvalid && v->shape.fully_known());
   if (known) {

@@ -18,6 +18,8 @@
 
 namespace cjit {
 
+struct PostOp;  // compiler/codegen/fusion_plan.h
+
 // Runs a subgraph (If branch, Loop body) with positional inputs and named captured values.
 using SubgraphRunner = std::function<absl::StatusOr<std::vector<Tensor>>(
     const Graph& graph, const std::vector<Tensor>& inputs, const std::vector<std::pair<std::string, Tensor>>& captures)>;
@@ -31,6 +33,8 @@ struct KernelContext {
   int threads = 1;
   const SubgraphRunner* run_subgraph = nullptr;
   std::vector<bool> input_is_constant;  // per input: a graph constant (weights may be cached)
+  // Elementwise ops to apply to output 0 inside the library call (Conv: oneDNN post-ops), or null.
+  const std::vector<PostOp>* post_ops = nullptr;
 
   int num_inputs() const { return static_cast<int>(inputs.size()); }
   bool has(int i) const { return i < num_inputs() && inputs[i] != nullptr; }
@@ -55,7 +59,8 @@ const KernelFn* FindKernelDuringRegistration(const std::string& op_type);
 // function is skipped. `input_is_constant` (optional) marks graph constants (kernels may cache on them).
 absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::vector<const Tensor*>& inputs,
                                                  int threads, const SubgraphRunner* runner = nullptr,
-                                                 const std::vector<bool>* input_is_constant = nullptr);
+                                                 const std::vector<bool>* input_is_constant = nullptr,
+                                                 const std::vector<PostOp>* post_ops = nullptr);
 
 // Called once by the registry; each kernels_*.cc file registers its kernels.
 void RegisterElementwiseKernels();

@@ -10,6 +10,7 @@
 #include "compiler/ir/status_macros.h"
 #include "runtime/cpu/dispatch.h"
 #include "runtime/cpu/kernel.h"
+#include "compiler/codegen/fusion_plan.h"
 #include "runtime/cpu/onednn_util.h"
 
 namespace cjit {
@@ -83,7 +84,32 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
   bool has_bias = ctx.has(2);
   bool const_w = ctx.input_is_constant.size() > 1 && ctx.input_is_constant[1];
   memory::dims xd = ToDims(x.dims()), yd = ToDims(y.dims());
-  std::string key = absl::StrCat(transposed ? "deconv:" : "conv:", absl::StrJoin(xd, ","), ":", absl::StrJoin(wd, ","),
+  // Post-ops (only for Conv steps of compiled clusters).
+  std::string post_key;
+  dnnl::post_ops po;
+  std::vector<const Tensor*> binary_args;
+  if (ctx.post_ops != nullptr && !transposed) {
+    for (const PostOp& op : *ctx.post_ops) {
+      absl::StrAppend(&post_key, static_cast<int>(op.kind), "/", op.a, "/", op.b, ";");
+      switch (op.kind) {
+        case PostOp::Kind::kRelu: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f); break;
+        case PostOp::Kind::kClip: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, op.a, op.b); break;
+        case PostOp::Kind::kSigmoid: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_logistic, 0.0f, 0.0f); break;
+        case PostOp::Kind::kTanh: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_tanh, 0.0f, 0.0f); break;
+        case PostOp::Kind::kHardSwish: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_hardswish, 0.0f, 0.0f); break;
+        case PostOp::Kind::kLinear: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, op.a, op.b); break;
+        case PostOp::Kind::kAddChannel: {
+          memory::dims cd(yd.size(), 1);
+          cd[1] = OC;
+          po.append_binary(dnnl::algorithm::binary_add, memory::desc(cd, memory::data_type::f32, Dense(cd)));
+          binary_args.push_back(op.tensor->constant.get());
+          absl::StrAppend(&post_key, reinterpret_cast<uintptr_t>(op.tensor->constant->raw()), ";");
+          break;
+        }
+      }
+    }
+  }
+  std::string key = absl::StrCat(transposed ? "deconv:" : "conv:", post_key, ":", absl::StrJoin(xd, ","), ":", absl::StrJoin(wd, ","),
                                  ":", absl::StrJoin(st, ","), ":", absl::StrJoin(dil, ","), ":", absl::StrJoin(pl, ","),
                                  ":", absl::StrJoin(pr, ","), ":", has_bias, ":",
                                  const_w ? absl::StrCat(reinterpret_cast<uintptr_t>(w.raw())) : "var");
@@ -98,6 +124,8 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
     memory::desc w_any(wd, f32, memory::format_tag::any);
     memory::desc b_md({OC}, f32, memory::format_tag::a);
     try {
+      dnnl::primitive_attr attr;
+      if (!post_key.empty()) attr.set_post_ops(po);
       if (!transposed) {
         auto d = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
                                                             dnnl::algorithm::convolution_direct, src_md, w_any, b_md,
@@ -105,7 +133,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
                           : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
                                                             dnnl::algorithm::convolution_direct, src_md, w_any, dst_md,
                                                             st, dil, pl, pr);
-        dnnl::convolution_forward::primitive_desc pd(d, CpuEngine());
+        dnnl::convolution_forward::primitive_desc pd(d, attr, CpuEngine());
         e->prim = dnnl::convolution_forward(pd);
         e->weights_md = pd.weights_desc();
         e->src_md = pd.src_desc();
@@ -171,6 +199,13 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
   if (entry->has_dst_reorder) dst = memory(entry->dst_md, CpuEngine());
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wmem}, {DNNL_ARG_DST, dst}};
   if (has_bias) args[DNNL_ARG_BIAS] = memory(entry->bias_md, CpuEngine(), const_cast<void*>(ctx.in(2).raw()));
+  for (size_t b = 0, idx = 0; ctx.post_ops && idx < ctx.post_ops->size(); ++idx) {
+    if ((*ctx.post_ops)[idx].kind != PostOp::Kind::kAddChannel) continue;
+    memory::dims cd(yd.size(), 1);
+    cd[1] = OC;
+    args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(idx)) | DNNL_ARG_SRC_1] =
+        memory(memory::desc(cd, memory::data_type::f32, Dense(cd)), CpuEngine(), const_cast<void*>(binary_args[b++]->raw()));
+  }
   entry->prim.execute(s, args);
   if (entry->has_dst_reorder) entry->dst_reorder.execute(s, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, user_dst}});
   s.wait();
