@@ -419,57 +419,22 @@ class RowEmitter {
   }
 
   absl::StatusOr<llvm::Value*> Elem(const Value* v, llvm::Value* j, std::map<const Value*, llvm::Value*>& memo) {
-    llvm::Type* f32 = b_.getFloatTy();
-    if (auto it = row_vals_.find(v); it != row_vals_.end()) return it->second;
-    if (auto it = memo.find(v); it != memo.end()) return it->second;
-    if (IsScalarConstant(v)) {
-      auto it = params_.find(v);
-      return it != params_.end() ? it->second : llvm::ConstantFP::get(f32, *v->constant->data<float>());
-    }
-    llvm::Value* out = nullptr;
-    auto in_it = std::find(k_.inputs.begin(), k_.inputs.end(), v);
-    if (in_it != k_.inputs.end()) {
-      size_t i = in_it - k_.inputs.begin();
+    ValueEmitter ve(b_, math_, k_.inputs, [&](size_t i, llvm::Value* jj) -> llvm::Value* {
       char cls = InnerClass(c_, i);
-      llvm::Value* idx = cls == 'c' ? j : b_.CreateMul(j, strides_[i][c_.dims.size() - 1]);
-      out = b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, in_ptr_[i], idx));
-    } else {
-      const Node* node = v->producer;
-      if (node == nullptr) return absl::InternalError(absl::StrCat("row kernel lost value %", v->name));
-      if (node->op_type == "Softmax" || node->op_type == "LogSoftmax") {
-        auto st = softmax_.find(node);
-        if (st == softmax_.end()) return absl::InternalError("softmax used before its passes");
-        CJIT_ASSIGN_OR_RETURN(llvm::Value* x, Elem(node->inputs[0], j, memo));
-        llvm::Value* d = b_.CreateFSub(x, st->second.first);
-        CpuMath math(m_);
-        out = node->op_type == "Softmax" ? b_.CreateFDiv(math.Unary(b_, "exp", d), st->second.second)
-                                         : b_.CreateFSub(d, math.Unary(b_, "log", st->second.second));
-      } else if (IsRowReduction(*node)) {
-        return absl::InternalError(absl::StrCat("reduction %", v->name, " used before its pass"));
-      } else {
-        std::vector<llvm::Value*> ops;
-        for (const Value* in : node->inputs) {
-          if (in == nullptr) {
-            ops.push_back(nullptr);
-          } else if (IsScalarConstant(in) && node->op_type == "Pow") {
-            ops.push_back(llvm::ConstantFP::get(f32, *in->constant->data<float>()));
-          } else {
-            CJIT_ASSIGN_OR_RETURN(llvm::Value* o, Elem(in, j, memo));
-            ops.push_back(o);
-          }
-        }
-        CpuMath math(m_);
-        CJIT_ASSIGN_OR_RETURN(out, EmitElemental(b_, math, *node, ops));
-      }
-    }
-    memo[v] = out;
-    return out;
+      llvm::Value* idx = cls == 'c' ? jj : b_.CreateMul(jj, strides_[i][c_.dims.size() - 1]);
+      return b_.CreateLoad(b_.getFloatTy(), b_.CreateInBoundsGEP(b_.getFloatTy(), in_ptr_[i], idx));
+    });
+    ve.row_vals = row_vals_;
+    ve.params = params_;
+    ve.softmax = softmax_;
+    return ve.Elem(v, j, memo);
   }
 
   llvm::Module& m_;
   const FusedKernel& k_;
   const Collapsed& c_;
   llvm::IRBuilder<> b_;
+  CpuMath math_{m_};
   llvm::Function* fn_ = nullptr;
   llvm::Value* inner_ = nullptr;
   std::vector<llvm::Value*> in_ptr_;

@@ -2,9 +2,11 @@
 // becomes  %t = fmul 0.2, %x ; %u = fadd %t, 0.5 ; %v = maxnum(%u, 0) ; minnum(%v, 1).
 #include "compiler/codegen/elemental_emitter.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/codegen/fusion_plan.h"
 #include "llvm/IR/Intrinsics.h"
 
 namespace cjit {
@@ -120,6 +122,53 @@ absl::StatusOr<llvm::Value*> EmitElemental(llvm::IRBuilder<>& b, TargetMath& mat
     return b.CreateFDiv(x(0), b.CreateFAdd(F(b, 1), ax));
   }
   return absl::UnimplementedError(absl::StrCat(n.Describe(), ": no elemental emitter"));
+}
+
+absl::StatusOr<llvm::Value*> ValueEmitter::Elem(const Value* v, llvm::Value* j, Memo& memo) {
+  llvm::Type* f32 = b_.getFloatTy();
+  if (auto it = row_vals.find(v); it != row_vals.end()) return it->second;
+  if (auto it = memo.find(v); it != memo.end()) return it->second;
+  if (IsScalarConstant(v)) {
+    auto it = params.find(v);
+    return it != params.end() ? it->second : llvm::ConstantFP::get(f32, *v->constant->data<float>());
+  }
+  llvm::Value* out = nullptr;
+  auto in_it = std::find(inputs_.begin(), inputs_.end(), v);
+  if (in_it != inputs_.end()) {
+    out = load_(static_cast<size_t>(in_it - inputs_.begin()), j);
+  } else {
+    const Node* node = v->producer;
+    if (node == nullptr) return absl::InternalError(absl::StrCat("fused kernel lost value %", v->name));
+    if (node->op_type == "Softmax" || node->op_type == "LogSoftmax") {
+      auto st = softmax.find(node);
+      if (st == softmax.end()) return absl::InternalError("softmax used before its passes");
+      absl::StatusOr<llvm::Value*> x = Elem(node->inputs[0], j, memo);
+      if (!x.ok()) return x.status();
+      llvm::Value* d = b_.CreateFSub(*x, st->second.first);
+      out = node->op_type == "Softmax" ? b_.CreateFDiv(math_.Unary(b_, "exp", d), st->second.second)
+                                       : b_.CreateFSub(d, math_.Unary(b_, "log", st->second.second));
+    } else if (IsRowReduction(*node)) {
+      return absl::InternalError(absl::StrCat("reduction %", v->name, " used before its pass"));
+    } else {
+      std::vector<llvm::Value*> ops;
+      for (const Value* in : node->inputs) {
+        if (in == nullptr) {
+          ops.push_back(nullptr);
+        } else if (IsScalarConstant(in) && node->op_type == "Pow") {
+          ops.push_back(llvm::ConstantFP::get(f32, *in->constant->data<float>()));
+        } else {
+          absl::StatusOr<llvm::Value*> o = Elem(in, j, memo);
+          if (!o.ok()) return o.status();
+          ops.push_back(*o);
+        }
+      }
+      absl::StatusOr<llvm::Value*> e = EmitElemental(b_, math_, *node, ops);
+      if (!e.ok()) return e.status();
+      out = *e;
+    }
+  }
+  memo[v] = out;
+  return out;
 }
 
 }  // namespace cjit

@@ -8,6 +8,8 @@
 #ifndef CJIT_COMPILER_CODEGEN_ELEMENTAL_EMITTER_H_
 #define CJIT_COMPILER_CODEGEN_ELEMENTAL_EMITTER_H_
 
+#include <functional>
+#include <map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -27,6 +29,31 @@ class TargetMath {
 // `operands[i]` is the float32 value of node.inputs[i] at this element (nullptr for an absent input).
 absl::StatusOr<llvm::Value*> EmitElemental(llvm::IRBuilder<>& b, TargetMath& math, const Node& node,
                                            const std::vector<llvm::Value*>& operands);
+
+// Resolves the value of any kernel value at element j of the current pass: scalar constants (as runtime
+// parameters, Pow exponents baked in), kernel inputs (through `load`), row values already computed
+// (reductions, broadcast inputs), Softmax/LogSoftmax outputs from their pass statistics, and elementwise
+// ops recursively through EmitElemental. Shared by the CPU and NVPTX kernel emitters.
+class ValueEmitter {
+ public:
+  using LoadFn = std::function<llvm::Value*(size_t input_index, llvm::Value* j)>;
+  using Memo = std::map<const Value*, llvm::Value*>;
+
+  ValueEmitter(llvm::IRBuilder<>& b, TargetMath& math, const std::vector<const Value*>& inputs, LoadFn load)
+      : b_(b), math_(math), inputs_(inputs), load_(std::move(load)) {}
+
+  absl::StatusOr<llvm::Value*> Elem(const Value* v, llvm::Value* j, Memo& memo);
+
+  std::map<const Value*, llvm::Value*> row_vals;  // values constant along the row / loop
+  std::map<const Value*, llvm::Value*> params;    // scalar constants loaded from the consts array
+  std::map<const Node*, std::pair<llvm::Value*, llvm::Value*>> softmax;  // (max, sum of exp) per node
+
+ private:
+  llvm::IRBuilder<>& b_;
+  TargetMath& math_;
+  const std::vector<const Value*>& inputs_;
+  LoadFn load_;
+};
 
 }  // namespace cjit
 

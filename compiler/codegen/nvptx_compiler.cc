@@ -133,49 +133,15 @@ class GpuEmitter {
   }
 
   absl::StatusOr<llvm::Value*> Elem(const Value* v, llvm::Value* j, std::map<const Value*, llvm::Value*>& memo) {
-    llvm::Type* f32 = b_.getFloatTy();
-    if (auto it = row_vals_.find(v); it != row_vals_.end()) return it->second;
-    if (auto it = memo.find(v); it != memo.end()) return it->second;
-    if (IsScalarConstant(v)) {
-      auto it = params_.find(v);
-      return it != params_.end() ? it->second : llvm::ConstantFP::get(f32, *v->constant->data<float>());
-    }
-    llvm::Value* out = nullptr;
-    auto in_it = std::find(k_.inputs.begin(), k_.inputs.end(), v);
-    if (in_it != k_.inputs.end()) {
-      size_t i = in_it - k_.inputs.begin();
+    ValueEmitter ve(b_, math_, k_.inputs, [&](size_t i, llvm::Value* jj) -> llvm::Value* {
       char cls = InnerClass(c_, i);
-      llvm::Value* idx = cls == 'b' ? b_.getInt64(0) : cls == 'c' ? j : b_.CreateMul(j, inner_stride_[i]);
-      out = b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, in_ptr_[i], idx));
-    } else {
-      const Node* node = v->producer;
-      if (node == nullptr) return absl::InternalError(absl::StrCat("GPU kernel lost value %", v->name));
-      if (node->op_type == "Softmax" || node->op_type == "LogSoftmax") {
-        auto st = softmax_.find(node);
-        if (st == softmax_.end()) return absl::InternalError("softmax used before its passes");
-        CJIT_ASSIGN_OR_RETURN(llvm::Value* x, Elem(node->inputs[0], j, memo));
-        llvm::Value* d = b_.CreateFSub(x, st->second.first);
-        out = node->op_type == "Softmax" ? b_.CreateFDiv(math_.Unary(b_, "exp", d), st->second.second)
-                                         : b_.CreateFSub(d, math_.Unary(b_, "log", st->second.second));
-      } else if (IsRowReduction(*node)) {
-        return absl::InternalError(absl::StrCat("reduction %", v->name, " used before its pass"));
-      } else {
-        std::vector<llvm::Value*> ops;
-        for (const Value* in : node->inputs) {
-          if (in == nullptr) {
-            ops.push_back(nullptr);
-          } else if (IsScalarConstant(in) && node->op_type == "Pow") {
-            ops.push_back(llvm::ConstantFP::get(f32, *in->constant->data<float>()));
-          } else {
-            CJIT_ASSIGN_OR_RETURN(llvm::Value* o, Elem(in, j, memo));
-            ops.push_back(o);
-          }
-        }
-        CJIT_ASSIGN_OR_RETURN(out, EmitElemental(b_, math_, *node, ops));
-      }
-    }
-    memo[v] = out;
-    return out;
+      llvm::Value* idx = cls == 'b' ? b_.getInt64(0) : cls == 'c' ? jj : b_.CreateMul(jj, inner_stride_[i]);
+      return b_.CreateLoad(b_.getFloatTy(), b_.CreateInBoundsGEP(b_.getFloatTy(), in_ptr_[i], idx));
+    });
+    ve.row_vals = row_vals_;
+    ve.params = params_;
+    ve.softmax = softmax_;
+    return ve.Elem(v, j, memo);
   }
 
   absl::Status EmitElementwise() {

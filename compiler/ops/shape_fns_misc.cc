@@ -8,17 +8,16 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/ops/op_registry.h"
+#include "compiler/ops/shape_fn_util.h"
 
 namespace cjit {
 namespace {
 
-using Inputs = std::span<const InferInput>;
-using Outputs = std::vector<InferOutput>;
-using C = OpCategory;
-using A = AmpClass;
+using namespace shape_fn;  // NOLINT: Inputs, Outputs, C, A
 
+// Ops of this file are never clustered.
 void Reg(const std::string& name, C cat, A amp, int min_in, int max_in, InferFn fn) {
-  RegisterOp(OpDef{name, cat, false, amp, min_in, max_in, std::move(fn)});
+  shape_fn::Reg(name, cat, false, amp, min_in, max_in, std::move(fn));
 }
 
 Shape Unknown1D() {

@@ -5,18 +5,12 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/ops/op_registry.h"
+#include "compiler/ops/shape_fn_util.h"
 
 namespace cjit {
 namespace {
 
-using Inputs = std::span<const InferInput>;
-using Outputs = std::vector<InferOutput>;
-using C = OpCategory;
-using A = AmpClass;
-
-void Reg(const std::string& name, C cat, bool clusterable, A amp, int min_in, int max_in, InferFn fn) {
-  RegisterOp(OpDef{name, cat, clusterable, amp, min_in, max_in, std::move(fn)});
-}
+using namespace shape_fn;  // NOLINT: Inputs, Outputs, C, A, Reg
 
 // Output shape of a windowed op over NC + spatial input; `channels` overrides dim 1 when >= 0.
 absl::Status WindowInfer(const Node& n, const Shape& x, std::vector<int64_t> kernel, bool transposed,
