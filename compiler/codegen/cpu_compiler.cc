@@ -295,23 +295,10 @@ class RowEmitter {
     Dims rd = k_.shape;
     rd.back() = 1;
     // Reductions in topological order, each one or two passes.
-    for (const Node* node : k_.nodes) {
-      if (!IsRowReduction(*node)) continue;
-      const std::string& op = node->op_type;
-      const Value* x = node->inputs[0];
-      if (op == "Softmax" || op == "LogSoftmax") {
-        CJIT_ASSIGN_OR_RETURN(llvm::Value* mx, Reduce(x, Kind::kMax, nullptr));
-        CJIT_ASSIGN_OR_RETURN(llvm::Value* sum, Reduce(x, Kind::kSumExp, mx));
-        softmax_[node] = {mx, sum};
-        continue;
-      }
-      Kind kind = op == "ReduceMax" ? Kind::kMax : op == "ReduceMin" ? Kind::kMin
-                : (op == "ReduceSumSquare" || op == "ReduceL2") ? Kind::kSumSq : Kind::kSum;
-      CJIT_ASSIGN_OR_RETURN(llvm::Value* v, Reduce(x, kind, nullptr));
-      if (op == "ReduceMean") v = b_.CreateFDiv(v, b_.CreateSIToFP(inner_, f32));
-      if (op == "ReduceL2") v = CpuMath(m_).Unary(b_, "sqrt", v);
-      row_vals_[node->outputs[0]] = v;
-    }
+    CJIT_RETURN_IF_ERROR(EmitRowReductions(
+        b_, math_, k_.nodes, inner_,
+        [&](const Value* x, ReduceKind kind, llvm::Value* offset) { return Reduce(x, kind, offset); }, row_vals_,
+        softmax_));
     // Final pass: full-shaped outputs.
     llvm::Value* out_base = b_.CreateMul(r, inner_);
     bool any_full = false;
@@ -344,7 +331,6 @@ class RowEmitter {
   }
 
  private:
-  enum class Kind { kSum, kSumSq, kMax, kMin, kSumExp };
 
   // A loop over j in [0, inner); `accs` are (init, step(acc, j) -> next) accumulators; their final values
   // (init for an empty row) go to `results`.
@@ -392,10 +378,10 @@ class RowEmitter {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<llvm::Value*> Reduce(const Value* x, Kind kind, llvm::Value* offset) {
+  absl::StatusOr<llvm::Value*> Reduce(const Value* x, ReduceKind kind, llvm::Value* offset) {
     llvm::Type* f32 = b_.getFloatTy();
-    double init = kind == Kind::kMax ? -std::numeric_limits<float>::infinity()
-                : kind == Kind::kMin ? std::numeric_limits<float>::infinity() : 0.0;
+    double init = kind == ReduceKind::kMax ? -std::numeric_limits<float>::infinity()
+                : kind == ReduceKind::kMin ? std::numeric_limits<float>::infinity() : 0.0;
     llvm::FastMathFlags fmf;
     fmf.setAllowReassoc();
     fmf.setNoSignedZeros();
@@ -405,11 +391,11 @@ class RowEmitter {
       llvm::IRBuilder<>::FastMathFlagGuard guard(b_);
       b_.setFastMathFlags(fmf);
       switch (kind) {
-        case Kind::kSum: return b_.CreateFAdd(acc, e);
-        case Kind::kSumSq: return b_.CreateFAdd(acc, b_.CreateFMul(e, e));
-        case Kind::kSumExp: return b_.CreateFAdd(acc, CpuMath(m_).Unary(b_, "exp", b_.CreateFSub(e, offset)));
-        case Kind::kMax: return b_.CreateMaxNum(acc, e);
-        case Kind::kMin: return b_.CreateMinNum(acc, e);
+        case ReduceKind::kSum: return b_.CreateFAdd(acc, e);
+        case ReduceKind::kSumSq: return b_.CreateFAdd(acc, b_.CreateFMul(e, e));
+        case ReduceKind::kSumExp: return b_.CreateFAdd(acc, CpuMath(m_).Unary(b_, "exp", b_.CreateFSub(e, offset)));
+        case ReduceKind::kMax: return b_.CreateMaxNum(acc, e);
+        case ReduceKind::kMin: return b_.CreateMinNum(acc, e);
       }
       return acc;
     };

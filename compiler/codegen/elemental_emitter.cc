@@ -124,6 +124,36 @@ absl::StatusOr<llvm::Value*> EmitElemental(llvm::IRBuilder<>& b, TargetMath& mat
   return absl::UnimplementedError(absl::StrCat(n.Describe(), ": no elemental emitter"));
 }
 
+absl::Status EmitRowReductions(llvm::IRBuilder<>& b, TargetMath& math, const std::vector<const Node*>& nodes,
+                               llvm::Value* row_length, const ReducePass& reduce,
+                               std::map<const Value*, llvm::Value*>& row_vals,
+                               std::map<const Node*, std::pair<llvm::Value*, llvm::Value*>>& softmax) {
+  for (const Node* node : nodes) {
+    if (!IsRowReduction(*node)) continue;
+    const std::string& op = node->op_type;
+    const Value* x = node->inputs[0];
+    if (op == "Softmax" || op == "LogSoftmax") {
+      absl::StatusOr<llvm::Value*> mx = reduce(x, ReduceKind::kMax, nullptr);
+      if (!mx.ok()) return mx.status();
+      absl::StatusOr<llvm::Value*> sum = reduce(x, ReduceKind::kSumExp, *mx);
+      if (!sum.ok()) return sum.status();
+      softmax[node] = {*mx, *sum};
+      continue;
+    }
+    ReduceKind kind = op == "ReduceMax" ? ReduceKind::kMax
+                      : op == "ReduceMin" ? ReduceKind::kMin
+                      : (op == "ReduceSumSquare" || op == "ReduceL2") ? ReduceKind::kSumSq
+                                                                       : ReduceKind::kSum;
+    absl::StatusOr<llvm::Value*> v = reduce(x, kind, nullptr);
+    if (!v.ok()) return v.status();
+    llvm::Value* r = *v;
+    if (op == "ReduceMean") r = b.CreateFDiv(r, b.CreateSIToFP(row_length, b.getFloatTy()));
+    if (op == "ReduceL2") r = math.Unary(b, "sqrt", r);
+    row_vals[node->outputs[0]] = r;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<llvm::Value*> ValueEmitter::Elem(const Value* v, llvm::Value* j, Memo& memo) {
   llvm::Type* f32 = b_.getFloatTy();
   if (auto it = row_vals.find(v); it != row_vals.end()) return it->second;

@@ -55,6 +55,17 @@ class ValueEmitter {
   LoadFn load_;
 };
 
+// The reductions of a row kernel, in topological order: each ReduceX takes one pass, Softmax/LogSoftmax
+// two (max, then sum of exp(x - max)). `reduce` emits one pass over the row on the target (CPU: a
+// vectorized loop; NVPTX: lane-strided loop plus warp shuffles) and returns the row value.
+enum class ReduceKind { kSum, kSumSq, kMax, kMin, kSumExp };
+using ReducePass =
+    std::function<absl::StatusOr<llvm::Value*>(const Value* x, ReduceKind kind, llvm::Value* offset)>;
+absl::Status EmitRowReductions(llvm::IRBuilder<>& b, TargetMath& math, const std::vector<const Node*>& nodes,
+                               llvm::Value* row_length, const ReducePass& reduce,
+                               std::map<const Value*, llvm::Value*>& row_vals,
+                               std::map<const Node*, std::pair<llvm::Value*, llvm::Value*>>& softmax);
+
 }  // namespace cjit
 
 #endif  // CJIT_COMPILER_CODEGEN_ELEMENTAL_EMITTER_H_

@@ -171,19 +171,18 @@ class GpuEmitter {
     return absl::OkStatus();
   }
 
-  enum class Kind { kSum, kSumSq, kMax, kMin, kSumExp };
 
   // One pass over the row by this lane (j = lane, lane + 32, ...), then a butterfly warp reduction.
-  absl::StatusOr<llvm::Value*> Reduce(const Value* x, Kind kind, llvm::Value* offset) {
+  absl::StatusOr<llvm::Value*> Reduce(const Value* x, ReduceKind kind, llvm::Value* offset) {
     llvm::LLVMContext& ctx = m_.getContext();
     llvm::Type* f32 = b_.getFloatTy();
-    double init = kind == Kind::kMax ? -std::numeric_limits<float>::infinity()
-                : kind == Kind::kMin ? std::numeric_limits<float>::infinity() : 0.0;
+    double init = kind == ReduceKind::kMax ? -std::numeric_limits<float>::infinity()
+                : kind == ReduceKind::kMin ? std::numeric_limits<float>::infinity() : 0.0;
     auto combine = [&](llvm::Value* acc, llvm::Value* e) -> llvm::Value* {
       switch (kind) {
-        case Kind::kSum: case Kind::kSumSq: case Kind::kSumExp: return b_.CreateFAdd(acc, e);
-        case Kind::kMax: return b_.CreateMaxNum(acc, e);
-        case Kind::kMin: return b_.CreateMinNum(acc, e);
+        case ReduceKind::kSum: case ReduceKind::kSumSq: case ReduceKind::kSumExp: return b_.CreateFAdd(acc, e);
+        case ReduceKind::kMax: return b_.CreateMaxNum(acc, e);
+        case ReduceKind::kMin: return b_.CreateMinNum(acc, e);
       }
       return acc;
     };
@@ -198,8 +197,8 @@ class GpuEmitter {
     acc->addIncoming(llvm::ConstantFP::get(f32, init), pre);
     std::map<const Value*, llvm::Value*> memo;
     CJIT_ASSIGN_OR_RETURN(llvm::Value* e, Elem(x, j, memo));
-    if (kind == Kind::kSumSq) e = b_.CreateFMul(e, e);
-    if (kind == Kind::kSumExp) e = math_.Unary(b_, "exp", b_.CreateFSub(e, offset));
+    if (kind == ReduceKind::kSumSq) e = b_.CreateFMul(e, e);
+    if (kind == ReduceKind::kSumExp) e = math_.Unary(b_, "exp", b_.CreateFSub(e, offset));
     llvm::Value* next_acc = combine(acc, e);
     llvm::Value* next_j = b_.CreateAdd(j, b_.getInt64(32));
     llvm::BasicBlock* latch = b_.GetInsertBlock();
@@ -234,23 +233,10 @@ class GpuEmitter {
     for (size_t i = 0; i < k_.inputs.size(); ++i) {
       if (InnerClass(c_, i) == 'b') row_vals_[k_.inputs[i]] = b_.CreateLoad(f32, in_ptr_[i]);
     }
-    for (const Node* node : k_.nodes) {
-      if (!IsRowReduction(*node)) continue;
-      const std::string& op = node->op_type;
-      const Value* x = node->inputs[0];
-      if (op == "Softmax" || op == "LogSoftmax") {
-        CJIT_ASSIGN_OR_RETURN(llvm::Value* mx, Reduce(x, Kind::kMax, nullptr));
-        CJIT_ASSIGN_OR_RETURN(llvm::Value* sum, Reduce(x, Kind::kSumExp, mx));
-        softmax_[node] = {mx, sum};
-        continue;
-      }
-      Kind kind = op == "ReduceMax" ? Kind::kMax : op == "ReduceMin" ? Kind::kMin
-                : (op == "ReduceSumSquare" || op == "ReduceL2") ? Kind::kSumSq : Kind::kSum;
-      CJIT_ASSIGN_OR_RETURN(llvm::Value* v, Reduce(x, kind, nullptr));
-      if (op == "ReduceMean") v = b_.CreateFDiv(v, b_.CreateSIToFP(inner_, f32));
-      if (op == "ReduceL2") v = math_.Unary(b_, "sqrt", v);
-      row_vals_[node->outputs[0]] = v;
-    }
+    CJIT_RETURN_IF_ERROR(EmitRowReductions(
+        b_, math_, k_.nodes, inner_,
+        [&](const Value* x, ReduceKind kind, llvm::Value* offset) { return Reduce(x, kind, offset); }, row_vals_,
+        softmax_));
     // Store pass (lane-strided) for full outputs; lane 0 stores row outputs.
     llvm::Value* out_base = b_.CreateMul(row, inner_);
     bool any_full = false;
