@@ -61,6 +61,31 @@ TEST(FlagsTest, FlagsFile) {
   EXPECT_NE(missing.status().message().find("/nonexistent/flags.txt"), std::string::npos);
 }
 
+TEST(FlagsTest, BoolFlagsAndCacheAliases) {
+  auto f = ParseFlags("--async_compilation --enable_lazy_compilation=false --always_defer_compilation=1");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_TRUE(f->async_compilation);
+  EXPECT_FALSE(f->enable_lazy_compilation);
+  EXPECT_TRUE(f->always_defer_compilation);
+  EXPECT_FALSE(ParseFlags("--async_compilation=maybe").ok());
+  auto g = ParseFlags("--tf_xla_persistent_cache_directory=/tmp/a");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->persistent_cache_dir, "/tmp/a");
+  auto h = ParseFlags("--xla_gpu_persistent_cache_dir=/tmp/b --persistent_cache_max_bytes=1000 --persistent_cache_read_only");
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->persistent_cache_dir, "/tmp/b");
+  EXPECT_EQ(h->persistent_cache_max_bytes, 1000);
+  EXPECT_TRUE(h->persistent_cache_read_only);
+  auto d = ParseFlags("--device=cuda:1");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->device, "cuda:1");
+  EXPECT_FALSE(ParseFlags("--device=cuda:x").ok());
+  // A non-boolean flag without a value is an error naming it.
+  auto e = ParseFlags("--compile_threshold");
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("--compile_threshold"), std::string::npos);
+}
+
 TEST(FlagsTest, EveryFlagHasHelp) {
   for (const FlagInfo& f : ListFlags()) {
     EXPECT_FALSE(f.help.empty()) << f.name;
