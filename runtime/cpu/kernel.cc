@@ -25,6 +25,7 @@ const std::map<std::string, KernelFn>& Registered() {
     RegisterRecurrentKernels();
     RegisterControlFlowKernels();
     RegisterMiscKernels();
+    RegisterQuantKernels();
     return true;
   }();
   (void)once;

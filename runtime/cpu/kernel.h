@@ -71,6 +71,7 @@ void RegisterMovementKernels();
 void RegisterRecurrentKernels();
 void RegisterControlFlowKernels();
 void RegisterMiscKernels();
+void RegisterQuantKernels();
 
 }  // namespace cjit
 
