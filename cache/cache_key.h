@@ -21,6 +21,7 @@ namespace cjit {
 // 2: row (reduction) kernels, shape-generic kernels with per-kernel object code in the payload.
 // 3: kernel inputs read through strided views (absorbed Transpose/Slice/Expand/Reshape): new meta layout.
 // 4: Conv epilogues as oneDNN post-ops (different kernels for the same cluster).
+// (In-place Concat changes only buffer assignment at run time: no bump.)
 inline constexpr int kCacheFormatVersion = 4;
 
 struct CacheKey {

@@ -1,7 +1,10 @@
 #include "runtime/executable.h"
 
+#include <glog/logging.h>
 #include <omp.h>
 
+#include <cstring>
+#include <set>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
@@ -63,6 +66,47 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Build(
     ex->step_input_const_.push_back(consts);
   }
   for (const Value* v : body->outputs()) ex->output_slots_.push_back(slot_of(v));
+  // In-place Concat: when the outer size is 1, every input is a contiguous byte range of the output. If
+  // each input is produced by a step of this executable and read by nothing else, producers write
+  // straight into the output and the Concat does not run.
+  ex->alias_.assign(ex->slot_values_.size(), AliasInto{});
+  ex->skip_step_.assign(ex->plan_.steps.size(), false);
+  {
+    std::vector<int> readers(ex->slot_values_.size(), 0), producer(ex->slot_values_.size(), -1);
+    for (size_t i = 0; i < ex->step_inputs_.size(); ++i) {
+      for (int s : ex->step_inputs_[i]) if (s >= 0) ++readers[s];
+      for (int s : ex->step_outputs_[i]) if (s >= 0) producer[s] = static_cast<int>(i);
+    }
+    for (int s : ex->output_slots_) ++readers[s];
+    for (size_t i = 0; i < ex->plan_.steps.size(); ++i) {
+      const PlanStep& st = ex->plan_.steps[i];
+      if (st.kind != PlanStep::Kind::kLibrary || st.node->op_type != "Concat" || !st.post_ops.empty()) continue;
+      const Value* out = st.node->outputs[0];
+      if (!out || !out->shape.fully_known() || out->dtype == DType::kInvalid) continue;
+      Dims od = out->shape.concrete();
+      int64_t axis = st.node->GetInt("axis", 0);
+      if (axis < 0) axis += static_cast<int64_t>(od.size());
+      int64_t outer = 1;
+      for (int64_t d = 0; d < axis; ++d) outer *= od[d];
+      if (outer != 1) continue;
+      bool ok = true;
+      std::set<int> seen;
+      for (int s : ex->step_inputs_[i]) {
+        const Value* v = s >= 0 ? ex->slot_values_[s] : nullptr;
+        ok &= v && !v->is_constant() && producer[s] >= 0 && readers[s] == 1 && seen.insert(s).second &&
+              ex->alias_[s].base_slot < 0 && v->dtype == out->dtype;
+      }
+      if (!ok) continue;
+      size_t offset = 0;
+      int out_slot = ex->step_outputs_[i][0];
+      for (int s : ex->step_inputs_[i]) {
+        ex->alias_[s] = AliasInto{out_slot, offset};
+        offset += static_cast<size_t>(NumElements(ex->slot_values_[s]->shape.concrete())) * DTypeSize(out->dtype);
+      }
+      ex->skip_step_[i] = true;
+      VLOG(2) << "in-place Concat " << st.node->name << ": " << ex->step_inputs_[i].size() << " inputs written in place";
+    }
+  }
   std::vector<int> last(ex->slot_values_.size(), -1);
   for (size_t i = 0; i < ex->step_inputs_.size(); ++i) {
     for (int s : ex->step_inputs_[i]) if (s >= 0) last[s] = static_cast<int>(i);
@@ -77,6 +121,22 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Build(
   return std::shared_ptr<const CpuExecutable>(std::move(ex));
 }
 
+Tensor& CpuExecutable::Materialize(std::vector<Tensor>& slots, int slot) const {
+  const AliasInto& a = alias_[slot];
+  const Value* v = slot_values_[slot];
+  if (a.base_slot < 0) {
+    slots[slot] = Tensor(v->dtype, v->shape.concrete());
+    return slots[slot];
+  }
+  Tensor& base = slots[a.base_slot];
+  if (!base.defined()) {
+    const Value* bv = slot_values_[a.base_slot];
+    base = Tensor(bv->dtype, bv->shape.concrete());
+  }
+  slots[slot] = Tensor::Alias(base, a.byte_offset, v->dtype, v->shape.concrete());
+  return slots[slot];
+}
+
 absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const Tensor*>& inputs, int threads) const {
   if (inputs.size() != input_slots_.size()) return absl::InternalError("compiled cluster: wrong input count");
   std::vector<Tensor> slots(slot_values_.size());
@@ -86,16 +146,19 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const T
   for (size_t i = 0; i < inputs.size(); ++i) slots[input_slots_[i]] = *inputs[i];
   for (size_t i = 0; i < plan_.steps.size(); ++i) {
     const PlanStep& step = plan_.steps[i];
-    if (step.kind == PlanStep::Kind::kFused) {
+    if (skip_step_[i]) {
+      // In-place Concat: its inputs were written into its output.
+      int out = step_outputs_[i][0];
+      if (!slots[out].defined()) Materialize(slots, out);
+    } else if (step.kind == PlanStep::Kind::kFused) {
       const FusedKernel& k = plan_.kernels[step.kernel];
       const CpuKernel& ck = code_->kernels()[step.kernel];
       std::vector<void*> args;
       for (int s : step_inputs_[i]) args.push_back(const_cast<void*>(slots[s].raw()));
       for (size_t o = 0; o < step_outputs_[i].size(); ++o) {
-        int s = step_outputs_[i][o];
-        slots[s] = Tensor(DType::kF32, k.outputs[o]->shape.concrete());
-        args.push_back(slots[s].raw());
+        args.push_back(Materialize(slots, step_outputs_[i][o]).raw());
       }
+      (void)k;
       int64_t rows = ck.rows, work = rows * ck.row_elems;
       int nt = (work >= 32768 && rows > 1) ? std::min<int64_t>(threads, rows) : 1;
       if (nt <= 1) {
@@ -110,11 +173,29 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const T
     } else {
       std::vector<const Tensor*> ins;
       for (int s : step_inputs_[i]) ins.push_back(s >= 0 ? &slots[s] : nullptr);
-      CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> outs, EvaluateNode(*step.node, ins, threads, nullptr,
-                                                                   &step_input_const_[i],
-                                                                   step.post_ops.empty() ? nullptr : &step.post_ops));
+      std::vector<Tensor> preset(step_outputs_[i].size());
+      bool any_alias = false;
       for (size_t k = 0; k < step_outputs_[i].size(); ++k) {
-        if (step_outputs_[i][k] >= 0) slots[step_outputs_[i][k]] = std::move(outs[k]);
+        int s = step_outputs_[i][k];
+        if (s >= 0 && alias_[s].base_slot >= 0) {
+          preset[k] = Materialize(slots, s);
+          any_alias = true;
+        }
+      }
+      CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> outs,
+                            EvaluateNode(*step.node, ins, threads, nullptr, &step_input_const_[i],
+                                         step.post_ops.empty() ? nullptr : &step.post_ops,
+                                         any_alias ? &preset : nullptr));
+      for (size_t k = 0; k < step_outputs_[i].size(); ++k) {
+        int s = step_outputs_[i][k];
+        if (s < 0) continue;
+        if (alias_[s].base_slot >= 0 && outs[k].raw() != preset[k].raw()) {
+          // The kernel made its own buffer (e.g. a zero-copy reshape): copy into the destination.
+          if (outs[k].nbytes() != preset[k].nbytes()) return absl::InternalError("in-place output size mismatch");
+          std::memcpy(preset[k].raw(), outs[k].raw(), outs[k].nbytes());
+          continue;
+        }
+        slots[s] = std::move(outs[k]);
       }
     }
     for (int s : free_after_[i]) slots[s] = Tensor();

@@ -51,6 +51,14 @@ class CpuExecutable : public CacheEntry {
   std::vector<std::vector<int>> step_inputs_, step_outputs_, free_after_;
   std::vector<std::vector<bool>> step_input_const_;
   std::vector<int> input_slots_, output_slots_;
+  // In-place Concat (outer size 1): each input slot written directly into its byte range of the output.
+  struct AliasInto {
+    int base_slot = -1;
+    size_t byte_offset = 0;
+  };
+  std::vector<AliasInto> alias_;           // per slot; base_slot < 0 = a buffer of its own
+  std::vector<bool> skip_step_;            // Concat steps made redundant
+  Tensor& Materialize(std::vector<Tensor>& slots, int slot) const;
 };
 
 }  // namespace cjit

@@ -183,6 +183,26 @@ std::vector<OpCase> Cases() {
   %o = Sigmoid(%m)
   %t = Tanh(%o)
   return %t, %m)");
+  // In-place Concat: producers write into the Concat's output.
+  cases.push_back({"ConcatInPlace_f32", R"(graph g(%x: f32[1,3,5], %y: f32[1,4,5], %w: f32[5,5]) {
+  %a = Exp(%x)
+  %m = MatMul(%y, %w)
+  %r = Relu(%m)
+  %s = constant i64[3] {1, 3, 5}
+  %t = Transpose(%x) {perm=[0,2,1]}
+  %u = Reshape(%t, %s)
+  %c = Concat(%a, %r, %u) {axis=1}
+  %z = Neg(%c)
+  return %z
+})"});
+  cases.push_back({"ConcatInputReusedElsewhere_f32", R"(graph g(%x: f32[1,3,5], %y: f32[1,2,5]) {
+  %a = Exp(%x)
+  %b = Sigmoid(%y)
+  %c = Concat(%a, %b) {axis=1}
+  %z = Neg(%c)
+  %q = ReduceSum(%a) {axes=[1]}
+  return %z, %q
+})"});
   // View ops absorbed into fused kernels (strided reads; nothing materialized).
   cases.push_back({"TransposeIntoAdd_f32", "graph g(%x: f32[4,6,5], %y: f32[5,4,6]) {\n  %t = Transpose(%x) {perm=[2,0,1]}\n  %a = Add(%t, %y)\n  %z = Relu(%a)\n  return %z\n}"});
   cases.push_back({"SliceIntoMul_f32", R"(graph g(%x: f32[8,10], %y: f32[3,4]) {

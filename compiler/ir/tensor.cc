@@ -92,6 +92,15 @@ Tensor Tensor::Reshaped(Dims dims) const {
   return t;
 }
 
+Tensor Tensor::Alias(const Tensor& base, size_t byte_offset, DType dtype, Dims dims) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.dims_ = std::move(dims);
+  CHECK_LE(byte_offset + t.nbytes(), base.nbytes()) << "alias past the end of its base tensor";
+  t.data_ = std::shared_ptr<uint8_t>(base.data_, base.data_.get() + byte_offset);
+  return t;
+}
+
 Tensor Tensor::Clone() const {
   Tensor t(dtype_, dims_);
   if (nbytes() > 0) std::memcpy(t.raw(), raw(), nbytes());

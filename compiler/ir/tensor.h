@@ -46,6 +46,8 @@ class Tensor {
   const std::shared_ptr<uint8_t>& buffer() const { return data_; }
   // Same buffer, new dims (numel must match; checked).
   Tensor Reshaped(Dims dims) const;
+  // A tensor over bytes [byte_offset, byte_offset + nbytes) of base's buffer (kept alive by the view).
+  static Tensor Alias(const Tensor& base, size_t byte_offset, DType dtype, Dims dims);
   // Deep copy.
   Tensor Clone() const;
   // Elements as int64 / double, converting from any integer or float dtype (for shape arithmetic and

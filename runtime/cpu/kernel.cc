@@ -38,11 +38,12 @@ Tensor& KernelContext::Alloc(int i) {
   const InferOutput& o = inferred[i];
   CHECK(o.shape.fully_known()) << node->Describe() << ": output " << i << " has unknown dims "
                                << o.shape.ToString();
-  outputs[i] = Tensor(o.dtype, o.shape.concrete());
-  return outputs[i];
+  return Alloc(i, o.dtype, o.shape.concrete());
 }
 
 Tensor& KernelContext::Alloc(int i, DType dtype, Dims dims) {
+  // A preset output (e.g. a slice of an in-place Concat's buffer) of the right type is written in place.
+  if (outputs[i].defined() && outputs[i].dtype() == dtype && outputs[i].dims() == dims) return outputs[i];
   outputs[i] = Tensor(dtype, std::move(dims));
   return outputs[i];
 }
@@ -63,7 +64,8 @@ const KernelFn* FindKernel(const std::string& op_type) {
 absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::vector<const Tensor*>& inputs,
                                                  int threads, const SubgraphRunner* runner,
                                                  const std::vector<bool>* input_is_constant,
-                                                 const std::vector<PostOp>* post_ops) {
+                                                 const std::vector<PostOp>* post_ops,
+                                                 std::vector<Tensor>* preset_outputs) {
   const KernelFn* fn = FindKernel(node.op_type);
   if (fn == nullptr) return absl::UnimplementedError(absl::StrCat(node.Describe(), ": no CPU kernel"));
   std::vector<InferInput> infer_in(inputs.size());
@@ -94,6 +96,9 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
     CJIT_RETURN_IF_ERROR(InferNode(node, infer_in, ctx.inferred));
   }
   ctx.outputs.resize(node.outputs.size());
+  if (preset_outputs) {
+    for (size_t k = 0; k < preset_outputs->size() && k < ctx.outputs.size(); ++k) ctx.outputs[k] = (*preset_outputs)[k];
+  }
   CJIT_RETURN_IF_ERROR((*fn)(ctx));
   return std::move(ctx.outputs);
 }

@@ -40,7 +40,8 @@ struct KernelContext {
   bool has(int i) const { return i < num_inputs() && inputs[i] != nullptr; }
   const Tensor& in(int i) const { return *inputs[i]; }
   bool wants(int i) const { return i < static_cast<int>(outputs.size()) && node->outputs[i] != nullptr; }
-  // Allocates output i with its inferred dtype and (fully known) dims.
+  // Allocates output i with its inferred dtype and (fully known) dims; a preset output of that dtype and
+  // dims (an in-place destination) is returned as is.
   Tensor& Alloc(int i);
   Tensor& Alloc(int i, DType dtype, Dims dims);
   absl::Status Error(absl::string_view what) const { return NodeError(*node, what); }
@@ -60,7 +61,8 @@ const KernelFn* FindKernelDuringRegistration(const std::string& op_type);
 absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::vector<const Tensor*>& inputs,
                                                  int threads, const SubgraphRunner* runner = nullptr,
                                                  const std::vector<bool>* input_is_constant = nullptr,
-                                                 const std::vector<PostOp>* post_ops = nullptr);
+                                                 const std::vector<PostOp>* post_ops = nullptr,
+                                                 std::vector<Tensor>* preset_outputs = nullptr);
 
 // Called once by the registry; each kernels_*.cc file registers its kernels.
 void RegisterElementwiseKernels();
