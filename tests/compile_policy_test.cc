@@ -109,6 +109,29 @@ TEST(ClusterRuntimeTest, FailedCompilationFallsBack) {
   for (const auto& c : st.clusters) EXPECT_LE(c.compiles, 1) << "a failed cluster must not be recompiled";
 }
 
+// A real LLVM fatal error inside code generation (report_fatal_error, which aborts) is recovered into a
+// failed compile: the process lives and the cluster runs correctly on the fallback path.
+TEST(ClusterRuntimeTest, LlvmFatalErrorIsRecovered) {
+  auto dir = SharedModel("oww_hello_deepa");
+  if (!std::filesystem::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
+  SessionOptions o;
+  o.use_environment_flags = false;
+  o.flags.enable_lazy_compilation = false;
+  o.flags.fail_compilation_for_testing = "llvm-fatal-error";
+  auto s = Session::Load((dir / "model.onnx").string(), o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto sets = ReadDataSets(dir.string(), **s);
+  ASSERT_TRUE(sets.ok());
+  for (int i = 0; i < 2; ++i) {
+    DataSetResult r = RunDataSet(**s, (*sets)[0], 1e-3, 1e-4);
+    ASSERT_TRUE(r.ok()) << r.status;
+  }
+  SessionStats st = (*s)->stats();
+  EXPECT_EQ(st.totals.compiled_executions, 0);
+  EXPECT_GT(st.totals.compiles, 0);
+  EXPECT_GT(st.totals.fallback_executions, 0);
+}
+
 // --async_compilation: the fallback path runs while the cluster compiles in the background; the
 // executable is swapped in when ready; every result along the way is correct.
 TEST(ClusterRuntimeTest, AsyncCompilationSwapsIn) {

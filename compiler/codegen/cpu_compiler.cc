@@ -32,6 +32,8 @@
 #include "llvm/IR/Module.h"
 #include "llvm/IR/Verifier.h"
 #include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/CrashRecoveryContext.h"
+#include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/xxhash.h"
 #include "llvm/TargetParser/Host.h"
@@ -587,6 +589,20 @@ absl::StatusOr<CpuKernelFn> Lookup(Jit& jit, const std::string& symbol) {
 }
 
 // Compiles one kernel in its own module (so that its object file can be cached and loaded alone).
+// Runs `fn` so that an LLVM fatal error (report_fatal_error aborts) or a crash inside LLVM becomes a
+// Status instead of ending the host process (llvm::CrashRecoveryContext, as clang uses it).
+absl::Status RunRecoverably(const char* what, const std::function<absl::Status()>& fn) {
+  static std::once_flag once;
+  std::call_once(once, [] { llvm::CrashRecoveryContext::Enable(); });
+  absl::Status status;
+  llvm::CrashRecoveryContext crc;
+  if (!crc.RunSafely([&] { status = fn(); })) {
+    return absl::InternalError(absl::StrCat("LLVM failed fatally during ", what, " (recovered; the cluster stays on "
+                                            "the fallback path)"));
+  }
+  return status;
+}
+
 absl::Status CompileKernel(Jit& jit, const FusedKernel& k, const PlannedKernel& pk, double* opt_ms, double* mc_ms) {
   std::string symbol = KernelSymbol(pk.structure);
   auto ctx = std::make_unique<llvm::LLVMContext>();
@@ -633,7 +649,7 @@ absl::Status CompileKernel(Jit& jit, const FusedKernel& k, const PlannedKernel& 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CpuCode>> CompileForCpu(const FusionPlan& plan, const CpuCompileOptions& options) {
-  if (!options.fail_for_testing.empty()) {
+  if (!options.fail_for_testing.empty() && options.fail_for_testing != "llvm-fatal-error") {
     return absl::InternalError(absl::StrCat("compilation failed (test hook): ", options.fail_for_testing));
   }
   auto code = std::make_unique<CpuCodeImpl>();
@@ -650,7 +666,10 @@ absl::StatusOr<std::unique_ptr<CpuCode>> CompileForCpu(const FusionPlan& plan, c
     if (it != jit.kernels.end()) {
       code->kernels_[i].reused = true;
     } else {
-      CJIT_RETURN_IF_ERROR(CompileKernel(jit, plan.kernels[i], planned[i], &opt_ms, &mc_ms));
+      CJIT_RETURN_IF_ERROR(RunRecoverably("CPU code generation", [&]() -> absl::Status {
+        if (options.fail_for_testing == "llvm-fatal-error") llvm::report_fatal_error("injected by the test hook");
+        return CompileKernel(jit, plan.kernels[i], planned[i], &opt_ms, &mc_ms);
+      }));
       ++compiled;
       code->code_bytes_ += jit.objects[jit.kernels.at(planned[i].structure).symbol].size();
     }

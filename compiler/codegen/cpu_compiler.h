@@ -50,7 +50,8 @@ class CpuCode {
 };
 
 struct CpuCompileOptions {
-  // Test hook: fail every compilation with this message (non-empty), to exercise the fallback path.
+  // Test hook: fail every compilation with this message (non-empty), to exercise the fallback path;
+  // "llvm-fatal-error" raises a real LLVM fatal error inside code generation (recovered into a Status).
   std::string fail_for_testing;
 };
 
