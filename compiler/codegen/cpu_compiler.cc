@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "compiler/codegen/elemental_emitter.h"
 #include "compiler/codegen/kernel_layout.h"
+#include "compiler/codegen/recover.h"
 #include "compiler/ir/status_macros.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
@@ -540,6 +541,18 @@ class CpuCodeImpl : public CpuCode {
 
 }  // namespace
 
+absl::Status RunLlvmRecoverably(const char* what, const std::function<absl::Status()>& fn) {
+  static std::once_flag once;
+  std::call_once(once, [] { llvm::CrashRecoveryContext::Enable(); });
+  absl::Status status;
+  llvm::CrashRecoveryContext crc;
+  if (!crc.RunSafely([&] { status = fn(); })) {
+    return absl::InternalError(absl::StrCat("LLVM failed fatally during ", what, " (recovered; the cluster stays on "
+                                            "the fallback path)"));
+  }
+  return status;
+}
+
 std::string HostTargetDescription() {
   std::vector<std::string> feats;
   for (const auto& f : llvm::sys::getHostCPUFeatures()) {
@@ -589,20 +602,6 @@ absl::StatusOr<CpuKernelFn> Lookup(Jit& jit, const std::string& symbol) {
 }
 
 // Compiles one kernel in its own module (so that its object file can be cached and loaded alone).
-// Runs `fn` so that an LLVM fatal error (report_fatal_error aborts) or a crash inside LLVM becomes a
-// Status instead of ending the host process (llvm::CrashRecoveryContext, as clang uses it).
-absl::Status RunRecoverably(const char* what, const std::function<absl::Status()>& fn) {
-  static std::once_flag once;
-  std::call_once(once, [] { llvm::CrashRecoveryContext::Enable(); });
-  absl::Status status;
-  llvm::CrashRecoveryContext crc;
-  if (!crc.RunSafely([&] { status = fn(); })) {
-    return absl::InternalError(absl::StrCat("LLVM failed fatally during ", what, " (recovered; the cluster stays on "
-                                            "the fallback path)"));
-  }
-  return status;
-}
-
 absl::Status CompileKernel(Jit& jit, const FusedKernel& k, const PlannedKernel& pk, double* opt_ms, double* mc_ms) {
   std::string symbol = KernelSymbol(pk.structure);
   auto ctx = std::make_unique<llvm::LLVMContext>();
@@ -666,7 +665,7 @@ absl::StatusOr<std::unique_ptr<CpuCode>> CompileForCpu(const FusionPlan& plan, c
     if (it != jit.kernels.end()) {
       code->kernels_[i].reused = true;
     } else {
-      CJIT_RETURN_IF_ERROR(RunRecoverably("CPU code generation", [&]() -> absl::Status {
+      CJIT_RETURN_IF_ERROR(RunLlvmRecoverably("CPU code generation", [&]() -> absl::Status {
         if (options.fail_for_testing == "llvm-fatal-error") llvm::report_fatal_error("injected by the test hook");
         return CompileKernel(jit, plan.kernels[i], planned[i], &opt_ms, &mc_ms);
       }));

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/codegen/elemental_emitter.h"
 #include "compiler/codegen/kernel_layout.h"
+#include "compiler/codegen/recover.h"
 #include "compiler/ir/status_macros.h"
 #include "llvm/Bitcode/BitcodeReader.h"
 #include "llvm/IR/IntrinsicsNVPTX.h"
@@ -303,7 +304,19 @@ std::string ToString(llvm::Error err) { return llvm::toString(std::move(err)); }
 
 std::string PtxVersionFor(const std::string&) { return "ptx80"; }
 
+absl::StatusOr<PtxModule> CompileForNvptxUnsafe(const FusionPlan& plan, const PtxOptions& options);
+
 absl::StatusOr<PtxModule> CompileForNvptx(const FusionPlan& plan, const PtxOptions& options) {
+  absl::StatusOr<PtxModule> result = absl::InternalError("not run");
+  absl::Status st = RunLlvmRecoverably("PTX generation", [&]() -> absl::Status {
+    result = CompileForNvptxUnsafe(plan, options);
+    return result.status();
+  });
+  if (!st.ok()) return st;
+  return result;
+}
+
+absl::StatusOr<PtxModule> CompileForNvptxUnsafe(const FusionPlan& plan, const PtxOptions& options) {
   static const std::set<std::string> kArchs = {"sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a"};
   if (!kArchs.count(options.gpu_arch)) {
     return absl::InvalidArgumentError(absl::StrCat("unsupported GPU target '", options.gpu_arch,
