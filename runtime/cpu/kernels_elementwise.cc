@@ -173,7 +173,10 @@ void RegisterUnary() {
   });
   NumericUnary("BitwiseNot", [](auto a, const Node&) {
     using A = decltype(a);
-    return [](A x) -> A { if constexpr (std::is_integral_v<A>) return A(~x); else return x; };
+    return [](A x) -> A {
+      if constexpr (std::is_integral_v<A> && !std::is_same_v<A, bool>) return A(~x);
+      else return x;
+    };
   });
   // Vectorized float32 versions of the hottest ones.
   EigenUnaryF32("Exp", [](const auto& in, auto& out) { out = in.exp(); });
@@ -237,14 +240,18 @@ void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& out, int threads, Op o
 
 template <typename T>
 T IntPow(T base, T exp) {
-  if (exp < T(0)) return base == T(1) ? T(1) : T(0);
-  T r = 1;
-  while (exp > T(0)) {
-    if (exp & T(1)) r *= base;
-    base *= base;
-    exp >>= 1;
+  if constexpr (std::is_same_v<T, bool>) {
+    return exp ? base : T(1);
+  } else {
+    if (exp < T(0)) return base == T(1) ? T(1) : T(0);
+    T r = 1;
+    while (exp > T(0)) {
+      if (exp & T(1)) r *= base;
+      base *= base;
+      exp >>= 1;
+    }
+    return r;
   }
-  return r;
 }
 
 template <typename T>
