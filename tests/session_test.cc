@@ -241,3 +241,57 @@ TEST(LoggingTest, HostSinkReceivesVlogLines) {
 
 }  // namespace
 }  // namespace cjit
+
+namespace cjit {
+namespace {
+
+TEST(ImportTest, HugeOrInconsistentTensorsAreErrorsNotAborts) {
+  onnx::ModelProto m;
+  m.ParseFromString(SmallModel());
+  auto* b = m.mutable_graph()->mutable_initializer(0);
+  b->clear_dims();
+  b->add_dims(int64_t{1} << 30);
+  b->add_dims(int64_t{1} << 30);
+  auto s = Session::LoadFromBytes(m.SerializeAsString(), Opts());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("too large"), std::string::npos) << s.status();
+  b->clear_dims();
+  b->add_dims(4);
+  b->clear_float_data();
+  b->set_raw_data(std::string(12, '\0'));  // 3 floats for 4 elements
+  auto t = Session::LoadFromBytes(m.SerializeAsString(), Opts());
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("raw bytes"), std::string::npos) << t.status();
+}
+
+TEST(SessionTest, AbsurdIntermediateShapeIsAnError) {
+  // y = ConstantOfShape(shape) with shape from an input: a huge request fails cleanly, naming the node.
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  AddTensorValue(g->add_input(), "shape", onnx::TensorProto::INT64, {2});
+  AddTensorValue(g->add_output(), "y", onnx::TensorProto::FLOAT, {-1, -1});
+  auto* n = g->add_node();
+  n->set_op_type("ConstantOfShape");
+  n->set_name("fill");
+  n->add_input("shape");
+  n->add_output("y");
+  auto s = Session::LoadFromBytes(m.SerializeAsString(), Opts());
+  ASSERT_TRUE(s.ok()) << s.status();
+  Tensor shape(DType::kI64, {2});
+  shape.data<int64_t>()[0] = int64_t{1} << 32;
+  shape.data<int64_t>()[1] = int64_t{1} << 32;
+  auto out = (*s)->Run({{"shape", shape}});
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("node 'fill'"), std::string::npos) << out.status();
+  EXPECT_NE(out.status().message().find("too large"), std::string::npos) << out.status();
+  shape.data<int64_t>()[0] = 2;
+  shape.data<int64_t>()[1] = 3;
+  auto ok = (*s)->Run({{"shape", shape}});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ((*ok)[0].tensor.dims(), Dims({2, 3}));
+}
+
+}  // namespace
+}  // namespace cjit

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
 #include "onnx/onnx_pb.h"
@@ -60,8 +61,20 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::st
                                                      static_cast<onnx::TensorProto::DataType>(p.data_type()))));
   }
   Dims dims(p.dims().begin(), p.dims().end());
+  // Sizes are checked before anything is allocated: a malformed file must not make us allocate (or
+  // overflow computing) an absurd buffer.
+  int64_t count = 1;
   for (int64_t d : dims) {
     if (d < 0) return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "' has a negative dim"));
+    if (d > 0 && count > (int64_t{1} << 40) / d) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "' is too large (dims ", DimsToString(dims), ")"));
+    }
+    count *= d;
+  }
+  size_t expected_bytes = static_cast<size_t>(count) * DTypeSize(t);
+  if (p.data_location() != onnx::TensorProto::EXTERNAL && p.has_raw_data() && p.raw_data().size() != expected_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "' has ", p.raw_data().size(),
+                                                   " raw bytes, its dims need ", expected_bytes));
   }
   Tensor out(t, dims);
   int64_t n = out.numel();
@@ -71,8 +84,13 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::st
     int64_t offset = 0, length = -1;
     for (const auto& kv : p.external_data()) {
       if (kv.key() == "location") location = kv.value();
-      else if (kv.key() == "offset") offset = std::stoll(kv.value());
-      else if (kv.key() == "length") length = std::stoll(kv.value());
+      else if (kv.key() == "offset" && (!absl::SimpleAtoi(kv.value(), &offset) || offset < 0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", p.name(), "' has a bad external-data offset '", kv.value(), "'"));
+      } else if (kv.key() == "length" && (!absl::SimpleAtoi(kv.value(), &length) || length < 0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", p.name(), "' has a bad external-data length '", kv.value(), "'"));
+      }
     }
     if (location.empty() || location.find("..") != std::string::npos || location[0] == '/') {
       return absl::InvalidArgumentError(

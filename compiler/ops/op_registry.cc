@@ -69,7 +69,20 @@ absl::Status InferNode(const Node& node, std::span<const InferInput> inputs,
     if (!inputs[i].present) return NodeError(node, absl::StrCat("required input ", i, " is missing"));
   }
   outputs.assign(node.outputs.size(), InferOutput{});
-  return def->infer(node, inputs, outputs);
+  absl::Status st = def->infer(node, inputs, outputs);
+  if (!st.ok()) return st;
+  // A shape that cannot be allocated is an error here, not an abort later.
+  for (const InferOutput& o : outputs) {
+    if (!o.shape.fully_known()) continue;
+    int64_t count = 1;
+    for (const Dim& d : o.shape.dims) {
+      if (d.value > 0 && count > (int64_t{1} << 36) / d.value) {
+        return NodeError(node, absl::StrCat("output shape ", o.shape.ToString(), " is too large to allocate"));
+      }
+      count *= d.value;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Shape> BroadcastShapes(const Node& node, const std::vector<Shape>& shapes) {
