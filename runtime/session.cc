@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/ir/verifier.h"
@@ -155,20 +157,39 @@ absl::StatusOr<std::vector<Tensor>> Session::ValidateInputs(const std::vector<Na
   return ordered;
 }
 
-absl::StatusOr<std::shared_ptr<const Executor>> Session::Specialize(const std::vector<Tensor>& inputs) {
-  std::string signature;
-  std::vector<Dims> dims;
-  for (const Tensor& t : inputs) {
-    absl::StrAppend(&signature, DTypeName(t.dtype()), "[", DimsToString(t.dims()), "];");
-    dims.push_back(t.dims());
+// Scalar integer/bool inputs (a sample rate, a mode flag) are specialized by value, so control flow and
+// shape arithmetic on them fold away; after kMaxValuesPerInput distinct values an input is treated as
+// dynamic (value not in the signature) to bound the number of plans.
+constexpr size_t kMaxValuesPerInput = 8;
+
+std::vector<bool> Session::ValueSpecialized(const std::vector<Tensor>& inputs) {
+  std::vector<bool> out(inputs.size(), false);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (t.numel() != 1 || !(IsInteger(t.dtype()) || t.dtype() == DType::kBool)) continue;
+    std::set<int64_t>& seen = seen_values_[i];
+    if (seen.size() > kMaxValuesPerInput) continue;
+    seen.insert(t.ToInt64Vector()[0]);
+    out[i] = seen.size() <= kMaxValuesPerInput;
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = plans_.find(signature);
-    if (it != plans_.end()) return it->second;
-  }
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<Graph>> Session::BuildSpecializedGraph(const std::vector<Tensor>& inputs,
+                                                                      const std::vector<bool>& by_value,
+                                                                      ClusteringReport* report) {
   std::shared_ptr<Graph> g(graph_->Clone());
-  for (size_t i = 0; i < inputs.size(); ++i) g->inputs()[i]->dtype = inputs[i].dtype();
+  std::vector<Dims> dims;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    g->inputs()[i]->dtype = inputs[i].dtype();
+    dims.push_back(inputs[i].dims());
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!by_value[i]) continue;
+    Value* in = g->inputs()[i];
+    g->ReplaceAllUses(in, g->AddConstant(in->name + "/value", inputs[i].Clone()));
+  }
   int threads = flags_.intra_op_threads;
   auto evaluate = [threads](const Node& n, const std::vector<const Tensor*>& args) {
     return EvaluateNode(n, args, threads);
@@ -176,14 +197,36 @@ absl::StatusOr<std::shared_ptr<const Executor>> Session::Specialize(const std::v
   CJIT_RETURN_IF_ERROR(SpecializeShapes(*g, dims, evaluate));
   CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
   CJIT_RETURN_IF_ERROR(SimplifyGraph(*g));
-  VLOG(1) << "specialized signature " << signature << ": " << g->nodes().size() << " nodes";
   ClusteringOptions copts = ClusteringOptionsFor(flags_, enable_clustering_);
+  ClusteringReport r;
   if (copts.mode != ClusteringMode::kOff) {
-    CJIT_ASSIGN_OR_RETURN(ClusteringReport report, MarkForCompilation(*g, copts));
+    CJIT_ASSIGN_OR_RETURN(r, MarkForCompilation(*g, copts));
     CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
-    VLOG(1) << "signature " << signature << ": " << report.clusters.size() << " clusters";
   }
-  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::Create(g, threads, clusters_.get(), true));
+  if (report) *report = std::move(r);
+  return g;
+}
+
+absl::StatusOr<std::shared_ptr<const Executor>> Session::Specialize(const std::vector<Tensor>& inputs) {
+  std::vector<bool> by_value = ValueSpecialized(inputs);
+  std::string signature;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    absl::StrAppend(&signature, DTypeName(t.dtype()), "[", DimsToString(t.dims()), "]");
+    if (by_value[i]) absl::StrAppend(&signature, "=", t.ToInt64Vector()[0]);
+    signature += ";";
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = plans_.find(signature);
+    if (it != plans_.end()) return it->second;
+  }
+  ClusteringReport report;
+  CJIT_ASSIGN_OR_RETURN(std::shared_ptr<Graph> g, BuildSpecializedGraph(inputs, by_value, &report));
+  VLOG(1) << "specialized signature " << signature << ": " << g->nodes().size() << " nodes, "
+          << report.clusters.size() << " clusters";
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex,
+                        Executor::Create(g, flags_.intra_op_threads, clusters_.get(), true));
   std::shared_ptr<const Executor> plan(std::move(ex));
   std::lock_guard<std::mutex> lock(mu_);
   auto [it, inserted] = plans_.emplace(signature, plan);
@@ -193,25 +236,7 @@ absl::StatusOr<std::shared_ptr<const Executor>> Session::Specialize(const std::v
 absl::StatusOr<std::shared_ptr<Graph>> Session::SpecializeAndCluster(const std::vector<NamedTensor>& inputs,
                                                                      ClusteringReport* report) {
   CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> ordered, ValidateInputs(inputs));
-  std::vector<Dims> dims;
-  std::shared_ptr<Graph> g(graph_->Clone());
-  for (size_t i = 0; i < ordered.size(); ++i) {
-    g->inputs()[i]->dtype = ordered[i].dtype();
-    dims.push_back(ordered[i].dims());
-  }
-  int threads = flags_.intra_op_threads;
-  auto evaluate = [threads](const Node& n, const std::vector<const Tensor*>& args) {
-    return EvaluateNode(n, args, threads);
-  };
-  CJIT_RETURN_IF_ERROR(SpecializeShapes(*g, dims, evaluate));
-  CJIT_RETURN_IF_ERROR(SimplifyGraph(*g));
-  ClusteringOptions copts = ClusteringOptionsFor(flags_, enable_clustering_);
-  ClusteringReport r;
-  if (copts.mode != ClusteringMode::kOff) {
-    CJIT_ASSIGN_OR_RETURN(r, MarkForCompilation(*g, copts));
-  }
-  if (report) *report = std::move(r);
-  return g;
+  return BuildSpecializedGraph(ordered, ValueSpecialized(ordered), report);
 }
 
 absl::StatusOr<ClusteringReport> Session::Explain(const std::vector<NamedTensor>& inputs) {

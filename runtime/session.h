@@ -4,9 +4,10 @@
 //   CJIT_ASSIGN_OR_RETURN(auto outputs, session->Run({{"x", x_tensor}}));
 //
 // Run() takes named host tensors (row-major, dtypes of compiler/ir/dtype.h) and returns the graph outputs
-// in graph-output order, with their names. Each distinct input signature (dtype + dims of every input)
-// is specialized once — shapes inferred, constant sub-graphs folded — and the plan cached; later runs with
-// that signature reuse it.
+// in graph-output order, with their names. Each distinct input signature (dtype + dims of every input,
+// plus the value of scalar integer/bool inputs — up to 8 values per input, then that input is treated as
+// dynamic) is specialized once — shapes inferred, constant sub-graphs and control flow on constants
+// folded, simplified, clustered — and the plan cached; later runs with that signature reuse it.
 //
 // Errors (absl::Status, never an abort): a model that cannot be read or imported (names the node and
 // op), an unknown or missing input name, a wrong dtype, rank or dim (names the input, expected and got).
@@ -18,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -97,6 +99,11 @@ class Session {
   static absl::StatusOr<std::unique_ptr<Session>> FromGraph(std::unique_ptr<Graph> graph, const SessionOptions& options);
   absl::StatusOr<std::vector<Tensor>> ValidateInputs(const std::vector<NamedTensor>& inputs) const;
   absl::StatusOr<std::shared_ptr<const Executor>> Specialize(const std::vector<Tensor>& inputs);
+  // Which inputs this signature specializes by value (scalar integers/bools, bounded per input).
+  std::vector<bool> ValueSpecialized(const std::vector<Tensor>& inputs);
+  absl::StatusOr<std::shared_ptr<Graph>> BuildSpecializedGraph(const std::vector<Tensor>& inputs,
+                                                               const std::vector<bool>& by_value,
+                                                               ClusteringReport* report);
 
   Flags flags_;
   bool enable_clustering_ = true;
@@ -105,6 +112,7 @@ class Session {
   std::vector<TensorInfo> inputs_, outputs_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<const Executor>> plans_;  // by signature
+  std::map<size_t, std::set<int64_t>> seen_values_;                 // per scalar integer input
 };
 
 }  // namespace cjit

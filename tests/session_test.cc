@@ -295,3 +295,69 @@ TEST(SessionTest, AbsurdIntermediateShapeIsAnError) {
 
 }  // namespace
 }  // namespace cjit
+
+namespace cjit {
+namespace {
+
+// y = If(k == 1, then: x + 1, else: x * 2), with k an int64 scalar input: each value of k gets its own
+// plan with the If folded away; after 8 distinct values k is treated as dynamic; results stay right.
+TEST(SessionTest, ScalarIntegerInputsAreSpecializedByValue) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  AddTensorValue(g->add_input(), "x", onnx::TensorProto::FLOAT, {3});
+  AddTensorValue(g->add_input(), "k", onnx::TensorProto::INT64, {});
+  AddTensorValue(g->add_output(), "y", onnx::TensorProto::FLOAT, {3});
+  auto* one = g->add_initializer();
+  one->set_name("one");
+  one->set_data_type(onnx::TensorProto::INT64);
+  one->add_int64_data(1);
+  auto* eq = g->add_node();
+  eq->set_op_type("Equal");
+  eq->add_input("k");
+  eq->add_input("one");
+  eq->add_output("c");
+  auto* iff = g->add_node();
+  iff->set_op_type("If");
+  iff->set_name("branch");
+  iff->add_input("c");
+  iff->add_output("y");
+  auto branch = [](onnx::AttributeProto* a, const char* name, const char* op, float v) {
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::GRAPH);
+    auto* bg = a->mutable_g();
+    bg->set_name(name);
+    auto* c = bg->add_initializer();
+    c->set_name(std::string(name) + "_c");
+    c->set_data_type(onnx::TensorProto::FLOAT);
+    c->add_float_data(v);
+    auto* n = bg->add_node();
+    n->set_op_type(op);
+    n->add_input("x");
+    n->add_input(std::string(name) + "_c");
+    n->add_output(std::string(name) + "_out");
+    AddTensorValue(bg->add_output(), (std::string(name) + "_out").c_str(), onnx::TensorProto::FLOAT, {3});
+  };
+  branch(iff->add_attribute(), "then_branch", "Add", 1.0f);
+  branch(iff->add_attribute(), "else_branch", "Mul", 2.0f);
+  auto s = Session::LoadFromBytes(m.SerializeAsString(), Opts());
+  ASSERT_TRUE(s.ok()) << s.status();
+  Tensor x(DType::kF32, {3});
+  for (int i = 0; i < 3; ++i) x.data<float>()[i] = static_cast<float>(i + 1);
+  for (int64_t kv : {1, 2, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 1}) {
+    Tensor k(DType::kI64, {});
+    *k.data<int64_t>() = kv;
+    auto out = (*s)->Run({{"x", x}, {"k", k}});
+    ASSERT_TRUE(out.ok()) << out.status();
+    for (int i = 0; i < 3; ++i) {
+      float expect = kv == 1 ? (i + 1) + 1.0f : (i + 1) * 2.0f;
+      EXPECT_EQ((*out)[0].tensor.data<float>()[i], expect) << "k=" << kv;
+    }
+  }
+  // 8 value-specialized plans, then one dynamic plan for every later value.
+  EXPECT_EQ((*s)->num_signatures(), 9);
+}
+
+}  // namespace
+}  // namespace cjit

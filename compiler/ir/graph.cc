@@ -190,6 +190,7 @@ std::unique_ptr<Graph> Graph::Clone() const {
     c->attrs = n->attrs;
     for (Value* v : n->inputs) c->inputs.push_back(mapv(v));
     for (Value* v : n->implicit_inputs) c->implicit_inputs.push_back(mapv(v));
+    c->implicit_names = n->implicit_names;
     for (Value* v : n->outputs) {
       Value* o = mapv(v);
       if (o) o->producer = c.get();

@@ -81,6 +81,7 @@ class Node {
   int64_t opset_version = 0;  // the model's opset for this node's domain (semantics differ by opset)
   std::vector<Value*> inputs;           // nullptr = absent optional input
   std::vector<Value*> implicit_inputs;  // outer-scope values read by subgraphs
+  std::vector<std::string> implicit_names;  // the capture name each one binds to in the subgraphs
   std::vector<Value*> outputs;          // nullptr = absent optional output
   std::map<std::string, Attribute> attrs;
 

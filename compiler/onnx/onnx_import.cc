@@ -123,6 +123,7 @@ class Importer {
         Value* v = scope.Lookup(c);
         if (v == nullptr) return NodeErr(n->name, n->op_type, absl::StrCat("subgraph reads undefined '", c, "'"));
         n->implicit_inputs.push_back(v);
+        n->implicit_names.push_back(c);
       }
     }
     for (const onnx::ValueInfoProto& out : gp.output()) {

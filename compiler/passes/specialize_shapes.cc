@@ -15,11 +15,15 @@ namespace {
 bool IsRandom(const Node& n) { return n.op_type.rfind("Random", 0) == 0 || n.op_type == "Bernoulli"; }
 
 // Replaces an If node by the nodes of the selected branch.
-void InlineBranch(Graph& graph, Node* node, const Graph& branch) {
+absl::Status InlineBranch(Graph& graph, Node* node, const Graph& branch) {
   std::unordered_map<const Value*, Value*> map;
   for (const Value* cap : branch.captures()) {
-    for (Value* v : node->implicit_inputs) {
-      if (v->name == cap->name) map[cap] = v;
+    for (size_t k = 0; k < node->implicit_inputs.size() && k < node->implicit_names.size(); ++k) {
+      if (node->implicit_names[k] == cap->name) map[cap] = node->implicit_inputs[k];
+    }
+    if (!map.count(cap)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(node->Describe(), ": its branch reads '", cap->name, "', which the node does not provide"));
     }
   }
   std::string prefix = node->name + "/";
@@ -30,24 +34,40 @@ void InlineBranch(Graph& graph, Node* node, const Graph& branch) {
     }
   }
   auto order = branch.TopologicalOrder();
+  if (!order.ok()) return order.status();
+  auto mapped = [&](Value* v) -> Value* {
+    auto it = map.find(v);
+    return it == map.end() ? nullptr : it->second;
+  };
   for (Node* bn : *order) {
     std::vector<Value*> ins;
-    for (Value* v : bn->inputs) ins.push_back(v ? map.at(v) : nullptr);
+    for (Value* v : bn->inputs) {
+      if (v && !mapped(v)) return absl::InternalError(absl::StrCat(node->Describe(), ": branch value %", v->name, " unresolved"));
+      ins.push_back(v ? mapped(v) : nullptr);
+    }
     std::vector<std::string> outs;
     for (Value* v : bn->outputs) outs.push_back(v ? prefix + v->name : "");
     Node* c = graph.AddNode(bn->op_type, prefix + bn->name, ins, outs);
     c->domain = bn->domain;
     c->opset_version = bn->opset_version;
     c->attrs = bn->attrs;
-    for (Value* v : bn->implicit_inputs) c->implicit_inputs.push_back(map.at(v));
+    for (Value* v : bn->implicit_inputs) {
+      if (!mapped(v)) return absl::InternalError(absl::StrCat(node->Describe(), ": branch value %", v->name, " unresolved"));
+      c->implicit_inputs.push_back(mapped(v));
+    }
+    c->implicit_names = bn->implicit_names;
     for (size_t k = 0; k < bn->outputs.size(); ++k) {
       if (bn->outputs[k]) map[bn->outputs[k]] = c->outputs[k];
     }
   }
   for (size_t k = 0; k < node->outputs.size() && k < branch.outputs().size(); ++k) {
-    if (node->outputs[k]) graph.ReplaceAllUses(node->outputs[k], map.at(branch.outputs()[k]));
+    if (!node->outputs[k]) continue;
+    Value* out = mapped(branch.outputs()[k]);
+    if (!out) return absl::InternalError(absl::StrCat(node->Describe(), ": branch output unresolved"));
+    graph.ReplaceAllUses(node->outputs[k], out);
   }
   graph.RemoveNode(node);
+  return absl::OkStatus();
 }
 
 // One walk; returns true if an If was inlined (the caller walks again).
@@ -72,7 +92,7 @@ absl::StatusOr<bool> Walk(Graph& graph, const ConstantEvaluator& evaluate, const
       bool cond = in[0].value->ToDoubleVector().at(0) != 0;
       const Graph* branch = n->GetGraph(cond ? "then_branch" : "else_branch");
       if (branch) {
-        InlineBranch(graph, n, *branch);
+        CJIT_RETURN_IF_ERROR(InlineBranch(graph, n, *branch));
         return true;
       }
     }
@@ -89,7 +109,10 @@ absl::StatusOr<bool> Walk(Graph& graph, const ConstantEvaluator& evaluate, const
     }
     // Shape / Size of a fully known shape fold without evaluating the input.
     bool shape_only = (n->op_type == "Shape" || n->op_type == "Size") && in[0].shape.fully_known();
-    bool foldable = !IsRandom(*n) && (all_const || shape_only) &&
+    bool has_subgraph = false;
+    for (const auto& [name, a] : n->attrs) has_subgraph |= a.kind == Attribute::Kind::kGraph;
+    // Loops (and If on a value computed at run time) are not folded: they run through the executor.
+    bool foldable = !IsRandom(*n) && !has_subgraph && (all_const || shape_only) &&
                     (!out_known || out_elems <= options.max_folded_elements);
     if (!foldable) continue;
     std::vector<Tensor> values;

@@ -13,7 +13,7 @@ namespace {
 std::vector<std::pair<std::string, Tensor>> Captures(const KernelContext& ctx) {
   std::vector<std::pair<std::string, Tensor>> caps;
   for (size_t i = 0; i < ctx.node->implicit_inputs.size(); ++i) {
-    caps.push_back({ctx.node->implicit_inputs[i]->name, *ctx.implicit[i]});
+    caps.push_back({ctx.node->implicit_names[i], *ctx.implicit[i]});
   }
   return caps;
 }
