@@ -51,7 +51,8 @@ std::vector<std::shared_ptr<ClusterStats>> ClusterRuntime::AllStats() const {
 }
 
 struct ClusterRunner::State {
-  ClusterRuntime* runtime = nullptr;
+  // Shared: an --async_compilation thread may outlive the Session that started it.
+  std::shared_ptr<ClusterRuntime> runtime;
   std::shared_ptr<const Graph> body;
   int threads = 1;
   CacheKey key;
@@ -71,7 +72,8 @@ absl::StatusOr<std::unique_ptr<ClusterRunner>> ClusterRunner::Create(const Node&
   std::unique_ptr<ClusterRunner> r(new ClusterRunner());
   r->state_ = std::make_shared<State>();
   State& s = *r->state_;
-  s.runtime = runtime;
+  s.runtime = runtime->weak_from_this().lock();
+  if (!s.runtime) return absl::InternalError("ClusterRuntime must be owned by a std::shared_ptr");
   s.threads = threads;
   const Graph* body = node.GetGraph("body");
   if (body == nullptr) return absl::InternalError(absl::StrCat(node.Describe(), " has no body"));

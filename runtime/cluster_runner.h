@@ -38,7 +38,8 @@ struct ClusterStats {
   std::atomic<int64_t> code_bytes{0};
 };
 
-class ClusterRuntime {
+// Always owned by a std::shared_ptr (Create): background compilations keep it alive.
+class ClusterRuntime : public std::enable_shared_from_this<ClusterRuntime> {
  public:
   // Opens the persistent cache when --persistent_cache_dir is set (error: the directory cannot be used).
   static absl::StatusOr<std::shared_ptr<ClusterRuntime>> Create(const Flags& flags);

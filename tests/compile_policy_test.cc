@@ -159,5 +159,26 @@ TEST(ClusterRuntimeTest, AsyncCompilationSwapsIn) {
   EXPECT_EQ(st.totals.compiles, static_cast<int64_t>(st.clusters.size()));
 }
 
+// A Session destroyed while a background compilation runs: the compile finishes safely.
+TEST(ClusterRuntimeTest, SessionDestroyedDuringAsyncCompilation) {
+  auto dir = SharedModel("ppocrv4_rec");
+  if (!std::filesystem::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
+  SessionOptions o;
+  o.use_environment_flags = false;
+  o.flags.intra_op_threads = 1;
+  o.flags.async_compilation = true;
+  o.flags.compile_threshold = 0;
+  {
+    auto s = Session::Load((dir / "model.onnx").string(), o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    auto sets = ReadDataSets(dir.string(), **s);
+    ASSERT_TRUE(sets.ok());
+    DataSetResult r = RunDataSet(**s, (*sets)[0], 1e-3, 1e-4);
+    ASSERT_TRUE(r.ok()) << r.status;
+  }  // the session goes away with compiles in flight
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  SUCCEED();
+}
+
 }  // namespace
 }  // namespace cjit

@@ -69,7 +69,8 @@ TEST_P(OpSuite, CompiledMatchesFallback) {
   ASSERT_EQ(report->clusters.size(), 1u) << "expected the whole case in one cluster";
   Flags flags;
   flags.enable_lazy_compilation = false;
-  ClusterRuntime rt(flags);
+  auto rt_owner = std::make_shared<ClusterRuntime>(flags);
+  ClusterRuntime& rt = *rt_owner;
   auto compiled = Executor::Create(cg, 2, &rt, true);
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   auto got = (*compiled)->Run(inputs);
@@ -263,7 +264,8 @@ TEST(CompiledMathTest, ExpMatchesFloat64OverItsRange) {
   ASSERT_TRUE(MarkForCompilation(*g, co).ok());
   Flags flags;
   flags.enable_lazy_compilation = false;
-  ClusterRuntime rt(flags);
+  auto rt_owner = std::make_shared<ClusterRuntime>(flags);
+  ClusterRuntime& rt = *rt_owner;
   auto ex = Executor::Create(g, 1, &rt, true);
   ASSERT_TRUE(ex.ok()) << ex.status();
   Tensor x(DType::kF32, {static_cast<int64_t>(xs.size())});
