@@ -297,15 +297,18 @@ absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(absl::string_view bytes, 
 }
 
 absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open model file ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
+  std::streamoff size = in.tellg();
+  if (size < 0) return absl::NotFoundError(absl::StrCat("cannot read model file ", path));
+  std::string bytes(static_cast<size_t>(size), '\0');
+  in.seekg(0);
+  if (!in.read(bytes.data(), size)) return absl::NotFoundError(absl::StrCat("cannot read model file ", path));
   ImportOptions options;
   options.source = path;
   size_t slash = path.find_last_of('/');
   options.model_dir = slash == std::string::npos ? "" : path.substr(0, slash);
-  return ImportOnnxModel(ss.str(), options);
+  return ImportOnnxModel(bytes, options);
 }
 
 }  // namespace cjit
