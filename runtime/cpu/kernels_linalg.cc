@@ -10,6 +10,7 @@
 #include "runtime/cpu/dispatch.h"
 #include "runtime/cpu/kernel.h"
 #include "runtime/cpu/onednn_util.h"
+#include "runtime/cpu/tensor_util.h"
 
 namespace cjit {
 
@@ -93,41 +94,25 @@ absl::Status MatMul(KernelContext& ctx) {
   if (a.dtype() != b.dtype()) return ctx.Error("inputs have different dtypes");
   Tensor& y = ctx.Alloc(0);
   if (y.numel() == 0) return absl::OkStatus();
-  Dims ad = a.dims(), bd = b.dims();
-  if (ad.size() == 1) ad.insert(ad.begin(), 1);
-  if (bd.size() == 1) bd.push_back(1);
-  size_t r = std::max(ad.size(), bd.size());
-  while (ad.size() < r) ad.insert(ad.begin(), 1);
-  while (bd.size() < r) bd.insert(bd.begin(), 1);
-  int64_t M = ad[r - 2], K = ad[r - 1], N = bd[r - 1];
-  Dims cd(r);
-  for (size_t i = 0; i + 2 < r; ++i) cd[i] = std::max(ad[i], bd[i]);
-  cd[r - 2] = M;
-  cd[r - 1] = N;
-  if (K == 0) {
+  auto geo = PlanMatMul(a.dims(), b.dims());
+  if (!geo.ok()) return ctx.Error(geo.status().message());
+  const MatMulGeometry& g = *geo;
+  if (g.K == 0) {
     std::memset(y.raw(), 0, y.nbytes());
     return absl::OkStatus();
   }
-  if (a.dtype() == DType::kF32 && r <= 12) {
-    return DnnlMatMul(a.data<float>(), ad, DenseStrides(ad), b.data<float>(), bd, DenseStrides(bd),
-                      y.data<float>(), cd, 1.0f);
+  if (a.dtype() == DType::kF32 && g.cd.size() <= 12) {
+    return DnnlMatMul(a.data<float>(), g.ad, DenseStrides(g.ad), b.data<float>(), g.bd, DenseStrides(g.bd),
+                      y.data<float>(), g.cd, 1.0f);
   }
   // Loop path: iterate the broadcast batch.
-  int64_t batch = 1;
-  for (size_t i = 0; i + 2 < r; ++i) batch *= cd[i];
   return DispatchNumeric(a.dtype(), [&](auto t) {
     using T = decltype(t);
-    for (int64_t bi = 0; bi < batch; ++bi) {
-      int64_t rem = bi, aoff = 0, boff = 0, astr = M * K, bstr = K * N;
-      for (int i = static_cast<int>(r) - 3; i >= 0; --i) {
-        int64_t idx = rem % cd[i];
-        rem /= cd[i];
-        aoff += (ad[i] == 1 ? 0 : idx) * astr;
-        boff += (bd[i] == 1 ? 0 : idx) * bstr;
-        astr *= ad[i];
-        bstr *= bd[i];
-      }
-      LoopMatMul<T>(a.data<T>() + aoff, b.data<T>() + boff, y.data<T>() + bi * M * N, M, K, N, K, 1, N, 1);
+    for (int64_t bi = 0; bi < g.batch; ++bi) {
+      int64_t aoff, boff;
+      g.Offsets(bi, &aoff, &boff);
+      LoopMatMul<T>(a.data<T>() + aoff, b.data<T>() + boff, y.data<T>() + bi * g.M * g.N, g.M, g.K, g.N, g.K, 1,
+                    g.N, 1);
     }
   });
 }

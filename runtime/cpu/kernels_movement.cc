@@ -53,6 +53,42 @@ absl::StatusOr<Tensor> TransposeTensor(const Tensor& x, const std::vector<int64_
   return y;
 }
 
+absl::StatusOr<MatMulGeometry> PlanMatMul(const Dims& a, const Dims& b) {
+  MatMulGeometry g;
+  g.ad = a;
+  g.bd = b;
+  if (g.ad.size() == 1) g.ad.insert(g.ad.begin(), 1);
+  if (g.bd.size() == 1) g.bd.push_back(1);
+  size_t r = std::max(g.ad.size(), g.bd.size());
+  while (g.ad.size() < r) g.ad.insert(g.ad.begin(), 1);
+  while (g.bd.size() < r) g.bd.insert(g.bd.begin(), 1);
+  g.M = g.ad[r - 2];
+  g.K = g.ad[r - 1];
+  g.N = g.bd[r - 1];
+  if (g.bd[r - 2] != g.K) return absl::InvalidArgumentError("MatMul inner dimensions differ");
+  g.cd.resize(r);
+  for (size_t i = 0; i + 2 < r; ++i) {
+    g.cd[i] = std::max(g.ad[i], g.bd[i]);
+    g.batch *= g.cd[i];
+  }
+  g.cd[r - 2] = g.M;
+  g.cd[r - 1] = g.N;
+  return g;
+}
+
+void MatMulGeometry::Offsets(int64_t bi, int64_t* aoff, int64_t* boff) const {
+  int64_t rem = bi, astr = M * K, bstr = K * N;
+  *aoff = *boff = 0;
+  for (int i = static_cast<int>(cd.size()) - 3; i >= 0; --i) {
+    int64_t idx = rem % cd[i];
+    rem /= cd[i];
+    *aoff += (ad[i] == 1 ? 0 : idx) * astr;
+    *boff += (bd[i] == 1 ? 0 : idx) * bstr;
+    astr *= ad[i];
+    bstr *= bd[i];
+  }
+}
+
 namespace {
 
 absl::Status ZeroCopy(KernelContext& ctx) {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
 #include "runtime/cpu/kernel.h"
+#include "runtime/cpu/tensor_util.h"
 
 namespace cjit {
 namespace {
@@ -20,31 +21,16 @@ std::vector<double> Opt(const KernelContext& ctx, int i) { return ctx.has(i) ? c
 absl::StatusOr<std::vector<int64_t>> IntMatMul(const KernelContext& ctx, const Tensor& a, const Tensor& b,
                                                const std::vector<double>& azp, const std::vector<double>& bzp,
                                                Dims* out_dims) {
-  Dims ad = a.dims(), bd = b.dims();
-  if (ad.size() == 1) ad.insert(ad.begin(), 1);
-  if (bd.size() == 1) bd.push_back(1);
-  size_t r = std::max(ad.size(), bd.size());
-  while (ad.size() < r) ad.insert(ad.begin(), 1);
-  while (bd.size() < r) bd.insert(bd.begin(), 1);
-  int64_t M = ad[r - 2], K = ad[r - 1], N = bd[r - 1];
-  if (bd[r - 2] != K) return ctx.Error("inner dimensions differ");
-  Dims cd(r);
-  for (size_t i = 0; i + 2 < r; ++i) cd[i] = std::max(ad[i], bd[i]);
-  cd[r - 2] = M;
-  cd[r - 1] = N;
+  auto geo = PlanMatMul(a.dims(), b.dims());
+  if (!geo.ok()) return ctx.Error(geo.status().message());
+  const MatMulGeometry& g = *geo;
+  int64_t M = g.M, K = g.K, N = g.N;
+  const Dims& cd = g.cd;
   std::vector<double> av = a.ToDoubleVector(), bv = b.ToDoubleVector();
-  int64_t batch = NumElements(cd) / std::max<int64_t>(M * N, 1);
   std::vector<int64_t> acc(NumElements(cd), 0);
-  for (int64_t bi = 0; bi < batch; ++bi) {
-    int64_t rem = bi, aoff = 0, boff = 0, astr = M * K, bstr = K * N;
-    for (int i = static_cast<int>(r) - 3; i >= 0; --i) {
-      int64_t idx = rem % cd[i];
-      rem /= cd[i];
-      aoff += (ad[i] == 1 ? 0 : idx) * astr;
-      boff += (bd[i] == 1 ? 0 : idx) * bstr;
-      astr *= ad[i];
-      bstr *= bd[i];
-    }
+  for (int64_t bi = 0; bi < g.batch; ++bi) {
+    int64_t aoff, boff;
+    g.Offsets(bi, &aoff, &boff);
     for (int64_t m = 0; m < M; ++m)
       for (int64_t n = 0; n < N; ++n) {
         int64_t s = 0;
