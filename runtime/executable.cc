@@ -151,14 +151,12 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const T
       int out = step_outputs_[i][0];
       if (!slots[out].defined()) Materialize(slots, out);
     } else if (step.kind == PlanStep::Kind::kFused) {
-      const FusedKernel& k = plan_.kernels[step.kernel];
       const CpuKernel& ck = code_->kernels()[step.kernel];
       std::vector<void*> args;
       for (int s : step_inputs_[i]) args.push_back(const_cast<void*>(slots[s].raw()));
       for (size_t o = 0; o < step_outputs_[i].size(); ++o) {
         args.push_back(Materialize(slots, step_outputs_[i][o]).raw());
       }
-      (void)k;
       int64_t rows = ck.rows, work = rows * ck.row_elems;
       int nt = (work >= 32768 && rows > 1) ? std::min<int64_t>(threads, rows) : 1;
       if (nt <= 1) {

@@ -124,18 +124,7 @@ absl::StatusOr<std::vector<Tensor>> Executor::Run(
     if (st.static_shapes) {
       ctx.inferred = st.inferred;
     } else {
-      std::vector<InferInput> in(st.in.size());
-      for (size_t i = 0; i < st.in.size(); ++i) {
-        if (st.in[i] < 0) {
-          in[i].present = false;
-          continue;
-        }
-        const Tensor& t = slots[st.in[i]];
-        in[i].dtype = t.dtype();
-        in[i].shape = Shape::Of(t.dims());
-        in[i].value = &t;
-      }
-      CJIT_RETURN_IF_ERROR(InferNode(*st.node, in, ctx.inferred));
+      CJIT_RETURN_IF_ERROR(InferNode(*st.node, InferInputsFromValues(ctx.inputs), ctx.inferred));
     }
     ctx.outputs.resize(st.out.size());
     absl::Status status;

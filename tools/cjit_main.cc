@@ -484,10 +484,14 @@ int main(int argc, char** argv) {
   std::vector<std::string> inputs, shapes;
   int iterations = 10, warmup = 1;
   double rtol = 1e-3, atol = 1e-7;
+  // MODEL plus --input / --shape, shared by every subcommand that runs or compiles a model.
+  auto model_and_inputs = [&](CLI::App* sub) {
+    sub->add_option("model", model, "model.onnx")->required();
+    sub->add_option("--input", inputs, "[NAME=]FILE.pb (ONNX TensorProto); repeatable");
+    sub->add_option("--shape", shapes, "NAME=1x3x48x320 for random inputs; repeatable");
+  };
   auto* run = app.add_subcommand("run", "run a model and print latency");
-  run->add_option("model", model, "model.onnx")->required();
-  run->add_option("--input", inputs, "[NAME=]FILE.pb (ONNX TensorProto); repeatable");
-  run->add_option("--shape", shapes, "NAME=1x3x48x320 for random inputs; repeatable");
+  model_and_inputs(run);
   run->add_option("--iterations", iterations, "timed runs")->check(CLI::NonNegativeNumber);
   run->add_option("--warmup", warmup, "untimed runs, the first included")->check(CLI::NonNegativeNumber);
   run->add_option("--output-dir", output_dir, "write output_K.pb here");
@@ -497,13 +501,9 @@ int main(int argc, char** argv) {
   check->add_option("--rtol", rtol, "relative tolerance");
   check->add_option("--atol", atol, "absolute tolerance");
   auto* explain = app.add_subcommand("explain", "print the clusters of a model for one input signature");
-  explain->add_option("model", model, "model.onnx")->required();
-  explain->add_option("--input", inputs, "[NAME=]FILE.pb; repeatable");
-  explain->add_option("--shape", shapes, "NAME=1x3x48x320; repeatable");
+  model_and_inputs(explain);
   auto* bench = app.add_subcommand("bench", "fallback vs clustered latency, side by side in one process");
-  bench->add_option("model", model, "model.onnx")->required();
-  bench->add_option("--input", inputs, "[NAME=]FILE.pb; repeatable");
-  bench->add_option("--shape", shapes, "NAME=1x3x48x320; repeatable");
+  model_and_inputs(bench);
   bench->add_option("--iterations", iterations, "timed runs per mode")->check(CLI::PositiveNumber);
   bench->add_option("--warmup", warmup, "untimed runs per mode (compilation happens here)")->check(CLI::NonNegativeNumber);
   bool cold_warm = false;
@@ -513,17 +513,13 @@ int main(int argc, char** argv) {
   int64_t max_bytes = -1;
   int runs = 10;
   auto* bench_process = app.add_subcommand("bench-process", "(internal) one process of bench --cold-warm");
-  bench_process->add_option("model", model)->required();
-  bench_process->add_option("--input", inputs);
-  bench_process->add_option("--shape", shapes);
+  model_and_inputs(bench_process);
   bench_process->add_option("--runs", runs);
   bench_process->add_option("--cache-dir", cache_dir)->required();
   bench_process->group("");
   std::string target = "sm_80", dump_to;
   auto* compile = app.add_subcommand("compile", "write each cluster's PTX for a GPU target (no GPU needed)");
-  compile->add_option("model", model, "model.onnx")->required();
-  compile->add_option("--input", inputs, "[NAME=]FILE.pb; repeatable");
-  compile->add_option("--shape", shapes, "NAME=1x3x48x320; repeatable");
+  model_and_inputs(compile);
   compile->add_option("--target", target, "sm_75 ... sm_90a");
   compile->add_option("--dump_to,--dump-to", dump_to, "directory for the .ptx files")->required();
   auto* cache = app.add_subcommand("cache", "inspect or maintain a persistent cache directory");

@@ -142,6 +142,4 @@ std::vector<int64_t> KernelMeta(const Collapsed& c) {
 // Index of input i's stride d (d = nd-1 is the inner stride) or offset (d = nd) in the meta array.
 int64_t MetaIndex(int nd, size_t i, int d) { return nd + static_cast<int64_t>(i) * (nd + 1) + d; }
 
-int64_t NumKernelConsts(const FusedKernel& k) { return static_cast<int64_t>(KernelConsts(k).size()); }
-
 }  // namespace cjit

@@ -38,8 +38,6 @@ std::vector<float> KernelConsts(const FusedKernel& k);
 std::vector<int64_t> KernelMeta(const Collapsed& c);
 // Index of input i's stride over dim d (d = nd-1 is the inner stride) or its offset (d = nd) in meta.
 int64_t MetaIndex(int nd, size_t i, int d);
-// Number of runtime scalar parameters (KernelConsts size).
-int64_t NumKernelConsts(const FusedKernel& k);
 
 }  // namespace cjit
 

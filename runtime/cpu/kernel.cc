@@ -61,6 +61,20 @@ const KernelFn* FindKernel(const std::string& op_type) {
   return it == m.end() ? nullptr : &it->second;
 }
 
+std::vector<InferInput> InferInputsFromValues(const std::vector<const Tensor*>& inputs) {
+  std::vector<InferInput> in(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i] == nullptr) {
+      in[i].present = false;
+      continue;
+    }
+    in[i].dtype = inputs[i]->dtype();
+    in[i].shape = Shape::Of(inputs[i]->dims());
+    in[i].value = inputs[i];
+  }
+  return in;
+}
+
 absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::vector<const Tensor*>& inputs,
                                                  int threads, const SubgraphRunner* runner,
                                                  const std::vector<bool>* input_is_constant,
@@ -68,16 +82,6 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
                                                  std::vector<Tensor>* preset_outputs) {
   const KernelFn* fn = FindKernel(node.op_type);
   if (fn == nullptr) return absl::UnimplementedError(absl::StrCat(node.Describe(), ": no CPU kernel"));
-  std::vector<InferInput> infer_in(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i] == nullptr) {
-      infer_in[i].present = false;
-      continue;
-    }
-    infer_in[i].dtype = inputs[i]->dtype();
-    infer_in[i].shape = Shape::Of(inputs[i]->dims());
-    infer_in[i].value = inputs[i];
-  }
   KernelContext ctx;
   ctx.node = &node;
   ctx.inputs = inputs;
@@ -93,7 +97,7 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
   if (known) {
     for (const Value* v : node.outputs) ctx.inferred.push_back(v ? InferOutput{v->dtype, v->shape} : InferOutput{});
   } else {
-    CJIT_RETURN_IF_ERROR(InferNode(node, infer_in, ctx.inferred));
+    CJIT_RETURN_IF_ERROR(InferNode(node, InferInputsFromValues(inputs), ctx.inferred));
   }
   ctx.outputs.resize(node.outputs.size());
   if (preset_outputs) {

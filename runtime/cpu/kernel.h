@@ -56,6 +56,9 @@ const KernelFn* FindKernelDuringRegistration(const std::string& op_type);
 
 // Runs one node outside an executor (constant folding, tests): infers shapes from the values, runs the
 // kernel, returns the outputs.
+// Shape-function inputs from actual values (null = absent optional input).
+std::vector<InferInput> InferInputsFromValues(const std::vector<const Tensor*>& inputs);
+
 // When every output of `node` has a known dtype and shape in the graph, those are used and the shape
 // function is skipped. `input_is_constant` (optional) marks graph constants (kernels may cache on them).
 absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::vector<const Tensor*>& inputs,

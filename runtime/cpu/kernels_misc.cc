@@ -88,16 +88,32 @@ int64_t ParamIndex(const Tensor& x, const Tensor& param, int axis, int64_t e) {
   return (e / inner) % x.dim(axis);
 }
 
+// x (input 0), scale (input 1) and zero point (input 2, optional) of QuantizeLinear / DequantizeLinear,
+// with the axis that a per-axis (1-D) scale runs along.
+struct QuantArgs {
+  std::vector<double> xv, sv, zv;
+  int axis = 0;
+};
+
+absl::StatusOr<QuantArgs> ReadQuantArgs(const KernelContext& ctx) {
+  QuantArgs q;
+  const Tensor& x = ctx.in(0);
+  if (ctx.in(1).numel() > 1) {
+    CJIT_ASSIGN_OR_RETURN(q.axis, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", 1), x.rank()));
+  }
+  q.xv = x.ToDoubleVector();
+  q.sv = ctx.in(1).ToDoubleVector();
+  q.zv = ctx.has(2) ? ctx.in(2).ToDoubleVector() : std::vector<double>(q.sv.size(), 0.0);
+  return q;
+}
+
 absl::Status Quantize(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   const Tensor& scale = ctx.in(1);
   Tensor& y = ctx.Alloc(0);
-  int axis = 0;
-  if (scale.numel() > 1) {
-    CJIT_ASSIGN_OR_RETURN(axis, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", 1), x.rank()));
-  }
-  std::vector<double> xv = x.ToDoubleVector(), sv = scale.ToDoubleVector();
-  std::vector<double> zv = ctx.has(2) ? ctx.in(2).ToDoubleVector() : std::vector<double>(sv.size(), 0.0);
+  CJIT_ASSIGN_OR_RETURN(QuantArgs a, ReadQuantArgs(ctx));
+  const std::vector<double>&xv = a.xv, &sv = a.sv, &zv = a.zv;
+  const int axis = a.axis;
   double lo = y.dtype() == DType::kI8 ? -128 : 0, hi = y.dtype() == DType::kI8 ? 127 : 255;
   std::vector<double> q(xv.size());
   for (size_t e = 0; e < xv.size(); ++e) {
@@ -114,12 +130,9 @@ absl::Status Dequantize(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   const Tensor& scale = ctx.in(1);
   Tensor& y = ctx.Alloc(0);
-  int axis = 0;
-  if (scale.numel() > 1) {
-    CJIT_ASSIGN_OR_RETURN(axis, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", 1), x.rank()));
-  }
-  std::vector<double> xv = x.ToDoubleVector(), sv = scale.ToDoubleVector();
-  std::vector<double> zv = ctx.has(2) ? ctx.in(2).ToDoubleVector() : std::vector<double>(sv.size(), 0.0);
+  CJIT_ASSIGN_OR_RETURN(QuantArgs a, ReadQuantArgs(ctx));
+  const std::vector<double>&xv = a.xv, &sv = a.sv, &zv = a.zv;
+  const int axis = a.axis;
   std::vector<double> out(xv.size());
   for (size_t e = 0; e < xv.size(); ++e) {
     int64_t p = ParamIndex(x, scale, axis, static_cast<int64_t>(e));
