@@ -136,8 +136,8 @@ const std::vector<FlagDef>& Table() {
         "Compile on a background thread while the fallback path runs; swap the executable in when ready.", {}},
        BoolFlag(&Flags::async_compilation, "async_compilation")},
       {{"device", "string", "auto",
-        "Execution device: auto, cpu, cuda or cuda:N. auto picks the CPU (GPU execution is not built yet); "
-        "cuda without a CUDA driver or device is an error.",
+        "Execution device: auto, cpu, cuda or cuda:N. auto picks cuda:0 when the build has the GPU runtime "
+        "and a CUDA driver reports a device, else the CPU; cuda without a CUDA driver or device is an error.",
         {}},
        [](Flags& f, absl::string_view v, bool has) -> absl::Status {
          bool ok = has && (v == "auto" || v == "cpu" || v == "cuda");
@@ -147,6 +147,31 @@ const std::vector<FlagDef>& Table() {
          f.device = std::string(v);
          return absl::OkStatus();
        }},
+      {{"gpu_arch", "string", "",
+        "PTX target of GPU code: sm_75, sm_80, sm_86, sm_87, sm_89, sm_90 or sm_90a; empty = the device's own.",
+        {"xla_gpu_arch"}},
+       [](Flags& f, absl::string_view v, bool has) -> absl::Status {
+         static const char* kArchs[] = {"sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a"};
+         bool ok = has && v.empty();
+         for (const char* a : kArchs) ok = ok || (has && v == a);
+         if (!ok) return BadValue("gpu_arch", v, "sm_75, sm_80, sm_86, sm_87, sm_89, sm_90 or sm_90a");
+         f.gpu_arch = std::string(v);
+         return absl::OkStatus();
+       }},
+      {{"gpu_allocator", "string", "caching",
+        "GPU memory allocator (as TF_GPU_ALLOCATOR): caching (freed blocks reused per size class) or "
+        "cuda_malloc_async (the driver's stream-ordered pool).",
+        {}},
+       [](Flags& f, absl::string_view v, bool has) -> absl::Status {
+         if (!has || (v != "caching" && v != "cuda_malloc_async")) {
+           return BadValue("gpu_allocator", v, "caching or cuda_malloc_async");
+         }
+         f.gpu_allocator = std::string(v);
+         return absl::OkStatus();
+       }},
+      {{"cuda_data_dir", "string", "/usr/local/cuda",
+        "CUDA toolkit directory; GPU code links <dir>/nvvm/libdevice/libdevice.10.bc.", {"xla_gpu_cuda_data_dir"}},
+       StringFlag(&Flags::cuda_data_dir)},
       {{"persistent_cache_dir", "string", "",
         "Directory of the persistent compilation cache (created if missing); empty = memory cache only.",
         {"xla_gpu_persistent_cache_dir", "persistent_cache_directory"}},

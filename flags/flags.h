@@ -41,8 +41,15 @@ struct Flags {
   bool always_defer_compilation = false;
   bool enable_lazy_compilation = true;
   bool async_compilation = false;
-  // Execution device: auto, cpu, cuda or cuda:N (as TF's device placement; auto = cpu in this build).
+  // Execution device: auto, cpu, cuda or cuda:N (as TF's device placement; auto = cuda:0 when this build
+  // has the GPU runtime and a CUDA driver reports a device, else cpu).
   std::string device = "auto";
+  // PTX target for GPU code (sm_75 ... sm_90a); "" = the device's own (runtime/cuda/gpu_executor.h).
+  std::string gpu_arch;
+  // Device allocator, as TF_GPU_ALLOCATOR: "caching" (default) or "cuda_malloc_async".
+  std::string gpu_allocator = "caching";
+  // CUDA toolkit directory; libdevice is read from <dir>/nvvm/libdevice/libdevice.10.bc (as XLA's flag).
+  std::string cuda_data_dir = "/usr/local/cuda";
   // Persistent cache (cache/disk_cache.h).
   std::string persistent_cache_dir;  // "" = no disk cache
   bool persistent_cache_read_only = false;

@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "runtime/cluster_runner.h"
 #include "runtime/cuda/driver.h"
+#include "runtime/cuda/gpu_executor.h"
 #include "runtime/executor.h"
 #include "runtime/logging.h"
 
@@ -54,10 +55,32 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Grap
       return absl::FailedPreconditionError(absl::StrCat("--device=", s->flags_.device, ": only ", devices->size(),
                                                         " CUDA device(s)"));
     }
-    return absl::UnimplementedError(absl::StrCat("--device=", s->flags_.device, ": found ", (*devices)[ordinal].name, " (",
-                                                 (*devices)[ordinal].sm(), "), but GPU execution is not built yet; "
-                                                 "use --device=cpu (PTX can be generated with `cjit compile`)"));
+    CudaBackendOptions bo;
+    bo.ordinal = ordinal;
+    bo.allocator = s->flags_.gpu_allocator;
+    bo.gpu_arch = s->flags_.gpu_arch;
+    bo.cuda_data_dir = s->flags_.cuda_data_dir;
+    absl::StatusOr<std::shared_ptr<DeviceBackend>> backend = MakeCudaBackend(bo);
+    if (!backend.ok()) {
+      return absl::Status(backend.status().code(), absl::StrCat("--device=", s->flags_.device, ": ", backend.status().message()));
+    }
+    s->gpu_ = *backend;
+    s->gpu_ordinal_ = ordinal;
+  } else if (s->flags_.device == "auto" && ProbeCudaDriver().ok()) {
+    CudaBackendOptions bo;
+    bo.allocator = s->flags_.gpu_allocator;
+    bo.gpu_arch = s->flags_.gpu_arch;
+    bo.cuda_data_dir = s->flags_.cuda_data_dir;
+    absl::StatusOr<std::shared_ptr<DeviceBackend>> backend = MakeCudaBackend(bo);
+    if (backend.ok()) {
+      s->gpu_ = *backend;
+      s->gpu_ordinal_ = 0;
+    } else {
+      VLOG(1) << "--device=auto: a CUDA driver is present but the GPU is not usable (" << backend.status()
+              << "); running on the CPU";
+    }
   }
+  VLOG(1) << "session device: " << s->device();
   s->enable_clustering_ = options.enable_clustering;
   CJIT_ASSIGN_OR_RETURN(s->clusters_, ClusterRuntime::Create(s->flags_));
   CJIT_RETURN_IF_ERROR(VerifyGraph(*graph));
@@ -207,7 +230,7 @@ absl::StatusOr<std::shared_ptr<Graph>> Session::BuildSpecializedGraph(const std:
   return g;
 }
 
-absl::StatusOr<std::shared_ptr<const Executor>> Session::Specialize(const std::vector<Tensor>& inputs) {
+absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inputs) {
   std::vector<bool> by_value = ValueSpecialized(inputs);
   std::string signature;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -225,9 +248,17 @@ absl::StatusOr<std::shared_ptr<const Executor>> Session::Specialize(const std::v
   CJIT_ASSIGN_OR_RETURN(std::shared_ptr<Graph> g, BuildSpecializedGraph(inputs, by_value, &report));
   VLOG(1) << "specialized signature " << signature << ": " << g->nodes().size() << " nodes, "
           << report.clusters.size() << " clusters";
-  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex,
-                        Executor::Create(g, flags_.intra_op_threads, clusters_.get(), true));
-  std::shared_ptr<const Executor> plan(std::move(ex));
+  Plan plan;
+  if (gpu_) {
+    GpuExecutorOptions go;
+    go.host_threads = flags_.intra_op_threads;
+    CJIT_ASSIGN_OR_RETURN(std::unique_ptr<GpuExecutor> gx, GpuExecutor::Create(g, gpu_, go));
+    plan.gpu = std::move(gx);
+  } else {
+    CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex,
+                          Executor::Create(g, flags_.intra_op_threads, clusters_.get(), true));
+    plan.cpu = std::move(ex);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   auto [it, inserted] = plans_.emplace(signature, plan);
   return it->second;
@@ -248,11 +279,27 @@ absl::StatusOr<ClusteringReport> Session::Explain(const std::vector<NamedTensor>
 absl::StatusOr<std::vector<NamedTensor>> Session::Run(const std::vector<NamedTensor>& inputs) {
   CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> ordered, ValidateInputs(inputs));
   omp_set_num_threads(flags_.intra_op_threads);
-  CJIT_ASSIGN_OR_RETURN(std::shared_ptr<const Executor> plan, Specialize(ordered));
-  CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> outs, plan->Run(ordered));
+  CJIT_ASSIGN_OR_RETURN(Plan plan, Specialize(ordered));
+  std::vector<Tensor> outs;
+  if (plan.gpu) {
+    CJIT_ASSIGN_OR_RETURN(outs, plan.gpu->Run(ordered));
+  } else {
+    CJIT_ASSIGN_OR_RETURN(outs, plan.cpu->Run(ordered));
+  }
   std::vector<NamedTensor> named;
   for (size_t i = 0; i < outs.size(); ++i) named.push_back({outputs_[i].name, std::move(outs[i])});
   return named;
+}
+
+std::string Session::device() const { return gpu_ordinal_ >= 0 ? absl::StrCat("cuda:", gpu_ordinal_) : "cpu"; }
+
+std::vector<std::string> Session::GpuPlacements() const {
+  std::vector<std::string> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [signature, plan] : plans_) {
+    if (plan.gpu) out.push_back(absl::StrCat(signature, " ", plan.gpu->placement().ToString()));
+  }
+  return out;
 }
 
 }  // namespace cjit

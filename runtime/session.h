@@ -33,6 +33,8 @@ namespace cjit {
 
 class Executor;
 class ClusterRuntime;
+class GpuExecutor;
+class DeviceBackend;
 
 // A snapshot of one cluster's counters (see runtime/cluster_runner.h).
 struct ClusterStatsSnapshot {
@@ -83,6 +85,10 @@ class Session {
   const std::vector<TensorInfo>& inputs() const { return inputs_; }
   const std::vector<TensorInfo>& outputs() const { return outputs_; }
   const Flags& flags() const { return flags_; }
+  // "cpu" or "cuda:N": where this session runs (--device=auto resolved).
+  std::string device() const;
+  // For --device=cuda: where each op of each specialized signature runs (GpuPlacement::ToString), else empty.
+  std::vector<std::string> GpuPlacements() const;
   // Number of distinct input signatures specialized so far.
   int num_signatures() const;
   // Per-cluster compile/execution counters so far.
@@ -98,7 +104,12 @@ class Session {
   Session() = default;
   static absl::StatusOr<std::unique_ptr<Session>> FromGraph(std::unique_ptr<Graph> graph, const SessionOptions& options);
   absl::StatusOr<std::vector<Tensor>> ValidateInputs(const std::vector<NamedTensor>& inputs) const;
-  absl::StatusOr<std::shared_ptr<const Executor>> Specialize(const std::vector<Tensor>& inputs);
+  // One specialized signature: run by the CPU executor, or (--device=cuda) by the GPU executor.
+  struct Plan {
+    std::shared_ptr<const Executor> cpu;
+    std::shared_ptr<const GpuExecutor> gpu;
+  };
+  absl::StatusOr<Plan> Specialize(const std::vector<Tensor>& inputs);
   // Which inputs this signature specializes by value (scalar integers/bools, bounded per input).
   std::vector<bool> ValueSpecialized(const std::vector<Tensor>& inputs);
   absl::StatusOr<std::shared_ptr<Graph>> BuildSpecializedGraph(const std::vector<Tensor>& inputs,
@@ -111,7 +122,9 @@ class Session {
   std::shared_ptr<const Graph> graph_;
   std::vector<TensorInfo> inputs_, outputs_;
   mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<const Executor>> plans_;  // by signature
+  std::map<std::string, Plan> plans_;  // by signature
+  int gpu_ordinal_ = -1;               // the CUDA device used, or -1 for the CPU
+  std::shared_ptr<DeviceBackend> gpu_;  // set when running on a GPU
   std::map<size_t, std::set<int64_t>> seen_values_;                 // per scalar integer input
 };
 

@@ -161,6 +161,8 @@ int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
   double median = Percentile(times, 0.5), p90 = Percentile(times, 0.9),
          mn = times.empty() ? 0 : *std::min_element(times.begin(), times.end());
   std::printf("model: %s\n", model.c_str());
+  std::printf("device: %s\n", s.device().c_str());
+  for (const std::string& p : s.GpuPlacements()) std::printf("gpu placement: %s\n", p.c_str());
   for (const auto& in : inputs) std::printf("input  %s: %s[%s]\n", in.name.c_str(), std::string(DTypeName(in.tensor.dtype())).c_str(), DimsToString(in.tensor.dims()).c_str());
   for (const auto& o : outputs) std::printf("output %s: %s[%s]\n", o.name.c_str(), std::string(DTypeName(o.tensor.dtype())).c_str(), DimsToString(o.tensor.dims()).c_str());
   std::printf("latency ms: first %.3f  median %.3f  p90 %.3f  min %.3f  (%d iterations, %d warm-up, %d threads)\n",
@@ -178,6 +180,8 @@ int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
     j["iterations"] = iterations;
     j["warmup"] = warmup;
     j["threads"] = s.flags().intra_op_threads;
+    j["device"] = s.device();
+    j["gpu_placement"] = s.GpuPlacements();
     j["latency_ms"] = {{"first", first}, {"median", median}, {"p90", p90}, {"min", mn}};
     SessionStats st = s.stats();
     auto counters = [](const ClusterStatsSnapshot& c) {
@@ -425,13 +429,15 @@ int CmdCache(const std::string& action, const std::string& dir, int64_t max_byte
 
 // PTX of every cluster's fused kernels for one signature and GPU target, without a GPU.
 int CmdCompile(const std::string& model, const std::vector<std::string>& input_args,
-               const std::vector<std::string>& shape_args, const std::string& target, const std::string& dump_to) {
+               const std::vector<std::string>& shape_args, const std::string& target_arg, const std::string& dump_to) {
   auto session = Session::Load(model);
   if (!session.ok()) return LoadFailure(session.status());
   auto inputs = PrepareInputs(**session, input_args, shape_args);
   if (!inputs.ok()) return Fail(inputs.status(), 2);
   auto graph = (*session)->SpecializeAndCluster(*inputs, nullptr);
   if (!graph.ok()) return Fail(graph.status());
+  std::string target = target_arg;
+  if (target.empty()) target = (*session)->flags().gpu_arch.empty() ? "sm_80" : (*session)->flags().gpu_arch;
   std::error_code ec;
   std::filesystem::create_directories(dump_to, ec);
   if (ec) return Fail(absl::InvalidArgumentError(absl::StrCat("cannot create ", dump_to, ": ", ec.message())), 2);
@@ -443,6 +449,7 @@ int CmdCompile(const std::string& model, const std::vector<std::string>& input_a
     if (!plan.ok()) return Fail(plan.status());
     PtxOptions po;
     po.gpu_arch = target;
+    po.libdevice = (*session)->flags().cuda_data_dir + "/nvvm/libdevice/libdevice.10.bc";
     auto ptx = CompileForNvptx(*plan, po);
     if (!ptx.ok()) return Fail(ptx.status(), ptx.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1);
     std::string path = absl::StrCat(dump_to, "/cluster_", node->GetInt("cluster_id", 0), ".", target, ".ptx");
@@ -517,10 +524,10 @@ int main(int argc, char** argv) {
   bench_process->add_option("--runs", runs);
   bench_process->add_option("--cache-dir", cache_dir)->required();
   bench_process->group("");
-  std::string target = "sm_80", dump_to;
+  std::string target, dump_to;
   auto* compile = app.add_subcommand("compile", "write each cluster's PTX for a GPU target (no GPU needed)");
   model_and_inputs(compile);
-  compile->add_option("--target", target, "sm_75 ... sm_90a");
+  compile->add_option("--target", target, "sm_75 ... sm_90a (default: --gpu_arch of CJIT_FLAGS, else sm_80)");
   compile->add_option("--dump_to,--dump-to", dump_to, "directory for the .ptx files")->required();
   auto* cache = app.add_subcommand("cache", "inspect or maintain a persistent cache directory");
   cache->add_option("action", cache_action, "ls | stats | verify | clear | prune")

@@ -1,0 +1,185 @@
+#include "runtime/cuda/cublaslt.h"
+
+#include <cublasLt.h>
+#include <dlfcn.h>
+
+#include <map>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/status_macros.h"
+
+namespace cjit {
+namespace {
+
+#define CJIT_CUBLASLT_FUNCTIONS(X)                                                                 \
+  X(cublasLtCreate) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)                       \
+  X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)   \
+  X(cublasLtMatrixLayoutSetAttribute) X(cublasLtMatmulPreferenceCreate)                            \
+  X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute)                       \
+  X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul) X(cublasLtGetStatusName)
+
+struct LtApi {
+#define CJIT_LT_FIELD(name) decltype(&::name) name = nullptr;
+  CJIT_CUBLASLT_FUNCTIONS(CJIT_LT_FIELD)
+#undef CJIT_LT_FIELD
+};
+
+absl::StatusOr<const LtApi*> LoadLt() {
+  static const auto* result = new absl::StatusOr<const LtApi*>([]() -> absl::StatusOr<const LtApi*> {
+    void* lib = dlopen("libcublasLt.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) lib = dlopen("libcublasLt.so.12", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      const char* err = dlerror();
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot load cuBLASLt (libcublasLt.so.13 or .12): ", err ? err : "unknown error"));
+    }
+    auto* api = new LtApi();
+#define CJIT_LT_RESOLVE(name)                                                                            \
+  api->name = reinterpret_cast<decltype(api->name)>(dlsym(lib, #name));                                  \
+  if (api->name == nullptr) return absl::FailedPreconditionError("libcublasLt lacks " #name);
+    CJIT_CUBLASLT_FUNCTIONS(CJIT_LT_RESOLVE)
+#undef CJIT_LT_RESOLVE
+    return api;
+  }());
+  return *result;
+}
+
+absl::Status LtStatus(const LtApi& lt, cublasStatus_t st, const char* call) {
+  if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(call, ": ", lt.cublasLtGetStatusName(st)));
+}
+
+#define CJIT_LT_RETURN_IF_ERROR(lt, call)                          \
+  do {                                                             \
+    cublasStatus_t cjit_lt_st_ = (lt).call;                        \
+    if (cjit_lt_st_ != CUBLAS_STATUS_SUCCESS) return LtStatus((lt), cjit_lt_st_, #call); \
+  } while (0)
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+// One cuBLASLt handle and workspace per device (all use is on the device's single stream).
+struct DeviceLt {
+  cublasLtHandle_t handle = nullptr;
+  std::shared_ptr<DeviceBuffer> workspace;
+};
+
+absl::StatusOr<DeviceLt*> LtFor(CudaDevice* device, const LtApi& lt) {
+  static std::mutex mu;
+  static auto* per_device = new std::map<CudaDevice*, DeviceLt*>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = per_device->find(device);
+  if (it != per_device->end()) return it->second;
+  auto* d = new DeviceLt();
+  CJIT_RETURN_IF_ERROR(device->MakeCurrent());
+  CJIT_LT_RETURN_IF_ERROR(lt, cublasLtCreate(&d->handle));
+  CJIT_ASSIGN_OR_RETURN(d->workspace, device->Allocate(kWorkspaceBytes));
+  (*per_device)[device] = d;
+  return d;
+}
+
+class LtGemmPlan : public GemmOp {
+ public:
+  ~LtGemmPlan() override {
+    if (lt_ == nullptr) return;
+    if (desc_) lt_->cublasLtMatmulDescDestroy(desc_);
+    for (cublasLtMatrixLayout_t l : {a_, b_, d_})
+      if (l) lt_->cublasLtMatrixLayoutDestroy(l);
+  }
+
+  absl::Status Init(CudaDevice* device, const GemmShape& s) {
+    CJIT_ASSIGN_OR_RETURN(lt_, LoadLt());
+    CJIT_ASSIGN_OR_RETURN(dev_lt_, LtFor(device, *lt_));
+    device_ = device;
+    shape_ = s;
+    const LtApi& lt = *lt_;
+    CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    // Column-major view: D^T (n x m) = [op(B)^T] (n x k) * [op(A)^T] (k x m).
+    cublasOperation_t op_first = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_second = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
+                                                               sizeof(op_first)));
+    CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
+                                                               sizeof(op_second)));
+    if (s.bias) {
+      cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                                                 sizeof(epilogue)));
+      cudaDataType_t bias_type = CUDA_R_32F;
+      CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                                 &bias_type, sizeof(bias_type)));
+    }
+    // First operand: our B. Stored row-major k x n (col-major n x k, ld n) or, transposed, n x k (col-major k x n).
+    uint64_t b_rows = s.trans_b ? s.k : s.n, b_cols = s.trans_b ? s.n : s.k;
+    uint64_t a_rows = s.trans_a ? s.m : s.k, a_cols = s.trans_a ? s.k : s.m;
+    CJIT_RETURN_IF_ERROR(Layout(&b_, b_rows, b_cols, s.stride_b));
+    CJIT_RETURN_IF_ERROR(Layout(&a_, a_rows, a_cols, s.stride_a));
+    CJIT_RETURN_IF_ERROR(Layout(&d_, s.n, s.m, s.m * s.n));
+    cublasLtMatmulPreference_t pref = nullptr;
+    CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = kWorkspaceBytes;
+    cublasStatus_t st = lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                                sizeof(ws));
+    cublasLtMatmulHeuristicResult_t result = {};
+    int found = 0;
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = lt.cublasLtMatmulAlgoGetHeuristic(dev_lt_->handle, desc_, b_, a_, d_, d_, pref, 1, &result, &found);
+    }
+    lt.cublasLtMatmulPreferenceDestroy(pref);
+    CJIT_RETURN_IF_ERROR(LtStatus(lt, st, "cublasLtMatmulAlgoGetHeuristic"));
+    if (found == 0) {
+      return absl::UnimplementedError(absl::StrCat("cuBLASLt has no algorithm for a ", s.batch, "x", s.m, "x", s.n,
+                                                   "x", s.k, " float32 product"));
+    }
+    algo_ = result.algo;
+    return absl::OkStatus();
+  }
+
+  absl::Status Run(uint64_t a, uint64_t b, uint64_t bias, uint64_t d) const override {
+    const LtApi& lt = *lt_;
+    std::lock_guard<std::mutex> lock(mu_);  // the bias pointer is set on the shared descriptor
+    if (shape_.bias) {
+      void* p = reinterpret_cast<void*>(bias);
+      CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p, sizeof(p)));
+    }
+    float alpha = shape_.alpha, beta = 0;
+    auto ptr = [](uint64_t x) { return reinterpret_cast<void*>(x); };
+    CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatmul(dev_lt_->handle, desc_, &alpha, ptr(b), b_, ptr(a), a_, &beta, ptr(d), d_,
+                                               ptr(d), d_, &algo_, ptr(dev_lt_->workspace->address()), kWorkspaceBytes,
+                                               reinterpret_cast<cudaStream_t>(device_->stream())));
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status Layout(cublasLtMatrixLayout_t* l, uint64_t rows, uint64_t cols, int64_t batch_stride) {
+    const LtApi& lt = *lt_;
+    CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatrixLayoutCreate(l, CUDA_R_32F, rows, cols, static_cast<int64_t>(rows)));
+    if (shape_.batch > 1) {
+      int32_t count = static_cast<int32_t>(shape_.batch);
+      CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                                   sizeof(count)));
+      CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                                   &batch_stride, sizeof(batch_stride)));
+    }
+    return absl::OkStatus();
+  }
+
+  const LtApi* lt_ = nullptr;
+  DeviceLt* dev_lt_ = nullptr;
+  CudaDevice* device_ = nullptr;
+  GemmShape shape_;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
+  cublasLtMatmulAlgo_t algo_ = {};
+  mutable std::mutex mu_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GemmOp>> MakeGemmPlan(CudaDevice* device, const GemmShape& shape) {
+  auto plan = std::make_unique<LtGemmPlan>();
+  CJIT_RETURN_IF_ERROR(plan->Init(device, shape));
+  return plan;
+}
+
+}  // namespace cjit

@@ -1,0 +1,119 @@
+// The CUDA device backend (device_backend.h): CudaDevice memory/copies, fused kernels compiled to PTX
+// and JIT-loaded by the driver (cached process-wide by device, target and kernel structure), cuBLASLt.
+#include <chrono>
+#include <map>
+#include <mutex>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "compiler/codegen/kernel_layout.h"
+#include "compiler/codegen/nvptx_compiler.h"
+#include "compiler/ir/status_macros.h"
+#include "runtime/cuda/cublaslt.h"
+#include "runtime/cuda/cuda_device.h"
+#include "runtime/cuda/device_backend.h"
+#include "runtime/cuda/fused_launch.h"
+
+namespace cjit {
+namespace {
+
+struct PtxKernelHandle : FusedKernelHandle {
+  std::shared_ptr<CudaModule> module;  // keeps the function loaded
+  CUfunction fn = nullptr;
+};
+
+std::mutex g_kernels_mu;
+std::map<std::string, std::shared_ptr<const PtxKernelHandle>>& Kernels() {
+  static auto* m = new std::map<std::string, std::shared_ptr<const PtxKernelHandle>>();
+  return *m;
+}
+
+class CudaBackend : public DeviceBackend {
+ public:
+  CudaBackend(CudaDevice* dev, std::string arch, std::string libdevice)
+      : dev_(dev), arch_(std::move(arch)), libdevice_(std::move(libdevice)) {}
+
+  std::string Describe() const override { return absl::StrCat(dev_->name(), " (", dev_->sm(), ")"); }
+  std::string target() const override { return arch_; }
+  absl::Status MakeCurrent() const override { return dev_->MakeCurrent(); }
+  absl::StatusOr<std::shared_ptr<DeviceMemory>> Allocate(size_t bytes) const override {
+    CJIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceBuffer> b, dev_->Allocate(bytes));
+    return std::shared_ptr<DeviceMemory>(std::move(b));
+  }
+  absl::Status CopyToDevice(uint64_t dst, const void* src, size_t bytes) const override {
+    return dev_->CopyToDevice(dst, src, bytes);
+  }
+  absl::Status CopyToHost(void* dst, uint64_t src, size_t bytes) const override { return dev_->CopyToHost(dst, src, bytes); }
+  absl::Status Fill(uint64_t dst, uint8_t byte, size_t bytes) const override { return dev_->Fill(dst, byte, bytes); }
+  absl::Status Synchronize() const override { return dev_->Synchronize(); }
+
+  absl::StatusOr<std::vector<std::shared_ptr<const FusedKernelHandle>>> CompileKernels(const FusionPlan& plan,
+                                                                                       int* compiled) const override {
+    std::vector<std::shared_ptr<const FusedKernelHandle>> out(plan.kernels.size());
+    std::vector<std::string> keys(plan.kernels.size());
+    FusionPlan missing;
+    std::vector<size_t> missing_index;
+    {
+      std::lock_guard<std::mutex> lock(g_kernels_mu);
+      for (size_t i = 0; i < plan.kernels.size(); ++i) {
+        const FusedKernel& k = plan.kernels[i];
+        keys[i] = absl::StrCat(dev_->ordinal(), "|", arch_, "|", PtxVersionFor(arch_), "|",
+                               KernelStructure(k, Collapse(k.shape, Layouts(k), k.row_reduction)));
+        auto it = Kernels().find(keys[i]);
+        if (it != Kernels().end()) {
+          out[i] = it->second;
+        } else {
+          missing.kernels.push_back(k);
+          missing_index.push_back(i);
+        }
+      }
+    }
+    if (missing.kernels.empty()) return out;
+    PtxOptions po;
+    po.gpu_arch = arch_;
+    po.libdevice = libdevice_;
+    CJIT_ASSIGN_OR_RETURN(PtxModule ptx, CompileForNvptx(missing, po));
+    CJIT_ASSIGN_OR_RETURN(std::shared_ptr<CudaModule> module, dev_->LoadModule(ptx.ptx));
+    if (compiled) ++*compiled;
+    std::lock_guard<std::mutex> lock(g_kernels_mu);
+    for (size_t j = 0; j < missing.kernels.size(); ++j) {
+      auto h = std::make_shared<PtxKernelHandle>();
+      h->module = module;
+      CJIT_ASSIGN_OR_RETURN(h->fn, module->Function(ptx.kernels[j].name));
+      Kernels()[keys[missing_index[j]]] = h;
+      out[missing_index[j]] = h;
+    }
+    return out;
+  }
+
+  absl::Status LaunchFused(const FusedKernelHandle& kernel, const FusedLaunchArgs& a,
+                           const std::vector<uint64_t>& buffers) const override {
+    const auto& k = static_cast<const PtxKernelHandle&>(kernel);
+    FusedLaunch launch{k.fn, a.rows, a.row_elems, a.row_kernel, a.meta, a.consts};
+    return cjit::LaunchFused(*dev_, launch, std::vector<CUdeviceptr>(buffers.begin(), buffers.end()));
+  }
+
+  absl::StatusOr<std::unique_ptr<GemmOp>> MakeGemm(const GemmShape& shape) const override {
+    return MakeGemmPlan(dev_, shape);
+  }
+
+ private:
+  CudaDevice* dev_;
+  std::string arch_, libdevice_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<DeviceBackend>> MakeCudaBackend(const CudaBackendOptions& options) {
+  CJIT_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(options.ordinal, options.allocator));
+  CJIT_RETURN_IF_ERROR(dev->MakeCurrent());
+  std::string arch = options.gpu_arch;
+  if (arch.empty()) {
+    CJIT_ASSIGN_OR_RETURN(arch, PtxTargetForDevice(dev->sm()));
+  }
+  return std::shared_ptr<DeviceBackend>(
+      std::make_shared<CudaBackend>(dev, arch, options.cuda_data_dir + "/nvvm/libdevice/libdevice.10.bc"));
+}
+
+}  // namespace cjit

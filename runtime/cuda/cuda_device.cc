@@ -1,0 +1,213 @@
+#include "runtime/cuda/cuda_device.h"
+
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/status_macros.h"
+#include "glog/logging.h"
+
+namespace cjit {
+namespace {
+
+// cuMemAlloc/cuMemFree under the caching allocator.
+class DriverBackend : public DeviceMemoryBackend {
+ public:
+  explicit DriverBackend(const CudaDevice* d) : d_(d) {}
+  absl::StatusOr<uint64_t> Allocate(size_t bytes) override {
+    CJIT_RETURN_IF_ERROR(d_->MakeCurrent());
+    CUdeviceptr p = 0;
+    CJIT_CU_RETURN_IF_ERROR(d_->api(), cuMemAlloc(&p, bytes));
+    return static_cast<uint64_t>(p);
+  }
+  void Free(uint64_t address) override {
+    (void)d_->MakeCurrent();
+    CUresult rc = d_->api().cuMemFree(static_cast<CUdeviceptr>(address));
+    if (rc != CUDA_SUCCESS) LOG(ERROR) << CudaStatus(d_->api(), rc, "cuMemFree");
+  }
+
+ private:
+  const CudaDevice* d_;
+};
+
+// --gpu_allocator=cuda_malloc_async: the driver's stream-ordered pool on the device stream, with the
+// pool's release threshold raised so freed memory stays in the pool (as TF's GpuCudaMallocAsyncAllocator).
+class AsyncPoolAllocator : public DeviceAllocator {
+ public:
+  explicit AsyncPoolAllocator(const CudaDevice* d) : d_(d) {}
+  absl::StatusOr<uint64_t> Allocate(size_t bytes) override {
+    CJIT_RETURN_IF_ERROR(d_->MakeCurrent());
+    CUdeviceptr p = 0;
+    CJIT_CU_RETURN_IF_ERROR(d_->api(), cuMemAllocAsync(&p, bytes == 0 ? 1 : bytes, d_->stream()));
+    std::lock_guard<std::mutex> lock(mu_);
+    sizes_[p] = bytes;
+    stats_.bytes_in_use += static_cast<int64_t>(bytes);
+    stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+    ++stats_.backend_allocations;
+    return static_cast<uint64_t>(p);
+  }
+  void Free(uint64_t address) override {
+    (void)d_->MakeCurrent();
+    CUresult rc = d_->api().cuMemFreeAsync(static_cast<CUdeviceptr>(address), d_->stream());
+    if (rc != CUDA_SUCCESS) LOG(ERROR) << CudaStatus(d_->api(), rc, "cuMemFreeAsync");
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sizes_.find(address);
+    if (it != sizes_.end()) {
+      stats_.bytes_in_use -= static_cast<int64_t>(it->second);
+      sizes_.erase(it);
+    }
+  }
+  AllocatorStats stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+  std::string name() const override { return "cuda_malloc_async"; }
+
+ private:
+  const CudaDevice* d_;
+  mutable std::mutex mu_;
+  std::map<uint64_t, size_t> sizes_;
+  AllocatorStats stats_;
+};
+
+}  // namespace
+
+DeviceBuffer::~DeviceBuffer() { device_->allocator().Free(address()); }
+
+CudaModule::~CudaModule() {
+  if (module_ == nullptr) return;
+  if (!device_->MakeCurrent().ok()) return;
+  CUresult rc = device_->api().cuModuleUnload(module_);
+  if (rc != CUDA_SUCCESS) LOG(WARNING) << CudaStatus(device_->api(), rc, "cuModuleUnload");
+}
+
+absl::StatusOr<CUfunction> CudaModule::Function(const std::string& name) const {
+  CUfunction fn = nullptr;
+  CUresult rc = device_->api().cuModuleGetFunction(&fn, module_, name.c_str());
+  if (rc != CUDA_SUCCESS) return CudaStatus(device_->api(), rc, absl::StrCat("cuModuleGetFunction(", name, ")"));
+  return fn;
+}
+
+absl::StatusOr<CudaDevice*> CudaDevice::Get(int ordinal, const std::string& allocator) {
+  if (allocator != "caching" && allocator != "cuda_malloc_async") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown GPU allocator '", allocator, "' (caching, cuda_malloc_async)"));
+  }
+  static std::mutex mu;
+  static auto* devices = new std::map<int, CudaDevice*>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = devices->find(ordinal);
+  if (it != devices->end()) {
+    if (it->second->allocator_name_ != allocator) {
+      return absl::FailedPreconditionError(absl::StrCat("CUDA device ", ordinal, " already uses the '",
+                                                        it->second->allocator_name_, "' allocator, not '",
+                                                        allocator, "' (one allocator per process)"));
+    }
+    return it->second;
+  }
+  CJIT_ASSIGN_OR_RETURN(const CudaApi* api, LoadCudaApi());
+  int count = 0;
+  CJIT_CU_RETURN_IF_ERROR(*api, cuDeviceGetCount(&count));
+  if (ordinal < 0 || ordinal >= count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("CUDA device ", ordinal, " does not exist (the driver reports ", count, " device(s))"));
+  }
+  std::unique_ptr<CudaDevice> d(new CudaDevice());
+  d->api_ = api;
+  d->ordinal_ = ordinal;
+  d->allocator_name_ = allocator;
+  CJIT_CU_RETURN_IF_ERROR(*api, cuDeviceGet(&d->device_, ordinal));
+  char name[256] = {0};
+  CJIT_CU_RETURN_IF_ERROR(*api, cuDeviceGetName(name, sizeof(name) - 1, d->device_));
+  d->name_ = name;
+  int major = 0, minor = 0;
+  CJIT_CU_RETURN_IF_ERROR(*api, cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->device_));
+  CJIT_CU_RETURN_IF_ERROR(*api, cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->device_));
+  CJIT_CU_RETURN_IF_ERROR(*api, cuDeviceGetAttribute(&d->sms_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d->device_));
+  d->sm_ = absl::StrCat("sm_", major * 10 + minor);
+  CJIT_CU_RETURN_IF_ERROR(*api, cuDevicePrimaryCtxRetain(&d->context_, d->device_));
+  CJIT_RETURN_IF_ERROR(d->MakeCurrent());
+  CJIT_CU_RETURN_IF_ERROR(*api, cuStreamCreate(&d->stream_, CU_STREAM_NON_BLOCKING));
+  if (allocator == "cuda_malloc_async") {
+    CUmemoryPool pool = nullptr;
+    CJIT_CU_RETURN_IF_ERROR(*api, cuDeviceGetDefaultMemPool(&pool, d->device_));
+    cuuint64_t threshold = std::numeric_limits<cuuint64_t>::max();
+    CJIT_CU_RETURN_IF_ERROR(*api, cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+    d->allocator_ = std::make_unique<AsyncPoolAllocator>(d.get());
+  } else {
+    d->allocator_ = std::make_unique<CachingDeviceAllocator>(std::make_unique<DriverBackend>(d.get()));
+  }
+  VLOG(1) << "CUDA device " << ordinal << ": " << d->name_ << " (" << d->sm_ << ", " << d->sms_
+          << " SMs), driver " << api->driver_version << ", allocator " << allocator;
+  CudaDevice* raw = d.release();  // lives for the process
+  (*devices)[ordinal] = raw;
+  return raw;
+}
+
+absl::Status CudaDevice::MakeCurrent() const {
+  CJIT_CU_RETURN_IF_ERROR(*api_, cuCtxSetCurrent(context_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<DeviceBuffer>> CudaDevice::Allocate(size_t bytes) {
+  CJIT_ASSIGN_OR_RETURN(uint64_t address, allocator_->Allocate(bytes));
+  return std::make_shared<DeviceBuffer>(this, static_cast<CUdeviceptr>(address), bytes);
+}
+
+absl::Status CudaDevice::CopyToDevice(CUdeviceptr dst, const void* src, size_t bytes) const {
+  if (bytes == 0) return absl::OkStatus();
+  CJIT_CU_RETURN_IF_ERROR(*api_, cuMemcpyHtoDAsync(dst, src, bytes, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::CopyToHost(void* dst, CUdeviceptr src, size_t bytes) const {
+  if (bytes > 0) CJIT_CU_RETURN_IF_ERROR(*api_, cuMemcpyDtoHAsync(dst, src, bytes, stream_));
+  return Synchronize();
+}
+
+absl::Status CudaDevice::CopyOnDevice(CUdeviceptr dst, CUdeviceptr src, size_t bytes) const {
+  if (bytes == 0) return absl::OkStatus();
+  CJIT_CU_RETURN_IF_ERROR(*api_, cuMemcpyDtoDAsync(dst, src, bytes, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::Fill(CUdeviceptr dst, uint8_t byte, size_t bytes) const {
+  if (bytes == 0) return absl::OkStatus();
+  CJIT_CU_RETURN_IF_ERROR(*api_, cuMemsetD8Async(dst, byte, bytes, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::Synchronize() const {
+  CJIT_CU_RETURN_IF_ERROR(*api_, cuStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<CudaModule>> CudaDevice::LoadModule(const std::string& ptx) {
+  CJIT_RETURN_IF_ERROR(MakeCurrent());
+  constexpr size_t kLogBytes = 16384;
+  std::string error_log(kLogBytes, '\0'), info_log(kLogBytes, '\0');
+  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER,
+                            CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
+  void* values[] = {error_log.data(), reinterpret_cast<void*>(kLogBytes), info_log.data(),
+                    reinterpret_cast<void*>(kLogBytes)};
+  auto module = std::shared_ptr<CudaModule>(new CudaModule());
+  module->device_ = this;
+  CUresult rc = api_->cuModuleLoadDataEx(&module->module_, ptx.c_str(), 4, options, values);
+  if (rc != CUDA_SUCCESS) {
+    module->module_ = nullptr;
+    error_log.resize(strnlen(error_log.c_str(), kLogBytes));
+    absl::Status st = CudaStatus(*api_, rc, "cuModuleLoadDataEx");
+    return absl::Status(st.code(), absl::StrCat(st.message(), "; PTX JIT log for ", sm_, ": ",
+                                                error_log.empty() ? "(empty)" : error_log));
+  }
+  info_log.resize(strnlen(info_log.c_str(), kLogBytes));
+  if (!info_log.empty()) VLOG(2) << "PTX JIT: " << info_log;
+  return module;
+}
+
+absl::Status CudaDevice::Launch(CUfunction fn, unsigned grid, unsigned block, void** args, unsigned shared_bytes) const {
+  CJIT_CU_RETURN_IF_ERROR(*api_, cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, shared_bytes, stream_, args, nullptr));
+  return absl::OkStatus();
+}
+
+}  // namespace cjit

@@ -1,0 +1,116 @@
+// The device side of the GPU executor (runtime/cuda/gpu_executor.h), as an interface with two
+// implementations, in the manner of XLA's StreamExecutor platforms:
+//  * the CUDA backend (cuda_backend.cc): CUDA driver memory and copies on one stream, fused kernels
+//    compiled to PTX and JIT-loaded, products through cuBLASLt;
+//  * the host backend (host_backend.cc): "device" memory is host memory and fused kernels are the same
+//    FusionPlan kernels compiled by the CPU back end, products are plain float64-accumulated loops. It exists
+//    so that everything of the GPU executor above the device — placement, value residency, host<->device
+//    copies, buffer lifetimes, GEMM shape lowering — runs and is tested on machines without a GPU (CI).
+// No CUDA header here. Addresses are device addresses (CUdeviceptr) as uint64_t; units are bytes.
+// Thread-safety: every method may be called concurrently.
+#ifndef CJIT_RUNTIME_CUDA_DEVICE_BACKEND_H_
+#define CJIT_RUNTIME_CUDA_DEVICE_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/codegen/fusion_plan.h"
+
+namespace cjit {
+
+// Device memory owned by one holder, released on destruction.
+class DeviceMemory {
+ public:
+  DeviceMemory(uint64_t address, size_t bytes) : address_(address), bytes_(bytes) {}
+  virtual ~DeviceMemory() = default;
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  uint64_t address() const { return address_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  uint64_t address_;
+  size_t bytes_;
+};
+
+// A compiled fused kernel (backend-specific).
+class FusedKernelHandle {
+ public:
+  virtual ~FusedKernelHandle() = default;
+};
+
+// One launch of a fused kernel over its collapsed iteration space (kernel_layout.h): `meta` and `consts`
+// are device copies of KernelMeta / KernelConsts; buffers are the inputs (FusedKernel::input_sources
+// order) then the outputs.
+struct FusedLaunchArgs {
+  int64_t rows = 0, row_elems = 0;
+  bool row_kernel = false;
+  uint64_t meta = 0, consts = 0;
+};
+
+// D[b] (M x N, row-major) = alpha * op(A[b]) (M x K) * op(B[b]) (K x N) + bias (N), for b < batch.
+// Strides are in elements between consecutive batch matrices; 0 broadcasts one matrix to every batch.
+// float32 operands, float32 accumulation at least.
+struct GemmShape {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;  // A stored K x M / B stored N x K
+  int64_t stride_a = 0, stride_b = 0;
+  float alpha = 1;
+  bool bias = false;  // a float32 vector of N added to every row
+};
+
+class GemmOp {
+ public:
+  virtual ~GemmOp() = default;
+  // Enqueues the product. `bias` is read only when the shape has one.
+  virtual absl::Status Run(uint64_t a, uint64_t b, uint64_t bias, uint64_t d) const = 0;
+};
+
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+  virtual std::string Describe() const = 0;  // "NVIDIA H200 (sm_90)", "host emulation"
+  virtual std::string target() const = 0;    // code target: "sm_90" or "host"
+  // Prepares the calling thread for device calls (the CUDA context).
+  virtual absl::Status MakeCurrent() const = 0;
+  virtual absl::StatusOr<std::shared_ptr<DeviceMemory>> Allocate(size_t bytes) const = 0;
+  // Host -> device copies are enqueued (the source may be reused on return); device -> host waits for all
+  // work enqueued before it.
+  virtual absl::Status CopyToDevice(uint64_t dst, const void* src, size_t bytes) const = 0;
+  virtual absl::Status CopyToHost(void* dst, uint64_t src, size_t bytes) const = 0;
+  virtual absl::Status Fill(uint64_t dst, uint8_t byte, size_t bytes) const = 0;
+  virtual absl::Status Synchronize() const = 0;
+  // One handle per plan.kernels entry (same order). `compiled` (optional) is increased by the number of
+  // code generations this needed (kernels may come from a process-wide cache).
+  virtual absl::StatusOr<std::vector<std::shared_ptr<const FusedKernelHandle>>> CompileKernels(
+      const FusionPlan& plan, int* compiled) const = 0;
+  virtual absl::Status LaunchFused(const FusedKernelHandle& kernel, const FusedLaunchArgs& args,
+                                   const std::vector<uint64_t>& buffers) const = 0;
+  // UnimplementedError when the backend has no product for this shape (the op then runs on the host);
+  // FailedPreconditionError when the GEMM library is missing.
+  virtual absl::StatusOr<std::unique_ptr<GemmOp>> MakeGemm(const GemmShape& shape) const = 0;
+};
+
+struct CudaBackendOptions {
+  int ordinal = 0;
+  std::string allocator = "caching";  // --gpu_allocator
+  std::string gpu_arch;               // --gpu_arch; empty = PtxTargetForDevice(the device's sm)
+  std::string cuda_data_dir = "/usr/local/cuda";
+};
+
+// The CUDA backend; FailedPreconditionError without a driver or device, UnimplementedError in a build
+// without the CUDA toolkit.
+absl::StatusOr<std::shared_ptr<DeviceBackend>> MakeCudaBackend(const CudaBackendOptions& options);
+// The host backend (always available).
+std::shared_ptr<DeviceBackend> MakeHostBackend();
+
+// The newest PTX target LLVM's NVPTX back end has that a device of compute capability `sm` ("sm_90")
+// runs — newer devices JIT-compile that PTX forward. FailedPreconditionError below sm_75.
+absl::StatusOr<std::string> PtxTargetForDevice(const std::string& sm);
+
+}  // namespace cjit
+
+#endif  // CJIT_RUNTIME_CUDA_DEVICE_BACKEND_H_

@@ -1,0 +1,75 @@
+// Executes a specialized graph on a device backend (runtime/cuda/device_backend.h): the CUDA GPU for
+// --device=cuda[:N], or the host backend (tests on machines without a GPU).
+//
+// Placement, decided once per graph at Create() (the GPU counterpart of runtime/executor.h):
+//  * cjit.Cluster nodes: the cluster body's FusionPlan; each fused kernel is compiled for the device and
+//    launched; its library steps are placed like single ops.
+//  * Single ops (unclustered, or library steps of a cluster):
+//      - float32 MatMul / Gemm -> the backend's GEMM (cuBLASLt), Gemm's vector C as a bias epilogue;
+//      - float32 elementwise ops and last-axis reductions -> a one-op fused kernel: the GPU fallback path.
+//        Kernels are shape-generic (dims and strides are kernel arguments in `meta`), so each
+//        op/dtype/broadcast structure is compiled once per process and reused across shapes;
+//      - float32 views (Transpose, Slice, Expand, Reshape...) -> a copy kernel that reads the view;
+//      - everything else (Conv for now, integer ops, data-dependent shapes, control flow) runs on the
+//        host through the CPU fallback kernels; its inputs are copied device->host and its outputs back
+//        only when a device step needs them (as TF's soft placement). placement() names these ops.
+// Graph inputs are copied host->device when a device step first reads them; outputs device->host at the
+// end. Compiled clusters are not yet written to the persistent cache, and the compile policy (op by op
+// first) does not apply: clusters compile at Create(). Device memory is freed after each value's last
+// reader (device_allocator.h says why reuse is safe on one stream).
+//
+// Errors: no driver/device (FailedPrecondition), code generation or PTX JIT failures (with the JIT log),
+// CUDA errors naming the call, kernel errors of host-placed ops naming the node.
+// Thread-safety: Run() may be called concurrently.
+#ifndef CJIT_RUNTIME_CUDA_GPU_EXECUTOR_H_
+#define CJIT_RUNTIME_CUDA_GPU_EXECUTOR_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/ir/graph.h"
+#include "runtime/cuda/device_backend.h"
+
+namespace cjit {
+
+struct GpuExecutorOptions {
+  int host_threads = 1;  // for host-placed ops
+  // Test aid: fill every output buffer of a device step with 0xFF bytes (NaN) before the step runs, so an
+  // element a kernel fails to write shows up as NaN rather than as stale data from a reused block.
+  bool poison_outputs = false;
+};
+
+struct GpuPlacement {
+  int fused_kernels = 0;  // launches per run from cluster plans
+  int op_kernels = 0;     // launches per run of single-op kernels
+  int gemms = 0;          // GEMM library calls per run
+  int host_ops = 0;       // ops run on the host per run
+  std::map<std::string, int> host_op_types;
+  int compiles = 0;       // code generations this graph needed (others came from the process's kernel cache)
+  double compile_ms = 0;
+  std::string device, target;
+  std::string ToString() const;
+};
+
+class GpuExecutor {
+ public:
+  static absl::StatusOr<std::unique_ptr<GpuExecutor>> Create(std::shared_ptr<const Graph> graph,
+                                                             std::shared_ptr<DeviceBackend> backend,
+                                                             const GpuExecutorOptions& options = {});
+  ~GpuExecutor();
+  // Host tensors in graph-input order; returns host tensors in graph-output order.
+  absl::StatusOr<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) const;
+  const GpuPlacement& placement() const;
+
+ private:
+  struct Impl;
+  explicit GpuExecutor(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cjit
+
+#endif  // CJIT_RUNTIME_CUDA_GPU_EXECUTOR_H_

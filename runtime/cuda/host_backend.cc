@@ -1,0 +1,122 @@
+// The host backend (device_backend.h): host memory as "device" memory, fused kernels compiled by the CPU
+// back end from the same FusionPlan (same meta/consts layout and iteration space as the PTX kernels), and
+// float64-accumulated products following GemmShape's definition.
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "compiler/codegen/cpu_compiler.h"
+#include "compiler/ir/status_macros.h"
+#include "runtime/cuda/device_backend.h"
+
+namespace cjit {
+namespace {
+
+class HostMemory : public DeviceMemory {
+ public:
+  HostMemory(void* p, size_t bytes) : DeviceMemory(reinterpret_cast<uint64_t>(p), bytes) {}
+  ~HostMemory() override { std::free(reinterpret_cast<void*>(address())); }
+};
+
+struct CpuKernelHandle : FusedKernelHandle {
+  std::shared_ptr<CpuCode> code;
+  size_t index = 0;
+};
+
+class HostGemm : public GemmOp {
+ public:
+  explicit HostGemm(const GemmShape& s) : s_(s) {}
+  absl::Status Run(uint64_t a, uint64_t b, uint64_t bias, uint64_t d) const override {
+    const float* A = reinterpret_cast<const float*>(a);
+    const float* B = reinterpret_cast<const float*>(b);
+    const float* C = s_.bias ? reinterpret_cast<const float*>(bias) : nullptr;
+    float* D = reinterpret_cast<float*>(d);
+    for (int64_t z = 0; z < s_.batch; ++z) {
+      const float* Az = A + z * s_.stride_a;
+      const float* Bz = B + z * s_.stride_b;
+      float* Dz = D + z * s_.m * s_.n;
+      for (int64_t i = 0; i < s_.m; ++i)
+        for (int64_t j = 0; j < s_.n; ++j) {
+          double acc = 0;
+          for (int64_t k = 0; k < s_.k; ++k) {
+            double x = s_.trans_a ? Az[k * s_.m + i] : Az[i * s_.k + k];
+            double y = s_.trans_b ? Bz[j * s_.k + k] : Bz[k * s_.n + j];
+            acc += x * y;
+          }
+          Dz[i * s_.n + j] = static_cast<float>(s_.alpha * acc + (C ? C[j] : 0.0));
+        }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  GemmShape s_;
+};
+
+class HostBackend : public DeviceBackend {
+ public:
+  std::string Describe() const override { return "host emulation"; }
+  std::string target() const override { return "host"; }
+  absl::Status MakeCurrent() const override { return absl::OkStatus(); }
+  absl::StatusOr<std::shared_ptr<DeviceMemory>> Allocate(size_t bytes) const override {
+    void* p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
+    if (p == nullptr) return absl::ResourceExhaustedError(absl::StrCat("host backend: cannot allocate ", bytes, " bytes"));
+    return std::shared_ptr<DeviceMemory>(std::make_shared<HostMemory>(p, bytes));
+  }
+  absl::Status CopyToDevice(uint64_t dst, const void* src, size_t bytes) const override {
+    if (bytes) std::memcpy(reinterpret_cast<void*>(dst), src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status CopyToHost(void* dst, uint64_t src, size_t bytes) const override {
+    if (bytes) std::memcpy(dst, reinterpret_cast<const void*>(src), bytes);
+    return absl::OkStatus();
+  }
+  absl::Status Fill(uint64_t dst, uint8_t byte, size_t bytes) const override {
+    std::memset(reinterpret_cast<void*>(dst), byte, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status Synchronize() const override { return absl::OkStatus(); }
+
+  absl::StatusOr<std::vector<std::shared_ptr<const FusedKernelHandle>>> CompileKernels(const FusionPlan& plan,
+                                                                                       int* compiled) const override {
+    CJIT_ASSIGN_OR_RETURN(std::unique_ptr<CpuCode> code, CompileForCpu(plan, {}));
+    std::shared_ptr<CpuCode> shared(std::move(code));
+    std::vector<std::shared_ptr<const FusedKernelHandle>> out;
+    for (size_t i = 0; i < plan.kernels.size(); ++i) {
+      auto h = std::make_shared<CpuKernelHandle>();
+      h->code = shared;
+      h->index = i;
+      if (compiled && !shared->kernels()[i].reused) ++*compiled;
+      out.push_back(h);
+    }
+    return out;
+  }
+
+  absl::Status LaunchFused(const FusedKernelHandle& kernel, const FusedLaunchArgs& a,
+                           const std::vector<uint64_t>& buffers) const override {
+    const auto& h = static_cast<const CpuKernelHandle&>(kernel);
+    const CpuKernel& k = h.code->kernels()[h.index];
+    if (k.rows != a.rows || k.row_elems != a.row_elems) {
+      return absl::InternalError(absl::StrCat("host backend: launch of ", a.rows, "x", a.row_elems,
+                                              " over a kernel compiled for ", k.rows, "x", k.row_elems));
+    }
+    std::vector<void*> args;
+    for (uint64_t b : buffers) args.push_back(reinterpret_cast<void*>(b));
+    if (a.rows > 0 && a.row_elems > 0) {
+      k.fn(args.data(), reinterpret_cast<const int64_t*>(a.meta), reinterpret_cast<const float*>(a.consts), 0, a.rows);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::unique_ptr<GemmOp>> MakeGemm(const GemmShape& shape) const override {
+    return std::unique_ptr<GemmOp>(std::make_unique<HostGemm>(shape));
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<DeviceBackend> MakeHostBackend() { return std::make_shared<HostBackend>(); }
+
+}  // namespace cjit

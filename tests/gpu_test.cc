@@ -1,0 +1,304 @@
+// The GPU executor on its two device backends (runtime/cuda/device_backend.h):
+//  * "host": host memory and CPU-compiled fused kernels — runs everywhere (CI), and tests all of the GPU
+//    executor above the device: placement, residency and copies, buffer lifetimes, GEMM lowering;
+//  * "cuda": the NVIDIA GPU — each such test skips with a message where GPU execution is unavailable (no
+//    driver, no device, or a build without the CUDA toolkit); run them on a GPU machine
+//    (docs/gpu-validation.md).
+// References are independent of the GPU path: ONNX Runtime's outputs for the shared models, the CPU
+// fallback executor for every op-suite case, and float64 host math for the GEMM products.
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include "compiler/ir/status_macros.h"
+#include "compiler/ir/text.h"
+#include "compiler/passes/mark_for_compilation.h"
+#include "compiler/passes/specialize_shapes.h"
+#include "gtest/gtest.h"
+#include "runtime/cpu/kernel.h"
+#include "runtime/executor.h"
+#include "tests/op_cases.h"
+#include "tools/check_lib.h"
+#include "runtime/cuda/gpu_executor.h"
+#ifdef CJIT_HAVE_CUDA
+#include "runtime/cuda/cuda_device.h"
+#endif
+
+namespace cjit {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The backend named "host" or "cuda"; for "cuda", the reason it is unavailable.
+absl::StatusOr<std::shared_ptr<DeviceBackend>> Backend(const std::string& name) {
+  if (name == "host") return MakeHostBackend();
+  static const auto* cuda = new absl::StatusOr<std::shared_ptr<DeviceBackend>>(MakeCudaBackend({}));
+  return *cuda;
+}
+
+#define CJIT_GET_BACKEND(var, name)                                                                \
+  auto var##_or = Backend(name);                                                                   \
+  if (!var##_or.ok()) GTEST_SKIP() << "no GPU execution here (" << var##_or.status().message() << ")"; \
+  std::shared_ptr<DeviceBackend> var = *var##_or
+
+std::shared_ptr<Graph> Specialized(const std::string& ir) {
+  auto parsed = ParseGraph(ir);
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  if (!parsed.ok()) return nullptr;
+  std::shared_ptr<Graph> g(std::move(*parsed));
+  std::vector<Dims> dims;
+  for (const Value* v : g->inputs()) dims.push_back(v->shape.concrete());
+  auto eval = [](const Node& n, const std::vector<const Tensor*>& in) { return EvaluateNode(n, in, 1); };
+  absl::Status st = SpecializeShapes(*g, dims, eval);
+  EXPECT_TRUE(st.ok()) << st;
+  return g;
+}
+
+absl::StatusOr<std::vector<Tensor>> RunOnGpu(std::shared_ptr<DeviceBackend> backend, std::shared_ptr<const Graph> g,
+                                             const std::vector<Tensor>& inputs, GpuPlacement* placement = nullptr) {
+  GpuExecutorOptions o;
+  o.poison_outputs = true;  // an element a kernel does not write reads back as NaN
+  o.host_threads = 2;
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<GpuExecutor> ex, GpuExecutor::Create(g, std::move(backend), o));
+  if (placement) *placement = ex->placement();
+  // Twice: the second run reuses cached device blocks (and kernels) of the first.
+  CJIT_RETURN_IF_ERROR(ex->Run(inputs).status());
+  return ex->Run(inputs);
+}
+
+// Every op-suite case: GPU (unclustered, then with the case as one cluster) vs the CPU fallback executor.
+class GpuOpSuite : public ::testing::TestWithParam<std::tuple<std::string, OpCase, bool>> {};
+
+TEST_P(GpuOpSuite, MatchesCpuFallback) {
+  const auto& [backend_name, c, clustered] = GetParam();
+  CJIT_GET_BACKEND(backend, backend_name);
+  std::shared_ptr<Graph> g = Specialized(c.ir);
+  ASSERT_TRUE(g);
+  std::mt19937 rng(1234);
+  std::vector<Tensor> inputs;
+  for (const Value* v : g->inputs()) inputs.push_back(RandomInput(*v, rng));
+  auto cpu = Executor::Create(std::shared_ptr<const Graph>(g->Clone()), 2, nullptr, true);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  auto ref = (*cpu)->Run(inputs);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  std::shared_ptr<Graph> gg(g->Clone());
+  if (clustered) {
+    ClusteringOptions co;
+    co.min_cluster_size = 1;
+    ASSERT_TRUE(MarkForCompilation(*gg, co).ok());
+  }
+  GpuPlacement placement;
+  auto got = RunOnGpu(backend, gg, inputs, &placement);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), ref->size());
+  for (size_t i = 0; i < ref->size(); ++i) {
+    bool is_float = IsFloat((*ref)[i].dtype());
+    OutputComparison cmp = CompareTensors("out", (*got)[i], (*ref)[i], is_float ? 2e-5 : 0, is_float ? 1e-6 : 0);
+    EXPECT_TRUE(cmp.ok) << c.name << " output " << i << ": " << cmp.problem << " max_abs " << cmp.max_abs << "; "
+                        << placement.ToString();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, GpuOpSuite,
+                         ::testing::Combine(::testing::Values("host", "cuda"), ::testing::ValuesIn(OpSuiteCases()),
+                                            ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, OpCase, bool>>& i) {
+                           return std::get<0>(i.param) + "_" + std::get<1>(i.param).name +
+                                  (std::get<2>(i.param) ? "_clustered" : "_ops");
+                         });
+
+// cuBLASLt products against float64 host math, and that they really ran on cuBLASLt.
+struct GemmCase {
+  std::string name, ir;
+};
+
+class GpuGemm : public ::testing::TestWithParam<std::tuple<std::string, GemmCase>> {};
+
+// Reference: numpy matmul / ONNX Gemm in float64 on the host.
+Tensor ReferenceProduct(const Node& n, const std::vector<Tensor>& in) {
+  Dims a = in[0].dims(), b = in[1].dims();
+  Dims out = n.outputs[0]->shape.concrete();
+  Tensor t(DType::kF32, out);
+  const float* A = in[0].data<float>();
+  const float* B = in[1].data<float>();
+  if (n.op_type == "Gemm") {
+    bool ta = n.GetInt("transA", 0), tb = n.GetInt("transB", 0);
+    double alpha = n.GetFloat("alpha", 1), beta = n.GetFloat("beta", 1);
+    int64_t M = ta ? a[1] : a[0], K = ta ? a[0] : a[1], N = tb ? b[0] : b[1];
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double s = 0;
+        for (int64_t k = 0; k < K; ++k) s += double(ta ? A[k * M + i] : A[i * K + k]) * double(tb ? B[j * K + k] : B[k * N + j]);
+        double c = in.size() > 2 ? double(in[2].data<float>()[j]) : 0;
+        t.data<float>()[i * N + j] = static_cast<float>(alpha * s + beta * c);
+      }
+    return t;
+  }
+  // MatMul with rank >= 2 on both sides and batch dims broadcast (or B 2-D); 1-D sides promoted.
+  Dims pa = a.size() == 1 ? Dims{1, a[0]} : a, pb = b.size() == 1 ? Dims{b[0], 1} : b;
+  int64_t M = pa[pa.size() - 2], K = pa.back(), N = pb.back();
+  int64_t batch = NumElements(out) / (M * N);
+  int64_t a_batch = NumElements(pa) / (M * K), b_batch = NumElements(pb) / (K * N);
+  for (int64_t z = 0; z < batch; ++z) {
+    const float* Az = A + (a_batch == 1 ? 0 : z) * M * K;
+    const float* Bz = B + (b_batch == 1 ? 0 : z) * K * N;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double s = 0;
+        for (int64_t k = 0; k < K; ++k) s += double(Az[i * K + k]) * double(Bz[k * N + j]);
+        t.data<float>()[z * M * N + i * N + j] = static_cast<float>(s);
+      }
+  }
+  return t;
+}
+
+TEST_P(GpuGemm, MatchesFloat64) {
+  CJIT_GET_BACKEND(backend, std::get<0>(GetParam()));
+  std::shared_ptr<Graph> g = Specialized(std::get<1>(GetParam()).ir);
+  ASSERT_TRUE(g);
+  std::mt19937 rng(99);
+  std::vector<Tensor> inputs;
+  for (const Value* v : g->inputs()) inputs.push_back(RandomInput(*v, rng));
+  const Node& node = *g->nodes().back();
+  Tensor ref = ReferenceProduct(node, inputs);
+  GpuPlacement placement;
+  auto got = RunOnGpu(backend, g, inputs, &placement);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(placement.gemms, 1) << placement.ToString();
+  EXPECT_EQ(placement.host_ops, 0) << placement.ToString();
+  // ||got - ref|| / ||ref||: full float32 accumulation lands far under 1e-5.
+  double num = 0, den = 0;
+  ASSERT_EQ((*got)[0].dims(), ref.dims());
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    double d = double((*got)[0].data<float>()[i]) - double(ref.data<float>()[i]);
+    ASSERT_FALSE(std::isnan(d)) << "element " << i << " not written";
+    num += d * d;
+    den += double(ref.data<float>()[i]) * double(ref.data<float>()[i]);
+  }
+  EXPECT_LT(std::sqrt(num / std::max(den, 1e-30)), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, GpuGemm,
+    ::testing::Combine(::testing::Values("host", "cuda"), ::testing::Values(
+        GemmCase{"MatMul_1x1x1", "graph g(%a: f32[1,1], %b: f32[1,1]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"},
+        GemmCase{"MatMul_7x13x5", "graph g(%a: f32[7,13], %b: f32[13,5]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"},
+        GemmCase{"MatMul_257x300x129", "graph g(%a: f32[257,300], %b: f32[300,129]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"},
+        GemmCase{"MatMul_batch_folded", "graph g(%a: f32[2,3,40,24], %b: f32[24,17]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"},
+        GemmCase{"MatMul_a_broadcast", "graph g(%a: f32[40,24], %b: f32[4,24,17]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"},
+        GemmCase{"MatMul_batched", "graph g(%a: f32[3,2,40,24], %b: f32[3,2,24,17]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"},
+        GemmCase{"MatMul_vector_left", "graph g(%a: f32[24], %b: f32[24,17]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"},
+        GemmCase{"MatMul_vector_right", "graph g(%a: f32[9,24], %b: f32[24]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"},
+        GemmCase{"Gemm_plain", "graph g(%a: f32[33,20], %b: f32[20,31]) {\n  %y = Gemm(%a, %b)\n  return %y\n}"},
+        GemmCase{"Gemm_transA_transB_alpha", "graph g(%a: f32[20,33], %b: f32[31,20]) {\n  %y = Gemm(%a, %b) {transA=1, transB=1, alpha=0.5}\n  return %y\n}"},
+        GemmCase{"Gemm_bias", "graph g(%a: f32[33,20], %b: f32[31,20], %c: f32[31]) {\n  %y = Gemm(%a, %b, %c) {transB=1}\n  return %y\n}"},
+        GemmCase{"Gemm_bias_row", "graph g(%a: f32[20,33], %b: f32[20,31], %c: f32[1,31]) {\n  %y = Gemm(%a, %b, %c) {transA=1, alpha=2.0}\n  return %y\n}"})),
+    [](const ::testing::TestParamInfo<std::tuple<std::string, GemmCase>>& i) {
+      return std::get<0>(i.param) + "_" + std::get<1>(i.param).name;
+    });
+
+// The shared real models against ONNX Runtime's outputs, with clustering off and on.
+class GpuModelTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(GpuModelTest, MatchesReference) {
+  CJIT_GET_BACKEND(backend, "cuda");
+  fs::path dir = fs::path(CJIT_SOURCE_DIR) / ".." / "shared" / "models" / std::get<0>(GetParam());
+  if (!fs::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent (../shared not checked out)";
+  SessionOptions o;
+  o.use_environment_flags = false;
+  o.flags.intra_op_threads = 2;
+  auto parsed = ParseFlags(std::get<1>(GetParam()), o.flags, "test");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  o.flags = *parsed;
+  auto session = Session::Load((dir / "model.onnx").string(), o);
+  ASSERT_TRUE(session.ok()) << session.status();
+  ASSERT_EQ((*session)->device(), "cuda:0");
+  auto sets = ReadDataSets(dir.string(), **session);
+  ASSERT_TRUE(sets.ok()) << sets.status();
+  for (const DataSet& set : *sets) {
+    DataSetResult r = RunDataSet(**session, set, 1e-3, 1e-4);
+    ASSERT_TRUE(r.status.ok()) << set.dir << ": " << r.status;
+    for (const auto& out : r.outputs) {
+      EXPECT_TRUE(out.ok) << set.dir << " " << out.name << " " << out.problem << " max_abs " << out.max_abs;
+    }
+  }
+  for (const std::string& p : (*session)->GpuPlacements()) std::printf("placement: %s\n", p.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, GpuModelTest,
+    ::testing::Combine(::testing::Values("ppocrv4_rec", "ppocr_mobile_cls", "silero_vad_v5", "oww_melspectrogram",
+                                         "oww_hello_deepa"),
+                       ::testing::Values("--device=cuda --auto_jit=-1", "--device=cuda --auto_jit=1",
+                                         "--device=cuda --auto_jit=1 --gpu_allocator=cuda_malloc_async")),
+    [](const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& i) {
+      std::string f = std::get<1>(i.param);
+      std::string mode = f.find("async") != std::string::npos ? "clustered_async_alloc"
+                         : f.find("-1") != std::string::npos ? "ops"
+                                                              : "clustered";
+      return std::get<0>(i.param) + "_" + mode;
+    });
+
+// The shared models through the GPU executor on the host backend (everything but the device itself), with
+// clustering off and on, against ONNX Runtime's outputs.
+class GpuHostModelTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(GpuHostModelTest, MatchesReference) {
+  fs::path dir = fs::path(CJIT_SOURCE_DIR) / ".." / "shared" / "models" / std::get<0>(GetParam());
+  if (!fs::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent (../shared not checked out)";
+  SessionOptions o;
+  o.use_environment_flags = false;
+  o.flags.intra_op_threads = 2;
+  auto parsed = ParseFlags(std::get<1>(GetParam()), o.flags, "test");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  o.flags = *parsed;
+  auto session = Session::Load((dir / "model.onnx").string(), o);
+  ASSERT_TRUE(session.ok()) << session.status();
+  auto sets = ReadDataSets(dir.string(), **session);
+  ASSERT_TRUE(sets.ok()) << sets.status();
+  for (const DataSet& set : *sets) {
+    auto graph = (*session)->SpecializeAndCluster(set.inputs, nullptr);
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    std::vector<Tensor> inputs;
+    for (const TensorInfo& info : (*session)->inputs()) {
+      for (const NamedTensor& t : set.inputs)
+        if (t.name == info.name) inputs.push_back(t.tensor);
+    }
+    ASSERT_EQ(inputs.size(), (*session)->inputs().size());
+    GpuPlacement placement;
+    auto got = RunOnGpu(MakeHostBackend(), *graph, inputs, &placement);
+    ASSERT_TRUE(got.ok()) << set.dir << ": " << got.status();
+    ASSERT_EQ(got->size(), set.outputs.size());
+    for (size_t i = 0; i < got->size(); ++i) {
+      OutputComparison cmp = CompareTensors(set.outputs[i].name, (*got)[i], set.outputs[i].tensor, 1e-3, 1e-4);
+      EXPECT_TRUE(cmp.ok) << set.dir << " " << cmp.name << " " << cmp.problem << " max_abs " << cmp.max_abs << "; "
+                          << placement.ToString();
+    }
+    if (&set == &sets->front()) std::printf("placement: %s\n", placement.ToString().c_str());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, GpuHostModelTest,
+    ::testing::Combine(::testing::Values("ppocrv4_rec", "ppocr_mobile_cls", "silero_vad_v5", "oww_melspectrogram",
+                                         "oww_hello_deepa"),
+                       ::testing::Values("--auto_jit=-1", "--auto_jit=1")),
+    [](const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& i) {
+      return std::get<0>(i.param) + (std::get<1>(i.param) == "--auto_jit=-1" ? "_ops" : "_clustered");
+    });
+
+#ifdef CJIT_HAVE_CUDA
+TEST(GpuModuleLoad, BadPtxReportsTheJitLog) {
+  CJIT_GET_BACKEND(backend, "cuda");
+  auto dev = CudaDevice::Get(0);
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  auto m = (*dev)->LoadModule(".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k() { bogus; }\n");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("cuModuleLoadDataEx"), std::string::npos) << m.status();
+  EXPECT_NE(m.status().message().find("PTX JIT log"), std::string::npos) << m.status();
+}
+
+#endif
+
+}  // namespace
+}  // namespace cjit

@@ -1,0 +1,39 @@
+#!/bin/bash
+# Packs what the GPU machine needs (docs/gpu-validation.md), since it has CUDA and a driver but none of our
+# Debian libraries and no package registry:
+#   .device/cjit-gpu-bin.tar.xz   the binaries, every shared library ldd lists for them except glibc's own
+#                                 (libLLVM, oneDNN, abseil, protobuf, glog...), and libdevice;
+#   .device/cjit-gpu-data.tar.xz  the shared real models and the ONNX backend conformance data.
+# Each stays under the device tool's 64 MiB per call; carry them in separate calls if together they do not.
+# Usage: bash tools/gpu-bundle.sh [build-dir]   (.device/ is git-ignored)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build}
+out=$root/.device
+mkdir -p "$out"
+cmake --build "$build" -j2 --target cjit cjit-gpu-bench cjit_gpu_tests conformance_runner cjit_tests
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/cjit/bin" "$stage/cjit/lib" "$stage/cjit/lib-compat" "$stage/cjit/cuda/nvvm/libdevice"
+bins=("$build/tools/cjit" "$build/tools/cjit-gpu-bench" "$build/tests/cjit_gpu_tests" "$build/tests/conformance_runner"
+      "$build/tests/cjit_tests")
+cp "${bins[@]}" "$stage/cjit/bin/"
+for b in "${bins[@]}"; do
+  ldd "$b" | awk '/=> \// {print $3}'
+done | sort -u | grep -vE '/(libc|libm|libdl|libpthread|librt|libresolv|ld-linux-x86-64)\.so' | while read -r lib; do
+  case "$(basename "$lib")" in
+    # The C++ runtime is used only where the machine's own is older than ours (gpu-validate.sh decides).
+    libstdc++.so*|libgcc_s.so*) cp -L "$lib" "$stage/cjit/lib-compat/" ;;
+    *) cp -L "$lib" "$stage/cjit/lib/" ;;
+  esac
+done
+cp /usr/local/cuda/nvvm/libdevice/libdevice.10.bc "$stage/cjit/cuda/nvvm/libdevice/"
+strip --strip-unneeded "$stage"/cjit/bin/* 2>/dev/null || true
+tar -C "$stage" -cf - cjit | xz -T2 -6 > "$out/cjit-gpu-bin.tar.xz"
+data=$(mktemp -d)
+mkdir -p "$data/cjit-data"
+[ -d "$root/../shared/models" ] && cp -r "$root/../shared/models" "$data/cjit-data/models"
+[ -d /usr/share/libonnx-testdata/data ] && cp -r /usr/share/libonnx-testdata/data "$data/cjit-data/onnx-testdata"
+tar -C "$data" -cf - cjit-data | xz -T2 -6 > "$out/cjit-gpu-data.tar.xz"
+rm -rf "$data"
+ls -la "$out"

@@ -1,0 +1,236 @@
+// cjit-gpu-bench: the GPU ceilings and how close generated kernels come to them, on the device machine.
+//  * copy: a device-to-device copy of N floats (bandwidth counts bytes read + written);
+//  * fused: generated elementwise and row kernels over N floats (bytes = inputs read once + outputs
+//    written once), each as the share of the copy bandwidth measured in the same run;
+//  * gemm: a float32 cuBLASLt product (TFLOP/s).
+// Timing: CUDA events around `--reps` launches after warm-up; the median of `--trials` trials. Each fused
+// kernel's output is checked against the CPU fallback executor on the same random inputs first.
+// Usage: cjit-gpu-bench [--elements N] [--reps R] [--trials T] [--gemm M] [--json PATH]
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "compiler/codegen/fusion_plan.h"
+#include "compiler/codegen/kernel_layout.h"
+#include "compiler/codegen/nvptx_compiler.h"
+#include "compiler/ir/status_macros.h"
+#include "compiler/ir/text.h"
+#include "compiler/passes/specialize_shapes.h"
+#include "nlohmann/json.hpp"
+#include "runtime/cpu/kernel.h"
+#include "runtime/cuda/cublaslt.h"
+#include "runtime/cuda/fused_launch.h"
+#include "runtime/cuda/gpu_executor.h"
+#include "runtime/executor.h"
+#include "tools/check_lib.h"
+
+namespace cjit {
+namespace {
+
+struct Options {
+  int64_t elements = int64_t{1} << 28;
+  int reps = 20, trials = 5;
+  int64_t gemm = 8192;
+  std::string json;
+};
+
+// Median over trials of the per-launch time (ms) of `reps` launches of `enqueue`.
+absl::StatusOr<double> TimeMs(CudaDevice& dev, const Options& o, const std::function<absl::Status()>& enqueue) {
+  const CudaApi& api = dev.api();
+  CUevent start = nullptr, stop = nullptr;
+  CJIT_CU_RETURN_IF_ERROR(api, cuEventCreate(&start, CU_EVENT_DEFAULT));
+  CJIT_CU_RETURN_IF_ERROR(api, cuEventCreate(&stop, CU_EVENT_DEFAULT));
+  for (int i = 0; i < 3; ++i) CJIT_RETURN_IF_ERROR(enqueue());  // warm-up
+  std::vector<double> trials;
+  for (int t = 0; t < o.trials; ++t) {
+    CJIT_CU_RETURN_IF_ERROR(api, cuEventRecord(start, dev.stream()));
+    for (int r = 0; r < o.reps; ++r) CJIT_RETURN_IF_ERROR(enqueue());
+    CJIT_CU_RETURN_IF_ERROR(api, cuEventRecord(stop, dev.stream()));
+    CJIT_CU_RETURN_IF_ERROR(api, cuEventSynchronize(stop));
+    float ms = 0;
+    CJIT_CU_RETURN_IF_ERROR(api, cuEventElapsedTime(&ms, start, stop));
+    trials.push_back(ms / o.reps);
+  }
+  api.cuEventDestroy(start);
+  api.cuEventDestroy(stop);
+  std::sort(trials.begin(), trials.end());
+  return trials[trials.size() / 2];
+}
+
+struct FusedCase {
+  std::string name, ir;
+};
+
+absl::StatusOr<nlohmann::json> BenchFused(CudaDevice& dev, const Options& o, const FusedCase& c, double copy_gbs) {
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> parsed, ParseGraph(c.ir));
+  std::shared_ptr<Graph> g(std::move(parsed));
+  std::vector<Dims> dims;
+  for (const Value* v : g->inputs()) dims.push_back(v->shape.concrete());
+  auto eval = [](const Node& n, const std::vector<const Tensor*>& in) { return EvaluateNode(n, in, 1); };
+  CJIT_RETURN_IF_ERROR(SpecializeShapes(*g, dims, eval));
+  CJIT_ASSIGN_OR_RETURN(FusionPlan plan, BuildFusionPlan(*g));
+  if (plan.kernels.size() != 1 || plan.steps.size() != 1) {
+    return absl::InternalError(absl::StrCat(c.name, ": expected one fused kernel, got ", plan.kernels.size()));
+  }
+  const FusedKernel& k = plan.kernels[0];
+  PtxOptions po;
+  CJIT_ASSIGN_OR_RETURN(po.gpu_arch, PtxTargetForDevice(dev.sm()));
+  CJIT_ASSIGN_OR_RETURN(PtxModule ptx, CompileForNvptx(plan, po));
+  CJIT_ASSIGN_OR_RETURN(std::shared_ptr<CudaModule> module, dev.LoadModule(ptx.ptx));
+  CJIT_ASSIGN_OR_RETURN(CUfunction fn, module->Function(ptx.kernels[0].name));
+  Collapsed col = Collapse(k.shape, Layouts(k), k.row_reduction);
+  std::vector<int64_t> meta = KernelMeta(col);
+  std::vector<float> consts = KernelConsts(k);
+  consts.push_back(0);
+  CJIT_ASSIGN_OR_RETURN(auto meta_dev, dev.Allocate(meta.size() * 8));
+  CJIT_ASSIGN_OR_RETURN(auto consts_dev, dev.Allocate(consts.size() * 4));
+  CJIT_RETURN_IF_ERROR(dev.CopyToDevice(meta_dev->address(), meta.data(), meta.size() * 8));
+  CJIT_RETURN_IF_ERROR(dev.CopyToDevice(consts_dev->address(), consts.data(), consts.size() * 4));
+  // Random inputs (fresh per case), uploaded once.
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> u(-2, 2);
+  std::vector<Tensor> inputs;
+  std::vector<std::shared_ptr<DeviceBuffer>> bufs;
+  std::vector<CUdeviceptr> ptrs;
+  size_t bytes = 0;
+  for (const Value* v : g->inputs()) {
+    Tensor t(DType::kF32, v->shape.concrete());
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
+    CJIT_ASSIGN_OR_RETURN(auto b, dev.Allocate(t.nbytes()));
+    CJIT_RETURN_IF_ERROR(dev.CopyToDevice(b->address(), t.raw(), t.nbytes()));
+    bytes += t.nbytes();
+    ptrs.push_back(b->address());
+    bufs.push_back(b);
+    inputs.push_back(std::move(t));
+  }
+  std::vector<std::shared_ptr<DeviceBuffer>> outs;
+  for (const Value* v : k.outputs) {
+    size_t n = static_cast<size_t>(NumElements(v->shape.concrete())) * 4;
+    CJIT_ASSIGN_OR_RETURN(auto b, dev.Allocate(n));
+    CJIT_RETURN_IF_ERROR(dev.Fill(b->address(), 0xFF, n));  // poison: NaN where nothing is written
+    bytes += n;
+    ptrs.push_back(b->address());
+    outs.push_back(b);
+  }
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < col.dims.size(); ++d) rows *= col.dims[d];
+  FusedLaunch launch{fn, rows, col.dims.back(), k.row_reduction, meta_dev->address(), consts_dev->address()};
+  CJIT_RETURN_IF_ERROR(LaunchFused(dev, launch, ptrs));
+  // Check against the CPU fallback executor.
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> cpu, Executor::Create(g, 16, nullptr, true));
+  CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> ref, cpu->Run(inputs));
+  double max_abs = 0;
+  bool ok = true;
+  for (size_t j = 0; j < k.outputs.size() && j < ref.size(); ++j) {
+    Tensor got(DType::kF32, ref[j].dims());
+    CJIT_RETURN_IF_ERROR(dev.CopyToHost(got.raw(), outs[j]->address(), got.nbytes()));
+    OutputComparison cmp = CompareTensors(c.name, got, ref[j], 1e-5, 1e-6);
+    ok = ok && cmp.ok;
+    max_abs = std::max(max_abs, cmp.max_abs);
+  }
+  CJIT_ASSIGN_OR_RETURN(double ms, TimeMs(dev, o, [&] { return LaunchFused(dev, launch, ptrs); }));
+  double gbs = static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
+  std::printf("%-28s %9.3f ms  %8.1f GB/s  %5.1f%% of copy  matches CPU: %s (max |diff| %.2e)\n", c.name.c_str(), ms, gbs,
+              100 * gbs / copy_gbs, ok ? "yes" : "NO", max_abs);
+  return nlohmann::json{{"name", c.name}, {"ms", ms}, {"bytes", bytes}, {"gb_per_s", gbs},
+                        {"share_of_copy", gbs / copy_gbs}, {"matches_cpu", ok}, {"max_abs_diff", max_abs}};
+}
+
+absl::Status Main(const Options& o) {
+  CJIT_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(0));
+  CJIT_RETURN_IF_ERROR(dev->MakeCurrent());
+  std::printf("device: %s (%s, %d SMs), driver %d\n", dev->name().c_str(), dev->sm().c_str(), dev->multiprocessors(),
+              dev->api().driver_version);
+  nlohmann::json j;
+  j["device"] = dev->name();
+  j["sm"] = dev->sm();
+  j["elements"] = o.elements;
+  size_t n = static_cast<size_t>(o.elements) * 4;
+  double copy_gbs = 0;
+  {
+    CJIT_ASSIGN_OR_RETURN(auto a, dev->Allocate(n));
+    CJIT_ASSIGN_OR_RETURN(auto b, dev->Allocate(n));
+    CJIT_RETURN_IF_ERROR(dev->Fill(a->address(), 0x3F, n));
+    CJIT_ASSIGN_OR_RETURN(double ms, TimeMs(*dev, o, [&] { return dev->CopyOnDevice(b->address(), a->address(), n); }));
+    copy_gbs = 2.0 * static_cast<double>(n) / (ms * 1e-3) / 1e9;
+    std::printf("%-28s %9.3f ms  %8.1f GB/s  (read + write)\n", "device-to-device copy", ms, copy_gbs);
+    j["copy"] = {{"ms", ms}, {"bytes", 2 * n}, {"gb_per_s", copy_gbs}};
+  }
+  int64_t cols = 4096, rows = o.elements / cols;
+  std::string shape = absl::StrCat("[", rows, ",", cols, "]");
+  std::vector<FusedCase> cases = {
+      {"scale_shift (1 in, 1 out)", absl::StrCat("graph g(%x: f32", shape, ") {\n  %a = constant f32[] {2}\n  %b = constant f32[] {1}\n  %m = Mul(%x, %a)\n  %y = Add(%m, %b)\n  return %y\n}")},
+      {"silu (1 in, 1 out)", absl::StrCat("graph g(%x: f32", shape, ") {\n  %s = Sigmoid(%x)\n  %y = Mul(%x, %s)\n  return %y\n}")},
+      {"relu(a*b+c) (3 in, 1 out)", absl::StrCat("graph g(%a: f32", shape, ", %b: f32", shape, ", %c: f32", shape, ") {\n  %m = Mul(%a, %b)\n  %s = Add(%m, %c)\n  %y = Relu(%s)\n  return %y\n}")},
+      {"bias_gelu_erf (row bcast)", absl::StrCat("graph g(%x: f32", shape, ", %b: f32[", cols, "]) {\n  %h = Add(%x, %b)\n  %k = constant f32[] {0.70710678}\n  %s = Mul(%h, %k)\n  %e = Erf(%s)\n  %one = constant f32[] {1}\n  %p = Add(%e, %one)\n  %half = constant f32[] {0.5}\n  %q = Mul(%h, %half)\n  %y = Mul(%q, %p)\n  return %y\n}")},
+      {"softmax (row kernel)", absl::StrCat("graph g(%x: f32", shape, ") {\n  %y = Softmax(%x) {axis=-1}\n  return %y\n}")},
+  };
+  j["fused"] = nlohmann::json::array();
+  for (const FusedCase& c : cases) {
+    absl::StatusOr<nlohmann::json> r = BenchFused(*dev, o, c, copy_gbs);
+    if (!r.ok()) {
+      std::printf("%-28s FAILED: %s\n", c.name.c_str(), std::string(r.status().message()).c_str());
+      j["fused"].push_back({{"name", c.name}, {"error", std::string(r.status().message())}});
+      continue;
+    }
+    j["fused"].push_back(*r);
+  }
+  if (o.gemm > 0) {
+    GemmShape s;
+    s.m = s.n = s.k = o.gemm;
+    size_t bytes = static_cast<size_t>(o.gemm * o.gemm) * 4;
+    CJIT_ASSIGN_OR_RETURN(auto a, dev->Allocate(bytes));
+    CJIT_ASSIGN_OR_RETURN(auto b, dev->Allocate(bytes));
+    CJIT_ASSIGN_OR_RETURN(auto d, dev->Allocate(bytes));
+    std::vector<float> host(static_cast<size_t>(o.gemm * o.gemm));
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (float& x : host) x = u(rng);
+    CJIT_RETURN_IF_ERROR(dev->CopyToDevice(a->address(), host.data(), bytes));
+    CJIT_RETURN_IF_ERROR(dev->CopyToDevice(b->address(), host.data(), bytes));
+    CJIT_ASSIGN_OR_RETURN(auto plan, MakeGemmPlan(dev, s));
+    CJIT_ASSIGN_OR_RETURN(double ms, TimeMs(*dev, o, [&] { return plan->Run(a->address(), b->address(), 0, d->address()); }));
+    double tflops = 2.0 * static_cast<double>(o.gemm) * o.gemm * o.gemm / (ms * 1e-3) / 1e12;
+    std::printf("%-28s %9.3f ms  %8.1f TFLOP/s (float32, CUBLAS_COMPUTE_32F)\n",
+                absl::StrCat("gemm ", o.gemm, "^3").c_str(), ms, tflops);
+    j["gemm"] = {{"n", o.gemm}, {"ms", ms}, {"tflops", tflops}};
+  }
+  if (!o.json.empty()) std::ofstream(o.json) << j.dump(2) << "\n";
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace cjit
+
+int main(int argc, char** argv) {
+  cjit::Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i], v = argv[i + 1];
+    bool ok = true;
+    if (a == "--elements") ok = absl::SimpleAtoi(v, &o.elements) && o.elements >= 4096;
+    else if (a == "--reps") ok = absl::SimpleAtoi(v, &o.reps) && o.reps > 0;
+    else if (a == "--trials") ok = absl::SimpleAtoi(v, &o.trials) && o.trials > 0;
+    else if (a == "--gemm") ok = absl::SimpleAtoi(v, &o.gemm) && o.gemm >= 0;
+    else if (a == "--json") o.json = v;
+    else ok = false;
+    if (!ok) {
+      std::fprintf(stderr, "cjit-gpu-bench: bad option %s %s\n", a.c_str(), v.c_str());
+      return 2;
+    }
+  }
+  if (argc % 2 == 0) {
+    std::fprintf(stderr, "usage: cjit-gpu-bench [--elements N] [--reps R] [--trials T] [--gemm M] [--json PATH]\n");
+    return 2;
+  }
+  absl::Status st = cjit::Main(o);
+  if (!st.ok()) {
+    std::fprintf(stderr, "cjit-gpu-bench: %s\n", std::string(st.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
