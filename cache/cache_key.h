@@ -22,7 +22,8 @@ namespace cjit {
 // 3: kernel inputs read through strided views (absorbed Transpose/Slice/Expand/Reshape): new meta layout.
 // 4: Conv epilogues as oneDNN post-ops (different kernels for the same cluster).
 // (In-place Concat changes only buffer assignment at run time: no bump.)
-inline constexpr int kCacheFormatVersion = 4;
+// 5: Slice-1 (attribute form) read as a strided view too (different kernels for the same cluster).
+inline constexpr int kCacheFormatVersion = 5;
 
 struct CacheKey {
   std::string canonical;  // full text

@@ -107,6 +107,64 @@ INSTANTIATE_TEST_SUITE_P(All, GpuOpSuite,
                                   (std::get<2>(i.param) ? "_clustered" : "_ops");
                          });
 
+// Single ops the GPU executor lowers to one fused kernel (or a buffer alias) instead of running them on
+// the host: each must run with no host op, and match the CPU fallback.
+class GpuLowering : public ::testing::TestWithParam<std::tuple<std::string, OpCase>> {};
+
+TEST_P(GpuLowering, RunsOnTheDeviceAndMatchesCpuFallback) {
+  const auto& [backend_name, c] = GetParam();
+  CJIT_GET_BACKEND(backend, backend_name);
+  std::shared_ptr<Graph> g = Specialized(c.ir);
+  ASSERT_TRUE(g);
+  std::mt19937 rng(77);
+  std::vector<Tensor> inputs;
+  for (const Value* v : g->inputs()) inputs.push_back(RandomInput(*v, rng));
+  auto cpu = Executor::Create(std::shared_ptr<const Graph>(g->Clone()), 2, nullptr, true);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  auto ref = (*cpu)->Run(inputs);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  GpuPlacement placement;
+  auto got = RunOnGpu(backend, g, inputs, &placement);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(placement.host_ops, 0) << placement.ToString();
+  for (size_t i = 0; i < ref->size(); ++i) {
+    OutputComparison cmp = CompareTensors("out", (*got)[i], (*ref)[i], 2e-5, 1e-6);
+    EXPECT_TRUE(cmp.ok) << c.name << " output " << i << ": " << cmp.problem << " max_abs " << cmp.max_abs;
+  }
+}
+
+std::vector<OpCase> LoweringCases() {
+  auto g = [](const std::string& sig, const std::string& body) { return "graph g(" + sig + ") {\n" + body + "\n}"; };
+  return {
+      {"ReduceMean_trailing2_keep", g("%x: f32[2,3,5,7]", "  %y = ReduceMean(%x) {axes=[2, 3], keepdims=1}\n  return %y")},
+      {"ReduceSum_trailing_nokeep", g("%x: f32[4,6,9]", "  %y = ReduceSum(%x) {axes=[-1], keepdims=0}\n  return %y")},
+      {"ReduceMax_middle_axis", g("%x: f32[3,8,5]", "  %y = ReduceMax(%x) {axes=[1], keepdims=1}\n  return %y")},
+      {"ReduceMin_first_axis_nokeep", g("%x: f32[6,4,3]", "  %y = ReduceMin(%x) {axes=[0], keepdims=0}\n  return %y")},
+      {"ReduceSumSquare_all", g("%x: f32[5,7]", "  %y = ReduceSumSquare(%x) {keepdims=0}\n  return %y")},
+      {"ReduceL2_axes_input", g("%x: f32[2,3,11]", "  %a = constant i64[1] {2}\n  %y = ReduceL2(%x, %a) {keepdims=1}\n  return %y")},
+      {"GlobalAveragePool", g("%x: f32[2,8,6,5]", "  %y = GlobalAveragePool(%x)\n  return %y")},
+      {"GlobalMaxPool", g("%x: f32[1,16,3,7]", "  %y = GlobalMaxPool(%x)\n  return %y")},
+      {"Clip_runtime_bounds", g("%x: f32[4,9], %lo: f32[], %hi: f32[]", "  %y = Clip(%x, %lo, %hi)\n  return %y")},
+      {"Clip_runtime_max_only", g("%x: f32[4,9], %hi: f32[]", "  %y = Clip(%x, _, %hi)\n  return %y")},
+      {"Max_scalar_input", g("%x: f32[4,9], %lo: f32[]", "  %y = Max(%x, %lo)\n  return %y")},
+      {"Transpose_alone", g("%x: f32[3,4,5]", "  %y = Transpose(%x) {perm=[2,0,1]}\n  return %y")},
+      {"Slice_alone", g("%x: f32[3,1,8,6,15]", "  %st = constant i64[1] {1}\n  %en = constant i64[1] {2}\n  %ax = constant i64[1] {0}\n  %y = Slice(%x, %st, %en, %ax)\n  return %y")},
+      {"Expand_alone", g("%x: f32[3,1]", "  %sh = constant i64[3] {2, 3, 4}\n  %y = Expand(%x, %sh)\n  return %y")},
+      {"Gather_const_scalar", g("%x: f32[2,5,7]", "  %i = constant i64[] {-2}\n  %y = Gather(%x, %i) {axis=1}\n  return %y")},
+      {"Gather_const_one", g("%x: f32[4,3]", "  %i = constant i64[1] {2}\n  %y = Gather(%x, %i) {axis=0}\n  return %y")},
+      {"Concat_axis1_f32", g("%x: f32[2,3,4], %y: f32[2,5,4]", "  %c = Concat(%x, %y) {axis=1}\n  return %c")},
+      {"Concat_last_i64", g("%x: i64[3,2], %y: i64[3,1], %z: i64[3,4]", "  %c = Concat(%x, %y, %z) {axis=-1}\n  return %c")},
+      {"Concat_axis0_empty", g("%x: f32[0,3], %y: f32[2,3]", "  %c = Concat(%x, %y) {axis=0}\n  return %c")},
+      {"Reshape_chain_i64", g("%x: i64[2,6]", "  %s = constant i64[2] {3, 4}\n  %y = Reshape(%x, %s)\n  %z = Flatten(%y) {axis=0}\n  return %z")},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(All, GpuLowering,
+                         ::testing::Combine(::testing::Values("host", "cuda"), ::testing::ValuesIn(LoweringCases())),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, OpCase>>& i) {
+                           return std::get<0>(i.param) + "_" + std::get<1>(i.param).name;
+                         });
+
 // cuBLASLt products against float64 host math, and that they really ran on cuBLASLt.
 struct GemmCase {
   std::string name, ir;

@@ -151,6 +151,8 @@ std::vector<OpCase> OpSuiteCases() {
   %z = Exp(%m)
   return %z
 })"});
+  // Slice-1 (opset < 10): bounds as attributes, also read as a strided view.
+  cases.push_back({"Slice1AttrIntoNeg_f32", "graph g(%x: f32[3,1,8,6,5]) {\n  %s = Slice(%x) {starts=[1, 2], ends=[2, -1], axes=[0, 3]}\n  %z = Neg(%s)\n  return %z\n}"});
   cases.push_back({"ExpandReshapeChain_f32", R"(graph g(%x: f32[3,1], %y: f32[3,4]) {
   %sh = constant i64[2] {3, 4}
   %e = Expand(%x, %sh)

@@ -128,13 +128,21 @@ View Resolve(const Value* v, const std::set<const Node*>& body_nodes) {
     return out;
   }
   if (op == "Slice") {
-    if (n->HasAttr("starts") || n->inputs.size() < 3) return dense;
-    std::vector<int64_t> starts = n->inputs[1]->constant->ToInt64Vector();
-    std::vector<int64_t> axes, steps;
-    if (n->input(3)) axes = n->input(3)->constant->ToInt64Vector();
-    if (n->input(4)) steps = n->input(4)->constant->ToInt64Vector();
+    std::vector<int64_t> starts, axes, steps;
+    if (n->HasAttr("starts")) {  // Slice-1: starts/ends/axes attributes, unit steps
+      starts = n->GetInts("starts");
+      axes = n->GetInts("axes");
+    } else {
+      if (n->inputs.size() < 3 || !n->input(1)) return dense;
+      starts = n->inputs[1]->constant->ToInt64Vector();
+      if (n->input(3)) axes = n->input(3)->constant->ToInt64Vector();
+      if (n->input(4)) steps = n->input(4)->constant->ToInt64Vector();
+    }
     if (axes.empty()) for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
     if (steps.empty()) steps.assign(starts.size(), 1);
+    if (axes.size() != starts.size() || steps.size() != starts.size()) return dense;
+    for (int64_t st : steps)
+      if (st == 0) return dense;
     out.strides = in.strides;
     for (size_t k = 0; k < starts.size(); ++k) {
       int64_t a = axes[k] < 0 ? axes[k] + static_cast<int64_t>(ud.size()) : axes[k];

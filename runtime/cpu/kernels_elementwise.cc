@@ -423,7 +423,11 @@ absl::Status Clip(KernelContext& ctx) {
     if (ctx.node->HasAttr("max")) hi = static_cast<A>(ctx.node->GetFloat("max", 0));
     if (ctx.has(1) && ctx.in(1).numel() > 0) lo = static_cast<A>(ctx.in(1).data<T>()[0]);
     if (ctx.has(2) && ctx.in(2).numel() > 0) hi = static_cast<A>(ctx.in(2).data<T>()[0]);
-    UnaryLoop<T>(x, y, ctx.threads, [=](A v) -> A { return v < lo ? lo : (v > hi ? hi : v); });
+    // min(max(v, lo), hi): with lo > hi every value becomes hi (ONNX Clip-13); NaN stays NaN.
+    UnaryLoop<T>(x, y, ctx.threads, [=](A v) -> A {
+      A t = v < lo ? lo : v;
+      return t > hi ? hi : t;
+    });
   });
 }
 

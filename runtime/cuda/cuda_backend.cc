@@ -46,6 +46,10 @@ class CudaBackend : public DeviceBackend {
   }
   absl::Status CopyToHost(void* dst, uint64_t src, size_t bytes) const override { return dev_->CopyToHost(dst, src, bytes); }
   absl::Status Fill(uint64_t dst, uint8_t byte, size_t bytes) const override { return dev_->Fill(dst, byte, bytes); }
+  absl::Status Copy2D(uint64_t dst, size_t dst_pitch, uint64_t src, size_t src_pitch, size_t width,
+                      size_t height) const override {
+    return dev_->Copy2D(dst, dst_pitch, src, src_pitch, width, height);
+  }
   absl::Status Synchronize() const override { return dev_->Synchronize(); }
 
   absl::StatusOr<std::vector<std::shared_ptr<const FusedKernelHandle>>> CompileKernels(const FusionPlan& plan,

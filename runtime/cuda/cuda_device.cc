@@ -125,6 +125,9 @@ absl::StatusOr<CudaDevice*> CudaDevice::Get(int ordinal, const std::string& allo
   CJIT_CU_RETURN_IF_ERROR(*api, cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->device_));
   CJIT_CU_RETURN_IF_ERROR(*api, cuDeviceGetAttribute(&d->sms_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d->device_));
   d->sm_ = absl::StrCat("sm_", major * 10 + minor);
+  int max_pitch = 0;
+  CJIT_CU_RETURN_IF_ERROR(*api, cuDeviceGetAttribute(&max_pitch, CU_DEVICE_ATTRIBUTE_MAX_PITCH, d->device_));
+  d->max_pitch_ = max_pitch;
   CJIT_CU_RETURN_IF_ERROR(*api, cuDevicePrimaryCtxRetain(&d->context_, d->device_));
   CJIT_RETURN_IF_ERROR(d->MakeCurrent());
   CJIT_CU_RETURN_IF_ERROR(*api, cuStreamCreate(&d->stream_, CU_STREAM_NON_BLOCKING));
@@ -174,6 +177,27 @@ absl::Status CudaDevice::CopyOnDevice(CUdeviceptr dst, CUdeviceptr src, size_t b
 absl::Status CudaDevice::Fill(CUdeviceptr dst, uint8_t byte, size_t bytes) const {
   if (bytes == 0) return absl::OkStatus();
   CJIT_CU_RETURN_IF_ERROR(*api_, cuMemsetD8Async(dst, byte, bytes, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::Copy2D(CUdeviceptr dst, size_t dst_pitch, CUdeviceptr src, size_t src_pitch, size_t width,
+                                size_t height) const {
+  if (width == 0 || height == 0) return absl::OkStatus();
+  if (height == 1 || (width == dst_pitch && width == src_pitch)) return CopyOnDevice(dst, src, width * height);
+  if (static_cast<int64_t>(std::max(dst_pitch, src_pitch)) > max_pitch_) {
+    for (size_t r = 0; r < height; ++r) CJIT_RETURN_IF_ERROR(CopyOnDevice(dst + r * dst_pitch, src + r * src_pitch, width));
+    return absl::OkStatus();
+  }
+  CUDA_MEMCPY2D c = {};
+  c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.srcDevice = src;
+  c.srcPitch = src_pitch;
+  c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.dstDevice = dst;
+  c.dstPitch = dst_pitch;
+  c.WidthInBytes = width;
+  c.Height = height;
+  CJIT_CU_RETURN_IF_ERROR(*api_, cuMemcpy2DAsync(&c, stream_));
   return absl::OkStatus();
 }
 

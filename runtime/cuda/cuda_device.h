@@ -69,6 +69,10 @@ class CudaDevice {
   absl::Status CopyToHost(void* dst, CUdeviceptr src, size_t bytes) const;
   absl::Status CopyOnDevice(CUdeviceptr dst, CUdeviceptr src, size_t bytes) const;
   absl::Status Fill(CUdeviceptr dst, uint8_t byte, size_t bytes) const;  // enqueued
+  // Enqueued pitched copy of `height` rows of `width` bytes (cuMemcpy2DAsync; row by row where a pitch
+  // exceeds the device's limit).
+  absl::Status Copy2D(CUdeviceptr dst, size_t dst_pitch, CUdeviceptr src, size_t src_pitch, size_t width,
+                      size_t height) const;
   absl::Status Synchronize() const;
 
   // Loads PTX through the driver's JIT (cuModuleLoadDataEx); errors include the JIT error log.
@@ -84,6 +88,7 @@ class CudaDevice {
   CUstream stream_ = nullptr;
   std::string name_, sm_, allocator_name_;
   int sms_ = 1;
+  int64_t max_pitch_ = 0;
   std::unique_ptr<DeviceAllocator> allocator_;
 };
 

@@ -82,6 +82,9 @@ class DeviceBackend {
   virtual absl::Status CopyToDevice(uint64_t dst, const void* src, size_t bytes) const = 0;
   virtual absl::Status CopyToHost(void* dst, uint64_t src, size_t bytes) const = 0;
   virtual absl::Status Fill(uint64_t dst, uint8_t byte, size_t bytes) const = 0;
+  // Enqueued device -> device copy of `height` rows of `width` bytes between pitched layouts.
+  virtual absl::Status Copy2D(uint64_t dst, size_t dst_pitch, uint64_t src, size_t src_pitch, size_t width,
+                              size_t height) const = 0;
   virtual absl::Status Synchronize() const = 0;
   // One handle per plan.kernels entry (same order). `compiled` (optional) is increased by the number of
   // code generations this needed (kernels may come from a process-wide cache).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -41,14 +42,14 @@ std::string GpuPlacement::ToString() const {
   std::string host;
   for (const auto& [op, count] : host_op_types) absl::StrAppend(&host, host.empty() ? "" : ", ", op, " x", count);
   return absl::StrCat(device, " (code for ", target, "): ", fused_kernels, " fused kernels, ", op_kernels,
-                      " single-op kernels, ", gemms, " GEMM calls, ", host_ops, " host ops",
+                      " single-op kernels, ", gemms, " GEMM calls, ", aliases, " reshapes as aliases, ", copies, " concats as copies, ", host_ops, " host ops",
                       host.empty() ? "" : absl::StrCat(" (", host, ")"), "; ", compiles,
                       " kernel compilations in ", static_cast<int64_t>(compile_ms), " ms");
 }
 
 struct GpuExecutor::Impl {
   struct Step {
-    enum class Kind { kKernel, kGemm, kHost };
+    enum class Kind { kKernel, kGemm, kHost, kAlias, kConcat };
     Kind kind = Kind::kHost;
     std::vector<int> in, implicit, out;  // kGemm: in = {a, b, bias or -1}
     std::vector<int> free_after;
@@ -59,6 +60,10 @@ struct GpuExecutor::Impl {
     bool row_kernel = false;
     // kGemm
     std::unique_ptr<GemmOp> gemm;
+    // kConcat: input i goes to byte offset concat_offset[i] of each of `concat_rows` output rows, as a
+    // block of concat_width[i] bytes; an output row is concat_pitch bytes.
+    std::vector<size_t> concat_offset, concat_width;
+    size_t concat_rows = 0, concat_pitch = 0;
     // kHost
     const Node* node = nullptr;
     const KernelFn* kernel = nullptr;
@@ -110,6 +115,8 @@ struct GpuExecutor::Impl {
   absl::Status AddHost(const Node& n, const std::vector<PostOp>* post_ops, const Value* output);
   absl::StatusOr<bool> TryGemm(const Node& n);
   absl::StatusOr<bool> TrySingleOpKernel(const Node& n);
+  bool TryConcat(const Node& n);
+  void AddAlias(int from, int to);
   absl::StatusOr<std::shared_ptr<DeviceMemory>> Upload(const void* data, size_t bytes) {
     CJIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceMemory> b, device->Allocate(std::max<size_t>(bytes, 8)));
     CJIT_RETURN_IF_ERROR(device->CopyToDevice(b->address(), data, bytes));
@@ -244,55 +251,238 @@ absl::StatusOr<bool> GpuExecutor::Impl::TryGemm(const Node& n) {
   return true;
 }
 
+// A one-op body graph for a single op on the device: the op itself, or an equivalent the fusion plan makes
+// one kernel of (see LowerSingleOp).
+struct SingleOpBody {
+  std::unique_ptr<Graph> graph = std::make_unique<Graph>();
+  std::map<const Value*, Value*> inputs;  // outer value -> body input or constant
+  Value* result = nullptr;                // body value holding the op's output 0 (same elements, maybe other dims)
+
+  Value* In(const Value* v) {
+    auto it = inputs.find(v);
+    if (it != inputs.end()) return it->second;
+    Value* bv = v->is_constant() ? graph->AddConstant(v->name, *v->constant) : graph->AddInput(v->name, v->dtype, v->shape);
+    inputs.emplace(v, bv);
+    return bv;
+  }
+  Value* Add(const std::string& op, const std::string& name, std::vector<Value*> ins, DType dtype, const Dims& dims,
+             std::map<std::string, Attribute> attrs = {}, int64_t opset = 0) {
+    Node* n = graph->AddNode(op, name, std::move(ins), {name + ":0"});
+    n->attrs = std::move(attrs);
+    n->opset_version = opset;
+    n->outputs[0]->dtype = dtype;
+    n->outputs[0]->shape = Shape::Of(dims);
+    return n->outputs[0];
+  }
+  Value* ConstI64(const std::string& name, const std::vector<int64_t>& values) {
+    Tensor t(DType::kI64, {static_cast<int64_t>(values.size())});
+    for (size_t i = 0; i < values.size(); ++i) t.data<int64_t>()[i] = values[i];
+    return graph->AddConstant(name, std::move(t));
+  }
+};
+
+Attribute IntsAttr(std::vector<int64_t> v) {
+  Attribute a;
+  a.kind = Attribute::Kind::kInts;
+  a.ints = std::move(v);
+  return a;
+}
+Attribute IntAttr(int64_t v) {
+  Attribute a;
+  a.kind = Attribute::Kind::kInt;
+  a.i = v;
+  return a;
+}
+
+// Reduced axes of a Reduce* op (attribute or constant input; empty = all unless noop_with_empty_axes),
+// sorted and non-negative; nullopt when not known at placement time.
+std::optional<std::vector<int64_t>> ReducedAxes(const Node& n, int rank) {
+  std::vector<int64_t> axes = n.GetInts("axes");
+  if (axes.empty() && n.inputs.size() > 1 && n.inputs[1]) {
+    if (!n.inputs[1]->is_constant()) return std::nullopt;
+    axes = n.inputs[1]->constant->ToInt64Vector();
+  }
+  if (axes.empty()) {
+    if (n.GetInt("noop_with_empty_axes", 0) != 0) return std::nullopt;
+    for (int i = 0; i < rank; ++i) axes.push_back(i);
+  }
+  for (int64_t& a : axes) {
+    if (a < 0) a += rank;
+    if (a < 0 || a >= rank) return std::nullopt;
+  }
+  std::sort(axes.begin(), axes.end());
+  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+  return axes;
+}
+
+// Builds the one-op body for `n`, or returns null when no single fused kernel computes it:
+//  * fusible elementwise ops and last-axis reductions: the op itself;
+//  * Transpose / Slice / Expand (float32): the view read by an Identity copy;
+//  * Clip with runtime scalar bounds: Max then Min;
+//  * Reduce* over trailing axes, or over one other axis, and GlobalAverage/MaxPool: a last-axis reduction
+//    of a reshaped (dense) or transposed view; the result has the op's elements in other dims.
+std::unique_ptr<SingleOpBody> LowerSingleOp(const Node& n) {
+  if (n.outputs.size() != 1 || !n.outputs[0] || !StaticF32(n.outputs[0]) || !StaticF32(n.input(0))) return nullptr;
+  auto b = std::make_unique<SingleOpBody>();
+  const Value* out = n.outputs[0];
+  Dims od = out->shape.concrete(), xd = n.input(0)->shape.concrete();
+  int r = static_cast<int>(xd.size());
+  static const std::set<std::string> kReduce = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSumSquare", "ReduceL2"};
+  if (IsFusibleElementwise(n) || IsRowReduction(n) || ViewOps().count(n.op_type)) {
+    std::vector<Value*> ins;
+    for (const Value* v : n.inputs) ins.push_back(v ? b->In(v) : nullptr);
+    Node* bn = b->graph->AddNode(n.op_type, n.name, ins, {out->name});
+    bn->domain = n.domain;
+    bn->opset_version = n.opset_version;
+    bn->attrs = n.attrs;
+    bn->outputs[0]->dtype = out->dtype;
+    bn->outputs[0]->shape = out->shape;
+    b->result = bn->outputs[0];
+    if (ViewOps().count(n.op_type) && n.op_type != "Identity") {
+      b->result = b->Add("Identity", n.name + "/copy", {b->result}, DType::kF32, od);
+    }
+  } else if (n.op_type == "Gather" && n.input(1) && n.input(1)->is_constant() &&
+             n.input(1)->constant->numel() == 1 && n.input(1)->shape.rank() <= 1) {
+    // One constant index: a Slice of one position along the axis (the output drops or keeps that 1).
+    int64_t axis = n.GetInt("axis", 0);
+    if (axis < 0) axis += r;
+    if (axis < 0 || axis >= r) return nullptr;
+    int64_t i = n.input(1)->constant->ToInt64Vector()[0];
+    if (i < 0) i += xd[axis];
+    if (i < 0 || i >= xd[axis]) return nullptr;
+    Dims sd = xd;
+    sd[axis] = 1;
+    Value* s = b->Add("Slice", n.name + "/slice",
+                      {b->In(n.input(0)), b->ConstI64(n.name + "/start", {i}), b->ConstI64(n.name + "/end", {i + 1}),
+                       b->ConstI64(n.name + "/axis", {axis})},
+                      DType::kF32, sd, {}, 13);
+    b->result = b->Add("Identity", n.name + "/copy", {s}, DType::kF32, sd);
+  } else if (n.op_type == "Clip" && !n.HasAttr("min") && !n.HasAttr("max")) {
+    Value* x = b->In(n.input(0));
+    for (int i = 1; i <= 2; ++i) {
+      const Value* bound = n.input(i);
+      if (!bound) continue;
+      if (bound->dtype != DType::kF32 || !bound->shape.fully_known() || NumElements(bound->shape.concrete()) != 1) {
+        return nullptr;
+      }
+      x = b->Add(i == 1 ? "Max" : "Min", absl::StrCat(n.name, i == 1 ? "/max" : "/min"), {x, b->In(bound)}, DType::kF32, od);
+    }
+    b->result = x;
+  } else if (kReduce.count(n.op_type) || n.op_type == "GlobalAveragePool" || n.op_type == "GlobalMaxPool") {
+    std::string op = n.op_type == "GlobalAveragePool" ? "ReduceMean" : n.op_type == "GlobalMaxPool" ? "ReduceMax" : n.op_type;
+    std::vector<int64_t> axes;
+    if (kReduce.count(n.op_type)) {
+      std::optional<std::vector<int64_t>> a = ReducedAxes(n, r);
+      if (!a || a->empty()) return nullptr;
+      axes = *a;
+    } else {
+      for (int i = 2; i < r; ++i) axes.push_back(i);
+      if (axes.empty()) return nullptr;
+    }
+    std::vector<int64_t> kept;
+    int64_t reduced = 1;
+    for (int i = 0; i < r; ++i) {
+      if (std::find(axes.begin(), axes.end(), i) == axes.end()) kept.push_back(i);
+      else reduced *= xd[i];
+    }
+    if (reduced == 0) return nullptr;
+    Dims row_in, row_out;
+    for (int64_t i : kept) row_in.push_back(xd[i]);
+    row_in.push_back(reduced);
+    row_out = row_in;
+    row_out.back() = 1;
+    if (NumElements(row_out) != NumElements(od)) return nullptr;
+    Value* x = b->In(n.input(0));
+    bool trailing = axes.front() == r - static_cast<int64_t>(axes.size()) && axes.back() == r - 1;
+    if (trailing) {
+      x = b->Add("Reshape", n.name + "/rows", {x, b->ConstI64(n.name + "/rows_shape", row_in)}, DType::kF32, row_in, {}, 14);
+    } else if (axes.size() == 1) {
+      std::vector<int64_t> perm = kept;
+      perm.push_back(axes[0]);
+      x = b->Add("Transpose", n.name + "/rows", {x}, DType::kF32, row_in, {{"perm", IntsAttr(perm)}});
+    } else {
+      return nullptr;
+    }
+    b->result = b->Add(op, n.name + "/reduce", {x}, DType::kF32, row_out, {{"axes", IntsAttr({-1})}, {"keepdims", IntAttr(1)}}, 11);
+  } else {
+    return nullptr;
+  }
+  b->graph->AddOutput(b->result);
+  return b;
+}
+
+bool IsReshapeLike(const Node& n) {
+  static const std::set<std::string> kOps = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"};
+  return kOps.count(n.op_type) && n.outputs.size() == 1 && n.outputs[0] && n.input(0) &&
+         n.outputs[0]->shape.fully_known() && n.input(0)->shape.fully_known() && n.outputs[0]->dtype == n.input(0)->dtype &&
+         NumElements(n.outputs[0]->shape.concrete()) == NumElements(n.input(0)->shape.concrete());
+}
+
 absl::StatusOr<bool> GpuExecutor::Impl::TrySingleOpKernel(const Node& n) {
-  bool elementwise = IsFusibleElementwise(n) || IsRowReduction(n);
-  bool view = ViewOps().count(n.op_type) && n.outputs.size() == 1 && StaticF32(n.outputs[0]) && StaticF32(n.input(0));
-  if (!elementwise && !view) return false;
-  auto body = std::make_unique<Graph>();
-  std::map<const Value*, Value*> mapped;
-  std::vector<Value*> ins;
-  for (const Value* v : n.inputs) {
-    if (v == nullptr) {
-      ins.push_back(nullptr);
-      continue;
-    }
-    auto it = mapped.find(v);
-    if (it == mapped.end()) {
-      Value* bv = v->is_constant() ? body->AddConstant(v->name, *v->constant) : body->AddInput(v->name, v->dtype, v->shape);
-      it = mapped.emplace(v, bv).first;
-    }
-    ins.push_back(it->second);
+  if (IsReshapeLike(n)) {  // same bytes, other dims: an alias, on the device or on the host
+    AddAlias(Slot(n.input(0)), Slot(n.outputs[0]));
+    return true;
   }
-  std::vector<std::string> out_names;
-  for (const Value* v : n.outputs) out_names.push_back(v ? v->name : "");
-  Node* bn = body->AddNode(n.op_type, n.name, ins, out_names);
-  bn->domain = n.domain;
-  bn->opset_version = n.opset_version;
-  bn->attrs = n.attrs;
-  for (size_t j = 0; j < n.outputs.size(); ++j) {
-    if (!n.outputs[j] || !bn->outputs[j]) continue;
-    bn->outputs[j]->dtype = n.outputs[j]->dtype;
-    bn->outputs[j]->shape = n.outputs[j]->shape;
-  }
-  Value* result = bn->outputs[0];
-  if (view && n.op_type != "Identity") {
-    Node* copy = body->AddNode("Identity", n.name + "/copy", {result}, {n.outputs[0]->name + "/copy"});
-    copy->outputs[0]->dtype = result->dtype;
-    copy->outputs[0]->shape = result->shape;
-    result = copy->outputs[0];
-  }
-  body->AddOutput(result);
-  absl::StatusOr<FusionPlan> plan = BuildFusionPlan(*body);
+  std::unique_ptr<SingleOpBody> body = LowerSingleOp(n);
+  if (!body) return false;
+  absl::StatusOr<FusionPlan> plan = BuildFusionPlan(*body->graph);
   if (!plan.ok() || plan->kernels.size() != 1 || plan->steps.size() != 1 ||
       plan->steps[0].kind != PlanStep::Kind::kFused) {
+    VLOG(2) << n.Describe() << ": no single-kernel plan for its GPU lowering";
     return false;
   }
-  for (const auto& [outer, inner] : mapped) slot_of[inner] = Slot(outer);
+  for (const auto& [outer, inner] : body->inputs) slot_of[inner] = Slot(outer);
   CJIT_ASSIGN_OR_RETURN(bool placed, PlacePlan(*plan, true));
   if (!placed) return false;
-  slot_of[n.outputs[0]] = Slot(result);
-  owned.push_back(std::move(body));
+  if (body->result->shape.concrete() == n.outputs[0]->shape.concrete()) {
+    slot_of[n.outputs[0]] = Slot(body->result);
+  } else {
+    AddAlias(Slot(body->result), Slot(n.outputs[0]));
+  }
+  owned.push_back(std::move(body->graph));
   return true;
+}
+
+// Concat (any dtype, static shapes) as pitched device-to-device copies: no kernel, no host round trip.
+bool GpuExecutor::Impl::TryConcat(const Node& n) {
+  if (n.op_type != "Concat" || n.outputs.size() != 1 || !n.outputs[0] || !n.outputs[0]->shape.fully_known()) return false;
+  Dims od = n.outputs[0]->shape.concrete();
+  int r = static_cast<int>(od.size());
+  int64_t axis = n.GetInt("axis", 0);
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis >= r) return false;
+  size_t elem = DTypeSize(n.outputs[0]->dtype);
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; ++i) outer *= od[i];
+  for (int i = static_cast<int>(axis) + 1; i < r; ++i) inner *= od[i];
+  Step st;
+  st.kind = Step::Kind::kConcat;
+  st.node = &n;
+  size_t offset = 0;
+  for (const Value* v : n.inputs) {
+    if (!v || !v->shape.fully_known() || v->dtype != n.outputs[0]->dtype || v->shape.rank() != r) return false;
+    size_t width = static_cast<size_t>(v->shape.concrete()[axis] * inner) * elem;
+    st.in.push_back(Slot(v));
+    st.concat_offset.push_back(offset);
+    st.concat_width.push_back(width);
+    offset += width;
+  }
+  st.concat_rows = static_cast<size_t>(outer);
+  st.concat_pitch = offset;
+  if (offset != static_cast<size_t>(od[axis] * inner) * elem) return false;
+  st.out = {Slot(n.outputs[0])};
+  steps.push_back(std::move(st));
+  ++placement.copies;
+  return true;
+}
+
+void GpuExecutor::Impl::AddAlias(int from, int to) {
+  Step st;
+  st.kind = Step::Kind::kAlias;
+  st.in = {from};
+  st.out = {to};
+  steps.push_back(std::move(st));
+  ++placement.aliases;
 }
 
 absl::Status GpuExecutor::Impl::AddHost(const Node& n, const std::vector<PostOp>* post_ops, const Value* output) {
@@ -314,6 +504,12 @@ absl::Status GpuExecutor::Impl::AddHost(const Node& n, const std::vector<PostOp>
     if (v && (!v->shape.fully_known() || v->dtype == DType::kInvalid)) st.static_shapes = false;
     st.inferred.push_back(v ? InferOutput{v->dtype, v->shape} : InferOutput{});
   }
+  if (VLOG_IS_ON(2)) {
+    std::string ins;
+    for (const Value* v : n.inputs)
+      if (v) absl::StrAppend(&ins, ins.empty() ? "" : ", ", DTypeName(v->dtype), v->shape.ToString(), v->is_constant() ? " const" : "");
+    VLOG(2) << "GPU placement: " << n.Describe() << " runs on the host (inputs " << ins << ")";
+  }
   steps.push_back(std::move(st));
   ++placement.host_ops;
   ++placement.host_op_types[n.op_type];
@@ -327,6 +523,7 @@ absl::Status GpuExecutor::Impl::PlaceNode(const Node& n, const std::vector<PostO
     if (gemm) return absl::OkStatus();
     CJIT_ASSIGN_OR_RETURN(bool kernel, TrySingleOpKernel(n));
     if (kernel) return absl::OkStatus();
+    if (TryConcat(n)) return absl::OkStatus();
     output = nullptr;
   }
   return AddHost(n, post_ops, output);
@@ -458,6 +655,29 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::vector<Tensor>& 
         }
         FusedLaunchArgs launch{st.rows, st.row_elems, st.row_kernel, st.meta->address(), st.consts->address()};
         CJIT_RETURN_IF_ERROR(dev.LaunchFused(*st.fn, launch, ptrs));
+        break;
+      }
+      case Impl::Step::Kind::kAlias: {  // same elements, the output's dims
+        int from = st.in[0], to = st.out[0];
+        if (on_device[from]) {
+          on_device[to] = on_device[from];
+          host[to] = Tensor();
+        } else {
+          CJIT_RETURN_IF_ERROR(ensure_host(from));
+          host[to] = host[from].Reshaped(m.slots[to].dims);
+          on_device[to] = nullptr;
+        }
+        break;
+      }
+      case Impl::Step::Kind::kConcat: {
+        CJIT_RETURN_IF_ERROR(allocate_output(st.out[0]));
+        uint64_t dst = on_device[st.out[0]]->address();
+        for (size_t i = 0; i < st.in.size(); ++i) {
+          if (st.concat_width[i] == 0 || st.concat_rows == 0) continue;
+          CJIT_RETURN_IF_ERROR(ensure_device(st.in[i]));
+          CJIT_RETURN_IF_ERROR(dev.Copy2D(dst + st.concat_offset[i], st.concat_pitch, on_device[st.in[i]]->address(),
+                                          st.concat_width[i], st.concat_width[i], st.concat_rows));
+        }
         break;
       }
       case Impl::Step::Kind::kGemm: {

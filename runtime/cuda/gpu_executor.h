@@ -46,6 +46,8 @@ struct GpuPlacement {
   int fused_kernels = 0;  // launches per run from cluster plans
   int op_kernels = 0;     // launches per run of single-op kernels
   int gemms = 0;          // GEMM library calls per run
+  int aliases = 0;        // reshapes that only relabel a buffer's dims
+  int copies = 0;         // Concat ops done as device-to-device copies
   int host_ops = 0;       // ops run on the host per run
   std::map<std::string, int> host_op_types;
   int compiles = 0;       // code generations this graph needed (others came from the process's kernel cache)

@@ -77,6 +77,13 @@ class HostBackend : public DeviceBackend {
     std::memset(reinterpret_cast<void*>(dst), byte, bytes);
     return absl::OkStatus();
   }
+  absl::Status Copy2D(uint64_t dst, size_t dst_pitch, uint64_t src, size_t src_pitch, size_t width,
+                      size_t height) const override {
+    for (size_t r = 0; r < height; ++r) {
+      std::memcpy(reinterpret_cast<void*>(dst + r * dst_pitch), reinterpret_cast<const void*>(src + r * src_pitch), width);
+    }
+    return absl::OkStatus();
+  }
   absl::Status Synchronize() const override { return absl::OkStatus(); }
 
   absl::StatusOr<std::vector<std::shared_ptr<const FusedKernelHandle>>> CompileKernels(const FusionPlan& plan,
