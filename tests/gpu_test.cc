@@ -155,6 +155,12 @@ std::vector<OpCase> LoweringCases() {
       {"Concat_axis1_f32", g("%x: f32[2,3,4], %y: f32[2,5,4]", "  %c = Concat(%x, %y) {axis=1}\n  return %c")},
       {"Concat_last_i64", g("%x: i64[3,2], %y: i64[3,1], %z: i64[3,4]", "  %c = Concat(%x, %y, %z) {axis=-1}\n  return %c")},
       {"Concat_axis0_empty", g("%x: f32[0,3], %y: f32[2,3]", "  %c = Concat(%x, %y) {axis=0}\n  return %c")},
+      {"Conv2d_pads_bias", g("%x: f32[2,4,9,8], %w: f32[6,4,3,3], %b: f32[6]", "  %y = Conv(%x, %w, %b) {pads=[1, 1, 1, 1]}\n  return %y")},
+      {"Conv2d_stride_dilation", g("%x: f32[1,3,13,11], %w: f32[5,3,3,2]", "  %y = Conv(%x, %w) {strides=[2, 1], dilations=[2, 3], pads=[2, 1, 2, 1]}\n  return %y")},
+      {"Conv2d_depthwise_same_upper", g("%x: f32[1,8,10,10], %w: f32[8,1,3,3]", "  %y = Conv(%x, %w) {group=8, auto_pad=\"SAME_UPPER\", strides=[2, 2]}\n  return %y")},
+      {"Conv2d_grouped_1x1", g("%x: f32[2,6,5,7], %w: f32[4,3,1,1], %b: f32[4]", "  %y = Conv(%x, %w, %b) {group=2}\n  return %y")},
+      {"Conv1d_pads", g("%x: f32[2,3,20], %w: f32[4,3,5]", "  %y = Conv(%x, %w) {pads=[2, 2], strides=[3]}\n  return %y")},
+      {"Conv_relu_epilogue_cluster", g("%x: f32[1,4,6,6], %w: f32[4,4,3,3]", "  %c = Conv(%x, %w) {pads=[1, 1, 1, 1]}\n  %y = Relu(%c)\n  return %y")},
       {"Reshape_chain_i64", g("%x: i64[2,6]", "  %s = constant i64[2] {3, 4}\n  %y = Reshape(%x, %s)\n  %z = Flatten(%y) {axis=0}\n  return %z")},
   };
 }

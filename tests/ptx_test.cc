@@ -35,7 +35,9 @@ TEST_P(PtxTest, EveryClusterAssembles) {
   int clusters = 0;
   for (const auto& node : (*g)->nodes()) {
     if (node->op_type != kClusterOp) continue;
-    auto plan = BuildFusionPlan(*node->GetGraph("body"));
+    FusionPlanOptions gpu;  // as the GPU runtime plans clusters: Conv epilogues stay fused kernels
+    gpu.conv_post_ops = false;
+    auto plan = BuildFusionPlan(*node->GetGraph("body"), gpu);
     ASSERT_TRUE(plan.ok()) << plan.status();
     PtxOptions po;
     po.gpu_arch = arch;

@@ -445,7 +445,9 @@ int CmdCompile(const std::string& model, const std::vector<std::string>& input_a
   for (const auto& node : (*graph)->nodes()) {
     if (node->op_type != kClusterOp) continue;
     const Graph* body = node->GetGraph("body");
-    auto plan = BuildFusionPlan(*body);
+    FusionPlanOptions gpu;  // as the GPU runtime plans clusters: Conv epilogues stay fused kernels
+    gpu.conv_post_ops = false;
+    auto plan = BuildFusionPlan(*body, gpu);
     if (!plan.ok()) return Fail(plan.status());
     PtxOptions po;
     po.gpu_arch = target;

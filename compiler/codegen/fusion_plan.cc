@@ -278,7 +278,7 @@ std::vector<const Node*> MatchPostOps(const Node& conv, const std::map<const Val
 
 }  // namespace
 
-absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body) {
+absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOptions& options) {
   CJIT_ASSIGN_OR_RETURN(std::vector<Node*> order, body.TopologicalOrder());
   int n = static_cast<int>(order.size());
   std::unordered_map<const Node*, int> index;
@@ -298,7 +298,7 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body) {
   std::vector<int> owner(n, -1);  // absorbed node -> the Conv that applies it
   std::map<int, std::pair<std::vector<PostOp>, const Value*>> post;
   for (int i = 0; i < n; ++i) {
-    if (order[i]->op_type != "Conv" || owner[i] >= 0) continue;
+    if (!options.conv_post_ops || order[i]->op_type != "Conv" || owner[i] >= 0) continue;
     std::vector<PostOp> ops;
     const Value* final_value = nullptr;
     std::vector<const Node*> absorbed = MatchPostOps(*order[i], readers, outputs_set, &ops, &final_value);

@@ -75,7 +75,13 @@ bool IsRowReduction(const Node& node);
 // Scalar float32 constants are folded into the generated code rather than passed as inputs.
 bool IsScalarConstant(const Value* v);
 
-absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body);
+struct FusionPlanOptions {
+  // Absorb elementwise ops after a float32 Conv into the Conv step as PostOps (oneDNN, on the CPU). The GPU
+  // runtime turns this off: its Conv library (cuDNN) takes no such chains, so they stay fused kernels.
+  bool conv_post_ops = true;
+};
+
+absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOptions& options = {});
 
 }  // namespace cjit
 

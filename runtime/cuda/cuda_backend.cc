@@ -12,6 +12,7 @@
 #include "compiler/ir/status_macros.h"
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda_device.h"
+#include "runtime/cuda/cudnn_conv.h"
 #include "runtime/cuda/device_backend.h"
 #include "runtime/cuda/fused_launch.h"
 
@@ -100,6 +101,9 @@ class CudaBackend : public DeviceBackend {
 
   absl::StatusOr<std::unique_ptr<GemmOp>> MakeGemm(const GemmShape& shape) const override {
     return MakeGemmPlan(dev_, shape);
+  }
+  absl::StatusOr<std::unique_ptr<ConvOp>> MakeConv(const ConvShape& shape) const override {
+    return MakeCudnnConv(dev_, shape);
   }
 
  private:

@@ -69,6 +69,26 @@ class GemmOp {
   virtual absl::Status Run(uint64_t a, uint64_t b, uint64_t bias, uint64_t d) const = 0;
 };
 
+// NCHW float32 2-D convolution (ONNX Conv; 1-D convolutions as H = 1,
+// https://onnx.ai/onnx/operators/onnx__Conv.html), cross-correlation as in ONNX:
+//   y[n, k, p, q] = bias[k] + sum over c in k's group, r < R, s < S of
+//                   x[n, c, p * stride_h - pad_top + r * dil_h, q * stride_w - pad_left + s * dil_w] * w[k, c', r, s]
+// with out-of-range x reading 0; w is [K, C / groups, R, S].
+struct ConvShape {
+  int64_t n = 1, c = 1, h = 1, w = 1;  // input
+  int64_t k = 1, r = 1, s = 1;         // filters
+  int64_t out_h = 1, out_w = 1;
+  int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
+  int64_t stride_h = 1, stride_w = 1, dil_h = 1, dil_w = 1, groups = 1;
+  bool bias = false;  // a float32 vector of K
+};
+
+class ConvOp {
+ public:
+  virtual ~ConvOp() = default;
+  virtual absl::Status Run(uint64_t x, uint64_t w, uint64_t bias, uint64_t y) const = 0;
+};
+
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
@@ -95,6 +115,8 @@ class DeviceBackend {
   // UnimplementedError when the backend has no product for this shape (the op then runs on the host);
   // FailedPreconditionError when the GEMM library is missing.
   virtual absl::StatusOr<std::unique_ptr<GemmOp>> MakeGemm(const GemmShape& shape) const = 0;
+  // As MakeGemm, for convolutions (cuDNN).
+  virtual absl::StatusOr<std::unique_ptr<ConvOp>> MakeConv(const ConvShape& shape) const = 0;
 };
 
 struct CudaBackendOptions {

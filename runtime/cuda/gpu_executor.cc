@@ -29,6 +29,12 @@ const std::set<std::string>& ViewOps() {
   return *s;
 }
 
+FusionPlanOptions GpuPlanOptions() {
+  FusionPlanOptions o;
+  o.conv_post_ops = false;
+  return o;
+}
+
 bool StaticF32(const Value* v) { return v && v->dtype == DType::kF32 && v->shape.fully_known(); }
 
 
@@ -42,14 +48,14 @@ std::string GpuPlacement::ToString() const {
   std::string host;
   for (const auto& [op, count] : host_op_types) absl::StrAppend(&host, host.empty() ? "" : ", ", op, " x", count);
   return absl::StrCat(device, " (code for ", target, "): ", fused_kernels, " fused kernels, ", op_kernels,
-                      " single-op kernels, ", gemms, " GEMM calls, ", aliases, " reshapes as aliases, ", copies, " concats as copies, ", host_ops, " host ops",
+                      " single-op kernels, ", gemms, " GEMM calls, ", convs, " convolutions, ", aliases, " reshapes as aliases, ", copies, " concats as copies, ", host_ops, " host ops",
                       host.empty() ? "" : absl::StrCat(" (", host, ")"), "; ", compiles,
                       " kernel compilations in ", static_cast<int64_t>(compile_ms), " ms");
 }
 
 struct GpuExecutor::Impl {
   struct Step {
-    enum class Kind { kKernel, kGemm, kHost, kAlias, kConcat };
+    enum class Kind { kKernel, kGemm, kConv, kHost, kAlias, kConcat };
     Kind kind = Kind::kHost;
     std::vector<int> in, implicit, out;  // kGemm: in = {a, b, bias or -1}
     std::vector<int> free_after;
@@ -58,8 +64,9 @@ struct GpuExecutor::Impl {
     std::shared_ptr<DeviceMemory> meta, consts;
     int64_t rows = 0, row_elems = 0;
     bool row_kernel = false;
-    // kGemm
+    // kGemm, kConv
     std::unique_ptr<GemmOp> gemm;
+    std::unique_ptr<ConvOp> conv;
     // kConcat: input i goes to byte offset concat_offset[i] of each of `concat_rows` output rows, as a
     // block of concat_width[i] bytes; an output row is concat_pitch bytes.
     std::vector<size_t> concat_offset, concat_width;
@@ -114,6 +121,7 @@ struct GpuExecutor::Impl {
   absl::StatusOr<bool> PlacePlan(const FusionPlan& plan, bool single_op);
   absl::Status AddHost(const Node& n, const std::vector<PostOp>* post_ops, const Value* output);
   absl::StatusOr<bool> TryGemm(const Node& n);
+  absl::StatusOr<bool> TryConv(const Node& n);
   absl::StatusOr<bool> TrySingleOpKernel(const Node& n);
   bool TryConcat(const Node& n);
   void AddAlias(int from, int to);
@@ -166,7 +174,7 @@ absl::Status GpuExecutor::Impl::PlaceCluster(const Node& n) {
   const Graph* body = n.GetGraph("body");
   if (body == nullptr) return absl::InternalError(absl::StrCat(n.Describe(), ": cluster without a body"));
   for (size_t i = 0; i < body->inputs().size() && i < n.inputs.size(); ++i) slot_of[body->inputs()[i]] = Slot(n.inputs[i]);
-  absl::StatusOr<FusionPlan> plan = BuildFusionPlan(*body);
+  absl::StatusOr<FusionPlan> plan = BuildFusionPlan(*body, GpuPlanOptions());
   bool placed = false;
   if (plan.ok()) {
     CJIT_ASSIGN_OR_RETURN(placed, PlacePlan(*plan, false));
@@ -418,6 +426,76 @@ bool IsReshapeLike(const Node& n) {
          NumElements(n.outputs[0]->shape.concrete()) == NumElements(n.input(0)->shape.concrete());
 }
 
+// ONNX Conv (1-D or 2-D, float32, static shapes) as the backend's convolution. Padding from `pads` or
+// auto_pad (SAME_UPPER puts an odd extra pad at the end, SAME_LOWER at the beginning), per the ONNX spec.
+absl::StatusOr<bool> GpuExecutor::Impl::TryConv(const Node& n) {
+  if (n.op_type != "Conv" || n.outputs.size() != 1 || !StaticF32(n.outputs[0]) || !StaticF32(n.input(0)) ||
+      !StaticF32(n.input(1))) {
+    return false;
+  }
+  Dims xd = n.input(0)->shape.concrete(), wd = n.input(1)->shape.concrete(), yd = n.outputs[0]->shape.concrete();
+  int rank = static_cast<int>(xd.size());
+  if ((rank != 3 && rank != 4) || wd.size() != xd.size() || yd.size() != xd.size()) return false;
+  int sp = rank - 2;  // spatial dims: 1 or 2
+  std::vector<int64_t> strides = n.GetInts("strides"), dil = n.GetInts("dilations"), pads = n.GetInts("pads");
+  if (strides.empty()) strides.assign(sp, 1);
+  if (dil.empty()) dil.assign(sp, 1);
+  if (static_cast<int>(strides.size()) != sp || static_cast<int>(dil.size()) != sp) return false;
+  std::string auto_pad = n.GetString("auto_pad", "NOTSET");
+  std::vector<int64_t> begin(sp, 0), end(sp, 0);
+  for (int i = 0; i < sp; ++i) {
+    int64_t in = xd[2 + i], k = wd[2 + i], out = yd[2 + i];
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      int64_t total = std::max<int64_t>(0, (out - 1) * strides[i] + (k - 1) * dil[i] + 1 - in);
+      begin[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      end[i] = total - begin[i];
+    } else if (auto_pad == "NOTSET") {
+      if (!pads.empty()) {
+        if (static_cast<int>(pads.size()) != 2 * sp) return false;
+        begin[i] = pads[i];
+        end[i] = pads[sp + i];
+      }
+    } else if (auto_pad != "VALID") {
+      return false;
+    }
+  }
+  ConvShape s;
+  s.n = xd[0];
+  s.c = xd[1];
+  s.k = wd[0];
+  s.groups = n.GetInt("group", 1);
+  if (s.groups <= 0 || s.c % s.groups != 0 || s.k % s.groups != 0 || wd[1] * s.groups != s.c || yd[1] != s.k) return false;
+  if (sp == 2) {
+    s.h = xd[2], s.w = xd[3], s.r = wd[2], s.s = wd[3], s.out_h = yd[2], s.out_w = yd[3];
+    s.pad_top = begin[0], s.pad_left = begin[1], s.pad_bottom = end[0], s.pad_right = end[1];
+    s.stride_h = strides[0], s.stride_w = strides[1], s.dil_h = dil[0], s.dil_w = dil[1];
+  } else {
+    s.w = xd[2], s.s = wd[2], s.out_w = yd[2];
+    s.pad_left = begin[0], s.pad_right = end[0], s.stride_w = strides[0], s.dil_w = dil[0];
+  }
+  const Value* bias = n.input(2);
+  if (bias) {
+    if (!StaticF32(bias) || NumElements(bias->shape.concrete()) != s.k) return false;
+    s.bias = true;
+  }
+  if (NumElements(xd) == 0 || NumElements(yd) == 0) return false;
+  absl::StatusOr<std::unique_ptr<ConvOp>> op = device->MakeConv(s);
+  if (!op.ok()) {
+    if (absl::IsFailedPrecondition(op.status())) return op.status();  // no cuDNN at all
+    LOG(WARNING) << n.Describe() << " runs on the host: " << op.status();
+    return false;
+  }
+  Step st;
+  st.kind = Step::Kind::kConv;
+  st.conv = std::move(*op);
+  st.node = &n;
+  st.in = {Slot(n.input(0)), Slot(n.input(1)), bias ? Slot(bias) : -1};
+  st.out = {Slot(n.outputs[0])};
+  steps.push_back(std::move(st));
+  ++placement.convs;
+  return true;
+}
+
 absl::StatusOr<bool> GpuExecutor::Impl::TrySingleOpKernel(const Node& n) {
   if (IsReshapeLike(n)) {  // same bytes, other dims: an alias, on the device or on the host
     AddAlias(Slot(n.input(0)), Slot(n.outputs[0]));
@@ -425,7 +503,7 @@ absl::StatusOr<bool> GpuExecutor::Impl::TrySingleOpKernel(const Node& n) {
   }
   std::unique_ptr<SingleOpBody> body = LowerSingleOp(n);
   if (!body) return false;
-  absl::StatusOr<FusionPlan> plan = BuildFusionPlan(*body->graph);
+  absl::StatusOr<FusionPlan> plan = BuildFusionPlan(*body->graph, GpuPlanOptions());
   if (!plan.ok() || plan->kernels.size() != 1 || plan->steps.size() != 1 ||
       plan->steps[0].kind != PlanStep::Kind::kFused) {
     VLOG(2) << n.Describe() << ": no single-kernel plan for its GPU lowering";
@@ -521,6 +599,8 @@ absl::Status GpuExecutor::Impl::PlaceNode(const Node& n, const std::vector<PostO
   if (post_ops == nullptr || post_ops->empty()) {
     CJIT_ASSIGN_OR_RETURN(bool gemm, TryGemm(n));
     if (gemm) return absl::OkStatus();
+    CJIT_ASSIGN_OR_RETURN(bool conv, TryConv(n));
+    if (conv) return absl::OkStatus();
     CJIT_ASSIGN_OR_RETURN(bool kernel, TrySingleOpKernel(n));
     if (kernel) return absl::OkStatus();
     if (TryConcat(n)) return absl::OkStatus();
@@ -678,6 +758,15 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::vector<Tensor>& 
           CJIT_RETURN_IF_ERROR(dev.Copy2D(dst + st.concat_offset[i], st.concat_pitch, on_device[st.in[i]]->address(),
                                           st.concat_width[i], st.concat_width[i], st.concat_rows));
         }
+        break;
+      }
+      case Impl::Step::Kind::kConv: {
+        for (int s : st.in)
+          if (s >= 0) CJIT_RETURN_IF_ERROR(ensure_device(s));
+        CJIT_RETURN_IF_ERROR(allocate_output(st.out[0]));
+        CJIT_RETURN_IF_ERROR(st.conv->Run(on_device[st.in[0]]->address(), on_device[st.in[1]]->address(),
+                                          st.in[2] >= 0 ? on_device[st.in[2]]->address() : 0,
+                                          on_device[st.out[0]]->address()));
         break;
       }
       case Impl::Step::Kind::kGemm: {

@@ -55,6 +55,43 @@ class HostGemm : public GemmOp {
   GemmShape s_;
 };
 
+class HostConv : public ConvOp {
+ public:
+  explicit HostConv(const ConvShape& s) : s_(s) {}
+  absl::Status Run(uint64_t x_addr, uint64_t w_addr, uint64_t bias_addr, uint64_t y_addr) const override {
+    const ConvShape& s = s_;
+    const float* x = reinterpret_cast<const float*>(x_addr);
+    const float* w = reinterpret_cast<const float*>(w_addr);
+    const float* bias = s.bias ? reinterpret_cast<const float*>(bias_addr) : nullptr;
+    float* y = reinterpret_cast<float*>(y_addr);
+    int64_t cg = s.c / s.groups, kg = s.k / s.groups;
+    for (int64_t n = 0; n < s.n; ++n)
+      for (int64_t k = 0; k < s.k; ++k) {
+        int64_t g = k / kg;
+        for (int64_t p = 0; p < s.out_h; ++p)
+          for (int64_t q = 0; q < s.out_w; ++q) {
+            double acc = bias ? bias[k] : 0.0;
+            for (int64_t c = 0; c < cg; ++c)
+              for (int64_t r = 0; r < s.r; ++r) {
+                int64_t ih = p * s.stride_h - s.pad_top + r * s.dil_h;
+                if (ih < 0 || ih >= s.h) continue;
+                for (int64_t t = 0; t < s.s; ++t) {
+                  int64_t iw = q * s.stride_w - s.pad_left + t * s.dil_w;
+                  if (iw < 0 || iw >= s.w) continue;
+                  acc += double(x[((n * s.c + g * cg + c) * s.h + ih) * s.w + iw]) *
+                         double(w[((k * cg + c) * s.r + r) * s.s + t]);
+                }
+              }
+            y[((n * s.k + k) * s.out_h + p) * s.out_w + q] = static_cast<float>(acc);
+          }
+      }
+    return absl::OkStatus();
+  }
+
+ private:
+  ConvShape s_;
+};
+
 class HostBackend : public DeviceBackend {
  public:
   std::string Describe() const override { return "host emulation"; }
@@ -119,6 +156,9 @@ class HostBackend : public DeviceBackend {
 
   absl::StatusOr<std::unique_ptr<GemmOp>> MakeGemm(const GemmShape& shape) const override {
     return std::unique_ptr<GemmOp>(std::make_unique<HostGemm>(shape));
+  }
+  absl::StatusOr<std::unique_ptr<ConvOp>> MakeConv(const ConvShape& shape) const override {
+    return std::unique_ptr<ConvOp>(std::make_unique<HostConv>(shape));
   }
 };
 

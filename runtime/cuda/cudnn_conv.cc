@@ -1,0 +1,174 @@
+#include "runtime/cuda/cudnn_conv.h"
+
+#include <cudnn.h>
+#include <dlfcn.h>
+
+#include <map>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/status_macros.h"
+
+namespace cjit {
+namespace {
+
+#define CJIT_CUDNN_FUNCTIONS(X)                                                                              \
+  X(cudnnCreate) X(cudnnSetStream) X(cudnnGetErrorString) X(cudnnCreateTensorDescriptor)                     \
+  X(cudnnSetTensor4dDescriptor) X(cudnnDestroyTensorDescriptor) X(cudnnCreateFilterDescriptor)               \
+  X(cudnnSetFilter4dDescriptor) X(cudnnDestroyFilterDescriptor) X(cudnnCreateConvolutionDescriptor)          \
+  X(cudnnSetConvolution2dDescriptor) X(cudnnSetConvolutionGroupCount) X(cudnnSetConvolutionMathType)         \
+  X(cudnnDestroyConvolutionDescriptor) X(cudnnGetConvolution2dForwardOutputDim)                             \
+  X(cudnnGetConvolutionForwardAlgorithm_v7) X(cudnnConvolutionForward) X(cudnnAddTensor)
+
+struct DnnApi {
+#define CJIT_DNN_FIELD(name) decltype(&::name) name = nullptr;
+  CJIT_CUDNN_FUNCTIONS(CJIT_DNN_FIELD)
+#undef CJIT_DNN_FIELD
+};
+
+absl::StatusOr<const DnnApi*> LoadDnn() {
+  static const auto* result = new absl::StatusOr<const DnnApi*>([]() -> absl::StatusOr<const DnnApi*> {
+    void* lib = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      const char* err = dlerror();
+      return absl::FailedPreconditionError(absl::StrCat("cannot load cuDNN (libcudnn.so.9): ", err ? err : "unknown error"));
+    }
+    auto* api = new DnnApi();
+#define CJIT_DNN_RESOLVE(name)                                                \
+  api->name = reinterpret_cast<decltype(api->name)>(dlsym(lib, #name));       \
+  if (api->name == nullptr) return absl::FailedPreconditionError("libcudnn.so.9 lacks " #name);
+    CJIT_CUDNN_FUNCTIONS(CJIT_DNN_RESOLVE)
+#undef CJIT_DNN_RESOLVE
+    return api;
+  }());
+  return *result;
+}
+
+#define CJIT_DNN_RETURN_IF_ERROR(api, call)                                                             \
+  do {                                                                                                  \
+    cudnnStatus_t cjit_dnn_st_ = (api).call;                                                            \
+    if (cjit_dnn_st_ != CUDNN_STATUS_SUCCESS) {                                                         \
+      return absl::InternalError(absl::StrCat(#call, ": ", (api).cudnnGetErrorString(cjit_dnn_st_)));  \
+    }                                                                                                   \
+  } while (0)
+
+constexpr size_t kMaxWorkspace = size_t{256} << 20;
+
+struct DeviceDnn {
+  cudnnHandle_t handle = nullptr;
+  std::mutex mu;  // serializes use of the handle
+};
+
+absl::StatusOr<DeviceDnn*> DnnFor(CudaDevice* device, const DnnApi& dnn) {
+  static std::mutex mu;
+  static auto* per_device = new std::map<CudaDevice*, DeviceDnn*>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = per_device->find(device);
+  if (it != per_device->end()) return it->second;
+  CJIT_RETURN_IF_ERROR(device->MakeCurrent());
+  auto* d = new DeviceDnn();
+  CJIT_DNN_RETURN_IF_ERROR(dnn, cudnnCreate(&d->handle));
+  CJIT_DNN_RETURN_IF_ERROR(dnn, cudnnSetStream(d->handle, reinterpret_cast<cudaStream_t>(device->stream())));
+  (*per_device)[device] = d;
+  return d;
+}
+
+class CudnnConv : public ConvOp {
+ public:
+  ~CudnnConv() override {
+    if (dnn_ == nullptr) return;
+    for (cudnnTensorDescriptor_t t : {x_, y_, b_})
+      if (t) dnn_->cudnnDestroyTensorDescriptor(t);
+    if (w_) dnn_->cudnnDestroyFilterDescriptor(w_);
+    if (conv_) dnn_->cudnnDestroyConvolutionDescriptor(conv_);
+  }
+
+  absl::Status Init(CudaDevice* device, const ConvShape& s) {
+    if (s.pad_top != s.pad_bottom || s.pad_left != s.pad_right) {
+      return absl::UnimplementedError("cuDNN convolutions take symmetric padding only");
+    }
+    CJIT_ASSIGN_OR_RETURN(dnn_, LoadDnn());
+    CJIT_ASSIGN_OR_RETURN(dev_dnn_, DnnFor(device, *dnn_));
+    device_ = device;
+    shape_ = s;
+    const DnnApi& d = *dnn_;
+    auto i = [](int64_t v) { return static_cast<int>(v); };
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateTensorDescriptor(&x_));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetTensor4dDescriptor(x_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(s.n), i(s.c), i(s.h), i(s.w)));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateFilterDescriptor(&w_));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetFilter4dDescriptor(w_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, i(s.k), i(s.c / s.groups),
+                                                           i(s.r), i(s.s)));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateConvolutionDescriptor(&conv_));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetConvolution2dDescriptor(conv_, i(s.pad_top), i(s.pad_left), i(s.stride_h),
+                                                                i(s.stride_w), i(s.dil_h), i(s.dil_w),
+                                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetConvolutionGroupCount(conv_, i(s.groups)));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetConvolutionMathType(conv_, CUDNN_FMA_MATH));
+    int on = 0, oc = 0, oh = 0, ow = 0;
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnGetConvolution2dForwardOutputDim(conv_, x_, w_, &on, &oc, &oh, &ow));
+    if (on != s.n || oc != s.k || oh != s.out_h || ow != s.out_w) {
+      return absl::UnimplementedError(absl::StrCat("cuDNN computes a ", on, "x", oc, "x", oh, "x", ow,
+                                                   " output, the graph expects ", s.n, "x", s.k, "x", s.out_h, "x", s.out_w));
+    }
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateTensorDescriptor(&y_));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetTensor4dDescriptor(y_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, on, oc, oh, ow));
+    if (s.bias) {
+      CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateTensorDescriptor(&b_));
+      CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetTensor4dDescriptor(b_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, oc, 1, 1));
+    }
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int returned = 0;
+    {
+      std::lock_guard<std::mutex> lock(dev_dnn_->mu);
+      CJIT_DNN_RETURN_IF_ERROR(d, cudnnGetConvolutionForwardAlgorithm_v7(dev_dnn_->handle, x_, w_, conv_, y_,
+                                                                         CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
+    }
+    bool found = false;
+    for (int j = 0; j < returned && !found; ++j) {
+      if (perf[j].status == CUDNN_STATUS_SUCCESS && perf[j].memory <= kMaxWorkspace) {
+        algo_ = perf[j].algo;
+        workspace_bytes_ = perf[j].memory;
+        found = true;
+      }
+    }
+    if (!found) return absl::UnimplementedError("cuDNN has no forward algorithm for this convolution within 256 MiB");
+    if (workspace_bytes_ > 0) {
+      CJIT_ASSIGN_OR_RETURN(workspace_, device->Allocate(workspace_bytes_));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Run(uint64_t x, uint64_t w, uint64_t bias, uint64_t y) const override {
+    const DnnApi& d = *dnn_;
+    float one = 1, zero = 0;
+    auto p = [](uint64_t a) { return reinterpret_cast<void*>(a); };
+    std::lock_guard<std::mutex> lock(dev_dnn_->mu);
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnConvolutionForward(dev_dnn_->handle, &one, x_, p(x), w_, p(w), conv_, algo_,
+                                                        workspace_ ? p(workspace_->address()) : nullptr,
+                                                        workspace_bytes_, &zero, y_, p(y)));
+    if (shape_.bias) CJIT_DNN_RETURN_IF_ERROR(d, cudnnAddTensor(dev_dnn_->handle, &one, b_, p(bias), &one, y_, p(y)));
+    return absl::OkStatus();
+  }
+
+ private:
+  const DnnApi* dnn_ = nullptr;
+  DeviceDnn* dev_dnn_ = nullptr;
+  CudaDevice* device_ = nullptr;
+  ConvShape shape_;
+  cudnnTensorDescriptor_t x_ = nullptr, y_ = nullptr, b_ = nullptr;
+  cudnnFilterDescriptor_t w_ = nullptr;
+  cudnnConvolutionDescriptor_t conv_ = nullptr;
+  cudnnConvolutionFwdAlgo_t algo_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  size_t workspace_bytes_ = 0;
+  std::shared_ptr<DeviceBuffer> workspace_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ConvOp>> MakeCudnnConv(CudaDevice* device, const ConvShape& shape) {
+  auto op = std::make_unique<CudnnConv>();
+  CJIT_RETURN_IF_ERROR(op->Init(device, shape));
+  return op;
+}
+
+}  // namespace cjit

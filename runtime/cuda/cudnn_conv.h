@@ -1,0 +1,25 @@
+// float32 NCHW convolutions on the GPU through cuDNN 9's convolution API (cudnnConvolutionForward),
+// loaded with dlopen("libcudnn.so.9") so nothing links CUDA libraries. The algorithm is the first of
+// cudnnGetConvolutionForwardAlgorithm_v7's heuristic ranking whose workspace fits 256 MiB (measured
+// autotuning with cudnnFind* is not done yet). Math: CUDNN_FMA_MATH (no TF32: "highest" precision).
+// Bias: cudnnAddTensor after the convolution.
+// Errors: FailedPreconditionError when cuDNN cannot be loaded; UnimplementedError for shapes cuDNN's
+// legacy API cannot express (asymmetric padding) or when cuDNN's output dims differ from the graph's;
+// InternalError naming the cuDNN call and status otherwise.
+// Thread-safety: a ConvOp may run concurrently (calls on one device's cuDNN handle are serialized).
+#ifndef CJIT_RUNTIME_CUDA_CUDNN_CONV_H_
+#define CJIT_RUNTIME_CUDA_CUDNN_CONV_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "runtime/cuda/cuda_device.h"
+#include "runtime/cuda/device_backend.h"
+
+namespace cjit {
+
+absl::StatusOr<std::unique_ptr<ConvOp>> MakeCudnnConv(CudaDevice* device, const ConvShape& shape);
+
+}  // namespace cjit
+
+#endif  // CJIT_RUNTIME_CUDA_CUDNN_CONV_H_
