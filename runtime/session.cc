@@ -35,6 +35,22 @@ absl::StatusOr<std::unique_ptr<Session>> Session::LoadFromBytes(absl::string_vie
   return FromGraph(std::move(graph), options);
 }
 
+namespace {
+
+CudaBackendOptions CudaOptionsFor(const Flags& flags, int ordinal) {
+  CudaBackendOptions bo;
+  bo.ordinal = ordinal;
+  bo.allocator = flags.gpu_allocator;
+  bo.gpu_arch = flags.gpu_arch;
+  bo.cuda_data_dir = flags.cuda_data_dir;
+  bo.persistent_cache_dir = flags.persistent_cache_dir;
+  bo.persistent_cache_read_only = flags.persistent_cache_read_only;
+  bo.persistent_cache_max_bytes = flags.persistent_cache_max_bytes;
+  return bo;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Graph> graph,
                                                             const SessionOptions& options) {
   std::unique_ptr<Session> s(new Session());
@@ -55,23 +71,14 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Grap
       return absl::FailedPreconditionError(absl::StrCat("--device=", s->flags_.device, ": only ", devices->size(),
                                                         " CUDA device(s)"));
     }
-    CudaBackendOptions bo;
-    bo.ordinal = ordinal;
-    bo.allocator = s->flags_.gpu_allocator;
-    bo.gpu_arch = s->flags_.gpu_arch;
-    bo.cuda_data_dir = s->flags_.cuda_data_dir;
-    absl::StatusOr<std::shared_ptr<DeviceBackend>> backend = MakeCudaBackend(bo);
+    absl::StatusOr<std::shared_ptr<DeviceBackend>> backend = MakeCudaBackend(CudaOptionsFor(s->flags_, ordinal));
     if (!backend.ok()) {
       return absl::Status(backend.status().code(), absl::StrCat("--device=", s->flags_.device, ": ", backend.status().message()));
     }
     s->gpu_ = *backend;
     s->gpu_ordinal_ = ordinal;
   } else if (s->flags_.device == "auto" && ProbeCudaDriver().ok()) {
-    CudaBackendOptions bo;
-    bo.allocator = s->flags_.gpu_allocator;
-    bo.gpu_arch = s->flags_.gpu_arch;
-    bo.cuda_data_dir = s->flags_.cuda_data_dir;
-    absl::StatusOr<std::shared_ptr<DeviceBackend>> backend = MakeCudaBackend(bo);
+    absl::StatusOr<std::shared_ptr<DeviceBackend>> backend = MakeCudaBackend(CudaOptionsFor(s->flags_, 0));
     if (backend.ok()) {
       s->gpu_ = *backend;
       s->gpu_ordinal_ = 0;

@@ -2,6 +2,7 @@
 // GPU flags, and the clear errors when no CUDA driver is present (skipped on a machine that has one).
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <random>
@@ -18,6 +19,11 @@
 #include "runtime/cuda/cuda_device.h"
 #endif
 #include "runtime/cuda/device_backend.h"
+#include "runtime/cuda/ptx_cache.h"
+#include "compiler/ir/text.h"
+#include "compiler/passes/specialize_shapes.h"
+#include "runtime/cpu/kernel.h"
+#include "compiler/codegen/fusion_plan.h"
 
 namespace cjit {
 namespace {
@@ -228,6 +234,52 @@ TEST(GpuWithoutDriver, ErrorsAreClearAndAutoPicksTheCpu) {
   ASSERT_FALSE(bad_alloc.ok());
   EXPECT_NE(bad_alloc.status().message().find("unknown GPU allocator 'bfc'"), std::string::npos);
 #endif
+}
+
+// PTX through the persistent cache: generated once, then read back (no LLVM), keyed by target; a corrupt
+// payload is ignored and replaced.
+TEST(PtxCache, SecondLookupComesFromDiskAndCorruptionIsHealed) {
+  if (!std::ifstream("/usr/local/cuda/nvvm/libdevice/libdevice.10.bc")) GTEST_SKIP() << "no libdevice (CUDA toolkit)";
+  auto parsed = ParseGraph("graph g(%x: f32[4,33], %y: f32[33]) {\n  %a = Add(%x, %y)\n  %s = Softmax(%a) {axis=-1}\n  %t = Tanh(%s)\n  return %t\n}");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  Graph& g = **parsed;
+  auto eval = [](const Node& n, const std::vector<const Tensor*>& in) { return EvaluateNode(n, in, 1); };
+  ASSERT_TRUE(SpecializeShapes(g, {{4, 33}, {33}}, eval).ok());
+  auto plan = BuildFusionPlan(g);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->kernels.size(), 1u);
+  std::string dir = ::testing::TempDir() + "/ptx_cache_test";
+  std::filesystem::remove_all(dir);
+  auto disk = DiskCache::Open({dir, false, 0});
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  PtxOptions po;
+  po.gpu_arch = "sm_80";
+  auto first = PtxForPlan(*plan, po, disk->get());
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE(first->from_disk);
+  ASSERT_EQ(first->kernel_names.size(), plan->kernels.size());
+  ASSERT_NE(first->ptx.find(".entry"), std::string::npos) << first->ptx.substr(0, 400);
+  auto second = PtxForPlan(*plan, po, disk->get());
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(second->from_disk);
+  EXPECT_EQ(second->ptx, first->ptx);
+  EXPECT_EQ(second->kernel_names, first->kernel_names);
+  // Another target is another entry.
+  po.gpu_arch = "sm_90";
+  auto other = PtxForPlan(*plan, po, disk->get());
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE(other->from_disk);
+  EXPECT_NE(PtxCacheKey(*plan, po).canonical.find("sm_90 +ptx"), std::string::npos) << PtxCacheKey(*plan, po).canonical;
+  // A payload that passes the entry checksum but is not PTX is ignored, regenerated and replaced.
+  ASSERT_TRUE((*disk)->Store(PtxCacheKey(*plan, po), kPtxPayloadKind, "cjit-ptx\n1\nk\nnot ptx").ok());
+  auto healed = PtxForPlan(*plan, po, disk->get());
+  ASSERT_TRUE(healed.ok()) << healed.status();
+  EXPECT_FALSE(healed->from_disk);
+  EXPECT_EQ(healed->ptx, other->ptx);
+  auto again = PtxForPlan(*plan, po, disk->get());
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->from_disk);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

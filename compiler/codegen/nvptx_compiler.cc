@@ -4,6 +4,7 @@
 // A row kernel gives each row to one warp: lane = threadIdx.x % 32, passes stride j by 32.
 #include "compiler/codegen/nvptx_compiler.h"
 
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -17,6 +18,7 @@
 #include "compiler/codegen/recover.h"
 #include "compiler/ir/status_macros.h"
 #include "llvm/Bitcode/BitcodeReader.h"
+#include "llvm/Config/llvm-config.h"
 #include "llvm/IR/IntrinsicsNVPTX.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/LegacyPassManager.h"
@@ -303,6 +305,13 @@ std::string ToString(llvm::Error err) { return llvm::toString(std::move(err)); }
 }  // namespace
 
 std::string PtxVersionFor(const std::string&) { return "ptx80"; }
+
+std::string NvptxTargetDescription(const PtxOptions& options) {
+  std::error_code ec;
+  auto bytes = std::filesystem::file_size(options.libdevice, ec);
+  return absl::StrCat("nvptx64 ", options.gpu_arch, " +", PtxVersionFor(options.gpu_arch), " llvm=", LLVM_VERSION_STRING,
+                      " libdevice=", ec ? std::string("missing") : absl::StrCat(bytes));
+}
 
 absl::StatusOr<PtxModule> CompileForNvptxUnsafe(const FusionPlan& plan, const PtxOptions& options);
 

@@ -49,6 +49,10 @@ absl::StatusOr<PtxModule> CompileForNvptx(const FusionPlan& plan, const PtxOptio
 // The PTX ISA version LLVM emits (part of the cache key of GPU code).
 std::string PtxVersionFor(const std::string& gpu_arch);
 
+// "nvptx64 sm_90 +ptx80 llvm=19.1.x libdevice=<size>": everything about the target that changes the PTX
+// generated for a kernel (part of the cache key).
+std::string NvptxTargetDescription(const PtxOptions& options);
+
 }  // namespace cjit
 
 #endif  // CJIT_COMPILER_CODEGEN_NVPTX_COMPILER_H_

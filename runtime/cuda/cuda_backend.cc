@@ -15,6 +15,7 @@
 #include "runtime/cuda/cudnn_conv.h"
 #include "runtime/cuda/device_backend.h"
 #include "runtime/cuda/fused_launch.h"
+#include "runtime/cuda/ptx_cache.h"
 
 namespace cjit {
 namespace {
@@ -32,8 +33,8 @@ std::map<std::string, std::shared_ptr<const PtxKernelHandle>>& Kernels() {
 
 class CudaBackend : public DeviceBackend {
  public:
-  CudaBackend(CudaDevice* dev, std::string arch, std::string libdevice)
-      : dev_(dev), arch_(std::move(arch)), libdevice_(std::move(libdevice)) {}
+  CudaBackend(CudaDevice* dev, std::string arch, std::string libdevice, std::unique_ptr<DiskCache> disk)
+      : dev_(dev), arch_(std::move(arch)), libdevice_(std::move(libdevice)), disk_(std::move(disk)) {}
 
   std::string Describe() const override { return absl::StrCat(dev_->name(), " (", dev_->sm(), ")"); }
   std::string target() const override { return arch_; }
@@ -53,8 +54,8 @@ class CudaBackend : public DeviceBackend {
   }
   absl::Status Synchronize() const override { return dev_->Synchronize(); }
 
-  absl::StatusOr<std::vector<std::shared_ptr<const FusedKernelHandle>>> CompileKernels(const FusionPlan& plan,
-                                                                                       int* compiled) const override {
+  absl::StatusOr<std::vector<std::shared_ptr<const FusedKernelHandle>>> CompileKernels(
+      const FusionPlan& plan, CompileCounts* counts) const override {
     std::vector<std::shared_ptr<const FusedKernelHandle>> out(plan.kernels.size());
     std::vector<std::string> keys(plan.kernels.size());
     FusionPlan missing;
@@ -78,14 +79,14 @@ class CudaBackend : public DeviceBackend {
     PtxOptions po;
     po.gpu_arch = arch_;
     po.libdevice = libdevice_;
-    CJIT_ASSIGN_OR_RETURN(PtxModule ptx, CompileForNvptx(missing, po));
+    CJIT_ASSIGN_OR_RETURN(CachedPtx ptx, PtxForPlan(missing, po, disk_.get()));
     CJIT_ASSIGN_OR_RETURN(std::shared_ptr<CudaModule> module, dev_->LoadModule(ptx.ptx));
-    if (compiled) ++*compiled;
+    if (counts) ++(ptx.from_disk ? counts->disk_hits : counts->compiled);
     std::lock_guard<std::mutex> lock(g_kernels_mu);
     for (size_t j = 0; j < missing.kernels.size(); ++j) {
       auto h = std::make_shared<PtxKernelHandle>();
       h->module = module;
-      CJIT_ASSIGN_OR_RETURN(h->fn, module->Function(ptx.kernels[j].name));
+      CJIT_ASSIGN_OR_RETURN(h->fn, module->Function(ptx.kernel_names[j]));
       Kernels()[keys[missing_index[j]]] = h;
       out[missing_index[j]] = h;
     }
@@ -109,6 +110,7 @@ class CudaBackend : public DeviceBackend {
  private:
   CudaDevice* dev_;
   std::string arch_, libdevice_;
+  std::unique_ptr<DiskCache> disk_;
 };
 
 }  // namespace
@@ -120,8 +122,16 @@ absl::StatusOr<std::shared_ptr<DeviceBackend>> MakeCudaBackend(const CudaBackend
   if (arch.empty()) {
     CJIT_ASSIGN_OR_RETURN(arch, PtxTargetForDevice(dev->sm()));
   }
-  return std::shared_ptr<DeviceBackend>(
-      std::make_shared<CudaBackend>(dev, arch, options.cuda_data_dir + "/nvvm/libdevice/libdevice.10.bc"));
+  std::unique_ptr<DiskCache> disk;
+  if (!options.persistent_cache_dir.empty()) {
+    DiskCacheOptions dco;
+    dco.dir = options.persistent_cache_dir;
+    dco.read_only = options.persistent_cache_read_only;
+    dco.max_bytes = options.persistent_cache_max_bytes;
+    CJIT_ASSIGN_OR_RETURN(disk, DiskCache::Open(dco));
+  }
+  return std::shared_ptr<DeviceBackend>(std::make_shared<CudaBackend>(
+      dev, arch, options.cuda_data_dir + "/nvvm/libdevice/libdevice.10.bc", std::move(disk)));
 }
 
 }  // namespace cjit

@@ -106,10 +106,14 @@ class DeviceBackend {
   virtual absl::Status Copy2D(uint64_t dst, size_t dst_pitch, uint64_t src, size_t src_pitch, size_t width,
                               size_t height) const = 0;
   virtual absl::Status Synchronize() const = 0;
-  // One handle per plan.kernels entry (same order). `compiled` (optional) is increased by the number of
-  // code generations this needed (kernels may come from a process-wide cache).
+  // One handle per plan.kernels entry (same order). `counts` (optional) is increased by the code
+  // generations this needed and the persistent-cache hits that avoided one (kernels may also come from a
+  // process-wide cache: neither).
+  struct CompileCounts {
+    int compiled = 0, disk_hits = 0;
+  };
   virtual absl::StatusOr<std::vector<std::shared_ptr<const FusedKernelHandle>>> CompileKernels(
-      const FusionPlan& plan, int* compiled) const = 0;
+      const FusionPlan& plan, CompileCounts* counts) const = 0;
   virtual absl::Status LaunchFused(const FusedKernelHandle& kernel, const FusedLaunchArgs& args,
                                    const std::vector<uint64_t>& buffers) const = 0;
   // UnimplementedError when the backend has no product for this shape (the op then runs on the host);
@@ -124,6 +128,9 @@ struct CudaBackendOptions {
   std::string allocator = "caching";  // --gpu_allocator
   std::string gpu_arch;               // --gpu_arch; empty = PtxTargetForDevice(the device's sm)
   std::string cuda_data_dir = "/usr/local/cuda";
+  std::string persistent_cache_dir;  // "" = no persistent cache of PTX
+  bool persistent_cache_read_only = false;
+  int64_t persistent_cache_max_bytes = 0;
 };
 
 // The CUDA backend; FailedPreconditionError without a driver or device, UnimplementedError in a build

@@ -50,7 +50,8 @@ std::string GpuPlacement::ToString() const {
   return absl::StrCat(device, " (code for ", target, "): ", fused_kernels, " fused kernels, ", op_kernels,
                       " single-op kernels, ", gemms, " GEMM calls, ", convs, " convolutions, ", aliases, " reshapes as aliases, ", copies, " concats as copies, ", host_ops, " host ops",
                       host.empty() ? "" : absl::StrCat(" (", host, ")"), "; ", compiles,
-                      " kernel compilations in ", static_cast<int64_t>(compile_ms), " ms");
+                      " kernel compilations, ", disk_hits, " from the persistent cache, in ", static_cast<int64_t>(compile_ms),
+                      " ms");
 }
 
 struct GpuExecutor::Impl {
@@ -136,8 +137,11 @@ struct GpuExecutor::Impl {
 
 absl::StatusOr<bool> GpuExecutor::Impl::PlacePlan(const FusionPlan& plan, bool single_op) {
   auto t0 = std::chrono::steady_clock::now();
+  DeviceBackend::CompileCounts counts;
   absl::StatusOr<std::vector<std::shared_ptr<const FusedKernelHandle>>> compiled =
-      device->CompileKernels(plan, &placement.compiles);
+      device->CompileKernels(plan, &counts);
+  placement.compiles += counts.compiled;
+  placement.disk_hits += counts.disk_hits;
   placement.compile_ms += MsSince(t0);
   if (!compiled.ok()) {
     LOG(WARNING) << "GPU code generation failed (" << compiled.status()

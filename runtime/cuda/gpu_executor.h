@@ -19,8 +19,8 @@
 //        host through the CPU fallback kernels; its inputs are copied device->host and its outputs back
 //        only when a device step needs them (as TF's soft placement). placement() names these ops.
 // Graph inputs are copied host->device when a device step first reads them; outputs device->host at the
-// end. Compiled clusters are not yet written to the persistent cache, and the compile policy (op by op
-// first) does not apply: clusters compile at Create(). Device memory is freed after each value's last
+// end. With --persistent_cache_dir, generated PTX is kept there (runtime/cuda/ptx_cache.h). The compile
+// policy (op by op first) does not apply: clusters compile at Create(). Device memory is freed after each value's last
 // reader (device_allocator.h says why reuse is safe on one stream).
 //
 // Errors: no driver/device (FailedPrecondition), code generation or PTX JIT failures (with the JIT log),
@@ -57,6 +57,7 @@ struct GpuPlacement {
   int host_ops = 0;       // ops run on the host per run
   std::map<std::string, int> host_op_types;
   int compiles = 0;       // code generations this graph needed (others came from the process's kernel cache)
+  int disk_hits = 0;      // code generations avoided by the persistent cache
   double compile_ms = 0;
   std::string device, target;
   std::string ToString() const;

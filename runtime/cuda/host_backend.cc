@@ -123,8 +123,8 @@ class HostBackend : public DeviceBackend {
   }
   absl::Status Synchronize() const override { return absl::OkStatus(); }
 
-  absl::StatusOr<std::vector<std::shared_ptr<const FusedKernelHandle>>> CompileKernels(const FusionPlan& plan,
-                                                                                       int* compiled) const override {
+  absl::StatusOr<std::vector<std::shared_ptr<const FusedKernelHandle>>> CompileKernels(
+      const FusionPlan& plan, CompileCounts* counts) const override {
     CJIT_ASSIGN_OR_RETURN(std::unique_ptr<CpuCode> code, CompileForCpu(plan, {}));
     std::shared_ptr<CpuCode> shared(std::move(code));
     std::vector<std::shared_ptr<const FusedKernelHandle>> out;
@@ -132,7 +132,7 @@ class HostBackend : public DeviceBackend {
       auto h = std::make_shared<CpuKernelHandle>();
       h->code = shared;
       h->index = i;
-      if (compiled && !shared->kernels()[i].reused) ++*compiled;
+      if (counts && !shared->kernels()[i].reused) ++counts->compiled;
       out.push_back(h);
     }
     return out;
