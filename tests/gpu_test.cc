@@ -161,6 +161,11 @@ std::vector<OpCase> LoweringCases() {
       {"Conv2d_grouped_1x1", g("%x: f32[2,6,5,7], %w: f32[4,3,1,1], %b: f32[4]", "  %y = Conv(%x, %w, %b) {group=2}\n  return %y")},
       {"Conv1d_pads", g("%x: f32[2,3,20], %w: f32[4,3,5]", "  %y = Conv(%x, %w) {pads=[2, 2], strides=[3]}\n  return %y")},
       {"Conv_relu_epilogue_cluster", g("%x: f32[1,4,6,6], %w: f32[4,4,3,3]", "  %c = Conv(%x, %w) {pads=[1, 1, 1, 1]}\n  %y = Relu(%c)\n  return %y")},
+      {"MaxPool2d_pads_strides", g("%x: f32[2,3,9,8]", "  %y = MaxPool(%x) {kernel_shape=[3, 2], pads=[1, 0, 1, 0], strides=[2, 2]}\n  return %y")},
+      {"AveragePool2d_exclude_pad", g("%x: f32[1,4,7,7]", "  %y = AveragePool(%x) {kernel_shape=[3, 3], pads=[1, 1, 1, 1]}\n  return %y")},
+      {"AveragePool2d_include_pad", g("%x: f32[1,4,7,7]", "  %y = AveragePool(%x) {kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2], count_include_pad=1}\n  return %y")},
+      {"AveragePool2d_same_upper", g("%x: f32[1,2,6,5]", "  %y = AveragePool(%x) {kernel_shape=[2, 2], auto_pad=\"SAME_UPPER\"}\n  return %y")},
+      {"MaxPool1d", g("%x: f32[2,3,17]", "  %y = MaxPool(%x) {kernel_shape=[4], strides=[3]}\n  return %y")},
       {"Reshape_chain_i64", g("%x: i64[2,6]", "  %s = constant i64[2] {3, 4}\n  %y = Reshape(%x, %s)\n  %z = Flatten(%y) {axis=0}\n  return %z")},
   };
 }

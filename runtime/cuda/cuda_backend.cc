@@ -106,6 +106,9 @@ class CudaBackend : public DeviceBackend {
   absl::StatusOr<std::unique_ptr<ConvOp>> MakeConv(const ConvShape& shape) const override {
     return MakeCudnnConv(dev_, shape);
   }
+  absl::StatusOr<std::unique_ptr<PoolOp>> MakePool(const PoolShape& shape) const override {
+    return MakeCudnnPool(dev_, shape);
+  }
 
  private:
   CudaDevice* dev_;

@@ -18,7 +18,9 @@ namespace {
   X(cudnnSetFilter4dDescriptor) X(cudnnDestroyFilterDescriptor) X(cudnnCreateConvolutionDescriptor)          \
   X(cudnnSetConvolution2dDescriptor) X(cudnnSetConvolutionGroupCount) X(cudnnSetConvolutionMathType)         \
   X(cudnnDestroyConvolutionDescriptor) X(cudnnGetConvolution2dForwardOutputDim)                             \
-  X(cudnnGetConvolutionForwardAlgorithm_v7) X(cudnnConvolutionForward) X(cudnnAddTensor)
+  X(cudnnGetConvolutionForwardAlgorithm_v7) X(cudnnConvolutionForward) X(cudnnAddTensor)                    \
+  X(cudnnCreatePoolingDescriptor) X(cudnnSetPooling2dDescriptor) X(cudnnGetPooling2dForwardOutputDim)        \
+  X(cudnnDestroyPoolingDescriptor) X(cudnnPoolingForward)
 
 struct DnnApi {
 #define CJIT_DNN_FIELD(name) decltype(&::name) name = nullptr;
@@ -163,7 +165,64 @@ class CudnnConv : public ConvOp {
   std::shared_ptr<DeviceBuffer> workspace_;
 };
 
+class CudnnPool : public PoolOp {
+ public:
+  ~CudnnPool() override {
+    if (dnn_ == nullptr) return;
+    for (cudnnTensorDescriptor_t t : {x_, y_})
+      if (t) dnn_->cudnnDestroyTensorDescriptor(t);
+    if (pool_) dnn_->cudnnDestroyPoolingDescriptor(pool_);
+  }
+
+  absl::Status Init(CudaDevice* device, const PoolShape& s) {
+    if (s.pad_top != s.pad_bottom || s.pad_left != s.pad_right) {
+      return absl::UnimplementedError("cuDNN pooling takes symmetric padding only");
+    }
+    CJIT_ASSIGN_OR_RETURN(dnn_, LoadDnn());
+    CJIT_ASSIGN_OR_RETURN(dev_dnn_, DnnFor(device, *dnn_));
+    const DnnApi& d = *dnn_;
+    auto i = [](int64_t v) { return static_cast<int>(v); };
+    cudnnPoolingMode_t mode = s.max ? CUDNN_POOLING_MAX_DETERMINISTIC
+                              : s.count_include_pad ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
+                                                    : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreatePoolingDescriptor(&pool_));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetPooling2dDescriptor(pool_, mode, CUDNN_PROPAGATE_NAN, i(s.r), i(s.s), i(s.pad_top),
+                                                            i(s.pad_left), i(s.stride_h), i(s.stride_w)));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateTensorDescriptor(&x_));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetTensor4dDescriptor(x_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(s.n), i(s.c), i(s.h), i(s.w)));
+    int on = 0, oc = 0, oh = 0, ow = 0;
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnGetPooling2dForwardOutputDim(pool_, x_, &on, &oc, &oh, &ow));
+    if (oh != s.out_h || ow != s.out_w) {
+      return absl::UnimplementedError(absl::StrCat("cuDNN pools to ", oh, "x", ow, ", the graph expects ", s.out_h, "x",
+                                                   s.out_w, " (ceil_mode)"));
+    }
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateTensorDescriptor(&y_));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetTensor4dDescriptor(y_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, on, oc, oh, ow));
+    return absl::OkStatus();
+  }
+
+  absl::Status Run(uint64_t x, uint64_t y) const override {
+    float one = 1, zero = 0;
+    std::lock_guard<std::mutex> lock(dev_dnn_->mu);
+    CJIT_DNN_RETURN_IF_ERROR(*dnn_, cudnnPoolingForward(dev_dnn_->handle, pool_, &one, x_, reinterpret_cast<void*>(x), &zero,
+                                                        y_, reinterpret_cast<void*>(y)));
+    return absl::OkStatus();
+  }
+
+ private:
+  const DnnApi* dnn_ = nullptr;
+  DeviceDnn* dev_dnn_ = nullptr;
+  cudnnTensorDescriptor_t x_ = nullptr, y_ = nullptr;
+  cudnnPoolingDescriptor_t pool_ = nullptr;
+};
+
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<PoolOp>> MakeCudnnPool(CudaDevice* device, const PoolShape& shape) {
+  auto op = std::make_unique<CudnnPool>();
+  CJIT_RETURN_IF_ERROR(op->Init(device, shape));
+  return op;
+}
 
 absl::StatusOr<std::unique_ptr<ConvOp>> MakeCudnnConv(CudaDevice* device, const ConvShape& shape) {
   auto op = std::make_unique<CudnnConv>();

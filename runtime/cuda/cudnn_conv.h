@@ -1,4 +1,4 @@
-// float32 NCHW convolutions on the GPU through cuDNN 9's convolution API (cudnnConvolutionForward),
+// float32 NCHW convolutions and pooling on the GPU through cuDNN 9's convolution API (cudnnConvolutionForward),
 // loaded with dlopen("libcudnn.so.9") so nothing links CUDA libraries. The algorithm is the first of
 // cudnnGetConvolutionForwardAlgorithm_v7's heuristic ranking whose workspace fits 256 MiB (measured
 // autotuning with cudnnFind* is not done yet). Math: CUDNN_FMA_MATH (no TF32: "highest" precision).
@@ -19,6 +19,9 @@
 namespace cjit {
 
 absl::StatusOr<std::unique_ptr<ConvOp>> MakeCudnnConv(CudaDevice* device, const ConvShape& shape);
+
+// Max / average pooling (cudnnPoolingForward; NaN propagated; symmetric padding only).
+absl::StatusOr<std::unique_ptr<PoolOp>> MakeCudnnPool(CudaDevice* device, const PoolShape& shape);
 
 }  // namespace cjit
 

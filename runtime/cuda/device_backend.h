@@ -89,6 +89,22 @@ class ConvOp {
   virtual absl::Status Run(uint64_t x, uint64_t w, uint64_t bias, uint64_t y) const = 0;
 };
 
+// NCHW float32 2-D pooling (ONNX MaxPool / AveragePool; 1-D as H = 1): each output element is the max, or
+// the mean, of the window x[n, c, p * stride_h - pad_top + [0, R), q * stride_w - pad_left + [0, S)];
+// padded positions never win a max and count toward a mean only with count_include_pad.
+struct PoolShape {
+  int64_t n = 1, c = 1, h = 1, w = 1, r = 1, s = 1, out_h = 1, out_w = 1;
+  int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0, stride_h = 1, stride_w = 1;
+  bool max = true;
+  bool count_include_pad = false;
+};
+
+class PoolOp {
+ public:
+  virtual ~PoolOp() = default;
+  virtual absl::Status Run(uint64_t x, uint64_t y) const = 0;
+};
+
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
@@ -121,6 +137,7 @@ class DeviceBackend {
   virtual absl::StatusOr<std::unique_ptr<GemmOp>> MakeGemm(const GemmShape& shape) const = 0;
   // As MakeGemm, for convolutions (cuDNN).
   virtual absl::StatusOr<std::unique_ptr<ConvOp>> MakeConv(const ConvShape& shape) const = 0;
+  virtual absl::StatusOr<std::unique_ptr<PoolOp>> MakePool(const PoolShape& shape) const = 0;
 };
 
 struct CudaBackendOptions {

@@ -48,7 +48,7 @@ std::string GpuPlacement::ToString() const {
   std::string host;
   for (const auto& [op, count] : host_op_types) absl::StrAppend(&host, host.empty() ? "" : ", ", op, " x", count);
   return absl::StrCat(device, " (code for ", target, "): ", fused_kernels, " fused kernels, ", op_kernels,
-                      " single-op kernels, ", gemms, " GEMM calls, ", convs, " convolutions, ", aliases, " reshapes as aliases, ", copies, " concats as copies, ", host_ops, " host ops",
+                      " single-op kernels, ", gemms, " GEMM calls, ", convs, " convolutions, ", pools, " pools, ", aliases, " reshapes as aliases, ", copies, " concats as copies, ", host_ops, " host ops",
                       host.empty() ? "" : absl::StrCat(" (", host, ")"), "; ", compiles,
                       " kernel compilations, ", disk_hits, " from the persistent cache, in ", static_cast<int64_t>(compile_ms),
                       " ms");
@@ -56,7 +56,7 @@ std::string GpuPlacement::ToString() const {
 
 struct GpuExecutor::Impl {
   struct Step {
-    enum class Kind { kKernel, kGemm, kConv, kHost, kAlias, kConcat };
+    enum class Kind { kKernel, kGemm, kConv, kPool, kHost, kAlias, kConcat };
     Kind kind = Kind::kHost;
     std::vector<int> in, implicit, out;  // kGemm: in = {a, b, bias or -1}
     std::vector<int> free_after;
@@ -68,6 +68,7 @@ struct GpuExecutor::Impl {
     // kGemm, kConv
     std::unique_ptr<GemmOp> gemm;
     std::unique_ptr<ConvOp> conv;
+    std::unique_ptr<PoolOp> pool;
     // kConcat: input i goes to byte offset concat_offset[i] of each of `concat_rows` output rows, as a
     // block of concat_width[i] bytes; an output row is concat_pitch bytes.
     std::vector<size_t> concat_offset, concat_width;
@@ -123,6 +124,7 @@ struct GpuExecutor::Impl {
   absl::Status AddHost(const Node& n, const std::vector<PostOp>* post_ops, const Value* output);
   absl::StatusOr<bool> TryGemm(const Node& n);
   absl::StatusOr<bool> TryConv(const Node& n);
+  absl::StatusOr<bool> TryPool(const Node& n);
   absl::StatusOr<bool> TrySingleOpKernel(const Node& n);
   bool TryConcat(const Node& n);
   void AddAlias(int from, int to);
@@ -430,6 +432,41 @@ bool IsReshapeLike(const Node& n) {
          NumElements(n.outputs[0]->shape.concrete()) == NumElements(n.input(0)->shape.concrete());
 }
 
+// Strides, dilations and begin/end padding of each spatial dim of a Conv or pool (`window`: its kernel
+// dims), from `pads` or auto_pad — SAME_UPPER puts an odd extra pad at the end, SAME_LOWER at the
+// beginning (ONNX Conv / MaxPool spec). False for attributes it cannot read.
+bool SpatialWindows(const Node& n, const Dims& xd, const Dims& window, const Dims& yd, std::vector<int64_t>* strides,
+                    std::vector<int64_t>* dil, std::vector<int64_t>* begin, std::vector<int64_t>* end) {
+  int sp = static_cast<int>(xd.size()) - 2;
+  if (sp < 1 || static_cast<int>(window.size()) != sp) return false;
+  *strides = n.GetInts("strides");
+  *dil = n.GetInts("dilations");
+  std::vector<int64_t> pads = n.GetInts("pads");
+  if (strides->empty()) strides->assign(sp, 1);
+  if (dil->empty()) dil->assign(sp, 1);
+  if (static_cast<int>(strides->size()) != sp || static_cast<int>(dil->size()) != sp) return false;
+  std::string auto_pad = n.GetString("auto_pad", "NOTSET");
+  begin->assign(sp, 0);
+  end->assign(sp, 0);
+  for (int i = 0; i < sp; ++i) {
+    int64_t in = xd[2 + i], k = window[i], out = yd[2 + i];
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      int64_t total = std::max<int64_t>(0, (out - 1) * (*strides)[i] + (k - 1) * (*dil)[i] + 1 - in);
+      (*begin)[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      (*end)[i] = total - (*begin)[i];
+    } else if (auto_pad == "NOTSET") {
+      if (!pads.empty()) {
+        if (static_cast<int>(pads.size()) != 2 * sp) return false;
+        (*begin)[i] = pads[i];
+        (*end)[i] = pads[sp + i];
+      }
+    } else if (auto_pad != "VALID") {
+      return false;
+    }
+  }
+  return true;
+}
+
 // ONNX Conv (1-D or 2-D, float32, static shapes) as the backend's convolution. Padding from `pads` or
 // auto_pad (SAME_UPPER puts an odd extra pad at the end, SAME_LOWER at the beginning), per the ONNX spec.
 absl::StatusOr<bool> GpuExecutor::Impl::TryConv(const Node& n) {
@@ -441,28 +478,8 @@ absl::StatusOr<bool> GpuExecutor::Impl::TryConv(const Node& n) {
   int rank = static_cast<int>(xd.size());
   if ((rank != 3 && rank != 4) || wd.size() != xd.size() || yd.size() != xd.size()) return false;
   int sp = rank - 2;  // spatial dims: 1 or 2
-  std::vector<int64_t> strides = n.GetInts("strides"), dil = n.GetInts("dilations"), pads = n.GetInts("pads");
-  if (strides.empty()) strides.assign(sp, 1);
-  if (dil.empty()) dil.assign(sp, 1);
-  if (static_cast<int>(strides.size()) != sp || static_cast<int>(dil.size()) != sp) return false;
-  std::string auto_pad = n.GetString("auto_pad", "NOTSET");
-  std::vector<int64_t> begin(sp, 0), end(sp, 0);
-  for (int i = 0; i < sp; ++i) {
-    int64_t in = xd[2 + i], k = wd[2 + i], out = yd[2 + i];
-    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      int64_t total = std::max<int64_t>(0, (out - 1) * strides[i] + (k - 1) * dil[i] + 1 - in);
-      begin[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      end[i] = total - begin[i];
-    } else if (auto_pad == "NOTSET") {
-      if (!pads.empty()) {
-        if (static_cast<int>(pads.size()) != 2 * sp) return false;
-        begin[i] = pads[i];
-        end[i] = pads[sp + i];
-      }
-    } else if (auto_pad != "VALID") {
-      return false;
-    }
-  }
+  std::vector<int64_t> strides, dil, begin, end;
+  if (!SpatialWindows(n, xd, {wd.begin() + 2, wd.end()}, yd, &strides, &dil, &begin, &end)) return false;
   ConvShape s;
   s.n = xd[0];
   s.c = xd[1];
@@ -497,6 +514,54 @@ absl::StatusOr<bool> GpuExecutor::Impl::TryConv(const Node& n) {
   st.out = {Slot(n.outputs[0])};
   steps.push_back(std::move(st));
   ++placement.convs;
+  return true;
+}
+
+// MaxPool / AveragePool (1-D or 2-D, float32, floor mode, no dilation, no Indices output) as the backend's
+// pooling.
+absl::StatusOr<bool> GpuExecutor::Impl::TryPool(const Node& n) {
+  bool max = n.op_type == "MaxPool";
+  if ((!max && n.op_type != "AveragePool") || !StaticF32(n.input(0)) || n.outputs.empty() || !StaticF32(n.outputs[0])) {
+    return false;
+  }
+  for (size_t j = 1; j < n.outputs.size(); ++j)
+    if (n.outputs[j]) return false;  // Indices
+  Dims xd = n.input(0)->shape.concrete(), yd = n.outputs[0]->shape.concrete();
+  int rank = static_cast<int>(xd.size());
+  std::vector<int64_t> window = n.GetInts("kernel_shape");
+  if ((rank != 3 && rank != 4) || yd.size() != xd.size() || static_cast<int>(window.size()) != rank - 2) return false;
+  if (n.GetInt("ceil_mode", 0) != 0 || yd[0] != xd[0] || yd[1] != xd[1]) return false;
+  std::vector<int64_t> strides, dil, begin, end;
+  if (!SpatialWindows(n, xd, Dims(window.begin(), window.end()), yd, &strides, &dil, &begin, &end)) return false;
+  for (int64_t d : dil)
+    if (d != 1) return false;
+  PoolShape s;
+  s.n = xd[0];
+  s.c = xd[1];
+  s.max = max;
+  s.count_include_pad = n.GetInt("count_include_pad", 0) != 0;
+  if (rank == 4) {
+    s.h = xd[2], s.w = xd[3], s.r = window[0], s.s = window[1], s.out_h = yd[2], s.out_w = yd[3];
+    s.pad_top = begin[0], s.pad_left = begin[1], s.pad_bottom = end[0], s.pad_right = end[1];
+    s.stride_h = strides[0], s.stride_w = strides[1];
+  } else {
+    s.w = xd[2], s.s = window[0], s.out_w = yd[2], s.pad_left = begin[0], s.pad_right = end[0], s.stride_w = strides[0];
+  }
+  if (NumElements(xd) == 0 || NumElements(yd) == 0) return false;
+  absl::StatusOr<std::unique_ptr<PoolOp>> op = device->MakePool(s);
+  if (!op.ok()) {
+    if (absl::IsFailedPrecondition(op.status())) return op.status();
+    LOG(WARNING) << n.Describe() << " runs on the host: " << op.status();
+    return false;
+  }
+  Step st;
+  st.kind = Step::Kind::kPool;
+  st.pool = std::move(*op);
+  st.node = &n;
+  st.in = {Slot(n.input(0))};
+  st.out = {Slot(n.outputs[0])};
+  steps.push_back(std::move(st));
+  ++placement.pools;
   return true;
 }
 
@@ -605,6 +670,8 @@ absl::Status GpuExecutor::Impl::PlaceNode(const Node& n, const std::vector<PostO
     if (gemm) return absl::OkStatus();
     CJIT_ASSIGN_OR_RETURN(bool conv, TryConv(n));
     if (conv) return absl::OkStatus();
+    CJIT_ASSIGN_OR_RETURN(bool pool, TryPool(n));
+    if (pool) return absl::OkStatus();
     CJIT_ASSIGN_OR_RETURN(bool kernel, TrySingleOpKernel(n));
     if (kernel) return absl::OkStatus();
     if (TryConcat(n)) return absl::OkStatus();
@@ -771,6 +838,12 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::vector<Tensor>& 
         CJIT_RETURN_IF_ERROR(st.conv->Run(on_device[st.in[0]]->address(), on_device[st.in[1]]->address(),
                                           st.in[2] >= 0 ? on_device[st.in[2]]->address() : 0,
                                           on_device[st.out[0]]->address()));
+        break;
+      }
+      case Impl::Step::Kind::kPool: {
+        CJIT_RETURN_IF_ERROR(ensure_device(st.in[0]));
+        CJIT_RETURN_IF_ERROR(allocate_output(st.out[0]));
+        CJIT_RETURN_IF_ERROR(st.pool->Run(on_device[st.in[0]]->address(), on_device[st.out[0]]->address()));
         break;
       }
       case Impl::Step::Kind::kGemm: {

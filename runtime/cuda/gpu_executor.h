@@ -7,7 +7,8 @@
 //  * Single ops (unclustered, or library steps of a cluster):
 //      - float32 MatMul / Gemm -> the backend's GEMM (cuBLASLt), Gemm's vector C as a bias epilogue;
 //      - float32 1-D/2-D Conv -> the backend's convolution (cuDNN); elementwise ops after it stay fused
-//        kernels (plans are built with FusionPlanOptions::conv_post_ops off);
+//        kernels (plans are built with FusionPlanOptions::conv_post_ops off); MaxPool / AveragePool (floor
+//        mode, no dilation) -> the backend's pooling (cuDNN);
 //      - float32 elementwise ops and last-axis reductions -> a one-op fused kernel: the GPU fallback path.
 //        Kernels are shape-generic (dims and strides are kernel arguments in `meta`), so each
 //        op/dtype/broadcast structure is compiled once per process and reused across shapes;
@@ -15,7 +16,7 @@
 //      - reshapes -> an alias of the same buffer; Concat -> pitched device-to-device copies; Reduce* over
 //        trailing axes or one axis, GlobalAverage/MaxPool, Clip with runtime bounds, Gather of one constant
 //        index -> one fused kernel over a view;
-//      - everything else (pooling, Pad, integer ops, data-dependent shapes, control flow) runs on the
+//      - everything else (ceil-mode pooling, Pad, LSTM, integer ops, data-dependent shapes, control flow) runs on the
 //        host through the CPU fallback kernels; its inputs are copied device->host and its outputs back
 //        only when a device step needs them (as TF's soft placement). placement() names these ops.
 // Graph inputs are copied host->device when a device step first reads them; outputs device->host at the
@@ -52,6 +53,7 @@ struct GpuPlacement {
   int op_kernels = 0;     // launches per run of single-op kernels
   int gemms = 0;          // GEMM library calls per run
   int convs = 0;          // convolution library calls per run
+  int pools = 0;          // pooling library calls per run
   int aliases = 0;        // reshapes that only relabel a buffer's dims
   int copies = 0;         // Concat ops done as device-to-device copies
   int host_ops = 0;       // ops run on the host per run

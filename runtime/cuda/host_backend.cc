@@ -3,6 +3,7 @@
 // float64-accumulated products following GemmShape's definition.
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -92,6 +93,40 @@ class HostConv : public ConvOp {
   ConvShape s_;
 };
 
+class HostPool : public PoolOp {
+ public:
+  explicit HostPool(const PoolShape& s) : s_(s) {}
+  absl::Status Run(uint64_t x_addr, uint64_t y_addr) const override {
+    const PoolShape& s = s_;
+    const float* x = reinterpret_cast<const float*>(x_addr);
+    float* y = reinterpret_cast<float*>(y_addr);
+    for (int64_t nc = 0; nc < s.n * s.c; ++nc)
+      for (int64_t p = 0; p < s.out_h; ++p)
+        for (int64_t q = 0; q < s.out_w; ++q) {
+          double acc = s.max ? -std::numeric_limits<double>::infinity() : 0.0;
+          int64_t count = 0;
+          for (int64_t r = 0; r < s.r; ++r)
+            for (int64_t t = 0; t < s.s; ++t) {
+              int64_t ih = p * s.stride_h - s.pad_top + r, iw = q * s.stride_w - s.pad_left + t;
+              bool inside = ih >= 0 && ih < s.h && iw >= 0 && iw < s.w;
+              bool in_padded = ih < s.h + s.pad_bottom && iw < s.w + s.pad_right;
+              if (inside) {
+                double v = x[(nc * s.h + ih) * s.w + iw];
+                acc = s.max ? std::max(acc, v) : acc + v;
+                ++count;
+              } else if (s.count_include_pad && in_padded) {
+                ++count;
+              }
+            }
+          y[(nc * s.out_h + p) * s.out_w + q] = static_cast<float>(s.max ? acc : (count ? acc / count : 0.0));
+        }
+    return absl::OkStatus();
+  }
+
+ private:
+  PoolShape s_;
+};
+
 class HostBackend : public DeviceBackend {
  public:
   std::string Describe() const override { return "host emulation"; }
@@ -159,6 +194,9 @@ class HostBackend : public DeviceBackend {
   }
   absl::StatusOr<std::unique_ptr<ConvOp>> MakeConv(const ConvShape& shape) const override {
     return std::unique_ptr<ConvOp>(std::make_unique<HostConv>(shape));
+  }
+  absl::StatusOr<std::unique_ptr<PoolOp>> MakePool(const PoolShape& shape) const override {
+    return std::unique_ptr<PoolOp>(std::make_unique<HostPool>(shape));
   }
 };
 
