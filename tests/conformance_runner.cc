@@ -19,16 +19,49 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/cuda/gpu_executor.h"
 #include "runtime/session.h"
 #include "tools/check_lib.h"
 
 namespace fs = std::filesystem;
 
+// One data set through the GPU executor on the host backend (runtime/cuda/device_backend.h): the session's
+// specialized, clustered graph, with every device step emulated on the host.
+cjit::DataSetResult RunOnGpuExecutor(cjit::Session& session, const cjit::DataSet& set, double rtol, double atol) {
+  cjit::DataSetResult r;
+  r.dir = set.dir;
+  auto graph = session.SpecializeAndCluster(set.inputs, nullptr);
+  if (!graph.ok()) {
+    r.status = graph.status();
+    return r;
+  }
+  std::vector<cjit::Tensor> inputs;
+  for (const cjit::TensorInfo& info : session.inputs()) {
+    for (const cjit::NamedTensor& t : set.inputs)
+      if (t.name == info.name) inputs.push_back(t.tensor);
+  }
+  auto ex = cjit::GpuExecutor::Create(*graph, cjit::MakeHostBackend(), {});
+  if (!ex.ok()) {
+    r.status = ex.status();
+    return r;
+  }
+  auto outs = (*ex)->Run(inputs);
+  if (!outs.ok()) {
+    r.status = outs.status();
+    return r;
+  }
+  for (size_t i = 0; i < set.outputs.size() && i < outs->size(); ++i) {
+    r.outputs.push_back(cjit::CompareTensors(set.outputs[i].name, (*outs)[i], set.outputs[i].tensor, rtol, atol));
+  }
+  if (outs->size() < set.outputs.size()) r.status = absl::InternalError("fewer outputs than the reference");
+  return r;
+}
+
 int main(int argc, char** argv) {
   std::string data = "/usr/share/libonnx-testdata/data";
   std::string floor_file = CJIT_SOURCE_DIR "/tests/conformance_floor.txt";
   std::string known_file = CJIT_SOURCE_DIR "/tests/conformance_known_failures.txt";
-  std::string filter, flag_text;
+  std::string filter, flag_text, gpu_executor;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--data") data = argv[i + 1];
@@ -36,6 +69,7 @@ int main(int argc, char** argv) {
     else if (a == "--known") known_file = argv[i + 1];
     else if (a == "--filter") filter = argv[i + 1];
     else if (a == "--flags") flag_text = argv[i + 1];
+    else if (a == "--gpu-executor") gpu_executor = argv[i + 1];  // "host": the GPU executor on the host backend
   }
   if (!fs::exists(data)) {
     std::cout << "conformance: SKIPPED, " << data << " is absent (install libonnx-testdata: tools/setup.sh)\n";
@@ -106,7 +140,8 @@ int main(int argc, char** argv) {
         fail_reason = std::string(sets.status().message());
       } else {
         for (const auto& set : *sets) {
-          cjit::DataSetResult r = cjit::RunDataSet(**session, set, 1e-3, 1e-7);
+          cjit::DataSetResult r = gpu_executor == "host" ? RunOnGpuExecutor(**session, set, 1e-3, 1e-7)
+                                                         : cjit::RunDataSet(**session, set, 1e-3, 1e-7);
           if (!r.status.ok()) {
             fail_reason = std::string(r.status.message());
             break;
