@@ -147,33 +147,91 @@ class GpuEmitter {
     return ve.Elem(v, j, memo);
   }
 
+  // Elementwise kernels, three loops (the launch picks between the last two with gridDim.y):
+  //  * one collapsed dim (every input contiguous or broadcast): e over rows x inner with a grid stride, no
+  //    index division;
+  //  * gridDim.y > 1: rows over blockIdx.y (grid stride gridDim.y), each row's base offsets computed once,
+  //    then j over the row with a grid stride in x — no per-element division;
+  //  * gridDim.y == 1: e with a grid stride, r = e / inner, j = e % inner (short rows).
   absl::Status EmitElementwise() {
     llvm::LLVMContext& ctx = m_.getContext();
-    llvm::Type* f32 = b_.getFloatTy();
     llvm::Value* total = b_.CreateMul(rows_, inner_);
-    llvm::BasicBlock* pre = b_.GetInsertBlock();
-    auto* loop = llvm::BasicBlock::Create(ctx, "loop", fn_);
     auto* done = llvm::BasicBlock::Create(ctx, "done", fn_);
-    b_.CreateCondBr(b_.CreateICmpSLT(gid_, total), loop, done);
-    b_.SetInsertPoint(loop);
-    llvm::PHINode* e = b_.CreatePHI(b_.getInt64Ty(), 2, "e");
-    e->addIncoming(gid_, pre);
-    llvm::Value* r = b_.CreateUDiv(e, inner_);
-    llvm::Value* j = b_.CreateURem(e, inner_);
-    RowBases(r);
-    std::map<const Value*, llvm::Value*> memo;
-    for (size_t o = 0; o < k_.outputs.size(); ++o) {
-      CJIT_ASSIGN_OR_RETURN(llvm::Value* val, Elem(k_.outputs[o], j, memo));
-      b_.CreateStore(val, b_.CreateInBoundsGEP(f32, fn_->getArg(static_cast<unsigned>(k_.inputs.size() + o)), e));
+    if (nd_ == 1) {
+      CJIT_RETURN_IF_ERROR(EmitFlatLoop(total, /*divide=*/false, done));
+    } else {
+      auto* by_rows = llvm::BasicBlock::Create(ctx, "by_rows", fn_);
+      auto* flat = llvm::BasicBlock::Create(ctx, "flat", fn_);
+      llvm::Value* grid_y = Sreg(b_, m_, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_y);
+      b_.CreateCondBr(b_.CreateICmpUGT(grid_y, b_.getInt64(1)), by_rows, flat);
+      b_.SetInsertPoint(flat);
+      CJIT_RETURN_IF_ERROR(EmitFlatLoop(total, /*divide=*/true, done));
+      b_.SetInsertPoint(by_rows);
+      CJIT_RETURN_IF_ERROR(EmitRowLoop(grid_y, done));
     }
-    llvm::Value* next = b_.CreateAdd(e, nthreads_);
-    e->addIncoming(next, b_.GetInsertBlock());
-    b_.CreateCondBr(b_.CreateICmpSLT(next, total), loop, done);
     b_.SetInsertPoint(done);
     b_.CreateRetVoid();
     return absl::OkStatus();
   }
 
+  absl::Status StoreOutputs(llvm::Value* j, llvm::Value* e) {
+    std::map<const Value*, llvm::Value*> memo;
+    for (size_t o = 0; o < k_.outputs.size(); ++o) {
+      CJIT_ASSIGN_OR_RETURN(llvm::Value* val, Elem(k_.outputs[o], j, memo));
+      b_.CreateStore(val, b_.CreateInBoundsGEP(b_.getFloatTy(), fn_->getArg(static_cast<unsigned>(k_.inputs.size() + o)), e));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status EmitFlatLoop(llvm::Value* total, bool divide, llvm::BasicBlock* done) {
+    llvm::LLVMContext& ctx = m_.getContext();
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* loop = llvm::BasicBlock::Create(ctx, "loop", fn_);
+    b_.CreateCondBr(b_.CreateICmpSLT(gid_, total), loop, done);
+    b_.SetInsertPoint(loop);
+    llvm::PHINode* e = b_.CreatePHI(b_.getInt64Ty(), 2, "e");
+    e->addIncoming(gid_, pre);
+    llvm::Value* r = divide ? b_.CreateUDiv(e, inner_) : b_.getInt64(0);
+    llvm::Value* j = divide ? b_.CreateURem(e, inner_) : e;
+    RowBases(r);
+    CJIT_RETURN_IF_ERROR(StoreOutputs(j, e));
+    llvm::Value* next = b_.CreateAdd(e, nthreads_);
+    e->addIncoming(next, b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpSLT(next, total), loop, done);
+    return absl::OkStatus();
+  }
+
+  absl::Status EmitRowLoop(llvm::Value* grid_y, llvm::BasicBlock* done) {
+    llvm::LLVMContext& ctx = m_.getContext();
+    llvm::Value* row0 = Sreg(b_, m_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y);
+    llvm::Value* ntid = Sreg(b_, m_, llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x);
+    llvm::Value* col0 = b_.CreateAdd(b_.CreateMul(Sreg(b_, m_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x), ntid), tid_);
+    llvm::Value* col_stride = b_.CreateMul(ntid, Sreg(b_, m_, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x));
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* row_loop = llvm::BasicBlock::Create(ctx, "row_loop", fn_);
+    auto* row_next = llvm::BasicBlock::Create(ctx, "row_next", fn_);
+    auto* col_loop = llvm::BasicBlock::Create(ctx, "col_loop", fn_);
+    b_.CreateCondBr(b_.CreateICmpSLT(row0, rows_), row_loop, done);
+    b_.SetInsertPoint(row_loop);
+    llvm::PHINode* r = b_.CreatePHI(b_.getInt64Ty(), 2, "r");
+    r->addIncoming(row0, pre);
+    RowBases(r);
+    llvm::Value* row_start = b_.CreateMul(r, inner_);
+    b_.CreateCondBr(b_.CreateICmpSLT(col0, inner_), col_loop, row_next);
+    llvm::BasicBlock* row_body_end = b_.GetInsertBlock();
+    b_.SetInsertPoint(col_loop);
+    llvm::PHINode* j = b_.CreatePHI(b_.getInt64Ty(), 2, "j");
+    j->addIncoming(col0, row_body_end);
+    CJIT_RETURN_IF_ERROR(StoreOutputs(j, b_.CreateAdd(row_start, j)));
+    llvm::Value* j_next = b_.CreateAdd(j, col_stride);
+    j->addIncoming(j_next, b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpSLT(j_next, inner_), col_loop, row_next);
+    b_.SetInsertPoint(row_next);
+    llvm::Value* r_next = b_.CreateAdd(r, grid_y);
+    r->addIncoming(r_next, row_next);
+    b_.CreateCondBr(b_.CreateICmpSLT(r_next, rows_), row_loop, done);
+    return absl::OkStatus();
+  }
 
   // One pass over the row by this lane (j = lane, lane + 32, ...), then a butterfly warp reduction.
   absl::StatusOr<llvm::Value*> Reduce(const Value* x, ReduceKind kind, llvm::Value* offset) {

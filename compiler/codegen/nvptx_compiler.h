@@ -5,7 +5,9 @@
 // Kernels (ptx_kernel calling convention) have the signature
 //   kernel(float* in_0, ..., float* out_0, ..., const int64_t* meta, const float* consts, int64_t rows)
 // with meta/consts as in kernel_layout.h, in device memory.
-//  * elementwise kernels: one thread per element, a grid-stride loop over rows x row_elems;
+//  * elementwise kernels: one collapsed dim -> a grid-stride loop over the elements; otherwise, with
+//    gridDim.y > 1, rows over blockIdx.y and each row's elements over x (no per-element index division),
+//    and with gridDim.y == 1 a grid-stride loop over rows x row_elems (runtime/cuda/fused_launch.h picks);
 //  * row kernels: one warp per row; each reduction pass strides the row by 32 lanes and combines the
 //    lanes' partial results with warp shuffles (shfl.sync.bfly), so every lane holds the row's value.
 // Launch: PtxKernel::block_size threads per block; any grid size covers all elements (elementwise) or

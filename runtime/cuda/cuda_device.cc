@@ -229,8 +229,9 @@ absl::StatusOr<std::shared_ptr<CudaModule>> CudaDevice::LoadModule(const std::st
   return module;
 }
 
-absl::Status CudaDevice::Launch(CUfunction fn, unsigned grid, unsigned block, void** args, unsigned shared_bytes) const {
-  CJIT_CU_RETURN_IF_ERROR(*api_, cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, shared_bytes, stream_, args, nullptr));
+absl::Status CudaDevice::Launch(CUfunction fn, unsigned grid_x, unsigned grid_y, unsigned block, void** args,
+                                unsigned shared_bytes) const {
+  CJIT_CU_RETURN_IF_ERROR(*api_, cuLaunchKernel(fn, grid_x, grid_y, 1, block, 1, 1, shared_bytes, stream_, args, nullptr));
   return absl::OkStatus();
 }
 

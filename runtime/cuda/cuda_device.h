@@ -77,7 +77,8 @@ class CudaDevice {
 
   // Loads PTX through the driver's JIT (cuModuleLoadDataEx); errors include the JIT error log.
   absl::StatusOr<std::shared_ptr<CudaModule>> LoadModule(const std::string& ptx);
-  absl::Status Launch(CUfunction fn, unsigned grid, unsigned block, void** args, unsigned shared_bytes = 0) const;
+  absl::Status Launch(CUfunction fn, unsigned grid_x, unsigned grid_y, unsigned block, void** args,
+                      unsigned shared_bytes = 0) const;
 
  private:
   CudaDevice() = default;
