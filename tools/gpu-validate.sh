@@ -1,7 +1,8 @@
 #!/bin/bash
 # Runs on the GPU machine, from the repository root (the device tool's working directory), after
-# tools/gpu-bundle.sh packed .device/*.tar.xz here. Unpacks into /tmp (kept while the machine stays warm),
-# then runs one step; results go to $OUT (or /tmp/cjit-out).
+# tools/gpu-bundle.sh packed .device/*.tar.xz here. Unpacks into .device-run/ (git-ignored, so the device
+# tool keeps it between calls while the machine stays warm), then runs one step; results go to $OUT
+# (or .device-run/out).
 #   bash tools/gpu-validate.sh info          the GPU, driver, where cuBLASLt is, that every library loads
 #   bash tools/gpu-validate.sh tests [ARGS]  the GPU GoogleTest suite (ARGS go to cjit_gpu_tests)
 #   bash tools/gpu-validate.sh conformance [CJIT_FLAGS]   the ONNX backend suite with --device=cuda
@@ -9,16 +10,18 @@
 #   bash tools/gpu-validate.sh bench         cjit-gpu-bench: copy vs fused-kernel bandwidth, GEMM rate
 set -uo pipefail
 repo=$(pwd)
-out=${OUT:-/tmp/cjit-out}
+run=$repo/.device-run
+mkdir -p "$run"
+out=${OUT:-$run/out}
 mkdir -p "$out"
-if [ ! -x /tmp/cjit/bin/cjit ] && [ -f .device/cjit-gpu-bin.tar.xz ]; then tar -xJf .device/cjit-gpu-bin.tar.xz -C /tmp; fi
-if [ ! -d /tmp/cjit-data ] && [ -f .device/cjit-gpu-data.tar.xz ]; then tar -xJf .device/cjit-gpu-data.tar.xz -C /tmp; fi
-[ -x /tmp/cjit/bin/cjit ] || { echo "gpu-validate: /tmp/cjit missing: carry .device/cjit-gpu-bin.tar.xz"; exit 2; }
+if [ ! -x $run/cjit/bin/cjit ] && [ -f .device/cjit-gpu-bin.tar.xz ]; then tar -xJf .device/cjit-gpu-bin.tar.xz -C "$run"; fi
+if [ ! -d $run/cjit-data ] && [ -f .device/cjit-gpu-data.tar.xz ]; then tar -xJf .device/cjit-gpu-data.tar.xz -C "$run"; fi
+[ -x $run/cjit/bin/cjit ] || { echo "gpu-validate: $run/cjit missing: carry .device/cjit-gpu-bin.tar.xz"; exit 2; }
 # The binaries look for tests/*.txt and ../shared under the source directory they were built in.
-src=$(strings /tmp/cjit/bin/conformance_runner | grep -m1 -oE '^/[^ ]*/tests/conformance_floor.txt' | sed 's|/tests/conformance_floor.txt||')
+src=$(strings $run/cjit/bin/conformance_runner | grep -m1 -oE '^/[^ ]*/tests/conformance_floor.txt' | sed 's|/tests/conformance_floor.txt||')
 if [ -n "$src" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$repo" "$src"; fi
-if [ -n "$src" ] && [ -d /tmp/cjit-data/models ] && [ ! -e "$(dirname "$src")/shared" ]; then
-  mkdir -p "$(dirname "$src")/shared" && ln -s /tmp/cjit-data/models "$(dirname "$src")/shared/models"
+if [ -n "$src" ] && [ -d $run/cjit-data/models ] && [ ! -e "$(dirname "$src")/shared" ]; then
+  mkdir -p "$(dirname "$src")/shared" && ln -s $run/cjit-data/models "$(dirname "$src")/shared/models"
 fi
 # cuBLASLt: the toolkit's, or the pip wheel's that PyTorch uses.
 lt=""
@@ -29,19 +32,25 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
 done
 compat=""
 sys_cxx=$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 .*x86-64/ {print $NF; exit}')
-if [ -z "$sys_cxx" ] || ! grep -q GLIBCXX_3.4.30 "$sys_cxx"; then compat=/tmp/cjit/lib-compat; fi
-export LD_LIBRARY_PATH=/tmp/cjit/lib${compat:+:$compat}${lt:+:$lt}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+if [ -z "$sys_cxx" ] || ! grep -q GLIBCXX_3.4.30 "$sys_cxx"; then compat=$run/cjit/lib-compat; fi
+# cuDNN 9: the toolkit's, or the pip wheel's.
+dnn=""
+for d in /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu \
+         $(python3 -c 'import nvidia.cudnn, os; print(os.path.join(os.path.dirname(nvidia.cudnn.__file__), "lib"))' 2>/dev/null); do
+  if ls "$d"/libcudnn.so.9* >/dev/null 2>&1; then dnn="$d"; break; fi
+done
+export LD_LIBRARY_PATH=$run/cjit/lib${compat:+:$compat}${lt:+:$lt}${dnn:+:$dnn}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 cuda_dir=/usr/local/cuda
-[ -f $cuda_dir/nvvm/libdevice/libdevice.10.bc ] || cuda_dir=/tmp/cjit/cuda
-export PATH=/tmp/cjit/bin:$PATH
+[ -f $cuda_dir/nvvm/libdevice/libdevice.10.bc ] || cuda_dir=$run/cjit/cuda
+export PATH=$run/cjit/bin:$PATH
 step=${1:-info}
 shift || true
 case "$step" in
   info)
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$out/info.txt"
-    echo "cuBLASLt dir: ${lt:-NOT FOUND}; libdevice: $cuda_dir; source dir link: $src; C++ runtime: ${compat:-the system one}" | tee -a "$out/info.txt"
+    echo "cuBLASLt dir: ${lt:-NOT FOUND}; cuDNN dir: ${dnn:-NOT FOUND}; libdevice: $cuda_dir; source dir link: $src; C++ runtime: ${compat:-the system one}" | tee -a "$out/info.txt"
     [ -r /etc/os-release ] && grep PRETTY_NAME /etc/os-release | tee -a "$out/info.txt"
-    for b in /tmp/cjit/bin/*; do ldd "$b" | grep "not found" && echo "MISSING for $b"; done | tee -a "$out/info.txt"
+    for b in $run/cjit/bin/*; do ldd "$b" | grep "not found" && echo "MISSING for $b"; done | tee -a "$out/info.txt"
     cjit flags >/dev/null && echo "cjit starts" | tee -a "$out/info.txt"
     ;;
   tests)
@@ -49,12 +58,12 @@ case "$step" in
     ;;
   conformance)
     flags=${1:-}
-    conformance_runner --data /tmp/cjit-data/onnx-testdata --flags "--device=cuda --cuda_data_dir=$cuda_dir $flags" \
+    conformance_runner --data $run/cjit-data/onnx-testdata --flags "--device=cuda --cuda_data_dir=$cuda_dir $flags" \
       2>&1 | tee "$out/conformance.log" | tail -40
     ;;
   models)
     flags=${1:-}
-    for m in /tmp/cjit-data/models/*/; do
+    for m in $run/cjit-data/models/*/; do
       CJIT_FLAGS="--device=cuda --cuda_data_dir=$cuda_dir $flags" cjit check "$m" --rtol 1e-3 --atol 1e-4 2>&1 | tail -3
       CJIT_FLAGS="--device=cuda --cuda_data_dir=$cuda_dir $flags" cjit run "$m" --iterations 50 --warmup 5 2>&1 | grep -E "device|placement|latency"
     done 2>&1 | tee "$out/models.log"
