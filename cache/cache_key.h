@@ -23,7 +23,8 @@ namespace cjit {
 // 4: Conv epilogues as oneDNN post-ops (different kernels for the same cluster).
 // (In-place Concat changes only buffer assignment at run time: no bump.)
 // 5: Slice-1 (attribute form) read as a strided view too (different kernels for the same cluster).
-inline constexpr int kCacheFormatVersion = 5;
+// 6: float16/bfloat16 values and Cast in fused kernels; dtypes in kernel structures.
+inline constexpr int kCacheFormatVersion = 6;
 
 struct CacheKey {
   std::string canonical;  // full text

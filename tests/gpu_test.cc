@@ -92,8 +92,8 @@ TEST_P(GpuOpSuite, MatchesCpuFallback) {
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_EQ(got->size(), ref->size());
   for (size_t i = 0; i < ref->size(); ++i) {
-    bool is_float = IsFloat((*ref)[i].dtype());
-    OutputComparison cmp = CompareTensors("out", (*got)[i], (*ref)[i], is_float ? 2e-5 : 0, is_float ? 1e-6 : 0);
+    auto [rtol, atol] = ToleranceFor((*ref)[i].dtype(), 2e-5);
+    OutputComparison cmp = CompareTensors("out", (*got)[i], (*ref)[i], rtol, atol);
     EXPECT_TRUE(cmp.ok) << c.name << " output " << i << ": " << cmp.problem << " max_abs " << cmp.max_abs << "; "
                         << placement.ToString();
   }
@@ -166,6 +166,9 @@ std::vector<OpCase> LoweringCases() {
       {"AveragePool2d_include_pad", g("%x: f32[1,4,7,7]", "  %y = AveragePool(%x) {kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2], count_include_pad=1}\n  return %y")},
       {"AveragePool2d_same_upper", g("%x: f32[1,2,6,5]", "  %y = AveragePool(%x) {kernel_shape=[2, 2], auto_pad=\"SAME_UPPER\"}\n  return %y")},
       {"MaxPool1d", g("%x: f32[2,3,17]", "  %y = MaxPool(%x) {kernel_shape=[4], strides=[3]}\n  return %y")},
+      {"Add_f16_broadcast", g("%x: f16[3,8], %y: f16[8]", "  %y2 = Add(%x, %y)\n  return %y2")},
+      {"Cast_f32_to_bf16", g("%x: f32[5,7]", "  %y = Cast(%x) {to=16}\n  return %y")},
+      {"Transpose_bf16", g("%x: bf16[3,4,5]", "  %y = Transpose(%x) {perm=[1,2,0]}\n  return %y")},
       {"Reshape_chain_i64", g("%x: i64[2,6]", "  %s = constant i64[2] {3, 4}\n  %y = Reshape(%x, %s)\n  %z = Flatten(%y) {axis=0}\n  return %z")},
   };
 }

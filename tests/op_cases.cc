@@ -1,5 +1,6 @@
 #include "tests/op_cases.h"
 
+#include "Eigen/Core"
 #include "glog/logging.h"
 
 namespace cjit {
@@ -15,12 +16,23 @@ Tensor RandomInput(const Value& v, std::mt19937& rng) {
       case DType::kI64: t.data<int64_t>()[i] = static_cast<int64_t>(x * 3); break;
       case DType::kI32: t.data<int32_t>()[i] = static_cast<int32_t>(x * 3); break;
       case DType::kBool: t.data<uint8_t>()[i] = x > 0; break;
+      case DType::kF16: t.data<Eigen::half>()[i] = Eigen::half(static_cast<float>(x)); break;
+      case DType::kBF16: t.data<Eigen::bfloat16>()[i] = Eigen::bfloat16(static_cast<float>(x)); break;
       default: LOG(FATAL) << "no generator for " << DTypeName(v.dtype);
     }
   }
   return t;
 }
 
+
+std::pair<double, double> ToleranceFor(DType dtype, double f32_rtol) {
+  switch (dtype) {
+    case DType::kF16: return {2e-3, 1e-3};
+    case DType::kBF16: return {1.6e-2, 8e-3};
+    case DType::kF32: case DType::kF64: return {f32_rtol, 1e-6};
+    default: return {0, 0};
+  }
+}
 
 std::vector<OpCase> OpSuiteCases() {
   std::vector<OpCase> cases;
@@ -151,6 +163,12 @@ std::vector<OpCase> OpSuiteCases() {
   %z = Exp(%m)
   return %z
 })"});
+  // float16 / bfloat16 values: loaded and stored in their type, computed in float32, rounded after each op.
+  cases.push_back({"HalfChain_f16", "graph g(%x: f16[3,37], %y: f16[37]) {\n  %a = Add(%x, %y)\n  %s = Sigmoid(%a)\n  %m = Mul(%s, %x)\n  return %m\n}"});
+  cases.push_back({"BFloatChain_bf16", "graph g(%x: bf16[4,9,5], %y: bf16[9,1]) {\n  %a = Mul(%x, %y)\n  %t = Tanh(%a)\n  %z = Sub(%t, %x)\n  return %z\n}"});
+  cases.push_back({"CastRoundTrip_f32_f16_bf16", "graph g(%x: f32[6,33]) {\n  %h = Cast(%x) {to=10}\n  %e = Exp(%h)\n  %b = Cast(%e) {to=16}\n  %f = Cast(%b) {to=1}\n  %z = Add(%f, %x)\n  return %z, %h\n}"});
+  cases.push_back({"HalfIntoSoftmax_f16", "graph g(%x: f16[5,40]) {\n  %f = Cast(%x) {to=1}\n  %s = Softmax(%f) {axis=-1}\n  %h = Cast(%s) {to=10}\n  return %h\n}"});
+  cases.push_back({"HalfTransposeView_f16", "graph g(%x: f16[4,6,5], %y: f16[5,4,6]) {\n  %t = Transpose(%x) {perm=[2,0,1]}\n  %a = Add(%t, %y)\n  return %a\n}"});
   // Slice-1 (opset < 10): bounds as attributes, also read as a strided view.
   cases.push_back({"Slice1AttrIntoNeg_f32", "graph g(%x: f32[3,1,8,6,5]) {\n  %s = Slice(%x) {starts=[1, 2], ends=[2, -1], axes=[0, 3]}\n  %z = Neg(%s)\n  return %z\n}"});
   cases.push_back({"ExpandReshapeChain_f32", R"(graph g(%x: f32[3,1], %y: f32[3,4]) {

@@ -22,6 +22,11 @@ Tensor RandomInput(const Value& v, std::mt19937& rng);
 
 std::vector<OpCase> OpSuiteCases();
 
+// Comparison tolerance of two float computations of the same op chain in `dtype` (relative, absolute):
+// float32 allows reassociation and libm differences; float16/bfloat16 one or two units in the last place
+// (a float32 difference can round to the neighbouring value); exact for non-float dtypes.
+std::pair<double, double> ToleranceFor(DType dtype, double f32_rtol = 1e-5);
+
 }  // namespace cjit
 
 #endif  // CJIT_TESTS_OP_CASES_H_

@@ -60,8 +60,8 @@ TEST_P(OpSuite, CompiledMatchesFallback) {
   EXPECT_EQ(stats[0]->compiled_executions.load(), 1);
   ASSERT_EQ(got->size(), ref->size());
   for (size_t i = 0; i < ref->size(); ++i) {
-    bool is_float = IsFloat((*ref)[i].dtype());
-    OutputComparison cmp = CompareTensors("out", (*got)[i], (*ref)[i], is_float ? 1e-5 : 0, is_float ? 1e-6 : 0);
+    auto [rtol, atol] = ToleranceFor((*ref)[i].dtype());
+    OutputComparison cmp = CompareTensors("out", (*got)[i], (*ref)[i], rtol, atol);
     EXPECT_TRUE(cmp.ok) << c.name << " output " << i << ": " << cmp.problem << " max_abs " << cmp.max_abs;
   }
 }

@@ -6,7 +6,11 @@
 
 #include "compiler/codegen/fusion_plan.h"
 #include "compiler/codegen/nvptx_compiler.h"
+#include "compiler/ir/text.h"
 #include "compiler/passes/mark_for_compilation.h"
+#include "compiler/passes/specialize_shapes.h"
+#include "runtime/cpu/kernel.h"
+#include "tests/op_cases.h"
 #include "gtest/gtest.h"
 #include "runtime/session.h"
 #include "tools/check_lib.h"
@@ -66,6 +70,45 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& i) {
       return std::get<0>(i.param) + "_" + std::get<1>(i.param);
     });
+
+// Every op-suite case that forms fused kernels (float32, float16, bfloat16 loads/stores, Cast, row
+// kernels, views) assembles for the oldest and newest targets.
+class PtxOpSuiteTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PtxOpSuiteTest, EveryCaseAssembles) {
+  if (!fs::exists(kPtxas)) GTEST_SKIP() << kPtxas << " is absent (CUDA toolkit not installed)";
+  const std::string arch = GetParam();
+  int assembled = 0;
+  for (const OpCase& c : OpSuiteCases()) {
+    auto parsed = ParseGraph(c.ir);
+    ASSERT_TRUE(parsed.ok()) << c.name << ": " << parsed.status();
+    Graph& g = **parsed;
+    std::vector<Dims> dims;
+    for (const Value* v : g.inputs()) dims.push_back(v->shape.concrete());
+    auto eval = [](const Node& n, const std::vector<const Tensor*>& in) { return EvaluateNode(n, in, 1); };
+    ASSERT_TRUE(SpecializeShapes(g, dims, eval).ok()) << c.name;
+    FusionPlanOptions gpu;
+    gpu.conv_post_ops = false;
+    auto plan = BuildFusionPlan(g, gpu);
+    ASSERT_TRUE(plan.ok()) << c.name << ": " << plan.status();
+    if (plan->kernels.empty()) continue;
+    PtxOptions po;
+    po.gpu_arch = arch;
+    auto ptx = CompileForNvptx(*plan, po);
+    ASSERT_TRUE(ptx.ok()) << c.name << ": " << ptx.status();
+    std::string path = ::testing::TempDir() + "/cjit_case_" + c.name + "_" + arch + ".ptx";
+    {
+      std::ofstream f(path);
+      f << ptx->ptx;
+    }
+    std::string cmd = std::string(kPtxas) + " -arch=" + arch + " " + path + " -o /dev/null";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << "ptxas rejected " << path << " (" << c.name << ")";
+    ++assembled;
+  }
+  EXPECT_GT(assembled, 50);
+}
+
+INSTANTIATE_TEST_SUITE_P(Targets, PtxOpSuiteTest, ::testing::Values("sm_75", "sm_90"));
 
 TEST(PtxOptionsTest, UnknownArchIsAClearError) {
   FusionPlan empty;

@@ -185,15 +185,17 @@ absl::Status EmitKernel(llvm::Module& m, const FusedKernel& k, const Collapsed& 
   }
   llvm::Value* out_base = b.CreateMul(r, inner);
   std::vector<llvm::Value*> in_ptr(n_in);
-  for (size_t i = 0; i < n_in; ++i) in_ptr[i] = b.CreateInBoundsGEP(f32, fn->getArg(static_cast<unsigned>(i)), base[i]);
+  for (size_t i = 0; i < n_in; ++i) {
+    in_ptr[i] = b.CreateInBoundsGEP(StorageType(b, k.inputs[i]->dtype), fn->getArg(static_cast<unsigned>(i)), base[i]);
+  }
   std::vector<llvm::Value*> out_ptr(n_out);
   for (size_t o = 0; o < n_out; ++o) {
-    out_ptr[o] = b.CreateInBoundsGEP(f32, fn->getArg(static_cast<unsigned>(n_in + o)), out_base);
+    out_ptr[o] = b.CreateInBoundsGEP(StorageType(b, k.outputs[o]->dtype), fn->getArg(static_cast<unsigned>(n_in + o)), out_base);
   }
   // Broadcast (innermost stride 0) inputs are loop-invariant.
   std::map<const Value*, llvm::Value*> vals;
   for (size_t i = 0; i < n_in; ++i) {
-    if (c.strides[i].back() == 0) vals[k.inputs[i]] = b.CreateLoad(f32, in_ptr[i]);
+    if (c.strides[i].back() == 0) vals[k.inputs[i]] = LoadF32(b, k.inputs[i]->dtype, in_ptr[i], nullptr);
   }
   b.CreateBr(inner_head);
 
@@ -204,7 +206,7 @@ absl::Status EmitKernel(llvm::Module& m, const FusedKernel& k, const Collapsed& 
     char cls = InnerClass(c, i);
     if (cls == 'b') continue;
     llvm::Value* idx = cls == 'c' ? j : b.CreateMul(j, strides[i][nd - 1]);
-    vals[k.inputs[i]] = b.CreateLoad(f32, b.CreateInBoundsGEP(f32, in_ptr[i], idx));
+    vals[k.inputs[i]] = LoadF32(b, k.inputs[i]->dtype, in_ptr[i], idx);
   }
   CpuMath math(m);
   size_t next_param = 0;
@@ -226,7 +228,7 @@ absl::Status EmitKernel(llvm::Module& m, const FusedKernel& k, const Collapsed& 
     CJIT_ASSIGN_OR_RETURN(llvm::Value* res, EmitElemental(b, math, *node, ops));
     vals[node->outputs[0]] = res;
   }
-  for (size_t o = 0; o < n_out; ++o) b.CreateStore(vals.at(k.outputs[o]), b.CreateInBoundsGEP(f32, out_ptr[o], j));
+  for (size_t o = 0; o < n_out; ++o) StoreF32(b, k.outputs[o]->dtype, vals.at(k.outputs[o]), out_ptr[o], j);
   llvm::Value* j_next = b.CreateAdd(j, b.getInt64(1));
   j->addIncoming(j_next, b.GetInsertBlock());
   auto* latch = b.CreateCondBr(b.CreateICmpSLT(j_next, inner), inner_head, inner_exit);
@@ -324,8 +326,8 @@ class RowEmitter {
     }
     in_ptr_.resize(n_in);
     for (size_t i = 0; i < n_in; ++i) {
-      in_ptr_[i] = b_.CreateInBoundsGEP(f32, fn_->getArg(static_cast<unsigned>(i)), base[i]);
-      if (c_.strides[i].back() == 0) row_vals_[k_.inputs[i]] = b_.CreateLoad(f32, in_ptr_[i]);
+      in_ptr_[i] = b_.CreateInBoundsGEP(StorageType(b_, k_.inputs[i]->dtype), fn_->getArg(static_cast<unsigned>(i)), base[i]);
+      if (c_.strides[i].back() == 0) row_vals_[k_.inputs[i]] = LoadF32(b_, k_.inputs[i]->dtype, in_ptr_[i], nullptr);
     }
     Dims rd = k_.shape;
     rd.back() = 1;
@@ -344,8 +346,9 @@ class RowEmitter {
         for (size_t o = 0; o < n_out; ++o) {
           if (k_.outputs[o]->shape.concrete() != k_.shape) continue;
           CJIT_ASSIGN_OR_RETURN(llvm::Value* val, Elem(k_.outputs[o], j, memo));
-          llvm::Value* p = b_.CreateInBoundsGEP(f32, fn_->getArg(static_cast<unsigned>(n_in + o)), out_base);
-          b_.CreateStore(val, b_.CreateInBoundsGEP(f32, p, j));
+          DType dt = k_.outputs[o]->dtype;
+          llvm::Value* p = b_.CreateInBoundsGEP(StorageType(b_, dt), fn_->getArg(static_cast<unsigned>(n_in + o)), out_base);
+          StoreF32(b_, dt, val, p, j);
         }
         return absl::OkStatus();
       }, {}, nullptr));
@@ -355,7 +358,7 @@ class RowEmitter {
     for (size_t o = 0; o < n_out; ++o) {
       if (k_.outputs[o]->shape.concrete() == k_.shape) continue;
       CJIT_ASSIGN_OR_RETURN(llvm::Value* val, Elem(k_.outputs[o], b_.getInt64(0), memo));
-      b_.CreateStore(val, b_.CreateInBoundsGEP(f32, fn_->getArg(static_cast<unsigned>(n_in + o)), r));
+      StoreF32(b_, k_.outputs[o]->dtype, val, fn_->getArg(static_cast<unsigned>(n_in + o)), r);
     }
     llvm::Value* r_next = b_.CreateAdd(r, b_.getInt64(1));
     r->addIncoming(r_next, b_.GetInsertBlock());
@@ -443,7 +446,7 @@ class RowEmitter {
     ValueEmitter ve(b_, math_, k_.inputs, [&](size_t i, llvm::Value* jj) -> llvm::Value* {
       char cls = InnerClass(c_, i);
       llvm::Value* idx = cls == 'c' ? jj : b_.CreateMul(jj, strides_[i][c_.dims.size() - 1]);
-      return b_.CreateLoad(b_.getFloatTy(), b_.CreateInBoundsGEP(b_.getFloatTy(), in_ptr_[i], idx));
+      return LoadF32(b_, k_.inputs[i]->dtype, in_ptr_[i], idx);
     });
     ve.row_vals = row_vals_;
     ve.params = params_;

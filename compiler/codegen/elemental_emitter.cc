@@ -2,6 +2,8 @@
 // becomes  %t = fmul 0.2, %x ; %u = fadd %t, 0.5 ; %v = maxnum(%u, 0) ; minnum(%v, 1).
 #include "compiler/codegen/elemental_emitter.h"
 
+#include "compiler/ir/status_macros.h"
+
 #include <algorithm>
 #include <limits>
 
@@ -28,11 +30,13 @@ llvm::Value* Clamp(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* lo, llvm::
 
 }  // namespace
 
-absl::StatusOr<llvm::Value*> EmitElemental(llvm::IRBuilder<>& b, TargetMath& math, const Node& n,
-                                           const std::vector<llvm::Value*>& in) {
+namespace {
+
+absl::StatusOr<llvm::Value*> EmitElementalF32(llvm::IRBuilder<>& b, TargetMath& math, const Node& n,
+                                              const std::vector<llvm::Value*>& in) {
   const std::string& op = n.op_type;
   auto x = [&](int i) { return in[i]; };
-  if (op == "Identity") return x(0);
+  if (op == "Identity" || op == "Cast") return x(0);  // Cast between float types: the rounding is done below
   if (op == "Add") return b.CreateFAdd(x(0), x(1));
   if (op == "Sub") return b.CreateFSub(x(0), x(1));
   if (op == "Mul") return b.CreateFMul(x(0), x(1));
@@ -122,6 +126,60 @@ absl::StatusOr<llvm::Value*> EmitElemental(llvm::IRBuilder<>& b, TargetMath& mat
     return b.CreateFDiv(x(0), b.CreateFAdd(F(b, 1), ax));
   }
   return absl::UnimplementedError(absl::StrCat(n.Describe(), ": no elemental emitter"));
+}
+
+// bfloat16 conversions are written out on integer bits (no target lowers them without a runtime library
+// call, and the CPU JIT has none): the upper half of a float32, rounded to nearest even; NaN stays a quiet
+// NaN.
+llvm::Value* BFloatBitsToF32(llvm::IRBuilder<>& b, llvm::Value* bits16) {
+  return b.CreateBitCast(b.CreateShl(b.CreateZExt(bits16, b.getInt32Ty()), 16), b.getFloatTy());
+}
+
+llvm::Value* F32ToBFloatBits(llvm::IRBuilder<>& b, llvm::Value* x) {
+  llvm::Value* bits = b.CreateBitCast(x, b.getInt32Ty());
+  llvm::Value* lsb = b.CreateAnd(b.CreateLShr(bits, 16), 1);
+  llvm::Value* rounded = b.CreateLShr(b.CreateAdd(bits, b.CreateAdd(b.getInt32(0x7FFF), lsb)), 16);
+  llvm::Value* quiet_nan = b.CreateOr(b.CreateLShr(bits, 16), b.getInt32(0x40));
+  llvm::Value* is_nan = b.CreateFCmpUNO(x, x);
+  return b.CreateTrunc(b.CreateSelect(is_nan, quiet_nan, rounded), b.getInt16Ty());
+}
+
+}  // namespace
+
+llvm::Type* StorageType(llvm::IRBuilder<>& b, DType dtype) {
+  switch (dtype) {
+    case DType::kF16: return b.getHalfTy();
+    case DType::kBF16: return b.getInt16Ty();  // raw bits, see F32ToBFloatBits
+    default: return b.getFloatTy();
+  }
+}
+
+llvm::Value* RoundTo(llvm::IRBuilder<>& b, DType dtype, llvm::Value* x) {
+  if (dtype == DType::kF16) return b.CreateFPExt(b.CreateFPTrunc(x, b.getHalfTy()), b.getFloatTy());
+  if (dtype == DType::kBF16) return BFloatBitsToF32(b, F32ToBFloatBits(b, x));
+  return x;
+}
+
+llvm::Value* LoadF32(llvm::IRBuilder<>& b, DType dtype, llvm::Value* base, llvm::Value* index) {
+  llvm::Type* t = StorageType(b, dtype);
+  llvm::Value* v = b.CreateLoad(t, index ? b.CreateInBoundsGEP(t, base, index) : base);
+  if (dtype == DType::kF16) return b.CreateFPExt(v, b.getFloatTy());
+  if (dtype == DType::kBF16) return BFloatBitsToF32(b, v);
+  return v;
+}
+
+void StoreF32(llvm::IRBuilder<>& b, DType dtype, llvm::Value* value, llvm::Value* base, llvm::Value* index) {
+  llvm::Type* t = StorageType(b, dtype);
+  if (dtype == DType::kF16) value = b.CreateFPTrunc(value, t);
+  if (dtype == DType::kBF16) value = F32ToBFloatBits(b, value);
+  b.CreateStore(value, index ? b.CreateInBoundsGEP(t, base, index) : base);
+}
+
+absl::StatusOr<llvm::Value*> EmitElemental(llvm::IRBuilder<>& b, TargetMath& math, const Node& n,
+                                           const std::vector<llvm::Value*>& in) {
+  CJIT_ASSIGN_OR_RETURN(llvm::Value* r, EmitElementalF32(b, math, n, in));
+  // A float16/bfloat16 result is rounded like the op-by-op path rounds each op's result.
+  return n.outputs.empty() || !n.outputs[0] ? r : RoundTo(b, n.outputs[0]->dtype, r);
 }
 
 absl::Status EmitRowReductions(llvm::IRBuilder<>& b, TargetMath& math, const std::vector<const Node*>& nodes,

@@ -3,7 +3,7 @@
 // differ per target (exp, log, tanh, erf, pow, ...) go through the TargetMath hooks (CPU: LLVM intrinsics
 // lowered to libm/vector code; NVPTX: libdevice __nv_* calls).
 //
-// Semantics follow the ONNX operator specification for float32. Includes LLVM headers: only
+// Semantics follow the ONNX operator specification, computed in float32. Includes LLVM headers: only
 // compiler/codegen/*.cc may include this file.
 #ifndef CJIT_COMPILER_CODEGEN_ELEMENTAL_EMITTER_H_
 #define CJIT_COMPILER_CODEGEN_ELEMENTAL_EMITTER_H_
@@ -26,7 +26,20 @@ class TargetMath {
   virtual llvm::Value* Pow(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y) = 0;
 };
 
-// `operands[i]` is the float32 value of node.inputs[i] at this element (nullptr for an absent input).
+// Kernels compute in float32; float16/bfloat16 values are widened on load, rounded on store, and rounded
+// after each op whose output is float16/bfloat16 (as the op-by-op path does).
+// The element type of `dtype` in memory: float, half or bfloat.
+llvm::Type* StorageType(llvm::IRBuilder<>& b, DType dtype);
+// x (float32) rounded to `dtype` and widened back (identity for float32).
+llvm::Value* RoundTo(llvm::IRBuilder<>& b, DType dtype, llvm::Value* x);
+// Element `index` (null: element 0) of `base`, a buffer of `dtype`, as float32.
+llvm::Value* LoadF32(llvm::IRBuilder<>& b, DType dtype, llvm::Value* base, llvm::Value* index);
+// Stores float32 `value` rounded to `dtype` at element `index` (null: element 0) of `base`.
+void StoreF32(llvm::IRBuilder<>& b, DType dtype, llvm::Value* value, llvm::Value* base, llvm::Value* index);
+
+// `operands[i]` is the float32 value of node.inputs[i] at this element (nullptr for an absent input); the
+// result is float32 (rounded to the output's dtype when that is float16/bfloat16). Cast between float
+// types is that rounding.
 absl::StatusOr<llvm::Value*> EmitElemental(llvm::IRBuilder<>& b, TargetMath& math, const Node& node,
                                            const std::vector<llvm::Value*>& operands);
 

@@ -19,14 +19,16 @@ bool IsScalarConstant(const Value* v) {
   return v && v->is_constant() && v->constant->dtype() == DType::kF32 && v->constant->numel() == 1;
 }
 
+bool IsFloatStorage(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+
 bool IsFusibleElementwise(const Node& n) {
   static const std::set<std::string> kOps = {
       "Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "Neg", "Abs", "Relu", "Sigmoid", "Tanh", "Exp", "Log",
       "Sqrt", "Reciprocal", "Clip", "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Erf", "Floor", "Ceil",
       "Identity", "Softplus", "Softsign", "Sin", "Cos", "Selu", "Celu", "ThresholdedRelu", "PRelu", "Sum",
-      "Mean", "Round", "Sign"};
+      "Mean", "Round", "Sign", "Cast"};
   if (!kOps.count(n.op_type) || n.outputs.size() != 1 || n.outputs[0] == nullptr) return false;
-  if (n.outputs[0]->dtype != DType::kF32 || !n.outputs[0]->shape.fully_known()) return false;
+  if (!IsFloatStorage(n.outputs[0]->dtype) || !n.outputs[0]->shape.fully_known()) return false;
   if (n.op_type == "Clip" && n.HasAttr("min") == false && n.inputs.size() > 1) {
     // Clip bounds must be scalar float32 constants (they are folded into the code).
     for (size_t i = 1; i < n.inputs.size(); ++i) {
@@ -35,7 +37,7 @@ bool IsFusibleElementwise(const Node& n) {
   }
   for (const Value* v : n.inputs) {
     if (v == nullptr) continue;
-    if (v->dtype != DType::kF32 || !v->shape.fully_known()) return false;
+    if (!IsFloatStorage(v->dtype) || !v->shape.fully_known()) return false;
     // Inputs must broadcast to the output (unidirectionally).
     Dims in = v->shape.concrete(), out = n.outputs[0]->shape.concrete();
     if (in.size() > out.size()) return false;
@@ -106,9 +108,9 @@ bool IsDense(const View& v, const Dims& dims) {
 View Resolve(const Value* v, const std::set<const Node*>& body_nodes) {
   View dense{v, 0, v->shape.fully_known() ? DenseStrides(v->shape.concrete()) : std::vector<int64_t>{}};
   const Node* n = v->producer;
-  if (n == nullptr || !body_nodes.count(n) || !v->shape.fully_known() || v->dtype != DType::kF32) return dense;
+  if (n == nullptr || !body_nodes.count(n) || !v->shape.fully_known() || !IsFloatStorage(v->dtype)) return dense;
   const Value* u = n->input(0);
-  if (u == nullptr || !u->shape.fully_known() || u->dtype != DType::kF32 || n->outputs.size() != 1) return dense;
+  if (u == nullptr || !u->shape.fully_known() || u->dtype != v->dtype || n->outputs.size() != 1) return dense;
   for (size_t i = 1; i < n->inputs.size(); ++i) {  // shapes, bounds, axes must be constants
     if (n->inputs[i] && !n->inputs[i]->is_constant()) return dense;
   }

@@ -1,7 +1,8 @@
 // Fusion plan of one cluster (a specialized subgraph with fully known shapes): which ops become fused loop
 // kernels and which run as library steps, in an order that respects every dependency.
 //
-// A fused kernel is a maximal group of elementwise ops (float32, supported by the elemental emitter) whose
+// A fused kernel is a maximal group of elementwise ops (float32/float16/bfloat16 values, computed in float32;
+// supported by the elemental emitter) whose
 // outputs all have the same dims — its iteration space — possibly with reductions over the last axis and
 // the elementwise ops on their per-row results (a "row kernel", see FusedKernel::row_reduction). It reads each of its inputs once per element
 // (inputs may broadcast to the iteration space) and writes each value that is read outside the kernel
@@ -66,7 +67,10 @@ struct FusionPlan {
   std::vector<PlanStep> steps;  // execution order
 };
 
-// True if the elemental emitter can generate `node` (op and dtypes).
+// float32, float16 or bfloat16: the element types fused kernels load and store (they compute in float32).
+bool IsFloatStorage(DType dtype);
+// True if the elemental emitter can generate `node` (op and dtypes: float32/float16/bfloat16 values,
+// including Cast between them).
 bool IsFusibleElementwise(const Node& node);
 // True for reductions a row kernel can fuse: float32 ReduceSum/Mean/Max/Min/SumSquare/L2 over the last
 // axis with keepdims=1, Softmax/LogSoftmax over the last axis.

@@ -87,7 +87,7 @@ std::string KernelStructure(const FusedKernel& k, const Collapsed& c) {
   std::string s = absl::StrCat(k.row_reduction ? "row;" : "", "nd=", c.dims.size(), ";in=");
   for (size_t i = 0; i < k.inputs.size(); ++i) {
     ref[k.inputs[i]] = absl::StrCat("i", i);
-    absl::StrAppend(&s, std::string(1, InnerClass(c, i)), ",");
+    absl::StrAppend(&s, std::string(1, InnerClass(c, i)), DTypeName(k.inputs[i]->dtype), ",");
   }
   int n = 0;
   for (const Node* node : k.nodes) {
@@ -107,6 +107,7 @@ std::string KernelStructure(const FusedKernel& k, const Collapsed& c) {
       for (float f : a.floats) absl::StrAppend(&s, absl::StrFormat("%a:", f));
       absl::StrAppend(&s, ",");
     }
+    absl::StrAppend(&s, ":", DTypeName(node->outputs[0]->dtype));
     ref[node->outputs[0]] = absl::StrCat("n", n++);
   }
   absl::StrAppend(&s, ";out=");

@@ -130,7 +130,7 @@ class GpuEmitter {
     in_ptr_.assign(n_in, nullptr);
     inner_stride_.assign(n_in, nullptr);
     for (size_t i = 0; i < n_in; ++i) {
-      in_ptr_[i] = b_.CreateInBoundsGEP(b_.getFloatTy(), fn_->getArg(static_cast<unsigned>(i)), base[i]);
+      in_ptr_[i] = b_.CreateInBoundsGEP(StorageType(b_, k_.inputs[i]->dtype), fn_->getArg(static_cast<unsigned>(i)), base[i]);
       inner_stride_[i] = MetaAt(MetaIndex(nd_, i, nd_ - 1));
     }
   }
@@ -139,7 +139,7 @@ class GpuEmitter {
     ValueEmitter ve(b_, math_, k_.inputs, [&](size_t i, llvm::Value* jj) -> llvm::Value* {
       char cls = InnerClass(c_, i);
       llvm::Value* idx = cls == 'b' ? b_.getInt64(0) : cls == 'c' ? jj : b_.CreateMul(jj, inner_stride_[i]);
-      return b_.CreateLoad(b_.getFloatTy(), b_.CreateInBoundsGEP(b_.getFloatTy(), in_ptr_[i], idx));
+      return LoadF32(b_, k_.inputs[i]->dtype, in_ptr_[i], idx);
     });
     ve.row_vals = row_vals_;
     ve.params = params_;
@@ -178,7 +178,7 @@ class GpuEmitter {
     std::map<const Value*, llvm::Value*> memo;
     for (size_t o = 0; o < k_.outputs.size(); ++o) {
       CJIT_ASSIGN_OR_RETURN(llvm::Value* val, Elem(k_.outputs[o], j, memo));
-      b_.CreateStore(val, b_.CreateInBoundsGEP(b_.getFloatTy(), fn_->getArg(static_cast<unsigned>(k_.inputs.size() + o)), e));
+      StoreF32(b_, k_.outputs[o]->dtype, val, fn_->getArg(static_cast<unsigned>(k_.inputs.size() + o)), e);
     }
     return absl::OkStatus();
   }
@@ -281,7 +281,6 @@ class GpuEmitter {
 
   absl::Status EmitRow() {
     llvm::LLVMContext& ctx = m_.getContext();
-    llvm::Type* f32 = b_.getFloatTy();
     // One warp per row; the whole warp stays converged (shuffles need every lane), so out-of-range
     // warps exit together.
     llvm::Value* row = b_.CreateUDiv(gid_, b_.getInt64(32));
@@ -292,7 +291,7 @@ class GpuEmitter {
     b_.SetInsertPoint(body);
     RowBases(row);
     for (size_t i = 0; i < k_.inputs.size(); ++i) {
-      if (InnerClass(c_, i) == 'b') row_vals_[k_.inputs[i]] = b_.CreateLoad(f32, in_ptr_[i]);
+      if (InnerClass(c_, i) == 'b') row_vals_[k_.inputs[i]] = LoadF32(b_, k_.inputs[i]->dtype, in_ptr_[i], nullptr);
     }
     CJIT_RETURN_IF_ERROR(EmitRowReductions(
         b_, math_, k_.nodes, inner_,
@@ -314,8 +313,9 @@ class GpuEmitter {
       for (size_t o = 0; o < k_.outputs.size(); ++o) {
         if (k_.outputs[o]->shape.concrete() != k_.shape) continue;
         CJIT_ASSIGN_OR_RETURN(llvm::Value* val, Elem(k_.outputs[o], j, memo));
-        llvm::Value* p = b_.CreateInBoundsGEP(f32, fn_->getArg(static_cast<unsigned>(k_.inputs.size() + o)), out_base);
-        b_.CreateStore(val, b_.CreateInBoundsGEP(f32, p, j));
+        DType dt = k_.outputs[o]->dtype;
+        llvm::Value* p = b_.CreateInBoundsGEP(StorageType(b_, dt), fn_->getArg(static_cast<unsigned>(k_.inputs.size() + o)), out_base);
+        StoreF32(b_, dt, val, p, j);
       }
       llvm::Value* next = b_.CreateAdd(j, b_.getInt64(32));
       j->addIncoming(next, b_.GetInsertBlock());
@@ -333,7 +333,7 @@ class GpuEmitter {
       for (size_t o = 0; o < k_.outputs.size(); ++o) {
         if (k_.outputs[o]->shape.concrete() == k_.shape) continue;
         CJIT_ASSIGN_OR_RETURN(llvm::Value* val, Elem(k_.outputs[o], b_.getInt64(0), memo));
-        b_.CreateStore(val, b_.CreateInBoundsGEP(f32, fn_->getArg(static_cast<unsigned>(k_.inputs.size() + o)), row));
+        StoreF32(b_, k_.outputs[o]->dtype, val, fn_->getArg(static_cast<unsigned>(k_.inputs.size() + o)), row);
       }
       b_.CreateBr(after);
       b_.SetInsertPoint(after);

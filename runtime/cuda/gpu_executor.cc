@@ -330,15 +330,18 @@ std::optional<std::vector<int64_t>> ReducedAxes(const Node& n, int rank) {
 }
 
 // Builds the one-op body for `n`, or returns null when no single fused kernel computes it:
-//  * fusible elementwise ops and last-axis reductions: the op itself;
-//  * Transpose / Slice / Expand (float32): the view read by an Identity copy;
+//  * fusible elementwise ops (float32/float16/bfloat16, Cast between them) and last-axis reductions: the op;
+//  * Transpose / Slice / Expand, Gather of one constant index (float types): the view read by an Identity copy;
 //  * Clip with runtime scalar bounds: Max then Min;
 //  * Reduce* over trailing axes, or over one other axis, and GlobalAverage/MaxPool: a last-axis reduction
 //    of a reshaped (dense) or transposed view; the result has the op's elements in other dims.
 std::unique_ptr<SingleOpBody> LowerSingleOp(const Node& n) {
-  if (n.outputs.size() != 1 || !n.outputs[0] || !StaticF32(n.outputs[0]) || !StaticF32(n.input(0))) return nullptr;
+  auto static_float = [](const Value* v) { return v && IsFloatStorage(v->dtype) && v->shape.fully_known(); };
+  if (n.outputs.size() != 1 || !static_float(n.outputs[0]) || !static_float(n.input(0))) return nullptr;
   auto b = std::make_unique<SingleOpBody>();
   const Value* out = n.outputs[0];
+  DType dt = out->dtype;
+  bool f32 = dt == DType::kF32 && n.input(0)->dtype == DType::kF32;
   Dims od = out->shape.concrete(), xd = n.input(0)->shape.concrete();
   int r = static_cast<int>(xd.size());
   static const std::set<std::string> kReduce = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSumSquare", "ReduceL2"};
@@ -353,7 +356,7 @@ std::unique_ptr<SingleOpBody> LowerSingleOp(const Node& n) {
     bn->outputs[0]->shape = out->shape;
     b->result = bn->outputs[0];
     if (ViewOps().count(n.op_type) && n.op_type != "Identity") {
-      b->result = b->Add("Identity", n.name + "/copy", {b->result}, DType::kF32, od);
+      b->result = b->Add("Identity", n.name + "/copy", {b->result}, dt, od);
     }
   } else if (n.op_type == "Gather" && n.input(1) && n.input(1)->is_constant() &&
              n.input(1)->constant->numel() == 1 && n.input(1)->shape.rank() <= 1) {
@@ -369,9 +372,9 @@ std::unique_ptr<SingleOpBody> LowerSingleOp(const Node& n) {
     Value* s = b->Add("Slice", n.name + "/slice",
                       {b->In(n.input(0)), b->ConstI64(n.name + "/start", {i}), b->ConstI64(n.name + "/end", {i + 1}),
                        b->ConstI64(n.name + "/axis", {axis})},
-                      DType::kF32, sd, {}, 13);
-    b->result = b->Add("Identity", n.name + "/copy", {s}, DType::kF32, sd);
-  } else if (n.op_type == "Clip" && !n.HasAttr("min") && !n.HasAttr("max")) {
+                      dt, sd, {}, 13);
+    b->result = b->Add("Identity", n.name + "/copy", {s}, dt, sd);
+  } else if (f32 && n.op_type == "Clip" && !n.HasAttr("min") && !n.HasAttr("max")) {
     Value* x = b->In(n.input(0));
     for (int i = 1; i <= 2; ++i) {
       const Value* bound = n.input(i);
@@ -382,7 +385,7 @@ std::unique_ptr<SingleOpBody> LowerSingleOp(const Node& n) {
       x = b->Add(i == 1 ? "Max" : "Min", absl::StrCat(n.name, i == 1 ? "/max" : "/min"), {x, b->In(bound)}, DType::kF32, od);
     }
     b->result = x;
-  } else if (kReduce.count(n.op_type) || n.op_type == "GlobalAveragePool" || n.op_type == "GlobalMaxPool") {
+  } else if (f32 && (kReduce.count(n.op_type) || n.op_type == "GlobalAveragePool" || n.op_type == "GlobalMaxPool")) {
     std::string op = n.op_type == "GlobalAveragePool" ? "ReduceMean" : n.op_type == "GlobalMaxPool" ? "ReduceMax" : n.op_type;
     std::vector<int64_t> axes;
     if (kReduce.count(n.op_type)) {
