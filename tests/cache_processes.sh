@@ -21,7 +21,7 @@ for dir in "$models"/*/; do
   for f in "$dir"/test_data_set_0/input_*.pb; do args+=(--input "$f"); done
   cache="$work/cache-$name"
   for p in 1 2; do
-    CJIT_FLAGS="--persistent_cache_dir=$cache --intra_op_threads=1" "$cjit" run "$dir/model.onnx" "${args[@]}" \
+    CJIT_FLAGS="--device=cpu --persistent_cache_dir=$cache --intra_op_threads=1" "$cjit" run "$dir/model.onnx" "${args[@]}" \
       --iterations 3 --warmup 0 --output-dir "$work/out-$name-$p" --stats-json "$work/stats-$name-$p.json" >/dev/null
   done
   c1=$(json_total "$work/stats-$name-1.json" compiles)
@@ -37,7 +37,7 @@ dir="$models/ppocrv4_rec"
 shared="$work/shared-cache"
 pids=()
 for i in 1 2 3 4 5 6; do
-  CJIT_FLAGS="--persistent_cache_dir=$shared --intra_op_threads=1 --enable_lazy_compilation=false" \
+  CJIT_FLAGS="--device=cpu --persistent_cache_dir=$shared --intra_op_threads=1 --enable_lazy_compilation=false" \
     "$cjit" check "$dir" --rtol 1e-3 --atol 1e-4 >"$work/concurrent-$i.log" 2>&1 &
   pids+=($!)
 done

@@ -64,6 +64,7 @@ TEST(ClusterRuntimeTest, LazyCompilationCountsOnRealModel) {
   auto dir = SharedModel("ppocrv4_rec");
   if (!std::filesystem::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
   SessionOptions o;
+  o.flags.device = "cpu";  // the CPU path under test, also on a machine with a GPU
   o.use_environment_flags = false;
   o.flags.intra_op_threads = 2;
   auto s = Session::Load((dir / "model.onnx").string(), o);
@@ -88,6 +89,7 @@ TEST(ClusterRuntimeTest, FailedCompilationFallsBack) {
   auto dir = SharedModel("ppocr_mobile_cls");
   if (!std::filesystem::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
   SessionOptions o;
+  o.flags.device = "cpu";  // the CPU path under test, also on a machine with a GPU
   o.use_environment_flags = false;
   o.flags.intra_op_threads = 2;
   o.flags.enable_lazy_compilation = false;
@@ -115,6 +117,7 @@ TEST(ClusterRuntimeTest, LlvmFatalErrorIsRecovered) {
   auto dir = SharedModel("oww_hello_deepa");
   if (!std::filesystem::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
   SessionOptions o;
+  o.flags.device = "cpu";  // the CPU path under test, also on a machine with a GPU
   o.use_environment_flags = false;
   o.flags.enable_lazy_compilation = false;
   o.flags.fail_compilation_for_testing = "llvm-fatal-error";
@@ -138,6 +141,7 @@ TEST(ClusterRuntimeTest, AsyncCompilationSwapsIn) {
   auto dir = SharedModel("oww_melspectrogram");
   if (!std::filesystem::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
   SessionOptions o;
+  o.flags.device = "cpu";  // the CPU path under test, also on a machine with a GPU
   o.use_environment_flags = false;
   o.flags.intra_op_threads = 1;
   o.flags.async_compilation = true;
@@ -164,6 +168,7 @@ TEST(ClusterRuntimeTest, SessionDestroyedDuringAsyncCompilation) {
   auto dir = SharedModel("ppocrv4_rec");
   if (!std::filesystem::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
   SessionOptions o;
+  o.flags.device = "cpu";  // the CPU path under test, also on a machine with a GPU
   o.use_environment_flags = false;
   o.flags.intra_op_threads = 1;
   o.flags.async_compilation = true;

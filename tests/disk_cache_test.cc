@@ -198,6 +198,7 @@ TEST(DiskCacheTest, WarmStartOnRealModel) {
   if (!fs::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
   std::string cache = FreshDir("warm");
   SessionOptions o;
+  o.flags.device = "cpu";  // the CPU path under test, also on a machine with a GPU
   o.use_environment_flags = false;
   o.flags.intra_op_threads = 2;
   o.flags.persistent_cache_dir = cache;

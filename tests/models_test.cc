@@ -16,6 +16,7 @@ TEST_P(SharedModelTest, MatchesReference) {
   fs::path dir = fs::path(CJIT_SOURCE_DIR) / ".." / "shared" / "models" / std::get<0>(GetParam());
   if (!fs::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent (../shared not checked out)";
   SessionOptions o;
+  o.flags.device = "cpu";  // the CPU path under test, also on a machine with a GPU
   o.use_environment_flags = false;
   o.flags.intra_op_threads = 2;
   auto parsed = ParseFlags(std::get<1>(GetParam()), o.flags, "test");

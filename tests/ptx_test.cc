@@ -29,6 +29,7 @@ TEST_P(PtxTest, EveryClusterAssembles) {
   fs::path dir = fs::path(CJIT_SOURCE_DIR) / ".." / "shared" / "models" / model;
   if (!fs::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
   SessionOptions o;
+  o.flags.device = "cpu";  // the CPU path under test, also on a machine with a GPU
   o.use_environment_flags = false;
   auto s = Session::Load((dir / "model.onnx").string(), o);
   ASSERT_TRUE(s.ok()) << s.status();

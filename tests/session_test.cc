@@ -17,6 +17,7 @@ namespace {
 
 SessionOptions Opts() {
   SessionOptions o;
+  o.flags.device = "cpu";  // the CPU path under test, also on a machine with a GPU
   o.use_environment_flags = false;
   o.flags.intra_op_threads = 1;
   return o;

@@ -250,7 +250,9 @@ absl::StatusOr<bool> GpuExecutor::Impl::TryGemm(const Node& n) {
   if (s.m == 0 || s.n == 0 || s.k == 0 || NumElements(o) != s.batch * s.m * s.n) return false;
   absl::StatusOr<std::unique_ptr<GemmOp>> plan = device->MakeGemm(s);
   if (!plan.ok()) {
-    if (absl::IsFailedPrecondition(plan.status())) return plan.status();  // no cuBLASLt at all
+    if (absl::IsFailedPrecondition(plan.status())) {  // no cuBLASLt at all
+      return absl::FailedPreconditionError(absl::StrCat(n.Describe(), ": ", plan.status().message()));
+    }
     LOG(WARNING) << n.Describe() << " runs on the host: " << plan.status();
     return false;
   }
@@ -505,7 +507,9 @@ absl::StatusOr<bool> GpuExecutor::Impl::TryConv(const Node& n) {
   if (NumElements(xd) == 0 || NumElements(yd) == 0) return false;
   absl::StatusOr<std::unique_ptr<ConvOp>> op = device->MakeConv(s);
   if (!op.ok()) {
-    if (absl::IsFailedPrecondition(op.status())) return op.status();  // no cuDNN at all
+    if (absl::IsFailedPrecondition(op.status())) {  // no cuDNN at all
+      return absl::FailedPreconditionError(absl::StrCat(n.Describe(), ": ", op.status().message()));
+    }
     LOG(WARNING) << n.Describe() << " runs on the host: " << op.status();
     return false;
   }
@@ -553,7 +557,9 @@ absl::StatusOr<bool> GpuExecutor::Impl::TryPool(const Node& n) {
   if (NumElements(xd) == 0 || NumElements(yd) == 0) return false;
   absl::StatusOr<std::unique_ptr<PoolOp>> op = device->MakePool(s);
   if (!op.ok()) {
-    if (absl::IsFailedPrecondition(op.status())) return op.status();
+    if (absl::IsFailedPrecondition(op.status())) {  // no cuDNN at all
+      return absl::FailedPreconditionError(absl::StrCat(n.Describe(), ": ", op.status().message()));
+    }
     LOG(WARNING) << n.Describe() << " runs on the host: " << op.status();
     return false;
   }
