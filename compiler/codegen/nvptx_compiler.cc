@@ -135,12 +135,15 @@ class GpuEmitter {
     }
   }
 
+  // Input i at element j of the current row (in_ptr_ set by RowBases), as float32.
+  llvm::Value* LoadInput(size_t i, llvm::Value* j) {
+    char cls = InnerClass(c_, i);
+    llvm::Value* idx = cls == 'b' ? b_.getInt64(0) : cls == 'c' ? j : b_.CreateMul(j, inner_stride_[i]);
+    return LoadF32(b_, k_.inputs[i]->dtype, in_ptr_[i], idx);
+  }
+
   absl::StatusOr<llvm::Value*> Elem(const Value* v, llvm::Value* j, std::map<const Value*, llvm::Value*>& memo) {
-    ValueEmitter ve(b_, math_, k_.inputs, [&](size_t i, llvm::Value* jj) -> llvm::Value* {
-      char cls = InnerClass(c_, i);
-      llvm::Value* idx = cls == 'b' ? b_.getInt64(0) : cls == 'c' ? jj : b_.CreateMul(jj, inner_stride_[i]);
-      return LoadF32(b_, k_.inputs[i]->dtype, in_ptr_[i], idx);
-    });
+    ValueEmitter ve(b_, math_, k_.inputs, [&](size_t i, llvm::Value* jj) { return LoadInput(i, jj); });
     ve.row_vals = row_vals_;
     ve.params = params_;
     ve.softmax = softmax_;
@@ -174,8 +177,7 @@ class GpuEmitter {
     return absl::OkStatus();
   }
 
-  absl::Status StoreOutputs(llvm::Value* j, llvm::Value* e) {
-    std::map<const Value*, llvm::Value*> memo;
+  absl::Status StoreOutputs(llvm::Value* j, llvm::Value* e, std::map<const Value*, llvm::Value*> memo = {}) {
     for (size_t o = 0; o < k_.outputs.size(); ++o) {
       CJIT_ASSIGN_OR_RETURN(llvm::Value* val, Elem(k_.outputs[o], j, memo));
       StoreF32(b_, k_.outputs[o]->dtype, val, fn_->getArg(static_cast<unsigned>(k_.inputs.size() + o)), e);
@@ -183,7 +185,55 @@ class GpuEmitter {
     return absl::OkStatus();
   }
 
+  // A grid-strided loop j = start, start + stride, ... < bound, storing every output at element
+  // `base + j`. A main loop first handles kUnroll elements per thread per iteration (coalesced across
+  // threads), issuing all their loads before any store so that each thread keeps several memory requests
+  // in flight; a single-element loop finishes the rest. RowBases must have set in_ptr_ already.
+  static constexpr int kUnroll = 4;
+  absl::Status EmitStridedLoop(llvm::Value* start, llvm::Value* stride, llvm::Value* bound, llvm::Value* base,
+                               llvm::BasicBlock* exit) {
+    llvm::LLVMContext& ctx = m_.getContext();
+    auto at = [&](llvm::Value* j) { return base ? b_.CreateAdd(base, j) : j; };
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* main = llvm::BasicBlock::Create(ctx, "main", fn_);
+    auto* rest = llvm::BasicBlock::Create(ctx, "rest", fn_);
+    llvm::Value* span = b_.CreateMul(stride, b_.getInt64(kUnroll - 1));
+    b_.CreateCondBr(b_.CreateICmpSLT(b_.CreateAdd(start, span), bound), main, rest);
+    b_.SetInsertPoint(main);
+    llvm::PHINode* j = b_.CreatePHI(b_.getInt64Ty(), 2, "j4");
+    j->addIncoming(start, pre);
+    std::vector<std::map<const Value*, llvm::Value*>> memo(kUnroll);
+    std::vector<llvm::Value*> idx(kUnroll);
+    for (int u = 0; u < kUnroll; ++u) {
+      idx[u] = u == 0 ? static_cast<llvm::Value*>(j) : b_.CreateAdd(j, b_.CreateMul(stride, b_.getInt64(u)));
+      for (size_t i = 0; i < k_.inputs.size(); ++i) memo[u][k_.inputs[i]] = LoadInput(i, idx[u]);
+    }
+    for (int u = 0; u < kUnroll; ++u) CJIT_RETURN_IF_ERROR(StoreOutputs(idx[u], at(idx[u]), memo[u]));
+    llvm::Value* j_next = b_.CreateAdd(j, b_.CreateMul(stride, b_.getInt64(kUnroll)));
+    llvm::BasicBlock* main_end = b_.GetInsertBlock();
+    j->addIncoming(j_next, main_end);
+    b_.CreateCondBr(b_.CreateICmpSLT(b_.CreateAdd(j_next, span), bound), main, rest);
+    b_.SetInsertPoint(rest);
+    llvm::PHINode* j0 = b_.CreatePHI(b_.getInt64Ty(), 2, "j_rest");
+    j0->addIncoming(start, pre);
+    j0->addIncoming(j_next, main_end);
+    auto* loop = llvm::BasicBlock::Create(ctx, "loop", fn_);
+    b_.CreateCondBr(b_.CreateICmpSLT(j0, bound), loop, exit);
+    b_.SetInsertPoint(loop);
+    llvm::PHINode* jj = b_.CreatePHI(b_.getInt64Ty(), 2, "j");
+    jj->addIncoming(j0, rest);
+    CJIT_RETURN_IF_ERROR(StoreOutputs(jj, at(jj)));
+    llvm::Value* next = b_.CreateAdd(jj, stride);
+    jj->addIncoming(next, b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpSLT(next, bound), loop, exit);
+    return absl::OkStatus();
+  }
+
   absl::Status EmitFlatLoop(llvm::Value* total, bool divide, llvm::BasicBlock* done) {
+    if (!divide) {
+      RowBases(b_.getInt64(0));
+      return EmitStridedLoop(gid_, nthreads_, total, nullptr, done);
+    }
     llvm::LLVMContext& ctx = m_.getContext();
     llvm::BasicBlock* pre = b_.GetInsertBlock();
     auto* loop = llvm::BasicBlock::Create(ctx, "loop", fn_);
@@ -191,10 +241,8 @@ class GpuEmitter {
     b_.SetInsertPoint(loop);
     llvm::PHINode* e = b_.CreatePHI(b_.getInt64Ty(), 2, "e");
     e->addIncoming(gid_, pre);
-    llvm::Value* r = divide ? b_.CreateUDiv(e, inner_) : b_.getInt64(0);
-    llvm::Value* j = divide ? b_.CreateURem(e, inner_) : e;
-    RowBases(r);
-    CJIT_RETURN_IF_ERROR(StoreOutputs(j, e));
+    RowBases(b_.CreateUDiv(e, inner_));
+    CJIT_RETURN_IF_ERROR(StoreOutputs(b_.CreateURem(e, inner_), e));
     llvm::Value* next = b_.CreateAdd(e, nthreads_);
     e->addIncoming(next, b_.GetInsertBlock());
     b_.CreateCondBr(b_.CreateICmpSLT(next, total), loop, done);
@@ -210,22 +258,13 @@ class GpuEmitter {
     llvm::BasicBlock* pre = b_.GetInsertBlock();
     auto* row_loop = llvm::BasicBlock::Create(ctx, "row_loop", fn_);
     auto* row_next = llvm::BasicBlock::Create(ctx, "row_next", fn_);
-    auto* col_loop = llvm::BasicBlock::Create(ctx, "col_loop", fn_);
     b_.CreateCondBr(b_.CreateICmpSLT(row0, rows_), row_loop, done);
     b_.SetInsertPoint(row_loop);
     llvm::PHINode* r = b_.CreatePHI(b_.getInt64Ty(), 2, "r");
     r->addIncoming(row0, pre);
     RowBases(r);
     llvm::Value* row_start = b_.CreateMul(r, inner_);
-    b_.CreateCondBr(b_.CreateICmpSLT(col0, inner_), col_loop, row_next);
-    llvm::BasicBlock* row_body_end = b_.GetInsertBlock();
-    b_.SetInsertPoint(col_loop);
-    llvm::PHINode* j = b_.CreatePHI(b_.getInt64Ty(), 2, "j");
-    j->addIncoming(col0, row_body_end);
-    CJIT_RETURN_IF_ERROR(StoreOutputs(j, b_.CreateAdd(row_start, j)));
-    llvm::Value* j_next = b_.CreateAdd(j, col_stride);
-    j->addIncoming(j_next, b_.GetInsertBlock());
-    b_.CreateCondBr(b_.CreateICmpSLT(j_next, inner_), col_loop, row_next);
+    CJIT_RETURN_IF_ERROR(EmitStridedLoop(col0, col_stride, inner_, row_start, row_next));
     b_.SetInsertPoint(row_next);
     llvm::Value* r_next = b_.CreateAdd(r, grid_y);
     r->addIncoming(r_next, row_next);
