@@ -306,6 +306,7 @@ std::vector<std::string> Session::GpuPlacements() const {
   for (const auto& [signature, plan] : plans_) {
     if (plan.gpu) out.push_back(absl::StrCat(signature, " ", plan.gpu->placement().ToString()));
   }
+  if (gpu_ && !gpu_->MemoryReport().empty()) out.push_back(gpu_->MemoryReport());
   return out;
 }
 

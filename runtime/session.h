@@ -87,7 +87,8 @@ class Session {
   const Flags& flags() const { return flags_; }
   // "cpu" or "cuda:N": where this session runs (--device=auto resolved).
   std::string device() const;
-  // For --device=cuda: where each op of each specialized signature runs (GpuPlacement::ToString), else empty.
+  // For --device=cuda: where each op of each specialized signature runs (GpuPlacement::ToString), then the
+  // device memory report; empty on the CPU.
   std::vector<std::string> GpuPlacements() const;
   // Number of distinct input signatures specialized so far.
   int num_signatures() const;

@@ -207,6 +207,9 @@ TEST(FakeDriver, SessionAutoPicksTheGpu) {
   auto s = Session::Load(model, o);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ((*s)->device(), "cuda:0");
+  auto placements = (*s)->GpuPlacements();
+  ASSERT_FALSE(placements.empty());
+  EXPECT_NE(placements.back().find("device memory:"), std::string::npos) << placements.back();
   o.flags.device = "cpu";
   auto c = Session::Load(model, o);
   ASSERT_TRUE(c.ok());

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "compiler/codegen/kernel_layout.h"
 #include "compiler/codegen/nvptx_compiler.h"
 #include "compiler/ir/status_macros.h"
@@ -108,6 +109,12 @@ class CudaBackend : public DeviceBackend {
   }
   absl::StatusOr<std::unique_ptr<PoolOp>> MakePool(const PoolShape& shape) const override {
     return MakeCudnnPool(dev_, shape);
+  }
+  std::string MemoryReport() const override {
+    AllocatorStats st = dev_->allocator().stats();
+    auto mib = [](int64_t b) { return absl::StrFormat("%.1f", static_cast<double>(b) / (1 << 20)); };
+    return absl::StrCat("device memory: ", mib(st.bytes_in_use), " MiB in use, peak ", mib(st.peak_bytes_in_use),
+                        " MiB, ", mib(st.bytes_cached), " MiB cached (", dev_->allocator().name(), " allocator)");
   }
 
  private:

@@ -138,6 +138,8 @@ class DeviceBackend {
   // As MakeGemm, for convolutions (cuDNN).
   virtual absl::StatusOr<std::unique_ptr<ConvOp>> MakeConv(const ConvShape& shape) const = 0;
   virtual absl::StatusOr<std::unique_ptr<PoolOp>> MakePool(const PoolShape& shape) const = 0;
+  // "device memory: N MiB in use, peak P MiB, C MiB cached (allocator)" or empty where not tracked.
+  virtual std::string MemoryReport() const { return ""; }
 };
 
 struct CudaBackendOptions {
