@@ -8,7 +8,9 @@
 // fallback executor for every op-suite case, and float64 host math for the GEMM products.
 #include <cmath>
 #include <filesystem>
+#include <atomic>
 #include <random>
+#include <thread>
 
 #include "compiler/ir/status_macros.h"
 #include "compiler/ir/text.h"
@@ -358,6 +360,41 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& i) {
       return std::get<0>(i.param) + (std::get<1>(i.param) == "--auto_jit=-1" ? "_ops" : "_clustered");
     });
+
+// Run() from several threads at once on one executor (host backend): every result equals the
+// single-threaded one.
+TEST(GpuExecutorThreads, ConcurrentRunsAgree) {
+  std::shared_ptr<Graph> g = Specialized(
+      "graph g(%x: f32[16,64], %w: f32[64,32], %b: f32[32]) {\n  %m = MatMul(%x, %w)\n  %a = Add(%m, %b)\n"
+      "  %s = Softmax(%a) {axis=-1}\n  %t = Transpose(%s) {perm=[1,0]}\n  %r = ReduceSum(%t) {axes=[1], keepdims=0}\n"
+      "  return %s, %r\n}");
+  ASSERT_TRUE(g);
+  std::mt19937 rng(5);
+  std::vector<Tensor> inputs;
+  for (const Value* v : g->inputs()) inputs.push_back(RandomInput(*v, rng));
+  auto ex = GpuExecutor::Create(g, MakeHostBackend(), {});
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  auto ref = (*ex)->Run(inputs);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  std::atomic<int> mismatches{0}, errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 25; ++i) {
+        auto got = (*ex)->Run(inputs);
+        if (!got.ok()) {
+          ++errors;
+          continue;
+        }
+        for (size_t k = 0; k < ref->size(); ++k)
+          if (!(*got)[k].BitwiseEquals((*ref)[k])) ++mismatches;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(mismatches.load(), 0);
+}
 
 #ifdef CJIT_HAVE_CUDA
 TEST(GpuModuleLoad, BadPtxReportsTheJitLog) {
