@@ -135,16 +135,11 @@ absl::StatusOr<std::vector<Tensor>> Executor::Run(
     } else {
       status = (*st.kernel)(ctx);
     }
-    if (!status.ok()) {
-      if (absl::StrContains(status.message(), st.node->name)) return status;
-      return absl::Status(status.code(), absl::StrCat(st.node->Describe(), ": ", status.message()));
-    }
+    std::vector<bool> wanted;
+    for (int s : st.out) wanted.push_back(s >= 0);
+    CJIT_RETURN_IF_ERROR(CheckKernelResult(ctx, status, wanted));
     for (size_t k = 0; k < st.out.size(); ++k) {
-      if (st.out[k] < 0) continue;
-      if (!ctx.outputs[k].defined()) {
-        return absl::InternalError(absl::StrCat(st.node->Describe(), ": kernel did not produce output ", k));
-      }
-      slots[st.out[k]] = std::move(ctx.outputs[k]);
+      if (st.out[k] >= 0) slots[st.out[k]] = std::move(ctx.outputs[k]);
     }
     for (int s : st.free_after) slots[s] = Tensor();
   }

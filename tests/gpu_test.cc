@@ -56,6 +56,12 @@ std::shared_ptr<Graph> Specialized(const std::string& ir) {
   return g;
 }
 
+// The graph through the CPU fallback executor (the reference of the GPU executor's results).
+absl::StatusOr<std::vector<Tensor>> CpuReference(const Graph& g, const std::vector<Tensor>& inputs) {
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> cpu, Executor::Create(std::shared_ptr<const Graph>(g.Clone()), 2, nullptr, true));
+  return cpu->Run(inputs);
+}
+
 absl::StatusOr<std::vector<Tensor>> RunOnGpu(std::shared_ptr<DeviceBackend> backend, std::shared_ptr<const Graph> g,
                                              const std::vector<Tensor>& inputs, GpuPlacement* placement = nullptr) {
   GpuExecutorOptions o;
@@ -79,9 +85,7 @@ TEST_P(GpuOpSuite, MatchesCpuFallback) {
   std::mt19937 rng(1234);
   std::vector<Tensor> inputs;
   for (const Value* v : g->inputs()) inputs.push_back(RandomInput(*v, rng));
-  auto cpu = Executor::Create(std::shared_ptr<const Graph>(g->Clone()), 2, nullptr, true);
-  ASSERT_TRUE(cpu.ok()) << cpu.status();
-  auto ref = (*cpu)->Run(inputs);
+  auto ref = CpuReference(*g, inputs);
   ASSERT_TRUE(ref.ok()) << ref.status();
   std::shared_ptr<Graph> gg(g->Clone());
   if (clustered) {
@@ -121,9 +125,7 @@ TEST_P(GpuLowering, RunsOnTheDeviceAndMatchesCpuFallback) {
   std::mt19937 rng(77);
   std::vector<Tensor> inputs;
   for (const Value* v : g->inputs()) inputs.push_back(RandomInput(*v, rng));
-  auto cpu = Executor::Create(std::shared_ptr<const Graph>(g->Clone()), 2, nullptr, true);
-  ASSERT_TRUE(cpu.ok()) << cpu.status();
-  auto ref = (*cpu)->Run(inputs);
+  auto ref = CpuReference(*g, inputs);
   ASSERT_TRUE(ref.ok()) << ref.status();
   GpuPlacement placement;
   auto got = RunOnGpu(backend, g, inputs, &placement);
@@ -278,13 +280,7 @@ TEST_P(GpuModelTest, MatchesReference) {
   CJIT_GET_BACKEND(backend, "cuda");
   fs::path dir = fs::path(CJIT_SOURCE_DIR) / ".." / "shared" / "models" / std::get<0>(GetParam());
   if (!fs::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent (../shared not checked out)";
-  SessionOptions o;
-  o.use_environment_flags = false;
-  o.flags.intra_op_threads = 2;
-  auto parsed = ParseFlags(std::get<1>(GetParam()), o.flags, "test");
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
-  o.flags = *parsed;
-  auto session = Session::Load((dir / "model.onnx").string(), o);
+  auto session = LoadSessionWithFlags((dir / "model.onnx").string(), std::get<1>(GetParam()), 2);
   ASSERT_TRUE(session.ok()) << session.status();
   ASSERT_EQ((*session)->device(), "cuda:0");
   auto sets = ReadDataSets(dir.string(), **session);
@@ -320,13 +316,7 @@ class GpuHostModelTest : public ::testing::TestWithParam<std::tuple<std::string,
 TEST_P(GpuHostModelTest, MatchesReference) {
   fs::path dir = fs::path(CJIT_SOURCE_DIR) / ".." / "shared" / "models" / std::get<0>(GetParam());
   if (!fs::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent (../shared not checked out)";
-  SessionOptions o;
-  o.use_environment_flags = false;
-  o.flags.intra_op_threads = 2;
-  auto parsed = ParseFlags(std::get<1>(GetParam()), o.flags, "test");
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
-  o.flags = *parsed;
-  auto session = Session::Load((dir / "model.onnx").string(), o);
+  auto session = LoadSessionWithFlags((dir / "model.onnx").string(), std::get<1>(GetParam()), 2);
   ASSERT_TRUE(session.ok()) << session.status();
   auto sets = ReadDataSets(dir.string(), **session);
   ASSERT_TRUE(sets.ok()) << sets.status();

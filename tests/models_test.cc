@@ -15,14 +15,8 @@ class SharedModelTest : public ::testing::TestWithParam<std::tuple<std::string, 
 TEST_P(SharedModelTest, MatchesReference) {
   fs::path dir = fs::path(CJIT_SOURCE_DIR) / ".." / "shared" / "models" / std::get<0>(GetParam());
   if (!fs::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent (../shared not checked out)";
-  SessionOptions o;
-  o.flags.device = "cpu";  // the CPU path under test, also on a machine with a GPU
-  o.use_environment_flags = false;
-  o.flags.intra_op_threads = 2;
-  auto parsed = ParseFlags(std::get<1>(GetParam()), o.flags, "test");
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
-  o.flags = *parsed;
-  auto session = Session::Load((dir / "model.onnx").string(), o);
+  // The CPU path under test, also on a machine with a GPU.
+  auto session = LoadSessionWithFlags((dir / "model.onnx").string(), "--device=cpu " + std::get<1>(GetParam()), 2);
   ASSERT_TRUE(session.ok()) << session.status();
   auto sets = ReadDataSets(dir.string(), **session);
   ASSERT_TRUE(sets.ok()) << sets.status();

@@ -99,4 +99,13 @@ DataSetResult RunDataSet(Session& session, const DataSet& set, double rtol, doub
   return r;
 }
 
+absl::StatusOr<std::unique_ptr<Session>> LoadSessionWithFlags(const std::string& model_path,
+                                                              const std::string& flag_text, int threads) {
+  SessionOptions o;
+  o.use_environment_flags = false;
+  o.flags.intra_op_threads = threads;
+  CJIT_ASSIGN_OR_RETURN(o.flags, ParseFlags(flag_text, o.flags, "test flags"));
+  return Session::Load(model_path, o);
+}
+
 }  // namespace cjit

@@ -41,6 +41,11 @@ struct DataSetResult {
 
 DataSetResult RunDataSet(Session& session, const DataSet& set, double rtol, double atol);
 
+// A session whose flags are `flag_text` (CJIT_FLAGS grammar) over the defaults — not the environment —
+// with `threads` intra-op threads unless flag_text sets them.
+absl::StatusOr<std::unique_ptr<Session>> LoadSessionWithFlags(const std::string& model_path,
+                                                              const std::string& flag_text, int threads);
+
 }  // namespace cjit
 
 #endif  // CJIT_TOOLS_CHECK_LIB_H_

@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
 
@@ -105,6 +106,19 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
   }
   CJIT_RETURN_IF_ERROR((*fn)(ctx));
   return std::move(ctx.outputs);
+}
+
+absl::Status CheckKernelResult(const KernelContext& ctx, const absl::Status& status, const std::vector<bool>& wanted) {
+  if (!status.ok()) {
+    if (absl::StrContains(status.message(), ctx.node->name)) return status;
+    return absl::Status(status.code(), absl::StrCat(ctx.node->Describe(), ": ", status.message()));
+  }
+  for (size_t k = 0; k < wanted.size(); ++k) {
+    if (wanted[k] && (k >= ctx.outputs.size() || !ctx.outputs[k].defined())) {
+      return absl::InternalError(absl::StrCat(ctx.node->Describe(), ": kernel did not produce output ", k));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace cjit

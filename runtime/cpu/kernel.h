@@ -49,6 +49,10 @@ struct KernelContext {
 
 using KernelFn = std::function<absl::Status(KernelContext&)>;
 
+// After a kernel ran on `ctx`: its error with the node named (unless the message names it already), or an
+// InternalError if an output the caller wants (`wanted[k]`) was not produced.
+absl::Status CheckKernelResult(const KernelContext& ctx, const absl::Status& status, const std::vector<bool>& wanted);
+
 void RegisterKernel(const std::string& op_type, KernelFn fn);
 const KernelFn* FindKernel(const std::string& op_type);
 // For registration functions that wrap an already registered kernel (no lazy initialization).

@@ -37,6 +37,16 @@ FusionPlanOptions GpuPlanOptions() {
 
 bool StaticF32(const Value* v) { return v && v->dtype == DType::kF32 && v->shape.fully_known(); }
 
+// Whether a library call made for `n` can be used (`made` is its creation status): true; false when the
+// library declines the shape (the op then runs on the host; logged); an error naming the node when the
+// library itself is missing.
+absl::StatusOr<bool> LibraryAccepts(const Node& n, const absl::Status& made) {
+  if (made.ok()) return true;
+  if (absl::IsFailedPrecondition(made)) return absl::FailedPreconditionError(absl::StrCat(n.Describe(), ": ", made.message()));
+  LOG(WARNING) << n.Describe() << " runs on the host: " << made;
+  return false;
+}
+
 
 double MsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -128,6 +138,13 @@ struct GpuExecutor::Impl {
   absl::StatusOr<bool> TrySingleOpKernel(const Node& n);
   bool TryConcat(const Node& n);
   void AddAlias(int from, int to);
+  // A GEMM/conv/pool step reading `in` and writing n's output 0.
+  void AddLibraryStep(Step st, const Node& n, std::vector<int> in) {
+    st.node = &n;
+    st.in = std::move(in);
+    st.out = {Slot(n.outputs[0])};
+    steps.push_back(std::move(st));
+  }
   absl::StatusOr<std::shared_ptr<DeviceMemory>> Upload(const void* data, size_t bytes) {
     CJIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceMemory> b, device->Allocate(std::max<size_t>(bytes, 8)));
     CJIT_RETURN_IF_ERROR(device->CopyToDevice(b->address(), data, bytes));
@@ -249,20 +266,12 @@ absl::StatusOr<bool> GpuExecutor::Impl::TryGemm(const Node& n) {
   }
   if (s.m == 0 || s.n == 0 || s.k == 0 || NumElements(o) != s.batch * s.m * s.n) return false;
   absl::StatusOr<std::unique_ptr<GemmOp>> plan = device->MakeGemm(s);
-  if (!plan.ok()) {
-    if (absl::IsFailedPrecondition(plan.status())) {  // no cuBLASLt at all
-      return absl::FailedPreconditionError(absl::StrCat(n.Describe(), ": ", plan.status().message()));
-    }
-    LOG(WARNING) << n.Describe() << " runs on the host: " << plan.status();
-    return false;
-  }
+  CJIT_ASSIGN_OR_RETURN(bool accepted, LibraryAccepts(n, plan.status()));
+  if (!accepted) return false;
   Step st;
   st.kind = Step::Kind::kGemm;
   st.gemm = std::move(*plan);
-  st.node = &n;
-  st.in = {Slot(n.input(0)), Slot(n.input(1)), bias ? Slot(bias) : -1};
-  st.out = {Slot(n.outputs[0])};
-  steps.push_back(std::move(st));
+  AddLibraryStep(std::move(st), n, {Slot(n.input(0)), Slot(n.input(1)), bias ? Slot(bias) : -1});
   ++placement.gemms;
   return true;
 }
@@ -506,20 +515,12 @@ absl::StatusOr<bool> GpuExecutor::Impl::TryConv(const Node& n) {
   }
   if (NumElements(xd) == 0 || NumElements(yd) == 0) return false;
   absl::StatusOr<std::unique_ptr<ConvOp>> op = device->MakeConv(s);
-  if (!op.ok()) {
-    if (absl::IsFailedPrecondition(op.status())) {  // no cuDNN at all
-      return absl::FailedPreconditionError(absl::StrCat(n.Describe(), ": ", op.status().message()));
-    }
-    LOG(WARNING) << n.Describe() << " runs on the host: " << op.status();
-    return false;
-  }
+  CJIT_ASSIGN_OR_RETURN(bool accepted, LibraryAccepts(n, op.status()));
+  if (!accepted) return false;
   Step st;
   st.kind = Step::Kind::kConv;
   st.conv = std::move(*op);
-  st.node = &n;
-  st.in = {Slot(n.input(0)), Slot(n.input(1)), bias ? Slot(bias) : -1};
-  st.out = {Slot(n.outputs[0])};
-  steps.push_back(std::move(st));
+  AddLibraryStep(std::move(st), n, {Slot(n.input(0)), Slot(n.input(1)), bias ? Slot(bias) : -1});
   ++placement.convs;
   return true;
 }
@@ -556,20 +557,12 @@ absl::StatusOr<bool> GpuExecutor::Impl::TryPool(const Node& n) {
   }
   if (NumElements(xd) == 0 || NumElements(yd) == 0) return false;
   absl::StatusOr<std::unique_ptr<PoolOp>> op = device->MakePool(s);
-  if (!op.ok()) {
-    if (absl::IsFailedPrecondition(op.status())) {  // no cuDNN at all
-      return absl::FailedPreconditionError(absl::StrCat(n.Describe(), ": ", op.status().message()));
-    }
-    LOG(WARNING) << n.Describe() << " runs on the host: " << op.status();
-    return false;
-  }
+  CJIT_ASSIGN_OR_RETURN(bool accepted, LibraryAccepts(n, op.status()));
+  if (!accepted) return false;
   Step st;
   st.kind = Step::Kind::kPool;
   st.pool = std::move(*op);
-  st.node = &n;
-  st.in = {Slot(n.input(0))};
-  st.out = {Slot(n.outputs[0])};
-  steps.push_back(std::move(st));
+  AddLibraryStep(std::move(st), n, {Slot(n.input(0))});
   ++placement.pools;
   return true;
 }
@@ -885,16 +878,11 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::vector<Tensor>& 
           CJIT_RETURN_IF_ERROR(InferNode(*st.node, InferInputsFromValues(ctx.inputs), ctx.inferred));
         }
         ctx.outputs.resize(st.out.size());
-        absl::Status status = (*st.kernel)(ctx);
-        if (!status.ok()) {
-          if (absl::StrContains(status.message(), st.node->name)) return status;
-          return absl::Status(status.code(), absl::StrCat(st.node->Describe(), ": ", status.message()));
-        }
+        std::vector<bool> wanted;
+        for (int s : st.out) wanted.push_back(s >= 0);
+        CJIT_RETURN_IF_ERROR(CheckKernelResult(ctx, (*st.kernel)(ctx), wanted));
         for (size_t k = 0; k < st.out.size(); ++k) {
           if (st.out[k] < 0) continue;
-          if (!ctx.outputs[k].defined()) {
-            return absl::InternalError(absl::StrCat(st.node->Describe(), ": kernel did not produce output ", k));
-          }
           host[st.out[k]] = std::move(ctx.outputs[k]);
           on_device[st.out[k]] = nullptr;
         }
