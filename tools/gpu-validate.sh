@@ -4,7 +4,9 @@
 # tool keeps it between calls while the machine stays warm), then runs one step; results go to $OUT
 # (or .device-run/out).
 #   bash tools/gpu-validate.sh info          the GPU, driver, where cuBLASLt is, that every library loads
-#   bash tools/gpu-validate.sh tests [ARGS]  the GPU GoogleTest suite (ARGS go to cjit_gpu_tests)
+#   bash tools/gpu-validate.sh smoke         one case of each kind on the GPU (kernel, row kernel, f16, GEMM,
+#                                            conv, pool, concat, a model): the first thing to run
+#   bash tools/gpu-validate.sh tests [ARGS]  the CUDA half of the GPU GoogleTest suite (ARGS go to cjit_gpu_tests)
 #   bash tools/gpu-validate.sh conformance [CJIT_FLAGS]   the ONNX backend suite with --device=cuda
 #   bash tools/gpu-validate.sh models [CJIT_FLAGS]        cjit check + run of every shared model on the GPU
 #   bash tools/gpu-validate.sh bench         cjit-gpu-bench: copy vs fused-kernel bandwidth, GEMM rate
@@ -53,8 +55,13 @@ case "$step" in
     for b in $run/cjit/bin/*; do ldd "$b" | grep "not found" && echo "MISSING for $b"; done | tee -a "$out/info.txt"
     cjit flags >/dev/null && echo "cjit starts" | tee -a "$out/info.txt"
     ;;
+  smoke)
+    cjit_gpu_tests --gtest_filter='*cuda_Sigmoid_f32_ops:*cuda_LayerNormChain_f32_clustered:*cuda_HalfChain_f16_clustered:*cuda_MatMul_7x13x5:*cuda_Gemm_bias:*cuda_Conv2d_pads_bias:*cuda_MaxPool2d_pads_strides:*cuda_Concat_axis1_f32:*oww_hello_deepa_clustered:GpuModuleLoad.*' \
+      2>&1 | tee "$out/smoke.log" | grep -E "^\[|Failure|error|placement" | tail -60
+    ;;
   tests)
-    cjit_gpu_tests --gtest_output=xml:"$out/gpu_tests.xml" "$@" 2>&1 | tee "$out/gpu_tests.log" | grep -E "FAILED|PASSED|SKIPPED|placement" | tail -60
+    cjit_gpu_tests --gtest_filter='-*host*:*Host*:GpuExecutorThreads.*' --gtest_output=xml:"$out/gpu_tests.xml" "$@" 2>&1 |
+      tee "$out/gpu_tests.log" | grep -E "FAILED|PASSED|SKIPPED|placement" | tail -60
     ;;
   conformance)
     flags=${1:-}
