@@ -24,7 +24,8 @@ namespace cjit {
 // (In-place Concat changes only buffer assignment at run time: no bump.)
 // 5: Slice-1 (attribute form) read as a strided view too (different kernels for the same cluster).
 // 6: float16/bfloat16 values and Cast in fused kernels; dtypes in kernel structures.
-inline constexpr int kCacheFormatVersion = 6;
+// 7: PTX row kernels come with a block-per-row variant (shared-memory reduction).
+inline constexpr int kCacheFormatVersion = 7;
 
 struct CacheKey {
   std::string canonical;  // full text

@@ -83,6 +83,10 @@ absl::StatusOr<nlohmann::json> BenchFused(CudaDevice& dev, const Options& o, con
   CJIT_ASSIGN_OR_RETURN(PtxModule ptx, CompileForNvptx(plan, po));
   CJIT_ASSIGN_OR_RETURN(std::shared_ptr<CudaModule> module, dev.LoadModule(ptx.ptx));
   CJIT_ASSIGN_OR_RETURN(CUfunction fn, module->Function(ptx.kernels[0].name));
+  CUfunction fn_block = nullptr;
+  if (k.row_reduction) {
+    CJIT_ASSIGN_OR_RETURN(fn_block, module->Function(ptx.kernels[0].name + kBlockPerRowSuffix));
+  }
   Collapsed col = Collapse(k.shape, Layouts(k), k.row_reduction);
   std::vector<int64_t> meta = KernelMeta(col);
   std::vector<float> consts = KernelConsts(k);
@@ -119,7 +123,7 @@ absl::StatusOr<nlohmann::json> BenchFused(CudaDevice& dev, const Options& o, con
   }
   int64_t rows = 1;
   for (size_t d = 0; d + 1 < col.dims.size(); ++d) rows *= col.dims[d];
-  FusedLaunch launch{fn, rows, col.dims.back(), k.row_reduction, meta_dev->address(), consts_dev->address()};
+  FusedLaunch launch{fn, fn_block, rows, col.dims.back(), k.row_reduction, meta_dev->address(), consts_dev->address()};
   CJIT_RETURN_IF_ERROR(LaunchFused(dev, launch, ptrs));
   // Check against the CPU fallback executor.
   CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> cpu, Executor::Create(g, 16, nullptr, true));
@@ -169,6 +173,7 @@ absl::Status Main(const Options& o) {
       {"relu(a*b+c) (3 in, 1 out)", absl::StrCat("graph g(%a: f32", shape, ", %b: f32", shape, ", %c: f32", shape, ") {\n  %m = Mul(%a, %b)\n  %s = Add(%m, %c)\n  %y = Relu(%s)\n  return %y\n}")},
       {"bias_gelu_erf (row bcast)", absl::StrCat("graph g(%x: f32", shape, ", %b: f32[", cols, "]) {\n  %h = Add(%x, %b)\n  %k = constant f32[] {0.70710678}\n  %s = Mul(%h, %k)\n  %e = Erf(%s)\n  %one = constant f32[] {1}\n  %p = Add(%e, %one)\n  %half = constant f32[] {0.5}\n  %q = Mul(%h, %half)\n  %y = Mul(%q, %p)\n  return %y\n}")},
       {"softmax (row kernel)", absl::StrCat("graph g(%x: f32", shape, ") {\n  %y = Softmax(%x) {axis=-1}\n  return %y\n}")},
+      {"softmax, 64 long rows", absl::StrCat("graph g(%x: f32[64,", o.elements / 64, "]) {\n  %y = Softmax(%x) {axis=-1}\n  return %y\n}")},
   };
   j["fused"] = nlohmann::json::array();
   for (const FusedCase& c : cases) {

@@ -65,9 +65,13 @@ llvm::Value* Sreg(llvm::IRBuilder<>& b, llvm::Module& m, llvm::Intrinsic::ID id)
 }
 
 // Emits one fused kernel (elementwise or row) as a PTX kernel function.
+constexpr int kBlockWarps = kRowKernelBlockThreads / 32;
+
 class GpuEmitter {
  public:
-  GpuEmitter(llvm::Module& m, const FusedKernel& k, const Collapsed& c) : m_(m), k_(k), c_(c), b_(m.getContext()), math_(m) {}
+  // block_per_row: the row-kernel variant giving each row a whole block (see EmitRow).
+  GpuEmitter(llvm::Module& m, const FusedKernel& k, const Collapsed& c, bool block_per_row = false)
+      : m_(m), k_(k), c_(c), b_(m.getContext()), math_(m), block_per_row_(block_per_row) {}
 
   absl::Status Emit(const std::string& name) {
     llvm::LLVMContext& ctx = m_.getContext();
@@ -300,7 +304,7 @@ class GpuEmitter {
     if (kind == ReduceKind::kSumSq) e = b_.CreateFMul(e, e);
     if (kind == ReduceKind::kSumExp) e = math_.Unary(b_, "exp", b_.CreateFSub(e, offset));
     llvm::Value* next_acc = combine(acc, e);
-    llvm::Value* next_j = b_.CreateAdd(j, b_.getInt64(32));
+    llvm::Value* next_j = b_.CreateAdd(j, row_stride_);
     llvm::BasicBlock* latch = b_.GetInsertBlock();
     j->addIncoming(next_j, latch);
     acc->addIncoming(next_acc, latch);
@@ -315,15 +319,47 @@ class GpuEmitter {
       llvm::Value* other = b_.CreateCall(shfl, {b_.getInt32(0xffffffffu), v, b_.getInt32(delta), b_.getInt32(31)});
       v = combine(v, other);
     }
-    return v;
+    if (!block_per_row_) return v;
+    // Block per row: lane 0 of each warp publishes its warp's value in shared memory; after a barrier
+    // every thread combines the kBlockWarps values (same order everywhere, so all threads agree); a second
+    // barrier keeps the next pass from overwriting values still being read.
+    llvm::Value* warp = b_.CreateUDiv(tid_, b_.getInt64(32));
+    auto* publish = llvm::BasicBlock::Create(ctx, "publish", fn_);
+    auto* published = llvm::BasicBlock::Create(ctx, "published", fn_);
+    b_.CreateCondBr(b_.CreateICmpEQ(b_.CreateURem(tid_, b_.getInt64(32)), b_.getInt64(0)), publish, published);
+    b_.SetInsertPoint(publish);
+    b_.CreateStore(v, b_.CreateInBoundsGEP(smem_type_, smem_, {b_.getInt64(0), warp}));
+    b_.CreateBr(published);
+    b_.SetInsertPoint(published);
+    llvm::Function* barrier = llvm::Intrinsic::getDeclaration(&m_, llvm::Intrinsic::nvvm_barrier0);
+    b_.CreateCall(barrier, {});
+    llvm::Value* total = b_.CreateLoad(f32, b_.CreateInBoundsGEP(smem_type_, smem_, {b_.getInt64(0), b_.getInt64(0)}));
+    for (int w = 1; w < kBlockWarps; ++w) {
+      total = combine(total, b_.CreateLoad(f32, b_.CreateInBoundsGEP(smem_type_, smem_, {b_.getInt64(0), b_.getInt64(w)})));
+    }
+    b_.CreateCall(barrier, {});
+    return total;
   }
 
   absl::Status EmitRow() {
     llvm::LLVMContext& ctx = m_.getContext();
-    // One warp per row; the whole warp stays converged (shuffles need every lane), so out-of-range
-    // warps exit together.
-    llvm::Value* row = b_.CreateUDiv(gid_, b_.getInt64(32));
-    lane_ = b_.CreateURem(tid_, b_.getInt64(32));
+    // One warp per row: the whole warp stays converged (shuffles need every lane), so out-of-range warps
+    // exit together. Block per row (kBlockWarps warps of one block share a row; for few long rows): the
+    // block is uniform in its row, so every thread reaches every barrier.
+    llvm::Value* row = nullptr;
+    if (block_per_row_) {
+      row = Sreg(b_, m_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
+      lane_ = tid_;
+      row_stride_ = b_.getInt64(32 * kBlockWarps);
+      smem_type_ = llvm::ArrayType::get(b_.getFloatTy(), kBlockWarps);
+      smem_ = new llvm::GlobalVariable(m_, smem_type_, false, llvm::GlobalValue::InternalLinkage,
+                                       llvm::UndefValue::get(smem_type_), fn_->getName() + "_smem", nullptr,
+                                       llvm::GlobalValue::NotThreadLocal, 3);
+    } else {
+      row = b_.CreateUDiv(gid_, b_.getInt64(32));
+      lane_ = b_.CreateURem(tid_, b_.getInt64(32));
+      row_stride_ = b_.getInt64(32);
+    }
     auto* body = llvm::BasicBlock::Create(ctx, "row", fn_);
     auto* done = llvm::BasicBlock::Create(ctx, "done", fn_);
     b_.CreateCondBr(b_.CreateICmpSLT(row, rows_), body, done);
@@ -356,7 +392,7 @@ class GpuEmitter {
         llvm::Value* p = b_.CreateInBoundsGEP(StorageType(b_, dt), fn_->getArg(static_cast<unsigned>(k_.inputs.size() + o)), out_base);
         StoreF32(b_, dt, val, p, j);
       }
-      llvm::Value* next = b_.CreateAdd(j, b_.getInt64(32));
+      llvm::Value* next = b_.CreateAdd(j, row_stride_);
       j->addIncoming(next, b_.GetInsertBlock());
       b_.CreateCondBr(b_.CreateICmpSLT(next, inner_), loop, exit);
       b_.SetInsertPoint(exit);
@@ -391,7 +427,10 @@ class GpuEmitter {
   llvm::Function* fn_ = nullptr;
   int nd_ = 0;
   llvm::Value *meta_ = nullptr, *rows_ = nullptr, *inner_ = nullptr, *tid_ = nullptr, *gid_ = nullptr,
-              *nthreads_ = nullptr, *lane_ = nullptr;
+              *nthreads_ = nullptr, *lane_ = nullptr, *row_stride_ = nullptr;
+  bool block_per_row_ = false;
+  llvm::ArrayType* smem_type_ = nullptr;
+  llvm::GlobalVariable* smem_ = nullptr;
   std::vector<llvm::Value*> in_ptr_, inner_stride_;
   std::map<const Value*, llvm::Value*> row_vals_, params_;
   std::map<const Node*, std::pair<llvm::Value*, llvm::Value*>> softmax_;
@@ -463,6 +502,10 @@ absl::StatusOr<PtxModule> CompileForNvptxUnsafe(const FusionPlan& plan, const Pt
     pk.consts = KernelConsts(k);
     GpuEmitter emitter(*module, k, c);
     CJIT_RETURN_IF_ERROR(emitter.Emit(pk.name));
+    if (k.row_reduction) {
+      GpuEmitter block_emitter(*module, k, c, /*block_per_row=*/true);
+      CJIT_RETURN_IF_ERROR(block_emitter.Emit(pk.name + kBlockPerRowSuffix));
+    }
     out.kernels.push_back(std::move(pk));
   }
   if (out.kernels.empty()) return out;

@@ -8,8 +8,11 @@
 //  * elementwise kernels: one collapsed dim -> a grid-stride loop over the elements; otherwise, with
 //    gridDim.y > 1, rows over blockIdx.y and each row's elements over x (no per-element index division),
 //    and with gridDim.y == 1 a grid-stride loop over rows x row_elems (runtime/cuda/fused_launch.h picks);
-//  * row kernels: one warp per row; each reduction pass strides the row by 32 lanes and combines the
-//    lanes' partial results with warp shuffles (shfl.sync.bfly), so every lane holds the row's value.
+//  * row kernels come in two functions: `name`, one warp per row — each reduction pass strides the row by
+//    32 lanes and combines the lanes' partial results with warp shuffles (shfl.sync.bfly), so every lane
+//    holds the row's value; and `name` + kBlockPerRowSuffix, one block of kRowKernelBlockThreads per row
+//    (launch exactly `rows` blocks) — the warps' shuffled results are combined through shared memory
+//    between two barriers. The second serves few long rows (a LayerNorm or Softmax of one sequence).
 // Launch: PtxKernel::block_size threads per block; any grid size covers all elements (elementwise) or
 // rows * 32 threads (row kernels).
 //
@@ -25,6 +28,9 @@
 #include "compiler/codegen/fusion_plan.h"
 
 namespace cjit {
+
+inline constexpr char kBlockPerRowSuffix[] = "_block";
+inline constexpr int kRowKernelBlockThreads = 256;
 
 struct PtxOptions {
   std::string gpu_arch = "sm_80";  // sm_75 ... sm_90a

@@ -22,8 +22,9 @@ namespace cjit {
 namespace {
 
 struct PtxKernelHandle : FusedKernelHandle {
-  std::shared_ptr<CudaModule> module;  // keeps the function loaded
+  std::shared_ptr<CudaModule> module;  // keeps the functions loaded
   CUfunction fn = nullptr;
+  CUfunction fn_block = nullptr;  // row kernels: one block per row
 };
 
 std::mutex g_kernels_mu;
@@ -88,6 +89,9 @@ class CudaBackend : public DeviceBackend {
       auto h = std::make_shared<PtxKernelHandle>();
       h->module = module;
       CJIT_ASSIGN_OR_RETURN(h->fn, module->Function(ptx.kernel_names[j]));
+      if (missing.kernels[j].row_reduction) {
+        CJIT_ASSIGN_OR_RETURN(h->fn_block, module->Function(ptx.kernel_names[j] + kBlockPerRowSuffix));
+      }
       Kernels()[keys[missing_index[j]]] = h;
       out[missing_index[j]] = h;
     }
@@ -97,7 +101,7 @@ class CudaBackend : public DeviceBackend {
   absl::Status LaunchFused(const FusedKernelHandle& kernel, const FusedLaunchArgs& a,
                            const std::vector<uint64_t>& buffers) const override {
     const auto& k = static_cast<const PtxKernelHandle&>(kernel);
-    FusedLaunch launch{k.fn, a.rows, a.row_elems, a.row_kernel, a.meta, a.consts};
+    FusedLaunch launch{k.fn, k.fn_block, a.rows, a.row_elems, a.row_kernel, a.meta, a.consts};
     return cjit::LaunchFused(*dev_, launch, std::vector<CUdeviceptr>(buffers.begin(), buffers.end()));
   }
 

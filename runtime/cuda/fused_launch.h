@@ -2,7 +2,9 @@
 // signature kernel(in..., out..., meta, consts, rows) and the loops): 256 threads per block, about 32
 // blocks per multiprocessor for elementwise kernels (they loop with grid strides). Elementwise kernels over
 // several rows of at least 128 elements get a 2-D grid (rows over y, each row's offsets computed once);
-// others a 1-D grid. Row kernels give each row one warp, so their grid covers rows * 32 threads.
+// others a 1-D grid. Row kernels give each row one warp, so their grid covers rows * 32 threads — or, for
+// fewer than 32 rows per multiprocessor of at least 512 elements, one block per row (the variant
+// compiled as name + kBlockPerRowSuffix). kBlock equals kRowKernelBlockThreads.
 // Include only from runtime/cuda/ (pulls in cuda.h). Thread-safety: as CudaDevice::Launch.
 #ifndef CJIT_RUNTIME_CUDA_FUSED_LAUNCH_H_
 #define CJIT_RUNTIME_CUDA_FUSED_LAUNCH_H_
@@ -10,12 +12,14 @@
 #include <algorithm>
 #include <vector>
 
+#include "compiler/codegen/nvptx_compiler.h"
 #include "runtime/cuda/cuda_device.h"
 
 namespace cjit {
 
 struct FusedLaunch {
   CUfunction fn = nullptr;
+  CUfunction fn_block = nullptr;  // row kernels: the block-per-row variant
   int64_t rows = 0, row_elems = 0;  // the collapsed iteration space
   bool row_kernel = false;
   CUdeviceptr meta = 0, consts = 0;  // device copies of KernelMeta / KernelConsts
@@ -23,11 +27,17 @@ struct FusedLaunch {
 
 // `buffers`: the kernel's input buffers then its output buffers. Nothing is launched for an empty space.
 inline absl::Status LaunchFused(const CudaDevice& dev, const FusedLaunch& k, std::vector<CUdeviceptr> buffers) {
-  constexpr int64_t kBlock = 256;
+  constexpr int64_t kBlock = kRowKernelBlockThreads;
   if (k.rows <= 0 || k.row_elems <= 0) return absl::OkStatus();
   int64_t target_blocks = int64_t{dev.multiprocessors()} * 32;
   int64_t grid = 0, grid_y = 1;
-  if (k.row_kernel) {
+  CUfunction fn = k.fn;
+  if (k.row_kernel && k.fn_block != nullptr && k.row_elems >= 512 && k.rows < int64_t{dev.multiprocessors()} * 32 &&
+      k.rows <= 0x7fffffff) {
+    // Few long rows: a block of kRowKernelBlockThreads per row instead of a warp.
+    fn = k.fn_block;
+    grid = k.rows;
+  } else if (k.row_kernel) {
     grid = (k.rows * 32 + kBlock - 1) / kBlock;
   } else if (k.rows > 1 && k.row_elems >= 128) {
     grid_y = std::min<int64_t>(k.rows, 65535);
@@ -42,7 +52,7 @@ inline absl::Status LaunchFused(const CudaDevice& dev, const FusedLaunch& k, std
   args.push_back(&meta);
   args.push_back(&consts);
   args.push_back(&rows);
-  return dev.Launch(k.fn, static_cast<unsigned>(grid), static_cast<unsigned>(grid_y), static_cast<unsigned>(kBlock),
+  return dev.Launch(fn, static_cast<unsigned>(grid), static_cast<unsigned>(grid_y), static_cast<unsigned>(kBlock),
                     args.data());
 }
 
