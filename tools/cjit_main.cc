@@ -22,6 +22,8 @@
 #include "compiler/codegen/fusion_plan.h"
 #include "compiler/codegen/nvptx_compiler.h"
 #include "runtime/session.h"
+#include "compiler/ir/text.h"
+#include "runtime/cuda/gpu_executor.h"
 #include "tools/check_lib.h"
 
 namespace cjit {
@@ -234,11 +236,23 @@ int CmdCheck(const std::string& dir, double rtol, double atol) {
 }
 
 int CmdExplain(const std::string& model, const std::vector<std::string>& input_args,
-               const std::vector<std::string>& shape_args) {
+               const std::vector<std::string>& shape_args, bool print_graph, bool gpu_placement) {
   auto session = Session::Load(model);
   if (!session.ok()) return LoadFailure(session.status());
   auto inputs = PrepareInputs(**session, input_args, shape_args);
   if (!inputs.ok()) return Fail(inputs.status(), 2);
+  if (print_graph || gpu_placement) {
+    auto graph = (*session)->SpecializeAndCluster(*inputs, nullptr);
+    if (!graph.ok()) return Fail(graph.status());
+    if (print_graph) std::printf("%s\n", PrintGraph(**graph).c_str());
+    if (gpu_placement) {
+      // The GPU executor's placement decisions, made here on the host backend (no GPU needed); on a GPU,
+      // cuBLASLt/cuDNN may still decline a shape, which then runs on the host too.
+      auto ex = GpuExecutor::Create(*graph, MakeHostBackend(), {});
+      if (!ex.ok()) return Fail(ex.status());
+      std::printf("GPU placement: %s\n", (*ex)->placement().ToString().c_str());
+    }
+  }
   auto report = (*session)->Explain(*inputs);
   if (!report.ok()) return Fail(report.status());
   std::printf("%zu clusters\n", report->clusters.size());
@@ -511,6 +525,11 @@ int main(int argc, char** argv) {
   check->add_option("--atol", atol, "absolute tolerance");
   auto* explain = app.add_subcommand("explain", "print the clusters of a model for one input signature");
   model_and_inputs(explain);
+  bool print_graph = false;
+  explain->add_flag("--print-graph", print_graph, "also print the specialized, clustered graph (IR text)");
+  bool gpu_placement = false;
+  explain->add_flag("--gpu-placement", gpu_placement,
+                    "also print where each op would run with --device=cuda (decided without a GPU)");
   auto* bench = app.add_subcommand("bench", "fallback vs clustered latency, side by side in one process");
   model_and_inputs(bench);
   bench->add_option("--iterations", iterations, "timed runs per mode")->check(CLI::PositiveNumber);
@@ -546,7 +565,7 @@ int main(int argc, char** argv) {
   if (*run) return cjit::CmdRun(model, inputs, shapes, iterations, warmup, output_dir, stats_json);
   if (*check) return cjit::CmdCheck(dir, rtol, atol);
   if (*flags) return cjit::CmdFlags();
-  if (*explain) return cjit::CmdExplain(model, inputs, shapes);
+  if (*explain) return cjit::CmdExplain(model, inputs, shapes, print_graph, gpu_placement);
   if (*bench && cold_warm) return cjit::CmdBenchColdWarm(model, inputs, shapes, iterations);
   if (*bench) return cjit::CmdBench(model, inputs, shapes, iterations, warmup);
   if (*bench_process) return cjit::CmdBenchProcess(model, inputs, shapes, runs, cache_dir);
