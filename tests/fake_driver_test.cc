@@ -44,9 +44,11 @@ TEST(FakeDriver, ResolvesEveryEntryPointAndDescribesTheDevice) {
   EXPECT_EQ((*dev)->name(), "cjit fake GPU 0");
   EXPECT_EQ((*dev)->sm(), "sm_90");
   EXPECT_EQ((*dev)->multiprocessors(), 4);
-  auto again = CudaDevice::Get(0, "cuda_malloc_async");
-  ASSERT_FALSE(again.ok());
-  EXPECT_NE(again.status().message().find("already uses the 'caching' allocator"), std::string::npos) << again.status();
+  auto unknown = (*dev)->Allocator("bfc");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("unknown GPU allocator 'bfc' (caching, cuda_malloc_async)"),
+            std::string::npos)
+      << unknown.status();
   auto missing = CudaDevice::Get(2);
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("CUDA device 2 does not exist (the driver reports 2 device(s))"),
@@ -93,17 +95,22 @@ TEST(FakeDriver, CopiesFillsAndPitchedCopiesRoundTrip) {
   EXPECT_GE(dev.allocator().stats().cache_hits, 1);
 }
 
-TEST(FakeDriver, StreamOrderedAllocatorOnTheSecondDevice) {
+TEST(FakeDriver, StreamOrderedAllocatorBesideTheCachingOne) {
   REQUIRE_FAKE();
-  auto dev = CudaDevice::Get(1, "cuda_malloc_async");
+  auto dev = CudaDevice::Get(1);
   ASSERT_TRUE(dev.ok()) << dev.status();
-  EXPECT_EQ((*dev)->allocator().name(), "cuda_malloc_async");
-  auto a = (*dev)->Allocate(4096);
-  ASSERT_TRUE(a.ok()) << a.status();
+  auto pool = (*dev)->Allocator("cuda_malloc_async");
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  EXPECT_EQ((*pool)->name(), "cuda_malloc_async");
+  auto a = (*dev)->Allocate(4096, *pool);
+  auto c = (*dev)->Allocate(4096);  // the caching allocator of the same device
+  ASSERT_TRUE(a.ok() && c.ok());
+  EXPECT_EQ((*pool)->stats().bytes_in_use, 4096);
   EXPECT_EQ((*dev)->allocator().stats().bytes_in_use, 4096);
   a->reset();
-  EXPECT_EQ((*dev)->allocator().stats().bytes_in_use, 0);
-  auto huge = (*dev)->Allocate(size_t{2} << 30);  // the fake device 1 refuses > 1 GiB
+  EXPECT_EQ((*pool)->stats().bytes_in_use, 0);
+  EXPECT_EQ((*dev)->allocator().stats().bytes_in_use, 4096);
+  auto huge = (*dev)->Allocate(size_t{2} << 30, *pool);  // the fake device 1 refuses > 1 GiB
   ASSERT_FALSE(huge.ok());
   EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(huge.status().message().find("cuMemAllocAsync"), std::string::npos) << huge.status();

@@ -230,9 +230,6 @@ TEST(GpuWithoutDriver, ErrorsAreClearAndAutoPicksTheCpu) {
   auto dev = CudaDevice::Get(0);
   ASSERT_FALSE(dev.ok());
   EXPECT_EQ(dev.status().code(), absl::StatusCode::kFailedPrecondition);
-  auto bad_alloc = CudaDevice::Get(0, "bfc");
-  ASSERT_FALSE(bad_alloc.ok());
-  EXPECT_NE(bad_alloc.status().message().find("unknown GPU allocator 'bfc'"), std::string::npos);
 #endif
 }
 

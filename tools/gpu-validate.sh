@@ -71,8 +71,13 @@ case "$step" in
   models)
     flags=${1:-}
     for m in $run/cjit-data/models/*/; do
+      ins=()
+      for f in "$m"test_data_set_0/input_*.pb; do ins+=(--input "$f"); done
+      echo "== $(basename "$m")"
       CJIT_FLAGS="--device=cuda --cuda_data_dir=$cuda_dir $flags" cjit check "$m" --rtol 1e-3 --atol 1e-4 2>&1 | tail -3
-      CJIT_FLAGS="--device=cuda --cuda_data_dir=$cuda_dir $flags" cjit run "$m" --iterations 50 --warmup 5 2>&1 | grep -E "device|placement|latency"
+      CJIT_FLAGS="--device=cuda --cuda_data_dir=$cuda_dir $flags" cjit run "${m}model.onnx" "${ins[@]}" --iterations 50 --warmup 5 2>&1 |
+        grep -E "device|placement|latency|memory|error"
+      CJIT_FLAGS="--device=cpu $flags" cjit run "${m}model.onnx" "${ins[@]}" --iterations 50 --warmup 5 2>&1 | grep -E "latency" | sed 's/^/cpu: /'
     done 2>&1 | tee "$out/models.log"
     ;;
   bench)

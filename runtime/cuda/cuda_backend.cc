@@ -35,14 +35,15 @@ std::map<std::string, std::shared_ptr<const PtxKernelHandle>>& Kernels() {
 
 class CudaBackend : public DeviceBackend {
  public:
-  CudaBackend(CudaDevice* dev, std::string arch, std::string libdevice, std::unique_ptr<DiskCache> disk)
-      : dev_(dev), arch_(std::move(arch)), libdevice_(std::move(libdevice)), disk_(std::move(disk)) {}
+  CudaBackend(CudaDevice* dev, DeviceAllocator* allocator, std::string arch, std::string libdevice,
+              std::unique_ptr<DiskCache> disk)
+      : dev_(dev), allocator_(allocator), arch_(std::move(arch)), libdevice_(std::move(libdevice)), disk_(std::move(disk)) {}
 
   std::string Describe() const override { return absl::StrCat(dev_->name(), " (", dev_->sm(), ")"); }
   std::string target() const override { return arch_; }
   absl::Status MakeCurrent() const override { return dev_->MakeCurrent(); }
   absl::StatusOr<std::shared_ptr<DeviceMemory>> Allocate(size_t bytes) const override {
-    CJIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceBuffer> b, dev_->Allocate(bytes));
+    CJIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceBuffer> b, dev_->Allocate(bytes, allocator_));
     return std::shared_ptr<DeviceMemory>(std::move(b));
   }
   absl::Status CopyToDevice(uint64_t dst, const void* src, size_t bytes) const override {
@@ -115,14 +116,15 @@ class CudaBackend : public DeviceBackend {
     return MakeCudnnPool(dev_, shape);
   }
   std::string MemoryReport() const override {
-    AllocatorStats st = dev_->allocator().stats();
+    AllocatorStats st = allocator_->stats();
     auto mib = [](int64_t b) { return absl::StrFormat("%.1f", static_cast<double>(b) / (1 << 20)); };
     return absl::StrCat("device memory: ", mib(st.bytes_in_use), " MiB in use, peak ", mib(st.peak_bytes_in_use),
-                        " MiB, ", mib(st.bytes_cached), " MiB cached (", dev_->allocator().name(), " allocator)");
+                        " MiB, ", mib(st.bytes_cached), " MiB cached (", allocator_->name(), " allocator)");
   }
 
  private:
   CudaDevice* dev_;
+  DeviceAllocator* allocator_;
   std::string arch_, libdevice_;
   std::unique_ptr<DiskCache> disk_;
 };
@@ -130,7 +132,8 @@ class CudaBackend : public DeviceBackend {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<DeviceBackend>> MakeCudaBackend(const CudaBackendOptions& options) {
-  CJIT_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(options.ordinal, options.allocator));
+  CJIT_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(options.ordinal));
+  CJIT_ASSIGN_OR_RETURN(DeviceAllocator * allocator, dev->Allocator(options.allocator));
   CJIT_RETURN_IF_ERROR(dev->MakeCurrent());
   std::string arch = options.gpu_arch;
   if (arch.empty()) {
@@ -145,7 +148,7 @@ absl::StatusOr<std::shared_ptr<DeviceBackend>> MakeCudaBackend(const CudaBackend
     CJIT_ASSIGN_OR_RETURN(disk, DiskCache::Open(dco));
   }
   return std::shared_ptr<DeviceBackend>(std::make_shared<CudaBackend>(
-      dev, arch, options.cuda_data_dir + "/nvvm/libdevice/libdevice.10.bc", std::move(disk)));
+      dev, allocator, arch, options.cuda_data_dir + "/nvvm/libdevice/libdevice.10.bc", std::move(disk)));
 }
 
 }  // namespace cjit

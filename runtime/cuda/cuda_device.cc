@@ -72,7 +72,7 @@ class AsyncPoolAllocator : public DeviceAllocator {
 
 }  // namespace
 
-DeviceBuffer::~DeviceBuffer() { device_->allocator().Free(address()); }
+DeviceBuffer::~DeviceBuffer() { allocator_->Free(address()); }
 
 CudaModule::~CudaModule() {
   if (module_ == nullptr) return;
@@ -88,23 +88,12 @@ absl::StatusOr<CUfunction> CudaModule::Function(const std::string& name) const {
   return fn;
 }
 
-absl::StatusOr<CudaDevice*> CudaDevice::Get(int ordinal, const std::string& allocator) {
-  if (allocator != "caching" && allocator != "cuda_malloc_async") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown GPU allocator '", allocator, "' (caching, cuda_malloc_async)"));
-  }
+absl::StatusOr<CudaDevice*> CudaDevice::Get(int ordinal) {
   static std::mutex mu;
   static auto* devices = new std::map<int, CudaDevice*>();
   std::lock_guard<std::mutex> lock(mu);
   auto it = devices->find(ordinal);
-  if (it != devices->end()) {
-    if (it->second->allocator_name_ != allocator) {
-      return absl::FailedPreconditionError(absl::StrCat("CUDA device ", ordinal, " already uses the '",
-                                                        it->second->allocator_name_, "' allocator, not '",
-                                                        allocator, "' (one allocator per process)"));
-    }
-    return it->second;
-  }
+  if (it != devices->end()) return it->second;
   CJIT_ASSIGN_OR_RETURN(const CudaApi* api, LoadCudaApi());
   int count = 0;
   CJIT_CU_RETURN_IF_ERROR(*api, cuDeviceGetCount(&count));
@@ -115,7 +104,6 @@ absl::StatusOr<CudaDevice*> CudaDevice::Get(int ordinal, const std::string& allo
   std::unique_ptr<CudaDevice> d(new CudaDevice());
   d->api_ = api;
   d->ordinal_ = ordinal;
-  d->allocator_name_ = allocator;
   CJIT_CU_RETURN_IF_ERROR(*api, cuDeviceGet(&d->device_, ordinal));
   char name[256] = {0};
   CJIT_CU_RETURN_IF_ERROR(*api, cuDeviceGetName(name, sizeof(name) - 1, d->device_));
@@ -131,17 +119,9 @@ absl::StatusOr<CudaDevice*> CudaDevice::Get(int ordinal, const std::string& allo
   CJIT_CU_RETURN_IF_ERROR(*api, cuDevicePrimaryCtxRetain(&d->context_, d->device_));
   CJIT_RETURN_IF_ERROR(d->MakeCurrent());
   CJIT_CU_RETURN_IF_ERROR(*api, cuStreamCreate(&d->stream_, CU_STREAM_NON_BLOCKING));
-  if (allocator == "cuda_malloc_async") {
-    CUmemoryPool pool = nullptr;
-    CJIT_CU_RETURN_IF_ERROR(*api, cuDeviceGetDefaultMemPool(&pool, d->device_));
-    cuuint64_t threshold = std::numeric_limits<cuuint64_t>::max();
-    CJIT_CU_RETURN_IF_ERROR(*api, cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
-    d->allocator_ = std::make_unique<AsyncPoolAllocator>(d.get());
-  } else {
-    d->allocator_ = std::make_unique<CachingDeviceAllocator>(std::make_unique<DriverBackend>(d.get()));
-  }
+  d->caching_ = std::make_unique<CachingDeviceAllocator>(std::make_unique<DriverBackend>(d.get()));
   VLOG(1) << "CUDA device " << ordinal << ": " << d->name_ << " (" << d->sm_ << ", " << d->sms_
-          << " SMs), driver " << api->driver_version << ", allocator " << allocator;
+          << " SMs), driver " << api->driver_version;
   CudaDevice* raw = d.release();  // lives for the process
   (*devices)[ordinal] = raw;
   return raw;
@@ -152,9 +132,28 @@ absl::Status CudaDevice::MakeCurrent() const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<DeviceBuffer>> CudaDevice::Allocate(size_t bytes) {
-  CJIT_ASSIGN_OR_RETURN(uint64_t address, allocator_->Allocate(bytes));
-  return std::make_shared<DeviceBuffer>(this, static_cast<CUdeviceptr>(address), bytes);
+absl::StatusOr<DeviceAllocator*> CudaDevice::Allocator(const std::string& name) {
+  if (name == "caching") return caching_.get();
+  if (name != "cuda_malloc_async") {
+    return absl::InvalidArgumentError(absl::StrCat("unknown GPU allocator '", name, "' (caching, cuda_malloc_async)"));
+  }
+  std::lock_guard<std::mutex> lock(allocators_mu_);
+  if (!async_) {
+    // The driver's stream-ordered pool, keeping freed memory (release threshold: unlimited).
+    CJIT_RETURN_IF_ERROR(MakeCurrent());
+    CUmemoryPool pool = nullptr;
+    CJIT_CU_RETURN_IF_ERROR(*api_, cuDeviceGetDefaultMemPool(&pool, device_));
+    cuuint64_t threshold = std::numeric_limits<cuuint64_t>::max();
+    CJIT_CU_RETURN_IF_ERROR(*api_, cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+    async_ = std::make_unique<AsyncPoolAllocator>(this);
+  }
+  return async_.get();
+}
+
+absl::StatusOr<std::shared_ptr<DeviceBuffer>> CudaDevice::Allocate(size_t bytes, DeviceAllocator* allocator) {
+  if (allocator == nullptr) allocator = caching_.get();
+  CJIT_ASSIGN_OR_RETURN(uint64_t address, allocator->Allocate(bytes));
+  return std::make_shared<DeviceBuffer>(allocator, static_cast<CUdeviceptr>(address), bytes);
 }
 
 absl::Status CudaDevice::CopyToDevice(CUdeviceptr dst, const void* src, size_t bytes) const {

@@ -27,11 +27,12 @@ class CudaDevice;
 // Device memory owned by one holder; returned to the device's allocator on destruction.
 class DeviceBuffer : public DeviceMemory {
  public:
-  DeviceBuffer(CudaDevice* device, CUdeviceptr address, size_t bytes) : DeviceMemory(address, bytes), device_(device) {}
+  DeviceBuffer(DeviceAllocator* allocator, CUdeviceptr address, size_t bytes)
+      : DeviceMemory(address, bytes), allocator_(allocator) {}
   ~DeviceBuffer() override;
 
  private:
-  CudaDevice* device_;
+  DeviceAllocator* allocator_;
 };
 
 // A loaded PTX module (unloaded on destruction).
@@ -48,9 +49,8 @@ class CudaModule {
 
 class CudaDevice {
  public:
-  // The device with this ordinal, created on first use with `allocator` ("caching" or "cuda_malloc_async";
-  // later calls must name the same). Errors: no driver, no such device, an unknown allocator.
-  static absl::StatusOr<CudaDevice*> Get(int ordinal, const std::string& allocator = "caching");
+  // The device with this ordinal, created on first use. Errors: no driver, no such device.
+  static absl::StatusOr<CudaDevice*> Get(int ordinal);
 
   const CudaApi& api() const { return *api_; }
   CUstream stream() const { return stream_; }
@@ -58,12 +58,17 @@ class CudaDevice {
   const std::string& name() const { return name_; }
   const std::string& sm() const { return sm_; }  // "sm_90"
   int multiprocessors() const { return sms_; }
-  DeviceAllocator& allocator() const { return *allocator_; }
+  // The device's allocator of this kind ("caching" or "cuda_malloc_async", --gpu_allocator), created on
+  // first use; sessions with different --gpu_allocator can share a device. Error: an unknown name.
+  absl::StatusOr<DeviceAllocator*> Allocator(const std::string& name);
+  // The caching allocator (library workspaces, and the default).
+  DeviceAllocator& allocator() const { return *caching_; }
 
   // Makes the primary context current on the calling thread (call before any other use on a thread).
   absl::Status MakeCurrent() const;
 
-  absl::StatusOr<std::shared_ptr<DeviceBuffer>> Allocate(size_t bytes);
+  // From `allocator` (one of this device's; null = the caching allocator).
+  absl::StatusOr<std::shared_ptr<DeviceBuffer>> Allocate(size_t bytes, DeviceAllocator* allocator = nullptr);
   // Host -> device (enqueued; the host source may be reused on return) and device -> host (waits).
   absl::Status CopyToDevice(CUdeviceptr dst, const void* src, size_t bytes) const;
   absl::Status CopyToHost(void* dst, CUdeviceptr src, size_t bytes) const;
@@ -87,10 +92,12 @@ class CudaDevice {
   CUdevice device_ = 0;
   CUcontext context_ = nullptr;
   CUstream stream_ = nullptr;
-  std::string name_, sm_, allocator_name_;
+  std::string name_, sm_;
   int sms_ = 1;
   int64_t max_pitch_ = 0;
-  std::unique_ptr<DeviceAllocator> allocator_;
+  std::unique_ptr<DeviceAllocator> caching_;
+  std::mutex allocators_mu_;
+  std::unique_ptr<DeviceAllocator> async_;  // created by the first Allocator("cuda_malloc_async")
 };
 
 }  // namespace cjit
