@@ -64,18 +64,22 @@ struct DeviceLt {
   std::shared_ptr<DeviceBuffer> workspace;
 };
 
-absl::StatusOr<DeviceLt*> LtFor(CudaDevice* device, const LtApi& lt) {
-  static std::mutex mu;
-  static auto* per_device = new std::map<CudaDevice*, DeviceLt*>();
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = per_device->find(device);
-  if (it != per_device->end()) return it->second;
-  auto* d = new DeviceLt();
+absl::StatusOr<DeviceLt*> CreateLt(CudaDevice* device, const LtApi& lt) {
+  auto d = std::make_unique<DeviceLt>();
   CJIT_RETURN_IF_ERROR(device->MakeCurrent());
   CJIT_LT_RETURN_IF_ERROR(lt, cublasLtCreate(&d->handle));
   CJIT_ASSIGN_OR_RETURN(d->workspace, device->Allocate(kWorkspaceBytes));
-  (*per_device)[device] = d;
-  return d;
+  return d.release();  // lives for the process
+}
+
+// Created once per device; a failure is remembered too (creating a handle can take seconds to fail).
+absl::StatusOr<DeviceLt*> LtFor(CudaDevice* device, const LtApi& lt) {
+  static std::mutex mu;
+  static auto* per_device = new std::map<CudaDevice*, absl::StatusOr<DeviceLt*>>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = per_device->find(device);
+  if (it == per_device->end()) it = per_device->emplace(device, CreateLt(device, lt)).first;
+  return it->second;
 }
 
 class LtGemmPlan : public GemmOp {

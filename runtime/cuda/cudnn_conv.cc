@@ -61,18 +61,22 @@ struct DeviceDnn {
   std::mutex mu;  // serializes use of the handle
 };
 
-absl::StatusOr<DeviceDnn*> DnnFor(CudaDevice* device, const DnnApi& dnn) {
-  static std::mutex mu;
-  static auto* per_device = new std::map<CudaDevice*, DeviceDnn*>();
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = per_device->find(device);
-  if (it != per_device->end()) return it->second;
+absl::StatusOr<DeviceDnn*> CreateDnn(CudaDevice* device, const DnnApi& dnn) {
   CJIT_RETURN_IF_ERROR(device->MakeCurrent());
-  auto* d = new DeviceDnn();
+  auto d = std::make_unique<DeviceDnn>();
   CJIT_DNN_RETURN_IF_ERROR(dnn, cudnnCreate(&d->handle));
   CJIT_DNN_RETURN_IF_ERROR(dnn, cudnnSetStream(d->handle, reinterpret_cast<cudaStream_t>(device->stream())));
-  (*per_device)[device] = d;
-  return d;
+  return d.release();  // lives for the process
+}
+
+// Created once per device; a failure is remembered too.
+absl::StatusOr<DeviceDnn*> DnnFor(CudaDevice* device, const DnnApi& dnn) {
+  static std::mutex mu;
+  static auto* per_device = new std::map<CudaDevice*, absl::StatusOr<DeviceDnn*>>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = per_device->find(device);
+  if (it == per_device->end()) it = per_device->emplace(device, CreateDnn(device, dnn)).first;
+  return it->second;
 }
 
 class CudnnConv : public ConvOp {
