@@ -351,6 +351,45 @@ INSTANTIATE_TEST_SUITE_P(
       return std::get<0>(i.param) + (std::get<1>(i.param) == "--auto_jit=-1" ? "_ops" : "_clustered");
     });
 
+// In a cluster, a constant bias over the last dim and a Relu after a MatMul/Gemm run in the GEMM's
+// epilogue: one library call, no fused kernel, same results as the CPU.
+class GpuGemmEpilogue : public ::testing::TestWithParam<std::tuple<std::string, OpCase>> {};
+
+TEST_P(GpuGemmEpilogue, AbsorbsBiasAndRelu) {
+  const auto& [backend_name, c] = GetParam();
+  CJIT_GET_BACKEND(backend, backend_name);
+  std::shared_ptr<Graph> g = Specialized(c.ir);
+  ASSERT_TRUE(g);
+  std::mt19937 rng(11);
+  std::vector<Tensor> inputs;
+  for (const Value* v : g->inputs()) inputs.push_back(RandomInput(*v, rng));
+  auto ref = CpuReference(*g, inputs);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  ClusteringOptions co;
+  co.min_cluster_size = 1;
+  ASSERT_TRUE(MarkForCompilation(*g, co).ok());
+  GpuPlacement placement;
+  auto got = RunOnGpu(backend, g, inputs, &placement);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(placement.gemms, 1) << placement.ToString();
+  EXPECT_EQ(placement.fused_kernels + placement.op_kernels, 0) << placement.ToString();
+  EXPECT_GE(placement.epilogue_ops, 1) << placement.ToString();
+  OutputComparison cmp = CompareTensors("out", (*got)[0], (*ref)[0], 1e-5, 1e-5);
+  EXPECT_TRUE(cmp.ok) << cmp.problem << " max_abs " << cmp.max_abs;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, GpuGemmEpilogue,
+    ::testing::Combine(
+        ::testing::Values("host", "cuda"),
+        ::testing::Values(
+            OpCase{"MatMul_bias_relu", "graph g(%a: f32[2,5,8]) {\n  %w = constant f32[8,4] {0.5, -1, 2, 0, 1, 1, -0.5, 0.25, 0.3, -0.7, 0.9, 1.1, -1.2, 0.4, 0.6, -0.2, 0.1, 0.2, 0.3, 0.4, -0.1, -0.2, -0.3, -0.4, 1, 0, 1, 0, 0, 1, 0, 1}\n  %c = constant f32[4] {0.5, -1, 2, 0}\n  %m = MatMul(%a, %w)\n  %y = Add(%c, %m)\n  %r = Relu(%y)\n  return %r\n}"},
+            OpCase{"Gemm_C_relu", "graph g(%a: f32[6,8], %b: f32[5,8], %c: f32[5]) {\n  %m = Gemm(%a, %b, %c) {transB=1}\n  %r = Relu(%m)\n  return %r\n}"},
+            OpCase{"MatMul_bias_only", "graph g(%a: f32[3,4], %b: f32[4,6]) {\n  %c = constant f32[1,6] {1, 2, 3, 4, 5, 6}\n  %m = MatMul(%a, %b)\n  %y = Add(%m, %c)\n  return %y\n}"})),
+    [](const ::testing::TestParamInfo<std::tuple<std::string, OpCase>>& i) {
+      return std::get<0>(i.param) + "_" + std::get<1>(i.param).name;
+    });
+
 // Run() from several threads at once on one executor (host backend): every result equals the
 // single-threaded one.
 TEST(GpuExecutorThreads, ConcurrentRunsAgree) {

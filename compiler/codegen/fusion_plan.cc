@@ -278,6 +278,45 @@ std::vector<const Node*> MatchPostOps(const Node& conv, const std::map<const Val
   return absorbed;
 }
 
+// Matches Add(v, c) with c a constant vector over v's last dim (the GEMM bias), then Relu, after a float32
+// MatMul/Gemm, along values each read by exactly one node and not body outputs. A Gemm that has its own C
+// takes no second bias.
+std::vector<const Node*> MatchGemmEpilogue(const Node& gemm, const std::map<const Value*, std::vector<const Node*>>& users,
+                                           const std::set<const Value*>& body_outputs, std::vector<PostOp>* ops,
+                                           const Value** final_value) {
+  std::vector<const Node*> absorbed;
+  const Value* v = gemm.outputs.empty() ? nullptr : gemm.outputs[0];
+  if (v == nullptr || v->dtype != DType::kF32 || !v->shape.fully_known() || v->shape.rank() < 1) return absorbed;
+  int64_t n = v->shape.concrete().back();
+  auto single_reader = [&](const Value* x) -> const Node* {
+    if (body_outputs.count(x)) return nullptr;
+    auto it = users.find(x);
+    return it != users.end() && it->second.size() == 1 ? it->second[0] : nullptr;
+  };
+  bool has_bias = gemm.op_type == "Gemm" && gemm.input(2) != nullptr;
+  if (const Node* add = single_reader(v); add && !has_bias && add->op_type == "Add" && add->inputs.size() == 2) {
+    const Value* c = add->inputs[0] == v ? add->inputs[1] : add->inputs[1] == v ? add->inputs[0] : nullptr;
+    bool vector = c && c->is_constant() && c->dtype == DType::kF32 && c->constant->numel() == n &&
+                  c->shape.rank() >= 1 && c->shape.concrete().back() == n && c->shape.rank() <= v->shape.rank() &&
+                  add->outputs[0]->shape.concrete() == v->shape.concrete();
+    if (vector) {
+      PostOp op;
+      op.kind = PostOp::Kind::kBiasLastDim;
+      op.tensor = c;
+      ops->push_back(op);
+      absorbed.push_back(add);
+      v = add->outputs[0];
+    }
+  }
+  if (const Node* relu = single_reader(v); relu && relu->op_type == "Relu" && relu->outputs[0]->dtype == DType::kF32) {
+    ops->push_back(PostOp{PostOp::Kind::kRelu});
+    absorbed.push_back(relu);
+    v = relu->outputs[0];
+  }
+  *final_value = v;
+  return absorbed;
+}
+
 }  // namespace
 
 absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOptions& options) {
@@ -298,15 +337,23 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOp
   }
   std::set<const Value*> outputs_set(body.outputs().begin(), body.outputs().end());
   std::vector<int> owner(n, -1);  // absorbed node -> the Conv that applies it
-  std::map<int, std::pair<std::vector<PostOp>, const Value*>> post;
-  for (int i = 0; i < n; ++i) {
-    if (!options.conv_post_ops || order[i]->op_type != "Conv" || owner[i] >= 0) continue;
+  struct Absorbed {
     std::vector<PostOp> ops;
-    const Value* final_value = nullptr;
-    std::vector<const Node*> absorbed = MatchPostOps(*order[i], readers, outputs_set, &ops, &final_value);
-    if (absorbed.empty()) continue;
-    for (const Node* a : absorbed) owner[index[a]] = i;
-    post[i] = {ops, final_value};
+    std::vector<const Node*> nodes;
+    const Value* output = nullptr;
+  };
+  std::map<int, Absorbed> post;
+  for (int i = 0; i < n; ++i) {
+    const std::string& op = order[i]->op_type;
+    bool conv = options.conv_post_ops && op == "Conv";
+    bool gemm = options.gemm_epilogues && (op == "MatMul" || op == "Gemm");
+    if ((!conv && !gemm) || owner[i] >= 0) continue;
+    Absorbed a;
+    a.nodes = conv ? MatchPostOps(*order[i], readers, outputs_set, &a.ops, &a.output)
+                   : MatchGemmEpilogue(*order[i], readers, outputs_set, &a.ops, &a.output);
+    if (a.nodes.empty()) continue;
+    for (const Node* x : a.nodes) owner[index[x]] = i;
+    post[i] = std::move(a);
   }
   std::vector<bool> fusible(n), reduction(n);
   for (int i = 0; i < n; ++i) {
@@ -394,8 +441,9 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOp
       s.kind = PlanStep::Kind::kLibrary;
       s.node = order[members.front()];
       if (auto it = post.find(members.front()); it != post.end()) {
-        s.post_ops = it->second.first;
-        s.output = it->second.second;
+        s.post_ops = it->second.ops;
+        s.absorbed = it->second.nodes;
+        s.output = it->second.output;
       }
       plan.steps.push_back(s);
     } else {

@@ -45,10 +45,11 @@ struct FusedKernel {
 
 // An elementwise op applied by a library call to its result (a oneDNN post-op), in order.
 struct PostOp {
-  enum class Kind { kRelu, kClip, kSigmoid, kTanh, kHardSwish, kLinear, kAddChannel };
+  // kBiasLastDim: a constant vector over the last dim added to a matrix product (GEMM epilogue).
+  enum class Kind { kRelu, kClip, kSigmoid, kTanh, kHardSwish, kLinear, kAddChannel, kBiasLastDim };
   Kind kind = Kind::kRelu;
   float a = 0, b = 0;              // kClip: [a, b]; kLinear: a * x + b
-  const Value* tensor = nullptr;   // kAddChannel: constant of one value per output channel
+  const Value* tensor = nullptr;   // kAddChannel / kBiasLastDim: constant of one value per channel / column
 };
 
 struct PlanStep {
@@ -56,9 +57,12 @@ struct PlanStep {
   Kind kind = Kind::kLibrary;
   int kernel = -1;            // index into FusionPlan::kernels for kFused
   const Node* node = nullptr;  // the op for kLibrary
-  // For a float32 Conv library step: elementwise ops after it that run as oneDNN post-ops (the nodes that
-  // computed them are skipped); `output` is then the value the step produces (the last absorbed op's).
+  // For a float32 Conv library step: elementwise ops after it that run as oneDNN post-ops; for a MatMul /
+  // Gemm step (FusionPlanOptions::gemm_epilogues): a bias over the last dim and/or Relu as a GEMM
+  // epilogue. The nodes that computed them (`absorbed`, in order) are skipped; `output` is then the value
+  // the step produces (the last absorbed op's).
   std::vector<PostOp> post_ops;
+  std::vector<const Node*> absorbed;
   const Value* output = nullptr;
 };
 
@@ -83,6 +87,9 @@ struct FusionPlanOptions {
   // Absorb elementwise ops after a float32 Conv into the Conv step as PostOps (oneDNN, on the CPU). The GPU
   // runtime turns this off: its Conv library (cuDNN) takes no such chains, so they stay fused kernels.
   bool conv_post_ops = true;
+  // Absorb Add(constant vector over the last dim) and/or Relu after a float32 MatMul/Gemm into the step as
+  // a GEMM epilogue (cuBLASLt; the GPU runtime turns this on — the CPU MatMul kernel takes no post-ops).
+  bool gemm_epilogues = false;
 };
 
 absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOptions& options = {});

@@ -106,6 +106,8 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
           absl::StrAppend(&post_key, reinterpret_cast<uintptr_t>(op.tensor->constant->raw()), ";");
           break;
         }
+        case PostOp::Kind::kBiasLastDim:  // GEMM epilogues only (FusionPlanOptions::gemm_epilogues)
+          return ctx.Error("internal: a GEMM epilogue post-op on a convolution");
       }
     }
   }

@@ -105,10 +105,14 @@ class LtGemmPlan : public GemmOp {
                                                                sizeof(op_first)));
     CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
                                                                sizeof(op_second)));
-    if (s.bias) {
-      cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    if (s.bias || s.relu) {
+      cublasLtEpilogue_t epilogue = s.bias && s.relu ? CUBLASLT_EPILOGUE_RELU_BIAS
+                                    : s.relu         ? CUBLASLT_EPILOGUE_RELU
+                                                     : CUBLASLT_EPILOGUE_BIAS;
       CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                                                  sizeof(epilogue)));
+    }
+    if (s.bias) {
       cudaDataType_t bias_type = CUDA_R_32F;
       CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                                  &bias_type, sizeof(bias_type)));

@@ -1,7 +1,7 @@
 // float32 matrix products on the GPU through cuBLASLt, loaded with dlopen (libcublasLt.so.13, then .12)
 // so that nothing links CUDA libraries. Serves ONNX MatMul (numpy matmul semantics, batched with one
 // side broadcast) and Gemm (transA/transB, alpha, a per-column bias vector C as a bias epilogue; see
-// https://onnx.ai/onnx/operators/onnx__Gemm.html).
+// https://onnx.ai/onnx/operators/onnx__Gemm.html), with a Relu epilogue where the plan absorbed one.
 //
 // Row-major products are run as their column-major transposes: D^T = op(B)^T op(A)^T, so no data moves.
 // Precision: CUBLAS_COMPUTE_32F (full float32 — "highest" matmul precision).

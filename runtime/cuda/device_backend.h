@@ -51,7 +51,8 @@ struct FusedLaunchArgs {
   uint64_t meta = 0, consts = 0;
 };
 
-// D[b] (M x N, row-major) = alpha * op(A[b]) (M x K) * op(B[b]) (K x N) + bias (N), for b < batch.
+// D[b] (M x N, row-major) = act(alpha * op(A[b]) (M x K) * op(B[b]) (K x N) + bias (N)), for b < batch,
+// with act = Relu when `relu`, else the identity.
 // Strides are in elements between consecutive batch matrices; 0 broadcasts one matrix to every batch.
 // float32 operands, float32 accumulation at least.
 struct GemmShape {
@@ -60,6 +61,7 @@ struct GemmShape {
   int64_t stride_a = 0, stride_b = 0;
   float alpha = 1;
   bool bias = false;  // a float32 vector of N added to every row
+  bool relu = false;
 };
 
 class GemmOp {

@@ -32,6 +32,7 @@ const std::set<std::string>& ViewOps() {
 FusionPlanOptions GpuPlanOptions() {
   FusionPlanOptions o;
   o.conv_post_ops = false;
+  o.gemm_epilogues = true;
   return o;
 }
 
@@ -58,7 +59,7 @@ std::string GpuPlacement::ToString() const {
   std::string host;
   for (const auto& [op, count] : host_op_types) absl::StrAppend(&host, host.empty() ? "" : ", ", op, " x", count);
   return absl::StrCat(device, " (code for ", target, "): ", fused_kernels, " fused kernels, ", op_kernels,
-                      " single-op kernels, ", gemms, " GEMM calls, ", convs, " convolutions, ", pools, " pools, ", aliases, " reshapes as aliases, ", copies, " concats as copies, ", host_ops, " host ops",
+                      " single-op kernels, ", gemms, " GEMM calls (", epilogue_ops, " ops in their epilogues), ", convs, " convolutions, ", pools, " pools, ", aliases, " reshapes as aliases, ", copies, " concats as copies, ", host_ops, " host ops",
                       host.empty() ? "" : absl::StrCat(" (", host, ")"), "; ", compiles,
                       " kernel compilations, ", disk_hits, " from the persistent cache, in ", static_cast<int64_t>(compile_ms),
                       " ms");
@@ -128,21 +129,22 @@ struct GpuExecutor::Impl {
     return s;
   }
 
-  absl::Status PlaceNode(const Node& n, const std::vector<PostOp>* post_ops, const Value* output);
+  // Places one op; `step` (optional) is its plan step, whose post-ops (a GEMM epilogue) it may carry.
+  absl::Status PlaceNode(const Node& n, const PlanStep* step = nullptr);
   absl::Status PlaceCluster(const Node& n);
   absl::StatusOr<bool> PlacePlan(const FusionPlan& plan, bool single_op);
   absl::Status AddHost(const Node& n, const std::vector<PostOp>* post_ops, const Value* output);
-  absl::StatusOr<bool> TryGemm(const Node& n);
+  absl::StatusOr<bool> TryGemm(const Node& n, const PlanStep* step);
   absl::StatusOr<bool> TryConv(const Node& n);
   absl::StatusOr<bool> TryPool(const Node& n);
   absl::StatusOr<bool> TrySingleOpKernel(const Node& n);
   bool TryConcat(const Node& n);
   void AddAlias(int from, int to);
   // A GEMM/conv/pool step reading `in` and writing n's output 0.
-  void AddLibraryStep(Step st, const Node& n, std::vector<int> in) {
+  void AddLibraryStep(Step st, const Node& n, std::vector<int> in, const Value* output = nullptr) {
     st.node = &n;
     st.in = std::move(in);
-    st.out = {Slot(n.outputs[0])};
+    st.out = {Slot(output ? output : n.outputs[0])};
     steps.push_back(std::move(st));
   }
   absl::StatusOr<std::shared_ptr<DeviceMemory>> Upload(const void* data, size_t bytes) {
@@ -169,7 +171,7 @@ absl::StatusOr<bool> GpuExecutor::Impl::PlacePlan(const FusionPlan& plan, bool s
   }
   for (const PlanStep& ps : plan.steps) {
     if (ps.kind == PlanStep::Kind::kLibrary) {
-      CJIT_RETURN_IF_ERROR(PlaceNode(*ps.node, &ps.post_ops, ps.output));
+      CJIT_RETURN_IF_ERROR(PlaceNode(*ps.node, &ps));
       continue;
     }
     const FusedKernel& k = plan.kernels[ps.kernel];
@@ -206,7 +208,7 @@ absl::Status GpuExecutor::Impl::PlaceCluster(const Node& n) {
   }
   if (!placed) {
     CJIT_ASSIGN_OR_RETURN(std::vector<Node*> order, body->TopologicalOrder());
-    for (const Node* bn : order) CJIT_RETURN_IF_ERROR(PlaceNode(*bn, nullptr, nullptr));
+    for (const Node* bn : order) CJIT_RETURN_IF_ERROR(PlaceNode(*bn));
   }
   for (size_t j = 0; j < n.outputs.size() && j < body->outputs().size(); ++j) {
     if (n.outputs[j]) slot_of[n.outputs[j]] = Slot(body->outputs()[j]);
@@ -214,7 +216,7 @@ absl::Status GpuExecutor::Impl::PlaceCluster(const Node& n) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> GpuExecutor::Impl::TryGemm(const Node& n) {
+absl::StatusOr<bool> GpuExecutor::Impl::TryGemm(const Node& n, const PlanStep* step) {
   if (n.op_type != "MatMul" && n.op_type != "Gemm") return false;
   if (n.outputs.size() != 1 || !StaticF32(n.outputs[0]) || !StaticF32(n.input(0)) || !StaticF32(n.input(1))) return false;
   Dims a = n.input(0)->shape.concrete(), b = n.input(1)->shape.concrete(), o = n.outputs[0]->shape.concrete();
@@ -265,14 +267,29 @@ absl::StatusOr<bool> GpuExecutor::Impl::TryGemm(const Node& n) {
     }
   }
   if (s.m == 0 || s.n == 0 || s.k == 0 || NumElements(o) != s.batch * s.m * s.n) return false;
+  const Value* output = n.outputs[0];
+  if (step != nullptr) {  // epilogue: bias over the last dim, Relu
+    for (const PostOp& op : step->post_ops) {
+      if (op.kind == PostOp::Kind::kBiasLastDim && !s.bias) {
+        s.bias = true;
+        bias = op.tensor;
+      } else if (op.kind == PostOp::Kind::kRelu) {
+        s.relu = true;
+      } else {
+        return false;
+      }
+    }
+    if (step->output) output = step->output;
+  }
   absl::StatusOr<std::unique_ptr<GemmOp>> plan = device->MakeGemm(s);
   CJIT_ASSIGN_OR_RETURN(bool accepted, LibraryAccepts(n, plan.status()));
   if (!accepted) return false;
   Step st;
   st.kind = Step::Kind::kGemm;
   st.gemm = std::move(*plan);
-  AddLibraryStep(std::move(st), n, {Slot(n.input(0)), Slot(n.input(1)), bias ? Slot(bias) : -1});
+  AddLibraryStep(std::move(st), n, {Slot(n.input(0)), Slot(n.input(1)), bias ? Slot(bias) : -1}, output);
   ++placement.gemms;
+  if (step != nullptr) placement.epilogue_ops += static_cast<int>(step->absorbed.size());
   return true;
 }
 
@@ -665,21 +682,27 @@ absl::Status GpuExecutor::Impl::AddHost(const Node& n, const std::vector<PostOp>
   return absl::OkStatus();
 }
 
-absl::Status GpuExecutor::Impl::PlaceNode(const Node& n, const std::vector<PostOp>* post_ops, const Value* output) {
+absl::Status GpuExecutor::Impl::PlaceNode(const Node& n, const PlanStep* step) {
   if (n.op_type == kClusterOp) return PlaceCluster(n);
-  if (post_ops == nullptr || post_ops->empty()) {
-    CJIT_ASSIGN_OR_RETURN(bool gemm, TryGemm(n));
+  if (step != nullptr && !step->post_ops.empty()) {
+    // A GEMM with its epilogue (the only post-ops of GPU plans); if the library declines, the product and
+    // the absorbed ops are placed one by one.
+    CJIT_ASSIGN_OR_RETURN(bool gemm, TryGemm(n, step));
     if (gemm) return absl::OkStatus();
-    CJIT_ASSIGN_OR_RETURN(bool conv, TryConv(n));
-    if (conv) return absl::OkStatus();
-    CJIT_ASSIGN_OR_RETURN(bool pool, TryPool(n));
-    if (pool) return absl::OkStatus();
-    CJIT_ASSIGN_OR_RETURN(bool kernel, TrySingleOpKernel(n));
-    if (kernel) return absl::OkStatus();
-    if (TryConcat(n)) return absl::OkStatus();
-    output = nullptr;
+    CJIT_RETURN_IF_ERROR(PlaceNode(n));
+    for (const Node* a : step->absorbed) CJIT_RETURN_IF_ERROR(PlaceNode(*a));
+    return absl::OkStatus();
   }
-  return AddHost(n, post_ops, output);
+  CJIT_ASSIGN_OR_RETURN(bool gemm, TryGemm(n, nullptr));
+  if (gemm) return absl::OkStatus();
+  CJIT_ASSIGN_OR_RETURN(bool conv, TryConv(n));
+  if (conv) return absl::OkStatus();
+  CJIT_ASSIGN_OR_RETURN(bool pool, TryPool(n));
+  if (pool) return absl::OkStatus();
+  CJIT_ASSIGN_OR_RETURN(bool kernel, TrySingleOpKernel(n));
+  if (kernel) return absl::OkStatus();
+  if (TryConcat(n)) return absl::OkStatus();
+  return AddHost(n, nullptr, nullptr);
 }
 
 absl::StatusOr<std::vector<Tensor>> GpuExecutor::Impl::RunSubgraph(
@@ -719,7 +742,7 @@ absl::StatusOr<std::unique_ptr<GpuExecutor>> GpuExecutor::Create(std::shared_ptr
                         const std::vector<std::pair<std::string, Tensor>>& caps) { return self->RunSubgraph(g, in, caps); };
   for (const Value* v : graph->inputs()) impl->input_slots.push_back(impl->Slot(v));
   CJIT_ASSIGN_OR_RETURN(std::vector<Node*> order, graph->TopologicalOrder());
-  for (const Node* n : order) CJIT_RETURN_IF_ERROR(impl->PlaceNode(*n, nullptr, nullptr));
+  for (const Node* n : order) CJIT_RETURN_IF_ERROR(impl->PlaceNode(*n));
   for (const Value* v : graph->outputs()) impl->output_slots.push_back(impl->Slot(v));
   // Constants read on the device are uploaded once.
   for (const Impl::Step& st : impl->steps) {

@@ -5,7 +5,8 @@
 //  * cjit.Cluster nodes: the cluster body's FusionPlan; each fused kernel is compiled for the device and
 //    launched; its library steps are placed like single ops.
 //  * Single ops (unclustered, or library steps of a cluster):
-//      - float32 MatMul / Gemm -> the backend's GEMM (cuBLASLt), Gemm's vector C as a bias epilogue;
+//      - float32 MatMul / Gemm -> the backend's GEMM (cuBLASLt), Gemm's vector C as a bias epilogue; in a
+//        cluster, an Add of a constant vector over the last dim and/or a Relu after it join the epilogue;
 //      - float32 1-D/2-D Conv -> the backend's convolution (cuDNN); elementwise ops after it stay fused
 //        kernels (plans are built with FusionPlanOptions::conv_post_ops off); MaxPool / AveragePool (floor
 //        mode, no dilation) -> the backend's pooling (cuDNN);
@@ -52,6 +53,7 @@ struct GpuPlacement {
   int fused_kernels = 0;  // launches per run from cluster plans
   int op_kernels = 0;     // launches per run of single-op kernels
   int gemms = 0;          // GEMM library calls per run
+  int epilogue_ops = 0;   // bias Adds and Relus done in GEMM epilogues
   int convs = 0;          // convolution library calls per run
   int pools = 0;          // pooling library calls per run
   int aliases = 0;        // reshapes that only relabel a buffer's dims

@@ -46,7 +46,8 @@ class HostGemm : public GemmOp {
             double y = s_.trans_b ? Bz[j * s_.k + k] : Bz[k * s_.n + j];
             acc += x * y;
           }
-          Dz[i * s_.n + j] = static_cast<float>(s_.alpha * acc + (C ? C[j] : 0.0));
+          double r = s_.alpha * acc + (C ? C[j] : 0.0);
+          Dz[i * s_.n + j] = static_cast<float>(s_.relu && r < 0 ? 0.0 : r);
         }
     }
     return absl::OkStatus();
