@@ -1,8 +1,12 @@
 // MatMul and Gemm. float32 runs through oneDNN's matmul primitive (batch broadcasting, strided operands
-// for transposes); other dtypes use plain loops with float/double accumulation.
+// for transposes) — except small products (at most kSmallProductMacs multiply-adds in all), which run
+// through Eigen: oneDNN generates its GEMM kernels on the first call of the process (~17 ms measured here),
+// which would dominate the first run of a model whose products are all small. Other dtypes use plain
+// loops with float/double accumulation.
 #include <mutex>
 #include <unordered_map>
 
+#include "Eigen/Core"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/ir/status_macros.h"
@@ -70,6 +74,21 @@ absl::Status DnnlMatMul(const float* a, const memory::dims& ad, const memory::di
   return absl::OkStatus();
 }
 
+constexpr int64_t kSmallProductMacs = int64_t{1} << 17;
+
+// c (M x N, dense) = alpha * a (M x K, strides as_m, as_k) * b (K x N, strides bs_k, bs_n), float32 in
+// Eigen (float accumulation, as oneDNN's).
+void EigenMatMul(const float* a, const float* b, float* c, int64_t M, int64_t K, int64_t N, int64_t as_m, int64_t as_k,
+                 int64_t bs_k, int64_t bs_n, float alpha) {
+  using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using Strided = Eigen::Map<const Mat, 0, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>>;
+  Strided ma(a, M, K, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(as_m, as_k));
+  Strided mb(b, K, N, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(bs_k, bs_n));
+  Eigen::Map<Mat> mc(c, M, N);
+  mc.noalias() = ma * mb;
+  if (alpha != 1.0f) mc *= alpha;
+}
+
 memory::dims DenseStrides(const memory::dims& d) {
   memory::dims s(d.size(), 1);
   for (int i = static_cast<int>(d.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * d[i + 1];
@@ -101,6 +120,15 @@ absl::Status MatMul(KernelContext& ctx) {
     std::memset(y.raw(), 0, y.nbytes());
     return absl::OkStatus();
   }
+  if (a.dtype() == DType::kF32 && g.batch * g.M * g.N * g.K <= kSmallProductMacs) {
+    for (int64_t bi = 0; bi < g.batch; ++bi) {
+      int64_t aoff, boff;
+      g.Offsets(bi, &aoff, &boff);
+      EigenMatMul(a.data<float>() + aoff, b.data<float>() + boff, y.data<float>() + bi * g.M * g.N, g.M, g.K, g.N,
+                  g.K, 1, g.N, 1, 1.0f);
+    }
+    return absl::OkStatus();
+  }
   if (a.dtype() == DType::kF32 && g.cd.size() <= 12) {
     return DnnlMatMul(a.data<float>(), g.ad, DenseStrides(g.ad), b.data<float>(), g.bd, DenseStrides(g.bd),
                       y.data<float>(), g.cd, 1.0f);
@@ -125,7 +153,9 @@ absl::Status Gemm(KernelContext& ctx) {
   Tensor& y = ctx.Alloc(0);
   int64_t M = y.dim(0), N = y.dim(1), K = ta ? a.dim(0) : a.dim(1);
   int64_t as_m = ta ? 1 : K, as_k = ta ? M : 1, bs_k = tb ? 1 : N, bs_n = tb ? K : 1;
-  if (a.dtype() == DType::kF32 && K > 0 && M > 0 && N > 0) {
+  if (a.dtype() == DType::kF32 && K > 0 && M > 0 && N > 0 && M * N * K <= kSmallProductMacs) {
+    EigenMatMul(a.data<float>(), b.data<float>(), y.data<float>(), M, K, N, as_m, as_k, bs_k, bs_n, alpha);
+  } else if (a.dtype() == DType::kF32 && K > 0 && M > 0 && N > 0) {
     CJIT_RETURN_IF_ERROR(DnnlMatMul(a.data<float>(), {M, K}, {as_m, as_k}, b.data<float>(), {K, N},
                                     {bs_k, bs_n}, y.data<float>(), {M, N}, alpha));
   } else {
