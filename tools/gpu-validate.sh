@@ -10,6 +10,7 @@
 #   bash tools/gpu-validate.sh conformance [CJIT_FLAGS]   the ONNX backend suite with --device=cuda
 #   bash tools/gpu-validate.sh models [CJIT_FLAGS]        cjit check + run of every shared model on the GPU
 #   bash tools/gpu-validate.sh bench         cjit-gpu-bench: copy vs fused-kernel bandwidth, GEMM rate
+#   bash tools/gpu-validate.sh report        markdown lines for docs/gpu-validation.md from the logs above
 set -uo pipefail
 repo=$(pwd)
 run=$repo/.device-run
@@ -82,6 +83,14 @@ case "$step" in
     ;;
   bench)
     cjit-gpu-bench --json "$out/bench.json" "$@" 2>&1 | tee "$out/bench.log"
+    ;;
+  report)
+    echo "| $(date +%F) | $(head -2 "$out/info.txt" 2>/dev/null | tail -1) | gpu-validate.sh | |"
+    [ -f "$out/smoke.log" ] && echo "| | | smoke | $(grep -E '^\[  (PASSED|SKIPPED) +\] [0-9]+ tests|FAILED TESTS?$' "$out/smoke.log" | tr '\n' ' ') |"
+    [ -f "$out/gpu_tests.log" ] && echo "| | | tests | $(grep -E '^\[  (PASSED|SKIPPED) +\] [0-9]+ tests|FAILED TESTS?$' "$out/gpu_tests.log" | tr '\n' ' ') |"
+    [ -f "$out/conformance.log" ] && echo "| | | conformance | $(grep -E 'passed,' "$out/conformance.log" | tail -1) |"
+    [ -f "$out/models.log" ] && grep -E '^== |PASS|FAIL|latency' "$out/models.log" | sed 's/^/| | | models | /; s/$/ |/'
+    [ -f "$out/bench.log" ] && grep -E 'GB/s|TFLOP' "$out/bench.log" | sed 's/^/| | | bench | /; s/$/ |/'
     ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac
