@@ -56,6 +56,25 @@ TEST(FakeDriver, ResolvesEveryEntryPointAndDescribesTheDevice) {
       << missing.status();
 }
 
+TEST(FakeDriver, GpuArchMustRunOnTheDevice) {
+  REQUIRE_FAKE();
+  CudaBackendOptions o;
+  o.gpu_arch = "sm_90a";
+  auto same = MakeCudaBackend(o);  // device 0 is sm_90
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ((*same)->target(), "sm_90a");
+  o.ordinal = 1;  // sm_80
+  auto newer = MakeCudaBackend(o);
+  ASSERT_FALSE(newer.ok());
+  EXPECT_NE(newer.status().message().find("--gpu_arch=sm_90a cannot run on CUDA device 1 (cjit fake GPU 1, sm_80)"),
+            std::string::npos)
+      << newer.status();
+  o.gpu_arch = "sm_75";
+  auto older = MakeCudaBackend(o);
+  ASSERT_TRUE(older.ok()) << older.status();
+  EXPECT_EQ((*older)->target(), "sm_75");
+}
+
 TEST(FakeDriver, CopiesFillsAndPitchedCopiesRoundTrip) {
   REQUIRE_FAKE();
   auto dev_or = CudaDevice::Get(0);

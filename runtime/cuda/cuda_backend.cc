@@ -138,6 +138,16 @@ absl::StatusOr<std::shared_ptr<DeviceBackend>> MakeCudaBackend(const CudaBackend
   std::string arch = options.gpu_arch;
   if (arch.empty()) {
     CJIT_ASSIGN_OR_RETURN(arch, PtxTargetForDevice(dev->sm()));
+  } else {
+    // PTX runs on its target and newer devices; an "a" target (sm_90a) only on exactly that one.
+    int want = 0, have = 0;
+    bool exact = absl::EndsWith(arch, "a");
+    std::string digits = arch.substr(3, arch.size() - 3 - (exact ? 1 : 0));
+    if (!absl::SimpleAtoi(digits, &want) || !absl::SimpleAtoi(dev->sm().substr(3), &have) || want > have ||
+        (exact && want != have)) {
+      return absl::FailedPreconditionError(absl::StrCat("--gpu_arch=", arch, " cannot run on CUDA device ",
+                                                        options.ordinal, " (", dev->name(), ", ", dev->sm(), ")"));
+    }
   }
   std::unique_ptr<DiskCache> disk;
   if (!options.persistent_cache_dir.empty()) {

@@ -4,7 +4,8 @@
 // runtime/cuda/ between clusterjit and the driver: entry-point resolution through cuGetProcAddress, the
 // device, context and stream set-up, both allocators, copies, the JIT error log of a bad module, and the
 // GPU executor's steps that launch no kernel. Built only for tests (tests/fake_driver_test.cc), loaded
-// through LD_LIBRARY_PATH. Two devices of compute capability 9.0; device 1 fails allocations over 1 GiB.
+// through LD_LIBRARY_PATH. Two devices: 0 of compute capability 9.0, 1 of 8.0, which fails allocations
+// over 1 GiB.
 #include <cuda.h>
 
 #include <chrono>
@@ -84,9 +85,9 @@ CUresult cuDeviceGetName(char* name, int len, CUdevice d) {
   std::snprintf(name, static_cast<size_t>(len), "cjit fake GPU %d", d);
   return CUDA_SUCCESS;
 }
-CUresult cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice) {
+CUresult cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice d) {
   switch (a) {
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = d == 0 ? 9 : 8; break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 4; break;
     case CU_DEVICE_ATTRIBUTE_MAX_PITCH: *v = 4096; break;  // small, so pitched copies take the row-by-row path too
