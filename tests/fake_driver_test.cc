@@ -105,6 +105,24 @@ TEST(FakeDriver, CopiesFillsAndPitchedCopiesRoundTrip) {
   ASSERT_TRUE(dev.CopyToHost(wide_got.data(), (*wide)->address(), wide_got.size() * 4).ok());
   EXPECT_EQ(wide_got[0], host[0]);
   EXPECT_EQ(wide_got[2000], host[1]);
+  // A padded image: 3 planes of 4x5 floats into 3 planes of 7x8 (-inf filled), at row 2, column 1.
+  auto padded = dev.Allocate(3 * 7 * 8 * 4);
+  ASSERT_TRUE(padded.ok());
+  ASSERT_TRUE(dev.Fill32((*padded)->address(), 0xFF800000u, 3 * 7 * 8).ok());
+  ASSERT_TRUE(dev.CopyIntoPadded((*padded)->address(), 8 * 4, 7, 1 * 4, 2, (*a)->address(), 5 * 4, 4, 3).ok());
+  std::vector<float> pad_got(3 * 7 * 8);
+  ASSERT_TRUE(dev.CopyToHost(pad_got.data(), (*padded)->address(), pad_got.size() * 4).ok());
+  for (int p = 0; p < 3; ++p)
+    for (int y = 0; y < 7; ++y)
+      for (int x = 0; x < 8; ++x) {
+        float v = pad_got[(p * 7 + y) * 8 + x];
+        bool inside = y >= 2 && y < 6 && x >= 1 && x < 6;
+        if (inside) {
+          ASSERT_EQ(v, host[(p * 4 + (y - 2)) * 5 + (x - 1)]) << p << "," << y << "," << x;
+        } else {
+          ASSERT_TRUE(std::isinf(v) && v < 0) << p << "," << y << "," << x;
+        }
+      }
   // The caching allocator over cuMemAlloc: a freed block of the same class comes back.
   uint64_t address = (*a)->address();
   a->reset();

@@ -25,7 +25,7 @@ namespace cjit {
   X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuStreamCreate) X(cuStreamDestroy) \
   X(cuStreamSynchronize) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)     \
   X(cuEventDestroy) X(cuMemAlloc) X(cuMemFree) X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemGetInfo)        \
-  X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemcpy2DAsync) X(cuMemsetD8Async) X(cuMemsetD32Async)   \
+  X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemcpy2DAsync) X(cuMemcpy3DAsync) X(cuMemsetD8Async) X(cuMemsetD32Async)   \
   X(cuMemHostAlloc) X(cuMemFreeHost) X(cuModuleLoadDataEx) X(cuModuleGetFunction) X(cuModuleUnload)        \
   X(cuLaunchKernel) X(cuFuncGetAttribute) X(cuDeviceGetDefaultMemPool) X(cuMemPoolSetAttribute)          \
   X(cuMemPoolTrimTo)

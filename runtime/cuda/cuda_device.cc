@@ -200,6 +200,40 @@ absl::Status CudaDevice::Copy2D(CUdeviceptr dst, size_t dst_pitch, CUdeviceptr s
   return absl::OkStatus();
 }
 
+absl::Status CudaDevice::Fill32(CUdeviceptr dst, uint32_t value, size_t count) const {
+  if (count == 0) return absl::OkStatus();
+  CJIT_CU_RETURN_IF_ERROR(*api_, cuMemsetD32Async(dst, value, count, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::CopyIntoPadded(CUdeviceptr dst, size_t dst_pitch, size_t dst_height, size_t dst_x, size_t dst_y,
+                                        CUdeviceptr src, size_t width, size_t height, size_t planes) const {
+  if (width == 0 || height == 0 || planes == 0) return absl::OkStatus();
+  if (static_cast<int64_t>(std::max(dst_pitch, width)) > max_pitch_) {
+    for (size_t p = 0; p < planes; ++p) {
+      CJIT_RETURN_IF_ERROR(Copy2D(dst + p * dst_pitch * dst_height + dst_y * dst_pitch + dst_x, dst_pitch,
+                                  src + p * width * height, width, width, height));
+    }
+    return absl::OkStatus();
+  }
+  CUDA_MEMCPY3D c = {};
+  c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.srcDevice = src;
+  c.srcPitch = width;
+  c.srcHeight = height;
+  c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.dstDevice = dst;
+  c.dstXInBytes = dst_x;
+  c.dstY = dst_y;
+  c.dstPitch = dst_pitch;
+  c.dstHeight = dst_height;
+  c.WidthInBytes = width;
+  c.Height = height;
+  c.Depth = planes;
+  CJIT_CU_RETURN_IF_ERROR(*api_, cuMemcpy3DAsync(&c, stream_));
+  return absl::OkStatus();
+}
+
 absl::Status CudaDevice::Synchronize() const {
   CJIT_CU_RETURN_IF_ERROR(*api_, cuStreamSynchronize(stream_));
   return absl::OkStatus();

@@ -78,6 +78,13 @@ class CudaDevice {
   // exceeds the device's limit).
   absl::Status Copy2D(CUdeviceptr dst, size_t dst_pitch, CUdeviceptr src, size_t src_pitch, size_t width,
                       size_t height) const;
+  // Enqueued: fills `count` 32-bit words with `value` (a float's bit pattern, e.g. -inf).
+  absl::Status Fill32(CUdeviceptr dst, uint32_t value, size_t count) const;
+  // Enqueued: copies `planes` dense planes of `height` rows of `width` bytes into a buffer of planes of
+  // `dst_height` rows of `dst_pitch` bytes, at byte column dst_x and row dst_y of each plane (the interior of
+  // a padded image; cuMemcpy3DAsync, or plane by plane where a pitch exceeds the device's limit).
+  absl::Status CopyIntoPadded(CUdeviceptr dst, size_t dst_pitch, size_t dst_height, size_t dst_x, size_t dst_y,
+                              CUdeviceptr src, size_t width, size_t height, size_t planes) const;
   absl::Status Synchronize() const;
 
   // Loads PTX through the driver's JIT (cuModuleLoadDataEx); errors include the JIT error log.

@@ -79,6 +79,33 @@ absl::StatusOr<DeviceDnn*> DnnFor(CudaDevice* device, const DnnApi& dnn) {
   return it->second;
 }
 
+// Padding cuDNN's legacy API cannot express (begin != end) done explicitly: the input is copied into the
+// interior of a buffer filled with `fill` (0 for convolution and average pooling that counts padding,
+// -inf for max pooling), and the library runs without padding.
+struct ExplicitPad {
+  bool active = false;
+  int64_t n = 0, c = 0, h = 0, w = 0, top = 0, left = 0, padded_h = 0, padded_w = 0;
+  uint32_t fill = 0;
+
+  void Init(int64_t n_, int64_t c_, int64_t h_, int64_t w_, int64_t t, int64_t l, int64_t b, int64_t r, uint32_t f) {
+    active = true;
+    n = n_, c = c_, h = h_, w = w_, top = t, left = l, fill = f;
+    padded_h = h + t + b;
+    padded_w = w + l + r;
+  }
+  // The padded copy of x (kept alive by the returned buffer until the enqueued work is done: stream order).
+  absl::StatusOr<std::shared_ptr<DeviceBuffer>> Apply(CudaDevice* device, uint64_t x) const {
+    size_t count = static_cast<size_t>(n * c * padded_h * padded_w);
+    CJIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceBuffer> buf, device->Allocate(count * 4));
+    CJIT_RETURN_IF_ERROR(device->Fill32(buf->address(), fill, count));
+    CJIT_RETURN_IF_ERROR(device->CopyIntoPadded(buf->address(), static_cast<size_t>(padded_w) * 4,
+                                                static_cast<size_t>(padded_h), static_cast<size_t>(left) * 4,
+                                                static_cast<size_t>(top), x, static_cast<size_t>(w) * 4,
+                                                static_cast<size_t>(h), static_cast<size_t>(n * c)));
+    return buf;
+  }
+};
+
 class CudnnConv : public ConvOp {
  public:
   ~CudnnConv() override {
@@ -89,9 +116,12 @@ class CudnnConv : public ConvOp {
     if (conv_) dnn_->cudnnDestroyConvolutionDescriptor(conv_);
   }
 
-  absl::Status Init(CudaDevice* device, const ConvShape& s) {
+  absl::Status Init(CudaDevice* device, const ConvShape& shape) {
+    ConvShape s = shape;
     if (s.pad_top != s.pad_bottom || s.pad_left != s.pad_right) {
-      return absl::UnimplementedError("cuDNN convolutions take symmetric padding only");
+      pad_.Init(s.n, s.c, s.h, s.w, s.pad_top, s.pad_left, s.pad_bottom, s.pad_right, 0);
+      s.h = pad_.padded_h, s.w = pad_.padded_w;
+      s.pad_top = s.pad_bottom = s.pad_left = s.pad_right = 0;
     }
     CJIT_ASSIGN_OR_RETURN(dnn_, LoadDnn());
     CJIT_ASSIGN_OR_RETURN(dev_dnn_, DnnFor(device, *dnn_));
@@ -148,6 +178,11 @@ class CudnnConv : public ConvOp {
     const DnnApi& d = *dnn_;
     float one = 1, zero = 0;
     auto p = [](uint64_t a) { return reinterpret_cast<void*>(a); };
+    std::shared_ptr<DeviceBuffer> padded;
+    if (pad_.active) {
+      CJIT_ASSIGN_OR_RETURN(padded, pad_.Apply(device_, x));
+      x = padded->address();
+    }
     std::lock_guard<std::mutex> lock(dev_dnn_->mu);
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnConvolutionForward(dev_dnn_->handle, &one, x_, p(x), w_, p(w), conv_, algo_,
                                                         workspace_ ? p(workspace_->address()) : nullptr,
@@ -167,6 +202,7 @@ class CudnnConv : public ConvOp {
   cudnnConvolutionFwdAlgo_t algo_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
   size_t workspace_bytes_ = 0;
   std::shared_ptr<DeviceBuffer> workspace_;
+  ExplicitPad pad_;
 };
 
 class CudnnPool : public PoolOp {
@@ -178,10 +214,18 @@ class CudnnPool : public PoolOp {
     if (pool_) dnn_->cudnnDestroyPoolingDescriptor(pool_);
   }
 
-  absl::Status Init(CudaDevice* device, const PoolShape& s) {
+  absl::Status Init(CudaDevice* device, const PoolShape& shape) {
+    PoolShape s = shape;
     if (s.pad_top != s.pad_bottom || s.pad_left != s.pad_right) {
-      return absl::UnimplementedError("cuDNN pooling takes symmetric padding only");
+      // Explicit padding: -inf never wins a max; zeros count toward a mean exactly when padding counts.
+      if (!s.max && !s.count_include_pad) {
+        return absl::UnimplementedError("average pooling without counting padding takes symmetric padding only");
+      }
+      pad_.Init(s.n, s.c, s.h, s.w, s.pad_top, s.pad_left, s.pad_bottom, s.pad_right, s.max ? 0xFF800000u : 0u);
+      s.h = pad_.padded_h, s.w = pad_.padded_w;
+      s.pad_top = s.pad_bottom = s.pad_left = s.pad_right = 0;
     }
+    device_ = device;
     CJIT_ASSIGN_OR_RETURN(dnn_, LoadDnn());
     CJIT_ASSIGN_OR_RETURN(dev_dnn_, DnnFor(device, *dnn_));
     const DnnApi& d = *dnn_;
@@ -207,6 +251,11 @@ class CudnnPool : public PoolOp {
 
   absl::Status Run(uint64_t x, uint64_t y) const override {
     float one = 1, zero = 0;
+    std::shared_ptr<DeviceBuffer> padded;
+    if (pad_.active) {
+      CJIT_ASSIGN_OR_RETURN(padded, pad_.Apply(device_, x));
+      x = padded->address();
+    }
     std::lock_guard<std::mutex> lock(dev_dnn_->mu);
     CJIT_DNN_RETURN_IF_ERROR(*dnn_, cudnnPoolingForward(dev_dnn_->handle, pool_, &one, x_, reinterpret_cast<void*>(x), &zero,
                                                         y_, reinterpret_cast<void*>(y)));
@@ -218,6 +267,8 @@ class CudnnPool : public PoolOp {
   DeviceDnn* dev_dnn_ = nullptr;
   cudnnTensorDescriptor_t x_ = nullptr, y_ = nullptr;
   cudnnPoolingDescriptor_t pool_ = nullptr;
+  CudaDevice* device_ = nullptr;
+  ExplicitPad pad_;
 };
 
 }  // namespace

@@ -3,8 +3,11 @@
 // cudnnGetConvolutionForwardAlgorithm_v7's heuristic ranking whose workspace fits 256 MiB (measured
 // autotuning with cudnnFind* is not done yet). Math: CUDNN_FMA_MATH (no TF32: "highest" precision).
 // Bias: cudnnAddTensor after the convolution.
-// Errors: FailedPreconditionError when cuDNN cannot be loaded; UnimplementedError for shapes cuDNN's
-// legacy API cannot express (asymmetric padding) or when cuDNN's output dims differ from the graph's;
+// Padding with begin != end (SAME_UPPER with an odd total, explicit asymmetric pads), which the legacy API
+// cannot express, is done by copying the input into the interior of a filled buffer (0; -inf for max
+// pooling) and running without padding.
+// Errors: FailedPreconditionError when cuDNN cannot be loaded; UnimplementedError for average pooling that
+// excludes asymmetric padding or when cuDNN's output dims differ from the graph's;
 // InternalError naming the cuDNN call and status otherwise.
 // Thread-safety: a ConvOp may run concurrently (calls on one device's cuDNN handle are serialized).
 #ifndef CJIT_RUNTIME_CUDA_CUDNN_CONV_H_
@@ -20,7 +23,7 @@ namespace cjit {
 
 absl::StatusOr<std::unique_ptr<ConvOp>> MakeCudnnConv(CudaDevice* device, const ConvShape& shape);
 
-// Max / average pooling (cudnnPoolingForward; NaN propagated; symmetric padding only).
+// Max / average pooling (cudnnPoolingForward; NaN propagated).
 absl::StatusOr<std::unique_ptr<PoolOp>> MakeCudnnPool(CudaDevice* device, const PoolShape& shape);
 
 }  // namespace cjit

@@ -164,6 +164,23 @@ CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* c, CUstream) {
   }
   return CUDA_SUCCESS;
 }
+CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* c, CUstream) {
+  if (c->srcMemoryType != CU_MEMORYTYPE_DEVICE || c->dstMemoryType != CU_MEMORYTYPE_DEVICE) return CUDA_ERROR_NOT_SUPPORTED;
+  if (c->srcPitch > 4096 || c->dstPitch > 4096 || c->srcXInBytes + c->WidthInBytes > c->srcPitch ||
+      c->dstXInBytes + c->WidthInBytes > c->dstPitch || c->srcY + c->Height > c->srcHeight ||
+      c->dstY + c->Height > c->dstHeight) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (size_t z = 0; z < c->Depth; ++z)
+    for (size_t y = 0; y < c->Height; ++y) {
+      std::memcpy(reinterpret_cast<void*>(c->dstDevice + ((c->dstZ + z) * c->dstHeight + c->dstY + y) * c->dstPitch +
+                                          c->dstXInBytes),
+                  reinterpret_cast<const void*>(c->srcDevice + ((c->srcZ + z) * c->srcHeight + c->srcY + y) * c->srcPitch +
+                                                c->srcXInBytes),
+                  c->WidthInBytes);
+    }
+  return CUDA_SUCCESS;
+}
 CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream) {
   std::memset(reinterpret_cast<void*>(d), v, n);
   return CUDA_SUCCESS;
@@ -231,7 +248,7 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint
       E(cuDevicePrimaryCtxRelease), E(cuCtxSetCurrent), E(cuCtxSynchronize), E(cuStreamCreate), E(cuStreamDestroy),
       E(cuStreamSynchronize), E(cuEventCreate), E(cuEventRecord), E(cuEventSynchronize), E(cuEventElapsedTime),
       E(cuEventDestroy), E(cuMemAlloc), E(cuMemFree), E(cuMemAllocAsync), E(cuMemFreeAsync), E(cuMemGetInfo),
-      E(cuMemcpyHtoDAsync), E(cuMemcpyDtoHAsync), E(cuMemcpyDtoDAsync), E(cuMemcpy2DAsync), E(cuMemsetD8Async),
+      E(cuMemcpyHtoDAsync), E(cuMemcpyDtoHAsync), E(cuMemcpyDtoDAsync), E(cuMemcpy2DAsync), E(cuMemcpy3DAsync), E(cuMemsetD8Async),
       E(cuMemsetD32Async), E(cuMemHostAlloc), E(cuMemFreeHost), E(cuModuleLoadDataEx), E(cuModuleGetFunction),
       E(cuModuleUnload), E(cuLaunchKernel), E(cuFuncGetAttribute), E(cuDeviceGetDefaultMemPool),
       E(cuMemPoolSetAttribute), E(cuMemPoolTrimTo),
