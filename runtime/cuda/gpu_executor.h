@@ -9,7 +9,7 @@
 //        cluster, an Add of a constant vector over the last dim and/or a Relu after it join the epilogue;
 //      - float32 1-D/2-D Conv -> the backend's convolution (cuDNN); elementwise ops after it stay fused
 //        kernels (plans are built with FusionPlanOptions::conv_post_ops off); MaxPool / AveragePool (floor
-//        mode, no dilation) -> the backend's pooling (cuDNN);
+//        mode, no dilation) -> the backend's pooling (cuDNN; asymmetric padding applied explicitly);
 //      - float32 elementwise ops and last-axis reductions -> a one-op fused kernel: the GPU fallback path.
 //        Kernels are shape-generic (dims and strides are kernel arguments in `meta`), so each
 //        op/dtype/broadcast structure is compiled once per process and reused across shapes;
