@@ -175,6 +175,9 @@ std::vector<OpCase> LoweringCases() {
       {"Add_f16_broadcast", g("%x: f16[3,8], %y: f16[8]", "  %y2 = Add(%x, %y)\n  return %y2")},
       {"Cast_f32_to_bf16", g("%x: f32[5,7]", "  %y = Cast(%x) {to=16}\n  return %y")},
       {"Transpose_bf16", g("%x: bf16[3,4,5]", "  %y = Transpose(%x) {perm=[1,2,0]}\n  return %y")},
+      {"Pad_constant_hw", g("%x: f32[2,3,4,5]", "  %p = constant i64[8] {0, 0, 1, 2, 0, 0, 2, 1}\n  %v = constant f32[] {-1.5}\n  %y = Pad(%x, %p, %v)\n  return %y")},
+      {"Pad_constant_1d_i32", g("%x: i32[7]", "  %p = constant i64[2] {3, 1}\n  %y = Pad(%x, %p)\n  return %y")},
+      {"Pad_axes_last", g("%x: f32[3,6]", "  %p = constant i64[2] {2, 4}\n  %v = constant f32[] {0}\n  %a = constant i64[1] {-1}\n  %y = Pad(%x, %p, %v, %a)\n  return %y")},
       {"Reshape_chain_i64", g("%x: i64[2,6]", "  %s = constant i64[2] {3, 4}\n  %y = Reshape(%x, %s)\n  %z = Flatten(%y) {axis=0}\n  return %z")},
   };
 }

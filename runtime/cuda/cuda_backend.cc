@@ -55,6 +55,11 @@ class CudaBackend : public DeviceBackend {
                       size_t height) const override {
     return dev_->Copy2D(dst, dst_pitch, src, src_pitch, width, height);
   }
+  absl::Status PadPlanes(uint64_t dst, uint32_t fill, uint64_t src, size_t planes, size_t h, size_t w, size_t top,
+                         size_t left, size_t out_h, size_t out_w) const override {
+    CJIT_RETURN_IF_ERROR(dev_->Fill32(dst, fill, planes * out_h * out_w));
+    return dev_->CopyIntoPadded(dst, out_w * 4, out_h, left * 4, top, src, w * 4, h, planes);
+  }
   absl::Status Synchronize() const override { return dev_->Synchronize(); }
 
   absl::StatusOr<std::vector<std::shared_ptr<const FusedKernelHandle>>> CompileKernels(

@@ -123,6 +123,11 @@ class DeviceBackend {
   // Enqueued device -> device copy of `height` rows of `width` bytes between pitched layouts.
   virtual absl::Status Copy2D(uint64_t dst, size_t dst_pitch, uint64_t src, size_t src_pitch, size_t width,
                               size_t height) const = 0;
+  // Enqueued: the `planes` x out_h x out_w buffer of 4-byte elements at dst becomes `fill` (a bit pattern)
+  // everywhere but the interior [top, top + h) x [left, left + w) of each plane, which receives the dense
+  // planes x h x w elements at src (a padded image).
+  virtual absl::Status PadPlanes(uint64_t dst, uint32_t fill, uint64_t src, size_t planes, size_t h, size_t w,
+                                 size_t top, size_t left, size_t out_h, size_t out_w) const = 0;
   virtual absl::Status Synchronize() const = 0;
   // One handle per plan.kernels entry (same order). `counts` (optional) is increased by the code
   // generations this needed and the persistent-cache hits that avoided one (kernels may also come from a

@@ -59,7 +59,7 @@ std::string GpuPlacement::ToString() const {
   std::string host;
   for (const auto& [op, count] : host_op_types) absl::StrAppend(&host, host.empty() ? "" : ", ", op, " x", count);
   return absl::StrCat(device, " (code for ", target, "): ", fused_kernels, " fused kernels, ", op_kernels,
-                      " single-op kernels, ", gemms, " GEMM calls (", epilogue_ops, " ops in their epilogues), ", convs, " convolutions, ", pools, " pools, ", aliases, " reshapes as aliases, ", copies, " concats as copies, ", host_ops, " host ops",
+                      " single-op kernels, ", gemms, " GEMM calls (", epilogue_ops, " ops in their epilogues), ", convs, " convolutions, ", pools, " pools, ", aliases, " reshapes as aliases, ", copies, " concats/pads as copies, ", host_ops, " host ops",
                       host.empty() ? "" : absl::StrCat(" (", host, ")"), "; ", compiles,
                       " kernel compilations, ", disk_hits, " from the persistent cache, in ", static_cast<int64_t>(compile_ms),
                       " ms");
@@ -67,7 +67,7 @@ std::string GpuPlacement::ToString() const {
 
 struct GpuExecutor::Impl {
   struct Step {
-    enum class Kind { kKernel, kGemm, kConv, kPool, kHost, kAlias, kConcat };
+    enum class Kind { kKernel, kGemm, kConv, kPool, kHost, kAlias, kConcat, kPad };
     Kind kind = Kind::kHost;
     std::vector<int> in, implicit, out;  // kGemm: in = {a, b, bias or -1}
     std::vector<int> free_after;
@@ -84,6 +84,9 @@ struct GpuExecutor::Impl {
     // block of concat_width[i] bytes; an output row is concat_pitch bytes.
     std::vector<size_t> concat_offset, concat_width;
     size_t concat_rows = 0, concat_pitch = 0;
+    // kPad: planes x h x w into planes x out_h x out_w at (top, left), the rest `pad_fill`.
+    size_t pad_planes = 0, pad_h = 0, pad_w = 0, pad_top = 0, pad_left = 0, pad_out_h = 0, pad_out_w = 0;
+    uint32_t pad_fill = 0;
     // kHost
     const Node* node = nullptr;
     const KernelFn* kernel = nullptr;
@@ -139,6 +142,7 @@ struct GpuExecutor::Impl {
   absl::StatusOr<bool> TryPool(const Node& n);
   absl::StatusOr<bool> TrySingleOpKernel(const Node& n);
   bool TryConcat(const Node& n);
+  bool TryPad(const Node& n);
   void AddAlias(int from, int to);
   // A GEMM/conv/pool step reading `in` and writing n's output 0.
   void AddLibraryStep(Step st, const Node& n, std::vector<int> in, const Value* output = nullptr) {
@@ -642,6 +646,76 @@ bool GpuExecutor::Impl::TryConcat(const Node& n) {
   return true;
 }
 
+// Constant-mode Pad of 4-byte elements with non-negative pads on the last two dims only, as a fill and one
+// padded copy (https://onnx.ai/onnx/operators/onnx__Pad.html; pads from the attribute or a constant input,
+// axes from a constant input, the value from the attribute or a constant input).
+bool GpuExecutor::Impl::TryPad(const Node& n) {
+  if (n.op_type != "Pad" || n.GetString("mode", "constant") != "constant" || n.outputs.size() != 1 || !n.outputs[0]) {
+    return false;
+  }
+  const Value* x = n.input(0);
+  const Value* y = n.outputs[0];
+  if (!x || !x->shape.fully_known() || !y->shape.fully_known() || x->dtype != y->dtype) return false;
+  if (x->dtype != DType::kF32 && x->dtype != DType::kI32) return false;
+  int r = x->shape.rank();
+  if (r < 1) return false;
+  std::vector<int64_t> pads;
+  if (n.HasAttr("pads")) {
+    pads = n.GetInts("pads");
+  } else if (n.input(1) && n.input(1)->is_constant()) {
+    pads = n.input(1)->constant->ToInt64Vector();
+  } else {
+    return false;
+  }
+  std::vector<int64_t> axes;
+  if (n.input(3)) {
+    if (!n.input(3)->is_constant()) return false;
+    for (int64_t a : n.input(3)->constant->ToInt64Vector()) axes.push_back(a < 0 ? a + r : a);
+  } else {
+    for (int i = 0; i < r; ++i) axes.push_back(i);
+  }
+  if (pads.size() != 2 * axes.size()) return false;
+  std::vector<int64_t> begin(r, 0), end(r, 0);
+  for (size_t k = 0; k < axes.size(); ++k) {
+    if (axes[k] < 0 || axes[k] >= r || pads[k] < 0 || pads[axes.size() + k] < 0) return false;
+    begin[axes[k]] = pads[k];
+    end[axes[k]] = pads[axes.size() + k];
+  }
+  for (int d = 0; d + 2 < r; ++d)
+    if (begin[d] != 0 || end[d] != 0) return false;
+  uint32_t fill = 0;
+  float fvalue = n.GetFloat("value", 0.0f);
+  int32_t ivalue = static_cast<int32_t>(fvalue);
+  if (n.input(2)) {
+    if (!n.input(2)->is_constant() || n.input(2)->dtype != x->dtype || n.input(2)->constant->numel() > 1) return false;
+    if (n.input(2)->constant->numel() == 1) {
+      if (x->dtype == DType::kF32) fvalue = *n.input(2)->constant->data<float>();
+      else ivalue = *n.input(2)->constant->data<int32_t>();
+    }
+  }
+  if (x->dtype == DType::kF32) std::memcpy(&fill, &fvalue, 4);
+  else std::memcpy(&fill, &ivalue, 4);
+  Dims xd = x->shape.concrete();
+  Step st;
+  st.kind = Step::Kind::kPad;
+  st.node = &n;
+  st.pad_w = static_cast<size_t>(xd[r - 1]);
+  st.pad_h = r >= 2 ? static_cast<size_t>(xd[r - 2]) : 1;
+  st.pad_planes = 1;
+  for (int d = 0; d + 2 < r; ++d) st.pad_planes *= static_cast<size_t>(xd[d]);
+  st.pad_left = static_cast<size_t>(begin[r - 1]);
+  st.pad_top = r >= 2 ? static_cast<size_t>(begin[r - 2]) : 0;
+  st.pad_out_w = st.pad_w + st.pad_left + static_cast<size_t>(end[r - 1]);
+  st.pad_out_h = st.pad_h + st.pad_top + (r >= 2 ? static_cast<size_t>(end[r - 2]) : 0);
+  if (NumElements(y->shape.concrete()) != static_cast<int64_t>(st.pad_planes * st.pad_out_h * st.pad_out_w)) return false;
+  st.pad_fill = fill;
+  st.in = {Slot(x)};
+  st.out = {Slot(y)};
+  steps.push_back(std::move(st));
+  ++placement.copies;
+  return true;
+}
+
 void GpuExecutor::Impl::AddAlias(int from, int to) {
   Step st;
   st.kind = Step::Kind::kAlias;
@@ -702,6 +776,7 @@ absl::Status GpuExecutor::Impl::PlaceNode(const Node& n, const PlanStep* step) {
   CJIT_ASSIGN_OR_RETURN(bool kernel, TrySingleOpKernel(n));
   if (kernel) return absl::OkStatus();
   if (TryConcat(n)) return absl::OkStatus();
+  if (TryPad(n)) return absl::OkStatus();
   return AddHost(n, nullptr, nullptr);
 }
 
@@ -869,6 +944,14 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::vector<Tensor>& 
         CJIT_RETURN_IF_ERROR(ensure_device(st.in[0]));
         CJIT_RETURN_IF_ERROR(allocate_output(st.out[0]));
         CJIT_RETURN_IF_ERROR(st.pool->Run(on_device[st.in[0]]->address(), on_device[st.out[0]]->address()));
+        break;
+      }
+      case Impl::Step::Kind::kPad: {
+        CJIT_RETURN_IF_ERROR(ensure_device(st.in[0]));
+        CJIT_RETURN_IF_ERROR(allocate_output(st.out[0]));
+        CJIT_RETURN_IF_ERROR(dev.PadPlanes(on_device[st.out[0]]->address(), st.pad_fill, on_device[st.in[0]]->address(),
+                                           st.pad_planes, st.pad_h, st.pad_w, st.pad_top, st.pad_left, st.pad_out_h,
+                                           st.pad_out_w));
         break;
       }
       case Impl::Step::Kind::kGemm: {

@@ -17,7 +17,7 @@
 //      - reshapes -> an alias of the same buffer; Concat -> pitched device-to-device copies; Reduce* over
 //        trailing axes or one axis, GlobalAverage/MaxPool, Clip with runtime bounds, Gather of one constant
 //        index -> one fused kernel over a view;
-//      - everything else (ceil-mode pooling, Pad, LSTM, integer ops, data-dependent shapes, control flow) runs on the
+//      - everything else (ceil-mode pooling, edge/reflect Pad, LSTM, integer ops, data-dependent shapes, control flow) runs on the
 //        host through the CPU fallback kernels; its inputs are copied device->host and its outputs back
 //        only when a device step needs them (as TF's soft placement). placement() names these ops.
 // Graph inputs are copied host->device when a device step first reads them; outputs device->host at the
@@ -57,7 +57,7 @@ struct GpuPlacement {
   int convs = 0;          // convolution library calls per run
   int pools = 0;          // pooling library calls per run
   int aliases = 0;        // reshapes that only relabel a buffer's dims
-  int copies = 0;         // Concat ops done as device-to-device copies
+  int copies = 0;         // Concat and constant Pad ops done as device copies and fills
   int host_ops = 0;       // ops run on the host per run
   std::map<std::string, int> host_op_types;
   int compiles = 0;       // code generations this graph needed (others came from the process's kernel cache)

@@ -2,6 +2,7 @@
 // back end from the same FusionPlan (same meta/consts layout and iteration space as the PTX kernels), and
 // float64-accumulated products following GemmShape's definition.
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -155,6 +156,15 @@ class HostBackend : public DeviceBackend {
     for (size_t r = 0; r < height; ++r) {
       std::memcpy(reinterpret_cast<void*>(dst + r * dst_pitch), reinterpret_cast<const void*>(src + r * src_pitch), width);
     }
+    return absl::OkStatus();
+  }
+  absl::Status PadPlanes(uint64_t dst, uint32_t fill, uint64_t src, size_t planes, size_t h, size_t w, size_t top,
+                         size_t left, size_t out_h, size_t out_w) const override {
+    auto* out = reinterpret_cast<uint32_t*>(dst);
+    const auto* in = reinterpret_cast<const uint32_t*>(src);
+    std::fill(out, out + planes * out_h * out_w, fill);
+    for (size_t p = 0; p < planes; ++p)
+      for (size_t y = 0; y < h; ++y) std::memcpy(out + (p * out_h + top + y) * out_w + left, in + (p * h + y) * w, w * 4);
     return absl::OkStatus();
   }
   absl::Status Synchronize() const override { return absl::OkStatus(); }
