@@ -135,9 +135,7 @@ absl::StatusOr<std::vector<Tensor>> Executor::Run(
     } else {
       status = (*st.kernel)(ctx);
     }
-    std::vector<bool> wanted;
-    for (int s : st.out) wanted.push_back(s >= 0);
-    CJIT_RETURN_IF_ERROR(CheckKernelResult(ctx, status, wanted));
+    CJIT_RETURN_IF_ERROR(CheckKernelResult(ctx, status, st.out));
     for (size_t k = 0; k < st.out.size(); ++k) {
       if (st.out[k] >= 0) slots[st.out[k]] = std::move(ctx.outputs[k]);
     }

@@ -63,11 +63,8 @@ std::filesystem::path SharedModel(const std::string& name) {
 TEST(ClusterRuntimeTest, LazyCompilationCountsOnRealModel) {
   auto dir = SharedModel("ppocrv4_rec");
   if (!std::filesystem::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
-  SessionOptions o;
-  o.flags.device = "cpu";  // the CPU path under test, also on a machine with a GPU
-  o.use_environment_flags = false;
-  o.flags.intra_op_threads = 2;
-  auto s = Session::Load((dir / "model.onnx").string(), o);
+  // The CPU path under test, also on a machine with a GPU.
+  auto s = LoadSessionWithFlags((dir / "model.onnx").string(), "--device=cpu", 2);
   ASSERT_TRUE(s.ok()) << s.status();
   auto sets = ReadDataSets(dir.string(), **s);
   ASSERT_TRUE(sets.ok());
@@ -88,13 +85,8 @@ TEST(ClusterRuntimeTest, LazyCompilationCountsOnRealModel) {
 TEST(ClusterRuntimeTest, FailedCompilationFallsBack) {
   auto dir = SharedModel("ppocr_mobile_cls");
   if (!std::filesystem::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
-  SessionOptions o;
-  o.flags.device = "cpu";  // the CPU path under test, also on a machine with a GPU
-  o.use_environment_flags = false;
-  o.flags.intra_op_threads = 2;
-  o.flags.enable_lazy_compilation = false;
-  o.flags.fail_compilation_for_testing = "injected";
-  auto s = Session::Load((dir / "model.onnx").string(), o);
+  auto s = LoadSessionWithFlags((dir / "model.onnx").string(),
+                                "--device=cpu --enable_lazy_compilation=false --fail_compilation_for_testing=injected", 2);
   ASSERT_TRUE(s.ok()) << s.status();
   auto sets = ReadDataSets(dir.string(), **s);
   ASSERT_TRUE(sets.ok());
@@ -116,12 +108,9 @@ TEST(ClusterRuntimeTest, FailedCompilationFallsBack) {
 TEST(ClusterRuntimeTest, LlvmFatalErrorIsRecovered) {
   auto dir = SharedModel("oww_hello_deepa");
   if (!std::filesystem::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
-  SessionOptions o;
-  o.flags.device = "cpu";  // the CPU path under test, also on a machine with a GPU
-  o.use_environment_flags = false;
-  o.flags.enable_lazy_compilation = false;
-  o.flags.fail_compilation_for_testing = "llvm-fatal-error";
-  auto s = Session::Load((dir / "model.onnx").string(), o);
+  auto s = LoadSessionWithFlags(
+      (dir / "model.onnx").string(),
+      "--device=cpu --enable_lazy_compilation=false --fail_compilation_for_testing=llvm-fatal-error", 0);
   ASSERT_TRUE(s.ok()) << s.status();
   auto sets = ReadDataSets(dir.string(), **s);
   ASSERT_TRUE(sets.ok());
@@ -140,13 +129,8 @@ TEST(ClusterRuntimeTest, LlvmFatalErrorIsRecovered) {
 TEST(ClusterRuntimeTest, AsyncCompilationSwapsIn) {
   auto dir = SharedModel("oww_melspectrogram");
   if (!std::filesystem::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
-  SessionOptions o;
-  o.flags.device = "cpu";  // the CPU path under test, also on a machine with a GPU
-  o.use_environment_flags = false;
-  o.flags.intra_op_threads = 1;
-  o.flags.async_compilation = true;
-  o.flags.compile_threshold = 0;
-  auto s = Session::Load((dir / "model.onnx").string(), o);
+  auto s = LoadSessionWithFlags((dir / "model.onnx").string(),
+                                "--device=cpu --async_compilation=true --compile_threshold=0", 1);
   ASSERT_TRUE(s.ok()) << s.status();
   auto sets = ReadDataSets(dir.string(), **s);
   ASSERT_TRUE(sets.ok());
@@ -167,14 +151,9 @@ TEST(ClusterRuntimeTest, AsyncCompilationSwapsIn) {
 TEST(ClusterRuntimeTest, SessionDestroyedDuringAsyncCompilation) {
   auto dir = SharedModel("ppocrv4_rec");
   if (!std::filesystem::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
-  SessionOptions o;
-  o.flags.device = "cpu";  // the CPU path under test, also on a machine with a GPU
-  o.use_environment_flags = false;
-  o.flags.intra_op_threads = 1;
-  o.flags.async_compilation = true;
-  o.flags.compile_threshold = 0;
   {
-    auto s = Session::Load((dir / "model.onnx").string(), o);
+    auto s = LoadSessionWithFlags((dir / "model.onnx").string(),
+                                  "--device=cpu --async_compilation=true --compile_threshold=0", 1);
     ASSERT_TRUE(s.ok()) << s.status();
     auto sets = ReadDataSets(dir.string(), **s);
     ASSERT_TRUE(sets.ok());

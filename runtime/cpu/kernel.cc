@@ -108,13 +108,13 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
   return std::move(ctx.outputs);
 }
 
-absl::Status CheckKernelResult(const KernelContext& ctx, const absl::Status& status, const std::vector<bool>& wanted) {
+absl::Status CheckKernelResult(const KernelContext& ctx, const absl::Status& status, const std::vector<int>& out_slots) {
   if (!status.ok()) {
     if (absl::StrContains(status.message(), ctx.node->name)) return status;
     return absl::Status(status.code(), absl::StrCat(ctx.node->Describe(), ": ", status.message()));
   }
-  for (size_t k = 0; k < wanted.size(); ++k) {
-    if (wanted[k] && (k >= ctx.outputs.size() || !ctx.outputs[k].defined())) {
+  for (size_t k = 0; k < out_slots.size(); ++k) {
+    if (out_slots[k] >= 0 && (k >= ctx.outputs.size() || !ctx.outputs[k].defined())) {
       return absl::InternalError(absl::StrCat(ctx.node->Describe(), ": kernel did not produce output ", k));
     }
   }

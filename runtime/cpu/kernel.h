@@ -50,8 +50,8 @@ struct KernelContext {
 using KernelFn = std::function<absl::Status(KernelContext&)>;
 
 // After a kernel ran on `ctx`: its error with the node named (unless the message names it already), or an
-// InternalError if an output the caller wants (`wanted[k]`) was not produced.
-absl::Status CheckKernelResult(const KernelContext& ctx, const absl::Status& status, const std::vector<bool>& wanted);
+// InternalError if an output the caller stores (`out_slots[k] >= 0`) was not produced.
+absl::Status CheckKernelResult(const KernelContext& ctx, const absl::Status& status, const std::vector<int>& out_slots);
 
 void RegisterKernel(const std::string& op_type, KernelFn fn);
 const KernelFn* FindKernel(const std::string& op_type);

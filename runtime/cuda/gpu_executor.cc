@@ -984,9 +984,7 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::vector<Tensor>& 
           CJIT_RETURN_IF_ERROR(InferNode(*st.node, InferInputsFromValues(ctx.inputs), ctx.inferred));
         }
         ctx.outputs.resize(st.out.size());
-        std::vector<bool> wanted;
-        for (int s : st.out) wanted.push_back(s >= 0);
-        CJIT_RETURN_IF_ERROR(CheckKernelResult(ctx, (*st.kernel)(ctx), wanted));
+        CJIT_RETURN_IF_ERROR(CheckKernelResult(ctx, (*st.kernel)(ctx), st.out));
         for (size_t k = 0; k < st.out.size(); ++k) {
           if (st.out[k] < 0) continue;
           host[st.out[k]] = std::move(ctx.outputs[k]);
