@@ -13,7 +13,6 @@
 #include "compiler/passes/mark_for_compilation.h"
 #include "absl/strings/match.h"
 #include "runtime/cluster_runner.h"
-#include "runtime/cuda/driver.h"
 #include "runtime/cuda/gpu_executor.h"
 #include "runtime/executor.h"
 #include "runtime/logging.h"
@@ -63,28 +62,22 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Grap
   }
   InitLogging(s->flags_);
   if (absl::StartsWith(s->flags_.device, "cuda")) {
-    const auto& devices = ProbeCudaDriver();
-    if (!devices.ok()) return absl::FailedPreconditionError(absl::StrCat("--device=", s->flags_.device, ": ", devices.status().message()));
-    int ordinal = 0;
-    if (s->flags_.device.size() > 5) ordinal = std::stoi(s->flags_.device.substr(5));
-    if (ordinal >= static_cast<int>(devices->size())) {
-      return absl::FailedPreconditionError(absl::StrCat("--device=", s->flags_.device, ": only ", devices->size(),
-                                                        " CUDA device(s)"));
-    }
+    // The backend names what is missing: the driver, the device ordinal, or (a build without the CUDA
+    // toolkit) the GPU runtime itself.
+    int ordinal = s->flags_.device.size() > 5 ? std::stoi(s->flags_.device.substr(5)) : 0;
     absl::StatusOr<std::shared_ptr<DeviceBackend>> backend = MakeCudaBackend(CudaOptionsFor(s->flags_, ordinal));
     if (!backend.ok()) {
       return absl::Status(backend.status().code(), absl::StrCat("--device=", s->flags_.device, ": ", backend.status().message()));
     }
     s->gpu_ = *backend;
     s->gpu_ordinal_ = ordinal;
-  } else if (s->flags_.device == "auto" && ProbeCudaDriver().ok()) {
+  } else if (s->flags_.device == "auto") {
     absl::StatusOr<std::shared_ptr<DeviceBackend>> backend = MakeCudaBackend(CudaOptionsFor(s->flags_, 0));
     if (backend.ok()) {
       s->gpu_ = *backend;
       s->gpu_ordinal_ = 0;
     } else {
-      VLOG(1) << "--device=auto: a CUDA driver is present but the GPU is not usable (" << backend.status()
-              << "); running on the CPU";
+      VLOG(1) << "--device=auto: no usable GPU (" << backend.status() << "); running on the CPU";
     }
   }
   VLOG(1) << "session device: " << s->device();

@@ -185,6 +185,11 @@ TEST(GpuTarget, NewestLlvmTargetTheDeviceRuns) {
   auto old = PtxTargetForDevice("sm_70");
   ASSERT_FALSE(old.ok());
   EXPECT_NE(old.status().message().find("needs sm_75 or newer"), std::string::npos) << old.status();
+  EXPECT_TRUE(PtxTargetRunsOn("sm_80", "sm_90"));
+  EXPECT_TRUE(PtxTargetRunsOn("sm_90a", "sm_90"));
+  EXPECT_FALSE(PtxTargetRunsOn("sm_90", "sm_80"));
+  EXPECT_FALSE(PtxTargetRunsOn("sm_90a", "sm_100"));
+  EXPECT_FALSE(PtxTargetRunsOn("bogus", "sm_90"));
 }
 
 TEST(GpuFlags, ArchAndAllocatorAreChecked) {
@@ -236,7 +241,7 @@ TEST(GpuWithoutDriver, ErrorsAreClearAndAutoPicksTheCpu) {
 // PTX through the persistent cache: generated once, then read back (no LLVM), keyed by target; a corrupt
 // payload is ignored and replaced.
 TEST(PtxCache, SecondLookupComesFromDiskAndCorruptionIsHealed) {
-  if (!std::ifstream("/usr/local/cuda/nvvm/libdevice/libdevice.10.bc")) GTEST_SKIP() << "no libdevice (CUDA toolkit)";
+  if (!std::ifstream(LibdevicePath("/usr/local/cuda"))) GTEST_SKIP() << "no libdevice (CUDA toolkit)";
   auto parsed = ParseGraph("graph g(%x: f32[4,33], %y: f32[33]) {\n  %a = Add(%x, %y)\n  %s = Softmax(%a) {axis=-1}\n  %t = Tanh(%s)\n  return %t\n}");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   Graph& g = **parsed;

@@ -465,7 +465,7 @@ int CmdCompile(const std::string& model, const std::vector<std::string>& input_a
     if (!plan.ok()) return Fail(plan.status());
     PtxOptions po;
     po.gpu_arch = target;
-    po.libdevice = (*session)->flags().cuda_data_dir + "/nvvm/libdevice/libdevice.10.bc";
+    po.libdevice = LibdevicePath((*session)->flags().cuda_data_dir);
     auto ptx = CompileForNvptx(*plan, po);
     if (!ptx.ok()) return Fail(ptx.status(), ptx.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1);
     std::string path = absl::StrCat(dump_to, "/cluster_", node->GetInt("cluster_id", 0), ".", target, ".ptx");

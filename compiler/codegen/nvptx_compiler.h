@@ -29,12 +29,17 @@
 
 namespace cjit {
 
+// libdevice in a CUDA toolkit directory (--cuda_data_dir): <dir>/nvvm/libdevice/libdevice.10.bc.
+inline std::string LibdevicePath(const std::string& cuda_data_dir) {
+  return cuda_data_dir + "/nvvm/libdevice/libdevice.10.bc";
+}
+
 inline constexpr char kBlockPerRowSuffix[] = "_block";
 inline constexpr int kRowKernelBlockThreads = 256;
 
 struct PtxOptions {
   std::string gpu_arch = "sm_80";  // sm_75 ... sm_90a
-  std::string libdevice = "/usr/local/cuda/nvvm/libdevice/libdevice.10.bc";
+  std::string libdevice = LibdevicePath("/usr/local/cuda");
 };
 
 struct PtxKernel {

@@ -41,7 +41,7 @@ absl::StatusOr<const CudaApi*> Load() {
   if (CUresult rc = api->cuInit(0); rc != CUDA_SUCCESS) {
     absl::Status st = CudaStatus(*api, rc, "cuInit(0)");
     delete api;
-    return absl::FailedPreconditionError(st.message());
+    return absl::FailedPreconditionError(absl::StrCat("cuInit failed: ", st.message()));
   }
   if (CUresult rc = api->cuDriverGetVersion(&api->driver_version); rc != CUDA_SUCCESS) {
     absl::Status st = CudaStatus(*api, rc, "cuDriverGetVersion");

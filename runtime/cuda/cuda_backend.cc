@@ -1,11 +1,8 @@
 // The CUDA device backend (device_backend.h): CudaDevice memory/copies, fused kernels compiled to PTX
 // and JIT-loaded by the driver (cached process-wide by device, target and kernel structure), cuBLASLt.
-#include <chrono>
 #include <map>
 #include <mutex>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "compiler/codegen/kernel_layout.h"
@@ -143,16 +140,9 @@ absl::StatusOr<std::shared_ptr<DeviceBackend>> MakeCudaBackend(const CudaBackend
   std::string arch = options.gpu_arch;
   if (arch.empty()) {
     CJIT_ASSIGN_OR_RETURN(arch, PtxTargetForDevice(dev->sm()));
-  } else {
-    // PTX runs on its target and newer devices; an "a" target (sm_90a) only on exactly that one.
-    int want = 0, have = 0;
-    bool exact = absl::EndsWith(arch, "a");
-    std::string digits = arch.substr(3, arch.size() - 3 - (exact ? 1 : 0));
-    if (!absl::SimpleAtoi(digits, &want) || !absl::SimpleAtoi(dev->sm().substr(3), &have) || want > have ||
-        (exact && want != have)) {
-      return absl::FailedPreconditionError(absl::StrCat("--gpu_arch=", arch, " cannot run on CUDA device ",
-                                                        options.ordinal, " (", dev->name(), ", ", dev->sm(), ")"));
-    }
+  } else if (!PtxTargetRunsOn(arch, dev->sm())) {
+    return absl::FailedPreconditionError(absl::StrCat("--gpu_arch=", arch, " cannot run on CUDA device ",
+                                                      options.ordinal, " (", dev->name(), ", ", dev->sm(), ")"));
   }
   std::unique_ptr<DiskCache> disk;
   if (!options.persistent_cache_dir.empty()) {
@@ -163,7 +153,7 @@ absl::StatusOr<std::shared_ptr<DeviceBackend>> MakeCudaBackend(const CudaBackend
     CJIT_ASSIGN_OR_RETURN(disk, DiskCache::Open(dco));
   }
   return std::shared_ptr<DeviceBackend>(std::make_shared<CudaBackend>(
-      dev, allocator, arch, options.cuda_data_dir + "/nvvm/libdevice/libdevice.10.bc", std::move(disk)));
+      dev, allocator, arch, LibdevicePath(options.cuda_data_dir), std::move(disk)));
 }
 
 }  // namespace cjit

@@ -97,6 +97,7 @@ absl::StatusOr<CudaDevice*> CudaDevice::Get(int ordinal) {
   CJIT_ASSIGN_OR_RETURN(const CudaApi* api, LoadCudaApi());
   int count = 0;
   CJIT_CU_RETURN_IF_ERROR(*api, cuDeviceGetCount(&count));
+  if (count == 0) return absl::FailedPreconditionError("the CUDA driver reports no device");
   if (ordinal < 0 || ordinal >= count) {
     return absl::FailedPreconditionError(
         absl::StrCat("CUDA device ", ordinal, " does not exist (the driver reports ", count, " device(s))"));

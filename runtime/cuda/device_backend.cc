@@ -6,11 +6,21 @@
 
 namespace cjit {
 
+namespace {
+
+// "sm_90" -> 90, exact = false; "sm_90a" -> 90, exact = true.
+bool ParseSm(const std::string& sm, int* number, bool* exact) {
+  if (!absl::StartsWith(sm, "sm_")) return false;
+  *exact = absl::EndsWith(sm, "a");
+  return absl::SimpleAtoi(sm.substr(3, sm.size() - 3 - (*exact ? 1 : 0)), number);
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> PtxTargetForDevice(const std::string& sm) {
   int cc = 0;
-  if (!absl::StartsWith(sm, "sm_") || !absl::SimpleAtoi(sm.substr(3), &cc)) {
-    return absl::InternalError(absl::StrCat("bad compute capability '", sm, "'"));
-  }
+  bool exact = false;
+  if (!ParseSm(sm, &cc, &exact) || exact) return absl::InternalError(absl::StrCat("bad compute capability '", sm, "'"));
   static const int kTargets[] = {75, 80, 86, 87, 89, 90};
   int best = 0;
   for (int t : kTargets)
@@ -20,6 +30,13 @@ absl::StatusOr<std::string> PtxTargetForDevice(const std::string& sm) {
         absl::StrCat("the CUDA device is ", sm, "; clusterjit needs sm_75 or newer (CUDA 13's minimum)"));
   }
   return absl::StrCat("sm_", best);
+}
+
+bool PtxTargetRunsOn(const std::string& target, const std::string& device_sm) {
+  int want = 0, have = 0;
+  bool exact = false, device_exact = false;
+  if (!ParseSm(target, &want, &exact) || !ParseSm(device_sm, &have, &device_exact)) return false;
+  return exact ? want == have : want <= have;
 }
 
 }  // namespace cjit

@@ -169,6 +169,10 @@ std::shared_ptr<DeviceBackend> MakeHostBackend();
 // runs — newer devices JIT-compile that PTX forward. FailedPreconditionError below sm_75.
 absl::StatusOr<std::string> PtxTargetForDevice(const std::string& sm);
 
+// Whether PTX for `target` (--gpu_arch) runs on a device of compute capability `device_sm`: on that one and
+// newer ones, or exactly that one for an architecture-specific "a" target (sm_90a).
+bool PtxTargetRunsOn(const std::string& target, const std::string& device_sm);
+
 }  // namespace cjit
 
 #endif  // CJIT_RUNTIME_CUDA_DEVICE_BACKEND_H_

@@ -6,8 +6,6 @@
 #include <cstring>
 #include <limits>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/codegen/cpu_compiler.h"
 #include "compiler/ir/status_macros.h"
