@@ -24,8 +24,8 @@ namespace {
 // Views a single-op step runs as a copy kernel reading the view (fusion_plan.h absorbs these into a
 // consumer; alone, an Identity consumer gives them one).
 const std::set<std::string>& ViewOps() {
-  static const auto* s = new std::set<std::string>{"Transpose", "Slice",   "Expand",    "Reshape",
-                                                   "Flatten",   "Squeeze", "Unsqueeze", "Identity"};
+  // Reshape, Flatten, Squeeze, Unsqueeze and Identity never get here: they are buffer aliases.
+  static const auto* s = new std::set<std::string>{"Transpose", "Slice", "Expand"};
   return *s;
 }
 
@@ -387,7 +387,7 @@ std::unique_ptr<SingleOpBody> LowerSingleOp(const Node& n) {
     bn->outputs[0]->dtype = out->dtype;
     bn->outputs[0]->shape = out->shape;
     b->result = bn->outputs[0];
-    if (ViewOps().count(n.op_type) && n.op_type != "Identity") {
+    if (ViewOps().count(n.op_type)) {
       b->result = b->Add("Identity", n.name + "/copy", {b->result}, dt, od);
     }
   } else if (n.op_type == "Gather" && n.input(1) && n.input(1)->is_constant() &&
