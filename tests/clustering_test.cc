@@ -5,9 +5,8 @@
 #include "compiler/codegen/fusion_plan.h"
 #include "compiler/ir/text.h"
 #include "compiler/ir/verifier.h"
-#include "compiler/passes/specialize_shapes.h"
 #include "gtest/gtest.h"
-#include "runtime/cpu/kernel.h"
+#include "tools/check_lib.h"
 
 namespace cjit {
 namespace {
@@ -29,13 +28,9 @@ TEST(GraphCyclesTest, RefusesCycles) {
 }
 
 std::unique_ptr<Graph> Specialized(const std::string& ir) {
-  auto g = ParseGraph(ir);
+  auto g = SpecializedGraphFromText(ir);
   EXPECT_TRUE(g.ok()) << g.status();
-  std::vector<Dims> dims;
-  for (const Value* v : (*g)->inputs()) dims.push_back(v->shape.concrete());
-  auto eval = [](const Node& n, const std::vector<const Tensor*>& in) { return EvaluateNode(n, in, 1); };
-  EXPECT_TRUE(SpecializeShapes(**g, dims, eval).ok());
-  return std::move(*g);
+  return g.ok() ? std::move(*g) : nullptr;
 }
 
 // a -> b -> (non-clusterable) -> c, and a -> c: clustering a, b, c together would create a cycle

@@ -9,10 +9,7 @@
 #include <random>
 
 #include "compiler/ir/status_macros.h"
-#include "compiler/ir/text.h"
-#include "compiler/passes/specialize_shapes.h"
 #include "gtest/gtest.h"
-#include "runtime/cpu/kernel.h"
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/cuda/gpu_executor.h"
@@ -174,14 +171,9 @@ TEST(FakeDriver, BadPtxCarriesTheJitLogAndMissingKernelsAreNamed) {
 }
 
 std::shared_ptr<Graph> Specialized(const std::string& ir) {
-  auto parsed = ParseGraph(ir);
-  EXPECT_TRUE(parsed.ok()) << parsed.status();
-  std::shared_ptr<Graph> g(std::move(*parsed));
-  std::vector<Dims> dims;
-  for (const Value* v : g->inputs()) dims.push_back(v->shape.concrete());
-  auto eval = [](const Node& n, const std::vector<const Tensor*>& in) { return EvaluateNode(n, in, 1); };
-  EXPECT_TRUE(SpecializeShapes(*g, dims, eval).ok());
-  return g;
+  auto g = SpecializedGraphFromText(ir);
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? std::shared_ptr<Graph>(std::move(*g)) : nullptr;
 }
 
 // Steps that launch no kernel — uploads, reshapes as aliases, Concat as pitched copies, host ops, downloads

@@ -20,9 +20,7 @@
 #endif
 #include "runtime/cuda/device_backend.h"
 #include "runtime/cuda/ptx_cache.h"
-#include "compiler/ir/text.h"
-#include "compiler/passes/specialize_shapes.h"
-#include "runtime/cpu/kernel.h"
+#include "tools/check_lib.h"
 #include "compiler/codegen/fusion_plan.h"
 
 namespace cjit {
@@ -242,11 +240,10 @@ TEST(GpuWithoutDriver, ErrorsAreClearAndAutoPicksTheCpu) {
 // payload is ignored and replaced.
 TEST(PtxCache, SecondLookupComesFromDiskAndCorruptionIsHealed) {
   if (!std::ifstream(LibdevicePath("/usr/local/cuda"))) GTEST_SKIP() << "no libdevice (CUDA toolkit)";
-  auto parsed = ParseGraph("graph g(%x: f32[4,33], %y: f32[33]) {\n  %a = Add(%x, %y)\n  %s = Softmax(%a) {axis=-1}\n  %t = Tanh(%s)\n  return %t\n}");
+  auto parsed = SpecializedGraphFromText(
+      "graph g(%x: f32[4,33], %y: f32[33]) {\n  %a = Add(%x, %y)\n  %s = Softmax(%a) {axis=-1}\n  %t = Tanh(%s)\n  return %t\n}");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   Graph& g = **parsed;
-  auto eval = [](const Node& n, const std::vector<const Tensor*>& in) { return EvaluateNode(n, in, 1); };
-  ASSERT_TRUE(SpecializeShapes(g, {{4, 33}, {33}}, eval).ok());
   auto plan = BuildFusionPlan(g);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->kernels.size(), 1u);

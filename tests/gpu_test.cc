@@ -13,9 +13,7 @@
 #include <thread>
 
 #include "compiler/ir/status_macros.h"
-#include "compiler/ir/text.h"
 #include "compiler/passes/mark_for_compilation.h"
-#include "compiler/passes/specialize_shapes.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu/kernel.h"
 #include "runtime/executor.h"
@@ -44,16 +42,9 @@ absl::StatusOr<std::shared_ptr<DeviceBackend>> Backend(const std::string& name) 
   std::shared_ptr<DeviceBackend> var = *var##_or
 
 std::shared_ptr<Graph> Specialized(const std::string& ir) {
-  auto parsed = ParseGraph(ir);
-  EXPECT_TRUE(parsed.ok()) << parsed.status();
-  if (!parsed.ok()) return nullptr;
-  std::shared_ptr<Graph> g(std::move(*parsed));
-  std::vector<Dims> dims;
-  for (const Value* v : g->inputs()) dims.push_back(v->shape.concrete());
-  auto eval = [](const Node& n, const std::vector<const Tensor*>& in) { return EvaluateNode(n, in, 1); };
-  absl::Status st = SpecializeShapes(*g, dims, eval);
-  EXPECT_TRUE(st.ok()) << st;
-  return g;
+  auto g = SpecializedGraphFromText(ir);
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? std::shared_ptr<Graph>(std::move(*g)) : nullptr;
 }
 
 // The graph through the CPU fallback executor (the reference of the GPU executor's results).

@@ -24,13 +24,9 @@ class OpSuite : public ::testing::TestWithParam<OpCase> {};
 
 TEST_P(OpSuite, CompiledMatchesFallback) {
   const OpCase& c = GetParam();
-  auto parsed = ParseGraph(c.ir);
+  auto parsed = SpecializedGraphFromText(c.ir);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   std::shared_ptr<Graph> g(std::move(*parsed));
-  std::vector<Dims> dims;
-  for (const Value* v : g->inputs()) dims.push_back(v->shape.concrete());
-  auto eval = [](const Node& n, const std::vector<const Tensor*>& in) { return EvaluateNode(n, in, 1); };
-  ASSERT_TRUE(SpecializeShapes(*g, dims, eval).ok());
   std::mt19937 rng(42);
   std::vector<Tensor> inputs;
   for (const Value* v : g->inputs()) inputs.push_back(RandomInput(*v, rng));

@@ -6,10 +6,7 @@
 
 #include "compiler/codegen/fusion_plan.h"
 #include "compiler/codegen/nvptx_compiler.h"
-#include "compiler/ir/text.h"
 #include "compiler/passes/mark_for_compilation.h"
-#include "compiler/passes/specialize_shapes.h"
-#include "runtime/cpu/kernel.h"
 #include "tests/op_cases.h"
 #include "gtest/gtest.h"
 #include "runtime/session.h"
@@ -81,13 +78,9 @@ TEST_P(PtxOpSuiteTest, EveryCaseAssembles) {
   const std::string arch = GetParam();
   int assembled = 0;
   for (const OpCase& c : OpSuiteCases()) {
-    auto parsed = ParseGraph(c.ir);
+    auto parsed = SpecializedGraphFromText(c.ir);
     ASSERT_TRUE(parsed.ok()) << c.name << ": " << parsed.status();
     Graph& g = **parsed;
-    std::vector<Dims> dims;
-    for (const Value* v : g.inputs()) dims.push_back(v->shape.concrete());
-    auto eval = [](const Node& n, const std::vector<const Tensor*>& in) { return EvaluateNode(n, in, 1); };
-    ASSERT_TRUE(SpecializeShapes(g, dims, eval).ok()) << c.name;
     FusionPlanOptions gpu;
     gpu.conv_post_ops = false;
     auto plan = BuildFusionPlan(g, gpu);

@@ -6,6 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
+#include "compiler/ir/text.h"
+#include "compiler/passes/specialize_shapes.h"
+#include "runtime/cpu/kernel.h"
 
 namespace cjit {
 
@@ -97,6 +100,20 @@ DataSetResult RunDataSet(Session& session, const DataSet& set, double rtol, doub
     r.outputs.push_back(CompareTensors((*outs)[i].name, (*outs)[i].tensor, set.outputs[i].tensor, rtol, atol));
   }
   return r;
+}
+
+absl::StatusOr<std::unique_ptr<Graph>> SpecializedGraphFromText(const std::string& ir) {
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> g, ParseGraph(ir));
+  std::vector<Dims> dims;
+  for (const Value* v : g->inputs()) {
+    if (!v->shape.fully_known()) {
+      return absl::InvalidArgumentError(absl::StrCat("input %", v->name, " has no static shape"));
+    }
+    dims.push_back(v->shape.concrete());
+  }
+  auto eval = [](const Node& n, const std::vector<const Tensor*>& in) { return EvaluateNode(n, in, 1); };
+  CJIT_RETURN_IF_ERROR(SpecializeShapes(*g, dims, eval));
+  return g;
 }
 
 absl::StatusOr<std::unique_ptr<Session>> LoadSessionWithFlags(const std::string& model_path,

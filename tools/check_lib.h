@@ -41,6 +41,10 @@ struct DataSetResult {
 
 DataSetResult RunDataSet(Session& session, const DataSet& set, double rtol, double atol);
 
+// IR text (compiler/ir/text.h) parsed and specialized for the static shapes its inputs declare, constant
+// sub-graphs folded with the CPU kernels: how tests and benchmarks build small graphs.
+absl::StatusOr<std::unique_ptr<Graph>> SpecializedGraphFromText(const std::string& ir);
+
 // A session whose flags are `flag_text` (CJIT_FLAGS grammar) over the defaults — not the environment —
 // with `threads` intra-op threads unless flag_text sets them.
 absl::StatusOr<std::unique_ptr<Session>> LoadSessionWithFlags(const std::string& model_path,

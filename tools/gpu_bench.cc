@@ -19,10 +19,7 @@
 #include "compiler/codegen/kernel_layout.h"
 #include "compiler/codegen/nvptx_compiler.h"
 #include "compiler/ir/status_macros.h"
-#include "compiler/ir/text.h"
-#include "compiler/passes/specialize_shapes.h"
 #include "nlohmann/json.hpp"
-#include "runtime/cpu/kernel.h"
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/fused_launch.h"
 #include "runtime/cuda/gpu_executor.h"
@@ -67,12 +64,8 @@ struct FusedCase {
 };
 
 absl::StatusOr<nlohmann::json> BenchFused(CudaDevice& dev, const Options& o, const FusedCase& c, double copy_gbs) {
-  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> parsed, ParseGraph(c.ir));
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> parsed, SpecializedGraphFromText(c.ir));
   std::shared_ptr<Graph> g(std::move(parsed));
-  std::vector<Dims> dims;
-  for (const Value* v : g->inputs()) dims.push_back(v->shape.concrete());
-  auto eval = [](const Node& n, const std::vector<const Tensor*>& in) { return EvaluateNode(n, in, 1); };
-  CJIT_RETURN_IF_ERROR(SpecializeShapes(*g, dims, eval));
   CJIT_ASSIGN_OR_RETURN(FusionPlan plan, BuildFusionPlan(*g));
   if (plan.kernels.size() != 1 || plan.steps.size() != 1) {
     return absl::InternalError(absl::StrCat(c.name, ": expected one fused kernel, got ", plan.kernels.size()));
