@@ -72,14 +72,8 @@ absl::StatusOr<DeviceLt*> CreateLt(CudaDevice* device, const LtApi& lt) {
   return d.release();  // lives for the process
 }
 
-// Created once per device; a failure is remembered too (creating a handle can take seconds to fail).
 absl::StatusOr<DeviceLt*> LtFor(CudaDevice* device, const LtApi& lt) {
-  static std::mutex mu;
-  static auto* per_device = new std::map<CudaDevice*, absl::StatusOr<DeviceLt*>>();
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = per_device->find(device);
-  if (it == per_device->end()) it = per_device->emplace(device, CreateLt(device, lt)).first;
-  return it->second;
+  return OncePerDevice<DeviceLt>(device, [&] { return CreateLt(device, lt); });
 }
 
 class LtGemmPlan : public GemmOp {

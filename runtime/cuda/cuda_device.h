@@ -9,6 +9,7 @@
 #ifndef CJIT_RUNTIME_CUDA_CUDA_DEVICE_H_
 #define CJIT_RUNTIME_CUDA_CUDA_DEVICE_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -106,6 +107,19 @@ class CudaDevice {
   std::mutex allocators_mu_;
   std::unique_ptr<DeviceAllocator> async_;  // created by the first Allocator("cuda_malloc_async")
 };
+
+// Per-device library state (a cuBLASLt or cuDNN handle): `create` runs once per device and process, and its
+// result — a failure too, since creating a handle can take seconds to fail — is returned from then on.
+// T names the kind of state. Thread-safe.
+template <typename T>
+absl::StatusOr<T*> OncePerDevice(CudaDevice* device, const std::function<absl::StatusOr<T*>()>& create) {
+  static std::mutex mu;
+  static auto* per_device = new std::map<CudaDevice*, absl::StatusOr<T*>>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = per_device->find(device);
+  if (it == per_device->end()) it = per_device->emplace(device, create()).first;
+  return it->second;
+}
 
 }  // namespace cjit
 

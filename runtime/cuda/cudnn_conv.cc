@@ -69,14 +69,8 @@ absl::StatusOr<DeviceDnn*> CreateDnn(CudaDevice* device, const DnnApi& dnn) {
   return d.release();  // lives for the process
 }
 
-// Created once per device; a failure is remembered too.
 absl::StatusOr<DeviceDnn*> DnnFor(CudaDevice* device, const DnnApi& dnn) {
-  static std::mutex mu;
-  static auto* per_device = new std::map<CudaDevice*, absl::StatusOr<DeviceDnn*>>();
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = per_device->find(device);
-  if (it == per_device->end()) it = per_device->emplace(device, CreateDnn(device, dnn)).first;
-  return it->second;
+  return OncePerDevice<DeviceDnn>(device, [&] { return CreateDnn(device, dnn); });
 }
 
 // Padding cuDNN's legacy API cannot express (begin != end) done explicitly: the input is copied into the
