@@ -1,7 +1,7 @@
 #include "cache/disk_cache.h"
 
 #include <fcntl.h>
-#include <glog/logging.h>
+#include "flags/logging.h"
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -170,7 +170,7 @@ void DiskCache::Reject(const std::string& path, absl::string_view why) {
   {
     std::lock_guard<std::mutex> lock(mu);
     if (warned->insert(path).second) {
-      LOG(WARNING) << "persistent cache: ignoring entry " << path << ": " << why
+      CJIT_LOG(WARNING) << "persistent cache: ignoring entry " << path << ": " << why
                    << (options_.read_only ? "" : " (removed; it will be recompiled)");
     }
   }

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -181,6 +182,41 @@ const std::vector<FlagDef>& Table() {
       {{"persistent_cache_max_bytes", "int", "0",
         "Keep the persistent cache under this many bytes by least-recently-used eviction; 0 = unbounded.", {}},
        Int64Flag(&Flags::persistent_cache_max_bytes, "persistent_cache_max_bytes", 0)},
+      {{"trace_to", "string", "",
+        "Write a Chrome trace-event JSON file (Perfetto UI, chrome://tracing) of every run, specialization, "
+        "compilation and cache decision here, when the session ends (or at Session::EndProfiling). A second "
+        "session of the process given the same path writes PATH with .1, .2 ... before the extension.",
+        {"xla_trace_to"}},
+       StringFlag(&Flags::trace_to)},
+      {{"trace_max_events", "int", "1000000",
+        "At most this many trace events per session; later ones are dropped and one 'trace truncated' event "
+        "marks the cut.", {}},
+       Int64Flag(&Flags::trace_max_events, "trace_max_events", 1)},
+      {{"dump_to", "string", "",
+        "Dump directory (as --xla_dump_to): per input signature the IR after each pass, clustering decisions, "
+        "a Graphviz .dot of the clustered graph, and per compiled cluster its fusion plan, LLVM IR before and "
+        "after optimization and the assembly (CPU) or PTX (GPU), indexed by manifest.json.",
+        {"xla_dump_to"}},
+       StringFlag(&Flags::dump_to)},
+      {{"dump_pass_re", "string", ".*",
+        "Dump the IR only after passes whose name matches this regular expression (as "
+        "--xla_dump_hlo_pass_re).", {"xla_dump_hlo_pass_re"}},
+       [](Flags& f, absl::string_view v, bool has) -> absl::Status {
+         if (!has) return BadValue("dump_pass_re", v, "a regular expression");
+         try {
+           std::regex re{std::string(v)};
+         } catch (const std::regex_error&) {
+           return BadValue("dump_pass_re", v, "a valid (ECMAScript) regular expression");
+         }
+         f.dump_pass_re = std::string(v);
+         return absl::OkStatus();
+       }},
+      {{"enable_nvtx_ranges", "bool", "false",
+        "NVTX ranges around every traced event, named as the trace events (as TF_ENABLE_NVTX_RANGES); they "
+        "reach Nsight Systems when it is attached and cost nothing otherwise.", {}},
+       BoolFlag(&Flags::enable_nvtx_ranges, "enable_nvtx_ranges")},
+      {{"nvtx_detailed", "bool", "false", "NVTX range and trace event names carry input shapes.", {}},
+       BoolFlag(&Flags::nvtx_detailed, "nvtx_detailed")},
       {{"fail_compilation_for_testing", "string", "",
         "Test hook: every compilation fails with this message, so clusters run on the fallback path.", {}},
        StringFlag(&Flags::fail_compilation_for_testing)},

@@ -54,6 +54,17 @@ struct Flags {
   std::string persistent_cache_dir;  // "" = no disk cache
   bool persistent_cache_read_only = false;
   int64_t persistent_cache_max_bytes = 0;  // 0 = unbounded
+  // Profiling (runtime/profiler.h, docs/profiling.md): Chrome trace-event JSON written at Session
+  // destruction or Session::EndProfiling(); at most trace_max_events events, then one "truncated" event.
+  std::string trace_to;
+  int64_t trace_max_events = 1000000;
+  // XLA-style dump directory (as --xla_dump_to / --xla_dump_hlo_pass_re): IR after each pass, clustering
+  // decisions, Graphviz, fusion plans, LLVM IR, assembly/PTX, manifest.json.
+  std::string dump_to;
+  std::string dump_pass_re = ".*";
+  // NVTX ranges around every traced event (as TF_ENABLE_NVTX_RANGES); detailed names carry shapes.
+  bool enable_nvtx_ranges = false;
+  bool nvtx_detailed = false;
   // Test hook: every compilation fails with this message (exercises the fallback path).
   std::string fail_compilation_for_testing;
   // Logging: global VLOG level and per-file levels "file=N,file2=M" (as TF_CPP_VMODULE).

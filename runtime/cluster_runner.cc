@@ -1,6 +1,6 @@
 #include "runtime/cluster_runner.h"
 
-#include <glog/logging.h>
+#include "flags/logging.h"
 
 #include <chrono>
 #include <thread>
@@ -9,8 +9,10 @@
 #include "compiler/codegen/cpu_compiler.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/passes/mark_for_compilation.h"
+#include "runtime/dump.h"
 #include "runtime/executable.h"
 #include "runtime/executor.h"
+#include "runtime/profiler.h"
 
 namespace cjit {
 
@@ -22,8 +24,14 @@ ClusterRuntime::ClusterRuntime(const Flags& flags)
       // Flags that change generated code (none of the current ones besides the target); listed for the key.
       codegen_flags_("O3") {}
 
-absl::StatusOr<std::shared_ptr<ClusterRuntime>> ClusterRuntime::Create(const Flags& flags) {
+ClusterRuntime::~ClusterRuntime() { Shutdown(); }
+
+absl::StatusOr<std::shared_ptr<ClusterRuntime>> ClusterRuntime::Create(const Flags& flags,
+                                                                      std::shared_ptr<Profiler> profiler,
+                                                                      std::shared_ptr<Dumper> dumper) {
   auto rt = std::make_shared<ClusterRuntime>(flags);
+  rt->profiler_ = std::move(profiler);
+  rt->dumper_ = std::move(dumper);
   if (!flags.persistent_cache_dir.empty()) {
     DiskCacheOptions o;
     o.dir = flags.persistent_cache_dir;
@@ -50,11 +58,60 @@ std::vector<std::shared_ptr<ClusterStats>> ClusterRuntime::AllStats() const {
   return stats_;
 }
 
+bool ClusterRuntime::SubmitCompile(std::function<void()> job) {
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  if (pool_stop_) return false;
+  pool_jobs_.push_back(std::move(job));
+  if (!pool_thread_.joinable()) {
+    pool_thread_ = std::thread([this] {
+      if (profiler_) profiler_->NameThisThread("async compile");
+      std::unique_lock<std::mutex> lock(pool_mu_);
+      for (;;) {
+        pool_cv_.wait(lock, [this] { return pool_stop_ || !pool_jobs_.empty(); });
+        if (pool_stop_) return;
+        std::function<void()> next = std::move(pool_jobs_.front());
+        pool_jobs_.pop_front();
+        ++pool_running_;
+        lock.unlock();
+        next();
+        next = nullptr;  // release what the job holds before taking the lock again
+        lock.lock();
+        --pool_running_;
+        pool_cv_.notify_all();
+      }
+    });
+  }
+  pool_cv_.notify_all();
+  return true;
+}
+
+void ClusterRuntime::Shutdown() {
+  std::thread worker;
+  std::deque<std::function<void()>> dropped;
+  {
+    std::unique_lock<std::mutex> lock(pool_mu_);
+    pool_stop_ = true;
+    dropped.swap(pool_jobs_);
+    pool_cv_.notify_all();
+    worker = std::move(pool_thread_);
+  }
+  dropped.clear();  // outside the lock: releasing a job releases the cluster state it holds
+  if (worker.joinable()) worker.join();
+}
+
+int ClusterRuntime::compiles_in_flight() const {
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  return static_cast<int>(pool_jobs_.size()) + pool_running_;
+}
+
 struct ClusterRunner::State {
-  // Shared: an --async_compilation thread may outlive the Session that started it.
-  std::shared_ptr<ClusterRuntime> runtime;
+  // Not owned: the runtime outlives every executor of its Session, and its Shutdown (called before the
+  // Session's executors are destroyed) joins the compile worker, so no job runs after it. A queued job
+  // owns its State only.
+  ClusterRuntime* runtime = nullptr;
   std::shared_ptr<const Graph> body;
   int threads = 1;
+  int signature_index = -1;
   CacheKey key;
   std::string policy_id;   // shape-free identity of the cluster
   std::string signature;
@@ -64,28 +121,38 @@ struct ClusterRunner::State {
   std::shared_ptr<const CpuExecutable> executable;  // guarded by mu
   bool compile_in_flight = false;                   // guarded by mu
   bool failed = false;                              // guarded by mu
+  bool dumped = false;                              // guarded by mu
+  std::atomic<uint64_t> pending_flow{0};  // trace flow from the compile to the first compiled execution
+  std::string trace_name, compile_name;   // "cluster_<id>", "compile cluster_<id>"
 };
 
 absl::StatusOr<std::unique_ptr<ClusterRunner>> ClusterRunner::Create(const Node& node,
                                                                      std::shared_ptr<const Graph> owner,
-                                                                     ClusterRuntime* runtime, int threads) {
+                                                                     ClusterRuntime* runtime, int threads,
+                                                                     int signature_index) {
   std::unique_ptr<ClusterRunner> r(new ClusterRunner());
   r->state_ = std::make_shared<State>();
   State& s = *r->state_;
-  s.runtime = runtime->weak_from_this().lock();
-  if (!s.runtime) return absl::InternalError("ClusterRuntime must be owned by a std::shared_ptr");
+  s.runtime = runtime;
   s.threads = threads;
+  s.signature_index = signature_index;
   const Graph* body = node.GetGraph("body");
   if (body == nullptr) return absl::InternalError(absl::StrCat(node.Describe(), " has no body"));
   s.body = std::shared_ptr<const Graph>(owner, body);
   s.key = MakeCacheKey(*body, runtime->target(), runtime->codegen_flags());
   s.policy_id = absl::StrCat(Fingerprint64(CanonicalClusterText(*body, false)));
   for (const Value* v : body->inputs()) absl::StrAppend(&s.signature, DTypeName(v->dtype), v->shape.ToString());
-  CJIT_ASSIGN_OR_RETURN(s.fallback, Executor::Create(s.body, threads));
   s.stats = runtime->NewStats();
   s.stats->id = static_cast<int>(node.GetInt("cluster_id", 0));
   s.stats->ops = static_cast<int>(body->nodes().size());
   s.stats->signature = s.signature;
+  s.trace_name = absl::StrCat("cluster_", s.stats->id);
+  s.compile_name = absl::StrCat("compile cluster_", s.stats->id);
+  ExecutorOptions fo;
+  fo.threads = threads;
+  fo.profiler = runtime->profiler();
+  fo.trace_cluster_id = s.stats->id;
+  CJIT_ASSIGN_OR_RETURN(s.fallback, Executor::Create(s.body, fo));
   return r;
 }
 
@@ -96,40 +163,63 @@ namespace {
 // Compiles `state`'s body, records the outcome, and installs the executable. Returns the compile status.
 absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state);
 
+// Writes the cluster's fusion plan, LLVM IR and assembly to the dump directory (once per cluster).
+void DumpCompiled(ClusterRunner::State& s, const CpuExecutable& ex);
+
+void CacheEvent(Profiler* prof, const char* name, const ClusterRunner::State& s, const char* result,
+                const std::string& reason, int64_t t0) {
+  if (prof == nullptr) return;
+  TraceArgs args;
+  args.Add("cluster", s.stats->id).Add("key", s.key.Hex()).Add("result", result);
+  if (!reason.empty()) args.Add("reason", reason);
+  prof->Complete(name, "cache", t0, Profiler::Now(), &args);
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const Tensor*>& inputs) {
   State& s = *state_;
+  Profiler* prof = CJIT_PROFILER_ENABLED ? s.runtime->profiler() : nullptr;
+  TraceScope scope(prof, s.trace_name, "cluster");
   std::shared_ptr<const CpuExecutable> ex;
   {
     std::lock_guard<std::mutex> lock(s.mu);
     ex = s.executable;
   }
   if (!ex) {
+    int64_t t0 = prof ? Profiler::Now() : 0;
     if (auto hit = s.runtime->cache().Lookup(s.key)) {
       ex = std::static_pointer_cast<const CpuExecutable>(hit);
       ++s.stats->memory_hits;
       std::lock_guard<std::mutex> lock(s.mu);
       s.executable = ex;
     }
+    CacheEvent(prof, "memory cache lookup", s, ex ? "hit" : "miss", "", t0);
   }
   if (!ex && s.runtime->disk() != nullptr) {
     // Loading is not compiling: a signature with a valid disk entry runs compiled from its first execution.
+    int64_t t0 = prof ? Profiler::Now() : 0;
     if (auto payload = s.runtime->disk()->Lookup(s.key, CpuExecutable::kPayloadKind)) {
-      auto loaded = CpuExecutable::Load(s.body, *payload);
+      auto loaded = CatchAsStatus("loading a cached cluster", [&] { return CpuExecutable::Load(s.body, *payload); });
       if (loaded.ok()) {
         ex = *loaded;
         ++s.stats->disk_hits;
         s.runtime->cache().Insert(s.key, ex);
         std::lock_guard<std::mutex> lock(s.mu);
         s.executable = ex;
+        CacheEvent(prof, "disk cache lookup", s, "hit", "", t0);
       } else {
         ++s.stats->disk_rejects;
-        LOG(WARNING) << "persistent cache: entry " << s.key.Hex() << " for cluster " << s.stats->id
-                     << " could not be loaded, recompiling: " << loaded.status().message();
+        CJIT_LOG(WARNING) << "persistent cache: entry " << s.key.Hex() << " for cluster " << s.stats->id
+                          << " could not be loaded, recompiling: " << loaded.status().message();
+        CacheEvent(prof, "disk cache lookup", s, "reject", std::string(loaded.status().message()), t0);
       }
+    } else {
+      CacheEvent(prof, "disk cache lookup", s, "miss", "", t0);
     }
+    if (ex && s.runtime->dumper()) DumpCompiled(s, *ex);
   }
+  std::string why;
   if (!ex) {
     bool failed, in_flight;
     {
@@ -137,27 +227,54 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
       failed = s.failed;
       in_flight = s.compile_in_flight;
     }
-    std::string why;
-    CompilePolicy::Decision d = failed || in_flight ? CompilePolicy::Decision::kFallback
-                                                    : s.runtime->policy().OnExecution(s.policy_id, s.signature, &why);
+    CompilePolicy::Decision d = CompilePolicy::Decision::kFallback;
+    if (failed) {
+      why = "its compilation failed";
+    } else if (in_flight) {
+      why = "a compilation is in flight";
+    } else {
+      d = s.runtime->policy().OnExecution(s.policy_id, s.signature, &why);
+    }
     if (d == CompilePolicy::Decision::kCompile) {
-      if (s.runtime->flags().async_compilation) {
-        {
-          std::lock_guard<std::mutex> lock(s.mu);
-          s.compile_in_flight = true;
-        }
-        std::shared_ptr<State> keep = state_;
-        std::thread([keep] { CompileInto(keep).IgnoreError(); }).detach();
-      } else if (CompileInto(state_).ok()) {
+      bool start = false;
+      {
         std::lock_guard<std::mutex> lock(s.mu);
+        if (!s.compile_in_flight && !s.executable) {
+          s.compile_in_flight = true;
+          start = true;
+        }
         ex = s.executable;
       }
+      if (start && s.runtime->flags().async_compilation) {
+        std::shared_ptr<State> keep = state_;
+        if (!s.runtime->SubmitCompile([keep] { CompileInto(keep).IgnoreError(); })) {
+          std::lock_guard<std::mutex> lock(s.mu);
+          s.compile_in_flight = false;  // shutting down: stay on the fallback path
+        }
+        why = "compiling in the background (--async_compilation)";
+      } else if (start && CompileInto(state_).ok()) {
+        std::lock_guard<std::mutex> lock(s.mu);
+        ex = s.executable;
+      } else if (!ex) {
+        why = start ? "its compilation failed" : "another thread is compiling it";
+      }
     }
+  }
+  if (scope.active()) {
+    scope.args()
+        .Add("cluster", s.stats->id)
+        .Add("path", ex ? "compiled" : "fallback")
+        .Add("signature", s.signature)
+        .Add("ops", s.stats->ops);
+    if (!ex && !why.empty()) scope.args().Add("why", why);
   }
   if (ex) {
     s.runtime->policy().RecordCompiledExecution(s.policy_id);
     ++s.stats->compiled_executions;
-    return ex->Run(inputs, s.threads);
+    if (prof) {
+      if (uint64_t flow = s.pending_flow.exchange(0)) prof->FlowEnd(flow, "first compiled execution", Profiler::Now());
+    }
+    return ex->Run(inputs, s.threads, prof, s.stats->id);
   }
   ++s.stats->fallback_executions;
   std::vector<Tensor> in;
@@ -167,39 +284,95 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
 
 namespace {
 
+void DumpCompiled(ClusterRunner::State& s, const CpuExecutable& ex) {
+  Dumper* d = s.runtime->dumper();
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.dumped) return;
+    s.dumped = true;
+  }
+  int id = s.stats->id;
+  d->DumpCluster(s.signature_index, id, "fusion_plan", "fusion_plan.txt", FusionPlanToString(ex.plan()));
+  auto kernels = DumpCpuKernels(ex.plan());
+  if (!kernels.ok()) {
+    CJIT_LOG(WARNING) << "--dump_to: cluster " << id << ": " << kernels.status().message();
+    return;
+  }
+  for (size_t k = 0; k < kernels->size(); ++k) {
+    const CpuKernelDump& kd = (*kernels)[k];
+    d->DumpCluster(s.signature_index, id, "llvm_ir", absl::StrCat("kernel_", k, ".ll"), kd.llvm_ir);
+    d->DumpCluster(s.signature_index, id, "llvm_ir_opt", absl::StrCat("kernel_", k, ".opt.ll"), kd.llvm_ir_opt);
+    d->DumpCluster(s.signature_index, id, "asm", absl::StrCat("kernel_", k, ".s"), kd.assembly);
+  }
+}
+
 absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state) {
   ClusterRunner::State& s = *state;
+  Profiler* prof = CJIT_PROFILER_ENABLED ? s.runtime->profiler() : nullptr;
+  TraceScope scope(prof, s.compile_name, "compile");
   auto t0 = std::chrono::steady_clock::now();
   CpuCompileOptions options;
   options.fail_for_testing = s.runtime->flags().fail_compilation_for_testing;
-  auto ex = CpuExecutable::Compile(s.body, options);
+  if (prof) {
+    options.on_phase = [prof](const char* phase, int64_t start, int64_t end) { prof->Complete(phase, "compile", start, end); };
+  }
+  auto ex = CatchAsStatus(absl::StrCat("compiling cluster ", s.stats->id),
+                          [&] { return CpuExecutable::Compile(s.body, options); });
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s.runtime->policy().RecordCompile(s.policy_id, seconds, ex.ok());
   ++s.stats->compiles;
   s.stats->compile_us += static_cast<int64_t>(seconds * 1e6);
-  std::lock_guard<std::mutex> lock(s.mu);
-  s.compile_in_flight = false;
-  if (!ex.ok()) {
-    s.failed = true;
-    LOG(WARNING) << "cluster " << s.stats->id << " (" << s.signature << "): compilation failed, running it on the "
-                 << "fallback path from now on: " << ex.status().message();
-    return ex.status();
+  if (scope.active()) {
+    scope.args().Add("cluster", s.stats->id).Add("signature", s.signature).Add("key", s.key.Hex());
+    scope.args().Add("ok", ex.ok() ? "true" : "false");
+    if (ex.ok()) {
+      scope.args()
+          .Add("fused_kernels", (*ex)->num_fused_kernels())
+          .Add("library_steps", (*ex)->num_library_steps())
+          .Add("code_bytes", static_cast<int64_t>((*ex)->code_bytes()));
+    } else {
+      scope.args().Add("error", std::string(ex.status().message()));
+    }
   }
-  s.stats->code_bytes = static_cast<int64_t>((*ex)->code_bytes());
-  VLOG(1) << "compiled cluster " << s.stats->id << " signature " << s.signature << " in " << seconds * 1e3
-          << " ms: " << (*ex)->num_fused_kernels() << " fused kernels, " << (*ex)->num_library_steps()
-          << " library steps, " << (*ex)->code_bytes() << " code bytes, key " << s.key.Hex();
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.compile_in_flight = false;
+    if (!ex.ok()) {
+      s.failed = true;
+      CJIT_LOG(WARNING) << "cluster " << s.stats->id << " (" << s.signature << "): compilation failed, running it on the "
+                        << "fallback path from now on: " << ex.status().message();
+      return ex.status();
+    }
+    s.stats->code_bytes = static_cast<int64_t>((*ex)->code_bytes());
+  }
+  int64_t total_us = 0;
+  for (const auto& st : s.runtime->AllStats()) total_us += st->compile_us;
+  CJIT_VLOG(1) << "compiled cluster " << s.stats->id << " signature " << s.signature << " in " << seconds * 1e3
+               << " ms: " << (*ex)->num_fused_kernels() << " fused kernels, " << (*ex)->num_library_steps()
+               << " library steps, " << (*ex)->code_bytes() << " code bytes, key " << s.key.Hex()
+               << "; compile time so far " << total_us / 1e3 << " ms";
   s.runtime->cache().Insert(s.key, *ex);
-  s.executable = *ex;
   if (DiskCache* disk = s.runtime->disk(); disk != nullptr && !disk->options().read_only) {
+    int64_t w0 = prof ? Profiler::Now() : 0;
     auto payload = (*ex)->ExportPayload();
     absl::Status st = payload.ok() ? disk->Store(s.key, CpuExecutable::kPayloadKind, *payload) : payload.status();
     if (st.ok()) {
       ++s.stats->disk_writes;
+      CJIT_VLOG(2) << "persistent cache: stored cluster " << s.stats->id << " (" << payload->size() << " bytes), key "
+                   << s.key.Hex();
     } else {
-      LOG(WARNING) << "persistent cache: cannot store cluster " << s.stats->id << ": " << st.message();
+      CJIT_LOG(WARNING) << "persistent cache: cannot store cluster " << s.stats->id << ": " << st.message();
     }
+    CacheEvent(prof, "disk cache write", s, st.ok() ? "written" : "failed", st.ok() ? "" : std::string(st.message()), w0);
   }
+  if (s.runtime->dumper()) DumpCompiled(s, **ex);
+  if (prof) {
+    uint64_t flow = prof->NewFlowId();
+    prof->FlowStart(flow, "first compiled execution", Profiler::Now());
+    s.pending_flow.store(flow);
+  }
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.executable = *ex;
   return absl::OkStatus();
 }
 

@@ -9,10 +9,14 @@
 #define CJIT_RUNTIME_CLUSTER_RUNNER_H_
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -27,6 +31,8 @@ namespace cjit {
 
 class Executor;
 class CpuExecutable;
+class Profiler;
+class Dumper;
 
 // Counters of one cluster (one cluster node of one specialized signature).
 struct ClusterStats {
@@ -38,12 +44,19 @@ struct ClusterStats {
   std::atomic<int64_t> code_bytes{0};
 };
 
-// Always owned by a std::shared_ptr (Create): background compilations keep it alive.
+// Created by Create (a std::shared_ptr). It must outlive every executor that uses it; its owner calls
+// Shutdown before destroying those executors (Session does), which joins the background compile worker.
 class ClusterRuntime : public std::enable_shared_from_this<ClusterRuntime> {
  public:
   // Opens the persistent cache when --persistent_cache_dir is set (error: the directory cannot be used).
-  static absl::StatusOr<std::shared_ptr<ClusterRuntime>> Create(const Flags& flags);
+  // `profiler` and `dumper` (optional) receive compile, cache and execution events / compiled artifacts.
+  static absl::StatusOr<std::shared_ptr<ClusterRuntime>> Create(const Flags& flags,
+                                                                std::shared_ptr<Profiler> profiler = nullptr,
+                                                                std::shared_ptr<Dumper> dumper = nullptr);
   explicit ClusterRuntime(const Flags& flags);
+  ~ClusterRuntime();
+  Profiler* profiler() const { return profiler_.get(); }
+  Dumper* dumper() const { return dumper_.get(); }
   DiskCache* disk() { return disk_.get(); }
   const Flags& flags() const { return flags_; }
   CompilePolicy& policy() { return policy_; }
@@ -53,21 +66,41 @@ class ClusterRuntime : public std::enable_shared_from_this<ClusterRuntime> {
   std::shared_ptr<ClusterStats> NewStats();
   std::vector<std::shared_ptr<ClusterStats>> AllStats() const;
 
+  // Background compilation (--async_compilation): jobs run on one worker thread that this runtime owns.
+  // Submit returns false after Shutdown. Shutdown drops jobs that have not started, waits for the running
+  // one, and joins the worker; the Session calls it before it is destroyed, so no compile thread outlives
+  // its Session. Idempotent.
+  bool SubmitCompile(std::function<void()> job);
+  void Shutdown();
+  // Compilations queued or running.
+  int compiles_in_flight() const;
+
  private:
   Flags flags_;
   CompilePolicy policy_;
   MemoryCache cache_;
   std::unique_ptr<DiskCache> disk_;
+  std::shared_ptr<Profiler> profiler_;
+  std::shared_ptr<Dumper> dumper_;
   std::string target_, codegen_flags_;
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<ClusterStats>> stats_;
+  // Compile worker (guarded by pool_mu_).
+  mutable std::mutex pool_mu_;
+  std::condition_variable pool_cv_;
+  std::deque<std::function<void()>> pool_jobs_;
+  std::thread pool_thread_;
+  bool pool_stop_ = false;
+  int pool_running_ = 0;
 };
 
 class ClusterRunner {
  public:
   // `node` is a cjit.Cluster node whose graph is kept alive by `owner`.
+  // `signature_index` names the session signature in dump files (-1: none).
   static absl::StatusOr<std::unique_ptr<ClusterRunner>> Create(const Node& node, std::shared_ptr<const Graph> owner,
-                                                               ClusterRuntime* runtime, int threads);
+                                                               ClusterRuntime* runtime, int threads,
+                                                               int signature_index = -1);
   ~ClusterRunner();
   absl::StatusOr<std::vector<Tensor>> Run(const std::vector<const Tensor*>& inputs);
 

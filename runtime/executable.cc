@@ -1,6 +1,6 @@
 #include "runtime/executable.h"
 
-#include <glog/logging.h>
+#include "flags/logging.h"
 #include <omp.h>
 
 #include <cstring>
@@ -10,25 +10,45 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
 #include "runtime/cpu/kernel.h"
+#include "runtime/profiler.h"
 
 namespace cjit {
 
 absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Compile(std::shared_ptr<const Graph> body,
                                                                             const CpuCompileOptions& options) {
-  return Build(body, [&](const FusionPlan& plan) { return CompileForCpu(plan, options); });
+  return Build(body, options, [&](const FusionPlan& plan) { return CompileForCpu(plan, options); });
 }
 
 absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Load(std::shared_ptr<const Graph> body,
                                                                          absl::string_view payload) {
-  return Build(body, [&](const FusionPlan& plan) { return LoadCpuPayload(plan, payload); });
+  return Build(body, {}, [&](const FusionPlan& plan) { return LoadCpuPayload(plan, payload); });
 }
 
 absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Build(
-    std::shared_ptr<const Graph> body,
+    std::shared_ptr<const Graph> body, const CpuCompileOptions& options,
     const std::function<absl::StatusOr<std::unique_ptr<CpuCode>>(const FusionPlan&)>& make_code) {
   std::shared_ptr<CpuExecutable> ex(new CpuExecutable());
   ex->body_ = body;
+  int64_t t0 = Profiler::Now();
   CJIT_ASSIGN_OR_RETURN(ex->plan_, BuildFusionPlan(*body));
+  if (options.on_phase) options.on_phase("fusion_plan", t0, Profiler::Now());
+  for (const FusedKernel& k : ex->plan_.kernels) {
+    std::string ops;
+    for (const Node* n : k.nodes) absl::StrAppend(&ops, ops.empty() ? "" : "+", n->op_type);
+    int64_t bytes = 0;
+    for (const auto* list : {&k.input_sources, &k.outputs}) {
+      for (const Value* v : *list) {
+        if (v->shape.fully_known()) bytes += NumElements(v->shape.concrete()) * static_cast<int64_t>(DTypeSize(v->dtype));
+      }
+    }
+    TraceArgs args;
+    args.Add("ops", ops)
+        .Add("kind", k.row_reduction ? "row reduction" : "elementwise")
+        .Add("shape", DimsToString(k.shape))
+        .Add("bytes", bytes);
+    ex->kernel_args_.push_back(args.body());
+    ex->kernel_names_.push_back(absl::StrCat("fusion_", ex->kernel_names_.size()));
+  }
   for (const PlanStep& s : ex->plan_.steps) {
     if (s.kind == PlanStep::Kind::kLibrary && FindKernel(s.node->op_type) == nullptr) {
       return absl::UnimplementedError(absl::StrCat(s.node->Describe(), ": no CPU kernel for a library step"));
@@ -104,7 +124,7 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Build(
         offset += static_cast<size_t>(NumElements(ex->slot_values_[s]->shape.concrete())) * DTypeSize(out->dtype);
       }
       ex->skip_step_[i] = true;
-      VLOG(2) << "in-place Concat " << st.node->name << ": " << ex->step_inputs_[i].size() << " inputs written in place";
+      CJIT_VLOG(2) << "in-place Concat " << st.node->name << ": " << ex->step_inputs_[i].size() << " inputs written in place";
     }
   }
   std::vector<int> last(ex->slot_values_.size(), -1);
@@ -115,8 +135,23 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Build(
   std::vector<bool> keep(ex->slot_values_.size(), false);
   for (int s : ex->output_slots_) keep[s] = true;
   for (size_t s = 0; s < ex->slot_values_.size(); ++s) {
-    if (ex->slot_values_[s]->is_constant()) keep[s] = true;
+    if (ex->slot_values_[s]->is_constant()) {
+      keep[s] = true;
+      ex->constant_slots_.push_back(static_cast<int>(s));
+    }
     if (!keep[s] && last[s] >= 0) ex->free_after_[last[s]].push_back(static_cast<int>(s));
+  }
+  // Library steps whose outputs are all known skip shape inference (the shapes are the body's).
+  ex->step_inferred_.resize(ex->plan_.steps.size());
+  for (size_t i = 0; i < ex->plan_.steps.size(); ++i) {
+    const PlanStep& st = ex->plan_.steps[i];
+    if (st.kind != PlanStep::Kind::kLibrary) continue;
+    bool known = !st.node->outputs.empty();
+    for (const Value* v : st.node->outputs) known &= v == nullptr || (v->dtype != DType::kInvalid && v->shape.fully_known());
+    if (!known) continue;
+    for (const Value* v : st.node->outputs) {
+      ex->step_inferred_[i].push_back(v ? InferOutput{v->dtype, v->shape} : InferOutput{});
+    }
   }
   return std::shared_ptr<const CpuExecutable>(std::move(ex));
 }
@@ -137,53 +172,86 @@ Tensor& CpuExecutable::Materialize(std::vector<Tensor>& slots, int slot) const {
   return slots[slot];
 }
 
-absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const Tensor*>& inputs, int threads) const {
+absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const Tensor*>& inputs, int threads,
+                                                       Profiler* profiler, int cluster_id) const {
   if (inputs.size() != input_slots_.size()) return absl::InternalError("compiled cluster: wrong input count");
+  // `slots` owns what this run computes; `view` points at every value (constants and inputs in place).
   std::vector<Tensor> slots(slot_values_.size());
-  for (size_t s = 0; s < slot_values_.size(); ++s) {
-    if (slot_values_[s]->is_constant()) slots[s] = *slot_values_[s]->constant;
-  }
-  for (size_t i = 0; i < inputs.size(); ++i) slots[input_slots_[i]] = *inputs[i];
+  std::vector<const Tensor*> view(slot_values_.size(), nullptr);
+  for (int s : constant_slots_) view[s] = slot_values_[s]->constant.get();
+  for (size_t i = 0; i < inputs.size(); ++i) view[input_slots_[i]] = inputs[i];
+  auto materialize = [&](int s) -> Tensor& {
+    Tensor& t = Materialize(slots, s);
+    view[s] = &t;
+    if (alias_[s].base_slot >= 0) view[alias_[s].base_slot] = &slots[alias_[s].base_slot];
+    return t;
+  };
   for (size_t i = 0; i < plan_.steps.size(); ++i) {
     const PlanStep& step = plan_.steps[i];
     if (skip_step_[i]) {
       // In-place Concat: its inputs were written into its output.
       int out = step_outputs_[i][0];
-      if (!slots[out].defined()) Materialize(slots, out);
+      if (!slots[out].defined()) materialize(out);
     } else if (step.kind == PlanStep::Kind::kFused) {
+      TraceScope scope(profiler, kernel_names_[step.kernel], "kernel");
       const CpuKernel& ck = code_->kernels()[step.kernel];
-      std::vector<void*> args;
-      for (int s : step_inputs_[i]) args.push_back(const_cast<void*>(slots[s].raw()));
-      for (size_t o = 0; o < step_outputs_[i].size(); ++o) {
-        args.push_back(Materialize(slots, step_outputs_[i][o]).raw());
+      void* args_buf[16];
+      std::vector<void*> args_vec;
+      size_t nargs = step_inputs_[i].size() + step_outputs_[i].size();
+      void** args = args_buf;
+      if (nargs > 16) {
+        args_vec.resize(nargs);
+        args = args_vec.data();
       }
+      size_t a = 0;
+      for (int s : step_inputs_[i]) args[a++] = const_cast<void*>(view[s]->raw());
+      for (size_t o = 0; o < step_outputs_[i].size(); ++o) args[a++] = materialize(step_outputs_[i][o]).raw();
       int64_t rows = ck.rows, work = rows * ck.row_elems;
       int nt = (work >= 32768 && rows > 1) ? std::min<int64_t>(threads, rows) : 1;
       if (nt <= 1) {
-        ck.fn(args.data(), ck.meta.data(), ck.consts.data(), 0, rows);
+        ck.fn(args, ck.meta.data(), ck.consts.data(), 0, rows);
       } else {
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int t = 0; t < nt; ++t) {
           int64_t lo = rows * t / nt, hi = rows * (t + 1) / nt;
-          if (lo < hi) ck.fn(args.data(), ck.meta.data(), ck.consts.data(), lo, hi);
+          if (lo < hi) ck.fn(args, ck.meta.data(), ck.consts.data(), lo, hi);
         }
       }
+      if (scope.active()) {
+        scope.Stop();
+        scope.args().Add("cluster", cluster_id).Add("threads", nt);
+        absl::StrAppend(&scope.args().mutable_body(), ", ", kernel_args_[step.kernel]);
+      }
     } else {
+      TraceScope scope(profiler, step.node->op_type, "library");
       std::vector<const Tensor*> ins;
-      for (int s : step_inputs_[i]) ins.push_back(s >= 0 ? &slots[s] : nullptr);
+      ins.reserve(step_inputs_[i].size());
+      for (int s : step_inputs_[i]) ins.push_back(s >= 0 ? view[s] : nullptr);
       std::vector<Tensor> preset(step_outputs_[i].size());
       bool any_alias = false;
       for (size_t k = 0; k < step_outputs_[i].size(); ++k) {
         int s = step_outputs_[i][k];
         if (s >= 0 && alias_[s].base_slot >= 0) {
-          preset[k] = Materialize(slots, s);
+          preset[k] = materialize(s);
           any_alias = true;
         }
       }
+      std::string impl;
       CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> outs,
                             EvaluateNode(*step.node, ins, threads, nullptr, &step_input_const_[i],
                                          step.post_ops.empty() ? nullptr : &step.post_ops,
-                                         any_alias ? &preset : nullptr));
+                                         any_alias ? &preset : nullptr, scope.active() ? &impl : nullptr,
+                                         step_inferred_[i].empty() ? nullptr : &step_inferred_[i]));
+      if (scope.active()) {
+        scope.Stop();
+        scope.SetNode(step.node, cluster_id);
+        if (!impl.empty()) scope.args().Add("impl", impl);
+        if (!step.absorbed.empty()) {
+          std::string absorbed;
+          for (const Node* n : step.absorbed) absl::StrAppend(&absorbed, absorbed.empty() ? "" : "+", n->op_type);
+          scope.args().Add("post_ops", absorbed);
+        }
+      }
       for (size_t k = 0; k < step_outputs_[i].size(); ++k) {
         int s = step_outputs_[i][k];
         if (s < 0) continue;
@@ -194,12 +262,20 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const T
           continue;
         }
         slots[s] = std::move(outs[k]);
+        view[s] = &slots[s];
       }
     }
-    for (int s : free_after_[i]) slots[s] = Tensor();
+    for (int s : free_after_[i]) {
+      slots[s] = Tensor();
+      view[s] = nullptr;
+    }
   }
   std::vector<Tensor> out;
-  for (int s : output_slots_) out.push_back(slots[s]);
+  out.reserve(output_slots_.size());
+  for (int s : output_slots_) {
+    if (view[s] == nullptr) return absl::InternalError("compiled cluster: an output was never computed");
+    out.push_back(*view[s]);
+  }
   return out;
 }
 

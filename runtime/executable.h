@@ -16,8 +16,11 @@
 #include "compiler/codegen/cpu_compiler.h"
 #include "compiler/codegen/fusion_plan.h"
 #include "compiler/ir/graph.h"
+#include "compiler/ops/op_registry.h"
 
 namespace cjit {
+
+class Profiler;
 
 class CpuExecutable : public CacheEntry {
  public:
@@ -30,8 +33,11 @@ class CpuExecutable : public CacheEntry {
   static constexpr uint32_t kPayloadKind = 1;  // CPU object code of the fused kernels
   absl::StatusOr<std::string> ExportPayload() const { return ExportCpuPayload(plan_); }
 
-  // Inputs in body-input order; returns body outputs in order.
-  absl::StatusOr<std::vector<Tensor>> Run(const std::vector<const Tensor*>& inputs, int threads) const;
+  // Inputs in body-input order; returns body outputs in order. `profiler` (optional) receives one event per
+  // step (fused kernel or library step), tagged with `cluster_id`.
+  absl::StatusOr<std::vector<Tensor>> Run(const std::vector<const Tensor*>& inputs, int threads,
+                                          Profiler* profiler = nullptr, int cluster_id = -1) const;
+  const FusionPlan& plan() const { return plan_; }
 
   size_t bytes() const override { return code_->code_bytes() + 1024; }
   size_t code_bytes() const { return code_->code_bytes(); }
@@ -41,8 +47,10 @@ class CpuExecutable : public CacheEntry {
  private:
   CpuExecutable() = default;
   static absl::StatusOr<std::shared_ptr<const CpuExecutable>> Build(
-      std::shared_ptr<const Graph> body,
+      std::shared_ptr<const Graph> body, const CpuCompileOptions& options,
       const std::function<absl::StatusOr<std::unique_ptr<CpuCode>>(const FusionPlan&)>& make_code);
+  std::vector<std::string> kernel_names_;  // per fused kernel: "fusion_<k>" (trace event / NVTX range name)
+  std::vector<std::string> kernel_args_;  // per fused kernel: its static trace args (ops, kind, shape, bytes)
   std::shared_ptr<const Graph> body_;
   FusionPlan plan_;
   std::unique_ptr<CpuCode> code_;
@@ -50,7 +58,8 @@ class CpuExecutable : public CacheEntry {
   std::vector<const Value*> slot_values_;
   std::vector<std::vector<int>> step_inputs_, step_outputs_, free_after_;
   std::vector<std::vector<bool>> step_input_const_;
-  std::vector<int> input_slots_, output_slots_;
+  std::vector<int> input_slots_, output_slots_, constant_slots_;
+  std::vector<std::vector<InferOutput>> step_inferred_;  // per library step with known output shapes
   // In-place Concat (outer size 1): each input slot written directly into its byte range of the output.
   struct AliasInto {
     int base_slot = -1;

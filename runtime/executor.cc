@@ -7,16 +7,62 @@
 #include "compiler/ir/status_macros.h"
 #include "compiler/passes/mark_for_compilation.h"
 #include "runtime/cluster_runner.h"
+#include "runtime/profiler.h"
 
 namespace cjit {
 
 Executor::~Executor() = default;
 
-absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(std::shared_ptr<const Graph> graph, int threads,
-                                                           ClusterRuntime* clusters, bool trust_shapes) {
+namespace {
+
+// "f32[1x3x48x320], f32[8]" appended to `out` (no JSON escaping needed: dtype names and digits only).
+template <typename Get>
+int64_t AppendTensorList(std::string* out, size_t n, Get get) {
+  int64_t bytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor* t = get(i);
+    if (i) out->append(", ");
+    if (t == nullptr || !t->defined()) {
+      out->append("none");
+      continue;
+    }
+    absl::StrAppend(out, DTypeName(t->dtype()), "[");
+    for (size_t d = 0; d < t->dims().size(); ++d) {
+      if (d) out->push_back('x');
+      absl::StrAppend(out, t->dims()[d]);
+    }
+    out->push_back(']');
+    bytes += static_cast<int64_t>(t->nbytes());
+  }
+  return bytes;
+}
+
+}  // namespace
+
+void AddNodeTraceArgs(TraceArgs& args, const Node& node, const std::vector<const Tensor*>& inputs,
+                      const std::vector<Tensor>& outputs, int cluster_id, const std::string& impl) {
+  args.Add("op_type", node.op_type).Add("node", node.name);
+  if (cluster_id >= 0) args.Add("cluster", static_cast<int64_t>(cluster_id));
+  std::string& body = args.mutable_body();
+  body.append(", \"inputs\": \"");
+  int64_t bytes = AppendTensorList(&body, inputs.size(), [&](size_t i) { return inputs[i]; });
+  body.append("\", \"outputs\": \"");
+  bytes += AppendTensorList(&body, outputs.size(), [&](size_t i) { return &outputs[i]; });
+  body.append("\"");
+  args.Add("bytes", bytes);
+  if (!impl.empty()) args.Add("impl", impl);
+}
+
+absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(std::shared_ptr<const Graph> graph,
+                                                           const ExecutorOptions& options) {
   std::unique_ptr<Executor> ex(new Executor());
   ex->graph_ = graph;
-  ex->threads_ = std::max(1, threads);
+  ex->options_ = options;
+  ex->threads_ = std::max(1, options.threads);
+  ex->profiler_ = options.profiler;
+  ex->trace_cluster_id_ = options.trace_cluster_id;
+  ClusterRuntime* clusters = options.clusters;
+  bool trust_shapes = options.trust_shapes;
   std::unordered_map<const Value*, int> slot;
   auto slot_of = [&](const Value* v) {
     auto it = slot.find(v);
@@ -38,7 +84,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(std::shared_ptr<const
     st.kernel = FindKernel(n->op_type);
     if (n->op_type == kClusterOp) {
       if (clusters == nullptr) return absl::InternalError("cluster node in a graph without a cluster runtime");
-      CJIT_ASSIGN_OR_RETURN(st.cluster, ClusterRunner::Create(*n, graph, clusters, ex->threads_));
+      CJIT_ASSIGN_OR_RETURN(st.cluster, ClusterRunner::Create(*n, graph, clusters, ex->threads_, options.signature_index));
     } else if (st.kernel == nullptr) {
       return absl::UnimplementedError(absl::StrCat(n->Describe(), ": no CPU kernel for this operator"));
     }
@@ -86,7 +132,11 @@ absl::StatusOr<std::vector<Tensor>> Executor::RunSubgraph(
     if (it == subgraphs_.end()) {
       // Subgraphs are owned by node attributes of graph_ (shared_ptr); alias them without owning.
       std::shared_ptr<const Graph> alias(graph_, &g);
-      CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> e, Create(alias, threads_));
+      ExecutorOptions o;
+      o.threads = threads_;
+      o.profiler = profiler_;
+      o.trace_cluster_id = trace_cluster_id_;
+      CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> e, Create(alias, o));
       it = subgraphs_.emplace(&g, std::move(e)).first;
     }
     sub = it->second.get();
@@ -100,49 +150,77 @@ absl::StatusOr<std::vector<Tensor>> Executor::Run(
     return absl::InvalidArgumentError(
         absl::StrCat("graph '", graph_->name, "' takes ", input_slots_.size(), " inputs, got ", inputs.size()));
   }
+  // `slots` owns the values computed here; `view` points at every value: constants and inputs are read
+  // in place (no per-run copies).
   std::vector<Tensor> slots(num_slots_);
-  for (const auto& [s, t] : constants_) slots[s] = *t;
-  for (size_t i = 0; i < inputs.size(); ++i) slots[input_slots_[i]] = inputs[i];
+  std::vector<const Tensor*> view(num_slots_, nullptr);
+  for (const auto& [s, t] : constants_) view[s] = t.get();
+  for (size_t i = 0; i < inputs.size(); ++i) view[input_slots_[i]] = &inputs[i];
   for (const auto& [name, s] : capture_slots_) {
-    bool found = false;
     for (const auto& [cn, t] : captures) {
-      if (cn == name) {
-        slots[s] = t;
-        found = true;
-      }
+      if (cn == name) view[s] = &t;
     }
-    if (!found) return absl::InvalidArgumentError(absl::StrCat("captured value '", name, "' was not provided"));
+    if (view[s] == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("captured value '", name, "' was not provided"));
+    }
   }
   for (const Step& st : steps_) {
+    // Cluster nodes trace themselves (ClusterRunner); every other node is one "op" event.
+    TraceScope scope(st.cluster ? nullptr : profiler_, st.node->op_type, "op");
     KernelContext ctx;
     ctx.node = st.node;
+    ctx.want_impl = scope.active();
     ctx.threads = threads_;
     ctx.run_subgraph = &runner_;
-    ctx.input_is_constant = st.in_const;
-    for (int s : st.in) ctx.inputs.push_back(s >= 0 ? &slots[s] : nullptr);
-    for (int s : st.implicit) ctx.implicit.push_back(&slots[s]);
+    ctx.input_is_constant = &st.in_const;
+    ctx.inputs.reserve(st.in.size());
+    for (int s : st.in) ctx.inputs.push_back(s >= 0 ? view[s] : nullptr);
+    for (int s : st.implicit) ctx.implicit.push_back(view[s]);
     if (st.static_shapes) {
-      ctx.inferred = st.inferred;
+      ctx.static_inferred = &st.inferred;
     } else {
       CJIT_RETURN_IF_ERROR(InferNode(*st.node, InferInputsFromValues(ctx.inputs), ctx.inferred));
     }
     ctx.outputs.resize(st.out.size());
     absl::Status status;
     if (st.cluster) {
-      auto outs = st.cluster->Run(ctx.inputs);
+      auto outs = CatchAsStatus(st.node->Describe(), [&] { return st.cluster->Run(ctx.inputs); });
       if (outs.ok()) ctx.outputs = std::move(*outs);
       status = outs.status();
     } else {
-      status = (*st.kernel)(ctx);
+      status = RunKernel(*st.kernel, ctx);
     }
     CJIT_RETURN_IF_ERROR(CheckKernelResult(ctx, status, st.out));
     for (size_t k = 0; k < st.out.size(); ++k) {
-      if (st.out[k] >= 0) slots[st.out[k]] = std::move(ctx.outputs[k]);
+      if (st.out[k] >= 0) {
+        slots[st.out[k]] = std::move(ctx.outputs[k]);
+        view[st.out[k]] = &slots[st.out[k]];
+      }
     }
-    for (int s : st.free_after) slots[s] = Tensor();
+    if (scope.active()) {
+      scope.Stop();
+      if (st.static_shapes) {
+        // Shapes are in the graph: the args are formatted when the trace is read.
+        scope.SetNode(st.node, trace_cluster_id_);
+        if (!ctx.impl.empty()) scope.args().Add("impl", ctx.impl);
+      } else {
+        for (size_t k = 0; k < st.out.size(); ++k) {
+          if (st.out[k] >= 0) ctx.outputs[k] = slots[st.out[k]];
+        }
+        AddNodeTraceArgs(scope.args(), *st.node, ctx.inputs, ctx.outputs, trace_cluster_id_, ctx.impl);
+      }
+    }
+    for (int s : st.free_after) {
+      slots[s] = Tensor();
+      view[s] = nullptr;
+    }
   }
   std::vector<Tensor> outputs;
-  for (int s : output_slots_) outputs.push_back(slots[s]);
+  outputs.reserve(output_slots_.size());
+  for (int s : output_slots_) {
+    if (view[s] == nullptr) return absl::InternalError(absl::StrCat("graph output slot ", s, " was never computed"));
+    outputs.push_back(*view[s]);
+  }
   return outputs;
 }
 

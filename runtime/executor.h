@@ -25,14 +25,32 @@ namespace cjit {
 
 class ClusterRunner;
 class ClusterRuntime;
+class Profiler;
+
+struct ExecutorOptions {
+  int threads = 1;
+  // Runs cjit.Cluster nodes (required when the graph has any).
+  ClusterRuntime* clusters = nullptr;
+  // A specialized graph: nodes whose outputs have fully known shapes skip shape inference.
+  bool trust_shapes = false;
+  // Receives one event per executed node (must outlive the executor); an executor that runs a cluster's
+  // body on the fallback path tags its events with `trace_cluster_id`.
+  Profiler* profiler = nullptr;
+  int trace_cluster_id = -1;
+  // The session's index of the signature this graph was specialized for (dump file names), or -1.
+  int signature_index = -1;
+};
 
 class Executor {
  public:
-  // `graph` is shared with the executor. `clusters` (optional) runs cjit.Cluster nodes. With
-  // `trust_shapes` (a specialized graph), nodes whose outputs have fully known shapes skip shape inference.
-  static absl::StatusOr<std::unique_ptr<Executor>> Create(std::shared_ptr<const Graph> graph, int threads,
-                                                          ClusterRuntime* clusters = nullptr,
-                                                          bool trust_shapes = false);
+  // `graph` is shared with the executor.
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(std::shared_ptr<const Graph> graph,
+                                                          const ExecutorOptions& options);
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(std::shared_ptr<const Graph> graph, int threads) {
+    ExecutorOptions o;
+    o.threads = threads;
+    return Create(std::move(graph), o);
+  }
   ~Executor();
 
   // Inputs in graph-input order; captures bound by name (for subgraphs). Returns graph outputs in order.
@@ -59,7 +77,10 @@ class Executor {
                                                   const std::vector<std::pair<std::string, Tensor>>& captures) const;
 
   std::shared_ptr<const Graph> graph_;
+  ExecutorOptions options_;
   int threads_ = 1;
+  Profiler* profiler_ = nullptr;
+  int trace_cluster_id_ = -1;
   int num_slots_ = 0;
   std::vector<Step> steps_;
   std::vector<std::pair<int, std::shared_ptr<const Tensor>>> constants_;

@@ -35,6 +35,8 @@ class Executor;
 class ClusterRuntime;
 class GpuExecutor;
 class DeviceBackend;
+class Profiler;
+class Dumper;
 
 // A snapshot of one cluster's counters (see runtime/cluster_runner.h).
 struct ClusterStatsSnapshot {
@@ -59,6 +61,8 @@ struct SessionOptions {
   bool use_environment_flags = true;
   // Auto-clustering when --auto_jit=0 ("leave it to SessionOptions"): on by default, every clusterable op.
   bool enable_clustering = true;
+  // Record profiling events in memory (for ProfileSummary) even without --trace_to.
+  bool profile = false;
 };
 
 struct TensorInfo {
@@ -101,6 +105,15 @@ class Session {
   absl::StatusOr<std::shared_ptr<Graph>> SpecializeAndCluster(const std::vector<NamedTensor>& inputs,
                                                               ClusteringReport* report);
 
+  // Profiling (runtime/profiler.h). With --trace_to, the trace is written when the Session is destroyed;
+  // EndProfiling writes it now, stops recording and returns its path (FailedPrecondition without
+  // --trace_to; later calls return the same path). ProfileSummary is the per-op table over the events
+  // recorded since `since_ns` (steady-clock ns, Profiler::Now(); 0 = all); empty without profiling.
+  absl::StatusOr<std::string> EndProfiling();
+  std::string ProfileSummary(int64_t since_ns = 0) const;
+  // The profiler, or null when neither --trace_to, --enable_nvtx_ranges nor SessionOptions::profile is set.
+  Profiler* profiler() const { return profiler_.get(); }
+
  private:
   Session() = default;
   static absl::StatusOr<std::unique_ptr<Session>> FromGraph(std::unique_ptr<Graph> graph, const SessionOptions& options);
@@ -113,12 +126,16 @@ class Session {
   absl::StatusOr<Plan> Specialize(const std::vector<Tensor>& inputs);
   // Which inputs this signature specializes by value (scalar integers/bools, bounded per input).
   std::vector<bool> ValueSpecialized(const std::vector<Tensor>& inputs);
+  // `sig` (>= 0) names the signature in dump files.
   absl::StatusOr<std::shared_ptr<Graph>> BuildSpecializedGraph(const std::vector<Tensor>& inputs,
                                                                const std::vector<bool>& by_value,
-                                                               ClusteringReport* report);
+                                                               ClusteringReport* report, int sig = -1);
+  absl::StatusOr<std::vector<NamedTensor>> RunImpl(const std::vector<NamedTensor>& inputs);
 
   Flags flags_;
   bool enable_clustering_ = true;
+  std::shared_ptr<Profiler> profiler_;
+  std::shared_ptr<Dumper> dumper_;
   std::shared_ptr<ClusterRuntime> clusters_;
   std::shared_ptr<const Graph> graph_;
   std::vector<TensorInfo> inputs_, outputs_;

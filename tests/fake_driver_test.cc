@@ -196,7 +196,7 @@ TEST(FakeDriver, GpuExecutorWithoutKernelsMatchesTheCpu) {
     }
     inputs.push_back(std::move(t));
   }
-  auto cpu = Executor::Create(std::shared_ptr<const Graph>(g->Clone()), 1, nullptr, true);
+  auto cpu = Executor::Create(std::shared_ptr<const Graph>(g->Clone()), ExecutorOptions{1, nullptr, true});
   ASSERT_TRUE(cpu.ok());
   auto ref = (*cpu)->Run(inputs);
   ASSERT_TRUE(ref.ok());

@@ -49,7 +49,7 @@ std::shared_ptr<Graph> Specialized(const std::string& ir) {
 
 // The graph through the CPU fallback executor (the reference of the GPU executor's results).
 absl::StatusOr<std::vector<Tensor>> CpuReference(const Graph& g, const std::vector<Tensor>& inputs) {
-  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> cpu, Executor::Create(std::shared_ptr<const Graph>(g.Clone()), 2, nullptr, true));
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> cpu, Executor::Create(std::shared_ptr<const Graph>(g.Clone()), ExecutorOptions{2, nullptr, true}));
   return cpu->Run(inputs);
 }
 

@@ -1,7 +1,8 @@
 #include "tests/op_cases.h"
 
 #include "Eigen/Core"
-#include "glog/logging.h"
+#include <cstdio>
+#include <cstdlib>
 
 namespace cjit {
 
@@ -18,7 +19,9 @@ Tensor RandomInput(const Value& v, std::mt19937& rng) {
       case DType::kBool: t.data<uint8_t>()[i] = x > 0; break;
       case DType::kF16: t.data<Eigen::half>()[i] = Eigen::half(static_cast<float>(x)); break;
       case DType::kBF16: t.data<Eigen::bfloat16>()[i] = Eigen::bfloat16(static_cast<float>(x)); break;
-      default: LOG(FATAL) << "no generator for " << DTypeName(v.dtype);
+      default:
+        std::fprintf(stderr, "op_cases: no generator for %s\n", std::string(DTypeName(v.dtype)).c_str());
+        std::abort();  // a bug in the test table itself
     }
   }
   return t;

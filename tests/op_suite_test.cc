@@ -31,7 +31,7 @@ TEST_P(OpSuite, CompiledMatchesFallback) {
   std::vector<Tensor> inputs;
   for (const Value* v : g->inputs()) inputs.push_back(RandomInput(*v, rng));
   // Fallback.
-  auto fallback = Executor::Create(std::shared_ptr<const Graph>(g->Clone()), 2, nullptr, true);
+  auto fallback = Executor::Create(std::shared_ptr<const Graph>(g->Clone()), ExecutorOptions{2, nullptr, true});
   ASSERT_TRUE(fallback.ok()) << fallback.status();
   auto ref = (*fallback)->Run(inputs);
   ASSERT_TRUE(ref.ok()) << ref.status();
@@ -46,7 +46,7 @@ TEST_P(OpSuite, CompiledMatchesFallback) {
   flags.enable_lazy_compilation = false;
   auto rt_owner = std::make_shared<ClusterRuntime>(flags);
   ClusterRuntime& rt = *rt_owner;
-  auto compiled = Executor::Create(cg, 2, &rt, true);
+  auto compiled = Executor::Create(cg, ExecutorOptions{2, &rt, true});
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   auto got = (*compiled)->Run(inputs);
   ASSERT_TRUE(got.ok()) << got.status();
@@ -92,7 +92,7 @@ TEST(CompiledMathTest, ExpMatchesFloat64OverItsRange) {
   flags.enable_lazy_compilation = false;
   auto rt_owner = std::make_shared<ClusterRuntime>(flags);
   ClusterRuntime& rt = *rt_owner;
-  auto ex = Executor::Create(g, 1, &rt, true);
+  auto ex = Executor::Create(g, ExecutorOptions{1, &rt, true});
   ASSERT_TRUE(ex.ok()) << ex.status();
   Tensor x(DType::kF32, {static_cast<int64_t>(xs.size())});
   std::copy(xs.begin(), xs.end(), x.data<float>());

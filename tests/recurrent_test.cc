@@ -35,7 +35,7 @@ TEST_P(GruTest, MatchesFloat64Reference) {
     return t;
   };
   Tensor x = rnd({S, B, I}), w = rnd({1, 3 * H, I}), r = rnd({1, 3 * H, H}), b = rnd({1, 6 * H});
-  auto ex = Executor::Create(g, 1, nullptr, true);
+  auto ex = Executor::Create(g, ExecutorOptions{1, nullptr, true});
   ASSERT_TRUE(ex.ok());
   auto out = (*ex)->Run({x, w, r, b});
   ASSERT_TRUE(out.ok()) << out.status();

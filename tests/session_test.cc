@@ -9,7 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
-#include "runtime/logging.h"
+#include "flags/logging.h"
 #include "runtime/session.h"
 
 namespace cjit {
@@ -214,30 +214,23 @@ TEST(ImportTest, ExternalDataIsReadRelativeToTheModel) {
   EXPECT_NE(bad.status().message().find("tensor 'b'"), std::string::npos) << bad.status();
 }
 
-class CollectingSink : public google::LogSink {
- public:
-  void send(google::LogSeverity, const char*, const char*, int, const struct ::tm*, const char* message,
-            size_t length) override {
-    std::lock_guard<std::mutex> lock(mu);
-    lines.emplace_back(message, length);
-  }
-  std::mutex mu;
-  std::vector<std::string> lines;
-};
-
 TEST(LoggingTest, HostSinkReceivesVlogLines) {
   SessionOptions o = Opts();
   o.flags.v = 1;
-  CollectingSink sink;
-  cjit::AddLogSink(&sink, /*also_stderr=*/false);
+  std::mutex mu;
+  std::vector<std::string> lines;
+  SetLogSink([&](LogSeverity, const char*, int, std::string_view message) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.emplace_back(message);
+  });
   auto s = Session::LoadFromBytes(SmallModel(), o);
   ASSERT_TRUE(s.ok());
   ASSERT_TRUE((*s)->Run({{"x", Input(2)}}).ok());
-  cjit::RemoveLogSink(&sink);
-  InitLogging(Flags{});  // restore v=0 for the other tests
+  SetLogSink(nullptr);
+  SetLogLevels(0, "", 1);  // restore the defaults for the other tests
   bool found = false;
-  for (const std::string& l : sink.lines) found |= l.find("specialized signature f32[2x4]") != std::string::npos;
-  EXPECT_TRUE(found) << "no specialization line among " << sink.lines.size() << " log lines";
+  for (const std::string& l : lines) found |= l.find("specialized signature f32[2x4]") != std::string::npos;
+  EXPECT_TRUE(found) << "no specialization line among " << lines.size() << " log lines";
 }
 
 }  // namespace

@@ -20,7 +20,7 @@ std::shared_ptr<Graph> Specialized(const std::string& ir) {
 }
 
 std::vector<Tensor> RunGraph(std::shared_ptr<Graph> g, const std::vector<Tensor>& in) {
-  auto ex = Executor::Create(g, 1, nullptr, true);
+  auto ex = Executor::Create(g, ExecutorOptions{1, nullptr, true});
   EXPECT_TRUE(ex.ok()) << ex.status();
   auto out = (*ex)->Run(in);
   EXPECT_TRUE(out.ok()) << out.status();

@@ -21,6 +21,8 @@
 #include "cache/disk_cache.h"
 #include "compiler/codegen/fusion_plan.h"
 #include "compiler/codegen/nvptx_compiler.h"
+#include "runtime/dump.h"
+#include "runtime/profiler.h"
 #include "runtime/session.h"
 #include "compiler/ir/text.h"
 #include "runtime/cuda/gpu_executor.h"
@@ -131,10 +133,20 @@ int LoadFailure(const absl::Status& st) {
   return Fail(st, flag_error ? 2 : 1);
 }
 
+// Session options from CJIT_FLAGS plus the CLI's profiling switches.
+SessionOptions CliOptions(const std::string& trace, bool profile) {
+  SessionOptions o;
+  o.use_environment_flags = false;
+  o.flags = *FlagsFromEnvironment();
+  if (!trace.empty()) o.flags.trace_to = trace;
+  o.profile = profile;
+  return o;
+}
+
 int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
            const std::vector<std::string>& shape_args, int iterations, int warmup, const std::string& output_dir,
-           const std::string& stats_json) {
-  auto session = Session::Load(model);
+           const std::string& stats_json, const std::string& trace, bool profile) {
+  auto session = Session::Load(model, CliOptions(trace, profile));
   if (!session.ok()) return LoadFailure(session.status());
   Session& s = **session;
   auto prepared = PrepareInputs(s, input_args, shape_args);
@@ -154,7 +166,9 @@ int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
   std::vector<double> times;
   double first = 0;
   int total = std::max(1, warmup + iterations);
+  int64_t timed_since = 0;
   for (int i = 0; i < total; ++i) {
+    if (i == total - iterations) timed_since = Profiler::Now();
     auto t = time_run(&outputs);
     if (!t.ok()) return Fail(t.status());
     if (i == 0) first = *t;
@@ -169,6 +183,15 @@ int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
   for (const auto& o : outputs) std::printf("output %s: %s[%s]\n", o.name.c_str(), std::string(DTypeName(o.tensor.dtype())).c_str(), DimsToString(o.tensor.dims()).c_str());
   std::printf("latency ms: first %.3f  median %.3f  p90 %.3f  min %.3f  (%d iterations, %d warm-up, %d threads)\n",
               first, median, p90, mn, iterations, warmup, s.flags().intra_op_threads);
+  if (profile) {
+    std::printf("\nProfile of the %d timed runs (events of the trace; times include tracing):\n%s", iterations,
+                s.ProfileSummary(timed_since).c_str());
+  }
+  if (!s.flags().trace_to.empty()) {
+    auto path = s.EndProfiling();
+    if (!path.ok()) return Fail(path.status());
+    std::printf("trace: %s\n", path->c_str());
+  }
   if (!output_dir.empty()) {
     std::filesystem::create_directories(output_dir);
     for (size_t k = 0; k < outputs.size(); ++k) {
@@ -236,11 +259,18 @@ int CmdCheck(const std::string& dir, double rtol, double atol) {
 }
 
 int CmdExplain(const std::string& model, const std::vector<std::string>& input_args,
-               const std::vector<std::string>& shape_args, bool print_graph, bool gpu_placement) {
+               const std::vector<std::string>& shape_args, bool print_graph, bool gpu_placement, bool dot) {
   auto session = Session::Load(model);
   if (!session.ok()) return LoadFailure(session.status());
   auto inputs = PrepareInputs(**session, input_args, shape_args);
   if (!inputs.ok()) return Fail(inputs.status(), 2);
+  if (dot) {
+    // Only the Graphviz text on stdout, so `cjit explain --dot MODEL | dot -Tsvg > g.svg` works.
+    auto graph = (*session)->SpecializeAndCluster(*inputs, nullptr);
+    if (!graph.ok()) return Fail(graph.status());
+    std::printf("%s", GraphToDot(**graph).c_str());
+    return 0;
+  }
   if (print_graph || gpu_placement) {
     auto graph = (*session)->SpecializeAndCluster(*inputs, nullptr);
     if (!graph.ok()) return Fail(graph.status());
@@ -271,16 +301,18 @@ int CmdExplain(const std::string& model, const std::vector<std::string>& input_a
 
 // Fallback only (--auto_jit=-1) vs clustering, same inputs, one process.
 int CmdBench(const std::string& model, const std::vector<std::string>& input_args,
-             const std::vector<std::string>& shape_args, int iterations, int warmup) {
+             const std::vector<std::string>& shape_args, int iterations, int warmup, bool profile) {
   const Flags& env = *FlagsFromEnvironment();
   struct Result {
     double median = 0, first_compiled_ms = -1;
     int64_t compiles = 0;
+    Profiler::Aggregate profile;
   };
   auto measure = [&](bool clustering) -> absl::StatusOr<Result> {
     SessionOptions o;
     o.use_environment_flags = false;
     o.flags = env;
+    o.profile = profile;
     if (!clustering) o.flags.auto_jit = "-1";
     else if (o.flags.auto_jit == "-1" || o.flags.auto_jit == "0") o.flags.auto_jit = "1";
     auto session = Session::Load(model, o);
@@ -290,8 +322,9 @@ int CmdBench(const std::string& model, const std::vector<std::string>& input_arg
     Result r;
     std::vector<double> times;
     auto t_start = std::chrono::steady_clock::now();
-    int64_t fallback_before = 0;
+    int64_t fallback_before = 0, timed_since = 0;
     for (int i = 0; i < warmup + iterations; ++i) {
+      if (i == warmup) timed_since = Profiler::Now();
       auto t0 = std::chrono::steady_clock::now();
       auto out = (*session)->Run(*inputs);
       auto t1 = std::chrono::steady_clock::now();
@@ -307,6 +340,7 @@ int CmdBench(const std::string& model, const std::vector<std::string>& input_arg
       if (i >= warmup) times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     }
     r.median = Percentile(times, 0.5);
+    if (profile && (*session)->profiler()) r.profile = (*session)->profiler()->Summarize(timed_since);
     return r;
   };
   auto fb = measure(false);
@@ -323,6 +357,28 @@ int CmdBench(const std::string& model, const std::vector<std::string>& input_arg
     std::printf("time to first compiled run: %.1f ms (from the first Run call)\n", cl->first_compiled_ms);
   } else {
     std::printf("time to first compiled run: never (no run was fully compiled)\n");
+  }
+  if (profile) {
+    // By op type, both paths side by side (per run: total time of that op type divided by the runs).
+    std::map<std::string, std::pair<const Profiler::Row*, const Profiler::Row*>> rows;
+    for (const auto& r : fb->profile.by_type) rows[r.name].first = &r;
+    for (const auto& r : cl->profile.by_type) rows[r.name].second = &r;
+    std::vector<std::pair<std::string, std::pair<const Profiler::Row*, const Profiler::Row*>>> v(rows.begin(), rows.end());
+    auto total = [](const Profiler::Row* r) { return r ? r->total_ns : 0; };
+    std::sort(v.begin(), v.end(), [&](const auto& a, const auto& b) {
+      return std::max(total(a.second.first), total(a.second.second)) > std::max(total(b.second.first), total(b.second.second));
+    });
+    auto per_run = [](const Profiler::Row* r, int64_t runs) { return r && runs ? r->total_ns / 1e3 / runs : 0.0; };
+    std::printf("\nProfile by op type, per timed run (us; times include tracing):\n%-30s %10s %8s %12s %8s\n", "op type",
+                "fallback", "calls", "clustered", "calls");
+    for (const auto& [name, p] : v) {
+      std::printf("%-30s %10.1f %8lld %12.1f %8lld\n", name.c_str(), per_run(p.first, fb->profile.runs),
+                  static_cast<long long>(p.first && fb->profile.runs ? p.first->count / fb->profile.runs : 0),
+                  per_run(p.second, cl->profile.runs),
+                  static_cast<long long>(p.second && cl->profile.runs ? p.second->count / cl->profile.runs : 0));
+    }
+    std::printf("%-30s %10.1f %8s %12.1f\n", "Run (whole)", fb->profile.runs ? fb->profile.run_ns / 1e3 / fb->profile.runs : 0.0,
+                "", cl->profile.runs ? cl->profile.run_ns / 1e3 / cl->profile.runs : 0.0);
   }
   return 0;
 }
@@ -519,6 +575,10 @@ int main(int argc, char** argv) {
   run->add_option("--warmup", warmup, "untimed runs, the first included")->check(CLI::NonNegativeNumber);
   run->add_option("--output-dir", output_dir, "write output_K.pb here");
   run->add_option("--stats-json", stats_json, "write latency statistics here");
+  std::string trace;
+  bool profile = false;
+  run->add_option("--trace", trace, "write a Chrome trace-event JSON file here (as --trace_to)");
+  run->add_flag("--profile", profile, "print the per-op profile table of the timed runs");
   auto* check = app.add_subcommand("check", "run an ONNX test-data directory and compare with its outputs");
   check->add_option("dir", dir, "directory with model.onnx and test_data_set_*")->required();
   check->add_option("--rtol", rtol, "relative tolerance");
@@ -527,14 +587,16 @@ int main(int argc, char** argv) {
   model_and_inputs(explain);
   bool print_graph = false;
   explain->add_flag("--print-graph", print_graph, "also print the specialized, clustered graph (IR text)");
-  bool gpu_placement = false;
+  bool gpu_placement = false, dot = false;
+  explain->add_flag("--dot", dot, "print only a Graphviz .dot of the clustered graph (pipe into `dot -Tsvg`)");
   explain->add_flag("--gpu-placement", gpu_placement,
                     "also print where each op would run with --device=cuda (decided without a GPU)");
   auto* bench = app.add_subcommand("bench", "fallback vs clustered latency, side by side in one process");
   model_and_inputs(bench);
   bench->add_option("--iterations", iterations, "timed runs per mode")->check(CLI::PositiveNumber);
   bench->add_option("--warmup", warmup, "untimed runs per mode (compilation happens here)")->check(CLI::NonNegativeNumber);
-  bool cold_warm = false;
+  bool cold_warm = false, bench_profile = false;
+  bench->add_flag("--profile", bench_profile, "also print the time per op type of both paths, side by side");
   bench->add_flag("--cold-warm", cold_warm,
                   "two processes: an empty persistent cache directory, then the filled one (--iterations runs each)");
   std::string cache_dir, cache_action;
@@ -562,12 +624,12 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  if (*run) return cjit::CmdRun(model, inputs, shapes, iterations, warmup, output_dir, stats_json);
+  if (*run) return cjit::CmdRun(model, inputs, shapes, iterations, warmup, output_dir, stats_json, trace, profile);
   if (*check) return cjit::CmdCheck(dir, rtol, atol);
   if (*flags) return cjit::CmdFlags();
-  if (*explain) return cjit::CmdExplain(model, inputs, shapes, print_graph, gpu_placement);
+  if (*explain) return cjit::CmdExplain(model, inputs, shapes, print_graph, gpu_placement, dot);
   if (*bench && cold_warm) return cjit::CmdBenchColdWarm(model, inputs, shapes, iterations);
-  if (*bench) return cjit::CmdBench(model, inputs, shapes, iterations, warmup);
+  if (*bench) return cjit::CmdBench(model, inputs, shapes, iterations, warmup, bench_profile);
   if (*bench_process) return cjit::CmdBenchProcess(model, inputs, shapes, runs, cache_dir);
   if (*cache) return cjit::CmdCache(cache_action, cache_dir, max_bytes);
   if (*compile) return cjit::CmdCompile(model, inputs, shapes, target, dump_to);

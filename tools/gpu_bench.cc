@@ -119,7 +119,7 @@ absl::StatusOr<nlohmann::json> BenchFused(CudaDevice& dev, const Options& o, con
   FusedLaunch launch{fn, fn_block, rows, col.dims.back(), k.row_reduction, meta_dev->address(), consts_dev->address()};
   CJIT_RETURN_IF_ERROR(LaunchFused(dev, launch, ptrs));
   // Check against the CPU fallback executor.
-  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> cpu, Executor::Create(g, 16, nullptr, true));
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> cpu, Executor::Create(g, ExecutorOptions{16, nullptr, true}));
   CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> ref, cpu->Run(inputs));
   double max_abs = 0;
   bool ok = true;

@@ -6,7 +6,7 @@
 // which LLVM's loop vectorizer turns into SIMD code for the host.
 #include "compiler/codegen/cpu_compiler.h"
 
-#include <glog/logging.h>
+#include "flags/logging.h"
 
 #include <atomic>
 #include <chrono>
@@ -29,6 +29,7 @@
 #include "llvm/ExecutionEngine/Orc/ObjectTransformLayer.h"
 #include "llvm/ExecutionEngine/Orc/ThreadSafeModule.h"
 #include "llvm/IR/Intrinsics.h"
+#include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
 #include "llvm/IR/Verifier.h"
@@ -526,7 +527,7 @@ Jit& GetJit() {
           j->objects[cut == std::string::npos ? id : id.substr(0, cut)] = obj->getBuffer().str();
           return std::move(obj);
         });
-    VLOG(1) << "LLVM JIT ready in "
+    CJIT_VLOG(1) << "LLVM JIT ready in "
             << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() << " ms";
     return j;
   }();
@@ -593,7 +594,7 @@ std::vector<PlannedKernel> PlanKernels(const FusionPlan& plan, CpuCodeImpl* code
     info.meta = KernelMeta(c);
     info.consts = KernelConsts(k);
     out[i].structure = KernelStructure(k, c);
-    VLOG(3) << "kernel " << i << " structure " << out[i].structure;
+    CJIT_VLOG(3) << "kernel " << i << " structure " << out[i].structure;
   }
   return out;
 }
@@ -604,11 +605,10 @@ absl::StatusOr<CpuKernelFn> Lookup(Jit& jit, const std::string& symbol) {
   return addr->toPtr<CpuKernelFn>();
 }
 
-// Compiles one kernel in its own module (so that its object file can be cached and loaded alone).
-absl::Status CompileKernel(Jit& jit, const FusedKernel& k, const PlannedKernel& pk, double* opt_ms, double* mc_ms) {
-  std::string symbol = KernelSymbol(pk.structure);
-  auto ctx = std::make_unique<llvm::LLVMContext>();
-  auto module = std::make_unique<llvm::Module>(symbol, *ctx);
+// Emits one kernel into a fresh module of `ctx` (verified).
+absl::StatusOr<std::unique_ptr<llvm::Module>> EmitKernelModule(Jit& jit, const FusedKernel& k, const PlannedKernel& pk,
+                                                               const std::string& symbol, llvm::LLVMContext& ctx) {
+  auto module = std::make_unique<llvm::Module>(symbol, ctx);
   module->setDataLayout(jit.lljit->getDataLayout());
   module->setTargetTriple(jit.lljit->getTargetTriple().str());
   if (k.row_reduction) {
@@ -622,29 +622,53 @@ absl::Status CompileKernel(Jit& jit, const FusedKernel& k, const PlannedKernel& 
   if (llvm::verifyModule(*module, &os)) {
     return absl::InternalError(absl::StrCat("generated LLVM IR is invalid: ", os.str()));
   }
-  auto t1 = std::chrono::steady_clock::now();
-  {
-    llvm::LoopAnalysisManager lam;
-    llvm::FunctionAnalysisManager fam;
-    llvm::CGSCCAnalysisManager cgam;
-    llvm::ModuleAnalysisManager mam;
-    llvm::PassBuilder pb(jit.tm.get());
-    pb.registerModuleAnalyses(mam);
-    pb.registerCGSCCAnalyses(cgam);
-    pb.registerFunctionAnalyses(fam);
-    pb.registerLoopAnalyses(lam);
-    pb.crossRegisterProxies(lam, fam, cgam, mam);
-    llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2);
-    mpm.run(*module, mam);
-  }
-  auto t2 = std::chrono::steady_clock::now();
-  *opt_ms += std::chrono::duration<double, std::milli>(t2 - t1).count();
+  return module;
+}
+
+void OptimizeModule(Jit& jit, llvm::Module& module) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder pb(jit.tm.get());
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2);
+  mpm.run(module, mam);
+}
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Compiles one kernel in its own module (so that its object file can be cached and loaded alone).
+absl::Status CompileKernel(Jit& jit, const FusedKernel& k, const PlannedKernel& pk, double* opt_ms, double* mc_ms,
+                           const CpuCompileOptions& options) {
+  std::string symbol = KernelSymbol(pk.structure);
+  auto ctx = std::make_unique<llvm::LLVMContext>();
+  int64_t t0 = NowNs();
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<llvm::Module> module, EmitKernelModule(jit, k, pk, symbol, *ctx));
+  int64_t t1 = NowNs();
+  if (options.on_phase) options.on_phase("llvm_emit", t0, t1);
+  OptimizeModule(jit, *module);
+  int64_t t2 = NowNs();
+  if (options.on_phase) options.on_phase("llvm_optimize", t1, t2);
+  *opt_ms += (t2 - t1) / 1e6;
   if (llvm::Error err = jit.lljit->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx)))) {
     return absl::InternalError(absl::StrCat("LLVM JIT rejected the module: ", ToString(std::move(err))));
   }
   CJIT_ASSIGN_OR_RETURN(CpuKernelFn fn, Lookup(jit, symbol));
-  *mc_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t2).count();
+  int64_t t3 = NowNs();
+  if (options.on_phase) options.on_phase("machine_code_and_load", t2, t3);
+  *mc_ms += (t3 - t2) / 1e6;
   jit.kernels[pk.structure] = LoadedKernel{fn, symbol};
+  CJIT_VLOG(2) << "kernel " << symbol << " (" << k.nodes.size() << " ops): object code "
+               << jit.objects[symbol].size() << " bytes, emit " << (t1 - t0) / 1e3 << " us, optimize "
+               << (t2 - t1) / 1e3 << " us, machine code " << (t3 - t2) / 1e3 << " us";
   return absl::OkStatus();
 }
 
@@ -670,18 +694,55 @@ absl::StatusOr<std::unique_ptr<CpuCode>> CompileForCpu(const FusionPlan& plan, c
     } else {
       CJIT_RETURN_IF_ERROR(RunLlvmRecoverably("CPU code generation", [&]() -> absl::Status {
         if (options.fail_for_testing == "llvm-fatal-error") llvm::report_fatal_error("injected by the test hook");
-        return CompileKernel(jit, plan.kernels[i], planned[i], &opt_ms, &mc_ms);
+        return CompileKernel(jit, plan.kernels[i], planned[i], &opt_ms, &mc_ms, options);
       }));
       ++compiled;
       code->code_bytes_ += jit.objects[jit.kernels.at(planned[i].structure).symbol].size();
     }
     code->kernels_[i].fn = jit.kernels.at(planned[i].structure).fn;
   }
-  VLOG(2) << "CompileForCpu: " << plan.kernels.size() << " kernels, " << compiled << " new ("
+  CJIT_VLOG(2) << "CompileForCpu: " << plan.kernels.size() << " kernels, " << compiled << " new ("
           << plan.kernels.size() - compiled << " reused); total "
           << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()
           << " ms, optimize " << opt_ms << " ms, machine code " << mc_ms << " ms";
   return code;
+}
+
+absl::StatusOr<std::vector<CpuKernelDump>> DumpCpuKernels(const FusionPlan& plan) {
+  CpuCodeImpl scratch;
+  std::vector<PlannedKernel> planned = PlanKernels(plan, &scratch);
+  std::vector<CpuKernelDump> out(plan.kernels.size());
+  if (plan.kernels.empty()) return out;
+  Jit& jit = GetJit();
+  std::lock_guard<std::mutex> lock(jit.mu);
+  if (!jit.lljit) return absl::InternalError(absl::StrCat("LLVM JIT unavailable: ", jit.error));
+  for (size_t i = 0; i < plan.kernels.size(); ++i) {
+    CJIT_RETURN_IF_ERROR(RunLlvmRecoverably("dumping CPU code", [&]() -> absl::Status {
+      llvm::LLVMContext ctx;
+      std::string symbol = KernelSymbol(planned[i].structure);
+      CJIT_ASSIGN_OR_RETURN(std::unique_ptr<llvm::Module> module, EmitKernelModule(jit, plan.kernels[i], planned[i], symbol, ctx));
+      {
+        llvm::raw_string_ostream os(out[i].llvm_ir);
+        module->print(os, nullptr);
+      }
+      OptimizeModule(jit, *module);
+      {
+        llvm::raw_string_ostream os(out[i].llvm_ir_opt);
+        module->print(os, nullptr);
+      }
+      llvm::SmallString<0> asm_text;
+      llvm::raw_svector_ostream os(asm_text);
+      llvm::legacy::PassManager pm;
+      if (jit.tm->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::AssemblyFile)) {
+        return absl::InternalError("the host target cannot emit assembly");
+      }
+      pm.run(*module);
+      out[i].assembly = std::string(asm_text.str());
+      out[i].symbol = symbol;
+      return absl::OkStatus();
+    }));
+  }
+  return out;
 }
 
 // Payload: u32 count, then per kernel structure: (u64 len + bytes) of structure, symbol, object file.

@@ -19,6 +19,7 @@
 #define CJIT_COMPILER_CODEGEN_CPU_COMPILER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,6 +54,9 @@ struct CpuCompileOptions {
   // Test hook: fail every compilation with this message (non-empty), to exercise the fallback path;
   // "llvm-fatal-error" raises a real LLVM fatal error inside code generation (recovered into a Status).
   std::string fail_for_testing;
+  // Called after each compile phase of each newly compiled kernel with steady-clock nanoseconds:
+  // "fusion_plan", "llvm_emit", "llvm_optimize", "machine_code_and_load" (runtime/profiler.h traces them).
+  std::function<void(const char* phase, int64_t start_ns, int64_t end_ns)> on_phase;
 };
 
 absl::StatusOr<std::unique_ptr<CpuCode>> CompileForCpu(const FusionPlan& plan, const CpuCompileOptions& options);
@@ -62,6 +66,13 @@ absl::StatusOr<std::unique_ptr<CpuCode>> CompileForCpu(const FusionPlan& plan, c
 // malformed payload or object code the JIT rejects.
 absl::StatusOr<std::string> ExportCpuPayload(const FusionPlan& plan);
 absl::StatusOr<std::unique_ptr<CpuCode>> LoadCpuPayload(const FusionPlan& plan, absl::string_view payload);
+
+// For --dump_to (runtime/dump.h): per fused kernel of `plan` (same order), the LLVM IR as emitted, after
+// optimization, and the host assembly the JIT's target machine produces for it. Nothing is loaded.
+struct CpuKernelDump {
+  std::string symbol, llvm_ir, llvm_ir_opt, assembly;
+};
+absl::StatusOr<std::vector<CpuKernelDump>> DumpCpuKernels(const FusionPlan& plan);
 
 // "cpu=<name> features=<+f1,+f2,...> llvm=<version>": everything about the host that changes generated code
 // (part of the cache key).

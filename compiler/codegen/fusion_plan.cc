@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/passes/graph_cycles.h"
 
@@ -514,6 +515,40 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOp
   }
   plan.steps.assign(kept.rbegin(), kept.rend());
   return plan;
+}
+
+std::string FusionPlanToString(const FusionPlan& plan) {
+  auto vshape = [](const Value* v) { return absl::StrCat(v->name, ": ", DTypeName(v->dtype), v->shape.ToString()); };
+  std::string out = absl::StrCat(plan.kernels.size(), " fused kernels, ", plan.steps.size() - plan.kernels.size(),
+                                 " library steps\n");
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const PlanStep& st = plan.steps[i];
+    if (st.kind == PlanStep::Kind::kFused) {
+      const FusedKernel& k = plan.kernels[st.kernel];
+      absl::StrAppend(&out, "step ", i, ": fused kernel ", st.kernel, " (", k.row_reduction ? "row" : "elementwise",
+                      ") over [", absl::StrJoin(k.shape, ","), "]\n  ops:");
+      for (const Node* n : k.nodes) absl::StrAppend(&out, " ", n->op_type, "(", n->name, ")");
+      out.append("\n");
+      for (size_t j = 0; j < k.inputs.size(); ++j) {
+        absl::StrAppend(&out, "  in ", j, ": ", vshape(k.inputs[j]));
+        if (j < k.input_sources.size() && k.input_sources[j] != k.inputs[j]) {
+          absl::StrAppend(&out, " read from ", k.input_sources[j]->name);
+        }
+        if (j < k.input_offsets.size()) absl::StrAppend(&out, " offset ", k.input_offsets[j]);
+        if (j < k.input_strides.size()) absl::StrAppend(&out, " strides [", absl::StrJoin(k.input_strides[j], ","), "]");
+        out.append("\n");
+      }
+      for (const Value* v : k.outputs) absl::StrAppend(&out, "  out: ", vshape(v), "\n");
+    } else {
+      absl::StrAppend(&out, "step ", i, ": library ", st.node->op_type, " (", st.node->name, ")");
+      if (!st.absorbed.empty()) {
+        out.append(" with post-ops");
+        for (const Node* n : st.absorbed) absl::StrAppend(&out, " ", n->op_type);
+      }
+      out.append("\n");
+    }
+  }
+  return out;
 }
 
 }  // namespace cjit

@@ -94,6 +94,10 @@ struct FusionPlanOptions {
 
 absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOptions& options = {});
 
+// Human-readable plan (for --dump_to): each step in order; a fused kernel with its kind, iteration space,
+// ops, inputs (source, offset, strides) and outputs; a library step with its op, node and absorbed post-ops.
+std::string FusionPlanToString(const FusionPlan& plan);
+
 }  // namespace cjit
 
 #endif  // CJIT_COMPILER_CODEGEN_FUSION_PLAN_H_

@@ -4,8 +4,14 @@
 #ifndef CJIT_COMPILER_IR_STATUS_MACROS_H_
 #define CJIT_COMPILER_IR_STATUS_MACROS_H_
 
+#include <exception>
+#include <new>
+#include <stdexcept>
+#include <string>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 
 #define CJIT_RETURN_IF_ERROR(expr)                        \
   do {                                                    \
@@ -21,5 +27,28 @@
   lhs = std::move(tmp).value()
 #define CJIT_ASSIGN_OR_RETURN(lhs, expr) \
   CJIT_ASSIGN_OR_RETURN_IMPL_(CJIT_CONCAT_(cjit_statusor_, __LINE__), lhs, expr)
+
+namespace cjit {
+
+// Runs fn() (which returns absl::Status or absl::StatusOr<T>). An exception escaping it — std::bad_alloc,
+// a TensorError (compiler/ir/tensor.h) for an allocation that cannot be made, a library's exception —
+// becomes an error status prefixed with `what`: ResourceExhausted for allocation failures, Internal
+// otherwise. Used at the boundaries (Session::Load/Run, background compiles) so no exception reaches a host.
+template <typename F>
+auto CatchAsStatus(const std::string& what, F&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": out of memory"));
+  } catch (const std::length_error& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": ", e.what()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+  } catch (...) {
+    return absl::InternalError(absl::StrCat(what, ": unknown exception"));
+  }
+}
+
+}  // namespace cjit
 
 #endif  // CJIT_COMPILER_IR_STATUS_MACROS_H_

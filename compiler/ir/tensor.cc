@@ -1,10 +1,13 @@
 #include "compiler/ir/tensor.h"
 
+#include <unistd.h>
+
+#include <climits>
 #include <cstdlib>
 #include <cmath>
 #include <cstring>
 
-#include <glog/logging.h>
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace cjit {
@@ -14,7 +17,7 @@ std::shared_ptr<uint8_t> Allocate(size_t bytes) {
   size_t rounded = (bytes + 63) / 64 * 64;
   if (rounded == 0) rounded = 64;
   void* p = std::aligned_alloc(64, rounded);
-  CHECK(p != nullptr) << "out of memory allocating " << bytes << " bytes";
+  if (p == nullptr) throw TensorError(absl::StrCat("out of memory allocating ", bytes, " bytes"));
   return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
 }
 
@@ -62,6 +65,33 @@ void ForEachAsDouble(const Tensor& t, F&& f) {
 
 }  // namespace
 
+absl::StatusOr<size_t> CheckedByteSize(DType dtype, const Dims& dims) {
+  static const uint64_t kPhysical = [] {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : ~uint64_t{0};
+  }();
+  uint64_t n = 1;
+  bool overflow = false, empty = false;
+  for (int64_t d : dims) {
+    if (d < 0) return absl::InvalidArgumentError(absl::StrCat("negative dim in ", DimsToString(dims)));
+    if (d == 0) empty = true;
+    if (d != 0 && !overflow && n > static_cast<uint64_t>(INT64_MAX) / static_cast<uint64_t>(d)) overflow = true;
+    if (!overflow) n *= static_cast<uint64_t>(d);
+  }
+  // An empty tensor is valid whatever its other dims are.
+  if (empty) return size_t{0};
+  uint64_t esize = DTypeSize(dtype);
+  if (overflow || (esize && n > static_cast<uint64_t>(INT64_MAX) / esize)) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor of dims ", DimsToString(dims), " is too large (its size overflows)"));
+  }
+  uint64_t bytes = n * esize;
+  if (bytes > kPhysical) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor of dims ", DimsToString(dims), " needs ", bytes,
+                                                   " bytes, more than this machine's memory (", kPhysical, ")"));
+  }
+  return static_cast<size_t>(bytes);
+}
+
 int64_t NumElements(const Dims& dims) {
   int64_t n = 1;
   for (int64_t d : dims) n *= d;
@@ -74,8 +104,9 @@ std::string DimsToString(const Dims& dims) {
 }
 
 Tensor::Tensor(DType dtype, Dims dims) : dtype_(dtype), dims_(std::move(dims)) {
-  for (int64_t d : dims_) CHECK_GE(d, 0) << "negative dim in " << DimsToString(dims_);
-  data_ = Allocate(nbytes());
+  absl::StatusOr<size_t> bytes = CheckedByteSize(dtype_, dims_);
+  if (!bytes.ok()) throw TensorError(std::string(bytes.status().message()));
+  data_ = Allocate(*bytes);
 }
 
 Tensor Tensor::Zeros(DType dtype, Dims dims) {
@@ -85,8 +116,11 @@ Tensor Tensor::Zeros(DType dtype, Dims dims) {
 }
 
 Tensor Tensor::Reshaped(Dims dims) const {
-  CHECK_EQ(NumElements(dims), numel()) << "reshape " << DimsToString(dims_) << " to "
-                                       << DimsToString(dims);
+  bool ok = true;
+  for (int64_t d : dims) ok &= d >= 0;
+  if (!ok || NumElements(dims) != numel()) {
+    throw TensorError(absl::StrCat("cannot reshape ", DimsToString(dims_), " to ", DimsToString(dims)));
+  }
   Tensor t = *this;
   t.dims_ = std::move(dims);
   return t;
@@ -96,7 +130,9 @@ Tensor Tensor::Alias(const Tensor& base, size_t byte_offset, DType dtype, Dims d
   Tensor t;
   t.dtype_ = dtype;
   t.dims_ = std::move(dims);
-  CHECK_LE(byte_offset + t.nbytes(), base.nbytes()) << "alias past the end of its base tensor";
+  if (byte_offset > base.nbytes() || t.nbytes() > base.nbytes() - byte_offset) {
+    throw TensorError("alias past the end of its base tensor");
+  }
   t.data_ = std::shared_ptr<uint8_t>(base.data_, base.data_.get() + byte_offset);
   return t;
 }

@@ -7,9 +7,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "compiler/ir/dtype.h"
 
 namespace cjit {
@@ -19,10 +21,24 @@ using Dims = std::vector<int64_t>;
 int64_t NumElements(const Dims& dims);
 std::string DimsToString(const Dims& dims);  // "1x3x48x320"; "scalar" for {}
 
+// Bytes of a dense tensor of `dims`, or InvalidArgumentError for a negative dim, an element count or byte
+// size that overflows int64, or more bytes than this machine's physical memory (which could never be
+// allocated). Every allocation goes through it.
+absl::StatusOr<size_t> CheckedByteSize(DType dtype, const Dims& dims);
+
+// Thrown by Tensor for an allocation that cannot be made (see CheckedByteSize, or out of memory) or an
+// invalid reshape/alias. These are internal errors: callers validate sizes first; the executor and the
+// Session catch it and return it as a Status naming the node, so it never reaches a host.
+class TensorError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class Tensor {
  public:
   Tensor() = default;
-  // Allocates an uninitialized buffer for dims (contents unspecified).
+  // Allocates an uninitialized buffer for dims (contents unspecified). Throws TensorError when the size is
+  // invalid or cannot be allocated (CheckedByteSize).
   Tensor(DType dtype, Dims dims);
   // Allocates and zero-fills.
   static Tensor Zeros(DType dtype, Dims dims);
@@ -44,7 +60,7 @@ class Tensor {
 
   // The shared buffer (for caches that must notice when a buffer is freed; compare with weak_ptr).
   const std::shared_ptr<uint8_t>& buffer() const { return data_; }
-  // Same buffer, new dims (numel must match; checked).
+  // Same buffer, new dims (numel must match; TensorError otherwise).
   Tensor Reshaped(Dims dims) const;
   // A tensor over bytes [byte_offset, byte_offset + nbytes) of base's buffer (kept alive by the view).
   static Tensor Alias(const Tensor& base, size_t byte_offset, DType dtype, Dims dims);

@@ -1,6 +1,6 @@
 #include "compiler/passes/mark_for_compilation.h"
 
-#include <glog/logging.h>
+#include "flags/logging.h"
 
 #include <algorithm>
 #include <functional>
@@ -147,7 +147,7 @@ absl::StatusOr<ClusteringReport> MarkForCompilation(Graph& graph, const Clusteri
     std::string why = ExclusionReason(*order[i], options);
     if (why.empty() && fuel == 0) why = "--clustering_fuel exhausted";
     if (!why.empty()) {
-      VLOG(2) << "not clustering " << order[i]->name << ": " << why;
+      CJIT_VLOG(2) << "not clustering " << order[i]->name << ": " << why;
       report.excluded.push_back({order[i]->name, why});
       continue;
     }
@@ -170,7 +170,8 @@ absl::StatusOr<ClusteringReport> MarkForCompilation(Graph& graph, const Clusteri
         int a = find(i), b = find(j);
         if (a == b) continue;
         if (size[a] + size[b] > options.max_cluster_size) {
-          VLOG(2) << "not merging " << order[i]->name << " with " << order[j]->name << ": --max_cluster_size";
+          CJIT_VLOG(2) << "not merging " << order[i]->name << " with " << order[j]->name << ": --max_cluster_size";
+          report.refused_merges.push_back({order[i]->name, order[j]->name, "--max_cluster_size"});
           continue;
         }
         if (!cycles.HasEdge(a, b)) {
@@ -178,8 +179,9 @@ absl::StatusOr<ClusteringReport> MarkForCompilation(Graph& graph, const Clusteri
           if (!cycles.InsertEdge(a, b)) continue;
         }
         if (!cycles.ContractEdge(a, b)) {
-          VLOG(2) << "not merging " << order[i]->name << " with " << order[j]->name
+          CJIT_VLOG(2) << "not merging " << order[i]->name << " with " << order[j]->name
                   << ": would create a cycle through another path";
+          report.refused_merges.push_back({order[i]->name, order[j]->name, "would create a cycle through another path"});
           continue;
         }
         rep[b] = a;
@@ -197,7 +199,7 @@ absl::StatusOr<ClusteringReport> MarkForCompilation(Graph& graph, const Clusteri
       for (Node* m : members) {
         std::string why = absl::StrCat("its cluster has ", EffectiveSize(members), " ops < --min_cluster_size=",
                                        options.min_cluster_size);
-        VLOG(2) << "not clustering " << m->name << ": " << why;
+        CJIT_VLOG(2) << "not clustering " << m->name << ": " << why;
         report.excluded.push_back({m->name, why});
       }
       continue;

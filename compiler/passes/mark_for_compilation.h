@@ -7,7 +7,7 @@
 // elementwise/reduction/data-movement for kFusible), with fully known output shapes and no subgraphs.
 // Edges are contracted in post order through GraphCycles, never creating a cycle between a cluster and
 // the rest of the graph. Clusters smaller than min_cluster_size (Identity counts 0) are dropped. Every node
-// left out and every refused contraction is logged at VLOG(2) with its reason, and reported.
+// left out and every refused contraction is logged at CJIT_VLOG(2) with its reason, and reported.
 //
 // Before:  %a = Mul(%x, %s)  %b = Add(%a, %t)  %c = Relu(%b)  %d = Shape(%c) ...
 // After:   %c = cjit.Cluster(%x, %s, %t) {cluster_id=0, body=<graph cluster_0>}   %d = Shape(%c) ...
@@ -43,6 +43,11 @@ struct ClusteringReport {
   std::vector<ClusterInfo> clusters;
   // node name -> why it is not in a cluster
   std::vector<std::pair<std::string, std::string>> excluded;
+  // Producer -> consumer contractions that were refused, with the reason (--max_cluster_size, cycle).
+  struct RefusedMerge {
+    std::string producer, consumer, reason;
+  };
+  std::vector<RefusedMerge> refused_merges;
 };
 
 // The op type of cluster nodes.

@@ -1,6 +1,6 @@
 #include "compiler/passes/simplify.h"
 
-#include <glog/logging.h>
+#include "flags/logging.h"
 
 #include <cmath>
 #include <map>
@@ -99,7 +99,7 @@ absl::StatusOr<bool> RemoveNoOps(Graph& g) {
           bool ident = true;
           for (size_t i = 0; i < perm.size(); ++i) ident &= p[perm[i]] == static_cast<int64_t>(i);
           if (ident && in->producer->inputs[0]) {
-            VLOG(2) << "RemoveNoOps: transpose pair " << in->producer->name << ", " << n->name << " cancels";
+            CJIT_VLOG(2) << "RemoveNoOps: transpose pair " << in->producer->name << ", " << n->name << " cancels";
             Bypass(g, n, in->producer->inputs[0]);
             changed = true;
             continue;
@@ -120,7 +120,7 @@ absl::StatusOr<bool> RemoveNoOps(Graph& g) {
       continue;
     }
     if (noop) {
-      VLOG(2) << "RemoveNoOps: removing " << n->Describe();
+      CJIT_VLOG(2) << "RemoveNoOps: removing " << n->Describe();
       Bypass(g, n, in);
       changed = true;
     }
@@ -205,7 +205,7 @@ absl::StatusOr<bool> FoldIntoConv(Graph& g) {
       double b0 = b ? b->constant->data<float>()[c] : 0.0;
       nb.data<float>()[c] = static_cast<float>(b0 * scale[c] + shift[c]);
     }
-    VLOG(2) << "FoldIntoConv: folding " << n->Describe() << " into " << conv->Describe();
+    CJIT_VLOG(2) << "FoldIntoConv: folding " << n->Describe() << " into " << conv->Describe();
     conv->inputs.resize(3);
     conv->inputs[1] = g.AddConstant(absl::StrCat(conv->name, "/W_folded", g.values().size()), nw);
     conv->inputs[2] = g.AddConstant(absl::StrCat(conv->name, "/B_folded", g.values().size()), nb);
@@ -242,7 +242,7 @@ absl::StatusOr<bool> EliminateCommonSubexpressions(Graph& g) {
     auto [it, inserted] = seen.emplace(key, n);
     if (inserted) continue;
     Node* keep = it->second;
-    VLOG(2) << "CSE: " << n->Describe() << " is the same as " << keep->Describe();
+    CJIT_VLOG(2) << "CSE: " << n->Describe() << " is the same as " << keep->Describe();
     for (size_t k = 0; k < n->outputs.size(); ++k) {
       if (!n->outputs[k]) continue;
       if (!keep->outputs[k]) goto next;  // the kept node does not produce this optional output

@@ -1,7 +1,5 @@
 #include "runtime/cpu/kernel.h"
 
-#include <glog/logging.h>
-
 #include <map>
 
 #include "absl/strings/match.h"
@@ -36,9 +34,10 @@ const std::map<std::string, KernelFn>& Registered() {
 }  // namespace
 
 Tensor& KernelContext::Alloc(int i) {
-  const InferOutput& o = inferred[i];
-  CHECK(o.shape.fully_known()) << node->Describe() << ": output " << i << " has unknown dims "
-                               << o.shape.ToString();
+  const InferOutput& o = infer()[i];
+  if (!o.shape.fully_known()) {
+    throw TensorError(absl::StrCat(node->Describe(), ": output ", i, " has unknown dims ", o.shape.ToString()));
+  }
   return Alloc(i, o.dtype, o.shape.concrete());
 }
 
@@ -47,6 +46,18 @@ Tensor& KernelContext::Alloc(int i, DType dtype, Dims dims) {
   if (outputs[i].defined() && outputs[i].dtype() == dtype && outputs[i].dims() == dims) return outputs[i];
   outputs[i] = Tensor(dtype, std::move(dims));
   return outputs[i];
+}
+
+absl::Status RunKernel(const KernelFn& fn, KernelContext& ctx) {
+  try {
+    return fn(ctx);
+  } catch (const TensorError& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(ctx.node->Describe(), ": ", e.what()));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(ctx.node->Describe(), ": out of memory"));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(ctx.node->Describe(), ": ", e.what()));
+  }
 }
 
 const KernelFn* FindKernelDuringRegistration(const std::string& op_type) {
@@ -80,7 +91,8 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
                                                  int threads, const SubgraphRunner* runner,
                                                  const std::vector<bool>* input_is_constant,
                                                  const std::vector<PostOp>* post_ops,
-                                                 std::vector<Tensor>* preset_outputs) {
+                                                 std::vector<Tensor>* preset_outputs, std::string* impl,
+                                                 const std::vector<InferOutput>* static_inferred) {
   const KernelFn* fn = FindKernel(node.op_type);
   if (fn == nullptr) return absl::UnimplementedError(absl::StrCat(node.Describe(), ": no CPU kernel"));
   KernelContext ctx;
@@ -88,14 +100,16 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
   ctx.inputs = inputs;
   ctx.threads = threads;
   ctx.run_subgraph = runner;
-  if (input_is_constant) ctx.input_is_constant = *input_is_constant;
+  ctx.input_is_constant = input_is_constant;
   ctx.post_ops = post_ops;
   if (post_ops && !post_ops->empty() && node.op_type != "Conv") {
     return absl::InternalError(absl::StrCat(node.Describe(), ": post-ops are only supported on Conv"));
   }
-  bool known = !node.outputs.empty();
+  bool known = static_inferred == nullptr && !node.outputs.empty();
   for (const Value* v : node.outputs) known &= v == nullptr || (v->dtype != DType::kInvalid && v->shape.fully_known());
-  if (known) {
+  if (static_inferred != nullptr) {
+    ctx.static_inferred = static_inferred;
+  } else if (known) {
     for (const Value* v : node.outputs) ctx.inferred.push_back(v ? InferOutput{v->dtype, v->shape} : InferOutput{});
   } else {
     CJIT_RETURN_IF_ERROR(InferNode(node, InferInputsFromValues(inputs), ctx.inferred));
@@ -104,7 +118,9 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
   if (preset_outputs) {
     for (size_t k = 0; k < preset_outputs->size() && k < ctx.outputs.size(); ++k) ctx.outputs[k] = (*preset_outputs)[k];
   }
-  CJIT_RETURN_IF_ERROR((*fn)(ctx));
+  ctx.want_impl = impl != nullptr;
+  CJIT_RETURN_IF_ERROR(RunKernel(*fn, ctx));
+  if (impl) *impl = std::move(ctx.impl);
   return std::move(ctx.outputs);
 }
 

@@ -29,14 +29,25 @@ struct KernelContext {
   std::vector<const Tensor*> inputs;     // null = absent optional input
   std::vector<const Tensor*> implicit;   // node->implicit_inputs, same order
   std::vector<Tensor> outputs;           // filled by the kernel
-  std::vector<InferOutput> inferred;     // from the shape function
+  // Output dtypes/shapes from the shape function: `inferred`, or the executor's precomputed ones when
+  // `static_inferred` is set (no per-step copy). Read them through infer().
+  std::vector<InferOutput> inferred;
+  const std::vector<InferOutput>* static_inferred = nullptr;
   int threads = 1;
   const SubgraphRunner* run_subgraph = nullptr;
-  std::vector<bool> input_is_constant;  // per input: a graph constant (weights may be cached)
+  const std::vector<bool>* input_is_constant = nullptr;  // per input: a graph constant (weights may be cached)
   // Elementwise ops to apply to output 0 inside the library call (Conv: oneDNN post-ops), or null.
   const std::vector<PostOp>* post_ops = nullptr;
+  // Set by kernels that call a library: the implementation that ran ("oneDNN jit:avx512_core", "Eigen"),
+  // for the trace (runtime/profiler.h). Filled only when `want_impl` is set.
+  bool want_impl = false;
+  std::string impl;
 
   int num_inputs() const { return static_cast<int>(inputs.size()); }
+  const std::vector<InferOutput>& infer() const { return static_inferred ? *static_inferred : inferred; }
+  bool is_constant(int i) const {
+    return input_is_constant != nullptr && i < static_cast<int>(input_is_constant->size()) && (*input_is_constant)[i];
+  }
   bool has(int i) const { return i < num_inputs() && inputs[i] != nullptr; }
   const Tensor& in(int i) const { return *inputs[i]; }
   bool wants(int i) const { return i < static_cast<int>(outputs.size()) && node->outputs[i] != nullptr; }
@@ -49,9 +60,20 @@ struct KernelContext {
 
 using KernelFn = std::function<absl::Status(KernelContext&)>;
 
+// Calls `fn(ctx)`. An exception escaping the kernel (TensorError for an allocation that cannot be made,
+// std::bad_alloc, a oneDNN error) becomes a ResourceExhausted/Internal status naming the node: no
+// exception leaves a kernel invocation.
+absl::Status RunKernel(const KernelFn& fn, KernelContext& ctx);
+
 // After a kernel ran on `ctx`: its error with the node named (unless the message names it already), or an
 // InternalError if an output the caller stores (`out_slots[k] >= 0`) was not produced.
 absl::Status CheckKernelResult(const KernelContext& ctx, const absl::Status& status, const std::vector<int>& out_slots);
+
+class TraceArgs;
+// The trace args of one executed node (runtime/profiler.h): op_type, node, cluster (>= 0), inputs,
+// outputs, bytes, impl (when not empty).
+void AddNodeTraceArgs(TraceArgs& args, const Node& node, const std::vector<const Tensor*>& inputs,
+                      const std::vector<Tensor>& outputs, int cluster_id, const std::string& impl);
 
 void RegisterKernel(const std::string& op_type, KernelFn fn);
 const KernelFn* FindKernel(const std::string& op_type);
@@ -69,7 +91,9 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
                                                  int threads, const SubgraphRunner* runner = nullptr,
                                                  const std::vector<bool>* input_is_constant = nullptr,
                                                  const std::vector<PostOp>* post_ops = nullptr,
-                                                 std::vector<Tensor>* preset_outputs = nullptr);
+                                                 std::vector<Tensor>* preset_outputs = nullptr,
+                                                 std::string* impl = nullptr,
+                                                 const std::vector<InferOutput>* static_inferred = nullptr);
 
 // Called once by the registry; each kernels_*.cc file registers its kernels.
 void RegisterElementwiseKernels();

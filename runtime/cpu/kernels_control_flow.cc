@@ -58,7 +58,7 @@ absl::Status Loop(KernelContext& ctx) {
   for (int i = 0; i < n_carried; ++i) ctx.outputs[i] = carried[i];
   for (int i = 0; i < n_scan; ++i) {
     if (scans[i].empty()) {
-      DType t = ctx.inferred[n_carried + i].dtype;
+      DType t = ctx.infer()[n_carried + i].dtype;
       ctx.outputs[n_carried + i] = Tensor(t == DType::kInvalid ? DType::kF32 : t, {0});
       continue;
     }

@@ -475,7 +475,7 @@ void RegisterElementwiseKernels() {
   }
   RegisterKernel("Where", Where);
   RegisterKernel("Clip", Clip);
-  RegisterKernel("Cast", [](KernelContext& ctx) { return Cast(ctx, ctx.inferred[0].dtype); });
+  RegisterKernel("Cast", [](KernelContext& ctx) { return Cast(ctx, ctx.infer()[0].dtype); });
   RegisterKernel("CastLike", [](KernelContext& ctx) { return Cast(ctx, ctx.in(1).dtype()); });
 }
 

@@ -3,7 +3,9 @@
 // through Eigen: oneDNN generates its GEMM kernels on the first call of the process (~17 ms measured here),
 // which would dominate the first run of a model whose products are all small. Other dtypes use plain
 // loops with float/double accumulation.
+#include <cstdlib>
 #include <mutex>
+#include <new>
 #include <unordered_map>
 
 #include "Eigen/Core"
@@ -42,6 +44,46 @@ std::shared_ptr<DnnlEntry> GetOrCreateDnnl(const std::string& key,
   return e;
 }
 
+dnnl::primitive_attr DnnlAttr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+dnnl::reorder MakeDnnlReorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to,
+                              dnnl::memory::desc* scratch) {
+  dnnl::reorder::primitive_desc pd(CpuEngine(), from, CpuEngine(), to, DnnlAttr());
+  *scratch = pd.scratchpad_desc();
+  return dnnl::reorder(pd);
+}
+
+void ExecuteDnnl(const dnnl::primitive& prim, dnnl::stream& s, std::unordered_map<int, dnnl::memory> args,
+                 const dnnl::memory::desc& scratchpad_md) {
+  size_t bytes = scratchpad_md.get_size();
+  if (bytes > 0) {
+    // One buffer per calling thread; a primitive's worker threads share it as oneDNN intends.
+    struct Buffer {
+      void* p = nullptr;
+      size_t size = 0;
+      ~Buffer() { std::free(p); }
+    };
+    thread_local Buffer buf;
+    if (buf.size < bytes) {
+      std::free(buf.p);
+      size_t rounded = (bytes + 4095) / 4096 * 4096;
+      buf.p = std::aligned_alloc(4096, rounded);
+      if (buf.p == nullptr) {
+        buf.size = 0;
+        throw std::bad_alloc();
+      }
+      buf.size = rounded;
+    }
+    args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(scratchpad_md, CpuEngine(), buf.p);
+  }
+  prim.execute(s, args);
+  s.wait();
+}
+
 namespace {
 
 using dnnl::memory;
@@ -49,7 +91,7 @@ using dnnl::memory;
 // Batched matmul of a [B..., M, K] (strides given) and b [B..., K, N] into c [B..., M, N] (dense).
 absl::Status DnnlMatMul(const float* a, const memory::dims& ad, const memory::dims& as, const float* b,
                         const memory::dims& bd, const memory::dims& bs, float* c, const memory::dims& cd,
-                        float alpha) {
+                        float alpha, std::string* impl) {
   std::string key = absl::StrCat("mm:", absl::StrJoin(ad, ","), "/", absl::StrJoin(as, ","), ":",
                                  absl::StrJoin(bd, ","), "/", absl::StrJoin(bs, ","), ":", alpha);
   auto entry = GetOrCreateDnnl(key, [&] {
@@ -59,18 +101,21 @@ absl::Status DnnlMatMul(const float* a, const memory::dims& ad, const memory::di
     memory::dims cs(cd.size(), 1);
     for (int i = static_cast<int>(cd.size()) - 2; i >= 0; --i) cs[i] = cs[i + 1] * cd[i + 1];
     e->dst_md = memory::desc(cd, memory::data_type::f32, cs);
-    dnnl::primitive_attr attr;
+    dnnl::primitive_attr attr = DnnlAttr();
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
     dnnl::matmul::desc d(e->src_md, e->weights_md, e->dst_md);
-    e->prim = dnnl::matmul(dnnl::matmul::primitive_desc(d, attr, CpuEngine()));
+    dnnl::matmul::primitive_desc pd(d, attr, CpuEngine());
+    e->prim = dnnl::matmul(pd);
+    e->scratchpad_md = pd.scratchpad_desc();
+    e->impl = absl::StrCat("oneDNN matmul ", pd.impl_info_str());
     return e;
   });
   dnnl::stream s(CpuEngine());
   memory ma(entry->src_md, CpuEngine(), const_cast<float*>(a));
   memory mb(entry->weights_md, CpuEngine(), const_cast<float*>(b));
   memory mc(entry->dst_md, CpuEngine(), c);
-  entry->prim.execute(s, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
-  s.wait();
+  ExecuteDnnl(entry->prim, s, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}}, entry->scratchpad_md);
+  if (impl) *impl = entry->impl;
   return absl::OkStatus();
 }
 
@@ -127,12 +172,14 @@ absl::Status MatMul(KernelContext& ctx) {
       EigenMatMul(a.data<float>() + aoff, b.data<float>() + boff, y.data<float>() + bi * g.M * g.N, g.M, g.K, g.N,
                   g.K, 1, g.N, 1, 1.0f);
     }
+    if (ctx.want_impl) ctx.impl = "Eigen (small product)";
     return absl::OkStatus();
   }
   if (a.dtype() == DType::kF32 && g.cd.size() <= 12) {
     return DnnlMatMul(a.data<float>(), g.ad, DenseStrides(g.ad), b.data<float>(), g.bd, DenseStrides(g.bd),
-                      y.data<float>(), g.cd, 1.0f);
+                      y.data<float>(), g.cd, 1.0f, ctx.want_impl ? &ctx.impl : nullptr);
   }
+  if (ctx.want_impl) ctx.impl = "loops";
   // Loop path: iterate the broadcast batch.
   return DispatchNumeric(a.dtype(), [&](auto t) {
     using T = decltype(t);
@@ -155,10 +202,12 @@ absl::Status Gemm(KernelContext& ctx) {
   int64_t as_m = ta ? 1 : K, as_k = ta ? M : 1, bs_k = tb ? 1 : N, bs_n = tb ? K : 1;
   if (a.dtype() == DType::kF32 && K > 0 && M > 0 && N > 0 && M * N * K <= kSmallProductMacs) {
     EigenMatMul(a.data<float>(), b.data<float>(), y.data<float>(), M, K, N, as_m, as_k, bs_k, bs_n, alpha);
+    if (ctx.want_impl) ctx.impl = "Eigen (small product)";
   } else if (a.dtype() == DType::kF32 && K > 0 && M > 0 && N > 0) {
     CJIT_RETURN_IF_ERROR(DnnlMatMul(a.data<float>(), {M, K}, {as_m, as_k}, b.data<float>(), {K, N},
-                                    {bs_k, bs_n}, y.data<float>(), {M, N}, alpha));
+                                    {bs_k, bs_n}, y.data<float>(), {M, N}, alpha, ctx.want_impl ? &ctx.impl : nullptr));
   } else {
+    if (ctx.want_impl) ctx.impl = "loops";
     CJIT_RETURN_IF_ERROR(DispatchNumeric(a.dtype(), [&](auto t) {
       using T = decltype(t);
       LoopMatMul<T>(a.data<T>(), b.data<T>(), y.data<T>(), M, K, N, as_m, as_k, bs_k, bs_n);

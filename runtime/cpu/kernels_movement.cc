@@ -92,7 +92,7 @@ void MatMulGeometry::Offsets(int64_t bi, int64_t* aoff, int64_t* boff) const {
 namespace {
 
 absl::Status ZeroCopy(KernelContext& ctx) {
-  const InferOutput& o = ctx.inferred[0];
+  const InferOutput& o = ctx.infer()[0];
   ctx.outputs[0] = ctx.in(0).Reshaped(o.shape.concrete());
   if (ctx.wants(1) && ctx.node->op_type == "Dropout") {
     Tensor& mask = ctx.Alloc(1, DType::kBool, ctx.in(0).dims());

@@ -82,7 +82,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
     pr.push_back(transposed ? g.pad_end[i] - (op.size() == nsp ? op[i] : 0) : g.pad_end[i]);
   }
   bool has_bias = ctx.has(2);
-  bool const_w = ctx.input_is_constant.size() > 1 && ctx.input_is_constant[1];
+  bool const_w = ctx.is_constant(1);
   memory::dims xd = ToDims(x.dims()), yd = ToDims(y.dims());
   // Post-ops (only for Conv steps of compiled clusters).
   std::string post_key;
@@ -126,7 +126,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
     memory::desc w_any(wd, f32, memory::format_tag::any);
     memory::desc b_md({OC}, f32, memory::format_tag::a);
     try {
-      dnnl::primitive_attr attr;
+      dnnl::primitive_attr attr = DnnlAttr();
       if (!post_key.empty()) attr.set_post_ops(po);
       if (!transposed) {
         auto d = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
@@ -140,6 +140,8 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
         e->weights_md = pd.weights_desc();
         e->src_md = pd.src_desc();
         e->dst_md = pd.dst_desc();
+        e->scratchpad_md = pd.scratchpad_desc();
+        e->impl = absl::StrCat("oneDNN convolution ", pd.impl_info_str());
       } else {
         auto d = has_bias ? dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
                                                               dnnl::algorithm::deconvolution_direct, src_md, w_any,
@@ -147,11 +149,13 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
                           : dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
                                                               dnnl::algorithm::deconvolution_direct, src_md, w_any,
                                                               dst_md, st, dil, pl, pr);
-        dnnl::deconvolution_forward::primitive_desc pd(d, CpuEngine());
+        dnnl::deconvolution_forward::primitive_desc pd(d, attr, CpuEngine());
         e->prim = dnnl::deconvolution_forward(pd);
         e->weights_md = pd.weights_desc();
         e->src_md = pd.src_desc();
         e->dst_md = pd.dst_desc();
+        e->scratchpad_md = pd.scratchpad_desc();
+        e->impl = absl::StrCat("oneDNN deconvolution ", pd.impl_info_str());
       }
     } catch (const dnnl::error& err) {
       create_status = ctx.Error(absl::StrCat("oneDNN rejected the convolution: ", err.what()));
@@ -160,19 +164,20 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
     e->bias_md = b_md;
     memory::desc plain_src(xd, f32, Dense(xd)), plain_dst(yd, f32, Dense(yd));
     if (e->src_md != plain_src) {
-      e->src_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(CpuEngine(), plain_src, CpuEngine(), e->src_md));
+      e->src_reorder = MakeDnnlReorder(plain_src, e->src_md, &e->src_reorder_scratchpad_md);
       e->has_src_reorder = true;
     }
     if (e->dst_md != plain_dst) {
-      e->dst_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(CpuEngine(), e->dst_md, CpuEngine(), plain_dst));
+      e->dst_reorder = MakeDnnlReorder(e->dst_md, plain_dst, &e->dst_reorder_scratchpad_md);
       e->has_dst_reorder = true;
     }
     if (const_w) {
       dnnl::stream s(CpuEngine());
       memory user(memory::desc(wd, f32, ws), CpuEngine(), const_cast<void*>(w.raw()));
       e->weights = memory(e->weights_md, CpuEngine());
-      dnnl::reorder(user, e->weights).execute(s, user, e->weights);
-      s.wait();
+      memory::desc scratch;
+      dnnl::reorder r = MakeDnnlReorder(user.get_desc(), e->weights_md, &scratch);
+      ExecuteDnnl(r, s, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, e->weights}}, scratch);
       e->weights_source = w.buffer();
     }
     return e;
@@ -187,7 +192,9 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
   if (!const_w) {
     memory user(memory::desc(wd, memory::data_type::f32, ws), CpuEngine(), const_cast<void*>(w.raw()));
     wmem = memory(entry->weights_md, CpuEngine());
-    dnnl::reorder(user, wmem).execute(s, user, wmem);
+    memory::desc scratch;
+    dnnl::reorder r = MakeDnnlReorder(user.get_desc(), entry->weights_md, &scratch);
+    ExecuteDnnl(r, s, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, wmem}}, scratch);
   }
   memory::desc plain_x(xd, memory::data_type::f32, Dense(xd));
   memory::desc plain_y(yd, memory::data_type::f32, Dense(yd));
@@ -196,7 +203,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
   memory src = user_src, dst = user_dst;
   if (entry->has_src_reorder) {
     src = memory(entry->src_md, CpuEngine());
-    entry->src_reorder.execute(s, {{DNNL_ARG_FROM, user_src}, {DNNL_ARG_TO, src}});
+    ExecuteDnnl(entry->src_reorder, s, {{DNNL_ARG_FROM, user_src}, {DNNL_ARG_TO, src}}, entry->src_reorder_scratchpad_md);
   }
   if (entry->has_dst_reorder) dst = memory(entry->dst_md, CpuEngine());
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wmem}, {DNNL_ARG_DST, dst}};
@@ -208,9 +215,14 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
     args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(idx)) | DNNL_ARG_SRC_1] =
         memory(memory::desc(cd, memory::data_type::f32, Dense(cd)), CpuEngine(), const_cast<void*>(binary_args[b++]->raw()));
   }
-  entry->prim.execute(s, args);
-  if (entry->has_dst_reorder) entry->dst_reorder.execute(s, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, user_dst}});
-  s.wait();
+  ExecuteDnnl(entry->prim, s, std::move(args), entry->scratchpad_md);
+  if (entry->has_dst_reorder) {
+    ExecuteDnnl(entry->dst_reorder, s, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, user_dst}}, entry->dst_reorder_scratchpad_md);
+  }
+  if (ctx.want_impl) {
+    ctx.impl = entry->impl;
+    if (entry->has_src_reorder || entry->has_dst_reorder) absl::StrAppend(&ctx.impl, " (+ layout reorders)");
+  }
   return absl::OkStatus();
 }
 
@@ -249,7 +261,10 @@ absl::StatusOr<bool> DnnlPool(KernelContext& ctx, int kind, const WindowGeometry
     e->dst_md = memory::desc(yd, memory::data_type::f32, Dense(yd));
     try {
       dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, e->src_md, e->dst_md, st, ker, dil, pl, pr);
-      e->prim = dnnl::pooling_v2_forward(dnnl::pooling_v2_forward::primitive_desc(d, CpuEngine()));
+      dnnl::pooling_v2_forward::primitive_desc pd(d, DnnlAttr(), CpuEngine());
+      e->prim = dnnl::pooling_v2_forward(pd);
+      e->scratchpad_md = pd.scratchpad_desc();
+      e->impl = absl::StrCat("oneDNN pooling ", pd.impl_info_str());
     } catch (const dnnl::error&) {
       failed = true;
       return nullptr;
@@ -260,8 +275,8 @@ absl::StatusOr<bool> DnnlPool(KernelContext& ctx, int kind, const WindowGeometry
   dnnl::stream s(CpuEngine());
   memory src(entry->src_md, CpuEngine(), const_cast<void*>(x.raw()));
   memory dst(entry->dst_md, CpuEngine(), y.raw());
-  entry->prim.execute(s, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
-  s.wait();
+  ExecuteDnnl(entry->prim, s, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, entry->scratchpad_md);
+  if (ctx.want_impl) ctx.impl = entry->impl;
   return true;
 }
 

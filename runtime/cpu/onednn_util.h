@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -23,7 +24,23 @@ struct DnnlEntry {
   dnnl::primitive src_reorder, dst_reorder;
   bool has_src_reorder = false, has_dst_reorder = false;
   std::weak_ptr<uint8_t> weights_source;  // the buffer `weights` was reordered from
+  // Every primitive is created in user scratchpad mode (DnnlAttr): each execution gets its own scratchpad
+  // of these sizes (ExecuteDnnl), so one cached primitive can run on several threads at once. With
+  // oneDNN's library-managed scratchpad, concurrent executions of one primitive are not safe (oneDNN
+  // "Primitive Attributes: Scratchpad Memory"; the cause of wrong results from concurrent Session::Run).
+  dnnl::memory::desc scratchpad_md, src_reorder_scratchpad_md, dst_reorder_scratchpad_md;
+  std::string impl;  // primitive_desc::impl_info_str() of `prim`, e.g. "jit:avx512_core"
 };
+
+// Attributes every clusterjit primitive starts from: user scratchpad mode (see DnnlEntry).
+dnnl::primitive_attr DnnlAttr();
+// A reorder primitive between two layouts, in user scratchpad mode; its scratchpad descriptor in `*scratch`.
+dnnl::reorder MakeDnnlReorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to,
+                              dnnl::memory::desc* scratch);
+// Executes `prim` on `s` with `args` plus a scratchpad of `scratchpad_md` from a buffer owned by the calling
+// thread (grown as needed), then waits for the stream.
+void ExecuteDnnl(const dnnl::primitive& prim, dnnl::stream& s, std::unordered_map<int, dnnl::memory> args,
+                 const dnnl::memory::desc& scratchpad_md);
 
 // Returns the entry for `key`, creating it with `make` on first use. Entries live for the process.
 // `valid` (optional) rejects a cached entry, which is then re-created (e.g. its weights' buffer was freed

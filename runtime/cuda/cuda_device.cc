@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
-#include "glog/logging.h"
+#include "flags/logging.h"
 
 namespace cjit {
 namespace {
@@ -23,7 +23,7 @@ class DriverBackend : public DeviceMemoryBackend {
   void Free(uint64_t address) override {
     (void)d_->MakeCurrent();
     CUresult rc = d_->api().cuMemFree(static_cast<CUdeviceptr>(address));
-    if (rc != CUDA_SUCCESS) LOG(ERROR) << CudaStatus(d_->api(), rc, "cuMemFree");
+    if (rc != CUDA_SUCCESS) CJIT_LOG(ERROR) << CudaStatus(d_->api(), rc, "cuMemFree");
   }
 
  private:
@@ -49,7 +49,7 @@ class AsyncPoolAllocator : public DeviceAllocator {
   void Free(uint64_t address) override {
     (void)d_->MakeCurrent();
     CUresult rc = d_->api().cuMemFreeAsync(static_cast<CUdeviceptr>(address), d_->stream());
-    if (rc != CUDA_SUCCESS) LOG(ERROR) << CudaStatus(d_->api(), rc, "cuMemFreeAsync");
+    if (rc != CUDA_SUCCESS) CJIT_LOG(ERROR) << CudaStatus(d_->api(), rc, "cuMemFreeAsync");
     std::lock_guard<std::mutex> lock(mu_);
     auto it = sizes_.find(address);
     if (it != sizes_.end()) {
@@ -78,7 +78,7 @@ CudaModule::~CudaModule() {
   if (module_ == nullptr) return;
   if (!device_->MakeCurrent().ok()) return;
   CUresult rc = device_->api().cuModuleUnload(module_);
-  if (rc != CUDA_SUCCESS) LOG(WARNING) << CudaStatus(device_->api(), rc, "cuModuleUnload");
+  if (rc != CUDA_SUCCESS) CJIT_LOG(WARNING) << CudaStatus(device_->api(), rc, "cuModuleUnload");
 }
 
 absl::StatusOr<CUfunction> CudaModule::Function(const std::string& name) const {
@@ -121,7 +121,7 @@ absl::StatusOr<CudaDevice*> CudaDevice::Get(int ordinal) {
   CJIT_RETURN_IF_ERROR(d->MakeCurrent());
   CJIT_CU_RETURN_IF_ERROR(*api, cuStreamCreate(&d->stream_, CU_STREAM_NON_BLOCKING));
   d->caching_ = std::make_unique<CachingDeviceAllocator>(std::make_unique<DriverBackend>(d.get()));
-  VLOG(1) << "CUDA device " << ordinal << ": " << d->name_ << " (" << d->sm_ << ", " << d->sms_
+  CJIT_VLOG(1) << "CUDA device " << ordinal << ": " << d->name_ << " (" << d->sm_ << ", " << d->sms_
           << " SMs), driver " << api->driver_version;
   CudaDevice* raw = d.release();  // lives for the process
   (*devices)[ordinal] = raw;
@@ -259,7 +259,7 @@ absl::StatusOr<std::shared_ptr<CudaModule>> CudaDevice::LoadModule(const std::st
                                                 error_log.empty() ? "(empty)" : error_log));
   }
   info_log.resize(strnlen(info_log.c_str(), kLogBytes));
-  if (!info_log.empty()) VLOG(2) << "PTX JIT: " << info_log;
+  if (!info_log.empty()) CJIT_VLOG(2) << "PTX JIT: " << info_log;
   return module;
 }
 

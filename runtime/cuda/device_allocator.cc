@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "glog/logging.h"
+#include "flags/logging.h"
 
 namespace cjit {
 
@@ -12,7 +12,7 @@ CachingDeviceAllocator::CachingDeviceAllocator(std::unique_ptr<DeviceMemoryBacke
 
 CachingDeviceAllocator::~CachingDeviceAllocator() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!in_use_.empty()) LOG(WARNING) << "device allocator destroyed with " << in_use_.size() << " blocks in use";
+  if (!in_use_.empty()) CJIT_LOG(WARNING) << "device allocator destroyed with " << in_use_.size() << " blocks in use";
   for (const auto& [address, size] : in_use_) backend_->Free(address);
   ReleaseCacheLocked();
 }
@@ -62,7 +62,7 @@ void CachingDeviceAllocator::Free(uint64_t address) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = in_use_.find(address);
   if (it == in_use_.end()) {
-    LOG(ERROR) << "device allocator: Free of unknown address 0x" << std::hex << address;
+    CJIT_LOG(ERROR) << "device allocator: Free of unknown address 0x" << std::hex << address;
     return;
   }
   size_t size = it->second;

@@ -14,7 +14,7 @@
 #include "compiler/ir/status_macros.h"
 #include "compiler/ops/op_registry.h"
 #include "compiler/passes/mark_for_compilation.h"
-#include "glog/logging.h"
+#include "flags/logging.h"
 #include "runtime/cpu/kernel.h"
 #include "runtime/executor.h"
 
@@ -44,7 +44,7 @@ bool StaticF32(const Value* v) { return v && v->dtype == DType::kF32 && v->shape
 absl::StatusOr<bool> LibraryAccepts(const Node& n, const absl::Status& made) {
   if (made.ok()) return true;
   if (absl::IsFailedPrecondition(made)) return absl::FailedPreconditionError(absl::StrCat(n.Describe(), ": ", made.message()));
-  LOG(WARNING) << n.Describe() << " runs on the host: " << made;
+  CJIT_LOG(WARNING) << n.Describe() << " runs on the host: " << made;
   return false;
 }
 
@@ -169,7 +169,7 @@ absl::StatusOr<bool> GpuExecutor::Impl::PlacePlan(const FusionPlan& plan, bool s
   placement.disk_hits += counts.disk_hits;
   placement.compile_ms += MsSince(t0);
   if (!compiled.ok()) {
-    LOG(WARNING) << "GPU code generation failed (" << compiled.status()
+    CJIT_LOG(WARNING) << "GPU code generation failed (" << compiled.status()
                  << "); the ops run as single-op steps instead";
     return false;
   }
@@ -208,7 +208,7 @@ absl::Status GpuExecutor::Impl::PlaceCluster(const Node& n) {
   if (plan.ok()) {
     CJIT_ASSIGN_OR_RETURN(placed, PlacePlan(*plan, false));
   } else {
-    LOG(WARNING) << n.Describe() << ": no fusion plan (" << plan.status() << "); its ops run one by one";
+    CJIT_LOG(WARNING) << n.Describe() << ": no fusion plan (" << plan.status() << "); its ops run one by one";
   }
   if (!placed) {
     CJIT_ASSIGN_OR_RETURN(std::vector<Node*> order, body->TopologicalOrder());
@@ -598,7 +598,7 @@ absl::StatusOr<bool> GpuExecutor::Impl::TrySingleOpKernel(const Node& n) {
   absl::StatusOr<FusionPlan> plan = BuildFusionPlan(*body->graph, GpuPlanOptions());
   if (!plan.ok() || plan->kernels.size() != 1 || plan->steps.size() != 1 ||
       plan->steps[0].kind != PlanStep::Kind::kFused) {
-    VLOG(2) << n.Describe() << ": no single-kernel plan for its GPU lowering";
+    CJIT_VLOG(2) << n.Describe() << ": no single-kernel plan for its GPU lowering";
     return false;
   }
   for (const auto& [outer, inner] : body->inputs) slot_of[inner] = Slot(outer);
@@ -744,11 +744,11 @@ absl::Status GpuExecutor::Impl::AddHost(const Node& n, const std::vector<PostOp>
     if (v && (!v->shape.fully_known() || v->dtype == DType::kInvalid)) st.static_shapes = false;
     st.inferred.push_back(v ? InferOutput{v->dtype, v->shape} : InferOutput{});
   }
-  if (VLOG_IS_ON(2)) {
+  if (CJIT_VLOG_IS_ON(2)) {
     std::string ins;
     for (const Value* v : n.inputs)
       if (v) absl::StrAppend(&ins, ins.empty() ? "" : ", ", DTypeName(v->dtype), v->shape.ToString(), v->is_constant() ? " const" : "");
-    VLOG(2) << "GPU placement: " << n.Describe() << " runs on the host (inputs " << ins << ")";
+    CJIT_VLOG(2) << "GPU placement: " << n.Describe() << " runs on the host (inputs " << ins << ")";
   }
   steps.push_back(std::move(st));
   ++placement.host_ops;
@@ -844,7 +844,7 @@ absl::StatusOr<std::unique_ptr<GpuExecutor>> GpuExecutor::Create(std::shared_ptr
     if (!keep[s] && last[s] >= 0) impl->steps[last[s]].free_after.push_back(static_cast<int>(s));
   }
   CJIT_RETURN_IF_ERROR(impl->device->Synchronize());  // uploads done
-  VLOG(1) << "GPU placement: " << impl->placement.ToString();
+  CJIT_VLOG(1) << "GPU placement: " << impl->placement.ToString();
   return std::unique_ptr<GpuExecutor>(new GpuExecutor(std::move(impl)));
 }
 
@@ -968,7 +968,7 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::vector<Tensor>& 
         ctx.node = st.node;
         ctx.threads = m.options.host_threads;
         ctx.run_subgraph = &m.runner;
-        ctx.input_is_constant = st.in_const;
+        ctx.input_is_constant = &st.in_const;
         ctx.post_ops = st.post_ops.empty() ? nullptr : &st.post_ops;
         for (int s : st.in) {
           if (s >= 0) CJIT_RETURN_IF_ERROR(ensure_host(s));
@@ -979,7 +979,7 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::vector<Tensor>& 
           ctx.implicit.push_back(&host[s]);
         }
         if (st.static_shapes) {
-          ctx.inferred = st.inferred;
+          ctx.static_inferred = &st.inferred;
         } else {
           CJIT_RETURN_IF_ERROR(InferNode(*st.node, InferInputsFromValues(ctx.inputs), ctx.inferred));
         }

@@ -5,7 +5,7 @@
 #include "absl/strings/str_split.h"
 #include "compiler/codegen/kernel_layout.h"
 #include "compiler/ir/status_macros.h"
-#include "glog/logging.h"
+#include "flags/logging.h"
 
 namespace cjit {
 namespace {
@@ -64,7 +64,7 @@ absl::StatusOr<CachedPtx> PtxForPlan(const FusionPlan& plan, const PtxOptions& o
     if (std::optional<std::string> payload = disk->Lookup(key, kPtxPayloadKind)) {
       absl::StatusOr<CachedPtx> cached = DecodePayload(*payload, plan.kernels.size());
       if (cached.ok()) return cached;
-      LOG(WARNING) << "persistent cache: ignoring a PTX entry (" << cached.status() << "); regenerating it";
+      CJIT_LOG(WARNING) << "persistent cache: ignoring a PTX entry (" << cached.status() << "); regenerating it";
     }
   }
   CJIT_ASSIGN_OR_RETURN(PtxModule module, CompileForNvptx(plan, options));
@@ -73,7 +73,7 @@ absl::StatusOr<CachedPtx> PtxForPlan(const FusionPlan& plan, const PtxOptions& o
   for (const PtxKernel& k : module.kernels) out.kernel_names.push_back(k.name);
   if (disk && !disk->options().read_only) {
     absl::Status st = disk->Store(key, kPtxPayloadKind, EncodePayload(out));
-    if (!st.ok()) LOG(WARNING) << "persistent cache: " << st;
+    if (!st.ok()) CJIT_LOG(WARNING) << "persistent cache: " << st;
   }
   return out;
 }
