@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <regex>
 #include <sstream>
@@ -348,7 +349,81 @@ absl::Status ParseInto(absl::string_view text, absl::string_view source, int dep
   return absl::OkStatus();
 }
 
+// Every flag's current value as the text its setter accepts (for validating a Flags struct filled in code).
+std::string FlagValueText(const Flags& f, absl::string_view name) {
+  auto b = [](bool v) { return std::string(v ? "true" : "false"); };
+  static const auto* getters = new std::map<std::string, std::function<std::string(const Flags&)>>{
+      {"intra_op_threads", [](const Flags& f) { return absl::StrCat(f.intra_op_threads); }},
+      {"auto_jit", [](const Flags& f) { return f.auto_jit; }},
+      {"min_cluster_size", [](const Flags& f) { return absl::StrCat(f.min_cluster_size); }},
+      {"max_cluster_size", [](const Flags& f) { return absl::StrCat(f.max_cluster_size); }},
+      {"clustering_fuel", [](const Flags& f) { return absl::StrCat(f.clustering_fuel); }},
+      {"compile_threshold", [](const Flags& f) { return absl::StrCat(f.compile_threshold); }},
+      {"compile_time_cutoff_s", [](const Flags& f) { return absl::StrCat(f.compile_time_cutoff_s); }},
+      {"always_defer_compilation", [b](const Flags& f) { return b(f.always_defer_compilation); }},
+      {"enable_lazy_compilation", [b](const Flags& f) { return b(f.enable_lazy_compilation); }},
+      {"async_compilation", [b](const Flags& f) { return b(f.async_compilation); }},
+      {"device", [](const Flags& f) { return f.device; }},
+      {"gpu_arch", [](const Flags& f) { return f.gpu_arch; }},
+      {"gpu_allocator", [](const Flags& f) { return f.gpu_allocator; }},
+      {"cuda_data_dir", [](const Flags& f) { return f.cuda_data_dir; }},
+      {"persistent_cache_dir", [](const Flags& f) { return f.persistent_cache_dir; }},
+      {"persistent_cache_read_only", [b](const Flags& f) { return b(f.persistent_cache_read_only); }},
+      {"persistent_cache_max_bytes", [](const Flags& f) { return absl::StrCat(f.persistent_cache_max_bytes); }},
+      {"trace_to", [](const Flags& f) { return f.trace_to; }},
+      {"trace_max_events", [](const Flags& f) { return absl::StrCat(f.trace_max_events); }},
+      {"dump_to", [](const Flags& f) { return f.dump_to; }},
+      {"dump_pass_re", [](const Flags& f) { return f.dump_pass_re; }},
+      {"enable_nvtx_ranges", [b](const Flags& f) { return b(f.enable_nvtx_ranges); }},
+      {"nvtx_detailed", [b](const Flags& f) { return b(f.nvtx_detailed); }},
+      {"fail_compilation_for_testing", [](const Flags& f) { return f.fail_compilation_for_testing; }},
+      {"v", [](const Flags& f) { return absl::StrCat(f.v); }},
+      {"vmodule", [](const Flags& f) { return f.vmodule; }},
+      {"stderrthreshold", [](const Flags& f) { return absl::StrCat(f.stderrthreshold); }},
+  };
+  auto it = getters->find(std::string(name));
+  return it == getters->end() ? std::string() : it->second(f);
+}
+
 }  // namespace
+
+absl::Status ValidateFlags(const Flags& flags, absl::string_view source) {
+  for (const FlagDef& def : Table()) {
+    Flags scratch = flags;
+    std::string text = FlagValueText(flags, def.info.name);
+    absl::Status st = def.set(scratch, text, true);
+    if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat(st.message(), " (in ", source, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> GetFlag(const Flags& flags, absl::string_view name) {
+  const FlagDef* def = FindFlag(name);
+  if (def == nullptr && absl::StartsWith(name, "tf_xla_")) def = FindFlag(name.substr(7));
+  if (def == nullptr) {
+    std::string nearest = NearestFlag(name);
+    return absl::NotFoundError(absl::StrCat("unknown flag --", name,
+                                            nearest.empty() ? "" : absl::StrCat(" (did you mean --", nearest, "?)")));
+  }
+  return FlagValueText(flags, def->info.name);
+}
+
+absl::Status SetFlag(Flags& flags, absl::string_view name, absl::string_view value, absl::string_view source) {
+  const FlagDef* def = FindFlag(name);
+  if (def == nullptr && absl::StartsWith(name, "tf_xla_")) def = FindFlag(name.substr(7));
+  if (def == nullptr) {
+    std::string nearest = NearestFlag(name);
+    return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " in ", source,
+                                                   nearest.empty() ? "" : absl::StrCat(" (did you mean --", nearest, "?)"),
+                                                   "; `cjit flags` lists every flag"));
+  }
+  Flags scratch = flags;
+  if (scratch.intra_op_threads <= 0) scratch.intra_op_threads = DefaultThreads();
+  absl::Status st = def->set(scratch, value, true);
+  if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat(st.message(), " (in ", source, ")"));
+  flags = scratch;
+  return absl::OkStatus();
+}
 
 absl::StatusOr<Flags> ParseFlags(absl::string_view text, const Flags& base, absl::string_view source) {
   Flags flags = base;

@@ -78,6 +78,16 @@ struct Flags {
 absl::StatusOr<Flags> ParseFlags(absl::string_view text, const Flags& base = Flags{},
                                  absl::string_view source = "CJIT_FLAGS");
 
+// Checks every field of a Flags struct filled in code against the same rules as the parser (ranges,
+// allowed values, regular expressions): InvalidArgumentError naming the flag and the bad value.
+absl::Status ValidateFlags(const Flags& flags, absl::string_view source = "SessionOptions");
+// One flag by name (aliases and the --tf_xla_ prefix accepted): SetFlag parses `value` with that flag's
+// rules (InvalidArgumentError naming it, with the nearest known name for an unknown one); GetFlag returns
+// the current value as text (NotFoundError for an unknown name).
+absl::Status SetFlag(Flags& flags, absl::string_view name, absl::string_view value,
+                     absl::string_view source = "options");
+absl::StatusOr<std::string> GetFlag(const Flags& flags, absl::string_view name);
+
 // The flags from the CJIT_FLAGS environment variable, parsed once (the only getenv for configuration).
 const absl::StatusOr<Flags>& FlagsFromEnvironment();
 

@@ -43,8 +43,20 @@ std::string Session::ProfileSummary(int64_t since_ns) const {
   return profiler_ ? profiler_->SummaryTable(since_ns) : std::string();
 }
 
+namespace {
+
+// The session's flags: CJIT_FLAGS, or the options' own (validated), checked before the model is read.
+absl::StatusOr<Flags> ResolveFlags(const SessionOptions& options) {
+  if (options.use_environment_flags) return FlagsFromEnvironment();
+  CJIT_RETURN_IF_ERROR(ValidateFlags(options.flags, "SessionOptions"));
+  return ParseFlags("", options.flags, "SessionOptions");
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Session>> Session::Load(const std::string& path, const SessionOptions& options) {
   return CatchAsStatus(absl::StrCat("loading ", path), [&]() -> absl::StatusOr<std::unique_ptr<Session>> {
+    CJIT_RETURN_IF_ERROR(ResolveFlags(options).status());
     CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, ImportOnnxFile(path));
     return FromGraph(std::move(graph), options);
   });
@@ -53,6 +65,7 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Load(const std::string& path, 
 absl::StatusOr<std::unique_ptr<Session>> Session::LoadFromBytes(absl::string_view bytes, const SessionOptions& options,
                                                                 const std::string& model_dir) {
   return CatchAsStatus("loading a model", [&]() -> absl::StatusOr<std::unique_ptr<Session>> {
+    CJIT_RETURN_IF_ERROR(ResolveFlags(options).status());
     ImportOptions io;
     io.model_dir = model_dir;
     CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, ImportOnnxModel(bytes, io));
@@ -79,13 +92,7 @@ CudaBackendOptions CudaOptionsFor(const Flags& flags, int ordinal) {
 absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Graph> graph,
                                                             const SessionOptions& options) {
   std::unique_ptr<Session> s(new Session());
-  if (options.use_environment_flags) {
-    const absl::StatusOr<Flags>& env = FlagsFromEnvironment();
-    if (!env.ok()) return env.status();
-    s->flags_ = *env;
-  } else {
-    CJIT_ASSIGN_OR_RETURN(s->flags_, ParseFlags("", options.flags, "SessionOptions"));
-  }
+  CJIT_ASSIGN_OR_RETURN(s->flags_, ResolveFlags(options));
   SetLogLevels(s->flags_.v, s->flags_.vmodule, s->flags_.stderrthreshold);
   if (absl::StartsWith(s->flags_.device, "cuda")) {
     // The backend names what is missing: the driver, the device ordinal, or (a build without the CUDA

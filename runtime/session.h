@@ -9,10 +9,20 @@
 // dynamic) is specialized once — shapes inferred, constant sub-graphs and control flow on constants
 // folded, simplified, clustered — and the plan cached; later runs with that signature reuse it.
 //
-// Errors (absl::Status, never an abort): a model that cannot be read or imported (names the node and
-// op), an unknown or missing input name, a wrong dtype, rank or dim (names the input, expected and got).
+// This is the internal C++ interface; hosts use the C API (include/clusterjit/clusterjit.h) or its C++
+// wrapper (clusterjit.hpp), which sit on it.
 //
-// Thread-safety: Run() may be called concurrently from several threads on one Session.
+// Errors (absl::Status, never an abort or an exception): a bad option (named), a model that cannot be
+// read or imported (names the node and op), an unknown or missing input name, a wrong dtype, rank or dim
+// (names the input, expected and got), and run errors naming the node.
+//
+// Thread-safety: Run() may be called concurrently from any number of threads on one Session, on every
+// path (fallback, compiled, compiles in flight, new signatures arriving concurrently); each call's results
+// are bitwise those of the same inputs run alone in the same compilation state (tests/concurrency_test.cc).
+// The Session must not be destroyed while a Run is in progress (the C API's cjit_session_free waits for
+// them); its destructor joins its background compile thread, so none outlives it.
+// Process state: Run sets OpenMP's thread count for the calling thread to --intra_op_threads for the call
+// and restores the caller's value; logging goes through flags/logging.h (never glog).
 #ifndef CJIT_RUNTIME_SESSION_H_
 #define CJIT_RUNTIME_SESSION_H_
 

@@ -1,4 +1,5 @@
 #include "flags/flags.h"
+#include "runtime/session.h"
 
 #include <fstream>
 
@@ -91,6 +92,52 @@ TEST(FlagsTest, EveryFlagHasHelp) {
     EXPECT_FALSE(f.help.empty()) << f.name;
     EXPECT_FALSE(f.default_value.empty() && f.type != "string") << f.name;
   }
+}
+
+// Flags filled in code (SessionOptions, the C API) are validated with the parser's own rules.
+TEST(FlagsTest, ValidateFlagsSetInCode) {
+  EXPECT_TRUE(ValidateFlags(Flags{}).ok());
+  Flags f;
+  f.intra_op_threads = -3;
+  auto st = ValidateFlags(f);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("--intra_op_threads"), std::string::npos) << st;
+  f = Flags{};
+  f.device = "tpu";
+  st = ValidateFlags(f);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("'tpu'"), std::string::npos) << st;
+  f = Flags{};
+  f.dump_pass_re = "([";
+  EXPECT_FALSE(ValidateFlags(f).ok());
+  f = Flags{};
+  f.trace_max_events = 0;
+  EXPECT_FALSE(ValidateFlags(f).ok());
+  // Every flag round-trips through GetFlag / SetFlag (a flag without a getter would fail here).
+  Flags d = *ParseFlags("");
+  for (const FlagInfo& info : ListFlags()) {
+    auto v = GetFlag(d, info.name);
+    ASSERT_TRUE(v.ok()) << info.name;
+    Flags copy = d;
+    EXPECT_TRUE(SetFlag(copy, info.name, *v).ok()) << info.name << "=" << *v;
+    EXPECT_EQ(*GetFlag(copy, info.name), *v) << info.name;
+  }
+  EXPECT_EQ(GetFlag(d, "nope").status().code(), absl::StatusCode::kNotFound);
+  Flags g = d;
+  EXPECT_TRUE(SetFlag(g, "tf_xla_compile_threshold", "5").ok());
+  EXPECT_EQ(g.compile_threshold, 5);
+  EXPECT_FALSE(SetFlag(g, "compile_threshold", "-1").ok());
+  EXPECT_EQ(g.compile_threshold, 5);
+}
+
+// Session::Load with options set in code: bad values are errors; a bad CJIT_FLAGS does not matter then.
+TEST(FlagsTest, SessionOptionsAreValidated) {
+  SessionOptions o;
+  o.use_environment_flags = false;
+  o.flags.intra_op_threads = -3;
+  auto s = Session::LoadFromBytes("", o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("intra_op_threads"), std::string::npos) << s.status();
 }
 
 }  // namespace

@@ -1,6 +1,10 @@
 // The `cjit` command-line tool: run, check and flags. Exit codes: 0 success, 1 failure (run error or
 // mismatching outputs), 2 usage error (bad arguments or a bad CJIT_FLAGS).
 #include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <mutex>
+#include <thread>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -143,15 +147,51 @@ SessionOptions CliOptions(const std::string& trace, bool profile) {
   return o;
 }
 
+// `cjit run --concurrency N` (as onnxruntime_perf_test -c): the timed iterations from N threads on one
+// session; prints throughput and the latency distribution of all runs.
+int RunConcurrently(Session& s, const std::vector<NamedTensor>& inputs, int iterations, int warmup, int threads) {
+  for (int i = 0; i < warmup; ++i) {
+    auto r = s.Run(inputs);
+    if (!r.ok()) return Fail(r.status());
+  }
+  std::mutex mu;
+  std::vector<double> times;
+  absl::Status first_error;
+  std::atomic<int> next{0};
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      while (next.fetch_add(1) < iterations) {
+        auto a = std::chrono::steady_clock::now();
+        auto r = s.Run(inputs);
+        double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
+        std::lock_guard<std::mutex> lock(mu);
+        if (!r.ok() && first_error.ok()) first_error = r.status();
+        times.push_back(ms);
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!first_error.ok()) return Fail(first_error);
+  std::printf("concurrency: %d threads on one session, %d runs in %.3f s: %.1f runs/s\n", threads, iterations, wall,
+              iterations / wall);
+  std::printf("latency ms: median %.3f  p90 %.3f  max %.3f  (%d intra-op threads per run)\n", Percentile(times, 0.5),
+              Percentile(times, 0.9), Percentile(times, 1.0), s.flags().intra_op_threads);
+  return 0;
+}
+
 int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
            const std::vector<std::string>& shape_args, int iterations, int warmup, const std::string& output_dir,
-           const std::string& stats_json, const std::string& trace, bool profile) {
+           const std::string& stats_json, const std::string& trace, bool profile, int concurrency) {
   auto session = Session::Load(model, CliOptions(trace, profile));
   if (!session.ok()) return LoadFailure(session.status());
   Session& s = **session;
   auto prepared = PrepareInputs(s, input_args, shape_args);
   if (!prepared.ok()) return Fail(prepared.status(), 2);
   std::vector<NamedTensor> inputs = std::move(*prepared);
+  if (concurrency > 1) return RunConcurrently(s, inputs, iterations, warmup, concurrency);
   using Clock = std::chrono::steady_clock;
   auto time_run = [&](std::vector<NamedTensor>* out) -> absl::StatusOr<double> {
     auto t0 = Clock::now();
@@ -232,12 +272,44 @@ int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
   return 0;
 }
 
-int CmdCheck(const std::string& dir, double rtol, double atol) {
+int CmdCheck(const std::string& dir, double rtol, double atol, int concurrency, int repeat) {
+  if (!std::isfinite(rtol) || !std::isfinite(atol) || rtol < 0 || atol < 0) {
+    return Fail(absl::InvalidArgumentError("--rtol and --atol must be finite and >= 0"), 2);
+  }
   auto session = Session::Load(dir + "/model.onnx");
   if (!session.ok()) return Fail(session.status());
   auto sets = ReadDataSets(dir, **session);
   if (!sets.ok()) return Fail(sets.status());
-  if (sets->empty()) return Fail(absl::NotFoundError("no test_data_set_* directories in " + dir));
+  if (sets->empty()) return Fail(absl::NotFoundError("no test_data_set_* in " + dir));
+  if (concurrency > 1) {
+    // Every data set from N threads at once, `repeat` times each, every output compared with the reference.
+    std::atomic<int> bad{0}, runs{0};
+    std::mutex mu;
+    std::string first;
+    std::vector<std::thread> pool;
+    for (int t = 0; t < concurrency; ++t) {
+      pool.emplace_back([&, t] {
+        for (int r = 0; r < repeat; ++r) {
+          for (size_t k = 0; k < sets->size(); ++k) {
+            const DataSet& set = (*sets)[(k + t) % sets->size()];
+            DataSetResult res = RunDataSet(**session, set, rtol, atol);
+            ++runs;
+            if (res.ok()) continue;
+            ++bad;
+            std::lock_guard<std::mutex> lock(mu);
+            if (first.empty()) {
+              first = set.dir + ": " + (res.status.ok() ? "outputs differ from the reference" : std::string(res.status.message()));
+            }
+          }
+        }
+      });
+    }
+    for (auto& th : pool) th.join();
+    std::printf("%d threads x %d repeats x %zu data sets: %d of %d runs wrong%s%s\n", concurrency, repeat, sets->size(),
+                bad.load(), runs.load(), first.empty() ? "" : "; first: ", first.c_str());
+    std::printf("%s (rtol %g, atol %g)\n", bad ? "FAIL" : "PASS", rtol, atol);
+    return bad ? 1 : 0;
+  }
   bool all_ok = true;
   for (const DataSet& set : *sets) {
     DataSetResult r = RunDataSet(**session, set, rtol, atol);
@@ -579,10 +651,18 @@ int main(int argc, char** argv) {
   bool profile = false;
   run->add_option("--trace", trace, "write a Chrome trace-event JSON file here (as --trace_to)");
   run->add_flag("--profile", profile, "print the per-op profile table of the timed runs");
+  int concurrency = 1;
+  run->add_option("--concurrency", concurrency, "run the timed iterations from N threads on one session (throughput)")
+      ->check(CLI::PositiveNumber);
   auto* check = app.add_subcommand("check", "run an ONNX test-data directory and compare with its outputs");
   check->add_option("dir", dir, "directory with model.onnx and test_data_set_*")->required();
   check->add_option("--rtol", rtol, "relative tolerance");
   check->add_option("--atol", atol, "absolute tolerance");
+  int check_concurrency = 1, check_repeat = 10;
+  check->add_option("--concurrency", check_concurrency, "run every data set from N threads at once, repeatedly")
+      ->check(CLI::PositiveNumber);
+  check->add_option("--repeat", check_repeat, "with --concurrency: runs of each data set per thread")
+      ->check(CLI::PositiveNumber);
   auto* explain = app.add_subcommand("explain", "print the clusters of a model for one input signature");
   model_and_inputs(explain);
   bool print_graph = false;
@@ -624,8 +704,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  if (*run) return cjit::CmdRun(model, inputs, shapes, iterations, warmup, output_dir, stats_json, trace, profile);
-  if (*check) return cjit::CmdCheck(dir, rtol, atol);
+  if (*run) {
+    return cjit::CmdRun(model, inputs, shapes, iterations, warmup, output_dir, stats_json, trace, profile, concurrency);
+  }
+  if (*check) return cjit::CmdCheck(dir, rtol, atol, check_concurrency, check_repeat);
   if (*flags) return cjit::CmdFlags();
   if (*explain) return cjit::CmdExplain(model, inputs, shapes, print_graph, gpu_placement, dot);
   if (*bench && cold_warm) return cjit::CmdBenchColdWarm(model, inputs, shapes, iterations);

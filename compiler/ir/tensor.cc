@@ -137,6 +137,16 @@ Tensor Tensor::Alias(const Tensor& base, size_t byte_offset, DType dtype, Dims d
   return t;
 }
 
+Tensor Tensor::Wrap(DType dtype, Dims dims, void* data, std::shared_ptr<void> keep_alive) {
+  Tensor t;
+  absl::StatusOr<size_t> bytes = CheckedByteSize(dtype, dims);
+  if (!bytes.ok()) throw TensorError(std::string(bytes.status().message()));
+  t.dtype_ = dtype;
+  t.dims_ = std::move(dims);
+  t.data_ = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(data), [keep = std::move(keep_alive)](uint8_t*) {});
+  return t;
+}
+
 Tensor Tensor::Clone() const {
   Tensor t(dtype_, dims_);
   if (nbytes() > 0) std::memcpy(t.raw(), raw(), nbytes());

@@ -64,6 +64,10 @@ class Tensor {
   Tensor Reshaped(Dims dims) const;
   // A tensor over bytes [byte_offset, byte_offset + nbytes) of base's buffer (kept alive by the view).
   static Tensor Alias(const Tensor& base, size_t byte_offset, DType dtype, Dims dims);
+  // A tensor over memory it does not own (zero-copy input or bound output); `keep_alive` (may be null) is
+  // held as long as any copy of the tensor lives. The caller keeps `data` valid meanwhile. TensorError for
+  // invalid dims.
+  static Tensor Wrap(DType dtype, Dims dims, void* data, std::shared_ptr<void> keep_alive = nullptr);
   // Deep copy.
   Tensor Clone() const;
   // Elements as int64 / double, converting from any integer or float dtype (for shape arithmetic and

@@ -1,0 +1,435 @@
+// The C API (include/clusterjit/clusterjit.h) over the internal Session. Every entry point catches every
+// exception (CatchAsStatus), checks its pointers, and converts absl::Status into cjit_status.
+#include "clusterjit/clusterjit.h"
+
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/status_macros.h"
+#include "compiler/onnx/tensor_proto.h"
+#include "flags/flags.h"
+#include "flags/logging.h"
+#include "runtime/session.h"
+
+struct cjit_status {
+  cjit_code code;
+  std::string message;
+};
+
+struct cjit_options {
+  cjit::Flags flags;
+  bool use_environment = false;
+  // Flags set through this object, re-applied on top of CJIT_FLAGS when use_environment is on.
+  std::vector<std::pair<std::string, std::string>> set;
+};
+
+struct cjit_value {
+  cjit::Tensor tensor;
+  bool wrapped = false;
+};
+
+struct cjit_session {
+  struct Guts {
+    std::unique_ptr<cjit::Session> session;
+    std::vector<std::string> input_names, output_names;
+    std::mutex mu;
+    std::condition_variable idle;
+    int active = 0;
+    bool closing = false;
+  };
+  std::shared_ptr<Guts> guts;
+};
+
+namespace {
+
+cjit_status* ToStatus(const absl::Status& s) {
+  if (s.ok()) return nullptr;
+  return new (std::nothrow) cjit_status{static_cast<cjit_code>(static_cast<int>(s.code())), std::string(s.message())};
+}
+
+cjit_status* Error(cjit_code code, std::string message) {
+  return new (std::nothrow) cjit_status{code, std::move(message)};
+}
+
+// Runs `fn` (returning absl::Status) with every exception turned into a status.
+template <typename F>
+cjit_status* Guard(const char* what, F&& fn) {
+  return ToStatus(cjit::CatchAsStatus(what, [&]() -> absl::Status { return fn(); }));
+}
+
+cjit_status* CopyOut(const std::string& text, char* buffer, size_t size, size_t* length) {
+  if (length) *length = text.size();
+  if (buffer == nullptr || size < text.size() + 1) {
+    return Error(CJIT_INVALID_ARGUMENT, absl::StrCat("buffer of ", size, " bytes is too small: ", text.size() + 1,
+                                                     " needed"));
+  }
+  std::memcpy(buffer, text.c_str(), text.size() + 1);
+  return nullptr;
+}
+
+absl::StatusOr<cjit::DType> CheckDtype(cjit_dtype dtype) {
+  cjit::DType t = cjit::DTypeFromOnnx(static_cast<int>(dtype));
+  if (t == cjit::DType::kInvalid) {
+    return absl::InvalidArgumentError(absl::StrCat("unsupported dtype code ", static_cast<int>(dtype)));
+  }
+  return t;
+}
+
+absl::StatusOr<cjit::Dims> CheckDims(const int64_t* dims, size_t rank) {
+  if (rank > 0 && dims == nullptr) return absl::InvalidArgumentError("dims is NULL but rank is not 0");
+  if (rank > 64) return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is too large"));
+  cjit::Dims d(dims, dims + rank);
+  for (int64_t x : d) {
+    if (x < 0) return absl::InvalidArgumentError(absl::StrCat("negative dim in ", cjit::DimsToString(d)));
+  }
+  return d;
+}
+
+absl::Status Info(const cjit::TensorInfo& info, int32_t* dtype, int64_t* dims, size_t capacity, int64_t* rank) {
+  if (dtype) *dtype = info.dtype == cjit::DType::kInvalid ? 0 : cjit::OnnxFromDType(info.dtype);
+  if (rank) *rank = info.shape.rank_known ? info.shape.rank() : -1;
+  if (dims != nullptr && info.shape.rank_known) {
+    for (size_t i = 0; i < capacity && i < info.shape.dims.size(); ++i) dims[i] = info.shape.dims[i].value;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<cjit::SessionOptions> MakeSessionOptions(const cjit_options* options) {
+  cjit::SessionOptions o;
+  o.use_environment_flags = false;
+  if (options == nullptr) return o;
+  if (!options->use_environment) {
+    o.flags = options->flags;
+    return o;
+  }
+  const absl::StatusOr<cjit::Flags>& env = cjit::FlagsFromEnvironment();
+  if (!env.ok()) return env.status();
+  o.flags = *env;
+  for (const auto& [name, value] : options->set) CJIT_RETURN_IF_ERROR(cjit::SetFlag(o.flags, name, value));
+  return o;
+}
+
+cjit_status* FinishCreate(absl::StatusOr<std::unique_ptr<cjit::Session>> s, cjit_session** out) {
+  if (!s.ok()) return ToStatus(s.status());
+  auto guts = std::make_shared<cjit_session::Guts>();
+  for (const auto& i : (*s)->inputs()) guts->input_names.push_back(i.name);
+  for (const auto& o : (*s)->outputs()) guts->output_names.push_back(o.name);
+  guts->session = std::move(*s);
+  *out = new cjit_session{std::move(guts)};
+  return nullptr;
+}
+
+}  // namespace
+
+extern "C" {
+
+cjit_code cjit_status_code(const cjit_status* status) { return status ? status->code : CJIT_OK; }
+const char* cjit_status_message(const cjit_status* status) { return status ? status->message.c_str() : ""; }
+void cjit_status_free(cjit_status* status) { delete status; }
+
+const char* cjit_version(void) {
+  static const std::string v =
+      absl::StrCat(CJIT_VERSION_MAJOR, ".", CJIT_VERSION_MINOR, ".", CJIT_VERSION_PATCH);
+  return v.c_str();
+}
+
+void cjit_set_log_callback(cjit_log_callback callback, void* user_data) {
+  if (callback == nullptr) {
+    cjit::SetLogSink(nullptr);
+    return;
+  }
+  cjit::SetLogSink([callback, user_data](cjit::LogSeverity severity, const char* file, int line,
+                                         std::string_view message) {
+    std::string text(message);
+    callback(user_data, static_cast<cjit_log_severity>(static_cast<int>(severity)), file, line, text.c_str());
+  });
+}
+
+// ---- options ----
+
+cjit_status* cjit_options_create(cjit_options** out) {
+  if (out == nullptr) return Error(CJIT_INVALID_ARGUMENT, "cjit_options_create: out is NULL");
+  return Guard("cjit_options_create", [&]() -> absl::Status {
+    auto o = std::make_unique<cjit_options>();
+    CJIT_ASSIGN_OR_RETURN(o->flags, cjit::ParseFlags("", cjit::Flags{}, "options"));
+    *out = o.release();
+    return absl::OkStatus();
+  });
+}
+
+void cjit_options_free(cjit_options* options) { delete options; }
+
+cjit_status* cjit_options_set(cjit_options* options, const char* name, const char* value) {
+  if (options == nullptr || name == nullptr || value == nullptr) {
+    return Error(CJIT_INVALID_ARGUMENT, "cjit_options_set: options, name and value must not be NULL");
+  }
+  return Guard("cjit_options_set", [&]() -> absl::Status {
+    std::string n = name;
+    if (n.rfind("--", 0) == 0) n = n.substr(2);
+    CJIT_RETURN_IF_ERROR(cjit::SetFlag(options->flags, n, value, "cjit_options_set"));
+    options->set.emplace_back(n, value);
+    return absl::OkStatus();
+  });
+}
+
+cjit_status* cjit_options_get(const cjit_options* options, const char* name, char* buffer, size_t size,
+                              size_t* length) {
+  if (options == nullptr || name == nullptr) {
+    return Error(CJIT_INVALID_ARGUMENT, "cjit_options_get: options and name must not be NULL");
+  }
+  absl::StatusOr<std::string> v = cjit::GetFlag(options->flags, name);
+  if (!v.ok()) return ToStatus(v.status());
+  return CopyOut(*v, buffer, size, length);
+}
+
+cjit_status* cjit_options_set_flags(cjit_options* options, const char* text) {
+  if (options == nullptr || text == nullptr) {
+    return Error(CJIT_INVALID_ARGUMENT, "cjit_options_set_flags: options and text must not be NULL");
+  }
+  return Guard("cjit_options_set_flags", [&]() -> absl::Status {
+    CJIT_ASSIGN_OR_RETURN(options->flags, cjit::ParseFlags(text, options->flags, "cjit_options_set_flags"));
+    // Remember them for use_environment: re-parsing the same text reproduces them on top of CJIT_FLAGS.
+    cjit::Flags probe;
+    CJIT_ASSIGN_OR_RETURN(probe, cjit::ParseFlags(text, cjit::Flags{}, "cjit_options_set_flags"));
+    for (const cjit::FlagInfo& f : cjit::ListFlags()) {
+      absl::StatusOr<std::string> now = cjit::GetFlag(probe, f.name);
+      absl::StatusOr<std::string> dflt = cjit::GetFlag(cjit::ParseFlags("").value(), f.name);
+      if (now.ok() && dflt.ok() && *now != *dflt) options->set.emplace_back(f.name, *now);
+    }
+    return absl::OkStatus();
+  });
+}
+
+cjit_status* cjit_options_use_environment(cjit_options* options, int enable) {
+  if (options == nullptr) return Error(CJIT_INVALID_ARGUMENT, "cjit_options_use_environment: options is NULL");
+  options->use_environment = enable != 0;
+  return nullptr;
+}
+
+// ---- values ----
+
+cjit_status* cjit_value_create(cjit_dtype dtype, const int64_t* dims, size_t rank, cjit_value** out) {
+  if (out == nullptr) return Error(CJIT_INVALID_ARGUMENT, "cjit_value_create: out is NULL");
+  return Guard("cjit_value_create", [&]() -> absl::Status {
+    CJIT_ASSIGN_OR_RETURN(cjit::DType t, CheckDtype(dtype));
+    CJIT_ASSIGN_OR_RETURN(cjit::Dims d, CheckDims(dims, rank));
+    CJIT_RETURN_IF_ERROR(cjit::CheckedByteSize(t, d).status());
+    *out = new cjit_value{cjit::Tensor(t, std::move(d)), false};
+    return absl::OkStatus();
+  });
+}
+
+cjit_status* cjit_value_wrap(cjit_dtype dtype, const int64_t* dims, size_t rank, void* data, size_t bytes,
+                             cjit_value** out) {
+  if (out == nullptr) return Error(CJIT_INVALID_ARGUMENT, "cjit_value_wrap: out is NULL");
+  return Guard("cjit_value_wrap", [&]() -> absl::Status {
+    CJIT_ASSIGN_OR_RETURN(cjit::DType t, CheckDtype(dtype));
+    CJIT_ASSIGN_OR_RETURN(cjit::Dims d, CheckDims(dims, rank));
+    CJIT_ASSIGN_OR_RETURN(size_t need, cjit::CheckedByteSize(t, d));
+    if (bytes != need) {
+      return absl::InvalidArgumentError(absl::StrCat("cjit_value_wrap: a ", cjit::DTypeName(t), "[",
+                                                     cjit::DimsToString(d), "] tensor takes ", need,
+                                                     " bytes, the buffer has ", bytes));
+    }
+    if (need > 0 && data == nullptr) return absl::InvalidArgumentError("cjit_value_wrap: data is NULL");
+    if (reinterpret_cast<uintptr_t>(data) % cjit::DTypeSize(t) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("cjit_value_wrap: data is not aligned to the ",
+                                                     cjit::DTypeSize(t), "-byte element size"));
+    }
+    *out = new cjit_value{cjit::Tensor::Wrap(t, std::move(d), data), true};
+    return absl::OkStatus();
+  });
+}
+
+void cjit_value_free(cjit_value* value) { delete value; }
+
+cjit_dtype cjit_value_dtype(const cjit_value* value) {
+  return value ? static_cast<cjit_dtype>(cjit::OnnxFromDType(value->tensor.dtype())) : static_cast<cjit_dtype>(0);
+}
+size_t cjit_value_rank(const cjit_value* value) { return value ? value->tensor.dims().size() : 0; }
+const int64_t* cjit_value_dims(const cjit_value* value) { return value ? value->tensor.dims().data() : nullptr; }
+size_t cjit_value_bytes(const cjit_value* value) { return value ? value->tensor.nbytes() : 0; }
+void* cjit_value_data(cjit_value* value) {
+  return value && value->tensor.nbytes() > 0 ? value->tensor.raw() : nullptr;
+}
+
+// ---- sessions ----
+
+cjit_status* cjit_session_create(const char* model_path, const cjit_options* options, cjit_session** out) {
+  if (model_path == nullptr || out == nullptr) {
+    return Error(CJIT_INVALID_ARGUMENT, "cjit_session_create: model_path and out must not be NULL");
+  }
+  *out = nullptr;
+  return Guard("cjit_session_create", [&]() -> absl::Status {
+    CJIT_ASSIGN_OR_RETURN(cjit::SessionOptions o, MakeSessionOptions(options));
+    cjit_status* st = FinishCreate(cjit::Session::Load(model_path, o), out);
+    if (st == nullptr) return absl::OkStatus();
+    absl::Status s(static_cast<absl::StatusCode>(st->code), st->message);
+    cjit_status_free(st);
+    return s;
+  });
+}
+
+cjit_status* cjit_session_create_from_bytes(const void* data, size_t size, const char* model_dir,
+                                            const cjit_options* options, cjit_session** out) {
+  if ((data == nullptr && size > 0) || out == nullptr) {
+    return Error(CJIT_INVALID_ARGUMENT, "cjit_session_create_from_bytes: data and out must not be NULL");
+  }
+  *out = nullptr;
+  return Guard("cjit_session_create_from_bytes", [&]() -> absl::Status {
+    CJIT_ASSIGN_OR_RETURN(cjit::SessionOptions o, MakeSessionOptions(options));
+    absl::string_view bytes(static_cast<const char*>(data), size);
+    cjit_status* st = FinishCreate(cjit::Session::LoadFromBytes(bytes, o, model_dir ? model_dir : ""), out);
+    if (st == nullptr) return absl::OkStatus();
+    absl::Status s(static_cast<absl::StatusCode>(st->code), st->message);
+    cjit_status_free(st);
+    return s;
+  });
+}
+
+void cjit_session_free(cjit_session* session) {
+  if (session == nullptr) return;
+  {
+    std::unique_lock<std::mutex> lock(session->guts->mu);
+    session->guts->closing = true;
+    session->guts->idle.wait(lock, [&] { return session->guts->active == 0; });
+  }
+  delete session;
+}
+
+size_t cjit_session_input_count(const cjit_session* s) { return s ? s->guts->input_names.size() : 0; }
+size_t cjit_session_output_count(const cjit_session* s) { return s ? s->guts->output_names.size() : 0; }
+const char* cjit_session_input_name(const cjit_session* s, size_t i) {
+  return s && i < s->guts->input_names.size() ? s->guts->input_names[i].c_str() : nullptr;
+}
+const char* cjit_session_output_name(const cjit_session* s, size_t i) {
+  return s && i < s->guts->output_names.size() ? s->guts->output_names[i].c_str() : nullptr;
+}
+
+cjit_status* cjit_session_input_info(const cjit_session* s, size_t index, int32_t* dtype, int64_t* dims,
+                                     size_t capacity, int64_t* rank) {
+  if (s == nullptr) return Error(CJIT_INVALID_ARGUMENT, "cjit_session_input_info: session is NULL");
+  if (index >= s->guts->session->inputs().size()) {
+    return Error(CJIT_INVALID_ARGUMENT, absl::StrCat("input index ", index, " is out of range (the model has ",
+                                                     s->guts->session->inputs().size(), " inputs)"));
+  }
+  return ToStatus(Info(s->guts->session->inputs()[index], dtype, dims, capacity, rank));
+}
+
+cjit_status* cjit_session_output_info(const cjit_session* s, size_t index, int32_t* dtype, int64_t* dims,
+                                      size_t capacity, int64_t* rank) {
+  if (s == nullptr) return Error(CJIT_INVALID_ARGUMENT, "cjit_session_output_info: session is NULL");
+  if (index >= s->guts->session->outputs().size()) {
+    return Error(CJIT_INVALID_ARGUMENT, absl::StrCat("output index ", index, " is out of range (the model has ",
+                                                     s->guts->session->outputs().size(), " outputs)"));
+  }
+  return ToStatus(Info(s->guts->session->outputs()[index], dtype, dims, capacity, rank));
+}
+
+cjit_status* cjit_session_run(cjit_session* session, const char* const* input_names, const cjit_value* const* inputs,
+                              size_t n_inputs, const char* const* output_names, cjit_value** outputs,
+                              size_t n_outputs) {
+  if (session == nullptr) return Error(CJIT_INVALID_ARGUMENT, "cjit_session_run: session is NULL");
+  if (n_inputs > 0 && (input_names == nullptr || inputs == nullptr)) {
+    return Error(CJIT_INVALID_ARGUMENT, "cjit_session_run: input_names and inputs must not be NULL");
+  }
+  if (n_outputs > 0 && outputs == nullptr) return Error(CJIT_INVALID_ARGUMENT, "cjit_session_run: outputs is NULL");
+  std::shared_ptr<cjit_session::Guts> guts = session->guts;
+  {
+    std::lock_guard<std::mutex> lock(guts->mu);
+    if (guts->closing) return Error(CJIT_FAILED_PRECONDITION, "cjit_session_run: the session is being freed");
+    ++guts->active;
+  }
+  cjit_status* result = Guard("cjit_session_run", [&]() -> absl::Status {
+    const cjit::Session& s = *guts->session;
+    // Which model output each slot receives.
+    std::vector<size_t> which;
+    if (output_names == nullptr) {
+      if (n_outputs != guts->output_names.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("cjit_session_run: the model has ", guts->output_names.size(),
+                                                       " outputs, n_outputs is ", n_outputs));
+      }
+      for (size_t i = 0; i < n_outputs; ++i) which.push_back(i);
+    } else {
+      for (size_t i = 0; i < n_outputs; ++i) {
+        if (output_names[i] == nullptr) return absl::InvalidArgumentError("cjit_session_run: an output name is NULL");
+        size_t k = 0;
+        while (k < guts->output_names.size() && guts->output_names[k] != output_names[i]) ++k;
+        if (k == guts->output_names.size()) {
+          return absl::NotFoundError(absl::StrCat("cjit_session_run: the model has no output '", output_names[i], "'"));
+        }
+        which.push_back(k);
+      }
+    }
+    std::vector<cjit::NamedTensor> in;
+    in.reserve(n_inputs);
+    for (size_t i = 0; i < n_inputs; ++i) {
+      if (input_names[i] == nullptr || inputs[i] == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("cjit_session_run: input ", i, " has a NULL name or value"));
+      }
+      in.push_back({input_names[i], inputs[i]->tensor});  // shares the buffer: no copy
+    }
+    // Bound outputs are checked before running, where the declared shape tells.
+    for (size_t i = 0; i < n_outputs; ++i) {
+      if (outputs[i] == nullptr) continue;
+      const cjit::TensorInfo& info = s.outputs()[which[i]];
+      if (info.dtype != cjit::DType::kInvalid && outputs[i]->tensor.dtype() != info.dtype) {
+        return absl::InvalidArgumentError(absl::StrCat("bound output '", info.name, "' has dtype ",
+                                                       cjit::DTypeName(outputs[i]->tensor.dtype()), ", the model gives ",
+                                                       cjit::DTypeName(info.dtype)));
+      }
+    }
+    CJIT_ASSIGN_OR_RETURN(std::vector<cjit::NamedTensor> result, guts->session->Run(in));
+    for (size_t i = 0; i < n_outputs; ++i) {
+      cjit::Tensor& got = result[which[i]].tensor;
+      if (outputs[i] == nullptr) continue;
+      cjit::Tensor& dst = outputs[i]->tensor;
+      if (dst.dtype() != got.dtype() || dst.dims() != got.dims()) {
+        return absl::InvalidArgumentError(absl::StrCat("bound output '", result[which[i]].name, "' is ",
+                                                       cjit::DTypeName(dst.dtype()), "[", cjit::DimsToString(dst.dims()),
+                                                       "], the run produced ", cjit::DTypeName(got.dtype()), "[",
+                                                       cjit::DimsToString(got.dims()), "]"));
+      }
+    }
+    // New values first (nothing is handed out if one cannot be made), then the bound copies.
+    std::vector<std::unique_ptr<cjit_value>> made(n_outputs);
+    for (size_t i = 0; i < n_outputs; ++i) {
+      if (outputs[i] != nullptr) continue;
+      cjit::Tensor& got = result[which[i]].tensor;
+      // A returned buffer shared with anything else (a model constant, a wrapped input, another output)
+      // is copied, so the caller owns every output exclusively.
+      made[i] = std::make_unique<cjit_value>(cjit_value{got.buffer().use_count() == 1 ? got : got.Clone(), false});
+    }
+    for (size_t i = 0; i < n_outputs; ++i) {
+      if (made[i]) {
+        outputs[i] = made[i].release();
+        continue;
+      }
+      cjit::Tensor& got = result[which[i]].tensor;
+      if (got.nbytes() > 0 && got.raw() != outputs[i]->tensor.raw()) {
+        std::memcpy(outputs[i]->tensor.raw(), got.raw(), got.nbytes());
+      }
+    }
+    return absl::OkStatus();
+  });
+  {
+    std::lock_guard<std::mutex> lock(guts->mu);
+    --guts->active;
+    guts->idle.notify_all();
+  }
+  return result;
+}
+
+cjit_status* cjit_session_end_profiling(cjit_session* session, char* buffer, size_t size, size_t* length) {
+  if (session == nullptr) return Error(CJIT_INVALID_ARGUMENT, "cjit_session_end_profiling: session is NULL");
+  absl::StatusOr<std::string> path = session->guts->session->EndProfiling();
+  if (!path.ok()) return ToStatus(path.status());
+  return CopyOut(*path, buffer, size, length);
+}
+
+}  // extern "C"

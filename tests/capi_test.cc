@@ -1,0 +1,539 @@
+// The C API (include/clusterjit/clusterjit.h) through the installed-style shared library libclusterjit.so:
+// every function, and each error path (bad model, bad option name or value, wrong input, wrong buffer
+// size, null handles), plus the threading contract (concurrent runs, free waiting for runs in progress)
+// and the C++ wrapper. Expected values come from double-precision math or the models' reference outputs.
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "clusterjit/clusterjit.h"
+#include "clusterjit/clusterjit.hpp"
+#include "gtest/gtest.h"
+#include <omp.h>
+#include "onnx/onnx_pb.h"
+#include "tests/test_data.h"
+
+namespace {
+
+// Takes ownership of a status; returns its code (CJIT_OK for NULL) and keeps the message.
+struct St {
+  explicit St(cjit_status* s) : code(cjit_status_code(s)), message(cjit_status_message(s)) { cjit_status_free(s); }
+  cjit_code code;
+  std::string message;
+  bool ok() const { return code == CJIT_OK; }
+};
+
+void AddValueInfo(onnx::ValueInfoProto* v, const std::string& name, int elem, std::vector<int64_t> dims) {
+  v->set_name(name);
+  auto* tt = v->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(elem);
+  for (int64_t d : dims) {
+    if (d < 0) tt->mutable_shape()->add_dim()->set_dim_param("N");
+    else tt->mutable_shape()->add_dim()->set_dim_value(d);
+  }
+}
+
+// y = x * 2 + 1 (f32[N, 3]) and z = Identity(x).
+std::string AffineModel() {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  g->set_name("affine");
+  AddValueInfo(g->add_input(), "x", onnx::TensorProto::FLOAT, {-1, 3});
+  AddValueInfo(g->add_output(), "y", onnx::TensorProto::FLOAT, {-1, 3});
+  AddValueInfo(g->add_output(), "z", onnx::TensorProto::FLOAT, {-1, 3});
+  for (auto [name, v] : {std::pair<const char*, float>{"two", 2.0f}, {"one", 1.0f}}) {
+    auto* c = g->add_initializer();
+    c->set_name(name);
+    c->set_data_type(onnx::TensorProto::FLOAT);
+    c->add_float_data(v);
+  }
+  auto add_node = [&](const char* op, std::vector<std::string> in, std::string out) {
+    auto* n = g->add_node();
+    n->set_op_type(op);
+    n->set_name(out);
+    for (auto& i : in) n->add_input(i);
+    n->add_output(out);
+  };
+  add_node("Mul", {"x", "two"}, "t");
+  add_node("Add", {"t", "one"}, "y");
+  add_node("Identity", {"x"}, "z");
+  return m.SerializeAsString();
+}
+
+cjit_session* AffineSession(const char* flags = nullptr) {
+  std::string bytes = AffineModel();
+  cjit_options* o = nullptr;
+  EXPECT_TRUE(St(cjit_options_create(&o)).ok());
+  EXPECT_TRUE(St(cjit_options_set(o, "device", "cpu")).ok());
+  if (flags) EXPECT_TRUE(St(cjit_options_set_flags(o, flags)).ok());
+  cjit_session* s = nullptr;
+  St st(cjit_session_create_from_bytes(bytes.data(), bytes.size(), nullptr, o, &s));
+  EXPECT_TRUE(st.ok()) << st.message;
+  cjit_options_free(o);
+  return s;
+}
+
+TEST(CApiTest, VersionAndStatus) {
+  EXPECT_EQ(std::string(cjit_version()), std::to_string(CJIT_VERSION_MAJOR) + "." + std::to_string(CJIT_VERSION_MINOR) +
+                                             "." + std::to_string(CJIT_VERSION_PATCH));
+  EXPECT_EQ(cjit_status_code(nullptr), CJIT_OK);
+  EXPECT_STREQ(cjit_status_message(nullptr), "");
+  cjit_status_free(nullptr);
+}
+
+TEST(CApiTest, OptionsSetGetAndErrors) {
+  EXPECT_EQ(St(cjit_options_create(nullptr)).code, CJIT_INVALID_ARGUMENT);
+  cjit_options* o = nullptr;
+  ASSERT_TRUE(St(cjit_options_create(&o)).ok());
+  EXPECT_TRUE(St(cjit_options_set(o, "intra_op_threads", "3")).ok());
+  EXPECT_TRUE(St(cjit_options_set(o, "--tf_xla_min_cluster_size", "2")).ok());  // prefix and alias accepted
+  char buf[64];
+  size_t len = 0;
+  ASSERT_TRUE(St(cjit_options_get(o, "intra_op_threads", buf, sizeof buf, &len)).ok());
+  EXPECT_STREQ(buf, "3");
+  EXPECT_EQ(len, 1u);
+  ASSERT_TRUE(St(cjit_options_get(o, "min_cluster_size", buf, sizeof buf, nullptr)).ok());
+  EXPECT_STREQ(buf, "2");
+  St small(cjit_options_get(o, "cuda_data_dir", buf, 3, &len));
+  EXPECT_EQ(small.code, CJIT_INVALID_ARGUMENT);
+  EXPECT_EQ(len, std::strlen("/usr/local/cuda"));
+  St unknown(cjit_options_get(o, "intra_op_thread", buf, sizeof buf, &len));
+  EXPECT_EQ(unknown.code, CJIT_NOT_FOUND);
+  EXPECT_NE(unknown.message.find("did you mean --intra_op_threads"), std::string::npos) << unknown.message;
+  // Bad names and values: the same errors as CJIT_FLAGS, naming the flag.
+  St bad_name(cjit_options_set(o, "intra_op_thread", "2"));
+  EXPECT_EQ(bad_name.code, CJIT_INVALID_ARGUMENT);
+  EXPECT_NE(bad_name.message.find("did you mean --intra_op_threads"), std::string::npos) << bad_name.message;
+  St bad_threads(cjit_options_set(o, "intra_op_threads", "-3"));
+  EXPECT_EQ(bad_threads.code, CJIT_INVALID_ARGUMENT);
+  EXPECT_NE(bad_threads.message.find("intra_op_threads"), std::string::npos);
+  St bad_device(cjit_options_set(o, "device", "tpu"));
+  EXPECT_EQ(bad_device.code, CJIT_INVALID_ARGUMENT);
+  EXPECT_NE(bad_device.message.find("'tpu'"), std::string::npos) << bad_device.message;
+  ASSERT_TRUE(St(cjit_options_get(o, "intra_op_threads", buf, sizeof buf, nullptr)).ok());
+  EXPECT_STREQ(buf, "3");  // a failed set changes nothing
+  EXPECT_TRUE(St(cjit_options_set_flags(o, "--v=0 --async_compilation")).ok());
+  ASSERT_TRUE(St(cjit_options_get(o, "async_compilation", buf, sizeof buf, nullptr)).ok());
+  EXPECT_STREQ(buf, "true");
+  EXPECT_EQ(St(cjit_options_set_flags(o, "--bogus=1")).code, CJIT_INVALID_ARGUMENT);
+  EXPECT_EQ(St(cjit_options_set(nullptr, "v", "1")).code, CJIT_INVALID_ARGUMENT);
+  EXPECT_EQ(St(cjit_options_set(o, nullptr, "1")).code, CJIT_INVALID_ARGUMENT);
+  EXPECT_EQ(St(cjit_options_set(o, "v", nullptr)).code, CJIT_INVALID_ARGUMENT);
+  EXPECT_EQ(St(cjit_options_get(nullptr, "v", buf, sizeof buf, nullptr)).code, CJIT_INVALID_ARGUMENT);
+  EXPECT_EQ(St(cjit_options_set_flags(nullptr, "")).code, CJIT_INVALID_ARGUMENT);
+  EXPECT_EQ(St(cjit_options_use_environment(nullptr, 1)).code, CJIT_INVALID_ARGUMENT);
+  cjit_options_free(o);
+  cjit_options_free(nullptr);
+}
+
+// The environment is read only by options that opt in: a bad CJIT_FLAGS does not break a host that sets
+// its options in code. (Runs in a child process: CJIT_FLAGS is read once per process.)
+TEST(CApiTest, EnvironmentOnlyWhenAskedFor) {
+  ASSERT_EXIT(
+      {
+        setenv("CJIT_FLAGS", "--no_such_flag=1", 1);
+        std::string bytes = AffineModel();
+        cjit_options* o = nullptr;
+        cjit_options_create(&o);
+        cjit_options_set(o, "device", "cpu");
+        cjit_session* s = nullptr;
+        St a(cjit_session_create_from_bytes(bytes.data(), bytes.size(), nullptr, o, &s));
+        if (!a.ok() || s == nullptr) std::exit(1);
+        cjit_session_free(s);
+        cjit_options_use_environment(o, 1);
+        St b(cjit_session_create_from_bytes(bytes.data(), bytes.size(), nullptr, o, &s));
+        std::exit(b.code == CJIT_INVALID_ARGUMENT && b.message.find("no_such_flag") != std::string::npos ? 0 : 2);
+      },
+      ::testing::ExitedWithCode(0), "");
+  ASSERT_EXIT(
+      {
+        setenv("CJIT_FLAGS", "--min_cluster_size=7", 1);
+        std::string bytes = AffineModel();
+        cjit_options* o = nullptr;
+        cjit_options_create(&o);
+        cjit_options_use_environment(o, 1);
+        cjit_options_set(o, "device", "cpu");
+        cjit_session* s = nullptr;
+        St a(cjit_session_create_from_bytes(bytes.data(), bytes.size(), nullptr, o, &s));
+        std::exit(a.ok() && s != nullptr ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST(CApiTest, ValuesCreateWrapAndErrors) {
+  int64_t dims[2] = {2, 3};
+  cjit_value* v = nullptr;
+  ASSERT_TRUE(St(cjit_value_create(CJIT_FLOAT32, dims, 2, &v)).ok());
+  EXPECT_EQ(cjit_value_dtype(v), CJIT_FLOAT32);
+  EXPECT_EQ(cjit_value_rank(v), 2u);
+  EXPECT_EQ(cjit_value_dims(v)[1], 3);
+  EXPECT_EQ(cjit_value_bytes(v), 24u);
+  EXPECT_NE(cjit_value_data(v), nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(cjit_value_data(v)) % 64, 0u);
+  cjit_value_free(v);
+  float host[6] = {0};
+  ASSERT_TRUE(St(cjit_value_wrap(CJIT_FLOAT32, dims, 2, host, sizeof host, &v)).ok());
+  EXPECT_EQ(cjit_value_data(v), host);  // no copy
+  cjit_value_free(v);
+  // Errors.
+  EXPECT_EQ(St(cjit_value_create(CJIT_FLOAT32, dims, 2, nullptr)).code, CJIT_INVALID_ARGUMENT);
+  EXPECT_EQ(St(cjit_value_create(static_cast<cjit_dtype>(99), dims, 2, &v)).code, CJIT_INVALID_ARGUMENT);
+  int64_t neg[2] = {2, -3};
+  EXPECT_EQ(St(cjit_value_create(CJIT_FLOAT32, neg, 2, &v)).code, CJIT_INVALID_ARGUMENT);
+  EXPECT_EQ(St(cjit_value_create(CJIT_FLOAT32, nullptr, 2, &v)).code, CJIT_INVALID_ARGUMENT);
+  int64_t huge[3] = {int64_t{1} << 40, int64_t{1} << 40, 8};
+  St too_big(cjit_value_create(CJIT_FLOAT32, huge, 3, &v));
+  EXPECT_EQ(too_big.code, CJIT_INVALID_ARGUMENT) << too_big.message;
+  St wrong_size(cjit_value_wrap(CJIT_FLOAT32, dims, 2, host, sizeof host - 4, &v));
+  EXPECT_EQ(wrong_size.code, CJIT_INVALID_ARGUMENT);
+  EXPECT_NE(wrong_size.message.find("takes 24 bytes, the buffer has 20"), std::string::npos) << wrong_size.message;
+  EXPECT_EQ(St(cjit_value_wrap(CJIT_FLOAT32, dims, 2, nullptr, 24, &v)).code, CJIT_INVALID_ARGUMENT);
+  char bytes[32];
+  EXPECT_EQ(St(cjit_value_wrap(CJIT_FLOAT32, dims, 2, bytes + 1, 24, &v)).code, CJIT_INVALID_ARGUMENT);  // misaligned
+  // Scalars and empty tensors.
+  ASSERT_TRUE(St(cjit_value_create(CJIT_INT64, nullptr, 0, &v)).ok());
+  EXPECT_EQ(cjit_value_bytes(v), 8u);
+  cjit_value_free(v);
+  int64_t empty[2] = {0, 3};
+  ASSERT_TRUE(St(cjit_value_wrap(CJIT_FLOAT32, empty, 2, nullptr, 0, &v)).ok());
+  EXPECT_EQ(cjit_value_data(v), nullptr);
+  cjit_value_free(v);
+  // Accessors on NULL.
+  EXPECT_EQ(cjit_value_rank(nullptr), 0u);
+  EXPECT_EQ(cjit_value_dims(nullptr), nullptr);
+  EXPECT_EQ(cjit_value_bytes(nullptr), 0u);
+  EXPECT_EQ(cjit_value_data(nullptr), nullptr);
+  EXPECT_EQ(static_cast<int>(cjit_value_dtype(nullptr)), 0);
+  cjit_value_free(nullptr);
+}
+
+TEST(CApiTest, SessionCreateErrors) {
+  cjit_session* s = nullptr;
+  St missing(cjit_session_create("/nonexistent/model.onnx", nullptr, &s));
+  EXPECT_EQ(missing.code, CJIT_NOT_FOUND) << missing.message;
+  EXPECT_NE(missing.message.find("/nonexistent/model.onnx"), std::string::npos);
+  EXPECT_EQ(s, nullptr);
+  const char junk[] = "this is not a protobuf";
+  St malformed(cjit_session_create_from_bytes(junk, sizeof junk, nullptr, nullptr, &s));
+  EXPECT_FALSE(malformed.ok());
+  EXPECT_EQ(s, nullptr);
+  EXPECT_EQ(St(cjit_session_create(nullptr, nullptr, &s)).code, CJIT_INVALID_ARGUMENT);
+  EXPECT_EQ(St(cjit_session_create("m.onnx", nullptr, nullptr)).code, CJIT_INVALID_ARGUMENT);
+  EXPECT_EQ(St(cjit_session_create_from_bytes(nullptr, 10, nullptr, nullptr, &s)).code, CJIT_INVALID_ARGUMENT);
+  // An unsupported op names the node and op.
+  onnx::ModelProto m;
+  m.ParseFromString(AffineModel());
+  m.mutable_graph()->mutable_node(0)->set_op_type("NoSuchOp");
+  std::string bytes = m.SerializeAsString();
+  St unsupported(cjit_session_create_from_bytes(bytes.data(), bytes.size(), nullptr, nullptr, &s));
+  EXPECT_FALSE(unsupported.ok());
+  EXPECT_NE(unsupported.message.find("NoSuchOp"), std::string::npos) << unsupported.message;
+  cjit_session_free(nullptr);
+}
+
+TEST(CApiTest, SessionInfo) {
+  cjit_session* s = AffineSession();
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(cjit_session_input_count(s), 1u);
+  EXPECT_EQ(cjit_session_output_count(s), 2u);
+  EXPECT_STREQ(cjit_session_input_name(s, 0), "x");
+  EXPECT_STREQ(cjit_session_output_name(s, 1), "z");
+  EXPECT_EQ(cjit_session_input_name(s, 1), nullptr);
+  EXPECT_EQ(cjit_session_output_name(s, 2), nullptr);
+  int32_t dtype = 0;
+  int64_t dims[4] = {0, 0, 0, 0}, rank = 0;
+  ASSERT_TRUE(St(cjit_session_input_info(s, 0, &dtype, dims, 4, &rank)).ok());
+  EXPECT_EQ(dtype, CJIT_FLOAT32);
+  EXPECT_EQ(rank, 2);
+  EXPECT_EQ(dims[0], -1);  // dynamic
+  EXPECT_EQ(dims[1], 3);
+  ASSERT_TRUE(St(cjit_session_output_info(s, 1, &dtype, dims, 4, &rank)).ok());
+  EXPECT_EQ(rank, 2);
+  EXPECT_EQ(St(cjit_session_input_info(s, 5, &dtype, dims, 4, &rank)).code, CJIT_INVALID_ARGUMENT);
+  EXPECT_EQ(St(cjit_session_output_info(s, 5, &dtype, dims, 4, &rank)).code, CJIT_INVALID_ARGUMENT);
+  EXPECT_EQ(St(cjit_session_input_info(nullptr, 0, &dtype, dims, 4, &rank)).code, CJIT_INVALID_ARGUMENT);
+  EXPECT_EQ(St(cjit_session_output_info(nullptr, 0, &dtype, dims, 4, &rank)).code, CJIT_INVALID_ARGUMENT);
+  EXPECT_EQ(cjit_session_input_count(nullptr), 0u);
+  EXPECT_EQ(cjit_session_output_count(nullptr), 0u);
+  EXPECT_EQ(cjit_session_input_name(nullptr, 0), nullptr);
+  cjit_session_free(s);
+}
+
+TEST(CApiTest, RunAllocatedAndBoundOutputs) {
+  cjit_session* s = AffineSession();
+  ASSERT_NE(s, nullptr);
+  float x[6] = {0, 1, -2, 3.5f, 4, -5};
+  int64_t dims[2] = {2, 3};
+  cjit_value* in = nullptr;
+  ASSERT_TRUE(St(cjit_value_wrap(CJIT_FLOAT32, dims, 2, x, sizeof x, &in)).ok());
+  const char* names[] = {"x"};
+  cjit_value* out[2] = {nullptr, nullptr};
+  St run(cjit_session_run(s, names, &in, 1, nullptr, out, 2));
+  ASSERT_TRUE(run.ok()) << run.message;
+  const float* y = static_cast<const float*>(cjit_value_data(out[0]));
+  const float* z = static_cast<const float*>(cjit_value_data(out[1]));
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(y[i], static_cast<float>(static_cast<double>(x[i]) * 2 + 1));
+    EXPECT_EQ(z[i], x[i]);
+  }
+  // Identity's output is the caller's own buffer, not an alias of the wrapped input.
+  EXPECT_NE(cjit_value_data(out[1]), static_cast<void*>(x));
+  cjit_value_free(out[0]);
+  cjit_value_free(out[1]);
+  // Bound output, selected by name: written into the host buffer.
+  float bound[6] = {0};
+  cjit_value* b = nullptr;
+  ASSERT_TRUE(St(cjit_value_wrap(CJIT_FLOAT32, dims, 2, bound, sizeof bound, &b)).ok());
+  const char* out_names[] = {"y"};
+  ASSERT_TRUE(St(cjit_session_run(s, names, &in, 1, out_names, &b, 1)).ok());
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(bound[i], static_cast<float>(static_cast<double>(x[i]) * 2 + 1));
+  cjit_value_free(b);
+  // Wrong bound size, dtype.
+  int64_t wrong_dims[2] = {3, 2};
+  ASSERT_TRUE(St(cjit_value_wrap(CJIT_FLOAT32, wrong_dims, 2, bound, sizeof bound, &b)).ok());
+  St wrong_shape(cjit_session_run(s, names, &in, 1, out_names, &b, 1));
+  EXPECT_EQ(wrong_shape.code, CJIT_INVALID_ARGUMENT);
+  EXPECT_NE(wrong_shape.message.find("bound output 'y'"), std::string::npos) << wrong_shape.message;
+  cjit_value_free(b);
+  int32_t ibuf[6];
+  ASSERT_TRUE(St(cjit_value_wrap(CJIT_INT32, dims, 2, ibuf, sizeof ibuf, &b)).ok());
+  St wrong_dtype(cjit_session_run(s, names, &in, 1, out_names, &b, 1));
+  EXPECT_EQ(wrong_dtype.code, CJIT_INVALID_ARGUMENT);
+  EXPECT_NE(wrong_dtype.message.find("dtype"), std::string::npos) << wrong_dtype.message;
+  cjit_value_free(b);
+  cjit_value_free(in);
+  cjit_session_free(s);
+}
+
+TEST(CApiTest, RunErrors) {
+  cjit_session* s = AffineSession();
+  ASSERT_NE(s, nullptr);
+  float x[6] = {0};
+  int64_t dims[2] = {2, 3};
+  cjit_value* in = nullptr;
+  ASSERT_TRUE(St(cjit_value_wrap(CJIT_FLOAT32, dims, 2, x, sizeof x, &in)).ok());
+  const char* names[] = {"x"};
+  const char* wrong_name[] = {"input"};
+  cjit_value* out[2] = {nullptr, nullptr};
+  St unknown(cjit_session_run(s, wrong_name, &in, 1, nullptr, out, 2));
+  EXPECT_EQ(unknown.code, CJIT_INVALID_ARGUMENT);
+  EXPECT_NE(unknown.message.find("unknown input name 'input'"), std::string::npos) << unknown.message;
+  St missing(cjit_session_run(s, names, &in, 0, nullptr, out, 2));
+  EXPECT_EQ(missing.code, CJIT_INVALID_ARGUMENT);
+  EXPECT_NE(missing.message.find("missing input 'x'"), std::string::npos) << missing.message;
+  int64_t bad_dims[2] = {2, 4};
+  float x8[8] = {0};
+  cjit_value* bad = nullptr;
+  ASSERT_TRUE(St(cjit_value_wrap(CJIT_FLOAT32, bad_dims, 2, x8, sizeof x8, &bad)).ok());
+  St wrong_dim(cjit_session_run(s, names, &bad, 1, nullptr, out, 2));
+  EXPECT_EQ(wrong_dim.code, CJIT_INVALID_ARGUMENT);
+  EXPECT_NE(wrong_dim.message.find("dim 1 must be 3"), std::string::npos) << wrong_dim.message;
+  cjit_value_free(bad);
+  int32_t xi[6] = {0};
+  ASSERT_TRUE(St(cjit_value_wrap(CJIT_INT32, dims, 2, xi, sizeof xi, &bad)).ok());
+  St wrong_dtype(cjit_session_run(s, names, &bad, 1, nullptr, out, 2));
+  EXPECT_EQ(wrong_dtype.code, CJIT_INVALID_ARGUMENT);
+  EXPECT_NE(wrong_dtype.message.find("has dtype i32"), std::string::npos) << wrong_dtype.message;
+  cjit_value_free(bad);
+  EXPECT_EQ(St(cjit_session_run(s, names, &in, 1, nullptr, out, 1)).code, CJIT_INVALID_ARGUMENT);  // count
+  const char* no_output[] = {"w"};
+  EXPECT_EQ(St(cjit_session_run(s, names, &in, 1, no_output, out, 1)).code, CJIT_NOT_FOUND);
+  EXPECT_EQ(St(cjit_session_run(nullptr, names, &in, 1, nullptr, out, 2)).code, CJIT_INVALID_ARGUMENT);
+  EXPECT_EQ(St(cjit_session_run(s, nullptr, &in, 1, nullptr, out, 2)).code, CJIT_INVALID_ARGUMENT);
+  EXPECT_EQ(St(cjit_session_run(s, names, nullptr, 1, nullptr, out, 2)).code, CJIT_INVALID_ARGUMENT);
+  EXPECT_EQ(St(cjit_session_run(s, names, &in, 1, nullptr, nullptr, 2)).code, CJIT_INVALID_ARGUMENT);
+  const cjit_value* null_value[] = {nullptr};
+  EXPECT_EQ(St(cjit_session_run(s, names, null_value, 1, nullptr, out, 2)).code, CJIT_INVALID_ARGUMENT);
+  EXPECT_EQ(out[0], nullptr);  // no output handed out on error
+  EXPECT_EQ(out[1], nullptr);
+  cjit_value_free(in);
+  cjit_session_free(s);
+}
+
+TEST(CApiTest, LogCallbackReceivesMessages) {
+  struct Log {
+    std::mutex mu;
+    std::vector<std::string> lines;
+  } log;
+  cjit_set_log_callback(
+      [](void* user, cjit_log_severity, const char* file, int, const char* message) {
+        auto* l = static_cast<Log*>(user);
+        std::lock_guard<std::mutex> lock(l->mu);
+        l->lines.push_back(std::string(file) + ": " + message);
+      },
+      &log);
+  cjit_session* s = AffineSession("--v=1");
+  ASSERT_NE(s, nullptr);
+  float x[3] = {1, 2, 3};
+  int64_t dims[2] = {1, 3};
+  cjit_value* in = nullptr;
+  ASSERT_TRUE(St(cjit_value_wrap(CJIT_FLOAT32, dims, 2, x, sizeof x, &in)).ok());
+  const char* names[] = {"x"};
+  cjit_value* out[2] = {nullptr, nullptr};
+  ASSERT_TRUE(St(cjit_session_run(s, names, &in, 1, nullptr, out, 2)).ok());
+  cjit_set_log_callback(nullptr, nullptr);
+  bool found = false;
+  for (const auto& l : log.lines) found |= l.find("specialized signature f32[1x3]") != std::string::npos;
+  EXPECT_TRUE(found) << log.lines.size() << " lines";
+  for (auto* v : out) cjit_value_free(v);
+  cjit_value_free(in);
+  cjit_session_free(s);
+  cjit_session* quiet = AffineSession("--v=0");  // restores the process's levels for the other tests
+  cjit_session_free(quiet);
+}
+
+TEST(CApiTest, EndProfiling) {
+  std::string dir = (std::filesystem::temp_directory_path() / ("cjit-capi-" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  std::string flags = "--trace_to=" + dir + "/t.json";
+  cjit_session* s = AffineSession(flags.c_str());
+  ASSERT_NE(s, nullptr);
+  char path[512];
+  size_t len = 0;
+  ASSERT_TRUE(St(cjit_session_end_profiling(s, path, sizeof path, &len)).ok());
+  EXPECT_EQ(std::string(path), dir + "/t.json");
+  EXPECT_TRUE(std::filesystem::exists(path));
+  cjit_session_free(s);
+  cjit_session* no_trace = AffineSession();
+  EXPECT_EQ(St(cjit_session_end_profiling(no_trace, path, sizeof path, &len)).code, CJIT_FAILED_PRECONDITION);
+  EXPECT_EQ(St(cjit_session_end_profiling(nullptr, path, sizeof path, &len)).code, CJIT_INVALID_ARGUMENT);
+  cjit_session_free(no_trace);
+  std::filesystem::remove_all(dir);
+}
+
+// A real model from 4 threads with zero-copy inputs and bound outputs: every result bitwise equal to the
+// same input run alone (after the clusters compiled).
+TEST(CApiTest, ConcurrentRunsZeroCopyBound) {
+  std::string dir = cjit::testing::ModelsDir() + "/ppocr_mobile_cls";
+  CJIT_REQUIRE_DATA(dir);
+  cjit::Options opt;
+  opt.Set("device", "cpu").Set("intra_op_threads", "1");
+  auto session = std::make_unique<cjit::Session>(dir + "/model.onnx", opt);
+  std::vector<float> pixels(1 * 3 * 48 * 192);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<float>(std::sin(0.01 * static_cast<double>(i)));
+  cjit::Value x = cjit::Value::Wrap<float>(pixels.data(), pixels.size(), {1, 3, 48, 192});
+  std::vector<cjit::Value> alone;
+  for (int i = 0; i < 4; ++i) alone = session->Run({{"x", &x}});  // the last one runs compiled
+  ASSERT_EQ(alone.size(), 1u);
+  std::vector<float> want(alone[0].Data<float>().begin(), alone[0].Data<float>().end());
+  ASSERT_EQ(want.size(), 2u);
+  EXPECT_NEAR(want[0] + want[1], 1.0, 1e-5);  // a softmax
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < 4; ++t) {
+    pool.emplace_back([&] {
+      for (int i = 0; i < 25; ++i) {
+        float out[2] = {-1, -1};
+        cjit::Value y = cjit::Value::Wrap<float>(out, 2, {1, 2});
+        session->Run({{"x", &x}}, {{session->OutputNames()[0], &y}});
+        if (out[0] != want[0] || out[1] != want[1]) ++wrong;
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+// cjit_session_free waits for a run in progress on another thread (the contract of clusterjit.h).
+TEST(CApiTest, FreeWaitsForRunInProgress) {
+  std::string model = cjit::testing::ModelPath("ppocrv4_rec");  // ~30 ms per run: the free lands inside it
+  CJIT_REQUIRE_DATA(model);
+  cjit_options* o = nullptr;
+  ASSERT_TRUE(St(cjit_options_create(&o)).ok());
+  ASSERT_TRUE(St(cjit_options_set_flags(o, "--device=cpu --intra_op_threads=1 --auto_jit=-1")).ok());
+  cjit_session* s = nullptr;
+  ASSERT_TRUE(St(cjit_session_create(model.c_str(), o, &s)).ok());
+  cjit_options_free(o);
+  std::vector<float> pixels(1 * 3 * 48 * 320, 0.25f);
+  int64_t dims[4] = {1, 3, 48, 320};
+  cjit_value* x = nullptr;
+  ASSERT_TRUE(St(cjit_value_wrap(CJIT_FLOAT32, dims, 4, pixels.data(), pixels.size() * 4, &x)).ok());
+  const char* names[] = {"x"};
+  cjit_value* warm = nullptr;
+  ASSERT_TRUE(St(cjit_session_run(s, names, &x, 1, nullptr, &warm, 1)).ok());  // specialized before timing
+  std::atomic<bool> entering{false};
+  cjit_code run_code = CJIT_UNKNOWN;
+  cjit_value* out = nullptr;
+  auto run_start = std::chrono::steady_clock::now();
+  std::thread runner([&] {
+    entering = true;
+    run_code = St(cjit_session_run(s, names, &x, 1, nullptr, &out, 1)).code;
+  });
+  while (!entering) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  cjit_session_free(s);  // must wait for the run, not free under it
+  double waited_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - run_start).count();
+  runner.join();
+  EXPECT_EQ(run_code, CJIT_OK);
+  ASSERT_NE(out, nullptr);
+  EXPECT_EQ(cjit_value_bytes(out), cjit_value_bytes(warm));
+  EXPECT_EQ(std::memcmp(cjit_value_data(out), cjit_value_data(warm), cjit_value_bytes(out)), 0);
+  EXPECT_GT(waited_ms, 5.0);
+  cjit_value_free(out);
+  cjit_value_free(warm);
+  cjit_value_free(x);
+}
+
+// A library never changes process state it does not own: the caller's OpenMP thread count survives a run
+// with another --intra_op_threads, and two sessions with different options coexist in one process.
+TEST(CApiTest, NoGlobalSideEffectsAndCoexistingSessions) {
+  omp_set_num_threads(3);
+  cjit_session* one = AffineSession("--intra_op_threads=1 --auto_jit=-1");
+  cjit_session* two = AffineSession("--intra_op_threads=2 --enable_lazy_compilation=false");
+  ASSERT_TRUE(one && two);
+  float x[6] = {1, 2, 3, 4, 5, 6};
+  int64_t dims[2] = {2, 3};
+  cjit_value* in = nullptr;
+  ASSERT_TRUE(St(cjit_value_wrap(CJIT_FLOAT32, dims, 2, x, sizeof x, &in)).ok());
+  const char* names[] = {"x"};
+  std::atomic<int> wrong{0};
+  auto loop = [&](cjit_session* s) {
+    for (int i = 0; i < 50; ++i) {
+      cjit_value* out[2] = {nullptr, nullptr};
+      if (!St(cjit_session_run(s, names, &in, 1, nullptr, out, 2)).ok()) ++wrong;
+      const float* y = static_cast<const float*>(cjit_value_data(out[0]));
+      for (int k = 0; k < 6 && y; ++k) wrong += y[k] != x[k] * 2 + 1;
+      cjit_value_free(out[0]);
+      cjit_value_free(out[1]);
+    }
+  };
+  std::thread a(loop, one), b(loop, two);
+  a.join();
+  b.join();
+  loop(one);
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(omp_get_max_threads(), 3);  // the calling thread's setting, untouched
+  cjit_value_free(in);
+  cjit_session_free(one);
+  cjit_session_free(two);
+}
+
+TEST(CApiCppTest, WrapperErrorsThrow) {
+  cjit::Options opt;
+  EXPECT_THROW(opt.Set("no_such", "1"), cjit::Error);
+  try {
+    opt.Set("device", "tpu");
+    FAIL();
+  } catch (const cjit::Error& e) {
+    EXPECT_EQ(e.code(), CJIT_INVALID_ARGUMENT);
+  }
+  EXPECT_EQ(opt.Get("device"), "auto");
+  EXPECT_THROW(cjit::Session("/nonexistent.onnx", opt), cjit::Error);
+  float buf[4];
+  cjit::Value v = cjit::Value::Wrap<float>(buf, 4, {2, 2});
+  EXPECT_EQ(v.dims(), (std::vector<int64_t>{2, 2}));
+  EXPECT_THROW(v.Data<int32_t>(), cjit::Error);
+  EXPECT_EQ(v.Data<float>().size(), 4u);
+}
+
+}  // namespace

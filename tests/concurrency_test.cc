@@ -1,0 +1,156 @@
+// Concurrent Session::Run on one Session (the promise of runtime/session.h and the C API): every shared
+// model, run from many threads at once with mixed input signatures, on the fallback path, with lazy
+// compilation (clusters compile while other threads run them), and with --async_compilation.
+//  * Phase 1 (compiles happen under load): a run may have some clusters compiled and others not, so its
+//    outputs must match the ONNX Runtime reference (rtol 1e-3, atol 1e-5).
+//  * Phase 2 (every cluster compiled, or the fallback mode): every output must be bitwise equal to what the
+//    same input gives when run alone in a fresh session (compiled, resp. on the fallback path).
+//
+// Threads and runs per thread: CJIT_STRESS_THREADS (default 8), CJIT_STRESS_RUNS (default 200; the
+// ThreadSanitizer build in CI uses fewer, its runs are ~10x slower).
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "runtime/session.h"
+#include "tests/test_data.h"
+#include "tools/check_lib.h"
+
+namespace cjit {
+namespace {
+
+int EnvInt(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : dflt;
+}
+
+struct Expected {
+  DataSet set;
+  std::vector<Tensor> fallback, compiled;  // outputs of runs alone
+};
+
+absl::StatusOr<std::vector<Tensor>> RunAlone(const std::string& model, const std::string& flags, const DataSet& set) {
+  auto s = LoadSessionWithFlags(model, flags, 1);
+  if (!s.ok()) return s.status();
+  std::vector<Tensor> out;
+  for (int i = 0; i < 3; ++i) {  // the last of three runs (compiled, for the compiling modes)
+    auto r = (*s)->Run(set.inputs);
+    if (!r.ok()) return r.status();
+    out.clear();
+    for (auto& nt : *r) out.push_back(nt.tensor);
+  }
+  return out;
+}
+
+class ConcurrentRunTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(ConcurrentRunTest, BitwiseEqualToRunsAlone) {
+  const auto& [model_name, mode] = GetParam();
+  std::string dir = testing::ModelsDir() + "/" + model_name;
+  CJIT_REQUIRE_DATA(dir);
+  std::string model = dir + "/model.onnx";
+  std::string flags = "--device=cpu";
+  if (mode == "fallback") flags += " --auto_jit=-1";
+  if (mode == "async") flags += " --async_compilation";
+  if (mode == "lazy") flags += " --compile_threshold=20";  // compiles happen mid-stream, under load
+  auto probe = LoadSessionWithFlags(model, "--device=cpu", 1);
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  auto sets = ReadDataSets(dir, **probe);
+  ASSERT_TRUE(sets.ok()) << sets.status();
+  ASSERT_FALSE(sets->empty());
+  std::vector<Expected> expected;
+  for (const DataSet& set : *sets) {
+    Expected e;
+    e.set = set;
+    auto fb = RunAlone(model, "--device=cpu --auto_jit=-1", set);
+    ASSERT_TRUE(fb.ok()) << fb.status();
+    e.fallback = *fb;
+    auto cp = RunAlone(model, "--device=cpu --enable_lazy_compilation=false", set);
+    ASSERT_TRUE(cp.ok()) << cp.status();
+    e.compiled = *cp;
+    // Both agree with the ONNX Runtime reference (so bitwise equality below is against right answers).
+    for (size_t k = 0; k < e.compiled.size(); ++k) {
+      for (const auto* got : {&e.fallback[k], &e.compiled[k]}) {
+        OutputComparison c = CompareTensors(set.outputs[k].name, *got, set.outputs[k].tensor, 1e-3, 1e-5);
+        ASSERT_TRUE(c.ok) << set.dir << " output " << k << ": max_abs " << c.max_abs << " " << c.problem;
+      }
+    }
+    expected.push_back(std::move(e));
+  }
+  auto session = LoadSessionWithFlags(model, flags, 1);
+  ASSERT_TRUE(session.ok()) << session.status();
+  Session& s = **session;
+  int threads = EnvInt("CJIT_STRESS_THREADS", 8), runs = EnvInt("CJIT_STRESS_RUNS", 200);
+  std::mutex mu;
+  std::string first_problem;
+  // Runs `per_thread` runs from each thread; `check` returns "" or what is wrong with one result.
+  auto stress = [&](int per_thread, const std::function<std::string(const Expected&, const std::vector<NamedTensor>&)>& check) {
+    std::atomic<int> bad{0};
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        for (int i = 0; i < per_thread; ++i) {
+          const Expected& e = expected[(t + i) % expected.size()];  // mixed signatures across threads
+          auto r = s.Run(e.set.inputs);
+          std::string why = r.ok() ? check(e, *r) : std::string(r.status().message());
+          if (why.empty()) continue;
+          ++bad;
+          std::lock_guard<std::mutex> lock(mu);
+          if (first_problem.empty()) first_problem = e.set.dir + ": " + why;
+        }
+      });
+    }
+    for (auto& th : pool) th.join();
+    return bad.load();
+  };
+  auto near_reference = [](const Expected& e, const std::vector<NamedTensor>& r) -> std::string {
+    for (size_t k = 0; k < r.size(); ++k) {
+      OutputComparison c = CompareTensors(e.set.outputs[k].name, r[k].tensor, e.set.outputs[k].tensor, 1e-3, 1e-5);
+      if (!c.ok) return "output " + std::to_string(k) + " max_abs " + std::to_string(c.max_abs) + " " + c.problem;
+    }
+    return "";
+  };
+  bool fallback_mode = mode == "fallback";
+  auto bitwise = [fallback_mode](const Expected& e, const std::vector<NamedTensor>& r) -> std::string {
+    const std::vector<Tensor>& want = fallback_mode ? e.fallback : e.compiled;
+    for (size_t k = 0; k < r.size(); ++k) {
+      if (!r[k].tensor.BitwiseEquals(want[k])) {
+        return "output " + std::to_string(k) + " differs from the same input run alone (" +
+               (fallback_mode ? "fallback" : "compiled") + ")";
+      }
+    }
+    return "";
+  };
+  int phase1_runs = fallback_mode ? 0 : std::max(1, runs / 4);
+  int bad1 = stress(phase1_runs, near_reference);
+  EXPECT_EQ(bad1, 0) << bad1 << " of " << threads * phase1_runs << " runs during compilation were wrong; first: "
+                     << first_problem;
+  if (!fallback_mode) {
+    // Until a full pass over the data sets runs no cluster on the fallback path (async compiles finish).
+    for (int pass = 0; pass < 100; ++pass) {
+      int64_t before = s.stats().totals.fallback_executions;
+      for (const Expected& e : expected) ASSERT_TRUE(s.Run(e.set.inputs).ok());
+      if (s.stats().totals.fallback_executions == before) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_GT(s.stats().totals.compiles, 0);
+  }
+  int bad2 = stress(runs - phase1_runs, bitwise);
+  EXPECT_EQ(bad2, 0) << bad2 << " of " << threads * (runs - phase1_runs) << " runs were not bitwise equal to runs alone; first: "
+                     << first_problem;
+}
+
+INSTANTIATE_TEST_SUITE_P(SharedModels, ConcurrentRunTest,
+                         ::testing::Combine(::testing::Values("ppocr_mobile_cls", "ppocrv4_rec", "silero_vad_v5",
+                                                              "oww_melspectrogram", "oww_hello_deepa"),
+                                            ::testing::Values("fallback", "lazy", "async")),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                         });
+
+}  // namespace
+}  // namespace cjit
