@@ -253,8 +253,15 @@ absl::Status DiskCache::Store(const CacheKey& key, uint32_t payload_kind, absl::
   ++writes_;
   if (options_.max_bytes > 0) {
     auto removed = EvictTo(options_.dir, options_.max_bytes);
-    if (removed.ok()) evictions_ += *removed;
+    if (removed.ok()) {
+      evictions_ += *removed;
+      if (*removed > 0) {
+        CJIT_VLOG(1) << "persistent cache: evicted " << *removed << " least recently used entries to stay under "
+                     << options_.max_bytes << " bytes";
+      }
+    }
   }
+  CJIT_VLOG(2) << "persistent cache: wrote " << final_path << " (" << payload.size() << " payload bytes)";
   return absl::OkStatus();
 }
 

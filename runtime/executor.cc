@@ -39,6 +39,10 @@ int64_t AppendTensorList(std::string* out, size_t n, Get get) {
 
 }  // namespace
 
+void Executor::AppendShapes(std::string* out, const Step& st, const std::vector<const Tensor*>& view) {
+  AppendTensorList(out, st.in.size(), [&](size_t i) { return st.in[i] >= 0 ? view[st.in[i]] : nullptr; });
+}
+
 void AddNodeTraceArgs(TraceArgs& args, const Node& node, const std::vector<const Tensor*>& inputs,
                       const std::vector<Tensor>& outputs, int cluster_id, const std::string& impl) {
   args.Add("op_type", node.op_type).Add("node", node.name);
@@ -165,8 +169,15 @@ absl::StatusOr<std::vector<Tensor>> Executor::Run(
     }
   }
   for (const Step& st : steps_) {
-    // Cluster nodes trace themselves (ClusterRunner); every other node is one "op" event.
-    TraceScope scope(st.cluster ? nullptr : profiler_, st.node->op_type, "op");
+    // Cluster nodes trace themselves (ClusterRunner); every other node is one "op" event. With
+    // --nvtx_detailed its name (and NVTX range) carries the input shapes.
+    std::string detailed;
+    if (profiler_ != nullptr && profiler_->nvtx_detailed() && !st.cluster) {
+      detailed = st.node->op_type + " ";
+      AppendShapes(&detailed, st, view);
+    }
+    TraceScope scope(st.cluster ? nullptr : profiler_,
+                     detailed.empty() ? std::string_view(st.node->op_type) : std::string_view(detailed), "op");
     KernelContext ctx;
     ctx.node = st.node;
     ctx.want_impl = scope.active();
@@ -199,7 +210,7 @@ absl::StatusOr<std::vector<Tensor>> Executor::Run(
     }
     if (scope.active()) {
       scope.Stop();
-      if (st.static_shapes) {
+      if (st.static_shapes && detailed.empty()) {
         // Shapes are in the graph: the args are formatted when the trace is read.
         scope.SetNode(st.node, trace_cluster_id_);
         if (!ctx.impl.empty()) scope.args().Add("impl", ctx.impl);

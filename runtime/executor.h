@@ -73,6 +73,7 @@ class Executor {
   };
 
   Executor() = default;
+  static void AppendShapes(std::string* out, const Step& st, const std::vector<const Tensor*>& view);
   absl::StatusOr<std::vector<Tensor>> RunSubgraph(const Graph& g, const std::vector<Tensor>& inputs,
                                                   const std::vector<std::pair<std::string, Tensor>>& captures) const;
 

@@ -127,7 +127,6 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Grap
                            "no ranges are emitted";
     }
     s->profiler_ = Profiler::Create(po);
-    s->profiler_->NameThisThread("Load");
   }
   if (!s->flags_.dump_to.empty()) {
     CJIT_ASSIGN_OR_RETURN(s->dumper_, Dumper::Create(s->flags_.dump_to, s->flags_.dump_pass_re));

@@ -4,6 +4,8 @@
 // A row kernel gives each row to one warp: lane = threadIdx.x % 32, passes stride j by 32.
 #include "compiler/codegen/nvptx_compiler.h"
 
+#include "flags/logging.h"
+
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -552,6 +554,8 @@ absl::StatusOr<PtxModule> CompileForNvptxUnsafe(const FusionPlan& plan, const Pt
     pm.run(*module);
   }
   out.ptx = std::string(ptx.str());
+  CJIT_VLOG(2) << "PTX for " << options.gpu_arch << ": " << out.kernels.size() << " kernels, " << out.ptx.size()
+               << " bytes";
   return out;
 }
 
