@@ -75,7 +75,9 @@ cjit_session* AffineSession(const char* flags = nullptr) {
   cjit_options* o = nullptr;
   EXPECT_TRUE(St(cjit_options_create(&o)).ok());
   EXPECT_TRUE(St(cjit_options_set(o, "device", "cpu")).ok());
-  if (flags) EXPECT_TRUE(St(cjit_options_set_flags(o, flags)).ok());
+  if (flags) {
+    EXPECT_TRUE(St(cjit_options_set_flags(o, flags)).ok());
+  }
   cjit_session* s = nullptr;
   St st(cjit_session_create_from_bytes(bytes.data(), bytes.size(), nullptr, o, &s));
   EXPECT_TRUE(st.ok()) << st.message;

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "tests/test_data.h"
 #include "runtime/session.h"
 #include "tools/check_lib.h"
 
@@ -55,14 +56,12 @@ TEST(CompilePolicyTest, Megamorphic) {
   EXPECT_EQ(why, "megamorphic cluster");
 }
 
-std::filesystem::path SharedModel(const std::string& name) {
-  return std::filesystem::path(CJIT_SOURCE_DIR) / ".." / "shared" / "models" / name;
-}
+std::filesystem::path SharedModel(const std::string& name) { return testing::ModelsDir() + "/" + name; }
 
 // cjit run ppocrv4_rec with 5 runs: every cluster 2 fallback executions, 1 compile, 3 compiled executions.
 TEST(ClusterRuntimeTest, LazyCompilationCountsOnRealModel) {
   auto dir = SharedModel("ppocrv4_rec");
-  if (!std::filesystem::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
+  CJIT_REQUIRE_DATA(dir / "model.onnx");
   // The CPU path under test, also on a machine with a GPU.
   auto s = LoadSessionWithFlags((dir / "model.onnx").string(), "--device=cpu", 2);
   ASSERT_TRUE(s.ok()) << s.status();
@@ -84,7 +83,7 @@ TEST(ClusterRuntimeTest, LazyCompilationCountsOnRealModel) {
 // The test hook makes every compilation fail: clusters run on the fallback path, with correct results.
 TEST(ClusterRuntimeTest, FailedCompilationFallsBack) {
   auto dir = SharedModel("ppocr_mobile_cls");
-  if (!std::filesystem::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
+  CJIT_REQUIRE_DATA(dir / "model.onnx");
   auto s = LoadSessionWithFlags((dir / "model.onnx").string(),
                                 "--device=cpu --enable_lazy_compilation=false --fail_compilation_for_testing=injected", 2);
   ASSERT_TRUE(s.ok()) << s.status();
@@ -107,7 +106,7 @@ TEST(ClusterRuntimeTest, FailedCompilationFallsBack) {
 // failed compile: the process lives and the cluster runs correctly on the fallback path.
 TEST(ClusterRuntimeTest, LlvmFatalErrorIsRecovered) {
   auto dir = SharedModel("oww_hello_deepa");
-  if (!std::filesystem::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
+  CJIT_REQUIRE_DATA(dir / "model.onnx");
   auto s = LoadSessionWithFlags(
       (dir / "model.onnx").string(),
       "--device=cpu --enable_lazy_compilation=false --fail_compilation_for_testing=llvm-fatal-error", 0);
@@ -128,7 +127,7 @@ TEST(ClusterRuntimeTest, LlvmFatalErrorIsRecovered) {
 // executable is swapped in when ready; every result along the way is correct.
 TEST(ClusterRuntimeTest, AsyncCompilationSwapsIn) {
   auto dir = SharedModel("oww_melspectrogram");
-  if (!std::filesystem::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
+  CJIT_REQUIRE_DATA(dir / "model.onnx");
   auto s = LoadSessionWithFlags((dir / "model.onnx").string(),
                                 "--device=cpu --async_compilation=true --compile_threshold=0", 1);
   ASSERT_TRUE(s.ok()) << s.status();
@@ -150,7 +149,7 @@ TEST(ClusterRuntimeTest, AsyncCompilationSwapsIn) {
 // A Session destroyed while a background compilation runs: the compile finishes safely.
 TEST(ClusterRuntimeTest, SessionDestroyedDuringAsyncCompilation) {
   auto dir = SharedModel("ppocrv4_rec");
-  if (!std::filesystem::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
+  CJIT_REQUIRE_DATA(dir / "model.onnx");
   {
     auto s = LoadSessionWithFlags((dir / "model.onnx").string(),
                                   "--device=cpu --async_compilation=true --compile_threshold=0", 1);

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "gtest/gtest.h"
+#include "tests/test_data.h"
 #include "runtime/session.h"
 #include "tools/check_lib.h"
 
@@ -188,14 +189,14 @@ TEST(DiskCacheTest, MaxBytesHoldsWithLruEviction) {
 }
 
 fs::path SharedModel(const std::string& name) {
-  return fs::path(CJIT_SOURCE_DIR) / ".." / "shared" / "models" / name;
+  return fs::path(testing::ModelsDir()) / name;
 }
 
 // Warm start on a real model: the second session compiles nothing and gives byte-identical outputs;
 // corrupted entries are rejected, recompiled and replaced, with correct results.
 TEST(DiskCacheTest, WarmStartOnRealModel) {
   auto dir = SharedModel("ppocr_mobile_cls");
-  if (!fs::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
+  CJIT_REQUIRE_DATA(dir / "model.onnx");
   std::string cache = FreshDir("warm");
   SessionOptions o;
   o.flags.device = "cpu";  // the CPU path under test, also on a machine with a GPU

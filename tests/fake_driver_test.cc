@@ -10,6 +10,7 @@
 
 #include "compiler/ir/status_macros.h"
 #include "gtest/gtest.h"
+#include "tests/test_data.h"
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/cuda/gpu_executor.h"
@@ -236,8 +237,8 @@ TEST(FakeDriver, KernelLaunchErrorsAreReported) {
 
 TEST(FakeDriver, SessionAutoPicksTheGpu) {
   REQUIRE_FAKE();
-  std::string model = std::string(CJIT_SOURCE_DIR) + "/../shared/models/oww_hello_deepa/model.onnx";
-  if (!std::ifstream(model)) GTEST_SKIP() << model << " is absent";
+  std::string model = testing::ModelPath("oww_hello_deepa");
+  CJIT_REQUIRE_DATA(model);
   SessionOptions o;
   o.use_environment_flags = false;
   auto s = Session::Load(model, o);

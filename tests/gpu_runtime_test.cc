@@ -11,6 +11,7 @@
 
 #include "flags/flags.h"
 #include "gtest/gtest.h"
+#include "tests/test_data.h"
 #include "runtime/cuda/device_allocator.h"
 #include "runtime/cuda/driver.h"
 #include "runtime/session.h"
@@ -207,12 +208,12 @@ TEST(GpuFlags, ArchAndAllocatorAreChecked) {
 
 // A tiny ONNX-free graph: Session::LoadFromBytes needs a model, so build one from the shared models.
 std::string SmallModel() {
-  return std::string(CJIT_SOURCE_DIR) + "/../shared/models/oww_hello_deepa/model.onnx";
+  return testing::ModelPath("oww_hello_deepa");
 }
 
 TEST(GpuWithoutDriver, ErrorsAreClearAndAutoPicksTheCpu) {
   if (ProbeCudaDriver().ok()) GTEST_SKIP() << "a CUDA driver is present: the no-driver paths cannot be tested here";
-  if (!std::ifstream(SmallModel())) GTEST_SKIP() << SmallModel() << " is absent (../shared not checked out)";
+  CJIT_REQUIRE_DATA(SmallModel());
   SessionOptions o;
   o.use_environment_flags = false;
   o.flags.device = "cuda";

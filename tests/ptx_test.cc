@@ -9,6 +9,7 @@
 #include "compiler/passes/mark_for_compilation.h"
 #include "tests/op_cases.h"
 #include "gtest/gtest.h"
+#include "tests/test_data.h"
 #include "runtime/session.h"
 #include "tools/check_lib.h"
 
@@ -21,10 +22,14 @@ constexpr char kPtxas[] = "/usr/local/cuda/bin/ptxas";
 class PtxTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(PtxTest, EveryClusterAssembles) {
-  if (!fs::exists(kPtxas)) GTEST_SKIP() << kPtxas << " is absent (CUDA toolkit not installed)";
+  #if CJIT_HAVE_CUDA
+  CJIT_REQUIRE_DATA(kPtxas);  // built with the CUDA toolkit: ptxas must be there
+#else
+  if (!fs::exists(kPtxas)) GTEST_SKIP() << kPtxas << " is absent (built without the CUDA toolkit)";
+#endif
   const auto& [model, arch] = GetParam();
-  fs::path dir = fs::path(CJIT_SOURCE_DIR) / ".." / "shared" / "models" / model;
-  if (!fs::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " is absent";
+  fs::path dir = fs::path(testing::ModelsDir()) / model;
+  CJIT_REQUIRE_DATA(dir / "model.onnx");
   SessionOptions o;
   o.flags.device = "cpu";  // the CPU path under test, also on a machine with a GPU
   o.use_environment_flags = false;
@@ -74,7 +79,11 @@ INSTANTIATE_TEST_SUITE_P(
 class PtxOpSuiteTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PtxOpSuiteTest, EveryCaseAssembles) {
-  if (!fs::exists(kPtxas)) GTEST_SKIP() << kPtxas << " is absent (CUDA toolkit not installed)";
+  #if CJIT_HAVE_CUDA
+  CJIT_REQUIRE_DATA(kPtxas);  // built with the CUDA toolkit: ptxas must be there
+#else
+  if (!fs::exists(kPtxas)) GTEST_SKIP() << kPtxas << " is absent (built without the CUDA toolkit)";
+#endif
   const std::string arch = GetParam();
   int assembled = 0;
   for (const OpCase& c : OpSuiteCases()) {

@@ -10,9 +10,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
+#include "compiler/onnx/op_schemas.h"
 #include "compiler/onnx/tensor_proto.h"
 #include "compiler/ops/op_registry.h"
-#include "onnx/defs/schema.h"
+#include "flags/file_util.h"
 #include "onnx/onnx_pb.h"
 
 namespace cjit {
@@ -169,23 +170,66 @@ class Importer {
     return absl::OkStatus();
   }
 
-  // Every attribute must be one the ONNX schema of this op at this opset defines; legacy broadcasting
-  // (opset < 7 `broadcast` with `axis`) and BatchNormalization spatial=0 are not supported.
+  // The node against the version of its operator in force at the model's opset (op_schemas.h): the
+  // operator must exist at that opset; every attribute must be one that version defines, of its type;
+  // every required attribute must be there. Legacy broadcasting (opset < 7 `broadcast` with `axis`) and
+  // BatchNormalization spatial=0 are not supported. Custom domains have no schema here: their ops are
+  // accepted when the op table supports them.
   absl::Status CheckAttributes(const onnx::NodeProto& np, const std::string& name, const std::string& domain) {
-    const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(np.op_type(), static_cast<int>(opset_), domain);
+    if (!domain.empty()) return absl::OkStatus();
+    int first = 0;
+    const OpSchemaVersion* schema = FindOpSchema(np.op_type(), static_cast<int>(opset_), &first);
+    if (schema == nullptr) {
+      if (first > 0) {
+        return NodeErr(name, np.op_type(), absl::StrCat("the operator does not exist at opset ", opset_,
+                                                        " (it was introduced at opset ", first, ")"));
+      }
+      return absl::OkStatus();  // not an ONNX operator version we list; the op table decides
+    }
     for (const onnx::AttributeProto& a : np.attribute()) {
-      if (schema != nullptr && !schema->attributes().count(a.name())) {
+      auto it = schema->attributes.find(a.name());
+      if (it == schema->attributes.end()) {
         return absl::UnimplementedError(absl::StrCat(options_.source, ": node '", name, "' (", np.op_type(),
                                                      "): unsupported attribute '", a.name(), "' (not in the opset ",
-                                                     opset_, " schema)"));
+                                                     opset_, " schema, ", np.op_type(), "-", schema->since_version,
+                                                     ")"));
       }
-      if ((a.name() == "axis" && opset_ < 7 && schema && schema->attributes().count("broadcast")) ||
+      std::string type = onnx::AttributeProto::AttributeType_Name(a.type());
+      if (a.type() == onnx::AttributeProto::UNDEFINED) type = InferAttrType(a);
+      if (type != it->second.type) {
+        return NodeErr(name, np.op_type(), absl::StrCat("attribute '", a.name(), "' has type ", type, "; ",
+                                                        np.op_type(), "-", schema->since_version, " defines it as ",
+                                                        it->second.type));
+      }
+      if ((a.name() == "axis" && opset_ < 7 && schema->attributes.count("broadcast")) ||
           (a.name() == "spatial" && a.i() == 0)) {
         return absl::UnimplementedError(absl::StrCat(options_.source, ": node '", name, "' (", np.op_type(),
                                                      "): unsupported legacy attribute '", a.name(), "'"));
       }
     }
+    for (const auto& [attr, spec] : schema->attributes) {
+      if (!spec.required) continue;
+      bool present = false;
+      for (const onnx::AttributeProto& a : np.attribute()) present |= a.name() == attr;
+      if (!present) {
+        return NodeErr(name, np.op_type(), absl::StrCat("the required attribute '", attr, "' (", spec.type, ") of ",
+                                                        np.op_type(), "-", schema->since_version, " is missing"));
+      }
+    }
     return absl::OkStatus();
+  }
+
+  // IR version < 3 files may leave AttributeProto.type unset: the type then follows from the field set.
+  static std::string InferAttrType(const onnx::AttributeProto& a) {
+    if (a.has_f()) return "FLOAT";
+    if (a.has_i()) return "INT";
+    if (a.has_s()) return "STRING";
+    if (a.has_t()) return "TENSOR";
+    if (a.has_g()) return "GRAPH";
+    if (a.floats_size()) return "FLOATS";
+    if (a.ints_size()) return "INTS";
+    if (a.strings_size()) return "STRINGS";
+    return "UNDEFINED";
   }
 
   absl::StatusOr<Tensor> ConstantValue(const onnx::NodeProto& np, const std::string& name) {
@@ -297,13 +341,9 @@ absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(absl::string_view bytes, 
 }
 
 absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open model file ", path));
-  std::streamoff size = in.tellg();
-  if (size < 0) return absl::NotFoundError(absl::StrCat("cannot read model file ", path));
-  std::string bytes(static_cast<size_t>(size), '\0');
-  in.seekg(0);
-  if (!in.read(bytes.data(), size)) return absl::NotFoundError(absl::StrCat("cannot read model file ", path));
+  // A regular file of at most 2 GiB (the protobuf limit; larger models keep their weights as external
+  // data): never a directory, FIFO or device, never an unbounded read.
+  CJIT_ASSIGN_OR_RETURN(std::string bytes, ReadRegularFile(path, int64_t{2} << 30, "model file"));
   ImportOptions options;
   options.source = path;
   size_t slash = path.find_last_of('/');

@@ -1,5 +1,7 @@
 #include "compiler/onnx/tensor_proto.h"
 
+#include <unistd.h>
+
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -7,18 +9,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
+#include "flags/file_util.h"
 #include "onnx/onnx_pb.h"
 
 namespace cjit {
 namespace {
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+// Protobuf messages are limited to 2 GiB; no tensor file can be larger.
+constexpr int64_t kMaxProtoBytes = int64_t{2} << 30;
 
 template <typename Src, typename Dst>
 void CopyConvert(const Src& src, Dst* dst, int64_t n) {
@@ -61,8 +59,8 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::st
                                                      static_cast<onnx::TensorProto::DataType>(p.data_type()))));
   }
   Dims dims(p.dims().begin(), p.dims().end());
-  // Sizes are checked before anything is allocated: a malformed file must not make us allocate (or
-  // overflow computing) an absurd buffer.
+  // Sizes are checked before anything is allocated or read: a malformed file must not make us allocate (or
+  // overflow computing) an absurd buffer, nor read an absurd amount.
   int64_t count = 1;
   for (int64_t d : dims) {
     if (d < 0) return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "' has a negative dim"));
@@ -71,14 +69,10 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::st
     }
     count *= d;
   }
-  size_t expected_bytes = static_cast<size_t>(count) * DTypeSize(t);
-  if (p.data_location() != onnx::TensorProto::EXTERNAL && p.has_raw_data() && p.raw_data().size() != expected_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "' has ", p.raw_data().size(),
-                                                   " raw bytes, its dims need ", expected_bytes));
-  }
-  Tensor out(t, dims);
-  int64_t n = out.numel();
-  size_t bytes = out.nbytes();
+  absl::StatusOr<size_t> checked = CheckedByteSize(t, dims);
+  if (!checked.ok()) return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "': ", checked.status().message()));
+  size_t bytes = *checked;
+  int64_t n = count;
   if (p.data_location() == onnx::TensorProto::EXTERNAL) {
     std::string location;
     int64_t offset = 0, length = -1;
@@ -92,36 +86,53 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::st
             absl::StrCat("tensor '", p.name(), "' has a bad external-data length '", kv.value(), "'"));
       }
     }
-    if (location.empty() || location.find("..") != std::string::npos || location[0] == '/') {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", p.name(), "' has a bad external-data location '", location, "'"));
-    }
-    std::string path = model_dir.empty() ? location : absl::StrCat(model_dir, "/", location);
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-      return absl::NotFoundError(
-          absl::StrCat("tensor '", p.name(), "': cannot open external data file ", path));
+    if (location.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "' has no external-data location"));
     }
     if (length >= 0 && static_cast<size_t>(length) != bytes) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "': external data length ",
                                                      length, " != ", bytes, " bytes"));
     }
-    in.seekg(offset);
-    in.read(static_cast<char*>(out.raw()), static_cast<std::streamsize>(bytes));
-    if (static_cast<size_t>(in.gcount()) != bytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", p.name(), "': external data file ", path, " is too short"));
+    // The file must be a regular file beneath the model's directory (no "..", absolute path, or symlink
+    // leading out: docs/security.md), long enough for offset + bytes, before anything is allocated.
+    int64_t file_size = 0;
+    absl::StatusOr<int> fd =
+        OpenFileBeneath(model_dir, location, absl::StrCat("external data file of tensor '", p.name(), "'"), &file_size);
+    if (!fd.ok()) return fd.status();
+    if (static_cast<uint64_t>(offset) > static_cast<uint64_t>(file_size) ||
+        bytes > static_cast<uint64_t>(file_size - offset)) {
+      ::close(*fd);
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "': external data file ", location, " has ",
+                                                     file_size, " bytes, offset ", offset, " + ", bytes, " are needed"));
     }
+    Tensor out(t, dims);
+    absl::Status st = ReadExactly(*fd, offset, out.raw(), bytes, absl::StrCat("external data file ", location));
+    ::close(*fd);
+    if (!st.ok()) return st;
     return out;
   }
   if (p.has_raw_data()) {
     if (p.raw_data().size() != bytes) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "' has ", p.raw_data().size(),
-                                                     " raw bytes, expected ", bytes));
+                                                     " raw bytes, its dims need ", bytes));
     }
+    Tensor out(t, dims);
     if (bytes) std::memcpy(out.raw(), p.raw_data().data(), bytes);
     return out;
   }
+  int64_t have = 0;
+  switch (t) {
+    case DType::kF32: have = p.float_data_size(); break;
+    case DType::kF64: have = p.double_data_size(); break;
+    case DType::kI64: have = p.int64_data_size(); break;
+    case DType::kU32: case DType::kU64: have = p.uint64_data_size(); break;
+    default: have = p.int32_data_size(); break;
+  }
+  if (have != n) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "' has ", have, " values, its dims ",
+                                                   DimsToString(dims), " need ", n));
+  }
+  Tensor out(t, dims);
   auto check = [&](int64_t have) -> absl::Status {
     if (have != n) {
       return absl::InvalidArgumentError(
@@ -180,7 +191,7 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::st
 }
 
 absl::StatusOr<NamedTensor> ReadTensorProtoFile(const std::string& path) {
-  CJIT_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+  CJIT_ASSIGN_OR_RETURN(std::string bytes, ReadRegularFile(path, kMaxProtoBytes, "tensor file"));
   onnx::TensorProto p;
   if (!p.ParseFromString(bytes)) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a valid ONNX TensorProto"));

@@ -68,6 +68,7 @@ absl::Status InferNode(const Node& node, std::span<const InferInput> inputs,
   for (int i = 0; i < def->min_inputs; ++i) {
     if (!inputs[i].present) return NodeError(node, absl::StrCat("required input ", i, " is missing"));
   }
+  if (node.outputs.empty()) return NodeError(node, "has no outputs (every ONNX operator has at least one)");
   outputs.assign(node.outputs.size(), InferOutput{});
   absl::Status st = def->infer(node, inputs, outputs);
   if (!st.ok()) return st;
@@ -116,6 +117,15 @@ absl::StatusOr<Shape> BroadcastShapes(const Node& node, const std::vector<Shape>
     }
   }
   return out;
+}
+
+absl::StatusOr<Shape> ShapeFromValues(const Node& node, const std::vector<int64_t>& dims, absl::string_view what) {
+  for (int64_t d : dims) {
+    if (d < 0) {
+      return NodeError(node, absl::StrCat(what, " has a negative dim ", d, " (", absl::StrJoin(dims, ","), ")"));
+    }
+  }
+  return Shape::Of(dims);
 }
 
 absl::StatusOr<int> NormalizeAxis(const Node& node, int64_t axis, int rank) {

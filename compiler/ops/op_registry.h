@@ -82,6 +82,12 @@ void RegisterMiscOps();
 // ---- helpers shared by shape functions ----
 // Numpy-style multidirectional broadcasting (ONNX Broadcasting.md).
 absl::StatusOr<Shape> BroadcastShapes(const Node& node, const std::vector<Shape>& shapes);
+// A shape from dims held in a tensor (ConstantOfShape's shape, Expand's shape, Resize's sizes...): an
+// InvalidArgumentError naming the node and `what` when a dim is negative.
+absl::StatusOr<Shape> ShapeFromValues(const Node& node, const std::vector<int64_t>& dims, absl::string_view what);
+// Elements ONNX Slice takes from a dim of size `dim` with this start, end and (non-zero) step; exact for
+// every int64 input (INT64_MIN steps included).
+int64_t SliceCount(int64_t dim, int64_t start, int64_t end, int64_t step);
 // Normalizes a possibly negative axis against rank; error names the node.
 absl::StatusOr<int> NormalizeAxis(const Node& node, int64_t axis, int rank);
 absl::Status NodeError(const Node& node, absl::string_view what);

@@ -49,8 +49,8 @@ absl::Status ReduceInfer(const Node& n, Inputs in, Outputs& out) {
     if (!noop) reduce.assign(r, true);
   } else {
     for (int64_t a : axes) {
-      CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(n, a, r));
-      reduce[ax] = true;
+      if (a < -r || a >= r) return NodeError(n, absl::StrCat("axis ", a, " is out of range for rank ", r));
+      reduce[a < 0 ? a + r : a] = true;
     }
   }
   out[0].shape.rank_known = true;
@@ -65,7 +65,14 @@ absl::Status ArgInfer(const Node& n, Inputs in, Outputs& out) {
   out[0].dtype = DType::kI64;
   const Shape& s = in[0].shape;
   if (!s.rank_known) return absl::OkStatus();
-  CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(n, n.GetInt("axis", 0), s.rank()));
+  int64_t axis = n.GetInt("axis", 0);
+  if (axis < -s.rank() || axis >= s.rank()) {
+    return NodeError(n, absl::StrCat("axis ", axis, " is out of range for rank ", s.rank()));
+  }
+  int ax = static_cast<int>(axis < 0 ? axis + s.rank() : axis);
+  if (s.dims[ax].known() && s.dims[ax].value == 0) {
+    return NodeError(n, absl::StrCat("cannot take ", n.op_type, " over axis ", ax, ": it is empty"));
+  }
   bool keep = n.GetInt("keepdims", 1) != 0;
   out[0].shape.rank_known = true;
   for (int i = 0; i < s.rank(); ++i) {
@@ -114,6 +121,19 @@ absl::Status GemmInfer(const Node& n, Inputs in, Outputs& out) {
   }
   out[0].shape.rank_known = true;
   out[0].shape.dims = {m, nn};
+  // C broadcasts unidirectionally to (M, N) (ONNX Gemm).
+  if (in.size() > 2 && in[2].present && in[2].shape.rank_known) {
+    const Shape& c = in[2].shape;
+    if (c.rank() > 2) return NodeError(n, absl::StrCat("C has rank ", c.rank(), ", at most 2"));
+    for (int i = 0; i < c.rank(); ++i) {
+      const Dim& cd = c.dims[c.rank() - 1 - i];
+      const Dim& od = out[0].shape.dims[1 - i];
+      if (cd.known() && od.known() && cd.value != 1 && cd.value != od.value) {
+        return NodeError(n, absl::StrCat("C of shape ", c.ToString(), " does not broadcast to the output ",
+                                         out[0].shape.ToString()));
+      }
+    }
+  }
   return absl::OkStatus();
 }
 

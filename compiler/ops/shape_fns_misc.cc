@@ -130,8 +130,20 @@ void RegisterMiscOps() {
     for (size_t i = 1; i < out.size(); ++i) out[i] = {DType::kI64, Unknown1D()};
     return absl::OkStatus();
   });
-  Reg("ReverseSequence", C::kDataMovement, A::kInfer, 2, 2, [](const Node&, Inputs in, Outputs& out) {
+  Reg("ReverseSequence", C::kDataMovement, A::kInfer, 2, 2, [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
     out[0] = {in[0].dtype, in[0].shape};
+    int64_t ba = n.GetInt("batch_axis", 1), ta = n.GetInt("time_axis", 0);
+    if (!((ba == 0 && ta == 1) || (ba == 1 && ta == 0))) {
+      return NodeError(n, "batch_axis and time_axis must be 0 and 1, in either order");
+    }
+    const Shape& x = in[0].shape;
+    if (x.rank_known && x.rank() < 2) return NodeError(n, "input must have rank >= 2");
+    const Shape& l = in[1].shape;
+    if (x.rank_known && l.rank_known &&
+        (l.rank() != 1 || (l.dims[0].known() && x.dims[ba].known() && l.dims[0].value != x.dims[ba].value))) {
+      return NodeError(n, absl::StrCat("sequence_lens has shape ", l.ToString(), " for a batch dim of ",
+                                       x.dims[ba].known() ? absl::StrCat(x.dims[ba].value) : std::string("?")));
+    }
     return absl::OkStatus();
   });
   Reg("MaxUnpool", C::kPooling, A::kInfer, 2, 3, [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
@@ -152,8 +164,14 @@ void RegisterMiscOps() {
     out[0].shape = Shape::Of(d);
     return absl::OkStatus();
   });
-  Reg("Det", C::kOther, A::kDeny, 1, 1, [](const Node&, Inputs in, Outputs& out) {
+  Reg("Det", C::kOther, A::kDeny, 1, 1, [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
     out[0].dtype = in[0].dtype;
+    const Shape& x = in[0].shape;
+    if (x.rank_known && x.rank() < 2) return NodeError(n, "input must be a (batch of) square matrices");
+    if (x.rank_known && x.dims[x.rank() - 1].known() && x.dims[x.rank() - 2].known() &&
+        x.dims[x.rank() - 1].value != x.dims[x.rank() - 2].value) {
+      return NodeError(n, absl::StrCat("input ", x.ToString(), " is not a (batch of) square matrices"));
+    }
     if (in[0].shape.rank_known && in[0].shape.rank() >= 2) {
       out[0].shape = in[0].shape;
       out[0].shape.dims.resize(in[0].shape.rank() - 2);

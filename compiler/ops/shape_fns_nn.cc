@@ -41,7 +41,46 @@ absl::Status WindowInfer(const Node& n, const Shape& x, std::vector<int64_t> ker
   return absl::OkStatus();
 }
 
+// Conv / ConvTranspose weights against the input's channels, and the bias length against the output's.
+absl::Status CheckConvOperands(const Node& n, Inputs in, bool transposed) {
+  const Shape& x = in[0].shape;
+  const Shape& w = in[1].shape;
+  int64_t group = n.GetInt("group", 1);
+  if (group <= 0) return NodeError(n, absl::StrCat("group must be positive, got ", group));
+  if (x.rank_known && w.rank_known && x.rank() != w.rank()) {
+    return NodeError(n, absl::StrCat("W has rank ", w.rank(), ", X has rank ", x.rank()));
+  }
+  Dim oc;
+  if (w.rank_known && w.rank() >= 2) {
+    const Dim& c = x.rank_known && x.rank() >= 2 ? x.dims[1] : Dim{};
+    if (!transposed) {
+      if (c.known() && w.dims[1].known() && w.dims[1].value * group != c.value) {
+        return NodeError(n, absl::StrCat("W has ", w.dims[1].value, " input channels per group, X has ", c.value,
+                                         " channels in ", group, " groups"));
+      }
+      if (w.dims[0].known() && w.dims[0].value % group != 0) {
+        return NodeError(n, absl::StrCat("W's ", w.dims[0].value, " output channels are not divisible by group ", group));
+      }
+      oc = w.dims[0];
+    } else {
+      if (c.known() && w.dims[0].known() && w.dims[0].value != c.value) {
+        return NodeError(n, absl::StrCat("W has ", w.dims[0].value, " input channels, X has ", c.value));
+      }
+      if (w.dims[1].known()) oc = Dim{w.dims[1].value * group, ""};
+    }
+  }
+  if (in.size() > 2 && in[2].present && in[2].shape.rank_known) {
+    const Shape& b = in[2].shape;
+    if (b.rank() != 1 || (oc.known() && b.dims[0].known() && b.dims[0].value != oc.value)) {
+      return NodeError(n, absl::StrCat("bias B has shape ", b.ToString(), ", the output has ",
+                                       oc.known() ? absl::StrCat(oc.value) : std::string("?"), " channels"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ConvInfer(const Node& n, Inputs in, Outputs& out) {
+  CJIT_RETURN_IF_ERROR(CheckConvOperands(n, in, false));
   const Shape& w = in[1].shape;
   std::vector<int64_t> kernel = n.GetInts("kernel_shape");
   Dim channels;
@@ -59,6 +98,7 @@ absl::Status ConvInfer(const Node& n, Inputs in, Outputs& out) {
 }
 
 absl::Status ConvTransposeInfer(const Node& n, Inputs in, Outputs& out) {
+  CJIT_RETURN_IF_ERROR(CheckConvOperands(n, in, true));
   const Shape& w = in[1].shape;
   std::vector<int64_t> kernel = n.GetInts("kernel_shape");
   Dim channels;
@@ -73,6 +113,19 @@ absl::Status ConvTransposeInfer(const Node& n, Inputs in, Outputs& out) {
 
 absl::Status PoolInfer(const Node& n, Inputs in, Outputs& out) {
   const Shape& x = in[0].shape;
+  // Each pad must be smaller than the kernel along its axis (as ONNX Runtime requires): a window made
+  // only of padding has no element to pool.
+  std::vector<int64_t> kernel = n.GetInts("kernel_shape"), pads = n.GetInts("pads");
+  if (kernel.empty()) return NodeError(n, "the required attribute 'kernel_shape' is missing");
+  if (!pads.empty() && pads.size() == 2 * kernel.size()) {
+    for (size_t i = 0; i < pads.size(); ++i) {
+      if (pads[i] < 0) return NodeError(n, absl::StrCat("pads has a negative value ", pads[i]));
+      if (pads[i] >= kernel[i % kernel.size()]) {
+        return NodeError(n, absl::StrCat("pads value ", pads[i], " is not smaller than the kernel size ",
+                                         kernel[i % kernel.size()], " of its axis"));
+      }
+    }
+  }
   CJIT_RETURN_IF_ERROR(WindowInfer(n, x, n.GetInts("kernel_shape"), false,
                                    x.rank_known && x.rank() > 1 ? x.dims[1] : Dim{}, out, in[0].dtype));
   if (out.size() > 1) out[1] = {DType::kI64, out[0].shape};
@@ -89,7 +142,25 @@ absl::Status GlobalPoolInfer(const Node& n, Inputs in, Outputs& out) {
   return absl::OkStatus();
 }
 
-absl::Status BatchNormInfer(const Node&, Inputs in, Outputs& out) {
+// Per-channel parameters (BatchNormalization scale/B/mean/var, InstanceNormalization scale/B): 1-D of C.
+absl::Status CheckChannelParams(const Node& n, Inputs in, int first, int count) {
+  static const char* kNames[] = {"X", "scale", "B", "input_mean", "input_var"};
+  const Shape& x = in[0].shape;
+  if (x.rank_known && x.rank() < 2) return NodeError(n, "X must have a channel dim (rank >= 2)");
+  Dim c = x.rank_known ? x.dims[1] : Dim{};
+  for (int i = first; i < first + count && i < static_cast<int>(in.size()); ++i) {
+    const Shape& p = in[i].shape;
+    if (!in[i].present || !p.rank_known) continue;
+    if (p.rank() != 1 || (c.known() && p.dims[0].known() && p.dims[0].value != c.value)) {
+      return NodeError(n, absl::StrCat(kNames[i], " has shape ", p.ToString(), ", X has ",
+                                       c.known() ? absl::StrCat(c.value) : std::string("?"), " channels"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BatchNormInfer(const Node& n, Inputs in, Outputs& out) {
+  CJIT_RETURN_IF_ERROR(CheckChannelParams(n, in, 1, 4));
   out[0] = {in[0].dtype, in[0].shape};
   for (size_t i = 1; i < out.size(); ++i) out[i] = {in[0].dtype, in[1].shape};
   return absl::OkStatus();
@@ -151,6 +222,9 @@ absl::Status ResizeInfer(const Node& n, Inputs in, Outputs& out) {
   if (sizes) {
     std::vector<int64_t> sz = sizes->ToInt64Vector();
     if (sz.size() != dims_sel.size()) return NodeError(n, "sizes has the wrong length");
+    for (int64_t v : sz) {
+      if (v <= 0 || v > (int64_t{1} << 32)) return NodeError(n, absl::StrCat("sizes has an invalid size ", v));
+    }
     std::string policy = n.GetString("keep_aspect_ratio_policy", "stretch");
     if (policy != "stretch") {
       if (!x.fully_known()) return absl::OkStatus();
@@ -174,6 +248,11 @@ absl::Status ResizeInfer(const Node& n, Inputs in, Outputs& out) {
   if (sc.size() != dims_sel.size()) {
     return NodeError(n, absl::StrCat("scales has ", sc.size(), " values for ", dims_sel.size(), " axes"));
   }
+  for (double v : sc) {
+    if (!(v > 0) || !std::isfinite(v) || v > 1e6) {
+      return NodeError(n, absl::StrCat("scales has an invalid scale ", v, " (must be finite and positive)"));
+    }
+  }
   for (size_t k = 0; k < sc.size(); ++k) {
     const Dim& d = x.dims[dims_sel[k]];
     out[0].shape.dims[dims_sel[k]] =
@@ -194,6 +273,41 @@ absl::Status RecurrentInfer(const Node& n, Inputs in, Outputs& out) {
     if (x.rank() != 3) return NodeError(n, "X must be 3-D");
     seq = x.dims[batch_major ? 1 : 0];
     batch = x.dims[batch_major ? 0 : 1];
+  }
+  if (dir != "forward" && dir != "reverse" && dir != "bidirectional") {
+    return NodeError(n, absl::StrCat("unknown direction '", dir, "'"));
+  }
+  int64_t gates = n.op_type == "LSTM" ? 4 : n.op_type == "GRU" ? 3 : 1;
+  const Shape& w = in[1].shape;
+  const Shape& r = in[2].shape;
+  if (hidden < 0 && r.rank_known && r.rank() == 3 && r.dims[2].known()) hidden = r.dims[2].value;
+  if (n.HasAttr("hidden_size") && hidden <= 0) return NodeError(n, "hidden_size must be positive");
+  Dim input_size = x.rank_known && x.rank() == 3 ? x.dims[2] : Dim{};
+  auto check = [&](const Shape& s, const char* name, std::vector<int64_t> want) -> absl::Status {
+    if (!s.rank_known) return absl::OkStatus();
+    bool ok = s.rank() == static_cast<int>(want.size());
+    for (size_t i = 0; ok && i < want.size(); ++i) ok = want[i] < 0 || !s.dims[i].known() || s.dims[i].value == want[i];
+    if (ok) return absl::OkStatus();
+    std::string w_text;
+    for (int64_t v : want) absl::StrAppend(&w_text, w_text.empty() ? "" : ",", v < 0 ? std::string("?") : absl::StrCat(v));
+    return NodeError(n, absl::StrCat(name, " has shape ", s.ToString(), ", expected [", w_text, "]"));
+  };
+  if (hidden > 0) {
+    CJIT_RETURN_IF_ERROR(check(w, "W", {num_dir, gates * hidden, input_size.known() ? input_size.value : -1}));
+    CJIT_RETURN_IF_ERROR(check(r, "R", {num_dir, gates * hidden, hidden}));
+    if (in.size() > 3 && in[3].present) CJIT_RETURN_IF_ERROR(check(in[3].shape, "B", {num_dir, 2 * gates * hidden}));
+    if (in.size() > 5 && in[5].present) {
+      CJIT_RETURN_IF_ERROR(check(in[5].shape, "initial_h",
+                                 batch_major ? std::vector<int64_t>{batch.known() ? batch.value : -1, num_dir, hidden}
+                                             : std::vector<int64_t>{num_dir, batch.known() ? batch.value : -1, hidden}));
+    }
+  }
+  if (in.size() > 4 && in[4].present && in[4].shape.rank_known) {
+    const Shape& sl = in[4].shape;
+    if (sl.rank() != 1 || (batch.known() && sl.dims[0].known() && sl.dims[0].value != batch.value)) {
+      return NodeError(n, absl::StrCat("sequence_lens has shape ", sl.ToString(), " for a batch of ",
+                                       batch.known() ? absl::StrCat(batch.value) : std::string("?")));
+    }
   }
   Dim h{hidden, ""}, nd{num_dir, ""};
   for (size_t i = 0; i < out.size(); ++i) {
@@ -240,7 +354,8 @@ void RegisterNnOps() {
   Reg("BatchNormalization", C::kNormalization, true, A::kInfer, 5, 5, BatchNormInfer);
   Reg("LayerNormalization", C::kNormalization, true, A::kDeny, 2, 3, LayerNormInfer);
   Reg("InstanceNormalization", C::kNormalization, false, A::kDeny, 3, 3,
-      [](const Node&, Inputs in, Outputs& out) {
+      [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
+        CJIT_RETURN_IF_ERROR(CheckChannelParams(n, in, 1, 2));
         out[0] = {in[0].dtype, in[0].shape};
         return absl::OkStatus();
       });

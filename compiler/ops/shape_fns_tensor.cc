@@ -150,6 +150,27 @@ absl::Status TransposeInfer(const Node& n, Inputs in, Outputs& out) {
   return absl::OkStatus();
 }
 
+}  // namespace
+
+// Elements Slice takes from a dim of size `dim` (ONNX Slice: negative start/end count from the end, then
+// clamp to [0, dim] for positive steps and [-1, dim-1] for negative ones). Computed in 128 bits: starts,
+// ends and steps may be any int64 (INT64_MIN included) without overflow.
+int64_t SliceCount(int64_t dim, int64_t start, int64_t end, int64_t step) {
+  __int128 s = start, e = end, st = step, d = dim;
+  if (s < 0) s += d;
+  if (e < 0) e += d;
+  if (st > 0) {
+    s = std::clamp<__int128>(s, 0, d);
+    e = std::clamp<__int128>(e, 0, d);
+    return e > s ? static_cast<int64_t>((e - s + st - 1) / st) : 0;
+  }
+  s = std::clamp<__int128>(s, 0, d - 1);
+  e = std::clamp<__int128>(e, -1, d - 1);
+  return s > e ? static_cast<int64_t>((s - e + (-st) - 1) / (-st)) : 0;
+}
+
+namespace {
+
 absl::Status SliceInfer(const Node& n, Inputs in, Outputs& out) {
   out[0].dtype = in[0].dtype;
   const Shape& x = in[0].shape;
@@ -185,18 +206,7 @@ absl::Status SliceInfer(const Node& n, Inputs in, Outputs& out) {
       out[0].shape.dims[ax] = Dim{};
       continue;
     }
-    int64_t dim = d.value, s = starts[k], e = ends[k], st = steps[k];
-    if (s < 0) s += dim;
-    if (e < 0) e += dim;
-    if (st > 0) {
-      s = std::clamp<int64_t>(s, 0, dim);
-      e = std::clamp<int64_t>(e, 0, dim);
-      out[0].shape.dims[ax] = Dim{e > s ? (e - s + st - 1) / st : 0, ""};
-    } else {
-      s = std::clamp<int64_t>(s, 0, dim - 1);
-      e = std::clamp<int64_t>(e, -1, dim - 1);
-      out[0].shape.dims[ax] = Dim{s > e ? (s - e + (-st) - 1) / (-st) : 0, ""};
-    }
+    out[0].shape.dims[ax] = Dim{SliceCount(d.value, starts[k], ends[k], steps[k]), ""};
   }
   return absl::OkStatus();
 }
@@ -205,6 +215,7 @@ absl::Status ConcatInfer(const Node& n, Inputs in, Outputs& out) {
   out[0].dtype = in[0].dtype;
   int r = -1;
   for (const InferInput& i : in) if (i.shape.rank_known) r = i.shape.rank();
+  if (!n.HasAttr("axis") && n.opset_version >= 4) return NodeError(n, "the required attribute 'axis' is missing");
   if (r < 0) return absl::OkStatus();
   CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(n, n.GetInt("axis", 0), r));
   Shape s = UnknownDimsOfRank(r);
@@ -250,7 +261,11 @@ absl::Status SplitInfer(const Node& n, Inputs in, Outputs& out) {
   }
   if (static_cast<int>(split.size()) != k) return NodeError(n, "split has a different length than outputs");
   int64_t sum = 0;
-  for (int64_t v : split) sum += v;
+  for (int64_t v : split) {
+    if (v < 0) return NodeError(n, absl::StrCat("split has a negative size ", v));
+    if (v > (int64_t{1} << 62) - sum) return NodeError(n, "split sizes overflow");
+    sum += v;
+  }
   if (d.known() && sum != d.value) return NodeError(n, "split does not sum to the axis size");
   for (int i = 0; i < k; ++i) out[i].shape.dims[ax] = Dim{split[i], ""};
   return absl::OkStatus();
@@ -306,12 +321,27 @@ absl::Status PadInfer(const Node& n, Inputs in, Outputs& out) {
     for (int i = 0; i < r; ++i) axes.push_back(i);
   }
   if (pads.size() != 2 * axes.size()) return NodeError(n, "pads has the wrong length");
+  std::string mode = n.GetString("mode", "constant");
+  if (mode != "constant" && mode != "edge" && mode != "reflect" && mode != "wrap") {
+    return NodeError(n, absl::StrCat("unknown mode '", mode, "'"));
+  }
   out[0].shape = x;
   for (size_t k = 0; k < axes.size(); ++k) {
     Dim& d = out[0].shape.dims[axes[k]];
+    int64_t before = pads[k], after = pads[k + axes.size()];
     if (d.known()) {
-      d.value += pads[k] + pads[k + axes.size()];
-      if (d.value < 0) return NodeError(n, "negative padded size");
+      if (mode != "constant" && d.value == 0 && (before > 0 || after > 0)) {
+        return NodeError(n, absl::StrCat("cannot pad an empty axis ", axes[k], " in '", mode,
+                                         "' mode (there is nothing to repeat)"));
+      }
+      if (mode == "reflect" && (before >= d.value || after >= d.value) && (before > 0 || after > 0)) {
+        return NodeError(n, absl::StrCat("reflect pads (", before, ", ", after, ") must be smaller than axis ",
+                                         axes[k], " of size ", d.value));
+      }
+      __int128 v = static_cast<__int128>(d.value) + before + after;
+      if (v < 0) return NodeError(n, "negative padded size");
+      if (v > (int64_t{1} << 40)) return NodeError(n, "padded size is too large");
+      d.value = static_cast<int64_t>(v);
     }
   }
   return absl::OkStatus();
@@ -320,7 +350,8 @@ absl::Status PadInfer(const Node& n, Inputs in, Outputs& out) {
 absl::Status ExpandInfer(const Node& n, Inputs in, Outputs& out) {
   out[0].dtype = in[0].dtype;
   if (in[1].value == nullptr) return absl::OkStatus();
-  CJIT_ASSIGN_OR_RETURN(Shape s, BroadcastShapes(n, {in[0].shape, Shape::Of(in[1].value->ToInt64Vector())}));
+  CJIT_ASSIGN_OR_RETURN(Shape target, ShapeFromValues(n, in[1].value->ToInt64Vector(), "the shape input"));
+  CJIT_ASSIGN_OR_RETURN(Shape s, BroadcastShapes(n, {in[0].shape, target}));
   out[0].shape = s;
   return absl::OkStatus();
 }
@@ -337,7 +368,11 @@ absl::Status TileInfer(const Node& n, Inputs in, Outputs& out) {
   if (static_cast<int>(reps.size()) != x.rank()) return NodeError(n, "repeats length differs from rank");
   out[0].shape = x;
   for (int i = 0; i < x.rank(); ++i) {
-    if (x.dims[i].known()) out[0].shape.dims[i] = Dim{x.dims[i].value * reps[i], ""};
+    if (reps[i] < 0) return NodeError(n, absl::StrCat("repeats has a negative value ", reps[i]));
+    if (x.dims[i].known()) {
+      if (reps[i] > 0 && x.dims[i].value > (int64_t{1} << 40) / reps[i]) return NodeError(n, "repeats are too large");
+      out[0].shape.dims[i] = Dim{x.dims[i].value * reps[i], ""};
+    }
   }
   return absl::OkStatus();
 }
@@ -403,8 +438,16 @@ void RegisterTensorOps() {
   });
   Reg("GatherND", C::kDataMovement, false, A::kInfer, 2, 2, GatherNDInfer);
   for (const char* op : {"ScatterElements", "Scatter", "ScatterND"}) {
-    Reg(op, C::kDataMovement, false, A::kInfer, 3, 3, [](const Node&, Inputs in, Outputs& out) {
+    Reg(op, C::kDataMovement, false, A::kInfer, 3, 3, [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
       out[0] = {in[0].dtype, in[0].shape};
+      std::string reduction = n.GetString("reduction", "none");
+      if (reduction != "none" && reduction != "add" && reduction != "mul" && reduction != "max" && reduction != "min") {
+        return NodeError(n, absl::StrCat("unknown reduction '", reduction, "'"));
+      }
+      if (n.op_type != "ScatterND" && in[1].shape.rank_known && in[2].shape.rank_known &&
+          in[1].shape.dims != in[2].shape.dims && in[1].shape.fully_known() && in[2].shape.fully_known()) {
+        return NodeError(n, "indices and updates have different shapes");
+      }
       return absl::OkStatus();
     });
   }
@@ -420,20 +463,47 @@ void RegisterTensorOps() {
     out[0] = {DType::kI64, Shape::Of({})};
     return absl::OkStatus();
   });
-  Reg("ConstantOfShape", C::kShape, false, A::kInfer, 1, 1, [](const Node& n, Inputs in, Outputs& out) {
+  Reg("ConstantOfShape", C::kShape, false, A::kInfer, 1, 1, [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
     auto it = n.attrs.find("value");
     out[0].dtype = it != n.attrs.end() && it->second.t ? it->second.t->dtype() : DType::kF32;
-    if (in[0].value) out[0].shape = Shape::Of(in[0].value->ToInt64Vector());
-    else if (in[0].shape.fully_known()) out[0].shape = UnknownDimsOfRank(static_cast<int>(in[0].shape.dims[0].value));
+    if (in[0].shape.rank_known && in[0].shape.rank() != 1) return NodeError(n, "the shape input must be 1-D");
+    if (in[0].value) {
+      CJIT_ASSIGN_OR_RETURN(out[0].shape, ShapeFromValues(n, in[0].value->ToInt64Vector(), "the shape input"));
+    } else if (in[0].shape.fully_known()) {
+      out[0].shape = UnknownDimsOfRank(static_cast<int>(in[0].shape.dims[0].value));
+    }
     return absl::OkStatus();
   });
   Reg("Range", C::kShape, false, A::kInfer, 3, 3, [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
     out[0].dtype = in[0].dtype;
     if (in[0].value && in[1].value && in[2].value) {
-      double s = in[0].value->ToDoubleVector().at(0), l = in[1].value->ToDoubleVector().at(0),
-             d = in[2].value->ToDoubleVector().at(0);
-      if (d == 0) return NodeError(n, "delta is 0");
-      out[0].shape = Shape::Of({std::max<int64_t>(0, static_cast<int64_t>(std::ceil((l - s) / d)))});
+      for (int i = 0; i < 3; ++i) {
+        if (in[i].value->numel() != 1) return NodeError(n, "start, limit and delta must be scalars");
+      }
+      // ONNX Range: max(ceil((limit - start) / delta), 0) elements. Integers in 128 bits (no overflow),
+      // floats in long double; a count beyond what could be allocated is an error, not a wrap.
+      long double count;
+      if (IsInteger(in[0].dtype)) {
+        __int128 s = in[0].value->ToInt64Vector()[0], l = in[1].value->ToInt64Vector()[0],
+                 d = in[2].value->ToInt64Vector()[0];
+        if (d == 0) return NodeError(n, "delta is 0");
+        __int128 span = l - s;
+        __int128 q = span / d;
+        if (q * d != span && ((span > 0) == (d > 0))) q += 1;  // ceil for a positive quotient
+        count = static_cast<long double>(q);
+      } else {
+        long double s = in[0].value->ToDoubleVector()[0], l = in[1].value->ToDoubleVector()[0],
+                    d = in[2].value->ToDoubleVector()[0];
+        if (d == 0) return NodeError(n, "delta is 0");
+        if (!std::isfinite(s) || !std::isfinite(l) || !std::isfinite(d)) {
+          return NodeError(n, "start, limit and delta must be finite");
+        }
+        count = std::ceil((l - s) / d);
+      }
+      if (count > static_cast<long double>(int64_t{1} << 36)) {
+        return NodeError(n, absl::StrCat("would produce ", static_cast<double>(count), " elements (too many)"));
+      }
+      out[0].shape = Shape::Of({std::max<int64_t>(0, static_cast<int64_t>(count))});
     } else {
       out[0].shape = UnknownDimsOfRank(1);
     }
@@ -456,7 +526,15 @@ void RegisterTensorOps() {
     if (!idx.rank_known) return absl::OkStatus();
     int r = idx.rank() + 1;
     CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(n, n.GetInt("axis", -1), r));
-    Dim depth = in[1].value ? Dim{static_cast<int64_t>(in[1].value->ToDoubleVector().at(0)), ""} : Dim{};
+    Dim depth;
+    if (in[1].value) {
+      if (in[1].value->numel() != 1) return NodeError(n, "depth must have exactly one element");
+      double d = in[1].value->ToDoubleVector()[0];
+      if (!(d >= 0) || d > static_cast<double>(int64_t{1} << 36)) {
+        return NodeError(n, absl::StrCat("depth must be a non-negative number of classes, got ", d));
+      }
+      depth = Dim{static_cast<int64_t>(d), ""};
+    }
     out[0].shape = idx;
     out[0].shape.dims.insert(out[0].shape.dims.begin() + ax, depth);
     return absl::OkStatus();

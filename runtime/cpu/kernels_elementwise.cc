@@ -1,5 +1,6 @@
 // Elementwise CPU kernels: unary math and activations, binary arithmetic/comparison/logic with
 // broadcasting, variadic Max/Min/Sum/Mean, Where, Clip, Cast. Semantics: ONNX operator specification.
+#include <atomic>
 #include <cmath>
 
 #include "compiler/ir/status_macros.h"
@@ -243,14 +244,22 @@ T IntPow(T base, T exp) {
   if constexpr (std::is_same_v<T, bool>) {
     return exp ? base : T(1);
   } else {
-    if (exp < T(0)) return base == T(1) ? T(1) : T(0);
-    T r = 1;
+    if (exp < T(0)) {
+      if (base == T(1)) return T(1);
+      if constexpr (std::is_signed_v<T>) {
+        if (base == T(-1)) return (exp & T(1)) ? T(-1) : T(1);
+      }
+      return T(0);
+    }
+    // Two's-complement wrap-around on overflow (as numpy), computed without signed overflow.
+    using U = std::make_unsigned_t<T>;
+    U r = 1, b = static_cast<U>(base);
     while (exp > T(0)) {
-      if (exp & T(1)) r *= base;
-      base *= base;
+      if (exp & T(1)) r = static_cast<U>(r * b);
+      b = static_cast<U>(b * b);
       exp >>= 1;
     }
-    return r;
+    return static_cast<T>(r);
   }
 }
 
@@ -258,6 +267,9 @@ template <typename T>
 T FloorMod(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
     if (b == 0) return 0;
+    if constexpr (std::is_signed_v<T>) {
+      if (b == T(-1)) return T(0);  // INT_MIN % -1 traps in C
+    }
     T r = a % b;
     if constexpr (std::is_signed_v<T>) {
       if (r != 0 && ((r < 0) != (b < 0))) r += b;
@@ -289,16 +301,28 @@ absl::Status Arith(KernelContext& ctx, const std::string& op) {
   }
   if (a.dtype() != b.dtype()) return ctx.Error("inputs have different dtypes");
   bool fmod = ctx.node->GetInt("fmod", 0) != 0;
-  return DispatchNumeric(a.dtype(), [&](auto t) {
+  std::atomic<bool> int_div_by_zero{false};
+  absl::Status st = DispatchNumeric(a.dtype(), [&](auto t) {
     using T = decltype(t);
     using A = typename Acc<T>::type;
     if (op == "Add") BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) { return T(x + y); });
     else if (op == "Sub") BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) { return T(x - y); });
     else if (op == "Mul") BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) { return T(x * y); });
     else if (op == "Div") {
-      BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) {
-        if constexpr (std::is_integral_v<T>) return y == T(0) ? T(0) : T(x / y);
-        else return T(x / y);
+      BinaryLoop<T, T>(a, b, out, ctx.threads, [&int_div_by_zero](T x, T y) {
+        if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+          if (y == T(0)) {
+            int_div_by_zero.store(true, std::memory_order_relaxed);
+            return T(0);
+          }
+          if constexpr (std::is_signed_v<T>) {
+            // INT_MIN / -1 overflows (SIGFPE in C): the two's-complement wrap, INT_MIN, as numpy gives.
+            if (y == T(-1)) return static_cast<T>(std::make_unsigned_t<T>(0) - static_cast<std::make_unsigned_t<T>>(x));
+          }
+          return T(x / y);
+        } else {
+          return T(x / y);
+        }
       });
     } else if (op == "Pow") {
       BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) {
@@ -307,12 +331,27 @@ absl::Status Arith(KernelContext& ctx, const std::string& op) {
       });
     } else if (op == "Mod") {
       if (fmod) {
-        BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) {
-          if constexpr (std::is_integral_v<T>) return y == T(0) ? T(0) : T(x % y);
-          else return static_cast<T>(std::fmod(static_cast<A>(x), static_cast<A>(y)));
+        BinaryLoop<T, T>(a, b, out, ctx.threads, [&int_div_by_zero](T x, T y) {
+          if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+            if (y == T(0)) {
+              int_div_by_zero.store(true, std::memory_order_relaxed);
+              return T(0);
+            }
+            if constexpr (std::is_signed_v<T>) {
+              if (y == T(-1)) return T(0);
+            }
+            return T(x % y);
+          } else {
+            return static_cast<T>(std::fmod(static_cast<A>(x), static_cast<A>(y)));
+          }
         });
       } else {
-        BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) { return FloorMod(x, y); });
+        BinaryLoop<T, T>(a, b, out, ctx.threads, [&int_div_by_zero](T x, T y) {
+          if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+            if (y == T(0)) int_div_by_zero.store(true, std::memory_order_relaxed);
+          }
+          return FloorMod(x, y);
+        });
       }
     } else if (op == "Max") {
       BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) {
@@ -339,6 +378,10 @@ absl::Status Arith(KernelContext& ctx, const std::string& op) {
       }
     }
   });
+  CJIT_RETURN_IF_ERROR(st);
+  // ONNX leaves integer division by zero undefined; it is an error here rather than a trap or a made-up value.
+  if (int_div_by_zero.load()) return ctx.Error("integer division by zero");
+  return absl::OkStatus();
 }
 
 absl::Status Compare(KernelContext& ctx, const std::string& op) {

@@ -275,8 +275,19 @@ absl::Status ReverseSequence(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   std::vector<int64_t> lens = ctx.in(1).ToInt64Vector();
   int ba = static_cast<int>(ctx.node->GetInt("batch_axis", 1)), ta = static_cast<int>(ctx.node->GetInt("time_axis", 0));
-  Tensor& y = ctx.Alloc(0);
   int r = x.rank();
+  if (r < 2 || ba < 0 || ta < 0 || ba >= r || ta >= r || ba == ta || ba > 1 || ta > 1) {
+    return ctx.Error("batch_axis and time_axis must be 0 and 1 (in either order) of an input of rank >= 2");
+  }
+  if (static_cast<int64_t>(lens.size()) != x.dim(ba)) {
+    return ctx.Error(absl::StrCat("sequence_lens has ", lens.size(), " values for a batch of ", x.dim(ba)));
+  }
+  for (int64_t l : lens) {
+    if (l < 0 || l > x.dim(ta)) {
+      return ctx.Error(absl::StrCat("sequence_lens value ", l, " is outside [0, ", x.dim(ta), "] (the time dim)"));
+    }
+  }
+  Tensor& y = ctx.Alloc(0);
   std::vector<int64_t> xs(r, 1);
   for (int i = r - 2; i >= 0; --i) xs[i] = xs[i + 1] * x.dim(i + 1);
   size_t es = DTypeSize(x.dtype());
@@ -319,6 +330,9 @@ absl::Status MaxUnpool(KernelContext& ctx) {
 
 absl::Status Det(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
+  if (x.rank() < 2 || x.dim(x.rank() - 1) != x.dim(x.rank() - 2)) {
+    return ctx.Error(absl::StrCat("input ", DimsToString(x.dims()), " is not a (batch of) square matrices"));
+  }
   int64_t m = x.dim(x.rank() - 1);
   int64_t batch = x.numel() / std::max<int64_t>(m * m, 1);
   std::vector<double> v = x.ToDoubleVector(), out(batch);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
 #include "runtime/cpu/broadcast.h"
 #include "runtime/cpu/dispatch.h"
@@ -304,23 +305,44 @@ absl::Status ScatterND(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   const Tensor& idx = ctx.in(1);
   const Tensor& upd = ctx.in(2);
+  if (idx.rank() < 1) return ctx.Error("indices must have rank >= 1");
+  if (upd.dtype() != x.dtype()) return ctx.Error("updates and data have different dtypes");
+  int64_t last = idx.dim(idx.rank() - 1);
+  if (last > x.rank()) {
+    return ctx.Error(absl::StrCat("indices address ", last, " dims of a rank-", x.rank(), " data tensor"));
+  }
+  // updates must be indices.shape[:-1] + data.shape[last:] (ONNX ScatterND).
+  Dims want(idx.dims().begin(), idx.dims().end() - 1);
+  for (int i = static_cast<int>(last); i < x.rank(); ++i) want.push_back(x.dim(i));
+  if (upd.dims() != want) {
+    return ctx.Error(absl::StrCat("updates have dims ", DimsToString(upd.dims()), ", indices and data need ",
+                                  DimsToString(want)));
+  }
   ctx.outputs[0] = x.Clone();
   Tensor& y = ctx.outputs[0];
   std::vector<int64_t> ind = idx.ToInt64Vector();
-  int64_t last = idx.dim(idx.rank() - 1);
   int64_t slice = 1;
   for (int i = static_cast<int>(last); i < x.rank(); ++i) slice *= x.dim(i);
+  int64_t n = 1;
+  for (int i = 0; i + 1 < idx.rank(); ++i) n *= idx.dim(i);
+  // Every index is checked before anything is written (ONNX: out-of-range indices are errors).
+  std::vector<int64_t> offsets(n);
+  for (int64_t j = 0; j < n; ++j) {
+    int64_t off = 0;
+    for (int64_t k = 0; k < last; ++k) {
+      int64_t dim = x.dim(static_cast<int>(k)), v = ind[j * last + k];
+      if (v < -dim || v >= dim) {
+        return ctx.Error(absl::StrCat("index ", v, " is out of range for dim ", k, " of size ", dim));
+      }
+      off = off * dim + (v < 0 ? v + dim : v);
+    }
+    offsets[j] = off * slice;
+  }
   std::string reduction = ctx.node->GetString("reduction", "none");
-  int64_t n = idx.numel() / last;
   return DispatchNumeric(x.dtype(), [&](auto t) {
     using T = decltype(t);
     for (int64_t j = 0; j < n; ++j) {
-      int64_t off = 0;
-      for (int64_t k = 0; k < last; ++k) {
-        int64_t dim = x.dim(static_cast<int>(k)), v = ind[j * last + k];
-        off = off * dim + (v < 0 ? v + dim : v);
-      }
-      off *= slice;
+      int64_t off = offsets[j];
       for (int64_t s = 0; s < slice; ++s) {
         T u = upd.data<T>()[j * slice + s];
         T& d = y.data<T>()[off + s];
@@ -481,9 +503,26 @@ absl::Status SpaceDepth(KernelContext& ctx, bool to_space) {
 }  // namespace
 
 void RegisterMovementKernels() {
-  for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}) {
+  for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}) {
     RegisterKernel(op, ZeroCopy);
   }
+  // Dropout in inference is the identity (ONNX Dropout: mask all true). Training mode draws a random mask,
+  // which this inference runtime does not implement: an error, never a silent identity.
+  RegisterKernel("Dropout", [](KernelContext& ctx) -> absl::Status {
+    bool training = false;
+    if (ctx.has(2)) {
+      const Tensor& t = ctx.in(2);
+      training = t.numel() > 0 && t.ToDoubleVector()[0] != 0;
+    }
+    if (ctx.node->HasAttr("is_test") && ctx.node->GetInt("is_test", 0) == 0) training = true;  // opset <= 6
+    double ratio = ctx.node->GetFloat("ratio", 0.5f);
+    if (ctx.has(1) && ctx.in(1).numel() > 0) ratio = ctx.in(1).ToDoubleVector()[0];
+    if (training && ratio != 0) {  // with ratio 0 training mode keeps every element: the identity
+      return absl::UnimplementedError(absl::StrCat(ctx.node->Describe(),
+                                                   ": training_mode=true (random dropout) is not supported"));
+    }
+    return ZeroCopy(ctx);
+  });
   RegisterKernel("Transpose", Transpose);
   RegisterKernel("Slice", Slice);
   RegisterKernel("Concat", Concat);

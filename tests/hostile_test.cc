@@ -1,0 +1,468 @@
+// Hostile and malformed models (issue 11): every case must end in a clear error naming the node, op and
+// attribute or input at fault — never an abort, a crash, an out-of-bounds access, a hang, or a wrong
+// number. Each TEST runs in its own process under ctest, so a crash fails only its own test. Expected
+// values come from the ONNX operator specification (and numpy's semantics where it defers to them).
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "onnx/onnx_pb.h"
+#include "runtime/session.h"
+#include "tests/model_builder.h"
+
+namespace cjit {
+namespace {
+
+using testing::ModelBuilder;
+constexpr int kF = onnx::TensorProto::FLOAT;
+constexpr int kI64 = onnx::TensorProto::INT64;
+constexpr int kI32 = onnx::TensorProto::INT32;
+
+SessionOptions Opts(const std::string& auto_jit = "-1") {
+  SessionOptions o;
+  o.use_environment_flags = false;
+  o.flags.device = "cpu";
+  o.flags.intra_op_threads = 1;
+  o.flags.auto_jit = auto_jit;
+  o.flags.min_cluster_size = 1;
+  o.flags.enable_lazy_compilation = false;
+  return o;
+}
+
+absl::StatusOr<std::vector<NamedTensor>> LoadAndRun(const ModelBuilder& b, const std::vector<NamedTensor>& in,
+                                                    const SessionOptions& o = Opts()) {
+  auto s = Session::LoadFromBytes(b.Bytes(), o);
+  if (!s.ok()) return s.status();
+  return (*s)->Run(in);
+}
+
+// The status is an error whose message has every fragment.
+::testing::AssertionResult ErrorWith(const absl::Status& st, std::initializer_list<const char*> fragments) {
+  if (st.ok()) return ::testing::AssertionFailure() << "succeeded; expected an error";
+  for (const char* f : fragments) {
+    if (std::string(st.message()).find(f) == std::string::npos) {
+      return ::testing::AssertionFailure() << "error '" << st.message() << "' lacks '" << f << "'";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+Tensor F32(Dims dims, std::vector<float> v) {
+  Tensor t(DType::kF32, std::move(dims));
+  for (size_t i = 0; i < v.size(); ++i) t.data<float>()[i] = v[i];
+  return t;
+}
+
+Tensor I64(Dims dims, std::vector<int64_t> v) {
+  Tensor t(DType::kI64, std::move(dims));
+  for (size_t i = 0; i < v.size(); ++i) t.data<int64_t>()[i] = v[i];
+  return t;
+}
+
+Tensor I32(Dims dims, std::vector<int32_t> v) {
+  Tensor t(DType::kI32, std::move(dims));
+  for (size_t i = 0; i < v.size(); ++i) t.data<int32_t>()[i] = v[i];
+  return t;
+}
+
+// ---- sizes: allocations are checked before they are made ----
+
+TEST(HostileTest, HugeInitializerWithoutData) {
+  ModelBuilder b;
+  b.Input("x", kF, {1}).Output("y");
+  b.Init("w", kF, {int64_t{1} << 36});
+  b.Node("Add", {"x", "w"}, {"y"});
+  auto s = Session::LoadFromBytes(b.Bytes(), Opts());
+  EXPECT_TRUE(ErrorWith(s.status(), {"'w'"}));
+}
+
+TEST(HostileTest, HugeConstantNodeWithoutData) {
+  ModelBuilder b;
+  b.Input("x", kF, {1}).Output("y");
+  auto* c = b.Node("Constant", {}, {"w"});
+  auto* a = c->add_attribute();
+  a->set_name("value");
+  a->set_type(onnx::AttributeProto::TENSOR);
+  a->mutable_t()->set_data_type(kF);
+  a->mutable_t()->add_dims(int64_t{1} << 36);
+  b.Node("Add", {"x", "w"}, {"y"});
+  auto s = Session::LoadFromBytes(b.Bytes(), Opts());
+  EXPECT_FALSE(s.ok());
+}
+
+TEST(HostileTest, ConstantOfShapeNegativeDim) {
+  ModelBuilder b;
+  b.Input("x", kF, {1}).Output("y");
+  b.InitInts("shape", {2}, {-4, 3});
+  b.Node("ConstantOfShape", {"shape"}, {"y"});
+  EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", F32({1}, {0})}}).status(), {"ConstantOfShape", "-4"}));
+}
+
+TEST(HostileTest, ConstantOfShapeFromInputNegativeDim) {
+  ModelBuilder b;
+  b.Input("shape", kI64, {2}).Output("y");
+  b.Node("ConstantOfShape", {"shape"}, {"y"});
+  EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"shape", I64({2}, {-5, 2})}}).status(), {"ConstantOfShape", "-5"}));
+}
+
+TEST(HostileTest, ConstantOfShapeTooLarge) {
+  ModelBuilder b;
+  b.Input("shape", kI64, {2}).Output("y");
+  b.Node("ConstantOfShape", {"shape"}, {"y"});
+  auto r = LoadAndRun(b, {{"shape", I64({2}, {int64_t{1} << 40, int64_t{1} << 30})}});
+  EXPECT_TRUE(ErrorWith(r.status(), {"ConstantOfShape"}));
+}
+
+TEST(HostileTest, OneHotNegativeDepth) {
+  ModelBuilder b;
+  b.Input("i", kI64, {3}).Output("y");
+  b.InitInts("depth", {}, {-3});
+  b.InitFloats("values", {2}, {0, 1});
+  b.Node("OneHot", {"i", "depth", "values"}, {"y"});
+  EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"i", I64({3}, {0, 1, 2})}}).status(), {"OneHot", "depth"}));
+}
+
+TEST(HostileTest, TileNegativeRepeats) {
+  ModelBuilder b;
+  b.Input("x", kF, {2}).Output("y");
+  b.InitInts("r", {1}, {-1});
+  b.Node("Tile", {"x", "r"}, {"y"});
+  EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", F32({2}, {1, 2})}}).status(), {"Tile", "repeats"}));
+}
+
+TEST(HostileTest, TileRepeatsFromInputNegative) {
+  ModelBuilder b;
+  b.Input("x", kF, {2}).Input("r", kI64, {1}).Output("y");
+  b.Node("Tile", {"x", "r"}, {"y"});
+  EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", F32({2}, {1, 2})}, {"r", I64({1}, {-2})}}).status(), {"Tile", "repeats"}));
+}
+
+TEST(HostileTest, SplitNegativeSizes) {
+  ModelBuilder b;
+  b.Input("x", kF, {4}).Output("a").Output("b");
+  b.InitInts("s", {2}, {-1, 5});
+  b.Node("Split", {"x", "s"}, {"a", "b"});
+  EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", F32({4}, {1, 2, 3, 4})}}).status(), {"Split", "split"}));
+}
+
+TEST(HostileTest, ResizeBadScales) {
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), -2.0f, 0.0f, std::numeric_limits<float>::infinity()}) {
+    ModelBuilder b;
+    b.Input("x", kF, {1, 1, 2, 2}).Output("y");
+    b.InitFloats("scales", {4}, {1, 1, bad, 2});
+    b.Node("Resize", {"x", "", "scales"}, {"y"});
+    EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", F32({1, 1, 2, 2}, {1, 2, 3, 4})}}).status(), {"Resize", "scales"}))
+        << "scale " << bad;
+  }
+}
+
+TEST(HostileTest, ResizeBadSizes) {
+  for (int64_t bad : {0, -3}) {
+    ModelBuilder b;
+    b.Input("x", kF, {1, 1, 2, 2}).Output("y");
+    b.InitInts("sizes", {4}, {1, 1, bad, 4});
+    b.Node("Resize", {"x", "", "", "sizes"}, {"y"});
+    EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", F32({1, 1, 2, 2}, {1, 2, 3, 4})}}).status(), {"Resize", "sizes"}))
+        << "size " << bad;
+  }
+}
+
+TEST(HostileTest, ExpandToNegativeDim) {
+  ModelBuilder b;
+  b.Input("x", kF, {1}).Output("y");
+  b.InitInts("shape", {2}, {-4, 1});
+  b.Node("Expand", {"x", "shape"}, {"y"});
+  EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", F32({1}, {1})}}).status(), {"Expand", "-4"}));
+}
+
+// ---- arithmetic that traps ----
+
+TEST(HostileTest, IntegerDivisionOverflowAndByZero) {
+  for (const char* jit : {"-1", "1"}) {
+    for (int elem : {kI32, kI64}) {
+      ModelBuilder b;
+      b.Input("a", elem, {3}).Input("b", elem, {3}).Output("y");
+      b.Node("Div", {"a", "b"}, {"y"});
+      b.Node("Mod", {"a", "b"}, {"m"});
+      b.proto().mutable_graph()->add_output()->set_name("m");
+      std::vector<NamedTensor> in;
+      if (elem == kI32) {
+        in = {{"a", I32({3}, {INT32_MIN, 7, -7})}, {"b", I32({3}, {-1, 2, 2})}};
+      } else {
+        in = {{"a", I64({3}, {INT64_MIN, 7, -7})}, {"b", I64({3}, {-1, 2, 2})}};
+      }
+      auto r = LoadAndRun(b, in, Opts(jit));
+      ASSERT_TRUE(r.ok()) << r.status();
+      // Wrapping two's-complement result for the one overflowing quotient (numpy gives the same);
+      // truncation toward zero otherwise (ONNX Div on integers, C semantics); Mod (fmod=0) takes the
+      // divisor's sign, and INT_MIN mod -1 is 0.
+      std::vector<int64_t> q = (*r)[0].tensor.ToInt64Vector(), m = (*r)[1].tensor.ToInt64Vector();
+      EXPECT_EQ(q[0], elem == kI32 ? INT32_MIN : INT64_MIN);
+      EXPECT_EQ(q[1], 3);
+      EXPECT_EQ(q[2], -3);
+      EXPECT_EQ(m[0], 0);
+      EXPECT_EQ(m[1], 1);
+      EXPECT_EQ(m[2], 1);
+      // Division by zero is an error naming the node, not a SIGFPE.
+      if (elem == kI32) {
+        in = {{"a", I32({3}, {1, 2, 3})}, {"b", I32({3}, {1, 0, 1})}};
+      } else {
+        in = {{"a", I64({3}, {1, 2, 3})}, {"b", I64({3}, {1, 0, 1})}};
+      }
+      EXPECT_TRUE(ErrorWith(LoadAndRun(b, in, Opts(jit)).status(), {"division by zero"}));
+    }
+  }
+}
+
+TEST(HostileTest, ScatterNDEmptyIndexTupleAndOutOfRange) {
+  {
+    // indices [1, 0]: each update is the whole data tensor (ONNX ScatterND with k = 0).
+    ModelBuilder b(16);
+    b.Input("d", kF, {2, 3}).Input("i", kI64, {1, 0}).Input("u", kF, {1, 2, 3}).Output("y");
+    b.Node("ScatterND", {"d", "i", "u"}, {"y"});
+    auto r = LoadAndRun(b, {{"d", F32({2, 3}, {0, 0, 0, 0, 0, 0})},
+                            {"i", I64({1, 0}, {})},
+                            {"u", F32({1, 2, 3}, {1, 2, 3, 4, 5, 6})}});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ((*r)[0].tensor.ToDoubleVector(), (std::vector<double>{1, 2, 3, 4, 5, 6}));
+  }
+  for (int64_t bad : {int64_t{20}, int64_t{-3}, int64_t{100000000}, int64_t{-100000000}}) {
+    ModelBuilder b(16);
+    b.Input("d", kF, {2, 3}).Input("i", kI64, {1, 1}).Input("u", kF, {1, 3}).Output("y");
+    b.Node("ScatterND", {"d", "i", "u"}, {"y"});
+    auto r = LoadAndRun(b, {{"d", F32({2, 3}, {0, 0, 0, 0, 0, 0})}, {"i", I64({1, 1}, {bad})},
+                            {"u", F32({1, 3}, {1, 2, 3})}});
+    EXPECT_TRUE(ErrorWith(r.status(), {"ScatterND", "out of range"})) << bad;
+  }
+}
+
+TEST(HostileTest, GatherAndGatherElementsOutOfRange) {
+  ModelBuilder b;
+  b.Input("d", kF, {2, 3}).Input("i", kI64, {2}).Output("y");
+  b.Node("Gather", {"d", "i"}, {"y"});
+  EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"d", F32({2, 3}, {1, 2, 3, 4, 5, 6})}, {"i", I64({2}, {0, 7})}}).status(),
+                        {"Gather", "out of range"}));
+  ModelBuilder e;
+  e.Input("d", kF, {2, 3}).Input("i", kI64, {2, 3}).Output("y");
+  e.Node("GatherElements", {"d", "i"}, {"y"});
+  EXPECT_TRUE(ErrorWith(LoadAndRun(e, {{"d", F32({2, 3}, {1, 2, 3, 4, 5, 6})}, {"i", I64({2, 3}, {0, 1, 2, 0, 9, 1})}})
+                            .status(),
+                        {"GatherElements", "out of range"}));
+}
+
+TEST(HostileTest, ScatterElementsOutOfRange) {
+  ModelBuilder b(16);
+  b.Input("d", kF, {2, 3}).Input("i", kI64, {1, 2}).Input("u", kF, {1, 2}).Output("y");
+  b.Node("ScatterElements", {"d", "i", "u"}, {"y"});
+  EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"d", F32({2, 3}, {0, 0, 0, 0, 0, 0})}, {"i", I64({1, 2}, {3, 0})},
+                                       {"u", F32({1, 2}, {1, 2})}})
+                            .status(),
+                        {"ScatterElements", "out of range"}));
+}
+
+// ---- shape errors that read out of bounds ----
+
+TEST(HostileTest, NodeWithoutOutputs) {
+  ModelBuilder b;
+  b.Input("x", kF, {2}).Output("x");
+  b.Node("Relu", {"x"}, {});
+  auto s = Session::LoadFromBytes(b.Bytes(), Opts());
+  if (s.ok()) {
+    auto r = (*s)->Run({{"x", F32({2}, {1, 2})}});
+    EXPECT_TRUE(ErrorWith(r.status(), {"Relu"}));
+  } else {
+    EXPECT_TRUE(ErrorWith(s.status(), {"Relu", "output"}));
+  }
+}
+
+TEST(HostileTest, ReduceMeanAxesOnScalar) {
+  ModelBuilder b;
+  b.Input("x", kF, {}).Output("y");
+  auto* n = b.Node("ReduceMean", {"x"}, {"y"});
+  ModelBuilder::AttrInts(n, "axes", {0, 1});
+  EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", F32({}, {3})}}).status(), {"ReduceMean", "axis"}));
+}
+
+TEST(HostileTest, ReverseSequenceLengthsBeyondTimeDim) {
+  ModelBuilder b(10);
+  b.Input("x", kF, {3, 2}).Input("l", kI64, {2}).Output("y");
+  auto* n = b.Node("ReverseSequence", {"x", "l"}, {"y"});
+  ModelBuilder::AttrInt(n, "batch_axis", 1);
+  ModelBuilder::AttrInt(n, "time_axis", 0);
+  EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", F32({3, 2}, {1, 2, 3, 4, 5, 6})}, {"l", I64({2}, {2, 9})}}).status(),
+                        {"ReverseSequence", "sequence_lens"}));
+}
+
+TEST(HostileTest, BatchNormalizationScaleTooShort) {
+  ModelBuilder b;
+  b.Input("x", kF, {1, 3, 2}).Output("y");
+  b.InitFloats("s", {1}, {1});
+  b.InitFloats("bias", {3}, {0, 0, 0});
+  b.InitFloats("m", {3}, {0, 0, 0});
+  b.InitFloats("v", {3}, {1, 1, 1});
+  b.Node("BatchNormalization", {"x", "s", "bias", "m", "v"}, {"y"});
+  EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", F32({1, 3, 2}, {1, 2, 3, 4, 5, 6})}}).status(),
+                        {"BatchNormalization", "scale"}));
+}
+
+TEST(HostileTest, InstanceNormalizationScaleTooShort) {
+  ModelBuilder b;
+  b.Input("x", kF, {1, 3, 2}).Output("y");
+  b.InitFloats("s", {1}, {1});
+  b.InitFloats("bias", {3}, {0, 0, 0});
+  b.Node("InstanceNormalization", {"x", "s", "bias"}, {"y"});
+  EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", F32({1, 3, 2}, {1, 2, 3, 4, 5, 6})}}).status(),
+                        {"InstanceNormalization", "scale"}));
+}
+
+TEST(HostileTest, GruWeightOfTheWrongShape) {
+  ModelBuilder b;
+  b.Input("x", kF, {2, 1, 3}).Output("y");
+  std::vector<float> w(3 * 4 * 2, 0.1f), r(3 * 4 * 4, 0.1f);
+  b.InitFloats("W", {1, 3 * 4, 2}, w);  // input_size is 3, W says 2
+  b.InitFloats("R", {1, 3 * 4, 4}, r);
+  auto* n = b.Node("GRU", {"x", "W", "R"}, {"y"});
+  ModelBuilder::AttrInt(n, "hidden_size", 4);
+  EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", F32({2, 1, 3}, {1, 2, 3, 4, 5, 6})}}).status(), {"GRU", "W"}));
+}
+
+TEST(HostileTest, ConvBiasTooShort) {
+  ModelBuilder b;
+  b.Input("x", kF, {1, 1, 3, 3}).Output("y");
+  b.InitFloats("w", {2, 1, 1, 1}, {1, 2});
+  b.InitFloats("bias", {1}, {5});
+  b.Node("Conv", {"x", "w", "bias"}, {"y"});
+  for (const char* jit : {"-1", "1"}) {
+    EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", F32({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9})}}, Opts(jit)).status(),
+                          {"Conv", "bias"}))
+        << jit;
+  }
+}
+
+TEST(HostileTest, DetOfNonSquareMatrix) {
+  ModelBuilder b;
+  b.Input("x", kF, {2, 3}).Output("y");
+  b.Node("Det", {"x"}, {"y"});
+  EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", F32({2, 3}, {1, 2, 3, 4, 5, 6})}}).status(), {"Det", "square"}));
+}
+
+// ---- invalid models accepted before ----
+
+TEST(HostileTest, OpBelowItsIntroducingOpset) {
+  struct Case {
+    const char* op;
+    int opset;
+  };
+  // Below the opset that introduced them (Gelu-20, Mish-18, HardSwish-14): an error naming op and opset.
+  for (Case c : {Case{"Gelu", 13}, Case{"Mish", 9}, Case{"HardSwish", 13}}) {
+    ModelBuilder b(c.opset);
+    b.Input("x", kF, {2}).Output("y");
+    b.Node(c.op, {"x"}, {"y"});
+    auto s = Session::LoadFromBytes(b.Bytes(), Opts());
+    EXPECT_TRUE(ErrorWith(s.status(), {c.op, "opset"})) << c.op << " at opset " << c.opset;
+  }
+  // At their opset they load.
+  for (Case c : {Case{"Mish", 18}, Case{"HardSwish", 14}}) {
+    ModelBuilder b(c.opset);
+    b.Input("x", kF, {2}).Output("y");
+    b.Node(c.op, {"x"}, {"y"});
+    EXPECT_TRUE(Session::LoadFromBytes(b.Bytes(), Opts()).ok()) << c.op;
+  }
+}
+
+TEST(HostileTest, AttributeOfTheWrongType) {
+  ModelBuilder b;
+  b.Input("x", kF, {2, 2}).Output("y");
+  auto* n = b.Node("Transpose", {"x"}, {"y"});
+  ModelBuilder::AttrFloats(n, "perm", {1, 0});  // perm is INTS
+  EXPECT_TRUE(ErrorWith(Session::LoadFromBytes(b.Bytes(), Opts()).status(), {"Transpose", "perm", "INTS"}));
+  ModelBuilder c;
+  c.Input("x", kF, {2, 2}).Output("y");
+  auto* m = c.Node("Softmax", {"x"}, {"y"});
+  ModelBuilder::AttrString(m, "axis", "1");  // axis is INT
+  EXPECT_TRUE(ErrorWith(Session::LoadFromBytes(c.Bytes(), Opts()).status(), {"Softmax", "axis", "INT"}));
+}
+
+TEST(HostileTest, ConcatWithoutAxis) {
+  ModelBuilder b;
+  b.Input("x", kF, {2}).Output("y");
+  b.Node("Concat", {"x", "x"}, {"y"});
+  EXPECT_TRUE(ErrorWith(Session::LoadFromBytes(b.Bytes(), Opts()).status(), {"Concat", "axis"}));
+}
+
+TEST(HostileTest, GemmWithUnbroadcastableC) {
+  ModelBuilder b;
+  b.Input("a", kF, {2, 3}).Output("y");
+  b.InitFloats("bm", {3, 4}, std::vector<float>(12, 1));
+  b.InitFloats("c", {3}, {1, 2, 3});
+  b.Node("Gemm", {"a", "bm", "c"}, {"y"});
+  EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"a", F32({2, 3}, {1, 2, 3, 4, 5, 6})}}).status(), {"Gemm", "C"}));
+}
+
+TEST(HostileTest, EmptyInputsToPadAndArgMax) {
+  {
+    // Pad of an empty tensor in constant mode is the pad value everywhere (ONNX Pad); edge/reflect need
+    // data to repeat, so they are errors.
+    ModelBuilder b(13);
+    b.Input("x", kF, {0, 2}).Output("y");
+    b.InitInts("p", {4}, {1, 0, 1, 0});
+    b.InitFloats("v", {}, {7});
+    b.Node("Pad", {"x", "p", "v"}, {"y"});
+    auto r = LoadAndRun(b, {{"x", Tensor(DType::kF32, {0, 2})}});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ((*r)[0].tensor.dims(), (Dims{2, 2}));
+    EXPECT_EQ((*r)[0].tensor.ToDoubleVector(), (std::vector<double>{7, 7, 7, 7}));
+    ModelBuilder e(13);
+    e.Input("x", kF, {0, 2}).Output("y");
+    e.InitInts("p", {4}, {1, 0, 1, 0});
+    auto* n = e.Node("Pad", {"x", "p"}, {"y"});
+    ModelBuilder::AttrString(n, "mode", "edge");
+    EXPECT_TRUE(ErrorWith(LoadAndRun(e, {{"x", Tensor(DType::kF32, {0, 2})}}).status(), {"Pad", "empty"}));
+  }
+  {
+    ModelBuilder b;
+    b.Input("x", kF, {0, 3}).Output("y");
+    auto* n = b.Node("ArgMax", {"x"}, {"y"});
+    ModelBuilder::AttrInt(n, "axis", 0);
+    EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", Tensor(DType::kF32, {0, 3})}}).status(), {"ArgMax", "empty"}));
+  }
+}
+
+TEST(HostileTest, MaxPoolPadsNotSmallerThanKernel) {
+  ModelBuilder b;
+  b.Input("x", kF, {1, 1, 4, 4}).Output("y");
+  auto* n = b.Node("MaxPool", {"x"}, {"y"});
+  ModelBuilder::AttrInts(n, "kernel_shape", {2, 2});
+  ModelBuilder::AttrInts(n, "pads", {2, 0, 0, 0});
+  EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", Tensor::Zeros(DType::kF32, {1, 1, 4, 4})}}).status(), {"MaxPool", "pads"}));
+}
+
+TEST(HostileTest, SliceStepMin) {
+  ModelBuilder b;
+  b.Input("x", kF, {4}).Output("y");
+  b.InitInts("s", {1}, {3});
+  b.InitInts("e", {1}, {0});
+  b.InitInts("a", {1}, {0});
+  b.InitInts("st", {1}, {INT64_MIN});
+  b.Node("Slice", {"x", "s", "e", "a", "st"}, {"y"});
+  auto r = LoadAndRun(b, {{"x", F32({4}, {1, 2, 3, 4})}});
+  // A step of INT64_MIN takes the start element only (3 > 0, one step reaches past the end).
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)[0].tensor.ToDoubleVector(), std::vector<double>{4});
+}
+
+TEST(HostileTest, RangeOverflow) {
+  ModelBuilder b(11);
+  b.Input("s", kI64, {}).Input("l", kI64, {}).Input("d", kI64, {}).Output("y");
+  b.Node("Range", {"s", "l", "d"}, {"y"});
+  auto r = LoadAndRun(b, {{"s", I64({}, {INT64_MIN})}, {"l", I64({}, {INT64_MAX})}, {"d", I64({}, {1})}});
+  EXPECT_TRUE(ErrorWith(r.status(), {"Range"}));
+  auto z = LoadAndRun(b, {{"s", I64({}, {0})}, {"l", I64({}, {10})}, {"d", I64({}, {0})}});
+  EXPECT_TRUE(ErrorWith(z.status(), {"Range", "delta"}));
+}
+
+}  // namespace
+}  // namespace cjit

@@ -1,0 +1,121 @@
+// A small fluent builder of ONNX models (libonnx's protobuf classes) for tests that need hand-made, often
+// deliberately malformed, models.
+//
+//   ModelBuilder b(13);
+//   b.Input("x", onnx::TensorProto::FLOAT, {2, 3}).Output("y");
+//   auto* n = b.Node("Tile", {"x", "r"}, {"y"});
+//   b.InitInts("r", {2}, {-1, 2});
+//   auto s = Session::LoadFromBytes(b.Bytes(), opts);
+#ifndef CJIT_TESTS_MODEL_BUILDER_H_
+#define CJIT_TESTS_MODEL_BUILDER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "onnx/onnx_pb.h"
+
+namespace cjit {
+namespace testing {
+
+class ModelBuilder {
+ public:
+  explicit ModelBuilder(int64_t opset = 13, int64_t ir_version = 8) {
+    m_.set_ir_version(ir_version);
+    m_.add_opset_import()->set_version(opset);
+    m_.mutable_graph()->set_name("test");
+  }
+  // dims: -1 is a dynamic dim ("N"); an empty `dims` with rank_known=false leaves the shape out.
+  ModelBuilder& Input(const std::string& name, int elem, const std::vector<int64_t>& dims, bool rank_known = true) {
+    Info(m_.mutable_graph()->add_input(), name, elem, dims, rank_known);
+    return *this;
+  }
+  ModelBuilder& Output(const std::string& name, int elem = 0, const std::vector<int64_t>& dims = {},
+                       bool rank_known = false) {
+    Info(m_.mutable_graph()->add_output(), name, elem, dims, rank_known);
+    return *this;
+  }
+  onnx::NodeProto* Node(const std::string& op, const std::vector<std::string>& inputs,
+                        const std::vector<std::string>& outputs, const std::string& name = "") {
+    auto* n = m_.mutable_graph()->add_node();
+    n->set_op_type(op);
+    n->set_name(name.empty() ? (outputs.empty() ? op : outputs[0]) : name);
+    for (const auto& i : inputs) n->add_input(i);
+    for (const auto& o : outputs) n->add_output(o);
+    return n;
+  }
+  onnx::TensorProto* InitFloats(const std::string& name, const std::vector<int64_t>& dims, const std::vector<float>& v) {
+    auto* t = Init(name, onnx::TensorProto::FLOAT, dims);
+    for (float x : v) t->add_float_data(x);
+    return t;
+  }
+  onnx::TensorProto* InitInts(const std::string& name, const std::vector<int64_t>& dims, const std::vector<int64_t>& v,
+                              int elem = onnx::TensorProto::INT64) {
+    auto* t = Init(name, elem, dims);
+    for (int64_t x : v) {
+      if (elem == onnx::TensorProto::INT64) t->add_int64_data(x);
+      else t->add_int32_data(static_cast<int32_t>(x));
+    }
+    return t;
+  }
+  onnx::TensorProto* Init(const std::string& name, int elem, const std::vector<int64_t>& dims) {
+    auto* t = m_.mutable_graph()->add_initializer();
+    t->set_name(name);
+    t->set_data_type(elem);
+    for (int64_t d : dims) t->add_dims(d);
+    return t;
+  }
+  static void AttrInt(onnx::NodeProto* n, const std::string& name, int64_t v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(v);
+  }
+  static void AttrFloat(onnx::NodeProto* n, const std::string& name, float v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::FLOAT);
+    a->set_f(v);
+  }
+  static void AttrInts(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INTS);
+    for (int64_t x : v) a->add_ints(x);
+  }
+  static void AttrFloats(onnx::NodeProto* n, const std::string& name, const std::vector<float>& v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::FLOATS);
+    for (float x : v) a->add_floats(x);
+  }
+  static void AttrString(onnx::NodeProto* n, const std::string& name, const std::string& v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(v);
+  }
+  onnx::ModelProto& proto() { return m_; }
+  std::string Bytes() const { return m_.SerializeAsString(); }
+
+ private:
+  static void Info(onnx::ValueInfoProto* v, const std::string& name, int elem, const std::vector<int64_t>& dims,
+                   bool rank_known) {
+    v->set_name(name);
+    if (elem == 0) return;
+    auto* tt = v->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(elem);
+    if (!rank_known) return;
+    auto* shape = tt->mutable_shape();
+    for (int64_t d : dims) {
+      if (d < 0) shape->add_dim()->set_dim_param("N");
+      else shape->add_dim()->set_dim_value(d);
+    }
+  }
+  onnx::ModelProto m_;
+};
+
+}  // namespace testing
+}  // namespace cjit
+
+#endif  // CJIT_TESTS_MODEL_BUILDER_H_

@@ -1,0 +1,107 @@
+#!/usr/bin/python3
+"""Generates compiler/onnx/op_schemas.inc: for every operator version of the default ONNX domain, its
+name, since_version and attributes (name, type, required). Versions up to opset 17 come from the ONNX
+schemas of Debian's python3-onnx (1.12); the versions of opsets 18-21 (ONNX 1.13-1.16) of operators
+clusterjit supports are listed below by hand from the ONNX operator specification
+(https://onnx.ai/onnx/operators/, docs/Changelog.md of the onnx repository), since that package
+predates them. The importer checks every node against this table, not against libonnx.
+
+usage: tools/gen_op_schemas.py > compiler/onnx/op_schemas.inc
+"""
+import onnx
+import onnx.defs
+
+TYPES = {1: "FLOAT", 2: "INT", 3: "STRING", 4: "TENSOR", 5: "GRAPH", 6: "FLOATS", 7: "INTS", 8: "STRINGS",
+         9: "TENSORS", 10: "GRAPHS", 11: "SPARSE_TENSOR", 12: "SPARSE_TENSORS", 13: "TYPE_PROTO", 14: "TYPE_PROTOS"}
+
+# (op, since_version, [(attr, type, required)]) for opsets 18-21.
+POOL = [("auto_pad", "STRING", 0), ("ceil_mode", "INT", 0), ("dilations", "INTS", 0), ("kernel_shape", "INTS", 1),
+        ("pads", "INTS", 0), ("strides", "INTS", 0)]
+REDUCE = [("keepdims", "INT", 0), ("noop_with_empty_axes", "INT", 0)]
+RESIZE = [("antialias", "INT", 0), ("axes", "INTS", 0), ("coordinate_transformation_mode", "STRING", 0),
+          ("cubic_coeff_a", "FLOAT", 0), ("exclude_outside", "INT", 0), ("extrapolation_value", "FLOAT", 0),
+          ("keep_aspect_ratio_policy", "STRING", 0), ("mode", "STRING", 0), ("nearest_mode", "STRING", 0)]
+CONSTANT = [("sparse_value", "SPARSE_TENSOR", 0), ("value", "TENSOR", 0), ("value_float", "FLOAT", 0),
+            ("value_floats", "FLOATS", 0), ("value_int", "INT", 0), ("value_ints", "INTS", 0),
+            ("value_string", "STRING", 0), ("value_strings", "STRINGS", 0)]
+NEWER = [
+    # opset 18 (ONNX 1.13)
+    ("BitwiseAnd", 18, []), ("BitwiseOr", 18, []), ("BitwiseXor", 18, []), ("BitwiseNot", 18, []),
+    ("CenterCropPad", 18, [("axes", "INTS", 0)]),
+    ("Col2Im", 18, [("dilations", "INTS", 0), ("pads", "INTS", 0), ("strides", "INTS", 0)]),
+    ("GroupNormalization", 18, [("epsilon", "FLOAT", 0), ("num_groups", "INT", 1)]),
+    ("LpPool", 18, POOL + [("p", "INT", 0)]),
+    ("Mish", 18, []),
+    ("Pad", 18, [("mode", "STRING", 0)]),
+    ("Resize", 18, RESIZE),
+    ("ScatterElements", 18, [("axis", "INT", 0), ("reduction", "STRING", 0)]),
+    ("ScatterND", 18, [("reduction", "STRING", 0)]),
+    ("Split", 18, [("axis", "INT", 0), ("num_outputs", "INT", 0)]),
+] + [(op, 18, REDUCE) for op in ["ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
+                                  "ReduceMin", "ReduceProd", "ReduceSumSquare"]] + [
+    # opset 19 (ONNX 1.14)
+    ("AveragePool", 19, POOL + [("count_include_pad", "INT", 0)]),
+    ("Cast", 19, [("saturate", "INT", 0), ("to", "INT", 1)]),
+    ("CastLike", 19, [("saturate", "INT", 0)]),
+    ("Constant", 19, CONSTANT),
+    ("DequantizeLinear", 19, [("axis", "INT", 0)]),
+    ("Equal", 19, []),
+    ("Identity", 19, []),
+    ("If", 19, [("else_branch", "GRAPH", 1), ("then_branch", "GRAPH", 1)]),
+    ("Loop", 19, [("body", "GRAPH", 1)]),
+    ("Pad", 19, [("mode", "STRING", 0)]),
+    ("QuantizeLinear", 19, [("axis", "INT", 0), ("saturate", "INT", 0)]),
+    ("Reshape", 19, [("allowzero", "INT", 0)]),
+    ("Resize", 19, RESIZE),
+    ("Shape", 19, [("end", "INT", 0), ("start", "INT", 0)]),
+    ("Size", 19, []),
+    # opset 20 (ONNX 1.15)
+    ("ConstantOfShape", 20, [("value", "TENSOR", 0)]),
+    ("Gelu", 20, [("approximate", "STRING", 0)]),
+    ("IsInf", 20, [("detect_negative", "INT", 0), ("detect_positive", "INT", 0)]),
+    ("IsNaN", 20, []),
+    ("ReduceMax", 20, REDUCE), ("ReduceMin", 20, REDUCE),
+    # opset 21 (ONNX 1.16)
+    ("Cast", 21, [("saturate", "INT", 0), ("to", "INT", 1)]),
+    ("CastLike", 21, [("saturate", "INT", 0)]),
+    ("Constant", 21, CONSTANT),
+    ("ConstantOfShape", 21, [("value", "TENSOR", 0)]),
+    ("DequantizeLinear", 21, [("axis", "INT", 0), ("block_size", "INT", 0)]),
+    ("Flatten", 21, [("axis", "INT", 0)]),
+    ("GroupNormalization", 21, [("epsilon", "FLOAT", 0), ("num_groups", "INT", 1), ("stash_type", "INT", 0)]),
+    ("Identity", 21, []),
+    ("If", 21, [("else_branch", "GRAPH", 1), ("then_branch", "GRAPH", 1)]),
+    ("Loop", 21, [("body", "GRAPH", 1)]),
+    ("Pad", 21, [("mode", "STRING", 0)]),
+    ("QuantizeLinear", 21, [("axis", "INT", 0), ("block_size", "INT", 0), ("output_dtype", "INT", 0),
+                            ("saturate", "INT", 0)]),
+    ("Reshape", 21, [("allowzero", "INT", 0)]),
+    ("Shape", 21, [("end", "INT", 0), ("start", "INT", 0)]),
+    ("Size", 21, []),
+    ("Squeeze", 21, []),
+    ("Transpose", 21, [("perm", "INTS", 0)]),
+    ("Unsqueeze", 21, []),
+]
+
+
+def main():
+    rows = []
+    for s in onnx.defs.get_all_schemas_with_history():
+        if s.domain not in ("", "ai.onnx"):
+            continue
+        attrs = sorted((a.name, TYPES[int(a.type)], 1 if a.required else 0) for a in s.attributes.values())
+        rows.append((s.name, s.since_version, attrs, 1 if s.deprecated else 0))
+    for op, since, attrs in NEWER:
+        rows.append((op, since, sorted(attrs), 0))
+    rows.sort()
+    print("// Generated by tools/gen_op_schemas.py; do not edit. ONNX %s schemas (opsets <= 17) + the operator"
+          % onnx.__version__)
+    print("// versions of opsets 18-21 that clusterjit supports (ONNX operator specification).")
+    print("// {op, since_version, deprecated, \"attr:TYPE:required,...\"}")
+    for op, since, attrs, dep in rows:
+        text = ",".join("%s:%s:%d" % a for a in attrs)
+        print('{"%s", %d, %d, "%s"},' % (op, since, dep, text))
+
+
+if __name__ == "__main__":
+    main()
