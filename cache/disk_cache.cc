@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <ctime>
 #include <fstream>
 #include <mutex>
 #include <set>
@@ -26,6 +27,9 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr size_t kHeaderBytes = 8 + 4 + 4 + 8 + 8 + 8;
+// No entry is larger (payloads are object code or PTX of one cluster: kilobytes); a larger file is refused
+// unread, so a planted sparse multi-gigabyte file costs nothing.
+constexpr int64_t kMaxEntryBytes = int64_t{256} << 20;
 
 template <typename T>
 void Put(std::string& out, T v) {
@@ -48,14 +52,44 @@ uint64_t Checksum(absl::string_view key, absl::string_view payload) {
   return h;
 }
 
-absl::StatusOr<std::string> ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
-  return ss.str();
+// An entry's bytes, read without trusting the directory (it may be shared with other users): the final
+// component is opened with O_NOFOLLOW (a planted symlink is refused, not followed) and O_NONBLOCK (a FIFO
+// cannot block); only a regular file of at most kMaxEntryBytes is read. NotFound when the file is gone.
+absl::StatusOr<std::string> ReadEntry(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    int err = errno;
+    if (err == ENOENT) return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(err)));
+    if (err == ELOOP) return absl::DataLossError("a symlink, not a cache entry (not followed)");
+    return absl::DataLossError(absl::StrCat("cannot open: ", std::strerror(err)));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::DataLossError("not a regular file");
+  }
+  if (st.st_size > kMaxEntryBytes) {
+    ::close(fd);
+    return absl::DataLossError(absl::StrCat("has ", st.st_size, " bytes, more than the ", kMaxEntryBytes,
+                                            " an entry may have (not read)"));
+  }
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (done != out.size()) return absl::DataLossError("cannot read the whole file");
+  return out;
 }
+
+// Temporary files of writers that died (killed mid-write) are removed once older than this.
+constexpr int64_t kOrphanAgeSeconds = 3600;
+
+bool IsTemp(const fs::path& p) { return p.filename().string().rfind(".tmp-", 0) == 0; }
 
 absl::Status Errno(absl::string_view what, const std::string& path) {
   return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
@@ -73,11 +107,41 @@ void IgnoreSigXfsz() {
 
 bool IsEntry(const fs::path& p) { return p.extension() == ".cjit"; }
 
+// The directory's lock file, never through a symlink (a planted DIR/.lock -> /elsewhere is refused, and
+// its target not created).
+absl::StatusOr<int> OpenLock(const std::string& dir) {
+  std::string lock_path = dir + "/.lock";
+  int fd = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  if (fd < 0) return Errno("cannot open lock file", lock_path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InternalError(absl::StrCat("lock file ", lock_path, " is not a regular file"));
+  }
+  return fd;
+}
+
+// Removes temporary files older than kOrphanAgeSeconds (their writer died); returns how many.
+int64_t ReclaimOrphans(const std::string& dir) {
+  int64_t removed = 0;
+  std::error_code ec;
+  time_t now = ::time(nullptr);
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (!IsTemp(e.path())) continue;
+    struct stat st {};
+    if (::lstat(e.path().c_str(), &st) != 0) continue;
+    if (now - st.st_mtime > kOrphanAgeSeconds && ::unlink(e.path().c_str()) == 0) ++removed;
+  }
+  if (removed > 0) CJIT_VLOG(1) << "persistent cache: removed " << removed << " orphaned temporary files in " << dir;
+  return removed;
+}
+
 // LRU eviction under an advisory lock.
 absl::StatusOr<int64_t> EvictTo(const std::string& dir, int64_t max_bytes) {
+  absl::StatusOr<int> lock = OpenLock(dir);
+  if (!lock.ok()) return lock.status();
+  int fd = *lock;
   std::string lock_path = dir + "/.lock";
-  int fd = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("cannot open lock file", lock_path);
   if (flock(fd, LOCK_EX) != 0) {
     ::close(fd);
     return Errno("cannot lock", lock_path);
@@ -93,7 +157,7 @@ absl::StatusOr<int64_t> EvictTo(const std::string& dir, int64_t max_bytes) {
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     if (!IsEntry(e.path())) continue;
     struct stat st {};
-    if (::stat(e.path().c_str(), &st) != 0) continue;
+    if (::lstat(e.path().c_str(), &st) != 0) continue;
     items.push_back({e.path().string(), static_cast<int64_t>(st.st_size),
                      static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec});
     total += st.st_size;
@@ -158,6 +222,7 @@ absl::StatusOr<std::unique_ptr<DiskCache>> DiskCache::Open(const DiskCacheOption
                                                    ec ? absl::StrCat(": ", ec.message()) : ""));
   }
   IgnoreSigXfsz();
+  if (!options.read_only) ReclaimOrphans(options.dir);
   return std::unique_ptr<DiskCache>(new DiskCache(options));
 }
 
@@ -165,28 +230,28 @@ std::string DiskCache::PathFor(const CacheKey& key) const { return absl::StrCat(
 
 void DiskCache::Reject(const std::string& path, absl::string_view why) {
   ++rejects_;
+  // Say what happened to the file: removed, left in place (read-only), or could not be removed.
+  std::string fate = "; it will be recompiled";
+  if (options_.read_only) {
+    fate = " (left in place: read-only cache); it will be recompiled";
+  } else if (::unlink(path.c_str()) == 0) {
+    fate = " (removed; it will be recompiled)";
+  } else if (errno != ENOENT) {
+    fate = absl::StrCat(" (could not be removed: ", std::strerror(errno), "); it will be recompiled");
+  }
   static std::mutex mu;
   static std::set<std::string>* warned = new std::set<std::string>();
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (warned->insert(path).second) {
-      CJIT_LOG(WARNING) << "persistent cache: ignoring entry " << path << ": " << why
-                   << (options_.read_only ? "" : " (removed; it will be recompiled)");
-    }
+  std::lock_guard<std::mutex> lock(mu);
+  if (warned->insert(path).second) {
+    CJIT_LOG(WARNING) << "persistent cache: ignoring entry " << path << ": " << why << fate;
   }
-  if (!options_.read_only) ::unlink(path.c_str());
 }
 
 std::optional<std::string> DiskCache::Lookup(const CacheKey& key, uint32_t payload_kind) {
   std::string path = PathFor(key);
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    ++misses_;
-    return std::nullopt;
-  }
-  auto bytes = ReadAll(path);
+  auto bytes = ReadEntry(path);
   if (!bytes.ok()) {
-    if (errno == ENOENT) {  // evicted or replaced between stat and open
+    if (bytes.status().code() == absl::StatusCode::kNotFound) {  // no entry, or evicted meanwhile
       ++misses_;
       return std::nullopt;
     }
@@ -208,23 +273,27 @@ std::optional<std::string> DiskCache::Lookup(const CacheKey& key, uint32_t paylo
     Reject(path, absl::StrCat("payload kind ", kind, " (expected ", payload_kind, ")"));
     return std::nullopt;
   }
-  if (!options_.read_only) ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // LRU: refresh on hit
+  if (!options_.read_only) ::utimensat(AT_FDCWD, path.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);  // LRU: refresh on hit
   ++hits_;
   return std::move(*payload);
 }
 
 absl::Status DiskCache::Store(const CacheKey& key, uint32_t payload_kind, absl::string_view payload) {
   if (options_.read_only) return absl::OkStatus();
-  static std::atomic<uint64_t> counter{0};
   std::string final_path = PathFor(key);
-  std::string tmp = absl::StrCat(options_.dir, "/.tmp-", ::getpid(), "-",
-                                 std::hash<std::thread::id>()(std::this_thread::get_id()), "-", counter++);
+  // An unpredictable name created exclusively (mkstemp: O_CREAT | O_EXCL, so a planted file or symlink at
+  // that name is never opened or followed), in the same directory so the rename is atomic.
+  std::string tmpl = absl::StrCat(options_.dir, "/.tmp-XXXXXX");
+  std::vector<char> name(tmpl.begin(), tmpl.end());
+  name.push_back('\0');
   std::string bytes = Encode(key, payload_kind, payload);
-  int fd = ::open(tmp.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::mkostemp(name.data(), O_CLOEXEC);
+  std::string tmp(name.data());
   if (fd < 0) {
     ++write_errors_;
     return Errno("cannot create", tmp);
   }
+  ::fchmod(fd, 0644);
   size_t done = 0;
   while (done < bytes.size()) {
     ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
@@ -280,16 +349,26 @@ absl::StatusOr<std::vector<DiskCache::EntryInfo>> DiskCache::List(const std::str
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return absl::NotFoundError(absl::StrCat("no cache directory ", dir));
   std::vector<EntryInfo> out;
+  time_t now = ::time(nullptr);
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (!IsEntry(e.path())) continue;
+    bool temp = IsTemp(e.path());
+    if (!IsEntry(e.path()) && !temp) continue;
     EntryInfo info;
     info.file = e.path().filename().string();
     struct stat st {};
-    if (::stat(e.path().c_str(), &st) == 0) {
+    if (::lstat(e.path().c_str(), &st) == 0) {
       info.bytes = st.st_size;
       info.mtime = st.st_mtim.tv_sec;
     }
-    auto bytes = ReadAll(e.path().string());
+    if (temp) {
+      // A write in progress, or the leftover of a writer that died: reported, reclaimed when old.
+      int64_t age = now - info.mtime;
+      info.problem = absl::StrCat("temporary file of an unfinished write, ", age, " s old",
+                                  age > kOrphanAgeSeconds ? " (orphaned: removed at the next open or prune)" : "");
+      out.push_back(std::move(info));
+      continue;
+    }
+    auto bytes = ReadEntry(e.path().string());
     if (!bytes.ok()) {
       info.problem = std::string(bytes.status().message());
     } else {
@@ -319,18 +398,27 @@ absl::StatusOr<std::vector<DiskCache::EntryInfo>> DiskCache::List(const std::str
 absl::StatusOr<int64_t> DiskCache::Prune(const std::string& dir, int64_t max_bytes) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return absl::NotFoundError(absl::StrCat("no cache directory ", dir));
+  ReclaimOrphans(dir);
   return EvictTo(dir, max_bytes);
 }
 
 absl::StatusOr<int64_t> DiskCache::Clear(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return absl::NotFoundError(absl::StrCat("no cache directory ", dir));
-  int64_t removed = 0;
+  int64_t removed = 0, failed = 0;
+  std::string first_error;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::string name = e.path().filename().string();
-    if (IsEntry(e.path()) || name.rfind(".tmp-", 0) == 0) {
-      if (::unlink(e.path().c_str()) == 0) ++removed;
+    if (IsEntry(e.path()) || IsTemp(e.path())) {
+      if (::unlink(e.path().c_str()) == 0) {
+        ++removed;
+      } else if (errno != ENOENT) {
+        if (failed++ == 0) first_error = absl::StrCat(e.path().string(), ": ", std::strerror(errno));
+      }
     }
+  }
+  if (failed > 0) {
+    return absl::PermissionDeniedError(absl::StrCat("removed ", removed, " files, but ", failed,
+                                                    " could not be removed (first: ", first_error, ")"));
   }
   return removed;
 }

@@ -5,7 +5,11 @@
 // renamed into place, so a reader never sees a partial entry and many processes may write the same key.
 // A read that finds bad magic, another format version, a different key, a bad checksum, a truncated or
 // unreadable file ignores the entry, removes it (unless read-only), counts it in `rejects` and logs it
-// once at WARNING — never trusted, never fatal. With max_bytes > 0 the directory is kept under that size
+// once at WARNING (saying whether it was removed) — never trusted, never fatal. The directory may be shared
+// with untrusted users (docs/security.md): entries are opened with O_NOFOLLOW and O_NONBLOCK, only regular
+// files of bounded size are read, temporary files are created with mkstemp (unpredictable, exclusive) and
+// the lock file is never followed through a symlink. Temporary files older than an hour (their writer
+// died) are removed when a cache is opened writable, and by prune. With max_bytes > 0 the directory is kept under that size
 // by least-recently-used eviction (a hit refreshes the entry's mtime), under an advisory lock (flock on
 // DIR/.lock) so that concurrent processes evict consistently.
 //
@@ -67,7 +71,8 @@ class DiskCache {
   static absl::StatusOr<std::vector<EntryInfo>> List(const std::string& dir);
   // Evicts least-recently-used entries until the directory holds at most max_bytes.
   static absl::StatusOr<int64_t> Prune(const std::string& dir, int64_t max_bytes);
-  // Removes every entry (and stray temporary files); returns how many files were removed.
+  // Removes every entry (and stray temporary files); returns how many files were removed, or an error
+  // (PermissionDenied) when some could not be removed. List reports temporary files as bad entries.
   static absl::StatusOr<int64_t> Clear(const std::string& dir);
 
   // Parses and checks one entry's bytes; on success returns the payload and fills kind / key text.

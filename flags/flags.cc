@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "flags/file_util.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -303,23 +304,31 @@ absl::StatusOr<std::vector<std::string>> Tokenize(absl::string_view text, absl::
   return tokens;
 }
 
-absl::Status ParseInto(absl::string_view text, absl::string_view source, int depth, Flags& flags) {
+// `from_file`: the text came from a flags file; then errors never echo what did not parse (a flags "file"
+// may be any file — /etc/shadow was once passed as one), only token positions and known flag names.
+absl::Status ParseInto(absl::string_view text, absl::string_view source, int depth, Flags& flags, bool from_file) {
   if (depth > 8) {
     return absl::InvalidArgumentError(absl::StrCat("flag files nested too deep at ", source));
   }
   auto tokens = Tokenize(text, source);
   if (!tokens.ok()) return tokens.status();
+  int index = 0;
   for (const std::string& token : *tokens) {
+    ++index;
+    std::string where = from_file ? absl::StrCat(source, ", token ", index) : std::string(source);
     if (token.empty() || token[0] != '-') {
-      std::ifstream in(token);
-      if (!in) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "in ", source, ": '", token,
-            "' does not start with '-' so it names a flags file, but that file cannot be read"));
+      // A flags file: a regular file of at most 1 MiB, so /dev/zero or a FIFO cannot hang or exhaust us.
+      absl::StatusOr<std::string> contents = ReadRegularFile(token, int64_t{1} << 20, "flags file");
+      if (!contents.ok()) {
+        if (from_file) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "in ", where, ": not a flag (--name=value), and not the name of a readable flags file"));
+        }
+        return absl::InvalidArgumentError(absl::StrCat("in ", source, ": '", token,
+                                                       "' does not start with '-' so it names a flags file, but: ",
+                                                       contents.status().message()));
       }
-      std::stringstream ss;
-      ss << in.rdbuf();
-      absl::Status st = ParseInto(ss.str(), token, depth + 1, flags);
+      absl::Status st = ParseInto(*contents, token, depth + 1, flags, true);
       if (!st.ok()) return st;
       continue;
     }
@@ -332,6 +341,9 @@ absl::Status ParseInto(absl::string_view text, absl::string_view source, int dep
     const FlagDef* def = FindFlag(name);
     if (def == nullptr && absl::StartsWith(name, "tf_xla_")) def = FindFlag(name.substr(7));
     if (def == nullptr) {
+      if (from_file) {
+        return absl::InvalidArgumentError(absl::StrCat("unknown flag in ", where, "; `cjit flags` lists every flag"));
+      }
       std::string nearest = NearestFlag(name);
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown flag --", name, " in ", source,
@@ -340,11 +352,15 @@ absl::Status ParseInto(absl::string_view text, absl::string_view source, int dep
     }
     if (!has_value && def->info.type != "bool") {
       return absl::InvalidArgumentError(
-          absl::StrCat("flag --", def->info.name, " in ", source, " needs a value (--",
-                       def->info.name, "=...)"));
+          absl::StrCat("flag --", def->info.name, " in ", where, " needs a value (--", def->info.name, "=...)"));
     }
     absl::Status st = def->set(flags, value, has_value);
-    if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat(st.message(), " (in ", source, ")"));
+    if (!st.ok()) {
+      if (from_file) {
+        return absl::InvalidArgumentError(absl::StrCat("bad value for flag --", def->info.name, " in ", where));
+      }
+      return absl::InvalidArgumentError(absl::StrCat(st.message(), " (in ", source, ")"));
+    }
   }
   return absl::OkStatus();
 }
@@ -428,7 +444,7 @@ absl::Status SetFlag(Flags& flags, absl::string_view name, absl::string_view val
 absl::StatusOr<Flags> ParseFlags(absl::string_view text, const Flags& base, absl::string_view source) {
   Flags flags = base;
   if (flags.intra_op_threads <= 0) flags.intra_op_threads = DefaultThreads();
-  absl::Status st = ParseInto(text, source, 0, flags);
+  absl::Status st = ParseInto(text, source, 0, flags, false);
   if (!st.ok()) return st;
   return flags;
 }

@@ -6,11 +6,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 
 #include "gtest/gtest.h"
 #include "tests/test_data.h"
+#include "flags/logging.h"
 #include "runtime/session.h"
 #include "tools/check_lib.h"
 
@@ -194,6 +200,102 @@ fs::path SharedModel(const std::string& name) {
 
 // Warm start on a real model: the second session compiles nothing and gives byte-identical outputs;
 // corrupted entries are rejected, recompiled and replaced, with correct results.
+// A directory shared with an untrusted user (docs/security.md): planted symlinks, FIFOs and huge sparse
+// files are refused without being followed, blocking, or read; the lock file is never followed.
+TEST(DiskCacheHostileTest, PlantedSymlinksFifosAndHugeFiles) {
+  std::string dir = FreshDir("hostile");
+  auto cache = Open(dir);
+  std::string victim = dir + "_victim";
+  WriteFile(victim, "secret");
+  CacheKey k1 = Key("key one"), k2 = Key("key two"), k3 = Key("key three");
+  // 1. An entry that is a symlink to a file elsewhere: refused (not read), and the target is untouched.
+  fs::create_symlink(victim, dir + "/" + k1.Hex() + ".cjit");
+  EXPECT_FALSE(cache->Lookup(k1, 1).has_value());
+  EXPECT_EQ(ReadFile(victim), "secret");
+  // 2. A FIFO as an entry: refused at once (no blocking open).
+  ASSERT_EQ(::mkfifo((dir + "/" + k2.Hex() + ".cjit").c_str(), 0644), 0);
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(cache->Lookup(k2, 1).has_value());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  // 3. A sparse 3 GiB entry: refused from its size, never read.
+  {
+    int fd = ::open((dir + "/" + k3.Hex() + ".cjit").c_str(), O_CREAT | O_WRONLY, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, int64_t{3} << 30), 0);
+    ::close(fd);
+  }
+  t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(cache->Lookup(k3, 1).has_value());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  EXPECT_EQ(cache->stats().rejects, 3);
+  // 4. A planted .lock symlink: eviction refuses it and does not create its target.
+  fs::remove(dir + "/.lock");
+  std::string target = dir + "_lock_target";
+  fs::remove(target);
+  fs::create_symlink(target, dir + "/.lock");
+  auto bounded = Open(dir, false, 1);
+  EXPECT_FALSE(bounded->Store(Key("key four"), 1, "payload").ok() && fs::exists(target));
+  EXPECT_FALSE(fs::exists(target));
+  // 5. Writes never go through a planted name: temporary files are unpredictable and exclusive, and the
+  //    entry itself replaces (renames over) a planted symlink rather than writing through it.
+  fs::remove(dir + "/.lock");
+  CacheKey k5 = Key("key five");
+  fs::create_symlink(victim, dir + "/" + k5.Hex() + ".cjit");
+  ASSERT_TRUE(cache->Store(k5, 1, "payload").ok());
+  EXPECT_EQ(ReadFile(victim), "secret");
+  EXPECT_FALSE(fs::is_symlink(dir + "/" + k5.Hex() + ".cjit"));
+  EXPECT_EQ(*cache->Lookup(k5, 1), "payload");
+  fs::remove_all(dir);
+  fs::remove(victim);
+}
+
+TEST(DiskCacheHostileTest, OrphanedTemporaryFilesAreReportedAndReclaimed) {
+  std::string dir = FreshDir("orphans");
+  Open(dir);
+  WriteFile(dir + "/.tmp-old", "partial");
+  WriteFile(dir + "/.tmp-new", "partial");
+  struct timespec times[2] = {{::time(nullptr) - 7200, 0}, {::time(nullptr) - 7200, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, (dir + "/.tmp-old").c_str(), times, 0), 0);
+  auto list = DiskCache::List(dir);
+  ASSERT_TRUE(list.ok());
+  int temps = 0;
+  for (const auto& e : *list) {
+    if (e.file.rfind(".tmp-", 0) == 0) {
+      ++temps;
+      EXPECT_FALSE(e.ok);
+      EXPECT_NE(e.problem.find("unfinished write"), std::string::npos) << e.problem;
+    }
+  }
+  EXPECT_EQ(temps, 2);  // `cjit cache verify` reports them
+  Open(dir);            // a writable open reclaims the old one only
+  EXPECT_FALSE(fs::exists(dir + "/.tmp-old"));
+  EXPECT_TRUE(fs::exists(dir + "/.tmp-new"));
+  fs::remove_all(dir);
+}
+
+TEST(DiskCacheHostileTest, ReadOnlyRejectSaysTheEntryStaysAndClearReportsFailures) {
+  std::string dir = FreshDir("readonly_msg");
+  auto cache = Open(dir);
+  CacheKey k = Key("key");
+  ASSERT_TRUE(cache->Store(k, 1, "payload").ok());
+  WriteFile(dir + "/" + k.Hex() + ".cjit", "garbage");
+  std::vector<std::string> lines;
+  SetLogSink([&](LogSeverity, const char*, int, std::string_view m) { lines.emplace_back(m); });
+  auto ro = Open(dir, true);
+  EXPECT_FALSE(ro->Lookup(k, 1).has_value());
+  SetLogSink(nullptr);
+  EXPECT_TRUE(fs::exists(dir + "/" + k.Hex() + ".cjit"));
+  ASSERT_FALSE(lines.empty());
+  EXPECT_NE(lines.back().find("left in place"), std::string::npos) << lines.back();
+  EXPECT_EQ(lines.back().find("removed"), std::string::npos) << lines.back();
+  // clear: an entry that cannot be removed (here a non-empty directory named like one) is an error.
+  fs::create_directories(dir + "/stuck.cjit/inner");
+  auto cleared = DiskCache::Clear(dir);
+  ASSERT_FALSE(cleared.ok());
+  EXPECT_NE(cleared.status().message().find("could not be removed"), std::string::npos) << cleared.status();
+  fs::remove_all(dir);
+}
+
 TEST(DiskCacheTest, WarmStartOnRealModel) {
   auto dir = SharedModel("ppocr_mobile_cls");
   CJIT_REQUIRE_DATA(dir / "model.onnx");

@@ -12,7 +12,12 @@
 #include <iostream>
 #include <random>
 
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/match.h"
@@ -127,7 +132,18 @@ absl::StatusOr<std::vector<NamedTensor>> PrepareInputs(const Session& s, const s
       }
       dims = info.shape.concrete();
     }
-    inputs.push_back({info.name, RandomTensor(info.dtype == DType::kInvalid ? DType::kF32 : info.dtype, dims, rng)});
+    DType dtype = info.dtype == DType::kInvalid ? DType::kF32 : info.dtype;
+    // A random input is allocated here: its size is checked first (a model may declare any static shape).
+    absl::StatusOr<size_t> bytes = CheckedByteSize(dtype, dims);
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", info.name, "': ", bytes.status().message()));
+    }
+    if (*bytes > (size_t{4} << 30)) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", info.name, "' of dims ", DimsToString(dims), " needs ",
+                                                     *bytes, " bytes; cjit makes random inputs of at most 4 GiB "
+                                                     "(give --input files for larger ones)"));
+    }
+    inputs.push_back({info.name, RandomTensor(dtype, dims, rng)});
   }
   return inputs;
 }
@@ -233,7 +249,12 @@ int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
     std::printf("trace: %s\n", path->c_str());
   }
   if (!output_dir.empty()) {
-    std::filesystem::create_directories(output_dir);
+    std::error_code ec;
+    std::filesystem::create_directories(output_dir, ec);
+    if (ec || !std::filesystem::is_directory(output_dir)) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat("--output-dir ", output_dir, " cannot be used as a directory",
+                                                          ec ? absl::StrCat(": ", ec.message()) : "")));
+    }
     for (size_t k = 0; k < outputs.size(); ++k) {
       absl::Status st = WriteTensorProtoFile(absl::StrCat(output_dir, "/output_", k, ".pb"), outputs[k].name, outputs[k].tensor);
       if (!st.ok()) return Fail(st);
@@ -490,25 +511,67 @@ int CmdBenchProcess(const std::string& model, const std::vector<std::string>& in
   return 0;
 }
 
+// Runs `args` (args[0] is the program) as a child with posix_spawn, returning what it printed on stdout;
+// an error with that output when it exits non-zero.
+absl::StatusOr<std::string> RunChild(const std::vector<std::string>& args) {
+  int pipefd[2];
+  if (::pipe(pipefd) != 0) return absl::InternalError("pipe failed");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipefd[1], 1);
+  posix_spawn_file_actions_addclose(&actions, pipefd[0]);
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, args[0].c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(pipefd[1]);
+  if (rc != 0) {
+    ::close(pipefd[0]);
+    return absl::InternalError(absl::StrCat("cannot start ", args[0], ": ", std::strerror(rc)));
+  }
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(pipefd[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(pipefd[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::InternalError(absl::StrCat("exited with status ", status, ": ", out));
+  }
+  return out;
+}
+
 int CmdBenchColdWarm(const std::string& model, const std::vector<std::string>& input_args,
                      const std::vector<std::string>& shape_args, int runs) {
   std::string dir = (std::filesystem::temp_directory_path() / absl::StrCat("cjit-cold-warm-", ::getpid())).string();
   std::filesystem::remove_all(dir);
   std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  std::string cmd = absl::StrCat("'", self, "' bench-process '", model, "' --runs ", runs, " --cache-dir '", dir, "'");
-  for (const auto& a : input_args) absl::StrAppend(&cmd, " --input '", a, "'");
-  for (const auto& a : shape_args) absl::StrAppend(&cmd, " --shape '", a, "'");
+  // The child gets an argument vector (posix_spawn), never a shell command line: a model path with quotes or
+  // `$(...)` in it is only a path.
+  std::vector<std::string> args = {self, "bench-process", model, "--runs", std::to_string(runs), "--cache-dir", dir};
+  for (const auto& a : input_args) {
+    args.push_back("--input");
+    args.push_back(a);
+  }
+  for (const auto& a : shape_args) {
+    args.push_back("--shape");
+    args.push_back(a);
+  }
   nlohmann::json res[2];
   for (int p = 0; p < 2; ++p) {
-    FILE* f = popen(cmd.c_str(), "r");
-    if (!f) return Fail(absl::InternalError("cannot start a benchmark process"));
-    std::string out;
-    char buf[4096];
-    while (size_t n = fread(buf, 1, sizeof(buf), f)) out.append(buf, n);
-    int rc = pclose(f);
-    if (rc != 0) return Fail(absl::InternalError(absl::StrCat("benchmark process ", p + 1, " failed: ", out)));
-    res[p] = nlohmann::json::parse(out.substr(out.find('{')), nullptr, false);
-    if (res[p].is_discarded()) return Fail(absl::InternalError("benchmark process printed no result: " + out));
+    auto out = RunChild(args);
+    if (!out.ok()) return Fail(absl::InternalError(absl::StrCat("benchmark process ", p + 1, ": ", out.status().message())));
+    size_t brace = out->find('{');
+    res[p] = nlohmann::json::parse(brace == std::string::npos ? std::string() : out->substr(brace), nullptr, false);
+    if (res[p].is_discarded()) return Fail(absl::InternalError("benchmark process printed no result: " + *out));
   }
   std::filesystem::remove_all(dir);
   auto d = [](const nlohmann::json& j, const char* k) { return j[k].get<double>(); };
@@ -623,7 +686,21 @@ int CmdFlags() {
 }  // namespace
 }  // namespace cjit
 
+int CliMain(int argc, char** argv);
+
+// No exception ever aborts the CLI: a failure the library did not turn into a status ends as exit 1.
 int main(int argc, char** argv) {
+  try {
+    return CliMain(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "cjit: internal error: " << e.what() << "\n";
+  } catch (...) {
+    std::cerr << "cjit: internal error\n";
+  }
+  return 1;
+}
+
+int CliMain(int argc, char** argv) {
   const auto& env = cjit::FlagsFromEnvironment();
   if (!env.ok()) {
     std::cerr << "cjit: error: " << env.status().message() << "\n";

@@ -362,9 +362,18 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOp
     fusible[i] = owner[i] < 0 && (reduction[i] || IsFusibleElementwise(*order[i]));
   }
   // Each group has an iteration shape; row groups (with a reduction) iterate over rows of it.
-  std::vector<int> rep(n);
+  std::vector<int> rep(n), gsize(n, 1);
   std::iota(rep.begin(), rep.end(), 0);
-  std::function<int(int)> find = [&](int x) { return rep[x] == x ? x : rep[x] = find(rep[x]); };
+  auto find = [&](int x) {  // iterative, with path compression
+    int root = x;
+    while (rep[root] != root) root = rep[root];
+    while (rep[x] != root) {
+      int next = rep[x];
+      rep[x] = root;
+      x = next;
+    }
+    return root;
+  };
   std::vector<Dims> gshape(n);
   std::vector<bool> grow(n, false), gall_elementwise(n, true);
   for (int i = 0; i < n; ++i) {
@@ -397,9 +406,13 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOp
       } else {
         continue;
       }
+      // Bounded kernels: LLVM's time grows faster than linearly in a function's size, and kernels of one
+      // structure are compiled once, so long chains become a few repeated kernels.
+      if (gsize[a] + gsize[b] > options.max_kernel_ops) continue;
       if (!cycles.HasEdge(a, b) && !cycles.InsertEdge(a, b)) continue;
       if (!cycles.ContractEdge(a, b)) continue;
       rep[b] = a;
+      gsize[a] += gsize[b];
       gshape[a] = merged;
       grow[a] = row;
       gall_elementwise[a] = gall_elementwise[a] && gall_elementwise[b];
@@ -432,6 +445,7 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOp
     if (cnt == 0) ready.insert({groups[g].front(), g});
   }
   std::set<const Value*> body_outputs(body.outputs().begin(), body.outputs().end());
+  std::set<const Node*> body_nodes(order.begin(), order.end());
   FusionPlan plan;
   while (!ready.empty()) {
     int g = ready.begin()->second;
@@ -468,14 +482,11 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOp
       for (const Node* node : k.nodes) {
         const Value* out = node->outputs[0];
         bool used_outside = body_outputs.count(out) > 0;
-        for (const auto& other : body.nodes()) {
-          if (in_group.count(other.get())) continue;
-          for (const Value* v : other->inputs) used_outside |= v == out;
+        if (auto r = readers.find(out); r != readers.end()) {
+          for (const Node* reader : r->second) used_outside |= !in_group.count(reader);
         }
         if (used_outside) k.outputs.push_back(out);
       }
-      std::set<const Node*> body_nodes;
-      for (const Node* nd : order) body_nodes.insert(nd);
       for (const Value* in : k.inputs) {
         View view = Resolve(in, body_nodes);
         k.input_sources.push_back(view.source);

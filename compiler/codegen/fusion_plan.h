@@ -90,6 +90,8 @@ struct FusionPlanOptions {
   // Absorb Add(constant vector over the last dim) and/or Relu after a float32 MatMul/Gemm into the step as
   // a GEMM epilogue (cuBLASLt; the GPU runtime turns this on — the CPU MatMul kernel takes no post-ops).
   bool gemm_epilogues = false;
+  // At most this many ops per fused kernel (compile time stays bounded on huge clusters).
+  int max_kernel_ops = 128;
 };
 
 absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOptions& options = {});

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <queue>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -124,6 +125,19 @@ void Graph::RemoveNode(Node* node) {
                nodes_.end());
 }
 
+void Graph::RemoveNodes(const std::vector<Node*>& nodes) {
+  if (nodes.empty()) return;
+  std::unordered_set<const Node*> gone(nodes.begin(), nodes.end());
+  for (Node* node : nodes) {
+    for (Value* v : node->outputs) {
+      if (v && v->producer == node) v->producer = nullptr;
+    }
+  }
+  nodes_.erase(std::remove_if(nodes_.begin(), nodes_.end(),
+                              [&](const std::unique_ptr<Node>& n) { return gone.count(n.get()) > 0; }),
+               nodes_.end());
+}
+
 void Graph::ReplaceAllUses(Value* from, Value* to) {
   for (auto& n : nodes_) {
     for (Value*& v : n->inputs) if (v == from) v = to;
@@ -134,6 +148,7 @@ void Graph::ReplaceAllUses(Value* from, Value* to) {
 
 absl::StatusOr<std::vector<Node*>> Graph::TopologicalOrder() const {
   std::unordered_map<const Node*, int> index;
+  index.reserve(nodes_.size());
   for (size_t i = 0; i < nodes_.size(); ++i) index[nodes_[i].get()] = static_cast<int>(i);
   std::vector<int> pending(nodes_.size(), 0);
   std::vector<std::vector<int>> users(nodes_.size());

@@ -114,8 +114,10 @@ class Graph {
   Node* AddNode(std::string op_type, std::string name, std::vector<Value*> inputs,
                 std::vector<std::string> output_names);
   void AddOutput(Value* v) { outputs_.push_back(v); }
-  // Removes a node whose outputs have no users (checked by the verifier, not here).
+  // Removes a node whose outputs have no users (checked by the verifier, not here). O(nodes): to remove
+  // many, use RemoveNodes (one pass).
   void RemoveNode(Node* node);
+  void RemoveNodes(const std::vector<Node*>& nodes);
   // Replaces every use of `from` (node inputs, implicit inputs, graph outputs) by `to`.
   void ReplaceAllUses(Value* from, Value* to);
 

@@ -8,12 +8,14 @@ namespace cjit {
 
 absl::Status VerifyGraph(const Graph& graph) {
   std::unordered_set<const Value*> defined;
+  defined.reserve(graph.values().size());
   for (const Value* v : graph.inputs()) defined.insert(v);
   for (const Value* v : graph.captures()) defined.insert(v);
   for (const auto& v : graph.values()) {
     if (v->is_constant()) defined.insert(v.get());
   }
   std::unordered_set<const Node*> nodes;
+  nodes.reserve(graph.nodes().size());
   for (const auto& n : graph.nodes()) {
     nodes.insert(n.get());
     for (size_t k = 0; k < n->outputs.size(); ++k) {

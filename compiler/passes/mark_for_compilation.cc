@@ -120,7 +120,7 @@ ClusterInfo Outline(Graph& graph, const std::vector<Node*>& members, int id) {
     graph.ReplaceAllUses(ext_outputs[k], cn->outputs[k]);
     cn->outputs[k]->name = ext_outputs[k]->name;  // keep the model's value names (graph outputs)
   }
-  for (Node* n : members) graph.RemoveNode(n);
+  graph.RemoveNodes(members);
   return info;
 }
 
@@ -157,16 +157,34 @@ absl::StatusOr<ClusteringReport> MarkForCompilation(Graph& graph, const Clusteri
   // Union-find over cycle-graph representatives.
   std::vector<int> rep(n), size(n, 1);
   std::iota(rep.begin(), rep.end(), 0);
-  std::function<int(int)> find = [&](int x) { return rep[x] == x ? x : rep[x] = find(rep[x]); };
+  // Iterative find with path compression (a recursive one could overflow the stack on a long chain).
+  auto find = [&](int x) {
+    int root = x;
+    while (rep[root] != root) root = rep[root];
+    while (rep[x] != root) {
+      int next = rep[x];
+      rep[x] = root;
+      x = next;
+    }
+    return root;
+  };
+  // Consumers of each node's outputs, in topological order (one pass over the edges: linear, where scanning
+  // every later node for readers was quadratic in the graph size).
+  std::vector<std::vector<int>> consumers(n);
+  for (int j = 0; j < n; ++j) {
+    for (const Value* v : order[j]->inputs) {
+      if (v && v->producer && index.count(v->producer)) {
+        int i = index[v->producer];
+        if (consumers[i].empty() || consumers[i].back() != j) consumers[i].push_back(j);
+      }
+    }
+  }
   // Post order: consumers before producers; try to merge each node's cluster with its consumers'.
   for (int i = n - 1; i >= 0; --i) {
     if (!candidate[i]) continue;
-    for (const Value* v : order[i]->outputs) {
-      if (!v) continue;
-      for (int j = i + 1; j < n; ++j) {
+    {
+      for (int j : consumers[i]) {
         if (!candidate[j]) continue;
-        bool reads = std::find(order[j]->inputs.begin(), order[j]->inputs.end(), v) != order[j]->inputs.end();
-        if (!reads) continue;
         int a = find(i), b = find(j);
         if (a == b) continue;
         if (size[a] + size[b] > options.max_cluster_size) {

@@ -64,7 +64,7 @@ bool RemoveDeadNodes(Graph& graph) {
     for (Value* v : n->inputs) if (v) live[v] = true;
     for (Value* v : n->implicit_inputs) live[v] = true;
   }
-  for (Node* n : dead) graph.RemoveNode(n);
+  graph.RemoveNodes(dead);
   return !dead.empty();
 }
 
@@ -220,10 +220,26 @@ absl::StatusOr<bool> FoldIntoConv(Graph& g) {
 absl::StatusOr<bool> EliminateCommonSubexpressions(Graph& g) {
   bool changed = false;
   CJIT_ASSIGN_OR_RETURN(std::vector<Node*> order, g.TopologicalOrder());
-  std::map<std::string, Node*> seen;
+  std::unordered_map<std::string, Node*> seen;
+  seen.reserve(order.size());
+  std::vector<Node*> removed;
   for (Node* n : order) {
     if (n->op_type.rfind("Random", 0) == 0 || n->op_type == "Bernoulli" || !n->implicit_inputs.empty()) continue;
     bool has_graph = false;
+    if (n->attrs.empty() && n->inputs.size() <= 2 && n->outputs.size() == 1) {
+      // The common case without attributes: a short key of op and input identities.
+      std::string key = absl::StrCat(n->domain, ".", n->op_type, "(", reinterpret_cast<uintptr_t>(n->input(0)), ",",
+                                     reinterpret_cast<uintptr_t>(n->input(1)), ")#", n->inputs.size());
+      auto [it, inserted] = seen.emplace(std::move(key), n);
+      if (inserted) continue;
+      Node* keep = it->second;
+      if (!n->outputs[0] || !keep->outputs[0]) continue;
+      CJIT_VLOG(2) << "CSE: " << n->Describe() << " is the same as " << keep->Describe();
+      g.ReplaceAllUses(n->outputs[0], keep->outputs[0]);
+      removed.push_back(n);
+      changed = true;
+      continue;
+    }
     std::vector<std::string> attrs;
     for (const auto& [k, a] : n->attrs) {
       if (a.kind == Attribute::Kind::kGraph || a.kind == Attribute::Kind::kGraphs || a.kind == Attribute::Kind::kTensor ||
@@ -250,10 +266,11 @@ absl::StatusOr<bool> EliminateCommonSubexpressions(Graph& g) {
     for (size_t k = 0; k < n->outputs.size(); ++k) {
       if (n->outputs[k]) g.ReplaceAllUses(n->outputs[k], keep->outputs[k]);
     }
-    g.RemoveNode(n);
+    removed.push_back(n);
     changed = true;
   next:;
   }
+  g.RemoveNodes(removed);
   return changed;
 }
 
