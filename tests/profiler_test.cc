@@ -65,7 +65,9 @@ TEST(ProfilerTest, TraceHasCompileCacheFlowAndStepEvents) {
   for (const auto& e : doc["traceEvents"]) {
     ASSERT_TRUE(e.contains("name") && e.contains("ph") && e.contains("ts") && e.contains("pid") && e.contains("tid")) << e;
     std::string ph = e["ph"];
-    if (ph == "X") ASSERT_TRUE(e.contains("dur")) << e;
+    if (ph == "X") {
+      ASSERT_TRUE(e.contains("dur")) << e;
+    }
     if (ph == "s") ++flow_s;
     if (ph == "f") ++flow_f;
     if (!e.contains("cat")) continue;

@@ -433,8 +433,9 @@ class RowEmitter {
         case ReduceKind::kSum: return b_.CreateFAdd(acc, e);
         case ReduceKind::kSumSq: return b_.CreateFAdd(acc, b_.CreateFMul(e, e));
         case ReduceKind::kSumExp: return b_.CreateFAdd(acc, CpuMath(m_).Unary(b_, "exp", b_.CreateFSub(e, offset)));
-        case ReduceKind::kMax: return b_.CreateMaxNum(acc, e);
-        case ReduceKind::kMin: return b_.CreateMinNum(acc, e);
+        // llvm.maximum / llvm.minimum propagate NaN (as numpy's max/min and ONNX ReduceMax/ReduceMin).
+        case ReduceKind::kMax: return b_.CreateMaximum(acc, e);
+        case ReduceKind::kMin: return b_.CreateMinimum(acc, e);
       }
       return acc;
     };

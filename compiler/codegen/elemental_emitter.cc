@@ -16,12 +16,13 @@ namespace {
 
 llvm::Value* F(llvm::IRBuilder<>& b, double v) { return llvm::ConstantFP::get(b.getFloatTy(), v); }
 
-// NaN-propagating max/min (ONNX Max/Min and Relu keep NaN).
+// NaN-propagating max/min, as numpy's maximum/minimum (ONNX Max/Min): a NaN in either operand gives NaN
+// (x + y carries one of the NaNs through).
 llvm::Value* Max(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y) {
-  return b.CreateSelect(b.CreateFCmpUGT(x, y), x, y);  // unordered: NaN in x selects x
+  return b.CreateSelect(b.CreateFCmpUNO(x, y), b.CreateFAdd(x, y), b.CreateSelect(b.CreateFCmpOGT(x, y), x, y));
 }
 llvm::Value* Min(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y) {
-  return b.CreateSelect(b.CreateFCmpULT(x, y), x, y);
+  return b.CreateSelect(b.CreateFCmpUNO(x, y), b.CreateFAdd(x, y), b.CreateSelect(b.CreateFCmpOLT(x, y), x, y));
 }
 llvm::Value* Clamp(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* lo, llvm::Value* hi) {
   llvm::Value* t = b.CreateSelect(b.CreateFCmpOLT(x, lo), lo, x);
@@ -79,9 +80,10 @@ absl::StatusOr<llvm::Value*> EmitElementalF32(llvm::IRBuilder<>& b, TargetMath& 
   if (op == "Ceil") return math.Unary(b, "ceil", x(0));
   if (op == "Round") return math.Unary(b, "round", x(0));
   if (op == "Reciprocal") return b.CreateFDiv(F(b, 1), x(0));
-  if (op == "Sign") {
+  if (op == "Sign") {  // NaN stays NaN (numpy sign)
     llvm::Value* pos = b.CreateSelect(b.CreateFCmpOGT(x(0), F(b, 0)), F(b, 1), F(b, 0));
-    return b.CreateSelect(b.CreateFCmpOLT(x(0), F(b, 0)), F(b, -1), pos);
+    llvm::Value* r = b.CreateSelect(b.CreateFCmpOLT(x(0), F(b, 0)), F(b, -1), pos);
+    return b.CreateSelect(b.CreateFCmpUNO(x(0), x(0)), x(0), r);
   }
   if (op == "Clip") {
     llvm::Value* lo = F(b, -std::numeric_limits<float>::infinity());
@@ -116,9 +118,13 @@ absl::StatusOr<llvm::Value*> EmitElementalF32(llvm::IRBuilder<>& b, TargetMath& 
     return gamma == 1.0 ? r : b.CreateFMul(F(b, gamma), r);
   }
   if (op == "Softplus") {
-    // max(x, 0) + log(1 + exp(-|x|)), stable for large |x|.
+    // max(x, 0) + log1p(exp(-|x|)), stable for large |x|; log1p(u) as log(w) * u / (w - 1) with w = 1 + u
+    // (exact to a few ulp where log(1 + u) alone would lose u's low bits; Goldberg 1991, thm. 4).
     llvm::Value* ax = b.CreateSelect(b.CreateFCmpOLT(x(0), F(b, 0)), b.CreateFNeg(x(0)), x(0));
-    llvm::Value* l = math.Unary(b, "log", b.CreateFAdd(F(b, 1), math.Unary(b, "exp", b.CreateFNeg(ax))));
+    llvm::Value* u = math.Unary(b, "exp", b.CreateFNeg(ax));
+    llvm::Value* w = b.CreateFAdd(F(b, 1), u);
+    llvm::Value* l = b.CreateSelect(b.CreateFCmpOEQ(w, F(b, 1)), u,
+                                    b.CreateFDiv(b.CreateFMul(math.Unary(b, "log", w), u), b.CreateFSub(w, F(b, 1))));
     return b.CreateFAdd(b.CreateSelect(b.CreateFCmpOGT(x(0), F(b, 0)), x(0), F(b, 0)), l);
   }
   if (op == "Softsign") {

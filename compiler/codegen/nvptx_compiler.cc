@@ -287,8 +287,9 @@ class GpuEmitter {
     auto combine = [&](llvm::Value* acc, llvm::Value* e) -> llvm::Value* {
       switch (kind) {
         case ReduceKind::kSum: case ReduceKind::kSumSq: case ReduceKind::kSumExp: return b_.CreateFAdd(acc, e);
-        case ReduceKind::kMax: return b_.CreateMaxNum(acc, e);
-        case ReduceKind::kMin: return b_.CreateMinNum(acc, e);
+        // llvm.maximum / llvm.minimum propagate NaN (as numpy's max/min and ONNX ReduceMax/ReduceMin).
+        case ReduceKind::kMax: return b_.CreateMaximum(acc, e);
+        case ReduceKind::kMin: return b_.CreateMinimum(acc, e);
       }
       return acc;
     };

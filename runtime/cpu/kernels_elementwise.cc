@@ -2,6 +2,7 @@
 // broadcasting, variadic Max/Min/Sum/Mean, Where, Clip, Cast. Semantics: ONNX operator specification.
 #include <atomic>
 #include <cmath>
+#include <limits>
 
 #include "compiler/ir/status_macros.h"
 #include "runtime/cpu/broadcast.h"
@@ -29,6 +30,22 @@ Dims BroadcastDims(const std::vector<Dims>& shapes) {
 }
 
 namespace {
+
+// numpy's maximum/minimum: a NaN operand gives NaN (std::max/min would return the other operand).
+template <typename A>
+inline A NanMax(A a, A b) {
+  if constexpr (std::is_floating_point_v<A>) {
+    if (std::isnan(a) || std::isnan(b)) return a + b;
+  }
+  return a < b ? b : a;
+}
+template <typename A>
+inline A NanMin(A a, A b) {
+  if constexpr (std::is_floating_point_v<A>) {
+    if (std::isnan(a) || std::isnan(b)) return a + b;
+  }
+  return b < a ? b : a;
+}
 
 template <typename D, typename S>
 inline D ConvertTo(S v) {
@@ -143,13 +160,13 @@ void RegisterUnary() {
   CJIT_FLOAT_UNARY_ATTR("LeakyRelu", A alpha = n.GetFloat("alpha", 0.01f), x < A(0) ? alpha * x : x);
   CJIT_FLOAT_UNARY_ATTR("Elu", A alpha = n.GetFloat("alpha", 1.0f), x < A(0) ? alpha * (std::exp(x) - A(1)) : x);
   CJIT_FLOAT_UNARY_ATTR("Celu", A alpha = n.GetFloat("alpha", 1.0f),
-                        std::max(A(0), x) + std::min(A(0), alpha * (std::exp(x / alpha) - A(1))));
+                        NanMax(A(0), x) + NanMin(A(0), alpha * (std::exp(x / alpha) - A(1))));
   CJIT_FLOAT_UNARY_ATTR("Selu", A alpha = n.GetFloat("alpha", 1.67326319217681884765625f);
                         A gamma = n.GetFloat("gamma", 1.05070102214813232421875f),
                         x <= A(0) ? gamma * (alpha * std::exp(x) - alpha) : gamma * x);
   CJIT_FLOAT_UNARY_ATTR("HardSigmoid", A alpha = n.GetFloat("alpha", 0.2f); A beta = n.GetFloat("beta", 0.5f),
-                        std::max(A(0), std::min(A(1), alpha * x + beta)));
-  CJIT_FLOAT_UNARY_ATTR("HardSwish", (void)0, x * std::max(A(0), std::min(A(1), x / A(6) + A(0.5))));
+                        NanMax(A(0), NanMin(A(1), alpha * x + beta)));
+  CJIT_FLOAT_UNARY_ATTR("HardSwish", (void)0, x * NanMax(A(0), NanMin(A(1), x / A(6) + A(0.5))));
   CJIT_FLOAT_UNARY_ATTR("ThresholdedRelu", A alpha = n.GetFloat("alpha", 1.0f), x > alpha ? x : A(0));
   CJIT_FLOAT_UNARY_ATTR("Shrink", A bias = n.GetFloat("bias", 0.0f); A lambd = n.GetFloat("lambd", 0.5f),
                         x < -lambd ? x + bias : (x > lambd ? x - bias : A(0)));
@@ -170,7 +187,12 @@ void RegisterUnary() {
   });
   NumericUnary("Sign", [](auto a, const Node&) {
     using A = decltype(a);
-    return [](A x) -> A { return x > A(0) ? A(1) : (x < A(0) ? A(-1) : A(0)); };
+    return [](A x) -> A {
+      if constexpr (std::is_floating_point_v<A>) {
+        if (std::isnan(x)) return x;  // numpy sign(nan) is nan
+      }
+      return x > A(0) ? A(1) : (x < A(0) ? A(-1) : A(0));
+    };
   });
   NumericUnary("BitwiseNot", [](auto a, const Node&) {
     using A = decltype(a);
@@ -179,12 +201,24 @@ void RegisterUnary() {
       else return x;
     };
   });
-  // Vectorized float32 versions of the hottest ones.
+  // Vectorized float32 versions of the hottest ones. Each keeps IEEE results on special values (NaN, +-inf,
+  // +-0, subnormals; tests/nan_inf_suite.py): Eigen's log flushes subnormal inputs, so those elements are
+  // recomputed with std::log; the square root is the exact instruction (sqrtps), not Eigen's fast-math
+  // reciprocal-square-root estimate (which gives NaN for +inf and 0 for subnormals); the logistic is
+  // 1 / (1 + exp(-x)) with Eigen's exp (its own logistic approximation is off by ~3e-5 relative).
   EigenUnaryF32("Exp", [](const auto& in, auto& out) { out = in.exp(); });
-  EigenUnaryF32("Log", [](const auto& in, auto& out) { out = in.log(); });
-  EigenUnaryF32("Sqrt", [](const auto& in, auto& out) { out = in.sqrt(); });
+  EigenUnaryF32("Log", [](const auto& in, auto& out) {
+    out = in.log();
+    for (Eigen::Index i = 0; i < in.size(); ++i) {
+      float v = in[i];
+      if (v > 0.0f && v < std::numeric_limits<float>::min()) out[i] = std::log(v);
+    }
+  });
+  EigenUnaryF32("Sqrt", [](const auto& in, auto& out) {
+    for (Eigen::Index i = 0; i < in.size(); ++i) out[i] = __builtin_sqrtf(in[i]);
+  });
   EigenUnaryF32("Tanh", [](const auto& in, auto& out) { out = in.tanh(); });
-  EigenUnaryF32("Sigmoid", [](const auto& in, auto& out) { out = in.logistic(); });
+  EigenUnaryF32("Sigmoid", [](const auto& in, auto& out) { out = ((-in).exp() + 1.0f).inverse(); });
   EigenUnaryF32("Relu", [](const auto& in, auto& out) { out = in.max(0.0f); });
   EigenUnaryF32("Abs", [](const auto& in, auto& out) { out = in.abs(); });
   EigenUnaryF32("Neg", [](const auto& in, auto& out) { out = -in; });
@@ -354,15 +388,9 @@ absl::Status Arith(KernelContext& ctx, const std::string& op) {
         });
       }
     } else if (op == "Max") {
-      BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) {
-        if constexpr (std::is_floating_point_v<A>) if (std::isnan(static_cast<A>(x))) return x;
-        return x < y ? y : x;
-      });
+      BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) { return static_cast<T>(NanMax<A>(x, y)); });
     } else if (op == "Min") {
-      BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) {
-        if constexpr (std::is_floating_point_v<A>) if (std::isnan(static_cast<A>(x))) return x;
-        return y < x ? y : x;
-      });
+      BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) { return static_cast<T>(NanMin<A>(x, y)); });
     } else if (op == "PRelu") {
       BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) { return x < T(0) ? T(x * y) : x; });
     } else if (op == "BitShift" || op == "BitwiseAnd" || op == "BitwiseOr" || op == "BitwiseXor") {
@@ -419,9 +447,16 @@ absl::Status Variadic(KernelContext& ctx, const std::string& op) {
     CJIT_RETURN_IF_ERROR(DispatchNumeric(t, [&](auto tag) {
       using T = decltype(tag);
       Tensor cur = out.Clone();
-      if (first == "Max") BinaryLoop<T, T>(cur, ctx.in(i), out, ctx.threads, [](T x, T y) { return x < y ? y : x; });
-      else if (first == "Min") BinaryLoop<T, T>(cur, ctx.in(i), out, ctx.threads, [](T x, T y) { return y < x ? y : x; });
-      else BinaryLoop<T, T>(cur, ctx.in(i), out, ctx.threads, [](T x, T y) { return T(x + y); });
+      using A = typename Acc<T>::type;
+      if (first == "Max") {
+        BinaryLoop<T, T>(cur, ctx.in(i), out, ctx.threads,
+                         [](T x, T y) { return static_cast<T>(NanMax<A>(static_cast<A>(x), static_cast<A>(y))); });
+      } else if (first == "Min") {
+        BinaryLoop<T, T>(cur, ctx.in(i), out, ctx.threads,
+                         [](T x, T y) { return static_cast<T>(NanMin<A>(static_cast<A>(x), static_cast<A>(y))); });
+      } else {
+        BinaryLoop<T, T>(cur, ctx.in(i), out, ctx.threads, [](T x, T y) { return T(x + y); });
+      }
     }));
   }
   if (op == "Mean") {

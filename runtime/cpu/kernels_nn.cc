@@ -1,7 +1,10 @@
 // Convolution (oneDNN convolution/deconvolution primitives, float32), pooling (loops), normalizations
 // (BatchNormalization inference, LayerNormalization, InstanceNormalization, LRN,
 // MeanVarianceNormalization) and Resize/Upsample. Semantics: ONNX operator specification.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <map>
 #include <unordered_map>
 
@@ -24,6 +27,84 @@ memory::dims Dense(const memory::dims& d) {
   memory::dims s(d.size(), 1);
   for (int i = static_cast<int>(d.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * d[i + 1];
   return s;
+}
+
+// Largest |v| of a float32 buffer, or +inf when it holds a NaN or an infinity (v * 0 is NaN exactly for
+// NaN and +-inf). GCC vector extensions, cloned for AVX-512/AVX2: this runs before every convolution with
+// post-ops, so it must cost little next to the convolution.
+typedef float V16f __attribute__((vector_size(64)));
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+float MaxAbsOrInf(const float* p, int64_t n) {
+  V16f m = {}, z = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    V16f v;
+    std::memcpy(&v, p + i, sizeof v);
+    V16f a = v < 0 ? -v : v;
+    m = m < a ? a : m;
+    z += v * 0.0f;
+  }
+  float mx = 0, zs = 0;
+  for (int j = 0; j < 16; ++j) {
+    mx = std::max(mx, m[j]);
+    zs += z[j];
+  }
+  for (; i < n; ++i) {
+    mx = std::max(mx, std::fabs(p[i]));
+    zs += p[i] * 0.0f;
+  }
+  return zs == 0.0f ? mx : std::numeric_limits<float>::infinity();
+}
+
+float MaxAbsOrInf(const Tensor& t) { return MaxAbsOrInf(static_cast<const float*>(t.raw()), t.numel()); }
+
+// oneDNN's eltwise post-ops (relu, clip, hardswish: max/min instructions) turn a NaN into a number, where
+// ONNX (and the op-by-op path) keeps it. True when a convolution with these operands can produce a
+// non-finite value: a NaN/Inf operand, or magnitudes whose sum of `reduction` products may overflow.
+bool ConvMayBeNonFinite(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t reduction) {
+  double bound = static_cast<double>(MaxAbsOrInf(x)) * MaxAbsOrInf(w) * static_cast<double>(reduction) +
+                 (bias ? MaxAbsOrInf(*bias) : 0.0f);
+  return !(bound < 1e38);
+}
+
+// The post-ops of a plan step applied to y (NCHW float32) with ONNX semantics: NaN in, NaN out.
+void ApplyPostOpsExact(const std::vector<PostOp>& ops, Tensor& y) {
+  float* p = static_cast<float*>(y.raw());
+  int64_t n = y.numel(), channels = y.dim(1), inner = n / (y.dim(0) * channels);
+  for (const PostOp& op : ops) {
+    switch (op.kind) {
+      case PostOp::Kind::kRelu:
+        for (int64_t i = 0; i < n; ++i) p[i] = p[i] < 0.0f ? 0.0f : p[i];
+        break;
+      case PostOp::Kind::kClip:
+        for (int64_t i = 0; i < n; ++i) p[i] = p[i] < op.a ? op.a : (p[i] > op.b ? op.b : p[i]);
+        break;
+      case PostOp::Kind::kSigmoid:
+        for (int64_t i = 0; i < n; ++i) p[i] = 1.0f / (1.0f + std::exp(-p[i]));
+        break;
+      case PostOp::Kind::kTanh:
+        for (int64_t i = 0; i < n; ++i) p[i] = std::tanh(p[i]);
+        break;
+      case PostOp::Kind::kHardSwish:
+        for (int64_t i = 0; i < n; ++i) {
+          float h = p[i] / 6.0f + 0.5f;
+          h = h < 0.0f ? 0.0f : (h > 1.0f ? 1.0f : h);
+          p[i] = p[i] * h;
+        }
+        break;
+      case PostOp::Kind::kLinear:
+        for (int64_t i = 0; i < n; ++i) p[i] = op.a * p[i] + op.b;
+        break;
+      case PostOp::Kind::kAddChannel: {
+        const float* c = static_cast<const float*>(op.tensor->constant->raw());
+        for (int64_t i = 0; i < n; ++i) p[i] += c[(i / inner) % channels];
+        break;
+      }
+      case PostOp::Kind::kBiasLastDim:
+        break;  // rejected before the convolution ran
+    }
+  }
 }
 
 absl::StatusOr<WindowGeometry> Geometry(const KernelContext& ctx, const Tensor& x, const Tensor& w, bool transposed) {
@@ -84,12 +165,23 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
   bool has_bias = ctx.has(2);
   bool const_w = ctx.is_constant(1);
   memory::dims xd = ToDims(x.dims()), yd = ToDims(y.dims());
-  // Post-ops (only for Conv steps of compiled clusters).
+  // Post-ops (only for Conv steps of compiled clusters). When the convolution may produce NaN/Inf they run
+  // after it in exact ONNX semantics instead (ApplyPostOpsExact).
+  const std::vector<PostOp>* post_ops = transposed ? nullptr : ctx.post_ops;
+  const std::vector<PostOp>* exact_post_ops = nullptr;
+  if (post_ops != nullptr && !post_ops->empty() &&
+      ConvMayBeNonFinite(x, w, has_bias ? &ctx.in(2) : nullptr, (C / group) * ksz)) {
+    for (const PostOp& op : *post_ops) {
+      if (op.kind == PostOp::Kind::kBiasLastDim) return ctx.Error("internal: a GEMM epilogue post-op on a convolution");
+    }
+    exact_post_ops = post_ops;
+    post_ops = nullptr;
+  }
   std::string post_key;
   dnnl::post_ops po;
   std::vector<const Tensor*> binary_args;
-  if (ctx.post_ops != nullptr && !transposed) {
-    for (const PostOp& op : *ctx.post_ops) {
+  if (post_ops != nullptr) {
+    for (const PostOp& op : *post_ops) {
       absl::StrAppend(&post_key, static_cast<int>(op.kind), "/", op.a, "/", op.b, ";");
       switch (op.kind) {
         case PostOp::Kind::kRelu: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f); break;
@@ -208,8 +300,8 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
   if (entry->has_dst_reorder) dst = memory(entry->dst_md, CpuEngine());
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wmem}, {DNNL_ARG_DST, dst}};
   if (has_bias) args[DNNL_ARG_BIAS] = memory(entry->bias_md, CpuEngine(), const_cast<void*>(ctx.in(2).raw()));
-  for (size_t b = 0, idx = 0; ctx.post_ops && idx < ctx.post_ops->size(); ++idx) {
-    if ((*ctx.post_ops)[idx].kind != PostOp::Kind::kAddChannel) continue;
+  for (size_t b = 0, idx = 0; post_ops && idx < post_ops->size(); ++idx) {
+    if ((*post_ops)[idx].kind != PostOp::Kind::kAddChannel) continue;
     memory::dims cd(yd.size(), 1);
     cd[1] = OC;
     args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(idx)) | DNNL_ARG_SRC_1] =
@@ -219,8 +311,10 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
   if (entry->has_dst_reorder) {
     ExecuteDnnl(entry->dst_reorder, s, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, user_dst}}, entry->dst_reorder_scratchpad_md);
   }
+  if (exact_post_ops != nullptr) ApplyPostOpsExact(*exact_post_ops, y);
   if (ctx.want_impl) {
     ctx.impl = entry->impl;
+    if (exact_post_ops != nullptr) absl::StrAppend(&ctx.impl, " (post-ops after it: non-finite operands)");
     if (entry->has_src_reorder || entry->has_dst_reorder) absl::StrAppend(&ctx.impl, " (+ layout reorders)");
   }
   return absl::OkStatus();

@@ -1,0 +1,189 @@
+#!/usr/bin/python3
+"""NaN / Inf / signed-zero / subnormal op suite (issue 11): writes one ONNX test-data directory per float
+operator (model.onnx + test_data_set_0/input_K.pb, output_K.pb) whose inputs are the IEEE special values
+and whose reference outputs come from numpy (float64 math rounded to float32, numpy's NaN semantics:
+NaN propagates through max/min, comparisons with NaN are false).
+
+usage: nan_inf_suite.py OUT_DIR        (then tests/nan_inf_suite.sh runs every directory on both paths)
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+SPECIALS = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 1.0, -1.0, 0.5, -2.5, 3.0, -7.0,
+                     88.0, -104.0, 3.0e38, -3.0e38, 1e-20], dtype=np.float32)
+
+
+def f32(a):
+    with np.errstate(all="ignore"):
+        return np.asarray(a).astype(np.float32)
+
+
+def erf(x):
+    import math
+    return np.vectorize(lambda v: math.erf(v) if not np.isnan(v) else np.nan)(x)
+
+
+def sigmoid(x):
+    with np.errstate(all="ignore"):
+        return np.where(x >= 0, 1.0 / (1.0 + np.exp(-x)), np.exp(x) / (1.0 + np.exp(x)))
+
+
+def softplus(x):
+    with np.errstate(all="ignore"):
+        return np.where(x > 30, x, np.log1p(np.exp(np.minimum(x, 30))))
+
+
+UNARY = {
+    # op: (numpy function on float64, attributes)
+    "Abs": (np.abs, {}),
+    "Neg": (np.negative, {}),
+    "Floor": (np.floor, {}),
+    "Ceil": (np.ceil, {}),
+    "Round": (np.round, {}),
+    "Sqrt": (np.sqrt, {}),
+    "Reciprocal": (lambda x: 1.0 / x, {}),
+    "Exp": (np.exp, {}),
+    "Log": (np.log, {}),
+    "Sin": (np.sin, {}),
+    "Cos": (np.cos, {}),
+    "Tanh": (np.tanh, {}),
+    "Atan": (np.arctan, {}),
+    "Sigmoid": (sigmoid, {}),
+    "Relu": (lambda x: np.maximum(x, 0.0), {}),
+    "LeakyRelu": (lambda x: np.where(x < 0, 0.1 * x, x), {"alpha": 0.1}),
+    "Elu": (lambda x: np.where(x < 0, 1.0 * (np.exp(x) - 1.0), x), {}),
+    "HardSigmoid": (lambda x: np.maximum(0.0, np.minimum(1.0, 0.2 * x + 0.5)), {}),
+    "HardSwish": (lambda x: x * np.maximum(0.0, np.minimum(1.0, x / 6.0 + 0.5)), {}),
+    "Softplus": (softplus, {}),
+    "Softsign": (lambda x: x / (1.0 + np.abs(x)), {}),
+    "Erf": (erf, {}),
+    "Sign": (np.sign, {}),
+    "IsNaN": (np.isnan, {}),
+    "IsInf": (np.isinf, {}),
+}
+
+BINARY = {
+    "Add": np.add,
+    "Sub": np.subtract,
+    "Mul": np.multiply,
+    "Div": np.divide,
+    "Max": np.maximum,
+    "Min": np.minimum,
+    "Pow": np.power,
+    "Greater": np.greater,
+    "Less": np.less,
+    "Equal": np.equal,
+}
+
+REDUCE = {
+    "ReduceMax": np.max,
+    "ReduceMin": np.min,
+    "ReduceSum": np.sum,
+    "ReduceMean": np.mean,
+    "ReduceSumSquare": lambda a, axis, keepdims: np.sum(a * a, axis=axis, keepdims=keepdims),
+}
+
+
+def write_case(root, name, nodes, inputs, outputs, opset=13, initializers=()):
+    d = os.path.join(root, name)
+    os.makedirs(os.path.join(d, "test_data_set_0"), exist_ok=True)
+    g = helper.make_graph(
+        nodes, name,
+        [helper.make_tensor_value_info(n, onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[a.dtype], a.shape) for n, a in inputs],
+        [helper.make_tensor_value_info(n, onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[a.dtype], a.shape) for n, a in outputs],
+        initializer=list(initializers))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.save(m, os.path.join(d, "model.onnx"))
+    for k, (n, a) in enumerate(inputs):
+        with open(os.path.join(d, "test_data_set_0", "input_%d.pb" % k), "wb") as f:
+            f.write(numpy_helper.from_array(a, n).SerializeToString())
+    for k, (n, a) in enumerate(outputs):
+        with open(os.path.join(d, "test_data_set_0", "output_%d.pb" % k), "wb") as f:
+            f.write(numpy_helper.from_array(a, n).SerializeToString())
+
+
+def main():
+    root = sys.argv[1]
+    x64 = SPECIALS.astype(np.float64)
+    n = len(SPECIALS)
+    # Unary: x -> op(x) (four copies of the specials, so kernels see them in vector and scalar tails).
+    xs = np.tile(SPECIALS, 4).reshape(4, n)
+    for op, (fn, attrs) in UNARY.items():
+        with np.errstate(all="ignore"):
+            ref = fn(xs.astype(np.float64))
+        ref = ref if ref.dtype == np.bool_ else f32(ref)
+        write_case(root, "unary_" + op, [helper.make_node(op, ["x"], ["y"], **attrs)], [("x", xs)], [("y", ref)],
+                   opset=14 if op == "HardSwish" else 13)
+    # Clip: NaN stays NaN; bounds are applied in float.
+    with np.errstate(all="ignore"):
+        ref = f32(np.minimum(np.maximum(xs.astype(np.float64), -1.0), 2.0))
+    write_case(root, "unary_Clip", [helper.make_node("Clip", ["x", "lo", "hi"], ["y"])],
+               [("x", xs), ("lo", np.array(-1.0, np.float32)), ("hi", np.array(2.0, np.float32))], [("y", ref)])
+    # Binary: every pair of specials (a [n, 1] x b [1, n]).
+    a = SPECIALS.reshape(n, 1)
+    b = SPECIALS.reshape(1, n)
+    for op, fn in BINARY.items():
+        with np.errstate(all="ignore"):
+            ref = fn(a.astype(np.float64), b.astype(np.float64))
+        ref = ref if ref.dtype == np.bool_ else f32(ref)
+        write_case(root, "binary_" + op, [helper.make_node(op, ["a", "b"], ["y"])], [("a", a), ("b", b)], [("y", ref)])
+    # Reductions over the last axis; rows: all specials, only finite values, one NaN, +inf and -inf.
+    rows = np.array([[1.0, 2.0, np.nan, 4.0], [1.0, np.inf, 3.0, 4.0], [1.0, -np.inf, 3.0, 4.0],
+                     [np.inf, -np.inf, 0.0, 1.0], [-0.0, 0.0, -0.0, -0.0], [5.0, -1.0, 2.0, 0.25]], dtype=np.float32)
+    for op, fn in REDUCE.items():
+        with np.errstate(all="ignore"):
+            ref = f32(fn(rows.astype(np.float64), axis=1, keepdims=True))
+        # Opset 11: axes is still an attribute of every reduction (ReduceSum took it as an input from 13).
+        write_case(root, "reduce_" + op, [helper.make_node(op, ["x"], ["y"], axes=[1], keepdims=1)], [("x", rows)],
+                   [("y", ref)], opset=11)
+    # Softmax over the last axis: a NaN or +inf anywhere in a row makes the row NaN (exp(inf)/inf).
+    with np.errstate(all="ignore"):
+        r64 = rows.astype(np.float64)
+        mx = np.max(r64, axis=1, keepdims=True)
+        e = np.exp(r64 - mx)
+        ref = f32(e / np.sum(e, axis=1, keepdims=True))
+    write_case(root, "softmax_Softmax", [helper.make_node("Softmax", ["x"], ["y"], axis=1)], [("x", rows)], [("y", ref)])
+    # Conv (1x1, constant weights and bias) followed by each activation the compiled path runs as a oneDNN
+    # post-op: a NaN or +-inf pixel must reach the output as NaN/inf, as on the op-by-op path.
+    x = np.arange(2 * 4 * 4, dtype=np.float32).reshape(1, 2, 4, 4) * 0.25 - 3.0
+    x[0, 0, 1, 1] = np.nan
+    x[0, 1, 2, 3] = np.inf
+    x[0, 0, 3, 0] = -np.inf
+    w = np.array([[1.0, 0.5], [-1.0, 0.25], [0.0, -2.0]], dtype=np.float32).reshape(3, 2, 1, 1)
+    bias = np.array([0.5, -1.0, 2.0], dtype=np.float32)
+    chan = np.array([1.0, -3.0, 0.5], dtype=np.float32).reshape(1, 3, 1, 1)
+    with np.errstate(all="ignore"):
+        conv = np.einsum("nchw,oc->nohw", x.astype(np.float64), w.reshape(3, 2).astype(np.float64))
+        conv = conv + bias.reshape(1, 3, 1, 1)
+    acts = {
+        "Relu": ([helper.make_node("Relu", ["c"], ["y"])], lambda v: np.maximum(v, 0.0)),
+        "Clip": ([helper.make_node("Clip", ["c", "lo", "hi"], ["y"])], lambda v: np.minimum(np.maximum(v, 0.0), 6.0)),
+        "HardSwish": ([helper.make_node("HardSwish", ["c"], ["y"])],
+                      lambda v: v * np.maximum(0.0, np.minimum(1.0, v / 6.0 + 0.5))),
+        "Sigmoid": ([helper.make_node("Sigmoid", ["c"], ["y"])], sigmoid),
+        "Tanh": ([helper.make_node("Tanh", ["c"], ["y"])], np.tanh),
+        "AddChannelRelu": ([helper.make_node("Add", ["c", "chan"], ["t"]), helper.make_node("Relu", ["t"], ["y"])],
+                           lambda v: np.maximum(v + chan, 0.0)),
+        "MulAddRelu": ([helper.make_node("Mul", ["c", "two"], ["t"]), helper.make_node("Add", ["t", "one"], ["u"]),
+                        helper.make_node("Relu", ["u"], ["y"])], lambda v: np.maximum(v * 2.0 + 1.0, 0.0)),
+    }
+    for name, (nodes, fn) in acts.items():
+        with np.errstate(all="ignore"):
+            ref = f32(fn(conv))
+        inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias, "b"),
+                 numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
+                 numpy_helper.from_array(np.array(6.0, np.float32), "hi"),
+                 numpy_helper.from_array(chan, "chan"), numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+                 numpy_helper.from_array(np.array(1.0, np.float32), "one")]
+        write_case(root, "conv_" + name, [helper.make_node("Conv", ["x", "w", "b"], ["c"])] + nodes, [("x", x)],
+                   [("y", ref)], opset=14, initializers=inits)
+    print("wrote %d cases to %s" % (len(os.listdir(root)), root))
+
+
+if __name__ == "__main__":
+    main()
