@@ -184,6 +184,10 @@ const std::vector<FlagDef>& Table() {
       {{"persistent_cache_max_bytes", "int", "0",
         "Keep the persistent cache under this many bytes by least-recently-used eviction; 0 = unbounded.", {}},
        Int64Flag(&Flags::persistent_cache_max_bytes, "persistent_cache_max_bytes", 0)},
+      {{"max_tensor_bytes", "int", "0",
+        "Largest tensor (bytes) a model may create: an initializer, an input, a shape-inferred or computed "
+        "output over it is an error naming the node. 0 = half of this machine's physical memory.", {}},
+       Int64Flag(&Flags::max_tensor_bytes, "max_tensor_bytes", 0)},
       {{"trace_to", "string", "",
         "Write a Chrome trace-event JSON file (Perfetto UI, chrome://tracing) of every run, specialization, "
         "compilation and cache decision here, when the session ends (or at Session::EndProfiling). A second "
@@ -386,6 +390,7 @@ std::string FlagValueText(const Flags& f, absl::string_view name) {
       {"persistent_cache_dir", [](const Flags& f) { return f.persistent_cache_dir; }},
       {"persistent_cache_read_only", [b](const Flags& f) { return b(f.persistent_cache_read_only); }},
       {"persistent_cache_max_bytes", [](const Flags& f) { return absl::StrCat(f.persistent_cache_max_bytes); }},
+      {"max_tensor_bytes", [](const Flags& f) { return absl::StrCat(f.max_tensor_bytes); }},
       {"trace_to", [](const Flags& f) { return f.trace_to; }},
       {"trace_max_events", [](const Flags& f) { return absl::StrCat(f.trace_max_events); }},
       {"dump_to", [](const Flags& f) { return f.dump_to; }},

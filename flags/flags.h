@@ -54,6 +54,8 @@ struct Flags {
   std::string persistent_cache_dir;  // "" = no disk cache
   bool persistent_cache_read_only = false;
   int64_t persistent_cache_max_bytes = 0;  // 0 = unbounded
+  // Largest tensor a model may make, in bytes (compiler/ir/tensor.h MaxTensorBytes); 0 = half of memory.
+  int64_t max_tensor_bytes = 0;
   // Profiling (runtime/profiler.h, docs/profiling.md): Chrome trace-event JSON written at Session
   // destruction or Session::EndProfiling(); at most trace_max_events events, then one "truncated" event.
   std::string trace_to;

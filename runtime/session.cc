@@ -56,7 +56,8 @@ absl::StatusOr<Flags> ResolveFlags(const SessionOptions& options) {
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Load(const std::string& path, const SessionOptions& options) {
   return CatchAsStatus(absl::StrCat("loading ", path), [&]() -> absl::StatusOr<std::unique_ptr<Session>> {
-    CJIT_RETURN_IF_ERROR(ResolveFlags(options).status());
+    CJIT_ASSIGN_OR_RETURN(Flags flags, ResolveFlags(options));
+    ScopedMaxTensorBytes limit(static_cast<uint64_t>(flags.max_tensor_bytes));
     CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, ImportOnnxFile(path));
     return FromGraph(std::move(graph), options);
   });
@@ -65,7 +66,8 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Load(const std::string& path, 
 absl::StatusOr<std::unique_ptr<Session>> Session::LoadFromBytes(absl::string_view bytes, const SessionOptions& options,
                                                                 const std::string& model_dir) {
   return CatchAsStatus("loading a model", [&]() -> absl::StatusOr<std::unique_ptr<Session>> {
-    CJIT_RETURN_IF_ERROR(ResolveFlags(options).status());
+    CJIT_ASSIGN_OR_RETURN(Flags flags, ResolveFlags(options));
+    ScopedMaxTensorBytes limit(static_cast<uint64_t>(flags.max_tensor_bytes));
     ImportOptions io;
     io.model_dir = model_dir;
     CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, ImportOnnxModel(bytes, io));
@@ -371,8 +373,11 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
 
 absl::StatusOr<std::shared_ptr<Graph>> Session::SpecializeAndCluster(const std::vector<NamedTensor>& inputs,
                                                                      ClusteringReport* report) {
-  CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> ordered, ValidateInputs(inputs));
-  return BuildSpecializedGraph(ordered, ValueSpecialized(ordered), report);
+  ScopedMaxTensorBytes limit(static_cast<uint64_t>(flags_.max_tensor_bytes));
+  return CatchAsStatus("SpecializeAndCluster", [&]() -> absl::StatusOr<std::shared_ptr<Graph>> {
+    CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> ordered, ValidateInputs(inputs));
+    return BuildSpecializedGraph(ordered, ValueSpecialized(ordered), report);
+  });
 }
 
 absl::StatusOr<ClusteringReport> Session::Explain(const std::vector<NamedTensor>& inputs) {
@@ -386,6 +391,7 @@ absl::StatusOr<std::vector<NamedTensor>> Session::Run(const std::vector<NamedTen
   // then give the caller back its own.
   int caller_threads = omp_get_max_threads();
   if (caller_threads != flags_.intra_op_threads) omp_set_num_threads(flags_.intra_op_threads);
+  ScopedMaxTensorBytes limit(static_cast<uint64_t>(flags_.max_tensor_bytes));
   auto result = CatchAsStatus("Run", [&] { return RunImpl(inputs); });
   if (caller_threads != flags_.intra_op_threads) omp_set_num_threads(caller_threads);
   return result;

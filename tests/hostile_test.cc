@@ -122,6 +122,41 @@ TEST(HostileTest, ConstantOfShapeTooLarge) {
   EXPECT_TRUE(ErrorWith(r.status(), {"ConstantOfShape"}));
 }
 
+// --max_tensor_bytes bounds every tensor a model makes: a computed output (ConstantOfShape, Tile, Expand
+// from a data-dependent shape), an initializer at load. Under the limit the same model runs.
+TEST(HostileTest, MaxTensorBytesBoundsComputedOutputs) {
+  ModelBuilder b;
+  b.Input("shape", kI64, {2}).Output("y");
+  b.Node("ConstantOfShape", {"shape"}, {"y"});
+  SessionOptions o = Opts();
+  o.flags.max_tensor_bytes = 1 << 20;
+  auto r = LoadAndRun(b, {{"shape", I64({2}, {1024, 1024})}}, o);  // 4 MiB of float32
+  EXPECT_TRUE(ErrorWith(r.status(), {"ConstantOfShape", "--max_tensor_bytes (1048576)", "4194304"}));
+  auto ok = LoadAndRun(b, {{"shape", I64({2}, {256, 256})}}, o);    // 256 KiB
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ((*ok)[0].tensor.numel(), 256 * 256);
+  // The compiled path checks too (Tile in a cluster).
+  ModelBuilder t;
+  t.Input("x", kF, {4, 4}).Input("r", kI64, {2}).Output("y");
+  t.Node("Tile", {"x", "r"}, {"y"});
+  SessionOptions oc = Opts("1");
+  oc.flags.max_tensor_bytes = 1 << 20;
+  auto rt = LoadAndRun(t, {{"x", F32({4, 4}, std::vector<float>(16, 1.0f))}, {"r", I64({2}, {1000, 1000})}}, oc);
+  EXPECT_TRUE(ErrorWith(rt.status(), {"Tile", "--max_tensor_bytes"}));
+}
+
+TEST(HostileTest, MaxTensorBytesBoundsInitializers) {
+  ModelBuilder b;
+  b.Input("x", kF, {1}).Output("y");
+  b.InitFloats("w", {300}, std::vector<float>(300, 1.0f));
+  b.Node("Add", {"x", "w"}, {"y"});
+  SessionOptions o = Opts();
+  o.flags.max_tensor_bytes = 1000;
+  EXPECT_TRUE(ErrorWith(Session::LoadFromBytes(b.Bytes(), o).status(), {"'w'", "--max_tensor_bytes (1000)"}));
+  o.flags.max_tensor_bytes = 1200;
+  EXPECT_TRUE(Session::LoadFromBytes(b.Bytes(), o).ok());
+}
+
 TEST(HostileTest, OneHotNegativeDepth) {
   ModelBuilder b;
   b.Input("i", kI64, {3}).Output("y");

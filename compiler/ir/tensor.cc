@@ -65,11 +65,25 @@ void ForEachAsDouble(const Tensor& t, F&& f) {
 
 }  // namespace
 
-absl::StatusOr<size_t> CheckedByteSize(DType dtype, const Dims& dims) {
-  static const uint64_t kPhysical = [] {
+namespace {
+thread_local uint64_t tls_max_tensor_bytes = 0;  // 0 = DefaultMaxTensorBytes()
+}  // namespace
+
+uint64_t DefaultMaxTensorBytes() {
+  static const uint64_t kHalfPhysical = [] {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : ~uint64_t{0};
+    return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 2 : ~uint64_t{0};
   }();
+  return kHalfPhysical;
+}
+
+uint64_t MaxTensorBytes() { return tls_max_tensor_bytes ? tls_max_tensor_bytes : DefaultMaxTensorBytes(); }
+
+ScopedMaxTensorBytes::ScopedMaxTensorBytes(uint64_t bytes) : saved_(tls_max_tensor_bytes) { tls_max_tensor_bytes = bytes; }
+
+ScopedMaxTensorBytes::~ScopedMaxTensorBytes() { tls_max_tensor_bytes = saved_; }
+
+absl::StatusOr<size_t> CheckedByteSize(DType dtype, const Dims& dims) {
   uint64_t n = 1;
   bool overflow = false, empty = false;
   for (int64_t d : dims) {
@@ -85,9 +99,10 @@ absl::StatusOr<size_t> CheckedByteSize(DType dtype, const Dims& dims) {
     return absl::InvalidArgumentError(absl::StrCat("tensor of dims ", DimsToString(dims), " is too large (its size overflows)"));
   }
   uint64_t bytes = n * esize;
-  if (bytes > kPhysical) {
+  uint64_t limit = MaxTensorBytes();
+  if (bytes > limit) {
     return absl::InvalidArgumentError(absl::StrCat("tensor of dims ", DimsToString(dims), " needs ", bytes,
-                                                   " bytes, more than this machine's memory (", kPhysical, ")"));
+                                                   " bytes, more than --max_tensor_bytes (", limit, ")"));
   }
   return static_cast<size_t>(bytes);
 }

@@ -22,9 +22,28 @@ int64_t NumElements(const Dims& dims);
 std::string DimsToString(const Dims& dims);  // "1x3x48x320"; "scalar" for {}
 
 // Bytes of a dense tensor of `dims`, or InvalidArgumentError for a negative dim, an element count or byte
-// size that overflows int64, or more bytes than this machine's physical memory (which could never be
-// allocated). Every allocation goes through it.
+// size that overflows int64, or more bytes than the calling thread's MaxTensorBytes(). Every allocation
+// and every inferred output shape goes through it.
 absl::StatusOr<size_t> CheckedByteSize(DType dtype, const Dims& dims);
+
+// The largest tensor (bytes) this thread may allocate: the innermost ScopedMaxTensorBytes, else
+// DefaultMaxTensorBytes(). A hostile model asking for more gets an error naming the node and size, never
+// an allocation the machine cannot back.
+uint64_t MaxTensorBytes();
+// Half of this machine's physical memory.
+uint64_t DefaultMaxTensorBytes();
+// Sets MaxTensorBytes() for the calling thread until destroyed (0 = DefaultMaxTensorBytes()); Session sets
+// --max_tensor_bytes around Load and Run. Not copyable; restores the previous limit.
+class ScopedMaxTensorBytes {
+ public:
+  explicit ScopedMaxTensorBytes(uint64_t bytes);
+  ~ScopedMaxTensorBytes();
+  ScopedMaxTensorBytes(const ScopedMaxTensorBytes&) = delete;
+  ScopedMaxTensorBytes& operator=(const ScopedMaxTensorBytes&) = delete;
+
+ private:
+  uint64_t saved_;
+};
 
 // Thrown by Tensor for an allocation that cannot be made (see CheckedByteSize, or out of memory) or an
 // invalid reshape/alias. These are internal errors: callers validate sizes first; the executor and the

@@ -75,13 +75,8 @@ absl::Status InferNode(const Node& node, std::span<const InferInput> inputs,
   // A shape that cannot be allocated is an error here, not an abort later.
   for (const InferOutput& o : outputs) {
     if (!o.shape.fully_known()) continue;
-    int64_t count = 1;
-    for (const Dim& d : o.shape.dims) {
-      if (d.value > 0 && count > (int64_t{1} << 36) / d.value) {
-        return NodeError(node, absl::StrCat("output shape ", o.shape.ToString(), " is too large to allocate"));
-      }
-      count *= d.value;
-    }
+    absl::StatusOr<size_t> bytes = CheckedByteSize(o.dtype == DType::kInvalid ? DType::kU8 : o.dtype, o.shape.concrete());
+    if (!bytes.ok()) return NodeError(node, absl::StrCat("output ", o.shape.ToString(), ": ", bytes.status().message()));
   }
   return absl::OkStatus();
 }
