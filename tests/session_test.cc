@@ -10,7 +10,9 @@
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
 #include "flags/logging.h"
+#include "runtime/cpu/onednn_util.h"
 #include "runtime/session.h"
+#include "tests/model_builder.h"
 
 namespace cjit {
 namespace {
@@ -351,6 +353,36 @@ TEST(SessionTest, ScalarIntegerInputsAreSpecializedByValue) {
   }
   // 8 value-specialized plans, then one dynamic plan for every later value.
   EXPECT_EQ((*s)->num_signatures(), 9);
+}
+
+// oneDNN primitives with reordered constant weights are cached process-wide; the cache must not keep a
+// destroyed Session's weights (a host that loads models again and again would grow without bound).
+TEST(SessionTest, ConvPrimitiveCacheReleasesDestroyedSessionsWeights) {
+  auto cycle = [](int k) {
+    testing::ModelBuilder b(13);
+    b.Input("x", onnx::TensorProto::FLOAT, {1, 4, 6, 6}).Output("y");
+    std::vector<float> w(8 * 4 * 3 * 3);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((i * 7 + k) % 11) - 5.0f;
+    b.InitFloats("w", {8, 4, 3, 3}, w);
+    b.Node("Conv", {"x", "w"}, {"y"});
+    auto s = Session::LoadFromBytes(b.Bytes(), Opts());
+    ASSERT_TRUE(s.ok()) << s.status();
+    Tensor x(DType::kF32, {1, 4, 6, 6});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(i % 5);
+    auto out = (*s)->Run({{"x", x}});
+    ASSERT_TRUE(out.ok()) << out.status();
+    // Independent check of one output element: y[0, 0, 0, 0] (no padding: the top-left 3x3 window).
+    double ref = 0;
+    for (int c = 0; c < 4; ++c)
+      for (int i = 0; i < 3; ++i)
+        for (int j = 0; j < 3; ++j) ref += double(w[(c * 3 + i) * 3 + j]) * double(((c * 6 + i) * 6 + j) % 5);
+    EXPECT_NEAR((*out)[0].tensor.data<float>()[0], ref, 1e-4);
+  };
+  cycle(0);
+  size_t after_first = DnnlCacheSize();
+  for (int k = 1; k <= 40; ++k) cycle(k);
+  // Each cycle's Conv entry holds its own weights; entries of destroyed sessions are dropped.
+  EXPECT_LE(DnnlCacheSize(), after_first + 1) << "cached oneDNN entries grew with destroyed sessions";
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // which would dominate the first run of a model whose products are all small. Other dtypes use plain
 // loops with float/double accumulation.
 #include <cstdlib>
+#include <list>
 #include <mutex>
 #include <new>
 #include <unordered_map>
@@ -25,22 +26,74 @@ dnnl::engine& CpuEngine() {
   return *e;
 }
 
+namespace {
+
+struct DnnlCache {
+  std::mutex mu;
+  std::list<std::string> lru;  // most recently used first
+  struct Slot {
+    std::shared_ptr<DnnlEntry> entry;
+    std::list<std::string>::iterator pos;
+  };
+  std::unordered_map<std::string, Slot> map;
+
+  // Requires mu. Drops entries whose constant weights are gone, then the least recently used over the bound.
+  void Trim() {
+    for (auto it = map.begin(); it != map.end();) {
+      if (it->second.entry->holds_weights && it->second.entry->weights_source.expired()) {
+        lru.erase(it->second.pos);
+        it = map.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    while (map.size() > kMaxDnnlEntries) {
+      map.erase(lru.back());
+      lru.pop_back();
+    }
+  }
+};
+
+DnnlCache& Cache() {
+  static auto* cache = new DnnlCache();
+  return *cache;
+}
+
+}  // namespace
+
+size_t DnnlCacheSize() {
+  std::lock_guard<std::mutex> lock(Cache().mu);
+  return Cache().map.size();
+}
+
 std::shared_ptr<DnnlEntry> GetOrCreateDnnl(const std::string& key,
                                            const std::function<std::shared_ptr<DnnlEntry>()>& make,
                                            const std::function<bool(const DnnlEntry&)>& valid) {
-  static std::mutex mu;
-  static auto* cache = new std::unordered_map<std::string, std::shared_ptr<DnnlEntry>>();
+  DnnlCache& c = Cache();
   {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache->find(key);
-    if (it != cache->end() && (!valid || valid(*it->second))) return it->second;
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.map.find(key);
+    if (it != c.map.end() && (!valid || valid(*it->second.entry))) {
+      c.lru.splice(c.lru.begin(), c.lru, it->second.pos);
+      return it->second.entry;
+    }
   }
   std::shared_ptr<DnnlEntry> e = make();
   if (!e) return e;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache->find(key);
-  if (it != cache->end() && (!valid || valid(*it->second))) return it->second;
-  (*cache)[key] = e;
+  std::lock_guard<std::mutex> lock(c.mu);
+  auto it = c.map.find(key);
+  if (it != c.map.end()) {
+    if (!valid || valid(*it->second.entry)) {
+      c.lru.splice(c.lru.begin(), c.lru, it->second.pos);
+      return it->second.entry;
+    }
+    it->second.entry = e;
+    c.lru.splice(c.lru.begin(), c.lru, it->second.pos);
+  } else {
+    c.lru.push_front(key);
+    c.map.emplace(key, DnnlCache::Slot{e, c.lru.begin()});
+  }
+  c.Trim();
   return e;
 }
 

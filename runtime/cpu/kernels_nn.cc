@@ -271,6 +271,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
       dnnl::reorder r = MakeDnnlReorder(user.get_desc(), e->weights_md, &scratch);
       ExecuteDnnl(r, s, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, e->weights}}, scratch);
       e->weights_source = w.buffer();
+      e->holds_weights = true;
     }
     return e;
   }, [&](const DnnlEntry& e) {

@@ -24,6 +24,7 @@ struct DnnlEntry {
   dnnl::primitive src_reorder, dst_reorder;
   bool has_src_reorder = false, has_dst_reorder = false;
   std::weak_ptr<uint8_t> weights_source;  // the buffer `weights` was reordered from
+  bool holds_weights = false;             // `weights` is set: the entry is dead once weights_source expires
   // Every primitive is created in user scratchpad mode (DnnlAttr): each execution gets its own scratchpad
   // of these sizes (ExecuteDnnl), so one cached primitive can run on several threads at once. With
   // oneDNN's library-managed scratchpad, concurrent executions of one primitive are not safe (oneDNN
@@ -42,9 +43,14 @@ dnnl::reorder MakeDnnlReorder(const dnnl::memory::desc& from, const dnnl::memory
 void ExecuteDnnl(const dnnl::primitive& prim, dnnl::stream& s, std::unordered_map<int, dnnl::memory> args,
                  const dnnl::memory::desc& scratchpad_md);
 
-// Returns the entry for `key`, creating it with `make` on first use. Entries live for the process.
-// `valid` (optional) rejects a cached entry, which is then re-created (e.g. its weights' buffer was freed
-// and the address reused by another tensor).
+// Returns the entry for `key`, creating it with `make` on first use. `valid` (optional) rejects a cached
+// entry, which is then re-created (e.g. its weights' buffer was freed and the address reused by another
+// tensor). The process-wide cache is bounded: entries whose weights' buffer is gone (the Session that owned
+// the constant was destroyed) are dropped, and beyond kMaxDnnlEntries the least recently used go (a caller
+// still holding one keeps it alive). Thread-safe.
+constexpr size_t kMaxDnnlEntries = 1024;
+// Number of cached entries (for tests).
+size_t DnnlCacheSize();
 std::shared_ptr<DnnlEntry> GetOrCreateDnnl(const std::string& key,
                                            const std::function<std::shared_ptr<DnnlEntry>()>& make,
                                            const std::function<bool(const DnnlEntry&)>& valid = nullptr);
