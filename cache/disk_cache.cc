@@ -54,8 +54,9 @@ uint64_t Checksum(absl::string_view key, absl::string_view payload) {
 
 // An entry's bytes, read without trusting the directory (it may be shared with other users): the final
 // component is opened with O_NOFOLLOW (a planted symlink is refused, not followed) and O_NONBLOCK (a FIFO
-// cannot block); only a regular file of at most kMaxEntryBytes is read. NotFound when the file is gone.
-absl::StatusOr<std::string> ReadEntry(const std::string& path) {
+// cannot block); only a regular file of at most kMaxEntryBytes is read. NotFound when the file is gone;
+// PermissionDenied for a file owned by neither `trusted_uid` (-1: the effective uid) nor root.
+absl::StatusOr<std::string> ReadEntry(const std::string& path, int64_t trusted_uid) {
   int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) {
     int err = errno;
@@ -67,6 +68,12 @@ absl::StatusOr<std::string> ReadEntry(const std::string& path) {
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     return absl::DataLossError("not a regular file");
+  }
+  uid_t trusted = trusted_uid < 0 ? ::geteuid() : static_cast<uid_t>(trusted_uid);
+  if (st.st_uid != trusted && st.st_uid != 0) {
+    ::close(fd);
+    return absl::PermissionDeniedError(absl::StrCat("owned by uid ", st.st_uid, ", not by this user (uid ", trusted,
+                                                    ") or root: another user's machine code is never loaded"));
   }
   if (st.st_size > kMaxEntryBytes) {
     ::close(fd);
@@ -249,10 +256,22 @@ void DiskCache::Reject(const std::string& path, absl::string_view why) {
 
 std::optional<std::string> DiskCache::Lookup(const CacheKey& key, uint32_t payload_kind) {
   std::string path = PathFor(key);
-  auto bytes = ReadEntry(path);
+  auto bytes = ReadEntry(path, options_.trusted_uid);
   if (!bytes.ok()) {
     if (bytes.status().code() == absl::StatusCode::kNotFound) {  // no entry, or evicted meanwhile
       ++misses_;
+      return std::nullopt;
+    }
+    if (bytes.status().code() == absl::StatusCode::kPermissionDenied) {  // another user's file: not ours to remove
+      ++misses_;
+      ++rejects_;
+      static std::mutex mu;
+      static std::set<std::string>* warned = new std::set<std::string>();
+      std::lock_guard<std::mutex> lock(mu);
+      if (warned->insert(path).second) {
+        CJIT_LOG(WARNING) << "persistent cache: ignoring entry " << path << ": " << bytes.status().message()
+                          << " (left in place; it will be recompiled)";
+      }
       return std::nullopt;
     }
     Reject(path, bytes.status().message());
@@ -345,7 +364,7 @@ DiskCacheStats DiskCache::stats() const {
   return s;
 }
 
-absl::StatusOr<std::vector<DiskCache::EntryInfo>> DiskCache::List(const std::string& dir) {
+absl::StatusOr<std::vector<DiskCache::EntryInfo>> DiskCache::List(const std::string& dir, int64_t trusted_uid) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return absl::NotFoundError(absl::StrCat("no cache directory ", dir));
   std::vector<EntryInfo> out;
@@ -368,7 +387,7 @@ absl::StatusOr<std::vector<DiskCache::EntryInfo>> DiskCache::List(const std::str
       out.push_back(std::move(info));
       continue;
     }
-    auto bytes = ReadEntry(e.path().string());
+    auto bytes = ReadEntry(e.path().string(), trusted_uid);
     if (!bytes.ok()) {
       info.problem = std::string(bytes.status().message());
     } else {

@@ -8,7 +8,9 @@
 // once at WARNING (saying whether it was removed) — never trusted, never fatal. The directory may be shared
 // with untrusted users (docs/security.md): entries are opened with O_NOFOLLOW and O_NONBLOCK, only regular
 // files of bounded size are read, temporary files are created with mkstemp (unpredictable, exclusive) and
-// the lock file is never followed through a symlink. Temporary files older than an hour (their writer
+// the lock file is never followed through a symlink. Entries hold machine code, so only files owned by
+// this user (or root) are read: an entry written by another user is ignored (a miss, logged once), never
+// loaded — the checksum detects corruption, file ownership is what authenticates the writer. Temporary files older than an hour (their writer
 // died) are removed when a cache is opened writable, and by prune. With max_bytes > 0 the directory is kept under that size
 // by least-recently-used eviction (a hit refreshes the entry's mtime), under an advisory lock (flock on
 // DIR/.lock) so that concurrent processes evict consistently.
@@ -38,6 +40,10 @@ struct DiskCacheOptions {
   std::string dir;
   bool read_only = false;
   int64_t max_bytes = 0;  // 0 = unbounded
+  // Entries are compiled machine code: only files owned by this user id (or root) are read; an entry
+  // another user planted in a shared directory is a miss, never loaded (docs/security.md). -1 = the
+  // process's effective uid (set otherwise only by tests).
+  int64_t trusted_uid = -1;
 };
 
 struct DiskCacheStats {
@@ -68,7 +74,7 @@ class DiskCache {
     std::string key_head;   // first line of the key's target/flags, for display
     uint32_t payload_kind = 0;
   };
-  static absl::StatusOr<std::vector<EntryInfo>> List(const std::string& dir);
+  static absl::StatusOr<std::vector<EntryInfo>> List(const std::string& dir, int64_t trusted_uid = -1);
   // Evicts least-recently-used entries until the directory holds at most max_bytes.
   static absl::StatusOr<int64_t> Prune(const std::string& dir, int64_t max_bytes);
   // Removes every entry (and stray temporary files); returns how many files were removed, or an error

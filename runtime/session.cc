@@ -223,7 +223,14 @@ absl::StatusOr<std::vector<Tensor>> Session::ValidateInputs(const std::vector<Na
         }
       }
     }
+    if (!t.defined() && t.numel() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", nt.name, "' has no data"));
+    }
     ordered[idx] = t;
+    if (HasNonCanonicalBools(t)) {  // a host buffer with bytes other than 0/1: copy, nonzero -> true
+      ordered[idx] = t.Clone();
+      CanonicalizeBools(ordered[idx]);
+    }
   }
   for (size_t i = 0; i < inputs_.size(); ++i) {
     if (!seen[i]) return absl::InvalidArgumentError(absl::StrCat("missing input '", inputs_[i].name, "'"));

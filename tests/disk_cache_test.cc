@@ -249,6 +249,33 @@ TEST(DiskCacheHostileTest, PlantedSymlinksFifosAndHugeFiles) {
   fs::remove(victim);
 }
 
+// Entries are machine code: a valid entry (right magic, key, checksum) written by another user is never
+// loaded, and not removed (it is not ours). Simulated with trusted_uid = another uid, so that the files
+// this process writes look foreign; when run as root, also with a file really chowned to another user.
+TEST(DiskCacheHostileTest, EntriesOwnedByAnotherUserAreNeverLoaded) {
+  std::string dir = FreshDir("foreign");
+  CacheKey k = Key("planted");
+  ASSERT_TRUE(Open(dir)->Store(k, 1, "attacker's code").ok());
+  uid_t other = ::geteuid() == 0 ? 12345 : ::geteuid() + 1;
+  auto strict = DiskCache::Open({dir, false, 0, static_cast<int64_t>(other)});
+  ASSERT_TRUE(strict.ok());
+  if (::geteuid() == 0) {
+    // Root's own files are trusted by everyone: make the entry really belong to `other` instead.
+    ASSERT_EQ(::chown((dir + "/" + k.Hex() + ".cjit").c_str(), other, other), 0);
+    strict = DiskCache::Open({dir, false, 0, -1});
+    ASSERT_TRUE(strict.ok());
+  }
+  EXPECT_FALSE((*strict)->Lookup(k, 1).has_value());
+  EXPECT_EQ((*strict)->stats().hits, 0);
+  EXPECT_TRUE(fs::exists(dir + "/" + k.Hex() + ".cjit")) << "another user's file must be left in place";
+  auto list = DiskCache::List(dir, ::geteuid() == 0 ? -1 : static_cast<int64_t>(other));
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_FALSE((*list)[0].ok);
+  EXPECT_NE((*list)[0].problem.find("owned by uid"), std::string::npos) << (*list)[0].problem;
+  fs::remove_all(dir);
+}
+
 TEST(DiskCacheHostileTest, OrphanedTemporaryFilesAreReportedAndReclaimed) {
   std::string dir = FreshDir("orphans");
   Open(dir);

@@ -1,12 +1,15 @@
 #!/usr/bin/python3
-"""Generates compiler/onnx/op_schemas.inc: for every operator version of the default ONNX domain, its
-name, since_version and attributes (name, type, required). Versions up to opset 17 come from the ONNX
+"""Generates compiler/ops/op_schemas.inc: for every operator version of the default ONNX domain, its
+name, since_version, attributes (name, type, required), formal inputs and outputs (name, option: S single,
+O optional, V homogeneous variadic, H heterogeneous variadic; and type: a type parameter such as T, or !dtype
+for a fixed type), the allowed input and output counts, and the type constraints (T=f32|f64|...; only the
+element types clusterjit has). Versions up to opset 17 come from the ONNX
 schemas of Debian's python3-onnx (1.12); the versions of opsets 18-21 (ONNX 1.13-1.16) of operators
 clusterjit supports are listed below by hand from the ONNX operator specification
 (https://onnx.ai/onnx/operators/, docs/Changelog.md of the onnx repository), since that package
 predates them. The importer checks every node against this table, not against libonnx.
 
-usage: tools/gen_op_schemas.py > compiler/onnx/op_schemas.inc
+usage: tools/gen_op_schemas.py > compiler/ops/op_schemas.inc
 """
 import onnx
 import onnx.defs
@@ -84,23 +87,90 @@ NEWER = [
 ]
 
 
+# Formal inputs / outputs of the opset 18-21 versions whose signature differs from the operator's previous
+# version (or that are new): ("name:S|O|V:type,...", min, max) for inputs, then for outputs, then the type
+# constraints. Versions not listed keep the signature of the previous version of the operator.
+INF = 2147483647
+FLOATS = "f16|bf16|f32|f64"
+INTS = "i8|i16|i32|i64|u8|u16|u32|u64"
+ALL = FLOATS + "|" + INTS + "|bool"
+REDUCE_IO = (("data:S:T,axes:O:!i64", 1, 2), ("reduced:S:T", 1, 1), "T=" + FLOATS + "|i32|i64|u32|u64|i8|u8")
+SIGNATURES = {
+    ("BitwiseAnd", 18): (("A:S:T,B:S:T", 2, 2), ("C:S:T", 1, 1), "T=" + INTS),
+    ("BitwiseOr", 18): (("A:S:T,B:S:T", 2, 2), ("C:S:T", 1, 1), "T=" + INTS),
+    ("BitwiseXor", 18): (("A:S:T,B:S:T", 2, 2), ("C:S:T", 1, 1), "T=" + INTS),
+    ("BitwiseNot", 18): (("X:S:T", 1, 1), ("Y:S:T", 1, 1), "T=" + INTS),
+    ("CenterCropPad", 18): (("input_data:S:T,shape:S:Tind", 2, 2), ("output_data:S:T", 1, 1), "T=" + ALL + ";Tind=i32|i64"),
+    ("Col2Im", 18): (("input:S:T,image_shape:S:!i64,block_shape:S:!i64", 3, 3), ("output:S:T", 1, 1), "T=" + ALL),
+    ("GroupNormalization", 18): (("X:S:T,scale:S:T,bias:S:T", 3, 3), ("Y:S:T", 1, 1), "T=" + FLOATS),
+    ("Mish", 18): (("X:S:T", 1, 1), ("Y:S:T", 1, 1), "T=" + FLOATS),
+    ("Pad", 18): (("data:S:T,pads:S:!i64,constant_value:O:T,axes:O:Tind", 2, 4), ("output:S:T", 1, 1),
+                  "T=" + ALL + ";Tind=i32|i64"),
+    ("Split", 18): (("input:S:T,split:O:!i64", 1, 2), ("outputs:V:T", 1, INF), "T=" + ALL),
+    ("Gelu", 20): (("X:S:T", 1, 1), ("Y:S:T", 1, 1), "T=" + FLOATS),
+}
+for _op in ["ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
+            "ReduceProd", "ReduceSumSquare"]:
+    SIGNATURES[(_op, 18)] = REDUCE_IO
+SIGNATURES[("ReduceMax", 20)] = (REDUCE_IO[0], REDUCE_IO[1], REDUCE_IO[2] + "|bool")
+SIGNATURES[("ReduceMin", 20)] = SIGNATURES[("ReduceMax", 20)]
+DTYPES = {"float": "f32", "double": "f64", "float16": "f16", "bfloat16": "bf16", "int8": "i8", "uint8": "u8",
+          "int16": "i16", "uint16": "u16", "int32": "i32", "int64": "i64", "uint32": "u32", "uint64": "u64",
+          "bool": "bool"}
+
+
+def option(p):
+    o = int(p.option)
+    return "S" if o == 0 else "O" if o == 1 else ("V" if p.isHomogeneous else "H")
+
+
+def type_of(p):
+    t = p.typeStr
+    if t.startswith("tensor(") and t.endswith(")"):
+        return "!" + DTYPES.get(t[7:-1], "none")
+    return t
+
+
+def formals(params):
+    return ",".join("%s:%s:%s" % (p.name, option(p), type_of(p)) for p in params)
+
+
+def constraints(schema):
+    out = []
+    for c in schema.type_constraints:
+        types = [DTYPES[t[7:-1]] for t in c.allowed_type_strs
+                 if t.startswith("tensor(") and t[7:-1] in DTYPES]
+        out.append("%s=%s" % (c.type_param_str, "|".join(types)))
+    return ";".join(out)
+
+
 def main():
     rows = []
     for s in onnx.defs.get_all_schemas_with_history():
         if s.domain not in ("", "ai.onnx"):
             continue
         attrs = sorted((a.name, TYPES[int(a.type)], 1 if a.required else 0) for a in s.attributes.values())
-        rows.append((s.name, s.since_version, attrs, 1 if s.deprecated else 0))
+        io = ((formals(s.inputs), s.min_input, s.max_input), (formals(s.outputs), s.min_output, s.max_output),
+              constraints(s))
+        rows.append((s.name, s.since_version, attrs, 1 if s.deprecated else 0, io))
     for op, since, attrs in NEWER:
-        rows.append((op, since, sorted(attrs), 0))
+        io = SIGNATURES.get((op, since))
+        if io is None:
+            earlier = [r for r in rows if r[0] == op and r[1] < since]
+            if not earlier:
+                raise SystemExit("gen_op_schemas: no signature for new operator %s-%d" % (op, since))
+            io = max(earlier, key=lambda r: r[1])[4]
+        rows.append((op, since, sorted(attrs), 0, io))
     rows.sort()
     print("// Generated by tools/gen_op_schemas.py; do not edit. ONNX %s schemas (opsets <= 17) + the operator"
           % onnx.__version__)
     print("// versions of opsets 18-21 that clusterjit supports (ONNX operator specification).")
-    print("// {op, since_version, deprecated, \"attr:TYPE:required,...\"}")
-    for op, since, attrs, dep in rows:
+    print("// {op, since_version, deprecated, \"attr:TYPE:required,...\", \"input:S|O|V|H:type,...\", min inputs,")
+    print("//  max inputs, \"output:...\", min outputs, max outputs, \"T=f32|f64;...\"}")
+    for op, since, attrs, dep, ((ins, imin, imax), (outs, omin, omax), cons) in rows:
         text = ",".join("%s:%s:%d" % a for a in attrs)
-        print('{"%s", %d, %d, "%s"},' % (op, since, dep, text))
+        print('{"%s", %d, %d, "%s", "%s", %d, %d, "%s", %d, %d, "%s"},' % (op, since, dep, text, ins, imin, imax, outs,
+                                                                          omin, omax, cons))
 
 
 if __name__ == "__main__":

@@ -1,3 +1,4 @@
+#include "compiler/ir/numeric_cast.h"
 #include "compiler/ir/tensor.h"
 
 #include <unistd.h>
@@ -168,6 +169,11 @@ Tensor Tensor::Clone() const {
   return t;
 }
 
+void Tensor::ThrowDimError(int i) const {
+  throw IndexError(absl::StrCat("dim ", i, " of a tensor of rank ", dims_.size(), " (dims ", DimsToString(dims_),
+                                ") does not exist"));
+}
+
 std::vector<int64_t> Tensor::ToInt64Vector() const {
   std::vector<int64_t> out(defined() ? numel() : 0);
   if (dtype_ == DType::kI64) {
@@ -178,7 +184,7 @@ std::vector<int64_t> Tensor::ToInt64Vector() const {
     for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<int64_t>(data<uint64_t>()[i]);
     return out;
   }
-  if (defined()) ForEachAsDouble(*this, [&](int64_t i, double v) { out[i] = static_cast<int64_t>(v); });
+  if (defined()) ForEachAsDouble(*this, [&](int64_t i, double v) { out[i] = NumericCast<int64_t>(v); });
   return out;
 }
 
@@ -191,6 +197,21 @@ std::vector<double> Tensor::ToDoubleVector() const {
 bool Tensor::BitwiseEquals(const Tensor& other) const {
   if (dtype_ != other.dtype_ || dims_ != other.dims_) return false;
   return nbytes() == 0 || std::memcmp(raw(), other.raw(), nbytes()) == 0;
+}
+
+bool HasNonCanonicalBools(const Tensor& t) {
+  if (t.dtype() != DType::kBool || !t.defined()) return false;
+  const uint8_t* p = static_cast<const uint8_t*>(t.raw());
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) {
+    if (p[i] > 1) return true;
+  }
+  return false;
+}
+
+void CanonicalizeBools(Tensor& t) {
+  if (t.dtype() != DType::kBool || !t.defined()) return;
+  uint8_t* p = static_cast<uint8_t*>(t.raw());
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = p[i] != 0;
 }
 
 }  // namespace cjit

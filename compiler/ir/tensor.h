@@ -53,6 +53,14 @@ class TensorError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Thrown for an access outside a tensor's dims (Tensor::dim) or of an input a kernel needs but the node
+// does not have (KernelContext::in): an input the shape functions did not reject. The executor returns it
+// as InvalidArgument naming the node (runtime/cpu/kernel.cc RunKernel), never an out-of-bounds read.
+class IndexError : public std::out_of_range {
+ public:
+  using std::out_of_range::out_of_range;
+};
+
 class Tensor {
  public:
   Tensor() = default;
@@ -65,7 +73,11 @@ class Tensor {
   DType dtype() const { return dtype_; }
   const Dims& dims() const { return dims_; }
   int rank() const { return static_cast<int>(dims_.size()); }
-  int64_t dim(int i) const { return dims_[i]; }
+  // Dim i (0 <= i < rank()); IndexError otherwise.
+  int64_t dim(int i) const {
+    if (i < 0 || i >= static_cast<int>(dims_.size())) ThrowDimError(i);
+    return dims_[i];
+  }
   int64_t numel() const { return NumElements(dims_); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype_); }
   bool defined() const { return dtype_ != DType::kInvalid; }
@@ -97,10 +109,17 @@ class Tensor {
   bool BitwiseEquals(const Tensor& other) const;
 
  private:
+  [[noreturn]] void ThrowDimError(int i) const;
   DType dtype_ = DType::kInvalid;
   Dims dims_;
   std::shared_ptr<uint8_t> data_;
 };
+
+// A bool tensor holds one byte per element, 0 or 1 (C++ bool). Bytes from outside (a model's raw data, a
+// host's input buffer) may hold other values: true when `t` is a bool tensor with any byte above 1, and
+// CanonicalizeBools rewrites every nonzero byte to 1 in place (ONNX: nonzero is true).
+bool HasNonCanonicalBools(const Tensor& t);
+void CanonicalizeBools(Tensor& t);
 
 }  // namespace cjit
 

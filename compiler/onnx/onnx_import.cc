@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
-#include "compiler/onnx/op_schemas.h"
+#include "compiler/ops/op_schemas.h"
 #include "compiler/onnx/tensor_proto.h"
 #include "compiler/ops/op_registry.h"
 #include "flags/file_util.h"
@@ -205,6 +205,26 @@ class Importer {
           (a.name() == "spatial" && a.i() == 0)) {
         return absl::UnimplementedError(absl::StrCat(options_.source, ": node '", name, "' (", np.op_type(),
                                                      "): unsupported legacy attribute '", a.name(), "'"));
+      }
+    }
+    // Input and output counts, and required inputs not left empty (ONNX IR: an empty name is an absent
+    // optional input). Kernels and shape functions rely on this: they read the required inputs freely.
+    std::string sig = absl::StrCat(np.op_type(), "-", schema->since_version);
+    auto range = [](int lo, int hi) {
+      return lo == hi ? absl::StrCat(lo) : hi >= (1 << 30) ? absl::StrCat(lo, " or more") : absl::StrCat(lo, " to ", hi);
+    };
+    if (np.input_size() < schema->min_inputs || np.input_size() > schema->max_inputs) {
+      return NodeErr(name, np.op_type(), absl::StrCat("has ", np.input_size(), " inputs; ", sig, " takes ",
+                                                      range(schema->min_inputs, schema->max_inputs)));
+    }
+    if (np.output_size() < schema->min_outputs || np.output_size() > schema->max_outputs) {
+      return NodeErr(name, np.op_type(), absl::StrCat("has ", np.output_size(), " outputs; ", sig, " has ",
+                                                      range(schema->min_outputs, schema->max_outputs)));
+    }
+    for (size_t i = 0; i < schema->inputs.size() && static_cast<int>(i) < np.input_size(); ++i) {
+      if (schema->inputs[i].option == 'S' && np.input(static_cast<int>(i)).empty()) {
+        return NodeErr(name, np.op_type(), absl::StrCat("the required input '", schema->inputs[i].name, "' (#", i,
+                                                        ") of ", sig, " is empty"));
       }
     }
     for (const auto& [attr, spec] : schema->attributes) {

@@ -109,6 +109,7 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::st
     absl::Status st = ReadExactly(*fd, offset, out.raw(), bytes, absl::StrCat("external data file ", location));
     ::close(*fd);
     if (!st.ok()) return st;
+    CanonicalizeBools(out);
     return out;
   }
   if (p.has_raw_data()) {
@@ -118,6 +119,7 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::st
     }
     Tensor out(t, dims);
     if (bytes) std::memcpy(out.raw(), p.raw_data().data(), bytes);
+    CanonicalizeBools(out);
     return out;
   }
   int64_t have = 0;
@@ -187,6 +189,7 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::st
     case DType::kInvalid:
       break;
   }
+  CanonicalizeBools(out);
   return out;
 }
 

@@ -1,5 +1,7 @@
 #include "compiler/ops/op_registry.h"
 
+#include "compiler/ops/op_schemas.h"
+
 #include <map>
 #include <mutex>
 
@@ -69,8 +71,25 @@ absl::Status InferNode(const Node& node, std::span<const InferInput> inputs,
     if (!inputs[i].present) return NodeError(node, absl::StrCat("required input ", i, " is missing"));
   }
   if (node.outputs.empty()) return NodeError(node, "has no outputs (every ONNX operator has at least one)");
+  // Element types against the ONNX type constraints of the version in force (op_schemas.h): kernels read
+  // their inputs with the types the constraints promise (an int64 Y with a float32 X would be read past
+  // its end).
+  if (node.domain.empty() && node.opset_version > 0) {
+    int first = 0;
+    if (const OpSchemaVersion* schema = FindOpSchema(node.op_type, static_cast<int>(node.opset_version), &first)) {
+      std::vector<DType> dtypes;
+      for (const InferInput& in : inputs) dtypes.push_back(in.present ? in.dtype : DType::kInvalid);
+      std::string bad = CheckInputTypes(*schema, dtypes);
+      if (!bad.empty()) return NodeError(node, bad);
+    }
+  }
   outputs.assign(node.outputs.size(), InferOutput{});
-  absl::Status st = def->infer(node, inputs, outputs);
+  absl::Status st;
+  try {
+    st = def->infer(node, inputs, outputs);
+  } catch (const std::exception& e) {  // IndexError from Tensor::dim on a constant input, a bad_alloc...
+    return NodeError(node, e.what());
+  }
   if (!st.ok()) return st;
   // A shape that cannot be allocated is an error here, not an abort later.
   for (const InferOutput& o : outputs) {
@@ -124,10 +143,9 @@ absl::StatusOr<Shape> ShapeFromValues(const Node& node, const std::vector<int64_
 }
 
 absl::StatusOr<int> NormalizeAxis(const Node& node, int64_t axis, int rank) {
-  if (axis < -rank || axis >= std::max(rank, 1) + (rank == 0 ? 0 : 0)) {
-    if (!(rank == 0 && (axis == 0 || axis == -1))) {
-      return NodeError(node, absl::StrCat("axis ", axis, " is out of range for rank ", rank));
-    }
+  // ONNX: axis in [-r, r - 1]; a scalar (rank 0) has no axis.
+  if (axis < -rank || axis >= rank) {
+    return NodeError(node, absl::StrCat("axis ", axis, " is out of range for rank ", rank));
   }
   return static_cast<int>(axis < 0 ? axis + rank : axis);
 }
@@ -169,9 +187,21 @@ absl::StatusOr<WindowGeometry> ComputeWindowGeometry(const Node& node, const std
     return NodeError(node, absl::StrCat("kernel_shape/strides/dilations/pads do not match ", n,
                                         " spatial dims"));
   }
+  // Bounds that keep every product below in int64 (dims are below 2^40: CheckedByteSize); ONNX requires
+  // positive strides/dilations/kernel sizes and non-negative pads.
+  constexpr int64_t kMaxWindowAttr = int64_t{1} << 24;
   for (size_t i = 0; i < n; ++i) {
     if (g.strides[i] <= 0 || g.dilations[i] <= 0 || g.kernel[i] <= 0) {
       return NodeError(node, "strides, dilations and kernel sizes must be positive");
+    }
+    if (g.strides[i] > kMaxWindowAttr || g.dilations[i] > kMaxWindowAttr || g.kernel[i] > kMaxWindowAttr ||
+        in[i] > (int64_t{1} << 40)) {
+      return NodeError(node, absl::StrCat("strides, dilations and kernel sizes must be at most ", kMaxWindowAttr));
+    }
+  }
+  for (int64_t p : pads) {
+    if (p < 0 || p > kMaxWindowAttr) {
+      return NodeError(node, absl::StrCat("pads must be in [0, ", kMaxWindowAttr, "], got ", p));
     }
   }
   g.pad_begin.assign(pads.begin(), pads.begin() + n);
@@ -180,7 +210,19 @@ absl::StatusOr<WindowGeometry> ComputeWindowGeometry(const Node& node, const std
   g.out.resize(n);
   std::vector<int64_t> out_pad = node.GetInts("output_padding", std::vector<int64_t>(n, 0));
   std::vector<int64_t> out_shape = node.GetInts("output_shape");
-  if (out_pad.size() != n) out_pad.assign(n, 0);
+  if (transposed) {
+    if (out_pad.size() != n) {
+      return NodeError(node, absl::StrCat("output_padding has ", out_pad.size(), " values for ", n, " spatial dims"));
+    }
+    if (!out_shape.empty() && out_shape.size() != n && out_shape.size() != n + 2) {
+      return NodeError(node, absl::StrCat("output_shape has ", out_shape.size(), " values for ", n, " spatial dims"));
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (out_pad[i] < 0 || out_pad[i] > kMaxWindowAttr) {
+        return NodeError(node, absl::StrCat("output_padding must be in [0, ", kMaxWindowAttr, "], got ", out_pad[i]));
+      }
+    }
+  }
   for (size_t i = 0; i < n; ++i) {
     int64_t eff_k = (g.kernel[i] - 1) * g.dilations[i] + 1;
     if (!transposed) {
@@ -205,6 +247,10 @@ absl::StatusOr<WindowGeometry> ComputeWindowGeometry(const Node& node, const std
       if (!out_shape.empty()) {
         int64_t target = out_shape[out_shape.size() - n + i];
         int64_t total = full - target;
+        if (target <= 0 || total < 0) {
+          return NodeError(node, absl::StrCat("output_shape ", target, " is not reachable: the full output along "
+                                              "spatial dim ", i, " is ", full));
+        }
         if (auto_pad == "SAME_UPPER") {
           g.pad_begin[i] = total / 2;
           g.pad_end[i] = total - total / 2;

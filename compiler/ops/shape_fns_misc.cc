@@ -148,19 +148,49 @@ void RegisterMiscOps() {
   });
   Reg("MaxUnpool", C::kPooling, A::kInfer, 2, 3, [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
     out[0].dtype = in[0].dtype;
-    if (in.size() > 2 && in[2].present) {
-      if (in[2].value) out[0].shape = Shape::Of(in[2].value->ToInt64Vector());
-      return absl::OkStatus();
-    }
     const Shape& x = in[0].shape;
-    if (!x.fully_known()) return absl::OkStatus();
+    // ONNX MaxUnpool: X [N, C, spatial...], I like X, output_shape (optional) of X's rank and at least the
+    // default unpooled size (in - 1) * stride + kernel - pads.
+    if (!x.rank_known) return absl::OkStatus();
+    if (x.rank() < 3) return NodeError(n, absl::StrCat("X must be N x C x spatial, got ", x.ToString()));
+    const Shape& ind = in[1].shape;
+    if (ind.rank_known && ind.rank() != x.rank()) {
+      return NodeError(n, absl::StrCat("I has shape ", ind.ToString(), ", X ", x.ToString(), ": they must match"));
+    }
     std::vector<int64_t> k = n.GetInts("kernel_shape");
     size_t sp = x.rank() - 2;
     std::vector<int64_t> st = n.GetInts("strides", std::vector<int64_t>(sp, 1));
     std::vector<int64_t> pads = n.GetInts("pads", std::vector<int64_t>(2 * sp, 0));
     if (k.size() != sp || st.size() != sp || pads.size() != 2 * sp) return NodeError(n, "bad kernel_shape/strides/pads");
+    constexpr int64_t kMax = int64_t{1} << 24;
+    for (size_t i = 0; i < sp; ++i) {
+      if (k[i] <= 0 || k[i] > kMax || st[i] <= 0 || st[i] > kMax) {
+        return NodeError(n, absl::StrCat("kernel_shape and strides must be in [1, ", kMax, "]"));
+      }
+    }
+    for (int64_t p : pads) {
+      if (p < 0 || p > kMax) return NodeError(n, absl::StrCat("pads must be in [0, ", kMax, "]"));
+    }
+    if (!x.fully_known()) return absl::OkStatus();
     Dims d = x.concrete();
-    for (size_t i = 0; i < sp; ++i) d[2 + i] = (d[2 + i] - 1) * st[i] + k[i] - pads[i] - pads[sp + i];
+    for (size_t i = 0; i < sp; ++i) {
+      d[2 + i] = (d[2 + i] - 1) * st[i] + k[i] - pads[i] - pads[sp + i];
+      if (d[2 + i] <= 0) return NodeError(n, "the unpooled spatial size is not positive");
+    }
+    if (in.size() > 2 && in[2].present) {
+      if (!in[2].value) return absl::OkStatus();
+      std::vector<int64_t> os = in[2].value->ToInt64Vector();
+      if (os.size() != d.size()) {
+        return NodeError(n, absl::StrCat("output_shape has ", os.size(), " values for a rank-", d.size(), " input"));
+      }
+      for (size_t i = 0; i < d.size(); ++i) {
+        if (os[i] < d[i] || (i < 2 && os[i] != d[i])) {
+          return NodeError(n, absl::StrCat("output_shape dim ", i, " (", os[i], ") is smaller than the unpooled ", d[i],
+                                           i < 2 ? " or changes N/C" : ""));
+        }
+      }
+      d = os;
+    }
     out[0].shape = Shape::Of(d);
     return absl::OkStatus();
   });
@@ -204,11 +234,26 @@ void RegisterMiscOps() {
     out[0].dtype = in[7].dtype;
     return absl::OkStatus();
   });
-  Reg("GridSample", C::kOther, A::kInfer, 2, 2, [](const Node&, Inputs in, Outputs& out) {
+  Reg("GridSample", C::kOther, A::kInfer, 2, 2, [](const Node& n, Inputs in, Outputs& out) {
     out[0].dtype = in[0].dtype;
     const Shape& x = in[0].shape;
     const Shape& g = in[1].shape;
-    if (x.rank_known && g.rank_known && x.rank() == 4 && g.rank() == 4) {
+    // ONNX GridSample-16: X [N, C, H, W], grid [N, H_out, W_out, 2] of a float type.
+    if ((x.rank_known && x.rank() != 4) || (g.rank_known && g.rank() != 4) ||
+        (g.rank_known && g.dims[3].known() && g.dims[3].value != 2) ||
+        (x.rank_known && g.rank_known && x.dims[0].known() && g.dims[0].known() && x.dims[0].value != g.dims[0].value)) {
+      return NodeError(n, absl::StrCat("X must be [N, C, H, W] and grid [N, H_out, W_out, 2], got ", x.ToString(),
+                                       " and ", g.ToString()));
+    }
+    if (in[1].dtype != DType::kInvalid && !IsFloat(in[1].dtype)) return NodeError(n, "grid must be a float tensor");
+    for (const char* attr : {"mode", "padding_mode"}) {
+      std::string v = n.GetString(attr, "");
+      if (!v.empty() && v != "bilinear" && v != "nearest" && v != "bicubic" && v != "zeros" && v != "border" &&
+          v != "reflection") {
+        return NodeError(n, absl::StrCat("unsupported ", attr, " '", v, "'"));
+      }
+    }
+    if (x.rank_known && g.rank_known) {
       out[0].shape.rank_known = true;
       out[0].shape.dims = {x.dims[0], x.dims[1], g.dims[1], g.dims[2]};
     }

@@ -2,6 +2,7 @@
 // (ONNX operator specification, opsets 7-18).
 #include <cmath>
 
+#include "compiler/ir/numeric_cast.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/ops/op_registry.h"
@@ -47,6 +48,8 @@ absl::Status CheckConvOperands(const Node& n, Inputs in, bool transposed) {
   const Shape& w = in[1].shape;
   int64_t group = n.GetInt("group", 1);
   if (group <= 0) return NodeError(n, absl::StrCat("group must be positive, got ", group));
+  if (x.rank_known && x.rank() < 3) return NodeError(n, absl::StrCat("X must be N x C x spatial, got ", x.ToString()));
+  if (w.rank_known && w.rank() < 3) return NodeError(n, absl::StrCat("W must be M x C/group x kernel, got ", w.ToString()));
   if (x.rank_known && w.rank_known && x.rank() != w.rank()) {
     return NodeError(n, absl::StrCat("W has rank ", w.rank(), ", X has rank ", x.rank()));
   }
@@ -235,7 +238,7 @@ absl::Status ResizeInfer(const Node& n, Inputs in, Outputs& out) {
       }
       for (size_t k = 0; k < sz.size(); ++k) {
         out[0].shape.dims[dims_sel[k]] =
-            Dim{static_cast<int64_t>(std::round(scale * x.dims[dims_sel[k]].value)), ""};
+            Dim{NumericCast<int64_t>(std::round(scale * x.dims[dims_sel[k]].value)), ""};
       }
       return absl::OkStatus();
     }
@@ -256,7 +259,7 @@ absl::Status ResizeInfer(const Node& n, Inputs in, Outputs& out) {
   for (size_t k = 0; k < sc.size(); ++k) {
     const Dim& d = x.dims[dims_sel[k]];
     out[0].shape.dims[dims_sel[k]] =
-        d.known() ? Dim{static_cast<int64_t>(std::floor(d.value * static_cast<float>(sc[k]))), ""} : Dim{};
+        d.known() ? Dim{NumericCast<int64_t>(std::floor(d.value * static_cast<float>(sc[k]))), ""} : Dim{};
   }
   return absl::OkStatus();
 }
@@ -281,7 +284,9 @@ absl::Status RecurrentInfer(const Node& n, Inputs in, Outputs& out) {
   const Shape& w = in[1].shape;
   const Shape& r = in[2].shape;
   if (hidden < 0 && r.rank_known && r.rank() == 3 && r.dims[2].known()) hidden = r.dims[2].value;
-  if (n.HasAttr("hidden_size") && hidden <= 0) return NodeError(n, "hidden_size must be positive");
+  if (n.HasAttr("hidden_size") && (hidden <= 0 || hidden > (int64_t{1} << 30))) {
+    return NodeError(n, absl::StrCat("hidden_size must be in [1, 2^30], got ", hidden));
+  }
   Dim input_size = x.rank_known && x.rank() == 3 ? x.dims[2] : Dim{};
   auto check = [&](const Shape& s, const char* name, std::vector<int64_t> want) -> absl::Status {
     if (!s.rank_known) return absl::OkStatus();
@@ -328,7 +333,7 @@ absl::Status SpaceDepthInfer(const Node& n, Inputs in, Outputs& out) {
   if (!x.fully_known()) return absl::OkStatus();
   if (x.rank() != 4) return NodeError(n, "input must be 4-D");
   int64_t b = n.GetInt("blocksize", 0);
-  if (b <= 0) return NodeError(n, "blocksize must be positive");
+  if (b <= 0 || b > (int64_t{1} << 20)) return NodeError(n, absl::StrCat("blocksize must be in [1, 2^20], got ", b));
   Dims d = x.concrete();
   if (n.op_type == "DepthToSpace") {
     if (d[1] % (b * b)) return NodeError(n, "channels not divisible by blocksize^2");

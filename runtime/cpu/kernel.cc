@@ -48,9 +48,19 @@ Tensor& KernelContext::Alloc(int i, DType dtype, Dims dims) {
   return outputs[i];
 }
 
+void KernelContext::ThrowMissingInput(int i) const {
+  throw IndexError(absl::StrCat("input ", i, " is required by the kernel but the node ",
+                                i < num_inputs() ? "leaves it empty" : absl::StrCat("has only ", num_inputs())));
+}
+
 absl::Status RunKernel(const KernelFn& fn, KernelContext& ctx) {
   try {
     return fn(ctx);
+  } catch (const IndexError& e) {
+    return absl::InvalidArgumentError(absl::StrCat(ctx.node->Describe(), ": ", e.what()));
+  } catch (const std::out_of_range& e) {  // vector::at on an input with fewer values than the op reads
+    return absl::InvalidArgumentError(
+        absl::StrCat(ctx.node->Describe(), ": an input holds fewer values than the operator needs (", e.what(), ")"));
   } catch (const TensorError& e) {
     return absl::ResourceExhaustedError(absl::StrCat(ctx.node->Describe(), ": ", e.what()));
   } catch (const std::bad_alloc&) {

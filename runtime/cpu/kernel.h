@@ -49,7 +49,12 @@ struct KernelContext {
     return input_is_constant != nullptr && i < static_cast<int>(input_is_constant->size()) && (*input_is_constant)[i];
   }
   bool has(int i) const { return i < num_inputs() && inputs[i] != nullptr; }
-  const Tensor& in(int i) const { return *inputs[i]; }
+  // Input i; IndexError (an InvalidArgument error naming the node) when the node does not have it.
+  const Tensor& in(int i) const {
+    if (!has(i)) ThrowMissingInput(i);
+    return *inputs[i];
+  }
+  [[noreturn]] void ThrowMissingInput(int i) const;
   bool wants(int i) const { return i < static_cast<int>(outputs.size()) && node->outputs[i] != nullptr; }
   // Allocates output i with its inferred dtype and (fully known) dims; a preset output of that dtype and
   // dims (an in-place destination) is returned as is.

@@ -32,13 +32,21 @@ absl::Status If(KernelContext& ctx) {
 absl::Status Loop(KernelContext& ctx) {
   if (ctx.run_subgraph == nullptr) return ctx.Error("no subgraph runner");
   const Graph* body = ctx.node->GetGraph("body");
+  if (body == nullptr) return ctx.Error("missing body");
   int64_t max_trip = ctx.has(0) ? ctx.in(0).ToInt64Vector().at(0) : std::numeric_limits<int64_t>::max();
   bool cond = ctx.has(1) ? ctx.in(1).ToDoubleVector().at(0) != 0 : true;
   int n_carried = ctx.num_inputs() - 2;
   std::vector<Tensor> carried;
   for (int i = 0; i < n_carried; ++i) carried.push_back(ctx.in(2 + i));
   int n_scan = static_cast<int>(ctx.outputs.size()) - n_carried;
+  if (n_scan < 0) {
+    return ctx.Error(absl::StrCat("has ", n_carried, " loop-carried inputs but only ", ctx.outputs.size(), " outputs"));
+  }
+  if (static_cast<int>(body->inputs().size()) != 2 + n_carried) {
+    return ctx.Error(absl::StrCat("the body takes ", body->inputs().size(), " inputs; the node gives it ", 2 + n_carried));
+  }
   std::vector<std::vector<Tensor>> scans(n_scan);
+  std::vector<uint64_t> scan_bytes(n_scan, 0);
   auto caps = Captures(ctx);
   for (int64_t it = 0; it < max_trip && cond; ++it) {
     std::vector<Tensor> in;
@@ -53,7 +61,16 @@ absl::Status Loop(KernelContext& ctx) {
     if (static_cast<int>(out.size()) != 1 + n_carried + n_scan) return ctx.Error("body output count mismatch");
     cond = out[0].ToDoubleVector().at(0) != 0;
     for (int i = 0; i < n_carried; ++i) carried[i] = out[1 + i];
-    for (int i = 0; i < n_scan; ++i) scans[i].push_back(out[1 + n_carried + i]);
+    for (int i = 0; i < n_scan; ++i) {
+      // The stacked scan output is one tensor: stop as soon as it could no longer be allocated, instead of
+      // collecting iterations without bound.
+      scan_bytes[i] += out[1 + n_carried + i].nbytes() + 1;
+      if (scan_bytes[i] > MaxTensorBytes()) {
+        return ctx.Error(absl::StrCat("scan output ", i, " after ", it + 1, " iterations exceeds --max_tensor_bytes (",
+                                      MaxTensorBytes(), ")"));
+      }
+      scans[i].push_back(out[1 + n_carried + i]);
+    }
   }
   for (int i = 0; i < n_carried; ++i) ctx.outputs[i] = carried[i];
   for (int i = 0; i < n_scan; ++i) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "compiler/ir/numeric_cast.h"
 #include "compiler/ir/status_macros.h"
 #include "runtime/cpu/broadcast.h"
 #include "runtime/cpu/dispatch.h"
@@ -56,8 +57,7 @@ inline D ConvertTo(S v) {
   } else if constexpr (std::is_same_v<S, half> || std::is_same_v<S, bfloat16>) {
     return static_cast<D>(static_cast<float>(v));
   } else if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>) {
-    if (std::isnan(v)) return D(0);
-    return static_cast<D>(v);
+    return NumericCast<D>(v);  // NaN -> 0, saturating (compiler/ir/numeric_cast.h)
   } else {
     return static_cast<D>(v);
   }
@@ -177,10 +177,11 @@ void RegisterUnary() {
   NumericUnary("Abs", [](auto a, const Node&) {
     using A = decltype(a);
     return [](A x) -> A {
-      if constexpr (std::is_unsigned_v<A>) return x; else return x < A(0) ? A(-x) : x;
+      // Abs(INT_MIN) wraps to INT_MIN (numpy), not undefined behavior.
+      if constexpr (std::is_unsigned_v<A>) return x; else return x < A(0) ? WrappingSub(A(0), x) : x;
     };
   });
-  NumericUnary("Neg", [](auto a, const Node&) { using A = decltype(a); return [](A x) -> A { return A(-x); }; });
+  NumericUnary("Neg", [](auto a, const Node&) { using A = decltype(a); return [](A x) -> A { return WrappingSub(A(0), x); }; });
   NumericUnary("Relu", [](auto a, const Node&) {
     using A = decltype(a);
     return [](A x) -> A { return x > A(0) ? x : A(0); };
@@ -339,11 +340,11 @@ absl::Status Arith(KernelContext& ctx, const std::string& op) {
   absl::Status st = DispatchNumeric(a.dtype(), [&](auto t) {
     using T = decltype(t);
     using A = typename Acc<T>::type;
-    if (op == "Add") BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) { return T(x + y); });
-    else if (op == "Sub") BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) { return T(x - y); });
-    else if (op == "Mul") BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) { return T(x * y); });
+    if (op == "Add") BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) { return WrappingAdd(x, y); });
+    else if (op == "Sub") BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) { return WrappingSub(x, y); });
+    else if (op == "Mul") BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) { return WrappingMul(x, y); });
     else if (op == "Div") {
-      BinaryLoop<T, T>(a, b, out, ctx.threads, [&int_div_by_zero](T x, T y) {
+      BinaryLoop<T, T>(a, b, out, ctx.threads, [&](T x, T y) {
         if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
           if (y == T(0)) {
             int_div_by_zero.store(true, std::memory_order_relaxed);
@@ -365,7 +366,7 @@ absl::Status Arith(KernelContext& ctx, const std::string& op) {
       });
     } else if (op == "Mod") {
       if (fmod) {
-        BinaryLoop<T, T>(a, b, out, ctx.threads, [&int_div_by_zero](T x, T y) {
+        BinaryLoop<T, T>(a, b, out, ctx.threads, [&](T x, T y) {
           if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
             if (y == T(0)) {
               int_div_by_zero.store(true, std::memory_order_relaxed);
@@ -380,7 +381,7 @@ absl::Status Arith(KernelContext& ctx, const std::string& op) {
           }
         });
       } else {
-        BinaryLoop<T, T>(a, b, out, ctx.threads, [&int_div_by_zero](T x, T y) {
+        BinaryLoop<T, T>(a, b, out, ctx.threads, [&](T x, T y) {
           if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
             if (y == T(0)) int_div_by_zero.store(true, std::memory_order_relaxed);
           }

@@ -4,10 +4,12 @@
 // These are plain loops in double precision: correctness first, they are not on hot paths of the models.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <map>
 #include <numeric>
 
+#include "compiler/ir/numeric_cast.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
 #include "runtime/cpu/dispatch.h"
@@ -19,13 +21,24 @@ namespace {
 absl::Status StoreDoubles(Tensor& t, const std::vector<double>& v) {
   return DispatchNumeric(t.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    for (size_t i = 0; i < v.size(); ++i) t.data<T>()[i] = static_cast<T>(v[i]);
+    for (size_t i = 0; i < v.size(); ++i) t.data<T>()[i] = NumericCast<T>(v[i]);
   });
 }
 
 // loss over log-probabilities `lp` [N, C, D] (D = product of extra dims), labels [N, D].
 absl::Status NllCore(KernelContext& ctx, const std::vector<double>& lp, const Dims& in_dims, const Tensor& target,
                      const Tensor* weight, Tensor& out) {
+  // ONNX: input [N, C, d1...], target [N, d1...] (integer), weight [C].
+  if (in_dims.size() < 2) return ctx.Error(absl::StrCat("input must have rank >= 2 ([N, C, ...]), got ", in_dims.size()));
+  Dims want(in_dims);
+  want.erase(want.begin() + 1);
+  if (target.dims() != want || !IsInteger(target.dtype())) {
+    return ctx.Error(absl::StrCat("target must be an integer tensor of dims ", DimsToString(want), ", got ",
+                                  DTypeName(target.dtype()), "[", DimsToString(target.dims()), "]"));
+  }
+  if (weight != nullptr && weight->dims() != Dims{in_dims[1]}) {
+    return ctx.Error(absl::StrCat("weight must have dims [", in_dims[1], "], got ", DimsToString(weight->dims())));
+  }
   int64_t N = in_dims[0], Cc = in_dims[1], D = 1;
   for (size_t i = 2; i < in_dims.size(); ++i) D *= in_dims[i];
   std::vector<int64_t> t = target.ToInt64Vector();
@@ -98,8 +111,18 @@ struct QuantArgs {
 absl::StatusOr<QuantArgs> ReadQuantArgs(const KernelContext& ctx) {
   QuantArgs q;
   const Tensor& x = ctx.in(0);
-  if (ctx.in(1).numel() > 1) {
+  const Tensor& scale = ctx.in(1);
+  // ONNX: a scalar (per-tensor) or 1-D (per-axis, length x.dims[axis]) scale; the zero point like it.
+  if (scale.numel() == 0) return ctx.Error("the scale is empty");
+  if (scale.numel() > 1) {
     CJIT_ASSIGN_OR_RETURN(q.axis, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", 1), x.rank()));
+    if (scale.rank() != 1 || scale.dim(0) != x.dim(q.axis)) {
+      return ctx.Error(absl::StrCat("a per-axis scale must have dims [", x.dim(q.axis), "] (input dim ", q.axis,
+                                    "), got ", DimsToString(scale.dims())));
+    }
+  }
+  if (ctx.has(2) && ctx.in(2).numel() != scale.numel()) {
+    return ctx.Error(absl::StrCat("the zero point has ", ctx.in(2).numel(), " values, the scale ", scale.numel()));
   }
   q.xv = x.ToDoubleVector();
   q.sv = ctx.in(1).ToDoubleVector();
@@ -154,7 +177,7 @@ absl::Status DynamicQuantize(KernelContext& ctx) {
   Tensor& y = ctx.Alloc(0);
   for (size_t e = 0; e < xv.size(); ++e) {
     y.data<uint8_t>()[e] = scale == 0 ? static_cast<uint8_t>(zp)
-                                      : static_cast<uint8_t>(std::clamp(std::nearbyint(static_cast<float>(xv[e]) / scale) + zp, 0.0f, 255.0f));
+                                      : NumericCast<uint8_t>(std::clamp(std::nearbyint(static_cast<float>(xv[e]) / scale) + zp, 0.0f, 255.0f));
   }
   *ctx.Alloc(1).data<float>() = scale;
   *ctx.Alloc(2).data<uint8_t>() = static_cast<uint8_t>(zp);
@@ -169,6 +192,12 @@ absl::Status Nms(KernelContext& ctx) {
   bool has_score_thr = ctx.has(4) && ctx.in(4).numel();
   double score_thr = has_score_thr ? ctx.in(4).ToDoubleVector()[0] : 0;
   bool center = ctx.node->GetInt("center_point_box", 0) != 0;
+  // ONNX: boxes [B, N, 4], scores [B, C, N].
+  if (boxes.rank() != 3 || boxes.dim(2) != 4 || scores.rank() != 3 || scores.dim(0) != boxes.dim(0) ||
+      scores.dim(2) != boxes.dim(1)) {
+    return ctx.Error(absl::StrCat("boxes must be [B, N, 4] and scores [B, C, N], got boxes ",
+                                  DimsToString(boxes.dims()), " and scores ", DimsToString(scores.dims())));
+  }
   int64_t B = boxes.dim(0), N = boxes.dim(1), Cc = scores.dim(1);
   std::vector<double> bx = boxes.ToDoubleVector(), sc = scores.ToDoubleVector();
   auto corners = [&](int64_t b, int64_t i, double c[4]) {
@@ -184,8 +213,11 @@ absl::Status Nms(KernelContext& ctx) {
     for (int64_t c = 0; c < Cc; ++c) {
       std::vector<int64_t> order;
       for (int64_t i = 0; i < N; ++i) if (!has_score_thr || sc[(b * Cc + c) * N + i] > score_thr) order.push_back(i);
+      // Descending score; a NaN score sorts last (a strict weak order also with NaN).
       std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
-        return sc[(b * Cc + c) * N + x] > sc[(b * Cc + c) * N + y];
+        double sx = sc[(b * Cc + c) * N + x], sy = sc[(b * Cc + c) * N + y];
+        if (std::isnan(sx) || std::isnan(sy)) return !std::isnan(sx) && std::isnan(sy);
+        return sx > sy;
       });
       std::vector<int64_t> kept;
       for (int64_t i : order) {
@@ -230,9 +262,28 @@ absl::Status Unique(KernelContext& ctx) {
   };
   std::vector<std::vector<double>> uniq;
   std::vector<int64_t> first, inverse(n), counts;
+  // NaNs compare equal to each other (numpy.unique's equal_nan) and sort after every number, so that the
+  // search and the sort see a total order.
+  auto same = [](const std::vector<double>& a, const std::vector<double>& b) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))) return false;
+    }
+    return true;
+  };
+  auto less = [](const std::vector<double>& a, const std::vector<double>& b) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      bool na = std::isnan(a[i]), nb = std::isnan(b[i]);
+      if (na || nb) {
+        if (na != nb) return nb;
+        continue;
+      }
+      if (a[i] != b[i]) return a[i] < b[i];
+    }
+    return false;
+  };
   for (int64_t k = 0; k < n; ++k) {
     auto s = slice(k);
-    auto it = std::find(uniq.begin(), uniq.end(), s);
+    auto it = std::find_if(uniq.begin(), uniq.end(), [&](const std::vector<double>& u) { return same(u, s); });
     if (it == uniq.end()) {
       inverse[k] = static_cast<int64_t>(uniq.size());
       uniq.push_back(s);
@@ -245,7 +296,7 @@ absl::Status Unique(KernelContext& ctx) {
   }
   std::vector<int64_t> order(uniq.size());
   std::iota(order.begin(), order.end(), 0);
-  if (sorted) std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return uniq[a] < uniq[b]; });
+  if (sorted) std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return less(uniq[a], uniq[b]); });
   std::vector<int64_t> rank(order.size());
   for (size_t i = 0; i < order.size(); ++i) rank[order[i]] = static_cast<int64_t>(i);
   int64_t u = static_cast<int64_t>(uniq.size());
@@ -302,6 +353,9 @@ absl::Status ReverseSequence(KernelContext& ctx) {
 
 absl::Status MaxUnpool(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
+  if (ctx.in(1).dims() != x.dims()) {
+    return ctx.Error(absl::StrCat("I has dims ", DimsToString(ctx.in(1).dims()), ", X ", DimsToString(x.dims())));
+  }
   std::vector<int64_t> idx = ctx.in(1).ToInt64Vector();
   Tensor& y = ctx.Alloc(0);
   std::memset(y.raw(), 0, y.nbytes());
@@ -470,13 +524,17 @@ absl::Status GridSample(KernelContext& ctx) {
   Tensor& y = ctx.Alloc(0);
   std::vector<double> xv = x.ToDoubleVector(), gv = grid.ToDoubleVector(), out(N * Cc * Ho * Wo);
   auto unnorm = [&](double c, int64_t len) { return align ? (c + 1) / 2 * (len - 1) : ((c + 1) * len - 1) / 2; };
+  // Reflects c into [lo, hi] (period 2 * range); fmod, not an integer count of periods, so that a huge
+  // coordinate is not an out-of-range float-to-int conversion.
   auto reflect = [&](double c, double lo, double hi) {
     double range = hi - lo;
     if (range <= 0) return lo;
-    if (c < lo) { double d = lo - c; int64_t f = static_cast<int64_t>(d / range); double r = d - f * range; return f % 2 ? hi - r : lo + r; }
-    if (c > hi) { double d = c - hi; int64_t f = static_cast<int64_t>(d / range); double r = d - f * range; return f % 2 ? lo + r : hi - r; }
+    if (c < lo) { double m = std::fmod(lo - c, 2 * range); return m < range ? lo + m : hi - (m - range); }
+    if (c > hi) { double m = std::fmod(c - hi, 2 * range); return m < range ? hi - m : lo + (m - range); }
     return c;
   };
+  // A sample position as an index: far-out positions (and +-inf) clamp to a value still outside the image.
+  auto index = [](double v) { return static_cast<int64_t>(std::clamp(v, -1e15, 1e15)); };
   auto fix = [&](double c, int64_t len) {
     if (pad == "border") return std::clamp(c, 0.0, static_cast<double>(len - 1));
     if (pad == "reflection") return align ? reflect(c, 0, len - 1) : reflect(c, -0.5, len - 0.5);
@@ -501,15 +559,17 @@ absl::Status GridSample(KernelContext& ctx) {
         gy = fix(gy, H);
         for (int64_t c = 0; c < Cc; ++c) {
           double v = 0;
-          if (mode == "nearest") {
-            v = at(n, c, static_cast<int64_t>(std::nearbyint(gy)), static_cast<int64_t>(std::nearbyint(gx)));
+          if (std::isnan(gx) || std::isnan(gy)) {
+            v = std::numeric_limits<double>::quiet_NaN();  // a NaN position samples nothing: NaN, as in PyTorch
+          } else if (mode == "nearest") {
+            v = at(n, c, index(std::nearbyint(gy)), index(std::nearbyint(gx)));
           } else if (mode == "bilinear") {
-            int64_t x0 = static_cast<int64_t>(std::floor(gx)), y0 = static_cast<int64_t>(std::floor(gy));
+            int64_t x0 = index(std::floor(gx)), y0 = index(std::floor(gy));
             double fx = gx - x0, fy = gy - y0;
             v = at(n, c, y0, x0) * (1 - fx) * (1 - fy) + at(n, c, y0, x0 + 1) * fx * (1 - fy) +
                 at(n, c, y0 + 1, x0) * (1 - fx) * fy + at(n, c, y0 + 1, x0 + 1) * fx * fy;
           } else {
-            int64_t x0 = static_cast<int64_t>(std::floor(gx)), y0 = static_cast<int64_t>(std::floor(gy));
+            int64_t x0 = index(std::floor(gx)), y0 = index(std::floor(gy));
             double fx = gx - x0, fy = gy - y0;
             for (int a = -1; a <= 2; ++a)
               for (int b = -1; b <= 2; ++b) v += at(n, c, y0 + a, x0 + b) * cubic(fy - a) * cubic(fx - b);

@@ -3,9 +3,12 @@
 // Expand, Tile, Shape, Size, ConstantOfShape, Range, Trilu, OneHot, EyeLike, NonZero, TopK, Compress,
 // DepthToSpace, SpaceToDepth. Byte-level copies where the dtype does not matter.
 #include <algorithm>
+#include <cmath>
+#include <type_traits>
 #include <cstring>
 #include <numeric>
 
+#include "compiler/ir/numeric_cast.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
 #include "runtime/cpu/broadcast.h"
@@ -229,8 +232,23 @@ absl::Status ElementsOp(KernelContext& ctx, bool scatter) {
   const Tensor& x = ctx.in(0);
   const Tensor& idx = ctx.in(1);
   CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", 0), x.rank()));
-  std::vector<int64_t> ind = idx.ToInt64Vector();
+  // ONNX GatherElements / ScatterElements: integer indices of the data's rank, no larger than the data
+  // along every other axis; updates shaped like the indices, of the data's type.
   int r = x.rank();
+  if (!IsInteger(idx.dtype()) || idx.rank() != r) {
+    return ctx.Error(absl::StrCat("indices must be an integer tensor of rank ", r, ", got ", DTypeName(idx.dtype()),
+                                  "[", DimsToString(idx.dims()), "]"));
+  }
+  for (int d = 0; d < r; ++d) {
+    if (d != ax && idx.dim(d) > x.dim(d)) {
+      return ctx.Error(absl::StrCat("indices dim ", d, " (", idx.dim(d), ") exceeds the data's (", x.dim(d), ")"));
+    }
+  }
+  if (scatter && (ctx.in(2).dims() != idx.dims() || ctx.in(2).dtype() != x.dtype())) {
+    return ctx.Error(absl::StrCat("updates must be ", DTypeName(x.dtype()), "[", DimsToString(idx.dims()), "], got ",
+                                  DTypeName(ctx.in(2).dtype()), "[", DimsToString(ctx.in(2).dims()), "]"));
+  }
+  std::vector<int64_t> ind = idx.ToInt64Vector();
   std::vector<int64_t> xs(r, 1), is(r, 1);
   for (int i = r - 2; i >= 0; --i) {
     xs[i] = xs[i + 1] * x.dim(i + 1);
@@ -259,8 +277,8 @@ absl::Status ElementsOp(KernelContext& ctx, bool scatter) {
         using T = decltype(t);
         T u = upd.data<T>()[e];
         T& d = y.data<T>()[off];
-        if (reduction == "add") d = T(d + u);
-        else if (reduction == "mul") d = T(d * u);
+        if (reduction == "add") d = WrappingAdd(d, u);
+        else if (reduction == "mul") d = WrappingMul(d, u);
         else if (reduction == "max") d = d < u ? u : d;
         else if (reduction == "min") d = u < d ? u : d;
         else d = u;
@@ -346,8 +364,8 @@ absl::Status ScatterND(KernelContext& ctx) {
       for (int64_t s = 0; s < slice; ++s) {
         T u = upd.data<T>()[j * slice + s];
         T& d = y.data<T>()[off + s];
-        if (reduction == "add") d = T(d + u);
-        else if (reduction == "mul") d = T(d * u);
+        if (reduction == "add") d = WrappingAdd(d, u);
+        else if (reduction == "mul") d = WrappingMul(d, u);
         else if (reduction == "max") d = d < u ? u : d;
         else if (reduction == "min") d = u < d ? u : d;
         else d = u;
@@ -469,8 +487,15 @@ absl::Status TopK(KernelContext& ctx) {
       for (int64_t i = 0; i < inner; ++i) {
         const T* p = x.data<T>() + o * n * inner + i;
         std::iota(order.begin(), order.end(), 0);
+        // NaN ranks above every number (as torch.topk), so the order is strict weak also with NaN.
+        auto less = [](T u, T v) {
+          if constexpr (std::is_floating_point_v<T>) {
+            if (std::isnan(u) || std::isnan(v)) return !std::isnan(u) && std::isnan(v);
+          }
+          return u < v;
+        };
         std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-          return largest ? p[b * inner] < p[a * inner] : p[a * inner] < p[b * inner];
+          return largest ? less(p[b * inner], p[a * inner]) : less(p[a * inner], p[b * inner]);
         });
         for (int64_t j = 0; j < k; ++j) {
           vals.data<T>()[(o * k + j) * inner + i] = p[order[j] * inner];
@@ -589,7 +614,7 @@ void RegisterMovementKernels() {
   });
   RegisterKernel("OneHot", [](KernelContext& ctx) -> absl::Status {
     const Tensor& idx = ctx.in(0);
-    int64_t depth = static_cast<int64_t>(ctx.in(1).ToDoubleVector().at(0));
+    int64_t depth = NumericCast<int64_t>(ctx.in(1).ToDoubleVector().at(0));
     Dims od = idx.dims();
     CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", -1), idx.rank() + 1));
     od.insert(od.begin() + ax, depth);

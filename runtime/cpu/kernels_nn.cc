@@ -480,6 +480,12 @@ absl::Status BatchNorm(KernelContext& ctx) {
   float eps = ctx.node->GetFloat("epsilon", 1e-5f);
   Tensor& y = ctx.Alloc(0);
   int64_t N = x.dim(0), C = x.rank() > 1 ? x.dim(1) : 1, sp = x.numel() / std::max<int64_t>(N * C, 1);
+  if (x.rank() < 2) return ctx.Error(absl::StrCat("X must have a channel dim, got ", DimsToString(x.dims())));
+  for (int i = 1; i <= 4; ++i) {
+    if (ctx.in(i).dims() != Dims{C}) {
+      return ctx.Error(absl::StrCat("input ", i, " has dims ", DimsToString(ctx.in(i).dims()), ", X has ", C, " channels"));
+    }
+  }
   std::vector<double> sc = ctx.in(1).ToDoubleVector(), b = ctx.in(2).ToDoubleVector(),
                       mean = ctx.in(3).ToDoubleVector(), var = ctx.in(4).ToDoubleVector();
   bool training = ctx.node->GetInt("training_mode", 0) != 0;

@@ -4,6 +4,7 @@
 // Zero points and scales are per tensor or per row/column/output channel as the specification allows.
 #include <cmath>
 
+#include "compiler/ir/numeric_cast.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
 #include "runtime/cpu/kernel.h"
@@ -17,6 +18,13 @@ double Param(const std::vector<double>& p, int64_t k) { return p.empty() ? 0.0 :
 
 std::vector<double> Opt(const KernelContext& ctx, int i) { return ctx.has(i) ? ctx.in(i).ToDoubleVector() : std::vector<double>(); }
 
+// A zero point or scale is absent, per tensor (one value) or per row/column/channel (`len` values).
+absl::Status CheckParam(const KernelContext& ctx, const char* what, const std::vector<double>& p, int64_t len,
+                        bool required = false) {
+  if ((p.empty() && !required) || p.size() == 1 || static_cast<int64_t>(p.size()) == len) return absl::OkStatus();
+  return ctx.Error(absl::StrCat(what, " has ", p.size(), " values; expected 1", len > 1 ? absl::StrCat(" or ", len) : ""));
+}
+
 // acc[b][m][n] = sum_k (A[b][m][k] - azp[m]) * (B[b][k][n] - bzp[n]) with numpy batch broadcasting.
 absl::StatusOr<std::vector<int64_t>> IntMatMul(const KernelContext& ctx, const Tensor& a, const Tensor& b,
                                                const std::vector<double>& azp, const std::vector<double>& bzp,
@@ -26,6 +34,8 @@ absl::StatusOr<std::vector<int64_t>> IntMatMul(const KernelContext& ctx, const T
   const MatMulGeometry& g = *geo;
   int64_t M = g.M, K = g.K, N = g.N;
   const Dims& cd = g.cd;
+  CJIT_RETURN_IF_ERROR(CheckParam(ctx, "the zero point of A", azp, M));
+  CJIT_RETURN_IF_ERROR(CheckParam(ctx, "the zero point of B", bzp, N));
   std::vector<double> av = a.ToDoubleVector(), bv = b.ToDoubleVector();
   std::vector<int64_t> acc(NumElements(cd), 0);
   for (int64_t bi = 0; bi < g.batch; ++bi) {
@@ -52,6 +62,12 @@ absl::StatusOr<std::vector<int64_t>> IntMatMul(const KernelContext& ctx, const T
 absl::StatusOr<std::vector<int64_t>> IntConv(const KernelContext& ctx, const Tensor& x, const Tensor& w,
                                              const std::vector<double>& xzp, const std::vector<double>& wzp,
                                              Dims* out_dims) {
+  if (x.rank() < 3 || w.rank() != x.rank()) {
+    return ctx.Error(absl::StrCat("x must be N x C x spatial and w of the same rank, got ", DimsToString(x.dims()),
+                                  " and ", DimsToString(w.dims())));
+  }
+  CJIT_RETURN_IF_ERROR(CheckParam(ctx, "the zero point of x", xzp, 1));
+  CJIT_RETURN_IF_ERROR(CheckParam(ctx, "the zero point of w", wzp, w.dim(0)));
   std::vector<int64_t> in(x.dims().begin() + 2, x.dims().end());
   std::vector<int64_t> k = ctx.node->GetInts("kernel_shape");
   if (k.empty()) k.assign(w.dims().begin() + 2, w.dims().end());
@@ -112,6 +128,13 @@ absl::Status StoreInt32(KernelContext& ctx, const std::vector<int64_t>& acc, con
 absl::Status Requantize(KernelContext& ctx, const std::vector<int64_t>& acc, const Dims& dims, double x_scale,
                         const std::vector<double>& w_scale, int64_t channels, int64_t inner, double y_scale,
                         const Tensor& y_zp, const std::vector<double>* bias) {
+  if (y_zp.numel() != 1 || (y_zp.dtype() != DType::kI8 && y_zp.dtype() != DType::kU8)) {
+    return ctx.Error("y_zero_point must be one int8 or uint8 value");
+  }
+  CJIT_RETURN_IF_ERROR(CheckParam(ctx, "the weight scale", w_scale, channels, true));
+  if (bias != nullptr && static_cast<int64_t>(bias->size()) != channels) {
+    return ctx.Error(absl::StrCat("the bias has ", bias->size(), " values for ", channels, " output channels"));
+  }
   Tensor& y = ctx.Alloc(0, y_zp.dtype(), dims);
   double zp = y_zp.ToDoubleVector().at(0);
   double lo = y_zp.dtype() == DType::kI8 ? -128 : 0, hi = y_zp.dtype() == DType::kI8 ? 127 : 255;
@@ -119,8 +142,8 @@ absl::Status Requantize(KernelContext& ctx, const std::vector<int64_t>& acc, con
     int64_t c = channels > 1 ? (static_cast<int64_t>(i) / inner) % channels : 0;
     double a = static_cast<double>(acc[i]) + (bias ? (*bias)[c] : 0.0);
     double v = std::clamp(std::nearbyint(a * x_scale * Param(w_scale, c) / y_scale) + zp, lo, hi);
-    if (y_zp.dtype() == DType::kI8) y.data<int8_t>()[i] = static_cast<int8_t>(v);
-    else y.data<uint8_t>()[i] = static_cast<uint8_t>(v);
+    if (y_zp.dtype() == DType::kI8) y.data<int8_t>()[i] = NumericCast<int8_t>(v);
+    else y.data<uint8_t>()[i] = NumericCast<uint8_t>(v);
   }
   return absl::OkStatus();
 }

@@ -75,6 +75,30 @@ absl::Status Recurrent(KernelContext& ctx, int kind) {
                                 : kind == 1 ? std::vector<std::string>{"Sigmoid", "Tanh"}
                                             : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
   CJIT_ASSIGN_OR_RETURN(std::vector<Activation> acts, Activations(ctx, dflt, nd));
+  // Every operand against the ONNX RNN/GRU/LSTM signature (X [S, B, I] or [B, S, I] with layout=1).
+  if (direction != "forward" && direction != "reverse" && direction != "bidirectional") {
+    return ctx.Error(absl::StrCat("unsupported direction '", direction, "'"));
+  }
+  if (X.rank() != 3) return ctx.Error(absl::StrCat("X must be 3-D, got ", DimsToString(X.dims())));
+  auto expect = [&](int i, const char* what, Dims want) -> absl::Status {
+    if (!ctx.has(i) || ctx.in(i).dims() == want) return absl::OkStatus();
+    return ctx.Error(absl::StrCat(what, " must have dims ", DimsToString(want), ", got ", DimsToString(ctx.in(i).dims())));
+  };
+  CJIT_RETURN_IF_ERROR(expect(1, "W", {nd, gates * H, I}));
+  CJIT_RETURN_IF_ERROR(expect(2, "R", {nd, gates * H, H}));
+  CJIT_RETURN_IF_ERROR(expect(3, "B", {nd, 2 * gates * H}));
+  CJIT_RETURN_IF_ERROR(expect(4, "sequence_lens", {B}));
+  CJIT_RETURN_IF_ERROR(expect(5, "initial_h", batch_major ? Dims{B, nd, H} : Dims{nd, B, H}));
+  if (kind == 2) {
+    CJIT_RETURN_IF_ERROR(expect(6, "initial_c", batch_major ? Dims{B, nd, H} : Dims{nd, B, H}));
+    CJIT_RETURN_IF_ERROR(expect(7, "P", {nd, 3 * H}));
+  }
+  if (ctx.has(4)) {
+    if (!IsInteger(ctx.in(4).dtype())) return ctx.Error("sequence_lens must be an integer tensor");
+    for (int64_t len : ctx.in(4).ToInt64Vector()) {
+      if (len < 0 || len > S) return ctx.Error(absl::StrCat("sequence_lens value ", len, " is outside [0, ", S, "]"));
+    }
+  }
   // float32 weights are used in place (Eigen matrix-vector products); other dtypes go through double.
   bool f32 = X.dtype() == DType::kF32 && ctx.in(1).dtype() == DType::kF32 && ctx.in(2).dtype() == DType::kF32;
   std::vector<double> x, W, R;
@@ -88,6 +112,17 @@ absl::Status Recurrent(KernelContext& ctx, int kind) {
   std::vector<double> h0 = ctx.has(5) ? ctx.in(5).ToDoubleVector() : std::vector<double>(nd * B * H, 0.0);
   std::vector<double> c0 = kind == 2 && ctx.has(6) ? ctx.in(6).ToDoubleVector() : std::vector<double>(nd * B * H, 0.0);
   std::vector<double> P = kind == 2 && ctx.has(7) ? ctx.in(7).ToDoubleVector() : std::vector<double>(nd * 3 * H, 0.0);
+  if (batch_major) {  // layout=1: initial_h / initial_c are [B, num_directions, H]; the loops read [nd, B, H]
+    auto to_direction_major = [&](std::vector<double>& v) {
+      std::vector<double> t(v.size());
+      for (int d = 0; d < nd; ++d)
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t k = 0; k < H; ++k) t[(d * B + b) * H + k] = v[(b * nd + d) * H + k];
+      v.swap(t);
+    };
+    to_direction_major(h0);
+    to_direction_major(c0);
+  }
   std::vector<double> Y(S * nd * B * H, 0.0), Yh(nd * B * H), Yc(nd * B * H);
   auto X_at = [&](int64_t t, int64_t b, int64_t i) {
     return batch_major ? x[(b * S + t) * I + i] : x[(t * B + b) * I + i];

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "compiler/ir/numeric_cast.h"
 #include "compiler/ir/status_macros.h"
 #include "runtime/cpu/dispatch.h"
 #include "runtime/cpu/kernel.h"
@@ -95,20 +96,20 @@ void ReduceLoop(const ReduceView& v, T* out, int threads, const std::string& op)
       for (int64_t k = 0; k < v.red; ++k) {
         A e = static_cast<A>(p[k * v.inner]);
         switch (kind) {
-          case 0: case 1: case 7: acc += e; break;
+          case 0: case 1: case 7: acc = WrappingAdd(acc, e); break;
           case 2: acc = (e > acc || e != e) ? e : acc; break;
           case 3: acc = (e < acc || e != e) ? e : acc; break;
-          case 4: acc *= e; break;
-          case 5: acc += e < 0 ? -e : e; break;
-          case 6: case 9: acc += e * e; break;
-          case 8: acc += static_cast<A>(std::exp(static_cast<double>(e - mx))); break;
+          case 4: acc = WrappingMul(acc, e); break;
+          case 5: acc = WrappingAdd(acc, e < 0 ? WrappingSub(A(0), e) : e); break;
+          case 6: case 9: acc = WrappingAdd(acc, WrappingMul(e, e)); break;
+          case 8: acc += static_cast<A>(std::exp(static_cast<double>(e) - static_cast<double>(mx))); break;
         }
       }
       if (kind == 1) acc = v.red ? static_cast<A>(acc / static_cast<A>(v.red)) : acc;
       else if (kind == 6) acc = static_cast<A>(std::sqrt(static_cast<double>(acc)));
       else if (kind == 7) acc = static_cast<A>(std::log(static_cast<double>(acc)));
       else if (kind == 8) acc = static_cast<A>(std::log(static_cast<double>(acc)) + mx);
-      out[o * v.inner + i] = static_cast<T>(acc);
+      out[o * v.inner + i] = NumericCast<T>(acc);
     }
   }
 }

@@ -3,6 +3,7 @@
 // Each output element is the weighted sum over the product of per-dim taps (1, 2 or 4 per dim).
 #include <cmath>
 
+#include "compiler/ir/numeric_cast.h"
 #include "compiler/ir/status_macros.h"
 #include "runtime/cpu/dispatch.h"
 #include "runtime/cpu/kernel.h"
@@ -94,16 +95,16 @@ absl::Status ResizeKernel(KernelContext& ctx) {
       } else xo = i / s;  // asymmetric
       if (mode == "nearest") {
         int64_t k;
-        if (nearest == "legacy") k = s < 1 ? static_cast<int64_t>(std::ceil(xo)) : static_cast<int64_t>(std::floor(xo));
-        else if (nearest == "floor") k = static_cast<int64_t>(std::floor(xo));
-        else if (nearest == "ceil") k = static_cast<int64_t>(std::ceil(xo));
-        else if (nearest == "round_prefer_ceil") k = static_cast<int64_t>(std::floor(xo + 0.5));
-        else k = (xo - std::floor(xo) == 0.5) ? static_cast<int64_t>(std::floor(xo)) : static_cast<int64_t>(std::round(xo));
+        if (nearest == "legacy") k = s < 1 ? NumericCast<int64_t>(std::ceil(xo)) : NumericCast<int64_t>(std::floor(xo));
+        else if (nearest == "floor") k = NumericCast<int64_t>(std::floor(xo));
+        else if (nearest == "ceil") k = NumericCast<int64_t>(std::ceil(xo));
+        else if (nearest == "round_prefer_ceil") k = NumericCast<int64_t>(std::floor(xo + 0.5));
+        else k = (xo - std::floor(xo) == 0.5) ? NumericCast<int64_t>(std::floor(xo)) : NumericCast<int64_t>(std::round(xo));
         t.idx[i] = std::clamp<int64_t>(k, 0, in - 1);
         t.w[i] = 1;
       } else if (mode == "linear") {
         double xc = std::clamp(xo, 0.0, static_cast<double>(in - 1));
-        int64_t x0 = static_cast<int64_t>(std::floor(xc));
+        int64_t x0 = NumericCast<int64_t>(std::floor(xc));
         int64_t x1 = std::min<int64_t>(x0 + 1, in - 1);
         double f = xc - x0;
         t.idx[i * 2] = x0;
@@ -111,7 +112,7 @@ absl::Status ResizeKernel(KernelContext& ctx) {
         t.w[i * 2] = 1 - f;
         t.w[i * 2 + 1] = f;
       } else {
-        int64_t x0 = static_cast<int64_t>(std::floor(xo));
+        int64_t x0 = NumericCast<int64_t>(std::floor(xo));
         double f = xo - x0, sum = 0;
         for (int k = 0; k < 4; ++k) {
           int64_t p = x0 - 1 + k;
@@ -162,7 +163,7 @@ absl::Status ResizeKernel(KernelContext& ctx) {
         }
         if (w != 0) acc += w * static_cast<double>(px[off]);
       }
-      if constexpr (std::is_integral_v<T>) py[e] = static_cast<T>(std::nearbyint(acc));
+      if constexpr (std::is_integral_v<T>) py[e] = NumericCast<T>(std::nearbyint(acc));
       else py[e] = static_cast<T>(acc);
     }
   });

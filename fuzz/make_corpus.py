@@ -1,0 +1,159 @@
+#!/usr/bin/python3
+"""Writes the committed seed models of the fuzz target (fuzz/corpus/*.onnx): small graphs that reach the
+parts a mutation should start from — a conv net with post-ops, a transformer-style block (MatMul, Softmax,
+LayerNormalization), recurrent ops, control flow, resize/pad/slice with data-dependent inputs, integer and
+bool ops, and operators of opsets 18-21. The fuzzer's other seeds (conformance and shared models) are taken
+from the machine by tools/fuzz.sh.
+
+usage: fuzz/make_corpus.py OUT_DIR
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+F = TensorProto.FLOAT
+I64 = TensorProto.INT64
+
+
+def save(out, name, nodes, inputs, outputs, inits=(), opset=13):
+    g = helper.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.save(m, os.path.join(out, name + ".onnx"))
+
+
+def vi(name, elem, dims):
+    return helper.make_tensor_value_info(name, elem, dims)
+
+
+def arr(name, a):
+    return numpy_helper.from_array(np.asarray(a), name)
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    rng = np.random.default_rng(0)
+    f32 = lambda *s: rng.standard_normal(s).astype(np.float32)
+    save(out, "convnet", [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], group=4, pads=[1, 1, 1, 1]),
+        helper.make_node("HardSwish", ["c2"], ["h"]),
+        helper.make_node("MaxPool", ["h"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["p"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1),
+        helper.make_node("Softmax", ["y"], ["z"], axis=-1),
+    ], [vi("x", F, [1, 3, 8, 8])], [vi("z", F, None)],
+        [arr("w1", f32(4, 3, 3, 3)), arr("b1", f32(4)), arr("w2", f32(4, 1, 3, 3)), arr("wf", f32(5, 4)),
+         arr("bf", f32(5))], opset=14)
+    save(out, "attention", [
+        helper.make_node("MatMul", ["x", "wq"], ["q"]),
+        helper.make_node("MatMul", ["x", "wk"], ["k"]),
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"]),
+        helper.make_node("Div", ["s", "scale"], ["sd"]),
+        helper.make_node("Softmax", ["sd"], ["a"], axis=-1),
+        helper.make_node("MatMul", ["a", "x"], ["o"]),
+        helper.make_node("Add", ["o", "x"], ["res"]),
+        helper.make_node("LayerNormalization", ["res", "gamma", "beta"], ["y"], axis=-1),
+        helper.make_node("Gelu", ["y"], ["z"]),
+    ], [vi("x", F, ["N", 4, 8])], [vi("z", F, None)],
+        [arr("wq", f32(8, 8)), arr("wk", f32(8, 8)), arr("scale", np.float32(2.83)), arr("gamma", f32(8)),
+         arr("beta", f32(8))], opset=20)
+    save(out, "lstm_gru", [
+        helper.make_node("LSTM", ["x", "w", "r", "b", "", "h0"], ["y", "yh"], hidden_size=3),
+        helper.make_node("Squeeze", ["y", "ax1"], ["ys"]),
+        helper.make_node("GRU", ["ys", "gw", "gr"], ["gy"], hidden_size=2, linear_before_reset=1),
+    ], [vi("x", F, [5, 2, 4]), vi("h0", F, [1, 2, 3])], [vi("gy", F, None), vi("yh", F, None)],
+        [arr("w", f32(1, 12, 4)), arr("r", f32(1, 12, 3)), arr("b", f32(1, 24)), arr("ax1", np.array([1])),
+         arr("gw", f32(1, 6, 3)), arr("gr", f32(1, 6, 2))])
+    body = helper.make_graph([
+        helper.make_node("Add", ["acc_in", "step"], ["acc_out"]),
+        helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        helper.make_node("Mul", ["acc_out", "acc_out"], ["scan"]),
+    ], "body", [vi("i", I64, []), vi("cond_in", TensorProto.BOOL, []), vi("acc_in", F, [2])],
+        [vi("cond_out", TensorProto.BOOL, []), vi("acc_out", F, [2]), vi("scan", F, [2])],
+        initializer=[arr("step", np.array([1.0, 0.5], np.float32))])
+    then_g = helper.make_graph([helper.make_node("Neg", ["final"], ["t"])], "then", [], [vi("t", F, [2])])
+    else_g = helper.make_graph([helper.make_node("Abs", ["final"], ["e"])], "else", [], [vi("e", F, [2])])
+    save(out, "control_flow", [
+        helper.make_node("Loop", ["trip", "cond", "init"], ["final", "scans"], body=body),
+        helper.make_node("ReduceSum", ["final"], ["s"], keepdims=0),
+        helper.make_node("Greater", ["s", "zero"], ["pos"]),
+        helper.make_node("If", ["pos"], ["y"], then_branch=then_g, else_branch=else_g),
+    ], [vi("trip", I64, []), vi("init", F, [2])], [vi("y", F, None), vi("scans", F, None)],
+        [arr("cond", np.array(True)), arr("zero", np.float32(0))])
+    save(out, "dynamic_shapes", [
+        helper.make_node("Shape", ["x"], ["shp"]),
+        helper.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["sl"]),
+        helper.make_node("Pad", ["sl", "pads", "pv", "pax"], ["pd"], mode="reflect"),
+        helper.make_node("Resize", ["pd", "", "scales"], ["rs"], mode="linear"),
+        helper.make_node("Reshape", ["rs", "newshape"], ["rsh"]),
+        helper.make_node("Expand", ["rsh", "eshape"], ["ex"]),
+        helper.make_node("Tile", ["ex", "reps"], ["y"]),
+        helper.make_node("ConstantOfShape", ["shp"], ["zeros"], value=helper.make_tensor("v", F, [1], [0.5])),
+    ], [vi("x", F, [1, 1, 6, 6])], [vi("y", F, None), vi("zeros", F, None)],
+        [arr("starts", np.array([1, 0])), arr("ends", np.array([5, 6])), arr("axes", np.array([2, 3])),
+         arr("steps", np.array([1, 2])), arr("pads", np.array([1, 1, 1, 1])), arr("pv", np.float32(0)),
+         arr("pax", np.array([2, 3])), arr("scales", np.array([1, 1, 2, 2], np.float32)),
+         arr("newshape", np.array([1, -1])), arr("eshape", np.array([2, 1])), arr("reps", np.array([1, 2]))],
+        opset=18)
+    save(out, "indices", [
+        helper.make_node("Gather", ["data", "idx"], ["g"], axis=1),
+        helper.make_node("GatherElements", ["data", "eidx"], ["ge"], axis=0),
+        helper.make_node("ScatterND", ["data", "ndidx", "upd"], ["sc"], reduction="add"),
+        helper.make_node("ScatterElements", ["data", "eidx", "eupd"], ["se"], axis=0, reduction="max"),
+        helper.make_node("TopK", ["data", "k"], ["tv", "ti"], axis=1),
+        helper.make_node("ArgMax", ["data"], ["am"], axis=1),
+        helper.make_node("OneHot", ["idx", "depth", "ohv"], ["oh"]),
+        helper.make_node("Split", ["data"], ["s0", "s1"], axis=1, num_outputs=2),
+    ], [vi("data", F, [3, 4]), vi("idx", I64, [2])],
+        [vi(n, 0, None) for n in ["g", "ge", "sc", "se", "tv", "ti", "am", "oh", "s0", "s1"]],
+        [arr("eidx", np.array([[0, 1, 2, 0], [2, 0, 1, 1]])), arr("ndidx", np.array([[0], [2]])),
+         arr("upd", f32(2, 4)), arr("eupd", f32(2, 4)), arr("k", np.array([2])), arr("depth", np.array(5)),
+         arr("ohv", np.array([0.0, 1.0], np.float32))], opset=18)
+    save(out, "integers", [
+        helper.make_node("Cast", ["x"], ["xi"], to=TensorProto.INT32),
+        helper.make_node("Div", ["xi", "d"], ["q"]),
+        helper.make_node("Mod", ["xi", "d"], ["m"], fmod=0),
+        helper.make_node("BitShift", ["u", "sh"], ["bs"], direction="LEFT"),
+        helper.make_node("BitwiseAnd", ["q", "m"], ["ba"]),
+        helper.make_node("Equal", ["q", "m"], ["eq"]),
+        helper.make_node("Not", ["eq"], ["ne"]),
+        helper.make_node("Where", ["ne", "q", "m"], ["w"]),
+        helper.make_node("CumSum", ["w", "cax"], ["cs"]),
+        helper.make_node("ReduceProd", ["cs"], ["rp"], keepdims=0),
+    ], [vi("x", F, [6]), vi("u", TensorProto.UINT8, [6])], [vi("rp", 0, None), vi("bs", 0, None), vi("ba", 0, None)],
+        [arr("d", np.array([3, -2, 1, 5, -7, 2], np.int32)), arr("sh", np.array([1, 2, 3, 0, 7, 1], np.uint8)),
+         arr("cax", np.array(0))], opset=18)
+    save(out, "normalization", [
+        helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["bn"]),
+        helper.make_node("InstanceNormalization", ["bn", "s", "b"], ["inn"]),
+        helper.make_node("GroupNormalization", ["inn", "gs", "gb"], ["gn"], num_groups=2),
+        helper.make_node("LRN", ["gn"], ["lrn"], size=3),
+        helper.make_node("ReduceMean", ["lrn", "rax"], ["rm"], keepdims=1),
+        helper.make_node("Sub", ["lrn", "rm"], ["ctr"]),
+        helper.make_node("Clip", ["ctr", "lo", "hi"], ["y"]),
+    ], [vi("x", F, [2, 4, 3, 3])], [vi("y", F, None)],
+        [arr("s", f32(4)), arr("b", f32(4)), arr("m", f32(4)), arr("v", np.abs(f32(4)) + 0.1), arr("gs", f32(4)),
+         arr("gb", f32(4)), arr("rax", np.array([2, 3])), arr("lo", np.float32(-1)), arr("hi", np.float32(1))],
+        opset=21)
+    save(out, "quantized", [
+        helper.make_node("QuantizeLinear", ["x", "sc", "zp"], ["q"]),
+        helper.make_node("DequantizeLinear", ["q", "sc", "zp"], ["dq"]),
+        helper.make_node("MatMulInteger", ["q", "wq", "zp", "wzp"], ["mi"]),
+        helper.make_node("Cast", ["mi"], ["mf"], to=F),
+        helper.make_node("Add", ["mf", "dq"], ["y"]),
+    ], [vi("x", F, [2, 2])], [vi("y", F, None)],
+        [arr("sc", np.float32(0.1)), arr("zp", np.uint8(128)), arr("wq", np.array([[1, 2], [3, 4]], np.uint8)),
+         arr("wzp", np.uint8(1))], opset=13)
+    print("fuzz corpus: %d models in %s" % (len(os.listdir(out)), out))
+
+
+if __name__ == "__main__":
+    main()
