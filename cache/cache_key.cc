@@ -1,9 +1,11 @@
 #include "cache/cache_key.h"
 
+#include <openssl/evp.h>
 #include <xxhash.h>
 
 #include <unordered_map>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -11,6 +13,18 @@
 namespace cjit {
 
 uint64_t Fingerprint64(absl::string_view bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+
+std::string ContentDigest(absl::string_view bytes) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(bytes.data(), bytes.size(), md, &len, EVP_sha256(), nullptr) != 1) {
+    // Not expected (SHA-256 is always available); fall back to the bytes themselves, never to a weaker hash.
+    return absl::StrCat("raw:", absl::CHexEscape(bytes));
+  }
+  std::string hex;
+  for (unsigned int i = 0; i < len; ++i) absl::StrAppendFormat(&hex, "%02x", md[i]);
+  return hex;
+}
 
 std::string CacheKey::Hex() const { return absl::StrFormat("%016x", hash); }
 
@@ -35,8 +49,7 @@ std::string AttrText(const Attribute& a) {
     }
     case K::kTensor:
       return a.t ? absl::StrCat("T", DTypeName(a.t->dtype()), DimsToString(a.t->dims()), ":",
-                                absl::StrFormat("%016x", Fingerprint64(absl::string_view(
-                                                              static_cast<const char*>(a.t->raw()), a.t->nbytes()))))
+                                ContentDigest(absl::string_view(static_cast<const char*>(a.t->raw()), a.t->nbytes())))
                  : "T-";
     default:
       return "G";  // clusters never hold subgraphs
@@ -66,9 +79,7 @@ std::string CanonicalClusterText(const Graph& body, bool include_shapes) {
         const Tensor& t = *v->constant;
         ref[v] = absl::StrCat("%c", ci++);
         absl::StrAppend(&out, ref[v], " = const ", DTypeName(t.dtype()), "[", DimsToString(t.dims()), "] ",
-                        absl::StrFormat("%016x", Fingerprint64(absl::string_view(
-                                                     static_cast<const char*>(t.raw()), t.nbytes()))),
-                        "\n");
+                        ContentDigest(absl::string_view(static_cast<const char*>(t.raw()), t.nbytes())), "\n");
       }
     }
   }

@@ -1,8 +1,10 @@
 // Cache keys of compiled clusters (DESIGN.md "Cache"): a canonical serialization of everything that
 // affects the generated code — the cluster's ops, attributes and constant values (by content, never by
 // pointer or node/value name), the input dtypes and dims, the target, the codegen flags and a format
-// version — and its 64-bit hash (xxHash XXH3). Two clusters with equal canonical text generate identical
-// code; the full text is kept so that a hash collision can be detected.
+// version — and its 64-bit hash (xxHash XXH3, which names the entry). Two clusters with equal canonical
+// text generate identical code; the full text is kept and compared on every lookup, so that a collision of
+// the 64-bit hash is a miss, never a wrong entry. Constant values enter the text as their SHA-256 digest
+// (ContentDigest): a constant cannot be crafted to collide with another's, as it could with a fast hash.
 //
 // Thread-safety: pure functions.
 #ifndef CJIT_CACHE_CACHE_KEY_H_
@@ -25,7 +27,8 @@ namespace cjit {
 // 5: Slice-1 (attribute form) read as a strided view too (different kernels for the same cluster).
 // 6: float16/bfloat16 values and Cast in fused kernels; dtypes in kernel structures.
 // 7: PTX row kernels come with a block-per-row variant (shared-memory reduction).
-inline constexpr int kCacheFormatVersion = 7;
+// 8: constants and tensor attributes by SHA-256 in the canonical text (were 64-bit XXH3).
+inline constexpr int kCacheFormatVersion = 8;
 
 struct CacheKey {
   std::string canonical;  // full text
@@ -41,6 +44,8 @@ std::string CanonicalClusterText(const Graph& body, bool include_shapes);
 CacheKey MakeCacheKey(const Graph& body, absl::string_view target, absl::string_view codegen_flags);
 
 uint64_t Fingerprint64(absl::string_view bytes);
+// Lowercase hex SHA-256 of `bytes` (OpenSSL): how constant contents enter the canonical text.
+std::string ContentDigest(absl::string_view bytes);
 
 }  // namespace cjit
 

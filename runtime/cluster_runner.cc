@@ -191,6 +191,8 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
     if (auto hit = s.runtime->cache().Lookup(s.key)) {
       ex = std::static_pointer_cast<const CpuExecutable>(hit);
       ++s.stats->memory_hits;
+      s.stats->code_bytes = static_cast<int64_t>(ex->code_bytes());
+      s.stats->fused_kernels = ex->num_fused_kernels();
       std::lock_guard<std::mutex> lock(s.mu);
       s.executable = ex;
     }
@@ -204,6 +206,9 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
       if (loaded.ok()) {
         ex = *loaded;
         ++s.stats->disk_hits;
+        s.stats->code_bytes = static_cast<int64_t>(ex->code_bytes());
+        s.stats->fused_kernels = ex->num_fused_kernels();
+      s.stats->fused_kernels = ex->num_fused_kernels();
         s.runtime->cache().Insert(s.key, ex);
         std::lock_guard<std::mutex> lock(s.mu);
         s.executable = ex;
@@ -344,6 +349,7 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state) {
       return ex.status();
     }
     s.stats->code_bytes = static_cast<int64_t>((*ex)->code_bytes());
+    s.stats->fused_kernels = (*ex)->num_fused_kernels();
   }
   int64_t total_us = 0;
   for (const auto& st : s.runtime->AllStats()) total_us += st->compile_us;

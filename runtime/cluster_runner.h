@@ -42,6 +42,7 @@ struct ClusterStats {
   std::atomic<int64_t> compiles{0}, compile_us{0}, fallback_executions{0}, compiled_executions{0},
       memory_hits{0}, disk_hits{0}, disk_writes{0}, disk_rejects{0};
   std::atomic<int64_t> code_bytes{0};
+  std::atomic<int64_t> fused_kernels{0};  // generated (fused) kernels of the executable in use
 };
 
 // Created by Create (a std::shared_ptr). It must outlive every executor that uses it; its owner calls

@@ -154,6 +154,7 @@ ClusteringOptions ClusteringOptionsFor(const Flags& flags, bool session_default)
 
 SessionStats Session::stats() const {
   SessionStats out;
+  out.compiles_in_flight = clusters_->compiles_in_flight();
   if (DiskCache* disk = clusters_->disk()) out.totals.disk_rejects += disk->stats().rejects;
   for (const auto& s : clusters_->AllStats()) {
     ClusterStatsSnapshot c;
@@ -169,6 +170,7 @@ SessionStats Session::stats() const {
     c.disk_writes = s->disk_writes;
     c.disk_rejects = s->disk_rejects;
     c.code_bytes = s->code_bytes;
+    c.fused_kernels = s->fused_kernels;
     out.totals.compiles += c.compiles;
     out.totals.compile_ms += c.compile_ms;
     out.totals.fallback_executions += c.fallback_executions;
@@ -178,6 +180,7 @@ SessionStats Session::stats() const {
     out.totals.disk_writes += c.disk_writes;
     out.totals.disk_rejects += c.disk_rejects;
     out.totals.code_bytes += c.code_bytes;
+    out.totals.fused_kernels += c.fused_kernels;
     out.totals.ops += c.ops;
     out.clusters.push_back(std::move(c));
   }

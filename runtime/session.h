@@ -57,11 +57,13 @@ struct ClusterStatsSnapshot {
   double compile_ms = 0;
   int64_t fallback_executions = 0, compiled_executions = 0, memory_hits = 0, disk_hits = 0, code_bytes = 0;
   int64_t disk_writes = 0, disk_rejects = 0;
+  int64_t fused_kernels = 0;  // generated kernels of the executable in use (0: library calls only)
 };
 
 struct SessionStats {
   std::vector<ClusterStatsSnapshot> clusters;
   ClusterStatsSnapshot totals;  // counters summed (id, ops, signature unused)
+  int compiles_in_flight = 0;   // background compilations queued or running (--async_compilation)
 };
 
 struct SessionOptions {

@@ -126,6 +126,7 @@ int main(int argc, char** argv) {
   }
   options.flags = *parsed;
   int passed = 0, failed = 0, skipped = 0, unexpected = 0;
+  int with_code = 0, library_only = 0, no_cluster = 0;  // what the passing tests ran
   std::map<std::string, int> skip_reasons;
   for (const fs::path& t : tests) {
     std::string name = t.filename().string();
@@ -185,6 +186,10 @@ int main(int argc, char** argv) {
     if (k != known.end()) k->second.seen = true;
     if (fail_reason.empty()) {
       ++passed;
+      cjit::SessionStats st = (*session)->stats();
+      if (st.totals.fused_kernels > 0 && st.totals.compiled_executions > 0) ++with_code;
+      else if (!st.clusters.empty()) ++library_only;
+      else ++no_cluster;
       if (k != known.end()) {
         ++unexpected;
         std::cout << "UNEXPECTED-PASS " << name << ": listed as a known failure (" << k->second.reason
@@ -211,6 +216,8 @@ int main(int argc, char** argv) {
   }
   std::cout << "\nskip reasons:\n";
   for (const auto& [r, n] : skip_reasons) std::cout << "  " << n << "  " << r << "\n";
+  std::cout << "\ncoverage of the passing tests: " << with_code << " ran generated code (fused kernels), "
+            << library_only << " ran clusters of library calls only, " << no_cluster << " formed no cluster\n";
   std::cout << "\nfloor " << floor << ", unexpected failures " << unexpected << "\n";
   std::cout << passed << " passed, " << failed << " failed, " << skipped << " skipped\n";
   if (filter.empty() && passed < floor) {

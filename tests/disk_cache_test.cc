@@ -1,6 +1,7 @@
 // The persistent cache: every fault of a cache file is ignored, removed, counted and recompiled — never a
 // crash or a wrong result; full disk and read-only use; LRU size bound; warm start compiles nothing.
 #include "cache/disk_cache.h"
+#include "cache/cache_key.h"
 
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -50,8 +51,35 @@ void WriteFile(const std::string& path, const std::string& bytes) {
 
 std::unique_ptr<DiskCache> Open(const std::string& dir, bool read_only = false, int64_t max_bytes = 0) {
   auto c = DiskCache::Open({dir, read_only, max_bytes});
-  EXPECT_TRUE(c.ok()) << c.status();
+  // An exception (reported by GoogleTest as a failure of the test) rather than a dereference of an error.
+  if (!c.ok()) throw std::runtime_error(absl::StrCat("DiskCache::Open(", dir, "): ", c.status().message()));
   return std::move(*c);
+}
+
+// Constants enter the key by their SHA-256 (references from Python's hashlib), so that two different
+// constants cannot share a key by a crafted collision of a fast 64-bit hash; equal keys need equal text.
+TEST(CacheKeyTest, ConstantsEnterTheKeyBySha256) {
+  EXPECT_EQ(ContentDigest("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  auto key_for = [](float second) {
+    Graph g;
+    Value* x = g.AddInput("x", DType::kF32, Shape::Of({2}));
+    Tensor w(DType::kF32, {2});
+    w.data<float>()[0] = 0.5f;
+    w.data<float>()[1] = second;
+    Value* c = g.AddConstant("w", std::move(w));
+    Node* n = g.AddNode("Mul", "mul", {x, c}, {"y"});
+    g.AddOutput(n->outputs[0]);
+    return MakeCacheKey(g, "x86_64", "");
+  };
+  CacheKey a = key_for(1.0f), b = key_for(2.0f);
+  EXPECT_NE(a.canonical.find("9612447463caefad31915f64e51022988711393baf3f6c81ed61c38a46e24351"), std::string::npos)
+      << a.canonical;
+  EXPECT_NE(b.canonical.find("3db69239f50371dcc56738da07a74d1211d086cc6f2cdaffe6243cd1859e2408"), std::string::npos);
+  EXPECT_FALSE(a == b);
+  // Same 64-bit hash, different text: not equal (the memory cache and disk entries compare the text).
+  CacheKey forged = b;
+  forged.hash = a.hash;
+  EXPECT_FALSE(a == forged);
 }
 
 TEST(DiskCacheTest, RoundTrip) {
@@ -332,15 +360,18 @@ TEST(DiskCacheTest, WarmStartOnRealModel) {
   o.use_environment_flags = false;
   o.flags.intra_op_threads = 2;
   o.flags.persistent_cache_dir = cache;
+  // Errors end the test as failures (an exception GoogleTest reports), never a dereference of an error.
+  auto check = [](const absl::Status& st) {
+    if (!st.ok()) throw std::runtime_error(std::string(st.message()));
+  };
   auto run = [&](int times, std::vector<NamedTensor>* last) {
     auto s = Session::Load((dir / "model.onnx").string(), o);
-    EXPECT_TRUE(s.ok()) << s.status();
+    check(s.status());
     auto sets = ReadDataSets(dir.string(), **s);
-    EXPECT_TRUE(sets.ok());
+    check(sets.status());
     for (int i = 0; i < times; ++i) {
       auto out = (*s)->Run((*sets)[0].inputs);
-      EXPECT_TRUE(out.ok()) << out.status();
-      CompareTensors("y", (*out)[0].tensor, (*sets)[0].outputs[0].tensor, 1e-3, 1e-4);
+      check(out.status());
       OutputComparison cmp = CompareTensors("y", (*out)[0].tensor, (*sets)[0].outputs[0].tensor, 1e-3, 1e-4);
       EXPECT_TRUE(cmp.ok) << "run " << i << " max_abs " << cmp.max_abs;
       *last = *out;

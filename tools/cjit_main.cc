@@ -275,7 +275,8 @@ int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
                             {"fallback_executions", c.fallback_executions},
                             {"compiled_executions", c.compiled_executions}, {"memory_hits", c.memory_hits},
                             {"disk_hits", c.disk_hits}, {"disk_writes", c.disk_writes},
-                            {"disk_rejects", c.disk_rejects}, {"code_bytes", c.code_bytes}};
+                            {"disk_rejects", c.disk_rejects}, {"code_bytes", c.code_bytes},
+                            {"fused_kernels", c.fused_kernels}};
     };
     j["clusters"] = nlohmann::json::array();
     for (const auto& c : st.clusters) {
@@ -347,6 +348,16 @@ int CmdCheck(const std::string& dir, double rtol, double atol, int concurrency, 
     }
     all_ok &= r.ok();
   }
+  // What ran: compiled clusters, and how many of them executed generated code (fused kernels) rather than
+  // library calls only — the test suites use this line to prove they exercised the code generator.
+  SessionStats st = (*session)->stats();
+  int with_code = 0;
+  for (const ClusterStatsSnapshot& c : st.clusters) with_code += c.fused_kernels > 0 && c.compiled_executions > 0;
+  std::printf("clusters: %zu, compiled executions %lld, fallback executions %lld, generated code in %d (%lld fused "
+              "kernels)\n",
+              st.clusters.size(), static_cast<long long>(st.totals.compiled_executions),
+              static_cast<long long>(st.totals.fallback_executions), with_code,
+              static_cast<long long>(st.totals.fused_kernels));
   std::printf("%s (rtol %g, atol %g)\n", all_ok ? "PASS" : "FAIL", rtol, atol);
   return all_ok ? 0 : 1;
 }

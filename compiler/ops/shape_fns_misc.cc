@@ -70,7 +70,18 @@ absl::Status EinsumInfer(const Node& n, Inputs in, Outputs& out) {
     if (!s.rank_known) return absl::OkStatus();
     std::string t = terms[k];
     size_t e = t.find("...");
+    if (e != std::string::npos && t.find("...", e + 3) != std::string::npos) {
+      return NodeError(n, absl::StrCat("equation term '", t, "' has more than one ellipsis"));
+    }
     int n_ell = e == std::string::npos ? 0 : s.rank() - static_cast<int>(t.size() - 3);
+    if (n_ell < 0 || (e == std::string::npos && static_cast<int>(t.size()) != s.rank())) {
+      return NodeError(n, absl::StrCat("equation term '", t, "' does not match operand ", k, " of rank ", s.rank()));
+    }
+    for (char c : t) {
+      if (c != '.' && !std::isalpha(static_cast<unsigned char>(c))) {
+        return NodeError(n, absl::StrCat("equation term '", t, "' has the character '", std::string(1, c), "'"));
+      }
+    }
     int d = 0;
     for (size_t i = 0; i < t.size(); ++i) {
       if (t.compare(i, 3, "...") == 0) {

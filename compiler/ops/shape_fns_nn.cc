@@ -172,6 +172,26 @@ absl::Status BatchNormInfer(const Node& n, Inputs in, Outputs& out) {
 absl::Status LayerNormInfer(const Node& n, Inputs in, Outputs& out) {
   out[0] = {in[0].dtype, in[0].shape};
   const Shape& x = in[0].shape;
+  // Scale and B broadcast to the normalized dims x.dims[axis:] (after leading 1s, a suffix of them).
+  if (x.rank_known) {
+    CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(n, n.GetInt("axis", -1), x.rank()));
+    for (int i = 1; i < 3 && i < static_cast<int>(in.size()); ++i) {
+      const Shape& p = in[i].shape;
+      if (!in[i].present || !p.rank_known) continue;
+      std::vector<Dim> d = p.dims;
+      while (!d.empty() && d.front().known() && d.front().value == 1) d.erase(d.begin());
+      bool ok = static_cast<int>(d.size()) <= x.rank() - ax;
+      for (size_t k = 0; ok && k < d.size(); ++k) {
+        const Dim& a = d[d.size() - 1 - k];
+        const Dim& b = x.dims[x.rank() - 1 - k];
+        ok = !a.known() || !b.known() || a.value == b.value;
+      }
+      if (!ok) {
+        return NodeError(n, absl::StrCat(i == 1 ? "Scale" : "B", " has shape ", p.ToString(),
+                                         ", which does not broadcast to the normalized dims of X ", x.ToString()));
+      }
+    }
+  }
   if (out.size() > 1) {
     Shape s;
     if (x.rank_known) {

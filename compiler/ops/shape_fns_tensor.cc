@@ -54,7 +54,11 @@ absl::Status ReshapeInfer(const Node& n, Inputs in, Outputs& out) {
   if (x.fully_known()) {
     int64_t total = NumElements(x.concrete());
     int64_t known = 1;
-    for (int i = 0; i < s.rank(); ++i) if (i != infer_at) known *= s.dims[i].value;
+    for (int i = 0; i < s.rank(); ++i) {
+      if (i != infer_at && __builtin_mul_overflow(known, s.dims[i].value, &known)) {
+        return NodeError(n, absl::StrCat("target shape ", s.ToString(), " has more elements than int64 holds"));
+      }
+    }
     if (infer_at >= 0) {
       if (known == 0 || total % known != 0) {
         return NodeError(n, absl::StrCat("cannot reshape ", x.ToString(), " to ", s.ToString()));

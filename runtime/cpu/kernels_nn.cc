@@ -542,6 +542,19 @@ absl::Status LayerNorm(KernelContext& ctx) {
   Tensor* inv_out = ctx.wants(2) ? &ctx.Alloc(2) : nullptr;
   const Tensor& scale = ctx.in(1);
   const Tensor* bias = ctx.has(2) ? &ctx.in(2) : nullptr;
+  // Scale and bias broadcast to the normalized dims x.dims[axis:]: after leading 1s, a suffix of them.
+  for (const Tensor* p : {&scale, bias}) {
+    if (p == nullptr) continue;
+    Dims d = p->dims();
+    while (!d.empty() && d.front() == 1 && static_cast<int>(d.size()) > 0) d.erase(d.begin());
+    bool ok = p->dtype() == x.dtype() && static_cast<int>(d.size()) <= x.rank() - ax;
+    for (size_t i = 0; ok && i < d.size(); ++i) ok = d[d.size() - 1 - i] == x.dim(x.rank() - 1 - static_cast<int>(i));
+    if (!ok) {
+      return ctx.Error(absl::StrCat(p == &scale ? "Scale" : "B", " (", DTypeName(p->dtype()), "[",
+                                    DimsToString(p->dims()), "]) does not broadcast to the normalized dims of X (",
+                                    DTypeName(x.dtype()), "[", DimsToString(x.dims()), "], axis ", ax, ")"));
+    }
+  }
   Tensor sb = Tensor(x.dtype(), {inner}), bb = Tensor(x.dtype(), {inner});
   return DispatchFloat(x.dtype(), [&](auto t) {
     using T = decltype(t);

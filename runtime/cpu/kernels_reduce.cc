@@ -106,9 +106,9 @@ void ReduceLoop(const ReduceView& v, T* out, int threads, const std::string& op)
         }
       }
       if (kind == 1) acc = v.red ? static_cast<A>(acc / static_cast<A>(v.red)) : acc;
-      else if (kind == 6) acc = static_cast<A>(std::sqrt(static_cast<double>(acc)));
-      else if (kind == 7) acc = static_cast<A>(std::log(static_cast<double>(acc)));
-      else if (kind == 8) acc = static_cast<A>(std::log(static_cast<double>(acc)) + mx);
+      else if (kind == 6) acc = NumericCast<A>(std::sqrt(static_cast<double>(acc)));
+      else if (kind == 7) acc = NumericCast<A>(std::log(static_cast<double>(acc)));
+      else if (kind == 8) acc = NumericCast<A>(std::log(static_cast<double>(acc)) + static_cast<double>(mx));
       out[o * v.inner + i] = NumericCast<T>(acc);
     }
   }

@@ -1,0 +1,268 @@
+#!/usr/bin/python3
+"""Op families against numpy float64 references (issue 16): unlike tests/op_suite_test.cc, which compares
+the compiled path with the fallback path (so a bug shared by both, or a fallback bug, passes), every case
+here has an independent reference computed by numpy in float64 and rounded to the case's dtype. Each case
+is an ONNX test-data directory (model.onnx, test_data_set_0/input_K.pb, output_K.pb) plus tolerance.txt
+("rtol atol"); tests/op_reference_suite.sh runs each on the fallback path and with every cluster compiled.
+
+Tolerances: 1e-5 relative for elementwise float32 (libm and polynomial differences), a K-dependent bound
+for contractions (float32 accumulation of K products: rtol 1e-5, atol 1e-5 * sqrt(K)), exact for integer
+and data-movement ops.
+
+usage: op_reference_suite.py OUT_DIR
+"""
+import math
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+RNG = np.random.default_rng(1234)
+
+
+def rnd(*shape, lo=-2.0, hi=2.0, dtype=np.float32):
+    return RNG.uniform(lo, hi, size=shape).astype(dtype)
+
+
+def f64(a):
+    return np.asarray(a, dtype=np.float64)
+
+
+def write_case(root, name, nodes, inputs, outputs, opset=13, inits=(), tol=(1e-5, 1e-6)):
+    d = os.path.join(root, name)
+    os.makedirs(os.path.join(d, "test_data_set_0"), exist_ok=True)
+    t = onnx.mapping.NP_TYPE_TO_TENSOR_TYPE
+    g = helper.make_graph(
+        nodes, name,
+        [helper.make_tensor_value_info(n, t[a.dtype], a.shape) for n, a in inputs],
+        [helper.make_tensor_value_info(n, t[np.asarray(a).dtype], np.asarray(a).shape) for n, a in outputs],
+        initializer=[numpy_helper.from_array(np.asarray(a), n) for n, a in inits])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.save(m, os.path.join(d, "model.onnx"))
+    for k, (n, a) in enumerate(inputs):
+        with open(os.path.join(d, "test_data_set_0", "input_%d.pb" % k), "wb") as f:
+            f.write(numpy_helper.from_array(a, n).SerializeToString())
+    for k, (n, a) in enumerate(outputs):
+        with open(os.path.join(d, "test_data_set_0", "output_%d.pb" % k), "wb") as f:
+            f.write(numpy_helper.from_array(np.asarray(a), n).SerializeToString())
+    with open(os.path.join(d, "tolerance.txt"), "w") as f:
+        f.write("%g %g\n" % tol)
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def erf(x):
+    return np.vectorize(math.erf)(x)
+
+
+UNARY = {
+    "Abs": (np.abs, {}), "Neg": (np.negative, {}), "Floor": (np.floor, {}), "Ceil": (np.ceil, {}),
+    "Round": (np.round, {}), "Exp": (np.exp, {}), "Sin": (np.sin, {}), "Cos": (np.cos, {}),
+    "Tanh": (np.tanh, {}), "Atan": (np.arctan, {}), "Sigmoid": (sigmoid, {}),
+    "Relu": (lambda x: np.maximum(x, 0.0), {}),
+    "LeakyRelu": (lambda x: np.where(x < 0, 0.3 * x, x), {"alpha": 0.3}),
+    "Elu": (lambda x: np.where(x < 0, 0.7 * (np.exp(x) - 1.0), x), {"alpha": 0.7}),
+    "Selu": (lambda x: 1.0507009873554805 * np.where(x < 0, 1.6732632423543772 * (np.exp(x) - 1.0), x), {}),
+    "Celu": (lambda x: np.maximum(0, x) + np.minimum(0, 1.5 * (np.exp(x / 1.5) - 1.0)), {"alpha": 1.5}),
+    "HardSigmoid": (lambda x: np.clip(0.25 * x + 0.4, 0, 1), {"alpha": 0.25, "beta": 0.4}),
+    "HardSwish": (lambda x: x * np.clip(x / 6.0 + 0.5, 0, 1), {}),
+    "Softplus": (lambda x: np.log1p(np.exp(x)), {}),
+    "Softsign": (lambda x: x / (1.0 + np.abs(x)), {}),
+    "Erf": (erf, {}), "Sign": (np.sign, {}),
+    "ThresholdedRelu": (lambda x: np.where(x > 0.5, x, 0.0), {"alpha": 0.5}),
+    "Gelu": (lambda x: 0.5 * x * (1.0 + erf(x / math.sqrt(2.0))), {}),
+}
+POSITIVE_UNARY = {"Sqrt": np.sqrt, "Log": np.log, "Reciprocal": lambda x: 1.0 / x}
+BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Max": np.maximum,
+          "Min": np.minimum}
+REDUCE = {"ReduceSum": np.sum, "ReduceMean": np.mean, "ReduceMax": np.max, "ReduceMin": np.min,
+          "ReduceProd": np.prod, "ReduceL1": lambda a, axis, keepdims: np.sum(np.abs(a), axis=axis, keepdims=keepdims),
+          "ReduceL2": lambda a, axis, keepdims: np.sqrt(np.sum(a * a, axis=axis, keepdims=keepdims)),
+          "ReduceSumSquare": lambda a, axis, keepdims: np.sum(a * a, axis=axis, keepdims=keepdims),
+          "ReduceLogSumExp": lambda a, axis, keepdims: np.log(np.sum(np.exp(a), axis=axis, keepdims=keepdims))}
+
+
+def conv2d(x, w, b, stride, pad, dil, group):
+    n, c, h, wd = x.shape
+    oc, cg, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad[0], pad[2]), (pad[1], pad[3])))
+    oh = (h + pad[0] + pad[2] - dil[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (wd + pad[1] + pad[3] - dil[1] * (kw - 1) - 1) // stride[1] + 1
+    y = np.zeros((n, oc, oh, ow))
+    ocg = oc // group
+    for o in range(oc):
+        g = o // ocg
+        for i in range(kh):
+            for j in range(kw):
+                patch = xp[:, g * cg:(g + 1) * cg, i * dil[0]:i * dil[0] + stride[0] * oh:stride[0],
+                           j * dil[1]:j * dil[1] + stride[1] * ow:stride[1]]
+                y[:, o] += np.einsum("nchw,c->nhw", patch, w[o, :, i, j])
+        y[:, o] += b[o]
+    return y
+
+
+def pool2d(x, k, s, p, kind, count_include_pad=0):
+    n, c, h, w = x.shape
+    fill = -np.inf if kind == "max" else 0.0
+    xp = np.pad(x, ((0, 0), (0, 0), (p[0], p[2]), (p[1], p[3])), constant_values=fill)
+    ones = np.pad(np.ones((h, w)), ((p[0], p[2]), (p[1], p[3])))
+    oh = (h + p[0] + p[2] - k[0]) // s[0] + 1
+    ow = (w + p[1] + p[3] - k[1]) // s[1] + 1
+    y = np.zeros((n, c, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            win = xp[:, :, i * s[0]:i * s[0] + k[0], j * s[1]:j * s[1] + k[1]]
+            if kind == "max":
+                y[:, :, i, j] = win.max(axis=(2, 3))
+            else:
+                cnt = k[0] * k[1] if count_include_pad else ones[i * s[0]:i * s[0] + k[0], j * s[1]:j * s[1] + k[1]].sum()
+                y[:, :, i, j] = win.sum(axis=(2, 3)) / cnt
+    return y
+
+
+def main():
+    root = sys.argv[1]
+    x = rnd(3, 37)
+    for op, (fn, attrs) in UNARY.items():
+        opset = 20 if op == "Gelu" else 14
+        if op == "Gelu":
+            continue  # opset 20 is not imported yet (issue 12); tested once supported
+        write_case(root, "unary_" + op, [helper.make_node(op, ["x"], ["y"], **attrs)], [("x", x)],
+                   [("y", fn(f64(x)).astype(np.float32))], opset=opset)
+    xp = rnd(3, 37, lo=0.05, hi=4.0)
+    for op, fn in POSITIVE_UNARY.items():
+        write_case(root, "unary_" + op, [helper.make_node(op, ["x"], ["y"])], [("x", xp)],
+                   [("y", fn(f64(xp)).astype(np.float32))])
+    write_case(root, "unary_Clip", [helper.make_node("Clip", ["x", "lo", "hi"], ["y"])], [("x", x)],
+               [("y", np.clip(f64(x), -0.5, 0.75).astype(np.float32))],
+               inits=[("lo", np.float32(-0.5)), ("hi", np.float32(0.75))])
+    for op, fn in BINARY.items():
+        for sa, sb in [((2, 3, 16), (2, 3, 16)), ((2, 3, 16), (3, 1)), ((2, 3, 16), (1,)), ((4, 1, 5), (1, 6, 1))]:
+            a, b = rnd(*sa), rnd(*sb)
+            if op == "Div":
+                b = np.where(np.abs(b) < 0.1, 0.5, b).astype(np.float32)
+            tag = "binary_%s_%s_%s" % (op, "x".join(map(str, sa)), "x".join(map(str, sb)))
+            write_case(root, tag, [helper.make_node(op, ["a", "b"], ["y"])], [("a", a), ("b", b)],
+                       [("y", fn(f64(a), f64(b)).astype(np.float32))])
+    for op, fn in [("Add", np.add), ("Sub", np.subtract), ("Mul", np.multiply)]:
+        a = RNG.integers(-1000, 1000, size=(4, 5)).astype(np.int64)
+        b = RNG.integers(-1000, 1000, size=(5,)).astype(np.int64)
+        write_case(root, "binary_%s_i64" % op, [helper.make_node(op, ["a", "b"], ["y"])], [("a", a), ("b", b)],
+                   [("y", fn(a, b))], tol=(0, 0))
+    pw_b = rnd(2, 3, lo=0.5, hi=3.0)
+    pw_a = rnd(4, 2, 3, lo=0.1, hi=2.0)
+    write_case(root, "binary_Pow", [helper.make_node("Pow", ["a", "b"], ["y"])], [("a", pw_a), ("b", pw_b)],
+               [("y", np.power(f64(pw_a), f64(pw_b)).astype(np.float32))])
+    r = rnd(3, 4, 5, lo=0.5, hi=1.5)
+    for op, fn in REDUCE.items():
+        for axes, keep in [([1], 1), ([0, 2], 0), ([-1], 1)]:
+            write_case(root, "reduce_%s_%s_%d" % (op, "_".join(map(str, axes)).replace("-", "m"), keep),
+                       [helper.make_node(op, ["x"], ["y"], axes=axes, keepdims=keep)], [("x", r)],
+                       [("y", fn(f64(r), axis=tuple(axes), keepdims=bool(keep)).astype(np.float32))], opset=11)
+    for op in ["ArgMax", "ArgMin"]:
+        fn = np.argmax if op == "ArgMax" else np.argmin
+        write_case(root, "reduce_" + op, [helper.make_node(op, ["x"], ["y"], axis=1, keepdims=0)], [("x", r)],
+                   [("y", fn(r, axis=1).astype(np.int64))], tol=(0, 0))
+    s = rnd(4, 33, lo=-4, hi=4)
+    e = np.exp(f64(s) - f64(s).max(axis=-1, keepdims=True))
+    write_case(root, "softmax_Softmax", [helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [("x", s)],
+               [("y", (e / e.sum(axis=-1, keepdims=True)).astype(np.float32))])
+    write_case(root, "softmax_LogSoftmax", [helper.make_node("LogSoftmax", ["x"], ["y"], axis=-1)], [("x", s)],
+               [("y", (np.log(e / e.sum(axis=-1, keepdims=True))).astype(np.float32))])
+    ln = rnd(2, 5, 16)
+    gamma, beta = rnd(16), rnd(16)
+    mu = f64(ln).mean(axis=-1, keepdims=True)
+    var = ((f64(ln) - mu) ** 2).mean(axis=-1, keepdims=True)
+    write_case(root, "norm_LayerNormalization",
+               [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1, epsilon=1e-5)], [("x", ln)],
+               [("y", ((f64(ln) - mu) / np.sqrt(var + 1e-5) * gamma + beta).astype(np.float32))], opset=17,
+               inits=[("g", gamma), ("b", beta)], tol=(1e-4, 1e-5))
+    bn = rnd(2, 4, 3, 5)
+    sc, bb, mm, vv = rnd(4), rnd(4), rnd(4), rnd(4, lo=0.2, hi=2.0)
+    ref = (f64(bn) - mm.reshape(1, 4, 1, 1)) / np.sqrt(f64(vv).reshape(1, 4, 1, 1) + 1e-5) * sc.reshape(1, 4, 1, 1) \
+        + bb.reshape(1, 4, 1, 1)
+    write_case(root, "norm_BatchNormalization",
+               [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=1e-5)], [("x", bn)],
+               [("y", ref.astype(np.float32))], opset=15, inits=[("s", sc), ("b", bb), ("m", mm), ("v", vv)],
+               tol=(1e-5, 1e-5))
+    for (m, k, n) in [(5, 7, 9), (3, 64, 33), (1, 300, 17)]:
+        a, b = rnd(m, k), rnd(k, n)
+        write_case(root, "contraction_MatMul_%dx%dx%d" % (m, k, n), [helper.make_node("MatMul", ["a", "b"], ["y"])],
+                   [("a", a), ("b", b)], [("y", (f64(a) @ f64(b)).astype(np.float32))],
+                   tol=(1e-5, 1e-5 * math.sqrt(k)))
+    ba, bb2 = rnd(2, 3, 4, 8), rnd(3, 8, 5)
+    write_case(root, "contraction_MatMul_batched", [helper.make_node("MatMul", ["a", "b"], ["y"])],
+               [("a", ba), ("b", bb2)], [("y", np.matmul(f64(ba), f64(bb2)).astype(np.float32))], tol=(1e-5, 1e-4))
+    ga, gb, gc = rnd(5, 7), rnd(9, 7), rnd(9)
+    write_case(root, "contraction_Gemm", [helper.make_node("Gemm", ["a", "b", "c"], ["y"], transB=1, alpha=0.5, beta=2.0)],
+               [("a", ga), ("b", gb)], [("y", (0.5 * f64(ga) @ f64(gb).T + 2.0 * gc).astype(np.float32))],
+               inits=[("c", gc)], tol=(1e-5, 1e-4))
+    for name, (xs, ws, stride, pad, dil, group) in {
+            "3x3_pad": ((1, 3, 9, 11), (4, 3, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+            "stride2_dil2": ((2, 4, 12, 10), (6, 4, 3, 3), (2, 2), (2, 1, 2, 1), (2, 2), 1),
+            "depthwise": ((1, 8, 7, 7), (8, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 8),
+            "pointwise": ((1, 16, 5, 6), (12, 16, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)}.items():
+        cx, cw, cb = rnd(*xs), rnd(*ws), rnd(ws[0])
+        ref = conv2d(f64(cx), f64(cw), f64(cb), stride, pad, dil, group)
+        k = ws[1] * ws[2] * ws[3]
+        write_case(root, "conv_" + name,
+                   [helper.make_node("Conv", ["x", "w", "b"], ["y"], strides=list(stride), pads=list(pad),
+                                     dilations=list(dil), group=group)],
+                   [("x", cx)], [("y", ref.astype(np.float32))], inits=[("w", cw), ("b", cb)],
+                   tol=(1e-5, 1e-5 * math.sqrt(k)))
+        write_case(root, "conv_%s_relu" % name,
+                   [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=list(stride), pads=list(pad),
+                                     dilations=list(dil), group=group), helper.make_node("Relu", ["c"], ["y"])],
+                   [("x", cx)], [("y", np.maximum(ref, 0).astype(np.float32))], inits=[("w", cw), ("b", cb)],
+                   tol=(1e-5, 1e-5 * math.sqrt(k)))
+    px = rnd(2, 3, 9, 10)
+    write_case(root, "pool_MaxPool", [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                                                       pads=[1, 1, 1, 1])],
+               [("x", px)], [("y", pool2d(f64(px), (3, 3), (2, 2), (1, 1, 1, 1), "max").astype(np.float32))])
+    write_case(root, "pool_AveragePool", [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 2],
+                                                           strides=[1, 2], pads=[1, 0, 1, 0])],
+               [("x", px)], [("y", pool2d(f64(px), (3, 2), (1, 2), (1, 0, 1, 0), "avg").astype(np.float32))])
+    write_case(root, "pool_GlobalAveragePool", [helper.make_node("GlobalAveragePool", ["x"], ["y"])], [("x", px)],
+               [("y", f64(px).mean(axis=(2, 3), keepdims=True).astype(np.float32))])
+    t = rnd(2, 3, 4, 5)
+    write_case(root, "move_Transpose", [helper.make_node("Transpose", ["x"], ["y"], perm=[2, 0, 3, 1])], [("x", t)],
+               [("y", t.transpose(2, 0, 3, 1))], tol=(0, 0))
+    c2 = rnd(2, 2, 4, 5)
+    write_case(root, "move_Concat", [helper.make_node("Concat", ["a", "b"], ["y"], axis=1)], [("a", t), ("b", c2)],
+               [("y", np.concatenate([t, c2], axis=1))], tol=(0, 0))
+    write_case(root, "move_Slice", [helper.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["y"])], [("x", t)],
+               [("y", t[:, :, 3:0:-2, 1:5:2])], tol=(0, 0),
+               inits=[("st", np.array([3, 1])), ("en", np.array([0, 5])), ("ax", np.array([2, 3])),
+                      ("sp", np.array([-2, 2]))])
+    idx = np.array([[0, 2], [1, 1], [2, 0]], dtype=np.int64)
+    write_case(root, "move_Gather", [helper.make_node("Gather", ["x", "i"], ["y"], axis=1)], [("x", t), ("i", idx)],
+               [("y", np.take(t, idx, axis=1))], tol=(0, 0))
+    cond = RNG.random((4, 5)) > 0.5
+    wx, wy = rnd(3, 4, 5), rnd(5)
+    write_case(root, "move_Where", [helper.make_node("Where", ["c", "x", "y"], ["z"])],
+               [("c", cond), ("x", wx), ("y", wy)], [("z", np.where(cond, wx, wy))], tol=(0, 0))
+    write_case(root, "move_Expand", [helper.make_node("Expand", ["x", "s"], ["y"])], [("x", wy)],
+               [("y", np.broadcast_to(wy, (2, 3, 5)).copy())], inits=[("s", np.array([2, 3, 1]))], tol=(0, 0))
+    write_case(root, "move_Pad_reflect", [helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect")], [("x", t)],
+               [("y", np.pad(t, ((0, 0), (0, 0), (1, 2), (2, 1)), mode="reflect"))],
+               inits=[("p", np.array([0, 0, 1, 2, 0, 0, 2, 1]))], tol=(0, 0))
+    ci = RNG.uniform(-300, 300, size=(4, 6)).astype(np.float32)
+    write_case(root, "cast_f32_i32", [helper.make_node("Cast", ["x"], ["y"], to=onnx.TensorProto.INT32)], [("x", ci)],
+               [("y", np.trunc(ci).astype(np.int32))], tol=(0, 0))
+    rz = rnd(1, 2, 4, 5)
+    # Resize, nearest (asymmetric, floor) by 2x: numpy repeat.
+    write_case(root, "resize_nearest_2x",
+               [helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="nearest",
+                                 coordinate_transformation_mode="asymmetric", nearest_mode="floor")],
+               [("x", rz)], [("y", rz.repeat(2, axis=2).repeat(2, axis=3))],
+               inits=[("sc", np.array([1, 1, 2, 2], np.float32))], tol=(0, 0))
+    print("wrote %d cases to %s" % (len(os.listdir(root)), root))
+
+
+if __name__ == "__main__":
+    main()
