@@ -4,13 +4,15 @@
 # case's tolerance.txt gives. Compiled, the elementwise, reduction, softmax, normalization and cast cases
 # must have run generated code (not only library calls): the suite proves it exercised the code generator
 # for every op family the emitter lowers.
-# usage: op_reference_suite.sh CJIT_BINARY
+# The same runner serves tests/opset_suite.py (operator versions of opsets 18-21 against numpy).
+# usage: op_reference_suite.sh CJIT_BINARY [GENERATOR.py]
 set -uo pipefail
 cjit=$1
 here=$(cd "$(dirname "$0")" && pwd)
+generator=${2:-$here/op_reference_suite.py}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-/usr/bin/python3 "$here/op_reference_suite.py" "$work/cases" || exit 1
+/usr/bin/python3 "$generator" "$work/cases" || exit 1
 # Families the emitter does not lower (they run as library steps inside the cluster): integer arithmetic,
 # float-to-integer Cast, Atan. Keep this list short and true: a case listed here that starts generating
 # code is fine; a case not listed that stops generating code fails.
@@ -34,5 +36,5 @@ for dir in "$work"/cases/*/; do
     fi
   done
 done
-echo "op_reference_suite: $((total - fail)) of $total cases pass"
+echo "$(basename "$generator" .py): $((total - fail)) of $total cases pass"
 [[ $fail -eq 0 ]]

@@ -150,6 +150,13 @@ TEST(ImportTest, UndefinedInputAndBadOpset) {
   auto t = Session::LoadFromBytes(m.SerializeAsString(), Opts());
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("opset 99 is not supported"), std::string::npos) << t.status();
+  // The newest supported opset is 21 (ONNX 1.16); 22 is a clear error naming the range.
+  m.mutable_opset_import(0)->set_version(21);
+  EXPECT_TRUE(Session::LoadFromBytes(m.SerializeAsString(), Opts()).ok());
+  m.mutable_opset_import(0)->set_version(22);
+  auto u = Session::LoadFromBytes(m.SerializeAsString(), Opts());
+  ASSERT_FALSE(u.ok());
+  EXPECT_NE(u.status().message().find("opset 22 is not supported (1 to 21)"), std::string::npos) << u.status();
 }
 
 TEST(SessionTest, ConcurrentRunsAgree) {

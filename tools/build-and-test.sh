@@ -5,7 +5,9 @@
 #   - builds again as on a machine without the CUDA toolkit (GPU runtime off, NVPTX code generation on)
 #     and runs the tests that depend on that configuration;
 #   - installs the package and builds/runs the example host apps three ways (tools/test-package.sh);
-#   - runs the concurrency stress test under ThreadSanitizer (tools/tsan-stress.sh).
+#   - runs the concurrency stress test under ThreadSanitizer (tools/tsan-stress.sh);
+#   - fuzzes model loading and running for CJIT_FUZZ_SECONDS (default 180) under AddressSanitizer +
+#     UndefinedBehaviorSanitizer (tools/fuzz.sh; docs/security.md).
 # Test data must be there: CJIT_REQUIRE_TEST_DATA=1 turns a missing-data skip into a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,3 +29,4 @@ cmake --build build-nocuda -j2 --target cjit cjit_tests
 (cd build-nocuda && ctest --output-on-failure -j2 -R 'Gpu|cli_device|cli_compile|CachingDeviceAllocator|PtxCache')
 if [[ -d ../shared/models ]]; then bash tools/test-package.sh; else bash tools/test-package.sh "$(pwd)/models/ppocr_mobile_cls"; fi
 bash tools/tsan-stress.sh
+bash tools/fuzz.sh "${CJIT_FUZZ_SECONDS:-180}"

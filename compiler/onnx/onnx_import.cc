@@ -19,10 +19,10 @@
 namespace cjit {
 namespace {
 
-// Opsets 7-18 are the supported range; 1-6 load too where no legacy-only attribute is used (checked per
+// Opsets 7-21 are the supported range; 1-6 load too where no legacy-only attribute is used (checked per
 // node against the ONNX schema of that opset).
 constexpr int64_t kMinOpset = 1;
-constexpr int64_t kMaxOpset = 18;
+constexpr int64_t kMaxOpset = 21;
 constexpr int64_t kMaxIrVersion = 10;
 
 struct Scope {

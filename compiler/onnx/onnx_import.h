@@ -1,5 +1,5 @@
 // ONNX ModelProto -> Graph, through libonnx's protobuf classes (no checker: it stops at IR 8).
-// Supports IR versions 3-10 and default-domain opsets 7-18: initializers and Constant nodes become
+// Supports IR versions 3-10 and default-domain opsets 7-21: initializers and Constant nodes become
 // constant values, attributes are converted, If/Loop subgraphs are imported recursively with the
 // outer-scope names they read turned into captures (Node::implicit_inputs), and tensors with external
 // data are read from files relative to the model's directory.

@@ -2,7 +2,7 @@
 // (for clustering), whether it may be clustered, its automatic-mixed-precision class, and its shape/dtype
 // inference function. Kernels live in runtime/cpu and are looked up by the same name.
 //
-// Shape functions follow the ONNX operator specification (https://onnx.ai/onnx/operators/), for opsets 7-18.
+// Shape functions follow the ONNX operator specification (https://onnx.ai/onnx/operators/), for opsets 7-21.
 // They receive each input's dtype, (partial) shape and, when known, its value (constants during
 // specialization; every input at run time), and fill one InferOutput per node output. An output dim that
 // depends on data not known yet is left unknown (-1); a bad attribute or incompatible shapes is an

@@ -1,5 +1,5 @@
 // Shape/dtype functions of elementwise, comparison, reduction, softmax and matrix-product operators
-// (ONNX operator specification, opsets 7-18).
+// (ONNX operator specification, opsets 7-21).
 #include <numeric>
 
 #include "absl/strings/str_cat.h"

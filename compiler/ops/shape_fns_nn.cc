@@ -1,5 +1,5 @@
 // Shape/dtype functions of convolution, pooling, normalization, resize and recurrent operators
-// (ONNX operator specification, opsets 7-18).
+// (ONNX operator specification, opsets 7-21).
 #include <cmath>
 
 #include "compiler/ir/numeric_cast.h"
@@ -382,6 +382,31 @@ void RegisterNnOps() {
       [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
         CJIT_RETURN_IF_ERROR(CheckChannelParams(n, in, 1, 2));
         out[0] = {in[0].dtype, in[0].shape};
+        return absl::OkStatus();
+      });
+  // GroupNormalization-18: scale and bias per group [num_groups]; -21: per channel [C] (ONNX changed it).
+  Reg("GroupNormalization", C::kNormalization, false, A::kDeny, 3, 3,
+      [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
+        out[0] = {in[0].dtype, in[0].shape};
+        const Shape& x = in[0].shape;
+        int64_t groups = n.GetInt("num_groups", 0);
+        if (groups <= 0) return NodeError(n, absl::StrCat("num_groups must be positive, got ", groups));
+        if (!x.rank_known) return absl::OkStatus();
+        if (x.rank() < 2) return NodeError(n, absl::StrCat("X must be N x C x ..., got ", x.ToString()));
+        const Dim& c = x.dims[1];
+        if (c.known() && c.value % groups != 0) {
+          return NodeError(n, absl::StrCat("X has ", c.value, " channels, not divisible by num_groups ", groups));
+        }
+        Dim want = n.opset_version >= 21 ? c : Dim{groups, ""};
+        for (int i = 1; i <= 2; ++i) {
+          const Shape& p = in[i].shape;
+          if (!p.rank_known) continue;
+          if (p.rank() != 1 || (want.known() && p.dims[0].known() && p.dims[0].value != want.value)) {
+            return NodeError(n, absl::StrCat(i == 1 ? "scale" : "bias", " has shape ", p.ToString(), "; GroupNormalization-",
+                                             n.opset_version >= 21 ? "21 takes one value per channel"
+                                                                   : "18 takes one value per group"));
+          }
+        }
         return absl::OkStatus();
       });
   Reg("LRN", C::kNormalization, false, A::kDeny, 1, 1, [](const Node&, Inputs in, Outputs& out) {

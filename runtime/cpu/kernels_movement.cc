@@ -559,6 +559,37 @@ void RegisterMovementKernels() {
   RegisterKernel("GatherND", GatherND);
   RegisterKernel("ScatterND", ScatterND);
   RegisterKernel("Pad", Pad);
+  // CenterCropPad-18: out[i] = x[i + offset] per axis, offset = (in - out) / 2 (negative when padding), zero
+  // outside x. The output dims come from the shape function (validated there).
+  RegisterKernel("CenterCropPad", [](KernelContext& ctx) -> absl::Status {
+    const Tensor& x = ctx.in(0);
+    Tensor& y = ctx.Alloc(0);
+    int r = x.rank();
+    if (y.rank() != r) return ctx.Error("internal: output rank differs from the input's");
+    std::vector<int64_t> off(r), xs(r, 1);
+    for (int d = 0; d < r; ++d) {
+      int64_t diff = x.dim(d) - y.dim(d);
+      off[d] = diff >= 0 ? diff / 2 : -((-diff) / 2);
+    }
+    for (int d = r - 2; d >= 0; --d) xs[d] = xs[d + 1] * x.dim(d + 1);
+    size_t es = DTypeSize(x.dtype());
+    std::memset(y.raw(), 0, y.nbytes());
+    std::vector<int64_t> idx(r, 0);
+    for (int64_t e = 0, n = y.numel(); e < n; ++e) {
+      int64_t rem = e, src = 0;
+      bool inside = true;
+      for (int d = r - 1; d >= 0; --d) {
+        int64_t i = rem % y.dim(d) + off[d];
+        rem /= y.dim(d);
+        inside &= i >= 0 && i < x.dim(d);
+        src += i * xs[d];
+      }
+      if (inside) {
+        std::memcpy(static_cast<uint8_t*>(y.raw()) + e * es, static_cast<const uint8_t*>(x.raw()) + src * es, es);
+      }
+    }
+    return absl::OkStatus();
+  });
   RegisterKernel("Expand", [](KernelContext& ctx) { return ExpandLike(ctx, ctx.in(0), ctx.Alloc(0)); });
   RegisterKernel("Tile", Tile);
   RegisterKernel("Shape", [](KernelContext& ctx) {
@@ -594,7 +625,7 @@ void RegisterMovementKernels() {
     return DispatchNumeric(y.dtype(), [&](auto t) {
       using T = decltype(t);
       T s = ctx.in(0).data<T>()[0], d = ctx.in(2).data<T>()[0];
-      for (int64_t i = 0; i < y.numel(); ++i) y.data<T>()[i] = static_cast<T>(s + static_cast<T>(i) * d);
+      for (int64_t i = 0; i < y.numel(); ++i) y.data<T>()[i] = WrappingAdd(s, WrappingMul(static_cast<T>(i), d));
     });
   });
   RegisterKernel("Trilu", [](KernelContext& ctx) -> absl::Status {

@@ -606,6 +606,42 @@ absl::Status InstanceNorm(KernelContext& ctx) {
   });
 }
 
+// GroupNormalization (ONNX -18: scale/bias per group; -21: per channel): statistics over each group of
+// C / num_groups channels and all spatial positions, in double.
+absl::Status GroupNorm(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  float eps = ctx.node->GetFloat("epsilon", 1e-5f);
+  int64_t G = ctx.node->GetInt("num_groups", 0);
+  if (x.rank() < 2 || G <= 0 || x.dim(1) % G != 0) return ctx.Error("X must be N x C x ... with C divisible by num_groups");
+  int64_t N = x.dim(0), C = x.dim(1), sp = x.numel() / std::max<int64_t>(N * C, 1), cpg = C / G;
+  bool per_channel = ctx.node->opset_version >= 21;
+  int64_t plen = per_channel ? C : G;
+  if (ctx.in(1).numel() != plen || ctx.in(2).numel() != plen) {
+    return ctx.Error(absl::StrCat("scale and bias must have ", plen, " values"));
+  }
+  Tensor& y = ctx.Alloc(0);
+  std::vector<double> sc = ctx.in(1).ToDoubleVector(), b = ctx.in(2).ToDoubleVector();
+  return DispatchFloat(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    int64_t len = cpg * sp;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t g = 0; g < G; ++g) {
+        const T* px = x.data<T>() + (n * C + g * cpg) * sp;
+        T* py = y.data<T>() + (n * C + g * cpg) * sp;
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < len; ++i) mean += static_cast<double>(px[i]);
+        mean /= std::max<int64_t>(len, 1);
+        for (int64_t i = 0; i < len; ++i) { double d = static_cast<double>(px[i]) - mean; var += d * d; }
+        var /= std::max<int64_t>(len, 1);
+        double inv = 1.0 / std::sqrt(var + eps);
+        for (int64_t i = 0; i < len; ++i) {
+          int64_t p = per_channel ? g * cpg + i / sp : g;
+          py[i] = static_cast<T>((static_cast<double>(px[i]) - mean) * inv * sc[p] + b[p]);
+        }
+      }
+  });
+}
+
 absl::Status Lrn(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.Alloc(0);
@@ -676,6 +712,7 @@ void RegisterNnKernels() {
   RegisterKernel("BatchNormalization", BatchNorm);
   RegisterKernel("LayerNormalization", LayerNorm);
   RegisterKernel("InstanceNormalization", InstanceNorm);
+  RegisterKernel("GroupNormalization", GroupNorm);
   RegisterKernel("LRN", Lrn);
   RegisterKernel("MeanVarianceNormalization", Mvn);
   RegisterKernel("Resize", ResizeKernel);
