@@ -3,7 +3,12 @@
 #include <openssl/evp.h>
 #include <xxhash.h>
 
+#include <algorithm>
+#include <iterator>
+#include <memory>
 #include <unordered_map>
+
+#include "absl/synchronization/mutex.h"
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -24,6 +29,34 @@ std::string ContentDigest(absl::string_view bytes) {
   std::string hex;
   for (unsigned int i = 0; i < len; ++i) absl::StrAppendFormat(&hex, "%02x", md[i]);
   return hex;
+}
+
+std::string ConstantDigest(const std::shared_ptr<const Tensor>& t) {
+  auto bytes = [&] { return absl::string_view(static_cast<const char*>(t->raw()), t->nbytes()); };
+  // Small constants (shapes, scalars) are hashed each time; the memo is for weights, where hashing costs.
+  if (t->nbytes() < 4096) return ContentDigest(bytes());
+  struct Entry {
+    std::weak_ptr<const Tensor> tensor;
+    std::string digest;
+  };
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* memo = new std::unordered_map<const Tensor*, Entry>();
+  static size_t sweep_at = 256;
+  {
+    absl::MutexLock lock(&mu);
+    auto it = memo->find(t.get());
+    // A live weak_ptr to this address is this very object (an object that died and whose address was
+    // reused has an expired entry), and a constant never changes while it lives.
+    if (it != memo->end() && !it->second.tensor.expired() && it->second.tensor.lock() == t) return it->second.digest;
+  }
+  std::string d = ContentDigest(bytes());
+  absl::MutexLock lock(&mu);
+  (*memo)[t.get()] = Entry{t, d};
+  if (memo->size() >= sweep_at) {
+    for (auto it = memo->begin(); it != memo->end();) it = it->second.tensor.expired() ? memo->erase(it) : std::next(it);
+    sweep_at = std::max<size_t>(256, 2 * memo->size());
+  }
+  return d;
 }
 
 std::string CacheKey::Hex() const { return absl::StrFormat("%016x", hash); }
@@ -48,8 +81,7 @@ std::string AttrText(const Attribute& a) {
       return s + "]";
     }
     case K::kTensor:
-      return a.t ? absl::StrCat("T", DTypeName(a.t->dtype()), DimsToString(a.t->dims()), ":",
-                                ContentDigest(absl::string_view(static_cast<const char*>(a.t->raw()), a.t->nbytes())))
+      return a.t ? absl::StrCat("T", DTypeName(a.t->dtype()), DimsToString(a.t->dims()), ":", ConstantDigest(a.t))
                  : "T-";
     default:
       return "G";  // clusters never hold subgraphs
@@ -78,8 +110,15 @@ std::string CanonicalClusterText(const Graph& body, bool include_shapes) {
         const_listed[v] = true;
         const Tensor& t = *v->constant;
         ref[v] = absl::StrCat("%c", ci++);
-        absl::StrAppend(&out, ref[v], " = const ", DTypeName(t.dtype()), "[", DimsToString(t.dims()), "] ",
-                        ContentDigest(absl::string_view(static_cast<const char*>(t.raw()), t.nbytes())), "\n");
+        // Without shapes, integer constants (Reshape/Slice/Expand shape operands, which specialization
+        // computes from the input dims) enter by dtype and rank only: the cluster's identity across
+        // signatures. Everything else, and every value in the cache key proper, enters by content.
+        if (!include_shapes && IsInteger(t.dtype())) {
+          absl::StrAppend(&out, ref[v], " = const ", DTypeName(t.dtype()), "[rank ", t.dims().size(), "]\n");
+        } else {
+          absl::StrAppend(&out, ref[v], " = const ", DTypeName(t.dtype()), "[", DimsToString(t.dims()), "] ",
+                          ConstantDigest(v->constant), "\n");
+        }
       }
     }
   }

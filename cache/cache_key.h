@@ -6,11 +6,12 @@
 // the 64-bit hash is a miss, never a wrong entry. Constant values enter the text as their SHA-256 digest
 // (ContentDigest): a constant cannot be crafted to collide with another's, as it could with a fast hash.
 //
-// Thread-safety: pure functions.
+// Thread-safety: pure functions (ConstantDigest's memo is internally locked).
 #ifndef CJIT_CACHE_CACHE_KEY_H_
 #define CJIT_CACHE_CACHE_KEY_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/strings/string_view.h"
@@ -37,8 +38,9 @@ struct CacheKey {
   bool operator==(const CacheKey& o) const { return hash == o.hash && canonical == o.canonical; }
 };
 
-// Canonical text of a cluster body. With include_shapes=false the input dims are left out, giving the
-// cluster's identity across shape signatures (used by the compile policy).
+// Canonical text of a cluster body. With include_shapes=false the input dims and the values of integer
+// constants (shape operands computed from the input dims) are left out, giving the cluster's identity
+// across shape signatures (used by the compile policy; never as a cache key).
 std::string CanonicalClusterText(const Graph& body, bool include_shapes);
 
 CacheKey MakeCacheKey(const Graph& body, absl::string_view target, absl::string_view codegen_flags);
@@ -46,6 +48,10 @@ CacheKey MakeCacheKey(const Graph& body, absl::string_view target, absl::string_
 uint64_t Fingerprint64(absl::string_view bytes);
 // Lowercase hex SHA-256 of `bytes` (OpenSSL): how constant contents enter the canonical text.
 std::string ContentDigest(absl::string_view bytes);
+// ContentDigest of a constant's bytes, memoized while the tensor lives: a graph's per-signature clones
+// share their constants (shared_ptr<const Tensor>, immutable by the IR's contract, compiler/ir/graph.h),
+// so each weight is hashed once per process rather than once per cluster and signature. Thread-safe.
+std::string ConstantDigest(const std::shared_ptr<const Tensor>& t);
 
 }  // namespace cjit
 

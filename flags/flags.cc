@@ -138,6 +138,12 @@ const std::vector<FlagDef>& Table() {
       {{"async_compilation", "bool", "false",
         "Compile on a background thread while the fallback path runs; swap the executable in when ready.", {}},
        BoolFlag(&Flags::async_compilation, "async_compilation")},
+      {{"polymorphic_clusters", "bool", "true",
+        "A new shape signature of a cluster whose structure compiled before runs compiled on its first execution "
+        "when all its fused kernels are already compiled (shape-generic kernels; no LLVM work): a polymorphic hit. "
+        "false: every new signature follows the lazy-compilation policy.",
+        {}},
+       BoolFlag(&Flags::polymorphic_clusters, "polymorphic_clusters")},
       {{"device", "string", "auto",
         "Execution device: auto, cpu, cuda or cuda:N. auto picks cuda:0 when the build has the GPU runtime "
         "and a CUDA driver reports a device, else the CPU; cuda without a CUDA driver or device is an error.",
@@ -383,6 +389,7 @@ std::string FlagValueText(const Flags& f, absl::string_view name) {
       {"always_defer_compilation", [b](const Flags& f) { return b(f.always_defer_compilation); }},
       {"enable_lazy_compilation", [b](const Flags& f) { return b(f.enable_lazy_compilation); }},
       {"async_compilation", [b](const Flags& f) { return b(f.async_compilation); }},
+      {"polymorphic_clusters", [b](const Flags& f) { return b(f.polymorphic_clusters); }},
       {"device", [](const Flags& f) { return f.device; }},
       {"gpu_arch", [](const Flags& f) { return f.gpu_arch; }},
       {"gpu_allocator", [](const Flags& f) { return f.gpu_allocator; }},

@@ -41,6 +41,10 @@ struct Flags {
   bool always_defer_compilation = false;
   bool enable_lazy_compilation = true;
   bool async_compilation = false;
+  // A new signature of a cluster whose structure compiled before runs compiled on its first execution
+  // when every fused kernel it needs is already in the process-wide kernel cache (no LLVM work):
+  // a "polymorphic hit" (runtime/cluster_runner.h). false: every new signature follows the policy above.
+  bool polymorphic_clusters = true;
   // Execution device: auto, cpu, cuda or cuda:N (as TF's device placement; auto = cuda:0 when this build
   // has the GPU runtime and a CUDA driver reports a device, else cpu).
   std::string device = "auto";

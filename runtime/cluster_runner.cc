@@ -19,7 +19,8 @@ namespace cjit {
 ClusterRuntime::ClusterRuntime(const Flags& flags)
     : flags_(flags),
       policy_(CompilePolicyOptions{flags.compile_threshold, flags.compile_time_cutoff_s,
-                                   flags.always_defer_compilation, flags.enable_lazy_compilation}),
+                                   flags.always_defer_compilation, flags.enable_lazy_compilation,
+                                   /*threshold_per_structure=*/flags.polymorphic_clusters}),
       target_(absl::StrCat("clusterjit=", CJIT_VERSION, " ", HostTargetDescription())),
       // Flags that change generated code (none of the current ones besides the target); listed for the key.
       codegen_flags_("O3") {}
@@ -122,6 +123,7 @@ struct ClusterRunner::State {
   bool compile_in_flight = false;                   // guarded by mu
   bool failed = false;                              // guarded by mu
   bool dumped = false;                              // guarded by mu
+  bool polymorphic_tried = false;                   // guarded by mu
   std::atomic<uint64_t> pending_flow{0};  // trace flow from the compile to the first compiled execution
   std::string trace_name, compile_name;   // "cluster_<id>", "compile cluster_<id>"
 };
@@ -224,6 +226,7 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
     }
     if (ex && s.runtime->dumper()) DumpCompiled(s, *ex);
   }
+  if (!ex && s.runtime->flags().polymorphic_clusters) ex = TryPolymorphicInstantiation(prof);
   std::string why;
   if (!ex) {
     bool failed, in_flight;
@@ -285,6 +288,43 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
   std::vector<Tensor> in;
   for (const Tensor* t : inputs) in.push_back(*t);
   return s.fallback->Run(in);
+}
+
+std::shared_ptr<const CpuExecutable> ClusterRunner::TryPolymorphicInstantiation(Profiler* prof) {
+  State& s = *state_;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.polymorphic_tried || s.failed || s.compile_in_flight) return nullptr;
+    s.polymorphic_tried = true;
+  }
+  if (!s.runtime->policy().HasCompiled(s.policy_id)) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.polymorphic_tried = false;  // the structure may compile later (another signature): ask again then
+    return nullptr;
+  }
+  int64_t t0 = prof ? Profiler::Now() : 0;
+  CpuCompileOptions options;
+  options.reuse_only = true;
+  options.fail_for_testing = s.runtime->flags().fail_compilation_for_testing;
+  auto ex = CatchAsStatus(absl::StrCat("instantiating cluster ", s.stats->id),
+                          [&] { return CpuExecutable::Compile(s.body, options); });
+  if (prof) {
+    TraceArgs args;
+    args.Add("cluster", s.stats->id).Add("signature", s.signature).Add("key", s.key.Hex());
+    args.Add("result", ex.ok() ? "hit" : "miss");
+    if (!ex.ok()) args.Add("reason", std::string(ex.status().message()));
+    prof->Complete("polymorphic instantiation", "cache", t0, Profiler::Now(), &args);
+  }
+  // A miss (a kernel structure this shape needs was never compiled, e.g. a dim of 1 changed a broadcast)
+  // is not a failure: the signature follows the compile policy.
+  if (!ex.ok()) return nullptr;
+  ++s.stats->polymorphic_hits;
+  s.stats->code_bytes = 0;
+  s.stats->fused_kernels = (*ex)->num_fused_kernels();
+  s.runtime->cache().Insert(s.key, *ex);
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.executable) s.executable = *ex;
+  return s.executable;
 }
 
 namespace {

@@ -41,6 +41,8 @@ struct ClusterStats {
   std::string signature;
   std::atomic<int64_t> compiles{0}, compile_us{0}, fallback_executions{0}, compiled_executions{0},
       memory_hits{0}, disk_hits{0}, disk_writes{0}, disk_rejects{0};
+  // New signatures instantiated from already compiled kernels on their first execution (no LLVM work).
+  std::atomic<int64_t> polymorphic_hits{0};
   std::atomic<int64_t> code_bytes{0};
   std::atomic<int64_t> fused_kernels{0};  // generated (fused) kernels of the executable in use
 };
@@ -109,6 +111,9 @@ class ClusterRunner {
 
  private:
   ClusterRunner() = default;
+  // A signature without an executable whose cluster structure compiled before: the executable built from
+  // the process-wide kernel cache alone (CpuCompileOptions::reuse_only), or null (tried once per runner).
+  std::shared_ptr<const CpuExecutable> TryPolymorphicInstantiation(Profiler* prof);
   std::shared_ptr<State> state_;
 };
 

@@ -15,7 +15,7 @@ CompilePolicy::Decision CompilePolicy::OnExecution(const std::string& cluster, c
   if (s.failed) return fallback("an earlier compilation of this cluster failed");
   if (s.too_slow) return fallback("an earlier compilation exceeded --compile_time_cutoff_s");
   if (s.compiles > 10 && s.executions < 50LL * s.compiles) return fallback("megamorphic cluster");
-  int64_t& runs = s.fallback_runs[signature];
+  int64_t& runs = options_.threshold_per_structure ? s.structure_fallback_runs : s.fallback_runs[signature];
   if (options_.lazy && runs < options_.compile_threshold) {
     ++runs;
     return fallback("below --compile_threshold");
@@ -28,7 +28,14 @@ void CompilePolicy::RecordCompile(const std::string& cluster, double seconds, bo
   State& s = clusters_[cluster];
   ++s.compiles;
   if (!ok) s.failed = true;
+  else s.compiled_ok = true;
   if (seconds > options_.compile_time_cutoff_s) s.too_slow = true;
+}
+
+bool CompilePolicy::HasCompiled(const std::string& cluster) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = clusters_.find(cluster);
+  return it != clusters_.end() && it->second.compiled_ok && !it->second.failed;
 }
 
 void CompilePolicy::RecordCompiledExecution(const std::string& cluster) {

@@ -1,7 +1,8 @@
 // When to compile a cluster signature (DESIGN.md "Compile policy"; TensorFlow user guide §9.2.1.2, NVIDIA's
 // lazy-compilation heuristic): the first --compile_threshold executions of a signature run the fallback
 // path and the next one compiles; a cluster whose compilation took longer than --compile_time_cutoff_s is
-// compiled for no further signatures; a cluster that keeps seeing new signatures (more than 10 compiles and
+// compiled for no further signatures (with threshold_per_structure the first count is per cluster
+// structure: see CompilePolicyOptions); a cluster that keeps seeing new signatures (more than 10 compiles and
 // fewer than 50 executions per compile, as TensorFlow's profiler) is megamorphic and stays on the fallback
 // for new signatures; a failed compile sends that cluster to the fallback for good.
 // --always_defer_compilation never compiles; --enable_lazy_compilation=false compiles on first execution.
@@ -23,6 +24,10 @@ struct CompilePolicyOptions {
   double compile_time_cutoff_s = 30;
   bool always_defer = false;
   bool lazy = true;
+  // Count the threshold's fallback executions per cluster structure, over all its signatures, rather than
+  // per signature (with --polymorphic_clusters): in a stream where every signature is new and runs once,
+  // a structure still compiles on its (threshold+1)-th execution, and later signatures instantiate it.
+  bool threshold_per_structure = false;
 };
 
 class CompilePolicy {
@@ -38,11 +43,17 @@ class CompilePolicy {
   void RecordCompile(const std::string& cluster, double seconds, bool ok);
   // Records one execution of an already compiled signature (for the megamorphic ratio).
   void RecordCompiledExecution(const std::string& cluster);
+  // True if some signature of `cluster` compiled successfully and none failed: its structure is known, so
+  // a new signature may be instantiated from already compiled kernels (a polymorphic hit, which is
+  // neither a compile nor counted toward megamorphism).
+  bool HasCompiled(const std::string& cluster);
 
  private:
   struct State {
     std::map<std::string, int64_t> fallback_runs;  // per signature
+    int64_t structure_fallback_runs = 0;           // over all signatures (threshold_per_structure)
     int compiles = 0;
+    bool compiled_ok = false;
     int64_t executions = 0;
     bool too_slow = false;
     bool failed = false;

@@ -135,6 +135,10 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Grap
   }
   CJIT_ASSIGN_OR_RETURN(s->clusters_, ClusterRuntime::Create(s->flags_, s->profiler_, s->dumper_));
   CJIT_RETURN_IF_ERROR(VerifyGraph(*graph));
+  {
+    TraceScope scope(s->profiler_.get(), "simplify_before_specialization", "load");
+    CJIT_RETURN_IF_ERROR(SimplifyBeforeSpecialization(*graph));
+  }
   for (const Value* v : graph->inputs()) s->inputs_.push_back({v->name, v->dtype, v->shape});
   for (const Value* v : graph->outputs()) s->outputs_.push_back({v->name, v->dtype, v->shape});
   s->graph_ = std::move(graph);
@@ -169,6 +173,7 @@ SessionStats Session::stats() const {
     c.disk_hits = s->disk_hits;
     c.disk_writes = s->disk_writes;
     c.disk_rejects = s->disk_rejects;
+    c.polymorphic_hits = s->polymorphic_hits;
     c.code_bytes = s->code_bytes;
     c.fused_kernels = s->fused_kernels;
     out.totals.compiles += c.compiles;
@@ -179,6 +184,7 @@ SessionStats Session::stats() const {
     out.totals.disk_hits += c.disk_hits;
     out.totals.disk_writes += c.disk_writes;
     out.totals.disk_rejects += c.disk_rejects;
+    out.totals.polymorphic_hits += c.polymorphic_hits;
     out.totals.code_bytes += c.code_bytes;
     out.totals.fused_kernels += c.fused_kernels;
     out.totals.ops += c.ops;

@@ -57,6 +57,9 @@ struct ClusterStatsSnapshot {
   double compile_ms = 0;
   int64_t fallback_executions = 0, compiled_executions = 0, memory_hits = 0, disk_hits = 0, code_bytes = 0;
   int64_t disk_writes = 0, disk_rejects = 0;
+  // Signatures instantiated on their first execution from kernels compiled for other signatures of the
+  // same cluster structure (--polymorphic_clusters): no LLVM work, no fallback runs.
+  int64_t polymorphic_hits = 0;
   int64_t fused_kernels = 0;  // generated kernels of the executable in use (0: library calls only)
 };
 

@@ -4,7 +4,10 @@
 #include <filesystem>
 #include <thread>
 
+#include <random>
+
 #include "gtest/gtest.h"
+#include "tests/model_builder.h"
 #include "tests/test_data.h"
 #include "runtime/session.h"
 #include "tools/check_lib.h"
@@ -20,6 +23,22 @@ TEST(CompilePolicyTest, LazyThresholdPerSignature) {
   EXPECT_EQ(p.OnExecution("c", "s1"), D::kFallback);
   EXPECT_EQ(p.OnExecution("c", "s2"), D::kFallback);  // a new signature starts its own count
   EXPECT_EQ(p.OnExecution("c", "s1"), D::kCompile);
+}
+
+// --polymorphic_clusters: the threshold counts a structure's fallback runs over all its signatures, and
+// HasCompiled says whether a signature of the structure compiled (and none failed).
+TEST(CompilePolicyTest, ThresholdPerStructure) {
+  CompilePolicy p({.compile_threshold = 2, .threshold_per_structure = true});
+  EXPECT_FALSE(p.HasCompiled("c"));
+  EXPECT_EQ(p.OnExecution("c", "s1"), D::kFallback);
+  EXPECT_EQ(p.OnExecution("c", "s2"), D::kFallback);
+  EXPECT_EQ(p.OnExecution("c", "s3"), D::kCompile);  // a stream of new signatures still compiles
+  EXPECT_EQ(p.OnExecution("other", "s1"), D::kFallback);  // per structure
+  EXPECT_FALSE(p.HasCompiled("c"));
+  p.RecordCompile("c", 0.01, true);
+  EXPECT_TRUE(p.HasCompiled("c"));
+  p.RecordCompile("c", 0.01, false);
+  EXPECT_FALSE(p.HasCompiled("c")) << "a structure with a failed compile is not instantiated";
 }
 
 TEST(CompilePolicyTest, EagerAndDeferred) {
@@ -77,6 +96,110 @@ TEST(ClusterRuntimeTest, LazyCompilationCountsOnRealModel) {
     EXPECT_EQ(c.fallback_executions, 2) << "cluster " << c.id;
     EXPECT_EQ(c.compiles, 1) << "cluster " << c.id;
     EXPECT_EQ(c.compiled_executions, 3) << "cluster " << c.id;
+  }
+}
+
+// Random float inputs of the given dims for every model input (uniform [-1, 1), fixed seed).
+std::vector<NamedTensor> RandomInputs(const Session& s, const std::vector<Dims>& dims, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<NamedTensor> in;
+  for (size_t i = 0; i < s.inputs().size(); ++i) {
+    Tensor t(DType::kF32, dims[i]);
+    for (int64_t k = 0; k < t.numel(); ++k) t.data<float>()[k] = u(rng);
+    in.push_back({s.inputs()[i].name, t});
+  }
+  return in;
+}
+
+void ExpectClose(const std::vector<NamedTensor>& got, const std::vector<NamedTensor>& ref, const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    OutputComparison c = CompareTensors(ref[i].name, got[i].tensor, ref[i].tensor, 1e-3, 1e-4);
+    EXPECT_TRUE(c.ok) << what << ": output " << ref[i].name << " " << c.problem << " max_abs " << c.max_abs;
+  }
+}
+
+// Shape-polymorphic clusters (issue 12): after ppocrv4_rec compiles at one width, each new width runs
+// compiled on its first execution from the already compiled kernels — a polymorphic hit per cluster, no
+// new compile, no fallback run — with the results of the fallback path (an independent session that never
+// compiles). With --polymorphic_clusters=false the same widths run on the fallback path.
+TEST(ClusterRuntimeTest, NewWidthsAreInstantiatedFromCompiledKernels) {
+  auto dir = SharedModel("ppocrv4_rec");
+  CJIT_REQUIRE_DATA(dir / "model.onnx");
+  std::string model = (dir / "model.onnx").string();
+  auto s = LoadSessionWithFlags(model, "--device=cpu", 2);
+  auto off = LoadSessionWithFlags(model, "--device=cpu --polymorphic_clusters=false", 2);
+  auto ref = LoadSessionWithFlags(model, "--device=cpu --auto_jit=-1", 2);
+  ASSERT_TRUE(s.ok() && off.ok() && ref.ok());
+  auto first = RandomInputs(**s, {{1, 3, 48, 320}}, 1);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE((*s)->Run(first).ok());
+    ASSERT_TRUE((*off)->Run(first).ok());
+  }
+  SessionStats before = (*s)->stats();
+  ASSERT_GT(before.totals.compiles, 0);
+  size_t clusters = before.clusters.size();
+  int64_t hits = 0;
+  for (int64_t w : {64, 200, 517, 1000}) {
+    auto in = RandomInputs(**s, {{1, 3, 48, w}}, static_cast<uint32_t>(w));
+    auto got = (*s)->Run(in);
+    auto want = (*ref)->Run(in);
+    ASSERT_TRUE(got.ok() && want.ok()) << "width " << w;
+    ExpectClose(*got, *want, "width " + std::to_string(w));
+    SessionStats st = (*s)->stats();
+    hits += static_cast<int64_t>(clusters);
+    EXPECT_EQ(st.totals.polymorphic_hits, hits) << "width " << w;
+    EXPECT_EQ(st.totals.compiles, before.totals.compiles) << "width " << w << ": no LLVM work for a known structure";
+    EXPECT_EQ(st.totals.fallback_executions, before.totals.fallback_executions) << "width " << w;
+    auto got_off = (*off)->Run(in);
+    ASSERT_TRUE(got_off.ok());
+    ExpectClose(*got_off, *want, "width " + std::to_string(w) + " without polymorphic clusters");
+  }
+  SessionStats st_off = (*off)->stats();
+  EXPECT_EQ(st_off.totals.polymorphic_hits, 0);
+  EXPECT_GT(st_off.totals.fallback_executions, (*s)->stats().totals.fallback_executions);
+}
+
+// A shape that changes a fused kernel's structure (here a dim of 1 makes an operand's broadcast collapse
+// differently) is a polymorphic miss: it follows the compile policy — the structure is past its threshold,
+// so it compiles the new kernel structure (LLVM) — with correct results.
+TEST(ClusterRuntimeTest, PolymorphicMissFollowsThePolicy) {
+  testing::ModelBuilder b(13);
+  b.Input("x", onnx::TensorProto::FLOAT, {-1, -1}).Output("y");
+  b.InitFloats("c", {1, 4}, {0.5f, -1.f, 2.f, 3.f});
+  b.Node("Add", {"x", "c"}, {"a"});
+  b.Node("Mul", {"a", "x"}, {"m"});
+  b.Node("Sigmoid", {"m"}, {"s"});
+  b.Node("Sub", {"s", "c"}, {"y"});
+  SessionOptions o;
+  o.use_environment_flags = false;
+  o.flags.device = "cpu";
+  o.flags.auto_jit = "1";
+  o.flags.min_cluster_size = 1;
+  o.flags.intra_op_threads = 1;
+  auto s = Session::LoadFromBytes(b.Bytes(), o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto in8 = RandomInputs(**s, {{8, 4}}, 1);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*s)->Run(in8).ok());
+  ASSERT_EQ((*s)->stats().totals.compiles, 1);
+  // Another row count: same structure.
+  auto in5 = RandomInputs(**s, {{5, 4}}, 2);
+  ASSERT_TRUE((*s)->Run(in5).ok());
+  EXPECT_EQ((*s)->stats().totals.polymorphic_hits, 1);
+  // One row: [1, 4] + [1, 4] collapses to one dim where [8, 4] + [1, 4] broadcast over two: a miss.
+  auto in1 = RandomInputs(**s, {{1, 4}}, 3);
+  auto got = (*s)->Run(in1);
+  ASSERT_TRUE(got.ok()) << got.status();
+  SessionStats st = (*s)->stats();
+  EXPECT_EQ(st.totals.polymorphic_hits, 1);
+  EXPECT_EQ(st.totals.compiles, 2) << "the miss compiled its new kernel structure";
+  EXPECT_EQ(st.totals.fallback_executions, 2);
+  const float* x = in1[0].tensor.data<float>();
+  const float c[4] = {0.5f, -1.f, 2.f, 3.f};
+  for (int k = 0; k < 4; ++k) {
+    double m = (double(x[k]) + c[k]) * x[k];
+    EXPECT_NEAR(got->at(0).tensor.data<float>()[k], 1 / (1 + std::exp(-m)) - c[k], 1e-6) << k;
   }
 }
 

@@ -82,6 +82,38 @@ TEST(CacheKeyTest, ConstantsEnterTheKeyBySha256) {
   EXPECT_FALSE(a == forged);
 }
 
+// The policy identity (include_shapes=false) leaves out integer constants' values (shape operands that
+// specialization computes from the input dims) and input dims; the cache key never does.
+TEST(CacheKeyTest, PolicyIdentityIgnoresShapeOperandsButTheKeyDoesNot) {
+  auto body = [](int64_t cols) {
+    auto g = std::make_unique<Graph>();
+    Value* x = g->AddInput("x", DType::kF32, Shape::Of({2, cols}));
+    Tensor shape(DType::kI64, {2});
+    shape.data<int64_t>()[0] = cols;
+    shape.data<int64_t>()[1] = 2;
+    Node* r = g->AddNode("Reshape", "r", {x, g->AddConstant("s", std::move(shape))}, {"y"});
+    g->AddOutput(r->outputs[0]);
+    return g;
+  };
+  auto a = body(3), b = body(5);
+  EXPECT_EQ(CanonicalClusterText(*a, false), CanonicalClusterText(*b, false));
+  EXPECT_NE(CanonicalClusterText(*a, true), CanonicalClusterText(*b, true));
+  EXPECT_FALSE(MakeCacheKey(*a, "t", "") == MakeCacheKey(*b, "t", ""));
+}
+
+// ConstantDigest is memoized per live tensor object; a new object (even at a reused address) is hashed
+// by its own content.
+TEST(CacheKeyTest, ConstantDigestFollowsContentAcrossObjects) {
+  for (int round = 0; round < 50; ++round) {
+    Tensor t(DType::kF32, {4096});
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(round * 7 + i);
+    std::string bytes(static_cast<const char*>(t.raw()), t.nbytes());
+    auto c = std::make_shared<const Tensor>(std::move(t));
+    EXPECT_EQ(ConstantDigest(c), ContentDigest(bytes)) << round;
+    EXPECT_EQ(ConstantDigest(c), ContentDigest(bytes)) << round << " (memoized)";
+  }
+}
+
 TEST(DiskCacheTest, RoundTrip) {
   std::string dir = FreshDir("roundtrip");
   auto c = Open(dir);

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "compiler/ir/text.h"
+#include "compiler/passes/specialize_shapes.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu/kernel.h"
 #include "runtime/executor.h"
@@ -99,6 +100,57 @@ TEST(FoldIntoConvTest, BatchNormAndChannelMulAddFoldAndMatchFloat64) {
       double ref = ((conv - mu[c]) / std::sqrt(var[c] + 0.001) * gam[c] + bet[c]) * k[c] + t[c];
       EXPECT_NEAR(after[0].data<float>()[c * 4 + p], ref, 1e-5);
       EXPECT_NEAR(before[0].data<float>()[c * 4 + p], ref, 1e-5);
+    }
+}
+
+// Before specialization (unknown dims), the folds still happen — they need only the weight's rank — so
+// a Session folds once at load; the folded graph, specialized afterwards, computes the float64 result.
+// Operands that are not per-channel, or of higher rank than the Conv output, are left alone.
+TEST(FoldIntoConvTest, FoldsBeforeSpecializationWithUnknownDims) {
+  std::string ir = R"(graph g(%x: f32[?,2,?,?]) {
+  %w = constant f32[3,2,1,1] {0.5, -1, 2, 0.25, -0.75, 1.5}
+  %b = constant f32[3] {0.1, -0.2, 0.3}
+  %c = Conv(%x, %w, %b)
+  %gam = constant f32[3] {1.5, 0.5, -2}
+  %bet = constant f32[3] {0, 1, -1}
+  %mu = constant f32[3] {0.2, -0.1, 0.05}
+  %var = constant f32[3] {1, 4, 0.25}
+  %bn = BatchNormalization(%c, %gam, %bet, %mu, %var) {epsilon=0.001}
+  %k = constant f32[3,1,1] {2, 3, 4}
+  %m = Mul(%bn, %k)
+  %t = constant f32[1,3,1,1] {-1, 0, 1}
+  %y = Add(%m, %t)
+  %wide = constant f32[1,1,3,1,1] {1, 2, 3}
+  %z = Mul(%y, %wide)
+  return %z
+})";
+  auto g = ParseGraph(ir);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE(SimplifyBeforeSpecialization(**g).ok());
+  std::string text = PrintGraph(**g);
+  EXPECT_EQ(text.find("BatchNormalization"), std::string::npos) << text;
+  EXPECT_EQ(text.find("Add"), std::string::npos) << text;
+  // The rank-5 Mul broadcasts the rank-4 Conv output to rank 5: not a per-channel scale; it stays.
+  EXPECT_NE(text.find("Mul"), std::string::npos) << text;
+  // Specialize for x = [1, 2, 2, 2] and compare with float64 math.
+  auto ex_graph = std::shared_ptr<Graph>(std::move(*g));
+  std::vector<Dims> dims = {{1, 2, 2, 2}};
+  ASSERT_TRUE(SpecializeShapes(*ex_graph, dims, [](const Node& n, const std::vector<const Tensor*>& a) {
+                return EvaluateNode(n, a, 1);
+              }).ok());
+  Tensor x(DType::kF32, {1, 2, 2, 2});
+  for (int i = 0; i < 8; ++i) x.data<float>()[i] = static_cast<float>(std::sin(i + 1.0));
+  std::vector<Tensor> after = RunGraph(ex_graph, {x});
+  const double w[3][2] = {{0.5, -1}, {2, 0.25}, {-0.75, 1.5}}, b[3] = {0.1, -0.2, 0.3};
+  const double gam[3] = {1.5, 0.5, -2}, bet[3] = {0, 1, -1}, mu[3] = {0.2, -0.1, 0.05}, var[3] = {1, 4, 0.25};
+  const double k[3] = {2, 3, 4}, t[3] = {-1, 0, 1}, wide[3] = {1, 2, 3};
+  ASSERT_EQ(after[0].dims(), (Dims{1, 1, 3, 2, 2}));
+  for (int c = 0; c < 3; ++c)
+    for (int p = 0; p < 4; ++p) {
+      double conv = b[c];
+      for (int ic = 0; ic < 2; ++ic) conv += w[c][ic] * x.data<float>()[ic * 4 + p];
+      double ref = (((conv - mu[c]) / std::sqrt(var[c] + 0.001) * gam[c] + bet[c]) * k[c] + t[c]) * wide[c];
+      EXPECT_NEAR(after[0].data<float>()[c * 4 + p], ref, 1e-5);
     }
 }
 

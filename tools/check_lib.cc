@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/ir/text.h"
@@ -60,7 +61,16 @@ absl::StatusOr<std::vector<DataSet>> ReadDataSets(const std::string& dir, const 
     }
   }
   if (ec) return absl::NotFoundError(absl::StrCat("cannot list ", dir, ": ", ec.message()));
-  std::sort(dirs.begin(), dirs.end());
+  // Natural order (test_data_set_2 before test_data_set_10): a stream's sets run in the order they were made.
+  auto number = [](const std::string& d) {
+    std::string tail = fs::path(d).filename().string().substr(14);
+    int64_t n = 0;
+    return absl::SimpleAtoi(tail, &n) ? n : INT64_MAX;
+  };
+  std::sort(dirs.begin(), dirs.end(), [&](const std::string& a, const std::string& b) {
+    int64_t na = number(a), nb = number(b);
+    return na != nb ? na < nb : a < b;
+  });
   std::vector<DataSet> sets;
   for (const std::string& d : dirs) {
     DataSet s;

@@ -275,7 +275,8 @@ int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
                             {"fallback_executions", c.fallback_executions},
                             {"compiled_executions", c.compiled_executions}, {"memory_hits", c.memory_hits},
                             {"disk_hits", c.disk_hits}, {"disk_writes", c.disk_writes},
-                            {"disk_rejects", c.disk_rejects}, {"code_bytes", c.code_bytes},
+                            {"disk_rejects", c.disk_rejects}, {"polymorphic_hits", c.polymorphic_hits},
+                            {"code_bytes", c.code_bytes},
                             {"fused_kernels", c.fused_kernels}};
     };
     j["clusters"] = nlohmann::json::array();
@@ -485,6 +486,93 @@ int CmdBench(const std::string& model, const std::vector<std::string>& input_arg
                 "", cl->profile.runs ? cl->profile.run_ns / 1e3 / cl->profile.runs : 0.0);
   }
   return 0;
+}
+
+// `bench --stream DIR`: the data sets of DIR (model.onnx + test_data_set_*), each normally a new input
+// signature, run once each in order in this one process, as a service sees a stream of requests. Prints
+// the time of each run, the Load time and the total, and compares every output with the data set's
+// reference (the ONNX backend-test rule). The timed part is Load + every Run (reading the .pb files and
+// comparing are outside it); tools/stream-bench.sh puts ONNX Runtime's time for the same stream beside it.
+int CmdBenchStream(const std::string& dir, double rtol, double atol, int passes, bool json) {
+  std::vector<DataSet> sets;
+  {
+    // Read the data sets with a throwaway session (for input names) so that file reading is not timed.
+    SessionOptions quiet;  // no trace or dump of its own
+    quiet.use_environment_flags = false;
+    quiet.flags.auto_jit = "-1";
+    auto probe = Session::Load(dir + "/model.onnx", quiet);
+    if (!probe.ok()) return Fail(probe.status());
+    auto read = ReadDataSets(dir, **probe);
+    if (!read.ok()) return Fail(read.status());
+    sets = std::move(*read);
+  }
+  if (sets.empty()) return Fail(absl::NotFoundError("no test_data_set_* in " + dir));
+  auto t0 = std::chrono::steady_clock::now();
+  auto session = Session::Load(dir + "/model.onnx");
+  if (!session.ok()) return Fail(session.status());
+  double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  struct Row {
+    std::string set, shapes;
+    int pass;
+    double ms;
+    int64_t compiles, fallback, compiled, polymorphic;
+    bool ok;
+  };
+  std::vector<Row> rows;
+  bool all_ok = true;
+  double runs_ms = 0;
+  SessionStats prev = (*session)->stats();
+  for (int pass = 0; pass < passes; ++pass) {
+    for (const DataSet& set : sets) {
+      auto r0 = std::chrono::steady_clock::now();
+      auto out = (*session)->Run(set.inputs);
+      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r0).count();
+      if (!out.ok()) return Fail(absl::Status(out.status().code(), set.dir + ": " + std::string(out.status().message())));
+      runs_ms += ms;
+      bool ok = true;
+      for (const NamedTensor& ref : set.outputs) {
+        auto it = std::find_if(out->begin(), out->end(), [&](const NamedTensor& t) { return t.name == ref.name; });
+        if (it == out->end()) { ok = false; continue; }
+        ok &= CompareTensors(ref.name, it->tensor, ref.tensor, rtol, atol).ok;
+      }
+      all_ok &= ok;
+      std::vector<std::string> shapes;
+      for (const NamedTensor& in : set.inputs) shapes.push_back(DimsToString(in.tensor.dims()));
+      SessionStats st = (*session)->stats();
+      rows.push_back({std::filesystem::path(set.dir).filename().string(), absl::StrJoin(shapes, ","), pass, ms,
+                      st.totals.compiles - prev.totals.compiles,
+                      st.totals.fallback_executions - prev.totals.fallback_executions,
+                      st.totals.compiled_executions - prev.totals.compiled_executions,
+                      st.totals.polymorphic_hits - prev.totals.polymorphic_hits, ok});
+      prev = st;
+    }
+  }
+  double total_ms = load_ms + runs_ms;
+  const Flags& f = (*session)->flags();
+  if (json) {
+    nlohmann::json j;
+    j["dir"] = dir;
+    j["threads"] = f.intra_op_threads;
+    j["load_ms"] = load_ms;
+    j["runs_ms"] = runs_ms;
+    j["total_ms"] = total_ms;
+    j["ok"] = all_ok;
+    for (const Row& r : rows) j["run_ms"].push_back(r.ms);
+    std::printf("%s\n", j.dump().c_str());
+    return all_ok ? 0 : 1;
+  }
+  std::printf("stream: %s  (%zu data sets x %d passes, %d threads, auto_jit=%s)\n", dir.c_str(), sets.size(), passes,
+              f.intra_op_threads, f.auto_jit.c_str());
+  std::printf("%-20s %-4s %-28s %10s %8s %9s %9s %11s  %s\n", "data set", "pass", "input shapes", "ms", "compiles",
+              "fallback", "compiled", "polymorphic", "vs reference");
+  for (const Row& r : rows) {
+    std::printf("%-20s %-4d %-28s %10.3f %8lld %9lld %9lld %11lld  %s\n", r.set.c_str(), r.pass, r.shapes.c_str(), r.ms,
+                static_cast<long long>(r.compiles), static_cast<long long>(r.fallback),
+                static_cast<long long>(r.compiled), static_cast<long long>(r.polymorphic), r.ok ? "ok" : "FAIL");
+  }
+  std::printf("load: %.1f ms, runs: %.1f ms, total: %.1f ms\n", load_ms, runs_ms, total_ms);
+  std::printf("%s (rtol %g, atol %g)\n", all_ok ? "PASS" : "FAIL", rtol, atol);
+  return all_ok ? 0 : 1;
 }
 
 // One process of `bench --cold-warm`: loads the model with the persistent cache in `cache_dir`, runs it
@@ -724,8 +812,9 @@ int CliMain(int argc, char** argv) {
   int iterations = 10, warmup = 1;
   double rtol = 1e-3, atol = 1e-7;
   // MODEL plus --input / --shape, shared by every subcommand that runs or compiles a model.
-  auto model_and_inputs = [&](CLI::App* sub) {
-    sub->add_option("model", model, "model.onnx")->required();
+  auto model_and_inputs = [&](CLI::App* sub, bool model_required = true) {
+    auto* m = sub->add_option("model", model, "model.onnx");
+    if (model_required) m->required();
     sub->add_option("--input", inputs, "[NAME=]FILE.pb (ONNX TensorProto); repeatable");
     sub->add_option("--shape", shapes, "NAME=1x3x48x320 for random inputs; repeatable");
   };
@@ -760,10 +849,19 @@ int CliMain(int argc, char** argv) {
   explain->add_flag("--gpu-placement", gpu_placement,
                     "also print where each op would run with --device=cuda (decided without a GPU)");
   auto* bench = app.add_subcommand("bench", "fallback vs clustered latency, side by side in one process");
-  model_and_inputs(bench);
+  model_and_inputs(bench, /*model_required=*/false);
   bench->add_option("--iterations", iterations, "timed runs per mode")->check(CLI::PositiveNumber);
   bench->add_option("--warmup", warmup, "untimed runs per mode (compilation happens here)")->check(CLI::NonNegativeNumber);
-  bool cold_warm = false, bench_profile = false;
+  bool cold_warm = false, bench_profile = false, bench_json = false;
+  std::string stream_dir;
+  int passes = 1;
+  bench->add_option("--stream", stream_dir,
+                    "DIR with model.onnx + test_data_set_*: run each data set once, in order, in one process; "
+                    "print each run's time, the total, and compare with the references (MODEL is not given)");
+  bench->add_option("--passes", passes, "with --stream: times through the stream")->check(CLI::PositiveNumber);
+  bench->add_flag("--json", bench_json, "with --stream: print one JSON line");
+  bench->add_option("--rtol", rtol, "with --stream: relative tolerance");
+  bench->add_option("--atol", atol, "with --stream: absolute tolerance");
   bench->add_flag("--profile", bench_profile, "also print the time per op type of both paths, side by side");
   bench->add_flag("--cold-warm", cold_warm,
                   "two processes: an empty persistent cache directory, then the filled one (--iterations runs each)");
@@ -798,6 +896,11 @@ int CliMain(int argc, char** argv) {
   if (*check) return cjit::CmdCheck(dir, rtol, atol, check_concurrency, check_repeat);
   if (*flags) return cjit::CmdFlags();
   if (*explain) return cjit::CmdExplain(model, inputs, shapes, print_graph, gpu_placement, dot);
+  if (*bench && !stream_dir.empty()) return cjit::CmdBenchStream(stream_dir, rtol, atol, passes, bench_json);
+  if (*bench && model.empty()) {
+    std::cerr << "cjit: error: bench needs MODEL (or --stream DIR)\n";
+    return 2;
+  }
   if (*bench && cold_warm) return cjit::CmdBenchColdWarm(model, inputs, shapes, iterations);
   if (*bench) return cjit::CmdBench(model, inputs, shapes, iterations, warmup, bench_profile);
   if (*bench_process) return cjit::CmdBenchProcess(model, inputs, shapes, runs, cache_dir);

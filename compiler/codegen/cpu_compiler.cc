@@ -685,6 +685,13 @@ absl::StatusOr<std::unique_ptr<CpuCode>> CompileForCpu(const FusionPlan& plan, c
   Jit& jit = GetJit();
   std::lock_guard<std::mutex> lock(jit.mu);
   if (!jit.lljit) return absl::InternalError(absl::StrCat("LLVM JIT unavailable: ", jit.error));
+  if (options.reuse_only) {
+    for (size_t i = 0; i < plan.kernels.size(); ++i) {
+      if (!jit.kernels.count(planned[i].structure)) {
+        return absl::NotFoundError(absl::StrCat("fused kernel ", i, " has a structure not compiled in this process"));
+      }
+    }
+  }
   auto t0 = std::chrono::steady_clock::now();
   double opt_ms = 0, mc_ms = 0;
   int compiled = 0;

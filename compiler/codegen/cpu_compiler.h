@@ -54,6 +54,10 @@ struct CpuCompileOptions {
   // Test hook: fail every compilation with this message (non-empty), to exercise the fallback path;
   // "llvm-fatal-error" raises a real LLVM fatal error inside code generation (recovered into a Status).
   std::string fail_for_testing;
+  // Only kernels already compiled in this process (the process-wide kernel cache, keyed by structure):
+  // if any kernel of the plan would need LLVM, fail with NotFoundError and generate nothing. How a
+  // structurally known cluster is instantiated for a new shape signature in microseconds.
+  bool reuse_only = false;
   // Called after each compile phase of each newly compiled kernel with steady-clock nanoseconds:
   // "fusion_plan", "llvm_emit", "llvm_optimize", "machine_code_and_load" (runtime/profiler.h traces them).
   std::function<void(const char* phase, int64_t start_ns, int64_t end_ns)> on_phase;

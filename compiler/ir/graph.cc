@@ -84,6 +84,12 @@ Value* Graph::AddConstant(std::string name, Tensor tensor) {
   return v;
 }
 
+Value* Graph::AddConstant(std::string name, std::shared_ptr<const Tensor> tensor) {
+  Value* v = AddValue(std::move(name), tensor->dtype(), Shape::Of(tensor->dims()));
+  v->constant = std::move(tensor);
+  return v;
+}
+
 Value* Graph::AddInput(std::string name, DType dtype, Shape shape) {
   Value* v = AddValue(std::move(name), dtype, std::move(shape));
   inputs_.push_back(v);

@@ -54,7 +54,9 @@ struct Value {
   Shape shape;
   Node* producer = nullptr;   // null for inputs, constants and captures
   int producer_output = 0;    // index in producer->outputs
-  std::shared_ptr<const Tensor> constant;  // set for constants
+  // Set for constants. Immutable while it lives (its bytes are never written through another alias):
+  // per-signature clones share it, and content digests are memoized per object (cache/cache_key.h).
+  std::shared_ptr<const Tensor> constant;
   bool is_constant() const { return constant != nullptr; }
 };
 
@@ -108,6 +110,8 @@ class Graph {
 
   Value* AddValue(std::string name, DType dtype = DType::kInvalid, Shape shape = Shape::Unknown());
   Value* AddConstant(std::string name, Tensor tensor);
+  // Shares `tensor` (the same immutable object as another graph's constant, e.g. a cluster body's).
+  Value* AddConstant(std::string name, std::shared_ptr<const Tensor> tensor);
   Value* AddInput(std::string name, DType dtype, Shape shape);
   Value* AddCapture(std::string name, DType dtype, Shape shape);
   // Adds a node; creates `num_outputs` fresh output values named "<name>:k" unless output names are given.

@@ -58,7 +58,7 @@ ClusterInfo Outline(Graph& graph, const std::vector<Node*>& members, int id) {
     if (it != map.end()) return it->second;
     Value* nv;
     if (v->is_constant()) {
-      nv = body->AddConstant(v->name, *v->constant);
+      nv = body->AddConstant(v->name, v->constant);
     } else {
       nv = body->AddInput(v->name, v->dtype, v->shape);
       ext_inputs.push_back(v);

@@ -150,8 +150,9 @@ absl::StatusOr<bool> FoldIntoConv(Graph& g) {
     int64_t oc = w->constant->dim(0);
     int64_t per_oc = w->constant->numel() / std::max<int64_t>(oc, 1);
     std::vector<double> scale(oc, 1.0), shift(oc, 0.0);
-    const Value* out = conv->outputs[0];
-    int rank = out->shape.rank();
+    // The Conv output's rank is its weight's (ONNX Conv: W is [M, C/group, k1..kn], Y is [N, M, d1..dn]),
+    // so these folds need no shapes and also run before specialization.
+    int rank = static_cast<int>(w->constant->dims().size());
     // Per-channel constant c broadcast over [N, OC, spatial...]: returns false if it is not one.
     auto channel_values = [&](const Value* c, std::vector<double>* vals) {
       if (!c || !c->is_constant() || c->dtype != DType::kF32) return false;
@@ -190,7 +191,8 @@ absl::StatusOr<bool> FoldIntoConv(Graph& g) {
       }
     } else if (n->op_type == "Mul" || n->op_type == "Add") {
       std::vector<double> vals;
-      if (!channel_values(n->input(1 - data_in), &vals) || !SameDims(n->outputs[0], out)) continue;
+      // A [.., M, 1.., 1] or scalar operand of rank <= the Conv's broadcasts to exactly the Conv's shape.
+      if (!channel_values(n->input(1 - data_in), &vals)) continue;
       if (n->op_type == "Mul") scale = vals;
       else shift = vals;
     } else {
@@ -284,6 +286,12 @@ absl::Status SimplifyGraph(Graph& g) {
     }
     if (!any) break;
   }
+  return absl::OkStatus();
+}
+
+absl::Status SimplifyBeforeSpecialization(Graph& g) {
+  CJIT_ASSIGN_OR_RETURN(bool changed, FoldIntoConv(g));
+  if (changed) CJIT_RETURN_IF_ERROR(VerifyGraph(g));
   return absl::OkStatus();
 }
 

@@ -1,6 +1,7 @@
 // Graph simplifications run before clustering (whether or not clustering is on, so the fallback path
 // gains too) — the rewrites ONNX Runtime's basic and extended levels do. Each is its own pass with one
-// entry point returning whether it changed the graph. All expect a specialized graph (known shapes).
+// entry point returning whether it changed the graph. RemoveNoOps and CSE expect a specialized graph (known
+// shapes); FoldIntoConv needs none.
 //
 //  * RemoveNoOps: Identity; inference Dropout; Cast to the same dtype; Reshape/Flatten/Squeeze/Unsqueeze to
 //    the same dims; Transpose with the identity permutation; Transpose pairs whose permutations cancel;
@@ -29,6 +30,12 @@ absl::StatusOr<bool> EliminateCommonSubexpressions(Graph& graph);
 
 // Runs the three passes to a fixed point, verifying the graph after each.
 absl::Status SimplifyGraph(Graph& graph);
+
+// The shape-independent part, run once on the loaded (unspecialized) graph so that no signature repeats
+// it: FoldIntoConv folds BatchNormalization into Conv with constant operands (needing no shapes; its
+// Mul/Add folds need known dims and still happen per signature). Weights are then folded once per
+// Session rather than once per signature, and per-signature clones share the folded constants.
+absl::Status SimplifyBeforeSpecialization(Graph& graph);
 
 }  // namespace cjit
 

@@ -29,7 +29,7 @@ absl::Status InlineBranch(Graph& graph, Node* node, const Graph& branch) {
   std::string prefix = node->name + "/";
   for (const auto& v : branch.values()) {
     if (v->is_constant()) {
-      Value* c = graph.AddConstant(prefix + v->name, *v->constant);
+      Value* c = graph.AddConstant(prefix + v->name, v->constant);
       map[v.get()] = c;
     }
   }

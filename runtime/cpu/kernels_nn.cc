@@ -30,31 +30,46 @@ memory::dims Dense(const memory::dims& d) {
 }
 
 // Largest |v| of a float32 buffer, or +inf when it holds a NaN or an infinity (v * 0 is NaN exactly for
-// NaN and +-inf). GCC vector extensions, cloned for AVX-512/AVX2: this runs before every convolution with
-// post-ops, so it must cost little next to the convolution.
+// NaN and +-inf). GCC vector extensions, compiled for AVX-512, AVX2 and the baseline and picked by
+// __builtin_cpu_supports on first use: this runs before every convolution with post-ops, so it must cost
+// little next to the convolution. (Not target_clones: its ifunc resolver runs during relocation, before a
+// sanitizer runtime is up, and crashes ThreadSanitizer/AddressSanitizer builds at start.)
 typedef float V16f __attribute__((vector_size(64)));
 
-__attribute__((target_clones("avx512f", "avx2", "default")))
-float MaxAbsOrInf(const float* p, int64_t n) {
-  V16f m = {}, z = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    V16f v;
-    std::memcpy(&v, p + i, sizeof v);
-    V16f a = v < 0 ? -v : v;
-    m = m < a ? a : m;
-    z += v * 0.0f;
-  }
-  float mx = 0, zs = 0;
-  for (int j = 0; j < 16; ++j) {
-    mx = std::max(mx, m[j]);
-    zs += z[j];
-  }
-  for (; i < n; ++i) {
-    mx = std::max(mx, std::fabs(p[i]));
-    zs += p[i] * 0.0f;
-  }
+#define CJIT_MAX_ABS_OR_INF_BODY                               \
+  V16f m = {}, z = {};                                         \
+  int64_t i = 0;                                               \
+  for (; i + 16 <= n; i += 16) {                               \
+    V16f v;                                                    \
+    std::memcpy(&v, p + i, sizeof v);                          \
+    V16f a = v < 0 ? -v : v;                                   \
+    m = m < a ? a : m;                                         \
+    z += v * 0.0f;                                             \
+  }                                                            \
+  float mx = 0, zs = 0;                                        \
+  for (int j = 0; j < 16; ++j) {                               \
+    mx = std::max(mx, m[j]);                                   \
+    zs += z[j];                                                \
+  }                                                            \
+  for (; i < n; ++i) {                                         \
+    mx = std::max(mx, std::fabs(p[i]));                        \
+    zs += p[i] * 0.0f;                                         \
+  }                                                            \
   return zs == 0.0f ? mx : std::numeric_limits<float>::infinity();
+
+__attribute__((target("avx512f"))) float MaxAbsOrInfAvx512(const float* p, int64_t n) { CJIT_MAX_ABS_OR_INF_BODY }
+__attribute__((target("avx2"))) float MaxAbsOrInfAvx2(const float* p, int64_t n) { CJIT_MAX_ABS_OR_INF_BODY }
+float MaxAbsOrInfBaseline(const float* p, int64_t n) { CJIT_MAX_ABS_OR_INF_BODY }
+#undef CJIT_MAX_ABS_OR_INF_BODY
+
+float MaxAbsOrInf(const float* p, int64_t n) {
+  static float (*const impl)(const float*, int64_t) = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return &MaxAbsOrInfAvx512;
+    if (__builtin_cpu_supports("avx2")) return &MaxAbsOrInfAvx2;
+    return &MaxAbsOrInfBaseline;
+  }();
+  return impl(p, n);
 }
 
 float MaxAbsOrInf(const Tensor& t) { return MaxAbsOrInf(static_cast<const float*>(t.raw()), t.numel()); }

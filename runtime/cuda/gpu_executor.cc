@@ -307,7 +307,7 @@ struct SingleOpBody {
   Value* In(const Value* v) {
     auto it = inputs.find(v);
     if (it != inputs.end()) return it->second;
-    Value* bv = v->is_constant() ? graph->AddConstant(v->name, *v->constant) : graph->AddInput(v->name, v->dtype, v->shape);
+    Value* bv = v->is_constant() ? graph->AddConstant(v->name, v->constant) : graph->AddInput(v->name, v->dtype, v->shape);
     inputs.emplace(v, bv);
     return bv;
   }

@@ -2,53 +2,8 @@
 // usage: node ort_bench.js MODEL INPUT.pb... [--threads N] [--iterations N] [--warmup N] [--opt disabled|all]
 // Prints one JSON line: {"model", "threads", "opt", "median_ms", "min_ms", "p90_ms"}.
 const ort = require('onnxruntime-node');
-const fs = require('fs');
 
-// Minimal TensorProto reader: dims(1), data_type(2), float_data(4), int32_data(5), int64_data(7), name(8),
-// raw_data(9), double_data(10).
-function readVarint(buf, pos) {
-  let result = 0n, shift = 0n;
-  for (;;) {
-    const b = buf[pos++];
-    result |= BigInt(b & 0x7f) << shift;
-    if (!(b & 0x80)) break;
-    shift += 7n;
-  }
-  return [result, pos];
-}
-function readTensor(path) {
-  const buf = fs.readFileSync(path);
-  let pos = 0, dims = [], type = 0, name = '', raw = null, floats = [], ints64 = [], ints32 = [], doubles = [];
-  while (pos < buf.length) {
-    let key; [key, pos] = readVarint(buf, pos);
-    const field = Number(key >> 3n), wire = Number(key & 7n);
-    if (wire === 0) {
-      let v; [v, pos] = readVarint(buf, pos);
-      if (field === 1) dims.push(Number(v)); else if (field === 2) type = Number(v);
-      else if (field === 7) ints64.push(BigInt.asIntN(64, v)); else if (field === 5) ints32.push(Number(BigInt.asIntN(32, v)));
-    } else if (wire === 2) {
-      let len; [len, pos] = readVarint(buf, pos); len = Number(len);
-      const bytes = buf.subarray(pos, pos + len); pos += len;
-      if (field === 8) name = bytes.toString();
-      else if (field === 9) raw = bytes;
-      else if (field === 1 || field === 7 || field === 5) {
-        let p = 0; while (p < bytes.length) { let v; [v, p] = readVarint(bytes, p);
-          if (field === 1) dims.push(Number(v)); else if (field === 7) ints64.push(BigInt.asIntN(64, v)); else ints32.push(Number(v)); }
-      } else if (field === 4) { for (let i = 0; i < len; i += 4) floats.push(bytes.readFloatLE(i)); }
-      else if (field === 10) { for (let i = 0; i < len; i += 8) doubles.push(bytes.readDoubleLE(i)); }
-    } else if (wire === 5) { if (field === 4) floats.push(buf.readFloatLE(pos)); pos += 4; }
-    else if (wire === 1) { if (field === 10) doubles.push(buf.readDoubleLE(pos)); pos += 8; }
-    else throw new Error('unsupported wire type ' + wire + ' in ' + path);
-  }
-  const copy = (Ctor, size) => new Ctor(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.length), 0, raw.length / size);
-  let t;
-  if (type === 1) t = new ort.Tensor('float32', raw ? copy(Float32Array, 4) : Float32Array.from(floats), dims);
-  else if (type === 7) t = new ort.Tensor('int64', raw ? copy(BigInt64Array, 8) : BigInt64Array.from(ints64), dims);
-  else if (type === 6) t = new ort.Tensor('int32', raw ? copy(Int32Array, 4) : Int32Array.from(ints32), dims);
-  else if (type === 11) t = new ort.Tensor('float64', raw ? copy(Float64Array, 8) : Float64Array.from(doubles), dims);
-  else throw new Error('unsupported data type ' + type + ' in ' + path);
-  return [name, t];
-}
+const { readTensor } = require('./tensor_file');
 
 async function main() {
   const args = process.argv.slice(2);
