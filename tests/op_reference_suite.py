@@ -206,7 +206,11 @@ def main():
             "3x3_pad": ((1, 3, 9, 11), (4, 3, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
             "stride2_dil2": ((2, 4, 12, 10), (6, 4, 3, 3), (2, 2), (2, 1, 2, 1), (2, 2), 1),
             "depthwise": ((1, 8, 7, 7), (8, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 8),
-            "pointwise": ((1, 16, 5, 6), (12, 16, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)}.items():
+            "pointwise": ((1, 16, 5, 6), (12, 16, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+            "pointwise_batch3": ((3, 8, 4, 5), (6, 8, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+            # Few input channels and a long kernel (an STFT's framing conv): im2col + GEMM in the runtime.
+            "framing_1ch": ((2, 1, 3, 700), (6, 1, 1, 400), (1, 160), (0, 200, 0, 199), (1, 1), 1),
+            "framing_2ch_dil": ((1, 2, 20, 30), (5, 2, 8, 16), (2, 3), (3, 4, 2, 5), (2, 1), 1)}.items():
         cx, cw, cb = rnd(*xs), rnd(*ws), rnd(ws[0])
         ref = conv2d(f64(cx), f64(cw), f64(cb), stride, pad, dil, group)
         k = ws[1] * ws[2] * ws[3]
