@@ -99,6 +99,26 @@ TEST(HostileTest, HugeConstantNodeWithoutData) {
   EXPECT_FALSE(s.ok());
 }
 
+// Conv folds run at load, before anything validated the graph: a short bias or BatchNormalization
+// parameters of the wrong length are left for shape inference, which names them (never a read past them).
+TEST(HostileTest, MalformedConvOperandsAreNotFoldedAtLoad) {
+  for (int variant = 0; variant < 2; ++variant) {
+    ModelBuilder b;
+    b.Input("x", kF, {1, 2, 3, 3}).Output("y");
+    b.InitFloats("w", {4, 2, 1, 1}, {1, 2, 3, 4, 5, 6, 7, 8});
+    b.InitFloats("b", {variant == 0 ? 1 : 4}, variant == 0 ? std::vector<float>{1} : std::vector<float>{1, 2, 3, 4});
+    b.Node("Conv", {"x", "w", "b"}, {"c"});
+    b.InitFloats("g", {4}, {1, 1, 1, 1});
+    b.InitFloats("beta", {4}, {0, 0, 0, 0});
+    b.InitFloats("mean", {variant == 1 ? 1 : 4}, variant == 1 ? std::vector<float>{0} : std::vector<float>{0, 0, 0, 0});
+    b.InitFloats("var", {4}, {1, 1, 1, 1});
+    b.Node("BatchNormalization", {"c", "g", "beta", "mean", "var"}, {"y"});
+    std::vector<float> x(18, 0.5f);
+    auto r = LoadAndRun(b, {{"x", F32({1, 2, 3, 3}, x)}});
+    EXPECT_TRUE(ErrorWith(r.status(), {variant == 0 ? "Conv" : "BatchNormalization"})) << "variant " << variant;
+  }
+}
+
 TEST(HostileTest, ConstantOfShapeNegativeDim) {
   ModelBuilder b;
   b.Input("x", kF, {1}).Output("y");

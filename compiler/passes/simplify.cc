@@ -147,7 +147,11 @@ absl::StatusOr<bool> FoldIntoConv(Graph& g) {
     Value* w = conv->input(1);
     Value* b = conv->input(2);
     if (!w || !w->is_constant() || w->dtype != DType::kF32 || (b && (!b->is_constant() || b->dtype != DType::kF32))) continue;
+    // Also before specialization, when nothing has validated the Conv yet: fold only well-formed operands
+    // (W of rank >= 3, B of OC values); anything else is left for shape inference to reject.
+    if (w->constant->dims().size() < 3) continue;
     int64_t oc = w->constant->dim(0);
+    if (b && b->constant->numel() != oc) continue;
     int64_t per_oc = w->constant->numel() / std::max<int64_t>(oc, 1);
     std::vector<double> scale(oc, 1.0), shift(oc, 0.0);
     // The Conv output's rank is its weight's (ONNX Conv: W is [M, C/group, k1..kn], Y is [N, M, d1..dn]),
@@ -183,7 +187,13 @@ absl::StatusOr<bool> FoldIntoConv(Graph& g) {
       if (!all_const) continue;
       std::vector<double> gam = n->input(1)->constant->ToDoubleVector(), bet = n->input(2)->constant->ToDoubleVector(),
                           mean = n->input(3)->constant->ToDoubleVector(), var = n->input(4)->constant->ToDoubleVector();
-      if (static_cast<int64_t>(gam.size()) != oc) continue;
+      if (static_cast<int64_t>(gam.size()) != oc || static_cast<int64_t>(bet.size()) != oc ||
+          static_cast<int64_t>(mean.size()) != oc || static_cast<int64_t>(var.size()) != oc) {
+        continue;
+      }
+      bool float_params = true;
+      for (int i = 1; i < 5; ++i) float_params &= n->input(i)->dtype == DType::kF32;
+      if (!float_params) continue;
       double eps = n->GetFloat("epsilon", 1e-5f);
       for (int64_t c = 0; c < oc; ++c) {
         scale[c] = gam[c] / std::sqrt(var[c] + eps);
