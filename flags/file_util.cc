@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -129,6 +130,36 @@ absl::Status ReadExactly(int fd, int64_t offset, void* out, size_t bytes, absl::
                                               " bytes; ", offset + static_cast<int64_t>(bytes), " are needed"));
     }
     done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteFileAtomically(const std::string& path, std::string_view contents) {
+  std::filesystem::path target(path);
+  std::filesystem::path dir = target.parent_path().empty() ? std::filesystem::path(".") : target.parent_path();
+  std::string tmpl = (dir / absl::StrCat(".", target.filename().string(), ".tmp-XXXXXX")).string();
+  std::vector<char> name(tmpl.begin(), tmpl.end());
+  name.push_back('\0');
+  int fd = ::mkstemp(name.data());
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create a file in ", dir.string(), ": ", std::strerror(errno)));
+  size_t done = 0;
+  while (done < contents.size()) {
+    ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int err = errno;
+      ::close(fd);
+      ::unlink(name.data());
+      return absl::InternalError(absl::StrCat("cannot write ", path, ": ", std::strerror(err)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::fchmod(fd, 0644);
+  ::close(fd);
+  if (::rename(name.data(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(name.data());
+    return absl::InternalError(absl::StrCat("cannot write ", path, ": ", std::strerror(err)));
   }
   return absl::OkStatus();
 }

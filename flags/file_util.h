@@ -1,5 +1,6 @@
 // Reading files an attacker may control (models, their external data, tensor files, flag files) without
-// blocking, without reading more than a bound, and without leaving a directory (docs/security.md).
+// blocking, without reading more than a bound, and without leaving a directory (docs/security.md); and
+// writing output files (traces, dumps) so that a reader never sees a partial one.
 //
 // Every function returns an error that names the path and what is wrong; nothing here follows a symlink out
 // of its base directory, opens a FIFO, device or directory as data, or reads unbounded input.
@@ -9,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -34,6 +36,10 @@ absl::StatusOr<int> OpenFileBeneath(const std::string& dir, const std::string& r
 // Reads exactly `bytes` bytes at `offset` from `fd` into `out` (pread, retrying short reads):
 // DataLossError when the file ends first.
 absl::Status ReadExactly(int fd, int64_t offset, void* out, size_t bytes, absl::string_view what);
+
+// Writes `contents` to `path` through a hidden temporary file in the same directory (".<name>.tmp-XXXXXX",
+// mode 0644) and a rename: readers see the old file or the whole new one. Errors name the path.
+absl::Status WriteFileAtomically(const std::string& path, std::string_view contents);
 
 }  // namespace cjit
 

@@ -128,6 +128,16 @@ struct ClusterRunner::State {
   std::string trace_name, compile_name;   // "cluster_<id>", "compile cluster_<id>"
 };
 
+namespace {
+
+// The stats of the executable a cluster now runs (generated code of this plan, its fused kernels).
+void RecordExecutable(ClusterRunner::State& s, const CpuExecutable& ex) {
+  s.stats->code_bytes = static_cast<int64_t>(ex.code_bytes());
+  s.stats->fused_kernels = ex.num_fused_kernels();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ClusterRunner>> ClusterRunner::Create(const Node& node,
                                                                      std::shared_ptr<const Graph> owner,
                                                                      ClusterRuntime* runtime, int threads,
@@ -193,8 +203,7 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
     if (auto hit = s.runtime->cache().Lookup(s.key)) {
       ex = std::static_pointer_cast<const CpuExecutable>(hit);
       ++s.stats->memory_hits;
-      s.stats->code_bytes = static_cast<int64_t>(ex->code_bytes());
-      s.stats->fused_kernels = ex->num_fused_kernels();
+      RecordExecutable(s, *ex);
       std::lock_guard<std::mutex> lock(s.mu);
       s.executable = ex;
     }
@@ -208,9 +217,7 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
       if (loaded.ok()) {
         ex = *loaded;
         ++s.stats->disk_hits;
-        s.stats->code_bytes = static_cast<int64_t>(ex->code_bytes());
-        s.stats->fused_kernels = ex->num_fused_kernels();
-      s.stats->fused_kernels = ex->num_fused_kernels();
+        RecordExecutable(s, *ex);
         s.runtime->cache().Insert(s.key, ex);
         std::lock_guard<std::mutex> lock(s.mu);
         s.executable = ex;
@@ -319,8 +326,7 @@ std::shared_ptr<const CpuExecutable> ClusterRunner::TryPolymorphicInstantiation(
   // is not a failure: the signature follows the compile policy.
   if (!ex.ok()) return nullptr;
   ++s.stats->polymorphic_hits;
-  s.stats->code_bytes = 0;
-  s.stats->fused_kernels = (*ex)->num_fused_kernels();
+  RecordExecutable(s, **ex);
   s.runtime->cache().Insert(s.key, *ex);
   std::lock_guard<std::mutex> lock(s.mu);
   if (!s.executable) s.executable = *ex;
@@ -388,8 +394,7 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state) {
                         << "fallback path from now on: " << ex.status().message();
       return ex.status();
     }
-    s.stats->code_bytes = static_cast<int64_t>((*ex)->code_bytes());
-    s.stats->fused_kernels = (*ex)->num_fused_kernels();
+    RecordExecutable(s, **ex);
   }
   int64_t total_us = 0;
   for (const auto& st : s.runtime->AllStats()) total_us += st->compile_us;

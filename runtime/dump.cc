@@ -1,10 +1,6 @@
 #include "runtime/dump.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -14,40 +10,13 @@
 #include "absl/strings/str_join.h"
 #include "compiler/ir/text.h"
 #include "compiler/passes/mark_for_compilation.h"
+#include "flags/file_util.h"
 #include "flags/logging.h"
 #include "nlohmann/json.hpp"
 
 namespace cjit {
 namespace {
 
-// Writes `contents` to `path` through a temporary file and a rename.
-absl::Status WriteFileAtomically(const std::string& path, std::string_view contents) {
-  std::string tmpl = path + ".tmp-XXXXXX";
-  std::vector<char> name(tmpl.begin(), tmpl.end());
-  name.push_back('\0');
-  int fd = ::mkstemp(name.data());
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
-  size_t done = 0;
-  while (done < contents.size()) {
-    ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int err = errno;
-      ::close(fd);
-      ::unlink(name.data());
-      return absl::InternalError(absl::StrCat("cannot write ", path, ": ", std::strerror(err)));
-    }
-    done += static_cast<size_t>(n);
-  }
-  ::fchmod(fd, 0644);
-  ::close(fd);
-  if (::rename(name.data(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(name.data());
-    return absl::InternalError(absl::StrCat("cannot write ", path, ": ", std::strerror(err)));
-  }
-  return absl::OkStatus();
-}
 
 std::string DotEscape(std::string_view s) {
   std::string out;

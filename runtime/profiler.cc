@@ -1,11 +1,10 @@
 #include "runtime/profiler.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
+#include "flags/file_util.h"
+
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -247,29 +246,21 @@ void Profiler::Instant(std::string_view name, const char* cat, const TraceArgs* 
   Append(std::move(e));
 }
 
-void Profiler::FlowStart(uint64_t id, std::string_view name, int64_t at_ns) {
+void Profiler::Flow(char ph, uint64_t id, std::string_view name, int64_t at_ns) {
   if (!options_.record) return;
   TraceEvent e;
   e.name = std::string(name);
   e.cat = "flow";
-  e.ph = 's';
+  e.ph = ph;
   e.id = id;
   e.ts_ns = at_ns - start_ns_;
   e.tid = ThreadId();
   Append(std::move(e));
 }
 
-void Profiler::FlowEnd(uint64_t id, std::string_view name, int64_t at_ns) {
-  if (!options_.record) return;
-  TraceEvent e;
-  e.name = std::string(name);
-  e.cat = "flow";
-  e.ph = 'f';
-  e.id = id;
-  e.ts_ns = at_ns - start_ns_;
-  e.tid = ThreadId();
-  Append(std::move(e));
-}
+void Profiler::FlowStart(uint64_t id, std::string_view name, int64_t at_ns) { Flow('s', id, name, at_ns); }
+
+void Profiler::FlowEnd(uint64_t id, std::string_view name, int64_t at_ns) { Flow('f', id, name, at_ns); }
 
 void Profiler::NameThisThread(std::string_view name) {
   int tid = ThreadId();
@@ -334,35 +325,8 @@ absl::StatusOr<std::string> Profiler::Write() {
     if (path_.empty()) return absl::FailedPreconditionError("profiling without a trace file (--trace_to is empty)");
     stopped_ = true;
   }
-  std::string json = ToJson();
-  std::filesystem::path target(path_);
-  std::filesystem::path dir = target.parent_path().empty() ? std::filesystem::path(".") : target.parent_path();
-  std::string tmpl = (dir / absl::StrCat(".", target.filename().string(), ".tmp-XXXXXX")).string();
-  std::vector<char> name(tmpl.begin(), tmpl.end());
-  name.push_back('\0');
-  int fd = ::mkstemp(name.data());
-  if (fd < 0) {
-    return absl::InternalError(absl::StrCat("--trace_to: cannot create a file in ", dir.string(), ": ", std::strerror(errno)));
-  }
-  size_t done = 0;
-  while (done < json.size()) {
-    ssize_t n = ::write(fd, json.data() + done, json.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int err = errno;
-      ::close(fd);
-      ::unlink(name.data());
-      return absl::InternalError(absl::StrCat("--trace_to: cannot write ", path_, ": ", std::strerror(err)));
-    }
-    done += static_cast<size_t>(n);
-  }
-  ::fchmod(fd, 0644);
-  ::close(fd);
-  if (::rename(name.data(), path_.c_str()) != 0) {
-    int err = errno;
-    ::unlink(name.data());
-    return absl::InternalError(absl::StrCat("--trace_to: cannot write ", path_, ": ", std::strerror(err)));
-  }
+  absl::Status st = WriteFileAtomically(path_, ToJson());
+  if (!st.ok()) return absl::Status(st.code(), absl::StrCat("--trace_to: ", st.message()));
   std::lock_guard<std::mutex> lock(mu_);
   written_ = true;
   return path_;

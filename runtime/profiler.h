@@ -168,6 +168,7 @@ class Profiler {
   std::string SummaryTable(int64_t since_ns = 0, int top = 25) const;
 
  private:
+  void Flow(char ph, uint64_t id, std::string_view name, int64_t at_ns);  // 's' start / 'f' end
   explicit Profiler(const ProfilerOptions& options);
   int ThreadId();
   void Append(TraceEvent e);

@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <functional>
 #include <map>
-#include <numeric>
 #include <limits>
 #include <map>
 #include <set>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/union_find.h"
 #include "absl/strings/str_join.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/passes/graph_cycles.h"
@@ -362,18 +362,8 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOp
     fusible[i] = owner[i] < 0 && (reduction[i] || IsFusibleElementwise(*order[i]));
   }
   // Each group has an iteration shape; row groups (with a reduction) iterate over rows of it.
-  std::vector<int> rep(n), gsize(n, 1);
-  std::iota(rep.begin(), rep.end(), 0);
-  auto find = [&](int x) {  // iterative, with path compression
-    int root = x;
-    while (rep[root] != root) root = rep[root];
-    while (rep[x] != root) {
-      int next = rep[x];
-      rep[x] = root;
-      x = next;
-    }
-    return root;
-  };
+  UnionFind groups_of(n);
+  auto find = [&](int x) { return groups_of.Find(x); };
   std::vector<Dims> gshape(n);
   std::vector<bool> grow(n, false), gall_elementwise(n, true);
   for (int i = 0; i < n; ++i) {
@@ -408,11 +398,10 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOp
       }
       // Bounded kernels: LLVM's time grows faster than linearly in a function's size, and kernels of one
       // structure are compiled once, so long chains become a few repeated kernels.
-      if (gsize[a] + gsize[b] > options.max_kernel_ops) continue;
+      if (groups_of.size(a) + groups_of.size(b) > options.max_kernel_ops) continue;
       if (!cycles.HasEdge(a, b) && !cycles.InsertEdge(a, b)) continue;
       if (!cycles.ContractEdge(a, b)) continue;
-      rep[b] = a;
-      gsize[a] += gsize[b];
+      groups_of.MergeInto(a, b);
       gshape[a] = merged;
       grow[a] = row;
       gall_elementwise[a] = gall_elementwise[a] && gall_elementwise[b];

@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <functional>
-#include <numeric>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/union_find.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/ops/op_registry.h"
 #include "compiler/passes/graph_cycles.h"
@@ -155,19 +155,8 @@ absl::StatusOr<ClusteringReport> MarkForCompilation(Graph& graph, const Clusteri
     if (fuel > 0) --fuel;
   }
   // Union-find over cycle-graph representatives.
-  std::vector<int> rep(n), size(n, 1);
-  std::iota(rep.begin(), rep.end(), 0);
-  // Iterative find with path compression (a recursive one could overflow the stack on a long chain).
-  auto find = [&](int x) {
-    int root = x;
-    while (rep[root] != root) root = rep[root];
-    while (rep[x] != root) {
-      int next = rep[x];
-      rep[x] = root;
-      x = next;
-    }
-    return root;
-  };
+  UnionFind clusters_of(n);
+  auto find = [&](int x) { return clusters_of.Find(x); };
   // Consumers of each node's outputs, in topological order (one pass over the edges: linear, where scanning
   // every later node for readers was quadratic in the graph size).
   std::vector<std::vector<int>> consumers(n);
@@ -187,7 +176,7 @@ absl::StatusOr<ClusteringReport> MarkForCompilation(Graph& graph, const Clusteri
         if (!candidate[j]) continue;
         int a = find(i), b = find(j);
         if (a == b) continue;
-        if (size[a] + size[b] > options.max_cluster_size) {
+        if (clusters_of.size(a) + clusters_of.size(b) > options.max_cluster_size) {
           CJIT_VLOG(2) << "not merging " << order[i]->name << " with " << order[j]->name << ": --max_cluster_size";
           report.refused_merges.push_back({order[i]->name, order[j]->name, "--max_cluster_size"});
           continue;
@@ -202,8 +191,7 @@ absl::StatusOr<ClusteringReport> MarkForCompilation(Graph& graph, const Clusteri
           report.refused_merges.push_back({order[i]->name, order[j]->name, "would create a cycle through another path"});
           continue;
         }
-        rep[b] = a;
-        size[a] += size[b];
+        clusters_of.MergeInto(a, b);
       }
     }
   }
