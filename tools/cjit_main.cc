@@ -494,23 +494,13 @@ int CmdBench(const std::string& model, const std::vector<std::string>& input_arg
 // reference (the ONNX backend-test rule). The timed part is Load + every Run (reading the .pb files and
 // comparing are outside it); tools/stream-bench.sh puts ONNX Runtime's time for the same stream beside it.
 int CmdBenchStream(const std::string& dir, double rtol, double atol, int passes, bool json) {
-  std::vector<DataSet> sets;
-  {
-    // Read the data sets with a throwaway session (for input names) so that file reading is not timed.
-    SessionOptions quiet;  // no trace or dump of its own
-    quiet.use_environment_flags = false;
-    quiet.flags.auto_jit = "-1";
-    auto probe = Session::Load(dir + "/model.onnx", quiet);
-    if (!probe.ok()) return Fail(probe.status());
-    auto read = ReadDataSets(dir, **probe);
-    if (!read.ok()) return Fail(read.status());
-    sets = std::move(*read);
-  }
-  if (sets.empty()) return Fail(absl::NotFoundError("no test_data_set_* in " + dir));
   auto t0 = std::chrono::steady_clock::now();
   auto session = Session::Load(dir + "/model.onnx");
   if (!session.ok()) return Fail(session.status());
   double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  auto sets = ReadDataSets(dir, **session);  // after the timed Load: file reading is not timed
+  if (!sets.ok()) return Fail(sets.status());
+  if (sets->empty()) return Fail(absl::NotFoundError("no test_data_set_* in " + dir));
   struct Row {
     std::string set, shapes;
     int pass;
@@ -523,7 +513,7 @@ int CmdBenchStream(const std::string& dir, double rtol, double atol, int passes,
   double runs_ms = 0;
   SessionStats prev = (*session)->stats();
   for (int pass = 0; pass < passes; ++pass) {
-    for (const DataSet& set : sets) {
+    for (const DataSet& set : *sets) {
       auto r0 = std::chrono::steady_clock::now();
       auto out = (*session)->Run(set.inputs);
       double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r0).count();
@@ -561,7 +551,7 @@ int CmdBenchStream(const std::string& dir, double rtol, double atol, int passes,
     std::printf("%s\n", j.dump().c_str());
     return all_ok ? 0 : 1;
   }
-  std::printf("stream: %s  (%zu data sets x %d passes, %d threads, auto_jit=%s)\n", dir.c_str(), sets.size(), passes,
+  std::printf("stream: %s  (%zu data sets x %d passes, %d threads, auto_jit=%s)\n", dir.c_str(), sets->size(), passes,
               f.intra_op_threads, f.auto_jit.c_str());
   std::printf("%-20s %-4s %-28s %10s %8s %9s %9s %11s  %s\n", "data set", "pass", "input shapes", "ms", "compiles",
               "fallback", "compiled", "polymorphic", "vs reference");
