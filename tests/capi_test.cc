@@ -17,6 +17,7 @@
 #include "clusterjit/clusterjit.h"
 #include "clusterjit/clusterjit.hpp"
 #include "gtest/gtest.h"
+#include "tests/model_builder.h"
 #include <omp.h>
 #include "onnx/onnx_pb.h"
 #include "tests/test_data.h"
@@ -31,15 +32,6 @@ struct St {
   bool ok() const { return code == CJIT_OK; }
 };
 
-void AddValueInfo(onnx::ValueInfoProto* v, const std::string& name, int elem, std::vector<int64_t> dims) {
-  v->set_name(name);
-  auto* tt = v->mutable_type()->mutable_tensor_type();
-  tt->set_elem_type(elem);
-  for (int64_t d : dims) {
-    if (d < 0) tt->mutable_shape()->add_dim()->set_dim_param("N");
-    else tt->mutable_shape()->add_dim()->set_dim_value(d);
-  }
-}
 
 // y = x * 2 + 1 (f32[N, 3]) and z = Identity(x).
 std::string AffineModel() {
@@ -48,9 +40,9 @@ std::string AffineModel() {
   m.add_opset_import()->set_version(13);
   auto* g = m.mutable_graph();
   g->set_name("affine");
-  AddValueInfo(g->add_input(), "x", onnx::TensorProto::FLOAT, {-1, 3});
-  AddValueInfo(g->add_output(), "y", onnx::TensorProto::FLOAT, {-1, 3});
-  AddValueInfo(g->add_output(), "z", onnx::TensorProto::FLOAT, {-1, 3});
+  cjit::testing::ModelBuilder::Info(g->add_input(), "x", onnx::TensorProto::FLOAT, {-1, 3});
+  cjit::testing::ModelBuilder::Info(g->add_output(), "y", onnx::TensorProto::FLOAT, {-1, 3});
+  cjit::testing::ModelBuilder::Info(g->add_output(), "z", onnx::TensorProto::FLOAT, {-1, 3});
   for (auto [name, v] : {std::pair<const char*, float>{"two", 2.0f}, {"one", 1.0f}}) {
     auto* c = g->add_initializer();
     c->set_name(name);

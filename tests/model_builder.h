@@ -98,9 +98,10 @@ class ModelBuilder {
   onnx::ModelProto& proto() { return m_; }
   std::string Bytes() const { return m_.SerializeAsString(); }
 
- private:
+  // Fills a value info: name, element type (0: none) and dims (-1: a dynamic dim "N"; rank_known=false:
+  // no shape). Also for tests that assemble a GraphProto by hand.
   static void Info(onnx::ValueInfoProto* v, const std::string& name, int elem, const std::vector<int64_t>& dims,
-                   bool rank_known) {
+                   bool rank_known = true) {
     v->set_name(name);
     if (elem == 0) return;
     auto* tt = v->mutable_type()->mutable_tensor_type();
@@ -112,6 +113,8 @@ class ModelBuilder {
       else shape->add_dim()->set_dim_value(d);
     }
   }
+
+ private:
   onnx::ModelProto m_;
 };
 

@@ -10,8 +10,9 @@ import os
 import sys
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
+
+from case_writer import write_case
 
 SPECIALS = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 1.0, -1.0, 0.5, -2.5, 3.0, -7.0,
                      88.0, -104.0, 3.0e38, -3.0e38, 1e-20], dtype=np.float32)
@@ -88,28 +89,8 @@ REDUCE = {
 }
 
 
-def write_case(root, name, nodes, inputs, outputs, opset=13, initializers=()):
-    d = os.path.join(root, name)
-    os.makedirs(os.path.join(d, "test_data_set_0"), exist_ok=True)
-    g = helper.make_graph(
-        nodes, name,
-        [helper.make_tensor_value_info(n, onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[a.dtype], a.shape) for n, a in inputs],
-        [helper.make_tensor_value_info(n, onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[a.dtype], a.shape) for n, a in outputs],
-        initializer=list(initializers))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    onnx.save(m, os.path.join(d, "model.onnx"))
-    for k, (n, a) in enumerate(inputs):
-        with open(os.path.join(d, "test_data_set_0", "input_%d.pb" % k), "wb") as f:
-            f.write(numpy_helper.from_array(a, n).SerializeToString())
-    for k, (n, a) in enumerate(outputs):
-        with open(os.path.join(d, "test_data_set_0", "output_%d.pb" % k), "wb") as f:
-            f.write(numpy_helper.from_array(a, n).SerializeToString())
-
-
 def main():
     root = sys.argv[1]
-    x64 = SPECIALS.astype(np.float64)
     n = len(SPECIALS)
     # Unary: x -> op(x) (four copies of the specials, so kernels see them in vector and scalar tails).
     xs = np.tile(SPECIALS, 4).reshape(4, n)
@@ -181,7 +162,7 @@ def main():
                  numpy_helper.from_array(chan, "chan"), numpy_helper.from_array(np.array(2.0, np.float32), "two"),
                  numpy_helper.from_array(np.array(1.0, np.float32), "one")]
         write_case(root, "conv_" + name, [helper.make_node("Conv", ["x", "w", "b"], ["c"])] + nodes, [("x", x)],
-                   [("y", ref)], opset=14, initializers=inits)
+                   [("y", ref)], opset=14, inits=inits)
     print("wrote %d cases to %s" % (len(os.listdir(root)), root))
 
 

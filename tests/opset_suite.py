@@ -12,8 +12,15 @@ import os
 import sys
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
+
+import case_writer
+
+
+def write_case(root, name, nodes, inputs, outputs, opset, inits=(), tol=(1e-5, 1e-6)):
+    case_writer.write_case(root, name, nodes, inputs, outputs, opset=opset, inits=inits, tol=tol,
+                           declare_output_shapes=False)
+
 
 RNG = np.random.default_rng(7)
 
@@ -24,28 +31,6 @@ def rnd(*shape, lo=-2.0, hi=2.0):
 
 def f64(a):
     return np.asarray(a, dtype=np.float64)
-
-
-def write_case(root, name, nodes, inputs, outputs, opset, inits=(), tol=(1e-5, 1e-6)):
-    d = os.path.join(root, name)
-    os.makedirs(os.path.join(d, "test_data_set_0"), exist_ok=True)
-    t = onnx.mapping.NP_TYPE_TO_TENSOR_TYPE
-    g = helper.make_graph(
-        nodes, name,
-        [helper.make_tensor_value_info(n, t[a.dtype], a.shape) for n, a in inputs],
-        [helper.make_tensor_value_info(n, t[np.asarray(a).dtype], None) for n, a in outputs],
-        initializer=[numpy_helper.from_array(np.asarray(a), n) for n, a in inits])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8 if opset <= 18 else 9 if opset <= 20 else 10
-    onnx.save(m, os.path.join(d, "model.onnx"))
-    for k, (n, a) in enumerate(inputs):
-        with open(os.path.join(d, "test_data_set_0", "input_%d.pb" % k), "wb") as f:
-            f.write(numpy_helper.from_array(a, n).SerializeToString())
-    for k, (n, a) in enumerate(outputs):
-        with open(os.path.join(d, "test_data_set_0", "output_%d.pb" % k), "wb") as f:
-            f.write(numpy_helper.from_array(np.asarray(a), n).SerializeToString())
-    with open(os.path.join(d, "tolerance.txt"), "w") as f:
-        f.write("%g %g\n" % tol)
 
 
 def erf(x):

@@ -25,15 +25,6 @@ SessionOptions Opts() {
   return o;
 }
 
-void AddTensorValue(onnx::ValueInfoProto* v, const std::string& name, int elem, std::vector<int64_t> dims) {
-  v->set_name(name);
-  auto* tt = v->mutable_type()->mutable_tensor_type();
-  tt->set_elem_type(elem);
-  for (int64_t d : dims) {
-    if (d < 0) tt->mutable_shape()->add_dim()->set_dim_param("N");
-    else tt->mutable_shape()->add_dim()->set_dim_value(d);
-  }
-}
 
 // y = Sigmoid(x + b) with x: f32[N, 4], b constant.
 std::string SmallModel(const std::string& op = "Sigmoid", const std::string& extra_attr = "") {
@@ -42,8 +33,8 @@ std::string SmallModel(const std::string& op = "Sigmoid", const std::string& ext
   m.add_opset_import()->set_version(13);
   auto* g = m.mutable_graph();
   g->set_name("small");
-  AddTensorValue(g->add_input(), "x", onnx::TensorProto::FLOAT, {-1, 4});
-  AddTensorValue(g->add_output(), "y", onnx::TensorProto::FLOAT, {-1, 4});
+  testing::ModelBuilder::Info(g->add_input(), "x", onnx::TensorProto::FLOAT, {-1, 4});
+  testing::ModelBuilder::Info(g->add_output(), "y", onnx::TensorProto::FLOAT, {-1, 4});
   auto* b = g->add_initializer();
   b->set_name("b");
   b->set_data_type(onnx::TensorProto::FLOAT);
@@ -273,8 +264,8 @@ TEST(SessionTest, AbsurdIntermediateShapeIsAnError) {
   m.set_ir_version(8);
   m.add_opset_import()->set_version(13);
   auto* g = m.mutable_graph();
-  AddTensorValue(g->add_input(), "shape", onnx::TensorProto::INT64, {2});
-  AddTensorValue(g->add_output(), "y", onnx::TensorProto::FLOAT, {-1, -1});
+  testing::ModelBuilder::Info(g->add_input(), "shape", onnx::TensorProto::INT64, {2});
+  testing::ModelBuilder::Info(g->add_output(), "y", onnx::TensorProto::FLOAT, {-1, -1});
   auto* n = g->add_node();
   n->set_op_type("ConstantOfShape");
   n->set_name("fill");
@@ -309,9 +300,9 @@ TEST(SessionTest, ScalarIntegerInputsAreSpecializedByValue) {
   m.set_ir_version(8);
   m.add_opset_import()->set_version(13);
   auto* g = m.mutable_graph();
-  AddTensorValue(g->add_input(), "x", onnx::TensorProto::FLOAT, {3});
-  AddTensorValue(g->add_input(), "k", onnx::TensorProto::INT64, {});
-  AddTensorValue(g->add_output(), "y", onnx::TensorProto::FLOAT, {3});
+  testing::ModelBuilder::Info(g->add_input(), "x", onnx::TensorProto::FLOAT, {3});
+  testing::ModelBuilder::Info(g->add_input(), "k", onnx::TensorProto::INT64, {});
+  testing::ModelBuilder::Info(g->add_output(), "y", onnx::TensorProto::FLOAT, {3});
   auto* one = g->add_initializer();
   one->set_name("one");
   one->set_data_type(onnx::TensorProto::INT64);
@@ -340,7 +331,7 @@ TEST(SessionTest, ScalarIntegerInputsAreSpecializedByValue) {
     n->add_input("x");
     n->add_input(std::string(name) + "_c");
     n->add_output(std::string(name) + "_out");
-    AddTensorValue(bg->add_output(), (std::string(name) + "_out").c_str(), onnx::TensorProto::FLOAT, {3});
+    testing::ModelBuilder::Info(bg->add_output(), (std::string(name) + "_out").c_str(), onnx::TensorProto::FLOAT, {3});
   };
   branch(iff->add_attribute(), "then_branch", "Add", 1.0f);
   branch(iff->add_attribute(), "else_branch", "Mul", 2.0f);

@@ -60,9 +60,10 @@ TEST(RemoveNoOpsTest, KeepsRealReshapesAndTransposes) {
   EXPECT_FALSE(*changed) << PrintGraph(*g);
 }
 
-TEST(FoldIntoConvTest, BatchNormAndChannelMulAddFoldAndMatchFloat64) {
-  // Conv 2->3 channels, 1x1 kernel; then BN, then Mul by per-channel constant, then Add.
-  std::string ir = R"(graph g(%x: f32[1,2,2,2]) {
+// Conv 2->3 channels (1x1 kernel), then BatchNormalization, Mul by a per-channel constant, and Add: the
+// graph text with input type `x_type`, ending in `tail` (which returns).
+std::string ConvBnMulAddIr(const std::string& x_type, const std::string& tail) {
+  return "graph g(%x: " + x_type + R"() {
   %w = constant f32[3,2,1,1] {0.5, -1, 2, 0.25, -0.75, 1.5}
   %b = constant f32[3] {0.1, -0.2, 0.3}
   %c = Conv(%x, %w, %b)
@@ -75,8 +76,21 @@ TEST(FoldIntoConvTest, BatchNormAndChannelMulAddFoldAndMatchFloat64) {
   %m = Mul(%bn, %k)
   %t = constant f32[1,3,1,1] {-1, 0, 1}
   %y = Add(%m, %t)
-  return %y
-})";
+)" + tail + "}";
+}
+
+// Float64 value at channel c, position p of that chain (its constants), for x of [1, 2, 2, 2].
+double ConvBnMulAddReference(const Tensor& x, int c, int p) {
+  const double w[3][2] = {{0.5, -1}, {2, 0.25}, {-0.75, 1.5}}, b[3] = {0.1, -0.2, 0.3};
+  const double gam[3] = {1.5, 0.5, -2}, bet[3] = {0, 1, -1}, mu[3] = {0.2, -0.1, 0.05}, var[3] = {1, 4, 0.25};
+  const double k[3] = {2, 3, 4}, t[3] = {-1, 0, 1};
+  double conv = b[c];
+  for (int ic = 0; ic < 2; ++ic) conv += w[c][ic] * x.data<float>()[ic * 4 + p];
+  return ((conv - mu[c]) / std::sqrt(var[c] + 0.001) * gam[c] + bet[c]) * k[c] + t[c];
+}
+
+TEST(FoldIntoConvTest, BatchNormAndChannelMulAddFoldAndMatchFloat64) {
+  std::string ir = ConvBnMulAddIr("f32[1,2,2,2]", "  return %y\n");
   auto g = Specialized(ir);
   Tensor x(DType::kF32, {1, 2, 2, 2});
   for (int i = 0; i < 8; ++i) x.data<float>()[i] = static_cast<float>(std::sin(i + 1.0));
@@ -89,15 +103,9 @@ TEST(FoldIntoConvTest, BatchNormAndChannelMulAddFoldAndMatchFloat64) {
   EXPECT_EQ(text.find("Mul"), std::string::npos) << text;
   EXPECT_EQ(text.find("Add"), std::string::npos) << text;
   std::vector<Tensor> after = RunGraph(g, {x});
-  // Float64 reference of the original computation.
-  const double w[3][2] = {{0.5, -1}, {2, 0.25}, {-0.75, 1.5}}, b[3] = {0.1, -0.2, 0.3};
-  const double gam[3] = {1.5, 0.5, -2}, bet[3] = {0, 1, -1}, mu[3] = {0.2, -0.1, 0.05}, var[3] = {1, 4, 0.25};
-  const double k[3] = {2, 3, 4}, t[3] = {-1, 0, 1};
   for (int c = 0; c < 3; ++c)
     for (int p = 0; p < 4; ++p) {
-      double conv = b[c];
-      for (int ic = 0; ic < 2; ++ic) conv += w[c][ic] * x.data<float>()[ic * 4 + p];
-      double ref = ((conv - mu[c]) / std::sqrt(var[c] + 0.001) * gam[c] + bet[c]) * k[c] + t[c];
+      double ref = ConvBnMulAddReference(x, c, p);
       EXPECT_NEAR(after[0].data<float>()[c * 4 + p], ref, 1e-5);
       EXPECT_NEAR(before[0].data<float>()[c * 4 + p], ref, 1e-5);
     }
@@ -107,23 +115,10 @@ TEST(FoldIntoConvTest, BatchNormAndChannelMulAddFoldAndMatchFloat64) {
 // a Session folds once at load; the folded graph, specialized afterwards, computes the float64 result.
 // Operands that are not per-channel, or of higher rank than the Conv output, are left alone.
 TEST(FoldIntoConvTest, FoldsBeforeSpecializationWithUnknownDims) {
-  std::string ir = R"(graph g(%x: f32[?,2,?,?]) {
-  %w = constant f32[3,2,1,1] {0.5, -1, 2, 0.25, -0.75, 1.5}
-  %b = constant f32[3] {0.1, -0.2, 0.3}
-  %c = Conv(%x, %w, %b)
-  %gam = constant f32[3] {1.5, 0.5, -2}
-  %bet = constant f32[3] {0, 1, -1}
-  %mu = constant f32[3] {0.2, -0.1, 0.05}
-  %var = constant f32[3] {1, 4, 0.25}
-  %bn = BatchNormalization(%c, %gam, %bet, %mu, %var) {epsilon=0.001}
-  %k = constant f32[3,1,1] {2, 3, 4}
-  %m = Mul(%bn, %k)
-  %t = constant f32[1,3,1,1] {-1, 0, 1}
-  %y = Add(%m, %t)
-  %wide = constant f32[1,1,3,1,1] {1, 2, 3}
+  std::string ir = ConvBnMulAddIr("f32[?,2,?,?]", R"(  %wide = constant f32[1,1,3,1,1] {1, 2, 3}
   %z = Mul(%y, %wide)
   return %z
-})";
+)");
   auto g = ParseGraph(ir);
   ASSERT_TRUE(g.ok()) << g.status();
   ASSERT_TRUE(SimplifyBeforeSpecialization(**g).ok());
@@ -141,17 +136,10 @@ TEST(FoldIntoConvTest, FoldsBeforeSpecializationWithUnknownDims) {
   Tensor x(DType::kF32, {1, 2, 2, 2});
   for (int i = 0; i < 8; ++i) x.data<float>()[i] = static_cast<float>(std::sin(i + 1.0));
   std::vector<Tensor> after = RunGraph(ex_graph, {x});
-  const double w[3][2] = {{0.5, -1}, {2, 0.25}, {-0.75, 1.5}}, b[3] = {0.1, -0.2, 0.3};
-  const double gam[3] = {1.5, 0.5, -2}, bet[3] = {0, 1, -1}, mu[3] = {0.2, -0.1, 0.05}, var[3] = {1, 4, 0.25};
-  const double k[3] = {2, 3, 4}, t[3] = {-1, 0, 1}, wide[3] = {1, 2, 3};
+  const double wide[3] = {1, 2, 3};
   ASSERT_EQ(after[0].dims(), (Dims{1, 1, 3, 2, 2}));
   for (int c = 0; c < 3; ++c)
-    for (int p = 0; p < 4; ++p) {
-      double conv = b[c];
-      for (int ic = 0; ic < 2; ++ic) conv += w[c][ic] * x.data<float>()[ic * 4 + p];
-      double ref = (((conv - mu[c]) / std::sqrt(var[c] + 0.001) * gam[c] + bet[c]) * k[c] + t[c]) * wide[c];
-      EXPECT_NEAR(after[0].data<float>()[c * 4 + p], ref, 1e-5);
-    }
+    for (int p = 0; p < 4; ++p) EXPECT_NEAR(after[0].data<float>()[c * 4 + p], ConvBnMulAddReference(x, c, p) * wide[c], 1e-5);
 }
 
 TEST(FoldIntoConvTest, DoesNotFoldWhenConvOutputHasOtherReaders) {
