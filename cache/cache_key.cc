@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <iterator>
 #include <memory>
+#include <mutex>
 #include <unordered_map>
 
-#include "absl/synchronization/mutex.h"
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -39,18 +39,18 @@ std::string ConstantDigest(const std::shared_ptr<const Tensor>& t) {
     std::weak_ptr<const Tensor> tensor;
     std::string digest;
   };
-  static absl::Mutex mu(absl::kConstInit);
+  static std::mutex mu;  // std::mutex: ThreadSanitizer sees it (Debian's abseil is not instrumented)
   static auto* memo = new std::unordered_map<const Tensor*, Entry>();
   static size_t sweep_at = 256;
   {
-    absl::MutexLock lock(&mu);
+    std::lock_guard<std::mutex> lock(mu);
     auto it = memo->find(t.get());
     // A live weak_ptr to this address is this very object (an object that died and whose address was
     // reused has an expired entry), and a constant never changes while it lives.
     if (it != memo->end() && !it->second.tensor.expired() && it->second.tensor.lock() == t) return it->second.digest;
   }
   std::string d = ContentDigest(bytes());
-  absl::MutexLock lock(&mu);
+  std::lock_guard<std::mutex> lock(mu);
   (*memo)[t.get()] = Entry{t, d};
   if (memo->size() >= sweep_at) {
     for (auto it = memo->begin(); it != memo->end();) it = it->second.tensor.expired() ? memo->erase(it) : std::next(it);
