@@ -501,6 +501,21 @@ TEST(HostileTest, MaxPoolPadsNotSmallerThanKernel) {
   EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", Tensor::Zeros(DType::kF32, {1, 1, 4, 4})}}).status(), {"MaxPool", "pads"}));
 }
 
+// Found by the fuzzer: output_shape = INT64_MIN overflowed `full - target` (UBSan) before it was checked.
+TEST(HostileTest, ConvTransposeOutputShapeOutOfRange) {
+  for (int64_t target : {std::numeric_limits<int64_t>::min(), int64_t{-3}, int64_t{0},
+                         std::numeric_limits<int64_t>::max()}) {
+    ModelBuilder b;
+    b.Input("x", kF, {1, 1, 3}).Output("y");
+    b.InitFloats("w", {1, 1, 2}, {1, 1});
+    auto* n = b.Node("ConvTranspose", {"x", "w"}, {"y"});
+    ModelBuilder::AttrInts(n, "output_shape", {target});
+    EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", F32({1, 1, 3}, {1, 2, 3})}}).status(),
+                          {"ConvTranspose", "output_shape", "not reachable"}))
+        << target;
+  }
+}
+
 TEST(HostileTest, SliceStepMin) {
   ModelBuilder b;
   b.Input("x", kF, {4}).Output("y");

@@ -246,11 +246,12 @@ absl::StatusOr<WindowGeometry> ComputeWindowGeometry(const Node& node, const std
       int64_t full = g.strides[i] * (in[i] - 1) + out_pad[i] + eff_k;
       if (!out_shape.empty()) {
         int64_t target = out_shape[out_shape.size() - n + i];
-        int64_t total = full - target;
-        if (target <= 0 || total < 0) {
+        // Checked before the subtraction: a hostile output_shape (INT64_MIN) must not overflow it.
+        if (target <= 0 || target > full) {
           return NodeError(node, absl::StrCat("output_shape ", target, " is not reachable: the full output along "
                                               "spatial dim ", i, " is ", full));
         }
+        int64_t total = full - target;
         if (auto_pad == "SAME_UPPER") {
           g.pad_begin[i] = total / 2;
           g.pad_end[i] = total - total / 2;
