@@ -516,6 +516,22 @@ TEST(HostileTest, ConvTransposeOutputShapeOutOfRange) {
   }
 }
 
+// Found by the fuzzer: a negative batch_dims (or an index tuple longer than the data's rank) read a dim
+// before the start of the shape (a libstdc++ assertion, or memory outside it in a release build).
+TEST(HostileTest, GatherNDBatchDimsAndIndexTupleOutOfRange) {
+  for (auto [batch_dims, tuple] : {std::pair<int64_t, int64_t>{-3, 1}, {2, 1}, {0, 3}}) {
+    ModelBuilder b;
+    b.Input("x", kF, {2, 2}).Input("i", kI64, {2, tuple}).Output("y");
+    auto* n = b.Node("GatherND", {"x", "i"}, {"y"});
+    ModelBuilder::AttrInt(n, "batch_dims", batch_dims);
+    EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", F32({2, 2}, {1, 2, 3, 4})},
+                                         {"i", I64({2, tuple}, std::vector<int64_t>(2 * tuple, 0))}})
+                              .status(),
+                          {"GatherND"}))
+        << batch_dims << " " << tuple;
+  }
+}
+
 TEST(HostileTest, SliceStepMin) {
   ModelBuilder b;
   b.Input("x", kF, {4}).Output("y");

@@ -295,8 +295,18 @@ absl::Status GatherNDInfer(const Node& n, Inputs in, Outputs& out) {
   if (!x.rank_known || !idx.rank_known || idx.rank() == 0 || !idx.dims.back().known()) {
     return absl::OkStatus();
   }
-  int b = static_cast<int>(n.GetInt("batch_dims", 0));
+  // ONNX GatherND: 0 <= batch_dims < min(rank(data), rank(indices)), 1 <= indices.shape[-1] <= rank(data) -
+  // batch_dims.
+  int64_t batch_dims = n.GetInt("batch_dims", 0);
+  if (batch_dims < 0 || batch_dims >= std::min(x.rank(), idx.rank())) {
+    return NodeError(n, absl::StrCat("batch_dims ", batch_dims, " is not in [0, min(rank(data), rank(indices)))"));
+  }
+  int b = static_cast<int>(batch_dims);
   int64_t last = idx.dims.back().value;
+  if (last < 1 || last > x.rank() - b) {
+    return NodeError(n, absl::StrCat("indices' last dim ", last, " is not in [1, rank(data) - batch_dims = ",
+                                     x.rank() - b, "]"));
+  }
   out[0].shape.rank_known = true;
   for (int i = 0; i < idx.rank() - 1; ++i) out[0].shape.dims.push_back(idx.dims[i]);
   for (int i = b + static_cast<int>(last); i < x.rank(); ++i) out[0].shape.dims.push_back(x.dims[i]);
