@@ -144,6 +144,12 @@ const std::vector<FlagDef>& Table() {
         "false: every new signature follows the lazy-compilation policy.",
         {}},
        BoolFlag(&Flags::polymorphic_clusters, "polymorphic_clusters")},
+      {{"cpu_channels_last", "bool", "true",
+        "CPU: float32 convolutions connected to other convolutions run channels-last (NHWC, oneDNN's fastest "
+        "layout) with transposes only at the edges of such regions, instead of reordering around every "
+        "convolution. false: ONNX's NCHW everywhere.",
+        {}},
+       BoolFlag(&Flags::cpu_channels_last, "cpu_channels_last")},
       {{"device", "string", "auto",
         "Execution device: auto, cpu, cuda or cuda:N. auto picks cuda:0 when the build has the GPU runtime "
         "and a CUDA driver reports a device, else the CPU; cuda without a CUDA driver or device is an error.",
@@ -390,6 +396,7 @@ std::string FlagValueText(const Flags& f, absl::string_view name) {
       {"enable_lazy_compilation", [b](const Flags& f) { return b(f.enable_lazy_compilation); }},
       {"async_compilation", [b](const Flags& f) { return b(f.async_compilation); }},
       {"polymorphic_clusters", [b](const Flags& f) { return b(f.polymorphic_clusters); }},
+      {"cpu_channels_last", [b](const Flags& f) { return b(f.cpu_channels_last); }},
       {"device", [](const Flags& f) { return f.device; }},
       {"gpu_arch", [](const Flags& f) { return f.gpu_arch; }},
       {"gpu_allocator", [](const Flags& f) { return f.gpu_allocator; }},

@@ -45,6 +45,9 @@ struct Flags {
   // when every fused kernel it needs is already in the process-wide kernel cache (no LLVM work):
   // a "polymorphic hit" (runtime/cluster_runner.h). false: every new signature follows the policy above.
   bool polymorphic_clusters = true;
+  // CPU: float32 convolutions connected to other convolutions run channels-last (NHWC) between them, with
+  // transposes only at the region's edges (compiler/passes/layout.h). false: ONNX's NCHW everywhere.
+  bool cpu_channels_last = true;
   // Execution device: auto, cpu, cuda or cuda:N (as TF's device placement; auto = cuda:0 when this build
   // has the GPU runtime and a CUDA driver reports a device, else cpu).
   std::string device = "auto";

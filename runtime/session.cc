@@ -8,6 +8,7 @@
 #include "compiler/ir/status_macros.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/onnx/onnx_import.h"
+#include "compiler/passes/layout.h"
 #include "compiler/passes/simplify.h"
 #include "compiler/passes/specialize_shapes.h"
 #include "compiler/passes/mark_for_compilation.h"
@@ -317,6 +318,13 @@ absl::StatusOr<std::shared_ptr<Graph>> Session::BuildSpecializedGraph(const std:
   {
     TraceScope scope(prof, "simplify", "specialize");
     CJIT_RETURN_IF_ERROR(SimplifyGraph(*g));
+    if (gpu_ == nullptr && flags_.cpu_channels_last) {
+      CJIT_ASSIGN_OR_RETURN(bool changed, AssignChannelsLastLayout(*g));
+      if (changed) {  // cancel the transpose pairs
+        CJIT_RETURN_IF_ERROR(RemoveNoOps(*g).status());
+        CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
+      }
+    }
     if (scope.active()) scope.args().Add("nodes_after", g->nodes().size());
   }
   if (dump) dump->DumpGraph(sig, "simplify", *g);

@@ -67,7 +67,7 @@ TEST(NvtxTest, RangesMatchTraceEvents) {
   for (const TraceEvent& e : (*s)->profiler()->Events()) {
     if (e.ph == 'X') ++events[e.name];
   }
-  for (const char* n : {"Run", "specialize", "cluster_0", "Conv", "fusion_0", "compile cluster_0"}) {
+  for (const char* n : {"Run", "specialize", "cluster_0", "NhwcConv", "fusion_0", "compile cluster_0"}) {
     EXPECT_GT(pushed[n], 0) << "no NVTX range '" << n << "'";
   }
   // Phases reported by the compiler are recorded as events without a range; everything else matches.

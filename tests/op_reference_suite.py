@@ -209,6 +209,34 @@ def main():
                                      dilations=list(dil), group=group), helper.make_node("Relu", ["c"], ["y"])],
                    [("x", cx)], [("y", np.maximum(ref, 0).astype(np.float32))], inits=[("w", cw), ("b", cb)],
                    tol=(1e-5, 1e-5 * math.sqrt(k)))
+    # A chain of convolutions the CPU runs channels-last (compiler/passes/layout.h): Conv, Relu, depthwise
+    # Conv, squeeze-excitation (GlobalAveragePool, 1x1 Conv, Sigmoid, Mul), per-channel Add and PRelu, channel
+    # Concat, 1x1 Conv, Sub of a constant broadcast along W; the Relu output is a graph output too.
+    lx, lw1, lb1, lwd = rnd(2, 4, 6, 7), rnd(8, 4, 3, 3), rnd(8), rnd(8, 1, 3, 3)
+    lws, lk, lsl, lw3, lv = rnd(8, 8, 1, 1), rnd(8, 1, 1), rnd(8, 1, 1), rnd(6, 16, 1, 1), rnd(7)
+    zero8, zero6 = np.zeros(8), np.zeros(6)
+    r1 = np.maximum(conv2d(f64(lx), f64(lw1), f64(lb1), (1, 1), (1, 1, 1, 1), (1, 1), 1), 0)
+    d = conv2d(r1, f64(lwd), zero8, (1, 1), (1, 1, 1, 1), (1, 1), 8)
+    s = sigmoid(conv2d(d.mean(axis=(2, 3), keepdims=True), f64(lws), zero8, (1, 1), (0, 0, 0, 0), (1, 1), 1))
+    a = d * s + f64(lk)
+    p = np.where(a < 0, a * f64(lsl), a)
+    z = conv2d(np.concatenate([p, r1], axis=1), f64(lw3), zero6, (1, 1), (0, 0, 0, 0), (1, 1), 1) - f64(lv)
+    write_case(root, "conv_chain_channels_last",
+               [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+                helper.make_node("Relu", ["c1"], ["r1"]),
+                helper.make_node("Conv", ["r1", "wd"], ["d"], group=8, pads=[1, 1, 1, 1]),
+                helper.make_node("GlobalAveragePool", ["d"], ["g"]),
+                helper.make_node("Conv", ["g", "ws"], ["sc"]),
+                helper.make_node("Sigmoid", ["sc"], ["s"]),
+                helper.make_node("Mul", ["d", "s"], ["m"]),
+                helper.make_node("Add", ["m", "k"], ["a"]),
+                helper.make_node("PRelu", ["a", "sl"], ["p"]),
+                helper.make_node("Concat", ["p", "r1"], ["cat"], axis=1),
+                helper.make_node("Conv", ["cat", "w3"], ["y"]),
+                helper.make_node("Sub", ["y", "v"], ["z"])],
+               [("x", lx)], [("z", z.astype(np.float32)), ("r1", r1.astype(np.float32))],
+               inits=[("w1", lw1), ("b1", lb1), ("wd", lwd), ("ws", lws), ("k", lk), ("sl", lsl), ("w3", lw3),
+                      ("v", lv)], tol=(1e-5, 1e-4))
     px = rnd(2, 3, 9, 10)
     write_case(root, "pool_MaxPool", [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
                                                        pads=[1, 1, 1, 1])],

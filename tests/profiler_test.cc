@@ -89,7 +89,7 @@ TEST(ProfilerTest, TraceHasCompileCacheFlowAndStepEvents) {
   EXPECT_GE(flow_s, 1);
   EXPECT_EQ(flow_s, flow_f);
   for (const char* n : {"specialize", "specialize_shapes", "simplify", "mark_for_compilation", "fusion_plan",
-                        "llvm_optimize", "machine_code_and_load", "memory cache lookup", "Conv"}) {
+                        "llvm_optimize", "machine_code_and_load", "memory cache lookup", "NhwcConv"}) {
     EXPECT_GT(names.count(n), 0u) << "no '" << n << "' event";
   }
   for (const char* c : {"session", "specialize", "compile", "cache", "cluster", "kernel", "library", "op"}) {
@@ -177,7 +177,7 @@ TEST(ProfilerTest, SummaryTableGroupsByOpType) {
   // runs executes every node of the specialized graph once.
   int64_t convs = 0, leaves = 0, entries = 0;
   for (const auto& r : agg.by_type) {
-    if (r.name == "Conv") convs = r.count;
+    if (r.name == "NhwcConv") convs = r.count;  // channels-last (--cpu_channels_last)
     leaves += r.total_ns;
   }
   for (const auto& r : agg.entries) {

@@ -190,7 +190,9 @@ std::vector<const Node*> MatchPostOps(const Node& conv, const std::map<const Val
   std::vector<const Node*> absorbed;
   const Value* v = conv.outputs[0];
   if (v == nullptr || v->dtype != DType::kF32 || !v->shape.fully_known() || v->shape.rank() < 3) return absorbed;
-  int64_t oc = v->shape.dims[1].value;
+  // Conv: [N, M, o..]; NhwcConv (channels-last): [N, o.., M].
+  int channel_axis = conv.op_type == "NhwcConv" ? v->shape.rank() - 1 : 1;
+  int64_t oc = v->shape.dims[channel_axis].value;
   auto readers = [&](const Value* x) -> const std::vector<const Node*>& {
     static const std::vector<const Node*> kNone;
     auto it = users.find(x);
@@ -259,13 +261,13 @@ std::vector<const Node*> MatchPostOps(const Node& conv, const std::map<const Val
       else if (t == "Sub") op = {PostOp::Kind::kLinear, 1, -c, nullptr};
       else op = {PostOp::Kind::kLinear, 1.0f / c, 0, nullptr};
     } else if (t == "Add" && n->input(1) && n->input(1)->is_constant() && n->input(1)->dtype == DType::kF32) {
-      // One value per output channel, broadcast as [OC, 1, ...] or [1, OC, 1, ...].
+      // One value per output channel, broadcast as [OC, 1, ...] or [1, OC, 1, ...] ([.., OC] channels-last).
       const Dims& d = n->input(1)->constant->dims();
       int rank = v->shape.rank();
       if (static_cast<int>(d.size()) > rank || n->input(1)->constant->numel() != oc) break;
       int off = rank - static_cast<int>(d.size());
       bool ok = true;
-      for (int i = 0; i < static_cast<int>(d.size()); ++i) ok &= (off + i == 1) ? d[i] == oc : d[i] == 1;
+      for (int i = 0; i < static_cast<int>(d.size()); ++i) ok &= (off + i == channel_axis) ? d[i] == oc : d[i] == 1;
       if (!ok) break;
       op = {PostOp::Kind::kAddChannel, 0, 0, n->input(1)};
     } else {
@@ -346,7 +348,7 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOp
   std::map<int, Absorbed> post;
   for (int i = 0; i < n; ++i) {
     const std::string& op = order[i]->op_type;
-    bool conv = options.conv_post_ops && op == "Conv";
+    bool conv = options.conv_post_ops && (op == "Conv" || op == "NhwcConv");
     bool gemm = options.gemm_epilogues && (op == "MatMul" || op == "Gemm");
     if ((!conv && !gemm) || owner[i] >= 0) continue;
     Absorbed a;

@@ -39,14 +39,18 @@ void RegisterOp(OpDef def) {
 
 
 const OpDef* FindOp(absl::string_view domain, absl::string_view op_type) {
-  if (!domain.empty() && domain != "ai.onnx") return nullptr;
+  bool internal = domain == kInternalDomain;
+  if (!domain.empty() && domain != "ai.onnx" && !internal) return nullptr;
   auto it = Table().find(op_type);
-  return it == Table().end() ? nullptr : &it->second;
+  if (it == Table().end() || it->second.internal != internal) return nullptr;
+  return &it->second;
 }
 
 std::vector<std::string> SupportedOps() {
   std::vector<std::string> out;
-  for (const auto& [k, v] : Table()) out.push_back(k);
+  for (const auto& [k, v] : Table()) {
+    if (!v.internal) out.push_back(k);
+  }
   return out;
 }
 

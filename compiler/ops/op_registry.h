@@ -54,6 +54,9 @@ struct InferOutput {
 using InferFn = std::function<absl::Status(const Node& node, std::span<const InferInput> inputs,
                                            std::vector<InferOutput>& outputs)>;
 
+// The domain of clusterjit's internal operators (graph rewrites create them; see compiler/passes/layout.h).
+inline constexpr absl::string_view kInternalDomain = "com.clusterjit";
+
 struct OpDef {
   std::string name;
   OpCategory category = OpCategory::kOther;
@@ -62,9 +65,11 @@ struct OpDef {
   int min_inputs = 0;
   int max_inputs = 1 << 20;
   InferFn infer;
+  bool internal = false;  // in kInternalDomain only (e.g. NhwcConv), not in the ONNX domain
 };
 
-// The op, or null when clusterjit does not support it. `domain` "" and "ai.onnx" are the default domain.
+// The op, or null when clusterjit does not support it. `domain` "" and "ai.onnx" are the default domain;
+// kInternalDomain holds the internal operators.
 const OpDef* FindOp(absl::string_view domain, absl::string_view op_type);
 std::vector<std::string> SupportedOps();
 

@@ -100,6 +100,32 @@ absl::Status ConvInfer(const Node& n, Inputs in, Outputs& out) {
   return WindowInfer(n, in[0].shape, kernel, false, channels, out, in[0].dtype);
 }
 
+// com.clusterjit.NhwcConv (compiler/passes/layout.h): ONNX Conv with X and Y channels-last ([N, d1..dn, C]
+// and [N, o1..on, M]); W, B and the attributes as Conv's. Float32 only (its only kernel is oneDNN's).
+absl::Status NhwcConvInfer(const Node& n, Inputs in, Outputs& out) {
+  if (in[0].dtype != DType::kF32 || in[1].dtype != DType::kF32 || (in.size() > 2 && in[2].present && in[2].dtype != DType::kF32)) {
+    return NodeError(n, "X, W and B must be float32");
+  }
+  auto to_first = [](const Shape& s) {  // [N, d.., C] -> [N, C, d..]
+    if (!s.rank_known || s.rank() < 3) return s;
+    Shape r = s;
+    r.dims.erase(r.dims.begin() + r.rank() - 1);
+    r.dims.insert(r.dims.begin() + 1, s.dims.back());
+    return r;
+  };
+  std::vector<InferInput> nchw(in.begin(), in.end());
+  nchw[0].shape = to_first(in[0].shape);
+  nchw[0].value = nullptr;
+  CJIT_RETURN_IF_ERROR(ConvInfer(n, nchw, out));
+  Shape& y = out[0].shape;
+  if (y.rank_known && y.rank() >= 3) {  // [N, M, o..] -> [N, o.., M]
+    Dim m = y.dims[1];
+    y.dims.erase(y.dims.begin() + 1);
+    y.dims.push_back(m);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ConvTransposeInfer(const Node& n, Inputs in, Outputs& out) {
   CJIT_RETURN_IF_ERROR(CheckConvOperands(n, in, true));
   const Shape& w = in[1].shape;
@@ -370,6 +396,7 @@ absl::Status SpaceDepthInfer(const Node& n, Inputs in, Outputs& out) {
 void RegisterNnOps() {
   Reg("Conv", C::kContraction, true, A::kAllow, 2, 3, ConvInfer);
   Reg("ConvTranspose", C::kContraction, true, A::kAllow, 2, 3, ConvTransposeInfer);
+  RegisterOp(OpDef{"NhwcConv", C::kContraction, true, A::kDeny, 2, 3, NhwcConvInfer, /*internal=*/true});
   Reg("MaxPool", C::kPooling, false, A::kInfer, 1, 1, PoolInfer);
   Reg("AveragePool", C::kPooling, false, A::kInfer, 1, 1, PoolInfer);
   Reg("LpPool", C::kPooling, false, A::kDeny, 1, 1, PoolInfer);

@@ -23,6 +23,19 @@ using dnnl::memory;
 
 memory::dims ToDims(const Dims& d) { return memory::dims(d.begin(), d.end()); }
 
+// Strides of logical [N, C, d1..dn] dims stored channels-last ([N, d1..dn, C]: nwc / nhwc / ndhwc).
+memory::dims ChannelsLast(const memory::dims& d) {
+  memory::dims s(d.size());
+  int64_t acc = d[1];
+  s[1] = 1;
+  for (size_t i = d.size() - 1; i >= 2; --i) {
+    s[i] = acc;
+    acc *= d[i];
+  }
+  s[0] = acc;
+  return s;
+}
+
 memory::dims Dense(const memory::dims& d) {
   memory::dims s(d.size(), 1);
   for (int i = static_cast<int>(d.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * d[i + 1];
@@ -83,10 +96,12 @@ bool ConvMayBeNonFinite(const Tensor& x, const Tensor& w, const Tensor* bias, in
   return !(bound < 1e38);
 }
 
-// The post-ops of a plan step applied to y (NCHW float32) with ONNX semantics: NaN in, NaN out.
-void ApplyPostOpsExact(const std::vector<PostOp>& ops, Tensor& y) {
+// The post-ops of a plan step applied to y (float32, NCHW or channels-last) with ONNX semantics: NaN in,
+// NaN out.
+void ApplyPostOpsExact(const std::vector<PostOp>& ops, Tensor& y, bool channels_last) {
   float* p = static_cast<float*>(y.raw());
-  int64_t n = y.numel(), channels = y.dim(1), inner = n / (y.dim(0) * channels);
+  int64_t channels = channels_last ? y.dim(y.rank() - 1) : y.dim(1);
+  int64_t n = y.numel(), inner = channels_last ? 1 : n / (y.dim(0) * channels);
   for (const PostOp& op : ops) {
     switch (op.kind) {
       case PostOp::Kind::kRelu:
@@ -122,25 +137,29 @@ void ApplyPostOpsExact(const std::vector<PostOp>& ops, Tensor& y) {
   }
 }
 
-absl::StatusOr<WindowGeometry> Geometry(const KernelContext& ctx, const Tensor& x, const Tensor& w, bool transposed) {
-  std::vector<int64_t> in(x.dims().begin() + 2, x.dims().end());
+absl::StatusOr<WindowGeometry> Geometry(const KernelContext& ctx, const Tensor& x, const Tensor& w, bool transposed,
+                                        bool channels_last = false) {
+  std::vector<int64_t> in = channels_last ? std::vector<int64_t>(x.dims().begin() + 1, x.dims().end() - 1)
+                                          : std::vector<int64_t>(x.dims().begin() + 2, x.dims().end());
   std::vector<int64_t> k = ctx.node->GetInts("kernel_shape");
   if (k.empty()) k.assign(w.dims().begin() + 2, w.dims().end());
   return ComputeWindowGeometry(*ctx.node, in, k, transposed, false);
 }
 
-absl::Status Conv(KernelContext& ctx, bool transposed) {
+// ONNX Conv / ConvTranspose, and (channels_last) com.clusterjit.NhwcConv: X [N, d.., C], Y [N, o.., M].
+absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = false) {
   const Tensor& x = ctx.in(0);
   const Tensor& w = ctx.in(1);
   if (x.dtype() != DType::kF32 || w.dtype() != DType::kF32) {
     return ctx.Error(absl::StrCat("only float32 convolution is supported, got ", DTypeName(x.dtype())));
   }
-  CJIT_ASSIGN_OR_RETURN(WindowGeometry g, Geometry(ctx, x, w, transposed));
+  if (x.rank() < 3) return ctx.Error("X must be N x C x spatial");
+  CJIT_ASSIGN_OR_RETURN(WindowGeometry g, Geometry(ctx, x, w, transposed, channels_last));
   int64_t group = ctx.node->GetInt("group", 1);
-  int64_t C = x.dim(1);
+  int64_t C = channels_last ? x.dim(x.rank() - 1) : x.dim(1);
   Tensor& y = ctx.Alloc(0);
   if (y.numel() == 0) return absl::OkStatus();
-  int64_t OC = y.dim(1);
+  int64_t OC = channels_last ? y.dim(y.rank() - 1) : y.dim(1);
   if (group <= 0 || C % group || OC % group) return ctx.Error("channels are not divisible by group");
   if (!transposed && w.dim(1) * group != C) {
     return ctx.Error(absl::StrCat("weight has ", w.dim(1), " input channels per group, input has ", C, "/", group));
@@ -180,6 +199,13 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
   bool has_bias = ctx.has(2);
   bool const_w = ctx.is_constant(1);
   memory::dims xd = ToDims(x.dims()), yd = ToDims(y.dims());
+  if (channels_last) {  // oneDNN dims are logical [N, C, d..] whatever the memory layout
+    xd.insert(xd.begin() + 1, xd.back());
+    xd.pop_back();
+    yd.insert(yd.begin() + 1, yd.back());
+    yd.pop_back();
+  }
+  auto user_strides = [channels_last](const memory::dims& d) { return channels_last ? ChannelsLast(d) : Dense(d); };
   // Post-ops (only for Conv steps of compiled clusters). When the convolution may produce NaN/Inf they run
   // after it in exact ONNX semantics instead (ApplyPostOpsExact).
   const std::vector<PostOp>* post_ops = transposed ? nullptr : ctx.post_ops;
@@ -220,7 +246,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
   }
   std::string key = absl::StrCat(transposed ? "deconv:" : "conv:", post_key, ":", absl::StrJoin(xd, ","), ":", absl::StrJoin(wd, ","),
                                  ":", absl::StrJoin(st, ","), ":", absl::StrJoin(dil, ","), ":", absl::StrJoin(pl, ","),
-                                 ":", absl::StrJoin(pr, ","), ":", has_bias, ":",
+                                 ":", absl::StrJoin(pr, ","), ":", has_bias, channels_last ? ":nxc:" : ":",
                                  const_w ? absl::StrCat(reinterpret_cast<uintptr_t>(w.raw())) : "var");
   absl::Status create_status = absl::OkStatus();
   auto entry = GetOrCreateDnnl(key, [&]() -> std::shared_ptr<DnnlEntry> {
@@ -269,7 +295,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
       return nullptr;
     }
     e->bias_md = b_md;
-    memory::desc plain_src(xd, f32, Dense(xd)), plain_dst(yd, f32, Dense(yd));
+    memory::desc plain_src(xd, f32, user_strides(xd)), plain_dst(yd, f32, user_strides(yd));
     if (e->src_md != plain_src) {
       e->src_reorder = MakeDnnlReorder(plain_src, e->src_md, &e->src_reorder_scratchpad_md);
       e->has_src_reorder = true;
@@ -304,8 +330,8 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
     dnnl::reorder r = MakeDnnlReorder(user.get_desc(), entry->weights_md, &scratch);
     ExecuteDnnl(r, s, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, wmem}}, scratch);
   }
-  memory::desc plain_x(xd, memory::data_type::f32, Dense(xd));
-  memory::desc plain_y(yd, memory::data_type::f32, Dense(yd));
+  memory::desc plain_x(xd, memory::data_type::f32, user_strides(xd));
+  memory::desc plain_y(yd, memory::data_type::f32, user_strides(yd));
   memory user_src(plain_x, CpuEngine(), const_cast<void*>(x.raw()));
   memory user_dst(plain_y, CpuEngine(), y.raw());
   memory src = user_src, dst = user_dst;
@@ -327,7 +353,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed) {
   if (entry->has_dst_reorder) {
     ExecuteDnnl(entry->dst_reorder, s, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, user_dst}}, entry->dst_reorder_scratchpad_md);
   }
-  if (exact_post_ops != nullptr) ApplyPostOpsExact(*exact_post_ops, y);
+  if (exact_post_ops != nullptr) ApplyPostOpsExact(*exact_post_ops, y, channels_last);
   if (ctx.want_impl) {
     ctx.impl = entry->impl;
     if (exact_post_ops != nullptr) absl::StrAppend(&ctx.impl, " (post-ops after it: non-finite operands)");
@@ -717,6 +743,7 @@ absl::Status ResizeKernel(KernelContext& ctx);
 
 void RegisterNnKernels() {
   RegisterKernel("Conv", [](KernelContext& ctx) { return Conv(ctx, false); });
+  RegisterKernel("NhwcConv", [](KernelContext& ctx) { return Conv(ctx, false, true); });
   RegisterKernel("ConvTranspose", [](KernelContext& ctx) { return Conv(ctx, true); });
   RegisterKernel("MaxPool", [](KernelContext& ctx) { return Pool(ctx, 0); });
   RegisterKernel("AveragePool", [](KernelContext& ctx) { return Pool(ctx, 1); });

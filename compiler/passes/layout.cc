@@ -1,0 +1,265 @@
+#include "compiler/passes/layout.h"
+
+#include <cstring>
+#include <deque>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/status_macros.h"
+#include "compiler/ops/op_registry.h"
+#include "flags/logging.h"
+
+namespace cjit {
+namespace {
+
+// [0, 2, .., r-1, 1]: channels-first -> channels-last.
+std::vector<int64_t> ToLast(int r) {
+  std::vector<int64_t> p{0};
+  for (int i = 2; i < r; ++i) p.push_back(i);
+  p.push_back(1);
+  return p;
+}
+
+// [0, r-1, 1, .., r-2]: channels-last -> channels-first.
+std::vector<int64_t> ToFirst(int r) {
+  std::vector<int64_t> p{0, r - 1};
+  for (int i = 1; i < r - 1; ++i) p.push_back(i);
+  return p;
+}
+
+Shape Permuted(const Shape& s, const std::vector<int64_t>& perm) {
+  Shape out = s;
+  for (size_t i = 0; i < perm.size(); ++i) out.dims[i] = s.dims[perm[i]];
+  return out;
+}
+
+bool IsUnaryTransparent(const std::string& op) {
+  static const std::set<std::string> kOps = {
+      "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Clip", "Elu", "Selu", "Celu",
+      "Softplus", "Softsign", "ThresholdedRelu", "Exp", "Log", "Neg", "Abs", "Sqrt", "Reciprocal", "Erf",
+      "Floor", "Ceil", "Round", "Sin", "Cos", "Mish", "Gelu", "Identity"};
+  return kOps.count(op) > 0;
+}
+
+bool IsBinaryTransparent(const std::string& op) {
+  static const std::set<std::string> kOps = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "PRelu"};
+  return kOps.count(op) > 0;
+}
+
+bool Float32Known(const Value* v) {
+  return v != nullptr && v->dtype == DType::kF32 && v->shape.fully_known();
+}
+
+// The Transpose to channels-first producing v, or null.
+Node* ToFirstProducer(const Value* v) {
+  if (v == nullptr || v->producer == nullptr || v->producer->op_type != "Transpose" || !v->producer->domain.empty() ||
+      !v->shape.rank_known || v->shape.rank() < 3) {
+    return nullptr;
+  }
+  return v->producer->GetInts("perm") == ToFirst(v->shape.rank()) ? v->producer : nullptr;
+}
+
+bool Eligible(const Node& n) {
+  if (n.op_type != "Conv" || !n.domain.empty() || n.outputs.size() != 1 || n.inputs.size() < 2) return false;
+  const Value* x = n.input(0);
+  const Value* w = n.input(1);
+  const Value* b = n.input(2);
+  const Value* y = n.outputs[0];
+  if (!Float32Known(x) || !Float32Known(y) || w == nullptr || !w->is_constant() || w->dtype != DType::kF32) return false;
+  int r = x->shape.rank();
+  if (r < 3 || r > 5 || y->shape.rank() != r || w->shape.rank() != r) return false;
+  return b == nullptr || b->dtype == DType::kF32;
+}
+
+Attribute Ints(std::vector<int64_t> v) {
+  Attribute a;
+  a.kind = Attribute::Kind::kInts;
+  a.ints = std::move(v);
+  return a;
+}
+
+class Rewriter {
+ public:
+  explicit Rewriter(Graph& g) : g_(g) {}
+
+  // y = op(...) becomes y' = op(...) with y' channels-last and y = Transpose(y', to channels-first).
+  void MoveOutputToChannelsLast(Node* n) {
+    Value* y = n->outputs[0];
+    int r = y->shape.rank();
+    Value* yl = g_.AddValue(Fresh(y->name + "/channels_last"), y->dtype, Permuted(y->shape, ToLast(r)));
+    n->outputs[0] = yl;
+    yl->producer = n;
+    yl->producer_output = 0;
+    Node* back = g_.AddNode("Transpose", Fresh(n->name + "/to_channels_first"), {yl}, {""});
+    back->opset_version = 13;
+    back->attrs["perm"] = Ints(ToFirst(r));
+    back->outputs[0] = y;
+    y->producer = back;
+    y->producer_output = 0;
+  }
+
+  // Transpose(v) to channels-last, as a new node.
+  Value* TransposeToLast(Value* v, const std::string& base) {
+    int r = v->shape.rank();
+    Node* t = g_.AddNode("Transpose", Fresh(base + "/to_channels_last"), {v}, {Fresh(v->name + "/channels_last")});
+    t->opset_version = 13;
+    t->attrs["perm"] = Ints(ToLast(r));
+    t->outputs[0]->dtype = v->dtype;
+    t->outputs[0]->shape = Permuted(v->shape, ToLast(r));
+    return t->outputs[0];
+  }
+
+  // A constant broadcast against a rank-r channels-first tensor, as the same constant for the channels-last
+  // tensor: dims padded to rank r with leading 1s (numpy broadcasting), then permuted.
+  Value* PermutedConstant(const Value* c, int r, const std::string& base) {
+    const Tensor& t = *c->constant;
+    Dims d(r - t.rank(), 1);
+    d.insert(d.end(), t.dims().begin(), t.dims().end());
+    std::vector<int64_t> perm = ToLast(r);
+    Dims od(r);
+    for (int i = 0; i < r; ++i) od[i] = d[perm[i]];
+    Tensor out(t.dtype(), od);
+    size_t es = DTypeSize(t.dtype());
+    std::vector<int64_t> stride(r, 1);
+    for (int i = r - 2; i >= 0; --i) stride[i] = stride[i + 1] * d[i + 1];
+    std::vector<int64_t> idx(r, 0);
+    const uint8_t* src = static_cast<const uint8_t*>(t.raw());
+    uint8_t* dst = static_cast<uint8_t*>(out.raw());
+    for (int64_t k = 0, n = out.numel(); k < n; ++k) {
+      int64_t off = 0;
+      for (int i = 0; i < r; ++i) off += idx[i] * stride[perm[i]];
+      std::memcpy(dst + k * es, src + off * es, es);
+      for (int i = r - 1; i >= 0; --i) {
+        if (++idx[i] < od[i]) break;
+        idx[i] = 0;
+      }
+    }
+    return g_.AddConstant(Fresh(base + "/channels_last"), std::move(out));
+  }
+
+  std::string Fresh(const std::string& base) { return absl::StrCat(base, "#", counter_++); }
+
+ private:
+  Graph& g_;
+  int counter_ = 0;
+};
+
+// Convs connected to another eligible Conv through layout-transparent ops (within a few hops, forward).
+std::unordered_set<const Node*> ConnectedConvs(const Graph& g, const std::vector<Node*>& order) {
+  std::unordered_map<const Value*, std::vector<const Node*>> readers;
+  for (const Node* n : order) {
+    for (const Value* v : n->inputs) if (v) readers[v].push_back(n);
+  }
+  std::unordered_set<const Node*> connected;
+  for (const Node* c : order) {
+    if (!Eligible(*c)) continue;
+    std::deque<std::pair<const Value*, int>> queue{{c->outputs[0], 0}};
+    std::unordered_set<const Value*> seen;
+    while (!queue.empty()) {
+      auto [v, depth] = queue.front();
+      queue.pop_front();
+      if (!seen.insert(v).second) continue;
+      for (const Node* r : readers[v]) {
+        if (Eligible(*r) && r->input(0) == v) {
+          connected.insert(c);
+          connected.insert(r);
+          continue;
+        }
+        bool through = (IsUnaryTransparent(r->op_type) && r->input(0) == v) || IsBinaryTransparent(r->op_type) ||
+                       r->op_type == "Concat";
+        if (through && r->domain.empty() && depth < 8 && !r->outputs.empty() && r->outputs[0]) {
+          queue.push_back({r->outputs[0], depth + 1});
+        }
+      }
+    }
+  }
+  return connected;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
+  CJIT_ASSIGN_OR_RETURN(std::vector<Node*> order, g.TopologicalOrder());
+  std::unordered_set<const Node*> convs = ConnectedConvs(g, order);
+  if (convs.empty()) return false;
+  Rewriter rw(g);
+  for (Node* c : order) {
+    if (!convs.count(c)) continue;
+    Value* x = c->inputs[0];
+    c->op_type = "NhwcConv";
+    c->domain = std::string(kInternalDomain);
+    c->inputs[0] = rw.TransposeToLast(x, c->name);
+    rw.MoveOutputToChannelsLast(c);
+  }
+  // Push the transposes to channels-first down through layout-transparent ops, in topological order (a
+  // rewritten node's output is again such a transpose, so chains move in one pass).
+  CJIT_ASSIGN_OR_RETURN(order, g.TopologicalOrder());
+  int moved = 0;
+  for (Node* n : order) {
+    if (!n->domain.empty() || n->outputs.empty() || n->outputs[0] == nullptr) continue;
+    bool extra_outputs = false;
+    for (size_t k = 1; k < n->outputs.size(); ++k) extra_outputs |= n->outputs[k] != nullptr;
+    if (extra_outputs || !n->outputs[0]->shape.fully_known()) continue;
+    int r = n->outputs[0]->shape.rank();
+    if (r < 3) continue;
+    if (IsUnaryTransparent(n->op_type)) {
+      Node* t = ToFirstProducer(n->input(0));
+      if (t == nullptr || n->input(0)->shape.rank() != r) continue;
+      n->inputs[0] = t->inputs[0];
+      rw.MoveOutputToChannelsLast(n);
+      ++moved;
+    } else if (IsBinaryTransparent(n->op_type) && n->inputs.size() == 2 && n->input(0) && n->input(1) &&
+               !n->HasAttr("broadcast") && !n->HasAttr("axis")) {  // opset < 7 broadcasting: not numpy's
+      int transposed = 0;
+      bool ok = true;
+      int64_t out_numel = 1;
+      for (const Dim& d : n->outputs[0]->shape.dims) out_numel *= d.value;
+      for (Value* v : n->inputs) {
+        if (ToFirstProducer(v) && v->shape.rank() == r) {
+          ++transposed;
+        } else if (v->is_constant()) {
+          ok &= v->constant->rank() <= r;
+        } else {
+          // A small tensor of the same rank (e.g. a squeeze-excitation scale [N, C, 1, 1]) is transposed too.
+          int64_t numel = 1;
+          for (const Dim& d : v->shape.dims) numel *= d.value;
+          ok &= v->shape.fully_known() && v->shape.rank() == r && numel * 4 <= out_numel;
+        }
+      }
+      // PRelu broadcasts its slope one way only (to X): X must be the transposed operand.
+      if (n->op_type == "PRelu") ok &= ToFirstProducer(n->input(0)) != nullptr;
+      if (!ok || transposed == 0) continue;
+      for (Value*& v : n->inputs) {
+        if (Node* t = ToFirstProducer(v); t && v->shape.rank() == r) {
+          v = t->inputs[0];
+        } else if (v->is_constant()) {
+          v = rw.PermutedConstant(v, r, n->name);
+        } else {
+          v = rw.TransposeToLast(v, n->name);
+        }
+      }
+      rw.MoveOutputToChannelsLast(n);
+      ++moved;
+    } else if (n->op_type == "Concat" && !n->inputs.empty()) {
+      bool all = true;
+      for (Value* v : n->inputs) all &= v && ToFirstProducer(v) && v->shape.rank() == r;
+      if (!all) continue;
+      auto axis = NormalizeAxis(*n, n->GetInt("axis", 0), r);
+      if (!axis.ok()) continue;
+      for (Value*& v : n->inputs) v = ToFirstProducer(v)->inputs[0];
+      Attribute a;
+      a.kind = Attribute::Kind::kInt;
+      a.i = ToFirst(r)[*axis];
+      n->attrs["axis"] = a;
+      rw.MoveOutputToChannelsLast(n);
+      ++moved;
+    }
+  }
+  CJIT_VLOG(1) << "AssignChannelsLastLayout: " << convs.size() << " convolutions channels-last, " << moved
+               << " ops moved to channels-last";
+  return true;
+}
+
+}  // namespace cjit

@@ -1,0 +1,40 @@
+// Layout assignment for CPU convolutions: channels-last (NHWC) activations between consecutive convolutions.
+//
+// oneDNN's fastest float32 convolutions on AVX-512 (brgconv, brdgmm depthwise) read and write channels-last
+// activations; with ONNX's NCHW tensors every Conv paid two layout reorders (NCHW -> NHWC before, back after:
+// ~30% of the convolution time of ppocrv4_rec, measured with ONEDNN_VERBOSE). This pass does what ONNX
+// Runtime's NHWC / NCHWc transformers and TensorFlow's grappler layout optimizer do:
+//
+//  1. Each float32 Conv (1-3 spatial dims, constant weights, known shapes) that is connected to another
+//     such Conv through layout-transparent ops becomes
+//        Transpose(to channels-last) -> com.clusterjit.NhwcConv -> Transpose(back to channels-first).
+//  2. Transposes to channels-first are pushed down through layout-transparent ops, which then work on
+//     channels-last tensors: unary elementwise ops, binary elementwise ops (the other operand is another
+//     such transpose, a constant — permuted here — or a small tensor of the same rank, transposed), and
+//     Concat (its axis remapped).
+//  3. RemoveNoOps (simplify.h) then cancels each Transpose(to channels-last) of a Transpose(to
+//     channels-first), and dead transposes go.
+//
+// Before:  %a = Conv(%x, %W1)   %b = Relu(%a)   %c = Conv(%b, %W2)
+// After:   %t = Transpose(%x, perm=[0,2,3,1])   %a' = NhwcConv(%t, %W1)   %b' = Relu(%a')
+//          %c' = NhwcConv(%b', %W2)   %c = Transpose(%c', perm=[0,3,1,2])
+//
+// com.clusterjit.NhwcConv: ONNX Conv's attributes, W and B; X [N, d1..dn, C], Y [N, o1..on, M] (the ONNX
+// Conv output permuted). Only the CPU runs it (runtime/cpu/kernels_nn.cc). Graph values keep their names,
+// dtypes and shapes: every original value is still produced (by a Transpose where its producer moved to
+// channels-last), so graph outputs and readers outside the rewritten region see ONNX layouts.
+#ifndef CJIT_COMPILER_PASSES_LAYOUT_H_
+#define CJIT_COMPILER_PASSES_LAYOUT_H_
+
+#include "absl/status/statusor.h"
+#include "compiler/ir/graph.h"
+
+namespace cjit {
+
+// Expects a specialized graph (fully known shapes). Returns whether it changed the graph; run RemoveNoOps
+// (or SimplifyGraph) after it to cancel transpose pairs.
+absl::StatusOr<bool> AssignChannelsLastLayout(Graph& graph);
+
+}  // namespace cjit
+
+#endif  // CJIT_COMPILER_PASSES_LAYOUT_H_

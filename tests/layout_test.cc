@@ -1,0 +1,116 @@
+// Channels-last layout assignment (compiler/passes/layout.h): which convolutions move, where transposes
+// remain, and the rewritten graph computes what the NCHW graph computes (the NCHW graph runs the ONNX
+// Conv kernel with its own layout handling; tests/op_reference_suite.py checks the same chain against
+// numpy float64).
+#include "compiler/passes/layout.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "compiler/ir/text.h"
+#include "compiler/passes/simplify.h"
+#include "compiler/passes/specialize_shapes.h"
+#include "gtest/gtest.h"
+#include "runtime/executor.h"
+#include "tools/check_lib.h"
+
+namespace cjit {
+namespace {
+
+// "%name = constant f32[dims] {values}" with deterministic values in [-1, 1].
+std::string Const(const std::string& name, const std::vector<int64_t>& dims, double seed) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  std::vector<std::string> v;
+  for (int64_t i = 0; i < n; ++i) v.push_back(absl::StrCat(std::sin(seed + 0.7 * i)));
+  return absl::StrCat("  %", name, " = constant f32[", absl::StrJoin(dims, ","), "] {", absl::StrJoin(v, ", "), "}\n");
+}
+
+int Count(const Graph& g, const std::string& op) {
+  int n = 0;
+  for (const auto& node : g.nodes()) n += node->op_type == op;
+  return n;
+}
+
+std::vector<Tensor> RunGraph(std::shared_ptr<Graph> g, const std::vector<Tensor>& in) {
+  auto ex = Executor::Create(g, ExecutorOptions{1, nullptr, true});
+  EXPECT_TRUE(ex.ok()) << ex.status();
+  if (!ex.ok()) return {};
+  auto out = (*ex)->Run(in);
+  EXPECT_TRUE(out.ok()) << out.status();
+  return out.ok() ? *out : std::vector<Tensor>{};
+}
+
+// Conv -> Relu -> depthwise Conv -> squeeze-excitation (GlobalAveragePool, 1x1 Conv, Sigmoid, Mul) ->
+// Add / PRelu by per-channel constants -> Concat with the Relu output -> 1x1 Conv -> Sub of a constant
+// broadcast along W; the Relu output is also a graph output.
+std::string ChainIr() {
+  return "graph g(%x: f32[1,4,6,7]) {\n" + Const("w1", {8, 4, 3, 3}, 0.1) + Const("b1", {8}, 0.2) +
+         "  %c1 = Conv(%x, %w1, %b1) {pads=[1,1,1,1]}\n  %r1 = Relu(%c1)\n" + Const("wd", {8, 1, 3, 3}, 0.3) +
+         "  %d = Conv(%r1, %wd) {group=8, pads=[1,1,1,1]}\n  %g = GlobalAveragePool(%d)\n" +
+         Const("ws", {8, 8, 1, 1}, 0.4) + "  %sc = Conv(%g, %ws)\n  %s = Sigmoid(%sc)\n  %m = Mul(%d, %s)\n" +
+         Const("k", {8, 1, 1}, 0.5) + "  %a = Add(%m, %k)\n" + Const("sl", {8, 1, 1}, 0.6) +
+         "  %p = PRelu(%a, %sl)\n  %cat = Concat(%p, %r1) {axis=1}\n" + Const("w3", {6, 16, 1, 1}, 0.7) +
+         "  %y = Conv(%cat, %w3)\n" + Const("v", {7}, 0.8) + "  %z = Sub(%y, %v)\n  return %z, %r1\n}";
+}
+
+TEST(ChannelsLastTest, ConvChainRunsChannelsLastWithTransposesOnlyAtItsEdges) {
+  auto parsed = SpecializedGraphFromText(ChainIr());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  std::shared_ptr<Graph> g(std::move(*parsed));
+  std::shared_ptr<Graph> nchw(g->Clone());
+  auto changed = AssignChannelsLastLayout(*g);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(*changed);
+  ASSERT_TRUE(RemoveNoOps(*g).ok());
+  std::string text = PrintGraph(*g);
+  EXPECT_EQ(Count(*g, "Conv"), 0) << text;
+  EXPECT_EQ(Count(*g, "NhwcConv"), 4) << text;
+  // Left: x in; d before GlobalAveragePool and its result back; z and r1 out (graph outputs).
+  EXPECT_EQ(Count(*g, "Transpose"), 5) << text;
+  Tensor x(DType::kF32, {1, 4, 6, 7});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::cos(0.37 * i));
+  std::vector<Tensor> want = RunGraph(nchw, {x}), got = RunGraph(g, {x});
+  ASSERT_EQ(want.size(), 2u);
+  ASSERT_EQ(got.size(), 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_EQ(got[k].dims(), want[k].dims());
+    OutputComparison c = CompareTensors("out", got[k], want[k], 1e-5, 1e-5);
+    EXPECT_TRUE(c.ok) << k << ": max_abs " << c.max_abs << " " << c.problem;
+  }
+}
+
+TEST(ChannelsLastTest, IsolatedConvolutionStaysNchw) {
+  auto g = SpecializedGraphFromText("graph g(%x: f32[1,2,5,5]) {\n" + Const("w", {3, 2, 3, 3}, 0.1) +
+                                    "  %c = Conv(%x, %w)\n  %r = Relu(%c)\n  %t = Transpose(%r) {perm=[0,2,3,1]}\n"
+                                    "  return %t\n}");
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto changed = AssignChannelsLastLayout(**g);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_FALSE(*changed) << PrintGraph(**g);
+  EXPECT_EQ(Count(**g, "Conv"), 1);
+}
+
+TEST(ChannelsLastTest, OneDimensionalConvChain) {
+  auto parsed = SpecializedGraphFromText("graph g(%x: f32[2,3,20]) {\n" + Const("w1", {5, 3, 3}, 0.1) +
+                                         "  %c = Conv(%x, %w1) {strides=[2]}\n  %t = Tanh(%c)\n" +
+                                         Const("w2", {4, 5, 1}, 0.2) + "  %y = Conv(%t, %w2)\n  return %y\n}");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  std::shared_ptr<Graph> g(std::move(*parsed));
+  std::shared_ptr<Graph> ncw(g->Clone());
+  ASSERT_TRUE(AssignChannelsLastLayout(*g).ok());
+  ASSERT_TRUE(RemoveNoOps(*g).ok());
+  EXPECT_EQ(Count(*g, "NhwcConv"), 2) << PrintGraph(*g);
+  EXPECT_EQ(Count(*g, "Transpose"), 2) << PrintGraph(*g);
+  Tensor x(DType::kF32, {2, 3, 20});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::sin(0.91 * i));
+  std::vector<Tensor> want = RunGraph(ncw, {x}), got = RunGraph(g, {x});
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(want.size(), 1u);
+  OutputComparison c = CompareTensors("y", got[0], want[0], 1e-5, 1e-5);
+  EXPECT_TRUE(c.ok) << c.max_abs << " " << c.problem;
+}
+
+}  // namespace
+}  // namespace cjit
