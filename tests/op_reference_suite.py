@@ -249,6 +249,15 @@ def main():
     t = rnd(2, 3, 4, 5)
     write_case(root, "move_Transpose", [helper.make_node("Transpose", ["x"], ["y"], perm=[2, 0, 3, 1])], [("x", t)],
                [("y", t.transpose(2, 0, 3, 1))], tol=(0, 0))
+    # Layout transposes (NCHW <-> NHWC) run as tiled 2-D transposes: sizes off the tile, size-1 axes, int64.
+    for tname, shape, perm, dtype in [("to_nhwc", (2, 5, 17, 19), (0, 2, 3, 1), np.float32),
+                                      ("to_nchw", (2, 33, 4, 5), (0, 3, 1, 2), np.float32),
+                                      ("unit_axes", (1, 3, 1, 7), (0, 2, 3, 1), np.float32),
+                                      ("only_unit_axes_move", (3, 1, 4), (1, 0, 2), np.float32),
+                                      ("i64_swap", (40, 3), (1, 0), np.int64)]:
+        tx = rnd(*shape) if dtype == np.float32 else RNG.integers(-1000, 1000, size=shape).astype(np.int64)
+        write_case(root, "move_Transpose_" + tname, [helper.make_node("Transpose", ["x"], ["y"], perm=list(perm))],
+                   [("x", tx)], [("y", tx.transpose(perm))], tol=(0, 0))
     c2 = rnd(2, 2, 4, 5)
     write_case(root, "move_Concat", [helper.make_node("Concat", ["a", "b"], ["y"], axis=1)], [("a", t), ("b", c2)],
                [("y", np.concatenate([t, c2], axis=1))], tol=(0, 0))

@@ -18,12 +18,92 @@
 
 namespace cjit {
 
+namespace {
+
+// y[b][j][i] = x[b][i][j] for x [batch, rows, cols], in cache-sized tiles (the layout transposes between
+// NCHW and NHWC: [C, HW] <-> [HW, C] per image).
+template <typename T>
+void BatchedTranspose2D(const T* x, T* y, int64_t batch, int64_t rows, int64_t cols, int threads) {
+  constexpr int64_t kTile = 16;
+  int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
+  int64_t tiles = batch * row_tiles * col_tiles;
+  int nt = batch * rows * cols >= 65536 ? threads : 1;
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t t = 0; t < tiles; ++t) {
+    int64_t b = t / (row_tiles * col_tiles), rt = (t / col_tiles) % row_tiles, ct = t % col_tiles;
+    const T* xb = x + b * rows * cols;
+    T* yb = y + b * rows * cols;
+    int64_t i1 = std::min(rows, (rt + 1) * kTile), j1 = std::min(cols, (ct + 1) * kTile);
+    for (int64_t j = ct * kTile; j < j1; ++j) {
+      for (int64_t i = rt * kTile; i < i1; ++i) yb[j * rows + i] = xb[i * cols + j];
+    }
+  }
+}
+
+// Merges input axes that stay adjacent (and in order) under perm; returns the merged dims and perm.
+void CollapseTranspose(const Dims& d, const std::vector<int64_t>& perm, Dims* cd, std::vector<int64_t>* cp) {
+  // Runs of the output order whose input axes are consecutive: [0,2,3,1] on [N,C,H,W] -> [0],[2,3],[1].
+  std::vector<std::vector<int64_t>> runs;
+  for (int64_t a : perm) {
+    if (d[a] == 1) continue;  // size-1 axes move freely
+    if (!runs.empty() && runs.back().back() + 1 == a) {
+      runs.back().push_back(a);
+    } else {
+      runs.push_back({a});
+    }
+  }
+  // Each run becomes one axis; number them by their position in the input.
+  std::vector<int64_t> starts;
+  for (const auto& r : runs) starts.push_back(r.front());
+  std::vector<int64_t> sorted = starts;
+  std::sort(sorted.begin(), sorted.end());
+  cd->assign(runs.size(), 1);
+  cp->clear();
+  for (size_t k = 0; k < runs.size(); ++k) {
+    int64_t in_axis = std::lower_bound(sorted.begin(), sorted.end(), starts[k]) - sorted.begin();
+    int64_t size = 1;
+    for (int64_t a : runs[k]) size *= d[a];
+    (*cd)[in_axis] = size;
+    cp->push_back(in_axis);
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<Tensor> TransposeTensor(const Tensor& x, const std::vector<int64_t>& perm, int threads) {
   int r = x.rank();
   Dims od(r);
   for (int i = 0; i < r; ++i) od[i] = x.dim(perm[i]);
   Tensor y(x.dtype(), od);
   size_t es = DTypeSize(x.dtype());
+  if (y.numel() == 0) return y;
+  {
+    Dims cd;
+    std::vector<int64_t> cp;
+    CollapseTranspose(x.dims(), perm, &cd, &cp);
+    int k = static_cast<int>(cp.size());
+    bool identity = true;
+    for (int i = 0; i < k; ++i) identity &= cp[i] == i;
+    if (identity) {  // only size-1 axes move: the bytes are the same
+      std::memcpy(y.raw(), x.raw(), x.nbytes());
+      return y;
+    }
+    // [a.., rows, cols] -> [a.., cols, rows]: a batched 2-D transpose.
+    bool swap_last = k >= 2 && cp[k - 2] == k - 1 && cp[k - 1] == k - 2;
+    for (int i = 0; i + 2 < k; ++i) swap_last &= cp[i] == i;
+    if (swap_last && (es == 4 || es == 2 || es == 1 || es == 8)) {
+      int64_t batch = 1;
+      for (int i = 0; i + 2 < k; ++i) batch *= cd[i];
+      int64_t rows = cd[k - 2], cols = cd[k - 1];
+      switch (es) {
+        case 1: BatchedTranspose2D(static_cast<const uint8_t*>(x.raw()), static_cast<uint8_t*>(y.raw()), batch, rows, cols, threads); break;
+        case 2: BatchedTranspose2D(static_cast<const uint16_t*>(x.raw()), static_cast<uint16_t*>(y.raw()), batch, rows, cols, threads); break;
+        case 4: BatchedTranspose2D(static_cast<const uint32_t*>(x.raw()), static_cast<uint32_t*>(y.raw()), batch, rows, cols, threads); break;
+        default: BatchedTranspose2D(static_cast<const uint64_t*>(x.raw()), static_cast<uint64_t*>(y.raw()), batch, rows, cols, threads); break;
+      }
+      return y;
+    }
+  }
   std::vector<int64_t> xs(r, 1);
   for (int i = r - 2; i >= 0; --i) xs[i] = xs[i + 1] * x.dim(i + 1);
   // Source stride for each output dim; the innermost output dim is copied in a loop.
