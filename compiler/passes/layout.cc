@@ -242,6 +242,23 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
       }
       rw.MoveOutputToChannelsLast(n);
       ++moved;
+    } else if ((n->op_type == "GlobalAveragePool" || n->op_type == "GlobalMaxPool") && n->inputs.size() == 1) {
+      // Over the spatial axes of the channels-last tensor: ReduceMean / ReduceMax with keepdims.
+      Node* t = ToFirstProducer(n->input(0));
+      if (t == nullptr || n->input(0)->shape.rank() != r) continue;
+      n->inputs[0] = t->inputs[0];
+      std::vector<int64_t> axes;
+      for (int i = 1; i < r - 1; ++i) axes.push_back(i);
+      n->op_type = n->op_type == "GlobalAveragePool" ? "ReduceMean" : "ReduceMax";
+      n->opset_version = 13;
+      n->attrs.clear();
+      n->attrs["axes"] = Ints(axes);
+      Attribute keep;
+      keep.kind = Attribute::Kind::kInt;
+      keep.i = 1;
+      n->attrs["keepdims"] = keep;
+      rw.MoveOutputToChannelsLast(n);
+      ++moved;
     } else if (n->op_type == "Concat" && !n->inputs.empty()) {
       bool all = true;
       for (Value* v : n->inputs) all &= v && ToFirstProducer(v) && v->shape.rank() == r;

@@ -10,8 +10,9 @@
 //        Transpose(to channels-last) -> com.clusterjit.NhwcConv -> Transpose(back to channels-first).
 //  2. Transposes to channels-first are pushed down through layout-transparent ops, which then work on
 //     channels-last tensors: unary elementwise ops, binary elementwise ops (the other operand is another
-//     such transpose, a constant — permuted here — or a small tensor of the same rank, transposed), and
-//     Concat (its axis remapped).
+//     such transpose, a constant — permuted here — or a small tensor of the same rank, transposed), Concat
+//     (its axis remapped), and GlobalAveragePool / GlobalMaxPool (as ReduceMean / ReduceMax over the
+//     channels-last spatial axes, keepdims).
 //  3. RemoveNoOps (simplify.h) then cancels each Transpose(to channels-last) of a Transpose(to
 //     channels-first), and dead transposes go.
 //

@@ -127,6 +127,24 @@ absl::Status Reduce(KernelContext& ctx, const std::string& op) {
   }
   CJIT_ASSIGN_OR_RETURN(ReduceView v, MakeView(ctx, x, reduce));
   if (!any) v.red = 1;
+  if ((op == "ReduceMean" || op == "ReduceSum") && x.dtype() == DType::kF32 && v.inner > 1) {
+    // Leading or middle axes (a channels-last global average pool: [N, H*W, C]): rows of `inner` values
+    // accumulated in place, in the same order per element as ReduceLoop, reading memory once.
+    const float* p = v.x.data<float>();
+    float* out = y.data<float>();
+    for (int64_t o = 0; o < v.outer; ++o) {
+      float* acc = out + o * v.inner;
+      std::fill(acc, acc + v.inner, 0.0f);
+      for (int64_t k = 0; k < v.red; ++k) {
+        const float* row = p + (o * v.red + k) * v.inner;
+        for (int64_t i = 0; i < v.inner; ++i) acc[i] += row[i];
+      }
+      if (op == "ReduceMean" && v.red) {
+        for (int64_t i = 0; i < v.inner; ++i) acc[i] = acc[i] / static_cast<float>(v.red);
+      }
+    }
+    return absl::OkStatus();
+  }
   return DispatchNumeric(x.dtype(), [&](auto t) {
     using T = decltype(t);
     ReduceLoop<T, void>(v, y.data<T>(), ctx.threads, op);
