@@ -66,7 +66,7 @@ def main():
         runs = [e for e in events if e.get("ph") == "X" and e.get("cat") == "session" and e["name"] == "Run"]
         leaves = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("op", "kernel", "library")]
         specializations = [e for e in events if e.get("ph") == "X" and e.get("name") == "specialize"]
-        checked, run_total, op_total, worst = 0, 0.0, 0.0, 0.0
+        checked, run_total, op_total, worst, gaps = 0, 0.0, 0.0, 0.0, []
         for r in runs:
             lo, hi = r["ts"], r["ts"] + r["dur"]
             if any(lo <= s["ts"] < hi for s in specializations):
@@ -78,14 +78,18 @@ def main():
             run_total += r["dur"]
             op_total += total
             worst = max(worst, (r["dur"] - total) / r["dur"])
+            gaps.append((r["dur"] - total) / r["dur"])
         if checked == 0:
             errors.append("no run without specialization to check the op sum on")
         else:
-            gap = (run_total - op_total) / run_total
-            print("op sum over %d runs: %.3f us of %.3f us in Run (%.1f%% outside ops; worst single run %.1f%%)" %
-                  (checked, op_total, run_total, 100 * gap, 100 * worst))
+            # The median run's share outside op events: a run preempted by another process (ctest -j, CI
+            # load) inflates the total and one run's share, not the typical run's.
+            gap = sorted(gaps)[len(gaps) // 2]
+            print("op sum over %d runs: %.3f us of %.3f us in Run (%.1f%% outside ops in total, %.1f%% in the "
+                  "median run; worst single run %.1f%%)" %
+                  (checked, op_total, run_total, 100 * (run_total - op_total) / run_total, 100 * gap, 100 * worst))
             if gap > args.op_sum_tolerance:
-                errors.append("ops account for %.1f%% of the run time, below %.0f%%" %
+                errors.append("ops account for %.1f%% of the median run's time, below %.0f%%" %
                               (100 * (1 - gap), 100 * (1 - args.op_sum_tolerance)))
     print("%d events, categories %s" % (len(events), dict(cats)))
     for e in errors[:20]:
