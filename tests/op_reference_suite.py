@@ -237,6 +237,12 @@ def main():
                [("x", lx)], [("z", z.astype(np.float32)), ("r1", r1.astype(np.float32))],
                inits=[("w1", lw1), ("b1", lb1), ("wd", lwd), ("ws", lws), ("k", lk), ("sl", lsl), ("w3", lw3),
                       ("v", lv)], tol=(1e-5, 1e-4))
+    # A channels-last global average pool (ReduceMean over the middle axes), large enough that threads split
+    # its columns.
+    gx = rnd(2, 64, 64, 12)
+    write_case(root, "layout_ReduceMean_spatial_channels_last",
+               [helper.make_node("ReduceMean", ["x"], ["y"], axes=[1, 2], keepdims=1)],
+               [("x", gx)], [("y", f64(gx).mean(axis=(1, 2), keepdims=True).astype(np.float32))], tol=(1e-5, 1e-6))
     px = rnd(2, 3, 9, 10)
     write_case(root, "pool_MaxPool", [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
                                                        pads=[1, 1, 1, 1])],

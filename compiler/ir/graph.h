@@ -73,6 +73,20 @@ struct Attribute {
   std::vector<std::string> strings;
   std::vector<std::shared_ptr<const Tensor>> tensors;
   std::vector<std::shared_ptr<const Graph>> graphs;
+
+  // Attributes made by graph rewrites.
+  static Attribute Int(int64_t v) {
+    Attribute a;
+    a.kind = Kind::kInt;
+    a.i = v;
+    return a;
+  }
+  static Attribute Ints(std::vector<int64_t> v) {
+    Attribute a;
+    a.kind = Kind::kInts;
+    a.ints = std::move(v);
+    return a;
+  }
 };
 
 class Node {

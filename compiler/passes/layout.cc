@@ -73,13 +73,6 @@ bool Eligible(const Node& n) {
   return b == nullptr || b->dtype == DType::kF32;
 }
 
-Attribute Ints(std::vector<int64_t> v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-
 class Rewriter {
  public:
   explicit Rewriter(Graph& g) : g_(g) {}
@@ -92,23 +85,15 @@ class Rewriter {
     n->outputs[0] = yl;
     yl->producer = n;
     yl->producer_output = 0;
-    Node* back = g_.AddNode("Transpose", Fresh(n->name + "/to_channels_first"), {yl}, {""});
-    back->opset_version = 13;
-    back->attrs["perm"] = Ints(ToFirst(r));
-    back->outputs[0] = y;
-    y->producer = back;
-    y->producer_output = 0;
+    AddTranspose(yl, y, ToFirst(r), n->name + "/to_channels_first");
   }
 
   // Transpose(v) to channels-last, as a new node.
   Value* TransposeToLast(Value* v, const std::string& base) {
     int r = v->shape.rank();
-    Node* t = g_.AddNode("Transpose", Fresh(base + "/to_channels_last"), {v}, {Fresh(v->name + "/channels_last")});
-    t->opset_version = 13;
-    t->attrs["perm"] = Ints(ToLast(r));
-    t->outputs[0]->dtype = v->dtype;
-    t->outputs[0]->shape = Permuted(v->shape, ToLast(r));
-    return t->outputs[0];
+    Value* out = g_.AddValue(Fresh(v->name + "/channels_last"), v->dtype, Permuted(v->shape, ToLast(r)));
+    AddTranspose(v, out, ToLast(r), base + "/to_channels_last");
+    return out;
   }
 
   // A constant broadcast against a rank-r channels-first tensor, as the same constant for the channels-last
@@ -142,12 +127,22 @@ class Rewriter {
   std::string Fresh(const std::string& base) { return absl::StrCat(base, "#", counter_++); }
 
  private:
+  // out = Transpose(in, perm); `out` (an existing value) becomes the new node's output.
+  void AddTranspose(Value* in, Value* out, std::vector<int64_t> perm, const std::string& base) {
+    Node* t = g_.AddNode("Transpose", Fresh(base), {in}, {""});
+    t->opset_version = 13;
+    t->attrs["perm"] = Attribute::Ints(std::move(perm));
+    t->outputs[0] = out;
+    out->producer = t;
+    out->producer_output = 0;
+  }
+
   Graph& g_;
   int counter_ = 0;
 };
 
 // Convs connected to another eligible Conv through layout-transparent ops (within a few hops, forward).
-std::unordered_set<const Node*> ConnectedConvs(const Graph& g, const std::vector<Node*>& order) {
+std::unordered_set<const Node*> ConnectedConvs(const std::vector<Node*>& order) {
   std::unordered_map<const Value*, std::vector<const Node*>> readers;
   for (const Node* n : order) {
     for (const Value* v : n->inputs) if (v) readers[v].push_back(n);
@@ -182,7 +177,7 @@ std::unordered_set<const Node*> ConnectedConvs(const Graph& g, const std::vector
 
 absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
   CJIT_ASSIGN_OR_RETURN(std::vector<Node*> order, g.TopologicalOrder());
-  std::unordered_set<const Node*> convs = ConnectedConvs(g, order);
+  std::unordered_set<const Node*> convs = ConnectedConvs(order);
   if (convs.empty()) return false;
   Rewriter rw(g);
   for (Node* c : order) {
@@ -252,11 +247,8 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
       n->op_type = n->op_type == "GlobalAveragePool" ? "ReduceMean" : "ReduceMax";
       n->opset_version = 13;
       n->attrs.clear();
-      n->attrs["axes"] = Ints(axes);
-      Attribute keep;
-      keep.kind = Attribute::Kind::kInt;
-      keep.i = 1;
-      n->attrs["keepdims"] = keep;
+      n->attrs["axes"] = Attribute::Ints(axes);
+      n->attrs["keepdims"] = Attribute::Int(1);
       rw.MoveOutputToChannelsLast(n);
       ++moved;
     } else if (n->op_type == "Concat" && !n->inputs.empty()) {
@@ -266,10 +258,7 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
       auto axis = NormalizeAxis(*n, n->GetInt("axis", 0), r);
       if (!axis.ok()) continue;
       for (Value*& v : n->inputs) v = ToFirstProducer(v)->inputs[0];
-      Attribute a;
-      a.kind = Attribute::Kind::kInt;
-      a.i = ToFirst(r)[*axis];
-      n->attrs["axis"] = a;
+      n->attrs["axis"] = Attribute::Int(ToFirst(r)[*axis]);
       rw.MoveOutputToChannelsLast(n);
       ++moved;
     }

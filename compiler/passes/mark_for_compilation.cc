@@ -110,10 +110,7 @@ ClusterInfo Outline(Graph& graph, const std::vector<Node*>& members, int id) {
   b.kind = Attribute::Kind::kGraph;
   b.g = body;
   cn->attrs["body"] = b;
-  Attribute cid;
-  cid.kind = Attribute::Kind::kInt;
-  cid.i = id;
-  cn->attrs["cluster_id"] = cid;
+  cn->attrs["cluster_id"] = Attribute::Int(id);
   for (size_t k = 0; k < ext_outputs.size(); ++k) {
     cn->outputs[k]->dtype = ext_outputs[k]->dtype;
     cn->outputs[k]->shape = ext_outputs[k]->shape;

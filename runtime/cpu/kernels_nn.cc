@@ -205,7 +205,9 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
     yd.insert(yd.begin() + 1, yd.back());
     yd.pop_back();
   }
-  auto user_strides = [channels_last](const memory::dims& d) { return channels_last ? ChannelsLast(d) : Dense(d); };
+  // The caller's tensors: dense NCHW, or channels-last.
+  memory::desc plain_x(xd, memory::data_type::f32, channels_last ? ChannelsLast(xd) : Dense(xd));
+  memory::desc plain_y(yd, memory::data_type::f32, channels_last ? ChannelsLast(yd) : Dense(yd));
   // Post-ops (only for Conv steps of compiled clusters). When the convolution may produce NaN/Inf they run
   // after it in exact ONNX semantics instead (ApplyPostOpsExact).
   const std::vector<PostOp>* post_ops = transposed ? nullptr : ctx.post_ops;
@@ -295,13 +297,12 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
       return nullptr;
     }
     e->bias_md = b_md;
-    memory::desc plain_src(xd, f32, user_strides(xd)), plain_dst(yd, f32, user_strides(yd));
-    if (e->src_md != plain_src) {
-      e->src_reorder = MakeDnnlReorder(plain_src, e->src_md, &e->src_reorder_scratchpad_md);
+    if (e->src_md != plain_x) {
+      e->src_reorder = MakeDnnlReorder(plain_x, e->src_md, &e->src_reorder_scratchpad_md);
       e->has_src_reorder = true;
     }
-    if (e->dst_md != plain_dst) {
-      e->dst_reorder = MakeDnnlReorder(e->dst_md, plain_dst, &e->dst_reorder_scratchpad_md);
+    if (e->dst_md != plain_y) {
+      e->dst_reorder = MakeDnnlReorder(e->dst_md, plain_y, &e->dst_reorder_scratchpad_md);
       e->has_dst_reorder = true;
     }
     if (const_w) {
@@ -330,8 +331,6 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
     dnnl::reorder r = MakeDnnlReorder(user.get_desc(), entry->weights_md, &scratch);
     ExecuteDnnl(r, s, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, wmem}}, scratch);
   }
-  memory::desc plain_x(xd, memory::data_type::f32, user_strides(xd));
-  memory::desc plain_y(yd, memory::data_type::f32, user_strides(yd));
   memory user_src(plain_x, CpuEngine(), const_cast<void*>(x.raw()));
   memory user_dst(plain_y, CpuEngine(), y.raw());
   memory src = user_src, dst = user_dst;

@@ -1,6 +1,7 @@
 // Reduction CPU kernels: ReduceX, ArgMax/ArgMin, Softmax/LogSoftmax/Hardmax, CumSum.
 // Each views the input as [outer, reduced, inner] (moving scattered reduced axes together with a
 // transpose first) and accumulates in float (double for float64, int64 for integers).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -130,17 +131,24 @@ absl::Status Reduce(KernelContext& ctx, const std::string& op) {
   if ((op == "ReduceMean" || op == "ReduceSum") && x.dtype() == DType::kF32 && v.inner > 1) {
     // Leading or middle axes (a channels-last global average pool: [N, H*W, C]): rows of `inner` values
     // accumulated in place, in the same order per element as ReduceLoop, reading memory once.
+    // Threads (as ReduceLoop's) take blocks of columns.
     const float* p = v.x.data<float>();
     float* out = y.data<float>();
-    for (int64_t o = 0; o < v.outer; ++o) {
+    constexpr int64_t kBlock = 256;
+    int64_t blocks = (v.inner + kBlock - 1) / kBlock, work = v.outer * blocks;
+    int nt = v.outer * v.inner * v.red >= 65536 && work > 1 ? ctx.threads : 1;
+    bool mean = op == "ReduceMean";
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+    for (int64_t w = 0; w < work; ++w) {
+      int64_t o = w / blocks, i0 = (w % blocks) * kBlock, i1 = std::min(v.inner, i0 + kBlock);
       float* acc = out + o * v.inner;
-      std::fill(acc, acc + v.inner, 0.0f);
+      std::fill(acc + i0, acc + i1, 0.0f);
       for (int64_t k = 0; k < v.red; ++k) {
         const float* row = p + (o * v.red + k) * v.inner;
-        for (int64_t i = 0; i < v.inner; ++i) acc[i] += row[i];
+        for (int64_t i = i0; i < i1; ++i) acc[i] += row[i];
       }
-      if (op == "ReduceMean" && v.red) {
-        for (int64_t i = 0; i < v.inner; ++i) acc[i] = acc[i] / static_cast<float>(v.red);
+      if (mean && v.red) {
+        for (int64_t i = i0; i < i1; ++i) acc[i] = acc[i] / static_cast<float>(v.red);
       }
     }
     return absl::OkStatus();

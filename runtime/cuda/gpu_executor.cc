@@ -327,19 +327,6 @@ struct SingleOpBody {
   }
 };
 
-Attribute IntsAttr(std::vector<int64_t> v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-Attribute IntAttr(int64_t v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kInt;
-  a.i = v;
-  return a;
-}
-
 // Reduced axes of a Reduce* op (attribute or constant input; empty = all unless noop_with_empty_axes),
 // sorted and non-negative; nullopt when not known at placement time.
 std::optional<std::vector<int64_t>> ReducedAxes(const Node& n, int rank) {
@@ -448,11 +435,11 @@ std::unique_ptr<SingleOpBody> LowerSingleOp(const Node& n) {
     } else if (axes.size() == 1) {
       std::vector<int64_t> perm = kept;
       perm.push_back(axes[0]);
-      x = b->Add("Transpose", n.name + "/rows", {x}, DType::kF32, row_in, {{"perm", IntsAttr(perm)}});
+      x = b->Add("Transpose", n.name + "/rows", {x}, DType::kF32, row_in, {{"perm", Attribute::Ints(perm)}});
     } else {
       return nullptr;
     }
-    b->result = b->Add(op, n.name + "/reduce", {x}, DType::kF32, row_out, {{"axes", IntsAttr({-1})}, {"keepdims", IntAttr(1)}}, 11);
+    b->result = b->Add(op, n.name + "/reduce", {x}, DType::kF32, row_out, {{"axes", Attribute::Ints({-1})}, {"keepdims", Attribute::Int(1)}}, 11);
   } else {
     return nullptr;
   }
