@@ -13,6 +13,9 @@
 #include "compiler/passes/specialize_shapes.h"
 #include "gtest/gtest.h"
 #include "runtime/executor.h"
+#include "runtime/profiler.h"
+#include "runtime/session.h"
+#include "tests/model_builder.h"
 #include "tools/check_lib.h"
 
 namespace cjit {
@@ -111,6 +114,43 @@ TEST(ChannelsLastTest, OneDimensionalConvChain) {
   ASSERT_EQ(got.size(), 1u);
   ASSERT_EQ(want.size(), 1u);
   OutputComparison c = CompareTensors("y", got[0], want[0], 1e-5, 1e-5);
+  EXPECT_TRUE(c.ok) << c.max_abs << " " << c.problem;
+}
+
+// --cpu_channels_last: on (the default) a Session runs a conv chain as NhwcConv, off as ONNX Conv, and both
+// give the same numbers.
+TEST(ChannelsLastTest, FlagSelectsTheLayout) {
+  testing::ModelBuilder b;
+  b.Input("x", onnx::TensorProto::FLOAT, {1, 2, 5, 5}).Output("y");
+  b.InitFloats("w1", {3, 2, 3, 3}, std::vector<float>(54, 0.25f));
+  b.InitFloats("w2", {2, 3, 1, 1}, {1, -1, 0.5f, -0.5f, 2, 1});
+  b.Node("Conv", {"x", "w1"}, {"c"});
+  b.Node("Relu", {"c"}, {"r"});
+  b.Node("Conv", {"r", "w2"}, {"y"});
+  Tensor x(DType::kF32, {1, 2, 5, 5});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::sin(0.3 * i));
+  std::vector<Tensor> outs;
+  for (bool on : {true, false}) {
+    SessionOptions o;
+    o.use_environment_flags = false;
+    o.flags.device = "cpu";
+    o.flags.auto_jit = "-1";
+    o.flags.cpu_channels_last = on;
+    o.profile = true;
+    auto s = Session::LoadFromBytes(b.Bytes(), o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    auto r = (*s)->Run({{"x", x}});
+    ASSERT_TRUE(r.ok()) << r.status();
+    outs.push_back((*r)[0].tensor);
+    int nhwc = 0, nchw = 0;
+    for (const TraceEvent& e : (*s)->profiler()->Events()) {
+      nhwc += e.name == "NhwcConv";
+      nchw += e.name == "Conv";
+    }
+    EXPECT_EQ(nhwc, on ? 2 : 0) << on;
+    EXPECT_EQ(nchw, on ? 0 : 2) << on;
+  }
+  OutputComparison c = CompareTensors("y", outs[0], outs[1], 1e-5, 1e-5);
   EXPECT_TRUE(c.ok) << c.max_abs << " " << c.problem;
 }
 
