@@ -532,6 +532,18 @@ TEST(HostileTest, GatherNDBatchDimsAndIndexTupleOutOfRange) {
   }
 }
 
+// Found by the fuzzer: an implicit-output equation of non-letter bytes indexed the kernel's per-letter table
+// with a negative char.
+TEST(HostileTest, EinsumEquationWithNonLetters) {
+  for (const char* eq : {"\xff\xfe", "ij->j1", "i;j"}) {
+    ModelBuilder b(12);
+    b.Input("x", kF, {2, 2}).Output("y");
+    auto* n = b.Node("Einsum", {"x"}, {"y"});
+    ModelBuilder::AttrString(n, "equation", eq);
+    EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", F32({2, 2}, {1, 2, 3, 4})}}).status(), {"Einsum", "character"})) << eq;
+  }
+}
+
 TEST(HostileTest, SliceStepMin) {
   ModelBuilder b;
   b.Input("x", kF, {4}).Output("y");

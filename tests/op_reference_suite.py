@@ -243,6 +243,15 @@ def main():
     write_case(root, "layout_ReduceMean_spatial_channels_last",
                [helper.make_node("ReduceMean", ["x"], ["y"], axes=[1, 2], keepdims=1)],
                [("x", gx)], [("y", f64(gx).mean(axis=(1, 2), keepdims=True).astype(np.float32))], tol=(1e-5, 1e-6))
+    # Einsum with upper-case letters beside an ellipsis (the ellipsis dims must not take a letter's range).
+    ea, eb = rnd(2, 3), rnd(4, 2, 3)
+    write_case(root, "contraction_Einsum_uppercase_ellipsis",
+               [helper.make_node("Einsum", ["a"], ["y"], equation="A...->...A")],
+               [("a", ea)], [("y", np.einsum("A...->...A", f64(ea)).astype(np.float32))], opset=12, tol=(0, 0))
+    write_case(root, "contraction_Einsum_implicit_mixed_case",
+               [helper.make_node("Einsum", ["a", "b"], ["y"], equation="Ab,kAb")],
+               [("a", ea), ("b", eb)], [("y", np.einsum("Ab,kAb", f64(ea), f64(eb)).astype(np.float32))],
+               opset=12, tol=(1e-5, 1e-5))
     px = rnd(2, 3, 9, 10)
     write_case(root, "pool_MaxPool", [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
                                                        pads=[1, 1, 1, 1])],

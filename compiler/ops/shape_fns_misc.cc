@@ -5,6 +5,7 @@
 #include <cctype>
 #include <map>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/ops/op_registry.h"
@@ -51,6 +52,17 @@ absl::Status EinsumInfer(const Node& n, Inputs in, Outputs& out) {
   std::string spaced;
   for (char c : eq) if (!std::isspace(static_cast<unsigned char>(c))) spaced.push_back(c);
   size_t arrow = spaced.find("->");
+  // ONNX Einsum: terms of ASCII letters and "...", separated by ',', one optional "->". Checked for implicit
+  // outputs too (the kernel indexes by letter).
+  for (size_t i = 0; i < spaced.size(); ++i) {
+    char c = spaced[i];
+    bool in_arrow = arrow != std::string::npos && (i == arrow || i == arrow + 1);
+    bool letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+    if (!letter && !in_arrow && c != ',' && c != '.') {
+      return NodeError(n, absl::StrCat("equation '", eq, "' has the character '", absl::CEscape(std::string(1, c)),
+                                       "' (letters, ',', '...' and '->' only)"));
+    }
+  }
   if (arrow == std::string::npos) return absl::OkStatus();  // implicit output: computed at run time
   std::vector<std::string> terms;
   std::string lhs = spaced.substr(0, arrow), rhs = spaced.substr(arrow + 2);

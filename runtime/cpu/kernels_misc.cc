@@ -438,14 +438,17 @@ absl::Status Einsum(KernelContext& ctx) {
     if (i == lhs.size() || lhs[i] == ',') { terms.push_back(lhs.substr(start, i - start)); start = i + 1; }
   }
   if (static_cast<int>(terms.size()) != ctx.num_inputs()) return ctx.Error("operand count differs from the equation");
-  // Replace "..." by upper-case letters (one per broadcast dim, right-aligned).
+  // Replace "..." by placeholder characters 1, 2, ... (one per broadcast dim, right-aligned): never an
+  // equation letter (EinsumInfer admits only ASCII letters), so upper-case letters of the equation keep
+  // their own ranges.
   int max_ell = 0;
   for (size_t k = 0; k < terms.size(); ++k) {
     size_t e = terms[k].find("...");
     if (e != std::string::npos) max_ell = std::max<int>(max_ell, ctx.in(k).rank() - static_cast<int>(terms[k].size() - 3));
   }
+  if (max_ell > 31) return ctx.Error("more than 31 dims under an ellipsis");
   std::string ell;
-  for (int i = 0; i < max_ell; ++i) ell.push_back(static_cast<char>('A' + i));
+  for (int i = 0; i < max_ell; ++i) ell.push_back(static_cast<char>(1 + i));
   std::map<char, int64_t> size;
   for (size_t k = 0; k < terms.size(); ++k) {
     size_t e = terms[k].find("...");
@@ -488,21 +491,23 @@ absl::Status Einsum(KernelContext& ctx) {
   int64_t out_n = NumElements(od), sum_n = 1;
   for (size_t i = out.size(); i < letters.size(); ++i) sum_n *= size[letters[i]];
   std::vector<double> res(out_n, 0.0);
-  std::vector<int64_t> idx(128, 0);
+  // Index of each letter's current position, by the letter's byte value.
+  std::vector<int64_t> idx(256, 0);
+  auto at = [&idx](char c) -> int64_t& { return idx[static_cast<unsigned char>(c)]; };
   for (int64_t o = 0; o < out_n; ++o) {
     int64_t rem = o;
-    for (int i = static_cast<int>(out.size()) - 1; i >= 0; --i) { idx[out[i]] = rem % od[i]; rem /= od[i]; }
+    for (int i = static_cast<int>(out.size()) - 1; i >= 0; --i) { at(out[i]) = rem % od[i]; rem /= od[i]; }
     double acc = 0;
     for (int64_t s = 0; s < sum_n; ++s) {
       int64_t r2 = s;
       for (int i = static_cast<int>(letters.size()) - 1; i >= static_cast<int>(out.size()); --i) {
-        idx[letters[i]] = r2 % size[letters[i]];
+        at(letters[i]) = r2 % size[letters[i]];
         r2 /= size[letters[i]];
       }
       double p = 1;
       for (size_t k = 0; k < terms.size(); ++k) {
         int64_t off = 0;
-        for (size_t i = 0; i < terms[k].size(); ++i) off += idx[terms[k][i]] * strides[k][i];
+        for (size_t i = 0; i < terms[k].size(); ++i) off += at(terms[k][i]) * strides[k][i];
         p *= vals[k][off];
       }
       acc += p;
