@@ -544,6 +544,21 @@ TEST(HostileTest, EinsumEquationWithNonLetters) {
   }
 }
 
+// Found by the fuzzer: Pad of a scalar whose pads and axes come from an input. Specialization saw a scalar
+// output and marked the shape as known, so the run skipped the inference that checks pads and axes, and the
+// kernel indexed out of range.
+TEST(HostileTest, PadOfAScalarWithRuntimePadsAndAxes) {
+  ModelBuilder b(20);
+  b.Input("x", kF, {}).Input("pads", kI64, {8}).Output("y");
+  b.Node("Pad", {"x", "pads", "x", "pads"}, {"y"});
+  for (const char* jit : {"-1", "1"}) {
+    EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", F32({}, {1.5f})}, {"pads", I64({8}, {1, 2, 3, 0, 1, 2, 3, 0})}},
+                                     Opts(jit)).status(),
+                          {"Pad"}))
+        << jit;
+  }
+}
+
 TEST(HostileTest, SliceStepMin) {
   ModelBuilder b;
   b.Input("x", kF, {4}).Output("y");

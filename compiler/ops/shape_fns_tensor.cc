@@ -12,7 +12,12 @@ namespace {
 
 using namespace shape_fn;  // NOLINT: Inputs, Outputs, C, A, Reg
 
+// The output shape of an op whose value inputs (pads, starts, repeats, a target shape...) are not known yet:
+// rank r, dims unknown. Rank 0 stays wholly unknown: a scalar shape would read as fully known, and the
+// executor would then skip the run-time inference that validates those values (fuzzer: Pad of a scalar
+// with 8 pads and axes out of range reached its kernel).
 Shape UnknownDimsOfRank(int r) {
+  if (r == 0) return Shape::Unknown();
   Shape s;
   s.rank_known = true;
   s.dims.assign(r, Dim{});
