@@ -252,6 +252,16 @@ def main():
                [helper.make_node("Einsum", ["a", "b"], ["y"], equation="Ab,kAb")],
                [("a", ea), ("b", eb)], [("y", np.einsum("Ab,kAb", f64(ea), f64(eb)).astype(np.float32))],
                opset=12, tol=(1e-5, 1e-5))
+    # Integer CumSum wraps on overflow as numpy does (the fuzz build's UBSan caught the signed overflow).
+    cs = np.array([2147483647, 1, 1, -5], dtype=np.int32)
+    write_case(root, "cumsum_i32_wraps", [helper.make_node("CumSum", ["x", "ax"], ["y"])], [("x", cs)],
+               [("y", np.cumsum(cs, dtype=np.int32))], inits=[("ax", np.array(0, dtype=np.int64))], tol=(0, 0))
+    ma = np.array([[2**62, 3], [-7, 2**40]], dtype=np.int64)
+    mb = np.array([[4, 1], [2**30, -3]], dtype=np.int64)
+    with np.errstate(over="ignore"):
+        mref = ma @ mb  # wraps (two's complement) in numpy
+    write_case(root, "matmul_i64_wraps", [helper.make_node("MatMul", ["a", "b"], ["y"])], [("a", ma), ("b", mb)],
+               [("y", mref)], tol=(0, 0))
     px = rnd(2, 3, 9, 10)
     write_case(root, "pool_MaxPool", [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
                                                        pads=[1, 1, 1, 1])],

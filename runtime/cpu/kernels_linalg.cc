@@ -12,6 +12,7 @@
 #include "Eigen/Core"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/ir/numeric_cast.h"
 #include "compiler/ir/status_macros.h"
 #include "runtime/cpu/broadcast.h"
 #include "runtime/cpu/dispatch.h"
@@ -201,7 +202,10 @@ void LoopMatMul(const T* a, const T* b, T* c, int64_t M, int64_t K, int64_t N, i
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
       A acc = 0;
-      for (int64_t k = 0; k < K; ++k) acc += static_cast<A>(a[m * as_m + k * as_k]) * static_cast<A>(b[k * bs_k + n * bs_n]);
+      // Integers wrap on overflow (numpy's int64 matmul), never C++'s undefined signed overflow.
+      for (int64_t k = 0; k < K; ++k) {
+        acc = WrappingAdd(acc, WrappingMul(static_cast<A>(a[m * as_m + k * as_k]), static_cast<A>(b[k * bs_k + n * bs_n])));
+      }
       c[m * N + n] = static_cast<T>(acc);
     }
 }

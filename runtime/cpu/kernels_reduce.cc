@@ -258,8 +258,9 @@ absl::Status CumSum(KernelContext& ctx) {
           int64_t k = reverse ? red - 1 - kk : kk;
           int64_t idx = (o * red + k) * inner + i;
           A e = static_cast<A>(x.data<T>()[idx]);
-          if (exclusive) { y.data<T>()[idx] = static_cast<T>(acc); acc += e; }
-          else { acc += e; y.data<T>()[idx] = static_cast<T>(acc); }
+          // Integers wrap on overflow (as numpy and ONNX Runtime), as in the Reduce* kernels.
+          if (exclusive) { y.data<T>()[idx] = static_cast<T>(acc); acc = WrappingAdd(acc, e); }
+          else { acc = WrappingAdd(acc, e); y.data<T>()[idx] = static_cast<T>(acc); }
         }
       }
     }
