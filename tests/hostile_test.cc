@@ -559,6 +559,23 @@ TEST(HostileTest, PadOfAScalarWithRuntimePadsAndAxes) {
   }
 }
 
+// Found by the fuzzer: a float16 infinity cast to an integer type went through an unchecked float -> integer
+// conversion (undefined behavior). In-range values truncate toward zero as ONNX Cast specifies.
+TEST(HostileTest, CastOfNonFiniteFloat16ToInteger) {
+  ModelBuilder b;
+  b.Input("x", kF, {4}).Output("y");
+  ModelBuilder::AttrInt(b.Node("Cast", {"x"}, {"h"}), "to", onnx::TensorProto::FLOAT16);
+  ModelBuilder::AttrInt(b.Node("Cast", {"h"}, {"y"}), "to", onnx::TensorProto::INT32);
+  for (const char* jit : {"-1", "1"}) {
+    auto r = LoadAndRun(b, {{"x", F32({4}, {1.5f, -2.5f, std::numeric_limits<float>::infinity(), std::nanf("")})}},
+                        Opts(jit));
+    ASSERT_TRUE(r.ok()) << r.status();
+    std::vector<double> y = (*r)[0].tensor.ToDoubleVector();
+    EXPECT_EQ(y[0], 1) << jit;
+    EXPECT_EQ(y[1], -2) << jit;
+  }
+}
+
 TEST(HostileTest, SliceStepMin) {
   ModelBuilder b;
   b.Input("x", kF, {4}).Output("y");

@@ -55,6 +55,7 @@ inline D ConvertTo(S v) {
   } else if constexpr (std::is_same_v<D, half> || std::is_same_v<D, bfloat16>) {
     return static_cast<D>(static_cast<float>(v));
   } else if constexpr (std::is_same_v<S, half> || std::is_same_v<S, bfloat16>) {
+    if constexpr (std::is_integral_v<D>) return NumericCast<D>(static_cast<float>(v));  // as float -> integer
     return static_cast<D>(static_cast<float>(v));
   } else if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>) {
     return NumericCast<D>(v);  // NaN -> 0, saturating (compiler/ir/numeric_cast.h)
