@@ -576,6 +576,16 @@ TEST(HostileTest, CastOfNonFiniteFloat16ToInteger) {
   }
 }
 
+// Found by the fuzzer: LRN with size = INT64_MIN overflowed (size - 1) / 2.
+TEST(HostileTest, LrnSizeNotPositive) {
+  for (int64_t size : {std::numeric_limits<int64_t>::min(), int64_t{0}, int64_t{-2}}) {
+    ModelBuilder b;
+    b.Input("x", kF, {1, 2, 2}).Output("y");
+    ModelBuilder::AttrInt(b.Node("LRN", {"x"}, {"y"}), "size", size);
+    EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", F32({1, 2, 2}, {1, 2, 3, 4})}}).status(), {"LRN", "size"})) << size;
+  }
+}
+
 TEST(HostileTest, SliceStepMin) {
   ModelBuilder b;
   b.Input("x", kF, {4}).Output("y");

@@ -436,7 +436,13 @@ void RegisterNnOps() {
         }
         return absl::OkStatus();
       });
-  Reg("LRN", C::kNormalization, false, A::kDeny, 1, 1, [](const Node&, Inputs in, Outputs& out) {
+  // ONNX LRN: `size` (required) is the number of channels summed over, at least 1.
+  Reg("LRN", C::kNormalization, false, A::kDeny, 1, 1, [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
+    int64_t size = n.GetInt("size", 0);
+    if (size < 1) return NodeError(n, absl::StrCat("size must be at least 1, got ", size));
+    if (in[0].shape.rank_known && in[0].shape.rank() < 2) {
+      return NodeError(n, absl::StrCat("X must be N x C x ..., got ", in[0].shape.ToString()));
+    }
     out[0] = {in[0].dtype, in[0].shape};
     return absl::OkStatus();
   });
