@@ -586,6 +586,18 @@ TEST(HostileTest, LrnSizeNotPositive) {
   }
 }
 
+// Found by the fuzzer: MatMulInteger of a scalar indexed the operand's dims before their start (its output
+// shape is left to the kernel, which planned the product without checking the rank).
+TEST(HostileTest, MatMulIntegerOfAScalar) {
+  ModelBuilder b;
+  b.Input("a", onnx::TensorProto::UINT8, {}).Input("b", onnx::TensorProto::UINT8, {2}).Output("y");
+  b.Node("MatMulInteger", {"a", "b"}, {"y"});
+  Tensor a(DType::kU8, {}), bb(DType::kU8, {2});
+  a.data<uint8_t>()[0] = 3;
+  bb.data<uint8_t>()[0] = bb.data<uint8_t>()[1] = 1;
+  EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"a", a}, {"b", bb}}).status(), {"MatMulInteger", "scalar"}));
+}
+
 TEST(HostileTest, SliceStepMin) {
   ModelBuilder b;
   b.Input("x", kF, {4}).Output("y");

@@ -138,6 +138,8 @@ absl::StatusOr<Tensor> TransposeTensor(const Tensor& x, const std::vector<int64_
 }
 
 absl::StatusOr<MatMulGeometry> PlanMatMul(const Dims& a, const Dims& b) {
+  // numpy.matmul (ONNX MatMul, MatMulInteger, QLinearMatMul): scalars are not operands.
+  if (a.empty() || b.empty()) return absl::InvalidArgumentError("MatMul operands must have rank 1 or more, got a scalar");
   MatMulGeometry g;
   g.ad = a;
   g.bd = b;
