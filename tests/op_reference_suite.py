@@ -237,6 +237,57 @@ def main():
                [("x", lx)], [("z", z.astype(np.float32)), ("r1", r1.astype(np.float32))],
                inits=[("w1", lw1), ("b1", lb1), ("wd", lwd), ("ws", lws), ("k", lk), ("sl", lsl), ("w3", lw3),
                       ("v", lv)], tol=(1e-5, 1e-4))
+    # Channels-last chains (pointwise Conv -> activation -> depthwise Conv -> activation -> pointwise Conv):
+    # the CPU runs them as NHWC convolutions without a per-shape JIT (runtime/cpu/conv_nhwc.h): channel
+    # counts that exercise the 16-, 8- and single-channel blocks, strides, dilations, asymmetric pads,
+    # kernels with and without a compiled-in size, 1-D, batches, every fused activation, a per-channel
+    # Add, and sizes large enough that threads split rows and GEMM chunks.
+    acts = {"relu": (lambda v: np.maximum(v, 0), lambda i, o: [helper.make_node("Relu", [i], [o])]),
+            "clip": (lambda v: np.clip(v, 0.0, 6.0),
+                     lambda i, o: [helper.make_node("Clip", [i, "clip_lo", "clip_hi"], [o])]),
+            "hardswish": (lambda v: v * np.clip(v / 6 + 0.5, 0, 1), lambda i, o: [helper.make_node("HardSwish", [i], [o])]),
+            "hardsigmoid": (lambda v: np.clip(0.2 * v + 0.5, 0, 1),
+                            lambda i, o: [helper.make_node("HardSigmoid", [i], [o])]),
+            "sigmoid": (sigmoid, lambda i, o: [helper.make_node("Sigmoid", [i], [o])]),
+            "tanh": (np.tanh, lambda i, o: [helper.make_node("Tanh", [i], [o])])}
+    for name, (xs, c, k, stride, pad, dil, act1, act2, add_channel) in {
+            "ch24_3x3_relu_hswish": ((1, 5, 9, 11), 24, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "relu", "hardswish", True),
+            "ch19_5x5_s2_asym": ((2, 3, 12, 13), 19, (5, 5), (2, 2), (2, 1, 1, 2), (1, 1), "clip", "sigmoid", False),
+            "ch40_3x3_dil2": ((1, 4, 10, 10), 40, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2), "hardsigmoid", "tanh", True),
+            "ch8_7x7": ((1, 2, 9, 16), 8, (7, 7), (1, 1), (3, 3, 3, 3), (1, 1), "relu", "clip", False),
+            "ch5_2x4_s12": ((1, 3, 6, 17), 5, (2, 4), (1, 2), (0, 1, 1, 2), (1, 1), "tanh", "relu", False),
+            "ch32_large": ((1, 8, 64, 96), 32, (3, 3), (2, 1), (1, 1, 1, 1), (1, 1), "hardswish", "relu", True),
+            "conv1d_ch16_k5": ((2, 6, 30), 16, (5,), (1,), (2, 2), (1,), "relu", "hardswish", False)}.items():
+        one_d = len(xs) == 3
+        nx = rnd(*xs)
+        x4 = f64(nx)[:, :, None, :] if one_d else f64(nx)
+        k2 = (1,) + k if one_d else k
+        st2 = (1,) + stride if one_d else stride
+        pad2 = (0, pad[0], 0, pad[1]) if one_d else pad
+        dil2 = (1,) + dil if one_d else dil
+        w1, b1 = rnd(c, xs[1], *([1] * len(k))), rnd(c)
+        wd, bd = rnd(c, 1, *k), rnd(c)
+        w3 = rnd(7, c, *([1] * len(k)))
+        kc = rnd(c, *([1] * len(k)))
+        sq = (lambda a: a[:, :, 0, :]) if one_d else (lambda a: a)
+        ex = (lambda a: a[:, :, None, :]) if one_d else (lambda a: a)
+        h1 = acts[act1][0](conv2d(x4, ex(f64(w1)), f64(b1), (1, 1), (0, 0, 0, 0), (1, 1), 1))
+        h2 = conv2d(h1, ex(f64(wd)), f64(bd), st2, pad2, dil2, c)
+        h2 = acts[act2][0](h2)
+        if add_channel:
+            h2 = h2 + (f64(kc)[:, :, None] if one_d else f64(kc))
+        y = sq(conv2d(h2, ex(f64(w3)), np.zeros(7), (1, 1), (0, 0, 0, 0), (1, 1), 1))
+        nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"])] + acts[act1][1]("c1", "a1")
+        nodes += [helper.make_node("Conv", ["a1", "wd", "bd"], ["c2"], group=c, kernel_shape=list(k),
+                                   strides=list(stride), pads=list(pad), dilations=list(dil))]
+        nodes += acts[act2][1]("c2", "a2" if add_channel else "a3")
+        if add_channel:
+            nodes.append(helper.make_node("Add", ["a2", "kc"], ["a3"]))
+        nodes.append(helper.make_node("Conv", ["a3", "w3"], ["y"]))
+        write_case(root, "conv_nhwc_" + name, nodes, [("x", nx)], [("y", y.astype(np.float32))],
+                   inits=[("w1", w1), ("b1", b1), ("wd", wd), ("bd", bd), ("w3", w3), ("kc", kc),
+                          ("clip_lo", np.array(0.0, np.float32)), ("clip_hi", np.array(6.0, np.float32))],
+                   opset=14, tol=(1e-5, 1e-4))
     # A channels-last global average pool (ReduceMean over the middle axes), large enough that threads split
     # its columns.
     gx = rnd(2, 64, 64, 12)

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/ir/status_macros.h"
+#include "runtime/cpu/conv_nhwc.h"
 #include "runtime/cpu/dispatch.h"
 #include "runtime/cpu/kernel.h"
 #include "compiler/codegen/fusion_plan.h"
@@ -163,6 +164,10 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
   if (group <= 0 || C % group || OC % group) return ctx.Error("channels are not divisible by group");
   if (!transposed && w.dim(1) * group != C) {
     return ctx.Error(absl::StrCat("weight has ", w.dim(1), " input channels per group, input has ", C, "/", group));
+  }
+  if (channels_last && !transposed) {  // pointwise / depthwise without a per-shape JIT (conv_nhwc.h)
+    CJIT_ASSIGN_OR_RETURN(bool done, TryNhwcConvWithoutJit(ctx, g, group, y));
+    if (done) return absl::OkStatus();
   }
   size_t nsp = g.kernel.size();
   memory::dims wd, ws;

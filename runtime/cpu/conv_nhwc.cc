@@ -1,0 +1,421 @@
+// Channels-last convolutions without a per-shape JIT (see conv_nhwc.h).
+#include "runtime/cpu/conv_nhwc.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/codegen/fusion_plan.h"
+#include "compiler/ir/status_macros.h"
+#include "runtime/cpu/onednn_util.h"
+
+namespace cjit {
+namespace {
+
+// V16f helpers are always inlined into functions compiled for one ISA; no vector crosses a call boundary.
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float V16f __attribute__((vector_size(64)));
+typedef float V8f __attribute__((vector_size(32)));
+
+template <typename V>
+inline __attribute__((always_inline)) V LoadV(const float* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <typename V>
+inline __attribute__((always_inline)) void StoreV(float* p, V v) { std::memcpy(p, &v, sizeof v); }
+inline __attribute__((always_inline)) V16f Load16(const float* p) { return LoadV<V16f>(p); }
+
+inline __attribute__((always_inline)) float ScalarOp(const PostOp& op, float v, int64_t channel) {
+  switch (op.kind) {
+    case PostOp::Kind::kRelu: return v < 0.0f ? 0.0f : v;
+    case PostOp::Kind::kClip: return v < op.a ? op.a : (v > op.b ? op.b : v);
+    case PostOp::Kind::kSigmoid: return 1.0f / (1.0f + std::exp(-v));
+    case PostOp::Kind::kTanh: return std::tanh(v);
+    case PostOp::Kind::kHardSwish: {
+      float h = v / 6.0f + 0.5f;
+      h = h < 0.0f ? 0.0f : (h > 1.0f ? 1.0f : h);
+      return v * h;
+    }
+    case PostOp::Kind::kLinear: return op.a * v + op.b;
+    case PostOp::Kind::kAddChannel: return v + static_cast<const float*>(op.tensor->constant->raw())[channel];
+    case PostOp::Kind::kBiasLastDim: return v + static_cast<const float*>(op.tensor->constant->raw())[channel];
+  }
+  return v;
+}
+
+// `ops` applied to channels [c, c + 16). Comparisons with a NaN are false, so every select keeps a NaN
+// (ONNX semantics).
+template <typename V>
+inline __attribute__((always_inline)) V ApplyOpsVec(V v, const std::vector<PostOp>* ops, int64_t c) {
+  constexpr int kLanes = sizeof(V) / sizeof(float);
+  if (!ops) return v;
+  const V zero = {}, one = zero + 1.0f;
+  for (const PostOp& op : *ops) {
+    switch (op.kind) {
+      case PostOp::Kind::kRelu: v = v < zero ? zero : v; break;
+      case PostOp::Kind::kClip: {
+        V lo = zero + op.a, hi = zero + op.b;
+        v = v < lo ? lo : v;
+        v = v > hi ? hi : v;
+        break;
+      }
+      case PostOp::Kind::kHardSwish: {
+        V h = v / 6.0f + 0.5f;
+        h = h < zero ? zero : h;
+        h = h > one ? one : h;
+        v = v * h;
+        break;
+      }
+      case PostOp::Kind::kLinear: v = op.a * v + op.b; break;
+      case PostOp::Kind::kAddChannel:
+      case PostOp::Kind::kBiasLastDim:
+        v += LoadV<V>(static_cast<const float*>(op.tensor->constant->raw()) + c);
+        break;
+      case PostOp::Kind::kSigmoid:
+      case PostOp::Kind::kTanh:
+        for (int j = 0; j < kLanes; ++j) v[j] = ScalarOp(op, v[j], c + j);
+        break;
+    }
+  }
+  return v;
+}
+
+inline __attribute__((always_inline)) void EpilogueBody(float* y, int64_t rows, int64_t channels, const float* bias,
+                                                        const std::vector<PostOp>* ops) {
+  size_t nops = ops ? ops->size() : 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* p = y + r * channels;
+    int64_t c = 0;
+    for (; c + 16 <= channels; c += 16) {
+      V16f v = LoadV<V16f>(p + c);
+      if (bias) v += LoadV<V16f>(bias + c);
+      StoreV(p + c, ApplyOpsVec(v, ops, c));
+    }
+    for (; c + 8 <= channels; c += 8) {
+      V8f v = LoadV<V8f>(p + c);
+      if (bias) v += LoadV<V8f>(bias + c);
+      StoreV(p + c, ApplyOpsVec(v, ops, c));
+    }
+    for (; c < channels; ++c) {
+      float v = p[c] + (bias ? bias[c] : 0.0f);
+      for (size_t i = 0; i < nops; ++i) v = ScalarOp((*ops)[i], v, c);
+      p[c] = v;
+    }
+  }
+}
+
+__attribute__((target("avx512f,fma"))) void EpilogueAvx512(float* y, int64_t rows, int64_t channels,
+                                                           const float* bias, const std::vector<PostOp>* ops) {
+  EpilogueBody(y, rows, channels, bias, ops);
+}
+__attribute__((target("avx2,fma"))) void EpilogueAvx2(float* y, int64_t rows, int64_t channels, const float* bias,
+                                                      const std::vector<PostOp>* ops) {
+  EpilogueBody(y, rows, channels, bias, ops);
+}
+void EpilogueBaseline(float* y, int64_t rows, int64_t channels, const float* bias, const std::vector<PostOp>* ops) {
+  EpilogueBody(y, rows, channels, bias, ops);
+}
+
+// Depthwise convolution over 2-D (1-D as H = 1) channels-last data. Weights packed [KH, KW, C].
+struct DwArgs {
+  const float* x;
+  const float* w;     // [KH, KW, C]
+  const float* bias;  // [C] or null
+  float* y;
+  int64_t H, W, C, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw;
+  const std::vector<PostOp>* ops;
+};
+
+// Rows [row_begin, row_end) of N * OH output rows. KHT/KWT: the kernel size when known at compile time
+// (the tap loops unroll), else 0. Output pixels whose whole window lies inside the input run four at a
+// time (four independent accumulators per channel block); the others check every tap. Channels are the
+// innermost loop, so each tap reads contiguous memory (NHWC), in blocks of 16, then 8, then single
+// channels (the channel counts of mobile networks are multiples of 8).
+template <int KHT, int KWT>
+inline __attribute__((always_inline)) void DepthwiseBody(const DwArgs& a, int64_t row_begin, int64_t row_end) {
+  const int64_t KH = KHT ? KHT : a.KH, KW = KWT ? KWT : a.KW, C = a.C;
+  const std::vector<PostOp>* ops = a.ops && !a.ops->empty() ? a.ops : nullptr;
+  // Interior output columns: ow * sw - pw >= 0 and ow * sw - pw + (KW - 1) * dw <= W - 1.
+  int64_t ow_lo = (a.pw + a.sw - 1) / a.sw;
+  int64_t last = a.W - 1 + a.pw - (KW - 1) * a.dw;
+  int64_t ow_hi = last < 0 ? 0 : std::min(a.OW, last / a.sw + 1);
+  if (ow_lo > ow_hi) ow_lo = ow_hi;
+  const int64_t step = a.sw * C;
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    int64_t n = row / a.OH, oh = row % a.OH;
+    const float* xn = a.x + n * a.H * a.W * C;
+    float* yr = a.y + row * a.OW * C;
+    int64_t ih0 = oh * a.sh - a.ph;
+    // One output pixel, channels [c0, c0 + lanes), every tap checked.
+    auto one = [&](auto vtag, int64_t ow, int64_t c0) __attribute__((always_inline)) {
+      using V = decltype(vtag);
+      V acc = {};
+      if (a.bias) acc = LoadV<V>(a.bias + c0);
+      int64_t iw0 = ow * a.sw - a.pw;
+      for (int64_t kh = 0; kh < KH; ++kh) {
+        int64_t ih = ih0 + kh * a.dh;
+        if (static_cast<uint64_t>(ih) >= static_cast<uint64_t>(a.H)) continue;
+        const float* xr = xn + ih * a.W * C + c0;
+        const float* wr = a.w + kh * KW * C + c0;
+        for (int64_t kw = 0; kw < KW; ++kw) {
+          int64_t iw = iw0 + kw * a.dw;
+          if (static_cast<uint64_t>(iw) >= static_cast<uint64_t>(a.W)) continue;
+          acc += LoadV<V>(xr + iw * C) * LoadV<V>(wr + kw * C);
+        }
+      }
+      StoreV(yr + ow * C + c0, ApplyOpsVec(acc, ops, c0));
+    };
+    // Four interior output pixels ow..ow+3, channels [c0, c0 + lanes).
+    auto four = [&](auto vtag, int64_t ow, int64_t c0) __attribute__((always_inline)) {
+      using V = decltype(vtag);
+      V b = {};
+      if (a.bias) b = LoadV<V>(a.bias + c0);
+      V acc0 = b, acc1 = b, acc2 = b, acc3 = b;
+      int64_t iw0 = ow * a.sw - a.pw;
+      for (int64_t kh = 0; kh < KH; ++kh) {
+        int64_t ih = ih0 + kh * a.dh;
+        if (static_cast<uint64_t>(ih) >= static_cast<uint64_t>(a.H)) continue;
+        const float* xr = xn + (ih * a.W + iw0) * C + c0;
+        const float* wr = a.w + kh * KW * C + c0;
+        for (int64_t kw = 0; kw < KW; ++kw) {
+          V wv = LoadV<V>(wr + kw * C);
+          const float* xp = xr + kw * a.dw * C;
+          acc0 += LoadV<V>(xp) * wv;
+          acc1 += LoadV<V>(xp + step) * wv;
+          acc2 += LoadV<V>(xp + 2 * step) * wv;
+          acc3 += LoadV<V>(xp + 3 * step) * wv;
+        }
+      }
+      float* yp = yr + ow * C + c0;
+      StoreV(yp, ApplyOpsVec(acc0, ops, c0));
+      StoreV(yp + C, ApplyOpsVec(acc1, ops, c0));
+      StoreV(yp + 2 * C, ApplyOpsVec(acc2, ops, c0));
+      StoreV(yp + 3 * C, ApplyOpsVec(acc3, ops, c0));
+    };
+    auto scalar = [&](int64_t ow, int64_t c) __attribute__((always_inline)) {
+      float acc = a.bias ? a.bias[c] : 0.0f;
+      int64_t iw0 = ow * a.sw - a.pw;
+      for (int64_t kh = 0; kh < KH; ++kh) {
+        int64_t ih = ih0 + kh * a.dh;
+        if (static_cast<uint64_t>(ih) >= static_cast<uint64_t>(a.H)) continue;
+        for (int64_t kw = 0; kw < KW; ++kw) {
+          int64_t iw = iw0 + kw * a.dw;
+          if (static_cast<uint64_t>(iw) >= static_cast<uint64_t>(a.W)) continue;
+          acc += xn[(ih * a.W + iw) * C + c] * a.w[(kh * KW + kw) * C + c];
+        }
+      }
+      if (ops) {
+        for (const PostOp& op : *ops) acc = ScalarOp(op, acc, c);
+      }
+      yr[ow * C + c] = acc;
+    };
+    auto pixel = [&](int64_t ow) __attribute__((always_inline)) {
+      int64_t c0 = 0;
+      for (; c0 + 16 <= C; c0 += 16) one(V16f{}, ow, c0);
+      for (; c0 + 8 <= C; c0 += 8) one(V8f{}, ow, c0);
+      for (; c0 < C; ++c0) scalar(ow, c0);
+    };
+    int64_t ow = 0;
+    for (; ow < ow_lo; ++ow) pixel(ow);
+    for (; ow + 4 <= ow_hi; ow += 4) {
+      int64_t c0 = 0;
+      for (; c0 + 16 <= C; c0 += 16) four(V16f{}, ow, c0);
+      for (; c0 + 8 <= C; c0 += 8) four(V8f{}, ow, c0);
+      for (; c0 < C; ++c0) {
+        for (int64_t k = 0; k < 4; ++k) scalar(ow + k, c0);
+      }
+    }
+    for (; ow < a.OW; ++ow) pixel(ow);
+  }
+}
+
+#define CJIT_DEPTHWISE_DISPATCH                                                      \
+  if (a.KH == 3 && a.KW == 3) return DepthwiseBody<3, 3>(a, r0, r1);      \
+  if (a.KH == 5 && a.KW == 5) return DepthwiseBody<5, 5>(a, r0, r1);      \
+  if (a.KH == 1 && a.KW == 3) return DepthwiseBody<1, 3>(a, r0, r1);      \
+  if (a.KH == 1 && a.KW == 5) return DepthwiseBody<1, 5>(a, r0, r1);      \
+  if (a.KH == 7 && a.KW == 7) return DepthwiseBody<7, 7>(a, r0, r1);      \
+  return DepthwiseBody<0, 0>(a, r0, r1);
+
+__attribute__((target("avx512f,fma"))) void DepthwiseAvx512(const DwArgs& a, int64_t r0, int64_t r1) {
+  CJIT_DEPTHWISE_DISPATCH
+}
+__attribute__((target("avx2,fma"))) void DepthwiseAvx2(const DwArgs& a, int64_t r0, int64_t r1) {
+  CJIT_DEPTHWISE_DISPATCH
+}
+void DepthwiseBaseline(const DwArgs& a, int64_t r0, int64_t r1) {
+  CJIT_DEPTHWISE_DISPATCH
+}
+#undef CJIT_DEPTHWISE_DISPATCH
+
+struct Isa {
+  void (*epilogue)(float*, int64_t, int64_t, const float*, const std::vector<PostOp>*);
+  void (*depthwise)(const DwArgs&, int64_t, int64_t);
+};
+
+const Isa& PickIsa() {
+  static const Isa isa = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return Isa{&EpilogueAvx512, &DepthwiseAvx512};
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa{&EpilogueAvx2, &DepthwiseAvx2};
+    return Isa{&EpilogueBaseline, &DepthwiseBaseline};
+  }();
+  return isa;
+}
+
+bool AllEqual(const std::vector<int64_t>& v, int64_t value) {
+  return std::all_of(v.begin(), v.end(), [&](int64_t e) { return e == value; });
+}
+
+// Y [M, OC] = X [M, C] * W[OC, C]^T, then bias and post-ops, in row chunks of about 128 KiB of output so
+// the epilogue reads what the GEMM just wrote from cache. With several threads and enough chunks, each
+// thread runs whole chunks (dnnl_sgemm then runs single-threaded inside the parallel region); otherwise
+// dnnl_sgemm parallelizes each chunk itself.
+// `w` is [OC, C] (transposed = false) or [C, OC] (transposed = true, the packed constant weights: dnnl_sgemm
+// is ~10% faster with B not transposed).
+absl::Status PointwiseGemm(KernelContext& ctx, const float* x, const float* w, bool w_is_c_by_oc, const float* bias,
+                           float* y, int64_t M, int64_t C, int64_t OC) {
+  const std::vector<PostOp>* ops = ctx.post_ops;
+  const Isa& isa = PickIsa();
+  int64_t rows = std::max<int64_t>(256, (int64_t{128} << 10) / (4 * std::max<int64_t>(OC, 1)));
+  rows = std::min(rows, M);
+  int64_t chunks = (M + rows - 1) / rows;
+  int nt = ctx.threads;
+  int failed = 0;
+  auto chunk = [&](int64_t i) {
+    int64_t m0 = i * rows, m = std::min(rows, M - m0);
+    dnnl_status_t st = w_is_c_by_oc ? dnnl_sgemm('N', 'N', m, OC, C, 1.0f, x + m0 * C, C, w, OC, 0.0f, y + m0 * OC, OC)
+                                    : dnnl_sgemm('N', 'T', m, OC, C, 1.0f, x + m0 * C, C, w, C, 0.0f, y + m0 * OC, OC);
+    if (st != dnnl_success) {
+      failed = 1;
+      return;
+    }
+    isa.epilogue(y + m0 * OC, m, OC, bias, ops);
+  };
+  if (nt > 1 && chunks >= 2 * nt) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t i = 0; i < chunks; ++i) chunk(i);
+  } else {
+    for (int64_t i = 0; i < chunks; ++i) chunk(i);
+  }
+  if (failed) return ctx.Error("oneDNN sgemm failed on a pointwise convolution");
+  return absl::OkStatus();
+}
+
+// Depthwise weights ONNX [C, 1, KH, KW] -> [KH, KW, C].
+void PackDepthwise(const float* w, int64_t C, int64_t KH, int64_t KW, float* out) {
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t k = 0; k < KH * KW; ++k) out[k * C + c] = w[c * KH * KW + k];
+}
+
+}  // namespace
+
+void ApplyChannelEpilogue(float* y, int64_t rows, int64_t channels, const float* bias, const std::vector<PostOp>* ops) {
+  PickIsa().epilogue(y, rows, channels, bias, ops);
+}
+
+absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeometry& g, int64_t group, Tensor& y) {
+  const Tensor& x = ctx.in(0);
+  const Tensor& w = ctx.in(1);
+  const float* bias = ctx.has(2) ? static_cast<const float*>(ctx.in(2).raw()) : nullptr;
+  if (ctx.post_ops) {
+    for (const PostOp& op : *ctx.post_ops) {
+      if (op.kind == PostOp::Kind::kBiasLastDim) return ctx.Error("internal: a GEMM epilogue post-op on a convolution");
+    }
+  }
+  size_t nsp = g.kernel.size();
+  int64_t C = x.dim(x.rank() - 1), OC = y.dim(y.rank() - 1);
+  int64_t ksz = 1;
+  for (int64_t k : g.kernel) ksz *= k;
+  // The weights must hold exactly what the geometry reads (a kernel_shape attribute that disagrees with W
+  // goes to the general path, which reports it).
+  if (group <= 0 || C % group != 0 || w.rank() != static_cast<int>(nsp) + 2 || w.dim(0) != OC ||
+      w.numel() != OC * (C / group) * ksz || x.dim(0) != y.dim(0)) {
+    return false;
+  }
+  const float* xp = static_cast<const float*>(x.raw());
+  float* yp = static_cast<float*>(y.raw());
+  // Pointwise: every output pixel is one row of a GEMM.
+  if (group == 1 && AllEqual(g.kernel, 1) && AllEqual(g.strides, 1) && AllEqual(g.pad_begin, 0) &&
+      AllEqual(g.pad_end, 0)) {
+    int64_t M = x.numel() / C;
+    std::shared_ptr<DnnlEntry> entry;  // holds the packed constant weights while this call runs
+    const float* wp = static_cast<const float*>(w.raw());
+    if (ctx.is_constant(1)) {
+      std::string key = absl::StrCat("pwpack:", reinterpret_cast<uintptr_t>(w.raw()), ":", C, ":", OC);
+      entry = GetOrCreateDnnl(key, [&] {
+        auto e = std::make_shared<DnnlEntry>();
+        e->weights = dnnl::memory(dnnl::memory::desc({C * OC}, dnnl::memory::data_type::f32,
+                                                     dnnl::memory::format_tag::a),
+                                  CpuEngine());
+        float* out = static_cast<float*>(e->weights.get_data_handle());
+        for (int64_t o = 0; o < OC; ++o)
+          for (int64_t c = 0; c < C; ++c) out[c * OC + o] = wp[o * C + c];
+        e->weights_source = w.buffer();
+        e->holds_weights = true;
+        e->impl = "pointwise";
+        return e;
+      }, [&](const DnnlEntry& e) { return !e.weights_source.expired() && e.weights_source.lock() == w.buffer(); });
+    }
+    CJIT_RETURN_IF_ERROR(PointwiseGemm(ctx, xp,
+                                       entry ? static_cast<const float*>(entry->weights.get_data_handle()) : wp,
+                                       entry != nullptr, bias, yp, M, C, OC));
+    if (ctx.want_impl) ctx.impl = "pointwise convolution as oneDNN sgemm (shape-generic)";
+    return true;
+  }
+  // Depthwise (one filter per channel), 1-D or 2-D.
+  if (group == C && OC == C && (nsp == 1 || nsp == 2)) {
+    DwArgs a{};
+    a.C = C;
+    int64_t n = x.dim(0);
+    if (nsp == 2) {
+      a.H = x.dim(1), a.W = x.dim(2), a.OH = y.dim(1), a.OW = y.dim(2);
+      a.KH = g.kernel[0], a.KW = g.kernel[1], a.sh = g.strides[0], a.sw = g.strides[1];
+      a.ph = g.pad_begin[0], a.pw = g.pad_begin[1], a.dh = g.dilations[0], a.dw = g.dilations[1];
+    } else {
+      a.H = 1, a.W = x.dim(1), a.OH = 1, a.OW = y.dim(1);
+      a.KH = 1, a.KW = g.kernel[0], a.sh = 1, a.sw = g.strides[0];
+      a.ph = 0, a.pw = g.pad_begin[0], a.dh = 1, a.dw = g.dilations[0];
+    }
+    std::shared_ptr<DnnlEntry> entry;  // holds the packed constant weights while this call runs
+    std::vector<float> local;
+    const float* packed = nullptr;
+    if (ctx.is_constant(1)) {
+      std::string key = absl::StrCat("dwpack:", reinterpret_cast<uintptr_t>(w.raw()), ":", C, ":", a.KH, ":", a.KW);
+      entry = GetOrCreateDnnl(key, [&] {
+        auto e = std::make_shared<DnnlEntry>();
+        e->weights = dnnl::memory(dnnl::memory::desc({C * a.KH * a.KW}, dnnl::memory::data_type::f32,
+                                                     dnnl::memory::format_tag::a),
+                                  CpuEngine());
+        PackDepthwise(static_cast<const float*>(w.raw()), C, a.KH, a.KW,
+                      static_cast<float*>(e->weights.get_data_handle()));
+        e->weights_source = w.buffer();
+        e->holds_weights = true;
+        e->impl = "depthwise";
+        return e;
+      }, [&](const DnnlEntry& e) { return !e.weights_source.expired() && e.weights_source.lock() == w.buffer(); });
+      packed = static_cast<const float*>(entry->weights.get_data_handle());
+    } else {
+      local.resize(C * a.KH * a.KW);
+      PackDepthwise(static_cast<const float*>(w.raw()), C, a.KH, a.KW, local.data());
+      packed = local.data();
+    }
+    a.x = xp, a.w = packed, a.bias = bias, a.y = yp, a.ops = ctx.post_ops;
+    int64_t total = n * a.OH;
+    int nt = static_cast<int>(std::min<int64_t>(ctx.threads, total));
+    if (total * a.OW * C * a.KH * a.KW < (int64_t{1} << 15)) nt = 1;
+    auto fn = PickIsa().depthwise;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int t = 0; t < nt; ++t) fn(a, total * t / nt, total * (t + 1) / nt);
+    if (ctx.want_impl) ctx.impl = "depthwise convolution, channel-vectorized loop (shape-generic)";
+    return true;
+  }
+  return false;
+}
+
+}  // namespace cjit

@@ -1,0 +1,39 @@
+// Channels-last (NHWC) convolutions without a per-shape JIT: pointwise (1x1) convolutions as one GEMM
+// (oneDNN's dnnl_sgemm, whose kernels are generated once per process) and depthwise 1-D/2-D convolutions
+// as a channel-vectorized direct loop. oneDNN's convolution primitives generate machine code for every
+// new input shape (0.1-1.3 ms per convolution on the models of docs/notes.md), which dominated a
+// network's first run at a new shape; these paths cost the same on a shape's first run as on its
+// hundredth, and run as fast as oneDNN's brgconv_1x1 / brdgmm_dw in steady state (benchmarks in
+// docs/notes.md). The choice depends on the convolution's geometry only, never on run history, so a
+// shape's results are the same on every run and from every thread.
+//
+// Semantics: ONNX Conv (https://onnx.ai/onnx/operators/onnx__Conv.html) with X [N, spatial.., C] and
+// Y [N, spatial.., OC] (com.clusterjit.NhwcConv), float32, float32 accumulation. Post-ops (the fused
+// elementwise ops of a compiled cluster) are applied with ONNX semantics: a NaN stays a NaN.
+// Internal to runtime/cpu.
+#ifndef CJIT_RUNTIME_CPU_CONV_NHWC_H_
+#define CJIT_RUNTIME_CPU_CONV_NHWC_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/ops/op_registry.h"
+#include "runtime/cpu/kernel.h"
+
+namespace cjit {
+
+struct PostOp;
+
+// Runs the convolution of `ctx` (inputs X, W, optional B; output `y` already allocated) on one of the
+// paths above when its geometry fits one: returns true when it ran, false when the caller should run
+// the general (oneDNN) path. Errors name the node.
+absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeometry& g, int64_t group, Tensor& y);
+
+// Applies bias (per last-dim channel, may be null) and then `ops` (may be null) to `rows` rows of
+// `channels` floats at `y` (row stride `channels`), with ONNX semantics. Exposed for the GEMM paths.
+void ApplyChannelEpilogue(float* y, int64_t rows, int64_t channels, const float* bias, const std::vector<PostOp>* ops);
+
+}  // namespace cjit
+
+#endif  // CJIT_RUNTIME_CPU_CONV_NHWC_H_
