@@ -180,6 +180,13 @@ def main():
         write_case(root, "contraction_MatMul_%dx%dx%d" % (m, k, n), [helper.make_node("MatMul", ["a", "b"], ["y"])],
                    [("a", a), ("b", b)], [("y", (f64(a) @ f64(b)).astype(np.float32))],
                    tol=(1e-5, 1e-5 * math.sqrt(k)))
+    # Products large enough for the GEMM libraries: B shared by every batch (one dnnl_sgemm over batch * M
+    # rows), B broadcast from a leading 1, and a true batch (both operands batched).
+    for name, (ash, bsh) in {"shared_b": ((2, 3, 40, 64), (64, 48)), "shared_b_lead1": ((2, 40, 64), (1, 64, 48)),
+                             "true_batch": ((3, 40, 64), (3, 64, 48))}.items():
+        a, b = rnd(*ash), rnd(*bsh)
+        write_case(root, "contraction_MatMul_large_" + name, [helper.make_node("MatMul", ["a", "b"], ["y"])],
+                   [("a", a), ("b", b)], [("y", np.matmul(f64(a), f64(b)).astype(np.float32))], tol=(1e-5, 1e-4))
     ba, bb2 = rnd(2, 3, 4, 8), rnd(3, 8, 5)
     write_case(root, "contraction_MatMul_batched", [helper.make_node("MatMul", ["a", "b"], ["y"])],
                [("a", ba), ("b", bb2)], [("y", np.matmul(f64(ba), f64(bb2)).astype(np.float32))], tol=(1e-5, 1e-4))
