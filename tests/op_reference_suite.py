@@ -295,6 +295,25 @@ def main():
                    inits=[("w1", w1), ("b1", b1), ("wd", wd), ("bd", bd), ("w3", w3), ("kc", kc),
                           ("clip_lo", np.array(0.0, np.float32)), ("clip_hi", np.array(6.0, np.float32))],
                    opset=14, tol=(1e-5, 1e-4))
+    # Few input channels run as im2col + GEMM (runtime/cpu/conv_nhwc.h): an image stem (3 channels, stride 2,
+    # dilation, channels-last because a convolution follows), and a framing convolution of a short signal
+    # (fewer output frames than filters: the transposed GEMM) with a fused Relu.
+    sx, sw1, sb1, sw2 = rnd(2, 3, 13, 17), rnd(16, 3, 3, 3), rnd(16), rnd(5, 16, 1, 1)
+    s1 = np.maximum(conv2d(f64(sx), f64(sw1), f64(sb1), (2, 2), (1, 2, 1, 0), (1, 2), 1), 0)
+    sy = conv2d(s1, f64(sw2), np.zeros(5), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    write_case(root, "conv_im2col_stem_channels_last",
+               [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], strides=[2, 2], pads=[1, 2, 1, 0],
+                                 dilations=[1, 2]),
+                helper.make_node("Relu", ["c1"], ["r1"]), helper.make_node("Conv", ["r1", "w2"], ["y"])],
+               [("x", sx)], [("y", sy.astype(np.float32))], inits=[("w1", sw1), ("b1", sb1), ("w2", sw2)],
+               tol=(1e-5, 1e-4))
+    fx, fw, fb = rnd(1, 1, 1300), rnd(33, 1, 256), rnd(33)
+    fy = np.maximum(conv2d(f64(fx)[:, :, None, :], f64(fw)[:, :, None, :], f64(fb), (1, 160), (0, 8, 0, 8), (1, 1),
+                           1), 0)[:, :, 0, :]
+    write_case(root, "conv_im2col_framing_short",
+               [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[160], pads=[8, 8]),
+                helper.make_node("Relu", ["c"], ["y"])],
+               [("x", fx)], [("y", fy.astype(np.float32))], inits=[("w", fw), ("b", fb)], tol=(1e-5, 1e-4))
     # A channels-last global average pool (ReduceMean over the middle axes), large enough that threads split
     # its columns.
     gx = rnd(2, 64, 64, 12)

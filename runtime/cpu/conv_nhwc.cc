@@ -418,4 +418,156 @@ absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeome
   return false;
 }
 
+absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, int64_t group, bool channels_last,
+                                    Tensor& y) {
+  const Tensor& x = ctx.in(0);
+  const Tensor& w = ctx.in(1);
+  size_t nsp = g.kernel.size();
+  if (group != 1 || (nsp != 1 && nsp != 2) || x.rank() != static_cast<int>(nsp) + 2) return false;
+  int64_t C = channels_last ? x.dim(x.rank() - 1) : x.dim(1);
+  int64_t OC = channels_last ? y.dim(y.rank() - 1) : y.dim(1);
+  if (C > kIm2colMaxChannels) return false;
+  if (ctx.post_ops) {
+    for (const PostOp& op : *ctx.post_ops) {
+      if (op.kind == PostOp::Kind::kBiasLastDim) return ctx.Error("internal: a GEMM epilogue post-op on a convolution");
+    }
+  }
+  int64_t KH = nsp == 2 ? g.kernel[0] : 1, KW = g.kernel[nsp - 1];
+  int64_t K = C * KH * KW;
+  if (w.rank() != static_cast<int>(nsp) + 2 || w.dim(0) != OC || w.numel() != OC * K) return false;
+  int64_t N = x.dim(0);
+  int64_t H = nsp == 2 ? (channels_last ? x.dim(1) : x.dim(2)) : 1;
+  int64_t W = channels_last ? x.dim(x.rank() - 2) : x.dim(x.rank() - 1);
+  int64_t OH = nsp == 2 ? (channels_last ? y.dim(1) : y.dim(2)) : 1;
+  int64_t OW = channels_last ? y.dim(y.rank() - 2) : y.dim(y.rank() - 1);
+  int64_t sh = nsp == 2 ? g.strides[0] : 1, sw = g.strides[nsp - 1];
+  int64_t ph = nsp == 2 ? g.pad_begin[0] : 0, pw = g.pad_begin[nsp - 1];
+  int64_t dh = nsp == 2 ? g.dilations[0] : 1, dw = g.dilations[nsp - 1];
+  int64_t P = OH * OW;
+  if (P == 0 || K == 0 || static_cast<double>(P) * K * sizeof(float) > kIm2colMaxBytes) return false;
+  std::vector<float> cols(static_cast<size_t>(P * K));
+  const float* xp = static_cast<const float*>(x.raw());
+  const float* wp = static_cast<const float*>(w.raw());
+  const float* bias = ctx.has(2) ? static_cast<const float*>(ctx.in(2).raw()) : nullptr;
+  float* yp = static_cast<float*>(y.raw());
+  std::shared_ptr<DnnlEntry> entry;  // channels-last: weights packed [KH, KW, C] x OC, held while this runs
+  std::vector<float> local;
+  const float* packed = nullptr;
+  if (channels_last) {
+    auto pack = [&](float* out) {
+      for (int64_t o = 0; o < OC; ++o)
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t k = 0; k < KH * KW; ++k) out[(k * C + c) * OC + o] = wp[(o * C + c) * KH * KW + k];
+    };
+    if (ctx.is_constant(1)) {
+      std::string key = absl::StrCat("im2colpack:", reinterpret_cast<uintptr_t>(w.raw()), ":", OC, ":", K);
+      entry = GetOrCreateDnnl(key, [&] {
+        auto e = std::make_shared<DnnlEntry>();
+        e->weights = dnnl::memory(dnnl::memory::desc({K * OC}, dnnl::memory::data_type::f32,
+                                                     dnnl::memory::format_tag::a),
+                                  CpuEngine());
+        pack(static_cast<float*>(e->weights.get_data_handle()));
+        e->weights_source = w.buffer();
+        e->holds_weights = true;
+        e->impl = "im2col";
+        return e;
+      }, [&](const DnnlEntry& e) { return !e.weights_source.expired() && e.weights_source.lock() == w.buffer(); });
+      packed = static_cast<const float*>(entry->weights.get_data_handle());
+    } else {
+      local.resize(static_cast<size_t>(K * OC));
+      pack(local.data());
+      packed = local.data();
+    }
+  }
+  for (int64_t n = 0; n < N; ++n) {
+    if (channels_last) {  // cols [P, (kh, kw, c)]
+      const float* xn = xp + n * H * W * C;
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          float* row = cols.data() + (oh * OW + ow) * K;
+          for (int64_t kh = 0; kh < KH; ++kh) {
+            int64_t ih = oh * sh - ph + kh * dh;
+            for (int64_t kw = 0; kw < KW; ++kw) {
+              int64_t iw = ow * sw - pw + kw * dw;
+              float* dst = row + (kh * KW + kw) * C;
+              if (static_cast<uint64_t>(ih) >= static_cast<uint64_t>(H) ||
+                  static_cast<uint64_t>(iw) >= static_cast<uint64_t>(W)) {
+                std::fill(dst, dst + C, 0.0f);
+              } else {
+                std::memcpy(dst, xn + (ih * W + iw) * C, C * sizeof(float));
+              }
+            }
+          }
+        }
+      float* yn = yp + n * P * OC;
+      if (dnnl_sgemm('N', 'N', P, OC, K, 1.0f, cols.data(), K, packed, OC, 0.0f, yn, OC) != dnnl_success) {
+        return ctx.Error("oneDNN sgemm failed on a convolution");
+      }
+      ApplyChannelEpilogue(yn, P, OC, bias, ctx.post_ops);
+    } else if (P < OC) {  // few output pixels (a short signal): cols [P, (c, kh, kw)]; Y^T = cols x W^T
+      const float* xn = xp + n * C * H * W;
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          float* row = cols.data() + (oh * OW + ow) * K;
+          for (int64_t c = 0; c < C; ++c)
+            for (int64_t kh = 0; kh < KH; ++kh) {
+              int64_t ih = oh * sh - ph + kh * dh;
+              float* dst = row + (c * KH + kh) * KW;
+              if (static_cast<uint64_t>(ih) >= static_cast<uint64_t>(H)) {
+                std::fill(dst, dst + KW, 0.0f);
+                continue;
+              }
+              const float* src = xn + (c * H + ih) * W;
+              for (int64_t kw = 0; kw < KW; ++kw) {
+                int64_t iw = ow * sw - pw + kw * dw;
+                dst[kw] = static_cast<uint64_t>(iw) < static_cast<uint64_t>(W) ? src[iw] : 0.0f;
+              }
+            }
+        }
+      local.resize(static_cast<size_t>(P * OC));
+      if (dnnl_sgemm('N', 'T', P, OC, K, 1.0f, cols.data(), K, wp, K, 0.0f, local.data(), OC) != dnnl_success) {
+        return ctx.Error("oneDNN sgemm failed on a convolution");
+      }
+      float* yn = yp + n * OC * P;
+      for (int64_t o = 0; o < OC; ++o) {
+        float b = bias ? bias[o] : 0.0f;
+        for (int64_t i = 0; i < P; ++i) yn[o * P + i] = local[i * OC + o] + b;
+      }
+    } else {  // cols [(c, kh, kw), P]; Y [OC, P] = W [OC, K] x cols
+      const float* xn = xp + n * C * H * W;
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t kh = 0; kh < KH; ++kh)
+          for (int64_t kw = 0; kw < KW; ++kw) {
+            float* row = cols.data() + ((c * KH + kh) * KW + kw) * P;
+            for (int64_t oh = 0; oh < OH; ++oh) {
+              int64_t ih = oh * sh - ph + kh * dh;
+              float* dst = row + oh * OW;
+              if (static_cast<uint64_t>(ih) >= static_cast<uint64_t>(H)) {
+                std::fill(dst, dst + OW, 0.0f);
+                continue;
+              }
+              const float* src = xn + (c * H + ih) * W;
+              for (int64_t ow = 0; ow < OW; ++ow) {
+                int64_t iw = ow * sw - pw + kw * dw;
+                dst[ow] = static_cast<uint64_t>(iw) < static_cast<uint64_t>(W) ? src[iw] : 0.0f;
+              }
+            }
+          }
+      float* yn = yp + n * OC * P;
+      if (dnnl_sgemm('N', 'N', OC, P, K, 1.0f, wp, K, cols.data(), P, 0.0f, yn, P) != dnnl_success) {
+        return ctx.Error("oneDNN sgemm failed on a convolution");
+      }
+      if (bias) {
+        for (int64_t o = 0; o < OC; ++o) {
+          float b = bias[o];
+          float* r = yn + o * P;
+          for (int64_t i = 0; i < P; ++i) r[i] += b;
+        }
+      }
+    }
+  }
+  if (ctx.want_impl) ctx.impl = "im2col + oneDNN sgemm (few input channels, shape-generic)";
+  return true;
+}
+
 }  // namespace cjit

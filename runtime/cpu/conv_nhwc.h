@@ -30,6 +30,16 @@ struct PostOp;
 // the general (oneDNN) path. Errors name the node.
 absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeometry& g, int64_t group, Tensor& y);
 
+// Convolutions with few input channels (the stem of an image network, an STFT's framing convolution;
+// group 1, 1-D or 2-D, either layout) as im2col + dnnl_sgemm: oneDNN's direct kernels gain little from
+// blocked layouts at C <= 4 and generated code per shape, plus layout reorders around them for NCHW. The
+// im2col matrix is at most kIm2colMaxBytes. Returns false when the geometry does not fit. Post-ops are
+// applied here for channels-last output only: the caller applies them to NCHW output.
+constexpr int64_t kIm2colMaxChannels = 4;
+constexpr double kIm2colMaxBytes = 64.0 * (1 << 20);
+absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, int64_t group, bool channels_last,
+                                    Tensor& y);
+
 // Applies bias (per last-dim channel, may be null) and then `ops` (may be null) to `rows` rows of
 // `channels` floats at `y` (row stride `channels`), with ONNX semantics. Exposed for the GEMM paths.
 void ApplyChannelEpilogue(float* y, int64_t rows, int64_t channels, const float* bias, const std::vector<PostOp>* ops);

@@ -169,6 +169,13 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
     CJIT_ASSIGN_OR_RETURN(bool done, TryNhwcConvWithoutJit(ctx, g, group, y));
     if (done) return absl::OkStatus();
   }
+  if (!transposed) {  // few input channels: im2col + GEMM (conv_nhwc.h)
+    CJIT_ASSIGN_OR_RETURN(bool done, TryIm2colConv(ctx, g, group, channels_last, y));
+    if (done) {
+      if (!channels_last && ctx.post_ops != nullptr) ApplyPostOpsExact(*ctx.post_ops, y, false);
+      return absl::OkStatus();
+    }
+  }
   size_t nsp = g.kernel.size();
   memory::dims wd, ws;
   if (!transposed) {  // ONNX [OC, C/g, k...]
