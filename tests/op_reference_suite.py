@@ -245,7 +245,7 @@ def main():
                inits=[("w1", lw1), ("b1", lb1), ("wd", lwd), ("ws", lws), ("k", lk), ("sl", lsl), ("w3", lw3),
                       ("v", lv)], tol=(1e-5, 1e-4))
     # Channels-last chains (pointwise Conv -> activation -> depthwise Conv -> activation -> pointwise Conv):
-    # the CPU runs them as NHWC convolutions without a per-shape JIT (runtime/cpu/conv_nhwc.h): channel
+    # the CPU runs them as NHWC convolutions without a per-shape JIT (runtime/cpu/conv_gemm.h): channel
     # counts that exercise the 16-, 8- and single-channel blocks, strides, dilations, asymmetric pads,
     # kernels with and without a compiled-in size, 1-D, batches, every fused activation, a per-channel
     # Add, and sizes large enough that threads split rows and GEMM chunks.
@@ -291,11 +291,11 @@ def main():
         if add_channel:
             nodes.append(helper.make_node("Add", ["a2", "kc"], ["a3"]))
         nodes.append(helper.make_node("Conv", ["a3", "w3"], ["y"]))
-        write_case(root, "conv_nhwc_" + name, nodes, [("x", nx)], [("y", y.astype(np.float32))],
+        write_case(root, "conv_gemm_" + name, nodes, [("x", nx)], [("y", y.astype(np.float32))],
                    inits=[("w1", w1), ("b1", b1), ("wd", wd), ("bd", bd), ("w3", w3), ("kc", kc),
                           ("clip_lo", np.array(0.0, np.float32)), ("clip_hi", np.array(6.0, np.float32))],
                    opset=14, tol=(1e-5, 1e-4))
-    # Few input channels run as im2col + GEMM (runtime/cpu/conv_nhwc.h): an image stem (3 channels, stride 2,
+    # Few input channels run as im2col + GEMM (runtime/cpu/conv_gemm.h): an image stem (3 channels, stride 2,
     # dilation, channels-last because a convolution follows), and a framing convolution of a short signal
     # (fewer output frames than filters: the transposed GEMM) with a fused Relu.
     sx, sw1, sb1, sw2 = rnd(2, 3, 13, 17), rnd(16, 3, 3, 3), rnd(16), rnd(5, 16, 1, 1)
@@ -314,6 +314,55 @@ def main():
                [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[160], pads=[8, 8]),
                 helper.make_node("Relu", ["c"], ["y"])],
                [("x", fx)], [("y", fy.astype(np.float32))], inits=[("w", fw), ("b", fb)], tol=(1e-5, 1e-4))
+    # ConvTranspose as GEMM + col2im (runtime/cpu/conv_gemm.h): a detector head's 2x2/2 upsampling, pads
+    # with output_padding and dilation, groups, 1-D.
+    def conv_transpose2d(x, w, b, stride, pad, dil, outpad, group):
+        n, c, h, wd = x.shape
+        _, ocg, kh, kw = w.shape
+        oh = stride[0] * (h - 1) + outpad[0] + (kh - 1) * dil[0] + 1 - pad[0] - pad[2]
+        ow = stride[1] * (wd - 1) + outpad[1] + (kw - 1) * dil[1] + 1 - pad[1] - pad[3]
+        y = np.zeros((n, ocg * group, oh, ow)) + b.reshape(1, -1, 1, 1)
+        cg = c // group
+        for ci in range(c):
+            gi = ci // cg
+            for i in range(h):
+                for j in range(wd):
+                    for a in range(kh):
+                        for bb in range(kw):
+                            r, q = i * stride[0] - pad[0] + a * dil[0], j * stride[1] - pad[1] + bb * dil[1]
+                            if 0 <= r < oh and 0 <= q < ow:
+                                y[:, gi * ocg:(gi + 1) * ocg, r, q] += x[:, ci, i, j][:, None] * w[ci, :, a, bb][None, :]
+        return y
+    for name, (xs, ws, stride, pad, dil, outpad, group) in {
+            "2x2_s2": ((1, 6, 5, 7), (6, 4, 2, 2), (2, 2), (0, 0, 0, 0), (1, 1), (0, 0), 1),
+            "3x3_s2_pads_outpad_dil": ((2, 3, 4, 5), (3, 5, 3, 3), (2, 3), (1, 2, 0, 1), (2, 1), (1, 2), 1),
+            "group2": ((1, 4, 3, 4), (4, 3, 3, 2), (1, 2), (1, 0, 1, 1), (1, 1), (0, 1), 2)}.items():
+        tx, tw, tb = rnd(*xs), rnd(*ws), rnd(ws[1] * group)
+        ref = conv_transpose2d(f64(tx), f64(tw), f64(tb), stride, pad, dil, outpad, group)
+        write_case(root, "convtranspose_" + name,
+                   [helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], strides=list(stride), pads=list(pad),
+                                     dilations=list(dil), output_padding=list(outpad), group=group)],
+                   [("x", tx)], [("y", ref.astype(np.float32))], inits=[("w", tw), ("b", tb)], tol=(1e-5, 1e-4))
+    tx, tw = rnd(2, 3, 9), rnd(3, 2, 4)
+    ref = conv_transpose2d(f64(tx)[:, :, None, :], f64(tw)[:, :, None, :], np.zeros(2), (1, 3), (0, 1, 0, 2), (1, 1),
+                           (0, 0), 1)[:, :, 0, :]
+    write_case(root, "convtranspose_1d", [helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[3], pads=[1, 2])],
+               [("x", tx)], [("y", ref.astype(np.float32))], inits=[("w", tw)], tol=(1e-5, 1e-4))
+    # Resize nearest (the FPN upsampling) in both layouts' shapes: integer scales, a channels-last-like
+    # shape (the trailing dim unchanged) and a down-scale.
+    for rname, scales, shape_in in [("x2", [1, 1, 2, 2], (2, 3, 5, 4)), ("nhwc_like", [1, 2, 3, 1], (2, 5, 4, 3)),
+                                    ("down", [1, 1, 0.5, 0.75], (2, 3, 6, 8))]:
+        rx = rnd(*shape_in)
+        out_shape = [int(np.floor(d * sc)) for d, sc in zip(shape_in, scales)]
+        idx = []  # half_pixel coordinates, round_prefer_floor
+        for o, sc, d in zip(out_shape, scales, shape_in):
+            xo = (np.arange(o) + 0.5) / sc - 0.5
+            k = np.where(xo - np.floor(xo) == 0.5, np.floor(xo), np.round(xo))
+            idx.append(np.clip(k.astype(np.int64), 0, d - 1))
+        ref = rx[np.ix_(*idx)]
+        write_case(root, "resize_nearest_" + rname,
+                   [helper.make_node("Resize", ["x", "", "s"], ["y"], mode="nearest")], [("x", rx)], [("y", ref)],
+                   inits=[("s", np.array(scales, np.float32))], tol=(0, 0))
     # A channels-last global average pool (ReduceMean over the middle axes), large enough that threads split
     # its columns.
     gx = rnd(2, 64, 64, 12)

@@ -10,6 +10,9 @@
 # Streams: rec  ppocrv4_rec, 1x3x48xW for 24 widths W from 64 to 1200 (text lines as cropped)
 #          cls  ppocr_mobile_cls, 1x3x48xW for 12 widths W from 48 to 192
 #          mel  oww_melspectrogram, 1xS for 12 lengths S from 1280 to 32000 samples
+#          det  a DB-style text detector (tools/make_detector.py: MobileNetV3 + FPN + DB head; Resize,
+#               ConvTranspose, depthwise/pointwise, HardSigmoid/HardSwish, Concat), 1x3xHxW for 8 page
+#               sizes, multiples of 32 from 320x320 to 960x960
 set -euo pipefail
 cd "$(dirname "$0")/.."
 action=${1:-run}
@@ -35,6 +38,14 @@ if [[ $action == make ]]; then
   make_stream rec ppocrv4_rec "$(spec 1,3,48,W float32 64 88 112 136 160 184 208 232 256 296 336 376 416 464 512 576 640 704 768 848 928 1008 1104 1200)"
   make_stream cls ppocr_mobile_cls "$(spec 1,3,48,W float32 48 56 64 80 96 104 120 136 152 160 176 192)"
   make_stream mel oww_melspectrogram "$(spec 1,W float32 1280 1760 2400 3200 4000 5120 6400 8000 12000 16000 24000 32000)"
+  # det: a DB-style text detector built by tools/make_detector.py, over 8 page sizes (multiples of 32).
+  rm -rf "$out/det" && mkdir -p "$out/det"
+  /usr/bin/python3 tools/make_detector.py "$out/det/model.onnx"
+  sets=()
+  for hw in 320x320 352x480 480x640 512x512 640x640 544x736 608x800 960x960; do
+    sets+=("[{\"dims\":[1,3,${hw%x*},${hw#*x}],\"type\":\"float32\"}]")
+  done
+  node tools/ort-bench/make_test_data.js "$out/det" "[$(IFS=,; echo "${sets[*]}")]"
   exit 0
 fi
 shift 2 || shift $#

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/ir/status_macros.h"
-#include "runtime/cpu/conv_nhwc.h"
+#include "runtime/cpu/conv_gemm.h"
 #include "runtime/cpu/dispatch.h"
 #include "runtime/cpu/kernel.h"
 #include "compiler/codegen/fusion_plan.h"
@@ -165,11 +165,15 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
   if (!transposed && w.dim(1) * group != C) {
     return ctx.Error(absl::StrCat("weight has ", w.dim(1), " input channels per group, input has ", C, "/", group));
   }
-  if (channels_last && !transposed) {  // pointwise / depthwise without a per-shape JIT (conv_nhwc.h)
+  if (channels_last && !transposed) {  // pointwise / depthwise without a per-shape JIT (conv_gemm.h)
     CJIT_ASSIGN_OR_RETURN(bool done, TryNhwcConvWithoutJit(ctx, g, group, y));
     if (done) return absl::OkStatus();
   }
-  if (!transposed) {  // few input channels: im2col + GEMM (conv_nhwc.h)
+  if (transposed && !channels_last) {  // GEMM + col2im (conv_gemm.h)
+    CJIT_ASSIGN_OR_RETURN(bool done, TryGemmConvTranspose(ctx, g, group, y));
+    if (done) return absl::OkStatus();
+  }
+  if (!transposed) {  // few input channels: im2col + GEMM (conv_gemm.h)
     CJIT_ASSIGN_OR_RETURN(bool done, TryIm2colConv(ctx, g, group, channels_last, y));
     if (done) {
       if (!channels_last && ctx.post_ops != nullptr) ApplyPostOpsExact(*ctx.post_ops, y, false);

@@ -1,7 +1,9 @@
 // Resize (opsets 10-18) and Upsample (7-9): nearest / linear / cubic interpolation, separable over every
 // dim, with all coordinate_transformation_modes and nearest_modes of the ONNX Resize specification.
 // Each output element is the weighted sum over the product of per-dim taps (1, 2 or 4 per dim).
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "compiler/ir/numeric_cast.h"
 #include "compiler/ir/status_macros.h"
@@ -131,6 +133,73 @@ absl::Status ResizeKernel(KernelContext& ctx) {
     xs[i] = xs[i + 1] * x.dim(i + 1);
     ys[i] = ys[i + 1] * y.dim(i + 1);
   }
+  // Nearest (one tap per dim, no extrapolation): a gather along each dim. Output rows (all dims but the
+  // trailing block) are walked with an odometer; the trailing dims that are copied unchanged (the channels
+  // of channels-last data, or nothing) move as one block, the others element by element.
+  bool nearest_only = true;
+  for (int d = 0; d < r; ++d) {
+    if (taps[d].n != 1) nearest_only = false;
+    for (bool o : taps[d].outside) nearest_only &= !o;
+  }
+  if (nearest_only && r >= 1 && y.numel() > 0) {
+    int split = r;  // dims [split, r) are identity: copied as contiguous blocks
+    while (split > 0) {
+      const Taps& t = taps[split - 1];
+      int64_t in = x.dim(split - 1), out = y.dim(split - 1);
+      bool identity = in == out;
+      for (int64_t i = 0; identity && i < out; ++i) identity = t.idx[i] == i;
+      if (!identity) break;
+      --split;
+    }
+    int64_t block = 1;
+    for (int d = split; d < r; ++d) block *= x.dim(d);
+    if (split == 0) {  // nothing moves
+      std::memcpy(y.raw(), x.raw(), x.nbytes());
+      return absl::OkStatus();
+    }
+    int last = split - 1;  // innermost gathered dim
+    int64_t rows = 1;
+    for (int d = 0; d < last; ++d) rows *= y.dim(d);
+    int64_t out_last = y.dim(last);
+    size_t esize = DTypeSize(x.dtype());
+    const uint8_t* px = static_cast<const uint8_t*>(x.raw());
+    uint8_t* py = static_cast<uint8_t*>(y.raw());
+    int nt = y.numel() >= 16384 ? static_cast<int>(std::min<int64_t>(ctx.threads, rows)) : 1;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int t = 0; t < nt; ++t) {
+      int64_t r0 = rows * t / nt, r1 = rows * (t + 1) / nt;
+      for (int64_t row = r0; row < r1; ++row) {
+        int64_t rem = row, src = 0;
+        for (int d = last - 1; d >= 0; --d) {
+          int64_t o = rem % y.dim(d);
+          rem /= y.dim(d);
+          src += taps[d].idx[o] * xs[d];
+        }
+        uint8_t* dst = py + static_cast<size_t>(row * out_last * block) * esize;
+        const Taps& tl = taps[last];
+        if (block == 1) {
+          switch (esize) {
+            case 4: {
+              const uint32_t* s4 = reinterpret_cast<const uint32_t*>(px) + src;
+              uint32_t* d4 = reinterpret_cast<uint32_t*>(dst);
+              for (int64_t i = 0; i < out_last; ++i) d4[i] = s4[tl.idx[i]];
+              break;
+            }
+            default:
+              for (int64_t i = 0; i < out_last; ++i) {
+                std::memcpy(dst + i * esize, px + static_cast<size_t>(src + tl.idx[i]) * esize, esize);
+              }
+          }
+        } else {
+          for (int64_t i = 0; i < out_last; ++i) {
+            std::memcpy(dst + static_cast<size_t>(i * block) * esize,
+                        px + static_cast<size_t>(src + tl.idx[i] * xs[last]) * esize, block * esize);
+          }
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
   return DispatchNumeric(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
@@ -138,7 +207,9 @@ absl::Status ResizeKernel(KernelContext& ctx) {
     int nt = y.numel() >= 16384 ? ctx.threads : 1;
 #pragma omp parallel for num_threads(nt) if (nt > 1)
     for (int64_t e = 0; e < y.numel(); ++e) {
-      std::vector<int64_t> o(r);
+      int64_t o_small[8];
+      std::vector<int64_t> o_big(r > 8 ? r : 0);
+      int64_t* o = r > 8 ? o_big.data() : o_small;
       int64_t rem = e, combos = 1;
       bool outside = false;
       for (int d = 0; d < r; ++d) {

@@ -1,5 +1,5 @@
-// Channels-last convolutions without a per-shape JIT (see conv_nhwc.h).
-#include "runtime/cpu/conv_nhwc.h"
+// Channels-last convolutions without a per-shape JIT (see conv_gemm.h).
+#include "runtime/cpu/conv_gemm.h"
 
 #include <algorithm>
 #include <cmath>
@@ -567,6 +567,61 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
     }
   }
   if (ctx.want_impl) ctx.impl = "im2col + oneDNN sgemm (few input channels, shape-generic)";
+  return true;
+}
+
+absl::StatusOr<bool> TryGemmConvTranspose(KernelContext& ctx, const WindowGeometry& g, int64_t group, Tensor& y) {
+  const Tensor& x = ctx.in(0);
+  const Tensor& w = ctx.in(1);
+  size_t nsp = g.kernel.size();
+  if ((nsp != 1 && nsp != 2) || x.rank() != static_cast<int>(nsp) + 2 || y.rank() != x.rank()) return false;
+  int64_t N = x.dim(0), C = x.dim(1), OC = y.dim(1);
+  if (group <= 0 || C % group != 0 || OC % group != 0) return false;
+  int64_t Cg = C / group, OCg = OC / group;
+  int64_t KH = nsp == 2 ? g.kernel[0] : 1, KW = g.kernel[nsp - 1], K = KH * KW;
+  if (w.rank() != x.rank() || w.dim(0) != C || w.numel() != C * OCg * K) return false;
+  int64_t H = nsp == 2 ? x.dim(2) : 1, W = x.dim(x.rank() - 1);
+  int64_t OH = nsp == 2 ? y.dim(2) : 1, OW = y.dim(y.rank() - 1);
+  int64_t sh = nsp == 2 ? g.strides[0] : 1, sw = g.strides[nsp - 1];
+  int64_t ph = nsp == 2 ? g.pad_begin[0] : 0, pw = g.pad_begin[nsp - 1];
+  int64_t dh = nsp == 2 ? g.dilations[0] : 1, dw = g.dilations[nsp - 1];
+  int64_t P = H * W, M = OCg * K;
+  if (P == 0 || static_cast<double>(M) * P * sizeof(float) > kIm2colMaxBytes) return false;
+  std::vector<float> cols(static_cast<size_t>(M * P));
+  const float* xp = static_cast<const float*>(x.raw());
+  const float* wp = static_cast<const float*>(w.raw());
+  const float* bias = ctx.has(2) ? static_cast<const float*>(ctx.in(2).raw()) : nullptr;
+  float* yp = static_cast<float*>(y.raw());
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t gi = 0; gi < group; ++gi) {
+      // cols [(oc, kh, kw), (h, w)] = W_g^T [(oc, kh, kw), c] x X_g [c, (h, w)]
+      const float* xg = xp + (n * C + gi * Cg) * P;
+      const float* wg = wp + gi * Cg * M;
+      if (dnnl_sgemm('T', 'N', M, P, Cg, 1.0f, wg, M, xg, P, 0.0f, cols.data(), P) != dnnl_success) {
+        return ctx.Error("oneDNN sgemm failed on a transposed convolution");
+      }
+      // col2im: y[oc, ih * sh - ph + kh * dh, iw * sw - pw + kw * dw] += cols[(oc, kh, kw), (ih, iw)]
+      for (int64_t oc = 0; oc < OCg; ++oc) {
+        float* yo = yp + (n * OC + gi * OCg + oc) * OH * OW;
+        std::fill(yo, yo + OH * OW, bias ? bias[gi * OCg + oc] : 0.0f);
+        for (int64_t kh = 0; kh < KH; ++kh)
+          for (int64_t kw = 0; kw < KW; ++kw) {
+            const float* cr = cols.data() + ((oc * KH + kh) * KW + kw) * P;
+            for (int64_t ih = 0; ih < H; ++ih) {
+              int64_t oh = ih * sh - ph + kh * dh;
+              if (static_cast<uint64_t>(oh) >= static_cast<uint64_t>(OH)) continue;
+              float* yr = yo + oh * OW;
+              const float* crow = cr + ih * W;
+              int64_t ow = -pw + kw * dw;
+              for (int64_t iw = 0; iw < W; ++iw, ow += sw) {
+                if (static_cast<uint64_t>(ow) < static_cast<uint64_t>(OW)) yr[ow] += crow[iw];
+              }
+            }
+          }
+      }
+    }
+  }
+  if (ctx.want_impl) ctx.impl = "GEMM + col2im via oneDNN sgemm (shape-generic)";
   return true;
 }
 

@@ -11,8 +11,8 @@
 // Y [N, spatial.., OC] (com.clusterjit.NhwcConv), float32, float32 accumulation. Post-ops (the fused
 // elementwise ops of a compiled cluster) are applied with ONNX semantics: a NaN stays a NaN.
 // Internal to runtime/cpu.
-#ifndef CJIT_RUNTIME_CPU_CONV_NHWC_H_
-#define CJIT_RUNTIME_CPU_CONV_NHWC_H_
+#ifndef CJIT_RUNTIME_CPU_CONV_GEMM_H_
+#define CJIT_RUNTIME_CPU_CONV_GEMM_H_
 
 #include <cstdint>
 #include <vector>
@@ -40,10 +40,16 @@ constexpr double kIm2colMaxBytes = 64.0 * (1 << 20);
 absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, int64_t group, bool channels_last,
                                     Tensor& y);
 
+// ConvTranspose (NCHW, 1-D or 2-D, any group, stride, dilation, pads, output_padding) as a GEMM and a
+// col2im scatter-add (the transposed form of im2col, as Caffe's deconvolution): oneDNN's deconvolution
+// generates code per shape and reorders NCHW around blocked layouts. Returns false when the geometry does
+// not fit (the column matrix above kIm2colMaxBytes).
+absl::StatusOr<bool> TryGemmConvTranspose(KernelContext& ctx, const WindowGeometry& g, int64_t group, Tensor& y);
+
 // Applies bias (per last-dim channel, may be null) and then `ops` (may be null) to `rows` rows of
 // `channels` floats at `y` (row stride `channels`), with ONNX semantics. Exposed for the GEMM paths.
 void ApplyChannelEpilogue(float* y, int64_t rows, int64_t channels, const float* bias, const std::vector<PostOp>* ops);
 
 }  // namespace cjit
 
-#endif  // CJIT_RUNTIME_CPU_CONV_NHWC_H_
+#endif  // CJIT_RUNTIME_CPU_CONV_GEMM_H_
