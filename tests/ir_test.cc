@@ -86,3 +86,27 @@ TEST(SpecializeShapesTest, IncompatibleShapesNameTheNode) {
 
 }  // namespace
 }  // namespace cjit
+
+// Large tensor buffers are recycled (compiler/ir/tensor.cc): a freed block serves a later request of at most
+// its size and at least 3/4 of it, never a larger one, and its contents are the caller's to overwrite.
+TEST(TensorBufferPoolTest, ReusesFreedLargeBlocksOfFittingSize) {
+  const void* first;
+  {
+    cjit::Tensor t(cjit::DType::kF32, {3 << 20});  // 12 MiB
+    first = t.raw();
+    std::memset(t.raw(), 0x5a, t.nbytes());
+  }
+  {
+    cjit::Tensor bigger(cjit::DType::kF32, {4 << 20});  // 16 MiB: the 12 MiB block is too small
+    EXPECT_NE(bigger.raw(), first);
+    cjit::Tensor fits(cjit::DType::kF32, {(3 << 20) - 1000});  // a little smaller: reuses it
+    EXPECT_EQ(fits.raw(), first);
+    float* p = fits.data<float>();
+    p[fits.numel() - 1] = 1.0f;  // the whole requested range is writable
+    EXPECT_EQ(p[fits.numel() - 1], 1.0f);
+  }
+  {
+    cjit::Tensor small(cjit::DType::kF32, {1 << 20});  // 4 MiB: would waste two thirds of the block
+    EXPECT_NE(small.raw(), first);
+  }
+}

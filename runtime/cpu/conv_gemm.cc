@@ -445,7 +445,10 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
   int64_t dh = nsp == 2 ? g.dilations[0] : 1, dw = g.dilations[nsp - 1];
   int64_t P = OH * OW;
   if (P == 0 || K == 0 || static_cast<double>(P) * K * sizeof(float) > kIm2colMaxBytes) return false;
-  std::vector<float> cols(static_cast<size_t>(P * K));
+  // Scratch as tensors: large ones come from the recycled-buffer pool (compiler/ir/tensor.cc), not a fresh
+  // mmap (and page faults) on every run.
+  Tensor cols_t(DType::kF32, {P * K});
+  float* cols = cols_t.data<float>();
   const float* xp = static_cast<const float*>(x.raw());
   const float* wp = static_cast<const float*>(w.raw());
   const float* bias = ctx.has(2) ? static_cast<const float*>(ctx.in(2).raw()) : nullptr;
@@ -484,7 +487,7 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
       const float* xn = xp + n * H * W * C;
       for (int64_t oh = 0; oh < OH; ++oh)
         for (int64_t ow = 0; ow < OW; ++ow) {
-          float* row = cols.data() + (oh * OW + ow) * K;
+          float* row = cols + (oh * OW + ow) * K;
           for (int64_t kh = 0; kh < KH; ++kh) {
             int64_t ih = oh * sh - ph + kh * dh;
             for (int64_t kw = 0; kw < KW; ++kw) {
@@ -500,7 +503,7 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
           }
         }
       float* yn = yp + n * P * OC;
-      if (dnnl_sgemm('N', 'N', P, OC, K, 1.0f, cols.data(), K, packed, OC, 0.0f, yn, OC) != dnnl_success) {
+      if (dnnl_sgemm('N', 'N', P, OC, K, 1.0f, cols, K, packed, OC, 0.0f, yn, OC) != dnnl_success) {
         return ctx.Error("oneDNN sgemm failed on a convolution");
       }
       ApplyChannelEpilogue(yn, P, OC, bias, ctx.post_ops);
@@ -508,7 +511,7 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
       const float* xn = xp + n * C * H * W;
       for (int64_t oh = 0; oh < OH; ++oh)
         for (int64_t ow = 0; ow < OW; ++ow) {
-          float* row = cols.data() + (oh * OW + ow) * K;
+          float* row = cols + (oh * OW + ow) * K;
           for (int64_t c = 0; c < C; ++c)
             for (int64_t kh = 0; kh < KH; ++kh) {
               int64_t ih = oh * sh - ph + kh * dh;
@@ -524,21 +527,22 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
               }
             }
         }
-      local.resize(static_cast<size_t>(P * OC));
-      if (dnnl_sgemm('N', 'T', P, OC, K, 1.0f, cols.data(), K, wp, K, 0.0f, local.data(), OC) != dnnl_success) {
+      Tensor yt_t(DType::kF32, {P * OC});
+      float* yt = yt_t.data<float>();
+      if (dnnl_sgemm('N', 'T', P, OC, K, 1.0f, cols, K, wp, K, 0.0f, yt, OC) != dnnl_success) {
         return ctx.Error("oneDNN sgemm failed on a convolution");
       }
       float* yn = yp + n * OC * P;
       for (int64_t o = 0; o < OC; ++o) {
         float b = bias ? bias[o] : 0.0f;
-        for (int64_t i = 0; i < P; ++i) yn[o * P + i] = local[i * OC + o] + b;
+        for (int64_t i = 0; i < P; ++i) yn[o * P + i] = yt[i * OC + o] + b;
       }
     } else {  // cols [(c, kh, kw), P]; Y [OC, P] = W [OC, K] x cols
       const float* xn = xp + n * C * H * W;
       for (int64_t c = 0; c < C; ++c)
         for (int64_t kh = 0; kh < KH; ++kh)
           for (int64_t kw = 0; kw < KW; ++kw) {
-            float* row = cols.data() + ((c * KH + kh) * KW + kw) * P;
+            float* row = cols + ((c * KH + kh) * KW + kw) * P;
             for (int64_t oh = 0; oh < OH; ++oh) {
               int64_t ih = oh * sh - ph + kh * dh;
               float* dst = row + oh * OW;
@@ -554,7 +558,7 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
             }
           }
       float* yn = yp + n * OC * P;
-      if (dnnl_sgemm('N', 'N', OC, P, K, 1.0f, wp, K, cols.data(), P, 0.0f, yn, P) != dnnl_success) {
+      if (dnnl_sgemm('N', 'N', OC, P, K, 1.0f, wp, K, cols, P, 0.0f, yn, P) != dnnl_success) {
         return ctx.Error("oneDNN sgemm failed on a convolution");
       }
       if (bias) {
@@ -587,7 +591,8 @@ absl::StatusOr<bool> TryGemmConvTranspose(KernelContext& ctx, const WindowGeomet
   int64_t dh = nsp == 2 ? g.dilations[0] : 1, dw = g.dilations[nsp - 1];
   int64_t P = H * W, M = OCg * K;
   if (P == 0 || static_cast<double>(M) * P * sizeof(float) > kIm2colMaxBytes) return false;
-  std::vector<float> cols(static_cast<size_t>(M * P));
+  Tensor cols_t(DType::kF32, {M * P});  // from the recycled-buffer pool when large
+  float* cols = cols_t.data<float>();
   const float* xp = static_cast<const float*>(x.raw());
   const float* wp = static_cast<const float*>(w.raw());
   const float* bias = ctx.has(2) ? static_cast<const float*>(ctx.in(2).raw()) : nullptr;
@@ -597,7 +602,7 @@ absl::StatusOr<bool> TryGemmConvTranspose(KernelContext& ctx, const WindowGeomet
       // cols [(oc, kh, kw), (h, w)] = W_g^T [(oc, kh, kw), c] x X_g [c, (h, w)]
       const float* xg = xp + (n * C + gi * Cg) * P;
       const float* wg = wp + gi * Cg * M;
-      if (dnnl_sgemm('T', 'N', M, P, Cg, 1.0f, wg, M, xg, P, 0.0f, cols.data(), P) != dnnl_success) {
+      if (dnnl_sgemm('T', 'N', M, P, Cg, 1.0f, wg, M, xg, P, 0.0f, cols, P) != dnnl_success) {
         return ctx.Error("oneDNN sgemm failed on a transposed convolution");
       }
       // col2im: y[oc, ih * sh - ph + kh * dh, iw * sw - pw + kw * dw] += cols[(oc, kh, kw), (ih, iw)]
@@ -606,7 +611,7 @@ absl::StatusOr<bool> TryGemmConvTranspose(KernelContext& ctx, const WindowGeomet
         std::fill(yo, yo + OH * OW, bias ? bias[gi * OCg + oc] : 0.0f);
         for (int64_t kh = 0; kh < KH; ++kh)
           for (int64_t kw = 0; kw < KW; ++kw) {
-            const float* cr = cols.data() + ((oc * KH + kh) * KW + kw) * P;
+            const float* cr = cols + ((oc * KH + kh) * KW + kw) * P;
             for (int64_t ih = 0; ih < H; ++ih) {
               int64_t oh = ih * sh - ph + kh * dh;
               if (static_cast<uint64_t>(oh) >= static_cast<uint64_t>(OH)) continue;
