@@ -86,6 +86,40 @@ TEST(ChannelsLastTest, ConvChainRunsChannelsLastWithTransposesOnlyAtItsEdges) {
   }
 }
 
+// An FPN step: a lateral 1x1 Conv, a nearest 2x Resize (scales) and a linear Resize (sizes) of a
+// deeper level, their sum into a 3x3 Conv. Both Resizes run on the channels-last tensors (their scales /
+// sizes permuted), so transposes remain only at the graph's edges.
+TEST(ChannelsLastTest, ResizeBetweenConvolutionsRunsChannelsLast) {
+  std::string ir = "graph g(%x: f32[1,3,8,10], %deep: f32[1,3,4,5]) {\n" + Const("w1", {6, 3, 1, 1}, 0.1) +
+                   Const("w2", {6, 3, 1, 1}, 0.2) + Const("w3", {4, 6, 3, 3}, 0.3) +
+                   "  %lat = Conv(%x, %w1)\n  %d = Conv(%deep, %w2)\n"
+                   "  %s = constant f32[4] {1, 1, 2, 2}\n  %up = Resize(%d, _, %s) {mode=\"nearest\"}\n"
+                   "  %sz = constant i64[4] {1, 6, 8, 10}\n  %up2 = Resize(%d, _, _, %sz) {mode=\"linear\"}\n"
+                   "  %sum = Add(%lat, %up)\n  %sum2 = Add(%sum, %up2)\n"
+                   "  %y = Conv(%sum2, %w3) {pads=[1,1,1,1]}\n  return %y\n}";
+  auto parsed = SpecializedGraphFromText(ir);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  std::shared_ptr<Graph> g(std::move(*parsed));
+  std::shared_ptr<Graph> nchw(g->Clone());
+  auto changed = AssignChannelsLastLayout(*g);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(*changed);
+  ASSERT_TRUE(RemoveNoOps(*g).ok());
+  std::string text = PrintGraph(*g);
+  EXPECT_EQ(Count(*g, "NhwcConv"), 3) << text;
+  EXPECT_EQ(Count(*g, "Resize"), 2) << text;
+  EXPECT_EQ(Count(*g, "Transpose"), 3) << text;  // x and deep in, y out
+  Tensor x(DType::kF32, {1, 3, 8, 10}), deep(DType::kF32, {1, 3, 4, 5});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::cos(0.37 * i));
+  for (int64_t i = 0; i < deep.numel(); ++i) deep.data<float>()[i] = static_cast<float>(std::sin(0.53 * i));
+  std::vector<Tensor> want = RunGraph(nchw, {x, deep}), got = RunGraph(g, {x, deep});
+  ASSERT_EQ(want.size(), 1u);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].dims(), want[0].dims());
+  OutputComparison c = CompareTensors("y", got[0], want[0], 1e-5, 1e-5);
+  EXPECT_TRUE(c.ok) << "max_abs " << c.max_abs << " " << c.problem;
+}
+
 TEST(ChannelsLastTest, IsolatedConvolutionStaysNchw) {
   auto g = SpecializedGraphFromText("graph g(%x: f32[1,2,5,5]) {\n" + Const("w", {3, 2, 3, 3}, 0.1) +
                                     "  %c = Conv(%x, %w)\n  %r = Relu(%c)\n  %t = Transpose(%r) {perm=[0,2,3,1]}\n"

@@ -53,6 +53,23 @@ bool Float32Known(const Value* v) {
 }
 
 // The Transpose to channels-first producing v, or null.
+// Resize (opset 11+: Resize-10 takes scales as input 1) of a rank-r tensor whose result does not depend on the axis order: no region of
+// interest (tf_crop_and_resize), no `axes` (opset 18), and constant scales or sizes with one entry per axis.
+bool ResizeIsTransparent(const Node& n, int r) {
+  if (n.op_type != "Resize" || !n.domain.empty() || n.opset_version == 10 || n.HasAttr("axes")) return false;
+  if (n.GetString("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize") return false;
+  if (n.inputs.size() < 3 || n.input(0) == nullptr) return false;
+  auto per_axis = [&](int i) {
+    const Value* v = n.input(i);
+    return v != nullptr && v->is_constant() && v->constant->rank() == 1 && v->constant->numel() == r;
+  };
+  auto empty = [&](int i) {
+    const Value* v = n.input(i);
+    return v == nullptr || (v->is_constant() && v->constant->numel() == 0);
+  };
+  return (per_axis(2) && (n.inputs.size() < 4 || empty(3))) || (empty(2) && n.inputs.size() >= 4 && per_axis(3));
+}
+
 Node* ToFirstProducer(const Value* v) {
   if (v == nullptr || v->producer == nullptr || v->producer->op_type != "Transpose" || !v->producer->domain.empty() ||
       !v->shape.rank_known || v->shape.rank() < 3) {
@@ -124,6 +141,19 @@ class Rewriter {
     return g_.AddConstant(Fresh(base + "/channels_last"), std::move(out));
   }
 
+  // A per-axis vector constant (Resize's scales or sizes: one entry per axis of a rank-r channels-first
+  // tensor) for the channels-last tensor.
+  Value* PermutedAxisVector(const Value* c, int r, const std::string& base) {
+    const Tensor& t = *c->constant;
+    std::vector<int64_t> perm = ToLast(r);
+    Tensor out(t.dtype(), t.dims());
+    size_t es = DTypeSize(t.dtype());
+    for (int i = 0; i < r; ++i) {
+      std::memcpy(static_cast<uint8_t*>(out.raw()) + i * es, static_cast<const uint8_t*>(t.raw()) + perm[i] * es, es);
+    }
+    return g_.AddConstant(Fresh(base + "/channels_last"), std::move(out));
+  }
+
   std::string Fresh(const std::string& base) { return absl::StrCat(base, "#", counter_++); }
 
  private:
@@ -163,7 +193,7 @@ std::unordered_set<const Node*> ConnectedConvs(const std::vector<Node*>& order) 
           continue;
         }
         bool through = (IsUnaryTransparent(r->op_type) && r->input(0) == v) || IsBinaryTransparent(r->op_type) ||
-                       r->op_type == "Concat";
+                       r->op_type == "Concat" || (r->op_type == "Resize" && r->input(0) == v);
         if (through && r->domain.empty() && depth < 8 && !r->outputs.empty() && r->outputs[0]) {
           queue.push_back({r->outputs[0], depth + 1});
         }
@@ -249,6 +279,16 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
       n->attrs.clear();
       n->attrs["axes"] = Attribute::Ints(axes);
       n->attrs["keepdims"] = Attribute::Int(1);
+      rw.MoveOutputToChannelsLast(n);
+      ++moved;
+    } else if (ResizeIsTransparent(*n, r)) {
+      // Resize interpolates each axis on its own (nearest, linear and cubic are separable): the same Resize
+      // of the channels-last tensor with its scales or sizes permuted.
+      Node* t = ToFirstProducer(n->input(0));
+      if (t == nullptr || n->input(0)->shape.rank() != r) continue;
+      n->inputs[0] = t->inputs[0];
+      int which = n->input(2) && n->input(2)->is_constant() && n->input(2)->constant->numel() == r ? 2 : 3;
+      n->inputs[which] = rw.PermutedAxisVector(n->input(which), r, n->name);
       rw.MoveOutputToChannelsLast(n);
       ++moved;
     } else if (n->op_type == "Concat" && !n->inputs.empty()) {
