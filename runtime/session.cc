@@ -1,3 +1,4 @@
+#include "runtime/cpu/conv_gemm.h"
 #include "runtime/session.h"
 
 #include <omp.h>
@@ -56,6 +57,7 @@ absl::StatusOr<Flags> ResolveFlags(const SessionOptions& options) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Load(const std::string& path, const SessionOptions& options) {
+  WarmUpCpuGemmInBackground();  // runtime/cpu/conv_gemm.h
   return CatchAsStatus(absl::StrCat("loading ", path), [&]() -> absl::StatusOr<std::unique_ptr<Session>> {
     CJIT_ASSIGN_OR_RETURN(Flags flags, ResolveFlags(options));
     ScopedMaxTensorBytes limit(static_cast<uint64_t>(flags.max_tensor_bytes));
@@ -66,6 +68,7 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Load(const std::string& path, 
 
 absl::StatusOr<std::unique_ptr<Session>> Session::LoadFromBytes(absl::string_view bytes, const SessionOptions& options,
                                                                 const std::string& model_dir) {
+  WarmUpCpuGemmInBackground();  // runtime/cpu/conv_gemm.h
   return CatchAsStatus("loading a model", [&]() -> absl::StatusOr<std::unique_ptr<Session>> {
     CJIT_ASSIGN_OR_RETURN(Flags flags, ResolveFlags(options));
     ScopedMaxTensorBytes limit(static_cast<uint64_t>(flags.max_tensor_bytes));
@@ -94,6 +97,7 @@ CudaBackendOptions CudaOptionsFor(const Flags& flags, int ordinal) {
 
 absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Graph> graph,
                                                             const SessionOptions& options) {
+  WarmUpCpuGemmInBackground();  // runtime/cpu/conv_gemm.h
   std::unique_ptr<Session> s(new Session());
   CJIT_ASSIGN_OR_RETURN(s->flags_, ResolveFlags(options));
   SetLogLevels(s->flags_.v, s->flags_.vmodule, s->flags_.stderrthreshold);
