@@ -1,4 +1,3 @@
-#include "runtime/cpu/conv_gemm.h"
 #include "runtime/session.h"
 
 #include <omp.h>
@@ -57,7 +56,6 @@ absl::StatusOr<Flags> ResolveFlags(const SessionOptions& options) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Load(const std::string& path, const SessionOptions& options) {
-  WarmUpCpuGemmInBackground();  // runtime/cpu/conv_gemm.h
   return CatchAsStatus(absl::StrCat("loading ", path), [&]() -> absl::StatusOr<std::unique_ptr<Session>> {
     CJIT_ASSIGN_OR_RETURN(Flags flags, ResolveFlags(options));
     ScopedMaxTensorBytes limit(static_cast<uint64_t>(flags.max_tensor_bytes));
@@ -68,7 +66,6 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Load(const std::string& path, 
 
 absl::StatusOr<std::unique_ptr<Session>> Session::LoadFromBytes(absl::string_view bytes, const SessionOptions& options,
                                                                 const std::string& model_dir) {
-  WarmUpCpuGemmInBackground();  // runtime/cpu/conv_gemm.h
   return CatchAsStatus("loading a model", [&]() -> absl::StatusOr<std::unique_ptr<Session>> {
     CJIT_ASSIGN_OR_RETURN(Flags flags, ResolveFlags(options));
     ScopedMaxTensorBytes limit(static_cast<uint64_t>(flags.max_tensor_bytes));
@@ -97,7 +94,6 @@ CudaBackendOptions CudaOptionsFor(const Flags& flags, int ordinal) {
 
 absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Graph> graph,
                                                             const SessionOptions& options) {
-  WarmUpCpuGemmInBackground();  // runtime/cpu/conv_gemm.h
   std::unique_ptr<Session> s(new Session());
   CJIT_ASSIGN_OR_RETURN(s->flags_, ResolveFlags(options));
   SetLogLevels(s->flags_.v, s->flags_.vmodule, s->flags_.stderrthreshold);

@@ -5,12 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
-#include <mutex>
-#include <system_error>
-#include <thread>
 #include <string>
-
-#include <omp.h>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/codegen/fusion_plan.h"
@@ -633,29 +628,6 @@ absl::StatusOr<bool> TryGemmConvTranspose(KernelContext& ctx, const WindowGeomet
   }
   if (ctx.want_impl) ctx.impl = "GEMM + col2im via oneDNN sgemm (shape-generic)";
   return true;
-}
-
-void WarmUpCpuGemmInBackground() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    // Joined at exit (or when the library is unloaded): a warm-up still running finishes first (~30 ms).
-    struct Holder {
-      std::thread thread;
-      ~Holder() {
-        if (thread.joinable()) thread.join();
-      }
-    };
-    static Holder holder;
-    try {
-      holder.thread = std::thread([] {
-        omp_set_num_threads(1);  // this thread's own setting; the caller's threads are untouched
-        std::vector<float> a(64 * 64, 0.0f), b(64 * 64, 0.0f), c(64 * 64);
-        dnnl_sgemm('N', 'N', 64, 64, 64, 1.0f, a.data(), 64, b.data(), 64, 0.0f, c.data(), 64);
-      });
-    } catch (const std::system_error&) {
-      // No thread: the first GEMM of a run pays the initialization instead.
-    }
-  });
 }
 
 }  // namespace cjit

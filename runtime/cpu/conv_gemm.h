@@ -46,13 +46,6 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
 // not fit (the column matrix above kIm2colMaxBytes).
 absl::StatusOr<bool> TryGemmConvTranspose(KernelContext& ctx, const WindowGeometry& g, int64_t group, Tensor& y);
 
-// dnnl_sgemm generates its kernels on its first call in a process (~27 ms on this machine's AVX-512 CPU,
-// measured: the first 4096x64x64 product 26.6 ms, the next 0.35 ms). Starts, once per process, a
-// background thread that makes that first call while the model is parsed and specialized, so a new
-// process's first run does not pay it on the critical path when another core is free. Idempotent,
-// thread-safe; the thread sets only its own OpenMP thread count and is joined at exit.
-void WarmUpCpuGemmInBackground();
-
 // Applies bias (per last-dim channel, may be null) and then `ops` (may be null) to `rows` rows of
 // `channels` floats at `y` (row stride `channels`), with ONNX semantics. Exposed for the GEMM paths.
 void ApplyChannelEpilogue(float* y, int64_t rows, int64_t channels, const float* bias, const std::vector<PostOp>* ops);
