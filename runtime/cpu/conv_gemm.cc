@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include <omp.h>
+
 #include "absl/strings/str_cat.h"
 #include "compiler/codegen/fusion_plan.h"
 #include "compiler/ir/status_macros.h"
@@ -444,10 +446,18 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
   int64_t ph = nsp == 2 ? g.pad_begin[0] : 0, pw = g.pad_begin[nsp - 1];
   int64_t dh = nsp == 2 ? g.dilations[0] : 1, dw = g.dilations[nsp - 1];
   int64_t P = OH * OW;
-  if (P == 0 || K == 0 || static_cast<double>(P) * K * sizeof(float) > kIm2colMaxBytes) return false;
+  if (P == 0 || K == 0) return false;
+  // Channels-last: output pixels in chunks of ~256 KiB of im2col rows (threads take whole chunks; dnnl_sgemm
+  // then runs single-threaded inside the parallel region). NCHW: one im2col matrix of at most
+  // kIm2colMaxBytes.
+  int64_t rows = std::min<int64_t>(P, std::clamp<int64_t>((int64_t{256} << 10) / (K * 4), 16, 1024));
+  int64_t chunks = (P + rows - 1) / rows;
+  int nt = ctx.threads > 1 && chunks >= 2 * ctx.threads ? ctx.threads : 1;
+  if (!channels_last && static_cast<double>(P) * K * sizeof(float) > kIm2colMaxBytes) return false;
+  if (channels_last && static_cast<double>(nt) * rows * K * sizeof(float) > kIm2colMaxBytes) return false;
   // Scratch as tensors: large ones come from the recycled-buffer pool (compiler/ir/tensor.cc), not a fresh
   // mmap (and page faults) on every run.
-  Tensor cols_t(DType::kF32, {P * K});
+  Tensor cols_t(DType::kF32, {channels_last ? nt * rows * K : P * K});
   float* cols = cols_t.data<float>();
   const float* xp = static_cast<const float*>(x.raw());
   const float* wp = static_cast<const float*>(w.raw());
@@ -483,11 +493,15 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
     }
   }
   for (int64_t n = 0; n < N; ++n) {
-    if (channels_last) {  // cols [P, (kh, kw, c)]
+    if (channels_last) {  // cols [rows, (kh, kw, c)] per chunk of output pixels, then Y rows = cols x Wp
       const float* xn = xp + n * H * W * C;
-      for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          float* row = cols + (oh * OW + ow) * K;
+      float* yn = yp + n * P * OC;
+      int failed = 0;
+      auto chunk = [&](int64_t i, float* cols) {
+        int64_t p0 = i * rows, m = std::min(rows, P - p0);
+        for (int64_t p = p0; p < p0 + m; ++p) {
+          int64_t oh = p / OW, ow = p % OW;
+          float* row = cols + (p - p0) * K;
           for (int64_t kh = 0; kh < KH; ++kh) {
             int64_t ih = oh * sh - ph + kh * dh;
             for (int64_t kw = 0; kw < KW; ++kw) {
@@ -497,16 +511,24 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
                   static_cast<uint64_t>(iw) >= static_cast<uint64_t>(W)) {
                 std::fill(dst, dst + C, 0.0f);
               } else {
-                std::memcpy(dst, xn + (ih * W + iw) * C, C * sizeof(float));
+                std::copy(xn + (ih * W + iw) * C, xn + (ih * W + iw + 1) * C, dst);
               }
             }
           }
         }
-      float* yn = yp + n * P * OC;
-      if (dnnl_sgemm('N', 'N', P, OC, K, 1.0f, cols, K, packed, OC, 0.0f, yn, OC) != dnnl_success) {
-        return ctx.Error("oneDNN sgemm failed on a convolution");
+        if (dnnl_sgemm('N', 'N', m, OC, K, 1.0f, cols, K, packed, OC, 0.0f, yn + p0 * OC, OC) != dnnl_success) {
+          failed = 1;
+          return;
+        }
+        ApplyChannelEpilogue(yn + p0 * OC, m, OC, bias, ctx.post_ops);
+      };
+      if (nt > 1) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < chunks; ++i) chunk(i, cols + omp_get_thread_num() * rows * K);
+      } else {
+        for (int64_t i = 0; i < chunks; ++i) chunk(i, cols);
       }
-      ApplyChannelEpilogue(yn, P, OC, bias, ctx.post_ops);
+      if (failed) return ctx.Error("oneDNN sgemm failed on a convolution");
     } else if (P < OC) {  // few output pixels (a short signal): cols [P, (c, kh, kw)]; Y^T = cols x W^T
       const float* xn = xp + n * C * H * W;
       for (int64_t oh = 0; oh < OH; ++oh)
