@@ -116,7 +116,12 @@ struct ClusterRunner::State {
   CacheKey key;
   std::string policy_id;   // shape-free identity of the cluster
   std::string signature;
-  std::unique_ptr<Executor> fallback;
+  // The fallback executor (the body op by op) is created on the first fallback execution: a signature that
+  // runs compiled from its first execution (a polymorphic hit, a disk or memory cache hit) never needs it,
+  // and creating one per cluster per signature was a third of re-specialization.
+  ExecutorOptions fallback_options;
+  std::mutex fallback_mu;
+  std::unique_ptr<Executor> fallback;  // guarded by fallback_mu until set, then immutable
   std::shared_ptr<ClusterStats> stats;
   std::mutex mu;
   std::shared_ptr<const CpuExecutable> executable;  // guarded by mu
@@ -160,11 +165,9 @@ absl::StatusOr<std::unique_ptr<ClusterRunner>> ClusterRunner::Create(const Node&
   s.stats->signature = s.signature;
   s.trace_name = absl::StrCat("cluster_", s.stats->id);
   s.compile_name = absl::StrCat("compile cluster_", s.stats->id);
-  ExecutorOptions fo;
-  fo.threads = threads;
-  fo.profiler = runtime->profiler();
-  fo.trace_cluster_id = s.stats->id;
-  CJIT_ASSIGN_OR_RETURN(s.fallback, Executor::Create(s.body, fo));
+  s.fallback_options.threads = threads;
+  s.fallback_options.profiler = runtime->profiler();
+  s.fallback_options.trace_cluster_id = s.stats->id;
   return r;
 }
 
@@ -292,9 +295,17 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
     return ex->Run(inputs, s.threads, prof, s.stats->id);
   }
   ++s.stats->fallback_executions;
+  Executor* fallback = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(s.fallback_mu);
+    if (!s.fallback) {
+      CJIT_ASSIGN_OR_RETURN(s.fallback, Executor::Create(s.body, s.fallback_options));
+    }
+    fallback = s.fallback.get();
+  }
   std::vector<Tensor> in;
   for (const Tensor* t : inputs) in.push_back(*t);
-  return s.fallback->Run(in);
+  return fallback->Run(in);
 }
 
 std::shared_ptr<const CpuExecutable> ClusterRunner::TryPolymorphicInstantiation(Profiler* prof) {
