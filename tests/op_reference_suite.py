@@ -343,6 +343,17 @@ def main():
                    [helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], strides=list(stride), pads=list(pad),
                                      dilations=list(dil), output_padding=list(outpad), group=group)],
                    [("x", tx)], [("y", ref.astype(np.float32))], inits=[("w", tw), ("b", tb)], tol=(1e-5, 1e-4))
+    # BatchNormalization after a grouped ConvTranspose (folded into its weights by the simplifier).
+    tx, tw, tb = rnd(1, 4, 3, 4), rnd(4, 3, 2, 2), rnd(6)
+    bg, bb, bm, bv = rnd(6), rnd(6), rnd(6), rnd(6, lo=0.2, hi=2.0)
+    ref = conv_transpose2d(f64(tx), f64(tw), f64(tb), (2, 2), (0, 0, 0, 0), (1, 1), (0, 0), 2)
+    ref = (ref - f64(bm).reshape(1, 6, 1, 1)) / np.sqrt(f64(bv).reshape(1, 6, 1, 1) + 1e-5) * \
+        f64(bg).reshape(1, 6, 1, 1) + f64(bb).reshape(1, 6, 1, 1)
+    write_case(root, "convtranspose_group2_batchnorm",
+               [helper.make_node("ConvTranspose", ["x", "w", "b"], ["c"], strides=[2, 2], group=2),
+                helper.make_node("BatchNormalization", ["c", "g", "bb", "m", "v"], ["y"], epsilon=1e-5)],
+               [("x", tx)], [("y", ref.astype(np.float32))],
+               inits=[("w", tw), ("b", tb), ("g", bg), ("bb", bb), ("m", bm), ("v", bv)], opset=15, tol=(1e-5, 1e-4))
     tx, tw = rnd(2, 3, 9), rnd(3, 2, 4)
     ref = conv_transpose2d(f64(tx)[:, :, None, :], f64(tw)[:, :, None, :], np.zeros(2), (1, 3), (0, 1, 0, 2), (1, 1),
                            (0, 0), 1)[:, :, 0, :]

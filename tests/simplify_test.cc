@@ -111,6 +111,38 @@ TEST(FoldIntoConvTest, BatchNormAndChannelMulAddFoldAndMatchFloat64) {
     }
 }
 
+// BatchNormalization after a grouped ConvTranspose folds into its weights (W [C, OC/group, k..]: output
+// channel (c / (C/group)) * (OC/group) + j for W[c, j]); the folded graph computes what BatchNormalization
+// computed op by op.
+TEST(FoldIntoConvTest, BatchNormFoldsIntoGroupedConvTranspose) {
+  std::string ir = R"(graph g(%x: f32[1,4,2,3]) {
+  %w = constant f32[4,3,2,2] {0.5, -1, 2, 0.25, -0.75, 1.5, 0.1, 0.2, -0.3, 0.4, 0.5, -0.6, 1, 2, 3, 4, -1, -2, -3, -4, 0.5, 0.25, 0.125, 0.0625, 1, -1, 1, -1, 2, -2, 2, -2, 3, -3, 3, -3, 0.3, 0.6, 0.9, 1.2, -0.1, -0.2, -0.3, -0.4, 0.7, 0.8, 0.9, 1.0}
+  %b = constant f32[6] {0.1, -0.2, 0.3, -0.4, 0.5, -0.6}
+  %c = ConvTranspose(%x, %w, %b) {group=2, strides=[2,2]}
+  %gam = constant f32[6] {1.5, 0.5, -2, 1, 0.25, 3}
+  %bet = constant f32[6] {0, 1, -1, 2, -2, 0.5}
+  %mu = constant f32[6] {0.2, -0.1, 0.05, 0, 1, -1}
+  %var = constant f32[6] {1, 4, 0.25, 2, 0.5, 9}
+  %y = BatchNormalization(%c, %gam, %bet, %mu, %var) {epsilon=0.001}
+  return %y
+})";
+  auto g = Specialized(ir);
+  Tensor x(DType::kF32, {1, 4, 2, 3});
+  for (int i = 0; i < 24; ++i) x.data<float>()[i] = static_cast<float>(std::sin(i + 1.0));
+  std::vector<Tensor> before = RunGraph(std::shared_ptr<Graph>(g->Clone()), {x});
+  auto changed = FoldIntoConv(*g);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_TRUE(*changed);
+  std::string text = PrintGraph(*g);
+  EXPECT_EQ(text.find("BatchNormalization"), std::string::npos) << text;
+  std::vector<Tensor> after = RunGraph(g, {x});
+  ASSERT_EQ(after.size(), 1u);
+  ASSERT_EQ(after[0].numel(), before[0].numel());
+  for (int64_t i = 0; i < after[0].numel(); ++i) {
+    EXPECT_NEAR(after[0].data<float>()[i], before[0].data<float>()[i], 1e-4) << i;
+  }
+}
+
 // Before specialization (unknown dims), the folds still happen — they need only the weight's rank — so
 // a Session folds once at load; the folded graph, specialized afterwards, computes the float64 result.
 // Operands that are not per-channel, or of higher rank than the Conv output, are left alone.

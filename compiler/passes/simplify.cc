@@ -143,14 +143,21 @@ absl::StatusOr<bool> FoldIntoConv(Graph& g) {
     }
     if (!n->inputs[data_in]->producer) continue;
     Node* conv = n->inputs[data_in]->producer;
-    if (conv->op_type != "Conv" || !uses.OnlyReader(conv->outputs[0])) continue;
+    bool transposed = conv->op_type == "ConvTranspose";
+    if ((conv->op_type != "Conv" && !transposed) || !conv->domain.empty() || !uses.OnlyReader(conv->outputs[0])) {
+      continue;
+    }
     Value* w = conv->input(1);
     Value* b = conv->input(2);
     if (!w || !w->is_constant() || w->dtype != DType::kF32 || (b && (!b->is_constant() || b->dtype != DType::kF32))) continue;
     // Also before specialization, when nothing has validated the Conv yet: fold only well-formed operands
     // (W of rank >= 3, B of OC values); anything else is left for shape inference to reject.
     if (w->constant->dims().size() < 3) continue;
-    int64_t oc = w->constant->dim(0);
+    // Conv: W [OC, C/group, k..]; ConvTranspose: W [C, OC/group, k..], output channel (c / (C/group)) *
+    // (OC/group) + j for W[c, j].
+    int64_t group = conv->GetInt("group", 1);
+    if (transposed && (group <= 0 || w->constant->dim(0) % group != 0)) continue;
+    int64_t oc = transposed ? w->constant->dim(1) * group : w->constant->dim(0);
     if (b && b->constant->numel() != oc) continue;
     int64_t per_oc = w->constant->numel() / std::max<int64_t>(oc, 1);
     std::vector<double> scale(oc, 1.0), shift(oc, 0.0);
@@ -210,8 +217,21 @@ absl::StatusOr<bool> FoldIntoConv(Graph& g) {
     }
     Tensor nw(DType::kF32, w->constant->dims());
     const float* pw = w->constant->data<float>();
-    for (int64_t c = 0; c < oc; ++c)
-      for (int64_t i = 0; i < per_oc; ++i) nw.data<float>()[c * per_oc + i] = static_cast<float>(pw[c * per_oc + i] * scale[c]);
+    if (!transposed) {
+      for (int64_t c = 0; c < oc; ++c)
+        for (int64_t i = 0; i < per_oc; ++i) nw.data<float>()[c * per_oc + i] = static_cast<float>(pw[c * per_oc + i] * scale[c]);
+    } else {
+      int64_t cin = w->constant->dim(0), cg = cin / group, ocg = w->constant->dim(1);
+      int64_t ksz = w->constant->numel() / std::max<int64_t>(cin * ocg, 1);
+      for (int64_t c = 0; c < cin; ++c)
+        for (int64_t j = 0; j < ocg; ++j) {
+          double sc = scale[(c / cg) * ocg + j];
+          for (int64_t k = 0; k < ksz; ++k) {
+            int64_t idx = (c * ocg + j) * ksz + k;
+            nw.data<float>()[idx] = static_cast<float>(pw[idx] * sc);
+          }
+        }
+    }
     Tensor nb(DType::kF32, {oc});
     for (int64_t c = 0; c < oc; ++c) {
       double b0 = b ? b->constant->data<float>()[c] : 0.0;

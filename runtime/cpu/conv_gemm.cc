@@ -627,7 +627,11 @@ absl::StatusOr<bool> TryGemmConvTranspose(KernelContext& ctx, const WindowGeomet
       if (dnnl_sgemm('T', 'N', M, P, Cg, 1.0f, wg, M, xg, P, 0.0f, cols, P) != dnnl_success) {
         return ctx.Error("oneDNN sgemm failed on a transposed convolution");
       }
-      // col2im: y[oc, ih * sh - ph + kh * dh, iw * sw - pw + kw * dw] += cols[(oc, kh, kw), (ih, iw)]
+      // col2im: y[oc, ih * sh - ph + kh * dh, iw * sw - pw + kw * dw] += cols[(oc, kh, kw), (ih, iw)]; each
+      // output channel's plane is written by one thread.
+      int nt = static_cast<int>(std::min<int64_t>(ctx.threads, OCg));
+      if (OCg * K * P < (int64_t{1} << 16)) nt = 1;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
       for (int64_t oc = 0; oc < OCg; ++oc) {
         float* yo = yp + (n * OC + gi * OCg + oc) * OH * OW;
         std::fill(yo, yo + OH * OW, bias ? bias[gi * OCg + oc] : 0.0f);
