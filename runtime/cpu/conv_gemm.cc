@@ -111,6 +111,24 @@ inline __attribute__((always_inline)) void EpilogueBody(float* y, int64_t rows, 
   }
 }
 
+// y[i] = ops(x[i]) for ops without per-channel operands (the unary activations).
+inline __attribute__((always_inline)) void UnaryBody(const float* x, float* y, int64_t n, const std::vector<PostOp>* ops) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) StoreV(y + i, ApplyOpsVec(LoadV<V16f>(x + i), ops, 0));
+  for (; i < n; ++i) {
+    float v = x[i];
+    for (const PostOp& op : *ops) v = ScalarOp(op, v, 0);
+    y[i] = v;
+  }
+}
+__attribute__((target("avx512f,fma"))) void UnaryAvx512(const float* x, float* y, int64_t n, const std::vector<PostOp>* ops) {
+  UnaryBody(x, y, n, ops);
+}
+__attribute__((target("avx2,fma"))) void UnaryAvx2(const float* x, float* y, int64_t n, const std::vector<PostOp>* ops) {
+  UnaryBody(x, y, n, ops);
+}
+void UnaryBaseline(const float* x, float* y, int64_t n, const std::vector<PostOp>* ops) { UnaryBody(x, y, n, ops); }
+
 __attribute__((target("avx512f,fma"))) void EpilogueAvx512(float* y, int64_t rows, int64_t channels,
                                                            const float* bias, const std::vector<PostOp>* ops) {
   EpilogueBody(y, rows, channels, bias, ops);
@@ -258,14 +276,15 @@ void DepthwiseBaseline(const DwArgs& a, int64_t r0, int64_t r1) {
 struct Isa {
   void (*epilogue)(float*, int64_t, int64_t, const float*, const std::vector<PostOp>*);
   void (*depthwise)(const DwArgs&, int64_t, int64_t);
+  void (*unary)(const float*, float*, int64_t, const std::vector<PostOp>*);
 };
 
 const Isa& PickIsa() {
   static const Isa isa = [] {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return Isa{&EpilogueAvx512, &DepthwiseAvx512};
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa{&EpilogueAvx2, &DepthwiseAvx2};
-    return Isa{&EpilogueBaseline, &DepthwiseBaseline};
+    if (__builtin_cpu_supports("avx512f")) return Isa{&EpilogueAvx512, &DepthwiseAvx512, &UnaryAvx512};
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa{&EpilogueAvx2, &DepthwiseAvx2, &UnaryAvx2};
+    return Isa{&EpilogueBaseline, &DepthwiseBaseline, &UnaryBaseline};
   }();
   return isa;
 }
@@ -316,6 +335,15 @@ void PackDepthwise(const float* w, int64_t C, int64_t KH, int64_t KW, float* out
 }
 
 }  // namespace
+
+void ApplyUnaryPostOps(const float* x, float* y, int64_t n, const std::vector<PostOp>& ops, int threads) {
+  auto fn = PickIsa().unary;
+  const int64_t chunk = 16384;
+  int64_t chunks = (n + chunk - 1) / chunk;
+  int nt = n >= 65536 ? static_cast<int>(std::min<int64_t>(threads, chunks)) : 1;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) fn(x + c * chunk, y + c * chunk, std::min(chunk, n - c * chunk), &ops);
+}
 
 void ApplyChannelEpilogue(float* y, int64_t rows, int64_t channels, const float* bias, const std::vector<PostOp>* ops) {
   PickIsa().epilogue(y, rows, channels, bias, ops);

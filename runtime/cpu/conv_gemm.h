@@ -46,6 +46,11 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
 // not fit (the column matrix above kIm2colMaxBytes).
 absl::StatusOr<bool> TryGemmConvTranspose(KernelContext& ctx, const WindowGeometry& g, int64_t group, Tensor& y);
 
+// y[i] = ops(x[i]) for float32 (x and y may be the same buffer), ops from {Relu, Clip, HardSwish, Linear,
+// Sigmoid, Tanh} with ONNX semantics (NaN stays NaN), vectorized for the CPU's ISA, threads over chunks.
+// The fast path of the corresponding unary ops (runtime/cpu/kernels_elementwise.cc).
+void ApplyUnaryPostOps(const float* x, float* y, int64_t n, const std::vector<PostOp>& ops, int threads);
+
 // Applies bias (per last-dim channel, may be null) and then `ops` (may be null) to `rows` rows of
 // `channels` floats at `y` (row stride `channels`), with ONNX semantics. Exposed for the GEMM paths.
 void ApplyChannelEpilogue(float* y, int64_t rows, int64_t channels, const float* bias, const std::vector<PostOp>* ops);
