@@ -576,6 +576,35 @@ TEST(HostileTest, CastOfNonFiniteFloat16ToInteger) {
   }
 }
 
+// A convolution chain (run channels-last) whose first Conv has zero input channels: the pointwise GEMM path
+// divided by the channel count (SIGFPE, found in review). Now a clear error naming the node, on both paths.
+TEST(HostileTest, ZeroInputChannelConvChain) {
+  ModelBuilder b;
+  b.Input("x", kF, {1, 0, 4, 4}).Output("y");
+  b.InitFloats("w1", {4, 0, 1, 1}, {});
+  b.InitFloats("b1", {4}, {1, 1, 1, 1});
+  b.InitFloats("w2", {3, 4, 1, 1}, std::vector<float>(12, 1.0f));
+  b.Node("Conv", {"x", "w1", "b1"}, {"c"});
+  b.Node("Conv", {"c", "w2"}, {"y"});
+  for (const char* jit : {"-1", "1"}) {
+    auto r = LoadAndRun(b, {{"x", Tensor(DType::kF32, {1, 0, 4, 4})}}, Opts(jit));
+    EXPECT_TRUE(ErrorWith(r.status(), {"node 'c'", "convolution"})) << jit << ": " << r.status();
+  }
+}
+
+// Resize of an empty input to a non-empty size (sizes input): nothing to interpolate from; the taps used to
+// index the empty input (found in review).
+TEST(HostileTest, ResizeOfEmptyInputToNonEmptySizes) {
+  ModelBuilder b;
+  b.Input("x", kF, {1, 0, 2}).Output("y");
+  b.InitInts("sizes", {3}, {1, 3, 4});
+  b.Node("Resize", {"x", "", "", "sizes"}, {"y"});
+  for (const char* jit : {"-1", "1"}) {
+    auto r = LoadAndRun(b, {{"x", Tensor(DType::kF32, {1, 0, 2})}}, Opts(jit));
+    EXPECT_TRUE(ErrorWith(r.status(), {"Resize", "empty"})) << jit << ": " << r.status();
+  }
+}
+
 // Found by the fuzzer: LRN with size = INT64_MIN overflowed (size - 1) / 2.
 TEST(HostileTest, LrnSizeNotPositive) {
   for (int64_t size : {std::numeric_limits<int64_t>::min(), int64_t{0}, int64_t{-2}}) {

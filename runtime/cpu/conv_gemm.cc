@@ -364,7 +364,7 @@ absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeome
   for (int64_t k : g.kernel) ksz *= k;
   // The weights must hold exactly what the geometry reads (a kernel_shape attribute that disagrees with W
   // goes to the general path, which reports it).
-  if (group <= 0 || C % group != 0 || w.rank() != static_cast<int>(nsp) + 2 || w.dim(0) != OC ||
+  if (C == 0 || group <= 0 || C % group != 0 || w.rank() != static_cast<int>(nsp) + 2 || w.dim(0) != OC ||
       w.numel() != OC * (C / group) * ksz || x.dim(0) != y.dim(0)) {
     return false;
   }

@@ -60,6 +60,9 @@ absl::Status ResizeKernel(KernelContext& ctx) {
   } else {
     for (int d = 0; d < r; ++d) scale[d] = x.dim(d) ? static_cast<double>(y.dim(d)) / x.dim(d) : 1.0;
   }
+  if (x.numel() == 0 && y.numel() > 0) {
+    return ctx.Error("cannot resize an empty input to a non-empty output (no values to interpolate from)");
+  }
   std::vector<double> roi;
   if (!legacy && ctx.has(1)) roi = ctx.in(1).ToDoubleVector();
   std::vector<Taps> taps(r);
