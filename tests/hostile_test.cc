@@ -605,6 +605,22 @@ TEST(HostileTest, ResizeOfEmptyInputToNonEmptySizes) {
   }
 }
 
+// Found by CI's fuzzer: a Min whose input is a Resize by run-time scales (its shape unknown until run
+// time) had its output shape inferred without it, and the broadcast loop read past that input. Every
+// elementwise kernel now checks that its inputs broadcast to the output.
+TEST(HostileTest, VariadicInputShapeKnownOnlyAtRunTime) {
+  ModelBuilder b;
+  b.Input("x", kF, {4, 1}).Input("s", kF, {2}).Output("y");
+  b.Node("Max", {"x", "s"}, {"m"});
+  b.Node("Resize", {"m", "", "s"}, {"r"});
+  b.Node("Min", {"x", "s", "m", "r"}, {"y"});
+  Tensor x = F32({4, 1}, {0, 1, 2, 3}), sc = F32({2}, {2, 3});
+  for (const char* jit : {"-1", "1"}) {
+    auto r = LoadAndRun(b, {{"x", x}, {"s", sc}}, Opts(jit));
+    EXPECT_TRUE(ErrorWith(r.status(), {"Min", "broadcast"})) << jit << ": " << r.status();
+  }
+}
+
 // Found by the fuzzer: LRN with size = INT64_MIN overflowed (size - 1) / 2.
 TEST(HostileTest, LrnSizeNotPositive) {
   for (int64_t size : {std::numeric_limits<int64_t>::min(), int64_t{0}, int64_t{-2}}) {

@@ -6,6 +6,7 @@
 
 #include "compiler/ir/numeric_cast.h"
 #include "compiler/ir/status_macros.h"
+#include "absl/strings/str_join.h"
 #include "compiler/codegen/fusion_plan.h"
 #include "runtime/cpu/conv_gemm.h"
 #include "runtime/cpu/broadcast.h"
@@ -350,10 +351,32 @@ T FloorMod(T a, T b) {
   }
 }
 
+// Every input must broadcast to the output's dims (numpy rules: each dim equal or 1, rank at most the
+// output's). The output dims come from shape inference; the broadcast loops index the inputs by them, so
+// an input that disagrees (a shape known only at run time, e.g. an Upsample whose scales are data, found
+// by the fuzzer reading past a Min input) is an error here instead of an out-of-bounds read.
+absl::Status CheckInputsBroadcastTo(const KernelContext& ctx, const Dims& out) {
+  for (int i = 0; i < ctx.num_inputs(); ++i) {
+    if (!ctx.has(i)) continue;
+    const Dims& d = ctx.in(i).dims();
+    bool ok = d.size() <= out.size();
+    for (size_t k = 0; ok && k < d.size(); ++k) {
+      int64_t o = out[out.size() - d.size() + k];
+      ok = d[k] == o || d[k] == 1;
+    }
+    if (!ok) {
+      return ctx.Error(absl::StrCat("input ", i, " of shape [", absl::StrJoin(d, ","),
+                                    "] does not broadcast to the output shape [", absl::StrJoin(out, ","), "]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Arith(KernelContext& ctx, const std::string& op) {
   const Tensor& a = ctx.in(0);
   const Tensor& b = ctx.in(1);
   Tensor& out = ctx.Alloc(0);
+  CJIT_RETURN_IF_ERROR(CheckInputsBroadcastTo(ctx, out.dims()));
   if (op == "Pow" && a.dtype() != b.dtype()) {
     // Pow allows a different exponent type: compute in double.
     std::vector<double> ea = a.ToDoubleVector(), eb = b.ToDoubleVector();
@@ -450,6 +473,7 @@ absl::Status Compare(KernelContext& ctx, const std::string& op) {
   const Tensor& b = ctx.in(1);
   if (a.dtype() != b.dtype()) return ctx.Error("inputs have different dtypes");
   Tensor& out = ctx.Alloc(0);
+  CJIT_RETURN_IF_ERROR(CheckInputsBroadcastTo(ctx, out.dims()));
   return DispatchAll(a.dtype(), [&](auto t) {
     using T = decltype(t);
     if (op == "Equal") BinaryLoop<T, bool>(a, b, out, ctx.threads, [](T x, T y) { return x == y; });
@@ -465,6 +489,7 @@ absl::Status Compare(KernelContext& ctx, const std::string& op) {
 
 absl::Status Variadic(KernelContext& ctx, const std::string& op) {
   Tensor& out = ctx.Alloc(0);
+  CJIT_RETURN_IF_ERROR(CheckInputsBroadcastTo(ctx, out.dims()));
   DType t = ctx.in(0).dtype();
   for (int i = 1; i < ctx.num_inputs(); ++i) {
     if (ctx.in(i).dtype() != t) return ctx.Error("inputs have different dtypes");
@@ -508,6 +533,7 @@ absl::Status Where(KernelContext& ctx) {
   const Tensor& x = ctx.in(1);
   const Tensor& y = ctx.in(2);
   Tensor& out = ctx.Alloc(0);
+  CJIT_RETURN_IF_ERROR(CheckInputsBroadcastTo(ctx, out.dims()));
   return DispatchAll(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const uint8_t* pc = c.data<uint8_t>();
