@@ -41,6 +41,17 @@ struct BufferPool {
   std::multimap<size_t, void*> blocks;  // size -> block
   size_t cached = 0;
 
+  // A cached block of at least `size` bytes and at most a third more (its size in *got), or null.
+  void* Take(size_t size, size_t* got) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = blocks.lower_bound(size);
+    if (it == blocks.end() || it->first - size > size / 3) return nullptr;
+    void* p = it->second;
+    *got = it->first;
+    cached -= it->first;
+    blocks.erase(it);
+    return p;
+  }
   void Give(void* p, size_t size) {
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -72,18 +83,7 @@ std::shared_ptr<uint8_t> Allocate(size_t bytes) {
     rounded = (rounded + kPoolGranule - 1) / kPoolGranule * kPoolGranule;
     // A recycled block may be larger than asked (up to a third): its deleter returns it at its own size.
     size_t got = rounded;
-    void* p = nullptr;
-    {
-      BufferPool& pool = Pool();
-      std::lock_guard<std::mutex> lock(pool.mu);
-      auto it = pool.blocks.lower_bound(rounded);
-      if (it != pool.blocks.end() && it->first - rounded <= rounded / 3) {
-        p = it->second;
-        got = it->first;
-        pool.cached -= got;
-        pool.blocks.erase(it);
-      }
-    }
+    void* p = Pool().Take(rounded, &got);
     if (p == nullptr) p = std::aligned_alloc(4096, got);
     if (p == nullptr) throw TensorError(absl::StrCat("out of memory allocating ", bytes, " bytes"));
     return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [got](uint8_t* q) { Pool().Give(q, got); });

@@ -4,8 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include <omp.h>
 
@@ -30,7 +33,6 @@ inline __attribute__((always_inline)) V LoadV(const float* p) {
 }
 template <typename V>
 inline __attribute__((always_inline)) void StoreV(float* p, V v) { std::memcpy(p, &v, sizeof v); }
-inline __attribute__((always_inline)) V16f Load16(const float* p) { return LoadV<V16f>(p); }
 
 inline __attribute__((always_inline)) float ScalarOp(const PostOp& op, float v, int64_t channel) {
   switch (op.kind) {
@@ -44,7 +46,7 @@ inline __attribute__((always_inline)) float ScalarOp(const PostOp& op, float v, 
       return v * h;
     }
     case PostOp::Kind::kLinear: return op.a * v + op.b;
-    case PostOp::Kind::kAddChannel: return v + static_cast<const float*>(op.tensor->constant->raw())[channel];
+    case PostOp::Kind::kAddChannel:
     case PostOp::Kind::kBiasLastDim: return v + static_cast<const float*>(op.tensor->constant->raw())[channel];
   }
   return v;
@@ -141,13 +143,29 @@ void EpilogueBaseline(float* y, int64_t rows, int64_t channels, const float* bia
   EpilogueBody(y, rows, channels, bias, ops);
 }
 
+// A 1-D or 2-D window (1-D as 2-D with a unit leading axis): kernel, strides, leading pads, dilations.
+struct Window2d {
+  int64_t KH, KW, sh, sw, ph, pw, dh, dw;
+};
+Window2d ToWindow2d(const WindowGeometry& g) {
+  size_t n = g.kernel.size();
+  bool two = n == 2;
+  return {two ? g.kernel[0] : 1,    g.kernel[n - 1],    two ? g.strides[0] : 1,   g.strides[n - 1],
+          two ? g.pad_begin[0] : 0, g.pad_begin[n - 1], two ? g.dilations[0] : 1, g.dilations[n - 1]};
+}
+// {H, W} of a rank-3 (1-D: H = 1) or rank-4 tensor in either layout.
+std::pair<int64_t, int64_t> SpatialHW(const Tensor& t, bool channels_last) {
+  int r = t.rank();
+  return {r == 4 ? (channels_last ? t.dim(1) : t.dim(2)) : 1, channels_last ? t.dim(r - 2) : t.dim(r - 1)};
+}
+
 // Depthwise convolution over 2-D (1-D as H = 1) channels-last data. Weights packed [KH, KW, C].
-struct DwArgs {
+struct DwArgs : Window2d {
   const float* x;
   const float* w;     // [KH, KW, C]
   const float* bias;  // [C] or null
   float* y;
-  int64_t H, W, C, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw;
+  int64_t H, W, C, OH, OW;
   const std::vector<PostOp>* ops;
 };
 
@@ -293,6 +311,23 @@ bool AllEqual(const std::vector<int64_t>& v, int64_t value) {
   return std::all_of(v.begin(), v.end(), [&](int64_t e) { return e == value; });
 }
 
+// Constant weights repacked once per weight buffer by `pack` (`count` floats), cached beside oneDNN's
+// primitives under `key` (which names the buffer) and dropped with the buffer. The caller keeps the
+// returned entry while it reads the packed weights.
+std::shared_ptr<DnnlEntry> CachedPackedWeights(const Tensor& w, const std::string& key, int64_t count,
+                                               const std::function<void(float*)>& pack) {
+  return GetOrCreateDnnl(key, [&] {
+    auto e = std::make_shared<DnnlEntry>();
+    e->weights = dnnl::memory(dnnl::memory::desc({count}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a),
+                              CpuEngine());
+    pack(static_cast<float*>(e->weights.get_data_handle()));
+    e->weights_source = w.buffer();
+    e->holds_weights = true;
+    e->impl = key.substr(0, key.find(':'));
+    return e;
+  }, [&](const DnnlEntry& e) { return !e.weights_source.expired() && e.weights_source.lock() == w.buffer(); });
+}
+
 // Y [M, OC] = X [M, C] * W[OC, C]^T, then bias and post-ops, in row chunks of about 128 KiB of output so
 // the epilogue reads what the GEMM just wrote from cache. With several threads and enough chunks, each
 // thread runs whole chunks (dnnl_sgemm then runs single-threaded inside the parallel region); otherwise
@@ -353,11 +388,6 @@ absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeome
   const Tensor& x = ctx.in(0);
   const Tensor& w = ctx.in(1);
   const float* bias = ctx.has(2) ? static_cast<const float*>(ctx.in(2).raw()) : nullptr;
-  if (ctx.post_ops) {
-    for (const PostOp& op : *ctx.post_ops) {
-      if (op.kind == PostOp::Kind::kBiasLastDim) return ctx.Error("internal: a GEMM epilogue post-op on a convolution");
-    }
-  }
   size_t nsp = g.kernel.size();
   int64_t C = x.dim(x.rank() - 1), OC = y.dim(y.rank() - 1);
   int64_t ksz = 1;
@@ -377,20 +407,11 @@ absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeome
     std::shared_ptr<DnnlEntry> entry;  // holds the packed constant weights while this call runs
     const float* wp = static_cast<const float*>(w.raw());
     if (ctx.is_constant(1)) {
-      std::string key = absl::StrCat("pwpack:", reinterpret_cast<uintptr_t>(w.raw()), ":", C, ":", OC);
-      entry = GetOrCreateDnnl(key, [&] {
-        auto e = std::make_shared<DnnlEntry>();
-        e->weights = dnnl::memory(dnnl::memory::desc({C * OC}, dnnl::memory::data_type::f32,
-                                                     dnnl::memory::format_tag::a),
-                                  CpuEngine());
-        float* out = static_cast<float*>(e->weights.get_data_handle());
-        for (int64_t o = 0; o < OC; ++o)
-          for (int64_t c = 0; c < C; ++c) out[c * OC + o] = wp[o * C + c];
-        e->weights_source = w.buffer();
-        e->holds_weights = true;
-        e->impl = "pointwise";
-        return e;
-      }, [&](const DnnlEntry& e) { return !e.weights_source.expired() && e.weights_source.lock() == w.buffer(); });
+      entry = CachedPackedWeights(w, absl::StrCat("pwpack:", reinterpret_cast<uintptr_t>(w.raw()), ":", C, ":", OC),
+                                  C * OC, [&](float* out) {
+                                    for (int64_t o = 0; o < OC; ++o)
+                                      for (int64_t c = 0; c < C; ++c) out[c * OC + o] = wp[o * C + c];
+                                  });
     }
     CJIT_RETURN_IF_ERROR(PointwiseGemm(ctx, xp,
                                        entry ? static_cast<const float*>(entry->weights.get_data_handle()) : wp,
@@ -401,38 +422,23 @@ absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeome
   // Depthwise (one filter per channel), 1-D or 2-D.
   if (group == C && OC == C && (nsp == 1 || nsp == 2)) {
     DwArgs a{};
+    static_cast<Window2d&>(a) = ToWindow2d(g);
     a.C = C;
     int64_t n = x.dim(0);
-    if (nsp == 2) {
-      a.H = x.dim(1), a.W = x.dim(2), a.OH = y.dim(1), a.OW = y.dim(2);
-      a.KH = g.kernel[0], a.KW = g.kernel[1], a.sh = g.strides[0], a.sw = g.strides[1];
-      a.ph = g.pad_begin[0], a.pw = g.pad_begin[1], a.dh = g.dilations[0], a.dw = g.dilations[1];
-    } else {
-      a.H = 1, a.W = x.dim(1), a.OH = 1, a.OW = y.dim(1);
-      a.KH = 1, a.KW = g.kernel[0], a.sh = 1, a.sw = g.strides[0];
-      a.ph = 0, a.pw = g.pad_begin[0], a.dh = 1, a.dw = g.dilations[0];
-    }
+    std::tie(a.H, a.W) = SpatialHW(x, true);
+    std::tie(a.OH, a.OW) = SpatialHW(y, true);
+    auto pack = [&](float* out) { PackDepthwise(static_cast<const float*>(w.raw()), C, a.KH, a.KW, out); };
     std::shared_ptr<DnnlEntry> entry;  // holds the packed constant weights while this call runs
     std::vector<float> local;
     const float* packed = nullptr;
     if (ctx.is_constant(1)) {
-      std::string key = absl::StrCat("dwpack:", reinterpret_cast<uintptr_t>(w.raw()), ":", C, ":", a.KH, ":", a.KW);
-      entry = GetOrCreateDnnl(key, [&] {
-        auto e = std::make_shared<DnnlEntry>();
-        e->weights = dnnl::memory(dnnl::memory::desc({C * a.KH * a.KW}, dnnl::memory::data_type::f32,
-                                                     dnnl::memory::format_tag::a),
-                                  CpuEngine());
-        PackDepthwise(static_cast<const float*>(w.raw()), C, a.KH, a.KW,
-                      static_cast<float*>(e->weights.get_data_handle()));
-        e->weights_source = w.buffer();
-        e->holds_weights = true;
-        e->impl = "depthwise";
-        return e;
-      }, [&](const DnnlEntry& e) { return !e.weights_source.expired() && e.weights_source.lock() == w.buffer(); });
+      entry = CachedPackedWeights(
+          w, absl::StrCat("dwpack:", reinterpret_cast<uintptr_t>(w.raw()), ":", C, ":", a.KH, ":", a.KW),
+          C * a.KH * a.KW, pack);
       packed = static_cast<const float*>(entry->weights.get_data_handle());
     } else {
       local.resize(C * a.KH * a.KW);
-      PackDepthwise(static_cast<const float*>(w.raw()), C, a.KH, a.KW, local.data());
+      pack(local.data());
       packed = local.data();
     }
     a.x = xp, a.w = packed, a.bias = bias, a.y = yp, a.ops = ctx.post_ops;
@@ -457,22 +463,15 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
   int64_t C = channels_last ? x.dim(x.rank() - 1) : x.dim(1);
   int64_t OC = channels_last ? y.dim(y.rank() - 1) : y.dim(1);
   if (C > kIm2colMaxChannels) return false;
-  if (ctx.post_ops) {
-    for (const PostOp& op : *ctx.post_ops) {
-      if (op.kind == PostOp::Kind::kBiasLastDim) return ctx.Error("internal: a GEMM epilogue post-op on a convolution");
-    }
-  }
-  int64_t KH = nsp == 2 ? g.kernel[0] : 1, KW = g.kernel[nsp - 1];
+  // Plain locals, not structured bindings: clang cannot capture those in OpenMP regions.
+  const Window2d win = ToWindow2d(g);
+  const int64_t KH = win.KH, KW = win.KW, sh = win.sh, sw = win.sw, ph = win.ph, pw = win.pw, dh = win.dh, dw = win.dw;
   int64_t K = C * KH * KW;
   if (w.rank() != static_cast<int>(nsp) + 2 || w.dim(0) != OC || w.numel() != OC * K) return false;
   int64_t N = x.dim(0);
-  int64_t H = nsp == 2 ? (channels_last ? x.dim(1) : x.dim(2)) : 1;
-  int64_t W = channels_last ? x.dim(x.rank() - 2) : x.dim(x.rank() - 1);
-  int64_t OH = nsp == 2 ? (channels_last ? y.dim(1) : y.dim(2)) : 1;
-  int64_t OW = channels_last ? y.dim(y.rank() - 2) : y.dim(y.rank() - 1);
-  int64_t sh = nsp == 2 ? g.strides[0] : 1, sw = g.strides[nsp - 1];
-  int64_t ph = nsp == 2 ? g.pad_begin[0] : 0, pw = g.pad_begin[nsp - 1];
-  int64_t dh = nsp == 2 ? g.dilations[0] : 1, dw = g.dilations[nsp - 1];
+  int64_t H, W, OH, OW;
+  std::tie(H, W) = SpatialHW(x, channels_last);
+  std::tie(OH, OW) = SpatialHW(y, channels_last);
   int64_t P = OH * OW;
   if (P == 0 || K == 0) return false;
   // Channels-last: output pixels in chunks of ~256 KiB of im2col rows (threads take whole chunks; dnnl_sgemm
@@ -501,18 +500,8 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
           for (int64_t k = 0; k < KH * KW; ++k) out[(k * C + c) * OC + o] = wp[(o * C + c) * KH * KW + k];
     };
     if (ctx.is_constant(1)) {
-      std::string key = absl::StrCat("im2colpack:", reinterpret_cast<uintptr_t>(w.raw()), ":", OC, ":", K);
-      entry = GetOrCreateDnnl(key, [&] {
-        auto e = std::make_shared<DnnlEntry>();
-        e->weights = dnnl::memory(dnnl::memory::desc({K * OC}, dnnl::memory::data_type::f32,
-                                                     dnnl::memory::format_tag::a),
-                                  CpuEngine());
-        pack(static_cast<float*>(e->weights.get_data_handle()));
-        e->weights_source = w.buffer();
-        e->holds_weights = true;
-        e->impl = "im2col";
-        return e;
-      }, [&](const DnnlEntry& e) { return !e.weights_source.expired() && e.weights_source.lock() == w.buffer(); });
+      entry = CachedPackedWeights(w, absl::StrCat("im2colpack:", reinterpret_cast<uintptr_t>(w.raw()), ":", OC, ":", K),
+                                  K * OC, pack);
       packed = static_cast<const float*>(entry->weights.get_data_handle());
     } else {
       local.resize(static_cast<size_t>(K * OC));
@@ -520,6 +509,25 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
       packed = local.data();
     }
   }
+  // NCHW im2col of one image: element (p, k), p = oh * OW + ow and k = (c * KH + kh) * KW + kw, at
+  // cols[p * p_stride + k * k_stride] (zero where the window is outside the image).
+  auto im2col_nchw = [&](const float* xn, int64_t p_stride, int64_t k_stride) {
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t kh = 0; kh < KH; ++kh)
+        for (int64_t kw = 0; kw < KW; ++kw) {
+          float* col = cols + ((c * KH + kh) * KW + kw) * k_stride;
+          for (int64_t oh = 0; oh < OH; ++oh) {
+            int64_t ih = oh * sh - ph + kh * dh;
+            bool row_inside = static_cast<uint64_t>(ih) < static_cast<uint64_t>(H);
+            const float* src = row_inside ? xn + (c * H + ih) * W : xn;
+            for (int64_t ow = 0; ow < OW; ++ow) {
+              int64_t iw = ow * sw - pw + kw * dw;
+              col[(oh * OW + ow) * p_stride] =
+                  row_inside && static_cast<uint64_t>(iw) < static_cast<uint64_t>(W) ? src[iw] : 0.0f;
+            }
+          }
+        }
+  };
   for (int64_t n = 0; n < N; ++n) {
     if (channels_last) {  // cols [rows, (kh, kw, c)] per chunk of output pixels, then Y rows = cols x Wp
       const float* xn = xp + n * H * W * C;
@@ -558,25 +566,7 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
       }
       if (failed) return ctx.Error("oneDNN sgemm failed on a convolution");
     } else if (P < OC) {  // few output pixels (a short signal): cols [P, (c, kh, kw)]; Y^T = cols x W^T
-      const float* xn = xp + n * C * H * W;
-      for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          float* row = cols + (oh * OW + ow) * K;
-          for (int64_t c = 0; c < C; ++c)
-            for (int64_t kh = 0; kh < KH; ++kh) {
-              int64_t ih = oh * sh - ph + kh * dh;
-              float* dst = row + (c * KH + kh) * KW;
-              if (static_cast<uint64_t>(ih) >= static_cast<uint64_t>(H)) {
-                std::fill(dst, dst + KW, 0.0f);
-                continue;
-              }
-              const float* src = xn + (c * H + ih) * W;
-              for (int64_t kw = 0; kw < KW; ++kw) {
-                int64_t iw = ow * sw - pw + kw * dw;
-                dst[kw] = static_cast<uint64_t>(iw) < static_cast<uint64_t>(W) ? src[iw] : 0.0f;
-              }
-            }
-        }
+      im2col_nchw(xp + n * C * H * W, K, 1);
       Tensor yt_t(DType::kF32, {P * OC});
       float* yt = yt_t.data<float>();
       if (dnnl_sgemm('N', 'T', P, OC, K, 1.0f, cols, K, wp, K, 0.0f, yt, OC) != dnnl_success) {
@@ -588,25 +578,7 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
         for (int64_t i = 0; i < P; ++i) yn[o * P + i] = yt[i * OC + o] + b;
       }
     } else {  // cols [(c, kh, kw), P]; Y [OC, P] = W [OC, K] x cols
-      const float* xn = xp + n * C * H * W;
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t kh = 0; kh < KH; ++kh)
-          for (int64_t kw = 0; kw < KW; ++kw) {
-            float* row = cols + ((c * KH + kh) * KW + kw) * P;
-            for (int64_t oh = 0; oh < OH; ++oh) {
-              int64_t ih = oh * sh - ph + kh * dh;
-              float* dst = row + oh * OW;
-              if (static_cast<uint64_t>(ih) >= static_cast<uint64_t>(H)) {
-                std::fill(dst, dst + OW, 0.0f);
-                continue;
-              }
-              const float* src = xn + (c * H + ih) * W;
-              for (int64_t ow = 0; ow < OW; ++ow) {
-                int64_t iw = ow * sw - pw + kw * dw;
-                dst[ow] = static_cast<uint64_t>(iw) < static_cast<uint64_t>(W) ? src[iw] : 0.0f;
-              }
-            }
-          }
+      im2col_nchw(xp + n * C * H * W, 1, P);
       float* yn = yp + n * OC * P;
       if (dnnl_sgemm('N', 'N', OC, P, K, 1.0f, wp, K, cols, P, 0.0f, yn, P) != dnnl_success) {
         return ctx.Error("oneDNN sgemm failed on a convolution");
@@ -632,13 +604,14 @@ absl::StatusOr<bool> TryGemmConvTranspose(KernelContext& ctx, const WindowGeomet
   int64_t N = x.dim(0), C = x.dim(1), OC = y.dim(1);
   if (group <= 0 || C % group != 0 || OC % group != 0) return false;
   int64_t Cg = C / group, OCg = OC / group;
-  int64_t KH = nsp == 2 ? g.kernel[0] : 1, KW = g.kernel[nsp - 1], K = KH * KW;
+  // Plain locals, not structured bindings: clang cannot capture those in OpenMP regions.
+  const Window2d win = ToWindow2d(g);
+  const int64_t KH = win.KH, KW = win.KW, sh = win.sh, sw = win.sw, ph = win.ph, pw = win.pw, dh = win.dh, dw = win.dw;
+  int64_t K = KH * KW;
   if (w.rank() != x.rank() || w.dim(0) != C || w.numel() != C * OCg * K) return false;
-  int64_t H = nsp == 2 ? x.dim(2) : 1, W = x.dim(x.rank() - 1);
-  int64_t OH = nsp == 2 ? y.dim(2) : 1, OW = y.dim(y.rank() - 1);
-  int64_t sh = nsp == 2 ? g.strides[0] : 1, sw = g.strides[nsp - 1];
-  int64_t ph = nsp == 2 ? g.pad_begin[0] : 0, pw = g.pad_begin[nsp - 1];
-  int64_t dh = nsp == 2 ? g.dilations[0] : 1, dw = g.dilations[nsp - 1];
+  int64_t H, W, OH, OW;
+  std::tie(H, W) = SpatialHW(x, false);
+  std::tie(OH, OW) = SpatialHW(y, false);
   int64_t P = H * W, M = OCg * K;
   if (P == 0 || static_cast<double>(M) * P * sizeof(float) > kIm2colMaxBytes) return false;
   Tensor cols_t(DType::kF32, {M * P});  // from the recycled-buffer pool when large

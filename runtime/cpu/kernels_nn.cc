@@ -165,6 +165,12 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
   if (!transposed && w.dim(1) * group != C) {
     return ctx.Error(absl::StrCat("weight has ", w.dim(1), " input channels per group, input has ", C, "/", group));
   }
+  // kBiasLastDim is a GEMM epilogue (FusionPlanOptions::gemm_epilogues); no convolution path applies it.
+  if (ctx.post_ops != nullptr) {
+    for (const PostOp& op : *ctx.post_ops) {
+      if (op.kind == PostOp::Kind::kBiasLastDim) return ctx.Error("internal: a GEMM epilogue post-op on a convolution");
+    }
+  }
   if (channels_last && !transposed) {  // pointwise / depthwise without a per-shape JIT (conv_gemm.h)
     CJIT_ASSIGN_OR_RETURN(bool done, TryNhwcConvWithoutJit(ctx, g, group, y));
     if (done) return absl::OkStatus();
@@ -230,9 +236,6 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
   const std::vector<PostOp>* exact_post_ops = nullptr;
   if (post_ops != nullptr && !post_ops->empty() &&
       ConvMayBeNonFinite(x, w, has_bias ? &ctx.in(2) : nullptr, (C / group) * ksz)) {
-    for (const PostOp& op : *post_ops) {
-      if (op.kind == PostOp::Kind::kBiasLastDim) return ctx.Error("internal: a GEMM epilogue post-op on a convolution");
-    }
     exact_post_ops = post_ops;
     post_ops = nullptr;
   }
@@ -257,8 +260,8 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
           absl::StrAppend(&post_key, reinterpret_cast<uintptr_t>(op.tensor->constant->raw()), ";");
           break;
         }
-        case PostOp::Kind::kBiasLastDim:  // GEMM epilogues only (FusionPlanOptions::gemm_epilogues)
-          return ctx.Error("internal: a GEMM epilogue post-op on a convolution");
+        case PostOp::Kind::kBiasLastDim:  // rejected above
+          break;
       }
     }
   }
