@@ -9,7 +9,14 @@ Tolerances: 1e-5 relative for elementwise float32 (libm and polynomial differenc
 for contractions (float32 accumulation of K products: rtol 1e-5, atol 1e-5 * sqrt(K)), exact for integer
 and data-movement ops.
 
-usage: op_reference_suite.py OUT_DIR
+16-bit mode (`op_reference_suite.py OUT_DIR float16|bfloat16`): the same cases with every float32 tensor
+stored as float16 / bfloat16. Random inputs are drawn already rounded to the 16-bit type, so the float64
+references are computed from exactly the values the kernels see; a case with a float32 input or weight that
+is not exactly representable is left out (and counted). References are rounded to nearest even;
+tolerance: 2 units in the last place of the 16-bit type relative, plus 4 ulps of the output's largest
+magnitude absolute (16-bit intermediates inside multi-node cases, float32 accumulation).
+
+usage: op_reference_suite.py OUT_DIR [float16|bfloat16]
 """
 import math
 import os
@@ -22,7 +29,14 @@ from onnx import helper
 import case_writer
 
 
+LOW = None  # None, "float16" or "bfloat16" (16-bit mode)
+LEFT_OUT = []
+
+
 def write_case(root, name, nodes, inputs, outputs, opset=13, inits=(), tol=(1e-5, 1e-6)):
+    if LOW is not None:
+        return case_writer.write_case_16bit(root, name, nodes, inputs, outputs, LOW, opset=opset, inits=inits,
+                                            tol=tol, left_out=LEFT_OUT)
     case_writer.write_case(root, name, nodes, inputs, outputs, opset=opset, inits=inits, tol=tol)
 
 
@@ -30,7 +44,10 @@ RNG = np.random.default_rng(1234)
 
 
 def rnd(*shape, lo=-2.0, hi=2.0, dtype=np.float32):
-    return RNG.uniform(lo, hi, size=shape).astype(dtype)
+    a = RNG.uniform(lo, hi, size=shape).astype(dtype)
+    if LOW is not None and dtype == np.float32:
+        a = case_writer.round_to_16bit(a, LOW)
+    return a
 
 
 def f64(a):
@@ -111,7 +128,9 @@ def pool2d(x, k, s, p, kind, count_include_pad=0):
 
 
 def main():
+    global LOW
     root = sys.argv[1]
+    LOW = sys.argv[2] if len(sys.argv) > 2 else None
     x = rnd(3, 37)
     for op, (fn, attrs) in UNARY.items():
         opset = 20 if op == "Gelu" else 14
@@ -450,6 +469,9 @@ def main():
                [("x", rz)], [("y", rz.repeat(2, axis=2).repeat(2, axis=3))],
                inits=[("sc", np.array([1, 1, 2, 2], np.float32))], tol=(0, 0))
     print("wrote %d cases to %s" % (len(os.listdir(root)), root))
+    if LOW is not None:
+        print("16-bit mode (%s): %d cases left out (a float32 input or weight not exactly representable): %s"
+              % (LOW, len(LEFT_OUT), " ".join(sorted(LEFT_OUT))))
 
 
 if __name__ == "__main__":

@@ -5,14 +5,17 @@
 # must have run generated code (not only library calls): the suite proves it exercised the code generator
 # for every op family the emitter lowers.
 # The same runner serves tests/opset_suite.py (operator versions of opsets 18-21 against numpy).
-# usage: op_reference_suite.sh CJIT_BINARY [GENERATOR.py]
+# With a third argument (float16 / bfloat16), the generator writes its cases in that 16-bit type
+# (op_reference_suite.py's 16-bit mode): every op family in float16 and bfloat16, both paths, against numpy.
+# usage: op_reference_suite.sh CJIT_BINARY [GENERATOR.py [float16|bfloat16]]
 set -uo pipefail
 cjit=$1
 here=$(cd "$(dirname "$0")" && pwd)
 generator=${2:-$here/op_reference_suite.py}
+low=${3:-}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-/usr/bin/python3 "$generator" "$work/cases" || exit 1
+/usr/bin/python3 "$generator" "$work/cases" $low || exit 1
 # Families the emitter does not lower (they run as library steps inside the cluster): integer arithmetic,
 # float-to-integer Cast, Atan. Keep this list short and true: a case listed here that starts generating
 # code is fine; a case not listed that stops generating code fails.
@@ -36,5 +39,5 @@ for dir in "$work"/cases/*/; do
     fi
   done
 done
-echo "$(basename "$generator" .py): $((total - fail)) of $total cases pass"
+echo "$(basename "$generator" .py)${low:+ ($low)}: $((total - fail)) of $total cases pass"
 [[ $fail -eq 0 ]]

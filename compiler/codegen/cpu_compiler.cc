@@ -217,7 +217,7 @@ absl::Status EmitKernel(llvm::Module& m, const FusedKernel& k, const Collapsed& 
       if (v == nullptr) {
         ops.push_back(nullptr);
       } else if (IsScalarConstant(v) && node->op_type == "Pow") {
-        ops.push_back(llvm::ConstantFP::get(f32, *v->constant->data<float>()));
+        ops.push_back(llvm::ConstantFP::get(f32, ScalarConstantValue(v)));
       } else if (IsScalarConstant(v)) {
         ops.push_back(params_v.at(next_param++));
       } else {

@@ -224,7 +224,7 @@ absl::StatusOr<llvm::Value*> ValueEmitter::Elem(const Value* v, llvm::Value* j, 
   if (auto it = memo.find(v); it != memo.end()) return it->second;
   if (IsScalarConstant(v)) {
     auto it = params.find(v);
-    return it != params.end() ? it->second : llvm::ConstantFP::get(f32, *v->constant->data<float>());
+    return it != params.end() ? it->second : llvm::ConstantFP::get(f32, ScalarConstantValue(v));
   }
   llvm::Value* out = nullptr;
   auto in_it = std::find(inputs_.begin(), inputs_.end(), v);
@@ -249,7 +249,7 @@ absl::StatusOr<llvm::Value*> ValueEmitter::Elem(const Value* v, llvm::Value* j, 
         if (in == nullptr) {
           ops.push_back(nullptr);
         } else if (IsScalarConstant(in) && node->op_type == "Pow") {
-          ops.push_back(llvm::ConstantFP::get(f32, *in->constant->data<float>()));
+          ops.push_back(llvm::ConstantFP::get(f32, ScalarConstantValue(in)));
         } else {
           absl::StatusOr<llvm::Value*> o = Elem(in, j, memo);
           if (!o.ok()) return o.status();

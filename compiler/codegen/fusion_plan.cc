@@ -12,15 +12,23 @@
 #include "compiler/ir/union_find.h"
 #include "absl/strings/str_join.h"
 #include "compiler/ir/status_macros.h"
+#include "compiler/ir/float16.h"
 #include "compiler/passes/graph_cycles.h"
 
 namespace cjit {
 
+bool IsFloatStorage(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+
 bool IsScalarConstant(const Value* v) {
-  return v && v->is_constant() && v->constant->dtype() == DType::kF32 && v->constant->numel() == 1;
+  return v && v->is_constant() && IsFloatStorage(v->constant->dtype()) && v->constant->numel() == 1;
 }
 
-bool IsFloatStorage(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+float ScalarConstantValue(const Value* v) {
+  const Tensor& c = *v->constant;
+  if (c.dtype() == DType::kF16) return HalfBitsToFloat(*static_cast<const uint16_t*>(c.raw()));
+  if (c.dtype() == DType::kBF16) return Bfloat16BitsToFloat(*static_cast<const uint16_t*>(c.raw()));
+  return *c.data<float>();
+}
 
 bool IsFusibleElementwise(const Node& n) {
   static const std::set<std::string> kOps = {
@@ -56,7 +64,7 @@ bool IsRowReduction(const Node& n) {
   if (!kOps.count(n.op_type) || n.outputs.size() != 1 || !n.outputs[0] || !n.inputs[0]) return false;
   const Value* x = n.inputs[0];
   const Value* y = n.outputs[0];
-  if (x->dtype != DType::kF32 || y->dtype != DType::kF32 || !x->shape.fully_known() || !y->shape.fully_known()) {
+  if (!IsFloatStorage(x->dtype) || x->dtype != y->dtype || !x->shape.fully_known() || !y->shape.fully_known()) {
     return false;
   }
   int r = x->shape.rank();
@@ -177,7 +185,7 @@ namespace {
 
 bool ScalarOf(const Value* v, float* out) {
   if (!IsScalarConstant(v)) return false;
-  *out = *v->constant->data<float>();
+  *out = ScalarConstantValue(v);
   return true;
 }
 

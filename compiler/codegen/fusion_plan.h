@@ -80,8 +80,11 @@ bool IsFusibleElementwise(const Node& node);
 // axis with keepdims=1, Softmax/LogSoftmax over the last axis.
 bool IsRowReduction(const Node& node);
 
-// Scalar float32 constants are folded into the generated code rather than passed as inputs.
+// Scalar float constants (float32, float16, bfloat16) are folded into the generated code rather than passed
+// as inputs.
 bool IsScalarConstant(const Value* v);
+// The value of a scalar constant (IsScalarConstant) as float32 (16-bit constants widened exactly).
+float ScalarConstantValue(const Value* v);
 
 struct FusionPlanOptions {
   // Absorb elementwise ops after a float32 Conv into the Conv step as PostOps (oneDNN, on the CPU). The GPU

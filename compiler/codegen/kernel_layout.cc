@@ -95,7 +95,7 @@ std::string KernelStructure(const FusedKernel& k, const Collapsed& c) {
     for (const Value* v : node->inputs) {
       if (v == nullptr) absl::StrAppend(&s, "_,");
       else if (IsScalarConstant(v) && node->op_type == "Pow") {
-        absl::StrAppend(&s, "k", absl::StrFormat("%a", *v->constant->data<float>()), ",");
+        absl::StrAppend(&s, "k", absl::StrFormat("%a", ScalarConstantValue(v)), ",");
       } else if (IsScalarConstant(v)) {
         absl::StrAppend(&s, "p,");  // a runtime scalar parameter
       }
@@ -122,7 +122,7 @@ std::vector<float> KernelConsts(const FusedKernel& k) {
   std::vector<float> out;
   for (const Node* node : k.nodes) {
     for (const Value* v : node->inputs) {
-      if (v && IsScalarConstant(v) && node->op_type != "Pow") out.push_back(*v->constant->data<float>());
+      if (v && IsScalarConstant(v) && node->op_type != "Pow") out.push_back(ScalarConstantValue(v));
     }
   }
   return out;

@@ -1,9 +1,12 @@
 #include "runtime/cpu/kernel.h"
 
 #include <map>
+#include <mutex>
+#include <unordered_map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/float16.h"
 #include "compiler/ir/status_macros.h"
 
 namespace cjit {
@@ -31,7 +34,73 @@ const std::map<std::string, KernelFn>& Registered() {
   return Raw();
 }
 
+bool Is16BitFloat(DType t) { return t == DType::kF16 || t == DType::kBF16; }
+
+Tensor WidenToFloat32(const Tensor& t) {
+  Tensor out(DType::kF32, t.dims());
+  const auto* src = static_cast<const uint16_t*>(t.raw());
+  if (t.dtype() == DType::kF16) ConvertHalfToFloat(src, out.data<float>(), static_cast<size_t>(t.numel()));
+  else ConvertBfloat16ToFloat(src, out.data<float>(), static_cast<size_t>(t.numel()));
+  return out;
+}
+
+// float32 copies of constant 16-bit inputs, one per source buffer (dropped when the source is freed).
+Tensor WidenedConstant(const Tensor& t) {
+  struct Entry {
+    std::weak_ptr<uint8_t> source;
+    Tensor widened;
+  };
+  static std::mutex mu;
+  static auto* cache = new std::unordered_map<const void*, Entry>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache->find(t.raw());
+  if (it != cache->end() && it->second.source.lock() == t.buffer() && it->second.widened.dims() == t.dims()) {
+    return it->second.widened;
+  }
+  for (auto e = cache->begin(); e != cache->end();) e = e->second.source.expired() ? cache->erase(e) : std::next(e);
+  Tensor w = WidenToFloat32(t);
+  (*cache)[t.raw()] = Entry{t.buffer(), w};
+  return w;
+}
+
 }  // namespace
+
+absl::Status RunInFloat32(const KernelFn& fn, KernelContext& ctx) {
+  bool any = false;
+  for (const Tensor* t : ctx.inputs) any = any || (t != nullptr && Is16BitFloat(t->dtype()));
+  for (const InferOutput& o : ctx.infer()) any = any || Is16BitFloat(o.dtype);
+  if (!any) return fn(ctx);
+  KernelContext sub = ctx;
+  std::vector<Tensor> widened(ctx.inputs.size());
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+    const Tensor* t = ctx.inputs[i];
+    if (t == nullptr || !Is16BitFloat(t->dtype())) continue;
+    widened[i] = ctx.is_constant(static_cast<int>(i)) ? WidenedConstant(*t) : WidenToFloat32(*t);
+    sub.inputs[i] = &widened[i];
+  }
+  sub.inferred = ctx.infer();
+  sub.static_inferred = nullptr;
+  for (InferOutput& o : sub.inferred) {
+    if (Is16BitFloat(o.dtype)) o.dtype = DType::kF32;
+  }
+  for (Tensor& t : sub.outputs) t = Tensor();  // preset 16-bit destinations are filled below
+  CJIT_RETURN_IF_ERROR(fn(sub));
+  ctx.impl = std::move(sub.impl);
+  for (size_t i = 0; i < sub.outputs.size() && i < ctx.outputs.size(); ++i) {
+    const Tensor& r = sub.outputs[i];
+    if (!r.defined()) continue;
+    const DType want = i < ctx.infer().size() ? ctx.infer()[i].dtype : r.dtype();
+    if (r.dtype() != DType::kF32 || !Is16BitFloat(want)) {
+      ctx.outputs[i] = r;
+      continue;
+    }
+    Tensor& out = ctx.Alloc(static_cast<int>(i), want, r.dims());
+    auto* dst = static_cast<uint16_t*>(out.raw());
+    if (want == DType::kF16) ConvertFloatToHalf(r.data<float>(), dst, static_cast<size_t>(r.numel()));
+    else ConvertFloatToBfloat16(r.data<float>(), dst, static_cast<size_t>(r.numel()));
+  }
+  return absl::OkStatus();
+}
 
 Tensor& KernelContext::Alloc(int i) {
   const InferOutput& o = infer()[i];

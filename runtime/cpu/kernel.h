@@ -81,6 +81,14 @@ void AddNodeTraceArgs(TraceArgs& args, const Node& node, const std::vector<const
                       const std::vector<Tensor>& outputs, int cluster_id, const std::string& impl);
 
 void RegisterKernel(const std::string& op_type, KernelFn fn);
+
+// For ops whose kernel computes in float32 only (the CPU has no 16-bit float arithmetic; ORT's
+// InsertCastTransformer does the same on the graph): float16 / bfloat16 inputs are widened exactly to
+// float32, `fn` runs, and float outputs whose inferred dtype is 16-bit are rounded back to nearest even
+// (compiler/ir/float16.h). Constant inputs are widened once per buffer and cached, so kernels' own weight
+// caches keep hitting. Other dtypes go to `fn` unchanged. The kernel must not take post-ops for 16-bit
+// outputs (the fusion plan fuses epilogues into float32 convolutions only).
+absl::Status RunInFloat32(const KernelFn& fn, KernelContext& ctx);
 const KernelFn* FindKernel(const std::string& op_type);
 // For registration functions that wrap an already registered kernel (no lazy initialization).
 const KernelFn* FindKernelDuringRegistration(const std::string& op_type);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "compiler/ir/float16.h"
 #include "compiler/ir/numeric_cast.h"
 #include "compiler/ir/status_macros.h"
 #include "absl/strings/str_join.h"
@@ -55,11 +56,17 @@ template <typename D, typename S>
 inline D ConvertTo(S v) {
   if constexpr (std::is_same_v<D, bool>) {
     return static_cast<float>(v) != 0.0f;
-  } else if constexpr (std::is_same_v<D, half> || std::is_same_v<D, bfloat16>) {
-    return static_cast<D>(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<D, half>) {
+    // Round to nearest even, NaN kept quiet (compiler/ir/float16.h; Eigen's bfloat16 drops NaN payloads).
+    // float64 goes through float32 (a double rounding only on exact float32 ties).
+    return Eigen::numext::bit_cast<half>(FloatToHalfBits(static_cast<float>(v)));
+  } else if constexpr (std::is_same_v<D, bfloat16>) {
+    return Eigen::numext::bit_cast<bfloat16>(FloatToBfloat16Bits(static_cast<float>(v)));
   } else if constexpr (std::is_same_v<S, half> || std::is_same_v<S, bfloat16>) {
-    if constexpr (std::is_integral_v<D>) return NumericCast<D>(static_cast<float>(v));  // as float -> integer
-    return static_cast<D>(static_cast<float>(v));
+    const float f = std::is_same_v<S, half> ? HalfBitsToFloat(Eigen::numext::bit_cast<uint16_t>(v))
+                                            : Bfloat16BitsToFloat(Eigen::numext::bit_cast<uint16_t>(v));
+    if constexpr (std::is_integral_v<D>) return NumericCast<D>(f);  // as float -> integer
+    return static_cast<D>(f);
   } else if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>) {
     return NumericCast<D>(v);  // NaN -> 0, saturating (compiler/ir/numeric_cast.h)
   } else {
@@ -576,6 +583,31 @@ absl::Status Cast(KernelContext& ctx, DType to) {
     return absl::OkStatus();
   }
   int64_t n = x.numel();
+  // float32 <-> float16 / bfloat16: the bulk converters (F16C / AVX-512 BF16 where the CPU has them).
+  using Bulk = void (*)(const void*, void*, size_t);
+  Bulk bulk = nullptr;
+  if (x.dtype() == DType::kF32 && to == DType::kF16) {
+    bulk = [](const void* s, void* d, size_t k) { ConvertFloatToHalf(static_cast<const float*>(s), static_cast<uint16_t*>(d), k); };
+  } else if (x.dtype() == DType::kF32 && to == DType::kBF16) {
+    bulk = [](const void* s, void* d, size_t k) { ConvertFloatToBfloat16(static_cast<const float*>(s), static_cast<uint16_t*>(d), k); };
+  } else if (x.dtype() == DType::kF16 && to == DType::kF32) {
+    bulk = [](const void* s, void* d, size_t k) { ConvertHalfToFloat(static_cast<const uint16_t*>(s), static_cast<float*>(d), k); };
+  } else if (x.dtype() == DType::kBF16 && to == DType::kF32) {
+    bulk = [](const void* s, void* d, size_t k) { ConvertBfloat16ToFloat(static_cast<const uint16_t*>(s), static_cast<float*>(d), k); };
+  }
+  if (bulk != nullptr) {
+    const size_t in_size = DTypeSize(x.dtype()), out_size = DTypeSize(to);
+    const int64_t chunk = 32768, chunks = (n + chunk - 1) / chunk;
+    const int nt = n >= 4 * chunk ? ctx.threads : 1;
+    const char* src = static_cast<const char*>(x.raw());
+    char* dst = static_cast<char*>(y.raw());
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t lo = c * chunk, len = std::min(chunk, n - lo);
+      bulk(src + lo * in_size, dst + lo * out_size, static_cast<size_t>(len));
+    }
+    return absl::OkStatus();
+  }
   absl::Status inner = absl::OkStatus();
   absl::Status outer = DispatchAll(x.dtype(), [&](auto s) {
     using S = decltype(s);

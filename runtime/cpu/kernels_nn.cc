@@ -152,7 +152,8 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
   const Tensor& x = ctx.in(0);
   const Tensor& w = ctx.in(1);
   if (x.dtype() != DType::kF32 || w.dtype() != DType::kF32) {
-    return ctx.Error(absl::StrCat("only float32 convolution is supported, got ", DTypeName(x.dtype())));
+    return ctx.Error(absl::StrCat("convolution computes in float32 or float16/bfloat16 (widened), got ",
+                                  DTypeName(x.dtype()), " and ", DTypeName(w.dtype())));
   }
   if (x.rank() < 3) return ctx.Error("X must be N x C x spatial");
   CJIT_ASSIGN_OR_RETURN(WindowGeometry g, Geometry(ctx, x, w, transposed, channels_last));
@@ -760,9 +761,15 @@ absl::Status Mvn(KernelContext& ctx) {
 absl::Status ResizeKernel(KernelContext& ctx);
 
 void RegisterNnKernels() {
-  RegisterKernel("Conv", [](KernelContext& ctx) { return Conv(ctx, false); });
-  RegisterKernel("NhwcConv", [](KernelContext& ctx) { return Conv(ctx, false, true); });
-  RegisterKernel("ConvTranspose", [](KernelContext& ctx) { return Conv(ctx, true); });
+  RegisterKernel("Conv", [](KernelContext& ctx) {
+    return RunInFloat32([](KernelContext& c) { return Conv(c, false); }, ctx);
+  });
+  RegisterKernel("NhwcConv", [](KernelContext& ctx) {
+    return RunInFloat32([](KernelContext& c) { return Conv(c, false, true); }, ctx);
+  });
+  RegisterKernel("ConvTranspose", [](KernelContext& ctx) {
+    return RunInFloat32([](KernelContext& c) { return Conv(c, true); }, ctx);
+  });
   RegisterKernel("MaxPool", [](KernelContext& ctx) { return Pool(ctx, 0); });
   RegisterKernel("AveragePool", [](KernelContext& ctx) { return Pool(ctx, 1); });
   RegisterKernel("LpPool", [](KernelContext& ctx) { return Pool(ctx, 2); });

@@ -1,0 +1,111 @@
+#include "compiler/ir/float16.h"
+
+#include <immintrin.h>
+
+// GCC 12 reports its own intrinsics headers (_mm512_undefined_*) as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <atomic>
+
+namespace cjit {
+namespace {
+
+std::atomic<bool> g_hardware_enabled{true};
+
+bool CpuHasF16c() {
+  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx512f");
+  return has;
+}
+bool CpuHasAvx512Bf16() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+
+__attribute__((target("avx512f,f16c"))) void F32ToF16Avx512(const float* src, uint16_t* dst, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), h);
+  }
+  if (i < n) {
+    const __mmask16 k = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    const __m256i h =
+        _mm512_cvtps_ph(_mm512_maskz_loadu_ps(k, src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    alignas(32) uint16_t tmp[16];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), h);
+    for (size_t j = 0; i + j < n; ++j) dst[i + j] = tmp[j];
+  }
+}
+
+__attribute__((target("avx512f,f16c"))) void F16ToF32Avx512(const uint16_t* src, float* dst, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+  }
+  for (; i < n; ++i) dst[i] = HalfBitsToFloat(src[i]);
+}
+
+// VCVTNEPS2BF16 rounds to nearest even and quiets NaNs like FloatToBfloat16Bits, but treats float32
+// subnormal inputs as zero: those lanes are recomputed with the integer rounding.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void F32ToBf16Avx512(const float* src, uint16_t* dst,
+                                                                            size_t n) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
+  const __m512i min_normal = _mm512_set1_epi32(0x00800000);
+  const __m512i bias = _mm512_set1_epi32(0x7FFF);
+  const __m512i one = _mm512_set1_epi32(1);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(src + i);
+    __m256i r = (__m256i)_mm512_cvtneps_pbh(v);
+    const __m512i bits = _mm512_castps_si512(v);
+    const __m512i a = _mm512_and_si512(bits, abs_mask);
+    const __mmask16 sub = _mm512_mask_cmplt_epi32_mask(_mm512_test_epi32_mask(a, a), a, min_normal);
+    if (sub) {
+      const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), one);
+      const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, bias), lsb), 16);
+      r = _mm256_mask_blend_epi16(sub, r, _mm512_cvtepi32_epi16(rounded));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), r);
+  }
+  for (; i < n; ++i) dst[i] = FloatToBfloat16Bits(src[i]);
+}
+
+__attribute__((target("avx512f"))) void Bf16ToF32Avx512(const uint16_t* src, float* dst, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+    _mm512_storeu_si512(dst + i, _mm512_slli_epi32(w, 16));
+  }
+  for (; i < n; ++i) dst[i] = Bfloat16BitsToFloat(src[i]);
+}
+
+bool UseHardware() { return g_hardware_enabled.load(std::memory_order_relaxed); }
+
+}  // namespace
+
+bool HasHardwareHalfConversion() { return CpuHasF16c(); }
+bool HasHardwareBfloat16Conversion() { return CpuHasAvx512Bf16(); }
+void SetFloat16HardwareForTesting(bool enabled) { g_hardware_enabled.store(enabled); }
+
+void ConvertFloatToHalf(const float* src, uint16_t* dst, size_t n) {
+  if (UseHardware() && CpuHasF16c()) return F32ToF16Avx512(src, dst, n);
+  for (size_t i = 0; i < n; ++i) dst[i] = FloatToHalfBits(src[i]);
+}
+
+void ConvertHalfToFloat(const uint16_t* src, float* dst, size_t n) {
+  if (UseHardware() && CpuHasF16c()) return F16ToF32Avx512(src, dst, n);
+  for (size_t i = 0; i < n; ++i) dst[i] = HalfBitsToFloat(src[i]);
+}
+
+void ConvertFloatToBfloat16(const float* src, uint16_t* dst, size_t n) {
+  if (UseHardware() && CpuHasAvx512Bf16()) return F32ToBf16Avx512(src, dst, n);
+  for (size_t i = 0; i < n; ++i) dst[i] = FloatToBfloat16Bits(src[i]);
+}
+
+void ConvertBfloat16ToFloat(const uint16_t* src, float* dst, size_t n) {
+  if (UseHardware() && __builtin_cpu_supports("avx512f")) return Bf16ToF32Avx512(src, dst, n);
+  for (size_t i = 0; i < n; ++i) dst[i] = Bfloat16BitsToFloat(src[i]);
+}
+
+}  // namespace cjit
