@@ -14,12 +14,14 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "compiler/ops/op_schemas.h"
 #include "flags/file_util.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/ascii.h"
 
 namespace cjit {
 namespace {
@@ -82,6 +84,20 @@ Setter DoubleFlag(double Flags::*field, std::string name) {
 
 Setter StringFlag(std::string Flags::*field) {
   return [=](Flags& f, absl::string_view v, bool) -> absl::Status {
+    f.*field = std::string(v);
+    return absl::OkStatus();
+  };
+}
+
+// A comma-separated list of ONNX operator names (each must exist at some opset).
+Setter OpListFlag(std::string Flags::*field, const char* name) {
+  return [=](Flags& f, absl::string_view v, bool has) -> absl::Status {
+    if (!has) return BadValue(name, v, "a comma-separated list of ONNX operators");
+    for (absl::string_view op : absl::StrSplit(v, ',', absl::SkipEmpty())) {
+      int first = 0;
+      FindOpSchema(std::string(op), 1000, &first);
+      if (first == 0) return BadValue(name, v, absl::StrCat("ONNX operator names ('", op, "' is not one)"));
+    }
     f.*field = std::string(v);
     return absl::OkStatus();
   };
@@ -150,6 +166,57 @@ const std::vector<FlagDef>& Table() {
         "convolution. false: ONNX's NCHW everywhere.",
         {}},
        BoolFlag(&Flags::cpu_channels_last, "cpu_channels_last")},
+      {{"auto_mixed_precision", "string", "off",
+        "Automatic mixed precision: off, float16, bfloat16, or auto (float16 on a GPU, bfloat16 on the CPU; "
+        "TF_ENABLE_AUTO_MIXED_PRECISION=1). Allow-list ops (Conv, MatMul, Gemm, ...) and the infer/clear ops "
+        "between them run in the 16-bit type; graph inputs and outputs stay float32.",
+        {"tf_enable_auto_mixed_precision"}},
+       [](Flags& f, absl::string_view v, bool has) -> absl::Status {
+         std::string x = has ? std::string(v) : "auto";
+         if (x == "1" || x == "true") x = "auto";
+         if (x == "0" || x == "false") x = "off";
+         if (x != "off" && x != "float16" && x != "bfloat16" && x != "auto") {
+           return BadValue("auto_mixed_precision", v, "off, float16, bfloat16 or auto");
+         }
+         f.auto_mixed_precision = x;
+         return absl::OkStatus();
+       }},
+      {{"amp_allowlist_add", "string", "",
+        "Comma-separated ONNX ops to add to the AMP allow list "
+        "(TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_ALLOWLIST_ADD).", {}},
+       OpListFlag(&Flags::amp_allowlist_add, "amp_allowlist_add")},
+      {{"amp_allowlist_remove", "string", "",
+        "Comma-separated ONNX ops to remove from the AMP allow list "
+        "(TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_ALLOWLIST_REMOVE).", {}},
+       OpListFlag(&Flags::amp_allowlist_remove, "amp_allowlist_remove")},
+      {{"amp_inferlist_add", "string", "",
+        "Comma-separated ONNX ops to add to the AMP infer list "
+        "(TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_INFERLIST_ADD).", {}},
+       OpListFlag(&Flags::amp_inferlist_add, "amp_inferlist_add")},
+      {{"amp_inferlist_remove", "string", "",
+        "Comma-separated ONNX ops to remove from the AMP infer list "
+        "(TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_INFERLIST_REMOVE).", {}},
+       OpListFlag(&Flags::amp_inferlist_remove, "amp_inferlist_remove")},
+      {{"amp_denylist_add", "string", "",
+        "Comma-separated ONNX ops to add to the AMP deny list "
+        "(TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_DENYLIST_ADD).", {}},
+       OpListFlag(&Flags::amp_denylist_add, "amp_denylist_add")},
+      {{"amp_denylist_remove", "string", "",
+        "Comma-separated ONNX ops to remove from the AMP deny list "
+        "(TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_DENYLIST_REMOVE).", {}},
+       OpListFlag(&Flags::amp_denylist_remove, "amp_denylist_remove")},
+      {{"amp_clearlist_add", "string", "",
+        "Comma-separated ONNX ops to add to the AMP clear list "
+        "(TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_CLEARLIST_ADD).", {}},
+       OpListFlag(&Flags::amp_clearlist_add, "amp_clearlist_add")},
+      {{"amp_clearlist_remove", "string", "",
+        "Comma-separated ONNX ops to remove from the AMP clear list "
+        "(TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_CLEARLIST_REMOVE).", {}},
+       OpListFlag(&Flags::amp_clearlist_remove, "amp_clearlist_remove")},
+      {{"amp_log_path", "string", "",
+        "Directory for the AMP decision log: the graph before and after the rewrite and the four lists in "
+        "effect (TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_LOG_PATH).", {}},
+       StringFlag(&Flags::amp_log_path)},
       {{"device", "string", "auto",
         "Execution device: auto, cpu, cuda or cuda:N. auto picks cuda:0 when the build has the GPU runtime "
         "and a CUDA driver reports a device, else the CPU; cuda without a CUDA driver or device is an error.",
@@ -397,6 +464,16 @@ std::string FlagValueText(const Flags& f, absl::string_view name) {
       {"async_compilation", [b](const Flags& f) { return b(f.async_compilation); }},
       {"polymorphic_clusters", [b](const Flags& f) { return b(f.polymorphic_clusters); }},
       {"cpu_channels_last", [b](const Flags& f) { return b(f.cpu_channels_last); }},
+      {"auto_mixed_precision", [](const Flags& f) { return f.auto_mixed_precision; }},
+      {"amp_log_path", [](const Flags& f) { return f.amp_log_path; }},
+      {"amp_allowlist_add", [](const Flags& f) { return f.amp_allowlist_add; }},
+      {"amp_allowlist_remove", [](const Flags& f) { return f.amp_allowlist_remove; }},
+      {"amp_inferlist_add", [](const Flags& f) { return f.amp_inferlist_add; }},
+      {"amp_inferlist_remove", [](const Flags& f) { return f.amp_inferlist_remove; }},
+      {"amp_denylist_add", [](const Flags& f) { return f.amp_denylist_add; }},
+      {"amp_denylist_remove", [](const Flags& f) { return f.amp_denylist_remove; }},
+      {"amp_clearlist_add", [](const Flags& f) { return f.amp_clearlist_add; }},
+      {"amp_clearlist_remove", [](const Flags& f) { return f.amp_clearlist_remove; }},
       {"device", [](const Flags& f) { return f.device; }},
       {"gpu_arch", [](const Flags& f) { return f.gpu_arch; }},
       {"gpu_allocator", [](const Flags& f) { return f.gpu_allocator; }},
@@ -468,9 +545,35 @@ absl::StatusOr<Flags> ParseFlags(absl::string_view text, const Flags& base, absl
   return flags;
 }
 
+std::string TfMixedPrecisionFlagText(const std::function<const char*(const char*)>& getenv_fn) {
+  std::string tf;
+  if (const char* e = getenv_fn("TF_ENABLE_AUTO_MIXED_PRECISION"); e != nullptr && *e != '\0') {
+    absl::StrAppend(&tf, " --auto_mixed_precision=", e);
+  }
+  for (const char* list : {"ALLOWLIST", "INFERLIST", "DENYLIST", "CLEARLIST"}) {
+    for (const char* action : {"ADD", "REMOVE"}) {
+      std::string var = absl::StrCat("TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_", list, "_", action);
+      if (const char* e = getenv_fn(var.c_str()); e != nullptr && *e != '\0') {
+        absl::StrAppend(&tf, " --amp_", absl::AsciiStrToLower(list), "_", absl::AsciiStrToLower(action), "=", e);
+      }
+    }
+  }
+  if (const char* e = getenv_fn("TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_LOG_PATH"); e != nullptr && *e != '\0') {
+    absl::StrAppend(&tf, " --amp_log_path=", e);
+  }
+  return tf;
+}
+
 const absl::StatusOr<Flags>& FlagsFromEnvironment() {
   static const absl::StatusOr<Flags>* flags = [] {
     const char* env = std::getenv("CJIT_FLAGS");
+    // TensorFlow's mixed-precision variables map onto the AMP flags; CJIT_FLAGS, parsed after, wins.
+    std::string tf = TfMixedPrecisionFlagText([](const char* v) { return std::getenv(v); });
+    if (!tf.empty()) {
+      absl::StatusOr<Flags> base = ParseFlags(tf, Flags{}, "TF_*_MIXED_PRECISION variables");
+      if (!base.ok()) return new absl::StatusOr<Flags>(base.status());
+      return new absl::StatusOr<Flags>(ParseFlags(env ? env : "", *base, "CJIT_FLAGS"));
+    }
     return new absl::StatusOr<Flags>(ParseFlags(env ? env : "", Flags{}, "CJIT_FLAGS"));
   }();
   return *flags;

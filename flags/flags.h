@@ -15,6 +15,7 @@
 #ifndef CJIT_FLAGS_FLAGS_H_
 #define CJIT_FLAGS_FLAGS_H_
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,6 +49,15 @@ struct Flags {
   // CPU: float32 convolutions connected to other convolutions run channels-last (NHWC) between them, with
   // transposes only at the region's edges (compiler/passes/layout.h). false: ONNX's NCHW everywhere.
   bool cpu_channels_last = true;
+  // Automatic mixed precision (compiler/passes/auto_mixed_precision.h): off, float16, bfloat16, or auto
+  // (float16 on a GPU, bfloat16 on the CPU; what TF_ENABLE_AUTO_MIXED_PRECISION=1 sets).
+  std::string auto_mixed_precision = "off";
+  // Op-list edits, comma-separated ONNX op names (TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_<LIST>_<ADD|REMOVE>).
+  std::string amp_allowlist_add, amp_allowlist_remove, amp_inferlist_add, amp_inferlist_remove, amp_denylist_add,
+      amp_denylist_remove, amp_clearlist_add, amp_clearlist_remove;
+  // Directory for the AMP decision log: graph before/after and the four lists (TF_AUTO_MIXED_PRECISION_
+  // GRAPH_REWRITE_LOG_PATH).
+  std::string amp_log_path;
   // Execution device: auto, cpu, cuda or cuda:N (as TF's device placement; auto = cuda:0 when this build
   // has the GPU runtime and a CUDA driver reports a device, else cpu).
   std::string device = "auto";
@@ -98,7 +108,12 @@ absl::Status SetFlag(Flags& flags, absl::string_view name, absl::string_view val
 absl::StatusOr<std::string> GetFlag(const Flags& flags, absl::string_view name);
 
 // The flags from the CJIT_FLAGS environment variable, parsed once (the only getenv for configuration).
+// Also reads TensorFlow's mixed-precision variables (TF_ENABLE_AUTO_MIXED_PRECISION,
+// TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_{ALLOWLIST,INFERLIST,DENYLIST,CLEARLIST}_{ADD,REMOVE}, ..._LOG_PATH),
+// applied before CJIT_FLAGS (which wins).
 const absl::StatusOr<Flags>& FlagsFromEnvironment();
+// The flag text those TensorFlow variables map to, reading them through `getenv_fn` (tests pass a map).
+std::string TfMixedPrecisionFlagText(const std::function<const char*(const char*)>& getenv_fn);
 
 // One row per flag: name, default, help, aliases. For `cjit flags` and the docs.
 struct FlagInfo {

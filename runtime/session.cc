@@ -1,5 +1,7 @@
 #include "runtime/session.h"
 
+#include "runtime/auto_mixed_precision.h"
+
 #include <omp.h>
 
 #include <set>
@@ -118,6 +120,7 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Grap
   }
   CJIT_VLOG(1) << "session device: " << s->device();
   s->enable_clustering_ = options.enable_clustering;
+  s->amp_rule_ = options.amp_rule;
   if (!s->flags_.trace_to.empty() || s->flags_.enable_nvtx_ranges || options.profile) {
     ProfilerOptions po;
     po.path = s->flags_.trace_to;
@@ -318,6 +321,10 @@ absl::StatusOr<std::shared_ptr<Graph>> Session::BuildSpecializedGraph(const std:
   {
     TraceScope scope(prof, "simplify", "specialize");
     CJIT_RETURN_IF_ERROR(SimplifyGraph(*g));
+    if (flags_.auto_mixed_precision != "off") {
+      CJIT_RETURN_IF_ERROR(RunAutoMixedPrecision(*g, flags_, gpu_ != nullptr, amp_rule_, sig));
+      CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
+    }
     if (gpu_ == nullptr && flags_.cpu_channels_last) {
       CJIT_ASSIGN_OR_RETURN(bool changed, AssignChannelsLastLayout(*g));
       if (changed) {  // cancel the transpose pairs

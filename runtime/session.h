@@ -37,6 +37,7 @@
 #include "absl/strings/string_view.h"
 #include "compiler/ir/graph.h"
 #include "compiler/onnx/tensor_proto.h"
+#include "compiler/passes/auto_mixed_precision.h"
 #include "flags/flags.h"
 
 namespace cjit {
@@ -78,6 +79,10 @@ struct SessionOptions {
   bool enable_clustering = true;
   // Record profiling events in memory (for ProfileSummary) even without --trace_to.
   bool profile = false;
+  // A host's automatic-mixed-precision rule (TVM's interface), consulted before the op lists when
+  // --auto_mixed_precision is on (compiler/passes/auto_mixed_precision.h). Called while a signature is
+  // specialized, possibly from several threads at once: it must be thread-safe.
+  AmpRuleHook amp_rule;
 };
 
 struct TensorInfo {
@@ -148,6 +153,7 @@ class Session {
   absl::StatusOr<std::vector<NamedTensor>> RunImpl(const std::vector<NamedTensor>& inputs);
 
   Flags flags_;
+  AmpRuleHook amp_rule_;
   bool enable_clustering_ = true;
   std::shared_ptr<Profiler> profiler_;
   std::shared_ptr<Dumper> dumper_;

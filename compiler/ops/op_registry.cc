@@ -16,6 +16,29 @@ std::map<std::string, OpDef, std::less<>>& RawTable() {
   return *raw;
 }
 
+// AMP classes beyond what each registration gives (allow for contractions, deny/infer for math): data
+// movement and ops without arithmetic of their own are clear; reductions that sum, normalizations,
+// recurrences and Sqrt are deny (TensorFlow's deny list: sums and means, Softmax, Exp/Log/Pow), which also
+// keeps decomposed LayerNorm/RMSNorm/Softmax in float32.
+void AssignAmpClasses(std::map<std::string, OpDef, std::less<>>& t) {
+  for (auto& [name, def] : t) {
+    if (def.category == OpCategory::kDataMovement) def.amp = AmpClass::kClear;
+  }
+  for (const char* op : {"Relu", "MaxPool", "GlobalMaxPool", "ReduceMax", "ReduceMin", "Max", "Min", "Abs", "Neg",
+                         "Clip", "Where", "Dropout", "Identity", "Floor", "Ceil", "Round", "Sign"}) {
+    if (auto it = t.find(op); it != t.end()) it->second.amp = AmpClass::kClear;
+  }
+  for (const char* op : {"Sqrt", "Softmax", "LogSoftmax", "ReduceSum", "ReduceMean", "ReduceProd", "ReduceL1",
+                         "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "CumSum",
+                         "LayerNormalization", "GroupNormalization", "InstanceNormalization", "LpNormalization",
+                         "LRN", "LSTM", "GRU", "RNN", "DFT", "STFT", "Cast", "CastLike"}) {
+    if (auto it = t.find(op); it != t.end()) it->second.amp = AmpClass::kDeny;
+  }
+  for (const char* op : {"Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum"}) {
+    if (auto it = t.find(op); it != t.end()) it->second.amp = AmpClass::kAllow;
+  }
+}
+
 std::map<std::string, OpDef, std::less<>>& Table() {
   auto* table = &RawTable();
   static bool registered = [] {
@@ -23,6 +46,7 @@ std::map<std::string, OpDef, std::less<>>& Table() {
     RegisterNnOps();
     RegisterTensorOps();
     RegisterMiscOps();
+    AssignAmpClasses(RawTable());
     return true;
   }();
   (void)registered;

@@ -37,7 +37,10 @@ enum class OpCategory {
   kOther,
 };
 
-enum class AmpClass { kAllow, kInfer, kDeny };
+// Automatic mixed precision class (TensorFlow's lists; compiler/passes/auto_mixed_precision.h): allow -
+// numerically safe and faster in 16 bits; infer - safe, worth it next to allow ops; deny - needs float32;
+// clear - no numerics of its own (data movement, Relu, Max/Min).
+enum class AmpClass { kAllow, kInfer, kDeny, kClear };
 
 struct InferInput {
   DType dtype = DType::kInvalid;

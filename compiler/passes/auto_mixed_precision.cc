@@ -1,0 +1,381 @@
+#include "compiler/passes/auto_mixed_precision.h"
+
+#include <cmath>
+#include <deque>
+#include <map>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/float16.h"
+#include "compiler/ops/op_schemas.h"
+
+namespace cjit {
+namespace {
+
+// The op table's classes (defaults; edited by AmpOptions). Ops not in the table are deny (as TensorFlow).
+std::set<std::string> DefaultList(AmpClass c) {
+  std::set<std::string> out;
+  for (const std::string& op : SupportedOps()) {
+    const OpDef* d = FindOp("", op);
+    if (d != nullptr && d->amp == c) out.insert(op);
+  }
+  return out;
+}
+
+AmpClass TableClass(const std::string& op) {
+  const OpDef* d = FindOp("", op);
+  return d != nullptr ? d->amp : AmpClass::kDeny;
+}
+
+const std::set<std::string>& Added(AmpClass c, const AmpOptions& o) {
+  switch (c) {
+    case AmpClass::kAllow: return o.allow_add;
+    case AmpClass::kInfer: return o.infer_add;
+    case AmpClass::kDeny: return o.deny_add;
+    case AmpClass::kClear: return o.clear_add;
+  }
+  return o.deny_add;
+}
+const std::set<std::string>& Removed(AmpClass c, const AmpOptions& o) {
+  switch (c) {
+    case AmpClass::kAllow: return o.allow_remove;
+    case AmpClass::kInfer: return o.infer_remove;
+    case AmpClass::kDeny: return o.deny_remove;
+    case AmpClass::kClear: return o.clear_remove;
+  }
+  return o.deny_remove;
+}
+
+// The list an op is in after the edits: an added op leaves its default list; precedence of additions as
+// TensorFlow's (deny, then allow, infer, clear), a removed op falls to deny.
+AmpClass ClassOf(const std::string& op, const AmpOptions& o) {
+  for (AmpClass c : {AmpClass::kDeny, AmpClass::kAllow, AmpClass::kInfer, AmpClass::kClear}) {
+    if (Added(c, o).count(op)) return c;
+  }
+  const AmpClass c = TableClass(op);
+  return Removed(c, o).count(op) ? AmpClass::kDeny : c;
+}
+
+int OnnxTypeCode(DType t) { return t == DType::kF16 ? 10 : t == DType::kBF16 ? 16 : 1; }
+
+// Data edges of a node: inputs/outputs bound to the type parameter of output 0 in its schema.
+struct DataEdges {
+  std::vector<int> inputs, outputs;
+  bool ok = false;
+};
+
+DataEdges DataEdgesOf(const Node& n, int64_t opset) {
+  DataEdges e;
+  if (!n.domain.empty() || n.outputs.empty() || n.outputs[0] == nullptr) return e;
+  int first = 0;
+  // Opset unknown (a graph built in code or text): the newest supported.
+  const int64_t version = n.opset_version > 0 ? n.opset_version : opset > 0 ? opset : 21;
+  const OpSchemaVersion* s = FindOpSchema(n.op_type, static_cast<int>(version), &first);
+  if (s == nullptr || s->outputs.empty() || s->inputs.empty()) return e;
+  const std::string& t = s->outputs[0].type;
+  if (t.empty() || t[0] == '!') return e;
+  auto formal_type = [](const std::vector<OpSchemaFormal>& f, size_t i) -> const std::string& {
+    return f[std::min(i, f.size() - 1)].type;  // a trailing variadic formal covers the rest
+  };
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    if (n.inputs[i] && formal_type(s->inputs, i) == t) e.inputs.push_back(static_cast<int>(i));
+  }
+  for (size_t i = 0; i < n.outputs.size(); ++i) {
+    if (n.outputs[i] && formal_type(s->outputs, i) == t) e.outputs.push_back(static_cast<int>(i));
+  }
+  e.ok = !e.outputs.empty();
+  return e;
+}
+
+bool HasSubgraph(const Node& n) {
+  for (const auto& [name, a] : n.attrs) {
+    if (a.kind == Attribute::Kind::kGraph || a.kind == Attribute::Kind::kGraphs) return true;
+  }
+  return !n.implicit_inputs.empty();
+}
+
+bool BeyondHalfRange(const Tensor& t) {
+  const float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (std::isfinite(p[i]) && std::fabs(p[i]) > 65504.0f) return true;
+  }
+  return false;
+}
+
+Tensor ConvertConstant(const Tensor& t, DType low) {
+  Tensor out(low, t.dims());
+  auto* dst = static_cast<uint16_t*>(out.raw());
+  if (low == DType::kF16) ConvertFloatToHalf(t.data<float>(), dst, static_cast<size_t>(t.numel()));
+  else ConvertFloatToBfloat16(t.data<float>(), dst, static_cast<size_t>(t.numel()));
+  return out;
+}
+
+}  // namespace
+
+const char* AmpClassName(AmpClass c) {
+  switch (c) {
+    case AmpClass::kAllow: return "allow";
+    case AmpClass::kInfer: return "infer";
+    case AmpClass::kDeny: return "deny";
+    case AmpClass::kClear: return "clear";
+  }
+  return "deny";
+}
+
+AmpClass DefaultAmpClass(const std::string& op_type) { return ClassOf(op_type, AmpOptions{}); }
+
+std::vector<std::string> AmpListInEffect(AmpClass c, const AmpOptions& options) {
+  std::set<std::string> ops = DefaultList(c);
+  for (AmpClass other : {AmpClass::kAllow, AmpClass::kInfer, AmpClass::kDeny, AmpClass::kClear}) {
+    for (const std::string& op : Added(other, options)) ops.insert(op);
+  }
+  std::vector<std::string> out;
+  for (const std::string& op : ops) {
+    if (ClassOf(op, options) == c) out.push_back(op);
+  }
+  return out;
+}
+
+absl::StatusOr<AmpReport> AutoMixedPrecision(Graph& g, const AmpOptions& o) {
+  if (o.low != DType::kF16 && o.low != DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat("auto mixed precision: the low type must be f16 or bf16, got ",
+                                                   DTypeName(o.low)));
+  }
+  AmpReport report;
+  auto order_or = g.TopologicalOrder();
+  if (!order_or.ok()) return order_or.status();
+  const std::vector<Node*>& order = *order_or;
+  const size_t n = order.size();
+  std::unordered_map<const Node*, int> index;
+  for (size_t i = 0; i < n; ++i) index[order[i]] = static_cast<int>(i);
+
+  struct Info {
+    AmpClass cls = AmpClass::kDeny;
+    DataEdges edges;
+    bool paintable = false, allow = false, deny = false, output_f32 = false;
+    std::string reason;
+  };
+  std::vector<Info> info(n);
+  std::vector<std::vector<int>> producers(n), consumers(n);
+  std::set<const Value*> captured;  // read by subgraphs: keeps its dtype
+  for (Node* node : order) {
+    for (const Value* v : node->implicit_inputs) captured.insert(v);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const Node& node = *order[i];
+    Info& f = info[i];
+    f.edges = DataEdgesOf(node, g.opset);
+    for (int k : f.edges.inputs) f.paintable = f.paintable || node.inputs[k]->dtype == DType::kF32;
+    for (int k : f.edges.outputs) f.paintable = f.paintable || node.outputs[k]->dtype == DType::kF32;
+    if (!f.paintable) continue;
+    f.cls = ClassOf(node.op_type, o);
+    f.reason = absl::StrCat("in the ", AmpClassName(f.cls), " list");
+    if (o.hook) {
+      if (std::optional<AmpRule> rule = o.hook(node)) {
+        f.cls = rule->cls;
+        f.output_f32 = rule->output == DType::kF32;
+        f.reason = absl::StrCat("host rule: ", AmpClassName(f.cls));
+      }
+    }
+    for (const Value* v : node.inputs) {
+      if (v == nullptr || v->dtype != DType::kF32 || v->producer == nullptr) continue;
+      auto it = index.find(v->producer);
+      if (it == index.end()) continue;
+      producers[i].push_back(it->second);
+      consumers[it->second].push_back(static_cast<int>(i));
+    }
+  }
+  auto is = [&](int i, AmpClass c) { return info[i].paintable && info[i].cls == c; };
+  // 1. allow ops.
+  for (size_t i = 0; i < n; ++i) info[i].allow = is(static_cast<int>(i), AmpClass::kAllow);
+  // 2. deny forward through infer, and through clear ops upstream of a deny/infer op.
+  std::vector<bool> upstream(n, false);
+  std::deque<int> q;
+  for (size_t i = 0; i < n; ++i) {
+    if (is(static_cast<int>(i), AmpClass::kDeny) || is(static_cast<int>(i), AmpClass::kInfer)) q.push_back(static_cast<int>(i));
+  }
+  while (!q.empty()) {
+    int i = q.front();
+    q.pop_front();
+    for (int p : producers[i]) {
+      if (is(p, AmpClass::kClear) && !upstream[p]) {
+        upstream[p] = true;
+        q.push_back(p);
+      }
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (is(static_cast<int>(i), AmpClass::kDeny)) {
+      info[i].deny = true;
+      q.push_back(static_cast<int>(i));
+    }
+  }
+  while (!q.empty()) {
+    int i = q.front();
+    q.pop_front();
+    for (int c : consumers[i]) {
+      if (info[c].deny || info[c].allow) continue;
+      if (is(c, AmpClass::kInfer) || (is(c, AmpClass::kClear) && upstream[c])) {
+        info[c].deny = true;
+        info[c].reason = absl::StrCat("deny propagated from ", order[i]->name);
+        q.push_back(c);
+      }
+    }
+  }
+  // 3. infer/clear between allow ops become allow.
+  std::vector<bool> downstream(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    if (info[i].allow) q.push_back(static_cast<int>(i));
+  }
+  while (!q.empty()) {
+    int i = q.front();
+    q.pop_front();
+    for (int c : consumers[i]) {
+      if (downstream[c] || info[c].deny || info[c].allow) continue;
+      if (is(c, AmpClass::kInfer) || is(c, AmpClass::kClear)) {
+        downstream[c] = true;
+        q.push_back(c);
+      }
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (info[i].allow) q.push_back(static_cast<int>(i));
+  }
+  while (!q.empty()) {
+    int i = q.front();
+    q.pop_front();
+    for (int p : producers[i]) {
+      if (!downstream[p] || info[p].allow || info[p].deny) continue;
+      info[p].allow = true;
+      info[p].reason = absl::StrCat("in the ", AmpClassName(info[p].cls), " list, between allow ops");
+      q.push_back(p);
+    }
+  }
+  // 4. allow through clear ops, both directions.
+  for (size_t i = 0; i < n; ++i) {
+    if (info[i].allow) q.push_back(static_cast<int>(i));
+  }
+  while (!q.empty()) {
+    int i = q.front();
+    q.pop_front();
+    for (const std::vector<int>* nbrs : {&producers[i], &consumers[i]}) {
+      for (int c : *nbrs) {
+        if (info[c].allow || info[c].deny || !is(c, AmpClass::kClear)) continue;
+        info[c].allow = true;
+        info[c].reason = absl::StrCat("clear, next to allow op ", order[i]->name);
+        q.push_back(c);
+      }
+    }
+  }
+  // 5. drop allow where the low type cannot be used.
+  for (size_t i = 0; i < n; ++i) {
+    Info& f = info[i];
+    if (!f.allow) continue;
+    const Node& node = *order[i];
+    std::string why;
+    if (!f.edges.ok) why = "no ONNX schema for its data edges";
+    else if (HasSubgraph(node)) why = "has subgraphs";
+    for (int k : f.edges.outputs) {
+      if (captured.count(node.outputs[k])) why = "an output is read by a subgraph";
+    }
+    for (int k : f.edges.inputs) {
+      const Value* v = node.inputs[k];
+      if (v->dtype != DType::kF32 && v->dtype != o.low) why = absl::StrCat("input ", k, " is ", DTypeName(v->dtype));
+      if (o.low == DType::kF16 && v->is_constant() && v->constant->dtype() == DType::kF32 &&
+          BeyondHalfRange(*v->constant)) {
+        why = absl::StrCat("constant ", v->name, " has values beyond the float16 range (+-65504)");
+        report.out_of_range.push_back(absl::StrCat(node.name, ": ", v->name));
+      }
+    }
+    for (int k : f.edges.outputs) {
+      if (node.outputs[k]->dtype != DType::kF32) why = absl::StrCat("output ", k, " is ", DTypeName(node.outputs[k]->dtype));
+    }
+    if (!why.empty()) {
+      f.allow = false;
+      f.reason = absl::StrCat("kept float32: ", why);
+    }
+  }
+  // Rewrite. Values produced in the low type by allow nodes:
+  std::set<Value*> low_values;
+  for (size_t i = 0; i < n; ++i) {
+    if (!info[i].allow) continue;
+    for (int k : info[i].edges.outputs) low_values.insert(order[i]->outputs[k]);
+  }
+  std::map<Value*, Value*> down, up;  // per value, its Cast to the low type / back to float32
+  std::map<const Tensor*, std::shared_ptr<const Tensor>> converted;
+  int cast_id = 0;
+  auto make_cast = [&](Value* v, DType to, std::string out_name = "") {
+    if (out_name.empty()) out_name = absl::StrCat(v->name, "/amp_", DTypeName(to));
+    Node* c = g.AddNode("Cast", absl::StrCat(v->name, "/amp_cast_", DTypeName(to), "_", cast_id++), {v},
+                        {out_name});
+    c->attrs["to"] = Attribute::Int(OnnxTypeCode(to));
+    c->opset_version = 13;
+    c->outputs[0]->dtype = to;
+    c->outputs[0]->shape = v->shape;
+    ++report.casts;
+    return c->outputs[0];
+  };
+  for (size_t i = 0; i < n; ++i) {
+    if (!info[i].allow) continue;
+    Node* node = order[i];
+    for (int k : info[i].edges.inputs) {
+      Value* v = node->inputs[k];
+      if (low_values.count(v) || v->dtype != DType::kF32) continue;
+      if (v->is_constant()) {
+        auto& c = converted[v->constant.get()];
+        if (!c) {
+          c = std::make_shared<const Tensor>(ConvertConstant(*v->constant, o.low));
+          ++report.constants;
+        }
+        node->inputs[k] = g.AddConstant(absl::StrCat(v->name, "/amp_", DTypeName(o.low)), c);
+        continue;
+      }
+      Value*& d = down[v];
+      if (d == nullptr) d = make_cast(v, o.low);
+      node->inputs[k] = d;
+    }
+  }
+  for (Value* v : low_values) v->dtype = o.low;
+  // Graph outputs keep float32 and their names (keep_io_types): the low value is renamed, its Cast back to
+  // float32 takes the output's name.
+  for (Value* out : g.outputs()) {
+    if (!low_values.count(out) || up.count(out)) continue;
+    std::string name = out->name;
+    out->name = absl::StrCat(name, "/amp_", DTypeName(o.low));
+    up[out] = make_cast(out, DType::kF32, name);
+  }
+  auto up_of = [&](Value* v) {
+    Value*& u = up[v];
+    if (u == nullptr) u = make_cast(v, DType::kF32);
+    return u;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    Node* node = order[i];
+    const bool low_reader = info[i].allow;
+    for (Value*& in : node->inputs) {
+      if (in == nullptr || !low_values.count(in)) continue;
+      const bool producer_f32_out = in->producer && info[index[in->producer]].output_f32;
+      if (!low_reader || producer_f32_out) {
+        Value* u = up_of(in);
+        if (low_reader) {  // an allow reader of a host rule's float32 output: back down
+          Value*& d = down[u];
+          if (d == nullptr) d = make_cast(u, o.low);
+          in = d;
+        } else {
+          in = u;
+        }
+      }
+    }
+  }
+  for (Value*& out : g.mutable_outputs()) {
+    if (low_values.count(out)) out = up_of(out);  // graph outputs keep float32 (keep_io_types)
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (!info[i].paintable) continue;
+    report.converted += info[i].allow;
+    report.decisions.push_back({order[i]->name, order[i]->op_type, info[i].cls, info[i].allow, info[i].reason});
+  }
+  return report;
+}
+
+}  // namespace cjit

@@ -1,0 +1,73 @@
+#include "runtime/auto_mixed_precision.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "compiler/ir/text.h"
+#include "flags/file_util.h"
+#include "compiler/ir/status_macros.h"
+#include "flags/logging.h"
+
+namespace cjit {
+namespace {
+
+std::set<std::string> Ops(const std::string& list) {
+  std::set<std::string> out;
+  for (absl::string_view op : absl::StrSplit(list, ',', absl::SkipEmpty())) out.insert(std::string(op));
+  return out;
+}
+
+}  // namespace
+
+AmpOptions AmpOptionsFromFlags(const Flags& f, bool on_gpu, bool* enabled) {
+  AmpOptions o;
+  *enabled = f.auto_mixed_precision != "off";
+  o.low = f.auto_mixed_precision == "float16" || (f.auto_mixed_precision == "auto" && on_gpu) ? DType::kF16
+                                                                                              : DType::kBF16;
+  o.allow_add = Ops(f.amp_allowlist_add);
+  o.allow_remove = Ops(f.amp_allowlist_remove);
+  o.infer_add = Ops(f.amp_inferlist_add);
+  o.infer_remove = Ops(f.amp_inferlist_remove);
+  o.deny_add = Ops(f.amp_denylist_add);
+  o.deny_remove = Ops(f.amp_denylist_remove);
+  o.clear_add = Ops(f.amp_clearlist_add);
+  o.clear_remove = Ops(f.amp_clearlist_remove);
+  return o;
+}
+
+absl::Status RunAutoMixedPrecision(Graph& graph, const Flags& flags, bool on_gpu, const AmpRuleHook& hook, int sig) {
+  bool enabled = false;
+  AmpOptions o = AmpOptionsFromFlags(flags, on_gpu, &enabled);
+  if (!enabled) return absl::OkStatus();
+  o.hook = hook;
+  const std::string before = flags.amp_log_path.empty() ? std::string() : PrintGraph(graph);
+  CJIT_ASSIGN_OR_RETURN(AmpReport r, AutoMixedPrecision(graph, o));
+  for (const AmpDecision& d : r.decisions) {
+    CJIT_VLOG(2) << "auto_mixed_precision: " << d.node << " (" << d.op_type << "): " << AmpClassName(d.list_class)
+                 << " -> " << (d.low ? DTypeName(o.low) : "f32") << " (" << d.reason << ")";
+  }
+  for (const std::string& w : r.out_of_range) {
+    CJIT_LOG(WARNING) << "auto_mixed_precision: float16 would not hold " << w << " (kept float32, not clamped)";
+  }
+  CJIT_VLOG(1) << "auto_mixed_precision (" << DTypeName(o.low) << "): " << r.converted << " of "
+               << r.decisions.size() << " float nodes converted, " << r.casts << " casts, " << r.constants
+               << " constants converted";
+  if (!flags.amp_log_path.empty()) {
+    const std::string base = absl::StrCat(flags.amp_log_path, "/amp_", sig < 0 ? 0 : sig);
+    std::string lists = absl::StrCat("# low type: ", DTypeName(o.low), "\n");
+    for (AmpClass c : {AmpClass::kAllow, AmpClass::kInfer, AmpClass::kDeny, AmpClass::kClear}) {
+      absl::StrAppend(&lists, AmpClassName(c), "list: ", absl::StrJoin(AmpListInEffect(c, o), ","), "\n");
+    }
+    absl::StrAppend(&lists, "# decisions: node, op, list, dtype, reason\n");
+    for (const AmpDecision& d : r.decisions) {
+      absl::StrAppend(&lists, d.node, "\t", d.op_type, "\t", AmpClassName(d.list_class), "\t",
+                      d.low ? DTypeName(o.low) : "f32", "\t", d.reason, "\n");
+    }
+    CJIT_RETURN_IF_ERROR(WriteFileAtomically(base + "_before.txt", before));
+    CJIT_RETURN_IF_ERROR(WriteFileAtomically(base + "_after.txt", PrintGraph(graph)));
+    CJIT_RETURN_IF_ERROR(WriteFileAtomically(base + "_lists.txt", lists));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cjit

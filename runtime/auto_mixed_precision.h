@@ -1,0 +1,25 @@
+// Runs the automatic mixed precision pass (compiler/passes/auto_mixed_precision.h) on a specialized graph as
+// the flags select (--auto_mixed_precision, --amp_*list_{add,remove}, --amp_log_path), with the decision
+// log: VLOG(2) in this module (--vmodule=auto_mixed_precision=2, as TF_CPP_VMODULE) one line per node with
+// its list, its color and the reason; with --amp_log_path=DIR, DIR/amp_<sig>_before.txt and _after.txt
+// (textual IR) and DIR/amp_<sig>_lists.txt (the four lists in effect and every decision).
+// Thread-safety: as the pass; the log files are written atomically.
+#ifndef CJIT_RUNTIME_AUTO_MIXED_PRECISION_H_
+#define CJIT_RUNTIME_AUTO_MIXED_PRECISION_H_
+
+#include "absl/status/status.h"
+#include "compiler/passes/auto_mixed_precision.h"
+#include "flags/flags.h"
+
+namespace cjit {
+
+// The pass options the flags select; `on_gpu` resolves --auto_mixed_precision=auto (float16 on a GPU,
+// bfloat16 on the CPU). Returns false in *enabled when AMP is off.
+AmpOptions AmpOptionsFromFlags(const Flags& flags, bool on_gpu, bool* enabled);
+
+// Runs the pass when the flags enable it. `sig` numbers the log files.
+absl::Status RunAutoMixedPrecision(Graph& graph, const Flags& flags, bool on_gpu, const AmpRuleHook& hook, int sig);
+
+}  // namespace cjit
+
+#endif  // CJIT_RUNTIME_AUTO_MIXED_PRECISION_H_

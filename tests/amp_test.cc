@@ -1,0 +1,244 @@
+// Automatic mixed precision (compiler/passes/auto_mixed_precision.h): painting through every class and
+// boundary in textual IR, list edits from flags and from TensorFlow's variables, the decomposed-LayerNorm
+// rule, the host hook, float16 range; numbers of the rewritten graph against the float32 graph.
+#include "compiler/passes/auto_mixed_precision.h"
+
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "compiler/ir/text.h"
+#include "flags/flags.h"
+#include "gtest/gtest.h"
+#include "runtime/auto_mixed_precision.h"
+#include "runtime/executor.h"
+#include "tools/check_lib.h"
+
+namespace cjit {
+namespace {
+
+std::shared_ptr<Graph> Specialized(const std::string& ir) {
+  auto g = SpecializedGraphFromText(ir);
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? std::shared_ptr<Graph>(std::move(*g)) : nullptr;
+}
+
+// node name -> dtype of its output 0 after the pass
+std::map<std::string, DType> OutputTypes(const Graph& g) {
+  std::map<std::string, DType> m;
+  for (const auto& n : g.nodes()) {
+    if (n->op_type == "Cast" && n->name.find("/amp_cast_") != std::string::npos) continue;
+    const std::string& v = n->outputs[0]->name;  // a renamed graph output: "<name>/amp_bf16"
+    m[v.substr(0, v.find("/amp_"))] = n->outputs[0]->dtype;
+  }
+  return m;
+}
+
+int CountOp(const Graph& g, const std::string& op) {
+  int c = 0;
+  for (const auto& n : g.nodes()) c += n->op_type == op;
+  return c;
+}
+
+std::string Weights(const char* name, int rows, int cols, float scale = 0.1f) {
+  std::string s = absl::StrCat("  %", name, " = constant f32[", rows, ",", cols, "] {");
+  for (int i = 0; i < rows * cols; ++i) absl::StrAppend(&s, i ? ", " : "", scale * static_cast<float>((i * 7) % 11 - 5));
+  return s + "}\n";
+}
+
+const char* kMlp = R"(  %h = MatMul(%x, %w1)
+  %hb = Add(%h, %b1)
+  %r = Relu(%hb)
+  %o = MatMul(%r, %w2)
+  %s = Softmax(%o) {axis=-1}
+  return %s
+})";
+
+std::string MlpIr() {
+  return absl::StrCat("graph g(%x: f32[2,4]) {\n", Weights("w1", 4, 8), "  %b1 = constant f32[8] {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8}\n",
+                      Weights("w2", 8, 3), kMlp);
+}
+
+TEST(AmpTest, PaintsAllowInferClearBetweenAllowAndKeepsDenyAndIoFloat32) {
+  auto g = Specialized(MlpIr());
+  ASSERT_TRUE(g);
+  AmpOptions o;
+  auto r = AutoMixedPrecision(*g, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto t = OutputTypes(*g);
+  EXPECT_EQ(t["h"], DType::kBF16);
+  EXPECT_EQ(t["hb"], DType::kBF16) << "infer between allow ops";
+  EXPECT_EQ(t["r"], DType::kBF16) << "clear between allow ops";
+  EXPECT_EQ(t["o"], DType::kBF16);
+  EXPECT_EQ(t["s"], DType::kF32) << "deny";
+  // One Cast down at the graph input, one up into the Softmax; weights converted, not cast.
+  EXPECT_EQ(CountOp(*g, "Cast"), 2) << PrintGraph(*g);
+  EXPECT_EQ(r->constants, 3);
+  EXPECT_EQ(g->inputs()[0]->dtype, DType::kF32);
+  EXPECT_EQ(g->outputs()[0]->dtype, DType::kF32);
+  EXPECT_EQ(g->outputs()[0]->name, "s");
+  EXPECT_EQ(r->converted, 4);
+  // Numbers: the bfloat16 graph against the float32 graph (bfloat16: 8 significant bits).
+  auto ref_graph = Specialized(MlpIr());
+  Tensor x(DType::kF32, {2, 4});
+  for (int i = 0; i < 8; ++i) x.data<float>()[i] = 0.3f * static_cast<float>(i) - 1.0f;
+  auto run = [&](std::shared_ptr<Graph> graph) {
+    auto ex = Executor::Create(graph, ExecutorOptions{1, nullptr, true});
+    EXPECT_TRUE(ex.ok()) << ex.status();
+    auto out = (*ex)->Run({x});
+    EXPECT_TRUE(out.ok()) << out.status();
+    return (*out)[0];
+  };
+  Tensor a = run(g), b = run(ref_graph);
+  ASSERT_EQ(a.dtype(), DType::kF32);
+  for (int64_t i = 0; i < a.numel(); ++i) EXPECT_NEAR(a.data<float>()[i], b.data<float>()[i], 0.02) << i;
+}
+
+TEST(AmpTest, DenyPropagatesForwardThroughInferAndClear) {
+  auto g = Specialized(absl::StrCat("graph g(%x: f32[2,4]) {\n", Weights("w", 4, 4), R"(  %e = Exp(%x)
+  %a = Mul(%e, %x)
+  %t = Transpose(%a) {perm=[1,0]}
+  %u = Transpose(%t) {perm=[1,0]}
+  %d = Div(%u, %x)
+  %m = MatMul(%d, %w)
+  return %m
+})"));
+  ASSERT_TRUE(g);
+  auto r = AutoMixedPrecision(*g, AmpOptions{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto t = OutputTypes(*g);
+  EXPECT_EQ(t["e"], DType::kF32);
+  EXPECT_EQ(t["a"], DType::kF32) << "infer after deny";
+  EXPECT_EQ(t["t"], DType::kF32) << "clear upstream of an infer op, after deny";
+  EXPECT_EQ(t["d"], DType::kF32);
+  EXPECT_EQ(t["m"], DType::kBF16);
+}
+
+TEST(AmpTest, ClearNextToAllowFollowsIt) {
+  auto g = Specialized(absl::StrCat("graph g(%x: f32[2,4]) {\n", Weights("w", 4, 4), R"(  %m = MatMul(%x, %w)
+  %t = Transpose(%m) {perm=[1,0]}
+  %r = Relu(%t)
+  return %r
+})"));
+  ASSERT_TRUE(g);
+  ASSERT_TRUE(AutoMixedPrecision(*g, AmpOptions{}).ok());
+  auto t = OutputTypes(*g);
+  EXPECT_EQ(t["t"], DType::kBF16);
+  EXPECT_EQ(t["r"], DType::kBF16);
+  EXPECT_EQ(g->outputs()[0]->dtype, DType::kF32);
+  EXPECT_EQ(g->outputs()[0]->name, "r");
+}
+
+TEST(AmpTest, DecomposedLayerNormStaysFloat32WithSixteenBitEdges) {
+  auto g = Specialized(absl::StrCat("graph g(%x: f32[2,4]) {\n", Weights("w1", 4, 4), Weights("w2", 4, 4),
+                                    R"(  %two = constant f32[] {2}
+  %eps = constant f32[] {1e-5}
+  %h = MatMul(%x, %w1)
+  %mu = ReduceMean(%h) {axes=[-1]}
+  %c = Sub(%h, %mu)
+  %p = Pow(%c, %two)
+  %var = ReduceMean(%p) {axes=[-1]}
+  %ve = Add(%var, %eps)
+  %sd = Sqrt(%ve)
+  %n = Div(%c, %sd)
+  %y = MatMul(%n, %w2)
+  return %y
+})"));
+  ASSERT_TRUE(g);
+  ASSERT_TRUE(AutoMixedPrecision(*g, AmpOptions{}).ok());
+  auto t = OutputTypes(*g);
+  for (const char* inner : {"mu", "c", "p", "var", "ve", "sd", "n"}) {
+    EXPECT_EQ(t[inner], DType::kF32) << inner << "\n" << PrintGraph(*g);
+  }
+  EXPECT_EQ(t["h"], DType::kBF16);
+  EXPECT_EQ(t["y"], DType::kBF16);
+  // Edges: mm1's bfloat16 output is cast up once (read by mean and sub); div's output cast down once.
+  // + the graph input's Cast down and the graph output's Cast up.
+  EXPECT_EQ(CountOp(*g, "Cast"), 4) << PrintGraph(*g);
+}
+
+TEST(AmpTest, ListEditsFromFlagsAndTensorFlowVariables) {
+  std::map<std::string, std::string> env = {
+      {"TF_ENABLE_AUTO_MIXED_PRECISION", "1"},
+      {"TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_DENYLIST_ADD", "MatMul"},
+      {"TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_CLEARLIST_REMOVE", "Relu"}};
+  std::string text = TfMixedPrecisionFlagText([&](const char* v) -> const char* {
+    auto it = env.find(v);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+  auto flags = ParseFlags(text, Flags{}, "test");
+  ASSERT_TRUE(flags.ok()) << flags.status() << " from '" << text << "'";
+  EXPECT_EQ(flags->auto_mixed_precision, "auto");
+  EXPECT_EQ(flags->amp_denylist_add, "MatMul");
+  bool enabled = false;
+  AmpOptions o = AmpOptionsFromFlags(*flags, /*on_gpu=*/false, &enabled);
+  EXPECT_TRUE(enabled);
+  EXPECT_EQ(o.low, DType::kBF16) << "auto = bfloat16 on the CPU";
+  EXPECT_EQ(AmpOptionsFromFlags(*flags, true, &enabled).low, DType::kF16) << "auto = float16 on a GPU";
+  auto g = Specialized(MlpIr());
+  ASSERT_TRUE(g);
+  auto r = AutoMixedPrecision(*g, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->converted, 0) << "MatMul on the deny list: nothing is allow";
+  EXPECT_EQ(CountOp(*g, "Cast"), 0);
+  // Flag form; a removed op falls to deny; unknown op names are a clear error naming the flag.
+  auto f2 = ParseFlags("--auto_mixed_precision=float16 --amp_allowlist_add=Softmax --amp_clearlist_remove=Relu",
+                       Flags{}, "test");
+  ASSERT_TRUE(f2.ok()) << f2.status();
+  AmpOptions o2 = AmpOptionsFromFlags(*f2, false, &enabled);
+  EXPECT_EQ(o2.low, DType::kF16);
+  auto g2 = Specialized(MlpIr());
+  ASSERT_TRUE(AutoMixedPrecision(*g2, o2).ok());
+  auto t = OutputTypes(*g2);
+  EXPECT_EQ(t["s"], DType::kF16) << "added to the allow list";
+  EXPECT_EQ(t["r"], DType::kF32) << "removed from the clear list: deny";
+  auto bad = ParseFlags("--amp_denylist_add=MatMull", Flags{}, "test");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("amp_denylist_add"), std::string::npos) << bad.status();
+  EXPECT_FALSE(ParseFlags("--auto_mixed_precision=fp8", Flags{}, "test").ok());
+  EXPECT_TRUE(ParseFlags("--tf_enable_auto_mixed_precision=1", Flags{}, "test").ok());
+}
+
+TEST(AmpTest, HostHookDecidesBeforeTheLists) {
+  auto g = Specialized(MlpIr());
+  ASSERT_TRUE(g);
+  AmpOptions o;
+  o.hook = [](const Node& n) -> std::optional<AmpRule> {
+    if (n.outputs[0]->name == "o") return AmpRule{AmpClass::kDeny, DType::kF32, DType::kF32};
+    if (n.outputs[0]->name == "s") return AmpRule{AmpClass::kAllow, DType::kF32, DType::kInvalid};
+    return std::nullopt;
+  };
+  auto r = AutoMixedPrecision(*g, o);
+  ASSERT_TRUE(r.ok());
+  auto t = OutputTypes(*g);
+  EXPECT_EQ(t["o"], DType::kF32);
+  EXPECT_EQ(t["s"], DType::kBF16);
+  EXPECT_EQ(t["h"], DType::kBF16);
+  bool found = false;
+  for (const AmpDecision& d : r->decisions) found = found || (d.node == "o" && d.reason.find("host rule") == 0);
+  EXPECT_TRUE(found);
+}
+
+TEST(AmpTest, Float16OutOfRangeWeightsKeepTheNodeFloat32) {
+  auto g = Specialized(R"(graph g(%x: f32[1,2]) {
+  %w = constant f32[2,2] {1, 2, 100000, 3}
+  %v = constant f32[2,2] {1, 2, 3, 4}
+  %a = MatMul(%x, %w)
+  %b = MatMul(%x, %v)
+  return %a, %b
+})");
+  ASSERT_TRUE(g);
+  AmpOptions o;
+  o.low = DType::kF16;
+  auto r = AutoMixedPrecision(*g, o);
+  ASSERT_TRUE(r.ok());
+  auto t = OutputTypes(*g);
+  EXPECT_EQ(t["a"], DType::kF32);
+  EXPECT_EQ(t["b"], DType::kF16);
+  ASSERT_EQ(r->out_of_range.size(), 1u);
+  EXPECT_NE(r->out_of_range[0].find(": w"), std::string::npos) << r->out_of_range[0];
+  EXPECT_FALSE(AutoMixedPrecision(*g, AmpOptions{DType::kF32}).ok()) << "the low type must be 16-bit";
+}
+
+}  // namespace
+}  // namespace cjit
