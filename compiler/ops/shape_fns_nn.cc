@@ -101,10 +101,14 @@ absl::Status ConvInfer(const Node& n, Inputs in, Outputs& out) {
 }
 
 // com.clusterjit.NhwcConv (compiler/passes/layout.h): ONNX Conv with X and Y channels-last ([N, d1..dn, C]
-// and [N, o1..on, M]); W, B and the attributes as Conv's. Float32 only (its only kernel is oneDNN's).
+// and [N, o1..on, M]); W, B and the attributes as Conv's. float32, or X and W both bfloat16 / float16
+// (mixed precision) with B of their type or float32.
 absl::Status NhwcConvInfer(const Node& n, Inputs in, Outputs& out) {
-  if (in[0].dtype != DType::kF32 || in[1].dtype != DType::kF32 || (in.size() > 2 && in[2].present && in[2].dtype != DType::kF32)) {
-    return NodeError(n, "X, W and B must be float32");
+  const DType t = in[0].dtype;
+  const bool ok_type = t == DType::kF32 || t == DType::kBF16 || t == DType::kF16;
+  if (!ok_type || in[1].dtype != t ||
+      (in.size() > 2 && in[2].present && in[2].dtype != t && in[2].dtype != DType::kF32)) {
+    return NodeError(n, "X and W must be float32 (or both bfloat16 / float16), B of their type or float32");
   }
   auto to_first = [](const Shape& s) {  // [N, d.., C] -> [N, C, d..]
     if (!s.rank_known || s.rank() < 3) return s;

@@ -48,8 +48,11 @@ bool IsBinaryTransparent(const std::string& op) {
   return kOps.count(op) > 0;
 }
 
+// float32, or a 16-bit float (mixed precision: the convolution kernels take bfloat16 natively, float16
+// widened) with known dims.
 bool Float32Known(const Value* v) {
-  return v != nullptr && v->dtype == DType::kF32 && v->shape.fully_known();
+  return v != nullptr && (v->dtype == DType::kF32 || v->dtype == DType::kBF16 || v->dtype == DType::kF16) &&
+         v->shape.fully_known();
 }
 
 // The Transpose to channels-first producing v, or null.
@@ -84,10 +87,13 @@ bool Eligible(const Node& n) {
   const Value* w = n.input(1);
   const Value* b = n.input(2);
   const Value* y = n.outputs[0];
-  if (!Float32Known(x) || !Float32Known(y) || w == nullptr || !w->is_constant() || w->dtype != DType::kF32) return false;
+  if (!Float32Known(x) || !Float32Known(y) || w == nullptr || !w->is_constant() || w->dtype != x->dtype ||
+      y->dtype != x->dtype) {
+    return false;
+  }
   int r = x->shape.rank();
   if (r < 3 || r > 5 || y->shape.rank() != r || w->shape.rank() != r) return false;
-  return b == nullptr || b->dtype == DType::kF32;
+  return b == nullptr || b->dtype == DType::kF32 || b->dtype == x->dtype;
 }
 
 class Rewriter {

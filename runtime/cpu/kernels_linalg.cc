@@ -142,19 +142,27 @@ namespace {
 
 using dnnl::memory;
 
-// Batched matmul of a [B..., M, K] (strides given) and b [B..., K, N] into c [B..., M, N] (dense).
-absl::Status DnnlMatMul(const float* a, const memory::dims& ad, const memory::dims& as, const float* b,
-                        const memory::dims& bd, const memory::dims& bs, float* c, const memory::dims& cd,
-                        float alpha, std::string* impl) {
-  std::string key = absl::StrCat("mm:", absl::StrJoin(ad, ","), "/", absl::StrJoin(as, ","), ":",
-                                 absl::StrJoin(bd, ","), "/", absl::StrJoin(bs, ","), ":", alpha);
+// bfloat16 products run in oneDNN where the CPU has AVX-512 BF16 dot products; elsewhere (and for
+// float16, which this CPU cannot multiply) the operands are widened to float32 and the float32 paths run.
+bool HasBf16Math() {
+  static const bool has = __builtin_cpu_supports("avx512bf16") != 0;
+  return has;
+}
+
+// Batched matmul of a [B..., M, K] (strides given) and b [B..., K, N] into c [B..., M, N] (dense), in
+// float32, or with bfloat16 operands and result (float32 accumulation; AVX-512 BF16 dot products).
+absl::Status DnnlMatMul(const void* a, const memory::dims& ad, const memory::dims& as, const void* b,
+                        const memory::dims& bd, const memory::dims& bs, void* c, const memory::dims& cd,
+                        float alpha, std::string* impl, memory::data_type dt = memory::data_type::f32) {
+  std::string key = absl::StrCat("mm:", static_cast<int>(dt), ":", absl::StrJoin(ad, ","), "/", absl::StrJoin(as, ","),
+                                 ":", absl::StrJoin(bd, ","), "/", absl::StrJoin(bs, ","), ":", alpha);
   auto entry = GetOrCreateDnnl(key, [&] {
     auto e = std::make_shared<DnnlEntry>();
-    e->src_md = memory::desc(ad, memory::data_type::f32, as);
-    e->weights_md = memory::desc(bd, memory::data_type::f32, bs);
+    e->src_md = memory::desc(ad, dt, as);
+    e->weights_md = memory::desc(bd, dt, bs);
     memory::dims cs(cd.size(), 1);
     for (int i = static_cast<int>(cd.size()) - 2; i >= 0; --i) cs[i] = cs[i + 1] * cd[i + 1];
-    e->dst_md = memory::desc(cd, memory::data_type::f32, cs);
+    e->dst_md = memory::desc(cd, dt, cs);
     dnnl::primitive_attr attr = DnnlAttr();
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
     dnnl::matmul::desc d(e->src_md, e->weights_md, e->dst_md);
@@ -165,8 +173,8 @@ absl::Status DnnlMatMul(const float* a, const memory::dims& ad, const memory::di
     return e;
   });
   dnnl::stream s(CpuEngine());
-  memory ma(entry->src_md, CpuEngine(), const_cast<float*>(a));
-  memory mb(entry->weights_md, CpuEngine(), const_cast<float*>(b));
+  memory ma(entry->src_md, CpuEngine(), const_cast<void*>(a));
+  memory mb(entry->weights_md, CpuEngine(), const_cast<void*>(b));
   memory mc(entry->dst_md, CpuEngine(), c);
   ExecuteDnnl(entry->prim, s, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}}, entry->scratchpad_md);
   if (impl) *impl = entry->impl;
@@ -249,9 +257,10 @@ absl::Status MatMul(KernelContext& ctx) {
       return absl::OkStatus();
     }
   }
-  if (a.dtype() == DType::kF32 && g.cd.size() <= 12) {
-    return DnnlMatMul(a.data<float>(), g.ad, DenseStrides(g.ad), b.data<float>(), g.bd, DenseStrides(g.bd),
-                      y.data<float>(), g.cd, 1.0f, ctx.want_impl ? &ctx.impl : nullptr);
+  if ((a.dtype() == DType::kF32 || (a.dtype() == DType::kBF16 && HasBf16Math())) && g.cd.size() <= 12) {
+    return DnnlMatMul(a.raw(), g.ad, DenseStrides(g.ad), b.raw(), g.bd, DenseStrides(g.bd), y.raw(), g.cd, 1.0f,
+                      ctx.want_impl ? &ctx.impl : nullptr,
+                      a.dtype() == DType::kBF16 ? memory::data_type::bf16 : memory::data_type::f32);
   }
   if (ctx.want_impl) ctx.impl = "loops";
   // Loop path: iterate the broadcast batch.
@@ -277,9 +286,11 @@ absl::Status Gemm(KernelContext& ctx) {
   if (a.dtype() == DType::kF32 && K > 0 && M > 0 && N > 0 && M * N * K <= kSmallProductMacs) {
     EigenMatMul(a.data<float>(), b.data<float>(), y.data<float>(), M, K, N, as_m, as_k, bs_k, bs_n, alpha);
     if (ctx.want_impl) ctx.impl = "Eigen (small product)";
-  } else if (a.dtype() == DType::kF32 && K > 0 && M > 0 && N > 0) {
-    CJIT_RETURN_IF_ERROR(DnnlMatMul(a.data<float>(), {M, K}, {as_m, as_k}, b.data<float>(), {K, N},
-                                    {bs_k, bs_n}, y.data<float>(), {M, N}, alpha, ctx.want_impl ? &ctx.impl : nullptr));
+  } else if ((a.dtype() == DType::kF32 || (a.dtype() == DType::kBF16 && HasBf16Math())) && K > 0 && M > 0 &&
+             N > 0) {
+    CJIT_RETURN_IF_ERROR(DnnlMatMul(a.raw(), {M, K}, {as_m, as_k}, b.raw(), {K, N}, {bs_k, bs_n}, y.raw(), {M, N},
+                                    alpha, ctx.want_impl ? &ctx.impl : nullptr,
+                                    a.dtype() == DType::kBF16 ? memory::data_type::bf16 : memory::data_type::f32));
   } else {
     if (ctx.want_impl) ctx.impl = "loops";
     CJIT_RETURN_IF_ERROR(DispatchNumeric(a.dtype(), [&](auto t) {
@@ -311,9 +322,19 @@ absl::Status Gemm(KernelContext& ctx) {
 
 }  // namespace
 
+namespace {
+KernelFn SixteenBit(KernelFn f32_kernel) {
+  return [f32_kernel](KernelContext& ctx) -> absl::Status {
+    const DType t = ctx.in(0).dtype();
+    if (t == DType::kF16 || (t == DType::kBF16 && !HasBf16Math())) return RunInFloat32(f32_kernel, ctx);
+    return f32_kernel(ctx);
+  };
+}
+}  // namespace
+
 void RegisterLinalgKernels() {
-  RegisterKernel("MatMul", MatMul);
-  RegisterKernel("Gemm", Gemm);
+  RegisterKernel("MatMul", SixteenBit(MatMul));
+  RegisterKernel("Gemm", SixteenBit(Gemm));
 }
 
 }  // namespace cjit

@@ -151,9 +151,14 @@ absl::StatusOr<WindowGeometry> Geometry(const KernelContext& ctx, const Tensor& 
 absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = false) {
   const Tensor& x = ctx.in(0);
   const Tensor& w = ctx.in(1);
-  if (x.dtype() != DType::kF32 || w.dtype() != DType::kF32) {
+  // float32, or bfloat16 (oneDNN's AVX-512 BF16 kernels; the registration widens it where the CPU has none).
+  const bool bf16 = x.dtype() == DType::kBF16 && w.dtype() == DType::kBF16 && !transposed;
+  if ((x.dtype() != DType::kF32 || w.dtype() != DType::kF32) && !bf16) {
     return ctx.Error(absl::StrCat("convolution computes in float32 or float16/bfloat16 (widened), got ",
                                   DTypeName(x.dtype()), " and ", DTypeName(w.dtype())));
+  }
+  if (bf16 && ctx.has(2) && ctx.in(2).dtype() != DType::kBF16 && ctx.in(2).dtype() != DType::kF32) {
+    return ctx.Error(absl::StrCat("bias B is ", DTypeName(ctx.in(2).dtype()), ", expected bf16 or f32"));
   }
   if (x.rank() < 3) return ctx.Error("X must be N x C x spatial");
   CJIT_ASSIGN_OR_RETURN(WindowGeometry g, Geometry(ctx, x, w, transposed, channels_last));
@@ -172,7 +177,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
       if (op.kind == PostOp::Kind::kBiasLastDim) return ctx.Error("internal: a GEMM epilogue post-op on a convolution");
     }
   }
-  if (channels_last && !transposed) {  // pointwise / depthwise without a per-shape JIT (conv_gemm.h)
+  if (channels_last && !transposed && !bf16) {  // pointwise / depthwise without a per-shape JIT (conv_gemm.h)
     CJIT_ASSIGN_OR_RETURN(bool done, TryNhwcConvWithoutJit(ctx, g, group, y));
     if (done) return absl::OkStatus();
   }
@@ -180,7 +185,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
     CJIT_ASSIGN_OR_RETURN(bool done, TryGemmConvTranspose(ctx, g, group, y));
     if (done) return absl::OkStatus();
   }
-  if (!transposed) {  // few input channels: im2col + GEMM (conv_gemm.h)
+  if (!transposed && !bf16) {  // few input channels: im2col + GEMM (conv_gemm.h)
     CJIT_ASSIGN_OR_RETURN(bool done, TryIm2colConv(ctx, g, group, channels_last, y));
     if (done) {
       if (!channels_last && ctx.post_ops != nullptr) ApplyPostOpsExact(*ctx.post_ops, y, false);
@@ -229,8 +234,11 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
     yd.pop_back();
   }
   // The caller's tensors: dense NCHW, or channels-last.
-  memory::desc plain_x(xd, memory::data_type::f32, channels_last ? ChannelsLast(xd) : Dense(xd));
-  memory::desc plain_y(yd, memory::data_type::f32, channels_last ? ChannelsLast(yd) : Dense(yd));
+  const memory::data_type dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+  const memory::data_type bias_dt =
+      bf16 && ctx.has(2) && ctx.in(2).dtype() == DType::kBF16 ? memory::data_type::bf16 : memory::data_type::f32;
+  memory::desc plain_x(xd, dt, channels_last ? ChannelsLast(xd) : Dense(xd));
+  memory::desc plain_y(yd, dt, channels_last ? ChannelsLast(yd) : Dense(yd));
   // Post-ops (only for Conv steps of compiled clusters). When the convolution may produce NaN/Inf they run
   // after it in exact ONNX semantics instead (ApplyPostOpsExact).
   const std::vector<PostOp>* post_ops = transposed ? nullptr : ctx.post_ops;
@@ -266,20 +274,19 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
       }
     }
   }
-  std::string key = absl::StrCat(transposed ? "deconv:" : "conv:", post_key, ":", absl::StrJoin(xd, ","), ":", absl::StrJoin(wd, ","),
+  std::string key = absl::StrCat(transposed ? "deconv:" : "conv:", bf16 ? "bf16:" : "", static_cast<int>(bias_dt), post_key, ":", absl::StrJoin(xd, ","), ":", absl::StrJoin(wd, ","),
                                  ":", absl::StrJoin(st, ","), ":", absl::StrJoin(dil, ","), ":", absl::StrJoin(pl, ","),
                                  ":", absl::StrJoin(pr, ","), ":", has_bias, channels_last ? ":nxc:" : ":",
                                  const_w ? absl::StrCat(reinterpret_cast<uintptr_t>(w.raw())) : "var");
   absl::Status create_status = absl::OkStatus();
   auto entry = GetOrCreateDnnl(key, [&]() -> std::shared_ptr<DnnlEntry> {
     auto e = std::make_shared<DnnlEntry>();
-    auto f32 = memory::data_type::f32;
     // Activations: let oneDNN pick its blocked layout (nChw8c/16c: the direct JIT kernels, much faster than
     // gemm on plain NCHW); the kernel reorders from/to plain NCHW around the primitive.
-    memory::desc src_md(xd, f32, memory::format_tag::any);
-    memory::desc dst_md(yd, f32, memory::format_tag::any);
-    memory::desc w_any(wd, f32, memory::format_tag::any);
-    memory::desc b_md({OC}, f32, memory::format_tag::a);
+    memory::desc src_md(xd, dt, memory::format_tag::any);
+    memory::desc dst_md(yd, dt, memory::format_tag::any);
+    memory::desc w_any(wd, dt, memory::format_tag::any);
+    memory::desc b_md({OC}, bias_dt, memory::format_tag::a);
     try {
       dnnl::primitive_attr attr = DnnlAttr();
       if (!post_key.empty()) attr.set_post_ops(po);
@@ -327,7 +334,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
     }
     if (const_w) {
       dnnl::stream s(CpuEngine());
-      memory user(memory::desc(wd, f32, ws), CpuEngine(), const_cast<void*>(w.raw()));
+      memory user(memory::desc(wd, dt, ws), CpuEngine(), const_cast<void*>(w.raw()));
       e->weights = memory(e->weights_md, CpuEngine());
       memory::desc scratch;
       dnnl::reorder r = MakeDnnlReorder(user.get_desc(), e->weights_md, &scratch);
@@ -345,7 +352,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
   dnnl::stream s(CpuEngine());
   memory wmem = entry->weights;
   if (!const_w) {
-    memory user(memory::desc(wd, memory::data_type::f32, ws), CpuEngine(), const_cast<void*>(w.raw()));
+    memory user(memory::desc(wd, dt, ws), CpuEngine(), const_cast<void*>(w.raw()));
     wmem = memory(entry->weights_md, CpuEngine());
     memory::desc scratch;
     dnnl::reorder r = MakeDnnlReorder(user.get_desc(), entry->weights_md, &scratch);
@@ -760,13 +767,18 @@ absl::Status Mvn(KernelContext& ctx) {
 
 absl::Status ResizeKernel(KernelContext& ctx);
 
+// 16-bit convolutions: bfloat16 natively where the CPU has AVX-512 BF16 (oneDNN), else (and float16,
+// which this CPU cannot multiply, and ConvTranspose) widened to float32.
+absl::Status SixteenBitConv(KernelContext& ctx, bool channels_last) {
+  static const bool bf16_math = __builtin_cpu_supports("avx512bf16") != 0;
+  const bool native = bf16_math && ctx.in(0).dtype() == DType::kBF16 && ctx.in(1).dtype() == DType::kBF16;
+  if (native) return Conv(ctx, false, channels_last);
+  return RunInFloat32([channels_last](KernelContext& c) { return Conv(c, false, channels_last); }, ctx);
+}
+
 void RegisterNnKernels() {
-  RegisterKernel("Conv", [](KernelContext& ctx) {
-    return RunInFloat32([](KernelContext& c) { return Conv(c, false); }, ctx);
-  });
-  RegisterKernel("NhwcConv", [](KernelContext& ctx) {
-    return RunInFloat32([](KernelContext& c) { return Conv(c, false, true); }, ctx);
-  });
+  RegisterKernel("Conv", [](KernelContext& ctx) { return SixteenBitConv(ctx, false); });
+  RegisterKernel("NhwcConv", [](KernelContext& ctx) { return SixteenBitConv(ctx, true); });
   RegisterKernel("ConvTranspose", [](KernelContext& ctx) {
     return RunInFloat32([](KernelContext& c) { return Conv(c, true); }, ctx);
   });
