@@ -166,6 +166,11 @@ const std::vector<FlagDef>& Table() {
         "convolution. false: ONNX's NCHW everywhere.",
         {}},
        BoolFlag(&Flags::cpu_channels_last, "cpu_channels_last")},
+      {{"allow_excess_precision", "bool", "true",
+        "Inside fused kernels, float16/bfloat16 values stay float32 between ops (only stores and explicit Casts "
+        "round), as XLA's --xla_allow_excess_precision; false rounds every op's result as the op-by-op path does.",
+        {"xla_allow_excess_precision"}},
+       BoolFlag(&Flags::allow_excess_precision, "allow_excess_precision")},
       {{"auto_mixed_precision", "string", "off",
         "Automatic mixed precision: off, float16, bfloat16, or auto (float16 on a GPU, bfloat16 on the CPU; "
         "TF_ENABLE_AUTO_MIXED_PRECISION=1). Allow-list ops (Conv, MatMul, Gemm, ...) and the infer/clear ops "
@@ -465,6 +470,7 @@ std::string FlagValueText(const Flags& f, absl::string_view name) {
       {"polymorphic_clusters", [b](const Flags& f) { return b(f.polymorphic_clusters); }},
       {"cpu_channels_last", [b](const Flags& f) { return b(f.cpu_channels_last); }},
       {"auto_mixed_precision", [](const Flags& f) { return f.auto_mixed_precision; }},
+      {"allow_excess_precision", [b](const Flags& f) { return b(f.allow_excess_precision); }},
       {"amp_log_path", [](const Flags& f) { return f.amp_log_path; }},
       {"amp_allowlist_add", [](const Flags& f) { return f.amp_allowlist_add; }},
       {"amp_allowlist_remove", [](const Flags& f) { return f.amp_allowlist_remove; }},

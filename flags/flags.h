@@ -52,6 +52,10 @@ struct Flags {
   // Automatic mixed precision (compiler/passes/auto_mixed_precision.h): off, float16, bfloat16, or auto
   // (float16 on a GPU, bfloat16 on the CPU; what TF_ENABLE_AUTO_MIXED_PRECISION=1 sets).
   std::string auto_mixed_precision = "off";
+  // Inside fused kernels, float16/bfloat16 values stay float32 between ops (XLA's
+  // --xla_allow_excess_precision, default true); stores and explicit Casts still round. false: every op's
+  // result is rounded, as on the op-by-op path.
+  bool allow_excess_precision = true;
   // Op-list edits, comma-separated ONNX op names (TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_<LIST>_<ADD|REMOVE>).
   std::string amp_allowlist_add, amp_allowlist_remove, amp_inferlist_add, amp_inferlist_remove, amp_denylist_add,
       amp_denylist_remove, amp_clearlist_add, amp_clearlist_remove;

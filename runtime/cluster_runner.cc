@@ -22,8 +22,8 @@ ClusterRuntime::ClusterRuntime(const Flags& flags)
                                    flags.always_defer_compilation, flags.enable_lazy_compilation,
                                    /*threshold_per_structure=*/flags.polymorphic_clusters}),
       target_(absl::StrCat("clusterjit=", CJIT_VERSION, " ", HostTargetDescription())),
-      // Flags that change generated code (none of the current ones besides the target); listed for the key.
-      codegen_flags_("O3") {}
+      // Flags that change generated code; listed for the key.
+      codegen_flags_(absl::StrCat("O3 allow_excess_precision=", flags.allow_excess_precision)) {}
 
 ClusterRuntime::~ClusterRuntime() { Shutdown(); }
 
@@ -216,7 +216,7 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
     // Loading is not compiling: a signature with a valid disk entry runs compiled from its first execution.
     int64_t t0 = prof ? Profiler::Now() : 0;
     if (auto payload = s.runtime->disk()->Lookup(s.key, CpuExecutable::kPayloadKind)) {
-      auto loaded = CatchAsStatus("loading a cached cluster", [&] { return CpuExecutable::Load(s.body, *payload); });
+      auto loaded = CatchAsStatus("loading a cached cluster", [&] { return CpuExecutable::Load(s.body, *payload, s.runtime->flags().allow_excess_precision); });
       if (loaded.ok()) {
         ex = *loaded;
         ++s.stats->disk_hits;
@@ -322,6 +322,7 @@ std::shared_ptr<const CpuExecutable> ClusterRunner::TryPolymorphicInstantiation(
   }
   int64_t t0 = prof ? Profiler::Now() : 0;
   CpuCompileOptions options;
+  options.excess_precision = s.runtime->flags().allow_excess_precision;
   options.reuse_only = true;
   options.fail_for_testing = s.runtime->flags().fail_compilation_for_testing;
   auto ex = CatchAsStatus(absl::StrCat("instantiating cluster ", s.stats->id),
@@ -374,6 +375,7 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state) {
   TraceScope scope(prof, s.compile_name, "compile");
   auto t0 = std::chrono::steady_clock::now();
   CpuCompileOptions options;
+  options.excess_precision = s.runtime->flags().allow_excess_precision;
   options.fail_for_testing = s.runtime->flags().fail_compilation_for_testing;
   if (prof) {
     options.on_phase = [prof](const char* phase, int64_t start, int64_t end) { prof->Complete(phase, "compile", start, end); };

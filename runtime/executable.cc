@@ -20,8 +20,11 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Compile(std:
 }
 
 absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Load(std::shared_ptr<const Graph> body,
-                                                                         absl::string_view payload) {
-  return Build(body, {}, [&](const FusionPlan& plan) { return LoadCpuPayload(plan, payload); });
+                                                                         absl::string_view payload,
+                                                                         bool excess_precision) {
+  CpuCompileOptions options;
+  options.excess_precision = excess_precision;
+  return Build(body, options, [&](const FusionPlan& plan) { return LoadCpuPayload(plan, payload); });
 }
 
 absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Build(
@@ -30,7 +33,9 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Build(
   std::shared_ptr<CpuExecutable> ex(new CpuExecutable());
   ex->body_ = body;
   int64_t t0 = Profiler::Now();
-  CJIT_ASSIGN_OR_RETURN(ex->plan_, BuildFusionPlan(*body));
+  FusionPlanOptions plan_options;
+  plan_options.excess_precision = options.excess_precision;
+  CJIT_ASSIGN_OR_RETURN(ex->plan_, BuildFusionPlan(*body, plan_options));
   if (options.on_phase) options.on_phase("fusion_plan", t0, Profiler::Now());
   for (const FusedKernel& k : ex->plan_.kernels) {
     std::string ops;

@@ -28,7 +28,8 @@ class CpuExecutable : public CacheEntry {
                                                                       const CpuCompileOptions& options);
   // From a persistent-cache payload (ExportPayload of an equal body): loads object code, no compilation.
   static absl::StatusOr<std::shared_ptr<const CpuExecutable>> Load(std::shared_ptr<const Graph> body,
-                                                                   absl::string_view payload);
+                                                                   absl::string_view payload,
+                                                                   bool excess_precision = true);
   // Payload kind in the disk cache.
   static constexpr uint32_t kPayloadKind = 1;  // CPU object code of the fused kernels
   absl::StatusOr<std::string> ExportPayload() const { return ExportCpuPayload(plan_); }

@@ -7,11 +7,14 @@
 #include <map>
 #include <random>
 
+#include "compiler/ir/float16.h"
 #include "compiler/ir/text.h"
 #include "flags/flags.h"
 #include "gtest/gtest.h"
 #include "runtime/auto_mixed_precision.h"
 #include "runtime/executor.h"
+#include "runtime/session.h"
+#include "onnx/onnx_pb.h"
 #include "tools/check_lib.h"
 
 namespace cjit {
@@ -238,6 +241,102 @@ TEST(AmpTest, Float16OutOfRangeWeightsKeepTheNodeFloat32) {
   ASSERT_EQ(r->out_of_range.size(), 1u);
   EXPECT_NE(r->out_of_range[0].find(": w"), std::string::npos) << r->out_of_range[0];
   EXPECT_FALSE(AutoMixedPrecision(*g, AmpOptions{DType::kF32}).ok()) << "the low type must be 16-bit";
+}
+
+}  // namespace
+}  // namespace cjit
+
+namespace cjit {
+namespace {
+
+// y = ((x * 1.1 + 0.3) * 1.7 - 0.2) * 0.9 in bfloat16: one fused kernel when compiled.
+std::string BfloatChain() {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  g->set_name("chain");
+  auto info = [](onnx::ValueInfoProto* v, const char* name) {
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(onnx::TensorProto::BFLOAT16);
+    t->mutable_shape()->add_dim()->set_dim_value(4096);
+  };
+  info(g->add_input(), "x");
+  info(g->add_output(), "y");
+  const char* ops[] = {"Mul", "Add", "Mul", "Sub", "Mul"};
+  const float cs[] = {1.1f, 0.3f, 1.7f, 0.2f, 0.9f};
+  std::string prev = "x";
+  for (int i = 0; i < 5; ++i) {
+    std::string c = absl::StrCat("c", i), out = i == 4 ? "y" : absl::StrCat("t", i);
+    auto* init = g->add_initializer();
+    init->set_name(c);
+    init->set_data_type(onnx::TensorProto::BFLOAT16);
+    const uint16_t bits = FloatToBfloat16Bits(cs[i]);
+    init->set_raw_data(std::string(reinterpret_cast<const char*>(&bits), 2));
+    auto* n = g->add_node();
+    n->set_op_type(ops[i]);
+    n->add_input(prev);
+    n->add_input(c);
+    n->add_output(out);
+    prev = out;
+  }
+  return m.SerializeAsString();
+}
+
+std::vector<float> RunChain(const std::string& model, const std::string& flags, const Tensor& x) {
+  SessionOptions o;
+  o.use_environment_flags = false;
+  auto parsed = ParseFlags(absl::StrCat("--device=cpu --intra_op_threads=1 ", flags), Flags{}, "test");
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  o.flags = *parsed;
+  auto s = Session::LoadFromBytes(model, o);
+  EXPECT_TRUE(s.ok()) << s.status();
+  auto out = (*s)->Run({{"x", x}});
+  EXPECT_TRUE(out.ok()) << out.status();
+  const Tensor& y = (*out)[0].tensor;
+  EXPECT_EQ(y.dtype(), DType::kBF16);
+  std::vector<float> r(y.numel());
+  ConvertBfloat16ToFloat(static_cast<const uint16_t*>(y.raw()), r.data(), r.size());
+  return r;
+}
+
+TEST(ExcessPrecisionTest, FusedBfloat16ChainRoundsOnlyAtTheEndUnlessDisabled) {
+  const std::string model = BfloatChain();
+  Tensor x(DType::kBF16, {4096});
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+  std::vector<float> xf(4096);
+  for (int i = 0; i < 4096; ++i) {
+    static_cast<uint16_t*>(x.raw())[i] = FloatToBfloat16Bits(u(rng));
+    xf[i] = Bfloat16BitsToFloat(static_cast<uint16_t*>(x.raw())[i]);
+  }
+  const std::string compiled = "--auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false";
+  std::vector<float> fallback = RunChain(model, "--auto_jit=-1", x);
+  std::vector<float> exact_ops = RunChain(model, compiled + " --allow_excess_precision=false", x);
+  std::vector<float> excess = RunChain(model, compiled, x);
+  // Per-op rounding compiled equals the op-by-op path bit for bit.
+  EXPECT_EQ(exact_ops, fallback);
+  // Excess precision: one rounding of the float32 chain (the constants as bfloat16 values), never
+  // further from the float64 result than the per-op rounded chain on average, and different somewhere.
+  double err_excess = 0, err_ops = 0;
+  int differ = 0, rounded_once = 0;
+  for (int i = 0; i < 4096; ++i) {
+    double c[5];
+    const float cs[] = {1.1f, 0.3f, 1.7f, 0.2f, 0.9f};
+    for (int k = 0; k < 5; ++k) c[k] = Bfloat16BitsToFloat(FloatToBfloat16Bits(cs[k]));
+    const double ref = (((xf[i] * c[0] + c[1]) * c[2]) - c[3]) * c[4];
+    // One rounding: the nearest bfloat16 of the float64 result, except where float32 rounding inside the
+    // chain crosses a bfloat16 rounding boundary (rare).
+    const float once = Bfloat16BitsToFloat(FloatToBfloat16Bits(static_cast<float>(ref)));
+    rounded_once += excess[i] == once;
+    err_excess += std::fabs(excess[i] - ref);
+    err_ops += std::fabs(exact_ops[i] - ref);
+    differ += excess[i] != exact_ops[i];
+  }
+  EXPECT_LE(err_excess, err_ops);
+  EXPECT_GT(differ, 0);
+  EXPECT_GE(rounded_once, 4096 * 99 / 100);
 }
 
 }  // namespace

@@ -226,7 +226,7 @@ absl::Status EmitKernel(llvm::Module& m, const FusedKernel& k, const Collapsed& 
         ops.push_back(it->second);
       }
     }
-    CJIT_ASSIGN_OR_RETURN(llvm::Value* res, EmitElemental(b, math, *node, ops));
+    CJIT_ASSIGN_OR_RETURN(llvm::Value* res, EmitElemental(b, math, *node, ops, k.excess_precision));
     vals[node->outputs[0]] = res;
   }
   for (size_t o = 0; o < n_out; ++o) StoreF32(b, k.outputs[o]->dtype, vals.at(k.outputs[o]), out_ptr[o], j);
@@ -445,11 +445,14 @@ class RowEmitter {
   }
 
   absl::StatusOr<llvm::Value*> Elem(const Value* v, llvm::Value* j, std::map<const Value*, llvm::Value*>& memo) {
-    ValueEmitter ve(b_, math_, k_.inputs, [&](size_t i, llvm::Value* jj) -> llvm::Value* {
-      char cls = InnerClass(c_, i);
-      llvm::Value* idx = cls == 'c' ? jj : b_.CreateMul(jj, strides_[i][c_.dims.size() - 1]);
-      return LoadF32(b_, k_.inputs[i]->dtype, in_ptr_[i], idx);
-    });
+    ValueEmitter ve(
+        b_, math_, k_.inputs,
+        [&](size_t i, llvm::Value* jj) -> llvm::Value* {
+          char cls = InnerClass(c_, i);
+          llvm::Value* idx = cls == 'c' ? jj : b_.CreateMul(jj, strides_[i][c_.dims.size() - 1]);
+          return LoadF32(b_, k_.inputs[i]->dtype, in_ptr_[i], idx);
+        },
+        k_.excess_precision);
     ve.row_vals = row_vals_;
     ve.params = params_;
     ve.softmax = softmax_;

@@ -58,6 +58,8 @@ struct CpuCompileOptions {
   // if any kernel of the plan would need LLVM, fail with NotFoundError and generate nothing. How a
   // structurally known cluster is instantiated for a new shape signature in microseconds.
   bool reuse_only = false;
+  // FusionPlanOptions::excess_precision of the plan built for the cluster (--allow_excess_precision).
+  bool excess_precision = true;
   // Called after each compile phase of each newly compiled kernel with steady-clock nanoseconds:
   // "fusion_plan", "llvm_emit", "llvm_optimize", "machine_code_and_load" (runtime/profiler.h traces them).
   std::function<void(const char* phase, int64_t start_ns, int64_t end_ns)> on_phase;

@@ -182,9 +182,19 @@ void StoreF32(llvm::IRBuilder<>& b, DType dtype, llvm::Value* value, llvm::Value
 }
 
 absl::StatusOr<llvm::Value*> EmitElemental(llvm::IRBuilder<>& b, TargetMath& math, const Node& n,
-                                           const std::vector<llvm::Value*>& in) {
+                                           const std::vector<llvm::Value*>& in, bool excess_precision) {
+  // An explicit Cast is a rounding point even with excess precision: its operand is first rounded to the
+  // type it is declared in (so Cast(f16 -> bf16) sees the float16 value, as on the op-by-op path).
+  if (excess_precision && n.op_type == "Cast" && !in.empty() && in[0] != nullptr && n.input(0) != nullptr) {
+    std::vector<llvm::Value*> rounded = in;
+    rounded[0] = RoundTo(b, n.input(0)->dtype, in[0]);
+    CJIT_ASSIGN_OR_RETURN(llvm::Value* r, EmitElementalF32(b, math, n, rounded));
+    return n.outputs.empty() || !n.outputs[0] ? r : RoundTo(b, n.outputs[0]->dtype, r);
+  }
   CJIT_ASSIGN_OR_RETURN(llvm::Value* r, EmitElementalF32(b, math, n, in));
-  // A float16/bfloat16 result is rounded like the op-by-op path rounds each op's result.
+  // A float16/bfloat16 result is rounded like the op-by-op path rounds each op's result (always for an
+  // explicit Cast; with excess precision, other ops keep float32 inside the kernel).
+  if (excess_precision) return r;
   return n.outputs.empty() || !n.outputs[0] ? r : RoundTo(b, n.outputs[0]->dtype, r);
 }
 
@@ -256,7 +266,7 @@ absl::StatusOr<llvm::Value*> ValueEmitter::Elem(const Value* v, llvm::Value* j, 
           ops.push_back(*o);
         }
       }
-      absl::StatusOr<llvm::Value*> e = EmitElemental(b_, math_, *node, ops);
+      absl::StatusOr<llvm::Value*> e = EmitElemental(b_, math_, *node, ops, excess_precision_);
       if (!e.ok()) return e.status();
       out = *e;
     }

@@ -38,10 +38,12 @@ llvm::Value* LoadF32(llvm::IRBuilder<>& b, DType dtype, llvm::Value* base, llvm:
 void StoreF32(llvm::IRBuilder<>& b, DType dtype, llvm::Value* value, llvm::Value* base, llvm::Value* index);
 
 // `operands[i]` is the float32 value of node.inputs[i] at this element (nullptr for an absent input); the
-// result is float32 (rounded to the output's dtype when that is float16/bfloat16). Cast between float
-// types is that rounding.
+// result is float32, rounded to the output's dtype when that is float16/bfloat16 — unless
+// `excess_precision` (FusedKernel::excess_precision, XLA's --xla_allow_excess_precision): then values inside
+// the kernel stay float32 and only stores and explicit Casts round. Cast between float types is that
+// rounding.
 absl::StatusOr<llvm::Value*> EmitElemental(llvm::IRBuilder<>& b, TargetMath& math, const Node& node,
-                                           const std::vector<llvm::Value*>& operands);
+                                           const std::vector<llvm::Value*>& operands, bool excess_precision = false);
 
 // Resolves the value of any kernel value at element j of the current pass: scalar constants (as runtime
 // parameters, Pow exponents baked in), kernel inputs (through `load`), row values already computed
@@ -52,8 +54,9 @@ class ValueEmitter {
   using LoadFn = std::function<llvm::Value*(size_t input_index, llvm::Value* j)>;
   using Memo = std::map<const Value*, llvm::Value*>;
 
-  ValueEmitter(llvm::IRBuilder<>& b, TargetMath& math, const std::vector<const Value*>& inputs, LoadFn load)
-      : b_(b), math_(math), inputs_(inputs), load_(std::move(load)) {}
+  ValueEmitter(llvm::IRBuilder<>& b, TargetMath& math, const std::vector<const Value*>& inputs, LoadFn load,
+               bool excess_precision = false)
+      : b_(b), math_(math), inputs_(inputs), load_(std::move(load)), excess_precision_(excess_precision) {}
 
   absl::StatusOr<llvm::Value*> Elem(const Value* v, llvm::Value* j, Memo& memo);
 
@@ -66,6 +69,7 @@ class ValueEmitter {
   TargetMath& math_;
   const std::vector<const Value*>& inputs_;
   LoadFn load_;
+  bool excess_precision_ = false;
 };
 
 // The reductions of a row kernel, in topological order: each ReduceX takes one pass, Softmax/LogSoftmax

@@ -462,6 +462,7 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOp
       plan.steps.push_back(s);
     } else {
       FusedKernel k;
+      k.excess_precision = options.excess_precision;
       k.name = absl::StrCat("fused_", plan.kernels.size());
       k.shape = gshape[g];
       k.row_reduction = grow[g];

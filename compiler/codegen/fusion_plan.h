@@ -41,6 +41,9 @@ struct FusedKernel {
   std::vector<const Value*> input_sources;
   std::vector<int64_t> input_offsets;
   std::vector<std::vector<int64_t>> input_strides;
+  // float16/bfloat16 values inside the kernel stay float32 between ops (XLA's --xla_allow_excess_precision;
+  // FusionPlanOptions::excess_precision); stores and explicit Casts still round.
+  bool excess_precision = false;
 };
 
 // An elementwise op applied by a library call to its result (a oneDNN post-op), in order.
@@ -95,6 +98,8 @@ struct FusionPlanOptions {
   bool gemm_epilogues = false;
   // At most this many ops per fused kernel (compile time stays bounded on huge clusters).
   int max_kernel_ops = 128;
+  // Sets FusedKernel::excess_precision on every kernel (--allow_excess_precision).
+  bool excess_precision = true;
 };
 
 absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOptions& options = {});

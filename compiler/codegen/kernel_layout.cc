@@ -84,7 +84,8 @@ char InnerClass(const Collapsed& c, size_t i) {
 // The structure of a kernel (everything but its dims): the key of the process-wide kernel cache.
 std::string KernelStructure(const FusedKernel& k, const Collapsed& c) {
   std::map<const Value*, std::string> ref;
-  std::string s = absl::StrCat(k.row_reduction ? "row;" : "", "nd=", c.dims.size(), ";in=");
+  std::string s = absl::StrCat(k.row_reduction ? "row;" : "", k.excess_precision ? "xp;" : "", "nd=", c.dims.size(),
+                               ";in=");
   for (size_t i = 0; i < k.inputs.size(); ++i) {
     ref[k.inputs[i]] = absl::StrCat("i", i);
     absl::StrAppend(&s, std::string(1, InnerClass(c, i)), DTypeName(k.inputs[i]->dtype), ",");

@@ -149,7 +149,8 @@ class GpuEmitter {
   }
 
   absl::StatusOr<llvm::Value*> Elem(const Value* v, llvm::Value* j, std::map<const Value*, llvm::Value*>& memo) {
-    ValueEmitter ve(b_, math_, k_.inputs, [&](size_t i, llvm::Value* jj) { return LoadInput(i, jj); });
+    ValueEmitter ve(b_, math_, k_.inputs, [&](size_t i, llvm::Value* jj) { return LoadInput(i, jj); },
+                    k_.excess_precision);
     ve.row_vals = row_vals_;
     ve.params = params_;
     ve.softmax = softmax_;
