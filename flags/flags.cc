@@ -171,6 +171,18 @@ const std::vector<FlagDef>& Table() {
         "round), as XLA's --xla_allow_excess_precision; false rounds every op's result as the op-by-op path does.",
         {"xla_allow_excess_precision"}},
        BoolFlag(&Flags::allow_excess_precision, "allow_excess_precision")},
+      {{"matmul_precision", "string", "highest",
+        "float32 MatMul/Gemm precision, as PyTorch's set_float32_matmul_precision: highest (float32), high "
+        "(bfloat16x3: three bfloat16 partial products, float32 accumulation), medium (bfloat16 operands, float32 "
+        "accumulation). Outputs stay float32. TF_ENABLE_CUBLAS_TENSOR_OP_MATH_FP32=1 means high.",
+        {}},
+       [](Flags& f, absl::string_view v, bool has) -> absl::Status {
+         if (!has || (v != "highest" && v != "high" && v != "medium")) {
+           return BadValue("matmul_precision", v, "highest, high or medium");
+         }
+         f.matmul_precision = std::string(v);
+         return absl::OkStatus();
+       }},
       {{"auto_mixed_precision", "string", "off",
         "Automatic mixed precision: off, float16, bfloat16, or auto (float16 on a GPU, bfloat16 on the CPU; "
         "TF_ENABLE_AUTO_MIXED_PRECISION=1). Allow-list ops (Conv, MatMul, Gemm, ...) and the infer/clear ops "
@@ -471,6 +483,7 @@ std::string FlagValueText(const Flags& f, absl::string_view name) {
       {"cpu_channels_last", [b](const Flags& f) { return b(f.cpu_channels_last); }},
       {"auto_mixed_precision", [](const Flags& f) { return f.auto_mixed_precision; }},
       {"allow_excess_precision", [b](const Flags& f) { return b(f.allow_excess_precision); }},
+      {"matmul_precision", [](const Flags& f) { return f.matmul_precision; }},
       {"amp_log_path", [](const Flags& f) { return f.amp_log_path; }},
       {"amp_allowlist_add", [](const Flags& f) { return f.amp_allowlist_add; }},
       {"amp_allowlist_remove", [](const Flags& f) { return f.amp_allowlist_remove; }},
@@ -567,6 +580,13 @@ std::string TfMixedPrecisionFlagText(const std::function<const char*(const char*
   if (const char* e = getenv_fn("TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_LOG_PATH"); e != nullptr && *e != '\0') {
     absl::StrAppend(&tf, " --amp_log_path=", e);
   }
+  // Tensor-op math for float32 (TensorFlow guide §7.1): enabling means TF32-class precision ("high").
+  auto is_one = [&](const char* var) {
+    const char* e = getenv_fn(var);
+    return e != nullptr && std::string_view(e) == "1";
+  };
+  if (is_one("TF_ENABLE_CUBLAS_TENSOR_OP_MATH_FP32")) absl::StrAppend(&tf, " --matmul_precision=high");
+  if (is_one("TF_DISABLE_CUBLAS_TENSOR_OP_MATH")) absl::StrAppend(&tf, " --matmul_precision=highest");
   return tf;
 }
 

@@ -56,6 +56,10 @@ struct Flags {
   // --xla_allow_excess_precision, default true); stores and explicit Casts still round. false: every op's
   // result is rounded, as on the op-by-op path.
   bool allow_excess_precision = true;
+  // float32 MatMul/Gemm precision (PyTorch's set_float32_matmul_precision): highest (float32), high
+  // (bfloat16x3), medium (bfloat16 operands, float32 accumulation). Output dtypes never change.
+  // TF_ENABLE_CUBLAS_TENSOR_OP_MATH_FP32=1 sets high (its _DISABLE_ twin, highest).
+  std::string matmul_precision = "highest";
   // Op-list edits, comma-separated ONNX op names (TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_<LIST>_<ADD|REMOVE>).
   std::string amp_allowlist_add, amp_allowlist_remove, amp_inferlist_add, amp_inferlist_remove, amp_denylist_add,
       amp_denylist_remove, amp_clearlist_add, amp_clearlist_remove;

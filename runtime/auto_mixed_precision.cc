@@ -19,6 +19,20 @@ std::set<std::string> Ops(const std::string& list) {
 
 }  // namespace
 
+void ApplyMatmulPrecision(Graph& graph, const Flags& flags) {
+  if (flags.matmul_precision == "highest") return;
+  for (const auto& n : graph.nodes()) {
+    if ((n->op_type != "MatMul" && n->op_type != "Gemm") || !n->domain.empty() || n->input(0) == nullptr ||
+        n->input(0)->dtype != DType::kF32) {
+      continue;
+    }
+    Attribute a;
+    a.kind = Attribute::Kind::kString;
+    a.s = flags.matmul_precision;
+    n->attrs["cjit_precision"] = a;
+  }
+}
+
 AmpOptions AmpOptionsFromFlags(const Flags& f, bool on_gpu, bool* enabled) {
   AmpOptions o;
   *enabled = f.auto_mixed_precision != "off";

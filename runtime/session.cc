@@ -325,6 +325,7 @@ absl::StatusOr<std::shared_ptr<Graph>> Session::BuildSpecializedGraph(const std:
       CJIT_RETURN_IF_ERROR(RunAutoMixedPrecision(*g, flags_, gpu_ != nullptr, amp_rule_, sig));
       CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
     }
+    ApplyMatmulPrecision(*g, flags_);
     if (gpu_ == nullptr && flags_.cpu_channels_last) {
       CJIT_ASSIGN_OR_RETURN(bool changed, AssignChannelsLastLayout(*g));
       if (changed) {  // cancel the transpose pairs

@@ -341,3 +341,148 @@ TEST(ExcessPrecisionTest, FusedBfloat16ChainRoundsOnlyAtTheEndUnlessDisabled) {
 
 }  // namespace
 }  // namespace cjit
+
+namespace cjit {
+namespace {
+
+// y = A[M,K] x B[K,N] (B a weight), float32.
+std::string MatMulModel(int64_t M, int64_t K, int64_t N, const std::vector<float>& w) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  g->set_name("mm");
+  auto info = [](onnx::ValueInfoProto* v, const char* name, std::vector<int64_t> dims) {
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
+  };
+  info(g->add_input(), "a", {M, K});
+  info(g->add_output(), "y", {M, N});
+  auto* init = g->add_initializer();
+  init->set_name("b");
+  init->set_data_type(onnx::TensorProto::FLOAT);
+  init->add_dims(K);
+  init->add_dims(N);
+  init->set_raw_data(std::string(reinterpret_cast<const char*>(w.data()), w.size() * 4));
+  auto* n = g->add_node();
+  n->set_op_type("MatMul");
+  n->add_input("a");
+  n->add_input("b");
+  n->add_output("y");
+  return m.SerializeAsString();
+}
+
+// Correct bits of each precision: -log2(max |C - C64| / max sum_k |a_ik b_kj|) on a random GEMM against a
+// float64 reference: about 24 (float32), 16 (bfloat16x3), 8 (bfloat16).
+TEST(MatmulPrecisionTest, ErrorMatchesTheExpectedMantissaBits) {
+  const int64_t M = 48, K = 512, N = 40;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> av(M * K), bv(K * N);
+  for (float& v : av) v = d(rng);
+  for (float& v : bv) v = d(rng);
+  std::vector<double> ref(M * N, 0.0), scale(M * N, 0.0);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < N; ++j) {
+        ref[i * N + j] += static_cast<double>(av[i * K + k]) * bv[k * N + j];
+        scale[i * N + j] += std::fabs(static_cast<double>(av[i * K + k]) * bv[k * N + j]);
+      }
+  const std::string model = MatMulModel(M, K, N, bv);
+  Tensor a(DType::kF32, {M, K});
+  std::copy(av.begin(), av.end(), a.data<float>());
+  std::map<std::string, double> bits;
+  for (const char* p : {"highest", "high", "medium"}) {
+    for (const char* mode : {"--auto_jit=-1", "--auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false"}) {
+      SessionOptions o;
+      o.use_environment_flags = false;
+      auto f = ParseFlags(absl::StrCat("--device=cpu --intra_op_threads=1 --matmul_precision=", p, " ", mode), Flags{}, "t");
+      ASSERT_TRUE(f.ok()) << f.status();
+      o.flags = *f;
+      auto s = Session::LoadFromBytes(model, o);
+      ASSERT_TRUE(s.ok()) << s.status();
+      auto out = (*s)->Run({{"a", a}});
+      ASSERT_TRUE(out.ok()) << out.status();
+      const Tensor& y = (*out)[0].tensor;
+      ASSERT_EQ(y.dtype(), DType::kF32) << "the output dtype never changes";
+      double err = 0, sc = 0;
+      for (int64_t i = 0; i < M * N; ++i) {
+        err = std::max(err, std::fabs(y.data<float>()[i] - ref[i]));
+        sc = std::max(sc, scale[i]);
+      }
+      const double b = -std::log2(std::max(err / sc, 1e-30));
+      if (bits.count(p)) EXPECT_NEAR(bits[p], b, 1.0) << p << ": fallback and compiled paths differ";
+      bits[p] = b;
+    }
+  }
+  RecordProperty("bits_highest", std::to_string(bits["highest"]));
+  RecordProperty("bits_high", std::to_string(bits["high"]));
+  RecordProperty("bits_medium", std::to_string(bits["medium"]));
+  EXPECT_GE(bits["highest"], 20.0);
+  EXPECT_GE(bits["high"], 14.0);
+  EXPECT_LE(bits["high"], bits["highest"] + 0.5);
+  EXPECT_GE(bits["medium"], 6.0);
+  EXPECT_LE(bits["medium"], 12.5);
+  EXPECT_GE(bits["high"], bits["medium"] + 5.0);
+}
+
+// bfloat16x3 itself (--matmul_precision=high picks it only on CPUs with AMX-BF16): forced through the
+// node attribute, on a Gemm with transposed operands, against float64.
+TEST(MatmulPrecisionTest, Bfloat16x3GivesAboutSixteenBits) {
+  const int M = 5, K = 16, N = 6;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::string at = "{", bt = "{";
+  std::vector<float> av(K * M), bv(N * K);  // A^T [K, M], B^T [N, K]
+  for (size_t i = 0; i < av.size(); ++i) absl::StrAppend(&at, i ? ", " : "", av[i] = std::round(d(rng) * 1e6f) / 1e6f);
+  for (size_t i = 0; i < bv.size(); ++i) absl::StrAppend(&bt, i ? ", " : "", bv[i] = std::round(d(rng) * 1e6f) / 1e6f);
+  for (const char* p : {"bf16x3", "medium"}) {
+    auto g = Specialized(absl::StrCat("graph g(%z: f32[1]) {\n  %a = constant f32[16,5] ", at, "}\n  %b = constant f32[6,16] ", bt,
+                                      "}\n  %y = Gemm(%a, %b) {transA=1, transB=1, cjit_precision=\"", p, "\"}\n  return %y\n}"));
+    ASSERT_TRUE(g);
+    auto ex = Executor::Create(g, ExecutorOptions{1, nullptr, true});
+    ASSERT_TRUE(ex.ok()) << ex.status();
+    Tensor z(DType::kF32, {1});
+    z.data<float>()[0] = 0;
+    auto out = (*ex)->Run({z});
+    ASSERT_TRUE(out.ok()) << out.status();
+    const Tensor& y = (*out)[0];
+    double err = 0, sc = 0;
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) {
+        double r = 0, s = 0;
+        for (int k = 0; k < K; ++k) {
+          const double x = av[k * M + i], w = bv[j * K + k];
+          r += x * w;
+          s += std::fabs(x * w);
+        }
+        err = std::max(err, std::fabs(y.data<float>()[i * N + j] - r));
+        sc = std::max(sc, s);
+      }
+    const double bits = -std::log2(std::max(err / sc, 1e-30));
+    if (std::string(p) == "bf16x3") {
+      EXPECT_GE(bits, 14.0) << "bfloat16x3";
+      EXPECT_LE(bits, 21.5) << "bfloat16x3 is less accurate than float32: did it run?";
+    } else {
+      EXPECT_LE(bits, 12.5) << "medium";
+      EXPECT_GE(bits, 6.0) << "medium";
+    }
+  }
+}
+
+TEST(MatmulPrecisionTest, FlagsAndTensorFlowVariables) {
+  EXPECT_FALSE(ParseFlags("--matmul_precision=low", Flags{}, "t").ok());
+  std::map<std::string, std::string> env = {{"TF_ENABLE_CUBLAS_TENSOR_OP_MATH_FP32", "1"}};
+  std::string text = TfMixedPrecisionFlagText([&](const char* v) -> const char* {
+    auto it = env.find(v);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+  auto f = ParseFlags(text, Flags{}, "t");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->matmul_precision, "high");
+}
+
+}  // namespace
+}  // namespace cjit

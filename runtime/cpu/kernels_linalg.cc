@@ -12,6 +12,7 @@
 #include "Eigen/Core"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/ir/float16.h"
 #include "compiler/ir/numeric_cast.h"
 #include "compiler/ir/status_macros.h"
 #include "runtime/cpu/broadcast.h"
@@ -153,16 +154,19 @@ bool HasBf16Math() {
 // float32, or with bfloat16 operands and result (float32 accumulation; AVX-512 BF16 dot products).
 absl::Status DnnlMatMul(const void* a, const memory::dims& ad, const memory::dims& as, const void* b,
                         const memory::dims& bd, const memory::dims& bs, void* c, const memory::dims& cd,
-                        float alpha, std::string* impl, memory::data_type dt = memory::data_type::f32) {
-  std::string key = absl::StrCat("mm:", static_cast<int>(dt), ":", absl::StrJoin(ad, ","), "/", absl::StrJoin(as, ","),
-                                 ":", absl::StrJoin(bd, ","), "/", absl::StrJoin(bs, ","), ":", alpha);
+                        float alpha, std::string* impl, memory::data_type dt = memory::data_type::f32,
+                        memory::data_type dst_dt = memory::data_type::undef) {
+  if (dst_dt == memory::data_type::undef) dst_dt = dt;
+  std::string key = absl::StrCat("mm:", static_cast<int>(dt), ":", static_cast<int>(dst_dt), ":", absl::StrJoin(ad, ","),
+                                 "/", absl::StrJoin(as, ","), ":", absl::StrJoin(bd, ","), "/", absl::StrJoin(bs, ","),
+                                 ":", alpha);
   auto entry = GetOrCreateDnnl(key, [&] {
     auto e = std::make_shared<DnnlEntry>();
     e->src_md = memory::desc(ad, dt, as);
     e->weights_md = memory::desc(bd, dt, bs);
     memory::dims cs(cd.size(), 1);
     for (int i = static_cast<int>(cd.size()) - 2; i >= 0; --i) cs[i] = cs[i + 1] * cd[i + 1];
-    e->dst_md = memory::desc(cd, dt, cs);
+    e->dst_md = memory::desc(cd, dst_dt, cs);
     dnnl::primitive_attr attr = DnnlAttr();
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
     dnnl::matmul::desc d(e->src_md, e->weights_md, e->dst_md);
@@ -182,6 +186,62 @@ absl::Status DnnlMatMul(const void* a, const memory::dims& ad, const memory::dim
 }
 
 constexpr int64_t kSmallProductMacs = int64_t{1} << 17;
+
+// float32 matmul precision below "highest" (--matmul_precision; PyTorch's set_float32_matmul_precision):
+// "medium" rounds both operands to bfloat16 and multiplies them with float32 accumulation; "high" is
+// bfloat16x3 (Henry, Tang, Heinecke, "Leveraging the bfloat16 Artificial Intelligence Datatype for
+// Higher-Precision Computations", ARITH 2019): each operand split into a bfloat16 high part and a
+// bfloat16 remainder, C = Ah*Bh + Ah*Bl + Al*Bh, as one bfloat16 GEMM over K' = 3K of [Ah|Ah|Al] and
+// [Bh;Bl;Bh]. c (M x N, dense float32) = alpha * a (strides as_m, as_k) * b (strides bs_k, bs_n).
+absl::Status ReducedPrecisionMatMul(bool high, const float* a, const float* b, float* c, int64_t M, int64_t K,
+                                    int64_t N, int64_t as_m, int64_t as_k, int64_t bs_k, int64_t bs_n, float alpha,
+                                    std::string* impl) {
+  const int64_t parts = high ? 3 : 1, KK = parts * K;
+  std::vector<uint16_t> a16(static_cast<size_t>(M * KK)), b16(static_cast<size_t>(KK * N));
+  std::vector<float> row(static_cast<size_t>(std::max(K, N))), rest(row.size());
+  std::vector<uint16_t> hi(row.size()), lo(row.size());
+  auto split = [&](int64_t n) {  // row[0, n) -> hi, lo (bfloat16 high part and remainder)
+    ConvertFloatToBfloat16(row.data(), hi.data(), static_cast<size_t>(n));
+    if (!high) return;
+    for (int64_t i = 0; i < n; ++i) rest[i] = row[i] - Bfloat16BitsToFloat(hi[i]);
+    ConvertFloatToBfloat16(rest.data(), lo.data(), static_cast<size_t>(n));
+  };
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t k = 0; k < K; ++k) row[k] = a[m * as_m + k * as_k];
+    split(K);
+    uint16_t* dst = a16.data() + m * KK;
+    std::copy(hi.begin(), hi.begin() + K, dst);
+    if (high) {
+      std::copy(hi.begin(), hi.begin() + K, dst + K);
+      std::copy(lo.begin(), lo.begin() + K, dst + 2 * K);
+    }
+  }
+  for (int64_t k = 0; k < K; ++k) {
+    for (int64_t n = 0; n < N; ++n) row[n] = b[k * bs_k + n * bs_n];
+    split(N);
+    std::copy(hi.begin(), hi.begin() + N, b16.data() + k * N);
+    if (high) {
+      std::copy(lo.begin(), lo.begin() + N, b16.data() + (K + k) * N);
+      std::copy(hi.begin(), hi.begin() + N, b16.data() + (2 * K + k) * N);
+    }
+  }
+  CJIT_RETURN_IF_ERROR(DnnlMatMul(a16.data(), {M, KK}, {KK, 1}, b16.data(), {KK, N}, {N, 1}, c, {M, N}, alpha, impl,
+                                  memory::data_type::bf16, memory::data_type::f32));
+  if (impl) *impl = absl::StrCat(high ? "bfloat16x3 (--matmul_precision=high): " : "bfloat16 (--matmul_precision=medium): ", *impl);
+  return absl::OkStatus();
+}
+
+// The node's float32 precision: the cjit_precision attribute the session sets from --matmul_precision.
+// "high" runs bfloat16x3 only where it is faster than float32: with AMX-BF16 (16x float32's throughput);
+// with AVX-512 BF16 (2x) its three products cost 1.5 float32 GEMMs (measured 2x slower here), so "high"
+// runs as "highest" — more accurate and faster. "bf16x3" forces it (tests).
+std::string PrecisionOf(const KernelContext& ctx) {
+  std::string p = ctx.node->GetString("cjit_precision", "highest");
+  static const bool amx = __builtin_cpu_supports("amx-bf16") != 0;
+  if (p == "high") return amx ? "bf16x3" : "highest";
+  if (p == "bf16x3") return p;
+  return p == "medium" ? p : "highest";
+}
 
 // c (M x N, dense) = alpha * a (M x K, strides as_m, as_k) * b (K x N, strides bs_k, bs_n), float32 in
 // Eigen (float accumulation, as oneDNN's).
@@ -228,6 +288,17 @@ absl::Status MatMul(KernelContext& ctx) {
   const MatMulGeometry& g = *geo;
   if (g.K == 0) {
     std::memset(y.raw(), 0, y.nbytes());
+    return absl::OkStatus();
+  }
+  if (a.dtype() == DType::kF32 && PrecisionOf(ctx) != "highest") {
+    const bool high = PrecisionOf(ctx) == "bf16x3";
+    for (int64_t bi = 0; bi < g.batch; ++bi) {
+      int64_t aoff, boff;
+      g.Offsets(bi, &aoff, &boff);
+      CJIT_RETURN_IF_ERROR(ReducedPrecisionMatMul(high, a.data<float>() + aoff, b.data<float>() + boff,
+                                                  y.data<float>() + bi * g.M * g.N, g.M, g.K, g.N, g.K, 1, g.N, 1,
+                                                  1.0f, ctx.want_impl ? &ctx.impl : nullptr));
+    }
     return absl::OkStatus();
   }
   if (a.dtype() == DType::kF32 && g.batch * g.M * g.N * g.K <= kSmallProductMacs) {
@@ -283,7 +354,11 @@ absl::Status Gemm(KernelContext& ctx) {
   Tensor& y = ctx.Alloc(0);
   int64_t M = y.dim(0), N = y.dim(1), K = ta ? a.dim(0) : a.dim(1);
   int64_t as_m = ta ? 1 : K, as_k = ta ? M : 1, bs_k = tb ? 1 : N, bs_n = tb ? K : 1;
-  if (a.dtype() == DType::kF32 && K > 0 && M > 0 && N > 0 && M * N * K <= kSmallProductMacs) {
+  if (a.dtype() == DType::kF32 && K > 0 && M > 0 && N > 0 && PrecisionOf(ctx) != "highest") {
+    CJIT_RETURN_IF_ERROR(ReducedPrecisionMatMul(PrecisionOf(ctx) == "bf16x3", a.data<float>(), b.data<float>(),
+                                                y.data<float>(), M, K, N, as_m, as_k, bs_k, bs_n, alpha,
+                                                ctx.want_impl ? &ctx.impl : nullptr));
+  } else if (a.dtype() == DType::kF32 && K > 0 && M > 0 && N > 0 && M * N * K <= kSmallProductMacs) {
     EigenMatMul(a.data<float>(), b.data<float>(), y.data<float>(), M, K, N, as_m, as_k, bs_k, bs_n, alpha);
     if (ctx.want_impl) ctx.impl = "Eigen (small product)";
   } else if ((a.dtype() == DType::kF32 || (a.dtype() == DType::kBF16 && HasBf16Math())) && K > 0 && M > 0 &&
