@@ -183,6 +183,18 @@ const std::vector<FlagDef>& Table() {
          f.matmul_precision = std::string(v);
          return absl::OkStatus();
        }},
+      {{"conv_precision", "string", "highest",
+        "float32 Conv precision (as --matmul_precision, separate as in PyTorch): highest, high (runs as highest: "
+        "bfloat16x3 is not built for convolutions), medium (bfloat16 operands, float32 accumulation and output). "
+        "TF_ENABLE_CUDNN_TENSOR_OP_MATH_FP32=1 means high.",
+        {}},
+       [](Flags& f, absl::string_view v, bool has) -> absl::Status {
+         if (!has || (v != "highest" && v != "high" && v != "medium")) {
+           return BadValue("conv_precision", v, "highest, high or medium");
+         }
+         f.conv_precision = std::string(v);
+         return absl::OkStatus();
+       }},
       {{"auto_mixed_precision", "string", "off",
         "Automatic mixed precision: off, float16, bfloat16, or auto (float16 on a GPU, bfloat16 on the CPU; "
         "TF_ENABLE_AUTO_MIXED_PRECISION=1). Allow-list ops (Conv, MatMul, Gemm, ...) and the infer/clear ops "
@@ -484,6 +496,7 @@ std::string FlagValueText(const Flags& f, absl::string_view name) {
       {"auto_mixed_precision", [](const Flags& f) { return f.auto_mixed_precision; }},
       {"allow_excess_precision", [b](const Flags& f) { return b(f.allow_excess_precision); }},
       {"matmul_precision", [](const Flags& f) { return f.matmul_precision; }},
+      {"conv_precision", [](const Flags& f) { return f.conv_precision; }},
       {"amp_log_path", [](const Flags& f) { return f.amp_log_path; }},
       {"amp_allowlist_add", [](const Flags& f) { return f.amp_allowlist_add; }},
       {"amp_allowlist_remove", [](const Flags& f) { return f.amp_allowlist_remove; }},
@@ -587,6 +600,8 @@ std::string TfMixedPrecisionFlagText(const std::function<const char*(const char*
   };
   if (is_one("TF_ENABLE_CUBLAS_TENSOR_OP_MATH_FP32")) absl::StrAppend(&tf, " --matmul_precision=high");
   if (is_one("TF_DISABLE_CUBLAS_TENSOR_OP_MATH")) absl::StrAppend(&tf, " --matmul_precision=highest");
+  if (is_one("TF_ENABLE_CUDNN_TENSOR_OP_MATH_FP32")) absl::StrAppend(&tf, " --conv_precision=high");
+  if (is_one("TF_DISABLE_CUDNN_TENSOR_OP_MATH")) absl::StrAppend(&tf, " --conv_precision=highest");
   return tf;
 }
 

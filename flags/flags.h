@@ -60,6 +60,10 @@ struct Flags {
   // (bfloat16x3), medium (bfloat16 operands, float32 accumulation). Output dtypes never change.
   // TF_ENABLE_CUBLAS_TENSOR_OP_MATH_FP32=1 sets high (its _DISABLE_ twin, highest).
   std::string matmul_precision = "highest";
+  // The same for float32 Conv (PyTorch keeps them separate): medium = bfloat16 operands, float32
+  // accumulation and output; high runs as highest (bfloat16x3 is not built for convolutions).
+  // TF_ENABLE_CUDNN_TENSOR_OP_MATH_FP32=1 sets high.
+  std::string conv_precision = "highest";
   // Op-list edits, comma-separated ONNX op names (TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_<LIST>_<ADD|REMOVE>).
   std::string amp_allowlist_add, amp_allowlist_remove, amp_inferlist_add, amp_inferlist_remove, amp_denylist_add,
       amp_denylist_remove, amp_clearlist_add, amp_clearlist_remove;

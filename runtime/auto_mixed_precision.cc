@@ -20,15 +20,16 @@ std::set<std::string> Ops(const std::string& list) {
 }  // namespace
 
 void ApplyMatmulPrecision(Graph& graph, const Flags& flags) {
-  if (flags.matmul_precision == "highest") return;
+  if (flags.matmul_precision == "highest" && flags.conv_precision == "highest") return;
   for (const auto& n : graph.nodes()) {
-    if ((n->op_type != "MatMul" && n->op_type != "Gemm") || !n->domain.empty() || n->input(0) == nullptr ||
-        n->input(0)->dtype != DType::kF32) {
-      continue;
-    }
+    if (!n->domain.empty() || n->input(0) == nullptr || n->input(0)->dtype != DType::kF32) continue;
+    const bool mm = n->op_type == "MatMul" || n->op_type == "Gemm";
+    const bool conv = n->op_type == "Conv";
+    const std::string& p = mm ? flags.matmul_precision : flags.conv_precision;
+    if ((!mm && !conv) || p == "highest") continue;
     Attribute a;
     a.kind = Attribute::Kind::kString;
-    a.s = flags.matmul_precision;
+    a.s = p;
     n->attrs["cjit_precision"] = a;
   }
 }

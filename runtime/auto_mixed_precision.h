@@ -17,8 +17,9 @@ namespace cjit {
 // bfloat16 on the CPU). Returns false in *enabled when AMP is off.
 AmpOptions AmpOptionsFromFlags(const Flags& flags, bool on_gpu, bool* enabled);
 
-// Marks float32 MatMul/Gemm nodes with the cjit_precision attribute --matmul_precision selects (when not
-// "highest"); the CPU kernels read it. An attribute, so the precision is part of every cache key.
+// Marks float32 MatMul/Gemm nodes with the cjit_precision attribute --matmul_precision selects, and Conv
+// nodes with --conv_precision's (when not "highest"); the CPU kernels read it. An attribute, so the
+// precision is part of every cache key.
 void ApplyMatmulPrecision(Graph& graph, const Flags& flags);
 
 // Runs the pass when the flags enable it. `sig` numbers the log files.

@@ -472,9 +472,91 @@ TEST(MatmulPrecisionTest, Bfloat16x3GivesAboutSixteenBits) {
   }
 }
 
+// --conv_precision=medium: bfloat16 operands, float32 accumulation and output; against float64.
+TEST(MatmulPrecisionTest, ConvPrecisionMediumGivesAboutEightBits) {
+  const int C = 16, H = 6, W = 6, OC = 4;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> x(C * H * W), w(OC * C * 9);
+  for (float& v : x) v = d(rng);
+  for (float& v : w) v = d(rng);
+  // Model: Conv with W as a weight initializer, pads 1.
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  g->set_name("conv");
+  auto info = [](onnx::ValueInfoProto* v, const char* name, std::vector<int64_t> dims) {
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(onnx::TensorProto::FLOAT);
+    for (int64_t dd : dims) t->mutable_shape()->add_dim()->set_dim_value(dd);
+  };
+  info(g->add_input(), "x", {1, C, H, W});
+  info(g->add_output(), "y", {1, OC, H, W});
+  auto* init = g->add_initializer();
+  init->set_name("w");
+  init->set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t dd : {OC, C, 3, 3}) init->add_dims(dd);
+  init->set_raw_data(std::string(reinterpret_cast<const char*>(w.data()), w.size() * 4));
+  auto* n = g->add_node();
+  n->set_op_type("Conv");
+  n->add_input("x");
+  n->add_input("w");
+  n->add_output("y");
+  auto* pads = n->add_attribute();
+  pads->set_name("pads");
+  pads->set_type(onnx::AttributeProto::INTS);
+  for (int i = 0; i < 4; ++i) pads->add_ints(1);
+  const std::string model = m.SerializeAsString();
+  Tensor xt(DType::kF32, {1, C, H, W});
+  std::copy(x.begin(), x.end(), xt.data<float>());
+  std::map<std::string, double> bits;
+  for (const char* p : {"highest", "medium"}) {
+    SessionOptions o;
+    o.use_environment_flags = false;
+    auto f = ParseFlags(absl::StrCat("--device=cpu --intra_op_threads=1 --auto_jit=-1 --conv_precision=", p), Flags{}, "t");
+    ASSERT_TRUE(f.ok()) << f.status();
+    o.flags = *f;
+    auto s = Session::LoadFromBytes(model, o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    auto out = (*s)->Run({{"x", xt}});
+    ASSERT_TRUE(out.ok()) << out.status();
+    const Tensor& y = (*out)[0].tensor;
+    ASSERT_EQ(y.dtype(), DType::kF32);
+    double err = 0, sc = 0;
+    for (int oc = 0; oc < OC; ++oc)
+      for (int i = 0; i < H; ++i)
+        for (int j = 0; j < W; ++j) {
+          double r = 0, a = 0;
+          for (int c = 0; c < C; ++c)
+            for (int ki = 0; ki < 3; ++ki)
+              for (int kj = 0; kj < 3; ++kj) {
+                const int ii = i + ki - 1, jj = j + kj - 1;
+                if (ii < 0 || jj < 0 || ii >= H || jj >= W) continue;
+                const double t = static_cast<double>(x[(c * H + ii) * W + jj]) * w[((oc * C + c) * 3 + ki) * 3 + kj];
+                r += t;
+                a += std::fabs(t);
+              }
+          err = std::max(err, std::fabs(y.data<float>()[(oc * H + i) * W + j] - r));
+          sc = std::max(sc, a);
+        }
+    bits[p] = -std::log2(std::max(err / sc, 1e-30));
+  }
+  EXPECT_GE(bits["highest"], 20.0);
+  if (__builtin_cpu_supports("avx512bf16")) {
+    EXPECT_GE(bits["medium"], 6.0);
+    EXPECT_LE(bits["medium"], 12.5) << "medium must round the operands to bfloat16";
+  } else {
+    EXPECT_GE(bits["medium"], 20.0) << "without AVX-512 BF16, medium runs as highest";
+  }
+}
+
 TEST(MatmulPrecisionTest, FlagsAndTensorFlowVariables) {
   EXPECT_FALSE(ParseFlags("--matmul_precision=low", Flags{}, "t").ok());
-  std::map<std::string, std::string> env = {{"TF_ENABLE_CUBLAS_TENSOR_OP_MATH_FP32", "1"}};
+  EXPECT_FALSE(ParseFlags("--conv_precision=low", Flags{}, "t").ok());
+  std::map<std::string, std::string> env = {{"TF_ENABLE_CUBLAS_TENSOR_OP_MATH_FP32", "1"},
+                                            {"TF_ENABLE_CUDNN_TENSOR_OP_MATH_FP32", "1"}};
   std::string text = TfMixedPrecisionFlagText([&](const char* v) -> const char* {
     auto it = env.find(v);
     return it == env.end() ? nullptr : it->second.c_str();
@@ -482,6 +564,7 @@ TEST(MatmulPrecisionTest, FlagsAndTensorFlowVariables) {
   auto f = ParseFlags(text, Flags{}, "t");
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->matmul_precision, "high");
+  EXPECT_EQ(f->conv_precision, "high");
 }
 
 }  // namespace

@@ -44,8 +44,15 @@ Tensor WidenToFloat32(const Tensor& t) {
   return out;
 }
 
-// float32 copies of constant 16-bit inputs, one per source buffer (dropped when the source is freed).
-Tensor WidenedConstant(const Tensor& t) {
+Tensor NarrowToBfloat16(const Tensor& t) {
+  Tensor out(DType::kBF16, t.dims());
+  ConvertFloatToBfloat16(t.data<float>(), static_cast<uint16_t*>(out.raw()), static_cast<size_t>(t.numel()));
+  return out;
+}
+
+// Converted copies of constant inputs (16-bit -> float32, or float32 -> bfloat16), one per source buffer
+// (dropped when the source is freed).
+Tensor ConvertedConstant(const Tensor& t) {
   struct Entry {
     std::weak_ptr<uint8_t> source;
     Tensor widened;
@@ -58,12 +65,17 @@ Tensor WidenedConstant(const Tensor& t) {
     return it->second.widened;
   }
   for (auto e = cache->begin(); e != cache->end();) e = e->second.source.expired() ? cache->erase(e) : std::next(e);
-  Tensor w = WidenToFloat32(t);
+  Tensor w = t.dtype() == DType::kF32 ? NarrowToBfloat16(t) : WidenToFloat32(t);
   (*cache)[t.raw()] = Entry{t.buffer(), w};
   return w;
 }
 
 }  // namespace
+
+Tensor ToBfloat16(const KernelContext& ctx, int i) {
+  const Tensor& t = ctx.in(i);
+  return ctx.is_constant(i) ? ConvertedConstant(t) : NarrowToBfloat16(t);
+}
 
 absl::Status RunInFloat32(const KernelFn& fn, KernelContext& ctx) {
   bool any = false;
@@ -75,7 +87,7 @@ absl::Status RunInFloat32(const KernelFn& fn, KernelContext& ctx) {
   for (size_t i = 0; i < ctx.inputs.size(); ++i) {
     const Tensor* t = ctx.inputs[i];
     if (t == nullptr || !Is16BitFloat(t->dtype())) continue;
-    widened[i] = ctx.is_constant(static_cast<int>(i)) ? WidenedConstant(*t) : WidenToFloat32(*t);
+    widened[i] = ctx.is_constant(static_cast<int>(i)) ? ConvertedConstant(*t) : WidenToFloat32(*t);
     sub.inputs[i] = &widened[i];
   }
   sub.inferred = ctx.infer();

@@ -89,6 +89,8 @@ void RegisterKernel(const std::string& op_type, KernelFn fn);
 // caches keep hitting. Other dtypes go to `fn` unchanged. The kernel must not take post-ops for 16-bit
 // outputs (the fusion plan fuses epilogues into float32 convolutions only).
 absl::Status RunInFloat32(const KernelFn& fn, KernelContext& ctx);
+// Float32 input i rounded to bfloat16 (nearest even); constants converted once per buffer and cached.
+Tensor ToBfloat16(const KernelContext& ctx, int i);
 const KernelFn* FindKernel(const std::string& op_type);
 // For registration functions that wrap an already registered kernel (no lazy initialization).
 const KernelFn* FindKernelDuringRegistration(const std::string& op_type);

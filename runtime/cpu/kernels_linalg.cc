@@ -349,6 +349,7 @@ absl::Status MatMul(KernelContext& ctx) {
 absl::Status Gemm(KernelContext& ctx) {
   const Tensor& a = ctx.in(0);
   const Tensor& b = ctx.in(1);
+  if (a.dtype() != b.dtype()) return ctx.Error("A and B have different dtypes");
   bool ta = ctx.node->GetInt("transA", 0), tb = ctx.node->GetInt("transB", 0);
   float alpha = ctx.node->GetFloat("alpha", 1.0f), beta = ctx.node->GetFloat("beta", 1.0f);
   Tensor& y = ctx.Alloc(0);

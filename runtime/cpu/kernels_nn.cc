@@ -157,6 +157,19 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
     return ctx.Error(absl::StrCat("convolution computes in float32 or float16/bfloat16 (widened), got ",
                                   DTypeName(x.dtype()), " and ", DTypeName(w.dtype())));
   }
+  // --conv_precision=medium (the cjit_precision attribute): float32 operands rounded to bfloat16, float32
+  // accumulation and output (oneDNN's bfloat16 convolution with a float32 destination). Needs AVX-512 BF16;
+  // elsewhere, and for "high" (bfloat16x3 is not built for convolutions), float32.
+  static const bool bf16_math = __builtin_cpu_supports("avx512bf16") != 0;
+  const bool medium = !bf16 && !transposed && bf16_math && x.dtype() == DType::kF32 &&
+                      ctx.node->GetString("cjit_precision", "highest") == "medium";
+  Tensor x_low, w_low;
+  if (medium) {
+    x_low = ToBfloat16(ctx, 0);
+    w_low = ToBfloat16(ctx, 1);
+  }
+  const Tensor& xs = medium ? x_low : x;  // the operands the library reads
+  const Tensor& wsrc = medium ? w_low : w;
   if (bf16 && ctx.has(2) && ctx.in(2).dtype() != DType::kBF16 && ctx.in(2).dtype() != DType::kF32) {
     return ctx.Error(absl::StrCat("bias B is ", DTypeName(ctx.in(2).dtype()), ", expected bf16 or f32"));
   }
@@ -177,7 +190,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
       if (op.kind == PostOp::Kind::kBiasLastDim) return ctx.Error("internal: a GEMM epilogue post-op on a convolution");
     }
   }
-  if (channels_last && !transposed && !bf16) {  // pointwise / depthwise without a per-shape JIT (conv_gemm.h)
+  if (channels_last && !transposed && !bf16 && !medium) {  // pointwise / depthwise without a per-shape JIT (conv_gemm.h)
     CJIT_ASSIGN_OR_RETURN(bool done, TryNhwcConvWithoutJit(ctx, g, group, y));
     if (done) return absl::OkStatus();
   }
@@ -185,7 +198,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
     CJIT_ASSIGN_OR_RETURN(bool done, TryGemmConvTranspose(ctx, g, group, y));
     if (done) return absl::OkStatus();
   }
-  if (!transposed && !bf16) {  // few input channels: im2col + GEMM (conv_gemm.h)
+  if (!transposed && !bf16 && !medium) {  // few input channels: im2col + GEMM (conv_gemm.h)
     CJIT_ASSIGN_OR_RETURN(bool done, TryIm2colConv(ctx, g, group, channels_last, y));
     if (done) {
       if (!channels_last && ctx.post_ops != nullptr) ApplyPostOpsExact(*ctx.post_ops, y, false);
@@ -234,11 +247,12 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
     yd.pop_back();
   }
   // The caller's tensors: dense NCHW, or channels-last.
-  const memory::data_type dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+  const memory::data_type dt = bf16 || medium ? memory::data_type::bf16 : memory::data_type::f32;
+  const memory::data_type dst_dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
   const memory::data_type bias_dt =
       bf16 && ctx.has(2) && ctx.in(2).dtype() == DType::kBF16 ? memory::data_type::bf16 : memory::data_type::f32;
   memory::desc plain_x(xd, dt, channels_last ? ChannelsLast(xd) : Dense(xd));
-  memory::desc plain_y(yd, dt, channels_last ? ChannelsLast(yd) : Dense(yd));
+  memory::desc plain_y(yd, dst_dt, channels_last ? ChannelsLast(yd) : Dense(yd));
   // Post-ops (only for Conv steps of compiled clusters). When the convolution may produce NaN/Inf they run
   // after it in exact ONNX semantics instead (ApplyPostOpsExact).
   const std::vector<PostOp>* post_ops = transposed ? nullptr : ctx.post_ops;
@@ -274,7 +288,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
       }
     }
   }
-  std::string key = absl::StrCat(transposed ? "deconv:" : "conv:", bf16 ? "bf16:" : "", static_cast<int>(bias_dt), post_key, ":", absl::StrJoin(xd, ","), ":", absl::StrJoin(wd, ","),
+  std::string key = absl::StrCat(transposed ? "deconv:" : "conv:", bf16 ? "bf16:" : "", medium ? "medium:" : "", static_cast<int>(bias_dt), post_key, ":", absl::StrJoin(xd, ","), ":", absl::StrJoin(wd, ","),
                                  ":", absl::StrJoin(st, ","), ":", absl::StrJoin(dil, ","), ":", absl::StrJoin(pl, ","),
                                  ":", absl::StrJoin(pr, ","), ":", has_bias, channels_last ? ":nxc:" : ":",
                                  const_w ? absl::StrCat(reinterpret_cast<uintptr_t>(w.raw())) : "var");
@@ -284,7 +298,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
     // Activations: let oneDNN pick its blocked layout (nChw8c/16c: the direct JIT kernels, much faster than
     // gemm on plain NCHW); the kernel reorders from/to plain NCHW around the primitive.
     memory::desc src_md(xd, dt, memory::format_tag::any);
-    memory::desc dst_md(yd, dt, memory::format_tag::any);
+    memory::desc dst_md(yd, dst_dt, memory::format_tag::any);
     memory::desc w_any(wd, dt, memory::format_tag::any);
     memory::desc b_md({OC}, bias_dt, memory::format_tag::a);
     try {
@@ -334,31 +348,31 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
     }
     if (const_w) {
       dnnl::stream s(CpuEngine());
-      memory user(memory::desc(wd, dt, ws), CpuEngine(), const_cast<void*>(w.raw()));
+      memory user(memory::desc(wd, dt, ws), CpuEngine(), const_cast<void*>(wsrc.raw()));
       e->weights = memory(e->weights_md, CpuEngine());
       memory::desc scratch;
       dnnl::reorder r = MakeDnnlReorder(user.get_desc(), e->weights_md, &scratch);
       ExecuteDnnl(r, s, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, e->weights}}, scratch);
-      e->weights_source = w.buffer();
+      e->weights_source = wsrc.buffer();
       e->holds_weights = true;
     }
     return e;
   }, [&](const DnnlEntry& e) {
     // Cached reordered weights are only valid while the very buffer they came from is alive.
-    return !const_w || (!e.weights_source.expired() && e.weights_source.lock() == w.buffer());
+    return !const_w || (!e.weights_source.expired() && e.weights_source.lock() == wsrc.buffer());
   });
   CJIT_RETURN_IF_ERROR(create_status);
   if (!entry) return ctx.Error("oneDNN primitive creation failed");
   dnnl::stream s(CpuEngine());
   memory wmem = entry->weights;
   if (!const_w) {
-    memory user(memory::desc(wd, dt, ws), CpuEngine(), const_cast<void*>(w.raw()));
+    memory user(memory::desc(wd, dt, ws), CpuEngine(), const_cast<void*>(wsrc.raw()));
     wmem = memory(entry->weights_md, CpuEngine());
     memory::desc scratch;
     dnnl::reorder r = MakeDnnlReorder(user.get_desc(), entry->weights_md, &scratch);
     ExecuteDnnl(r, s, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, wmem}}, scratch);
   }
-  memory user_src(plain_x, CpuEngine(), const_cast<void*>(x.raw()));
+  memory user_src(plain_x, CpuEngine(), const_cast<void*>(xs.raw()));
   memory user_dst(plain_y, CpuEngine(), y.raw());
   memory src = user_src, dst = user_dst;
   if (entry->has_src_reorder) {
