@@ -222,6 +222,24 @@ TEST(AmpTest, HostHookDecidesBeforeTheLists) {
   EXPECT_TRUE(found);
 }
 
+TEST(AmpTest, HostRuleWithFloat32OutputCastsItsResult) {
+  auto g = Specialized(absl::StrCat("graph g(%x: f32[2,4]) {\n", Weights("w", 4, 4), R"(  %h = MatMul(%x, %w)
+  %e = Exp(%h)
+  return %e
+})"));
+  ASSERT_TRUE(g);
+  AmpOptions o;
+  o.hook = [](const Node& n) -> std::optional<AmpRule> {
+    if (n.op_type == "MatMul") return AmpRule{AmpClass::kAllow, DType::kF32, DType::kF32};
+    return std::nullopt;
+  };
+  ASSERT_TRUE(AutoMixedPrecision(*g, o).ok());
+  const std::string text = PrintGraph(*g);
+  // The MatMul computes in bfloat16; its (deny) reader gets its float32 Cast.
+  EXPECT_NE(text.find("%h: bf16[2,4] = MatMul"), std::string::npos) << text;
+  EXPECT_NE(text.find("Exp(%h/amp_f32)"), std::string::npos) << text;
+}
+
 TEST(AmpTest, Float16OutOfRangeWeightsKeepTheNodeFloat32) {
   auto g = Specialized(R"(graph g(%x: f32[1,2]) {
   %w = constant f32[2,2] {1, 2, 100000, 3}

@@ -354,7 +354,8 @@ absl::StatusOr<AmpReport> AutoMixedPrecision(Graph& g, const AmpOptions& o) {
     const bool low_reader = info[i].allow;
     for (Value*& in : node->inputs) {
       if (in == nullptr || !low_values.count(in)) continue;
-      const bool producer_f32_out = in->producer && info[index[in->producer]].output_f32;
+      auto pi = in->producer != nullptr ? index.find(in->producer) : index.end();
+      const bool producer_f32_out = pi != index.end() && info[pi->second].output_f32;
       if (!low_reader || producer_f32_out) {
         Value* u = up_of(in);
         if (low_reader) {  // an allow reader of a host rule's float32 output: back down
