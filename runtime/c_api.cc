@@ -26,6 +26,8 @@ struct cjit_options {
   bool use_environment = false;
   // Flags set through this object, re-applied on top of CJIT_FLAGS when use_environment is on.
   std::vector<std::pair<std::string, std::string>> set;
+  cjit_amp_rule amp_rule = nullptr;
+  void* amp_user_data = nullptr;
 };
 
 struct cjit_value {
@@ -103,6 +105,21 @@ absl::StatusOr<cjit::SessionOptions> MakeSessionOptions(const cjit_options* opti
   cjit::SessionOptions o;
   o.use_environment_flags = false;
   if (options == nullptr) return o;
+  if (options->amp_rule != nullptr) {
+    cjit_amp_rule rule = options->amp_rule;
+    void* user = options->amp_user_data;
+    o.amp_rule = [rule, user](const cjit::Node& n) -> std::optional<cjit::AmpRule> {
+      int output_float32 = 0;
+      const cjit_amp_class c = rule(n.op_type.c_str(), n.name.c_str(), &output_float32, user);
+      if (c < CJIT_AMP_ALLOW || c > CJIT_AMP_CLEAR) return std::nullopt;  // no decision (or out of range)
+      cjit::AmpRule r;
+      static_assert(static_cast<int>(cjit::AmpClass::kAllow) == CJIT_AMP_ALLOW &&
+                    static_cast<int>(cjit::AmpClass::kClear) == CJIT_AMP_CLEAR, "AMP class values");
+      r.cls = static_cast<cjit::AmpClass>(static_cast<int>(c));
+      r.output = output_float32 ? cjit::DType::kF32 : cjit::DType::kInvalid;
+      return r;
+    };
+  }
   if (!options->use_environment) {
     o.flags = options->flags;
     return o;
@@ -185,6 +202,13 @@ cjit_status* cjit_options_get(const cjit_options* options, const char* name, cha
   absl::StatusOr<std::string> v = cjit::GetFlag(options->flags, name);
   if (!v.ok()) return ToStatus(v.status());
   return CopyOut(*v, buffer, size, length);
+}
+
+cjit_status* cjit_options_set_amp_rule(cjit_options* options, cjit_amp_rule rule, void* user_data) {
+  if (options == nullptr) return Error(CJIT_INVALID_ARGUMENT, "cjit_options_set_amp_rule: options must not be NULL");
+  options->amp_rule = rule;
+  options->amp_user_data = rule != nullptr ? user_data : nullptr;
+  return nullptr;
 }
 
 cjit_status* cjit_options_set_flags(cjit_options* options, const char* text) {

@@ -263,6 +263,55 @@ TEST(CApiTest, SessionInfo) {
   cjit_session_free(s);
 }
 
+// The C AMP rule: with --auto_mixed_precision=bfloat16, Mul and Add (infer ops, not next to any allow op:
+// float32 by the lists) run in bfloat16 when the host's rule says allow.
+struct AmpRuleState {
+  std::atomic<int> calls{0};
+  bool allow = false;
+};
+
+cjit_amp_class TestAmpRule(const char* op_type, const char* node_name, int* output_float32, void* user) {
+  auto* st = static_cast<AmpRuleState*>(user);
+  ++st->calls;
+  (void)node_name;
+  (void)output_float32;
+  if (st->allow && (std::string(op_type) == "Mul" || std::string(op_type) == "Add")) return CJIT_AMP_ALLOW;
+  return CJIT_AMP_NO_DECISION;
+}
+
+TEST(CApiTest, AmpRuleDecidesBeforeTheLists) {
+  for (bool allow : {false, true}) {
+    AmpRuleState state;
+    state.allow = allow;
+    std::string bytes = AffineModel();
+    cjit_options* o = nullptr;
+    ASSERT_TRUE(St(cjit_options_create(&o)).ok());
+    ASSERT_TRUE(St(cjit_options_set_flags(o, "--device=cpu --auto_mixed_precision=bfloat16")).ok());
+    ASSERT_TRUE(St(cjit_options_set_amp_rule(o, TestAmpRule, &state)).ok());
+    cjit_session* s = nullptr;
+    St created(cjit_session_create_from_bytes(bytes.data(), bytes.size(), nullptr, o, &s));
+    ASSERT_TRUE(created.ok()) << created.message;
+    cjit_options_free(o);
+    float x[3] = {1.00390625f, 2.0f, -3.0f};  // 1 + 2^-8 is not a bfloat16 value (rounds to 1)
+    int64_t dims[2] = {1, 3};
+    cjit_value* in = nullptr;
+    ASSERT_TRUE(St(cjit_value_wrap(CJIT_FLOAT32, dims, 2, x, sizeof x, &in)).ok());
+    const char* names[] = {"x"};
+    cjit_value* out[2] = {nullptr, nullptr};
+    St run(cjit_session_run(s, names, &in, 1, nullptr, out, 2));
+    ASSERT_TRUE(run.ok()) << run.message;
+    const float* y = static_cast<const float*>(cjit_value_data(out[0]));
+    EXPECT_GT(state.calls.load(), 0);
+    EXPECT_EQ(y[0], allow ? 3.0f : 3.0078125f) << (allow ? "bfloat16 (rule: allow)" : "float32 (lists)");
+    EXPECT_EQ(cjit_value_dtype(out[0]), CJIT_FLOAT32) << "graph outputs stay float32";
+    cjit_value_free(out[0]);
+    cjit_value_free(out[1]);
+    cjit_value_free(in);
+    cjit_session_free(s);
+  }
+  EXPECT_EQ(St(cjit_options_set_amp_rule(nullptr, TestAmpRule, nullptr)).code, CJIT_INVALID_ARGUMENT);
+}
+
 TEST(CApiTest, RunAllocatedAndBoundOutputs) {
   cjit_session* s = AffineSession();
   ASSERT_NE(s, nullptr);

@@ -121,6 +121,25 @@ CJIT_API cjit_status* cjit_options_set_flags(cjit_options* options, const char* 
  * (a bad CJIT_FLAGS is then that session's error) and the values set here apply on top. Off by default. */
 CJIT_API cjit_status* cjit_options_use_environment(cjit_options* options, int enable);
 
+/* A host's automatic-mixed-precision rule (TVM's AMP interface; used when the auto_mixed_precision flag is
+ * on, docs/mixed-precision.md): called for every node with float32 data edges, with its ONNX op type and
+ * node name, before the op lists. Return one of CJIT_AMP_* to decide the node's class, or
+ * CJIT_AMP_NO_DECISION to leave it to the lists. *output_float32 (initially 0) may be set to 1 to give the
+ * node's readers a float32 copy of its result when it runs in 16 bits. Called while a new input signature
+ * is specialized, possibly from several threads at once: it must be thread-safe. Accumulation is float32
+ * in every kernel. */
+typedef enum cjit_amp_class {
+  CJIT_AMP_NO_DECISION = -1,
+  CJIT_AMP_ALLOW = 0,
+  CJIT_AMP_INFER = 1,
+  CJIT_AMP_DENY = 2,
+  CJIT_AMP_CLEAR = 3,
+} cjit_amp_class;
+typedef cjit_amp_class (*cjit_amp_rule)(const char* op_type, const char* node_name, int* output_float32,
+                                        void* user_data);
+/* Sets (or, with rule NULL, removes) the rule for sessions created with these options. */
+CJIT_API cjit_status* cjit_options_set_amp_rule(cjit_options* options, cjit_amp_rule rule, void* user_data);
+
 /* ---- Values ---------------------------------------------------------------------------------------- */
 
 typedef enum cjit_dtype {

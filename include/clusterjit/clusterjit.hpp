@@ -115,6 +115,11 @@ class Options {
     detail::Check(cjit_options_use_environment(handle_, enable ? 1 : 0));
     return *this;
   }
+  // The automatic-mixed-precision rule of cjit_options_set_amp_rule (NULL removes it); must be thread-safe.
+  Options& SetAmpRule(cjit_amp_rule rule, void* user_data = nullptr) {
+    detail::Check(cjit_options_set_amp_rule(handle_, rule, user_data));
+    return *this;
+  }
   std::string Get(const std::string& name) const {
     size_t length = 0;
     cjit_status* st = cjit_options_get(handle_, name.c_str(), nullptr, 0, &length);
