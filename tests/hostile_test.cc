@@ -643,6 +643,21 @@ TEST(HostileTest, MatMulIntegerOfAScalar) {
   EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"a", a}, {"b", bb}}).status(), {"MatMulInteger", "scalar"}));
 }
 
+// Found by CI's fuzzer: EyeLike of a rank-3 input ([3,4,0]: an empty output) wrote a 3x4 identity into it.
+// ONNX EyeLike takes 2-D inputs only.
+TEST(HostileTest, EyeLikeOfNonMatrix) {
+  for (const std::vector<int64_t>& dims : {std::vector<int64_t>{3, 4, 0}, std::vector<int64_t>{5}}) {
+    ModelBuilder b(9);
+    b.Input("x", onnx::TensorProto::INT32, dims).Output("y");
+    ModelBuilder::AttrInt(b.Node("EyeLike", {"x"}, {"y"}), "dtype", onnx::TensorProto::DOUBLE);
+    Tensor x(DType::kI32, dims);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<int32_t>()[i] = 0;
+    for (const char* jit : {"-1", "1"}) {
+      EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", x}}, Opts(jit)).status(), {"EyeLike", "2-D"})) << jit;
+    }
+  }
+}
+
 TEST(HostileTest, SliceStepMin) {
   ModelBuilder b;
   b.Input("x", kF, {4}).Output("y");

@@ -558,6 +558,10 @@ void RegisterTensorOps() {
     return absl::OkStatus();
   });
   Reg("EyeLike", C::kShape, false, A::kInfer, 1, 1, [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
+    // ONNX EyeLike: the input must be 2-D.
+    if (in[0].shape.rank_known && in[0].shape.rank() != 2) {
+      return NodeError(n, absl::StrCat("input must be 2-D, got rank ", in[0].shape.rank()));
+    }
     out[0] = {in[0].dtype, in[0].shape};
     if (n.HasAttr("dtype")) {
       Node tmp;

@@ -749,7 +749,9 @@ void RegisterMovementKernels() {
     return absl::OkStatus();
   });
   RegisterKernel("EyeLike", [](KernelContext& ctx) {
+    if (ctx.in(0).rank() != 2) return ctx.Error(absl::StrCat("input must be 2-D, got rank ", ctx.in(0).rank()));
     Tensor& y = ctx.Alloc(0);
+    if (y.rank() != 2) return ctx.Error("internal: EyeLike output is not 2-D");
     int64_t k = ctx.node->GetInt("k", 0);
     return DispatchAll(y.dtype(), [&](auto t) {
       using T = decltype(t);
