@@ -89,6 +89,15 @@ Setter StringFlag(std::string Flags::*field) {
   };
 }
 
+// One of `values`; `expected` says which in the error.
+Setter OneOfFlag(std::string Flags::*field, std::string name, std::vector<std::string> values, std::string expected) {
+  return [=](Flags& f, absl::string_view v, bool has) -> absl::Status {
+    if (!has || std::find(values.begin(), values.end(), v) == values.end()) return BadValue(name, v, expected);
+    f.*field = std::string(v);
+    return absl::OkStatus();
+  };
+}
+
 // A comma-separated list of ONNX operator names (each must exist at some opset).
 Setter OpListFlag(std::string Flags::*field, const char* name) {
   return [=](Flags& f, absl::string_view v, bool has) -> absl::Status {
@@ -176,25 +185,14 @@ const std::vector<FlagDef>& Table() {
         "(bfloat16x3: three bfloat16 partial products, float32 accumulation), medium (bfloat16 operands, float32 "
         "accumulation). Outputs stay float32. TF_ENABLE_CUBLAS_TENSOR_OP_MATH_FP32=1 means high.",
         {}},
-       [](Flags& f, absl::string_view v, bool has) -> absl::Status {
-         if (!has || (v != "highest" && v != "high" && v != "medium")) {
-           return BadValue("matmul_precision", v, "highest, high or medium");
-         }
-         f.matmul_precision = std::string(v);
-         return absl::OkStatus();
-       }},
+       OneOfFlag(&Flags::matmul_precision, "matmul_precision", {"highest", "high", "medium"},
+                 "highest, high or medium")},
       {{"conv_precision", "string", "highest",
         "float32 Conv precision (as --matmul_precision, separate as in PyTorch): highest, high (runs as highest: "
         "bfloat16x3 is not built for convolutions), medium (bfloat16 operands, float32 accumulation and output). "
         "TF_ENABLE_CUDNN_TENSOR_OP_MATH_FP32=1 means high.",
         {}},
-       [](Flags& f, absl::string_view v, bool has) -> absl::Status {
-         if (!has || (v != "highest" && v != "high" && v != "medium")) {
-           return BadValue("conv_precision", v, "highest, high or medium");
-         }
-         f.conv_precision = std::string(v);
-         return absl::OkStatus();
-       }},
+       OneOfFlag(&Flags::conv_precision, "conv_precision", {"highest", "high", "medium"}, "highest, high or medium")},
       {{"auto_mixed_precision", "string", "off",
         "Automatic mixed precision: off, float16, bfloat16, or auto (float16 on a GPU, bfloat16 on the CPU; "
         "TF_ENABLE_AUTO_MIXED_PRECISION=1). Allow-list ops (Conv, MatMul, Gemm, ...) and the infer/clear ops "
@@ -273,13 +271,8 @@ const std::vector<FlagDef>& Table() {
         "GPU memory allocator (as TF_GPU_ALLOCATOR): caching (freed blocks reused per size class) or "
         "cuda_malloc_async (the driver's stream-ordered pool).",
         {}},
-       [](Flags& f, absl::string_view v, bool has) -> absl::Status {
-         if (!has || (v != "caching" && v != "cuda_malloc_async")) {
-           return BadValue("gpu_allocator", v, "caching or cuda_malloc_async");
-         }
-         f.gpu_allocator = std::string(v);
-         return absl::OkStatus();
-       }},
+       OneOfFlag(&Flags::gpu_allocator, "gpu_allocator", {"caching", "cuda_malloc_async"},
+                 "caching or cuda_malloc_async")},
       {{"cuda_data_dir", "string", "/usr/local/cuda",
         "CUDA toolkit directory; GPU code links <dir>/nvvm/libdevice/libdevice.10.bc.", {"xla_gpu_cuda_data_dir"}},
        StringFlag(&Flags::cuda_data_dir)},

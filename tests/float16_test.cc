@@ -63,44 +63,34 @@ TEST(Float16Test, ReferenceFileIsPresent) {
       << "run tests/float16_reference.py and set CJIT_FLOAT16_REFERENCE (ctest does both)";
 }
 
-TEST(Float16Test, FloatToHalfMatchesNumpy) {
+// float32 -> 16-bit of every reference input, scalar and bulk (both paths), against the reference field.
+void ExpectMatchesReference(const char* reference, uint16_t Record::*expected, uint16_t (*scalar)(float),
+                            void (*bulk_convert)(const float*, uint16_t*, size_t)) {
   const Reference& ref = LoadReference();
   ASSERT_FALSE(ref.records.empty());
   std::vector<float> src(ref.records.size());
   for (size_t i = 0; i < src.size(); ++i) src[i] = BitsToFloat(ref.records[i].f);
   BothPaths([&](const char* path) {
     std::vector<uint16_t> bulk(src.size());
-    ConvertFloatToHalf(src.data(), bulk.data(), src.size());
+    bulk_convert(src.data(), bulk.data(), src.size());
     int bad = 0;
     for (size_t i = 0; i < src.size() && bad < 10; ++i) {
-      const uint16_t scalar = FloatToHalfBits(src[i]);
-      if (scalar != ref.records[i].h || bulk[i] != ref.records[i].h) {
+      const uint16_t want = ref.records[i].*expected, got = scalar(src[i]);
+      if (got != want || bulk[i] != want) {
         ++bad;
-        ADD_FAILURE() << absl::StrFormat("%s: float32 0x%08x (%g): numpy 0x%04x, scalar 0x%04x, bulk 0x%04x",
-                                         path, ref.records[i].f, src[i], ref.records[i].h, scalar, bulk[i]);
+        ADD_FAILURE() << absl::StrFormat("%s: float32 0x%08x (%g): %s 0x%04x, scalar 0x%04x, bulk 0x%04x", path,
+                                         ref.records[i].f, src[i], reference, want, got, bulk[i]);
       }
     }
   });
 }
 
+TEST(Float16Test, FloatToHalfMatchesNumpy) {
+  ExpectMatchesReference("numpy", &Record::h, FloatToHalfBits, ConvertFloatToHalf);
+}
+
 TEST(Float16Test, FloatToBfloat16MatchesFloat64Nearest) {
-  const Reference& ref = LoadReference();
-  ASSERT_FALSE(ref.records.empty());
-  std::vector<float> src(ref.records.size());
-  for (size_t i = 0; i < src.size(); ++i) src[i] = BitsToFloat(ref.records[i].f);
-  BothPaths([&](const char* path) {
-    std::vector<uint16_t> bulk(src.size());
-    ConvertFloatToBfloat16(src.data(), bulk.data(), src.size());
-    int bad = 0;
-    for (size_t i = 0; i < src.size() && bad < 10; ++i) {
-      const uint16_t scalar = FloatToBfloat16Bits(src[i]);
-      if (scalar != ref.records[i].b || bulk[i] != ref.records[i].b) {
-        ++bad;
-        ADD_FAILURE() << absl::StrFormat("%s: float32 0x%08x (%g): reference 0x%04x, scalar 0x%04x, bulk 0x%04x",
-                                         path, ref.records[i].f, src[i], ref.records[i].b, scalar, bulk[i]);
-      }
-    }
-  });
+  ExpectMatchesReference("reference", &Record::b, FloatToBfloat16Bits, ConvertFloatToBfloat16);
 }
 
 TEST(Float16Test, EveryHalfPatternWidensAsNumpyAndRoundTrips) {

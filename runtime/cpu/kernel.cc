@@ -72,6 +72,11 @@ Tensor ConvertedConstant(const Tensor& t) {
 
 }  // namespace
 
+bool CpuHasBfloat16Math() {
+  static const bool has = __builtin_cpu_supports("avx512bf16") != 0;
+  return has;
+}
+
 Tensor ToBfloat16(const KernelContext& ctx, int i) {
   const Tensor& t = ctx.in(i);
   return ctx.is_constant(i) ? ConvertedConstant(t) : NarrowToBfloat16(t);

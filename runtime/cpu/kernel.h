@@ -91,6 +91,9 @@ void RegisterKernel(const std::string& op_type, KernelFn fn);
 absl::Status RunInFloat32(const KernelFn& fn, KernelContext& ctx);
 // Float32 input i rounded to bfloat16 (nearest even); constants converted once per buffer and cached.
 Tensor ToBfloat16(const KernelContext& ctx, int i);
+// Whether this CPU has AVX-512 BF16 dot products: bfloat16 convolutions and products (and the reduced
+// float32 precisions) run in oneDNN's bfloat16 kernels only then; elsewhere they widen to float32.
+bool CpuHasBfloat16Math();
 const KernelFn* FindKernel(const std::string& op_type);
 // For registration functions that wrap an already registered kernel (no lazy initialization).
 const KernelFn* FindKernelDuringRegistration(const std::string& op_type);

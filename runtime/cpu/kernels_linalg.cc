@@ -143,13 +143,6 @@ namespace {
 
 using dnnl::memory;
 
-// bfloat16 products run in oneDNN where the CPU has AVX-512 BF16 dot products; elsewhere (and for
-// float16, which this CPU cannot multiply) the operands are widened to float32 and the float32 paths run.
-bool HasBf16Math() {
-  static const bool has = __builtin_cpu_supports("avx512bf16") != 0;
-  return has;
-}
-
 // Batched matmul of a [B..., M, K] (strides given) and b [B..., K, N] into c [B..., M, N] (dense), in
 // float32, or with bfloat16 operands and result (float32 accumulation; AVX-512 BF16 dot products).
 absl::Status DnnlMatMul(const void* a, const memory::dims& ad, const memory::dims& as, const void* b,
@@ -235,12 +228,16 @@ absl::Status ReducedPrecisionMatMul(bool high, const float* a, const float* b, f
 // "high" runs bfloat16x3 only where it is faster than float32: with AMX-BF16 (16x float32's throughput);
 // with AVX-512 BF16 (2x) its three products cost 1.5 float32 GEMMs (measured 2x slower here), so "high"
 // runs as "highest" — more accurate and faster. "bf16x3" forces it (tests).
-std::string PrecisionOf(const KernelContext& ctx) {
-  std::string p = ctx.node->GetString("cjit_precision", "highest");
+enum class Float32Precision { kHighest, kMedium, kBf16x3 };
+
+Float32Precision PrecisionOf(const KernelContext& ctx) {
+  const auto it = ctx.node->attrs.find("cjit_precision");
+  if (it == ctx.node->attrs.end()) return Float32Precision::kHighest;
+  const std::string& p = it->second.s;
   static const bool amx = __builtin_cpu_supports("amx-bf16") != 0;
-  if (p == "high") return amx ? "bf16x3" : "highest";
-  if (p == "bf16x3") return p;
-  return p == "medium" ? p : "highest";
+  if (p == "high") return amx ? Float32Precision::kBf16x3 : Float32Precision::kHighest;
+  if (p == "bf16x3") return Float32Precision::kBf16x3;
+  return p == "medium" ? Float32Precision::kMedium : Float32Precision::kHighest;
 }
 
 // c (M x N, dense) = alpha * a (M x K, strides as_m, as_k) * b (K x N, strides bs_k, bs_n), float32 in
@@ -290,8 +287,9 @@ absl::Status MatMul(KernelContext& ctx) {
     std::memset(y.raw(), 0, y.nbytes());
     return absl::OkStatus();
   }
-  if (a.dtype() == DType::kF32 && PrecisionOf(ctx) != "highest") {
-    const bool high = PrecisionOf(ctx) == "bf16x3";
+  const Float32Precision precision = PrecisionOf(ctx);
+  if (a.dtype() == DType::kF32 && precision != Float32Precision::kHighest) {
+    const bool high = precision == Float32Precision::kBf16x3;
     for (int64_t bi = 0; bi < g.batch; ++bi) {
       int64_t aoff, boff;
       g.Offsets(bi, &aoff, &boff);
@@ -328,7 +326,7 @@ absl::Status MatMul(KernelContext& ctx) {
       return absl::OkStatus();
     }
   }
-  if ((a.dtype() == DType::kF32 || (a.dtype() == DType::kBF16 && HasBf16Math())) && g.cd.size() <= 12) {
+  if ((a.dtype() == DType::kF32 || (a.dtype() == DType::kBF16 && CpuHasBfloat16Math())) && g.cd.size() <= 12) {
     return DnnlMatMul(a.raw(), g.ad, DenseStrides(g.ad), b.raw(), g.bd, DenseStrides(g.bd), y.raw(), g.cd, 1.0f,
                       ctx.want_impl ? &ctx.impl : nullptr,
                       a.dtype() == DType::kBF16 ? memory::data_type::bf16 : memory::data_type::f32);
@@ -355,14 +353,15 @@ absl::Status Gemm(KernelContext& ctx) {
   Tensor& y = ctx.Alloc(0);
   int64_t M = y.dim(0), N = y.dim(1), K = ta ? a.dim(0) : a.dim(1);
   int64_t as_m = ta ? 1 : K, as_k = ta ? M : 1, bs_k = tb ? 1 : N, bs_n = tb ? K : 1;
-  if (a.dtype() == DType::kF32 && K > 0 && M > 0 && N > 0 && PrecisionOf(ctx) != "highest") {
-    CJIT_RETURN_IF_ERROR(ReducedPrecisionMatMul(PrecisionOf(ctx) == "bf16x3", a.data<float>(), b.data<float>(),
+  const Float32Precision precision = PrecisionOf(ctx);
+  if (a.dtype() == DType::kF32 && K > 0 && M > 0 && N > 0 && precision != Float32Precision::kHighest) {
+    CJIT_RETURN_IF_ERROR(ReducedPrecisionMatMul(precision == Float32Precision::kBf16x3, a.data<float>(), b.data<float>(),
                                                 y.data<float>(), M, K, N, as_m, as_k, bs_k, bs_n, alpha,
                                                 ctx.want_impl ? &ctx.impl : nullptr));
   } else if (a.dtype() == DType::kF32 && K > 0 && M > 0 && N > 0 && M * N * K <= kSmallProductMacs) {
     EigenMatMul(a.data<float>(), b.data<float>(), y.data<float>(), M, K, N, as_m, as_k, bs_k, bs_n, alpha);
     if (ctx.want_impl) ctx.impl = "Eigen (small product)";
-  } else if ((a.dtype() == DType::kF32 || (a.dtype() == DType::kBF16 && HasBf16Math())) && K > 0 && M > 0 &&
+  } else if ((a.dtype() == DType::kF32 || (a.dtype() == DType::kBF16 && CpuHasBfloat16Math())) && K > 0 && M > 0 &&
              N > 0) {
     CJIT_RETURN_IF_ERROR(DnnlMatMul(a.raw(), {M, K}, {as_m, as_k}, b.raw(), {K, N}, {bs_k, bs_n}, y.raw(), {M, N},
                                     alpha, ctx.want_impl ? &ctx.impl : nullptr,
@@ -402,7 +401,7 @@ namespace {
 KernelFn SixteenBit(KernelFn f32_kernel) {
   return [f32_kernel](KernelContext& ctx) -> absl::Status {
     const DType t = ctx.in(0).dtype();
-    if (t == DType::kF16 || (t == DType::kBF16 && !HasBf16Math())) return RunInFloat32(f32_kernel, ctx);
+    if (t == DType::kF16 || (t == DType::kBF16 && !CpuHasBfloat16Math())) return RunInFloat32(f32_kernel, ctx);
     return f32_kernel(ctx);
   };
 }

@@ -160,8 +160,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
   // --conv_precision=medium (the cjit_precision attribute): float32 operands rounded to bfloat16, float32
   // accumulation and output (oneDNN's bfloat16 convolution with a float32 destination). Needs AVX-512 BF16;
   // elsewhere, and for "high" (bfloat16x3 is not built for convolutions), float32.
-  static const bool bf16_math = __builtin_cpu_supports("avx512bf16") != 0;
-  const bool medium = !bf16 && !transposed && bf16_math && x.dtype() == DType::kF32 &&
+  const bool medium = !bf16 && !transposed && CpuHasBfloat16Math() && x.dtype() == DType::kF32 &&
                       ctx.node->GetString("cjit_precision", "highest") == "medium";
   Tensor x_low, w_low;
   if (medium) {
@@ -784,8 +783,7 @@ absl::Status ResizeKernel(KernelContext& ctx);
 // 16-bit convolutions: bfloat16 natively where the CPU has AVX-512 BF16 (oneDNN), else (and float16,
 // which this CPU cannot multiply, and ConvTranspose) widened to float32.
 absl::Status SixteenBitConv(KernelContext& ctx, bool channels_last) {
-  static const bool bf16_math = __builtin_cpu_supports("avx512bf16") != 0;
-  const bool native = bf16_math && ctx.in(0).dtype() == DType::kBF16 && ctx.in(1).dtype() == DType::kBF16;
+  const bool native = CpuHasBfloat16Math() && ctx.in(0).dtype() == DType::kBF16 && ctx.in(1).dtype() == DType::kBF16;
   if (native) return Conv(ctx, false, channels_last);
   return RunInFloat32([channels_last](KernelContext& c) { return Conv(c, false, channels_last); }, ctx);
 }
