@@ -8,6 +8,7 @@
 #include <random>
 
 #include "compiler/ir/float16.h"
+#include "compiler/ir/status_macros.h"
 #include "compiler/ir/text.h"
 #include "flags/flags.h"
 #include "gtest/gtest.h"
@@ -15,6 +16,7 @@
 #include "runtime/executor.h"
 #include "runtime/session.h"
 #include "onnx/onnx_pb.h"
+#include "tests/model_builder.h"
 #include "tools/check_lib.h"
 
 namespace cjit {
@@ -269,53 +271,39 @@ namespace {
 
 // y = ((x * 1.1 + 0.3) * 1.7 - 0.2) * 0.9 in bfloat16: one fused kernel when compiled.
 std::string BfloatChain() {
-  onnx::ModelProto m;
-  m.set_ir_version(8);
-  m.add_opset_import()->set_version(13);
-  auto* g = m.mutable_graph();
-  g->set_name("chain");
-  auto info = [](onnx::ValueInfoProto* v, const char* name) {
-    v->set_name(name);
-    auto* t = v->mutable_type()->mutable_tensor_type();
-    t->set_elem_type(onnx::TensorProto::BFLOAT16);
-    t->mutable_shape()->add_dim()->set_dim_value(4096);
-  };
-  info(g->add_input(), "x");
-  info(g->add_output(), "y");
+  testing::ModelBuilder mb(13);
+  mb.Input("x", onnx::TensorProto::BFLOAT16, {4096}).Output("y", onnx::TensorProto::BFLOAT16, {4096}, true);
   const char* ops[] = {"Mul", "Add", "Mul", "Sub", "Mul"};
   const float cs[] = {1.1f, 0.3f, 1.7f, 0.2f, 0.9f};
   std::string prev = "x";
   for (int i = 0; i < 5; ++i) {
     std::string c = absl::StrCat("c", i), out = i == 4 ? "y" : absl::StrCat("t", i);
-    auto* init = g->add_initializer();
-    init->set_name(c);
-    init->set_data_type(onnx::TensorProto::BFLOAT16);
     const uint16_t bits = FloatToBfloat16Bits(cs[i]);
-    init->set_raw_data(std::string(reinterpret_cast<const char*>(&bits), 2));
-    auto* n = g->add_node();
-    n->set_op_type(ops[i]);
-    n->add_input(prev);
-    n->add_input(c);
-    n->add_output(out);
+    mb.Init(c, onnx::TensorProto::BFLOAT16, {})->set_raw_data(std::string(reinterpret_cast<const char*>(&bits), 2));
+    mb.Node(ops[i], {prev, c}, {out});
     prev = out;
   }
-  return m.SerializeAsString();
+  return mb.Bytes();
+}
+
+// Output 0 of `model` run on one input with CJIT_FLAGS-style `flags` (on the CPU, 1 thread).
+absl::StatusOr<Tensor> RunWithFlags(const std::string& model, const std::string& flags, const std::string& input,
+                                    const Tensor& x) {
+  SessionOptions o;
+  o.use_environment_flags = false;
+  CJIT_ASSIGN_OR_RETURN(o.flags, ParseFlags(absl::StrCat("--device=cpu --intra_op_threads=1 ", flags), Flags{}, "test"));
+  CJIT_ASSIGN_OR_RETURN(auto s, Session::LoadFromBytes(model, o));
+  CJIT_ASSIGN_OR_RETURN(auto out, s->Run({{input, x}}));
+  return out[0].tensor;
 }
 
 std::vector<float> RunChain(const std::string& model, const std::string& flags, const Tensor& x) {
-  SessionOptions o;
-  o.use_environment_flags = false;
-  auto parsed = ParseFlags(absl::StrCat("--device=cpu --intra_op_threads=1 ", flags), Flags{}, "test");
-  EXPECT_TRUE(parsed.ok()) << parsed.status();
-  o.flags = *parsed;
-  auto s = Session::LoadFromBytes(model, o);
-  EXPECT_TRUE(s.ok()) << s.status();
-  auto out = (*s)->Run({{"x", x}});
-  EXPECT_TRUE(out.ok()) << out.status();
-  const Tensor& y = (*out)[0].tensor;
-  EXPECT_EQ(y.dtype(), DType::kBF16);
-  std::vector<float> r(y.numel());
-  ConvertBfloat16ToFloat(static_cast<const uint16_t*>(y.raw()), r.data(), r.size());
+  auto y = RunWithFlags(model, flags, "x", x);
+  EXPECT_TRUE(y.ok()) << y.status();
+  if (!y.ok()) return {};
+  EXPECT_EQ(y->dtype(), DType::kBF16);
+  std::vector<float> r(y->numel());
+  ConvertBfloat16ToFloat(static_cast<const uint16_t*>(y->raw()), r.data(), r.size());
   return r;
 }
 
@@ -365,31 +353,11 @@ namespace {
 
 // y = A[M,K] x B[K,N] (B a weight), float32.
 std::string MatMulModel(int64_t M, int64_t K, int64_t N, const std::vector<float>& w) {
-  onnx::ModelProto m;
-  m.set_ir_version(8);
-  m.add_opset_import()->set_version(13);
-  auto* g = m.mutable_graph();
-  g->set_name("mm");
-  auto info = [](onnx::ValueInfoProto* v, const char* name, std::vector<int64_t> dims) {
-    v->set_name(name);
-    auto* t = v->mutable_type()->mutable_tensor_type();
-    t->set_elem_type(onnx::TensorProto::FLOAT);
-    for (int64_t d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
-  };
-  info(g->add_input(), "a", {M, K});
-  info(g->add_output(), "y", {M, N});
-  auto* init = g->add_initializer();
-  init->set_name("b");
-  init->set_data_type(onnx::TensorProto::FLOAT);
-  init->add_dims(K);
-  init->add_dims(N);
-  init->set_raw_data(std::string(reinterpret_cast<const char*>(w.data()), w.size() * 4));
-  auto* n = g->add_node();
-  n->set_op_type("MatMul");
-  n->add_input("a");
-  n->add_input("b");
-  n->add_output("y");
-  return m.SerializeAsString();
+  testing::ModelBuilder mb(13);
+  mb.Input("a", onnx::TensorProto::FLOAT, {M, K}).Output("y", onnx::TensorProto::FLOAT, {M, N}, true);
+  mb.InitFloats("b", {K, N}, w);
+  mb.Node("MatMul", {"a", "b"}, {"y"});
+  return mb.Bytes();
 }
 
 // Correct bits of each precision: -log2(max |C - C64| / max sum_k |a_ik b_kj|) on a random GEMM against a
@@ -414,16 +382,9 @@ TEST(MatmulPrecisionTest, ErrorMatchesTheExpectedMantissaBits) {
   std::map<std::string, double> bits;
   for (const char* p : {"highest", "high", "medium"}) {
     for (const char* mode : {"--auto_jit=-1", "--auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false"}) {
-      SessionOptions o;
-      o.use_environment_flags = false;
-      auto f = ParseFlags(absl::StrCat("--device=cpu --intra_op_threads=1 --matmul_precision=", p, " ", mode), Flags{}, "t");
-      ASSERT_TRUE(f.ok()) << f.status();
-      o.flags = *f;
-      auto s = Session::LoadFromBytes(model, o);
-      ASSERT_TRUE(s.ok()) << s.status();
-      auto out = (*s)->Run({{"a", a}});
+      auto out = RunWithFlags(model, absl::StrCat("--matmul_precision=", p, " ", mode), "a", a);
       ASSERT_TRUE(out.ok()) << out.status();
-      const Tensor& y = (*out)[0].tensor;
+      const Tensor& y = *out;
       ASSERT_EQ(y.dtype(), DType::kF32) << "the output dtype never changes";
       double err = 0, sc = 0;
       for (int64_t i = 0; i < M * N; ++i) {
@@ -431,7 +392,9 @@ TEST(MatmulPrecisionTest, ErrorMatchesTheExpectedMantissaBits) {
         sc = std::max(sc, scale[i]);
       }
       const double b = -std::log2(std::max(err / sc, 1e-30));
-      if (bits.count(p)) EXPECT_NEAR(bits[p], b, 1.0) << p << ": fallback and compiled paths differ";
+      if (bits.count(p)) {
+        EXPECT_NEAR(bits[p], b, 1.0) << p << ": fallback and compiled paths differ";
+      }
       bits[p] = b;
     }
   }
@@ -499,48 +462,18 @@ TEST(MatmulPrecisionTest, ConvPrecisionMediumGivesAboutEightBits) {
   for (float& v : x) v = d(rng);
   for (float& v : w) v = d(rng);
   // Model: Conv with W as a weight initializer, pads 1.
-  onnx::ModelProto m;
-  m.set_ir_version(8);
-  m.add_opset_import()->set_version(13);
-  auto* g = m.mutable_graph();
-  g->set_name("conv");
-  auto info = [](onnx::ValueInfoProto* v, const char* name, std::vector<int64_t> dims) {
-    v->set_name(name);
-    auto* t = v->mutable_type()->mutable_tensor_type();
-    t->set_elem_type(onnx::TensorProto::FLOAT);
-    for (int64_t dd : dims) t->mutable_shape()->add_dim()->set_dim_value(dd);
-  };
-  info(g->add_input(), "x", {1, C, H, W});
-  info(g->add_output(), "y", {1, OC, H, W});
-  auto* init = g->add_initializer();
-  init->set_name("w");
-  init->set_data_type(onnx::TensorProto::FLOAT);
-  for (int64_t dd : {OC, C, 3, 3}) init->add_dims(dd);
-  init->set_raw_data(std::string(reinterpret_cast<const char*>(w.data()), w.size() * 4));
-  auto* n = g->add_node();
-  n->set_op_type("Conv");
-  n->add_input("x");
-  n->add_input("w");
-  n->add_output("y");
-  auto* pads = n->add_attribute();
-  pads->set_name("pads");
-  pads->set_type(onnx::AttributeProto::INTS);
-  for (int i = 0; i < 4; ++i) pads->add_ints(1);
-  const std::string model = m.SerializeAsString();
+  testing::ModelBuilder mb(13);
+  mb.Input("x", onnx::TensorProto::FLOAT, {1, C, H, W}).Output("y", onnx::TensorProto::FLOAT, {1, OC, H, W}, true);
+  mb.InitFloats("w", {OC, C, 3, 3}, w);
+  testing::ModelBuilder::AttrInts(mb.Node("Conv", {"x", "w"}, {"y"}), "pads", {1, 1, 1, 1});
+  const std::string model = mb.Bytes();
   Tensor xt(DType::kF32, {1, C, H, W});
   std::copy(x.begin(), x.end(), xt.data<float>());
   std::map<std::string, double> bits;
   for (const char* p : {"highest", "medium"}) {
-    SessionOptions o;
-    o.use_environment_flags = false;
-    auto f = ParseFlags(absl::StrCat("--device=cpu --intra_op_threads=1 --auto_jit=-1 --conv_precision=", p), Flags{}, "t");
-    ASSERT_TRUE(f.ok()) << f.status();
-    o.flags = *f;
-    auto s = Session::LoadFromBytes(model, o);
-    ASSERT_TRUE(s.ok()) << s.status();
-    auto out = (*s)->Run({{"x", xt}});
+    auto out = RunWithFlags(model, absl::StrCat("--auto_jit=-1 --conv_precision=", p), "x", xt);
     ASSERT_TRUE(out.ok()) << out.status();
-    const Tensor& y = (*out)[0].tensor;
+    const Tensor& y = *out;
     ASSERT_EQ(y.dtype(), DType::kF32);
     double err = 0, sc = 0;
     for (int oc = 0; oc < OC; ++oc)

@@ -62,13 +62,16 @@ std::string AffineModel() {
   return m.SerializeAsString();
 }
 
-cjit_session* AffineSession(const char* flags = nullptr) {
+cjit_session* AffineSession(const char* flags = nullptr, cjit_amp_rule amp_rule = nullptr, void* amp_user = nullptr) {
   std::string bytes = AffineModel();
   cjit_options* o = nullptr;
   EXPECT_TRUE(St(cjit_options_create(&o)).ok());
   EXPECT_TRUE(St(cjit_options_set(o, "device", "cpu")).ok());
   if (flags) {
     EXPECT_TRUE(St(cjit_options_set_flags(o, flags)).ok());
+  }
+  if (amp_rule) {
+    EXPECT_TRUE(St(cjit_options_set_amp_rule(o, amp_rule, amp_user)).ok());
   }
   cjit_session* s = nullptr;
   St st(cjit_session_create_from_bytes(bytes.data(), bytes.size(), nullptr, o, &s));
@@ -283,15 +286,8 @@ TEST(CApiTest, AmpRuleDecidesBeforeTheLists) {
   for (bool allow : {false, true}) {
     AmpRuleState state;
     state.allow = allow;
-    std::string bytes = AffineModel();
-    cjit_options* o = nullptr;
-    ASSERT_TRUE(St(cjit_options_create(&o)).ok());
-    ASSERT_TRUE(St(cjit_options_set_flags(o, "--device=cpu --auto_mixed_precision=bfloat16")).ok());
-    ASSERT_TRUE(St(cjit_options_set_amp_rule(o, TestAmpRule, &state)).ok());
-    cjit_session* s = nullptr;
-    St created(cjit_session_create_from_bytes(bytes.data(), bytes.size(), nullptr, o, &s));
-    ASSERT_TRUE(created.ok()) << created.message;
-    cjit_options_free(o);
+    cjit_session* s = AffineSession("--auto_mixed_precision=bfloat16", TestAmpRule, &state);
+    ASSERT_NE(s, nullptr);
     float x[3] = {1.00390625f, 2.0f, -3.0f};  // 1 + 2^-8 is not a bfloat16 value (rounds to 1)
     int64_t dims[2] = {1, 3};
     cjit_value* in = nullptr;

@@ -8,33 +8,35 @@ import onnx
 from onnx import helper, numpy_helper
 
 
-def write_case(root, name, nodes, inputs, outputs, opset=13, inits=(), tol=None, declare_output_shapes=True):
+def write_case(root, name, nodes, inputs, outputs, opset=13, inits=(), tol=None, declare_output_shapes=True,
+               tensor=None, elem_type=None):
     """inputs / outputs: (name, array) pairs; inits: (name, array) pairs or TensorProtos; tol: (rtol, atol)
     written to tolerance.txt, or None. The IR version is the one of the opset's ONNX release (8 up to
-    opset 18, 9 for 19-20, 10 for 21)."""
+    opset 18, 9 for 19-20, 10 for 21). tensor(name, array) -> TensorProto and elem_type(name, array) ->
+    element type override how arrays are stored (default: numpy_helper.from_array and the array's type)."""
+    tensor = tensor or (lambda n, a: numpy_helper.from_array(np.asarray(a), n))
+    t = onnx.mapping.NP_TYPE_TO_TENSOR_TYPE
+    elem_type = elem_type or (lambda n, a: t[np.asarray(a).dtype])
     d = os.path.join(root, name)
     os.makedirs(os.path.join(d, "test_data_set_0"), exist_ok=True)
-    t = onnx.mapping.NP_TYPE_TO_TENSOR_TYPE
     g = helper.make_graph(
         nodes, name,
-        [helper.make_tensor_value_info(n, t[a.dtype], a.shape) for n, a in inputs],
-        [helper.make_tensor_value_info(n, t[np.asarray(a).dtype], np.asarray(a).shape if declare_output_shapes else None)
+        [helper.make_tensor_value_info(n, elem_type(n, a), a.shape) for n, a in inputs],
+        [helper.make_tensor_value_info(n, elem_type(n, a), np.asarray(a).shape if declare_output_shapes else None)
          for n, a in outputs],
-        initializer=[i if isinstance(i, onnx.TensorProto) else numpy_helper.from_array(np.asarray(i[1]), i[0])
-                     for i in inits])
+        initializer=[i if isinstance(i, onnx.TensorProto) else tensor(i[0], i[1]) for i in inits])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8 if opset <= 18 else 9 if opset <= 20 else 10
     onnx.save(m, os.path.join(d, "model.onnx"))
     for k, (n, a) in enumerate(inputs):
         with open(os.path.join(d, "test_data_set_0", "input_%d.pb" % k), "wb") as f:
-            f.write(numpy_helper.from_array(a, n).SerializeToString())
+            f.write(tensor(n, a).SerializeToString())
     for k, (n, a) in enumerate(outputs):
         with open(os.path.join(d, "test_data_set_0", "output_%d.pb" % k), "wb") as f:
-            f.write(numpy_helper.from_array(np.asarray(a), n).SerializeToString())
+            f.write(tensor(n, a).SerializeToString())
     if tol is not None:
         with open(os.path.join(d, "tolerance.txt"), "w") as f:
             f.write("%g %g\n" % tol)
-
 
 def round_to_16bit(a, low):
     """float32 array rounded to the nearest float16 / bfloat16 value (ties to even), kept as float32."""
@@ -88,31 +90,19 @@ def write_case_16bit(root, name, nodes, inputs, outputs, low, opset=13, inits=()
             if at.name == "to" and at.i == TensorProto.FLOAT:
                 at.i = low_type
     eps = 2.0 ** -10 if low == "float16" else 2.0 ** -7
-    d = os.path.join(root, name)
-    os.makedirs(os.path.join(d, "test_data_set_0"), exist_ok=True)
-    t = onnx.mapping.NP_TYPE_TO_TENSOR_TYPE
+
+    def converted(n, a):
+        return np.asarray(a).dtype == np.float32 and n not in keep
 
     def elem(n, a):
-        return low_type if (a.dtype == np.float32 and n not in keep) else t[a.dtype]
+        return low_type if converted(n, a) else onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[np.asarray(a).dtype]
 
     def tensor(n, a):
-        return _tensor_16bit(n, a, low) if (a.dtype == np.float32 and n not in keep) else numpy_helper.from_array(a, n)
+        return _tensor_16bit(n, a, low) if converted(n, a) else numpy_helper.from_array(np.asarray(a), n)
 
     outs = [(n, np.asarray(a)) for n, a in outputs]
-    g = helper.make_graph(
-        nodes, name, [helper.make_tensor_value_info(n, elem(n, a), a.shape) for n, a in inputs],
-        [helper.make_tensor_value_info(n, elem(n, a), a.shape) for n, a in outs],
-        initializer=[tensor(i[0], np.asarray(i[1])) for i in inits])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8 if opset <= 18 else 9 if opset <= 20 else 10
-    onnx.save(m, os.path.join(d, "model.onnx"))
-    for k, (n, a) in enumerate(inputs):
-        with open(os.path.join(d, "test_data_set_0", "input_%d.pb" % k), "wb") as f:
-            f.write(tensor(n, np.asarray(a)).SerializeToString())
     big = 0.0
-    for k, (n, a) in enumerate(outs):
-        with open(os.path.join(d, "test_data_set_0", "output_%d.pb" % k), "wb") as f:
-            f.write(tensor(n, a).SerializeToString())
+    for n, a in outs:
         if a.dtype == np.float32 and a.size:
             fin = np.abs(a[np.isfinite(a)])
             big = max(big, float(fin.max()) if fin.size else 0.0)
@@ -121,5 +111,4 @@ def write_case_16bit(root, name, nodes, inputs, outputs, low, opset=13, inits=()
         new_tol = (0, 0)  # exact cases (data movement) stay exact
     else:
         new_tol = (max(rtol, 2 * eps), max(atol, 4 * eps * max(1.0, big)))
-    with open(os.path.join(d, "tolerance.txt"), "w") as f:
-        f.write("%g %g\n" % new_tol)
+    write_case(root, name, nodes, inputs, outs, opset=opset, inits=inits, tol=new_tol, tensor=tensor, elem_type=elem)

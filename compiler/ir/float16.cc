@@ -103,6 +103,30 @@ void ConvertFloatToBfloat16(const float* src, uint16_t* dst, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = FloatToBfloat16Bits(src[i]);
 }
 
+bool ConvertFloatBuffer(const void* src, DType from, void* dst, DType to, size_t n) {
+  if (from == DType::kF32 && to == DType::kF16) {
+    ConvertFloatToHalf(static_cast<const float*>(src), static_cast<uint16_t*>(dst), n);
+  } else if (from == DType::kF32 && to == DType::kBF16) {
+    ConvertFloatToBfloat16(static_cast<const float*>(src), static_cast<uint16_t*>(dst), n);
+  } else if (from == DType::kF16 && to == DType::kF32) {
+    ConvertHalfToFloat(static_cast<const uint16_t*>(src), static_cast<float*>(dst), n);
+  } else if (from == DType::kBF16 && to == DType::kF32) {
+    ConvertBfloat16ToFloat(static_cast<const uint16_t*>(src), static_cast<float*>(dst), n);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+Tensor ConvertFloatTensor(const Tensor& t, DType to) {
+  Tensor out(to, t.dims());
+  if (!ConvertFloatBuffer(t.raw(), t.dtype(), out.raw(), to, static_cast<size_t>(t.numel()))) {
+    throw TensorError(std::string("ConvertFloatTensor: no conversion from ") + std::string(DTypeName(t.dtype())) +
+                      " to " + std::string(DTypeName(to)));
+  }
+  return out;
+}
+
 void ConvertBfloat16ToFloat(const uint16_t* src, float* dst, size_t n) {
   if (UseHardware() && __builtin_cpu_supports("avx512f")) return Bf16ToF32Avx512(src, dst, n);
   for (size_t i = 0; i < n; ++i) dst[i] = Bfloat16BitsToFloat(src[i]);

@@ -27,6 +27,9 @@
 #include <cstdint>
 #include <cstring>
 
+#include "compiler/ir/dtype.h"
+#include "compiler/ir/tensor.h"
+
 namespace cjit {
 
 inline uint32_t FloatBits(float f) {
@@ -92,6 +95,13 @@ void ConvertFloatToHalf(const float* src, uint16_t* dst, size_t n);
 void ConvertHalfToFloat(const uint16_t* src, float* dst, size_t n);
 void ConvertFloatToBfloat16(const float* src, uint16_t* dst, size_t n);
 void ConvertBfloat16ToFloat(const uint16_t* src, float* dst, size_t n);
+
+// The bulk conversion between two dtypes among float32 and float16/bfloat16 (one of them float32): n
+// elements from `src` (of dtype `from`) to `dst` (of dtype `to`). Returns false, converting nothing, for
+// any other pair.
+bool ConvertFloatBuffer(const void* src, DType from, void* dst, DType to, size_t n);
+// A new tensor of dtype `to` holding t converted (a pair ConvertFloatBuffer takes; else TensorError).
+Tensor ConvertFloatTensor(const Tensor& t, DType to);
 
 // Which instructions the bulk functions use on this CPU (for logs and tests).
 bool HasHardwareHalfConversion();      // F16C + AVX-512F

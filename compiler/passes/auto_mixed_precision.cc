@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <deque>
+#include <initializer_list>
 #include <map>
 #include <unordered_map>
 
@@ -102,13 +103,25 @@ bool BeyondHalfRange(const Tensor& t) {
   return false;
 }
 
-Tensor ConvertConstant(const Tensor& t, DType low) {
-  Tensor out(low, t.dims());
-  auto* dst = static_cast<uint16_t*>(out.raw());
-  if (low == DType::kF16) ConvertFloatToHalf(t.data<float>(), dst, static_cast<size_t>(t.numel()));
-  else ConvertFloatToBfloat16(t.data<float>(), dst, static_cast<size_t>(t.numel()));
-  return out;
+// Breadth-first propagation over node indices [0, n): from every node `seed` accepts, along each adjacency
+// list in `edges`, to each neighbour `visit(from, to)` accepts (it marks the neighbour and returns true).
+template <typename Seed, typename Visit>
+void Propagate(size_t n, Seed seed, std::initializer_list<const std::vector<std::vector<int>>*> edges, Visit visit) {
+  std::deque<int> q;
+  for (size_t i = 0; i < n; ++i) {
+    if (seed(static_cast<int>(i))) q.push_back(static_cast<int>(i));
+  }
+  while (!q.empty()) {
+    const int i = q.front();
+    q.pop_front();
+    for (const std::vector<std::vector<int>>* e : edges) {
+      for (int j : (*e)[i]) {
+        if (visit(i, j)) q.push_back(j);
+      }
+    }
+  }
 }
+
 
 }  // namespace
 
@@ -190,83 +203,38 @@ absl::StatusOr<AmpReport> AutoMixedPrecision(Graph& g, const AmpOptions& o) {
   for (size_t i = 0; i < n; ++i) info[i].allow = is(static_cast<int>(i), AmpClass::kAllow);
   // 2. deny forward through infer, and through clear ops upstream of a deny/infer op.
   std::vector<bool> upstream(n, false);
-  std::deque<int> q;
-  for (size_t i = 0; i < n; ++i) {
-    if (is(static_cast<int>(i), AmpClass::kDeny) || is(static_cast<int>(i), AmpClass::kInfer)) q.push_back(static_cast<int>(i));
-  }
-  while (!q.empty()) {
-    int i = q.front();
-    q.pop_front();
-    for (int p : producers[i]) {
-      if (is(p, AmpClass::kClear) && !upstream[p]) {
-        upstream[p] = true;
-        q.push_back(p);
-      }
-    }
-  }
-  for (size_t i = 0; i < n; ++i) {
-    if (is(static_cast<int>(i), AmpClass::kDeny)) {
-      info[i].deny = true;
-      q.push_back(static_cast<int>(i));
-    }
-  }
-  while (!q.empty()) {
-    int i = q.front();
-    q.pop_front();
-    for (int c : consumers[i]) {
-      if (info[c].deny || info[c].allow) continue;
-      if (is(c, AmpClass::kInfer) || (is(c, AmpClass::kClear) && upstream[c])) {
+  Propagate(
+      n, [&](int i) { return is(i, AmpClass::kDeny) || is(i, AmpClass::kInfer); }, {&producers},
+      [&](int, int p) { return is(p, AmpClass::kClear) && !upstream[p] && (upstream[p] = true); });
+  Propagate(
+      n, [&](int i) { return is(i, AmpClass::kDeny) && (info[i].deny = true); }, {&consumers},
+      [&](int i, int c) {
+        if (info[c].deny || info[c].allow) return false;
+        if (!is(c, AmpClass::kInfer) && !(is(c, AmpClass::kClear) && upstream[c])) return false;
         info[c].deny = true;
         info[c].reason = absl::StrCat("deny propagated from ", order[i]->name);
-        q.push_back(c);
-      }
-    }
-  }
+        return true;
+      });
   // 3. infer/clear between allow ops become allow.
   std::vector<bool> downstream(n, false);
-  for (size_t i = 0; i < n; ++i) {
-    if (info[i].allow) q.push_back(static_cast<int>(i));
-  }
-  while (!q.empty()) {
-    int i = q.front();
-    q.pop_front();
-    for (int c : consumers[i]) {
-      if (downstream[c] || info[c].deny || info[c].allow) continue;
-      if (is(c, AmpClass::kInfer) || is(c, AmpClass::kClear)) {
-        downstream[c] = true;
-        q.push_back(c);
-      }
-    }
-  }
-  for (size_t i = 0; i < n; ++i) {
-    if (info[i].allow) q.push_back(static_cast<int>(i));
-  }
-  while (!q.empty()) {
-    int i = q.front();
-    q.pop_front();
-    for (int p : producers[i]) {
-      if (!downstream[p] || info[p].allow || info[p].deny) continue;
-      info[p].allow = true;
-      info[p].reason = absl::StrCat("in the ", AmpClassName(info[p].cls), " list, between allow ops");
-      q.push_back(p);
-    }
-  }
+  auto allowed = [&](int i) { return info[i].allow; };
+  Propagate(n, allowed, {&consumers}, [&](int, int c) {
+    if (downstream[c] || info[c].deny || info[c].allow) return false;
+    return (is(c, AmpClass::kInfer) || is(c, AmpClass::kClear)) && (downstream[c] = true);
+  });
+  Propagate(n, allowed, {&producers}, [&](int, int p) {
+    if (!downstream[p] || info[p].allow || info[p].deny) return false;
+    info[p].allow = true;
+    info[p].reason = absl::StrCat("in the ", AmpClassName(info[p].cls), " list, between allow ops");
+    return true;
+  });
   // 4. allow through clear ops, both directions.
-  for (size_t i = 0; i < n; ++i) {
-    if (info[i].allow) q.push_back(static_cast<int>(i));
-  }
-  while (!q.empty()) {
-    int i = q.front();
-    q.pop_front();
-    for (const std::vector<int>* nbrs : {&producers[i], &consumers[i]}) {
-      for (int c : *nbrs) {
-        if (info[c].allow || info[c].deny || !is(c, AmpClass::kClear)) continue;
-        info[c].allow = true;
-        info[c].reason = absl::StrCat("clear, next to allow op ", order[i]->name);
-        q.push_back(c);
-      }
-    }
-  }
+  Propagate(n, allowed, {&producers, &consumers}, [&](int i, int c) {
+    if (info[c].allow || info[c].deny || !is(c, AmpClass::kClear)) return false;
+    info[c].allow = true;
+    info[c].reason = absl::StrCat("clear, next to allow op ", order[i]->name);
+    return true;
+  });
   // 5. drop allow where the low type cannot be used.
   for (size_t i = 0; i < n; ++i) {
     Info& f = info[i];
@@ -324,7 +292,7 @@ absl::StatusOr<AmpReport> AutoMixedPrecision(Graph& g, const AmpOptions& o) {
       if (v->is_constant()) {
         auto& c = converted[v->constant.get()];
         if (!c) {
-          c = std::make_shared<const Tensor>(ConvertConstant(*v->constant, o.low));
+          c = std::make_shared<const Tensor>(ConvertFloatTensor(*v->constant, o.low));
           ++report.constants;
         }
         node->inputs[k] = g.AddConstant(absl::StrCat(v->name, "/amp_", DTypeName(o.low)), c);

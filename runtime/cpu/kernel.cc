@@ -36,20 +36,6 @@ const std::map<std::string, KernelFn>& Registered() {
 
 bool Is16BitFloat(DType t) { return t == DType::kF16 || t == DType::kBF16; }
 
-Tensor WidenToFloat32(const Tensor& t) {
-  Tensor out(DType::kF32, t.dims());
-  const auto* src = static_cast<const uint16_t*>(t.raw());
-  if (t.dtype() == DType::kF16) ConvertHalfToFloat(src, out.data<float>(), static_cast<size_t>(t.numel()));
-  else ConvertBfloat16ToFloat(src, out.data<float>(), static_cast<size_t>(t.numel()));
-  return out;
-}
-
-Tensor NarrowToBfloat16(const Tensor& t) {
-  Tensor out(DType::kBF16, t.dims());
-  ConvertFloatToBfloat16(t.data<float>(), static_cast<uint16_t*>(out.raw()), static_cast<size_t>(t.numel()));
-  return out;
-}
-
 // Converted copies of constant inputs (16-bit -> float32, or float32 -> bfloat16), one per source buffer
 // (dropped when the source is freed).
 Tensor ConvertedConstant(const Tensor& t) {
@@ -65,7 +51,7 @@ Tensor ConvertedConstant(const Tensor& t) {
     return it->second.widened;
   }
   for (auto e = cache->begin(); e != cache->end();) e = e->second.source.expired() ? cache->erase(e) : std::next(e);
-  Tensor w = t.dtype() == DType::kF32 ? NarrowToBfloat16(t) : WidenToFloat32(t);
+  Tensor w = ConvertFloatTensor(t, t.dtype() == DType::kF32 ? DType::kBF16 : DType::kF32);
   (*cache)[t.raw()] = Entry{t.buffer(), w};
   return w;
 }
@@ -79,7 +65,7 @@ bool CpuHasBfloat16Math() {
 
 Tensor ToBfloat16(const KernelContext& ctx, int i) {
   const Tensor& t = ctx.in(i);
-  return ctx.is_constant(i) ? ConvertedConstant(t) : NarrowToBfloat16(t);
+  return ctx.is_constant(i) ? ConvertedConstant(t) : ConvertFloatTensor(t, DType::kBF16);
 }
 
 absl::Status RunInFloat32(const KernelFn& fn, KernelContext& ctx) {
@@ -92,7 +78,7 @@ absl::Status RunInFloat32(const KernelFn& fn, KernelContext& ctx) {
   for (size_t i = 0; i < ctx.inputs.size(); ++i) {
     const Tensor* t = ctx.inputs[i];
     if (t == nullptr || !Is16BitFloat(t->dtype())) continue;
-    widened[i] = ctx.is_constant(static_cast<int>(i)) ? ConvertedConstant(*t) : WidenToFloat32(*t);
+    widened[i] = ctx.is_constant(static_cast<int>(i)) ? ConvertedConstant(*t) : ConvertFloatTensor(*t, DType::kF32);
     sub.inputs[i] = &widened[i];
   }
   sub.inferred = ctx.infer();
@@ -112,9 +98,7 @@ absl::Status RunInFloat32(const KernelFn& fn, KernelContext& ctx) {
       continue;
     }
     Tensor& out = ctx.Alloc(static_cast<int>(i), want, r.dims());
-    auto* dst = static_cast<uint16_t*>(out.raw());
-    if (want == DType::kF16) ConvertFloatToHalf(r.data<float>(), dst, static_cast<size_t>(r.numel()));
-    else ConvertFloatToBfloat16(r.data<float>(), dst, static_cast<size_t>(r.numel()));
+    ConvertFloatBuffer(r.raw(), DType::kF32, out.raw(), want, static_cast<size_t>(r.numel()));
   }
   return absl::OkStatus();
 }

@@ -584,18 +584,9 @@ absl::Status Cast(KernelContext& ctx, DType to) {
   }
   int64_t n = x.numel();
   // float32 <-> float16 / bfloat16: the bulk converters (F16C / AVX-512 BF16 where the CPU has them).
-  using Bulk = void (*)(const void*, void*, size_t);
-  Bulk bulk = nullptr;
-  if (x.dtype() == DType::kF32 && to == DType::kF16) {
-    bulk = [](const void* s, void* d, size_t k) { ConvertFloatToHalf(static_cast<const float*>(s), static_cast<uint16_t*>(d), k); };
-  } else if (x.dtype() == DType::kF32 && to == DType::kBF16) {
-    bulk = [](const void* s, void* d, size_t k) { ConvertFloatToBfloat16(static_cast<const float*>(s), static_cast<uint16_t*>(d), k); };
-  } else if (x.dtype() == DType::kF16 && to == DType::kF32) {
-    bulk = [](const void* s, void* d, size_t k) { ConvertHalfToFloat(static_cast<const uint16_t*>(s), static_cast<float*>(d), k); };
-  } else if (x.dtype() == DType::kBF16 && to == DType::kF32) {
-    bulk = [](const void* s, void* d, size_t k) { ConvertBfloat16ToFloat(static_cast<const uint16_t*>(s), static_cast<float*>(d), k); };
-  }
-  if (bulk != nullptr) {
+  const bool bulk = (x.dtype() == DType::kF32) != (to == DType::kF32) &&
+                    (x.dtype() == DType::kF16 || x.dtype() == DType::kBF16 || to == DType::kF16 || to == DType::kBF16);
+  if (bulk) {
     const size_t in_size = DTypeSize(x.dtype()), out_size = DTypeSize(to);
     const int64_t chunk = 32768, chunks = (n + chunk - 1) / chunk;
     const int nt = n >= 4 * chunk ? ctx.threads : 1;
@@ -604,7 +595,7 @@ absl::Status Cast(KernelContext& ctx, DType to) {
 #pragma omp parallel for num_threads(nt) if (nt > 1)
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t lo = c * chunk, len = std::min(chunk, n - lo);
-      bulk(src + lo * in_size, dst + lo * out_size, static_cast<size_t>(len));
+      ConvertFloatBuffer(src + lo * in_size, x.dtype(), dst + lo * out_size, to, static_cast<size_t>(len));
     }
     return absl::OkStatus();
   }
