@@ -384,25 +384,40 @@ void ApplyChannelEpilogue(float* y, int64_t rows, int64_t channels, const float*
   PickIsa().epilogue(y, rows, channels, bias, ops);
 }
 
-absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeometry& g, int64_t group, Tensor& y) {
-  const Tensor& x = ctx.in(0);
-  const Tensor& w = ctx.in(1);
-  const float* bias = ctx.has(2) ? static_cast<const float*>(ctx.in(2).raw()) : nullptr;
+NhwcConvPath NhwcConvPathFor(const Dims& x, const Dims& w, const Dims& y, const WindowGeometry& g, int64_t group) {
   size_t nsp = g.kernel.size();
-  int64_t C = x.dim(x.rank() - 1), OC = y.dim(y.rank() - 1);
+  if (x.size() != nsp + 2 || y.size() != nsp + 2) return NhwcConvPath::kNone;
+  int64_t C = x.back(), OC = y.back();
   int64_t ksz = 1;
   for (int64_t k : g.kernel) ksz *= k;
+  int64_t wn = 1;
+  for (int64_t d : w) wn *= d;
   // The weights must hold exactly what the geometry reads (a kernel_shape attribute that disagrees with W
   // goes to the general path, which reports it).
-  if (C == 0 || group <= 0 || C % group != 0 || w.rank() != static_cast<int>(nsp) + 2 || w.dim(0) != OC ||
-      w.numel() != OC * (C / group) * ksz || x.dim(0) != y.dim(0)) {
-    return false;
+  if (C == 0 || group <= 0 || C % group != 0 || w.size() != nsp + 2 || w[0] != OC || wn != OC * (C / group) * ksz ||
+      x[0] != y[0]) {
+    return NhwcConvPath::kNone;
   }
-  const float* xp = static_cast<const float*>(x.raw());
-  float* yp = static_cast<float*>(y.raw());
   // Pointwise: every output pixel is one row of a GEMM.
   if (group == 1 && AllEqual(g.kernel, 1) && AllEqual(g.strides, 1) && AllEqual(g.pad_begin, 0) &&
       AllEqual(g.pad_end, 0)) {
+    return NhwcConvPath::kPointwise;
+  }
+  if (group == C && OC == C && (nsp == 1 || nsp == 2)) return NhwcConvPath::kDepthwise;
+  return NhwcConvPath::kNone;
+}
+
+absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeometry& g, int64_t group, Tensor& y,
+                                           NhwcConvPath only) {
+  const Tensor& x = ctx.in(0);
+  const Tensor& w = ctx.in(1);
+  const float* bias = ctx.has(2) ? static_cast<const float*>(ctx.in(2).raw()) : nullptr;
+  const NhwcConvPath path = NhwcConvPathFor(x.dims(), w.dims(), y.dims(), g, group);
+  if (path == NhwcConvPath::kNone || (only != NhwcConvPath::kNone && path != only)) return false;
+  int64_t C = x.dim(x.rank() - 1), OC = y.dim(y.rank() - 1);
+  const float* xp = static_cast<const float*>(x.raw());
+  float* yp = static_cast<float*>(y.raw());
+  if (path == NhwcConvPath::kPointwise) {
     int64_t M = x.numel() / C;
     std::shared_ptr<DnnlEntry> entry;  // holds the packed constant weights while this call runs
     const float* wp = static_cast<const float*>(w.raw());
@@ -420,7 +435,7 @@ absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeome
     return true;
   }
   // Depthwise (one filter per channel), 1-D or 2-D.
-  if (group == C && OC == C && (nsp == 1 || nsp == 2)) {
+  if (path == NhwcConvPath::kDepthwise) {
     DwArgs a{};
     static_cast<Window2d&>(a) = ToWindow2d(g);
     a.C = C;
@@ -455,14 +470,14 @@ absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeome
 }
 
 absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, int64_t group, bool channels_last,
-                                    Tensor& y) {
+                                    Tensor& y, int64_t max_channels) {
   const Tensor& x = ctx.in(0);
   const Tensor& w = ctx.in(1);
   size_t nsp = g.kernel.size();
   if (group != 1 || (nsp != 1 && nsp != 2) || x.rank() != static_cast<int>(nsp) + 2) return false;
   int64_t C = channels_last ? x.dim(x.rank() - 1) : x.dim(1);
   int64_t OC = channels_last ? y.dim(y.rank() - 1) : y.dim(1);
-  if (C > kIm2colMaxChannels) return false;
+  if (C > max_channels) return false;
   // Plain locals, not structured bindings: clang cannot capture those in OpenMP regions.
   const Window2d win = ToWindow2d(g);
   const int64_t KH = win.KH, KW = win.KW, sh = win.sh, sw = win.sw, ph = win.ph, pw = win.pw, dh = win.dh, dw = win.dw;
@@ -485,6 +500,7 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
   // Scratch as tensors: large ones come from the recycled-buffer pool (compiler/ir/tensor.cc), not a fresh
   // mmap (and page faults) on every run.
   Tensor cols_t(DType::kF32, {channels_last ? nt * rows * K : P * K});
+  ctx.scratch_bytes = static_cast<int64_t>(cols_t.nbytes());
   float* cols = cols_t.data<float>();
   const float* xp = static_cast<const float*>(x.raw());
   const float* wp = static_cast<const float*>(w.raw());

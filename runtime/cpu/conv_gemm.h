@@ -28,7 +28,12 @@ struct PostOp;
 // Runs the convolution of `ctx` (inputs X, W, optional B; output `y` already allocated) on one of the
 // paths above when its geometry fits one: returns true when it ran, false when the caller should run
 // the general (oneDNN) path. Errors name the node.
-absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeometry& g, int64_t group, Tensor& y);
+// `only` (autotuning) restricts it to one of the two paths.
+enum class NhwcConvPath { kNone, kPointwise, kDepthwise };
+// The path that fits X [N, spatial.., C], W [OC, C/group, k..], Y [N, spatial.., OC] (kNone: neither).
+NhwcConvPath NhwcConvPathFor(const Dims& x, const Dims& w, const Dims& y, const WindowGeometry& g, int64_t group);
+absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeometry& g, int64_t group, Tensor& y,
+                                           NhwcConvPath only = NhwcConvPath::kNone);
 
 // Convolutions with few input channels (the stem of an image network, an STFT's framing convolution;
 // group 1, 1-D or 2-D, either layout) as im2col + dnnl_sgemm: oneDNN's direct kernels gain little from
@@ -37,8 +42,9 @@ absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeome
 // applied here for channels-last output only: the caller applies them to NCHW output.
 constexpr int64_t kIm2colMaxChannels = 4;
 constexpr double kIm2colMaxBytes = 64.0 * (1 << 20);
+// `max_channels` above kIm2colMaxChannels: an autotuning candidate for any channel count.
 absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, int64_t group, bool channels_last,
-                                    Tensor& y);
+                                    Tensor& y, int64_t max_channels = kIm2colMaxChannels);
 
 // ConvTranspose (NCHW, 1-D or 2-D, any group, stride, dilation, pads, output_padding) as a GEMM and a
 // col2im scatter-add (the transposed form of im2col, as Caffe's deconvolution): oneDNN's deconvolution

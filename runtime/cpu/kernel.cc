@@ -147,6 +147,23 @@ const KernelFn* FindKernelDuringRegistration(const std::string& op_type) {
 
 void RegisterKernel(const std::string& op_type, KernelFn fn) { Raw()[op_type] = std::move(fn); }
 
+namespace {
+std::map<std::string, AlgorithmsFn>& RawAlgorithms() {
+  static auto* m = new std::map<std::string, AlgorithmsFn>();
+  return *m;
+}
+}  // namespace
+
+// Called during kernel registration only (under Registered()'s one-time initialization).
+void RegisterAlgorithms(const std::string& op_type, AlgorithmsFn fn) { RawAlgorithms()[op_type] = std::move(fn); }
+
+const AlgorithmsFn* FindAlgorithms(const std::string& op_type) {
+  Registered();
+  const auto& m = RawAlgorithms();
+  auto it = m.find(op_type);
+  return it == m.end() ? nullptr : &it->second;
+}
+
 const KernelFn* FindKernel(const std::string& op_type) {
   const auto& m = Registered();
   auto it = m.find(op_type);
@@ -172,7 +189,8 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
                                                  const std::vector<bool>* input_is_constant,
                                                  const std::vector<PostOp>* post_ops,
                                                  std::vector<Tensor>* preset_outputs, std::string* impl,
-                                                 const std::vector<InferOutput>* static_inferred) {
+                                                 const std::vector<InferOutput>* static_inferred,
+                                                 const std::string* algorithm, int64_t* scratch_bytes) {
   const KernelFn* fn = FindKernel(node.op_type);
   if (fn == nullptr) return absl::UnimplementedError(absl::StrCat(node.Describe(), ": no CPU kernel"));
   KernelContext ctx;
@@ -199,8 +217,10 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
     for (size_t k = 0; k < preset_outputs->size() && k < ctx.outputs.size(); ++k) ctx.outputs[k] = (*preset_outputs)[k];
   }
   ctx.want_impl = impl != nullptr;
+  ctx.algorithm = algorithm;
   CJIT_RETURN_IF_ERROR(RunKernel(*fn, ctx));
   if (impl) *impl = std::move(ctx.impl);
+  if (scratch_bytes) *scratch_bytes = ctx.scratch_bytes;
   return std::move(ctx.outputs);
 }
 

@@ -42,6 +42,13 @@ struct KernelContext {
   // for the trace (runtime/profiler.h). Filled only when `want_impl` is set.
   bool want_impl = false;
   std::string impl;
+  // The algorithm to run (an id from the op's AlgorithmsFn, chosen by the autotuner, runtime/autotune.h),
+  // or null / empty: the kernel's default choice. A kernel given an id it does not offer for these inputs
+  // returns an error (the autotuner validates ids before use).
+  const std::string* algorithm = nullptr;
+  // Set by kernels that know it: bytes of scratch memory the call used (oneDNN scratchpad, im2col
+  // matrix); the autotuner breaks timing ties toward the smaller.
+  int64_t scratch_bytes = 0;
 
   int num_inputs() const { return static_cast<int>(inputs.size()); }
   const std::vector<InferOutput>& infer() const { return static_inferred ? *static_inferred : inferred; }
@@ -82,6 +89,18 @@ void AddNodeTraceArgs(TraceArgs& args, const Node& node, const std::vector<const
 
 void RegisterKernel(const std::string& op_type, KernelFn fn);
 
+// Autotuning candidates (runtime/autotune.h). For a node with its inputs (a KernelContext without
+// outputs), the algorithms the kernel can run, in the library's preference order: stable ids such as
+// "onednn:brgconv:avx512_core" or "own:im2col_sgemm" (never a list index), each usable as
+// KernelContext::algorithm. Empty: nothing to choose for these inputs.
+struct AlgorithmCandidate {
+  std::string id;
+  bool deterministic = true;  // same bits on every run for the same inputs and thread count
+};
+using AlgorithmsFn = std::function<std::vector<AlgorithmCandidate>(const KernelContext&)>;
+void RegisterAlgorithms(const std::string& op_type, AlgorithmsFn fn);
+const AlgorithmsFn* FindAlgorithms(const std::string& op_type);
+
 // For ops whose kernel computes in float32 only (the CPU has no 16-bit float arithmetic; ORT's
 // InsertCastTransformer does the same on the graph): float16 / bfloat16 inputs are widened exactly to
 // float32, `fn` runs, and float outputs whose inferred dtype is 16-bit are rounded back to nearest even
@@ -111,7 +130,9 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
                                                  const std::vector<PostOp>* post_ops = nullptr,
                                                  std::vector<Tensor>* preset_outputs = nullptr,
                                                  std::string* impl = nullptr,
-                                                 const std::vector<InferOutput>* static_inferred = nullptr);
+                                                 const std::vector<InferOutput>* static_inferred = nullptr,
+                                                 const std::string* algorithm = nullptr,
+                                                 int64_t* scratch_bytes = nullptr);
 
 // Called once by the registry; each kernels_*.cc file registers its kernels.
 void RegisterElementwiseKernels();

@@ -275,7 +275,43 @@ void LoopMatMul(const T* a, const T* b, T* c, int64_t M, int64_t K, int64_t N, i
     }
 }
 
+// float32 product algorithms (autotuning candidates, KernelContext::algorithm): "onednn_matmul" (oneDNN's
+// matmul primitive, code generated per shape), "sgemm" (dnnl_sgemm per batch, kernels generated once per
+// process), "eigen" (Eigen's blocked GEMM). Default (no algorithm): Eigen for small products, one sgemm
+// when B is shared by every batch, else the oneDNN matmul primitive.
+enum class ProductAlgorithm { kDefault, kOneDnnMatMul, kSgemm, kEigen };
+
+absl::StatusOr<ProductAlgorithm> ParseProductAlgorithm(const KernelContext& ctx) {
+  if (ctx.algorithm == nullptr || ctx.algorithm->empty()) return ProductAlgorithm::kDefault;
+  if (*ctx.algorithm == "onednn_matmul") return ProductAlgorithm::kOneDnnMatMul;
+  if (*ctx.algorithm == "sgemm") return ProductAlgorithm::kSgemm;
+  if (*ctx.algorithm == "eigen") return ProductAlgorithm::kEigen;
+  return ctx.Error(absl::StrCat("unknown MatMul/Gemm algorithm '", *ctx.algorithm, "'"));
+}
+
+// The candidates for a float32 product at precision "highest" (others are not tuned).
+std::vector<AlgorithmCandidate> ProductAlgorithms(const KernelContext& ctx, bool gemm) {
+  if (!ctx.has(0) || !ctx.has(1) || ctx.in(0).dtype() != DType::kF32 || ctx.in(1).dtype() != DType::kF32 ||
+      PrecisionOf(ctx) != Float32Precision::kHighest) {
+    return {};
+  }
+  const Tensor& a = ctx.in(0);
+  const Tensor& b = ctx.in(1);
+  if (gemm) {
+    if (a.rank() != 2 || b.rank() != 2 || a.numel() == 0 || b.numel() == 0) return {};
+    return {{"onednn_matmul"}, {"sgemm"}, {"eigen"}};
+  }
+  auto geo = PlanMatMul(a.dims(), b.dims());
+  if (!geo.ok() || geo->K == 0 || geo->M == 0 || geo->N == 0 || geo->batch == 0) return {};
+  std::vector<AlgorithmCandidate> out;
+  if (geo->cd.size() <= 12) out.push_back({"onednn_matmul"});
+  out.push_back({"sgemm"});
+  out.push_back({"eigen"});
+  return out;
+}
+
 absl::Status MatMul(KernelContext& ctx) {
+  CJIT_ASSIGN_OR_RETURN(const ProductAlgorithm algo, ParseProductAlgorithm(ctx));
   Tensor a = ctx.in(0), b = ctx.in(1);
   if (a.dtype() != b.dtype()) return ctx.Error("inputs have different dtypes");
   Tensor& y = ctx.Alloc(0);
@@ -288,6 +324,29 @@ absl::Status MatMul(KernelContext& ctx) {
     return absl::OkStatus();
   }
   const Float32Precision precision = PrecisionOf(ctx);
+  if (algo != ProductAlgorithm::kDefault) {
+    if (a.dtype() != DType::kF32 || precision != Float32Precision::kHighest) {
+      return ctx.Error(absl::StrCat("algorithm '", *ctx.algorithm, "' is for float32 at precision highest"));
+    }
+    if (algo == ProductAlgorithm::kOneDnnMatMul) {
+      if (g.cd.size() > 12) return ctx.Error("onednn_matmul: more than 12 dims");
+      return DnnlMatMul(a.raw(), g.ad, DenseStrides(g.ad), b.raw(), g.bd, DenseStrides(g.bd), y.raw(), g.cd, 1.0f,
+                        ctx.want_impl ? &ctx.impl : nullptr);
+    }
+    for (int64_t bi = 0; bi < g.batch; ++bi) {
+      int64_t aoff, boff;
+      g.Offsets(bi, &aoff, &boff);
+      float* yb = y.data<float>() + bi * g.M * g.N;
+      if (algo == ProductAlgorithm::kEigen) {
+        EigenMatMul(a.data<float>() + aoff, b.data<float>() + boff, yb, g.M, g.K, g.N, g.K, 1, g.N, 1, 1.0f);
+      } else if (dnnl_sgemm('N', 'N', g.M, g.N, g.K, 1.0f, a.data<float>() + aoff, g.K, b.data<float>() + boff, g.N,
+                            0.0f, yb, g.N) != dnnl_success) {
+        return ctx.Error("oneDNN sgemm failed");
+      }
+    }
+    if (ctx.want_impl) ctx.impl = algo == ProductAlgorithm::kEigen ? "Eigen (autotuned)" : "oneDNN sgemm (autotuned)";
+    return absl::OkStatus();
+  }
   if (a.dtype() == DType::kF32 && precision != Float32Precision::kHighest) {
     const bool high = precision == Float32Precision::kBf16x3;
     for (int64_t bi = 0; bi < g.batch; ++bi) {
@@ -354,7 +413,24 @@ absl::Status Gemm(KernelContext& ctx) {
   int64_t M = y.dim(0), N = y.dim(1), K = ta ? a.dim(0) : a.dim(1);
   int64_t as_m = ta ? 1 : K, as_k = ta ? M : 1, bs_k = tb ? 1 : N, bs_n = tb ? K : 1;
   const Float32Precision precision = PrecisionOf(ctx);
-  if (a.dtype() == DType::kF32 && K > 0 && M > 0 && N > 0 && precision != Float32Precision::kHighest) {
+  CJIT_ASSIGN_OR_RETURN(const ProductAlgorithm algo, ParseProductAlgorithm(ctx));
+  if (algo != ProductAlgorithm::kDefault &&
+      (a.dtype() != DType::kF32 || precision != Float32Precision::kHighest || K <= 0 || M <= 0 || N <= 0)) {
+    return ctx.Error(absl::StrCat("algorithm '", *ctx.algorithm, "' is for non-empty float32 products at precision highest"));
+  }
+  if (algo == ProductAlgorithm::kEigen) {
+    EigenMatMul(a.data<float>(), b.data<float>(), y.data<float>(), M, K, N, as_m, as_k, bs_k, bs_n, alpha);
+    if (ctx.want_impl) ctx.impl = "Eigen (autotuned)";
+  } else if (algo == ProductAlgorithm::kSgemm) {
+    if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, a.data<float>(), ta ? M : K, b.data<float>(),
+                   tb ? K : N, 0.0f, y.data<float>(), N) != dnnl_success) {
+      return ctx.Error("oneDNN sgemm failed");
+    }
+    if (ctx.want_impl) ctx.impl = "oneDNN sgemm (autotuned)";
+  } else if (algo == ProductAlgorithm::kOneDnnMatMul) {
+    CJIT_RETURN_IF_ERROR(DnnlMatMul(a.raw(), {M, K}, {as_m, as_k}, b.raw(), {K, N}, {bs_k, bs_n}, y.raw(), {M, N},
+                                    alpha, ctx.want_impl ? &ctx.impl : nullptr));
+  } else if (a.dtype() == DType::kF32 && K > 0 && M > 0 && N > 0 && precision != Float32Precision::kHighest) {
     CJIT_RETURN_IF_ERROR(ReducedPrecisionMatMul(precision == Float32Precision::kBf16x3, a.data<float>(), b.data<float>(),
                                                 y.data<float>(), M, K, N, as_m, as_k, bs_k, bs_n, alpha,
                                                 ctx.want_impl ? &ctx.impl : nullptr));
@@ -410,6 +486,8 @@ KernelFn SixteenBit(KernelFn f32_kernel) {
 void RegisterLinalgKernels() {
   RegisterKernel("MatMul", SixteenBit(MatMul));
   RegisterKernel("Gemm", SixteenBit(Gemm));
+  RegisterAlgorithms("MatMul", [](const KernelContext& ctx) { return ProductAlgorithms(ctx, false); });
+  RegisterAlgorithms("Gemm", [](const KernelContext& ctx) { return ProductAlgorithms(ctx, true); });
 }
 
 }  // namespace cjit

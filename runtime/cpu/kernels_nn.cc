@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "compiler/ir/status_macros.h"
 #include "runtime/cpu/conv_gemm.h"
@@ -147,8 +148,116 @@ absl::StatusOr<WindowGeometry> Geometry(const KernelContext& ctx, const Tensor& 
   return ComputeWindowGeometry(*ctx.node, in, k, transposed, false);
 }
 
+// oneDNN descriptors of a convolution: weights dims/strides in ONNX order, window, logical [N, C, d..]
+// activations, data types, and the caller's (plain) activation layouts.
+struct ConvDnnlDescs {
+  memory::dims wd, ws, dil, pl, pr, st, xd, yd;
+  int64_t ksz = 1;
+  memory::data_type dt = memory::data_type::f32, dst_dt = memory::data_type::f32, bias_dt = memory::data_type::f32;
+  memory::desc plain_x, plain_y;
+};
+
+ConvDnnlDescs MakeConvDescs(const KernelContext& ctx, const WindowGeometry& g, const Dims& xdims, const Dims& ydims,
+                            int64_t C, int64_t OC, int64_t group, bool transposed, bool channels_last, bool bf16,
+                            bool medium) {
+  size_t nsp = g.kernel.size();
+  ConvDnnlDescs D;
+  memory::dims &wd = D.wd, &ws = D.ws;
+  if (!transposed) {  // ONNX [OC, C/g, k...]
+    wd = {group, OC / group, C / group};
+  } else {            // ONNX [C, OC/g, k...] = [g][C/g][OC/g][k]
+    wd = {group, OC / group, C / group};
+  }
+  int64_t& ksz = D.ksz;
+  ksz = 1;
+  for (int64_t k : g.kernel) ksz *= k;
+  for (int64_t k : g.kernel) wd.push_back(k);
+  ws.assign(wd.size(), 0);
+  {
+    memory::dims ks = Dense(memory::dims(g.kernel.begin(), g.kernel.end()));
+    for (size_t i = 0; i < nsp; ++i) ws[3 + i] = ks[i];
+    if (!transposed) {
+      ws[2] = ksz;                       // ic
+      ws[1] = (C / group) * ksz;         // oc
+      ws[0] = (OC / group) * ws[1];      // g
+    } else {
+      ws[1] = ksz;                       // oc
+      ws[2] = (OC / group) * ksz;        // ic
+      ws[0] = (C / group) * ws[2];       // g
+    }
+  }
+  memory::dims &dil = D.dil, &pl = D.pl, &pr = D.pr, &st = D.st;
+  for (size_t i = 0; i < nsp; ++i) {
+    dil.push_back(g.dilations[i] - 1);
+    st.push_back(g.strides[i]);
+    pl.push_back(g.pad_begin[i]);
+    std::vector<int64_t> op = ctx.node->GetInts("output_padding", std::vector<int64_t>(nsp, 0));
+    pr.push_back(transposed ? g.pad_end[i] - (op.size() == nsp ? op[i] : 0) : g.pad_end[i]);
+  }
+  memory::dims xd = ToDims(xdims), yd = ToDims(ydims);
+  if (channels_last) {  // oneDNN dims are logical [N, C, d..] whatever the memory layout
+    xd.insert(xd.begin() + 1, xd.back());
+    xd.pop_back();
+    yd.insert(yd.begin() + 1, yd.back());
+    yd.pop_back();
+  }
+  // The caller's tensors: dense NCHW, or channels-last.
+  D.dt = bf16 || medium ? memory::data_type::bf16 : memory::data_type::f32;
+  D.dst_dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+  D.bias_dt =
+      bf16 && ctx.has(2) && ctx.in(2).dtype() == DType::kBF16 ? memory::data_type::bf16 : memory::data_type::f32;
+  D.plain_x = memory::desc(xd, D.dt, channels_last ? ChannelsLast(xd) : Dense(xd));
+  D.plain_y = memory::desc(yd, D.dst_dt, channels_last ? ChannelsLast(yd) : Dense(yd));
+  D.xd = xd;
+  D.yd = yd;
+  return D;
+}
+
+// Convolution algorithms (autotuning candidates, KernelContext::algorithm; ids are stable across runs):
+//   own:pointwise_sgemm, own:depthwise  channels-last paths of conv_gemm.h (no per-shape JIT)
+//   own:im2col_sgemm                    im2col + dnnl_sgemm, any channel count (group 1, 1-D/2-D)
+//   own:gemm_col2im                     ConvTranspose as GEMM + col2im
+//   onednn:<impl>                       oneDNN convolution with layouts of its choice (format_tag::any:
+//                                       blocked nChw16c where it prefers), reorders around it
+//   onednn_plain:<impl>                 oneDNN with the caller's layout (NCHW or NHWC), no reorders
+//   onednn_winograd:<impl>              oneDNN's Winograd algorithm (where the library offers it)
+// where <impl> is oneDNN's primitive_desc::impl_info_str() ("brgconv:avx512_core", "jit:avx512_core",
+// "gemm:jit", ...), found by iterating primitive_desc::next_impl().
+struct ConvAlgorithm {
+  enum Kind { kDefault, kOwnPointwise, kOwnDepthwise, kOwnIm2col, kOwnGemmCol2im, kOneDnn } kind = kDefault;
+  bool plain = false, winograd = false;
+  std::string impl;
+};
+
+absl::StatusOr<ConvAlgorithm> ParseConvAlgorithm(const KernelContext& ctx) {
+  ConvAlgorithm a;
+  if (ctx.algorithm == nullptr || ctx.algorithm->empty()) return a;
+  const std::string& id = *ctx.algorithm;
+  if (id == "own:pointwise_sgemm") {
+    a.kind = ConvAlgorithm::kOwnPointwise;
+  } else if (id == "own:depthwise") {
+    a.kind = ConvAlgorithm::kOwnDepthwise;
+  } else if (id == "own:im2col_sgemm") {
+    a.kind = ConvAlgorithm::kOwnIm2col;
+  } else if (id == "own:gemm_col2im") {
+    a.kind = ConvAlgorithm::kOwnGemmCol2im;
+  } else if (absl::StartsWith(id, "onednn:") || absl::StartsWith(id, "onednn_plain:") ||
+             absl::StartsWith(id, "onednn_winograd:")) {
+    a.kind = ConvAlgorithm::kOneDnn;
+    a.plain = absl::StartsWith(id, "onednn_plain:");
+    a.winograd = absl::StartsWith(id, "onednn_winograd:");
+    a.impl = id.substr(id.find(':') + 1);
+  } else {
+    return ctx.Error(absl::StrCat("unknown convolution algorithm '", id, "'"));
+  }
+  return a;
+}
+
 // ONNX Conv / ConvTranspose, and (channels_last) com.clusterjit.NhwcConv: X [N, d.., C], Y [N, o.., M].
 absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = false) {
+  CJIT_ASSIGN_OR_RETURN(const ConvAlgorithm algo, ParseConvAlgorithm(ctx));
+  const bool dflt = algo.kind == ConvAlgorithm::kDefault;
+  auto not_fitting = [&]() { return ctx.Error(absl::StrCat("algorithm '", *ctx.algorithm, "' does not fit this convolution")); };
   const Tensor& x = ctx.in(0);
   const Tensor& w = ctx.in(1);
   // float32, or bfloat16 (oneDNN's AVX-512 BF16 kernels; the registration widens it where the CPU has none).
@@ -189,69 +298,38 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
       if (op.kind == PostOp::Kind::kBiasLastDim) return ctx.Error("internal: a GEMM epilogue post-op on a convolution");
     }
   }
-  if (channels_last && !transposed && !bf16 && !medium) {  // pointwise / depthwise without a per-shape JIT (conv_gemm.h)
-    CJIT_ASSIGN_OR_RETURN(bool done, TryNhwcConvWithoutJit(ctx, g, group, y));
+  const bool own_f32 = !bf16 && !medium;
+  if (channels_last && !transposed && own_f32 &&
+      (dflt || algo.kind == ConvAlgorithm::kOwnPointwise || algo.kind == ConvAlgorithm::kOwnDepthwise)) {
+    // pointwise / depthwise without a per-shape JIT (conv_gemm.h)
+    const NhwcConvPath only = algo.kind == ConvAlgorithm::kOwnPointwise   ? NhwcConvPath::kPointwise
+                              : algo.kind == ConvAlgorithm::kOwnDepthwise ? NhwcConvPath::kDepthwise
+                                                                          : NhwcConvPath::kNone;
+    CJIT_ASSIGN_OR_RETURN(bool done, TryNhwcConvWithoutJit(ctx, g, group, y, only));
     if (done) return absl::OkStatus();
   }
-  if (transposed && !channels_last) {  // GEMM + col2im (conv_gemm.h)
+  if (transposed && !channels_last && (dflt || algo.kind == ConvAlgorithm::kOwnGemmCol2im)) {  // GEMM + col2im
     CJIT_ASSIGN_OR_RETURN(bool done, TryGemmConvTranspose(ctx, g, group, y));
     if (done) return absl::OkStatus();
   }
-  if (!transposed && !bf16 && !medium) {  // few input channels: im2col + GEMM (conv_gemm.h)
-    CJIT_ASSIGN_OR_RETURN(bool done, TryIm2colConv(ctx, g, group, channels_last, y));
+  if (!transposed && own_f32 && (dflt || algo.kind == ConvAlgorithm::kOwnIm2col)) {
+    // few input channels (any, as an autotuning candidate): im2col + GEMM (conv_gemm.h)
+    CJIT_ASSIGN_OR_RETURN(bool done, TryIm2colConv(ctx, g, group, channels_last, y,
+                                                   dflt ? kIm2colMaxChannels : std::numeric_limits<int64_t>::max()));
     if (done) {
       if (!channels_last && ctx.post_ops != nullptr) ApplyPostOpsExact(*ctx.post_ops, y, false);
       return absl::OkStatus();
     }
   }
-  size_t nsp = g.kernel.size();
-  memory::dims wd, ws;
-  if (!transposed) {  // ONNX [OC, C/g, k...]
-    wd = {group, OC / group, C / group};
-  } else {            // ONNX [C, OC/g, k...] = [g][C/g][OC/g][k]
-    wd = {group, OC / group, C / group};
-  }
-  int64_t ksz = 1;
-  for (int64_t k : g.kernel) ksz *= k;
-  for (int64_t k : g.kernel) wd.push_back(k);
-  ws.assign(wd.size(), 0);
-  {
-    memory::dims ks = Dense(memory::dims(g.kernel.begin(), g.kernel.end()));
-    for (size_t i = 0; i < nsp; ++i) ws[3 + i] = ks[i];
-    if (!transposed) {
-      ws[2] = ksz;                       // ic
-      ws[1] = (C / group) * ksz;         // oc
-      ws[0] = (OC / group) * ws[1];      // g
-    } else {
-      ws[1] = ksz;                       // oc
-      ws[2] = (OC / group) * ksz;        // ic
-      ws[0] = (C / group) * ws[2];       // g
-    }
-  }
-  memory::dims dil, pl, pr, st;
-  for (size_t i = 0; i < nsp; ++i) {
-    dil.push_back(g.dilations[i] - 1);
-    st.push_back(g.strides[i]);
-    pl.push_back(g.pad_begin[i]);
-    std::vector<int64_t> op = ctx.node->GetInts("output_padding", std::vector<int64_t>(nsp, 0));
-    pr.push_back(transposed ? g.pad_end[i] - (op.size() == nsp ? op[i] : 0) : g.pad_end[i]);
-  }
+  if (!dflt && algo.kind != ConvAlgorithm::kOneDnn) return not_fitting();
+  const ConvDnnlDescs descs = MakeConvDescs(ctx, g, x.dims(), y.dims(), C, OC, group, transposed, channels_last, bf16, medium);
+  const memory::dims &wd = descs.wd, &ws = descs.ws, &dil = descs.dil, &pl = descs.pl, &pr = descs.pr, &st = descs.st,
+                     &xd = descs.xd, &yd = descs.yd;
+  const int64_t ksz = descs.ksz;
+  const memory::data_type dt = descs.dt, dst_dt = descs.dst_dt, bias_dt = descs.bias_dt;
+  const memory::desc &plain_x = descs.plain_x, &plain_y = descs.plain_y;
   bool has_bias = ctx.has(2);
   bool const_w = ctx.is_constant(1);
-  memory::dims xd = ToDims(x.dims()), yd = ToDims(y.dims());
-  if (channels_last) {  // oneDNN dims are logical [N, C, d..] whatever the memory layout
-    xd.insert(xd.begin() + 1, xd.back());
-    xd.pop_back();
-    yd.insert(yd.begin() + 1, yd.back());
-    yd.pop_back();
-  }
-  // The caller's tensors: dense NCHW, or channels-last.
-  const memory::data_type dt = bf16 || medium ? memory::data_type::bf16 : memory::data_type::f32;
-  const memory::data_type dst_dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
-  const memory::data_type bias_dt =
-      bf16 && ctx.has(2) && ctx.in(2).dtype() == DType::kBF16 ? memory::data_type::bf16 : memory::data_type::f32;
-  memory::desc plain_x(xd, dt, channels_last ? ChannelsLast(xd) : Dense(xd));
-  memory::desc plain_y(yd, dst_dt, channels_last ? ChannelsLast(yd) : Dense(yd));
   // Post-ops (only for Conv steps of compiled clusters). When the convolution may produce NaN/Inf they run
   // after it in exact ONNX semantics instead (ApplyPostOpsExact).
   const std::vector<PostOp>* post_ops = transposed ? nullptr : ctx.post_ops;
@@ -290,27 +368,40 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
   std::string key = absl::StrCat(transposed ? "deconv:" : "conv:", bf16 ? "bf16:" : "", medium ? "medium:" : "", static_cast<int>(bias_dt), post_key, ":", absl::StrJoin(xd, ","), ":", absl::StrJoin(wd, ","),
                                  ":", absl::StrJoin(st, ","), ":", absl::StrJoin(dil, ","), ":", absl::StrJoin(pl, ","),
                                  ":", absl::StrJoin(pr, ","), ":", has_bias, channels_last ? ":nxc:" : ":",
-                                 const_w ? absl::StrCat(reinterpret_cast<uintptr_t>(w.raw())) : "var");
+                                 const_w ? absl::StrCat(reinterpret_cast<uintptr_t>(w.raw())) : "var",
+                                 dflt ? "" : absl::StrCat(":", *ctx.algorithm));
   absl::Status create_status = absl::OkStatus();
   auto entry = GetOrCreateDnnl(key, [&]() -> std::shared_ptr<DnnlEntry> {
     auto e = std::make_shared<DnnlEntry>();
     // Activations: let oneDNN pick its blocked layout (nChw8c/16c: the direct JIT kernels, much faster than
     // gemm on plain NCHW); the kernel reorders from/to plain NCHW around the primitive.
-    memory::desc src_md(xd, dt, memory::format_tag::any);
-    memory::desc dst_md(yd, dst_dt, memory::format_tag::any);
+    memory::desc src_md = algo.plain ? plain_x : memory::desc(xd, dt, memory::format_tag::any);
+    memory::desc dst_md = algo.plain ? plain_y : memory::desc(yd, dst_dt, memory::format_tag::any);
+    const dnnl::algorithm conv_alg =
+        algo.winograd ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct;
+    // An autotuned implementation: walk oneDNN's list (its preference order) to the named one.
+    auto pick_impl = [&](auto& pd) -> bool {
+      if (algo.impl.empty()) return true;
+      while (pd.impl_info_str() != algo.impl) {
+        if (!pd.next_impl()) return false;
+      }
+      return true;
+    };
     memory::desc w_any(wd, dt, memory::format_tag::any);
     memory::desc b_md({OC}, bias_dt, memory::format_tag::a);
     try {
       dnnl::primitive_attr attr = DnnlAttr();
       if (!post_key.empty()) attr.set_post_ops(po);
       if (!transposed) {
-        auto d = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                            dnnl::algorithm::convolution_direct, src_md, w_any, b_md,
-                                                            dst_md, st, dil, pl, pr)
-                          : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                            dnnl::algorithm::convolution_direct, src_md, w_any, dst_md,
-                                                            st, dil, pl, pr);
+        auto d = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, conv_alg, src_md,
+                                                            w_any, b_md, dst_md, st, dil, pl, pr)
+                          : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, conv_alg, src_md,
+                                                            w_any, dst_md, st, dil, pl, pr);
         dnnl::convolution_forward::primitive_desc pd(d, attr, CpuEngine());
+        if (!pick_impl(pd)) {
+          create_status = not_fitting();
+          return nullptr;
+        }
         e->prim = dnnl::convolution_forward(pd);
         e->weights_md = pd.weights_desc();
         e->src_md = pd.src_desc();
@@ -325,6 +416,10 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
                                                               dnnl::algorithm::deconvolution_direct, src_md, w_any,
                                                               dst_md, st, dil, pl, pr);
         dnnl::deconvolution_forward::primitive_desc pd(d, attr, CpuEngine());
+        if (algo.winograd || !pick_impl(pd)) {
+          create_status = not_fitting();
+          return nullptr;
+        }
         e->prim = dnnl::deconvolution_forward(pd);
         e->weights_md = pd.weights_desc();
         e->src_md = pd.src_desc();
@@ -388,6 +483,9 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
     args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(idx)) | DNNL_ARG_SRC_1] =
         memory(memory::desc(cd, memory::data_type::f32, Dense(cd)), CpuEngine(), const_cast<void*>(binary_args[b++]->raw()));
   }
+  ctx.scratch_bytes = static_cast<int64_t>(entry->scratchpad_md.get_size()) +
+                      (entry->has_src_reorder ? static_cast<int64_t>(entry->src_md.get_size()) : 0) +
+                      (entry->has_dst_reorder ? static_cast<int64_t>(entry->dst_md.get_size()) : 0);
   ExecuteDnnl(entry->prim, s, std::move(args), entry->scratchpad_md);
   if (entry->has_dst_reorder) {
     ExecuteDnnl(entry->dst_reorder, s, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, user_dst}}, entry->dst_reorder_scratchpad_md);
@@ -780,6 +878,93 @@ absl::Status Mvn(KernelContext& ctx) {
 
 absl::Status ResizeKernel(KernelContext& ctx);
 
+// Autotuning candidates of a convolution (see ConvAlgorithm above): the conv_gemm.h paths whose geometry
+// fits, then every oneDNN implementation offered for the blocked (format_tag::any) and the caller's
+// layouts, and Winograd where offered, each once, in oneDNN's preference order.
+std::vector<AlgorithmCandidate> ConvAlgorithms(const KernelContext& ctx, bool transposed, bool channels_last) {
+  std::vector<AlgorithmCandidate> out;
+  if (!ctx.has(0) || !ctx.has(1) || ctx.infer().empty() || !ctx.infer()[0].shape.fully_known()) return out;
+  const Tensor& x = ctx.in(0);
+  const Tensor& w = ctx.in(1);
+  // As Conv: float32 (widened from 16-bit by the registration), or bfloat16 with AVX-512 BF16.
+  const bool sixteen = x.dtype() == DType::kF16 || x.dtype() == DType::kBF16;
+  const bool bf16 = x.dtype() == DType::kBF16 && w.dtype() == DType::kBF16 && !transposed && CpuHasBfloat16Math();
+  if (sixteen && !bf16 && (x.dtype() != w.dtype())) return out;
+  if (!sixteen && (x.dtype() != DType::kF32 || w.dtype() != DType::kF32)) return out;
+  const bool medium = !sixteen && !transposed && CpuHasBfloat16Math() &&
+                      ctx.node->GetString("cjit_precision", "highest") == "medium";
+  if (x.rank() < 3) return out;
+  auto geo = Geometry(ctx, x, w, transposed, channels_last);
+  if (!geo.ok()) return out;
+  const WindowGeometry& g = *geo;
+  const Dims ydims = ctx.infer()[0].shape.concrete();
+  if (static_cast<int>(ydims.size()) != x.rank()) return out;
+  int64_t group = ctx.node->GetInt("group", 1);
+  int64_t C = channels_last ? x.dim(x.rank() - 1) : x.dim(1);
+  int64_t OC = channels_last ? ydims.back() : ydims[1];
+  if (group <= 0 || C % group || OC % group || C == 0 || OC == 0) return out;
+  for (int64_t d : ydims) {
+    if (d == 0) return out;
+  }
+  const size_t nsp = g.kernel.size();
+  std::vector<AlgorithmCandidate> own;
+  const bool own_f32 = !bf16 && !medium;
+  if (!transposed && own_f32) {
+    if (channels_last) {
+      NhwcConvPath p = NhwcConvPathFor(x.dims(), w.dims(), ydims, g, group);
+      if (p == NhwcConvPath::kPointwise) own.push_back({"own:pointwise_sgemm"});
+      if (p == NhwcConvPath::kDepthwise) own.push_back({"own:depthwise"});
+    }
+    if (group == 1 && (nsp == 1 || nsp == 2)) own.push_back({"own:im2col_sgemm"});
+  }
+  if (transposed && !channels_last && (nsp == 1 || nsp == 2)) own.push_back({"own:gemm_col2im"});
+  const ConvDnnlDescs D = MakeConvDescs(ctx, g, x.dims(), ydims, C, OC, group, transposed, channels_last, bf16, medium);
+  const bool has_bias = ctx.has(2);
+  memory::desc b_md({OC}, D.bias_dt, memory::format_tag::a);
+  memory::desc w_any(D.wd, D.dt, memory::format_tag::any);
+  auto enumerate = [&](const char* prefix, bool plain, bool winograd) {
+    memory::desc src_md = plain ? D.plain_x : memory::desc(D.xd, D.dt, memory::format_tag::any);
+    memory::desc dst_md = plain ? D.plain_y : memory::desc(D.yd, D.dst_dt, memory::format_tag::any);
+    auto add_all = [&](auto& pd) {
+      do {
+        // oneDNN's reference implementations are correctness baselines, 100-1000x slower: never candidates.
+        if (absl::StartsWith(pd.impl_info_str(), "ref:")) continue;
+        std::string id = absl::StrCat(prefix, pd.impl_info_str());
+        bool seen = false;
+        for (const AlgorithmCandidate& c : out) seen = seen || c.id == id;
+        if (!seen) out.push_back({id});
+      } while (pd.next_impl());
+    };
+    try {
+      if (!transposed) {
+        const dnnl::algorithm alg = winograd ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct;
+        auto d = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, alg, src_md, w_any,
+                                                            b_md, dst_md, D.st, D.dil, D.pl, D.pr)
+                          : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, alg, src_md, w_any,
+                                                            dst_md, D.st, D.dil, D.pl, D.pr);
+        dnnl::convolution_forward::primitive_desc pd(d, DnnlAttr(), CpuEngine());
+        add_all(pd);
+      } else if (!winograd) {
+        auto d = has_bias ? dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                              dnnl::algorithm::deconvolution_direct, src_md, w_any,
+                                                              b_md, dst_md, D.st, D.dil, D.pl, D.pr)
+                          : dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                              dnnl::algorithm::deconvolution_direct, src_md, w_any,
+                                                              dst_md, D.st, D.dil, D.pl, D.pr);
+        dnnl::deconvolution_forward::primitive_desc pd(d, DnnlAttr(), CpuEngine());
+        add_all(pd);
+      }
+    } catch (const dnnl::error&) {
+      // Not offered for this problem (e.g. no Winograd kernel for this ISA or shape).
+    }
+  };
+  enumerate("onednn:", false, false);
+  out.insert(out.end(), own.begin(), own.end());
+  enumerate("onednn_plain:", true, false);
+  enumerate("onednn_winograd:", false, true);
+  return out;
+}
+
 // 16-bit convolutions: bfloat16 natively where the CPU has AVX-512 BF16 (oneDNN), else (and float16,
 // which this CPU cannot multiply, and ConvTranspose) widened to float32.
 absl::Status SixteenBitConv(KernelContext& ctx, bool channels_last) {
@@ -790,6 +975,9 @@ absl::Status SixteenBitConv(KernelContext& ctx, bool channels_last) {
 
 void RegisterNnKernels() {
   RegisterKernel("Conv", [](KernelContext& ctx) { return SixteenBitConv(ctx, false); });
+  RegisterAlgorithms("Conv", [](const KernelContext& ctx) { return ConvAlgorithms(ctx, false, false); });
+  RegisterAlgorithms("NhwcConv", [](const KernelContext& ctx) { return ConvAlgorithms(ctx, false, true); });
+  RegisterAlgorithms("ConvTranspose", [](const KernelContext& ctx) { return ConvAlgorithms(ctx, true, false); });
   RegisterKernel("NhwcConv", [](KernelContext& ctx) { return SixteenBitConv(ctx, true); });
   RegisterKernel("ConvTranspose", [](KernelContext& ctx) {
     return RunInFloat32([](KernelContext& c) { return Conv(c, true); }, ctx);
