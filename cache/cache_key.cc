@@ -61,8 +61,6 @@ std::string ConstantDigest(const std::shared_ptr<const Tensor>& t) {
 
 std::string CacheKey::Hex() const { return absl::StrFormat("%016x", hash); }
 
-namespace {
-
 std::string AttrText(const Attribute& a) {
   using K = Attribute::Kind;
   switch (a.kind) {
@@ -87,8 +85,6 @@ std::string AttrText(const Attribute& a) {
       return "G";  // clusters never hold subgraphs
   }
 }
-
-}  // namespace
 
 std::string CanonicalClusterText(const Graph& body, bool include_shapes) {
   std::unordered_map<const Value*, std::string> ref;

@@ -46,6 +46,8 @@ std::string CanonicalClusterText(const Graph& body, bool include_shapes);
 CacheKey MakeCacheKey(const Graph& body, absl::string_view target, absl::string_view codegen_flags);
 
 uint64_t Fingerprint64(absl::string_view bytes);
+// Canonical text of one attribute value (tensors by ConstantDigest; subgraphs as "G").
+std::string AttrText(const Attribute& a);
 // Lowercase hex SHA-256 of `bytes` (OpenSSL): how constant contents enter the canonical text.
 std::string ContentDigest(absl::string_view bytes);
 // ContentDigest of a constant's bytes, memoized while the tensor lives: a graph's per-signature clones

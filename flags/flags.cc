@@ -193,6 +193,34 @@ const std::vector<FlagDef>& Table() {
         "TF_ENABLE_CUDNN_TENSOR_OP_MATH_FP32=1 means high.",
         {}},
        OneOfFlag(&Flags::conv_precision, "conv_precision", {"highest", "high", "medium"}, "highest, high or medium")},
+      {{"autotune_level", "int", "4",
+        "Autotuning of Conv/ConvTranspose/MatMul/Gemm algorithms (docs/autotuning.md), as XLA's: 0 off, 1 time "
+        "candidates on uninitialized inputs, 2 on seeded random inputs, 3 also re-initialize outputs before each "
+        "candidate, 4 also reject candidates whose output differs from the default algorithm's.",
+        {"xla_gpu_autotune_level"}},
+       IntFlag(&Flags::autotune_level, "autotune_level", 0, 4)},
+      {{"autotune_max_ms_per_op", "float", "250",
+        "Autotuning search budget per op signature, milliseconds: candidates not yet timed are skipped after it.",
+        {}},
+       DoubleFlag(&Flags::autotune_max_ms_per_op, "autotune_max_ms_per_op")},
+      {{"autotune_deterministic", "bool", "false",
+        "Autotuning considers deterministic candidates only and takes the first that passes, not the fastest.",
+        {"xla_gpu_deterministic_ops"}},
+       BoolFlag(&Flags::autotune_deterministic, "autotune_deterministic")},
+      {{"autotune_threshold", "int", "2",
+        "Executions of an op signature's cluster (fallback or compiled) before it is tuned at its next compiled "
+        "execution (TF_AUTOTUNE_THRESHOLD); earlier executions run the default algorithm.",
+        {}},
+       IntFlag(&Flags::autotune_threshold, "autotune_threshold", 0, 1 << 30)},
+      {{"autotune_results_dump_to", "string", "",
+        "Text file that receives every autotuning result of the process (rewritten atomically after each new one).",
+        {"xla_gpu_dump_autotune_results_to"}},
+       StringFlag(&Flags::autotune_results_dump_to)},
+      {{"autotune_results_load_from", "string", "",
+        "Text file of autotuning results to use (written by --autotune_results_dump_to); entries for another "
+        "device or library version are ignored, each with a logged reason.",
+        {"xla_gpu_load_autotune_results_from"}},
+       StringFlag(&Flags::autotune_results_load_from)},
       {{"auto_mixed_precision", "string", "off",
         "Automatic mixed precision: off, float16, bfloat16, or auto (float16 on a GPU, bfloat16 on the CPU; "
         "TF_ENABLE_AUTO_MIXED_PRECISION=1). Allow-list ops (Conv, MatMul, Gemm, ...) and the infer/clear ops "
@@ -486,6 +514,12 @@ std::string FlagValueText(const Flags& f, absl::string_view name) {
       {"async_compilation", [b](const Flags& f) { return b(f.async_compilation); }},
       {"polymorphic_clusters", [b](const Flags& f) { return b(f.polymorphic_clusters); }},
       {"cpu_channels_last", [b](const Flags& f) { return b(f.cpu_channels_last); }},
+      {"autotune_level", [](const Flags& f) { return absl::StrCat(f.autotune_level); }},
+      {"autotune_max_ms_per_op", [](const Flags& f) { return absl::StrCat(f.autotune_max_ms_per_op); }},
+      {"autotune_deterministic", [b](const Flags& f) { return b(f.autotune_deterministic); }},
+      {"autotune_threshold", [](const Flags& f) { return absl::StrCat(f.autotune_threshold); }},
+      {"autotune_results_dump_to", [](const Flags& f) { return f.autotune_results_dump_to; }},
+      {"autotune_results_load_from", [](const Flags& f) { return f.autotune_results_load_from; }},
       {"auto_mixed_precision", [](const Flags& f) { return f.auto_mixed_precision; }},
       {"allow_excess_precision", [b](const Flags& f) { return b(f.allow_excess_precision); }},
       {"matmul_precision", [](const Flags& f) { return f.matmul_precision; }},
@@ -595,6 +629,10 @@ std::string TfMixedPrecisionFlagText(const std::function<const char*(const char*
   if (is_one("TF_DISABLE_CUBLAS_TENSOR_OP_MATH")) absl::StrAppend(&tf, " --matmul_precision=highest");
   if (is_one("TF_ENABLE_CUDNN_TENSOR_OP_MATH_FP32")) absl::StrAppend(&tf, " --conv_precision=high");
   if (is_one("TF_DISABLE_CUDNN_TENSOR_OP_MATH")) absl::StrAppend(&tf, " --conv_precision=highest");
+  // TensorFlow's autotuning threshold (executions before an op is tuned).
+  if (const char* e = getenv_fn("TF_AUTOTUNE_THRESHOLD"); e != nullptr && *e != '\0') {
+    absl::StrAppend(&tf, " --autotune_threshold=", e);
+  }
   return tf;
 }
 

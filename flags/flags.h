@@ -64,6 +64,20 @@ struct Flags {
   // accumulation and output; high runs as highest (bfloat16x3 is not built for convolutions).
   // TF_ENABLE_CUDNN_TENSOR_OP_MATH_FP32=1 sets high.
   std::string conv_precision = "highest";
+  // Autotuning of convolution and GEMM algorithms (runtime/autotune.h, docs/autotuning.md), as XLA's
+  // --xla_gpu_autotune_level: 0 off (default algorithms), 1 time candidates on uninitialized inputs, 2 on
+  // seeded random inputs, 3 also re-initialize outputs before each candidate, 4 also check every
+  // candidate's output against the default algorithm's and reject wrong ones.
+  int autotune_level = 4;
+  // Search budget per op signature in milliseconds (candidates not yet timed when it runs out are skipped).
+  double autotune_max_ms_per_op = 250;
+  // Only deterministic candidates; the first one that passes instead of the fastest.
+  bool autotune_deterministic = false;
+  // Executions of an op signature's cluster (fallback or compiled) before it is tuned (TF_AUTOTUNE_THRESHOLD).
+  int autotune_threshold = 2;
+  // Text file of tuned results: written after every new result / read at start (XLA's
+  // --xla_gpu_dump_autotune_results_to / --xla_gpu_load_autotune_results_from).
+  std::string autotune_results_dump_to, autotune_results_load_from;
   // Op-list edits, comma-separated ONNX op names (TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_<LIST>_<ADD|REMOVE>).
   std::string amp_allowlist_add, amp_allowlist_remove, amp_inferlist_add, amp_inferlist_remove, amp_denylist_add,
       amp_denylist_remove, amp_clearlist_add, amp_clearlist_remove;
@@ -122,7 +136,7 @@ absl::StatusOr<std::string> GetFlag(const Flags& flags, absl::string_view name);
 // The flags from the CJIT_FLAGS environment variable, parsed once (the only getenv for configuration).
 // Also reads TensorFlow's mixed-precision variables (TF_ENABLE_AUTO_MIXED_PRECISION,
 // TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_{ALLOWLIST,INFERLIST,DENYLIST,CLEARLIST}_{ADD,REMOVE}, ..._LOG_PATH),
-// applied before CJIT_FLAGS (which wins).
+// the tensor-op math variables and TF_AUTOTUNE_THRESHOLD, applied before CJIT_FLAGS (which wins).
 const absl::StatusOr<Flags>& FlagsFromEnvironment();
 // The flag text those TensorFlow variables map to, reading them through `getenv_fn` (tests pass a map).
 std::string TfMixedPrecisionFlagText(const std::function<const char*(const char*)>& getenv_fn);

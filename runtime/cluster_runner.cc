@@ -9,6 +9,7 @@
 #include "compiler/codegen/cpu_compiler.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/passes/mark_for_compilation.h"
+#include "runtime/autotune.h"
 #include "runtime/dump.h"
 #include "runtime/executable.h"
 #include "runtime/executor.h"
@@ -44,6 +45,9 @@ absl::StatusOr<std::shared_ptr<ClusterRuntime>> ClusterRuntime::Create(const Fla
     }
     rt->disk_ = std::move(*disk);
   }
+  auto tuner = Autotuner::Create(AutotuneOptionsFromFlags(flags), rt->disk_.get(), rt->profiler_.get());
+  if (!tuner.ok()) return tuner.status();
+  rt->autotuner_ = std::move(*tuner);
   return rt;
 }
 
@@ -288,11 +292,12 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
   }
   if (ex) {
     s.runtime->policy().RecordCompiledExecution(s.policy_id);
-    ++s.stats->compiled_executions;
+    // This signature's executions before this one, on either path (the autotuning threshold counts both).
+    const int64_t execution = s.stats->compiled_executions++ + s.stats->fallback_executions.load();
     if (prof) {
       if (uint64_t flow = s.pending_flow.exchange(0)) prof->FlowEnd(flow, "first compiled execution", Profiler::Now());
     }
-    return ex->Run(inputs, s.threads, prof, s.stats->id);
+    return ex->Run(inputs, s.threads, prof, s.stats->id, s.runtime->autotuner(), execution);
   }
   ++s.stats->fallback_executions;
   Executor* fallback = nullptr;
@@ -397,6 +402,14 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state) {
     } else {
       scope.args().Add("error", std::string(ex.status().message()));
     }
+  }
+  if (ex.ok()) {
+    // Autotuning on the compile path (background with --async_compilation): a signature compiled after
+    // --autotune_threshold executions has its convolutions and GEMMs tuned before the executable is
+    // published, so its compiled runs never wait for tuning.
+    Autotuner* tuner = s.runtime->autotuner();
+    const int64_t executions = s.stats->fallback_executions + s.stats->compiled_executions;
+    if (tuner != nullptr && tuner->enabled()) (*ex)->Autotune(*tuner, s.threads, executions);
   }
   {
     std::lock_guard<std::mutex> lock(s.mu);

@@ -33,6 +33,7 @@ class Executor;
 class CpuExecutable;
 class Profiler;
 class Dumper;
+class Autotuner;
 
 // Counters of one cluster (one cluster node of one specialized signature).
 struct ClusterStats {
@@ -61,6 +62,8 @@ class ClusterRuntime : public std::enable_shared_from_this<ClusterRuntime> {
   Profiler* profiler() const { return profiler_.get(); }
   Dumper* dumper() const { return dumper_.get(); }
   DiskCache* disk() { return disk_.get(); }
+  // Autotuning of library steps (runtime/autotune.h); never null after Create.
+  Autotuner* autotuner() { return autotuner_.get(); }
   const Flags& flags() const { return flags_; }
   CompilePolicy& policy() { return policy_; }
   MemoryCache& cache() { return cache_; }
@@ -83,6 +86,7 @@ class ClusterRuntime : public std::enable_shared_from_this<ClusterRuntime> {
   CompilePolicy policy_;
   MemoryCache cache_;
   std::unique_ptr<DiskCache> disk_;
+  std::unique_ptr<Autotuner> autotuner_;
   std::shared_ptr<Profiler> profiler_;
   std::shared_ptr<Dumper> dumper_;
   std::string target_, codegen_flags_;

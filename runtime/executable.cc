@@ -1,5 +1,7 @@
 #include "runtime/executable.h"
 
+#include "runtime/autotune.h"
+
 #include "flags/logging.h"
 #include <omp.h>
 
@@ -158,7 +160,44 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Build(
       ex->step_inferred_[i].push_back(v ? InferOutput{v->dtype, v->shape} : InferOutput{});
     }
   }
+  ex->step_tuning_ = std::make_unique<StepTuning[]>(ex->plan_.steps.size());
   return std::shared_ptr<const CpuExecutable>(std::move(ex));
+}
+
+CpuExecutable::~CpuExecutable() = default;
+
+void CpuExecutable::Autotune(Autotuner& tuner, int threads, int64_t executions) const {
+  for (size_t i = 0; i < plan_.steps.size(); ++i) {
+    const PlanStep& step = plan_.steps[i];
+    if (step.kind != PlanStep::Kind::kLibrary || skip_step_[i] || FindAlgorithms(step.node->op_type) == nullptr) continue;
+    // Stand-ins of the body's shapes for the non-constant inputs: the tuner reads their dtypes and dims
+    // (and fills its own copies); constants are the real tensors (weights are cached by buffer).
+    std::vector<Tensor> owned(step_inputs_[i].size());
+    std::vector<const Tensor*> ins(step_inputs_[i].size(), nullptr);
+    bool known = true;
+    for (size_t k = 0; k < step_inputs_[i].size() && known; ++k) {
+      const int slot = step_inputs_[i][k];
+      if (slot < 0) continue;
+      const Value* v = slot_values_[slot];
+      if (v->is_constant()) {
+        ins[k] = v->constant.get();
+      } else if (v->dtype != DType::kInvalid && v->shape.fully_known()) {
+        try {
+          owned[k] = Tensor::Wrap(v->dtype, v->shape.concrete(), nullptr);  // dtype and dims only, no data
+        } catch (const std::exception&) {
+          known = false;
+          continue;
+        }
+        ins[k] = &owned[k];
+      } else {
+        known = false;
+      }
+    }
+    if (!known) continue;
+    const std::vector<PostOp>* post_ops = step.post_ops.empty() ? nullptr : &step.post_ops;
+    const std::vector<InferOutput>* inferred = step_inferred_[i].empty() ? nullptr : &step_inferred_[i];
+    step_tuning_[i].Resolve(tuner, *step.node, ins, step_input_const_[i], post_ops, inferred, threads, executions);
+  }
 }
 
 Tensor& CpuExecutable::Materialize(std::vector<Tensor>& slots, int slot) const {
@@ -178,7 +217,8 @@ Tensor& CpuExecutable::Materialize(std::vector<Tensor>& slots, int slot) const {
 }
 
 absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const Tensor*>& inputs, int threads,
-                                                       Profiler* profiler, int cluster_id) const {
+                                                       Profiler* profiler, int cluster_id, Autotuner* tuner,
+                                                       int64_t execution) const {
   if (inputs.size() != input_slots_.size()) return absl::InternalError("compiled cluster: wrong input count");
   // `slots` owns what this run computes; `view` points at every value (constants and inputs in place).
   std::vector<Tensor> slots(slot_values_.size());
@@ -242,11 +282,17 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const T
         }
       }
       std::string impl;
+      const std::vector<PostOp>* post_ops = step.post_ops.empty() ? nullptr : &step.post_ops;
+      const std::vector<InferOutput>* inferred = step_inferred_[i].empty() ? nullptr : &step_inferred_[i];
+      const std::string* algorithm =
+          tuner != nullptr && tuner->enabled()
+              ? step_tuning_[i].Resolve(*tuner, *step.node, ins, step_input_const_[i], post_ops, inferred, threads,
+                                         execution)
+              : nullptr;
       CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> outs,
-                            EvaluateNode(*step.node, ins, threads, nullptr, &step_input_const_[i],
-                                         step.post_ops.empty() ? nullptr : &step.post_ops,
-                                         any_alias ? &preset : nullptr, scope.active() ? &impl : nullptr,
-                                         step_inferred_[i].empty() ? nullptr : &step_inferred_[i]));
+                            EvaluateNode(*step.node, ins, threads, nullptr, &step_input_const_[i], post_ops,
+                                         any_alias ? &preset : nullptr, scope.active() ? &impl : nullptr, inferred,
+                                         algorithm));
       if (scope.active()) {
         scope.Stop();
         scope.SetNode(step.node, cluster_id);

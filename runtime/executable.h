@@ -21,6 +21,8 @@
 namespace cjit {
 
 class Profiler;
+class Autotuner;
+class StepTuning;
 
 class CpuExecutable : public CacheEntry {
  public:
@@ -35,9 +37,17 @@ class CpuExecutable : public CacheEntry {
   absl::StatusOr<std::string> ExportPayload() const { return ExportCpuPayload(plan_); }
 
   // Inputs in body-input order; returns body outputs in order. `profiler` (optional) receives one event per
-  // step (fused kernel or library step), tagged with `cluster_id`.
+  // step (fused kernel or library step), tagged with `cluster_id`. `tuner` (optional): library steps with
+  // algorithm candidates run the autotuned choice (runtime/autotune.h; each step keeps its choice);
+  // `execution` is how many times this signature ran before (on either path), for the tuning threshold.
   absl::StatusOr<std::vector<Tensor>> Run(const std::vector<const Tensor*>& inputs, int threads,
-                                          Profiler* profiler = nullptr, int cluster_id = -1) const;
+                                          Profiler* profiler = nullptr, int cluster_id = -1,
+                                          Autotuner* tuner = nullptr, int64_t execution = 0) const;
+  ~CpuExecutable() override;
+  // Resolves the autotuning choice of every library step with candidates ahead of execution (the compile
+  // path): looks each op signature up and, once `executions` reaches the threshold, tunes it on inputs
+  // of the body's shapes (constants are the real ones). Thread-safe, idempotent.
+  void Autotune(Autotuner& tuner, int threads, int64_t executions) const;
   const FusionPlan& plan() const { return plan_; }
 
   size_t bytes() const override { return code_->code_bytes() + 1024; }
@@ -68,6 +78,7 @@ class CpuExecutable : public CacheEntry {
   };
   std::vector<AliasInto> alias_;           // per slot; base_slot < 0 = a buffer of its own
   std::vector<bool> skip_step_;            // Concat steps made redundant
+  std::unique_ptr<StepTuning[]> step_tuning_;  // per step (internally synchronized)
   Tensor& Materialize(std::vector<Tensor>& slots, int slot) const;
 };
 

@@ -164,6 +164,17 @@ SessionStats Session::stats() const {
   SessionStats out;
   out.compiles_in_flight = clusters_->compiles_in_flight();
   if (DiskCache* disk = clusters_->disk()) out.totals.disk_rejects += disk->stats().rejects;
+  if (const Autotuner* t = clusters_->autotuner()) {
+    const AutotuneCounters& c = t->counters();
+    out.autotune.ops_tuned = c.ops_tuned;
+    out.autotune.candidates_timed = c.candidates_timed;
+    out.autotune.candidates_rejected = c.candidates_rejected;
+    out.autotune.tuning_ms = c.tuning_us / 1e3;
+    out.autotune.memory_hits = c.memory_hits;
+    out.autotune.disk_hits = c.disk_hits;
+    out.autotune.file_hits = c.file_hits;
+    out.autotune.ignored_entries = c.ignored_entries;
+  }
   for (const auto& s : clusters_->AllStats()) {
     ClusterStatsSnapshot c;
     c.id = s->id;
@@ -195,6 +206,11 @@ SessionStats Session::stats() const {
     out.clusters.push_back(std::move(c));
   }
   return out;
+}
+
+std::vector<AutotuneRecord> Session::AutotuneRecords() const {
+  if (!clusters_ || clusters_->autotuner() == nullptr) return {};
+  return clusters_->autotuner()->records();
 }
 
 int Session::num_signatures() const {

@@ -39,6 +39,7 @@
 #include "compiler/onnx/tensor_proto.h"
 #include "compiler/passes/auto_mixed_precision.h"
 #include "flags/flags.h"
+#include "runtime/autotune.h"
 
 namespace cjit {
 
@@ -64,9 +65,19 @@ struct ClusterStatsSnapshot {
   int64_t fused_kernels = 0;  // generated kernels of the executable in use (0: library calls only)
 };
 
+// Autotuning counters of the session (runtime/autotune.h): op signatures tuned here, candidates timed and
+// rejected, time spent tuning, and choices found instead in the process, the persistent cache or
+// --autotune_results_load_from (ignored_entries: loaded results not valid here).
+struct AutotuneStatsSnapshot {
+  int64_t ops_tuned = 0, candidates_timed = 0, candidates_rejected = 0;
+  double tuning_ms = 0;
+  int64_t memory_hits = 0, disk_hits = 0, file_hits = 0, ignored_entries = 0;
+};
+
 struct SessionStats {
   std::vector<ClusterStatsSnapshot> clusters;
   ClusterStatsSnapshot totals;  // counters summed (id, ops, signature unused)
+  AutotuneStatsSnapshot autotune;
   int compiles_in_flight = 0;   // background compilations queued or running (--async_compilation)
 };
 
@@ -118,6 +129,8 @@ class Session {
   int num_signatures() const;
   // Per-cluster compile/execution counters so far.
   SessionStats stats() const;
+  // Every autotuning decision of this session (tuned here or found), in order (`cjit autotune`).
+  std::vector<AutotuneRecord> AutotuneRecords() const;
   // The clustering this session would do for these inputs' signature (for `cjit explain`).
   absl::StatusOr<ClusteringReport> Explain(const std::vector<NamedTensor>& inputs);
   // The specialized, simplified and clustered graph for these inputs' signature, without running it

@@ -34,6 +34,7 @@
 #include "compiler/codegen/fusion_plan.h"
 #include "compiler/codegen/nvptx_compiler.h"
 #include "runtime/dump.h"
+#include "runtime/executable.h"
 #include "runtime/profiler.h"
 #include "runtime/session.h"
 #include "compiler/ir/text.h"
@@ -291,6 +292,10 @@ int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
       j["clusters"].push_back(cj);
     }
     j["totals"] = counters(st.totals);
+    j["autotune"] = {{"ops_tuned", st.autotune.ops_tuned}, {"candidates_timed", st.autotune.candidates_timed},
+                     {"candidates_rejected", st.autotune.candidates_rejected}, {"tuning_ms", st.autotune.tuning_ms},
+                     {"memory_hits", st.autotune.memory_hits}, {"disk_hits", st.autotune.disk_hits},
+                     {"file_hits", st.autotune.file_hits}, {"ignored_entries", st.autotune.ignored_entries}};
     std::ofstream f(stats_json);
     f << j.dump(2) << "\n";
     if (!f) return Fail(absl::InternalError("cannot write " + stats_json));
@@ -824,8 +829,11 @@ int CmdCache(const std::string& action, const std::string& dir, int64_t max_byte
   }
   if (action == "ls") {
     for (const auto& e : *entries) {
-      std::printf("%s %8lld bytes  %s%s\n", e.file.c_str(), static_cast<long long>(e.bytes), e.ok ? "ok" : "BAD: ",
-                  e.ok ? "" : e.problem.c_str());
+      const char* kind = e.payload_kind == kAutotunePayloadKind ? "autotune"
+                         : e.payload_kind == CpuExecutable::kPayloadKind ? "cpu-code"
+                                                                         : "gpu-code";
+      std::printf("%s %8lld bytes  %-9s %s%s\n", e.file.c_str(), static_cast<long long>(e.bytes), e.ok ? kind : "",
+                  e.ok ? "ok" : "BAD: ", e.ok ? "" : e.problem.c_str());
     }
   } else if (action == "verify") {
     for (const auto& e : *entries) {
@@ -839,6 +847,105 @@ int CmdCache(const std::string& action, const std::string& dir, int64_t max_byte
   } else {
     return Fail(absl::InvalidArgumentError("cache action must be ls, stats, verify, clear or prune"), 2);
   }
+  return 0;
+}
+
+// Offline autotuning (runtime/autotune.h): tunes every tunable library step of the model for one input
+// signature (threshold 0, eager compilation), prints per op the candidates tried, the winner and its time
+// against the default algorithm, then the model's latency with the default algorithms vs the tuned ones.
+// With --persistent_cache_dir (or --autotune_results_dump_to) in CJIT_FLAGS the results are kept for other
+// processes.
+int CmdAutotune(const std::string& model, const std::vector<std::string>& input_args,
+                const std::vector<std::string>& shape_args, int iterations) {
+  const Flags& env = *FlagsFromEnvironment();
+  if (env.autotune_level == 0) {
+    return Fail(absl::InvalidArgumentError("autotuning is off (--autotune_level=0 in CJIT_FLAGS)"), 2);
+  }
+  auto load = [&](int level) -> absl::StatusOr<std::unique_ptr<Session>> {
+    SessionOptions o;
+    o.use_environment_flags = false;
+    o.flags = env;
+    o.flags.autotune_level = level;
+    o.flags.autotune_threshold = 0;
+    o.flags.enable_lazy_compilation = false;
+    if (o.flags.auto_jit == "-1" || o.flags.auto_jit == "0") o.flags.auto_jit = "1";
+    return Session::Load(model, o);
+  };
+  auto session = load(env.autotune_level);
+  if (!session.ok()) return LoadFailure(session.status());
+  auto inputs = PrepareInputs(**session, input_args, shape_args);
+  if (!inputs.ok()) return Fail(inputs.status(), 2);
+  // The first run tunes; progress is printed from here while it runs.
+  absl::Status run_status;
+  std::atomic<bool> done{false};
+  std::thread worker([&] {
+    auto r = (*session)->Run(*inputs);
+    run_status = r.status();
+    done = true;
+  });
+  size_t shown = 0;
+  auto show = [&] {
+    std::vector<AutotuneRecord> recs = (*session)->AutotuneRecords();
+    for (; shown < recs.size(); ++shown) {
+      const AutotuneRecord& r = recs[shown];
+      std::fprintf(stderr, "[%zu] %s: %s (%s)\n", shown + 1, r.op.c_str(),
+                   r.algorithm.empty() ? "default" : r.algorithm.c_str(), r.source.c_str());
+    }
+  };
+  while (!done) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    show();
+  }
+  worker.join();
+  show();
+  if (!run_status.ok()) return Fail(run_status);
+  const std::vector<AutotuneRecord> recs = (*session)->AutotuneRecords();
+  std::printf("%-44s %-7s %5s %5s  %-36s %10s %10s %6s\n", "op", "source", "timed", "rej", "winner", "winner_us",
+              "default_us", "ratio");
+  for (const AutotuneRecord& r : recs) {
+    std::string op = r.op.size() > 44 ? r.op.substr(0, 41) + "..." : r.op;
+    std::string winner = r.algorithm.empty() ? "default" : r.algorithm;
+    if (winner.size() > 36) winner = winner.substr(0, 33) + "...";
+    if (r.source == "tuned" && r.best_us > 0) {
+      std::printf("%-44s %-7s %5d %5d  %-36s %10.1f %10.1f %6.2f\n", op.c_str(), r.source.c_str(), r.candidates_timed,
+                  r.candidates_rejected, winner.c_str(), r.best_us, r.default_us, r.default_us / r.best_us);
+    } else {
+      std::printf("%-44s %-7s %5s %5s  %-36s %10s %10s %6s\n", op.c_str(), r.source.c_str(), "-", "-", winner.c_str(),
+                  "-", "-", "-");
+    }
+    if (r.default_impl.size() && r.source == "tuned") std::printf("    default ran: %s\n", r.default_impl.c_str());
+    for (const std::string& n : r.notes) {
+      if (absl::StrContains(n, "rejected") || absl::StrContains(n, "skipped") || absl::StrContains(n, "not tuned")) {
+        std::printf("    %s\n", n.c_str());
+      }
+    }
+  }
+  SessionStats st = (*session)->stats();
+  std::printf("autotune: %lld ops tuned, %lld candidates timed, %lld rejected, %.1f ms tuning; found: %lld in process, "
+              "%lld on disk, %lld in the results file; %lld loaded entries ignored\n",
+              static_cast<long long>(st.autotune.ops_tuned), static_cast<long long>(st.autotune.candidates_timed),
+              static_cast<long long>(st.autotune.candidates_rejected), st.autotune.tuning_ms,
+              static_cast<long long>(st.autotune.memory_hits), static_cast<long long>(st.autotune.disk_hits),
+              static_cast<long long>(st.autotune.file_hits), static_cast<long long>(st.autotune.ignored_entries));
+  // Model latency, default algorithms vs tuned, side by side (medians).
+  auto median_ms = [&](Session& s) -> absl::StatusOr<double> {
+    std::vector<double> t;
+    for (int i = 0; i < iterations + 2; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      auto r = s.Run(*inputs);
+      if (!r.ok()) return r.status();
+      if (i >= 2) t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return Percentile(t, 0.5);
+  };
+  auto base = load(0);
+  if (!base.ok()) return Fail(base.status());
+  auto base_ms = median_ms(**base);
+  auto tuned_ms = median_ms(**session);
+  if (!base_ms.ok()) return Fail(base_ms.status());
+  if (!tuned_ms.ok()) return Fail(tuned_ms.status());
+  std::printf("model latency (median of %d runs, %d threads): default algorithms %.3f ms, tuned %.3f ms (%.2fx)\n",
+              iterations, env.intra_op_threads, *base_ms, *tuned_ms, *base_ms / *tuned_ms);
   return 0;
 }
 
@@ -1002,6 +1109,12 @@ int CliMain(int argc, char** argv) {
       ->check(CLI::IsMember({"ls", "stats", "verify", "clear", "prune"}));
   cache->add_option("--dir", cache_dir, "the cache directory")->required();
   cache->add_option("--max-bytes", max_bytes, "for prune: the size to evict down to");
+  auto* autotune = app.add_subcommand(
+      "autotune", "tune the model's convolutions and GEMMs for one input signature; print the choices");
+  model_and_inputs(autotune);
+  int autotune_iterations = 20;
+  autotune->add_option("--iterations", autotune_iterations, "runs to compare default vs tuned latency")
+      ->check(CLI::PositiveNumber);
   auto* flags = app.add_subcommand("flags", "list every CJIT_FLAGS flag with its default and help");
   try {
     app.parse(argc, argv);
@@ -1029,5 +1142,6 @@ int CliMain(int argc, char** argv) {
   if (*bench_process) return cjit::CmdBenchProcess(model, inputs, shapes, runs, cache_dir);
   if (*cache) return cjit::CmdCache(cache_action, cache_dir, max_bytes);
   if (*compile) return cjit::CmdCompile(model, inputs, shapes, target, dump_to);
+  if (*autotune) return cjit::CmdAutotune(model, inputs, shapes, autotune_iterations);
   return 2;
 }

@@ -1,0 +1,686 @@
+#include "runtime/autotune.h"
+
+#include <cpuid.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "Eigen/Core"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "cache/cache_key.h"
+#include "compiler/codegen/fusion_plan.h"
+#include "compiler/ir/float16.h"
+#include "flags/file_util.h"
+#include "flags/logging.h"
+#include "oneapi/dnnl/dnnl.hpp"
+#include "runtime/cpu/kernel.h"
+#include "runtime/profiler.h"
+
+namespace cjit {
+
+AutotuneOptions AutotuneOptionsFromFlags(const Flags& f) {
+  AutotuneOptions o;
+  o.level = f.autotune_level;
+  o.max_ms_per_op = f.autotune_max_ms_per_op;
+  o.deterministic = f.autotune_deterministic;
+  o.threshold = f.autotune_threshold;
+  o.dump_to = f.autotune_results_dump_to;
+  o.load_from = f.autotune_results_load_from;
+  return o;
+}
+
+const std::string& AutotuneDeviceIdentity() {
+  static const std::string* id = [] {
+    unsigned regs[12] = {};
+    std::string brand;
+    if (__get_cpuid(0x80000000u, &regs[0], &regs[1], &regs[2], &regs[3]) && regs[0] >= 0x80000004u) {
+      for (unsigned leaf = 0; leaf < 3; ++leaf) {
+        __get_cpuid(0x80000002u + leaf, &regs[4 * leaf], &regs[4 * leaf + 1], &regs[4 * leaf + 2], &regs[4 * leaf + 3]);
+      }
+      brand.assign(reinterpret_cast<const char*>(regs), sizeof(regs));
+      brand.erase(std::find(brand.begin(), brand.end(), '\0'), brand.end());
+      brand = std::string(absl::StripAsciiWhitespace(brand));
+    }
+    if (brand.empty()) brand = "unknown";
+    std::vector<std::string> isa;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2")) isa.push_back("avx2");
+    if (__builtin_cpu_supports("fma")) isa.push_back("fma");
+    if (__builtin_cpu_supports("avx512f")) isa.push_back("avx512f");
+    if (__builtin_cpu_supports("avx512bw")) isa.push_back("avx512bw");
+    if (__builtin_cpu_supports("avx512vnni")) isa.push_back("avx512vnni");
+    if (__builtin_cpu_supports("avx512bf16")) isa.push_back("avx512bf16");
+    if (__builtin_cpu_supports("amx-bf16")) isa.push_back("amx-bf16");
+    for (char& c : brand) {
+      if (c == '\t' || c == ';') c = ' ';
+    }
+    return new std::string(absl::StrCat("cpu=", brand, ";isa=", absl::StrJoin(isa, ",")));
+  }();
+  return *id;
+}
+
+const std::string& AutotuneLibraryVersions() {
+  static const std::string* v = [] {
+    const dnnl_version_t* d = dnnl_version();
+    return new std::string(absl::StrCat("onednn=", d->major, ".", d->minor, ".", d->patch, "+", d->hash,
+                                        ";eigen=", EIGEN_WORLD_VERSION, ".", EIGEN_MAJOR_VERSION, ".",
+                                        EIGEN_MINOR_VERSION, ";clusterjit=", CJIT_VERSION));
+  }();
+  return *v;
+}
+
+namespace {
+
+// Results of this process, shared by every session (as XLA's process-wide autotune cache).
+struct ProcessTable {
+  std::mutex mu;
+  std::map<std::string, AutotuneRecord> results;
+  std::set<std::string> in_flight;
+  std::mutex dump_mu;  // serializes dump-file writes
+};
+ProcessTable& Table() {
+  static auto* t = new ProcessTable();
+  return *t;
+}
+
+std::mutex& TestCandidateMu() {
+  static auto* mu = new std::mutex();
+  return *mu;
+}
+std::shared_ptr<const TestOnlyCandidate>& TestCandidate() {
+  static auto* c = new std::shared_ptr<const TestOnlyCandidate>();
+  return *c;
+}
+std::shared_ptr<const TestOnlyCandidate> CurrentTestCandidate() {
+  std::lock_guard<std::mutex> lock(TestCandidateMu());
+  return TestCandidate();
+}
+
+// A KernelContext describing the node and its inputs (no outputs), for the candidate lists.
+KernelContext DescribeContext(const Node& node, const std::vector<const Tensor*>& inputs,
+                              const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
+                              const std::vector<InferOutput>* inferred, int threads) {
+  KernelContext ctx;
+  ctx.node = &node;
+  ctx.inputs = inputs;
+  ctx.input_is_constant = &is_constant;
+  ctx.post_ops = post_ops;
+  ctx.threads = threads;
+  if (inferred != nullptr && !inferred->empty()) {
+    ctx.static_inferred = inferred;
+  } else {
+    for (const Value* v : node.outputs) ctx.inferred.push_back(v ? InferOutput{v->dtype, v->shape} : InferOutput{});
+  }
+  return ctx;
+}
+
+struct Candidate {
+  std::string id;
+  bool deterministic = true;
+  std::shared_ptr<const TestOnlyCandidate> test_only;  // set for the test-only candidate
+};
+
+std::vector<Candidate> ListCandidates(const KernelContext& ctx) {
+  std::vector<Candidate> out;
+  if (const AlgorithmsFn* fn = FindAlgorithms(ctx.node->op_type); fn != nullptr) {
+    try {
+      for (AlgorithmCandidate& c : (*fn)(ctx)) out.push_back({std::move(c.id), c.deterministic, nullptr});
+    } catch (const std::exception& e) {
+      CJIT_VLOG(1) << "autotune: listing candidates of " << ctx.node->Describe() << " failed: " << e.what();
+      out.clear();
+    }
+  }
+  if (auto t = CurrentTestCandidate(); t != nullptr && t->op_type == ctx.node->op_type && !out.empty()) {
+    out.push_back({t->id, true, t});
+  }
+  return out;
+}
+
+bool Offered(const std::string& algorithm, const KernelContext& ctx) {
+  if (algorithm.empty()) return true;
+  for (const Candidate& c : ListCandidates(ctx)) {
+    if (c.id == algorithm) return true;
+  }
+  return false;
+}
+
+std::string PostOpsText(const std::vector<PostOp>* ops) {
+  std::string s;
+  if (ops == nullptr) return s;
+  for (const PostOp& op : *ops) {
+    absl::StrAppend(&s, static_cast<int>(op.kind), absl::StrFormat("/%a/%a", op.a, op.b), op.tensor ? "/t" : "", ",");
+  }
+  return s;
+}
+
+// Bytes flushed from the caches between timed runs (larger than this CPU's L2; a rewrite of it also
+// evicts the problem's data from L1/L2).
+constexpr size_t kFlushBytes = size_t{4} << 20;
+void FlushCaches() {
+  thread_local std::vector<uint8_t> buf(kFlushBytes);
+  static std::atomic<uint8_t> salt{1};
+  std::memset(buf.data(), salt.fetch_add(1, std::memory_order_relaxed), buf.size());
+}
+
+double Tolerance(DType t) { return t == DType::kF32 || t == DType::kF64 ? 1e-3 : 3e-2; }
+
+// "" when `got` matches `ref` within the dtype's tolerance (see the header), else what differs.
+std::string CompareOutputs(const Tensor& got, const Tensor& ref) {
+  if (got.dtype() != ref.dtype() || got.dims() != ref.dims()) return "output dtype or dims differ";
+  const size_t n = static_cast<size_t>(ref.numel());
+  if (!IsFloat(ref.dtype())) {
+    return std::memcmp(got.raw(), ref.raw(), ref.nbytes()) == 0 ? "" : "integer output differs";
+  }
+  std::vector<float> a(n), b(n);
+  if (ref.dtype() == DType::kF32) {
+    std::memcpy(a.data(), got.raw(), n * sizeof(float));
+    std::memcpy(b.data(), ref.raw(), n * sizeof(float));
+  } else if (ref.dtype() == DType::kF64) {
+    for (size_t i = 0; i < n; ++i) {
+      a[i] = static_cast<float>(static_cast<const double*>(got.raw())[i]);
+      b[i] = static_cast<float>(static_cast<const double*>(ref.raw())[i]);
+    }
+  } else {
+    ConvertFloatBuffer(got.raw(), got.dtype(), a.data(), DType::kF32, n);
+    ConvertFloatBuffer(ref.raw(), ref.dtype(), b.data(), DType::kF32, n);
+  }
+  double scale = 0;
+  for (float v : b) {
+    if (std::isfinite(v)) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+  }
+  const double tol = Tolerance(ref.dtype()) * (1.0 + scale);
+  for (size_t i = 0; i < n; ++i) {
+    const bool na = std::isnan(a[i]), nb = std::isnan(b[i]);
+    if (na || nb) {
+      if (na != nb) return absl::StrCat("element ", i, " is ", a[i], ", reference ", b[i]);
+      continue;
+    }
+    if (std::isinf(b[i]) || std::isinf(a[i])) {
+      if (a[i] != b[i]) return absl::StrCat("element ", i, " is ", a[i], ", reference ", b[i]);
+      continue;
+    }
+    if (std::fabs(static_cast<double>(a[i]) - b[i]) > tol) {
+      return absl::StrCat("element ", i, " is ", a[i], ", reference ", b[i], " (tolerance ", tol, ")");
+    }
+  }
+  return "";
+}
+
+void FillRandom(Tensor& t, std::mt19937& rng) {
+  const size_t n = static_cast<size_t>(t.numel());
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  if (t.dtype() == DType::kF32 || IsFloat(t.dtype())) {
+    std::vector<float> v(n);
+    for (float& x : v) x = u(rng);
+    if (t.dtype() == DType::kF32) {
+      std::memcpy(t.raw(), v.data(), n * sizeof(float));
+    } else if (t.dtype() == DType::kF64) {
+      for (size_t i = 0; i < n; ++i) static_cast<double*>(t.raw())[i] = v[i];
+    } else {
+      ConvertFloatBuffer(v.data(), DType::kF32, t.raw(), t.dtype(), n);
+    }
+    return;
+  }
+  // Non-float inputs (shapes, indices) are left as the allocator gives them: the tuned ops have none.
+}
+
+void FillNaN(std::vector<Tensor>& outs) {
+  for (Tensor& t : outs) {
+    if (!t.defined() || !IsFloat(t.dtype())) continue;
+    const size_t n = static_cast<size_t>(t.numel());
+    std::vector<float> v(n, std::numeric_limits<float>::quiet_NaN());
+    if (t.dtype() == DType::kF32) {
+      std::memcpy(t.raw(), v.data(), n * sizeof(float));
+    } else if (t.dtype() == DType::kF64) {
+      for (size_t i = 0; i < n; ++i) static_cast<double*>(t.raw())[i] = std::numeric_limits<double>::quiet_NaN();
+    } else {
+      ConvertFloatBuffer(v.data(), DType::kF32, t.raw(), t.dtype(), n);
+    }
+  }
+}
+
+std::string EntryLine(const AutotuneRecord& r) {
+  return absl::StrCat(AutotuneDeviceIdentity(), "\t", AutotuneLibraryVersions(), "\t", absl::CEscape(r.key), "\t",
+                      absl::CEscape(r.algorithm), "\t", absl::StrFormat("%.3f", r.best_us), "\t",
+                      absl::StrFormat("%.3f", r.default_us));
+}
+
+CacheKey DiskKey(const std::string& key) {
+  CacheKey k;
+  k.canonical = absl::StrCat("autotune v1\n", AutotuneDeviceIdentity(), "\n", AutotuneLibraryVersions(), "\n", key);
+  k.hash = Fingerprint64(k.canonical);
+  return k;
+}
+
+}  // namespace
+
+void SetTestOnlyCandidate(const TestOnlyCandidate* candidate) {
+  std::lock_guard<std::mutex> lock(TestCandidateMu());
+  TestCandidate() = candidate ? std::make_shared<const TestOnlyCandidate>(*candidate) : nullptr;
+}
+
+void ClearAutotuneResultsForTest() {
+  ProcessTable& t = Table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.results.clear();
+}
+
+absl::StatusOr<double> MeasureMinMicros(const std::function<absl::Status()>& fn, int max_runs, double tolerance,
+                                        double budget_us, int* runs) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  if (absl::Status st = fn(); !st.ok()) return st;  // warm-up: caches of the library, threads awake
+  double best = std::numeric_limits<double>::infinity();
+  int n = 0, near_best = 0;
+  for (int i = 0; i < max_runs; ++i) {
+    FlushCaches();
+    const auto t0 = Clock::now();
+    absl::Status st = fn();
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    if (!st.ok()) return st;
+    ++n;
+    // Stable: two runs after the first within `tolerance` of the minimum (a new minimum more than
+    // `tolerance` below the old one starts the count again).
+    if (us < best / (1.0 + tolerance)) {
+      near_best = 0;
+    } else if (us <= best * (1.0 + tolerance)) {
+      ++near_best;
+    }
+    best = std::min(best, us);
+    if (near_best >= 2) break;
+    if (std::chrono::duration<double, std::micro>(Clock::now() - start).count() > budget_us) break;
+  }
+  if (runs) *runs = n;
+  return best;
+}
+
+absl::StatusOr<std::unique_ptr<Autotuner>> Autotuner::Create(const AutotuneOptions& options, DiskCache* disk,
+                                                             Profiler* profiler) {
+  std::unique_ptr<Autotuner> t(new Autotuner(options, disk, profiler));
+  if (!options.load_from.empty()) {
+    auto text = ReadRegularFile(options.load_from, int64_t{256} << 20, "--autotune_results_load_from");
+    if (!text.ok()) return absl::InvalidArgumentError(text.status().message());
+    int line_no = 0, ignored = 0;
+    for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+      ++line_no;
+      if (line.empty() || line[0] == '#') continue;
+      std::vector<absl::string_view> f = absl::StrSplit(line, '\t');
+      std::string why, key, algorithm;
+      if (f.size() != 6) {
+        why = absl::StrCat("malformed (", f.size(), " fields, want 6)");
+      } else if (f[0] != AutotuneDeviceIdentity()) {
+        why = absl::StrCat("made on another device (", f[0], "; this is ", AutotuneDeviceIdentity(), ")");
+      } else if (f[1] != AutotuneLibraryVersions()) {
+        why = absl::StrCat("made with other library versions (", f[1], "; these are ", AutotuneLibraryVersions(), ")");
+      } else if (!absl::CUnescape(f[2], &key) || !absl::CUnescape(f[3], &algorithm)) {
+        why = "bad escape sequence";
+      }
+      if (!why.empty()) {
+        ++ignored;
+        ++t->counters_.ignored_entries;
+        if (ignored <= 10) {
+          CJIT_LOG(WARNING) << "autotune results " << options.load_from << ":" << line_no << ": entry ignored: " << why;
+        }
+        continue;
+      }
+      t->loaded_.emplace_back(std::move(key), std::move(algorithm));
+    }
+    if (ignored > 10) {
+      CJIT_LOG(WARNING) << "autotune results " << options.load_from << ": " << ignored << " entries ignored in all";
+    }
+  }
+  return t;
+}
+
+std::string Autotuner::SignatureKey(const Node& node, const std::vector<const Tensor*>& inputs,
+                                    const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
+                                    int threads) {
+  if (FindAlgorithms(node.op_type) == nullptr) return "";
+  std::string k = absl::StrCat("op=", node.domain, ":", node.op_type, ";attrs=");
+  for (const auto& [name, a] : node.attrs) absl::StrAppend(&k, name, "=", AttrText(a), ",");
+  absl::StrAppend(&k, ";in=");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i] == nullptr) {
+      absl::StrAppend(&k, "-,");
+      continue;
+    }
+    const bool c = i < is_constant.size() && is_constant[i];
+    absl::StrAppend(&k, DTypeName(inputs[i]->dtype()), "[", absl::StrJoin(inputs[i]->dims(), "x"), "]", c ? "c" : "",
+                    ",");
+  }
+  absl::StrAppend(&k, ";post=", PostOpsText(post_ops), ";threads=", threads);
+  return k;
+}
+
+void Autotuner::Record(AutotuneRecord r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  records_.push_back(std::move(r));
+}
+
+std::vector<AutotuneRecord> Autotuner::records() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return records_;
+}
+
+std::optional<std::string> Autotuner::Lookup(const std::string& key, const Node& node,
+                                             const std::vector<const Tensor*>& inputs,
+                                             const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
+                                             const std::vector<InferOutput>* inferred, int threads) {
+  const KernelContext ctx = DescribeContext(node, inputs, is_constant, post_ops, inferred, threads);
+  ProcessTable& table = Table();
+  auto found = [&](AutotuneRecord r, const char* source, std::atomic<int64_t>& counter) -> std::optional<std::string> {
+    if (!Offered(r.algorithm, ctx)) {
+      CJIT_LOG(WARNING) << "autotune: " << source << " result '" << r.algorithm << "' for " << node.Describe()
+                        << " is not offered by this build for these inputs: ignored, the op is tuned again";
+      ++counters_.ignored_entries;
+      return std::nullopt;
+    }
+    ++counter;
+    std::string algorithm = r.algorithm;
+    if (std::string(source) != "memory") {
+      std::lock_guard<std::mutex> lock(table.mu);
+      table.results.emplace(key, r);
+    }
+    r.source = source;
+    r.op = node.Describe();
+    Record(std::move(r));
+    CJIT_VLOG(1) << "autotune: " << node.Describe() << " -> " << (algorithm.empty() ? "default" : algorithm) << " ("
+                 << source << ")";
+    return algorithm;
+  };
+  {
+    std::optional<AutotuneRecord> r;
+    {
+      std::lock_guard<std::mutex> lock(table.mu);
+      auto it = table.results.find(key);
+      if (it != table.results.end()) r = it->second;
+    }
+    if (r) {
+      if (auto a = found(*r, "memory", counters_.memory_hits)) return a;
+    }
+  }
+  for (const auto& [k, algorithm] : loaded_) {
+    if (k != key) continue;
+    AutotuneRecord r;
+    r.key = key;
+    r.algorithm = algorithm;
+    if (auto a = found(r, "file", counters_.file_hits)) return a;
+  }
+  if (disk_ != nullptr) {
+    if (auto payload = disk_->Lookup(DiskKey(key), kAutotunePayloadKind)) {
+      std::vector<std::string> f = absl::StrSplit(*payload, '\n');
+      AutotuneRecord r;
+      r.key = key;
+      if (f.size() == 4 && f[0] == "v1" && absl::SimpleAtod(f[2], &r.best_us) && absl::SimpleAtod(f[3], &r.default_us)) {
+        r.algorithm = f[1];
+        if (auto a = found(r, "disk", counters_.disk_hits)) return a;
+      } else {
+        CJIT_LOG(WARNING) << "autotune: persistent cache entry for " << node.Describe() << " is malformed: ignored";
+        ++counters_.ignored_entries;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> Autotuner::Tune(const std::string& key, const Node& node, const std::vector<const Tensor*>& inputs,
+                            const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
+                            const std::vector<InferOutput>* inferred, int threads) {
+  ProcessTable& table = Table();
+  {
+    std::lock_guard<std::mutex> lock(table.mu);
+    auto it = table.results.find(key);
+    if (it != table.results.end()) {
+      ++counters_.memory_hits;
+      return it->second.algorithm;
+    }
+    if (!table.in_flight.insert(key).second) return std::nullopt;  // another session tunes it
+  }
+  struct Done {
+    ProcessTable& t;
+    const std::string& key;
+    ~Done() {
+      std::lock_guard<std::mutex> lock(t.mu);
+      t.in_flight.erase(key);
+    }
+  } done{table, key};
+  try {
+    return TuneNow(key, node, inputs, is_constant, post_ops, inferred, threads);
+  } catch (const std::exception& e) {
+    // Scratch allocations beyond memory (bad_alloc) or a library exception: keep the default.
+    CJIT_LOG(WARNING) << "autotune: " << node.Describe() << " not tuned: " << e.what();
+    return "";
+  }
+}
+
+std::string Autotuner::TuneNow(const std::string& key, const Node& node, const std::vector<const Tensor*>& inputs,
+                               const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
+                               const std::vector<InferOutput>* inferred, int threads) {
+  ProcessTable& table = Table();
+  const int64_t t_start = Profiler::Now();
+  const KernelContext desc = DescribeContext(node, inputs, is_constant, post_ops, inferred, threads);
+  std::vector<Candidate> candidates = ListCandidates(desc);
+  AutotuneRecord rec;
+  rec.key = key;
+  rec.op = node.Describe();
+  rec.source = "tuned";
+  auto finish = [&](const std::string& why) {
+    if (!why.empty()) rec.notes.push_back(why);
+    {
+      std::lock_guard<std::mutex> lock(table.mu);
+      table.results.emplace(key, rec);
+    }
+    ++counters_.ops_tuned;
+    const int64_t t_end = Profiler::Now();
+    counters_.tuning_us += (t_end - t_start) / 1000;
+    if (disk_ != nullptr && !disk_->options().read_only) {
+      absl::Status st = disk_->Store(DiskKey(key), kAutotunePayloadKind,
+                                     absl::StrCat("v1\n", rec.algorithm, "\n", rec.best_us, "\n", rec.default_us));
+      if (!st.ok()) CJIT_LOG(WARNING) << "autotune: persistent cache write failed: " << st.message();
+    }
+    if (profiler_ != nullptr) {
+      TraceArgs args;
+      args.Add("node", node.name).Add("signature", key).Add("choice", rec.algorithm.empty() ? "default" : rec.algorithm)
+          .Add("default_impl", rec.default_impl).Add("best_us", rec.best_us).Add("default_us", rec.default_us)
+          .Add("candidates_timed", rec.candidates_timed).Add("candidates_rejected", rec.candidates_rejected);
+      profiler_->Complete(absl::StrCat("autotune ", node.op_type), "autotune", t_start, t_end, &args);
+    }
+    CJIT_VLOG(1) << "autotune: " << node.Describe() << " -> " << (rec.algorithm.empty() ? "default" : rec.algorithm)
+                 << absl::StrFormat(" (%.1f us vs default %.1f us; %d timed, %d rejected, %.1f ms)", rec.best_us,
+                                    rec.default_us, rec.candidates_timed, rec.candidates_rejected,
+                                    (t_end - t_start) / 1e6);
+    Record(rec);
+    if (!options_.dump_to.empty()) WriteDumpFile();
+    return rec.algorithm;
+  };
+  if (candidates.empty()) return finish("no candidates");
+  // Inputs: constants as they are; others uninitialized (level 1) or seeded random values (2+).
+  std::vector<Tensor> owned(inputs.size());
+  std::vector<const Tensor*> ins(inputs.size(), nullptr);
+  std::mt19937 rng(0x5eed);
+  try {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (inputs[i] == nullptr) continue;
+      if (i < is_constant.size() && is_constant[i]) {
+        ins[i] = inputs[i];
+        continue;
+      }
+      owned[i] = Tensor(inputs[i]->dtype(), inputs[i]->dims());
+      if (options_.level >= 2) FillRandom(owned[i], rng);
+      ins[i] = &owned[i];
+    }
+  } catch (const std::exception& e) {
+    return finish(absl::StrCat("not tuned: ", e.what()));
+  }
+  const std::vector<InferOutput>& outs_info = desc.infer();
+  std::vector<Tensor> outputs(outs_info.size());
+  try {
+    for (size_t k = 0; k < outs_info.size(); ++k) {
+      if (!outs_info[k].shape.fully_known()) return finish("not tuned: an output shape is unknown");
+      outputs[k] = Tensor(outs_info[k].dtype, outs_info[k].shape.concrete());
+    }
+  } catch (const std::exception& e) {
+    return finish(absl::StrCat("not tuned: ", e.what()));
+  }
+  std::vector<InferOutput> static_outs = outs_info;
+  int64_t scratch = 0;
+  std::string impl;
+  auto run = [&](const Candidate* c) -> absl::Status {
+    if (c != nullptr && c->test_only) return c->test_only->run(ins, outputs);
+    scratch = 0;
+    std::vector<Tensor> preset = outputs;
+    auto r = EvaluateNode(node, ins, threads, nullptr, &is_constant, post_ops, &preset, &impl, &static_outs,
+                          c ? &c->id : nullptr, &scratch);
+    if (!r.ok()) return r.status();
+    for (size_t k = 0; k < r->size() && k < outputs.size(); ++k) {
+      if ((*r)[k].raw() != outputs[k].raw() && (*r)[k].defined()) {
+        if ((*r)[k].nbytes() != outputs[k].nbytes()) return absl::InternalError("output size mismatch");
+        std::memcpy(outputs[k].raw(), (*r)[k].raw(), outputs[k].nbytes());
+      }
+    }
+    return absl::OkStatus();
+  };
+  const double budget_us = options_.max_ms_per_op * 1000.0;
+  auto elapsed_us = [&] { return (Profiler::Now() - t_start) / 1000.0; };
+  // The default algorithm: the reference (level 4) and the time to beat.
+  if (options_.level >= 3) FillNaN(outputs);
+  if (absl::Status st = run(nullptr); !st.ok()) return finish(absl::StrCat("not tuned: default failed: ", st.message()));
+  rec.default_impl = impl;
+  std::vector<Tensor> reference;
+  if (options_.level >= 4) {
+    for (const Tensor& t : outputs) reference.push_back(t.Clone());
+  }
+  auto default_time = MeasureMinMicros([&] { return run(nullptr); }, 10, 0.05, budget_us);
+  if (!default_time.ok()) return finish(absl::StrCat("not tuned: default failed: ", default_time.status().message()));
+  rec.default_us = *default_time;
+  const int64_t default_scratch = scratch;
+  struct Timed {
+    const Candidate* c;
+    double us;
+    int64_t scratch;
+  };
+  std::vector<Timed> timed;
+  for (const Candidate& c : candidates) {
+    if (options_.deterministic && !c.deterministic) continue;
+    if (elapsed_us() > budget_us) {
+      rec.notes.push_back(absl::StrCat(c.id, ": skipped (budget of ", options_.max_ms_per_op, " ms spent)"));
+      continue;
+    }
+    if (options_.level >= 3) FillNaN(outputs);
+    absl::Status st = run(&c);  // warm-up (creates the primitive) and the checked run
+    std::string why;
+    if (!st.ok()) {
+      why = std::string(st.message());
+    } else if (options_.level >= 4) {
+      for (size_t k = 0; k < outputs.size() && why.empty(); ++k) why = CompareOutputs(outputs[k], reference[k]);
+    }
+    if (!why.empty()) {
+      ++rec.candidates_rejected;
+      ++counters_.candidates_rejected;
+      rec.notes.push_back(absl::StrCat(c.id, ": rejected (", why, ")"));
+      continue;
+    }
+    auto us = MeasureMinMicros([&] { return run(&c); }, 10, 0.05, budget_us);
+    ++rec.candidates_timed;
+    ++counters_.candidates_timed;
+    if (!us.ok()) {
+      rec.notes.push_back(absl::StrCat(c.id, ": rejected (", us.status().message(), ")"));
+      continue;
+    }
+    rec.notes.push_back(absl::StrFormat("%s: %.1f us", c.id, *us));
+    timed.push_back({&c, *us, c.test_only ? 0 : scratch});
+    if (options_.deterministic) break;  // the first good one
+  }
+  // The fastest; within 5% of it (noise) the one with the least scratch memory, the default first.
+  rec.best_us = rec.default_us;
+  if (!timed.empty()) {
+    double fastest = rec.default_us;
+    for (const Timed& t : timed) fastest = std::min(fastest, t.us);
+    const Timed* pick = nullptr;
+    int64_t pick_scratch = default_scratch;
+    double pick_us = rec.default_us;
+    bool default_in = !options_.deterministic && rec.default_us <= fastest * 1.05;
+    if (!default_in) pick_scratch = std::numeric_limits<int64_t>::max();
+    for (const Timed& t : timed) {
+      if (!options_.deterministic && t.us > fastest * 1.05) continue;
+      if (t.scratch < pick_scratch || (pick == nullptr && !default_in)) {
+        pick = &t;
+        pick_scratch = t.scratch;
+        pick_us = t.us;
+      }
+    }
+    if (pick != nullptr) {
+      rec.algorithm = pick->c->id;
+      rec.best_us = pick_us;
+    }
+  }
+  return finish("");
+}
+
+void Autotuner::WriteDumpFile() {
+  ProcessTable& t = Table();
+  std::lock_guard<std::mutex> dump_lock(t.dump_mu);
+  std::string text = absl::StrCat("# clusterjit autotune results (format 1): device, libraries, op signature, ",
+                                  "algorithm (empty = default), best us, default us; tab-separated, C-escaped\n");
+  {
+    std::lock_guard<std::mutex> lock(t.mu);
+    for (const auto& [key, r] : t.results) absl::StrAppend(&text, EntryLine(r), "\n");
+  }
+  absl::Status st = WriteFileAtomically(options_.dump_to, text);
+  if (!st.ok()) CJIT_LOG(WARNING) << "--autotune_results_dump_to: " << st.message();
+}
+
+const std::string* StepTuning::Resolve(Autotuner& tuner, const Node& node, const std::vector<const Tensor*>& inputs,
+                                       const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
+                                       const std::vector<InferOutput>* inferred, int threads, int64_t execution) {
+  int st = state_.load(std::memory_order_acquire);
+  if (st == kResolved) return choice_.empty() ? nullptr : &choice_;
+  if (st == kUntunable || !tuner.enabled()) return nullptr;
+  if (st == kNew) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_.load(std::memory_order_relaxed) == kNew) {
+      key_ = Autotuner::SignatureKey(node, inputs, is_constant, post_ops, threads);
+      if (key_.empty()) {
+        state_.store(kUntunable, std::memory_order_release);
+        return nullptr;
+      }
+      if (auto c = tuner.Lookup(key_, node, inputs, is_constant, post_ops, inferred, threads)) {
+        choice_ = *c;
+        state_.store(kResolved, std::memory_order_release);
+        return choice_.empty() ? nullptr : &choice_;
+      }
+      state_.store(kCounting, std::memory_order_release);
+    }
+  }
+  st = state_.load(std::memory_order_acquire);
+  if (st == kResolved) return choice_.empty() ? nullptr : &choice_;
+  if (st != kCounting) return nullptr;
+  if (execution < tuner.options().threshold) return nullptr;
+  // Tune on this thread; concurrent executions of this step run the default meanwhile.
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return nullptr;
+  if (state_.load(std::memory_order_relaxed) != kCounting) {
+    return state_.load(std::memory_order_acquire) == kResolved && !choice_.empty() ? &choice_ : nullptr;
+  }
+  std::optional<std::string> c = tuner.Tune(key_, node, inputs, is_constant, post_ops, inferred, threads);
+  if (!c) return nullptr;  // another session of the process is tuning this signature: default meanwhile
+  choice_ = std::move(*c);
+  state_.store(kResolved, std::memory_order_release);
+  return choice_.empty() ? nullptr : &choice_;
+}
+
+}  // namespace cjit

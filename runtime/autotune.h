@@ -1,0 +1,175 @@
+// Autotuning of convolution and GEMM algorithms on the CPU (docs/autotuning.md), after XLA's GPU
+// autotuner (--xla_gpu_autotune_level; TensorFlow guide §9.3.4.1) and TensorFlow's TF_AUTOTUNE_THRESHOLD.
+//
+// What is tuned: the library steps of compiled clusters whose kernel registers candidates
+// (runtime/cpu/kernel.h RegisterAlgorithms): Conv / NhwcConv / ConvTranspose (every oneDNN implementation
+// by primitive_desc::next_impl for blocked and plain layouts, Winograd where offered, and clusterjit's own
+// shape-generic paths) and float32 MatMul / Gemm (oneDNN matmul, dnnl_sgemm, Eigen). The fallback (op by
+// op) path always runs the kernels' default choices.
+//
+// When: an op signature (op type, attributes, input dtypes and dims, which inputs are constants, fused
+// post-ops, thread count) runs its default algorithm for the first --autotune_threshold executions of its
+// cluster signature (fallback executions count: with the default lazy compilation, the first compiled
+// execution is the third and it tunes), then it is tuned once per process (concurrent executions of the same step run the
+// default meanwhile; other signatures are never blocked) and the choice is kept. A choice found in the
+// process, in --autotune_results_load_from or in the persistent cache is used from the first execution.
+//
+// How (--autotune_level, XLA's levels): non-constant inputs are uninitialized (1) or seeded random
+// uniform [-1, 1] values (2+); constant inputs (weights) are the real ones. Level 3 fills outputs with
+// NaN before each candidate, level 4 also compares each candidate's output with the default algorithm's
+// (|a - b| <= tol * (1 + max|ref|) elementwise, tol 1e-3 for float32, 3e-2 for 16-bit types; NaN only
+// where the reference has NaN) and rejects those that differ. Timing (MeasureMinMicros, the one rule):
+// one warm-up run, then up to 10 timed runs, stopping when two runs came within 5% of the minimum;
+// between timed runs the caches are flushed (a 4 MiB buffer is rewritten) so small problems are not
+// timed hot. The fastest candidate wins unless it is within 5% of the default's time (noise): then the
+// one with less scratch memory (ties: the default). --autotune_deterministic takes the first candidate,
+// in the library's preference order, that passes. --autotune_max_ms_per_op bounds the search per op.
+//
+// Storage: results live in the process (shared by sessions), in the persistent cache (payload kind
+// kAutotunePayloadKind, keyed by device identity — CPU model and ISA features —, library versions —
+// oneDNN, Eigen, clusterjit — and the op signature; same header, checksum and atomic write as compiled
+// code), and in the --autotune_results_dump_to text file. A loaded entry for another device or library
+// version is ignored with a logged reason; a loaded algorithm the kernel does not offer for the op is
+// ignored too (the op is tuned again).
+//
+// Thread-safety: every method may be called concurrently.
+#ifndef CJIT_RUNTIME_AUTOTUNE_H_
+#define CJIT_RUNTIME_AUTOTUNE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cache/disk_cache.h"
+#include "compiler/ir/graph.h"
+#include "compiler/ops/op_registry.h"
+#include "flags/flags.h"
+
+namespace cjit {
+
+class Profiler;
+struct PostOp;
+
+struct AutotuneOptions {
+  int level = 4;                 // 0..4 (see above)
+  double max_ms_per_op = 250;    // search budget per op signature
+  bool deterministic = false;
+  int threshold = 2;             // executions before tuning
+  std::string dump_to, load_from;
+};
+AutotuneOptions AutotuneOptionsFromFlags(const Flags& flags);
+
+// Persistent-cache payload kind of an autotuning result.
+inline constexpr uint32_t kAutotunePayloadKind = 3;
+
+// The machine and libraries a result is valid for: "cpu=<model>;isa=<features>" and
+// "onednn=<version>;eigen=<version>;clusterjit=<version>".
+const std::string& AutotuneDeviceIdentity();
+const std::string& AutotuneLibraryVersions();
+
+// Session-wide counters (stats JSON "autotune").
+struct AutotuneCounters {
+  std::atomic<int64_t> ops_tuned{0}, candidates_timed{0}, candidates_rejected{0}, tuning_us{0};
+  std::atomic<int64_t> memory_hits{0}, disk_hits{0}, file_hits{0}, ignored_entries{0};
+};
+
+// One op signature's decision.
+struct AutotuneRecord {
+  std::string key;             // the op signature
+  std::string op;              // "Conv 'name'" of the node it was tuned on
+  std::string algorithm;       // the choice; "" = the kernel's default
+  std::string default_impl;    // what the default ran (the kernel's implementation string)
+  double best_us = 0, default_us = 0;  // minimum times (0 when loaded)
+  int candidates_timed = 0, candidates_rejected = 0;
+  std::string source;          // "tuned", "memory", "file" or "disk"
+  std::vector<std::string> notes;  // per candidate: "id: 12.3 us" or "id: rejected (why)"
+};
+
+// A test-only candidate (tests/autotune_test.cc): offered for every node of `op_type` in addition to the
+// kernel's; `run` replaces the kernel for it. Null clears.
+struct TestOnlyCandidate {
+  std::string op_type, id;
+  std::function<absl::Status(const std::vector<const Tensor*>& inputs, std::vector<Tensor>& outputs)> run;
+};
+void SetTestOnlyCandidate(const TestOnlyCandidate* candidate);
+// Forgets every result of this process (tests: a "fresh process").
+void ClearAutotuneResultsForTest();
+
+class Autotuner {
+ public:
+  // `disk` and `profiler` may be null. Reads options.load_from (an unreadable file is an error naming it;
+  // bad entries are ignored with a logged reason).
+  static absl::StatusOr<std::unique_ptr<Autotuner>> Create(const AutotuneOptions& options, DiskCache* disk,
+                                                           Profiler* profiler);
+  const AutotuneOptions& options() const { return options_; }
+  bool enabled() const { return options_.level > 0; }
+
+  // The op signature of `node` with these inputs, or "" when its kernel has nothing to tune.
+  static std::string SignatureKey(const Node& node, const std::vector<const Tensor*>& inputs,
+                                  const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
+                                  int threads);
+  // A known choice for `key` (process, then loaded file, then disk) that the kernel offers for these
+  // inputs, or nullopt.
+  std::optional<std::string> Lookup(const std::string& key, const Node& node, const std::vector<const Tensor*>& inputs,
+                                    const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
+                                    const std::vector<InferOutput>* inferred, int threads);
+  // Tunes `key` now (or returns the choice another session of the process made meanwhile); "" = default;
+  // nullopt while another session of the process is tuning the same signature. Never fails: a problem is
+  // recorded in the result's notes and the default kept.
+  std::optional<std::string> Tune(const std::string& key, const Node& node, const std::vector<const Tensor*>& inputs,
+                   const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
+                   const std::vector<InferOutput>* inferred, int threads);
+
+  AutotuneCounters& counters() { return counters_; }
+  const AutotuneCounters& counters() const { return counters_; }
+  // This tuner's decisions (tuned or found), in order.
+  std::vector<AutotuneRecord> records() const;
+
+ private:
+  explicit Autotuner(AutotuneOptions options, DiskCache* disk, Profiler* profiler)
+      : options_(std::move(options)), disk_(disk), profiler_(profiler) {}
+  std::string TuneNow(const std::string& key, const Node& node, const std::vector<const Tensor*>& inputs,
+                      const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
+                      const std::vector<InferOutput>* inferred, int threads);
+  void Record(AutotuneRecord r);
+  void WriteDumpFile();
+  AutotuneOptions options_;
+  DiskCache* disk_;
+  Profiler* profiler_;
+  AutotuneCounters counters_;
+  mutable std::mutex mu_;
+  std::vector<AutotuneRecord> records_;  // guarded by mu_
+  std::vector<std::pair<std::string, std::string>> loaded_;  // key -> algorithm from load_from (immutable)
+};
+
+// The autotuning state of one library step of an executable. Resolve() is called for every execution:
+// it returns the algorithm to run (null: the default) and tunes once `execution` (the signature's earlier
+// executions, fallback ones included) reaches the threshold.
+class StepTuning {
+ public:
+  const std::string* Resolve(Autotuner& tuner, const Node& node, const std::vector<const Tensor*>& inputs,
+                             const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
+                             const std::vector<InferOutput>* inferred, int threads, int64_t execution);
+
+ private:
+  enum State { kNew = 0, kCounting = 1, kResolved = 2, kUntunable = 3 };
+  std::atomic<int> state_{kNew};
+  std::mutex mu_;
+  std::string key_;     // set under mu_ before state_ leaves kNew
+  std::string choice_;  // immutable once state_ == kResolved
+};
+
+// The timing rule (one place): one warm-up call, then up to `max_runs` timed calls with the caches
+// flushed before each, stopping once two calls after the first came within `tolerance` of the minimum
+// (a new minimum lower by more than `tolerance` restarts that count) or the `budget_us` is spent.
+// Returns the minimum in microseconds, or the first error.
+absl::StatusOr<double> MeasureMinMicros(const std::function<absl::Status()>& fn, int max_runs = 10,
+                                        double tolerance = 0.05, double budget_us = 1e12, int* runs = nullptr);
+
+}  // namespace cjit
+
+#endif  // CJIT_RUNTIME_AUTOTUNE_H_

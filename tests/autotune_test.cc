@@ -1,0 +1,620 @@
+// Autotuning (runtime/autotune.h): every candidate of every family against float64 math on GEMM and
+// convolution shapes (depthwise, grouped, strided, dilated, asymmetric pads, 1x1, 1-D, channels-last,
+// transposed); a wrong test-only candidate chosen at level 1 and rejected at level 4; results kept in the
+// persistent cache and the dump file and found again by a "fresh process" (the process table cleared);
+// entries of another device or library version ignored; a session tunes after the threshold only, and a
+// second session with the same cache directory tunes nothing.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "gtest/gtest.h"
+#include "runtime/autotune.h"
+#include "runtime/cpu/kernel.h"
+#include "runtime/session.h"
+#include "tests/model_builder.h"
+
+namespace cjit {
+namespace {
+
+struct ConvCase {
+  std::string name;
+  bool channels_last = false, transposed = false;
+  int64_t n = 1, c = 8, oc = 16;
+  std::vector<int64_t> spatial{12, 12}, kernel{3, 3}, strides{1, 1}, dilations{1, 1}, pads{1, 1, 1, 1};
+  int64_t group = 1;
+  bool bias = true;
+};
+
+void PrintTo(const ConvCase& c, std::ostream* os) { *os << c.name; }
+
+std::vector<float> RandomFloats(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+Tensor FloatTensor(const Dims& dims, const std::vector<float>& v) {
+  Tensor t(DType::kF32, dims);
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
+}
+
+int64_t Numel(const Dims& d) {
+  int64_t n = 1;
+  for (int64_t x : d) n *= x;
+  return n;
+}
+
+// float64 ONNX Conv / ConvTranspose on NCHW data (1-D or 2-D).
+std::vector<double> ReferenceConv(const ConvCase& k, const std::vector<float>& x, const std::vector<float>& w,
+                                  const std::vector<float>& b, Dims* y_dims) {
+  const bool two = k.spatial.size() == 2;
+  const int64_t H = two ? k.spatial[0] : 1, W = k.spatial.back();
+  const int64_t KH = two ? k.kernel[0] : 1, KW = k.kernel.back();
+  const int64_t SH = two ? k.strides[0] : 1, SW = k.strides.back();
+  const int64_t DH = two ? k.dilations[0] : 1, DW = k.dilations.back();
+  const size_t ns = k.spatial.size();
+  const int64_t PT = two ? k.pads[0] : 0, PL = k.pads[ns - 1], PB = two ? k.pads[2] : 0, PR = k.pads[2 * ns - 1];
+  const int64_t cg = k.c / k.group, og = k.oc / k.group;
+  int64_t OH, OW;
+  if (!k.transposed) {
+    OH = (H + PT + PB - (DH * (KH - 1) + 1)) / SH + 1;
+    OW = (W + PL + PR - (DW * (KW - 1) + 1)) / SW + 1;
+  } else {
+    OH = SH * (H - 1) + DH * (KH - 1) + 1 - PT - PB;
+    OW = SW * (W - 1) + DW * (KW - 1) + 1 - PL - PR;
+  }
+  *y_dims = two ? Dims{k.n, k.oc, OH, OW} : Dims{k.n, k.oc, OW};
+  std::vector<double> y(static_cast<size_t>(k.n * k.oc * OH * OW), 0.0);
+  for (int64_t n = 0; n < k.n; ++n)
+    for (int64_t g = 0; g < k.group; ++g)
+      for (int64_t ci = 0; ci < cg; ++ci)
+        for (int64_t o = 0; o < og; ++o)
+          for (int64_t kh = 0; kh < KH; ++kh)
+            for (int64_t kw = 0; kw < KW; ++kw) {
+              const int64_t c = g * cg + ci, oc = g * og + o;
+              // Forward weights [OC, C/g, k]; transposed [C, OC/g, k].
+              const double wv = k.transposed ? w[((c * og + o) * KH + kh) * KW + kw] : w[((oc * cg + ci) * KH + kh) * KW + kw];
+              if (!k.transposed) {
+                for (int64_t oh = 0; oh < OH; ++oh)
+                  for (int64_t ow = 0; ow < OW; ++ow) {
+                    int64_t ih = oh * SH - PT + kh * DH, iw = ow * SW - PL + kw * DW;
+                    if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                    y[((n * k.oc + oc) * OH + oh) * OW + ow] += wv * x[((n * k.c + c) * H + ih) * W + iw];
+                  }
+              } else {
+                for (int64_t ih = 0; ih < H; ++ih)
+                  for (int64_t iw = 0; iw < W; ++iw) {
+                    int64_t oh = ih * SH - PT + kh * DH, ow = iw * SW - PL + kw * DW;
+                    if (oh < 0 || oh >= OH || ow < 0 || ow >= OW) continue;
+                    y[((n * k.oc + oc) * OH + oh) * OW + ow] += wv * x[((n * k.c + c) * H + ih) * W + iw];
+                  }
+              }
+            }
+  if (!b.empty()) {
+    for (int64_t n = 0; n < k.n; ++n)
+      for (int64_t o = 0; o < k.oc; ++o)
+        for (int64_t p = 0; p < OH * OW; ++p) y[(n * k.oc + o) * OH * OW + p] += b[o];
+  }
+  return y;
+}
+
+// NCHW <-> channels-last for [N, C, spatial..].
+template <typename T>
+std::vector<T> ToChannelsLast(const std::vector<T>& v, int64_t n, int64_t c, int64_t p) {
+  std::vector<T> out(v.size());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < c; ++j)
+      for (int64_t q = 0; q < p; ++q) out[(i * p + q) * c + j] = v[(i * c + j) * p + q];
+  return out;
+}
+
+struct Built {
+  Graph g;
+  Node* node = nullptr;
+  std::vector<Tensor> inputs;
+  std::vector<const Tensor*> ptrs;
+  std::vector<bool> is_constant;
+  std::vector<InferOutput> inferred;
+};
+
+// A graph holding one node; inputs X (a graph input) and constants after it.
+std::unique_ptr<Built> BuildNode(const std::string& op, const std::string& domain, const std::vector<Tensor>& inputs,
+                                 const std::map<std::string, Attribute>& attrs) {
+  auto b = std::make_unique<Built>();
+  std::vector<Value*> vals;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (i == 0) {
+      vals.push_back(b->g.AddInput("x", inputs[i].dtype(), Shape::Of(inputs[i].dims())));
+    } else {
+      vals.push_back(b->g.AddConstant(absl::StrCat("c", i), inputs[i]));
+    }
+  }
+  b->node = b->g.AddNode(op, "n", vals, {"y"});
+  b->node->domain = domain;
+  b->node->attrs = attrs;
+  b->inputs = inputs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    b->ptrs.push_back(i == 0 ? &b->inputs[0] : b->node->inputs[i]->constant.get());
+    b->is_constant.push_back(i > 0);
+  }
+  EXPECT_TRUE(InferNode(*b->node, InferInputsFromValues(b->ptrs), b->inferred).ok());
+  return b;
+}
+
+std::vector<AlgorithmCandidate> Candidates(const Built& b) {
+  KernelContext ctx;
+  ctx.node = b.node;
+  ctx.inputs = b.ptrs;
+  ctx.input_is_constant = &b.is_constant;
+  ctx.static_inferred = &b.inferred;
+  const AlgorithmsFn* fn = FindAlgorithms(b.node->op_type);
+  return fn ? (*fn)(ctx) : std::vector<AlgorithmCandidate>{};
+}
+
+std::unique_ptr<Built> BuildConv(const ConvCase& k, std::vector<float>* x, std::vector<float>* w, std::vector<float>* bias) {
+  const int64_t p = Numel(k.spatial);
+  *x = RandomFloats(static_cast<size_t>(k.n * k.c * p), 1);
+  Dims wd = k.transposed ? Dims{k.c, k.oc / k.group} : Dims{k.oc, k.c / k.group};
+  for (int64_t d : k.kernel) wd.push_back(d);
+  *w = RandomFloats(static_cast<size_t>(Numel(wd)), 2);
+  *bias = k.bias ? RandomFloats(static_cast<size_t>(k.oc), 3) : std::vector<float>{};
+  Dims xd{k.n, k.c};
+  xd.insert(xd.end(), k.spatial.begin(), k.spatial.end());
+  std::vector<Tensor> ins;
+  if (k.channels_last) {
+    Dims xl{k.n};
+    xl.insert(xl.end(), k.spatial.begin(), k.spatial.end());
+    xl.push_back(k.c);
+    ins.push_back(FloatTensor(xl, ToChannelsLast(*x, k.n, k.c, p)));
+  } else {
+    ins.push_back(FloatTensor(xd, *x));
+  }
+  ins.push_back(FloatTensor(wd, *w));
+  if (k.bias) ins.push_back(FloatTensor({k.oc}, *bias));
+  std::map<std::string, Attribute> attrs{{"strides", Attribute::Ints(k.strides)},
+                                         {"dilations", Attribute::Ints(k.dilations)},
+                                         {"pads", Attribute::Ints(k.pads)},
+                                         {"kernel_shape", Attribute::Ints(k.kernel)},
+                                         {"group", Attribute::Int(k.group)}};
+  return BuildNode(k.transposed ? "ConvTranspose" : k.channels_last ? "NhwcConv" : "Conv",
+                   k.channels_last ? std::string(kInternalDomain) : "", ins, attrs);
+}
+
+class AutotuneConvTest : public ::testing::TestWithParam<ConvCase> {};
+
+TEST_P(AutotuneConvTest, EveryCandidateMatchesFloat64) {
+  const ConvCase& k = GetParam();
+  std::vector<float> x, w, bias;
+  auto b = BuildConv(k, &x, &w, &bias);
+  Dims yd;
+  std::vector<double> ref = ReferenceConv(k, x, w, bias, &yd);
+  const int64_t op = Numel(yd) / (yd[0] * yd[1]);
+  if (k.channels_last) ref = ToChannelsLast(ref, yd[0], yd[1], op);
+  double scale = 1;
+  for (double v : ref) scale = std::max(scale, std::fabs(v));
+  std::vector<AlgorithmCandidate> cands = Candidates(*b);
+  ASSERT_GE(cands.size(), 2u) << k.name;
+  bool own = false, onednn = false;
+  for (const AlgorithmCandidate& c : cands) {
+    own = own || c.id.rfind("own:", 0) == 0;
+    onednn = onednn || c.id.rfind("onednn", 0) == 0;
+    auto r = EvaluateNode(*b->node, b->ptrs, 2, nullptr, &b->is_constant, nullptr, nullptr, nullptr, &b->inferred, &c.id);
+    ASSERT_TRUE(r.ok()) << k.name << " " << c.id << ": " << r.status();
+    const Tensor& y = (*r)[0];
+    ASSERT_EQ(static_cast<size_t>(y.numel()), ref.size()) << c.id;
+    double worst = 0;
+    for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs(y.data<float>()[i] - ref[i]));
+    EXPECT_LE(worst, 1e-5 * scale * std::sqrt(static_cast<double>(k.c * Numel(k.kernel)))) << k.name << " " << c.id;
+  }
+  EXPECT_TRUE(onednn) << k.name << ": no oneDNN candidate";
+  const bool expect_own = k.transposed ? k.spatial.size() <= 2 : (k.group == 1 || k.channels_last);
+  if (expect_own) EXPECT_TRUE(own) << k.name << ": no own candidate";
+  // An id the kernel does not offer is an error naming it, never a silent fallback.
+  const std::string bogus = "onednn:no_such_impl";
+  auto r = EvaluateNode(*b->node, b->ptrs, 1, nullptr, &b->is_constant, nullptr, nullptr, nullptr, &b->inferred, &bogus);
+  EXPECT_FALSE(r.ok());
+}
+
+ConvCase Case(std::string name, std::function<void(ConvCase&)> f) {
+  ConvCase k;
+  k.name = std::move(name);
+  f(k);
+  return k;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AutotuneConvTest,
+    ::testing::Values(Case("3x3", [](ConvCase&) {}),
+                      Case("pointwise", [](ConvCase& k) { k.kernel = {1, 1}; k.pads = {0, 0, 0, 0}; k.c = 16; k.oc = 24; }),
+                      Case("pointwise_nhwc", [](ConvCase& k) { k.kernel = {1, 1}; k.pads = {0, 0, 0, 0}; k.c = 16; k.oc = 24; k.channels_last = true; }),
+                      Case("depthwise_strided_nhwc", [](ConvCase& k) { k.c = k.oc = k.group = 16; k.strides = {2, 2}; k.channels_last = true; }),
+                      Case("depthwise", [](ConvCase& k) { k.c = k.oc = k.group = 16; k.bias = false; }),
+                      Case("grouped", [](ConvCase& k) { k.c = 8; k.oc = 12; k.group = 4; }),
+                      Case("dilated", [](ConvCase& k) { k.dilations = {2, 2}; k.pads = {2, 2, 2, 2}; }),
+                      Case("asymmetric_pads_strided", [](ConvCase& k) { k.pads = {0, 1, 2, 0}; k.strides = {1, 2}; k.spatial = {11, 13}; }),
+                      Case("conv1d_few_channels", [](ConvCase& k) { k.c = 3; k.oc = 8; k.spatial = {40}; k.kernel = {5}; k.strides = {2}; k.dilations = {1}; k.pads = {2, 1}; }),
+                      Case("nhwc_3x3_batch2", [](ConvCase& k) { k.n = 2; k.channels_last = true; }),
+                      Case("conv_transpose_strided", [](ConvCase& k) { k.transposed = true; k.c = 8; k.oc = 4; k.strides = {2, 2}; k.spatial = {6, 7}; k.pads = {1, 0, 1, 0}; })),
+    [](const ::testing::TestParamInfo<ConvCase>& i) { return i.param.name; });
+
+// MatMul / Gemm: every candidate against float64.
+TEST(AutotuneGemmTest, EveryCandidateMatchesFloat64) {
+  struct MM {
+    Dims a, b;
+  };
+  for (const MM& m : {MM{{5, 7}, {7, 3}}, MM{{2, 3, 17, 33}, {2, 3, 33, 9}}, MM{{4, 17, 8}, {8, 5}}, MM{{3, 1, 6, 4}, {5, 4, 2}}}) {
+    std::vector<float> av = RandomFloats(static_cast<size_t>(Numel(m.a)), 4), bv = RandomFloats(static_cast<size_t>(Numel(m.b)), 5);
+    auto b = BuildNode("MatMul", "", {FloatTensor(m.a, av), FloatTensor(m.b, bv)}, {});
+    // float64 reference with numpy broadcasting of the batch dims.
+    const Dims yd = b->inferred[0].shape.concrete();
+    const int64_t M = m.a[m.a.size() - 2], K = m.a.back(), N = m.b.back();
+    const int64_t batch = Numel(yd) / (M * N);
+    std::vector<double> ref(static_cast<size_t>(Numel(yd)), 0.0);
+    for (int64_t bi = 0; bi < batch; ++bi) {
+      // Batch index -> per-operand offsets (right-aligned broadcasting).
+      int64_t rem = bi, aoff = 0, boff = 0, astride = M * K, bstride = K * N;
+      for (int d = static_cast<int>(yd.size()) - 3; d >= 0; --d) {
+        const int64_t idx = rem % yd[d];
+        rem /= yd[d];
+        const int ad = d - static_cast<int>(yd.size() - m.a.size()), bd = d - static_cast<int>(yd.size() - m.b.size());
+        if (ad >= 0) {
+          if (m.a[ad] != 1) aoff += idx * astride;
+          astride *= m.a[ad];
+        }
+        if (bd >= 0) {
+          if (m.b[bd] != 1) boff += idx * bstride;
+          bstride *= m.b[bd];
+        }
+      }
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          double s = 0;
+          for (int64_t q = 0; q < K; ++q) s += static_cast<double>(av[aoff + i * K + q]) * bv[boff + q * N + j];
+          ref[(bi * M + i) * N + j] = s;
+        }
+    }
+    std::vector<AlgorithmCandidate> cands = Candidates(*b);
+    ASSERT_EQ(cands.size(), 3u);
+    for (const AlgorithmCandidate& c : cands) {
+      auto r = EvaluateNode(*b->node, b->ptrs, 2, nullptr, &b->is_constant, nullptr, nullptr, nullptr, &b->inferred, &c.id);
+      ASSERT_TRUE(r.ok()) << c.id << ": " << r.status();
+      for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR((*r)[0].data<float>()[i], ref[i], 1e-4) << c.id << " at " << i;
+    }
+  }
+  // Gemm with transposes, alpha, beta and a broadcast C.
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      const int64_t M = 9, K = 13, N = 6;
+      Dims ad = ta ? Dims{K, M} : Dims{M, K}, bd = tb ? Dims{N, K} : Dims{K, N};
+      std::vector<float> av = RandomFloats(M * K, 6), bv = RandomFloats(K * N, 7), cv = RandomFloats(N, 8);
+      auto b = BuildNode("Gemm", "", {FloatTensor(ad, av), FloatTensor(bd, bv), FloatTensor({N}, cv)},
+                         {{"transA", Attribute::Int(ta)}, {"transB", Attribute::Int(tb)}});
+      b->node->attrs["alpha"].kind = Attribute::Kind::kFloat;
+      b->node->attrs["alpha"].f = 0.5f;
+      b->node->attrs["beta"].kind = Attribute::Kind::kFloat;
+      b->node->attrs["beta"].f = 2.0f;
+      std::vector<AlgorithmCandidate> cands = Candidates(*b);
+      ASSERT_EQ(cands.size(), 3u);
+      for (const AlgorithmCandidate& c : cands) {
+        auto r = EvaluateNode(*b->node, b->ptrs, 1, nullptr, &b->is_constant, nullptr, nullptr, nullptr, &b->inferred, &c.id);
+        ASSERT_TRUE(r.ok()) << c.id << ": " << r.status();
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            double s = 0;
+            for (int64_t q = 0; q < K; ++q) {
+              s += static_cast<double>(ta ? av[q * M + i] : av[i * K + q]) * (tb ? bv[j * K + q] : bv[q * N + j]);
+            }
+            ASSERT_NEAR((*r)[0].data<float>()[i * N + j], 0.5 * s + 2.0 * cv[j], 1e-4) << c.id << " ta=" << ta << " tb=" << tb;
+          }
+      }
+    }
+}
+
+// A test-only candidate that writes zeros and returns at once: the fastest, and wrong.
+class WrongCandidate {
+ public:
+  explicit WrongCandidate(bool write) {
+    TestOnlyCandidate c;
+    c.op_type = "Conv";
+    c.id = "test:wrong";
+    c.run = [write](const std::vector<const Tensor*>&, std::vector<Tensor>& outs) {
+      if (write) std::memset(outs[0].raw(), 0, outs[0].nbytes());
+      return absl::OkStatus();
+    };
+    SetTestOnlyCandidate(&c);
+  }
+  ~WrongCandidate() { SetTestOnlyCandidate(nullptr); }
+};
+
+ConvCase BigConv() {
+  ConvCase k;
+  k.c = 32;
+  k.oc = 32;
+  k.spatial = {40, 40};
+  return k;
+}
+
+std::optional<std::string> TuneOnce(int level, const Built& b, Autotuner** out_tuner = nullptr,
+                                   std::unique_ptr<Autotuner>* keep = nullptr) {
+  ClearAutotuneResultsForTest();
+  AutotuneOptions o;
+  o.level = level;
+  o.max_ms_per_op = 1e6;  // every candidate, the test-only one (listed last) included
+  auto t = Autotuner::Create(o, nullptr, nullptr);
+  EXPECT_TRUE(t.ok());
+  const std::string key = Autotuner::SignatureKey(*b.node, b.ptrs, b.is_constant, nullptr, 1);
+  EXPECT_FALSE(key.empty());
+  auto r = (*t)->Tune(key, *b.node, b.ptrs, b.is_constant, nullptr, &b.inferred, 1);
+  if (keep) *keep = std::move(*t);
+  return r;
+}
+
+TEST(AutotuneTest, WrongCandidateChosenAtLevel1RejectedAtLevel4) {
+  std::vector<float> x, w, bias;
+  auto b = BuildConv(BigConv(), &x, &w, &bias);
+  {
+    WrongCandidate wrong(true);
+    std::unique_ptr<Autotuner> t;
+    EXPECT_EQ(TuneOnce(1, *b, nullptr, &t).value_or("?"), "test:wrong");  // nothing checks it: fastest wins
+    std::unique_ptr<Autotuner> t4;
+    std::string chosen = TuneOnce(4, *b, nullptr, &t4).value_or("?");
+    EXPECT_NE(chosen, "test:wrong");
+    const std::vector<AutotuneRecord> recs = t4->records();
+    ASSERT_EQ(recs.size(), 1u);
+    const AutotuneRecord& r = recs[0];
+    for (const std::string& n : r.notes) std::printf("  %s\n", n.c_str());
+    EXPECT_GE(r.candidates_rejected, 1);
+    bool named = false;
+    for (const std::string& n : r.notes) named = named || n.rfind("test:wrong: rejected", 0) == 0;
+    EXPECT_TRUE(named) << "the rejection names the candidate";
+    EXPECT_LE(r.best_us, r.default_us * 1.0001);  // never slower than the default it measured
+  }
+  {
+    // A candidate that writes nothing: the NaN fill of level 3+ exposes it at level 4.
+    WrongCandidate silent(false);
+    std::unique_ptr<Autotuner> t4;
+    EXPECT_NE(TuneOnce(4, *b, nullptr, &t4).value_or("?"), "test:wrong");
+  }
+  ClearAutotuneResultsForTest();
+}
+
+TEST(AutotuneTest, DeterministicTakesTheFirstPassingCandidate) {
+  std::vector<float> x, w, bias;
+  auto b = BuildConv(ConvCase{}, &x, &w, &bias);
+  ClearAutotuneResultsForTest();
+  AutotuneOptions o;
+  o.deterministic = true;
+  auto t = Autotuner::Create(o, nullptr, nullptr);
+  ASSERT_TRUE(t.ok());
+  const std::string key = Autotuner::SignatureKey(*b->node, b->ptrs, b->is_constant, nullptr, 1);
+  auto r = (*t)->Tune(key, *b->node, b->ptrs, b->is_constant, nullptr, &b->inferred, 1);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(*r, Candidates(*b)[0].id);
+  EXPECT_EQ((*t)->records()[0].candidates_timed, 1);
+  ClearAutotuneResultsForTest();
+}
+
+std::string TempDir(const std::string& name) {
+  std::string d = ::testing::TempDir() + "/cjit_autotune_" + name + "_" + std::to_string(::getpid());
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+TEST(AutotuneTest, ResultsPersistInDiskCacheAndDumpFileAndAreIgnoredForOtherDevices) {
+  std::vector<float> x, w, bias;
+  auto b = BuildConv(ConvCase{}, &x, &w, &bias);
+  const std::string dir = TempDir("persist");
+  DiskCacheOptions dco;
+  dco.dir = dir + "/cache";
+  auto disk = DiskCache::Open(dco);
+  ASSERT_TRUE(disk.ok());
+  const std::string key = Autotuner::SignatureKey(*b->node, b->ptrs, b->is_constant, nullptr, 1);
+  ClearAutotuneResultsForTest();
+  AutotuneOptions o;
+  o.dump_to = dir + "/results.txt";
+  auto t1 = Autotuner::Create(o, disk->get(), nullptr);
+  ASSERT_TRUE(t1.ok());
+  auto tuned = (*t1)->Tune(key, *b->node, b->ptrs, b->is_constant, nullptr, &b->inferred, 1);
+  ASSERT_TRUE(tuned.has_value());
+  EXPECT_EQ((*t1)->counters().ops_tuned.load(), 1);
+  // A fresh process with the same cache directory: found on disk, same choice, nothing tuned.
+  ClearAutotuneResultsForTest();
+  auto t2 = Autotuner::Create(AutotuneOptions{}, disk->get(), nullptr);
+  ASSERT_TRUE(t2.ok());
+  auto found = (*t2)->Lookup(key, *b->node, b->ptrs, b->is_constant, nullptr, &b->inferred, 1);
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(*found, *tuned);
+  EXPECT_EQ((*t2)->counters().disk_hits.load(), 1);
+  EXPECT_EQ((*t2)->counters().ops_tuned.load(), 0);
+  // A corrupt entry: rejected (counted, removed), never trusted: the op is tuned again.
+  {
+    int corrupted = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dco.dir)) {
+      if (e.path().extension() != ".cjit") continue;
+      std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(static_cast<std::streamoff>(std::filesystem::file_size(e.path()) - 2));
+      f.put('#');
+      ++corrupted;
+    }
+    ASSERT_EQ(corrupted, 1);
+    ClearAutotuneResultsForTest();
+    auto tc = Autotuner::Create(AutotuneOptions{}, disk->get(), nullptr);
+    ASSERT_TRUE(tc.ok());
+    const int64_t rejects = (*disk)->stats().rejects;
+    EXPECT_FALSE((*tc)->Lookup(key, *b->node, b->ptrs, b->is_constant, nullptr, &b->inferred, 1).has_value());
+    EXPECT_EQ((*disk)->stats().rejects, rejects + 1);
+    auto retuned = (*tc)->Tune(key, *b->node, b->ptrs, b->is_constant, nullptr, &b->inferred, 1);
+    ASSERT_TRUE(retuned.has_value());
+    auto list = DiskCache::List(dco.dir);
+    ASSERT_TRUE(list.ok());
+    ASSERT_EQ(list->size(), 1u);
+    EXPECT_TRUE((*list)[0].ok) << (*list)[0].problem;
+    EXPECT_EQ((*list)[0].payload_kind, kAutotunePayloadKind);
+  }
+  // Dump -> load in a fresh process without the cache: the same choice as the dumping process made.
+  ClearAutotuneResultsForTest();
+  AutotuneOptions lo;
+  lo.load_from = o.dump_to;
+  auto t3 = Autotuner::Create(lo, nullptr, nullptr);
+  ASSERT_TRUE(t3.ok()) << t3.status();
+  auto loaded = (*t3)->Lookup(key, *b->node, b->ptrs, b->is_constant, nullptr, &b->inferred, 1);
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_EQ(*loaded, *tuned);
+  EXPECT_EQ((*t3)->counters().file_hits.load(), 1);
+  // The same file as if written on another CPU, and with another oneDNN: each entry ignored, counted.
+  std::ifstream in(o.dump_to);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_NE(text.find(AutotuneDeviceIdentity()), std::string::npos);
+  for (const auto& [what, replacement] :
+       {std::pair<std::string, std::string>{AutotuneDeviceIdentity(), "cpu=Some Other CPU;isa=avx2"},
+        {AutotuneLibraryVersions(), "onednn=9.9.9+x;eigen=3.4.0;clusterjit=0.0.1"}}) {
+    const std::string path = dir + "/other.txt";
+    std::ofstream(path) << absl::StrReplaceAll(text, {{what, replacement}}) << "garbage line without tabs\n";
+    ClearAutotuneResultsForTest();
+    AutotuneOptions oo;
+    oo.load_from = path;
+    auto t4 = Autotuner::Create(oo, nullptr, nullptr);
+    ASSERT_TRUE(t4.ok());
+    EXPECT_EQ((*t4)->counters().ignored_entries.load(), 2) << replacement;
+    EXPECT_FALSE((*t4)->Lookup(key, *b->node, b->ptrs, b->is_constant, nullptr, &b->inferred, 1).has_value());
+  }
+  // An unreadable results file is an error naming the flag.
+  AutotuneOptions bad;
+  bad.load_from = dir + "/missing.txt";
+  auto t5 = Autotuner::Create(bad, nullptr, nullptr);
+  ASSERT_FALSE(t5.ok());
+  EXPECT_NE(t5.status().message().find("--autotune_results_load_from"), std::string::npos);
+  ClearAutotuneResultsForTest();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(AutotuneTest, MeasureMinMicrosStopsAndPropagatesErrors) {
+  int calls = 0;
+  auto t = MeasureMinMicros([&] { ++calls; return absl::OkStatus(); }, 10, 0.05);
+  ASSERT_TRUE(t.ok());
+  EXPECT_GE(calls, 4);   // warm-up + at least three timed runs
+  EXPECT_LE(calls, 11);  // at most 10 timed runs
+  calls = 0;
+  auto e = MeasureMinMicros([&] { return ++calls == 3 ? absl::InternalError("boom") : absl::OkStatus(); });
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().message(), "boom");
+}
+
+// A small conv network as a session: tuned after the threshold, the results agree with the fallback path,
+// and a second session on the same persistent cache (process table cleared) tunes nothing.
+std::string ConvNet() {
+  testing::ModelBuilder m(13);
+  m.Input("x", onnx::TensorProto::FLOAT, {1, 8, 20, 20}).Output("y");
+  m.InitFloats("w1", {16, 8, 3, 3}, RandomFloats(16 * 8 * 9, 11));
+  m.InitFloats("b1", {16}, RandomFloats(16, 12));
+  m.InitFloats("w2", {16, 16, 1, 1}, RandomFloats(16 * 16, 13));
+  auto* c1 = m.Node("Conv", {"x", "w1", "b1"}, {"c1"});
+  auto* a = c1->add_attribute();
+  a->set_name("pads");
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int i = 0; i < 4; ++i) a->add_ints(1);
+  m.Node("Relu", {"c1"}, {"r1"});
+  m.Node("Conv", {"r1", "w2"}, {"c2"});
+  m.Node("Sigmoid", {"c2"}, {"y"});
+  return m.Bytes();
+}
+
+TEST(AutotuneSessionTest, TunesAfterThresholdAndSecondSessionTunesNothing) {
+  const std::string dir = TempDir("session");
+  auto load = [&](const std::string& flags) {
+    SessionOptions o;
+    o.use_environment_flags = false;
+    auto f = ParseFlags(absl::StrCat("--device=cpu --auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false "
+                                     "--persistent_cache_dir=", dir, " ", flags));
+    EXPECT_TRUE(f.ok()) << f.status();
+    o.flags = *f;
+    auto s = Session::LoadFromBytes(ConvNet(), o);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return std::move(*s);
+  };
+  Tensor x = FloatTensor({1, 8, 20, 20}, RandomFloats(8 * 400, 14));
+  std::vector<NamedTensor> in{{"x", x}};
+  auto fb = load("--auto_jit=-1");
+  auto want = fb->Run(in);
+  ASSERT_TRUE(want.ok());
+  ClearAutotuneResultsForTest();
+  auto s1 = load("--autotune_threshold=2");
+  for (int i = 0; i < 3; ++i) {
+    auto r = s1->Run(in);
+    ASSERT_TRUE(r.ok()) << r.status();
+    const int64_t tuned = s1->stats().autotune.ops_tuned;
+    if (i < 2) EXPECT_EQ(tuned, 0) << "run " << i << ": tuned before the threshold";
+    if (i == 2) EXPECT_EQ(tuned, 2) << "both convolutions tuned on the third execution";
+    ASSERT_EQ((*r)[0].tensor.numel(), (*want)[0].tensor.numel());
+    for (int64_t k = 0; k < (*r)[0].tensor.numel(); ++k) {
+      ASSERT_NEAR((*r)[0].tensor.data<float>()[k], (*want)[0].tensor.data<float>()[k], 1e-4);
+    }
+  }
+  std::vector<AutotuneRecord> first = s1->AutotuneRecords();
+  ClearAutotuneResultsForTest();
+  auto s2 = load("--autotune_threshold=2");
+  ASSERT_TRUE(s2->Run(in).ok());
+  SessionStats st = s2->stats();
+  EXPECT_EQ(st.autotune.ops_tuned, 0);
+  EXPECT_EQ(st.autotune.disk_hits, 2);
+  std::vector<AutotuneRecord> second = s2->AutotuneRecords();
+  ASSERT_EQ(second.size(), first.size());
+  for (size_t i = 0; i < first.size(); ++i) EXPECT_EQ(second[i].algorithm, first[i].algorithm) << first[i].op;
+  // Level 0: nothing tuned, nothing looked up.
+  ClearAutotuneResultsForTest();
+  auto s0 = load("--autotune_level=0 --autotune_threshold=0");
+  ASSERT_TRUE(s0->Run(in).ok());
+  EXPECT_EQ(s0->stats().autotune.ops_tuned, 0);
+  EXPECT_EQ(s0->stats().autotune.disk_hits, 0);
+  ClearAutotuneResultsForTest();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace cjit
+
+namespace cjit {
+namespace {
+
+TEST(AutotuneFlagsTest, XlaNamesAliasesAndTfThreshold) {
+  auto f = ParseFlags(
+      "--xla_gpu_autotune_level=2 --tf_xla_autotune_threshold=5 --autotune_max_ms_per_op=12.5 "
+      "--xla_gpu_deterministic_ops --xla_gpu_dump_autotune_results_to=/tmp/a.txt "
+      "--xla_gpu_load_autotune_results_from=/tmp/b.txt");
+  ASSERT_TRUE(f.ok()) << f.status();
+  AutotuneOptions o = AutotuneOptionsFromFlags(*f);
+  EXPECT_EQ(o.level, 2);
+  EXPECT_EQ(o.threshold, 5);
+  EXPECT_DOUBLE_EQ(o.max_ms_per_op, 12.5);
+  EXPECT_TRUE(o.deterministic);
+  EXPECT_EQ(o.dump_to, "/tmp/a.txt");
+  EXPECT_EQ(o.load_from, "/tmp/b.txt");
+  Flags d;
+  EXPECT_EQ(d.autotune_level, 4);  // XLA's default
+  EXPECT_EQ(d.autotune_threshold, 2);
+  for (const char* bad : {"--autotune_level=5", "--autotune_level=-1", "--autotune_threshold=x", "--autotune_max_ms_per_op=-3"}) {
+    auto b = ParseFlags(bad);
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_NE(b.status().message().find("--autotune_"), std::string::npos) << b.status();
+  }
+  std::string text = TfMixedPrecisionFlagText([](const char* v) -> const char* {
+    return std::string(v) == "TF_AUTOTUNE_THRESHOLD" ? "7" : nullptr;
+  });
+  auto t = ParseFlags(text);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->autotune_threshold, 7);
+}
+
+}  // namespace
+}  // namespace cjit
