@@ -176,6 +176,9 @@ void FlushCaches() {
   std::memset(buf.data(), salt.fetch_add(1, std::memory_order_relaxed), buf.size());
 }
 
+// A candidate whose first timed run is slower than this factor times the best minimum so far is dropped.
+constexpr double kScreenRatio = 1.5;
+
 double Tolerance(DType t) { return t == DType::kF32 || t == DType::kF64 ? 1e-3 : 3e-2; }
 
 // "" when `got` matches `ref` within the dtype's tolerance (see the header), else what differs.
@@ -594,9 +597,27 @@ std::string Autotuner::TuneNow(const std::string& key, const Node& node, const s
       rec.notes.push_back(absl::StrCat(c.id, ": rejected (", why, ")"));
       continue;
     }
-    auto us = MeasureMinMicros([&] { return run(&c); }, 10, 0.05, budget_us);
     ++rec.candidates_timed;
     ++counters_.candidates_timed;
+    // Screen: one timed run (caches flushed); a candidate slower than kScreenRatio x the best minimum so
+    // far is not timed further (most of a convolution's candidates are 2-10x off: this halves tuning).
+    double best_so_far = rec.default_us;
+    for (const Timed& t : timed) best_so_far = std::min(best_so_far, t.us);
+    if (!options_.deterministic) {
+      FlushCaches();
+      const int64_t s0 = Profiler::Now();
+      if (absl::Status sst = run(&c); !sst.ok()) {
+        rec.notes.push_back(absl::StrCat(c.id, ": rejected (", sst.message(), ")"));
+        continue;
+      }
+      const double once_us = (Profiler::Now() - s0) / 1000.0;
+      if (once_us > kScreenRatio * best_so_far) {
+        rec.notes.push_back(absl::StrFormat("%s: %.1f us in one run, over %.1fx the best: not timed further", c.id,
+                                            once_us, kScreenRatio));
+        continue;
+      }
+    }
+    auto us = MeasureMinMicros([&] { return run(&c); }, 10, 0.05, budget_us);
     if (!us.ok()) {
       rec.notes.push_back(absl::StrCat(c.id, ": rejected (", us.status().message(), ")"));
       continue;

@@ -21,7 +21,8 @@
 // where the reference has NaN) and rejects those that differ. Timing (MeasureMinMicros, the one rule):
 // one warm-up run, then up to 10 timed runs, stopping when two runs came within 5% of the minimum;
 // between timed runs the caches are flushed (a 4 MiB buffer is rewritten) so small problems are not
-// timed hot. The fastest candidate wins unless it is within 5% of the default's time (noise): then the
+// timed hot; a candidate whose first timed run is over 1.5x the best minimum so far is not timed
+// further. The fastest candidate wins unless it is within 5% of the default's time (noise): then the
 // one with less scratch memory (ties: the default). --autotune_deterministic takes the first candidate,
 // in the library's preference order, that passes. --autotune_max_ms_per_op bounds the search per op.
 //
