@@ -78,6 +78,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     options.flags.auto_jit = "1";
     options.flags.min_cluster_size = 1;
     options.flags.enable_lazy_compilation = false;
+    if ((hash >> 8) % 2 == 0) {
+      // Autotune on the compile path at the first execution, with a small budget: every candidate of a
+      // hostile convolution or product is at least listed, created, checked against the default and timed.
+      options.flags.autotune_threshold = 0;
+      options.flags.autotune_max_ms_per_op = 2;
+    }
   } else {
     options.flags.auto_jit = "-1";
   }
