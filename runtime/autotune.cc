@@ -386,7 +386,9 @@ std::optional<std::string> Autotuner::Lookup(const std::string& key, const Node&
   const KernelContext ctx = DescribeContext(node, inputs, is_constant, post_ops, inferred, threads);
   ProcessTable& table = Table();
   auto found = [&](AutotuneRecord r, const char* source, std::atomic<int64_t>& counter) -> std::optional<std::string> {
-    if (!Offered(r.algorithm, ctx)) {
+    // A result of this process was tuned by this build on these inputs; loaded ones are checked against
+    // what the kernel offers now.
+    if (std::string_view(source) != "memory" && !Offered(r.algorithm, ctx)) {
       CJIT_LOG(WARNING) << "autotune: " << source << " result '" << r.algorithm << "' for " << node.Describe()
                         << " is not offered by this build for these inputs: ignored, the op is tuned again";
       ++counters_.ignored_entries;
@@ -578,6 +580,7 @@ std::string Autotuner::TuneNow(const std::string& key, const Node& node, const s
   };
   std::vector<Timed> timed;
   for (const Candidate& c : candidates) {
+    if (cancelled()) return "";  // the session is going away: store nothing partial
     if (options_.deterministic && !c.deterministic) continue;
     if (elapsed_us() > budget_us) {
       rec.notes.push_back(absl::StrCat(c.id, ": skipped (budget of ", options_.max_ms_per_op, " ms spent)"));
@@ -667,7 +670,8 @@ void Autotuner::WriteDumpFile() {
 
 const std::string* StepTuning::Resolve(Autotuner& tuner, const Node& node, const std::vector<const Tensor*>& inputs,
                                        const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
-                                       const std::vector<InferOutput>* inferred, int threads, int64_t execution) {
+                                       const std::vector<InferOutput>* inferred, int threads, int64_t execution,
+                                       bool may_tune) {
   int st = state_.load(std::memory_order_acquire);
   if (st == kResolved) return choice_.empty() ? nullptr : &choice_;
   if (st == kUntunable || !tuner.enabled()) return nullptr;
@@ -690,15 +694,16 @@ const std::string* StepTuning::Resolve(Autotuner& tuner, const Node& node, const
   st = state_.load(std::memory_order_acquire);
   if (st == kResolved) return choice_.empty() ? nullptr : &choice_;
   if (st != kCounting) return nullptr;
-  if (execution < tuner.options().threshold) return nullptr;
+  if (execution < tuner.options().threshold || !may_tune) return nullptr;
   // Tune on this thread; concurrent executions of this step run the default meanwhile.
   std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
   if (!lock.owns_lock()) return nullptr;
   if (state_.load(std::memory_order_relaxed) != kCounting) {
     return state_.load(std::memory_order_acquire) == kResolved && !choice_.empty() ? &choice_ : nullptr;
   }
+  if (tuner.cancelled()) return nullptr;
   std::optional<std::string> c = tuner.Tune(key_, node, inputs, is_constant, post_ops, inferred, threads);
-  if (!c) return nullptr;  // another session of the process is tuning this signature: default meanwhile
+  if (!c || tuner.cancelled()) return nullptr;  // another session of the process is tuning this signature: default meanwhile
   choice_ = std::move(*c);
   state_.store(kResolved, std::memory_order_release);
   return choice_.empty() ? nullptr : &choice_;

@@ -125,6 +125,11 @@ class Autotuner {
                    const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
                    const std::vector<InferOutput>* inferred, int threads);
 
+  // Stops tuning soon (between candidates) and for good; nothing partial is stored. The owner calls it
+  // before joining the thread that may be tuning (ClusterRuntime::Shutdown).
+  void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
   AutotuneCounters& counters() { return counters_; }
   const AutotuneCounters& counters() const { return counters_; }
   // This tuner's decisions (tuned or found), in order.
@@ -142,6 +147,7 @@ class Autotuner {
   DiskCache* disk_;
   Profiler* profiler_;
   AutotuneCounters counters_;
+  std::atomic<bool> cancelled_{false};
   mutable std::mutex mu_;
   std::vector<AutotuneRecord> records_;  // guarded by mu_
   std::vector<std::pair<std::string, std::string>> loaded_;  // key -> algorithm from load_from (immutable)
@@ -152,9 +158,14 @@ class Autotuner {
 // executions, fallback ones included) reaches the threshold.
 class StepTuning {
  public:
+  // `may_tune` false: past the threshold the default runs until someone else (a background job calling
+  // with true) has tuned.
   const std::string* Resolve(Autotuner& tuner, const Node& node, const std::vector<const Tensor*>& inputs,
                              const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
-                             const std::vector<InferOutput>* inferred, int threads, int64_t execution);
+                             const std::vector<InferOutput>* inferred, int threads, int64_t execution,
+                             bool may_tune = true);
+  // Whether a later Resolve past the threshold would still tune (no choice yet).
+  bool pending() const { int s = state_.load(std::memory_order_acquire); return s == kNew || s == kCounting; }
 
  private:
   enum State { kNew = 0, kCounting = 1, kResolved = 2, kUntunable = 3 };

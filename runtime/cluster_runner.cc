@@ -91,6 +91,7 @@ bool ClusterRuntime::SubmitCompile(std::function<void()> job) {
 }
 
 void ClusterRuntime::Shutdown() {
+  if (autotuner_) autotuner_->Cancel();  // a tuning job in flight stops at its next candidate
   std::thread worker;
   std::deque<std::function<void()>> dropped;
   {
@@ -297,7 +298,17 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
     if (prof) {
       if (uint64_t flow = s.pending_flow.exchange(0)) prof->FlowEnd(flow, "first compiled execution", Profiler::Now());
     }
-    return ex->Run(inputs, s.threads, prof, s.stats->id, s.runtime->autotuner(), execution);
+    Autotuner* tuner = s.runtime->autotuner();
+    const bool async = s.runtime->flags().async_compilation;
+    if (async && tuner != nullptr && tuner->enabled() && execution >= tuner->options().threshold &&
+        ex->ClaimAutotuneJob()) {
+      // An executable that was not tuned when it was built (loaded from the persistent cache, instantiated
+      // from other signatures' kernels, compiled before the threshold) tunes on the compile worker; its
+      // runs keep the default algorithms until then.
+      const int threads = s.threads;
+      s.runtime->SubmitCompile([ex, tuner, threads, execution] { ex->Autotune(*tuner, threads, execution); });
+    }
+    return ex->Run(inputs, s.threads, prof, s.stats->id, tuner, execution, /*tune_inline=*/!async);
   }
   ++s.stats->fallback_executions;
   Executor* fallback = nullptr;

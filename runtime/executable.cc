@@ -166,8 +166,17 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Build(
 
 CpuExecutable::~CpuExecutable() = default;
 
+bool CpuExecutable::ClaimAutotuneJob() const {
+  bool pending = false;
+  for (size_t i = 0; i < plan_.steps.size() && !pending; ++i) {
+    pending = plan_.steps[i].kind == PlanStep::Kind::kLibrary && step_tuning_[i].pending() &&
+              FindAlgorithms(plan_.steps[i].node->op_type) != nullptr;
+  }
+  return pending && !autotune_job_claimed_.exchange(true);
+}
+
 void CpuExecutable::Autotune(Autotuner& tuner, int threads, int64_t executions) const {
-  for (size_t i = 0; i < plan_.steps.size(); ++i) {
+  for (size_t i = 0; i < plan_.steps.size() && !tuner.cancelled(); ++i) {
     const PlanStep& step = plan_.steps[i];
     if (step.kind != PlanStep::Kind::kLibrary || skip_step_[i] || FindAlgorithms(step.node->op_type) == nullptr) continue;
     // Stand-ins of the body's shapes for the non-constant inputs: the tuner reads their dtypes and dims
@@ -218,7 +227,7 @@ Tensor& CpuExecutable::Materialize(std::vector<Tensor>& slots, int slot) const {
 
 absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const Tensor*>& inputs, int threads,
                                                        Profiler* profiler, int cluster_id, Autotuner* tuner,
-                                                       int64_t execution) const {
+                                                       int64_t execution, bool tune_inline) const {
   if (inputs.size() != input_slots_.size()) return absl::InternalError("compiled cluster: wrong input count");
   // `slots` owns what this run computes; `view` points at every value (constants and inputs in place).
   std::vector<Tensor> slots(slot_values_.size());
@@ -287,7 +296,7 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const T
       const std::string* algorithm =
           tuner != nullptr && tuner->enabled()
               ? step_tuning_[i].Resolve(*tuner, *step.node, ins, step_input_const_[i], post_ops, inferred, threads,
-                                         execution)
+                                         execution, tune_inline)
               : nullptr;
       CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> outs,
                             EvaluateNode(*step.node, ins, threads, nullptr, &step_input_const_[i], post_ops,

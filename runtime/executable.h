@@ -7,6 +7,7 @@
 #ifndef CJIT_RUNTIME_EXECUTABLE_H_
 #define CJIT_RUNTIME_EXECUTABLE_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -40,9 +41,15 @@ class CpuExecutable : public CacheEntry {
   // step (fused kernel or library step), tagged with `cluster_id`. `tuner` (optional): library steps with
   // algorithm candidates run the autotuned choice (runtime/autotune.h; each step keeps its choice);
   // `execution` is how many times this signature ran before (on either path), for the tuning threshold.
+  // With `tune_inline` false, a step past the threshold runs its default until Autotune() (a background
+  // job) has tuned it.
   absl::StatusOr<std::vector<Tensor>> Run(const std::vector<const Tensor*>& inputs, int threads,
                                           Profiler* profiler = nullptr, int cluster_id = -1,
-                                          Autotuner* tuner = nullptr, int64_t execution = 0) const;
+                                          Autotuner* tuner = nullptr, int64_t execution = 0,
+                                          bool tune_inline = true) const;
+  // Whether some step still has no autotuning choice (Autotune() would look up or tune it). Also claims
+  // the background job: true once per executable when `claim` is set.
+  bool ClaimAutotuneJob() const;
   ~CpuExecutable() override;
   // Resolves the autotuning choice of every library step with candidates ahead of execution (the compile
   // path): looks each op signature up and, once `executions` reaches the threshold, tunes it on inputs
@@ -79,6 +86,7 @@ class CpuExecutable : public CacheEntry {
   std::vector<AliasInto> alias_;           // per slot; base_slot < 0 = a buffer of its own
   std::vector<bool> skip_step_;            // Concat steps made redundant
   std::unique_ptr<StepTuning[]> step_tuning_;  // per step (internally synchronized)
+  mutable std::atomic<bool> autotune_job_claimed_{false};
   Tensor& Materialize(std::vector<Tensor>& slots, int slot) const;
 };
 

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -577,6 +578,47 @@ TEST(AutotuneSessionTest, TunesAfterThresholdAndSecondSessionTunesNothing) {
   ASSERT_TRUE(s0->Run(in).ok());
   EXPECT_EQ(s0->stats().autotune.ops_tuned, 0);
   EXPECT_EQ(s0->stats().autotune.disk_hits, 0);
+  ClearAutotuneResultsForTest();
+  std::filesystem::remove_all(dir);
+}
+
+// --async_compilation: an executable loaded from the persistent cache (so not tuned when built) tunes on
+// the compile worker once past the threshold; its runs keep the default meanwhile and stay correct.
+TEST(AutotuneSessionTest, AsyncTunesLoadedExecutablesInTheBackground) {
+  const std::string dir = TempDir("async");
+  auto load = [&](const std::string& flags) {
+    SessionOptions o;
+    o.use_environment_flags = false;
+    auto f = ParseFlags(absl::StrCat("--device=cpu --auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false "
+                                     "--persistent_cache_dir=", dir, " ", flags));
+    EXPECT_TRUE(f.ok()) << f.status();
+    o.flags = *f;
+    auto s = Session::LoadFromBytes(ConvNet(), o);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return std::move(*s);
+  };
+  Tensor x = FloatTensor({1, 8, 20, 20}, RandomFloats(8 * 400, 15));
+  std::vector<NamedTensor> in{{"x", x}};
+  auto want = load("--auto_jit=-1")->Run(in);
+  ASSERT_TRUE(want.ok());
+  {
+    auto s0 = load("--autotune_level=0");  // writes the compiled code only
+    ASSERT_TRUE(s0->Run(in).ok());
+  }
+  ClearAutotuneResultsForTest();
+  auto s = load("--async_compilation --autotune_threshold=1");
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(s->Run(in).ok());
+  EXPECT_GT(s->stats().totals.disk_hits, 0);
+  for (int i = 0; i < 500 && (s->stats().compiles_in_flight > 0 || s->stats().autotune.ops_tuned < 2); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(s->stats().autotune.ops_tuned, 2) << "both convolutions tuned by the background job";
+  auto r = s->Run(in);
+  ASSERT_TRUE(r.ok());
+  for (int64_t k = 0; k < (*r)[0].tensor.numel(); ++k) {
+    ASSERT_NEAR((*r)[0].tensor.data<float>()[k], (*want)[0].tensor.data<float>()[k], 1e-4);
+  }
+  s.reset();  // destroyed with nothing in flight; a session destroyed mid-tuning cancels it (Autotuner::Cancel)
   ClearAutotuneResultsForTest();
   std::filesystem::remove_all(dir);
 }
