@@ -298,10 +298,18 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const T
               ? step_tuning_[i].Resolve(*tuner, *step.node, ins, step_input_const_[i], post_ops, inferred, threads,
                                          execution, tune_inline)
               : nullptr;
-      CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> outs,
-                            EvaluateNode(*step.node, ins, threads, nullptr, &step_input_const_[i], post_ops,
-                                         any_alias ? &preset : nullptr, scope.active() ? &impl : nullptr, inferred,
-                                         algorithm));
+      auto evaluated = EvaluateNode(*step.node, ins, threads, nullptr, &step_input_const_[i], post_ops,
+                                    any_alias ? &preset : nullptr, scope.active() ? &impl : nullptr, inferred,
+                                    algorithm);
+      if (!evaluated.ok() && algorithm != nullptr) {
+        // A tuned algorithm that fails here (it passed on the same signature when tuned: e.g. memory for
+        // its scratch is short now) never fails the run: the default algorithm runs instead.
+        CJIT_LOG(WARNING) << step.node->Describe() << ": autotuned algorithm '" << *algorithm
+                          << "' failed, running the default: " << evaluated.status().message();
+        evaluated = EvaluateNode(*step.node, ins, threads, nullptr, &step_input_const_[i], post_ops,
+                                 any_alias ? &preset : nullptr, scope.active() ? &impl : nullptr, inferred);
+      }
+      CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> outs, std::move(evaluated));
       if (scope.active()) {
         scope.Stop();
         scope.SetNode(step.node, cluster_id);

@@ -324,9 +324,9 @@ TEST(AutotuneGemmTest, EveryCandidateMatchesFloat64) {
 // A test-only candidate that writes zeros and returns at once: the fastest, and wrong.
 class WrongCandidate {
  public:
-  explicit WrongCandidate(bool write) {
+  explicit WrongCandidate(bool write, const std::string& op_type = "Conv") {
     TestOnlyCandidate c;
-    c.op_type = "Conv";
+    c.op_type = op_type;
     c.id = "test:wrong";
     c.run = [write](const std::vector<const Tensor*>&, std::vector<Tensor>& outs) {
       if (write) std::memset(outs[0].raw(), 0, outs[0].nbytes());
@@ -580,6 +580,38 @@ TEST(AutotuneSessionTest, TunesAfterThresholdAndSecondSessionTunesNothing) {
   EXPECT_EQ(s0->stats().autotune.disk_hits, 0);
   ClearAutotuneResultsForTest();
   std::filesystem::remove_all(dir);
+}
+
+// A chosen algorithm that fails when the executable runs it (here the test-only candidate, which the kernel
+// itself does not know) never fails the run: the default algorithm runs instead, with a warning.
+TEST(AutotuneSessionTest, FailingChoiceFallsBackToTheDefault) {
+  SessionOptions o;
+  o.use_environment_flags = false;
+  auto f = ParseFlags("--device=cpu --auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false "
+                      "--autotune_level=1 --autotune_threshold=0");
+  ASSERT_TRUE(f.ok());
+  o.flags = *f;
+  SessionOptions fo = o;
+  fo.flags.auto_jit = "-1";
+  Tensor x = FloatTensor({1, 8, 20, 20}, RandomFloats(8 * 400, 16));
+  std::vector<NamedTensor> in{{"x", x}};
+  auto want = (*Session::LoadFromBytes(ConvNet(), fo))->Run(in);
+  ASSERT_TRUE(want.ok());
+  ClearAutotuneResultsForTest();
+  WrongCandidate wrong(true, "NhwcConv");  // the layout pass makes the net's convolutions NhwcConv
+  auto s = Session::LoadFromBytes(ConvNet(), o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  for (int i = 0; i < 2; ++i) {
+    auto r = (*s)->Run(in);
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (int64_t k = 0; k < (*r)[0].tensor.numel(); ++k) {
+      ASSERT_NEAR((*r)[0].tensor.data<float>()[k], (*want)[0].tensor.data<float>()[k], 1e-4) << "run " << i;
+    }
+  }
+  bool chosen = false;
+  for (const AutotuneRecord& r : (*s)->AutotuneRecords()) chosen = chosen || r.algorithm == "test:wrong";
+  EXPECT_TRUE(chosen) << "level 1 checks nothing: the fastest (wrong) candidate was chosen";
+  ClearAutotuneResultsForTest();
 }
 
 // --async_compilation: an executable loaded from the persistent cache (so not tuned when built) tunes on
