@@ -673,6 +673,7 @@ const std::string* StepTuning::Resolve(Autotuner& tuner, const Node& node, const
                                        const std::vector<InferOutput>* inferred, int threads, int64_t execution,
                                        bool may_tune) {
   int st = state_.load(std::memory_order_acquire);
+  if (failed_.load(std::memory_order_relaxed)) return nullptr;
   if (st == kResolved) return choice_.empty() ? nullptr : &choice_;
   if (st == kUntunable || !tuner.enabled()) return nullptr;
   if (st == kNew) {

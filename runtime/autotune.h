@@ -164,12 +164,15 @@ class StepTuning {
                              const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
                              const std::vector<InferOutput>* inferred, int threads, int64_t execution,
                              bool may_tune = true);
+  // The choice failed when run: from now on this step runs the default. Returns true the first time.
+  bool MarkFailed() { return !failed_.exchange(true); }
   // Whether a later Resolve past the threshold would still tune (no choice yet).
   bool pending() const { int s = state_.load(std::memory_order_acquire); return s == kNew || s == kCounting; }
 
  private:
   enum State { kNew = 0, kCounting = 1, kResolved = 2, kUntunable = 3 };
   std::atomic<int> state_{kNew};
+  std::atomic<bool> failed_{false};
   std::mutex mu_;
   std::string key_;     // set under mu_ before state_ leaves kNew
   std::string choice_;  // immutable once state_ == kResolved

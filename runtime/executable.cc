@@ -304,8 +304,10 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const T
       if (!evaluated.ok() && algorithm != nullptr) {
         // A tuned algorithm that fails here (it passed on the same signature when tuned: e.g. memory for
         // its scratch is short now) never fails the run: the default algorithm runs instead.
-        CJIT_LOG(WARNING) << step.node->Describe() << ": autotuned algorithm '" << *algorithm
-                          << "' failed, running the default: " << evaluated.status().message();
+        if (step_tuning_[i].MarkFailed()) {
+          CJIT_LOG(WARNING) << step.node->Describe() << ": autotuned algorithm '" << *algorithm
+                            << "' failed, running the default from now on: " << evaluated.status().message();
+        }
         evaluated = EvaluateNode(*step.node, ins, threads, nullptr, &step_input_const_[i], post_ops,
                                  any_alias ? &preset : nullptr, scope.active() ? &impl : nullptr, inferred);
       }
