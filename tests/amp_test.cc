@@ -99,6 +99,35 @@ TEST(AmpTest, PaintsAllowInferClearBetweenAllowAndKeepsDenyAndIoFloat32) {
   for (int64_t i = 0; i < a.numel(); ++i) EXPECT_NEAR(a.data<float>()[i], b.data<float>()[i], 0.02) << i;
 }
 
+// Every signature of a session runs the pass on a clone sharing the session's constants: each weight is
+// converted once, and the clones share the converted buffer (kernels' weight caches keep hitting).
+TEST(AmpTest, ConstantsConvertedOncePerSourceTensor) {
+  auto g = Specialized(MlpIr());
+  ASSERT_TRUE(g);
+  auto converted_weights = [](const Graph& graph) {
+    std::map<std::string, const Tensor*> m;
+    for (const auto& n : graph.nodes()) {
+      for (const Value* v : n->inputs) {
+        if (v != nullptr && v->is_constant() && v->name.find("/amp_") != std::string::npos) m[v->name] = v->constant.get();
+      }
+    }
+    return m;
+  };
+  auto a = g->Clone();
+  auto b = g->Clone();
+  ASSERT_TRUE(AutoMixedPrecision(*a, AmpOptions{}).ok());
+  ASSERT_TRUE(AutoMixedPrecision(*b, AmpOptions{}).ok());
+  auto wa = converted_weights(*a), wb = converted_weights(*b);
+  ASSERT_EQ(wa.size(), 3u);
+  EXPECT_EQ(wa, wb) << "the second signature reuses the first one's converted weights";
+  // A float16 pass converts separately (another target type).
+  auto c = g->Clone();
+  AmpOptions f16;
+  f16.low = DType::kF16;
+  ASSERT_TRUE(AutoMixedPrecision(*c, f16).ok());
+  for (const auto& [name, t] : converted_weights(*c)) EXPECT_EQ(t->dtype(), DType::kF16) << name;
+}
+
 TEST(AmpTest, DenyPropagatesForwardThroughInferAndClear) {
   auto g = Specialized(absl::StrCat("graph g(%x: f32[2,4]) {\n", Weights("w", 4, 4), R"(  %e = Exp(%x)
   %a = Mul(%e, %x)

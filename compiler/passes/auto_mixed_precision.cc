@@ -4,6 +4,7 @@
 #include <deque>
 #include <initializer_list>
 #include <map>
+#include <mutex>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,31 @@
 
 namespace cjit {
 namespace {
+
+// A constant converted to the low type, memoized per source tensor while it lives: every input signature
+// of a session re-runs the pass on a clone that shares the session's constants, so each weight is
+// converted once (not once per signature), and kernels' caches keyed by the weight buffer (oneDNN
+// reordered weights) keep hitting across signatures.
+std::shared_ptr<const Tensor> ConvertedConstant(const std::shared_ptr<const Tensor>& src, DType to) {
+  struct Entry {
+    std::weak_ptr<const Tensor> source;
+    std::shared_ptr<const Tensor> converted;
+  };
+  static std::mutex mu;
+  static auto* memo = new std::map<std::pair<const Tensor*, DType>, Entry>();
+  static size_t sweep_at = 256;
+  std::lock_guard<std::mutex> lock(mu);
+  auto key = std::make_pair(src.get(), to);
+  auto it = memo->find(key);
+  if (it != memo->end() && it->second.source.lock() == src) return it->second.converted;
+  auto c = std::make_shared<const Tensor>(ConvertFloatTensor(*src, to));
+  (*memo)[key] = Entry{src, c};
+  if (memo->size() >= sweep_at) {  // entries of freed constants (their sessions are gone)
+    for (auto e = memo->begin(); e != memo->end();) e = e->second.source.expired() ? memo->erase(e) : std::next(e);
+    sweep_at = std::max<size_t>(256, 2 * memo->size());
+  }
+  return c;
+}
 
 // The op table's classes (defaults; edited by AmpOptions). Ops not in the table are deny (as TensorFlow).
 std::set<std::string> DefaultList(AmpClass c) {
@@ -292,7 +318,7 @@ absl::StatusOr<AmpReport> AutoMixedPrecision(Graph& g, const AmpOptions& o) {
       if (v->is_constant()) {
         auto& c = converted[v->constant.get()];
         if (!c) {
-          c = std::make_shared<const Tensor>(ConvertFloatTensor(*v->constant, o.low));
+          c = ConvertedConstant(v->constant, o.low);
           ++report.constants;
         }
         node->inputs[k] = g.AddConstant(absl::StrCat(v->name, "/amp_", DTypeName(o.low)), c);
