@@ -672,6 +672,23 @@ TEST(HostileTest, SliceStepMin) {
   EXPECT_EQ((*r)[0].tensor.ToDoubleVector(), std::vector<double>{4});
 }
 
+// A negative step over an axis of size 0 (CI's fuzzer: an empty clamp range in shape inference and the
+// kernel) takes nothing, as numpy's x[::-1] of an empty array.
+TEST(HostileTest, SliceNegativeStepOnEmptyAxis) {
+  ModelBuilder b;
+  b.Input("x", kF, {2, 0}).Output("y");
+  b.InitInts("s", {1}, {-1});
+  b.InitInts("e", {1}, {INT64_MIN});
+  b.InitInts("a", {1}, {1});
+  b.InitInts("st", {1}, {-1});
+  b.Node("Slice", {"x", "s", "e", "a", "st"}, {"y"});
+  for (const char* jit : {"-1", "1"}) {
+    auto r = LoadAndRun(b, {{"x", Tensor(DType::kF32, {2, 0})}}, Opts(jit));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ((*r)[0].tensor.dims(), (Dims{2, 0})) << jit;
+  }
+}
+
 TEST(HostileTest, RangeOverflow) {
   ModelBuilder b(11);
   b.Input("s", kI64, {}).Input("l", kI64, {}).Input("d", kI64, {}).Output("y");

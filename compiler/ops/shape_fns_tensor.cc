@@ -173,6 +173,7 @@ int64_t SliceCount(int64_t dim, int64_t start, int64_t end, int64_t step) {
     e = std::clamp<__int128>(e, 0, d);
     return e > s ? static_cast<int64_t>((e - s + st - 1) / st) : 0;
   }
+  if (d == 0) return 0;  // nothing to take backwards (and [0, d - 1] would be an empty clamp range)
   s = std::clamp<__int128>(s, 0, d - 1);
   e = std::clamp<__int128>(e, -1, d - 1);
   return s > e ? static_cast<int64_t>((s - e + (-st) - 1) / (-st)) : 0;

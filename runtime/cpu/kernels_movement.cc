@@ -241,7 +241,8 @@ absl::Status Slice(KernelContext& ctx) {
     CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*ctx.node, axes[k], x.rank()));
     int64_t dim = x.dim(ax), s = starts[k];
     if (s < 0) s += dim;
-    s = steps[k] > 0 ? std::clamp<int64_t>(s, 0, dim) : std::clamp<int64_t>(s, 0, dim - 1);
+    // A negative step on an empty axis takes nothing ([0, dim - 1] would be an empty clamp range).
+    s = steps[k] > 0 ? std::clamp<int64_t>(s, 0, dim) : dim == 0 ? 0 : std::clamp<int64_t>(s, 0, dim - 1);
     st[ax] = s;
     sp[ax] = steps[k];
   }
