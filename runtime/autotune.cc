@@ -9,6 +9,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 #include <sstream>
@@ -170,10 +171,30 @@ std::string PostOpsText(const std::vector<PostOp>* ops) {
 // Bytes flushed from the caches between timed runs (larger than this CPU's L2; a rewrite of it also
 // evicts the problem's data from L1/L2).
 constexpr size_t kFlushBytes = size_t{4} << 20;
+// Flush buffers come from a small process-wide pool (no thread_local: a host's threads would each keep
+// 4 MiB for their lifetime after tuning once).
+struct FlushPool {
+  std::mutex mu;
+  std::vector<std::unique_ptr<uint8_t[]>> free;
+};
+FlushPool& Pool() {
+  static auto* p = new FlushPool();
+  return *p;
+}
 void FlushCaches() {
-  thread_local std::vector<uint8_t> buf(kFlushBytes);
+  std::unique_ptr<uint8_t[]> buf;
+  {
+    std::lock_guard<std::mutex> lock(Pool().mu);
+    if (!Pool().free.empty()) {
+      buf = std::move(Pool().free.back());
+      Pool().free.pop_back();
+    }
+  }
+  if (!buf) buf.reset(new uint8_t[kFlushBytes]);
   static std::atomic<uint8_t> salt{1};
-  std::memset(buf.data(), salt.fetch_add(1, std::memory_order_relaxed), buf.size());
+  std::memset(buf.get(), salt.fetch_add(1, std::memory_order_relaxed), kFlushBytes);
+  std::lock_guard<std::mutex> lock(Pool().mu);
+  if (Pool().free.size() < 4) Pool().free.push_back(std::move(buf));
 }
 
 // A candidate whose first timed run is slower than this factor times the best minimum so far is dropped.
