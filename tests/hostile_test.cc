@@ -689,6 +689,27 @@ TEST(HostileTest, SliceNegativeStepOnEmptyAxis) {
   }
 }
 
+// PRelu on int64 (opset 16) wraps on overflow like numpy's int64 product (CI's fuzzer: INT64_MIN *
+// INT64_MIN was signed overflow in the kernel).
+TEST(HostileTest, PReluIntegerOverflowWraps) {
+  ModelBuilder b(16);
+  b.Input("x", kI64, {3}).Output("y");
+  b.InitInts("slope", {3}, {INT64_MIN, 2, 5});
+  b.Node("PRelu", {"x", "slope"}, {"y"});
+  Tensor x(DType::kI64, {3});
+  x.data<int64_t>()[0] = INT64_MIN;
+  x.data<int64_t>()[1] = -3;
+  x.data<int64_t>()[2] = 7;
+  for (const char* jit : {"-1", "1"}) {
+    auto r = LoadAndRun(b, {{"x", x}}, Opts(jit));
+    ASSERT_TRUE(r.ok()) << r.status();
+    const int64_t* y = (*r)[0].tensor.data<int64_t>();
+    EXPECT_EQ(y[0], 0) << jit;  // (-2^63) * (-2^63) = 2^126 = 0 mod 2^64
+    EXPECT_EQ(y[1], -6) << jit;
+    EXPECT_EQ(y[2], 7) << jit;
+  }
+}
+
 TEST(HostileTest, RangeOverflow) {
   ModelBuilder b(11);
   b.Input("s", kI64, {}).Input("l", kI64, {}).Input("d", kI64, {}).Output("y");

@@ -455,7 +455,7 @@ absl::Status Arith(KernelContext& ctx, const std::string& op) {
     } else if (op == "Min") {
       BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) { return static_cast<T>(NanMin<A>(x, y)); });
     } else if (op == "PRelu") {
-      BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) { return x < T(0) ? T(x * y) : x; });
+      BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) { return x < T(0) ? WrappingMul(x, y) : x; });
     } else if (op == "BitShift" || op == "BitwiseAnd" || op == "BitwiseOr" || op == "BitwiseXor") {
       if constexpr (std::is_integral_v<T>) {
         bool left = ctx.node->GetString("direction", "LEFT") == "LEFT";
