@@ -361,7 +361,7 @@ absl::StatusOr<std::unique_ptr<Autotuner>> Autotuner::Create(const AutotuneOptio
         }
         continue;
       }
-      t->loaded_.emplace_back(std::move(key), std::move(algorithm));
+      t->loaded_[std::move(key)] = std::move(algorithm);  // a later line for the same signature wins
     }
     if (ignored > 10) {
       CJIT_LOG(WARNING) << "autotune results " << options.load_from << ": " << ignored << " entries ignored in all";
@@ -392,7 +392,7 @@ std::string Autotuner::SignatureKey(const Node& node, const std::vector<const Te
 
 void Autotuner::Record(AutotuneRecord r) {
   std::lock_guard<std::mutex> lock(mu_);
-  records_.push_back(std::move(r));
+  if (records_.size() < kMaxRecords) records_.push_back(std::move(r));
 }
 
 std::vector<AutotuneRecord> Autotuner::records() const {
@@ -439,11 +439,10 @@ std::optional<std::string> Autotuner::Lookup(const std::string& key, const Node&
       if (auto a = found(*r, "memory", counters_.memory_hits)) return a;
     }
   }
-  for (const auto& [k, algorithm] : loaded_) {
-    if (k != key) continue;
+  if (auto it = loaded_.find(key); it != loaded_.end()) {
     AutotuneRecord r;
     r.key = key;
-    r.algorithm = algorithm;
+    r.algorithm = it->second;
     if (auto a = found(r, "file", counters_.file_hits)) return a;
   }
   if (disk_ != nullptr) {

@@ -42,6 +42,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -132,7 +133,9 @@ class Autotuner {
 
   AutotuneCounters& counters() { return counters_; }
   const AutotuneCounters& counters() const { return counters_; }
-  // This tuner's decisions (tuned or found), in order.
+  // This tuner's decisions (tuned or found), in order; the first kMaxRecords only (a long-running service
+  // sees new signatures forever).
+  static constexpr size_t kMaxRecords = 10000;
   std::vector<AutotuneRecord> records() const;
 
  private:
@@ -150,7 +153,7 @@ class Autotuner {
   std::atomic<bool> cancelled_{false};
   mutable std::mutex mu_;
   std::vector<AutotuneRecord> records_;  // guarded by mu_
-  std::vector<std::pair<std::string, std::string>> loaded_;  // key -> algorithm from load_from (immutable)
+  std::unordered_map<std::string, std::string> loaded_;  // key -> algorithm from load_from (immutable)
 };
 
 // The autotuning state of one library step of an executable. Resolve() is called for every execution:
