@@ -710,6 +710,21 @@ TEST(HostileTest, PReluIntegerOverflowWraps) {
   }
 }
 
+// MeanVarianceNormalization with an axis outside the input's rank (its default axes {0, 2, 3} on a rank-2
+// input; CI's fuzzer: a write past a std::vector<bool>) is an error naming the node, on both paths.
+TEST(HostileTest, MeanVarianceNormalizationAxisOutOfRange) {
+  for (bool default_axes : {true, false}) {
+    ModelBuilder b(13);
+    b.Input("x", kF, {2, 3}).Output("y");
+    auto* n = b.Node("MeanVarianceNormalization", {"x"}, {"y"});
+    if (!default_axes) ModelBuilder::AttrInts(n, "axes", {0, 5});
+    for (const char* jit : {"-1", "1"}) {
+      auto r = LoadAndRun(b, {{"x", F32({2, 3}, {1, 2, 3, 4, 5, 6})}}, Opts(jit));
+      EXPECT_TRUE(ErrorWith(r.status(), {"MeanVarianceNormalization", "axis"})) << jit << " " << r.status();
+    }
+  }
+}
+
 TEST(HostileTest, RangeOverflow) {
   ModelBuilder b(11);
   b.Input("s", kI64, {}).Input("l", kI64, {}).Input("d", kI64, {}).Output("y");

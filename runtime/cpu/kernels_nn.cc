@@ -848,7 +848,10 @@ absl::Status Mvn(KernelContext& ctx) {
   std::vector<int64_t> axes = ctx.node->GetInts("axes", {0, 2, 3});
   int r = x.rank();
   std::vector<bool> red(r, false);
-  for (int64_t a : axes) red[a < 0 ? a + r : a] = true;
+  for (int64_t a : axes) {
+    CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*ctx.node, a, r));  // the default {0, 2, 3} needs rank >= 4
+    red[ax] = true;
+  }
   std::vector<double> v = x.ToDoubleVector();
   std::vector<int64_t> xs(r, 1);
   for (int i = r - 2; i >= 0; --i) xs[i] = xs[i + 1] * x.dim(i + 1);
