@@ -43,7 +43,14 @@ struct CacheKey {
 // across shape signatures (used by the compile policy; never as a cache key).
 std::string CanonicalClusterText(const Graph& body, bool include_shapes);
 
+// Both texts in one pass (either pointer may be null): `keyed` = CanonicalClusterText(body, true),
+// `identity` = CanonicalClusterText(body, false). A new signature needs both for every cluster.
+void CanonicalClusterTexts(const Graph& body, std::string* keyed, std::string* identity);
+
 CacheKey MakeCacheKey(const Graph& body, absl::string_view target, absl::string_view codegen_flags);
+// The key of a body whose CanonicalClusterText(body, true) is `canonical_text`.
+CacheKey MakeCacheKeyFromText(absl::string_view canonical_text, absl::string_view target,
+                              absl::string_view codegen_flags);
 
 uint64_t Fingerprint64(absl::string_view bytes);
 // Canonical text of one attribute value (tensors by ConstantDigest; subgraphs as "G").

@@ -161,8 +161,10 @@ absl::StatusOr<std::unique_ptr<ClusterRunner>> ClusterRunner::Create(const Node&
   const Graph* body = node.GetGraph("body");
   if (body == nullptr) return absl::InternalError(absl::StrCat(node.Describe(), " has no body"));
   s.body = std::shared_ptr<const Graph>(owner, body);
-  s.key = MakeCacheKey(*body, runtime->target(), runtime->codegen_flags());
-  s.policy_id = absl::StrCat(Fingerprint64(CanonicalClusterText(*body, false)));
+  std::string keyed, identity;
+  CanonicalClusterTexts(*body, &keyed, &identity);
+  s.key = MakeCacheKeyFromText(keyed, runtime->target(), runtime->codegen_flags());
+  s.policy_id = absl::StrCat(Fingerprint64(identity));
   for (const Value* v : body->inputs()) absl::StrAppend(&s.signature, DTypeName(v->dtype), v->shape.ToString());
   s.stats = runtime->NewStats();
   s.stats->id = static_cast<int>(node.GetInt("cluster_id", 0));

@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -153,30 +154,42 @@ void Graph::ReplaceAllUses(Value* from, Value* to) {
 }
 
 absl::StatusOr<std::vector<Node*>> Graph::TopologicalOrder() const {
-  std::unordered_map<const Node*, int> index;
+  // Kahn's algorithm, smallest node index first among the ready ones (a deterministic order that keeps the
+  // original order where the graph allows). Users in one flat array (CSR): the passes of a specialization
+  // call this dozens of times, and a vector per node made allocation its main cost.
+  const int n = static_cast<int>(nodes_.size());
+  absl::flat_hash_map<const Node*, int> index;
   index.reserve(nodes_.size());
-  for (size_t i = 0; i < nodes_.size(); ++i) index[nodes_[i].get()] = static_cast<int>(i);
-  std::vector<int> pending(nodes_.size(), 0);
-  std::vector<std::vector<int>> users(nodes_.size());
-  for (size_t i = 0; i < nodes_.size(); ++i) {
+  for (int i = 0; i < n; ++i) index.emplace(nodes_[i].get(), i);
+  std::vector<int> pending(n, 0), first(n + 1, 0);
+  std::vector<std::pair<int, int>> edges;  // (producer, user)
+  edges.reserve(nodes_.size() * 2);
+  for (int i = 0; i < n; ++i) {
     auto add = [&](const Value* v) {
       if (v == nullptr || v->producer == nullptr) return;
       auto it = index.find(v->producer);
       if (it == index.end()) return;
       ++pending[i];
-      users[it->second].push_back(static_cast<int>(i));
+      ++first[it->second + 1];
+      edges.emplace_back(it->second, i);
     };
     for (const Value* v : nodes_[i]->inputs) add(v);
     for (const Value* v : nodes_[i]->implicit_inputs) add(v);
   }
+  for (int i = 0; i < n; ++i) first[i + 1] += first[i];
+  std::vector<int> users(edges.size()), fill(first.begin(), first.end() - 1);
+  for (const auto& [p, u] : edges) users[fill[p]++] = u;  // each producer's users in increasing order
   std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
-  for (size_t i = 0; i < nodes_.size(); ++i) if (pending[i] == 0) ready.push(static_cast<int>(i));
+  for (int i = 0; i < n; ++i) if (pending[i] == 0) ready.push(i);
   std::vector<Node*> order;
+  order.reserve(nodes_.size());
   while (!ready.empty()) {
     int i = ready.top();
     ready.pop();
     order.push_back(nodes_[i].get());
-    for (int u : users[i]) if (--pending[u] == 0) ready.push(u);
+    for (int e = first[i]; e < first[i + 1]; ++e) {
+      if (--pending[users[e]] == 0) ready.push(users[e]);
+    }
   }
   if (order.size() != nodes_.size()) {
     for (size_t i = 0; i < nodes_.size(); ++i) {
