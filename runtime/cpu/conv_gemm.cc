@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/codegen/fusion_plan.h"
 #include "compiler/ir/status_macros.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/cpu/onednn_util.h"
 
 namespace cjit {
@@ -330,9 +331,9 @@ std::shared_ptr<DnnlEntry> CachedPackedWeights(const Tensor& w, const std::strin
 
 // Y [M, OC] = X [M, C] * W[OC, C]^T, then bias and post-ops, in row chunks of about 128 KiB of output so
 // the epilogue reads what the GEMM just wrote from cache. With several threads and enough chunks, each
-// thread runs whole chunks (dnnl_sgemm then runs single-threaded inside the parallel region); otherwise
-// dnnl_sgemm parallelizes each chunk itself.
-// `w` is [OC, C] (transposed = false) or [C, OC] (transposed = true, the packed constant weights: dnnl_sgemm
+// thread runs whole chunks (Sgemm then runs single-threaded inside the parallel region); otherwise Sgemm
+// parallelizes each chunk itself (runtime/cpu/gemm.h).
+// `w` is [OC, C] (transposed = false) or [C, OC] (transposed = true, the packed constant weights: a GEMM
 // is ~10% faster with B not transposed).
 absl::Status PointwiseGemm(KernelContext& ctx, const float* x, const float* w, bool w_is_c_by_oc, const float* bias,
                            float* y, int64_t M, int64_t C, int64_t OC) {
@@ -345,9 +346,9 @@ absl::Status PointwiseGemm(KernelContext& ctx, const float* x, const float* w, b
   int failed = 0;
   auto chunk = [&](int64_t i) {
     int64_t m0 = i * rows, m = std::min(rows, M - m0);
-    dnnl_status_t st = w_is_c_by_oc ? dnnl_sgemm('N', 'N', m, OC, C, 1.0f, x + m0 * C, C, w, OC, 0.0f, y + m0 * OC, OC)
-                                    : dnnl_sgemm('N', 'T', m, OC, C, 1.0f, x + m0 * C, C, w, C, 0.0f, y + m0 * OC, OC);
-    if (st != dnnl_success) {
+    const bool ok = w_is_c_by_oc ? Sgemm(false, false, m, OC, C, 1.0f, x + m0 * C, C, w, OC, 0.0f, y + m0 * OC, OC)
+                                 : Sgemm(false, true, m, OC, C, 1.0f, x + m0 * C, C, w, C, 0.0f, y + m0 * OC, OC);
+    if (!ok) {
       failed = 1;
       return;
     }
@@ -359,7 +360,7 @@ absl::Status PointwiseGemm(KernelContext& ctx, const float* x, const float* w, b
   } else {
     for (int64_t i = 0; i < chunks; ++i) chunk(i);
   }
-  if (failed) return ctx.Error("oneDNN sgemm failed on a pointwise convolution");
+  if (failed) return ctx.Error("BLIS sgemm: invalid arguments on a pointwise convolution");
   return absl::OkStatus();
 }
 
@@ -431,7 +432,7 @@ absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeome
     CJIT_RETURN_IF_ERROR(PointwiseGemm(ctx, xp,
                                        entry ? static_cast<const float*>(entry->weights.get_data_handle()) : wp,
                                        entry != nullptr, bias, yp, M, C, OC));
-    if (ctx.want_impl) ctx.impl = "pointwise convolution as oneDNN sgemm (shape-generic)";
+    if (ctx.want_impl) ctx.impl = "pointwise convolution as BLIS sgemm (shape-generic)";
     return true;
   }
   // Depthwise (one filter per channel), 1-D or 2-D.
@@ -477,7 +478,6 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
   if (group != 1 || (nsp != 1 && nsp != 2) || x.rank() != static_cast<int>(nsp) + 2) return false;
   int64_t C = channels_last ? x.dim(x.rank() - 1) : x.dim(1);
   int64_t OC = channels_last ? y.dim(y.rank() - 1) : y.dim(1);
-  if (C > max_channels) return false;
   // Plain locals, not structured bindings: clang cannot capture those in OpenMP regions.
   const Window2d win = ToWindow2d(g);
   const int64_t KH = win.KH, KW = win.KW, sh = win.sh, sw = win.sw, ph = win.ph, pw = win.pw, dh = win.dh, dw = win.dw;
@@ -489,7 +489,10 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
   std::tie(OH, OW) = SpatialHW(y, channels_last);
   int64_t P = OH * OW;
   if (P == 0 || K == 0) return false;
-  // Channels-last: output pixels in chunks of ~256 KiB of im2col rows (threads take whole chunks; dnnl_sgemm
+  const bool few_pixels = static_cast<double>(N) * P <= kIm2colFewPixels &&
+                          static_cast<double>(N) * P * K * OC <= kIm2colFewPixelsMaxMacs;
+  if (C > max_channels && !few_pixels) return false;
+  // Channels-last: output pixels in chunks of ~256 KiB of im2col rows (threads take whole chunks; Sgemm
   // then runs single-threaded inside the parallel region). NCHW: one im2col matrix of at most
   // kIm2colMaxBytes.
   int64_t rows = std::min<int64_t>(P, std::clamp<int64_t>((int64_t{256} << 10) / (K * 4), 16, 1024));
@@ -549,28 +552,55 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
       const float* xn = xp + n * H * W * C;
       float* yn = yp + n * P * OC;
       int failed = 0;
-      auto chunk = [&](int64_t i, float* cols) {
-        int64_t p0 = i * rows, m = std::min(rows, P - p0);
-        for (int64_t p = p0; p < p0 + m; ++p) {
-          int64_t oh = p / OW, ow = p % OW;
-          float* row = cols + (p - p0) * K;
-          for (int64_t kh = 0; kh < KH; ++kh) {
-            int64_t ih = oh * sh - ph + kh * dh;
-            for (int64_t kw = 0; kw < KW; ++kw) {
-              int64_t iw = ow * sw - pw + kw * dw;
-              float* dst = row + (kh * KW + kw) * C;
-              if (static_cast<uint64_t>(ih) >= static_cast<uint64_t>(H) ||
-                  static_cast<uint64_t>(iw) >= static_cast<uint64_t>(W)) {
-                std::fill(dst, dst + C, 0.0f);
-              } else {
-                std::copy(xn + (ih * W + iw) * C, xn + (ih * W + iw + 1) * C, dst);
-              }
+      // The im2col row of output pixel p: (kh, kw, c), zero where the window is outside the image.
+      auto gather_row = [&](int64_t p, float* row) {
+        const int64_t oh = p / OW, ow = p % OW;
+        for (int64_t kh = 0; kh < KH; ++kh) {
+          const int64_t ih = oh * sh - ph + kh * dh;
+          for (int64_t kw = 0; kw < KW; ++kw) {
+            const int64_t iw = ow * sw - pw + kw * dw;
+            float* dst = row + (kh * KW + kw) * C;
+            if (static_cast<uint64_t>(ih) >= static_cast<uint64_t>(H) ||
+                static_cast<uint64_t>(iw) >= static_cast<uint64_t>(W)) {
+              std::fill(dst, dst + C, 0.0f);
+            } else {
+              std::copy(xn + (ih * W + iw) * C, xn + (ih * W + iw + 1) * C, dst);
             }
           }
         }
-        if (dnnl_sgemm('N', 'N', m, OC, K, 1.0f, cols, K, packed, OC, 0.0f, yn + p0 * OC, OC) != dnnl_success) {
-          failed = 1;
-          return;
+      };
+      // A stride-1 convolution along W with one kernel row (the 1xK sequence convolutions of a text
+      // recognizer): an output pixel whose window lies inside the row reads its im2col row in place,
+      // X[(ih, iw0..iw0+KW)] is KW * C contiguous floats, so runs of such pixels are one GEMM over
+      // overlapping rows of X (lda = C; gemm.h) without copying; only border pixels are gathered.
+      const bool in_place = KH == 1 && sw == 1 && dw == 1;
+      const int64_t ow_lo = pw, ow_hi = W - KW + 1 + pw;  // pixels [ow_lo, ow_hi) of a row read in place
+      // Output pixels [p0, p0 + m): segments read in place or gathered into `cols`, each one GEMM.
+      auto chunk = [&](int64_t i, float* cols) {
+        const int64_t p0 = i * rows, m = std::min(rows, P - p0);
+        for (int64_t p = p0; p < p0 + m;) {
+          const float* a = cols;
+          int64_t lda = K, q = p0 + m;
+          if (in_place) {
+            const int64_t oh = p / OW, ow = p % OW, row_end = std::min(p0 + m, (oh + 1) * OW);
+            const int64_t ih = oh * sh - ph;
+            const bool row_inside = static_cast<uint64_t>(ih) < static_cast<uint64_t>(H);
+            if (row_inside && ow >= ow_lo && ow < ow_hi) {
+              q = std::min(row_end, oh * OW + ow_hi);
+              a = xn + (ih * W + ow - pw) * C;
+              lda = C;
+            } else {  // border pixels up to the next in-place run (or the row's end)
+              q = row_inside && ow < ow_lo ? std::min(row_end, oh * OW + ow_lo) : row_end;
+            }
+          }
+          if (a == cols) {
+            for (int64_t r = p; r < q; ++r) gather_row(r, cols + (r - p) * K);
+          }
+          if (!Sgemm(false, false, q - p, OC, K, 1.0f, a, lda, packed, OC, 0.0f, yn + p * OC, OC)) {
+            failed = 1;
+            return;
+          }
+          p = q;
         }
         ApplyChannelEpilogue(yn + p0 * OC, m, OC, bias, ctx.post_ops);
       };
@@ -580,13 +610,13 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
       } else {
         for (int64_t i = 0; i < chunks; ++i) chunk(i, cols);
       }
-      if (failed) return ctx.Error("oneDNN sgemm failed on a convolution");
+      if (failed) return ctx.Error("BLIS sgemm: invalid arguments on a convolution");
     } else if (P < OC) {  // few output pixels (a short signal): cols [P, (c, kh, kw)]; Y^T = cols x W^T
       im2col_nchw(xp + n * C * H * W, K, 1);
       Tensor yt_t(DType::kF32, {P * OC});
       float* yt = yt_t.data<float>();
-      if (dnnl_sgemm('N', 'T', P, OC, K, 1.0f, cols, K, wp, K, 0.0f, yt, OC) != dnnl_success) {
-        return ctx.Error("oneDNN sgemm failed on a convolution");
+      if (!Sgemm(false, true, P, OC, K, 1.0f, cols, K, wp, K, 0.0f, yt, OC)) {
+        return ctx.Error("BLIS sgemm: invalid arguments on a convolution");
       }
       float* yn = yp + n * OC * P;
       for (int64_t o = 0; o < OC; ++o) {
@@ -596,8 +626,8 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
     } else {  // cols [(c, kh, kw), P]; Y [OC, P] = W [OC, K] x cols
       im2col_nchw(xp + n * C * H * W, 1, P);
       float* yn = yp + n * OC * P;
-      if (dnnl_sgemm('N', 'N', OC, P, K, 1.0f, wp, K, cols, P, 0.0f, yn, P) != dnnl_success) {
-        return ctx.Error("oneDNN sgemm failed on a convolution");
+      if (!Sgemm(false, false, OC, P, K, 1.0f, wp, K, cols, P, 0.0f, yn, P)) {
+        return ctx.Error("BLIS sgemm: invalid arguments on a convolution");
       }
       if (bias) {
         for (int64_t o = 0; o < OC; ++o) {
@@ -608,7 +638,7 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
       }
     }
   }
-  if (ctx.want_impl) ctx.impl = "im2col + oneDNN sgemm (few input channels, shape-generic)";
+  if (ctx.want_impl) ctx.impl = "im2col + BLIS sgemm (few input channels or output pixels, shape-generic)";
   return true;
 }
 
@@ -641,8 +671,8 @@ absl::StatusOr<bool> TryGemmConvTranspose(KernelContext& ctx, const WindowGeomet
       // cols [(oc, kh, kw), (h, w)] = W_g^T [(oc, kh, kw), c] x X_g [c, (h, w)]
       const float* xg = xp + (n * C + gi * Cg) * P;
       const float* wg = wp + gi * Cg * M;
-      if (dnnl_sgemm('T', 'N', M, P, Cg, 1.0f, wg, M, xg, P, 0.0f, cols, P) != dnnl_success) {
-        return ctx.Error("oneDNN sgemm failed on a transposed convolution");
+      if (!Sgemm(true, false, M, P, Cg, 1.0f, wg, M, xg, P, 0.0f, cols, P)) {
+        return ctx.Error("BLIS sgemm: invalid arguments on a transposed convolution");
       }
       // col2im: y[oc, ih * sh - ph + kh * dh, iw * sw - pw + kw * dw] += cols[(oc, kh, kw), (ih, iw)]; each
       // output channel's plane is written by one thread.
@@ -669,7 +699,7 @@ absl::StatusOr<bool> TryGemmConvTranspose(KernelContext& ctx, const WindowGeomet
       }
     }
   }
-  if (ctx.want_impl) ctx.impl = "GEMM + col2im via oneDNN sgemm (shape-generic)";
+  if (ctx.want_impl) ctx.impl = "GEMM + col2im via BLIS sgemm (shape-generic)";
   return true;
 }
 

@@ -1,5 +1,5 @@
 // Channels-last (NHWC) convolutions without a per-shape JIT: pointwise (1x1) convolutions as one GEMM
-// (oneDNN's dnnl_sgemm, whose kernels are generated once per process) and depthwise 1-D/2-D convolutions
+// (BLIS sgemm, runtime/cpu/gemm.h: precompiled kernels, no code generation) and depthwise 1-D/2-D convolutions
 // as a channel-vectorized direct loop. oneDNN's convolution primitives generate machine code for every
 // new input shape (0.1-1.3 ms per convolution on the models of docs/notes.md), which dominated a
 // network's first run at a new shape; these paths cost the same on a shape's first run as on its
@@ -36,11 +36,17 @@ absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeome
                                            NhwcConvPath only = NhwcConvPath::kNone);
 
 // Convolutions with few input channels (the stem of an image network, an STFT's framing convolution;
-// group 1, 1-D or 2-D, either layout) as im2col + dnnl_sgemm: oneDNN's direct kernels gain little from
-// blocked layouts at C <= 4 and generated code per shape, plus layout reorders around them for NCHW. The
-// im2col matrix is at most kIm2colMaxBytes. Returns false when the geometry does not fit. Post-ops are
-// applied here for channels-last output only: the caller applies them to NCHW output.
+// group 1, 1-D or 2-D, either layout) as im2col + BLIS sgemm: oneDNN's direct kernels gain little from
+// blocked layouts at C <= 4 and generated code per shape, plus layout reorders around them for NCHW. Also
+// any channel count when the output has few pixels (N * OH * OW <= kIm2colFewPixels, at most
+// kIm2colFewPixelsMaxMacs multiply-adds: the height-1 sequence convolutions of a text recognizer, 480-960
+// channels, 1x3 kernels): there oneDNN's code generation for each new width (0.3-0.8 ms per convolution)
+// costs several times the convolution itself. The choice depends on the geometry only. The im2col matrix
+// is at most kIm2colMaxBytes. Returns false when the geometry does not fit. Post-ops are applied here for
+// channels-last output only: the caller applies them to NCHW output.
 constexpr int64_t kIm2colMaxChannels = 4;
+constexpr double kIm2colFewPixels = 256;
+constexpr double kIm2colFewPixelsMaxMacs = 32.0 * (1 << 20);
 constexpr double kIm2colMaxBytes = 64.0 * (1 << 20);
 // `max_channels` above kIm2colMaxChannels: an autotuning candidate for any channel count.
 absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, int64_t group, bool channels_last,

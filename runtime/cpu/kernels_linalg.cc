@@ -17,6 +17,7 @@
 #include "compiler/ir/status_macros.h"
 #include "runtime/cpu/broadcast.h"
 #include "runtime/cpu/dispatch.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/cpu/kernel.h"
 #include "runtime/cpu/onednn_util.h"
 #include "runtime/cpu/tensor_util.h"
@@ -277,15 +278,17 @@ void LoopMatMul(const T* a, const T* b, T* c, int64_t M, int64_t K, int64_t N, i
 
 // float32 product algorithms (autotuning candidates, KernelContext::algorithm): "onednn_matmul" (oneDNN's
 // matmul primitive, code generated per shape), "sgemm" (dnnl_sgemm per batch, kernels generated once per
-// process), "eigen" (Eigen's blocked GEMM). Default (no algorithm): Eigen for small products, one sgemm
-// when B is shared by every batch, else the oneDNN matmul primitive.
-enum class ProductAlgorithm { kDefault, kOneDnnMatMul, kSgemm, kEigen };
+// process), "eigen" (Eigen's blocked GEMM), "blis" (BLIS sgemm per batch, runtime/cpu/gemm.h). Default (no
+// algorithm): Eigen for small products, one BLIS sgemm when B is shared by every batch, else the oneDNN
+// matmul primitive.
+enum class ProductAlgorithm { kDefault, kOneDnnMatMul, kSgemm, kEigen, kBlis };
 
 absl::StatusOr<ProductAlgorithm> ParseProductAlgorithm(const KernelContext& ctx) {
   if (ctx.algorithm == nullptr || ctx.algorithm->empty()) return ProductAlgorithm::kDefault;
   if (*ctx.algorithm == "onednn_matmul") return ProductAlgorithm::kOneDnnMatMul;
   if (*ctx.algorithm == "sgemm") return ProductAlgorithm::kSgemm;
   if (*ctx.algorithm == "eigen") return ProductAlgorithm::kEigen;
+  if (*ctx.algorithm == "blis") return ProductAlgorithm::kBlis;
   return ctx.Error(absl::StrCat("unknown MatMul/Gemm algorithm '", *ctx.algorithm, "'"));
 }
 
@@ -299,7 +302,7 @@ std::vector<AlgorithmCandidate> ProductAlgorithms(const KernelContext& ctx, bool
   const Tensor& b = ctx.in(1);
   if (gemm) {
     if (a.rank() != 2 || b.rank() != 2 || a.numel() == 0 || b.numel() == 0) return {};
-    return {{"onednn_matmul"}, {"sgemm"}, {"eigen"}};
+    return {{"onednn_matmul"}, {"sgemm"}, {"eigen"}, {"blis"}};
   }
   auto geo = PlanMatMul(a.dims(), b.dims());
   if (!geo.ok() || geo->K == 0 || geo->M == 0 || geo->N == 0 || geo->batch == 0) return {};
@@ -307,6 +310,7 @@ std::vector<AlgorithmCandidate> ProductAlgorithms(const KernelContext& ctx, bool
   if (geo->cd.size() <= 12) out.push_back({"onednn_matmul"});
   out.push_back({"sgemm"});
   out.push_back({"eigen"});
+  out.push_back({"blis"});
   return out;
 }
 
@@ -339,12 +343,21 @@ absl::Status MatMul(KernelContext& ctx) {
       float* yb = y.data<float>() + bi * g.M * g.N;
       if (algo == ProductAlgorithm::kEigen) {
         EigenMatMul(a.data<float>() + aoff, b.data<float>() + boff, yb, g.M, g.K, g.N, g.K, 1, g.N, 1, 1.0f);
+      } else if (algo == ProductAlgorithm::kBlis) {
+        if (!Sgemm(false, false, g.M, g.N, g.K, 1.0f, a.data<float>() + aoff, g.K, b.data<float>() + boff, g.N, 0.0f,
+                   yb, g.N)) {
+          return ctx.Error("BLIS sgemm: invalid arguments");
+        }
       } else if (dnnl_sgemm('N', 'N', g.M, g.N, g.K, 1.0f, a.data<float>() + aoff, g.K, b.data<float>() + boff, g.N,
                             0.0f, yb, g.N) != dnnl_success) {
         return ctx.Error("oneDNN sgemm failed");
       }
     }
-    if (ctx.want_impl) ctx.impl = algo == ProductAlgorithm::kEigen ? "Eigen (autotuned)" : "oneDNN sgemm (autotuned)";
+    if (ctx.want_impl) {
+      ctx.impl = algo == ProductAlgorithm::kEigen  ? "Eigen (autotuned)"
+                 : algo == ProductAlgorithm::kBlis ? "BLIS sgemm (autotuned)"
+                                                   : "oneDNN sgemm (autotuned)";
+    }
     return absl::OkStatus();
   }
   if (a.dtype() == DType::kF32 && precision != Float32Precision::kHighest) {
@@ -370,18 +383,18 @@ absl::Status MatMul(KernelContext& ctx) {
   }
   if (a.dtype() == DType::kF32) {
     // B shared by every batch (weights: [K, N] or [1.., K, N]) and A dense: one GEMM of batch * M rows
-    // through dnnl_sgemm, whose kernels are generated once per process. oneDNN's matmul primitive would
+    // through BLIS (runtime/cpu/gemm.h: no code generation at all). oneDNN's matmul primitive would
     // generate code for every new M (a new sequence length or image width): 0.1-0.15 ms per MatMul on a
     // shape's first run, as much as the product itself for these sizes.
     int64_t a_batch = 1, b_batch = 1;
     for (size_t i = 0; i + 2 < g.ad.size(); ++i) a_batch *= g.ad[i];
     for (size_t i = 0; i + 2 < g.bd.size(); ++i) b_batch *= g.bd[i];
     if (b_batch == 1 && a_batch == g.batch) {
-      if (dnnl_sgemm('N', 'N', g.batch * g.M, g.N, g.K, 1.0f, a.data<float>(), g.K, b.data<float>(), g.N, 0.0f,
-                     y.data<float>(), g.N) != dnnl_success) {
-        return ctx.Error("oneDNN sgemm failed");
+      if (!Sgemm(false, false, g.batch * g.M, g.N, g.K, 1.0f, a.data<float>(), g.K, b.data<float>(), g.N, 0.0f,
+                 y.data<float>(), g.N)) {
+        return ctx.Error("BLIS sgemm: invalid arguments");
       }
-      if (ctx.want_impl) ctx.impl = "oneDNN sgemm (shape-generic)";
+      if (ctx.want_impl) ctx.impl = "BLIS sgemm (shape-generic)";
       return absl::OkStatus();
     }
   }
@@ -427,6 +440,12 @@ absl::Status Gemm(KernelContext& ctx) {
       return ctx.Error("oneDNN sgemm failed");
     }
     if (ctx.want_impl) ctx.impl = "oneDNN sgemm (autotuned)";
+  } else if (algo == ProductAlgorithm::kBlis) {
+    if (!Sgemm(ta, tb, M, N, K, alpha, a.data<float>(), ta ? M : K, b.data<float>(), tb ? K : N, 0.0f, y.data<float>(),
+               N)) {
+      return ctx.Error("BLIS sgemm: invalid arguments");
+    }
+    if (ctx.want_impl) ctx.impl = "BLIS sgemm (autotuned)";
   } else if (algo == ProductAlgorithm::kOneDnnMatMul) {
     CJIT_RETURN_IF_ERROR(DnnlMatMul(a.raw(), {M, K}, {as_m, as_k}, b.raw(), {K, N}, {bs_k, bs_n}, y.raw(), {M, N},
                                     alpha, ctx.want_impl ? &ctx.impl : nullptr));

@@ -938,6 +938,8 @@ std::vector<AlgorithmCandidate> ConvAlgorithms(const KernelContext& ctx, bool tr
         if (!seen) out.push_back({id});
       } while (pd.next_impl());
     };
+    // The operation descriptor `d` must outlive `pd`: oneDNN 2.x's next_impl() reads it again (building the
+    // primitive_desc in a helper that returns it crashed with SIGFPE inside dnnl_primitive_desc_iterator_next).
     try {
       if (!transposed) {
         const dnnl::algorithm alg = winograd ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct;
