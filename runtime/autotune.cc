@@ -28,6 +28,7 @@
 #include "flags/file_util.h"
 #include "flags/logging.h"
 #include "oneapi/dnnl/dnnl.hpp"
+#include "runtime/cpu/gemm.h"
 #include "runtime/cpu/kernel.h"
 #include "runtime/profiler.h"
 
@@ -79,7 +80,7 @@ const std::string& AutotuneLibraryVersions() {
     const dnnl_version_t* d = dnnl_version();
     return new std::string(absl::StrCat("onednn=", d->major, ".", d->minor, ".", d->patch, "+", d->hash,
                                         ";eigen=", EIGEN_WORLD_VERSION, ".", EIGEN_MAJOR_VERSION, ".",
-                                        EIGEN_MINOR_VERSION, ";clusterjit=", CJIT_VERSION));
+                                        EIGEN_MINOR_VERSION, ";blis=", BlisVersion(), ";clusterjit=", CJIT_VERSION));
   }();
   return *v;
 }
@@ -205,29 +206,16 @@ double Tolerance(DType t) { return t == DType::kF32 || t == DType::kF64 ? 1e-3 :
 // "" when `got` matches `ref` within the dtype's tolerance (see the header), else what differs.
 std::string CompareOutputs(const Tensor& got, const Tensor& ref) {
   if (got.dtype() != ref.dtype() || got.dims() != ref.dims()) return "output dtype or dims differ";
-  const size_t n = static_cast<size_t>(ref.numel());
   if (!IsFloat(ref.dtype())) {
-    return std::memcmp(got.raw(), ref.raw(), ref.nbytes()) == 0 ? "" : "integer output differs";
+    return ref.nbytes() == 0 || std::memcmp(got.raw(), ref.raw(), ref.nbytes()) == 0 ? "" : "integer output differs";
   }
-  std::vector<float> a(n), b(n);
-  if (ref.dtype() == DType::kF32) {
-    std::memcpy(a.data(), got.raw(), n * sizeof(float));
-    std::memcpy(b.data(), ref.raw(), n * sizeof(float));
-  } else if (ref.dtype() == DType::kF64) {
-    for (size_t i = 0; i < n; ++i) {
-      a[i] = static_cast<float>(static_cast<const double*>(got.raw())[i]);
-      b[i] = static_cast<float>(static_cast<const double*>(ref.raw())[i]);
-    }
-  } else {
-    ConvertFloatBuffer(got.raw(), got.dtype(), a.data(), DType::kF32, n);
-    ConvertFloatBuffer(ref.raw(), ref.dtype(), b.data(), DType::kF32, n);
-  }
+  const std::vector<double> a = got.ToDoubleVector(), b = ref.ToDoubleVector();
   double scale = 0;
-  for (float v : b) {
-    if (std::isfinite(v)) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+  for (double v : b) {
+    if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
   }
   const double tol = Tolerance(ref.dtype()) * (1.0 + scale);
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < a.size(); ++i) {
     const bool na = std::isnan(a[i]), nb = std::isnan(b[i]);
     if (na || nb) {
       if (na != nb) return absl::StrCat("element ", i, " is ", a[i], ", reference ", b[i]);
@@ -237,42 +225,38 @@ std::string CompareOutputs(const Tensor& got, const Tensor& ref) {
       if (a[i] != b[i]) return absl::StrCat("element ", i, " is ", a[i], ", reference ", b[i]);
       continue;
     }
-    if (std::fabs(static_cast<double>(a[i]) - b[i]) > tol) {
+    if (std::fabs(a[i] - b[i]) > tol) {
       return absl::StrCat("element ", i, " is ", a[i], ", reference ", b[i], " (tolerance ", tol, ")");
     }
   }
   return "";
 }
 
-void FillRandom(Tensor& t, std::mt19937& rng) {
-  const size_t n = static_cast<size_t>(t.numel());
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  if (t.dtype() == DType::kF32 || IsFloat(t.dtype())) {
-    std::vector<float> v(n);
-    for (float& x : v) x = u(rng);
-    if (t.dtype() == DType::kF32) {
-      std::memcpy(t.raw(), v.data(), n * sizeof(float));
-    } else if (t.dtype() == DType::kF64) {
-      for (size_t i = 0; i < n; ++i) static_cast<double*>(t.raw())[i] = v[i];
-    } else {
-      ConvertFloatBuffer(v.data(), DType::kF32, t.raw(), t.dtype(), n);
-    }
-    return;
+// Writes float values into a float tensor of any float dtype (16-bit rounded to nearest even).
+void StoreFloats(const std::vector<float>& v, Tensor& t) {
+  if (v.empty()) return;  // an empty tensor may have no buffer at all
+  if (t.dtype() == DType::kF32) {
+    std::memcpy(t.raw(), v.data(), v.size() * sizeof(float));
+  } else if (t.dtype() == DType::kF64) {
+    for (size_t i = 0; i < v.size(); ++i) static_cast<double*>(t.raw())[i] = v[i];
+  } else {
+    ConvertFloatBuffer(v.data(), DType::kF32, t.raw(), t.dtype(), v.size());
   }
-  // Non-float inputs (shapes, indices) are left as the allocator gives them: the tuned ops have none.
+}
+
+// Non-float inputs (shapes, indices) are left as the allocator gives them: the tuned ops have none.
+void FillRandom(Tensor& t, std::mt19937& rng) {
+  if (!IsFloat(t.dtype())) return;
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  for (float& x : v) x = u(rng);
+  StoreFloats(v, t);
 }
 
 void FillNaN(std::vector<Tensor>& outs) {
   for (Tensor& t : outs) {
-    if (!t.defined() || !IsFloat(t.dtype())) continue;
-    const size_t n = static_cast<size_t>(t.numel());
-    std::vector<float> v(n, std::numeric_limits<float>::quiet_NaN());
-    if (t.dtype() == DType::kF32) {
-      std::memcpy(t.raw(), v.data(), n * sizeof(float));
-    } else if (t.dtype() == DType::kF64) {
-      for (size_t i = 0; i < n; ++i) static_cast<double*>(t.raw())[i] = std::numeric_limits<double>::quiet_NaN();
-    } else {
-      ConvertFloatBuffer(v.data(), DType::kF32, t.raw(), t.dtype(), n);
+    if (t.defined() && IsFloat(t.dtype())) {
+      StoreFloats(std::vector<float>(static_cast<size_t>(t.numel()), std::numeric_limits<float>::quiet_NaN()), t);
     }
   }
 }
@@ -557,6 +541,8 @@ std::string Autotuner::TuneNow(const std::string& key, const Node& node, const s
     for (size_t k = 0; k < outs_info.size(); ++k) {
       if (!outs_info[k].shape.fully_known()) return finish("not tuned: an output shape is unknown");
       outputs[k] = Tensor(outs_info[k].dtype, outs_info[k].shape.concrete());
+      // An empty output has nothing to compute or time: every algorithm is the same no-op.
+      if (outputs[k].numel() == 0) return finish("not tuned: an output is empty");
     }
   } catch (const std::exception& e) {
     return finish(absl::StrCat("not tuned: ", e.what()));
@@ -572,7 +558,7 @@ std::string Autotuner::TuneNow(const std::string& key, const Node& node, const s
                           c ? &c->id : nullptr, &scratch);
     if (!r.ok()) return r.status();
     for (size_t k = 0; k < r->size() && k < outputs.size(); ++k) {
-      if ((*r)[k].raw() != outputs[k].raw() && (*r)[k].defined()) {
+      if ((*r)[k].raw() != outputs[k].raw() && (*r)[k].defined() && outputs[k].nbytes() > 0) {
         if ((*r)[k].nbytes() != outputs[k].nbytes()) return absl::InternalError("output size mismatch");
         std::memcpy(outputs[k].raw(), (*r)[k].raw(), outputs[k].nbytes());
       }

@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +19,7 @@
 #include "runtime/cpu/kernel.h"
 #include "runtime/session.h"
 #include "tests/model_builder.h"
+#include "tests/random_floats.h"
 
 namespace cjit {
 namespace {
@@ -35,13 +35,7 @@ struct ConvCase {
 
 void PrintTo(const ConvCase& c, std::ostream* os) { *os << c.name; }
 
-std::vector<float> RandomFloats(size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
+using testing::RandomFloats;
 
 Tensor FloatTensor(const Dims& dims, const std::vector<float>& v) {
   Tensor t(DType::kF32, dims);
@@ -218,8 +212,17 @@ TEST_P(AutotuneConvTest, EveryCandidateMatchesFloat64) {
     EXPECT_LE(worst, 1e-5 * scale * std::sqrt(static_cast<double>(k.c * Numel(k.kernel)))) << k.name << " " << c.id;
   }
   EXPECT_TRUE(onednn) << k.name << ": no oneDNN candidate";
+  {  // the default choice (no algorithm: what an untuned run takes) against the same reference
+    auto r = EvaluateNode(*b->node, b->ptrs, 2, nullptr, &b->is_constant, nullptr, nullptr, nullptr, &b->inferred, nullptr);
+    ASSERT_TRUE(r.ok()) << k.name << " default: " << r.status();
+    double worst = 0;
+    for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs((*r)[0].data<float>()[i] - ref[i]));
+    EXPECT_LE(worst, 1e-5 * scale * std::sqrt(static_cast<double>(k.c * Numel(k.kernel)))) << k.name << " default";
+  }
   const bool expect_own = k.transposed ? k.spatial.size() <= 2 : (k.group == 1 || k.channels_last);
-  if (expect_own) EXPECT_TRUE(own) << k.name << ": no own candidate";
+  if (expect_own) {
+    EXPECT_TRUE(own) << k.name << ": no own candidate";
+  }
   // An id the kernel does not offer is an error naming it, never a silent fallback.
   const std::string bogus = "onednn:no_such_impl";
   auto r = EvaluateNode(*b->node, b->ptrs, 1, nullptr, &b->is_constant, nullptr, nullptr, nullptr, &b->inferred, &bogus);
@@ -245,6 +248,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case("asymmetric_pads_strided", [](ConvCase& k) { k.pads = {0, 1, 2, 0}; k.strides = {1, 2}; k.spatial = {11, 13}; }),
                       Case("conv1d_few_channels", [](ConvCase& k) { k.c = 3; k.oc = 8; k.spatial = {40}; k.kernel = {5}; k.strides = {2}; k.dilations = {1}; k.pads = {2, 1}; }),
                       Case("nhwc_3x3_batch2", [](ConvCase& k) { k.n = 2; k.channels_last = true; }),
+                      // 1xK stride-1 convolutions, many channels, few pixels (the default reads the im2col
+                      // rows in place, conv_gemm.h): a height-1 sequence, and rows with padding above/below
+                      Case("seq_1x3_nhwc", [](ConvCase& k) { k.c = 96; k.oc = 20; k.spatial = {1, 30}; k.kernel = {1, 3}; k.pads = {0, 1, 0, 1}; k.channels_last = true; }),
+                      Case("rows_1x5_nhwc_padded", [](ConvCase& k) { k.n = 2; k.c = 24; k.oc = 12; k.spatial = {4, 9}; k.kernel = {1, 5}; k.pads = {1, 3, 1, 1}; k.channels_last = true; }),
                       Case("conv_transpose_strided", [](ConvCase& k) { k.transposed = true; k.c = 8; k.oc = 4; k.strides = {2, 2}; k.spatial = {6, 7}; k.pads = {1, 0, 1, 0}; })),
     [](const ::testing::TestParamInfo<ConvCase>& i) { return i.param.name; });
 
@@ -285,7 +292,7 @@ TEST(AutotuneGemmTest, EveryCandidateMatchesFloat64) {
         }
     }
     std::vector<AlgorithmCandidate> cands = Candidates(*b);
-    ASSERT_EQ(cands.size(), 3u);
+    ASSERT_EQ(cands.size(), 4u);  // onednn_matmul, sgemm, eigen, blis
     for (const AlgorithmCandidate& c : cands) {
       auto r = EvaluateNode(*b->node, b->ptrs, 2, nullptr, &b->is_constant, nullptr, nullptr, nullptr, &b->inferred, &c.id);
       ASSERT_TRUE(r.ok()) << c.id << ": " << r.status();
@@ -305,7 +312,8 @@ TEST(AutotuneGemmTest, EveryCandidateMatchesFloat64) {
       b->node->attrs["beta"].kind = Attribute::Kind::kFloat;
       b->node->attrs["beta"].f = 2.0f;
       std::vector<AlgorithmCandidate> cands = Candidates(*b);
-      ASSERT_EQ(cands.size(), 3u);
+      ASSERT_EQ(cands.size(), 4u);
+      EXPECT_EQ(cands[3].id, "blis");
       for (const AlgorithmCandidate& c : cands) {
         auto r = EvaluateNode(*b->node, b->ptrs, 1, nullptr, &b->is_constant, nullptr, nullptr, nullptr, &b->inferred, &c.id);
         ASSERT_TRUE(r.ok()) << c.id << ": " << r.status();
@@ -536,35 +544,45 @@ std::string ConvNet() {
   return m.Bytes();
 }
 
+// ConvNet in a session on the CPU, every op clustered and compiled on the first execution, plus `flags`.
+std::unique_ptr<Session> LoadConvNet(const std::string& flags) {
+  SessionOptions o;
+  o.use_environment_flags = false;
+  auto f = ParseFlags(absl::StrCat("--device=cpu --auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false ",
+                                   flags));
+  EXPECT_TRUE(f.ok()) << f.status();
+  o.flags = *f;
+  auto s = Session::LoadFromBytes(ConvNet(), o);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+// Output 0 of `got` against `want` (the fallback path's), elementwise within 1e-4.
+void ExpectNearOutput(const absl::StatusOr<std::vector<NamedTensor>>& got, const std::vector<NamedTensor>& want,
+                      const std::string& what) {
+  ASSERT_TRUE(got.ok()) << what << ": " << got.status();
+  const Tensor& a = (*got)[0].tensor;
+  const Tensor& b = want[0].tensor;
+  ASSERT_EQ(a.numel(), b.numel()) << what;
+  for (int64_t k = 0; k < a.numel(); ++k) ASSERT_NEAR(a.data<float>()[k], b.data<float>()[k], 1e-4) << what << " at " << k;
+}
+
 TEST(AutotuneSessionTest, TunesAfterThresholdAndSecondSessionTunesNothing) {
   const std::string dir = TempDir("session");
-  auto load = [&](const std::string& flags) {
-    SessionOptions o;
-    o.use_environment_flags = false;
-    auto f = ParseFlags(absl::StrCat("--device=cpu --auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false "
-                                     "--persistent_cache_dir=", dir, " ", flags));
-    EXPECT_TRUE(f.ok()) << f.status();
-    o.flags = *f;
-    auto s = Session::LoadFromBytes(ConvNet(), o);
-    EXPECT_TRUE(s.ok()) << s.status();
-    return std::move(*s);
-  };
+  auto load = [&](const std::string& flags) { return LoadConvNet(absl::StrCat("--persistent_cache_dir=", dir, " ", flags)); };
   Tensor x = FloatTensor({1, 8, 20, 20}, RandomFloats(8 * 400, 14));
   std::vector<NamedTensor> in{{"x", x}};
-  auto fb = load("--auto_jit=-1");
-  auto want = fb->Run(in);
+  auto want = load("--auto_jit=-1")->Run(in);
   ASSERT_TRUE(want.ok());
   ClearAutotuneResultsForTest();
   auto s1 = load("--autotune_threshold=2");
   for (int i = 0; i < 3; ++i) {
-    auto r = s1->Run(in);
-    ASSERT_TRUE(r.ok()) << r.status();
+    ExpectNearOutput(s1->Run(in), *want, absl::StrCat("run ", i));
     const int64_t tuned = s1->stats().autotune.ops_tuned;
-    if (i < 2) EXPECT_EQ(tuned, 0) << "run " << i << ": tuned before the threshold";
-    if (i == 2) EXPECT_EQ(tuned, 2) << "both convolutions tuned on the third execution";
-    ASSERT_EQ((*r)[0].tensor.numel(), (*want)[0].tensor.numel());
-    for (int64_t k = 0; k < (*r)[0].tensor.numel(); ++k) {
-      ASSERT_NEAR((*r)[0].tensor.data<float>()[k], (*want)[0].tensor.data<float>()[k], 1e-4);
+    if (i < 2) {
+      EXPECT_EQ(tuned, 0) << "run " << i << ": tuned before the threshold";
+    } else {
+      EXPECT_EQ(tuned, 2) << "both convolutions tuned on the third execution";
     }
   }
   std::vector<AutotuneRecord> first = s1->AutotuneRecords();
@@ -587,35 +605,57 @@ TEST(AutotuneSessionTest, TunesAfterThresholdAndSecondSessionTunesNothing) {
   std::filesystem::remove_all(dir);
 }
 
-// A chosen algorithm that fails when the executable runs it (here the test-only candidate, which the kernel
-// itself does not know) never fails the run: the default algorithm runs instead, with a warning.
-TEST(AutotuneSessionTest, FailingChoiceFallsBackToTheDefault) {
+// Empty tensors at level 4: a MatMul over K = 0 (an empty input, a non-empty all-zero output) is tuned
+// over empty random inputs (CI's fuzzer found the input fill passing a null buffer to memcpy here), and a
+// Conv over a zero batch (an empty output) is not tuned. Both runs agree with the definition.
+TEST(AutotuneSessionTest, EmptyTensorsTuneOrSkipAndRun) {
+  testing::ModelBuilder m(13);
+  m.Input("x", onnx::TensorProto::FLOAT, {0, 8, 6, 6}).Input("a", onnx::TensorProto::FLOAT, {3, 0}).Output("y").Output("z");
+  m.InitFloats("w", {4, 8, 3, 3}, RandomFloats(4 * 8 * 9, 21));
+  m.InitFloats("b", {0, 5}, {});
+  m.Node("Conv", {"x", "w"}, {"c"});
+  m.Node("Relu", {"c"}, {"y"});
+  m.Node("MatMul", {"a", "b"}, {"mm"});
+  m.Node("Sigmoid", {"mm"}, {"z"});
   SessionOptions o;
   o.use_environment_flags = false;
   auto f = ParseFlags("--device=cpu --auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false "
-                      "--autotune_level=1 --autotune_threshold=0 --autotune_max_ms_per_op=1000000");
-  ASSERT_TRUE(f.ok());
+                      "--autotune_level=4 --autotune_threshold=0 --autotune_max_ms_per_op=1000000");
+  ASSERT_TRUE(f.ok()) << f.status();
   o.flags = *f;
-  SessionOptions fo = o;
-  fo.flags.auto_jit = "-1";
-  Tensor x = FloatTensor({1, 8, 20, 20}, RandomFloats(8 * 400, 16));
-  std::vector<NamedTensor> in{{"x", x}};
-  auto want = (*Session::LoadFromBytes(ConvNet(), fo))->Run(in);
-  ASSERT_TRUE(want.ok());
   ClearAutotuneResultsForTest();
-  WrongCandidate wrong(true, "NhwcConv");  // the layout pass makes the net's convolutions NhwcConv
-  auto s = Session::LoadFromBytes(ConvNet(), o);
+  auto s = Session::LoadFromBytes(m.Bytes(), o);
   ASSERT_TRUE(s.ok()) << s.status();
+  std::vector<NamedTensor> in{{"x", Tensor(DType::kF32, {0, 8, 6, 6})}, {"a", Tensor(DType::kF32, {3, 0})}};
   for (int i = 0; i < 2; ++i) {
     auto r = (*s)->Run(in);
     ASSERT_TRUE(r.ok()) << r.status();
-    for (int64_t k = 0; k < (*r)[0].tensor.numel(); ++k) {
-      ASSERT_NEAR((*r)[0].tensor.data<float>()[k], (*want)[0].tensor.data<float>()[k], 1e-4) << "run " << i;
-    }
+    ASSERT_EQ(r->size(), 2u);
+    EXPECT_EQ((*r)[0].tensor.dims(), (std::vector<int64_t>{0, 4, 4, 4}));
+    ASSERT_EQ((*r)[1].tensor.dims(), (std::vector<int64_t>{3, 5}));
+    for (int k = 0; k < 15; ++k) EXPECT_EQ((*r)[1].tensor.data<float>()[k], 0.5f) << "sigmoid(empty sum) at " << k;
   }
+  for (const AutotuneRecord& r : (*s)->AutotuneRecords()) {
+    if (r.op == "Conv" || r.op == "NhwcConv") EXPECT_EQ(r.algorithm, "") << "an empty Conv keeps the default";
+  }
+  ClearAutotuneResultsForTest();
+}
+
+// A chosen algorithm that fails when the executable runs it (here the test-only candidate, which the kernel
+// itself does not know) never fails the run: the default algorithm runs instead, with a warning.
+TEST(AutotuneSessionTest, FailingChoiceFallsBackToTheDefault) {
+  Tensor x = FloatTensor({1, 8, 20, 20}, RandomFloats(8 * 400, 16));
+  std::vector<NamedTensor> in{{"x", x}};
+  auto want = LoadConvNet("--auto_jit=-1")->Run(in);
+  ASSERT_TRUE(want.ok());
+  ClearAutotuneResultsForTest();
+  WrongCandidate wrong(true, "NhwcConv");  // the layout pass makes the net's convolutions NhwcConv
+  auto s = LoadConvNet("--autotune_level=1 --autotune_threshold=0 --autotune_max_ms_per_op=1000000");
+  ASSERT_TRUE(s);
+  for (int i = 0; i < 2; ++i) ExpectNearOutput(s->Run(in), *want, absl::StrCat("run ", i));
   bool chosen = false;
   std::string notes;
-  for (const AutotuneRecord& r : (*s)->AutotuneRecords()) {
+  for (const AutotuneRecord& r : s->AutotuneRecords()) {
     chosen = chosen || r.algorithm == "test:wrong";
     for (const std::string& n : r.notes) notes += n + "\n";
   }
@@ -627,17 +667,7 @@ TEST(AutotuneSessionTest, FailingChoiceFallsBackToTheDefault) {
 // the compile worker once past the threshold; its runs keep the default meanwhile and stay correct.
 TEST(AutotuneSessionTest, AsyncTunesLoadedExecutablesInTheBackground) {
   const std::string dir = TempDir("async");
-  auto load = [&](const std::string& flags) {
-    SessionOptions o;
-    o.use_environment_flags = false;
-    auto f = ParseFlags(absl::StrCat("--device=cpu --auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false "
-                                     "--persistent_cache_dir=", dir, " ", flags));
-    EXPECT_TRUE(f.ok()) << f.status();
-    o.flags = *f;
-    auto s = Session::LoadFromBytes(ConvNet(), o);
-    EXPECT_TRUE(s.ok()) << s.status();
-    return std::move(*s);
-  };
+  auto load = [&](const std::string& flags) { return LoadConvNet(absl::StrCat("--persistent_cache_dir=", dir, " ", flags)); };
   Tensor x = FloatTensor({1, 8, 20, 20}, RandomFloats(8 * 400, 15));
   std::vector<NamedTensor> in{{"x", x}};
   auto want = load("--auto_jit=-1")->Run(in);
@@ -654,11 +684,7 @@ TEST(AutotuneSessionTest, AsyncTunesLoadedExecutablesInTheBackground) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(s->stats().autotune.ops_tuned, 2) << "both convolutions tuned by the background job";
-  auto r = s->Run(in);
-  ASSERT_TRUE(r.ok());
-  for (int64_t k = 0; k < (*r)[0].tensor.numel(); ++k) {
-    ASSERT_NEAR((*r)[0].tensor.data<float>()[k], (*want)[0].tensor.data<float>()[k], 1e-4);
-  }
+  ExpectNearOutput(s->Run(in), *want, "after background tuning");
   s.reset();  // destroyed with nothing in flight; a session destroyed mid-tuning cancels it (Autotuner::Cancel)
   ClearAutotuneResultsForTest();
   std::filesystem::remove_all(dir);
