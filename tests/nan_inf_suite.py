@@ -129,6 +129,21 @@ def main():
         e = np.exp(r64 - mx)
         ref = f32(e / np.sum(e, axis=1, keepdims=True))
     write_case(root, "softmax_Softmax", [helper.make_node("Softmax", ["x"], ["y"], axis=1)], [("x", rows)], [("y", ref)])
+    # MaxPool / AveragePool 2x2 stride 1 over a 4x4 plane with +inf and -inf (and, for the average, a NaN):
+    # +inf wins a max, -inf loses it; a NaN or inf - inf in a mean is NaN. (A NaN in a max window is left
+    # out: the ONNX reference keeps the first element's NaN only — `if Yh is None or x > Yh` — so the result
+    # depends on the NaN's position, as in ORT's kernels.)
+    p = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4) - 5.0
+    p[0, 0, 2, 2], p[0, 0, 3, 0], p[0, 0, 1, 3] = np.inf, -np.inf, -np.inf
+    win = np.lib.stride_tricks.sliding_window_view(p[0, 0].astype(np.float64), (2, 2))
+    write_case(root, "pool_MaxPool", [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2])], [("x", p)],
+               [("y", f32(win.max(axis=(2, 3))[None, None]))])
+    p[0, 0, 0, 1] = np.nan
+    win = np.lib.stride_tricks.sliding_window_view(p[0, 0].astype(np.float64), (2, 2))
+    with np.errstate(all="ignore"):
+        ref_avg = f32(win.mean(axis=(2, 3))[None, None])
+    write_case(root, "pool_AveragePool", [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2])],
+               [("x", p)], [("y", ref_avg)])
     # Conv (1x1, constant weights and bias) followed by each activation the compiled path runs as a oneDNN
     # post-op: a NaN or +-inf pixel must reach the output as NaN/inf, as on the op-by-op path.
     x = np.arange(2 * 4 * 4, dtype=np.float32).reshape(1, 2, 4, 4) * 0.25 - 3.0
