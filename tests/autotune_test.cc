@@ -605,18 +605,28 @@ TEST(AutotuneSessionTest, TunesAfterThresholdAndSecondSessionTunesNothing) {
   std::filesystem::remove_all(dir);
 }
 
-// Empty tensors at level 4: a MatMul over K = 0 (an empty input, a non-empty all-zero output) is tuned
-// over empty random inputs (CI's fuzzer found the input fill passing a null buffer to memcpy here), and a
-// Conv over a zero batch (an empty output) is not tuned. Both runs agree with the definition.
+// Empty tensors at level 4: a padded Conv over an input of height 0 (an empty input, a non-empty output
+// that is the bias) is tuned over an empty random input (CI's fuzzer found the input fill passing a null
+// buffer to memcpy here), a MatMul over K = 0 (all-zero output) and a Conv over a zero batch (an empty
+// output) are not. All runs agree with the operator definitions.
 TEST(AutotuneSessionTest, EmptyTensorsTuneOrSkipAndRun) {
   testing::ModelBuilder m(13);
-  m.Input("x", onnx::TensorProto::FLOAT, {0, 8, 6, 6}).Input("a", onnx::TensorProto::FLOAT, {3, 0}).Output("y").Output("z");
+  m.Input("x", onnx::TensorProto::FLOAT, {0, 8, 6, 6}).Input("a", onnx::TensorProto::FLOAT, {3, 0})
+      .Input("e", onnx::TensorProto::FLOAT, {1, 2, 0, 4}).Output("y").Output("z").Output("p");
   m.InitFloats("w", {4, 8, 3, 3}, RandomFloats(4 * 8 * 9, 21));
   m.InitFloats("b", {0, 5}, {});
   m.Node("Conv", {"x", "w"}, {"c"});
   m.Node("Relu", {"c"}, {"y"});
   m.Node("MatMul", {"a", "b"}, {"mm"});
   m.Node("Sigmoid", {"mm"}, {"z"});
+  m.InitFloats("we", {3, 2, 1, 1}, RandomFloats(6, 23));
+  m.InitFloats("be", {3}, {1.0f, -2.0f, 3.0f});
+  auto* pc = m.Node("Conv", {"e", "we", "be"}, {"ce"});
+  auto* pads = pc->add_attribute();
+  pads->set_name("pads");
+  pads->set_type(onnx::AttributeProto::INTS);
+  for (int i = 0; i < 4; ++i) pads->add_ints(1);
+  m.Node("Relu", {"ce"}, {"p"});
   SessionOptions o;
   o.use_environment_flags = false;
   auto f = ParseFlags("--device=cpu --auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false "
@@ -626,14 +636,20 @@ TEST(AutotuneSessionTest, EmptyTensorsTuneOrSkipAndRun) {
   ClearAutotuneResultsForTest();
   auto s = Session::LoadFromBytes(m.Bytes(), o);
   ASSERT_TRUE(s.ok()) << s.status();
-  std::vector<NamedTensor> in{{"x", Tensor(DType::kF32, {0, 8, 6, 6})}, {"a", Tensor(DType::kF32, {3, 0})}};
+  std::vector<NamedTensor> in{{"x", Tensor(DType::kF32, {0, 8, 6, 6})}, {"a", Tensor(DType::kF32, {3, 0})},
+                             {"e", Tensor(DType::kF32, {1, 2, 0, 4})}};
   for (int i = 0; i < 2; ++i) {
     auto r = (*s)->Run(in);
     ASSERT_TRUE(r.ok()) << r.status();
-    ASSERT_EQ(r->size(), 2u);
+    ASSERT_EQ(r->size(), 3u);
     EXPECT_EQ((*r)[0].tensor.dims(), (std::vector<int64_t>{0, 4, 4, 4}));
     ASSERT_EQ((*r)[1].tensor.dims(), (std::vector<int64_t>{3, 5}));
     for (int k = 0; k < 15; ++k) EXPECT_EQ((*r)[1].tensor.data<float>()[k], 0.5f) << "sigmoid(empty sum) at " << k;
+    // Every output pixel sees only padding: relu(bias) = {1, 0, 3} per channel, 2 x 6 pixels each.
+    ASSERT_EQ((*r)[2].tensor.dims(), (std::vector<int64_t>{1, 3, 2, 6}));
+    for (int k = 0; k < 36; ++k) {
+      EXPECT_EQ((*r)[2].tensor.data<float>()[k], (std::vector<float>{1, 0, 3})[k / 12]) << "padded empty conv at " << k;
+    }
   }
   for (const AutotuneRecord& r : (*s)->AutotuneRecords()) {
     if (r.op == "Conv" || r.op == "NhwcConv") EXPECT_EQ(r.algorithm, "") << "an empty Conv keeps the default";
