@@ -1,3 +1,8 @@
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <thread>
+
 #include "compiler/ir/text.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/passes/specialize_shapes.h"
@@ -87,9 +92,10 @@ TEST(SpecializeShapesTest, IncompatibleShapesNameTheNode) {
 }  // namespace
 }  // namespace cjit
 
-// Large tensor buffers are recycled (compiler/ir/tensor.cc): a freed block serves a later request of at most
-// its size and at least 3/4 of it, never a larger one, and its contents are the caller's to overwrite.
-TEST(TensorBufferPoolTest, ReusesFreedLargeBlocksOfFittingSize) {
+// Large tensor buffers come from the best-fit arena (compiler/ir/buffer_arena.h): memory freed by one
+// shape serves later tensors of any smaller size (split) and, once neighbours are free again, larger ones
+// (coalesced), so a run at a new shape does not page-fault fresh memory for every activation.
+TEST(TensorArenaTest, TensorsReuseFreedMemoryOfAnySmallerSize) {
   const void* first;
   {
     cjit::Tensor t(cjit::DType::kF32, {3 << 20});  // 12 MiB
@@ -97,16 +103,100 @@ TEST(TensorBufferPoolTest, ReusesFreedLargeBlocksOfFittingSize) {
     std::memset(t.raw(), 0x5a, t.nbytes());
   }
   {
-    cjit::Tensor bigger(cjit::DType::kF32, {4 << 20});  // 16 MiB: the 12 MiB block is too small
-    EXPECT_NE(bigger.raw(), first);
-    cjit::Tensor fits(cjit::DType::kF32, {(3 << 20) - 1000});  // a little smaller: reuses it
-    EXPECT_EQ(fits.raw(), first);
-    float* p = fits.data<float>();
-    p[fits.numel() - 1] = 1.0f;  // the whole requested range is writable
-    EXPECT_EQ(p[fits.numel() - 1], 1.0f);
+    cjit::Tensor a(cjit::DType::kF32, {1 << 20});  // 4 MiB: the front of the freed 12 MiB chunk
+    cjit::Tensor b(cjit::DType::kF32, {1 << 20});  // the next 4 MiB of it
+    EXPECT_EQ(a.raw(), first);
+    EXPECT_EQ(static_cast<const char*>(b.raw()), static_cast<const char*>(first) + (4 << 20));
+    b.data<float>()[b.numel() - 1] = 1.0f;  // the whole requested range is writable
+    EXPECT_EQ(b.data<float>()[b.numel() - 1], 1.0f);
   }
-  {
-    cjit::Tensor small(cjit::DType::kF32, {1 << 20});  // 4 MiB: would waste two thirds of the block
-    EXPECT_NE(small.raw(), first);
+  cjit::Tensor whole(cjit::DType::kF32, {3 << 20});  // both freed: coalesced into the 12 MiB chunk again
+  EXPECT_EQ(whole.raw(), first);
+  EXPECT_GE(cjit::TensorArenaStats().in_use_bytes, size_t{12} << 20);
+}
+
+TEST(BufferArenaTest, SplitsCoalescesAndNeverOverlaps) {
+  cjit::BufferArena arena({size_t{256} << 20, size_t{32} << 20});
+  std::mt19937 rng(7);
+  struct Live {
+    char* p;
+    size_t n;
+    uint8_t tag;
+  };
+  std::vector<Live> live;
+  size_t want_in_use = 0;
+  for (int step = 0; step < 3000; ++step) {
+    const bool alloc = live.empty() || (live.size() < 24 && rng() % 3 != 0);
+    if (alloc) {
+      const size_t n = (size_t{1} << 20) + rng() % (size_t{24} << 20);
+      size_t usable = 0;
+      char* p = static_cast<char*>(arena.Allocate(n, &usable));
+      if (p == nullptr) continue;  // the cap: fine, the caller allocates elsewhere
+      ASSERT_GE(usable, n);
+      ASSERT_EQ(reinterpret_cast<uintptr_t>(p) % cjit::BufferArena::kGranule, 0u);
+      ASSERT_TRUE(arena.Owns(p) && arena.Owns(p + usable - 1));
+      const uint8_t tag = static_cast<uint8_t>(step);
+      std::memset(p, tag, n);
+      live.push_back({p, n, tag});
+      want_in_use += usable;
+    } else {
+      const size_t k = rng() % live.size();
+      const Live l = live[k];
+      // Every byte still holds this block's tag: no other block was placed over it.
+      for (size_t off = 0; off < l.n; off += 4093) ASSERT_EQ(static_cast<uint8_t>(l.p[off]), l.tag) << "step " << step;
+      ASSERT_EQ(static_cast<uint8_t>(l.p[l.n - 1]), l.tag);
+      const size_t before = arena.stats().in_use_bytes;
+      arena.Free(l.p);
+      want_in_use -= before - arena.stats().in_use_bytes;
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    ASSERT_EQ(arena.stats().in_use_bytes, want_in_use);
+    ASSERT_LE(arena.stats().reserved_bytes, size_t{256} << 20);
   }
+  for (const Live& l : live) arena.Free(l.p);
+  const cjit::BufferArena::Stats st = arena.stats();
+  EXPECT_EQ(st.in_use_bytes, 0u);
+  EXPECT_EQ(st.free_chunks, st.regions) << "every region coalesced back into one free chunk";
+}
+
+TEST(BufferArenaTest, CapReleasesFreeRegionsThenRefuses) {
+  cjit::BufferArena arena({size_t{64} << 20, size_t{16} << 20});
+  void* a = arena.Allocate(size_t{16} << 20);
+  ASSERT_NE(a, nullptr);
+  void* b = arena.Allocate(size_t{40} << 20);  // a second region (the first is full)
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(arena.Allocate(size_t{40} << 20), nullptr);  // beyond the cap: refused
+  EXPECT_EQ(arena.Allocate(size_t{65} << 20), nullptr);
+  EXPECT_EQ(arena.Allocate(0), nullptr);
+  arena.Free(b);
+  arena.Free(a);
+  void* c = arena.Allocate(size_t{60} << 20);  // fits only after both free regions are released
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(arena.stats().regions, 1u);
+  arena.Free(c);
+  arena.Free(nullptr);
+}
+
+TEST(BufferArenaTest, ConcurrentAllocateAndFree) {
+  cjit::BufferArena arena({size_t{512} << 20, size_t{64} << 20});
+  std::atomic<int> corrupt{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(100 + t);
+      for (int i = 0; i < 300; ++i) {
+        const size_t n = (size_t{1} << 20) + rng() % (size_t{8} << 20);
+        char* p = static_cast<char*>(arena.Allocate(n));
+        if (p == nullptr) continue;
+        const char tag = static_cast<char>(t * 50 + i % 50);
+        std::memset(p, tag, n);
+        std::this_thread::yield();
+        if (p[0] != tag || p[n / 2] != tag || p[n - 1] != tag) ++corrupt;
+        arena.Free(p);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(corrupt.load(), 0);
+  EXPECT_EQ(arena.stats().in_use_bytes, 0u);
 }

@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <cmath>
 #include <cstring>
-#include <map>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -17,16 +16,17 @@
 namespace cjit {
 namespace {
 
-// Large tensor buffers are recycled: glibc serves blocks above its mmap threshold (at most 32 MiB) with a
-// fresh mmap each time and unmaps them on free, so every run of a model on large images page-faulted all of
-// its activations again (a 59 MB 1x480x480x64 activation: ~15k faults, a third of that convolution's time).
-// Freed blocks of at least kPoolMinBytes are kept, up to PoolMaxBytes() in all, and handed out again for a
-// request of at most their size and at least 3/4 of it (as ONNX Runtime's arena and PyTorch's caching
-// allocator do). Process-wide, thread-safe; never freed (reachable, so leak checkers stay quiet).
-constexpr size_t kPoolMinBytes = size_t{1} << 20;
+// Large tensor buffers come from a best-fit arena with coalescing (compiler/ir/buffer_arena.h): glibc serves
+// blocks above its mmap threshold (at most 32 MiB) with a fresh mmap each time and unmaps them on free, so
+// every run page-faulted all of its activations again (a 59 MB 1x480x480x64 activation: ~15k faults, a third
+// of that convolution's time), and a run at a new input shape needs sizes no earlier block had (a 960x960
+// detector after smaller pages: 1 GB of fresh pages, its first run 2.4x its steady state). Blocks of at
+// least kArenaMinBytes; the arena holds at most ArenaMaxBytes(); requests beyond it use aligned_alloc.
+// Process-wide, thread-safe; never destroyed (reachable, so leak checkers stay quiet).
+constexpr size_t kArenaMinBytes = size_t{1} << 20;
 // At most 1 GiB or an eighth of physical memory: a 960x960 detector frees and re-allocates ~1 GB of
-// activations per run; with a 256 MiB cap a third of them still page-faulted every run.
-size_t PoolMaxBytes() {
+// activations per run.
+size_t ArenaMaxBytes() {
   static const size_t max = [] {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     size_t phys = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
@@ -34,65 +34,33 @@ size_t PoolMaxBytes() {
   }();
   return max;
 }
-constexpr size_t kPoolGranule = size_t{64} << 10;
 
-struct BufferPool {
-  std::mutex mu;
-  std::multimap<size_t, void*> blocks;  // size -> block
-  size_t cached = 0;
-
-  // A cached block of at least `size` bytes and at most a third more (its size in *got), or null.
-  void* Take(size_t size, size_t* got) {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = blocks.lower_bound(size);
-    if (it == blocks.end() || it->first - size > size / 3) return nullptr;
-    void* p = it->second;
-    *got = it->first;
-    cached -= it->first;
-    blocks.erase(it);
-    return p;
-  }
-  void Give(void* p, size_t size) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (size <= PoolMaxBytes() / 2) {
-        while (cached + size > PoolMaxBytes() && !blocks.empty()) {  // drop the largest cached blocks first
-          auto last = std::prev(blocks.end());
-          std::free(last->second);
-          cached -= last->first;
-          blocks.erase(last);
-        }
-        blocks.emplace(size, p);
-        cached += size;
-        return;
-      }
-    }
-    std::free(p);
-  }
-};
-
-BufferPool& Pool() {
-  static BufferPool* pool = new BufferPool;
-  return *pool;
+BufferArena& Arena() {
+  static BufferArena* arena = new BufferArena(BufferArena::Options{ArenaMaxBytes(), size_t{64} << 20});
+  return *arena;
 }
 
 std::shared_ptr<uint8_t> Allocate(size_t bytes) {
   size_t rounded = (bytes + 63) / 64 * 64;
   if (rounded == 0) rounded = 64;
-  if (rounded >= kPoolMinBytes) {
-    rounded = (rounded + kPoolGranule - 1) / kPoolGranule * kPoolGranule;
-    // A recycled block may be larger than asked (up to a third): its deleter returns it at its own size.
-    size_t got = rounded;
-    void* p = Pool().Take(rounded, &got);
-    if (p == nullptr) p = std::aligned_alloc(4096, got);
+  if (rounded >= kArenaMinBytes) {
+    if (void* p = Arena().Allocate(rounded)) {
+      return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { Arena().Free(q); });
+    }
+    void* p = std::aligned_alloc(4096, (rounded + 4095) / 4096 * 4096);
     if (p == nullptr) throw TensorError(absl::StrCat("out of memory allocating ", bytes, " bytes"));
-    return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [got](uint8_t* q) { Pool().Give(q, got); });
+    return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
   }
   void* p = std::aligned_alloc(64, rounded);
   if (p == nullptr) throw TensorError(absl::StrCat("out of memory allocating ", bytes, " bytes"));
   return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
 }
 
+}  // namespace
+
+BufferArena::Stats TensorArenaStats() { return Arena().stats(); }
+
+namespace {
 
 template <typename F>
 void ForEachAsDouble(const Tensor& t, F&& f) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "compiler/ir/buffer_arena.h"
 #include "compiler/ir/dtype.h"
 
 namespace cjit {
@@ -120,6 +121,10 @@ class Tensor {
 // CanonicalizeBools rewrites every nonzero byte to 1 in place (ONNX: nonzero is true).
 bool HasNonCanonicalBools(const Tensor& t);
 void CanonicalizeBools(Tensor& t);
+
+// Statistics of the process-wide arena that serves tensor buffers of 1 MiB and more
+// (compiler/ir/buffer_arena.h; in tensor.cc), for tests and benchmarks.
+BufferArena::Stats TensorArenaStats();
 
 }  // namespace cjit
 
