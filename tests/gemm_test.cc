@@ -92,8 +92,9 @@ TEST(GemmTest, ZeroSizesAndInvalidArguments) {
 // Rows of A overlapping (lda = C < K = 3 C): the in-place im2col of a stride-1 1-D convolution over a
 // channels-last signal, against float64 loops over the signal itself; on 1 and 2 threads.
 TEST(GemmTest, OverlappingRowsOfA) {
-  for (int threads : {1, 2}) {
-    const int64_t C = 37, W = 300, KW = 3, OC = 29, M = W - KW + 1, K = KW * C;
+  for (int threads : {1, 2})
+  for (int64_t OC : {29, 128}) {  // 128: the wide (skx) BLIS context where the CPU takes it
+    const int64_t C = 37, W = 300, KW = 3, M = W - KW + 1, K = KW * C;
     const std::vector<float> x = RandomFloats(W * C, 4), w = RandomFloats(K * OC, 5);
     std::vector<float> y(M * OC, std::numeric_limits<float>::quiet_NaN());
     const int saved = omp_get_max_threads();
@@ -105,7 +106,7 @@ TEST(GemmTest, OverlappingRowsOfA) {
         double s = 0;
         for (int64_t kw = 0; kw < KW; ++kw)
           for (int64_t c = 0; c < C; ++c) s += static_cast<double>(x[(p + kw) * C + c]) * w[(kw * C + c) * OC + o];
-        ASSERT_NEAR(y[p * OC + o], s, 1e-4) << "p=" << p << " o=" << o << " threads=" << threads;
+        ASSERT_NEAR(y[p * OC + o], s, 1e-4) << "p=" << p << " o=" << o << " OC=" << OC << " threads=" << threads;
       }
   }
 }
