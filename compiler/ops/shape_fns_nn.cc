@@ -57,7 +57,12 @@ absl::Status CheckConvOperands(const Node& n, Inputs in, bool transposed) {
   if (w.rank_known && w.rank() >= 2) {
     const Dim& c = x.rank_known && x.rank() >= 2 ? x.dims[1] : Dim{};
     if (!transposed) {
-      if (c.known() && w.dims[1].known() && w.dims[1].value * group != c.value) {
+      int64_t per_group_total = 0;
+      if (w.dims[1].known() && __builtin_mul_overflow(w.dims[1].value, group, &per_group_total)) {
+        return NodeError(n, absl::StrCat("W's ", w.dims[1].value, " input channels per group times group ", group,
+                                         " overflow int64"));
+      }
+      if (c.known() && w.dims[1].known() && per_group_total != c.value) {
         return NodeError(n, absl::StrCat("W has ", w.dims[1].value, " input channels per group, X has ", c.value,
                                          " channels in ", group, " groups"));
       }
@@ -69,7 +74,14 @@ absl::Status CheckConvOperands(const Node& n, Inputs in, bool transposed) {
       if (c.known() && w.dims[0].known() && w.dims[0].value != c.value) {
         return NodeError(n, absl::StrCat("W has ", w.dims[0].value, " input channels, X has ", c.value));
       }
-      if (w.dims[1].known()) oc = Dim{w.dims[1].value * group, ""};
+      if (w.dims[1].known()) {
+        int64_t total = 0;
+        if (__builtin_mul_overflow(w.dims[1].value, group, &total)) {
+          return NodeError(n, absl::StrCat("W's ", w.dims[1].value, " output channels per group times group ", group,
+                                           " overflow int64"));
+        }
+        oc = Dim{total, ""};
+      }
     }
   }
   if (in.size() > 2 && in[2].present && in[2].shape.rank_known) {
