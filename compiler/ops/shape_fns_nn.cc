@@ -56,13 +56,14 @@ absl::Status CheckConvOperands(const Node& n, Inputs in, bool transposed) {
   Dim oc;
   if (w.rank_known && w.rank() >= 2) {
     const Dim& c = x.rank_known && x.rank() >= 2 ? x.dims[1] : Dim{};
+    // W's dim 1 is per group in both forms (input channels of Conv, output channels of ConvTranspose).
+    int64_t w1_total = 0;
+    if (w.dims[1].known() && __builtin_mul_overflow(w.dims[1].value, group, &w1_total)) {
+      return NodeError(n, absl::StrCat("W's dim 1 (", w.dims[1].value, " channels per group) times group ", group,
+                                       " overflows int64"));
+    }
     if (!transposed) {
-      int64_t per_group_total = 0;
-      if (w.dims[1].known() && __builtin_mul_overflow(w.dims[1].value, group, &per_group_total)) {
-        return NodeError(n, absl::StrCat("W's ", w.dims[1].value, " input channels per group times group ", group,
-                                         " overflow int64"));
-      }
-      if (c.known() && w.dims[1].known() && per_group_total != c.value) {
+      if (c.known() && w.dims[1].known() && w1_total != c.value) {
         return NodeError(n, absl::StrCat("W has ", w.dims[1].value, " input channels per group, X has ", c.value,
                                          " channels in ", group, " groups"));
       }
@@ -74,14 +75,7 @@ absl::Status CheckConvOperands(const Node& n, Inputs in, bool transposed) {
       if (c.known() && w.dims[0].known() && w.dims[0].value != c.value) {
         return NodeError(n, absl::StrCat("W has ", w.dims[0].value, " input channels, X has ", c.value));
       }
-      if (w.dims[1].known()) {
-        int64_t total = 0;
-        if (__builtin_mul_overflow(w.dims[1].value, group, &total)) {
-          return NodeError(n, absl::StrCat("W's ", w.dims[1].value, " output channels per group times group ", group,
-                                           " overflow int64"));
-        }
-        oc = Dim{total, ""};
-      }
+      if (w.dims[1].known()) oc = Dim{w1_total, ""};
     }
   }
   if (in.size() > 2 && in[2].present && in[2].shape.rank_known) {

@@ -432,7 +432,7 @@ absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeome
     CJIT_RETURN_IF_ERROR(PointwiseGemm(ctx, xp,
                                        entry ? static_cast<const float*>(entry->weights.get_data_handle()) : wp,
                                        entry != nullptr, bias, yp, M, C, OC));
-    if (ctx.want_impl) ctx.impl = "pointwise convolution as BLIS sgemm (shape-generic)";
+    if (ctx.want_impl) ctx.impl = absl::StrCat("pointwise convolution as ", SgemmImplementation(), " (shape-generic)");
     return true;
   }
   // Depthwise (one filter per channel), 1-D or 2-D.
@@ -638,7 +638,7 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
       }
     }
   }
-  if (ctx.want_impl) ctx.impl = "im2col + BLIS sgemm (few input channels or output pixels, shape-generic)";
+  if (ctx.want_impl) ctx.impl = absl::StrCat("im2col + ", SgemmImplementation(), " (few input channels or output pixels, shape-generic)");
   return true;
 }
 
@@ -699,7 +699,7 @@ absl::StatusOr<bool> TryGemmConvTranspose(KernelContext& ctx, const WindowGeomet
       }
     }
   }
-  if (ctx.want_impl) ctx.impl = "GEMM + col2im via BLIS sgemm (shape-generic)";
+  if (ctx.want_impl) ctx.impl = absl::StrCat("GEMM + col2im via ", SgemmImplementation(), " (shape-generic)");
   return true;
 }
 

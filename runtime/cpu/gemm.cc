@@ -55,20 +55,21 @@ const BlisContexts& Blis() {
 bool UseWide(int64_t N, int64_t K) { return N >= 96 && K >= 16; }
 
 // Eigen's product over the same strided operands (rows may overlap: the maps are read-only), for processes
-// where BLIS is not usable.
-void EigenBlock(bool ta, bool tb, int64_t m0, int64_t m, int64_t N, int64_t K, float alpha, const float* A,
-                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+// where BLIS is not usable. Strides as BLIS's: element (i, j) of a is a[i * rsa + j * csa].
+void EigenBlock(int64_t m, int64_t N, int64_t K, float alpha, const float* a, int64_t rsa, int64_t csa,
+                const float* b, int64_t rsb, int64_t csb, float beta, float* c, int64_t ldc) {
   using Strides = Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>;
   using ConstMap = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0, Strides>;
-  const ConstMap a(A + m0 * (ta ? 1 : lda), m, K, ta ? Strides(1, lda) : Strides(lda, 1));
-  const ConstMap b(B, K, N, tb ? Strides(1, ldb) : Strides(ldb, 1));
-  Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0, Eigen::OuterStride<>> c(
-      C + m0 * ldc, m, N, Eigen::OuterStride<>(ldc));
+  // Eigen's Stride is (outer, inner): for a row-major map, (row stride, column stride).
+  const ConstMap am(a, m, K, Strides(rsa, csa));
+  const ConstMap bm(b, K, N, Strides(rsb, csb));
+  Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0, Eigen::OuterStride<>> cm(
+      c, m, N, Eigen::OuterStride<>(ldc));
   if (beta == 0.0f) {
-    c.noalias() = alpha * (a * b);
+    cm.noalias() = alpha * (am * bm);
   } else {
-    c *= beta;
-    c.noalias() += alpha * (a * b);
+    cm *= beta;
+    cm.noalias() += alpha * (am * bm);
   }
 }
 
@@ -77,12 +78,13 @@ void SgemmBlock(bool ta, bool tb, int64_t m0, int64_t m, int64_t N, int64_t K, f
   // General strides instead of transpose flags: op(A)[i, k] is A[i * lda + k] or, transposed, A[k * lda + i].
   const inc_t rsa = ta ? 1 : lda, csa = ta ? lda : 1;
   const inc_t rsb = tb ? 1 : ldb, csb = tb ? ldb : 1;
+  const float* a = A + m0 * rsa;
+  float* c = C + m0 * ldc;
   const BlisContexts& blis = Blis();
   const cntx_t* cntx = blis.wide != nullptr && UseWide(N, K) ? blis.wide : blis.native;
-  if (cntx == nullptr) return EigenBlock(ta, tb, m0, m, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  const float* a = A + m0 * rsa;
+  if (cntx == nullptr) return EigenBlock(m, N, K, alpha, a, rsa, csa, B, rsb, csb, beta, c, ldc);
   bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, N, K, &alpha, const_cast<float*>(a), rsa, csa,
-               const_cast<float*>(B), rsb, csb, &beta, C + m0 * ldc, ldc, 1, const_cast<cntx_t*>(cntx), nullptr);
+               const_cast<float*>(B), rsb, csb, &beta, c, ldc, 1, const_cast<cntx_t*>(cntx), nullptr);
 }
 
 }  // namespace
@@ -116,7 +118,9 @@ bool Sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
   return true;
 }
 
-const char* SgemmImplementation() { return Blis().native != nullptr ? "BLIS sgemm" : "Eigen GEMM (BLIS_ARCH_TYPE set)"; }
+const char* SgemmImplementation() {
+  return Blis().native != nullptr ? "BLIS sgemm" : "Eigen GEMM (BLIS_ARCH_TYPE set)";
+}
 
 const char* BlisVersion() { return bli_info_get_version_str(); }
 

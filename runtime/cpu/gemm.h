@@ -15,6 +15,11 @@
 // kernels on the first call of a process (28 ms on this machine, AVX-512), the larger part of a small
 // model's first run. Steady state, BLIS takes 0.84-1.17x dnnl_sgemm's time on the GEMM shapes of the
 // shared models' convolutions, 1 thread (benchmark: build/tools/cjit_gemm_bench, tools/gemm_bench.cc).
+// BLIS's own choice of kernels guesses the FMA units from the CPU brand string, which a VM hides; on Intel
+// CPUs with AVX-512 F/DQ/BW/VL products with N >= 96 run BLIS's skx (AVX-512) context instead (gemm.cc has
+// the measurements). BLIS aborts the process at initialization when BLIS_ARCH_TYPE is set in the
+// environment: then every product runs on Eigen (same arguments, same results within float rounding;
+// SgemmImplementation() says which).
 //
 // Threads: called outside an OpenMP parallel region, the rows of C are split over omp_get_max_threads()
 // threads (the session sets it to --intra_op_threads for a run) when the product is large enough; inside
@@ -31,7 +36,7 @@ namespace cjit {
 bool Sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
            int64_t ldb, float beta, float* C, int64_t ldc);
 
-// The implementation name shown by the profiler ("BLIS sgemm").
+// "BLIS sgemm", or "Eigen GEMM (BLIS_ARCH_TYPE set)" where BLIS is not used (tools/gemm_bench.cc prints it).
 const char* SgemmImplementation();
 
 // BLIS's version string ("0.9.0"), part of the autotuning cache key (runtime/autotune.h).

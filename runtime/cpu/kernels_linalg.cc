@@ -355,7 +355,7 @@ absl::Status MatMul(KernelContext& ctx) {
     }
     if (ctx.want_impl) {
       ctx.impl = algo == ProductAlgorithm::kEigen  ? "Eigen (autotuned)"
-                 : algo == ProductAlgorithm::kBlis ? "BLIS sgemm (autotuned)"
+                 : algo == ProductAlgorithm::kBlis ? absl::StrCat(SgemmImplementation(), " (autotuned)")
                                                    : "oneDNN sgemm (autotuned)";
     }
     return absl::OkStatus();
@@ -394,7 +394,7 @@ absl::Status MatMul(KernelContext& ctx) {
                  y.data<float>(), g.N)) {
         return ctx.Error("BLIS sgemm: invalid arguments");
       }
-      if (ctx.want_impl) ctx.impl = "BLIS sgemm (shape-generic)";
+      if (ctx.want_impl) ctx.impl = absl::StrCat(SgemmImplementation(), " (shape-generic)");
       return absl::OkStatus();
     }
   }
@@ -445,7 +445,7 @@ absl::Status Gemm(KernelContext& ctx) {
                N)) {
       return ctx.Error("BLIS sgemm: invalid arguments");
     }
-    if (ctx.want_impl) ctx.impl = "BLIS sgemm (autotuned)";
+    if (ctx.want_impl) ctx.impl = absl::StrCat(SgemmImplementation(), " (autotuned)");
   } else if (algo == ProductAlgorithm::kOneDnnMatMul) {
     CJIT_RETURN_IF_ERROR(DnnlMatMul(a.raw(), {M, K}, {as_m, as_k}, b.raw(), {K, N}, {bs_k, bs_n}, y.raw(), {M, N},
                                     alpha, ctx.want_impl ? &ctx.impl : nullptr));
