@@ -605,6 +605,42 @@ TEST(HostileTest, ResizeOfEmptyInputToNonEmptySizes) {
   }
 }
 
+// Found by CI's fuzzer: Resize with tf_crop_and_resize on an integer input stored its float
+// extrapolation_value (-1e10) with a plain C++ conversion, undefined out of the type's range. It now
+// converts as Cast does (saturating, NaN -> 0). Sizes 3x3 over a 2x2 input with roi [-0.5, 1.5] per
+// spatial dim sample x = -0.5, 0.5, 1.5 (ONNX Resize: x = start * (in - 1) + i * (end - start) * (in - 1) /
+// (out - 1)): the border samples lie outside [0, 1] and take the extrapolation value; the centre is the
+// mean of the four inputs (linear).
+TEST(HostileTest, ResizeExtrapolationValueOutsideIntegerRange) {
+  struct Case {
+    float extrapolation;
+    uint16_t expected_border;
+  };
+  for (Case c : {Case{-1e10f, 0}, Case{1e10f, 65535}, Case{std::numeric_limits<float>::quiet_NaN(), 0},
+                 Case{7.9f, 7}}) {
+    ModelBuilder b;
+    b.Input("x", onnx::TensorProto::UINT16, {1, 1, 2, 2}).Output("y");
+    b.InitFloats("roi", {8}, {0, 0, -0.5f, -0.5f, 1, 1, 1.5f, 1.5f});
+    b.InitInts("sizes", {4}, {1, 1, 3, 3});
+    auto* n = b.Node("Resize", {"x", "roi", "", "sizes"}, {"y"});
+    ModelBuilder::AttrString(n, "mode", "linear");
+    ModelBuilder::AttrString(n, "coordinate_transformation_mode", "tf_crop_and_resize");
+    ModelBuilder::AttrFloat(n, "extrapolation_value", c.extrapolation);
+    Tensor x(DType::kU16, {1, 1, 2, 2});
+    for (int i = 0; i < 4; ++i) x.data<uint16_t>()[i] = static_cast<uint16_t>(10 * (i + 1));
+    for (const char* jit : {"-1", "1"}) {
+      auto r = LoadAndRun(b, {{"x", x}}, Opts(jit));
+      ASSERT_TRUE(r.ok()) << jit << ": " << r.status();
+      const Tensor& y = (*r)[0].tensor;
+      ASSERT_EQ(y.numel(), 9);
+      for (int i = 0; i < 9; ++i) {
+        EXPECT_EQ(y.data<uint16_t>()[i], i == 4 ? 25 : c.expected_border)
+            << "extrapolation " << c.extrapolation << ", element " << i << ", auto_jit " << jit;
+      }
+    }
+  }
+}
+
 // Found by CI's fuzzer: a Min whose input is a Resize by run-time scales (its shape unknown until run
 // time) had its output shape inferred without it, and the broadcast loop read past that input. Every
 // elementwise kernel now checks that its inputs broadcast to the output.

@@ -563,8 +563,8 @@ absl::Status Clip(KernelContext& ctx) {
     using T = decltype(tag);
     using A = typename Acc<T>::type;
     A lo = std::numeric_limits<A>::lowest(), hi = std::numeric_limits<A>::max();
-    if (ctx.node->HasAttr("min")) lo = static_cast<A>(ctx.node->GetFloat("min", 0));
-    if (ctx.node->HasAttr("max")) hi = static_cast<A>(ctx.node->GetFloat("max", 0));
+    if (ctx.node->HasAttr("min")) lo = NumericCast<A>(ctx.node->GetFloat("min", 0));
+    if (ctx.node->HasAttr("max")) hi = NumericCast<A>(ctx.node->GetFloat("max", 0));
     if (ctx.has(1) && ctx.in(1).numel() > 0) lo = static_cast<A>(ctx.in(1).data<T>()[0]);
     if (ctx.has(2) && ctx.in(2).numel() > 0) hi = static_cast<A>(ctx.in(2).data<T>()[0]);
     // min(max(v, lo), hi): with lo > hi every value becomes hi (ONNX Clip-13); NaN stays NaN.

@@ -474,7 +474,7 @@ absl::Status Pad(KernelContext& ctx) {
   return DispatchAll(x.dtype(), [&](auto t) {
     using T = decltype(t);
     T value = T(0);
-    if (ctx.node->HasAttr("value")) value = static_cast<T>(ctx.node->GetFloat("value", 0));
+    if (ctx.node->HasAttr("value")) value = NumericCast<T>(ctx.node->GetFloat("value", 0));  // saturating: see numeric_cast.h
     if (ctx.has(2) && ctx.in(2).numel() > 0) value = ctx.in(2).data<T>()[0];
     std::vector<int64_t> ys(r, 1), xs(r, 1);
     for (int i = r - 2; i >= 0; --i) {

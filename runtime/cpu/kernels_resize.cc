@@ -222,7 +222,9 @@ absl::Status ResizeKernel(KernelContext& ctx) {
         outside |= taps[d].outside[o[d]];
       }
       if (outside) {
-        py[e] = static_cast<T>(extrap);
+        // An integer output saturates (NaN -> 0) as Cast does (compiler/ir/numeric_cast.h): the attribute
+        // is a float and may lie outside the type's range.
+        py[e] = NumericCast<T>(extrap);
         continue;
       }
       double acc = 0;
