@@ -7,6 +7,8 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <limits>
 #include <thread>
 #include <vector>
@@ -109,6 +111,30 @@ TEST(GemmTest, OverlappingRowsOfA) {
         ASSERT_NEAR(y[p * OC + o], s, 1e-4) << "p=" << p << " o=" << o << " OC=" << OC << " threads=" << threads;
       }
   }
+}
+
+// BLIS 0.9 falls back to its generic reference kernels on CPUs newer than its release (an AMD Zen 5 here:
+// 3-5x slower); the products must run vectorized kernels on any CPU with AVX2 + FMA, and AVX-512 ones for
+// wide products where the CPU has AVX-512 (runtime/cpu/gemm.cc).
+TEST(GemmTest, VectorizedKernelsOnThisCpu) {
+  const std::string sets = BlisKernelSets();
+  const std::string impl = SgemmImplementation();
+  if (std::getenv("BLIS_ARCH_TYPE") != nullptr) {
+    EXPECT_EQ(sets, "");
+    EXPECT_NE(impl.find("Eigen"), std::string::npos) << impl;
+    return;
+  }
+  EXPECT_NE(impl.find(sets), std::string::npos) << impl;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    EXPECT_EQ(sets.find("generic"), std::string::npos) << "BLIS kernels in use: " << sets;
+  }
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl")) {
+    EXPECT_NE(sets.find("skx"), std::string::npos) << "BLIS kernels in use: " << sets;
+  }
+#endif
 }
 
 // Eight threads call Sgemm at once on different problems; each result must equal the same call made alone

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 
 #include "Eigen/Core"
 #include "blis.h"
@@ -16,43 +17,67 @@ namespace {
 constexpr int64_t kParallelMacs = int64_t{1} << 18;
 
 struct BlisContexts {
-  const cntx_t* native = nullptr;  // BLIS's own choice; null when BLIS must not be called
-  const cntx_t* wide = nullptr;    // the skx (AVX-512) context where BLIS did not choose it; else null
+  const cntx_t* native = nullptr;  // null when BLIS must not be called
+  const cntx_t* wide = nullptr;    // the skx (AVX-512) context for wide products where it is not native; else null
+  std::string names;               // "haswell", "haswell+skx", ... (sub-configuration names)
+  std::string implementation;      // SgemmImplementation()
 };
 
 // The BLIS contexts the products run with (see the header).
-// BLIS 0.9 picks its sub-configuration by CPUID and, for "skx" (AVX-512), also requires two FMA units, which
-// it infers from the CPU brand string; a virtual machine's "Intel(R) Xeon(R) Processor" hides the model, so
-// BLIS falls back to its AVX2 "haswell" kernels (measured on a Sapphire Rapids VM: 98 vs 135 GFLOP/s on
-// 3600x120x480). On an Intel CPU with AVX-512 F/DQ/BW/VL the skx context is used instead (on a part with one
-// FMA unit it runs at the AVX2 kernels' speed; AMD CPUs keep BLIS's own zen choice). The skx micro-kernel is
-// 32x12 against haswell's 6x16, so narrow products stay on haswell's (UseWide).
+// BLIS 0.9 picks its sub-configuration by CPUID when it initializes, and it knows only the CPU families of
+// its release: an AMD Zen 5 (family 0x1A) gets the "generic" reference kernels (measured on a Zen 5 VM, 1
+// thread, GFLOP/s generic / haswell / skx: 960x240x240 33 / 101 / 164, 3600x480x120 30 / 101 / 159).
+// For "skx" (AVX-512) it also requires two FMA units, which it infers from the CPU brand string; a virtual
+// machine's "Intel(R) Xeon(R) Processor" hides the model, so BLIS falls back to its AVX2 "haswell" kernels
+// (Sapphire Rapids VM: 98 vs 135 GFLOP/s on 3600x120x480). So the contexts are chosen by CPU features:
+//   native: BLIS's choice, or haswell (AVX2 + FMA) where BLIS chose generic on a CPU that has AVX2 + FMA;
+//   wide:   skx on any x86-64 CPU with AVX-512 F/DQ/BW/VL, for the products where its 32x12 micro-kernel
+//           wins (UseWide); on a part with one FMA unit (or Zen 4's 256-bit datapath) it runs at about the
+//           AVX2 kernels' speed.
 const BlisContexts& Blis() {
   static const BlisContexts contexts = []() -> BlisContexts {
     // BLIS reads BLIS_ARCH_TYPE at initialization and aborts the process for values it cannot serve (Debian's
     // 0.9.0 aborted for every value tried): a host that sets it for its own BLIS must not be killed by ours.
     BlisContexts c;
+    c.implementation = "Eigen GEMM (BLIS_ARCH_TYPE set)";
     if (std::getenv("BLIS_ARCH_TYPE") != nullptr) return c;
     bli_init();
     c.native = bli_gks_query_cntx();
+    arch_t native_id = bli_arch_query_id();
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    if (bli_arch_query_id() != BLIS_ARCH_SKX && __builtin_cpu_is("intel") && __builtin_cpu_supports("avx512f") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl")) {
-      cntx_t** skx = bli_gks_lookup_id(BLIS_ARCH_SKX);
-      if (skx != nullptr && skx[BLIS_NAT] != nullptr) c.wide = skx[BLIS_NAT];
+    auto context = [](arch_t id) -> const cntx_t* {
+      cntx_t** found = bli_gks_lookup_id(id);
+      return found != nullptr ? found[BLIS_NAT] : nullptr;
+    };
+    const arch_t chosen = bli_arch_query_id();
+    if (chosen == BLIS_ARCH_GENERIC && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+      if (const cntx_t* haswell = context(BLIS_ARCH_HASWELL)) {
+        c.native = haswell;
+        native_id = BLIS_ARCH_HASWELL;
+      }
+    }
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
+      c.wide = context(BLIS_ARCH_SKX);
+      if (c.wide == c.native) c.wide = nullptr;
     }
 #endif
+    c.names = bli_arch_string(native_id);
+    if (c.wide != nullptr) c.names += "+skx";
+    c.implementation = "BLIS sgemm (" + c.names + ")";
     return c;
   }();
   return contexts;
 }
 
-// Measured with tools/gemm_bench.cc (1 thread, Sapphire Rapids VM; GFLOP/s haswell vs skx): M x K x N
-// 2304x16x16 90 vs 34, 576x72x24 93 vs 61, 40x1440x60 103 vs 66, 2304x16x64 90 vs 99, 1200x64x128 104 vs
-// 141, 3600x480x120 101 vs 164, 600x256x256 110 vs 152, 576x24x72 93 vs 79: the wide kernel from N = 96 on.
-bool UseWide(int64_t N, int64_t K) { return N >= 96 && K >= 16; }
+// Measured with tools/gemm_bench.cc and a BLIS loop per context (1 thread; GFLOP/s haswell vs skx), M x K x N.
+// Sapphire Rapids VM: 2304x16x16 90 vs 34, 576x72x24 93 vs 61, 40x1440x60 103 vs 66, 2304x16x64 90 vs 99,
+// 1200x64x128 104 vs 141, 3600x480x120 101 vs 164, 600x256x256 110 vs 152, 576x24x72 93 vs 79.
+// Zen 5 VM: 2304x16x16 97 vs 42, 2304x96x24 90 vs 85, 2304x16x64 97 vs 127, 960x240x240 101 vs 164,
+// 1x960x240 31 vs 6, 8x960x240 83 vs 45, 16x960x240 94 vs 65, 32x960x240 95 vs 101, 64x960x240 100 vs 122.
+// So the wide kernel from N = 64 on, for blocks of at least 32 rows.
+bool UseWide(int64_t m, int64_t N, int64_t K) { return N >= 64 && K >= 16 && m >= 32; }
 
 // Eigen's product over the same strided operands (rows may overlap: the maps are read-only), for processes
 // where BLIS is not usable. Strides as BLIS's: element (i, j) of a is a[i * rsa + j * csa].
@@ -81,7 +106,7 @@ void SgemmBlock(bool ta, bool tb, int64_t m0, int64_t m, int64_t N, int64_t K, f
   const float* a = A + m0 * rsa;
   float* c = C + m0 * ldc;
   const BlisContexts& blis = Blis();
-  const cntx_t* cntx = blis.wide != nullptr && UseWide(N, K) ? blis.wide : blis.native;
+  const cntx_t* cntx = blis.wide != nullptr && UseWide(m, N, K) ? blis.wide : blis.native;
   if (cntx == nullptr) return EigenBlock(m, N, K, alpha, a, rsa, csa, B, rsb, csb, beta, c, ldc);
   bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, N, K, &alpha, const_cast<float*>(a), rsa, csa,
                const_cast<float*>(B), rsb, csb, &beta, c, ldc, 1, const_cast<cntx_t*>(cntx), nullptr);
@@ -118,9 +143,9 @@ bool Sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
   return true;
 }
 
-const char* SgemmImplementation() {
-  return Blis().native != nullptr ? "BLIS sgemm" : "Eigen GEMM (BLIS_ARCH_TYPE set)";
-}
+const char* SgemmImplementation() { return Blis().implementation.c_str(); }
+
+const char* BlisKernelSets() { return Blis().names.c_str(); }
 
 const char* BlisVersion() { return bli_info_get_version_str(); }
 

@@ -15,9 +15,11 @@
 // kernels on the first call of a process (28 ms on this machine, AVX-512), the larger part of a small
 // model's first run. Steady state, BLIS takes 0.84-1.17x dnnl_sgemm's time on the GEMM shapes of the
 // shared models' convolutions, 1 thread (benchmark: build/tools/cjit_gemm_bench, tools/gemm_bench.cc).
-// BLIS's own choice of kernels guesses the FMA units from the CPU brand string, which a VM hides; on Intel
-// CPUs with AVX-512 F/DQ/BW/VL products with N >= 96 run BLIS's skx (AVX-512) context instead (gemm.cc has
-// the measurements). BLIS aborts the process at initialization when BLIS_ARCH_TYPE is set in the
+// BLIS's own choice of kernels knows only the CPU families of its release (a Zen 5 gets its generic
+// reference kernels, 3-5x slower) and guesses the FMA units from the CPU brand string, which a VM hides: so
+// where BLIS chose generic on an AVX2 + FMA CPU its haswell kernels run, and on every CPU with AVX-512
+// F/DQ/BW/VL products with N >= 64 and at least 32 rows run BLIS's skx (AVX-512) context (gemm.cc has the
+// measurements). BLIS aborts the process at initialization when BLIS_ARCH_TYPE is set in the
 // environment: then every product runs on Eigen (same arguments, same results within float rounding;
 // SgemmImplementation() says which).
 //
@@ -36,8 +38,13 @@ namespace cjit {
 bool Sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
            int64_t ldb, float beta, float* C, int64_t ldc);
 
-// "BLIS sgemm", or "Eigen GEMM (BLIS_ARCH_TYPE set)" where BLIS is not used (tools/gemm_bench.cc prints it).
+// "BLIS sgemm (haswell+skx)" (the sub-configurations in use), or "Eigen GEMM (BLIS_ARCH_TYPE set)" where BLIS
+// is not used (tools/gemm_bench.cc prints it).
 const char* SgemmImplementation();
+
+// The BLIS sub-configurations in use: the native one, then "+skx" where wide products run AVX-512 kernels
+// ("haswell+skx", "zen3", ...); empty where BLIS is not used.
+const char* BlisKernelSets();
 
 // BLIS's version string ("0.9.0"), part of the autotuning cache key (runtime/autotune.h).
 const char* BlisVersion();
