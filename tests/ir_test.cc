@@ -115,6 +115,22 @@ TEST(TensorArenaTest, TensorsReuseFreedMemoryOfAnySmallerSize) {
   EXPECT_GE(cjit::TensorArenaStats().in_use_bytes, size_t{12} << 20);
 }
 
+// Activations of 64 KiB - 1 MiB (a small CNN at a new width) are arena blocks too: glibc's heap trimming
+// and mmap threshold made each run page-fault them again.
+TEST(TensorArenaTest, MidSizedTensorsComeFromTheArena) {
+  const cjit::BufferArena::Stats before = cjit::TensorArenaStats();
+  const void* first;
+  {
+    cjit::Tensor t(cjit::DType::kF32, {64 << 10});  // 256 KiB
+    first = t.raw();
+    EXPECT_GE(cjit::TensorArenaStats().in_use_bytes, before.in_use_bytes + (size_t{256} << 10));
+  }
+  cjit::Tensor a(cjit::DType::kF32, {25 << 10});  // 100 KiB: the front of the freed 256 KiB chunk
+  EXPECT_EQ(a.raw(), first);
+  cjit::Tensor small(cjit::DType::kF32, {1000});  // 4 KB: malloc, not the arena
+  EXPECT_LT(cjit::TensorArenaStats().in_use_bytes, before.in_use_bytes + (size_t{256} << 10));
+}
+
 TEST(BufferArenaTest, SplitsCoalescesAndNeverOverlaps) {
   cjit::BufferArena arena({size_t{256} << 20, size_t{32} << 20});
   std::mt19937 rng(7);
@@ -128,7 +144,9 @@ TEST(BufferArenaTest, SplitsCoalescesAndNeverOverlaps) {
   for (int step = 0; step < 3000; ++step) {
     const bool alloc = live.empty() || (live.size() < 24 && rng() % 3 != 0);
     if (alloc) {
-      const size_t n = (size_t{1} << 20) + rng() % (size_t{24} << 20);
+      // Half small blocks (64 KiB - 1 MiB, split from and coalesced into the large ones), half large.
+      const size_t n = rng() % 2 ? (size_t{64} << 10) + rng() % (size_t{1} << 20)
+                                 : (size_t{1} << 20) + rng() % (size_t{24} << 20);
       size_t usable = 0;
       char* p = static_cast<char*>(arena.Allocate(n, &usable));
       if (p == nullptr) continue;  // the cap: fine, the caller allocates elsewhere

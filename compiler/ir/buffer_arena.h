@@ -33,8 +33,8 @@ namespace cjit {
 
 class BufferArena {
  public:
-  static constexpr size_t kGranule = size_t{64} << 10;
-  static constexpr size_t kMinSplitBytes = size_t{1} << 20;
+  static constexpr size_t kGranule = size_t{4} << 10;         // one page
+  static constexpr size_t kMinSplitBytes = size_t{64} << 10;
   static constexpr size_t kRegionAlignment = size_t{2} << 20;
 
   struct Options {

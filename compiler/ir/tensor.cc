@@ -16,14 +16,17 @@
 namespace cjit {
 namespace {
 
-// Large tensor buffers come from a best-fit arena with coalescing (compiler/ir/buffer_arena.h): glibc serves
-// blocks above its mmap threshold (at most 32 MiB) with a fresh mmap each time and unmaps them on free, so
-// every run page-faulted all of its activations again (a 59 MB 1x480x480x64 activation: ~15k faults, a third
-// of that convolution's time), and a run at a new input shape needs sizes no earlier block had (a 960x960
-// detector after smaller pages: 1 GB of fresh pages, its first run 2.4x its steady state). Blocks of at
-// least kArenaMinBytes; the arena holds at most ArenaMaxBytes(); requests beyond it use aligned_alloc.
-// Process-wide, thread-safe; never destroyed (reachable, so leak checkers stay quiet).
-constexpr size_t kArenaMinBytes = size_t{1} << 20;
+// Tensor buffers of 64 KiB and more come from a best-fit arena with coalescing (compiler/ir/buffer_arena.h):
+// glibc serves blocks above its mmap threshold (at most 32 MiB) with a fresh mmap each time and unmaps them
+// on free, and trims the top of its heap when a large block there is freed, so every run page-faulted its
+// activations again (a 59 MB 1x480x480x64 activation: ~15k faults, a third of that convolution's time; a
+// stream of 200 widths of ppocr_mobile_cls, whose activations are 64 KiB-1 MiB: 17% of its time in page
+// faults), and a run at a new input shape needs sizes no earlier block had (a 960x960 detector after smaller
+// pages: 1 GB of fresh pages, its first run 2.4x its steady state). Blocks of at least kArenaMinBytes; the
+// arena holds at most ArenaMaxBytes(); requests beyond it use aligned_alloc. Smaller blocks stay with
+// malloc (its bins keep them resident). Process-wide, thread-safe; never destroyed (reachable, so leak
+// checkers stay quiet).
+constexpr size_t kArenaMinBytes = size_t{64} << 10;
 // At most 1 GiB or an eighth of physical memory: a 960x960 detector frees and re-allocates ~1 GB of
 // activations per run.
 size_t ArenaMaxBytes() {
