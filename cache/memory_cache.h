@@ -24,7 +24,9 @@ class CacheEntry {
 
 class MemoryCache {
  public:
-  explicit MemoryCache(size_t max_bytes = size_t{1} << 30) : max_bytes_(max_bytes) {}
+  // 256 MiB by default: entries are counted by CacheEntry::bytes() (code and an estimate of what an entry
+  // keeps alive); a service that sees ever new shapes keeps the most recent executables within it.
+  explicit MemoryCache(size_t max_bytes = size_t{256} << 20) : max_bytes_(max_bytes) {}
 
   std::shared_ptr<const CacheEntry> Lookup(const CacheKey& key);
   void Insert(const CacheKey& key, std::shared_ptr<const CacheEntry> entry);

@@ -149,6 +149,13 @@ const std::vector<FlagDef>& Table() {
       {{"clustering_fuel", "int", "-1",
         "Stop marking ops for clustering after this many (bisects a bad cluster); -1 = unbounded.", {}},
        Int64Flag(&Flags::clustering_fuel, "clustering_fuel", -1)},
+      {{"max_cached_signatures", "int", "256",
+        "Specialized input signatures a session keeps (specialized graph, executor, cluster runners), least "
+        "recently used evicted first, so a service that sees ever new shapes stays bounded in memory; an "
+        "evicted signature that returns is specialized again and finds its compiled clusters in the memory "
+        "cache. 0 = unbounded.",
+        {}},
+       IntFlag(&Flags::max_cached_signatures, "max_cached_signatures", 0, 1 << 30)},
       {{"compile_threshold", "int", "2",
         "Executions of a cluster signature on the fallback path before it is compiled (lazy compilation).", {}},
        IntFlag(&Flags::compile_threshold, "compile_threshold", 0, 1 << 30)},
@@ -508,6 +515,7 @@ std::string FlagValueText(const Flags& f, absl::string_view name) {
       {"max_cluster_size", [](const Flags& f) { return absl::StrCat(f.max_cluster_size); }},
       {"clustering_fuel", [](const Flags& f) { return absl::StrCat(f.clustering_fuel); }},
       {"compile_threshold", [](const Flags& f) { return absl::StrCat(f.compile_threshold); }},
+      {"max_cached_signatures", [](const Flags& f) { return absl::StrCat(f.max_cached_signatures); }},
       {"compile_time_cutoff_s", [](const Flags& f) { return absl::StrCat(f.compile_time_cutoff_s); }},
       {"always_defer_compilation", [b](const Flags& f) { return b(f.always_defer_compilation); }},
       {"enable_lazy_compilation", [b](const Flags& f) { return b(f.enable_lazy_compilation); }},

@@ -38,6 +38,10 @@ struct Flags {
   int64_t clustering_fuel = -1;   // stop marking after this many ops; -1 = unbounded
   // Compile policy (runtime/compile_policy.h), as TensorFlow's lazy compilation.
   int compile_threshold = 2;      // fallback executions per signature before compiling
+  // Specialized input signatures a session keeps (its plans: specialized graph, executor, cluster runners),
+  // least recently used evicted first; 0 = unbounded. A returning evicted signature is specialized again
+  // (milliseconds) and finds its compiled clusters in the memory cache.
+  int max_cached_signatures = 256;
   double compile_time_cutoff_s = 30;
   bool always_defer_compilation = false;
   bool enable_lazy_compilation = true;

@@ -54,13 +54,41 @@ absl::StatusOr<std::shared_ptr<ClusterRuntime>> ClusterRuntime::Create(const Fla
 std::shared_ptr<ClusterStats> ClusterRuntime::NewStats() {
   auto s = std::make_shared<ClusterStats>();
   std::lock_guard<std::mutex> lock(mu_);
-  stats_.push_back(s);
+  stats_order_[s.get()] = next_stats_;
+  stats_.emplace(next_stats_++, s);
   return s;
 }
 
 std::vector<std::shared_ptr<ClusterStats>> ClusterRuntime::AllStats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  std::vector<std::shared_ptr<ClusterStats>> out;
+  out.reserve(stats_.size());
+  for (const auto& [order, s] : stats_) out.push_back(s);
+  return out;
+}
+
+void ClusterRuntime::RetireStats(const std::shared_ptr<ClusterStats>& stats) {
+  if (!stats) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = stats_order_.find(stats.get());
+  if (it == stats_order_.end()) return;
+  stats_.erase(it->second);
+  stats_order_.erase(it);
+  ++retired_.runners;
+  retired_.compiles += stats->compiles;
+  retired_.compile_us += stats->compile_us;
+  retired_.fallback_executions += stats->fallback_executions;
+  retired_.compiled_executions += stats->compiled_executions;
+  retired_.memory_hits += stats->memory_hits;
+  retired_.disk_hits += stats->disk_hits;
+  retired_.disk_writes += stats->disk_writes;
+  retired_.disk_rejects += stats->disk_rejects;
+  retired_.polymorphic_hits += stats->polymorphic_hits;
+}
+
+ClusterRuntime::Totals ClusterRuntime::RetiredTotals() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return retired_;
 }
 
 bool ClusterRuntime::SubmitCompile(std::function<void()> job) {
@@ -158,9 +186,16 @@ absl::StatusOr<std::unique_ptr<ClusterRunner>> ClusterRunner::Create(const Node&
   s.runtime = runtime;
   s.threads = threads;
   s.signature_index = signature_index;
-  const Graph* body = node.GetGraph("body");
-  if (body == nullptr) return absl::InternalError(absl::StrCat(node.Describe(), " has no body"));
-  s.body = std::shared_ptr<const Graph>(owner, body);
+  // The body alone, not the specialized graph around it: executables keep their body alive in the memory
+  // cache after the signature's plan is evicted (a cluster body reads nothing of the outer graph: nodes with
+  // subgraphs are never clustered, constants are shared tensors).
+  auto body_attr = node.attrs.find("body");
+  if (body_attr == node.attrs.end() || body_attr->second.kind != Attribute::Kind::kGraph || !body_attr->second.g) {
+    return absl::InternalError(absl::StrCat(node.Describe(), " has no body"));
+  }
+  (void)owner;
+  s.body = body_attr->second.g;
+  const Graph* body = s.body.get();
   std::string keyed, identity;
   CanonicalClusterTexts(*body, &keyed, &identity);
   s.key = MakeCacheKeyFromText(keyed, runtime->target(), runtime->codegen_flags());
@@ -178,7 +213,10 @@ absl::StatusOr<std::unique_ptr<ClusterRunner>> ClusterRunner::Create(const Node&
   return r;
 }
 
-ClusterRunner::~ClusterRunner() = default;
+ClusterRunner::~ClusterRunner() {
+  // A compile job in flight may still hold the state; its counters stay with the retired totals' snapshot.
+  if (state_ && state_->runtime != nullptr) state_->runtime->RetireStats(state_->stats);
+}
 
 namespace {
 

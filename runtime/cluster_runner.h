@@ -70,7 +70,17 @@ class ClusterRuntime : public std::enable_shared_from_this<ClusterRuntime> {
   const std::string& target() const { return target_; }
   const std::string& codegen_flags() const { return codegen_flags_; }
   std::shared_ptr<ClusterStats> NewStats();
+  // The counters of every cluster runner alive, in creation order.
   std::vector<std::shared_ptr<ClusterStats>> AllStats() const;
+  // A runner being destroyed (its signature evicted, --max_cached_signatures) hands its counters over: they
+  // leave AllStats and are added to RetiredTotals (id, ops and signature unused).
+  void RetireStats(const std::shared_ptr<ClusterStats>& stats);
+  // The sums of the counters of retired runners (ClusterStats fields; compile_us in microseconds).
+  struct Totals {
+    int64_t runners = 0, compiles = 0, compile_us = 0, fallback_executions = 0, compiled_executions = 0,
+            memory_hits = 0, disk_hits = 0, disk_writes = 0, disk_rejects = 0, polymorphic_hits = 0;
+  };
+  Totals RetiredTotals() const;
 
   // Background compilation (--async_compilation): jobs run on one worker thread that this runtime owns.
   // Submit returns false after Shutdown. Shutdown drops jobs that have not started, waits for the running
@@ -91,7 +101,10 @@ class ClusterRuntime : public std::enable_shared_from_this<ClusterRuntime> {
   std::shared_ptr<Dumper> dumper_;
   std::string target_, codegen_flags_;
   mutable std::mutex mu_;
-  std::vector<std::shared_ptr<ClusterStats>> stats_;
+  uint64_t next_stats_ = 0;
+  std::map<uint64_t, std::shared_ptr<ClusterStats>> stats_;  // by creation order
+  std::map<const ClusterStats*, uint64_t> stats_order_;
+  Totals retired_;
   // Compile worker (guarded by pool_mu_).
   mutable std::mutex pool_mu_;
   std::condition_variable pool_cv_;

@@ -57,7 +57,9 @@ class CpuExecutable : public CacheEntry {
   void Autotune(Autotuner& tuner, int threads, int64_t executions) const;
   const FusionPlan& plan() const { return plan_; }
 
-  size_t bytes() const override { return code_->code_bytes() + 1024; }
+  // Memory-cache accounting: the object code, plus an estimate of the body graph and step lists it keeps.
+  // (about 1 KB per body node: measured 150 KB for a 180-node ppocr_mobile_cls cluster with heaptrack).
+  size_t bytes() const override { return code_->code_bytes() + 1024 + 1024 * body_->nodes().size(); }
   size_t code_bytes() const { return code_->code_bytes(); }
   int num_fused_kernels() const { return static_cast<int>(plan_.kernels.size()); }
   int num_library_steps() const { return static_cast<int>(plan_.steps.size() - plan_.kernels.size()); }

@@ -212,7 +212,7 @@ absl::StatusOr<std::vector<Tensor>> Executor::Run(
       scope.Stop();
       if (st.static_shapes && detailed.empty()) {
         // Shapes are in the graph: the args are formatted when the trace is read.
-        scope.SetNode(st.node, trace_cluster_id_);
+        scope.SetNode(st.node, trace_cluster_id_, graph_);
         if (!ctx.impl.empty()) scope.args().Add("impl", ctx.impl);
       } else {
         for (size_t k = 0; k < st.out.size(); ++k) {

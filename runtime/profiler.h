@@ -73,6 +73,7 @@ class TraceArgs {
 std::string TensorSummary(const Tensor& t);
 
 class Node;
+class Graph;
 // The args body of a node event from the node's value shapes (see TraceEvent::node).
 std::string NodeArgsFromGraph(const Node& node, int cluster);
 
@@ -91,6 +92,9 @@ struct TraceEvent {
   // tracing costs the executor only the event itself.
   const Node* node = nullptr;
   int cluster = -1;
+  // The graph `node` belongs to, kept alive until Materialize: a plan evicted by --max_cached_signatures
+  // (or an executable evicted from the memory cache) may be destroyed before the trace is written.
+  std::shared_ptr<const Graph> graph;
 };
 
 struct ProfilerOptions {
@@ -123,10 +127,10 @@ class Profiler {
   // The same, taking the args' text (TraceArgs::body) by move.
   void Complete(std::string_view name, const char* cat, int64_t start_ns, int64_t end_ns, std::string&& args);
   // A node whose inputs and outputs all have fully known shapes in its graph (a specialized graph): the
-  // args are formatted later from the graph. The node's graph must stay alive until Materialize().
-  // `extra` (TraceArgs body, may be empty) is appended to them (impl, post_ops).
-  void CompleteNode(const Node* node, const char* cat, int cluster, int64_t start_ns, int64_t end_ns,
-                    std::string&& extra);
+  // args are formatted later from the graph, which the event keeps alive (`graph` owns `node`) until
+  // Materialize(). `extra` (TraceArgs body, may be empty) is appended to them (impl, post_ops).
+  void CompleteNode(const Node* node, std::shared_ptr<const Graph> graph, const char* cat, int cluster,
+                    int64_t start_ns, int64_t end_ns, std::string&& extra);
   // Formats the args of lazily recorded node events, so the trace no longer refers to any graph. The
   // Session calls it before its graphs are destroyed; Write, ToJson and Summarize call it too.
   void Materialize();
@@ -216,9 +220,11 @@ class TraceScope {
   int64_t start_ns() const { return start_; }
   // Records the event as a lazily formatted node event (Profiler::CompleteNode); args() then holds only
   // the extra members.
-  void SetNode(const Node* node, int cluster) {
+  // `graph` owns `node` and must outlive the scope (the event keeps its own reference).
+  void SetNode(const Node* node, int cluster, const std::shared_ptr<const Graph>& graph) {
     node_ = node;
     cluster_ = cluster;
+    graph_ = &graph;
   }
 
  private:
@@ -231,6 +237,7 @@ class TraceScope {
   std::string owned_name_;
   const Node* node_ = nullptr;
   int cluster_ = -1;
+  const std::shared_ptr<const Graph>* graph_ = nullptr;
   int64_t start_ = 0, end_ = 0;
   bool nvtx_ = false;
   TraceArgs args_;

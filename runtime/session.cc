@@ -4,6 +4,7 @@
 
 #include <omp.h>
 
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -163,6 +164,11 @@ ClusteringOptions ClusteringOptionsFor(const Flags& flags, bool session_default)
 SessionStats Session::stats() const {
   SessionStats out;
   out.compiles_in_flight = clusters_->compiles_in_flight();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    out.signatures = static_cast<int>(plans_.size());
+    out.signature_evictions = plan_evictions_;
+  }
   if (DiskCache* disk = clusters_->disk()) out.totals.disk_rejects += disk->stats().rejects;
   if (const Autotuner* t = clusters_->autotuner()) {
     const AutotuneCounters& c = t->counters();
@@ -174,6 +180,18 @@ SessionStats Session::stats() const {
     out.autotune.disk_hits = c.disk_hits;
     out.autotune.file_hits = c.file_hits;
     out.autotune.ignored_entries = c.ignored_entries;
+  }
+  {
+    const ClusterRuntime::Totals r = clusters_->RetiredTotals();  // runners of evicted signatures
+    out.totals.compiles += r.compiles;
+    out.totals.compile_ms += r.compile_us / 1e3;
+    out.totals.fallback_executions += r.fallback_executions;
+    out.totals.compiled_executions += r.compiled_executions;
+    out.totals.memory_hits += r.memory_hits;
+    out.totals.disk_hits += r.disk_hits;
+    out.totals.disk_writes += r.disk_writes;
+    out.totals.disk_rejects += r.disk_rejects;
+    out.totals.polymorphic_hits += r.polymorphic_hits;
   }
   for (const auto& s : clusters_->AllStats()) {
     ClusterStatsSnapshot c;
@@ -216,6 +234,11 @@ std::vector<AutotuneRecord> Session::AutotuneRecords() const {
 int Session::num_signatures() const {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int>(plans_.size());
+}
+
+int64_t Session::signature_evictions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return plan_evictions_;
 }
 
 absl::StatusOr<std::vector<Tensor>> Session::ValidateInputs(const std::vector<NamedTensor>& inputs) const {
@@ -388,7 +411,10 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = plans_.find(signature);
-    if (it != plans_.end()) return it->second;
+    if (it != plans_.end()) {
+      plan_lru_.splice(plan_lru_.begin(), plan_lru_, it->second.lru);
+      return it->second.plan;
+    }
   }
   TraceScope scope(profiler_.get(), "specialize", "specialize");
   if (scope.active()) scope.args().Add("signature", signature);
@@ -414,9 +440,30 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
     CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::Create(g, eo));
     plan.cpu = std::move(ex);
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  auto [it, inserted] = plans_.emplace(signature, plan);
-  return it->second;
+  // Evicted plans are destroyed after the lock is released (a Run still using one holds its own reference).
+  std::vector<Plan> evicted;
+  Plan out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto [it, inserted] = plans_.try_emplace(signature);
+    if (inserted) {
+      it->second.plan = std::move(plan);
+      plan_lru_.push_front(signature);
+      it->second.lru = plan_lru_.begin();
+      const size_t cap = static_cast<size_t>(flags_.max_cached_signatures);
+      while (cap > 0 && plans_.size() > cap) {
+        auto victim = plans_.find(plan_lru_.back());
+        CJIT_VLOG(1) << "evicting the specialization of signature " << victim->first
+                     << " (--max_cached_signatures=" << cap << ")";
+        evicted.push_back(std::move(victim->second.plan));
+        plans_.erase(victim);
+        plan_lru_.pop_back();
+        ++plan_evictions_;
+      }
+    }
+    out = it->second.plan;  // another thread may have specialized the same signature meanwhile: one plan wins
+  }
+  return out;
 }
 
 absl::StatusOr<std::shared_ptr<Graph>> Session::SpecializeAndCluster(const std::vector<NamedTensor>& inputs,
@@ -465,9 +512,11 @@ std::string Session::device() const { return gpu_ordinal_ >= 0 ? absl::StrCat("c
 std::vector<std::string> Session::GpuPlacements() const {
   std::vector<std::string> out;
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [signature, plan] : plans_) {
-    if (plan.gpu) out.push_back(absl::StrCat(signature, " ", plan.gpu->placement().ToString()));
+  std::map<std::string, const GpuExecutor*> by_signature;  // sorted, as before the LRU
+  for (const auto& [signature, cached] : plans_) {
+    if (cached.plan.gpu) by_signature[signature] = cached.plan.gpu.get();
   }
+  for (const auto& [signature, gpu] : by_signature) out.push_back(absl::StrCat(signature, " ", gpu->placement().ToString()));
   if (gpu_ && !gpu_->MemoryReport().empty()) out.push_back(gpu_->MemoryReport());
   return out;
 }

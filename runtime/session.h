@@ -26,11 +26,13 @@
 #ifndef CJIT_RUNTIME_SESSION_H_
 #define CJIT_RUNTIME_SESSION_H_
 
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -75,8 +77,11 @@ struct AutotuneStatsSnapshot {
 };
 
 struct SessionStats {
+  // The clusters of the signatures the session holds now; `totals` also counts those of evicted ones.
   std::vector<ClusterStatsSnapshot> clusters;
   ClusterStatsSnapshot totals;  // counters summed (id, ops, signature unused)
+  int signatures = 0;            // specializations held now (at most --max_cached_signatures)
+  int64_t signature_evictions = 0;
   AutotuneStatsSnapshot autotune;
   int compiles_in_flight = 0;   // background compilations queued or running (--async_compilation)
 };
@@ -125,8 +130,11 @@ class Session {
   // For --device=cuda: where each op of each specialized signature runs (GpuPlacement::ToString), then the
   // device memory report; empty on the CPU.
   std::vector<std::string> GpuPlacements() const;
-  // Number of distinct input signatures specialized so far.
+  // Number of input signatures whose specialization this session holds now (at most
+  // --max_cached_signatures; the least recently run are evicted first).
   int num_signatures() const;
+  // Specializations evicted so far (--max_cached_signatures).
+  int64_t signature_evictions() const;
   // Per-cluster compile/execution counters so far.
   SessionStats stats() const;
   // Every autotuning decision of this session (tuned here or found), in order (`cjit autotune`).
@@ -174,7 +182,14 @@ class Session {
   std::shared_ptr<const Graph> graph_;
   std::vector<TensorInfo> inputs_, outputs_;
   mutable std::mutex mu_;
-  std::map<std::string, Plan> plans_;  // by signature
+  // Plans by signature, most recently used first in plan_lru_ (bounded by --max_cached_signatures).
+  struct CachedPlan {
+    Plan plan;
+    std::list<std::string>::iterator lru;
+  };
+  std::unordered_map<std::string, CachedPlan> plans_;
+  std::list<std::string> plan_lru_;
+  int64_t plan_evictions_ = 0;
   int gpu_ordinal_ = -1;               // the CUDA device used, or -1 for the CPU
   std::shared_ptr<DeviceBackend> gpu_;  // set when running on a GPU
   std::map<size_t, std::set<int64_t>> seen_values_;                 // per scalar integer input

@@ -84,6 +84,97 @@ TEST(SessionTest, RunsAndMatchesFloat64Math) {
   EXPECT_EQ((*s)->num_signatures(), 3);
 }
 
+// A service that sees ever new shapes keeps at most --max_cached_signatures specializations (least
+// recently used evicted); an evicted shape that returns is specialized again and still right; with
+// clustering, its compiled cluster comes back from the memory cache instead of being compiled again.
+TEST(SessionTest, SignatureCacheIsBoundedAndEvictedShapesStillRun) {
+  for (const char* jit : {"-1", "1"}) {
+    SessionOptions o = Opts();
+    o.flags.max_cached_signatures = 3;
+    o.flags.auto_jit = jit;
+    o.flags.min_cluster_size = 1;
+    o.flags.enable_lazy_compilation = false;
+    auto s = Session::LoadFromBytes(SmallModel(), o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    const double b[4] = {0.5, -1.0, 2.0, 0.0};
+    for (int64_t rows : {1, 2, 3, 4, 5, 6, 7, 1, 2, 7, 6}) {
+      Tensor x = Input(rows);
+      auto out = (*s)->Run({{"x", x}});
+      ASSERT_TRUE(out.ok()) << out.status();
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        double ref = 1.0 / (1.0 + std::exp(-(static_cast<double>(x.data<float>()[i]) + b[i % 4])));
+        ASSERT_NEAR((*out)[0].tensor.data<float>()[i], ref, 1e-6) << "rows " << rows << " auto_jit " << jit;
+      }
+      EXPECT_LE((*s)->num_signatures(), 3);
+    }
+    // 7 shapes (4 evicted), then 1 and 2 come back (evicted before: specialized again, evicting 5 and 6),
+    // 7 is still held, 6 comes back (evicting 1).
+    EXPECT_EQ((*s)->num_signatures(), 3);
+    EXPECT_EQ((*s)->signature_evictions(), 7) << jit;
+    SessionStats st = (*s)->stats();
+    EXPECT_EQ(st.signatures, 3);
+    EXPECT_EQ(st.signature_evictions, 7);
+    EXPECT_LE(st.clusters.size(), 3u) << "only the held signatures' clusters are listed";
+    if (std::string(jit) == "1") {
+      // Every run was compiled (no lazy policy); the three returning shapes hit the memory cache.
+      EXPECT_EQ(st.totals.compiled_executions, 11);
+      EXPECT_EQ(st.totals.fallback_executions, 0);
+      EXPECT_EQ(st.totals.memory_hits, 3);
+    }
+  }
+}
+
+// Trace events of an evicted signature's nodes are formatted after its plan is gone: the events keep
+// their graphs alive until then (a use after free otherwise, seen as garbage op names or a crash).
+TEST(SessionTest, ProfileOfEvictedSignatures) {
+  for (const char* jit : {"-1", "1"}) {
+    SessionOptions o = Opts();
+    o.flags.max_cached_signatures = 1;
+    o.flags.auto_jit = jit;
+    o.flags.min_cluster_size = 1;
+    o.flags.enable_lazy_compilation = false;
+    o.profile = true;
+    auto s = Session::LoadFromBytes(SmallModel(), o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    for (int64_t rows = 1; rows <= 6; ++rows) ASSERT_TRUE((*s)->Run({{"x", Input(rows)}}).ok());
+    EXPECT_EQ((*s)->signature_evictions(), 5);
+    const std::string table = (*s)->ProfileSummary();
+    EXPECT_NE(table.find(std::string(jit) == "1" ? "Add+Sigmoid" : "Sigmoid"), std::string::npos) << table;
+  }
+}
+
+// Eviction while other threads run: every result still matches float64 math.
+TEST(SessionTest, ConcurrentRunsWithEvictions) {
+  SessionOptions o = Opts();
+  o.flags.max_cached_signatures = 2;
+  auto s = Session::LoadFromBytes(SmallModel(), o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      const double b[4] = {0.5, -1.0, 2.0, 0.0};
+      for (int i = 0; i < 60; ++i) {
+        const int64_t rows = 1 + (i * 3 + t) % 9;
+        Tensor x = Input(rows);
+        auto out = (*s)->Run({{"x", x}});
+        if (!out.ok()) {
+          ++wrong;
+          continue;
+        }
+        for (int64_t k = 0; k < x.numel(); ++k) {
+          double ref = 1.0 / (1.0 + std::exp(-(static_cast<double>(x.data<float>()[k]) + b[k % 4])));
+          if (std::abs((*out)[0].tensor.data<float>()[k] - ref) > 1e-6) ++wrong;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_LE((*s)->num_signatures(), 2);
+  EXPECT_GT((*s)->signature_evictions(), 0);
+}
+
 TEST(SessionTest, WrongInputsAreClearErrors) {
   auto s = Session::LoadFromBytes(SmallModel(), Opts());
   ASSERT_TRUE(s.ok()) << s.status();

@@ -292,6 +292,7 @@ int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
       j["clusters"].push_back(cj);
     }
     j["totals"] = counters(st.totals);
+    j["signatures"] = {{"held", st.signatures}, {"evicted", st.signature_evictions}};
     j["autotune"] = {{"ops_tuned", st.autotune.ops_tuned}, {"candidates_timed", st.autotune.candidates_timed},
                      {"candidates_rejected", st.autotune.candidates_rejected}, {"tuning_ms", st.autotune.tuning_ms},
                      {"memory_hits", st.autotune.memory_hits}, {"disk_hits", st.autotune.disk_hits},
