@@ -1,9 +1,11 @@
 // Table-driven CJIT_FLAGS parser. See flags.h for the grammar.
 #include "flags/flags.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -112,15 +114,13 @@ Setter OpListFlag(std::string Flags::*field, const char* name) {
   };
 }
 
-int DefaultThreads() {
-  unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(n);
-}
+int DefaultThreads() { return UsableCpus(); }
 
 const std::vector<FlagDef>& Table() {
   static const auto* table = new std::vector<FlagDef>{
       {{"intra_op_threads", "int", "number of cores",
-        "Threads used inside one operator (oneDNN primitives, parallel loops); 0 = number of cores.",
+        "Threads used inside one operator (oneDNN primitives, parallel loops); 0 = the CPUs this process may run "
+        "on (affinity mask, cgroup quota); a session caps larger values to that number.",
         {"xla_cpu_intra_op_threads"}},
        [](Flags& f, absl::string_view v, bool has) -> absl::Status {
          int x;
@@ -677,6 +677,27 @@ std::string NearestFlag(absl::string_view name) {
     }
   }
   return best;
+}
+
+int UsableCpus() {
+  static const int cpus = [] {
+    int n = 0;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) n = CPU_COUNT(&set);
+    if (n <= 0) n = static_cast<int>(std::thread::hardware_concurrency());
+    // A cgroup v2 CPU quota ("max 100000" = none, "200000 100000" = 2 CPUs), as container runtimes set it.
+    std::ifstream f("/sys/fs/cgroup/cpu.max");
+    std::string quota, period;
+    if (f >> quota >> period && quota != "max") {
+      double q = 0, p = 0;
+      if (absl::SimpleAtod(quota, &q) && absl::SimpleAtod(period, &p) && q > 0 && p > 0) {
+        n = std::min(n, std::max(1, static_cast<int>(std::ceil(q / p))));
+      }
+    }
+    return std::max(1, n);
+  }();
+  return cpus;
 }
 
 }  // namespace cjit

@@ -123,6 +123,10 @@ struct Flags {
   int stderrthreshold = 1;
 };
 
+// CPUs this process may run on: its affinity mask (what `nproc` prints), within a cgroup v2 CPU quota
+// (/sys/fs/cgroup/cpu.max) when one is set; at least 1. The default of --intra_op_threads, and its cap.
+int UsableCpus();
+
 // Parses `text` on top of `base`. `source` names where the text came from, for error messages.
 absl::StatusOr<Flags> ParseFlags(absl::string_view text, const Flags& base = Flags{},
                                  absl::string_view source = "CJIT_FLAGS");

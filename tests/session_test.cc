@@ -1,5 +1,7 @@
 // Session and ONNX-import error paths, and concurrent Run, on small models built with libonnx's protobuf
 // classes. Reference values are computed here in double precision, independently of the kernels.
+#include <sched.h>
+
 #include <cmath>
 #include <atomic>
 #include <filesystem>
@@ -141,6 +143,26 @@ TEST(SessionTest, ProfileOfEvictedSignatures) {
     const std::string table = (*s)->ProfileSummary();
     EXPECT_NE(table.find(std::string(jit) == "1" ? "Add+Sigmoid" : "Sigmoid"), std::string::npos) << table;
   }
+}
+
+// More intra-op threads than CPUs only wait for each other (OpenMP teams of 4 on 2 CPUs: ppocr_mobile_cls
+// 4x slower): a session caps --intra_op_threads to the CPUs it may run on, and still computes right.
+TEST(SessionTest, IntraOpThreadsCappedToUsableCpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  EXPECT_LE(UsableCpus(), CPU_COUNT(&set));
+  EXPECT_GE(UsableCpus(), 1);
+  SessionOptions o = Opts();
+  o.flags.intra_op_threads = UsableCpus() + 3;
+  auto s = Session::LoadFromBytes(SmallModel(), o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->flags().intra_op_threads, UsableCpus());
+  ASSERT_TRUE((*s)->Run({{"x", Input(3)}}).ok());
+  o.flags.intra_op_threads = 1;
+  auto one = Session::LoadFromBytes(SmallModel(), o);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ((*one)->flags().intra_op_threads, 1);
 }
 
 // Eviction while other threads run: every result still matches float64 math.
