@@ -98,6 +98,7 @@ bool ClusterRuntime::SubmitCompile(std::function<void()> job) {
   if (!pool_thread_.joinable()) {
     pool_thread_ = std::thread([this] {
       if (profiler_) profiler_->NameThisThread("async compile");
+
       std::unique_lock<std::mutex> lock(pool_mu_);
       for (;;) {
         pool_cv_.wait(lock, [this] { return pool_stop_ || !pool_jobs_.empty(); });
@@ -298,6 +299,14 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
     } else {
       d = s.runtime->policy().OnExecution(s.policy_id, s.signature, &why);
     }
+    if (d == CompilePolicy::Decision::kCompile && !s.runtime->policy().BeginCompile(s.policy_id)) {
+      // Another signature of this structure is compiling: its kernels will serve this one (a polymorphic
+      // instantiation at a later execution) without a second compile.
+      d = CompilePolicy::Decision::kFallback;
+      why = "a compilation of this cluster structure is in flight";
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.polymorphic_tried = false;
+    }
     if (d == CompilePolicy::Decision::kCompile) {
       bool start = false;
       {
@@ -308,9 +317,11 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
         }
         ex = s.executable;
       }
+      if (!start) s.runtime->policy().AbandonCompile(s.policy_id);
       if (start && s.runtime->flags().async_compilation) {
         std::shared_ptr<State> keep = state_;
         if (!s.runtime->SubmitCompile([keep] { CompileInto(keep).IgnoreError(); })) {
+          s.runtime->policy().AbandonCompile(s.policy_id);
           std::lock_guard<std::mutex> lock(s.mu);
           s.compile_in_flight = false;  // shutting down: stay on the fallback path
         }

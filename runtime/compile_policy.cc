@@ -23,9 +23,23 @@ CompilePolicy::Decision CompilePolicy::OnExecution(const std::string& cluster, c
   return Decision::kCompile;
 }
 
+bool CompilePolicy::BeginCompile(const std::string& cluster) {
+  std::lock_guard<std::mutex> lock(mu_);
+  State& s = clusters_[cluster];
+  if (s.compiling) return false;
+  s.compiling = true;
+  return true;
+}
+
+void CompilePolicy::AbandonCompile(const std::string& cluster) {
+  std::lock_guard<std::mutex> lock(mu_);
+  clusters_[cluster].compiling = false;
+}
+
 void CompilePolicy::RecordCompile(const std::string& cluster, double seconds, bool ok) {
   std::lock_guard<std::mutex> lock(mu_);
   State& s = clusters_[cluster];
+  s.compiling = false;
   ++s.compiles;
   if (!ok) s.failed = true;
   else s.compiled_ok = true;

@@ -39,7 +39,13 @@ class CompilePolicy {
   // Records one execution of (cluster, signature) that has no executable yet and decides how to run it.
   // `reason` (optional) receives why a fallback was chosen.
   Decision OnExecution(const std::string& cluster, const std::string& signature, std::string* reason = nullptr);
-  // Records the outcome of a compilation.
+  // Claims the compilation of `cluster`'s structure for one signature: false while another signature of the
+  // same structure is compiling (its kernels serve this one too once ready: a polymorphic instantiation),
+  // so a stream of new signatures queues one compile per structure, not one per signature. Ended by
+  // RecordCompile, or by AbandonCompile when the claimed compile never started.
+  bool BeginCompile(const std::string& cluster);
+  void AbandonCompile(const std::string& cluster);
+  // Records the outcome of a compilation (and ends its claim).
   void RecordCompile(const std::string& cluster, double seconds, bool ok);
   // Records one execution of an already compiled signature (for the megamorphic ratio).
   void RecordCompiledExecution(const std::string& cluster);
@@ -57,6 +63,7 @@ class CompilePolicy {
     int64_t executions = 0;
     bool too_slow = false;
     bool failed = false;
+    bool compiling = false;  // a BeginCompile claim is open
   };
   CompilePolicyOptions options_;
   std::mutex mu_;

@@ -41,6 +41,19 @@ TEST(CompilePolicyTest, ThresholdPerStructure) {
   EXPECT_FALSE(p.HasCompiled("c")) << "a structure with a failed compile is not instantiated";
 }
 
+// One compile per structure at a time: while one signature compiles, others of the same structure fall
+// back (they are instantiated from its kernels once it is done).
+TEST(CompilePolicyTest, OneCompilePerStructureInFlight) {
+  CompilePolicy p({.compile_threshold = 0, .threshold_per_structure = true});
+  EXPECT_TRUE(p.BeginCompile("c"));
+  EXPECT_FALSE(p.BeginCompile("c"));
+  EXPECT_TRUE(p.BeginCompile("other"));
+  p.RecordCompile("c", 0.01, true);
+  EXPECT_TRUE(p.BeginCompile("c")) << "a later miss of the structure may compile again";
+  p.AbandonCompile("c");
+  EXPECT_TRUE(p.BeginCompile("c"));
+}
+
 TEST(CompilePolicyTest, EagerAndDeferred) {
   CompilePolicy eager({.lazy = false});
   EXPECT_EQ(eager.OnExecution("c", "s"), D::kCompile);
@@ -201,6 +214,50 @@ TEST(ClusterRuntimeTest, PolymorphicMissFollowsThePolicy) {
     double m = (double(x[k]) + c[k]) * x[k];
     EXPECT_NEAR(got->at(0).tensor.data<float>()[k], 1 / (1 + std::exp(-m)) - c[k], 1e-6) << k;
   }
+}
+
+// A stream of new signatures of one cluster structure with --async_compilation: the first past the
+// threshold compiles in the background; the others run the fallback path meanwhile without queueing a
+// compile of their own, then instantiate from its kernels. Every result is right.
+TEST(ClusterRuntimeTest, AsyncStreamCompilesEachStructureOnce) {
+  testing::ModelBuilder b(13);
+  b.Input("x", onnx::TensorProto::FLOAT, {-1, 4}).Output("y");
+  b.InitFloats("c", {1, 4}, {0.5f, -1.f, 2.f, 3.f});
+  b.Node("Add", {"x", "c"}, {"a"});
+  b.Node("Mul", {"a", "x"}, {"m"});
+  b.Node("Sigmoid", {"m"}, {"s"});
+  b.Node("Sub", {"s", "c"}, {"y"});
+  SessionOptions o;
+  o.use_environment_flags = false;
+  o.flags.device = "cpu";
+  o.flags.auto_jit = "1";
+  o.flags.min_cluster_size = 1;
+  o.flags.intra_op_threads = 1;
+  o.flags.async_compilation = true;
+  o.flags.compile_threshold = 0;
+  auto s = Session::LoadFromBytes(b.Bytes(), o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const float c[4] = {0.5f, -1.f, 2.f, 3.f};
+  auto check = [&](int64_t rows) {
+    auto in = RandomInputs(**s, {{rows, 4}}, static_cast<uint32_t>(rows));
+    auto got = (*s)->Run(in);
+    ASSERT_TRUE(got.ok()) << got.status();
+    const float* x = in[0].tensor.data<float>();
+    for (int64_t k = 0; k < rows * 4; ++k) {
+      double m = (double(x[k]) + c[k % 4]) * x[k];
+      ASSERT_NEAR(got->at(0).tensor.data<float>()[k], 1 / (1 + std::exp(-m)) - c[k % 4], 1e-6) << rows;
+    }
+  };
+  // Many more signatures than a compile takes runs of this tiny model.
+  for (int64_t rows = 2; rows < 40; ++rows) check(rows);
+  for (int i = 0; i < 2000 && (*s)->stats().compiles_in_flight > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ((*s)->stats().compiles_in_flight, 0);
+  for (int64_t rows = 40; rows < 44; ++rows) check(rows);
+  SessionStats st = (*s)->stats();
+  EXPECT_EQ(st.totals.compiles, 1) << "one background compile for the structure, not one per signature";
+  EXPECT_GE(st.totals.polymorphic_hits, 4) << "signatures after it are instantiated from its kernels";
 }
 
 // The test hook makes every compilation fail: clusters run on the fallback path, with correct results.

@@ -13,6 +13,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <algorithm>
 #include <set>
 #include <mutex>
 
@@ -481,7 +482,8 @@ struct LoadedKernel {
 };
 
 struct Jit {
-  std::mutex mu;
+  std::mutex mu;      // kernels, objects and the LLJIT's symbol table (adding and looking up code)
+  std::mutex opt_mu;  // emitting and optimizing (the shared TargetMachine's subtarget cache is not thread-safe)
   std::map<std::string, LoadedKernel> kernels;  // structure -> loaded kernel (process lifetime)
   std::unique_ptr<llvm::orc::LLJIT> lljit;
   std::unique_ptr<llvm::TargetMachine> tm;
@@ -649,30 +651,48 @@ int64_t NowNs() {
       .count();
 }
 
-// Compiles one kernel in its own module (so that its object file can be cached and loaded alone).
-absl::Status CompileKernel(Jit& jit, const FusedKernel& k, const PlannedKernel& pk, double* opt_ms, double* mc_ms,
-                           const CpuCompileOptions& options) {
-  std::string symbol = KernelSymbol(pk.structure);
-  auto ctx = std::make_unique<llvm::LLVMContext>();
+// Emits and optimizes one kernel in its own module and context (so that its object file can be cached and
+// loaded alone). Touches no shared JIT state: runs without the JIT lock, so other threads' compiles and
+// polymorphic instantiations proceed meanwhile.
+struct OptimizedKernel {
+  std::string symbol;
+  std::unique_ptr<llvm::LLVMContext> ctx;
+  std::unique_ptr<llvm::Module> module;
+};
+absl::StatusOr<OptimizedKernel> EmitAndOptimizeKernel(Jit& jit, const FusedKernel& k, const PlannedKernel& pk,
+                                                      double* opt_ms, const CpuCompileOptions& options) {
+  OptimizedKernel out;
+  out.symbol = KernelSymbol(pk.structure);
+  out.ctx = std::make_unique<llvm::LLVMContext>();
   int64_t t0 = NowNs();
-  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<llvm::Module> module, EmitKernelModule(jit, k, pk, symbol, *ctx));
+  CJIT_ASSIGN_OR_RETURN(out.module, EmitKernelModule(jit, k, pk, out.symbol, *out.ctx));
   int64_t t1 = NowNs();
   if (options.on_phase) options.on_phase("llvm_emit", t0, t1);
-  OptimizeModule(jit, *module);
+  OptimizeModule(jit, *out.module);
   int64_t t2 = NowNs();
   if (options.on_phase) options.on_phase("llvm_optimize", t1, t2);
   *opt_ms += (t2 - t1) / 1e6;
-  if (llvm::Error err = jit.lljit->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx)))) {
+  return out;
+}
+
+// Machine code for an optimized kernel, loaded into the process JIT (jit.mu held). Another thread may have
+// loaded the same structure meanwhile: then that kernel is used and this module dropped (its symbol is the
+// same, so it must not be added twice).
+absl::Status LoadKernel(Jit& jit, OptimizedKernel kernel, const FusedKernel& k, const PlannedKernel& pk,
+                        double* mc_ms, const CpuCompileOptions& options) {
+  if (jit.kernels.count(pk.structure)) return absl::OkStatus();
+  int64_t t2 = NowNs();
+  if (llvm::Error err =
+          jit.lljit->addIRModule(llvm::orc::ThreadSafeModule(std::move(kernel.module), std::move(kernel.ctx)))) {
     return absl::InternalError(absl::StrCat("LLVM JIT rejected the module: ", ToString(std::move(err))));
   }
-  CJIT_ASSIGN_OR_RETURN(CpuKernelFn fn, Lookup(jit, symbol));
+  CJIT_ASSIGN_OR_RETURN(CpuKernelFn fn, Lookup(jit, kernel.symbol));
   int64_t t3 = NowNs();
   if (options.on_phase) options.on_phase("machine_code_and_load", t2, t3);
   *mc_ms += (t3 - t2) / 1e6;
-  jit.kernels[pk.structure] = LoadedKernel{fn, symbol};
-  CJIT_VLOG(2) << "kernel " << symbol << " (" << k.nodes.size() << " ops): object code "
-               << jit.objects[symbol].size() << " bytes, emit " << (t1 - t0) / 1e3 << " us, optimize "
-               << (t2 - t1) / 1e3 << " us, machine code " << (t3 - t2) / 1e3 << " us";
+  jit.kernels[pk.structure] = LoadedKernel{fn, kernel.symbol};
+  CJIT_VLOG(2) << "kernel " << kernel.symbol << " (" << k.nodes.size() << " ops): object code "
+               << jit.objects[kernel.symbol].size() << " bytes, machine code " << (t3 - t2) / 1e3 << " us";
   return absl::OkStatus();
 }
 
@@ -686,36 +706,52 @@ absl::StatusOr<std::unique_ptr<CpuCode>> CompileForCpu(const FusionPlan& plan, c
   std::vector<PlannedKernel> planned = PlanKernels(plan, code.get());
   if (plan.kernels.empty()) return code;
   Jit& jit = GetJit();
-  std::lock_guard<std::mutex> lock(jit.mu);
   if (!jit.lljit) return absl::InternalError(absl::StrCat("LLVM JIT unavailable: ", jit.error));
-  if (options.reuse_only) {
+  // The structures not loaded yet (each once), decided under the lock; compiled without it.
+  std::vector<size_t> missing;
+  {
+    std::lock_guard<std::mutex> lock(jit.mu);
+    std::set<std::string> seen;
     for (size_t i = 0; i < plan.kernels.size(); ++i) {
-      if (!jit.kernels.count(planned[i].structure)) {
-        return absl::NotFoundError(absl::StrCat("fused kernel ", i, " has a structure not compiled in this process"));
-      }
+      if (!jit.kernels.count(planned[i].structure) && seen.insert(planned[i].structure).second) missing.push_back(i);
     }
+  }
+  if (options.reuse_only && !missing.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("fused kernel ", missing[0], " has a structure not compiled in this process"));
   }
   auto t0 = std::chrono::steady_clock::now();
   double opt_ms = 0, mc_ms = 0;
-  int compiled = 0;
-  for (size_t i = 0; i < plan.kernels.size(); ++i) {
-    auto it = jit.kernels.find(planned[i].structure);
-    if (it != jit.kernels.end()) {
-      code->kernels_[i].reused = true;
-    } else {
-      CJIT_RETURN_IF_ERROR(RunLlvmRecoverably("CPU code generation", [&]() -> absl::Status {
-        if (options.fail_for_testing == "llvm-fatal-error") llvm::report_fatal_error("injected by the test hook");
-        return CompileKernel(jit, plan.kernels[i], planned[i], &opt_ms, &mc_ms, options);
-      }));
-      ++compiled;
-      code->code_bytes_ += jit.objects[jit.kernels.at(planned[i].structure).symbol].size();
-    }
-    code->kernels_[i].fn = jit.kernels.at(planned[i].structure).fn;
+  for (size_t m = 0; m < missing.size(); ++m) {
+    const size_t i = missing[m];
+    CJIT_RETURN_IF_ERROR(RunLlvmRecoverably("CPU code generation", [&]() -> absl::Status {
+      if (options.fail_for_testing == "llvm-fatal-error") llvm::report_fatal_error("injected by the test hook");
+      OptimizedKernel optimized;
+      {
+        std::lock_guard<std::mutex> opt_lock(jit.opt_mu);
+        CJIT_ASSIGN_OR_RETURN(optimized, EmitAndOptimizeKernel(jit, plan.kernels[i], planned[i], &opt_ms, options));
+      }
+      std::lock_guard<std::mutex> lock(jit.mu);  // per kernel: instantiations of other clusters interleave
+      return LoadKernel(jit, std::move(optimized), plan.kernels[i], planned[i], &mc_ms, options);
+    }));
   }
-  CJIT_VLOG(2) << "CompileForCpu: " << plan.kernels.size() << " kernels, " << compiled << " new ("
-          << plan.kernels.size() - compiled << " reused); total "
-          << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()
-          << " ms, optimize " << opt_ms << " ms, machine code " << mc_ms << " ms";
+  std::lock_guard<std::mutex> lock(jit.mu);
+  std::set<std::string> counted;
+  for (size_t i = 0; i < plan.kernels.size(); ++i) {
+    const LoadedKernel& loaded = jit.kernels.at(planned[i].structure);
+    code->kernels_[i].fn = loaded.fn;
+    const bool compiled_here = std::any_of(missing.begin(), missing.end(), [&](size_t m) {
+      return planned[m].structure == planned[i].structure;
+    });
+    // The first kernel of a structure compiled here is new; later ones of the same structure reuse it.
+    const bool first_here = compiled_here && counted.insert(planned[i].structure).second;
+    code->kernels_[i].reused = !first_here;
+    if (first_here) code->code_bytes_ += jit.objects[loaded.symbol].size();
+  }
+  CJIT_VLOG(2) << "CompileForCpu: " << plan.kernels.size() << " kernels, " << missing.size() << " new ("
+               << plan.kernels.size() - missing.size() << " reused); total "
+               << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()
+               << " ms, optimize " << opt_ms << " ms, machine code " << mc_ms << " ms";
   return code;
 }
 
@@ -725,7 +761,7 @@ absl::StatusOr<std::vector<CpuKernelDump>> DumpCpuKernels(const FusionPlan& plan
   std::vector<CpuKernelDump> out(plan.kernels.size());
   if (plan.kernels.empty()) return out;
   Jit& jit = GetJit();
-  std::lock_guard<std::mutex> lock(jit.mu);
+  std::lock_guard<std::mutex> lock(jit.opt_mu);  // uses the shared TargetMachine, not the JIT
   if (!jit.lljit) return absl::InternalError(absl::StrCat("LLVM JIT unavailable: ", jit.error));
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
     CJIT_RETURN_IF_ERROR(RunLlvmRecoverably("dumping CPU code", [&]() -> absl::Status {
