@@ -29,7 +29,9 @@ namespace cjit {
 // 6: float16/bfloat16 values and Cast in fused kernels; dtypes in kernel structures.
 // 7: PTX row kernels come with a block-per-row variant (shared-memory reduction).
 // 8: constants and tensor attributes by SHA-256 in the canonical text (were 64-bit XXH3).
-inline constexpr int kCacheFormatVersion = 8;
+// 9: CPU erf and tanh as vectorizable rational functions (were libm calls); Softmax multiplies by the
+//    reciprocal of the row sum: different kernel code.
+inline constexpr int kCacheFormatVersion = 9;
 
 struct CacheKey {
   std::string canonical;  // full text

@@ -314,7 +314,7 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const T
       CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> outs, std::move(evaluated));
       if (scope.active()) {
         scope.Stop();
-        scope.SetNode(step.node, cluster_id, body_);
+        scope.SetNode(step.node, cluster_id);
         if (!impl.empty()) scope.args().Add("impl", impl);
         if (!step.absorbed.empty()) {
           std::string absorbed;

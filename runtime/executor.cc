@@ -11,7 +11,11 @@
 
 namespace cjit {
 
-Executor::~Executor() = default;
+Executor::~Executor() {
+  // Node events of this executor's runs refer to its graph, which may go with it (an evicted plan):
+  // format them now. Every run of this executor has ended (its caller held a reference).
+  if (profiler_ != nullptr) profiler_->Materialize();
+}
 
 namespace {
 
@@ -212,7 +216,7 @@ absl::StatusOr<std::vector<Tensor>> Executor::Run(
       scope.Stop();
       if (st.static_shapes && detailed.empty()) {
         // Shapes are in the graph: the args are formatted when the trace is read.
-        scope.SetNode(st.node, trace_cluster_id_, graph_);
+        scope.SetNode(st.node, trace_cluster_id_);
         if (!ctx.impl.empty()) scope.args().Add("impl", ctx.impl);
       } else {
         for (size_t k = 0; k < st.out.size(); ++k) {

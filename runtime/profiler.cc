@@ -207,8 +207,8 @@ void Profiler::Complete(std::string_view name, const char* cat, int64_t start_ns
   Append(std::move(e));
 }
 
-void Profiler::CompleteNode(const Node* node, std::shared_ptr<const Graph> graph, const char* cat, int cluster,
-                            int64_t start_ns, int64_t end_ns, std::string&& extra) {
+void Profiler::CompleteNode(const Node* node, const char* cat, int cluster, int64_t start_ns, int64_t end_ns,
+                            std::string&& extra) {
   if (!options_.record) return;
   TraceEvent e;  // name and args are filled by Materialize
   e.cat = cat;
@@ -217,7 +217,6 @@ void Profiler::CompleteNode(const Node* node, std::shared_ptr<const Graph> graph
   e.dur_ns = std::max<int64_t>(0, end_ns - start_ns);
   e.tid = ThreadId();
   e.node = node;
-  e.graph = std::move(graph);
   e.cluster = cluster;
   e.args = std::move(extra);
   Append(std::move(e));
@@ -225,15 +224,16 @@ void Profiler::CompleteNode(const Node* node, std::shared_ptr<const Graph> graph
 
 void Profiler::Materialize() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (TraceEvent& e : events_) {
+  for (size_t i = materialized_; i < events_.size(); ++i) {
+    TraceEvent& e = events_[i];
     if (e.node == nullptr) continue;
     std::string extra = std::move(e.args);
     e.name = e.node->op_type;
     e.args = NodeArgsFromGraph(*e.node, e.cluster);
     if (!extra.empty()) absl::StrAppend(&e.args, ", ", extra);
     e.node = nullptr;
-    e.graph.reset();
   }
+  materialized_ = events_.size();
 }
 
 void Profiler::Instant(std::string_view name, const char* cat, const TraceArgs* args) {
@@ -460,7 +460,7 @@ void TraceScope::StopNow() {
 void TraceScope::End() {
   if (end_ == 0) StopNow();
   if (node_ != nullptr) {
-    p_->CompleteNode(node_, *graph_, cat_, cluster_, start_, end_, std::move(args_.mutable_body()));
+    p_->CompleteNode(node_, cat_, cluster_, start_, end_, std::move(args_.mutable_body()));
   } else {
     p_->Complete(name_, cat_, start_, end_, std::move(args_.mutable_body()));
   }

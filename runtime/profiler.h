@@ -92,9 +92,6 @@ struct TraceEvent {
   // tracing costs the executor only the event itself.
   const Node* node = nullptr;
   int cluster = -1;
-  // The graph `node` belongs to, kept alive until Materialize: a plan evicted by --max_cached_signatures
-  // (or an executable evicted from the memory cache) may be destroyed before the trace is written.
-  std::shared_ptr<const Graph> graph;
 };
 
 struct ProfilerOptions {
@@ -127,12 +124,15 @@ class Profiler {
   // The same, taking the args' text (TraceArgs::body) by move.
   void Complete(std::string_view name, const char* cat, int64_t start_ns, int64_t end_ns, std::string&& args);
   // A node whose inputs and outputs all have fully known shapes in its graph (a specialized graph): the
-  // args are formatted later from the graph, which the event keeps alive (`graph` owns `node`) until
-  // Materialize(). `extra` (TraceArgs body, may be empty) is appended to them (impl, post_ops).
-  void CompleteNode(const Node* node, std::shared_ptr<const Graph> graph, const char* cat, int cluster,
-                    int64_t start_ns, int64_t end_ns, std::string&& extra);
-  // Formats the args of lazily recorded node events, so the trace no longer refers to any graph. The
-  // Session calls it before its graphs are destroyed; Write, ToJson and Summarize call it too.
+  // args are formatted later from the graph. The node's graph must stay alive until Materialize(): an
+  // Executor calls it when it is destroyed (a plan evicted by --max_cached_signatures), and every graph a
+  // compiled cluster's steps refer to lives at least as long as an executor that ran it.
+  // `extra` (TraceArgs body, may be empty) is appended to them (impl, post_ops).
+  void CompleteNode(const Node* node, const char* cat, int cluster, int64_t start_ns, int64_t end_ns,
+                    std::string&& extra);
+  // Formats the args of lazily recorded node events, so the trace no longer refers to any graph; only the
+  // events recorded since the last call (cheap to call often). The Session calls it before its graphs are
+  // destroyed, an Executor when it is destroyed; Write, ToJson and Summarize call it too.
   void Materialize();
   void Instant(std::string_view name, const char* cat, const TraceArgs* args = nullptr);
   // Flow arrow: Start inside the source slice, End inside the destination slice (binds to the enclosing
@@ -182,6 +182,7 @@ class Profiler {
   int64_t start_ns_ = 0;
   mutable std::mutex mu_;
   std::deque<TraceEvent> events_;           // guarded by mu_ (a deque: appending never moves old events)
+  size_t materialized_ = 0;                 // guarded by mu_: events before this index have no node
   std::map<int, std::string> thread_names_; // guarded by mu_
   int last_tid_ = -1;                       // guarded by mu_
   bool truncated_ = false, stopped_ = false, written_ = false;  // guarded by mu_
@@ -220,11 +221,9 @@ class TraceScope {
   int64_t start_ns() const { return start_; }
   // Records the event as a lazily formatted node event (Profiler::CompleteNode); args() then holds only
   // the extra members.
-  // `graph` owns `node` and must outlive the scope (the event keeps its own reference).
-  void SetNode(const Node* node, int cluster, const std::shared_ptr<const Graph>& graph) {
+  void SetNode(const Node* node, int cluster) {
     node_ = node;
     cluster_ = cluster;
-    graph_ = &graph;
   }
 
  private:
@@ -237,7 +236,6 @@ class TraceScope {
   std::string owned_name_;
   const Node* node_ = nullptr;
   int cluster_ = -1;
-  const std::shared_ptr<const Graph>* graph_ = nullptr;
   int64_t start_ = 0, end_ = 0;
   bool nvtx_ = false;
   TraceArgs args_;

@@ -12,6 +12,7 @@
 #include "compiler/ir/status_macros.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/onnx/onnx_import.h"
+#include "compiler/passes/decompose.h"
 #include "compiler/passes/layout.h"
 #include "compiler/passes/simplify.h"
 #include "compiler/passes/specialize_shapes.h"
@@ -368,8 +369,15 @@ absl::StatusOr<std::shared_ptr<Graph>> Session::BuildSpecializedGraph(const std:
     }
   }
   if (dump) dump->DumpGraph(sig, "specialize_shapes", *g);
+  ClusteringOptions copts = ClusteringOptionsFor(flags_, enable_clustering_);
   {
     TraceScope scope(prof, "simplify", "specialize");
+    if (copts.mode != ClusteringMode::kOff && gpu_ == nullptr) {
+      // LayerNormalization as its ONNX function body: clustered, it becomes one row kernel with its
+      // neighbours instead of a library step between kernels.
+      CJIT_ASSIGN_OR_RETURN(bool decomposed, DecomposeLayerNormalization(*g));
+      if (decomposed) CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
+    }
     CJIT_RETURN_IF_ERROR(SimplifyGraph(*g));
     if (flags_.auto_mixed_precision != "off") {
       CJIT_RETURN_IF_ERROR(RunAutoMixedPrecision(*g, flags_, gpu_ != nullptr, amp_rule_, sig));
@@ -386,7 +394,6 @@ absl::StatusOr<std::shared_ptr<Graph>> Session::BuildSpecializedGraph(const std:
     if (scope.active()) scope.args().Add("nodes_after", g->nodes().size());
   }
   if (dump) dump->DumpGraph(sig, "simplify", *g);
-  ClusteringOptions copts = ClusteringOptionsFor(flags_, enable_clustering_);
   ClusteringReport r;
   if (copts.mode != ClusteringMode::kOff) {
     TraceScope scope(prof, "mark_for_compilation", "specialize");

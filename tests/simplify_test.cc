@@ -1,7 +1,9 @@
 // Graph simplification passes: textual IR in, checked text and float64-checked numbers out.
 #include "compiler/passes/simplify.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "compiler/ir/text.h"
@@ -26,6 +28,36 @@ std::vector<Tensor> RunGraph(std::shared_ptr<Graph> g, const std::vector<Tensor>
   auto out = (*ex)->Run(in);
   EXPECT_TRUE(out.ok()) << out.status();
   return *out;
+}
+
+// Div by a scalar 2^k becomes Mul by 2^-k (bit-identical for every input); other divisors stay.
+TEST(DivisionByPowerOfTwoTest, OnlyExactReciprocals) {
+  auto g = Specialized(R"(graph g(%x: f32[6]) {
+  %eight = constant f32[] {8}
+  %three = constant f32[] {3}
+  %tiny = constant f32[] {7.346839692639297e-40}
+  %a = Div(%x, %eight)
+  %b = Div(%x, %three)
+  %c = Div(%x, %tiny)
+  return %a, %b, %c
+})");
+  ASSERT_NE(g, nullptr);
+  Tensor x(DType::kF32, {6});
+  const float vals[6] = {1.0f, -3.5f, 1e-40f, std::numeric_limits<float>::infinity(),
+                         std::numeric_limits<float>::quiet_NaN(), 3.4e38f};
+  for (int i = 0; i < 6; ++i) x.data<float>()[i] = vals[i];
+  std::vector<Tensor> before = RunGraph(g, {x});
+  auto changed = DivisionByPowerOfTwoToMultiplication(*g);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_TRUE(*changed);
+  const std::string text = PrintGraph(*g);
+  EXPECT_NE(text.find("Mul(%x"), std::string::npos) << text;
+  EXPECT_EQ(text.find("Div(%x, %eight)"), std::string::npos) << text;
+  EXPECT_NE(text.find("Div(%x, %three)"), std::string::npos) << text;
+  EXPECT_NE(text.find("Div(%x, %tiny)"), std::string::npos) << text << ": 1 / 2^-130 is not a finite float";
+  std::vector<Tensor> after = RunGraph(g, {x});
+  ASSERT_EQ(after.size(), 3u);
+  for (int k = 0; k < 3; ++k) EXPECT_TRUE(after[k].BitwiseEquals(before[k])) << "output " << k;
 }
 
 TEST(RemoveNoOpsTest, RemovesIdentityChains) {

@@ -2,7 +2,8 @@
 # Profiling on every shared model (issue 9): `cjit run --trace` writes a trace that
 #  * validates against tests/trace_event.schema.json, nests per thread and pairs its flows (trace_check.py);
 #  * on the fallback path (--auto_jit=-1), has per-op events that account for >= 90% of the run time, or
-#    leave at most 0.5 us per op outside them (dispatch: tiny models run ~60 ops in 0.1 ms);
+#    leave at most 1 us per op outside them (dispatch: tiny models run ~60 ops in 0.1 ms; silero_vad_v5
+#    sits at ~10.5% and 0.3 us per op on a quiet machine, and ctest -j2 load has pushed it past 0.5 us);
 #  * clustered, has compile, cache, kernel/library and flow events;
 # and `cjit run --profile` prints the per-op table.
 # usage: trace_models.sh CJIT_BINARY MODELS_DIR      exit 77 (skipped) when MODELS_DIR is absent
@@ -23,7 +24,7 @@ for dir in "$models"/*/; do
   echo "== $name: fallback path"
   CJIT_FLAGS="--device=cpu --auto_jit=-1 --intra_op_threads=1" "$cjit" run "$dir/model.onnx" "${args[@]}" \
     --iterations 20 --warmup 2 --trace "$work/$name.fallback.json" >/dev/null
-  /usr/bin/python3 "$here/trace_check.py" "$work/$name.fallback.json" --op-sum-tolerance 0.10 --op-gap-us-per-op 0.5 \
+  /usr/bin/python3 "$here/trace_check.py" "$work/$name.fallback.json" --op-sum-tolerance 0.10 --op-gap-us-per-op 1.0 \
     --expect-cat op --expect-cat session --expect-cat specialize
   echo "== $name: clustered"
   CJIT_FLAGS="--device=cpu --intra_op_threads=1" "$cjit" run "$dir/model.onnx" "${args[@]}" --iterations 5 --warmup 1 \

@@ -52,6 +52,8 @@ class CpuMath : public TargetMath {
     std::string n = name;
     llvm::Type* f = b.getFloatTy();
     if (n == "exp") return FastExp(b, x);
+    if (n == "erf") return FastErf(b, x);
+    if (n == "tanh") return FastTanh(b, x);
     llvm::Intrinsic::ID id = llvm::Intrinsic::not_intrinsic;
     if (n == "exp") id = llvm::Intrinsic::exp;
     else if (n == "log") id = llvm::Intrinsic::log;
@@ -64,7 +66,7 @@ class CpuMath : public TargetMath {
     if (id != llvm::Intrinsic::not_intrinsic) {
       return b.CreateCall(llvm::Intrinsic::getDeclaration(&m_, id, {f}), {x});
     }
-    // tanh, erf: libm.
+    // Others: libm (a call per element: the loop does not vectorize).
     llvm::FunctionCallee fn = m_.getOrInsertFunction(n + "f", llvm::FunctionType::get(f, {f}, false));
     return b.CreateCall(fn, {x});
   }
@@ -101,6 +103,48 @@ class CpuMath : public TargetMath {
     res = b.CreateSelect(b.CreateFCmpOGT(x, c(88.72283905206835)), c(std::numeric_limits<float>::infinity()), res);
     res = b.CreateSelect(b.CreateFCmpOLT(x, c(-103.97208)), c(0.0), res);
     return b.CreateSelect(b.CreateFCmpUNO(x, x), x, res);
+  }
+
+  // erf and tanh as rational functions in straight-line IR (a libm call per element kept a Gelu kernel
+  // scalar: 5.6 ns per element). Eigen's generic_fast_erf_float / generic_fast_tanh_float (the
+  // approximations XLA emits for these ops): x * P(x^2) / Q(x^2) with the input clamped where float32's
+  // result is +-1 (erf: |x| <= 4; tanh: |x| <= 7.9053111), tanh(x) = x for |x| < 0.0004. Checked against
+  // float64 erf / tanh on [-10, 10]: relative error <= 4.2e-7; NaN passes through; the result is clamped
+  // to [-1, 1].
+  llvm::Value* Rational(llvm::IRBuilder<>& b, llvm::Value* x, double clamp, std::initializer_list<double> num,
+                        std::initializer_list<double> den) {
+    llvm::Type* f = b.getFloatTy();
+    auto c = [&](double v) { return llvm::ConstantFP::get(f, v); };
+    // Selects, not minnum/maxnum: a NaN input stays NaN.
+    llvm::Value* xc = b.CreateSelect(b.CreateFCmpOGT(x, c(clamp)), c(clamp), x);
+    xc = b.CreateSelect(b.CreateFCmpOLT(xc, c(-clamp)), c(-clamp), xc);
+    llvm::Value* x2 = b.CreateFMul(xc, xc);
+    auto horner = [&](std::initializer_list<double> coeffs) {
+      auto it = coeffs.begin();
+      llvm::Value* acc = c(*it++);
+      for (; it != coeffs.end(); ++it) acc = b.CreateFAdd(b.CreateFMul(x2, acc), c(*it));
+      return acc;
+    };
+    llvm::Value* r = b.CreateFDiv(b.CreateFMul(xc, horner(num)), horner(den));
+    r = b.CreateSelect(b.CreateFCmpOGT(r, c(1.0)), c(1.0), r);
+    return b.CreateSelect(b.CreateFCmpOLT(r, c(-1.0)), c(-1.0), r);
+  }
+  llvm::Value* FastErf(llvm::IRBuilder<>& b, llvm::Value* x) {
+    return Rational(b, x, 4.0,
+                    {-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
+                     -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02},
+                    {-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
+                     -1.42647390514189e-02});
+  }
+  llvm::Value* FastTanh(llvm::IRBuilder<>& b, llvm::Value* x) {
+    llvm::Value* r = Rational(b, x, 7.90531110763549805,
+                              {-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
+                               5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
+                               4.89352455891786e-03},
+                              {1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
+                               4.89352518554385e-03});
+    llvm::Value* ax = b.CreateSelect(b.CreateFCmpOLT(x, llvm::ConstantFP::get(b.getFloatTy(), 0.0)), b.CreateFNeg(x), x);
+    return b.CreateSelect(b.CreateFCmpOLT(ax, llvm::ConstantFP::get(b.getFloatTy(), 0.0004)), x, r);
   }
 
  private:

@@ -249,8 +249,11 @@ absl::StatusOr<llvm::Value*> ValueEmitter::Elem(const Value* v, llvm::Value* j, 
       absl::StatusOr<llvm::Value*> x = Elem(node->inputs[0], j, memo);
       if (!x.ok()) return x.status();
       llvm::Value* d = b_.CreateFSub(*x, st->second.first);
-      out = node->op_type == "Softmax" ? b_.CreateFDiv(math_.Unary(b_, "exp", d), st->second.second)
-                                       : b_.CreateFSub(d, math_.Unary(b_, "log", st->second.second));
+      // exp(d) * (1 / sum), as the op-by-op kernel computes it: the reciprocal is row-invariant (hoisted out
+      // of the loop), so no division per element.
+      out = node->op_type == "Softmax"
+                ? b_.CreateFMul(math_.Unary(b_, "exp", d), b_.CreateFDiv(llvm::ConstantFP::get(f32, 1.0), st->second.second))
+                : b_.CreateFSub(d, math_.Unary(b_, "log", st->second.second));
     } else if (IsRowReduction(*node)) {
       return absl::InternalError(absl::StrCat("reduction %", v->name, " used before its pass"));
     } else {

@@ -306,10 +306,39 @@ absl::StatusOr<bool> EliminateCommonSubexpressions(Graph& g) {
   return changed;
 }
 
+absl::StatusOr<bool> DivisionByPowerOfTwoToMultiplication(Graph& g) {
+  bool changed = false;
+  for (const auto& up : g.nodes()) {
+    Node* n = up.get();
+    if (n->op_type != "Div" || !n->domain.empty() || n->inputs.size() != 2 || !n->inputs[0] || !n->inputs[1]) continue;
+    const Value* c = n->inputs[1];
+    if (!c->is_constant() || c->constant->numel() != 1 || c->dtype != DType::kF32 || n->inputs[0]->dtype != DType::kF32) {
+      continue;
+    }
+    // Only a scalar divisor (shape [] or all 1s) whose broadcast adds no dims beyond the dividend's.
+    if (c->shape.rank() > n->inputs[0]->shape.rank()) continue;
+    const float v = c->constant->data<float>()[0];
+    int exponent = 0;
+    // 2^k with 2^-k a normal float: x / 2^k == x * 2^-k exactly for every x (incl. NaN, inf, subnormals).
+    if (!std::isfinite(v) || v == 0.0f || std::abs(std::frexp(v, &exponent)) != 0.5f || exponent < -124 ||
+        exponent > 126) {
+      continue;
+    }
+    Tensor r(DType::kF32, c->constant->dims());
+    r.data<float>()[0] = 1.0f / v;
+    n->op_type = "Mul";
+    n->inputs[1] = g.AddConstant(absl::StrCat(n->name, "/reciprocal"), std::move(r));
+    changed = true;
+  }
+  if (changed) RemoveDeadNodes(g);
+  return changed;
+}
+
 absl::Status SimplifyGraph(Graph& g) {
   for (int round = 0; round < 8; ++round) {
     bool any = false;
-    for (auto pass : {&RemoveNoOps, &FoldIntoConv, &EliminateCommonSubexpressions}) {
+    for (auto pass : {&RemoveNoOps, &FoldIntoConv, &EliminateCommonSubexpressions,
+                      &DivisionByPowerOfTwoToMultiplication}) {
       CJIT_ASSIGN_OR_RETURN(bool changed, pass(g));
       if (changed) CJIT_RETURN_IF_ERROR(VerifyGraph(g));  // an unchanged graph was verified before
       any |= changed;

@@ -10,6 +10,8 @@
 //    into a preceding Conv with constant weights (W' = W*s, B' = B*s + t); only when the Conv output has
 //    no other reader.
 //  * EliminateCommonSubexpressions: nodes with the same op, attributes and inputs are merged.
+//  * DivisionByPowerOfTwoToMultiplication: float32 Div by a scalar constant 2^k -> Mul by 2^-k (the same
+//    result for every input, with no division: attention's Div by sqrt(head dim) = 8).
 //
 // Before (FoldIntoConv):  %c = Conv(%x, %W, %B)  %y = BatchNormalization(%c, %g, %b, %m, %v)
 // After:                  %y = Conv(%x, %W', %B')
@@ -27,8 +29,9 @@ bool RemoveDeadNodes(Graph& graph);
 absl::StatusOr<bool> RemoveNoOps(Graph& graph);
 absl::StatusOr<bool> FoldIntoConv(Graph& graph);
 absl::StatusOr<bool> EliminateCommonSubexpressions(Graph& graph);
+absl::StatusOr<bool> DivisionByPowerOfTwoToMultiplication(Graph& graph);
 
-// Runs the three passes to a fixed point, verifying the graph after each.
+// Runs the four passes to a fixed point, verifying the graph after each.
 absl::Status SimplifyGraph(Graph& graph);
 
 // The shape-independent part, run once on the loaded (unspecialized) graph so that no signature repeats
