@@ -1,5 +1,7 @@
 #include "compiler/passes/auto_mixed_precision.h"
 
+#include "compiler/ir/constant_memo.h"
+
 #include <cmath>
 #include <deque>
 #include <initializer_list>
@@ -14,29 +16,10 @@
 namespace cjit {
 namespace {
 
-// A constant converted to the low type, memoized per source tensor while it lives: every input signature
-// of a session re-runs the pass on a clone that shares the session's constants, so each weight is
-// converted once (not once per signature), and kernels' caches keyed by the weight buffer (oneDNN
-// reordered weights) keep hitting across signatures.
+// A constant converted to the low type, made once per source tensor while it lives (compiler/ir/
+// constant_memo.h): each weight is converted once per session, not once per signature.
 std::shared_ptr<const Tensor> ConvertedConstant(const std::shared_ptr<const Tensor>& src, DType to) {
-  struct Entry {
-    std::weak_ptr<const Tensor> source;
-    std::shared_ptr<const Tensor> converted;
-  };
-  static std::mutex mu;
-  static auto* memo = new std::map<std::pair<const Tensor*, DType>, Entry>();
-  static size_t sweep_at = 256;
-  std::lock_guard<std::mutex> lock(mu);
-  auto key = std::make_pair(src.get(), to);
-  auto it = memo->find(key);
-  if (it != memo->end() && it->second.source.lock() == src) return it->second.converted;
-  auto c = std::make_shared<const Tensor>(ConvertFloatTensor(*src, to));
-  (*memo)[key] = Entry{src, c};
-  if (memo->size() >= sweep_at) {  // entries of freed constants (their sessions are gone)
-    for (auto e = memo->begin(); e != memo->end();) e = e->second.source.expired() ? memo->erase(e) : std::next(e);
-    sweep_at = std::max<size_t>(256, 2 * memo->size());
-  }
-  return c;
+  return DerivedConstant(src, 0x616d7000u + static_cast<uint64_t>(to), [&] { return ConvertFloatTensor(*src, to); });
 }
 
 // The op table's classes (defaults; edited by AmpOptions). Ops not in the table are deny (as TensorFlow).

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/constant_memo.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/ops/op_registry.h"
 #include "flags/logging.h"
@@ -122,7 +123,13 @@ class Rewriter {
   // A constant broadcast against a rank-r channels-first tensor, as the same constant for the channels-last
   // tensor: dims padded to rank r with leading 1s (numpy broadcasting), then permuted.
   Value* PermutedConstant(const Value* c, int r, const std::string& base) {
-    const Tensor& t = *c->constant;
+    // Once per weight and rank in a session, not per signature (compiler/ir/constant_memo.h).
+    auto permuted = DerivedConstant(c->constant, 0x6e68776300u + static_cast<uint64_t>(r),
+                                    [&] { return PermutedConstantTensor(*c->constant, r); });
+    return g_.AddConstant(Fresh(base + "/channels_last"), std::move(permuted));
+  }
+
+  static Tensor PermutedConstantTensor(const Tensor& t, int r) {
     Dims d(r - t.rank(), 1);
     d.insert(d.end(), t.dims().begin(), t.dims().end());
     std::vector<int64_t> perm = ToLast(r);
@@ -144,7 +151,7 @@ class Rewriter {
         idx[i] = 0;
       }
     }
-    return g_.AddConstant(Fresh(base + "/channels_last"), std::move(out));
+    return out;
   }
 
   // A per-axis vector constant (Resize's scales or sizes: one entry per axis of a rank-r channels-first
