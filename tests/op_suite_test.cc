@@ -114,5 +114,49 @@ TEST(CompiledMathTest, ExpMatchesFloat64OverItsRange) {
   }
 }
 
+// erf and tanh in generated code are rational approximations (Eigen's, as XLA emits them) instead of
+// libm calls: over their whole range against float64 libm, relative error within 5e-7 (absolute near 0),
+// +-1 saturation, NaN kept, odd symmetry.
+TEST(CompiledMathTest, ErfAndTanhMatchFloat64OverTheirRange) {
+  std::vector<float> xs = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-6f, 3e-4f, 5e-4f, -4e-4f, 0.5f, 1.0f, -1.0f, 3.9f, 4.0f,
+                           4.1f, 7.9f, 8.0f, -9.0f, 30.0f, 1e30f, std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+  for (int i = 0; i <= 4000; ++i) xs.push_back(-10.0f + 20.0f * static_cast<float>(i) / 4000.0f);
+  std::string ir = "graph g(%x: f32[" + std::to_string(xs.size()) +
+                   "]) {\n  %e = Erf(%x)\n  %t = Tanh(%x)\n  %a = Identity(%e)\n  %b = Identity(%t)\n  return %a, %b\n}";
+  auto parsed = ParseGraph(ir);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  std::shared_ptr<Graph> g(std::move(*parsed));
+  auto eval = [](const Node& n, const std::vector<const Tensor*>& in) { return EvaluateNode(n, in, 1); };
+  ASSERT_TRUE(SpecializeShapes(*g, {{static_cast<int64_t>(xs.size())}}, eval).ok());
+  ClusteringOptions co;
+  co.min_cluster_size = 1;
+  ASSERT_TRUE(MarkForCompilation(*g, co).ok());
+  Flags flags;
+  flags.enable_lazy_compilation = false;
+  auto rt = std::make_shared<ClusterRuntime>(flags);
+  auto ex = Executor::Create(g, ExecutorOptions{1, rt.get(), true});
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  Tensor x(DType::kF32, {static_cast<int64_t>(xs.size())});
+  std::copy(xs.begin(), xs.end(), x.data<float>());
+  auto out = (*ex)->Run({x});
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(rt->AllStats()[0]->compiled_executions.load(), 1);
+  ASSERT_GT(rt->AllStats()[0]->fused_kernels.load(), 0) << "erf/tanh must run in generated code";
+  for (int which = 0; which < 2; ++which) {
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const float got = (*out)[which].data<float>()[i];
+      const double ref = which == 0 ? std::erf(static_cast<double>(xs[i])) : std::tanh(static_cast<double>(xs[i]));
+      const char* name = which == 0 ? "erf" : "tanh";
+      if (std::isnan(xs[i])) {
+        EXPECT_TRUE(std::isnan(got)) << name;
+        continue;
+      }
+      EXPECT_LE(std::abs(got), 1.0f) << name << "(" << xs[i] << ")";
+      EXPECT_NEAR(got, ref, 5e-7 * std::abs(ref) + 1e-37) << name << "(" << xs[i] << ")";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cjit
