@@ -641,6 +641,37 @@ TEST(HostileTest, ResizeExtrapolationValueOutsideIntegerRange) {
   }
 }
 
+// Found by the fuzzer: Resize ran any unknown mode (e.g. "SAME_UPPER") as cubic, and a cubic coordinate
+// from a huge region of interest overflowed int64 in the tap arithmetic (UBSan). Unknown attribute values
+// are errors naming them; far-outside coordinates give the specification's result.
+TEST(HostileTest, ResizeUnknownModesAndHugeCubicCoordinates) {
+  for (const char* attr : {"mode", "coordinate_transformation_mode", "nearest_mode"}) {
+    ModelBuilder b;
+    b.Input("x", kF, {1, 1, 2, 2}).Output("y");
+    b.InitInts("sizes", {4}, {1, 1, 3, 3});
+    ModelBuilder::AttrString(b.Node("Resize", {"x", "", "", "sizes"}, {"y"}), attr, "SAME_UPPER");
+    for (const char* jit : {"-1", "1"}) {
+      auto r = LoadAndRun(b, {{"x", F32({1, 1, 2, 2}, {1, 2, 3, 4})}}, Opts(jit));
+      EXPECT_TRUE(ErrorWith(r.status(), {"Resize", attr, "SAME_UPPER"})) << attr << " " << jit << ": " << r.status();
+    }
+  }
+  // Cubic tf_crop_and_resize with a region of interest far outside the input: every output element is the
+  // extrapolation value (ONNX Resize: coordinates outside [0, in - 1] take it).
+  ModelBuilder b;
+  b.Input("x", kF, {1, 1, 2, 2}).Output("y");
+  b.InitFloats("roi", {8}, {0, 0, 1e30f, 1e30f, 1, 1, 2e30f, 2e30f});
+  b.InitInts("sizes", {4}, {1, 1, 3, 3});
+  auto* n = b.Node("Resize", {"x", "roi", "", "sizes"}, {"y"});
+  ModelBuilder::AttrString(n, "mode", "cubic");
+  ModelBuilder::AttrString(n, "coordinate_transformation_mode", "tf_crop_and_resize");
+  ModelBuilder::AttrFloat(n, "extrapolation_value", -7.0f);
+  for (const char* jit : {"-1", "1"}) {
+    auto r = LoadAndRun(b, {{"x", F32({1, 1, 2, 2}, {1, 2, 3, 4})}}, Opts(jit));
+    ASSERT_TRUE(r.ok()) << jit << ": " << r.status();
+    for (int i = 0; i < 9; ++i) EXPECT_EQ((*r)[0].tensor.data<float>()[i], -7.0f) << jit << " element " << i;
+  }
+}
+
 // Found by CI's fuzzer: a Min whose input is a Resize by run-time scales (its shape unknown until run
 // time) had its output shape inferred without it, and the broadcast loop read past that input. Every
 // elementwise kernel now checks that its inputs broadcast to the output.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/ir/numeric_cast.h"
 #include "compiler/ir/status_macros.h"
 #include "runtime/cpu/dispatch.h"
@@ -41,6 +42,19 @@ absl::Status ResizeKernel(KernelContext& ctx) {
   double a = n.GetFloat("cubic_coeff_a", -0.75f);
   bool exclude = n.GetInt("exclude_outside", 0) != 0;
   double extrap = n.GetFloat("extrapolation_value", 0.0f);
+  // Attribute values outside the specification are errors (an unknown mode used to run as cubic).
+  if (mode != "nearest" && mode != "linear" && mode != "cubic") {
+    return ctx.Error(absl::StrCat("unsupported mode '", mode, "' (nearest, linear or cubic)"));
+  }
+  static const char* kTransforms[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
+                                      "tf_half_pixel_for_nn", "tf_crop_and_resize", "half_pixel_symmetric"};
+  if (std::find(std::begin(kTransforms), std::end(kTransforms), ctm) == std::end(kTransforms)) {
+    return ctx.Error(absl::StrCat("unsupported coordinate_transformation_mode '", ctm, "'"));
+  }
+  static const char* kNearest[] = {"legacy", "round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+  if (std::find(std::begin(kNearest), std::end(kNearest), nearest) == std::end(kNearest)) {
+    return ctx.Error(absl::StrCat("unsupported nearest_mode '", nearest, "'"));
+  }
   // Scales per dim (output/input unless scales were given).
   std::vector<double> scale(r, 1.0);
   std::vector<int64_t> axes = n.GetInts("axes");
@@ -117,8 +131,12 @@ absl::Status ResizeKernel(KernelContext& ctx) {
         t.w[i * 2] = 1 - f;
         t.w[i * 2 + 1] = f;
       } else {
-        int64_t x0 = NumericCast<int64_t>(std::floor(xo));
-        double f = xo - x0, sum = 0;
+        // Beyond [-3, in + 2] every tap clamps to the same edge element (or, with exclude_outside, every
+        // tap is outside): the result is the same for any coordinate there, so the coordinate is clamped
+        // before the integer arithmetic (a huge roi or scale overflowed x0 - 1 + k).
+        double xq = std::isnan(xo) ? xo : std::clamp(xo, -3.0, static_cast<double>(in) + 2.0);
+        int64_t x0 = NumericCast<int64_t>(std::floor(xq));
+        double f = xq - x0, sum = 0;
         for (int k = 0; k < 4; ++k) {
           int64_t p = x0 - 1 + k;
           double w = CubicWeight(f - (k - 1), a);
