@@ -170,6 +170,12 @@ const std::vector<FlagDef>& Table() {
       {{"async_compilation", "bool", "false",
         "Compile on a background thread while the fallback path runs; swap the executable in when ready.", {}},
        BoolFlag(&Flags::async_compilation, "async_compilation")},
+      {{"force_compilation_parallelism", "int", "0",
+        "Threads that compile one cluster's new fused kernels concurrently (each an independent LLVM module "
+        "with its own target machine; the generated code does not depend on it); 0 = the CPUs this process "
+        "may run on (affinity mask, cgroup quota). As XLA's --xla_gpu_force_compilation_parallelism.",
+        {"xla_gpu_force_compilation_parallelism"}},
+       IntFlag(&Flags::force_compilation_parallelism, "force_compilation_parallelism", 0, 1024)},
       {{"polymorphic_clusters", "bool", "true",
         "A new shape signature of a cluster whose structure compiled before runs compiled on its first execution "
         "when all its fused kernels are already compiled (shape-generic kernels; no LLVM work): a polymorphic hit. "
@@ -520,6 +526,7 @@ std::string FlagValueText(const Flags& f, absl::string_view name) {
       {"always_defer_compilation", [b](const Flags& f) { return b(f.always_defer_compilation); }},
       {"enable_lazy_compilation", [b](const Flags& f) { return b(f.enable_lazy_compilation); }},
       {"async_compilation", [b](const Flags& f) { return b(f.async_compilation); }},
+      {"force_compilation_parallelism", [](const Flags& f) { return absl::StrCat(f.force_compilation_parallelism); }},
       {"polymorphic_clusters", [b](const Flags& f) { return b(f.polymorphic_clusters); }},
       {"cpu_channels_last", [b](const Flags& f) { return b(f.cpu_channels_last); }},
       {"autotune_level", [](const Flags& f) { return absl::StrCat(f.autotune_level); }},

@@ -46,6 +46,9 @@ struct Flags {
   bool always_defer_compilation = false;
   bool enable_lazy_compilation = true;
   bool async_compilation = false;
+  // Threads that compile one cluster's new fused kernels concurrently (each kernel is an independent LLVM
+  // module); 0 = the CPUs this process may run on. As XLA's --xla_gpu_force_compilation_parallelism.
+  int force_compilation_parallelism = 0;
   // A new signature of a cluster whose structure compiled before runs compiled on its first execution
   // when every fused kernel it needs is already in the process-wide kernel cache (no LLVM work):
   // a "polymorphic hit" (runtime/cluster_runner.h). false: every new signature follows the policy above.

@@ -10,7 +10,6 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <random>
 #include <set>
 #include <sstream>
 
@@ -146,6 +145,16 @@ std::vector<Candidate> ListCandidates(const KernelContext& ctx) {
       out.clear();
     }
   }
+  // The likeliest winners first (the per-op budget cuts the tail): lower-ISA variants of a kernel and
+  // oneDNN's GEMM-based convolution (im2col into a jitted GEMM: 50-290 ms first runs for a 960x960
+  // detector's convs, against 2-10 ms for the default) after the rest, in the library's order otherwise.
+  auto prior = [](const std::string& id) {
+    if (id.find("sse41") != std::string::npos) return 2;
+    if (id.find(":avx2") != std::string::npos || id.find("gemm:jit") != std::string::npos) return 1;
+    return 0;
+  };
+  std::stable_sort(out.begin(), out.end(),
+                   [&](const Candidate& a, const Candidate& b) { return prior(a.id) < prior(b.id); });
   if (auto t = CurrentTestCandidate(); t != nullptr && t->op_type == ctx.node->op_type && !out.empty()) {
     out.push_back({t->id, true, t});
   }
@@ -200,63 +209,128 @@ void FlushCaches() {
 
 // A candidate whose first timed run is slower than this factor times the best minimum so far is dropped.
 constexpr double kScreenRatio = 1.5;
+// What a candidate's first run may take beyond kScreenRatio x the best for creating its primitive (oneDNN
+// generates code per primitive: ~0.1-20 ms) before it is dropped unchecked.
+constexpr double kCreationAllowanceUs = 20000;
+
+constexpr size_t kCompareChunk = 2048;
 
 double Tolerance(DType t) { return t == DType::kF32 || t == DType::kF64 ? 1e-3 : 3e-2; }
 
-// "" when `got` matches `ref` within the dtype's tolerance (see the header), else what differs.
-std::string CompareOutputs(const Tensor& got, const Tensor& ref) {
+// Elements [off, off + m) of a float tensor as doubles (chunks: outputs being checked can be hundreds of
+// MB, and a tensor-sized double copy of each would cost more than the candidate).
+void ToDoubles(const Tensor& t, size_t off, size_t m, double* out) {
+  switch (t.dtype()) {
+    case DType::kF64:
+      std::copy_n(static_cast<const double*>(t.raw()) + off, m, out);
+      return;
+    case DType::kF32:
+      std::copy_n(static_cast<const float*>(t.raw()) + off, m, out);
+      return;
+    default: {
+      float f[kCompareChunk];
+      ConvertFloatBuffer(static_cast<const char*>(t.raw()) + off * DTypeSize(t.dtype()), t.dtype(), f, DType::kF32, m);
+      std::copy_n(f, m, out);
+    }
+  }
+}
+
+// The absolute tolerance of a check against `ref` (see the header): the dtype's tolerance times
+// 1 + max |finite reference value|.
+double ReferenceTolerance(const Tensor& ref) {
+  if (!IsFloat(ref.dtype())) return 0;
+  const size_t n = static_cast<size_t>(ref.numel());
+  double b[kCompareChunk];
+  double scale = 0;
+  for (size_t off = 0; off < n; off += kCompareChunk) {
+    const size_t m = std::min(kCompareChunk, n - off);
+    ToDoubles(ref, off, m, b);
+    for (size_t i = 0; i < m; ++i) {
+      if (std::isfinite(b[i])) scale = std::max(scale, std::fabs(b[i]));
+    }
+  }
+  return Tolerance(ref.dtype()) * (1.0 + scale);
+}
+
+// "" when `got` matches `ref` within `tol` (ReferenceTolerance(ref)), else what differs.
+std::string CompareOutputs(const Tensor& got, const Tensor& ref, double tol) {
   if (got.dtype() != ref.dtype() || got.dims() != ref.dims()) return "output dtype or dims differ";
   if (!IsFloat(ref.dtype())) {
     return ref.nbytes() == 0 || std::memcmp(got.raw(), ref.raw(), ref.nbytes()) == 0 ? "" : "integer output differs";
   }
-  const std::vector<double> a = got.ToDoubleVector(), b = ref.ToDoubleVector();
-  double scale = 0;
-  for (double v : b) {
-    if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
-  }
-  const double tol = Tolerance(ref.dtype()) * (1.0 + scale);
-  for (size_t i = 0; i < a.size(); ++i) {
-    const bool na = std::isnan(a[i]), nb = std::isnan(b[i]);
-    if (na || nb) {
-      if (na != nb) return absl::StrCat("element ", i, " is ", a[i], ", reference ", b[i]);
-      continue;
-    }
-    if (std::isinf(b[i]) || std::isinf(a[i])) {
-      if (a[i] != b[i]) return absl::StrCat("element ", i, " is ", a[i], ", reference ", b[i]);
-      continue;
-    }
-    if (std::fabs(a[i] - b[i]) > tol) {
-      return absl::StrCat("element ", i, " is ", a[i], ", reference ", b[i], " (tolerance ", tol, ")");
+  const size_t n = static_cast<size_t>(ref.numel());
+  double a[kCompareChunk], b[kCompareChunk];
+  for (size_t off = 0; off < n; off += kCompareChunk) {
+    const size_t m = std::min(kCompareChunk, n - off);
+    ToDoubles(got, off, m, a);
+    ToDoubles(ref, off, m, b);
+    bool all_close = true;  // the common case in one vectorizable pass; details only on a mismatch
+    for (size_t i = 0; i < m; ++i) all_close &= std::fabs(a[i] - b[i]) <= tol;
+    if (all_close) continue;
+    for (size_t i = 0; i < m; ++i) {
+      const bool na = std::isnan(a[i]), nb = std::isnan(b[i]);
+      if (na || nb) {
+        if (na != nb) return absl::StrCat("element ", off + i, " is ", a[i], ", reference ", b[i]);
+        continue;
+      }
+      if (std::isinf(b[i]) || std::isinf(a[i])) {
+        if (a[i] != b[i]) return absl::StrCat("element ", off + i, " is ", a[i], ", reference ", b[i]);
+        continue;
+      }
+      if (std::fabs(a[i] - b[i]) > tol) {
+        return absl::StrCat("element ", off + i, " is ", a[i], ", reference ", b[i], " (tolerance ", tol, ")");
+      }
     }
   }
   return "";
 }
 
-// Writes float values into a float tensor of any float dtype (16-bit rounded to nearest even).
-void StoreFloats(const std::vector<float>& v, Tensor& t) {
-  if (v.empty()) return;  // an empty tensor may have no buffer at all
+// Seeded uniform values in [-1, 1) written into a float tensor of any float dtype (16-bit rounded to
+// nearest even), in chunks. A 64-bit linear congruential generator (Knuth's MMIX constants), top 24 bits:
+// inputs only need to be deterministic and not degenerate, and tensors of millions of elements are filled
+// per tuned op (std::uniform_real_distribution over mt19937 took ~40 ms for a 480x480x16 input).
+void FillRandom(Tensor& t, uint64_t& state) {
+  if (!IsFloat(t.dtype())) return;  // shapes, indices: the tuned ops have none
+  auto next = [&state] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<float>(static_cast<int32_t>(state >> 40) - (1 << 23)) * (1.0f / (1 << 23));
+  };
+  const size_t n = static_cast<size_t>(t.numel());
   if (t.dtype() == DType::kF32) {
-    std::memcpy(t.raw(), v.data(), v.size() * sizeof(float));
-  } else if (t.dtype() == DType::kF64) {
-    for (size_t i = 0; i < v.size(); ++i) static_cast<double*>(t.raw())[i] = v[i];
-  } else {
-    ConvertFloatBuffer(v.data(), DType::kF32, t.raw(), t.dtype(), v.size());
+    float* p = static_cast<float*>(t.raw());
+    for (size_t i = 0; i < n; ++i) p[i] = next();
+    return;
+  }
+  float f[kCompareChunk];
+  for (size_t off = 0; off < n; off += kCompareChunk) {
+    const size_t m = std::min(kCompareChunk, n - off);
+    for (size_t i = 0; i < m; ++i) f[i] = next();
+    if (t.dtype() == DType::kF64) {
+      for (size_t i = 0; i < m; ++i) static_cast<double*>(t.raw())[off + i] = f[i];
+    } else {
+      ConvertFloatBuffer(f, DType::kF32, static_cast<char*>(t.raw()) + off * DTypeSize(t.dtype()), t.dtype(), m);
+    }
   }
 }
 
-// Non-float inputs (shapes, indices) are left as the allocator gives them: the tuned ops have none.
-void FillRandom(Tensor& t, std::mt19937& rng) {
-  if (!IsFloat(t.dtype())) return;
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(t.numel()));
-  for (float& x : v) x = u(rng);
-  StoreFloats(v, t);
-}
-
+// Outputs set to NaN before a candidate runs (level 3+: a candidate that writes nothing is caught).
 void FillNaN(std::vector<Tensor>& outs) {
   for (Tensor& t : outs) {
-    if (t.defined() && IsFloat(t.dtype())) {
-      StoreFloats(std::vector<float>(static_cast<size_t>(t.numel()), std::numeric_limits<float>::quiet_NaN()), t);
+    if (!t.defined() || !IsFloat(t.dtype()) || t.numel() == 0) continue;
+    const size_t n = static_cast<size_t>(t.numel());
+    switch (t.dtype()) {
+      case DType::kF32:
+        std::fill_n(static_cast<float*>(t.raw()), n, std::numeric_limits<float>::quiet_NaN());
+        break;
+      case DType::kF64:
+        std::fill_n(static_cast<double*>(t.raw()), n, std::numeric_limits<double>::quiet_NaN());
+        break;
+      default: {  // float16 / bfloat16: one quiet NaN pattern converted, then copied
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        uint16_t bits = 0;
+        ConvertFloatBuffer(&nan, DType::kF32, &bits, t.dtype(), 1);
+        std::fill_n(static_cast<uint16_t*>(t.raw()), n, bits);
+      }
     }
   }
 }
@@ -288,13 +362,20 @@ void ClearAutotuneResultsForTest() {
 }
 
 absl::StatusOr<double> MeasureMinMicros(const std::function<absl::Status()>& fn, int max_runs, double tolerance,
-                                        double budget_us, int* runs) {
+                                        double budget_us, int* runs, bool warmed_up, double first_sample_us) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
-  if (absl::Status st = fn(); !st.ok()) return st;  // warm-up: caches of the library, threads awake
+  if (!warmed_up) {
+    if (absl::Status st = fn(); !st.ok()) return st;  // warm-up: caches of the library, threads awake
+  }
   double best = std::numeric_limits<double>::infinity();
   int n = 0, near_best = 0;
-  for (int i = 0; i < max_runs; ++i) {
+  if (first_sample_us >= 0) {
+    best = first_sample_us;
+    n = 1;
+  }
+  for (int i = n; i < max_runs; ++i) {
+    if (n > 0 && std::chrono::duration<double, std::micro>(Clock::now() - start).count() > budget_us) break;
     FlushCaches();
     const auto t0 = Clock::now();
     absl::Status st = fn();
@@ -310,7 +391,6 @@ absl::StatusOr<double> MeasureMinMicros(const std::function<absl::Status()>& fn,
     }
     best = std::min(best, us);
     if (near_best >= 2) break;
-    if (std::chrono::duration<double, std::micro>(Clock::now() - start).count() > budget_us) break;
   }
   if (runs) *runs = n;
   return best;
@@ -520,7 +600,7 @@ std::string Autotuner::TuneNow(const std::string& key, const Node& node, const s
   // Inputs: constants as they are; others uninitialized (level 1) or seeded random values (2+).
   std::vector<Tensor> owned(inputs.size());
   std::vector<const Tensor*> ins(inputs.size(), nullptr);
-  std::mt19937 rng(0x5eed);
+  uint64_t rng = 0x5eed;
   try {
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (inputs[i] == nullptr) continue;
@@ -572,10 +652,19 @@ std::string Autotuner::TuneNow(const std::string& key, const Node& node, const s
   if (absl::Status st = run(nullptr); !st.ok()) return finish(absl::StrCat("not tuned: default failed: ", st.message()));
   rec.default_impl = impl;
   std::vector<Tensor> reference;
+  std::vector<double> reference_tol;
   if (options_.level >= 4) {
-    for (const Tensor& t : outputs) reference.push_back(t.Clone());
+    for (const Tensor& t : outputs) {
+      reference.push_back(t.Clone());
+      reference_tol.push_back(ReferenceTolerance(t));
+    }
   }
-  auto default_time = MeasureMinMicros([&] { return run(nullptr); }, 10, 0.05, budget_us);
+  // One budget for the whole op (default, candidates, checks): each measurement gets what is left, at
+  // least one timed run. A large convolution's runs take tens of ms: a fixed budget per candidate let one
+  // 960x960 detector signature tune for 10 s.
+  auto left_us = [&] { return std::max(0.0, budget_us - elapsed_us()); };
+  auto default_time = MeasureMinMicros([&] { return run(nullptr); }, 10, 0.05, left_us(), nullptr,
+                                       /*warmed_up=*/true);
   if (!default_time.ok()) return finish(absl::StrCat("not tuned: default failed: ", default_time.status().message()));
   rec.default_us = *default_time;
   const int64_t default_scratch = scratch;
@@ -593,12 +682,53 @@ std::string Autotuner::TuneNow(const std::string& key, const Node& node, const s
       continue;
     }
     if (options_.level >= 3) FillNaN(outputs);
-    absl::Status st = run(&c);  // warm-up (creates the primitive) and the checked run
-    std::string why;
+    const int64_t w0 = Profiler::Now();
+    absl::Status st = run(&c);  // warm-up (creates the primitive)
+    const double first_us = (Profiler::Now() - w0) / 1000.0;
+    double best_so_far = rec.default_us;
+    for (const Timed& t : timed) best_so_far = std::min(best_so_far, t.us);
+    // A candidate whose first run (primitive creation included) is far slower than the best cannot be
+    // chosen: it is neither checked nor timed (a reference implementation can take 100x the default: one
+    // such oneDNN deconvolution at 960x960 spent 0.7 s in its check and screen runs).
+    if (st.ok() && !options_.deterministic && !c.test_only &&
+        first_us > kScreenRatio * best_so_far + kCreationAllowanceUs) {
+      rec.notes.push_back(absl::StrFormat("%s: %.1f us in its first run, over %.1fx the best + %.0f ms: not checked "
+                                          "or timed", c.id, first_us, kScreenRatio, kCreationAllowanceUs / 1000));
+      continue;
+    }
     if (!st.ok()) {
-      why = std::string(st.message());
-    } else if (options_.level >= 4) {
-      for (size_t k = 0; k < outputs.size() && why.empty(); ++k) why = CompareOutputs(outputs[k], reference[k]);
+      ++rec.candidates_rejected;
+      ++counters_.candidates_rejected;
+      rec.notes.push_back(absl::StrCat(c.id, ": rejected (", st.message(), ")"));
+      continue;
+    }
+    // Screen: one timed run (caches flushed); a candidate slower than kScreenRatio x the best minimum so
+    // far is not checked or timed further (most of a convolution's candidates are 2-10x off: this halves
+    // tuning; a candidate that cannot win needs no check, and a check of a large output costs several runs).
+    // (Not for the test-only candidate: tests assert on its choice, one preempted run must not drop it.)
+    double once_us = -1;
+    if (!options_.deterministic && !c.test_only) {
+      FlushCaches();
+      const int64_t s0 = Profiler::Now();
+      if (absl::Status sst = run(&c); !sst.ok()) {
+        ++rec.candidates_rejected;
+        ++counters_.candidates_rejected;
+        rec.notes.push_back(absl::StrCat(c.id, ": rejected (", sst.message(), ")"));
+        continue;
+      }
+      once_us = (Profiler::Now() - s0) / 1000.0;
+      if (once_us > kScreenRatio * best_so_far) {
+        rec.notes.push_back(absl::StrFormat("%s: %.1f us in one run, over %.1fx the best: not timed further", c.id,
+                                            once_us, kScreenRatio));
+        continue;
+      }
+    }
+    // Level 4: the output of its last run (outputs were NaN before its first: one that writes nothing fails).
+    std::string why;
+    if (options_.level >= 4) {
+      for (size_t k = 0; k < outputs.size() && why.empty(); ++k) {
+        why = CompareOutputs(outputs[k], reference[k], reference_tol[k]);
+      }
     }
     if (!why.empty()) {
       ++rec.candidates_rejected;
@@ -608,26 +738,9 @@ std::string Autotuner::TuneNow(const std::string& key, const Node& node, const s
     }
     ++rec.candidates_timed;
     ++counters_.candidates_timed;
-    // Screen: one timed run (caches flushed); a candidate slower than kScreenRatio x the best minimum so
-    // far is not timed further (most of a convolution's candidates are 2-10x off: this halves tuning).
-    double best_so_far = rec.default_us;
-    for (const Timed& t : timed) best_so_far = std::min(best_so_far, t.us);
-    // (Not for the test-only candidate: tests assert on its choice, one preempted run must not drop it.)
-    if (!options_.deterministic && !c.test_only) {
-      FlushCaches();
-      const int64_t s0 = Profiler::Now();
-      if (absl::Status sst = run(&c); !sst.ok()) {
-        rec.notes.push_back(absl::StrCat(c.id, ": rejected (", sst.message(), ")"));
-        continue;
-      }
-      const double once_us = (Profiler::Now() - s0) / 1000.0;
-      if (once_us > kScreenRatio * best_so_far) {
-        rec.notes.push_back(absl::StrFormat("%s: %.1f us in one run, over %.1fx the best: not timed further", c.id,
-                                            once_us, kScreenRatio));
-        continue;
-      }
-    }
-    auto us = MeasureMinMicros([&] { return run(&c); }, 10, 0.05, budget_us);
+    // Warmed up; the screen run (caches flushed, timed) is the first sample.
+    auto us = MeasureMinMicros([&] { return run(&c); }, 10, 0.05, c.test_only ? budget_us : left_us(), nullptr,
+                               /*warmed_up=*/true, once_us);
     if (!us.ok()) {
       rec.notes.push_back(absl::StrCat(c.id, ": rejected (", us.status().message(), ")"));
       continue;

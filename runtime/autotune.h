@@ -21,10 +21,12 @@
 // where the reference has NaN) and rejects those that differ. Timing (MeasureMinMicros, the one rule):
 // one warm-up run, then up to 10 timed runs, stopping when two runs came within 5% of the minimum;
 // between timed runs the caches are flushed (a 4 MiB buffer is rewritten) so small problems are not
-// timed hot; a candidate whose first timed run is over 1.5x the best minimum so far is not timed
-// further. The fastest candidate wins unless it is within 5% of the default's time (noise): then the
-// one with less scratch memory (ties: the default). --autotune_deterministic takes the first candidate,
-// in the library's preference order, that passes. --autotune_max_ms_per_op bounds the search per op.
+// timed hot; a candidate whose first run is over 1.5x the best minimum so far + 20 ms (primitive
+// creation), or whose first timed run is over 1.5x the best, is not checked or timed further; lower-ISA
+// variants and oneDNN's GEMM-based convolution are tried last. The fastest candidate wins unless it is
+// within 5% of the default's time (noise): then the one with less scratch memory (ties: the default).
+// --autotune_deterministic takes the first candidate, in the library's preference order, that passes.
+// --autotune_max_ms_per_op bounds the whole search per op (default, candidates, checks).
 //
 // Storage: results live in the process (shared by sessions), in the persistent cache (payload kind
 // kAutotunePayloadKind, keyed by device identity — CPU model and ISA features —, library versions —
@@ -183,10 +185,13 @@ class StepTuning {
 
 // The timing rule (one place): one warm-up call, then up to `max_runs` timed calls with the caches
 // flushed before each, stopping once two calls after the first came within `tolerance` of the minimum
-// (a new minimum lower by more than `tolerance` restarts that count) or the `budget_us` is spent.
-// Returns the minimum in microseconds, or the first error.
+// (a new minimum lower by more than `tolerance` restarts that count) or the `budget_us` is spent (at
+// least one timed call). Returns the minimum in microseconds, or the first error. `warmed_up`: fn has
+// just run (its warm-up is skipped); `first_sample_us` >= 0: a timed call already made the same way
+// (caches flushed), counted as the first of the `max_runs` — large convolutions run tens of ms per call.
 absl::StatusOr<double> MeasureMinMicros(const std::function<absl::Status()>& fn, int max_runs = 10,
-                                        double tolerance = 0.05, double budget_us = 1e12, int* runs = nullptr);
+                                        double tolerance = 0.05, double budget_us = 1e12, int* runs = nullptr,
+                                        bool warmed_up = false, double first_sample_us = -1);
 
 }  // namespace cjit
 

@@ -444,6 +444,8 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state) {
   CpuCompileOptions options;
   options.excess_precision = s.runtime->flags().allow_excess_precision;
   options.fail_for_testing = s.runtime->flags().fail_compilation_for_testing;
+  const int parallelism = s.runtime->flags().force_compilation_parallelism;
+  options.compile_threads = parallelism > 0 ? parallelism : UsableCpus();
   if (prof) {
     options.on_phase = [prof](const char* phase, int64_t start, int64_t end) { prof->Complete(phase, "compile", start, end); };
   }

@@ -520,6 +520,21 @@ TEST(AutotuneTest, MeasureMinMicrosStopsAndPropagatesErrors) {
   ASSERT_TRUE(t.ok());
   EXPECT_GE(calls, 4);   // warm-up + at least three timed runs
   EXPECT_LE(calls, 11);  // at most 10 timed runs
+  // Warmed up already, with one flushed sample taken: no warm-up call, at most 9 more timed ones; a sample
+  // far below what fn takes is the minimum (it counts).
+  calls = 0;
+  auto w = MeasureMinMicros([&] { ++calls; return absl::OkStatus(); }, 10, 0.05, 1e12, nullptr, true, 0.0);
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(*w, 0.0);
+  EXPECT_GE(calls, 1);
+  EXPECT_LE(calls, 9);
+  // A spent budget still gives one timed call.
+  calls = 0;
+  int runs = 0;
+  auto b = MeasureMinMicros([&] { ++calls; return absl::OkStatus(); }, 10, 0.05, 0.0, &runs, true);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(runs, 1);
   calls = 0;
   auto e = MeasureMinMicros([&] { return ++calls == 3 ? absl::InternalError("boom") : absl::OkStatus(); });
   ASSERT_FALSE(e.ok());

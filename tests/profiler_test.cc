@@ -89,7 +89,7 @@ TEST(ProfilerTest, TraceHasCompileCacheFlowAndStepEvents) {
   EXPECT_GE(flow_s, 1);
   EXPECT_EQ(flow_s, flow_f);
   for (const char* n : {"specialize", "specialize_shapes", "simplify", "mark_for_compilation", "fusion_plan",
-                        "llvm_optimize", "machine_code_and_load", "memory cache lookup", "NhwcConv"}) {
+                        "llvm_optimize", "machine_code", "jit_link", "memory cache lookup", "NhwcConv"}) {
     EXPECT_GT(names.count(n), 0u) << "no '" << n << "' event";
   }
   for (const char* c : {"session", "specialize", "compile", "cache", "cluster", "kernel", "library", "op"}) {
@@ -196,6 +196,66 @@ TEST(ProfilerTest, SummaryTableGroupsByOpType) {
 }
 
 // --dump_to: every file in the manifest exists and is non-empty, each kind is present, the .dot renders.
+// --force_compilation_parallelism: a cluster's new kernels compile on several threads (the trace shows
+// their llvm_optimize phases on more than one thread), each is linked into the JIT, and the compiled
+// model matches its ONNX reference outputs. ppocrv4_rec's attention cluster has 15 distinct kernels. The
+// process's kernel cache must be empty (ctest runs each test in its own process).
+TEST(ProfilerTest, KernelsCompileOnSeveralThreads) {
+  const std::string dir = testing::ModelsDir() + "/ppocrv4_rec";
+  CJIT_REQUIRE_DATA(dir + "/model.onnx");
+  std::string tmp = TempDir("parallel_compile");
+  std::string path = tmp + "/t.json";
+  auto s = LoadSessionWithFlags(dir + "/model.onnx",
+                                "--device=cpu --enable_lazy_compilation=false --force_compilation_parallelism=4 "
+                                "--autotune_level=0 --trace_to=" + path, 1);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto sets = ReadDataSets(dir, **s);
+  ASSERT_TRUE(sets.ok()) << sets.status();
+  ASSERT_FALSE(sets->empty());
+  for (const DataSet& set : *sets) {
+    DataSetResult r = RunDataSet(**s, set, 1e-3, 1e-4);
+    ASSERT_TRUE(r.ok()) << set.dir << ": " << r.status;
+  }
+  SessionStats st = (*s)->stats();
+  EXPECT_EQ(st.totals.fallback_executions, 0);
+  EXPECT_GT(st.totals.compiled_executions, 0);
+  ASSERT_TRUE((*s)->EndProfiling().ok());
+  nlohmann::json doc = ReadJson(path);
+  std::set<int64_t> optimize_threads;
+  int optimized = 0, linked = 0;
+  for (const auto& e : doc["traceEvents"]) {
+    if (!e.contains("cat") || e["cat"] != "compile") continue;
+    if (e["name"] == "llvm_optimize") {
+      ++optimized;
+      optimize_threads.insert(e["tid"].get<int64_t>());
+    }
+    if (e["name"] == "jit_link") ++linked;
+  }
+  EXPECT_GE(optimized, 15);
+  EXPECT_EQ(linked, optimized) << "every compiled kernel is linked once";
+  EXPECT_GE(optimize_threads.size(), 2u) << "kernels were not compiled concurrently";
+  fs::remove_all(tmp);
+}
+
+// An LLVM fatal error on the compile threads is recovered as on the calling thread: the process lives,
+// the clusters run on the fallback path with correct results.
+TEST(ProfilerTest, LlvmFatalErrorOnCompileThreadsIsRecovered) {
+  const std::string dir = testing::ModelsDir() + "/ppocrv4_rec";
+  CJIT_REQUIRE_DATA(dir + "/model.onnx");
+  auto s = LoadSessionWithFlags(dir + "/model.onnx",
+                                "--device=cpu --enable_lazy_compilation=false --force_compilation_parallelism=4 "
+                                "--fail_compilation_for_testing=llvm-fatal-error", 1);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto sets = ReadDataSets(dir, **s);
+  ASSERT_TRUE(sets.ok()) << sets.status();
+  DataSetResult r = RunDataSet(**s, (*sets)[0], 1e-3, 1e-4);
+  ASSERT_TRUE(r.ok()) << r.status;
+  SessionStats st = (*s)->stats();
+  EXPECT_EQ(st.totals.compiled_executions, 0);
+  EXPECT_GT(st.totals.compiles, 0);
+  EXPECT_GT(st.totals.fallback_executions, 0);
+}
+
 TEST(DumpTest, ManifestListsEveryFile) {
   CJIT_REQUIRE_DATA(ClsModel());
   std::string dir = TempDir("dump");

@@ -13,9 +13,12 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <algorithm>
 #include <set>
 #include <mutex>
+#include <optional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -25,6 +28,8 @@
 #include "compiler/codegen/recover.h"
 #include "compiler/ir/status_macros.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Target/TargetMachine.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
 #include "llvm/ExecutionEngine/Orc/ObjectTransformLayer.h"
@@ -527,7 +532,12 @@ struct LoadedKernel {
 
 struct Jit {
   std::mutex mu;      // kernels, objects and the LLJIT's symbol table (adding and looking up code)
-  std::mutex opt_mu;  // emitting and optimizing (the shared TargetMachine's subtarget cache is not thread-safe)
+  std::mutex opt_mu;  // dumping with `tm` (a TargetMachine's subtarget cache is not thread-safe)
+  // Target machines for concurrent compiles, one per compiling thread at a time (CompileForCpu), made
+  // from the JIT's own builder so their object code links into it.
+  std::optional<llvm::orc::JITTargetMachineBuilder> jtmb;
+  std::mutex tm_mu;
+  std::vector<std::unique_ptr<llvm::TargetMachine>> idle_tms;
   std::map<std::string, LoadedKernel> kernels;  // structure -> loaded kernel (process lifetime)
   std::unique_ptr<llvm::orc::LLJIT> lljit;
   std::unique_ptr<llvm::TargetMachine> tm;
@@ -549,6 +559,11 @@ Jit& GetJit() {
     // The IR is already optimized (O2, vectorized); the fast instruction selector and register allocator
     // halve compile time for these small loops at no measurable cost in their speed.
     jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::None);
+    // What LLJIT sets for JITLink on ELF x86-64 / AArch64 anyway; explicit, so that the object code our
+    // compile threads make with target machines from `j->jtmb` is the code the JIT itself would make.
+    jtmb->setRelocationModel(llvm::Reloc::PIC_);
+    jtmb->setCodeModel(llvm::CodeModel::Small);
+    j->jtmb = *jtmb;
     auto tm = jtmb->createTargetMachine();
     if (!tm) {
       j->error = ToString(tm.takeError());
@@ -675,12 +690,12 @@ absl::StatusOr<std::unique_ptr<llvm::Module>> EmitKernelModule(Jit& jit, const F
   return module;
 }
 
-void OptimizeModule(Jit& jit, llvm::Module& module) {
+void OptimizeModule(llvm::TargetMachine* tm, llvm::Module& module) {
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
   llvm::CGSCCAnalysisManager cgam;
   llvm::ModuleAnalysisManager mam;
-  llvm::PassBuilder pb(jit.tm.get());
+  llvm::PassBuilder pb(tm);
   pb.registerModuleAnalyses(mam);
   pb.registerCGSCCAnalyses(cgam);
   pb.registerFunctionAnalyses(fam);
@@ -695,48 +710,81 @@ int64_t NowNs() {
       .count();
 }
 
-// Emits and optimizes one kernel in its own module and context (so that its object file can be cached and
-// loaded alone). Touches no shared JIT state: runs without the JIT lock, so other threads' compiles and
-// polymorphic instantiations proceed meanwhile.
-struct OptimizedKernel {
-  std::string symbol;
-  std::unique_ptr<llvm::LLVMContext> ctx;
-  std::unique_ptr<llvm::Module> module;
+// A target machine for one compiling thread (Jit::idle_tms, else a new one); give it back with ReleaseTm.
+absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> AcquireTm(Jit& jit) {
+  {
+    std::lock_guard<std::mutex> lock(jit.tm_mu);
+    if (!jit.idle_tms.empty()) {
+      auto tm = std::move(jit.idle_tms.back());
+      jit.idle_tms.pop_back();
+      return tm;
+    }
+  }
+  auto tm = jit.jtmb->createTargetMachine();
+  if (!tm) return absl::InternalError(absl::StrCat("LLVM target machine: ", ToString(tm.takeError())));
+  return std::move(*tm);
+}
+
+void ReleaseTm(Jit& jit, std::unique_ptr<llvm::TargetMachine> tm) {
+  std::lock_guard<std::mutex> lock(jit.tm_mu);
+  jit.idle_tms.push_back(std::move(tm));
+}
+
+// One kernel compiled to relocatable object code in its own module and context, with the calling thread's
+// own target machine: touches no shared JIT state, so kernels compile concurrently and other threads'
+// polymorphic instantiations proceed meanwhile. Phase times go to options.on_phase (thread-safe: the
+// profiler appends under its lock) from the compiling thread.
+struct CompiledObject {
+  std::string symbol, object;
+  double opt_ms = 0, mc_ms = 0;
 };
-absl::StatusOr<OptimizedKernel> EmitAndOptimizeKernel(Jit& jit, const FusedKernel& k, const PlannedKernel& pk,
-                                                      double* opt_ms, const CpuCompileOptions& options) {
-  OptimizedKernel out;
+absl::StatusOr<CompiledObject> CompileKernelObject(Jit& jit, llvm::TargetMachine* tm, const FusedKernel& k,
+                                                   const PlannedKernel& pk, const CpuCompileOptions& options) {
+  CompiledObject out;
   out.symbol = KernelSymbol(pk.structure);
-  out.ctx = std::make_unique<llvm::LLVMContext>();
+  llvm::LLVMContext ctx;
   int64_t t0 = NowNs();
-  CJIT_ASSIGN_OR_RETURN(out.module, EmitKernelModule(jit, k, pk, out.symbol, *out.ctx));
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<llvm::Module> module, EmitKernelModule(jit, k, pk, out.symbol, ctx));
   int64_t t1 = NowNs();
   if (options.on_phase) options.on_phase("llvm_emit", t0, t1);
-  OptimizeModule(jit, *out.module);
+  OptimizeModule(tm, *module);
   int64_t t2 = NowNs();
   if (options.on_phase) options.on_phase("llvm_optimize", t1, t2);
-  *opt_ms += (t2 - t1) / 1e6;
+  llvm::SmallVector<char, 0> buffer;
+  {
+    llvm::raw_svector_ostream os(buffer);
+    llvm::legacy::PassManager pm;
+    llvm::MCContext* mc = nullptr;
+    if (tm->addPassesToEmitMC(pm, mc, os)) return absl::InternalError("the host target cannot emit object code");
+    pm.run(*module);
+  }
+  out.object.assign(buffer.begin(), buffer.end());
+  int64_t t3 = NowNs();
+  if (options.on_phase) options.on_phase("machine_code", t2, t3);
+  out.opt_ms = (t2 - t1) / 1e6;
+  out.mc_ms = (t3 - t2) / 1e6;
   return out;
 }
 
-// Machine code for an optimized kernel, loaded into the process JIT (jit.mu held). Another thread may have
-// loaded the same structure meanwhile: then that kernel is used and this module dropped (its symbol is the
+// Links a compiled kernel's object code into the process JIT (jit.mu held). Another thread may have
+// loaded the same structure meanwhile: then that kernel is used and this object dropped (its symbol is the
 // same, so it must not be added twice).
-absl::Status LoadKernel(Jit& jit, OptimizedKernel kernel, const FusedKernel& k, const PlannedKernel& pk,
-                        double* mc_ms, const CpuCompileOptions& options) {
+absl::Status LoadKernel(Jit& jit, CompiledObject compiled, const FusedKernel& k, const PlannedKernel& pk,
+                        const CpuCompileOptions& options) {
   if (jit.kernels.count(pk.structure)) return absl::OkStatus();
-  int64_t t2 = NowNs();
+  int64_t t0 = NowNs();
   if (llvm::Error err =
-          jit.lljit->addIRModule(llvm::orc::ThreadSafeModule(std::move(kernel.module), std::move(kernel.ctx)))) {
-    return absl::InternalError(absl::StrCat("LLVM JIT rejected the module: ", ToString(std::move(err))));
+          jit.lljit->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(compiled.object, compiled.symbol))) {
+    return absl::InternalError(absl::StrCat("LLVM JIT rejected the object code: ", ToString(std::move(err))));
   }
-  CJIT_ASSIGN_OR_RETURN(CpuKernelFn fn, Lookup(jit, kernel.symbol));
-  int64_t t3 = NowNs();
-  if (options.on_phase) options.on_phase("machine_code_and_load", t2, t3);
-  *mc_ms += (t3 - t2) / 1e6;
-  jit.kernels[pk.structure] = LoadedKernel{fn, kernel.symbol};
-  CJIT_VLOG(2) << "kernel " << kernel.symbol << " (" << k.nodes.size() << " ops): object code "
-               << jit.objects[kernel.symbol].size() << " bytes, machine code " << (t3 - t2) / 1e3 << " us";
+  CJIT_ASSIGN_OR_RETURN(CpuKernelFn fn, Lookup(jit, compiled.symbol));
+  int64_t t1 = NowNs();
+  if (options.on_phase) options.on_phase("jit_link", t0, t1);
+  jit.kernels[pk.structure] = LoadedKernel{fn, compiled.symbol};
+  CJIT_VLOG(2) << "kernel " << compiled.symbol << " (" << k.nodes.size() << " ops): object code "
+               << compiled.object.size() << " bytes, optimize " << compiled.opt_ms << " ms, machine code "
+               << compiled.mc_ms << " ms, link " << (t1 - t0) / 1e3 << " us";
+  jit.objects[compiled.symbol] = std::move(compiled.object);
   return absl::OkStatus();
 }
 
@@ -765,20 +813,42 @@ absl::StatusOr<std::unique_ptr<CpuCode>> CompileForCpu(const FusionPlan& plan, c
         absl::StrCat("fused kernel ", missing[0], " has a structure not compiled in this process"));
   }
   auto t0 = std::chrono::steady_clock::now();
-  double opt_ms = 0, mc_ms = 0;
-  for (size_t m = 0; m < missing.size(); ++m) {
-    const size_t i = missing[m];
-    CJIT_RETURN_IF_ERROR(RunLlvmRecoverably("CPU code generation", [&]() -> absl::Status {
-      if (options.fail_for_testing == "llvm-fatal-error") llvm::report_fatal_error("injected by the test hook");
-      OptimizedKernel optimized;
-      {
-        std::lock_guard<std::mutex> opt_lock(jit.opt_mu);
-        CJIT_ASSIGN_OR_RETURN(optimized, EmitAndOptimizeKernel(jit, plan.kernels[i], planned[i], &opt_ms, options));
+  // The new kernels compile on up to options.compile_threads threads (the calling one included), each
+  // with its own target machine; each is linked into the JIT as soon as it is ready. The first error
+  // (in kernel order) is returned after every thread has finished.
+  std::vector<absl::Status> status(missing.size());
+  std::vector<double> opt_ms(missing.size(), 0), mc_ms(missing.size(), 0);
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    std::unique_ptr<llvm::TargetMachine> tm;
+    for (size_t m; (m = next.fetch_add(1)) < missing.size();) {
+      const size_t i = missing[m];
+      status[m] = RunLlvmRecoverably("CPU code generation", [&]() -> absl::Status {
+        if (options.fail_for_testing == "llvm-fatal-error") llvm::report_fatal_error("injected by the test hook");
+        if (!tm) {
+          CJIT_ASSIGN_OR_RETURN(tm, AcquireTm(jit));
+        }
+        CJIT_ASSIGN_OR_RETURN(CompiledObject compiled,
+                              CompileKernelObject(jit, tm.get(), plan.kernels[i], planned[i], options));
+        opt_ms[m] = compiled.opt_ms;
+        mc_ms[m] = compiled.mc_ms;
+        std::lock_guard<std::mutex> lock(jit.mu);  // per kernel: instantiations of other clusters interleave
+        return LoadKernel(jit, std::move(compiled), plan.kernels[i], planned[i], options);
+      });
+      if (!status[m].ok()) {
+        // An LLVM failure may leave the target machine in any state: dropped (leaked), never reused.
+        tm.release();  // NOLINT(bugprone-unused-return-value): deliberately leaked
+        next.store(missing.size());  // the cluster stays on the fallback path: stop the other threads early
       }
-      std::lock_guard<std::mutex> lock(jit.mu);  // per kernel: instantiations of other clusters interleave
-      return LoadKernel(jit, std::move(optimized), plan.kernels[i], planned[i], &mc_ms, options);
-    }));
-  }
+    }
+    if (tm) ReleaseTm(jit, std::move(tm));
+  };
+  const int threads = static_cast<int>(std::min<size_t>(missing.size(), std::max(1, options.compile_threads)));
+  std::vector<std::thread> helpers;
+  for (int t = 1; t < threads; ++t) helpers.emplace_back(work);
+  work();
+  for (std::thread& t : helpers) t.join();
+  for (const absl::Status& st : status) CJIT_RETURN_IF_ERROR(st);
   std::lock_guard<std::mutex> lock(jit.mu);
   std::set<std::string> counted;
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
@@ -795,7 +865,8 @@ absl::StatusOr<std::unique_ptr<CpuCode>> CompileForCpu(const FusionPlan& plan, c
   CJIT_VLOG(2) << "CompileForCpu: " << plan.kernels.size() << " kernels, " << missing.size() << " new ("
                << plan.kernels.size() - missing.size() << " reused); total "
                << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()
-               << " ms, optimize " << opt_ms << " ms, machine code " << mc_ms << " ms";
+               << " ms on " << threads << " threads, optimize " << std::accumulate(opt_ms.begin(), opt_ms.end(), 0.0)
+               << " ms, machine code " << std::accumulate(mc_ms.begin(), mc_ms.end(), 0.0) << " ms";
   return code;
 }
 
@@ -816,7 +887,7 @@ absl::StatusOr<std::vector<CpuKernelDump>> DumpCpuKernels(const FusionPlan& plan
         llvm::raw_string_ostream os(out[i].llvm_ir);
         module->print(os, nullptr);
       }
-      OptimizeModule(jit, *module);
+      OptimizeModule(jit.tm.get(), *module);
       {
         llvm::raw_string_ostream os(out[i].llvm_ir_opt);
         module->print(os, nullptr);

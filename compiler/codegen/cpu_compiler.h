@@ -60,8 +60,12 @@ struct CpuCompileOptions {
   bool reuse_only = false;
   // FusionPlanOptions::excess_precision of the plan built for the cluster (--allow_excess_precision).
   bool excess_precision = true;
-  // Called after each compile phase of each newly compiled kernel with steady-clock nanoseconds:
-  // "fusion_plan", "llvm_emit", "llvm_optimize", "machine_code_and_load" (runtime/profiler.h traces them).
+  // Threads that compile the plan's new kernels concurrently (the calling thread included; each kernel is
+  // an independent module with its own target machine, so the code does not depend on this). >= 1.
+  int compile_threads = 1;
+  // Called after each compile phase of each newly compiled kernel with steady-clock nanoseconds, from the
+  // thread that ran the phase (so possibly from several threads at once): "fusion_plan", "llvm_emit",
+  // "llvm_optimize", "machine_code" (object code), "jit_link" (runtime/profiler.h traces them).
   std::function<void(const char* phase, int64_t start_ns, int64_t end_ns)> on_phase;
 };
 
