@@ -1,7 +1,16 @@
 #include "compiler/ir/buffer_arena.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cstdlib>
+#include <utility>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older glibc headers lack the name
+#endif
 
 #if defined(__SANITIZE_ADDRESS__)
 #define CJIT_ARENA_ASAN 1
@@ -24,7 +33,33 @@ namespace {
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
+// 1 supported, 0 not (EINVAL: kernel before 5.14), -1 not probed yet.
+std::atomic<int> g_populate_supported{-1};
+
+// Prefaults [p, p + n) writable; false when the kernel cannot (then pages fault in at first touch, as
+// without it). Other errors (ENOMEM under a memory limit) are left to the first touch as well.
+bool Populate(char* p, size_t n) {
+  if (g_populate_supported.load(std::memory_order_relaxed) == 0) return false;
+  if (madvise(p, n, MADV_POPULATE_WRITE) == 0) {
+    g_populate_supported.store(1, std::memory_order_relaxed);
+    return true;
+  }
+  if (errno == EINVAL) g_populate_supported.store(0, std::memory_order_relaxed);
+  return false;
+}
+
 }  // namespace
+
+bool BufferArena::PopulateSupported() {
+  if (g_populate_supported.load() < 0) {
+    void* page = std::aligned_alloc(kGranule, kGranule);
+    if (page != nullptr) {
+      Populate(static_cast<char*>(page), kGranule);
+      std::free(page);
+    }
+  }
+  return g_populate_supported.load() == 1;
+}
 
 BufferArena::BufferArena(Options options) : options_(options) {}
 
@@ -65,7 +100,7 @@ bool BufferArena::AddRegion(size_t at_least) {
     index = static_cast<int>(regions_.size());
     regions_.push_back({});
   }
-  regions_[index] = {base, size};
+  regions_[index] = {base, size, std::vector<bool>(size / kGranule, false)};
   reserved_ += size;
   Chunk& c = chunks_[base];
   c.size = size;
@@ -89,6 +124,20 @@ void BufferArena::ReleaseFreeRegions() {
 }
 
 void* BufferArena::Allocate(size_t bytes, size_t* usable) {
+  std::vector<std::pair<char*, size_t>> to_populate;  // page runs first used by this block
+  void* p = AllocateLocked(bytes, usable, &to_populate);
+  size_t done = 0;
+  for (const auto& [q, n] : to_populate) {
+    if (Populate(q, n)) done += n;
+  }
+  if (done > 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    populated_ += done;
+  }
+  return p;
+}
+
+void* BufferArena::AllocateLocked(size_t bytes, size_t* usable, std::vector<std::pair<char*, size_t>>* to_populate) {
   if (bytes == 0 || bytes > options_.max_bytes) return nullptr;
   const size_t size = RoundUp(bytes, kGranule);
   std::lock_guard<std::mutex> lock(mu_);
@@ -115,6 +164,22 @@ void* BufferArena::Allocate(size_t bytes, size_t* usable) {
   in_use_ += c.size;
   if (usable != nullptr) *usable = c.size;
   CJIT_UNPOISON(p, c.size);
+  if (options_.populate) {
+    // Pages of this block never used before, as runs; marked now (the block is this caller's until it is
+    // freed, so no other thread can be handed these pages before they are prefaulted).
+    Region& r = regions_[c.region];
+    const size_t first = static_cast<size_t>(p - r.base) / kGranule, count = c.size / kGranule;
+    for (size_t i = first; i < first + count;) {
+      if (r.populated[i]) {
+        ++i;
+        continue;
+      }
+      size_t j = i;
+      while (j < first + count && !r.populated[j]) r.populated[j++] = true;
+      to_populate->push_back({r.base + i * kGranule, (j - i) * kGranule});
+      i = j;
+    }
+  }
   return p;
 }
 
@@ -170,6 +235,7 @@ BufferArena::Stats BufferArena::stats() {
   s.in_use_bytes = in_use_;
   for (const Region& r : regions_) s.regions += r.base != nullptr;
   s.free_chunks = free_.size();
+  s.populated_bytes = populated_;
   return s;
 }
 

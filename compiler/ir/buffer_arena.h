@@ -13,6 +13,12 @@
 // does not fit, wholly free regions are released first, and if it still does not fit Allocate returns null
 // (the caller allocates outside the arena).
 //
+// Pages a block uses for the first time are prefaulted in one madvise(MADV_POPULATE_WRITE) call (Linux
+// 5.14+; Options::populate) outside the lock, instead of one page fault per 4 KiB page at first touch: on
+// this project's VMs (paravirtualized guests, where each fault exits to the hypervisor) 64 MiB took
+// 250-380 ms to fault in by touch and 50-80 ms prefaulted then touched. The arena records which pages it
+// prefaulted (per region), so reused memory is never prefaulted twice.
+//
 // Chunks are multiples of kGranule bytes and kGranule-aligned; a free remainder smaller than
 // kMinSplitBytes is left inside the chunk handed out (at most that much waste per block).
 // Under AddressSanitizer free chunks are poisoned, so a use after free of an arena block is still reported.
@@ -40,12 +46,14 @@ class BufferArena {
   struct Options {
     size_t max_bytes = size_t{1} << 30;        // cap on the bytes of all regions together
     size_t min_region_bytes = size_t{64} << 20;  // smallest region reserved (virtual until touched)
+    bool populate = true;                        // prefault a block's first-used pages (see above)
   };
   struct Stats {
     size_t reserved_bytes = 0;  // all regions
     size_t in_use_bytes = 0;    // chunks handed out (rounded sizes)
     size_t regions = 0;
     size_t free_chunks = 0;
+    size_t populated_bytes = 0;  // prefaulted by madvise so far (0 where the kernel lacks it)
   };
 
   explicit BufferArena(Options options);
@@ -61,6 +69,8 @@ class BufferArena {
   // True if `p` lies inside one of this arena's regions.
   bool Owns(const void* p);
   Stats stats();
+  // Whether this kernel prefaults with MADV_POPULATE_WRITE (probed once per process).
+  static bool PopulateSupported();
 
  private:
   struct Chunk {
@@ -71,7 +81,9 @@ class BufferArena {
   struct Region {
     char* base = nullptr;
     size_t size = 0;
+    std::vector<bool> populated;  // per kGranule page: prefaulted (or known touched) already
   };
+  void* AllocateLocked(size_t bytes, size_t* usable, std::vector<std::pair<char*, size_t>>* to_populate);
   // Unlocked helpers (mu_ held).
   void InsertFree(char* p, Chunk& c);
   void EraseFree(char* p, const Chunk& c);
@@ -83,7 +95,7 @@ class BufferArena {
   std::map<char*, Chunk> chunks_;              // every chunk by address
   std::set<std::pair<size_t, char*>> free_;  // free chunks by (size, address): best fit = lower_bound
   std::vector<Region> regions_;              // index = Chunk::region; released ones have base == null
-  size_t reserved_ = 0, in_use_ = 0;
+  size_t reserved_ = 0, in_use_ = 0, populated_ = 0;
 };
 
 }  // namespace cjit
