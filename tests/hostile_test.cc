@@ -76,6 +76,50 @@ Tensor I32(Dims dims, std::vector<int32_t> v) {
 
 // ---- sizes: allocations are checked before they are made ----
 
+// A Loop whose scan output collects scalars over a huge trip count stops once what it holds could exceed
+// --max_tensor_bytes — each slice counted with its bookkeeping, not its 4-byte payload alone (which let a
+// 256 KiB limit run 52k iterations: 5 s per fuzz input in the sanitizer build) — and a short loop of the
+// same model gives every slice.
+TEST(HostileTest, LoopScanOfScalarsIsBoundedWithItsBookkeeping) {
+  ModelBuilder b(13);
+  b.Input("m", onnx::TensorProto::INT64, {}).Input("x", onnx::TensorProto::FLOAT, {});
+  b.Output("final").Output("scan");
+  auto* n = b.Node("Loop", {"m", "", "x"}, {"final", "scan"});
+  auto* a = n->add_attribute();
+  a->set_name("body");
+  a->set_type(onnx::AttributeProto::GRAPH);
+  onnx::GraphProto* g = a->mutable_g();
+  g->set_name("body");
+  ModelBuilder::Info(g->add_input(), "i", onnx::TensorProto::INT64, {});
+  ModelBuilder::Info(g->add_input(), "cond", onnx::TensorProto::BOOL, {});
+  ModelBuilder::Info(g->add_input(), "prev", onnx::TensorProto::FLOAT, {});
+  for (const auto& [in, out] : std::vector<std::pair<std::string, std::string>>{
+           {"cond", "cond_out"}, {"prev", "cur"}, {"prev", "slice"}}) {
+    auto* id = g->add_node();
+    id->set_op_type("Identity");
+    id->add_input(in);
+    id->add_output(out);
+  }
+  ModelBuilder::Info(g->add_output(), "cond_out", onnx::TensorProto::BOOL, {});
+  ModelBuilder::Info(g->add_output(), "cur", onnx::TensorProto::FLOAT, {});
+  ModelBuilder::Info(g->add_output(), "slice", onnx::TensorProto::FLOAT, {});
+  SessionOptions o = Opts();
+  o.flags.max_tensor_bytes = 64 << 10;
+  auto r = LoadAndRun(b, {{"m", I64({}, {1000000000})}, {"x", F32({}, {2.5f})}}, o);
+  ASSERT_TRUE(ErrorWith(r.status(), {"Loop", "scan output 0 after", "--max_tensor_bytes (65536)"}));
+  const std::string msg(r.status().message());
+  const size_t at = msg.find("after ") + 6;
+  const int64_t iterations = std::stoll(msg.substr(at));
+  EXPECT_GT(iterations, 64);
+  EXPECT_LE(iterations, (64 << 10) / (4 + 64)) << msg;
+  auto ok = LoadAndRun(b, {{"m", I64({}, {100})}, {"x", F32({}, {2.5f})}}, o);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  ASSERT_EQ(ok->size(), 2u);
+  const Tensor& scan = (*ok)[1].tensor;
+  ASSERT_EQ(scan.dims(), (Dims{100}));
+  for (int64_t k = 0; k < 100; ++k) EXPECT_EQ(scan.data<float>()[k], 2.5f);
+}
+
 TEST(HostileTest, HugeInitializerWithoutData) {
   ModelBuilder b;
   b.Input("x", kF, {1}).Output("y");

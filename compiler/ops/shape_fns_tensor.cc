@@ -609,7 +609,9 @@ void RegisterTensorOps() {
     }
     return absl::OkStatus();
   });
-  Reg("Loop", C::kControlFlow, false, A::kInfer, 2, 1 << 20, [](const Node& n, Inputs in, Outputs& out) {
+  // M and cond are optional inputs (either may be "", ONNX Loop-11+): no input is required present; the
+  // importer checks the count against the schema (at least the two positions) and the kernel again.
+  Reg("Loop", C::kControlFlow, false, A::kInfer, 0, 1 << 20, [](const Node& n, Inputs in, Outputs& out) {
     const Graph* g = n.GetGraph("body");
     for (size_t i = 0; g && i < out.size(); ++i) {
       if (i + 1 < g->outputs().size()) out[i].dtype = g->outputs()[i + 1]->dtype;
