@@ -674,6 +674,11 @@ std::string Autotuner::TuneNow(const std::string& key, const Node& node, const s
     int64_t scratch;
   };
   std::vector<Timed> timed;
+  auto reject = [&](const Candidate& c, absl::string_view why) {
+    ++rec.candidates_rejected;
+    ++counters_.candidates_rejected;
+    rec.notes.push_back(absl::StrCat(c.id, ": rejected (", why, ")"));
+  };
   for (const Candidate& c : candidates) {
     if (cancelled()) return "";  // the session is going away: store nothing partial
     if (options_.deterministic && !c.deterministic) continue;
@@ -697,9 +702,7 @@ std::string Autotuner::TuneNow(const std::string& key, const Node& node, const s
       continue;
     }
     if (!st.ok()) {
-      ++rec.candidates_rejected;
-      ++counters_.candidates_rejected;
-      rec.notes.push_back(absl::StrCat(c.id, ": rejected (", st.message(), ")"));
+      reject(c, st.message());
       continue;
     }
     // Screen: one timed run (caches flushed); a candidate slower than kScreenRatio x the best minimum so
@@ -711,9 +714,7 @@ std::string Autotuner::TuneNow(const std::string& key, const Node& node, const s
       FlushCaches();
       const int64_t s0 = Profiler::Now();
       if (absl::Status sst = run(&c); !sst.ok()) {
-        ++rec.candidates_rejected;
-        ++counters_.candidates_rejected;
-        rec.notes.push_back(absl::StrCat(c.id, ": rejected (", sst.message(), ")"));
+        reject(c, sst.message());
         continue;
       }
       once_us = (Profiler::Now() - s0) / 1000.0;
@@ -731,9 +732,7 @@ std::string Autotuner::TuneNow(const std::string& key, const Node& node, const s
       }
     }
     if (!why.empty()) {
-      ++rec.candidates_rejected;
-      ++counters_.candidates_rejected;
-      rec.notes.push_back(absl::StrCat(c.id, ": rejected (", why, ")"));
+      reject(c, why);
       continue;
     }
     ++rec.candidates_timed;

@@ -98,7 +98,6 @@ bool ClusterRuntime::SubmitCompile(std::function<void()> job) {
   if (!pool_thread_.joinable()) {
     pool_thread_ = std::thread([this] {
       if (profiler_) profiler_->NameThisThread("async compile");
-
       std::unique_lock<std::mutex> lock(pool_mu_);
       for (;;) {
         pool_cv_.wait(lock, [this] { return pool_stop_ || !pool_jobs_.empty(); });

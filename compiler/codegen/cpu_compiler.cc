@@ -12,12 +12,12 @@
 #include <chrono>
 #include <functional>
 #include <limits>
-#include <map>
-#include <numeric>
 #include <algorithm>
-#include <set>
+#include <map>
 #include <mutex>
+#include <numeric>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -28,12 +28,9 @@
 #include "compiler/codegen/recover.h"
 #include "compiler/ir/status_macros.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
-#include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Target/TargetMachine.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
 #include "llvm/ExecutionEngine/Orc/ObjectTransformLayer.h"
-#include "llvm/ExecutionEngine/Orc/ThreadSafeModule.h"
 #include "llvm/IR/Intrinsics.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/LLVMContext.h"
@@ -42,8 +39,10 @@
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/CrashRecoveryContext.h"
 #include "llvm/Support/ErrorHandling.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/xxhash.h"
+#include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Host.h"
 #include "llvm/Config/llvm-config.h"
 
@@ -532,15 +531,14 @@ struct LoadedKernel {
 
 struct Jit {
   std::mutex mu;      // kernels, objects and the LLJIT's symbol table (adding and looking up code)
-  std::mutex opt_mu;  // dumping with `tm` (a TargetMachine's subtarget cache is not thread-safe)
-  // Target machines for concurrent compiles, one per compiling thread at a time (CompileForCpu), made
-  // from the JIT's own builder so their object code links into it.
+  // Target machines, each used by one thread at a time (a TargetMachine's subtarget cache is not
+  // thread-safe): compiling threads and dumps take one (AcquireTm), made from the JIT's own builder so
+  // their object code links into it.
   std::optional<llvm::orc::JITTargetMachineBuilder> jtmb;
   std::mutex tm_mu;
   std::vector<std::unique_ptr<llvm::TargetMachine>> idle_tms;
   std::map<std::string, LoadedKernel> kernels;  // structure -> loaded kernel (process lifetime)
   std::unique_ptr<llvm::orc::LLJIT> lljit;
-  std::unique_ptr<llvm::TargetMachine> tm;
   std::map<std::string, std::string> objects;  // symbol (= module identifier) -> object file bytes
   std::string error;
 };
@@ -569,7 +567,7 @@ Jit& GetJit() {
       j->error = ToString(tm.takeError());
       return j;
     }
-    j->tm = std::move(*tm);
+    j->idle_tms.push_back(std::move(*tm));  // also checks that the host target can be built
     auto lljit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(*jtmb).create();
     if (!lljit) {
       j->error = ToString(lljit.takeError());
@@ -850,15 +848,13 @@ absl::StatusOr<std::unique_ptr<CpuCode>> CompileForCpu(const FusionPlan& plan, c
   for (std::thread& t : helpers) t.join();
   for (const absl::Status& st : status) CJIT_RETURN_IF_ERROR(st);
   std::lock_guard<std::mutex> lock(jit.mu);
-  std::set<std::string> counted;
+  std::set<std::string> compiled_here;
+  for (size_t m : missing) compiled_here.insert(planned[m].structure);
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
     const LoadedKernel& loaded = jit.kernels.at(planned[i].structure);
     code->kernels_[i].fn = loaded.fn;
-    const bool compiled_here = std::any_of(missing.begin(), missing.end(), [&](size_t m) {
-      return planned[m].structure == planned[i].structure;
-    });
     // The first kernel of a structure compiled here is new; later ones of the same structure reuse it.
-    const bool first_here = compiled_here && counted.insert(planned[i].structure).second;
+    const bool first_here = compiled_here.erase(planned[i].structure) > 0;
     code->kernels_[i].reused = !first_here;
     if (first_here) code->code_bytes_ += jit.objects[loaded.symbol].size();
   }
@@ -876,10 +872,10 @@ absl::StatusOr<std::vector<CpuKernelDump>> DumpCpuKernels(const FusionPlan& plan
   std::vector<CpuKernelDump> out(plan.kernels.size());
   if (plan.kernels.empty()) return out;
   Jit& jit = GetJit();
-  std::lock_guard<std::mutex> lock(jit.opt_mu);  // uses the shared TargetMachine, not the JIT
   if (!jit.lljit) return absl::InternalError(absl::StrCat("LLVM JIT unavailable: ", jit.error));
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<llvm::TargetMachine> tm, AcquireTm(jit));
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
-    CJIT_RETURN_IF_ERROR(RunLlvmRecoverably("dumping CPU code", [&]() -> absl::Status {
+    absl::Status st = RunLlvmRecoverably("dumping CPU code", [&]() -> absl::Status {
       llvm::LLVMContext ctx;
       std::string symbol = KernelSymbol(planned[i].structure);
       CJIT_ASSIGN_OR_RETURN(std::unique_ptr<llvm::Module> module, EmitKernelModule(jit, plan.kernels[i], planned[i], symbol, ctx));
@@ -887,7 +883,7 @@ absl::StatusOr<std::vector<CpuKernelDump>> DumpCpuKernels(const FusionPlan& plan
         llvm::raw_string_ostream os(out[i].llvm_ir);
         module->print(os, nullptr);
       }
-      OptimizeModule(jit.tm.get(), *module);
+      OptimizeModule(tm.get(), *module);
       {
         llvm::raw_string_ostream os(out[i].llvm_ir_opt);
         module->print(os, nullptr);
@@ -895,15 +891,20 @@ absl::StatusOr<std::vector<CpuKernelDump>> DumpCpuKernels(const FusionPlan& plan
       llvm::SmallString<0> asm_text;
       llvm::raw_svector_ostream os(asm_text);
       llvm::legacy::PassManager pm;
-      if (jit.tm->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::AssemblyFile)) {
+      if (tm->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::AssemblyFile)) {
         return absl::InternalError("the host target cannot emit assembly");
       }
       pm.run(*module);
       out[i].assembly = std::string(asm_text.str());
       out[i].symbol = symbol;
       return absl::OkStatus();
-    }));
+    });
+    if (!st.ok()) {
+      tm.release();  // NOLINT(bugprone-unused-return-value): after an LLVM failure, leaked, never reused
+      return st;
+    }
   }
+  ReleaseTm(jit, std::move(tm));
   return out;
 }
 

@@ -126,13 +126,8 @@ void BufferArena::ReleaseFreeRegions() {
 void* BufferArena::Allocate(size_t bytes, size_t* usable) {
   std::vector<std::pair<char*, size_t>> to_populate;  // page runs first used by this block
   void* p = AllocateLocked(bytes, usable, &to_populate);
-  size_t done = 0;
   for (const auto& [q, n] : to_populate) {
-    if (Populate(q, n)) done += n;
-  }
-  if (done > 0) {
-    std::lock_guard<std::mutex> lock(mu_);
-    populated_ += done;
+    if (Populate(q, n)) populated_.fetch_add(n, std::memory_order_relaxed);
   }
   return p;
 }
@@ -235,7 +230,7 @@ BufferArena::Stats BufferArena::stats() {
   s.in_use_bytes = in_use_;
   for (const Region& r : regions_) s.regions += r.base != nullptr;
   s.free_chunks = free_.size();
-  s.populated_bytes = populated_;
+  s.populated_bytes = populated_.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -27,6 +27,7 @@
 #ifndef CJIT_COMPILER_IR_BUFFER_ARENA_H_
 #define CJIT_COMPILER_IR_BUFFER_ARENA_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -95,7 +96,8 @@ class BufferArena {
   std::map<char*, Chunk> chunks_;              // every chunk by address
   std::set<std::pair<size_t, char*>> free_;  // free chunks by (size, address): best fit = lower_bound
   std::vector<Region> regions_;              // index = Chunk::region; released ones have base == null
-  size_t reserved_ = 0, in_use_ = 0, populated_ = 0;
+  size_t reserved_ = 0, in_use_ = 0;
+  std::atomic<size_t> populated_{0};  // counted after the prefault, outside mu_
 };
 
 }  // namespace cjit
