@@ -17,16 +17,13 @@
 #include "runtime/session.h"
 #include "onnx/onnx_pb.h"
 #include "tests/model_builder.h"
+#include "tests/graph_util.h"
 #include "tools/check_lib.h"
 
 namespace cjit {
 namespace {
 
-std::shared_ptr<Graph> Specialized(const std::string& ir) {
-  auto g = SpecializedGraphFromText(ir);
-  EXPECT_TRUE(g.ok()) << g.status();
-  return g.ok() ? std::shared_ptr<Graph>(std::move(*g)) : nullptr;
-}
+using testing::Specialized;
 
 // node name -> dtype of its output 0 after the pass
 std::map<std::string, DType> OutputTypes(const Graph& g) {

@@ -174,24 +174,35 @@ TEST(ClusterRuntimeTest, NewWidthsAreInstantiatedFromCompiledKernels) {
   EXPECT_GT(st_off.totals.fallback_executions, (*s)->stats().totals.fallback_executions);
 }
 
-// A shape that changes a fused kernel's structure (here a dim of 1 makes an operand's broadcast collapse
-// differently) is a polymorphic miss: it follows the compile policy — the structure is past its threshold,
-// so it compiles the new kernel structure (LLVM) — with correct results.
-TEST(ClusterRuntimeTest, PolymorphicMissFollowsThePolicy) {
+// y = Sigmoid((x + c) * x) - c with c = [[0.5, -1, 2, 3]] (x of `dims`, -1 = dynamic): one cluster.
+std::string AddMulSigmoidSub(const std::vector<int64_t>& dims) {
   testing::ModelBuilder b(13);
-  b.Input("x", onnx::TensorProto::FLOAT, {-1, -1}).Output("y");
+  b.Input("x", onnx::TensorProto::FLOAT, dims).Output("y");
   b.InitFloats("c", {1, 4}, {0.5f, -1.f, 2.f, 3.f});
   b.Node("Add", {"x", "c"}, {"a"});
   b.Node("Mul", {"a", "x"}, {"m"});
   b.Node("Sigmoid", {"m"}, {"s"});
   b.Node("Sub", {"s", "c"}, {"y"});
+  return b.Bytes();
+}
+
+// CPU, every op clusterable (a cluster of any size), one thread, no CJIT_FLAGS.
+SessionOptions OneClusterOptions() {
   SessionOptions o;
   o.use_environment_flags = false;
   o.flags.device = "cpu";
   o.flags.auto_jit = "1";
   o.flags.min_cluster_size = 1;
   o.flags.intra_op_threads = 1;
-  auto s = Session::LoadFromBytes(b.Bytes(), o);
+  return o;
+}
+
+// A shape that changes a fused kernel's structure (here a dim of 1 makes an operand's broadcast collapse
+// differently) is a polymorphic miss: it follows the compile policy — the structure is past its threshold,
+// so it compiles the new kernel structure (LLVM) — with correct results.
+TEST(ClusterRuntimeTest, PolymorphicMissFollowsThePolicy) {
+  SessionOptions o = OneClusterOptions();
+  auto s = Session::LoadFromBytes(AddMulSigmoidSub({-1, -1}), o);
   ASSERT_TRUE(s.ok()) << s.status();
   auto in8 = RandomInputs(**s, {{8, 4}}, 1);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE((*s)->Run(in8).ok());
@@ -220,22 +231,10 @@ TEST(ClusterRuntimeTest, PolymorphicMissFollowsThePolicy) {
 // threshold compiles in the background; the others run the fallback path meanwhile without queueing a
 // compile of their own, then instantiate from its kernels. Every result is right.
 TEST(ClusterRuntimeTest, AsyncStreamCompilesEachStructureOnce) {
-  testing::ModelBuilder b(13);
-  b.Input("x", onnx::TensorProto::FLOAT, {-1, 4}).Output("y");
-  b.InitFloats("c", {1, 4}, {0.5f, -1.f, 2.f, 3.f});
-  b.Node("Add", {"x", "c"}, {"a"});
-  b.Node("Mul", {"a", "x"}, {"m"});
-  b.Node("Sigmoid", {"m"}, {"s"});
-  b.Node("Sub", {"s", "c"}, {"y"});
-  SessionOptions o;
-  o.use_environment_flags = false;
-  o.flags.device = "cpu";
-  o.flags.auto_jit = "1";
-  o.flags.min_cluster_size = 1;
-  o.flags.intra_op_threads = 1;
+  SessionOptions o = OneClusterOptions();
   o.flags.async_compilation = true;
   o.flags.compile_threshold = 0;
-  auto s = Session::LoadFromBytes(b.Bytes(), o);
+  auto s = Session::LoadFromBytes(AddMulSigmoidSub({-1, 4}), o);
   ASSERT_TRUE(s.ok()) << s.status();
   const float c[4] = {0.5f, -1.f, 2.f, 3.f};
   auto check = [&](int64_t rows) {
@@ -284,16 +283,17 @@ TEST(ClusterRuntimeTest, FailedCompilationFallsBack) {
 
 // A real LLVM fatal error inside code generation (report_fatal_error, which aborts) is recovered into a
 // failed compile: the process lives and the cluster runs correctly on the fallback path.
-TEST(ClusterRuntimeTest, LlvmFatalErrorIsRecovered) {
-  auto dir = SharedModel("oww_hello_deepa");
+void ExpectLlvmFatalErrorRecovered(const std::string& model, const std::string& extra_flags, int runs) {
+  auto dir = SharedModel(model);
   CJIT_REQUIRE_DATA(dir / "model.onnx");
   auto s = LoadSessionWithFlags(
       (dir / "model.onnx").string(),
-      "--device=cpu --enable_lazy_compilation=false --fail_compilation_for_testing=llvm-fatal-error", 0);
+      "--device=cpu --enable_lazy_compilation=false --fail_compilation_for_testing=llvm-fatal-error " + extra_flags,
+      0);
   ASSERT_TRUE(s.ok()) << s.status();
   auto sets = ReadDataSets(dir.string(), **s);
   ASSERT_TRUE(sets.ok());
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < runs; ++i) {
     DataSetResult r = RunDataSet(**s, (*sets)[0], 1e-3, 1e-4);
     ASSERT_TRUE(r.ok()) << r.status;
   }
@@ -301,6 +301,13 @@ TEST(ClusterRuntimeTest, LlvmFatalErrorIsRecovered) {
   EXPECT_EQ(st.totals.compiled_executions, 0);
   EXPECT_GT(st.totals.compiles, 0);
   EXPECT_GT(st.totals.fallback_executions, 0);
+}
+
+TEST(ClusterRuntimeTest, LlvmFatalErrorIsRecovered) { ExpectLlvmFatalErrorRecovered("oww_hello_deepa", "", 2); }
+
+// The same on the compile threads of --force_compilation_parallelism (ppocrv4_rec: 20 kernels to compile).
+TEST(ClusterRuntimeTest, LlvmFatalErrorOnCompileThreadsIsRecovered) {
+  ExpectLlvmFatalErrorRecovered("ppocrv4_rec", "--force_compilation_parallelism=4", 1);
 }
 
 // --async_compilation: the fallback path runs while the cluster compiles in the background; the

@@ -9,24 +9,14 @@
 #include "compiler/ir/verifier.h"
 #include "gtest/gtest.h"
 #include "runtime/executor.h"
+#include "tests/graph_util.h"
 #include "tools/check_lib.h"
 
 namespace cjit {
 namespace {
 
-std::shared_ptr<Graph> Specialized(const std::string& ir) {
-  auto g = SpecializedGraphFromText(ir);
-  EXPECT_TRUE(g.ok()) << g.status();
-  return g.ok() ? std::shared_ptr<Graph>(std::move(*g)) : nullptr;
-}
-
-std::vector<Tensor> RunGraph(std::shared_ptr<Graph> g, const std::vector<Tensor>& in) {
-  auto ex = Executor::Create(g, ExecutorOptions{1, nullptr, true});
-  EXPECT_TRUE(ex.ok()) << ex.status();
-  auto out = (*ex)->Run(in);
-  EXPECT_TRUE(out.ok()) << out.status();
-  return out.ok() ? *out : std::vector<Tensor>{};
-}
+using testing::RunGraph;
+using testing::Specialized;
 
 TEST(DecomposeLayerNormalizationTest, FunctionBodyMatchesFloat64) {
   // axis = 1 of a rank-3 input: the normalized dims are [3, 4]; scale and bias broadcast from [4].

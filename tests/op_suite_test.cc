@@ -72,6 +72,42 @@ INSTANTIATE_TEST_SUITE_P(All, OpSuite, ::testing::ValuesIn(OpSuiteCases()),
 namespace cjit {
 namespace {
 
+// Runs the graph "graph g(%x: f32[N]) {<body>}" on xs with its clusters compiled on their first execution;
+// the outputs, or none (with a test failure) unless every cluster ran compiled in generated code.
+std::vector<Tensor> RunCompiled(const std::string& body, const std::vector<float>& xs) {
+  const int64_t n = static_cast<int64_t>(xs.size());
+  auto parsed = ParseGraph("graph g(%x: f32[" + std::to_string(n) + "]) {\n" + body + "}");
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  if (!parsed.ok()) return {};
+  std::shared_ptr<Graph> g(std::move(*parsed));
+  auto eval = [](const Node& node, const std::vector<const Tensor*>& in) { return EvaluateNode(node, in, 1); };
+  ClusteringOptions co;
+  co.min_cluster_size = 1;
+  if (!SpecializeShapes(*g, {{n}}, eval).ok() || !MarkForCompilation(*g, co).ok()) {
+    ADD_FAILURE() << "specialization or clustering failed";
+    return {};
+  }
+  Flags flags;
+  flags.enable_lazy_compilation = false;
+  auto rt = std::make_shared<ClusterRuntime>(flags);
+  auto ex = Executor::Create(g, ExecutorOptions{1, rt.get(), true});
+  EXPECT_TRUE(ex.ok()) << ex.status();
+  if (!ex.ok()) return {};
+  Tensor x(DType::kF32, {n});
+  std::copy(xs.begin(), xs.end(), x.data<float>());
+  auto out = (*ex)->Run({x});
+  EXPECT_TRUE(out.ok()) << out.status();
+  if (!out.ok()) return {};
+  const auto stats = rt->AllStats();
+  bool compiled = !stats.empty();
+  for (const auto& c : stats) compiled &= c->compiled_executions.load() == 1 && c->fused_kernels.load() > 0;
+  if (!compiled) {
+    ADD_FAILURE() << "did not run compiled, in fused kernels, on its first execution";
+    return {};
+  }
+  return *out;
+}
+
 // The compiled exp (a vectorizable polynomial) against float64 exp over its whole range and the special
 // values: relative error <= 2e-7 where the result is a normal float; inf, 0 and NaN where they belong.
 TEST(CompiledMathTest, ExpMatchesFloat64OverItsRange) {
@@ -79,28 +115,10 @@ TEST(CompiledMathTest, ExpMatchesFloat64OverItsRange) {
                            88.7f, 89.0f, -104.0f, 1000.0f, -1000.0f, std::numeric_limits<float>::infinity(),
                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
   for (int i = 0; i < 2000; ++i) xs.push_back(-87.0f + 175.0f * static_cast<float>(i) / 2000.0f);
-  std::string ir = "graph g(%x: f32[" + std::to_string(xs.size()) + "]) {\n  %e = Exp(%x)\n  %z = Identity(%e)\n  return %z\n}";
-  auto parsed = ParseGraph(ir);
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
-  std::shared_ptr<Graph> g(std::move(*parsed));
-  auto eval = [](const Node& n, const std::vector<const Tensor*>& in) { return EvaluateNode(n, in, 1); };
-  ASSERT_TRUE(SpecializeShapes(*g, {{static_cast<int64_t>(xs.size())}}, eval).ok());
-  ClusteringOptions co;
-  co.min_cluster_size = 1;
-  ASSERT_TRUE(MarkForCompilation(*g, co).ok());
-  Flags flags;
-  flags.enable_lazy_compilation = false;
-  auto rt_owner = std::make_shared<ClusterRuntime>(flags);
-  ClusterRuntime& rt = *rt_owner;
-  auto ex = Executor::Create(g, ExecutorOptions{1, &rt, true});
-  ASSERT_TRUE(ex.ok()) << ex.status();
-  Tensor x(DType::kF32, {static_cast<int64_t>(xs.size())});
-  std::copy(xs.begin(), xs.end(), x.data<float>());
-  auto out = (*ex)->Run({x});
-  ASSERT_TRUE(out.ok()) << out.status();
-  ASSERT_EQ(rt.AllStats()[0]->compiled_executions.load(), 1);
+  auto out = RunCompiled("  %e = Exp(%x)\n  %z = Identity(%e)\n  return %z\n", xs);
+  ASSERT_EQ(out.size(), 1u);
   for (size_t i = 0; i < xs.size(); ++i) {
-    float got = (*out)[0].data<float>()[i];
+    float got = out[0].data<float>()[i];
     double ref = std::exp(static_cast<double>(xs[i]));
     if (std::isnan(xs[i])) {
       EXPECT_TRUE(std::isnan(got));
@@ -122,30 +140,12 @@ TEST(CompiledMathTest, ErfAndTanhMatchFloat64OverTheirRange) {
                            4.1f, 7.9f, 8.0f, -9.0f, 30.0f, 1e30f, std::numeric_limits<float>::infinity(),
                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
   for (int i = 0; i <= 4000; ++i) xs.push_back(-10.0f + 20.0f * static_cast<float>(i) / 4000.0f);
-  std::string ir = "graph g(%x: f32[" + std::to_string(xs.size()) +
-                   "]) {\n  %e = Erf(%x)\n  %t = Tanh(%x)\n  %a = Identity(%e)\n  %b = Identity(%t)\n  return %a, %b\n}";
-  auto parsed = ParseGraph(ir);
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
-  std::shared_ptr<Graph> g(std::move(*parsed));
-  auto eval = [](const Node& n, const std::vector<const Tensor*>& in) { return EvaluateNode(n, in, 1); };
-  ASSERT_TRUE(SpecializeShapes(*g, {{static_cast<int64_t>(xs.size())}}, eval).ok());
-  ClusteringOptions co;
-  co.min_cluster_size = 1;
-  ASSERT_TRUE(MarkForCompilation(*g, co).ok());
-  Flags flags;
-  flags.enable_lazy_compilation = false;
-  auto rt = std::make_shared<ClusterRuntime>(flags);
-  auto ex = Executor::Create(g, ExecutorOptions{1, rt.get(), true});
-  ASSERT_TRUE(ex.ok()) << ex.status();
-  Tensor x(DType::kF32, {static_cast<int64_t>(xs.size())});
-  std::copy(xs.begin(), xs.end(), x.data<float>());
-  auto out = (*ex)->Run({x});
-  ASSERT_TRUE(out.ok()) << out.status();
-  ASSERT_EQ(rt->AllStats()[0]->compiled_executions.load(), 1);
-  ASSERT_GT(rt->AllStats()[0]->fused_kernels.load(), 0) << "erf/tanh must run in generated code";
+  auto out = RunCompiled("  %e = Erf(%x)\n  %t = Tanh(%x)\n  %a = Identity(%e)\n  %b = Identity(%t)\n  return %a, %b\n",
+                         xs);
+  ASSERT_EQ(out.size(), 2u) << "erf/tanh must run in generated code";
   for (int which = 0; which < 2; ++which) {
     for (size_t i = 0; i < xs.size(); ++i) {
-      const float got = (*out)[which].data<float>()[i];
+      const float got = out[which].data<float>()[i];
       const double ref = which == 0 ? std::erf(static_cast<double>(xs[i])) : std::tanh(static_cast<double>(xs[i]));
       const char* name = which == 0 ? "erf" : "tanh";
       if (std::isnan(xs[i])) {

@@ -237,25 +237,6 @@ TEST(ProfilerTest, KernelsCompileOnSeveralThreads) {
   fs::remove_all(tmp);
 }
 
-// An LLVM fatal error on the compile threads is recovered as on the calling thread: the process lives,
-// the clusters run on the fallback path with correct results.
-TEST(ProfilerTest, LlvmFatalErrorOnCompileThreadsIsRecovered) {
-  const std::string dir = testing::ModelsDir() + "/ppocrv4_rec";
-  CJIT_REQUIRE_DATA(dir + "/model.onnx");
-  auto s = LoadSessionWithFlags(dir + "/model.onnx",
-                                "--device=cpu --enable_lazy_compilation=false --force_compilation_parallelism=4 "
-                                "--fail_compilation_for_testing=llvm-fatal-error", 1);
-  ASSERT_TRUE(s.ok()) << s.status();
-  auto sets = ReadDataSets(dir, **s);
-  ASSERT_TRUE(sets.ok()) << sets.status();
-  DataSetResult r = RunDataSet(**s, (*sets)[0], 1e-3, 1e-4);
-  ASSERT_TRUE(r.ok()) << r.status;
-  SessionStats st = (*s)->stats();
-  EXPECT_EQ(st.totals.compiled_executions, 0);
-  EXPECT_GT(st.totals.compiles, 0);
-  EXPECT_GT(st.totals.fallback_executions, 0);
-}
-
 TEST(DumpTest, ManifestListsEveryFile) {
   CJIT_REQUIRE_DATA(ClsModel());
   std::string dir = TempDir("dump");

@@ -11,24 +11,14 @@
 #include "gtest/gtest.h"
 #include "runtime/cpu/kernel.h"
 #include "runtime/executor.h"
+#include "tests/graph_util.h"
 #include "tools/check_lib.h"
 
 namespace cjit {
 namespace {
 
-std::shared_ptr<Graph> Specialized(const std::string& ir) {
-  auto g = SpecializedGraphFromText(ir);
-  EXPECT_TRUE(g.ok()) << g.status();
-  return g.ok() ? std::shared_ptr<Graph>(std::move(*g)) : nullptr;
-}
-
-std::vector<Tensor> RunGraph(std::shared_ptr<Graph> g, const std::vector<Tensor>& in) {
-  auto ex = Executor::Create(g, ExecutorOptions{1, nullptr, true});
-  EXPECT_TRUE(ex.ok()) << ex.status();
-  auto out = (*ex)->Run(in);
-  EXPECT_TRUE(out.ok()) << out.status();
-  return *out;
-}
+using testing::RunGraph;
+using testing::Specialized;
 
 // Div by a scalar 2^k becomes Mul by 2^-k (bit-identical for every input); other divisors stay.
 TEST(DivisionByPowerOfTwoTest, OnlyExactReciprocals) {
