@@ -17,22 +17,17 @@ usage: make_detector.py OUT.onnx
 import sys
 
 import numpy as np
-from onnx import TensorProto, checker, helper, numpy_helper, save
+from onnx import TensorProto, helper
+
+from onnx_builder import GraphBuilder
 
 RNG = np.random.default_rng(2026)
-nodes, inits = [], []
-counter = [0]
-
-
-def name(prefix):
-    counter[0] += 1
-    return "%s_%d" % (prefix, counter[0])
+G = GraphBuilder()
+nodes, name = G.nodes, G.name
 
 
 def const(prefix, array):
-    n = name(prefix)
-    inits.append(numpy_helper.from_array(np.asarray(array, dtype=np.float32), n))
-    return n
+    return G.const(prefix, array, np.float32)
 
 
 def conv(x, cin, cout, k, stride=1, group=1, bias=True):
@@ -133,14 +128,9 @@ def main():
     nodes.append(helper.make_node("ConvTranspose", [h, wt2, const("bt", RNG.normal(0, 0.01, size=1))], [t2],
                                   kernel_shape=[2, 2], strides=[2, 2]))
     nodes.append(helper.make_node("Sigmoid", [t2], ["maps"]))
-    graph = helper.make_graph(nodes, "text_detector",
-                              [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 3, "H", "W"])],
-                              [helper.make_tensor_value_info("maps", TensorProto.FLOAT, ["N", 1, "H", "W"])],
-                              inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="clusterjit-tools")
-    model.ir_version = 8
-    checker.check_model(model)
-    save(model, out)
+    G.save(out, "text_detector",
+           [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+           [helper.make_tensor_value_info("maps", TensorProto.FLOAT, ["N", 1, "H", "W"])])
 
 
 if __name__ == "__main__":

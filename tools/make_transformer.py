@@ -14,7 +14,9 @@ usage: make_transformer.py OUT.onnx [LAYERS HIDDEN HEADS FFN VOCAB]   (default 4
 import sys
 
 import numpy as np
-from onnx import TensorProto, checker, helper, numpy_helper, save
+from onnx import TensorProto, helper
+
+from onnx_builder import GraphBuilder
 
 RNG = np.random.default_rng(11)
 
@@ -23,22 +25,8 @@ def main():
     out = sys.argv[1]
     layers, hidden, heads, ffn, vocab = (int(x) for x in (sys.argv[2:7] or [4, 256, 4, 1024, 8000]))
     head_dim = hidden // heads
-    inits, nodes = [], []
-    counter = [0]
-
-    def name(prefix):
-        counter[0] += 1
-        return "%s_%d" % (prefix, counter[0])
-
-    def const(prefix, a):
-        n = name(prefix)
-        inits.append(numpy_helper.from_array(np.asarray(a), n))
-        return n
-
-    def node(op, ins, **attrs):
-        o = name(op.lower())
-        nodes.append(helper.make_node(op, ins, [o], name=o, **attrs))
-        return o
+    g = GraphBuilder()
+    nodes, const, node = g.nodes, g.const, g.node
 
     def weight(rows, cols):
         return const("w", RNG.normal(0, 0.02 * np.sqrt(768.0 / rows), size=(rows, cols)).astype(np.float32))
@@ -87,16 +75,11 @@ def main():
     first = node("Gather", [x, const("zero_t", np.array(0, np.int64))], axis=1)
     pooled = node("Tanh", [node("Gemm", [first, weight(hidden, hidden), bias(hidden)])])
     nodes.append(helper.make_node("Identity", [pooled], ["pooled"]))
-    graph = helper.make_graph(
-        nodes, "bert_encoder",
-        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
-         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"])],
-        [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["batch", "seq", hidden]),
-         helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["batch", hidden])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="clusterjit-tools")
-    model.ir_version = 8
-    checker.check_model(model)
-    save(model, out)
+    g.save(out, "bert_encoder",
+           [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+            helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"])],
+           [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["batch", "seq", hidden]),
+            helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["batch", hidden])])
 
 
 if __name__ == "__main__":

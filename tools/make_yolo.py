@@ -13,7 +13,9 @@ usage: make_yolo.py OUT.onnx [WIDTH CLASSES]   (default 16 80: channel width of 
 import sys
 
 import numpy as np
-from onnx import TensorProto, checker, helper, numpy_helper, save
+from onnx import TensorProto, helper
+
+from onnx_builder import GraphBuilder
 
 RNG = np.random.default_rng(5)
 
@@ -22,22 +24,8 @@ def main():
     out = sys.argv[1]
     width, classes = (int(x) for x in (sys.argv[2:4] or [16, 80]))
     reg = 16
-    inits, nodes = [], []
-    counter = [0]
-
-    def name(prefix):
-        counter[0] += 1
-        return "%s_%d" % (prefix, counter[0])
-
-    def const(prefix, a):
-        n = name(prefix)
-        inits.append(numpy_helper.from_array(np.asarray(a), n))
-        return n
-
-    def node(op, ins, outputs=1, **attrs):
-        outs = [name(op.lower()) for _ in range(outputs)]
-        nodes.append(helper.make_node(op, ins, outs, name=outs[0], **attrs))
-        return outs[0] if outputs == 1 else outs
+    g = GraphBuilder()
+    nodes, const, node = g.nodes, g.const, g.node
 
     def conv(x, cin, cout, k=1, s=1, act=True):
         w = const("w", RNG.normal(0, np.sqrt(2.0 / (cin * k * k)), size=(cout, cin, k, k)).astype(np.float32))
@@ -92,14 +80,9 @@ def main():
     y = node("Concat", heads, axis=2)
     boxes, scores = node("Split", [y, const("split_out", np.array([4 * reg, classes], np.int64))], outputs=2, axis=1)
     nodes.append(helper.make_node("Concat", [boxes, node("Sigmoid", [scores])], ["output0"], axis=1))
-    graph = helper.make_graph(
-        nodes, "yolo_style",
-        [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, "height", "width"])],
-        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["batch", 4 * reg + classes, "anchors"])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="clusterjit-tools")
-    model.ir_version = 8
-    checker.check_model(model)
-    save(model, out)
+    g.save(out, "yolo_style",
+           [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, "height", "width"])],
+           [helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["batch", 4 * reg + classes, "anchors"])])
 
 
 if __name__ == "__main__":
