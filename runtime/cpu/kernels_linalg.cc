@@ -181,6 +181,9 @@ absl::Status DnnlMatMul(const void* a, const memory::dims& ad, const memory::dim
 
 constexpr int64_t kSmallProductMacs = int64_t{1} << 17;
 
+void EigenMatMul(const float* a, const float* b, float* c, int64_t M, int64_t K, int64_t N, int64_t as_m, int64_t as_k,
+                 int64_t bs_k, int64_t bs_n, float alpha);
+
 // float32 matmul precision below "highest" (--matmul_precision; PyTorch's set_float32_matmul_precision):
 // "medium" rounds both operands to bfloat16 and multiplies them with float32 accumulation; "high" is
 // bfloat16x3 (Henry, Tang, Heinecke, "Leveraging the bfloat16 Artificial Intelligence Datatype for
@@ -219,8 +222,19 @@ absl::Status ReducedPrecisionMatMul(bool high, const float* a, const float* b, f
       std::copy(hi.begin(), hi.begin() + N, b16.data() + (2 * K + k) * N);
     }
   }
-  CJIT_RETURN_IF_ERROR(DnnlMatMul(a16.data(), {M, KK}, {KK, 1}, b16.data(), {KK, N}, {N, 1}, c, {M, N}, alpha, impl,
-                                  memory::data_type::bf16, memory::data_type::f32));
+  if (CpuHasBfloat16Math()) {
+    CJIT_RETURN_IF_ERROR(DnnlMatMul(a16.data(), {M, KK}, {KK, 1}, b16.data(), {KK, N}, {N, 1}, c, {M, N}, alpha, impl,
+                                    memory::data_type::bf16, memory::data_type::f32));
+  } else {
+    // No bfloat16 arithmetic on this CPU (oneDNN offers no bf16 matmul): the same products in float32 on
+    // the bfloat16 values widened (exact), each product of two bfloat16 values exact in float32, float32
+    // accumulation — the numerics of the bfloat16 kernels up to summation order.
+    std::vector<float> a32(a16.size()), b32(b16.size());
+    for (size_t i = 0; i < a16.size(); ++i) a32[i] = Bfloat16BitsToFloat(a16[i]);
+    for (size_t i = 0; i < b16.size(); ++i) b32[i] = Bfloat16BitsToFloat(b16[i]);
+    EigenMatMul(a32.data(), b32.data(), c, M, KK, N, KK, 1, N, 1, alpha);
+    if (impl) *impl = "Eigen on bfloat16 values widened to float32 (no bfloat16 arithmetic on this CPU)";
+  }
   if (impl) *impl = absl::StrCat(high ? "bfloat16x3 (--matmul_precision=high): " : "bfloat16 (--matmul_precision=medium): ", *impl);
   return absl::OkStatus();
 }
@@ -238,7 +252,10 @@ Float32Precision PrecisionOf(const KernelContext& ctx) {
   static const bool amx = __builtin_cpu_supports("amx-bf16") != 0;
   if (p == "high") return amx ? Float32Precision::kBf16x3 : Float32Precision::kHighest;
   if (p == "bf16x3") return Float32Precision::kBf16x3;
-  return p == "medium" ? Float32Precision::kMedium : Float32Precision::kHighest;
+  // "medium" lets the product use bfloat16 operands (a hint, as oneDNN's fpmath mode and PyTorch's
+  // set_float32_matmul_precision): on a CPU without bfloat16 arithmetic it runs as "highest" — faster
+  // there and more accurate.
+  return p == "medium" && CpuHasBfloat16Math() ? Float32Precision::kMedium : Float32Precision::kHighest;
 }
 
 // c (M x N, dense) = alpha * a (M x K, strides as_m, as_k) * b (K x N, strides bs_k, bs_n), float32 in
