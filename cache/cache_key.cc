@@ -61,91 +61,138 @@ std::string ConstantDigest(const std::shared_ptr<const Tensor>& t) {
 
 std::string CacheKey::Hex() const { return absl::StrFormat("%016x", hash); }
 
-std::string AttrText(const Attribute& a) {
+namespace {
+
+void AppendAttrText(std::string* out, const Attribute& a) {
   using K = Attribute::Kind;
   switch (a.kind) {
-    case K::kInt: return absl::StrCat("i", a.i);
-    case K::kFloat: return absl::StrFormat("f%a", a.f);
-    case K::kString: return absl::StrCat("s", a.s.size(), ":", a.s);
-    case K::kInts: return absl::StrCat("I[", absl::StrJoin(a.ints, ","), "]");
-    case K::kFloats: {
-      std::string s = "F[";
-      for (float f : a.floats) absl::StrAppend(&s, absl::StrFormat("%a,", f));
-      return s + "]";
-    }
-    case K::kStrings: {
-      std::string s = "S[";
-      for (const auto& x : a.strings) absl::StrAppend(&s, x.size(), ":", x, ",");
-      return s + "]";
-    }
+    case K::kInt: absl::StrAppend(out, "i", a.i); return;
+    case K::kFloat: absl::StrAppendFormat(out, "f%a", a.f); return;
+    case K::kString: absl::StrAppend(out, "s", a.s.size(), ":", a.s); return;
+    case K::kInts:
+      out->append("I[");
+      for (size_t i = 0; i < a.ints.size(); ++i) absl::StrAppend(out, i ? "," : "", a.ints[i]);
+      out->append("]");
+      return;
+    case K::kFloats:
+      out->append("F[");
+      for (float f : a.floats) absl::StrAppendFormat(out, "%a,", f);
+      out->append("]");
+      return;
+    case K::kStrings:
+      out->append("S[");
+      for (const auto& x : a.strings) absl::StrAppend(out, x.size(), ":", x, ",");
+      out->append("]");
+      return;
     case K::kTensor:
-      return a.t ? absl::StrCat("T", DTypeName(a.t->dtype()), DimsToString(a.t->dims()), ":", ConstantDigest(a.t))
-                 : "T-";
+      if (a.t) {
+        absl::StrAppend(out, "T", DTypeName(a.t->dtype()), DimsToString(a.t->dims()), ":", ConstantDigest(a.t));
+      } else {
+        out->append("T-");
+      }
+      return;
     default:
-      return "G";  // clusters never hold subgraphs
+      out->append("G");  // clusters never hold subgraphs
+      return;
   }
 }
 
+}  // namespace
+
+std::string AttrText(const Attribute& a) {
+  std::string s;
+  AppendAttrText(&s, a);
+  return s;
+}
+
 void CanonicalClusterTexts(const Graph& body, std::string* keyed, std::string* identity) {
-  // The two texts differ only in the inputs line and the integer constants' lines; the node lines, the
-  // bulk of the work, are built once and appended to both.
-  std::unordered_map<const Value*, std::string> ref;
+  // The two texts differ only in the inputs line and the constants' lines; the node lines, the bulk of
+  // the work, are built once and appended to both. Values are named %i<k> (body inputs), %c<k>
+  // (constants, in first-use order so that the text does not depend on value creation order) and %n<k>
+  // (node outputs); a value with no name (not defined in the body) prints as nothing. Built by appending
+  // into reserved strings (this runs for every cluster of every new signature).
+  struct Ref {
+    char kind = 0;  // 0: none yet
+    int index = 0;
+  };
+  std::unordered_map<const Value*, Ref> ref;
+  ref.reserve(body.nodes().size() * 3 + body.inputs().size());
+  auto append_ref = [&ref](std::string* out, const Value* v) {
+    auto it = ref.find(v);
+    if (it == ref.end() || it->second.kind == 0) return;
+    absl::StrAppend(out, "%", absl::string_view(&it->second.kind, 1), it->second.index);
+  };
   std::string key_text = "inputs:", id_text = "inputs:";
   for (size_t i = 0; i < body.inputs().size(); ++i) {
     const Value* v = body.inputs()[i];
-    ref[v] = absl::StrCat("%i", i);
+    ref[v] = Ref{'i', static_cast<int>(i)};
     absl::StrAppend(&key_text, " ", DTypeName(v->dtype), v->shape.ToString());
     absl::StrAppend(&id_text, " ", DTypeName(v->dtype));
   }
   key_text += "\n";
   id_text += "\n";
   auto order = body.TopologicalOrder();
-  int k = 0;
-  // Constants are listed in first-use order so that the text does not depend on value creation order.
-  std::unordered_map<const Value*, bool> const_listed;
   int ci = 0;
+  std::string line;
   for (const Node* n : *order) {
     for (const Value* v : n->inputs) {
-      if (v && v->is_constant() && !const_listed[v]) {
-        const_listed[v] = true;
-        const Tensor& t = *v->constant;
-        ref[v] = absl::StrCat("%c", ci++);
-        const std::string by_content = absl::StrCat(ref[v], " = const ", DTypeName(t.dtype()), "[",
-                                                    DimsToString(t.dims()), "] ", ConstantDigest(v->constant), "\n");
-        absl::StrAppend(&key_text, by_content);
-        // In the identity, integer constants (Reshape/Slice/Expand shape operands, which specialization
-        // computes from the input dims) enter by dtype and rank only: the cluster's identity across
-        // signatures. Everything else, and every value in the cache key proper, enters by content.
-        if (IsInteger(t.dtype())) {
-          absl::StrAppend(&id_text, ref[v], " = const ", DTypeName(t.dtype()), "[rank ", t.dims().size(), "]\n");
-        } else {
-          absl::StrAppend(&id_text, by_content);
-        }
+      if (!v || !v->is_constant()) continue;
+      Ref& r = ref[v];
+      if (r.kind == 'c') continue;
+      r = Ref{'c', ci++};
+      const Tensor& t = *v->constant;
+      line.clear();
+      absl::StrAppend(&line, "%c", r.index, " = const ", DTypeName(t.dtype()));
+      const size_t head = line.size();
+      absl::StrAppend(&line, "[", DimsToString(t.dims()), "] ", ConstantDigest(v->constant), "\n");
+      key_text += line;
+      // In the identity, integer constants (Reshape/Slice/Expand shape operands, which specialization
+      // computes from the input dims) enter by dtype and rank only: the cluster's identity across
+      // signatures. Everything else, and every value in the cache key proper, enters by content.
+      if (IsInteger(t.dtype())) {
+        id_text.append(line, 0, head);
+        absl::StrAppend(&id_text, "[rank ", t.dims().size(), "]\n");
+      } else {
+        id_text += line;
       }
     }
   }
   std::string nodes;
-  std::vector<std::string> outs, ins, attrs;
+  nodes.reserve(order->size() * 96);
+  int k = 0;
   for (const Node* n : *order) {
-    outs.clear();
-    ins.clear();
-    attrs.clear();
-    for (const Value* v : n->outputs) {
+    for (size_t i = 0; i < n->outputs.size(); ++i) {
+      if (i) nodes.push_back(',');
+      const Value* v = n->outputs[i];
       if (!v) {
-        outs.push_back("_");
+        nodes.push_back('_');
         continue;
       }
-      ref[v] = absl::StrCat("%n", k++);
-      outs.push_back(ref[v]);
+      ref[v] = Ref{'n', k++};
+      append_ref(&nodes, v);
     }
-    for (const Value* v : n->inputs) ins.push_back(v ? ref[v] : "_");
-    for (const auto& [name, a] : n->attrs) attrs.push_back(absl::StrCat(name, "=", AttrText(a)));
-    absl::StrAppend(&nodes, absl::StrJoin(outs, ","), " = ", n->domain, ".", n->op_type, "@", n->opset_version, "(",
-                    absl::StrJoin(ins, ","), ") {", absl::StrJoin(attrs, ";"), "}\n");
+    absl::StrAppend(&nodes, " = ", n->domain, ".", n->op_type, "@", n->opset_version, "(");
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      if (i) nodes.push_back(',');
+      if (n->inputs[i]) append_ref(&nodes, n->inputs[i]);
+      else nodes.push_back('_');
+    }
+    nodes.append(") {");
+    bool first = true;
+    for (const auto& [name, a] : n->attrs) {
+      if (!first) nodes.push_back(';');
+      first = false;
+      absl::StrAppend(&nodes, name, "=");
+      AppendAttrText(&nodes, a);
+    }
+    nodes.append("}\n");
   }
-  std::vector<std::string> rets;
-  for (const Value* v : body.outputs()) rets.push_back(ref[v]);
-  absl::StrAppend(&nodes, "return ", absl::StrJoin(rets, ","), "\n");
+  nodes.append("return ");
+  for (size_t i = 0; i < body.outputs().size(); ++i) {
+    if (i) nodes.push_back(',');
+    append_ref(&nodes, body.outputs()[i]);
+  }
+  nodes.append("\n");
   if (keyed) *keyed = absl::StrCat(key_text, nodes);
   if (identity) *identity = absl::StrCat(id_text, nodes);
 }

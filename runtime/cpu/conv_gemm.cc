@@ -109,24 +109,87 @@ inline __attribute__((always_inline)) V ApplyOpsVec(V v, const std::vector<PostO
   return v;
 }
 
-template <typename VW>
-inline __attribute__((always_inline)) void EpilogueBody(float* y, int64_t rows, int64_t channels, const float* bias,
-                                                        const std::vector<PostOp>* ops) {
-  size_t nops = ops ? ops->size() : 0;
+// One post-op of kind K on a vector (or a float: ScalarOp) of channels [c, c + lanes).
+template <PostOp::Kind K, typename V>
+inline __attribute__((always_inline)) V ApplyKind(V v, const PostOp& op, int64_t c) {
+  if constexpr (std::is_same_v<V, float>) {
+    return ScalarOp(op, v, c);
+  } else {
+    constexpr int kLanes = sizeof(V) / sizeof(float);
+    const V zero = {}, onev = zero + 1.0f;
+    if constexpr (K == PostOp::Kind::kRelu) {
+      return v < zero ? zero : v;
+    } else if constexpr (K == PostOp::Kind::kClip) {
+      V lo = zero + op.a, hi = zero + op.b;
+      v = v < lo ? lo : v;
+      return v > hi ? hi : v;
+    } else if constexpr (K == PostOp::Kind::kHardSwish) {
+      V h = v / 6.0f + 0.5f;
+      h = h < zero ? zero : h;
+      h = h > onev ? onev : h;
+      return v * h;
+    } else if constexpr (K == PostOp::Kind::kLinear) {
+      return op.a * v + op.b;
+    } else if constexpr (K == PostOp::Kind::kAddChannel || K == PostOp::Kind::kBiasLastDim) {
+      return v + LoadV<V>(static_cast<const float*>(op.tensor->constant->raw()) + c);
+    } else {
+      for (int j = 0; j < kLanes; ++j) v[j] = ScalarOp(op, v[j], c + j);
+      return v;
+    }
+  }
+}
+
+// y[r, c] = f(y[r, c], c) over rows x channels, in channel blocks of VW, V8f, then single floats.
+template <typename VW, typename F>
+inline __attribute__((always_inline)) void ForEachChannelBlock(float* y, int64_t rows, int64_t channels, F&& f) {
   for (int64_t r = 0; r < rows; ++r) {
     float* p = y + r * channels;
     ForChannelBlocks<VW>(channels, [&](auto vtag, int64_t c) __attribute__((always_inline)) {
       using V = decltype(vtag);
       if constexpr (std::is_same_v<V, float>) {
-        float v = p[c] + (bias ? bias[c] : 0.0f);
-        for (size_t i = 0; i < nops; ++i) v = ScalarOp((*ops)[i], v, c);
-        p[c] = v;
+        p[c] = f(p[c], c);
       } else {
-        V v = LoadV<V>(p + c);
-        if (bias) v += LoadV<V>(bias + c);
-        StoreV(p + c, ApplyOpsVec(v, ops, c));
+        StoreV(p + c, f(LoadV<V>(p + c), c));
       }
     });
+  }
+}
+
+// Bias then each post-op, one pass per op over the (cache-resident) block: the op's kind is dispatched
+// once per pass, not once per vector (with 8-32 channels a row is 1-4 vectors, and a switch per vector
+// and op was most of the epilogue's time on AVX2).
+template <typename VW>
+inline __attribute__((always_inline)) void EpilogueBody(float* y, int64_t rows, int64_t channels, const float* bias,
+                                                        const std::vector<PostOp>* ops) {
+  if (bias) {
+    ForEachChannelBlock<VW>(y, rows, channels, [&](auto v, int64_t c) __attribute__((always_inline)) {
+      using V = decltype(v);
+      if constexpr (std::is_same_v<V, float>) {
+        return v + bias[c];
+      } else {
+        return v + LoadV<V>(bias + c);
+      }
+    });
+  }
+  if (!ops) return;
+  for (const PostOp& op : *ops) {
+    switch (op.kind) {
+#define CJIT_EPILOGUE_KIND(K)                                                                          \
+  case PostOp::Kind::K:                                                                                \
+    ForEachChannelBlock<VW>(y, rows, channels, [&](auto v, int64_t c) __attribute__((always_inline)) { \
+      return ApplyKind<PostOp::Kind::K>(v, op, c);                                                     \
+    });                                                                                                \
+    break;
+      CJIT_EPILOGUE_KIND(kRelu)
+      CJIT_EPILOGUE_KIND(kClip)
+      CJIT_EPILOGUE_KIND(kHardSwish)
+      CJIT_EPILOGUE_KIND(kLinear)
+      CJIT_EPILOGUE_KIND(kAddChannel)
+      CJIT_EPILOGUE_KIND(kBiasLastDim)
+      CJIT_EPILOGUE_KIND(kSigmoid)
+      CJIT_EPILOGUE_KIND(kTanh)
+#undef CJIT_EPILOGUE_KIND
+    }
   }
 }
 
@@ -189,8 +252,8 @@ struct DwArgs : Window2d {
 };
 
 // Rows [row_begin, row_end) of N * OH output rows. KHT/KWT: the kernel size when known at compile time
-// (the tap loops unroll), else 0. Output pixels whose whole window lies inside the input run four at a
-// time (four independent accumulators per channel block); the others check every tap. Channels are the
+// (the tap loops unroll), else 0. Output pixels whose whole window lies inside the input run 4 (AVX-512)
+// or 8 (AVX2, SSE) at a time (as many independent accumulators per channel block); the others check every tap. Channels are the
 // innermost loop, so each tap reads contiguous memory (NHWC), in blocks of 16, then 8, then single
 // channels (the channel counts of mobile networks are multiples of 8).
 template <typename VW, int KHT, int KWT>
@@ -228,11 +291,17 @@ inline __attribute__((always_inline)) void DepthwiseBody(const DwArgs& a, int64_
       StoreV(yr + ow * C + c0, ApplyOpsVec(acc, ops, c0));
     };
     // Four interior output pixels ow..ow+3, channels [c0, c0 + lanes).
-    auto four = [&](auto vtag, int64_t ow, int64_t c0) __attribute__((always_inline)) {
+    // kPix interior output pixels ow..ow+kPix-1, channels [c0, c0 + lanes): kPix independent
+    // accumulators (8 for 8-lane AVX2 vectors, 4 for 16-lane AVX-512 ones: enough FMA chains in flight
+    // to hide the FMA latency on both).
+    constexpr int kPix = sizeof(VW) / sizeof(float) >= 16 ? 4 : 8;
+    auto multi = [&](auto vtag, int64_t ow, int64_t c0) __attribute__((always_inline)) {
       using V = decltype(vtag);
       V b = {};
       if (a.bias) b = LoadV<V>(a.bias + c0);
-      V acc0 = b, acc1 = b, acc2 = b, acc3 = b;
+      V acc[kPix];
+#pragma GCC unroll 8
+      for (int j = 0; j < kPix; ++j) acc[j] = b;
       int64_t iw0 = ow * a.sw - a.pw;
       for (int64_t kh = 0; kh < KH; ++kh) {
         int64_t ih = ih0 + kh * a.dh;
@@ -242,17 +311,13 @@ inline __attribute__((always_inline)) void DepthwiseBody(const DwArgs& a, int64_
         for (int64_t kw = 0; kw < KW; ++kw) {
           V wv = LoadV<V>(wr + kw * C);
           const float* xp = xr + kw * a.dw * C;
-          acc0 += LoadV<V>(xp) * wv;
-          acc1 += LoadV<V>(xp + step) * wv;
-          acc2 += LoadV<V>(xp + 2 * step) * wv;
-          acc3 += LoadV<V>(xp + 3 * step) * wv;
+#pragma GCC unroll 8
+          for (int j = 0; j < kPix; ++j) acc[j] += LoadV<V>(xp + j * step) * wv;
         }
       }
       float* yp = yr + ow * C + c0;
-      StoreV(yp, ApplyOpsVec(acc0, ops, c0));
-      StoreV(yp + C, ApplyOpsVec(acc1, ops, c0));
-      StoreV(yp + 2 * C, ApplyOpsVec(acc2, ops, c0));
-      StoreV(yp + 3 * C, ApplyOpsVec(acc3, ops, c0));
+#pragma GCC unroll 8
+      for (int j = 0; j < kPix; ++j) StoreV(yp + j * C, ApplyOpsVec(acc[j], ops, c0));
     };
     auto scalar = [&](int64_t ow, int64_t c) __attribute__((always_inline)) {
       float acc = a.bias ? a.bias[c] : 0.0f;
@@ -279,12 +344,12 @@ inline __attribute__((always_inline)) void DepthwiseBody(const DwArgs& a, int64_
     };
     int64_t ow = 0;
     for (; ow < ow_lo; ++ow) pixel(ow);
-    for (; ow + 4 <= ow_hi; ow += 4) {
+    for (; ow + kPix <= ow_hi; ow += kPix) {
       ForChannelBlocks<VW>(C, [&](auto vtag, int64_t c0) __attribute__((always_inline)) {
         if constexpr (std::is_same_v<decltype(vtag), float>) {
-          for (int64_t k = 0; k < 4; ++k) scalar(ow + k, c0);
+          for (int64_t k = 0; k < kPix; ++k) scalar(ow + k, c0);
         } else {
-          four(vtag, ow, c0);
+          multi(vtag, ow, c0);
         }
       });
     }
@@ -572,20 +637,39 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
       float* yn = yp + n * P * OC;
       int failed = 0;
       // The im2col row of output pixel p: (kh, kw, c), zero where the window is outside the image.
-      auto gather_row = [&](int64_t p, float* row) {
+      // CT: C when it is a small compile-time constant (the 1-4 channels of an image input: each tap
+      // copies 4-16 bytes, which a memmove call per tap made the cost of the whole convolution), else 0.
+      auto gather_row_impl = [&](auto ct, int64_t p, float* row) __attribute__((always_inline)) {
+        constexpr int64_t CT = decltype(ct)::value;
+        const int64_t CC = CT ? CT : C;
         const int64_t oh = p / OW, ow = p % OW;
         for (int64_t kh = 0; kh < KH; ++kh) {
           const int64_t ih = oh * sh - ph + kh * dh;
           for (int64_t kw = 0; kw < KW; ++kw) {
             const int64_t iw = ow * sw - pw + kw * dw;
-            float* dst = row + (kh * KW + kw) * C;
+            float* dst = row + (kh * KW + kw) * CC;
             if (static_cast<uint64_t>(ih) >= static_cast<uint64_t>(H) ||
                 static_cast<uint64_t>(iw) >= static_cast<uint64_t>(W)) {
-              std::fill(dst, dst + C, 0.0f);
+              if constexpr (CT > 0) {
+                std::memset(dst, 0, sizeof(float) * CT);
+              } else {
+                std::fill(dst, dst + CC, 0.0f);
+              }
+            } else if constexpr (CT > 0) {
+              std::memcpy(dst, xn + (ih * W + iw) * CT, sizeof(float) * CT);
             } else {
-              std::copy(xn + (ih * W + iw) * C, xn + (ih * W + iw + 1) * C, dst);
+              std::copy(xn + (ih * W + iw) * CC, xn + (ih * W + iw + 1) * CC, dst);
             }
           }
+        }
+      };
+      auto gather_row = [&](int64_t p, float* row) {
+        switch (C) {
+          case 1: return gather_row_impl(std::integral_constant<int64_t, 1>{}, p, row);
+          case 2: return gather_row_impl(std::integral_constant<int64_t, 2>{}, p, row);
+          case 3: return gather_row_impl(std::integral_constant<int64_t, 3>{}, p, row);
+          case 4: return gather_row_impl(std::integral_constant<int64_t, 4>{}, p, row);
+          default: return gather_row_impl(std::integral_constant<int64_t, 0>{}, p, row);
         }
       };
       // A stride-1 convolution along W with one kernel row (the 1xK sequence convolutions of a text

@@ -140,15 +140,19 @@ absl::Status Reduce(KernelContext& ctx, const std::string& op) {
     bool mean = op == "ReduceMean";
 #pragma omp parallel for num_threads(nt) if (nt > 1)
     for (int64_t w = 0; w < work; ++w) {
-      int64_t o = w / blocks, i0 = (w % blocks) * kBlock, i1 = std::min(v.inner, i0 + kBlock);
-      float* acc = out + o * v.inner;
-      std::fill(acc + i0, acc + i1, 0.0f);
+      int64_t o = w / blocks, i0 = (w % blocks) * kBlock, n = std::min(v.inner, i0 + kBlock) - i0;
+      // A local accumulator: through `out` the compiler must assume it aliases the rows (no vectors).
+      alignas(64) float acc[kBlock];
+      std::fill(acc, acc + n, 0.0f);
       for (int64_t k = 0; k < v.red; ++k) {
-        const float* row = p + (o * v.red + k) * v.inner;
-        for (int64_t i = i0; i < i1; ++i) acc[i] += row[i];
+        const float* row = p + (o * v.red + k) * v.inner + i0;
+        for (int64_t i = 0; i < n; ++i) acc[i] += row[i];
       }
+      float* dst = out + o * v.inner + i0;
       if (mean && v.red) {
-        for (int64_t i = i0; i < i1; ++i) acc[i] = acc[i] / static_cast<float>(v.red);
+        for (int64_t i = 0; i < n; ++i) dst[i] = acc[i] / static_cast<float>(v.red);
+      } else {
+        std::copy(acc, acc + n, dst);
       }
     }
     return absl::OkStatus();
