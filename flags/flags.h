@@ -82,6 +82,11 @@ struct Flags {
   bool autotune_deterministic = false;
   // Executions of an op signature's cluster (fallback or compiled) before it is tuned (TF_AUTOTUNE_THRESHOLD).
   int autotune_threshold = 2;
+  // Past the threshold, an op signature is tuned only once its default algorithm has run this long in
+  // total (milliseconds, summed over its executions; 0: no such condition). Tuning costs several runs of
+  // every candidate plus their setup (tens to hundreds of ms per op on the CPU): an op that has taken less
+  // than this so far is not expected to repay it (a shape seen a few times in a stream never does).
+  double autotune_min_op_time_ms = 25;
   // Text file of tuned results: written after every new result / read at start (XLA's
   // --xla_gpu_dump_autotune_results_to / --xla_gpu_load_autotune_results_from).
   std::string autotune_results_dump_to, autotune_results_load_from;

@@ -39,6 +39,7 @@ AutotuneOptions AutotuneOptionsFromFlags(const Flags& f) {
   o.max_ms_per_op = f.autotune_max_ms_per_op;
   o.deterministic = f.autotune_deterministic;
   o.threshold = f.autotune_threshold;
+  o.min_op_time_ms = f.autotune_min_op_time_ms;
   o.dump_to = f.autotune_results_dump_to;
   o.load_from = f.autotune_results_load_from;
   return o;
@@ -791,6 +792,11 @@ void Autotuner::WriteDumpFile() {
   if (!st.ok()) CJIT_LOG(WARNING) << "--autotune_results_dump_to: " << st.message();
 }
 
+bool StepTuning::RanLongEnough(const Autotuner& tuner) const {
+  const double min_ms = tuner.options().min_op_time_ms;
+  return min_ms <= 0 || static_cast<double>(default_ns_.load(std::memory_order_relaxed)) >= min_ms * 1e6;
+}
+
 const std::string* StepTuning::Resolve(Autotuner& tuner, const Node& node, const std::vector<const Tensor*>& inputs,
                                        const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
                                        const std::vector<InferOutput>* inferred, int threads, int64_t execution,
@@ -818,7 +824,7 @@ const std::string* StepTuning::Resolve(Autotuner& tuner, const Node& node, const
   st = state_.load(std::memory_order_acquire);
   if (st == kResolved) return choice_.empty() ? nullptr : &choice_;
   if (st != kCounting) return nullptr;
-  if (execution < tuner.options().threshold || !may_tune) return nullptr;
+  if (execution < tuner.options().threshold || !may_tune || !RanLongEnough(tuner)) return nullptr;
   // Tune on this thread; concurrent executions of this step run the default meanwhile.
   std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
   if (!lock.owns_lock()) return nullptr;

@@ -63,6 +63,7 @@ struct AutotuneOptions {
   double max_ms_per_op = 250;    // search budget per op signature
   bool deterministic = false;
   int threshold = 2;             // executions before tuning
+  double min_op_time_ms = 0;     // and the default algorithm's total time before tuning (0: none)
   std::string dump_to, load_from;
 };
 AutotuneOptions AutotuneOptionsFromFlags(const Flags& flags);
@@ -173,11 +174,16 @@ class StepTuning {
   bool MarkFailed() { return !failed_.exchange(true); }
   // Whether a later Resolve past the threshold would still tune (no choice yet).
   bool pending() const { int s = state_.load(std::memory_order_acquire); return s == kNew || s == kCounting; }
+  // Time (ns) one execution of the default algorithm took, toward --autotune_min_op_time_ms.
+  void AddDefaultTime(int64_t ns) { default_ns_.fetch_add(ns, std::memory_order_relaxed); }
+  // Whether the default has run long enough for `tuner`'s --autotune_min_op_time_ms.
+  bool RanLongEnough(const Autotuner& tuner) const;
 
  private:
   enum State { kNew = 0, kCounting = 1, kResolved = 2, kUntunable = 3 };
   std::atomic<int> state_{kNew};
   std::atomic<bool> failed_{false};
+  std::atomic<int64_t> default_ns_{0};
   std::mutex mu_;
   std::string key_;     // set under mu_ before state_ leaves kNew
   std::string choice_;  // immutable once state_ == kResolved

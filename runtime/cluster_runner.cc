@@ -351,7 +351,7 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
     Autotuner* tuner = s.runtime->autotuner();
     const bool async = s.runtime->flags().async_compilation;
     if (async && tuner != nullptr && tuner->enabled() && execution >= tuner->options().threshold &&
-        ex->ClaimAutotuneJob()) {
+        ex->ClaimAutotuneJob(*tuner)) {
       // An executable that was not tuned when it was built (loaded from the persistent cache, instantiated
       // from other signatures' kernels, compiled before the threshold) tunes on the compile worker; its
       // runs keep the default algorithms until then.

@@ -166,13 +166,14 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Build(
 
 CpuExecutable::~CpuExecutable() = default;
 
-bool CpuExecutable::ClaimAutotuneJob() const {
-  bool pending = false;
-  for (size_t i = 0; i < plan_.steps.size() && !pending; ++i) {
-    pending = plan_.steps[i].kind == PlanStep::Kind::kLibrary && step_tuning_[i].pending() &&
-              FindAlgorithms(plan_.steps[i].node->op_type) != nullptr;
+bool CpuExecutable::ClaimAutotuneJob(const Autotuner& tuner) const {
+  if (autotune_job_claimed_.load(std::memory_order_relaxed)) return false;
+  bool ready = false;
+  for (size_t i = 0; i < plan_.steps.size() && !ready; ++i) {
+    ready = plan_.steps[i].kind == PlanStep::Kind::kLibrary && step_tuning_[i].pending() &&
+            step_tuning_[i].RanLongEnough(tuner) && FindAlgorithms(plan_.steps[i].node->op_type) != nullptr;
   }
-  return pending && !autotune_job_claimed_.exchange(true);
+  return ready && !autotune_job_claimed_.exchange(true);
 }
 
 void CpuExecutable::Autotune(Autotuner& tuner, int threads, int64_t executions) const {
@@ -207,6 +208,8 @@ void CpuExecutable::Autotune(Autotuner& tuner, int threads, int64_t executions) 
     const std::vector<InferOutput>* inferred = step_inferred_[i].empty() ? nullptr : &step_inferred_[i];
     step_tuning_[i].Resolve(tuner, *step.node, ins, step_input_const_[i], post_ops, inferred, threads, executions);
   }
+  // Steps below --autotune_min_op_time_ms were left untuned: a later execution may claim another job.
+  autotune_job_claimed_.store(false, std::memory_order_release);
 }
 
 Tensor& CpuExecutable::Materialize(std::vector<Tensor>& slots, int slot) const {
@@ -298,9 +301,14 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const T
               ? step_tuning_[i].Resolve(*tuner, *step.node, ins, step_input_const_[i], post_ops, inferred, threads,
                                          execution, tune_inline)
               : nullptr;
+      // The default's run time counts toward --autotune_min_op_time_ms while the step is untuned.
+      const bool time_default = algorithm == nullptr && tuner != nullptr && tuner->enabled() &&
+                                tuner->options().min_op_time_ms > 0 && step_tuning_[i].pending();
+      const int64_t t0 = time_default ? Profiler::Now() : 0;
       auto evaluated = EvaluateNode(*step.node, ins, threads, nullptr, &step_input_const_[i], post_ops,
                                     any_alias ? &preset : nullptr, scope.active() ? &impl : nullptr, inferred,
                                     algorithm);
+      if (time_default) step_tuning_[i].AddDefaultTime(Profiler::Now() - t0);
       if (!evaluated.ok() && algorithm != nullptr) {
         // A tuned algorithm that fails here (it passed on the same signature when tuned: e.g. memory for
         // its scratch is short now) never fails the run: the default algorithm runs instead.

@@ -47,13 +47,15 @@ class CpuExecutable : public CacheEntry {
                                           Profiler* profiler = nullptr, int cluster_id = -1,
                                           Autotuner* tuner = nullptr, int64_t execution = 0,
                                           bool tune_inline = true) const;
-  // Whether some step still has no autotuning choice (Autotune() would look up or tune it). Also claims
-  // the background job: true once per executable when `claim` is set.
-  bool ClaimAutotuneJob() const;
+  // Claims the background autotuning job: true when some step still has no choice and its default has
+  // run long enough for `tuner`'s --autotune_min_op_time_ms, and no job is claimed (a job releases the
+  // claim when it ends, so steps that became ready later get another).
+  bool ClaimAutotuneJob(const Autotuner& tuner) const;
   ~CpuExecutable() override;
   // Resolves the autotuning choice of every library step with candidates ahead of execution (the compile
-  // path): looks each op signature up and, once `executions` reaches the threshold, tunes it on inputs
-  // of the body's shapes (constants are the real ones). Thread-safe, idempotent.
+  // path): looks each op signature up and, once `executions` reaches the threshold (and its default has
+  // run --autotune_min_op_time_ms), tunes it on inputs of the body's shapes (constants are the real
+  // ones). Thread-safe, idempotent.
   void Autotune(Autotuner& tuner, int threads, int64_t executions) const;
   const FusionPlan& plan() const { return plan_; }
 

@@ -8,6 +8,7 @@
 #  3. a third process without the cache, loading the results file, tunes nothing (file_hits > 0);
 #  4. the results file as if from another CPU: every entry ignored with a logged reason, the op tuned again;
 #  5. `cjit cache ls` lists the autotune entries; `cjit autotune` prints its table, summary and latencies.
+# Every run sets --autotune_min_op_time_ms=0 (tune at the threshold whatever the ops cost).
 # usage: autotune_processes.sh CJIT_BINARY MODELS_DIR
 set -euo pipefail
 cjit=$1
@@ -27,7 +28,7 @@ for name in ppocr_mobile_cls oww_hello_deepa; do
   cache="$work/cache-$name"
   results="$work/results-$name.txt"
   run() {  # $1 = tag, $2 = extra flags
-    CJIT_FLAGS="--device=cpu --intra_op_threads=1 $2" "$cjit" run "$dir/model.onnx" "${args[@]}" --iterations 3 \
+    CJIT_FLAGS="--device=cpu --intra_op_threads=1 --autotune_min_op_time_ms=0 $2" "$cjit" run "$dir/model.onnx" "${args[@]}" --iterations 3 \
       --warmup 0 --output-dir "$work/out-$name-$1" --stats-json "$work/stats-$name-$1.json" >/dev/null 2>"$work/err-$name-$1"
   }
   run 1 "--persistent_cache_dir=$cache --autotune_results_dump_to=$results"

@@ -556,12 +556,13 @@ std::string ConvNet() {
   return m.Bytes();
 }
 
-// ConvNet in a session on the CPU, every op clustered and compiled on the first execution, plus `flags`.
+// ConvNet in a session on the CPU, every op clustered and compiled on the first execution, tuned at
+// the threshold whatever the ops' times (--autotune_min_op_time_ms=0), plus `flags`.
 std::unique_ptr<Session> LoadConvNet(const std::string& flags) {
   SessionOptions o;
   o.use_environment_flags = false;
   auto f = ParseFlags(absl::StrCat("--device=cpu --auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false ",
-                                   flags));
+                                   "--autotune_min_op_time_ms=0 ", flags));
   EXPECT_TRUE(f.ok()) << f.status();
   o.flags = *f;
   auto s = Session::LoadFromBytes(ConvNet(), o);
@@ -638,7 +639,7 @@ TEST(AutotuneSessionTest, EmptyTensorsTuneOrSkipAndRun) {
   SessionOptions o;
   o.use_environment_flags = false;
   auto f = ParseFlags("--device=cpu --auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false "
-                      "--autotune_level=4 --autotune_threshold=0 --autotune_max_ms_per_op=1000000");
+                      "--autotune_level=4 --autotune_threshold=0 --autotune_min_op_time_ms=0 --autotune_max_ms_per_op=1000000");
   ASSERT_TRUE(f.ok()) << f.status();
   o.flags = *f;
   ClearAutotuneResultsForTest();
@@ -697,6 +698,40 @@ TEST(AutotuneSessionTest, FailingChoiceFallsBackToTheDefault) {
 
 // --async_compilation: an executable loaded from the persistent cache (so not tuned when built) tunes on
 // the compile worker once past the threshold; its runs keep the default meanwhile and stay correct.
+// --autotune_min_op_time_ms: past the threshold, a convolution is tuned only once its default algorithm
+// has run that long in total. The default's time is counted per step of the compiled executable, so the
+// execution at the threshold (nothing counted yet) runs the default, and the next one tunes.
+TEST(AutotuneSessionTest, TunesOnlyOpsThatRanLongEnough) {
+  Tensor x = FloatTensor({1, 8, 20, 20}, RandomFloats(8 * 400, 16));
+  std::vector<NamedTensor> in{{"x", x}};
+  ClearAutotuneResultsForTest();
+  {
+    auto s = LoadConvNet("--autotune_threshold=0 --autotune_min_op_time_ms=1e9");
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE(s->Run(in).ok());
+    EXPECT_EQ(s->stats().autotune.ops_tuned, 0) << "ops that ran for microseconds are never tuned at a 1e9 ms floor";
+  }
+  ClearAutotuneResultsForTest();
+  {
+    auto s = LoadConvNet("--autotune_threshold=0 --autotune_min_op_time_ms=0.000001");
+    ASSERT_TRUE(s->Run(in).ok());
+    EXPECT_EQ(s->stats().autotune.ops_tuned, 0) << "the first execution has no time counted yet";
+    ASSERT_TRUE(s->Run(in).ok());
+    EXPECT_EQ(s->stats().autotune.ops_tuned, 2) << "both convolutions tuned once their default ran";
+  }
+  ClearAutotuneResultsForTest();
+  {
+    // The background job of --async_compilation: claimed only once a step is ready, released when done.
+    auto s = LoadConvNet("--async_compilation --autotune_threshold=0 --autotune_min_op_time_ms=0.000001");
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(s->Run(in).ok());
+    for (int i = 0; i < 500 && s->stats().autotune.ops_tuned < 2; ++i) {
+      ASSERT_TRUE(s->Run(in).ok());
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(s->stats().autotune.ops_tuned, 2) << "both convolutions tuned in the background";
+  }
+  ClearAutotuneResultsForTest();
+}
+
 TEST(AutotuneSessionTest, AsyncTunesLoadedExecutablesInTheBackground) {
   const std::string dir = TempDir("async");
   auto load = [&](const std::string& flags) { return LoadConvNet(absl::StrCat("--persistent_cache_dir=", dir, " ", flags)); };
@@ -744,6 +779,8 @@ TEST(AutotuneFlagsTest, XlaNamesAliasesAndTfThreshold) {
   Flags d;
   EXPECT_EQ(d.autotune_level, 4);  // XLA's default
   EXPECT_EQ(d.autotune_threshold, 2);
+  EXPECT_DOUBLE_EQ(d.autotune_min_op_time_ms, 25);
+  EXPECT_DOUBLE_EQ(AutotuneOptionsFromFlags(*ParseFlags("--autotune_min_op_time_ms=7.5")).min_op_time_ms, 7.5);
   for (const char* bad : {"--autotune_level=5", "--autotune_level=-1", "--autotune_threshold=x", "--autotune_max_ms_per_op=-3"}) {
     auto b = ParseFlags(bad);
     ASSERT_FALSE(b.ok()) << bad;

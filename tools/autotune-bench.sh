@@ -35,7 +35,7 @@ for d in "${dirs[@]}"; do
   for f in "$d"/test_data_set_0/input_*.pb; do args+=(--input "$f"); done
   row=""
   for lvl in 0 1 2 3 4; do
-    v=$(CJIT_FLAGS="--device=cpu --intra_op_threads=1 --autotune_level=$lvl" "$cjit" bench "$d/model.onnx" "${args[@]}" \
+    v=$(CJIT_FLAGS="--device=cpu --intra_op_threads=1 --autotune_level=$lvl --autotune_min_op_time_ms=0" "$cjit" bench "$d/model.onnx" "${args[@]}" \
           --iterations 3 --warmup 3 2>/dev/null | sed -nE 's/^time to first compiled run: ([0-9.]+) ms.*/\1/p')
     row="$row $(printf %8s "$v")"
   done

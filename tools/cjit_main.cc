@@ -868,6 +868,7 @@ int CmdAutotune(const std::string& model, const std::vector<std::string>& input_
     o.flags = env;
     o.flags.autotune_level = level;
     o.flags.autotune_threshold = 0;
+    o.flags.autotune_min_op_time_ms = 0;
     o.flags.enable_lazy_compilation = false;
     if (o.flags.auto_jit == "-1" || o.flags.auto_jit == "0") o.flags.auto_jit = "1";
     return Session::Load(model, o);
