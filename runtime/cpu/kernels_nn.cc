@@ -512,6 +512,13 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
 // after the first window element is skipped (the ONNX reference's `x > Yh`); average: the count
 // excludes padding unless count_include_pad, and never counts positions past pad_end (ceil_mode).
 // Returns false for cases it does not take (then oneDNN or the generic loop runs).
+// How many of the taps start + k * step, k in [0, taps), are below `limit` (start >= the first padded
+// position, step >= 1): the taps are increasing, so a prefix.
+int64_t TapsBelow(int64_t start, int64_t step, int64_t taps, int64_t limit) {
+  if (start >= limit) return 0;
+  return std::min(taps, (limit - 1 - start) / step + 1);
+}
+
 bool RowPool2d(KernelContext& ctx, int kind, const WindowGeometry& g, Tensor& y) {
   const Tensor& x = ctx.in(0);
   size_t nsp = g.kernel.size();
@@ -541,12 +548,13 @@ bool RowPool2d(KernelContext& ctx, int kind, const WindowGeometry& g, Tensor& y)
       const int64_t c = r / OH, oh = r % OH;
       const float* plane = px + c * H * W;
       const int64_t ih0 = oh * sh - ph;
-      // Window rows inside the input; for the average's padded count, those inside [-ph, H + peh).
-      int64_t inside_rows = 0, padded_rows = 0;
-      for (int64_t kh = 0; kh < KH; ++kh) {
-        int64_t ih = ih0 + kh * dh;
-        if (ih < H + peh) ++padded_rows;
-        if (ih < 0 || ih >= H) continue;
+      // Window rows inside the input, [kh_lo, kh_hi) (computed, not scanned: a hostile kernel size
+      // costs nothing); for the average's padded count, the rows inside [-ph, H + peh).
+      const int64_t padded_rows = TapsBelow(ih0, dh, KH, H + peh);
+      const int64_t kh_lo = ih0 < 0 ? (-ih0 + dh - 1) / dh : 0, kh_hi = TapsBelow(ih0, dh, KH, H);
+      int64_t inside_rows = 0;
+      for (int64_t kh = kh_lo; kh < kh_hi; ++kh) {
+        const int64_t ih = ih0 + kh * dh;
         const float* row = plane + ih * W;
         if (inside_rows == 0) {
           std::memcpy(t, row, sizeof(float) * W);
@@ -560,28 +568,25 @@ bool RowPool2d(KernelContext& ctx, int kind, const WindowGeometry& g, Tensor& y)
       float* yr = py + r * OW;
       for (int64_t ow = 0; ow < OW; ++ow) {
         const int64_t iw0 = ow * sw - pw;
-        int64_t kw_lo = iw0 < 0 ? (-iw0 + dw - 1) / dw : 0;
-        int64_t kw_hi = iw0 > W - 1 ? 0 : std::min(KW, (W - 1 - iw0) / dw + 1);
-        int64_t inside_cols = std::max<int64_t>(kw_hi - kw_lo, 0);
+        const int64_t kw_lo = iw0 < 0 ? (-iw0 + dw - 1) / dw : 0, kw_hi = TapsBelow(iw0, dw, KW, W);
+        const int64_t inside_cols = std::max<int64_t>(kw_hi - kw_lo, 0);
         if (inside_rows == 0 || inside_cols == 0) {
           // Only padding under the window (pads >= kernel are rejected at import; ceil_mode can do it).
           yr[ow] = kind == 0 ? -std::numeric_limits<float>::infinity() : 0.0f;
           continue;
         }
-        const float* tp = t + iw0;
         if (kind == 0) {
-          float m = tp[kw_lo * dw];
-          for (int64_t kw = kw_lo + 1; kw < kw_hi; ++kw) m = tp[kw * dw] > m ? tp[kw * dw] : m;
+          float m = t[iw0 + kw_lo * dw];
+          for (int64_t kw = kw_lo + 1; kw < kw_hi; ++kw) {
+            const float v = t[iw0 + kw * dw];
+            m = v > m ? v : m;
+          }
           yr[ow] = m;
         } else {
           float sum = 0.0f;
-          for (int64_t kw = kw_lo; kw < kw_hi; ++kw) sum += tp[kw * dw];
+          for (int64_t kw = kw_lo; kw < kw_hi; ++kw) sum += t[iw0 + kw * dw];
           int64_t count = inside_rows * inside_cols;
-          if (count_pad) {
-            int64_t padded_cols = 0;
-            for (int64_t kw = 0; kw < KW; ++kw) padded_cols += iw0 + kw * dw < W + pew;
-            count = padded_rows * padded_cols;
-          }
+          if (count_pad) count = padded_rows * TapsBelow(iw0, dw, KW, W + pew);
           yr[ow] = sum / static_cast<float>(count);
         }
       }
