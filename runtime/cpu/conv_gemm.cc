@@ -252,8 +252,8 @@ struct DwArgs : Window2d {
 };
 
 // Rows [row_begin, row_end) of N * OH output rows. KHT/KWT: the kernel size when known at compile time
-// (the tap loops unroll), else 0. Output pixels whose whole window lies inside the input run 4 (AVX-512)
-// or 8 (AVX2, SSE) at a time (as many independent accumulators per channel block); the others check every tap. Channels are the
+// (the tap loops unroll), else 0. Output pixels whose whole window lies inside the input run four at a
+// time (four independent accumulators per channel block); the others check every tap. Channels are the
 // innermost loop, so each tap reads contiguous memory (NHWC), in blocks of 16, then 8, then single
 // channels (the channel counts of mobile networks are multiples of 8).
 template <typename VW, int KHT, int KWT>
@@ -292,9 +292,8 @@ inline __attribute__((always_inline)) void DepthwiseBody(const DwArgs& a, int64_
     };
     // Four interior output pixels ow..ow+3, channels [c0, c0 + lanes).
     // kPix interior output pixels ow..ow+kPix-1, channels [c0, c0 + lanes): kPix independent
-    // accumulators (8 for 8-lane AVX2 vectors, 4 for 16-lane AVX-512 ones: enough FMA chains in flight
-    // to hide the FMA latency on both).
-    constexpr int kPix = sizeof(VW) / sizeof(float) >= 16 ? 4 : 8;
+    // accumulators.
+    constexpr int kPix = 4;
     auto multi = [&](auto vtag, int64_t ow, int64_t c0) __attribute__((always_inline)) {
       using V = decltype(vtag);
       V b = {};
