@@ -8,14 +8,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/ir/status_macros.h"
 #include "compiler/ir/text.h"
 #include "compiler/passes/simplify.h"
 #include "compiler/passes/specialize_shapes.h"
 #include "gtest/gtest.h"
+#include "flags/flags.h"
 #include "runtime/executor.h"
 #include "runtime/profiler.h"
 #include "runtime/session.h"
+#include "runtime/cpu/conv_gemm.h"
 #include "tests/model_builder.h"
+#include "tests/random_floats.h"
 #include "tools/check_lib.h"
 
 namespace cjit {
@@ -186,6 +190,87 @@ TEST(ChannelsLastTest, FlagSelectsTheLayout) {
   }
   OutputComparison c = CompareTensors("y", outs[0], outs[1], 1e-5, 1e-5);
   EXPECT_TRUE(c.ok) << c.max_abs << " " << c.problem;
+}
+
+
+// The channels-last loops (runtime/cpu/conv_gemm.cc: few-channel stem, depthwise, conv epilogue) are
+// compiled for AVX-512, AVX2 and the SSE2 baseline, each with its own register width; a CPU runs one of
+// them. Every variant this CPU can run, on a chain that reaches each loop's vector blocks and scalar
+// tails (19 = 16 + 3 and 8 + 8 + 3 channels, 24, 40) with strides, pads and dilations, compiled (post-ops
+// in the epilogue) and op by op, against the NCHW path (oneDNN / NCHW im2col, elementwise kernels).
+TEST(ChannelsLastTest, EveryIsaVariantOfTheConvLoopsMatchesTheNchwPath) {
+  testing::ModelBuilder m(14);
+  m.Input("x", onnx::TensorProto::FLOAT, {1, 3, 13, 17}).Output("y");
+  unsigned seed = 40;
+  auto init = [&](const std::string& name, const std::vector<int64_t>& dims) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    m.InitFloats(name, dims, testing::RandomFloats(static_cast<size_t>(n), seed++));
+  };
+  init("w1", {19, 3, 3, 3});
+  init("b1", {19});
+  auto* c1 = m.Node("Conv", {"x", "w1", "b1"}, {"c1"});
+  testing::ModelBuilder::AttrInts(c1, "strides", {2, 2});
+  testing::ModelBuilder::AttrInts(c1, "pads", {1, 1, 1, 1});
+  m.Node("HardSwish", {"c1"}, {"h1"});
+  init("wd", {19, 1, 5, 5});
+  init("bd", {19});
+  auto* c2 = m.Node("Conv", {"h1", "wd", "bd"}, {"c2"});
+  testing::ModelBuilder::AttrInt(c2, "group", 19);
+  testing::ModelBuilder::AttrInts(c2, "pads", {2, 2, 2, 2});
+  m.Node("Relu", {"c2"}, {"r2"});
+  init("wp", {24, 19, 1, 1});
+  init("bp", {24});
+  m.Node("Conv", {"r2", "wp", "bp"}, {"c3"});
+  m.InitFloats("lo", {}, {0.0f});
+  m.InitFloats("hi", {}, {0.5f});
+  m.Node("Clip", {"c3", "lo", "hi"}, {"k3"});
+  init("wd2", {24, 1, 3, 3});
+  auto* c4 = m.Node("Conv", {"k3", "wd2"}, {"c4"});
+  testing::ModelBuilder::AttrInt(c4, "group", 24);
+  testing::ModelBuilder::AttrInts(c4, "strides", {2, 1});
+  testing::ModelBuilder::AttrInts(c4, "pads", {1, 1, 1, 1});
+  init("kc", {24, 1, 1});
+  m.Node("Add", {"c4", "kc"}, {"a4"});
+  init("wp2", {40, 24, 1, 1});
+  init("bp2", {40});
+  m.Node("Conv", {"a4", "wp2", "bp2"}, {"c5"});
+  m.Node("Sigmoid", {"c5"}, {"s5"});
+  init("wd3", {40, 1, 3, 3});
+  auto* c6 = m.Node("Conv", {"s5", "wd3"}, {"c6"});
+  testing::ModelBuilder::AttrInt(c6, "group", 40);
+  testing::ModelBuilder::AttrInts(c6, "pads", {2, 2, 2, 2});
+  testing::ModelBuilder::AttrInts(c6, "dilations", {2, 2});
+  m.Node("Relu", {"c6"}, {"y"});
+  const std::string bytes = m.Bytes();
+  Tensor x(DType::kF32, {1, 3, 13, 17});
+  std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), 7);
+  std::copy(xv.begin(), xv.end(), x.data<float>());
+  auto run = [&](const std::string& flags) -> absl::StatusOr<Tensor> {
+    SessionOptions o;
+    o.use_environment_flags = false;
+    CJIT_ASSIGN_OR_RETURN(o.flags, ParseFlags("--device=cpu --intra_op_threads=1 --autotune_level=0 " + flags));
+    CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::LoadFromBytes(bytes, o));
+    CJIT_ASSIGN_OR_RETURN(std::vector<NamedTensor> out, s->Run({{"x", x}}));
+    return out[0].tensor;
+  };
+  auto want = run("--auto_jit=-1 --cpu_channels_last=false");
+  ASSERT_TRUE(want.ok()) << want.status();
+  int variants = 0;
+  for (ConvLoopIsa isa : {ConvLoopIsa::kBaseline, ConvLoopIsa::kAvx2, ConvLoopIsa::kAvx512}) {
+    if (!SetConvLoopIsaForTest(isa)) continue;
+    ++variants;
+    for (const char* mode : {"--auto_jit=-1", "--auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false"}) {
+      auto got = run(mode);
+      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_EQ(got->dims(), want->dims());
+      OutputComparison c = CompareTensors("y", *got, *want, 1e-4, 1e-5);
+      EXPECT_TRUE(c.ok) << "ISA variant " << static_cast<int>(isa) << ", " << mode << ": max_abs " << c.max_abs << " "
+                        << c.problem;
+    }
+  }
+  SetConvLoopIsaForTest(ConvLoopIsa::kDetect);
+  EXPECT_GE(variants, 1);  // the baseline runs anywhere
 }
 
 }  // namespace

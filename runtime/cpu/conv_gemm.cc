@@ -2,6 +2,7 @@
 #include "runtime/cpu/conv_gemm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -473,15 +474,37 @@ struct Isa {
   void (*few_channel)(const FcArgs&, int64_t, int64_t);
 };
 
-const Isa& PickIsa() {
-  static const Isa isa = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return Isa{&EpilogueAvx512, &DepthwiseAvx512, &UnaryAvx512, &FewChannelAvx512};
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa{&EpilogueAvx2, &DepthwiseAvx2, &UnaryAvx2, &FewChannelAvx2};
-    return Isa{&EpilogueBaseline, &DepthwiseBaseline, &UnaryBaseline, &FewChannelBaseline};
-  }();
-  return isa;
+// Indexed by ConvLoopIsa.
+const Isa kIsas[] = {{&EpilogueBaseline, &DepthwiseBaseline, &UnaryBaseline, &FewChannelBaseline},
+                     {&EpilogueBaseline, &DepthwiseBaseline, &UnaryBaseline, &FewChannelBaseline},
+                     {&EpilogueAvx2, &DepthwiseAvx2, &UnaryAvx2, &FewChannelAvx2},
+                     {&EpilogueAvx512, &DepthwiseAvx512, &UnaryAvx512, &FewChannelAvx512}};
+std::atomic<int> forced_isa{0};  // SetConvLoopIsaForTest
+
+bool CpuSupports(ConvLoopIsa isa) {
+  __builtin_cpu_init();
+  switch (isa) {
+    case ConvLoopIsa::kAvx512: return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+    case ConvLoopIsa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    default: return true;
+  }
 }
+
+const Isa& PickIsa() {
+  static const int detected = CpuSupports(ConvLoopIsa::kAvx512) ? 3 : CpuSupports(ConvLoopIsa::kAvx2) ? 2 : 1;
+  const int forced = forced_isa.load(std::memory_order_relaxed);
+  return kIsas[forced ? forced : detected];
+}
+
+}  // namespace
+
+bool SetConvLoopIsaForTest(ConvLoopIsa isa) {
+  if (!CpuSupports(isa)) return false;
+  forced_isa.store(static_cast<int>(isa), std::memory_order_relaxed);
+  return true;
+}
+
+namespace {
 
 bool AllEqual(const std::vector<int64_t>& v, int64_t value) {
   return std::all_of(v.begin(), v.end(), [&](int64_t e) { return e == value; });

@@ -29,6 +29,13 @@ struct PostOp;
 // paths above when its geometry fits one: returns true when it ran, false when the caller should run
 // the general (oneDNN) path. Errors name the node.
 // `only` (autotuning) restricts it to one of the two paths.
+// Test hook: which instruction-set variant the loops of this file run (the epilogue, depthwise, unary
+// and few-channel loops are compiled for AVX-512, AVX2 + FMA and the SSE2 baseline, each with its
+// register width, and picked by the CPU on first use). kDetect restores the CPU's choice. Returns false
+// (and changes nothing) when this CPU cannot run `isa`. Not for concurrent use with running sessions.
+enum class ConvLoopIsa { kDetect = 0, kBaseline = 1, kAvx2 = 2, kAvx512 = 3 };
+bool SetConvLoopIsaForTest(ConvLoopIsa isa);
+
 enum class NhwcConvPath { kNone, kPointwise, kDepthwise };
 // The path that fits X [N, spatial.., C], W [OC, C/group, k..], Y [N, spatial.., OC] (kNone: neither).
 NhwcConvPath NhwcConvPathFor(const Dims& x, const Dims& w, const Dims& y, const WindowGeometry& g, int64_t group);
