@@ -406,10 +406,14 @@ inline __attribute__((always_inline)) void FewChannelBody(const FcArgs& a, int64
       ForChannelBlocks<VW>(OC, [&](auto vtag, int64_t o0) __attribute__((always_inline)) {
         using V = decltype(vtag);
         V acc[4];
-        const V b = [&] {
-          if constexpr (std::is_same_v<V, float>) return a.bias ? a.bias[o0] : 0.0f;
-          else return a.bias ? LoadV<V>(a.bias + o0) : V{};
-        }();
+        // No lambda returning a vector here: a lambda is not compiled for this function's target ISA, so
+        // unless inlined (an -O0 build) it would pass the vector under another ABI.
+        V b{};
+        if constexpr (std::is_same_v<V, float>) {
+          if (a.bias) b = a.bias[o0];
+        } else {
+          if (a.bias) b = LoadV<V>(a.bias + o0);
+        }
 #pragma GCC unroll 4
         for (int j = 0; j < 4; ++j) acc[j] = b;
         for (int64_t kh = 0; kh < KH; ++kh) {
