@@ -16,6 +16,7 @@
 
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
+#include "runtime/cpu/tensor_util.h"
 #include "runtime/session.h"
 #include "tests/model_builder.h"
 
@@ -118,6 +119,32 @@ TEST(HostileTest, LoopScanOfScalarsIsBoundedWithItsBookkeeping) {
   const Tensor& scan = (*ok)[1].tensor;
   ASSERT_EQ(scan.dims(), (Dims{100}));
   for (int64_t k = 0; k < 100; ++k) EXPECT_EQ(scan.data<float>()[k], 2.5f);
+}
+
+// MatMulInteger / QLinearMatMul with batch dims that do not broadcast (3 against 2): a clear error, not an
+// out-of-bounds read of the smaller operand (fuzzer-found: fuzz/regressions/QLinearMatMul_batch_broadcast_*).
+// A zero batch dim against a 1 broadcasts to 0 (numpy), not 1.
+TEST(HostileTest, MatMulIntegerBatchDimsThatDoNotBroadcast) {
+  testing::ModelBuilder m(13);
+  m.Input("a", onnx::TensorProto::UINT8, {3, 2, 2}, false).Input("b", onnx::TensorProto::UINT8, {2, 2, 2}, false)
+      .Output("y");
+  m.Node("MatMulInteger", {"a", "b"}, {"y"});
+  SessionOptions o;
+  o.use_environment_flags = false;
+  o.flags.device = "cpu";
+  auto s = Session::LoadFromBytes(m.Bytes(), o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  Tensor a(DType::kU8, {3, 2, 2}), b(DType::kU8, {2, 2, 2});
+  for (int64_t i = 0; i < a.numel(); ++i) a.data<uint8_t>()[i] = static_cast<uint8_t>(i);
+  for (int64_t i = 0; i < b.numel(); ++i) b.data<uint8_t>()[i] = static_cast<uint8_t>(2 * i);
+  auto r = (*s)->Run({{"a", a}, {"b", b}});
+  ASSERT_FALSE(r.ok()) << "batch dims 3 and 2 do not broadcast";
+  EXPECT_NE(r.status().message().find("broadcast"), std::string::npos) << r.status();
+  auto g = PlanMatMul({0, 2, 2}, {1, 2, 3});
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->cd, (Dims{0, 2, 3}));
+  EXPECT_EQ(g->batch, 0);
+  EXPECT_FALSE(PlanMatMul({3, 2, 2}, {2, 2, 2}).ok());
 }
 
 TEST(HostileTest, HugeInitializerWithoutData) {

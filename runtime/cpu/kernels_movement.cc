@@ -154,7 +154,14 @@ absl::StatusOr<MatMulGeometry> PlanMatMul(const Dims& a, const Dims& b) {
   if (g.bd[r - 2] != g.K) return absl::InvalidArgumentError("MatMul inner dimensions differ");
   g.cd.resize(r);
   for (size_t i = 0; i + 2 < r; ++i) {
-    g.cd[i] = std::max(g.ad[i], g.bd[i]);
+    // numpy broadcasting: equal, or one of them 1 (a 0 against a 1 is 0). The kernels index both
+    // operands by these dims: MatMulInteger / QLinearMatMul reach here without shape inference having
+    // checked their batch dims (a fuzzer-found out-of-bounds read).
+    if (g.ad[i] != g.bd[i] && g.ad[i] != 1 && g.bd[i] != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("MatMul batch dimensions cannot be broadcast: ",
+                                                     DimsToString(a), " and ", DimsToString(b)));
+    }
+    g.cd[i] = g.ad[i] == 1 ? g.bd[i] : g.ad[i];
     g.batch *= g.cd[i];
   }
   g.cd[r - 2] = g.M;
