@@ -18,6 +18,7 @@
 #include "runtime/profiler.h"
 #include "runtime/session.h"
 #include "runtime/cpu/conv_gemm.h"
+#include "tests/graph_util.h"
 #include "tests/model_builder.h"
 #include "tests/random_floats.h"
 #include "tools/check_lib.h"
@@ -40,14 +41,7 @@ int Count(const Graph& g, const std::string& op) {
   return n;
 }
 
-std::vector<Tensor> RunGraph(std::shared_ptr<Graph> g, const std::vector<Tensor>& in) {
-  auto ex = Executor::Create(g, ExecutorOptions{1, nullptr, true});
-  EXPECT_TRUE(ex.ok()) << ex.status();
-  if (!ex.ok()) return {};
-  auto out = (*ex)->Run(in);
-  EXPECT_TRUE(out.ok()) << out.status();
-  return out.ok() ? *out : std::vector<Tensor>{};
-}
+using testing::RunGraph;
 
 // Conv -> Relu -> depthwise Conv -> squeeze-excitation (GlobalAveragePool, 1x1 Conv, Sigmoid, Mul) ->
 // Add / PRelu by per-channel constants -> Concat with the Relu output -> 1x1 Conv -> Sub of a constant

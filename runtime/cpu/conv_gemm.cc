@@ -73,43 +73,6 @@ inline __attribute__((always_inline)) float ScalarOp(const PostOp& op, float v, 
   return v;
 }
 
-// `ops` applied to channels [c, c + 16). Comparisons with a NaN are false, so every select keeps a NaN
-// (ONNX semantics).
-template <typename V>
-inline __attribute__((always_inline)) V ApplyOpsVec(V v, const std::vector<PostOp>* ops, int64_t c) {
-  constexpr int kLanes = sizeof(V) / sizeof(float);
-  if (!ops) return v;
-  const V zero = {}, one = zero + 1.0f;
-  for (const PostOp& op : *ops) {
-    switch (op.kind) {
-      case PostOp::Kind::kRelu: v = v < zero ? zero : v; break;
-      case PostOp::Kind::kClip: {
-        V lo = zero + op.a, hi = zero + op.b;
-        v = v < lo ? lo : v;
-        v = v > hi ? hi : v;
-        break;
-      }
-      case PostOp::Kind::kHardSwish: {
-        V h = v / 6.0f + 0.5f;
-        h = h < zero ? zero : h;
-        h = h > one ? one : h;
-        v = v * h;
-        break;
-      }
-      case PostOp::Kind::kLinear: v = op.a * v + op.b; break;
-      case PostOp::Kind::kAddChannel:
-      case PostOp::Kind::kBiasLastDim:
-        v += LoadV<V>(static_cast<const float*>(op.tensor->constant->raw()) + c);
-        break;
-      case PostOp::Kind::kSigmoid:
-      case PostOp::Kind::kTanh:
-        for (int j = 0; j < kLanes; ++j) v[j] = ScalarOp(op, v[j], c + j);
-        break;
-    }
-  }
-  return v;
-}
-
 // One post-op of kind K on a vector (or a float: ScalarOp) of channels [c, c + lanes).
 template <PostOp::Kind K, typename V>
 inline __attribute__((always_inline)) V ApplyKind(V v, const PostOp& op, int64_t c) {
@@ -138,6 +101,36 @@ inline __attribute__((always_inline)) V ApplyKind(V v, const PostOp& op, int64_t
       return v;
     }
   }
+}
+
+// Calls f(std::integral_constant<PostOp::Kind, K>{}) for op.kind == K: the one switch over post-op
+// kinds, so a caller instantiates ApplyKind per kind.
+template <typename F>
+inline __attribute__((always_inline)) void DispatchKind(const PostOp& op, F&& f) {
+  switch (op.kind) {
+#define CJIT_POST_OP_KIND(K) \
+  case PostOp::Kind::K: return f(std::integral_constant<PostOp::Kind, PostOp::Kind::K>{});
+    CJIT_POST_OP_KIND(kRelu)
+    CJIT_POST_OP_KIND(kClip)
+    CJIT_POST_OP_KIND(kHardSwish)
+    CJIT_POST_OP_KIND(kLinear)
+    CJIT_POST_OP_KIND(kAddChannel)
+    CJIT_POST_OP_KIND(kBiasLastDim)
+    CJIT_POST_OP_KIND(kSigmoid)
+    CJIT_POST_OP_KIND(kTanh)
+#undef CJIT_POST_OP_KIND
+  }
+}
+
+// `ops` applied to channels [c, c + lanes). Comparisons with a NaN are false, so every select keeps a
+// NaN (ONNX semantics).
+template <typename V>
+inline __attribute__((always_inline)) V ApplyOpsVec(V v, const std::vector<PostOp>* ops, int64_t c) {
+  if (!ops) return v;
+  for (const PostOp& op : *ops) {
+    DispatchKind(op, [&](auto kind) __attribute__((always_inline)) { v = ApplyKind<decltype(kind)::value>(v, op, c); });
+  }
+  return v;
 }
 
 // y[r, c] = f(y[r, c], c) over rows x channels, in channel blocks of VW, V8f, then single floats.
@@ -174,23 +167,11 @@ inline __attribute__((always_inline)) void EpilogueBody(float* y, int64_t rows, 
   }
   if (!ops) return;
   for (const PostOp& op : *ops) {
-    switch (op.kind) {
-#define CJIT_EPILOGUE_KIND(K)                                                                          \
-  case PostOp::Kind::K:                                                                                \
-    ForEachChannelBlock<VW>(y, rows, channels, [&](auto v, int64_t c) __attribute__((always_inline)) { \
-      return ApplyKind<PostOp::Kind::K>(v, op, c);                                                     \
-    });                                                                                                \
-    break;
-      CJIT_EPILOGUE_KIND(kRelu)
-      CJIT_EPILOGUE_KIND(kClip)
-      CJIT_EPILOGUE_KIND(kHardSwish)
-      CJIT_EPILOGUE_KIND(kLinear)
-      CJIT_EPILOGUE_KIND(kAddChannel)
-      CJIT_EPILOGUE_KIND(kBiasLastDim)
-      CJIT_EPILOGUE_KIND(kSigmoid)
-      CJIT_EPILOGUE_KIND(kTanh)
-#undef CJIT_EPILOGUE_KIND
-    }
+    DispatchKind(op, [&](auto kind) __attribute__((always_inline)) {
+      ForEachChannelBlock<VW>(y, rows, channels, [&](auto v, int64_t c) __attribute__((always_inline)) {
+        return ApplyKind<decltype(kind)::value>(v, op, c);
+      });
+    });
   }
 }
 
@@ -291,7 +272,6 @@ inline __attribute__((always_inline)) void DepthwiseBody(const DwArgs& a, int64_
       }
       StoreV(yr + ow * C + c0, ApplyOpsVec(acc, ops, c0));
     };
-    // Four interior output pixels ow..ow+3, channels [c0, c0 + lanes).
     // kPix interior output pixels ow..ow+kPix-1, channels [c0, c0 + lanes): kPix independent
     // accumulators.
     constexpr int kPix = 4;
@@ -769,39 +749,20 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
       float* yn = yp + n * P * OC;
       int failed = 0;
       // The im2col row of output pixel p: (kh, kw, c), zero where the window is outside the image.
-      // CT: C when it is a small compile-time constant (the 1-4 channels of an image input: each tap
-      // copies 4-16 bytes, which a memmove call per tap made the cost of the whole convolution), else 0.
-      auto gather_row_impl = [&](auto ct, int64_t p, float* row) __attribute__((always_inline)) {
-        constexpr int64_t CT = decltype(ct)::value;
-        const int64_t CC = CT ? CT : C;
+      auto gather_row = [&](int64_t p, float* row) {
         const int64_t oh = p / OW, ow = p % OW;
         for (int64_t kh = 0; kh < KH; ++kh) {
           const int64_t ih = oh * sh - ph + kh * dh;
           for (int64_t kw = 0; kw < KW; ++kw) {
             const int64_t iw = ow * sw - pw + kw * dw;
-            float* dst = row + (kh * KW + kw) * CC;
+            float* dst = row + (kh * KW + kw) * C;
             if (static_cast<uint64_t>(ih) >= static_cast<uint64_t>(H) ||
                 static_cast<uint64_t>(iw) >= static_cast<uint64_t>(W)) {
-              if constexpr (CT > 0) {
-                std::memset(dst, 0, sizeof(float) * CT);
-              } else {
-                std::fill(dst, dst + CC, 0.0f);
-              }
-            } else if constexpr (CT > 0) {
-              std::memcpy(dst, xn + (ih * W + iw) * CT, sizeof(float) * CT);
+              std::fill(dst, dst + C, 0.0f);
             } else {
-              std::copy(xn + (ih * W + iw) * CC, xn + (ih * W + iw + 1) * CC, dst);
+              std::copy(xn + (ih * W + iw) * C, xn + (ih * W + iw + 1) * C, dst);
             }
           }
-        }
-      };
-      auto gather_row = [&](int64_t p, float* row) {
-        switch (C) {
-          case 1: return gather_row_impl(std::integral_constant<int64_t, 1>{}, p, row);
-          case 2: return gather_row_impl(std::integral_constant<int64_t, 2>{}, p, row);
-          case 3: return gather_row_impl(std::integral_constant<int64_t, 3>{}, p, row);
-          case 4: return gather_row_impl(std::integral_constant<int64_t, 4>{}, p, row);
-          default: return gather_row_impl(std::integral_constant<int64_t, 0>{}, p, row);
         }
       };
       // A stride-1 convolution along W with one kernel row (the 1xK sequence convolutions of a text

@@ -504,6 +504,13 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
   return absl::OkStatus();
 }
 
+// How many of the taps start + k * step, k in [0, taps), are below `limit` (start >= the first padded
+// position, step >= 1): the taps are increasing, so a prefix.
+int64_t TapsBelow(int64_t start, int64_t step, int64_t taps, int64_t limit) {
+  if (start >= limit) return 0;
+  return std::min(taps, (limit - 1 - start) / step + 1);
+}
+
 // float32 max/average pooling over 1-D or 2-D windows of NCHW data, any strides, pads (ceil_mode
 // included: the geometry's pad_end), dilations. Per output row, the window's input rows are first
 // combined element-wise into one row (contiguous, vectorized by the compiler), then each output pixel
@@ -512,13 +519,6 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
 // after the first window element is skipped (the ONNX reference's `x > Yh`); average: the count
 // excludes padding unless count_include_pad, and never counts positions past pad_end (ceil_mode).
 // Returns false for cases it does not take (then oneDNN or the generic loop runs).
-// How many of the taps start + k * step, k in [0, taps), are below `limit` (start >= the first padded
-// position, step >= 1): the taps are increasing, so a prefix.
-int64_t TapsBelow(int64_t start, int64_t step, int64_t taps, int64_t limit) {
-  if (start >= limit) return 0;
-  return std::min(taps, (limit - 1 - start) / step + 1);
-}
-
 bool RowPool2d(KernelContext& ctx, int kind, const WindowGeometry& g, Tensor& y) {
   const Tensor& x = ctx.in(0);
   size_t nsp = g.kernel.size();
