@@ -319,6 +319,12 @@ const std::vector<FlagDef>& Table() {
         {}},
        OneOfFlag(&Flags::gpu_allocator, "gpu_allocator", {"caching", "cuda_malloc_async"},
                  "caching or cuda_malloc_async")},
+      {{"gpu_graph_level", "int", "1",
+        "CUDA graphs (XLA's xla_gpu_graph_level; torch.compile's reduce-overhead): 0 = launch every step of a GPU "
+        "run; 1 = from the second run of an input signature whose steps all run on the device, replay one "
+        "captured graph of them (one launch instead of one per kernel and library call).",
+        {"xla_gpu_graph_level"}},
+       IntFlag(&Flags::gpu_graph_level, "gpu_graph_level", 0, 1)},
       {{"cuda_data_dir", "string", "/usr/local/cuda",
         "CUDA toolkit directory; GPU code links <dir>/nvvm/libdevice/libdevice.10.bc.", {"xla_gpu_cuda_data_dir"}},
        StringFlag(&Flags::cuda_data_dir)},
@@ -557,6 +563,7 @@ std::string FlagValueText(const Flags& f, absl::string_view name) {
       {"device", [](const Flags& f) { return f.device; }},
       {"gpu_arch", [](const Flags& f) { return f.gpu_arch; }},
       {"gpu_allocator", [](const Flags& f) { return f.gpu_allocator; }},
+      {"gpu_graph_level", [](const Flags& f) { return absl::StrCat(f.gpu_graph_level); }},
       {"cuda_data_dir", [](const Flags& f) { return f.cuda_data_dir; }},
       {"persistent_cache_dir", [](const Flags& f) { return f.persistent_cache_dir; }},
       {"persistent_cache_read_only", [b](const Flags& f) { return b(f.persistent_cache_read_only); }},

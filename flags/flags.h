@@ -103,6 +103,9 @@ struct Flags {
   std::string gpu_arch;
   // Device allocator, as TF_GPU_ALLOCATOR: "caching" (default) or "cuda_malloc_async".
   std::string gpu_allocator = "caching";
+  // CUDA graphs (as xla_gpu_graph_level): 0 off; 1 = replay a captured graph of a run whose steps all run
+  // on the device (runtime/cuda/gpu_executor.h).
+  int gpu_graph_level = 1;
   // CUDA toolkit directory; libdevice is read from <dir>/nvvm/libdevice/libdevice.10.bc (as XLA's flag).
   std::string cuda_data_dir = "/usr/local/cuda";
   // Persistent cache (cache/disk_cache.h).

@@ -445,6 +445,7 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
   if (gpu_) {
     GpuExecutorOptions go;
     go.host_threads = flags_.intra_op_threads;
+    go.graph_level = flags_.gpu_graph_level;
     CJIT_ASSIGN_OR_RETURN(std::unique_ptr<GpuExecutor> gx, GpuExecutor::Create(g, gpu_, go));
     plan.gpu = std::move(gx);
   } else {
@@ -534,7 +535,7 @@ std::vector<std::string> Session::GpuPlacements() const {
   for (const auto& [signature, cached] : plans_) {
     if (cached.plan.gpu) by_signature[signature] = cached.plan.gpu.get();
   }
-  for (const auto& [signature, gpu] : by_signature) out.push_back(absl::StrCat(signature, " ", gpu->placement().ToString()));
+  for (const auto& [signature, gpu] : by_signature) out.push_back(absl::StrCat(signature, " ", gpu->placement().ToString(), "; ", gpu->GraphStatus()));
   if (gpu_ && !gpu_->MemoryReport().empty()) out.push_back(gpu_->MemoryReport());
   return out;
 }

@@ -127,7 +127,8 @@ class Session {
   const Flags& flags() const { return flags_; }
   // "cpu" or "cuda:N": where this session runs (--device=auto resolved).
   std::string device() const;
-  // For --device=cuda: where each op of each specialized signature runs (GpuPlacement::ToString), then the
+  // For --device=cuda: where each op of each specialized signature runs (GpuPlacement::ToString) and whether
+  // its runs replay a CUDA graph (GpuExecutor::GraphStatus), then the
   // device memory report; empty on the CPU.
   std::vector<std::string> GpuPlacements() const;
   // Number of input signatures whose specialization this session holds now (at most

@@ -439,6 +439,90 @@ TEST(GpuExecutorThreads, ConcurrentRunsAgree) {
   EXPECT_EQ(mismatches.load(), 0);
 }
 
+// CUDA graphs (--gpu_graph_level=1): from the second run on, runs replay one captured graph. Each run gets
+// fresh inputs, so a replay that reads stale inputs or writes stale outputs is caught; every result is
+// compared with the CPU fallback executor. On the host backend (no capture) the executor says why and keeps
+// launching step by step, with the same results.
+class GpuGraph : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuGraph, ReplaysMatchTheCpuOnFreshInputs) {
+  CJIT_GET_BACKEND(backend, GetParam());
+  std::shared_ptr<Graph> g = Specialized(
+      "graph g(%x: f32[2,4,9,8], %w: f32[6,4,3,3], %b: f32[6], %m: f32[72,16]) {\n"
+      "  %c = Conv(%x, %w, %b) {pads=[1, 1, 1, 1]}\n  %r = Relu(%c)\n"
+      "  %p = MaxPool(%r) {kernel_shape=[2, 2], strides=[2, 2]}\n"
+      "  %s = constant i64[2] {12, 72}\n  %f = Reshape(%r, %s)\n  %mm = MatMul(%f, %m)\n"
+      "  %sm = Softmax(%mm) {axis=-1}\n  %t = Transpose(%sm) {perm=[1, 0]}\n"
+      "  %cat = Concat(%sm, %sm) {axis=1}\n  %e = Exp(%p)\n"
+      "  return %t, %cat, %e\n}");
+  ASSERT_TRUE(g);
+  ClusteringOptions co;
+  co.min_cluster_size = 1;
+  std::shared_ptr<Graph> clustered(g->Clone());
+  ASSERT_TRUE(MarkForCompilation(*clustered, co).ok());
+  GpuExecutorOptions o;
+  o.graph_level = 1;
+  auto ex = GpuExecutor::Create(clustered, backend, o);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  std::mt19937 rng(2024);
+  for (int run = 0; run < 4; ++run) {
+    std::vector<Tensor> inputs;
+    for (const Value* v : g->inputs()) inputs.push_back(RandomInput(*v, rng));
+    auto ref = CpuReference(*g, inputs);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    auto got = (*ex)->Run(inputs);
+    ASSERT_TRUE(got.ok()) << "run " << run << ": " << got.status();
+    ASSERT_EQ(got->size(), ref->size());
+    for (size_t i = 0; i < ref->size(); ++i) {
+      OutputComparison cmp = CompareTensors("out", (*got)[i], (*ref)[i], 1e-4, 1e-5);
+      EXPECT_TRUE(cmp.ok) << "run " << run << " output " << i << ": " << cmp.problem << " max_abs " << cmp.max_abs
+                          << "; " << (*ex)->GraphStatus();
+    }
+  }
+  std::string status = (*ex)->GraphStatus();
+  std::printf("graph: %s\n", status.c_str());
+  if (GetParam() == "cuda") {
+    EXPECT_TRUE(absl::StartsWith(status, "CUDA graph of")) << status;
+    EXPECT_TRUE(absl::StrContains(status, "3 replays")) << status;
+  } else {
+    EXPECT_TRUE(absl::StrContains(status, "capture failed: this device backend has no graph capture")) << status;
+  }
+}
+
+TEST_P(GpuGraph, OffAtLevelZeroAndWithHostOps) {
+  CJIT_GET_BACKEND(backend, GetParam());
+  std::shared_ptr<Graph> g = Specialized("graph g(%x: f32[3,5]) {\n  %y = Relu(%x)\n  return %y\n}");
+  ASSERT_TRUE(g);
+  GpuExecutorOptions o;
+  o.graph_level = 0;
+  auto ex = GpuExecutor::Create(g, backend, o);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  EXPECT_EQ((*ex)->GraphStatus(), "no CUDA graph: --gpu_graph_level=0");
+  // Mod on integers runs on the host: such a run cannot be one device graph.
+  std::shared_ptr<Graph> h = Specialized(
+      "graph g(%x: f32[4], %a: i32[4], %b: i32[4]) {\n  %y = Relu(%x)\n  %z = Mod(%a, %b)\n  return %y, %z\n}");
+  ASSERT_TRUE(h);
+  o.graph_level = 1;
+  auto hx = GpuExecutor::Create(h, backend, o);
+  ASSERT_TRUE(hx.ok()) << hx.status();
+  EXPECT_TRUE(absl::StrContains((*hx)->GraphStatus(), "no CUDA graph: the host runs Mod")) << (*hx)->GraphStatus();
+  std::vector<Tensor> in = {Tensor(DType::kF32, {4}), Tensor(DType::kI32, {4}), Tensor(DType::kI32, {4})};
+  for (int i = 0; i < 4; ++i) {
+    in[0].data<float>()[i] = static_cast<float>(i) - 1.5f;
+    in[1].data<int32_t>()[i] = 7 + i;
+    in[2].data<int32_t>()[i] = 3;
+  }
+  for (int run = 0; run < 3; ++run) {
+    auto got = (*hx)->Run(in);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ((*got)[0].data<float>()[3], 1.5f);
+    EXPECT_EQ((*got)[1].data<int32_t>()[1], 2);  // 8 mod 3
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, GpuGraph, ::testing::Values("host", "cuda"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
 #ifdef CJIT_HAVE_CUDA
 TEST(GpuModuleLoad, BadPtxReportsTheJitLog) {
   CJIT_GET_BACKEND(backend, "cuda");

@@ -10,6 +10,10 @@
 #   bash tools/gpu-validate.sh conformance [CJIT_FLAGS]   the ONNX backend suite with --device=cuda
 #   bash tools/gpu-validate.sh models [CJIT_FLAGS]        cjit check + run of every shared model on the GPU
 #   bash tools/gpu-validate.sh bench         cjit-gpu-bench: copy vs fused-kernel bandwidth, GEMM rate
+#   bash tools/gpu-validate.sh kernels MODEL  Nsight Compute: the GPU time of every kernel of one run of a shared
+#                                            model (two runs are profiled; the second is reported)
+#   bash tools/gpu-validate.sh cache         two processes share a --persistent_cache_dir: the second must load
+#                                            every kernel module from the cache (0 compilations)
 #   bash tools/gpu-validate.sh report        markdown lines for docs/gpu-validation.md from the logs above
 set -uo pipefail
 repo=$(pwd)
@@ -78,11 +82,52 @@ case "$step" in
       CJIT_FLAGS="--device=cuda --cuda_data_dir=$cuda_dir $flags" cjit check "$m" --rtol 1e-3 --atol 1e-4 2>&1 | tail -3
       CJIT_FLAGS="--device=cuda --cuda_data_dir=$cuda_dir $flags" cjit run "${m}model.onnx" "${ins[@]}" --iterations 50 --warmup 5 2>&1 |
         grep -E "device|placement|latency|memory|error"
+      CJIT_FLAGS="--device=cuda --cuda_data_dir=$cuda_dir --gpu_graph_level=0 $flags" cjit run "${m}model.onnx" "${ins[@]}" --iterations 50 --warmup 5 2>&1 |
+        grep -E "latency" | sed 's/^/no CUDA graph: /'
       CJIT_FLAGS="--device=cpu $flags" cjit run "${m}model.onnx" "${ins[@]}" --iterations 50 --warmup 5 2>&1 | grep -E "latency" | sed 's/^/cpu: /'
     done 2>&1 | tee "$out/models.log"
     ;;
   bench)
     cjit-gpu-bench --json "$out/bench.json" "$@" 2>&1 | tee "$out/bench.log"
+    ;;
+  kernels)
+    m=$run/cjit-data/models/$1
+    ins=()
+    for f in "$m"/test_data_set_0/input_*.pb; do ins+=(--input "$f"); done
+    ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+    CJIT_FLAGS="--device=cuda --cuda_data_dir=$cuda_dir" "$ncu_bin" --metrics gpu__time_duration.sum --csv \
+      cjit run "$m/model.onnx" "${ins[@]}" --iterations 1 --warmup 0 > "$out/kernels_$1.csv" 2> "$out/kernels_$1.err"
+    python3 - "$out/kernels_$1.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head = rows[0]; rows = rows[1:]
+ki, ui, vi, ii = head.index("Kernel Name"), head.index("Metric Unit"), head.index("Metric Value"), head.index("ID")
+scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1, "usecond": 1, "ms": 1e3, "msecond": 1e3, "s": 1e6, "second": 1e6}
+ids = sorted({int(r[ii]) for r in rows})
+half = ids[len(ids) // 2] if ids else 0  # the second of two identical runs
+by = collections.defaultdict(lambda: [0, 0.0])
+for r in rows:
+    if int(r[ii]) < half: continue
+    us = float(r[vi].replace(",", "")) * scale.get(r[ui], 1)
+    name = r[ki].split("(")[0][:60]
+    by[name][0] += 1; by[name][1] += us
+total = sum(v[1] for v in by.values())
+print(f"kernels of the second run: {sum(v[0] for v in by.values())} launches, {total:.1f} us of GPU time")
+for n, (c, us) in sorted(by.items(), key=lambda x: -x[1][1])[:15]:
+    print(f"  {us:9.1f} us  {c:4d}x  {n}")
+PY
+    ;;
+  cache)
+    dir=$(mktemp -d)
+    for m in $run/cjit-data/models/*/; do
+      ins=()
+      for f in "$m"test_data_set_0/input_*.pb; do ins+=(--input "$f"); done
+      for p in 1 2; do
+        echo "== $(basename "$m") process $p"
+        CJIT_FLAGS="--device=cuda --cuda_data_dir=$cuda_dir --persistent_cache_dir=$dir $*" \
+          cjit run "${m}model.onnx" "${ins[@]}" --iterations 3 --warmup 1 2>&1 | grep -E "placement: f|latency|error"
+      done
+    done 2>&1 | tee "$out/cache.log"
     ;;
   report)
     echo "| $(date +%F) | $(head -2 "$out/info.txt" 2>/dev/null | tail -1) | gpu-validate.sh | |"
@@ -90,6 +135,7 @@ case "$step" in
     [ -f "$out/gpu_tests.log" ] && echo "| | | tests | $(grep -E '^\[  (PASSED|SKIPPED) +\] [0-9]+ tests|FAILED TESTS?$' "$out/gpu_tests.log" | tr '\n' ' ') |"
     [ -f "$out/conformance.log" ] && echo "| | | conformance | $(grep -E 'passed,' "$out/conformance.log" | tail -1) |"
     [ -f "$out/models.log" ] && grep -E '^== |PASS|FAIL|latency' "$out/models.log" | sed 's/^/| | | models | /; s/$/ |/'
+    [ -f "$out/cache.log" ] && grep -E '^== |compilations' "$out/cache.log" | sed 's/^/| | | cache | /; s/$/ |/'
     [ -f "$out/bench.log" ] && grep -E 'GB/s|TFLOP' "$out/bench.log" | sed 's/^/| | | bench | /; s/$/ |/'
     ;;
   *) echo "unknown step $step"; exit 2 ;;

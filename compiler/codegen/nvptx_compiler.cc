@@ -71,9 +71,12 @@ constexpr int kBlockWarps = kRowKernelBlockThreads / 32;
 
 class GpuEmitter {
  public:
-  // block_per_row: the row-kernel variant giving each row a whole block (see EmitRow).
-  GpuEmitter(llvm::Module& m, const FusedKernel& k, const Collapsed& c, bool block_per_row = false)
-      : m_(m), k_(k), c_(c), b_(m.getContext()), math_(m), block_per_row_(block_per_row) {}
+  // block_per_row: the row-kernel variant giving each row a whole block (see EmitRow); row_cache: that
+  // variant keeping the row's inputs in dynamic shared memory (nvptx_compiler.h, kRowCacheSuffix).
+  GpuEmitter(llvm::Module& m, const FusedKernel& k, const Collapsed& c, bool block_per_row = false,
+             bool row_cache = false)
+      : m_(m), k_(k), c_(c), b_(m.getContext()), math_(m), block_per_row_(block_per_row || row_cache),
+        row_cache_(row_cache) {}
 
   absl::Status Emit(const std::string& name) {
     llvm::LLVMContext& ctx = m_.getContext();
@@ -141,11 +144,27 @@ class GpuEmitter {
     }
   }
 
-  // Input i at element j of the current row (in_ptr_ set by RowBases), as float32.
+  // Input i at element j of the current row (in_ptr_ set by RowBases), as float32. With the row cache:
+  // from shared memory once an earlier pass filled it; else from global memory, and during a reduction
+  // pass also stored into the cache (every j is this thread's own: passes stride j identically).
   llvm::Value* LoadInput(size_t i, llvm::Value* j) {
     char cls = InnerClass(c_, i);
+    auto slot = cache_slot_.find(i);
+    if (row_cache_ && cls != 'b' && slot != cache_slot_.end() && cached_.count(i)) {
+      return b_.CreateLoad(b_.getFloatTy(), CacheAddress(slot->second, j));
+    }
     llvm::Value* idx = cls == 'b' ? b_.getInt64(0) : cls == 'c' ? j : b_.CreateMul(j, inner_stride_[i]);
-    return LoadF32(b_, k_.inputs[i]->dtype, in_ptr_[i], idx);
+    llvm::Value* v = LoadF32(b_, k_.inputs[i]->dtype, in_ptr_[i], idx);
+    if (row_cache_ && cls != 'b' && slot != cache_slot_.end() && in_reduce_pass_) {
+      b_.CreateStore(v, CacheAddress(slot->second, j));
+      filling_.insert(i);
+    }
+    return v;
+  }
+
+  llvm::Value* CacheAddress(int slot, llvm::Value* j) {
+    llvm::Value* at = b_.CreateAdd(b_.CreateMul(b_.getInt64(slot), inner_), j);
+    return b_.CreateInBoundsGEP(b_.getFloatTy(), cache_, at);
   }
 
   absl::StatusOr<llvm::Value*> Elem(const Value* v, llvm::Value* j, std::map<const Value*, llvm::Value*>& memo) {
@@ -167,7 +186,9 @@ class GpuEmitter {
     llvm::LLVMContext& ctx = m_.getContext();
     llvm::Value* total = b_.CreateMul(rows_, inner_);
     auto* done = llvm::BasicBlock::Create(ctx, "done", fn_);
-    if (nd_ == 1) {
+    if (nd_ == 1 && CanVectorize()) {
+      CJIT_RETURN_IF_ERROR(EmitVectorFlatLoop(total, done));
+    } else if (nd_ == 1) {
       CJIT_RETURN_IF_ERROR(EmitFlatLoop(total, /*divide=*/false, done));
     } else {
       auto* by_rows = llvm::BasicBlock::Create(ctx, "by_rows", fn_);
@@ -234,6 +255,74 @@ class GpuEmitter {
     jj->addIncoming(next, b_.GetInsertBlock());
     b_.CreateCondBr(b_.CreateICmpSLT(next, bound), loop, exit);
     return absl::OkStatus();
+  }
+
+  // One collapsed dim, float32 everywhere it streams: 16-byte loads and stores (ld/st.global.v4.f32),
+  // a quarter of the memory instructions of the scalar loop, when every contiguous input and every output
+  // starts 16-byte aligned (checked at run time: a view's offset may break it; else the scalar loop).
+  bool CanVectorize() const {
+    for (size_t i = 0; i < k_.inputs.size(); ++i) {
+      char cls = InnerClass(c_, i);
+      if (cls != 'b' && (cls != 'c' || k_.inputs[i]->dtype != DType::kF32)) return false;
+    }
+    for (const Value* v : k_.outputs)
+      if (v->dtype != DType::kF32) return false;
+    return true;
+  }
+
+  absl::Status EmitVectorFlatLoop(llvm::Value* total, llvm::BasicBlock* done) {
+    llvm::LLVMContext& ctx = m_.getContext();
+    llvm::Type* f32 = b_.getFloatTy();
+    auto* v4 = llvm::FixedVectorType::get(f32, 4);
+    RowBases(b_.getInt64(0));
+    size_t n_in = k_.inputs.size();
+    llvm::Value* aligned = b_.getTrue();
+    auto is_aligned = [&](llvm::Value* p) {
+      return b_.CreateICmpEQ(b_.CreateAnd(b_.CreatePtrToInt(p, b_.getInt64Ty()), b_.getInt64(15)), b_.getInt64(0));
+    };
+    for (size_t i = 0; i < n_in; ++i)
+      if (InnerClass(c_, i) == 'c') aligned = b_.CreateAnd(aligned, is_aligned(in_ptr_[i]));
+    for (size_t o = 0; o < k_.outputs.size(); ++o)
+      aligned = b_.CreateAnd(aligned, is_aligned(fn_->getArg(static_cast<unsigned>(n_in + o))));
+    auto* vec_pre = llvm::BasicBlock::Create(ctx, "vec_pre", fn_);
+    auto* scalar = llvm::BasicBlock::Create(ctx, "scalar", fn_);
+    b_.CreateCondBr(aligned, vec_pre, scalar);
+    b_.SetInsertPoint(scalar);
+    CJIT_RETURN_IF_ERROR(EmitStridedLoop(gid_, nthreads_, total, nullptr, done));
+    b_.SetInsertPoint(vec_pre);
+    llvm::Value* n4 = b_.CreateLShr(total, b_.getInt64(2));
+    auto* vloop = llvm::BasicBlock::Create(ctx, "vloop", fn_);
+    auto* vtail = llvm::BasicBlock::Create(ctx, "vtail", fn_);
+    b_.CreateCondBr(b_.CreateICmpSLT(gid_, n4), vloop, vtail);
+    b_.SetInsertPoint(vloop);
+    llvm::PHINode* e4 = b_.CreatePHI(b_.getInt64Ty(), 2, "e4");
+    e4->addIncoming(gid_, vec_pre);
+    llvm::Value* e = b_.CreateShl(e4, b_.getInt64(2));
+    std::vector<std::map<const Value*, llvm::Value*>> memo(4);
+    for (size_t i = 0; i < n_in; ++i) {
+      if (InnerClass(c_, i) == 'b') {
+        llvm::Value* x = LoadInput(i, e);
+        for (int u = 0; u < 4; ++u) memo[u][k_.inputs[i]] = x;
+        continue;
+      }
+      llvm::Value* x = b_.CreateAlignedLoad(v4, b_.CreateInBoundsGEP(f32, in_ptr_[i], e), llvm::Align(16));
+      for (int u = 0; u < 4; ++u) memo[u][k_.inputs[i]] = b_.CreateExtractElement(x, static_cast<uint64_t>(u));
+    }
+    for (size_t o = 0; o < k_.outputs.size(); ++o) {
+      llvm::Value* vec = llvm::PoisonValue::get(v4);
+      for (int u = 0; u < 4; ++u) {
+        CJIT_ASSIGN_OR_RETURN(llvm::Value* val, Elem(k_.outputs[o], b_.CreateAdd(e, b_.getInt64(u)), memo[u]));
+        vec = b_.CreateInsertElement(vec, val, static_cast<uint64_t>(u));
+      }
+      llvm::Value* out = b_.CreateInBoundsGEP(f32, fn_->getArg(static_cast<unsigned>(n_in + o)), e);
+      b_.CreateAlignedStore(vec, out, llvm::Align(16));
+    }
+    llvm::Value* e4_next = b_.CreateAdd(e4, nthreads_);
+    e4->addIncoming(e4_next, b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpSLT(e4_next, n4), vloop, vtail);
+    // The last total % 4 elements, one per thread.
+    b_.SetInsertPoint(vtail);
+    return EmitStridedLoop(b_.CreateAdd(b_.CreateShl(n4, b_.getInt64(2)), gid_), nthreads_, total, nullptr, done);
   }
 
   absl::Status EmitFlatLoop(llvm::Value* total, bool divide, llvm::BasicBlock* done) {
@@ -304,7 +393,11 @@ class GpuEmitter {
     j->addIncoming(lane_, pre);
     acc->addIncoming(llvm::ConstantFP::get(f32, init), pre);
     std::map<const Value*, llvm::Value*> memo;
-    CJIT_ASSIGN_OR_RETURN(llvm::Value* e, Elem(x, j, memo));
+    in_reduce_pass_ = true;
+    absl::StatusOr<llvm::Value*> elem = Elem(x, j, memo);
+    in_reduce_pass_ = false;
+    CJIT_RETURN_IF_ERROR(elem.status());
+    llvm::Value* e = *elem;
     if (kind == ReduceKind::kSumSq) e = b_.CreateFMul(e, e);
     if (kind == ReduceKind::kSumExp) e = math_.Unary(b_, "exp", b_.CreateFSub(e, offset));
     llvm::Value* next_acc = combine(acc, e);
@@ -314,6 +407,9 @@ class GpuEmitter {
     acc->addIncoming(next_acc, latch);
     b_.CreateCondBr(b_.CreateICmpSLT(next_j, inner_), loop, exit);
     b_.SetInsertPoint(exit);
+    // What this pass stored is readable from the next pass on.
+    cached_.insert(filling_.begin(), filling_.end());
+    filling_.clear();
     llvm::PHINode* part = b_.CreatePHI(f32, 2);
     part->addIncoming(llvm::ConstantFP::get(f32, init), pre);
     part->addIncoming(next_acc, latch);
@@ -359,6 +455,17 @@ class GpuEmitter {
       smem_ = new llvm::GlobalVariable(m_, smem_type_, false, llvm::GlobalValue::InternalLinkage,
                                        llvm::UndefValue::get(smem_type_), fn_->getName() + "_smem", nullptr,
                                        llvm::GlobalValue::NotThreadLocal, 3);
+      if (row_cache_) {
+        // extern __shared__ float cache[]: sized by the launch (RowCacheBytes).
+        llvm::Type* dyn = llvm::ArrayType::get(b_.getFloatTy(), 0);
+        auto* gv = new llvm::GlobalVariable(m_, dyn, false, llvm::GlobalValue::ExternalLinkage, nullptr,
+                                            fn_->getName() + "_row_cache", nullptr, llvm::GlobalValue::NotThreadLocal, 3);
+        gv->setAlignment(llvm::Align(16));
+        cache_ = gv;
+        int slot = 0;
+        for (size_t i = 0; i < k_.inputs.size(); ++i)
+          if (InnerClass(c_, i) != 'b') cache_slot_[i] = slot++;
+      }
     } else {
       row = b_.CreateUDiv(gid_, b_.getInt64(32));
       lane_ = b_.CreateURem(tid_, b_.getInt64(32));
@@ -432,7 +539,10 @@ class GpuEmitter {
   int nd_ = 0;
   llvm::Value *meta_ = nullptr, *rows_ = nullptr, *inner_ = nullptr, *tid_ = nullptr, *gid_ = nullptr,
               *nthreads_ = nullptr, *lane_ = nullptr, *row_stride_ = nullptr;
-  bool block_per_row_ = false;
+  bool block_per_row_ = false, row_cache_ = false, in_reduce_pass_ = false;
+  llvm::Value* cache_ = nullptr;
+  std::map<size_t, int> cache_slot_;  // input index -> its row's slot in the cache
+  std::set<size_t> cached_, filling_;  // inputs readable from the cache / being stored by this pass
   llvm::ArrayType* smem_type_ = nullptr;
   llvm::GlobalVariable* smem_ = nullptr;
   std::vector<llvm::Value*> in_ptr_, inner_stride_;
@@ -446,10 +556,20 @@ std::string ToString(llvm::Error err) { return llvm::toString(std::move(err)); }
 
 std::string PtxVersionFor(const std::string&) { return "ptx80"; }
 
+int RowCacheInputs(const FusedKernel& k) {
+  if (!k.row_reduction) return 0;
+  Collapsed c = Collapse(k.shape, Layouts(k), k.row_reduction);
+  int n = 0;
+  for (size_t i = 0; i < k.inputs.size(); ++i) n += InnerClass(c, i) != 'b';
+  return n;
+}
+
 std::string NvptxTargetDescription(const PtxOptions& options) {
   std::error_code ec;
   auto bytes = std::filesystem::file_size(options.libdevice, ec);
-  return absl::StrCat("nvptx64 ", options.gpu_arch, " +", PtxVersionFor(options.gpu_arch), " llvm=", LLVM_VERSION_STRING,
+  // codegen=N: the revision of the kernels this file emits (2: row kernels gained the row-cache function and flat
+  // float32 kernels 16-byte accesses).
+  return absl::StrCat("nvptx64 ", options.gpu_arch, " +", PtxVersionFor(options.gpu_arch), " codegen=2 llvm=", LLVM_VERSION_STRING,
                       " libdevice=", ec ? std::string("missing") : absl::StrCat(bytes));
 }
 
@@ -509,6 +629,8 @@ absl::StatusOr<PtxModule> CompileForNvptxUnsafe(const FusionPlan& plan, const Pt
     if (k.row_reduction) {
       GpuEmitter block_emitter(*module, k, c, /*block_per_row=*/true);
       CJIT_RETURN_IF_ERROR(block_emitter.Emit(pk.name + kBlockPerRowSuffix));
+      GpuEmitter cached_emitter(*module, k, c, /*block_per_row=*/true, /*row_cache=*/true);
+      CJIT_RETURN_IF_ERROR(cached_emitter.Emit(pk.name + kRowCacheSuffix));
     }
     out.kernels.push_back(std::move(pk));
   }

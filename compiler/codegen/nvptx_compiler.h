@@ -12,7 +12,13 @@
 //    32 lanes and combines the lanes' partial results with warp shuffles (shfl.sync.bfly), so every lane
 //    holds the row's value; and `name` + kBlockPerRowSuffix, one block of kRowKernelBlockThreads per row
 //    (launch exactly `rows` blocks) — the warps' shuffled results are combined through shared memory
-//    between two barriers. The second serves few long rows (a LayerNorm or Softmax of one sequence).
+//    between two barriers. The second serves few long rows (a LayerNorm or Softmax of one sequence);
+//    and `name` + kRowCacheSuffix, the block-per-row function that also keeps the row's inputs in
+//    shared memory (RowCacheInputs of them, as float32, dynamic shared memory of RowCacheBytes): the first
+//    pass that reads an input loads it from global memory and stores it there, later passes (a Softmax's
+//    sum of exponentials and its store pass, a LayerNorm's variance) read it back — every thread reads
+//    only the elements it stored itself, so no barrier is needed. A row is then read from device memory
+//    once instead of once per pass (softmax: 1 read + 1 write instead of 3 + 1).
 // Launch: PtxKernel::block_size threads per block; any grid size covers all elements (elementwise) or
 // rows * 32 threads (row kernels).
 //
@@ -35,7 +41,11 @@ inline std::string LibdevicePath(const std::string& cuda_data_dir) {
 }
 
 inline constexpr char kBlockPerRowSuffix[] = "_block";
+inline constexpr char kRowCacheSuffix[] = "_block_cached";
 inline constexpr int kRowKernelBlockThreads = 256;
+// The largest row cache: the dynamic shared memory a launch gets without opting in (48 KiB on every
+// target from sm_75), so rows of up to 12288 float32 elements of one cached input.
+inline constexpr int64_t kRowCacheMaxBytes = 48 * 1024;
 
 struct PtxOptions {
   std::string gpu_arch = "sm_80";  // sm_75 ... sm_90a
@@ -58,6 +68,16 @@ struct PtxModule {
 };
 
 absl::StatusOr<PtxModule> CompileForNvptx(const FusionPlan& plan, const PtxOptions& options);
+
+// Row kernels: how many of `k`'s inputs the kRowCacheSuffix function keeps in shared memory (those read
+// along the row, i.e. not broadcast over it); 0 for elementwise kernels.
+int RowCacheInputs(const FusedKernel& k);
+// The dynamic shared memory the kRowCacheSuffix function of a kernel with `cached_inputs` needs for rows of
+// `row_elems`, or 0 where it does not fit kRowCacheMaxBytes (then launch another variant).
+inline int64_t RowCacheBytes(int cached_inputs, int64_t row_elems) {
+  int64_t bytes = int64_t{cached_inputs} * row_elems * 4;
+  return cached_inputs > 0 && row_elems > 0 && bytes <= kRowCacheMaxBytes ? bytes : 0;
+}
 
 // The PTX ISA version LLVM emits (part of the cache key of GPU code).
 std::string PtxVersionFor(const std::string& gpu_arch);

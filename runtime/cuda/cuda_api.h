@@ -28,7 +28,8 @@ namespace cjit {
   X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemcpy2DAsync) X(cuMemcpy3DAsync) X(cuMemsetD8Async) X(cuMemsetD32Async)   \
   X(cuMemHostAlloc) X(cuMemFreeHost) X(cuModuleLoadDataEx) X(cuModuleGetFunction) X(cuModuleUnload)        \
   X(cuLaunchKernel) X(cuFuncGetAttribute) X(cuDeviceGetDefaultMemPool) X(cuMemPoolSetAttribute)          \
-  X(cuMemPoolTrimTo)
+  X(cuMemPoolTrimTo) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags)          \
+  X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)
 
 struct CudaApi {
 #define CJIT_CUDA_FIELD(name) decltype(&::name) name = nullptr;

@@ -22,6 +22,8 @@ struct PtxKernelHandle : FusedKernelHandle {
   std::shared_ptr<CudaModule> module;  // keeps the functions loaded
   CUfunction fn = nullptr;
   CUfunction fn_block = nullptr;  // row kernels: one block per row
+  CUfunction fn_cached = nullptr;  // row kernels: one block per row, inputs cached in shared memory
+  int row_cache_inputs = 0;
 };
 
 std::mutex g_kernels_mu;
@@ -94,6 +96,8 @@ class CudaBackend : public DeviceBackend {
       CJIT_ASSIGN_OR_RETURN(h->fn, module->Function(ptx.kernel_names[j]));
       if (missing.kernels[j].row_reduction) {
         CJIT_ASSIGN_OR_RETURN(h->fn_block, module->Function(ptx.kernel_names[j] + kBlockPerRowSuffix));
+        CJIT_ASSIGN_OR_RETURN(h->fn_cached, module->Function(ptx.kernel_names[j] + kRowCacheSuffix));
+        h->row_cache_inputs = RowCacheInputs(missing.kernels[j]);
       }
       Kernels()[keys[missing_index[j]]] = h;
       out[missing_index[j]] = h;
@@ -104,7 +108,7 @@ class CudaBackend : public DeviceBackend {
   absl::Status LaunchFused(const FusedKernelHandle& kernel, const FusedLaunchArgs& a,
                            const std::vector<uint64_t>& buffers) const override {
     const auto& k = static_cast<const PtxKernelHandle&>(kernel);
-    FusedLaunch launch{k.fn, k.fn_block, a.rows, a.row_elems, a.row_kernel, a.meta, a.consts};
+    FusedLaunch launch{k.fn, k.fn_block, k.fn_cached, k.row_cache_inputs, a.rows, a.row_elems, a.row_kernel, a.meta, a.consts};
     return cjit::LaunchFused(*dev_, launch, std::vector<CUdeviceptr>(buffers.begin(), buffers.end()));
   }
 
@@ -116,6 +120,19 @@ class CudaBackend : public DeviceBackend {
   }
   absl::StatusOr<std::unique_ptr<PoolOp>> MakePool(const PoolShape& shape) const override {
     return MakeCudnnPool(dev_, shape);
+  }
+  absl::StatusOr<std::unique_ptr<DeviceGraph>> Capture(const std::function<absl::Status()>& enqueue) const override {
+    // The stream-ordered pool would put allocation nodes into the graph: graphs use the caching allocator.
+    if (allocator_->name() != "caching") {
+      return absl::UnimplementedError(absl::StrCat("no CUDA graphs with the ", allocator_->name(), " allocator"));
+    }
+    struct Graph : DeviceGraph {
+      std::unique_ptr<CudaGraph> g;
+      absl::Status Launch() const override { return g->Launch(); }
+    };
+    auto out = std::make_unique<Graph>();
+    CJIT_ASSIGN_OR_RETURN(out->g, dev_->Capture(enqueue));
+    return std::unique_ptr<DeviceGraph>(std::move(out));
   }
   std::string MemoryReport() const override {
     AllocatorStats st = allocator_->stats();

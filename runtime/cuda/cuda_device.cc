@@ -10,6 +10,14 @@
 namespace cjit {
 namespace {
 
+// The capture in progress on this thread (CudaDevice::Capture).
+struct CaptureState {
+  const CudaDevice* device = nullptr;
+  CUstream stream = nullptr;
+  std::vector<std::shared_ptr<DeviceBuffer>>* keep = nullptr;
+};
+thread_local CaptureState t_capture;
+
 // cuMemAlloc/cuMemFree under the caching allocator.
 class DriverBackend : public DeviceMemoryBackend {
  public:
@@ -128,6 +136,50 @@ absl::StatusOr<CudaDevice*> CudaDevice::Get(int ordinal) {
   return raw;
 }
 
+CUstream CudaDevice::stream() const { return t_capture.device == this ? t_capture.stream : stream_; }
+
+CudaGraph::~CudaGraph() {
+  if (exec_ == nullptr || !device_->MakeCurrent().ok()) return;
+  CUresult rc = device_->api().cuGraphExecDestroy(exec_);
+  if (rc != CUDA_SUCCESS) CJIT_LOG(WARNING) << CudaStatus(device_->api(), rc, "cuGraphExecDestroy");
+}
+
+absl::Status CudaGraph::Launch() const {
+  CJIT_CU_RETURN_IF_ERROR(device_->api(), cuGraphLaunch(exec_, device_->stream()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CudaGraph>> CudaDevice::Capture(const std::function<absl::Status()>& enqueue) {
+  if (t_capture.device != nullptr) return absl::FailedPreconditionError("CUDA graph capture inside a capture");
+  CJIT_RETURN_IF_ERROR(MakeCurrent());
+  auto graph = std::unique_ptr<CudaGraph>(new CudaGraph());
+  graph->device_ = this;
+  CUstream cs = nullptr;
+  CJIT_CU_RETURN_IF_ERROR(*api_, cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING));
+  CUresult rc = api_->cuStreamBeginCapture(cs, CU_STREAM_CAPTURE_MODE_RELAXED);
+  if (rc != CUDA_SUCCESS) {
+    api_->cuStreamDestroy(cs);
+    return CudaStatus(*api_, rc, "cuStreamBeginCapture");
+  }
+  t_capture = CaptureState{this, cs, &graph->keep_};
+  absl::Status st = enqueue();
+  t_capture = CaptureState{};
+  CUgraph g = nullptr;
+  rc = api_->cuStreamEndCapture(cs, &g);
+  api_->cuStreamDestroy(cs);
+  if (st.ok() && rc != CUDA_SUCCESS) st = CudaStatus(*api_, rc, "cuStreamEndCapture");
+  if (st.ok()) {
+    rc = api_->cuGraphInstantiateWithFlags(&graph->exec_, g, 0);
+    if (rc != CUDA_SUCCESS) {
+      graph->exec_ = nullptr;
+      st = CudaStatus(*api_, rc, "cuGraphInstantiateWithFlags");
+    }
+  }
+  if (g != nullptr) api_->cuGraphDestroy(g);
+  if (!st.ok()) return st;
+  return graph;
+}
+
 absl::Status CudaDevice::MakeCurrent() const {
   CJIT_CU_RETURN_IF_ERROR(*api_, cuCtxSetCurrent(context_));
   return absl::OkStatus();
@@ -154,29 +206,31 @@ absl::StatusOr<DeviceAllocator*> CudaDevice::Allocator(const std::string& name) 
 absl::StatusOr<std::shared_ptr<DeviceBuffer>> CudaDevice::Allocate(size_t bytes, DeviceAllocator* allocator) {
   if (allocator == nullptr) allocator = caching_.get();
   CJIT_ASSIGN_OR_RETURN(uint64_t address, allocator->Allocate(bytes));
-  return std::make_shared<DeviceBuffer>(allocator, static_cast<CUdeviceptr>(address), bytes);
+  auto buffer = std::make_shared<DeviceBuffer>(allocator, static_cast<CUdeviceptr>(address), bytes);
+  if (t_capture.device == this) t_capture.keep->push_back(buffer);  // owned by the graph being captured
+  return buffer;
 }
 
 absl::Status CudaDevice::CopyToDevice(CUdeviceptr dst, const void* src, size_t bytes) const {
   if (bytes == 0) return absl::OkStatus();
-  CJIT_CU_RETURN_IF_ERROR(*api_, cuMemcpyHtoDAsync(dst, src, bytes, stream_));
+  CJIT_CU_RETURN_IF_ERROR(*api_, cuMemcpyHtoDAsync(dst, src, bytes, stream()));
   return absl::OkStatus();
 }
 
 absl::Status CudaDevice::CopyToHost(void* dst, CUdeviceptr src, size_t bytes) const {
-  if (bytes > 0) CJIT_CU_RETURN_IF_ERROR(*api_, cuMemcpyDtoHAsync(dst, src, bytes, stream_));
+  if (bytes > 0) CJIT_CU_RETURN_IF_ERROR(*api_, cuMemcpyDtoHAsync(dst, src, bytes, stream()));
   return Synchronize();
 }
 
 absl::Status CudaDevice::CopyOnDevice(CUdeviceptr dst, CUdeviceptr src, size_t bytes) const {
   if (bytes == 0) return absl::OkStatus();
-  CJIT_CU_RETURN_IF_ERROR(*api_, cuMemcpyDtoDAsync(dst, src, bytes, stream_));
+  CJIT_CU_RETURN_IF_ERROR(*api_, cuMemcpyDtoDAsync(dst, src, bytes, stream()));
   return absl::OkStatus();
 }
 
 absl::Status CudaDevice::Fill(CUdeviceptr dst, uint8_t byte, size_t bytes) const {
   if (bytes == 0) return absl::OkStatus();
-  CJIT_CU_RETURN_IF_ERROR(*api_, cuMemsetD8Async(dst, byte, bytes, stream_));
+  CJIT_CU_RETURN_IF_ERROR(*api_, cuMemsetD8Async(dst, byte, bytes, stream()));
   return absl::OkStatus();
 }
 
@@ -197,13 +251,13 @@ absl::Status CudaDevice::Copy2D(CUdeviceptr dst, size_t dst_pitch, CUdeviceptr s
   c.dstPitch = dst_pitch;
   c.WidthInBytes = width;
   c.Height = height;
-  CJIT_CU_RETURN_IF_ERROR(*api_, cuMemcpy2DAsync(&c, stream_));
+  CJIT_CU_RETURN_IF_ERROR(*api_, cuMemcpy2DAsync(&c, stream()));
   return absl::OkStatus();
 }
 
 absl::Status CudaDevice::Fill32(CUdeviceptr dst, uint32_t value, size_t count) const {
   if (count == 0) return absl::OkStatus();
-  CJIT_CU_RETURN_IF_ERROR(*api_, cuMemsetD32Async(dst, value, count, stream_));
+  CJIT_CU_RETURN_IF_ERROR(*api_, cuMemsetD32Async(dst, value, count, stream()));
   return absl::OkStatus();
 }
 
@@ -231,12 +285,12 @@ absl::Status CudaDevice::CopyIntoPadded(CUdeviceptr dst, size_t dst_pitch, size_
   c.WidthInBytes = width;
   c.Height = height;
   c.Depth = planes;
-  CJIT_CU_RETURN_IF_ERROR(*api_, cuMemcpy3DAsync(&c, stream_));
+  CJIT_CU_RETURN_IF_ERROR(*api_, cuMemcpy3DAsync(&c, stream()));
   return absl::OkStatus();
 }
 
 absl::Status CudaDevice::Synchronize() const {
-  CJIT_CU_RETURN_IF_ERROR(*api_, cuStreamSynchronize(stream_));
+  CJIT_CU_RETURN_IF_ERROR(*api_, cuStreamSynchronize(stream()));
   return absl::OkStatus();
 }
 
@@ -265,7 +319,7 @@ absl::StatusOr<std::shared_ptr<CudaModule>> CudaDevice::LoadModule(const std::st
 
 absl::Status CudaDevice::Launch(CUfunction fn, unsigned grid_x, unsigned grid_y, unsigned block, void** args,
                                 unsigned shared_bytes) const {
-  CJIT_CU_RETURN_IF_ERROR(*api_, cuLaunchKernel(fn, grid_x, grid_y, 1, block, 1, 1, shared_bytes, stream_, args, nullptr));
+  CJIT_CU_RETURN_IF_ERROR(*api_, cuLaunchKernel(fn, grid_x, grid_y, 1, block, 1, 1, shared_bytes, stream(), args, nullptr));
   return absl::OkStatus();
 }
 

@@ -48,13 +48,30 @@ class CudaModule {
   CUmodule module_ = nullptr;
 };
 
+// An instantiated CUDA graph (cuGraphInstantiateWithFlags) of work captured from a CudaDevice's stream,
+// owning every device buffer allocated while it was captured (its kernels' addresses stay valid).
+class CudaGraph {
+ public:
+  ~CudaGraph();
+  // Enqueues one replay on the device stream.
+  absl::Status Launch() const;
+
+ private:
+  friend class CudaDevice;
+  const CudaDevice* device_ = nullptr;
+  CUgraphExec exec_ = nullptr;
+  std::vector<std::shared_ptr<DeviceBuffer>> keep_;
+};
+
 class CudaDevice {
  public:
   // The device with this ordinal, created on first use. Errors: no driver, no such device.
   static absl::StatusOr<CudaDevice*> Get(int ordinal);
 
   const CudaApi& api() const { return *api_; }
-  CUstream stream() const { return stream_; }
+  // The stream work is enqueued on: the device's one stream, or, on a thread inside Capture() for this
+  // device, the capture stream.
+  CUstream stream() const;
   int ordinal() const { return ordinal_; }
   const std::string& name() const { return name_; }
   const std::string& sm() const { return sm_; }  // "sm_90"
@@ -92,6 +109,14 @@ class CudaDevice {
   absl::StatusOr<std::shared_ptr<CudaModule>> LoadModule(const std::string& ptx);
   absl::Status Launch(CUfunction fn, unsigned grid_x, unsigned grid_y, unsigned block, void** args,
                       unsigned shared_bytes = 0) const;
+
+  // Records what `enqueue` puts on this device's stream from the calling thread into a CUDA graph
+  // (cuStreamBeginCapture on a private stream, so other threads' work on the device stream is neither
+  // captured nor disturbed; relaxed capture mode, so the caching allocator may still cuMemAlloc — an
+  // immediate allocation, not a graph node), instantiates it and returns it; nothing runs. Every buffer
+  // Allocate()d by this thread meanwhile is owned by the graph. Errors: `enqueue`'s, or the driver's
+  // when something it enqueued cannot be captured (a synchronizing call, a copy from pageable memory).
+  absl::StatusOr<std::unique_ptr<CudaGraph>> Capture(const std::function<absl::Status()>& enqueue);
 
  private:
   CudaDevice() = default;

@@ -59,13 +59,22 @@ constexpr size_t kMaxWorkspace = size_t{256} << 20;
 struct DeviceDnn {
   cudnnHandle_t handle = nullptr;
   std::mutex mu;  // serializes use of the handle
+  CUstream bound = nullptr;  // the stream the handle enqueues on (the device's, or a graph capture's)
 };
+
+// Under d->mu: points the handle at the stream the calling thread enqueues on (CudaDevice::stream()).
+#define CJIT_DNN_BIND_STREAM(dnn, d, device)                                                                   \
+  if (CUstream cjit_s_ = (device)->stream(); cjit_s_ != (d)->bound) {                                        \
+    CJIT_DNN_RETURN_IF_ERROR(dnn, cudnnSetStream((d)->handle, reinterpret_cast<cudaStream_t>(cjit_s_)));     \
+    (d)->bound = cjit_s_;                                                                                     \
+  }
 
 absl::StatusOr<DeviceDnn*> CreateDnn(CudaDevice* device, const DnnApi& dnn) {
   CJIT_RETURN_IF_ERROR(device->MakeCurrent());
   auto d = std::make_unique<DeviceDnn>();
   CJIT_DNN_RETURN_IF_ERROR(dnn, cudnnCreate(&d->handle));
   CJIT_DNN_RETURN_IF_ERROR(dnn, cudnnSetStream(d->handle, reinterpret_cast<cudaStream_t>(device->stream())));
+  d->bound = device->stream();
   return d.release();  // lives for the process
 }
 
@@ -178,6 +187,7 @@ class CudnnConv : public ConvOp {
       x = padded->address();
     }
     std::lock_guard<std::mutex> lock(dev_dnn_->mu);
+    CJIT_DNN_BIND_STREAM(d, dev_dnn_, device_);
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnConvolutionForward(dev_dnn_->handle, &one, x_, p(x), w_, p(w), conv_, algo_,
                                                         workspace_ ? p(workspace_->address()) : nullptr,
                                                         workspace_bytes_, &zero, y_, p(y)));
@@ -251,6 +261,7 @@ class CudnnPool : public PoolOp {
       x = padded->address();
     }
     std::lock_guard<std::mutex> lock(dev_dnn_->mu);
+    CJIT_DNN_BIND_STREAM(*dnn_, dev_dnn_, device_);
     CJIT_DNN_RETURN_IF_ERROR(*dnn_, cudnnPoolingForward(dev_dnn_->handle, pool_, &one, x_, reinterpret_cast<void*>(x), &zero,
                                                         y_, reinterpret_cast<void*>(y)));
     return absl::OkStatus();

@@ -12,6 +12,7 @@
 #define CJIT_RUNTIME_CUDA_DEVICE_BACKEND_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -107,6 +108,14 @@ class PoolOp {
   virtual absl::Status Run(uint64_t x, uint64_t y) const = 0;
 };
 
+// A recorded sequence of device work replayed with one launch (a CUDA graph): DeviceBackend::Capture.
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  // Enqueues one replay on the backend's stream.
+  virtual absl::Status Launch() const = 0;
+};
+
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
@@ -147,6 +156,15 @@ class DeviceBackend {
   virtual absl::StatusOr<std::unique_ptr<PoolOp>> MakePool(const PoolShape& shape) const = 0;
   // "device memory: N MiB in use, peak P MiB, C MiB cached (allocator)" or empty where not tracked.
   virtual std::string MemoryReport() const { return ""; }
+  // Graph capture (CUDA graphs, as XLA's command buffers and torch.compile's "reduce-overhead"): records
+  // the device work `enqueue` issues from the calling thread — kernel launches, library calls, copies and
+  // fills between device buffers — without running it; the graph owns every buffer allocated meanwhile.
+  // UnimplementedError where the backend or its allocator has none (the host backend; cuda_malloc_async);
+  // the driver's error where some enqueued work cannot be captured (the caller then runs without a graph).
+  virtual absl::StatusOr<std::unique_ptr<DeviceGraph>> Capture(const std::function<absl::Status()>& enqueue) const {
+    (void)enqueue;
+    return absl::UnimplementedError("this device backend has no graph capture");
+  }
 };
 
 struct CudaBackendOptions {

@@ -4,7 +4,9 @@
 // several rows of at least 128 elements get a 2-D grid (rows over y, each row's offsets computed once);
 // others a 1-D grid. Row kernels give each row one warp, so their grid covers rows * 32 threads — or, for
 // fewer than 32 rows per multiprocessor of at least 512 elements, one block per row (the variant
-// compiled as name + kBlockPerRowSuffix). kBlock equals kRowKernelBlockThreads.
+// compiled as name + kBlockPerRowSuffix). Rows of at least 512 elements whose cached inputs fit
+// kRowCacheMaxBytes take the block-per-row function with the row cache (name + kRowCacheSuffix), whatever
+// the number of rows: each row is then read from device memory once. kBlock equals kRowKernelBlockThreads.
 // Include only from runtime/cuda/ (pulls in cuda.h). Thread-safety: as CudaDevice::Launch.
 #ifndef CJIT_RUNTIME_CUDA_FUSED_LAUNCH_H_
 #define CJIT_RUNTIME_CUDA_FUSED_LAUNCH_H_
@@ -20,6 +22,8 @@ namespace cjit {
 struct FusedLaunch {
   CUfunction fn = nullptr;
   CUfunction fn_block = nullptr;  // row kernels: the block-per-row variant
+  CUfunction fn_cached = nullptr;  // row kernels: block per row with the row cache
+  int row_cache_inputs = 0;        // RowCacheInputs of the kernel
   int64_t rows = 0, row_elems = 0;  // the collapsed iteration space
   bool row_kernel = false;
   CUdeviceptr meta = 0, consts = 0;  // device copies of KernelMeta / KernelConsts
@@ -32,7 +36,13 @@ inline absl::Status LaunchFused(const CudaDevice& dev, const FusedLaunch& k, std
   int64_t target_blocks = int64_t{dev.multiprocessors()} * 32;
   int64_t grid = 0, grid_y = 1;
   CUfunction fn = k.fn;
-  if (k.row_kernel && k.fn_block != nullptr && k.row_elems >= 512 && k.rows < int64_t{dev.multiprocessors()} * 32 &&
+  unsigned shared_bytes = 0;
+  int64_t cache_bytes = RowCacheBytes(k.row_cache_inputs, k.row_elems);
+  if (k.row_kernel && k.fn_cached != nullptr && cache_bytes > 0 && k.row_elems >= 512 && k.rows <= 0x7fffffff) {
+    fn = k.fn_cached;
+    grid = k.rows;
+    shared_bytes = static_cast<unsigned>(cache_bytes);
+  } else if (k.row_kernel && k.fn_block != nullptr && k.row_elems >= 512 && k.rows < int64_t{dev.multiprocessors()} * 32 &&
       k.rows <= 0x7fffffff) {
     // Few long rows: a block of kRowKernelBlockThreads per row instead of a warp.
     fn = k.fn_block;
@@ -53,7 +63,7 @@ inline absl::Status LaunchFused(const CudaDevice& dev, const FusedLaunch& k, std
   args.push_back(&consts);
   args.push_back(&rows);
   return dev.Launch(fn, static_cast<unsigned>(grid), static_cast<unsigned>(grid_y), static_cast<unsigned>(kBlock),
-                    args.data());
+                    args.data(), shared_bytes);
 }
 
 }  // namespace cjit

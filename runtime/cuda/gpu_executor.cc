@@ -117,6 +117,18 @@ struct GpuExecutor::Impl {
   mutable std::mutex sub_mu;
   mutable std::map<const Graph*, std::unique_ptr<Executor>> subgraphs;
 
+  // CUDA graph (options.graph_level): captured at the second run when every step runs on the device and
+  // every shape is static; replayed under graph_mu (its buffers are fixed).
+  struct GraphState {
+    std::unique_ptr<DeviceGraph> graph;
+    std::vector<std::shared_ptr<DeviceMemory>> inputs, outputs;  // input_slots / output_slots order
+  };
+  std::string graph_ineligible;  // why runs never use a graph; "" = they may
+  mutable std::mutex graph_mu;
+  mutable std::unique_ptr<GraphState> graph_state;
+  mutable std::string graph_failure;  // why capture failed ("" = not tried or succeeded)
+  mutable int64_t plain_runs = 0, graph_replays = 0;
+
   int Slot(const Value* v) {
     auto it = slot_of.find(v);
     if (it != slot_of.end()) return it->second;
@@ -830,28 +842,28 @@ absl::StatusOr<std::unique_ptr<GpuExecutor>> GpuExecutor::Create(std::shared_ptr
     if (impl->slots[s].constant) keep[s] = true;
     if (!keep[s] && last[s] >= 0) impl->steps[last[s]].free_after.push_back(static_cast<int>(s));
   }
+  if (impl->options.graph_level <= 0) impl->graph_ineligible = "--gpu_graph_level=0";
+  for (const Impl::Step& st : impl->steps) {
+    if (impl->graph_ineligible.empty() && st.kind == Impl::Step::Kind::kHost) {
+      impl->graph_ineligible = absl::StrCat("the host runs ", st.node->op_type, " '", st.node->name, "'");
+    }
+  }
+  for (const Impl::SlotInfo& info : impl->slots) {
+    if (impl->graph_ineligible.empty() && !info.static_dims) {
+      impl->graph_ineligible = absl::StrCat("value '", info.value->name, "' has no static shape");
+    }
+  }
   CJIT_RETURN_IF_ERROR(impl->device->Synchronize());  // uploads done
   CJIT_VLOG(1) << "GPU placement: " << impl->placement.ToString();
   return std::unique_ptr<GpuExecutor>(new GpuExecutor(std::move(impl)));
 }
 
-absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::vector<Tensor>& inputs) const {
-  const Impl& m = *impl_;
+namespace {
+
+// The steps of one run: values in `host` / `on_device` (graph inputs and constants set by the caller).
+absl::Status RunSteps(const GpuExecutor::Impl& m, std::vector<Tensor>& host,
+                      std::vector<std::shared_ptr<DeviceMemory>>& on_device) {
   const DeviceBackend& dev = *m.device;
-  CJIT_RETURN_IF_ERROR(dev.MakeCurrent());
-  if (inputs.size() != m.input_slots.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("the graph takes ", m.input_slots.size(), " inputs, got ", inputs.size()));
-  }
-  size_t n = m.slots.size();
-  std::vector<Tensor> host(n);
-  std::vector<std::shared_ptr<DeviceMemory>> on_device(n);
-  for (size_t s = 0; s < n; ++s) {
-    if (m.slots[s].constant) {
-      host[s] = *m.slots[s].constant;
-      on_device[s] = m.slots[s].constant_on_device;
-    }
-  }
-  for (size_t i = 0; i < inputs.size(); ++i) host[m.input_slots[i]] = inputs[i];
   auto ensure_device = [&](int s) -> absl::Status {
     if (on_device[s]) return absl::OkStatus();
     const Tensor& t = host[s];
@@ -872,16 +884,16 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::vector<Tensor>& 
     return absl::OkStatus();
   };
   auto allocate_output = [&](int s) -> absl::Status {
-    const Impl::SlotInfo& info = m.slots[s];
+    const GpuExecutor::Impl::SlotInfo& info = m.slots[s];
     size_t bytes = static_cast<size_t>(NumElements(info.dims)) * DTypeSize(info.dtype);
     CJIT_ASSIGN_OR_RETURN(on_device[s], dev.Allocate(bytes));
     host[s] = Tensor();
     if (m.options.poison_outputs) CJIT_RETURN_IF_ERROR(dev.Fill(on_device[s]->address(), 0xFF, bytes));
     return absl::OkStatus();
   };
-  for (const Impl::Step& st : m.steps) {
+  for (const GpuExecutor::Impl::Step& st : m.steps) {
     switch (st.kind) {
-      case Impl::Step::Kind::kKernel: {
+      case GpuExecutor::Impl::Step::Kind::kKernel: {
         std::vector<uint64_t> ptrs;
         for (int s : st.in) {
           CJIT_RETURN_IF_ERROR(ensure_device(s));
@@ -895,7 +907,7 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::vector<Tensor>& 
         CJIT_RETURN_IF_ERROR(dev.LaunchFused(*st.fn, launch, ptrs));
         break;
       }
-      case Impl::Step::Kind::kAlias: {  // same elements, the output's dims
+      case GpuExecutor::Impl::Step::Kind::kAlias: {  // same elements, the output's dims
         int from = st.in[0], to = st.out[0];
         if (on_device[from]) {
           on_device[to] = on_device[from];
@@ -907,7 +919,7 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::vector<Tensor>& 
         }
         break;
       }
-      case Impl::Step::Kind::kConcat: {
+      case GpuExecutor::Impl::Step::Kind::kConcat: {
         CJIT_RETURN_IF_ERROR(allocate_output(st.out[0]));
         uint64_t dst = on_device[st.out[0]]->address();
         for (size_t i = 0; i < st.in.size(); ++i) {
@@ -918,7 +930,7 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::vector<Tensor>& 
         }
         break;
       }
-      case Impl::Step::Kind::kConv: {
+      case GpuExecutor::Impl::Step::Kind::kConv: {
         for (int s : st.in)
           if (s >= 0) CJIT_RETURN_IF_ERROR(ensure_device(s));
         CJIT_RETURN_IF_ERROR(allocate_output(st.out[0]));
@@ -927,13 +939,13 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::vector<Tensor>& 
                                           on_device[st.out[0]]->address()));
         break;
       }
-      case Impl::Step::Kind::kPool: {
+      case GpuExecutor::Impl::Step::Kind::kPool: {
         CJIT_RETURN_IF_ERROR(ensure_device(st.in[0]));
         CJIT_RETURN_IF_ERROR(allocate_output(st.out[0]));
         CJIT_RETURN_IF_ERROR(st.pool->Run(on_device[st.in[0]]->address(), on_device[st.out[0]]->address()));
         break;
       }
-      case Impl::Step::Kind::kPad: {
+      case GpuExecutor::Impl::Step::Kind::kPad: {
         CJIT_RETURN_IF_ERROR(ensure_device(st.in[0]));
         CJIT_RETURN_IF_ERROR(allocate_output(st.out[0]));
         CJIT_RETURN_IF_ERROR(dev.PadPlanes(on_device[st.out[0]]->address(), st.pad_fill, on_device[st.in[0]]->address(),
@@ -941,7 +953,7 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::vector<Tensor>& 
                                            st.pad_out_w));
         break;
       }
-      case Impl::Step::Kind::kGemm: {
+      case GpuExecutor::Impl::Step::Kind::kGemm: {
         for (int s : st.in)
           if (s >= 0) CJIT_RETURN_IF_ERROR(ensure_device(s));
         CJIT_RETURN_IF_ERROR(allocate_output(st.out[0]));
@@ -950,7 +962,7 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::vector<Tensor>& 
                                           on_device[st.out[0]]->address()));
         break;
       }
-      case Impl::Step::Kind::kHost: {
+      case GpuExecutor::Impl::Step::Kind::kHost: {
         KernelContext ctx;
         ctx.node = st.node;
         ctx.threads = m.options.host_threads;
@@ -985,9 +997,133 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::vector<Tensor>& 
       on_device[s] = nullptr;
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+namespace {
+
+void CheckDims(const GpuExecutor::Impl& m, const std::vector<Tensor>& inputs, absl::Status* st) {
+  for (size_t i = 0; i < inputs.size() && st->ok(); ++i) {
+    const GpuExecutor::Impl::SlotInfo& info = m.slots[m.input_slots[i]];
+    if (inputs[i].dims() != info.dims || inputs[i].dtype() != info.dtype) {
+      *st = absl::InternalError(absl::StrCat("GPU executor: value '", info.value->name,
+                                             "' has dims that differ from its specialized shape"));
+    }
+  }
+}
+
+}  // namespace
+
+// Under graph_mu: graph inputs go to fixed device buffers, then the steps are captured (nothing runs).
+absl::Status GpuExecutor::CaptureGraph(const Impl& m, const std::vector<Tensor>& inputs) {
+  const DeviceBackend& dev = *m.device;
+  absl::Status st;
+  CheckDims(m, inputs, &st);
+  CJIT_RETURN_IF_ERROR(st);
+  auto gs = std::make_unique<Impl::GraphState>();
+  size_t n = m.slots.size();
+  std::vector<Tensor> host(n);
+  std::vector<std::shared_ptr<DeviceMemory>> on_device(n);
+  for (size_t s = 0; s < n; ++s) {
+    if (m.slots[s].constant) {
+      host[s] = *m.slots[s].constant;
+      on_device[s] = m.slots[s].constant_on_device;
+    }
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    CJIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceMemory> b, dev.Allocate(std::max<size_t>(inputs[i].nbytes(), 8)));
+    gs->inputs.push_back(b);
+    on_device[m.input_slots[i]] = b;
+  }
+  CJIT_ASSIGN_OR_RETURN(gs->graph, dev.Capture([&]() -> absl::Status {
+    CJIT_RETURN_IF_ERROR(RunSteps(m, host, on_device));
+    for (int s : m.output_slots) {
+      if (!on_device[s]) {
+        return absl::FailedPreconditionError(absl::StrCat("output '", m.slots[s].value->name, "' is not on the device"));
+      }
+      gs->outputs.push_back(on_device[s]);
+    }
+    return absl::OkStatus();
+  }));
+  CJIT_VLOG(1) << "GPU executor: captured a CUDA graph of " << m.steps.size() << " steps";
+  m.graph_state = std::move(gs);
+  return absl::OkStatus();
+}
+
+// Under graph_mu: inputs into the graph's input buffers, one launch, outputs back.
+absl::StatusOr<std::vector<Tensor>> GpuExecutor::ReplayGraph(const Impl& m, const std::vector<Tensor>& inputs) {
+  const DeviceBackend& dev = *m.device;
+  const Impl::GraphState& gs = *m.graph_state;
+  absl::Status st;
+  CheckDims(m, inputs, &st);
+  CJIT_RETURN_IF_ERROR(st);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    CJIT_RETURN_IF_ERROR(dev.CopyToDevice(gs.inputs[i]->address(), inputs[i].raw(), inputs[i].nbytes()));
+  }
+  CJIT_RETURN_IF_ERROR(gs.graph->Launch());
+  std::vector<Tensor> outputs;
+  for (size_t o = 0; o < m.output_slots.size(); ++o) {
+    const Impl::SlotInfo& info = m.slots[m.output_slots[o]];
+    Tensor t(info.dtype, info.dims);
+    CJIT_RETURN_IF_ERROR(dev.CopyToHost(t.raw(), gs.outputs[o]->address(), t.nbytes()));
+    outputs.push_back(std::move(t));
+  }
+  ++m.graph_replays;
+  return outputs;
+}
+
+std::string GpuExecutor::GraphStatus() const {
+  const Impl& m = *impl_;
+  if (!m.graph_ineligible.empty()) return absl::StrCat("no CUDA graph: ", m.graph_ineligible);
+  std::lock_guard<std::mutex> lock(m.graph_mu);
+  if (!m.graph_failure.empty()) return absl::StrCat("no CUDA graph: capture failed: ", m.graph_failure);
+  if (m.graph_state == nullptr) return absl::StrCat("CUDA graph not captured yet (", m.plain_runs, " plain runs)");
+  return absl::StrCat("CUDA graph of ", m.steps.size(), " steps, ", m.graph_replays, " replays");
+}
+
+absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::vector<Tensor>& inputs) const {
+  const Impl& m = *impl_;
+  const DeviceBackend& dev = *m.device;
+  CJIT_RETURN_IF_ERROR(dev.MakeCurrent());
+  if (inputs.size() != m.input_slots.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("the graph takes ", m.input_slots.size(), " inputs, got ", inputs.size()));
+  }
+  if (m.graph_ineligible.empty()) {
+    std::unique_lock<std::mutex> lock(m.graph_mu);
+    if (m.graph_failure.empty()) {
+      // The first run makes what is created lazily (library handles, workspaces); the second is captured.
+      if (m.graph_state == nullptr && m.plain_runs >= 1) {
+        absl::Status st = CaptureGraph(m, inputs);
+        if (!st.ok()) {
+          m.graph_failure = std::string(st.message());
+          CJIT_VLOG(1) << "GPU executor: runs without a CUDA graph: " << st;
+        }
+      }
+      if (m.graph_state != nullptr) return ReplayGraph(m, inputs);
+    }
+    ++m.plain_runs;
+  }
+  size_t n = m.slots.size();
+  std::vector<Tensor> host(n);
+  std::vector<std::shared_ptr<DeviceMemory>> on_device(n);
+  for (size_t s = 0; s < n; ++s) {
+    if (m.slots[s].constant) {
+      host[s] = *m.slots[s].constant;
+      on_device[s] = m.slots[s].constant_on_device;
+    }
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) host[m.input_slots[i]] = inputs[i];
+  CJIT_RETURN_IF_ERROR(RunSteps(m, host, on_device));
   std::vector<Tensor> outputs;
   for (int s : m.output_slots) {
-    CJIT_RETURN_IF_ERROR(ensure_host(s));
+    if (!host[s].defined()) {
+      if (!on_device[s]) return absl::InternalError(absl::StrCat("GPU executor: value '", m.slots[s].value->name, "' was not computed"));
+      Tensor t(m.slots[s].dtype, m.slots[s].dims);
+      CJIT_RETURN_IF_ERROR(dev.CopyToHost(t.raw(), on_device[s]->address(), t.nbytes()));
+      host[s] = std::move(t);
+    }
     outputs.push_back(host[s]);
   }
   CJIT_RETURN_IF_ERROR(dev.Synchronize());  // surfaces errors of kernels whose results were not read back

@@ -27,7 +27,15 @@
 //
 // Errors: no driver/device (FailedPrecondition), code generation or PTX JIT failures (with the JIT log),
 // CUDA errors naming the call, kernel errors of host-placed ops naming the node.
-// Thread-safety: Run() may be called concurrently.
+// CUDA graphs (graph_level 1, as XLA's command buffers and torch.compile's "reduce-overhead" mode): where
+// every step runs on the device and every shape is static, the second run captures the steps into one
+// CUDA graph (DeviceBackend::Capture; library calls included) with its own device buffers, and later runs
+// copy the inputs into the graph's input buffers, launch it once and copy the outputs back — the host cost
+// of a run no longer grows with its number of kernels. A capture the driver refuses leaves the executor
+// launching step by step (GraphStatus() says why).
+//
+// Thread-safety: Run() may be called concurrently (graph replays of one executor are serialized: they
+// share the graph's buffers).
 #ifndef CJIT_RUNTIME_CUDA_GPU_EXECUTOR_H_
 #define CJIT_RUNTIME_CUDA_GPU_EXECUTOR_H_
 
@@ -47,6 +55,9 @@ struct GpuExecutorOptions {
   // Test aid: fill every output buffer of a device step with 0xFF bytes (NaN) before the step runs, so an
   // element a kernel fails to write shows up as NaN rather than as stale data from a reused block.
   bool poison_outputs = false;
+  // CUDA graphs (--gpu_graph_level): 1 = the second and later runs replay one captured graph of the steps
+  // when every step runs on the device and every shape is static; 0 = every run launches each step.
+  int graph_level = 1;
 };
 
 struct GpuPlacement {
@@ -76,10 +87,16 @@ class GpuExecutor {
   // Host tensors in graph-input order; returns host tensors in graph-output order.
   absl::StatusOr<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) const;
   const GpuPlacement& placement() const;
+  // "CUDA graph of N steps, R replays", or why runs do not use one ("no CUDA graph: the host runs LSTM
+  // 'x'", "... capture failed: <driver error>", "not captured yet"). Thread-safe.
+  std::string GraphStatus() const;
+
+  struct Impl;  // opaque
 
  private:
-  struct Impl;
   explicit GpuExecutor(std::unique_ptr<Impl> impl);
+  static absl::Status CaptureGraph(const Impl& m, const std::vector<Tensor>& inputs);
+  static absl::StatusOr<std::vector<Tensor>> ReplayGraph(const Impl& m, const std::vector<Tensor>& inputs);
   std::unique_ptr<Impl> impl_;
 };
 

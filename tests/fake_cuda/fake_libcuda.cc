@@ -237,6 +237,16 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* p, CUdevice) {
 }
 CUresult cuMemPoolSetAttribute(CUmemoryPool, CUmemPool_attribute, void*) { return CUDA_SUCCESS; }
 CUresult cuMemPoolTrimTo(CUmemoryPool, size_t) { return CUDA_SUCCESS; }
+// Graph capture is refused, as a driver does for work it cannot capture: callers run step by step.
+CUresult cuStreamBeginCapture(CUstream, CUstreamCaptureMode) { return CUDA_ERROR_NOT_SUPPORTED; }
+CUresult cuStreamEndCapture(CUstream, CUgraph* g) {
+  *g = nullptr;
+  return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+}
+CUresult cuGraphInstantiateWithFlags(CUgraphExec*, CUgraph, unsigned long long) { return CUDA_ERROR_NOT_SUPPORTED; }
+CUresult cuGraphLaunch(CUgraphExec, CUstream) { return CUDA_ERROR_NOT_SUPPORTED; }
+CUresult cuGraphExecDestroy(CUgraphExec) { return CUDA_SUCCESS; }
+CUresult cuGraphDestroy(CUgraph) { return CUDA_SUCCESS; }
 
 // Entry points by their base names, as cuGetProcAddress resolves them for CUDA 12+ callers.
 CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t,
@@ -251,7 +261,8 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint
       E(cuMemcpyHtoDAsync), E(cuMemcpyDtoHAsync), E(cuMemcpyDtoDAsync), E(cuMemcpy2DAsync), E(cuMemcpy3DAsync), E(cuMemsetD8Async),
       E(cuMemsetD32Async), E(cuMemHostAlloc), E(cuMemFreeHost), E(cuModuleLoadDataEx), E(cuModuleGetFunction),
       E(cuModuleUnload), E(cuLaunchKernel), E(cuFuncGetAttribute), E(cuDeviceGetDefaultMemPool),
-      E(cuMemPoolSetAttribute), E(cuMemPoolTrimTo),
+      E(cuMemPoolSetAttribute), E(cuMemPoolTrimTo), E(cuStreamBeginCapture), E(cuStreamEndCapture),
+      E(cuGraphInstantiateWithFlags), E(cuGraphLaunch), E(cuGraphExecDestroy), E(cuGraphDestroy),
 #undef E
   };
   // #name above is the base name (the argument is not macro-expanded by #); &name the _v2 etc. function.
