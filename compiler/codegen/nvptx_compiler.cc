@@ -92,6 +92,12 @@ class GpuEmitter {
                                  name, m_);
     fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
     for (size_t i = 0; i < n_in + n_out; ++i) fn_->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::NoAlias);
+    // meta and consts are only read: their loads may leave the loops (LICM), once per thread instead of
+    // once per row.
+    for (size_t i = n_in + n_out; i < n_in + n_out + 2; ++i) {
+      fn_->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::NoAlias);
+      fn_->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::ReadOnly);
+    }
     // Also the classic nvvm.annotations kernel marker, which every LLVM version honours.
     m_.getOrInsertNamedMetadata("nvvm.annotations")
         ->addOperand(llvm::MDNode::get(ctx, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx, "kernel"),
@@ -257,9 +263,10 @@ class GpuEmitter {
     return absl::OkStatus();
   }
 
-  // One collapsed dim, float32 everywhere it streams: 16-byte loads and stores (ld/st.global.v4.f32),
-  // a quarter of the memory instructions of the scalar loop, when every contiguous input and every output
-  // starts 16-byte aligned (checked at run time: a view's offset may break it; else the scalar loop).
+  // Every input contiguous along the row (or broadcast over it) and float32 everywhere it streams:
+  // 16-byte loads and stores (ld/st.global.v4.f32), a quarter of the memory instructions of the scalar
+  // loop, when every contiguous input and every output starts 16-byte aligned (checked at run time, per row
+  // in the row loop: a view's offset or an odd row length may break it; else the scalar loop).
   bool CanVectorize() const {
     for (size_t i = 0; i < k_.inputs.size(); ++i) {
       char cls = InnerClass(c_, i);
@@ -270,34 +277,42 @@ class GpuEmitter {
     return true;
   }
 
-  absl::Status EmitVectorFlatLoop(llvm::Value* total, llvm::BasicBlock* done) {
-    llvm::LLVMContext& ctx = m_.getContext();
-    llvm::Type* f32 = b_.getFloatTy();
-    auto* v4 = llvm::FixedVectorType::get(f32, 4);
-    RowBases(b_.getInt64(0));
-    size_t n_in = k_.inputs.size();
-    llvm::Value* aligned = b_.getTrue();
+  // Whether every contiguous input (RowBases set in_ptr_) and every output at element `base` starts 16-byte
+  // aligned.
+  llvm::Value* VectorAligned(llvm::Value* base) {
     auto is_aligned = [&](llvm::Value* p) {
       return b_.CreateICmpEQ(b_.CreateAnd(b_.CreatePtrToInt(p, b_.getInt64Ty()), b_.getInt64(15)), b_.getInt64(0));
     };
+    llvm::Value* aligned = b_.getTrue();
+    size_t n_in = k_.inputs.size();
     for (size_t i = 0; i < n_in; ++i)
       if (InnerClass(c_, i) == 'c') aligned = b_.CreateAnd(aligned, is_aligned(in_ptr_[i]));
-    for (size_t o = 0; o < k_.outputs.size(); ++o)
-      aligned = b_.CreateAnd(aligned, is_aligned(fn_->getArg(static_cast<unsigned>(n_in + o))));
-    auto* vec_pre = llvm::BasicBlock::Create(ctx, "vec_pre", fn_);
-    auto* scalar = llvm::BasicBlock::Create(ctx, "scalar", fn_);
-    b_.CreateCondBr(aligned, vec_pre, scalar);
-    b_.SetInsertPoint(scalar);
-    CJIT_RETURN_IF_ERROR(EmitStridedLoop(gid_, nthreads_, total, nullptr, done));
-    b_.SetInsertPoint(vec_pre);
-    llvm::Value* n4 = b_.CreateLShr(total, b_.getInt64(2));
+    for (size_t o = 0; o < k_.outputs.size(); ++o) {
+      llvm::Value* out = fn_->getArg(static_cast<unsigned>(n_in + o));
+      if (base) out = b_.CreateInBoundsGEP(b_.getFloatTy(), out, base);
+      aligned = b_.CreateAnd(aligned, is_aligned(out));
+    }
+    return aligned;
+  }
+
+  // As EmitStridedLoop over j in [0, bound), four consecutive elements per thread and iteration (j4 =
+  // start, start + stride, ... < bound / 4) through 16-byte loads and stores, then the bound % 4 last
+  // elements one by one. The caller checked VectorAligned(base).
+  absl::Status EmitVectorLoop(llvm::Value* start, llvm::Value* stride, llvm::Value* bound, llvm::Value* base,
+                              llvm::BasicBlock* exit) {
+    llvm::LLVMContext& ctx = m_.getContext();
+    llvm::Type* f32 = b_.getFloatTy();
+    auto* v4 = llvm::FixedVectorType::get(f32, 4);
+    size_t n_in = k_.inputs.size();
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    llvm::Value* n4 = b_.CreateLShr(bound, b_.getInt64(2));
     auto* vloop = llvm::BasicBlock::Create(ctx, "vloop", fn_);
     auto* vtail = llvm::BasicBlock::Create(ctx, "vtail", fn_);
-    b_.CreateCondBr(b_.CreateICmpSLT(gid_, n4), vloop, vtail);
+    b_.CreateCondBr(b_.CreateICmpSLT(start, n4), vloop, vtail);
     b_.SetInsertPoint(vloop);
-    llvm::PHINode* e4 = b_.CreatePHI(b_.getInt64Ty(), 2, "e4");
-    e4->addIncoming(gid_, vec_pre);
-    llvm::Value* e = b_.CreateShl(e4, b_.getInt64(2));
+    llvm::PHINode* j4 = b_.CreatePHI(b_.getInt64Ty(), 2, "j4");
+    j4->addIncoming(start, pre);
+    llvm::Value* e = b_.CreateShl(j4, b_.getInt64(2));
     std::vector<std::map<const Value*, llvm::Value*>> memo(4);
     for (size_t i = 0; i < n_in; ++i) {
       if (InnerClass(c_, i) == 'b') {
@@ -314,15 +329,27 @@ class GpuEmitter {
         CJIT_ASSIGN_OR_RETURN(llvm::Value* val, Elem(k_.outputs[o], b_.CreateAdd(e, b_.getInt64(u)), memo[u]));
         vec = b_.CreateInsertElement(vec, val, static_cast<uint64_t>(u));
       }
-      llvm::Value* out = b_.CreateInBoundsGEP(f32, fn_->getArg(static_cast<unsigned>(n_in + o)), e);
+      llvm::Value* at = base ? b_.CreateAdd(base, e) : e;
+      llvm::Value* out = b_.CreateInBoundsGEP(f32, fn_->getArg(static_cast<unsigned>(n_in + o)), at);
       b_.CreateAlignedStore(vec, out, llvm::Align(16));
     }
-    llvm::Value* e4_next = b_.CreateAdd(e4, nthreads_);
-    e4->addIncoming(e4_next, b_.GetInsertBlock());
-    b_.CreateCondBr(b_.CreateICmpSLT(e4_next, n4), vloop, vtail);
-    // The last total % 4 elements, one per thread.
+    llvm::Value* j4_next = b_.CreateAdd(j4, stride);
+    j4->addIncoming(j4_next, b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpSLT(j4_next, n4), vloop, vtail);
     b_.SetInsertPoint(vtail);
-    return EmitStridedLoop(b_.CreateAdd(b_.CreateShl(n4, b_.getInt64(2)), gid_), nthreads_, total, nullptr, done);
+    return EmitStridedLoop(b_.CreateAdd(b_.CreateShl(n4, b_.getInt64(2)), start), stride, bound, base, exit);
+  }
+
+  absl::Status EmitVectorFlatLoop(llvm::Value* total, llvm::BasicBlock* done) {
+    llvm::LLVMContext& ctx = m_.getContext();
+    RowBases(b_.getInt64(0));
+    auto* vec = llvm::BasicBlock::Create(ctx, "vec", fn_);
+    auto* scalar = llvm::BasicBlock::Create(ctx, "scalar", fn_);
+    b_.CreateCondBr(VectorAligned(nullptr), vec, scalar);
+    b_.SetInsertPoint(scalar);
+    CJIT_RETURN_IF_ERROR(EmitStridedLoop(gid_, nthreads_, total, nullptr, done));
+    b_.SetInsertPoint(vec);
+    return EmitVectorLoop(gid_, nthreads_, total, nullptr, done);
   }
 
   absl::Status EmitFlatLoop(llvm::Value* total, bool divide, llvm::BasicBlock* done) {
@@ -360,6 +387,15 @@ class GpuEmitter {
     r->addIncoming(row0, pre);
     RowBases(r);
     llvm::Value* row_start = b_.CreateMul(r, inner_);
+    if (CanVectorize()) {
+      // Per row: 16-byte accesses where this row's inputs and outputs start aligned.
+      auto* vec = llvm::BasicBlock::Create(ctx, "row_vec", fn_);
+      auto* scalar = llvm::BasicBlock::Create(ctx, "row_scalar", fn_);
+      b_.CreateCondBr(VectorAligned(row_start), vec, scalar);
+      b_.SetInsertPoint(vec);
+      CJIT_RETURN_IF_ERROR(EmitVectorLoop(col0, col_stride, inner_, row_start, row_next));
+      b_.SetInsertPoint(scalar);
+    }
     CJIT_RETURN_IF_ERROR(EmitStridedLoop(col0, col_stride, inner_, row_start, row_next));
     b_.SetInsertPoint(row_next);
     llvm::Value* r_next = b_.CreateAdd(r, grid_y);
@@ -567,9 +603,9 @@ int RowCacheInputs(const FusedKernel& k) {
 std::string NvptxTargetDescription(const PtxOptions& options) {
   std::error_code ec;
   auto bytes = std::filesystem::file_size(options.libdevice, ec);
-  // codegen=N: the revision of the kernels this file emits (2: row kernels gained the row-cache function and flat
-  // float32 kernels 16-byte accesses).
-  return absl::StrCat("nvptx64 ", options.gpu_arch, " +", PtxVersionFor(options.gpu_arch), " codegen=2 llvm=", LLVM_VERSION_STRING,
+  // codegen=N: the revision of the kernels this file emits (2: row kernels gained the row-cache function and
+  // float32 kernels 16-byte accesses; 3: meta/consts are noalias readonly).
+  return absl::StrCat("nvptx64 ", options.gpu_arch, " +", PtxVersionFor(options.gpu_arch), " codegen=3 llvm=", LLVM_VERSION_STRING,
                       " libdevice=", ec ? std::string("missing") : absl::StrCat(bytes));
 }
 

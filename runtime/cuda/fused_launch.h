@@ -50,7 +50,9 @@ inline absl::Status LaunchFused(const CudaDevice& dev, const FusedLaunch& k, std
   } else if (k.row_kernel) {
     grid = (k.rows * 32 + kBlock - 1) / kBlock;
   } else if (k.rows > 1 && k.row_elems >= 128) {
-    grid_y = std::min<int64_t>(k.rows, 65535);
+    // At most ~32 blocks per multiprocessor over the rows: each block loops over many rows, so what it
+    // loads once (the kernel's meta) serves them all.
+    grid_y = std::min<int64_t>({k.rows, 65535, target_blocks});
     grid = std::clamp<int64_t>((target_blocks + grid_y - 1) / grid_y, 1, (k.row_elems + kBlock - 1) / kBlock);
   } else {
     grid = std::min<int64_t>((k.rows * k.row_elems + kBlock - 1) / kBlock, target_blocks);
