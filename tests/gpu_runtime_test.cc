@@ -120,6 +120,27 @@ TEST(CachingDeviceAllocator, ReleasesTheCacheAndRetriesWhenTheBackendIsFull) {
   a.Free(*q);
 }
 
+// A CUDA graph's private pool: its cached blocks are still addressed by the graph, so a full backend is an
+// error, never a release of the cache.
+TEST(CachingDeviceAllocator, WithoutReleaseOnOomKeepsItsCacheWhenTheBackendIsFull) {
+  auto backend = std::make_unique<HostBackend>(4096);
+  HostBackend* raw = backend.get();
+  CachingDeviceAllocator a(std::move(backend), /*release_on_oom=*/false);
+  auto p = a.Allocate(2048);
+  ASSERT_TRUE(p.ok());
+  a.Free(*p);
+  auto q = a.Allocate(3000);
+  ASSERT_FALSE(q.ok());
+  EXPECT_EQ(q.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(a.stats().cache_releases, 0);
+  EXPECT_EQ(a.stats().bytes_cached, 2048);
+  EXPECT_EQ(raw->used(), 2048u);
+  auto r = a.Allocate(2000);  // the cached block of the same class is handed out again
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, *p);
+  a.Free(*r);
+}
+
 TEST(CachingDeviceAllocator, FreeOfAnUnknownAddressIsIgnored) {
   CachingDeviceAllocator a(std::make_unique<HostBackend>(1 << 20));
   auto p = a.Allocate(100);

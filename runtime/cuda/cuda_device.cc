@@ -14,7 +14,7 @@ namespace {
 struct CaptureState {
   const CudaDevice* device = nullptr;
   CUstream stream = nullptr;
-  std::vector<std::shared_ptr<DeviceBuffer>>* keep = nullptr;
+  std::shared_ptr<CachingDeviceAllocator> pool;  // the graph's private pool
 };
 thread_local CaptureState t_capture;
 
@@ -161,7 +161,8 @@ absl::StatusOr<std::unique_ptr<CudaGraph>> CudaDevice::Capture(const std::functi
     api_->cuStreamDestroy(cs);
     return CudaStatus(*api_, rc, "cuStreamBeginCapture");
   }
-  t_capture = CaptureState{this, cs, &graph->keep_};
+  graph->pool_ = std::make_shared<CachingDeviceAllocator>(std::make_unique<DriverBackend>(this), /*release_on_oom=*/false);
+  t_capture = CaptureState{this, cs, graph->pool_};
   absl::Status st = enqueue();
   t_capture = CaptureState{};
   CUgraph g = nullptr;
@@ -204,11 +205,13 @@ absl::StatusOr<DeviceAllocator*> CudaDevice::Allocator(const std::string& name) 
 }
 
 absl::StatusOr<std::shared_ptr<DeviceBuffer>> CudaDevice::Allocate(size_t bytes, DeviceAllocator* allocator) {
+  if (t_capture.device == this) {  // inside Capture(): from the graph's private pool
+    CJIT_ASSIGN_OR_RETURN(uint64_t address, t_capture.pool->Allocate(bytes));
+    return std::make_shared<DeviceBuffer>(t_capture.pool.get(), static_cast<CUdeviceptr>(address), bytes, t_capture.pool);
+  }
   if (allocator == nullptr) allocator = caching_.get();
   CJIT_ASSIGN_OR_RETURN(uint64_t address, allocator->Allocate(bytes));
-  auto buffer = std::make_shared<DeviceBuffer>(allocator, static_cast<CUdeviceptr>(address), bytes);
-  if (t_capture.device == this) t_capture.keep->push_back(buffer);  // owned by the graph being captured
-  return buffer;
+  return std::make_shared<DeviceBuffer>(allocator, static_cast<CUdeviceptr>(address), bytes);
 }
 
 absl::Status CudaDevice::CopyToDevice(CUdeviceptr dst, const void* src, size_t bytes) const {

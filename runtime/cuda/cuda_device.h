@@ -28,12 +28,15 @@ class CudaDevice;
 // Device memory owned by one holder; returned to the device's allocator on destruction.
 class DeviceBuffer : public DeviceMemory {
  public:
-  DeviceBuffer(DeviceAllocator* allocator, CUdeviceptr address, size_t bytes)
-      : DeviceMemory(address, bytes), allocator_(allocator) {}
+  // `owner` (optional) keeps the allocator alive as long as the buffer (a CUDA graph's private pool).
+  DeviceBuffer(DeviceAllocator* allocator, CUdeviceptr address, size_t bytes,
+               std::shared_ptr<DeviceAllocator> owner = nullptr)
+      : DeviceMemory(address, bytes), allocator_(allocator), owner_(std::move(owner)) {}
   ~DeviceBuffer() override;
 
  private:
   DeviceAllocator* allocator_;
+  std::shared_ptr<DeviceAllocator> owner_;
 };
 
 // A loaded PTX module (unloaded on destruction).
@@ -49,7 +52,11 @@ class CudaModule {
 };
 
 // An instantiated CUDA graph (cuGraphInstantiateWithFlags) of work captured from a CudaDevice's stream,
-// owning every device buffer allocated while it was captured (its kernels' addresses stay valid).
+// with its private memory pool (as PyTorch's CUDA graphs): every buffer allocated while it was captured
+// came from that pool, blocks freed during the capture were reused by later allocations of the same
+// capture (safe: the graph replays in capture order), and none returns to the device until the graph and
+// its last buffer are gone — the addresses baked into the graph stay valid, and its memory is about the
+// peak of one run rather than the sum of its allocations.
 class CudaGraph {
  public:
   ~CudaGraph();
@@ -60,7 +67,7 @@ class CudaGraph {
   friend class CudaDevice;
   const CudaDevice* device_ = nullptr;
   CUgraphExec exec_ = nullptr;
-  std::vector<std::shared_ptr<DeviceBuffer>> keep_;
+  std::shared_ptr<CachingDeviceAllocator> pool_;
 };
 
 class CudaDevice {
@@ -112,9 +119,9 @@ class CudaDevice {
 
   // Records what `enqueue` puts on this device's stream from the calling thread into a CUDA graph
   // (cuStreamBeginCapture on a private stream, so other threads' work on the device stream is neither
-  // captured nor disturbed; relaxed capture mode, so the caching allocator may still cuMemAlloc — an
-  // immediate allocation, not a graph node), instantiates it and returns it; nothing runs. Every buffer
-  // Allocate()d by this thread meanwhile is owned by the graph. Errors: `enqueue`'s, or the driver's
+  // captured nor disturbed; relaxed capture mode, so the pool may still cuMemAlloc — an immediate
+  // allocation, not a graph node), instantiates it and returns it; nothing runs. Every buffer Allocate()d
+  // by this thread meanwhile comes from the graph's private pool (CudaGraph). Errors: `enqueue`'s, or the driver's
   // when something it enqueued cannot be captured (a synchronizing call, a copy from pageable memory).
   absl::StatusOr<std::unique_ptr<CudaGraph>> Capture(const std::function<absl::Status()>& enqueue);
 

@@ -7,8 +7,8 @@
 
 namespace cjit {
 
-CachingDeviceAllocator::CachingDeviceAllocator(std::unique_ptr<DeviceMemoryBackend> backend)
-    : backend_(std::move(backend)) {}
+CachingDeviceAllocator::CachingDeviceAllocator(std::unique_ptr<DeviceMemoryBackend> backend, bool release_on_oom)
+    : backend_(std::move(backend)), release_on_oom_(release_on_oom) {}
 
 CachingDeviceAllocator::~CachingDeviceAllocator() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -39,7 +39,7 @@ absl::StatusOr<uint64_t> CachingDeviceAllocator::Allocate(size_t bytes) {
     ++stats_.cache_hits;
   } else {
     absl::StatusOr<uint64_t> got = backend_->Allocate(size);
-    if (absl::IsResourceExhausted(got.status()) && stats_.bytes_cached > 0) {
+    if (release_on_oom_ && absl::IsResourceExhausted(got.status()) && stats_.bytes_cached > 0) {
       ReleaseCacheLocked();
       got = backend_->Allocate(size);
     }

@@ -53,7 +53,9 @@ class DeviceAllocator {
 
 class CachingDeviceAllocator : public DeviceAllocator {
  public:
-  explicit CachingDeviceAllocator(std::unique_ptr<DeviceMemoryBackend> backend);
+  // release_on_oom: when the backend is out of memory, release every cached block and retry once. Off for
+  // a CUDA graph's private pool, whose cached blocks are still addressed by the graph.
+  explicit CachingDeviceAllocator(std::unique_ptr<DeviceMemoryBackend> backend, bool release_on_oom = true);
   ~CachingDeviceAllocator() override;  // returns every block to the backend (none may be in use)
 
   absl::StatusOr<uint64_t> Allocate(size_t bytes) override;
@@ -69,6 +71,7 @@ class CachingDeviceAllocator : public DeviceAllocator {
  private:
   void ReleaseCacheLocked();
   std::unique_ptr<DeviceMemoryBackend> backend_;
+  bool release_on_oom_ = true;
   mutable std::mutex mu_;
   std::map<size_t, std::vector<uint64_t>> free_;  // by rounded size
   std::map<uint64_t, size_t> in_use_;             // address -> rounded size
