@@ -479,6 +479,13 @@ TEST_P(GpuGraph, ReplaysMatchTheCpuOnFreshInputs) {
                           << "; " << (*ex)->GraphStatus();
     }
   }
+  // An input of the wrong shape is the caller's error: reported, and the graph stays in use.
+  std::vector<Tensor> wrong;
+  for (const Value* v : g->inputs()) wrong.push_back(RandomInput(*v, rng));
+  wrong[0] = Tensor(DType::kF32, {2, 4, 9, 7});
+  auto bad = (*ex)->Run(wrong);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "differ from its specialized shape")) << bad.status();
   std::string status = (*ex)->GraphStatus();
   std::printf("graph: %s\n", status.c_str());
   if (GetParam() == "cuda") {

@@ -1091,6 +1091,9 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::vector<Tensor>& 
     return absl::InvalidArgumentError(absl::StrCat("the graph takes ", m.input_slots.size(), " inputs, got ", inputs.size()));
   }
   if (m.graph_ineligible.empty()) {
+    absl::Status dims;
+    CheckDims(m, inputs, &dims);  // wrong inputs are the caller's error, not a reason to stop using graphs
+    CJIT_RETURN_IF_ERROR(dims);
     std::unique_lock<std::mutex> lock(m.graph_mu);
     if (m.graph_failure.empty()) {
       // The first run makes what is created lazily (library handles, workspaces); the second is captured.
