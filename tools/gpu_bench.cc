@@ -166,21 +166,21 @@ absl::Status Main(const Options& o) {
   }
   int64_t cols = 4096, rows = o.elements / cols;
   std::string shape = absl::StrCat("[", rows, ",", cols, "]");
+  std::string softmax = absl::StrCat("graph g(%x: f32", shape, ") {\n  %y = Softmax(%x) {axis=-1}\n  return %y\n}");
+  std::string layernorm = absl::StrCat(
+      "graph g(%x: f32[", o.elements / 768, ",768], %g: f32[768], %b: f32[768]) {\n"
+      "  %m = ReduceMean(%x) {axes=[-1]}\n  %d = Sub(%x, %m)\n  %q = Mul(%d, %d)\n"
+      "  %v = ReduceMean(%q) {axes=[-1]}\n  %e = constant f32[] {1e-5}\n  %ve = Add(%v, %e)\n"
+      "  %s = Sqrt(%ve)\n  %n = Div(%d, %s)\n  %gn = Mul(%n, %g)\n  %y = Add(%gn, %b)\n  return %y\n}");
   std::vector<FusedCase> cases = {
       {"scale_shift (1 in, 1 out)", absl::StrCat("graph g(%x: f32", shape, ") {\n  %a = constant f32[] {2}\n  %b = constant f32[] {1}\n  %m = Mul(%x, %a)\n  %y = Add(%m, %b)\n  return %y\n}")},
       {"silu (1 in, 1 out)", absl::StrCat("graph g(%x: f32", shape, ") {\n  %s = Sigmoid(%x)\n  %y = Mul(%x, %s)\n  return %y\n}")},
       {"relu(a*b+c) (3 in, 1 out)", absl::StrCat("graph g(%a: f32", shape, ", %b: f32", shape, ", %c: f32", shape, ") {\n  %m = Mul(%a, %b)\n  %s = Add(%m, %c)\n  %y = Relu(%s)\n  return %y\n}")},
       {"bias_gelu_erf (row bcast)", absl::StrCat("graph g(%x: f32", shape, ", %b: f32[", cols, "]) {\n  %h = Add(%x, %b)\n  %k = constant f32[] {0.70710678}\n  %s = Mul(%h, %k)\n  %e = Erf(%s)\n  %one = constant f32[] {1}\n  %p = Add(%e, %one)\n  %half = constant f32[] {0.5}\n  %q = Mul(%h, %half)\n  %y = Mul(%q, %p)\n  return %y\n}")},
-      {"softmax (row kernel)", absl::StrCat("graph g(%x: f32", shape, ") {\n  %y = Softmax(%x) {axis=-1}\n  return %y\n}")},
-      {"softmax, no row cache", absl::StrCat("graph g(%x: f32", shape, ") {\n  %y = Softmax(%x) {axis=-1}\n  return %y\n}"), false},
-      {"layernorm 768 (+gamma,beta)", absl::StrCat("graph g(%x: f32[", o.elements / 768, ",768], %g: f32[768], %b: f32[768]) {\n"
-                                     "  %m = ReduceMean(%x) {axes=[-1]}\n  %d = Sub(%x, %m)\n  %q = Mul(%d, %d)\n"
-                                     "  %v = ReduceMean(%q) {axes=[-1]}\n  %e = constant f32[] {1e-5}\n  %ve = Add(%v, %e)\n"
-                                     "  %s = Sqrt(%ve)\n  %n = Div(%d, %s)\n  %gn = Mul(%n, %g)\n  %y = Add(%gn, %b)\n  return %y\n}"), true, 1e-4},
-      {"layernorm 768, no row cache", absl::StrCat("graph g(%x: f32[", o.elements / 768, ",768], %g: f32[768], %b: f32[768]) {\n"
-                                     "  %m = ReduceMean(%x) {axes=[-1]}\n  %d = Sub(%x, %m)\n  %q = Mul(%d, %d)\n"
-                                     "  %v = ReduceMean(%q) {axes=[-1]}\n  %e = constant f32[] {1e-5}\n  %ve = Add(%v, %e)\n"
-                                     "  %s = Sqrt(%ve)\n  %n = Div(%d, %s)\n  %gn = Mul(%n, %g)\n  %y = Add(%gn, %b)\n  return %y\n}"), false, 1e-4},
+      {"softmax (row kernel)", softmax},
+      {"softmax, no row cache", softmax, false},
+      {"layernorm 768 (+gamma,beta)", layernorm, true, 1e-4},
+      {"layernorm 768, no row cache", layernorm, false, 1e-4},
       {"softmax 128-elem rows", absl::StrCat("graph g(%x: f32[", o.elements / 128, ",128]) {\n  %y = Softmax(%x) {axis=-1}\n  return %y\n}")},
       {"softmax, 64 long rows", absl::StrCat("graph g(%x: f32[64,", o.elements / 64, "]) {\n  %y = Softmax(%x) {axis=-1}\n  return %y\n}")},
   };

@@ -192,9 +192,7 @@ class GpuEmitter {
     llvm::LLVMContext& ctx = m_.getContext();
     llvm::Value* total = b_.CreateMul(rows_, inner_);
     auto* done = llvm::BasicBlock::Create(ctx, "done", fn_);
-    if (nd_ == 1 && CanVectorize()) {
-      CJIT_RETURN_IF_ERROR(EmitVectorFlatLoop(total, done));
-    } else if (nd_ == 1) {
+    if (nd_ == 1) {
       CJIT_RETURN_IF_ERROR(EmitFlatLoop(total, /*divide=*/false, done));
     } else {
       auto* by_rows = llvm::BasicBlock::Create(ctx, "by_rows", fn_);
@@ -340,22 +338,26 @@ class GpuEmitter {
     return EmitStridedLoop(b_.CreateAdd(b_.CreateShl(n4, b_.getInt64(2)), start), stride, bound, base, exit);
   }
 
-  absl::Status EmitVectorFlatLoop(llvm::Value* total, llvm::BasicBlock* done) {
-    llvm::LLVMContext& ctx = m_.getContext();
-    RowBases(b_.getInt64(0));
-    auto* vec = llvm::BasicBlock::Create(ctx, "vec", fn_);
-    auto* scalar = llvm::BasicBlock::Create(ctx, "scalar", fn_);
-    b_.CreateCondBr(VectorAligned(nullptr), vec, scalar);
-    b_.SetInsertPoint(scalar);
-    CJIT_RETURN_IF_ERROR(EmitStridedLoop(gid_, nthreads_, total, nullptr, done));
-    b_.SetInsertPoint(vec);
-    return EmitVectorLoop(gid_, nthreads_, total, nullptr, done);
+  // EmitStridedLoop, or — where CanVectorize() — EmitVectorLoop when VectorAligned(base) holds at run time
+  // and EmitStridedLoop when it does not.
+  absl::Status EmitContiguousLoop(llvm::Value* start, llvm::Value* stride, llvm::Value* bound, llvm::Value* base,
+                                  llvm::BasicBlock* exit) {
+    if (CanVectorize()) {
+      llvm::LLVMContext& ctx = m_.getContext();
+      auto* vec = llvm::BasicBlock::Create(ctx, "vec", fn_);
+      auto* scalar = llvm::BasicBlock::Create(ctx, "scalar", fn_);
+      b_.CreateCondBr(VectorAligned(base), vec, scalar);
+      b_.SetInsertPoint(vec);
+      CJIT_RETURN_IF_ERROR(EmitVectorLoop(start, stride, bound, base, exit));
+      b_.SetInsertPoint(scalar);
+    }
+    return EmitStridedLoop(start, stride, bound, base, exit);
   }
 
   absl::Status EmitFlatLoop(llvm::Value* total, bool divide, llvm::BasicBlock* done) {
     if (!divide) {
       RowBases(b_.getInt64(0));
-      return EmitStridedLoop(gid_, nthreads_, total, nullptr, done);
+      return EmitContiguousLoop(gid_, nthreads_, total, nullptr, done);
     }
     llvm::LLVMContext& ctx = m_.getContext();
     llvm::BasicBlock* pre = b_.GetInsertBlock();
@@ -387,16 +389,8 @@ class GpuEmitter {
     r->addIncoming(row0, pre);
     RowBases(r);
     llvm::Value* row_start = b_.CreateMul(r, inner_);
-    if (CanVectorize()) {
-      // Per row: 16-byte accesses where this row's inputs and outputs start aligned.
-      auto* vec = llvm::BasicBlock::Create(ctx, "row_vec", fn_);
-      auto* scalar = llvm::BasicBlock::Create(ctx, "row_scalar", fn_);
-      b_.CreateCondBr(VectorAligned(row_start), vec, scalar);
-      b_.SetInsertPoint(vec);
-      CJIT_RETURN_IF_ERROR(EmitVectorLoop(col0, col_stride, inner_, row_start, row_next));
-      b_.SetInsertPoint(scalar);
-    }
-    CJIT_RETURN_IF_ERROR(EmitStridedLoop(col0, col_stride, inner_, row_start, row_next));
+    // Per row: 16-byte accesses where this row's inputs and outputs start aligned.
+    CJIT_RETURN_IF_ERROR(EmitContiguousLoop(col0, col_stride, inner_, row_start, row_next));
     b_.SetInsertPoint(row_next);
     llvm::Value* r_next = b_.CreateAdd(r, grid_y);
     r->addIncoming(r_next, row_next);

@@ -860,29 +860,57 @@ absl::StatusOr<std::unique_ptr<GpuExecutor>> GpuExecutor::Create(std::shared_ptr
 
 namespace {
 
-// The steps of one run: values in `host` / `on_device` (graph inputs and constants set by the caller).
-absl::Status RunSteps(const GpuExecutor::Impl& m, std::vector<Tensor>& host,
-                      std::vector<std::shared_ptr<DeviceMemory>>& on_device) {
+// The values of one run, per slot: host tensors and device buffers, constants filled in.
+struct RunValues {
+  explicit RunValues(const GpuExecutor::Impl& m) : host(m.slots.size()), on_device(m.slots.size()) {
+    for (size_t s = 0; s < m.slots.size(); ++s) {
+      if (m.slots[s].constant) {
+        host[s] = *m.slots[s].constant;
+        on_device[s] = m.slots[s].constant_on_device;
+      }
+    }
+  }
+  std::vector<Tensor> host;
+  std::vector<std::shared_ptr<DeviceMemory>> on_device;
+};
+
+absl::Status NotComputed(const GpuExecutor::Impl& m, int s) {
+  return absl::InternalError(absl::StrCat("GPU executor: value '", m.slots[s].value->name, "' was not computed"));
+}
+
+absl::Status ShapeMismatch(const GpuExecutor::Impl& m, int s) {
+  return absl::InternalError(absl::StrCat("GPU executor: value '", m.slots[s].value->name,
+                                          "' has dims that differ from its specialized shape"));
+}
+
+// Slot s's value in device memory at `address`, copied to the host (waits for the work writing it).
+absl::StatusOr<Tensor> CopyOut(const GpuExecutor::Impl& m, int s, uint64_t address) {
+  Tensor t(m.slots[s].dtype, m.slots[s].dims);
+  CJIT_RETURN_IF_ERROR(m.device->CopyToHost(t.raw(), address, t.nbytes()));
+  return t;
+}
+
+absl::Status EnsureHost(const GpuExecutor::Impl& m, RunValues& v, int s) {
+  if (v.host[s].defined()) return absl::OkStatus();
+  if (!v.on_device[s]) return NotComputed(m, s);
+  CJIT_ASSIGN_OR_RETURN(v.host[s], CopyOut(m, s, v.on_device[s]->address()));
+  return absl::OkStatus();
+}
+
+// The steps of one run (graph inputs set by the caller, on the host or on the device).
+absl::Status RunSteps(const GpuExecutor::Impl& m, RunValues& v) {
   const DeviceBackend& dev = *m.device;
+  std::vector<Tensor>& host = v.host;
+  std::vector<std::shared_ptr<DeviceMemory>>& on_device = v.on_device;
   auto ensure_device = [&](int s) -> absl::Status {
     if (on_device[s]) return absl::OkStatus();
     const Tensor& t = host[s];
-    if (!t.defined()) return absl::InternalError(absl::StrCat("GPU executor: value '", m.slots[s].value->name, "' was not computed"));
-    if (m.slots[s].static_dims && t.dims() != m.slots[s].dims) {
-      return absl::InternalError(absl::StrCat("GPU executor: value '", m.slots[s].value->name,
-                                              "' has dims that differ from its specialized shape"));
-    }
+    if (!t.defined()) return NotComputed(m, s);
+    if (m.slots[s].static_dims && t.dims() != m.slots[s].dims) return ShapeMismatch(m, s);
     CJIT_ASSIGN_OR_RETURN(on_device[s], dev.Allocate(t.nbytes()));
     return dev.CopyToDevice(on_device[s]->address(), t.raw(), t.nbytes());
   };
-  auto ensure_host = [&](int s) -> absl::Status {
-    if (host[s].defined()) return absl::OkStatus();
-    if (!on_device[s]) return absl::InternalError(absl::StrCat("GPU executor: value '", m.slots[s].value->name, "' was not computed"));
-    Tensor t(m.slots[s].dtype, m.slots[s].dims);
-    CJIT_RETURN_IF_ERROR(dev.CopyToHost(t.raw(), on_device[s]->address(), t.nbytes()));
-    host[s] = std::move(t);
-    return absl::OkStatus();
-  };
+  auto ensure_host = [&](int s) { return EnsureHost(m, v, s); };
   auto allocate_output = [&](int s) -> absl::Status {
     const GpuExecutor::Impl::SlotInfo& info = m.slots[s];
     size_t bytes = static_cast<size_t>(NumElements(info.dims)) * DTypeSize(info.dtype);
@@ -1004,46 +1032,35 @@ absl::Status RunSteps(const GpuExecutor::Impl& m, std::vector<Tensor>& host,
 
 namespace {
 
-void CheckDims(const GpuExecutor::Impl& m, const std::vector<Tensor>& inputs, absl::Status* st) {
-  for (size_t i = 0; i < inputs.size() && st->ok(); ++i) {
+// Graph runs take their inputs as captured: same dims and dtype as the specialized graph's.
+absl::Status CheckInputs(const GpuExecutor::Impl& m, const std::vector<Tensor>& inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
     const GpuExecutor::Impl::SlotInfo& info = m.slots[m.input_slots[i]];
-    if (inputs[i].dims() != info.dims || inputs[i].dtype() != info.dtype) {
-      *st = absl::InternalError(absl::StrCat("GPU executor: value '", info.value->name,
-                                             "' has dims that differ from its specialized shape"));
-    }
+    if (inputs[i].dims() != info.dims || inputs[i].dtype() != info.dtype) return ShapeMismatch(m, m.input_slots[i]);
   }
+  return absl::OkStatus();
 }
 
 }  // namespace
 
-// Under graph_mu: graph inputs go to fixed device buffers, then the steps are captured (nothing runs).
+// Under graph_mu, inputs checked (CheckInputs): graph inputs go to fixed device buffers, then the steps are
+// captured (nothing runs).
 absl::Status GpuExecutor::CaptureGraph(const Impl& m, const std::vector<Tensor>& inputs) {
   const DeviceBackend& dev = *m.device;
-  absl::Status st;
-  CheckDims(m, inputs, &st);
-  CJIT_RETURN_IF_ERROR(st);
   auto gs = std::make_unique<Impl::GraphState>();
-  size_t n = m.slots.size();
-  std::vector<Tensor> host(n);
-  std::vector<std::shared_ptr<DeviceMemory>> on_device(n);
-  for (size_t s = 0; s < n; ++s) {
-    if (m.slots[s].constant) {
-      host[s] = *m.slots[s].constant;
-      on_device[s] = m.slots[s].constant_on_device;
-    }
-  }
+  RunValues v(m);
   for (size_t i = 0; i < inputs.size(); ++i) {
     CJIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceMemory> b, dev.Allocate(std::max<size_t>(inputs[i].nbytes(), 8)));
     gs->inputs.push_back(b);
-    on_device[m.input_slots[i]] = b;
+    v.on_device[m.input_slots[i]] = b;
   }
   CJIT_ASSIGN_OR_RETURN(gs->graph, dev.Capture([&]() -> absl::Status {
-    CJIT_RETURN_IF_ERROR(RunSteps(m, host, on_device));
+    CJIT_RETURN_IF_ERROR(RunSteps(m, v));
     for (int s : m.output_slots) {
-      if (!on_device[s]) {
+      if (!v.on_device[s]) {
         return absl::FailedPreconditionError(absl::StrCat("output '", m.slots[s].value->name, "' is not on the device"));
       }
-      gs->outputs.push_back(on_device[s]);
+      gs->outputs.push_back(v.on_device[s]);
     }
     return absl::OkStatus();
   }));
@@ -1052,22 +1069,18 @@ absl::Status GpuExecutor::CaptureGraph(const Impl& m, const std::vector<Tensor>&
   return absl::OkStatus();
 }
 
-// Under graph_mu: inputs into the graph's input buffers, one launch, outputs back.
+// Under graph_mu, inputs checked (CheckInputs): inputs into the graph's input buffers, one launch, outputs
+// back.
 absl::StatusOr<std::vector<Tensor>> GpuExecutor::ReplayGraph(const Impl& m, const std::vector<Tensor>& inputs) {
   const DeviceBackend& dev = *m.device;
   const Impl::GraphState& gs = *m.graph_state;
-  absl::Status st;
-  CheckDims(m, inputs, &st);
-  CJIT_RETURN_IF_ERROR(st);
   for (size_t i = 0; i < inputs.size(); ++i) {
     CJIT_RETURN_IF_ERROR(dev.CopyToDevice(gs.inputs[i]->address(), inputs[i].raw(), inputs[i].nbytes()));
   }
   CJIT_RETURN_IF_ERROR(gs.graph->Launch());
   std::vector<Tensor> outputs;
   for (size_t o = 0; o < m.output_slots.size(); ++o) {
-    const Impl::SlotInfo& info = m.slots[m.output_slots[o]];
-    Tensor t(info.dtype, info.dims);
-    CJIT_RETURN_IF_ERROR(dev.CopyToHost(t.raw(), gs.outputs[o]->address(), t.nbytes()));
+    CJIT_ASSIGN_OR_RETURN(Tensor t, CopyOut(m, m.output_slots[o], gs.outputs[o]->address()));
     outputs.push_back(std::move(t));
   }
   ++m.graph_replays;
@@ -1091,9 +1104,8 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::vector<Tensor>& 
     return absl::InvalidArgumentError(absl::StrCat("the graph takes ", m.input_slots.size(), " inputs, got ", inputs.size()));
   }
   if (m.graph_ineligible.empty()) {
-    absl::Status dims;
-    CheckDims(m, inputs, &dims);  // wrong inputs are the caller's error, not a reason to stop using graphs
-    CJIT_RETURN_IF_ERROR(dims);
+    // Wrong inputs are the caller's error, not a reason to stop using graphs.
+    CJIT_RETURN_IF_ERROR(CheckInputs(m, inputs));
     std::unique_lock<std::mutex> lock(m.graph_mu);
     if (m.graph_failure.empty()) {
       // The first run makes what is created lazily (library handles, workspaces); the second is captured.
@@ -1108,26 +1120,13 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::vector<Tensor>& 
     }
     ++m.plain_runs;
   }
-  size_t n = m.slots.size();
-  std::vector<Tensor> host(n);
-  std::vector<std::shared_ptr<DeviceMemory>> on_device(n);
-  for (size_t s = 0; s < n; ++s) {
-    if (m.slots[s].constant) {
-      host[s] = *m.slots[s].constant;
-      on_device[s] = m.slots[s].constant_on_device;
-    }
-  }
-  for (size_t i = 0; i < inputs.size(); ++i) host[m.input_slots[i]] = inputs[i];
-  CJIT_RETURN_IF_ERROR(RunSteps(m, host, on_device));
+  RunValues v(m);
+  for (size_t i = 0; i < inputs.size(); ++i) v.host[m.input_slots[i]] = inputs[i];
+  CJIT_RETURN_IF_ERROR(RunSteps(m, v));
   std::vector<Tensor> outputs;
   for (int s : m.output_slots) {
-    if (!host[s].defined()) {
-      if (!on_device[s]) return absl::InternalError(absl::StrCat("GPU executor: value '", m.slots[s].value->name, "' was not computed"));
-      Tensor t(m.slots[s].dtype, m.slots[s].dims);
-      CJIT_RETURN_IF_ERROR(dev.CopyToHost(t.raw(), on_device[s]->address(), t.nbytes()));
-      host[s] = std::move(t);
-    }
-    outputs.push_back(host[s]);
+    CJIT_RETURN_IF_ERROR(EnsureHost(m, v, s));
+    outputs.push_back(v.host[s]);
   }
   CJIT_RETURN_IF_ERROR(dev.Synchronize());  // surfaces errors of kernels whose results were not read back
   return outputs;
