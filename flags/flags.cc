@@ -167,9 +167,19 @@ const std::vector<FlagDef>& Table() {
       {{"enable_lazy_compilation", "bool", "true",
         "false: compile every cluster signature on its first execution, with no fallback runs.", {}},
        BoolFlag(&Flags::enable_lazy_compilation, "enable_lazy_compilation")},
-      {{"async_compilation", "bool", "false",
-        "Compile on a background thread while the fallback path runs; swap the executable in when ready.", {}},
-       BoolFlag(&Flags::async_compilation, "async_compilation")},
+      {{"async_compilation", "bool|auto", "auto",
+        "Compile on a background thread while the fallback path runs; swap the executable in when ready. "
+        "true, false, or auto = true when --intra_op_threads leaves a CPU of this process idle (and lazy "
+        "compilation is on).",
+        {}},
+       [](Flags& f, absl::string_view v, bool has) -> absl::Status {
+         using A = Flags::AsyncCompilation;
+         if (!has || v == "true" || v == "1") f.async_compilation = A::kTrue;
+         else if (v == "false" || v == "0") f.async_compilation = A::kFalse;
+         else if (v == "auto") f.async_compilation = A::kAuto;
+         else return BadValue("async_compilation", v, "true, false or auto");
+         return absl::OkStatus();
+       }},
       {{"force_compilation_parallelism", "int", "0",
         "Threads that compile one cluster's new fused kernels concurrently (each an independent LLVM module "
         "with its own target machine; the generated code does not depend on it); 0 = the CPUs this process "
@@ -507,7 +517,7 @@ absl::Status ParseInto(absl::string_view text, absl::string_view source, int dep
           nearest.empty() ? "" : absl::StrCat(" (did you mean --", nearest, "?)"),
           "; `cjit flags` lists every flag"));
     }
-    if (!has_value && def->info.type != "bool") {
+    if (!has_value && def->info.type != "bool" && def->info.type != "bool|auto") {
       return absl::InvalidArgumentError(
           absl::StrCat("flag --", def->info.name, " in ", where, " needs a value (--", def->info.name, "=...)"));
     }
@@ -536,7 +546,15 @@ std::string FlagValueText(const Flags& f, absl::string_view name) {
       {"compile_time_cutoff_s", [](const Flags& f) { return absl::StrCat(f.compile_time_cutoff_s); }},
       {"always_defer_compilation", [b](const Flags& f) { return b(f.always_defer_compilation); }},
       {"enable_lazy_compilation", [b](const Flags& f) { return b(f.enable_lazy_compilation); }},
-      {"async_compilation", [b](const Flags& f) { return b(f.async_compilation); }},
+      {"async_compilation",
+       [](const Flags& f) -> std::string {
+         switch (f.async_compilation) {
+           case Flags::AsyncCompilation::kTrue: return "true";
+           case Flags::AsyncCompilation::kFalse: return "false";
+           case Flags::AsyncCompilation::kAuto: break;
+         }
+         return "auto";
+       }},
       {"force_compilation_parallelism", [](const Flags& f) { return absl::StrCat(f.force_compilation_parallelism); }},
       {"polymorphic_clusters", [b](const Flags& f) { return b(f.polymorphic_clusters); }},
       {"cpu_channels_last", [b](const Flags& f) { return b(f.cpu_channels_last); }},
@@ -697,6 +715,16 @@ std::string NearestFlag(absl::string_view name) {
     }
   }
   return best;
+}
+
+bool AsyncCompilationEnabled(const Flags& flags) {
+  switch (flags.async_compilation) {
+    case Flags::AsyncCompilation::kTrue: return true;
+    case Flags::AsyncCompilation::kFalse: return false;
+    case Flags::AsyncCompilation::kAuto: break;
+  }
+  // --enable_lazy_compilation=false asks for compiled code from the first execution: no fallback runs.
+  return flags.enable_lazy_compilation && flags.intra_op_threads > 0 && flags.intra_op_threads < UsableCpus();
 }
 
 int UsableCpus() {

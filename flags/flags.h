@@ -45,7 +45,12 @@ struct Flags {
   double compile_time_cutoff_s = 30;
   bool always_defer_compilation = false;
   bool enable_lazy_compilation = true;
-  bool async_compilation = false;
+  // Compile on a background thread while the fallback path runs (as TF's --tf_xla_async_compilation).
+  // kAuto (default): when the session's intra-op threads leave a CPU of this process idle
+  // (intra_op_threads < UsableCpus()), so a compile never competes with the run for a core, and lazy
+  // compilation is on (enable_lazy_compilation=false asks for no fallback runs); see AsyncCompilationEnabled.
+  enum class AsyncCompilation { kFalse, kTrue, kAuto };
+  AsyncCompilation async_compilation = AsyncCompilation::kAuto;
   // Threads that compile one cluster's new fused kernels concurrently (each kernel is an independent LLVM
   // module); 0 = the CPUs this process may run on. As XLA's --xla_gpu_force_compilation_parallelism.
   int force_compilation_parallelism = 0;
@@ -137,6 +142,10 @@ struct Flags {
 // CPUs this process may run on: its affinity mask (what `nproc` prints), within a cgroup v2 CPU quota
 // (/sys/fs/cgroup/cpu.max) when one is set; at least 1. The default of --intra_op_threads, and its cap.
 int UsableCpus();
+
+// Whether compilations run in the background under `flags`: --async_compilation=true, or auto with
+// flags.intra_op_threads < UsableCpus() and flags.enable_lazy_compilation.
+bool AsyncCompilationEnabled(const Flags& flags);
 
 // Parses `text` on top of `base`. `source` names where the text came from, for error messages.
 absl::StatusOr<Flags> ParseFlags(absl::string_view text, const Flags& base = Flags{},

@@ -19,6 +19,7 @@ namespace cjit {
 
 ClusterRuntime::ClusterRuntime(const Flags& flags)
     : flags_(flags),
+      async_compilation_(AsyncCompilationEnabled(flags)),
       policy_(CompilePolicyOptions{flags.compile_threshold, flags.compile_time_cutoff_s,
                                    flags.always_defer_compilation, flags.enable_lazy_compilation,
                                    /*threshold_per_structure=*/flags.polymorphic_clusters}),
@@ -317,7 +318,7 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
         ex = s.executable;
       }
       if (!start) s.runtime->policy().AbandonCompile(s.policy_id);
-      if (start && s.runtime->flags().async_compilation) {
+      if (start && s.runtime->async_compilation()) {
         std::shared_ptr<State> keep = state_;
         if (!s.runtime->SubmitCompile([keep] { CompileInto(keep).IgnoreError(); })) {
           s.runtime->policy().AbandonCompile(s.policy_id);
@@ -349,7 +350,7 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
       if (uint64_t flow = s.pending_flow.exchange(0)) prof->FlowEnd(flow, "first compiled execution", Profiler::Now());
     }
     Autotuner* tuner = s.runtime->autotuner();
-    const bool async = s.runtime->flags().async_compilation;
+    const bool async = s.runtime->async_compilation();
     if (async && tuner != nullptr && tuner->enabled() && execution >= tuner->options().threshold &&
         ex->ClaimAutotuneJob(*tuner)) {
       // An executable that was not tuned when it was built (loaded from the persistent cache, instantiated

@@ -65,6 +65,8 @@ class ClusterRuntime : public std::enable_shared_from_this<ClusterRuntime> {
   // Autotuning of library steps (runtime/autotune.h); never null after Create.
   Autotuner* autotuner() { return autotuner_.get(); }
   const Flags& flags() const { return flags_; }
+  // Compiles run on the background worker (AsyncCompilationEnabled of the flags, resolved once).
+  bool async_compilation() const { return async_compilation_; }
   CompilePolicy& policy() { return policy_; }
   MemoryCache& cache() { return cache_; }
   const std::string& target() const { return target_; }
@@ -93,6 +95,7 @@ class ClusterRuntime : public std::enable_shared_from_this<ClusterRuntime> {
 
  private:
   Flags flags_;
+  bool async_compilation_;
   CompilePolicy policy_;
   MemoryCache cache_;
   std::unique_ptr<DiskCache> disk_;

@@ -28,7 +28,7 @@ for name in ppocr_mobile_cls oww_hello_deepa; do
   cache="$work/cache-$name"
   results="$work/results-$name.txt"
   run() {  # $1 = tag, $2 = extra flags
-    CJIT_FLAGS="--device=cpu --intra_op_threads=1 --autotune_min_op_time_ms=0 $2" "$cjit" run "$dir/model.onnx" "${args[@]}" --iterations 3 \
+    CJIT_FLAGS="--device=cpu --intra_op_threads=1 --autotune_min_op_time_ms=0 --async_compilation=false $2" "$cjit" run "$dir/model.onnx" "${args[@]}" --iterations 3 \
       --warmup 0 --output-dir "$work/out-$name-$1" --stats-json "$work/stats-$name-$1.json" >/dev/null 2>"$work/err-$name-$1"
   }
   run 1 "--persistent_cache_dir=$cache --autotune_results_dump_to=$results"

@@ -26,7 +26,7 @@ for dir in "$models"/*/; do
   # stores the choices, the second loads them. With the default time condition which ops get tuned
   # depends on how long they ran (a loaded machine tunes more), and outputs agree only within tolerance.
   for p in 1 2; do
-    CJIT_FLAGS="--device=cpu --persistent_cache_dir=$cache --intra_op_threads=1 --autotune_min_op_time_ms=0" "$cjit" run "$dir/model.onnx" "${args[@]}" \
+    CJIT_FLAGS="--device=cpu --persistent_cache_dir=$cache --intra_op_threads=1 --autotune_min_op_time_ms=0 --async_compilation=false" "$cjit" run "$dir/model.onnx" "${args[@]}" \
       --iterations 3 --warmup 0 --output-dir "$work/out-$name-$p" --stats-json "$work/stats-$name-$p.json" >/dev/null
   done
   c1=$(json_total "$work/stats-$name-1.json" compiles)

@@ -194,6 +194,8 @@ SessionOptions OneClusterOptions() {
   o.flags.auto_jit = "1";
   o.flags.min_cluster_size = 1;
   o.flags.intra_op_threads = 1;
+  // Compiles at fixed runs (auto would compile in the background when a CPU is idle).
+  o.flags.async_compilation = Flags::AsyncCompilation::kFalse;
   return o;
 }
 
@@ -232,7 +234,7 @@ TEST(ClusterRuntimeTest, PolymorphicMissFollowsThePolicy) {
 // compile of their own, then instantiate from its kernels. Every result is right.
 TEST(ClusterRuntimeTest, AsyncStreamCompilesEachStructureOnce) {
   SessionOptions o = OneClusterOptions();
-  o.flags.async_compilation = true;
+  o.flags.async_compilation = Flags::AsyncCompilation::kTrue;
   o.flags.compile_threshold = 0;
   auto s = Session::LoadFromBytes(AddMulSigmoidSub({-1, 4}), o);
   ASSERT_TRUE(s.ok()) << s.status();
@@ -333,6 +335,28 @@ TEST(ClusterRuntimeTest, AsyncCompilationSwapsIn) {
   EXPECT_EQ(st.totals.compiles, static_cast<int64_t>(st.clusters.size()));
 }
 
+// --async_compilation=auto (the default): with one intra-op thread and another CPU idle, the first
+// execution past the threshold runs on the fallback path while the cluster compiles in the background
+// (synchronously, --compile_threshold=0 would run it compiled); the executable is swapped in later.
+TEST(ClusterRuntimeTest, AsyncCompilationAutoUsesAnIdleCpu) {
+  if (UsableCpus() < 2) GTEST_SKIP() << "one CPU: auto compiles synchronously (FlagsTest checks the rule)";
+  auto dir = SharedModel("ppocrv4_rec");
+  CJIT_REQUIRE_DATA(dir / "model.onnx");
+  auto s = LoadSessionWithFlags((dir / "model.onnx").string(), "--device=cpu --compile_threshold=0", 1);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto sets = ReadDataSets(dir.string(), **s);
+  ASSERT_TRUE(sets.ok());
+  DataSetResult first = RunDataSet(**s, (*sets)[0], 1e-3, 1e-4);
+  ASSERT_TRUE(first.ok()) << first.status;
+  EXPECT_GT((*s)->stats().totals.fallback_executions, 0) << "the first run waited for the compiler";
+  for (int runs = 0; runs < 2000 && (*s)->stats().totals.compiled_executions == 0; ++runs) {
+    DataSetResult r = RunDataSet(**s, (*sets)[0], 1e-3, 1e-4);
+    ASSERT_TRUE(r.ok()) << "run " << runs << ": " << r.status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GT((*s)->stats().totals.compiled_executions, 0);
+}
+
 // A Session destroyed while a background compilation runs: the compile finishes safely.
 TEST(ClusterRuntimeTest, SessionDestroyedDuringAsyncCompilation) {
   auto dir = SharedModel("ppocrv4_rec");
@@ -349,7 +373,8 @@ TEST(ClusterRuntimeTest, SessionDestroyedDuringAsyncCompilation) {
     ASSERT_GT((*s)->stats().compiles_in_flight, 0) << "no compile in flight: the test would prove nothing";
   }  // the session goes away with compiles in flight; its destructor joins the compile thread
   // The process is intact: a new session compiles and runs the same model correctly.
-  auto s2 = LoadSessionWithFlags((dir / "model.onnx").string(), "--device=cpu --compile_threshold=0", 1);
+  auto s2 = LoadSessionWithFlags((dir / "model.onnx").string(),
+                                 "--device=cpu --compile_threshold=0 --async_compilation=false", 1);
   ASSERT_TRUE(s2.ok()) << s2.status();
   auto sets = ReadDataSets(dir.string(), **s2);
   ASSERT_TRUE(sets.ok());

@@ -65,10 +65,12 @@ TEST(FlagsTest, FlagsFile) {
 TEST(FlagsTest, BoolFlagsAndCacheAliases) {
   auto f = ParseFlags("--async_compilation --enable_lazy_compilation=false --always_defer_compilation=1");
   ASSERT_TRUE(f.ok()) << f.status();
-  EXPECT_TRUE(f->async_compilation);
+  EXPECT_EQ(f->async_compilation, Flags::AsyncCompilation::kTrue);
   EXPECT_FALSE(f->enable_lazy_compilation);
   EXPECT_TRUE(f->always_defer_compilation);
   EXPECT_FALSE(ParseFlags("--async_compilation=maybe").ok());
+  EXPECT_EQ(ParseFlags("")->async_compilation, Flags::AsyncCompilation::kAuto);
+  EXPECT_EQ(ParseFlags("--async_compilation=0")->async_compilation, Flags::AsyncCompilation::kFalse);
   auto g = ParseFlags("--tf_xla_persistent_cache_directory=/tmp/a");
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(g->persistent_cache_dir, "/tmp/a");
@@ -138,6 +140,29 @@ TEST(FlagsTest, SessionOptionsAreValidated) {
   auto s = Session::LoadFromBytes("", o);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("intra_op_threads"), std::string::npos) << s.status();
+}
+
+// --async_compilation=auto: background compiles only when the intra-op threads leave a CPU idle, so a
+// compile never takes a core from the run (explicit true / false are kept as given).
+TEST(FlagsTest, AsyncCompilationAutoFollowsTheIdleCpus) {
+  Flags f;
+  ASSERT_EQ(f.async_compilation, Flags::AsyncCompilation::kAuto);
+  f.intra_op_threads = UsableCpus();
+  EXPECT_FALSE(AsyncCompilationEnabled(f));
+  f.intra_op_threads = UsableCpus() - 1;
+  EXPECT_EQ(AsyncCompilationEnabled(f), UsableCpus() > 1);
+  f.enable_lazy_compilation = false;  // no fallback runs asked for: compile at once
+  EXPECT_FALSE(AsyncCompilationEnabled(f));
+  f.enable_lazy_compilation = true;
+  f.async_compilation = Flags::AsyncCompilation::kTrue;
+  f.intra_op_threads = UsableCpus();
+  EXPECT_TRUE(AsyncCompilationEnabled(f));
+  f.async_compilation = Flags::AsyncCompilation::kFalse;
+  f.intra_op_threads = 1;
+  EXPECT_FALSE(AsyncCompilationEnabled(f));
+  auto g = ParseFlags("--async_compilation=auto --intra_op_threads=1");
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(AsyncCompilationEnabled(*g), UsableCpus() > 1);
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
   o.use_environment_flags = false;
   o.flags.device = "cpu";
   o.flags.intra_op_threads = 1;
-  o.flags.async_compilation = true;
+  o.flags.async_compilation = cjit::Flags::AsyncCompilation::kTrue;
   o.flags.compile_threshold = 0;
   auto s = cjit::Session::Load(argv[1], o);
   if (!s.ok()) {

@@ -42,6 +42,7 @@ TEST(NvtxTest, RangesMatchTraceEvents) {
   o.flags.intra_op_threads = 1;
   o.flags.enable_nvtx_ranges = true;
   o.flags.compile_threshold = 1;
+  o.flags.async_compilation = Flags::AsyncCompilation::kFalse;  // the compile at a fixed run
   o.profile = true;  // also record trace events, to compare names
   auto s = Session::Load(model, o);
   ASSERT_TRUE(s.ok()) << s.status();

@@ -47,7 +47,7 @@ TEST(ProfilerTest, TraceHasCompileCacheFlowAndStepEvents) {
   CJIT_REQUIRE_DATA(ClsModel());
   std::string dir = TempDir("trace");
   std::string path = dir + "/t.json";
-  auto s = LoadSessionWithFlags(ClsModel(), "--device=cpu --trace_to=" + path + " --compile_threshold=1", 1);
+  auto s = LoadSessionWithFlags(ClsModel(), "--device=cpu --async_compilation=false --trace_to=" + path + " --compile_threshold=1", 1);
   ASSERT_TRUE(s.ok()) << s.status();
   auto in = ClsInput(**s);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE((*s)->Run(in).ok());

@@ -27,7 +27,7 @@ for dir in "$models"/*/; do
   /usr/bin/python3 "$here/trace_check.py" "$work/$name.fallback.json" --op-sum-tolerance 0.10 --op-gap-us-per-op 1.0 \
     --expect-cat op --expect-cat session --expect-cat specialize
   echo "== $name: clustered"
-  CJIT_FLAGS="--device=cpu --intra_op_threads=1" "$cjit" run "$dir/model.onnx" "${args[@]}" --iterations 5 --warmup 1 \
+  CJIT_FLAGS="--device=cpu --intra_op_threads=1 --async_compilation=false" "$cjit" run "$dir/model.onnx" "${args[@]}" --iterations 5 --warmup 1 \
     --trace "$work/$name.clustered.json" --profile > "$work/$name.profile.txt"
   /usr/bin/python3 "$here/trace_check.py" "$work/$name.clustered.json" --expect-cat compile --expect-cat cache \
     --expect-cat cluster --expect-cat flow
