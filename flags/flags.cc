@@ -192,6 +192,13 @@ const std::vector<FlagDef>& Table() {
         "false: every new signature follows the lazy-compilation policy.",
         {}},
        BoolFlag(&Flags::polymorphic_clusters, "polymorphic_clusters")},
+      {{"specialization_replay", "string", "true",
+        "A new input signature of a structure specialized before reuses that specialized graph (shape-derived "
+        "constants re-derived, shapes re-inferred, guards checked) instead of running every pass again; "
+        "true, false, or verify (also run the full passes and fail on any difference).",
+        {}},
+       OneOfFlag(&Flags::specialization_replay, "specialization_replay", {"true", "false", "verify"},
+                 "true, false or verify")},
       {{"cpu_channels_last", "bool", "true",
         "CPU: float32 convolutions connected to other convolutions run channels-last (NHWC, oneDNN's fastest "
         "layout) with transposes only at the edges of such regions, instead of reordering around every "
@@ -557,6 +564,7 @@ std::string FlagValueText(const Flags& f, absl::string_view name) {
        }},
       {"force_compilation_parallelism", [](const Flags& f) { return absl::StrCat(f.force_compilation_parallelism); }},
       {"polymorphic_clusters", [b](const Flags& f) { return b(f.polymorphic_clusters); }},
+      {"specialization_replay", [](const Flags& f) { return f.specialization_replay; }},
       {"cpu_channels_last", [b](const Flags& f) { return b(f.cpu_channels_last); }},
       {"autotune_level", [](const Flags& f) { return absl::StrCat(f.autotune_level); }},
       {"autotune_max_ms_per_op", [](const Flags& f) { return absl::StrCat(f.autotune_max_ms_per_op); }},

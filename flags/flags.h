@@ -58,6 +58,12 @@ struct Flags {
   // when every fused kernel it needs is already in the process-wide kernel cache (no LLVM work):
   // a "polymorphic hit" (runtime/cluster_runner.h). false: every new signature follows the policy above.
   bool polymorphic_clusters = true;
+  // A new input signature whose structure (input dtypes and ranks, which dims are 0 or 1, by-value
+  // inputs) was specialized before reuses that specialized graph: shape-derived constants re-derived,
+  // shapes re-inferred, guards checked (compiler/passes/specialization_replay.h); anything unexpected
+  // falls back to the full pass pipeline. "true", "false", or "verify" (also run the full pipeline and
+  // fail the run if the graphs differ; for tests).
+  std::string specialization_replay = "true";
   // CPU: float32 convolutions connected to other convolutions run channels-last (NHWC) between them, with
   // transposes only at the region's edges (compiler/passes/layout.h). false: ONNX's NCHW everywhere.
   bool cpu_channels_last = true;

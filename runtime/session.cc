@@ -6,6 +6,7 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,7 @@
 #include "compiler/passes/decompose.h"
 #include "compiler/passes/layout.h"
 #include "compiler/passes/simplify.h"
+#include "compiler/passes/specialization_replay.h"
 #include "compiler/passes/specialize_shapes.h"
 #include "compiler/passes/mark_for_compilation.h"
 #include "absl/strings/match.h"
@@ -180,6 +182,8 @@ SessionStats Session::stats() const {
     std::lock_guard<std::mutex> lock(mu_);
     out.signatures = static_cast<int>(plans_.size());
     out.signature_evictions = plan_evictions_;
+    out.specializations = specializations_;
+    out.specialization_replays = specialization_replays_;
   }
   if (DiskCache* disk = clusters_->disk()) out.totals.disk_rejects += disk->stats().rejects;
   if (const Autotuner* t = clusters_->autotuner()) {
@@ -326,7 +330,8 @@ std::vector<bool> Session::ValueSpecialized(const std::vector<Tensor>& inputs) {
 
 absl::StatusOr<std::shared_ptr<Graph>> Session::BuildSpecializedGraph(const std::vector<Tensor>& inputs,
                                                                       const std::vector<bool>& by_value,
-                                                                      ClusteringReport* report, int sig) {
+                                                                      ClusteringReport* report, int sig,
+                                                                      ReplayRecorder* recorder) {
   Profiler* prof = profiler_.get();
   Dumper* dump = sig >= 0 ? dumper_.get() : nullptr;
   std::shared_ptr<Graph> g;
@@ -358,6 +363,7 @@ absl::StatusOr<std::shared_ptr<Graph>> Session::BuildSpecializedGraph(const std:
     TraceScope scope(prof, "specialize_shapes", "specialize");
     CJIT_RETURN_IF_ERROR(SpecializeShapes(*g, dims, evaluate));
     CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
+    if (recorder) recorder->AfterSpecializeShapes(*g);
     if (scope.active()) {
       scope.Stop();
       // Shape inference and constant folding interleave node by node; the folding share is measured inside.
@@ -438,7 +444,72 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
   if (scope.active()) scope.args().Add("signature", signature);
   int sig = dumper_ ? dumper_->NewSignature(signature) : -1;
   ClusteringReport report;
-  CJIT_ASSIGN_OR_RETURN(std::shared_ptr<Graph> g, BuildSpecializedGraph(inputs, by_value, &report, sig));
+  // Replay of an earlier specialization of the same structure (compiler/passes/specialization_replay.h):
+  // mixed precision stays on the full path (its painting and a host's rule are not recorded).
+  const bool replayable = flags_.specialization_replay != "false" && flags_.auto_mixed_precision == "off" && !amp_rule_;
+  std::string structure;
+  std::shared_ptr<const ReplayTemplate> tmpl;
+  if (replayable) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      absl::StrAppend(&structure, DTypeName(inputs[i].dtype()), "[");
+      // 0 and 1 are kept apart from other sizes (broadcasting, empty tensors), as torch.compile's 0/1
+      // specialization.
+      for (int64_t d : inputs[i].dims()) structure.push_back(d == 0 ? '0' : d == 1 ? '1' : 'n');
+      structure.push_back(']');
+      if (by_value[i]) absl::StrAppend(&structure, "=", inputs[i].ToInt64Vector()[0]);
+      structure.push_back(';');
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = replay_templates_.find(structure);
+    if (it != replay_templates_.end()) tmpl = it->second;
+  }
+  std::shared_ptr<Graph> g;
+  if (tmpl) {
+    TraceScope rs(profiler_.get(), "replay", "specialize");
+    std::vector<Dims> dims;
+    for (const Tensor& t : inputs) dims.push_back(t.dims());
+    const int threads = flags_.intra_op_threads;
+    auto replayed = ReplaySpecialization(
+        *tmpl, dims, [threads](const Node& n, const std::vector<const Tensor*>& args) { return EvaluateNode(n, args, threads); });
+    if (replayed.ok()) {
+      if (flags_.specialization_replay == "verify") {
+        ClusteringReport unused;
+        CJIT_ASSIGN_OR_RETURN(std::shared_ptr<Graph> full, BuildSpecializedGraph(inputs, by_value, &unused));
+        std::string diff = DescribeGraphDifference(**replayed, *full);
+        if (!diff.empty()) {
+          return absl::InternalError(absl::StrCat("--specialization_replay=verify: the replayed specialization of ",
+                                                  signature, " differs from the full one: ", diff));
+        }
+      }
+      g = std::move(*replayed);
+      if (rs.active()) rs.args().Add("result", "replayed").Add("constants_rederived", tmpl->constants_rederived);
+      if (sig >= 0 && dumper_) dumper_->DumpGraph(sig, "replayed", *g);
+    } else {
+      CJIT_VLOG(1) << "specialization replay missed for " << signature << ": " << replayed.status().message();
+      if (rs.active()) rs.args().Add("result", "missed").Add("why", std::string(replayed.status().message()));
+    }
+  }
+  if (g) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++specialization_replays_;
+  } else {
+    std::optional<ReplayRecorder> recorder;
+    if (replayable) recorder.emplace(SpecializeOptions{}.max_folded_elements);
+    CJIT_ASSIGN_OR_RETURN(g, BuildSpecializedGraph(inputs, by_value, &report, sig, recorder ? &*recorder : nullptr));
+    std::shared_ptr<const ReplayTemplate> made;
+    if (recorder) {
+      std::string why;
+      made = recorder->Finish(g, &why);
+      if (!made) CJIT_VLOG(1) << "signature " << signature << " cannot be replayed: " << why;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    ++specializations_;
+    if (made) {
+      replay_templates_[structure] = std::move(made);
+      constexpr size_t kMaxTemplates = 64;
+      if (replay_templates_.size() > kMaxTemplates) replay_templates_.erase(replay_templates_.begin());
+    }
+  }
   CJIT_VLOG(1) << "specialized signature " << signature << ": " << g->nodes().size() << " nodes, "
           << report.clusters.size() << " clusters";
   Plan plan;

@@ -51,6 +51,8 @@ class GpuExecutor;
 class DeviceBackend;
 class Profiler;
 class Dumper;
+class ReplayRecorder;
+struct ReplayTemplate;
 
 // A snapshot of one cluster's counters (see runtime/cluster_runner.h).
 struct ClusterStatsSnapshot {
@@ -82,6 +84,10 @@ struct SessionStats {
   ClusterStatsSnapshot totals;  // counters summed (id, ops, signature unused)
   int signatures = 0;            // specializations held now (at most --max_cached_signatures)
   int64_t signature_evictions = 0;
+  // New signatures specialized by the full pass pipeline, and by replaying an earlier specialization of
+  // the same structure (--specialization_replay; compiler/passes/specialization_replay.h).
+  int64_t specializations = 0;
+  int64_t specialization_replays = 0;
   AutotuneStatsSnapshot autotune;
   int compiles_in_flight = 0;   // background compilations queued or running (--async_compilation)
 };
@@ -169,9 +175,11 @@ class Session {
   // Which inputs this signature specializes by value (scalar integers/bools, bounded per input).
   std::vector<bool> ValueSpecialized(const std::vector<Tensor>& inputs);
   // `sig` (>= 0) names the signature in dump files.
+  // `recorder` (optional) records the specialization for later replays.
   absl::StatusOr<std::shared_ptr<Graph>> BuildSpecializedGraph(const std::vector<Tensor>& inputs,
                                                                const std::vector<bool>& by_value,
-                                                               ClusteringReport* report, int sig = -1);
+                                                               ClusteringReport* report, int sig = -1,
+                                                               ReplayRecorder* recorder = nullptr);
   absl::StatusOr<std::vector<NamedTensor>> RunImpl(const std::vector<NamedTensor>& inputs);
 
   Flags flags_;
@@ -191,6 +199,9 @@ class Session {
   std::unordered_map<std::string, CachedPlan> plans_;
   std::list<std::string> plan_lru_;
   int64_t plan_evictions_ = 0;
+  // Replay templates by structure key (input dtypes, ranks, 0/1 dims, by-value inputs); bounded.
+  std::map<std::string, std::shared_ptr<const ReplayTemplate>> replay_templates_;
+  int64_t specializations_ = 0, specialization_replays_ = 0;
   int gpu_ordinal_ = -1;               // the CUDA device used, or -1 for the CPU
   std::shared_ptr<DeviceBackend> gpu_;  // set when running on a GPU
   std::map<size_t, std::set<int64_t>> seen_values_;                 // per scalar integer input

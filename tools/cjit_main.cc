@@ -292,7 +292,10 @@ int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
       j["clusters"].push_back(cj);
     }
     j["totals"] = counters(st.totals);
-    j["signatures"] = {{"held", st.signatures}, {"evicted", st.signature_evictions}};
+    j["signatures"] = {{"held", st.signatures},
+                       {"evicted", st.signature_evictions},
+                       {"specialized", st.specializations},
+                       {"replayed", st.specialization_replays}};
     j["autotune"] = {{"ops_tuned", st.autotune.ops_tuned}, {"candidates_timed", st.autotune.candidates_timed},
                      {"candidates_rejected", st.autotune.candidates_rejected}, {"tuning_ms", st.autotune.tuning_ms},
                      {"memory_hits", st.autotune.memory_hits}, {"disk_hits", st.autotune.disk_hits},
@@ -634,6 +637,7 @@ int CmdBenchStream(const std::string& dir, double rtol, double atol, int passes,
     double ms;
     int64_t compiles, fallback, compiled, polymorphic;
     bool ok;
+    const char* specialization;  // "full", "replay" (--specialization_replay) or "-" (signature seen before)
   };
   std::vector<Row> rows;
   bool all_ok = true;
@@ -660,7 +664,10 @@ int CmdBenchStream(const std::string& dir, double rtol, double atol, int passes,
                       st.totals.compiles - prev.totals.compiles,
                       st.totals.fallback_executions - prev.totals.fallback_executions,
                       st.totals.compiled_executions - prev.totals.compiled_executions,
-                      st.totals.polymorphic_hits - prev.totals.polymorphic_hits, ok});
+                      st.totals.polymorphic_hits - prev.totals.polymorphic_hits, ok,
+                      st.specialization_replays > prev.specialization_replays ? "replay"
+                      : st.specializations > prev.specializations             ? "full"
+                                                                              : "-"});
       prev = st;
     }
   }
@@ -675,16 +682,19 @@ int CmdBenchStream(const std::string& dir, double rtol, double atol, int passes,
     j["total_ms"] = total_ms;
     j["ok"] = all_ok;
     for (const Row& r : rows) j["run_ms"].push_back(r.ms);
+    SessionStats st = (*session)->stats();
+    j["specialized"] = st.specializations;
+    j["replayed"] = st.specialization_replays;
     std::printf("%s\n", j.dump().c_str());
     return all_ok ? 0 : 1;
   }
   std::printf("stream: %s  (%zu data sets x %d passes, %d threads, auto_jit=%s)\n", dir.c_str(), sets->size(), passes,
               f.intra_op_threads, f.auto_jit.c_str());
-  std::printf("%-20s %-4s %-28s %10s %8s %9s %9s %11s  %s\n", "data set", "pass", "input shapes", "ms", "compiles",
-              "fallback", "compiled", "polymorphic", "vs reference");
+  std::printf("%-20s %-4s %-28s %10s %-7s %8s %9s %9s %11s  %s\n", "data set", "pass", "input shapes", "ms", "special",
+              "compiles", "fallback", "compiled", "polymorphic", "vs reference");
   for (const Row& r : rows) {
-    std::printf("%-20s %-4d %-28s %10.3f %8lld %9lld %9lld %11lld  %s\n", r.set.c_str(), r.pass, r.shapes.c_str(), r.ms,
-                static_cast<long long>(r.compiles), static_cast<long long>(r.fallback),
+    std::printf("%-20s %-4d %-28s %10.3f %-7s %8lld %9lld %9lld %11lld  %s\n", r.set.c_str(), r.pass, r.shapes.c_str(),
+                r.ms, r.specialization, static_cast<long long>(r.compiles), static_cast<long long>(r.fallback),
                 static_cast<long long>(r.compiled), static_cast<long long>(r.polymorphic), r.ok ? "ok" : "FAIL");
   }
   std::printf("load: %.1f ms, runs: %.1f ms, total: %.1f ms\n", load_ms, runs_ms, total_ms);

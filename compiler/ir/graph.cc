@@ -123,6 +123,18 @@ Node* Graph::AddNode(std::string op_type, std::string name, std::vector<Value*> 
   return nodes_.back().get();
 }
 
+void Graph::RemoveUnusedValues() {
+  std::unordered_set<const Value*> used(inputs_.begin(), inputs_.end());
+  used.insert(outputs_.begin(), outputs_.end());
+  used.insert(captures_.begin(), captures_.end());
+  for (const auto& n : nodes_) {
+    for (const auto* list : {&n->inputs, &n->implicit_inputs, &n->outputs}) used.insert(list->begin(), list->end());
+  }
+  values_.erase(std::remove_if(values_.begin(), values_.end(),
+                               [&](const std::unique_ptr<Value>& v) { return used.count(v.get()) == 0; }),
+                values_.end());
+}
+
 void Graph::RemoveNode(Node* node) {
   for (Value* v : node->outputs) {
     if (v && v->producer == node) v->producer = nullptr;

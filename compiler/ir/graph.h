@@ -150,6 +150,9 @@ class Graph {
   absl::StatusOr<std::vector<Node*>> TopologicalOrder() const;
   // Deep copy; subgraph attributes are shared (they are immutable).
   std::unique_ptr<Graph> Clone() const;
+  // Drops the values no node, graph input, output or capture refers to (what removed nodes left behind),
+  // so later Clones copy only the live graph.
+  void RemoveUnusedValues();
 
   // The ONNX default-domain opset this graph was imported with (0 = unknown).
   int64_t opset = 0;

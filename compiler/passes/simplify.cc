@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/ir/verifier.h"
+#include "compiler/passes/specialization_replay.h"
 
 namespace cjit {
 namespace {
@@ -110,6 +111,9 @@ absl::StatusOr<bool> RemoveNoOps(Graph& g) {
                n->inputs.size() > 1 && n->inputs[1] && n->inputs[1]->is_constant() &&
                in->producer->inputs[0] && out->shape.fully_known()) {
       // Reshape(ReshapeLike(x)) -> Reshape(x) with the final dims (0 / -1 resolved).
+      if (ReplayRecorder* rec = ReplayRecorder::Current()) {
+        rec->Unreplayable(absl::StrCat(n->Describe(), ": Reshape(ReshapeLike) folded with this signature's dims"));
+      }
       Dims d = out->shape.concrete();
       Tensor t(DType::kI64, {static_cast<int64_t>(d.size())});
       for (size_t i = 0; i < d.size(); ++i) t.data<int64_t>()[i] = d[i];
@@ -121,6 +125,9 @@ absl::StatusOr<bool> RemoveNoOps(Graph& g) {
     }
     if (noop) {
       CJIT_VLOG(2) << "RemoveNoOps: removing " << n->Describe();
+      if (IsReshapeLike(n->op_type)) {
+        if (ReplayRecorder* rec = ReplayRecorder::Current()) rec->OnIdentityReshapeRemoved(*n);
+      }
       Bypass(g, n, in);
       changed = true;
     }

@@ -8,6 +8,7 @@
 #include "compiler/ir/status_macros.h"
 #include "compiler/ops/op_registry.h"
 #include "compiler/passes/simplify.h"
+#include "compiler/passes/specialization_replay.h"
 
 namespace cjit {
 namespace {
@@ -92,6 +93,7 @@ absl::StatusOr<bool> Walk(Graph& graph, const ConstantEvaluator& evaluate, const
       bool cond = in[0].value->ToDoubleVector().at(0) != 0;
       const Graph* branch = n->GetGraph(cond ? "then_branch" : "else_branch");
       if (branch) {
+        if (ReplayRecorder* rec = ReplayRecorder::Current()) rec->OnInlineIf(*n);
         CJIT_RETURN_IF_ERROR(InlineBranch(graph, n, *branch));
         return true;
       }
@@ -117,33 +119,21 @@ absl::StatusOr<bool> Walk(Graph& graph, const ConstantEvaluator& evaluate, const
     if (!foldable) continue;
     std::vector<Tensor> values;
     if (shape_only) {
-      Dims d = in[0].shape.concrete();
-      if (n->op_type == "Size") {
-        Tensor t(DType::kI64, {});
-        *t.data<int64_t>() = NumElements(d);
-        values.push_back(t);
-      } else {
-        int64_t r = static_cast<int64_t>(d.size());
-        int64_t start = n->GetInt("start", 0), end = n->GetInt("end", r);
-        if (start < 0) start += r;
-        if (end < 0) end += r;
-        start = std::clamp<int64_t>(start, 0, r);
-        end = std::clamp<int64_t>(end, 0, r);
-        Tensor t(DType::kI64, {std::max<int64_t>(0, end - start)});
-        for (int64_t i = start; i < end; ++i) t.data<int64_t>()[i - start] = d[i];
-        values.push_back(t);
-      }
+      values.push_back(ShapeOfDims(*n, in[0].shape.concrete()));
     } else {
       std::vector<const Tensor*> args;
       for (Value* v : n->inputs) args.push_back(v ? v->constant.get() : nullptr);
       CJIT_ASSIGN_OR_RETURN(values, evaluate(*n, args));
     }
+    std::vector<Value*> folded(n->outputs.size(), nullptr);
     for (size_t k = 0; k < n->outputs.size() && k < values.size(); ++k) {
       Value* old = n->outputs[k];
       if (!old) continue;
       Value* c = graph.AddConstant(old->name, values[k]);
       graph.ReplaceAllUses(old, c);
+      folded[k] = c;
     }
+    if (ReplayRecorder* rec = ReplayRecorder::Current()) rec->OnFold(*n, shape_only, folded);
     graph.RemoveNode(n);
   }
   return false;

@@ -1,0 +1,211 @@
+// Specialization replay (compiler/passes/specialization_replay.h, --specialization_replay): a new input
+// signature of a structure specialized before reuses that specialized graph. Checked against independent
+// results: numpy-style expectations computed here, the full pass pipeline (verify mode and sessions with
+// replay off), and the guards' misses on graphs built to break a naive replay.
+#include <cmath>
+#include <random>
+
+#include "compiler/ir/graph.h"
+#include "compiler/passes/specialization_replay.h"
+#include "gtest/gtest.h"
+#include "runtime/session.h"
+#include "tests/model_builder.h"
+#include "tests/test_data.h"
+
+namespace cjit {
+namespace {
+
+SessionOptions Opts(const std::string& replay = "true") {
+  SessionOptions o;
+  o.use_environment_flags = false;
+  o.flags.device = "cpu";
+  o.flags.intra_op_threads = 1;
+  o.flags.auto_jit = "1";
+  o.flags.min_cluster_size = 1;
+  o.flags.async_compilation = Flags::AsyncCompilation::kFalse;
+  o.flags.specialization_replay = replay;
+  return o;
+}
+
+Tensor Random(const Dims& d, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  Tensor t(DType::kF32, d);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
+  return t;
+}
+
+// y = Relu(Transpose(Reshape(x, Concat(Gather(Shape(x), [1]), [-1])))) with x: f32[1, N, 4]: the Reshape
+// target {N, -1} is folded from x's dims, so a replay must re-derive it. y: [4, N].
+std::string ShapeDerivedReshape() {
+  testing::ModelBuilder b(13);
+  b.Input("x", onnx::TensorProto::FLOAT, {1, -1, 4}).Output("y");
+  b.InitInts("one", {1}, {1});
+  b.InitInts("minus_one", {1}, {-1});
+  b.Node("Shape", {"x"}, {"s"});
+  b.Node("Gather", {"s", "one"}, {"n"});
+  testing::ModelBuilder::AttrInt(b.Node("Concat", {"n", "minus_one"}, {"t"}), "axis", 0);
+  b.Node("Reshape", {"x", "t"}, {"r"});
+  testing::ModelBuilder::AttrInts(b.Node("Transpose", {"r"}, {"p"}), "perm", {1, 0});
+  b.Node("Relu", {"p"}, {"y"});
+  return b.Bytes();
+}
+
+TEST(ReplayTest, ShapeDerivedReshapeTargetIsRederived) {
+  for (const std::string mode : {"true", "verify"}) {
+    auto s = Session::LoadFromBytes(ShapeDerivedReshape(), Opts(mode));
+    ASSERT_TRUE(s.ok()) << s.status();
+    int k = 0;
+    for (int64_t n : {3, 5, 7, 12}) {
+      Tensor x = Random({1, n, 4}, static_cast<uint32_t>(n));
+      auto out = (*s)->Run({{"x", x}});
+      ASSERT_TRUE(out.ok()) << mode << " N=" << n << ": " << out.status();
+      const Tensor& y = (*out)[0].tensor;
+      ASSERT_EQ(y.dims(), (Dims{4, n})) << mode;
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < 4; ++j) {
+          EXPECT_EQ(y.data<float>()[j * n + i], std::max(0.0f, x.data<float>()[i * 4 + j])) << "N=" << n;
+        }
+      }
+      SessionStats st = (*s)->stats();
+      EXPECT_EQ(st.specializations, 1) << mode;
+      EXPECT_EQ(st.specialization_replays, k++) << mode << " N=" << n;
+    }
+  }
+}
+
+// y = Reshape(x, [6, -1]) * 2: at x [6, 4] the Reshape is an identity and the simplifier removes it;
+// at [3, 8] (same structure key) it is not, and the replay's guard must send the signature through the
+// full pipeline (a naive replay would return [3, 8]).
+TEST(ReplayTest, IdentityReshapeRemovedAtOneShapeIsGuarded) {
+  testing::ModelBuilder b(13);
+  b.Input("x", onnx::TensorProto::FLOAT, {-1, -1}).Output("y");
+  b.InitInts("target", {2}, {6, -1});
+  b.InitFloats("two", {}, {2.0f});
+  b.Node("Reshape", {"x", "target"}, {"r"});
+  b.Node("Mul", {"r", "two"}, {"y"});
+  auto s = Session::LoadFromBytes(b.Bytes(), Opts());
+  ASSERT_TRUE(s.ok()) << s.status();
+  struct Step {
+    Dims x;
+    int64_t replays_after;
+  };
+  // [6,4]: full (identity removed, guarded). [3,8]: guard fails -> full. [6,5], [2,15]: replays of
+  // [3,8]'s specialization (Reshape kept).
+  for (const Step& step : {Step{{6, 4}, 0}, Step{{3, 8}, 0}, Step{{6, 5}, 1}, Step{{2, 15}, 2}}) {
+    Tensor x = Random(step.x, 7);
+    auto out = (*s)->Run({{"x", x}});
+    ASSERT_TRUE(out.ok()) << DimsToString(step.x) << ": " << out.status();
+    const Tensor& y = (*out)[0].tensor;
+    ASSERT_EQ(y.dims(), (Dims{6, x.numel() / 6})) << DimsToString(step.x);
+    for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(y.data<float>()[i], 2.0f * x.data<float>()[i]);
+    EXPECT_EQ((*s)->stats().specialization_replays, step.replays_after) << DimsToString(step.x);
+  }
+}
+
+// y = If(Shape(x)[1] > 5, x * 2, x * 3): the branch is chosen from x's dims, so the structure is never
+// replayed (each width inlines its own branch).
+TEST(ReplayTest, IfOnAShapeDerivedConditionIsNotReplayed) {
+  testing::ModelBuilder mb(13);
+  mb.Input("x", onnx::TensorProto::FLOAT, {1, -1}).Output("y");
+  mb.InitInts("one", {}, {1});
+  mb.InitInts("five", {}, {5});
+  mb.Node("Shape", {"x"}, {"s"});
+  mb.Node("Gather", {"s", "one"}, {"n"});
+  mb.Node("Greater", {"n", "five"}, {"c"});
+  auto* iff = mb.Node("If", {"c"}, {"y"});
+  auto branch = [](onnx::AttributeProto* a, const char* name, float v) {
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::GRAPH);
+    auto* bg = a->mutable_g();
+    bg->set_name(name);
+    auto* c = bg->add_initializer();
+    c->set_name(std::string(name) + "_c");
+    c->set_data_type(onnx::TensorProto::FLOAT);
+    c->add_float_data(v);
+    auto* n = bg->add_node();
+    n->set_op_type("Mul");
+    n->add_input("x");
+    n->add_input(std::string(name) + "_c");
+    n->add_output(std::string(name) + "_out");
+    testing::ModelBuilder::Info(bg->add_output(), std::string(name) + "_out", onnx::TensorProto::FLOAT, {1, -1});
+  };
+  branch(iff->add_attribute(), "then_branch", 2.0f);
+  branch(iff->add_attribute(), "else_branch", 3.0f);
+  auto s = Session::LoadFromBytes(mb.Bytes(), Opts());
+  ASSERT_TRUE(s.ok()) << s.status();
+  for (int64_t n : {4, 8, 3, 9}) {
+    Tensor x = Random({1, n}, 3);
+    auto out = (*s)->Run({{"x", x}});
+    ASSERT_TRUE(out.ok()) << n << ": " << out.status();
+    const float f = n > 5 ? 2.0f : 3.0f;
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ((*out)[0].tensor.data<float>()[i], f * x.data<float>()[i]) << "N=" << n;
+  }
+  EXPECT_EQ((*s)->stats().specialization_replays, 0);
+  EXPECT_EQ((*s)->stats().specializations, 4);
+}
+
+// The verify mode's comparison sees a changed constant, a changed shape and a changed op.
+TEST(ReplayTest, GraphDifferenceFindsConstantsShapesAndOps) {
+  auto make = [](float c, int64_t n, const char* op) {
+    auto g = std::make_unique<Graph>();
+    Value* x = g->AddInput("x", DType::kF32, Shape::Of({n}));
+    Tensor t(DType::kF32, {1});
+    t.data<float>()[0] = c;
+    Value* k = g->AddConstant("k", t);
+    Node* m = g->AddNode(op, "m", {x, k}, {"y"});
+    m->outputs[0]->dtype = DType::kF32;
+    m->outputs[0]->shape = Shape::Of({n});
+    g->AddOutput(m->outputs[0]);
+    return g;
+  };
+  EXPECT_EQ(DescribeGraphDifference(*make(1, 4, "Mul"), *make(1, 4, "Mul")), "");
+  EXPECT_NE(DescribeGraphDifference(*make(1, 4, "Mul"), *make(2, 4, "Mul")).find("constant %k"), std::string::npos);
+  EXPECT_NE(DescribeGraphDifference(*make(1, 4, "Mul"), *make(1, 5, "Mul")).find("shape"), std::string::npos);
+  EXPECT_NE(DescribeGraphDifference(*make(1, 4, "Mul"), *make(1, 4, "Add")), "");
+}
+
+// Every shared model with a dynamic dim, over several shapes, in verify mode (each replayed graph must
+// equal the full pipeline's) and against a session without replay.
+struct ModelShapes {
+  const char* model;
+  std::vector<Dims> shapes;  // of the model's first input; other inputs keep their declared dims
+};
+
+TEST(ReplayTest, SharedModelsReplayTheFullSpecialization) {
+  const std::vector<ModelShapes> cases = {
+      {"ppocrv4_rec", {{1, 3, 48, 96}, {1, 3, 48, 160}, {1, 3, 48, 320}, {1, 3, 48, 1104}}},
+      {"ppocr_mobile_cls", {{1, 3, 48, 64}, {1, 3, 48, 100}, {1, 3, 48, 192}, {1, 3, 48, 56}}},
+      {"oww_melspectrogram", {{1, 1280}, {1, 4000}, {1, 16000}, {1, 2400}}},
+  };
+  for (const ModelShapes& c : cases) {
+    std::string path = testing::ModelsDir() + "/" + c.model + "/model.onnx";
+    CJIT_REQUIRE_DATA(path);
+    auto verify = Session::Load(path, Opts("verify"));
+    auto plain = Session::Load(path, Opts("false"));
+    ASSERT_TRUE(verify.ok() && plain.ok()) << c.model;
+    uint32_t seed = 1;
+    for (const Dims& d : c.shapes) {
+      std::vector<NamedTensor> in{{(*verify)->inputs()[0].name, Random(d, seed++)}};
+      auto a = (*verify)->Run(in);
+      ASSERT_TRUE(a.ok()) << c.model << " " << DimsToString(d) << ": " << a.status();
+      auto b = (*plain)->Run(in);
+      ASSERT_TRUE(b.ok()) << c.model << " " << DimsToString(d) << ": " << b.status();
+      for (size_t k = 0; k < a->size(); ++k) {
+        const Tensor& x = (*a)[k].tensor;
+        const Tensor& y = (*b)[k].tensor;
+        ASSERT_EQ(x.dims(), y.dims()) << c.model;
+        for (int64_t i = 0; i < x.numel(); ++i) {
+          float p = x.data<float>()[i], q = y.data<float>()[i];
+          ASSERT_LE(std::fabs(p - q), 1e-4f + 1e-3f * std::fabs(q)) << c.model << " " << DimsToString(d) << " @" << i;
+        }
+      }
+    }
+    SessionStats st = (*verify)->stats();
+    EXPECT_EQ(st.specializations, 1) << c.model;
+    EXPECT_EQ(st.specialization_replays, static_cast<int64_t>(c.shapes.size()) - 1) << c.model;
+  }
+}
+
+}  // namespace
+}  // namespace cjit
