@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
@@ -61,6 +63,8 @@ void Fill(Tensor& t, uint64_t seed) {
 
 }  // namespace
 
+static bool RunOnce(cjit::Session& session, uint64_t hash, int64_t dynamic);
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const bool quiet = [] {
     cjit::SetLogSink([](cjit::LogSeverity, const char*, int, std::string_view) {});  // errors are expected; keep the fuzzer's output readable
@@ -74,6 +78,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.flags.device = "cpu";
   options.flags.intra_op_threads = 1;
   options.flags.max_tensor_bytes = kMaxTensorBytes;
+  // A second run with other dynamic dims replays the first signature's specialization; verify mode also
+  // builds it in full and fails that run if the two graphs differ (a finding: see below).
+  options.flags.specialization_replay = "verify";
   if (hash % 4 == 0) {
     options.flags.auto_jit = "1";
     options.flags.min_cluster_size = 1;
@@ -89,25 +96,44 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   auto session = cjit::Session::LoadFromBytes(bytes, options);
   if (!session.ok()) return 0;
+  for (int64_t dynamic : {2, 3}) {
+    if (!RunOnce(**session, hash, dynamic)) break;
+  }
+  return 0;
+}
+
+// One run with every dynamic dim `dynamic`; false when the model has no dynamic dim or the run failed.
+static bool RunOnce(cjit::Session& session, uint64_t hash, int64_t dynamic) {
   std::vector<cjit::NamedTensor> inputs;
-  for (const cjit::TensorInfo& info : (*session)->inputs()) {
-    if (info.dtype == DType::kInvalid) return 0;
+  bool has_dynamic = false;
+  for (const cjit::TensorInfo& info : session.inputs()) {
+    if (info.dtype == DType::kInvalid) return false;
     cjit::Dims dims;
     if (!info.shape.rank_known) {
-      dims = {2};
+      dims = {dynamic};
+      has_dynamic = true;
     } else {
-      for (const cjit::Dim& d : info.shape.dims) dims.push_back(d.known() ? d.value : 2);
+      for (const cjit::Dim& d : info.shape.dims) {
+        dims.push_back(d.known() ? d.value : dynamic);
+        has_dynamic |= !d.known();
+      }
     }
     int64_t n = 1;
     for (int64_t d : dims) {
-      if (d > kMaxInputElements || (d > 0 && n > kMaxInputElements / d)) return 0;
+      if (d > kMaxInputElements || (d > 0 && n > kMaxInputElements / d)) return false;
       n *= d;
     }
     Tensor t(info.dtype, dims);
     Fill(t, hash ^ XXH64(info.name.data(), info.name.size(), 1));
     inputs.push_back({info.name, std::move(t)});
   }
-  auto outputs = (*session)->Run(inputs);
+  auto outputs = session.Run(inputs);
+  if (!outputs.ok() && outputs.status().message().find("--specialization_replay=verify") != absl::string_view::npos) {
+    // The replayed specialization differs from the full one: a wrong graph would have run. Crash so that
+    // the fuzzer keeps the input.
+    std::fprintf(stderr, "%s\n", std::string(outputs.status().message()).c_str());
+    std::abort();
+  }
   if (outputs.ok()) {
     // Touch every output byte so that an uninitialized or dangling buffer shows under the sanitizers.
     volatile uint8_t sink = 0;
@@ -117,5 +143,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     (void)sink;
   }
-  return 0;
+  return outputs.ok() && has_dynamic;
 }
