@@ -1,5 +1,7 @@
 #include "runtime/executor.h"
 
+#include <algorithm>
+#include <set>
 #include <unordered_map>
 
 #include "absl/strings/match.h"
@@ -122,6 +124,23 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(std::shared_ptr<const
   for (int s = 0; s < ex->num_slots_; ++s) {
     if (!keep[s] && last_reader[s] >= 0) ex->steps_[last_reader[s]].free_after.push_back(s);
   }
+  // In-place activations: kernels that read x[i] and write y[i] at the same index only (Eigen array maps,
+  // ApplyUnaryPostOps), with y of x's dtype and dims. Graph inputs and captures are never slots here (they
+  // stay in `view`), and Run checks that the computed input is not shared.
+  static const std::set<std::string> kInPlace = {"Relu", "Sigmoid", "Tanh", "Exp", "Abs", "Neg", "HardSwish",
+                                                 "HardSigmoid"};
+  for (Step& st : ex->steps_) {
+    if (st.cluster || !st.node->domain.empty() || !kInPlace.count(st.node->op_type) || st.in.size() != 1 ||
+        st.out.size() != 1 || st.in[0] < 0 || st.out[0] < 0 || st.in_const[0]) {
+      continue;
+    }
+    const int s = st.in[0];
+    bool input_or_capture = std::find(ex->input_slots_.begin(), ex->input_slots_.end(), s) != ex->input_slots_.end();
+    for (const auto& [name, c] : ex->capture_slots_) input_or_capture |= c == s;
+    if (!input_or_capture && std::find(st.free_after.begin(), st.free_after.end(), s) != st.free_after.end()) {
+      st.inplace_slot = s;
+    }
+  }
   Executor* self = ex.get();
   ex->runner_ = [self](const Graph& g, const std::vector<Tensor>& in,
                        const std::vector<std::pair<std::string, Tensor>>& caps) {
@@ -197,6 +216,14 @@ absl::StatusOr<std::vector<Tensor>> Executor::Run(
       CJIT_RETURN_IF_ERROR(InferNode(*st.node, InferInputsFromValues(ctx.inputs), ctx.inferred));
     }
     ctx.outputs.resize(st.out.size());
+    if (st.inplace_slot >= 0) {
+      // The kernel's Alloc returns this preset output when its dtype and dims match (float32 only: the
+      // 16-bit paths widen through separate buffers).
+      const Tensor& x = slots[st.inplace_slot];
+      if (view[st.inplace_slot] == &x && x.defined() && x.dtype() == DType::kF32 && x.buffer().use_count() == 1) {
+        ctx.outputs[0] = x;
+      }
+    }
     absl::Status status;
     if (st.cluster) {
       auto outs = CatchAsStatus(st.node->Describe(), [&] { return st.cluster->Run(ctx.inputs); });

@@ -67,6 +67,9 @@ class Executor {
     std::vector<int> in, implicit, out;
     std::vector<bool> in_const;
     std::vector<int> free_after;  // slots whose last reader is this step
+    // A float32 elementwise activation whose input value dies here: its output may reuse the input's
+    // buffer when this run holds the only reference (no allocation, no fresh pages). -1: never.
+    int inplace_slot = -1;
     bool static_shapes = false;
     std::vector<InferOutput> inferred;
     std::unique_ptr<ClusterRunner> cluster;  // for cjit.Cluster nodes

@@ -86,6 +86,52 @@ TEST(SessionTest, RunsAndMatchesFloat64Math) {
   EXPECT_EQ((*s)->num_signatures(), 3);
 }
 
+// Activations on the op-by-op path write into their input's buffer when that value dies there (no
+// allocation); never into a graph input, a value another node still reads, or a graph output. Checked
+// against float64 math, and the caller's input must be unchanged.
+TEST(SessionTest, InPlaceActivationsKeepEveryValueRight) {
+  testing::ModelBuilder b(14);
+  b.Input("x", onnx::TensorProto::FLOAT, {-1, 64}).Output("y1").Output("y2").Output("y3").Output("y4");
+  std::vector<float> cv(64);
+  for (int i = 0; i < 64; ++i) cv[i] = 0.05f * static_cast<float>(i % 7) - 0.1f;
+  b.InitFloats("c", {64}, cv);
+  b.Node("Add", {"x", "c"}, {"a"});
+  b.Node("HardSwish", {"a"}, {"h"});
+  b.Node("Relu", {"h"}, {"y4"});   // a graph output, also read by Tanh: Tanh must not overwrite it
+  b.Node("Tanh", {"y4"}, {"y1"});
+  b.Node("Mul", {"x", "c"}, {"m"});
+  b.Node("Sigmoid", {"m"}, {"s"});  // m is still read by Exp: a new buffer
+  b.Node("Exp", {"m"}, {"e"});      // the last reader of m: in place
+  b.Node("Add", {"s", "e"}, {"y2"});
+  b.Node("Neg", {"x"}, {"y3"});     // a graph input: never overwritten
+  for (const char* jit : {"-1", "0"}) {
+    SessionOptions o = Opts();
+    o.flags.auto_jit = jit;
+    auto s = Session::LoadFromBytes(b.Bytes(), o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    for (int64_t rows : {3, 300, 3}) {
+      Tensor x(DType::kF32, {rows, 64});
+      for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::sin(0.37 * i) * 4);
+      Tensor before = x.Clone();
+      auto out = (*s)->Run({{"x", x}});
+      ASSERT_TRUE(out.ok()) << out.status();
+      ASSERT_TRUE(x.BitwiseEquals(before)) << "the caller's input was written";
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        double xv = x.data<float>()[i], c = cv[i % 64];
+        double a = xv + c;
+        double h = a * std::clamp(a / 6 + 0.5, 0.0, 1.0);
+        double r = std::max(h, 0.0);
+        double m = xv * c;
+        const double want[4] = {std::tanh(r), 1 / (1 + std::exp(-m)) + std::exp(m), -xv, r};
+        for (int k = 0; k < 4; ++k) {
+          EXPECT_NEAR((*out)[k].tensor.data<float>()[i], want[k], 1e-5 * (1 + std::fabs(want[k])))
+              << "jit " << jit << " output " << k << " @" << i;
+        }
+      }
+    }
+  }
+}
+
 // A service that sees ever new shapes keeps at most --max_cached_signatures specializations (least
 // recently used evicted); an evicted shape that returns is specialized again and still right; with
 // clustering, its compiled cluster comes back from the memory cache instead of being compiled again.

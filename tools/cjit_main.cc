@@ -685,6 +685,11 @@ int CmdBenchStream(const std::string& dir, double rtol, double atol, int passes,
     SessionStats st = (*session)->stats();
     j["specialized"] = st.specializations;
     j["replayed"] = st.specialization_replays;
+    // The process-wide tensor arena (compiler/ir/buffer_arena.h): regions reserved, pages prefaulted.
+    BufferArena::Stats arena = TensorArenaStats();
+    j["arena_mb"] = {{"reserved", arena.reserved_bytes / 1048576.0},
+                     {"populated", arena.populated_bytes / 1048576.0},
+                     {"regions", arena.regions}};
     std::printf("%s\n", j.dump().c_str());
     return all_ok ? 0 : 1;
   }
