@@ -443,7 +443,6 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
   TraceScope scope(profiler_.get(), "specialize", "specialize");
   if (scope.active()) scope.args().Add("signature", signature);
   int sig = dumper_ ? dumper_->NewSignature(signature) : -1;
-  ClusteringReport report;
   // Replay of an earlier specialization of the same structure (compiler/passes/specialization_replay.h):
   // mixed precision stays on the full path (its painting and a host's rule are not recorded).
   const bool replayable = flags_.specialization_replay != "false" && flags_.auto_mixed_precision == "off" && !amp_rule_;
@@ -495,7 +494,7 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
   } else {
     std::optional<ReplayRecorder> recorder;
     if (replayable) recorder.emplace(SpecializeOptions{}.max_folded_elements);
-    CJIT_ASSIGN_OR_RETURN(g, BuildSpecializedGraph(inputs, by_value, &report, sig, recorder ? &*recorder : nullptr));
+    CJIT_ASSIGN_OR_RETURN(g, BuildSpecializedGraph(inputs, by_value, nullptr, sig, recorder ? &*recorder : nullptr));
     std::shared_ptr<const ReplayTemplate> made;
     if (recorder) {
       std::string why;
@@ -510,8 +509,12 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
       if (replay_templates_.size() > kMaxTemplates) replay_templates_.erase(replay_templates_.begin());
     }
   }
-  CJIT_VLOG(1) << "specialized signature " << signature << ": " << g->nodes().size() << " nodes, "
-          << report.clusters.size() << " clusters";
+  if (CJIT_VLOG_IS_ON(1)) {
+    int clusters = 0;
+    for (const auto& n : g->nodes()) clusters += n->op_type == kClusterOp;
+    CJIT_VLOG(1) << "specialized signature " << signature << ": " << g->nodes().size() << " nodes, " << clusters
+                 << " clusters";
+  }
   Plan plan;
   if (gpu_) {
     GpuExecutorOptions go;

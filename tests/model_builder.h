@@ -95,6 +95,25 @@ class ModelBuilder {
     a->set_type(onnx::AttributeProto::STRING);
     a->set_s(v);
   }
+  // Fills graph attribute `a` (an If's then_branch / else_branch) with NAME_out = OP(x, NAME_c), NAME_c the
+  // float scalar `v` and x read from the enclosing graph; NAME_out is declared float of `out_dims`.
+  static void ScalarOpBranch(onnx::AttributeProto* a, const std::string& name, const std::string& op, float v,
+                             const std::vector<int64_t>& out_dims) {
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::GRAPH);
+    auto* bg = a->mutable_g();
+    bg->set_name(name);
+    auto* c = bg->add_initializer();
+    c->set_name(name + "_c");
+    c->set_data_type(onnx::TensorProto::FLOAT);
+    c->add_float_data(v);
+    auto* n = bg->add_node();
+    n->set_op_type(op);
+    n->add_input("x");
+    n->add_input(name + "_c");
+    n->add_output(name + "_out");
+    Info(bg->add_output(), name + "_out", onnx::TensorProto::FLOAT, out_dims);
+  }
   onnx::ModelProto& proto() { return m_; }
   std::string Bytes() const { return m_.SerializeAsString(); }
 

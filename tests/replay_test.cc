@@ -114,24 +114,8 @@ TEST(ReplayTest, IfOnAShapeDerivedConditionIsNotReplayed) {
   mb.Node("Gather", {"s", "one"}, {"n"});
   mb.Node("Greater", {"n", "five"}, {"c"});
   auto* iff = mb.Node("If", {"c"}, {"y"});
-  auto branch = [](onnx::AttributeProto* a, const char* name, float v) {
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::GRAPH);
-    auto* bg = a->mutable_g();
-    bg->set_name(name);
-    auto* c = bg->add_initializer();
-    c->set_name(std::string(name) + "_c");
-    c->set_data_type(onnx::TensorProto::FLOAT);
-    c->add_float_data(v);
-    auto* n = bg->add_node();
-    n->set_op_type("Mul");
-    n->add_input("x");
-    n->add_input(std::string(name) + "_c");
-    n->add_output(std::string(name) + "_out");
-    testing::ModelBuilder::Info(bg->add_output(), std::string(name) + "_out", onnx::TensorProto::FLOAT, {1, -1});
-  };
-  branch(iff->add_attribute(), "then_branch", 2.0f);
-  branch(iff->add_attribute(), "else_branch", 3.0f);
+  testing::ModelBuilder::ScalarOpBranch(iff->add_attribute(), "then_branch", "Mul", 2.0f, {1, -1});
+  testing::ModelBuilder::ScalarOpBranch(iff->add_attribute(), "else_branch", "Mul", 3.0f, {1, -1});
   auto s = Session::LoadFromBytes(mb.Bytes(), Opts());
   ASSERT_TRUE(s.ok()) << s.status();
   for (int64_t n : {4, 8, 3, 9}) {

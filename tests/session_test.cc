@@ -476,24 +476,8 @@ TEST(SessionTest, ScalarIntegerInputsAreSpecializedByValue) {
   iff->set_name("branch");
   iff->add_input("c");
   iff->add_output("y");
-  auto branch = [](onnx::AttributeProto* a, const char* name, const char* op, float v) {
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::GRAPH);
-    auto* bg = a->mutable_g();
-    bg->set_name(name);
-    auto* c = bg->add_initializer();
-    c->set_name(std::string(name) + "_c");
-    c->set_data_type(onnx::TensorProto::FLOAT);
-    c->add_float_data(v);
-    auto* n = bg->add_node();
-    n->set_op_type(op);
-    n->add_input("x");
-    n->add_input(std::string(name) + "_c");
-    n->add_output(std::string(name) + "_out");
-    testing::ModelBuilder::Info(bg->add_output(), (std::string(name) + "_out").c_str(), onnx::TensorProto::FLOAT, {3});
-  };
-  branch(iff->add_attribute(), "then_branch", "Add", 1.0f);
-  branch(iff->add_attribute(), "else_branch", "Mul", 2.0f);
+  testing::ModelBuilder::ScalarOpBranch(iff->add_attribute(), "then_branch", "Add", 1.0f, {3});
+  testing::ModelBuilder::ScalarOpBranch(iff->add_attribute(), "else_branch", "Mul", 2.0f, {3});
   auto s = Session::LoadFromBytes(m.SerializeAsString(), Opts());
   ASSERT_TRUE(s.ok()) << s.status();
   Tensor x(DType::kF32, {3});

@@ -49,6 +49,12 @@ struct InferInput {
   bool present = true;            // false for an absent optional input
 };
 
+// What shape inference knows of `v`: its dtype and shape, and its value if constant; absent if null.
+inline InferInput InferInputOf(const Value* v) {
+  if (v == nullptr) return InferInput{DType::kInvalid, Shape{}, nullptr, false};
+  return InferInput{v->dtype, v->shape, v->constant.get(), true};
+}
+
 struct InferOutput {
   DType dtype = DType::kInvalid;
   Shape shape;

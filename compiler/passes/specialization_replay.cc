@@ -255,17 +255,8 @@ class Replayer {
         for (const Value* v : copy->outputs()) out.push_back(InferOutput{v->dtype, v->shape});
         n->attrs["body"].g = std::move(copy);
       } else {
-        in.assign(n->inputs.size(), InferInput{});
-        for (size_t i = 0; i < n->inputs.size(); ++i) {
-          const Value* v = n->inputs[i];
-          if (v == nullptr) {
-            in[i].present = false;
-            continue;
-          }
-          in[i].dtype = v->dtype;
-          in[i].shape = v->shape;
-          in[i].value = v->constant.get();
-        }
+        in.clear();
+        for (const Value* v : n->inputs) in.push_back(InferInputOf(v));
         absl::Status s = InferNode(*n, in, out);
         if (!s.ok()) return Miss(absl::StrCat("shape inference: ", s.message()));
       }
@@ -288,19 +279,10 @@ class Replayer {
       const Value* x = guard->inputs[0];
       auto it = dims_.find(x->name);
       if (it == dims_.end()) return Miss(absl::StrCat("no dims for %", x->name, " (guard ", guard->Describe(), ")"));
-      std::vector<InferInput> in(guard->inputs.size());
-      in[0].dtype = x->dtype;
+      // Input 0 with its dims for this signature; the others are constants (their values as recorded).
+      std::vector<InferInput> in;
+      for (const Value* v : guard->inputs) in.push_back(InferInputOf(v));
       in[0].shape = Shape::Of(it->second);
-      for (size_t i = 1; i < guard->inputs.size(); ++i) {
-        const Value* v = guard->inputs[i];
-        if (v == nullptr) {
-          in[i].present = false;
-          continue;
-        }
-        in[i].dtype = v->dtype;
-        in[i].shape = Shape::Of(v->constant->dims());
-        in[i].value = v->constant.get();
-      }
       out.clear();
       absl::Status s = InferNode(*guard, in, out);
       if (!s.ok()) return Miss(absl::StrCat("guard ", guard->Describe(), ": ", s.message()));

@@ -78,15 +78,9 @@ absl::StatusOr<bool> Walk(Graph& graph, const ConstantEvaluator& evaluate, const
     std::vector<InferInput> in(n->inputs.size());
     bool all_const = true;
     for (size_t i = 0; i < n->inputs.size(); ++i) {
-      Value* v = n->inputs[i];
-      if (v == nullptr) {
-        in[i].present = false;
-        continue;
-      }
-      in[i].dtype = v->dtype;
-      in[i].shape = v->shape;
-      in[i].value = v->constant.get();
-      all_const &= v->is_constant();
+      const Value* v = n->inputs[i];
+      in[i] = InferInputOf(v);
+      all_const &= v == nullptr || v->is_constant();
     }
     for (Value* v : n->implicit_inputs) all_const &= v->is_constant();
     if (n->op_type == "If" && in[0].value != nullptr) {
