@@ -3,6 +3,7 @@
 // results: numpy-style expectations computed here, the full pass pipeline (verify mode and sessions with
 // replay off), and the guards' misses on graphs built to break a naive replay.
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "compiler/ir/graph.h"
@@ -147,6 +148,28 @@ TEST(ReplayTest, GraphDifferenceFindsConstantsShapesAndOps) {
   EXPECT_NE(DescribeGraphDifference(*make(1, 4, "Mul"), *make(2, 4, "Mul")).find("constant %k"), std::string::npos);
   EXPECT_NE(DescribeGraphDifference(*make(1, 4, "Mul"), *make(1, 5, "Mul")).find("shape"), std::string::npos);
   EXPECT_NE(DescribeGraphDifference(*make(1, 4, "Mul"), *make(1, 4, "Add")), "");
+}
+
+// Float attributes compare by bit pattern: a NaN alpha is not a difference (the fuzzer found verify mode
+// failing a HardSigmoid with alpha = NaN), a changed alpha is.
+TEST(ReplayTest, GraphDifferenceComparesFloatAttributesByBits) {
+  auto make = [](float alpha) {
+    auto g = std::make_unique<Graph>();
+    Value* x = g->AddInput("x", DType::kF32, Shape::Of({3}));
+    Node* h = g->AddNode("HardSigmoid", "h", {x}, {"y"});
+    Attribute a;
+    a.kind = Attribute::Kind::kFloat;
+    a.f = alpha;
+    h->attrs["alpha"] = a;
+    h->outputs[0]->dtype = DType::kF32;
+    h->outputs[0]->shape = Shape::Of({3});
+    g->AddOutput(h->outputs[0]);
+    return g;
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(DescribeGraphDifference(*make(nan), *make(nan)), "");
+  EXPECT_NE(DescribeGraphDifference(*make(nan), *make(0.5f)).find("attribute alpha"), std::string::npos);
+  EXPECT_NE(DescribeGraphDifference(*make(0.2f), *make(0.5f)).find("attribute alpha"), std::string::npos);
 }
 
 // Every shared model with a dynamic dim, over several shapes, in verify mode (each replayed graph must

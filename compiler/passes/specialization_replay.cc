@@ -395,6 +395,13 @@ std::string ValueDiff(const Value* a, const Value* b) {
   return "";
 }
 
+// Float attributes compare by bit pattern: a NaN alpha is the same attribute in both graphs (NaN != NaN).
+bool SameFloatBits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+
+bool SameFloatsBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<Graph>> ReplaySpecialization(const ReplayTemplate& t, const std::vector<Dims>& input_dims,
@@ -438,8 +445,8 @@ std::string DescribeGraphDifference(const Graph& a, const Graph& b) {
       if (attr.kind == Attribute::Kind::kGraph && IsCluster(x)) {
         std::string d = DescribeGraphDifference(*attr.g, *other.g);
         if (!d.empty()) return absl::StrCat(x.Describe(), " body: ", d);
-      } else if (attr.i != other.i || attr.f != other.f || attr.s != other.s || attr.ints != other.ints ||
-                 attr.floats != other.floats || attr.strings != other.strings) {
+      } else if (attr.i != other.i || !SameFloatBits(attr.f, other.f) || attr.s != other.s || attr.ints != other.ints ||
+                 !SameFloatsBits(attr.floats, other.floats) || attr.strings != other.strings) {
         return absl::StrCat(x.Describe(), " attribute ", key);
       }
     }
