@@ -8,6 +8,8 @@
 // fallback executor for every op-suite case, and float64 host math for the GEMM products.
 #include <cmath>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <atomic>
 #include <random>
 #include <thread>
@@ -403,6 +405,99 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<std::tuple<std::string, OpCase>>& i) {
       return std::get<0>(i.param) + "_" + std::get<1>(i.param).name;
     });
+
+// --matmul_precision / --conv_precision on the GPU (the node's cjit_precision attribute, set by the session):
+// highest = float32 math, high = TF32 operands (10 mantissa bits), medium = bfloat16 operands (7 bits; for
+// convolutions, TF32: cuDNN has no bfloat16 compute for float32 tensors). Measured against float64 math
+// over the float32 inputs: the error normalized by sum |a * b| is ~2^-24 / ~2^-11 / ~2^-8.
+class GpuMathPrecision : public ::testing::TestWithParam<std::string> {};
+
+// max over outputs of |got - exact| / sum_k |a_k * b_k|, for y = sum_k a_k * b_k given by `terms`.
+double NormalizedError(const Tensor& got, const std::function<void(int64_t, double*, double*)>& terms) {
+  double worst = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    double exact = 0, scale = 0;
+    terms(i, &exact, &scale);
+    worst = std::max(worst, std::fabs(got.data<float>()[i] - exact) / scale);
+  }
+  return worst;
+}
+
+TEST_P(GpuMathPrecision, GemmAndConvErrorsFollowThePrecision) {
+  CJIT_GET_BACKEND(backend, GetParam());
+  const int64_t M = 16, K = 256, N = 24;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Tensor a(DType::kF32, {M, K}), b(DType::kF32, {K, N});
+  for (int64_t i = 0; i < a.numel(); ++i) a.data<float>()[i] = u(rng);
+  for (int64_t i = 0; i < b.numel(); ++i) b.data<float>()[i] = u(rng);
+  // conv: x [1, 8, 10, 10], w [6, 8, 3, 3], no padding -> y [1, 6, 8, 8]
+  Tensor x(DType::kF32, {1, 8, 10, 10}), w(DType::kF32, {6, 8, 3, 3});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = u(rng);
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = u(rng);
+  std::map<std::string, std::pair<double, double>> err;  // precision -> (gemm, conv)
+  for (const std::string p : {"highest", "high", "medium"}) {
+    std::shared_ptr<Graph> g = Specialized(absl::StrCat(
+        "graph g(%a: f32[16,256], %b: f32[256,24], %x: f32[1,8,10,10], %w: f32[6,8,3,3]) {\n"
+        "  %y = MatMul(%a, %b) {cjit_precision=\"", p, "\"}\n  %z = Conv(%x, %w) {cjit_precision=\"", p,
+        "\"}\n  return %y, %z\n}"));
+    ASSERT_TRUE(g);
+    GpuPlacement placement;
+    auto got = RunOnGpu(backend, g, {a, b, x, w}, &placement);
+    ASSERT_TRUE(got.ok()) << p << ": " << got.status();
+    EXPECT_EQ(placement.gemms, 1) << placement.ToString();
+    EXPECT_EQ(placement.convs, 1) << placement.ToString();
+    err[p].first = NormalizedError((*got)[0], [&](int64_t i, double* exact, double* scale) {
+      for (int64_t k = 0; k < K; ++k) {
+        double t = double(a.data<float>()[i / N * K + k]) * b.data<float>()[k * N + i % N];
+        *exact += t;
+        *scale += std::fabs(t);
+      }
+    });
+    err[p].second = NormalizedError((*got)[1], [&](int64_t i, double* exact, double* scale) {
+      const int64_t k = i / 64, oh = i / 8 % 8, ow = i % 8;
+      for (int64_t c = 0; c < 8; ++c)
+        for (int64_t r = 0; r < 3; ++r)
+          for (int64_t s = 0; s < 3; ++s) {
+            double t = double(x.data<float>()[(c * 10 + oh + r) * 10 + ow + s]) * w.data<float>()[((k * 8 + c) * 3 + r) * 3 + s];
+            *exact += t;
+            *scale += std::fabs(t);
+          }
+    });
+    std::printf("%s: gemm %.3g conv %.3g\n", p.c_str(), err[p].first, err[p].second);
+  }
+  // highest: float32 accumulation of exact products (bound K * 2^-24 ~ 1.5e-5; typically far below)
+  EXPECT_LT(err["highest"].first, 1e-5);
+  EXPECT_LT(err["highest"].second, 1e-5);
+  // high: TF32 operands, relative rounding <= 2^-11 each: products off by <= ~2^-10
+  EXPECT_GT(err["high"].first, 1e-5);
+  EXPECT_LT(err["high"].first, 1.0 / 1024);
+  EXPECT_GT(err["high"].second, 1e-5);
+  EXPECT_LT(err["high"].second, 1.0 / 1024);
+  // medium: bfloat16 operands (<= 2^-8 each) for the GEMM — clearly worse than TF32; convolutions as TF32
+  EXPECT_GT(err["medium"].first, 2 * err["high"].first);
+  EXPECT_LT(err["medium"].first, 1.0 / 128);
+  EXPECT_LT(err["medium"].second, 1.0 / 1024);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, GpuMathPrecision, ::testing::Values("host", "cuda"));
+
+// TF32 keeps 10 mantissa bits (ulp of [1, 2) = 2^-10), rounding to nearest with ties to even; bfloat16 7.
+TEST(MathPrecision, RoundsOperandsToNearestEven) {
+  const float ulp10 = std::ldexp(1.0f, -10);
+  EXPECT_EQ(RoundToMathPrecision(1 + ulp10 / 2, MathPrecision::kHigh), 1.0f);                // tie -> even
+  EXPECT_EQ(RoundToMathPrecision(1 + 1.5f * ulp10, MathPrecision::kHigh), 1 + 2 * ulp10);    // tie -> even
+  EXPECT_EQ(RoundToMathPrecision(1 + 0.75f * ulp10, MathPrecision::kHigh), 1 + ulp10);       // above half
+  EXPECT_EQ(RoundToMathPrecision(-(1 + 0.25f * ulp10), MathPrecision::kHigh), -1.0f);        // below half
+  EXPECT_EQ(RoundToMathPrecision(1 + 0.75f * ulp10, MathPrecision::kHighest), 1 + 0.75f * ulp10);
+  EXPECT_EQ(RoundToMathPrecision(1 + std::ldexp(1.0f, -8), MathPrecision::kMedium), 1.0f);   // bf16 tie
+  EXPECT_EQ(RoundToMathPrecision(3.4028235e38f, MathPrecision::kHigh), INFINITY);            // carries out
+  EXPECT_TRUE(std::isnan(RoundToMathPrecision(NAN, MathPrecision::kHigh)));
+  EXPECT_EQ(RoundToMathPrecision(-INFINITY, MathPrecision::kHigh), -INFINITY);
+  EXPECT_EQ(ParseMathPrecision("high"), MathPrecision::kHigh);
+  EXPECT_EQ(ParseMathPrecision("medium"), MathPrecision::kMedium);
+  EXPECT_EQ(ParseMathPrecision("highest"), MathPrecision::kHighest);
+}
 
 // Run() from several threads at once on one executor (host backend): every result equals the
 // single-threaded one.

@@ -91,7 +91,11 @@ class LtGemmPlan : public GemmOp {
     device_ = device;
     shape_ = s;
     const LtApi& lt = *lt_;
-    CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    // --matmul_precision: float32 in and out; high = TF32 tensor-core math, medium = bfloat16 (device_backend.h)
+    const cublasComputeType_t compute = s.precision == MathPrecision::kHigh     ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                        : s.precision == MathPrecision::kMedium ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                                                                : CUBLAS_COMPUTE_32F;
+    CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatmulDescCreate(&desc_, compute, CUDA_R_32F));
     // Column-major view: D^T (n x m) = [op(B)^T] (n x k) * [op(A)^T] (k x m).
     cublasOperation_t op_first = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_second = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;

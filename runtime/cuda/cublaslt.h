@@ -4,7 +4,8 @@
 // https://onnx.ai/onnx/operators/onnx__Gemm.html), with a Relu epilogue where the plan absorbed one.
 //
 // Row-major products are run as their column-major transposes: D^T = op(B)^T op(A)^T, so no data moves.
-// Precision: CUBLAS_COMPUTE_32F (full float32 — "highest" matmul precision).
+// Precision (GemmShape::precision, from --matmul_precision): CUBLAS_COMPUTE_32F ("highest"),
+// CUBLAS_COMPUTE_32F_FAST_TF32 ("high"), CUBLAS_COMPUTE_32F_FAST_16BF ("medium"); float32 in and out.
 // Errors: FailedPreconditionError when cuBLASLt cannot be loaded; InternalError naming the cuBLASLt call
 // and status; UnimplementedError when no algorithm supports a shape (callers then run the op elsewhere).
 // Thread-safety: a plan is immutable after creation and may run concurrently (all work is on the

@@ -142,7 +142,7 @@ class CudnnConv : public ConvOp {
                                                                 i(s.stride_w), i(s.dil_h), i(s.dil_w),
                                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetConvolutionGroupCount(conv_, i(s.groups)));
-    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetConvolutionMathType(conv_, CUDNN_FMA_MATH));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetConvolutionMathType(conv_, s.precision == MathPrecision::kHighest ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH));
     int on = 0, oc = 0, oh = 0, ow = 0;
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnGetConvolution2dForwardOutputDim(conv_, x_, w_, &on, &oc, &oh, &ow));
     if (on != s.n || oc != s.k || oh != s.out_h || ow != s.out_w) {

@@ -1,7 +1,9 @@
 // float32 NCHW convolutions and pooling on the GPU through cuDNN 9's convolution API (cudnnConvolutionForward),
 // loaded with dlopen("libcudnn.so.9") so nothing links CUDA libraries. The algorithm is the first of
 // cudnnGetConvolutionForwardAlgorithm_v7's heuristic ranking whose workspace fits 256 MiB (measured
-// autotuning with cudnnFind* is not done yet). Math: CUDNN_FMA_MATH (no TF32: "highest" precision).
+// autotuning with cudnnFind* is not done yet). Math (ConvShape::precision, from --conv_precision): CUDNN_FMA_MATH for "highest" (no TF32);
+// CUDNN_DEFAULT_MATH (TF32 tensor cores on sm_80+) for "high" and "medium" (cuDNN has no bfloat16 compute
+// type for float32 tensors).
 // Bias: cudnnAddTensor after the convolution.
 // Padding with begin != end (SAME_UPPER with an odd total, explicit asymmetric pads), which the legacy API
 // cannot express, is done by copying the input into the interior of a filled buffer (0; -inf for max

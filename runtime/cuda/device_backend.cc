@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/float16.h"
 
 namespace cjit {
 
@@ -16,6 +17,33 @@ bool ParseSm(const std::string& sm, int* number, bool* exact) {
 }
 
 }  // namespace
+
+MathPrecision ParseMathPrecision(const std::string& s) {
+  if (s == "high") return MathPrecision::kHigh;
+  if (s == "medium") return MathPrecision::kMedium;
+  return MathPrecision::kHighest;
+}
+
+const char* MathPrecisionName(MathPrecision p) {
+  switch (p) {
+    case MathPrecision::kHigh:
+      return "high";
+    case MathPrecision::kMedium:
+      return "medium";
+    default:
+      return "highest";
+  }
+}
+
+float RoundToMathPrecision(float x, MathPrecision p) {
+  if (p == MathPrecision::kMedium) return Bfloat16BitsToFloat(FloatToBfloat16Bits(x));
+  if (p != MathPrecision::kHigh) return x;
+  const uint32_t u = FloatBits(x);
+  if ((u & 0x7F800000u) == 0x7F800000u) return x;  // NaN, infinity
+  // TF32 keeps 10 of float32's 23 mantissa bits: round the low 13 away, ties to even (may carry into
+  // the exponent, up to infinity, as a float32 rounding would).
+  return BitsToFloat((u + 0x0FFFu + ((u >> 13) & 1u)) & ~0x1FFFu);
+}
 
 absl::StatusOr<std::string> PtxTargetForDevice(const std::string& sm) {
   int cc = 0;

@@ -52,6 +52,25 @@ struct FusedLaunchArgs {
   uint64_t meta = 0, consts = 0;
 };
 
+// float32 math precision of a GEMM or convolution (--matmul_precision / --conv_precision, the node's
+// cjit_precision attribute; PyTorch's torch.set_float32_matmul_precision):
+//   kHighest  float32 products and accumulation (CUBLAS_COMPUTE_32F; cuDNN CUDNN_FMA_MATH)
+//   kHigh     TensorFloat-32: operands rounded to 10 mantissa bits, float32 accumulation
+//             (CUBLAS_COMPUTE_32F_FAST_TF32; cuDNN CUDNN_DEFAULT_MATH, which permits TF32 on sm_80+)
+//   kMedium   bfloat16 operands (7 mantissa bits), float32 accumulation (CUBLAS_COMPUTE_32F_FAST_16BF);
+//             cuDNN's convolution API has no bfloat16 compute type for float32 tensors, so convolutions
+//             run as kHigh (TF32)
+// Inputs and outputs stay float32 whatever the precision.
+enum class MathPrecision { kHighest, kHigh, kMedium };
+
+// "highest" / "high" / "medium" (the attribute's values); anything else is kHighest.
+MathPrecision ParseMathPrecision(const std::string& s);
+const char* MathPrecisionName(MathPrecision p);
+
+// x rounded (to nearest, ties to even) to the operand precision of `p`: itself for kHighest, TF32 for
+// kHigh, bfloat16 for kMedium; NaN and infinities unchanged. The host backend's emulation of the GPU's.
+float RoundToMathPrecision(float x, MathPrecision p);
+
 // D[b] (M x N, row-major) = act(alpha * op(A[b]) (M x K) * op(B[b]) (K x N) + bias (N)), for b < batch,
 // with act = Relu when `relu`, else the identity.
 // Strides are in elements between consecutive batch matrices; 0 broadcasts one matrix to every batch.
@@ -63,6 +82,7 @@ struct GemmShape {
   float alpha = 1;
   bool bias = false;  // a float32 vector of N added to every row
   bool relu = false;
+  MathPrecision precision = MathPrecision::kHighest;
 };
 
 class GemmOp {
@@ -84,6 +104,7 @@ struct ConvShape {
   int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
   int64_t stride_h = 1, stride_w = 1, dil_h = 1, dil_w = 1, groups = 1;
   bool bias = false;  // a float32 vector of K
+  MathPrecision precision = MathPrecision::kHighest;
 };
 
 class ConvOp {

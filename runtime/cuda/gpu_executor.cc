@@ -237,6 +237,7 @@ absl::StatusOr<bool> GpuExecutor::Impl::TryGemm(const Node& n, const PlanStep* s
   if (n.outputs.size() != 1 || !StaticF32(n.outputs[0]) || !StaticF32(n.input(0)) || !StaticF32(n.input(1))) return false;
   Dims a = n.input(0)->shape.concrete(), b = n.input(1)->shape.concrete(), o = n.outputs[0]->shape.concrete();
   GemmShape s;
+  s.precision = ParseMathPrecision(n.GetString("cjit_precision", "highest"));  // --matmul_precision
   const Value* bias = nullptr;
   if (n.op_type == "MatMul") {
     Dims a_batch, b_batch;
@@ -515,6 +516,7 @@ absl::StatusOr<bool> GpuExecutor::Impl::TryConv(const Node& n) {
   std::vector<int64_t> strides, dil, begin, end;
   if (!SpatialWindows(n, xd, {wd.begin() + 2, wd.end()}, yd, &strides, &dil, &begin, &end)) return false;
   ConvShape s;
+  s.precision = ParseMathPrecision(n.GetString("cjit_precision", "highest"));  // --conv_precision
   s.n = xd[0];
   s.c = xd[1];
   s.k = wd[0];

@@ -1,6 +1,7 @@
 // The host backend (device_backend.h): host memory as "device" memory, fused kernels compiled by the CPU
 // back end from the same FusionPlan (same meta/consts layout and iteration space as the PTX kernels), and
-// float64-accumulated products following GemmShape's definition.
+// float64-accumulated products following GemmShape's definition (operands rounded as the shape's
+// MathPrecision says, as the GPU's tensor cores would).
 #include <cstdlib>
 #include <algorithm>
 #include <cstring>
@@ -41,8 +42,8 @@ class HostGemm : public GemmOp {
         for (int64_t j = 0; j < s_.n; ++j) {
           double acc = 0;
           for (int64_t k = 0; k < s_.k; ++k) {
-            double x = s_.trans_a ? Az[k * s_.m + i] : Az[i * s_.k + k];
-            double y = s_.trans_b ? Bz[j * s_.k + k] : Bz[k * s_.n + j];
+            double x = RoundToMathPrecision(s_.trans_a ? Az[k * s_.m + i] : Az[i * s_.k + k], s_.precision);
+            double y = RoundToMathPrecision(s_.trans_b ? Bz[j * s_.k + k] : Bz[k * s_.n + j], s_.precision);
             acc += x * y;
           }
           double r = s_.alpha * acc + (C ? C[j] : 0.0);
@@ -66,6 +67,8 @@ class HostConv : public ConvOp {
     const float* bias = s.bias ? reinterpret_cast<const float*>(bias_addr) : nullptr;
     float* y = reinterpret_cast<float*>(y_addr);
     int64_t cg = s.c / s.groups, kg = s.k / s.groups;
+    // as cuDNN: convolutions have no bfloat16 compute type for float32 tensors, medium runs as TF32
+    const MathPrecision prec = s.precision == MathPrecision::kMedium ? MathPrecision::kHigh : s.precision;
     for (int64_t n = 0; n < s.n; ++n)
       for (int64_t k = 0; k < s.k; ++k) {
         int64_t g = k / kg;
@@ -79,8 +82,8 @@ class HostConv : public ConvOp {
                 for (int64_t t = 0; t < s.s; ++t) {
                   int64_t iw = q * s.stride_w - s.pad_left + t * s.dil_w;
                   if (iw < 0 || iw >= s.w) continue;
-                  acc += double(x[((n * s.c + g * cg + c) * s.h + ih) * s.w + iw]) *
-                         double(w[((k * cg + c) * s.r + r) * s.s + t]);
+                  acc += double(RoundToMathPrecision(x[((n * s.c + g * cg + c) * s.h + ih) * s.w + iw], prec)) *
+                         double(RoundToMathPrecision(w[((k * cg + c) * s.r + r) * s.s + t], prec));
                 }
               }
             y[((n * s.k + k) * s.out_h + p) * s.out_w + q] = static_cast<float>(acc);
