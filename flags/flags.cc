@@ -205,6 +205,12 @@ const std::vector<FlagDef>& Table() {
         "convolution. false: ONNX's NCHW everywhere.",
         {}},
        BoolFlag(&Flags::cpu_channels_last, "cpu_channels_last")},
+      {{"cpu_fuse_pointwise_depthwise", "bool", "true",
+        "CPU, with --cpu_channels_last: a 1x1 convolution feeding a depthwise convolution (through Relu, Clip, "
+        "HardSwish or HardSigmoid only; MobileNet's inverted residual) runs as one fused op that computes the "
+        "expanded intermediate a band of rows at a time, never the whole tensor.",
+        {}},
+       BoolFlag(&Flags::cpu_fuse_pointwise_depthwise, "cpu_fuse_pointwise_depthwise")},
       {{"allow_excess_precision", "bool", "true",
         "Inside fused kernels, float16/bfloat16 values stay float32 between ops (only stores and explicit Casts "
         "round), as XLA's --xla_allow_excess_precision; false rounds every op's result as the op-by-op path does.",
@@ -566,6 +572,7 @@ std::string FlagValueText(const Flags& f, absl::string_view name) {
       {"polymorphic_clusters", [b](const Flags& f) { return b(f.polymorphic_clusters); }},
       {"specialization_replay", [](const Flags& f) { return f.specialization_replay; }},
       {"cpu_channels_last", [b](const Flags& f) { return b(f.cpu_channels_last); }},
+      {"cpu_fuse_pointwise_depthwise", [b](const Flags& f) { return b(f.cpu_fuse_pointwise_depthwise); }},
       {"autotune_level", [](const Flags& f) { return absl::StrCat(f.autotune_level); }},
       {"autotune_max_ms_per_op", [](const Flags& f) { return absl::StrCat(f.autotune_max_ms_per_op); }},
       {"autotune_deterministic", [b](const Flags& f) { return b(f.autotune_deterministic); }},

@@ -67,6 +67,9 @@ struct Flags {
   // CPU: float32 convolutions connected to other convolutions run channels-last (NHWC) between them, with
   // transposes only at the region's edges (compiler/passes/layout.h). false: ONNX's NCHW everywhere.
   bool cpu_channels_last = true;
+  // CPU, with cpu_channels_last: pointwise -> depthwise convolution pairs run as one fused op
+  // (compiler/passes/layout.h FusePointwiseDepthwise).
+  bool cpu_fuse_pointwise_depthwise = true;
   // Automatic mixed precision (compiler/passes/auto_mixed_precision.h): off, float16, bfloat16, or auto
   // (float16 on a GPU, bfloat16 on the CPU; what TF_ENABLE_AUTO_MIXED_PRECISION=1 sets).
   std::string auto_mixed_precision = "off";

@@ -395,6 +395,10 @@ absl::StatusOr<std::shared_ptr<Graph>> Session::BuildSpecializedGraph(const std:
       if (changed) {  // cancel the transpose pairs
         CJIT_RETURN_IF_ERROR(RemoveNoOps(*g).status());
         CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
+        if (flags_.cpu_fuse_pointwise_depthwise) {
+          CJIT_ASSIGN_OR_RETURN(int fused, FusePointwiseDepthwise(*g));
+          if (fused > 0) CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
+        }
       }
     }
     if (scope.active()) scope.args().Add("nodes_after", g->nodes().size());

@@ -5,6 +5,8 @@
 #include "compiler/passes/layout.h"
 
 #include <cmath>
+#include <tuple>
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -265,6 +267,259 @@ TEST(ChannelsLastTest, EveryIsaVariantOfTheConvLoopsMatchesTheNchwPath) {
   }
   SetConvLoopIsaForTest(ConvLoopIsa::kDetect);
   EXPECT_GE(variants, 1);  // the baseline runs anywhere
+}
+
+
+// ---- pointwise -> depthwise fusion (FusePointwiseDepthwise, RunPointwiseDepthwiseConv) ----
+
+struct PwDwCase {
+  std::string name;
+  int64_t n, c, m, h, w, k;
+  std::vector<int64_t> strides, pads, dilations;
+  std::vector<std::string> mid;  // ONNX ops between the convolutions: Relu, HardSwish, HardSigmoid, Clip
+  bool b1, b2;
+  bool relu_after;  // a Relu after the depthwise convolution (a post-op of the fused op when compiled)
+  int threads;
+};
+
+double MidOp(const std::string& op, double v) {
+  if (op == "Relu") return v > 0 ? v : 0;
+  if (op == "HardSwish") return v * std::clamp(v / 6 + 0.5, 0.0, 1.0);
+  if (op == "HardSigmoid") return std::clamp(0.3 * v + 0.4, 0.0, 1.0);  // alpha 0.3, beta 0.4 (set below)
+  if (op == "Clip") return std::clamp(v, -0.25, 0.6);
+  return v;
+}
+
+// The model (ONNX NCHW: Conv 1x1 -> mid ops -> depthwise Conv [-> Relu]) and a float64 reference of it.
+std::string PwDwModel(const PwDwCase& t, std::vector<float>* w1, std::vector<float>* b1, std::vector<float>* w2,
+                      std::vector<float>* b2) {
+  testing::ModelBuilder m(14);  // HardSwish: opset 14
+  m.Input("x", onnx::TensorProto::FLOAT, {t.n, t.c, t.h, t.w}).Output("y");
+  *w1 = testing::RandomFloats(static_cast<size_t>(t.m * t.c), 21);
+  *b1 = testing::RandomFloats(static_cast<size_t>(t.m), 22);
+  *w2 = testing::RandomFloats(static_cast<size_t>(t.m * t.k * t.k), 23);
+  *b2 = testing::RandomFloats(static_cast<size_t>(t.m), 24);
+  m.InitFloats("w1", {t.m, t.c, 1, 1}, *w1);
+  m.InitFloats("w2", {t.m, 1, t.k, t.k}, *w2);
+  std::vector<std::string> pw_in{"x", "w1"};
+  if (t.b1) {
+    m.InitFloats("b1", {t.m}, *b1);
+    pw_in.push_back("b1");
+  } else {
+    b1->assign(b1->size(), 0.0f);
+  }
+  m.Node("Conv", pw_in, {"p"});
+  std::string v = "p";
+  for (size_t i = 0; i < t.mid.size(); ++i) {
+    std::string out = absl::StrCat("mid", i);
+    if (t.mid[i] == "Clip") {
+      m.InitFloats(absl::StrCat("lo", i), {}, {-0.25f});
+      m.InitFloats(absl::StrCat("hi", i), {}, {0.6f});
+      m.Node("Clip", {v, absl::StrCat("lo", i), absl::StrCat("hi", i)}, {out});
+    } else {
+      auto* n = m.Node(t.mid[i], {v}, {out});
+      if (t.mid[i] == "HardSigmoid") {
+        testing::ModelBuilder::AttrFloat(n, "alpha", 0.3f);
+        testing::ModelBuilder::AttrFloat(n, "beta", 0.4f);
+      }
+    }
+    v = out;
+  }
+  std::vector<std::string> dw_in{v, "w2"};
+  if (t.b2) {
+    m.InitFloats("b2", {t.m}, *b2);
+    dw_in.push_back("b2");
+  } else {
+    b2->assign(b2->size(), 0.0f);
+  }
+  auto* dw = m.Node("Conv", dw_in, {t.relu_after ? "d" : "y"});
+  testing::ModelBuilder::AttrInt(dw, "group", t.m);
+  testing::ModelBuilder::AttrInts(dw, "kernel_shape", {t.k, t.k});
+  testing::ModelBuilder::AttrInts(dw, "strides", t.strides);
+  testing::ModelBuilder::AttrInts(dw, "pads", t.pads);
+  testing::ModelBuilder::AttrInts(dw, "dilations", t.dilations);
+  if (t.relu_after) m.Node("Relu", {"d"}, {"y"});
+  return m.Bytes();
+}
+
+// Every case: the Session (default flags: channels-last, fused) against float64 math, op by op and
+// compiled, on 1 or 2 threads; the specialized graph holds the fused op. Cases reach several row bands per
+// thread (the 384 KiB buffer), a band of one row (a 2000-pixel-wide row of 64 channels is 512 KiB), channel
+// counts with vector tails (20 = 16 + 4, 24), strides 1 and 2, asymmetric pads, dilation 2, a batch of 2, no
+// biases, and chains of activations.
+TEST(PointwiseDepthwiseFusionTest, FusedOpMatchesFloat64) {
+  const std::vector<PwDwCase> cases = {
+      {"bands_stride2_relu", 1, 8, 64, 100, 64, 3, {2, 2}, {1, 1, 1, 1}, {1, 1}, {"Relu"}, true, true, false, 2},
+      {"batch2_k5_asym_pads", 2, 5, 20, 23, 31, 5, {1, 1}, {2, 1, 2, 3}, {1, 1}, {"HardSigmoid", "Clip"}, false, true, false, 1},
+      {"dilated_hardswish_post_relu", 1, 12, 24, 17, 19, 3, {1, 1}, {2, 2, 2, 2}, {2, 2}, {"HardSwish"}, true, false, true, 2},
+      {"one_row_bands", 1, 2, 64, 6, 2000, 3, {1, 2}, {1, 1, 1, 1}, {1, 1}, {}, true, true, false, 2},
+  };
+  for (const PwDwCase& t : cases) {
+    std::vector<float> w1, b1, w2, b2;
+    const std::string bytes = PwDwModel(t, &w1, &b1, &w2, &b2);
+    Tensor x(DType::kF32, {t.n, t.c, t.h, t.w});
+    std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), 25);
+    std::copy(xv.begin(), xv.end(), x.data<float>());
+    // float64: mid = ops(pw(x) + b1) [N, M, H, W]; y = dw(mid) + b2 [, Relu].
+    std::vector<double> mid(static_cast<size_t>(t.n * t.m * t.h * t.w));
+    for (int64_t n = 0; n < t.n; ++n)
+      for (int64_t o = 0; o < t.m; ++o)
+        for (int64_t p = 0; p < t.h * t.w; ++p) {
+          double acc = b1[o];
+          for (int64_t c = 0; c < t.c; ++c) acc += double(xv[(n * t.c + c) * t.h * t.w + p]) * w1[o * t.c + c];
+          for (const std::string& op : t.mid) acc = MidOp(op, acc);
+          mid[(n * t.m + o) * t.h * t.w + p] = acc;
+        }
+    const int64_t ext_h = (t.k - 1) * t.dilations[0] + 1, ext_w = (t.k - 1) * t.dilations[1] + 1;
+    const int64_t oh = (t.h + t.pads[0] + t.pads[2] - ext_h) / t.strides[0] + 1;
+    const int64_t ow = (t.w + t.pads[1] + t.pads[3] - ext_w) / t.strides[1] + 1;
+    std::vector<double> want(static_cast<size_t>(t.n * t.m * oh * ow));
+    for (int64_t n = 0; n < t.n; ++n)
+      for (int64_t o = 0; o < t.m; ++o)
+        for (int64_t i = 0; i < oh; ++i)
+          for (int64_t j = 0; j < ow; ++j) {
+            double acc = b2[o];
+            for (int64_t a = 0; a < t.k; ++a)
+              for (int64_t b = 0; b < t.k; ++b) {
+                int64_t ih = i * t.strides[0] - t.pads[0] + a * t.dilations[0];
+                int64_t iw = j * t.strides[1] - t.pads[1] + b * t.dilations[1];
+                if (ih < 0 || ih >= t.h || iw < 0 || iw >= t.w) continue;
+                acc += mid[((n * t.m + o) * t.h + ih) * t.w + iw] * w2[(o * t.k + a) * t.k + b];
+              }
+            want[((n * t.m + o) * oh + i) * ow + j] = t.relu_after && acc < 0 ? 0 : acc;
+          }
+    for (const char* mode : {"--auto_jit=-1", "--auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false"}) {
+      SessionOptions o;
+      o.use_environment_flags = false;
+      auto f = ParseFlags(absl::StrCat("--device=cpu --autotune_level=0 --intra_op_threads=", t.threads, " ", mode));
+      ASSERT_TRUE(f.ok()) << f.status();
+      o.flags = *f;
+      auto s = Session::LoadFromBytes(bytes, o);
+      ASSERT_TRUE(s.ok()) << t.name << ": " << s.status();
+      auto g = (*s)->SpecializeAndCluster({{"x", x}}, nullptr);
+      ASSERT_TRUE(g.ok()) << g.status();
+      int fused = 0;
+      for (const auto& node : (*g)->nodes()) {
+        fused += node->op_type == "NhwcPointwiseDepthwiseConv";
+        for (const auto& [k, a] : node->attrs) {
+          if (a.kind == Attribute::Kind::kGraph && a.g) fused += Count(*a.g, "NhwcPointwiseDepthwiseConv");
+        }
+      }
+      EXPECT_EQ(fused, 1) << t.name << " " << mode << "\n" << PrintGraph(**g);
+      for (int run = 0; run < 2; ++run) {
+        auto r = (*s)->Run({{"x", x}});
+        ASSERT_TRUE(r.ok()) << t.name << " " << mode << ": " << r.status();
+        const Tensor& y = (*r)[0].tensor;
+        ASSERT_EQ(y.dims(), (Dims{t.n, t.m, oh, ow})) << t.name;
+        double worst = 0;
+        for (int64_t i = 0; i < y.numel(); ++i) {
+          // float32 accumulation of up to 64 products of values in [-1, 1]: atol 1e-5 + rtol 1e-4
+          worst = std::max(worst, std::fabs(y.data<float>()[i] - want[i]) / (1e-5 + 1e-4 * std::fabs(want[i])));
+        }
+        EXPECT_LT(worst, 1.0) << t.name << " " << mode << " run " << run;
+      }
+    }
+  }
+}
+
+// Not fused where the intermediate has another reader (here it is also a graph output), where an op other
+// than the listed activations sits between the convolutions (Sigmoid), or with --cpu_fuse_pointwise_depthwise
+// =false; the results stay those of the unfused ops.
+TEST(PointwiseDepthwiseFusionTest, FusesOnlyAnExclusiveActivationChain) {
+  auto graph = [](const std::string& mid_op, bool mid_is_output) {
+    std::string ir = "graph g(%x: f32[1,4,9,9]) {\n" + Const("w1", {8, 4, 1, 1}, 0.1) + Const("w2", {8, 1, 3, 3}, 0.2) +
+                     "  %p = Conv(%x, %w1)\n  %a = " + mid_op + "(%p)\n  %y = Conv(%a, %w2) {group=8, pads=[1,1,1,1]}\n" +
+                     (mid_is_output ? "  return %y, %a\n}" : "  return %y\n}");
+    auto parsed = SpecializedGraphFromText(ir);
+    EXPECT_TRUE(parsed.ok()) << parsed.status();
+    std::shared_ptr<Graph> g(std::move(*parsed));
+    EXPECT_TRUE(AssignChannelsLastLayout(*g).ok());
+    EXPECT_TRUE(RemoveNoOps(*g).ok());
+    return g;
+  };
+  for (const auto& [op, out, expect] : std::vector<std::tuple<std::string, bool, int>>{
+           {"Relu", false, 1}, {"Relu", true, 0}, {"Sigmoid", false, 0}, {"HardSwish", false, 1}}) {
+    std::shared_ptr<Graph> g = graph(op, out);
+    std::shared_ptr<Graph> unfused(g->Clone());
+    auto fused = FusePointwiseDepthwise(*g);
+    ASSERT_TRUE(fused.ok()) << fused.status();
+    EXPECT_EQ(*fused, expect) << op << " " << out;
+    EXPECT_EQ(Count(*g, "NhwcPointwiseDepthwiseConv"), expect) << PrintGraph(*g);
+    Tensor x(DType::kF32, {1, 4, 9, 9});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::cos(0.41 * i));
+    std::vector<Tensor> want = RunGraph(unfused, {x}), got = RunGraph(g, {x});
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t k = 0; k < got.size(); ++k) {
+      OutputComparison c = CompareTensors("out", got[k], want[k], 1e-5, 1e-5);
+      EXPECT_TRUE(c.ok) << op << " output " << k << ": max_abs " << c.max_abs << " " << c.problem;
+    }
+  }
+  // The flag turns it off in a Session.
+  std::vector<float> w1, b1, w2, b2;
+  PwDwCase t{"flag", 1, 4, 8, 9, 9, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, {"Relu"}, true, true, false, 1};
+  const std::string bytes = PwDwModel(t, &w1, &b1, &w2, &b2);
+  for (bool on : {true, false}) {
+    SessionOptions o;
+    o.use_environment_flags = false;
+    auto f = ParseFlags(absl::StrCat("--device=cpu --auto_jit=-1 --cpu_fuse_pointwise_depthwise=", on ? "true" : "false"));
+    ASSERT_TRUE(f.ok()) << f.status();
+    o.flags = *f;
+    auto s = Session::LoadFromBytes(bytes, o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    auto g = (*s)->SpecializeAndCluster({{"x", Tensor(DType::kF32, {1, 4, 9, 9})}}, nullptr);
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ(Count(**g, "NhwcPointwiseDepthwiseConv"), on ? 1 : 0);
+    EXPECT_EQ(Count(**g, "NhwcConv"), on ? 0 : 2);
+  }
+}
+
+
+// The fused op is internal, but a model may name it (domain com.clusterjit): malformed operands get an
+// error naming the node, never a crash.
+TEST(PointwiseDepthwiseFusionTest, MalformedFusedOpInAModelIsAClearError) {
+  struct Bad {
+    std::vector<std::string> inputs;
+    std::vector<int64_t> w2;
+    std::vector<std::string> mid;
+    std::vector<float> params;
+  };
+  const std::vector<Bad> bads = {
+      {{"x", "w1", "", "", ""}, {8, 1, 3, 3}, {}, {}},                 // W2 absent
+      {{"x", "w1", "", "w2", ""}, {8, 2, 3, 3}, {}, {}},               // W2 not depthwise
+      {{"x", "w1", "", "w2", ""}, {8, 1, 3, 3}, {"Relu"}, {}},         // mid_params missing
+      {{"x", "w1", "", "w2", ""}, {8, 1, 3, 3}, {"Gelu"}, {0, 0}},     // unknown mid op
+      {{"x", "", "", "w2", ""}, {8, 1, 3, 3}, {}, {}},                 // W1 absent
+  };
+  for (const Bad& b : bads) {
+    testing::ModelBuilder m(14);
+    m.Input("x", onnx::TensorProto::FLOAT, {1, 5, 5, 4}).Output("y");
+    m.InitFloats("w1", {8, 4, 1, 1}, std::vector<float>(32, 0.5f));
+    int64_t n2 = 1;
+    for (int64_t d : b.w2) n2 *= d;
+    m.InitFloats("w2", b.w2, std::vector<float>(static_cast<size_t>(n2), 0.25f));
+    auto* n = m.Node("NhwcPointwiseDepthwiseConv", b.inputs, {"y"}, "fused");
+    n->set_domain("com.clusterjit");
+    testing::ModelBuilder::AttrInt(n, "group", 8);
+    testing::ModelBuilder::AttrInts(n, "pads", {1, 1, 1, 1});
+    if (!b.mid.empty()) {
+      auto* a = n->add_attribute();
+      a->set_name("mid_ops");
+      a->set_type(onnx::AttributeProto::STRINGS);
+      for (const std::string& op : b.mid) a->add_strings(op);
+      testing::ModelBuilder::AttrFloats(n, "mid_params", b.params);
+    }
+    auto* opset = m.proto().add_opset_import();
+    opset->set_domain("com.clusterjit");
+    opset->set_version(1);
+    SessionOptions o;
+    o.use_environment_flags = false;
+    o.flags.device = "cpu";
+    o.flags.auto_jit = "-1";
+    auto s = Session::LoadFromBytes(m.Bytes(), o);
+    absl::Status st = s.ok() ? (*s)->Run({{"x", Tensor(DType::kF32, {1, 5, 5, 4})}}).status() : s.status();
+    EXPECT_FALSE(st.ok()) << absl::StrJoin(b.inputs, ",");
+    EXPECT_NE(std::string(st.message()).find("fused"), std::string::npos) << st;
+  }
 }
 
 }  // namespace

@@ -199,7 +199,7 @@ std::vector<const Node*> MatchPostOps(const Node& conv, const std::map<const Val
   const Value* v = conv.outputs[0];
   if (v == nullptr || v->dtype != DType::kF32 || !v->shape.fully_known() || v->shape.rank() < 3) return absorbed;
   // Conv: [N, M, o..]; NhwcConv (channels-last): [N, o.., M].
-  int channel_axis = conv.op_type == "NhwcConv" ? v->shape.rank() - 1 : 1;
+  int channel_axis = conv.op_type == "NhwcConv" || conv.op_type == "NhwcPointwiseDepthwiseConv" ? v->shape.rank() - 1 : 1;
   int64_t oc = v->shape.dims[channel_axis].value;
   auto readers = [&](const Value* x) -> const std::vector<const Node*>& {
     static const std::vector<const Node*> kNone;
@@ -356,7 +356,7 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOp
   std::map<int, Absorbed> post;
   for (int i = 0; i < n; ++i) {
     const std::string& op = order[i]->op_type;
-    bool conv = options.conv_post_ops && (op == "Conv" || op == "NhwcConv");
+    bool conv = options.conv_post_ops && (op == "Conv" || op == "NhwcConv" || op == "NhwcPointwiseDepthwiseConv");
     bool gemm = options.gemm_epilogues && (op == "MatMul" || op == "Gemm");
     if ((!conv && !gemm) || owner[i] >= 0) continue;
     Absorbed a;

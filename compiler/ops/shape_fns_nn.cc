@@ -136,6 +136,35 @@ absl::Status NhwcConvInfer(const Node& n, Inputs in, Outputs& out) {
   return absl::OkStatus();
 }
 
+// com.clusterjit.NhwcPointwiseDepthwiseConv (compiler/passes/layout.h FusePointwiseDepthwise): X [N, H, W, C],
+// W1 [M, C, 1, 1], B1 [M] (optional), W2 [M, 1, KH, KW], B2 [M] (optional); the node's attributes are the
+// depthwise convolution's (group = M). Y [N, OH, OW, M], float32.
+absl::Status NhwcPointwiseDepthwiseConvInfer(const Node& n, Inputs in, Outputs& out) {
+  if (!in[0].present || !in[1].present || !in[3].present) return NodeError(n, "X, W1 and W2 are required");
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i].present && in[i].dtype != DType::kF32) return NodeError(n, "every operand must be float32");
+  }
+  const Shape& x = in[0].shape;
+  const Shape& w1 = in[1].shape;
+  if (x.rank_known && x.rank() != 4) return NodeError(n, "X must be [N, H, W, C]");
+  if (w1.rank_known && (w1.rank() != 4 || w1.dims[2].value != 1 || w1.dims[3].value != 1)) {
+    return NodeError(n, "W1 must be [M, C, 1, 1]");
+  }
+  if (x.fully_known() && w1.fully_known() && w1.dims[1].value != x.dims[3].value) {
+    return NodeError(n, absl::StrCat("W1 has ", w1.dims[1].value, " input channels, X has ", x.dims[3].value));
+  }
+  if (in[2].present && in[2].shape.fully_known() && w1.fully_known() &&
+      (in[2].shape.rank() != 1 || in[2].shape.dims[0].value != w1.dims[0].value)) {
+    return NodeError(n, "B1 must be [M]");
+  }
+  // The intermediate [N, H, W, M], then the depthwise convolution's own inference.
+  InferInput mid = in[0];
+  mid.value = nullptr;
+  if (x.rank_known && w1.rank_known) mid.shape.dims[3] = w1.dims[0];
+  std::vector<InferInput> dw{mid, in[3], in[4]};
+  return NhwcConvInfer(n, dw, out);
+}
+
 absl::Status ConvTransposeInfer(const Node& n, Inputs in, Outputs& out) {
   CJIT_RETURN_IF_ERROR(CheckConvOperands(n, in, true));
   const Shape& w = in[1].shape;
@@ -407,6 +436,8 @@ void RegisterNnOps() {
   Reg("Conv", C::kContraction, true, A::kAllow, 2, 3, ConvInfer);
   Reg("ConvTranspose", C::kContraction, true, A::kAllow, 2, 3, ConvTransposeInfer);
   RegisterOp(OpDef{"NhwcConv", C::kContraction, true, A::kDeny, 2, 3, NhwcConvInfer, /*internal=*/true});
+  RegisterOp(OpDef{"NhwcPointwiseDepthwiseConv", C::kContraction, true, A::kDeny, 5, 5,
+                   NhwcPointwiseDepthwiseConvInfer, /*internal=*/true});
   Reg("MaxPool", C::kPooling, false, A::kInfer, 1, 1, PoolInfer);
   Reg("AveragePool", C::kPooling, false, A::kInfer, 1, 1, PoolInfer);
   Reg("LpPool", C::kPooling, false, A::kDeny, 1, 1, PoolInfer);

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -319,6 +320,143 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
   CJIT_VLOG(1) << "AssignChannelsLastLayout: " << convs.size() << " convolutions channels-last, " << moved
                << " ops moved to channels-last";
   return true;
+}
+
+namespace {
+
+// One activation the fused kernel applies between the two convolutions, as (name, a, b) entries of the
+// mid_ops / mid_params attributes: Relu; Clip [a, b]; HardSwish; Linear a * x + b. False for other ops.
+bool MidActivation(const Node& n, std::vector<std::string>* ops, std::vector<float>* params) {
+  if (!n.domain.empty() || n.outputs.size() != 1 || n.outputs[0] == nullptr || n.inputs.empty()) return false;
+  const std::string& t = n.op_type;
+  if (t == "Relu" || t == "HardSwish") {
+    if (n.inputs.size() != 1) return false;
+    ops->push_back(t);
+    params->insert(params->end(), {0.0f, 0.0f});
+    return true;
+  }
+  if (t == "HardSigmoid") {  // max(0, min(1, alpha * x + beta)), ONNX defaults 0.2 and 0.5
+    if (n.inputs.size() != 1) return false;
+    ops->insert(ops->end(), {"Linear", "Clip"});
+    params->insert(params->end(), {n.GetFloat("alpha", 0.2f), n.GetFloat("beta", 0.5f), 0.0f, 1.0f});
+    return true;
+  }
+  if (t == "Clip") {
+    float lo = -std::numeric_limits<float>::infinity(), hi = std::numeric_limits<float>::infinity();
+    if (n.HasAttr("min")) lo = n.GetFloat("min", lo);  // opset < 11
+    if (n.HasAttr("max")) hi = n.GetFloat("max", hi);
+    for (size_t i = 1; i < n.inputs.size(); ++i) {
+      const Value* v = n.inputs[i];
+      if (v == nullptr) continue;
+      if (!v->is_constant() || v->constant->dtype() != DType::kF32 || v->constant->numel() != 1) return false;
+      (i == 1 ? lo : hi) = v->constant->data<float>()[0];
+    }
+    ops->push_back("Clip");
+    params->insert(params->end(), {lo, hi});
+    return true;
+  }
+  return false;
+}
+
+bool IsF32Rank4(const Value* v) {
+  return v != nullptr && v->dtype == DType::kF32 && v->shape.fully_known() && v->shape.rank() == 4;
+}
+
+// The 2-D channels-last convolution `c` (NhwcConv) as (geometry, group); false when it cannot be computed.
+bool NhwcGeometry(const Node& c, WindowGeometry* g) {
+  if (c.op_type != "NhwcConv" || c.domain != kInternalDomain || c.inputs.size() < 2 || c.outputs.size() != 1 ||
+      !IsF32Rank4(c.input(0)) || !IsF32Rank4(c.outputs[0]) || c.input(1) == nullptr || !c.input(1)->is_constant() ||
+      c.input(1)->dtype != DType::kF32 || c.input(1)->constant->rank() != 4) {
+    return false;
+  }
+  const Dims x = c.input(0)->shape.concrete();
+  const Dims& w = c.input(1)->constant->dims();
+  auto geo = ComputeWindowGeometry(c, {x[1], x[2]}, {w[2], w[3]}, false, false);
+  if (!geo.ok()) return false;
+  *g = *geo;
+  const Dims y = c.outputs[0]->shape.concrete();
+  return g->out.size() == 2 && g->out[0] == y[1] && g->out[1] == y[2];
+}
+
+bool OptionalF32Vector(const Value* v, int64_t n) {
+  return v == nullptr || (v->dtype == DType::kF32 && v->shape.fully_known() && v->shape.rank() == 1 &&
+                          v->shape.dims[0].value == n);
+}
+
+}  // namespace
+
+absl::StatusOr<int> FusePointwiseDepthwise(Graph& g) {
+  std::unordered_map<const Value*, int> reads;  // node inputs, implicit inputs and graph outputs
+  for (const auto& n : g.nodes()) {
+    for (const Value* v : n->inputs) ++reads[v];
+    for (const Value* v : n->implicit_inputs) ++reads[v];
+  }
+  for (const Value* v : g.outputs()) reads[v] += 2;  // never fused away
+  std::unordered_map<const Value*, Node*> reader;  // the one node reading a value, where there is one
+  for (const auto& n : g.nodes()) {
+    for (const Value* v : n->inputs) reader[v] = n.get();
+  }
+  CJIT_ASSIGN_OR_RETURN(std::vector<Node*> order, g.TopologicalOrder());
+  std::vector<Node*> removed;
+  int fused = 0;
+  for (Node* pw : order) {
+    WindowGeometry pg, dg;
+    if (!NhwcGeometry(*pw, &pg)) continue;
+    const Dims& w1 = pw->input(1)->constant->dims();
+    const int64_t M = w1[0];
+    const bool pointwise = pw->GetInt("group", 1) == 1 && w1[2] == 1 && w1[3] == 1 && pg.strides == std::vector<int64_t>{1, 1} &&
+                           pg.pad_begin == std::vector<int64_t>{0, 0} && pg.pad_end == std::vector<int64_t>{0, 0};
+    if (!pointwise || !OptionalF32Vector(pw->input(2), M)) continue;
+    // pw -> [activations] -> dw, every value in between read once, by the next node, as input 0.
+    std::vector<Node*> chain;
+    std::vector<std::string> mid_ops;
+    std::vector<float> mid_params;
+    const Value* v = pw->outputs[0];
+    Node* dw = nullptr;
+    for (;;) {
+      if (reads[v] != 1) break;
+      Node* n = reader[v];
+      if (n == nullptr || n->inputs.empty() || n->inputs[0] != v) break;
+      if (n->op_type == "NhwcConv") {
+        dw = n;
+        break;
+      }
+      if (!MidActivation(*n, &mid_ops, &mid_params)) break;
+      if (n->outputs[0]->dtype != DType::kF32 || n->outputs[0]->shape.concrete() != v->shape.concrete()) break;
+      chain.push_back(n);
+      v = n->outputs[0];
+    }
+    if (dw == nullptr || !NhwcGeometry(*dw, &dg)) continue;
+    const Dims& w2 = dw->input(1)->constant->dims();
+    if (dw->GetInt("group", 1) != M || w2[0] != M || w2[1] != 1 || dw->outputs[0]->shape.dims[3].value != M ||
+        !OptionalF32Vector(dw->input(2), M)) {
+      continue;
+    }
+    Value* b1 = pw->input(2);
+    Value* b2 = dw->input(2);
+    Value* w2v = dw->inputs[1];
+    dw->op_type = "NhwcPointwiseDepthwiseConv";
+    dw->inputs = {pw->inputs[0], pw->inputs[1], b1, w2v, b2};
+    if (!mid_ops.empty()) {
+      Attribute ops;
+      ops.kind = Attribute::Kind::kStrings;
+      ops.strings = mid_ops;
+      dw->attrs["mid_ops"] = ops;
+      Attribute params;
+      params.kind = Attribute::Kind::kFloats;
+      params.floats = mid_params;
+      dw->attrs["mid_params"] = params;
+    }
+    removed.push_back(pw);
+    removed.insert(removed.end(), chain.begin(), chain.end());
+    ++fused;
+  }
+  if (!removed.empty()) {
+    g.RemoveNodes(removed);
+    g.RemoveUnusedValues();
+  }
+  CJIT_VLOG(1) << "FusePointwiseDepthwise: " << fused << " pointwise -> depthwise pairs fused";
+  return fused;
 }
 
 }  // namespace cjit

@@ -36,6 +36,21 @@ namespace cjit {
 // (or SimplifyGraph) after it to cancel transpose pairs.
 absl::StatusOr<bool> AssignChannelsLastLayout(Graph& graph);
 
+// Fuses a channels-last pointwise convolution (NhwcConv, 1x1, stride 1, no padding, group 1, float32,
+// constant weights) whose output goes, through Relu / Clip / HardSwish / HardSigmoid ops only, into a
+// depthwise NhwcConv (group = channels, 2-D, float32, constant weights), each value in between read by
+// the next op alone, into one com.clusterjit.NhwcPointwiseDepthwiseConv: the inverted-residual block of
+// MobileNetV2/V3 (Sandler et al., CVPR 2018), whose expanded intermediate is the largest activation of
+// such networks. The CPU kernel (runtime/cpu/conv_gemm.h) computes the intermediate a band of rows at a
+// time into a cache-sized buffer, never the whole tensor.
+//   X [N, H, W, C], W1 [M, C, 1, 1], B1 [M] or absent, W2 [M, 1, KH, KW], B2 [M] or absent
+//   -> Y [N, OH, OW, M] = dwconv(mid(pwconv(X, W1) + B1), W2) + B2
+// with the depthwise convolution's attributes (kernel_shape, pads, strides, dilations, auto_pad, group)
+// and mid_ops (strings: Relu, Clip, HardSwish, Linear) with mid_params (floats, two per op: Clip [a, b],
+// Linear a * x + b). The decision depends on the graph's structure only (never on sizes), so a replayed
+// specialization (specialization_replay.h) makes the same graph. Returns the number of pairs fused.
+absl::StatusOr<int> FusePointwiseDepthwise(Graph& graph);
+
 }  // namespace cjit
 
 #endif  // CJIT_COMPILER_PASSES_LAYOUT_H_

@@ -231,6 +231,9 @@ struct DwArgs : Window2d {
   float* y;
   int64_t H, W, C, OH, OW;
   const std::vector<PostOp>* ops;
+  // `x` holds input rows [x_row0, H) of each image from its start (the fused pointwise -> depthwise kernel
+  // keeps a band of rows in a buffer); 0 for a whole tensor.
+  int64_t x_row0;
 };
 
 // Rows [row_begin, row_end) of N * OH output rows. KHT/KWT: the kernel size when known at compile time
@@ -262,7 +265,7 @@ inline __attribute__((always_inline)) void DepthwiseBody(const DwArgs& a, int64_
       for (int64_t kh = 0; kh < KH; ++kh) {
         int64_t ih = ih0 + kh * a.dh;
         if (static_cast<uint64_t>(ih) >= static_cast<uint64_t>(a.H)) continue;
-        const float* xr = xn + ih * a.W * C + c0;
+        const float* xr = xn + (ih - a.x_row0) * a.W * C + c0;
         const float* wr = a.w + kh * KW * C + c0;
         for (int64_t kw = 0; kw < KW; ++kw) {
           int64_t iw = iw0 + kw * a.dw;
@@ -286,7 +289,7 @@ inline __attribute__((always_inline)) void DepthwiseBody(const DwArgs& a, int64_
       for (int64_t kh = 0; kh < KH; ++kh) {
         int64_t ih = ih0 + kh * a.dh;
         if (static_cast<uint64_t>(ih) >= static_cast<uint64_t>(a.H)) continue;
-        const float* xr = xn + (ih * a.W + iw0) * C + c0;
+        const float* xr = xn + ((ih - a.x_row0) * a.W + iw0) * C + c0;
         const float* wr = a.w + kh * KW * C + c0;
         for (int64_t kw = 0; kw < KW; ++kw) {
           V wv = LoadV<V>(wr + kw * C);
@@ -308,7 +311,7 @@ inline __attribute__((always_inline)) void DepthwiseBody(const DwArgs& a, int64_
         for (int64_t kw = 0; kw < KW; ++kw) {
           int64_t iw = iw0 + kw * a.dw;
           if (static_cast<uint64_t>(iw) >= static_cast<uint64_t>(a.W)) continue;
-          acc += xn[(ih * a.W + iw) * C + c] * a.w[(kh * KW + kw) * C + c];
+          acc += xn[((ih - a.x_row0) * a.W + iw) * C + c] * a.w[(kh * KW + kw) * C + c];
         }
       }
       if (ops) {
@@ -650,6 +653,146 @@ absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeome
     return true;
   }
   return false;
+}
+
+absl::Status RunPointwiseDepthwiseConv(KernelContext& ctx) {
+  if (!ctx.has(0) || !ctx.has(1) || !ctx.has(3)) return ctx.Error("X, W1 and W2 are required");
+  const Tensor& x = ctx.in(0);
+  const Tensor& w1 = ctx.in(1);
+  const Tensor& w2 = ctx.in(3);
+  for (int i = 0; i < 5; ++i) {
+    if (ctx.has(i) && ctx.in(i).dtype() != DType::kF32) return ctx.Error("every operand must be float32");
+  }
+  if (x.rank() != 4 || w1.rank() != 4 || w2.rank() != 4) return ctx.Error("X, W1 and W2 must be 4-D");
+  const int64_t N = x.dim(0), H = x.dim(1), W = x.dim(2), C = x.dim(3), M = w1.dim(0);
+  if (w1.dim(1) != C || w1.dim(2) != 1 || w1.dim(3) != 1 || w2.dim(0) != M || w2.dim(1) != 1 ||
+      (ctx.has(2) && ctx.in(2).numel() != M) || (ctx.has(4) && ctx.in(4).numel() != M)) {
+    return ctx.Error("operands do not form a pointwise [M, C, 1, 1] -> depthwise [M, 1, KH, KW] pair");
+  }
+  CJIT_ASSIGN_OR_RETURN(WindowGeometry g, ComputeWindowGeometry(*ctx.node, {H, W}, {w2.dim(2), w2.dim(3)}, false, false));
+  Tensor& y = ctx.Alloc(0);
+  if (y.numel() == 0) return absl::OkStatus();
+  if (y.rank() != 4 || y.dim(0) != N || y.dim(1) != g.out[0] || y.dim(2) != g.out[1] || y.dim(3) != M) {
+    return ctx.Error("output shape disagrees with the depthwise geometry");
+  }
+  // The ops between the two convolutions (mid_ops / mid_params, compiler/passes/layout.h).
+  std::vector<PostOp> mid;
+  const auto names_it = ctx.node->attrs.find("mid_ops");
+  const std::vector<std::string> names =
+      names_it == ctx.node->attrs.end() ? std::vector<std::string>{} : names_it->second.strings;
+  const std::vector<float> params = ctx.node->GetFloats("mid_params");
+  if (params.size() != 2 * names.size()) return ctx.Error("mid_params must hold two values per mid_ops entry");
+  for (size_t i = 0; i < names.size(); ++i) {
+    PostOp op{PostOp::Kind::kRelu, params[2 * i], params[2 * i + 1], nullptr};
+    if (names[i] == "Clip") op.kind = PostOp::Kind::kClip;
+    else if (names[i] == "HardSwish") op.kind = PostOp::Kind::kHardSwish;
+    else if (names[i] == "Linear") op.kind = PostOp::Kind::kLinear;
+    else if (names[i] != "Relu") return ctx.Error(absl::StrCat("unknown mid_ops entry '", names[i], "'"));
+    mid.push_back(op);
+  }
+  // Weights packed as the unfused paths pack them (and cached under the same keys): W1 as [C, M], W2 as
+  // [KH, KW, M].
+  const float* w1p = static_cast<const float*>(w1.raw());
+  DwArgs a{};
+  static_cast<Window2d&>(a) = ToWindow2d(g);
+  std::shared_ptr<DnnlEntry> pw_entry, dw_entry;
+  std::vector<float> pw_local, dw_local;
+  auto pack_pw = [&](float* out) {
+    for (int64_t o = 0; o < M; ++o)
+      for (int64_t c = 0; c < C; ++c) out[c * M + o] = w1p[o * C + c];
+  };
+  auto pack_dw = [&](float* out) { PackDepthwise(static_cast<const float*>(w2.raw()), M, a.KH, a.KW, out); };
+  const float* w1_cm = nullptr;
+  if (ctx.is_constant(1)) {
+    pw_entry = CachedPackedWeights(w1, absl::StrCat("pwpack:", reinterpret_cast<uintptr_t>(w1.raw()), ":", C, ":", M),
+                                   C * M, pack_pw);
+    w1_cm = static_cast<const float*>(pw_entry->weights.get_data_handle());
+  } else {
+    pw_local.resize(C * M);
+    pack_pw(pw_local.data());
+    w1_cm = pw_local.data();
+  }
+  if (ctx.is_constant(3)) {
+    dw_entry = CachedPackedWeights(
+        w2, absl::StrCat("dwpack:", reinterpret_cast<uintptr_t>(w2.raw()), ":", M, ":", a.KH, ":", a.KW),
+        M * a.KH * a.KW, pack_dw);
+    a.w = static_cast<const float*>(dw_entry->weights.get_data_handle());
+  } else {
+    dw_local.resize(M * a.KH * a.KW);
+    pack_dw(dw_local.data());
+    a.w = dw_local.data();
+  }
+  const float* b1 = ctx.has(2) ? static_cast<const float*>(ctx.in(2).raw()) : nullptr;
+  a.bias = ctx.has(4) ? static_cast<const float*>(ctx.in(4).raw()) : nullptr;
+  a.ops = ctx.post_ops;
+  a.H = H, a.W = W, a.C = M, a.OH = y.dim(1), a.OW = y.dim(2);
+  // Bands: B output rows read `span(B)` intermediate rows; a thread's buffer holds about 384 KiB of them
+  // (at least one output row's window), so the pointwise GEMM writes and the depthwise loop reads it from
+  // the core's L2. Consecutive bands share rows (the window's overlap): those are moved, not recomputed.
+  const int64_t row_floats = W * M;
+  const int64_t window = (a.KH - 1) * a.dh + 1;
+  auto span = [&](int64_t b) { return (b - 1) * a.sh + window; };
+  int64_t band = std::max<int64_t>(1, ((int64_t{384} << 10) / (4 * std::max<int64_t>(row_floats, 1)) - window) / a.sh + 1);
+  band = std::min(band, a.OH);
+  const int64_t cap = std::min(span(band), H);  // rows a buffer holds
+  const int64_t total = N * a.OH;
+  int nt = static_cast<int>(std::min<int64_t>(ctx.threads, (total + band - 1) / band));
+  if (nt < 1) nt = 1;
+  // The buffers come from the tensor arena (reused, already-touched pages), one per thread.
+  Tensor scratch(DType::kF32, {nt, std::max<int64_t>(cap, 1) * row_floats});
+  const float* xp = static_cast<const float*>(x.raw());
+  float* yp = static_cast<float*>(y.raw());
+  const auto isa_dw = PickIsa().depthwise;
+  const auto isa_epilogue = PickIsa().epilogue;
+  std::atomic<int> failed{0};
+  auto work = [&](int t) {
+    float* buf = static_cast<float*>(scratch.raw()) + t * cap * row_floats;
+    const int64_t r_begin = total * t / nt, r_end = total * (t + 1) / nt;
+    for (int64_t r = r_begin; r < r_end;) {
+      const int64_t n = r / a.OH;
+      const int64_t o_end = std::min(r_end, (n + 1) * a.OH) - n * a.OH;  // this image's rows in the chunk
+      int64_t have_lo = 0, have_hi = 0;  // intermediate rows [have_lo, have_hi) are in buf
+      for (int64_t ob = r - n * a.OH; ob < o_end; ob += band) {
+        const int64_t oe = std::min(ob + band, o_end);
+        const int64_t need_lo = std::clamp<int64_t>(ob * a.sh - a.ph, 0, H);
+        const int64_t need_hi = std::clamp<int64_t>((oe - 1) * a.sh - a.ph + window, need_lo, H);
+        if (have_lo <= need_lo && need_lo < have_hi) {
+          std::memmove(buf, buf + (need_lo - have_lo) * row_floats, (have_hi - need_lo) * row_floats * sizeof(float));
+          have_lo = need_lo;
+        } else {
+          have_lo = have_hi = need_lo;
+        }
+        if (need_hi > have_hi) {  // the intermediate's new rows: GEMM, then bias and the mid ops
+          const int64_t rows = (need_hi - have_hi) * W;
+          float* out = buf + (have_hi - have_lo) * row_floats;
+          if (!Sgemm(false, false, rows, M, C, 1.0f, xp + (n * H + have_hi) * W * C, C, w1_cm, M, 0.0f, out, M)) {
+            failed = 1;
+            return;
+          }
+          isa_epilogue(out, rows, M, b1, mid.empty() ? nullptr : &mid);
+          have_hi = need_hi;
+        }
+        DwArgs b = a;
+        b.x = buf;
+        b.x_row0 = have_lo;
+        b.y = yp + n * a.OH * a.OW * M;
+        isa_dw(b, ob, oe);  // rows of image 0 of `b`: the buffer and y are this image's
+      }
+      r = n * a.OH + o_end;
+    }
+  };
+  if (nt > 1) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < nt; ++t) work(t);
+  } else {
+    work(0);
+  }
+  if (failed) return ctx.Error("BLIS sgemm: invalid arguments on the pointwise convolution");
+  if (ctx.want_impl) {
+    ctx.impl = absl::StrCat("pointwise ", SgemmImplementation(), " -> depthwise loop in bands of ", band,
+                            " output rows (shape-generic)");
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, int64_t group, bool channels_last,

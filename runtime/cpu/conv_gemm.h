@@ -42,6 +42,16 @@ NhwcConvPath NhwcConvPathFor(const Dims& x, const Dims& w, const Dims& y, const 
 absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeometry& g, int64_t group, Tensor& y,
                                            NhwcConvPath only = NhwcConvPath::kNone);
 
+// com.clusterjit.NhwcPointwiseDepthwiseConv (compiler/passes/layout.h FusePointwiseDepthwise): X [N, H, W, C],
+// W1 [M, C, 1, 1], B1 [M] or absent, W2 [M, 1, KH, KW], B2 [M] or absent, the depthwise convolution's
+// attributes, mid_ops / mid_params; Y [N, OH, OW, M]. Threads take contiguous output rows; each computes
+// the pointwise convolution (BLIS sgemm, then B1 and the mid ops) for the intermediate rows a band of its
+// output rows reads, into a buffer of about 384 KiB, and runs the depthwise loop of this file over the
+// band (then B2 and the post-ops of ctx.post_ops). The intermediate never exists whole: on MobileNet-style
+// networks it is the largest activation (the detector of tools/make_detector.py at 960x960: 59 MB).
+// Results equal the unfused ops' up to float32 rounding order (same GEMM and loops). Errors name the node.
+absl::Status RunPointwiseDepthwiseConv(KernelContext& ctx);
+
 // Convolutions with few input channels (the stem of an image network, an STFT's framing convolution;
 // group 1, 1-D or 2-D, either layout) as im2col + BLIS sgemm: oneDNN's direct kernels gain little from
 // blocked layouts at C <= 4 and generated code per shape, plus layout reorders around them for NCHW. Also

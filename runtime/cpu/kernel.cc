@@ -200,7 +200,8 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
   ctx.run_subgraph = runner;
   ctx.input_is_constant = input_is_constant;
   ctx.post_ops = post_ops;
-  if (post_ops && !post_ops->empty() && node.op_type != "Conv" && node.op_type != "NhwcConv") {
+  if (post_ops && !post_ops->empty() && node.op_type != "Conv" && node.op_type != "NhwcConv" &&
+      node.op_type != "NhwcPointwiseDepthwiseConv") {
     return absl::InternalError(absl::StrCat(node.Describe(), ": post-ops are only supported on Conv"));
   }
   bool known = static_inferred == nullptr && !node.outputs.empty();

@@ -1082,6 +1082,7 @@ void RegisterNnKernels() {
   RegisterAlgorithms("NhwcConv", [](const KernelContext& ctx) { return ConvAlgorithms(ctx, false, true); });
   RegisterAlgorithms("ConvTranspose", [](const KernelContext& ctx) { return ConvAlgorithms(ctx, true, false); });
   RegisterKernel("NhwcConv", [](KernelContext& ctx) { return SixteenBitConv(ctx, true); });
+  RegisterKernel("NhwcPointwiseDepthwiseConv", [](KernelContext& ctx) { return RunPointwiseDepthwiseConv(ctx); });
   RegisterKernel("ConvTranspose", [](KernelContext& ctx) {
     return RunInFloat32([](KernelContext& c) { return Conv(c, true); }, ctx);
   });
