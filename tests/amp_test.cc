@@ -553,4 +553,32 @@ TEST(MatmulPrecisionTest, FlagsAndTensorFlowVariables) {
 }
 
 }  // namespace
+// Cast from float64 to float16 / bfloat16 rounds once (numpy's float64 -> float16 cast gives 0x3C01 for
+// 1 + 2^-11 + 2^-40; through float32 it would be the tie 1 + 2^-11, rounded to even: 0x3C00).
+TEST(AmpTest, CastFromFloat64RoundsOnce) {
+  testing::ModelBuilder b(19);
+  b.Input("x", onnx::TensorProto::DOUBLE, {3}).Output("h").Output("bf");
+  testing::ModelBuilder::AttrInt(b.Node("Cast", {"x"}, {"h"}), "to", onnx::TensorProto::FLOAT16);
+  testing::ModelBuilder::AttrInt(b.Node("Cast", {"x"}, {"bf"}), "to", onnx::TensorProto::BFLOAT16);
+  SessionOptions o;
+  o.use_environment_flags = false;
+  o.flags.device = "cpu";
+  o.flags.auto_jit = "-1";
+  auto s = Session::LoadFromBytes(b.Bytes(), o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  Tensor x(DType::kF64, {3});
+  x.data<double>()[0] = 1 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40);
+  x.data<double>()[1] = 1 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40);
+  x.data<double>()[2] = -(std::ldexp(1.0, -25) + std::ldexp(1.0, -60));
+  auto r = (*s)->Run({{"x", x}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  const uint16_t* h = static_cast<const uint16_t*>((*r)[0].tensor.raw());
+  const uint16_t* bf = static_cast<const uint16_t*>((*r)[1].tensor.raw());
+  EXPECT_EQ(h[0], 0x3C01);
+  EXPECT_EQ(h[1], 0x3C04);  // 1 + 2^-8 (+ 2^-40, far below half an ulp)
+  EXPECT_EQ(h[2], 0x8001);  // just above the subnormal tie 2^-25, negative
+  EXPECT_EQ(bf[0], 0x3F80);
+  EXPECT_EQ(bf[1], 0x3F81);
+}
+
 }  // namespace cjit

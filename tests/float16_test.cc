@@ -167,6 +167,61 @@ TEST(Float16Test, NanRulesAndMxcsrIndependence) {
   }
 }
 
+// float64 -> float16 / bfloat16 rounds once (through float32 rounded to odd). Fixed cases are numpy's
+// float64 -> float16 cast (np.array([x]).astype(np.float16)); the others are checked against the nearest
+// 16-bit neighbour chosen by exact float64 distance, ties to the even pattern (an independent algorithm).
+TEST(Float16Test, Float64RoundsOnceToHalfAndBfloat16) {
+  const double e = std::ldexp(1.0, -40);
+  // Just above a float16 tie: going through float32 would land on the tie and round to even (down).
+  EXPECT_EQ(DoubleToHalfBits(1 + std::ldexp(1.0, -11) + e), 0x3C01);
+  EXPECT_EQ(DoubleToHalfBits(-(1 + std::ldexp(1.0, -11) + e)), 0xBC01);
+  EXPECT_EQ(DoubleToHalfBits(std::ldexp(1.0, -25) + std::ldexp(1.0, -60)), 0x0001);  // subnormal tie + epsilon
+  EXPECT_EQ(DoubleToHalfBits(1 + std::ldexp(1.0, -11)), 0x3C00);                      // an exact tie: even
+  EXPECT_EQ(DoubleToHalfBits(1 + 3 * std::ldexp(1.0, -11) - std::ldexp(1.0, -45)), 0x3C01);  // just below a tie
+  EXPECT_EQ(DoubleToHalfBits(65519.99999), 0x7BFF);
+  EXPECT_EQ(DoubleToHalfBits(65520.0), 0x7C00);
+  EXPECT_EQ(DoubleToHalfBits(-1e300), 0xFC00);
+  EXPECT_EQ(DoubleToBfloat16Bits(1 + std::ldexp(1.0, -8) + e), 0x3F81);
+  EXPECT_EQ(DoubleToBfloat16Bits(1 + std::ldexp(1.0, -8)), 0x3F80);
+  EXPECT_EQ(DoubleToBfloat16Bits(1e300), 0x7F80);
+  EXPECT_TRUE(std::isnan(HalfBitsToFloat(DoubleToHalfBits(std::nan("")))));
+  EXPECT_TRUE(std::isnan(Bfloat16BitsToFloat(DoubleToBfloat16Bits(std::nan("")))));
+  // Random doubles, many of them within 2^-40 of a 16-bit tie.
+  auto nearest = [](double d, uint16_t got, float (*widen)(uint16_t), uint16_t inf) {
+    const uint16_t sign = d < 0 ? 0x8000 : 0;
+    const double a = std::fabs(d);
+    // The largest pattern <= a (patterns of one sign are ordered as their values).
+    uint16_t lo = 0;
+    for (int bit = 14; bit >= 0; --bit) {
+      uint16_t t = static_cast<uint16_t>(lo | (1u << bit));
+      if (t < inf && widen(t) <= a) lo = t;
+    }
+    const double lo_v = widen(lo);
+    const double hi_v = lo + 1 >= inf ? std::ldexp(1.0, inf == 0x7C00 ? 16 : 128) : widen(static_cast<uint16_t>(lo + 1));
+    const double d_lo = a - lo_v, d_hi = hi_v - a;
+    uint16_t r = d_hi < d_lo || (d_hi == d_lo && (lo & 1)) ? static_cast<uint16_t>(lo + 1) : lo;
+    return static_cast<uint16_t>(r | sign) == got;
+  };
+  std::mt19937_64 rng(20261125);
+  int checked = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const bool bf = i & 1;
+    const int exp = bf ? static_cast<int>(rng() % 240) - 130 : static_cast<int>(rng() % 44) - 26;
+    double d = std::ldexp(1.0 + static_cast<double>(rng() >> 11) * std::ldexp(1.0, -53), exp);
+    if (i % 3 == 0) {  // onto a tie between two 16-bit values, then off it by a tiny amount (or not)
+      const int keep = bf ? 8 : 11;
+      const double q = std::ldexp(1.0, static_cast<int>(std::floor(std::log2(d))) - keep);
+      d = (std::floor(d / q) + 0.5) * q + static_cast<double>(static_cast<int64_t>(rng() % 5) - 2) * std::ldexp(d, -45);
+    }
+    if (rng() & 1) d = -d;
+    const uint16_t got = bf ? DoubleToBfloat16Bits(d) : DoubleToHalfBits(d);
+    ASSERT_TRUE(nearest(d, got, bf ? &Bfloat16BitsToFloat : &HalfBitsToFloat, bf ? 0x7F80 : 0x7C00))
+        << (bf ? "bfloat16 " : "float16 ") << absl::StrFormat("%.17g -> %#x", d, got);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 200000);
+}
+
 TEST(Float16Test, ReportsHardwarePaths) {
   // Informational and checked against cpuid: this project's CI machine has both.
   RecordProperty("f16c", HasHardwareHalfConversion() ? "yes" : "no");

@@ -90,6 +90,26 @@ inline uint16_t FloatToBfloat16Bits(float f) {
 
 inline float Bfloat16BitsToFloat(uint16_t b) { return BitsToFloat(static_cast<uint32_t>(b) << 16); }
 
+// float64 -> float32 rounded to odd (Boldo & Melquiond, "Emulation of FMA and correctly rounded sums: proved
+// algorithms using rounding to odd", IEEE TC 2008): the nearest float32 toward zero, with its last bit set
+// when inexact. A float32 rounded to odd, then rounded to nearest-even to a format at least 2 bits narrower
+// (float16's 11 bits, bfloat16's 8, against float32's 24), equals the direct correctly rounded conversion —
+// no double rounding. NaN stays NaN; magnitudes beyond float32's range become FLT_MAX (odd), which both
+// 16-bit formats round to infinity, as the direct conversion does.
+inline float DoubleToFloatRoundToOdd(double d) {
+  const float f = static_cast<float>(d);  // nearest, ties to even
+  const double back = f;
+  if (back == d || d != d) return f;
+  uint32_t u = FloatBits(f);
+  if (back > d ? d >= 0 : d < 0) --u;  // |f| > |d|: one step toward zero (same sign)
+  return BitsToFloat(u | 1u);
+}
+
+// float64 -> float16 / bfloat16 bits, correctly rounded (nearest, ties to even), as numpy's float64 ->
+// float16 cast.
+inline uint16_t DoubleToHalfBits(double d) { return FloatToHalfBits(DoubleToFloatRoundToOdd(d)); }
+inline uint16_t DoubleToBfloat16Bits(double d) { return FloatToBfloat16Bits(DoubleToFloatRoundToOdd(d)); }
+
 // Bulk conversions: n elements; src and dst must not overlap. Hardware where available.
 void ConvertFloatToHalf(const float* src, uint16_t* dst, size_t n);
 void ConvertHalfToFloat(const uint16_t* src, float* dst, size_t n);

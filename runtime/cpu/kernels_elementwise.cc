@@ -58,10 +58,18 @@ inline D ConvertTo(S v) {
     return static_cast<float>(v) != 0.0f;
   } else if constexpr (std::is_same_v<D, half>) {
     // Round to nearest even, NaN kept quiet (compiler/ir/float16.h; Eigen's bfloat16 drops NaN payloads).
-    // float64 goes through float32 (a double rounding only on exact float32 ties).
-    return Eigen::numext::bit_cast<half>(FloatToHalfBits(static_cast<float>(v)));
+    // float64 and integers (exact in float64 up to 2^53) round once, through float32 rounded to odd.
+    if constexpr (std::is_same_v<S, double> || std::is_integral_v<S>) {
+      return Eigen::numext::bit_cast<half>(DoubleToHalfBits(static_cast<double>(v)));
+    } else {
+      return Eigen::numext::bit_cast<half>(FloatToHalfBits(static_cast<float>(v)));
+    }
   } else if constexpr (std::is_same_v<D, bfloat16>) {
-    return Eigen::numext::bit_cast<bfloat16>(FloatToBfloat16Bits(static_cast<float>(v)));
+    if constexpr (std::is_same_v<S, double> || std::is_integral_v<S>) {
+      return Eigen::numext::bit_cast<bfloat16>(DoubleToBfloat16Bits(static_cast<double>(v)));
+    } else {
+      return Eigen::numext::bit_cast<bfloat16>(FloatToBfloat16Bits(static_cast<float>(v)));
+    }
   } else if constexpr (std::is_same_v<S, half> || std::is_same_v<S, bfloat16>) {
     const float f = std::is_same_v<S, half> ? HalfBitsToFloat(Eigen::numext::bit_cast<uint16_t>(v))
                                             : Bfloat16BitsToFloat(Eigen::numext::bit_cast<uint16_t>(v));
