@@ -386,16 +386,16 @@ bool OptionalF32Vector(const Value* v, int64_t n) {
 }  // namespace
 
 absl::StatusOr<int> FusePointwiseDepthwise(Graph& g) {
-  std::unordered_map<const Value*, int> reads;  // node inputs, implicit inputs and graph outputs
+  std::unordered_map<const Value*, int> reads;     // node inputs, implicit inputs and graph outputs
+  std::unordered_map<const Value*, Node*> reader;  // the one node reading a value, where there is one
   for (const auto& n : g.nodes()) {
-    for (const Value* v : n->inputs) ++reads[v];
+    for (const Value* v : n->inputs) {
+      ++reads[v];
+      reader[v] = n.get();
+    }
     for (const Value* v : n->implicit_inputs) ++reads[v];
   }
   for (const Value* v : g.outputs()) reads[v] += 2;  // never fused away
-  std::unordered_map<const Value*, Node*> reader;  // the one node reading a value, where there is one
-  for (const auto& n : g.nodes()) {
-    for (const Value* v : n->inputs) reader[v] = n.get();
-  }
   CJIT_ASSIGN_OR_RETURN(std::vector<Node*> order, g.TopologicalOrder());
   std::vector<Node*> removed;
   int fused = 0;

@@ -555,6 +555,36 @@ void PackDepthwise(const float* w, int64_t C, int64_t KH, int64_t KW, float* out
     for (int64_t k = 0; k < KH * KW; ++k) out[k * C + c] = w[c * KH * KW + k];
 }
 
+// Pointwise weights W (input `index`, [OC, C, 1, 1]) packed as [C, OC] when constant (once per buffer,
+// cached); null when W is not constant (the GEMM then reads W [OC, C] transposed). Keep the entry while
+// reading the packed weights.
+std::shared_ptr<DnnlEntry> PackedPointwiseWeights(const KernelContext& ctx, int index, int64_t C, int64_t OC) {
+  if (!ctx.is_constant(index)) return nullptr;
+  const Tensor& w = ctx.in(index);
+  const float* wp = static_cast<const float*>(w.raw());
+  return CachedPackedWeights(w, absl::StrCat("pwpack:", reinterpret_cast<uintptr_t>(w.raw()), ":", C, ":", OC), C * OC,
+                             [&](float* out) {
+                               for (int64_t o = 0; o < OC; ++o)
+                                 for (int64_t c = 0; c < C; ++c) out[c * OC + o] = wp[o * C + c];
+                             });
+}
+
+// Depthwise weights W (input `index`, [C, 1, KH, KW]) packed as [KH, KW, C]: cached once per buffer when
+// constant (held by *entry), else packed into *local.
+const float* PackedDepthwiseWeights(const KernelContext& ctx, int index, int64_t C, int64_t KH, int64_t KW,
+                                    std::shared_ptr<DnnlEntry>* entry, std::vector<float>* local) {
+  const Tensor& w = ctx.in(index);
+  auto pack = [&](float* out) { PackDepthwise(static_cast<const float*>(w.raw()), C, KH, KW, out); };
+  if (ctx.is_constant(index)) {
+    *entry = CachedPackedWeights(
+        w, absl::StrCat("dwpack:", reinterpret_cast<uintptr_t>(w.raw()), ":", C, ":", KH, ":", KW), C * KH * KW, pack);
+    return static_cast<const float*>((*entry)->weights.get_data_handle());
+  }
+  local->resize(C * KH * KW);
+  pack(local->data());
+  return local->data();
+}
+
 }  // namespace
 
 void ApplyUnaryPostOps(const float* x, float* y, int64_t n, const std::vector<PostOp>& ops, int threads) {
@@ -605,17 +635,11 @@ absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeome
   float* yp = static_cast<float*>(y.raw());
   if (path == NhwcConvPath::kPointwise) {
     int64_t M = x.numel() / C;
-    std::shared_ptr<DnnlEntry> entry;  // holds the packed constant weights while this call runs
-    const float* wp = static_cast<const float*>(w.raw());
-    if (ctx.is_constant(1)) {
-      entry = CachedPackedWeights(w, absl::StrCat("pwpack:", reinterpret_cast<uintptr_t>(w.raw()), ":", C, ":", OC),
-                                  C * OC, [&](float* out) {
-                                    for (int64_t o = 0; o < OC; ++o)
-                                      for (int64_t c = 0; c < C; ++c) out[c * OC + o] = wp[o * C + c];
-                                  });
-    }
+    // holds the packed constant weights while this call runs
+    const std::shared_ptr<DnnlEntry> entry = PackedPointwiseWeights(ctx, 1, C, OC);
     CJIT_RETURN_IF_ERROR(PointwiseGemm(ctx, xp,
-                                       entry ? static_cast<const float*>(entry->weights.get_data_handle()) : wp,
+                                       entry ? static_cast<const float*>(entry->weights.get_data_handle())
+                                             : static_cast<const float*>(w.raw()),
                                        entry != nullptr, bias, yp, M, C, OC));
     if (ctx.want_impl) ctx.impl = absl::StrCat("pointwise convolution as ", SgemmImplementation(), " (shape-generic)");
     return true;
@@ -628,21 +652,10 @@ absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeome
     int64_t n = x.dim(0);
     std::tie(a.H, a.W) = SpatialHW(x, true);
     std::tie(a.OH, a.OW) = SpatialHW(y, true);
-    auto pack = [&](float* out) { PackDepthwise(static_cast<const float*>(w.raw()), C, a.KH, a.KW, out); };
     std::shared_ptr<DnnlEntry> entry;  // holds the packed constant weights while this call runs
     std::vector<float> local;
-    const float* packed = nullptr;
-    if (ctx.is_constant(1)) {
-      entry = CachedPackedWeights(
-          w, absl::StrCat("dwpack:", reinterpret_cast<uintptr_t>(w.raw()), ":", C, ":", a.KH, ":", a.KW),
-          C * a.KH * a.KW, pack);
-      packed = static_cast<const float*>(entry->weights.get_data_handle());
-    } else {
-      local.resize(C * a.KH * a.KW);
-      pack(local.data());
-      packed = local.data();
-    }
-    a.x = xp, a.w = packed, a.bias = bias, a.y = yp, a.ops = ctx.post_ops;
+    a.w = PackedDepthwiseWeights(ctx, 1, C, a.KH, a.KW, &entry, &local);
+    a.x = xp, a.bias = bias, a.y = yp, a.ops = ctx.post_ops;
     int64_t total = n * a.OH;
     int nt = static_cast<int>(std::min<int64_t>(ctx.threads, total));
     if (total * a.OW * C * a.KH * a.KW < (int64_t{1} << 15)) nt = 1;
@@ -690,38 +703,16 @@ absl::Status RunPointwiseDepthwiseConv(KernelContext& ctx) {
     else if (names[i] != "Relu") return ctx.Error(absl::StrCat("unknown mid_ops entry '", names[i], "'"));
     mid.push_back(op);
   }
-  // Weights packed as the unfused paths pack them (and cached under the same keys): W1 as [C, M], W2 as
-  // [KH, KW, M].
-  const float* w1p = static_cast<const float*>(w1.raw());
+  // Weights packed as the unfused paths pack them (and cached under the same keys): W1 as [C, M] where
+  // constant (else read transposed), W2 as [KH, KW, M].
   DwArgs a{};
   static_cast<Window2d&>(a) = ToWindow2d(g);
-  std::shared_ptr<DnnlEntry> pw_entry, dw_entry;
-  std::vector<float> pw_local, dw_local;
-  auto pack_pw = [&](float* out) {
-    for (int64_t o = 0; o < M; ++o)
-      for (int64_t c = 0; c < C; ++c) out[c * M + o] = w1p[o * C + c];
-  };
-  auto pack_dw = [&](float* out) { PackDepthwise(static_cast<const float*>(w2.raw()), M, a.KH, a.KW, out); };
-  const float* w1_cm = nullptr;
-  if (ctx.is_constant(1)) {
-    pw_entry = CachedPackedWeights(w1, absl::StrCat("pwpack:", reinterpret_cast<uintptr_t>(w1.raw()), ":", C, ":", M),
-                                   C * M, pack_pw);
-    w1_cm = static_cast<const float*>(pw_entry->weights.get_data_handle());
-  } else {
-    pw_local.resize(C * M);
-    pack_pw(pw_local.data());
-    w1_cm = pw_local.data();
-  }
-  if (ctx.is_constant(3)) {
-    dw_entry = CachedPackedWeights(
-        w2, absl::StrCat("dwpack:", reinterpret_cast<uintptr_t>(w2.raw()), ":", M, ":", a.KH, ":", a.KW),
-        M * a.KH * a.KW, pack_dw);
-    a.w = static_cast<const float*>(dw_entry->weights.get_data_handle());
-  } else {
-    dw_local.resize(M * a.KH * a.KW);
-    pack_dw(dw_local.data());
-    a.w = dw_local.data();
-  }
+  const std::shared_ptr<DnnlEntry> pw_entry = PackedPointwiseWeights(ctx, 1, C, M);
+  const float* w1p = pw_entry ? static_cast<const float*>(pw_entry->weights.get_data_handle())
+                              : static_cast<const float*>(w1.raw());
+  std::shared_ptr<DnnlEntry> dw_entry;
+  std::vector<float> dw_local;
+  a.w = PackedDepthwiseWeights(ctx, 3, M, a.KH, a.KW, &dw_entry, &dw_local);
   const float* b1 = ctx.has(2) ? static_cast<const float*>(ctx.in(2).raw()) : nullptr;
   a.bias = ctx.has(4) ? static_cast<const float*>(ctx.in(4).raw()) : nullptr;
   a.ops = ctx.post_ops;
@@ -765,7 +756,9 @@ absl::Status RunPointwiseDepthwiseConv(KernelContext& ctx) {
         if (need_hi > have_hi) {  // the intermediate's new rows: GEMM, then bias and the mid ops
           const int64_t rows = (need_hi - have_hi) * W;
           float* out = buf + (have_hi - have_lo) * row_floats;
-          if (!Sgemm(false, false, rows, M, C, 1.0f, xp + (n * H + have_hi) * W * C, C, w1_cm, M, 0.0f, out, M)) {
+          const float* xr = xp + (n * H + have_hi) * W * C;
+          if (!(pw_entry ? Sgemm(false, false, rows, M, C, 1.0f, xr, C, w1p, M, 0.0f, out, M)
+                         : Sgemm(false, true, rows, M, C, 1.0f, xr, C, w1p, C, 0.0f, out, M))) {
             failed = 1;
             return;
           }

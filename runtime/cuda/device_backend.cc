@@ -24,17 +24,6 @@ MathPrecision ParseMathPrecision(const std::string& s) {
   return MathPrecision::kHighest;
 }
 
-const char* MathPrecisionName(MathPrecision p) {
-  switch (p) {
-    case MathPrecision::kHigh:
-      return "high";
-    case MathPrecision::kMedium:
-      return "medium";
-    default:
-      return "highest";
-  }
-}
-
 float RoundToMathPrecision(float x, MathPrecision p) {
   if (p == MathPrecision::kMedium) return Bfloat16BitsToFloat(FloatToBfloat16Bits(x));
   if (p != MathPrecision::kHigh) return x;

@@ -65,7 +65,6 @@ enum class MathPrecision { kHighest, kHigh, kMedium };
 
 // "highest" / "high" / "medium" (the attribute's values); anything else is kHighest.
 MathPrecision ParseMathPrecision(const std::string& s);
-const char* MathPrecisionName(MathPrecision p);
 
 // x rounded (to nearest, ties to even) to the operand precision of `p`: itself for kHighest, TF32 for
 // kHigh, bfloat16 for kMedium; NaN and infinities unchanged. The host backend's emulation of the GPU's.
