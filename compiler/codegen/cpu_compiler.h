@@ -1,5 +1,6 @@
 // CPU back end: lowers a FusionPlan's fused kernels to LLVM IR (through the shared elemental emitter),
-// optimizes it at O3 for the host CPU (vectorized for its features), and JIT-compiles it with LLVM ORC
+// optimizes it for the host CPU with a pass pipeline tailored to these loop kernels (inlining, cleanup,
+// LICM, the loop vectorizer for the host's vector features), and JIT-compiles it with LLVM ORC
 // (LLJIT). LLVM errors become absl::Status; nothing in here exits or aborts the process.
 //
 // Each generated kernel has the C signature
