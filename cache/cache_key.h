@@ -31,7 +31,9 @@ namespace cjit {
 // 8: constants and tensor attributes by SHA-256 in the canonical text (were 64-bit XXH3).
 // 9: CPU erf and tanh as vectorizable rational functions (were libm calls); Softmax multiplies by the
 //    reciprocal of the row sum: different kernel code.
-inline constexpr int kCacheFormatVersion = 9;
+// 10: single-op fused groups run as library steps on the CPU (FusionPlanOptions::single_op_groups_as_library):
+//    fewer kernels in a plan's payload.
+inline constexpr int kCacheFormatVersion = 10;
 
 struct CacheKey {
   std::string canonical;  // full text

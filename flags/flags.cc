@@ -211,6 +211,14 @@ const std::vector<FlagDef>& Table() {
         "expanded intermediate a band of rows at a time, never the whole tensor.",
         {}},
        BoolFlag(&Flags::cpu_fuse_pointwise_depthwise, "cpu_fuse_pointwise_depthwise")},
+      {{"cpu_codegen_single_ops", "bool", "false",
+        "CPU: generate code for a fused group of a single op too. By default such a group runs on the op's "
+        "library kernel (the same single pass over memory), so a cluster compiles only where ops fuse, and a "
+        "cluster with no such group runs compiled from its first execution with no LLVM work. true: every "
+        "elementwise op and row reduction of a cluster runs generated code (what the code generator's tests "
+        "check).",
+        {}},
+       BoolFlag(&Flags::cpu_codegen_single_ops, "cpu_codegen_single_ops")},
       {{"allow_excess_precision", "bool", "true",
         "Inside fused kernels, float16/bfloat16 values stay float32 between ops (only stores and explicit Casts "
         "round), as XLA's --xla_allow_excess_precision; false rounds every op's result as the op-by-op path does.",
@@ -573,6 +581,7 @@ std::string FlagValueText(const Flags& f, absl::string_view name) {
       {"specialization_replay", [](const Flags& f) { return f.specialization_replay; }},
       {"cpu_channels_last", [b](const Flags& f) { return b(f.cpu_channels_last); }},
       {"cpu_fuse_pointwise_depthwise", [b](const Flags& f) { return b(f.cpu_fuse_pointwise_depthwise); }},
+      {"cpu_codegen_single_ops", [b](const Flags& f) { return b(f.cpu_codegen_single_ops); }},
       {"autotune_level", [](const Flags& f) { return absl::StrCat(f.autotune_level); }},
       {"autotune_max_ms_per_op", [](const Flags& f) { return absl::StrCat(f.autotune_max_ms_per_op); }},
       {"autotune_deterministic", [b](const Flags& f) { return b(f.autotune_deterministic); }},

@@ -70,6 +70,9 @@ struct Flags {
   // CPU, with cpu_channels_last: pointwise -> depthwise convolution pairs run as one fused op
   // (compiler/passes/layout.h FusePointwiseDepthwise).
   bool cpu_fuse_pointwise_depthwise = true;
+  // CPU: fused groups of a single op get generated code too (default: they run on the op's library
+  // kernel; FusionPlanOptions::single_op_groups_as_library). For tests of the code generator.
+  bool cpu_codegen_single_ops = false;
   // Automatic mixed precision (compiler/passes/auto_mixed_precision.h): off, float16, bfloat16, or auto
   // (float16 on a GPU, bfloat16 on the CPU; what TF_ENABLE_AUTO_MIXED_PRECISION=1 sets).
   std::string auto_mixed_precision = "off";

@@ -25,7 +25,8 @@ ClusterRuntime::ClusterRuntime(const Flags& flags)
                                    /*threshold_per_structure=*/flags.polymorphic_clusters}),
       target_(absl::StrCat("clusterjit=", CJIT_VERSION, " ", HostTargetDescription())),
       // Flags that change generated code; listed for the key.
-      codegen_flags_(absl::StrCat("kernel-pipeline-2 allow_excess_precision=", flags.allow_excess_precision)) {}
+      codegen_flags_(absl::StrCat("kernel-pipeline-2 allow_excess_precision=", flags.allow_excess_precision,
+                                   " codegen_single_ops=", flags.cpu_codegen_single_ops)) {}
 
 ClusterRuntime::~ClusterRuntime() { Shutdown(); }
 
@@ -262,7 +263,11 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
     // Loading is not compiling: a signature with a valid disk entry runs compiled from its first execution.
     int64_t t0 = prof ? Profiler::Now() : 0;
     if (auto payload = s.runtime->disk()->Lookup(s.key, CpuExecutable::kPayloadKind)) {
-      auto loaded = CatchAsStatus("loading a cached cluster", [&] { return CpuExecutable::Load(s.body, *payload, s.runtime->flags().allow_excess_precision); });
+      CpuCompileOptions plan_options;
+      plan_options.excess_precision = s.runtime->flags().allow_excess_precision;
+      plan_options.codegen_single_ops = s.runtime->flags().cpu_codegen_single_ops;
+      auto loaded = CatchAsStatus("loading a cached cluster",
+                                  [&] { return CpuExecutable::Load(s.body, *payload, plan_options); });
       if (loaded.ok()) {
         ex = *loaded;
         ++s.stats->disk_hits;
@@ -382,7 +387,13 @@ std::shared_ptr<const CpuExecutable> ClusterRunner::TryPolymorphicInstantiation(
     if (s.polymorphic_tried || s.failed || s.compile_in_flight) return nullptr;
     s.polymorphic_tried = true;
   }
-  if (!s.runtime->policy().HasCompiled(s.policy_id)) {
+  // A structure that compiled before is instantiated from its kernels. One that never compiled is tried
+  // once (per structure): its plan may need no generated code (every fused group a single op run by its
+  // library kernel) or only kernels other clusters compiled — then it runs compiled from its first
+  // execution, with no fallback runs and no LLVM work. --always_defer_compilation keeps the fallback.
+  const bool compiled_before = s.runtime->policy().HasCompiled(s.policy_id);
+  if (s.runtime->flags().always_defer_compilation ||
+      (!compiled_before && !s.runtime->policy().MayRunWithoutCodegen(s.policy_id))) {
     std::lock_guard<std::mutex> lock(s.mu);
     s.polymorphic_tried = false;  // the structure may compile later (another signature): ask again then
     return nullptr;
@@ -390,6 +401,7 @@ std::shared_ptr<const CpuExecutable> ClusterRunner::TryPolymorphicInstantiation(
   int64_t t0 = prof ? Profiler::Now() : 0;
   CpuCompileOptions options;
   options.excess_precision = s.runtime->flags().allow_excess_precision;
+  options.codegen_single_ops = s.runtime->flags().cpu_codegen_single_ops;
   options.reuse_only = true;
   options.fail_for_testing = s.runtime->flags().fail_compilation_for_testing;
   auto ex = CatchAsStatus(absl::StrCat("instantiating cluster ", s.stats->id),
@@ -403,7 +415,14 @@ std::shared_ptr<const CpuExecutable> ClusterRunner::TryPolymorphicInstantiation(
   }
   // A miss (a kernel structure this shape needs was never compiled, e.g. a dim of 1 changed a broadcast)
   // is not a failure: the signature follows the compile policy.
-  if (!ex.ok()) return nullptr;
+  if (!ex.ok()) {
+    if (!compiled_before) {
+      s.runtime->policy().RecordNeedsCodegen(s.policy_id);
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.polymorphic_tried = false;  // once the structure has compiled (another signature), try again
+    }
+    return nullptr;
+  }
   ++s.stats->polymorphic_hits;
   RecordExecutable(s, **ex);
   s.runtime->cache().Insert(s.key, *ex);
@@ -443,6 +462,7 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state) {
   auto t0 = std::chrono::steady_clock::now();
   CpuCompileOptions options;
   options.excess_precision = s.runtime->flags().allow_excess_precision;
+  options.codegen_single_ops = s.runtime->flags().cpu_codegen_single_ops;
   options.fail_for_testing = s.runtime->flags().fail_compilation_for_testing;
   const int parallelism = s.runtime->flags().force_compilation_parallelism;
   options.compile_threads = parallelism > 0 ? parallelism : UsableCpus();

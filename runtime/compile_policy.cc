@@ -52,6 +52,17 @@ bool CompilePolicy::HasCompiled(const std::string& cluster) {
   return it != clusters_.end() && it->second.compiled_ok && !it->second.failed;
 }
 
+bool CompilePolicy::MayRunWithoutCodegen(const std::string& cluster) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = clusters_.find(cluster);
+  return it == clusters_.end() || (!it->second.needs_codegen && !it->second.failed);
+}
+
+void CompilePolicy::RecordNeedsCodegen(const std::string& cluster) {
+  std::lock_guard<std::mutex> lock(mu_);
+  clusters_[cluster].needs_codegen = true;
+}
+
 void CompilePolicy::RecordCompiledExecution(const std::string& cluster) {
   std::lock_guard<std::mutex> lock(mu_);
   ++clusters_[cluster].executions;

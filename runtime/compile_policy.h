@@ -53,6 +53,12 @@ class CompilePolicy {
   // a new signature may be instantiated from already compiled kernels (a polymorphic hit, which is
   // neither a compile nor counted toward megamorphism).
   bool HasCompiled(const std::string& cluster);
+  // Whether `cluster`'s structure may run without generating code: true until RecordNeedsCodegen. A
+  // structure whose fusion plan has no fused kernel, or only kernels already compiled in this process
+  // (by other clusters), is instantiated on its first execution without a compile; one whose first such
+  // attempt failed follows the lazy policy (and is instantiated for new signatures once it compiled).
+  bool MayRunWithoutCodegen(const std::string& cluster);
+  void RecordNeedsCodegen(const std::string& cluster);
 
  private:
   struct State {
@@ -64,6 +70,7 @@ class CompilePolicy {
     bool too_slow = false;
     bool failed = false;
     bool compiling = false;  // a BeginCompile claim is open
+    bool needs_codegen = false;
   };
   CompilePolicyOptions options_;
   std::mutex mu_;

@@ -23,9 +23,7 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Compile(std:
 
 absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Load(std::shared_ptr<const Graph> body,
                                                                          absl::string_view payload,
-                                                                         bool excess_precision) {
-  CpuCompileOptions options;
-  options.excess_precision = excess_precision;
+                                                                         const CpuCompileOptions& options) {
   return Build(body, options, [&](const FusionPlan& plan) { return LoadCpuPayload(plan, payload); });
 }
 
@@ -37,6 +35,7 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Build(
   int64_t t0 = Profiler::Now();
   FusionPlanOptions plan_options;
   plan_options.excess_precision = options.excess_precision;
+  plan_options.single_op_groups_as_library = !options.codegen_single_ops;
   CJIT_ASSIGN_OR_RETURN(ex->plan_, BuildFusionPlan(*body, plan_options));
   if (options.on_phase) options.on_phase("fusion_plan", t0, Profiler::Now());
   for (const FusedKernel& k : ex->plan_.kernels) {
@@ -160,6 +159,20 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Build(
       ex->step_inferred_[i].push_back(v ? InferOutput{v->dtype, v->shape} : InferOutput{});
     }
   }
+  ex->binary_step_.resize(ex->plan_.steps.size());
+  for (size_t i = 0; i < ex->plan_.steps.size(); ++i) {
+    const PlanStep& st = ex->plan_.steps[i];
+    BinaryArithmetic op;
+    if (st.kind != PlanStep::Kind::kLibrary || !st.post_ops.empty() || ex->skip_step_[i] ||
+        !ParseBinaryArithmetic(st.node->op_type, &op) || st.node->inputs.size() != 2 || st.node->outputs.size() != 1) {
+      continue;
+    }
+    bool f32 = true;
+    for (const Value* v : {st.node->inputs[0], st.node->inputs[1], st.node->outputs[0]}) {
+      f32 &= v != nullptr && v->dtype == DType::kF32 && v->shape.fully_known();
+    }
+    if (f32) ex->binary_step_[i] = op;
+  }
   ex->step_tuning_ = std::make_unique<StepTuning[]>(ex->plan_.steps.size());
   return std::shared_ptr<const CpuExecutable>(std::move(ex));
 }
@@ -278,6 +291,16 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const T
         scope.Stop();
         scope.args().Add("cluster", cluster_id).Add("threads", nt);
         absl::StrAppend(&scope.args().mutable_body(), ", ", kernel_args_[step.kernel]);
+      }
+    } else if (binary_step_[i].has_value()) {
+      TraceScope scope(profiler, step.node->op_type, "library");
+      const Tensor& a = *view[step_inputs_[i][0]];
+      const Tensor& b = *view[step_inputs_[i][1]];
+      BinaryArithmeticF32(*binary_step_[i], a, b, materialize(step_outputs_[i][0]), threads);
+      if (scope.active()) {
+        scope.Stop();
+        scope.SetNode(step.node, cluster_id);
+        scope.args().Add("impl", "float32 broadcast loop (direct)");
       }
     } else {
       TraceScope scope(profiler, step.node->op_type, "library");

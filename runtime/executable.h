@@ -8,6 +8,7 @@
 #define CJIT_RUNTIME_EXECUTABLE_H_
 
 #include <atomic>
+#include <optional>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "compiler/codegen/cpu_compiler.h"
 #include "compiler/codegen/fusion_plan.h"
 #include "compiler/ir/graph.h"
+#include "runtime/cpu/kernel.h"
 #include "compiler/ops/op_registry.h"
 
 namespace cjit {
@@ -30,9 +32,10 @@ class CpuExecutable : public CacheEntry {
   static absl::StatusOr<std::shared_ptr<const CpuExecutable>> Compile(std::shared_ptr<const Graph> body,
                                                                       const CpuCompileOptions& options);
   // From a persistent-cache payload (ExportPayload of an equal body): loads object code, no compilation.
+  // `options` gives the plan options (excess_precision, codegen_single_ops) the payload was compiled with.
   static absl::StatusOr<std::shared_ptr<const CpuExecutable>> Load(std::shared_ptr<const Graph> body,
                                                                    absl::string_view payload,
-                                                                   bool excess_precision = true);
+                                                                   const CpuCompileOptions& options = {});
   // Payload kind in the disk cache.
   static constexpr uint32_t kPayloadKind = 1;  // CPU object code of the fused kernels
   absl::StatusOr<std::string> ExportPayload() const { return ExportCpuPayload(plan_); }
@@ -89,6 +92,10 @@ class CpuExecutable : public CacheEntry {
   };
   std::vector<AliasInto> alias_;           // per slot; base_slot < 0 = a buffer of its own
   std::vector<bool> skip_step_;            // Concat steps made redundant
+  // Library steps that are a lone float32 binary arithmetic op (a single-op fused group on the CPU, e.g.
+  // a squeeze-excitation scale or a residual Add): run by BinaryArithmeticF32 directly, without the
+  // kernel dispatch of EvaluateNode (~3 us per call, as much as the math on small tensors).
+  std::vector<std::optional<BinaryArithmetic>> binary_step_;
   std::unique_ptr<StepTuning[]> step_tuning_;  // per step (internally synchronized)
   mutable std::atomic<bool> autotune_job_claimed_{false};
   Tensor& Materialize(std::vector<Tensor>& slots, int slot) const;

@@ -746,7 +746,9 @@ TEST(AutotuneSessionTest, AsyncTunesLoadedExecutablesInTheBackground) {
   ClearAutotuneResultsForTest();
   auto s = load("--async_compilation --autotune_threshold=1");
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(s->Run(in).ok());
-  EXPECT_GT(s->stats().totals.disk_hits, 0);
+  // Not tuned when built: loaded from the disk, or (this net's clusters are convolutions with post-ops, a
+  // plan with no generated code) instantiated on the first execution without a compile.
+  EXPECT_GT(s->stats().totals.disk_hits + s->stats().totals.polymorphic_hits, 0);
   for (int i = 0; i < 500 && (s->stats().compiles_in_flight > 0 || s->stats().autotune.ops_tuned < 2); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

@@ -193,6 +193,33 @@ TEST(CpuCodegenTest, KernelPipelineVectorizesBothKernelKinds) {
   }
 }
 
+// FusionPlanOptions::single_op_groups_as_library: a lone op reading its inputs as they are becomes a
+// library step; a group that fuses, or a lone op reading an input through an absorbed view, stays a kernel.
+TEST(FusionPlanTest, SingleOpGroupsAsLibrarySteps) {
+  auto g = Specialized(R"(graph g(%x: f32[4,6], %y: f32[4,6], %z: f32[6,4], %u: f32[3,5]) {
+  %a = Add(%x, %y)
+  %b = Relu(%a)
+  %t = Transpose(%z) {perm=[1,0]}
+  %c = Neg(%t)
+  %d = Sigmoid(%u)
+  return %b, %c, %d
+})");
+  FusionPlanOptions o;
+  auto plain = BuildFusionPlan(*g, o);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->kernels.size(), 3u) << FusionPlanToString(*plain);
+  o.single_op_groups_as_library = true;
+  auto plan = BuildFusionPlan(*g, o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->kernels.size(), 2u) << FusionPlanToString(*plan);
+  EXPECT_EQ(plan->kernels[0].nodes.size(), 2u) << "Add + Relu fuse";
+  EXPECT_EQ(plan->kernels[1].nodes[0]->op_type, "Neg") << "Neg reads the Transpose as a view";
+  ASSERT_EQ(LibrarySteps(*plan), 1);
+  for (const PlanStep& s : plan->steps) {
+    if (s.kind == PlanStep::Kind::kLibrary) EXPECT_EQ(s.node->op_type, "Sigmoid");
+  }
+}
+
 TEST(FusionPlanTest, NonViewReshapeIsMaterialized) {
   auto g = Specialized(R"(graph g(%x: f32[2,3,4]) {
   %t = Transpose(%x) {perm=[1,0,2]}

@@ -1,6 +1,8 @@
 #include "runtime/compile_policy.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <thread>
 
@@ -197,6 +199,94 @@ SessionOptions OneClusterOptions() {
   // Compiles at fixed runs (auto would compile in the background when a CPU is idle).
   o.flags.async_compilation = Flags::AsyncCompilation::kFalse;
   return o;
+}
+
+// y = Tanh(MatMul(Relu(MatMul(x, w1)), w2)), x of [rows, 4]: one cluster whose fused groups are single ops
+// (Relu, Tanh) between library steps (MatMul), so its plan needs no generated code on the CPU.
+std::string MatMulReluMatMulTanh() {
+  testing::ModelBuilder b(13);
+  b.Input("x", onnx::TensorProto::FLOAT, {-1, 4}).Output("y");
+  b.InitFloats("w1", {4, 3}, {0.5f, -1.f, 2.f, 0.25f, 1.5f, -0.5f, -2.f, 1.f, 0.75f, 1.f, 0.f, -1.25f});
+  b.InitFloats("w2", {3, 2}, {1.f, -0.5f, 0.25f, 2.f, -1.f, 0.5f});
+  b.Node("MatMul", {"x", "w1"}, {"m1"});
+  b.Node("Relu", {"m1"}, {"r"});
+  b.Node("MatMul", {"r", "w2"}, {"m2"});
+  b.Node("Tanh", {"m2"}, {"y"});
+  return b.Bytes();
+}
+
+// A cluster whose plan needs no generated code (every fused group a single op, run on its library kernel:
+// FusionPlanOptions::single_op_groups_as_library) runs compiled from its first execution, on every new
+// signature, with no compile and no fallback run; the results are float64 math's. With
+// --cpu_codegen_single_ops it needs LLVM and follows the lazy policy (two fallback runs, then a compile);
+// with --always_defer_compilation it stays on the fallback path. A cluster that fuses (AddMulSigmoidSub)
+// still compiles at the threshold: its one probe failed, and later signatures do not probe again.
+TEST(ClusterRuntimeTest, ClusterWithoutFusedGroupsRunsCompiledFromTheFirstExecution) {
+  const double w1[4][3] = {{0.5, -1, 2}, {0.25, 1.5, -0.5}, {-2, 1, 0.75}, {1, 0, -1.25}};
+  const double w2[3][2] = {{1, -0.5}, {0.25, 2}, {-1, 0.5}};
+  auto check = [&](Session& s, int64_t rows, uint32_t seed) {
+    auto in = RandomInputs(s, {{rows, 4}}, seed);
+    auto got = s.Run(in);
+    ASSERT_TRUE(got.ok()) << got.status();
+    const float* x = in[0].tensor.data<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+      double h[3] = {0, 0, 0};
+      for (int j = 0; j < 3; ++j) {
+        for (int k = 0; k < 4; ++k) h[j] += double(x[r * 4 + k]) * w1[k][j];
+        h[j] = std::max(h[j], 0.0);
+      }
+      for (int j = 0; j < 2; ++j) {
+        double y = 0;
+        for (int k = 0; k < 3; ++k) y += h[k] * w2[k][j];
+        ASSERT_NEAR(got->at(0).tensor.data<float>()[r * 2 + j], std::tanh(y), 1e-5) << rows << " rows, row " << r;
+      }
+    }
+  };
+  {
+    auto s = Session::LoadFromBytes(MatMulReluMatMulTanh(), OneClusterOptions());
+    ASSERT_TRUE(s.ok()) << s.status();
+    int64_t runs = 0;
+    for (int64_t rows : {8, 8, 8, 3, 17}) {
+      check(**s, rows, static_cast<uint32_t>(++runs));
+      SessionStats st = (*s)->stats();
+      EXPECT_EQ(st.totals.fallback_executions, 0) << "run " << runs;
+      EXPECT_EQ(st.totals.compiled_executions, runs) << "run " << runs;
+      EXPECT_EQ(st.totals.compiles, 0) << "run " << runs << ": no LLVM work";
+    }
+    EXPECT_EQ((*s)->stats().totals.polymorphic_hits, 3) << "one instantiation per signature (8, 3, 17 rows)";
+  }
+  {
+    SessionOptions o = OneClusterOptions();
+    o.flags.cpu_codegen_single_ops = true;
+    auto s = Session::LoadFromBytes(MatMulReluMatMulTanh(), o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    for (int i = 0; i < 3; ++i) check(**s, 8, static_cast<uint32_t>(i));
+    SessionStats st = (*s)->stats();
+    EXPECT_EQ(st.totals.fallback_executions, 2);
+    EXPECT_EQ(st.totals.compiles, 1) << "--cpu_codegen_single_ops: Relu and Tanh are generated code";
+  }
+  {
+    SessionOptions o = OneClusterOptions();
+    o.flags.always_defer_compilation = true;
+    auto s = Session::LoadFromBytes(MatMulReluMatMulTanh(), o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    for (int i = 0; i < 3; ++i) check(**s, 8, static_cast<uint32_t>(i));
+    EXPECT_EQ((*s)->stats().totals.fallback_executions, 3);
+    EXPECT_EQ((*s)->stats().totals.compiled_executions, 0);
+  }
+  {
+    auto s = Session::LoadFromBytes(AddMulSigmoidSub({-1, 4}), OneClusterOptions());
+    ASSERT_TRUE(s.ok()) << s.status();
+    for (int64_t rows : {8, 5}) {
+      auto in = RandomInputs(**s, {{rows, 4}}, 1);
+      ASSERT_TRUE((*s)->Run(in).ok());
+    }
+    SessionStats st = (*s)->stats();
+    EXPECT_EQ(st.totals.fallback_executions, 2) << "a cluster that fuses needs LLVM: the lazy policy";
+    EXPECT_EQ(st.totals.polymorphic_hits, 0);
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE((*s)->Run(RandomInputs(**s, {{5, 4}}, 2)).ok());
+    EXPECT_EQ((*s)->stats().totals.compiles, 1);
+  }
 }
 
 // A shape that changes a fused kernel's structure (here a dim of 1 makes an operand's broadcast collapse

@@ -431,7 +431,9 @@ TEST(DiskCacheTest, WarmStartOnRealModel) {
   }
   SessionStats healed = run(3, &healed_out);
   EXPECT_GT(healed.totals.disk_rejects, 0);
-  EXPECT_GT(healed.totals.compiles, 0);
+  // Rejected entries are recompiled, or instantiated from the kernels this process compiled for the cold
+  // session (the process-wide kernel cache): generated code runs either way.
+  EXPECT_GT(healed.totals.compiles + healed.totals.polymorphic_hits, 0);
   EXPECT_TRUE(healed_out[0].tensor.BitwiseEquals(cold_out[0].tensor));
   auto list = DiskCache::List(cache);
   ASSERT_TRUE(list.ok());

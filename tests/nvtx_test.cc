@@ -43,6 +43,7 @@ TEST(NvtxTest, RangesMatchTraceEvents) {
   o.flags.enable_nvtx_ranges = true;
   o.flags.compile_threshold = 1;
   o.flags.async_compilation = Flags::AsyncCompilation::kFalse;  // the compile at a fixed run
+  o.flags.cpu_codegen_single_ops = true;  // cluster_0's kernels are single ops: compiled, not library steps
   o.profile = true;  // also record trace events, to compare names
   auto s = Session::Load(model, o);
   ASSERT_TRUE(s.ok()) << s.status();

@@ -27,7 +27,7 @@ for dir in "$work"/cases/*/; do
   read -r rtol atol < "$dir/tolerance.txt"
   for mode in fallback compiled; do
     flags="--device=cpu --auto_jit=-1"
-    [[ $mode == compiled ]] && flags="--device=cpu --auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false"
+    [[ $mode == compiled ]] && flags="--device=cpu --auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false --cpu_codegen_single_ops=true"
     total=$((total + 1))
     if ! out=$(CJIT_FLAGS="$flags" "$cjit" check "$dir" --rtol "$rtol" --atol "$atol" 2>&1); then
       echo "FAIL $name ($mode): $(echo "$out" | grep -v '^PASS\|^FAIL (\|^clusters:' | head -3 | tr '\n' ' ')"

@@ -61,6 +61,9 @@ struct CpuCompileOptions {
   bool reuse_only = false;
   // FusionPlanOptions::excess_precision of the plan built for the cluster (--allow_excess_precision).
   bool excess_precision = true;
+  // false: FusionPlanOptions::single_op_groups_as_library for the plan built for the cluster
+  // (--cpu_codegen_single_ops).
+  bool codegen_single_ops = false;
   // Threads that compile the plan's new kernels concurrently (the calling thread included; each kernel is
   // an independent module with its own target machine, so the code does not depend on this). >= 1.
   int compile_threads = 1;

@@ -493,6 +493,16 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOp
         k.input_offsets.push_back(view.offset);
         k.input_strides.push_back(view.strides);
       }
+      if (options.single_op_groups_as_library && k.nodes.size() == 1 && k.input_sources == k.inputs) {
+        PlanStep s;
+        s.kind = PlanStep::Kind::kLibrary;
+        s.node = k.nodes[0];
+        plan.steps.push_back(s);
+        for (int u : users[g]) {
+          if (--pending[u] == 0) ready.insert({groups[u].front(), u});
+        }
+        continue;
+      }
       PlanStep s;
       s.kind = PlanStep::Kind::kFused;
       s.kernel = static_cast<int>(plan.kernels.size());

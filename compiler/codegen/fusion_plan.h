@@ -100,6 +100,11 @@ struct FusionPlanOptions {
   int max_kernel_ops = 128;
   // Sets FusedKernel::excess_precision on every kernel (--allow_excess_precision).
   bool excess_precision = true;
+  // A group of one op that reads every input as it is (no view absorbed) becomes a library step of that
+  // op instead of a fused kernel: generated code would do what the op's library kernel does (one pass,
+  // the same loads and stores), so only groups that fuse need code generation. The CPU sets this (its
+  // fallback kernels run every op); a plan with no kernels left needs no LLVM at all.
+  bool single_op_groups_as_library = false;
 };
 
 absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOptions& options = {});

@@ -135,6 +135,14 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
                                                  int64_t* scratch_bytes = nullptr);
 
 // Called once by the registry; each kernels_*.cc file registers its kernels.
+// float32 Add/Sub/Mul/Div/Max/Min with numpy broadcasting (out has the broadcast dims, allocated), the
+// element functions and loops of those ops' registered kernels: what a compiled cluster runs for a lone
+// binary op (runtime/executable.cc) without the per-call kernel dispatch. NaN propagates through Max/Min
+// (ONNX Max/Min). ParseBinaryArithmetic: false for any other op type.
+enum class BinaryArithmetic { kAdd, kSub, kMul, kDiv, kMax, kMin };
+bool ParseBinaryArithmetic(const std::string& op_type, BinaryArithmetic* op);
+void BinaryArithmeticF32(BinaryArithmetic op, const Tensor& a, const Tensor& b, Tensor& out, int threads);
+
 void RegisterElementwiseKernels();
 void RegisterReduceKernels();
 void RegisterLinalgKernels();

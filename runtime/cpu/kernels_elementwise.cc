@@ -90,7 +90,9 @@ void UnaryLoop(const Tensor& x, Tensor& y, int threads, F f) {
   T* b = y.data<T>();
   int64_t n = x.numel();
   int nt = n >= 65536 ? threads : 1;
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+  // `simd`: GCC's -O2 cost model does not vectorize loops that need an alias check (b may be a; an
+  // in-place activation writes each element where it read it, which vector code does too).
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (nt > 1)
   for (int64_t i = 0; i < n; ++i) {
     using A = typename Acc<T>::type;
     b[i] = static_cast<T>(f(static_cast<A>(a[i])));
@@ -308,13 +310,18 @@ void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& out, int threads, Op o
                            const T* x = pa + off[0];
                            const T* y = pb + off[1];
                            R* z = po + o;
+                           // `omp simd` as in UnaryLoop: vector code without GCC's alias check (z is a
+                           // fresh buffer, or an input read at the same index).
                            if (s[0] == 1 && s[1] == 1) {
+#pragma omp simd
                              for (int64_t i = 0; i < n; ++i) z[i] = op(x[i], y[i]);
                            } else if (s[0] == 0 && s[1] == 1) {
                              T xv = x[0];
+#pragma omp simd
                              for (int64_t i = 0; i < n; ++i) z[i] = op(xv, y[i]);
                            } else if (s[0] == 1 && s[1] == 0) {
                              T yv = y[0];
+#pragma omp simd
                              for (int64_t i = 0; i < n; ++i) z[i] = op(x[i], yv);
                            } else {
                              for (int64_t i = 0; i < n; ++i) z[i] = op(x[i * s[0]], y[i * s[1]]);
@@ -482,6 +489,74 @@ absl::Status Arith(KernelContext& ctx, const std::string& op) {
   if (int_div_by_zero.load()) return ctx.Error("integer division by zero");
   return absl::OkStatus();
 }
+
+}  // namespace
+
+bool ParseBinaryArithmetic(const std::string& op_type, BinaryArithmetic* op) {
+  static const std::pair<const char*, BinaryArithmetic> kOps[] = {
+      {"Add", BinaryArithmetic::kAdd}, {"Sub", BinaryArithmetic::kSub}, {"Mul", BinaryArithmetic::kMul},
+      {"Div", BinaryArithmetic::kDiv}, {"Max", BinaryArithmetic::kMax}, {"Min", BinaryArithmetic::kMin}};
+  for (const auto& [name, code] : kOps) {
+    if (op_type == name) {
+      *op = code;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Rows of float32 Add/Sub/Mul/Div/Max/Min for BinaryArithmeticF32: one function per op, cloned for
+// AVX-512 / AVX2 / baseline (GCC target_clones; the loader picks the host's), since the build targets
+// baseline x86-64 and these loops are bandwidth-bound at the widest vectors (the JIT's kernels use them).
+// Stride 1 or 0 per input (ForEachBroadcastRow rows); same element functions as Arith (bitwise equal).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CJIT_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CJIT_VECTOR_CLONES
+#endif
+#define CJIT_BINARY_ROWS(NAME, EXPR)                                                                      \
+  CJIT_VECTOR_CLONES void NAME(const float* x, int64_t sx, const float* y, int64_t sy, float* z, int64_t n) { \
+    if (sx == 1 && sy == 1) {                                                                             \
+      _Pragma("omp simd") for (int64_t i = 0; i < n; ++i) { float a = x[i], b = y[i]; z[i] = (EXPR); }   \
+    } else if (sx == 0 && sy == 1) {                                                                      \
+      const float a = x[0];                                                                               \
+      _Pragma("omp simd") for (int64_t i = 0; i < n; ++i) { float b = y[i]; z[i] = (EXPR); }             \
+    } else if (sx == 1 && sy == 0) {                                                                      \
+      const float b = y[0];                                                                               \
+      _Pragma("omp simd") for (int64_t i = 0; i < n; ++i) { float a = x[i]; z[i] = (EXPR); }             \
+    } else {                                                                                              \
+      for (int64_t i = 0; i < n; ++i) { float a = x[i * sx], b = y[i * sy]; z[i] = (EXPR); }             \
+    }                                                                                                     \
+  }
+CJIT_BINARY_ROWS(AddRowsF32, a + b)
+CJIT_BINARY_ROWS(SubRowsF32, a - b)
+CJIT_BINARY_ROWS(MulRowsF32, a * b)
+CJIT_BINARY_ROWS(DivRowsF32, a / b)
+CJIT_BINARY_ROWS(MaxRowsF32, static_cast<float>(NanMax<float>(a, b)))
+CJIT_BINARY_ROWS(MinRowsF32, static_cast<float>(NanMin<float>(a, b)))
+#undef CJIT_BINARY_ROWS
+
+void BinaryArithmeticF32(BinaryArithmetic op, const Tensor& a, const Tensor& b, Tensor& out, int threads) {
+  using RowsFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t);
+  RowsFn rows = nullptr;
+  switch (op) {
+    case BinaryArithmetic::kAdd: rows = &AddRowsF32; break;
+    case BinaryArithmetic::kSub: rows = &SubRowsF32; break;
+    case BinaryArithmetic::kMul: rows = &MulRowsF32; break;
+    case BinaryArithmetic::kDiv: rows = &DivRowsF32; break;
+    case BinaryArithmetic::kMax: rows = &MaxRowsF32; break;
+    case BinaryArithmetic::kMin: rows = &MinRowsF32; break;
+  }
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* po = out.data<float>();
+  ForEachBroadcastRow<2>(out.dims(), {&a.dims(), &b.dims()}, threads,
+                         [&](std::array<int64_t, 2> off, int64_t o, int64_t n, std::array<int64_t, 2> s) {
+                           rows(pa + off[0], s[0], pb + off[1], s[1], po + o, n);
+                         });
+}
+
+namespace {
 
 absl::Status Compare(KernelContext& ctx, const std::string& op) {
   const Tensor& a = ctx.in(0);
