@@ -11,6 +11,7 @@
 #include "compiler/codegen/fusion_plan.h"
 #include "runtime/cpu/conv_gemm.h"
 #include "runtime/cpu/broadcast.h"
+#include "runtime/cpu/parallel.h"
 #include "runtime/cpu/dispatch.h"
 #include "runtime/cpu/kernel.h"
 
@@ -89,14 +90,17 @@ void UnaryLoop(const Tensor& x, Tensor& y, int threads, F f) {
   const T* a = x.data<T>();
   T* b = y.data<T>();
   int64_t n = x.numel();
-  int nt = n >= 65536 ? threads : 1;
+  using A = typename Acc<T>::type;
   // `simd`: GCC's -O2 cost model does not vectorize loops that need an alias check (b may be a; an
-  // in-place activation writes each element where it read it, which vector code does too).
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (nt > 1)
-  for (int64_t i = 0; i < n; ++i) {
-    using A = typename Acc<T>::type;
-    b[i] = static_cast<T>(f(static_cast<A>(a[i])));
+  // in-place activation writes each element where it read it, which vector code does too). No parallel
+  // region below 65536 elements (runtime/cpu/parallel.h: an if(false) one still builds a team).
+  if (n < 65536 || threads <= 1) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) b[i] = static_cast<T>(f(static_cast<A>(a[i])));
+    return;
   }
+#pragma omp parallel for simd num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < n; ++i) b[i] = static_cast<T>(f(static_cast<A>(a[i])));
 }
 
 // Registers a unary op computed in the accumulation type, over float dtypes only or over all numeric ones.
@@ -133,13 +137,12 @@ void EigenUnaryF32(const std::string& name, F f) {
     const int64_t chunk = 16384;
     int64_t chunks = (n + chunk - 1) / chunk;
     int nt = n >= 65536 ? ctx.threads : 1;
-#pragma omp parallel for num_threads(nt) if (nt > 1)
-    for (int64_t c = 0; c < chunks; ++c) {
+    ParallelFor(nt, chunks, [&](int64_t c) {
       int64_t lo = c * chunk, len = std::min(chunk, n - lo);
       Eigen::Map<const Eigen::ArrayXf> in(x.data<float>() + lo, len);
       Eigen::Map<Eigen::ArrayXf> out(y.data<float>() + lo, len);
       f(in, out);
-    }
+    });
     return absl::OkStatus();
   });
 }
@@ -675,11 +678,10 @@ absl::Status Cast(KernelContext& ctx, DType to) {
     const int nt = n >= 4 * chunk ? ctx.threads : 1;
     const char* src = static_cast<const char*>(x.raw());
     char* dst = static_cast<char*>(y.raw());
-#pragma omp parallel for num_threads(nt) if (nt > 1)
-    for (int64_t c = 0; c < chunks; ++c) {
+    ParallelFor(nt, chunks, [&](int64_t c) {
       const int64_t lo = c * chunk, len = std::min(chunk, n - lo);
       ConvertFloatBuffer(src + lo * in_size, x.dtype(), dst + lo * out_size, to, static_cast<size_t>(len));
-    }
+    });
     return absl::OkStatus();
   }
   absl::Status inner = absl::OkStatus();

@@ -9,6 +9,7 @@
 #include "compiler/ir/status_macros.h"
 #include "runtime/cpu/dispatch.h"
 #include "runtime/cpu/kernel.h"
+#include "runtime/cpu/parallel.h"
 #include "runtime/cpu/tensor_util.h"
 
 namespace cjit {
@@ -77,8 +78,7 @@ void ReduceLoop(const ReduceView& v, T* out, int threads, const std::string& op)
   int kind = op == "ReduceSum" ? 0 : op == "ReduceMean" ? 1 : op == "ReduceMax" ? 2 : op == "ReduceMin" ? 3
            : op == "ReduceProd" ? 4 : op == "ReduceL1" ? 5 : op == "ReduceL2" ? 6 : op == "ReduceLogSum" ? 7
            : op == "ReduceLogSumExp" ? 8 : 9;
-#pragma omp parallel for num_threads(nt) if (nt > 1)
-  for (int64_t o = 0; o < v.outer; ++o) {
+  ParallelFor(nt, v.outer, [&](int64_t o) {
     for (int64_t i = 0; i < v.inner; ++i) {
       const T* p = x + o * v.red * v.inner + i;
       A acc;
@@ -112,7 +112,7 @@ void ReduceLoop(const ReduceView& v, T* out, int threads, const std::string& op)
       else if (kind == 8) acc = NumericCast<A>(std::log(static_cast<double>(acc)) + static_cast<double>(mx));
       out[o * v.inner + i] = NumericCast<T>(acc);
     }
-  }
+  });
 }
 
 absl::Status Reduce(KernelContext& ctx, const std::string& op) {
@@ -138,8 +138,7 @@ absl::Status Reduce(KernelContext& ctx, const std::string& op) {
     int64_t blocks = (v.inner + kBlock - 1) / kBlock, work = v.outer * blocks;
     int nt = v.outer * v.inner * v.red >= 65536 && work > 1 ? ctx.threads : 1;
     bool mean = op == "ReduceMean";
-#pragma omp parallel for num_threads(nt) if (nt > 1)
-    for (int64_t w = 0; w < work; ++w) {
+    ParallelFor(nt, work, [&](int64_t w) {
       int64_t o = w / blocks, i0 = (w % blocks) * kBlock, n = std::min(v.inner, i0 + kBlock) - i0;
       // A local accumulator: through `out` the compiler must assume it aliases the rows (no vectors).
       alignas(64) float acc[kBlock];
@@ -154,7 +153,7 @@ absl::Status Reduce(KernelContext& ctx, const std::string& op) {
       } else {
         std::copy(acc, acc + n, dst);
       }
-    }
+    });
     return absl::OkStatus();
   }
   return DispatchNumeric(x.dtype(), [&](auto t) {
@@ -211,8 +210,7 @@ absl::Status SoftmaxLike(KernelContext& ctx, int kind) {
     const T* px = x.data<T>();
     T* py = y.data<T>();
     int nt = outer * inner * red >= 65536 ? ctx.threads : 1;
-#pragma omp parallel for num_threads(nt) if (nt > 1)
-    for (int64_t o = 0; o < outer; ++o) {
+    ParallelFor(nt, outer, [&](int64_t o) {
       std::vector<A> buf(red);
       for (int64_t i = 0; i < inner; ++i) {
         const T* p = px + o * red * inner + i;
@@ -240,7 +238,7 @@ absl::Status SoftmaxLike(KernelContext& ctx, int kind) {
           for (int64_t k = 0; k < red; ++k) q[k * inner] = static_cast<T>(static_cast<A>(p[k * inner]) - mx - ls);
         }
       }
-    }
+    });
   });
 }
 
