@@ -1,5 +1,6 @@
 // Channels-last convolutions without a per-shape JIT (see conv_gemm.h).
 #include "runtime/cpu/conv_gemm.h"
+#include "runtime/cpu/parallel.h"
 
 #include <algorithm>
 #include <atomic>
@@ -592,8 +593,7 @@ void ApplyUnaryPostOps(const float* x, float* y, int64_t n, const std::vector<Po
   const int64_t chunk = 16384;
   int64_t chunks = (n + chunk - 1) / chunk;
   int nt = n >= 65536 ? static_cast<int>(std::min<int64_t>(threads, chunks)) : 1;
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) fn(x + c * chunk, y + c * chunk, std::min(chunk, n - c * chunk), &ops);
+  ParallelFor(nt, chunks, [&](int64_t c) { fn(x + c * chunk, y + c * chunk, std::min(chunk, n - c * chunk), &ops); });
 }
 
 void ApplyChannelEpilogue(float* y, int64_t rows, int64_t channels, const float* bias, const std::vector<PostOp>* ops) {
@@ -660,8 +660,7 @@ absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeome
     int nt = static_cast<int>(std::min<int64_t>(ctx.threads, total));
     if (total * a.OW * C * a.KH * a.KW < (int64_t{1} << 15)) nt = 1;
     auto fn = PickIsa().depthwise;
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-    for (int t = 0; t < nt; ++t) fn(a, total * t / nt, total * (t + 1) / nt);
+    ParallelFor(nt, nt, [&](int64_t t) { fn(a, total * t / nt, total * (t + 1) / nt); });
     if (ctx.want_impl) ctx.impl = "depthwise convolution, channel-vectorized loop (shape-generic)";
     return true;
   }
@@ -850,8 +849,7 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
     int dt = static_cast<int>(std::min<int64_t>(ctx.threads, total));
     if (total * OW * OC * K < (int64_t{1} << 16)) dt = 1;
     auto fn = PickIsa().few_channel;
-#pragma omp parallel for num_threads(dt) if (dt > 1) schedule(static)
-    for (int t = 0; t < dt; ++t) fn(a, total * t / dt, total * (t + 1) / dt);
+    ParallelFor(dt, dt, [&](int64_t t) { fn(a, total * t / dt, total * (t + 1) / dt); });
     if (ctx.want_impl) ctx.impl = "direct convolution, few input channels (shape-generic)";
     return true;
   }
@@ -1010,8 +1008,7 @@ absl::StatusOr<bool> TryGemmConvTranspose(KernelContext& ctx, const WindowGeomet
       // output channel's plane is written by one thread.
       int nt = static_cast<int>(std::min<int64_t>(ctx.threads, OCg));
       if (OCg * K * P < (int64_t{1} << 16)) nt = 1;
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-      for (int64_t oc = 0; oc < OCg; ++oc) {
+      ParallelFor(nt, OCg, [&](int64_t oc) {
         float* yo = yp + (n * OC + gi * OCg + oc) * OH * OW;
         std::fill(yo, yo + OH * OW, bias ? bias[gi * OCg + oc] : 0.0f);
         for (int64_t kh = 0; kh < KH; ++kh)
@@ -1028,7 +1025,7 @@ absl::StatusOr<bool> TryGemmConvTranspose(KernelContext& ctx, const WindowGeomet
               }
             }
           }
-      }
+      });
     }
   }
   if (ctx.want_impl) ctx.impl = absl::StrCat("GEMM + col2im via ", SgemmImplementation(), " (shape-generic)");

@@ -14,6 +14,7 @@
 #include "runtime/cpu/broadcast.h"
 #include "runtime/cpu/dispatch.h"
 #include "runtime/cpu/kernel.h"
+#include "runtime/cpu/parallel.h"
 #include "runtime/cpu/tensor_util.h"
 
 namespace cjit {
@@ -28,8 +29,7 @@ void BatchedTranspose2D(const T* x, T* y, int64_t batch, int64_t rows, int64_t c
   int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
   int64_t tiles = batch * row_tiles * col_tiles;
   int nt = batch * rows * cols >= 65536 ? threads : 1;
-#pragma omp parallel for num_threads(nt) if (nt > 1)
-  for (int64_t t = 0; t < tiles; ++t) {
+  ParallelFor(nt, tiles, [&](int64_t t) {
     int64_t b = t / (row_tiles * col_tiles), rt = (t / col_tiles) % row_tiles, ct = t % col_tiles;
     const T* xb = x + b * rows * cols;
     T* yb = y + b * rows * cols;
@@ -37,7 +37,7 @@ void BatchedTranspose2D(const T* x, T* y, int64_t batch, int64_t rows, int64_t c
     for (int64_t j = ct * kTile; j < j1; ++j) {
       for (int64_t i = rt * kTile; i < i1; ++i) yb[j * rows + i] = xb[i * cols + j];
     }
-  }
+  });
 }
 
 // Merges input axes that stay adjacent (and in order) under perm; returns the merged dims and perm.
@@ -116,8 +116,7 @@ absl::StatusOr<Tensor> TransposeTensor(const Tensor& x, const std::vector<int64_
   const uint8_t* src = static_cast<const uint8_t*>(x.raw());
   uint8_t* dst = static_cast<uint8_t*>(y.raw());
   int nt = total >= 65536 ? threads : 1;
-#pragma omp parallel for num_threads(nt) if (nt > 1)
-  for (int64_t row = 0; row < rows; ++row) {
+  ParallelFor(nt, rows, [&](int64_t row) {
     int64_t rem = row, off = 0;
     for (int d = r - 2; d >= 0; --d) {
       off += (rem % od[d]) * st[d];
@@ -133,7 +132,7 @@ absl::StatusOr<Tensor> TransposeTensor(const Tensor& x, const std::vector<int64_
     } else {
       for (int64_t i = 0; i < inner; ++i) std::memcpy(o + i * es, src + (off + i * inner_st) * es, es);
     }
-  }
+  });
   return y;
 }
 

@@ -15,6 +15,7 @@
 #include "runtime/cpu/conv_gemm.h"
 #include "runtime/cpu/dispatch.h"
 #include "runtime/cpu/kernel.h"
+#include "runtime/cpu/parallel.h"
 #include "compiler/codegen/fusion_plan.h"
 #include "runtime/cpu/onednn_util.h"
 
@@ -672,8 +673,7 @@ absl::Status Pool(KernelContext& ctx, int kind) {  // 0 max, 1 avg, 2 lp
     using T = decltype(t);
     using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
     int nt = NC * osz >= 16384 ? ctx.threads : 1;
-#pragma omp parallel for num_threads(nt) if (nt > 1)
-    for (int64_t c = 0; c < NC; ++c) {
+    ParallelFor(nt, NC, [&](int64_t c) {
       const T* px = x.data<T>() + c * isz;
       std::vector<int64_t> o(nsp, 0), k(nsp);
       for (int64_t oi = 0; oi < osz; ++oi) {
@@ -715,7 +715,7 @@ absl::Status Pool(KernelContext& ctx, int kind) {  // 0 max, 1 avg, 2 lp
           idx->data<int64_t>()[c * osz + oi] = c * isz + flat;
         }
       }
-    }
+    });
   });
 }
 
