@@ -508,29 +508,48 @@ bool ParseBinaryArithmetic(const std::string& op_type, BinaryArithmetic* op) {
   return false;
 }
 
-// Rows of float32 Add/Sub/Mul/Div/Max/Min for BinaryArithmeticF32: one function per op, cloned for
-// AVX-512 / AVX2 / baseline (GCC target_clones; the loader picks the host's), since the build targets
-// baseline x86-64 and these loops are bandwidth-bound at the widest vectors (the JIT's kernels use them).
-// Stride 1 or 0 per input (ForEachBroadcastRow rows); same element functions as Arith (bitwise equal).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define CJIT_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define CJIT_VECTOR_CLONES
-#endif
-#define CJIT_BINARY_ROWS(NAME, EXPR)                                                                      \
-  CJIT_VECTOR_CLONES void NAME(const float* x, int64_t sx, const float* y, int64_t sy, float* z, int64_t n) { \
-    if (sx == 1 && sy == 1) {                                                                             \
-      _Pragma("omp simd") for (int64_t i = 0; i < n; ++i) { float a = x[i], b = y[i]; z[i] = (EXPR); }   \
-    } else if (sx == 0 && sy == 1) {                                                                      \
-      const float a = x[0];                                                                               \
-      _Pragma("omp simd") for (int64_t i = 0; i < n; ++i) { float b = y[i]; z[i] = (EXPR); }             \
-    } else if (sx == 1 && sy == 0) {                                                                      \
-      const float b = y[0];                                                                               \
-      _Pragma("omp simd") for (int64_t i = 0; i < n; ++i) { float a = x[i]; z[i] = (EXPR); }             \
-    } else {                                                                                              \
-      for (int64_t i = 0; i < n; ++i) { float a = x[i * sx], b = y[i * sy]; z[i] = (EXPR); }             \
-    }                                                                                                     \
+// Rows of float32 Add/Sub/Mul/Div/Max/Min for BinaryArithmeticF32: each op compiled for AVX-512, AVX2 and
+// baseline x86-64 (target attributes) and picked once by CPUID, since the build targets baseline x86-64 and
+// these loops are bandwidth-bound at the widest vectors (the JIT's kernels use them). Not GCC's
+// target_clones: its ifunc resolvers run before ThreadSanitizer's runtime is up (the TSan build died at
+// start). Stride 1 or 0 per input (ForEachBroadcastRow rows); same element functions as Arith.
+namespace {
+
+using BinaryRowsFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t);
+#define CJIT_BINARY_ROWS_BODY(EXPR)                                                                       \
+  if (sx == 1 && sy == 1) {                                                                               \
+    _Pragma("omp simd") for (int64_t i = 0; i < n; ++i) { float a = x[i], b = y[i]; z[i] = (EXPR); }     \
+  } else if (sx == 0 && sy == 1) {                                                                        \
+    const float a = x[0];                                                                                 \
+    _Pragma("omp simd") for (int64_t i = 0; i < n; ++i) { float b = y[i]; z[i] = (EXPR); }               \
+  } else if (sx == 1 && sy == 0) {                                                                        \
+    const float b = y[0];                                                                                 \
+    _Pragma("omp simd") for (int64_t i = 0; i < n; ++i) { float a = x[i]; z[i] = (EXPR); }               \
+  } else {                                                                                                \
+    for (int64_t i = 0; i < n; ++i) { float a = x[i * sx], b = y[i * sy]; z[i] = (EXPR); }               \
   }
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CJIT_BINARY_ROWS(NAME, EXPR)                                                                          \
+  __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw"))) void NAME##Avx512(                            \
+      const float* x, int64_t sx, const float* y, int64_t sy, float* z, int64_t n) { CJIT_BINARY_ROWS_BODY(EXPR) } \
+  __attribute__((target("avx2"))) void NAME##Avx2(const float* x, int64_t sx, const float* y, int64_t sy,      \
+                                                  float* z, int64_t n) { CJIT_BINARY_ROWS_BODY(EXPR) }         \
+  void NAME##Base(const float* x, int64_t sx, const float* y, int64_t sy, float* z, int64_t n) {              \
+    CJIT_BINARY_ROWS_BODY(EXPR)                                                                               \
+  }                                                                                                           \
+  BinaryRowsFn NAME() {                                                                                       \
+    static const BinaryRowsFn fn = __builtin_cpu_supports("avx512f") ? &NAME##Avx512                          \
+                                   : __builtin_cpu_supports("avx2")  ? &NAME##Avx2                            \
+                                                                     : &NAME##Base;                           \
+    return fn;                                                                                                \
+  }
+#else
+#define CJIT_BINARY_ROWS(NAME, EXPR)                                                                          \
+  void NAME##Base(const float* x, int64_t sx, const float* y, int64_t sy, float* z, int64_t n) {              \
+    CJIT_BINARY_ROWS_BODY(EXPR)                                                                               \
+  }                                                                                                           \
+  BinaryRowsFn NAME() { return &NAME##Base; }
+#endif
 CJIT_BINARY_ROWS(AddRowsF32, a + b)
 CJIT_BINARY_ROWS(SubRowsF32, a - b)
 CJIT_BINARY_ROWS(MulRowsF32, a * b)
@@ -538,17 +557,19 @@ CJIT_BINARY_ROWS(DivRowsF32, a / b)
 CJIT_BINARY_ROWS(MaxRowsF32, static_cast<float>(NanMax<float>(a, b)))
 CJIT_BINARY_ROWS(MinRowsF32, static_cast<float>(NanMin<float>(a, b)))
 #undef CJIT_BINARY_ROWS
+#undef CJIT_BINARY_ROWS_BODY
+
+}  // namespace
 
 void BinaryArithmeticF32(BinaryArithmetic op, const Tensor& a, const Tensor& b, Tensor& out, int threads) {
-  using RowsFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t);
-  RowsFn rows = nullptr;
+  BinaryRowsFn rows = nullptr;
   switch (op) {
-    case BinaryArithmetic::kAdd: rows = &AddRowsF32; break;
-    case BinaryArithmetic::kSub: rows = &SubRowsF32; break;
-    case BinaryArithmetic::kMul: rows = &MulRowsF32; break;
-    case BinaryArithmetic::kDiv: rows = &DivRowsF32; break;
-    case BinaryArithmetic::kMax: rows = &MaxRowsF32; break;
-    case BinaryArithmetic::kMin: rows = &MinRowsF32; break;
+    case BinaryArithmetic::kAdd: rows = AddRowsF32(); break;
+    case BinaryArithmetic::kSub: rows = SubRowsF32(); break;
+    case BinaryArithmetic::kMul: rows = MulRowsF32(); break;
+    case BinaryArithmetic::kDiv: rows = DivRowsF32(); break;
+    case BinaryArithmetic::kMax: rows = MaxRowsF32(); break;
+    case BinaryArithmetic::kMin: rows = MinRowsF32(); break;
   }
   const float* pa = a.data<float>();
   const float* pb = b.data<float>();
