@@ -22,7 +22,7 @@ echo "== install into $prefix"
 cmake --install build --prefix "$prefix" >/dev/null
 ls "$prefix/lib/libclusterjit.so" "$prefix/include/clusterjit/clusterjit.h" "$prefix/include/clusterjit/clusterjit.hpp" \
    "$prefix/lib/cmake/clusterjit/clusterjitConfig.cmake" "$prefix/lib/pkgconfig/clusterjit.pc" >/dev/null
-readelf -d "$prefix/lib/libclusterjit.so" | grep -q 'SONAME.*libclusterjit.so.0.2' || { echo "FAIL: SONAME"; exit 1; }
+grep -q 'SONAME.*libclusterjit.so.0.2' <<< "$(readelf -d "$prefix/lib/libclusterjit.so")" || { echo "FAIL: SONAME"; exit 1; }
 exported=$(nm -D --defined-only "$prefix/lib/libclusterjit.so" | awk '$2 ~ /^[A-Z]$/ {print $3}' | grep -v '^cjit_' || true)
 [[ -z "$exported" ]] || { echo "FAIL: exports more than the C API:"; echo "$exported" | head; exit 1; }
 
