@@ -681,6 +681,7 @@ int CmdBenchStream(const std::string& dir, double rtol, double atol, int passes,
     int64_t compiles, fallback, compiled, polymorphic;
     bool ok;
     const char* specialization;  // "full", "replay" (--specialization_replay) or "-" (signature seen before)
+    double populated_mb;         // tensor arena pages prefaulted so far (first-touch memory), process-wide
   };
   std::vector<Row> rows;
   bool all_ok = true;
@@ -710,7 +711,8 @@ int CmdBenchStream(const std::string& dir, double rtol, double atol, int passes,
                       st.totals.polymorphic_hits - prev.totals.polymorphic_hits, ok,
                       st.specialization_replays > prev.specialization_replays ? "replay"
                       : st.specializations > prev.specializations             ? "full"
-                                                                              : "-"});
+                                                                              : "-",
+                      TensorArenaStats().populated_bytes / 1048576.0});
       prev = st;
     }
   }
@@ -725,6 +727,7 @@ int CmdBenchStream(const std::string& dir, double rtol, double atol, int passes,
     j["total_ms"] = total_ms;
     j["ok"] = all_ok;
     for (const Row& r : rows) j["run_ms"].push_back(r.ms);
+    for (const Row& r : rows) j["populated_mb"].push_back(r.populated_mb);
     SessionStats st = (*session)->stats();
     j["specialized"] = st.specializations;
     j["replayed"] = st.specialization_replays;
@@ -738,12 +741,13 @@ int CmdBenchStream(const std::string& dir, double rtol, double atol, int passes,
   }
   std::printf("stream: %s  (%zu data sets x %d passes, %d threads, auto_jit=%s)\n", dir.c_str(), sets->size(), passes,
               f.intra_op_threads, f.auto_jit.c_str());
-  std::printf("%-20s %-4s %-28s %10s %-7s %8s %9s %9s %11s  %s\n", "data set", "pass", "input shapes", "ms", "special",
-              "compiles", "fallback", "compiled", "polymorphic", "vs reference");
+  std::printf("%-20s %-4s %-28s %10s %-7s %8s %9s %9s %11s %9s  %s\n", "data set", "pass", "input shapes", "ms",
+              "special", "compiles", "fallback", "compiled", "polymorphic", "arena_mb", "vs reference");
   for (const Row& r : rows) {
-    std::printf("%-20s %-4d %-28s %10.3f %-7s %8lld %9lld %9lld %11lld  %s\n", r.set.c_str(), r.pass, r.shapes.c_str(),
-                r.ms, r.specialization, static_cast<long long>(r.compiles), static_cast<long long>(r.fallback),
-                static_cast<long long>(r.compiled), static_cast<long long>(r.polymorphic), r.ok ? "ok" : "FAIL");
+    std::printf("%-20s %-4d %-28s %10.3f %-7s %8lld %9lld %9lld %11lld %9.1f  %s\n", r.set.c_str(), r.pass,
+                r.shapes.c_str(), r.ms, r.specialization, static_cast<long long>(r.compiles),
+                static_cast<long long>(r.fallback), static_cast<long long>(r.compiled),
+                static_cast<long long>(r.polymorphic), r.populated_mb, r.ok ? "ok" : "FAIL");
   }
   std::printf("load: %.1f ms, runs: %.1f ms, total: %.1f ms\n", load_ms, runs_ms, total_ms);
   std::printf("%s (rtol %g, atol %g)\n", all_ok ? "PASS" : "FAIL", rtol, atol);

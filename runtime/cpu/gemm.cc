@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "Eigen/Core"
@@ -22,6 +23,44 @@ struct BlisContexts {
   std::string names;               // "haswell", "haswell+skx", ... (sub-configuration names)
   std::string implementation;      // SgemmImplementation()
 };
+
+// BLIS 0.9 packs a micro-panel with a packm kernel looked up by the panel's register-block size, and has
+// slots only for sizes below 32 (BLIS_NUM_PACKM_KERS): the skx sgemm micro-kernel is 32 x 12, so every
+// 32-row panel of its A operand is packed by the fallback, bli_sscal2m, one call of the context's scal2v
+// kernel per column of 32 floats — the reference kernel, whose loop does not vectorize. In a stream of
+// ppocrv4_rec widths (1 thread, perf) that was 8% of all time against 26% in the micro-kernel. The
+// contexts whose register blocks are that large run with a copy of the context whose float scal2v is
+// PanelScal2v (the same semantics: y := alpha * x, y := 0 when alpha is 0; results bit for bit the same,
+// packing only moves floats or multiplies them once by alpha as BLIS's does).
+void PanelScal2v(conj_t, dim_t n, float* __restrict alpha, float* __restrict x, inc_t incx, float* __restrict y,
+                 inc_t incy, cntx_t*) {
+  const float a = *alpha;
+  if (a == 0.0f) {
+    for (dim_t i = 0; i < n; ++i) y[i * incy] = 0.0f;
+  } else if (incx == 1 && incy == 1 && a == 1.0f) {
+    std::memcpy(y, x, static_cast<size_t>(n) * sizeof(float));
+  } else if (incx == 1 && incy == 1) {
+#pragma omp simd
+    for (dim_t i = 0; i < n; ++i) y[i] = a * x[i];
+  } else {
+    for (dim_t i = 0; i < n; ++i) y[i * incy] = a * x[i * incx];
+  }
+}
+
+// `cntx` itself, or (at most two per process: `slot` 0 and 1) a copy whose float scal2v packs panels fast
+// when the float gemm register blocks have no packm kernel (see PanelScal2v).
+const cntx_t* WithPanelPacking(const cntx_t* cntx, int slot) {
+  if (cntx == nullptr) return nullptr;
+  cntx_t* c = const_cast<cntx_t*>(cntx);
+  if (bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_MR, c) < BLIS_NUM_PACKM_KERS &&
+      bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_NR, c) < BLIS_NUM_PACKM_KERS) {
+    return cntx;
+  }
+  static cntx_t copies[2];
+  copies[slot] = *cntx;
+  bli_func_set_dt(reinterpret_cast<void_fp>(&PanelScal2v), BLIS_FLOAT, &copies[slot].l1v_kers[BLIS_SCAL2V_KER]);
+  return &copies[slot];
+}
 
 // The BLIS contexts the products run with (see the header).
 // BLIS 0.9 picks its sub-configuration by CPUID when it initializes, and it knows only the CPU families of
@@ -63,6 +102,8 @@ const BlisContexts& Blis() {
       if (c.wide == c.native) c.wide = nullptr;
     }
 #endif
+    c.native = WithPanelPacking(c.native, 0);
+    c.wide = WithPanelPacking(c.wide, 1);
     c.names = bli_arch_string(native_id);
     if (c.wide != nullptr) c.names += "+skx";
     c.implementation = "BLIS sgemm (" + c.names + ")";

@@ -19,7 +19,9 @@
 // reference kernels, 3-5x slower) and guesses the FMA units from the CPU brand string, which a VM hides: so
 // where BLIS chose generic on an AVX2 + FMA CPU its haswell kernels run, and on every CPU with AVX-512
 // F/DQ/BW/VL products with N >= 64 and at least 32 rows run BLIS's skx (AVX-512) context (gemm.cc has the
-// measurements). BLIS aborts the process at initialization when BLIS_ARCH_TYPE is set in the
+// measurements). BLIS 0.9 has no packing kernel for the skx micro-kernel's 32-row panels and packs them
+// through its unvectorized reference scal2v: those contexts run as copies with a vectorized one (gemm.cc,
+// WithPanelPacking). BLIS aborts the process at initialization when BLIS_ARCH_TYPE is set in the
 // environment: then every product runs on Eigen (same arguments, same results within float rounding;
 // SgemmImplementation() says which).
 //
