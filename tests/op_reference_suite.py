@@ -213,6 +213,17 @@ def main():
     write_case(root, "contraction_Gemm", [helper.make_node("Gemm", ["a", "b", "c"], ["y"], transB=1, alpha=0.5, beta=2.0)],
                [("a", ga), ("b", gb)], [("y", (0.5 * f64(ga) @ f64(gb).T + 2.0 * gc).astype(np.float32))],
                inits=[("c", gc)], tol=(1e-5, 1e-4))
+    # Every transpose combination on the small-product (Eigen) path, incl. a single row (a GEMV: the
+    # wake-word model's 1 x 2400 x 32 layer) and a single column.
+    for (m, k, n) in [(6, 11, 4), (1, 2400, 32), (7, 40, 1)]:
+        for ta in (0, 1):
+            for tb in (0, 1):
+                ga, gb, gc = rnd(*((k, m) if ta else (m, k))), rnd(*((n, k) if tb else (k, n))), rnd(n)
+                ref = 0.5 * (f64(ga).T if ta else f64(ga)) @ (f64(gb).T if tb else f64(gb)) + 2.0 * gc
+                write_case(root, "contraction_Gemm_%dx%dx%d_ta%d_tb%d" % (m, k, n, ta, tb),
+                           [helper.make_node("Gemm", ["a", "b", "c"], ["y"], transA=ta, transB=tb, alpha=0.5, beta=2.0)],
+                           [("a", ga)], [("y", ref.astype(np.float32))], inits=[("b", gb), ("c", gc)],
+                           tol=(1e-5, 1e-5 * math.sqrt(k)))
     for name, (xs, ws, stride, pad, dil, group) in {
             "3x3_pad": ((1, 3, 9, 11), (4, 3, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
             "stride2_dil2": ((2, 4, 12, 10), (6, 4, 3, 3), (2, 2), (2, 1, 2, 1), (2, 2), 1),
