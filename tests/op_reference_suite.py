@@ -433,6 +433,15 @@ def main():
     write_case(root, "pool_MaxPool", [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
                                                        pads=[1, 1, 1, 1])],
                [("x", px)], [("y", pool2d(f64(px), (3, 3), (2, 2), (1, 1, 1, 1), "max").astype(np.float32))])
+    # The 2 x 2 / 2 max pool's own loop: an even width, an odd width (the last column is dropped), and a
+    # width whose rows are long enough to vectorize, with padding rows below (pads on H only).
+    for pname, shape, pads in [("even", (1, 4, 6, 96), [0, 0, 0, 0]), ("odd", (2, 3, 5, 11), [0, 0, 0, 0]),
+                               ("pad_h", (1, 2, 3, 40), [1, 0, 1, 0])]:
+        mx = rnd(*shape)
+        write_case(root, "pool_MaxPool_2x2s2_" + pname,
+                   [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2], pads=pads)],
+                   [("x", mx)], [("y", pool2d(f64(mx), (2, 2), (2, 2), tuple(pads), "max").astype(np.float32))],
+                   tol=(0, 0))
     write_case(root, "pool_AveragePool", [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 2],
                                                            strides=[1, 2], pads=[1, 0, 1, 0])],
                [("x", px)], [("y", pool2d(f64(px), (3, 2), (1, 2), (1, 0, 1, 0), "avg").astype(np.float32))])

@@ -4,6 +4,7 @@
 // libm differences), exact for integers.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -13,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "runtime/cluster_runner.h"
 #include "runtime/cpu/kernel.h"
+#include "runtime/cpu/tensor_util.h"
 #include "runtime/executor.h"
 #include "tests/op_cases.h"
 #include "tools/check_lib.h"
@@ -234,6 +236,42 @@ TEST(BinaryArithmeticTest, MatchesFloat64OnEveryBroadcastPattern) {
   }
   BinaryArithmetic unused;
   EXPECT_FALSE(ParseBinaryArithmetic("Pow", &unused));
+}
+
+// TransposeTensor's batched 2-D path (the layout transposes NCHW <-> NHWC; AVX-512 16 x 16 register tiles
+// with masked partial tiles where the CPU has them) against index arithmetic, bit for bit: every tile
+// remainder on both axes (1-35 rows and columns, a 3-channel image, a tile multiple), batches, 4-byte and
+// 2-byte elements (NaN payloads must survive a move), 1 and 2 threads.
+TEST(TransposeTest, BatchedTransposeMatchesIndexArithmetic) {
+  std::mt19937 rng(11);
+  auto check = [&](DType dt, int64_t batch, int64_t rows, int64_t cols, int threads) {
+    Tensor x(dt, {batch, rows, cols});
+    uint8_t* bytes = static_cast<uint8_t*>(x.raw());
+    for (size_t i = 0; i < x.nbytes(); ++i) bytes[i] = static_cast<uint8_t>(rng());
+    auto y = TransposeTensor(x, {0, 2, 1}, threads);
+    ASSERT_TRUE(y.ok()) << y.status();
+    ASSERT_EQ(y->dims(), (Dims{batch, cols, rows}));
+    const size_t es = DTypeSize(dt);
+    const uint8_t* out = static_cast<const uint8_t*>(y->raw());
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j) {
+          const size_t from = static_cast<size_t>((b * rows + i) * cols + j) * es;
+          const size_t to = static_cast<size_t>((b * cols + j) * rows + i) * es;
+          ASSERT_EQ(std::memcmp(bytes + from, out + to, es), 0)
+              << DTypeName(dt) << " [" << batch << "," << rows << "," << cols << "] at " << b << "," << i << ","
+              << j << ", threads " << threads;
+        }
+  };
+  for (int64_t rows = 1; rows <= 35; ++rows)
+    for (int64_t cols : {1, 2, 7, 15, 16, 17, 31, 33, 35}) check(DType::kF32, 1, rows, cols, 1);
+  for (int threads : {1, 2}) {
+    check(DType::kF32, 1, 3, 9216, threads);   // a 3-channel 48 x 192 image to channels-last
+    check(DType::kF32, 1, 192, 200, threads);  // channels-last back to NCHW
+    check(DType::kF32, 3, 48, 64, threads);    // tile multiples, batched
+    check(DType::kI32, 2, 37, 300, threads);   // >= 65536 elements: split over threads
+    check(DType::kF16, 2, 19, 45, threads);
+  }
 }
 
 }  // namespace

@@ -8,6 +8,13 @@
 #include <cstring>
 #include <numeric>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+// GCC 12 reports its own intrinsics headers (_mm512_undefined_*) as uninitialized.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #include "compiler/ir/numeric_cast.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
@@ -21,21 +28,126 @@ namespace cjit {
 
 namespace {
 
-// y[b][j][i] = x[b][i][j] for x [batch, rows, cols], in cache-sized tiles (the layout transposes between
-// NCHW and NHWC: [C, HW] <-> [HW, C] per image).
+#if defined(__x86_64__)
+// One tile of a 4-byte transpose, y[c * ldy + r] = x[r * ldx + c] for r < nr, c < nc (both <= 16), in
+// AVX-512 registers: 16 masked row loads, the 16 x 16 transpose in four shuffle stages (32-bit, 64-bit
+// unpacks within 128-bit lanes, then two 128-bit lane shuffles), nc masked stores of nr elements. Partial
+// tiles (a 3-channel image's NCHW -> NHWC has nr = 3) use the same path through the masks.
+__attribute__((target("avx512f"))) void TransposeTile16Avx512(const uint32_t* x, int64_t ldx, uint32_t* y,
+                                                             int64_t ldy, int64_t nr, int64_t nc) {
+  const __mmask16 cols = static_cast<__mmask16>((1u << nc) - 1), rows = static_cast<__mmask16>((1u << nr) - 1);
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) {
+    r[i] = i < nr ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(cols, x + i * ldx)) : _mm512_setzero_ps();
+  }
+  // Within each 128-bit lane L (columns 4L..4L+3): pairs of rows, then quads of rows: s[4q + k] holds
+  // column 4L + k of rows 4q..4q+3.
+  for (int q = 0; q < 4; ++q) {
+    const __m512 lo01 = _mm512_unpacklo_ps(r[4 * q], r[4 * q + 1]), hi01 = _mm512_unpackhi_ps(r[4 * q], r[4 * q + 1]);
+    const __m512 lo23 = _mm512_unpacklo_ps(r[4 * q + 2], r[4 * q + 3]), hi23 = _mm512_unpackhi_ps(r[4 * q + 2], r[4 * q + 3]);
+    t[4 * q + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(lo01), _mm512_castps_pd(lo23)));
+    t[4 * q + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(lo01), _mm512_castps_pd(lo23)));
+    t[4 * q + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(hi01), _mm512_castps_pd(hi23)));
+    t[4 * q + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(hi01), _mm512_castps_pd(hi23)));
+  }
+  // Lanes: u[k] / u[k + 4] (k < 4) hold columns k, k + 8 / k + 4, k + 12 of rows 0-7; u[8 + ...] rows 8-15.
+  __m512 u[16];
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 4; ++k) {
+      u[8 * h + k] = _mm512_shuffle_f32x4(t[8 * h + k], t[8 * h + 4 + k], 0x88);
+      u[8 * h + 4 + k] = _mm512_shuffle_f32x4(t[8 * h + k], t[8 * h + 4 + k], 0xdd);
+    }
+  for (int c = 0; c < 8; ++c) {
+    if (c < nc) {
+      _mm512_mask_storeu_epi32(y + c * ldy, rows, _mm512_castps_si512(_mm512_shuffle_f32x4(u[c], u[c + 8], 0x88)));
+    }
+    if (c + 8 < nc) {
+      _mm512_mask_storeu_epi32(y + (c + 8) * ldy, rows,
+                               _mm512_castps_si512(_mm512_shuffle_f32x4(u[c], u[c + 8], 0xdd)));
+    }
+  }
+}
+
+// rows (2-4) interleaved: y[j * rows + i] = x[i * ldx + j] for j < n — the NCHW -> NHWC transpose of a
+// 2-4 channel image (an RGB network input). Per 16 columns: `rows` loads, `rows` outputs of 16 elements
+// built by two-source permutes and a blend (element e of output v is column (16v + e) / rows of row
+// (16v + e) % rows), contiguous stores; a 16 x 16 tile with 3 live rows would need 16 masked stores.
+__attribute__((target("avx512f"))) void InterleaveRowsAvx512(const uint32_t* x, int64_t ldx, uint32_t* y, int64_t rows,
+                                                            int64_t n) {
+  alignas(64) int32_t idx_lo[4][16], idx_hi[4][16];
+  __mmask16 high[4];
+  for (int v = 0; v < rows; ++v) {
+    high[v] = 0;
+    for (int e = 0; e < 16; ++e) {
+      const int g = 16 * v + e, j = g / static_cast<int>(rows), i = g % static_cast<int>(rows);
+      idx_lo[v][e] = i == 1 ? 16 + j : j;
+      idx_hi[v][e] = i == 3 ? 16 + j : j;
+      if (i >= 2) high[v] = static_cast<__mmask16>(high[v] | (1u << e));
+    }
+  }
+  for (int64_t j0 = 0; j0 < n; j0 += 16) {
+    const int64_t m = std::min<int64_t>(16, n - j0);
+    const __mmask16 load = static_cast<__mmask16>((1u << m) - 1);
+    __m512i r[4];
+    for (int i = 0; i < 4; ++i) r[i] = i < rows ? _mm512_maskz_loadu_epi32(load, x + i * ldx + j0) : _mm512_setzero_si512();
+    uint32_t* out = y + j0 * rows;
+    const int64_t total = m * rows;
+    for (int v = 0; v < rows && 16 * v < total; ++v) {
+      const __m512i lo = _mm512_permutex2var_epi32(r[0], _mm512_load_si512(idx_lo[v]), r[1]);
+      const __m512i hi = _mm512_permutex2var_epi32(r[2], _mm512_load_si512(idx_hi[v]), r[3]);
+      const __m512i o = _mm512_mask_blend_epi32(high[v], lo, hi);
+      const int64_t left = total - 16 * v;
+      if (left >= 16) {
+        _mm512_storeu_si512(out + 16 * v, o);
+      } else {
+        _mm512_mask_storeu_epi32(out + 16 * v, static_cast<__mmask16>((1u << left) - 1), o);
+      }
+    }
+  }
+}
+#endif
+
+// y[b][j][i] = x[b][i][j] for x [batch, rows, cols], in tiles of 16 x 16 (the layout transposes between
+// NCHW and NHWC: [C, HW] <-> [HW, C] per image): 4-byte elements in AVX-512 registers where the CPU has
+// them (a 3 x 9216 image 16.5 -> ~4 us), else element by element within the tile.
 template <typename T>
 void BatchedTranspose2D(const T* x, T* y, int64_t batch, int64_t rows, int64_t cols, int threads) {
   constexpr int64_t kTile = 16;
   int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
   int64_t tiles = batch * row_tiles * col_tiles;
   int nt = batch * rows * cols >= 65536 ? threads : 1;
+#if defined(__x86_64__)
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  const bool vector = sizeof(T) == 4 && avx512;
+#else
+  const bool vector = false;
+#endif
+#if defined(__x86_64__)
+  if (vector && rows >= 2 && rows <= 4) {
+    // Whole 2-4 channel planes interleaved, in blocks of columns (a multiple of 16) per thread.
+    const int64_t block = 4096, blocks = (cols + block - 1) / block;
+    ParallelFor(nt, batch * blocks, [&](int64_t w) {
+      const int64_t b = w / blocks, j0 = (w % blocks) * block, n = std::min(block, cols - j0);
+      InterleaveRowsAvx512(reinterpret_cast<const uint32_t*>(x + b * rows * cols + j0), cols,
+                           reinterpret_cast<uint32_t*>(y + b * rows * cols + j0 * rows), rows, n);
+    });
+    return;
+  }
+#endif
   ParallelFor(nt, tiles, [&](int64_t t) {
     int64_t b = t / (row_tiles * col_tiles), rt = (t / col_tiles) % row_tiles, ct = t % col_tiles;
     const T* xb = x + b * rows * cols;
     T* yb = y + b * rows * cols;
-    int64_t i1 = std::min(rows, (rt + 1) * kTile), j1 = std::min(cols, (ct + 1) * kTile);
-    for (int64_t j = ct * kTile; j < j1; ++j) {
-      for (int64_t i = rt * kTile; i < i1; ++i) yb[j * rows + i] = xb[i * cols + j];
+    int64_t i0 = rt * kTile, j0 = ct * kTile, i1 = std::min(rows, i0 + kTile), j1 = std::min(cols, j0 + kTile);
+#if defined(__x86_64__)
+    if (vector) {
+      TransposeTile16Avx512(reinterpret_cast<const uint32_t*>(xb + i0 * cols + j0), cols,
+                            reinterpret_cast<uint32_t*>(yb + j0 * rows + i0), rows, i1 - i0, j1 - j0);
+      return;
+    }
+#endif
+    for (int64_t j = j0; j < j1; ++j) {
+      for (int64_t i = i0; i < i1; ++i) yb[j * rows + i] = xb[i * cols + j];
     }
   });
 }

@@ -539,13 +539,10 @@ bool RowPool2d(KernelContext& ctx, int kind, const WindowGeometry& g, Tensor& y)
   const float* px = x.data<float>();
   float* py = y.data<float>();
   const int64_t rows = NC * OH;
-  int nt = rows * OW >= 16384 ? ctx.threads : 1;
-#pragma omp parallel num_threads(nt) if (nt > 1)
-  {
-    std::vector<float> acc(static_cast<size_t>(W));
-    float* t = acc.data();
-#pragma omp for
-    for (int64_t r = 0; r < rows; ++r) {
+  int nt = rows * OW >= 16384 ? static_cast<int>(std::min<int64_t>(ctx.threads, rows)) : 1;
+  // Rows [r0, r1) with the combined-row buffer `t` (W floats).
+  auto pool_rows = [&](int64_t r0, int64_t r1, float* t) {
+    for (int64_t r = r0; r < r1; ++r) {
       const int64_t c = r / OH, oh = r % OH;
       const float* plane = px + c * H * W;
       const int64_t ih0 = oh * sh - ph;
@@ -557,16 +554,25 @@ bool RowPool2d(KernelContext& ctx, int kind, const WindowGeometry& g, Tensor& y)
       for (int64_t kh = kh_lo; kh < kh_hi; ++kh) {
         const int64_t ih = ih0 + kh * dh;
         const float* row = plane + ih * W;
+        // omp simd: GCC -O2's very-cheap cost model leaves these loops (unknown trip count) scalar.
         if (inside_rows == 0) {
           std::memcpy(t, row, sizeof(float) * W);
         } else if (kind == 0) {
+#pragma omp simd
           for (int64_t i = 0; i < W; ++i) t[i] = row[i] > t[i] ? row[i] : t[i];
         } else {
+#pragma omp simd
           for (int64_t i = 0; i < W; ++i) t[i] += row[i];
         }
         ++inside_rows;
       }
       float* yr = py + r * OW;
+      if (inside_rows > 0 && kind == 0 && KW == 2 && sw == 2 && dw == 1 && pw == 0 && 2 * OW <= W) {
+        // The common 2 x 2 / 2 max pool: pairs of the combined row.
+#pragma omp simd
+        for (int64_t ow = 0; ow < OW; ++ow) yr[ow] = t[2 * ow + 1] > t[2 * ow] ? t[2 * ow + 1] : t[2 * ow];
+        continue;
+      }
       for (int64_t ow = 0; ow < OW; ++ow) {
         const int64_t iw0 = ow * sw - pw;
         const int64_t kw_lo = iw0 < 0 ? (-iw0 + dw - 1) / dw : 0, kw_hi = TapsBelow(iw0, dw, KW, W);
@@ -592,7 +598,12 @@ bool RowPool2d(KernelContext& ctx, int kind, const WindowGeometry& g, Tensor& y)
         }
       }
     }
-  }
+  };
+  // One thread: no OpenMP region (even an if(false) one builds a team: runtime/cpu/parallel.h).
+  ParallelFor(nt, nt, [&](int64_t part) {
+    std::vector<float> acc(static_cast<size_t>(W));
+    pool_rows(rows * part / nt, rows * (part + 1) / nt, acc.data());
+  });
   if (ctx.want_impl) ctx.impl = "row-wise pooling loop (shape-generic)";
   return true;
 }

@@ -145,11 +145,15 @@ absl::Status Reduce(KernelContext& ctx, const std::string& op) {
       std::fill(acc, acc + n, 0.0f);
       for (int64_t k = 0; k < v.red; ++k) {
         const float* row = p + (o * v.red + k) * v.inner + i0;
+        // omp simd: GCC -O2's very-cheap cost model leaves a loop of unknown trip count scalar.
+#pragma omp simd
         for (int64_t i = 0; i < n; ++i) acc[i] += row[i];
       }
       float* dst = out + o * v.inner + i0;
       if (mean && v.red) {
-        for (int64_t i = 0; i < n; ++i) dst[i] = acc[i] / static_cast<float>(v.red);
+        const float count = static_cast<float>(v.red);
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) dst[i] = acc[i] / count;
       } else {
         std::copy(acc, acc + n, dst);
       }
