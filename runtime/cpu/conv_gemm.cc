@@ -74,6 +74,36 @@ inline __attribute__((always_inline)) float ScalarOp(const PostOp& op, float v, 
   return v;
 }
 
+// exp(x) per lane (Cephes' expf: x = n ln2 + r with ln2 in two parts, a degree-6 polynomial in r,
+// times 2^n built in the exponent bits; within 2 ulp of the correctly rounded value over the normal
+// range). NaN stays NaN; x > 88.72 gives +inf; x below -87.34 gives about 1e-38 instead of a subnormal
+// or 0 (a logistic turns either into 1). Elementwise logistic on the detector's 640 x 640 map: the
+// per-lane std::exp took 0.87 ms, ORT's vector logistic 0.12 ms.
+template <typename V>
+inline __attribute__((always_inline)) V ExpV(V x) {
+  typedef int32_t VI __attribute__((vector_size(sizeof(V))));
+  const V zero = {};
+  V c = x > zero + 88.3762626647949f ? zero + 88.3762626647949f : x;
+  c = c < zero - 87.3365447504f ? zero - 87.3365447504f : c;
+  // n = round(c / ln2) by the 1.5 * 2^23 trick (|c / ln2| < 2^22; no fast-math, so it is not folded).
+  V n = c * 1.44269504088896341f;
+  n = (n + 12582912.0f) - 12582912.0f;
+  V r = c - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  V p = zero + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const VI bits = (__builtin_convertvector(n, VI) + 127) << 23;
+  V scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  V e = p * scale;
+  return x > zero + 88.72283905206835f ? zero + __builtin_inff() : e;
+}
+
 // One post-op of kind K on a vector (or a float: ScalarOp) of channels [c, c + lanes).
 template <PostOp::Kind K, typename V>
 inline __attribute__((always_inline)) V ApplyKind(V v, const PostOp& op, int64_t c) {
@@ -97,6 +127,8 @@ inline __attribute__((always_inline)) V ApplyKind(V v, const PostOp& op, int64_t
       return op.a * v + op.b;
     } else if constexpr (K == PostOp::Kind::kAddChannel || K == PostOp::Kind::kBiasLastDim) {
       return v + LoadV<V>(static_cast<const float*>(op.tensor->constant->raw()) + c);
+    } else if constexpr (K == PostOp::Kind::kSigmoid) {
+      return onev / (onev + ExpV(-v));
     } else {
       for (int j = 0; j < kLanes; ++j) v[j] = ScalarOp(op, v[j], c + j);
       return v;

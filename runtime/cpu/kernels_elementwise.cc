@@ -254,7 +254,7 @@ void RegisterUnary() {
   // +-0, subnormals; tests/nan_inf_suite.py): Eigen's log flushes subnormal inputs, so those elements are
   // recomputed with std::log; the square root is the exact instruction (sqrtps), not Eigen's fast-math
   // reciprocal-square-root estimate (which gives NaN for +inf and 0 for subnormals); the logistic is
-  // 1 / (1 + exp(-x)) with Eigen's exp (its own logistic approximation is off by ~3e-5 relative).
+  // 1 / (1 + exp(-x)) with a polynomial exp (Eigen's own logistic approximation is off by ~3e-5 relative).
   EigenUnaryF32("Exp", [](const auto& in, auto& out) { out = in.exp(); });
   EigenUnaryF32("Log", [](const auto& in, auto& out) {
     out = in.log();
@@ -267,7 +267,9 @@ void RegisterUnary() {
     for (Eigen::Index i = 0; i < in.size(); ++i) out[i] = __builtin_sqrtf(in[i]);
   });
   EigenUnaryF32("Tanh", [](const auto& in, auto& out) { out = in.tanh(); });
-  EigenUnaryF32("Sigmoid", [](const auto& in, auto& out) { out = ((-in).exp() + 1.0f).inverse(); });
+  // The logistic through the conv epilogues' vector code (ExpV, conv_gemm.cc): AVX-512 / AVX2 where the
+  // CPU has them, where Eigen's exp runs at the SSE2 baseline width.
+  VectorActivationF32("Sigmoid", [](const Node&) { return std::vector<PostOp>{MakePostOp(PostOp::Kind::kSigmoid)}; });
   EigenUnaryF32("Relu", [](const auto& in, auto& out) { out = in.max(0.0f); });
   VectorActivationF32("HardSwish", [](const Node&) { return std::vector<PostOp>{MakePostOp(PostOp::Kind::kHardSwish)}; });
   VectorActivationF32("HardSigmoid", [](const Node& n) {
