@@ -316,6 +316,65 @@ TEST(VectorLogisticTest, MatchesFloat64OnEveryIsaVariant) {
   EXPECT_GE(variants, 1);
 }
 
+// Channels-last pointwise convolutions against float64 sums, on every ISA variant of the conv loops: the
+// register-tiled small-input-channel loop (SmallKPointwiseBody: 6 x 64-channel tiles, 16- and 8-channel
+// blocks, scalar channels; 35 pixels leave partial tiles) with its bias and post-op (HardSwish) in
+// registers, fused with a following depthwise convolution or not, and above its limits the BLIS path
+// (128 x 200 weights).
+TEST(ChannelsLastTest, PointwiseConvolutionsMatchFloat64OnEveryIsaVariant) {
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{16, 64}, {24, 72}, {7, 13}, {32, 128}, {128, 96},
+                                                           {3, 136}, {128, 200}};
+  int variants = 0;
+  for (ConvLoopIsa isa : {ConvLoopIsa::kBaseline, ConvLoopIsa::kAvx2, ConvLoopIsa::kAvx512}) {
+    if (!SetConvLoopIsaForTest(isa)) continue;
+    ++variants;
+    unsigned seed = 70;
+    for (const auto& [C, OC] : shapes) {
+      const int64_t H = 5, W = 7;
+      testing::ModelBuilder m(14);
+      m.Input("x", onnx::TensorProto::FLOAT, {1, C, H, W}).Output("y");
+      const std::vector<float> w = testing::RandomFloats(static_cast<size_t>(OC * C), seed++);
+      const std::vector<float> b = testing::RandomFloats(static_cast<size_t>(OC), seed++);
+      m.InitFloats("w", {OC, C, 1, 1}, w);
+      m.InitFloats("b", {OC}, b);
+      m.Node("Conv", {"x", "w", "b"}, {"c"});
+      m.Node("HardSwish", {"c"}, {"h"});
+      // A 1x1 depthwise convolution with unit weights (exact identity) after it: the layout pass puts
+      // connected convolutions channels-last, and the pair is fused unless fusion is off.
+      m.InitFloats("ones", {OC, 1, 1, 1}, std::vector<float>(static_cast<size_t>(OC), 1.0f));
+      testing::ModelBuilder::AttrInt(m.Node("Conv", {"h", "ones"}, {"y"}), "group", OC);
+      Tensor x(DType::kF32, {1, C, H, W});
+      const std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), seed++);
+      std::copy(xv.begin(), xv.end(), x.data<float>());
+      for (const char* mode : {"--auto_jit=-1", "--auto_jit=-1 --cpu_fuse_pointwise_depthwise=false",
+                               "--auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false"}) {
+        SessionOptions o;
+        o.use_environment_flags = false;
+        auto flags = ParseFlags(std::string("--device=cpu --intra_op_threads=2 --autotune_level=0 ") + mode);
+        ASSERT_TRUE(flags.ok()) << flags.status();
+        o.flags = *flags;
+        auto session = Session::LoadFromBytes(m.Bytes(), o);
+        ASSERT_TRUE(session.ok()) << session.status();
+        auto out = (*session)->Run({{"x", x}});
+        ASSERT_TRUE(out.ok()) << out.status();
+        const Tensor& y = (*out)[0].tensor;
+        ASSERT_EQ(y.dims(), (Dims{1, OC, H, W}));
+        for (int64_t o2 = 0; o2 < OC; ++o2)
+          for (int64_t p = 0; p < H * W; ++p) {
+            double acc = b[o2];
+            for (int64_t c = 0; c < C; ++c) acc += static_cast<double>(xv[c * H * W + p]) * w[o2 * C + c];
+            const double want = acc * std::clamp(acc / 6.0 + 0.5, 0.0, 1.0);
+            ASSERT_NEAR(y.data<float>()[o2 * H * W + p], want, 1e-5 * (1.0 + std::abs(want)) * std::sqrt(double(C)))
+                << "C=" << C << " OC=" << OC << " channel " << o2 << " pixel " << p << " ISA "
+                << static_cast<int>(isa) << " " << mode;
+          }
+      }
+    }
+  }
+  SetConvLoopIsaForTest(ConvLoopIsa::kDetect);
+  EXPECT_GE(variants, 1);
+}
+
 // ---- pointwise -> depthwise fusion (FusePointwiseDepthwise, RunPointwiseDepthwiseConv) ----
 
 struct PwDwCase {
