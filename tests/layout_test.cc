@@ -375,6 +375,86 @@ TEST(ChannelsLastTest, PointwiseConvolutionsMatchFloat64OnEveryIsaVariant) {
   EXPECT_GE(variants, 1);
 }
 
+// Convolutions over few output pixels (im2col + GEMM: the register-tiled GEMM where the weights fit L2,
+// BLIS above), 3x3 and 1x3 kernels with pads, channels-last, on every ISA variant, against float64 loops
+// over the NCHW tensors; the 1x3 convolution over 40-pixel rows also takes the in-place im2col runs.
+TEST(ChannelsLastTest, FewPixelConvolutionsMatchFloat64OnEveryIsaVariant) {
+  struct ConvSpec { int64_t C, OC, KH, KW, ph, pw; };
+  // Y [OC, H, W] of a stride-1 NCHW convolution with pads (ph, pw) on both sides, in float64.
+  auto reference = [](const std::vector<double>& x, const std::vector<float>& w, const std::vector<float>& b,
+                      const ConvSpec& c, int64_t H, int64_t W) {
+    std::vector<double> y(static_cast<size_t>(c.OC * H * W));
+    for (int64_t o = 0; o < c.OC; ++o)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t v = 0; v < W; ++v) {
+          double acc = b[o];
+          for (int64_t i = 0; i < c.C; ++i)
+            for (int64_t kh = 0; kh < c.KH; ++kh)
+              for (int64_t kw = 0; kw < c.KW; ++kw) {
+                const int64_t ih = h - c.ph + kh, iw = v - c.pw + kw;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                acc += x[(i * H + ih) * W + iw] * w[((o * c.C + i) * c.KH + kh) * c.KW + kw];
+              }
+          y[(o * H + h) * W + v] = acc;
+        }
+    return y;
+  };
+  // Spatial sizes with at most 256 output pixels (the few-pixel rule); 24 -> 40 -> 40 channels: 3x3 weights
+  // 360 x 40 (register-tiled GEMM), then a 1x3; and 96 -> 240 -> 96 (1x3 weights 720 x 96 > 64 Ki: BLIS).
+  const std::vector<std::tuple<int64_t, int64_t, std::vector<ConvSpec>>> cases = {
+      {6, 10, {{24, 40, 3, 3, 1, 1}, {40, 40, 1, 3, 0, 1}}},
+      {1, 40, {{24, 40, 1, 3, 0, 1}, {40, 40, 1, 3, 0, 1}}},
+      {4, 6, {{96, 240, 1, 3, 0, 1}, {240, 96, 1, 3, 0, 1}}}};
+  int variants = 0;
+  for (ConvLoopIsa isa : {ConvLoopIsa::kBaseline, ConvLoopIsa::kAvx2, ConvLoopIsa::kAvx512}) {
+    if (!SetConvLoopIsaForTest(isa)) continue;
+    ++variants;
+    unsigned seed = 90;
+    for (const auto& [H, W, specs] : cases) {
+      testing::ModelBuilder m(14);
+      m.Input("x", onnx::TensorProto::FLOAT, {1, specs[0].C, H, W}).Output("y");
+      std::vector<double> want(static_cast<size_t>(specs[0].C * H * W));
+      Tensor x(DType::kF32, {1, specs[0].C, H, W});
+      const std::vector<float> xv = testing::RandomFloats(want.size(), seed++);
+      std::copy(xv.begin(), xv.end(), x.data<float>());
+      std::copy(xv.begin(), xv.end(), want.begin());
+      std::string in = "x";
+      for (size_t k = 0; k < specs.size(); ++k) {
+        const ConvSpec& c = specs[k];
+        const std::vector<float> w = testing::RandomFloats(static_cast<size_t>(c.OC * c.C * c.KH * c.KW), seed++);
+        const std::vector<float> b = testing::RandomFloats(static_cast<size_t>(c.OC), seed++);
+        const std::string id = std::to_string(k), out = k + 1 == specs.size() ? "y" : "c" + id;
+        m.InitFloats("w" + id, {c.OC, c.C, c.KH, c.KW}, w);
+        m.InitFloats("b" + id, {c.OC}, b);
+        auto* node = m.Node("Conv", {in, "w" + id, "b" + id}, {out});
+        testing::ModelBuilder::AttrInts(node, "kernel_shape", {c.KH, c.KW});
+        testing::ModelBuilder::AttrInts(node, "pads", {c.ph, c.pw, c.ph, c.pw});
+        want = reference(want, w, b, c, H, W);
+        in = out;
+      }
+      for (const char* mode : {"--auto_jit=-1", "--auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false"}) {
+        SessionOptions o;
+        o.use_environment_flags = false;
+        auto flags = ParseFlags(std::string("--device=cpu --intra_op_threads=2 --autotune_level=0 ") + mode);
+        ASSERT_TRUE(flags.ok()) << flags.status();
+        o.flags = *flags;
+        auto session = Session::LoadFromBytes(m.Bytes(), o);
+        ASSERT_TRUE(session.ok()) << session.status();
+        auto out = (*session)->Run({{"x", x}});
+        ASSERT_TRUE(out.ok()) << out.status();
+        const Tensor& y = (*out)[0].tensor;
+        ASSERT_EQ(y.numel(), static_cast<int64_t>(want.size()));
+        for (size_t i = 0; i < want.size(); ++i) {
+          ASSERT_NEAR(y.data<float>()[i], want[i], 1e-4 * (1.0 + std::abs(want[i])))
+              << "case " << H << "x" << W << " at " << i << " ISA " << static_cast<int>(isa) << " " << mode;
+        }
+      }
+    }
+  }
+  SetConvLoopIsaForTest(ConvLoopIsa::kDetect);
+  EXPECT_GE(variants, 1);
+}
+
 // ---- pointwise -> depthwise fusion (FusePointwiseDepthwise, RunPointwiseDepthwiseConv) ----
 
 struct PwDwCase {

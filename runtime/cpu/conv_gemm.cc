@@ -495,7 +495,7 @@ void FewChannelBaseline(const FcArgs& a, int64_t r0, int64_t r1) { CJIT_FEW_CHAN
 // MobileNet stage's 16 -> 64 expansion at 320 x 320 took 2.2 ms through BLIS against ORT's 1.1 ms.
 // Sums run over k in increasing order with fused multiply-adds where the ISA has them (as BLIS's kernels).
 template <typename V, int P, int NB>
-inline __attribute__((always_inline)) void SmallKTile(const float* x, int64_t C, const float* w, int64_t OC,
+inline __attribute__((always_inline)) void SmallKTile(const float* x, int64_t ldx, int64_t C, const float* w, int64_t OC,
                                                       const float* bias, const std::vector<PostOp>* ops, float* y,
                                                       int64_t n0, int rows) {
   constexpr int64_t L = sizeof(V) / sizeof(float);
@@ -514,7 +514,7 @@ inline __attribute__((always_inline)) void SmallKTile(const float* x, int64_t C,
 #pragma GCC unroll 16
     for (int p = 0; p < P; ++p) {
       if (p >= rows) break;
-      const V xv = zero + x[p * C + k];
+      const V xv = zero + x[p * ldx + k];
 #pragma GCC unroll 8
       for (int j = 0; j < NB; ++j) acc[p][j] += xv * wv[j];
     }
@@ -530,7 +530,7 @@ inline __attribute__((always_inline)) void SmallKTile(const float* x, int64_t C,
 template <typename VW>
 inline __attribute__((always_inline)) void SmallKPointwiseBody(const float* x, const float* w, const float* bias,
                                                                const std::vector<PostOp>* ops, float* y, int64_t M,
-                                                               int64_t C, int64_t OC) {
+                                                               int64_t C, int64_t OC, int64_t ldx) {
   constexpr int64_t L = sizeof(VW) / sizeof(float);
   // Registers: P x NB accumulators plus NB weight vectors and a broadcast (32 zmm: 24 + 4 + 1; 16 ymm or
   // xmm: 8 + 4 + 1).
@@ -538,19 +538,20 @@ inline __attribute__((always_inline)) void SmallKPointwiseBody(const float* x, c
   int64_t n0 = 0;
   for (; n0 + NB * L <= OC; n0 += NB * L) {
     for (int64_t m = 0; m < M; m += P) {
-      SmallKTile<VW, P, NB>(x + m * C, C, w, OC, bias, ops, y + m * OC, n0, static_cast<int>(std::min<int64_t>(P, M - m)));
+      SmallKTile<VW, P, NB>(x + m * ldx, ldx, C, w, OC, bias, ops, y + m * OC, n0,
+                            static_cast<int>(std::min<int64_t>(P, M - m)));
     }
   }
   for (; n0 + L <= OC; n0 += L) {
     for (int64_t m = 0; m < M; m += 2 * P) {
-      SmallKTile<VW, 2 * P, 1>(x + m * C, C, w, OC, bias, ops, y + m * OC, n0,
+      SmallKTile<VW, 2 * P, 1>(x + m * ldx, ldx, C, w, OC, bias, ops, y + m * OC, n0,
                                static_cast<int>(std::min<int64_t>(2 * P, M - m)));
     }
   }
   if constexpr (L > 8) {
     for (; n0 + 8 <= OC; n0 += 8) {
       for (int64_t m = 0; m < M; m += 2 * P) {
-        SmallKTile<V8f, 2 * P, 1>(x + m * C, C, w, OC, bias, ops, y + m * OC, n0,
+        SmallKTile<V8f, 2 * P, 1>(x + m * ldx, ldx, C, w, OC, bias, ops, y + m * OC, n0,
                                   static_cast<int>(std::min<int64_t>(2 * P, M - m)));
       }
     }
@@ -558,7 +559,7 @@ inline __attribute__((always_inline)) void SmallKPointwiseBody(const float* x, c
   for (; n0 < OC; ++n0) {
     for (int64_t m = 0; m < M; ++m) {
       float acc = bias ? bias[n0] : 0.0f;
-      for (int64_t k = 0; k < C; ++k) acc += x[m * C + k] * w[k * OC + n0];
+      for (int64_t k = 0; k < C; ++k) acc += x[m * ldx + k] * w[k * OC + n0];
       if (ops) {
         for (const PostOp& op : *ops) acc = ScalarOp(op, acc, n0);
       }
@@ -568,17 +569,17 @@ inline __attribute__((always_inline)) void SmallKPointwiseBody(const float* x, c
 }
 __attribute__((target("avx512f,fma"))) void SmallKPointwiseAvx512(const float* x, const float* w, const float* bias,
                                                                   const std::vector<PostOp>* ops, float* y, int64_t M,
-                                                                  int64_t C, int64_t OC) {
-  SmallKPointwiseBody<V16f>(x, w, bias, ops, y, M, C, OC);
+                                                                  int64_t C, int64_t OC, int64_t ldx) {
+  SmallKPointwiseBody<V16f>(x, w, bias, ops, y, M, C, OC, ldx);
 }
 __attribute__((target("avx2,fma"))) void SmallKPointwiseAvx2(const float* x, const float* w, const float* bias,
                                                              const std::vector<PostOp>* ops, float* y, int64_t M,
-                                                             int64_t C, int64_t OC) {
-  SmallKPointwiseBody<V8f>(x, w, bias, ops, y, M, C, OC);
+                                                             int64_t C, int64_t OC, int64_t ldx) {
+  SmallKPointwiseBody<V8f>(x, w, bias, ops, y, M, C, OC, ldx);
 }
 void SmallKPointwiseBaseline(const float* x, const float* w, const float* bias, const std::vector<PostOp>* ops,
-                             float* y, int64_t M, int64_t C, int64_t OC) {
-  SmallKPointwiseBody<V4f>(x, w, bias, ops, y, M, C, OC);
+                             float* y, int64_t M, int64_t C, int64_t OC, int64_t ldx) {
+  SmallKPointwiseBody<V4f>(x, w, bias, ops, y, M, C, OC, ldx);
 }
 
 struct Isa {
@@ -587,7 +588,7 @@ struct Isa {
   void (*unary)(const float*, float*, int64_t, const std::vector<PostOp>*);
   void (*few_channel)(const FcArgs&, int64_t, int64_t);
   void (*small_k_pointwise)(const float*, const float*, const float*, const std::vector<PostOp>*, float*, int64_t,
-                            int64_t, int64_t);
+                            int64_t, int64_t, int64_t);
 };
 
 // Indexed by ConvLoopIsa.
@@ -650,6 +651,9 @@ std::shared_ptr<DnnlEntry> CachedPackedWeights(const Tensor& w, const std::strin
 // 851, 40 -> 240 (+ depthwise) 869 vs 971, 40 -> 96 250 vs 386; the whole model 43-45 vs 45-46 ms.
 constexpr int64_t kSmallKMaxChannels = 128;
 constexpr int64_t kSmallKWeights = 12288;
+// For channels-last im2col products (K = channels x taps): weights up to 256 KiB (L2). oww_embedding's
+// 3-tap 72- and 96-channel convolutions over 16-256 pixels: 60-62 -> 44-46 us (ORT 43-46), 23-24 -> 17-19.
+constexpr int64_t kSmallKGemmWeights = 65536;
 bool UseSmallKPointwise(int64_t C, int64_t OC) {
   return C <= kSmallKMaxChannels && C * OC <= kSmallKWeights;
 }
@@ -673,7 +677,7 @@ absl::Status PointwiseGemm(KernelContext& ctx, const float* x, const float* w, b
     const int64_t parts = std::min<int64_t>(std::max(nt, 1), (M + 63) / 64);
     ParallelFor(static_cast<int>(parts), parts, [&](int64_t t) {
       const int64_t m0 = M * t / parts, m1 = M * (t + 1) / parts;
-      isa.small_k_pointwise(x + m0 * C, w, bias, ops, y + m0 * OC, m1 - m0, C, OC);
+      isa.small_k_pointwise(x + m0 * C, w, bias, ops, y + m0 * OC, m1 - m0, C, OC, C);
     });
     return absl::OkStatus();
   }
@@ -789,7 +793,11 @@ absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeome
                                        entry ? static_cast<const float*>(entry->weights.get_data_handle())
                                              : static_cast<const float*>(w.raw()),
                                        entry != nullptr, bias, yp, M, C, OC));
-    if (ctx.want_impl) ctx.impl = absl::StrCat("pointwise convolution as ", SgemmImplementation(), " (shape-generic)");
+    if (ctx.want_impl) {
+      ctx.impl = entry != nullptr && UseSmallKPointwise(C, OC)
+                     ? "pointwise convolution, register-tiled loop (shape-generic)"
+                     : absl::StrCat("pointwise convolution as ", SgemmImplementation(), " (shape-generic)");
+    }
     return true;
   }
   // Depthwise (one filter per channel), 1-D or 2-D.
@@ -907,7 +915,7 @@ absl::Status RunPointwiseDepthwiseConv(KernelContext& ctx) {
           float* out = buf + (have_hi - have_lo) * row_floats;
           const float* xr = xp + (n * H + have_hi) * W * C;
           if (small_k) {
-            isa_small_k(xr, w1p, b1, mid.empty() ? nullptr : &mid, out, rows, C, M);
+            isa_small_k(xr, w1p, b1, mid.empty() ? nullptr : &mid, out, rows, C, M, C);
           } else {
             if (!(pw_entry ? Sgemm(false, false, rows, M, C, 1.0f, xr, C, w1p, M, 0.0f, out, M)
                            : Sgemm(false, true, rows, M, C, 1.0f, xr, C, w1p, C, 0.0f, out, M))) {
@@ -935,11 +943,14 @@ absl::Status RunPointwiseDepthwiseConv(KernelContext& ctx) {
   }
   if (failed) return ctx.Error("BLIS sgemm: invalid arguments on the pointwise convolution");
   if (ctx.want_impl) {
-    ctx.impl = absl::StrCat("pointwise ", SgemmImplementation(), " -> depthwise loop in bands of ", band,
-                            " output rows (shape-generic)");
+    ctx.impl = absl::StrCat("pointwise ", small_k ? "register-tiled loop" : SgemmImplementation(),
+                            " -> depthwise loop in bands of ", band, " output rows (shape-generic)");
   }
   return absl::OkStatus();
 }
+
+// Shortest run of output pixels of a row that reads its im2col rows in place (see below).
+constexpr int64_t kIm2colInPlaceMinRun = 32;
 
 absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, int64_t group, bool channels_last,
                                     Tensor& y, int64_t max_channels) {
@@ -1057,8 +1068,14 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
       // recognizer): an output pixel whose window lies inside the row reads its im2col row in place,
       // X[(ih, iw0..iw0+KW)] is KW * C contiguous floats, so runs of such pixels are one GEMM over
       // overlapping rows of X (lda = C; gemm.h) without copying; only border pixels are gathered.
-      const bool in_place = KH == 1 && sw == 1 && dw == 1;
+      // Only where a row's in-place run is long: each run and each border pixel is its own GEMM, and BLIS
+      // packs the weights on every call (oww_embedding's 1x3 convolutions over 8-pixel rows: 3 GEMMs per
+      // row, 100-134 us against 30-60 us with every row gathered into one GEMM).
       const int64_t ow_lo = pw, ow_hi = W - KW + 1 + pw;  // pixels [ow_lo, ow_hi) of a row read in place
+      // Products whose weights stay in L2 run the register-tiled loop (no per-call packing), the rest BLIS.
+      const bool small_k = K * OC <= kSmallKGemmWeights;
+      const auto small_k_gemm = PickIsa().small_k_pointwise;
+      const bool in_place = KH == 1 && sw == 1 && dw == 1 && ow_hi - ow_lo >= kIm2colInPlaceMinRun;
       // Output pixels [p0, p0 + m): segments read in place or gathered into `cols`, each one GEMM.
       auto chunk = [&](int64_t i, float* cols) {
         const int64_t p0 = i * rows, m = std::min(rows, P - p0);
@@ -1080,7 +1097,9 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
           if (a == cols) {
             for (int64_t r = p; r < q; ++r) gather_row(r, cols + (r - p) * K);
           }
-          if (!Sgemm(false, false, q - p, OC, K, 1.0f, a, lda, packed, OC, 0.0f, yn + p * OC, OC)) {
+          if (small_k) {
+            small_k_gemm(a, packed, nullptr, nullptr, yn + p * OC, q - p, K, OC, lda);
+          } else if (!Sgemm(false, false, q - p, OC, K, 1.0f, a, lda, packed, OC, 0.0f, yn + p * OC, OC)) {
             failed = 1;
             return;
           }
@@ -1122,7 +1141,11 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
       }
     }
   }
-  if (ctx.want_impl) ctx.impl = absl::StrCat("im2col + ", SgemmImplementation(), " (few input channels or output pixels, shape-generic)");
+  if (ctx.want_impl) {
+    ctx.impl = absl::StrCat("im2col + ",
+                            channels_last && K * OC <= kSmallKGemmWeights ? "register-tiled GEMM" : SgemmImplementation(),
+                            " (few input channels or output pixels, shape-generic)");
+  }
   return true;
 }
 
