@@ -214,8 +214,9 @@ def main():
                [("a", ga), ("b", gb)], [("y", (0.5 * f64(ga) @ f64(gb).T + 2.0 * gc).astype(np.float32))],
                inits=[("c", gc)], tol=(1e-5, 1e-4))
     # Every transpose combination on the small-product (Eigen) path, incl. a single row (a GEMV: the
-    # wake-word model's 1 x 2400 x 32 layer) and a single column.
-    for (m, k, n) in [(6, 11, 4), (1, 2400, 32), (7, 40, 1)]:
+    # wake-word model's 1 x 2400 x 32 layer) and a single column; a 3-row matrix-vector product above the
+    # small-product size (Eigen) and a larger product (BLIS).
+    for (m, k, n) in [(6, 11, 4), (1, 2400, 32), (7, 40, 1), (3, 3000, 64), (33, 96, 50)]:
         for ta in (0, 1):
             for tb in (0, 1):
                 ga, gb, gc = rnd(*((k, m) if ta else (m, k))), rnd(*((n, k) if tb else (k, n))), rnd(n)

@@ -1,8 +1,10 @@
-// MatMul and Gemm. float32 runs through oneDNN's matmul primitive (batch broadcasting, strided operands
-// for transposes) — except small products (at most kSmallProductMacs multiply-adds in all), which run
-// through Eigen: oneDNN generates its GEMM kernels on the first call of the process (~17 ms measured here),
-// which would dominate the first run of a model whose products are all small. Other dtypes use plain
-// loops with float/double accumulation.
+// MatMul and Gemm. float32 small products (at most kSmallProductMacs multiply-adds in all) and Gemm's
+// matrix-vector products run through Eigen: oneDNN generates its GEMM kernels on the first call of the
+// process (~17 ms measured here), which would dominate the first run of a model whose products are all
+// small. Gemm (B a weight matrix) and MatMul with B shared by every batch run one BLIS product
+// (runtime/cpu/gemm.h); other MatMuls oneDNN's matmul primitive (batch broadcasting, strided operands for
+// transposes). The autotuner (runtime/autotune.h) may pick another of these per op signature. Other
+// dtypes use plain loops with float/double accumulation.
 #include <cstdlib>
 #include <list>
 #include <mutex>
@@ -180,6 +182,10 @@ absl::Status DnnlMatMul(const void* a, const memory::dims& ad, const memory::dim
 }
 
 constexpr int64_t kSmallProductMacs = int64_t{1} << 17;
+// Gemm with at most this many rows (a batch-1 classifier head: 1 x 3264 x 128) is a matrix-vector product:
+// Eigen's GEMV reads the weights once, where oneDNN's matmul primitive took 2.6x as long (49.6 vs 18.9 us,
+// the autotuner's measurement on oww_timer) and generates code per shape.
+constexpr int64_t kMatrixVectorRows = 4;
 
 void EigenMatMul(const float* a, const float* b, float* c, int64_t M, int64_t K, int64_t N, int64_t as_m, int64_t as_k,
                  int64_t bs_k, int64_t bs_n, float alpha);
@@ -501,9 +507,17 @@ absl::Status Gemm(KernelContext& ctx) {
     CJIT_RETURN_IF_ERROR(ReducedPrecisionMatMul(precision == Float32Precision::kBf16x3, a.data<float>(), b.data<float>(),
                                                 y.data<float>(), M, K, N, as_m, as_k, bs_k, bs_n, alpha,
                                                 ctx.want_impl ? &ctx.impl : nullptr));
-  } else if (a.dtype() == DType::kF32 && K > 0 && M > 0 && N > 0 && M * N * K <= kSmallProductMacs) {
+  } else if (a.dtype() == DType::kF32 && K > 0 && M > 0 && N > 0 &&
+             (M * N * K <= kSmallProductMacs || M <= kMatrixVectorRows)) {
     EigenMatMul(a.data<float>(), b.data<float>(), y.data<float>(), M, K, N, as_m, as_k, bs_k, bs_n, alpha);
-    if (ctx.want_impl) ctx.impl = "Eigen (small product)";
+    if (ctx.want_impl) ctx.impl = M <= kMatrixVectorRows ? "Eigen (matrix-vector)" : "Eigen (small product)";
+  } else if (a.dtype() == DType::kF32 && K > 0 && M > 0 && N > 0) {
+    // B is a weight matrix: one BLIS product (no code generated per shape, as MatMul with a shared B).
+    if (!Sgemm(ta, tb, M, N, K, alpha, a.data<float>(), ta ? M : K, b.data<float>(), tb ? K : N, 0.0f,
+               y.data<float>(), N)) {
+      return ctx.Error("BLIS sgemm: invalid arguments");
+    }
+    if (ctx.want_impl) ctx.impl = SgemmImplementation();
   } else if ((a.dtype() == DType::kF32 || (a.dtype() == DType::kBF16 && CpuHasBfloat16Math())) && K > 0 && M > 0 &&
              N > 0) {
     CJIT_RETURN_IF_ERROR(DnnlMatMul(a.raw(), {M, K}, {as_m, as_k}, b.raw(), {K, N}, {bs_k, bs_n}, y.raw(), {M, N},
