@@ -489,8 +489,9 @@ void FewChannelBaseline(const FcArgs& a, int64_t r0, int64_t r1) { CJIT_FEW_CHAN
 
 // Pointwise convolution with few input channels, Y [M, OC] = X [M, C] * W [C, OC] + bias, then the
 // post-ops, without a GEMM library: register tiles of P pixels x NB vectors of output channels accumulate
-// C broadcast-multiply-adds each (W, at most kSmallKWeights floats, stays in L1), and the bias and post-ops
-// are applied in registers before the only store. BLIS packs both operands on every call, and with C of
+// C broadcast-multiply-adds each (W stays in L1 for kSmallKWeights floats, in L2 for an im2col product's
+// kSmallKGemmWeights), and the bias and post-ops are applied in registers before the only store. Rows of X
+// are ldx >= C floats apart, or overlap (ldx < C: the in-place im2col rows of a 1-D convolution). BLIS packs both operands on every call, and with C of
 // 16-32 its packing (the activation panels through a reference kernel) cost as much as the products; a
 // MobileNet stage's 16 -> 64 expansion at 320 x 320 took 2.2 ms through BLIS against ORT's 1.1 ms.
 // Sums run over k in increasing order with fused multiply-adds where the ISA has them (as BLIS's kernels).

@@ -1,6 +1,7 @@
 // Channels-last (NHWC) convolutions without a per-shape JIT: pointwise (1x1) convolutions as one GEMM
-// (BLIS sgemm, runtime/cpu/gemm.h: precompiled kernels, no code generation) and depthwise 1-D/2-D convolutions
-// as a channel-vectorized direct loop. oneDNN's convolution primitives generate machine code for every
+// (BLIS sgemm, runtime/cpu/gemm.h: precompiled kernels, no code generation) or, with at most 128 input
+// channels and 48 KiB of weights, a register-tiled loop with the bias and post-ops in registers (no
+// per-call packing), and depthwise 1-D/2-D convolutions as a channel-vectorized direct loop. oneDNN's convolution primitives generate machine code for every
 // new input shape (0.1-1.3 ms per convolution on the models of docs/notes.md), which dominated a
 // network's first run at a new shape; these paths cost the same on a shape's first run as on its
 // hundredth, and run as fast as oneDNN's brgconv_1x1 / brdgmm_dw in steady state (benchmarks in
