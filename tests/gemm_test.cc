@@ -71,6 +71,8 @@ TEST(GemmTest, MatchesFloat64) {
       CheckShape(ta, tb, 1001, 64, 48, 1.0f, 0.0f, 0, 2);    // rows not a multiple of the block
       CheckShape(ta, tb, 65, 120, 240, 1.0f, 0.0f, 0, 2);    // M / threads rounds down: the last row is covered
       CheckShape(ta, tb, 97, 130, 70, 1.0f, 0.5f, 0, 3);
+      CheckShape(ta, tb, 8, 257, 512, 1.0f, 0.0f, 1, 2);   // few rows: column blocks over two threads
+      CheckShape(ta, tb, 5, 100, 300, 0.5f, 1.5f, 0, 3);
     }
 }
 
