@@ -317,10 +317,10 @@ TEST(VectorLogisticTest, MatchesFloat64OnEveryIsaVariant) {
 }
 
 // Channels-last pointwise convolutions against float64 sums, on every ISA variant of the conv loops: the
-// register-tiled small-input-channel loop (SmallKPointwiseBody: 6 x 64-channel tiles, 16- and 8-channel
-// blocks, scalar channels; 35 pixels leave partial tiles) with its bias and post-op (HardSwish) in
-// registers, fused with a following depthwise convolution or not, and above its limits the BLIS path
-// (128 x 200 weights).
+// AVX-512 variant runs the register-tiled small-input-channel loop (SmallKPointwiseBody: 6 x 64-channel
+// tiles, 16- and 8-channel blocks, scalar channels; 35 pixels leave partial tiles) with its bias and
+// post-op (HardSwish) in registers, fused with a following depthwise convolution or not; the others and,
+// above the loop's limits, 128 x 200 weights run BLIS.
 TEST(ChannelsLastTest, PointwiseConvolutionsMatchFloat64OnEveryIsaVariant) {
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{16, 64}, {24, 72}, {7, 13}, {32, 128}, {128, 96},
                                                            {3, 136}, {128, 200}};

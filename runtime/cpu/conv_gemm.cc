@@ -491,9 +491,10 @@ void FewChannelBaseline(const FcArgs& a, int64_t r0, int64_t r1) { CJIT_FEW_CHAN
 // post-ops, without a GEMM library: register tiles of P pixels x NB vectors of output channels accumulate
 // C broadcast-multiply-adds each (W stays in L1 for kSmallKWeights floats, in L2 for an im2col product's
 // kSmallKGemmWeights), and the bias and post-ops are applied in registers before the only store. Rows of X
-// are ldx >= C floats apart, or overlap (ldx < C: the in-place im2col rows of a 1-D convolution). BLIS packs both operands on every call, and with C of
-// 16-32 its packing (the activation panels through a reference kernel) cost as much as the products; a
-// MobileNet stage's 16 -> 64 expansion at 320 x 320 took 2.2 ms through BLIS against ORT's 1.1 ms.
+// are ldx >= C floats apart, or overlap (ldx < C: the in-place im2col rows of a 1-D convolution). BLIS
+// packs both operands on every call, and with C of 16-32 its packing (the activation panels through a
+// reference kernel) cost as much as the products; a MobileNet stage's 16 -> 64 expansion at 320 x 320
+// took 2.2 ms through BLIS against ORT's 1.1 ms.
 // Sums run over k in increasing order with fused multiply-adds where the ISA has them (as BLIS's kernels).
 template <typename V, int P, int NB>
 inline __attribute__((always_inline)) void SmallKTile(const float* x, int64_t ldx, int64_t C, const float* w, int64_t OC,
@@ -533,9 +534,8 @@ inline __attribute__((always_inline)) void SmallKPointwiseBody(const float* x, c
                                                                const std::vector<PostOp>* ops, float* y, int64_t M,
                                                                int64_t C, int64_t OC, int64_t ldx) {
   constexpr int64_t L = sizeof(VW) / sizeof(float);
-  // Registers: P x NB accumulators plus NB weight vectors and a broadcast (32 zmm: 24 + 4 + 1; 16 ymm or
-  // xmm: 8 + 4 + 1).
-  constexpr int P = L == 16 ? 6 : 2, NB = 4;
+  // Registers: P x NB accumulators plus NB weight vectors and a broadcast (32 zmm: 24 + 4 + 1).
+  constexpr int P = 6, NB = 4;
   int64_t n0 = 0;
   for (; n0 + NB * L <= OC; n0 += NB * L) {
     for (int64_t m = 0; m < M; m += P) {
@@ -573,30 +573,24 @@ __attribute__((target("avx512f,fma"))) void SmallKPointwiseAvx512(const float* x
                                                                   int64_t C, int64_t OC, int64_t ldx) {
   SmallKPointwiseBody<V16f>(x, w, bias, ops, y, M, C, OC, ldx);
 }
-__attribute__((target("avx2,fma"))) void SmallKPointwiseAvx2(const float* x, const float* w, const float* bias,
-                                                             const std::vector<PostOp>* ops, float* y, int64_t M,
-                                                             int64_t C, int64_t OC, int64_t ldx) {
-  SmallKPointwiseBody<V8f>(x, w, bias, ops, y, M, C, OC, ldx);
-}
-void SmallKPointwiseBaseline(const float* x, const float* w, const float* bias, const std::vector<PostOp>* ops,
-                             float* y, int64_t M, int64_t C, int64_t OC, int64_t ldx) {
-  SmallKPointwiseBody<V4f>(x, w, bias, ops, y, M, C, OC, ldx);
-}
 
 struct Isa {
   void (*epilogue)(float*, int64_t, int64_t, const float*, const std::vector<PostOp>*);
   void (*depthwise)(const DwArgs&, int64_t, int64_t);
   void (*unary)(const float*, float*, int64_t, const std::vector<PostOp>*);
   void (*few_channel)(const FcArgs&, int64_t, int64_t);
+  // AVX-512 only: the AVX2 and SSE2 variants of the loop (fewer registers: 2-pixel tiles) were slower than
+  // BLIS on the detector's pointwise convolutions (all of them: 26.6 / 50.4 ms vs 23.2 / 31.1 ms, 1 thread,
+  // forced on this AVX-512 CPU), so those ISAs keep BLIS.
   void (*small_k_pointwise)(const float*, const float*, const float*, const std::vector<PostOp>*, float*, int64_t,
                             int64_t, int64_t, int64_t);
 };
 
 // Indexed by ConvLoopIsa.
 const Isa kIsas[] = {
-    {&EpilogueBaseline, &DepthwiseBaseline, &UnaryBaseline, &FewChannelBaseline, &SmallKPointwiseBaseline},
-    {&EpilogueBaseline, &DepthwiseBaseline, &UnaryBaseline, &FewChannelBaseline, &SmallKPointwiseBaseline},
-    {&EpilogueAvx2, &DepthwiseAvx2, &UnaryAvx2, &FewChannelAvx2, &SmallKPointwiseAvx2},
+    {&EpilogueBaseline, &DepthwiseBaseline, &UnaryBaseline, &FewChannelBaseline, nullptr},
+    {&EpilogueBaseline, &DepthwiseBaseline, &UnaryBaseline, &FewChannelBaseline, nullptr},
+    {&EpilogueAvx2, &DepthwiseAvx2, &UnaryAvx2, &FewChannelAvx2, nullptr},
     {&EpilogueAvx512, &DepthwiseAvx512, &UnaryAvx512, &FewChannelAvx512, &SmallKPointwiseAvx512}};
 std::atomic<int> forced_isa{0};  // SetConvLoopIsaForTest
 
@@ -656,7 +650,7 @@ constexpr int64_t kSmallKWeights = 12288;
 // 3-tap 72- and 96-channel convolutions over 16-256 pixels: 60-62 -> 44-46 us (ORT 43-46), 23-24 -> 17-19.
 constexpr int64_t kSmallKGemmWeights = 65536;
 bool UseSmallKPointwise(int64_t C, int64_t OC) {
-  return C <= kSmallKMaxChannels && C * OC <= kSmallKWeights;
+  return PickIsa().small_k_pointwise != nullptr && C <= kSmallKMaxChannels && C * OC <= kSmallKWeights;
 }
 
 // Y [M, OC] = X [M, C] * W[OC, C]^T, then bias and post-ops, in row chunks of about 128 KiB of output so
@@ -1074,8 +1068,8 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
       // row, 100-134 us against 30-60 us with every row gathered into one GEMM).
       const int64_t ow_lo = pw, ow_hi = W - KW + 1 + pw;  // pixels [ow_lo, ow_hi) of a row read in place
       // Products whose weights stay in L2 run the register-tiled loop (no per-call packing), the rest BLIS.
-      const bool small_k = K * OC <= kSmallKGemmWeights;
       const auto small_k_gemm = PickIsa().small_k_pointwise;
+      const bool small_k = small_k_gemm != nullptr && K * OC <= kSmallKGemmWeights;
       const bool in_place = KH == 1 && sw == 1 && dw == 1 && ow_hi - ow_lo >= kIm2colInPlaceMinRun;
       // Output pixels [p0, p0 + m): segments read in place or gathered into `cols`, each one GEMM.
       auto chunk = [&](int64_t i, float* cols) {
@@ -1144,7 +1138,9 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
   }
   if (ctx.want_impl) {
     ctx.impl = absl::StrCat("im2col + ",
-                            channels_last && K * OC <= kSmallKGemmWeights ? "register-tiled GEMM" : SgemmImplementation(),
+                            channels_last && PickIsa().small_k_pointwise != nullptr && K * OC <= kSmallKGemmWeights
+                                ? "register-tiled GEMM"
+                                : SgemmImplementation(),
                             " (few input channels or output pixels, shape-generic)");
   }
   return true;
