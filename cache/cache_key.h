@@ -33,7 +33,8 @@ namespace cjit {
 //    reciprocal of the row sum: different kernel code.
 // 10: single-op fused groups run as library steps on the CPU (FusionPlanOptions::single_op_groups_as_library):
 //    fewer kernels in a plan's payload.
-inline constexpr int kCacheFormatVersion = 10;
+// 11: LeakyRelu and Max/Min with a scalar are convolution post-ops (fewer kernels in a plan's payload).
+inline constexpr int kCacheFormatVersion = 11;
 
 struct CacheKey {
   std::string canonical;  // full text

@@ -263,5 +263,44 @@ TEST(FusionPlanTest, ConvEpilogueBecomesPostOps) {
   EXPECT_EQ(s.output->name, "r");
 }
 
+// LeakyRelu and Max / Min with a scalar (a one-sided Clip) after a Conv are post-ops too (oww_embedding's
+// LeakyRelu + Max pairs); Max with a NaN constant (NaN everywhere, unlike a Clip) and Max of two tensors are
+// not.
+TEST(FusionPlanTest, LeakyReluAndScalarMaxMinBecomePostOps) {
+  auto g = Specialized(R"(graph g(%x: f32[1,3,8,8], %w: f32[4,3,1,1]) {
+  %c = Conv(%x, %w)
+  %l = LeakyRelu(%c) {alpha=0.25}
+  %lo = constant f32[] {-0.5}
+  %hi = constant f32[] {2}
+  %m = Max(%l, %lo)
+  %n = Min(%m, %hi)
+  return %n
+})");
+  auto plan = BuildFusionPlan(*g);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->steps.size(), 1u) << "Conv with everything after it as post-ops";
+  const PlanStep& s = plan->steps[0];
+  ASSERT_EQ(s.post_ops.size(), 3u);
+  EXPECT_EQ(s.post_ops[0].kind, PostOp::Kind::kLeakyRelu);
+  EXPECT_EQ(s.post_ops[0].a, 0.25f);
+  EXPECT_EQ(s.post_ops[1].kind, PostOp::Kind::kClip);
+  EXPECT_EQ(s.post_ops[1].a, -0.5f);
+  EXPECT_TRUE(std::isinf(s.post_ops[1].b) && s.post_ops[1].b > 0);
+  EXPECT_EQ(s.post_ops[2].kind, PostOp::Kind::kClip);
+  EXPECT_TRUE(std::isinf(s.post_ops[2].a) && s.post_ops[2].a < 0);
+  EXPECT_EQ(s.post_ops[2].b, 2.0f);
+
+  auto nan_max = Specialized(R"(graph g(%x: f32[1,3,8,8], %w: f32[4,3,1,1], %y: f32[1,4,8,8]) {
+  %c = Conv(%x, %w)
+  %q = constant f32[] {nan}
+  %m = Max(%c, %q)
+  %t = Max(%m, %y)
+  return %t
+})");
+  auto plan2 = BuildFusionPlan(*nan_max);
+  ASSERT_TRUE(plan2.ok()) << plan2.status();
+  for (const PlanStep& st : plan2->steps) EXPECT_TRUE(st.post_ops.empty());
+}
+
 }  // namespace
 }  // namespace cjit

@@ -455,6 +455,69 @@ TEST(ChannelsLastTest, FewPixelConvolutionsMatchFloat64OnEveryIsaVariant) {
   EXPECT_GE(variants, 1);
 }
 
+// LeakyRelu and Max with a scalar after a convolution, as post-ops of every conv path that takes them
+// (oneDNN brgconv, im2col + GEMM over few pixels, the pointwise loop / BLIS) on every ISA variant, compiled
+// (absorbed into the Conv) and op by op, against float64: y = max(leaky_relu(conv(x) + b, 0.1), -0.3).
+TEST(ChannelsLastTest, LeakyReluAndScalarMaxPostOpsMatchFloat64) {
+  struct Case { int64_t C, OC, K, H, W; };
+  const std::vector<Case> cases = {{16, 32, 3, 20, 20}, {24, 40, 3, 12, 12}, {16, 64, 1, 9, 11}};
+  int variants = 0;
+  for (ConvLoopIsa isa : {ConvLoopIsa::kBaseline, ConvLoopIsa::kAvx2, ConvLoopIsa::kAvx512}) {
+    if (!SetConvLoopIsaForTest(isa)) continue;
+    ++variants;
+    unsigned seed = 120;
+    for (const Case& k : cases) {
+      testing::ModelBuilder m(14);
+      m.Input("x", onnx::TensorProto::FLOAT, {1, k.C, k.H, k.W}).Output("y");
+      const std::vector<float> w = testing::RandomFloats(static_cast<size_t>(k.OC * k.C * k.K * k.K), seed++);
+      const std::vector<float> b = testing::RandomFloats(static_cast<size_t>(k.OC), seed++);
+      m.InitFloats("w", {k.OC, k.C, k.K, k.K}, w);
+      m.InitFloats("b", {k.OC}, b);
+      auto* conv = m.Node("Conv", {"x", "w", "b"}, {"c"});
+      testing::ModelBuilder::AttrInts(conv, "pads", {k.K / 2, k.K / 2, k.K / 2, k.K / 2});
+      testing::ModelBuilder::AttrFloat(m.Node("LeakyRelu", {"c"}, {"l"}), "alpha", 0.1f);
+      m.InitFloats("lo", {}, {-0.3f});
+      m.Node("Max", {"l", "lo"}, {"h"});
+      m.InitFloats("ones", {k.OC, 1, 1, 1}, std::vector<float>(static_cast<size_t>(k.OC), 1.0f));
+      testing::ModelBuilder::AttrInt(m.Node("Conv", {"h", "ones"}, {"y"}), "group", k.OC);  // identity
+      Tensor x(DType::kF32, {1, k.C, k.H, k.W});
+      const std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), seed++);
+      std::copy(xv.begin(), xv.end(), x.data<float>());
+      for (const char* mode : {"--auto_jit=-1", "--auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false"}) {
+        SessionOptions o;
+        o.use_environment_flags = false;
+        auto flags = ParseFlags(std::string("--device=cpu --intra_op_threads=2 --autotune_level=0 ") + mode);
+        ASSERT_TRUE(flags.ok()) << flags.status();
+        o.flags = *flags;
+        auto session = Session::LoadFromBytes(m.Bytes(), o);
+        ASSERT_TRUE(session.ok()) << session.status();
+        auto out = (*session)->Run({{"x", x}});
+        ASSERT_TRUE(out.ok()) << out.status();
+        const Tensor& y = (*out)[0].tensor;
+        ASSERT_EQ(y.dims(), (Dims{1, k.OC, k.H, k.W}));
+        const int64_t r = k.K / 2;
+        for (int64_t o2 = 0; o2 < k.OC; ++o2)
+          for (int64_t h = 0; h < k.H; ++h)
+            for (int64_t v = 0; v < k.W; ++v) {
+              double acc = b[o2];
+              for (int64_t c = 0; c < k.C; ++c)
+                for (int64_t kh = 0; kh < k.K; ++kh)
+                  for (int64_t kw = 0; kw < k.K; ++kw) {
+                    const int64_t ih = h - r + kh, iw = v - r + kw;
+                    if (ih < 0 || ih >= k.H || iw < 0 || iw >= k.W) continue;
+                    acc += static_cast<double>(xv[(c * k.H + ih) * k.W + iw]) * w[((o2 * k.C + c) * k.K + kh) * k.K + kw];
+                  }
+              const double want = std::max(acc < 0 ? 0.1 * acc : acc, -0.3);
+              ASSERT_NEAR(y.data<float>()[(o2 * k.H + h) * k.W + v], want, 1e-4 * (1.0 + std::abs(want)))
+                  << "C=" << k.C << " OC=" << k.OC << " K=" << k.K << " ISA " << static_cast<int>(isa) << " " << mode;
+            }
+      }
+    }
+  }
+  SetConvLoopIsaForTest(ConvLoopIsa::kDetect);
+  EXPECT_GE(variants, 1);
+}
+
 // ---- pointwise -> depthwise fusion (FusePointwiseDepthwise, RunPointwiseDepthwiseConv) ----
 
 struct PwDwCase {

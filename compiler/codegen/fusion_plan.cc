@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <set>
@@ -259,6 +260,12 @@ std::vector<const Node*> MatchPostOps(const Node& conv, const std::map<const Val
       if (n->HasAttr("max")) op.b = n->GetFloat("max", 0);
       if (n->input(1) && !ScalarOf(n->input(1), &op.a)) break;
       if (n->input(2) && !ScalarOf(n->input(2), &op.b)) break;
+    } else if (t == "LeakyRelu") {
+      op = {PostOp::Kind::kLeakyRelu, n->GetFloat("alpha", 0.01f), 0, nullptr};
+    } else if ((t == "Max" || t == "Min") && n->inputs.size() == 2 && ScalarOf(n->input(1), &c) && !std::isnan(c)) {
+      // Max(v, c) / Min(v, c) with a non-NaN scalar: a one-sided Clip (a NaN in v stays NaN, as Max's).
+      const float inf = std::numeric_limits<float>::infinity();
+      op = t == "Max" ? PostOp{PostOp::Kind::kClip, c, inf, nullptr} : PostOp{PostOp::Kind::kClip, -inf, c, nullptr};
     } else if (t == "HardSigmoid") {  // clip(alpha * x + beta, 0, 1): two post-ops
       ops->push_back(PostOp{PostOp::Kind::kLinear, n->GetFloat("alpha", 0.2f), n->GetFloat("beta", 0.5f), nullptr});
       op = PostOp{PostOp::Kind::kClip, 0.0f, 1.0f, nullptr};

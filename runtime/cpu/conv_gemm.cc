@@ -68,6 +68,7 @@ inline __attribute__((always_inline)) float ScalarOp(const PostOp& op, float v, 
       return v * h;
     }
     case PostOp::Kind::kLinear: return op.a * v + op.b;
+    case PostOp::Kind::kLeakyRelu: return v < 0.0f ? op.a * v : v;
     case PostOp::Kind::kAddChannel:
     case PostOp::Kind::kBiasLastDim: return v + static_cast<const float*>(op.tensor->constant->raw())[channel];
   }
@@ -125,6 +126,8 @@ inline __attribute__((always_inline)) V ApplyKind(V v, const PostOp& op, int64_t
       return v * h;
     } else if constexpr (K == PostOp::Kind::kLinear) {
       return op.a * v + op.b;
+    } else if constexpr (K == PostOp::Kind::kLeakyRelu) {
+      return v < zero ? v * op.a : v;
     } else if constexpr (K == PostOp::Kind::kAddChannel || K == PostOp::Kind::kBiasLastDim) {
       return v + LoadV<V>(static_cast<const float*>(op.tensor->constant->raw()) + c);
     } else if constexpr (K == PostOp::Kind::kSigmoid) {
@@ -151,6 +154,7 @@ inline __attribute__((always_inline)) void DispatchKind(const PostOp& op, F&& f)
     CJIT_POST_OP_KIND(kBiasLastDim)
     CJIT_POST_OP_KIND(kSigmoid)
     CJIT_POST_OP_KIND(kTanh)
+    CJIT_POST_OP_KIND(kLeakyRelu)
 #undef CJIT_POST_OP_KIND
   }
 }

@@ -134,6 +134,9 @@ void ApplyPostOpsExact(const std::vector<PostOp>& ops, Tensor& y, bool channels_
       case PostOp::Kind::kLinear:
         for (int64_t i = 0; i < n; ++i) p[i] = op.a * p[i] + op.b;
         break;
+      case PostOp::Kind::kLeakyRelu:
+        for (int64_t i = 0; i < n; ++i) p[i] = p[i] < 0.0f ? op.a * p[i] : p[i];
+        break;
       case PostOp::Kind::kAddChannel: {
         const float* c = static_cast<const float*>(op.tensor->constant->raw());
         for (int64_t i = 0; i < n; ++i) p[i] += c[(i / inner) % channels];
@@ -358,6 +361,8 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
         case PostOp::Kind::kTanh: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_tanh, 0.0f, 0.0f); break;
         case PostOp::Kind::kHardSwish: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_hardswish, 0.0f, 0.0f); break;
         case PostOp::Kind::kLinear: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, op.a, op.b); break;
+        // oneDNN's relu with a negative slope alpha is LeakyRelu.
+        case PostOp::Kind::kLeakyRelu: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, op.a, 0.0f); break;
         case PostOp::Kind::kAddChannel: {
           memory::dims cd(yd.size(), 1);
           cd[1] = OC;
