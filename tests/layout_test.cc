@@ -191,6 +191,90 @@ TEST(ChannelsLastTest, FlagSelectsTheLayout) {
 }
 
 
+// `bytes` (input "x") loaded with `flags` and run once on x: its first output.
+absl::StatusOr<Tensor> RunModelBytes(const std::string& bytes, const std::string& flags, const Tensor& x) {
+  SessionOptions o;
+  o.use_environment_flags = false;
+  CJIT_ASSIGN_OR_RETURN(o.flags, ParseFlags(flags));
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::LoadFromBytes(bytes, o));
+  CJIT_ASSIGN_OR_RETURN(std::vector<NamedTensor> out, s->Run({{"x", x}}));
+  return out[0].tensor;
+}
+
+// The two paths the float64 tests below run: op by op, and compiled at the first execution.
+const char* const kOpByOpAndCompiled[] = {"--auto_jit=-1",
+                                          "--auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false"};
+
+// A stride-1 NCHW convolution: C -> OC channels, a KH x KW kernel, pads ph / pw on both sides.
+struct ConvSpec {
+  int64_t C, OC, KH, KW, ph, pw;
+};
+
+// Y [OC, H, W] of `c` on X [C, H, W] with weights w [OC, C, KH, KW] and bias b, in float64.
+std::vector<double> ReferenceConv(const std::vector<double>& x, const std::vector<float>& w, const std::vector<float>& b,
+                                  const ConvSpec& c, int64_t H, int64_t W) {
+  std::vector<double> y(static_cast<size_t>(c.OC * H * W));
+  for (int64_t o = 0; o < c.OC; ++o)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t v = 0; v < W; ++v) {
+        double acc = b[o];
+        for (int64_t i = 0; i < c.C; ++i)
+          for (int64_t kh = 0; kh < c.KH; ++kh)
+            for (int64_t kw = 0; kw < c.KW; ++kw) {
+              const int64_t ih = h - c.ph + kh, iw = v - c.pw + kw;
+              if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+              acc += x[(i * H + ih) * W + iw] * w[((o * c.C + i) * c.KH + kh) * c.KW + kw];
+            }
+        y[(o * H + h) * W + v] = acc;
+      }
+  return y;
+}
+
+// Adds Conv(in -> out) of `c` with random weights and bias (returned) to `m`.
+std::pair<std::vector<float>, std::vector<float>> AddConv(testing::ModelBuilder& m, const ConvSpec& c,
+                                                          const std::string& in, const std::string& out,
+                                                          unsigned& seed) {
+  std::vector<float> w = testing::RandomFloats(static_cast<size_t>(c.OC * c.C * c.KH * c.KW), seed++);
+  std::vector<float> b = testing::RandomFloats(static_cast<size_t>(c.OC), seed++);
+  m.InitFloats("w_" + out, {c.OC, c.C, c.KH, c.KW}, w);
+  m.InitFloats("b_" + out, {c.OC}, b);
+  auto* node = m.Node("Conv", {in, "w_" + out, "b_" + out}, {out});
+  testing::ModelBuilder::AttrInts(node, "kernel_shape", {c.KH, c.KW});
+  testing::ModelBuilder::AttrInts(node, "pads", {c.ph, c.pw, c.ph, c.pw});
+  return {std::move(w), std::move(b)};
+}
+
+// Adds y = a 1x1 depthwise convolution of `in` with unit weights (an exact identity): the layout pass puts
+// connected convolutions channels-last, and a pointwise one before it is fused with it unless fusion is off.
+void AddIdentityDepthwise(testing::ModelBuilder& m, const std::string& in, int64_t channels) {
+  m.InitFloats("ones", {channels, 1, 1, 1}, std::vector<float>(static_cast<size_t>(channels), 1.0f));
+  testing::ModelBuilder::AttrInt(m.Node("Conv", {in, "ones"}, {"y"}), "group", channels);
+}
+
+// Runs `m` (input x) on every ISA variant of the conv loops this CPU has, with each of `modes` (appended
+// to "--device=cpu --intra_op_threads=2 --autotune_level=0"), and checks every output element against
+// `want` (float64) within tol * (1 + |want|).
+void ExpectMatchesOnEveryIsaVariant(const testing::ModelBuilder& m, const Tensor& x, const std::vector<double>& want,
+                                    const std::vector<std::string>& modes, double tol, const std::string& what) {
+  const std::string bytes = m.Bytes();
+  int variants = 0;
+  for (ConvLoopIsa isa : {ConvLoopIsa::kBaseline, ConvLoopIsa::kAvx2, ConvLoopIsa::kAvx512}) {
+    if (!SetConvLoopIsaForTest(isa)) continue;
+    ++variants;
+    for (const std::string& mode : modes) {
+      auto y = RunModelBytes(bytes, "--device=cpu --intra_op_threads=2 --autotune_level=0 " + mode, x);
+      ASSERT_TRUE(y.ok()) << y.status();
+      ASSERT_EQ(y->numel(), static_cast<int64_t>(want.size())) << what;
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR(y->data<float>()[i], want[i], tol * (1.0 + std::abs(want[i])))
+            << what << " at " << i << ", ISA variant " << static_cast<int>(isa) << ", " << mode;
+      }
+    }
+  }
+  SetConvLoopIsaForTest(ConvLoopIsa::kDetect);
+  EXPECT_GE(variants, 1);  // the baseline runs anywhere
+}
+
 // The channels-last loops (runtime/cpu/conv_gemm.cc: few-channel stem, depthwise, conv epilogue) are
 // compiled for AVX-512, AVX2 and the SSE2 baseline, each with its own register width; a CPU runs one of
 // them. Every variant this CPU can run, on a chain that reaches each loop's vector blocks and scalar
@@ -244,13 +328,8 @@ TEST(ChannelsLastTest, EveryIsaVariantOfTheConvLoopsMatchesTheNchwPath) {
   Tensor x(DType::kF32, {1, 3, 13, 17});
   std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), 7);
   std::copy(xv.begin(), xv.end(), x.data<float>());
-  auto run = [&](const std::string& flags) -> absl::StatusOr<Tensor> {
-    SessionOptions o;
-    o.use_environment_flags = false;
-    CJIT_ASSIGN_OR_RETURN(o.flags, ParseFlags("--device=cpu --intra_op_threads=1 --autotune_level=0 " + flags));
-    CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::LoadFromBytes(bytes, o));
-    CJIT_ASSIGN_OR_RETURN(std::vector<NamedTensor> out, s->Run({{"x", x}}));
-    return out[0].tensor;
+  auto run = [&](const std::string& flags) {
+    return RunModelBytes(bytes, "--device=cpu --intra_op_threads=1 --autotune_level=0 " + flags, x);
   };
   auto want = run("--auto_jit=-1 --cpu_channels_last=false");
   ASSERT_TRUE(want.ok()) << want.status();
@@ -324,135 +403,55 @@ TEST(VectorLogisticTest, MatchesFloat64OnEveryIsaVariant) {
 TEST(ChannelsLastTest, PointwiseConvolutionsMatchFloat64OnEveryIsaVariant) {
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{16, 64}, {24, 72}, {7, 13}, {32, 128}, {128, 96},
                                                            {3, 136}, {128, 200}};
-  int variants = 0;
-  for (ConvLoopIsa isa : {ConvLoopIsa::kBaseline, ConvLoopIsa::kAvx2, ConvLoopIsa::kAvx512}) {
-    if (!SetConvLoopIsaForTest(isa)) continue;
-    ++variants;
-    unsigned seed = 70;
-    for (const auto& [C, OC] : shapes) {
-      const int64_t H = 5, W = 7;
-      testing::ModelBuilder m(14);
-      m.Input("x", onnx::TensorProto::FLOAT, {1, C, H, W}).Output("y");
-      const std::vector<float> w = testing::RandomFloats(static_cast<size_t>(OC * C), seed++);
-      const std::vector<float> b = testing::RandomFloats(static_cast<size_t>(OC), seed++);
-      m.InitFloats("w", {OC, C, 1, 1}, w);
-      m.InitFloats("b", {OC}, b);
-      m.Node("Conv", {"x", "w", "b"}, {"c"});
-      m.Node("HardSwish", {"c"}, {"h"});
-      // A 1x1 depthwise convolution with unit weights (exact identity) after it: the layout pass puts
-      // connected convolutions channels-last, and the pair is fused unless fusion is off.
-      m.InitFloats("ones", {OC, 1, 1, 1}, std::vector<float>(static_cast<size_t>(OC), 1.0f));
-      testing::ModelBuilder::AttrInt(m.Node("Conv", {"h", "ones"}, {"y"}), "group", OC);
-      Tensor x(DType::kF32, {1, C, H, W});
-      const std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), seed++);
-      std::copy(xv.begin(), xv.end(), x.data<float>());
-      for (const char* mode : {"--auto_jit=-1", "--auto_jit=-1 --cpu_fuse_pointwise_depthwise=false",
-                               "--auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false"}) {
-        SessionOptions o;
-        o.use_environment_flags = false;
-        auto flags = ParseFlags(std::string("--device=cpu --intra_op_threads=2 --autotune_level=0 ") + mode);
-        ASSERT_TRUE(flags.ok()) << flags.status();
-        o.flags = *flags;
-        auto session = Session::LoadFromBytes(m.Bytes(), o);
-        ASSERT_TRUE(session.ok()) << session.status();
-        auto out = (*session)->Run({{"x", x}});
-        ASSERT_TRUE(out.ok()) << out.status();
-        const Tensor& y = (*out)[0].tensor;
-        ASSERT_EQ(y.dims(), (Dims{1, OC, H, W}));
-        for (int64_t o2 = 0; o2 < OC; ++o2)
-          for (int64_t p = 0; p < H * W; ++p) {
-            double acc = b[o2];
-            for (int64_t c = 0; c < C; ++c) acc += static_cast<double>(xv[c * H * W + p]) * w[o2 * C + c];
-            const double want = acc * std::clamp(acc / 6.0 + 0.5, 0.0, 1.0);
-            ASSERT_NEAR(y.data<float>()[o2 * H * W + p], want, 1e-5 * (1.0 + std::abs(want)) * std::sqrt(double(C)))
-                << "C=" << C << " OC=" << OC << " channel " << o2 << " pixel " << p << " ISA "
-                << static_cast<int>(isa) << " " << mode;
-          }
-      }
-    }
+  unsigned seed = 70;
+  for (const auto& [C, OC] : shapes) {
+    const int64_t H = 5, W = 7;
+    const ConvSpec spec{C, OC, 1, 1, 0, 0};
+    testing::ModelBuilder m(14);
+    m.Input("x", onnx::TensorProto::FLOAT, {1, C, H, W}).Output("y");
+    const auto [w, b] = AddConv(m, spec, "x", "c", seed);
+    m.Node("HardSwish", {"c"}, {"h"});
+    AddIdentityDepthwise(m, "h", OC);
+    Tensor x(DType::kF32, {1, C, H, W});
+    const std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), seed++);
+    std::copy(xv.begin(), xv.end(), x.data<float>());
+    std::vector<double> want = ReferenceConv(std::vector<double>(xv.begin(), xv.end()), w, b, spec, H, W);
+    for (double& v : want) v *= std::clamp(v / 6.0 + 0.5, 0.0, 1.0);
+    ExpectMatchesOnEveryIsaVariant(m, x, want,
+                                   {kOpByOpAndCompiled[0], "--auto_jit=-1 --cpu_fuse_pointwise_depthwise=false",
+                                    kOpByOpAndCompiled[1]},
+                                   1e-5 * std::sqrt(double(C)), "C=" + std::to_string(C) + " OC=" + std::to_string(OC));
   }
-  SetConvLoopIsaForTest(ConvLoopIsa::kDetect);
-  EXPECT_GE(variants, 1);
 }
 
 // Convolutions over few output pixels (im2col + GEMM: the register-tiled GEMM where the weights fit L2,
 // BLIS above), 3x3 and 1x3 kernels with pads, channels-last, on every ISA variant, against float64 loops
 // over the NCHW tensors; the 1x3 convolution over 40-pixel rows also takes the in-place im2col runs.
 TEST(ChannelsLastTest, FewPixelConvolutionsMatchFloat64OnEveryIsaVariant) {
-  struct ConvSpec { int64_t C, OC, KH, KW, ph, pw; };
-  // Y [OC, H, W] of a stride-1 NCHW convolution with pads (ph, pw) on both sides, in float64.
-  auto reference = [](const std::vector<double>& x, const std::vector<float>& w, const std::vector<float>& b,
-                      const ConvSpec& c, int64_t H, int64_t W) {
-    std::vector<double> y(static_cast<size_t>(c.OC * H * W));
-    for (int64_t o = 0; o < c.OC; ++o)
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t v = 0; v < W; ++v) {
-          double acc = b[o];
-          for (int64_t i = 0; i < c.C; ++i)
-            for (int64_t kh = 0; kh < c.KH; ++kh)
-              for (int64_t kw = 0; kw < c.KW; ++kw) {
-                const int64_t ih = h - c.ph + kh, iw = v - c.pw + kw;
-                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-                acc += x[(i * H + ih) * W + iw] * w[((o * c.C + i) * c.KH + kh) * c.KW + kw];
-              }
-          y[(o * H + h) * W + v] = acc;
-        }
-    return y;
-  };
   // Spatial sizes with at most 256 output pixels (the few-pixel rule); 24 -> 40 -> 40 channels: 3x3 weights
   // 360 x 40 (register-tiled GEMM), then a 1x3; and 96 -> 240 -> 96 (1x3 weights 720 x 96 > 64 Ki: BLIS).
   const std::vector<std::tuple<int64_t, int64_t, std::vector<ConvSpec>>> cases = {
       {6, 10, {{24, 40, 3, 3, 1, 1}, {40, 40, 1, 3, 0, 1}}},
       {1, 40, {{24, 40, 1, 3, 0, 1}, {40, 40, 1, 3, 0, 1}}},
       {4, 6, {{96, 240, 1, 3, 0, 1}, {240, 96, 1, 3, 0, 1}}}};
-  int variants = 0;
-  for (ConvLoopIsa isa : {ConvLoopIsa::kBaseline, ConvLoopIsa::kAvx2, ConvLoopIsa::kAvx512}) {
-    if (!SetConvLoopIsaForTest(isa)) continue;
-    ++variants;
-    unsigned seed = 90;
-    for (const auto& [H, W, specs] : cases) {
-      testing::ModelBuilder m(14);
-      m.Input("x", onnx::TensorProto::FLOAT, {1, specs[0].C, H, W}).Output("y");
-      std::vector<double> want(static_cast<size_t>(specs[0].C * H * W));
-      Tensor x(DType::kF32, {1, specs[0].C, H, W});
-      const std::vector<float> xv = testing::RandomFloats(want.size(), seed++);
-      std::copy(xv.begin(), xv.end(), x.data<float>());
-      std::copy(xv.begin(), xv.end(), want.begin());
-      std::string in = "x";
-      for (size_t k = 0; k < specs.size(); ++k) {
-        const ConvSpec& c = specs[k];
-        const std::vector<float> w = testing::RandomFloats(static_cast<size_t>(c.OC * c.C * c.KH * c.KW), seed++);
-        const std::vector<float> b = testing::RandomFloats(static_cast<size_t>(c.OC), seed++);
-        const std::string id = std::to_string(k), out = k + 1 == specs.size() ? "y" : "c" + id;
-        m.InitFloats("w" + id, {c.OC, c.C, c.KH, c.KW}, w);
-        m.InitFloats("b" + id, {c.OC}, b);
-        auto* node = m.Node("Conv", {in, "w" + id, "b" + id}, {out});
-        testing::ModelBuilder::AttrInts(node, "kernel_shape", {c.KH, c.KW});
-        testing::ModelBuilder::AttrInts(node, "pads", {c.ph, c.pw, c.ph, c.pw});
-        want = reference(want, w, b, c, H, W);
-        in = out;
-      }
-      for (const char* mode : {"--auto_jit=-1", "--auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false"}) {
-        SessionOptions o;
-        o.use_environment_flags = false;
-        auto flags = ParseFlags(std::string("--device=cpu --intra_op_threads=2 --autotune_level=0 ") + mode);
-        ASSERT_TRUE(flags.ok()) << flags.status();
-        o.flags = *flags;
-        auto session = Session::LoadFromBytes(m.Bytes(), o);
-        ASSERT_TRUE(session.ok()) << session.status();
-        auto out = (*session)->Run({{"x", x}});
-        ASSERT_TRUE(out.ok()) << out.status();
-        const Tensor& y = (*out)[0].tensor;
-        ASSERT_EQ(y.numel(), static_cast<int64_t>(want.size()));
-        for (size_t i = 0; i < want.size(); ++i) {
-          ASSERT_NEAR(y.data<float>()[i], want[i], 1e-4 * (1.0 + std::abs(want[i])))
-              << "case " << H << "x" << W << " at " << i << " ISA " << static_cast<int>(isa) << " " << mode;
-        }
-      }
+  unsigned seed = 90;
+  for (const auto& [H, W, specs] : cases) {
+    testing::ModelBuilder m(14);
+    m.Input("x", onnx::TensorProto::FLOAT, {1, specs[0].C, H, W}).Output("y");
+    Tensor x(DType::kF32, {1, specs[0].C, H, W});
+    const std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), seed++);
+    std::copy(xv.begin(), xv.end(), x.data<float>());
+    std::vector<double> want(xv.begin(), xv.end());
+    std::string in = "x";
+    for (size_t k = 0; k < specs.size(); ++k) {
+      const std::string out = k + 1 == specs.size() ? "y" : "c" + std::to_string(k);
+      const auto [w, b] = AddConv(m, specs[k], in, out, seed);
+      want = ReferenceConv(want, w, b, specs[k], H, W);
+      in = out;
     }
+    ExpectMatchesOnEveryIsaVariant(m, x, want, {kOpByOpAndCompiled[0], kOpByOpAndCompiled[1]}, 1e-4,
+                                   "case " + std::to_string(H) + "x" + std::to_string(W));
   }
-  SetConvLoopIsaForTest(ConvLoopIsa::kDetect);
-  EXPECT_GE(variants, 1);
 }
 
 // LeakyRelu and Max with a scalar after a convolution, as post-ops of every conv path that takes them
@@ -461,61 +460,25 @@ TEST(ChannelsLastTest, FewPixelConvolutionsMatchFloat64OnEveryIsaVariant) {
 TEST(ChannelsLastTest, LeakyReluAndScalarMaxPostOpsMatchFloat64) {
   struct Case { int64_t C, OC, K, H, W; };
   const std::vector<Case> cases = {{16, 32, 3, 20, 20}, {24, 40, 3, 12, 12}, {16, 64, 1, 9, 11}};
-  int variants = 0;
-  for (ConvLoopIsa isa : {ConvLoopIsa::kBaseline, ConvLoopIsa::kAvx2, ConvLoopIsa::kAvx512}) {
-    if (!SetConvLoopIsaForTest(isa)) continue;
-    ++variants;
-    unsigned seed = 120;
-    for (const Case& k : cases) {
-      testing::ModelBuilder m(14);
-      m.Input("x", onnx::TensorProto::FLOAT, {1, k.C, k.H, k.W}).Output("y");
-      const std::vector<float> w = testing::RandomFloats(static_cast<size_t>(k.OC * k.C * k.K * k.K), seed++);
-      const std::vector<float> b = testing::RandomFloats(static_cast<size_t>(k.OC), seed++);
-      m.InitFloats("w", {k.OC, k.C, k.K, k.K}, w);
-      m.InitFloats("b", {k.OC}, b);
-      auto* conv = m.Node("Conv", {"x", "w", "b"}, {"c"});
-      testing::ModelBuilder::AttrInts(conv, "pads", {k.K / 2, k.K / 2, k.K / 2, k.K / 2});
-      testing::ModelBuilder::AttrFloat(m.Node("LeakyRelu", {"c"}, {"l"}), "alpha", 0.1f);
-      m.InitFloats("lo", {}, {-0.3f});
-      m.Node("Max", {"l", "lo"}, {"h"});
-      m.InitFloats("ones", {k.OC, 1, 1, 1}, std::vector<float>(static_cast<size_t>(k.OC), 1.0f));
-      testing::ModelBuilder::AttrInt(m.Node("Conv", {"h", "ones"}, {"y"}), "group", k.OC);  // identity
-      Tensor x(DType::kF32, {1, k.C, k.H, k.W});
-      const std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), seed++);
-      std::copy(xv.begin(), xv.end(), x.data<float>());
-      for (const char* mode : {"--auto_jit=-1", "--auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false"}) {
-        SessionOptions o;
-        o.use_environment_flags = false;
-        auto flags = ParseFlags(std::string("--device=cpu --intra_op_threads=2 --autotune_level=0 ") + mode);
-        ASSERT_TRUE(flags.ok()) << flags.status();
-        o.flags = *flags;
-        auto session = Session::LoadFromBytes(m.Bytes(), o);
-        ASSERT_TRUE(session.ok()) << session.status();
-        auto out = (*session)->Run({{"x", x}});
-        ASSERT_TRUE(out.ok()) << out.status();
-        const Tensor& y = (*out)[0].tensor;
-        ASSERT_EQ(y.dims(), (Dims{1, k.OC, k.H, k.W}));
-        const int64_t r = k.K / 2;
-        for (int64_t o2 = 0; o2 < k.OC; ++o2)
-          for (int64_t h = 0; h < k.H; ++h)
-            for (int64_t v = 0; v < k.W; ++v) {
-              double acc = b[o2];
-              for (int64_t c = 0; c < k.C; ++c)
-                for (int64_t kh = 0; kh < k.K; ++kh)
-                  for (int64_t kw = 0; kw < k.K; ++kw) {
-                    const int64_t ih = h - r + kh, iw = v - r + kw;
-                    if (ih < 0 || ih >= k.H || iw < 0 || iw >= k.W) continue;
-                    acc += static_cast<double>(xv[(c * k.H + ih) * k.W + iw]) * w[((o2 * k.C + c) * k.K + kh) * k.K + kw];
-                  }
-              const double want = std::max(acc < 0 ? 0.1 * acc : acc, -0.3);
-              ASSERT_NEAR(y.data<float>()[(o2 * k.H + h) * k.W + v], want, 1e-4 * (1.0 + std::abs(want)))
-                  << "C=" << k.C << " OC=" << k.OC << " K=" << k.K << " ISA " << static_cast<int>(isa) << " " << mode;
-            }
-      }
-    }
+  unsigned seed = 120;
+  for (const Case& k : cases) {
+    const ConvSpec spec{k.C, k.OC, k.K, k.K, k.K / 2, k.K / 2};
+    testing::ModelBuilder m(14);
+    m.Input("x", onnx::TensorProto::FLOAT, {1, k.C, k.H, k.W}).Output("y");
+    const auto [w, b] = AddConv(m, spec, "x", "c", seed);
+    testing::ModelBuilder::AttrFloat(m.Node("LeakyRelu", {"c"}, {"l"}), "alpha", 0.1f);
+    m.InitFloats("lo", {}, {-0.3f});
+    m.Node("Max", {"l", "lo"}, {"h"});
+    AddIdentityDepthwise(m, "h", k.OC);
+    Tensor x(DType::kF32, {1, k.C, k.H, k.W});
+    const std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), seed++);
+    std::copy(xv.begin(), xv.end(), x.data<float>());
+    std::vector<double> want = ReferenceConv(std::vector<double>(xv.begin(), xv.end()), w, b, spec, k.H, k.W);
+    for (double& v : want) v = std::max(v < 0 ? 0.1 * v : v, -0.3);
+    ExpectMatchesOnEveryIsaVariant(m, x, want, {kOpByOpAndCompiled[0], kOpByOpAndCompiled[1]}, 1e-4,
+                                   "C=" + std::to_string(k.C) + " OC=" + std::to_string(k.OC) +
+                                       " K=" + std::to_string(k.K));
   }
-  SetConvLoopIsaForTest(ConvLoopIsa::kDetect);
-  EXPECT_GE(variants, 1);
 }
 
 // ---- pointwise -> depthwise fusion (FusePointwiseDepthwise, RunPointwiseDepthwiseConv) ----

@@ -656,6 +656,10 @@ constexpr int64_t kSmallKGemmWeights = 65536;
 bool UseSmallKPointwise(int64_t C, int64_t OC) {
   return PickIsa().small_k_pointwise != nullptr && C <= kSmallKMaxChannels && C * OC <= kSmallKWeights;
 }
+// The same loop for a channels-last im2col product (K = channels x taps).
+bool UseSmallKGemm(int64_t K, int64_t OC) {
+  return PickIsa().small_k_pointwise != nullptr && K * OC <= kSmallKGemmWeights;
+}
 
 // Y [M, OC] = X [M, C] * W[OC, C]^T, then bias and post-ops, in row chunks of about 128 KiB of output so
 // the epilogue reads what the GEMM just wrote from cache. With several threads and enough chunks, each
@@ -1073,7 +1077,7 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
       const int64_t ow_lo = pw, ow_hi = W - KW + 1 + pw;  // pixels [ow_lo, ow_hi) of a row read in place
       // Products whose weights stay in L2 run the register-tiled loop (no per-call packing), the rest BLIS.
       const auto small_k_gemm = PickIsa().small_k_pointwise;
-      const bool small_k = small_k_gemm != nullptr && K * OC <= kSmallKGemmWeights;
+      const bool small_k = UseSmallKGemm(K, OC);
       const bool in_place = KH == 1 && sw == 1 && dw == 1 && ow_hi - ow_lo >= kIm2colInPlaceMinRun;
       // Output pixels [p0, p0 + m): segments read in place or gathered into `cols`, each one GEMM.
       auto chunk = [&](int64_t i, float* cols) {
@@ -1142,9 +1146,7 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
   }
   if (ctx.want_impl) {
     ctx.impl = absl::StrCat("im2col + ",
-                            channels_last && PickIsa().small_k_pointwise != nullptr && K * OC <= kSmallKGemmWeights
-                                ? "register-tiled GEMM"
-                                : SgemmImplementation(),
+                            channels_last && UseSmallKGemm(K, OC) ? "register-tiled GEMM" : SgemmImplementation(),
                             " (few input channels or output pixels, shape-generic)");
   }
   return true;
