@@ -77,7 +77,9 @@ TEST(ReplayTest, ShapeDerivedReshapeTargetIsRederived) {
 
 // y = Reshape(x, [6, -1]) * 2: at x [6, 4] the Reshape is an identity and the simplifier removes it;
 // at [3, 8] (same structure key) it is not, and the replay's guard must send the signature through the
-// full pipeline (a naive replay would return [3, 8]).
+// full pipeline (a naive replay would return [3, 8]). The mirror case: a template that kept the Reshape
+// must not be replayed where it becomes an identity ([6, 5]), or the replayed graph differs from the full
+// one (verify mode fails the run: a fuzz finding, fuzz/regressions/ReplayVerify_sce_expanded_2f6ffe3f).
 TEST(ReplayTest, IdentityReshapeRemovedAtOneShapeIsGuarded) {
   testing::ModelBuilder b(13);
   b.Input("x", onnx::TensorProto::FLOAT, {-1, -1}).Output("y");
@@ -85,22 +87,26 @@ TEST(ReplayTest, IdentityReshapeRemovedAtOneShapeIsGuarded) {
   b.InitFloats("two", {}, {2.0f});
   b.Node("Reshape", {"x", "target"}, {"r"});
   b.Node("Mul", {"r", "two"}, {"y"});
-  auto s = Session::LoadFromBytes(b.Bytes(), Opts());
-  ASSERT_TRUE(s.ok()) << s.status();
-  struct Step {
-    Dims x;
-    int64_t replays_after;
-  };
-  // [6,4]: full (identity removed, guarded). [3,8]: guard fails -> full. [6,5], [2,15]: replays of
-  // [3,8]'s specialization (Reshape kept).
-  for (const Step& step : {Step{{6, 4}, 0}, Step{{3, 8}, 0}, Step{{6, 5}, 1}, Step{{2, 15}, 2}}) {
-    Tensor x = Random(step.x, 7);
-    auto out = (*s)->Run({{"x", x}});
-    ASSERT_TRUE(out.ok()) << DimsToString(step.x) << ": " << out.status();
-    const Tensor& y = (*out)[0].tensor;
-    ASSERT_EQ(y.dims(), (Dims{6, x.numel() / 6})) << DimsToString(step.x);
-    for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(y.data<float>()[i], 2.0f * x.data<float>()[i]);
-    EXPECT_EQ((*s)->stats().specialization_replays, step.replays_after) << DimsToString(step.x);
+  for (const std::string mode : {"true", "verify"}) {
+    auto s = Session::LoadFromBytes(b.Bytes(), Opts(mode));
+    ASSERT_TRUE(s.ok()) << s.status();
+    struct Step {
+      Dims x;
+      int64_t replays_after;
+    };
+    // [6,4]: full (identity removed, guarded). [3,8]: guard fails -> full (Reshape kept). [4,9]: replay.
+    // [6,5]: the kept Reshape is an identity now -> full (removed, guarded). [2,15]: guard fails -> full.
+    // [12,3]: replay of [2,15]'s specialization.
+    for (const Step& step : {Step{{6, 4}, 0}, Step{{3, 8}, 0}, Step{{4, 9}, 1}, Step{{6, 5}, 1}, Step{{2, 15}, 1},
+                             Step{{12, 3}, 2}}) {
+      Tensor x = Random(step.x, 7);
+      auto out = (*s)->Run({{"x", x}});
+      ASSERT_TRUE(out.ok()) << mode << " " << DimsToString(step.x) << ": " << out.status();
+      const Tensor& y = (*out)[0].tensor;
+      ASSERT_EQ(y.dims(), (Dims{6, x.numel() / 6})) << DimsToString(step.x);
+      for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(y.data<float>()[i], 2.0f * x.data<float>()[i]);
+      EXPECT_EQ((*s)->stats().specialization_replays, step.replays_after) << mode << " " << DimsToString(step.x);
+    }
   }
 }
 

@@ -219,6 +219,18 @@ std::shared_ptr<const ReplayTemplate> ReplayRecorder::Finish(std::shared_ptr<con
 
 namespace {
 
+bool IsReshapeLikeOp(const std::string& op) {
+  return op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze";
+}
+
+// RemoveNoOps' test (compiler/passes/simplify.cc): output 0 has input 0's dtype and concrete dims.
+bool IsIdentityReshape(const Node& n) {
+  const Value* in = n.inputs.empty() ? nullptr : n.inputs[0];
+  const Value* out = n.outputs.empty() ? nullptr : n.outputs[0];
+  return in && out && in->dtype == out->dtype && in->shape.fully_known() && out->shape.fully_known() &&
+         in->shape.concrete() == out->shape.concrete();
+}
+
 class Replayer {
  public:
   Replayer(const ReplayTemplate& t, const ConstantEvaluator& evaluate) : t_(t), evaluate_(evaluate) {}
@@ -236,6 +248,13 @@ class Replayer {
       Watch(v);
     }
     CJIT_ASSIGN_OR_RETURN(std::vector<Node*> order, g.TopologicalOrder());
+    // A reshape-like node the template kept (its output dims differed from its input's) must not become
+    // an identity: the full pipeline's RemoveNoOps would remove it for these dims, and the replayed graph
+    // would differ from the full one (the mirror image of the guards on removed identities).
+    std::unordered_set<const Node*> kept_reshapes;
+    for (const Node* n : order) {
+      if (IsReshapeLikeOp(n->op_type) && !IsIdentityReshape(*n)) kept_reshapes.insert(n);
+    }
     std::vector<InferInput> in;
     std::vector<InferOutput> out;
     for (Node* n : order) {
@@ -265,6 +284,9 @@ class Replayer {
         if (v == nullptr) continue;
         if (k >= out.size()) return Miss(absl::StrCat(n->Describe(), ": output count"));
         CJIT_RETURN_IF_ERROR(Update(*n, v, out[k]));
+      }
+      if (kept_reshapes.count(n) && IsIdentityReshape(*n)) {
+        return Miss(absl::StrCat(n->Describe(), ", kept by the template, is an identity for these dims"));
       }
     }
     for (Value* v : g.outputs()) {
