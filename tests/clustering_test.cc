@@ -302,5 +302,41 @@ TEST(FusionPlanTest, LeakyReluAndScalarMaxMinBecomePostOps) {
   for (const PlanStep& st : plan2->steps) EXPECT_TRUE(st.post_ops.empty());
 }
 
+// A scale and a shift with the constant first (Mul(c, v), Add(c, v): PaddleOCR's learnable affine blocks
+// after a HardSwish) are post-ops, and a run of them is one linear op: 2 * (0.5 v - 1) + 3 = 1 v + 1.
+// Sub(c, v) = -v + c. A Div(c, v) (not linear) stops the chain.
+TEST(FusionPlanTest, ScaleAndShiftWithTheConstantFirstBecomeOneLinearPostOp) {
+  auto g = Specialized(R"(graph g(%x: f32[1,3,8,8], %w: f32[4,3,1,1]) {
+  %c = Conv(%x, %w)
+  %r = Relu(%c)
+  %half = constant f32[1,1,1,1] {0.5}
+  %one = constant f32[] {1}
+  %two = constant f32[] {2}
+  %three = constant f32[1] {3}
+  %a = Mul(%half, %r)
+  %b = Sub(%a, %one)
+  %m = Mul(%two, %b)
+  %d = Add(%three, %m)
+  %e = Relu(%d)
+  %s = Sub(%two, %e)
+  %q = Div(%two, %s)
+  return %q
+})");
+  auto plan = BuildFusionPlan(*g);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_GE(plan->steps.size(), 2u);
+  const PlanStep& s = plan->steps[0];
+  ASSERT_EQ(s.post_ops.size(), 4u);
+  EXPECT_EQ(s.post_ops[0].kind, PostOp::Kind::kRelu);
+  EXPECT_EQ(s.post_ops[1].kind, PostOp::Kind::kLinear);
+  EXPECT_EQ(s.post_ops[1].a, 1.0f);
+  EXPECT_EQ(s.post_ops[1].b, 1.0f);
+  EXPECT_EQ(s.post_ops[2].kind, PostOp::Kind::kRelu);
+  EXPECT_EQ(s.post_ops[3].kind, PostOp::Kind::kLinear);
+  EXPECT_EQ(s.post_ops[3].a, -1.0f);
+  EXPECT_EQ(s.post_ops[3].b, 2.0f);
+  EXPECT_EQ(s.output->name, "s");
+}
+
 }  // namespace
 }  // namespace cjit

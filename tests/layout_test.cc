@@ -481,6 +481,44 @@ TEST(ChannelsLastTest, LeakyReluAndScalarMaxPostOpsMatchFloat64) {
   }
 }
 
+// Scale-and-shift chains with the constant first (Mul(c, v), Add(c, v), Sub(c, v): PaddleOCR's learnable
+// affine blocks after a HardSwish) become one linear post-op of each convolution — the first (brgconv, im2col
+// or pointwise path) and a depthwise one — applied in registers with the tile's other post-ops. Checked
+// against float64 on every conv path and ISA variant.
+TEST(ChannelsLastTest, AffineChainsWithTheConstantFirstMatchFloat64) {
+  struct Case { int64_t C, OC, K, H, W; };
+  const std::vector<Case> cases = {{16, 32, 3, 20, 20}, {24, 40, 3, 12, 12}, {16, 64, 1, 9, 11}};
+  unsigned seed = 140;
+  for (const Case& k : cases) {
+    const ConvSpec spec{k.C, k.OC, k.K, k.K, k.K / 2, k.K / 2};
+    testing::ModelBuilder m(14);
+    m.Input("x", onnx::TensorProto::FLOAT, {1, k.C, k.H, k.W}).Output("y");
+    const auto [w, b] = AddConv(m, spec, "x", "c", seed);
+    m.Node("HardSwish", {"c"}, {"h"});
+    m.InitFloats("s1", {1, 1, 1, 1}, {0.75f});
+    m.InitFloats("t1", {}, {-0.25f});
+    m.Node("Add", {"t1", "h"}, {"a1"});
+    m.Node("Mul", {"s1", "a1"}, {"a2"});
+    m.InitFloats("ones", {k.OC, 1, 1, 1}, std::vector<float>(static_cast<size_t>(k.OC), 1.0f));
+    testing::ModelBuilder::AttrInt(m.Node("Conv", {"a2", "ones"}, {"d"}), "group", k.OC);
+    m.InitFloats("s2", {1}, {1.5f});
+    m.InitFloats("t2", {1, 1, 1, 1}, {0.5f});
+    m.Node("Mul", {"d", "s2"}, {"e"});
+    m.Node("Sub", {"t2", "e"}, {"y"});
+    Tensor x(DType::kF32, {1, k.C, k.H, k.W});
+    const std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), seed++);
+    std::copy(xv.begin(), xv.end(), x.data<float>());
+    std::vector<double> want = ReferenceConv(std::vector<double>(xv.begin(), xv.end()), w, b, spec, k.H, k.W);
+    for (double& v : want) {
+      const double h = v * std::clamp(v / 6.0 + 0.5, 0.0, 1.0);
+      v = 0.5 - 1.5 * (0.75 * (h - 0.25));
+    }
+    ExpectMatchesOnEveryIsaVariant(m, x, want, {kOpByOpAndCompiled[0], kOpByOpAndCompiled[1]}, 1e-4,
+                                   "C=" + std::to_string(k.C) + " OC=" + std::to_string(k.OC) +
+                                       " K=" + std::to_string(k.K));
+  }
+}
+
 // ---- pointwise -> depthwise fusion (FusePointwiseDepthwise, RunPointwiseDepthwiseConv) ----
 
 struct PwDwCase {

@@ -240,12 +240,18 @@ std::vector<const Node*> MatchPostOps(const Node& conv, const std::map<const Val
       v = mr[0]->outputs[0];
       continue;
     }
-    if (n == nullptr || n->outputs.size() != 1 || n->outputs[0] == nullptr || n->inputs.empty() || n->inputs[0] != v) break;
+    if (n == nullptr || n->outputs.size() != 1 || n->outputs[0] == nullptr || n->inputs.empty()) break;
+    const std::string& t = n->op_type;
+    // v is input 0, or input 1 of a binary op whose input 0 is the constant operand: Mul(c, v), Add(c, v)
+    // (commutative; exporters write the scale first, e.g. PaddleOCR's learnable affine blocks) and
+    // Sub(c, v) = -v + c.
+    const bool swapped = n->inputs[0] != v;
+    if (swapped && !(n->inputs.size() == 2 && n->inputs[1] == v && (t == "Mul" || t == "Add" || t == "Sub"))) break;
+    const Value* operand = n->inputs.size() == 2 ? n->input(swapped ? 0 : 1) : nullptr;
     if (n->outputs[0]->dtype != DType::kF32 || !n->outputs[0]->shape.fully_known() ||
         n->outputs[0]->shape.concrete() != v->shape.concrete()) {
       break;
     }
-    const std::string& t = n->op_type;
     if (t == "Relu") {
       op.kind = PostOp::Kind::kRelu;
     } else if (t == "Sigmoid") {
@@ -260,6 +266,8 @@ std::vector<const Node*> MatchPostOps(const Node& conv, const std::map<const Val
       if (n->HasAttr("max")) op.b = n->GetFloat("max", 0);
       if (n->input(1) && !ScalarOf(n->input(1), &op.a)) break;
       if (n->input(2) && !ScalarOf(n->input(2), &op.b)) break;
+    } else if (t == "HardSwish") {  // the ONNX op (opset 14; torch.onnx's export of nn.Hardswish)
+      op.kind = PostOp::Kind::kHardSwish;
     } else if (t == "LeakyRelu") {
       op = {PostOp::Kind::kLeakyRelu, n->GetFloat("alpha", 0.01f), 0, nullptr};
     } else if ((t == "Max" || t == "Min") && n->inputs.size() == 2 && ScalarOf(n->input(1), &c) && !std::isnan(c)) {
@@ -269,26 +277,33 @@ std::vector<const Node*> MatchPostOps(const Node& conv, const std::map<const Val
     } else if (t == "HardSigmoid") {  // clip(alpha * x + beta, 0, 1): two post-ops
       ops->push_back(PostOp{PostOp::Kind::kLinear, n->GetFloat("alpha", 0.2f), n->GetFloat("beta", 0.5f), nullptr});
       op = PostOp{PostOp::Kind::kClip, 0.0f, 1.0f, nullptr};
-    } else if ((t == "Mul" || t == "Add" || t == "Sub" || t == "Div") && ScalarOf(n->input(1), &c)) {
-      op.kind = PostOp::Kind::kLinear;
+    } else if ((t == "Mul" || t == "Add" || t == "Sub" || t == "Div") && ScalarOf(operand, &c)) {
       if (t == "Mul") op = {PostOp::Kind::kLinear, c, 0, nullptr};
       else if (t == "Add") op = {PostOp::Kind::kLinear, 1, c, nullptr};
-      else if (t == "Sub") op = {PostOp::Kind::kLinear, 1, -c, nullptr};
+      else if (t == "Sub") op = swapped ? PostOp{PostOp::Kind::kLinear, -1, c, nullptr} : PostOp{PostOp::Kind::kLinear, 1, -c, nullptr};
       else op = {PostOp::Kind::kLinear, 1.0f / c, 0, nullptr};
-    } else if (t == "Add" && n->input(1) && n->input(1)->is_constant() && n->input(1)->dtype == DType::kF32) {
+    } else if (t == "Add" && operand && operand->is_constant() && operand->dtype == DType::kF32) {
       // One value per output channel, broadcast as [OC, 1, ...] or [1, OC, 1, ...] ([.., OC] channels-last).
-      const Dims& d = n->input(1)->constant->dims();
+      const Dims& d = operand->constant->dims();
       int rank = v->shape.rank();
-      if (static_cast<int>(d.size()) > rank || n->input(1)->constant->numel() != oc) break;
+      if (static_cast<int>(d.size()) > rank || operand->constant->numel() != oc) break;
       int off = rank - static_cast<int>(d.size());
       bool ok = true;
       for (int i = 0; i < static_cast<int>(d.size()); ++i) ok &= (off + i == channel_axis) ? d[i] == oc : d[i] == 1;
       if (!ok) break;
-      op = {PostOp::Kind::kAddChannel, 0, 0, n->input(1)};
+      op = {PostOp::Kind::kAddChannel, 0, 0, operand};
     } else {
       break;
     }
-    ops->push_back(op);
+    if (op.kind == PostOp::Kind::kLinear && !ops->empty() && ops->back().kind == PostOp::Kind::kLinear) {
+      // a2 * (a1 * x + b1) + b2 as one op, (a1 a2) x + (a2 b1 + b2): one pass (or one register op) fewer
+      // for a scale and a shift in a row, e.g. a learnable affine block's Mul + Add. Rounding differs
+      // from the two ops' by about one ulp (as Div by c computed as a product by 1 / c).
+      PostOp& prev = ops->back();
+      prev = {PostOp::Kind::kLinear, prev.a * op.a, op.a * prev.b + op.b, nullptr};
+    } else {
+      ops->push_back(op);
+    }
     absorbed.push_back(n);
     v = n->outputs[0];
   }

@@ -170,6 +170,20 @@ inline __attribute__((always_inline)) V ApplyOpsVec(V v, const std::vector<PostO
   return v;
 }
 
+// `ops` applied to N vectors of a register tile, acc[j] holding channels [chan(j), chan(j) + lanes): one
+// dispatch per op for the whole tile (a switch per vector and op cost a depthwise convolution as much as a
+// separate pass over its output), and the op's parameters are read once per tile.
+template <int N, typename V, typename ChanFn>
+inline __attribute__((always_inline)) void ApplyOpsTile(V* acc, const std::vector<PostOp>* ops, ChanFn&& chan) {
+  if (!ops) return;
+  for (const PostOp& op : *ops) {
+    DispatchKind(op, [&](auto kind) __attribute__((always_inline)) {
+#pragma GCC unroll 32
+      for (int j = 0; j < N; ++j) acc[j] = ApplyKind<decltype(kind)::value>(acc[j], op, chan(j));
+    });
+  }
+}
+
 // y[r, c] = f(y[r, c], c) over rows x channels, in channel blocks of VW, V8f, then single floats.
 template <typename VW, typename F>
 inline __attribute__((always_inline)) void ForEachChannelBlock(float* y, int64_t rows, int64_t channels, F&& f) {
@@ -336,8 +350,9 @@ inline __attribute__((always_inline)) void DepthwiseBody(const DwArgs& a, int64_
         }
       }
       float* yp = yr + ow * C + c0;
+      ApplyOpsTile<kPix>(acc, ops, [c0](int) { return c0; });
 #pragma GCC unroll 8
-      for (int j = 0; j < kPix; ++j) StoreV(yp + j * C, ApplyOpsVec(acc[j], ops, c0));
+      for (int j = 0; j < kPix; ++j) StoreV(yp + j * C, acc[j]);
     };
     auto scalar = [&](int64_t ow, int64_t c) __attribute__((always_inline)) {
       float acc = a.bias ? a.bias[c] : 0.0f;
@@ -525,11 +540,12 @@ inline __attribute__((always_inline)) void SmallKTile(const float* x, int64_t ld
       for (int j = 0; j < NB; ++j) acc[p][j] += xv * wv[j];
     }
   }
+  ApplyOpsTile<P * NB>(&acc[0][0], ops, [n0](int i) { return n0 + (i % NB) * L; });
 #pragma GCC unroll 16
   for (int p = 0; p < P; ++p) {
     if (p >= rows) break;
 #pragma GCC unroll 8
-    for (int j = 0; j < NB; ++j) StoreV(y + p * OC + n0 + j * L, ApplyOpsVec(acc[p][j], ops, n0 + j * L));
+    for (int j = 0; j < NB; ++j) StoreV(y + p * OC + n0 + j * L, acc[p][j]);
   }
 }
 
