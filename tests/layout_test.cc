@@ -454,6 +454,53 @@ TEST(ChannelsLastTest, FewPixelConvolutionsMatchFloat64OnEveryIsaVariant) {
   }
 }
 
+// A framing convolution (1-D, few input channels, a long kernel with a large stride: fewer output frames
+// than output channels, as a spectrogram's STFT as Conv) runs im2col over frames + one GEMM; with pads and
+// dilations (frames partly outside the signal), NCHW and channels-last, op by op and compiled, against
+// float64 loops.
+TEST(ChannelsLastTest, FramingConvolutionsOverFewOutputFramesMatchFloat64) {
+  struct Case { int64_t C, L, K, stride, dilation, pad, OC; };
+  const std::vector<Case> cases = {{1, 300, 64, 20, 1, 0, 50}, {2, 257, 33, 16, 2, 7, 40}, {1, 512, 128, 40, 1, 64, 65}};
+  unsigned seed = 160;
+  for (const Case& k : cases) {
+    testing::ModelBuilder m(14);
+    m.Input("x", onnx::TensorProto::FLOAT, {1, k.C, k.L}).Output("y");
+    const std::vector<float> w = testing::RandomFloats(static_cast<size_t>(k.OC * k.C * k.K), seed++);
+    const std::vector<float> b = testing::RandomFloats(static_cast<size_t>(k.OC), seed++);
+    m.InitFloats("w", {k.OC, k.C, k.K}, w);
+    m.InitFloats("b", {k.OC}, b);
+    auto* conv = m.Node("Conv", {"x", "w", "b"}, {"y"});
+    testing::ModelBuilder::AttrInts(conv, "strides", {k.stride});
+    testing::ModelBuilder::AttrInts(conv, "dilations", {k.dilation});
+    testing::ModelBuilder::AttrInts(conv, "pads", {k.pad, k.pad});
+    const int64_t P = (k.L + 2 * k.pad - k.dilation * (k.K - 1) - 1) / k.stride + 1;
+    ASSERT_LT(P, k.OC) << "the few-output-frames case";
+    Tensor x(DType::kF32, {1, k.C, k.L});
+    const std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), seed++);
+    std::copy(xv.begin(), xv.end(), x.data<float>());
+    std::vector<double> want(static_cast<size_t>(k.OC * P));
+    for (int64_t o = 0; o < k.OC; ++o)
+      for (int64_t p = 0; p < P; ++p) {
+        double acc = b[o];
+        for (int64_t c = 0; c < k.C; ++c)
+          for (int64_t t = 0; t < k.K; ++t) {
+            const int64_t i = p * k.stride - k.pad + t * k.dilation;
+            if (i >= 0 && i < k.L) acc += static_cast<double>(xv[c * k.L + i]) * w[(o * k.C + c) * k.K + t];
+          }
+        want[o * P + p] = acc;
+      }
+    for (const std::string mode : {"--auto_jit=-1", "--auto_jit=-1 --cpu_channels_last=false",
+                                   "--auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false"}) {
+      auto y = RunModelBytes(m.Bytes(), "--device=cpu --intra_op_threads=2 --autotune_level=0 " + mode, x);
+      ASSERT_TRUE(y.ok()) << mode << ": " << y.status();
+      ASSERT_EQ(y->dims(), (Dims{1, k.OC, P})) << mode;
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR(y->data<float>()[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << mode << " K=" << k.K << " at " << i;
+      }
+    }
+  }
+}
+
 // LeakyRelu and Max with a scalar after a convolution, as post-ops of every conv path that takes them
 // (oneDNN brgconv, im2col + GEMM over few pixels, the pointwise loop / BLIS) on every ISA variant, compiled
 // (absorbed into the Conv) and op by op, against float64: y = max(leaky_relu(conv(x) + b, 0.1), -0.3).
