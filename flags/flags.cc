@@ -169,8 +169,8 @@ const std::vector<FlagDef>& Table() {
        BoolFlag(&Flags::enable_lazy_compilation, "enable_lazy_compilation")},
       {{"async_compilation", "bool|auto", "auto",
         "Compile on a background thread while the fallback path runs; swap the executable in when ready. "
-        "true, false, or auto = true when --intra_op_threads leaves a CPU of this process idle (and lazy "
-        "compilation is on).",
+        "true, false, or auto = true when lazy compilation is on and --intra_op_threads leaves a CPU of this "
+        "process idle, or is 2 or more (runs then use one thread fewer while a compile is in flight).",
         {}},
        [](Flags& f, absl::string_view v, bool has) -> absl::Status {
          using A = Flags::AsyncCompilation;
@@ -748,7 +748,13 @@ bool AsyncCompilationEnabled(const Flags& flags) {
     case Flags::AsyncCompilation::kAuto: break;
   }
   // --enable_lazy_compilation=false asks for compiled code from the first execution: no fallback runs.
-  return flags.enable_lazy_compilation && flags.intra_op_threads > 0 && flags.intra_op_threads < UsableCpus();
+  return flags.enable_lazy_compilation && flags.intra_op_threads > 0 &&
+         (flags.intra_op_threads < UsableCpus() || flags.intra_op_threads >= 2);
+}
+
+bool LendsCpuToCompiles(const Flags& flags) {
+  return flags.async_compilation == Flags::AsyncCompilation::kAuto && AsyncCompilationEnabled(flags) &&
+         flags.intra_op_threads >= UsableCpus() && flags.intra_op_threads >= 2;
 }
 
 int UsableCpus() {

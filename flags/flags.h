@@ -46,9 +46,11 @@ struct Flags {
   bool always_defer_compilation = false;
   bool enable_lazy_compilation = true;
   // Compile on a background thread while the fallback path runs (as TF's --tf_xla_async_compilation).
-  // kAuto (default): when the session's intra-op threads leave a CPU of this process idle
-  // (intra_op_threads < UsableCpus()), so a compile never competes with the run for a core, and lazy
-  // compilation is on (enable_lazy_compilation=false asks for no fallback runs); see AsyncCompilationEnabled.
+  // kAuto (default): when lazy compilation is on (enable_lazy_compilation=false asks for no fallback runs)
+  // and either the session's intra-op threads leave a CPU of this process idle (intra_op_threads <
+  // UsableCpus()), or they are 2 or more: then the session lends the compile a CPU — runs use one intra-op
+  // thread fewer while a background compile is in flight (LendsCpuToCompiles), so a compile never competes
+  // with a run for a core. See AsyncCompilationEnabled.
   enum class AsyncCompilation { kFalse, kTrue, kAuto };
   AsyncCompilation async_compilation = AsyncCompilation::kAuto;
   // Threads that compile one cluster's new fused kernels concurrently (each kernel is an independent LLVM
@@ -156,8 +158,13 @@ struct Flags {
 int UsableCpus();
 
 // Whether compilations run in the background under `flags`: --async_compilation=true, or auto with
-// flags.intra_op_threads < UsableCpus() and flags.enable_lazy_compilation.
+// flags.enable_lazy_compilation and (flags.intra_op_threads < UsableCpus() or flags.intra_op_threads >= 2).
 bool AsyncCompilationEnabled(const Flags& flags);
+// --async_compilation=auto with no idle CPU (intra_op_threads >= UsableCpus(), at least 2): runs use
+// intra_op_threads - 1 threads while a background compile is in flight, and autotuning stays on the run's
+// thread (its timings need the run's threads). Measured on 2 CPUs (docs/notes.md, seventeenth session): a
+// synchronous compile at full threads blocked a stream's run for 10-30 ms.
+bool LendsCpuToCompiles(const Flags& flags);
 
 // Parses `text` on top of `base`. `source` names where the text came from, for error messages.
 absl::StatusOr<Flags> ParseFlags(absl::string_view text, const Flags& base = Flags{},

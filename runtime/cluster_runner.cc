@@ -20,6 +20,7 @@ namespace cjit {
 ClusterRuntime::ClusterRuntime(const Flags& flags)
     : flags_(flags),
       async_compilation_(AsyncCompilationEnabled(flags)),
+      lend_cpu_(LendsCpuToCompiles(flags)),
       policy_(CompilePolicyOptions{flags.compile_threshold, flags.compile_time_cutoff_s,
                                    flags.always_defer_compilation, flags.enable_lazy_compilation,
                                    /*threshold_per_structure=*/flags.polymorphic_clusters}),
@@ -135,6 +136,12 @@ void ClusterRuntime::Shutdown() {
   if (worker.joinable()) worker.join();
 }
 
+int ClusterRuntime::RunThreadsNow() const {
+  const int threads = flags_.intra_op_threads;
+  if (!lend_cpu_ || background_compiles_.load(std::memory_order_relaxed) == 0) return threads;
+  return std::max(1, threads - 1);
+}
+
 int ClusterRuntime::compiles_in_flight() const {
   std::lock_guard<std::mutex> lock(pool_mu_);
   return static_cast<int>(pool_jobs_.size()) + pool_running_;
@@ -223,7 +230,7 @@ ClusterRunner::~ClusterRunner() {
 namespace {
 
 // Compiles `state`'s body, records the outcome, and installs the executable. Returns the compile status.
-absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state);
+absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state, bool background);
 
 // Writes the cluster's fusion plan, LLVM IR and assembly to the dump directory (once per cluster).
 void DumpCompiled(ClusterRunner::State& s, const CpuExecutable& ex);
@@ -325,13 +332,21 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
       if (!start) s.runtime->policy().AbandonCompile(s.policy_id);
       if (start && s.runtime->async_compilation()) {
         std::shared_ptr<State> keep = state_;
-        if (!s.runtime->SubmitCompile([keep] { CompileInto(keep).IgnoreError(); })) {
+        ClusterRuntime* rt = s.runtime;
+        rt->BeginBackgroundCompile();
+        // The counter drops when the job ends, or when the job is destroyed unrun (Shutdown drops queued
+        // jobs): a guard owned by the job does both.
+        auto done = std::shared_ptr<void>(nullptr, [rt](void*) { rt->EndBackgroundCompile(); });
+        if (!s.runtime->SubmitCompile([keep, done]() mutable {
+              CompileInto(keep, /*background=*/true).IgnoreError();
+              done.reset();
+            })) {
           s.runtime->policy().AbandonCompile(s.policy_id);
           std::lock_guard<std::mutex> lock(s.mu);
           s.compile_in_flight = false;  // shutting down: stay on the fallback path
         }
         why = "compiling in the background (--async_compilation)";
-      } else if (start && CompileInto(state_).ok()) {
+      } else if (start && CompileInto(state_, /*background=*/false).ok()) {
         std::lock_guard<std::mutex> lock(s.mu);
         ex = s.executable;
       } else if (!ex) {
@@ -355,7 +370,7 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
       if (uint64_t flow = s.pending_flow.exchange(0)) prof->FlowEnd(flow, "first compiled execution", Profiler::Now());
     }
     Autotuner* tuner = s.runtime->autotuner();
-    const bool async = s.runtime->async_compilation();
+    const bool async = s.runtime->async_autotune();
     if (async && tuner != nullptr && tuner->enabled() && execution >= tuner->options().threshold &&
         ex->ClaimAutotuneJob(*tuner)) {
       // An executable that was not tuned when it was built (loaded from the persistent cache, instantiated
@@ -364,7 +379,7 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
       const int threads = s.threads;
       s.runtime->SubmitCompile([ex, tuner, threads, execution] { ex->Autotune(*tuner, threads, execution); });
     }
-    return ex->Run(inputs, s.threads, prof, s.stats->id, tuner, execution, /*tune_inline=*/!async);
+    return ex->Run(inputs, RunThreads(s.threads), prof, s.stats->id, tuner, execution, /*tune_inline=*/!async);
   }
   ++s.stats->fallback_executions;
   Executor* fallback = nullptr;
@@ -455,7 +470,7 @@ void DumpCompiled(ClusterRunner::State& s, const CpuExecutable& ex) {
   }
 }
 
-absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state) {
+absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state, bool background) {
   ClusterRunner::State& s = *state;
   Profiler* prof = CJIT_PROFILER_ENABLED ? s.runtime->profiler() : nullptr;
   TraceScope scope(prof, s.compile_name, "compile");
@@ -465,7 +480,10 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state) {
   options.codegen_single_ops = s.runtime->flags().cpu_codegen_single_ops;
   options.fail_for_testing = s.runtime->flags().fail_compilation_for_testing;
   const int parallelism = s.runtime->flags().force_compilation_parallelism;
-  options.compile_threads = parallelism > 0 ? parallelism : UsableCpus();
+  // A synchronous compile blocks the run: every CPU. A background one takes the CPUs the runs leave (one
+  // lent by LendsCpuToCompiles, or those above --intra_op_threads), at least one.
+  const int spare = UsableCpus() - s.runtime->RunThreadsNow();
+  options.compile_threads = parallelism > 0 ? parallelism : background ? std::max(1, spare) : UsableCpus();
   if (prof) {
     options.on_phase = [prof](const char* phase, int64_t start, int64_t end) { prof->Complete(phase, "compile", start, end); };
   }

@@ -92,10 +92,20 @@ class ClusterRuntime : public std::enable_shared_from_this<ClusterRuntime> {
   void Shutdown();
   // Compilations queued or running.
   int compiles_in_flight() const;
+  // The threads a run uses now (RunThreads' cap): intra_op_threads, or one fewer while a background
+  // compile is in flight and the flags lend it a CPU (LendsCpuToCompiles). Lock-free.
+  int RunThreadsNow() const;
+  // Whether autotuning runs in the background (async compilation without lending: an idle CPU).
+  bool async_autotune() const { return async_compilation_ && !lend_cpu_; }
+  // Counts a cluster compile in flight on the background worker (RunThreadsNow reads it).
+  void BeginBackgroundCompile() { background_compiles_.fetch_add(1, std::memory_order_relaxed); }
+  void EndBackgroundCompile() { background_compiles_.fetch_sub(1, std::memory_order_relaxed); }
 
  private:
   Flags flags_;
   bool async_compilation_;
+  bool lend_cpu_;
+  std::atomic<int> background_compiles_{0};
   CompilePolicy policy_;
   MemoryCache cache_;
   std::unique_ptr<DiskCache> disk_;

@@ -13,6 +13,17 @@
 
 namespace cjit {
 
+namespace {
+thread_local int run_thread_cap = 0;
+}  // namespace
+
+int RunThreads(int configured) {
+  return run_thread_cap > 0 && run_thread_cap < configured ? run_thread_cap : configured;
+}
+
+ScopedRunThreads::ScopedRunThreads(int cap) : previous_(run_thread_cap) { run_thread_cap = cap; }
+ScopedRunThreads::~ScopedRunThreads() { run_thread_cap = previous_; }
+
 Executor::~Executor() {
   // Node events of this executor's runs refer to its graph, which may go with it (an evicted plan):
   // format them now. Every run of this executor has ended (its caller held a reference).
@@ -204,7 +215,7 @@ absl::StatusOr<std::vector<Tensor>> Executor::Run(
     KernelContext ctx;
     ctx.node = st.node;
     ctx.want_impl = scope.active();
-    ctx.threads = threads_;
+    ctx.threads = RunThreads(threads_);
     ctx.run_subgraph = &runner_;
     ctx.input_is_constant = &st.in_const;
     ctx.inputs.reserve(st.in.size());

@@ -27,6 +27,22 @@ class ClusterRunner;
 class ClusterRuntime;
 class Profiler;
 
+// The intra-op threads of the Session::Run in progress on the calling thread: `configured`, or fewer while
+// the run lends a CPU to a background compile (LendsCpuToCompiles in flags/flags.h). Executors and compiled
+// clusters take their thread counts through it.
+int RunThreads(int configured);
+// Caps RunThreads on this thread for its lifetime (0: no cap); nests (restores the previous cap).
+class ScopedRunThreads {
+ public:
+  explicit ScopedRunThreads(int cap);
+  ~ScopedRunThreads();
+  ScopedRunThreads(const ScopedRunThreads&) = delete;
+  ScopedRunThreads& operator=(const ScopedRunThreads&) = delete;
+
+ private:
+  int previous_;
+};
+
 struct ExecutorOptions {
   int threads = 1;
   // Runs cjit.Cluster nodes (required when the graph has any).

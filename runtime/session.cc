@@ -581,11 +581,15 @@ absl::StatusOr<ClusteringReport> Session::Explain(const std::vector<NamedTensor>
 absl::StatusOr<std::vector<NamedTensor>> Session::Run(const std::vector<NamedTensor>& inputs) {
   // OpenMP's thread count is a per-thread setting of the caller: set ours for the call (oneDNN reads it),
   // then give the caller back its own.
+  // While a background compile is in flight the run may lend it a CPU (LendsCpuToCompiles): one thread
+  // fewer, for OpenMP (oneDNN, BLIS) and for our own kernels (RunThreads).
+  const int threads = clusters_ ? clusters_->RunThreadsNow() : flags_.intra_op_threads;
   int caller_threads = omp_get_max_threads();
-  if (caller_threads != flags_.intra_op_threads) omp_set_num_threads(flags_.intra_op_threads);
+  if (caller_threads != threads) omp_set_num_threads(threads);
+  ScopedRunThreads cap(threads < flags_.intra_op_threads ? threads : 0);
   ScopedMaxTensorBytes limit(static_cast<uint64_t>(flags_.max_tensor_bytes));
   auto result = CatchAsStatus("Run", [&] { return RunImpl(inputs); });
-  if (caller_threads != flags_.intra_op_threads) omp_set_num_threads(caller_threads);
+  if (caller_threads != threads) omp_set_num_threads(caller_threads);
   return result;
 }
 

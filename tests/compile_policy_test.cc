@@ -11,6 +11,8 @@
 #include "gtest/gtest.h"
 #include "tests/model_builder.h"
 #include "tests/test_data.h"
+#include "runtime/cluster_runner.h"
+#include "runtime/executor.h"
 #include "runtime/session.h"
 #include "tools/check_lib.h"
 
@@ -99,7 +101,8 @@ TEST(ClusterRuntimeTest, LazyCompilationCountsOnRealModel) {
   auto dir = SharedModel("ppocrv4_rec");
   CJIT_REQUIRE_DATA(dir / "model.onnx");
   // The CPU path under test, also on a machine with a GPU.
-  auto s = LoadSessionWithFlags((dir / "model.onnx").string(), "--device=cpu", 2);
+  // Synchronous compiles: the counts at fixed runs below assume them (auto compiles in the background).
+  auto s = LoadSessionWithFlags((dir / "model.onnx").string(), "--device=cpu --async_compilation=false", 2);
   ASSERT_TRUE(s.ok()) << s.status();
   auto sets = ReadDataSets(dir.string(), **s);
   ASSERT_TRUE(sets.ok());
@@ -154,8 +157,8 @@ TEST(ClusterRuntimeTest, NewWidthsAreInstantiatedFromCompiledKernels) {
   auto dir = SharedModel("ppocrv4_rec");
   CJIT_REQUIRE_DATA(dir / "model.onnx");
   std::string model = (dir / "model.onnx").string();
-  auto s = LoadSessionWithFlags(model, "--device=cpu", 2);
-  auto off = LoadSessionWithFlags(model, "--device=cpu --polymorphic_clusters=false", 2);
+  auto s = LoadSessionWithFlags(model, "--device=cpu --async_compilation=false", 2);
+  auto off = LoadSessionWithFlags(model, "--device=cpu --async_compilation=false --polymorphic_clusters=false", 2);
   auto ref = LoadSessionWithFlags(model, "--device=cpu --auto_jit=-1", 2);
   ASSERT_TRUE(s.ok() && off.ok() && ref.ok());
   auto first = RandomInputs(**s, {{1, 3, 48, 320}}, 1);
@@ -461,6 +464,61 @@ TEST(ClusterRuntimeTest, AsyncCompilationAutoUsesAnIdleCpu) {
     ASSERT_TRUE(r.ok()) << "run " << runs << ": " << r.status;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  EXPECT_GT((*s)->stats().totals.compiled_executions, 0);
+}
+
+// --async_compilation=auto with every CPU busy (intra-op threads >= the CPUs, at least 2): compiles run
+// in the background and runs lend them a CPU — one intra-op thread fewer while a compile is in flight, the
+// configured count again after; autotuning stays on the run's thread.
+TEST(ClusterRuntimeTest, RunsLendACpuWhileABackgroundCompileIsInFlight) {
+  Flags f;
+  f.intra_op_threads = std::max(2, UsableCpus());
+  const int threads = f.intra_op_threads;
+  ClusterRuntime rt(f);
+  EXPECT_TRUE(rt.async_compilation());
+  EXPECT_FALSE(rt.async_autotune());
+  EXPECT_EQ(rt.RunThreadsNow(), threads);
+  rt.BeginBackgroundCompile();
+  EXPECT_EQ(rt.RunThreadsNow(), threads - 1);
+  {
+    ScopedRunThreads cap(rt.RunThreadsNow());
+    EXPECT_EQ(RunThreads(threads), threads - 1);
+    EXPECT_EQ(RunThreads(1), 1);
+  }
+  EXPECT_EQ(RunThreads(threads), threads) << "the cap ends with its scope";
+  rt.EndBackgroundCompile();
+  EXPECT_EQ(rt.RunThreadsNow(), threads);
+  // Explicit choices do not lend: synchronous compiles, or --async_compilation=true (a CPU of its own).
+  for (auto mode : {Flags::AsyncCompilation::kFalse, Flags::AsyncCompilation::kTrue}) {
+    f.async_compilation = mode;
+    ClusterRuntime other(f);
+    other.BeginBackgroundCompile();
+    EXPECT_EQ(other.RunThreadsNow(), threads);
+    other.EndBackgroundCompile();
+  }
+}
+
+// The same end to end on a real model: the first execution past the threshold runs on the fallback path
+// (a synchronous compile would have run it compiled), the compiled executable arrives later, and no
+// compile is left in flight; results match the references throughout.
+TEST(ClusterRuntimeTest, AsyncCompilationAutoAtFullThreadsSwapsIn) {
+  auto dir = SharedModel("ppocrv4_rec");
+  CJIT_REQUIRE_DATA(dir / "model.onnx");
+  auto s = LoadSessionWithFlags((dir / "model.onnx").string(), "--device=cpu --compile_threshold=0",
+                                std::max(2, UsableCpus()));
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto sets = ReadDataSets(dir.string(), **s);
+  ASSERT_TRUE(sets.ok());
+  DataSetResult first = RunDataSet(**s, (*sets)[0], 1e-3, 1e-4);
+  ASSERT_TRUE(first.ok()) << first.status;
+  EXPECT_GT((*s)->stats().totals.fallback_executions, 0) << "the first run waited for the compiler";
+  for (int runs = 0; runs < 2000 && (*s)->stats().compiles_in_flight > 0; ++runs) {
+    DataSetResult r = RunDataSet(**s, (*sets)[0], 1e-3, 1e-4);
+    ASSERT_TRUE(r.ok()) << "run " << runs << ": " << r.status;
+  }
+  ASSERT_EQ((*s)->stats().compiles_in_flight, 0);
+  DataSetResult r = RunDataSet(**s, (*sets)[0], 1e-3, 1e-4);
+  ASSERT_TRUE(r.ok()) << r.status;
   EXPECT_GT((*s)->stats().totals.compiled_executions, 0);
 }
 

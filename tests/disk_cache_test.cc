@@ -391,6 +391,7 @@ TEST(DiskCacheTest, WarmStartOnRealModel) {
   o.flags.device = "cpu";  // the CPU path under test, also on a machine with a GPU
   o.use_environment_flags = false;
   o.flags.intra_op_threads = 2;
+  o.flags.async_compilation = Flags::AsyncCompilation::kFalse;  // counts at fixed runs below
   o.flags.persistent_cache_dir = cache;
   // Compiled-code entries only: autotuning entries (and their corruption) are tests/autotune_test.cc's, and
   // a re-tune after corruption may pick another algorithm, so bitwise equality would not hold.

@@ -147,16 +147,28 @@ TEST(FlagsTest, SessionOptionsAreValidated) {
 TEST(FlagsTest, AsyncCompilationAutoFollowsTheIdleCpus) {
   Flags f;
   ASSERT_EQ(f.async_compilation, Flags::AsyncCompilation::kAuto);
+  // Every CPU busy: background compiles when there are 2 or more threads (a CPU is lent), else synchronous.
   f.intra_op_threads = UsableCpus();
-  EXPECT_FALSE(AsyncCompilationEnabled(f));
+  EXPECT_EQ(AsyncCompilationEnabled(f), UsableCpus() >= 2);
+  EXPECT_EQ(LendsCpuToCompiles(f), UsableCpus() >= 2);
+  f.intra_op_threads = 2 * UsableCpus();
+  EXPECT_TRUE(AsyncCompilationEnabled(f));
+  EXPECT_TRUE(LendsCpuToCompiles(f));
+  // A CPU idle: background compiles on it, nothing lent.
   f.intra_op_threads = UsableCpus() - 1;
   EXPECT_EQ(AsyncCompilationEnabled(f), UsableCpus() > 1);
+  EXPECT_FALSE(LendsCpuToCompiles(f));
+  f.intra_op_threads = 1;
+  EXPECT_EQ(AsyncCompilationEnabled(f), UsableCpus() > 1);
+  EXPECT_FALSE(LendsCpuToCompiles(f));
+  f.intra_op_threads = UsableCpus();
   f.enable_lazy_compilation = false;  // no fallback runs asked for: compile at once
   EXPECT_FALSE(AsyncCompilationEnabled(f));
+  EXPECT_FALSE(LendsCpuToCompiles(f));
   f.enable_lazy_compilation = true;
   f.async_compilation = Flags::AsyncCompilation::kTrue;
-  f.intra_op_threads = UsableCpus();
   EXPECT_TRUE(AsyncCompilationEnabled(f));
+  EXPECT_FALSE(LendsCpuToCompiles(f)) << "explicit async: no lending";
   f.async_compilation = Flags::AsyncCompilation::kFalse;
   f.intra_op_threads = 1;
   EXPECT_FALSE(AsyncCompilationEnabled(f));
