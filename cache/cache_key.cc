@@ -20,9 +20,15 @@ namespace cjit {
 uint64_t Fingerprint64(absl::string_view bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
 
 std::string ContentDigest(absl::string_view bytes) {
+  // Fetched once: EVP_sha256() makes every EVP_Digest call fetch the implementation again (OpenSSL 3),
+  // which cost more than hashing the few bytes of a shape constant; a new signature hashes hundreds.
+  static const EVP_MD* const sha256 = [] {
+    const EVP_MD* fetched = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+    return fetched != nullptr ? fetched : EVP_sha256();
+  }();
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  if (EVP_Digest(bytes.data(), bytes.size(), md, &len, EVP_sha256(), nullptr) != 1) {
+  if (EVP_Digest(bytes.data(), bytes.size(), md, &len, sha256, nullptr) != 1) {
     // Not expected (SHA-256 is always available); fall back to the bytes themselves, never to a weaker hash.
     return absl::StrCat("raw:", absl::CHexEscape(bytes));
   }
