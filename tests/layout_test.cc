@@ -425,15 +425,18 @@ TEST(ChannelsLastTest, PointwiseConvolutionsMatchFloat64OnEveryIsaVariant) {
 }
 
 // Convolutions over few output pixels (im2col + GEMM: the register-tiled GEMM where the weights fit L2,
-// BLIS above), 3x3 and 1x3 kernels with pads, channels-last, on every ISA variant, against float64 loops
-// over the NCHW tensors; the 1x3 convolution over 40-pixel rows also takes the in-place im2col runs.
+// BLIS above), 3x3, 1x3 and 3x1 kernels with pads, channels-last, on every ISA variant, against float64
+// loops over the NCHW tensors; the 1x3 convolution over 40-pixel rows also takes the in-place im2col runs,
+// and the 3x1 one over 217 pixels is one chunk split over the threads.
 TEST(ChannelsLastTest, FewPixelConvolutionsMatchFloat64OnEveryIsaVariant) {
   // Spatial sizes with at most 256 output pixels (the few-pixel rule); 24 -> 40 -> 40 channels: 3x3 weights
   // 360 x 40 (register-tiled GEMM), then a 1x3; and 96 -> 240 -> 96 (1x3 weights 720 x 96 > 64 Ki: BLIS).
   const std::vector<std::tuple<int64_t, int64_t, std::vector<ConvSpec>>> cases = {
       {6, 10, {{24, 40, 3, 3, 1, 1}, {40, 40, 1, 3, 0, 1}}},
       {1, 40, {{24, 40, 1, 3, 0, 1}, {40, 40, 1, 3, 0, 1}}},
-      {4, 6, {{96, 240, 1, 3, 0, 1}, {240, 96, 1, 3, 0, 1}}}};
+      {4, 6, {{96, 240, 1, 3, 0, 1}, {240, 96, 1, 3, 0, 1}}},
+      // 217 output pixels, 3x1 weights 216 x 72 (3.4M multiply-adds in one chunk): split over the 2 threads.
+      {31, 7, {{72, 72, 3, 1, 1, 0}, {72, 72, 3, 1, 1, 0}}}};
   unsigned seed = 90;
   for (const auto& [H, W, specs] : cases) {
     testing::ModelBuilder m(14);

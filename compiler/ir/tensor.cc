@@ -16,7 +16,7 @@
 namespace cjit {
 namespace {
 
-// Tensor buffers of 64 KiB and more come from a best-fit arena with coalescing (compiler/ir/buffer_arena.h):
+// Tensor buffers of 32 KiB and more come from a best-fit arena with coalescing (compiler/ir/buffer_arena.h):
 // glibc serves blocks above its mmap threshold (at most 32 MiB) with a fresh mmap each time and unmaps them
 // on free, and trims the top of its heap when a large block there is freed, so every run page-faulted its
 // activations again (a 59 MB 1x480x480x64 activation: ~15k faults, a third of that convolution's time; a
@@ -25,8 +25,9 @@ namespace {
 // pages: 1 GB of fresh pages, its first run 2.4x its steady state). Blocks of at least kArenaMinBytes; the
 // arena holds at most ArenaMaxBytes(); requests beyond it use aligned_alloc. Smaller blocks stay with
 // malloc (its bins keep them resident). Process-wide, thread-safe; never destroyed (reachable, so leak
-// checkers stay quiet).
-constexpr size_t kArenaMinBytes = size_t{64} << 10;
+// checkers stay quiet). 32 KiB, not 64: a 63 KiB cluster output (oww_embedding's layout transpose) was
+// page-faulted in again on every run from glibc's trimmed heap top (27 us instead of 3).
+constexpr size_t kArenaMinBytes = size_t{32} << 10;
 // At most 1 GiB or an eighth of physical memory: a 960x960 detector frees and re-allocates ~1 GB of
 // activations per run.
 size_t ArenaMaxBytes() {

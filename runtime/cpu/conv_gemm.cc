@@ -970,6 +970,8 @@ absl::Status RunPointwiseDepthwiseConv(KernelContext& ctx) {
 
 // Shortest run of output pixels of a row that reads its im2col rows in place (see below).
 constexpr int64_t kIm2colInPlaceMinRun = 32;
+// Multiply-adds from which a channels-last im2col product of few chunks is split over the threads.
+constexpr double kIm2colSplitMinMacs = 1 << 20;
 
 absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, int64_t group, bool channels_last,
                                     Tensor& y, int64_t max_channels) {
@@ -997,8 +999,14 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
   // then runs single-threaded inside the parallel region). NCHW: one im2col matrix of at most
   // kIm2colMaxBytes.
   int64_t rows = std::min<int64_t>(P, std::clamp<int64_t>((int64_t{256} << 10) / (K * 4), 16, 1024));
+  // Channels-last products of a few chunks but enough work split into one chunk per thread (at least 48
+  // rows each: the register tiles are 6 rows): oww_embedding's 3-tap convolutions over 240 pixels were one
+  // chunk, on one thread at any thread count.
+  const bool split = channels_last && ctx.threads > 1 && (P + rows - 1) / rows < 2 * ctx.threads &&
+                     static_cast<double>(N) * P * K * OC >= kIm2colSplitMinMacs && P >= 48 * ctx.threads;
+  if (split) rows = (P + ctx.threads - 1) / ctx.threads;
   int64_t chunks = (P + rows - 1) / rows;
-  int nt = ctx.threads > 1 && chunks >= 2 * ctx.threads ? ctx.threads : 1;
+  int nt = ctx.threads > 1 && (split || chunks >= 2 * ctx.threads) ? ctx.threads : 1;
   if (!channels_last && static_cast<double>(P) * K * sizeof(float) > kIm2colMaxBytes) return false;
   if (channels_last && static_cast<double>(nt) * rows * K * sizeof(float) > kIm2colMaxBytes) return false;
   const float* xp = static_cast<const float*>(x.raw());
