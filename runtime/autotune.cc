@@ -792,9 +792,24 @@ void Autotuner::WriteDumpFile() {
   if (!st.ok()) CJIT_LOG(WARNING) << "--autotune_results_dump_to: " << st.message();
 }
 
+std::atomic<int64_t>* Autotuner::DefaultTimeCounter(const std::string& key) {
+  // Bounded (a service sees new signatures forever): past the cap a step counts its own time alone.
+  constexpr size_t kMaxCounters = 1 << 16;
+  std::lock_guard<std::mutex> lock(time_mu_);
+  auto it = default_ns_.find(key);
+  if (it != default_ns_.end()) return it->second.get();
+  if (default_ns_.size() >= kMaxCounters) return nullptr;
+  auto& c = default_ns_[key];
+  c = std::make_unique<std::atomic<int64_t>>(0);
+  return c.get();
+}
+
 bool StepTuning::RanLongEnough(const Autotuner& tuner) const {
   const double min_ms = tuner.options().min_op_time_ms;
-  return min_ms <= 0 || static_cast<double>(default_ns_.load(std::memory_order_relaxed)) >= min_ms * 1e6;
+  if (min_ms <= 0) return true;
+  const std::atomic<int64_t>* c = signature_ns_.load(std::memory_order_acquire);
+  const int64_t ns = default_ns_.load(std::memory_order_relaxed) + (c ? c->load(std::memory_order_relaxed) : 0);
+  return static_cast<double>(ns) >= min_ms * 1e6;
 }
 
 const std::string* StepTuning::Resolve(Autotuner& tuner, const Node& node, const std::vector<const Tensor*>& inputs,
@@ -818,6 +833,7 @@ const std::string* StepTuning::Resolve(Autotuner& tuner, const Node& node, const
         state_.store(kResolved, std::memory_order_release);
         return choice_.empty() ? nullptr : &choice_;
       }
+      signature_ns_.store(tuner.DefaultTimeCounter(key_), std::memory_order_release);
       state_.store(kCounting, std::memory_order_release);
     }
   }

@@ -134,6 +134,11 @@ class Autotuner {
   void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
   bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
 
+  // The time (ns) the default algorithm of op signature `key` has run in this tuner's session, over every
+  // step with that signature (the 16 same-shaped projections of a 4-layer transformer count together:
+  // one tuning result serves them all). A stable counter for the key (null past 65536 keys); thread-safe.
+  std::atomic<int64_t>* DefaultTimeCounter(const std::string& key);
+
   AutotuneCounters& counters() { return counters_; }
   const AutotuneCounters& counters() const { return counters_; }
   // This tuner's decisions (tuned or found), in order; the first kMaxRecords only (a long-running service
@@ -157,6 +162,8 @@ class Autotuner {
   mutable std::mutex mu_;
   std::vector<AutotuneRecord> records_;  // guarded by mu_
   std::unordered_map<std::string, std::string> loaded_;  // key -> algorithm from load_from (immutable)
+  std::mutex time_mu_;
+  std::unordered_map<std::string, std::unique_ptr<std::atomic<int64_t>>> default_ns_;  // guarded by time_mu_
 };
 
 // The autotuning state of one library step of an executable. Resolve() is called for every execution:
@@ -174,16 +181,22 @@ class StepTuning {
   bool MarkFailed() { return !failed_.exchange(true); }
   // Whether a later Resolve past the threshold would still tune (no choice yet).
   bool pending() const { int s = state_.load(std::memory_order_acquire); return s == kNew || s == kCounting; }
-  // Time (ns) one execution of the default algorithm took, toward --autotune_min_op_time_ms.
-  void AddDefaultTime(int64_t ns) { default_ns_.fetch_add(ns, std::memory_order_relaxed); }
-  // Whether the default has run long enough for `tuner`'s --autotune_min_op_time_ms.
+  // Time (ns) one execution of the default algorithm took, toward --autotune_min_op_time_ms (counted per
+  // op signature: Autotuner::DefaultTimeCounter).
+  void AddDefaultTime(int64_t ns) {
+    std::atomic<int64_t>* c = signature_ns_.load(std::memory_order_acquire);
+    (c != nullptr ? *c : default_ns_).fetch_add(ns, std::memory_order_relaxed);
+  }
+  // Whether the default has run long enough for `tuner`'s --autotune_min_op_time_ms, over every step of
+  // this op signature.
   bool RanLongEnough(const Autotuner& tuner) const;
 
  private:
   enum State { kNew = 0, kCounting = 1, kResolved = 2, kUntunable = 3 };
   std::atomic<int> state_{kNew};
   std::atomic<bool> failed_{false};
-  std::atomic<int64_t> default_ns_{0};
+  std::atomic<int64_t> default_ns_{0};  // before the signature is known
+  std::atomic<std::atomic<int64_t>*> signature_ns_{nullptr};  // the tuner's counter for key_
   std::mutex mu_;
   std::string key_;     // set under mu_ before state_ leaves kNew
   std::string choice_;  // immutable once state_ == kResolved

@@ -732,6 +732,34 @@ TEST(AutotuneSessionTest, TunesOnlyOpsThatRanLongEnough) {
   ClearAutotuneResultsForTest();
 }
 
+// The default's time counts toward --autotune_min_op_time_ms per op signature: two steps with the same
+// signature (a transformer's same-shaped projections) reach the floor together, where either alone would
+// not; a step of another signature counts apart.
+TEST(AutotuneTest, DefaultTimeCountsPerSignature) {
+  ClearAutotuneResultsForTest();
+  AutotuneOptions o;
+  o.level = 1;
+  o.min_op_time_ms = 1;
+  auto t = Autotuner::Create(o, nullptr, nullptr);
+  ASSERT_TRUE(t.ok());
+  auto same = BuildNode("MatMul", "", {FloatTensor({16, 32}, RandomFloats(512, 1)), FloatTensor({32, 8}, RandomFloats(256, 2))}, {});
+  auto other = BuildNode("MatMul", "", {FloatTensor({16, 32}, RandomFloats(512, 3)), FloatTensor({32, 16}, RandomFloats(512, 4))}, {});
+  StepTuning a, b, c;
+  for (StepTuning* st : {&a, &b}) {
+    EXPECT_EQ(st->Resolve(**t, *same->node, same->ptrs, same->is_constant, nullptr, &same->inferred, 1, 0, false), nullptr);
+  }
+  EXPECT_EQ(c.Resolve(**t, *other->node, other->ptrs, other->is_constant, nullptr, &other->inferred, 1, 0, false), nullptr);
+  a.AddDefaultTime(600000);  // 0.6 ms
+  EXPECT_FALSE(a.RanLongEnough(**t));
+  EXPECT_FALSE(b.RanLongEnough(**t));
+  b.AddDefaultTime(600000);
+  EXPECT_TRUE(a.RanLongEnough(**t)) << "1.2 ms of the signature's default in all";
+  EXPECT_TRUE(b.RanLongEnough(**t));
+  c.AddDefaultTime(600000);
+  EXPECT_FALSE(c.RanLongEnough(**t)) << "another signature counts apart";
+  ClearAutotuneResultsForTest();
+}
+
 TEST(AutotuneSessionTest, AsyncTunesLoadedExecutablesInTheBackground) {
   const std::string dir = TempDir("async");
   auto load = [&](const std::string& flags) { return LoadConvNet(absl::StrCat("--persistent_cache_dir=", dir, " ", flags)); };
