@@ -34,7 +34,9 @@ namespace cjit {
 // 10: single-op fused groups run as library steps on the CPU (FusionPlanOptions::single_op_groups_as_library):
 //    fewer kernels in a plan's payload.
 // 11: LeakyRelu and Max/Min with a scalar are convolution post-ops (fewer kernels in a plan's payload).
-inline constexpr int kCacheFormatVersion = 11;
+// 12: Swish (x * Sigmoid(x)), the HardSwish op and scale/shift with the constant first are convolution
+//     post-ops; runs of scale/shift merge.
+inline constexpr int kCacheFormatVersion = 12;
 
 struct CacheKey {
   std::string canonical;  // full text

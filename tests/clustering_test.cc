@@ -302,6 +302,30 @@ TEST(FusionPlanTest, LeakyReluAndScalarMaxMinBecomePostOps) {
   for (const PlanStep& st : plan2->steps) EXPECT_TRUE(st.post_ops.empty());
 }
 
+// SiLU written out after a Conv, x * Sigmoid(x) with the Mul's operands either way, is one Swish post-op;
+// a Sigmoid whose output is also read elsewhere (or a Mul of two other values) is not absorbed.
+TEST(FusionPlanTest, SigmoidTimesItsInputBecomesASwishPostOp) {
+  auto g = Specialized(R"(graph g(%x: f32[1,3,8,8], %w: f32[4,3,1,1], %w2: f32[4,4,1,1]) {
+  %c = Conv(%x, %w)
+  %s = Sigmoid(%c)
+  %m = Mul(%s, %c)
+  %c2 = Conv(%m, %w2)
+  %s2 = Sigmoid(%c2)
+  %m2 = Mul(%c2, %s2)
+  %o = Add(%m2, %s2)
+  return %o
+})");
+  auto plan = BuildFusionPlan(*g);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const PlanStep& first = plan->steps[0];
+  ASSERT_EQ(first.post_ops.size(), 1u);
+  EXPECT_EQ(first.post_ops[0].kind, PostOp::Kind::kSwish);
+  EXPECT_EQ(first.output->name, "m");
+  for (size_t i = 1; i < plan->steps.size(); ++i) {
+    EXPECT_TRUE(plan->steps[i].post_ops.empty()) << "s2 is read by the Add too: Sigmoid and Mul stay";
+  }
+}
+
 // A scale and a shift with the constant first (Mul(c, v), Add(c, v): PaddleOCR's learnable affine blocks
 // after a HardSwish) are post-ops, and a run of them is one linear op: 2 * (0.5 v - 1) + 3 = 1 v + 1.
 // Sub(c, v) = -v + c. A Div(c, v) (not linear) stops the chain.

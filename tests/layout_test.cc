@@ -569,6 +569,39 @@ TEST(ChannelsLastTest, AffineChainsWithTheConstantFirstMatchFloat64) {
   }
 }
 
+// SiLU / Swish written out, x * Sigmoid(x) (YOLOv5/v8 and EfficientNet exports), with the Mul's operands in
+// either order, is a post-op of each convolution (the first on the brgconv, im2col or pointwise path, then a
+// depthwise one), applied in registers; against float64 on every conv path and ISA variant.
+TEST(ChannelsLastTest, SwishPostOpsMatchFloat64) {
+  struct Case { int64_t C, OC, K, H, W; };
+  const std::vector<Case> cases = {{16, 32, 3, 20, 20}, {24, 40, 3, 12, 12}, {16, 64, 1, 9, 11}};
+  unsigned seed = 180;
+  for (const Case& k : cases) {
+    const ConvSpec spec{k.C, k.OC, k.K, k.K, k.K / 2, k.K / 2};
+    testing::ModelBuilder m(14);
+    m.Input("x", onnx::TensorProto::FLOAT, {1, k.C, k.H, k.W}).Output("y");
+    const auto [w, b] = AddConv(m, spec, "x", "c", seed);
+    m.Node("Sigmoid", {"c"}, {"s1"});
+    m.Node("Mul", {"c", "s1"}, {"a"});
+    m.InitFloats("ones", {k.OC, 1, 1, 1}, std::vector<float>(static_cast<size_t>(k.OC), 1.0f));
+    testing::ModelBuilder::AttrInt(m.Node("Conv", {"a", "ones"}, {"d"}), "group", k.OC);
+    m.Node("Sigmoid", {"d"}, {"s2"});
+    m.Node("Mul", {"s2", "d"}, {"y"});
+    Tensor x(DType::kF32, {1, k.C, k.H, k.W});
+    std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), seed++);
+    for (float& v : xv) v *= 4.0f;  // outputs over the logistic's curved range, both signs
+    std::copy(xv.begin(), xv.end(), x.data<float>());
+    std::vector<double> want = ReferenceConv(std::vector<double>(xv.begin(), xv.end()), w, b, spec, k.H, k.W);
+    for (double& v : want) {
+      v = v / (1.0 + std::exp(-v));
+      v = v / (1.0 + std::exp(-v));
+    }
+    ExpectMatchesOnEveryIsaVariant(m, x, want, {kOpByOpAndCompiled[0], kOpByOpAndCompiled[1]}, 1e-4,
+                                   "C=" + std::to_string(k.C) + " OC=" + std::to_string(k.OC) +
+                                       " K=" + std::to_string(k.K));
+  }
+}
+
 // ---- pointwise -> depthwise fusion (FusePointwiseDepthwise, RunPointwiseDepthwiseConv) ----
 
 struct PwDwCase {

@@ -213,6 +213,28 @@ std::vector<const Node*> MatchPostOps(const Node& conv, const std::map<const Val
     PostOp op;
     const Node* n = r.size() == 1 ? r[0] : nullptr;
     float c = 0;
+    if (r.size() == 2 && (r[0]->op_type == "Sigmoid" || r[1]->op_type == "Sigmoid")) {
+      // SiLU / Swish written out (YOLOv5/v8, EfficientNet exports): s = Sigmoid(v); m = Mul(v, s) [or Mul(s, v)].
+      const Node* sig = r[0]->op_type == "Sigmoid" ? r[0] : r[1];
+      const Node* mul = sig == r[0] ? r[1] : r[0];
+      if (mul->op_type != "Mul" || mul->inputs.size() != 2 || sig->outputs.size() != 1 || !sig->outputs[0] ||
+          body_outputs.count(sig->outputs[0])) {
+        break;
+      }
+      const auto& sr = readers(sig->outputs[0]);
+      const bool pair = (mul->inputs[0] == v && mul->inputs[1] == sig->outputs[0]) ||
+                        (mul->inputs[1] == v && mul->inputs[0] == sig->outputs[0]);
+      if (sr.size() != 1 || sr[0] != mul || !pair || mul->outputs.size() != 1 || !mul->outputs[0] ||
+          mul->outputs[0]->dtype != DType::kF32 || !mul->outputs[0]->shape.fully_known() ||
+          mul->outputs[0]->shape.concrete() != v->shape.concrete()) {
+        break;
+      }
+      op.kind = PostOp::Kind::kSwish;
+      ops->push_back(op);
+      absorbed.insert(absorbed.end(), {sig, mul});
+      v = mul->outputs[0];
+      continue;
+    }
     if (r.size() == 2) {
       // HardSwish written out: a = Add(v, 3); b = Clip(a, 0, 6); m = Mul(v, b) [or Mul(b, v)]; d = Div(m, 6).
       const Node* add = r[0]->op_type == "Add" ? r[0] : r[1];

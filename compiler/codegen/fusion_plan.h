@@ -49,7 +49,8 @@ struct FusedKernel {
 // An elementwise op applied by a library call to its result (a oneDNN post-op), in order.
 struct PostOp {
   // kBiasLastDim: a constant vector over the last dim added to a matrix product (GEMM epilogue).
-  enum class Kind { kRelu, kClip, kSigmoid, kTanh, kHardSwish, kLinear, kAddChannel, kBiasLastDim, kLeakyRelu };
+  // kSwish: x * sigmoid(x) (SiLU).
+  enum class Kind { kRelu, kClip, kSigmoid, kTanh, kHardSwish, kLinear, kAddChannel, kBiasLastDim, kLeakyRelu, kSwish };
   Kind kind = Kind::kRelu;
   float a = 0, b = 0;              // kClip: [a, b]; kLinear: a * x + b; kLeakyRelu: alpha = a
   const Value* tensor = nullptr;   // kAddChannel / kBiasLastDim: constant of one value per channel / column

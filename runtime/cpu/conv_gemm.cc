@@ -69,6 +69,7 @@ inline __attribute__((always_inline)) float ScalarOp(const PostOp& op, float v, 
     }
     case PostOp::Kind::kLinear: return op.a * v + op.b;
     case PostOp::Kind::kLeakyRelu: return v < 0.0f ? op.a * v : v;
+    case PostOp::Kind::kSwish: return v / (1.0f + std::exp(-v));
     case PostOp::Kind::kAddChannel:
     case PostOp::Kind::kBiasLastDim: return v + static_cast<const float*>(op.tensor->constant->raw())[channel];
   }
@@ -132,6 +133,8 @@ inline __attribute__((always_inline)) V ApplyKind(V v, const PostOp& op, int64_t
       return v + LoadV<V>(static_cast<const float*>(op.tensor->constant->raw()) + c);
     } else if constexpr (K == PostOp::Kind::kSigmoid) {
       return onev / (onev + ExpV(-v));
+    } else if constexpr (K == PostOp::Kind::kSwish) {
+      return v / (onev + ExpV(-v));
     } else {
       for (int j = 0; j < kLanes; ++j) v[j] = ScalarOp(op, v[j], c + j);
       return v;
@@ -155,6 +158,7 @@ inline __attribute__((always_inline)) void DispatchKind(const PostOp& op, F&& f)
     CJIT_POST_OP_KIND(kSigmoid)
     CJIT_POST_OP_KIND(kTanh)
     CJIT_POST_OP_KIND(kLeakyRelu)
+    CJIT_POST_OP_KIND(kSwish)
 #undef CJIT_POST_OP_KIND
   }
 }

@@ -137,6 +137,9 @@ void ApplyPostOpsExact(const std::vector<PostOp>& ops, Tensor& y, bool channels_
       case PostOp::Kind::kLeakyRelu:
         for (int64_t i = 0; i < n; ++i) p[i] = p[i] < 0.0f ? op.a * p[i] : p[i];
         break;
+      case PostOp::Kind::kSwish:
+        for (int64_t i = 0; i < n; ++i) p[i] = p[i] / (1.0f + std::exp(-p[i]));
+        break;
       case PostOp::Kind::kAddChannel: {
         const float* c = static_cast<const float*>(op.tensor->constant->raw());
         for (int64_t i = 0; i < n; ++i) p[i] += c[(i / inner) % channels];
@@ -348,6 +351,19 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
     exact_post_ops = post_ops;
     post_ops = nullptr;
   }
+  // A Swish and what follows it run after the primitive (our vector epilogue), not as oneDNN post-ops:
+  // oneDNN's Winograd convolutions take no swish post-op, and on a YOLO-style network the convolutions
+  // that lost Winograd cost more than the separate pass saved.
+  std::vector<PostOp> dnnl_part, after_part;
+  if (post_ops != nullptr) {
+    size_t k = 0;
+    while (k < post_ops->size() && (*post_ops)[k].kind != PostOp::Kind::kSwish) ++k;
+    if (k < post_ops->size()) {
+      dnnl_part.assign(post_ops->begin(), post_ops->begin() + static_cast<std::ptrdiff_t>(k));
+      after_part.assign(post_ops->begin() + static_cast<std::ptrdiff_t>(k), post_ops->end());
+      post_ops = dnnl_part.empty() ? nullptr : &dnnl_part;
+    }
+  }
   std::string post_key;
   dnnl::post_ops po;
   std::vector<const Tensor*> binary_args;
@@ -363,6 +379,8 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
         case PostOp::Kind::kLinear: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, op.a, op.b); break;
         // oneDNN's relu with a negative slope alpha is LeakyRelu.
         case PostOp::Kind::kLeakyRelu: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, op.a, 0.0f); break;
+        // x * sigmoid(alpha x) with alpha 1.
+        case PostOp::Kind::kSwish: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f); break;
         case PostOp::Kind::kAddChannel: {
           memory::dims cd(yd.size(), 1);
           cd[1] = OC;
@@ -502,6 +520,21 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
     ExecuteDnnl(entry->dst_reorder, s, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, user_dst}}, entry->dst_reorder_scratchpad_md);
   }
   if (exact_post_ops != nullptr) ApplyPostOpsExact(*exact_post_ops, y, channels_last);
+  if (!after_part.empty()) {
+    if (channels_last) {
+      // Blocks of ~64 KiB of rows (each op one pass over a cache-resident block), over the threads.
+      float* yp = static_cast<float*>(y.raw());
+      const int64_t rows = y.numel() / OC, block = std::max<int64_t>(1, 16384 / OC);
+      const int64_t blocks = (rows + block - 1) / block;
+      const int nt = y.numel() >= 65536 ? ctx.threads : 1;
+      ParallelFor(nt, blocks, [&](int64_t b) {
+        const int64_t r0 = b * block;
+        ApplyChannelEpilogue(yp + r0 * OC, std::min(block, rows - r0), OC, nullptr, &after_part);
+      });
+    } else {
+      ApplyPostOpsExact(after_part, y, false);
+    }
+  }
   if (ctx.want_impl) {
     ctx.impl = entry->impl;
     if (exact_post_ops != nullptr) absl::StrAppend(&ctx.impl, " (post-ops after it: non-finite operands)");
