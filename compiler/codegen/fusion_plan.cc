@@ -5,9 +5,9 @@
 #include <map>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/union_find.h"
@@ -115,7 +115,7 @@ bool IsDense(const View& v, const Dims& dims) {
 
 // How `v` can be read from a buffer that no view op has to materialize. `body_nodes` limits resolution to
 // nodes of this cluster.
-View Resolve(const Value* v, const std::set<const Node*>& body_nodes) {
+View Resolve(const Value* v, const std::unordered_set<const Node*>& body_nodes) {
   View dense{v, 0, v->shape.fully_known() ? DenseStrides(v->shape.concrete()) : std::vector<int64_t>{}};
   const Node* n = v->producer;
   if (n == nullptr || !body_nodes.count(n) || !v->shape.fully_known() || !IsFloatStorage(v->dtype)) return dense;
@@ -184,6 +184,9 @@ View Resolve(const Value* v, const std::set<const Node*>& body_nodes) {
 
 namespace {
 
+// The nodes reading each value (hash maps: a plan is built for every new signature of a cluster).
+using Readers = std::unordered_map<const Value*, std::vector<const Node*>>;
+
 bool ScalarOf(const Value* v, float* out) {
   if (!IsScalarConstant(v)) return false;
   *out = ScalarConstantValue(v);
@@ -193,8 +196,8 @@ bool ScalarOf(const Value* v, float* out) {
 // Matches elementwise ops after a float32 Conv that oneDNN can apply as post-ops, along a chain of values
 // each read by exactly one node (HardSwish written out, x * Clip(x + 3, 0, 6) / 6, reads x twice).
 // Returns the absorbed nodes; fills ops and the final value.
-std::vector<const Node*> MatchPostOps(const Node& conv, const std::map<const Value*, std::vector<const Node*>>& users,
-                                      const std::set<const Value*>& body_outputs, std::vector<PostOp>* ops,
+std::vector<const Node*> MatchPostOps(const Node& conv, const Readers& users,
+                                      const std::unordered_set<const Value*>& body_outputs, std::vector<PostOp>* ops,
                                       const Value** final_value) {
   std::vector<const Node*> absorbed;
   const Value* v = conv.outputs[0];
@@ -336,8 +339,8 @@ std::vector<const Node*> MatchPostOps(const Node& conv, const std::map<const Val
 // Matches Add(v, c) with c a constant vector over v's last dim (the GEMM bias), then Relu, after a float32
 // MatMul/Gemm, along values each read by exactly one node and not body outputs. A Gemm that has its own C
 // takes no second bias.
-std::vector<const Node*> MatchGemmEpilogue(const Node& gemm, const std::map<const Value*, std::vector<const Node*>>& users,
-                                           const std::set<const Value*>& body_outputs, std::vector<PostOp>* ops,
+std::vector<const Node*> MatchGemmEpilogue(const Node& gemm, const Readers& users,
+                                           const std::unordered_set<const Value*>& body_outputs, std::vector<PostOp>* ops,
                                            const Value** final_value) {
   std::vector<const Node*> absorbed;
   const Value* v = gemm.outputs.empty() ? nullptr : gemm.outputs[0];
@@ -386,11 +389,12 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOp
     }
   }
   // oneDNN post-ops: elementwise ops right after a Conv run inside the Conv's library call.
-  std::map<const Value*, std::vector<const Node*>> readers;
+  Readers readers;
+  readers.reserve(order.size() * 2);
   for (const Node* nd : order) {
     for (const Value* v : nd->inputs) if (v) readers[v].push_back(nd);
   }
-  std::set<const Value*> outputs_set(body.outputs().begin(), body.outputs().end());
+  const std::unordered_set<const Value*> outputs_set(body.outputs().begin(), body.outputs().end());
   std::vector<int> owner(n, -1);  // absorbed node -> the Conv that applies it
   struct Absorbed {
     std::vector<PostOp> ops;
@@ -463,32 +467,44 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOp
   }
   // Group members, then order groups/library nodes by a topological order of the contracted graph:
   // a group is ready when all of its members' external producers have run.
-  std::map<int, std::vector<int>> groups;
+  // Indexed by group representative (a node index); empty for non-representatives.
+  std::vector<std::vector<int>> groups(n);
+  size_t group_count = 0;
   for (int i = 0; i < n; ++i) {
-    if (owner[i] < 0) groups[fusible[i] ? find(i) : i].push_back(i);
+    if (owner[i] < 0) {
+      std::vector<int>& members = groups[fusible[i] ? find(i) : i];
+      group_count += members.empty();
+      members.push_back(i);
+    }
   }
-  std::map<int, int> pending;
-  std::map<int, std::set<int>> users;
-  for (auto& [g, members] : groups) {
-    std::set<int> deps;
-    for (int m : members) {
+  std::vector<int> pending(n, 0);
+  std::vector<std::vector<int>> users(n);  // group -> the groups that wait for it (each once)
+  std::vector<int> deps;
+  for (int g = 0; g < n; ++g) {
+    if (groups[g].empty()) continue;
+    deps.clear();
+    for (int m : groups[g]) {
       for (const Value* v : order[m]->inputs) {
-        if (!v || !v->producer || !index.count(v->producer)) continue;
-        int p = index[v->producer];
+        if (!v || !v->producer) continue;
+        auto pi = index.find(v->producer);
+        if (pi == index.end()) continue;
+        int p = pi->second;
         if (owner[p] >= 0) p = owner[p];  // produced by a post-op: available after its Conv
         int pg = fusible[p] ? find(p) : p;
-        if (pg != g) deps.insert(pg);
+        if (pg != g) deps.push_back(pg);
       }
     }
+    std::sort(deps.begin(), deps.end());
+    deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
     pending[g] = static_cast<int>(deps.size());
-    for (int d : deps) users[d].insert(g);
+    for (int d : deps) users[d].push_back(g);
   }
   std::set<std::pair<int, int>> ready;  // (min member index, group)
-  for (auto& [g, cnt] : pending) {
-    if (cnt == 0) ready.insert({groups[g].front(), g});
+  for (int g = 0; g < n; ++g) {
+    if (!groups[g].empty() && pending[g] == 0) ready.insert({groups[g].front(), g});
   }
-  std::set<const Value*> body_outputs(body.outputs().begin(), body.outputs().end());
-  std::set<const Node*> body_nodes(order.begin(), order.end());
+  const std::unordered_set<const Value*>& body_outputs = outputs_set;
+  const std::unordered_set<const Node*> body_nodes(order.begin(), order.end());
   FusionPlan plan;
   while (!ready.empty()) {
     int g = ready.begin()->second;
@@ -557,11 +573,11 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOp
       if (--pending[u] == 0) ready.insert({groups[u].front(), u});
     }
   }
-  if (plan.steps.size() != groups.size()) {
+  if (plan.steps.size() != group_count) {
     return absl::InternalError("fusion plan has a cycle between groups");
   }
   // Drop library steps whose outputs nothing reads any more (view ops absorbed into kernels).
-  std::set<const Value*> needed(body.outputs().begin(), body.outputs().end());
+  std::unordered_set<const Value*> needed(body.outputs().begin(), body.outputs().end());
   for (auto it = plan.steps.rbegin(); it != plan.steps.rend(); ++it) {
     if (it->kind == PlanStep::Kind::kFused) {
       for (const Value* v : plan.kernels[it->kernel].input_sources) needed.insert(v);
