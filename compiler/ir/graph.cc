@@ -218,8 +218,11 @@ std::unique_ptr<Graph> Graph::Clone() const {
   auto g = std::make_unique<Graph>();
   g->opset = opset;
   g->name = name;
-  std::unordered_map<const Value*, Value*> vmap;
-  std::unordered_map<const Node*, Node*> nmap;
+  // Cloned per new input signature (specialization replay): one flat map, sizes reserved.
+  absl::flat_hash_map<const Value*, Value*> vmap;
+  vmap.reserve(values_.size());
+  g->values_.reserve(values_.size());
+  g->nodes_.reserve(nodes_.size());
   for (const auto& v : values_) {
     Value* c = g->AddValue(v->name, v->dtype, v->shape);
     c->constant = v->constant;
@@ -234,6 +237,8 @@ std::unique_ptr<Graph> Graph::Clone() const {
     c->domain = n->domain;
     c->opset_version = n->opset_version;
     c->attrs = n->attrs;
+    c->inputs.reserve(n->inputs.size());
+    c->outputs.reserve(n->outputs.size());
     for (Value* v : n->inputs) c->inputs.push_back(mapv(v));
     for (Value* v : n->implicit_inputs) c->implicit_inputs.push_back(mapv(v));
     c->implicit_names = n->implicit_names;
@@ -242,7 +247,6 @@ std::unique_ptr<Graph> Graph::Clone() const {
       if (o) o->producer = c.get();
       c->outputs.push_back(o);
     }
-    nmap[n.get()] = c.get();
     g->nodes_.push_back(std::move(c));
   }
   for (Value* v : inputs_) g->inputs_.push_back(mapv(v));
