@@ -122,6 +122,36 @@ TEST(ChannelsLastTest, ResizeBetweenConvolutionsRunsChannelsLast) {
   EXPECT_TRUE(c.ok) << "max_abs " << c.max_abs << " " << c.problem;
 }
 
+// A CSP / C2f block (YOLOv5/v8): a Conv's channels Split in two (sizes 3 and 5), one part convolved, both
+// concatenated into a 1x1 Conv. The Split runs on the channels-last tensor along the permuted axis, so
+// transposes remain only at the graph's edges (36 per run of a YOLO-style network before).
+TEST(ChannelsLastTest, SplitBetweenConvolutionsRunsChannelsLast) {
+  std::string ir = "graph g(%x: f32[1,4,6,7]) {\n" + Const("w1", {8, 4, 3, 3}, 0.1) + Const("w2", {5, 5, 3, 3}, 0.2) +
+                   Const("w3", {6, 8, 1, 1}, 0.3) +
+                   "  %c = Conv(%x, %w1) {pads=[1,1,1,1]}\n  %sp = constant i64[2] {3, 5}\n"
+                   "  %a, %b = Split(%c, %sp) {axis=1}\n  %cb = Conv(%b, %w2) {pads=[1,1,1,1]}\n"
+                   "  %cat = Concat(%a, %cb) {axis=1}\n  %y = Conv(%cat, %w3)\n  return %y\n}";
+  auto parsed = SpecializedGraphFromText(ir);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  std::shared_ptr<Graph> g(std::move(*parsed));
+  std::shared_ptr<Graph> nchw(g->Clone());
+  auto changed = AssignChannelsLastLayout(*g);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(*changed);
+  ASSERT_TRUE(RemoveNoOps(*g).ok());
+  std::string text = PrintGraph(*g);
+  EXPECT_EQ(Count(*g, "NhwcConv"), 3) << text;
+  EXPECT_EQ(Count(*g, "Transpose"), 2) << text;  // x in, y out
+  Tensor x(DType::kF32, {1, 4, 6, 7});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::cos(0.37 * i));
+  std::vector<Tensor> want = RunGraph(nchw, {x}), got = RunGraph(g, {x});
+  ASSERT_EQ(want.size(), 1u);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].dims(), want[0].dims());
+  OutputComparison c = CompareTensors("y", got[0], want[0], 1e-5, 1e-5);
+  EXPECT_TRUE(c.ok) << "max_abs " << c.max_abs << " " << c.problem;
+}
+
 TEST(ChannelsLastTest, IsolatedConvolutionStaysNchw) {
   auto g = SpecializedGraphFromText("graph g(%x: f32[1,2,5,5]) {\n" + Const("w", {3, 2, 3, 3}, 0.1) +
                                     "  %c = Conv(%x, %w)\n  %r = Relu(%c)\n  %t = Transpose(%r) {perm=[0,2,3,1]}\n"

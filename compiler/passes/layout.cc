@@ -103,13 +103,13 @@ class Rewriter {
   explicit Rewriter(Graph& g) : g_(g) {}
 
   // y = op(...) becomes y' = op(...) with y' channels-last and y = Transpose(y', to channels-first).
-  void MoveOutputToChannelsLast(Node* n) {
-    Value* y = n->outputs[0];
+  void MoveOutputToChannelsLast(Node* n, int k = 0) {
+    Value* y = n->outputs[k];
     int r = y->shape.rank();
     Value* yl = g_.AddValue(Fresh(y->name + "/channels_last"), y->dtype, Permuted(y->shape, ToLast(r)));
-    n->outputs[0] = yl;
+    n->outputs[k] = yl;
     yl->producer = n;
-    yl->producer_output = 0;
+    yl->producer_output = k;
     AddTranspose(yl, y, ToFirst(r), n->name + "/to_channels_first");
   }
 
@@ -207,9 +207,12 @@ std::unordered_set<const Node*> ConnectedConvs(const std::vector<Node*>& order) 
           continue;
         }
         bool through = (IsUnaryTransparent(r->op_type) && r->input(0) == v) || IsBinaryTransparent(r->op_type) ||
-                       r->op_type == "Concat" || (r->op_type == "Resize" && r->input(0) == v);
-        if (through && r->domain.empty() && depth < 8 && !r->outputs.empty() && r->outputs[0]) {
-          queue.push_back({r->outputs[0], depth + 1});
+                       r->op_type == "Concat" || (r->op_type == "Resize" && r->input(0) == v) ||
+                       (r->op_type == "Split" && r->input(0) == v);
+        if (!through || !r->domain.empty() || depth >= 8) continue;
+        for (const Value* out : r->outputs) {
+          if (out) queue.push_back({out, depth + 1});
+          if (r->op_type != "Split") break;  // every output of a Split, the first of the others
         }
       }
     }
@@ -238,6 +241,22 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
   int moved = 0;
   for (Node* n : order) {
     if (!n->domain.empty() || n->outputs.empty() || n->outputs[0] == nullptr) continue;
+    if (n->op_type == "Split" && !n->inputs.empty() && n->input(0)) {
+      // Split of a channels-last tensor along the permuted axis (sizes unchanged): every output channels-last
+      // (a CSP / C2f block splits a convolution's channels, convolves one part and concatenates them again).
+      const int r = n->input(0)->shape.rank();
+      Node* t = ToFirstProducer(n->input(0));
+      bool known = r >= 3 && t != nullptr;
+      for (const Value* y : n->outputs) known &= y != nullptr && y->shape.fully_known() && y->shape.rank() == r;
+      if (!known) continue;
+      auto axis = NormalizeAxis(*n, n->GetInt("axis", 0), r);
+      if (!axis.ok()) continue;
+      n->inputs[0] = t->inputs[0];
+      n->attrs["axis"] = Attribute::Int(ToFirst(r)[*axis]);
+      for (size_t k = 0; k < n->outputs.size(); ++k) rw.MoveOutputToChannelsLast(n, static_cast<int>(k));
+      ++moved;
+      continue;
+    }
     bool extra_outputs = false;
     for (size_t k = 1; k < n->outputs.size(); ++k) extra_outputs |= n->outputs[k] != nullptr;
     if (extra_outputs || !n->outputs[0]->shape.fully_known()) continue;
