@@ -162,6 +162,11 @@ def main():
     pw_a = rnd(4, 2, 3, lo=0.1, hi=2.0)
     write_case(root, "binary_Pow", [helper.make_node("Pow", ["a", "b"], ["y"])], [("a", pw_a), ("b", pw_b)],
                [("y", np.power(f64(pw_a), f64(pw_b)).astype(np.float32))])
+    # A scalar exponent of 2 (a power spectrum's square) takes x * x; negative bases included.
+    sq_a = rnd(3, 257, lo=-40.0, hi=40.0)
+    sq_b = np.array(2.0, dtype=np.float32)
+    write_case(root, "binary_Pow_square", [helper.make_node("Pow", ["a", "b"], ["y"])], [("a", sq_a), ("b", sq_b)],
+               [("y", np.power(f64(sq_a), 2.0).astype(np.float32))])
     r = rnd(3, 4, 5, lo=0.5, hi=1.5)
     for op, fn in REDUCE.items():
         for axes, keep in [([1], 1), ([0, 2], 0), ([-1], 1)]:

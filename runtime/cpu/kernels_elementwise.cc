@@ -442,6 +442,17 @@ absl::Status Arith(KernelContext& ctx, const std::string& op) {
         }
       });
     } else if (op == "Pow") {
+      if constexpr (std::is_floating_point_v<A> && sizeof(T) <= 4) {
+        // x ^ 2 as x * x (a power spectrum's square, as numpy's fast path does): powf per element cost a
+        // spectrogram's 257 x 197 map 0.39 ms on the fallback path. Correctly rounded either way.
+        if (b.numel() == 1 && static_cast<double>(static_cast<A>(b.data<T>()[0])) == 2.0) {
+          BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T) {
+            const A v = static_cast<A>(x);
+            return static_cast<T>(v * v);
+          });
+          return;
+        }
+      }
       BinaryLoop<T, T>(a, b, out, ctx.threads, [](T x, T y) {
         if constexpr (std::is_integral_v<T>) return IntPow(x, y);
         else return static_cast<T>(std::pow(static_cast<A>(x), static_cast<A>(y)));
