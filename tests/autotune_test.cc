@@ -742,13 +742,17 @@ TEST(AutotuneTest, DefaultTimeCountsPerSignature) {
   o.min_op_time_ms = 1;
   auto t = Autotuner::Create(o, nullptr, nullptr);
   ASSERT_TRUE(t.ok());
-  auto same = BuildNode("MatMul", "", {FloatTensor({16, 32}, RandomFloats(512, 1)), FloatTensor({32, 8}, RandomFloats(256, 2))}, {});
-  auto other = BuildNode("MatMul", "", {FloatTensor({16, 32}, RandomFloats(512, 3)), FloatTensor({32, 16}, RandomFloats(512, 4))}, {});
+  auto same = BuildNode("MatMul", "",
+                        {FloatTensor({16, 32}, RandomFloats(512, 1)), FloatTensor({32, 8}, RandomFloats(256, 2))}, {});
+  auto other = BuildNode(
+      "MatMul", "", {FloatTensor({16, 32}, RandomFloats(512, 3)), FloatTensor({32, 16}, RandomFloats(512, 4))}, {});
   StepTuning a, b, c;
   for (StepTuning* st : {&a, &b}) {
-    EXPECT_EQ(st->Resolve(**t, *same->node, same->ptrs, same->is_constant, nullptr, &same->inferred, 1, 0, false), nullptr);
+    EXPECT_EQ(st->Resolve(**t, *same->node, same->ptrs, same->is_constant, nullptr, &same->inferred, 1, 0, false),
+              nullptr);
   }
-  EXPECT_EQ(c.Resolve(**t, *other->node, other->ptrs, other->is_constant, nullptr, &other->inferred, 1, 0, false), nullptr);
+  EXPECT_EQ(c.Resolve(**t, *other->node, other->ptrs, other->is_constant, nullptr, &other->inferred, 1, 0, false),
+            nullptr);
   a.AddDefaultTime(600000);  // 0.6 ms
   EXPECT_FALSE(a.RanLongEnough(**t));
   EXPECT_FALSE(b.RanLongEnough(**t));

@@ -493,7 +493,8 @@ TEST(ChannelsLastTest, FewPixelConvolutionsMatchFloat64OnEveryIsaVariant) {
 // float64 loops.
 TEST(ChannelsLastTest, FramingConvolutionsOverFewOutputFramesMatchFloat64) {
   struct Case { int64_t C, L, K, stride, dilation, pad, OC; };
-  const std::vector<Case> cases = {{1, 300, 64, 20, 1, 0, 50}, {2, 257, 33, 16, 2, 7, 40}, {1, 512, 128, 40, 1, 64, 65}};
+  const std::vector<Case> cases = {
+      {1, 300, 64, 20, 1, 0, 50}, {2, 257, 33, 16, 2, 7, 40}, {1, 512, 128, 40, 1, 64, 65}};
   unsigned seed = 160;
   for (const Case& k : cases) {
     testing::ModelBuilder m(14);
@@ -528,7 +529,8 @@ TEST(ChannelsLastTest, FramingConvolutionsOverFewOutputFramesMatchFloat64) {
       ASSERT_TRUE(y.ok()) << mode << ": " << y.status();
       ASSERT_EQ(y->dims(), (Dims{1, k.OC, P})) << mode;
       for (size_t i = 0; i < want.size(); ++i) {
-        ASSERT_NEAR(y->data<float>()[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << mode << " K=" << k.K << " at " << i;
+        ASSERT_NEAR(y->data<float>()[i], want[i], 1e-4 * (1 + std::abs(want[i])))
+            << mode << " K=" << k.K << " at " << i;
       }
     }
   }

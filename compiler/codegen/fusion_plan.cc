@@ -305,7 +305,7 @@ std::vector<const Node*> MatchPostOps(const Node& conv, const Readers& users,
     } else if ((t == "Mul" || t == "Add" || t == "Sub" || t == "Div") && ScalarOf(operand, &c)) {
       if (t == "Mul") op = {PostOp::Kind::kLinear, c, 0, nullptr};
       else if (t == "Add") op = {PostOp::Kind::kLinear, 1, c, nullptr};
-      else if (t == "Sub") op = swapped ? PostOp{PostOp::Kind::kLinear, -1, c, nullptr} : PostOp{PostOp::Kind::kLinear, 1, -c, nullptr};
+      else if (t == "Sub") op = {PostOp::Kind::kLinear, swapped ? -1.0f : 1.0f, swapped ? c : -c, nullptr};
       else op = {PostOp::Kind::kLinear, 1.0f / c, 0, nullptr};
     } else if (t == "Add" && operand && operand->is_constant() && operand->dtype == DType::kF32) {
       // One value per output channel, broadcast as [OC, 1, ...] or [1, OC, 1, ...] ([.., OC] channels-last).
@@ -340,7 +340,8 @@ std::vector<const Node*> MatchPostOps(const Node& conv, const Readers& users,
 // MatMul/Gemm, along values each read by exactly one node and not body outputs. A Gemm that has its own C
 // takes no second bias.
 std::vector<const Node*> MatchGemmEpilogue(const Node& gemm, const Readers& users,
-                                           const std::unordered_set<const Value*>& body_outputs, std::vector<PostOp>* ops,
+                                           const std::unordered_set<const Value*>& body_outputs,
+                                           std::vector<PostOp>* ops,
                                            const Value** final_value) {
   std::vector<const Node*> absorbed;
   const Value* v = gemm.outputs.empty() ? nullptr : gemm.outputs[0];
