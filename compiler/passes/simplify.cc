@@ -42,11 +42,17 @@ bool SameDims(const Value* a, const Value* b) {
   return a && b && a->shape.fully_known() && b->shape.fully_known() && a->shape.concrete() == b->shape.concrete();
 }
 
-bool IsReshapeLike(const std::string& op) {
-  return op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze";
+}  // namespace
+
+bool IsReshapeLike(const std::string& op_type) {
+  return op_type == "Reshape" || op_type == "Flatten" || op_type == "Squeeze" || op_type == "Unsqueeze";
 }
 
-}  // namespace
+bool IsIdentityReshape(const Node& n) {
+  const Value* in = n.inputs.empty() ? nullptr : n.inputs[0];
+  const Value* out = n.outputs.empty() ? nullptr : n.outputs[0];
+  return in && out && in->dtype == out->dtype && SameDims(in, out);
+}
 
 bool RemoveDeadNodes(Graph& graph) {
   std::unordered_map<const Value*, bool> live;
@@ -88,7 +94,7 @@ absl::StatusOr<bool> RemoveNoOps(Graph& g) {
       }
       noop = !training && !extra_outputs;
     } else if (n->op_type == "Cast") noop = in->dtype == out->dtype && in->dtype != DType::kInvalid;
-    else if (IsReshapeLike(n->op_type)) noop = SameDims(in, out) && in->dtype == out->dtype;
+    else if (IsReshapeLike(n->op_type)) noop = IsIdentityReshape(*n);
     else if (n->op_type == "Transpose") {
       std::vector<int64_t> perm = n->GetInts("perm");
       noop = !perm.empty();

@@ -23,6 +23,12 @@
 
 namespace cjit {
 
+// Reshape, Flatten, Squeeze or Unsqueeze.
+bool IsReshapeLike(const std::string& op_type);
+// RemoveNoOps' test for a reshape-like node `n`: its output 0 has input 0's dtype and concrete dims. The
+// decision depends on dims, so specialization replay checks it both ways (compiler/passes/specialization_replay.h).
+bool IsIdentityReshape(const Node& n);
+
 // Removes nodes that no graph output depends on. Returns whether any was removed.
 bool RemoveDeadNodes(Graph& graph);
 

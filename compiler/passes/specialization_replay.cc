@@ -7,6 +7,7 @@
 #include "compiler/ir/status_macros.h"
 #include "compiler/ops/op_registry.h"
 #include "compiler/passes/mark_for_compilation.h"
+#include "compiler/passes/simplify.h"
 
 namespace cjit {
 namespace {
@@ -219,18 +220,6 @@ std::shared_ptr<const ReplayTemplate> ReplayRecorder::Finish(std::shared_ptr<con
 
 namespace {
 
-bool IsReshapeLikeOp(const std::string& op) {
-  return op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze";
-}
-
-// RemoveNoOps' test (compiler/passes/simplify.cc): output 0 has input 0's dtype and concrete dims.
-bool IsIdentityReshape(const Node& n) {
-  const Value* in = n.inputs.empty() ? nullptr : n.inputs[0];
-  const Value* out = n.outputs.empty() ? nullptr : n.outputs[0];
-  return in && out && in->dtype == out->dtype && in->shape.fully_known() && out->shape.fully_known() &&
-         in->shape.concrete() == out->shape.concrete();
-}
-
 class Replayer {
  public:
   Replayer(const ReplayTemplate& t, const ConstantEvaluator& evaluate) : t_(t), evaluate_(evaluate) {}
@@ -253,7 +242,7 @@ class Replayer {
     // would differ from the full one (the mirror image of the guards on removed identities).
     std::unordered_set<const Node*> kept_reshapes;
     for (const Node* n : order) {
-      if (IsReshapeLikeOp(n->op_type) && !IsIdentityReshape(*n)) kept_reshapes.insert(n);
+      if (IsReshapeLike(n->op_type) && !IsIdentityReshape(*n)) kept_reshapes.insert(n);
     }
     std::vector<InferInput> in;
     std::vector<InferOutput> out;
