@@ -104,6 +104,7 @@ bool ClusterRuntime::SubmitCompile(std::function<void()> job) {
   std::lock_guard<std::mutex> lock(pool_mu_);
   if (pool_stop_) return false;
   pool_jobs_.push_back(std::move(job));
+  pool_in_flight_.fetch_add(1, std::memory_order_relaxed);
   if (!pool_thread_.joinable()) {
     pool_thread_ = std::thread([this] {
       if (profiler_) profiler_->NameThisThread("async compile");
@@ -120,12 +121,11 @@ bool ClusterRuntime::SubmitCompile(std::function<void()> job) {
         if (pool_stop_) return;
         std::function<void()> next = std::move(pool_jobs_.front());
         pool_jobs_.pop_front();
-        ++pool_running_;
         lock.unlock();
         next();
         next = nullptr;  // release what the job holds before taking the lock again
+        pool_in_flight_.fetch_sub(1, std::memory_order_relaxed);
         lock.lock();
-        --pool_running_;
         pool_cv_.notify_all();
       }
     });
@@ -145,20 +145,19 @@ void ClusterRuntime::Shutdown() {
     pool_cv_.notify_all();
     worker = std::move(pool_thread_);
   }
+  const int unrun = static_cast<int>(dropped.size());
   dropped.clear();  // outside the lock: releasing a job releases the cluster state it holds
+  pool_in_flight_.fetch_sub(unrun, std::memory_order_relaxed);
   if (worker.joinable()) worker.join();
 }
 
 int ClusterRuntime::RunThreadsNow() const {
   const int threads = flags_.intra_op_threads;
-  if (!lend_cpu_ || background_compiles_.load(std::memory_order_relaxed) == 0) return threads;
+  if (!lend_cpu_ || compiles_in_flight() == 0) return threads;
   return std::max(1, threads - 1);
 }
 
-int ClusterRuntime::compiles_in_flight() const {
-  std::lock_guard<std::mutex> lock(pool_mu_);
-  return static_cast<int>(pool_jobs_.size()) + pool_running_;
-}
+int ClusterRuntime::compiles_in_flight() const { return pool_in_flight_.load(std::memory_order_relaxed); }
 
 struct ClusterRunner::State {
   // Not owned: the runtime outlives every executor of its Session, and its Shutdown (called before the
@@ -345,15 +344,7 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
       if (!start) s.runtime->policy().AbandonCompile(s.policy_id);
       if (start && s.runtime->async_compilation()) {
         std::shared_ptr<State> keep = state_;
-        ClusterRuntime* rt = s.runtime;
-        rt->BeginBackgroundCompile();
-        // The counter drops when the job ends, or when the job is destroyed unrun (Shutdown drops queued
-        // jobs): a guard owned by the job does both.
-        auto done = std::shared_ptr<void>(nullptr, [rt](void*) { rt->EndBackgroundCompile(); });
-        if (!s.runtime->SubmitCompile([keep, done]() mutable {
-              CompileInto(keep, /*background=*/true).IgnoreError();
-              done.reset();
-            })) {
+        if (!s.runtime->SubmitCompile([keep] { CompileInto(keep, /*background=*/true).IgnoreError(); })) {
           s.runtime->policy().AbandonCompile(s.policy_id);
           std::lock_guard<std::mutex> lock(s.mu);
           s.compile_in_flight = false;  // shutting down: stay on the fallback path

@@ -90,22 +90,20 @@ class ClusterRuntime : public std::enable_shared_from_this<ClusterRuntime> {
   // its Session. Idempotent.
   bool SubmitCompile(std::function<void()> job);
   void Shutdown();
-  // Compilations queued or running.
+  // Jobs queued or running on the worker (compiles, and background autotuning where there is an idle CPU).
+  // Lock-free.
   int compiles_in_flight() const;
   // The threads a run uses now (RunThreads' cap): intra_op_threads, or one fewer while a background
-  // compile is in flight and the flags lend it a CPU (LendsCpuToCompiles). Lock-free.
+  // compile is in flight and the flags lend it a CPU (LendsCpuToCompiles; then autotuning stays inline, so
+  // every worker job is a compile). Lock-free.
   int RunThreadsNow() const;
   // Whether autotuning runs in the background (async compilation without lending: an idle CPU).
   bool async_autotune() const { return async_compilation_ && !lend_cpu_; }
-  // Counts a cluster compile in flight on the background worker (RunThreadsNow reads it).
-  void BeginBackgroundCompile() { background_compiles_.fetch_add(1, std::memory_order_relaxed); }
-  void EndBackgroundCompile() { background_compiles_.fetch_sub(1, std::memory_order_relaxed); }
 
  private:
   Flags flags_;
   bool async_compilation_;
   bool lend_cpu_;
-  std::atomic<int> background_compiles_{0};
   CompilePolicy policy_;
   MemoryCache cache_;
   std::unique_ptr<DiskCache> disk_;
@@ -124,7 +122,7 @@ class ClusterRuntime : public std::enable_shared_from_this<ClusterRuntime> {
   std::deque<std::function<void()>> pool_jobs_;
   std::thread pool_thread_;
   bool pool_stop_ = false;
-  int pool_running_ = 0;
+  std::atomic<int> pool_in_flight_{0};  // queued + running; dropped jobs are subtracted by Shutdown
 };
 
 class ClusterRunner {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <future>
 #include <thread>
 
 #include <random>
@@ -471,6 +472,19 @@ TEST(ClusterRuntimeTest, AsyncCompilationAutoUsesAnIdleCpu) {
 // in the background and runs lend them a CPU — one intra-op thread fewer while a compile is in flight, the
 // configured count again after; autotuning stays on the run's thread.
 TEST(ClusterRuntimeTest, RunsLendACpuWhileABackgroundCompileIsInFlight) {
+  // A worker job that runs until released (a compile in flight).
+  struct HeldJob {
+    std::promise<void> release;
+    std::shared_future<void> released = release.get_future().share();
+    std::function<void()> job() {
+      return [r = released] { r.wait(); };
+    }
+  };
+  auto wait_idle = [](const ClusterRuntime& r) {
+    for (int i = 0; i < 10000 && r.compiles_in_flight() > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
   Flags f;
   f.intra_op_threads = std::max(2, UsableCpus());
   const int threads = f.intra_op_threads;
@@ -478,7 +492,9 @@ TEST(ClusterRuntimeTest, RunsLendACpuWhileABackgroundCompileIsInFlight) {
   EXPECT_TRUE(rt.async_compilation());
   EXPECT_FALSE(rt.async_autotune());
   EXPECT_EQ(rt.RunThreadsNow(), threads);
-  rt.BeginBackgroundCompile();
+  HeldJob held;
+  ASSERT_TRUE(rt.SubmitCompile(held.job()));
+  EXPECT_EQ(rt.compiles_in_flight(), 1);
   EXPECT_EQ(rt.RunThreadsNow(), threads - 1);
   {
     ScopedRunThreads cap(rt.RunThreadsNow());
@@ -486,15 +502,31 @@ TEST(ClusterRuntimeTest, RunsLendACpuWhileABackgroundCompileIsInFlight) {
     EXPECT_EQ(RunThreads(1), 1);
   }
   EXPECT_EQ(RunThreads(threads), threads) << "the cap ends with its scope";
-  rt.EndBackgroundCompile();
+  held.release.set_value();
+  wait_idle(rt);
+  ASSERT_EQ(rt.compiles_in_flight(), 0);
+  EXPECT_EQ(rt.RunThreadsNow(), threads);
+  // Shutdown drops a queued job: nothing stays counted in flight (runs would keep lending a CPU).
+  HeldJob running;
+  ASSERT_TRUE(rt.SubmitCompile(running.job()));
+  ASSERT_TRUE(rt.SubmitCompile([] {}));
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    running.release.set_value();
+  });
+  rt.Shutdown();
+  releaser.join();
+  EXPECT_EQ(rt.compiles_in_flight(), 0);
   EXPECT_EQ(rt.RunThreadsNow(), threads);
   // Explicit choices do not lend: synchronous compiles, or --async_compilation=true (a CPU of its own).
   for (auto mode : {Flags::AsyncCompilation::kFalse, Flags::AsyncCompilation::kTrue}) {
     f.async_compilation = mode;
     ClusterRuntime other(f);
-    other.BeginBackgroundCompile();
+    HeldJob job;
+    ASSERT_TRUE(other.SubmitCompile(job.job()));
     EXPECT_EQ(other.RunThreadsNow(), threads);
-    other.EndBackgroundCompile();
+    job.release.set_value();
+    other.Shutdown();
   }
 }
 
