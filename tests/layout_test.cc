@@ -5,6 +5,7 @@
 #include "compiler/passes/layout.h"
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <tuple>
 #include <algorithm>
@@ -274,11 +275,12 @@ std::pair<std::vector<float>, std::vector<float>> AddConv(testing::ModelBuilder&
   return {std::move(w), std::move(b)};
 }
 
-// Adds y = a 1x1 depthwise convolution of `in` with unit weights (an exact identity): the layout pass puts
+// Adds `out` = a 1x1 depthwise convolution of `in` with unit weights (an exact identity): the layout pass puts
 // connected convolutions channels-last, and a pointwise one before it is fused with it unless fusion is off.
-void AddIdentityDepthwise(testing::ModelBuilder& m, const std::string& in, int64_t channels) {
+void AddIdentityDepthwise(testing::ModelBuilder& m, const std::string& in, int64_t channels,
+                          const std::string& out = "y") {
   m.InitFloats("ones", {channels, 1, 1, 1}, std::vector<float>(static_cast<size_t>(channels), 1.0f));
-  testing::ModelBuilder::AttrInt(m.Node("Conv", {in, "ones"}, {"y"}), "group", channels);
+  testing::ModelBuilder::AttrInt(m.Node("Conv", {in, "ones"}, {out}), "group", channels);
 }
 
 // Runs `m` (input x) on every ISA variant of the conv loops this CPU has, with each of `modes` (appended
@@ -536,31 +538,46 @@ TEST(ChannelsLastTest, FramingConvolutionsOverFewOutputFramesMatchFloat64) {
   }
 }
 
-// LeakyRelu and Max with a scalar after a convolution, as post-ops of every conv path that takes them
-// (oneDNN brgconv, im2col + GEMM over few pixels, the pointwise loop / BLIS) on every ISA variant, compiled
-// (absorbed into the Conv) and op by op, against float64: y = max(leaky_relu(conv(x) + b, 0.1), -0.3).
-TEST(ChannelsLastTest, LeakyReluAndScalarMaxPostOpsMatchFloat64) {
+// A Conv (C -> OC, K x K, same pads) on three geometries that take the brgconv, im2col and pointwise paths,
+// followed by what `add_ops` appends to its output "c" (ending in the graph output "y"), on every conv
+// path and ISA variant, op by op and compiled, against float64: `after` maps a conv output to the expected
+// y. Inputs are uniform in [-scale, scale].
+void ExpectConvPostOpsMatchFloat64(unsigned seed, float scale,
+                                   const std::function<void(testing::ModelBuilder&, int64_t oc)>& add_ops,
+                                   const std::function<double(double)>& after) {
   struct Case { int64_t C, OC, K, H, W; };
   const std::vector<Case> cases = {{16, 32, 3, 20, 20}, {24, 40, 3, 12, 12}, {16, 64, 1, 9, 11}};
-  unsigned seed = 120;
   for (const Case& k : cases) {
     const ConvSpec spec{k.C, k.OC, k.K, k.K, k.K / 2, k.K / 2};
     testing::ModelBuilder m(14);
     m.Input("x", onnx::TensorProto::FLOAT, {1, k.C, k.H, k.W}).Output("y");
     const auto [w, b] = AddConv(m, spec, "x", "c", seed);
-    testing::ModelBuilder::AttrFloat(m.Node("LeakyRelu", {"c"}, {"l"}), "alpha", 0.1f);
-    m.InitFloats("lo", {}, {-0.3f});
-    m.Node("Max", {"l", "lo"}, {"h"});
-    AddIdentityDepthwise(m, "h", k.OC);
+    add_ops(m, k.OC);
     Tensor x(DType::kF32, {1, k.C, k.H, k.W});
-    const std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), seed++);
+    std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), seed++);
+    for (float& v : xv) v *= scale;
     std::copy(xv.begin(), xv.end(), x.data<float>());
     std::vector<double> want = ReferenceConv(std::vector<double>(xv.begin(), xv.end()), w, b, spec, k.H, k.W);
-    for (double& v : want) v = std::max(v < 0 ? 0.1 * v : v, -0.3);
+    for (double& v : want) v = after(v);
     ExpectMatchesOnEveryIsaVariant(m, x, want, {kOpByOpAndCompiled[0], kOpByOpAndCompiled[1]}, 1e-4,
                                    "C=" + std::to_string(k.C) + " OC=" + std::to_string(k.OC) +
                                        " K=" + std::to_string(k.K));
   }
+}
+
+// LeakyRelu and Max with a scalar after a convolution, as post-ops of every conv path that takes them
+// (oneDNN brgconv, im2col + GEMM over few pixels, the pointwise loop / BLIS) on every ISA variant, compiled
+// (absorbed into the Conv) and op by op, against float64: y = max(leaky_relu(conv(x) + b, 0.1), -0.3).
+TEST(ChannelsLastTest, LeakyReluAndScalarMaxPostOpsMatchFloat64) {
+  ExpectConvPostOpsMatchFloat64(
+      120, 1.0f,
+      [](testing::ModelBuilder& m, int64_t oc) {
+        testing::ModelBuilder::AttrFloat(m.Node("LeakyRelu", {"c"}, {"l"}), "alpha", 0.1f);
+        m.InitFloats("lo", {}, {-0.3f});
+        m.Node("Max", {"l", "lo"}, {"h"});
+        AddIdentityDepthwise(m, "h", oc);
+      },
+      [](double v) { return std::max(v < 0 ? 0.1 * v : v, -0.3); });
 }
 
 // Scale-and-shift chains with the constant first (Mul(c, v), Add(c, v), Sub(c, v): PaddleOCR's learnable
@@ -568,70 +585,44 @@ TEST(ChannelsLastTest, LeakyReluAndScalarMaxPostOpsMatchFloat64) {
 // or pointwise path) and a depthwise one — applied in registers with the tile's other post-ops. Checked
 // against float64 on every conv path and ISA variant.
 TEST(ChannelsLastTest, AffineChainsWithTheConstantFirstMatchFloat64) {
-  struct Case { int64_t C, OC, K, H, W; };
-  const std::vector<Case> cases = {{16, 32, 3, 20, 20}, {24, 40, 3, 12, 12}, {16, 64, 1, 9, 11}};
-  unsigned seed = 140;
-  for (const Case& k : cases) {
-    const ConvSpec spec{k.C, k.OC, k.K, k.K, k.K / 2, k.K / 2};
-    testing::ModelBuilder m(14);
-    m.Input("x", onnx::TensorProto::FLOAT, {1, k.C, k.H, k.W}).Output("y");
-    const auto [w, b] = AddConv(m, spec, "x", "c", seed);
-    m.Node("HardSwish", {"c"}, {"h"});
-    m.InitFloats("s1", {1, 1, 1, 1}, {0.75f});
-    m.InitFloats("t1", {}, {-0.25f});
-    m.Node("Add", {"t1", "h"}, {"a1"});
-    m.Node("Mul", {"s1", "a1"}, {"a2"});
-    m.InitFloats("ones", {k.OC, 1, 1, 1}, std::vector<float>(static_cast<size_t>(k.OC), 1.0f));
-    testing::ModelBuilder::AttrInt(m.Node("Conv", {"a2", "ones"}, {"d"}), "group", k.OC);
-    m.InitFloats("s2", {1}, {1.5f});
-    m.InitFloats("t2", {1, 1, 1, 1}, {0.5f});
-    m.Node("Mul", {"d", "s2"}, {"e"});
-    m.Node("Sub", {"t2", "e"}, {"y"});
-    Tensor x(DType::kF32, {1, k.C, k.H, k.W});
-    const std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), seed++);
-    std::copy(xv.begin(), xv.end(), x.data<float>());
-    std::vector<double> want = ReferenceConv(std::vector<double>(xv.begin(), xv.end()), w, b, spec, k.H, k.W);
-    for (double& v : want) {
-      const double h = v * std::clamp(v / 6.0 + 0.5, 0.0, 1.0);
-      v = 0.5 - 1.5 * (0.75 * (h - 0.25));
-    }
-    ExpectMatchesOnEveryIsaVariant(m, x, want, {kOpByOpAndCompiled[0], kOpByOpAndCompiled[1]}, 1e-4,
-                                   "C=" + std::to_string(k.C) + " OC=" + std::to_string(k.OC) +
-                                       " K=" + std::to_string(k.K));
-  }
+  ExpectConvPostOpsMatchFloat64(
+      140, 1.0f,
+      [](testing::ModelBuilder& m, int64_t oc) {
+        m.Node("HardSwish", {"c"}, {"h"});
+        m.InitFloats("s1", {1, 1, 1, 1}, {0.75f});
+        m.InitFloats("t1", {}, {-0.25f});
+        m.Node("Add", {"t1", "h"}, {"a1"});
+        m.Node("Mul", {"s1", "a1"}, {"a2"});
+        AddIdentityDepthwise(m, "a2", oc, "d");
+        m.InitFloats("s2", {1}, {1.5f});
+        m.InitFloats("t2", {1, 1, 1, 1}, {0.5f});
+        m.Node("Mul", {"d", "s2"}, {"e"});
+        m.Node("Sub", {"t2", "e"}, {"y"});
+      },
+      [](double v) {
+        const double h = v * std::clamp(v / 6.0 + 0.5, 0.0, 1.0);
+        return 0.5 - 1.5 * (0.75 * (h - 0.25));
+      });
 }
 
 // SiLU / Swish written out, x * Sigmoid(x) (YOLOv5/v8 and EfficientNet exports), with the Mul's operands in
 // either order, is a post-op of each convolution (the first on the brgconv, im2col or pointwise path, then a
-// depthwise one), applied in registers; against float64 on every conv path and ISA variant.
+// depthwise one), applied in registers; against float64 on every conv path and ISA variant. Inputs in
+// [-4, 4]: outputs over the logistic's curved range, both signs.
 TEST(ChannelsLastTest, SwishPostOpsMatchFloat64) {
-  struct Case { int64_t C, OC, K, H, W; };
-  const std::vector<Case> cases = {{16, 32, 3, 20, 20}, {24, 40, 3, 12, 12}, {16, 64, 1, 9, 11}};
-  unsigned seed = 180;
-  for (const Case& k : cases) {
-    const ConvSpec spec{k.C, k.OC, k.K, k.K, k.K / 2, k.K / 2};
-    testing::ModelBuilder m(14);
-    m.Input("x", onnx::TensorProto::FLOAT, {1, k.C, k.H, k.W}).Output("y");
-    const auto [w, b] = AddConv(m, spec, "x", "c", seed);
-    m.Node("Sigmoid", {"c"}, {"s1"});
-    m.Node("Mul", {"c", "s1"}, {"a"});
-    m.InitFloats("ones", {k.OC, 1, 1, 1}, std::vector<float>(static_cast<size_t>(k.OC), 1.0f));
-    testing::ModelBuilder::AttrInt(m.Node("Conv", {"a", "ones"}, {"d"}), "group", k.OC);
-    m.Node("Sigmoid", {"d"}, {"s2"});
-    m.Node("Mul", {"s2", "d"}, {"y"});
-    Tensor x(DType::kF32, {1, k.C, k.H, k.W});
-    std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), seed++);
-    for (float& v : xv) v *= 4.0f;  // outputs over the logistic's curved range, both signs
-    std::copy(xv.begin(), xv.end(), x.data<float>());
-    std::vector<double> want = ReferenceConv(std::vector<double>(xv.begin(), xv.end()), w, b, spec, k.H, k.W);
-    for (double& v : want) {
-      v = v / (1.0 + std::exp(-v));
-      v = v / (1.0 + std::exp(-v));
-    }
-    ExpectMatchesOnEveryIsaVariant(m, x, want, {kOpByOpAndCompiled[0], kOpByOpAndCompiled[1]}, 1e-4,
-                                   "C=" + std::to_string(k.C) + " OC=" + std::to_string(k.OC) +
-                                       " K=" + std::to_string(k.K));
-  }
+  ExpectConvPostOpsMatchFloat64(
+      180, 4.0f,
+      [](testing::ModelBuilder& m, int64_t oc) {
+        m.Node("Sigmoid", {"c"}, {"s1"});
+        m.Node("Mul", {"c", "s1"}, {"a"});
+        AddIdentityDepthwise(m, "a", oc, "d");
+        m.Node("Sigmoid", {"d"}, {"s2"});
+        m.Node("Mul", {"s2", "d"}, {"y"});
+      },
+      [](double v) {
+        v = v / (1.0 + std::exp(-v));
+        return v / (1.0 + std::exp(-v));
+      });
 }
 
 // ---- pointwise -> depthwise fusion (FusePointwiseDepthwise, RunPointwiseDepthwiseConv) ----
