@@ -340,15 +340,22 @@ void FillNaN(std::vector<Tensor>& outs) {
   }
 }
 
+// Process-table key: CPU results by op signature; device results with their device and library identities.
+std::string TableKey(const std::string& device, const std::string& libraries, const std::string& key) {
+  return device.empty() ? key : absl::StrCat(device, "\n", libraries, "\n", key);
+}
+
 std::string EntryLine(const AutotuneRecord& r) {
-  return absl::StrCat(AutotuneDeviceIdentity(), "\t", AutotuneLibraryVersions(), "\t", absl::CEscape(r.key), "\t",
+  return absl::StrCat(r.device.empty() ? AutotuneDeviceIdentity() : r.device, "\t",
+                      r.device.empty() ? AutotuneLibraryVersions() : r.libraries, "\t", absl::CEscape(r.key), "\t",
                       absl::CEscape(r.algorithm), "\t", absl::StrFormat("%.3f", r.best_us), "\t",
                       absl::StrFormat("%.3f", r.default_us));
 }
 
-CacheKey DiskKey(const std::string& key) {
+CacheKey DiskKey(const std::string& device, const std::string& libraries, const std::string& key) {
   CacheKey k;
-  k.canonical = absl::StrCat("autotune v1\n", AutotuneDeviceIdentity(), "\n", AutotuneLibraryVersions(), "\n", key);
+  k.canonical = absl::StrCat("autotune v1\n", device.empty() ? AutotuneDeviceIdentity() : device, "\n",
+                             device.empty() ? AutotuneLibraryVersions() : libraries, "\n", key);
   k.hash = Fingerprint64(k.canonical);
   return k;
 }
@@ -366,13 +373,10 @@ void ClearAutotuneResultsForTest() {
   t.results.clear();
 }
 
-absl::StatusOr<double> MeasureMinMicros(const std::function<absl::Status()>& fn, int max_runs, double tolerance,
-                                        double budget_us, int* runs, bool warmed_up, double first_sample_us) {
+absl::StatusOr<double> MeasureMinOfSamples(const std::function<absl::StatusOr<double>()>& sample, int max_runs,
+                                           double tolerance, double budget_us, int* runs, double first_sample_us) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
-  if (!warmed_up) {
-    if (absl::Status st = fn(); !st.ok()) return st;  // warm-up: caches of the library, threads awake
-  }
   double best = std::numeric_limits<double>::infinity();
   int n = 0, near_best = 0;
   if (first_sample_us >= 0) {
@@ -381,24 +385,37 @@ absl::StatusOr<double> MeasureMinMicros(const std::function<absl::Status()>& fn,
   }
   for (int i = n; i < max_runs; ++i) {
     if (n > 0 && std::chrono::duration<double, std::micro>(Clock::now() - start).count() > budget_us) break;
-    FlushCaches();
-    const auto t0 = Clock::now();
-    absl::Status st = fn();
-    const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-    if (!st.ok()) return st;
+    absl::StatusOr<double> us = sample();
+    if (!us.ok()) return us.status();
     ++n;
     // Stable: two runs after the first within `tolerance` of the minimum (a new minimum more than
     // `tolerance` below the old one starts the count again).
-    if (us < best / (1.0 + tolerance)) {
+    if (*us < best / (1.0 + tolerance)) {
       near_best = 0;
-    } else if (us <= best * (1.0 + tolerance)) {
+    } else if (*us <= best * (1.0 + tolerance)) {
       ++near_best;
     }
-    best = std::min(best, us);
+    best = std::min(best, *us);
     if (near_best >= 2) break;
   }
   if (runs) *runs = n;
   return best;
+}
+
+absl::StatusOr<double> MeasureMinMicros(const std::function<absl::Status()>& fn, int max_runs, double tolerance,
+                                        double budget_us, int* runs, bool warmed_up, double first_sample_us) {
+  using Clock = std::chrono::steady_clock;
+  if (!warmed_up) {
+    if (absl::Status st = fn(); !st.ok()) return st;  // warm-up: caches of the library, threads awake
+  }
+  return MeasureMinOfSamples(
+      [&]() -> absl::StatusOr<double> {
+        FlushCaches();
+        const auto t0 = Clock::now();
+        if (absl::Status st = fn(); !st.ok()) return st;
+        return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+      },
+      max_runs, tolerance, budget_us, runs, first_sample_us);
 }
 
 absl::StatusOr<std::unique_ptr<Autotuner>> Autotuner::Create(const AutotuneOptions& options, DiskCache* disk,
@@ -413,6 +430,14 @@ absl::StatusOr<std::unique_ptr<Autotuner>> Autotuner::Create(const AutotuneOptio
       if (line.empty() || line[0] == '#') continue;
       std::vector<absl::string_view> f = absl::StrSplit(line, '\t');
       std::string why, key, algorithm;
+      if (f.size() == 6 && !absl::StartsWith(f[0], "cpu=")) {
+        // A device (GPU) result: checked against the device when a GpuExecutor asks (LookupDevice).
+        std::string key, algorithm;
+        if (absl::CUnescape(f[2], &key) && absl::CUnescape(f[3], &algorithm)) {
+          t->loaded_device_[std::move(key)] = {std::string(f[0]), std::string(f[1]), std::move(algorithm)};
+          continue;
+        }
+      }
       if (f.size() != 6) {
         why = absl::StrCat("malformed (", f.size(), " fields, want 6)");
       } else if (f[0] != AutotuneDeviceIdentity()) {
@@ -515,7 +540,7 @@ std::optional<std::string> Autotuner::Lookup(const std::string& key, const Node&
     if (auto a = found(r, "file", counters_.file_hits)) return a;
   }
   if (disk_ != nullptr) {
-    if (auto payload = disk_->Lookup(DiskKey(key), kAutotunePayloadKind)) {
+    if (auto payload = disk_->Lookup(DiskKey("", "", key), kAutotunePayloadKind)) {
       std::vector<std::string> f = absl::StrSplit(*payload, '\n');
       AutotuneRecord r;
       r.key = key;
@@ -531,18 +556,17 @@ std::optional<std::string> Autotuner::Lookup(const std::string& key, const Node&
   return std::nullopt;
 }
 
-std::optional<std::string> Autotuner::Tune(const std::string& key, const Node& node, const std::vector<const Tensor*>& inputs,
-                            const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
-                            const std::vector<InferOutput>* inferred, int threads) {
+std::optional<std::string> Autotuner::TuneOnce(const std::string& table_key, const std::string& op,
+                                               const std::function<std::string()>& tune) {
   ProcessTable& table = Table();
   {
     std::lock_guard<std::mutex> lock(table.mu);
-    auto it = table.results.find(key);
+    auto it = table.results.find(table_key);
     if (it != table.results.end()) {
       ++counters_.memory_hits;
       return it->second.algorithm;
     }
-    if (!table.in_flight.insert(key).second) return std::nullopt;  // another session tunes it
+    if (!table.in_flight.insert(table_key).second) return std::nullopt;  // another session tunes it
   }
   struct Done {
     ProcessTable& t;
@@ -551,20 +575,116 @@ std::optional<std::string> Autotuner::Tune(const std::string& key, const Node& n
       std::lock_guard<std::mutex> lock(t.mu);
       t.in_flight.erase(key);
     }
-  } done{table, key};
+  } done{table, table_key};
   try {
-    return TuneNow(key, node, inputs, is_constant, post_ops, inferred, threads);
+    return tune();
   } catch (const std::exception& e) {
     // Scratch allocations beyond memory (bad_alloc) or a library exception: keep the default.
-    CJIT_LOG(WARNING) << "autotune: " << node.Describe() << " not tuned: " << e.what();
+    CJIT_LOG(WARNING) << "autotune: " << op << " not tuned: " << e.what();
     return "";
   }
+}
+
+std::optional<std::string> Autotuner::Tune(const std::string& key, const Node& node, const std::vector<const Tensor*>& inputs,
+                            const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
+                            const std::vector<InferOutput>* inferred, int threads) {
+  return TuneOnce(key, node.Describe(),
+                  [&] { return TuneNow(key, node, inputs, is_constant, post_ops, inferred, threads); });
+}
+
+std::optional<std::string> Autotuner::LookupDevice(const std::string& key, const std::string& device,
+                                                   const std::string& libraries, const std::string& op) {
+  ProcessTable& table = Table();
+  auto found = [&](AutotuneRecord r, const char* source, std::atomic<int64_t>& counter) {
+    ++counter;
+    if (std::string_view(source) != "memory") {
+      std::lock_guard<std::mutex> lock(table.mu);
+      table.results.emplace(TableKey(device, libraries, key), r);
+    }
+    r.source = source;
+    r.op = op;
+    CJIT_VLOG(1) << "autotune: " << op << " -> " << (r.algorithm.empty() ? "default" : r.algorithm) << " (" << source
+                 << ")";
+    std::string algorithm = r.algorithm;
+    Record(std::move(r));
+    return algorithm;
+  };
+  {
+    std::optional<AutotuneRecord> r;
+    {
+      std::lock_guard<std::mutex> lock(table.mu);
+      auto it = table.results.find(TableKey(device, libraries, key));
+      if (it != table.results.end()) r = it->second;
+    }
+    if (r) return found(*r, "memory", counters_.memory_hits);
+  }
+  if (auto it = loaded_device_.find(key); it != loaded_device_.end()) {
+    const LoadedDeviceEntry& e = it->second;
+    if (e.device != device || e.libraries != libraries) {
+      // Logged once per signature and tuner (a model may have many ops of it).
+      std::lock_guard<std::mutex> lock(mu_);
+      if (ignored_logged_.insert(key).second) {
+        ++counters_.ignored_entries;
+        CJIT_LOG(WARNING) << "autotune results " << options_.load_from << ": entry for " << op << " ignored: made "
+                          << (e.device != device ? absl::StrCat("on another device (", e.device, "; this is ", device, ")")
+                                                 : absl::StrCat("with other library versions (", e.libraries,
+                                                                "; these are ", libraries, ")"));
+      }
+    } else {
+      AutotuneRecord r;
+      r.key = key;
+      r.device = device;
+      r.libraries = libraries;
+      r.algorithm = e.algorithm;
+      return found(r, "file", counters_.file_hits);
+    }
+  }
+  if (disk_ != nullptr) {
+    if (auto payload = disk_->Lookup(DiskKey(device, libraries, key), kAutotunePayloadKind)) {
+      std::vector<std::string> f = absl::StrSplit(*payload, '\n');
+      AutotuneRecord r;
+      r.key = key;
+      r.device = device;
+      r.libraries = libraries;
+      if (f.size() == 4 && f[0] == "v1" && absl::SimpleAtod(f[2], &r.best_us) && absl::SimpleAtod(f[3], &r.default_us)) {
+        r.algorithm = f[1];
+        return found(r, "disk", counters_.disk_hits);
+      }
+      CJIT_LOG(WARNING) << "autotune: persistent cache entry for " << op << " is malformed: ignored";
+      ++counters_.ignored_entries;
+    }
+  }
+  return std::nullopt;
+}
+
+void Autotuner::ForgetDevice(const std::string& key, const std::string& device, const std::string& libraries) {
+  ProcessTable& table = Table();
+  std::lock_guard<std::mutex> lock(table.mu);
+  table.results.erase(TableKey(device, libraries, key));
+}
+
+std::optional<std::string> Autotuner::TuneDevice(const std::string& key, const std::string& device,
+                                                 const std::string& libraries, const std::string& op,
+                                                 const std::string& op_type, const std::function<AutotuneRecord()>& tune) {
+  return TuneOnce(TableKey(device, libraries, key), op, [&]() -> std::string {
+    const int64_t t_start = Profiler::Now();
+    AutotuneRecord rec = tune();
+    if (cancelled()) return "";  // nothing partial is stored
+    rec.key = key;
+    rec.device = device;
+    rec.libraries = libraries;
+    rec.op = op;
+    rec.source = "tuned";
+    counters_.candidates_timed += rec.candidates_timed;
+    counters_.candidates_rejected += rec.candidates_rejected;
+    Finish(rec, t_start, op_type, op);
+    return rec.algorithm;
+  });
 }
 
 std::string Autotuner::TuneNow(const std::string& key, const Node& node, const std::vector<const Tensor*>& inputs,
                                const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
                                const std::vector<InferOutput>* inferred, int threads) {
-  ProcessTable& table = Table();
   const int64_t t_start = Profiler::Now();
   const KernelContext desc = DescribeContext(node, inputs, is_constant, post_ops, inferred, threads);
   std::vector<Candidate> candidates = ListCandidates(desc);
@@ -574,31 +694,7 @@ std::string Autotuner::TuneNow(const std::string& key, const Node& node, const s
   rec.source = "tuned";
   auto finish = [&](const std::string& why) {
     if (!why.empty()) rec.notes.push_back(why);
-    {
-      std::lock_guard<std::mutex> lock(table.mu);
-      table.results.emplace(key, rec);
-    }
-    ++counters_.ops_tuned;
-    const int64_t t_end = Profiler::Now();
-    counters_.tuning_us += (t_end - t_start) / 1000;
-    if (disk_ != nullptr && !disk_->options().read_only) {
-      absl::Status st = disk_->Store(DiskKey(key), kAutotunePayloadKind,
-                                     absl::StrCat("v1\n", rec.algorithm, "\n", rec.best_us, "\n", rec.default_us));
-      if (!st.ok()) CJIT_LOG(WARNING) << "autotune: persistent cache write failed: " << st.message();
-    }
-    if (profiler_ != nullptr) {
-      TraceArgs args;
-      args.Add("node", node.name).Add("signature", key).Add("choice", rec.algorithm.empty() ? "default" : rec.algorithm)
-          .Add("default_impl", rec.default_impl).Add("best_us", rec.best_us).Add("default_us", rec.default_us)
-          .Add("candidates_timed", rec.candidates_timed).Add("candidates_rejected", rec.candidates_rejected);
-      profiler_->Complete(absl::StrCat("autotune ", node.op_type), "autotune", t_start, t_end, &args);
-    }
-    CJIT_VLOG(1) << "autotune: " << node.Describe() << " -> " << (rec.algorithm.empty() ? "default" : rec.algorithm)
-                 << absl::StrFormat(" (%.1f us vs default %.1f us; %d timed, %d rejected, %.1f ms)", rec.best_us,
-                                    rec.default_us, rec.candidates_timed, rec.candidates_rejected,
-                                    (t_end - t_start) / 1e6);
-    Record(rec);
-    if (!options_.dump_to.empty()) WriteDumpFile();
+    Finish(rec, t_start, node.op_type, node.name);
     return rec.algorithm;
   };
   if (candidates.empty()) return finish("no candidates");
@@ -777,6 +873,37 @@ std::string Autotuner::TuneNow(const std::string& key, const Node& node, const s
     }
   }
   return finish("");
+}
+
+void Autotuner::Finish(const AutotuneRecord& rec, int64_t t_start, const std::string& op_type,
+                       const std::string& node_name) {
+  ProcessTable& table = Table();
+  {
+    std::lock_guard<std::mutex> lock(table.mu);
+    table.results.emplace(TableKey(rec.device, rec.libraries, rec.key), rec);
+  }
+  ++counters_.ops_tuned;
+  const int64_t t_end = Profiler::Now();
+  counters_.tuning_us += (t_end - t_start) / 1000;
+  if (disk_ != nullptr && !disk_->options().read_only) {
+    absl::Status st = disk_->Store(DiskKey(rec.device, rec.libraries, rec.key), kAutotunePayloadKind,
+                                   absl::StrCat("v1\n", rec.algorithm, "\n", rec.best_us, "\n", rec.default_us));
+    if (!st.ok()) CJIT_LOG(WARNING) << "autotune: persistent cache write failed: " << st.message();
+  }
+  if (profiler_ != nullptr) {
+    TraceArgs args;
+    args.Add("node", node_name).Add("signature", rec.key).Add("choice", rec.algorithm.empty() ? "default" : rec.algorithm)
+        .Add("default_impl", rec.default_impl).Add("best_us", rec.best_us).Add("default_us", rec.default_us)
+        .Add("candidates_timed", rec.candidates_timed).Add("candidates_rejected", rec.candidates_rejected);
+    if (!rec.device.empty()) args.Add("device", rec.device);
+    profiler_->Complete(absl::StrCat("autotune ", op_type), "autotune", t_start, t_end, &args);
+  }
+  CJIT_VLOG(1) << "autotune: " << rec.op << " -> " << (rec.algorithm.empty() ? "default" : rec.algorithm)
+               << absl::StrFormat(" (%.1f us vs default %.1f us; %d timed, %d rejected, %.1f ms)", rec.best_us,
+                                  rec.default_us, rec.candidates_timed, rec.candidates_rejected,
+                                  (t_end - t_start) / 1e6);
+  Record(rec);
+  if (!options_.dump_to.empty()) WriteDumpFile();
 }
 
 void Autotuner::WriteDumpFile() {

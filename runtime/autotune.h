@@ -44,6 +44,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <unordered_map>
 #include <string>
 #include <vector>
@@ -85,6 +86,7 @@ struct AutotuneCounters {
 // One op signature's decision.
 struct AutotuneRecord {
   std::string key;             // the op signature
+  std::string device, libraries;  // a device (GPU) result's identities (DeviceBackend); empty for the CPU
   std::string op;              // "Conv 'name'" of the node it was tuned on
   std::string algorithm;       // the choice; "" = the kernel's default
   std::string default_impl;    // what the default ran (the kernel's implementation string)
@@ -129,6 +131,22 @@ class Autotuner {
                    const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
                    const std::vector<InferOutput>* inferred, int threads);
 
+  // Device (GPU) op signatures, tuned by runtime/cuda/gpu_autotune.h. `device` and `libraries` are the
+  // backend's identities (DeviceBackend::AutotuneDeviceIdentity / AutotuneLibraryVersions), stored with the
+  // result and part of its persistent-cache key. LookupDevice: the known choice (process, then the
+  // --autotune_results_load_from file — an entry made on another device or with other library versions is
+  // ignored with a logged reason —, then the persistent cache), or nullopt. TuneDevice: runs `tune` (it
+  // fills algorithm, default_impl, times, candidate counts and notes) once per process for the key and
+  // stores its record like a CPU result (process table, persistent cache, dump file, trace, counters,
+  // VLOG(1)); nullopt while another session tunes the same key (that caller runs the default meanwhile).
+  // ForgetDevice: a stored choice the library no longer accepts is dropped from the process table.
+  std::optional<std::string> LookupDevice(const std::string& key, const std::string& device,
+                                          const std::string& libraries, const std::string& op);
+  std::optional<std::string> TuneDevice(const std::string& key, const std::string& device,
+                                        const std::string& libraries, const std::string& op,
+                                        const std::string& op_type, const std::function<AutotuneRecord()>& tune);
+  void ForgetDevice(const std::string& key, const std::string& device, const std::string& libraries);
+
   // Stops tuning soon (between candidates) and for good; nothing partial is stored. The owner calls it
   // before joining the thread that may be tuning (ClusterRuntime::Shutdown).
   void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
@@ -153,6 +171,12 @@ class Autotuner {
                       const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
                       const std::vector<InferOutput>* inferred, int threads);
   void Record(AutotuneRecord r);
+  // Runs `tune` for `table_key` unless the process has a result (returned) or another session is tuning it
+  // (nullopt); an exception keeps the default ("").
+  std::optional<std::string> TuneOnce(const std::string& table_key, const std::string& op,
+                                      const std::function<std::string()>& tune);
+  // Stores a tuned result everywhere and reports it (counters, trace, VLOG, records, dump file).
+  void Finish(const AutotuneRecord& rec, int64_t t_start, const std::string& op_type, const std::string& node_name);
   void WriteDumpFile();
   AutotuneOptions options_;
   DiskCache* disk_;
@@ -162,6 +186,11 @@ class Autotuner {
   mutable std::mutex mu_;
   std::vector<AutotuneRecord> records_;  // guarded by mu_
   std::unordered_map<std::string, std::string> loaded_;  // key -> algorithm from load_from (immutable)
+  struct LoadedDeviceEntry {
+    std::string device, libraries, algorithm;
+  };
+  std::unordered_map<std::string, LoadedDeviceEntry> loaded_device_;  // device results from load_from (immutable)
+  std::set<std::string> ignored_logged_;  // guarded by mu_
   std::mutex time_mu_;
   std::unordered_map<std::string, std::unique_ptr<std::atomic<int64_t>>> default_ns_;  // guarded by time_mu_
 };
@@ -211,6 +240,12 @@ class StepTuning {
 absl::StatusOr<double> MeasureMinMicros(const std::function<absl::Status()>& fn, int max_runs = 10,
                                         double tolerance = 0.05, double budget_us = 1e12, int* runs = nullptr,
                                         bool warmed_up = false, double first_sample_us = -1);
+
+// The same stopping rule over samples that time themselves (`sample` returns one run's microseconds: a
+// device-timed run, caches flushed by the caller); no warm-up. MeasureMinMicros is this with host timing.
+absl::StatusOr<double> MeasureMinOfSamples(const std::function<absl::StatusOr<double>()>& sample, int max_runs = 10,
+                                           double tolerance = 0.05, double budget_us = 1e12, int* runs = nullptr,
+                                           double first_sample_us = -1);
 
 }  // namespace cjit
 

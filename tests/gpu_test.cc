@@ -17,6 +17,7 @@
 #include "compiler/ir/status_macros.h"
 #include "compiler/passes/mark_for_compilation.h"
 #include "gtest/gtest.h"
+#include "tests/gpu_test_util.h"
 #include "tests/test_data.h"
 #include "runtime/cpu/kernel.h"
 #include "runtime/executor.h"
@@ -33,33 +34,6 @@ namespace cjit {
 namespace {
 
 namespace fs = std::filesystem;
-
-// The backend named "host" or "cuda"; for "cuda", the reason it is unavailable.
-absl::StatusOr<std::shared_ptr<DeviceBackend>> Backend(const std::string& name) {
-  if (name == "host") return MakeHostBackend();
-  static const auto* cuda = new absl::StatusOr<std::shared_ptr<DeviceBackend>>(MakeCudaBackend({}));
-  return *cuda;
-}
-
-// Only the absence of a GPU may skip a CUDA test: no driver library, or a driver that reports no device
-// (cuInit's CUDA_ERROR_NO_DEVICE = 100 included). Any other failure to set the GPU up — cuInit with another
-// error, the context, the allocator, cuBLASLt — fails the test.
-bool NoGpuHere(std::string* why) {
-  const auto& probe = ProbeCudaDriver();
-  if (probe.ok()) return false;
-  *why = std::string(probe.status().message());
-  return absl::StartsWith(*why, "no CUDA driver") || absl::StrContains(*why, "reports no device") ||
-         absl::StrContains(*why, "cuInit failed with CUresult 100");
-}
-
-#define CJIT_GET_BACKEND(var, name)                                                                   \
-  std::string var##_why;                                                                              \
-  if (std::string(name) == "cuda" && NoGpuHere(&var##_why)) {                                         \
-    GTEST_SKIP() << "no GPU execution here (" << var##_why << ")";                                    \
-  }                                                                                                   \
-  auto var##_or = Backend(name);                                                                      \
-  ASSERT_TRUE(var##_or.ok()) << "a GPU is present but could not be set up: " << var##_or.status();     \
-  std::shared_ptr<DeviceBackend> var = *var##_or
 
 std::shared_ptr<Graph> Specialized(const std::string& ir) {
   auto g = SpecializedGraphFromText(ir);
@@ -472,15 +446,22 @@ TEST_P(GpuMathPrecision, GemmAndConvErrorsFollowThePrecision) {
   // high: TF32 operands, relative rounding <= 2^-11 each: products off by <= ~2^-10
   EXPECT_GT(err["high"].first, 1e-5);
   EXPECT_LT(err["high"].first, 1.0 / 1024);
-  EXPECT_GT(err["high"].second, 1e-5);
   EXPECT_LT(err["high"].second, 1.0 / 1024);
-  // medium: bfloat16 operands (<= 2^-8 each) for the GEMM — clearly worse than TF32; convolutions as TF32
-  EXPECT_GT(err["medium"].first, 2 * err["high"].first);
+  // medium: bfloat16 operands (<= 2^-8 each) for the GEMM; convolutions as TF32
+  EXPECT_GT(err["medium"].first, 1e-5);
   EXPECT_LT(err["medium"].first, 1.0 / 128);
   EXPECT_LT(err["medium"].second, 1.0 / 1024);
+  if (GetParam() == "host") {
+    // The host backend rounds exactly as the precision says. On a GPU the reduced precisions are permitted,
+    // not forced: cuDNN's CUDNN_DEFAULT_MATH may pick an FMA kernel for a small convolution, and
+    // CUBLAS_COMPUTE_32F_FAST_16BF may run a TF32-accurate kernel (both seen on an H100, 2026-11-26).
+    EXPECT_GT(err["high"].second, 1e-5);
+    EXPECT_GT(err["medium"].first, 2 * err["high"].first);
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, GpuMathPrecision, ::testing::Values("host", "cuda"));
+INSTANTIATE_TEST_SUITE_P(All, GpuMathPrecision, ::testing::Values("host", "cuda"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 // TF32 keeps 10 mantissa bits (ulp of [1, 2) = 2^-10), rounding to nearest with ties to even; bfloat16 7.
 TEST(MathPrecision, RoundsOperandsToNearestEven) {

@@ -14,6 +14,9 @@
 #                                            model (two runs are profiled; the second is reported)
 #   bash tools/gpu-validate.sh cache         two processes share a --persistent_cache_dir: the second must load
 #                                            every kernel module from the cache (0 compilations)
+#   bash tools/gpu-validate.sh autotune      --autotune_level=0 vs 4 on every shared model and the generated
+#                                            models carried in .device/extra (first run, steady median, tuning
+#                                            cost, a second process on the same cache), two rounds alternating
 #   bash tools/gpu-validate.sh report        markdown lines for docs/gpu-validation.md from the logs above
 set -uo pipefail
 repo=$(pwd)
@@ -128,6 +131,63 @@ PY
           cjit run "${m}model.onnx" "${ins[@]}" --iterations 3 --warmup 1 2>&1 | grep -E "placement: f|latency|error"
       done
     done 2>&1 | tee "$out/cache.log"
+    ;;
+  autotune)
+    tmp=$(mktemp -d)
+    specs=()
+    for m in $run/cjit-data/models/*/; do
+      a="${m}model.onnx"
+      for f in "$m"test_data_set_0/input_*.pb; do a="$a --input $f"; done
+      specs+=("$(basename "$m")|$a")
+    done
+    [ -f .device/extra/yolo.onnx ] && specs+=("yolo_640|.device/extra/yolo.onnx --shape images=1x3x640x640")
+    [ -f .device/extra/bert.onnx ] && specs+=("bert_128|.device/extra/bert.onnx --shape input_ids=1x128 --shape attention_mask=1x128")
+    for spec in "${specs[@]}"; do
+      name=${spec%%|*}
+      args=${spec#*|}
+      for round in 1 2; do
+        for level in 0 4; do
+          rm -rf "$tmp/cache_${name}_$level"
+          # shellcheck disable=SC2086
+          CJIT_FLAGS="--device=cuda --cuda_data_dir=$cuda_dir --autotune_level=$level --persistent_cache_dir=$tmp/cache_${name}_$level" \
+            cjit run $args --iterations 100 --warmup 5 --stats-json "$tmp/${name}_${level}_$round.json" >/dev/null 2>"$tmp/${name}_${level}_$round.err" ||
+            { echo "$name level $level: FAILED"; tail -3 "$tmp/${name}_${level}_$round.err"; }
+        done
+      done
+      # A second process on level 4's cache: nothing re-tuned.
+      # shellcheck disable=SC2086
+      CJIT_FLAGS="--device=cuda --cuda_data_dir=$cuda_dir --autotune_level=4 --persistent_cache_dir=$tmp/cache_${name}_4" \
+        cjit run $args --iterations 20 --warmup 1 --stats-json "$tmp/${name}_4_warm.json" >/dev/null 2>&1
+    done
+    python3 - "$tmp" "${specs[@]}" <<'PY' 2>&1 | tee "$out/autotune.log"
+import json, os, sys
+tmp = sys.argv[1]
+def load(f):
+    try: return json.load(open(os.path.join(tmp, f)))
+    except Exception: return None
+print("| model | level 0 median ms (2 rounds) | level 4 median ms | 0/4 | first run 0 / 4 ms | ops tuned, candidates timed, tuning ms | 2nd process: first ms, ops tuned, disk hits |")
+print("|---|---|---|---|---|---|---|")
+for spec in sys.argv[2:]:
+    name = spec.split("|")[0]
+    r = {(l, k): load(f"{name}_{l}_{k}.json") for l in (0, 4) for k in (1, 2)}
+    if any(v is None for v in r.values()):
+        print(f"| {name} | missing results |"); continue
+    med = {l: [r[(l, k)]["latency_ms"]["median"] for k in (1, 2)] for l in (0, 4)}
+    first = {l: r[(l, 1)]["latency_ms"]["first"] for l in (0, 4)}
+    at = r[(4, 1)]["autotune"]
+    w = load(f"{name}_4_warm.json") or {"latency_ms": {"first": float("nan")}, "autotune": {}}
+    m0, m4 = min(med[0]), min(med[4])
+    print(f"| {name} | {med[0][0]:.3f} / {med[0][1]:.3f} | {med[4][0]:.3f} / {med[4][1]:.3f} | {m0 / m4:.2f} | "
+          f"{first[0]:.0f} / {first[4]:.0f} | {at.get('ops_tuned')}, {at.get('candidates_timed')}, {at.get('tuning_ms', 0):.0f} | "
+          f"{w['latency_ms']['first']:.0f}, {w['autotune'].get('ops_tuned')}, {w['autotune'].get('disk_hits')} |")
+PY
+    for spec in "${specs[@]}"; do  # what was chosen, per op (VLOG(1)), for the rec model and the generated ones
+      case "$spec" in ppocrv4_rec*|yolo*|bert*) ;; *) continue ;; esac
+      # shellcheck disable=SC2086
+      CJIT_FLAGS="--device=cuda --cuda_data_dir=$cuda_dir --autotune_level=4 --v=1" cjit run ${spec#*|} --iterations 1 --warmup 0 2>&1 |
+        grep -E "autotune:" | sed "s/^/${spec%%|*}: /" | head -40
+    done > "$out/autotune_choices.log"
+    rm -rf "$tmp"
     ;;
   report)
     echo "| $(date +%F) | $(head -2 "$out/info.txt" 2>/dev/null | tail -1) | gpu-validate.sh | |"

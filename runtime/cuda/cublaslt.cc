@@ -3,10 +3,14 @@
 #include <cublasLt.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "compiler/ir/status_macros.h"
 
 namespace cjit {
@@ -17,7 +21,9 @@ namespace {
   X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)   \
   X(cublasLtMatrixLayoutSetAttribute) X(cublasLtMatmulPreferenceCreate)                            \
   X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute)                       \
-  X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul) X(cublasLtGetStatusName)
+  X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul) X(cublasLtGetStatusName) X(cublasLtMatmulAlgoInit)      \
+  X(cublasLtMatmulAlgoCheck) X(cublasLtMatmulAlgoConfigSetAttribute) X(cublasLtMatmulAlgoConfigGetAttribute)  \
+  X(cublasLtGetVersion)
 
 struct LtApi {
 #define CJIT_LT_FIELD(name) decltype(&::name) name = nullptr;
@@ -57,6 +63,20 @@ absl::Status LtStatus(const LtApi& lt, cublasStatus_t st, const char* call) {
   } while (0)
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+constexpr int kMaxCandidates = 16;  // heuristic results asked for when autotuning
+
+struct ConfigField {
+  cublasLtMatmulAlgoConfigAttributes_t attr;
+  const char* name;
+  size_t bytes;
+};
+constexpr ConfigField kConfigFields[] = {
+    {CUBLASLT_ALGO_CONFIG_ID, "id", 4},           {CUBLASLT_ALGO_CONFIG_TILE_ID, "tile", 4},
+    {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, "splitk", 4}, {CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, "red", 4},
+    {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, "swz", 4}, {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, "custom", 4},
+    {CUBLASLT_ALGO_CONFIG_STAGES_ID, "stages", 4},  {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, "inner", 2},
+    {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, "cluster", 2},
+};
 
 // One cuBLASLt handle and workspace per device (all use is on the device's single stream).
 struct DeviceLt {
@@ -92,10 +112,10 @@ class LtGemmPlan : public GemmOp {
     shape_ = s;
     const LtApi& lt = *lt_;
     // --matmul_precision: float32 in and out; high = TF32 tensor-core math, medium = bfloat16 (device_backend.h)
-    const cublasComputeType_t compute = s.precision == MathPrecision::kHigh     ? CUBLAS_COMPUTE_32F_FAST_TF32
+    compute_ = s.precision == MathPrecision::kHigh     ? CUBLAS_COMPUTE_32F_FAST_TF32
                                         : s.precision == MathPrecision::kMedium ? CUBLAS_COMPUTE_32F_FAST_16BF
                                                                                 : CUBLAS_COMPUTE_32F;
-    CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatmulDescCreate(&desc_, compute, CUDA_R_32F));
+    CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatmulDescCreate(&desc_, compute_, CUDA_R_32F));
     // Column-major view: D^T (n x m) = [op(B)^T] (n x k) * [op(A)^T] (k x m).
     cublasOperation_t op_first = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_second = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -121,24 +141,113 @@ class LtGemmPlan : public GemmOp {
     CJIT_RETURN_IF_ERROR(Layout(&b_, b_rows, b_cols, s.stride_b));
     CJIT_RETURN_IF_ERROR(Layout(&a_, a_rows, a_cols, s.stride_a));
     CJIT_RETURN_IF_ERROR(Layout(&d_, s.n, s.m, s.m * s.n));
+    return absl::OkStatus();
+  }
+
+  // Up to `count` of cuBLASLt's heuristic results for the shape, best ranked first.
+  absl::StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> Heuristics(int count) const {
+    const LtApi& lt = *lt_;
     cublasLtMatmulPreference_t pref = nullptr;
     CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = kWorkspaceBytes;
     cublasStatus_t st = lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                                                 sizeof(ws));
-    cublasLtMatmulHeuristicResult_t result = {};
+    std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(count));
     int found = 0;
     if (st == CUBLAS_STATUS_SUCCESS) {
-      st = lt.cublasLtMatmulAlgoGetHeuristic(dev_lt_->handle, desc_, b_, a_, d_, d_, pref, 1, &result, &found);
+      st = lt.cublasLtMatmulAlgoGetHeuristic(dev_lt_->handle, desc_, b_, a_, d_, d_, pref, count, results.data(),
+                                             &found);
     }
     lt.cublasLtMatmulPreferenceDestroy(pref);
     CJIT_RETURN_IF_ERROR(LtStatus(lt, st, "cublasLtMatmulAlgoGetHeuristic"));
-    if (found == 0) {
-      return absl::UnimplementedError(absl::StrCat("cuBLASLt has no algorithm for a ", s.batch, "x", s.m, "x", s.n,
-                                                   "x", s.k, " float32 product"));
+    results.resize(static_cast<size_t>(found));
+    std::erase_if(results, [](const cublasLtMatmulHeuristicResult_t& r) { return r.state != CUBLAS_STATUS_SUCCESS; });
+    if (results.empty()) {
+      return absl::UnimplementedError(absl::StrCat("cuBLASLt has no algorithm for a ", shape_.batch, "x", shape_.m,
+                                                   "x", shape_.n, "x", shape_.k, " float32 product"));
     }
-    algo_ = result.algo;
+    return results;
+  }
+
+  // The heuristic's choice ("") or the algorithm with this identity (AlgorithmId's format).
+  absl::Status Choose(const std::string& algorithm) {
+    if (algorithm.empty()) {
+      CJIT_ASSIGN_OR_RETURN(auto results, Heuristics(1));
+      algo_ = results[0].algo;
+      return absl::OkStatus();
+    }
+    CJIT_ASSIGN_OR_RETURN(algo_, AlgoFromId(algorithm));
     return absl::OkStatus();
+  }
+
+  // The stable identity of an algorithm: its configuration attributes, "lt:id=21;tile=18;splitk=1;red=0;
+  // swz=0;custom=0;stages=35;inner=0;cluster=0" (cublasLtMatmulAlgoConfigAttributes_t, in order).
+  std::string AlgorithmId(const cublasLtMatmulAlgo_t& algo) const {
+    std::string id = "lt:";
+    for (const ConfigField& f : kConfigFields) {
+      uint64_t v = 0;
+      size_t written = 0;
+      if (lt_->cublasLtMatmulAlgoConfigGetAttribute(&algo, f.attr, &v, f.bytes, &written) != CUBLAS_STATUS_SUCCESS) {
+        continue;  // an attribute this library version lacks
+      }
+      absl::StrAppend(&id, id.size() > 3 ? ";" : "", f.name, "=", f.bytes == 4 ? static_cast<uint32_t>(v) : v);
+    }
+    return id;
+  }
+
+  absl::StatusOr<cublasLtMatmulAlgo_t> AlgoFromId(const std::string& algorithm) const {
+    const LtApi& lt = *lt_;
+    auto bad = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(absl::StrCat("cuBLASLt algorithm '", algorithm, "': ", why));
+    };
+    if (!absl::StartsWith(algorithm, "lt:")) return bad("not a cuBLASLt algorithm");
+    std::map<std::string, uint64_t> fields;
+    for (absl::string_view kv : absl::StrSplit(algorithm.substr(3), ';')) {
+      std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+      uint64_t v = 0;
+      if (!absl::SimpleAtoi(p.second, &v)) return bad(absl::StrCat("malformed field '", kv, "'"));
+      fields[p.first] = v;
+    }
+    if (!fields.count("id")) return bad("no algorithm id");
+    cublasLtMatmulAlgo_t algo = {};
+    cublasStatus_t st = lt.cublasLtMatmulAlgoInit(dev_lt_->handle, compute_, CUDA_R_32F, CUDA_R_32F, CUDA_R_32F,
+                                                  CUDA_R_32F, CUDA_R_32F, static_cast<int>(fields["id"]), &algo);
+    if (st != CUBLAS_STATUS_SUCCESS) return bad(absl::StrCat("cublasLtMatmulAlgoInit: ", lt.cublasLtGetStatusName(st)));
+    for (const ConfigField& f : kConfigFields) {
+      auto it = fields.find(f.name);
+      if (f.attr == CUBLASLT_ALGO_CONFIG_ID || it == fields.end()) continue;
+      uint64_t v = it->second;
+      st = lt.cublasLtMatmulAlgoConfigSetAttribute(&algo, f.attr, &v, f.bytes);
+      if (st != CUBLAS_STATUS_SUCCESS) {
+        return bad(absl::StrCat("setting ", f.name, ": ", lt.cublasLtGetStatusName(st)));
+      }
+    }
+    cublasLtMatmulHeuristicResult_t check = {};
+    st = lt.cublasLtMatmulAlgoCheck(dev_lt_->handle, desc_, b_, a_, d_, d_, &algo, &check);
+    if (st != CUBLAS_STATUS_SUCCESS) return bad(absl::StrCat("cublasLtMatmulAlgoCheck: ", lt.cublasLtGetStatusName(st)));
+    if (check.workspaceSize > kWorkspaceBytes) return bad("needs more than the 32 MiB workspace");
+    return algo;
+  }
+
+  absl::StatusOr<std::vector<DeviceAlgorithm>> Candidates() const {
+    CJIT_ASSIGN_OR_RETURN(auto results, Heuristics(kMaxCandidates));
+    std::vector<DeviceAlgorithm> out;
+    for (const cublasLtMatmulHeuristicResult_t& r : results) {
+      DeviceAlgorithm a;
+      a.id = AlgorithmId(r.algo);
+      a.scratch_bytes = r.workspaceSize;
+      // Split-K accumulates partial products in an order that may change with scheduling: counted as
+      // non-deterministic (conservative; cuBLAS documents bitwise reproducibility otherwise).
+      int32_t splitk = 1;
+      size_t written = 0;
+      lt_->cublasLtMatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof(splitk),
+                                                &written);
+      a.deterministic = splitk <= 1;
+      if (std::none_of(out.begin(), out.end(), [&](const DeviceAlgorithm& o) { return o.id == a.id; })) {
+        out.push_back(std::move(a));
+      }
+    }
+    return out;
   }
 
   absl::Status Run(uint64_t a, uint64_t b, uint64_t bias, uint64_t d) const override {
@@ -176,16 +285,30 @@ class LtGemmPlan : public GemmOp {
   GemmShape shape_;
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
+  cublasComputeType_t compute_ = CUBLAS_COMPUTE_32F;
   cublasLtMatmulAlgo_t algo_ = {};
   mutable std::mutex mu_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GemmOp>> MakeGemmPlan(CudaDevice* device, const GemmShape& shape) {
+absl::StatusOr<std::unique_ptr<GemmOp>> MakeGemmPlan(CudaDevice* device, const GemmShape& shape,
+                                                      const std::string& algorithm) {
   auto plan = std::make_unique<LtGemmPlan>();
   CJIT_RETURN_IF_ERROR(plan->Init(device, shape));
+  CJIT_RETURN_IF_ERROR(plan->Choose(algorithm));
   return plan;
+}
+
+absl::StatusOr<std::vector<DeviceAlgorithm>> GemmPlanAlgorithms(CudaDevice* device, const GemmShape& shape) {
+  LtGemmPlan plan;
+  CJIT_RETURN_IF_ERROR(plan.Init(device, shape));
+  return plan.Candidates();
+}
+
+std::string CublasLtVersion() {
+  auto lt = LoadLt();
+  return lt.ok() ? absl::StrCat((*lt)->cublasLtGetVersion()) : "none";
 }
 
 }  // namespace cjit

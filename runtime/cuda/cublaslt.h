@@ -15,14 +15,29 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "runtime/cuda/cuda_device.h"
+#include "runtime/cuda/device_backend.h"
 
 namespace cjit {
 
-// A plan (descriptors and the algorithm cuBLASLt's heuristic picks) for this shape on `device`.
-absl::StatusOr<std::unique_ptr<GemmOp>> MakeGemmPlan(CudaDevice* device, const GemmShape& shape);
+// A plan (descriptors and an algorithm) for this shape on `device`: cuBLASLt's heuristic choice for
+// `algorithm` "", else the algorithm with that identity (one of GemmPlanAlgorithms' ids; re-created with
+// cublasLtMatmulAlgoInit + its config attributes and validated by cublasLtMatmulAlgoCheck —
+// InvalidArgumentError when this library or device does not accept it).
+absl::StatusOr<std::unique_ptr<GemmOp>> MakeGemmPlan(CudaDevice* device, const GemmShape& shape,
+                                                      const std::string& algorithm = "");
+
+// Autotuning candidates: up to 16 of cublasLtMatmulAlgoGetHeuristic's results (workspace <= 32 MiB), its
+// ranking, each identified by its configuration attributes ("lt:id=..;tile=..;splitk=..;red=..;swz=..;
+// custom=..;stages=..;inner=..;cluster=..").
+absl::StatusOr<std::vector<DeviceAlgorithm>> GemmPlanAlgorithms(CudaDevice* device, const GemmShape& shape);
+
+// cublasLtGetVersion() as text ("130100"), or "none" when cuBLASLt cannot be loaded.
+std::string CublasLtVersion();
 
 }  // namespace cjit
 

@@ -1,5 +1,6 @@
 // The CUDA device backend (device_backend.h): CudaDevice memory/copies, fused kernels compiled to PTX
 // and JIT-loaded by the driver (cached process-wide by device, target and kernel structure), cuBLASLt.
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -112,12 +113,34 @@ class CudaBackend : public DeviceBackend {
     return cjit::LaunchFused(*dev_, launch, std::vector<CUdeviceptr>(buffers.begin(), buffers.end()));
   }
 
-  absl::StatusOr<std::unique_ptr<GemmOp>> MakeGemm(const GemmShape& shape) const override {
-    return MakeGemmPlan(dev_, shape);
+  absl::StatusOr<std::unique_ptr<GemmOp>> MakeGemm(const GemmShape& shape, const std::string& algorithm) const override {
+    return MakeGemmPlan(dev_, shape, algorithm);
   }
-  absl::StatusOr<std::unique_ptr<ConvOp>> MakeConv(const ConvShape& shape) const override {
-    return MakeCudnnConv(dev_, shape);
+  absl::StatusOr<std::unique_ptr<ConvOp>> MakeConv(const ConvShape& shape, const std::string& algorithm) const override {
+    return MakeCudnnConv(dev_, shape, algorithm);
   }
+  absl::StatusOr<std::vector<DeviceAlgorithm>> GemmAlgorithms(const GemmShape& shape) const override {
+    return GemmPlanAlgorithms(dev_, shape);
+  }
+  absl::StatusOr<std::vector<DeviceAlgorithm>> ConvAlgorithms(const ConvShape& shape) const override {
+    return CudnnConvAlgorithms(dev_, shape);
+  }
+  std::string AutotuneDeviceIdentity() const override {
+    std::string name = dev_->name();
+    for (char& c : name) {
+      if (c == '\t' || c == ';' || c == '\n') c = ' ';
+    }
+    return absl::StrCat("gpu=", name, ";sm=", dev_->sm(), ";sms=", dev_->multiprocessors(),
+                        ";memclock_khz=", dev_->memory_clock_khz());
+  }
+  std::string AutotuneLibraryVersions() const override {
+    return absl::StrCat("driver=", dev_->api().driver_version, ";cublaslt=", CublasLtVersion(),
+                        ";cudnn=", CudnnVersion(), ";clusterjit=", CJIT_VERSION);
+  }
+  absl::StatusOr<double> TimeMicros(const std::function<absl::Status()>& enqueue) const override {
+    return dev_->TimeMicros(enqueue);
+  }
+
   absl::StatusOr<std::unique_ptr<PoolOp>> MakePool(const PoolShape& shape) const override {
     return MakeCudnnPool(dev_, shape);
   }

@@ -122,6 +122,10 @@ absl::StatusOr<CudaDevice*> CudaDevice::Get(int ordinal) {
   CJIT_CU_RETURN_IF_ERROR(*api, cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->device_));
   CJIT_CU_RETURN_IF_ERROR(*api, cuDeviceGetAttribute(&d->sms_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d->device_));
   d->sm_ = absl::StrCat("sm_", major * 10 + minor);
+  int mem_clock = 0;  // part of the autotuning identity; 0 where unknown
+  if (api->cuDeviceGetAttribute(&mem_clock, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, d->device_) == CUDA_SUCCESS) {
+    d->mem_clock_khz_ = mem_clock;
+  }
   int max_pitch = 0;
   CJIT_CU_RETURN_IF_ERROR(*api, cuDeviceGetAttribute(&max_pitch, CU_DEVICE_ATTRIBUTE_MAX_PITCH, d->device_));
   d->max_pitch_ = max_pitch;
@@ -295,6 +299,23 @@ absl::Status CudaDevice::CopyIntoPadded(CUdeviceptr dst, size_t dst_pitch, size_
 absl::Status CudaDevice::Synchronize() const {
   CJIT_CU_RETURN_IF_ERROR(*api_, cuStreamSynchronize(stream()));
   return absl::OkStatus();
+}
+
+absl::StatusOr<double> CudaDevice::TimeMicros(const std::function<absl::Status()>& enqueue) const {
+  CJIT_RETURN_IF_ERROR(MakeCurrent());
+  CUevent start = nullptr, stop = nullptr;
+  CJIT_CU_RETURN_IF_ERROR(*api_, cuEventCreate(&start, CU_EVENT_DEFAULT));
+  absl::Status st = CudaStatus(*api_, api_->cuEventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate");
+  float ms = 0;
+  if (st.ok()) st = CudaStatus(*api_, api_->cuEventRecord(start, stream()), "cuEventRecord");
+  if (st.ok()) st = enqueue();
+  if (st.ok()) st = CudaStatus(*api_, api_->cuEventRecord(stop, stream()), "cuEventRecord");
+  if (st.ok()) st = CudaStatus(*api_, api_->cuEventSynchronize(stop), "cuEventSynchronize");
+  if (st.ok()) st = CudaStatus(*api_, api_->cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
+  api_->cuEventDestroy(start);
+  if (stop) api_->cuEventDestroy(stop);
+  if (!st.ok()) return st;
+  return 1000.0 * ms;
 }
 
 absl::StatusOr<std::shared_ptr<CudaModule>> CudaDevice::LoadModule(const std::string& ptx) {

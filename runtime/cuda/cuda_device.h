@@ -83,6 +83,7 @@ class CudaDevice {
   const std::string& name() const { return name_; }
   const std::string& sm() const { return sm_; }  // "sm_90"
   int multiprocessors() const { return sms_; }
+  int64_t memory_clock_khz() const { return mem_clock_khz_; }  // peak, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE
   // The device's allocator of this kind ("caching" or "cuda_malloc_async", --gpu_allocator), created on
   // first use; sessions with different --gpu_allocator can share a device. Error: an unknown name.
   absl::StatusOr<DeviceAllocator*> Allocator(const std::string& name);
@@ -111,6 +112,9 @@ class CudaDevice {
   absl::Status CopyIntoPadded(CUdeviceptr dst, size_t dst_pitch, size_t dst_height, size_t dst_x, size_t dst_y,
                               CUdeviceptr src, size_t width, size_t height, size_t planes) const;
   absl::Status Synchronize() const;
+  // Device time in microseconds of the work `enqueue` puts on the stream (events recorded around it),
+  // after waiting for it.
+  absl::StatusOr<double> TimeMicros(const std::function<absl::Status()>& enqueue) const;
 
   // Loads PTX through the driver's JIT (cuModuleLoadDataEx); errors include the JIT error log.
   absl::StatusOr<std::shared_ptr<CudaModule>> LoadModule(const std::string& ptx);
@@ -134,6 +138,7 @@ class CudaDevice {
   CUstream stream_ = nullptr;
   std::string name_, sm_;
   int sms_ = 1;
+  int64_t mem_clock_khz_ = 0;
   int64_t max_pitch_ = 0;
   std::unique_ptr<DeviceAllocator> caching_;
   std::mutex allocators_mu_;

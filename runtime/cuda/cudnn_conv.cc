@@ -3,10 +3,14 @@
 #include <cudnn.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "compiler/ir/status_macros.h"
 
 namespace cjit {
@@ -20,7 +24,8 @@ namespace {
   X(cudnnDestroyConvolutionDescriptor) X(cudnnGetConvolution2dForwardOutputDim)                             \
   X(cudnnGetConvolutionForwardAlgorithm_v7) X(cudnnConvolutionForward) X(cudnnAddTensor)                    \
   X(cudnnCreatePoolingDescriptor) X(cudnnSetPooling2dDescriptor) X(cudnnGetPooling2dForwardOutputDim)        \
-  X(cudnnDestroyPoolingDescriptor) X(cudnnPoolingForward)
+  X(cudnnDestroyPoolingDescriptor) X(cudnnPoolingForward) X(cudnnGetConvolutionForwardWorkspaceSize)         \
+  X(cudnnGetVersion)
 
 struct DnnApi {
 #define CJIT_DNN_FIELD(name) decltype(&::name) name = nullptr;
@@ -55,6 +60,22 @@ absl::StatusOr<const DnnApi*> LoadDnn() {
   } while (0)
 
 constexpr size_t kMaxWorkspace = size_t{256} << 20;
+
+const char* AlgoName(cudnnConvolutionFwdAlgo_t a) {
+  static const char* const kNames[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT",
+                                       "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+  return a >= 0 && a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT ? kNames[a] : "UNKNOWN";
+}
+
+const char* MathName(cudnnMathType_t m) {
+  switch (m) {
+    case CUDNN_DEFAULT_MATH: return "DEFAULT";
+    case CUDNN_TENSOR_OP_MATH: return "TENSOR_OP";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "TENSOR_OP_ALLOW_CONVERSION";
+    case CUDNN_FMA_MATH: return "FMA";
+  }
+  return "UNKNOWN";
+}
 
 struct DeviceDnn {
   cudnnHandle_t handle = nullptr;
@@ -155,22 +176,73 @@ class CudnnConv : public ConvOp {
       CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateTensorDescriptor(&b_));
       CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetTensor4dDescriptor(b_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, oc, 1, 1));
     }
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    return absl::OkStatus();
+  }
+
+  // cudnnGetConvolutionForwardAlgorithm_v7's ranking, keeping the algorithms that run (status success,
+  // workspace <= 256 MiB) and that the precision allows (Allowed).
+  absl::StatusOr<std::vector<DeviceAlgorithm>> Candidates() const {
+    const DnnApi& d = *dnn_;
+    cudnnConvolutionFwdAlgoPerf_t perf[2 * CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int returned = 0;
     {
       std::lock_guard<std::mutex> lock(dev_dnn_->mu);
       CJIT_DNN_RETURN_IF_ERROR(d, cudnnGetConvolutionForwardAlgorithm_v7(dev_dnn_->handle, x_, w_, conv_, y_,
-                                                                         CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
+                                                                         2 * CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                                         &returned, perf));
     }
-    bool found = false;
-    for (int j = 0; j < returned && !found; ++j) {
-      if (perf[j].status == CUDNN_STATUS_SUCCESS && perf[j].memory <= kMaxWorkspace) {
-        algo_ = perf[j].algo;
-        workspace_bytes_ = perf[j].memory;
-        found = true;
+    std::vector<DeviceAlgorithm> out;
+    for (int j = 0; j < returned; ++j) {
+      const cudnnConvolutionFwdAlgoPerf_t& p = perf[j];
+      if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kMaxWorkspace || !Allowed(p.algo, p.mathType)) continue;
+      DeviceAlgorithm a;
+      a.id = absl::StrCat("cudnn:algo=", AlgoName(p.algo), ";math=", MathName(p.mathType));
+      a.scratch_bytes = p.memory;
+      a.deterministic = p.determinism == CUDNN_DETERMINISTIC;
+      if (std::none_of(out.begin(), out.end(), [&](const DeviceAlgorithm& o) { return o.id == a.id; })) {
+        out.push_back(std::move(a));
       }
     }
-    if (!found) return absl::UnimplementedError("cuDNN has no forward algorithm for this convolution within 256 MiB");
+    if (out.empty()) return absl::UnimplementedError("cuDNN has no forward algorithm for this convolution within 256 MiB");
+    return out;
+  }
+
+  // The heuristic's first candidate ("") or the one with this identity ("cudnn:algo=<name>;math=<name>").
+  absl::Status Choose(CudaDevice* device, const std::string& algorithm) {
+    const DnnApi& d = *dnn_;
+    std::string id = algorithm;
+    if (id.empty()) {
+      CJIT_ASSIGN_OR_RETURN(std::vector<DeviceAlgorithm> c, Candidates());
+      id = c[0].id;
+    }
+    auto bad = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(absl::StrCat("cuDNN algorithm '", id, "': ", why));
+    };
+    std::pair<absl::string_view, absl::string_view> f = absl::StrSplit(id, absl::MaxSplits(';', 1));
+    if (!absl::ConsumePrefix(&f.first, "cudnn:algo=") || !absl::ConsumePrefix(&f.second, "math=")) {
+      return bad("not a cuDNN algorithm");
+    }
+    int algo = -1, math = -1;
+    for (int a = 0; a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; ++a)
+      if (f.first == AlgoName(static_cast<cudnnConvolutionFwdAlgo_t>(a))) algo = a;
+    for (int m = 0; m <= CUDNN_FMA_MATH; ++m)
+      if (f.second == MathName(static_cast<cudnnMathType_t>(m))) math = m;
+    if (algo < 0 || math < 0) return bad("unknown algorithm or math type");
+    if (!Allowed(static_cast<cudnnConvolutionFwdAlgo_t>(algo), static_cast<cudnnMathType_t>(math))) {
+      return bad("not allowed at this precision");
+    }
+    algo_ = static_cast<cudnnConvolutionFwdAlgo_t>(algo);
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetConvolutionMathType(conv_, static_cast<cudnnMathType_t>(math)));
+    size_t bytes = 0;
+    {
+      std::lock_guard<std::mutex> lock(dev_dnn_->mu);
+      if (d.cudnnGetConvolutionForwardWorkspaceSize(dev_dnn_->handle, x_, w_, conv_, y_, algo_, &bytes) !=
+          CUDNN_STATUS_SUCCESS) {
+        return bad("not supported for this convolution");
+      }
+    }
+    if (bytes > kMaxWorkspace) return bad("needs more than 256 MiB of workspace");
+    workspace_bytes_ = bytes;
     if (workspace_bytes_ > 0) {
       CJIT_ASSIGN_OR_RETURN(workspace_, device->Allocate(workspace_bytes_));
     }
@@ -203,6 +275,17 @@ class CudnnConv : public ConvOp {
   cudnnTensorDescriptor_t x_ = nullptr, y_ = nullptr, b_ = nullptr;
   cudnnFilterDescriptor_t w_ = nullptr;
   cudnnConvolutionDescriptor_t conv_ = nullptr;
+  // Whether the precision allows this algorithm and math type: FMA only for "highest" (no TF32), and there
+  // no Winograd beyond 3x3 filters, which loses ~10 bits (5x5 non-fused: 1e-3 of sum |terms| on an H100);
+  // FMA, DEFAULT (TF32 on sm_80+) or TENSOR_OP otherwise; never TENSOR_OP_MATH_ALLOW_CONVERSION.
+  bool Allowed(cudnnConvolutionFwdAlgo_t a, cudnnMathType_t m) const {
+    if (shape_.precision != MathPrecision::kHighest) {
+      return m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH || m == CUDNN_TENSOR_OP_MATH;
+    }
+    const bool winograd = a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+    return m == CUDNN_FMA_MATH && !(winograd && (shape_.r > 3 || shape_.s > 3));
+  }
+
   cudnnConvolutionFwdAlgo_t algo_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
   size_t workspace_bytes_ = 0;
   std::shared_ptr<DeviceBuffer> workspace_;
@@ -284,10 +367,23 @@ absl::StatusOr<std::unique_ptr<PoolOp>> MakeCudnnPool(CudaDevice* device, const 
   return op;
 }
 
-absl::StatusOr<std::unique_ptr<ConvOp>> MakeCudnnConv(CudaDevice* device, const ConvShape& shape) {
+absl::StatusOr<std::unique_ptr<ConvOp>> MakeCudnnConv(CudaDevice* device, const ConvShape& shape,
+                                                      const std::string& algorithm) {
   auto op = std::make_unique<CudnnConv>();
   CJIT_RETURN_IF_ERROR(op->Init(device, shape));
+  CJIT_RETURN_IF_ERROR(op->Choose(device, algorithm));
   return op;
+}
+
+absl::StatusOr<std::vector<DeviceAlgorithm>> CudnnConvAlgorithms(CudaDevice* device, const ConvShape& shape) {
+  CudnnConv op;
+  CJIT_RETURN_IF_ERROR(op.Init(device, shape));
+  return op.Candidates();
+}
+
+std::string CudnnVersion() {
+  auto d = LoadDnn();
+  return d.ok() ? absl::StrCat((*d)->cudnnGetVersion()) : "none";
 }
 
 }  // namespace cjit

@@ -1,7 +1,8 @@
 // float32 NCHW convolutions and pooling on the GPU through cuDNN 9's convolution API (cudnnConvolutionForward),
 // loaded with dlopen("libcudnn.so.9") so nothing links CUDA libraries. The algorithm is the first of
-// cudnnGetConvolutionForwardAlgorithm_v7's heuristic ranking whose workspace fits 256 MiB (measured
-// autotuning with cudnnFind* is not done yet). Math (ConvShape::precision, from --conv_precision): CUDNN_FMA_MATH for "highest" (no TF32);
+// cudnnGetConvolutionForwardAlgorithm_v7's heuristic ranking whose workspace fits 256 MiB, or one the
+// autotuner chose (runtime/cuda/gpu_autotune.h) among that ranking: the legacy API's algorithms, each run
+// by cuDNN 9 through its engines. Math (ConvShape::precision, from --conv_precision): CUDNN_FMA_MATH for "highest" (no TF32);
 // CUDNN_DEFAULT_MATH (TF32 tensor cores on sm_80+) for "high" and "medium" (cuDNN has no bfloat16 compute
 // type for float32 tensors).
 // Bias: cudnnAddTensor after the convolution.
@@ -16,6 +17,8 @@
 #define CJIT_RUNTIME_CUDA_CUDNN_CONV_H_
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "runtime/cuda/cuda_device.h"
@@ -23,7 +26,17 @@
 
 namespace cjit {
 
-absl::StatusOr<std::unique_ptr<ConvOp>> MakeCudnnConv(CudaDevice* device, const ConvShape& shape);
+// `algorithm`: "" = the heuristic's first, else an id of CudnnConvAlgorithms ("cudnn:algo=<name>;math=<name>",
+// cudnnConvolutionFwdAlgo_t and cudnnMathType_t without their prefixes); InvalidArgumentError when it is not
+// one this cuDNN offers for the shape at its precision.
+absl::StatusOr<std::unique_ptr<ConvOp>> MakeCudnnConv(CudaDevice* device, const ConvShape& shape,
+                                                      const std::string& algorithm = "");
+// The autotuning candidates: cudnnGetConvolutionForwardAlgorithm_v7's ranking, workspace <= 256 MiB, math
+// types the precision allows (FMA for "highest", and no Winograd for filters beyond 3x3 there; also DEFAULT
+// and TENSOR_OP otherwise), with cuDNN's determinism flag.
+absl::StatusOr<std::vector<DeviceAlgorithm>> CudnnConvAlgorithms(CudaDevice* device, const ConvShape& shape);
+// cudnnGetVersion() as text ("91300"), or "none".
+std::string CudnnVersion();
 
 // Max / average pooling (cudnnPoolingForward; NaN propagated).
 absl::StatusOr<std::unique_ptr<PoolOp>> MakeCudnnPool(CudaDevice* device, const PoolShape& shape);

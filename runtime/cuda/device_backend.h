@@ -84,6 +84,16 @@ struct GemmShape {
   MathPrecision precision = MathPrecision::kHighest;
 };
 
+// One algorithm a GEMM or convolution library offers for a shape: an autotuning candidate
+// (runtime/cuda/gpu_autotune.h, docs/autotuning.md). `id` is a stable identity — the library's serialized
+// configuration (cuBLASLt: the algorithm's config attributes; cuDNN: algorithm and math type) —, never a
+// position in a heuristic's list, so a stored choice means the same kernel in another process.
+struct DeviceAlgorithm {
+  std::string id;
+  size_t scratch_bytes = 0;   // workspace it needs
+  bool deterministic = true;  // same bits on every run (--autotune_deterministic keeps only these)
+};
+
 class GemmOp {
  public:
   virtual ~GemmOp() = default;
@@ -169,10 +179,29 @@ class DeviceBackend {
   virtual absl::Status LaunchFused(const FusedKernelHandle& kernel, const FusedLaunchArgs& args,
                                    const std::vector<uint64_t>& buffers) const = 0;
   // UnimplementedError when the backend has no product for this shape (the op then runs on the host);
-  // FailedPreconditionError when the GEMM library is missing.
-  virtual absl::StatusOr<std::unique_ptr<GemmOp>> MakeGemm(const GemmShape& shape) const = 0;
+  // FailedPreconditionError when the GEMM library is missing. `algorithm`: "" = the library's heuristic
+  // choice, else the id of one of GemmAlgorithms(shape) (InvalidArgumentError when the library does not
+  // accept it for this shape on this device: another library version, say).
+  virtual absl::StatusOr<std::unique_ptr<GemmOp>> MakeGemm(const GemmShape& shape,
+                                                           const std::string& algorithm) const = 0;
   // As MakeGemm, for convolutions (cuDNN).
-  virtual absl::StatusOr<std::unique_ptr<ConvOp>> MakeConv(const ConvShape& shape) const = 0;
+  virtual absl::StatusOr<std::unique_ptr<ConvOp>> MakeConv(const ConvShape& shape,
+                                                           const std::string& algorithm) const = 0;
+  // The autotuning candidates for a shape, the library's preference first (its heuristic's ranking; the
+  // first is what "" runs). Errors as MakeGemm / MakeConv.
+  virtual absl::StatusOr<std::vector<DeviceAlgorithm>> GemmAlgorithms(const GemmShape& shape) const = 0;
+  virtual absl::StatusOr<std::vector<DeviceAlgorithm>> ConvAlgorithms(const ConvShape& shape) const = 0;
+  // What an autotuning result is valid for (stored with it; runtime/autotune.h): the device —
+  // "gpu=<name>;sm=sm_90;sms=132;memclock_khz=2619000" — and the libraries — "driver=13000;cublaslt=...;
+  // cudnn=...". The host backend: "host-emulation" and its clusterjit version.
+  virtual std::string AutotuneDeviceIdentity() const = 0;
+  virtual std::string AutotuneLibraryVersions() const = 0;
+  // Device time (microseconds) of the work `enqueue` issues: CUDA events around it on the stream (the
+  // host backend: the wall time of the call). Waits for the work.
+  virtual absl::StatusOr<double> TimeMicros(const std::function<absl::Status()>& enqueue) const = 0;
+  // Whether enqueued work runs on the calling thread as it is enqueued (the host backend): then host time is
+  // device time.
+  virtual bool host_is_device() const { return false; }
   virtual absl::StatusOr<std::unique_ptr<PoolOp>> MakePool(const PoolShape& shape) const = 0;
   // "device memory: N MiB in use, peak P MiB, C MiB cached (allocator)" or empty where not tracked.
   virtual std::string MemoryReport() const { return ""; }

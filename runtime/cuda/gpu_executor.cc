@@ -1,5 +1,7 @@
 #include "runtime/cuda/gpu_executor.h"
 
+#include "runtime/cuda/gpu_autotune.h"
+
 #include <algorithm>
 #include <chrono>
 #include <mutex>
@@ -59,7 +61,7 @@ std::string GpuPlacement::ToString() const {
   std::string host;
   for (const auto& [op, count] : host_op_types) absl::StrAppend(&host, host.empty() ? "" : ", ", op, " x", count);
   return absl::StrCat(device, " (code for ", target, "): ", fused_kernels, " fused kernels, ", op_kernels,
-                      " single-op kernels, ", gemms, " GEMM calls (", epilogue_ops, " ops in their epilogues), ", convs, " convolutions, ", pools, " pools, ", aliases, " reshapes as aliases, ", copies, " concats/pads as copies, ", host_ops, " host ops",
+                      " single-op kernels, ", gemms, " GEMM calls (", epilogue_ops, " ops in their epilogues), ", convs, " convolutions, ", pools, " pools, ", tuned_library_calls, " library calls with tuned algorithms, ", aliases, " reshapes as aliases, ", copies, " concats/pads as copies, ", host_ops, " host ops",
                       host.empty() ? "" : absl::StrCat(" (", host, ")"), "; ", compiles,
                       " kernel compilations, ", disk_hits, " from the persistent cache, in ", static_cast<int64_t>(compile_ms),
                       " ms");
@@ -298,12 +300,14 @@ absl::StatusOr<bool> GpuExecutor::Impl::TryGemm(const Node& n, const PlanStep* s
     }
     if (step->output) output = step->output;
   }
-  absl::StatusOr<std::unique_ptr<GemmOp>> plan = device->MakeGemm(s);
+  std::string algorithm;
+  absl::StatusOr<std::unique_ptr<GemmOp>> plan = MakeTunedGemm(*device, options.autotuner, s, n.Describe(), &algorithm);
   CJIT_ASSIGN_OR_RETURN(bool accepted, LibraryAccepts(n, plan.status()));
   if (!accepted) return false;
   Step st;
   st.kind = Step::Kind::kGemm;
   st.gemm = std::move(*plan);
+  placement.tuned_library_calls += !algorithm.empty();
   AddLibraryStep(std::move(st), n, {Slot(n.input(0)), Slot(n.input(1)), bias ? Slot(bias) : -1}, output);
   ++placement.gemms;
   if (step != nullptr) placement.epilogue_ops += static_cast<int>(step->absorbed.size());
@@ -536,12 +540,14 @@ absl::StatusOr<bool> GpuExecutor::Impl::TryConv(const Node& n) {
     s.bias = true;
   }
   if (NumElements(xd) == 0 || NumElements(yd) == 0) return false;
-  absl::StatusOr<std::unique_ptr<ConvOp>> op = device->MakeConv(s);
+  std::string algorithm;
+  absl::StatusOr<std::unique_ptr<ConvOp>> op = MakeTunedConv(*device, options.autotuner, s, n.Describe(), &algorithm);
   CJIT_ASSIGN_OR_RETURN(bool accepted, LibraryAccepts(n, op.status()));
   if (!accepted) return false;
   Step st;
   st.kind = Step::Kind::kConv;
   st.conv = std::move(*op);
+  placement.tuned_library_calls += !algorithm.empty();
   AddLibraryStep(std::move(st), n, {Slot(n.input(0)), Slot(n.input(1)), bias ? Slot(bias) : -1});
   ++placement.convs;
   return true;

@@ -50,6 +50,8 @@
 
 namespace cjit {
 
+class Autotuner;
+
 struct GpuExecutorOptions {
   int host_threads = 1;  // for host-placed ops
   // Test aid: fill every output buffer of a device step with 0xFF bytes (NaN) before the step runs, so an
@@ -58,6 +60,9 @@ struct GpuExecutorOptions {
   // CUDA graphs (--gpu_graph_level): 1 = the second and later runs replay one captured graph of the steps
   // when every step runs on the device and every shape is static; 0 = every run launches each step.
   int graph_level = 1;
+  // GEMM and convolution algorithms are autotuned at Create() where this is non-null and enabled
+  // (runtime/cuda/gpu_autotune.h); it must outlive the executor's creation.
+  Autotuner* autotuner = nullptr;
 };
 
 struct GpuPlacement {
@@ -71,6 +76,7 @@ struct GpuPlacement {
   int copies = 0;         // Concat and constant Pad ops done as device copies and fills
   int host_ops = 0;       // ops run on the host per run
   std::map<std::string, int> host_op_types;
+  int tuned_library_calls = 0;  // GEMM / convolution calls running an autotuned (or stored) algorithm
   int compiles = 0;       // code generations this graph needed (others came from the process's kernel cache)
   int disk_hits = 0;      // code generations avoided by the persistent cache
   double compile_ms = 0;

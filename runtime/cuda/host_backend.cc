@@ -2,6 +2,7 @@
 // back end from the same FusionPlan (same meta/consts layout and iteration space as the PTX kernels), and
 // float64-accumulated products following GemmShape's definition (operands rounded as the shape's
 // MathPrecision says, as the GPU's tensor cores would).
+#include <chrono>
 #include <cstdlib>
 #include <algorithm>
 #include <cstring>
@@ -130,6 +131,13 @@ class HostPool : public PoolOp {
   PoolShape s_;
 };
 
+constexpr char kAlgorithm[] = "host:float64";
+
+absl::Status CheckAlgorithm(const std::string& algorithm) {
+  if (algorithm.empty() || algorithm == kAlgorithm) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("host backend: unknown algorithm '", algorithm, "'"));
+}
+
 class HostBackend : public DeviceBackend {
  public:
   std::string Describe() const override { return "host emulation"; }
@@ -201,11 +209,29 @@ class HostBackend : public DeviceBackend {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<std::unique_ptr<GemmOp>> MakeGemm(const GemmShape& shape) const override {
+  // One algorithm each (float64 accumulation): there is nothing to tune on the host backend except the
+  // test-only candidates of runtime/cuda/gpu_autotune.h.
+  absl::StatusOr<std::unique_ptr<GemmOp>> MakeGemm(const GemmShape& shape, const std::string& algorithm) const override {
+    CJIT_RETURN_IF_ERROR(CheckAlgorithm(algorithm));
     return std::unique_ptr<GemmOp>(std::make_unique<HostGemm>(shape));
   }
-  absl::StatusOr<std::unique_ptr<ConvOp>> MakeConv(const ConvShape& shape) const override {
+  absl::StatusOr<std::unique_ptr<ConvOp>> MakeConv(const ConvShape& shape, const std::string& algorithm) const override {
+    CJIT_RETURN_IF_ERROR(CheckAlgorithm(algorithm));
     return std::unique_ptr<ConvOp>(std::make_unique<HostConv>(shape));
+  }
+  absl::StatusOr<std::vector<DeviceAlgorithm>> GemmAlgorithms(const GemmShape&) const override {
+    return std::vector<DeviceAlgorithm>{{kAlgorithm, 0, true}};
+  }
+  absl::StatusOr<std::vector<DeviceAlgorithm>> ConvAlgorithms(const ConvShape&) const override {
+    return std::vector<DeviceAlgorithm>{{kAlgorithm, 0, true}};
+  }
+  std::string AutotuneDeviceIdentity() const override { return "host-emulation"; }
+  bool host_is_device() const override { return true; }
+  std::string AutotuneLibraryVersions() const override { return absl::StrCat("clusterjit=", CJIT_VERSION); }
+  absl::StatusOr<double> TimeMicros(const std::function<absl::Status()>& enqueue) const override {
+    const auto t0 = std::chrono::steady_clock::now();
+    CJIT_RETURN_IF_ERROR(enqueue());  // host work is done on return
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   }
   absl::StatusOr<std::unique_ptr<PoolOp>> MakePool(const PoolShape& shape) const override {
     return std::unique_ptr<PoolOp>(std::make_unique<HostPool>(shape));
