@@ -129,7 +129,7 @@ AutotuneRecord TuneCandidates(const DeviceBackend& b, const Autotuner& tuner, co
     rec.algorithm = "";
     return rec;
   };
-  // Operands (random at level 2+), the output between two redzones, the cache-flush buffer.
+  // Operands (random at level 2+) and the output between two redzones.
   std::vector<std::shared_ptr<DeviceMemory>> owned;
   std::vector<uint64_t> inputs;
   std::mt19937 rng(0x5eed);
