@@ -544,7 +544,8 @@ std::optional<std::string> Autotuner::Lookup(const std::string& key, const Node&
       std::vector<std::string> f = absl::StrSplit(*payload, '\n');
       AutotuneRecord r;
       r.key = key;
-      if (f.size() == 4 && f[0] == "v1" && absl::SimpleAtod(f[2], &r.best_us) && absl::SimpleAtod(f[3], &r.default_us)) {
+      if (f.size() == 4 && f[0] == "v1" && absl::SimpleAtod(f[2], &r.best_us) &&
+          absl::SimpleAtod(f[3], &r.default_us)) {
         r.algorithm = f[1];
         if (auto a = found(r, "disk", counters_.disk_hits)) return a;
       } else {
@@ -585,9 +586,10 @@ std::optional<std::string> Autotuner::TuneOnce(const std::string& table_key, con
   }
 }
 
-std::optional<std::string> Autotuner::Tune(const std::string& key, const Node& node, const std::vector<const Tensor*>& inputs,
-                            const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
-                            const std::vector<InferOutput>* inferred, int threads) {
+std::optional<std::string> Autotuner::Tune(const std::string& key, const Node& node,
+                                           const std::vector<const Tensor*>& inputs,
+                                           const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
+                                           const std::vector<InferOutput>* inferred, int threads) {
   return TuneOnce(key, node.Describe(),
                   [&] { return TuneNow(key, node, inputs, is_constant, post_ops, inferred, threads); });
 }
@@ -626,9 +628,10 @@ std::optional<std::string> Autotuner::LookupDevice(const std::string& key, const
       if (ignored_logged_.insert(key).second) {
         ++counters_.ignored_entries;
         CJIT_LOG(WARNING) << "autotune results " << options_.load_from << ": entry for " << op << " ignored: made "
-                          << (e.device != device ? absl::StrCat("on another device (", e.device, "; this is ", device, ")")
-                                                 : absl::StrCat("with other library versions (", e.libraries,
-                                                                "; these are ", libraries, ")"));
+                          << (e.device != device
+                                  ? absl::StrCat("on another device (", e.device, "; this is ", device, ")")
+                                  : absl::StrCat("with other library versions (", e.libraries, "; these are ",
+                                                 libraries, ")"));
       }
     } else {
       AutotuneRecord r;
@@ -646,7 +649,8 @@ std::optional<std::string> Autotuner::LookupDevice(const std::string& key, const
       r.key = key;
       r.device = device;
       r.libraries = libraries;
-      if (f.size() == 4 && f[0] == "v1" && absl::SimpleAtod(f[2], &r.best_us) && absl::SimpleAtod(f[3], &r.default_us)) {
+      if (f.size() == 4 && f[0] == "v1" && absl::SimpleAtod(f[2], &r.best_us) &&
+          absl::SimpleAtod(f[3], &r.default_us)) {
         r.algorithm = f[1];
         return found(r, "disk", counters_.disk_hits);
       }
@@ -665,7 +669,8 @@ void Autotuner::ForgetDevice(const std::string& key, const std::string& device, 
 
 std::optional<std::string> Autotuner::TuneDevice(const std::string& key, const std::string& device,
                                                  const std::string& libraries, const std::string& op,
-                                                 const std::string& op_type, const std::function<AutotuneRecord()>& tune) {
+                                                 const std::string& op_type,
+                                                 const std::function<AutotuneRecord()>& tune) {
   return TuneOnce(TableKey(device, libraries, key), op, [&]() -> std::string {
     const int64_t t_start = Profiler::Now();
     AutotuneRecord rec = tune();
@@ -892,9 +897,14 @@ void Autotuner::Finish(const AutotuneRecord& rec, int64_t t_start, const std::st
   }
   if (profiler_ != nullptr) {
     TraceArgs args;
-    args.Add("node", node_name).Add("signature", rec.key).Add("choice", rec.algorithm.empty() ? "default" : rec.algorithm)
-        .Add("default_impl", rec.default_impl).Add("best_us", rec.best_us).Add("default_us", rec.default_us)
-        .Add("candidates_timed", rec.candidates_timed).Add("candidates_rejected", rec.candidates_rejected);
+    args.Add("node", node_name)
+        .Add("signature", rec.key)
+        .Add("choice", rec.algorithm.empty() ? "default" : rec.algorithm)
+        .Add("default_impl", rec.default_impl)
+        .Add("best_us", rec.best_us)
+        .Add("default_us", rec.default_us)
+        .Add("candidates_timed", rec.candidates_timed)
+        .Add("candidates_rejected", rec.candidates_rejected);
     if (!rec.device.empty()) args.Add("device", rec.device);
     profiler_->Complete(absl::StrCat("autotune ", op_type), "autotune", t_start, t_end, &args);
   }

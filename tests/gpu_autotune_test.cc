@@ -81,7 +81,8 @@ Reference ConvReference(const ConvShape& s, const std::vector<float>& x, const s
               for (int64_t j = 0; j < s.s; ++j) {
                 int64_t h = p * s.stride_h - s.pad_top + i * s.dil_h, ww = q * s.stride_w - s.pad_left + j * s.dil_w;
                 if (h < 0 || h >= s.h || ww < 0 || ww >= s.w) continue;
-                double t = double(x[((n * s.c + k / kg * cg + c) * s.h + h) * s.w + ww]) * w[((k * cg + c) * s.r + i) * s.s + j];
+                double t = double(x[((n * s.c + k / kg * cg + c) * s.h + h) * s.w + ww]) *
+                           w[((k * cg + c) * s.r + i) * s.s + j];
                 acc += t;
                 sc += std::fabs(t);
               }
@@ -420,7 +421,8 @@ TEST_P(GpuAutotune, SecondProcessAndDumpedResultsRetuneNothing) {
   const std::string identity = backend->AutotuneDeviceIdentity();
   ASSERT_TRUE(absl::StrContains(text.str(), identity)) << text.str();
   const std::string other = (dir / "other.txt").string();
-  std::ofstream(other) << absl::StrReplaceAll(text.str(), {{identity, "gpu=Some Other GPU;sm=sm_80;sms=108;memclock_khz=1"}});
+  std::ofstream(other) << absl::StrReplaceAll(text.str(),
+                                              {{identity, "gpu=Some Other GPU;sm=sm_80;sms=108;memclock_khz=1"}});
   ClearAutotuneResultsForTest();
   {
     auto t = Tuner(4, nullptr, "", other);

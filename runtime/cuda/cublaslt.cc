@@ -224,7 +224,9 @@ class LtGemmPlan : public GemmOp {
     }
     cublasLtMatmulHeuristicResult_t check = {};
     st = lt.cublasLtMatmulAlgoCheck(dev_lt_->handle, desc_, b_, a_, d_, d_, &algo, &check);
-    if (st != CUBLAS_STATUS_SUCCESS) return bad(absl::StrCat("cublasLtMatmulAlgoCheck: ", lt.cublasLtGetStatusName(st)));
+    if (st != CUBLAS_STATUS_SUCCESS) {
+      return bad(absl::StrCat("cublasLtMatmulAlgoCheck: ", lt.cublasLtGetStatusName(st)));
+    }
     if (check.workspaceSize > kWorkspaceBytes) return bad("needs more than the 32 MiB workspace");
     return algo;
   }

@@ -113,10 +113,12 @@ class CudaBackend : public DeviceBackend {
     return cjit::LaunchFused(*dev_, launch, std::vector<CUdeviceptr>(buffers.begin(), buffers.end()));
   }
 
-  absl::StatusOr<std::unique_ptr<GemmOp>> MakeGemm(const GemmShape& shape, const std::string& algorithm) const override {
+  absl::StatusOr<std::unique_ptr<GemmOp>> MakeGemm(const GemmShape& shape,
+                                                   const std::string& algorithm) const override {
     return MakeGemmPlan(dev_, shape, algorithm);
   }
-  absl::StatusOr<std::unique_ptr<ConvOp>> MakeConv(const ConvShape& shape, const std::string& algorithm) const override {
+  absl::StatusOr<std::unique_ptr<ConvOp>> MakeConv(const ConvShape& shape,
+                                                   const std::string& algorithm) const override {
     return MakeCudnnConv(dev_, shape, algorithm);
   }
   absl::StatusOr<std::vector<DeviceAlgorithm>> GemmAlgorithms(const GemmShape& shape) const override {

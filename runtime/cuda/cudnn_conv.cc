@@ -203,7 +203,8 @@ class CudnnConv : public ConvOp {
         out.push_back(std::move(a));
       }
     }
-    if (out.empty()) return absl::UnimplementedError("cuDNN has no forward algorithm for this convolution within 256 MiB");
+    if (out.empty())
+      return absl::UnimplementedError("cuDNN has no forward algorithm for this convolution within 256 MiB");
     return out;
   }
 

@@ -320,9 +320,8 @@ absl::StatusOr<std::unique_ptr<Op>> MakeTuned(const DeviceBackend& b, Autotuner*
     candidates.push_back({"test:overrun", 0, true});
   }
   if (candidates.size() <= 1) return f.make("");
-  std::optional<std::string> choice = tuner->TuneDevice(key, device, libraries, op, f.op_type, [&] {
-    return TuneCandidates(b, *tuner, f, candidates);
-  });
+  std::optional<std::string> choice = tuner->TuneDevice(key, device, libraries, op, f.op_type,
+                                                        [&] { return TuneCandidates(b, *tuner, f, candidates); });
   if (choice && !choice->empty()) {
     if (auto r = use(*choice, "tuned")) return std::move(*r);
   }
@@ -340,10 +339,11 @@ std::string GemmKey(const GemmShape& s) {
 }
 
 std::string ConvKey(const ConvShape& s) {
-  return absl::StrCat("gpu-op=Conv;x=", s.n, "x", s.c, "x", s.h, "x", s.w, ";w=", s.k, "x", s.c / std::max<int64_t>(s.groups, 1),
-                      "x", s.r, "x", s.s, ";y=", s.out_h, "x", s.out_w, ";pads=", s.pad_top, ",", s.pad_left, ",",
-                      s.pad_bottom, ",", s.pad_right, ";strides=", s.stride_h, ",", s.stride_w, ";dilations=", s.dil_h,
-                      ",", s.dil_w, ";group=", s.groups, ";bias=", s.bias, ";precision=", PrecisionName(s.precision));
+  return absl::StrCat("gpu-op=Conv;x=", s.n, "x", s.c, "x", s.h, "x", s.w, ";w=", s.k, "x",
+                      s.c / std::max<int64_t>(s.groups, 1), "x", s.r, "x", s.s, ";y=", s.out_h, "x", s.out_w,
+                      ";pads=", s.pad_top, ",", s.pad_left, ",", s.pad_bottom, ",", s.pad_right,
+                      ";strides=", s.stride_h, ",", s.stride_w, ";dilations=", s.dil_h, ",", s.dil_w,
+                      ";group=", s.groups, ";bias=", s.bias, ";precision=", PrecisionName(s.precision));
 }
 
 absl::StatusOr<std::unique_ptr<GemmOp>> MakeTunedGemm(const DeviceBackend& backend, Autotuner* tuner,
@@ -356,7 +356,9 @@ absl::StatusOr<std::unique_ptr<GemmOp>> MakeTunedGemm(const DeviceBackend& backe
   f.output_bytes = Bytes(s.batch * s.m * s.n);
   f.list = [&] { return backend.GemmAlgorithms(s); };
   f.make = [&](const std::string& id) { return backend.MakeGemm(s, id); };
-  f.run = [](const GemmOp& g, const std::vector<uint64_t>& in, uint64_t out) { return g.Run(in[0], in[1], in[2], out); };
+  f.run = [](const GemmOp& g, const std::vector<uint64_t>& in, uint64_t out) {
+    return g.Run(in[0], in[1], in[2], out);
+  };
   return MakeTuned(backend, tuner, f, GemmKey(s), op, chosen);
 }
 
@@ -370,7 +372,9 @@ absl::StatusOr<std::unique_ptr<ConvOp>> MakeTunedConv(const DeviceBackend& backe
   f.output_bytes = Bytes(s.n * s.k * s.out_h * s.out_w);
   f.list = [&] { return backend.ConvAlgorithms(s); };
   f.make = [&](const std::string& id) { return backend.MakeConv(s, id); };
-  f.run = [](const ConvOp& c, const std::vector<uint64_t>& in, uint64_t out) { return c.Run(in[0], in[1], in[2], out); };
+  f.run = [](const ConvOp& c, const std::vector<uint64_t>& in, uint64_t out) {
+    return c.Run(in[0], in[1], in[2], out);
+  };
   return MakeTuned(backend, tuner, f, ConvKey(s), op, chosen);
 }
 

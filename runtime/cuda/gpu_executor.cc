@@ -61,10 +61,12 @@ std::string GpuPlacement::ToString() const {
   std::string host;
   for (const auto& [op, count] : host_op_types) absl::StrAppend(&host, host.empty() ? "" : ", ", op, " x", count);
   return absl::StrCat(device, " (code for ", target, "): ", fused_kernels, " fused kernels, ", op_kernels,
-                      " single-op kernels, ", gemms, " GEMM calls (", epilogue_ops, " ops in their epilogues), ", convs, " convolutions, ", pools, " pools, ", tuned_library_calls, " library calls with tuned algorithms, ", aliases, " reshapes as aliases, ", copies, " concats/pads as copies, ", host_ops, " host ops",
-                      host.empty() ? "" : absl::StrCat(" (", host, ")"), "; ", compiles,
-                      " kernel compilations, ", disk_hits, " from the persistent cache, in ", static_cast<int64_t>(compile_ms),
-                      " ms");
+                      " single-op kernels, ", gemms, " GEMM calls (", epilogue_ops, " ops in their epilogues), ", convs,
+                      " convolutions, ", pools, " pools, ", tuned_library_calls,
+                      " library calls with tuned algorithms, ", aliases, " reshapes as aliases, ", copies,
+                      " concats/pads as copies, ", host_ops, " host ops",
+                      host.empty() ? "" : absl::StrCat(" (", host, ")"), "; ", compiles, " kernel compilations, ",
+                      disk_hits, " from the persistent cache, in ", static_cast<int64_t>(compile_ms), " ms");
 }
 
 struct GpuExecutor::Impl {

@@ -211,11 +211,13 @@ class HostBackend : public DeviceBackend {
 
   // One algorithm each (float64 accumulation): there is nothing to tune on the host backend except the
   // test-only candidates of runtime/cuda/gpu_autotune.h.
-  absl::StatusOr<std::unique_ptr<GemmOp>> MakeGemm(const GemmShape& shape, const std::string& algorithm) const override {
+  absl::StatusOr<std::unique_ptr<GemmOp>> MakeGemm(const GemmShape& shape,
+                                                   const std::string& algorithm) const override {
     CJIT_RETURN_IF_ERROR(CheckAlgorithm(algorithm));
     return std::unique_ptr<GemmOp>(std::make_unique<HostGemm>(shape));
   }
-  absl::StatusOr<std::unique_ptr<ConvOp>> MakeConv(const ConvShape& shape, const std::string& algorithm) const override {
+  absl::StatusOr<std::unique_ptr<ConvOp>> MakeConv(const ConvShape& shape,
+                                                   const std::string& algorithm) const override {
     CJIT_RETURN_IF_ERROR(CheckAlgorithm(algorithm));
     return std::unique_ptr<ConvOp>(std::make_unique<HostConv>(shape));
   }
