@@ -317,6 +317,11 @@ const std::vector<FlagDef>& Table() {
         "Comma-separated ONNX ops to remove from the AMP clear list "
         "(TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_CLEARLIST_REMOVE).", {}},
        OpListFlag(&Flags::amp_clearlist_remove, "amp_clearlist_remove")},
+      {{"amp_min_allow_macs", "int64", "1000000",
+        "AMP cost rule on the CPU: Conv, ConvTranspose, MatMul and Gemm with fewer multiply-adds than this stay "
+        "float32 (bfloat16 conversions and kernels cost more than they save on small products); 0 = none. "
+        "Not applied on a GPU.", {}},
+       Int64Flag(&Flags::amp_min_allow_macs, "amp_min_allow_macs", 0)},
       {{"amp_log_path", "string", "",
         "Directory for the AMP decision log: the graph before and after the rewrite and the four lists in "
         "effect (TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_LOG_PATH).", {}},
@@ -594,6 +599,7 @@ std::string FlagValueText(const Flags& f, absl::string_view name) {
       {"matmul_precision", [](const Flags& f) { return f.matmul_precision; }},
       {"conv_precision", [](const Flags& f) { return f.conv_precision; }},
       {"amp_log_path", [](const Flags& f) { return f.amp_log_path; }},
+      {"amp_min_allow_macs", [](const Flags& f) { return absl::StrCat(f.amp_min_allow_macs); }},
       {"amp_allowlist_add", [](const Flags& f) { return f.amp_allowlist_add; }},
       {"amp_allowlist_remove", [](const Flags& f) { return f.amp_allowlist_remove; }},
       {"amp_inferlist_add", [](const Flags& f) { return f.amp_inferlist_add; }},

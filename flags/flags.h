@@ -115,6 +115,9 @@ struct Flags {
   // Directory for the AMP decision log: graph before/after and the four lists (TF_AUTO_MIXED_PRECISION_
   // GRAPH_REWRITE_LOG_PATH).
   std::string amp_log_path;
+  // AMP cost rule (CPU only): allow-list products (Conv, ConvTranspose, MatMul, Gemm) with fewer multiply-adds
+  // stay float32 (auto_mixed_precision.h AmpOptions::min_allow_macs). 0: none.
+  int64_t amp_min_allow_macs = 1000000;
   // Execution device: auto, cpu, cuda or cuda:N (as TF's device placement; auto = cuda:0 when this build
   // has the GPU runtime and a CUDA driver reports a device, else cpu).
   std::string device = "auto";

@@ -47,6 +47,7 @@ AmpOptions AmpOptionsFromFlags(const Flags& f, bool on_gpu, bool* enabled) {
   o.deny_remove = Ops(f.amp_denylist_remove);
   o.clear_add = Ops(f.amp_clearlist_add);
   o.clear_remove = Ops(f.amp_clearlist_remove);
+  o.min_allow_macs = on_gpu ? 0 : f.amp_min_allow_macs;
   return o;
 }
 

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/float16.h"
 #include "compiler/ops/op_schemas.h"
@@ -144,6 +145,34 @@ const char* AmpClassName(AmpClass c) {
   return "deny";
 }
 
+int64_t ProductMacs(const Node& node) {
+  auto dims = [](const Value* v, Dims* d) {
+    if (v == nullptr || !v->shape.fully_known()) return false;
+    *d = v->shape.concrete();
+    return true;
+  };
+  auto count = [](const Dims& d, size_t from) {
+    int64_t n = 1;
+    for (size_t i = from; i < d.size(); ++i) n *= d[i];
+    return n;
+  };
+  Dims x, w, y;
+  if (node.outputs.empty() || !dims(node.outputs[0], &y)) return -1;
+  if (node.op_type == "Conv" || node.op_type == "ConvTranspose") {
+    if (node.inputs.size() < 2 || !dims(node.input(0), &x) || !dims(node.input(1), &w) || w.size() < 2) return -1;
+    // Conv: every output element sums C/group x kernel products; ConvTranspose: every input element
+    // scatters into OC/group x kernel outputs (w is [C, OC/group, k...]).
+    return node.op_type == "Conv" ? count(y, 0) * count(w, 1) : count(x, 0) * count(w, 1);
+  }
+  if (node.op_type == "MatMul" || node.op_type == "Gemm") {
+    if (node.inputs.empty() || !dims(node.input(0), &x) || x.empty()) return -1;
+    const bool trans_a = node.op_type == "Gemm" && node.GetInt("transA", 0) != 0;
+    const int64_t k = trans_a && x.size() >= 2 ? x[x.size() - 2] : x.back();
+    return count(y, 0) * k;
+  }
+  return -1;
+}
+
 AmpClass DefaultAmpClass(const std::string& op_type) { return ClassOf(op_type, AmpOptions{}); }
 
 std::vector<std::string> AmpListInEffect(AmpClass c, const AmpOptions& options) {
@@ -197,6 +226,13 @@ absl::StatusOr<AmpReport> AutoMixedPrecision(Graph& g, const AmpOptions& o) {
         f.cls = rule->cls;
         f.output_f32 = rule->output == DType::kF32;
         f.reason = absl::StrCat("host rule: ", AmpClassName(f.cls));
+      }
+    }
+    if (f.cls == AmpClass::kAllow && o.min_allow_macs > 0 && !absl::StartsWith(f.reason, "host rule")) {
+      const int64_t macs = ProductMacs(node);
+      if (macs >= 0 && macs < o.min_allow_macs) {
+        f.cls = AmpClass::kDeny;
+        f.reason = absl::StrCat("cost rule: ", macs, " multiply-adds < --amp_min_allow_macs=", o.min_allow_macs);
       }
     }
     for (const Value* v : node.inputs) {

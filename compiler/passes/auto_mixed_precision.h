@@ -57,7 +57,13 @@ struct AmpOptions {
   std::set<std::string> allow_add, allow_remove, infer_add, infer_remove, deny_add, deny_remove, clear_add,
       clear_remove;
   AmpRuleHook hook;
+  // Cost rule: an allow-list product (Conv, ConvTranspose, MatMul, Gemm) with fewer multiply-adds than this
+  // (static shapes) is deny — float32 — unless a host rule decided it. 0: no rule.
+  int64_t min_allow_macs = 0;
 };
+
+// Multiply-adds of a Conv, ConvTranspose, MatMul or Gemm node with static shapes; -1 otherwise.
+int64_t ProductMacs(const Node& node);
 
 struct AmpDecision {
   std::string node, op_type;
