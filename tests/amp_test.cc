@@ -386,6 +386,55 @@ std::vector<float> RunChain(const std::string& model, const std::string& flags, 
   return r;
 }
 
+// bfloat16 MaxPool / AveragePool (oneDNN's bfloat16 pooling where the CPU has it, else the loop) against
+// float64 windows over the same bfloat16 values: max exact, average rounded once from float32 accumulation.
+TEST(Bfloat16PoolTest, MaxAndAveragePoolMatchFloat64Windows) {
+  const int64_t C = 3, H = 9, W = 11, OH = 5, OW = 6;  // kernel 3, stride 2, pads 1
+  for (const char* op : {"MaxPool", "AveragePool"}) {
+    testing::ModelBuilder mb(13);
+    mb.Input("x", onnx::TensorProto::BFLOAT16, {1, C, H, W}).Output("y", onnx::TensorProto::BFLOAT16, {1, C, OH, OW}, true);
+    auto* n = mb.Node(op, {"x"}, {"y"});
+    testing::ModelBuilder::AttrInts(n, "kernel_shape", {3, 3});
+    testing::ModelBuilder::AttrInts(n, "strides", {2, 2});
+    testing::ModelBuilder::AttrInts(n, "pads", {1, 1, 1, 1});
+    Tensor x(DType::kBF16, {1, C, H, W});
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+    std::vector<float> xf(x.numel());
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      static_cast<uint16_t*>(x.raw())[i] = FloatToBfloat16Bits(u(rng));
+    }
+    ConvertBfloat16ToFloat(static_cast<const uint16_t*>(x.raw()), xf.data(), xf.size());
+    for (int threads : {1, 2}) {
+      auto y = RunWithFlags(mb.Bytes(), absl::StrCat("--intra_op_threads=", threads), "x", x);
+      ASSERT_TRUE(y.ok()) << op << ": " << y.status();
+      ASSERT_EQ(y->dtype(), DType::kBF16);
+      std::vector<float> got(y->numel());
+      ConvertBfloat16ToFloat(static_cast<const uint16_t*>(y->raw()), got.data(), got.size());
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t p = 0; p < OH; ++p)
+          for (int64_t q = 0; q < OW; ++q) {
+            double best = -INFINITY, sum = 0;
+            int count = 0;
+            for (int64_t i = 0; i < 3; ++i)
+              for (int64_t j = 0; j < 3; ++j) {
+                const int64_t h = p * 2 - 1 + i, w = q * 2 - 1 + j;
+                if (h < 0 || h >= H || w < 0 || w >= W) continue;
+                const double v = xf[(c * H + h) * W + w];
+                best = std::max(best, v);
+                sum += v;
+                ++count;
+              }
+            const double want = std::string(op) == "MaxPool" ? best : sum / count;  // padding not counted
+            const float g = got[(c * OH + p) * OW + q];
+            // bfloat16 output: within half an ulp (2^-8 relative) of the exact value; max exactly.
+            EXPECT_NEAR(g, want, std::string(op) == "MaxPool" ? 0.0 : std::fabs(want) / 256 + 1e-6)
+                << op << " threads " << threads << " at " << c << "," << p << "," << q;
+          }
+    }
+  }
+}
+
 TEST(ExcessPrecisionTest, FusedBfloat16ChainRoundsOnlyAtTheEndUnlessDisabled) {
   const std::string model = BfloatChain();
   Tensor x(DType::kBF16, {4096});

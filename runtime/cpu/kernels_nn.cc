@@ -646,12 +646,16 @@ bool RowPool2d(KernelContext& ctx, int kind, const WindowGeometry& g, Tensor& y)
   return true;
 }
 
-// float32 max/average pooling through oneDNN (pooling_v2: dilations). Returns false when the case is
-// not one it expresses exactly (then the loop implementation runs).
+// float32 and bfloat16 max/average pooling through oneDNN (pooling_v2: dilations; bfloat16 averages are
+// accumulated in float32 and rounded once, as the loop does). Returns false when the case is not one it
+// expresses exactly, or the CPU has no bfloat16 pooling (then the loop implementation runs). Under
+// bfloat16 AMP, ppocr_mobile_cls's MaxPool took 0.51 ms in the loop.
 absl::StatusOr<bool> DnnlPool(KernelContext& ctx, int kind, const WindowGeometry& g, Tensor& y) {
   const Tensor& x = ctx.in(0);
   size_t nsp = g.kernel.size();
-  if (x.dtype() != DType::kF32 || kind == 2 || ctx.wants(1) || nsp < 1 || nsp > 3) return false;
+  const bool bf16 = x.dtype() == DType::kBF16;
+  if ((x.dtype() != DType::kF32 && !bf16) || kind == 2 || ctx.wants(1) || nsp < 1 || nsp > 3) return false;
+  const memory::data_type dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
   bool count_pad = ctx.node->GetInt("count_include_pad", 0) != 0;
   memory::dims st, ker, dil, pl, pr;
   for (size_t i = 0; i < nsp; ++i) {
@@ -671,14 +675,14 @@ absl::StatusOr<bool> DnnlPool(KernelContext& ctx, int kind, const WindowGeometry
   dnnl::algorithm alg = kind == 0 ? dnnl::algorithm::pooling_max
                         : count_pad ? dnnl::algorithm::pooling_avg_include_padding
                                     : dnnl::algorithm::pooling_avg_exclude_padding;
-  std::string key = absl::StrCat("pool:", static_cast<int>(alg), ":", absl::StrJoin(xd, ","), ":", absl::StrJoin(yd, ","),
+  std::string key = absl::StrCat("pool:", bf16 ? "bf16:" : "", static_cast<int>(alg), ":", absl::StrJoin(xd, ","), ":", absl::StrJoin(yd, ","),
                                  ":", absl::StrJoin(st, ","), ":", absl::StrJoin(ker, ","), ":", absl::StrJoin(dil, ","),
                                  ":", absl::StrJoin(pl, ","), ":", absl::StrJoin(pr, ","));
   bool failed = false;
   auto entry = GetOrCreateDnnl(key, [&]() -> std::shared_ptr<DnnlEntry> {
     auto e = std::make_shared<DnnlEntry>();
-    e->src_md = memory::desc(xd, memory::data_type::f32, Dense(xd));
-    e->dst_md = memory::desc(yd, memory::data_type::f32, Dense(yd));
+    e->src_md = memory::desc(xd, dt, Dense(xd));
+    e->dst_md = memory::desc(yd, dt, Dense(yd));
     try {
       dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, e->src_md, e->dst_md, st, ker, dil, pl, pr);
       dnnl::pooling_v2_forward::primitive_desc pd(d, DnnlAttr(), CpuEngine());
