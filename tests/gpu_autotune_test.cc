@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "runtime/autotune.h"
 #include "runtime/cuda/gpu_autotune.h"
+#include "runtime/cuda/gpu_executor.h"
 #include "tests/gpu_test_util.h"
 #include "tests/test_data.h"
 #include "tools/check_lib.h"
@@ -444,6 +445,47 @@ TEST_P(GpuAutotune, SecondProcessAndDumpedResultsRetuneNothing) {
     EXPECT_FALSE(absl::StartsWith(chosen, "test:")) << chosen;
   }
   fs::remove_all(dir);
+}
+
+// Through the executor (GpuExecutorOptions::autotuner): the placement counts the tuned library call, and
+// the choice is what runs — the wrong test-only candidate's constant output at level 1, float64-exact
+// values at level 4.
+TEST_P(GpuAutotune, ExecutorRunsTheTunedAlgorithm) {
+  CJIT_GET_BACKEND(backend, GetParam());
+  // Large enough on a GPU that the library's default is device-bound (else the default is kept).
+  const GemmShape s = Shape();
+  auto g = SpecializedGraphFromText(absl::StrCat("graph g(%a: f32[", s.m, ",", s.k, "], %b: f32[", s.k, ",", s.n,
+                                                 "]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"));
+  ASSERT_TRUE(g.ok()) << g.status();
+  std::shared_ptr<const Graph> graph(std::move(*g));
+  GemmData data(s, 5);
+  Tensor a(DType::kF32, {s.m, s.k}), b(DType::kF32, {s.k, s.n});
+  std::copy(data.a.begin(), data.a.end(), a.data<float>());
+  std::copy(data.b.begin(), data.b.end(), b.data<float>());
+  for (int level : {1, 4}) {
+    ClearAutotuneResultsForTest();
+    auto tuner = Tuner(level);
+    GpuExecutorOptions o;
+    o.autotuner = tuner.get();
+    auto ex = GpuExecutor::Create(graph, backend, o);
+    ASSERT_TRUE(ex.ok()) << ex.status();
+    EXPECT_EQ((*ex)->placement().gemms, 1) << (*ex)->placement().ToString();
+    EXPECT_EQ((*ex)->placement().tuned_library_calls, 1) << (*ex)->placement().ToString();
+    EXPECT_EQ(tuner->counters().ops_tuned.load(), 1);
+    auto out = (*ex)->Run({a, b});
+    ASSERT_TRUE(out.ok()) << out.status();
+    std::vector<float> got((*out)[0].data<float>(), (*out)[0].data<float>() + (*out)[0].numel());
+    const double err = NormalizedError(got, data.ref);
+    if (level == 1) {
+      EXPECT_GT(err, 1e-2) << "level 1 takes the fastest candidate, the wrong one";
+    } else {
+      EXPECT_LT(err, 1e-5) << Notes(*tuner);
+    }
+  }
+  // Without an autotuner (or at level 0) nothing is tuned.
+  auto ex = GpuExecutor::Create(graph, backend, {});
+  ASSERT_TRUE(ex.ok());
+  EXPECT_EQ((*ex)->placement().tuned_library_calls, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, GpuAutotune, ::testing::Values("host", "cuda"), BackendName);
