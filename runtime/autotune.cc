@@ -352,6 +352,22 @@ std::string EntryLine(const AutotuneRecord& r) {
                       absl::StrFormat("%.3f", r.default_us));
 }
 
+// The persistent-cache payload of a result ("v1", algorithm, best and default microseconds, one per line)
+// and its parser (false: malformed).
+std::string DiskPayload(const AutotuneRecord& r) {
+  return absl::StrCat("v1\n", r.algorithm, "\n", r.best_us, "\n", r.default_us);
+}
+
+bool ParseDiskPayload(const std::string& payload, AutotuneRecord* r) {
+  std::vector<std::string> f = absl::StrSplit(payload, '\n');
+  if (f.size() != 4 || f[0] != "v1" || !absl::SimpleAtod(f[2], &r->best_us) ||
+      !absl::SimpleAtod(f[3], &r->default_us)) {
+    return false;
+  }
+  r->algorithm = f[1];
+  return true;
+}
+
 CacheKey DiskKey(const std::string& device, const std::string& libraries, const std::string& key) {
   CacheKey k;
   k.canonical = absl::StrCat("autotune v1\n", device.empty() ? AutotuneDeviceIdentity() : device, "\n",
@@ -430,16 +446,12 @@ absl::StatusOr<std::unique_ptr<Autotuner>> Autotuner::Create(const AutotuneOptio
       if (line.empty() || line[0] == '#') continue;
       std::vector<absl::string_view> f = absl::StrSplit(line, '\t');
       std::string why, key, algorithm;
-      if (f.size() == 6 && !absl::StartsWith(f[0], "cpu=")) {
-        // A device (GPU) result: checked against the device when a GpuExecutor asks (LookupDevice).
-        std::string key, algorithm;
-        if (absl::CUnescape(f[2], &key) && absl::CUnescape(f[3], &algorithm)) {
-          t->loaded_device_[std::move(key)] = {std::string(f[0]), std::string(f[1]), std::move(algorithm)};
-          continue;
-        }
-      }
+      // A device (GPU) result is checked against the device when a GpuExecutor asks (LookupDevice).
+      const bool device_entry = f.size() == 6 && !absl::StartsWith(f[0], "cpu=");
       if (f.size() != 6) {
         why = absl::StrCat("malformed (", f.size(), " fields, want 6)");
+      } else if (device_entry) {
+        if (!absl::CUnescape(f[2], &key) || !absl::CUnescape(f[3], &algorithm)) why = "bad escape sequence";
       } else if (f[0] != AutotuneDeviceIdentity()) {
         why = absl::StrCat("made on another device (", f[0], "; this is ", AutotuneDeviceIdentity(), ")");
       } else if (f[1] != AutotuneLibraryVersions()) {
@@ -455,7 +467,11 @@ absl::StatusOr<std::unique_ptr<Autotuner>> Autotuner::Create(const AutotuneOptio
         }
         continue;
       }
-      t->loaded_[std::move(key)] = std::move(algorithm);  // a later line for the same signature wins
+      // A later line for the same signature wins. CPU entries were checked above (stored without identities).
+      LoadedEntry& e = t->loaded_[std::move(key)];
+      e.device = device_entry ? std::string(f[0]) : "";
+      e.libraries = device_entry ? std::string(f[1]) : "";
+      e.algorithm = std::move(algorithm);
     }
     if (ignored > 10) {
       CJIT_LOG(WARNING) << "autotune results " << options.load_from << ": " << ignored << " entries ignored in all";
@@ -499,34 +515,43 @@ std::optional<std::string> Autotuner::Lookup(const std::string& key, const Node&
                                              const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
                                              const std::vector<InferOutput>* inferred, int threads) {
   const KernelContext ctx = DescribeContext(node, inputs, is_constant, post_ops, inferred, threads);
+  // A result of this process was tuned by this build on these inputs; loaded ones are checked against what
+  // the kernel offers now.
+  return LookupStored(key, "", "", node.Describe(), [&](const std::string& algorithm, const char* source) {
+    if (Offered(algorithm, ctx)) return true;
+    CJIT_LOG(WARNING) << "autotune: " << source << " result '" << algorithm << "' for " << node.Describe()
+                      << " is not offered by this build for these inputs: ignored, the op is tuned again";
+    ++counters_.ignored_entries;
+    return false;
+  });
+}
+
+std::optional<std::string> Autotuner::LookupStored(const std::string& key, const std::string& device,
+                                                   const std::string& libraries, const std::string& op,
+                                                   const std::function<bool(const std::string&, const char*)>& usable) {
   ProcessTable& table = Table();
+  const std::string table_key = TableKey(device, libraries, key);
   auto found = [&](AutotuneRecord r, const char* source, std::atomic<int64_t>& counter) -> std::optional<std::string> {
-    // A result of this process was tuned by this build on these inputs; loaded ones are checked against
-    // what the kernel offers now.
-    if (std::string_view(source) != "memory" && !Offered(r.algorithm, ctx)) {
-      CJIT_LOG(WARNING) << "autotune: " << source << " result '" << r.algorithm << "' for " << node.Describe()
-                        << " is not offered by this build for these inputs: ignored, the op is tuned again";
-      ++counters_.ignored_entries;
-      return std::nullopt;
-    }
+    const bool memory = std::string_view(source) == "memory";
+    if (!memory && !usable(r.algorithm, source)) return std::nullopt;
     ++counter;
-    std::string algorithm = r.algorithm;
-    if (std::string(source) != "memory") {
+    if (!memory) {
       std::lock_guard<std::mutex> lock(table.mu);
-      table.results.emplace(key, r);
+      table.results.emplace(table_key, r);
     }
     r.source = source;
-    r.op = node.Describe();
+    r.op = op;
+    CJIT_VLOG(1) << "autotune: " << op << " -> " << (r.algorithm.empty() ? "default" : r.algorithm) << " (" << source
+                 << ")";
+    std::string algorithm = r.algorithm;
     Record(std::move(r));
-    CJIT_VLOG(1) << "autotune: " << node.Describe() << " -> " << (algorithm.empty() ? "default" : algorithm) << " ("
-                 << source << ")";
     return algorithm;
   };
   {
     std::optional<AutotuneRecord> r;
     {
       std::lock_guard<std::mutex> lock(table.mu);
-      auto it = table.results.find(key);
+      auto it = table.results.find(table_key);
       if (it != table.results.end()) r = it->second;
     }
     if (r) {
@@ -534,22 +559,38 @@ std::optional<std::string> Autotuner::Lookup(const std::string& key, const Node&
     }
   }
   if (auto it = loaded_.find(key); it != loaded_.end()) {
-    AutotuneRecord r;
-    r.key = key;
-    r.algorithm = it->second;
-    if (auto a = found(r, "file", counters_.file_hits)) return a;
-  }
-  if (disk_ != nullptr) {
-    if (auto payload = disk_->Lookup(DiskKey("", "", key), kAutotunePayloadKind)) {
-      std::vector<std::string> f = absl::StrSplit(*payload, '\n');
+    const LoadedEntry& e = it->second;
+    if (e.device != device || e.libraries != libraries) {
+      // Only device entries get here (CPU ones were checked when loaded). Logged once per signature and
+      // tuner (a model may have many ops of it).
+      std::lock_guard<std::mutex> lock(mu_);
+      if (ignored_logged_.insert(key).second) {
+        ++counters_.ignored_entries;
+        CJIT_LOG(WARNING) << "autotune results " << options_.load_from << ": entry for " << op << " ignored: made "
+                          << (e.device != device
+                                  ? absl::StrCat("on another device (", e.device, "; this is ", device, ")")
+                                  : absl::StrCat("with other library versions (", e.libraries, "; these are ",
+                                                 libraries, ")"));
+      }
+    } else {
       AutotuneRecord r;
       r.key = key;
-      if (f.size() == 4 && f[0] == "v1" && absl::SimpleAtod(f[2], &r.best_us) &&
-          absl::SimpleAtod(f[3], &r.default_us)) {
-        r.algorithm = f[1];
+      r.device = device;
+      r.libraries = libraries;
+      r.algorithm = e.algorithm;
+      if (auto a = found(r, "file", counters_.file_hits)) return a;
+    }
+  }
+  if (disk_ != nullptr) {
+    if (auto payload = disk_->Lookup(DiskKey(device, libraries, key), kAutotunePayloadKind)) {
+      AutotuneRecord r;
+      r.key = key;
+      r.device = device;
+      r.libraries = libraries;
+      if (ParseDiskPayload(*payload, &r)) {
         if (auto a = found(r, "disk", counters_.disk_hits)) return a;
       } else {
-        CJIT_LOG(WARNING) << "autotune: persistent cache entry for " << node.Describe() << " is malformed: ignored";
+        CJIT_LOG(WARNING) << "autotune: persistent cache entry for " << op << " is malformed: ignored";
         ++counters_.ignored_entries;
       }
     }
@@ -596,69 +637,7 @@ std::optional<std::string> Autotuner::Tune(const std::string& key, const Node& n
 
 std::optional<std::string> Autotuner::LookupDevice(const std::string& key, const std::string& device,
                                                    const std::string& libraries, const std::string& op) {
-  ProcessTable& table = Table();
-  auto found = [&](AutotuneRecord r, const char* source, std::atomic<int64_t>& counter) {
-    ++counter;
-    if (std::string_view(source) != "memory") {
-      std::lock_guard<std::mutex> lock(table.mu);
-      table.results.emplace(TableKey(device, libraries, key), r);
-    }
-    r.source = source;
-    r.op = op;
-    CJIT_VLOG(1) << "autotune: " << op << " -> " << (r.algorithm.empty() ? "default" : r.algorithm) << " (" << source
-                 << ")";
-    std::string algorithm = r.algorithm;
-    Record(std::move(r));
-    return algorithm;
-  };
-  {
-    std::optional<AutotuneRecord> r;
-    {
-      std::lock_guard<std::mutex> lock(table.mu);
-      auto it = table.results.find(TableKey(device, libraries, key));
-      if (it != table.results.end()) r = it->second;
-    }
-    if (r) return found(*r, "memory", counters_.memory_hits);
-  }
-  if (auto it = loaded_device_.find(key); it != loaded_device_.end()) {
-    const LoadedDeviceEntry& e = it->second;
-    if (e.device != device || e.libraries != libraries) {
-      // Logged once per signature and tuner (a model may have many ops of it).
-      std::lock_guard<std::mutex> lock(mu_);
-      if (ignored_logged_.insert(key).second) {
-        ++counters_.ignored_entries;
-        CJIT_LOG(WARNING) << "autotune results " << options_.load_from << ": entry for " << op << " ignored: made "
-                          << (e.device != device
-                                  ? absl::StrCat("on another device (", e.device, "; this is ", device, ")")
-                                  : absl::StrCat("with other library versions (", e.libraries, "; these are ",
-                                                 libraries, ")"));
-      }
-    } else {
-      AutotuneRecord r;
-      r.key = key;
-      r.device = device;
-      r.libraries = libraries;
-      r.algorithm = e.algorithm;
-      return found(r, "file", counters_.file_hits);
-    }
-  }
-  if (disk_ != nullptr) {
-    if (auto payload = disk_->Lookup(DiskKey(device, libraries, key), kAutotunePayloadKind)) {
-      std::vector<std::string> f = absl::StrSplit(*payload, '\n');
-      AutotuneRecord r;
-      r.key = key;
-      r.device = device;
-      r.libraries = libraries;
-      if (f.size() == 4 && f[0] == "v1" && absl::SimpleAtod(f[2], &r.best_us) &&
-          absl::SimpleAtod(f[3], &r.default_us)) {
-        r.algorithm = f[1];
-        return found(r, "disk", counters_.disk_hits);
-      }
-      CJIT_LOG(WARNING) << "autotune: persistent cache entry for " << op << " is malformed: ignored";
-      ++counters_.ignored_entries;
-    }
-  }
-  return std::nullopt;
+  return LookupStored(key, device, libraries, op, [](const std::string&, const char*) { return true; });
 }
 
 void Autotuner::ForgetDevice(const std::string& key, const std::string& device, const std::string& libraries) {
@@ -891,8 +870,7 @@ void Autotuner::Finish(const AutotuneRecord& rec, int64_t t_start, const std::st
   const int64_t t_end = Profiler::Now();
   counters_.tuning_us += (t_end - t_start) / 1000;
   if (disk_ != nullptr && !disk_->options().read_only) {
-    absl::Status st = disk_->Store(DiskKey(rec.device, rec.libraries, rec.key), kAutotunePayloadKind,
-                                   absl::StrCat("v1\n", rec.algorithm, "\n", rec.best_us, "\n", rec.default_us));
+    absl::Status st = disk_->Store(DiskKey(rec.device, rec.libraries, rec.key), kAutotunePayloadKind, DiskPayload(rec));
     if (!st.ok()) CJIT_LOG(WARNING) << "autotune: persistent cache write failed: " << st.message();
   }
   if (profiler_ != nullptr) {

@@ -171,6 +171,12 @@ class Autotuner {
                       const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
                       const std::vector<InferOutput>* inferred, int threads);
   void Record(AutotuneRecord r);
+  // The stored choice for `key` on `device` / `libraries` ("" for the CPU): process table, then the loaded
+  // results file, then the persistent cache; a non-process result is used only if `usable(algorithm,
+  // source)` says so. Counts and records the hit.
+  std::optional<std::string> LookupStored(const std::string& key, const std::string& device,
+                                          const std::string& libraries, const std::string& op,
+                                          const std::function<bool(const std::string&, const char*)>& usable);
   // Runs `tune` for `table_key` unless the process has a result (returned) or another session is tuning it
   // (nullopt); an exception keeps the default ("").
   std::optional<std::string> TuneOnce(const std::string& table_key, const std::string& op,
@@ -185,11 +191,11 @@ class Autotuner {
   std::atomic<bool> cancelled_{false};
   mutable std::mutex mu_;
   std::vector<AutotuneRecord> records_;  // guarded by mu_
-  std::unordered_map<std::string, std::string> loaded_;  // key -> algorithm from load_from (immutable)
-  struct LoadedDeviceEntry {
-    std::string device, libraries, algorithm;
+  struct LoadedEntry {
+    std::string device, libraries;  // a device result's identities; empty for a CPU one (checked when loaded)
+    std::string algorithm;
   };
-  std::unordered_map<std::string, LoadedDeviceEntry> loaded_device_;  // device results from load_from (immutable)
+  std::unordered_map<std::string, LoadedEntry> loaded_;  // key -> entry from load_from (immutable)
   std::set<std::string> ignored_logged_;  // guarded by mu_
   std::mutex time_mu_;
   std::unordered_map<std::string, std::unique_ptr<std::atomic<int64_t>>> default_ns_;  // guarded by time_mu_
