@@ -9,7 +9,6 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/float16.h"
 #include "compiler/ops/op_schemas.h"
@@ -221,14 +220,12 @@ absl::StatusOr<AmpReport> AutoMixedPrecision(Graph& g, const AmpOptions& o) {
     if (!f.paintable) continue;
     f.cls = ClassOf(node.op_type, o);
     f.reason = absl::StrCat("in the ", AmpClassName(f.cls), " list");
-    if (o.hook) {
-      if (std::optional<AmpRule> rule = o.hook(node)) {
-        f.cls = rule->cls;
-        f.output_f32 = rule->output == DType::kF32;
-        f.reason = absl::StrCat("host rule: ", AmpClassName(f.cls));
-      }
-    }
-    if (f.cls == AmpClass::kAllow && o.min_allow_macs > 0 && !absl::StartsWith(f.reason, "host rule")) {
+    if (std::optional<AmpRule> rule = o.hook ? o.hook(node) : std::nullopt) {
+      f.cls = rule->cls;
+      f.output_f32 = rule->output == DType::kF32;
+      f.reason = absl::StrCat("host rule: ", AmpClassName(f.cls));
+    } else if (f.cls == AmpClass::kAllow && o.min_allow_macs > 0) {
+      // The cost rule applies to the lists' decisions only: a host rule decides first.
       const int64_t macs = ProductMacs(node);
       if (macs >= 0 && macs < o.min_allow_macs) {
         f.cls = AmpClass::kDeny;
