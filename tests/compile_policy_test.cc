@@ -446,6 +446,22 @@ TEST(ClusterRuntimeTest, AsyncCompilationSwapsIn) {
   EXPECT_EQ(st.totals.compiles, static_cast<int64_t>(st.clusters.size()));
 }
 
+// The model in `dir` with --compile_threshold=0 on `threads` intra-op threads, after its first data set ran
+// (matching the reference) on the fallback path: its clusters compile in the background (a synchronous
+// compile would have run it compiled).
+void FirstRunOnTheFallbackPath(const std::filesystem::path& dir, int threads, std::unique_ptr<Session>* s,
+                               std::vector<DataSet>* sets) {
+  auto loaded = LoadSessionWithFlags((dir / "model.onnx").string(), "--device=cpu --compile_threshold=0", threads);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  *s = std::move(*loaded);
+  auto read = ReadDataSets(dir.string(), **s);
+  ASSERT_TRUE(read.ok());
+  *sets = std::move(*read);
+  DataSetResult first = RunDataSet(**s, (*sets)[0], 1e-3, 1e-4);
+  ASSERT_TRUE(first.ok()) << first.status;
+  EXPECT_GT((*s)->stats().totals.fallback_executions, 0) << "the first run waited for the compiler";
+}
+
 // --async_compilation=auto (the default): with one intra-op thread and another CPU idle, the first
 // execution past the threshold runs on the fallback path while the cluster compiles in the background
 // (synchronously, --compile_threshold=0 would run it compiled); the executable is swapped in later.
@@ -453,19 +469,15 @@ TEST(ClusterRuntimeTest, AsyncCompilationAutoUsesAnIdleCpu) {
   if (UsableCpus() < 2) GTEST_SKIP() << "one CPU: auto compiles synchronously (FlagsTest checks the rule)";
   auto dir = SharedModel("ppocrv4_rec");
   CJIT_REQUIRE_DATA(dir / "model.onnx");
-  auto s = LoadSessionWithFlags((dir / "model.onnx").string(), "--device=cpu --compile_threshold=0", 1);
-  ASSERT_TRUE(s.ok()) << s.status();
-  auto sets = ReadDataSets(dir.string(), **s);
-  ASSERT_TRUE(sets.ok());
-  DataSetResult first = RunDataSet(**s, (*sets)[0], 1e-3, 1e-4);
-  ASSERT_TRUE(first.ok()) << first.status;
-  EXPECT_GT((*s)->stats().totals.fallback_executions, 0) << "the first run waited for the compiler";
-  for (int runs = 0; runs < 2000 && (*s)->stats().totals.compiled_executions == 0; ++runs) {
-    DataSetResult r = RunDataSet(**s, (*sets)[0], 1e-3, 1e-4);
+  std::unique_ptr<Session> s;
+  std::vector<DataSet> sets;
+  ASSERT_NO_FATAL_FAILURE(FirstRunOnTheFallbackPath(dir, 1, &s, &sets));
+  for (int runs = 0; runs < 2000 && s->stats().totals.compiled_executions == 0; ++runs) {
+    DataSetResult r = RunDataSet(*s, sets[0], 1e-3, 1e-4);
     ASSERT_TRUE(r.ok()) << "run " << runs << ": " << r.status;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  EXPECT_GT((*s)->stats().totals.compiled_executions, 0);
+  EXPECT_GT(s->stats().totals.compiled_executions, 0);
 }
 
 // --async_compilation=auto with every CPU busy (intra-op threads >= the CPUs, at least 2): compiles run
@@ -536,22 +548,17 @@ TEST(ClusterRuntimeTest, RunsLendACpuWhileABackgroundCompileIsInFlight) {
 TEST(ClusterRuntimeTest, AsyncCompilationAutoAtFullThreadsSwapsIn) {
   auto dir = SharedModel("ppocrv4_rec");
   CJIT_REQUIRE_DATA(dir / "model.onnx");
-  auto s = LoadSessionWithFlags((dir / "model.onnx").string(), "--device=cpu --compile_threshold=0",
-                                std::max(2, UsableCpus()));
-  ASSERT_TRUE(s.ok()) << s.status();
-  auto sets = ReadDataSets(dir.string(), **s);
-  ASSERT_TRUE(sets.ok());
-  DataSetResult first = RunDataSet(**s, (*sets)[0], 1e-3, 1e-4);
-  ASSERT_TRUE(first.ok()) << first.status;
-  EXPECT_GT((*s)->stats().totals.fallback_executions, 0) << "the first run waited for the compiler";
-  for (int runs = 0; runs < 2000 && (*s)->stats().compiles_in_flight > 0; ++runs) {
-    DataSetResult r = RunDataSet(**s, (*sets)[0], 1e-3, 1e-4);
+  std::unique_ptr<Session> s;
+  std::vector<DataSet> sets;
+  ASSERT_NO_FATAL_FAILURE(FirstRunOnTheFallbackPath(dir, std::max(2, UsableCpus()), &s, &sets));
+  for (int runs = 0; runs < 2000 && s->stats().compiles_in_flight > 0; ++runs) {
+    DataSetResult r = RunDataSet(*s, sets[0], 1e-3, 1e-4);
     ASSERT_TRUE(r.ok()) << "run " << runs << ": " << r.status;
   }
-  ASSERT_EQ((*s)->stats().compiles_in_flight, 0);
-  DataSetResult r = RunDataSet(**s, (*sets)[0], 1e-3, 1e-4);
+  ASSERT_EQ(s->stats().compiles_in_flight, 0);
+  DataSetResult r = RunDataSet(*s, sets[0], 1e-3, 1e-4);
   ASSERT_TRUE(r.ok()) << r.status;
-  EXPECT_GT((*s)->stats().totals.compiled_executions, 0);
+  EXPECT_GT(s->stats().totals.compiled_executions, 0);
 }
 
 // A Session destroyed while a background compilation runs: the compile finishes safely.

@@ -133,6 +133,17 @@ double NormalizedError(const std::vector<float>& got, const Reference& r) {
   return worst;
 }
 
+// Runs `op` (a GemmOp or ConvOp: three operands, then the output) on fresh device copies of `ins`; its
+// normalized error against float64.
+template <typename Op>
+absl::StatusOr<double> DeviceError(const DeviceBackend& dev, const Op& op,
+                                   const std::vector<const std::vector<float>*>& ins, const Reference& ref) {
+  CJIT_ASSIGN_OR_RETURN(Buffers buf, Buffers::Make(dev, ins, ref.exact.size()));
+  CJIT_RETURN_IF_ERROR(op.Run(buf.addr(0), buf.addr(1), buf.addr(2), buf.out->address()));
+  CJIT_ASSIGN_OR_RETURN(std::vector<float> got, buf.Read(dev));
+  return NormalizedError(got, ref);
+}
+
 struct GemmData {
   GemmShape s;
   std::vector<float> a, b, bias;
@@ -143,12 +154,8 @@ struct GemmData {
     if (s.bias) bias = Random(static_cast<size_t>(s.n), seed + 2);
     ref = GemmReference(s, a, b, bias);
   }
-  // Runs `op` on fresh device copies; the normalized error against float64.
   absl::StatusOr<double> Error(const DeviceBackend& dev, const GemmOp& op) const {
-    CJIT_ASSIGN_OR_RETURN(Buffers buf, Buffers::Make(dev, {&a, &b, &bias}, ref.exact.size()));
-    CJIT_RETURN_IF_ERROR(op.Run(buf.addr(0), buf.addr(1), buf.addr(2), buf.out->address()));
-    CJIT_ASSIGN_OR_RETURN(std::vector<float> got, buf.Read(dev));
-    return NormalizedError(got, ref);
+    return DeviceError(dev, op, {&a, &b, &bias}, ref);
   }
 };
 
@@ -163,10 +170,7 @@ struct ConvData {
     ref = ConvReference(s, x, w, bias);
   }
   absl::StatusOr<double> Error(const DeviceBackend& dev, const ConvOp& op) const {
-    CJIT_ASSIGN_OR_RETURN(Buffers buf, Buffers::Make(dev, {&x, &w, &bias}, ref.exact.size()));
-    CJIT_RETURN_IF_ERROR(op.Run(buf.addr(0), buf.addr(1), buf.addr(2), buf.out->address()));
-    CJIT_ASSIGN_OR_RETURN(std::vector<float> got, buf.Read(dev));
-    return NormalizedError(got, ref);
+    return DeviceError(dev, op, {&x, &w, &bias}, ref);
   }
 };
 

@@ -51,6 +51,32 @@ using testing::RunGraph;
 // Conv -> Relu -> depthwise Conv -> squeeze-excitation (GlobalAveragePool, 1x1 Conv, Sigmoid, Mul) ->
 // Add / PRelu by per-channel constants -> Concat with the Relu output -> 1x1 Conv -> Sub of a constant
 // broadcast along W; the Relu output is also a graph output.
+// Parses `ir` into *g laid out channels-last (the pass must change it; no-ops removed) and *nchw, a copy
+// of the graph before the pass.
+void LayOutChannelsLast(const std::string& ir, std::shared_ptr<Graph>* g, std::shared_ptr<Graph>* nchw) {
+  auto parsed = SpecializedGraphFromText(ir);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  *g = std::shared_ptr<Graph>(std::move(*parsed));
+  *nchw = std::shared_ptr<Graph>((*g)->Clone());
+  auto changed = AssignChannelsLastLayout(**g);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(*changed);
+  ASSERT_TRUE(RemoveNoOps(**g).ok());
+}
+
+// Runs both graphs on `inputs`: `outputs` outputs each, of equal dims and within 1e-5.
+void ExpectSameOutputs(const std::shared_ptr<Graph>& nchw, const std::shared_ptr<Graph>& g,
+                       const std::vector<Tensor>& inputs, size_t outputs) {
+  std::vector<Tensor> want = RunGraph(nchw, inputs), got = RunGraph(g, inputs);
+  ASSERT_EQ(want.size(), outputs);
+  ASSERT_EQ(got.size(), outputs);
+  for (size_t k = 0; k < outputs; ++k) {
+    EXPECT_EQ(got[k].dims(), want[k].dims());
+    OutputComparison c = CompareTensors("out", got[k], want[k], 1e-5, 1e-5);
+    EXPECT_TRUE(c.ok) << k << ": max_abs " << c.max_abs << " " << c.problem;
+  }
+}
+
 std::string ChainIr() {
   return "graph g(%x: f32[1,4,6,7]) {\n" + Const("w1", {8, 4, 3, 3}, 0.1) + Const("b1", {8}, 0.2) +
          "  %c1 = Conv(%x, %w1, %b1) {pads=[1,1,1,1]}\n  %r1 = Relu(%c1)\n" + Const("wd", {8, 1, 3, 3}, 0.3) +
@@ -62,14 +88,8 @@ std::string ChainIr() {
 }
 
 TEST(ChannelsLastTest, ConvChainRunsChannelsLastWithTransposesOnlyAtItsEdges) {
-  auto parsed = SpecializedGraphFromText(ChainIr());
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
-  std::shared_ptr<Graph> g(std::move(*parsed));
-  std::shared_ptr<Graph> nchw(g->Clone());
-  auto changed = AssignChannelsLastLayout(*g);
-  ASSERT_TRUE(changed.ok()) << changed.status();
-  EXPECT_TRUE(*changed);
-  ASSERT_TRUE(RemoveNoOps(*g).ok());
+  std::shared_ptr<Graph> g, nchw;
+  ASSERT_NO_FATAL_FAILURE(LayOutChannelsLast(ChainIr(), &g, &nchw));
   std::string text = PrintGraph(*g);
   EXPECT_EQ(Count(*g, "Conv"), 0) << text;
   EXPECT_EQ(Count(*g, "NhwcConv"), 4) << text;
@@ -79,14 +99,7 @@ TEST(ChannelsLastTest, ConvChainRunsChannelsLastWithTransposesOnlyAtItsEdges) {
   EXPECT_EQ(Count(*g, "ReduceMean"), 1) << text;
   Tensor x(DType::kF32, {1, 4, 6, 7});
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::cos(0.37 * i));
-  std::vector<Tensor> want = RunGraph(nchw, {x}), got = RunGraph(g, {x});
-  ASSERT_EQ(want.size(), 2u);
-  ASSERT_EQ(got.size(), 2u);
-  for (size_t k = 0; k < 2; ++k) {
-    EXPECT_EQ(got[k].dims(), want[k].dims());
-    OutputComparison c = CompareTensors("out", got[k], want[k], 1e-5, 1e-5);
-    EXPECT_TRUE(c.ok) << k << ": max_abs " << c.max_abs << " " << c.problem;
-  }
+  ExpectSameOutputs(nchw, g, {x}, 2);
 }
 
 // An FPN step: a lateral 1x1 Conv, a nearest 2x Resize (scales) and a linear Resize (sizes) of a
@@ -100,14 +113,8 @@ TEST(ChannelsLastTest, ResizeBetweenConvolutionsRunsChannelsLast) {
                    "  %sz = constant i64[4] {1, 6, 8, 10}\n  %up2 = Resize(%d, _, _, %sz) {mode=\"linear\"}\n"
                    "  %sum = Add(%lat, %up)\n  %sum2 = Add(%sum, %up2)\n"
                    "  %y = Conv(%sum2, %w3) {pads=[1,1,1,1]}\n  return %y\n}";
-  auto parsed = SpecializedGraphFromText(ir);
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
-  std::shared_ptr<Graph> g(std::move(*parsed));
-  std::shared_ptr<Graph> nchw(g->Clone());
-  auto changed = AssignChannelsLastLayout(*g);
-  ASSERT_TRUE(changed.ok()) << changed.status();
-  EXPECT_TRUE(*changed);
-  ASSERT_TRUE(RemoveNoOps(*g).ok());
+  std::shared_ptr<Graph> g, nchw;
+  ASSERT_NO_FATAL_FAILURE(LayOutChannelsLast(ir, &g, &nchw));
   std::string text = PrintGraph(*g);
   EXPECT_EQ(Count(*g, "NhwcConv"), 3) << text;
   EXPECT_EQ(Count(*g, "Resize"), 2) << text;
@@ -115,12 +122,7 @@ TEST(ChannelsLastTest, ResizeBetweenConvolutionsRunsChannelsLast) {
   Tensor x(DType::kF32, {1, 3, 8, 10}), deep(DType::kF32, {1, 3, 4, 5});
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::cos(0.37 * i));
   for (int64_t i = 0; i < deep.numel(); ++i) deep.data<float>()[i] = static_cast<float>(std::sin(0.53 * i));
-  std::vector<Tensor> want = RunGraph(nchw, {x, deep}), got = RunGraph(g, {x, deep});
-  ASSERT_EQ(want.size(), 1u);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].dims(), want[0].dims());
-  OutputComparison c = CompareTensors("y", got[0], want[0], 1e-5, 1e-5);
-  EXPECT_TRUE(c.ok) << "max_abs " << c.max_abs << " " << c.problem;
+  ExpectSameOutputs(nchw, g, {x, deep}, 1);
 }
 
 // A CSP / C2f block (YOLOv5/v8): a Conv's channels Split in two (sizes 3 and 5), one part convolved, both
@@ -132,25 +134,14 @@ TEST(ChannelsLastTest, SplitBetweenConvolutionsRunsChannelsLast) {
                    "  %c = Conv(%x, %w1) {pads=[1,1,1,1]}\n  %sp = constant i64[2] {3, 5}\n"
                    "  %a, %b = Split(%c, %sp) {axis=1}\n  %cb = Conv(%b, %w2) {pads=[1,1,1,1]}\n"
                    "  %cat = Concat(%a, %cb) {axis=1}\n  %y = Conv(%cat, %w3)\n  return %y\n}";
-  auto parsed = SpecializedGraphFromText(ir);
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
-  std::shared_ptr<Graph> g(std::move(*parsed));
-  std::shared_ptr<Graph> nchw(g->Clone());
-  auto changed = AssignChannelsLastLayout(*g);
-  ASSERT_TRUE(changed.ok()) << changed.status();
-  EXPECT_TRUE(*changed);
-  ASSERT_TRUE(RemoveNoOps(*g).ok());
+  std::shared_ptr<Graph> g, nchw;
+  ASSERT_NO_FATAL_FAILURE(LayOutChannelsLast(ir, &g, &nchw));
   std::string text = PrintGraph(*g);
   EXPECT_EQ(Count(*g, "NhwcConv"), 3) << text;
   EXPECT_EQ(Count(*g, "Transpose"), 2) << text;  // x in, y out
   Tensor x(DType::kF32, {1, 4, 6, 7});
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::cos(0.37 * i));
-  std::vector<Tensor> want = RunGraph(nchw, {x}), got = RunGraph(g, {x});
-  ASSERT_EQ(want.size(), 1u);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].dims(), want[0].dims());
-  OutputComparison c = CompareTensors("y", got[0], want[0], 1e-5, 1e-5);
-  EXPECT_TRUE(c.ok) << "max_abs " << c.max_abs << " " << c.problem;
+  ExpectSameOutputs(nchw, g, {x}, 1);
 }
 
 TEST(ChannelsLastTest, IsolatedConvolutionStaysNchw) {
@@ -165,23 +156,16 @@ TEST(ChannelsLastTest, IsolatedConvolutionStaysNchw) {
 }
 
 TEST(ChannelsLastTest, OneDimensionalConvChain) {
-  auto parsed = SpecializedGraphFromText("graph g(%x: f32[2,3,20]) {\n" + Const("w1", {5, 3, 3}, 0.1) +
-                                         "  %c = Conv(%x, %w1) {strides=[2]}\n  %t = Tanh(%c)\n" +
-                                         Const("w2", {4, 5, 1}, 0.2) + "  %y = Conv(%t, %w2)\n  return %y\n}");
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
-  std::shared_ptr<Graph> g(std::move(*parsed));
-  std::shared_ptr<Graph> ncw(g->Clone());
-  ASSERT_TRUE(AssignChannelsLastLayout(*g).ok());
-  ASSERT_TRUE(RemoveNoOps(*g).ok());
+  std::shared_ptr<Graph> g, ncw;
+  const std::string ir = "graph g(%x: f32[2,3,20]) {\n" + Const("w1", {5, 3, 3}, 0.1) +
+                         "  %c = Conv(%x, %w1) {strides=[2]}\n  %t = Tanh(%c)\n" + Const("w2", {4, 5, 1}, 0.2) +
+                         "  %y = Conv(%t, %w2)\n  return %y\n}";
+  ASSERT_NO_FATAL_FAILURE(LayOutChannelsLast(ir, &g, &ncw));
   EXPECT_EQ(Count(*g, "NhwcConv"), 2) << PrintGraph(*g);
   EXPECT_EQ(Count(*g, "Transpose"), 2) << PrintGraph(*g);
   Tensor x(DType::kF32, {2, 3, 20});
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::sin(0.91 * i));
-  std::vector<Tensor> want = RunGraph(ncw, {x}), got = RunGraph(g, {x});
-  ASSERT_EQ(got.size(), 1u);
-  ASSERT_EQ(want.size(), 1u);
-  OutputComparison c = CompareTensors("y", got[0], want[0], 1e-5, 1e-5);
-  EXPECT_TRUE(c.ok) << c.max_abs << " " << c.problem;
+  ExpectSameOutputs(ncw, g, {x}, 1);
 }
 
 // --cpu_channels_last: on (the default) a Session runs a conv chain as NhwcConv, off as ONNX Conv, and both
