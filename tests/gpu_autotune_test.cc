@@ -451,6 +451,82 @@ TEST_P(GpuAutotune, SecondProcessAndDumpedResultsRetuneNothing) {
   fs::remove_all(dir);
 }
 
+// The host backend as a device whose enqueue does the work (host_is_device() false): every time it
+// measures is host time, so every default looks host-bound, as cuDNN's small convolutions do on a GPU.
+class HostBoundBackend : public DeviceBackend {
+ public:
+  std::string Describe() const override { return "host-bound test device"; }
+  std::string target() const override { return b_->target(); }
+  absl::Status MakeCurrent() const override { return b_->MakeCurrent(); }
+  absl::StatusOr<std::shared_ptr<DeviceMemory>> Allocate(size_t n) const override { return b_->Allocate(n); }
+  absl::Status CopyToDevice(uint64_t d, const void* s, size_t n) const override { return b_->CopyToDevice(d, s, n); }
+  absl::Status CopyToHost(void* d, uint64_t s, size_t n) const override { return b_->CopyToHost(d, s, n); }
+  absl::Status Fill(uint64_t d, uint8_t v, size_t n) const override { return b_->Fill(d, v, n); }
+  absl::Status Copy2D(uint64_t d, size_t dp, uint64_t s, size_t sp, size_t w, size_t h) const override {
+    return b_->Copy2D(d, dp, s, sp, w, h);
+  }
+  absl::Status PadPlanes(uint64_t d, uint32_t f, uint64_t s, size_t p, size_t h, size_t w, size_t t, size_t l,
+                         size_t oh, size_t ow) const override {
+    return b_->PadPlanes(d, f, s, p, h, w, t, l, oh, ow);
+  }
+  absl::Status Synchronize() const override { return b_->Synchronize(); }
+  absl::StatusOr<std::vector<std::shared_ptr<const FusedKernelHandle>>> CompileKernels(
+      const FusionPlan& plan, CompileCounts* counts) const override {
+    return b_->CompileKernels(plan, counts);
+  }
+  absl::Status LaunchFused(const FusedKernelHandle& k, const FusedLaunchArgs& a,
+                           const std::vector<uint64_t>& buffers) const override {
+    return b_->LaunchFused(k, a, buffers);
+  }
+  absl::StatusOr<std::unique_ptr<GemmOp>> MakeGemm(const GemmShape& s, const std::string& a) const override {
+    return b_->MakeGemm(s, a);
+  }
+  absl::StatusOr<std::unique_ptr<ConvOp>> MakeConv(const ConvShape& s, const std::string& a) const override {
+    return b_->MakeConv(s, a);
+  }
+  absl::StatusOr<std::unique_ptr<PoolOp>> MakePool(const PoolShape& s) const override { return b_->MakePool(s); }
+  absl::StatusOr<std::vector<DeviceAlgorithm>> GemmAlgorithms(const GemmShape& s) const override {
+    return b_->GemmAlgorithms(s);
+  }
+  absl::StatusOr<std::vector<DeviceAlgorithm>> ConvAlgorithms(const ConvShape& s) const override {
+    return b_->ConvAlgorithms(s);
+  }
+  std::string AutotuneDeviceIdentity() const override { return "host-bound-test"; }
+  std::string AutotuneLibraryVersions() const override { return b_->AutotuneLibraryVersions(); }
+  absl::StatusOr<double> TimeMicros(const std::function<absl::Status()>& enqueue) const override {
+    return b_->TimeMicros(enqueue);
+  }
+
+ private:
+  std::shared_ptr<DeviceBackend> b_ = MakeHostBackend();
+};
+
+// Where the default's measured time is its host enqueue time, no timing tells device times apart: the
+// library's choice stays even when a candidate (here the fast wrong one, at level 1) measures faster.
+TEST(GpuAutotuneHostRule, HostBoundDefaultIsKept) {
+  SetDeviceTestCandidates(true);
+  ClearAutotuneResultsForTest();
+  AutotuneOptions o;
+  o.level = 1;
+  auto tuner = Autotuner::Create(o, nullptr, nullptr);
+  ASSERT_TRUE(tuner.ok());
+  HostBoundBackend backend;
+  const GemmShape s = Gemm(1, 64, 48, 96);
+  std::string chosen;
+  auto op = MakeTunedGemm(backend, tuner->get(), s, "MatMul 'mm'", &chosen);
+  SetDeviceTestCandidates(false);
+  ClearAutotuneResultsForTest();
+  ASSERT_TRUE(op.ok()) << op.status();
+  std::string notes;
+  for (const AutotuneRecord& r : (*tuner)->records())
+    for (const std::string& n : r.notes) absl::StrAppend(&notes, n, "\n");
+  EXPECT_EQ(chosen, "host:float64") << notes;
+  EXPECT_TRUE(absl::StrContains(notes, "the default is host-bound here: kept")) << notes;
+  auto err = GemmData(s, 9).Error(backend, **op);
+  ASSERT_TRUE(err.ok());
+  EXPECT_LT(*err, 1e-5);
+}
+
 // Through the executor (GpuExecutorOptions::autotuner): the placement counts the tuned library call, and
 // the choice is what runs — the wrong test-only candidate's constant output at level 1, float64-exact
 // values at level 4.

@@ -187,6 +187,7 @@ class DeviceBackend {
   // As MakeGemm, for convolutions (cuDNN).
   virtual absl::StatusOr<std::unique_ptr<ConvOp>> MakeConv(const ConvShape& shape,
                                                            const std::string& algorithm) const = 0;
+  virtual absl::StatusOr<std::unique_ptr<PoolOp>> MakePool(const PoolShape& shape) const = 0;
   // The autotuning candidates for a shape, the library's preference first (its heuristic's ranking; the
   // first is what "" runs). Errors as MakeGemm / MakeConv.
   virtual absl::StatusOr<std::vector<DeviceAlgorithm>> GemmAlgorithms(const GemmShape& shape) const = 0;
@@ -202,7 +203,6 @@ class DeviceBackend {
   // Whether enqueued work runs on the calling thread as it is enqueued (the host backend): then host time is
   // device time.
   virtual bool host_is_device() const { return false; }
-  virtual absl::StatusOr<std::unique_ptr<PoolOp>> MakePool(const PoolShape& shape) const = 0;
   // "device memory: N MiB in use, peak P MiB, C MiB cached (allocator)" or empty where not tracked.
   virtual std::string MemoryReport() const { return ""; }
   // Graph capture (CUDA graphs, as XLA's command buffers and torch.compile's "reduce-overhead"): records
