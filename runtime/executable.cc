@@ -190,6 +190,17 @@ bool CpuExecutable::ClaimAutotuneJob(const Autotuner& tuner) const {
 }
 
 void CpuExecutable::Autotune(Autotuner& tuner, int threads, int64_t executions) const {
+  // Candidates are timed at the runs' thread count: libraries that parallelize with OpenMP (oneDNN, BLIS)
+  // read this thread's setting, and on the compile worker (a thread of ours) it is the CPU count. Timing
+  // oneDNN on 2 threads for 1-thread runs chose it for ResNet's stem where it is no faster at 1 thread,
+  // and its idle team spun on the CPU the runs use.
+  const int previous = omp_get_max_threads();
+  if (threads > 0 && previous != threads) omp_set_num_threads(threads);
+  AutotuneSteps(tuner, threads, executions);
+  if (threads > 0 && previous != threads) omp_set_num_threads(previous);
+}
+
+void CpuExecutable::AutotuneSteps(Autotuner& tuner, int threads, int64_t executions) const {
   for (size_t i = 0; i < plan_.steps.size() && !tuner.cancelled(); ++i) {
     const PlanStep& step = plan_.steps[i];
     if (step.kind != PlanStep::Kind::kLibrary || skip_step_[i] || FindAlgorithms(step.node->op_type) == nullptr) continue;

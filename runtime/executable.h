@@ -59,6 +59,7 @@ class CpuExecutable : public CacheEntry {
   // path): looks each op signature up and, once `executions` reaches the threshold (and its default has
   // run --autotune_min_op_time_ms), tunes it on inputs of the body's shapes (constants are the real
   // ones). Thread-safe, idempotent.
+  // Sets the calling thread's OpenMP thread count to `threads` while it tunes (restored after).
   void Autotune(Autotuner& tuner, int threads, int64_t executions) const;
   const FusionPlan& plan() const { return plan_; }
 
@@ -70,6 +71,7 @@ class CpuExecutable : public CacheEntry {
   int num_library_steps() const { return static_cast<int>(plan_.steps.size() - plan_.kernels.size()); }
 
  private:
+  void AutotuneSteps(Autotuner& tuner, int threads, int64_t executions) const;
   CpuExecutable() = default;
   static absl::StatusOr<std::shared_ptr<const CpuExecutable>> Build(
       std::shared_ptr<const Graph> body, const CpuCompileOptions& options,

@@ -416,12 +416,15 @@ TEST(VectorLogisticTest, MatchesFloat64OnEveryIsaVariant) {
 // tiles, 16- and 8-channel blocks, scalar channels; 35 pixels leave partial tiles) with its bias and
 // post-op (HardSwish) in registers, fused with a following depthwise convolution or not; the others and,
 // above the loop's limits, 128 x 200 weights run BLIS.
+// Input x output channels and the image size: the few-input-channel loop (weights <= 48 KiB), the panel
+// loop beyond it (AVX-512; panels of 64, 48, 32, 16 and 8 channels, rows split over the 2 threads for 144
+// pixels, panels for 35), BLIS elsewhere.
 TEST(ChannelsLastTest, PointwiseConvolutionsMatchFloat64OnEveryIsaVariant) {
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{16, 64}, {24, 72}, {7, 13}, {32, 128}, {128, 96},
-                                                           {3, 136}, {128, 200}};
+  const std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> shapes = {
+      {16, 64, 5, 7},   {24, 72, 5, 7},   {7, 13, 5, 7},   {32, 128, 5, 7},  {128, 96, 5, 7},  {3, 136, 5, 7},
+      {128, 200, 5, 7}, {144, 24, 12, 12}, {192, 112, 5, 7}, {160, 160, 5, 7}, {200, 80, 12, 12}, {129, 13, 5, 7}};
   unsigned seed = 70;
-  for (const auto& [C, OC] : shapes) {
-    const int64_t H = 5, W = 7;
+  for (const auto& [C, OC, H, W] : shapes) {
     const ConvSpec spec{C, OC, 1, 1, 0, 0};
     testing::ModelBuilder m(14);
     m.Input("x", onnx::TensorProto::FLOAT, {1, C, H, W}).Output("y");
@@ -471,6 +474,111 @@ TEST(ChannelsLastTest, FewPixelConvolutionsMatchFloat64OnEveryIsaVariant) {
     ExpectMatchesOnEveryIsaVariant(m, x, want, {kOpByOpAndCompiled[0], kOpByOpAndCompiled[1]}, 1e-4,
                                    "case " + std::to_string(H) + "x" + std::to_string(W));
   }
+}
+
+// MaxPool / AveragePool between convolutions run channels-last (com.clusterjit.NhwcMaxPool /
+// NhwcAveragePool: ResNet's stem pool, YOLO's SPPF). Two 1x1 depthwise convolutions with unit weights (exact
+// identities) around each pool connect it; the output is checked against float64 pooling of the input
+// (ONNX MaxPool / AveragePool: pads, strides, dilations, ceil_mode, count_include_pad; 2-D and 1-D; 19
+// channels = 16 + 3 reach the vector and the scalar lanes), op by op and compiled, on every ISA variant.
+struct PoolSpec {
+  std::string op;
+  std::vector<int64_t> kernel, strides, pads, dilations;  // pads: begin.., end..
+  int64_t ceil_mode = 0, count_include_pad = 0;
+};
+
+// Output size of one axis (ONNX pooling: ceil_mode rounds up, but a window may not start in the end padding).
+int64_t PoolOut(int64_t in, int64_t k, int64_t s, int64_t pb, int64_t pe, int64_t d, bool ceil_mode) {
+  const int64_t span = in + pb + pe - ((k - 1) * d + 1);
+  int64_t out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+  if (ceil_mode && (out - 1) * s >= in + pb) --out;
+  return out;
+}
+
+// float64 pooling of x [C, d..] (1 or 2 spatial axes) by `p`; *out_dims receives the output's spatial dims.
+std::vector<double> ReferencePool(const std::vector<float>& x, int64_t C, const std::vector<int64_t>& in,
+                                  const PoolSpec& p, std::vector<int64_t>* out_dims) {
+  const size_t n = in.size();
+  std::vector<int64_t> out(n);
+  for (size_t a = 0; a < n; ++a) {
+    out[a] = PoolOut(in[a], p.kernel[a], p.strides[a], p.pads[a], p.pads[a + n], p.dilations[a], p.ceil_mode != 0);
+  }
+  *out_dims = out;
+  const int64_t H = n == 2 ? in[0] : 1, W = in[n - 1], OH = n == 2 ? out[0] : 1, OW = out[n - 1];
+  const int64_t KH = n == 2 ? p.kernel[0] : 1, KW = p.kernel[n - 1];
+  const int64_t sh = n == 2 ? p.strides[0] : 1, sw = p.strides[n - 1];
+  const int64_t dh = n == 2 ? p.dilations[0] : 1, dw = p.dilations[n - 1];
+  const int64_t ph = n == 2 ? p.pads[0] : 0, pw = p.pads[n - 1];
+  const int64_t peh = n == 2 ? p.pads[n] : 0, pew = p.pads[2 * n - 1];
+  std::vector<double> y;
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t oh = 0; oh < OH; ++oh)
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        double acc = p.op == "MaxPool" ? -std::numeric_limits<double>::infinity() : 0.0;
+        int64_t count = 0;
+        for (int64_t kh = 0; kh < KH; ++kh)
+          for (int64_t kw = 0; kw < KW; ++kw) {
+            const int64_t ih = oh * sh - ph + kh * dh, iw = ow * sw - pw + kw * dw;
+            const bool inside = ih >= 0 && ih < H && iw >= 0 && iw < W;
+            if (p.count_include_pad && ih < H + peh && iw < W + pew) ++count;
+            if (!inside) continue;
+            if (!p.count_include_pad) ++count;
+            const double v = x[(c * H + ih) * W + iw];
+            acc = p.op == "MaxPool" ? std::max(acc, v) : acc + v;
+          }
+        y.push_back(p.op == "MaxPool" ? acc : acc / static_cast<double>(count));
+      }
+  return y;
+}
+
+TEST(ChannelsLastTest, PoolingBetweenConvolutionsMatchesFloat64) {
+  const std::vector<std::pair<std::vector<int64_t>, PoolSpec>> cases = {
+      {{11, 13}, {"MaxPool", {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}}},                // ResNet's stem pool
+      {{9, 8}, {"MaxPool", {5, 5}, {1, 1}, {2, 2, 2, 2}, {1, 1}}},                  // SPPF
+      {{8, 10}, {"MaxPool", {2, 2}, {2, 2}, {0, 0, 0, 0}, {1, 1}}},                 // the 2 x 2 / 2 pairs
+      {{9, 11}, {"MaxPool", {3, 2}, {2, 3}, {0, 1, 0, 1}, {2, 1}, 1}},              // ceil_mode, dilations
+      {{7, 9}, {"AveragePool", {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 0, 0}},        // pads not counted
+      {{7, 9}, {"AveragePool", {3, 3}, {2, 2}, {1, 0, 1, 0}, {1, 1}, 1, 1}},        // counted, ceil_mode
+      {{1, 23}, {"AveragePool", {4}, {3}, {2, 1}, {1}, 0, 1}},                      // 1-D
+      {{1, 17}, {"MaxPool", {3}, {1}, {1, 1}, {2}}}};                               // 1-D, dilated
+  const int64_t C = 19;
+  unsigned seed = 130;
+  for (const auto& [spatial, p] : cases) {
+    const bool one_d = p.kernel.size() == 1;
+    std::vector<int64_t> in = one_d ? std::vector<int64_t>{spatial[1]} : spatial;
+    std::vector<int64_t> xdims{1, C};
+    xdims.insert(xdims.end(), in.begin(), in.end());
+    testing::ModelBuilder m(19);
+    m.Input("x", onnx::TensorProto::FLOAT, xdims).Output("y");
+    m.InitFloats("ones", one_d ? std::vector<int64_t>{C, 1, 1} : std::vector<int64_t>{C, 1, 1, 1},
+                 std::vector<float>(static_cast<size_t>(C), 1.0f));
+    testing::ModelBuilder::AttrInt(m.Node("Conv", {"x", "ones"}, {"a"}), "group", C);
+    auto* pool = m.Node(p.op, {"a"}, {"b"});
+    testing::ModelBuilder::AttrInts(pool, "kernel_shape", p.kernel);
+    testing::ModelBuilder::AttrInts(pool, "strides", p.strides);
+    testing::ModelBuilder::AttrInts(pool, "pads", p.pads);
+    testing::ModelBuilder::AttrInts(pool, "dilations", p.dilations);
+    testing::ModelBuilder::AttrInt(pool, "ceil_mode", p.ceil_mode);
+    if (p.op == "AveragePool") testing::ModelBuilder::AttrInt(pool, "count_include_pad", p.count_include_pad);
+    testing::ModelBuilder::AttrInt(m.Node("Conv", {"b", "ones"}, {"y"}), "group", C);
+    Tensor x(DType::kF32, xdims);
+    const std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), seed++);
+    std::copy(xv.begin(), xv.end(), x.data<float>());
+    std::vector<int64_t> out_dims;
+    const std::vector<double> want = ReferencePool(xv, C, in, p, &out_dims);
+    ExpectMatchesOnEveryIsaVariant(m, x, want, {kOpByOpAndCompiled[0], kOpByOpAndCompiled[1]}, 1e-6,
+                                   p.op + " case " + std::to_string(seed));
+  }
+  // The pass moved the pool: Transposes only at the chain's two ends.
+  std::shared_ptr<Graph> g, nchw;
+  LayOutChannelsLast("graph g(%x: f32[1,8,9,9]) {\n" + Const("w1", {8, 8, 1, 1}, 0.1) + Const("w2", {8, 8, 1, 1}, 0.2) +
+                         "  %c = Conv(%x, %w1)\n  %r = Relu(%c)\n"
+                         "  %p = MaxPool(%r) {kernel_shape=[3,3], pads=[1,1,1,1], strides=[2,2]}\n"
+                         "  %q = AveragePool(%p) {kernel_shape=[2,2]}\n  %y = Conv(%q, %w2)\n  return %y\n}",
+                     &g, &nchw);
+  EXPECT_EQ(Count(*g, "NhwcMaxPool"), 1);
+  EXPECT_EQ(Count(*g, "NhwcAveragePool"), 1);
+  EXPECT_EQ(Count(*g, "Transpose"), 2);
 }
 
 // A framing convolution (1-D, few input channels, a long kernel with a large stride: fewer output frames
@@ -692,6 +800,8 @@ TEST(PointwiseDepthwiseFusionTest, FusedOpMatchesFloat64) {
       {"batch2_k5_asym_pads", 2, 5, 20, 23, 31, 5, {1, 1}, {2, 1, 2, 3}, {1, 1}, {"HardSigmoid", "Clip"}, false, true, false, 1},
       {"dilated_hardswish_post_relu", 1, 12, 24, 17, 19, 3, {1, 1}, {2, 2, 2, 2}, {2, 2}, {"HardSwish"}, true, false, true, 2},
       {"one_row_bands", 1, 2, 64, 6, 2000, 3, {1, 2}, {1, 1, 1, 1}, {1, 1}, {}, true, true, false, 2},
+      // 160 input channels: the panel loop (120 = 64 + 48 + 8 output channels) computes the intermediate.
+      {"panels_clip", 1, 160, 120, 9, 11, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, {"Clip"}, true, true, false, 2},
   };
   for (const PwDwCase& t : cases) {
     std::vector<float> w1, b1, w2, b2;

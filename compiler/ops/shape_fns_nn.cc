@@ -200,6 +200,29 @@ absl::Status PoolInfer(const Node& n, Inputs in, Outputs& out) {
   return absl::OkStatus();
 }
 
+// com.clusterjit.NhwcMaxPool / NhwcAveragePool (compiler/passes/layout.h): MaxPool's / AveragePool's
+// attributes, X [N, d.., C] -> Y [N, o.., C] (ONNX's output permuted), float32, no Indices output.
+absl::Status NhwcPoolInfer(const Node& n, Inputs in, Outputs& out) {
+  if (in[0].dtype != DType::kF32) return NodeError(n, "X must be float32");
+  const Shape& x = in[0].shape;
+  std::vector<InferInput> nchw(in.begin(), in.end());
+  if (x.rank_known && x.rank() >= 3) {  // [N, d.., C] -> [N, C, d..]
+    Shape f = x;
+    f.dims.erase(f.dims.begin() + f.rank() - 1);
+    f.dims.insert(f.dims.begin() + 1, x.dims.back());
+    nchw[0].shape = f;
+  }
+  nchw[0].value = nullptr;
+  CJIT_RETURN_IF_ERROR(PoolInfer(n, nchw, out));
+  Shape& y = out[0].shape;
+  if (y.rank_known && y.rank() >= 3) {  // [N, C, o..] -> [N, o.., C]
+    Dim c = y.dims[1];
+    y.dims.erase(y.dims.begin() + 1);
+    y.dims.push_back(c);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status GlobalPoolInfer(const Node& n, Inputs in, Outputs& out) {
   out[0].dtype = in[0].dtype;
   const Shape& x = in[0].shape;
@@ -441,6 +464,8 @@ void RegisterNnOps() {
   Reg("MaxPool", C::kPooling, false, A::kInfer, 1, 1, PoolInfer);
   Reg("AveragePool", C::kPooling, false, A::kInfer, 1, 1, PoolInfer);
   Reg("LpPool", C::kPooling, false, A::kDeny, 1, 1, PoolInfer);
+  RegisterOp(OpDef{"NhwcMaxPool", C::kPooling, true, A::kDeny, 1, 1, NhwcPoolInfer, /*internal=*/true});
+  RegisterOp(OpDef{"NhwcAveragePool", C::kPooling, true, A::kDeny, 1, 1, NhwcPoolInfer, /*internal=*/true});
   Reg("GlobalAveragePool", C::kReduction, true, A::kInfer, 1, 1, GlobalPoolInfer);
   Reg("GlobalMaxPool", C::kReduction, true, A::kInfer, 1, 1, GlobalPoolInfer);
   Reg("GlobalLpPool", C::kReduction, false, A::kDeny, 1, 1, GlobalPoolInfer);

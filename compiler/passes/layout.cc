@@ -75,6 +75,22 @@ bool ResizeIsTransparent(const Node& n, int r) {
   return (per_axis(2) && (n.inputs.size() < 4 || empty(3))) || (empty(2) && n.inputs.size() >= 4 && per_axis(3));
 }
 
+// MaxPool / AveragePool that the channels-last pooling loop runs (com.clusterjit.NhwcMaxPool /
+// NhwcAveragePool): ONNX domain, float32, 1-D or 2-D windows, no Indices output.
+bool PoolIsTransparent(const Node& n) {
+  if ((n.op_type != "MaxPool" && n.op_type != "AveragePool") || !n.domain.empty() || n.inputs.size() != 1) {
+    return false;
+  }
+  for (size_t k = 1; k < n.outputs.size(); ++k) {
+    if (n.outputs[k] != nullptr) return false;
+  }
+  const Value* x = n.input(0);
+  const Value* y = n.outputs.empty() ? nullptr : n.outputs[0];
+  return x != nullptr && y != nullptr && x->dtype == DType::kF32 && y->dtype == DType::kF32 &&
+         x->shape.rank_known && (x->shape.rank() == 3 || x->shape.rank() == 4) &&
+         static_cast<int>(n.GetInts("kernel_shape").size()) == x->shape.rank() - 2;
+}
+
 Node* ToFirstProducer(const Value* v) {
   if (v == nullptr || v->producer == nullptr || v->producer->op_type != "Transpose" || !v->producer->domain.empty() ||
       !v->shape.rank_known || v->shape.rank() < 3) {
@@ -208,7 +224,7 @@ std::unordered_set<const Node*> ConnectedConvs(const std::vector<Node*>& order) 
         }
         bool through = (IsUnaryTransparent(r->op_type) && r->input(0) == v) || IsBinaryTransparent(r->op_type) ||
                        r->op_type == "Concat" || (r->op_type == "Resize" && r->input(0) == v) ||
-                       (r->op_type == "Split" && r->input(0) == v);
+                       (r->op_type == "Split" && r->input(0) == v) || PoolIsTransparent(*r);
         if (!through || !r->domain.empty() || depth >= 8) continue;
         for (const Value* out : r->outputs) {
           if (out) queue.push_back({out, depth + 1});
@@ -312,6 +328,17 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
       n->attrs.clear();
       n->attrs["axes"] = Attribute::Ints(axes);
       n->attrs["keepdims"] = Attribute::Int(1);
+      rw.MoveOutputToChannelsLast(n);
+      ++moved;
+    } else if (PoolIsTransparent(*n)) {
+      // Windows over the spatial axes of the channels-last tensor, every channel alike (ResNet's stem
+      // MaxPool, YOLO's SPPF): the channels-last pooling loop, vectorized over the channels.
+      Node* t = ToFirstProducer(n->input(0));
+      if (t == nullptr || n->input(0)->shape.rank() != r) continue;
+      n->inputs[0] = t->inputs[0];
+      n->op_type = n->op_type == "MaxPool" ? "NhwcMaxPool" : "NhwcAveragePool";
+      n->domain = std::string(kInternalDomain);
+      n->outputs.resize(1);
       rw.MoveOutputToChannelsLast(n);
       ++moved;
     } else if (ResizeIsTransparent(*n, r)) {

@@ -11,8 +11,10 @@
 //  2. Transposes to channels-first are pushed down through layout-transparent ops, which then work on
 //     channels-last tensors: unary elementwise ops, binary elementwise ops (the other operand is another
 //     such transpose, a constant — permuted here — or a small tensor of the same rank, transposed), Concat
-//     (its axis remapped), and GlobalAveragePool / GlobalMaxPool (as ReduceMean / ReduceMax over the
-//     channels-last spatial axes, keepdims).
+//     (its axis remapped), Split, Resize, GlobalAveragePool / GlobalMaxPool (as ReduceMean / ReduceMax over
+//     the channels-last spatial axes, keepdims), and float32 1-D/2-D MaxPool / AveragePool without an
+//     Indices output (as com.clusterjit.NhwcMaxPool / NhwcAveragePool: the same attributes, X [N, d.., C],
+//     Y [N, o.., C]). Convolutions connect through all of these.
 //  3. RemoveNoOps (simplify.h) then cancels each Transpose(to channels-last) of a Transpose(to
 //     channels-first), and dead transposes go.
 //

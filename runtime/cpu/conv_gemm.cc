@@ -55,6 +55,20 @@ inline __attribute__((always_inline)) V LoadV(const float* p) {
 }
 template <typename V>
 inline __attribute__((always_inline)) void StoreV(float* p, V v) { std::memcpy(p, &v, sizeof v); }
+// *p in every lane: one vbroadcastss from memory for 256- and 512-bit vectors (AVX and up). Written as
+// `zero + *p`, the add must stay (-0 + +0 is +0): a scalar add and a register broadcast per use in the
+// register-tiled loops; written as a uniform vector ({s, s, ..} or any fold of it), GCC 12 built the
+// vector lane by lane with 16 masked broadcasts (7.4 instead of 2.0 ms on ResNet's stem).
+template <typename V>
+inline __attribute__((always_inline)) V BroadcastLoad(const float* p) {
+  if constexpr (sizeof(V) >= 32) {
+    V r;
+    asm("vbroadcastss %1, %0" : "=v"(r) : "m"(*p));
+    return r;
+  } else {
+    return V{} + *p;
+  }
+}
 
 inline __attribute__((always_inline)) float ScalarOp(const PostOp& op, float v, int64_t channel) {
   switch (op.kind) {
@@ -430,9 +444,89 @@ struct FcArgs : Window2d {
   const std::vector<PostOp>* ops;
 };
 
+// P output pixels (ow.., `np` of them valid) x NB vectors of output channels from o0 of one output row,
+// P * NB accumulators in registers (6 x 4 or 12 x 2 of 16 lanes: 24 of the 32 zmm registers, plus NB
+// weight vectors and a broadcast). Checked: some pixel's window crosses the left or right edge (each tap's
+// column is tested); else none does and no test runs.
+template <typename V, int CT, int P, int NB, bool Checked>
+inline __attribute__((always_inline)) void FewChannelTile(const FcArgs& a, const float* xn, int64_t ih0, float* yr,
+                                                          int64_t ow, int np, int64_t o0,
+                                                          const std::vector<PostOp>* ops) {
+  constexpr int64_t C = CT, L = sizeof(V) / sizeof(float);
+  const int64_t OC = a.OC, KW = a.KW;
+  const V zero = {};
+  V acc[P][NB];
+#pragma GCC unroll 8
+  for (int j = 0; j < NB; ++j) {
+    const V b = a.bias ? LoadV<V>(a.bias + o0 + j * L) : zero;
+#pragma GCC unroll 16
+    for (int p = 0; p < P; ++p) acc[p][j] = b;
+  }
+  for (int64_t kh = 0; kh < a.KH; ++kh) {
+    const int64_t ih = ih0 + kh * a.dh;
+    if (static_cast<uint64_t>(ih) >= static_cast<uint64_t>(a.H)) continue;
+    const float* xrow = xn + ih * a.W * C;
+    for (int64_t kw = 0; kw < KW; ++kw) {
+      const int64_t iw0 = ow * a.sw - a.pw + kw * a.dw;
+      const float* wp = a.w + (kh * KW + kw) * C * OC + o0;
+#pragma GCC unroll 4
+      for (int64_t c = 0; c < C; ++c) {
+        V wv[NB];
+#pragma GCC unroll 8
+        for (int j = 0; j < NB; ++j) wv[j] = LoadV<V>(wp + c * OC + j * L);
+#pragma GCC unroll 16
+        for (int p = 0; p < P; ++p) {
+          const int64_t iw = iw0 + p * a.sw;
+          if (Checked && (p >= np || static_cast<uint64_t>(iw) >= static_cast<uint64_t>(a.W))) continue;
+          const V xv = BroadcastLoad<V>(xrow + iw * C + c);
+#pragma GCC unroll 8
+          for (int j = 0; j < NB; ++j) acc[p][j] += xv * wv[j];
+        }
+      }
+    }
+  }
+  // The post-ops work on a copy: an accumulator array whose address escapes stays in memory, and GCC then
+  // stored and reloaded all of it once per tap.
+  V out[P * NB];
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p) {
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; ++j) out[p * NB + j] = acc[p][j];
+  }
+  ApplyOpsTile<P * NB>(out, ops, [o0](int i) { return o0 + (i % NB) * L; });
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p) {
+    if (p >= np) break;
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; ++j) StoreV(yr + (ow + p) * OC + o0 + j * L, out[p * NB + j]);
+  }
+}
+
+// One output row's pixels for output channels [o0, o0 + NB * L): tiles of P pixels, unchecked where every
+// window of the tile lies inside the row.
+template <typename V, int CT, int P, int NB>
+inline __attribute__((always_inline)) void FewChannelRow(const FcArgs& a, const float* xn, int64_t ih0, float* yr,
+                                                         int64_t o0, const std::vector<PostOp>* ops) {
+  // Interior output columns: ow * sw - pw >= 0 and ow * sw - pw + (KW - 1) * dw <= W - 1.
+  const int64_t ow_lo = std::min(a.OW, (a.pw + a.sw - 1) / a.sw);
+  const int64_t last = a.W - 1 + a.pw - (a.KW - 1) * a.dw;
+  const int64_t ow_hi = last < 0 ? 0 : std::min(a.OW, last / a.sw + 1);
+  int64_t ow = 0;
+  for (; ow < a.OW;) {
+    const int np = static_cast<int>(std::min<int64_t>(P, a.OW - ow));
+    if (ow >= ow_lo && ow + P <= ow_hi) {
+      FewChannelTile<V, CT, P, NB, false>(a, xn, ih0, yr, ow, P, o0, ops);
+    } else {
+      FewChannelTile<V, CT, P, NB, true>(a, xn, ih0, yr, ow, np, o0, ops);
+    }
+    ow += np;
+  }
+}
+
 template <typename VW, int CT>
 inline __attribute__((always_inline)) void FewChannelBody(const FcArgs& a, int64_t row_begin, int64_t row_end) {
   constexpr int64_t C = CT;
+  constexpr int64_t L = sizeof(VW) / sizeof(float);
   const int64_t OC = a.OC, KH = a.KH, KW = a.KW;
   const std::vector<PostOp>* ops = a.ops && !a.ops->empty() ? a.ops : nullptr;
   for (int64_t row = row_begin; row < row_end; ++row) {
@@ -440,9 +534,19 @@ inline __attribute__((always_inline)) void FewChannelBody(const FcArgs& a, int64
     const float* xn = a.x + n * a.H * a.W * C;
     float* yr = a.y + row * a.OW * OC;
     const int64_t ih0 = oh * a.sh - a.ph;
+    // Wide register tiles over the output channels while 2+ vectors remain (AVX-512: 32 registers; a
+    // 4-pixel x 1-vector tile kept 4 multiply-add chains in flight, half the two FMA pipes' capacity:
+    // ResNet's 7x7 3 -> 64 stem at 224 x 224 took 1.97 ms against ORT's 0.98).
+    int64_t o_wide = 0;
+    if constexpr (L == 16) {
+      for (; o_wide + 4 * L <= OC; o_wide += 4 * L) FewChannelRow<VW, CT, 6, 4>(a, xn, ih0, yr, o_wide, ops);
+      for (; o_wide + 2 * L <= OC; o_wide += 2 * L) FewChannelRow<VW, CT, 12, 2>(a, xn, ih0, yr, o_wide, ops);
+    }
+    if (o_wide == OC) continue;
     for (int64_t ow = 0; ow < a.OW; ow += 4) {
       const int np = static_cast<int>(std::min<int64_t>(4, a.OW - ow));
-      ForChannelBlocks<VW>(OC, [&](auto vtag, int64_t o0) __attribute__((always_inline)) {
+      ForChannelBlocks<VW>(OC - o_wide, [&](auto vtag, int64_t o_rel) __attribute__((always_inline)) {
+        const int64_t o0 = o_wide + o_rel;
         using V = decltype(vtag);
         V acc[4];
         // No lambda returning a vector here: a lambda is not compiled for this function's target ISA, so
@@ -517,12 +621,13 @@ void FewChannelBaseline(const FcArgs& a, int64_t r0, int64_t r1) { CJIT_FEW_CHAN
 // are ldx >= C floats apart, or overlap (ldx < C: the in-place im2col rows of a 1-D convolution). BLIS
 // packs both operands on every call, and with C of 16-32 its packing (the activation panels through a
 // reference kernel) cost as much as the products; a MobileNet stage's 16 -> 64 expansion at 320 x 320
-// took 2.2 ms through BLIS against ORT's 1.1 ms.
+// took 2.2 ms through BLIS against ORT's 1.1 ms. `w` points at the tile's first output channel (n0) of
+// weight rows ldw floats apart (W [C, OC]: w + n0 and OC; a panel of PackPointwisePanels: its width).
 // Sums run over k in increasing order with fused multiply-adds where the ISA has them (as BLIS's kernels).
 template <typename V, int P, int NB>
-inline __attribute__((always_inline)) void SmallKTile(const float* x, int64_t ldx, int64_t C, const float* w, int64_t OC,
-                                                      const float* bias, const std::vector<PostOp>* ops, float* y,
-                                                      int64_t n0, int rows) {
+inline __attribute__((always_inline)) void SmallKTile(const float* x, int64_t ldx, int64_t C, const float* w, int64_t ldw,
+                                                      int64_t OC, const float* bias, const std::vector<PostOp>* ops,
+                                                      float* y, int64_t n0, int rows) {
   constexpr int64_t L = sizeof(V) / sizeof(float);
   const V zero = {};
   V acc[P][NB];
@@ -535,21 +640,27 @@ inline __attribute__((always_inline)) void SmallKTile(const float* x, int64_t ld
   for (int64_t k = 0; k < C; ++k) {
     V wv[NB];
 #pragma GCC unroll 8
-    for (int j = 0; j < NB; ++j) wv[j] = LoadV<V>(w + k * OC + n0 + j * L);
+    for (int j = 0; j < NB; ++j) wv[j] = LoadV<V>(w + k * ldw + j * L);
 #pragma GCC unroll 16
     for (int p = 0; p < P; ++p) {
       if (p >= rows) break;
-      const V xv = zero + x[p * ldx + k];
+      const V xv = BroadcastLoad<V>(x + p * ldx + k);
 #pragma GCC unroll 8
       for (int j = 0; j < NB; ++j) acc[p][j] += xv * wv[j];
     }
   }
-  ApplyOpsTile<P * NB>(&acc[0][0], ops, [n0](int i) { return n0 + (i % NB) * L; });
+  V out[P * NB];  // a copy for the post-ops, as in FewChannelTile
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p) {
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; ++j) out[p * NB + j] = acc[p][j];
+  }
+  ApplyOpsTile<P * NB>(out, ops, [n0](int i) { return n0 + (i % NB) * L; });
 #pragma GCC unroll 16
   for (int p = 0; p < P; ++p) {
     if (p >= rows) break;
 #pragma GCC unroll 8
-    for (int j = 0; j < NB; ++j) StoreV(y + p * OC + n0 + j * L, acc[p][j]);
+    for (int j = 0; j < NB; ++j) StoreV(y + p * OC + n0 + j * L, out[p * NB + j]);
   }
 }
 
@@ -563,20 +674,20 @@ inline __attribute__((always_inline)) void SmallKPointwiseBody(const float* x, c
   int64_t n0 = 0;
   for (; n0 + NB * L <= OC; n0 += NB * L) {
     for (int64_t m = 0; m < M; m += P) {
-      SmallKTile<VW, P, NB>(x + m * ldx, ldx, C, w, OC, bias, ops, y + m * OC, n0,
+      SmallKTile<VW, P, NB>(x + m * ldx, ldx, C, w + n0, OC, OC, bias, ops, y + m * OC, n0,
                             static_cast<int>(std::min<int64_t>(P, M - m)));
     }
   }
   for (; n0 + L <= OC; n0 += L) {
     for (int64_t m = 0; m < M; m += 2 * P) {
-      SmallKTile<VW, 2 * P, 1>(x + m * ldx, ldx, C, w, OC, bias, ops, y + m * OC, n0,
+      SmallKTile<VW, 2 * P, 1>(x + m * ldx, ldx, C, w + n0, OC, OC, bias, ops, y + m * OC, n0,
                                static_cast<int>(std::min<int64_t>(2 * P, M - m)));
     }
   }
   if constexpr (L > 8) {
     for (; n0 + 8 <= OC; n0 += 8) {
       for (int64_t m = 0; m < M; m += 2 * P) {
-        SmallKTile<V8f, 2 * P, 1>(x + m * ldx, ldx, C, w, OC, bias, ops, y + m * OC, n0,
+        SmallKTile<V8f, 2 * P, 1>(x + m * ldx, ldx, C, w + n0, OC, OC, bias, ops, y + m * OC, n0,
                                   static_cast<int>(std::min<int64_t>(2 * P, M - m)));
       }
     }
@@ -598,6 +709,76 @@ __attribute__((target("avx512f,fma"))) void SmallKPointwiseAvx512(const float* x
   SmallKPointwiseBody<V16f>(x, w, bias, ops, y, M, C, OC, ldx);
 }
 
+// Pointwise weights in panels for PanelPointwise: output channels in groups of kPanelWidth (the last group
+// narrower, a multiple of 16), each group k-major: panel q starts at q * C * kPanelWidth and holds
+// w[k][n] for k < C, n < its width, n fastest. A tile's weights for one k are one contiguous run of
+// 64-256 bytes, the panel's rows adjacent: read in order from L2 (the [C, OC] layout strides OC floats
+// per k, a new 4 KiB page every few k for wide layers).
+constexpr int64_t kPanelWidth = 64;
+
+// Y [M, OC] (rows [m0, m1), panels [q0, q1)) = X [M, C] (rows ldx floats apart) x panels + bias, then the
+// post-ops, for OC a multiple of 8 (AVX-512): row blocks whose X rows stay in L2 (about 96 KiB), each
+// swept by every panel in tiles of 6 rows x 4 vectors (24 accumulators), 8 x 3, or 12 x 2 / 12 x 1, and
+// 12 rows x 8 channels for a panel's last 8 when its width is not a multiple of 16.
+// Replaces BLIS for pointwise convolutions, which packed X and W on every call: ~1.5x slower than
+// oneDNN's jit_1x1 / brgconv_1x1 on MobileNetV2's and ResNet-50's 1x1 convolutions (docs/notes.md).
+template <typename V>
+inline __attribute__((always_inline)) void PanelPointwiseBody(const float* x, int64_t ldx, const float* panels,
+                                                              const float* bias, const std::vector<PostOp>* ops,
+                                                              float* y, int64_t m0, int64_t m1, int64_t q0,
+                                                              int64_t q1, int64_t C, int64_t OC) {
+  constexpr int64_t L = sizeof(V) / sizeof(float);
+  const int64_t rb = std::max<int64_t>(24, (int64_t{96} << 10) / (4 * std::max<int64_t>(C, 1)) / 24 * 24);
+  for (int64_t r0 = m0; r0 < m1; r0 += rb) {
+    const int64_t r1 = std::min(m1, r0 + rb);
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t n0 = q * kPanelWidth, nr = std::min(kPanelWidth, OC - n0);
+      const float* wq = panels + q * C * kPanelWidth;
+      // A panel width of 8 mod 16 (24, 40, .. output channels): its last 8 channels as a half-width tile.
+      const int64_t nv = nr / L * L;
+      if (nv < nr) {
+        for (int64_t m = r0; m < r1; m += 12) {
+          SmallKTile<V8f, 12, 1>(x + m * ldx, ldx, C, wq + nv, nr, OC, bias, ops, y + m * OC, n0 + nv,
+                                 static_cast<int>(std::min<int64_t>(12, r1 - m)));
+        }
+        if (nv == 0) continue;
+      }
+      switch (nr / L) {
+        case 4:
+          for (int64_t m = r0; m < r1; m += 6) {
+            SmallKTile<V, 6, 4>(x + m * ldx, ldx, C, wq, nr, OC, bias, ops, y + m * OC, n0,
+                                static_cast<int>(std::min<int64_t>(6, r1 - m)));
+          }
+          break;
+        case 3:
+          for (int64_t m = r0; m < r1; m += 8) {
+            SmallKTile<V, 8, 3>(x + m * ldx, ldx, C, wq, nr, OC, bias, ops, y + m * OC, n0,
+                                static_cast<int>(std::min<int64_t>(8, r1 - m)));
+          }
+          break;
+        case 2:
+          for (int64_t m = r0; m < r1; m += 12) {
+            SmallKTile<V, 12, 2>(x + m * ldx, ldx, C, wq, nr, OC, bias, ops, y + m * OC, n0,
+                                 static_cast<int>(std::min<int64_t>(12, r1 - m)));
+          }
+          break;
+        default:
+          for (int64_t m = r0; m < r1; m += 12) {
+            SmallKTile<V, 12, 1>(x + m * ldx, ldx, C, wq, nr, OC, bias, ops, y + m * OC, n0,
+                                 static_cast<int>(std::min<int64_t>(12, r1 - m)));
+          }
+          break;
+      }
+    }
+  }
+}
+__attribute__((target("avx512f,fma"))) void PanelPointwiseAvx512(const float* x, int64_t ldx, const float* panels,
+                                                                 const float* bias, const std::vector<PostOp>* ops,
+                                                                 float* y, int64_t m0, int64_t m1, int64_t q0,
+                                                                 int64_t q1, int64_t C, int64_t OC) {
+  PanelPointwiseBody<V16f>(x, ldx, panels, bias, ops, y, m0, m1, q0, q1, C, OC);
+}
+
 struct Isa {
   void (*epilogue)(float*, int64_t, int64_t, const float*, const std::vector<PostOp>*);
   void (*depthwise)(const DwArgs&, int64_t, int64_t);
@@ -608,14 +789,18 @@ struct Isa {
   // forced on this AVX-512 CPU), so those ISAs keep BLIS.
   void (*small_k_pointwise)(const float*, const float*, const float*, const std::vector<PostOp>*, float*, int64_t,
                             int64_t, int64_t, int64_t);
+  // AVX-512 only, as small_k_pointwise.
+  void (*panel_pointwise)(const float*, int64_t, const float*, const float*, const std::vector<PostOp>*, float*,
+                          int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
 };
 
 // Indexed by ConvLoopIsa.
 const Isa kIsas[] = {
-    {&EpilogueBaseline, &DepthwiseBaseline, &UnaryBaseline, &FewChannelBaseline, nullptr},
-    {&EpilogueBaseline, &DepthwiseBaseline, &UnaryBaseline, &FewChannelBaseline, nullptr},
-    {&EpilogueAvx2, &DepthwiseAvx2, &UnaryAvx2, &FewChannelAvx2, nullptr},
-    {&EpilogueAvx512, &DepthwiseAvx512, &UnaryAvx512, &FewChannelAvx512, &SmallKPointwiseAvx512}};
+    {&EpilogueBaseline, &DepthwiseBaseline, &UnaryBaseline, &FewChannelBaseline, nullptr, nullptr},
+    {&EpilogueBaseline, &DepthwiseBaseline, &UnaryBaseline, &FewChannelBaseline, nullptr, nullptr},
+    {&EpilogueAvx2, &DepthwiseAvx2, &UnaryAvx2, &FewChannelAvx2, nullptr, nullptr},
+    {&EpilogueAvx512, &DepthwiseAvx512, &UnaryAvx512, &FewChannelAvx512, &SmallKPointwiseAvx512,
+     &PanelPointwiseAvx512}};
 std::atomic<int> forced_isa{0};  // SetConvLoopIsaForTest
 
 bool CpuSupports(ConvLoopIsa isa) {
@@ -745,6 +930,46 @@ std::shared_ptr<DnnlEntry> PackedPointwiseWeights(const KernelContext& ctx, int 
                              });
 }
 
+// The panel loop for a pointwise convolution C -> OC: AVX-512, OC a multiple of 8, and not one the
+// few-input-channel loop takes (its [C, OC] weights stay in L1).
+bool UsePanelPointwise(int64_t C, int64_t OC) {
+  return PickIsa().panel_pointwise != nullptr && C > 0 && OC > 0 && OC % 8 == 0 && !UseSmallKPointwise(C, OC);
+}
+
+// Pointwise weights W (input `index`, [OC, C, 1, 1], constant) in panels (kPanelWidth above), cached once
+// per buffer. Keep the entry while reading them.
+std::shared_ptr<DnnlEntry> PanelPointwiseWeights(const KernelContext& ctx, int index, int64_t C, int64_t OC) {
+  const Tensor& w = ctx.in(index);
+  const float* wp = static_cast<const float*>(w.raw());
+  const int64_t panels = (OC + kPanelWidth - 1) / kPanelWidth;
+  return CachedPackedWeights(w, absl::StrCat("pwpanel:", reinterpret_cast<uintptr_t>(w.raw()), ":", C, ":", OC),
+                             panels * C * kPanelWidth, [&](float* out) {
+                               for (int64_t q = 0; q < panels; ++q) {
+                                 const int64_t n0 = q * kPanelWidth, nr = std::min(kPanelWidth, OC - n0);
+                                 float* panel = out + q * C * kPanelWidth;
+                                 for (int64_t k = 0; k < C; ++k)
+                                   for (int64_t j = 0; j < nr; ++j) panel[k * nr + j] = wp[(n0 + j) * C + k];
+                               }
+                             });
+}
+
+// Y [M, OC] = X [M, C] x panels + bias, post-ops, on up to `threads` threads: rows split over them, or the
+// panels where the rows are few (a 7 x 7 map's 49 pixels against 1280 output channels).
+void RunPanelPointwise(int threads, const float* x, const float* panels, const float* bias,
+                       const std::vector<PostOp>* ops, float* y, int64_t M, int64_t C, int64_t OC) {
+  const auto fn = PickIsa().panel_pointwise;
+  const int64_t np = (OC + kPanelWidth - 1) / kPanelWidth;
+  int nt = std::max(threads, 1);
+  if (static_cast<double>(M) * C * OC < (1 << 18)) nt = 1;  // under ~10 us: not worth a fork
+  if (nt == 1) {
+    fn(x, C, panels, bias, ops, y, 0, M, 0, np, C, OC);
+  } else if (M >= 64 * nt || np < nt) {
+    ParallelFor(nt, nt, [&](int64_t t) { fn(x, C, panels, bias, ops, y, M * t / nt, M * (t + 1) / nt, 0, np, C, OC); });
+  } else {
+    ParallelFor(nt, nt, [&](int64_t t) { fn(x, C, panels, bias, ops, y, 0, M, np * t / nt, np * (t + 1) / nt, C, OC); });
+  }
+}
+
 // Depthwise weights W (input `index`, [C, 1, KH, KW]) packed as [KH, KW, C]: cached once per buffer when
 // constant (held by *entry), else packed into *local.
 const float* PackedDepthwiseWeights(const KernelContext& ctx, int index, int64_t C, int64_t KH, int64_t KW,
@@ -810,6 +1035,13 @@ absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeome
   float* yp = static_cast<float*>(y.raw());
   if (path == NhwcConvPath::kPointwise) {
     int64_t M = x.numel() / C;
+    if (ctx.is_constant(1) && UsePanelPointwise(C, OC)) {
+      const std::shared_ptr<DnnlEntry> panels = PanelPointwiseWeights(ctx, 1, C, OC);  // held while this runs
+      RunPanelPointwise(ctx.threads, xp, static_cast<const float*>(panels->weights.get_data_handle()), bias,
+                        ctx.post_ops, yp, M, C, OC);
+      if (ctx.want_impl) ctx.impl = "pointwise convolution, panel-packed register-tiled loop (shape-generic)";
+      return true;
+    }
     // holds the packed constant weights while this call runs
     const std::shared_ptr<DnnlEntry> entry = PackedPointwiseWeights(ctx, 1, C, OC);
     CJIT_RETURN_IF_ERROR(PointwiseGemm(ctx, xp,
@@ -915,6 +1147,12 @@ absl::Status RunPointwiseDepthwiseConv(KernelContext& ctx) {
   const auto isa_epilogue = PickIsa().epilogue;
   const auto isa_small_k = PickIsa().small_k_pointwise;
   const bool small_k = pw_entry && UseSmallKPointwise(C, M);
+  // Wider products: the panel loop on the panel-packed weights (cached under the unfused path's key).
+  const std::shared_ptr<DnnlEntry> panel_entry =
+      !small_k && ctx.is_constant(1) && UsePanelPointwise(C, M) ? PanelPointwiseWeights(ctx, 1, C, M) : nullptr;
+  const float* panels = panel_entry ? static_cast<const float*>(panel_entry->weights.get_data_handle()) : nullptr;
+  const auto isa_panel = PickIsa().panel_pointwise;
+  const int64_t num_panels = (M + kPanelWidth - 1) / kPanelWidth;
   std::atomic<int> failed{0};
   auto work = [&](int t) {
     float* buf = static_cast<float*>(scratch.raw()) + t * cap * row_floats;
@@ -939,6 +1177,8 @@ absl::Status RunPointwiseDepthwiseConv(KernelContext& ctx) {
           const float* xr = xp + (n * H + have_hi) * W * C;
           if (small_k) {
             isa_small_k(xr, w1p, b1, mid.empty() ? nullptr : &mid, out, rows, C, M, C);
+          } else if (panels) {
+            isa_panel(xr, C, panels, b1, mid.empty() ? nullptr : &mid, out, 0, rows, 0, num_panels, C, M);
           } else {
             if (!(pw_entry ? Sgemm(false, false, rows, M, C, 1.0f, xr, C, w1p, M, 0.0f, out, M)
                            : Sgemm(false, true, rows, M, C, 1.0f, xr, C, w1p, C, 0.0f, out, M))) {
@@ -966,7 +1206,10 @@ absl::Status RunPointwiseDepthwiseConv(KernelContext& ctx) {
   }
   if (failed) return ctx.Error("BLIS sgemm: invalid arguments on the pointwise convolution");
   if (ctx.want_impl) {
-    ctx.impl = absl::StrCat("pointwise ", small_k ? "register-tiled loop" : SgemmImplementation(),
+    ctx.impl = absl::StrCat("pointwise ",
+                            small_k  ? "register-tiled loop"
+                            : panels ? "panel-packed register-tiled loop"
+                                     : SgemmImplementation(),
                             " -> depthwise loop in bands of ", band, " output rows (shape-generic)");
   }
   return absl::OkStatus();
