@@ -4,6 +4,7 @@
 // persistent cache and the dump file and found again by a "fresh process" (the process table cleared);
 // entries of another device or library version ignored; a session tunes after the threshold only, and a
 // second session with the same cache directory tunes nothing.
+#include <omp.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -776,7 +777,23 @@ TEST(AutotuneSessionTest, AsyncTunesLoadedExecutablesInTheBackground) {
     ASSERT_TRUE(s0->Run(in).ok());
   }
   ClearAutotuneResultsForTest();
-  auto s = load("--async_compilation --autotune_threshold=1");
+  // Candidates are timed at the runs' thread count: libraries that fork OpenMP teams (oneDNN, BLIS) read
+  // the tuning thread's setting, and on the compile worker that is the CPU count unless the job sets it.
+  // A test-only candidate (wrong: rejected at level 4) records what it sees; the runs use 1 thread, the
+  // worker's default is the CPU count (a 1-CPU machine cannot tell them apart).
+  const int threads = 1;
+  std::atomic<int> seen_threads{0};
+  TestOnlyCandidate probe;
+  probe.op_type = "NhwcConv";
+  probe.id = "test:threads";
+  probe.run = [&](const std::vector<const Tensor*>&, std::vector<Tensor>& outs) {
+    seen_threads = omp_get_max_threads();
+    std::memset(outs[0].raw(), 0, outs[0].nbytes());
+    return absl::OkStatus();
+  };
+  SetTestOnlyCandidate(&probe);
+  auto s = load(absl::StrCat("--async_compilation --autotune_threshold=1 --autotune_max_ms_per_op=1000000 ",
+                             "--intra_op_threads=", threads));
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(s->Run(in).ok());
   // Not tuned when built: loaded from the disk, or (this net's clusters are convolutions with post-ops, a
   // plan with no generated code) instantiated on the first execution without a compile.
@@ -785,6 +802,9 @@ TEST(AutotuneSessionTest, AsyncTunesLoadedExecutablesInTheBackground) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(s->stats().autotune.ops_tuned, 2) << "both convolutions tuned by the background job";
+  SetTestOnlyCandidate(nullptr);
+  EXPECT_EQ(seen_threads.load(), threads) << "candidates timed at the runs' --intra_op_threads";
+  if (omp_get_num_procs() < 2) std::printf("note: 1 CPU: the thread-count check cannot fail here\n");
   ExpectNearOutput(s->Run(in), *want, "after background tuning");
   s.reset();  // destroyed with nothing in flight; a session destroyed mid-tuning cancels it (Autotuner::Cancel)
   ClearAutotuneResultsForTest();
