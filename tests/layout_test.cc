@@ -581,6 +581,52 @@ TEST(ChannelsLastTest, PoolingBetweenConvolutionsMatchesFloat64) {
   EXPECT_EQ(Count(*g, "Transpose"), 2);
 }
 
+// Gemm with constant B and at most 4 rows (a classifier head) from 64 Ki weights runs the panel loop of
+// the pointwise convolutions (runtime/cpu/conv_gemm.h TryPanelProduct): B as [N, K] (transB) or [K, N],
+// N = 64 q + 8 / + 48 / full panels, with C broadcast, 1 and 2 threads (columns split), op by op and
+// compiled, against float64.
+TEST(PanelProductTest, MatrixVectorGemmMatchesFloat64) {
+  struct Case {
+    int64_t M, K, N;
+    bool trans_b, bias;
+  };
+  const std::vector<Case> cases = {{1, 1280, 1000, true, true}, {3, 300, 264, false, true}, {2, 512, 136, true, false},
+                                   {1, 64, 1024, false, true},  {4, 257, 304, true, true}};
+  unsigned seed = 150;
+  for (const Case& c : cases) {
+    testing::ModelBuilder m(13);
+    m.Input("x", onnx::TensorProto::FLOAT, {c.M, c.K}).Output("y");
+    const std::vector<float> b = testing::RandomFloats(static_cast<size_t>(c.K * c.N), seed++);
+    const std::vector<float> bias = testing::RandomFloats(static_cast<size_t>(c.N), seed++);
+    m.InitFloats("b", c.trans_b ? std::vector<int64_t>{c.N, c.K} : std::vector<int64_t>{c.K, c.N}, b);
+    std::vector<std::string> ins{"x", "b"};
+    if (c.bias) {
+      m.InitFloats("c", {1, c.N}, bias);
+      ins.push_back("c");
+    }
+    testing::ModelBuilder::AttrInt(m.Node("Gemm", ins, {"y"}), "transB", c.trans_b ? 1 : 0);
+    Tensor x(DType::kF32, {c.M, c.K});
+    const std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), seed++);
+    std::copy(xv.begin(), xv.end(), x.data<float>());
+    for (const char* threads : {"--intra_op_threads=1 ", "--intra_op_threads=2 "}) {
+      for (const char* mode : kOpByOpAndCompiled) {
+        auto y = RunModelBytes(m.Bytes(), std::string("--device=cpu --autotune_level=0 ") + threads + mode, x);
+        ASSERT_TRUE(y.ok()) << y.status();
+        ASSERT_EQ(y->numel(), c.M * c.N);
+        for (int64_t i = 0; i < c.M; ++i)
+          for (int64_t n = 0; n < c.N; ++n) {
+            double want = c.bias ? bias[n] : 0.0;
+            for (int64_t k = 0; k < c.K; ++k) {
+              want += double(xv[i * c.K + k]) * b[c.trans_b ? n * c.K + k : k * c.N + n];
+            }
+            ASSERT_NEAR(y->data<float>()[i * c.N + n], want, 1e-5 * std::sqrt(double(c.K)) * (1 + std::abs(want)))
+                << "M=" << c.M << " K=" << c.K << " N=" << c.N << " at " << i << "," << n << " " << threads << mode;
+          }
+      }
+    }
+  }
+}
+
 // A framing convolution (1-D, few input channels, a long kernel with a large stride: fewer output frames
 // than output channels, as a spectrogram's STFT as Conv) runs im2col over frames + one GEMM; with pads and
 // dilations (frames partly outside the signal), NCHW and channels-last, op by op and compiled, against

@@ -178,6 +178,27 @@ def main():
                  numpy_helper.from_array(np.array(1.0, np.float32), "one")]
         write_case(root, "conv_" + name, [helper.make_node("Conv", ["x", "w", "b"], ["c"])] + nodes, [("x", x)],
                    [("y", ref)], opset=14, inits=inits)
+    # The same Conv + Clip with finite inputs and non-finite or huge constant weights: channel 0 overflows
+    # to +inf (a 3e38 weight times inputs >= 1.5, whatever the summation order or FMA), channel 1 is
+    # inf - inf = NaN (weights +inf and -inf), which the Clip must keep, channel 2 stays finite. The
+    # compiled path decides between oneDNN's post-op and the exact one from the weights' largest magnitude,
+    # which it computes once per weight buffer; 8 input channels and 400 pixels keep it off the few-channel
+    # and few-pixel loops.
+    xf = (np.arange(8 * 20 * 20, dtype=np.float32).reshape(1, 8, 20, 20) % 7) * 0.5 + 1.5
+    wbig = (np.arange(3 * 8, dtype=np.float32).reshape(3, 8, 1, 1) % 5) * 0.25 - 0.5
+    wbig[0, 0, 0, 0] = 3e38
+    wbig[1, 1, 0, 0] = np.inf
+    wbig[1, 2, 0, 0] = -np.inf
+    with np.errstate(all="ignore"):
+        convbig = np.einsum("nchw,oc->nohw", xf.astype(np.float64), wbig.reshape(3, 8).astype(np.float64))
+        convbig = f32(convbig + bias.reshape(1, 3, 1, 1))
+        refbig = f32(np.where(np.isnan(convbig), convbig, np.minimum(np.maximum(convbig, 0.0), 6.0)))
+    write_case(root, "conv_Clip_nonfinite_weights",
+               [helper.make_node("Conv", ["x", "w", "b"], ["c"]), helper.make_node("Clip", ["c", "lo", "hi"], ["y"])],
+               [("x", xf)], [("y", refbig)], opset=14,
+               inits=[numpy_helper.from_array(wbig, "w"), numpy_helper.from_array(bias, "b"),
+                      numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
+                      numpy_helper.from_array(np.array(6.0, np.float32), "hi")])
     print("wrote %d cases to %s" % (len(os.listdir(root)), root))
 
 

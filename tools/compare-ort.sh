@@ -3,6 +3,8 @@
 # in one run: cjit fallback (--auto_jit=-1), cjit clustered (`cjit bench`), and ONNX Runtime (npm
 # onnxruntime-node 1.30, graph optimizations as given). Medians in ms; ratios > 1 mean cjit is faster.
 # usage: tools/compare-ort.sh [THREADS] [ORT_OPT: disabled|basic|extended|all]   (defaults: 1 all)
+# env: MODELS (default ../shared/models), SET, ITERATIONS (40), WARMUP (untimed cjit runs, 5: raise it to
+# measure after autotuning, which starts once an op signature ran --autotune_min_op_time_ms)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=${1:-1}
@@ -19,7 +21,7 @@ for dir in "$models"/*/; do
   args=()
   for f in "${inputs[@]}"; do args+=(--input "$f"); done
   out=$(CJIT_FLAGS="--intra_op_threads=$threads" ./build/tools/cjit bench "$dir/model.onnx" "${args[@]}" \
-        --iterations "$iters" --warmup 5)
+        --iterations "$iters" --warmup "${WARMUP:-5}")
   fb=$(echo "$out" | sed -n 's/^fallback.*median: \([0-9.]*\) ms.*/\1/p')
   cl=$(echo "$out" | sed -n 's/^clustered.*median: \([0-9.]*\) ms.*/\1/p')
   ort=$(node tools/ort-bench/ort_bench.js "$dir/model.onnx" "${inputs[@]}" --threads "$threads" --opt "$opt" \

@@ -18,6 +18,7 @@
 #include "compiler/ir/numeric_cast.h"
 #include "compiler/ir/status_macros.h"
 #include "runtime/cpu/broadcast.h"
+#include "runtime/cpu/conv_gemm.h"
 #include "runtime/cpu/dispatch.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/kernel.h"
@@ -186,6 +187,9 @@ constexpr int64_t kSmallProductMacs = int64_t{1} << 17;
 // Eigen's GEMV reads the weights once, where oneDNN's matmul primitive took 2.6x as long (49.6 vs 18.9 us,
 // the autotuner's measurement on oww_timer) and generates code per shape.
 constexpr int64_t kMatrixVectorRows = 4;
+// From this many weights (256 KiB) a matrix-vector product with constant B runs the panel loop
+// (runtime/cpu/conv_gemm.h TryPanelProduct); below, the weights are in cache and Eigen's GEMV is as fast.
+constexpr int64_t kPanelGemvWeights = int64_t{1} << 16;
 
 void EigenMatMul(const float* a, const float* b, float* c, int64_t M, int64_t K, int64_t N, int64_t as_m, int64_t as_k,
                  int64_t bs_k, int64_t bs_n, float alpha);
@@ -507,6 +511,9 @@ absl::Status Gemm(KernelContext& ctx) {
     CJIT_RETURN_IF_ERROR(ReducedPrecisionMatMul(precision == Float32Precision::kBf16x3, a.data<float>(), b.data<float>(),
                                                 y.data<float>(), M, K, N, as_m, as_k, bs_k, bs_n, alpha,
                                                 ctx.want_impl ? &ctx.impl : nullptr));
+  } else if (a.dtype() == DType::kF32 && M <= kMatrixVectorRows && !ta && alpha == 1.0f && K * N >= kPanelGemvWeights &&
+             TryPanelProduct(ctx, 1, tb, a.data<float>(), M, K, N, y.data<float>())) {
+    if (ctx.want_impl) ctx.impl = "panel-packed register-tiled loop (matrix-vector, shape-generic)";
   } else if (a.dtype() == DType::kF32 && K > 0 && M > 0 && N > 0 &&
              (M * N * K <= kSmallProductMacs || M <= kMatrixVectorRows)) {
     EigenMatMul(a.data<float>(), b.data<float>(), y.data<float>(), M, K, N, as_m, as_k, bs_k, bs_n, alpha);
