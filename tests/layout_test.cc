@@ -417,12 +417,13 @@ TEST(VectorLogisticTest, MatchesFloat64OnEveryIsaVariant) {
 // post-op (HardSwish) in registers, fused with a following depthwise convolution or not; the others and,
 // above the loop's limits, 128 x 200 weights run BLIS.
 // Input x output channels and the image size: the few-input-channel loop (weights <= 48 KiB), the panel
-// loop beyond it (AVX-512; panels of 64, 48, 32, 16 and 8 channels, rows split over the 2 threads for 144
-// pixels, panels for 35), BLIS elsewhere.
+// loop beyond it (AVX-512; panels of 64, 48, 32, 16 and 8 channels; with enough work to fork
+// (runtime/cpu/parallel.h), rows split over the 2 threads for 144 pixels, panels for 35), BLIS elsewhere.
 TEST(ChannelsLastTest, PointwiseConvolutionsMatchFloat64OnEveryIsaVariant) {
   const std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> shapes = {
       {16, 64, 5, 7},   {24, 72, 5, 7},   {7, 13, 5, 7},   {32, 128, 5, 7},  {128, 96, 5, 7},  {3, 136, 5, 7},
-      {128, 200, 5, 7}, {144, 24, 12, 12}, {192, 112, 5, 7}, {160, 160, 5, 7}, {200, 80, 12, 12}, {129, 13, 5, 7}};
+      {128, 200, 5, 7}, {144, 24, 12, 12}, {192, 112, 5, 7}, {160, 160, 5, 7}, {200, 80, 12, 12}, {129, 13, 5, 7},
+      {1024, 192, 5, 7}, {256, 64, 12, 12}};
   unsigned seed = 70;
   for (const auto& [C, OC, H, W] : shapes) {
     const ConvSpec spec{C, OC, 1, 1, 0, 0};

@@ -879,7 +879,7 @@ absl::Status PointwiseGemm(KernelContext& ctx, const float* x, const float* w, b
   int64_t rows = std::max<int64_t>(256, (int64_t{128} << 10) / (4 * std::max<int64_t>(OC, 1)));
   rows = std::min(rows, M);
   int64_t chunks = (M + rows - 1) / rows;
-  int nt = ctx.threads;
+  int nt = ThreadsForWork(ctx.threads, static_cast<double>(M) * C * OC);
   if (w_is_c_by_oc && UseSmallKPointwise(C, OC)) {
     // Few input channels: the register-tiled loop (bias and post-ops included), rows split over threads.
     const int64_t parts = std::min<int64_t>(std::max(nt, 1), (M + 63) / 64);
@@ -959,8 +959,7 @@ void RunPanelPointwise(int threads, const float* x, const float* panels, const f
                        const std::vector<PostOp>* ops, float* y, int64_t M, int64_t C, int64_t OC) {
   const auto fn = PickIsa().panel_pointwise;
   const int64_t np = (OC + kPanelWidth - 1) / kPanelWidth;
-  int nt = std::max(threads, 1);
-  if (static_cast<double>(M) * C * OC < (1 << 18)) nt = 1;  // under ~10 us: not worth a fork
+  const int nt = ThreadsForWork(std::max(threads, 1), static_cast<double>(M) * C * OC);
   if (nt == 1) {
     fn(x, C, panels, bias, ops, y, 0, M, 0, np, C, OC);
   } else if (M >= 64 * nt || np < nt) {
@@ -1097,8 +1096,8 @@ absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeome
     a.w = PackedDepthwiseWeights(ctx, 1, C, a.KH, a.KW, &entry, &local);
     a.x = xp, a.bias = bias, a.y = yp, a.ops = ctx.post_ops;
     int64_t total = n * a.OH;
-    int nt = static_cast<int>(std::min<int64_t>(ctx.threads, total));
-    if (total * a.OW * C * a.KH * a.KW < (int64_t{1} << 15)) nt = 1;
+    const int nt = ThreadsForWork(static_cast<int>(std::min<int64_t>(ctx.threads, total)),
+                                  static_cast<double>(total) * a.OW * C * a.KH * a.KW);
     auto fn = PickIsa().depthwise;
     ParallelFor(nt, nt, [&](int64_t t) { fn(a, total * t / nt, total * (t + 1) / nt); });
     if (ctx.want_impl) ctx.impl = "depthwise convolution, channel-vectorized loop (shape-generic)";
@@ -1168,9 +1167,11 @@ absl::Status RunPointwiseDepthwiseConv(KernelContext& ctx) {
   // At least one band per thread: on the small maps of a network's last stages (7 x 7, 14 x 14) one band
   // held every row and ran on one thread (MobileNetV2's 160 -> 960 -> depthwise at 7 x 7: 129 us at 2
   // threads against 110 at 1). Bands overlap by the window's extra rows, recomputed per band.
-  if (ctx.threads > 1 && total >= ctx.threads) band = std::min(band, (total + ctx.threads - 1) / ctx.threads);
+  const int threads = ThreadsForWork(ctx.threads, static_cast<double>(N) * H * W * C * M +
+                                                      static_cast<double>(total) * a.OW * M * a.KH * a.KW);
+  if (threads > 1 && total >= threads) band = std::min(band, (total + threads - 1) / threads);
   const int64_t cap = std::min(span(band), H);  // rows a buffer holds
-  int nt = static_cast<int>(std::min<int64_t>(ctx.threads, (total + band - 1) / band));
+  int nt = static_cast<int>(std::min<int64_t>(threads, (total + band - 1) / band));
   if (nt < 1) nt = 1;
   // The buffers come from the tensor arena (reused, already-touched pages), one per thread.
   Tensor scratch(DType::kF32, {nt, std::max<int64_t>(cap, 1) * row_floats});
@@ -1251,7 +1252,7 @@ absl::Status RunPointwiseDepthwiseConv(KernelContext& ctx) {
 // Shortest run of output pixels of a row that reads its im2col rows in place (see below).
 constexpr int64_t kIm2colInPlaceMinRun = 32;
 // Multiply-adds from which a channels-last im2col product of few chunks is split over the threads.
-constexpr double kIm2colSplitMinMacs = 1 << 20;
+constexpr double kIm2colSplitMinMacs = kMinParallelWork;
 
 absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, int64_t group, bool channels_last,
                                     Tensor& y, int64_t max_channels) {
@@ -1286,7 +1287,9 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
                      static_cast<double>(N) * P * K * OC >= kIm2colSplitMinMacs && P >= 48 * ctx.threads;
   if (split) rows = (P + ctx.threads - 1) / ctx.threads;
   int64_t chunks = (P + rows - 1) / rows;
-  int nt = ctx.threads > 1 && (split || chunks >= 2 * ctx.threads) ? ctx.threads : 1;
+  int nt = ctx.threads > 1 && (split || chunks >= 2 * ctx.threads)
+               ? ThreadsForWork(ctx.threads, static_cast<double>(N) * P * K * OC)
+               : 1;
   if (!channels_last && static_cast<double>(P) * K * sizeof(float) > kIm2colMaxBytes) return false;
   if (channels_last && static_cast<double>(nt) * rows * K * sizeof(float) > kIm2colMaxBytes) return false;
   const float* xp = static_cast<const float*>(x.raw());
@@ -1318,8 +1321,8 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
     a.x = xp, a.w = packed, a.bias = bias, a.y = yp, a.ops = ctx.post_ops;
     a.H = H, a.W = W, a.C = C, a.OC = OC, a.OH = OH, a.OW = OW;
     const int64_t total = N * OH;
-    int dt = static_cast<int>(std::min<int64_t>(ctx.threads, total));
-    if (total * OW * OC * K < (int64_t{1} << 16)) dt = 1;
+    const int dt = ThreadsForWork(static_cast<int>(std::min<int64_t>(ctx.threads, total)),
+                                  static_cast<double>(total) * OW * OC * K);
     auto fn = PickIsa().few_channel;
     ParallelFor(dt, dt, [&](int64_t t) { fn(a, total * t / dt, total * (t + 1) / dt); });
     if (ctx.want_impl) ctx.impl = "direct convolution, few input channels (shape-generic)";
@@ -1521,8 +1524,8 @@ absl::StatusOr<bool> TryGemmConvTranspose(KernelContext& ctx, const WindowGeomet
       }
       // col2im: y[oc, ih * sh - ph + kh * dh, iw * sw - pw + kw * dw] += cols[(oc, kh, kw), (ih, iw)]; each
       // output channel's plane is written by one thread.
-      int nt = static_cast<int>(std::min<int64_t>(ctx.threads, OCg));
-      if (OCg * K * P < (int64_t{1} << 16)) nt = 1;
+      const int nt = ThreadsForWork(static_cast<int>(std::min<int64_t>(ctx.threads, OCg)),
+                                    static_cast<double>(OCg) * K * P);
       ParallelFor(nt, OCg, [&](int64_t oc) {
         float* yo = yp + (n * OC + gi * OCg + oc) * OH * OW;
         std::fill(yo, yo + OH * OW, bias ? bias[gi * OCg + oc] : 0.0f);

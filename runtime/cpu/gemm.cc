@@ -9,13 +9,16 @@
 
 #include "Eigen/Core"
 #include "blis.h"
+#include "runtime/cpu/parallel.h"
 
 namespace cjit {
 
 namespace {
 
-// Below this many multiply-adds a product runs on one thread (splitting costs more than it gains).
-constexpr int64_t kParallelMacs = int64_t{1} << 18;
+// Below this many multiply-adds a product runs on one thread (runtime/cpu/parallel.h: a tiny product split
+// over 2 threads took 4-8 ms per call on a VM whose idle vCPU had to be woken; mel's stream at 2 threads
+// 28-31 -> 14-16 ms).
+constexpr double kParallelMacs = kMinParallelWork;
 
 struct BlisContexts {
   const cntx_t* native = nullptr;  // null when BLIS must not be called
@@ -167,7 +170,7 @@ bool Sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
     return true;
   }
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
-  if (M * N * K < kParallelMacs || M < 32) nt = 1;
+  if (static_cast<double>(M) * N * K < kParallelMacs || M < 32) nt = 1;
   nt = static_cast<int>(std::min<int64_t>(nt, M / 16));
   if (nt <= 1) {
     SgemmBlock(ta, tb, 0, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
