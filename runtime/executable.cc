@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
 #include "runtime/cpu/kernel.h"
+#include "runtime/cpu/parallel.h"
 #include "runtime/profiler.h"
 
 namespace cjit {
@@ -288,7 +289,7 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const T
       for (int s : step_inputs_[i]) args[a++] = const_cast<void*>(view[s]->raw());
       for (size_t o = 0; o < step_outputs_[i].size(); ++o) args[a++] = materialize(step_outputs_[i][o]).raw();
       int64_t rows = ck.rows, work = rows * ck.row_elems;
-      int nt = (work >= 32768 && rows > 1) ? std::min<int64_t>(threads, rows) : 1;
+      int nt = rows > 1 ? static_cast<int>(std::min<int64_t>(ThreadsForElements(threads, work), rows)) : 1;
       if (nt <= 1) {
         ck.fn(args, ck.meta.data(), ck.consts.data(), 0, rows);
       } else {
@@ -297,6 +298,7 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const T
           int64_t lo = rows * t / nt, hi = rows * (t + 1) / nt;
           if (lo < hi) ck.fn(args, ck.meta.data(), ck.consts.data(), lo, hi);
         }
+        MarkParallelEnd();
       }
       if (scope.active()) {
         scope.Stop();

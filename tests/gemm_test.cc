@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/cpu/parallel.h"
 #include "tests/random_floats.h"
 
 namespace cjit {
@@ -58,6 +59,26 @@ void CheckShape(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, 
       ASSERT_NEAR(C[at], ref[at], 1e-5 * (1 + K)) << "ta=" << ta << " tb=" << tb << " M=" << M << " N=" << N
                                                    << " K=" << K << " threads=" << threads << " at " << i << "," << j;
     }
+}
+
+// runtime/cpu/parallel.h: when kernels fork. Large work always, little work never, medium work only while
+// the workers of a region that just ended are still spinning (a sleeping worker's wake-up cost 4-8 ms on
+// a VM), and one thread stays one thread.
+TEST(ParallelRuleTest, ForksForLargeWorkOrWhileWorkersAreAwake) {
+  LastParallelEndNs().store(0);
+  EXPECT_EQ(ThreadsForWork(2, kMinParallelWork), 2);
+  EXPECT_EQ(ThreadsForWork(2, kMinParallelWork - 1), 1) << "no region ran yet";
+  EXPECT_EQ(ThreadsForWork(1, 1e12), 1);
+  EXPECT_EQ(ThreadsForElements(4, kMinParallelElements), 4);
+  EXPECT_EQ(ThreadsForElements(4, kMinParallelElements - 1), 1);
+  ParallelFor(2, 2, [](int64_t) {});  // marks the end of a region
+  EXPECT_EQ(ThreadsForWork(2, kMinParallelWorkAwake), 2) << "right after a region";
+  EXPECT_EQ(ThreadsForWork(2, kMinParallelWorkAwake - 1), 1);
+  EXPECT_EQ(ThreadsForElements(2, kMinParallelElementsAwake), 2);
+  EXPECT_EQ(ThreadsForElements(2, kMinParallelElementsAwake - 1), 1);
+  LastParallelEndNs().store(SteadyNowNs() - 2 * kWorkersAwakeNs);
+  EXPECT_EQ(ThreadsForWork(2, kMinParallelWorkAwake), 1) << "workers asleep again";
+  EXPECT_EQ(ThreadsForElements(2, kMinParallelElementsAwake), 1);
 }
 
 TEST(GemmTest, MatchesFloat64) {

@@ -903,6 +903,7 @@ absl::Status PointwiseGemm(KernelContext& ctx, const float* x, const float* w, b
   if (nt > 1 && chunks >= 2 * nt) {
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t i = 0; i < chunks; ++i) chunk(i);
+    MarkParallelEnd();
   } else {
     for (int64_t i = 0; i < chunks; ++i) chunk(i);
   }
@@ -1020,7 +1021,7 @@ void ApplyUnaryPostOps(const float* x, float* y, int64_t n, const std::vector<Po
   auto fn = PickIsa().unary;
   const int64_t chunk = 16384;
   int64_t chunks = (n + chunk - 1) / chunk;
-  int nt = n >= 65536 ? static_cast<int>(std::min<int64_t>(threads, chunks)) : 1;
+  int nt = static_cast<int>(std::min<int64_t>(ThreadsForElements(threads, n), chunks));
   ParallelFor(nt, chunks, [&](int64_t c) { fn(x + c * chunk, y + c * chunk, std::min(chunk, n - c * chunk), &ops); });
 }
 
@@ -1235,6 +1236,7 @@ absl::Status RunPointwiseDepthwiseConv(KernelContext& ctx) {
   if (nt > 1) {
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int t = 0; t < nt; ++t) work(t);
+    MarkParallelEnd();
   } else {
     work(0);
   }
@@ -1450,6 +1452,7 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
       if (nt > 1) {
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t i = 0; i < chunks; ++i) chunk(i, cols + omp_get_thread_num() * rows * K);
+        MarkParallelEnd();
       } else {
         for (int64_t i = 0; i < chunks; ++i) chunk(i, cols);
       }

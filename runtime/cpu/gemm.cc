@@ -15,10 +15,6 @@ namespace cjit {
 
 namespace {
 
-// Below this many multiply-adds a product runs on one thread (runtime/cpu/parallel.h: a tiny product split
-// over 2 threads took 4-8 ms per call on a VM whose idle vCPU had to be woken; mel's stream at 2 threads
-// 28-31 -> 14-16 ms).
-constexpr double kParallelMacs = kMinParallelWork;
 
 struct BlisContexts {
   const cntx_t* native = nullptr;  // null when BLIS must not be called
@@ -170,7 +166,10 @@ bool Sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
     return true;
   }
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
-  if (static_cast<double>(M) * N * K < kParallelMacs || M < 32) nt = 1;
+  // Little work stays on this thread (runtime/cpu/parallel.h ThreadsForWork: a tiny product split over 2
+  // threads took 4-8 ms per call on a VM whose idle vCPU had to be woken; mel's stream at 2 threads 28-31
+  // -> 14-16 ms).
+  nt = M < 32 ? 1 : ThreadsForWork(nt, static_cast<double>(M) * N * K);
   nt = static_cast<int>(std::min<int64_t>(nt, M / 16));
   if (nt <= 1) {
     SgemmBlock(ta, tb, 0, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -184,6 +183,7 @@ bool Sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
     const int64_t m0 = t * rows, m = std::min(rows, M - m0);
     if (m > 0) SgemmBlock(ta, tb, m0, m, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
+  MarkParallelEnd();
   return true;
 }
 

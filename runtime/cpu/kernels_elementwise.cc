@@ -93,14 +93,16 @@ void UnaryLoop(const Tensor& x, Tensor& y, int threads, F f) {
   using A = typename Acc<T>::type;
   // `simd`: GCC's -O2 cost model does not vectorize loops that need an alias check (b may be a; an
   // in-place activation writes each element where it read it, which vector code does too). No parallel
-  // region below 65536 elements (runtime/cpu/parallel.h: an if(false) one still builds a team).
-  if (n < 65536 || threads <= 1) {
+  // region for little work (runtime/cpu/parallel.h ThreadsForElements; an if(false) one still builds a team).
+  threads = ThreadsForElements(threads, n);
+  if (threads <= 1) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) b[i] = static_cast<T>(f(static_cast<A>(a[i])));
     return;
   }
 #pragma omp parallel for simd num_threads(threads) schedule(static)
   for (int64_t i = 0; i < n; ++i) b[i] = static_cast<T>(f(static_cast<A>(a[i])));
+  MarkParallelEnd();
 }
 
 // Registers a unary op computed in the accumulation type, over float dtypes only or over all numeric ones.
@@ -136,7 +138,7 @@ void EigenUnaryF32(const std::string& name, F f) {
     int64_t n = x.numel();
     const int64_t chunk = 16384;
     int64_t chunks = (n + chunk - 1) / chunk;
-    int nt = n >= 65536 ? ctx.threads : 1;
+    int nt = ThreadsForElements(ctx.threads, n);
     ParallelFor(nt, chunks, [&](int64_t c) {
       int64_t lo = c * chunk, len = std::min(chunk, n - lo);
       Eigen::Map<const Eigen::ArrayXf> in(x.data<float>() + lo, len);

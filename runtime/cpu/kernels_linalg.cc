@@ -23,6 +23,7 @@
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/kernel.h"
 #include "runtime/cpu/onednn_util.h"
+#include "runtime/cpu/parallel.h"
 #include "runtime/cpu/tensor_util.h"
 
 namespace cjit {
@@ -141,6 +142,8 @@ void ExecuteDnnl(const dnnl::primitive& prim, dnnl::stream& s, std::unordered_ma
   }
   prim.execute(s, args);
   s.wait();
+  // oneDNN parallelizes on the same OpenMP runtime: its workers are awake now (runtime/cpu/parallel.h).
+  if (omp_get_max_threads() > 1) MarkParallelEnd();
 }
 
 namespace {

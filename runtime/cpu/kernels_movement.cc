@@ -115,7 +115,7 @@ void BatchedTranspose2D(const T* x, T* y, int64_t batch, int64_t rows, int64_t c
   constexpr int64_t kTile = 16;
   int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
   int64_t tiles = batch * row_tiles * col_tiles;
-  int nt = batch * rows * cols >= 65536 ? threads : 1;
+  int nt = ThreadsForElements(threads, batch * rows * cols);
 #if defined(__x86_64__)
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   const bool vector = sizeof(T) == 4 && avx512;
@@ -227,7 +227,7 @@ absl::StatusOr<Tensor> TransposeTensor(const Tensor& x, const std::vector<int64_
   int64_t rows = total / inner;
   const uint8_t* src = static_cast<const uint8_t*>(x.raw());
   uint8_t* dst = static_cast<uint8_t*>(y.raw());
-  int nt = total >= 65536 ? threads : 1;
+  int nt = ThreadsForElements(threads, total);
   ParallelFor(nt, rows, [&](int64_t row) {
     int64_t rem = row, off = 0;
     for (int d = r - 2; d >= 0; --d) {

@@ -544,7 +544,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
       float* yp = static_cast<float*>(y.raw());
       const int64_t rows = y.numel() / OC, block = std::max<int64_t>(1, 16384 / OC);
       const int64_t blocks = (rows + block - 1) / block;
-      const int nt = y.numel() >= 65536 ? ctx.threads : 1;
+      const int nt = ThreadsForElements(ctx.threads, y.numel());
       ParallelFor(nt, blocks, [&](int64_t b) {
         const int64_t r0 = b * block;
         ApplyChannelEpilogue(yp + r0 * OC, std::min(block, rows - r0), OC, nullptr, &after_part);
@@ -605,7 +605,7 @@ bool RowPool2d(KernelContext& ctx, int kind, const WindowGeometry& g, Tensor& y,
   float* py = y.data<float>();
   const int64_t rows = NC * OH;
   const int64_t WC = W * C;  // floats per input row
-  int nt = rows * OW * C >= 16384 ? static_cast<int>(std::min<int64_t>(ctx.threads, rows)) : 1;
+  int nt = static_cast<int>(std::min<int64_t>(ThreadsForElements(ctx.threads, rows * OW * C * KH * KW), rows));
   // Rows [r0, r1) with the combined-row buffer `t` (W * C floats).
   auto pool_rows = [&](int64_t r0, int64_t r1, float* t) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -788,7 +788,7 @@ absl::Status Pool(KernelContext& ctx, int kind) {  // 0 max, 1 avg, 2 lp
   return DispatchNumeric(x.dtype(), [&](auto t) {
     using T = decltype(t);
     using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
-    int nt = NC * osz >= 16384 ? ctx.threads : 1;
+    int nt = ThreadsForElements(ctx.threads, NC * osz);
     ParallelFor(nt, NC, [&](int64_t c) {
       const T* px = x.data<T>() + c * isz;
       std::vector<int64_t> o(nsp, 0), k(nsp);

@@ -74,7 +74,7 @@ void ReduceLoop(const ReduceView& v, T* out, int threads, const std::string& op)
   using A = std::conditional_t<std::is_integral_v<T>, int64_t, std::conditional_t<std::is_same_v<T, double>, double, float>>;
   const T* x = v.x.data<T>();
   int64_t work = v.outer * v.inner;
-  int nt = work * v.red >= 65536 && work > 1 ? threads : 1;
+  int nt = work > 1 ? ThreadsForElements(threads, work * v.red) : 1;
   int kind = op == "ReduceSum" ? 0 : op == "ReduceMean" ? 1 : op == "ReduceMax" ? 2 : op == "ReduceMin" ? 3
            : op == "ReduceProd" ? 4 : op == "ReduceL1" ? 5 : op == "ReduceL2" ? 6 : op == "ReduceLogSum" ? 7
            : op == "ReduceLogSumExp" ? 8 : 9;
@@ -136,7 +136,7 @@ absl::Status Reduce(KernelContext& ctx, const std::string& op) {
     float* out = y.data<float>();
     constexpr int64_t kBlock = 256;
     int64_t blocks = (v.inner + kBlock - 1) / kBlock, work = v.outer * blocks;
-    int nt = v.outer * v.inner * v.red >= 65536 && work > 1 ? ctx.threads : 1;
+    int nt = work > 1 ? ThreadsForElements(ctx.threads, v.outer * v.inner * v.red) : 1;
     bool mean = op == "ReduceMean";
     ParallelFor(nt, work, [&](int64_t w) {
       int64_t o = w / blocks, i0 = (w % blocks) * kBlock, n = std::min(v.inner, i0 + kBlock) - i0;
@@ -213,7 +213,7 @@ absl::Status SoftmaxLike(KernelContext& ctx, int kind) {
     using A = typename Acc<T>::type;
     const T* px = x.data<T>();
     T* py = y.data<T>();
-    int nt = outer * inner * red >= 65536 ? ctx.threads : 1;
+    int nt = ThreadsForElements(ctx.threads, outer * inner * red);
     ParallelFor(nt, outer, [&](int64_t o) {
       std::vector<A> buf(red);
       for (int64_t i = 0; i < inner; ++i) {

@@ -186,7 +186,7 @@ absl::Status ResizeKernel(KernelContext& ctx) {
     size_t esize = DTypeSize(x.dtype());
     const uint8_t* px = static_cast<const uint8_t*>(x.raw());
     uint8_t* py = static_cast<uint8_t*>(y.raw());
-    int nt = y.numel() >= 16384 ? static_cast<int>(std::min<int64_t>(ctx.threads, rows)) : 1;
+    int nt = static_cast<int>(std::min<int64_t>(ThreadsForElements(ctx.threads, y.numel()), rows));
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (int t = 0; t < nt; ++t) {
       int64_t r0 = rows * t / nt, r1 = rows * (t + 1) / nt;
@@ -220,13 +220,14 @@ absl::Status ResizeKernel(KernelContext& ctx) {
         }
       }
     }
+    MarkParallelEnd();
     return absl::OkStatus();
   }
   return DispatchNumeric(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
     T* py = y.data<T>();
-    int nt = y.numel() >= 16384 ? ctx.threads : 1;
+    int nt = ThreadsForElements(ctx.threads, y.numel());
 #pragma omp parallel for num_threads(nt) if (nt > 1)
     for (int64_t e = 0; e < y.numel(); ++e) {
       int64_t o_small[8];
@@ -261,6 +262,7 @@ absl::Status ResizeKernel(KernelContext& ctx) {
       if constexpr (std::is_integral_v<T>) py[e] = NumericCast<T>(std::nearbyint(acc));
       else py[e] = static_cast<T>(acc);
     }
+    MarkParallelEnd();
   });
 }
 

@@ -6,20 +6,56 @@
 
 #include <omp.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 
 namespace cjit {
 
-// Work below which a kernel stays on the calling thread (multiply-adds, or element operations of similar
-// cost): about 20-40 us on one core. A parallel region wakes a worker that may have gone to sleep; on a
-// virtual machine whose idle vCPU the host descheduled, that wake-up took 4-8 ms (ppocr_mobile_cls's
-// first run at 2 threads 20-31 ms against 5.7 at 1, each of its first tiny convolutions 4-8 ms; gone
-// with OMP_WAIT_POLICY=passive, which a library must not set for its host). Splitting less work than this
-// saves a few microseconds when the worker is awake and costs milliseconds when it is not.
+// When to fork. A parallel region wakes workers that may have gone to sleep; on a virtual machine whose
+// idle vCPU the host descheduled, that wake-up took 4-8 ms (ppocr_mobile_cls's first run at 2 threads
+// 20-31 ms against 5.7 at 1, each of its first tiny convolutions 4-8 ms; gone with OMP_WAIT_POLICY=passive,
+// which a library must not set for its host). libgomp's workers spin for a while (milliseconds) after a
+// region before they sleep, so right after one of our regions a fork is cheap again.
+//   work >= the "always" bound: fork;
+//   work >= the "awake" bound and one of our regions ended less than kWorkersAwakeNs ago: fork;
+//   else stay on the calling thread.
+// Work is multiply-adds for products and convolutions (2M: about 20-40 us on one core), elements for
+// memory-bound loops (elementwise, transposes, reductions, pooling, resizing; 256 Ki = 1 MiB of float32).
+// Results never depend on the choice: every kernel computes each output element on one thread, in the
+// same order, whatever the split.
 constexpr double kMinParallelWork = 2.0 * (1 << 20);
+constexpr double kMinParallelWorkAwake = 1 << 18;
+constexpr int64_t kMinParallelElements = int64_t{1} << 18;
+constexpr int64_t kMinParallelElementsAwake = int64_t{1} << 15;
+constexpr int64_t kWorkersAwakeNs = 200000;
 
-// `threads` for `work` (see kMinParallelWork), else 1.
-inline int ThreadsForWork(int threads, double work) { return work < kMinParallelWork ? 1 : threads; }
+// Steady-clock time (ns) at which one of our parallel regions last ended; 0 before the first.
+inline std::atomic<int64_t>& LastParallelEndNs() {
+  static std::atomic<int64_t> t{0};
+  return t;
+}
+inline int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+// Call after a parallel region (ParallelFor does).
+inline void MarkParallelEnd() { LastParallelEndNs().store(SteadyNowNs(), std::memory_order_relaxed); }
+inline bool WorkersLikelyAwake() {
+  const int64_t t = LastParallelEndNs().load(std::memory_order_relaxed);
+  return t != 0 && SteadyNowNs() - t < kWorkersAwakeNs;
+}
+
+// `threads` for `work` multiply-adds by the rule above, else 1.
+inline int ThreadsForWork(int threads, double work) {
+  if (threads <= 1 || work >= kMinParallelWork) return threads;
+  return work >= kMinParallelWorkAwake && WorkersLikelyAwake() ? threads : 1;
+}
+// `threads` for a memory-bound loop over `elements` by the rule above, else 1.
+inline int ThreadsForElements(int threads, int64_t elements) {
+  if (threads <= 1 || elements >= kMinParallelElements) return threads;
+  return elements >= kMinParallelElementsAwake && WorkersLikelyAwake() ? threads : 1;
+}
 
 // body(i) for i in [0, n): on this thread when threads <= 1, else statically split over `threads`.
 template <typename Body>
@@ -30,6 +66,7 @@ void ParallelFor(int threads, int64_t n, Body&& body) {
   }
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t i = 0; i < n; ++i) body(i);
+  MarkParallelEnd();
 }
 
 }  // namespace cjit
