@@ -582,7 +582,7 @@ TEST(ChannelsLastTest, PoolingBetweenConvolutionsMatchesFloat64) {
   EXPECT_EQ(Count(*g, "Transpose"), 2);
 }
 
-// Gemm with constant B and at most 4 rows (a classifier head) from 64 Ki weights runs the panel loop of
+// Gemm with constant B and at most 4 rows (a classifier head) from 256 Ki weights runs the panel loop of
 // the pointwise convolutions (runtime/cpu/conv_gemm.h TryPanelProduct): B as [N, K] (transB) or [K, N],
 // N = 64 q + 8 / + 48 / full panels, with C broadcast, 1 and 2 threads (columns split), op by op and
 // compiled, against float64.
@@ -591,8 +591,9 @@ TEST(PanelProductTest, MatrixVectorGemmMatchesFloat64) {
     int64_t M, K, N;
     bool trans_b, bias;
   };
-  const std::vector<Case> cases = {{1, 1280, 1000, true, true}, {3, 300, 264, false, true}, {2, 512, 136, true, false},
-                                   {1, 64, 1024, false, true},  {4, 257, 304, true, true}};
+  const std::vector<Case> cases = {{1, 1280, 1000, true, true}, {3, 1100, 264, false, true},
+                                   {2, 2048, 136, true, false}, {1, 256, 1024, false, true},
+                                   {4, 1031, 304, true, true}};
   unsigned seed = 150;
   for (const Case& c : cases) {
     testing::ModelBuilder m(13);
