@@ -629,6 +629,49 @@ TEST(PanelProductTest, MatrixVectorGemmMatchesFloat64) {
   }
 }
 
+// com.clusterjit.NhwcMaxPool / NhwcAveragePool written into a model by hand with inputs the pass never
+// makes (rank 5, a kernel that does not match the rank, int64 data, a padded window of only padding) is a
+// clear error naming the node, never a crash or a read outside X.
+TEST(ChannelsLastTest, MalformedChannelsLastPoolInAModelIsAClearError) {
+  struct Bad {
+    std::string op;
+    std::vector<int64_t> x;
+    std::vector<int64_t> kernel, pads;
+    int elem;
+  };
+  const std::vector<Bad> bads = {
+      {"NhwcMaxPool", {1, 4, 4, 4, 3}, {2, 2, 2}, {}, onnx::TensorProto::FLOAT},
+      {"NhwcMaxPool", {1, 6, 6, 3}, {2}, {}, onnx::TensorProto::FLOAT},
+      {"NhwcAveragePool", {1, 6, 6, 3}, {2, 2}, {}, onnx::TensorProto::INT64},
+      {"NhwcAveragePool", {1, 6, 6, 3}, {2, 2}, {2, 2, 2, 2}, onnx::TensorProto::FLOAT},
+      {"NhwcMaxPool", {1, 6, 6, 3}, {9, 9}, {}, onnx::TensorProto::FLOAT},
+  };
+  for (const Bad& b : bads) {
+    testing::ModelBuilder m(14);
+    m.Input("x", b.elem, b.x).Output("y");
+    auto* n = m.Node(b.op, {"x"}, {"y"}, "pool");
+    n->set_domain("com.clusterjit");
+    testing::ModelBuilder::AttrInts(n, "kernel_shape", b.kernel);
+    if (!b.pads.empty()) testing::ModelBuilder::AttrInts(n, "pads", b.pads);
+    auto* opset = m.proto().add_opset_import();
+    opset->set_domain("com.clusterjit");
+    opset->set_version(1);
+    for (const char* jit : {"-1", "1"}) {
+      SessionOptions o;
+      o.use_environment_flags = false;
+      o.flags.device = "cpu";
+      o.flags.auto_jit = jit;
+      o.flags.min_cluster_size = 1;
+      auto s = Session::LoadFromBytes(m.Bytes(), o);
+      absl::Status st = s.ok() ? (*s)->Run({{"x", Tensor(b.elem == onnx::TensorProto::INT64 ? DType::kI64 : DType::kF32,
+                                                         b.x)}}).status()
+                               : s.status();
+      EXPECT_FALSE(st.ok()) << b.op << " " << absl::StrJoin(b.x, "x") << " auto_jit=" << jit;
+      EXPECT_NE(std::string(st.message()).find("pool"), std::string::npos) << st;
+    }
+  }
+}
+
 // A framing convolution (1-D, few input channels, a long kernel with a large stride: fewer output frames
 // than output channels, as a spectrogram's STFT as Conv) runs im2col over frames + one GEMM; with pads and
 // dilations (frames partly outside the signal), NCHW and channels-last, op by op and compiled, against
