@@ -41,7 +41,11 @@ bool IsUnaryTransparent(const std::string& op) {
   static const std::set<std::string> kOps = {
       "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Clip", "Elu", "Selu", "Celu",
       "Softplus", "Softsign", "ThresholdedRelu", "Exp", "Log", "Neg", "Abs", "Sqrt", "Reciprocal", "Erf",
-      "Floor", "Ceil", "Round", "Sin", "Cos", "Mish", "Gelu", "Identity"};
+      "Floor", "Ceil", "Round", "Sin", "Cos", "Mish", "Gelu", "Identity",
+      // Elementwise whatever the dtypes: mixed precision (auto_mixed_precision) puts Casts between
+      // convolutions, which otherwise ended every channels-last region (each bfloat16 convolution then ran
+      // NCHW with oneDNN's layout reorders around it).
+      "Cast"};
   return kOps.count(op) > 0;
 }
 
