@@ -180,6 +180,10 @@ absl::Status DnnlMatMul(const void* a, const memory::dims& ad, const memory::dim
   memory ma(entry->src_md, CpuEngine(), const_cast<void*>(a));
   memory mb(entry->weights_md, CpuEngine(), const_cast<void*>(b));
   memory mc(entry->dst_md, CpuEngine(), c);
+  double macs = 1;  // batch x M x N x K: the product of C's dims and A's last
+  for (int64_t d : cd) macs *= static_cast<double>(d);
+  if (!ad.empty()) macs *= static_cast<double>(ad.back());
+  ScopedLibraryThreadsForWork library_threads(macs);  // small products stay on this thread
   ExecuteDnnl(entry->prim, s, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}}, entry->scratchpad_md);
   if (impl) *impl = entry->impl;
   return absl::OkStatus();

@@ -513,6 +513,8 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
     dnnl::reorder r = MakeDnnlReorder(user.get_desc(), entry->weights_md, &scratch);
     ExecuteDnnl(r, s, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, wmem}}, scratch);
   }
+  // Small convolutions stay on this thread (runtime/cpu/parallel.h): oneDNN forks by the thread setting.
+  ScopedLibraryThreadsForWork library_threads(static_cast<double>(y.numel()) * (C / group) * ksz);
   memory user_src(plain_x, CpuEngine(), const_cast<void*>(xs.raw()));
   memory user_dst(plain_y, CpuEngine(), y.raw());
   memory src = user_src, dst = user_dst;

@@ -57,6 +57,28 @@ inline int ThreadsForElements(int threads, int64_t elements) {
   return elements >= kMinParallelElementsAwake && WorkersLikelyAwake() ? threads : 1;
 }
 
+// For library calls that parallelize on their own with the calling thread's OpenMP setting (oneDNN): while
+// alive, that setting is 1 when ThreadsForWork would not fork for `work`; restored after. The setting is
+// the run's (Session::Run sets it for the run), not the host's.
+class ScopedLibraryThreadsForWork {
+ public:
+  explicit ScopedLibraryThreadsForWork(double work) : previous_(omp_get_max_threads()) {
+    if (previous_ > 1 && ThreadsForWork(previous_, work) == 1) {
+      omp_set_num_threads(1);
+      changed_ = true;
+    }
+  }
+  ~ScopedLibraryThreadsForWork() {
+    if (changed_) omp_set_num_threads(previous_);
+  }
+  ScopedLibraryThreadsForWork(const ScopedLibraryThreadsForWork&) = delete;
+  ScopedLibraryThreadsForWork& operator=(const ScopedLibraryThreadsForWork&) = delete;
+
+ private:
+  int previous_;
+  bool changed_ = false;
+};
+
 // body(i) for i in [0, n): on this thread when threads <= 1, else statically split over `threads`.
 template <typename Body>
 void ParallelFor(int threads, int64_t n, Body&& body) {
