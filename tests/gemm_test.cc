@@ -79,6 +79,19 @@ TEST(ParallelRuleTest, ForksForLargeWorkOrWhileWorkersAreAwake) {
   LastParallelEndNs().store(SteadyNowNs() - 2 * kWorkersAwakeNs);
   EXPECT_EQ(ThreadsForWork(2, kMinParallelWorkAwake), 1) << "workers asleep again";
   EXPECT_EQ(ThreadsForElements(2, kMinParallelElementsAwake), 1);
+  // Library calls (oneDNN) read the thread's OpenMP setting: 1 while a small call runs, restored after.
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
+  {
+    ScopedLibraryThreadsForWork small(1000);
+    EXPECT_EQ(omp_get_max_threads(), 1);
+  }
+  EXPECT_EQ(omp_get_max_threads(), 2);
+  {
+    ScopedLibraryThreadsForWork large(kMinParallelWork);
+    EXPECT_EQ(omp_get_max_threads(), 2);
+  }
+  omp_set_num_threads(saved);
 }
 
 TEST(GemmTest, MatchesFloat64) {
