@@ -22,8 +22,8 @@ namespace cjit {
 //   else stay on the calling thread.
 // Work is multiply-adds for products and convolutions (2M: about 20-40 us on one core), elements for
 // memory-bound loops (elementwise, transposes, reductions, pooling, resizing; 256 Ki = 1 MiB of float32).
-// Results never depend on the choice: every kernel computes each output element on one thread, in the
-// same order, whatever the split.
+// Results never depend on the choice: every kernel of ours computes each output element on one thread, in
+// the same order, whatever the split (library calls: ScopedLibraryThreadsForWork below).
 constexpr double kMinParallelWork = 2.0 * (1 << 20);
 constexpr double kMinParallelWorkAwake = 1 << 18;
 constexpr int64_t kMinParallelElements = int64_t{1} << 18;
@@ -58,12 +58,14 @@ inline int ThreadsForElements(int threads, int64_t elements) {
 }
 
 // For library calls that parallelize on their own with the calling thread's OpenMP setting (oneDNN): while
-// alive, that setting is 1 when ThreadsForWork would not fork for `work`; restored after. The setting is
-// the run's (Session::Run sets it for the run), not the host's.
+// alive, that setting is 1 for less than kMinParallelWork; restored after. The setting is the run's
+// (Session::Run sets it for the run), not the host's. The "awake" part of the rule is left out here: a
+// library may split a reduction over its threads (oneDNN's matmul can split K), so its thread count must
+// depend on the shape alone for results to be the same on every run.
 class ScopedLibraryThreadsForWork {
  public:
   explicit ScopedLibraryThreadsForWork(double work) : previous_(omp_get_max_threads()) {
-    if (previous_ > 1 && ThreadsForWork(previous_, work) == 1) {
+    if (previous_ > 1 && work < kMinParallelWork) {
       omp_set_num_threads(1);
       changed_ = true;
     }
