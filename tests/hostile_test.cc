@@ -147,6 +147,31 @@ TEST(HostileTest, MatMulIntegerBatchDimsThatDoNotBroadcast) {
   EXPECT_FALSE(PlanMatMul({3, 2, 2}, {2, 2, 2}).ok());
 }
 
+// ConvInteger / QLinearConv whose kernel_shape disagrees with W's spatial dims (a fuzz finding: the
+// integer loops indexed W by the attribute's taps and read past it) are errors naming the node, with W a
+// graph input (no folding at load) and a constant.
+TEST(HostileTest, IntegerConvKernelShapeThatDisagreesWithW) {
+  for (bool w_constant : {false, true}) {
+    testing::ModelBuilder m(13);
+    m.Input("x", onnx::TensorProto::UINT8, {1, 1, 5, 5}).Output("y");
+    if (w_constant) {
+      m.InitInts("w", {1, 1, 2, 2}, {1, 2, 3, 4}, onnx::TensorProto::UINT8);
+    } else {
+      m.Input("w", onnx::TensorProto::UINT8, {1, 1, 2, 2});
+    }
+    testing::ModelBuilder::AttrInts(m.Node("ConvInteger", {"x", "w"}, {"y"}, "qconv"), "kernel_shape", {4, 4});
+    Tensor x(DType::kU8, {1, 1, 5, 5}), w(DType::kU8, {1, 1, 2, 2});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<uint8_t>()[i] = static_cast<uint8_t>(i);
+    for (int64_t i = 0; i < w.numel(); ++i) w.data<uint8_t>()[i] = static_cast<uint8_t>(i + 1);
+    std::vector<NamedTensor> in{{"x", x}};
+    if (!w_constant) in.push_back({"w", w});
+    for (const char* jit : {"-1", "1"}) {
+      auto r = LoadAndRun(m, in, Opts(jit));
+      EXPECT_TRUE(ErrorWith(r.status(), {"qconv", "kernel_shape"})) << "w constant " << w_constant << " jit " << jit;
+    }
+  }
+}
+
 TEST(HostileTest, HugeInitializerWithoutData) {
   ModelBuilder b;
   b.Input("x", kF, {1}).Output("y");

@@ -6,6 +6,7 @@
 
 #include "compiler/ir/numeric_cast.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "compiler/ir/status_macros.h"
 #include "runtime/cpu/kernel.h"
 #include "runtime/cpu/tensor_util.h"
@@ -70,7 +71,13 @@ absl::StatusOr<std::vector<int64_t>> IntConv(const KernelContext& ctx, const Ten
   CJIT_RETURN_IF_ERROR(CheckParam(ctx, "the zero point of w", wzp, w.dim(0)));
   std::vector<int64_t> in(x.dims().begin() + 2, x.dims().end());
   std::vector<int64_t> k = ctx.node->GetInts("kernel_shape");
-  if (k.empty()) k.assign(w.dims().begin() + 2, w.dims().end());
+  const std::vector<int64_t> w_spatial(w.dims().begin() + 2, w.dims().end());
+  if (k.empty()) k = w_spatial;
+  // The loops index W by the kernel's taps: an attribute that disagrees with W would read past it.
+  if (k != w_spatial) {
+    return ctx.Error(absl::StrCat("kernel_shape [", absl::StrJoin(k, ","), "] disagrees with the spatial dims of w ",
+                                  DimsToString(w.dims())));
+  }
   CJIT_ASSIGN_OR_RETURN(WindowGeometry g, ComputeWindowGeometry(*ctx.node, in, k, false, false));
   int64_t N = x.dim(0), C = x.dim(1), OC = w.dim(0), group = ctx.node->GetInt("group", 1);
   if (group <= 0 || C % group || OC % group || w.dim(1) * group != C) return ctx.Error("bad group/channels");
