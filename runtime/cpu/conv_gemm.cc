@@ -444,6 +444,29 @@ struct FcArgs : Window2d {
   const std::vector<PostOp>* ops;
 };
 
+// The end of a register tile: P rows x NB vectors accumulated for channels [c0, c0 + NB * lanes), the
+// post-ops applied, the first `rows` rows stored at y (row r at y + r * ldy). The post-ops work on a copy:
+// an accumulator array whose address escapes stays in memory, and GCC then stored and reloaded all of it
+// once per multiply-add step of the tile's loop.
+template <typename V, int P, int NB>
+inline __attribute__((always_inline)) void StoreTileWithOps(const V (&acc)[P][NB], const std::vector<PostOp>* ops,
+                                                            int64_t c0, float* y, int64_t ldy, int rows) {
+  constexpr int64_t L = sizeof(V) / sizeof(float);
+  V out[P * NB];
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p) {
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; ++j) out[p * NB + j] = acc[p][j];
+  }
+  ApplyOpsTile<P * NB>(out, ops, [c0](int i) { return c0 + (i % NB) * L; });
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p) {
+    if (p >= rows) break;
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; ++j) StoreV(y + p * ldy + j * L, out[p * NB + j]);
+  }
+}
+
 // P output pixels (ow.., `np` of them valid) x NB vectors of output channels from o0 of one output row,
 // P * NB accumulators in registers (6 x 4 or 12 x 2 of 16 lanes: 24 of the 32 zmm registers, plus NB
 // weight vectors and a broadcast). Checked: some pixel's window crosses the left or right edge (each tap's
@@ -485,21 +508,7 @@ inline __attribute__((always_inline)) void FewChannelTile(const FcArgs& a, const
       }
     }
   }
-  // The post-ops work on a copy: an accumulator array whose address escapes stays in memory, and GCC then
-  // stored and reloaded all of it once per tap.
-  V out[P * NB];
-#pragma GCC unroll 16
-  for (int p = 0; p < P; ++p) {
-#pragma GCC unroll 8
-    for (int j = 0; j < NB; ++j) out[p * NB + j] = acc[p][j];
-  }
-  ApplyOpsTile<P * NB>(out, ops, [o0](int i) { return o0 + (i % NB) * L; });
-#pragma GCC unroll 16
-  for (int p = 0; p < P; ++p) {
-    if (p >= np) break;
-#pragma GCC unroll 8
-    for (int j = 0; j < NB; ++j) StoreV(yr + (ow + p) * OC + o0 + j * L, out[p * NB + j]);
-  }
+  StoreTileWithOps<V, P, NB>(acc, ops, o0, yr + ow * OC + o0, OC, np);
 }
 
 // One output row's pixels for output channels [o0, o0 + NB * L): tiles of P pixels, unchecked where every
@@ -622,7 +631,7 @@ void FewChannelBaseline(const FcArgs& a, int64_t r0, int64_t r1) { CJIT_FEW_CHAN
 // packs both operands on every call, and with C of 16-32 its packing (the activation panels through a
 // reference kernel) cost as much as the products; a MobileNet stage's 16 -> 64 expansion at 320 x 320
 // took 2.2 ms through BLIS against ORT's 1.1 ms. `w` points at the tile's first output channel (n0) of
-// weight rows ldw floats apart (W [C, OC]: w + n0 and OC; a panel of PackPointwisePanels: its width).
+// weight rows ldw floats apart (W [C, OC]: w + n0 and OC; a panel of PanelProductWeights: its width).
 // Sums run over k in increasing order with fused multiply-adds where the ISA has them (as BLIS's kernels).
 template <typename V, int P, int NB>
 inline __attribute__((always_inline)) void SmallKTile(const float* x, int64_t ldx, int64_t C, const float* w, int64_t ldw,
@@ -649,19 +658,7 @@ inline __attribute__((always_inline)) void SmallKTile(const float* x, int64_t ld
       for (int j = 0; j < NB; ++j) acc[p][j] += xv * wv[j];
     }
   }
-  V out[P * NB];  // a copy for the post-ops, as in FewChannelTile
-#pragma GCC unroll 16
-  for (int p = 0; p < P; ++p) {
-#pragma GCC unroll 8
-    for (int j = 0; j < NB; ++j) out[p * NB + j] = acc[p][j];
-  }
-  ApplyOpsTile<P * NB>(out, ops, [n0](int i) { return n0 + (i % NB) * L; });
-#pragma GCC unroll 16
-  for (int p = 0; p < P; ++p) {
-    if (p >= rows) break;
-#pragma GCC unroll 8
-    for (int j = 0; j < NB; ++j) StoreV(y + p * OC + n0 + j * L, out[p * NB + j]);
-  }
+  StoreTileWithOps<V, P, NB>(acc, ops, n0, y + n0, OC, rows);
 }
 
 template <typename VW>
@@ -709,8 +706,8 @@ __attribute__((target("avx512f,fma"))) void SmallKPointwiseAvx512(const float* x
   SmallKPointwiseBody<V16f>(x, w, bias, ops, y, M, C, OC, ldx);
 }
 
-// Pointwise weights in panels for PanelPointwise: output channels in groups of kPanelWidth (the last group
-// narrower, a multiple of 16), each group k-major: panel q starts at q * C * kPanelWidth and holds
+// Weights in panels for PanelPointwiseBody: output channels in groups of kPanelWidth (the last group
+// narrower, a multiple of 8), each group k-major: panel q starts at q * C * kPanelWidth and holds
 // w[k][n] for k < C, n < its width, n fastest. A tile's weights for one k are one contiguous run of
 // 64-256 bytes, the panel's rows adjacent: read in order from L2 (the [C, OC] layout strides OC floats
 // per k, a new 4 KiB page every few k for wide layers).
@@ -722,6 +719,18 @@ constexpr int64_t kPanelWidth = 64;
 // 12 rows x 8 channels for a panel's last 8 when its width is not a multiple of 16.
 // Replaces BLIS for pointwise convolutions, which packed X and W on every call: ~1.5x slower than
 // oneDNN's jit_1x1 / brgconv_1x1 on MobileNetV2's and ResNet-50's 1x1 convolutions (docs/notes.md).
+// Rows [r0, r1) of Y's channels [n0, n0 + NB * lanes) in tiles of P rows, weights `w` rows ldw apart.
+template <typename V, int P, int NB>
+inline __attribute__((always_inline)) void PanelTiles(const float* x, int64_t ldx, int64_t C, const float* w,
+                                                      int64_t ldw, int64_t OC, const float* bias,
+                                                      const std::vector<PostOp>* ops, float* y, int64_t n0,
+                                                      int64_t r0, int64_t r1) {
+  for (int64_t m = r0; m < r1; m += P) {
+    SmallKTile<V, P, NB>(x + m * ldx, ldx, C, w, ldw, OC, bias, ops, y + m * OC, n0,
+                         static_cast<int>(std::min<int64_t>(P, r1 - m)));
+  }
+}
+
 template <typename V>
 inline __attribute__((always_inline)) void PanelPointwiseBody(const float* x, int64_t ldx, const float* panels,
                                                               const float* bias, const std::vector<PostOp>* ops,
@@ -736,38 +745,13 @@ inline __attribute__((always_inline)) void PanelPointwiseBody(const float* x, in
       const float* wq = panels + q * C * kPanelWidth;
       // A panel width of 8 mod 16 (24, 40, .. output channels): its last 8 channels as a half-width tile.
       const int64_t nv = nr / L * L;
-      if (nv < nr) {
-        for (int64_t m = r0; m < r1; m += 12) {
-          SmallKTile<V8f, 12, 1>(x + m * ldx, ldx, C, wq + nv, nr, OC, bias, ops, y + m * OC, n0 + nv,
-                                 static_cast<int>(std::min<int64_t>(12, r1 - m)));
-        }
-        if (nv == 0) continue;
-      }
+      if (nv < nr) PanelTiles<V8f, 12, 1>(x, ldx, C, wq + nv, nr, OC, bias, ops, y, n0 + nv, r0, r1);
       switch (nr / L) {
-        case 4:
-          for (int64_t m = r0; m < r1; m += 6) {
-            SmallKTile<V, 6, 4>(x + m * ldx, ldx, C, wq, nr, OC, bias, ops, y + m * OC, n0,
-                                static_cast<int>(std::min<int64_t>(6, r1 - m)));
-          }
-          break;
-        case 3:
-          for (int64_t m = r0; m < r1; m += 8) {
-            SmallKTile<V, 8, 3>(x + m * ldx, ldx, C, wq, nr, OC, bias, ops, y + m * OC, n0,
-                                static_cast<int>(std::min<int64_t>(8, r1 - m)));
-          }
-          break;
-        case 2:
-          for (int64_t m = r0; m < r1; m += 12) {
-            SmallKTile<V, 12, 2>(x + m * ldx, ldx, C, wq, nr, OC, bias, ops, y + m * OC, n0,
-                                 static_cast<int>(std::min<int64_t>(12, r1 - m)));
-          }
-          break;
-        default:
-          for (int64_t m = r0; m < r1; m += 12) {
-            SmallKTile<V, 12, 1>(x + m * ldx, ldx, C, wq, nr, OC, bias, ops, y + m * OC, n0,
-                                 static_cast<int>(std::min<int64_t>(12, r1 - m)));
-          }
-          break;
+        case 0: break;
+        case 4: PanelTiles<V, 6, 4>(x, ldx, C, wq, nr, OC, bias, ops, y, n0, r0, r1); break;
+        case 3: PanelTiles<V, 8, 3>(x, ldx, C, wq, nr, OC, bias, ops, y, n0, r0, r1); break;
+        case 2: PanelTiles<V, 12, 2>(x, ldx, C, wq, nr, OC, bias, ops, y, n0, r0, r1); break;
+        default: PanelTiles<V, 12, 1>(x, ldx, C, wq, nr, OC, bias, ops, y, n0, r0, r1); break;
       }
     }
   }
@@ -830,23 +814,6 @@ namespace {
 
 bool AllEqual(const std::vector<int64_t>& v, int64_t value) {
   return std::all_of(v.begin(), v.end(), [&](int64_t e) { return e == value; });
-}
-
-// Constant weights repacked once per weight buffer by `pack` (`count` floats), cached beside oneDNN's
-// primitives under `key` (which names the buffer) and dropped with the buffer. The caller keeps the
-// returned entry while it reads the packed weights.
-std::shared_ptr<DnnlEntry> CachedPackedWeights(const Tensor& w, const std::string& key, int64_t count,
-                                               const std::function<void(float*)>& pack) {
-  return GetOrCreateDnnl(key, [&] {
-    auto e = std::make_shared<DnnlEntry>();
-    e->weights = dnnl::memory(dnnl::memory::desc({count}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a),
-                              CpuEngine());
-    pack(static_cast<float*>(e->weights.get_data_handle()));
-    e->weights_source = w.buffer();
-    e->holds_weights = true;
-    e->impl = key.substr(0, key.find(':'));
-    return e;
-  }, [&](const DnnlEntry& e) { return !e.weights_source.expired() && e.weights_source.lock() == w.buffer(); });
 }
 
 // SmallKPointwiseBody's limits: input channels, and weights (floats: 48 KiB) that stay in L1 or close. On
@@ -937,21 +904,22 @@ bool UsePanelPointwise(int64_t C, int64_t OC) {
   return PickIsa().panel_pointwise != nullptr && C > 0 && OC > 0 && OC % 8 == 0 && !UseSmallKPointwise(C, OC);
 }
 
-// Pointwise weights W (input `index`, [OC, C, 1, 1], constant) in panels (kPanelWidth above), cached once
-// per buffer. Keep the entry while reading them.
-std::shared_ptr<DnnlEntry> PanelPointwiseWeights(const KernelContext& ctx, int index, int64_t C, int64_t OC) {
+// B (input `index`, constant, [N, K] when b_is_nk else [K, N]) in panels (kPanelWidth above), cached once
+// per buffer; pointwise weights W [OC, C, 1, 1] are B [N = OC, K = C]. Keep the entry while reading them.
+std::shared_ptr<DnnlEntry> PanelProductWeights(const KernelContext& ctx, int index, bool b_is_nk, int64_t K, int64_t N) {
   const Tensor& w = ctx.in(index);
   const float* wp = static_cast<const float*>(w.raw());
-  const int64_t panels = (OC + kPanelWidth - 1) / kPanelWidth;
-  return CachedPackedWeights(w, absl::StrCat("pwpanel:", reinterpret_cast<uintptr_t>(w.raw()), ":", C, ":", OC),
-                             panels * C * kPanelWidth, [&](float* out) {
-                               for (int64_t q = 0; q < panels; ++q) {
-                                 const int64_t n0 = q * kPanelWidth, nr = std::min(kPanelWidth, OC - n0);
-                                 float* panel = out + q * C * kPanelWidth;
-                                 for (int64_t k = 0; k < C; ++k)
-                                   for (int64_t j = 0; j < nr; ++j) panel[k * nr + j] = wp[(n0 + j) * C + k];
-                               }
-                             });
+  const int64_t panels = (N + kPanelWidth - 1) / kPanelWidth;
+  return CachedPackedWeights(
+      w, absl::StrCat("panel:", reinterpret_cast<uintptr_t>(w.raw()), ":", b_is_nk, ":", K, ":", N),
+      panels * K * kPanelWidth, [&](float* out) {
+        for (int64_t q = 0; q < panels; ++q) {
+          const int64_t n0 = q * kPanelWidth, nr = std::min(kPanelWidth, N - n0);
+          float* panel = out + q * K * kPanelWidth;
+          for (int64_t k = 0; k < K; ++k)
+            for (int64_t j = 0; j < nr; ++j) panel[k * nr + j] = b_is_nk ? wp[(n0 + j) * K + k] : wp[k * N + n0 + j];
+        }
+      });
 }
 
 // Y [M, OC] = X [M, C] x panels + bias, post-ops, on up to `threads` threads: rows split over them, or the
@@ -970,22 +938,6 @@ void RunPanelPointwise(int threads, const float* x, const float* panels, const f
   }
 }
 
-// B (input `index`, constant, [N, K] when b_is_nk else [K, N]) in panels, cached once per buffer.
-std::shared_ptr<DnnlEntry> PanelProductWeights(const KernelContext& ctx, int index, bool b_is_nk, int64_t K, int64_t N) {
-  const Tensor& w = ctx.in(index);
-  const float* wp = static_cast<const float*>(w.raw());
-  const int64_t panels = (N + kPanelWidth - 1) / kPanelWidth;
-  return CachedPackedWeights(
-      w, absl::StrCat("gemmpanel:", reinterpret_cast<uintptr_t>(w.raw()), ":", b_is_nk, ":", K, ":", N),
-      panels * K * kPanelWidth, [&](float* out) {
-        for (int64_t q = 0; q < panels; ++q) {
-          const int64_t n0 = q * kPanelWidth, nr = std::min(kPanelWidth, N - n0);
-          float* panel = out + q * K * kPanelWidth;
-          for (int64_t k = 0; k < K; ++k)
-            for (int64_t j = 0; j < nr; ++j) panel[k * nr + j] = b_is_nk ? wp[(n0 + j) * K + k] : wp[k * N + n0 + j];
-        }
-      });
-}
 
 // Depthwise weights W (input `index`, [C, 1, KH, KW]) packed as [KH, KW, C]: cached once per buffer when
 // constant (held by *entry), else packed into *local.
@@ -1065,7 +1017,7 @@ absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeome
   if (path == NhwcConvPath::kPointwise) {
     int64_t M = x.numel() / C;
     if (ctx.is_constant(1) && UsePanelPointwise(C, OC)) {
-      const std::shared_ptr<DnnlEntry> panels = PanelPointwiseWeights(ctx, 1, C, OC);  // held while this runs
+      const std::shared_ptr<DnnlEntry> panels = PanelProductWeights(ctx, 1, true, C, OC);  // held while this runs
       RunPanelPointwise(ctx.threads, xp, static_cast<const float*>(panels->weights.get_data_handle()), bias,
                         ctx.post_ops, yp, M, C, OC);
       if (ctx.want_impl) ctx.impl = "pointwise convolution, panel-packed register-tiled loop (shape-generic)";
@@ -1142,11 +1094,14 @@ absl::Status RunPointwiseDepthwiseConv(KernelContext& ctx) {
     else if (names[i] != "Relu") return ctx.Error(absl::StrCat("unknown mid_ops entry '", names[i], "'"));
     mid.push_back(op);
   }
-  // Weights packed as the unfused paths pack them (and cached under the same keys): W1 as [C, M] where
-  // constant (else read transposed), W2 as [KH, KW, M].
+  // Weights packed as the unfused paths pack them (and cached under the same keys): W1 in panels where the
+  // panel loop takes it, else as [C, M] where constant (else read transposed); W2 as [KH, KW, M].
   DwArgs a{};
   static_cast<Window2d&>(a) = ToWindow2d(g);
-  const std::shared_ptr<DnnlEntry> pw_entry = PackedPointwiseWeights(ctx, 1, C, M);
+  const std::shared_ptr<DnnlEntry> panel_entry =
+      ctx.is_constant(1) && UsePanelPointwise(C, M) ? PanelProductWeights(ctx, 1, true, C, M) : nullptr;
+  const float* panels = panel_entry ? static_cast<const float*>(panel_entry->weights.get_data_handle()) : nullptr;
+  const std::shared_ptr<DnnlEntry> pw_entry = panels ? nullptr : PackedPointwiseWeights(ctx, 1, C, M);
   const float* w1p = pw_entry ? static_cast<const float*>(pw_entry->weights.get_data_handle())
                               : static_cast<const float*>(w1.raw());
   std::shared_ptr<DnnlEntry> dw_entry;
@@ -1182,10 +1137,6 @@ absl::Status RunPointwiseDepthwiseConv(KernelContext& ctx) {
   const auto isa_epilogue = PickIsa().epilogue;
   const auto isa_small_k = PickIsa().small_k_pointwise;
   const bool small_k = pw_entry && UseSmallKPointwise(C, M);
-  // Wider products: the panel loop on the panel-packed weights (cached under the unfused path's key).
-  const std::shared_ptr<DnnlEntry> panel_entry =
-      !small_k && ctx.is_constant(1) && UsePanelPointwise(C, M) ? PanelPointwiseWeights(ctx, 1, C, M) : nullptr;
-  const float* panels = panel_entry ? static_cast<const float*>(panel_entry->weights.get_data_handle()) : nullptr;
   const auto isa_panel = PickIsa().panel_pointwise;
   const int64_t num_panels = (M + kPanelWidth - 1) / kPanelWidth;
   std::atomic<int> failed{0};

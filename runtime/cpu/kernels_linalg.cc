@@ -104,6 +104,20 @@ std::shared_ptr<DnnlEntry> GetOrCreateDnnl(const std::string& key,
   return e;
 }
 
+std::shared_ptr<DnnlEntry> CachedPackedWeights(const Tensor& w, const std::string& key, int64_t count,
+                                               const std::function<void(float*)>& pack) {
+  return GetOrCreateDnnl(key, [&] {
+    auto e = std::make_shared<DnnlEntry>();
+    e->weights = dnnl::memory(dnnl::memory::desc({count}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a),
+                              CpuEngine());
+    pack(static_cast<float*>(e->weights.get_data_handle()));
+    e->weights_source = w.buffer();
+    e->holds_weights = true;
+    e->impl = key.substr(0, key.find(':'));
+    return e;
+  }, [&](const DnnlEntry& e) { return !e.weights_source.expired() && e.weights_source.lock() == w.buffer(); });
+}
+
 dnnl::primitive_attr DnnlAttr() {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);

@@ -102,16 +102,9 @@ float MaxAbsOrInf(const Tensor& t) { return MaxAbsOrInf(static_cast<const float*
 // with the buffer): scanning ResNet-50's 3x3 512 -> 512 weights (9.4 MB) on every run cost ~0.1-0.3 ms
 // per convolution, more than its Relu post-op saved.
 float ConstantMaxAbsOrInf(const Tensor& w) {
-  const std::string key = absl::StrCat("maxabs:", reinterpret_cast<uintptr_t>(w.raw()), ":", w.numel());
-  auto entry = GetOrCreateDnnl(key, [&] {
-    auto e = std::make_shared<DnnlEntry>();
-    e->weights = memory(memory::desc({1}, memory::data_type::f32, memory::format_tag::a), CpuEngine());
-    *static_cast<float*>(e->weights.get_data_handle()) = MaxAbsOrInf(w);
-    e->weights_source = w.buffer();
-    e->holds_weights = true;
-    e->impl = "maxabs";
-    return e;
-  }, [&](const DnnlEntry& e) { return !e.weights_source.expired() && e.weights_source.lock() == w.buffer(); });
+  const std::shared_ptr<DnnlEntry> entry =
+      CachedPackedWeights(w, absl::StrCat("maxabs:", reinterpret_cast<uintptr_t>(w.raw()), ":", w.numel()), 1,
+                          [&](float* out) { out[0] = MaxAbsOrInf(w); });
   return *static_cast<const float*>(entry->weights.get_data_handle());
 }
 

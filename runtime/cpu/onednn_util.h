@@ -3,6 +3,7 @@
 #ifndef CJIT_RUNTIME_CPU_ONEDNN_UTIL_H_
 #define CJIT_RUNTIME_CPU_ONEDNN_UTIL_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -11,6 +12,8 @@
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace cjit {
+
+class Tensor;
 
 dnnl::engine& CpuEngine();
 
@@ -54,6 +57,12 @@ size_t DnnlCacheSize();
 std::shared_ptr<DnnlEntry> GetOrCreateDnnl(const std::string& key,
                                            const std::function<std::shared_ptr<DnnlEntry>()>& make,
                                            const std::function<bool(const DnnlEntry&)>& valid = nullptr);
+
+// Constant weights repacked once per weight buffer by `pack` (`count` floats), cached beside oneDNN's
+// primitives under `key` (which names the buffer) and dropped with the buffer. The caller keeps the
+// returned entry while it reads the packed weights.
+std::shared_ptr<DnnlEntry> CachedPackedWeights(const Tensor& w, const std::string& key, int64_t count,
+                                               const std::function<void(float*)>& pack);
 
 }  // namespace cjit
 
