@@ -109,6 +109,27 @@ absl::Status ConvInfer(const Node& n, Inputs in, Outputs& out) {
 // com.clusterjit.NhwcConv (compiler/passes/layout.h): ONNX Conv with X and Y channels-last ([N, d1..dn, C]
 // and [N, o1..on, M]); W, B and the attributes as Conv's. float32, or X and W both bfloat16 / float16
 // (mixed precision) with B of their type or float32.
+// The channels-last twin of an NCHW shape function (com.clusterjit.NhwcConv, NhwcMaxPool, ...): X [N, d.., C]
+// is given to `nchw_infer` as [N, C, d..] and its Y [N, C, o..] returned as [N, o.., C].
+template <typename Infer>
+absl::Status ChannelsLastInfer(const Node& n, Inputs in, Outputs& out, Infer&& nchw_infer) {
+  std::vector<InferInput> nchw(in.begin(), in.end());
+  const Shape& x = in[0].shape;
+  if (x.rank_known && x.rank() >= 3) {  // [N, d.., C] -> [N, C, d..]
+    nchw[0].shape.dims.erase(nchw[0].shape.dims.begin() + x.rank() - 1);
+    nchw[0].shape.dims.insert(nchw[0].shape.dims.begin() + 1, x.dims.back());
+  }
+  nchw[0].value = nullptr;
+  CJIT_RETURN_IF_ERROR(nchw_infer(n, nchw, out));
+  Shape& y = out[0].shape;
+  if (y.rank_known && y.rank() >= 3) {  // [N, C, o..] -> [N, o.., C]
+    Dim c = y.dims[1];
+    y.dims.erase(y.dims.begin() + 1);
+    y.dims.push_back(c);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status NhwcConvInfer(const Node& n, Inputs in, Outputs& out) {
   const DType t = in[0].dtype;
   const bool ok_type = t == DType::kF32 || t == DType::kBF16 || t == DType::kF16;
@@ -116,24 +137,7 @@ absl::Status NhwcConvInfer(const Node& n, Inputs in, Outputs& out) {
       (in.size() > 2 && in[2].present && in[2].dtype != t && in[2].dtype != DType::kF32)) {
     return NodeError(n, "X and W must be float32 (or both bfloat16 / float16), B of their type or float32");
   }
-  auto to_first = [](const Shape& s) {  // [N, d.., C] -> [N, C, d..]
-    if (!s.rank_known || s.rank() < 3) return s;
-    Shape r = s;
-    r.dims.erase(r.dims.begin() + r.rank() - 1);
-    r.dims.insert(r.dims.begin() + 1, s.dims.back());
-    return r;
-  };
-  std::vector<InferInput> nchw(in.begin(), in.end());
-  nchw[0].shape = to_first(in[0].shape);
-  nchw[0].value = nullptr;
-  CJIT_RETURN_IF_ERROR(ConvInfer(n, nchw, out));
-  Shape& y = out[0].shape;
-  if (y.rank_known && y.rank() >= 3) {  // [N, M, o..] -> [N, o.., M]
-    Dim m = y.dims[1];
-    y.dims.erase(y.dims.begin() + 1);
-    y.dims.push_back(m);
-  }
-  return absl::OkStatus();
+  return ChannelsLastInfer(n, in, out, ConvInfer);
 }
 
 // com.clusterjit.NhwcPointwiseDepthwiseConv (compiler/passes/layout.h FusePointwiseDepthwise): X [N, H, W, C],
@@ -204,23 +208,7 @@ absl::Status PoolInfer(const Node& n, Inputs in, Outputs& out) {
 // attributes, X [N, d.., C] -> Y [N, o.., C] (ONNX's output permuted), float32, no Indices output.
 absl::Status NhwcPoolInfer(const Node& n, Inputs in, Outputs& out) {
   if (in[0].dtype != DType::kF32) return NodeError(n, "X must be float32");
-  const Shape& x = in[0].shape;
-  std::vector<InferInput> nchw(in.begin(), in.end());
-  if (x.rank_known && x.rank() >= 3) {  // [N, d.., C] -> [N, C, d..]
-    Shape f = x;
-    f.dims.erase(f.dims.begin() + f.rank() - 1);
-    f.dims.insert(f.dims.begin() + 1, x.dims.back());
-    nchw[0].shape = f;
-  }
-  nchw[0].value = nullptr;
-  CJIT_RETURN_IF_ERROR(PoolInfer(n, nchw, out));
-  Shape& y = out[0].shape;
-  if (y.rank_known && y.rank() >= 3) {  // [N, C, o..] -> [N, o.., C]
-    Dim c = y.dims[1];
-    y.dims.erase(y.dims.begin() + 1);
-    y.dims.push_back(c);
-  }
-  return absl::OkStatus();
+  return ChannelsLastInfer(n, in, out, PoolInfer);
 }
 
 absl::Status GlobalPoolInfer(const Node& n, Inputs in, Outputs& out) {
