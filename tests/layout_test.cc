@@ -125,6 +125,19 @@ TEST(ChannelsLastTest, ResizeBetweenConvolutionsRunsChannelsLast) {
   ExpectSameOutputs(nchw, g, {x, deep}, 1);
 }
 
+// `ir` (input %x: f32[1,4,6,7], output %y) laid out channels-last: `convs` NhwcConv, Transposes only for x
+// in and y out, and the same output as the NCHW graph on a deterministic x.
+void ExpectOneChannelsLastRegion(const std::string& ir, int convs) {
+  std::shared_ptr<Graph> g, nchw;
+  ASSERT_NO_FATAL_FAILURE(LayOutChannelsLast(ir, &g, &nchw));
+  std::string text = PrintGraph(*g);
+  EXPECT_EQ(Count(*g, "NhwcConv"), convs) << text;
+  EXPECT_EQ(Count(*g, "Transpose"), 2) << text;  // x in, y out
+  Tensor x(DType::kF32, {1, 4, 6, 7});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::cos(0.37 * i));
+  ExpectSameOutputs(nchw, g, {x}, 1);
+}
+
 // A CSP / C2f block (YOLOv5/v8): a Conv's channels Split in two (sizes 3 and 5), one part convolved, both
 // concatenated into a 1x1 Conv. The Split runs on the channels-last tensor along the permuted axis, so
 // transposes remain only at the graph's edges (36 per run of a YOLO-style network before).
@@ -134,14 +147,7 @@ TEST(ChannelsLastTest, SplitBetweenConvolutionsRunsChannelsLast) {
                    "  %c = Conv(%x, %w1) {pads=[1,1,1,1]}\n  %sp = constant i64[2] {3, 5}\n"
                    "  %a, %b = Split(%c, %sp) {axis=1}\n  %cb = Conv(%b, %w2) {pads=[1,1,1,1]}\n"
                    "  %cat = Concat(%a, %cb) {axis=1}\n  %y = Conv(%cat, %w3)\n  return %y\n}";
-  std::shared_ptr<Graph> g, nchw;
-  ASSERT_NO_FATAL_FAILURE(LayOutChannelsLast(ir, &g, &nchw));
-  std::string text = PrintGraph(*g);
-  EXPECT_EQ(Count(*g, "NhwcConv"), 3) << text;
-  EXPECT_EQ(Count(*g, "Transpose"), 2) << text;  // x in, y out
-  Tensor x(DType::kF32, {1, 4, 6, 7});
-  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::cos(0.37 * i));
-  ExpectSameOutputs(nchw, g, {x}, 1);
+  ExpectOneChannelsLastRegion(ir, 3);
 }
 
 // Casts between convolutions (auto_mixed_precision puts them at every color boundary) do not end the
@@ -152,14 +158,7 @@ TEST(ChannelsLastTest, CastsBetweenConvolutionsStayChannelsLast) {
   std::string ir = "graph g(%x: f32[1,4,6,7]) {\n" + Const("w1", {8, 4, 3, 3}, 0.1) + Const("w2", {5, 8, 3, 3}, 0.2) +
                    "  %c = Conv(%x, %w1) {pads=[1,1,1,1]}\n  %d = Cast(%c) {to=11}\n  %r = Relu(%d)\n"
                    "  %f = Cast(%r) {to=1}\n  %y = Conv(%f, %w2) {pads=[1,1,1,1]}\n  return %y\n}";
-  std::shared_ptr<Graph> g, nchw;
-  ASSERT_NO_FATAL_FAILURE(LayOutChannelsLast(ir, &g, &nchw));
-  std::string text = PrintGraph(*g);
-  EXPECT_EQ(Count(*g, "NhwcConv"), 2) << text;
-  EXPECT_EQ(Count(*g, "Transpose"), 2) << text;  // x in, y out
-  Tensor x(DType::kF32, {1, 4, 6, 7});
-  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::cos(0.37 * i));
-  ExpectSameOutputs(nchw, g, {x}, 1);
+  ExpectOneChannelsLastRegion(ir, 2);
 }
 
 TEST(ChannelsLastTest, IsolatedConvolutionStaysNchw) {
