@@ -163,9 +163,42 @@ std::vector<OpCase> LoweringCases() {
       {"Pad_constant_hw", g("%x: f32[2,3,4,5]", "  %p = constant i64[8] {0, 0, 1, 2, 0, 0, 2, 1}\n  %v = constant f32[] {-1.5}\n  %y = Pad(%x, %p, %v)\n  return %y")},
       {"Pad_constant_1d_i32", g("%x: i32[7]", "  %p = constant i64[2] {3, 1}\n  %y = Pad(%x, %p)\n  return %y")},
       {"Pad_axes_last", g("%x: f32[3,6]", "  %p = constant i64[2] {2, 4}\n  %v = constant f32[] {0}\n  %a = constant i64[1] {-1}\n  %y = Pad(%x, %p, %v, %a)\n  return %y")},
+      {"Split_input_axis1", g("%x: f32[2,6,4]", "  %s = constant i64[2] {2, 4}\n  %a, %b = Split(%x, %s) {axis=1}\n  return %a, %b")},
+      {"Split_equal_last_i64", g("%x: i64[3,9]", "  %a, %b, %c = Split(%x) {axis=-1}\n  return %a, %b, %c")},
+      {"Resize_nearest_2x_half_pixel", g("%x: f32[1,3,5,4]", "  %s = constant f32[4] {1, 1, 2, 2}\n  %y = Resize(%x, _, %s) {mode=\"nearest\"}\n  return %y")},
+      {"Resize_nearest_sizes_3x_asymmetric_floor", g("%x: f32[2,4,3]", "  %z = constant i64[3] {2, 12, 9}\n  %y = Resize(%x, _, _, %z) {mode=\"nearest\", coordinate_transformation_mode=\"asymmetric\", nearest_mode=\"floor\"}\n  return %y")},
       {"Reshape_chain_i64", g("%x: i64[2,6]", "  %s = constant i64[2] {3, 4}\n  %y = Reshape(%x, %s)\n  %z = Flatten(%y) {axis=0}\n  return %z")},
   };
 }
+
+// Nearest Resize whose sampling is not a plain repeat (a non-integer factor; round_prefer_ceil at 3x reads
+// index k + 1 for output 3k + 2) is not lowered: it runs on the host, and still matches.
+class GpuResizeNotLowered : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuResizeNotLowered, RunsOnTheHostAndMatchesCpuFallback) {
+  CJIT_GET_BACKEND(backend, GetParam());
+  for (const char* body : {
+           "  %s = constant f32[4] {1, 1, 1.5, 2}\n  %y = Resize(%x, _, %s) {mode=\"nearest\"}\n  return %y",
+           "  %s = constant f32[4] {1, 1, 3, 3}\n  %y = Resize(%x, _, %s) {mode=\"nearest\", "
+           "coordinate_transformation_mode=\"asymmetric\", nearest_mode=\"round_prefer_ceil\"}\n  return %y",
+       }) {
+    std::shared_ptr<Graph> g = Specialized(std::string("graph g(%x: f32[1,2,4,5]) {\n") + body + "\n}");
+    ASSERT_TRUE(g);
+    std::mt19937 rng(5);
+    std::vector<Tensor> inputs = {RandomInput(*g->inputs()[0], rng)};
+    auto ref = CpuReference(*g, inputs);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    GpuPlacement placement;
+    auto got = RunOnGpu(backend, g, inputs, &placement);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(placement.host_ops, 1) << placement.ToString();
+    OutputComparison cmp = CompareTensors("out", (*got)[0], (*ref)[0], 0, 0);
+    EXPECT_TRUE(cmp.ok) << body << ": " << cmp.problem;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, GpuResizeNotLowered, ::testing::Values("host", "cuda"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 INSTANTIATE_TEST_SUITE_P(All, GpuLowering,
                          ::testing::Combine(::testing::Values("host", "cuda"), ::testing::ValuesIn(LoweringCases())),

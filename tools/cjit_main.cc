@@ -978,8 +978,11 @@ int CmdAutotune(const std::string& model, const std::vector<std::string>& input_
                   "-", "-", "-");
     }
     if (r.default_impl.size() && r.source == "tuned") std::printf("    default ran: %s\n", r.default_impl.c_str());
+    // Every candidate's timing where the winner is not the default (why it won), else what was left out.
+    const bool switched = r.source == "tuned" && r.best_us < r.default_us;
     for (const std::string& n : r.notes) {
-      if (absl::StrContains(n, "rejected") || absl::StrContains(n, "skipped") || absl::StrContains(n, "not tuned")) {
+      if (switched || absl::StrContains(n, "rejected") || absl::StrContains(n, "skipped") ||
+          absl::StrContains(n, "not tuned")) {
         std::printf("    %s\n", n.c_str());
       }
     }

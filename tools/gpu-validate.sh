@@ -10,13 +10,17 @@
 #   bash tools/gpu-validate.sh conformance [CJIT_FLAGS]   the ONNX backend suite with --device=cuda
 #   bash tools/gpu-validate.sh models [CJIT_FLAGS]        cjit check + run of every shared model on the GPU
 #   bash tools/gpu-validate.sh bench         cjit-gpu-bench: copy vs fused-kernel bandwidth, GEMM rate
-#   bash tools/gpu-validate.sh kernels MODEL  Nsight Compute: the GPU time of every kernel of one run of a shared
-#                                            model (two runs are profiled; the second is reported)
+#   bash tools/gpu-validate.sh kernels MODEL [FLAGS] [-- RUN_ARGS]  Nsight Compute: the GPU time of every kernel of
+#                                            one run of a shared model (a name) or of MODEL.onnx run with RUN_ARGS
+#                                            (--shape ...); FLAGS go to CJIT_FLAGS (two runs are profiled; the
+#                                            second is reported)
 #   bash tools/gpu-validate.sh cache         two processes share a --persistent_cache_dir: the second must load
 #                                            every kernel module from the cache (0 compilations)
 #   bash tools/gpu-validate.sh autotune      --autotune_level=0 vs 4 on every shared model and the generated
 #                                            models carried in .device/extra (first run, steady median, tuning
 #                                            cost, a second process on the same cache), two rounds alternating
+#   bash tools/gpu-validate.sh sh 'CMD'      CMD with this script's environment (PATH, LD_LIBRARY_PATH, $cuda_dir,
+#                                            $out): for diagnostics that no step covers
 #   bash tools/gpu-validate.sh report        markdown lines for docs/gpu-validation.md from the logs above
 set -uo pipefail
 repo=$(pwd)
@@ -94,16 +98,31 @@ case "$step" in
     cjit-gpu-bench --json "$out/bench.json" "$@" 2>&1 | tee "$out/bench.log"
     ;;
   kernels)
-    m=$run/cjit-data/models/$1
+    name=$(basename "$1" .onnx)
     ins=()
-    for f in "$m"/test_data_set_0/input_*.pb; do ins+=(--input "$f"); done
+    if [ -f "$1" ]; then
+      model=$1
+    else
+      model=$run/cjit-data/models/$1/model.onnx
+      for f in "$run/cjit-data/models/$1"/test_data_set_0/input_*.pb; do ins+=(--input "$f"); done
+    fi
+    shift
+    kflags=""
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do kflags="$kflags $1"; shift; done
+    [ "${1:-}" = "--" ] && shift
+    ins+=("$@")
+    tag=$name$(echo "$kflags" | tr -c 'A-Za-z0-9_\n' '_')
     ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-    CJIT_FLAGS="--device=cuda --cuda_data_dir=$cuda_dir" "$ncu_bin" --metrics gpu__time_duration.sum --csv \
-      cjit run "$m/model.onnx" "${ins[@]}" --iterations 1 --warmup 0 > "$out/kernels_$1.csv" 2> "$out/kernels_$1.err"
-    python3 - "$out/kernels_$1.csv" <<'PY'
+    # shellcheck disable=SC2086
+    CJIT_FLAGS="--device=cuda --cuda_data_dir=$cuda_dir $kflags" "$ncu_bin" --metrics gpu__time_duration.sum --csv \
+      cjit run "$model" "${ins[@]}" --iterations 1 --warmup 0 > "$out/kernels_$tag.csv" 2> "$out/kernels_$tag.err"
+    python3 - "$out/kernels_$tag.csv" <<'PY'
 import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-head = rows[0]; rows = rows[1:]
+# cjit's own stdout (whose placement line has many commas) comes before ncu's CSV: start at its header.
+lines = list(csv.reader(open(sys.argv[1])))
+first = next((i for i, r in enumerate(lines) if r[:1] == ["ID"]), len(lines))
+head = lines[first] if first < len(lines) else ["ID", "Kernel Name", "Metric Unit", "Metric Value"]
+rows = [r for r in lines[first + 1:] if len(r) == len(head)]
 ki, ui, vi, ii = head.index("Kernel Name"), head.index("Metric Unit"), head.index("Metric Value"), head.index("ID")
 scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1, "usecond": 1, "ms": 1e3, "msecond": 1e3, "s": 1e6, "second": 1e6}
 ids = sorted({int(r[ii]) for r in rows})
@@ -188,6 +207,10 @@ PY
         grep -E "autotune:" | sed "s/^/${spec%%|*}: /" | head -40
     done > "$out/autotune_choices.log"
     rm -rf "$tmp"
+    ;;
+  sh)
+    export cuda_dir out
+    bash -c "$*"
     ;;
   report)
     echo "| $(date +%F) | $(head -2 "$out/info.txt" 2>/dev/null | tail -1) | gpu-validate.sh | |"

@@ -11,16 +11,10 @@
 #include "runtime/cpu/dispatch.h"
 #include "runtime/cpu/kernel.h"
 #include "runtime/cpu/parallel.h"
+#include "runtime/cpu/resize.h"
 
 namespace cjit {
 namespace {
-
-struct Taps {
-  int n = 1;
-  std::vector<int64_t> idx;  // [out][n]
-  std::vector<double> w;     // [out][n]
-  std::vector<bool> outside; // [out]: tf_crop_and_resize extrapolation
-};
 
 double CubicWeight(double s, double a) {
   s = std::abs(s);
@@ -31,30 +25,28 @@ double CubicWeight(double s, double a) {
 
 }  // namespace
 
-absl::Status ResizeKernel(KernelContext& ctx) {
-  const Node& n = *ctx.node;
-  const Tensor& x = ctx.in(0);
-  Tensor& y = ctx.Alloc(0);
-  int r = x.rank();
+absl::StatusOr<std::vector<ResizeTaps>> ResizeTapsOf(const Node& n, const Dims& xd, const Dims& yd, const Tensor* roi_t,
+                                                     const Tensor* scales_t, bool sizes_given) {
+  int r = static_cast<int>(xd.size());
+  if (static_cast<int>(yd.size()) != r) return absl::InvalidArgumentError("input and output ranks differ");
   bool legacy = n.op_type == "Upsample" || n.opset_version == 10;
   std::string mode = n.GetString("mode", "nearest");
   std::string ctm = legacy ? "asymmetric" : n.GetString("coordinate_transformation_mode", "half_pixel");
   std::string nearest = legacy ? "legacy" : n.GetString("nearest_mode", "round_prefer_floor");
   double a = n.GetFloat("cubic_coeff_a", -0.75f);
   bool exclude = n.GetInt("exclude_outside", 0) != 0;
-  double extrap = n.GetFloat("extrapolation_value", 0.0f);
   // Attribute values outside the specification are errors (an unknown mode used to run as cubic).
   if (mode != "nearest" && mode != "linear" && mode != "cubic") {
-    return ctx.Error(absl::StrCat("unsupported mode '", mode, "' (nearest, linear or cubic)"));
+    return absl::InvalidArgumentError(absl::StrCat("unsupported mode '", mode, "' (nearest, linear or cubic)"));
   }
   static const char* kTransforms[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
                                       "tf_half_pixel_for_nn", "tf_crop_and_resize", "half_pixel_symmetric"};
   if (std::find(std::begin(kTransforms), std::end(kTransforms), ctm) == std::end(kTransforms)) {
-    return ctx.Error(absl::StrCat("unsupported coordinate_transformation_mode '", ctm, "'"));
+    return absl::InvalidArgumentError(absl::StrCat("unsupported coordinate_transformation_mode '", ctm, "'"));
   }
   static const char* kNearest[] = {"legacy", "round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
   if (std::find(std::begin(kNearest), std::end(kNearest), nearest) == std::end(kNearest)) {
-    return ctx.Error(absl::StrCat("unsupported nearest_mode '", nearest, "'"));
+    return absl::InvalidArgumentError(absl::StrCat("unsupported nearest_mode '", nearest, "'"));
   }
   // Scales per dim (output/input unless scales were given).
   std::vector<double> scale(r, 1.0);
@@ -62,10 +54,6 @@ absl::Status ResizeKernel(KernelContext& ctx) {
   std::vector<int> sel;
   if (axes.empty()) for (int i = 0; i < r; ++i) sel.push_back(i);
   else for (int64_t ax : axes) sel.push_back(static_cast<int>(ax < 0 ? ax + r : ax));
-  const Tensor* scales_t = nullptr;
-  if (legacy) scales_t = ctx.has(1) ? &ctx.in(1) : nullptr;
-  else scales_t = ctx.has(2) && ctx.in(2).numel() > 0 ? &ctx.in(2) : nullptr;
-  bool sizes_given = !legacy && ctx.has(3) && ctx.in(3).numel() > 0;
   if (scales_t && !sizes_given) {
     std::vector<double> s = scales_t->ToDoubleVector();
     for (size_t k = 0; k < sel.size() && k < s.size(); ++k) scale[sel[k]] = static_cast<float>(s[k]);
@@ -73,17 +61,14 @@ absl::Status ResizeKernel(KernelContext& ctx) {
     std::vector<float> s = n.GetFloats("scales");
     for (size_t k = 0; k < s.size() && k < static_cast<size_t>(r); ++k) scale[k] = s[k];
   } else {
-    for (int d = 0; d < r; ++d) scale[d] = x.dim(d) ? static_cast<double>(y.dim(d)) / x.dim(d) : 1.0;
-  }
-  if (x.numel() == 0 && y.numel() > 0) {
-    return ctx.Error("cannot resize an empty input to a non-empty output (no values to interpolate from)");
+    for (int d = 0; d < r; ++d) scale[d] = xd[d] ? static_cast<double>(yd[d]) / xd[d] : 1.0;
   }
   std::vector<double> roi;
-  if (!legacy && ctx.has(1)) roi = ctx.in(1).ToDoubleVector();
-  std::vector<Taps> taps(r);
+  if (roi_t) roi = roi_t->ToDoubleVector();
+  std::vector<ResizeTaps> taps(r);
   for (int d = 0; d < r; ++d) {
-    int64_t in = x.dim(d), out = y.dim(d);
-    Taps& t = taps[d];
+    int64_t in = xd[d], out = yd[d];
+    ResizeTaps& t = taps[d];
     t.n = mode == "nearest" ? 1 : mode == "linear" ? 2 : 4;
     if (in == out && scale[d] == 1.0 && ctm != "tf_crop_and_resize") t.n = 1;
     t.idx.assign(out * t.n, 0);
@@ -150,6 +135,27 @@ absl::Status ResizeKernel(KernelContext& ctx) {
       }
     }
   }
+  return taps;
+}
+
+absl::Status ResizeKernel(KernelContext& ctx) {
+  const Node& n = *ctx.node;
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.Alloc(0);
+  int r = x.rank();
+  bool legacy = n.op_type == "Upsample" || n.opset_version == 10;
+  double extrap = n.GetFloat("extrapolation_value", 0.0f);
+  const Tensor* scales_t = nullptr;
+  if (legacy) scales_t = ctx.has(1) ? &ctx.in(1) : nullptr;
+  else scales_t = ctx.has(2) && ctx.in(2).numel() > 0 ? &ctx.in(2) : nullptr;
+  bool sizes_given = !legacy && ctx.has(3) && ctx.in(3).numel() > 0;
+  if (x.numel() == 0 && y.numel() > 0) {
+    return ctx.Error("cannot resize an empty input to a non-empty output (no values to interpolate from)");
+  }
+  absl::StatusOr<std::vector<ResizeTaps>> taps_or =
+      ResizeTapsOf(n, x.dims(), y.dims(), !legacy && ctx.has(1) ? &ctx.in(1) : nullptr, scales_t, sizes_given);
+  if (!taps_or.ok()) return ctx.Error(std::string(taps_or.status().message()));
+  const std::vector<ResizeTaps>& taps = *taps_or;
   std::vector<int64_t> xs(r, 1), ys(r, 1);
   for (int i = r - 2; i >= 0; --i) {
     xs[i] = xs[i + 1] * x.dim(i + 1);
@@ -166,7 +172,7 @@ absl::Status ResizeKernel(KernelContext& ctx) {
   if (nearest_only && r >= 1 && y.numel() > 0) {
     int split = r;  // dims [split, r) are identity: copied as contiguous blocks
     while (split > 0) {
-      const Taps& t = taps[split - 1];
+      const ResizeTaps& t = taps[split - 1];
       int64_t in = x.dim(split - 1), out = y.dim(split - 1);
       bool identity = in == out;
       for (int64_t i = 0; identity && i < out; ++i) identity = t.idx[i] == i;
@@ -198,7 +204,7 @@ absl::Status ResizeKernel(KernelContext& ctx) {
           src += taps[d].idx[o] * xs[d];
         }
         uint8_t* dst = py + static_cast<size_t>(row * out_last * block) * esize;
-        const Taps& tl = taps[last];
+        const ResizeTaps& tl = taps[last];
         if (block == 1) {
           switch (esize) {
             case 4: {

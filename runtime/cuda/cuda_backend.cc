@@ -159,6 +159,7 @@ class CudaBackend : public DeviceBackend {
     CJIT_ASSIGN_OR_RETURN(out->g, dev_->Capture(enqueue));
     return std::unique_ptr<DeviceGraph>(std::move(out));
   }
+  void ReleaseCachedMemory() const override { allocator_->ReleaseCache(); }
   std::string MemoryReport() const override {
     AllocatorStats st = allocator_->stats();
     auto mib = [](int64_t b) { return absl::StrFormat("%.1f", static_cast<double>(b) / (1 << 20)); };

@@ -49,6 +49,8 @@ class DeviceAllocator {
   virtual void Free(uint64_t address) = 0;                     // an address this allocator returned
   virtual AllocatorStats stats() const = 0;
   virtual std::string name() const = 0;
+  // Returns cached free blocks to the driver (a no-op for allocators that keep none).
+  virtual void ReleaseCache() {}
 };
 
 class CachingDeviceAllocator : public DeviceAllocator {
@@ -63,7 +65,7 @@ class CachingDeviceAllocator : public DeviceAllocator {
   AllocatorStats stats() const override;
   std::string name() const override { return "caching"; }
   // Returns every cached block to the backend.
-  void ReleaseCache();
+  void ReleaseCache() override;
 
   // The size class a request is rounded up to.
   static size_t RoundSize(size_t bytes);

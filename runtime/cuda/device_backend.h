@@ -205,6 +205,9 @@ class DeviceBackend {
   virtual bool host_is_device() const { return false; }
   // "device memory: N MiB in use, peak P MiB, C MiB cached (allocator)" or empty where not tracked.
   virtual std::string MemoryReport() const { return ""; }
+  // Returns the allocator's cached free blocks to the driver: autotuning calls it after each op it tuned,
+  // so the candidates' operands and workspaces (up to 256 MiB each) do not stay cached for the process.
+  virtual void ReleaseCachedMemory() const {}
   // Graph capture (CUDA graphs, as XLA's command buffers and torch.compile's "reduce-overhead"): records
   // the device work `enqueue` issues from the calling thread — kernel launches, library calls, copies and
   // fills between device buffers — without running it; the graph owns every buffer allocated meanwhile.

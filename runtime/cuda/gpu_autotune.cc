@@ -321,7 +321,11 @@ absl::StatusOr<std::unique_ptr<Op>> MakeTuned(const DeviceBackend& b, Autotuner*
   }
   if (candidates.size() <= 1) return f.make("");
   std::optional<std::string> choice = tuner->TuneDevice(key, device, libraries, op, f.op_type,
-                                                        [&] { return TuneCandidates(b, *tuner, f, candidates); });
+                                                        [&] {
+                                                          auto rec = TuneCandidates(b, *tuner, f, candidates);
+                                                          b.ReleaseCachedMemory();  // its buffers are freed
+                                                          return rec;
+                                                        });
   if (choice && !choice->empty()) {
     if (auto r = use(*choice, "tuned")) return std::move(*r);
   }

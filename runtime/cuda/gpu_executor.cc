@@ -18,6 +18,7 @@
 #include "compiler/passes/mark_for_compilation.h"
 #include "flags/logging.h"
 #include "runtime/cpu/kernel.h"
+#include "runtime/cpu/resize.h"
 #include "runtime/executor.h"
 
 namespace cjit {
@@ -71,7 +72,7 @@ std::string GpuPlacement::ToString() const {
 
 struct GpuExecutor::Impl {
   struct Step {
-    enum class Kind { kKernel, kGemm, kConv, kPool, kHost, kAlias, kConcat, kPad };
+    enum class Kind { kKernel, kGemm, kConv, kPool, kHost, kAlias, kConcat, kSplit, kPad };
     Kind kind = Kind::kHost;
     std::vector<int> in, implicit, out;  // kGemm: in = {a, b, bias or -1}
     std::vector<int> free_after;
@@ -85,7 +86,8 @@ struct GpuExecutor::Impl {
     std::unique_ptr<ConvOp> conv;
     std::unique_ptr<PoolOp> pool;
     // kConcat: input i goes to byte offset concat_offset[i] of each of `concat_rows` output rows, as a
-    // block of concat_width[i] bytes; an output row is concat_pitch bytes.
+    // block of concat_width[i] bytes; an output row is concat_pitch bytes. kSplit, the inverse: output i
+    // is the block at concat_offset[i] of each input row.
     std::vector<size_t> concat_offset, concat_width;
     size_t concat_rows = 0, concat_pitch = 0;
     // kPad: planes x h x w into planes x out_h x out_w at (top, left), the rest `pad_fill`.
@@ -158,6 +160,7 @@ struct GpuExecutor::Impl {
   absl::StatusOr<bool> TryPool(const Node& n);
   absl::StatusOr<bool> TrySingleOpKernel(const Node& n);
   bool TryConcat(const Node& n);
+  bool TrySplit(const Node& n);
   bool TryPad(const Node& n);
   void AddAlias(int from, int to);
   // A GEMM/conv/pool step reading `in` and writing n's output 0.
@@ -367,12 +370,46 @@ std::optional<std::vector<int64_t>> ReducedAxes(const Node& n, int rank) {
   return axes;
 }
 
+// Nearest Resize/Upsample that repeats every element of dim d f_d times (output dim = f_d * input dim, and
+// output index i reads input index i / f_d, as integer-factor upsampling does under the asymmetric,
+// half_pixel and similar modes with the default nearest_mode): the factors; nullopt for any other
+// sampling or where roi / scales / sizes are not constants. The indices come from the CPU kernel's own
+// sampling (runtime/cpu/resize.h), so the two agree by construction.
+std::optional<Dims> NearestRepeatFactors(const Node& n, const Dims& xd, const Dims& od) {
+  if (xd.size() != od.size() || NumElements(xd) == 0) return std::nullopt;
+  bool legacy = n.op_type == "Upsample" || n.opset_version == 10;
+  if (n.GetString("mode", "nearest") != "nearest") return std::nullopt;
+  auto constant = [&](int i) -> std::optional<const Tensor*> {
+    const Value* v = n.input(i);
+    if (!v) return static_cast<const Tensor*>(nullptr);
+    if (!v->is_constant()) return std::nullopt;
+    return v->constant->numel() > 0 ? v->constant.get() : nullptr;
+  };
+  std::optional<const Tensor*> roi = legacy ? static_cast<const Tensor*>(nullptr) : constant(1);
+  std::optional<const Tensor*> scales = constant(legacy ? 1 : 2);
+  std::optional<const Tensor*> sizes = legacy ? static_cast<const Tensor*>(nullptr) : constant(3);
+  if (!roi || !scales || !sizes) return std::nullopt;
+  absl::StatusOr<std::vector<ResizeTaps>> taps = ResizeTapsOf(n, xd, od, *roi, *scales, *sizes != nullptr);
+  if (!taps.ok()) return std::nullopt;
+  Dims factors;
+  for (size_t d = 0; d < xd.size(); ++d) {
+    const ResizeTaps& t = (*taps)[d];
+    if (od[d] % xd[d] != 0 || t.n != 1) return std::nullopt;
+    int64_t f = od[d] / xd[d];
+    for (int64_t i = 0; i < od[d]; ++i)
+      if (t.outside[i] || t.idx[i] != i / f) return std::nullopt;
+    factors.push_back(f);
+  }
+  return factors;
+}
+
 // Builds the one-op body for `n`, or returns null when no single fused kernel computes it:
 //  * fusible elementwise ops (float32/float16/bfloat16, Cast between them) and last-axis reductions: the op;
 //  * Transpose / Slice / Expand, Gather of one constant index (float types): the view read by an Identity copy;
 //  * Clip with runtime scalar bounds: Max then Min;
 //  * Reduce* over trailing axes, or over one other axis, and GlobalAverage/MaxPool: a last-axis reduction
-//    of a reshaped (dense) or transposed view; the result has the op's elements in other dims.
+//    of a reshaped (dense) or transposed view; the result has the op's elements in other dims;
+//  * nearest Resize/Upsample by integer factors (NearestRepeatFactors): an Expand of a reshaped view.
 std::unique_ptr<SingleOpBody> LowerSingleOp(const Node& n) {
   auto static_float = [](const Value* v) { return v && IsFloatStorage(v->dtype) && v->shape.fully_known(); };
   if (n.outputs.size() != 1 || !static_float(n.outputs[0]) || !static_float(n.input(0))) return nullptr;
@@ -459,6 +496,23 @@ std::unique_ptr<SingleOpBody> LowerSingleOp(const Node& n) {
       return nullptr;
     }
     b->result = b->Add(op, n.name + "/reduce", {x}, DType::kF32, row_out, {{"axes", Attribute::Ints({-1})}, {"keepdims", Attribute::Int(1)}}, 11);
+  } else if (n.op_type == "Resize" || n.op_type == "Upsample") {
+    std::optional<Dims> rep = NearestRepeatFactors(n, xd, od);
+    if (!rep) return nullptr;
+    // Each dim d repeated f_d times: [.., x_d, 1, ..] broadcast to [.., x_d, f_d, ..], read by one copy.
+    Dims split, expanded;
+    for (int d = 0; d < r; ++d) {
+      split.push_back(xd[d]);
+      expanded.push_back(xd[d]);
+      if ((*rep)[d] > 1) {
+        split.push_back(1);
+        expanded.push_back((*rep)[d]);
+      }
+    }
+    Value* x = b->Add("Reshape", n.name + "/split", {b->In(n.input(0)), b->ConstI64(n.name + "/split_shape", split)},
+                      dt, split, {}, 14);
+    x = b->Add("Expand", n.name + "/repeat", {x, b->ConstI64(n.name + "/repeat_shape", expanded)}, dt, expanded, {}, 13);
+    b->result = b->Add("Identity", n.name + "/copy", {x}, dt, expanded);
   } else {
     return nullptr;
   }
@@ -655,6 +709,42 @@ bool GpuExecutor::Impl::TryConcat(const Node& n) {
   return true;
 }
 
+// Split (any dtype, static shapes; https://onnx.ai/onnx/operators/onnx__Split.html) as pitched
+// device-to-device copies, the inverse of TryConcat. The parts' sizes come from the inferred output shapes,
+// so the `split` attribute (opset < 13), the `split` input (13+) and `num_outputs` (18+) are all covered.
+bool GpuExecutor::Impl::TrySplit(const Node& n) {
+  const Value* x = n.input(0);
+  if (n.op_type != "Split" || n.outputs.empty() || !x || !x->shape.fully_known()) return false;
+  Dims xd = x->shape.concrete();
+  int r = static_cast<int>(xd.size());
+  int64_t axis = n.GetInt("axis", 0);
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis >= r) return false;
+  size_t elem = DTypeSize(x->dtype);
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; ++i) outer *= xd[i];
+  for (int i = static_cast<int>(axis) + 1; i < r; ++i) inner *= xd[i];
+  Step st;
+  st.kind = Step::Kind::kSplit;
+  st.node = &n;
+  size_t offset = 0;
+  for (const Value* v : n.outputs) {
+    if (!v || !v->shape.fully_known() || v->dtype != x->dtype || v->shape.rank() != r) return false;
+    size_t width = static_cast<size_t>(v->shape.concrete()[axis] * inner) * elem;
+    st.out.push_back(Slot(v));
+    st.concat_offset.push_back(offset);
+    st.concat_width.push_back(width);
+    offset += width;
+  }
+  if (offset != static_cast<size_t>(xd[axis] * inner) * elem) return false;
+  st.concat_rows = static_cast<size_t>(outer);
+  st.concat_pitch = offset;
+  st.in = {Slot(x)};
+  steps.push_back(std::move(st));
+  ++placement.copies;
+  return true;
+}
+
 // Constant-mode Pad of 4-byte elements with non-negative pads on the last two dims only, as a fill and one
 // padded copy (https://onnx.ai/onnx/operators/onnx__Pad.html; pads from the attribute or a constant input,
 // axes from a constant input, the value from the attribute or a constant input).
@@ -785,6 +875,7 @@ absl::Status GpuExecutor::Impl::PlaceNode(const Node& n, const PlanStep* step) {
   CJIT_ASSIGN_OR_RETURN(bool kernel, TrySingleOpKernel(n));
   if (kernel) return absl::OkStatus();
   if (TryConcat(n)) return absl::OkStatus();
+  if (TrySplit(n)) return absl::OkStatus();
   if (TryPad(n)) return absl::OkStatus();
   return AddHost(n, nullptr, nullptr);
 }
@@ -965,6 +1056,17 @@ absl::Status RunSteps(const GpuExecutor::Impl& m, RunValues& v) {
           CJIT_RETURN_IF_ERROR(ensure_device(st.in[i]));
           CJIT_RETURN_IF_ERROR(dev.Copy2D(dst + st.concat_offset[i], st.concat_pitch, on_device[st.in[i]]->address(),
                                           st.concat_width[i], st.concat_width[i], st.concat_rows));
+        }
+        break;
+      }
+      case GpuExecutor::Impl::Step::Kind::kSplit: {
+        CJIT_RETURN_IF_ERROR(ensure_device(st.in[0]));
+        uint64_t src = on_device[st.in[0]]->address();
+        for (size_t i = 0; i < st.out.size(); ++i) {
+          CJIT_RETURN_IF_ERROR(allocate_output(st.out[i]));
+          if (st.concat_width[i] == 0 || st.concat_rows == 0) continue;
+          CJIT_RETURN_IF_ERROR(dev.Copy2D(on_device[st.out[i]]->address(), st.concat_width[i], src + st.concat_offset[i],
+                                          st.concat_pitch, st.concat_width[i], st.concat_rows));
         }
         break;
       }
