@@ -191,6 +191,17 @@ def main():
                [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1, epsilon=1e-5)], [("x", ln)],
                [("y", ((f64(ln) - mu) / np.sqrt(var + 1e-5) * gamma + beta).astype(np.float32))], opset=17,
                inits=[("g", gamma), ("b", beta)], tol=(1e-4, 1e-5))
+    # InstanceNormalization over rows longer than the kernel's 512-value blocks, far from zero (the variance
+    # is taken about the mean), with enough values that two threads share the rows.
+    inn = rnd(2, 6, 96, 120, lo=98.0, hi=102.0)
+    isc, ib = rnd(6), rnd(6)
+    imu = f64(inn).mean(axis=(2, 3), keepdims=True)
+    ivar = ((f64(inn) - imu) ** 2).mean(axis=(2, 3), keepdims=True)
+    write_case(root, "norm_InstanceNormalization",
+               [helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], epsilon=1e-5)], [("x", inn)],
+               [("y", ((f64(inn) - imu) / np.sqrt(ivar + 1e-5) * isc.reshape(1, 6, 1, 1)
+                       + ib.reshape(1, 6, 1, 1)).astype(np.float32))], opset=6,
+               inits=[("s", isc), ("b", ib)], tol=(1e-4, 1e-4))
     bn = rnd(2, 4, 3, 5)
     sc, bb, mm, vv = rnd(4), rnd(4), rnd(4), rnd(4, lo=0.2, hi=2.0)
     ref = (f64(bn) - mm.reshape(1, 4, 1, 1)) / np.sqrt(f64(vv).reshape(1, 4, 1, 1) + 1e-5) * sc.reshape(1, 4, 1, 1) \

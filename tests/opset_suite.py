@@ -166,6 +166,16 @@ def main():
     write_case(root, "opset21_GroupNormalization",
                [helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=groups, epsilon=1e-5)],
                [("x", gx)], [("y", ref21.astype(np.float32))], 21, inits=[("s", cs), ("b", cb)], tol=(1e-4, 1e-5))
+    # Per-channel GroupNormalization-21 over groups longer than the kernel's 512-value blocks, split over
+    # the threads.
+    lx = rnd(2, 8, 64, 72)
+    lxs = f64(lx).reshape(2, 4, -1)
+    lnorm = ((lxs - lxs.mean(axis=2, keepdims=True)) / np.sqrt(lxs.var(axis=2, keepdims=True) + 1e-5)).reshape(lx.shape)
+    ls, lb = rnd(8), rnd(8)
+    write_case(root, "opset21_GroupNormalization_long_groups",
+               [helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=4, epsilon=1e-5)],
+               [("x", lx)], [("y", (lnorm * ls.reshape(1, 8, 1, 1) + lb.reshape(1, 8, 1, 1)).astype(np.float32))],
+               21, inits=[("s", ls), ("b", lb)], tol=(1e-4, 1e-5))
     # Gelu-20: exact and tanh approximation.
     gl = rnd(4, 9, lo=-4, hi=4)
     g = f64(gl)

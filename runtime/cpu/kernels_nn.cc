@@ -985,31 +985,93 @@ absl::Status LayerNorm(KernelContext& ctx) {
   });
 }
 
+// Mean and (population) variance of the n values at p, in double. Float rows are summed in blocks of 512
+// in float lanes (vectorized: an OpenMP simd reduction) whose sums are added in double, and the variance is
+// taken about the mean in a second pass (no cancellation of sum-of-squares minus squared sum).
+template <typename T>
+std::pair<double, double> RowMoments(const T* p, int64_t n) {
+  if (n <= 0) return {0.0, 0.0};
+  constexpr int64_t kBlock = 512;
+  double sum = 0, sq = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+      const int64_t e = std::min(n, i0 + kBlock);
+      float s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = i0; i < e; ++i) s += p[i];
+      sum += s;
+    }
+    const float m = static_cast<float>(sum / n);
+    for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+      const int64_t e = std::min(n, i0 + kBlock);
+      float s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = i0; i < e; ++i) s += (p[i] - m) * (p[i] - m);
+      sq += s;
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(p[i]);
+    const double m = sum / n;
+    for (int64_t i = 0; i < n; ++i) sq += (static_cast<double>(p[i]) - m) * (static_cast<double>(p[i]) - m);
+  }
+  return {sum / n, sq / n};
+}
+
+// y = x * s + sh over n values (float arithmetic for float and 16-bit types, double for double).
+template <typename T>
+void AffineRow(const T* px, T* py, int64_t n, double s, double sh) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const A as = static_cast<A>(s), ash = static_cast<A>(sh);
+  if constexpr (std::is_same_v<T, float>) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) py[i] = px[i] * as + ash;
+  } else {
+    for (int64_t i = 0; i < n; ++i) py[i] = static_cast<T>(static_cast<A>(px[i]) * as + ash);
+  }
+}
+
+// The normalization of InstanceNormalization and GroupNormalization: `rows` rows of `segments` x
+// `seg_len` values each; every row is normalized by its own mean and variance, then segment j of row r
+// scaled and shifted by scale[param(r, j)], bias[param(r, j)]. Rows are split over the threads.
+template <typename T, typename Param>
+void NormalizeRows(const KernelContext& ctx, const T* x, T* y, int64_t rows, int64_t segments, int64_t seg_len,
+                   double eps, const std::vector<double>& scale, const std::vector<double>& bias, Param param) {
+  const int64_t len = segments * seg_len;
+  if (rows <= 0) return;
+  const int nt = static_cast<int>(std::clamp<int64_t>(ThreadsForElements(ctx.threads, rows * len), 1, rows));
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* px = x + r * len;
+    T* py = y + r * len;
+    const auto [mean, var] = RowMoments(px, len);
+    const double inv = 1.0 / std::sqrt(var + eps);
+    for (int64_t j = 0; j < segments; ++j) {
+      const int64_t k = param(r, j);
+      const double s = inv * scale[k];
+      AffineRow(px + j * seg_len, py + j * seg_len, seg_len, s, bias[k] - mean * s);
+    }
+  }
+  if (nt > 1) MarkParallelEnd();
+}
+
 absl::Status InstanceNorm(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   float eps = ctx.node->GetFloat("epsilon", 1e-5f);
   Tensor& y = ctx.Alloc(0);
   int64_t N = x.dim(0), C = x.dim(1), sp = x.numel() / std::max<int64_t>(N * C, 1);
   std::vector<double> sc = ctx.in(1).ToDoubleVector(), b = ctx.in(2).ToDoubleVector();
+  if (static_cast<int64_t>(sc.size()) != C || static_cast<int64_t>(b.size()) != C) {
+    return ctx.Error(absl::StrCat("scale and B must have C = ", C, " values"));
+  }
   return DispatchFloat(x.dtype(), [&](auto t) {
     using T = decltype(t);
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t c = 0; c < C; ++c) {
-        const T* px = x.data<T>() + (n * C + c) * sp;
-        T* py = y.data<T>() + (n * C + c) * sp;
-        double mean = 0, var = 0;
-        for (int64_t i = 0; i < sp; ++i) mean += static_cast<double>(px[i]);
-        mean /= sp;
-        for (int64_t i = 0; i < sp; ++i) { double d = static_cast<double>(px[i]) - mean; var += d * d; }
-        var /= sp;
-        double inv = 1.0 / std::sqrt(var + eps);
-        for (int64_t i = 0; i < sp; ++i) py[i] = static_cast<T>((static_cast<double>(px[i]) - mean) * inv * sc[c] + b[c]);
-      }
+    NormalizeRows(ctx, x.data<T>(), y.data<T>(), N * C, 1, sp, eps, sc, b,
+                  [C](int64_t r, int64_t) { return r % C; });
   });
 }
 
 // GroupNormalization (ONNX -18: scale/bias per group; -21: per channel): statistics over each group of
-// C / num_groups channels and all spatial positions, in double.
+// C / num_groups channels and all spatial positions.
 absl::Status GroupNorm(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   float eps = ctx.node->GetFloat("epsilon", 1e-5f);
@@ -1025,22 +1087,8 @@ absl::Status GroupNorm(KernelContext& ctx) {
   std::vector<double> sc = ctx.in(1).ToDoubleVector(), b = ctx.in(2).ToDoubleVector();
   return DispatchFloat(x.dtype(), [&](auto t) {
     using T = decltype(t);
-    int64_t len = cpg * sp;
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t g = 0; g < G; ++g) {
-        const T* px = x.data<T>() + (n * C + g * cpg) * sp;
-        T* py = y.data<T>() + (n * C + g * cpg) * sp;
-        double mean = 0, var = 0;
-        for (int64_t i = 0; i < len; ++i) mean += static_cast<double>(px[i]);
-        mean /= std::max<int64_t>(len, 1);
-        for (int64_t i = 0; i < len; ++i) { double d = static_cast<double>(px[i]) - mean; var += d * d; }
-        var /= std::max<int64_t>(len, 1);
-        double inv = 1.0 / std::sqrt(var + eps);
-        for (int64_t i = 0; i < len; ++i) {
-          int64_t p = per_channel ? g * cpg + i / sp : g;
-          py[i] = static_cast<T>((static_cast<double>(px[i]) - mean) * inv * sc[p] + b[p]);
-        }
-      }
+    NormalizeRows(ctx, x.data<T>(), y.data<T>(), N * G, cpg, sp, eps, sc, b,
+                  [G, cpg, per_channel](int64_t r, int64_t j) { return per_channel ? (r % G) * cpg + j : r % G; });
   });
 }
 
