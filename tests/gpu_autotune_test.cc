@@ -381,7 +381,9 @@ TEST_P(GpuAutotune, ConvolutionsAreTunedAndCorrect) {
     // The candidates' operands and workspaces went back to the driver, not into the allocator's cache
     // (the host backend keeps no cache: an empty report).
     const std::string memory = backend->MemoryReport();
-    if (!memory.empty() && t->counters().ops_tuned.load() > 0) EXPECT_TRUE(absl::StrContains(memory, ", 0.0 MiB cached")) << name << ": " << memory;
+    if (!memory.empty() && t->counters().ops_tuned.load() > 0) {
+      EXPECT_TRUE(absl::StrContains(memory, ", 0.0 MiB cached")) << name << ": " << memory;
+    }
     auto err = data.Error(*backend, **op);
     ASSERT_TRUE(err.ok()) << err.status();
     EXPECT_LT(*err, 1e-4) << name << " with " << chosen << "\n" << Notes(*t);

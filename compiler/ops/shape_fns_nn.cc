@@ -211,6 +211,41 @@ absl::Status NhwcPoolInfer(const Node& n, Inputs in, Outputs& out) {
   return ChannelsLastInfer(n, in, out, PoolInfer);
 }
 
+// com.clusterjit.FlatGroupNorm (compiler/passes/simplify.h FuseGroupNormalization): X [N, ...] of a float
+// type, scale and bias [num_groups] of X's type, `grouping` the reshape target [0, num_groups, -1], which
+// must still reshape X (into N x num_groups rows). Y has X's dims.
+absl::Status FlatGroupNormInfer(const Node& n, Inputs in, Outputs& out) {
+  out[0] = {in[0].dtype, in[0].shape};
+  const DType t = in[0].dtype;
+  if (t != DType::kF32 && t != DType::kF16 && t != DType::kBF16 && t != DType::kF64) {
+    return NodeError(n, "X must be a float type");
+  }
+  const int64_t groups = n.GetInt("num_groups", 0);
+  if (groups <= 0) return NodeError(n, absl::StrCat("num_groups must be positive, got ", groups));
+  for (int i = 1; i <= 2; ++i) {
+    const Shape& p = in[i].shape;
+    if (in[i].dtype != t || (p.fully_known() && NumElements(p.concrete()) != groups)) {
+      return NodeError(n, absl::StrCat(i == 1 ? "scale" : "bias", " must have X's type and num_groups = ", groups,
+                                       " values"));
+    }
+  }
+  std::vector<InferOutput> grouped(1);
+  std::vector<InferInput> args = {in[0], in[3]};
+  return FindOp("", "Reshape")->infer(n, args, grouped);  // its error if X does not split so
+}
+
+// com.clusterjit.NhwcGroupNorm (compiler/passes/layout.h): FlatGroupNorm of the channels-last float32 X
+// [N, d.., C] (its inputs and attributes; `grouping` as for the channels-first X), C divisible by num_groups.
+absl::Status NhwcGroupNormInfer(const Node& n, Inputs in, Outputs& out) {
+  if (in[0].dtype != DType::kF32) return NodeError(n, "X must be float32");
+  const Shape& x = in[0].shape;
+  const int64_t groups = n.GetInt("num_groups", 0);
+  if (x.rank_known && x.rank() >= 3 && x.dims.back().known() && groups > 0 && x.dims.back().value % groups != 0) {
+    return NodeError(n, absl::StrCat("X has ", x.dims.back().value, " channels, not divisible by num_groups ", groups));
+  }
+  return ChannelsLastInfer(n, in, out, FlatGroupNormInfer);
+}
+
 absl::Status GlobalPoolInfer(const Node& n, Inputs in, Outputs& out) {
   out[0].dtype = in[0].dtype;
   const Shape& x = in[0].shape;
@@ -454,6 +489,8 @@ void RegisterNnOps() {
   Reg("LpPool", C::kPooling, false, A::kDeny, 1, 1, PoolInfer);
   RegisterOp(OpDef{"NhwcMaxPool", C::kPooling, true, A::kDeny, 1, 1, NhwcPoolInfer, /*internal=*/true});
   RegisterOp(OpDef{"NhwcAveragePool", C::kPooling, true, A::kDeny, 1, 1, NhwcPoolInfer, /*internal=*/true});
+  RegisterOp(OpDef{"FlatGroupNorm", C::kNormalization, false, A::kDeny, 4, 4, FlatGroupNormInfer, /*internal=*/true});
+  RegisterOp(OpDef{"NhwcGroupNorm", C::kNormalization, false, A::kDeny, 4, 4, NhwcGroupNormInfer, /*internal=*/true});
   Reg("GlobalAveragePool", C::kReduction, true, A::kInfer, 1, 1, GlobalPoolInfer);
   Reg("GlobalMaxPool", C::kReduction, true, A::kInfer, 1, 1, GlobalPoolInfer);
   Reg("GlobalLpPool", C::kReduction, false, A::kDeny, 1, 1, GlobalPoolInfer);

@@ -95,6 +95,16 @@ bool PoolIsTransparent(const Node& n) {
          static_cast<int>(n.GetInts("kernel_shape").size()) == x->shape.rank() - 2;
 }
 
+// com.clusterjit.FlatGroupNorm (compiler/passes/simplify.h) whose groups are whole channels (C divisible by
+// num_groups), float32 of rank >= 3: NhwcGroupNorm computes it on the channels-last tensor.
+bool GroupNormIsTransparent(const Node& n) {
+  if (n.op_type != "FlatGroupNorm" || n.domain != kInternalDomain || n.outputs.size() != 1) return false;
+  const Value* x = n.input(0);
+  const int64_t groups = n.GetInt("num_groups", 0);
+  return x != nullptr && x->dtype == DType::kF32 && x->shape.fully_known() && x->shape.rank() >= 3 && groups > 0 &&
+         x->shape.dims[1].value % groups == 0;
+}
+
 Node* ToFirstProducer(const Value* v) {
   if (v == nullptr || v->producer == nullptr || v->producer->op_type != "Transpose" || !v->producer->domain.empty() ||
       !v->shape.rank_known || v->shape.rank() < 3) {
@@ -226,10 +236,11 @@ std::unordered_set<const Node*> ConnectedConvs(const std::vector<Node*>& order) 
           connected.insert(r);
           continue;
         }
+        const bool group_norm = GroupNormIsTransparent(*r) && r->input(0) == v;
         bool through = (IsUnaryTransparent(r->op_type) && r->input(0) == v) || IsBinaryTransparent(r->op_type) ||
                        r->op_type == "Concat" || (r->op_type == "Resize" && r->input(0) == v) ||
-                       (r->op_type == "Split" && r->input(0) == v) || PoolIsTransparent(*r);
-        if (!through || !r->domain.empty() || depth >= 8) continue;
+                       (r->op_type == "Split" && r->input(0) == v) || PoolIsTransparent(*r) || group_norm;
+        if (!through || (!r->domain.empty() && !group_norm) || depth >= 8) continue;
         for (const Value* out : r->outputs) {
           if (out) queue.push_back({out, depth + 1});
           if (r->op_type != "Split") break;  // every output of a Split, the first of the others
@@ -260,6 +271,16 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
   CJIT_ASSIGN_OR_RETURN(order, g.TopologicalOrder());
   int moved = 0;
   for (Node* n : order) {
+    if (GroupNormIsTransparent(*n)) {
+      // Group statistics over positions and whole channels: the same from the channels-last tensor.
+      Node* t = ToFirstProducer(n->input(0));
+      if (t == nullptr) continue;
+      n->inputs[0] = t->inputs[0];
+      n->op_type = "NhwcGroupNorm";
+      rw.MoveOutputToChannelsLast(n);
+      ++moved;
+      continue;
+    }
     if (!n->domain.empty() || n->outputs.empty() || n->outputs[0] == nullptr) continue;
     if (n->op_type == "Split" && !n->inputs.empty() && n->input(0)) {
       // Split of a channels-last tensor along the permuted axis (sizes unchanged): every output channels-last

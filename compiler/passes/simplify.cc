@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/ir/verifier.h"
+#include "compiler/ops/op_registry.h"
 #include "compiler/passes/specialization_replay.h"
 
 namespace cjit {
@@ -347,6 +348,72 @@ absl::StatusOr<bool> DivisionByPowerOfTwoToMultiplication(Graph& g) {
   return changed;
 }
 
+absl::StatusOr<bool> FuseGroupNormalization(Graph& g) {
+  bool changed = false;
+  Uses uses(g);
+  CJIT_ASSIGN_OR_RETURN(std::vector<Node*> order, g.TopologicalOrder());
+  std::unordered_map<const Value*, Node*> reshape_of;  // InstanceNormalization output -> the Reshape reading it
+  for (Node* n : order) {
+    if (n->op_type == "Reshape" && n->domain.empty() && n->input(0)) reshape_of[n->input(0)] = n;
+  }
+  std::vector<Node*> removed;
+  for (Node* in : order) {
+    if (in->op_type != "InstanceNormalization" || !in->domain.empty() || in->inputs.size() != 3 ||
+        in->outputs.size() != 1 || !in->outputs[0]) {
+      continue;
+    }
+    Value* r1_out = in->input(0);
+    Value* scale = in->input(1);
+    Value* bias = in->input(2);
+    Value* i_out = in->outputs[0];
+    Node* r1 = r1_out ? r1_out->producer : nullptr;
+    auto r2_it = reshape_of.find(i_out);
+    if (!r1 || r1->op_type != "Reshape" || !r1->domain.empty() || !uses.OnlyReader(r1_out) || !uses.OnlyReader(i_out) ||
+        r2_it == reshape_of.end()) {
+      continue;
+    }
+    Node* r2 = r2_it->second;
+    Value* x = r1->input(0);
+    Value* shape1 = r1->input(1);
+    Value* target = r2->input(1);
+    Node* shape_of_x = target ? target->producer : nullptr;
+    // The reshape back is to Shape(x) itself (as exported with dynamic axes): it restores x's dims for every x.
+    if (!x || !shape1 || !shape1->is_constant() || shape1->constant->dtype() != DType::kI64 || !shape_of_x ||
+        shape_of_x->op_type != "Shape" || !shape_of_x->domain.empty() || shape_of_x->input(0) != x ||
+        shape_of_x->HasAttr("start") || shape_of_x->HasAttr("end") || r1->GetInt("allowzero", 0) != 0 ||
+        r2->GetInt("allowzero", 0) != 0 || !scale || !bias || !scale->is_constant() || !bias->is_constant() ||
+        r2->outputs.size() != 1 || !r2->outputs[0]) {
+      continue;
+    }
+    const int64_t groups = scale->constant->numel();
+    if (groups <= 0 || bias->constant->numel() != groups || scale->constant->dtype() != bias->constant->dtype() ||
+        shape1->constant->ToInt64Vector() != std::vector<int64_t>{0, groups, -1}) {
+      continue;
+    }
+    Value* y = r2->outputs[0];
+    Node* f = g.AddNode("FlatGroupNorm", absl::StrCat(in->name, "/group_norm"), {x, scale, bias, shape1}, {""});
+    f->domain = std::string(kInternalDomain);
+    f->attrs["num_groups"] = Attribute::Int(groups);
+    Attribute eps;
+    eps.kind = Attribute::Kind::kFloat;
+    eps.f = in->GetFloat("epsilon", 1e-5f);
+    f->attrs["epsilon"] = eps;
+    f->outputs[0] = y;
+    y->producer = f;
+    y->producer_output = 0;
+    r2->outputs[0] = nullptr;
+    CJIT_VLOG(2) << "FuseGroupNormalization: " << r1->Describe() << " -> " << in->Describe() << " -> " << r2->Describe()
+                 << " is one FlatGroupNorm";
+    removed.insert(removed.end(), {r1, in, r2});
+    changed = true;
+  }
+  if (changed) {
+    g.RemoveNodes(removed);
+    RemoveDeadNodes(g);  // the Shape(x) nodes no one else reads
+  }
+  return changed;
+}
+
 absl::Status SimplifyGraph(Graph& g) {
   for (int round = 0; round < 8; ++round) {
     bool any = false;
@@ -363,6 +430,8 @@ absl::Status SimplifyGraph(Graph& g) {
 
 absl::Status SimplifyBeforeSpecialization(Graph& g) {
   CJIT_ASSIGN_OR_RETURN(bool changed, FoldIntoConv(g));
+  if (changed) CJIT_RETURN_IF_ERROR(VerifyGraph(g));
+  CJIT_ASSIGN_OR_RETURN(changed, FuseGroupNormalization(g));
   if (changed) CJIT_RETURN_IF_ERROR(VerifyGraph(g));
   return absl::OkStatus();
 }

@@ -12,6 +12,11 @@
 //  * EliminateCommonSubexpressions: nodes with the same op, attributes and inputs are merged.
 //  * DivisionByPowerOfTwoToMultiplication: float32 Div by a scalar constant 2^k -> Mul by 2^-k (the same
 //    result for every input, with no division: attention's Div by sqrt(head dim) = 8).
+//  * FuseGroupNormalization (before specialization): GroupNorm as torch.onnx exports it up to opset 17 —
+//    Reshape(X, [0, G, -1]), InstanceNormalization with per-group scale and bias, Reshape back to Shape(X)
+//    — as one com.clusterjit.FlatGroupNorm(X, scale, bias, [0, G, -1]). Structural (no dims needed), so it
+//    is done once per Session and specialization replay never sees it; the channels-last pass moves it
+//    (NhwcGroupNorm) where its groups are whole channels: the reshapes had ended every channels-last region.
 //
 // Before (FoldIntoConv):  %c = Conv(%x, %W, %B)  %y = BatchNormalization(%c, %g, %b, %m, %v)
 // After:                  %y = Conv(%x, %W', %B')
@@ -36,14 +41,16 @@ absl::StatusOr<bool> RemoveNoOps(Graph& graph);
 absl::StatusOr<bool> FoldIntoConv(Graph& graph);
 absl::StatusOr<bool> EliminateCommonSubexpressions(Graph& graph);
 absl::StatusOr<bool> DivisionByPowerOfTwoToMultiplication(Graph& graph);
+absl::StatusOr<bool> FuseGroupNormalization(Graph& graph);
 
 // Runs the four passes to a fixed point, verifying the graph after each.
 absl::Status SimplifyGraph(Graph& graph);
 
 // The shape-independent part, run once on the loaded (unspecialized) graph so that no signature repeats
 // it: FoldIntoConv folds BatchNormalization into Conv with constant operands (needing no shapes; its
-// Mul/Add folds need known dims and still happen per signature). Weights are then folded once per
-// Session rather than once per signature, and per-signature clones share the folded constants.
+// Mul/Add folds need known dims and still happen per signature), and FuseGroupNormalization. Weights are
+// then folded once per Session rather than once per signature, and per-signature clones share the folded
+// constants.
 absl::Status SimplifyBeforeSpecialization(Graph& graph);
 
 }  // namespace cjit

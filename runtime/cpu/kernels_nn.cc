@@ -1092,6 +1092,104 @@ absl::Status GroupNorm(KernelContext& ctx) {
   });
 }
 
+// com.clusterjit.FlatGroupNorm (compiler/passes/simplify.h): rows of X [N, ...] split into num_groups
+// contiguous parts per sample (what Reshape to [N, G, M] gives), each normalized, then scale[g] and bias[g].
+absl::Status FlatGroupNorm(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  const int64_t groups = ctx.node->GetInt("num_groups", 0);
+  const int64_t rows = x.rank() >= 1 ? x.dim(0) * groups : 0;
+  if (groups <= 0 || (rows > 0 && x.numel() % rows != 0) || ctx.in(1).numel() != groups ||
+      ctx.in(2).numel() != groups) {
+    return ctx.Error(absl::StrCat("X (", DimsToString(x.dims()), ") does not split into N x num_groups (", groups,
+                                  ") rows, or scale / bias do not have num_groups values"));
+  }
+  Tensor& y = ctx.Alloc(0);
+  if (rows == 0) return absl::OkStatus();
+  std::vector<double> sc = ctx.in(1).ToDoubleVector(), b = ctx.in(2).ToDoubleVector();
+  return DispatchFloat(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    NormalizeRows(ctx, x.data<T>(), y.data<T>(), rows, 1, x.numel() / rows, ctx.node->GetFloat("epsilon", 1e-5f), sc,
+                  b, [groups](int64_t r, int64_t) { return r % groups; });
+  });
+}
+
+// com.clusterjit.NhwcGroupNorm (compiler/passes/layout.h): X [N, d.., C] channels-last, float32; group g
+// holds channels [g * C/G, (g + 1) * C/G) of every position. Per sample: per-channel sums over the positions
+// (vectorized over the contiguous channels, float blocks of 256 positions added in double, positions split
+// over the threads), combined per group; the squared deviations from the group mean likewise; then
+// y = x * a[c] + b[c].
+absl::Status NhwcGroupNorm(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  const int64_t groups = ctx.node->GetInt("num_groups", 0);
+  if (x.dtype() != DType::kF32 || x.rank() < 3 || groups <= 0 || x.dim(x.rank() - 1) % groups != 0 ||
+      ctx.in(1).numel() != groups || ctx.in(2).numel() != groups) {
+    return ctx.Error(absl::StrCat("X (", DimsToString(x.dims()), ") must be float32 [N, .., C] with C divisible by ",
+                                  "num_groups (", groups, "), scale / bias num_groups values"));
+  }
+  Tensor& y = ctx.Alloc(0);
+  const int64_t N = x.dim(0), C = x.dim(x.rank() - 1), S = x.numel() / std::max<int64_t>(N * C, 1), cpg = C / groups;
+  if (x.numel() == 0) return absl::OkStatus();
+  const double eps = ctx.node->GetFloat("epsilon", 1e-5f);
+  const std::vector<double> sc = ctx.in(1).ToDoubleVector(), bs = ctx.in(2).ToDoubleVector();
+  const int nt = static_cast<int>(std::clamp<int64_t>(ThreadsForElements(ctx.threads, x.numel()), 1, S));
+  std::vector<std::vector<double>> part(nt, std::vector<double>(C));
+  std::vector<float> center(C), a(C), b(C);
+  // Per-channel sums of x (or of its squared deviation from `center`) over the positions of one sample,
+  // summed per group.
+  auto group_sums = [&](const float* px, bool squared) {
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+      const int t = nt > 1 ? omp_get_thread_num() : 0;
+      const int64_t s0 = S * t / nt, s1 = S * (t + 1) / nt;
+      std::vector<double>& acc = part[t];
+      std::fill(acc.begin(), acc.end(), 0.0);
+      std::vector<float> blk(C);
+      for (int64_t b0 = s0; b0 < s1; b0 += 256) {
+        std::fill(blk.begin(), blk.end(), 0.0f);
+        for (int64_t p = b0; p < std::min(s1, b0 + 256); ++p) {
+          const float* row = px + p * C;
+          if (squared) {
+#pragma omp simd
+            for (int64_t c = 0; c < C; ++c) blk[c] += (row[c] - center[c]) * (row[c] - center[c]);
+          } else {
+#pragma omp simd
+            for (int64_t c = 0; c < C; ++c) blk[c] += row[c];
+          }
+        }
+        for (int64_t c = 0; c < C; ++c) acc[c] += blk[c];
+      }
+    }
+    std::vector<double> g(groups, 0.0);
+    for (int t = 0; t < nt; ++t)
+      for (int64_t c = 0; c < C; ++c) g[c / cpg] += part[t][c];
+    return g;
+  };
+  const double count = static_cast<double>(S * cpg);
+  for (int64_t n = 0; n < N; ++n) {
+    const float* px = x.data<float>() + n * S * C;
+    float* py = y.data<float>() + n * S * C;
+    std::vector<double> mean = group_sums(px, false);
+    for (int64_t g = 0; g < groups; ++g) mean[g] /= count;
+    for (int64_t c = 0; c < C; ++c) center[c] = static_cast<float>(mean[c / cpg]);
+    std::vector<double> var = group_sums(px, true);
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t g = c / cpg;
+      const double s = sc[g] / std::sqrt(var[g] / count + eps);
+      a[c] = static_cast<float>(s);
+      b[c] = static_cast<float>(bs[g] - mean[g] * s);
+    }
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int64_t p = 0; p < S; ++p) {
+      const float* row = px + p * C;
+      float* out = py + p * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) out[c] = row[c] * a[c] + b[c];
+    }
+  }
+  if (nt > 1) MarkParallelEnd();
+  return absl::OkStatus();
+}
+
 absl::Status Lrn(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.Alloc(0);
@@ -1263,6 +1361,8 @@ void RegisterNnKernels() {
   RegisterKernel("MaxPool", [](KernelContext& ctx) { return Pool(ctx, 0); });
   RegisterKernel("AveragePool", [](KernelContext& ctx) { return Pool(ctx, 1); });
   RegisterKernel("LpPool", [](KernelContext& ctx) { return Pool(ctx, 2); });
+  RegisterKernel("FlatGroupNorm", FlatGroupNorm);
+  RegisterKernel("NhwcGroupNorm", NhwcGroupNorm);
   RegisterKernel("NhwcMaxPool", [](KernelContext& ctx) { return NhwcPool(ctx, 0); });
   RegisterKernel("NhwcAveragePool", [](KernelContext& ctx) { return NhwcPool(ctx, 1); });
   RegisterKernel("GlobalMaxPool", [](KernelContext& ctx) { return GlobalPool(ctx, 0); });
