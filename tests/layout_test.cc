@@ -388,44 +388,49 @@ TEST(ChannelsLastTest, EveryIsaVariantOfTheConvLoopsMatchesTheNchwPath) {
 // against float64 1 / (1 + exp(-x)): within 4 ulp wherever the result is a normal float, within 1e-37
 // where it is tiny, exact on the special values (NaN stays NaN, -inf -> 0, +inf -> 1, +-0 -> 0.5), and
 // over lengths that leave vector tails.
+// The same for the vector tanh (TanhV: -inf -> -1, +inf -> 1, -0 -> -0).
 TEST(VectorLogisticTest, MatchesFloat64OnEveryIsaVariant) {
-  std::vector<float> x;
-  for (double v = -110.0; v <= 110.0; v += 0.0137) x.push_back(static_cast<float>(v));
-  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-45f, 88.72f, -88.72f, 88.38f, -88.38f, 87.34f, -87.34f, 103.9f,
-                  -103.9f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                  std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::max(),
-                  -std::numeric_limits<float>::max()}) {
-    x.push_back(v);
-  }
-  x.push_back(0.25f);  // an odd length: vector tails
-  PostOp sigmoid;
-  sigmoid.kind = PostOp::Kind::kSigmoid;
-  int variants = 0;
-  for (ConvLoopIsa isa : {ConvLoopIsa::kBaseline, ConvLoopIsa::kAvx2, ConvLoopIsa::kAvx512}) {
-    if (!SetConvLoopIsaForTest(isa)) continue;
-    ++variants;
-    std::vector<float> y(x.size());
-    ApplyUnaryPostOps(x.data(), y.data(), static_cast<int64_t>(x.size()), {sigmoid}, 1);
-    for (size_t i = 0; i < x.size(); ++i) {
-      const double want = 1.0 / (1.0 + std::exp(-static_cast<double>(x[i])));
-      if (std::isnan(x[i])) {
-        EXPECT_TRUE(std::isnan(y[i])) << "ISA " << static_cast<int>(isa);
-        continue;
-      }
-      const float wf = static_cast<float>(want);
-      if (std::isinf(x[i]) || x[i] == 0.0f) {
-        EXPECT_EQ(y[i], wf) << "x=" << x[i] << " ISA " << static_cast<int>(isa);
-      } else if (wf >= std::numeric_limits<float>::min()) {
-        const double ulp = std::nextafter(wf, std::numeric_limits<float>::infinity()) - wf;
-        EXPECT_LE(std::abs(y[i] - want), 4 * ulp) << "x=" << x[i] << " got " << y[i] << " want " << want << " ISA "
-                                                   << static_cast<int>(isa);
-      } else {
-        EXPECT_LE(std::abs(y[i] - want), 1e-37) << "x=" << x[i] << " ISA " << static_cast<int>(isa);
+  for (PostOp::Kind kind : {PostOp::Kind::kSigmoid, PostOp::Kind::kTanh}) {
+    std::vector<float> x;
+    for (double v = -110.0; v <= 110.0; v += 0.0137) x.push_back(static_cast<float>(v));
+    for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-45f, 88.72f, -88.72f, 88.38f, -88.38f, 87.34f, -87.34f, 103.9f,
+                    -103.9f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::max(),
+                    -std::numeric_limits<float>::max()}) {
+      x.push_back(v);
+    }
+    x.push_back(0.25f);  // an odd length: vector tails
+    PostOp sigmoid;
+    sigmoid.kind = kind;
+    int variants = 0;
+    for (ConvLoopIsa isa : {ConvLoopIsa::kBaseline, ConvLoopIsa::kAvx2, ConvLoopIsa::kAvx512}) {
+      if (!SetConvLoopIsaForTest(isa)) continue;
+      ++variants;
+      std::vector<float> y(x.size());
+      ApplyUnaryPostOps(x.data(), y.data(), static_cast<int64_t>(x.size()), {sigmoid}, 1);
+      for (size_t i = 0; i < x.size(); ++i) {
+        const double want = kind == PostOp::Kind::kTanh ? std::tanh(static_cast<double>(x[i]))
+                                                        : 1.0 / (1.0 + std::exp(-static_cast<double>(x[i])));
+        if (std::isnan(x[i])) {
+          EXPECT_TRUE(std::isnan(y[i])) << "ISA " << static_cast<int>(isa);
+          continue;
+        }
+        const float wf = static_cast<float>(want);
+        if (std::isinf(x[i]) || x[i] == 0.0f) {
+          EXPECT_EQ(y[i], wf) << "x=" << x[i] << " ISA " << static_cast<int>(isa);
+          EXPECT_EQ(std::signbit(y[i]), std::signbit(wf)) << "x=" << x[i];
+        } else if (std::abs(wf) >= std::numeric_limits<float>::min()) {
+          const double ulp = std::nextafter(std::abs(wf), std::numeric_limits<float>::infinity()) - std::abs(wf);
+          EXPECT_LE(std::abs(y[i] - want), 4 * ulp) << "x=" << x[i] << " got " << y[i] << " want " << want << " ISA "
+                                                     << static_cast<int>(isa);
+        } else {
+          EXPECT_LE(std::abs(y[i] - want), 1e-37) << "x=" << x[i] << " ISA " << static_cast<int>(isa);
+        }
       }
     }
+    SetConvLoopIsaForTest(ConvLoopIsa::kDetect);
+    EXPECT_GE(variants, 1);
   }
-  SetConvLoopIsaForTest(ConvLoopIsa::kDetect);
-  EXPECT_GE(variants, 1);
 }
 
 // Channels-last pointwise convolutions against float64 sums, on every ISA variant of the conv loops: the

@@ -268,7 +268,7 @@ void RegisterUnary() {
   EigenUnaryF32("Sqrt", [](const auto& in, auto& out) {
     for (Eigen::Index i = 0; i < in.size(); ++i) out[i] = __builtin_sqrtf(in[i]);
   });
-  EigenUnaryF32("Tanh", [](const auto& in, auto& out) { out = in.tanh(); });
+  VectorActivationF32("Tanh", [](const Node&) { return std::vector<PostOp>{MakePostOp(PostOp::Kind::kTanh)}; });
   // The logistic through the conv epilogues' vector code (ExpV, conv_gemm.cc): AVX-512 / AVX2 where the
   // CPU has them, where Eigen's exp runs at the SSE2 baseline width.
   VectorActivationF32("Sigmoid", [](const Node&) { return std::vector<PostOp>{MakePostOp(PostOp::Kind::kSigmoid)}; });

@@ -4,10 +4,13 @@
 #include <map>
 #include <set>
 
+#include "compiler/codegen/fusion_plan.h"
 #include "compiler/ir/status_macros.h"
+#include "runtime/cpu/conv_gemm.h"
 #include "runtime/cpu/dispatch.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/kernel.h"
+#include "runtime/cpu/parallel.h"
 
 namespace cjit {
 namespace {
@@ -67,6 +70,124 @@ absl::StatusOr<std::vector<Activation>> Activations(const KernelContext& ctx, st
     out.push_back(a);
   }
   return out;
+}
+
+// What the float32 path needs of one node (validated by Recurrent before).
+struct RecurrentF32Args {
+  int kind = 0, nd = 1, gates = 1;
+  bool batch_major = false, reverse_only = false, lbr = false;
+  int64_t S = 0, B = 0, I = 0, H = 0;
+  const std::vector<double>* bias = nullptr;  // [nd, 2 * gates * H]: Wb then Rb
+  const std::vector<int64_t>* lens = nullptr;
+  const std::vector<double>* h0 = nullptr;    // [nd, B, H]
+  const std::vector<double>* c0 = nullptr;
+};
+
+// The float32 recurrence with the default activations and no clip, peepholes or input_forget: the input
+// projections of all steps in one GEMM with the biases that sit outside the reset gate folded in (as ONNX
+// Runtime does), then per step one matrix-vector product by R and the gates in float with the vector
+// logistic and tanh (conv_gemm.h ApplyUnaryPostOps: ExpV / TanhV). The directions of a bidirectional node
+// are independent and run on two threads when there is enough work. The general loop below computed the
+// gates in double with per-element std::exp / std::tanh: a 2 x 128 bidirectional LSTM step took 11 us
+// (ORT 3.3).
+absl::Status RecurrentF32(KernelContext& ctx, const RecurrentF32Args& a) {
+  const Tensor& X = ctx.in(0);
+  const int64_t S = a.S, B = a.B, I = a.I, H = a.H, G = a.gates * H;
+  auto op = [](PostOp::Kind k) {
+    PostOp p;
+    p.kind = k;
+    return std::vector<PostOp>{p};
+  };
+  static const std::vector<PostOp> kSigmoid = op(PostOp::Kind::kSigmoid), kTanh = op(PostOp::Kind::kTanh);
+  Tensor* Y = ctx.wants(0) ? &ctx.Alloc(0, DType::kF32, a.batch_major ? Dims{B, S, a.nd, H} : Dims{S, a.nd, B, H})
+                           : nullptr;
+  Tensor* Yh = ctx.wants(1) ? &ctx.Alloc(1, DType::kF32, a.batch_major ? Dims{B, a.nd, H} : Dims{a.nd, B, H}) : nullptr;
+  Tensor* Yc = a.kind == 2 && ctx.wants(2) ? &ctx.Alloc(2, DType::kF32, a.batch_major ? Dims{B, a.nd, H} : Dims{a.nd, B, H})
+                                           : nullptr;
+  if (Y) std::fill(Y->data<float>(), Y->data<float>() + Y->numel(), 0.0f);  // steps past sequence_lens
+  auto y_at = [&](int64_t t, int d, int64_t b) {
+    return Y->data<float>() + (a.batch_major ? ((b * S + t) * a.nd + d) * H : ((t * a.nd + d) * B + b) * H);
+  };
+  auto state_at = [&](Tensor* T, int d, int64_t b) {
+    return T->data<float>() + (a.batch_major ? (b * a.nd + d) * H : (d * B + b) * H);
+  };
+  // Input projections, rows in X's order (t * B + b, or b * S + t with layout = 1), biases folded: all of
+  // Wb and Rb, except GRU's Rbh with linear_before_reset, which the reset gate multiplies.
+  std::vector<std::vector<float>> xw(a.nd, std::vector<float>(static_cast<size_t>(S * B * G)));
+  for (int d = 0; d < a.nd; ++d) {
+    const float* wf = ctx.in(1).data<float>() + d * G * I;
+    if (S * B > 0 && !Sgemm(false, true, S * B, G, I, 1.0f, X.data<float>(), I, wf, I, 0.0f, xw[d].data(), G)) {
+      return ctx.Error("input projection GEMM: invalid arguments");
+    }
+    const double* wb = a.bias->data() + d * 2 * G;
+    const double* rb = wb + G;
+    std::vector<float> fold(G);
+    for (int64_t g = 0; g < G; ++g) {
+      const bool reset_gated = a.kind == 1 && a.lbr && g >= 2 * H;
+      fold[g] = static_cast<float>(wb[g] + (reset_gated ? 0.0 : rb[g]));
+    }
+    for (int64_t row = 0; row < S * B; ++row) {
+      float* p = xw[d].data() + row * G;
+      for (int64_t g = 0; g < G; ++g) p[g] += fold[g];
+    }
+  }
+  using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  auto run_direction = [&](int d) {
+    const bool reverse = a.reverse_only || d == 1;
+    const float* rf = ctx.in(2).data<float>() + d * G * H;
+    const double* rbh = a.bias->data() + d * 2 * G + G + 2 * H;  // GRU: Rb of the hidden gate
+    std::vector<float> h(H), c(H), gates(G), gh(G), tmp(H);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t k = 0; k < H; ++k) {
+        h[k] = static_cast<float>((*a.h0)[(d * B + b) * H + k]);
+        c[k] = static_cast<float>((*a.c0)[(d * B + b) * H + k]);
+      }
+      const int64_t len = std::min<int64_t>((*a.lens)[b], S);
+      Eigen::Map<Eigen::VectorXf> hv(h.data(), H);
+      for (int64_t step = 0; step < len; ++step) {
+        const int64_t t = reverse ? len - 1 - step : step;
+        const float* xr = xw[d].data() + (a.batch_major ? b * S + t : t * B + b) * G;
+        if (a.kind == 0) {  // RNN: h = tanh(x + R h)
+          Eigen::Map<Eigen::VectorXf>(gates.data(), H).noalias() = Eigen::Map<const RowMatrix>(rf, H, H) * hv;
+          for (int64_t k = 0; k < H; ++k) gates[k] += xr[k];
+          ApplyUnaryPostOps(gates.data(), h.data(), H, kTanh, 1);
+        } else if (a.kind == 2) {  // LSTM, gates i, o, f, c
+          Eigen::Map<Eigen::VectorXf>(gates.data(), G).noalias() = Eigen::Map<const RowMatrix>(rf, G, H) * hv;
+          for (int64_t g = 0; g < G; ++g) gates[g] += xr[g];
+          ApplyUnaryPostOps(gates.data(), gates.data(), 3 * H, kSigmoid, 1);
+          ApplyUnaryPostOps(gates.data() + 3 * H, gates.data() + 3 * H, H, kTanh, 1);
+          for (int64_t k = 0; k < H; ++k) c[k] = gates[2 * H + k] * c[k] + gates[k] * gates[3 * H + k];
+          ApplyUnaryPostOps(c.data(), tmp.data(), H, kTanh, 1);
+          for (int64_t k = 0; k < H; ++k) h[k] = gates[H + k] * tmp[k];
+        } else if (a.lbr) {  // GRU, gates z, r, h: hh = tanh(xh + r (.) (Rh h + Rbh))
+          Eigen::Map<Eigen::VectorXf>(gh.data(), G).noalias() = Eigen::Map<const RowMatrix>(rf, G, H) * hv;
+          for (int64_t g = 0; g < 2 * H; ++g) gates[g] = xr[g] + gh[g];
+          ApplyUnaryPostOps(gates.data(), gates.data(), 2 * H, kSigmoid, 1);
+          for (int64_t k = 0; k < H; ++k) {
+            tmp[k] = xr[2 * H + k] + gates[H + k] * (gh[2 * H + k] + static_cast<float>(rbh[k]));
+          }
+          ApplyUnaryPostOps(tmp.data(), tmp.data(), H, kTanh, 1);
+          for (int64_t k = 0; k < H; ++k) h[k] = (1.0f - gates[k]) * tmp[k] + gates[k] * h[k];
+        } else {  // GRU: hh = tanh(xh + (r (.) h) Rh^T + Rbh)
+          Eigen::Map<Eigen::VectorXf>(gh.data(), 2 * H).noalias() = Eigen::Map<const RowMatrix>(rf, 2 * H, H) * hv;
+          for (int64_t g = 0; g < 2 * H; ++g) gates[g] = xr[g] + gh[g];
+          ApplyUnaryPostOps(gates.data(), gates.data(), 2 * H, kSigmoid, 1);
+          for (int64_t k = 0; k < H; ++k) tmp[k] = gates[H + k] * h[k];
+          Eigen::Map<Eigen::VectorXf>(gh.data() + 2 * H, H).noalias() =
+              Eigen::Map<const RowMatrix>(rf + 2 * H * H, H, H) * Eigen::Map<const Eigen::VectorXf>(tmp.data(), H);
+          for (int64_t k = 0; k < H; ++k) tmp[k] = xr[2 * H + k] + gh[2 * H + k];
+          ApplyUnaryPostOps(tmp.data(), tmp.data(), H, kTanh, 1);
+          for (int64_t k = 0; k < H; ++k) h[k] = (1.0f - gates[k]) * tmp[k] + gates[k] * h[k];
+        }
+        if (Y) std::copy(h.begin(), h.end(), y_at(t, d, b));
+      }
+      if (Yh) std::copy(h.begin(), h.end(), state_at(Yh, d, b));
+      if (Yc) std::copy(c.begin(), c.end(), state_at(Yc, d, b));
+    }
+  };
+  const int nt = a.nd == 2 ? ThreadsForWork(std::min(ctx.threads, 2), static_cast<double>(S) * B * G * H) : 1;
+  ParallelFor(nt, a.nd, [&](int64_t d) { run_direction(static_cast<int>(d)); });
+  return absl::OkStatus();
 }
 
 // kind: 0 RNN, 1 GRU, 2 LSTM.
@@ -134,6 +255,31 @@ absl::Status Recurrent(KernelContext& ctx, int kind) {
     };
     to_direction_major(h0);
     to_direction_major(c0);
+  }
+  bool default_activations = true;
+  for (size_t i = 0; i < acts.size(); ++i) {
+    const Activation::Kind want = dflt[i % dflt.size()] == "Sigmoid" ? Activation::Kind::kSigmoid : Activation::Kind::kTanh;
+    default_activations &= acts[i].kind == want;
+  }
+  bool peepholes = false;
+  for (double v : P) peepholes |= v != 0.0;
+  if (f32 && default_activations && clip <= 0 && !input_forget && !peepholes) {
+    RecurrentF32Args a;
+    a.kind = kind;
+    a.nd = nd;
+    a.gates = gates;
+    a.batch_major = batch_major;
+    a.reverse_only = direction == "reverse";
+    a.lbr = lbr;
+    a.S = S;
+    a.B = B;
+    a.I = I;
+    a.H = H;
+    a.bias = &bias;
+    a.lens = &lens;
+    a.h0 = &h0;
+    a.c0 = &c0;
+    return RecurrentF32(ctx, a);
   }
   std::vector<double> Y(S * nd * B * H, 0.0), Yh(nd * B * H), Yc(nd * B * H);
   auto X_at = [&](int64_t t, int64_t b, int64_t i) {
