@@ -14,19 +14,20 @@ namespace {
 
 double Sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
 
-class GruTest : public ::testing::TestWithParam<int> {};
+std::string IrConstant(const std::string& name, const Tensor& t) {
+  std::string dims, values;
+  for (int i = 0; i < t.rank(); ++i) dims += (i ? "," : "") + std::to_string(t.dim(i));
+  for (int64_t i = 0; i < t.numel(); ++i) values += (i ? ", " : "") + std::to_string(t.data<float>()[i]);
+  return "  %" + name + " = constant f32[" + dims + "] {" + values + "}\n";
+}
+
+// Parameters: linear_before_reset; constant weights (hidden size 8: the packed panels on AVX-512, the
+// hidden-gate rows a separate product without linear_before_reset) or graph inputs (hidden size 4).
+class GruTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(GruTest, MatchesFloat64Reference) {
-  const int lbr = GetParam();
-  const int S = 3, B = 2, I = 3, H = 4;
-  std::string ir = "graph g(%x: f32[3,2,3], %w: f32[1,12,3], %r: f32[1,12,4], %b: f32[1,24]) {\n"
-                   "  %y, %yh = GRU(%x, %w, %r, %b) {hidden_size=4, linear_before_reset=" + std::to_string(lbr) +
-                   "}\n  return %y, %yh\n}";
-  auto parsed = ParseGraph(ir);
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
-  std::shared_ptr<Graph> g(std::move(*parsed));
-  auto eval = [](const Node& n, const std::vector<const Tensor*>& in) { return EvaluateNode(n, in, 1); };
-  ASSERT_TRUE(SpecializeShapes(*g, {{S, B, I}, {1, 3 * H, I}, {1, 3 * H, H}, {1, 6 * H}}, eval).ok());
+  const auto [lbr, constant] = GetParam();
+  const int S = 3, B = 2, I = 3, H = constant ? 8 : 4;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1, 1);
   auto rnd = [&](Dims d) {
@@ -35,9 +36,28 @@ TEST_P(GruTest, MatchesFloat64Reference) {
     return t;
   };
   Tensor x = rnd({S, B, I}), w = rnd({1, 3 * H, I}), r = rnd({1, 3 * H, H}), b = rnd({1, 6 * H});
+  if (constant) {  // the IR's constants are printed with 6 decimals: use exactly those values
+    for (Tensor* t : {&w, &r, &b}) {
+      for (int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] = std::stof(std::to_string(t->data<float>()[i]));
+    }
+  }
+  const std::string h3 = std::to_string(3 * H);
+  std::string ir = "graph g(%x: f32[3,2,3]" +
+                   (constant ? std::string() : ", %w: f32[1," + h3 + ",3], %r: f32[1," + h3 + "," + std::to_string(H) +
+                                                   "], %b: f32[1," + std::to_string(6 * H) + "]") +
+                   ") {\n" + (constant ? IrConstant("w", w) + IrConstant("r", r) + IrConstant("b", b) : "") +
+                   "  %y, %yh = GRU(%x, %w, %r, %b) {hidden_size=" + std::to_string(H) +
+                   ", linear_before_reset=" + std::to_string(lbr) + "}\n  return %y, %yh\n}";
+  auto parsed = ParseGraph(ir);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  std::shared_ptr<Graph> g(std::move(*parsed));
+  auto eval = [](const Node& n, const std::vector<const Tensor*>& in) { return EvaluateNode(n, in, 1); };
+  std::vector<Dims> in_dims = {{S, B, I}};
+  if (!constant) in_dims.insert(in_dims.end(), {{1, 3 * H, I}, {1, 3 * H, H}, {1, 6 * H}});
+  ASSERT_TRUE(SpecializeShapes(*g, in_dims, eval).ok());
   auto ex = Executor::Create(g, ExecutorOptions{1, nullptr, true});
   ASSERT_TRUE(ex.ok());
-  auto out = (*ex)->Run({x, w, r, b});
+  auto out = constant ? (*ex)->Run({x}) : (*ex)->Run({x, w, r, b});
   ASSERT_TRUE(out.ok()) << out.status();
   // Reference (gates z, r, h; weights [3H, I] / [3H, H]; bias Wb then Rb).
   const float* W = w.data<float>();
@@ -82,15 +102,17 @@ TEST_P(GruTest, MatchesFloat64Reference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(LinearBeforeReset, GruTest, ::testing::Values(0, 1));
+INSTANTIATE_TEST_SUITE_P(LinearBeforeReset, GruTest, ::testing::Combine(::testing::Values(0, 1), ::testing::Bool()));
 
 // Bidirectional LSTM and RNN (the float32 path: projections in one GEMM, vector logistic / tanh, the two
 // directions on two threads) against float64 formulas, with random weights and biases, initial states,
 // sequence_lens shorter than the sequence for one batch entry (steps past it are zero in Y), layout 0
-// and 1, hidden size 37 (vector tails) and a long sequence (enough work for two threads).
+// and 1; weights as graph inputs (BLIS / Eigen; hidden size 37: vector tails) or constants (hidden size
+// 40: the packed panels of the pointwise convolutions' loop on AVX-512), 200 steps.
 struct RecurrentCase {
   std::string op;  // "LSTM" or "RNN"
   int layout;
+  bool constant_weights;
 };
 
 class RecurrentF32Test : public ::testing::TestWithParam<RecurrentCase> {};
@@ -98,7 +120,7 @@ class RecurrentF32Test : public ::testing::TestWithParam<RecurrentCase> {};
 TEST_P(RecurrentF32Test, BidirectionalMatchesFloat64Reference) {
   const RecurrentCase c = GetParam();
   const bool lstm = c.op == "LSTM";
-  const int S = 200, B = 2, I = 5, H = 37, G = lstm ? 4 : 1, nd = 2;  // LSTM: 2.2M multiply-adds, 2 threads
+  const int S = 200, B = 2, I = 5, H = c.constant_weights ? 40 : 37, G = lstm ? 4 : 1, nd = 2;
   auto dims = [&](Dims seq_major) {  // [S, B, ..] / [nd, B, H] -> batch-major with layout = 1
     if (c.layout == 0) return seq_major;
     std::swap(seq_major[0], seq_major[1]);
@@ -110,19 +132,6 @@ TEST_P(RecurrentF32Test, BidirectionalMatchesFloat64Reference) {
     for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
     return s;
   };
-  std::string ir = "graph g(%x: f32[" + ir_dims(xd) + "], %w: f32[2," + std::to_string(G * H) + ",5], %r: f32[2," +
-                   std::to_string(G * H) + ",37], %b: f32[2," + std::to_string(2 * G * H) + "], %len: i32[2], %h0: f32[" +
-                   ir_dims(hd) + "]" + (lstm ? ", %c0: f32[" + ir_dims(hd) + "]" : "") + ") {\n  %y, %yh" +
-                   (lstm ? ", %yc" : "") + " = " + c.op + "(%x, %w, %r, %b, %len, %h0" + (lstm ? ", %c0" : "") +
-                   ") {hidden_size=37, direction=\"bidirectional\", layout=" + std::to_string(c.layout) +
-                   "}\n  return %y, %yh" + (lstm ? ", %yc" : "") + "\n}";
-  auto parsed = ParseGraph(ir);
-  ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << ir;
-  std::shared_ptr<Graph> g(std::move(*parsed));
-  std::vector<Dims> in_dims = {xd, {nd, G * H, I}, {nd, G * H, H}, {nd, 2 * G * H}, {B}, hd};
-  if (lstm) in_dims.push_back(hd);
-  auto eval = [](const Node& n, const std::vector<const Tensor*>& in) { return EvaluateNode(n, in, 1); };
-  ASSERT_TRUE(SpecializeShapes(*g, in_dims, eval).ok());
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(-0.6f, 0.6f);
   auto rnd = [&](Dims d) {
@@ -133,11 +142,42 @@ TEST_P(RecurrentF32Test, BidirectionalMatchesFloat64Reference) {
   Tensor len(DType::kI32, {B});
   len.data<int32_t>()[0] = S;
   len.data<int32_t>()[1] = S - 83;
-  // R scaled to a contraction (as trained recurrences are): float32 rounding is not amplified over 70 steps.
-  Tensor rw = rnd({nd, G * H, H});
-  for (int64_t i = 0; i < rw.numel(); ++i) rw.data<float>()[i] *= 0.25f;
-  std::vector<Tensor> inputs = {rnd(xd), rnd({nd, G * H, I}), rw, rnd({nd, 2 * G * H}), len, rnd(hd)};
-  if (lstm) inputs.push_back(rnd(hd));
+  // R scaled to a contraction (as trained recurrences are): float32 rounding is not amplified over 200 steps.
+  Tensor w = rnd({nd, G * H, I}), r = rnd({nd, G * H, H}), bias = rnd({nd, 2 * G * H});
+  for (int64_t i = 0; i < r.numel(); ++i) r.data<float>()[i] *= 0.25f;
+  if (c.constant_weights) {  // the IR's constants are printed with 6 decimals: use exactly those values
+    for (Tensor* t : {&w, &r, &bias}) {
+      for (int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] = std::stof(std::to_string(t->data<float>()[i]));
+    }
+  }
+  const Tensor x = rnd(xd), h0 = rnd(hd), c0 = rnd(hd);
+  const std::string weights = c.constant_weights ? "" : ", %w: f32[2," + std::to_string(G * H) + ",5], %r: f32[2," +
+                                                            std::to_string(G * H) + "," + std::to_string(H) +
+                                                            "], %b: f32[2," + std::to_string(2 * G * H) + "]";
+  std::string ir = "graph g(%x: f32[" + ir_dims(xd) + "]" + weights + ", %len: i32[2], %h0: f32[" + ir_dims(hd) + "]" +
+                   (lstm ? ", %c0: f32[" + ir_dims(hd) + "]" : "") + ") {\n" +
+                   (c.constant_weights ? IrConstant("w", w) + IrConstant("r", r) + IrConstant("b", bias) : "") +
+                   "  %y, %yh" + (lstm ? ", %yc" : "") + " = " + c.op + "(%x, %w, %r, %b, %len, %h0" +
+                   (lstm ? ", %c0" : "") + ") {hidden_size=" + std::to_string(H) +
+                   ", direction=\"bidirectional\", layout=" + std::to_string(c.layout) + "}\n  return %y, %yh" +
+                   (lstm ? ", %yc" : "") + "\n}";
+  auto parsed = ParseGraph(ir);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  std::shared_ptr<Graph> g(std::move(*parsed));
+  std::vector<Dims> in_dims = {xd};
+  std::vector<Tensor> inputs = {x};
+  if (!c.constant_weights) {
+    in_dims.insert(in_dims.end(), {{nd, G * H, I}, {nd, G * H, H}, {nd, 2 * G * H}});
+    inputs.insert(inputs.end(), {w, r, bias});
+  }
+  in_dims.insert(in_dims.end(), {{B}, hd});
+  inputs.insert(inputs.end(), {len, h0});
+  if (lstm) {
+    in_dims.push_back(hd);
+    inputs.push_back(c0);
+  }
+  auto eval = [](const Node& n, const std::vector<const Tensor*>& in) { return EvaluateNode(n, in, 1); };
+  ASSERT_TRUE(SpecializeShapes(*g, in_dims, eval).ok());
   auto ex = Executor::Create(g, ExecutorOptions{2, nullptr, true});
   ASSERT_TRUE(ex.ok());
   auto out = (*ex)->Run(inputs);
@@ -145,14 +185,13 @@ TEST_P(RecurrentF32Test, BidirectionalMatchesFloat64Reference) {
   auto at = [&](const Tensor& t, int64_t seq, int64_t bat, int64_t k, int64_t inner) {  // seq-major index
     return c.layout == 0 ? t.data<float>()[(seq * B + bat) * inner + k] : t.data<float>()[(bat * (t.dim(1)) + seq) * inner + k];
   };
-  const Tensor &x = inputs[0], &w = inputs[1], &r = inputs[2], &bias = inputs[3], &h0 = inputs[5];
   for (int d = 0; d < nd; ++d) {
     for (int b = 0; b < B; ++b) {
       const int n = len.data<int32_t>()[b];
       std::vector<double> h(H), cs(H, 0.0);
       for (int k = 0; k < H; ++k) {
         h[k] = at(h0, d, b, k, H);
-        if (lstm) cs[k] = at(inputs[6], d, b, k, H);
+        if (lstm) cs[k] = at(c0, d, b, k, H);
       }
       auto pre = [&](int row, int t) {  // x W^T + Wb + h R^T + Rb for gate row `row`
         double s = bias.data<float>()[d * 2 * G * H + row] + bias.data<float>()[d * 2 * G * H + G * H + row];
@@ -193,10 +232,13 @@ TEST_P(RecurrentF32Test, BidirectionalMatchesFloat64Reference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, RecurrentF32Test,
-                         ::testing::Values(RecurrentCase{"LSTM", 0}, RecurrentCase{"LSTM", 1}, RecurrentCase{"RNN", 0},
-                                           RecurrentCase{"RNN", 1}),
+                         ::testing::Values(RecurrentCase{"LSTM", 0, false}, RecurrentCase{"LSTM", 1, false},
+                                           RecurrentCase{"RNN", 0, false}, RecurrentCase{"RNN", 1, false},
+                                           RecurrentCase{"LSTM", 0, true}, RecurrentCase{"LSTM", 1, true},
+                                           RecurrentCase{"RNN", 1, true}),
                          [](const ::testing::TestParamInfo<RecurrentCase>& i) {
-                           return i.param.op + "_layout" + std::to_string(i.param.layout);
+                           return i.param.op + "_layout" + std::to_string(i.param.layout) +
+                                  (i.param.constant_weights ? "_constant_weights" : "");
                          });
 
 }  // namespace

@@ -926,14 +926,16 @@ bool UsePanelPointwise(int64_t C, int64_t OC) {
   return PickIsa().panel_pointwise != nullptr && C > 0 && OC > 0 && OC % 8 == 0 && !UseSmallKPointwise(C, OC);
 }
 
-// B (input `index`, constant, [N, K] when b_is_nk else [K, N]) in panels (kPanelWidth above), cached once
-// per buffer; pointwise weights W [OC, C, 1, 1] are B [N = OC, K = C]. Keep the entry while reading them.
-std::shared_ptr<DnnlEntry> PanelProductWeights(const KernelContext& ctx, int index, bool b_is_nk, int64_t K, int64_t N) {
+// B (input `index`, constant, [N, K] when b_is_nk else [K, N], from float `offset` on) in panels
+// (kPanelWidth above), cached once per buffer and offset; pointwise weights W [OC, C, 1, 1] are B [N = OC,
+// K = C]. Keep the entry while reading them.
+std::shared_ptr<DnnlEntry> PanelProductWeights(const KernelContext& ctx, int index, bool b_is_nk, int64_t K, int64_t N,
+                                               int64_t offset = 0) {
   const Tensor& w = ctx.in(index);
-  const float* wp = static_cast<const float*>(w.raw());
+  const float* wp = static_cast<const float*>(w.raw()) + offset;
   const int64_t panels = (N + kPanelWidth - 1) / kPanelWidth;
   return CachedPackedWeights(
-      w, absl::StrCat("panel:", reinterpret_cast<uintptr_t>(w.raw()), ":", b_is_nk, ":", K, ":", N),
+      w, absl::StrCat("panel:", reinterpret_cast<uintptr_t>(w.raw()), ":", b_is_nk, ":", K, ":", N, ":", offset),
       panels * K * kPanelWidth, [&](float* out) {
         for (int64_t q = 0; q < panels; ++q) {
           const int64_t n0 = q * kPanelWidth, nr = std::min(kPanelWidth, N - n0);
@@ -978,6 +980,25 @@ const float* PackedDepthwiseWeights(const KernelContext& ctx, int index, int64_t
 }
 
 }  // namespace
+
+std::optional<PanelWeights> PackPanelWeights(const KernelContext& ctx, int index, int64_t offset, bool b_is_nk,
+                                             int64_t K, int64_t N) {
+  if (PickIsa().panel_pointwise == nullptr || K <= 0 || N <= 0 || N % 8 != 0 || offset < 0 || !ctx.is_constant(index) ||
+      ctx.in(index).dtype() != DType::kF32 || ctx.in(index).numel() < offset + K * N) {
+    return std::nullopt;
+  }
+  std::shared_ptr<DnnlEntry> entry = PanelProductWeights(ctx, index, b_is_nk, K, N, offset);
+  PanelWeights w;
+  w.panels = static_cast<const float*>(entry->weights.get_data_handle());
+  w.hold = std::move(entry);
+  w.K = K;
+  w.N = N;
+  return w;
+}
+
+void PanelMultiply(const PanelWeights& w, const float* x, int64_t M, const float* bias, float* y, int threads) {
+  RunPanelPointwise(threads, x, w.panels, bias, nullptr, y, M, w.K, w.N);
+}
 
 bool TryPanelProduct(const KernelContext& ctx, int b_index, bool b_is_nk, const float* x, int64_t M, int64_t K,
                      int64_t N, float* y) {

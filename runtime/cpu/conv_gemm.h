@@ -16,6 +16,8 @@
 #define CJIT_RUNTIME_CPU_CONV_GEMM_H_
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -81,6 +83,20 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
 // B is a constant float32 tensor of K x N elements.
 bool TryPanelProduct(const KernelContext& ctx, int b_index, bool b_is_nk, const float* x, int64_t M, int64_t K,
                      int64_t N, float* y);
+
+// The same panels for repeated products with one constant B: the K x N (or N x K when b_is_nk) floats of
+// input `index` from float `offset` on (a recurrent node's per-direction W or R), packed once per buffer
+// and offset. nullopt under TryPanelProduct's conditions (AVX-512 loop, N % 8 == 0, constant float32).
+// PanelMultiply: Y [M, N] = X [M, K] x B (+ bias [N], may be null), on up to `threads` threads
+// (runtime/cpu/parallel.h rule). Thread-safe; `hold` keeps the panels alive.
+struct PanelWeights {
+  std::shared_ptr<const void> hold;
+  const float* panels = nullptr;
+  int64_t K = 0, N = 0;
+};
+std::optional<PanelWeights> PackPanelWeights(const KernelContext& ctx, int index, int64_t offset, bool b_is_nk,
+                                             int64_t K, int64_t N);
+void PanelMultiply(const PanelWeights& w, const float* x, int64_t M, const float* bias, float* y, int threads);
 
 // ConvTranspose (NCHW, 1-D or 2-D, any group, stride, dilation, pads, output_padding) as a GEMM and a
 // col2im scatter-add (the transposed form of im2col, as Caffe's deconvolution): oneDNN's deconvolution

@@ -114,11 +114,12 @@ absl::Status RecurrentF32(KernelContext& ctx, const RecurrentF32Args& a) {
   // Input projections, rows in X's order (t * B + b, or b * S + t with layout = 1), biases folded: all of
   // Wb and Rb, except GRU's Rbh with linear_before_reset, which the reset gate multiplies.
   std::vector<std::vector<float>> xw(a.nd, std::vector<float>(static_cast<size_t>(S * B * G)));
+  // Constant W and R (as exported): packed once into the panels of the pointwise convolutions' loop
+  // (conv_gemm.h PackPanelWeights), where the CPU has it; else BLIS / Eigen on the plain weights.
+  // GRU without linear_before_reset multiplies R's hidden-gate rows by r (.) h: a separate product.
+  const int64_t rows_h = a.kind == 1 && !a.lbr ? 2 * H : G;
+  std::vector<std::optional<PanelWeights>> r_main(a.nd), r_hidden(a.nd);
   for (int d = 0; d < a.nd; ++d) {
-    const float* wf = ctx.in(1).data<float>() + d * G * I;
-    if (S * B > 0 && !Sgemm(false, true, S * B, G, I, 1.0f, X.data<float>(), I, wf, I, 0.0f, xw[d].data(), G)) {
-      return ctx.Error("input projection GEMM: invalid arguments");
-    }
     const double* wb = a.bias->data() + d * 2 * G;
     const double* rb = wb + G;
     std::vector<float> fold(G);
@@ -126,15 +127,36 @@ absl::Status RecurrentF32(KernelContext& ctx, const RecurrentF32Args& a) {
       const bool reset_gated = a.kind == 1 && a.lbr && g >= 2 * H;
       fold[g] = static_cast<float>(wb[g] + (reset_gated ? 0.0 : rb[g]));
     }
-    for (int64_t row = 0; row < S * B; ++row) {
-      float* p = xw[d].data() + row * G;
-      for (int64_t g = 0; g < G; ++g) p[g] += fold[g];
+    if (std::optional<PanelWeights> pw = PackPanelWeights(ctx, 1, d * G * I, true, I, G); pw && S * B > 0) {
+      PanelMultiply(*pw, X.data<float>(), S * B, fold.data(), xw[d].data(), ctx.threads);
+    } else {
+      const float* wf = ctx.in(1).data<float>() + d * G * I;
+      if (S * B > 0 && !Sgemm(false, true, S * B, G, I, 1.0f, X.data<float>(), I, wf, I, 0.0f, xw[d].data(), G)) {
+        return ctx.Error("input projection GEMM: invalid arguments");
+      }
+      for (int64_t row = 0; row < S * B; ++row) {
+        float* p = xw[d].data() + row * G;
+        for (int64_t g = 0; g < G; ++g) p[g] += fold[g];
+      }
     }
+    r_main[d] = PackPanelWeights(ctx, 2, d * G * H, true, H, rows_h);
+    if (rows_h != G) r_hidden[d] = PackPanelWeights(ctx, 2, d * G * H + 2 * H * H, true, H, H);
   }
-  using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  // out [rows] = R rows [row0, row0 + rows) of direction d times v [H].
+  auto r_product = [&](int d, bool hidden_rows, const float* v, float* out) {
+    const std::optional<PanelWeights>& p = hidden_rows ? r_hidden[d] : r_main[d];
+    if (p) {
+      PanelMultiply(*p, v, 1, nullptr, out, 1);
+      return;
+    }
+    using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    const int64_t rows = hidden_rows ? H : rows_h;
+    const float* rf = ctx.in(2).data<float>() + d * G * H + (hidden_rows ? 2 * H * H : 0);
+    Eigen::Map<Eigen::VectorXf>(out, rows).noalias() =
+        Eigen::Map<const RowMatrix>(rf, rows, H) * Eigen::Map<const Eigen::VectorXf>(v, H);
+  };
   auto run_direction = [&](int d) {
     const bool reverse = a.reverse_only || d == 1;
-    const float* rf = ctx.in(2).data<float>() + d * G * H;
     const double* rbh = a.bias->data() + d * 2 * G + G + 2 * H;  // GRU: Rb of the hidden gate
     std::vector<float> h(H), c(H), gates(G), gh(G), tmp(H);
     for (int64_t b = 0; b < B; ++b) {
@@ -143,16 +165,15 @@ absl::Status RecurrentF32(KernelContext& ctx, const RecurrentF32Args& a) {
         c[k] = static_cast<float>((*a.c0)[(d * B + b) * H + k]);
       }
       const int64_t len = std::min<int64_t>((*a.lens)[b], S);
-      Eigen::Map<Eigen::VectorXf> hv(h.data(), H);
       for (int64_t step = 0; step < len; ++step) {
         const int64_t t = reverse ? len - 1 - step : step;
         const float* xr = xw[d].data() + (a.batch_major ? b * S + t : t * B + b) * G;
         if (a.kind == 0) {  // RNN: h = tanh(x + R h)
-          Eigen::Map<Eigen::VectorXf>(gates.data(), H).noalias() = Eigen::Map<const RowMatrix>(rf, H, H) * hv;
+          r_product(d, false, h.data(), gates.data());
           for (int64_t k = 0; k < H; ++k) gates[k] += xr[k];
           ApplyUnaryPostOps(gates.data(), h.data(), H, kTanh, 1);
         } else if (a.kind == 2) {  // LSTM, gates i, o, f, c
-          Eigen::Map<Eigen::VectorXf>(gates.data(), G).noalias() = Eigen::Map<const RowMatrix>(rf, G, H) * hv;
+          r_product(d, false, h.data(), gates.data());
           for (int64_t g = 0; g < G; ++g) gates[g] += xr[g];
           ApplyUnaryPostOps(gates.data(), gates.data(), 3 * H, kSigmoid, 1);
           ApplyUnaryPostOps(gates.data() + 3 * H, gates.data() + 3 * H, H, kTanh, 1);
@@ -160,7 +181,7 @@ absl::Status RecurrentF32(KernelContext& ctx, const RecurrentF32Args& a) {
           ApplyUnaryPostOps(c.data(), tmp.data(), H, kTanh, 1);
           for (int64_t k = 0; k < H; ++k) h[k] = gates[H + k] * tmp[k];
         } else if (a.lbr) {  // GRU, gates z, r, h: hh = tanh(xh + r (.) (Rh h + Rbh))
-          Eigen::Map<Eigen::VectorXf>(gh.data(), G).noalias() = Eigen::Map<const RowMatrix>(rf, G, H) * hv;
+          r_product(d, false, h.data(), gh.data());
           for (int64_t g = 0; g < 2 * H; ++g) gates[g] = xr[g] + gh[g];
           ApplyUnaryPostOps(gates.data(), gates.data(), 2 * H, kSigmoid, 1);
           for (int64_t k = 0; k < H; ++k) {
@@ -169,12 +190,11 @@ absl::Status RecurrentF32(KernelContext& ctx, const RecurrentF32Args& a) {
           ApplyUnaryPostOps(tmp.data(), tmp.data(), H, kTanh, 1);
           for (int64_t k = 0; k < H; ++k) h[k] = (1.0f - gates[k]) * tmp[k] + gates[k] * h[k];
         } else {  // GRU: hh = tanh(xh + (r (.) h) Rh^T + Rbh)
-          Eigen::Map<Eigen::VectorXf>(gh.data(), 2 * H).noalias() = Eigen::Map<const RowMatrix>(rf, 2 * H, H) * hv;
+          r_product(d, false, h.data(), gh.data());
           for (int64_t g = 0; g < 2 * H; ++g) gates[g] = xr[g] + gh[g];
           ApplyUnaryPostOps(gates.data(), gates.data(), 2 * H, kSigmoid, 1);
           for (int64_t k = 0; k < H; ++k) tmp[k] = gates[H + k] * h[k];
-          Eigen::Map<Eigen::VectorXf>(gh.data() + 2 * H, H).noalias() =
-              Eigen::Map<const RowMatrix>(rf + 2 * H * H, H, H) * Eigen::Map<const Eigen::VectorXf>(tmp.data(), H);
+          r_product(d, true, tmp.data(), gh.data() + 2 * H);
           for (int64_t k = 0; k < H; ++k) tmp[k] = xr[2 * H + k] + gh[2 * H + k];
           ApplyUnaryPostOps(tmp.data(), tmp.data(), H, kTanh, 1);
           for (int64_t k = 0; k < H; ++k) h[k] = (1.0f - gates[k]) * tmp[k] + gates[k] * h[k];
