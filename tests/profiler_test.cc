@@ -199,8 +199,9 @@ TEST(ProfilerTest, SummaryTableGroupsByOpType) {
 // --dump_to: every file in the manifest exists and is non-empty, each kind is present, the .dot renders.
 // --force_compilation_parallelism: a cluster's new kernels compile on several threads (the trace shows
 // their llvm_optimize phases on more than one thread), each is linked into the JIT, and the compiled
-// model matches its ONNX reference outputs. ppocrv4_rec's clusters have 12 distinct kernels that fuse
-// several ops (single-op groups run on library kernels, --cpu_codegen_single_ops=false). The
+// model matches its ONNX reference outputs. ppocrv4_rec's clusters have 8 distinct kernels that fuse
+// several ops (single-op groups run on library kernels, --cpu_codegen_single_ops=false; 12 before the
+// layout pass stopped moving ops through the model's own rank-3 transposes). The
 // process's kernel cache must be empty (ctest runs each test in its own process).
 TEST(ProfilerTest, KernelsCompileOnSeveralThreads) {
   const std::string dir = testing::ModelsDir() + "/ppocrv4_rec";
@@ -233,7 +234,7 @@ TEST(ProfilerTest, KernelsCompileOnSeveralThreads) {
     }
     if (e["name"] == "jit_link") ++linked;
   }
-  EXPECT_GE(optimized, 10);
+  EXPECT_GE(optimized, 6);
   EXPECT_EQ(linked, optimized) << "every compiled kernel is linked once";
   EXPECT_GE(optimize_threads.size(), 2u) << "kernels were not compiled concurrently";
   fs::remove_all(tmp);

@@ -140,7 +140,17 @@ class Rewriter {
     n->outputs[k] = yl;
     yl->producer = n;
     yl->producer_output = k;
-    AddTranspose(yl, y, ToFirst(r), n->name + "/to_channels_first");
+    created_to_first_.insert(AddTranspose(yl, y, ToFirst(r), n->name + "/to_channels_first"));
+  }
+
+  // The transpose to channels-first producing v, if this pass made it (MoveOutputToChannelsLast), else
+  // null. A model's own Transpose is not one even with the same permutation: for rank 3, ToFirst and
+  // ToLast are both [0, 2, 1], and taking the model's [N, L, C] -> [N, C, L] for one moved the ops after
+  // it (a LayerNormalization over C after a Conv1d stack) onto the other layout, with strided reductions
+  // and transposes around them.
+  Node* ToFirstProducerMade(const Value* v) const {
+    Node* t = ToFirstProducer(v);
+    return t != nullptr && created_to_first_.count(t) ? t : nullptr;
   }
 
   // Transpose(v) to channels-last, as a new node.
@@ -202,17 +212,19 @@ class Rewriter {
 
  private:
   // out = Transpose(in, perm); `out` (an existing value) becomes the new node's output.
-  void AddTranspose(Value* in, Value* out, std::vector<int64_t> perm, const std::string& base) {
+  Node* AddTranspose(Value* in, Value* out, std::vector<int64_t> perm, const std::string& base) {
     Node* t = g_.AddNode("Transpose", Fresh(base), {in}, {""});
     t->opset_version = 13;
     t->attrs["perm"] = Attribute::Ints(std::move(perm));
     t->outputs[0] = out;
     out->producer = t;
     out->producer_output = 0;
+    return t;
   }
 
   Graph& g_;
   int counter_ = 0;
+  std::unordered_set<const Node*> created_to_first_;
 };
 
 // Convs connected to another eligible Conv through layout-transparent ops (within a few hops, forward).
@@ -273,7 +285,7 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
   for (Node* n : order) {
     if (GroupNormIsTransparent(*n)) {
       // Group statistics over positions and whole channels: the same from the channels-last tensor.
-      Node* t = ToFirstProducer(n->input(0));
+      Node* t = rw.ToFirstProducerMade(n->input(0));
       if (t == nullptr) continue;
       n->inputs[0] = t->inputs[0];
       n->op_type = "NhwcGroupNorm";
@@ -286,7 +298,7 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
       // Split of a channels-last tensor along the permuted axis (sizes unchanged): every output channels-last
       // (a CSP / C2f block splits a convolution's channels, convolves one part and concatenates them again).
       const int r = n->input(0)->shape.rank();
-      Node* t = ToFirstProducer(n->input(0));
+      Node* t = rw.ToFirstProducerMade(n->input(0));
       bool known = r >= 3 && t != nullptr;
       for (const Value* y : n->outputs) known &= y != nullptr && y->shape.fully_known() && y->shape.rank() == r;
       if (!known) continue;
@@ -304,7 +316,7 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
     int r = n->outputs[0]->shape.rank();
     if (r < 3) continue;
     if (IsUnaryTransparent(n->op_type)) {
-      Node* t = ToFirstProducer(n->input(0));
+      Node* t = rw.ToFirstProducerMade(n->input(0));
       if (t == nullptr || n->input(0)->shape.rank() != r) continue;
       n->inputs[0] = t->inputs[0];
       rw.MoveOutputToChannelsLast(n);
@@ -316,7 +328,7 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
       int64_t out_numel = 1;
       for (const Dim& d : n->outputs[0]->shape.dims) out_numel *= d.value;
       for (Value* v : n->inputs) {
-        if (ToFirstProducer(v) && v->shape.rank() == r) {
+        if (rw.ToFirstProducerMade(v) && v->shape.rank() == r) {
           ++transposed;
         } else if (v->is_constant()) {
           ok &= v->constant->rank() <= r;
@@ -328,10 +340,10 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
         }
       }
       // PRelu broadcasts its slope one way only (to X): X must be the transposed operand.
-      if (n->op_type == "PRelu") ok &= ToFirstProducer(n->input(0)) != nullptr;
+      if (n->op_type == "PRelu") ok &= rw.ToFirstProducerMade(n->input(0)) != nullptr;
       if (!ok || transposed == 0) continue;
       for (Value*& v : n->inputs) {
-        if (Node* t = ToFirstProducer(v); t && v->shape.rank() == r) {
+        if (Node* t = rw.ToFirstProducerMade(v); t && v->shape.rank() == r) {
           v = t->inputs[0];
         } else if (v->is_constant()) {
           v = rw.PermutedConstant(v, r, n->name);
@@ -343,7 +355,7 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
       ++moved;
     } else if ((n->op_type == "GlobalAveragePool" || n->op_type == "GlobalMaxPool") && n->inputs.size() == 1) {
       // Over the spatial axes of the channels-last tensor: ReduceMean / ReduceMax with keepdims.
-      Node* t = ToFirstProducer(n->input(0));
+      Node* t = rw.ToFirstProducerMade(n->input(0));
       if (t == nullptr || n->input(0)->shape.rank() != r) continue;
       n->inputs[0] = t->inputs[0];
       std::vector<int64_t> axes;
@@ -358,7 +370,7 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
     } else if (PoolIsTransparent(*n)) {
       // Windows over the spatial axes of the channels-last tensor, every channel alike (ResNet's stem
       // MaxPool, YOLO's SPPF): the channels-last pooling loop, vectorized over the channels.
-      Node* t = ToFirstProducer(n->input(0));
+      Node* t = rw.ToFirstProducerMade(n->input(0));
       if (t == nullptr || n->input(0)->shape.rank() != r) continue;
       n->inputs[0] = t->inputs[0];
       n->op_type = n->op_type == "MaxPool" ? "NhwcMaxPool" : "NhwcAveragePool";
@@ -369,7 +381,7 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
     } else if (ResizeIsTransparent(*n, r)) {
       // Resize interpolates each axis on its own (nearest, linear and cubic are separable): the same Resize
       // of the channels-last tensor with its scales or sizes permuted.
-      Node* t = ToFirstProducer(n->input(0));
+      Node* t = rw.ToFirstProducerMade(n->input(0));
       if (t == nullptr || n->input(0)->shape.rank() != r) continue;
       n->inputs[0] = t->inputs[0];
       int which = n->input(2) && n->input(2)->is_constant() && n->input(2)->constant->numel() == r ? 2 : 3;
@@ -378,11 +390,11 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
       ++moved;
     } else if (n->op_type == "Concat" && !n->inputs.empty()) {
       bool all = true;
-      for (Value* v : n->inputs) all &= v && ToFirstProducer(v) && v->shape.rank() == r;
+      for (Value* v : n->inputs) all &= v && rw.ToFirstProducerMade(v) && v->shape.rank() == r;
       if (!all) continue;
       auto axis = NormalizeAxis(*n, n->GetInt("axis", 0), r);
       if (!axis.ok()) continue;
-      for (Value*& v : n->inputs) v = ToFirstProducer(v)->inputs[0];
+      for (Value*& v : n->inputs) v = rw.ToFirstProducerMade(v)->inputs[0];
       n->attrs["axis"] = Attribute::Int(ToFirst(r)[*axis]);
       rw.MoveOutputToChannelsLast(n);
       ++moved;
