@@ -98,23 +98,32 @@ TEST(SpecializeShapesTest, IncompatibleShapesNameTheNode) {
 // Large tensor buffers come from the best-fit arena (compiler/ir/buffer_arena.h): memory freed by one
 // shape serves later tensors of any smaller size (split) and, once neighbours are free again, larger ones
 // (coalesced), so a run at a new shape does not page-fault fresh memory for every activation.
+// The arena block under a tensor: tensors start at a "color" offset below 4 KiB into their page-aligned
+// block (compiler/ir/tensor.cc), 64-byte aligned.
+uintptr_t Block(const void* p) {
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
+  return reinterpret_cast<uintptr_t>(p) & ~uintptr_t{4095};
+}
+
 TEST(TensorArenaTest, TensorsReuseFreedMemoryOfAnySmallerSize) {
-  const void* first;
+  uintptr_t first;
   {
-    cjit::Tensor t(cjit::DType::kF32, {3 << 20});  // 12 MiB
-    first = t.raw();
+    cjit::Tensor t(cjit::DType::kF32, {3 << 20});  // 12 MiB (+ 4 KiB for the color offset)
+    first = Block(t.raw());
     std::memset(t.raw(), 0x5a, t.nbytes());
   }
   {
     cjit::Tensor a(cjit::DType::kF32, {1 << 20});  // 4 MiB: the front of the freed 12 MiB chunk
-    cjit::Tensor b(cjit::DType::kF32, {1 << 20});  // the next 4 MiB of it
-    EXPECT_EQ(a.raw(), first);
-    EXPECT_EQ(static_cast<const char*>(b.raw()), static_cast<const char*>(first) + (4 << 20));
+    cjit::Tensor b(cjit::DType::kF32, {1 << 20});  // the next 4 MiB (+ 4 KiB) of it
+    EXPECT_EQ(Block(a.raw()), first);
+    EXPECT_EQ(Block(b.raw()), first + (4 << 20) + 4096);
+    EXPECT_NE(reinterpret_cast<uintptr_t>(a.raw()) % 4096, reinterpret_cast<uintptr_t>(b.raw()) % 4096)
+        << "consecutive tensors get different colors";
     b.data<float>()[b.numel() - 1] = 1.0f;  // the whole requested range is writable
     EXPECT_EQ(b.data<float>()[b.numel() - 1], 1.0f);
   }
   cjit::Tensor whole(cjit::DType::kF32, {3 << 20});  // both freed: coalesced into the 12 MiB chunk again
-  EXPECT_EQ(whole.raw(), first);
+  EXPECT_EQ(Block(whole.raw()), first);
   EXPECT_GE(cjit::TensorArenaStats().in_use_bytes, size_t{12} << 20);
 }
 
@@ -122,14 +131,14 @@ TEST(TensorArenaTest, TensorsReuseFreedMemoryOfAnySmallerSize) {
 // too: glibc's heap trimming and mmap threshold made each run page-fault them again.
 TEST(TensorArenaTest, MidSizedTensorsComeFromTheArena) {
   const cjit::BufferArena::Stats before = cjit::TensorArenaStats();
-  const void* first;
+  uintptr_t first;
   {
     cjit::Tensor t(cjit::DType::kF32, {64 << 10});  // 256 KiB
-    first = t.raw();
+    first = Block(t.raw());
     EXPECT_GE(cjit::TensorArenaStats().in_use_bytes, before.in_use_bytes + (size_t{256} << 10));
   }
   cjit::Tensor a(cjit::DType::kF32, {25 << 10});  // 100 KiB: the front of the freed 256 KiB chunk
-  EXPECT_EQ(a.raw(), first);
+  EXPECT_EQ(Block(a.raw()), first);
   cjit::Tensor small(cjit::DType::kF32, {1000});  // 4 KB: malloc, not the arena
   EXPECT_LT(cjit::TensorArenaStats().in_use_bytes, before.in_use_bytes + (size_t{256} << 10));
   const size_t in_use = cjit::TensorArenaStats().in_use_bytes;
