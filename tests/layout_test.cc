@@ -454,6 +454,46 @@ TEST(VectorLogisticTest, MatchesFloat64OnEveryIsaVariant) {
   }
 }
 
+// The vector exp of the Exp op and the Softmax fallback (conv_gemm.h ExpF32) on every ISA variant
+// against float64: within 4 ulp where the result is a normal float, within a few subnormal steps below,
+// exact on the special values (exp(-inf) = 0, exp(+inf) = +inf, exp(0) = 1, NaN stays NaN), lengths that
+// leave vector tails.
+TEST(VectorExpTest, MatchesFloat64OnEveryIsaVariant) {
+  std::vector<float> x;
+  for (double v = -110.0; v <= 95.0; v += 0.0119) x.push_back(static_cast<float>(v));
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 88.72f, 88.73f, -87.34f, -103.9f, -104.0f,
+                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::max(),
+                  -std::numeric_limits<float>::max()}) {
+    x.push_back(v);
+  }
+  int variants = 0;
+  for (ConvLoopIsa isa : {ConvLoopIsa::kBaseline, ConvLoopIsa::kAvx2, ConvLoopIsa::kAvx512}) {
+    if (!SetConvLoopIsaForTest(isa)) continue;
+    ++variants;
+    for (size_t len : {x.size(), x.size() - 5}) {
+      std::vector<float> y(len);
+      ExpF32(x.data(), y.data(), static_cast<int64_t>(len), 2);
+      for (size_t i = 0; i < len; ++i) {
+        const double want = std::exp(static_cast<double>(x[i]));
+        const float wf = static_cast<float>(want);
+        if (std::isnan(x[i])) {
+          EXPECT_TRUE(std::isnan(y[i]));
+        } else if (std::isinf(x[i]) || x[i] == 0.0f || wf == 0.0f || std::isinf(wf)) {
+          EXPECT_EQ(y[i], wf) << "x=" << x[i] << " ISA " << static_cast<int>(isa);
+        } else if (wf >= std::numeric_limits<float>::min()) {
+          const double ulp = std::nextafter(wf, std::numeric_limits<float>::infinity()) - wf;
+          EXPECT_LE(std::abs(y[i] - want), 4 * ulp) << "x=" << x[i] << " ISA " << static_cast<int>(isa);
+        } else {
+          EXPECT_LE(std::abs(y[i] - want), 4 * std::numeric_limits<float>::denorm_min()) << "x=" << x[i];
+        }
+      }
+    }
+  }
+  SetConvLoopIsaForTest(ConvLoopIsa::kDetect);
+  EXPECT_GE(variants, 1);
+}
+
 // Channels-last pointwise convolutions against float64 sums, on every ISA variant of the conv loops: the
 // AVX-512 variant runs the register-tiled small-input-channel loop (SmallKPointwiseBody: 6 x 64-channel
 // tiles, 16- and 8-channel blocks, scalar channels; 35 pixels leave partial tiles) with its bias and

@@ -183,6 +183,17 @@ def main():
                [("y", (e / e.sum(axis=-1, keepdims=True)).astype(np.float32))])
     write_case(root, "softmax_LogSoftmax", [helper.make_node("LogSoftmax", ["x"], ["y"], axis=-1)], [("x", s)],
                [("y", (np.log(e / e.sum(axis=-1, keepdims=True))).astype(np.float32))])
+    # Rows longer than the fallback's 512-value sum blocks, with masked (-inf) entries: exact zeros there.
+    lm = rnd(3, 1000, lo=-30, hi=30)
+    lm[:, ::7] = -np.inf
+    em = np.exp(f64(lm) - f64(lm).max(axis=-1, keepdims=True))
+    write_case(root, "softmax_Softmax_long_masked", [helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [("x", lm)],
+               [("y", (em / em.sum(axis=-1, keepdims=True)).astype(np.float32))])
+    write_case(root, "softmax_LogSoftmax_long", [helper.make_node("LogSoftmax", ["x"], ["y"], axis=-1)],
+               [("x", lm[:, 1:6].repeat(200, axis=1))],
+               [("y", (lambda a: a - a.max(axis=-1, keepdims=True) - np.log(np.exp(a - a.max(axis=-1, keepdims=True))
+                                                                              .sum(axis=-1, keepdims=True)))
+                 (f64(lm[:, 1:6].repeat(200, axis=1))).astype(np.float32))])
     ln = rnd(2, 5, 16)
     gamma, beta = rnd(16), rnd(16)
     mu = f64(ln).mean(axis=-1, keepdims=True)

@@ -286,6 +286,105 @@ __attribute__((target("avx2,fma"))) void UnaryAvx2(const float* x, float* y, int
 }
 void UnaryBaseline(const float* x, float* y, int64_t n, const std::vector<PostOp>* ops) { UnaryBody<V4f>(x, y, n, ops); }
 
+// exp(x) per lane with the code generator's FastExp semantics (cpu_compiler.cc): x clamped to [-103.97,
+// 88.72], n = round(x / ln2), exp(r) by Cephes' polynomial, times 2^n applied as 2^a * 2^(n - a) so that
+// subnormal results come out right; +inf above 88.72, 0 below -103.97 (so exp(-inf) = 0), NaN stays NaN.
+// Relative error ~1e-7 where the result is a normal float.
+template <typename V>
+inline __attribute__((always_inline)) V ExpExactV(V x) {
+  typedef int32_t VI __attribute__((vector_size(sizeof(V))));
+  const V zero = {};
+  V c = x > zero + 88.72283905206835f ? zero + 88.72283905206835f : x;
+  c = c < zero - 103.97208f ? zero - 103.97208f : c;
+  V n = c * 1.44269504088896341f;
+  n = (n + 12582912.0f) - 12582912.0f;  // round to nearest (|n| < 2^22; no fast-math, so not folded)
+  V r = c - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  V p = zero + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const VI ni = __builtin_convertvector(n, VI);
+  const VI a = ni >> 1, rest = ni - a;
+  const VI bits_a = (a + 127) << 23, bits_rest = (rest + 127) << 23;
+  V sa, srest;
+  std::memcpy(&sa, &bits_a, sizeof sa);
+  std::memcpy(&srest, &bits_rest, sizeof srest);
+  V e = p * sa * srest;
+  e = x > zero + 88.72283905206835f ? zero + __builtin_inff() : e;
+  e = x < zero - 103.97208f ? zero : e;
+  return x != x ? x : e;
+}
+
+template <typename VW>
+inline __attribute__((always_inline)) void ExpBody(const float* x, float* y, int64_t n) {
+  constexpr int64_t kW = sizeof(VW) / sizeof(float);
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) StoreV(y + i, ExpExactV(LoadV<VW>(x + i)));
+  if (i < n) {  // the tail through one more vector, in a zero-padded copy
+    alignas(64) float in[kW] = {}, out[kW];
+    std::memcpy(in, x + i, static_cast<size_t>(n - i) * sizeof(float));
+    StoreV(out, ExpExactV(LoadV<VW>(in)));
+    std::memcpy(y + i, out, static_cast<size_t>(n - i) * sizeof(float));
+  }
+}
+__attribute__((target("avx512f,fma"))) void ExpAvx512(const float* x, float* y, int64_t n) { ExpBody<V16f>(x, y, n); }
+__attribute__((target("avx2,fma"))) void ExpAvx2(const float* x, float* y, int64_t n) { ExpBody<V8f>(x, y, n); }
+void ExpBaseline(const float* x, float* y, int64_t n) { ExpBody<V4f>(x, y, n); }
+
+// A softmax row: m = max(x) (NaN ignored, as the scalar loop it replaces), y = exp(x - m), returns m and
+// sum(y) (vector partial sums per 512 values, added in double).
+template <typename VW>
+inline __attribute__((always_inline)) void SoftmaxRowBody(const float* x, float* y, int64_t n, float* max_out,
+                                                          double* sum_out) {
+  constexpr int64_t kW = sizeof(VW) / sizeof(float);
+  const VW ninf = VW{} - __builtin_inff();
+  VW vm = ninf;
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) {
+    const VW v = LoadV<VW>(x + i);
+    vm = v > vm ? v : vm;
+  }
+  float m = -__builtin_inff();
+  for (int j = 0; j < kW; ++j) m = vm[j] > m ? vm[j] : m;
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  double sum = 0;
+  for (int64_t b = 0; b < n; b += 512) {
+    const int64_t e = std::min(n, b + 512);
+    VW acc = VW{};
+    int64_t k = b;
+    for (; k + kW <= e; k += kW) {
+      const VW v = ExpExactV(LoadV<VW>(x + k) - m);
+      StoreV(y + k, v);
+      acc += v;
+    }
+    float s = 0;
+    for (int j = 0; j < kW; ++j) s += acc[j];
+    if (k < e) {  // the tail through one more vector of a -inf-padded copy (exp(-inf) = 0)
+      alignas(64) float in[kW], out[kW];
+      for (int j = 0; j < kW; ++j) in[j] = k + j < e ? x[k + j] - m : -__builtin_inff();
+      StoreV(out, ExpExactV(LoadV<VW>(in)));
+      for (int j = 0; k + j < e; ++j) {
+        y[k + j] = out[j];
+        s += out[j];
+      }
+    }
+    sum += s;
+  }
+  *max_out = m;
+  *sum_out = sum;
+}
+__attribute__((target("avx512f,fma"))) void SoftmaxRowAvx512(const float* x, float* y, int64_t n, float* m, double* s) {
+  SoftmaxRowBody<V16f>(x, y, n, m, s);
+}
+__attribute__((target("avx2,fma"))) void SoftmaxRowAvx2(const float* x, float* y, int64_t n, float* m, double* s) {
+  SoftmaxRowBody<V8f>(x, y, n, m, s);
+}
+void SoftmaxRowBaseline(const float* x, float* y, int64_t n, float* m, double* s) { SoftmaxRowBody<V4f>(x, y, n, m, s); }
+
 __attribute__((target("avx512f,fma"))) void EpilogueAvx512(float* y, int64_t rows, int64_t channels,
                                                            const float* bias, const std::vector<PostOp>* ops) {
   EpilogueBody<V16f>(y, rows, channels, bias, ops);
@@ -789,6 +888,8 @@ struct Isa {
   void (*epilogue)(float*, int64_t, int64_t, const float*, const std::vector<PostOp>*);
   void (*depthwise)(const DwArgs&, int64_t, int64_t);
   void (*unary)(const float*, float*, int64_t, const std::vector<PostOp>*);
+  void (*exp)(const float*, float*, int64_t);
+  void (*softmax_row)(const float*, float*, int64_t, float*, double*);
   void (*few_channel)(const FcArgs&, int64_t, int64_t);
   // AVX-512 only: the AVX2 and SSE2 variants of the loop (fewer registers: 2-pixel tiles) were slower than
   // BLIS on the detector's pointwise convolutions (all of them: 26.6 / 50.4 ms vs 23.2 / 31.1 ms, 1 thread,
@@ -802,10 +903,13 @@ struct Isa {
 
 // Indexed by ConvLoopIsa.
 const Isa kIsas[] = {
-    {&EpilogueBaseline, &DepthwiseBaseline, &UnaryBaseline, &FewChannelBaseline, nullptr, nullptr},
-    {&EpilogueBaseline, &DepthwiseBaseline, &UnaryBaseline, &FewChannelBaseline, nullptr, nullptr},
-    {&EpilogueAvx2, &DepthwiseAvx2, &UnaryAvx2, &FewChannelAvx2, nullptr, nullptr},
-    {&EpilogueAvx512, &DepthwiseAvx512, &UnaryAvx512, &FewChannelAvx512, &SmallKPointwiseAvx512,
+    {&EpilogueBaseline, &DepthwiseBaseline, &UnaryBaseline, &ExpBaseline, &SoftmaxRowBaseline, &FewChannelBaseline,
+     nullptr, nullptr},
+    {&EpilogueBaseline, &DepthwiseBaseline, &UnaryBaseline, &ExpBaseline, &SoftmaxRowBaseline, &FewChannelBaseline,
+     nullptr, nullptr},
+    {&EpilogueAvx2, &DepthwiseAvx2, &UnaryAvx2, &ExpAvx2, &SoftmaxRowAvx2, &FewChannelAvx2, nullptr, nullptr},
+    {&EpilogueAvx512, &DepthwiseAvx512, &UnaryAvx512, &ExpAvx512, &SoftmaxRowAvx512, &FewChannelAvx512,
+     &SmallKPointwiseAvx512,
      &PanelPointwiseAvx512}};
 std::atomic<int> forced_isa{0};  // SetConvLoopIsaForTest
 
@@ -1018,6 +1122,18 @@ void ApplyUnaryPostOps(const float* x, float* y, int64_t n, const std::vector<Po
   int64_t chunks = (n + chunk - 1) / chunk;
   int nt = static_cast<int>(std::min<int64_t>(ThreadsForElements(threads, n), chunks));
   ParallelFor(nt, chunks, [&](int64_t c) { fn(x + c * chunk, y + c * chunk, std::min(chunk, n - c * chunk), &ops); });
+}
+
+void ExpF32(const float* x, float* y, int64_t n, int threads) {
+  auto fn = PickIsa().exp;
+  const int64_t chunk = 16384;
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  const int nt = static_cast<int>(std::min<int64_t>(ThreadsForElements(threads, n), chunks));
+  ParallelFor(nt, chunks, [&](int64_t c) { fn(x + c * chunk, y + c * chunk, std::min(chunk, n - c * chunk)); });
+}
+
+void SoftmaxRowF32(const float* x, float* y, int64_t n, float* max, double* sum) {
+  PickIsa().softmax_row(x, y, n, max, sum);
 }
 
 void ApplyChannelEpilogue(float* y, int64_t rows, int64_t channels, const float* bias, const std::vector<PostOp>* ops) {

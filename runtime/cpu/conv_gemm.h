@@ -109,6 +109,14 @@ absl::StatusOr<bool> TryGemmConvTranspose(KernelContext& ctx, const WindowGeomet
 // The fast path of the corresponding unary ops (runtime/cpu/kernels_elementwise.cc).
 void ApplyUnaryPostOps(const float* x, float* y, int64_t n, const std::vector<PostOp>& ops, int threads);
 
+// y[i] = exp(x[i]) for float32 (x and y may be the same buffer), vectorized for the CPU's ISA, threads over
+// chunks: the code generator's exp (+inf above 88.72, subnormal results down to -103.97, then 0; NaN stays
+// NaN; relative error ~1e-7 for normal results). The Exp op and the Softmax fallback.
+void ExpF32(const float* x, float* y, int64_t n, int threads);
+// One softmax row of n > 0 floats: *max = max(x) (NaNs ignored), y = exp(x - *max) (ExpF32's exp), *sum =
+// sum(y) (in double over vector partial sums). x and y may be the same buffer.
+void SoftmaxRowF32(const float* x, float* y, int64_t n, float* max, double* sum);
+
 // Applies bias (per last-dim channel, may be null) and then `ops` (may be null) to `rows` rows of
 // `channels` floats at `y` (row stride `channels`), with ONNX semantics. Exposed for the GEMM paths.
 void ApplyChannelEpilogue(float* y, int64_t rows, int64_t channels, const float* bias, const std::vector<PostOp>* ops);

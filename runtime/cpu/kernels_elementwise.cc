@@ -257,7 +257,18 @@ void RegisterUnary() {
   // recomputed with std::log; the square root is the exact instruction (sqrtps), not Eigen's fast-math
   // reciprocal-square-root estimate (which gives NaN for +inf and 0 for subnormals); the logistic is
   // 1 / (1 + exp(-x)) with a polynomial exp (Eigen's own logistic approximation is off by ~3e-5 relative).
-  EigenUnaryF32("Exp", [](const auto& in, auto& out) { out = in.exp(); });
+  {  // The code generator's exp at the CPU's vector width (Eigen's ran at the SSE2 baseline: 268 vs 60 us
+     // for ORT on 151 Ki elements).
+    const KernelFn* generic = FindKernelDuringRegistration("Exp");
+    KernelFn fallback = generic ? *generic : KernelFn();
+    RegisterKernel("Exp", [fallback](KernelContext& ctx) -> absl::Status {
+      const Tensor& x = ctx.in(0);
+      if (x.dtype() != DType::kF32) return fallback(ctx);
+      Tensor& y = ctx.Alloc(0);
+      ExpF32(x.data<float>(), y.data<float>(), x.numel(), ctx.threads);
+      return absl::OkStatus();
+    });
+  }
   EigenUnaryF32("Log", [](const auto& in, auto& out) {
     out = in.log();
     for (Eigen::Index i = 0; i < in.size(); ++i) {
