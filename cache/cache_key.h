@@ -36,7 +36,8 @@ namespace cjit {
 // 11: LeakyRelu and Max/Min with a scalar are convolution post-ops (fewer kernels in a plan's payload).
 // 12: Swish (x * Sigmoid(x)), the HardSwish op and scale/shift with the constant first are convolution
 //     post-ops; runs of scale/shift merge.
-inline constexpr int kCacheFormatVersion = 12;
+// 13: the CPU row kernel stores a Softmax's exponentials in its output and reads them back: different code.
+inline constexpr int kCacheFormatVersion = 13;
 
 struct CacheKey {
   std::string canonical;  // full text

@@ -170,6 +170,9 @@ std::vector<OpCase> OpSuiteCases() {
   cases.push_back({"HalfChain_f16", "graph g(%x: f16[3,37], %y: f16[37]) {\n  %a = Add(%x, %y)\n  %s = Sigmoid(%a)\n  %m = Mul(%s, %x)\n  return %m\n}"});
   cases.push_back({"BFloatChain_bf16", "graph g(%x: bf16[4,9,5], %y: bf16[9,1]) {\n  %a = Mul(%x, %y)\n  %t = Tanh(%a)\n  %z = Sub(%t, %x)\n  return %z\n}"});
   cases.push_back({"CastRoundTrip_f32_f16_bf16", "graph g(%x: f32[6,33]) {\n  %h = Cast(%x) {to=10}\n  %e = Exp(%h)\n  %b = Cast(%e) {to=16}\n  %f = Cast(%b) {to=1}\n  %z = Add(%f, %x)\n  return %z, %h\n}"});
+  // Two full-shaped outputs, the softmax's second: the CPU row kernel keeps the exponentials in the first
+  // output's row, so every value of an element must be read before any of its stores.
+  cases.push_back({"SoftmaxBesideElementwise_f32", "graph g(%x: f32[4,33]) {\n  %a = Add(%x, %x)\n  %s = Softmax(%a) {axis=-1}\n  %z = Mul(%s, %a)\n  return %a, %z\n}"});
   cases.push_back({"HalfIntoSoftmax_f16", "graph g(%x: f16[5,40]) {\n  %f = Cast(%x) {to=1}\n  %s = Softmax(%f) {axis=-1}\n  %h = Cast(%s) {to=10}\n  return %h\n}"});
   cases.push_back({"HalfTransposeView_f16", "graph g(%x: f16[4,6,5], %y: f16[5,4,6]) {\n  %t = Transpose(%x) {perm=[2,0,1]}\n  %a = Add(%t, %y)\n  return %a\n}"});
   // Slice-1 (opset < 10): bounds as attributes, also read as a strided view.

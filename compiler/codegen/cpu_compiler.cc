@@ -392,21 +392,39 @@ class RowEmitter {
     }
     Dims rd = k_.shape;
     rd.back() = 1;
+    // One Softmax and a full-shaped float32 output: its sum pass stores exp(x - max) in that output's row,
+    // which the final pass reads back (and overwrites element by element): each exp once, not twice.
+    llvm::Value* out_base = b_.CreateMul(r, inner_);
+    scratch_node_ = nullptr;
+    int softmaxes = 0;
+    for (const Node* node : k_.nodes) softmaxes += node->op_type == "Softmax" || node->op_type == "LogSoftmax";
+    for (size_t o = 0; o < n_out && softmaxes == 1; ++o) {
+      if (k_.outputs[o]->shape.concrete() != k_.shape || k_.outputs[o]->dtype != DType::kF32) continue;
+      for (const Node* node : k_.nodes) {
+        if (node->op_type == "Softmax") scratch_node_ = node;
+      }
+      scratch_ = b_.CreateInBoundsGEP(f32, fn_->getArg(static_cast<unsigned>(n_in + o)), out_base);
+      break;
+    }
     // Reductions in topological order, each one or two passes.
     CJIT_RETURN_IF_ERROR(EmitRowReductions(
         b_, math_, k_.nodes, inner_,
         [&](const Value* x, ReduceKind kind, llvm::Value* offset) { return Reduce(x, kind, offset); }, row_vals_,
         softmax_));
     // Final pass: full-shaped outputs.
-    llvm::Value* out_base = b_.CreateMul(r, inner_);
     bool any_full = false;
     for (const Value* v : k_.outputs) any_full |= v->shape.concrete() == k_.shape;
     if (any_full) {
       CJIT_RETURN_IF_ERROR(Loop([&](llvm::Value* j) -> absl::Status {
         std::map<const Value*, llvm::Value*> memo;
+        // Every value first, then the stores: one output's row may hold the stored exponentials.
+        std::vector<std::pair<size_t, llvm::Value*>> vals;
         for (size_t o = 0; o < n_out; ++o) {
           if (k_.outputs[o]->shape.concrete() != k_.shape) continue;
           CJIT_ASSIGN_OR_RETURN(llvm::Value* val, Elem(k_.outputs[o], j, memo));
+          vals.emplace_back(o, val);
+        }
+        for (const auto& [o, val] : vals) {
           DType dt = k_.outputs[o]->dtype;
           llvm::Value* p = b_.CreateInBoundsGEP(StorageType(b_, dt), fn_->getArg(static_cast<unsigned>(n_in + o)), out_base);
           StoreF32(b_, dt, val, p, j);
@@ -492,7 +510,13 @@ class RowEmitter {
       switch (kind) {
         case ReduceKind::kSum: return b_.CreateFAdd(acc, e);
         case ReduceKind::kSumSq: return b_.CreateFAdd(acc, b_.CreateFMul(e, e));
-        case ReduceKind::kSumExp: return b_.CreateFAdd(acc, CpuMath(m_).Unary(b_, "exp", b_.CreateFSub(e, offset)));
+        case ReduceKind::kSumExp: {
+          llvm::Value* ex = CpuMath(m_).Unary(b_, "exp", b_.CreateFSub(e, offset));
+          if (scratch_node_ != nullptr && x == scratch_node_->inputs[0]) {
+            b_.CreateStore(ex, b_.CreateInBoundsGEP(b_.getFloatTy(), scratch_, j));
+          }
+          return b_.CreateFAdd(acc, ex);
+        }
         // llvm.maximum / llvm.minimum propagate NaN (as numpy's max/min and ONNX ReduceMax/ReduceMin).
         case ReduceKind::kMax: return b_.CreateMaximum(acc, e);
         case ReduceKind::kMin: return b_.CreateMinimum(acc, e);
@@ -516,6 +540,11 @@ class RowEmitter {
     ve.row_vals = row_vals_;
     ve.params = params_;
     ve.softmax = softmax_;
+    if (scratch_node_ != nullptr) {
+      ve.softmax_exp[scratch_node_] = [this](llvm::Value* jj) {
+        return b_.CreateLoad(b_.getFloatTy(), b_.CreateInBoundsGEP(b_.getFloatTy(), scratch_, jj));
+      };
+    }
     return ve.Elem(v, j, memo);
   }
 
@@ -530,6 +559,8 @@ class RowEmitter {
   std::vector<std::vector<llvm::Value*>> strides_;
   std::map<const Value*, llvm::Value*> row_vals_, params_;
   std::map<const Node*, std::pair<llvm::Value*, llvm::Value*>> softmax_;
+  const Node* scratch_node_ = nullptr;  // the Softmax whose exps the sum pass stores at scratch_
+  llvm::Value* scratch_ = nullptr;      // the row of a full-shaped float32 output
 };
 
 std::string ToString(llvm::Error err) { return llvm::toString(std::move(err)); }

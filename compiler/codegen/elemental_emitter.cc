@@ -246,14 +246,18 @@ absl::StatusOr<llvm::Value*> ValueEmitter::Elem(const Value* v, llvm::Value* j, 
     if (node->op_type == "Softmax" || node->op_type == "LogSoftmax") {
       auto st = softmax.find(node);
       if (st == softmax.end()) return absl::InternalError("softmax used before its passes");
-      absl::StatusOr<llvm::Value*> x = Elem(node->inputs[0], j, memo);
-      if (!x.ok()) return x.status();
-      llvm::Value* d = b_.CreateFSub(*x, st->second.first);
-      // exp(d) * (1 / sum), as the op-by-op kernel computes it: the reciprocal is row-invariant (hoisted out
-      // of the loop), so no division per element.
-      out = node->op_type == "Softmax"
-                ? b_.CreateFMul(math_.Unary(b_, "exp", d), b_.CreateFDiv(llvm::ConstantFP::get(f32, 1.0), st->second.second))
-                : b_.CreateFSub(d, math_.Unary(b_, "log", st->second.second));
+      llvm::Value* inv = b_.CreateFDiv(llvm::ConstantFP::get(f32, 1.0), st->second.second);
+      if (auto stored = softmax_exp.find(node); stored != softmax_exp.end() && node->op_type == "Softmax") {
+        out = b_.CreateFMul(stored->second(j), inv);
+      } else {
+        absl::StatusOr<llvm::Value*> x = Elem(node->inputs[0], j, memo);
+        if (!x.ok()) return x.status();
+        llvm::Value* d = b_.CreateFSub(*x, st->second.first);
+        // exp(d) * (1 / sum), as the op-by-op kernel computes it: the reciprocal is row-invariant (hoisted
+        // out of the loop), so no division per element.
+        out = node->op_type == "Softmax" ? b_.CreateFMul(math_.Unary(b_, "exp", d), inv)
+                                         : b_.CreateFSub(d, math_.Unary(b_, "log", st->second.second));
+      }
     } else if (IsRowReduction(*node)) {
       return absl::InternalError(absl::StrCat("reduction %", v->name, " used before its pass"));
     } else {

@@ -63,6 +63,9 @@ class ValueEmitter {
   std::map<const Value*, llvm::Value*> row_vals;  // values constant along the row / loop
   std::map<const Value*, llvm::Value*> params;    // scalar constants loaded from the consts array
   std::map<const Node*, std::pair<llvm::Value*, llvm::Value*>> softmax;  // (max, sum of exp) per node
+  // Softmax nodes whose exp(x - max) the sum pass stored: the loader of element j (the CPU row kernel
+  // keeps them in an output buffer, so each exp is computed once per element instead of twice).
+  std::map<const Node*, std::function<llvm::Value*(llvm::Value* j)>> softmax_exp;
 
  private:
   llvm::IRBuilder<>& b_;
