@@ -104,8 +104,11 @@ absl::StatusOr<bool> RemoveNoOps(Graph& g) {
       if (!noop && in->producer && in->producer->op_type == "Transpose") {
         std::vector<int64_t> p = in->producer->GetInts("perm");
         if (!p.empty() && p.size() == perm.size()) {
+          // perm may be invalid here: a dead node's attributes are never checked by shape inference.
           bool ident = true;
-          for (size_t i = 0; i < perm.size(); ++i) ident &= p[perm[i]] == static_cast<int64_t>(i);
+          for (size_t i = 0; i < perm.size() && ident; ++i) {
+            ident = perm[i] >= 0 && perm[i] < static_cast<int64_t>(p.size()) && p[perm[i]] == static_cast<int64_t>(i);
+          }
           if (ident && in->producer->inputs[0]) {
             CJIT_VLOG(2) << "RemoveNoOps: transpose pair " << in->producer->name << ", " << n->name << " cancels";
             Bypass(g, n, in->producer->inputs[0]);
