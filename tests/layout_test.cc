@@ -825,6 +825,45 @@ TEST(PanelProductTest, MatrixVectorGemmMatchesFloat64) {
   }
 }
 
+// MatMul with batch dims and a shared constant B whose rows (batch x M) are at most 4 — a decode step's
+// projections, [1, 1, K] x [K, N] — runs the panel loop (from 256 Ki weights) or Eigen's GEMV, not BLIS
+// (which packed all of B on every call): against float64, 1 and 2 threads, op by op and compiled.
+TEST(PanelProductTest, MatrixVectorMatMulWithBatchDimsMatchesFloat64) {
+  struct Case {
+    std::vector<int64_t> a_dims;  // [..., M, K]
+    int64_t N;
+  };
+  const std::vector<Case> cases = {{{1, 1, 256}, 1024}, {{2, 1, 512}, 520}, {{1, 1, 256}, 768}, {{4, 1, 64}, 48}};
+  unsigned seed = 170;
+  for (const Case& c : cases) {
+    const int64_t K = c.a_dims.back();
+    int64_t rows = 1;
+    for (size_t i = 0; i + 1 < c.a_dims.size(); ++i) rows *= c.a_dims[i];
+    testing::ModelBuilder m(13);
+    m.Input("x", onnx::TensorProto::FLOAT, c.a_dims).Output("y");
+    const std::vector<float> b = testing::RandomFloats(static_cast<size_t>(K * c.N), seed++);
+    m.InitFloats("b", {K, c.N}, b);
+    m.Node("MatMul", {"x", "b"}, {"y"});
+    Tensor x(DType::kF32, c.a_dims);
+    const std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), seed++);
+    std::copy(xv.begin(), xv.end(), x.data<float>());
+    for (const char* threads : {"--intra_op_threads=1 ", "--intra_op_threads=2 "}) {
+      for (const char* mode : kOpByOpAndCompiled) {
+        auto y = RunModelBytes(m.Bytes(), std::string("--device=cpu --autotune_level=0 ") + threads + mode, x);
+        ASSERT_TRUE(y.ok()) << y.status();
+        ASSERT_EQ(y->numel(), rows * c.N);
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t n = 0; n < c.N; ++n) {
+            double want = 0;
+            for (int64_t k = 0; k < K; ++k) want += double(xv[i * K + k]) * b[k * c.N + n];
+            ASSERT_NEAR(y->data<float>()[i * c.N + n], want, 1e-5 * std::sqrt(double(K)) * (1 + std::abs(want)))
+                << "rows=" << rows << " K=" << K << " N=" << c.N << " at " << i << "," << n << " " << threads << mode;
+          }
+      }
+    }
+  }
+}
+
 // com.clusterjit.NhwcMaxPool / NhwcAveragePool written into a model by hand with inputs the pass never
 // makes (rank 5, a kernel that does not match the rank, int64 data, a padded window of only padding) is a
 // clear error naming the node, never a crash or a read outside X.

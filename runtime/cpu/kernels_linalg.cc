@@ -470,6 +470,19 @@ absl::Status MatMul(KernelContext& ctx) {
     int64_t a_batch = 1, b_batch = 1;
     for (size_t i = 0; i + 2 < g.ad.size(); ++i) a_batch *= g.ad[i];
     for (size_t i = 0; i + 2 < g.bd.size(); ++i) b_batch *= g.bd[i];
+    const int64_t rows = g.batch * g.M;
+    if (b_batch == 1 && a_batch == g.batch && rows <= kMatrixVectorRows) {
+      // A matrix-vector product (a decode step's projections: 1 x 256 x 768): BLIS packed all of B on every
+      // call. Large constant B: the panel loop (weights packed once, streamed); else Eigen's GEMV.
+      if (g.K * g.N >= kPanelGemvWeights &&
+          TryPanelProduct(ctx, 1, false, a.data<float>(), rows, g.K, g.N, y.data<float>())) {
+        if (ctx.want_impl) ctx.impl = "panel-packed register-tiled loop (matrix-vector, shape-generic)";
+        return absl::OkStatus();
+      }
+      EigenMatMul(a.data<float>(), b.data<float>(), y.data<float>(), rows, g.K, g.N, g.K, 1, g.N, 1, 1.0f);
+      if (ctx.want_impl) ctx.impl = "Eigen (matrix-vector)";
+      return absl::OkStatus();
+    }
     if (b_batch == 1 && a_batch == g.batch) {
       if (!Sgemm(false, false, g.batch * g.M, g.N, g.K, 1.0f, a.data<float>(), g.K, b.data<float>(), g.N, 0.0f,
                  y.data<float>(), g.N)) {
