@@ -90,6 +90,35 @@ inline __attribute__((always_inline)) float ScalarOp(const PostOp& op, float v, 
   return v;
 }
 
+// The shared core of ExpV and ExpExactV: for c within the float exponent range, exp(c) = p * 2^n with
+// n = round(c / ln2) (by the 1.5 * 2^23 trick: |c / ln2| < 2^22, and no fast-math, so it is not folded),
+// r = c - n ln2 (ln2 in two parts) and p = exp(r) by Cephes' degree-6 polynomial. Returns p, *n the
+// rounded exponent.
+template <typename V>
+inline __attribute__((always_inline)) V ExpReduced(V c, V* n) {
+  const V zero = {};
+  *n = c * 1.44269504088896341f;
+  *n = (*n + 12582912.0f) - 12582912.0f;
+  V r = c - *n * 0.693359375f;
+  r = r - *n * -2.12194440e-4f;
+  V p = zero + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  return p * (r * r) + r + 1.0f;
+}
+
+// 2^e per lane for integer exponents e in [-126, 127] (built in the exponent bits).
+template <typename V, typename VI>
+inline __attribute__((always_inline)) V Pow2(VI e) {
+  const VI bits = (e + 127) << 23;
+  V out;
+  std::memcpy(&out, &bits, sizeof out);
+  return out;
+}
+
 // exp(x) per lane (Cephes' expf: x = n ln2 + r with ln2 in two parts, a degree-6 polynomial in r,
 // times 2^n built in the exponent bits; within 2 ulp of the correctly rounded value over the normal
 // range). NaN stays NaN; x > 88.72 gives +inf; x below -87.34 gives about 1e-38 instead of a subnormal
@@ -101,22 +130,9 @@ inline __attribute__((always_inline)) V ExpV(V x) {
   const V zero = {};
   V c = x > zero + 88.3762626647949f ? zero + 88.3762626647949f : x;
   c = c < zero - 87.3365447504f ? zero - 87.3365447504f : c;
-  // n = round(c / ln2) by the 1.5 * 2^23 trick (|c / ln2| < 2^22; no fast-math, so it is not folded).
-  V n = c * 1.44269504088896341f;
-  n = (n + 12582912.0f) - 12582912.0f;
-  V r = c - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  V p = zero + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
-  const VI bits = (__builtin_convertvector(n, VI) + 127) << 23;
-  V scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  V e = p * scale;
+  V n;
+  const V p = ExpReduced(c, &n);
+  const V e = p * Pow2<V>(__builtin_convertvector(n, VI));
   return x > zero + 88.72283905206835f ? zero + __builtin_inff() : e;
 }
 
@@ -296,24 +312,11 @@ inline __attribute__((always_inline)) V ExpExactV(V x) {
   const V zero = {};
   V c = x > zero + 88.72283905206835f ? zero + 88.72283905206835f : x;
   c = c < zero - 103.97208f ? zero - 103.97208f : c;
-  V n = c * 1.44269504088896341f;
-  n = (n + 12582912.0f) - 12582912.0f;  // round to nearest (|n| < 2^22; no fast-math, so not folded)
-  V r = c - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  V p = zero + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
+  V n;
+  const V p = ExpReduced(c, &n);
   const VI ni = __builtin_convertvector(n, VI);
-  const VI a = ni >> 1, rest = ni - a;
-  const VI bits_a = (a + 127) << 23, bits_rest = (rest + 127) << 23;
-  V sa, srest;
-  std::memcpy(&sa, &bits_a, sizeof sa);
-  std::memcpy(&srest, &bits_rest, sizeof srest);
-  V e = p * sa * srest;
+  const VI a = ni >> 1;
+  V e = p * Pow2<V>(a) * Pow2<V>(ni - a);
   e = x > zero + 88.72283905206835f ? zero + __builtin_inff() : e;
   e = x < zero - 103.97208f ? zero : e;
   return x != x ? x : e;
@@ -383,7 +386,9 @@ __attribute__((target("avx512f,fma"))) void SoftmaxRowAvx512(const float* x, flo
 __attribute__((target("avx2,fma"))) void SoftmaxRowAvx2(const float* x, float* y, int64_t n, float* m, double* s) {
   SoftmaxRowBody<V8f>(x, y, n, m, s);
 }
-void SoftmaxRowBaseline(const float* x, float* y, int64_t n, float* m, double* s) { SoftmaxRowBody<V4f>(x, y, n, m, s); }
+void SoftmaxRowBaseline(const float* x, float* y, int64_t n, float* m, double* s) {
+  SoftmaxRowBody<V4f>(x, y, n, m, s);
+}
 
 __attribute__((target("avx512f,fma"))) void EpilogueAvx512(float* y, int64_t rows, int64_t channels,
                                                            const float* bias, const std::vector<PostOp>* ops) {

@@ -364,6 +364,19 @@ void LoopMatMul(const T* a, const T* b, T* c, int64_t M, int64_t K, int64_t N, i
 // matmul primitive.
 enum class ProductAlgorithm { kDefault, kOneDnnMatMul, kSgemm, kEigen, kBlis };
 
+// y [rows, N] = a [rows, K] (dense) x B (input 1 of ctx: [N, K] when b_is_nk, else [K, N]) for rows <=
+// kMatrixVectorRows: the panel loop for a constant B of at least kPanelGemvWeights weights, else Eigen's
+// GEMV (which reads the weights once; BLIS would pack all of B on every call).
+void MatrixVectorProduct(KernelContext& ctx, const float* a, int64_t rows, int64_t K, int64_t N, bool b_is_nk,
+                         float* y) {
+  if (K * N >= kPanelGemvWeights && TryPanelProduct(ctx, 1, b_is_nk, a, rows, K, N, y)) {
+    if (ctx.want_impl) ctx.impl = "panel-packed register-tiled loop (matrix-vector, shape-generic)";
+    return;
+  }
+  EigenMatMul(a, ctx.in(1).data<float>(), y, rows, K, N, K, 1, b_is_nk ? 1 : N, b_is_nk ? K : 1, 1.0f);
+  if (ctx.want_impl) ctx.impl = "Eigen (matrix-vector)";
+}
+
 absl::StatusOr<ProductAlgorithm> ParseProductAlgorithm(const KernelContext& ctx) {
   if (ctx.algorithm == nullptr || ctx.algorithm->empty()) return ProductAlgorithm::kDefault;
   if (*ctx.algorithm == "onednn_matmul") return ProductAlgorithm::kOneDnnMatMul;
@@ -471,16 +484,8 @@ absl::Status MatMul(KernelContext& ctx) {
     for (size_t i = 0; i + 2 < g.ad.size(); ++i) a_batch *= g.ad[i];
     for (size_t i = 0; i + 2 < g.bd.size(); ++i) b_batch *= g.bd[i];
     const int64_t rows = g.batch * g.M;
-    if (b_batch == 1 && a_batch == g.batch && rows <= kMatrixVectorRows) {
-      // A matrix-vector product (a decode step's projections: 1 x 256 x 768): BLIS packed all of B on every
-      // call. Large constant B: the panel loop (weights packed once, streamed); else Eigen's GEMV.
-      if (g.K * g.N >= kPanelGemvWeights &&
-          TryPanelProduct(ctx, 1, false, a.data<float>(), rows, g.K, g.N, y.data<float>())) {
-        if (ctx.want_impl) ctx.impl = "panel-packed register-tiled loop (matrix-vector, shape-generic)";
-        return absl::OkStatus();
-      }
-      EigenMatMul(a.data<float>(), b.data<float>(), y.data<float>(), rows, g.K, g.N, g.K, 1, g.N, 1, 1.0f);
-      if (ctx.want_impl) ctx.impl = "Eigen (matrix-vector)";
+    if (b_batch == 1 && a_batch == g.batch && rows <= kMatrixVectorRows) {  // a decode step's projections
+      MatrixVectorProduct(ctx, a.data<float>(), rows, g.K, g.N, false, y.data<float>());
       return absl::OkStatus();
     }
     if (b_batch == 1 && a_batch == g.batch) {
@@ -547,9 +552,8 @@ absl::Status Gemm(KernelContext& ctx) {
     CJIT_RETURN_IF_ERROR(ReducedPrecisionMatMul(precision == Float32Precision::kBf16x3, a.data<float>(), b.data<float>(),
                                                 y.data<float>(), M, K, N, as_m, as_k, bs_k, bs_n, alpha,
                                                 ctx.want_impl ? &ctx.impl : nullptr));
-  } else if (a.dtype() == DType::kF32 && M <= kMatrixVectorRows && !ta && alpha == 1.0f && K * N >= kPanelGemvWeights &&
-             TryPanelProduct(ctx, 1, tb, a.data<float>(), M, K, N, y.data<float>())) {
-    if (ctx.want_impl) ctx.impl = "panel-packed register-tiled loop (matrix-vector, shape-generic)";
+  } else if (a.dtype() == DType::kF32 && K > 0 && M > 0 && N > 0 && M <= kMatrixVectorRows && !ta && alpha == 1.0f) {
+    MatrixVectorProduct(ctx, a.data<float>(), M, K, N, tb, y.data<float>());
   } else if (a.dtype() == DType::kF32 && K > 0 && M > 0 && N > 0 &&
              (M * N * K <= kSmallProductMacs || M <= kMatrixVectorRows)) {
     EigenMatMul(a.data<float>(), b.data<float>(), y.data<float>(), M, K, N, as_m, as_k, bs_k, bs_n, alpha);

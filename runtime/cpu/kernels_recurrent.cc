@@ -101,9 +101,9 @@ absl::Status RecurrentF32(KernelContext& ctx, const RecurrentF32Args& a) {
   static const std::vector<PostOp> kSigmoid = op(PostOp::Kind::kSigmoid), kTanh = op(PostOp::Kind::kTanh);
   Tensor* Y = ctx.wants(0) ? &ctx.Alloc(0, DType::kF32, a.batch_major ? Dims{B, S, a.nd, H} : Dims{S, a.nd, B, H})
                            : nullptr;
-  Tensor* Yh = ctx.wants(1) ? &ctx.Alloc(1, DType::kF32, a.batch_major ? Dims{B, a.nd, H} : Dims{a.nd, B, H}) : nullptr;
-  Tensor* Yc = a.kind == 2 && ctx.wants(2) ? &ctx.Alloc(2, DType::kF32, a.batch_major ? Dims{B, a.nd, H} : Dims{a.nd, B, H})
-                                           : nullptr;
+  const Dims state_dims = a.batch_major ? Dims{B, a.nd, H} : Dims{a.nd, B, H};
+  Tensor* Yh = ctx.wants(1) ? &ctx.Alloc(1, DType::kF32, state_dims) : nullptr;
+  Tensor* Yc = a.kind == 2 && ctx.wants(2) ? &ctx.Alloc(2, DType::kF32, state_dims) : nullptr;
   if (Y) std::fill(Y->data<float>(), Y->data<float>() + Y->numel(), 0.0f);  // steps past sequence_lens
   auto y_at = [&](int64_t t, int d, int64_t b) {
     return Y->data<float>() + (a.batch_major ? ((b * S + t) * a.nd + d) * H : ((t * a.nd + d) * B + b) * H);
@@ -180,22 +180,19 @@ absl::Status RecurrentF32(KernelContext& ctx, const RecurrentF32Args& a) {
           for (int64_t k = 0; k < H; ++k) c[k] = gates[2 * H + k] * c[k] + gates[k] * gates[3 * H + k];
           ApplyUnaryPostOps(c.data(), tmp.data(), H, kTanh, 1);
           for (int64_t k = 0; k < H; ++k) h[k] = gates[H + k] * tmp[k];
-        } else if (a.lbr) {  // GRU, gates z, r, h: hh = tanh(xh + r (.) (Rh h + Rbh))
+        } else {  // GRU, gates z, r, h (r_product: all three gates' rows with linear_before_reset, else z, r)
           r_product(d, false, h.data(), gh.data());
           for (int64_t g = 0; g < 2 * H; ++g) gates[g] = xr[g] + gh[g];
           ApplyUnaryPostOps(gates.data(), gates.data(), 2 * H, kSigmoid, 1);
-          for (int64_t k = 0; k < H; ++k) {
-            tmp[k] = xr[2 * H + k] + gates[H + k] * (gh[2 * H + k] + static_cast<float>(rbh[k]));
+          if (a.lbr) {  // hh = tanh(xh + r (.) (Rh h + Rbh))
+            for (int64_t k = 0; k < H; ++k) {
+              tmp[k] = xr[2 * H + k] + gates[H + k] * (gh[2 * H + k] + static_cast<float>(rbh[k]));
+            }
+          } else {  // hh = tanh(xh + (r (.) h) Rh^T + Rbh), Rbh folded into xh
+            for (int64_t k = 0; k < H; ++k) tmp[k] = gates[H + k] * h[k];
+            r_product(d, true, tmp.data(), gh.data() + 2 * H);
+            for (int64_t k = 0; k < H; ++k) tmp[k] = xr[2 * H + k] + gh[2 * H + k];
           }
-          ApplyUnaryPostOps(tmp.data(), tmp.data(), H, kTanh, 1);
-          for (int64_t k = 0; k < H; ++k) h[k] = (1.0f - gates[k]) * tmp[k] + gates[k] * h[k];
-        } else {  // GRU: hh = tanh(xh + (r (.) h) Rh^T + Rbh)
-          r_product(d, false, h.data(), gh.data());
-          for (int64_t g = 0; g < 2 * H; ++g) gates[g] = xr[g] + gh[g];
-          ApplyUnaryPostOps(gates.data(), gates.data(), 2 * H, kSigmoid, 1);
-          for (int64_t k = 0; k < H; ++k) tmp[k] = gates[H + k] * h[k];
-          r_product(d, true, tmp.data(), gh.data() + 2 * H);
-          for (int64_t k = 0; k < H; ++k) tmp[k] = xr[2 * H + k] + gh[2 * H + k];
           ApplyUnaryPostOps(tmp.data(), tmp.data(), H, kTanh, 1);
           for (int64_t k = 0; k < H; ++k) h[k] = (1.0f - gates[k]) * tmp[k] + gates[k] * h[k];
         }
@@ -278,8 +275,8 @@ absl::Status Recurrent(KernelContext& ctx, int kind) {
   }
   bool default_activations = true;
   for (size_t i = 0; i < acts.size(); ++i) {
-    const Activation::Kind want = dflt[i % dflt.size()] == "Sigmoid" ? Activation::Kind::kSigmoid : Activation::Kind::kTanh;
-    default_activations &= acts[i].kind == want;
+    const bool sigmoid = dflt[i % dflt.size()] == "Sigmoid";
+    default_activations &= acts[i].kind == (sigmoid ? Activation::Kind::kSigmoid : Activation::Kind::kTanh);
   }
   bool peepholes = false;
   for (double v : P) peepholes |= v != 0.0;

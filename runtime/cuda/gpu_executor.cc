@@ -159,6 +159,7 @@ struct GpuExecutor::Impl {
   absl::StatusOr<bool> TryConv(const Node& n);
   absl::StatusOr<bool> TryPool(const Node& n);
   absl::StatusOr<bool> TrySingleOpKernel(const Node& n);
+  bool TryPitchedCopies(const Node& n, const Value* whole, const std::vector<Value*>& parts, Step::Kind kind);
   bool TryConcat(const Node& n);
   bool TrySplit(const Node& n);
   bool TryPad(const Node& n);
@@ -676,73 +677,55 @@ absl::StatusOr<bool> GpuExecutor::Impl::TrySingleOpKernel(const Node& n) {
   return true;
 }
 
-// Concat (any dtype, static shapes) as pitched device-to-device copies: no kernel, no host round trip.
-bool GpuExecutor::Impl::TryConcat(const Node& n) {
-  if (n.op_type != "Concat" || n.outputs.size() != 1 || !n.outputs[0] || !n.outputs[0]->shape.fully_known()) return false;
-  Dims od = n.outputs[0]->shape.concrete();
-  int r = static_cast<int>(od.size());
+// `whole` cut along `axis` (an attribute, may be negative) into `parts` of its dtype and rank, static
+// shapes: one step of pitched device-to-device copies (no kernel, no host round trip), parts to whole
+// (kConcat: the parts are the step's inputs) or whole to parts (kSplit: its outputs). False when the
+// shapes do not fit.
+bool GpuExecutor::Impl::TryPitchedCopies(const Node& n, const Value* whole, const std::vector<Value*>& parts,
+                                         Step::Kind kind) {
+  if (!whole || !whole->shape.fully_known() || parts.empty()) return false;
+  Dims wd = whole->shape.concrete();
+  int r = static_cast<int>(wd.size());
   int64_t axis = n.GetInt("axis", 0);
   if (axis < 0) axis += r;
   if (axis < 0 || axis >= r) return false;
-  size_t elem = DTypeSize(n.outputs[0]->dtype);
+  size_t elem = DTypeSize(whole->dtype);
   int64_t outer = 1, inner = 1;
-  for (int i = 0; i < axis; ++i) outer *= od[i];
-  for (int i = static_cast<int>(axis) + 1; i < r; ++i) inner *= od[i];
+  for (int i = 0; i < axis; ++i) outer *= wd[i];
+  for (int i = static_cast<int>(axis) + 1; i < r; ++i) inner *= wd[i];
   Step st;
-  st.kind = Step::Kind::kConcat;
+  st.kind = kind;
   st.node = &n;
+  std::vector<int>& part_slots = kind == Step::Kind::kConcat ? st.in : st.out;
   size_t offset = 0;
-  for (const Value* v : n.inputs) {
-    if (!v || !v->shape.fully_known() || v->dtype != n.outputs[0]->dtype || v->shape.rank() != r) return false;
+  for (const Value* v : parts) {
+    if (!v || !v->shape.fully_known() || v->dtype != whole->dtype || v->shape.rank() != r) return false;
     size_t width = static_cast<size_t>(v->shape.concrete()[axis] * inner) * elem;
-    st.in.push_back(Slot(v));
+    part_slots.push_back(Slot(v));
     st.concat_offset.push_back(offset);
     st.concat_width.push_back(width);
     offset += width;
   }
+  if (offset != static_cast<size_t>(wd[axis] * inner) * elem) return false;
   st.concat_rows = static_cast<size_t>(outer);
   st.concat_pitch = offset;
-  if (offset != static_cast<size_t>(od[axis] * inner) * elem) return false;
-  st.out = {Slot(n.outputs[0])};
+  (kind == Step::Kind::kConcat ? st.out : st.in) = {Slot(whole)};
   steps.push_back(std::move(st));
   ++placement.copies;
   return true;
 }
 
-// Split (any dtype, static shapes; https://onnx.ai/onnx/operators/onnx__Split.html) as pitched
-// device-to-device copies, the inverse of TryConcat. The parts' sizes come from the inferred output shapes,
-// so the `split` attribute (opset < 13), the `split` input (13+) and `num_outputs` (18+) are all covered.
+// Concat (any dtype, static shapes) as pitched copies.
+bool GpuExecutor::Impl::TryConcat(const Node& n) {
+  return n.op_type == "Concat" && n.outputs.size() == 1 &&
+         TryPitchedCopies(n, n.outputs[0], n.inputs, Step::Kind::kConcat);
+}
+
+// Split (any dtype, static shapes; https://onnx.ai/onnx/operators/onnx__Split.html) as pitched copies, the
+// inverse of Concat's. The parts' sizes come from the inferred output shapes, so the `split` attribute
+// (opset < 13), the `split` input (13+) and `num_outputs` (18+) are all covered.
 bool GpuExecutor::Impl::TrySplit(const Node& n) {
-  const Value* x = n.input(0);
-  if (n.op_type != "Split" || n.outputs.empty() || !x || !x->shape.fully_known()) return false;
-  Dims xd = x->shape.concrete();
-  int r = static_cast<int>(xd.size());
-  int64_t axis = n.GetInt("axis", 0);
-  if (axis < 0) axis += r;
-  if (axis < 0 || axis >= r) return false;
-  size_t elem = DTypeSize(x->dtype);
-  int64_t outer = 1, inner = 1;
-  for (int i = 0; i < axis; ++i) outer *= xd[i];
-  for (int i = static_cast<int>(axis) + 1; i < r; ++i) inner *= xd[i];
-  Step st;
-  st.kind = Step::Kind::kSplit;
-  st.node = &n;
-  size_t offset = 0;
-  for (const Value* v : n.outputs) {
-    if (!v || !v->shape.fully_known() || v->dtype != x->dtype || v->shape.rank() != r) return false;
-    size_t width = static_cast<size_t>(v->shape.concrete()[axis] * inner) * elem;
-    st.out.push_back(Slot(v));
-    st.concat_offset.push_back(offset);
-    st.concat_width.push_back(width);
-    offset += width;
-  }
-  if (offset != static_cast<size_t>(xd[axis] * inner) * elem) return false;
-  st.concat_rows = static_cast<size_t>(outer);
-  st.concat_pitch = offset;
-  st.in = {Slot(x)};
-  steps.push_back(std::move(st));
-  ++placement.copies;
-  return true;
+  return n.op_type == "Split" && TryPitchedCopies(n, n.input(0), n.outputs, Step::Kind::kSplit);
 }
 
 // Constant-mode Pad of 4-byte elements with non-negative pads on the last two dims only, as a fill and one
