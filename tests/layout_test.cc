@@ -778,6 +778,32 @@ TEST(GroupNormTest, TorchGroupNormPatternMatchesFloat64) {
   }
 }
 
+// Runs model `m` (input x of dims `x_dims`, random from `seed`; output y = x B (+ bias) with B [K, N], or
+// [N, K] when b_is_nk) at 1 and 2 threads, op by op and compiled, and checks every element against float64.
+void ExpectProductMatchesFloat64(const testing::ModelBuilder& m, const std::vector<int64_t>& x_dims,
+                                 const std::vector<float>& b, bool b_is_nk, const std::vector<float>* bias, int64_t N,
+                                 unsigned seed) {
+  const int64_t K = x_dims.back();
+  Tensor x(DType::kF32, x_dims);
+  const int64_t rows = x.numel() / K;
+  const std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), seed);
+  std::copy(xv.begin(), xv.end(), x.data<float>());
+  for (const char* threads : {"--intra_op_threads=1 ", "--intra_op_threads=2 "}) {
+    for (const char* mode : kOpByOpAndCompiled) {
+      auto y = RunModelBytes(m.Bytes(), std::string("--device=cpu --autotune_level=0 ") + threads + mode, x);
+      ASSERT_TRUE(y.ok()) << y.status();
+      ASSERT_EQ(y->numel(), rows * N);
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t n = 0; n < N; ++n) {
+          double want = bias ? (*bias)[n] : 0.0;
+          for (int64_t k = 0; k < K; ++k) want += double(xv[i * K + k]) * b[b_is_nk ? n * K + k : k * N + n];
+          ASSERT_NEAR(y->data<float>()[i * N + n], want, 1e-5 * std::sqrt(double(K)) * (1 + std::abs(want)))
+              << "rows=" << rows << " K=" << K << " N=" << N << " at " << i << "," << n << " " << threads << mode;
+        }
+    }
+  }
+}
+
 // Gemm with constant B and at most 4 rows (a classifier head) from 256 Ki weights runs the panel loop of
 // the pointwise convolutions (runtime/cpu/conv_gemm.h TryPanelProduct): B as [N, K] (transB) or [K, N],
 // N = 64 q + 8 / + 48 / full panels, with C broadcast, 1 and 2 threads (columns split), op by op and
@@ -803,25 +829,8 @@ TEST(PanelProductTest, MatrixVectorGemmMatchesFloat64) {
       ins.push_back("c");
     }
     testing::ModelBuilder::AttrInt(m.Node("Gemm", ins, {"y"}), "transB", c.trans_b ? 1 : 0);
-    Tensor x(DType::kF32, {c.M, c.K});
-    const std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), seed++);
-    std::copy(xv.begin(), xv.end(), x.data<float>());
-    for (const char* threads : {"--intra_op_threads=1 ", "--intra_op_threads=2 "}) {
-      for (const char* mode : kOpByOpAndCompiled) {
-        auto y = RunModelBytes(m.Bytes(), std::string("--device=cpu --autotune_level=0 ") + threads + mode, x);
-        ASSERT_TRUE(y.ok()) << y.status();
-        ASSERT_EQ(y->numel(), c.M * c.N);
-        for (int64_t i = 0; i < c.M; ++i)
-          for (int64_t n = 0; n < c.N; ++n) {
-            double want = c.bias ? bias[n] : 0.0;
-            for (int64_t k = 0; k < c.K; ++k) {
-              want += double(xv[i * c.K + k]) * b[c.trans_b ? n * c.K + k : k * c.N + n];
-            }
-            ASSERT_NEAR(y->data<float>()[i * c.N + n], want, 1e-5 * std::sqrt(double(c.K)) * (1 + std::abs(want)))
-                << "M=" << c.M << " K=" << c.K << " N=" << c.N << " at " << i << "," << n << " " << threads << mode;
-          }
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectProductMatchesFloat64(m, {c.M, c.K}, b, c.trans_b, c.bias ? &bias : nullptr, c.N,
+                                                        seed++));
   }
 }
 
@@ -837,30 +846,12 @@ TEST(PanelProductTest, MatrixVectorMatMulWithBatchDimsMatchesFloat64) {
   unsigned seed = 170;
   for (const Case& c : cases) {
     const int64_t K = c.a_dims.back();
-    int64_t rows = 1;
-    for (size_t i = 0; i + 1 < c.a_dims.size(); ++i) rows *= c.a_dims[i];
     testing::ModelBuilder m(13);
     m.Input("x", onnx::TensorProto::FLOAT, c.a_dims).Output("y");
     const std::vector<float> b = testing::RandomFloats(static_cast<size_t>(K * c.N), seed++);
     m.InitFloats("b", {K, c.N}, b);
     m.Node("MatMul", {"x", "b"}, {"y"});
-    Tensor x(DType::kF32, c.a_dims);
-    const std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), seed++);
-    std::copy(xv.begin(), xv.end(), x.data<float>());
-    for (const char* threads : {"--intra_op_threads=1 ", "--intra_op_threads=2 "}) {
-      for (const char* mode : kOpByOpAndCompiled) {
-        auto y = RunModelBytes(m.Bytes(), std::string("--device=cpu --autotune_level=0 ") + threads + mode, x);
-        ASSERT_TRUE(y.ok()) << y.status();
-        ASSERT_EQ(y->numel(), rows * c.N);
-        for (int64_t i = 0; i < rows; ++i)
-          for (int64_t n = 0; n < c.N; ++n) {
-            double want = 0;
-            for (int64_t k = 0; k < K; ++k) want += double(xv[i * K + k]) * b[k * c.N + n];
-            ASSERT_NEAR(y->data<float>()[i * c.N + n], want, 1e-5 * std::sqrt(double(K)) * (1 + std::abs(want)))
-                << "rows=" << rows << " K=" << K << " N=" << c.N << " at " << i << "," << n << " " << threads << mode;
-          }
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectProductMatchesFloat64(m, c.a_dims, b, false, nullptr, c.N, seed++));
   }
 }
 

@@ -14,6 +14,22 @@ namespace {
 
 double Sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
 
+// A float32 tensor of `dims` uniform in [-bound, bound).
+Tensor Uniform(std::mt19937& rng, float bound, const Dims& dims) {
+  std::uniform_real_distribution<float> u(-bound, bound);
+  Tensor t(DType::kF32, dims);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
+  return t;
+}
+
+// Rounds each value to what IrConstant prints (6 decimals), so that the tensors the reference reads are
+// exactly the graph's constants.
+void RoundAsIrText(std::initializer_list<Tensor*> tensors) {
+  for (Tensor* t : tensors) {
+    for (int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] = std::stof(std::to_string(t->data<float>()[i]));
+  }
+}
+
 std::string IrConstant(const std::string& name, const Tensor& t) {
   std::string dims, values;
   for (int i = 0; i < t.rank(); ++i) dims += (i ? "," : "") + std::to_string(t.dim(i));
@@ -29,18 +45,9 @@ TEST_P(GruTest, MatchesFloat64Reference) {
   const auto [lbr, constant] = GetParam();
   const int S = 3, B = 2, I = 3, H = constant ? 8 : 4;
   std::mt19937 rng(7);
-  std::uniform_real_distribution<float> u(-1, 1);
-  auto rnd = [&](Dims d) {
-    Tensor t(DType::kF32, d);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
-    return t;
-  };
+  auto rnd = [&](const Dims& d) { return Uniform(rng, 1.0f, d); };
   Tensor x = rnd({S, B, I}), w = rnd({1, 3 * H, I}), r = rnd({1, 3 * H, H}), b = rnd({1, 6 * H});
-  if (constant) {  // the IR's constants are printed with 6 decimals: use exactly those values
-    for (Tensor* t : {&w, &r, &b}) {
-      for (int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] = std::stof(std::to_string(t->data<float>()[i]));
-    }
-  }
+  if (constant) RoundAsIrText({&w, &r, &b});
   const std::string h3 = std::to_string(3 * H);
   std::string ir = "graph g(%x: f32[3,2,3]" +
                    (constant ? std::string() : ", %w: f32[1," + h3 + ",3], %r: f32[1," + h3 + "," + std::to_string(H) +
@@ -133,23 +140,14 @@ TEST_P(RecurrentF32Test, BidirectionalMatchesFloat64Reference) {
     return s;
   };
   std::mt19937 rng(11);
-  std::uniform_real_distribution<float> u(-0.6f, 0.6f);
-  auto rnd = [&](Dims d) {
-    Tensor t(DType::kF32, d);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
-    return t;
-  };
+  auto rnd = [&](const Dims& d) { return Uniform(rng, 0.6f, d); };
   Tensor len(DType::kI32, {B});
   len.data<int32_t>()[0] = S;
   len.data<int32_t>()[1] = S - 83;
   // R scaled to a contraction (as trained recurrences are): float32 rounding is not amplified over 200 steps.
   Tensor w = rnd({nd, G * H, I}), r = rnd({nd, G * H, H}), bias = rnd({nd, 2 * G * H});
   for (int64_t i = 0; i < r.numel(); ++i) r.data<float>()[i] *= 0.25f;
-  if (c.constant_weights) {  // the IR's constants are printed with 6 decimals: use exactly those values
-    for (Tensor* t : {&w, &r, &bias}) {
-      for (int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] = std::stof(std::to_string(t->data<float>()[i]));
-    }
-  }
+  if (c.constant_weights) RoundAsIrText({&w, &r, &bias});
   const Tensor x = rnd(xd), h0 = rnd(hd), c0 = rnd(hd);
   const std::string weights = c.constant_weights ? "" : ", %w: f32[2," + std::to_string(G * H) + ",5], %r: f32[2," +
                                                             std::to_string(G * H) + "," + std::to_string(H) +
@@ -225,7 +223,9 @@ TEST_P(RecurrentF32Test, BidirectionalMatchesFloat64Reference) {
       }
       for (int k = 0; k < H; ++k) {
         EXPECT_NEAR(at((*out)[1], d, b, k, H), h[k], 2e-5) << c.op << " Y_h d=" << d << " b=" << b;
-        if (lstm) EXPECT_NEAR(at((*out)[2], d, b, k, H), cs[k], 2e-5) << "Y_c d=" << d << " b=" << b;
+        if (lstm) {
+          EXPECT_NEAR(at((*out)[2], d, b, k, H), cs[k], 2e-5) << "Y_c d=" << d << " b=" << b;
+        }
       }
     }
   }
