@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <iterator>
 #include <memory>
+#include <atomic>
 #include <mutex>
 #include <unordered_map>
 
@@ -35,41 +36,70 @@ std::string ContentDigest(absl::string_view bytes) {
   return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(md), len));
 }
 
+namespace {
+
+// Per live tensor object: its content digest (computed on first request) and its process-unique serial
+// (assigned on first request; 0 = none yet).
+struct ConstantMemoEntry {
+  std::weak_ptr<const Tensor> tensor;
+  std::string digest;
+  uint64_t serial = 0;
+};
+
+// Runs `fn` on the memo entry of `t` (created if missing or stale) under the memo's lock.
+template <typename Fn>
+auto WithConstantMemo(const std::shared_ptr<const Tensor>& t, Fn fn) {
+  static std::mutex mu;  // std::mutex: ThreadSanitizer sees it (Debian's abseil is not instrumented)
+  static auto* memo = new std::unordered_map<const Tensor*, ConstantMemoEntry>();
+  static size_t sweep_at = 256;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = memo->find(t.get());
+  // A live weak_ptr to this address is this very object (an object that died and whose address was
+  // reused has an expired entry), and a constant never changes while it lives.
+  if (it == memo->end() || it->second.tensor.expired() || it->second.tensor.lock() != t) {
+    (*memo)[t.get()] = ConstantMemoEntry{t, "", 0};
+    if (memo->size() >= sweep_at) {
+      for (auto e = memo->begin(); e != memo->end();) e = e->second.tensor.expired() ? memo->erase(e) : std::next(e);
+      sweep_at = std::max<size_t>(256, 2 * memo->size());
+    }
+    it = memo->find(t.get());
+  }
+  return fn(it->second);
+}
+
+}  // namespace
+
 std::string ConstantDigest(const std::shared_ptr<const Tensor>& t) {
   auto bytes = [&] { return absl::string_view(static_cast<const char*>(t->raw()), t->nbytes()); };
   // Scalars and short shape vectors are hashed each time (cheaper than the memo's lock and lookup); every
   // other constant once per tensor object: a new signature's cluster keys name the same weights and biases
   // again (SHA-256 of a model's ~130 small biases was ~0.5 ms per signature on ppocr_mobile_cls).
   if (t->nbytes() <= 64) return ContentDigest(bytes());
-  struct Entry {
-    std::weak_ptr<const Tensor> tensor;
-    std::string digest;
-  };
-  static std::mutex mu;  // std::mutex: ThreadSanitizer sees it (Debian's abseil is not instrumented)
-  static auto* memo = new std::unordered_map<const Tensor*, Entry>();
-  static size_t sweep_at = 256;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = memo->find(t.get());
-    // A live weak_ptr to this address is this very object (an object that died and whose address was
-    // reused has an expired entry), and a constant never changes while it lives.
-    if (it != memo->end() && !it->second.tensor.expired() && it->second.tensor.lock() == t) return it->second.digest;
-  }
-  std::string d = ContentDigest(bytes());
-  std::lock_guard<std::mutex> lock(mu);
-  (*memo)[t.get()] = Entry{t, d};
-  if (memo->size() >= sweep_at) {
-    for (auto it = memo->begin(); it != memo->end();) it = it->second.tensor.expired() ? memo->erase(it) : std::next(it);
-    sweep_at = std::max<size_t>(256, 2 * memo->size());
-  }
+  std::string cached = WithConstantMemo(t, [](ConstantMemoEntry& e) { return e.digest; });
+  if (!cached.empty()) return cached;
+  std::string d = ContentDigest(bytes());  // outside the lock: megabytes of weights take milliseconds
+  WithConstantMemo(t, [&d](ConstantMemoEntry& e) {
+    e.digest = d;
+    return 0;
+  });
   return d;
+}
+
+std::string ConstantName(const std::shared_ptr<const Tensor>& t, ConstantNaming naming) {
+  if (naming == ConstantNaming::kContent || t->nbytes() < kObjectNamedConstantBytes) return ConstantDigest(t);
+  static std::atomic<uint64_t> next_serial{1};
+  uint64_t serial = WithConstantMemo(t, [](ConstantMemoEntry& e) {
+    if (e.serial == 0) e.serial = next_serial.fetch_add(1);
+    return e.serial;
+  });
+  return absl::StrCat("object#", serial);
 }
 
 std::string CacheKey::Hex() const { return absl::StrFormat("%016x", hash); }
 
 namespace {
 
-void AppendAttrText(std::string* out, const Attribute& a) {
+void AppendAttrText(std::string* out, const Attribute& a, ConstantNaming naming = ConstantNaming::kContent) {
   using K = Attribute::Kind;
   switch (a.kind) {
     case K::kInt: absl::StrAppend(out, "i", a.i); return;
@@ -92,7 +122,7 @@ void AppendAttrText(std::string* out, const Attribute& a) {
       return;
     case K::kTensor:
       if (a.t) {
-        absl::StrAppend(out, "T", DTypeName(a.t->dtype()), DimsToString(a.t->dims()), ":", ConstantDigest(a.t));
+        absl::StrAppend(out, "T", DTypeName(a.t->dtype()), DimsToString(a.t->dims()), ":", ConstantName(a.t, naming));
       } else {
         out->append("T-");
       }
@@ -111,7 +141,7 @@ std::string AttrText(const Attribute& a) {
   return s;
 }
 
-void CanonicalClusterTexts(const Graph& body, std::string* keyed, std::string* identity) {
+void CanonicalClusterTexts(const Graph& body, std::string* keyed, std::string* identity, ConstantNaming naming) {
   // The two texts differ only in the inputs line and the constants' lines; the node lines, the bulk of
   // the work, are built once and appended to both. Values are named %i<k> (body inputs), %c<k>
   // (constants, in first-use order so that the text does not depend on value creation order) and %n<k>
@@ -150,7 +180,7 @@ void CanonicalClusterTexts(const Graph& body, std::string* keyed, std::string* i
       line.clear();
       absl::StrAppend(&line, "%c", r.index, " = const ", DTypeName(t.dtype()));
       const size_t head = line.size();
-      absl::StrAppend(&line, "[", DimsToString(t.dims()), "] ", ConstantDigest(v->constant), "\n");
+      absl::StrAppend(&line, "[", DimsToString(t.dims()), "] ", ConstantName(v->constant, naming), "\n");
       key_text += line;
       // In the identity, integer constants (Reshape/Slice/Expand shape operands, which specialization
       // computes from the input dims) enter by dtype and rank only: the cluster's identity across
@@ -189,7 +219,7 @@ void CanonicalClusterTexts(const Graph& body, std::string* keyed, std::string* i
       if (!first) nodes.push_back(';');
       first = false;
       absl::StrAppend(&nodes, name, "=");
-      AppendAttrText(&nodes, a);
+      AppendAttrText(&nodes, a, naming);
     }
     nodes.append("}\n");
   }

@@ -51,9 +51,20 @@ struct CacheKey {
 // across shape signatures (used by the compile policy; never as a cache key).
 std::string CanonicalClusterText(const Graph& body, bool include_shapes);
 
+// How constants enter a canonical text. kContent: by SHA-256 digest (ConstantDigest), as every key that
+// outlives the process must (the persistent cache). kObject: constants of kObjectNamedConstantBytes or more
+// by the identity of their tensor object (ConstantName), smaller ones by content — for keys that live only
+// in this process's memory cache, whose entries hold their constants alive (so an object's name is never
+// reused while a key names it). Hashing a model's weights with SHA-256 costs ~0.5 ms per MB on the first
+// signature; naming them costs nothing. A weight shared by per-signature clones (they share constants) has
+// one name across signatures.
+enum class ConstantNaming { kContent, kObject };
+inline constexpr int64_t kObjectNamedConstantBytes = 64 * 1024;
+
 // Both texts in one pass (either pointer may be null): `keyed` = CanonicalClusterText(body, true),
 // `identity` = CanonicalClusterText(body, false). A new signature needs both for every cluster.
-void CanonicalClusterTexts(const Graph& body, std::string* keyed, std::string* identity);
+void CanonicalClusterTexts(const Graph& body, std::string* keyed, std::string* identity,
+                           ConstantNaming naming = ConstantNaming::kContent);
 
 CacheKey MakeCacheKey(const Graph& body, absl::string_view target, absl::string_view codegen_flags);
 // The key of a body whose CanonicalClusterText(body, true) is `canonical_text`.
@@ -69,6 +80,9 @@ std::string ContentDigest(absl::string_view bytes);
 // share their constants (shared_ptr<const Tensor>, immutable by the IR's contract, compiler/ir/graph.h),
 // so each weight is hashed once per process rather than once per cluster and signature. Thread-safe.
 std::string ConstantDigest(const std::shared_ptr<const Tensor>& t);
+// How `t` enters a canonical text under `naming`: ConstantDigest, or "object#N" with N unique to the tensor
+// object in this process (kObject, at least kObjectNamedConstantBytes). Thread-safe.
+std::string ConstantName(const std::shared_ptr<const Tensor>& t, ConstantNaming naming);
 
 }  // namespace cjit
 

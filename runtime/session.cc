@@ -160,6 +160,7 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Grap
   }
   for (const Value* v : graph->inputs()) s->inputs_.push_back({v->name, v->dtype, v->shape});
   for (const Value* v : graph->outputs()) s->outputs_.push_back({v->name, v->dtype, v->shape});
+  s->value_shapes_graph_ = InputValuesShapeTheGraph(*graph);
   s->graph_ = std::move(graph);
   return s;
 }
@@ -308,18 +309,24 @@ absl::StatusOr<std::vector<Tensor>> Session::ValidateInputs(const std::vector<Na
 
 // Scalar integer/bool inputs (a sample rate, a mode flag) are specialized by value, so control flow and
 // shape arithmetic on them fold away; after kMaxValuesPerInput distinct values an input is treated as
-// dynamic (value not in the signature) to bound the number of plans.
+// dynamic (value not in the signature) to bound the number of plans. An input whose value only flows as
+// data (InputValuesShapeTheGraph: a token id into Gather, a position into Add) is never specialized by
+// value: nothing folds away, and every new value would be a new plan.
 constexpr size_t kMaxValuesPerInput = 8;
 
 std::vector<bool> Session::ValueSpecialized(const std::vector<Tensor>& inputs) {
   std::vector<bool> out(inputs.size(), false);
   bool any = false;
-  for (const Tensor& t : inputs) any |= t.numel() == 1 && (IsInteger(t.dtype()) || t.dtype() == DType::kBool);
+  auto candidate = [this](const Tensor& t, size_t i) {
+    return t.numel() == 1 && (IsInteger(t.dtype()) || t.dtype() == DType::kBool) &&
+           (i >= value_shapes_graph_.size() || value_shapes_graph_[i]);
+  };
+  for (size_t i = 0; i < inputs.size(); ++i) any |= candidate(inputs[i], i);
   if (!any) return out;
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
-    if (t.numel() != 1 || !(IsInteger(t.dtype()) || t.dtype() == DType::kBool)) continue;
+    if (!candidate(t, i)) continue;
     std::set<int64_t>& seen = seen_values_[i];
     if (seen.size() > kMaxValuesPerInput) continue;
     seen.insert(t.ToInt64Vector()[0]);

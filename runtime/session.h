@@ -205,6 +205,7 @@ class Session {
   int gpu_ordinal_ = -1;               // the CUDA device used, or -1 for the CPU
   std::shared_ptr<DeviceBackend> gpu_;  // set when running on a GPU
   std::map<size_t, std::set<int64_t>> seen_values_;                 // per scalar integer input
+  std::vector<bool> value_shapes_graph_;  // per input: its value may decide a shape (InputValuesShapeTheGraph)
 };
 
 }  // namespace cjit

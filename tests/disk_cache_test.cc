@@ -14,6 +14,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "gtest/gtest.h"
 #include "tests/test_data.h"
@@ -111,6 +112,32 @@ TEST(CacheKeyTest, ConstantDigestFollowsContentAcrossObjects) {
     auto c = std::make_shared<const Tensor>(std::move(t));
     EXPECT_EQ(ConstantDigest(c), ContentDigest(bytes)) << round;
     EXPECT_EQ(ConstantDigest(c), ContentDigest(bytes)) << round << " (memoized)";
+  }
+}
+
+// Memory-only keys (ConstantNaming::kObject) name a large constant by its tensor object: equal contents in
+// two objects get two names (never one name for different contents, which a content-free key could give
+// if names were reused), the same object keeps its name, a new object at a reused address gets a new one;
+// small constants and kContent name by SHA-256 as before.
+TEST(CacheKeyTest, ObjectNamingNamesLargeConstantsByObjectAndSmallOnesByContent) {
+  auto filled = [](int64_t n, float v) {
+    Tensor t(DType::kF32, {n});
+    for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = v + static_cast<float>(i);
+    return std::make_shared<const Tensor>(std::move(t));
+  };
+  const int64_t big = kObjectNamedConstantBytes / 4;
+  auto a = filled(big, 1), b = filled(big, 1);
+  EXPECT_NE(ConstantName(a, ConstantNaming::kObject), ConstantName(b, ConstantNaming::kObject));
+  EXPECT_EQ(ConstantName(a, ConstantNaming::kObject), ConstantName(a, ConstantNaming::kObject));
+  EXPECT_EQ(ConstantName(a, ConstantNaming::kContent), ConstantName(b, ConstantNaming::kContent));
+  EXPECT_EQ(ConstantName(a, ConstantNaming::kContent), ConstantDigest(a));
+  auto small1 = filled(big - 1, 2), small2 = filled(big - 1, 2);
+  EXPECT_EQ(ConstantName(small1, ConstantNaming::kObject), ConstantName(small2, ConstantNaming::kObject));
+  EXPECT_EQ(ConstantName(small1, ConstantNaming::kObject), ConstantDigest(small1));
+  std::set<std::string> names;
+  for (int round = 0; round < 20; ++round) {
+    auto t = filled(big, 3);  // freed each round: its address is likely reused
+    EXPECT_TRUE(names.insert(ConstantName(t, ConstantNaming::kObject)).second) << round;
   }
 }
 

@@ -12,6 +12,8 @@
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
 #include "flags/logging.h"
+#include "compiler/ir/text.h"
+#include "compiler/passes/specialize_shapes.h"
 #include "runtime/cpu/onednn_util.h"
 #include "runtime/session.h"
 #include "tests/model_builder.h"
@@ -494,6 +496,64 @@ TEST(SessionTest, ScalarIntegerInputsAreSpecializedByValue) {
   }
   // 8 value-specialized plans, then one dynamic plan for every later value.
   EXPECT_EQ((*s)->num_signatures(), 9);
+}
+
+// Which inputs' values can decide a shape: through data-only operands (Gather indices, elementwise math,
+// MatMul) no; into a Reshape shape, a Range limit or a Reduce axes operand (also through arithmetic) yes;
+// Shape reads only the shape.
+TEST(SessionTest, InputValuesShapeTheGraphFollowsOperandsNotJustConsumers) {
+  auto g = ParseGraph(R"(graph g(%ids: i64[1,1], %pos: i64[1,1], %n: i64[], %len: i64[1], %axes: i64[1], %w: i64[1]) {
+  %table = constant f32[4,2] {1, 2, 3, 4, 5, 6, 7, 8}
+  %e = Gather(%table, %ids) {axis=0}
+  %p = Gather(%table, %pos) {axis=0}
+  %one = constant i64[] {1}
+  %n1 = Add(%n, %one)
+  %zero = constant i64[] {0}
+  %r = Range(%zero, %n1, %one)
+  %len2 = Mul(%len, %len)
+  %flat = Reshape(%e, %len2)
+  %sum = ReduceSum(%p, %axes) {keepdims=1}
+  %ws = Shape(%w)
+  %wsf = Cast(%ws) {to=1}
+  %x = Add(%e, %p)
+  return %x, %r, %flat, %sum, %wsf
+})");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(InputValuesShapeTheGraph(**g), std::vector<bool>({false, false, true, true, true, false}));
+}
+
+// A language model's decode step: the token id and the position are [1, 1] int64 inputs that only index
+// embedding tables. They are not specialized by value (every token would be a new plan): twelve tokens
+// and positions make one plan, and each output is the sum of the two table rows.
+TEST(SessionTest, TokenIdsThatOnlyIndexTablesAreNotSpecializedByValue) {
+  testing::ModelBuilder b(13);
+  b.Input("ids", onnx::TensorProto::INT64, {1, 1}).Input("pos", onnx::TensorProto::INT64, {1, 1}).Output("y");
+  std::vector<float> wte(16 * 4), wpe(16 * 4);
+  for (size_t i = 0; i < wte.size(); ++i) {
+    wte[i] = static_cast<float>(i) * 0.5f;
+    wpe[i] = static_cast<float>(i % 7) - 3.0f;
+  }
+  b.InitFloats("wte", {16, 4}, wte);
+  b.InitFloats("wpe", {16, 4}, wpe);
+  b.Node("Gather", {"wte", "ids"}, {"e"});
+  b.Node("Gather", {"wpe", "pos"}, {"p"});
+  b.Node("Add", {"e", "p"}, {"s"});
+  b.Node("Relu", {"s"}, {"y"});
+  auto s = Session::LoadFromBytes(b.Bytes(), Opts());
+  ASSERT_TRUE(s.ok()) << s.status();
+  for (int64_t step = 0; step < 12; ++step) {
+    Tensor ids(DType::kI64, {1, 1}), pos(DType::kI64, {1, 1});
+    ids.data<int64_t>()[0] = (step * 5 + 3) % 16;
+    pos.data<int64_t>()[0] = step;
+    auto out = (*s)->Run({{"ids", ids}, {"pos", pos}});
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ((*out)[0].tensor.dims(), Dims({1, 1, 4}));
+    for (int j = 0; j < 4; ++j) {
+      float expect = std::max(0.0f, wte[ids.data<int64_t>()[0] * 4 + j] + wpe[step * 4 + j]);
+      EXPECT_EQ((*out)[0].tensor.data<float>()[j], expect) << "step " << step << " j " << j;
+    }
+  }
+  EXPECT_EQ((*s)->num_signatures(), 1);
 }
 
 // oneDNN primitives with reordered constant weights are cached process-wide; the cache must not keep a

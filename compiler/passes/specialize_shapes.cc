@@ -150,4 +150,67 @@ absl::Status SpecializeShapes(Graph& graph, const std::vector<Dims>& input_dims,
   return absl::OkStatus();
 }
 
+namespace {
+
+// Whether input `index` of `n` is plain data: its value never changes an output's shape (only the outputs'
+// values), and the node has no control flow. Per the ONNX operator specification of each op.
+bool IsDataOperand(const Node& n, size_t index) {
+  if (!n.implicit_inputs.empty()) return false;
+  const OpDef* def = FindOp(n.domain, n.op_type);
+  if (def == nullptr || def->internal) return false;
+  switch (def->category) {
+    case OpCategory::kElementwise:
+    case OpCategory::kContraction:
+    case OpCategory::kNormalization:
+    case OpCategory::kRecurrent:  // sequence_lens masks steps; Y's shape comes from X
+      return true;
+    case OpCategory::kReduction:  // operand 1 is Reduce*-13/18's axes
+    case OpCategory::kPooling:    // MaxUnpool's operand 2 is output_shape
+      return index == 0;
+    case OpCategory::kDataMovement: {
+      const std::string& op = n.op_type;
+      if (op == "Concat" || op == "Dropout" || op == "Gather" || op == "GatherElements" || op == "GatherND" ||
+          op == "Scatter" || op == "ScatterElements" || op == "ScatterND" || op == "ReverseSequence" ||
+          op == "Trilu") {
+        return true;  // indices, updates, sequence lengths, Trilu's k: values only
+      }
+      if (op == "Pad") return index == 0 || index == 2;  // data and constant_value; pads and axes shape
+      return index == 0;  // Reshape, Expand, Slice, Split, Squeeze, Tile, Transpose...: the other operands shape
+    }
+    case OpCategory::kShape:
+      return n.op_type == "EyeLike";
+    default:
+      return (n.op_type == "CumSum" && index == 0) || n.op_type == "GridSample" || n.op_type == "Det";
+  }
+}
+
+}  // namespace
+
+std::vector<bool> InputValuesShapeTheGraph(const Graph& graph) {
+  std::vector<bool> out(graph.inputs().size(), true);
+  auto order = graph.TopologicalOrder();
+  if (!order.ok()) return out;  // the verifier reports it; keep specializing by value
+  for (size_t i = 0; i < graph.inputs().size(); ++i) {
+    std::unordered_set<const Value*> derived = {graph.inputs()[i]};
+    bool shapes = false;
+    for (const Node* n : *order) {
+      if (n->op_type == "Shape" || n->op_type == "Size") continue;  // read the shape only
+      bool reads = false;
+      for (size_t k = 0; k < n->inputs.size() && !shapes; ++k) {
+        if (n->inputs[k] == nullptr || !derived.count(n->inputs[k])) continue;
+        reads = true;
+        shapes = !IsDataOperand(*n, k);
+      }
+      for (const Value* v : n->implicit_inputs) shapes |= derived.count(v) > 0;
+      if (shapes) break;
+      if (!reads) continue;
+      for (const Value* v : n->outputs) {
+        if (v) derived.insert(v);
+      }
+    }
+    out[i] = shapes;
+  }
+  return out;
+}
+
 }  // namespace cjit

@@ -33,6 +33,16 @@ struct SpecializeOptions {
 absl::Status SpecializeShapes(Graph& graph, const std::vector<Dims>& input_dims, const ConstantEvaluator& evaluate,
                               const SpecializeOptions& options = {});
 
+// For each graph input, whether its *value* can decide a shape or the control flow of the graph: true when
+// some value computed from it (through any chain of nodes; Shape and Size read only its shape) reaches an
+// operand that is not plain data — a Reshape/Expand/Tile/Slice/Pad/Range/ConstantOfShape/Resize shape or
+// index operand, a Reduce axes operand, an If condition, a Loop trip count, a subgraph capture, or any op
+// the table does not list as data-only (unknown ops count as shaping). False when it only flows as data
+// (elementwise math, MatMul/Gemm/Conv operands, Gather/Scatter indices, normalizations...), e.g. the token
+// id and position of a language model's decode step: specializing on such a value would make every token
+// a new plan. Used to decide which scalar integer inputs are specialized by value (runtime/session.h).
+std::vector<bool> InputValuesShapeTheGraph(const Graph& graph);
+
 }  // namespace cjit
 
 #endif  // CJIT_COMPILER_PASSES_SPECIALIZE_SHAPES_H_
