@@ -250,6 +250,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case("asymmetric_pads_strided", [](ConvCase& k) { k.pads = {0, 1, 2, 0}; k.strides = {1, 2}; k.spatial = {11, 13}; }),
                       Case("conv1d_few_channels", [](ConvCase& k) { k.c = 3; k.oc = 8; k.spatial = {40}; k.kernel = {5}; k.strides = {2}; k.dilations = {1}; k.pads = {2, 1}; }),
                       Case("nhwc_3x3_batch2", [](ConvCase& k) { k.n = 2; k.channels_last = true; }),
+                      // The indirect convolution's tiles (conv_gemm.h): panels of 64 + 16 channels (6x4 and
+                      // 12x1 tiles), of 40 (12x2 + a half-width 8), of 24 (16 + 8), with strides, dilations
+                      // and asymmetric pads (taps in the padding read the zero row), two images.
+                      Case("indirect_nhwc_80_strided_dilated", [](ConvCase& k) { k.n = 2; k.c = 12; k.oc = 80; k.spatial = {13, 11}; k.strides = {2, 1}; k.dilations = {1, 2}; k.pads = {1, 2, 0, 1}; k.channels_last = true; }),
+                      Case("indirect_nhwc_40_5x3", [](ConvCase& k) { k.c = 20; k.oc = 40; k.spatial = {9, 14}; k.kernel = {5, 3}; k.pads = {2, 0, 1, 2}; k.channels_last = true; }),
+                      Case("indirect_nhwc_24_unpadded", [](ConvCase& k) { k.c = 33; k.oc = 24; k.spatial = {7, 8}; k.pads = {0, 0, 0, 0}; k.channels_last = true; }),
                       // 1xK stride-1 convolutions, many channels, few pixels (the default reads the im2col
                       // rows in place, conv_gemm.h): a height-1 sequence, and rows with padding above/below
                       Case("seq_1x3_nhwc", [](ConvCase& k) { k.c = 96; k.oc = 20; k.spatial = {1, 30}; k.kernel = {1, 3}; k.pads = {0, 1, 0, 1}; k.channels_last = true; }),

@@ -889,6 +889,115 @@ __attribute__((target("avx512f,fma"))) void PanelPointwiseAvx512(const float* x,
   PanelPointwiseBody<V16f>(x, ldx, panels, bias, ops, y, m0, m1, q0, q1, C, OC);
 }
 
+// Indirect convolution (M. Dukhan, "The Indirect Convolution Algorithm", arXiv:1907.02129, as XNNPACK):
+// a channels-last convolution of any window, group 1, without im2col and without a per-shape JIT. Each
+// output pixel m has, per tap t = kh * KW + kw, a pointer to the C floats of the input pixel the tap reads
+// (or to C zeros where the tap falls in the padding): the indirection buffer, rebuilt per block of pixels.
+// The product is then PanelPointwiseBody's over K = taps x C: weights in panels of kPanelWidth output
+// channels, k = t * C + c, register tiles of P pixels x NB vectors accumulating every tap before the only
+// store (bias and post-ops applied in registers).
+struct IndirectArgs {
+  Window2d win;
+  const float* x;
+  const float* panels;  // PackIndirectWeights
+  const float* bias;
+  const std::vector<PostOp>* ops;
+  float* y;
+  const float* zeros;  // at least C zeros
+  int64_t H, W, C, OH, OW, OC;
+};
+
+template <typename V, int P, int NB>
+inline __attribute__((always_inline)) void IndirectTile(const float* const* ptrs, int64_t T, int64_t C, const float* w,
+                                                        int64_t ldw, int64_t OC, const float* bias,
+                                                        const std::vector<PostOp>* ops, float* y, int64_t n0,
+                                                        int rows) {
+  constexpr int64_t L = sizeof(V) / sizeof(float);
+  const V zero = {};
+  V acc[P][NB];
+#pragma GCC unroll 8
+  for (int j = 0; j < NB; ++j) {
+    const V b = bias ? LoadV<V>(bias + n0 + j * L) : zero;
+#pragma GCC unroll 16
+    for (int p = 0; p < P; ++p) acc[p][j] = b;
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xp[P];
+#pragma GCC unroll 16
+    for (int p = 0; p < P; ++p) xp[p] = ptrs[(p < rows ? p : 0) * T + t];
+    const float* wt = w + t * C * ldw;
+    for (int64_t k = 0; k < C; ++k) {
+      V wv[NB];
+#pragma GCC unroll 8
+      for (int j = 0; j < NB; ++j) wv[j] = LoadV<V>(wt + k * ldw + j * L);
+#pragma GCC unroll 16
+      for (int p = 0; p < P; ++p) {
+        if (p >= rows) break;
+        const V xv = BroadcastLoad<V>(xp[p] + k);
+#pragma GCC unroll 8
+        for (int j = 0; j < NB; ++j) acc[p][j] += xv * wv[j];
+      }
+    }
+  }
+  StoreTileWithOps<V, P, NB>(acc, ops, n0, y + n0, OC, rows);
+}
+
+template <typename V, int P, int NB>
+inline __attribute__((always_inline)) void IndirectTiles(const IndirectArgs& a, const float* const* ptrs, int64_t T,
+                                                         const float* w, int64_t ldw, int64_t n0, int64_t r0,
+                                                         int64_t r1) {
+  for (int64_t m = r0; m < r1; m += P) {
+    IndirectTile<V, P, NB>(ptrs + (m - r0) * T, T, a.C, w, ldw, a.OC, a.bias, a.ops, a.y + m * a.OC, n0,
+                           static_cast<int>(std::min<int64_t>(P, r1 - m)));
+  }
+}
+
+// Output pixels [m0, m1) (m = (n * OH + oh) * OW + ow) x panels [q0, q1).
+template <typename V>
+inline __attribute__((always_inline)) void IndirectBody(const IndirectArgs& a, int64_t m0, int64_t m1, int64_t q0,
+                                                        int64_t q1) {
+  constexpr int64_t L = sizeof(V) / sizeof(float);
+  const Window2d& g = a.win;
+  const int64_t T = g.KH * g.KW;
+  // Pixel blocks whose input rows (about KH rows of the block's width) stay in L2 while every panel sweeps
+  // them.
+  const int64_t rb = std::clamp<int64_t>((int64_t{192} << 10) / (4 * std::max<int64_t>(a.C * g.KH, 1)) / 24 * 24,
+                                         24, 480);
+  std::vector<const float*> ptrs(static_cast<size_t>(rb * T));
+  for (int64_t r0 = m0; r0 < m1; r0 += rb) {
+    const int64_t r1 = std::min(m1, r0 + rb);
+    for (int64_t m = r0; m < r1; ++m) {
+      const int64_t n = m / (a.OH * a.OW), oh = m / a.OW % a.OH, ow = m % a.OW;
+      const float** row = ptrs.data() + (m - r0) * T;
+      for (int64_t kh = 0; kh < g.KH; ++kh) {
+        const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
+        const bool in_h = ih >= 0 && ih < a.H;
+        for (int64_t kw = 0; kw < g.KW; ++kw) {
+          const int64_t iw = ow * g.sw - g.pw + kw * g.dw;
+          row[kh * g.KW + kw] = in_h && iw >= 0 && iw < a.W ? a.x + ((n * a.H + ih) * a.W + iw) * a.C : a.zeros;
+        }
+      }
+    }
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t n0 = q * kPanelWidth, nr = std::min(kPanelWidth, a.OC - n0);
+      const float* wq = a.panels + q * T * a.C * kPanelWidth;
+      const int64_t nv = nr / L * L;
+      if (nv < nr) IndirectTiles<V8f, 12, 1>(a, ptrs.data(), T, wq + nv, nr, n0 + nv, r0, r1);
+      switch (nr / L) {
+        case 0: break;
+        case 4: IndirectTiles<V, 6, 4>(a, ptrs.data(), T, wq, nr, n0, r0, r1); break;
+        case 3: IndirectTiles<V, 8, 3>(a, ptrs.data(), T, wq, nr, n0, r0, r1); break;
+        case 2: IndirectTiles<V, 12, 2>(a, ptrs.data(), T, wq, nr, n0, r0, r1); break;
+        default: IndirectTiles<V, 12, 1>(a, ptrs.data(), T, wq, nr, n0, r0, r1); break;
+      }
+    }
+  }
+}
+__attribute__((target("avx512f,fma"))) void IndirectAvx512(const IndirectArgs& a, int64_t m0, int64_t m1, int64_t q0,
+                                                           int64_t q1) {
+  IndirectBody<V16f>(a, m0, m1, q0, q1);
+}
+
 struct Isa {
   void (*epilogue)(float*, int64_t, int64_t, const float*, const std::vector<PostOp>*);
   void (*depthwise)(const DwArgs&, int64_t, int64_t);
@@ -904,18 +1013,19 @@ struct Isa {
   // AVX-512 only, as small_k_pointwise.
   void (*panel_pointwise)(const float*, int64_t, const float*, const float*, const std::vector<PostOp>*, float*,
                           int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+  // AVX-512 only, as panel_pointwise (the same tiles).
+  void (*indirect)(const IndirectArgs&, int64_t, int64_t, int64_t, int64_t);
 };
 
 // Indexed by ConvLoopIsa.
 const Isa kIsas[] = {
     {&EpilogueBaseline, &DepthwiseBaseline, &UnaryBaseline, &ExpBaseline, &SoftmaxRowBaseline, &FewChannelBaseline,
-     nullptr, nullptr},
+     nullptr, nullptr, nullptr},
     {&EpilogueBaseline, &DepthwiseBaseline, &UnaryBaseline, &ExpBaseline, &SoftmaxRowBaseline, &FewChannelBaseline,
-     nullptr, nullptr},
-    {&EpilogueAvx2, &DepthwiseAvx2, &UnaryAvx2, &ExpAvx2, &SoftmaxRowAvx2, &FewChannelAvx2, nullptr, nullptr},
+     nullptr, nullptr, nullptr},
+    {&EpilogueAvx2, &DepthwiseAvx2, &UnaryAvx2, &ExpAvx2, &SoftmaxRowAvx2, &FewChannelAvx2, nullptr, nullptr, nullptr},
     {&EpilogueAvx512, &DepthwiseAvx512, &UnaryAvx512, &ExpAvx512, &SoftmaxRowAvx512, &FewChannelAvx512,
-     &SmallKPointwiseAvx512,
-     &PanelPointwiseAvx512}};
+     &SmallKPointwiseAvx512, &PanelPointwiseAvx512, &IndirectAvx512}};
 std::atomic<int> forced_isa{0};  // SetConvLoopIsaForTest
 
 bool CpuSupports(ConvLoopIsa isa) {
@@ -1221,6 +1331,69 @@ absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeome
     return true;
   }
   return false;
+}
+
+bool IndirectConvFits(const Dims& x, const Dims& w, const Dims& y, const WindowGeometry& g, int64_t group) {
+  if (PickIsa().indirect == nullptr || group != 1 || x.size() != 4 || y.size() != 4 || g.kernel.size() != 2) return false;
+  const int64_t C = x.back(), OC = y.back();
+  return C >= kIndirectMinChannels && OC % 8 == 0 && w.size() == 4 && w[0] == OC && w[1] == C &&
+         w[2] == g.kernel[0] && w[3] == g.kernel[1] && x[0] == y[0];
+}
+
+bool UseIndirectConv(const Dims& x, const Dims& w, const Dims& y, const WindowGeometry& g, int64_t group) {
+  return IndirectConvFits(x, w, y, g, group) && y.back() % 16 == 0 &&
+         x.back() * g.kernel[0] * g.kernel[1] <= kIndirectMaxTapChannels;
+}
+
+absl::StatusOr<bool> TryIndirectConv(KernelContext& ctx, const WindowGeometry& g, int64_t group, Tensor& y) {
+  const Tensor& x = ctx.in(0);
+  const Tensor& w = ctx.in(1);
+  if (!IndirectConvFits(x.dims(), w.dims(), y.dims(), g, group)) return false;
+  IndirectArgs a{};
+  a.win = ToWindow2d(g);
+  a.H = x.dim(1), a.W = x.dim(2), a.C = x.dim(3), a.OH = y.dim(1), a.OW = y.dim(2), a.OC = y.dim(3);
+  const int64_t T = a.win.KH * a.win.KW, K = T * a.C, OC = a.OC;
+  const int64_t np = (OC + kPanelWidth - 1) / kPanelWidth;
+  const float* wp = static_cast<const float*>(w.raw());
+  // Panels [np][K][width], k = t * C + c, from W [OC, C, KH, KW].
+  auto pack = [&](float* out) {
+    for (int64_t q = 0; q < np; ++q) {
+      const int64_t n0 = q * kPanelWidth, nr = std::min(kPanelWidth, OC - n0);
+      float* panel = out + q * K * kPanelWidth;
+      for (int64_t j = 0; j < nr; ++j)
+        for (int64_t c = 0; c < a.C; ++c)
+          for (int64_t t = 0; t < T; ++t) panel[(t * a.C + c) * nr + j] = wp[((n0 + j) * a.C + c) * T + t];
+    }
+  };
+  std::shared_ptr<DnnlEntry> entry;  // holds the packed constant weights while this call runs
+  std::vector<float> local;
+  if (ctx.is_constant(1)) {
+    entry = CachedPackedWeights(w, absl::StrCat("indirect:", reinterpret_cast<uintptr_t>(w.raw()), ":", OC, ":", K),
+                                np * K * kPanelWidth, pack);
+    a.panels = static_cast<const float*>(entry->weights.get_data_handle());
+  } else {
+    local.resize(static_cast<size_t>(np * K * kPanelWidth));
+    pack(local.data());
+    a.panels = local.data();
+  }
+  std::vector<float> zeros(static_cast<size_t>(a.C), 0.0f);
+  a.zeros = zeros.data();
+  a.x = static_cast<const float*>(x.raw());
+  a.bias = ctx.has(2) ? static_cast<const float*>(ctx.in(2).raw()) : nullptr;
+  a.ops = ctx.post_ops;
+  a.y = static_cast<float*>(y.raw());
+  const int64_t M = x.dim(0) * a.OH * a.OW;
+  const auto fn = PickIsa().indirect;
+  const int nt = ThreadsForWork(std::max(ctx.threads, 1), static_cast<double>(M) * K * OC);
+  if (nt == 1) {
+    fn(a, 0, M, 0, np);
+  } else if (M >= 64 * nt || np < nt) {
+    ParallelFor(nt, nt, [&](int64_t t) { fn(a, M * t / nt, M * (t + 1) / nt, 0, np); });
+  } else {
+    ParallelFor(nt, nt, [&](int64_t t) { fn(a, 0, M, np * t / nt, np * (t + 1) / nt); });
+  }
+  if (ctx.want_impl) ctx.impl = "indirect convolution, panel-packed register-tiled loop (shape-generic)";
+  return true;
 }
 
 absl::Status RunPointwiseDepthwiseConv(KernelContext& ctx) {

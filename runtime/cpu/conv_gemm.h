@@ -45,6 +45,21 @@ NhwcConvPath NhwcConvPathFor(const Dims& x, const Dims& w, const Dims& y, const 
 absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeometry& g, int64_t group, Tensor& y,
                                            NhwcConvPath only = NhwcConvPath::kNone);
 
+// Indirect convolution (conv_gemm.cc; Dukhan 2019): channels-last X [N, H, W, C], W [OC, C, KH, KW], group 1,
+// any stride, dilation and padding, Y [N, OH, OW, OC] with OC a multiple of 8 and C >= kIndirectMinChannels;
+// AVX-512 only. No per-shape code generation: the same loop serves every image size. Bias and ctx.post_ops
+// applied in registers. False (nothing written) where it does not fit.
+constexpr int64_t kIndirectMinChannels = 8;
+bool IndirectConvFits(const Dims& x, const Dims& w, const Dims& y, const WindowGeometry& g, int64_t group);
+// The default choice for a channels-last convolution that fits: output channels in whole 16-lane vectors
+// and at most kIndirectMaxTapChannels taps x input channels (a panel's weights, K x 64 floats, stay in L2).
+// Per convolution, 1 thread, against oneDNN's brgconv (`cjit autotune`): 3x3 32-128 channels at 28x28 to
+// 128x128 within +-4%; 256 and 512 channels at 14x14 / 7x7 10% slower (those keep oneDNN); 96 -> 24
+// (half-width tiles) 33% slower.
+constexpr int64_t kIndirectMaxTapChannels = 1152;
+bool UseIndirectConv(const Dims& x, const Dims& w, const Dims& y, const WindowGeometry& g, int64_t group);
+absl::StatusOr<bool> TryIndirectConv(KernelContext& ctx, const WindowGeometry& g, int64_t group, Tensor& y);
+
 // com.clusterjit.NhwcPointwiseDepthwiseConv (compiler/passes/layout.h FusePointwiseDepthwise): X [N, H, W, C],
 // W1 [M, C, 1, 1], B1 [M] or absent, W2 [M, 1, KH, KW], B2 [M] or absent, the depthwise convolution's
 // attributes, mid_ops / mid_params; Y [N, OH, OW, M]. Threads take contiguous output rows; each computes

@@ -238,6 +238,7 @@ ConvDnnlDescs MakeConvDescs(const KernelContext& ctx, const WindowGeometry& g, c
 
 // Convolution algorithms (autotuning candidates, KernelContext::algorithm; ids are stable across runs):
 //   own:pointwise_sgemm, own:depthwise  channels-last paths of conv_gemm.h (no per-shape JIT)
+//   own:indirect                        channels-last indirect convolution (conv_gemm.h), any window
 //   own:im2col_sgemm                    im2col + dnnl_sgemm, any channel count (group 1, 1-D/2-D)
 //   own:gemm_col2im                     ConvTranspose as GEMM + col2im
 //   onednn:<impl>                       oneDNN convolution with layouts of its choice (format_tag::any:
@@ -247,7 +248,7 @@ ConvDnnlDescs MakeConvDescs(const KernelContext& ctx, const WindowGeometry& g, c
 // where <impl> is oneDNN's primitive_desc::impl_info_str() ("brgconv:avx512_core", "jit:avx512_core",
 // "gemm:jit", ...), found by iterating primitive_desc::next_impl().
 struct ConvAlgorithm {
-  enum Kind { kDefault, kOwnPointwise, kOwnDepthwise, kOwnIm2col, kOwnGemmCol2im, kOneDnn } kind = kDefault;
+  enum Kind { kDefault, kOwnPointwise, kOwnDepthwise, kOwnIm2col, kOwnGemmCol2im, kOwnIndirect, kOneDnn } kind = kDefault;
   bool plain = false, winograd = false;
   std::string impl;
 };
@@ -260,6 +261,8 @@ absl::StatusOr<ConvAlgorithm> ParseConvAlgorithm(const KernelContext& ctx) {
     a.kind = ConvAlgorithm::kOwnPointwise;
   } else if (id == "own:depthwise") {
     a.kind = ConvAlgorithm::kOwnDepthwise;
+  } else if (id == "own:indirect") {
+    a.kind = ConvAlgorithm::kOwnIndirect;
   } else if (id == "own:im2col_sgemm") {
     a.kind = ConvAlgorithm::kOwnIm2col;
   } else if (id == "own:gemm_col2im") {
@@ -329,6 +332,13 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
                               : algo.kind == ConvAlgorithm::kOwnDepthwise ? NhwcConvPath::kDepthwise
                                                                           : NhwcConvPath::kNone;
     CJIT_ASSIGN_OR_RETURN(bool done, TryNhwcConvWithoutJit(ctx, g, group, y, only));
+    if (done) return absl::OkStatus();
+  }
+  // The indirect convolution (no per-shape JIT: a new image size runs at once, where a oneDNN primitive
+  // costs ~0.7 ms to generate per shape) by default where it is as fast as oneDNN's brgconv (UseIndirectConv).
+  if (channels_last && !transposed && own_f32 &&
+      (algo.kind == ConvAlgorithm::kOwnIndirect || (dflt && UseIndirectConv(x.dims(), w.dims(), y.dims(), g, group)))) {
+    CJIT_ASSIGN_OR_RETURN(bool done, TryIndirectConv(ctx, g, group, y));
     if (done) return absl::OkStatus();
   }
   if (transposed && !channels_last && (dflt || algo.kind == ConvAlgorithm::kOwnGemmCol2im)) {  // GEMM + col2im
@@ -1287,6 +1297,7 @@ std::vector<AlgorithmCandidate> ConvAlgorithms(const KernelContext& ctx, bool tr
       NhwcConvPath p = NhwcConvPathFor(x.dims(), w.dims(), ydims, g, group);
       if (p == NhwcConvPath::kPointwise) own.push_back({"own:pointwise_sgemm"});
       if (p == NhwcConvPath::kDepthwise) own.push_back({"own:depthwise"});
+      if (IndirectConvFits(x.dims(), w.dims(), ydims, g, group)) own.push_back({"own:indirect"});
     }
     if (group == 1 && (nsp == 1 || nsp == 2)) own.push_back({"own:im2col_sgemm"});
   }
