@@ -37,7 +37,9 @@ namespace cjit {
 // 12: Swish (x * Sigmoid(x)), the HardSwish op and scale/shift with the constant first are convolution
 //     post-ops; runs of scale/shift merge.
 // 13: the CPU row kernel stores a Softmax's exponentials in its output and reads them back: different code.
-inline constexpr int kCacheFormatVersion = 13;
+// 14: CPU row kernels compiled with the optimizing code generator (CodeGenOptLevel::Default): different
+//     object code for the same kernels.
+inline constexpr int kCacheFormatVersion = 14;
 
 struct CacheKey {
   std::string canonical;  // full text
