@@ -99,7 +99,7 @@ std::string CacheKey::Hex() const { return absl::StrFormat("%016x", hash); }
 
 namespace {
 
-void AppendAttrText(std::string* out, const Attribute& a, ConstantNaming naming = ConstantNaming::kContent) {
+void AppendAttrText(std::string* out, const Attribute& a) {
   using K = Attribute::Kind;
   switch (a.kind) {
     case K::kInt: absl::StrAppend(out, "i", a.i); return;
@@ -122,7 +122,7 @@ void AppendAttrText(std::string* out, const Attribute& a, ConstantNaming naming 
       return;
     case K::kTensor:
       if (a.t) {
-        absl::StrAppend(out, "T", DTypeName(a.t->dtype()), DimsToString(a.t->dims()), ":", ConstantName(a.t, naming));
+        absl::StrAppend(out, "T", DTypeName(a.t->dtype()), DimsToString(a.t->dims()), ":", ConstantDigest(a.t));
       } else {
         out->append("T-");
       }
@@ -141,7 +141,8 @@ std::string AttrText(const Attribute& a) {
   return s;
 }
 
-void CanonicalClusterTexts(const Graph& body, std::string* keyed, std::string* identity, ConstantNaming naming) {
+void CanonicalClusterTexts(const Graph& body, std::string* keyed, std::string* identity,
+                           const ConstantObjects* named_by_object) {
   // The two texts differ only in the inputs line and the constants' lines; the node lines, the bulk of
   // the work, are built once and appended to both. Values are named %i<k> (body inputs), %c<k>
   // (constants, in first-use order so that the text does not depend on value creation order) and %n<k>
@@ -180,7 +181,9 @@ void CanonicalClusterTexts(const Graph& body, std::string* keyed, std::string* i
       line.clear();
       absl::StrAppend(&line, "%c", r.index, " = const ", DTypeName(t.dtype()));
       const size_t head = line.size();
-      absl::StrAppend(&line, "[", DimsToString(t.dims()), "] ", ConstantName(v->constant, naming), "\n");
+      const bool by_object = named_by_object != nullptr && named_by_object->count(v->constant.get()) > 0;
+      absl::StrAppend(&line, "[", DimsToString(t.dims()), "] ",
+                      ConstantName(v->constant, by_object ? ConstantNaming::kObject : ConstantNaming::kContent), "\n");
       key_text += line;
       // In the identity, integer constants (Reshape/Slice/Expand shape operands, which specialization
       // computes from the input dims) enter by dtype and rank only: the cluster's identity across
@@ -219,7 +222,7 @@ void CanonicalClusterTexts(const Graph& body, std::string* keyed, std::string* i
       if (!first) nodes.push_back(';');
       first = false;
       absl::StrAppend(&nodes, name, "=");
-      AppendAttrText(&nodes, a, naming);
+      AppendAttrText(&nodes, a);
     }
     nodes.append("}\n");
   }

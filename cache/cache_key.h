@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_set>
 
 #include "absl/strings/string_view.h"
 #include "compiler/ir/graph.h"
@@ -53,20 +54,22 @@ struct CacheKey {
 // across shape signatures (used by the compile policy; never as a cache key).
 std::string CanonicalClusterText(const Graph& body, bool include_shapes);
 
-// How constants enter a canonical text. kContent: by SHA-256 digest (ConstantDigest), as every key that
-// outlives the process must (the persistent cache). kObject: constants of kObjectNamedConstantBytes or more
-// by the identity of their tensor object (ConstantName), smaller ones by content — for keys that live only
-// in this process's memory cache, whose entries hold their constants alive (so an object's name is never
-// reused while a key names it). Hashing a model's weights with SHA-256 costs ~0.5 ms per MB on the first
-// signature; naming them costs nothing. A weight shared by per-signature clones (they share constants) has
-// one name across signatures.
-enum class ConstantNaming { kContent, kObject };
+// Constants named by the identity of their tensor object instead of their content (see below).
+using ConstantObjects = std::unordered_set<const Tensor*>;
 inline constexpr int64_t kObjectNamedConstantBytes = 64 * 1024;
 
 // Both texts in one pass (either pointer may be null): `keyed` = CanonicalClusterText(body, true),
 // `identity` = CanonicalClusterText(body, false). A new signature needs both for every cluster.
+// Constants enter by SHA-256 digest (ConstantDigest), as every key that outlives the process must (the
+// persistent cache), except those of at least kObjectNamedConstantBytes in `named_by_object` (optional):
+// those by their object (ConstantName kObject). A session without a persistent cache passes the weights
+// of its loaded graph: they live as long as the session and every signature's clone shares them, so an
+// object's name means the same weights in every key that names it; SHA-256 of a model's weights cost
+// ~0.5 ms per MB on its first signature (8 ms for a 17 MB decoder). Constants folded per signature keep
+// content digests (a new object per signature with the same bytes must give the same identity, or the
+// compile policy would see a new structure each time).
 void CanonicalClusterTexts(const Graph& body, std::string* keyed, std::string* identity,
-                           ConstantNaming naming = ConstantNaming::kContent);
+                           const ConstantObjects* named_by_object = nullptr);
 
 CacheKey MakeCacheKey(const Graph& body, absl::string_view target, absl::string_view codegen_flags);
 // The key of a body whose CanonicalClusterText(body, true) is `canonical_text`.
@@ -82,8 +85,9 @@ std::string ContentDigest(absl::string_view bytes);
 // share their constants (shared_ptr<const Tensor>, immutable by the IR's contract, compiler/ir/graph.h),
 // so each weight is hashed once per process rather than once per cluster and signature. Thread-safe.
 std::string ConstantDigest(const std::shared_ptr<const Tensor>& t);
-// How `t` enters a canonical text under `naming`: ConstantDigest, or "object#N" with N unique to the tensor
-// object in this process (kObject, at least kObjectNamedConstantBytes). Thread-safe.
+// How `t` enters a canonical text: ConstantDigest (kContent), or "object#N" with N unique to the tensor object
+// in this process (kObject, for tensors of at least kObjectNamedConstantBytes). Thread-safe.
+enum class ConstantNaming { kContent, kObject };
 std::string ConstantName(const std::shared_ptr<const Tensor>& t, ConstantNaming naming);
 
 }  // namespace cjit

@@ -161,6 +161,15 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Grap
   for (const Value* v : graph->inputs()) s->inputs_.push_back({v->name, v->dtype, v->shape});
   for (const Value* v : graph->outputs()) s->outputs_.push_back({v->name, v->dtype, v->shape});
   s->value_shapes_graph_ = InputValuesShapeTheGraph(*graph);
+  {
+    // The loaded weights (shared by every signature's clone, alive as long as the session): cluster keys
+    // name the large ones by object when there is no persistent cache.
+    auto weights = std::make_shared<ConstantObjects>();
+    for (const auto& v : graph->values()) {
+      if (v->is_constant() && v->constant->nbytes() >= kObjectNamedConstantBytes) weights->insert(v->constant.get());
+    }
+    s->clusters_->SetObjectNamedConstants(std::move(weights));
+  }
   s->graph_ = std::move(graph);
   return s;
 }

@@ -231,6 +231,52 @@ std::string MatMulReluMatMulTanh() {
   return b.Bytes();
 }
 
+// Without a persistent cache, cluster keys name the session's loaded weights by object (no SHA-256 of
+// megabytes, cache/cache_key.h) but constants folded per signature by content: every full specialization
+// folds Transpose(W) (128 KiB) into a new object with the same bytes, and the cluster must keep one
+// identity across signatures: in a stream of new signatures, each run once, the structure's third
+// execution compiles (the threshold counts per structure) and later signatures are instantiated from its
+// kernels; with an identity per signature nothing would ever compile. Results are float64 math's.
+TEST(ClusterRuntimeTest, WeightsFoldedPerSignatureKeepOneClusterIdentity) {
+  constexpr int64_t K = 256, N = 128;
+  testing::ModelBuilder b(13);
+  b.Input("x", onnx::TensorProto::FLOAT, {-1, K}).Output("y");
+  std::vector<float> wt(N * K), w2(N * N);
+  for (size_t i = 0; i < wt.size(); ++i) wt[i] = static_cast<float>((i * 37) % 23) / 23.0f - 0.5f;
+  for (size_t i = 0; i < w2.size(); ++i) w2[i] = static_cast<float>((i * 11) % 19) / 19.0f - 0.5f;
+  b.InitFloats("wt", {N, K}, wt);  // folded per signature: Transpose(wt)
+  b.InitFloats("w2", {N, N}, w2);  // a loaded weight of 64 KiB: named by object
+  auto* t = b.Node("Transpose", {"wt"}, {"w"});
+  testing::ModelBuilder::AttrInts(t, "perm", {1, 0});
+  b.Node("MatMul", {"x", "w"}, {"m"});
+  b.Node("Sigmoid", {"m"}, {"s"});
+  b.Node("Mul", {"m", "s"}, {"h"});  // a fused group: generated code, so the cluster compiles
+  b.Node("MatMul", {"h", "w2"}, {"y"});
+  SessionOptions o = OneClusterOptions();
+  o.flags.specialization_replay = "false";  // every signature specializes (and folds) in full
+  auto s = Session::LoadFromBytes(b.Bytes(), o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  uint32_t seed = 0;
+  for (int64_t rows : {4, 5, 6, 7, 8, 9}) {
+    auto in = RandomInputs(**s, {{rows, K}}, ++seed);
+    auto got = (*s)->Run(in);
+    ASSERT_TRUE(got.ok()) << got.status();
+    const float* x = in[0].tensor.data<float>();
+    for (int64_t r = 0; r < rows; r += rows - 1) {  // first and last row, column 3
+      double y = 0;
+      for (int64_t j = 0; j < N; ++j) {
+        double m = 0;
+        for (int64_t k = 0; k < K; ++k) m += double(x[r * K + k]) * wt[j * K + k];
+        y += m / (1.0 + std::exp(-m)) * w2[j * N + 3];
+      }
+      ASSERT_NEAR(got->at(0).tensor.data<float>()[r * N + 3], y, 1e-4 * (1 + std::abs(y))) << rows << " rows";
+    }
+  }
+  SessionStats st = (*s)->stats();
+  EXPECT_EQ(st.totals.compiles, 1) << "one structure: compiled once, at its third execution (6 rows)";
+  EXPECT_EQ(st.totals.polymorphic_hits, 3) << "7, 8 and 9 rows instantiated from its kernels";
+}
+
 // A cluster whose plan needs no generated code (every fused group a single op, run on its library kernel:
 // FusionPlanOptions::single_op_groups_as_library) runs compiled from its first execution, on every new
 // signature, with no compile and no fallback run; the results are float64 math's. With
