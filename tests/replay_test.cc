@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "runtime/session.h"
 #include "tests/model_builder.h"
+#include "tests/random_floats.h"
 #include "tests/test_data.h"
 
 namespace cjit {
@@ -107,6 +108,57 @@ TEST(ReplayTest, IdentityReshapeRemovedAtOneShapeIsGuarded) {
       for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(y.data<float>()[i], 2.0f * x.data<float>()[i]);
       EXPECT_EQ((*s)->stats().specialization_replays, step.replays_after) << mode << " " << DimsToString(step.x);
     }
+  }
+}
+
+// A value whose dims a folded Shape reads, replaced by the channels-last layout pass: a = c1 + c2 between
+// convolutions runs channels-last (%a becomes %a/channels_last#k and the NCHW %a disappears, as a UNet's
+// attention block's residual did), and z = Reshape(Flatten(y), Shape(a)) reads its dims. The replay takes
+// them from the twin, permuted back: one full specialization for four image sizes, the replayed graphs
+// equal to the full pipeline's (verify mode), z exact and y equal to a session without replay. (A reader
+// of the folded shape that comes before the twin in the specialized graph's order is a replay miss: the
+// full pipeline runs.)
+TEST(ReplayTest, ShapeOfAValueMovedToChannelsLastIsReplayed) {
+  testing::ModelBuilder b(13);
+  b.Input("x", onnx::TensorProto::FLOAT, {1, 16, -1, -1}).Output("y").Output("z");
+  unsigned seed = 5;
+  for (const char* w : {"w1", "w2", "w3"}) {
+    b.InitFloats(w, {16, 16, 3, 3}, testing::RandomFloats(16 * 16 * 9, seed++));
+  }
+  auto conv = [&](const std::string& in, const std::string& w, const std::string& out) {
+    testing::ModelBuilder::AttrInts(b.Node("Conv", {in, w}, {out}), "pads", {1, 1, 1, 1});
+  };
+  conv("x", "w1", "c1");
+  b.Node("Relu", {"c1"}, {"r1"});
+  conv("r1", "w2", "c2");
+  b.Node("Add", {"c1", "c2"}, {"a"});
+  b.Node("Relu", {"a"}, {"r2"});
+  conv("r2", "w3", "y");
+  b.Node("Shape", {"a"}, {"s"});
+  b.Node("Flatten", {"y"}, {"f"});
+  b.Node("Reshape", {"f", "s"}, {"z"});
+  auto plain = Session::LoadFromBytes(b.Bytes(), Opts("false"));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  for (const std::string mode : {"true", "verify"}) {
+    auto s = Session::LoadFromBytes(b.Bytes(), Opts(mode));
+    ASSERT_TRUE(s.ok()) << s.status();
+    for (const Dims& d : {Dims{1, 16, 6, 7}, Dims{1, 16, 9, 5}, Dims{1, 16, 12, 12}, Dims{1, 16, 4, 10}}) {
+      Tensor x = Random(d, static_cast<uint32_t>(d[2] * 100 + d[3]));
+      auto out = (*s)->Run({{"x", x}});
+      auto want = (*plain)->Run({{"x", x}});
+      ASSERT_TRUE(out.ok() && want.ok()) << mode << " " << DimsToString(d) << ": " << out.status() << want.status();
+      const Tensor& y = (*out)[0].tensor;
+      ASSERT_EQ(y.dims(), d) << mode;
+      const Tensor& z = (*out)[1].tensor;
+      ASSERT_EQ(z.dims(), d) << mode;
+      for (int64_t i = 0; i < y.numel(); ++i) ASSERT_EQ(z.data<float>()[i], y.data<float>()[i]) << mode;
+      for (int64_t i = 0; i < y.numel(); ++i) {
+        ASSERT_NEAR(y.data<float>()[i], (*want)[0].tensor.data<float>()[i], 1e-4) << mode << " at " << i;
+      }
+    }
+    SessionStats st = (*s)->stats();
+    EXPECT_EQ(st.specializations, 1) << mode;
+    EXPECT_EQ(st.specialization_replays, 3) << mode;
   }
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/ops/op_registry.h"
@@ -188,11 +189,31 @@ std::shared_ptr<const ReplayTemplate> ReplayRecorder::Finish(std::shared_ptr<con
       return nullptr;
     }
   }
+  // A leaf the channels-last layout pass replaced (compiler/passes/layout.cc: `X` became
+  // `X/channels_last#k`, whose dims are X's permuted to channels-last, from MoveOutputToChannelsLast or
+  // TransposeToLast): its dims are read from the replacement, permuted back (ToFirst).
+  std::map<std::string, std::pair<std::string, std::vector<int64_t>>> aliases;  // replacement -> (leaf, perm)
   for (const auto& [name, leaf] : leaves_) {
-    if (!defined.count(name)) {
+    if (defined.count(name)) continue;
+    const std::string prefix = name + "/channels_last#";
+    const Value* twin = nullptr;
+    ForEachGraph(*final_graph, [&](const Graph& g) {
+      for (const auto& n : g.nodes()) {
+        for (const Value* v : n->outputs) {
+          if (twin == nullptr && v && v->shape.rank_known && v->shape.rank() >= 3 && absl::StartsWith(v->name, prefix)) {
+            twin = v;
+          }
+        }
+      }
+    });
+    if (twin == nullptr) {
       *why = absl::StrCat("%", name, ", whose dims a folded Shape or a guard reads, is not in the specialized graph");
       return nullptr;
     }
+    const int r = twin->shape.rank();
+    std::vector<int64_t> to_first = {0, r - 1};
+    for (int i = 1; i < r - 1; ++i) to_first.push_back(i);
+    aliases[twin->name] = {name, std::move(to_first)};
   }
   auto t = std::make_shared<ReplayTemplate>();
   // A compact copy (live values only, cluster bodies too): every replay clones it.
@@ -209,6 +230,7 @@ std::shared_ptr<const ReplayTemplate> ReplayRecorder::Finish(std::shared_ptr<con
   for (const auto& [name, entry] : frontier_) t->frontier[name] = entry.first;
   t->guards = guards_;
   for (const auto& [name, leaf] : leaves_) t->watched.insert(name);
+  t->aliases = std::move(aliases);
   t->max_folded_elements = max_folded_elements_;
   t->constants_rederived = static_cast<int>(frontier_.size());
   recipes_ = std::make_unique<Graph>();
@@ -306,7 +328,15 @@ class Replayer {
 
  private:
   void Watch(const Value* v) {
-    if (t_.watched.count(v->name) && v->shape.fully_known()) dims_[v->name] = v->shape.concrete();
+    if (!v->shape.fully_known()) return;
+    if (t_.watched.count(v->name)) dims_[v->name] = v->shape.concrete();
+    auto a = t_.aliases.find(v->name);
+    if (a != t_.aliases.end()) {
+      const Dims d = v->shape.concrete();
+      Dims leaf;
+      for (int64_t axis : a->second.second) leaf.push_back(d[static_cast<size_t>(axis)]);
+      dims_[a->second.first] = std::move(leaf);
+    }
   }
 
   absl::Status Update(const Node& n, Value* v, const InferOutput& o) {

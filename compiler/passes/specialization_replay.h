@@ -34,6 +34,7 @@
 #ifndef CJIT_COMPILER_PASSES_SPECIALIZATION_REPLAY_H_
 #define CJIT_COMPILER_PASSES_SPECIALIZATION_REPLAY_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -97,6 +98,9 @@ struct ReplayTemplate {
   std::unordered_map<std::string, Value*> frontier;  // constant name -> its recipe value
   std::vector<Node*> guards;
   std::unordered_set<std::string> watched;  // names whose dims recipes and guards read
+  // A watched value the layout pass replaced by a channels-last twin: twin name -> (watched name, the
+  // permutation from the twin's dims to the watched value's).
+  std::map<std::string, std::pair<std::string, std::vector<int64_t>>> aliases;
   int64_t max_folded_elements = 0;
   int constants_rederived = 0;  // frontier size (statistics)
 };
