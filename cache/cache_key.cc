@@ -142,7 +142,7 @@ std::string AttrText(const Attribute& a) {
 }
 
 void CanonicalClusterTexts(const Graph& body, std::string* keyed, std::string* identity,
-                           const ConstantObjects* named_by_object) {
+                           const ConstantObjects* loaded, bool name_loaded_by_object) {
   // The two texts differ only in the inputs line and the constants' lines; the node lines, the bulk of
   // the work, are built once and appended to both. Values are named %i<k> (body inputs), %c<k>
   // (constants, in first-use order so that the text does not depend on value creation order) and %n<k>
@@ -181,14 +181,17 @@ void CanonicalClusterTexts(const Graph& body, std::string* keyed, std::string* i
       line.clear();
       absl::StrAppend(&line, "%c", r.index, " = const ", DTypeName(t.dtype()));
       const size_t head = line.size();
-      const bool by_object = named_by_object != nullptr && named_by_object->count(v->constant.get()) > 0;
+      const bool is_loaded = loaded != nullptr && loaded->count(v->constant.get()) > 0;
+      const bool by_object = name_loaded_by_object && is_loaded;
       absl::StrAppend(&line, "[", DimsToString(t.dims()), "] ",
                       ConstantName(v->constant, by_object ? ConstantNaming::kObject : ConstantNaming::kContent), "\n");
       key_text += line;
       // In the identity, integer constants (Reshape/Slice/Expand shape operands, which specialization
-      // computes from the input dims) enter by dtype and rank only: the cluster's identity across
-      // signatures. Everything else, and every value in the cache key proper, enters by content.
-      if (IsInteger(t.dtype())) {
+      // computes from the input dims) and, given the loaded weights, every constant that is not one of them
+      // (folded per signature: a position-embedding table sliced to the sequence length has other contents
+      // for every length) enter by dtype and rank only: the cluster's identity across signatures. The
+      // loaded weights, and every value in the cache key proper, enter by content (or object).
+      if (IsInteger(t.dtype()) || (loaded != nullptr && !is_loaded)) {
         id_text.append(line, 0, head);
         absl::StrAppend(&id_text, "[rank ", t.dims().size(), "]\n");
       } else {

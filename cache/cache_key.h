@@ -61,15 +61,15 @@ inline constexpr int64_t kObjectNamedConstantBytes = 64 * 1024;
 // Both texts in one pass (either pointer may be null): `keyed` = CanonicalClusterText(body, true),
 // `identity` = CanonicalClusterText(body, false). A new signature needs both for every cluster.
 // Constants enter by SHA-256 digest (ConstantDigest), as every key that outlives the process must (the
-// persistent cache), except those of at least kObjectNamedConstantBytes in `named_by_object` (optional):
-// those by their object (ConstantName kObject). A session without a persistent cache passes the weights
-// of its loaded graph: they live as long as the session and every signature's clone shares them, so an
-// object's name means the same weights in every key that names it; SHA-256 of a model's weights cost
-// ~0.5 ms per MB on its first signature (8 ms for a 17 MB decoder). Constants folded per signature keep
-// content digests (a new object per signature with the same bytes must give the same identity, or the
-// compile policy would see a new structure each time).
+// persistent cache). `loaded` (optional): the session's loaded weights (alive with the session, shared by
+// every signature's clone). With it, the identity takes every other constant (folded per signature) by
+// dtype and rank only, as it does integer constants: a position-embedding table sliced to the sequence
+// length has other contents at every length, and the cluster must keep one identity across lengths.
+// `name_loaded_by_object` (sessions without a persistent cache): loaded weights of at least
+// kObjectNamedConstantBytes enter both texts by their object (ConstantName kObject) instead of SHA-256,
+// which cost ~0.5 ms per MB on a model's first signature (8 ms for a 17 MB decoder).
 void CanonicalClusterTexts(const Graph& body, std::string* keyed, std::string* identity,
-                           const ConstantObjects* named_by_object = nullptr);
+                           const ConstantObjects* loaded = nullptr, bool name_loaded_by_object = false);
 
 CacheKey MakeCacheKey(const Graph& body, absl::string_view target, absl::string_view codegen_flags);
 // The key of a body whose CanonicalClusterText(body, true) is `canonical_text`.

@@ -219,9 +219,8 @@ absl::StatusOr<std::unique_ptr<ClusterRunner>> ClusterRunner::Create(const Node&
   const Graph* body = s.body.get();
   std::string keyed, identity;
   // Without a persistent cache, keys live in this process only: the session's weights are named by
-  // object, not hashed (cache/cache_key.h).
-  CanonicalClusterTexts(*body, &keyed, &identity,
-                        runtime->disk() == nullptr ? runtime->object_named_constants().get() : nullptr);
+  // object, not hashed; constants folded per signature leave the identity (cache/cache_key.h).
+  CanonicalClusterTexts(*body, &keyed, &identity, runtime->loaded_constants().get(), runtime->disk() == nullptr);
   s.key = MakeCacheKeyFromText(keyed, runtime->target(), runtime->codegen_flags());
   s.policy_id = absl::StrCat(Fingerprint64(identity));
   for (const Value* v : body->inputs()) absl::StrAppend(&s.signature, DTypeName(v->dtype), v->shape.ToString());

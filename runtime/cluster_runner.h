@@ -70,10 +70,11 @@ class ClusterRuntime : public std::enable_shared_from_this<ClusterRuntime> {
   CompilePolicy& policy() { return policy_; }
   MemoryCache& cache() { return cache_; }
   const std::string& target() const { return target_; }
-  // The constants cluster keys name by object when there is no persistent cache (cache/cache_key.h
-  // CanonicalClusterTexts): the owning session's loaded weights, set once after Create, before any run.
-  void SetObjectNamedConstants(std::shared_ptr<const ConstantObjects> c) { object_named_constants_ = std::move(c); }
-  const std::shared_ptr<const ConstantObjects>& object_named_constants() const { return object_named_constants_; }
+  // The owning session's loaded weights (cache/cache_key.h CanonicalClusterTexts: named by object in keys
+  // without a persistent cache; the identity of a cluster takes other constants by rank only), set once
+  // after Create, before any run.
+  void SetLoadedConstants(std::shared_ptr<const ConstantObjects> c) { loaded_constants_ = std::move(c); }
+  const std::shared_ptr<const ConstantObjects>& loaded_constants() const { return loaded_constants_; }
   const std::string& codegen_flags() const { return codegen_flags_; }
   std::shared_ptr<ClusterStats> NewStats();
   // The counters of every cluster runner alive, in creation order.
@@ -115,7 +116,7 @@ class ClusterRuntime : public std::enable_shared_from_this<ClusterRuntime> {
   std::shared_ptr<Profiler> profiler_;
   std::shared_ptr<Dumper> dumper_;
   std::string target_, codegen_flags_;
-  std::shared_ptr<const ConstantObjects> object_named_constants_;
+  std::shared_ptr<const ConstantObjects> loaded_constants_;
   mutable std::mutex mu_;
   uint64_t next_stats_ = 0;
   std::map<uint64_t, std::shared_ptr<ClusterStats>> stats_;  // by creation order

@@ -162,13 +162,24 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Grap
   for (const Value* v : graph->outputs()) s->outputs_.push_back({v->name, v->dtype, v->shape});
   s->value_shapes_graph_ = InputValuesShapeTheGraph(*graph);
   {
-    // The loaded weights (shared by every signature's clone, alive as long as the session): cluster keys
-    // name the large ones by object when there is no persistent cache.
+    // The loaded weights (shared by every signature's clone, alive as long as the session): the cluster
+    // keys' constants of the model, as opposed to those folded per signature (cache/cache_key.h).
     auto weights = std::make_shared<ConstantObjects>();
-    for (const auto& v : graph->values()) {
-      if (v->is_constant() && v->constant->nbytes() >= kObjectNamedConstantBytes) weights->insert(v->constant.get());
-    }
-    s->clusters_->SetObjectNamedConstants(std::move(weights));
+    std::function<void(const Graph&)> collect = [&](const Graph& g) {
+      for (const auto& v : g.values()) {
+        if (v->is_constant()) weights->insert(v->constant.get());
+      }
+      for (const auto& n : g.nodes()) {
+        for (const auto& [name, a] : n->attrs) {
+          if (a.g) collect(*a.g);
+          for (const auto& sub : a.graphs) {
+            if (sub) collect(*sub);
+          }
+        }
+      }
+    };
+    collect(*graph);
+    s->clusters_->SetLoadedConstants(std::move(weights));
   }
   s->graph_ = std::move(graph);
   return s;

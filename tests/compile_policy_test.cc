@@ -277,6 +277,51 @@ TEST(ClusterRuntimeTest, WeightsFoldedPerSignatureKeepOneClusterIdentity) {
   EXPECT_EQ(st.totals.polymorphic_hits, 3) << "7, 8 and 9 rows instantiated from its kernels";
 }
 
+// A transformer's position embeddings: the table (512 x 64) sliced to the sequence length S is folded into
+// a constant with other contents at every S. The cluster's identity takes that constant by dtype and rank
+// only (it is not one of the loaded weights), so a stream of new lengths, each run once, compiles the
+// structure at its third execution and instantiates the later lengths from its kernels; with the slice in
+// the identity by content, no length would ever reach the threshold. Results are float64 math's.
+TEST(ClusterRuntimeTest, ConstantsFoldedFromShapesLeaveTheClusterIdentity) {
+  constexpr int64_t D = 64, P = 512;
+  testing::ModelBuilder b(13);
+  b.Input("x", onnx::TensorProto::FLOAT, {1, -1, D}).Output("y");
+  std::vector<float> table(P * D), w(D * D);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<float>((i * 13) % 29) / 29.0f - 0.5f;
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((i * 7) % 17) / 17.0f - 0.5f;
+  b.InitFloats("table", {P, D}, table);
+  b.InitFloats("w", {D, D}, w);
+  b.InitInts("zero", {1}, {0});
+  b.InitInts("one", {1}, {1});
+  b.Node("Shape", {"x"}, {"shape"});
+  b.Node("Gather", {"shape", "one"}, {"len"});
+  b.Node("Slice", {"table", "zero", "len", "zero"}, {"pos"});
+  b.Node("Add", {"x", "pos"}, {"h"});
+  b.Node("Sigmoid", {"h"}, {"g"});
+  b.Node("Mul", {"h", "g"}, {"a"});
+  b.Node("MatMul", {"a", "w"}, {"y"});
+  auto s = Session::LoadFromBytes(b.Bytes(), OneClusterOptions());
+  ASSERT_TRUE(s.ok()) << s.status();
+  uint32_t seed = 0;
+  for (int64_t len : {5, 7, 9, 11, 13, 15}) {
+    auto in = RandomInputs(**s, {{1, len, D}}, ++seed);
+    auto got = (*s)->Run(in);
+    ASSERT_TRUE(got.ok()) << got.status();
+    const float* x = in[0].tensor.data<float>();
+    for (int64_t t = 0; t < len; t += len - 1) {  // first and last position, column 5
+      double y = 0;
+      for (int64_t j = 0; j < D; ++j) {
+        const double h = double(x[t * D + j]) + table[t * D + j];
+        y += h / (1.0 + std::exp(-h)) * w[j * D + 5];
+      }
+      ASSERT_NEAR(got->at(0).tensor.data<float>()[t * D + 5], y, 1e-4 * (1 + std::abs(y))) << "length " << len;
+    }
+  }
+  SessionStats st = (*s)->stats();
+  EXPECT_EQ(st.totals.compiles, 1) << "one structure: compiled once, at its third execution (length 9)";
+  EXPECT_EQ(st.totals.polymorphic_hits, 3) << "lengths 11, 13 and 15 instantiated from its kernels";
+}
+
 // A cluster whose plan needs no generated code (every fused group a single op, run on its library kernel:
 // FusionPlanOptions::single_op_groups_as_library) runs compiled from its first execution, on every new
 // signature, with no compile and no fallback run; the results are float64 math's. With
