@@ -494,6 +494,41 @@ TEST(VectorExpTest, MatchesFloat64OnEveryIsaVariant) {
   EXPECT_GE(variants, 1);
 }
 
+// The vector erf of the Erf op (conv_gemm.h ErfF32, the code generator's rational approximation) on every
+// ISA variant against float64 erf: within 5e-7 relative (plus 1e-45 absolute for tiny results), +-1 beyond
+// |x| = 4 and at +-inf, -0 and +0 kept, NaN stays NaN; lengths that leave vector tails.
+TEST(VectorErfTest, MatchesFloat64OnEveryIsaVariant) {
+  std::vector<float> x;
+  for (double v = -6.0; v <= 6.0; v += 0.00173) x.push_back(static_cast<float>(v));
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-40f, 3.999f, 4.0f, 4.001f, -4.0f, 100.0f,
+                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::max(),
+                  -std::numeric_limits<float>::max()}) {
+    x.push_back(v);
+  }
+  int variants = 0;
+  for (ConvLoopIsa isa : {ConvLoopIsa::kBaseline, ConvLoopIsa::kAvx2, ConvLoopIsa::kAvx512}) {
+    if (!SetConvLoopIsaForTest(isa)) continue;
+    ++variants;
+    for (size_t len : {x.size(), x.size() - 7}) {
+      std::vector<float> y(len);
+      ErfF32(x.data(), y.data(), static_cast<int64_t>(len), 2);
+      for (size_t i = 0; i < len; ++i) {
+        if (std::isnan(x[i])) {
+          EXPECT_TRUE(std::isnan(y[i])) << "ISA " << static_cast<int>(isa);
+          continue;
+        }
+        const double want = std::erf(static_cast<double>(x[i]));
+        EXPECT_LE(std::abs(y[i] - want), 5e-7 * std::abs(want) + 1e-45)
+            << "x=" << x[i] << " ISA " << static_cast<int>(isa);
+        if (x[i] == 0.0f) EXPECT_EQ(std::signbit(y[i]), std::signbit(x[i])) << "erf(-0) is -0";
+      }
+    }
+  }
+  SetConvLoopIsaForTest(ConvLoopIsa::kDetect);
+  EXPECT_GE(variants, 1);
+}
+
 // Channels-last pointwise convolutions against float64 sums, on every ISA variant of the conv loops: the
 // AVX-512 variant runs the register-tiled small-input-channel loop (SmallKPointwiseBody: 6 x 64-channel
 // tiles, 16- and 8-channel blocks, scalar channels; 35 pixels leave partial tiles) with its bias and

@@ -145,6 +145,14 @@ class CpuMath : public TargetMath {
     return b.CreateSelect(b.CreateFCmpOLT(r, c(-1.0)), c(-1.0), r);
   }
   llvm::Value* FastErf(llvm::IRBuilder<>& b, llvm::Value* x) {
+    llvm::Type* f = b.getFloatTy();
+    // Below 1e-30, x * P(x^2) underflows into subnormals and loses bits: erf(x) = 2 x / sqrt(pi) there (as
+    // the fallback's ErfF32, runtime/cpu/conv_gemm.cc).
+    llvm::Value* ax = b.CreateSelect(b.CreateFCmpOLT(x, llvm::ConstantFP::get(f, 0.0)), b.CreateFNeg(x), x);
+    llvm::Value* tiny = b.CreateFCmpOLT(ax, llvm::ConstantFP::get(f, 1e-30));
+    return b.CreateSelect(tiny, b.CreateFMul(x, llvm::ConstantFP::get(f, 1.1283791670955126)), RationalErf(b, x));
+  }
+  llvm::Value* RationalErf(llvm::IRBuilder<>& b, llvm::Value* x) {
     return Rational(b, x, 4.0,
                     {-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
                      -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02},

@@ -322,21 +322,67 @@ inline __attribute__((always_inline)) V ExpExactV(V x) {
   return x != x ? x : e;
 }
 
-template <typename VW>
-inline __attribute__((always_inline)) void ExpBody(const float* x, float* y, int64_t n) {
+// erf(x) per lane with the code generator's FastErf semantics (cpu_compiler.cc; Eigen's
+// generic_fast_erf_float, the approximation XLA emits): x clamped to [-4, 4], x * P(x^2) / Q(x^2), the
+// result clamped to [-1, 1], 2 x / sqrt(pi) for |x| < 1e-30; relative error <= 4.2e-7 against float64 erf;
+// NaN stays NaN.
+template <typename V>
+inline __attribute__((always_inline)) V ErfV(V x) {
+  const V zero = {};
+  V c = x > zero + 4.0f ? zero + 4.0f : x;  // selects: a NaN stays NaN
+  c = c < zero - 4.0f ? zero - 4.0f : c;
+  const V x2 = c * c;
+  V p = zero - 2.72614225801306e-10f;
+  for (float k : {2.77068142495902e-08f, -2.10102402082508e-06f, -5.69250639462346e-05f, -7.34990630326855e-04f,
+                  -2.95459980854025e-03f, -1.60960333262415e-02f}) {
+    p = p * x2 + k;
+  }
+  V q = zero - 1.45660718464996e-05f;
+  for (float k : {-2.13374055278905e-04f, -1.68282697438203e-03f, -7.37332916720468e-03f, -1.42647390514189e-02f}) {
+    q = q * x2 + k;
+  }
+  V r = c * p / q;
+  r = r > zero + 1.0f ? zero + 1.0f : r;
+  r = r < zero - 1.0f ? zero - 1.0f : r;
+  // Below 1e-30 the product c * P underflows into subnormals and loses bits: erf(x) = 2 x / sqrt(pi) there.
+  const V ax = x < zero ? -x : x;
+  return ax < zero + 1e-30f ? x * 1.1283791670955126f : r;
+}
+
+// y[i] = Op::Apply(x[i]) over n floats in vectors of VW, the tail through one more vector in a zero-padded
+// copy. Op is a type with an always-inline template Apply, not a lambda: a lambda is compiled without its
+// caller's target ISA and returns its vector through the baseline ABI.
+struct ExpOp {
+  template <typename V>
+  static inline __attribute__((always_inline)) V Apply(V v) { return ExpExactV(v); }
+};
+struct ErfOp {
+  template <typename V>
+  static inline __attribute__((always_inline)) V Apply(V v) { return ErfV(v); }
+};
+template <typename VW, typename Op>
+inline __attribute__((always_inline)) void MapBody(const float* x, float* y, int64_t n) {
   constexpr int64_t kW = sizeof(VW) / sizeof(float);
   int64_t i = 0;
-  for (; i + kW <= n; i += kW) StoreV(y + i, ExpExactV(LoadV<VW>(x + i)));
-  if (i < n) {  // the tail through one more vector, in a zero-padded copy
+  for (; i + kW <= n; i += kW) StoreV(y + i, Op::Apply(LoadV<VW>(x + i)));
+  if (i < n) {
     alignas(64) float in[kW] = {}, out[kW];
     std::memcpy(in, x + i, static_cast<size_t>(n - i) * sizeof(float));
-    StoreV(out, ExpExactV(LoadV<VW>(in)));
+    StoreV(out, Op::Apply(LoadV<VW>(in)));
     std::memcpy(y + i, out, static_cast<size_t>(n - i) * sizeof(float));
   }
 }
-__attribute__((target("avx512f,fma"))) void ExpAvx512(const float* x, float* y, int64_t n) { ExpBody<V16f>(x, y, n); }
-__attribute__((target("avx2,fma"))) void ExpAvx2(const float* x, float* y, int64_t n) { ExpBody<V8f>(x, y, n); }
-void ExpBaseline(const float* x, float* y, int64_t n) { ExpBody<V4f>(x, y, n); }
+#define CJIT_MAP_VARIANTS(NAME)                                                                         \
+  __attribute__((target("avx512f,fma"))) void NAME##Avx512(const float* x, float* y, int64_t n) {       \
+    MapBody<V16f, NAME##Op>(x, y, n);                                                                   \
+  }                                                                                                     \
+  __attribute__((target("avx2,fma"))) void NAME##Avx2(const float* x, float* y, int64_t n) {            \
+    MapBody<V8f, NAME##Op>(x, y, n);                                                                    \
+  }                                                                                                     \
+  void NAME##Baseline(const float* x, float* y, int64_t n) { MapBody<V4f, NAME##Op>(x, y, n); }
+CJIT_MAP_VARIANTS(Exp)
+CJIT_MAP_VARIANTS(Erf)
+#undef CJIT_MAP_VARIANTS
 
 // A softmax row: m = max(x) (NaN ignored, as the scalar loop it replaces), y = exp(x - m), returns m and
 // sum(y) (vector partial sums per 512 values, added in double).
@@ -1003,6 +1049,7 @@ struct Isa {
   void (*depthwise)(const DwArgs&, int64_t, int64_t);
   void (*unary)(const float*, float*, int64_t, const std::vector<PostOp>*);
   void (*exp)(const float*, float*, int64_t);
+  void (*erf)(const float*, float*, int64_t);
   void (*softmax_row)(const float*, float*, int64_t, float*, double*);
   void (*few_channel)(const FcArgs&, int64_t, int64_t);
   // AVX-512 only: the AVX2 and SSE2 variants of the loop (fewer registers: 2-pixel tiles) were slower than
@@ -1019,12 +1066,12 @@ struct Isa {
 
 // Indexed by ConvLoopIsa.
 const Isa kIsas[] = {
-    {&EpilogueBaseline, &DepthwiseBaseline, &UnaryBaseline, &ExpBaseline, &SoftmaxRowBaseline, &FewChannelBaseline,
+    {&EpilogueBaseline, &DepthwiseBaseline, &UnaryBaseline, &ExpBaseline, &ErfBaseline, &SoftmaxRowBaseline, &FewChannelBaseline,
      nullptr, nullptr, nullptr},
-    {&EpilogueBaseline, &DepthwiseBaseline, &UnaryBaseline, &ExpBaseline, &SoftmaxRowBaseline, &FewChannelBaseline,
+    {&EpilogueBaseline, &DepthwiseBaseline, &UnaryBaseline, &ExpBaseline, &ErfBaseline, &SoftmaxRowBaseline, &FewChannelBaseline,
      nullptr, nullptr, nullptr},
-    {&EpilogueAvx2, &DepthwiseAvx2, &UnaryAvx2, &ExpAvx2, &SoftmaxRowAvx2, &FewChannelAvx2, nullptr, nullptr, nullptr},
-    {&EpilogueAvx512, &DepthwiseAvx512, &UnaryAvx512, &ExpAvx512, &SoftmaxRowAvx512, &FewChannelAvx512,
+    {&EpilogueAvx2, &DepthwiseAvx2, &UnaryAvx2, &ExpAvx2, &ErfAvx2, &SoftmaxRowAvx2, &FewChannelAvx2, nullptr, nullptr, nullptr},
+    {&EpilogueAvx512, &DepthwiseAvx512, &UnaryAvx512, &ExpAvx512, &ErfAvx512, &SoftmaxRowAvx512, &FewChannelAvx512,
      &SmallKPointwiseAvx512, &PanelPointwiseAvx512, &IndirectAvx512}};
 std::atomic<int> forced_isa{0};  // SetConvLoopIsaForTest
 
@@ -1239,13 +1286,18 @@ void ApplyUnaryPostOps(const float* x, float* y, int64_t n, const std::vector<Po
   ParallelFor(nt, chunks, [&](int64_t c) { fn(x + c * chunk, y + c * chunk, std::min(chunk, n - c * chunk), &ops); });
 }
 
-void ExpF32(const float* x, float* y, int64_t n, int threads) {
-  auto fn = PickIsa().exp;
+namespace {
+void MapF32(void (*fn)(const float*, float*, int64_t), const float* x, float* y, int64_t n, int threads) {
   const int64_t chunk = 16384;
   const int64_t chunks = (n + chunk - 1) / chunk;
   const int nt = static_cast<int>(std::min<int64_t>(ThreadsForElements(threads, n), chunks));
   ParallelFor(nt, chunks, [&](int64_t c) { fn(x + c * chunk, y + c * chunk, std::min(chunk, n - c * chunk)); });
 }
+}  // namespace
+
+void ExpF32(const float* x, float* y, int64_t n, int threads) { MapF32(PickIsa().exp, x, y, n, threads); }
+
+void ErfF32(const float* x, float* y, int64_t n, int threads) { MapF32(PickIsa().erf, x, y, n, threads); }
 
 void SoftmaxRowF32(const float* x, float* y, int64_t n, float* max, double* sum) {
   PickIsa().softmax_row(x, y, n, max, sum);

@@ -128,6 +128,9 @@ void ApplyUnaryPostOps(const float* x, float* y, int64_t n, const std::vector<Po
 // chunks: the code generator's exp (+inf above 88.72, subnormal results down to -103.97, then 0; NaN stays
 // NaN; relative error ~1e-7 for normal results). The Exp op and the Softmax fallback.
 void ExpF32(const float* x, float* y, int64_t n, int threads);
+// y[i] = erf(x[i]) for float32, as ExpF32: the code generator's erf (a rational function, XLA's and Eigen's
+// fast erf: relative error <= 4.2e-7; NaN stays NaN; +-1 beyond |x| = 4). The Erf op (BERT's Gelu).
+void ErfF32(const float* x, float* y, int64_t n, int threads);
 // One softmax row of n > 0 floats: *max = max(x) (NaNs ignored), y = exp(x - *max) (ExpF32's exp), *sum =
 // sum(y) (in double over vector partial sums). x and y may be the same buffer.
 void SoftmaxRowF32(const float* x, float* y, int64_t n, float* max, double* sum);

@@ -269,6 +269,17 @@ void RegisterUnary() {
       return absl::OkStatus();
     });
   }
+  {  // The code generator's erf, vectorized (std::erf per element: 1.4 ms of a BERT step's 9.8 at 128 tokens).
+    const KernelFn* generic = FindKernelDuringRegistration("Erf");
+    KernelFn fallback = generic ? *generic : KernelFn();
+    RegisterKernel("Erf", [fallback](KernelContext& ctx) -> absl::Status {
+      const Tensor& x = ctx.in(0);
+      if (x.dtype() != DType::kF32) return fallback(ctx);
+      Tensor& y = ctx.Alloc(0);
+      ErfF32(x.data<float>(), y.data<float>(), x.numel(), ctx.threads);
+      return absl::OkStatus();
+    });
+  }
   EigenUnaryF32("Log", [](const auto& in, auto& out) {
     out = in.log();
     for (Eigen::Index i = 0; i < in.size(); ++i) {

@@ -942,6 +942,9 @@ absl::Status BatchNorm(KernelContext& ctx) {
   });
 }
 
+template <typename T>
+std::pair<double, double> RowMoments(const T* p, int64_t n);
+
 absl::Status LayerNorm(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", -1), x.rank()));
@@ -966,6 +969,35 @@ absl::Status LayerNorm(KernelContext& ctx) {
                                     DimsToString(p->dims()), "]) does not broadcast to the normalized dims of X (",
                                     DTypeName(x.dtype()), "[", DimsToString(x.dims()), "], axis ", ax, ")"));
     }
+  }
+  if (x.dtype() == DType::kF32 && outer > 0 && inner > 0) {
+    // float32: each row's moments summed in double over float blocks (RowMoments, vectorized), rows over
+    // the threads, the normalization one vector pass (it summed sequentially in float: 1.06 ms of a BERT
+    // step at 128 tokens, where ORT took 0.15).
+    std::vector<float> sv(static_cast<size_t>(inner)), bv(static_cast<size_t>(inner), 0.0f);
+    for (int64_t i = 0; i < inner; ++i) {
+      sv[i] = scale.data<float>()[scale.numel() == inner ? i : i % scale.numel()];
+      if (bias) bv[i] = bias->data<float>()[bias->numel() == inner ? i : i % bias->numel()];
+    }
+    const float* px0 = x.data<float>();
+    float* py0 = y.data<float>();
+    const int nt = static_cast<int>(std::clamp<int64_t>(ThreadsForElements(ctx.threads, outer * inner), 1, outer));
+    ParallelFor(nt, nt, [&](int64_t t) {
+      for (int64_t o = outer * t / nt; o < outer * (t + 1) / nt; ++o) {
+        const float* px = px0 + o * inner;
+        float* py = py0 + o * inner;
+        const auto [mean, var] = RowMoments(px, inner);
+        const float m = static_cast<float>(mean);
+        const float inv = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(eps)));
+        const float* ps = sv.data();
+        const float* pb = bv.data();
+#pragma omp simd
+        for (int64_t i = 0; i < inner; ++i) py[i] = (px[i] - m) * inv * ps[i] + pb[i];
+        if (mean_out) mean_out->data<float>()[o] = m;
+        if (inv_out) inv_out->data<float>()[o] = inv;
+      }
+    });
+    return absl::OkStatus();
   }
   Tensor sb = Tensor(x.dtype(), {inner}), bb = Tensor(x.dtype(), {inner});
   return DispatchFloat(x.dtype(), [&](auto t) {
