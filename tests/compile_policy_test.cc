@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <filesystem>
 #include <future>
 #include <thread>
@@ -10,6 +11,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/model_builder.h"
 #include "tests/test_data.h"
 #include "runtime/cluster_runner.h"
@@ -320,6 +322,57 @@ TEST(ClusterRuntimeTest, ConstantsFoldedFromShapesLeaveTheClusterIdentity) {
   SessionStats st = (*s)->stats();
   EXPECT_EQ(st.totals.compiles, 1) << "one structure: compiled once, at its third execution (length 9)";
   EXPECT_EQ(st.totals.polymorphic_hits, 3) << "lengths 11, 13 and 15 instantiated from its kernels";
+}
+
+// Row kernels get LLVM's optimizing code generator when the signature itself is hot (it ran the
+// threshold's fallback executions), the fast one when the compile was reached by a stream of new
+// signatures of the structure, each run once (it must finish soon to serve the stream). The compile
+// event of the trace says which; the results are float64 math's either way.
+TEST(ClusterRuntimeTest, RowKernelsOfAHotSignatureGetTheOptimizingCodeGenerator) {
+  // y = Softmax(x * s) or Softmax(x + s): another op per case, so neither finds the other's kernel in the
+  // process-wide cache (a polymorphic hit, no compile).
+  auto model = [](bool mul) {
+    testing::ModelBuilder b(13);
+    b.Input("x", onnx::TensorProto::FLOAT, {-1, 40}).Output("y");
+    b.InitFloats("scale", {}, {0.5f});
+    b.Node(mul ? "Mul" : "Add", {"x", "scale"}, {"m"});
+    testing::ModelBuilder::AttrInt(b.Node("Softmax", {"m"}, {"y"}), "axis", -1);
+    return b.Bytes();
+  };
+  int trace = 0;
+  auto codegen_of_compile = [&](bool mul, const std::vector<int64_t>& rows) -> std::string {
+    const std::string path = ::testing::TempDir() + "/row_codegen_trace_" + std::to_string(++trace) + ".json";
+    std::filesystem::remove(path);
+    SessionOptions o = OneClusterOptions();
+    o.flags.trace_to = path;
+    auto s = Session::LoadFromBytes(model(mul), o);
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (!s.ok()) return "";
+    uint32_t seed = 0;
+    for (int64_t r : rows) {
+      auto in = RandomInputs(**s, {{r, 40}}, ++seed);
+      auto got = (*s)->Run(in);
+      EXPECT_TRUE(got.ok()) << got.status();
+      if (!got.ok()) return "";
+      const float* x = in[0].tensor.data<float>();
+      double sum = 0;
+      auto m = [&](int j) { return mul ? 0.5 * x[j] : x[j] + 0.5; };
+      for (int j = 0; j < 40; ++j) sum += std::exp(m(j));
+      EXPECT_NEAR(got->at(0).tensor.data<float>()[7], std::exp(m(7)) / sum, 1e-6) << r << " rows";
+    }
+    EXPECT_TRUE((*s)->EndProfiling().ok());
+    std::ifstream f(path);
+    nlohmann::json doc = nlohmann::json::parse(f);
+    std::string codegen;
+    for (const auto& e : doc["traceEvents"]) {
+      if (e.value("cat", "") == "compile" && e["name"].get<std::string>().rfind("compile cluster_", 0) == 0) {
+        codegen = e["args"].value("row_kernel_codegen", "");
+      }
+    }
+    return codegen;
+  };
+  EXPECT_EQ(codegen_of_compile(true, {5, 5, 5}), "optimizing") << "one signature, three times";
+  EXPECT_EQ(codegen_of_compile(false, {5, 6, 7}), "fast") << "three new signatures of one structure";
 }
 
 // A cluster whose plan needs no generated code (every fused group a single op, run on its library kernel:

@@ -807,13 +807,15 @@ void ReleaseTm(Jit& jit, std::unique_ptr<llvm::TargetMachine> tm) {
 }
 
 // Row kernels (reductions, Softmax, LayerNorm chains) get the optimizing instruction selector and the
-// greedy register allocator: the fast ones kept every loop-carried value of their passes on the stack (a
-// load and a store per vector step). ViT-S/16 at 1 thread: Mul+Softmax 135 -> 78 us, a LayerNorm chain
-// 30 -> 9 us; their machine code takes ~5x longer. Elementwise kernels (memory-bound, no loop-carried
-// vectors) measured the same either way and keep the fast path (UNet: 1.65 ms of kernels per run both
-// ways, machine code 9.4 vs 51.8 ms). Set per kernel: target machines are reused across kernels.
-void SetCodegenLevel(llvm::TargetMachine* tm, const FusedKernel& k) {
-  tm->setOptLevel(k.row_reduction ? llvm::CodeGenOptLevel::Default : llvm::CodeGenOptLevel::None);
+// greedy register allocator (CpuCompileOptions::optimize_row_kernels): the fast ones kept every
+// loop-carried value of their passes on the stack (a load and a store per vector step). ViT-S/16 at 1
+// thread: Mul+Softmax 135 -> 78 us, a LayerNorm chain 30 -> 9 us; their machine code takes ~5x longer.
+// Elementwise kernels (memory-bound, no loop-carried vectors) measured the same either way and keep the
+// fast path (UNet: 1.65 ms of kernels per run both ways, machine code 9.4 vs 51.8 ms). Set per kernel:
+// target machines are reused across kernels.
+void SetCodegenLevel(llvm::TargetMachine* tm, const FusedKernel& k, bool optimize_row_kernels) {
+  tm->setOptLevel(k.row_reduction && optimize_row_kernels ? llvm::CodeGenOptLevel::Default
+                                                          : llvm::CodeGenOptLevel::None);
 }
 
 // One kernel compiled to relocatable object code in its own module and context, with the calling thread's
@@ -838,7 +840,7 @@ absl::StatusOr<CompiledObject> CompileKernelObject(Jit& jit, llvm::TargetMachine
   if (options.on_phase) options.on_phase("llvm_optimize", t1, t2);
   llvm::SmallVector<char, 0> buffer;
   {
-    SetCodegenLevel(tm, k);
+    SetCodegenLevel(tm, k, options.optimize_row_kernels);
     llvm::raw_svector_ostream os(buffer);
     llvm::legacy::PassManager pm;
     llvm::MCContext* mc = nullptr;
@@ -979,7 +981,7 @@ absl::StatusOr<std::vector<CpuKernelDump>> DumpCpuKernels(const FusionPlan& plan
       }
       llvm::SmallString<0> asm_text;
       llvm::raw_svector_ostream os(asm_text);
-      SetCodegenLevel(tm.get(), plan.kernels[i]);
+      SetCodegenLevel(tm.get(), plan.kernels[i], /*optimize_row_kernels=*/true);
       llvm::legacy::PassManager pm;
       if (tm->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::AssemblyFile)) {
         return absl::InternalError("the host target cannot emit assembly");
