@@ -13,6 +13,10 @@
 #          det  a DB-style text detector (tools/make_detector.py: MobileNetV3 + FPN + DB head; Resize,
 #               ConvTranspose, depthwise/pointwise, HardSigmoid/HardSwish, Concat), 1x3xHxW for 8 page
 #               sizes, multiples of 32 from 320x320 to 960x960
+#          gpt  a GPT-2-style decoder with a KV cache (tools/make_gpt.py), 24 decode steps: token id,
+#               position P and 8 past tensors 1x4xPx64 for P = 8..31 (a new signature every step)
+#          bert a BERT-style encoder (tools/make_transformer.py), 12 sequence lengths 7..128
+#          unet a UNet with GroupNorm and attention (tools/make_unet.py), 6 image sizes 64x64..160x160
 set -euo pipefail
 cd "$(dirname "$0")/.."
 action=${1:-run}
@@ -46,6 +50,24 @@ if [[ $action == make ]]; then
     sets+=("[{\"dims\":[1,3,${hw%x*},${hw#*x}],\"type\":\"float32\"}]")
   done
   node tools/ort-bench/make_test_data.js "$out/det" "[$(IFS=,; echo "${sets[*]}")]"
+  # gpt / bert / unet: unseen model classes built here (each data set a new signature, references by ORT).
+  rm -rf "$out/gpt" "$out/bert" "$out/unet" && mkdir -p "$out/gpt" "$out/bert" "$out/unet"
+  /usr/bin/python3 tools/make_gpt.py "$out/gpt/model.onnx"
+  sets=()
+  for p in $(seq 8 31); do
+    past="{\"dims\":[1,4,$p,64],\"type\":\"float32\"}"
+    sets+=("[{\"dims\":[1,1],\"type\":\"int64\",\"max\":1999},{\"dims\":[1,1],\"type\":\"int64\",\"value\":$p}$(for k in 1 2 3 4 5 6 7 8; do echo -n ",$past"; done)]")
+  done
+  node tools/ort-bench/make_test_data.js "$out/gpt" "[$(IFS=,; echo "${sets[*]}")]"
+  /usr/bin/python3 tools/make_transformer.py "$out/bert/model.onnx"
+  sets=()
+  for l in 7 12 16 23 31 40 48 57 64 77 96 128; do
+    sets+=("[{\"dims\":[1,$l],\"type\":\"int64\",\"max\":1000},{\"dims\":[1,$l],\"type\":\"int64\",\"value\":1}]")
+  done
+  node tools/ort-bench/make_test_data.js "$out/bert" "[$(IFS=,; echo "${sets[*]}")]"
+  /usr/bin/python3 tools/make_unet.py "$out/unet/model.onnx"
+  make_test_data_unet=$(spec 1,3,W float32 64,64 96,128 128,96 64,160 160,160 96,96)
+  node tools/ort-bench/make_test_data.js "$out/unet" "$make_test_data_unet"
   exit 0
 fi
 shift 2 || shift $#
