@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -144,6 +145,20 @@ std::vector<NamedTensor> RandomInputs(const Session& s, const std::vector<Dims>&
   return in;
 }
 
+// A stream: runs `s` once per entry of `dims` (its one input's dims) on RandomInputs with seeds 1, 2, ...
+// and hands each signature's dims, input data and output to `check`; stops at the first fatal failure.
+void RunStream(Session& s, const std::vector<Dims>& dims,
+               const std::function<void(const Dims& d, const float* x, const Tensor& y)>& check) {
+  uint32_t seed = 0;
+  for (const Dims& d : dims) {
+    auto in = RandomInputs(s, {d}, ++seed);
+    auto got = s.Run(in);
+    ASSERT_TRUE(got.ok()) << DimsToString(d) << ": " << got.status();
+    check(d, in[0].tensor.data<float>(), got->at(0).tensor);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 void ExpectClose(const std::vector<NamedTensor>& got, const std::vector<NamedTensor>& ref, const std::string& what) {
   ASSERT_EQ(got.size(), ref.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -258,22 +273,18 @@ TEST(ClusterRuntimeTest, WeightsFoldedPerSignatureKeepOneClusterIdentity) {
   o.flags.specialization_replay = "false";  // every signature specializes (and folds) in full
   auto s = Session::LoadFromBytes(b.Bytes(), o);
   ASSERT_TRUE(s.ok()) << s.status();
-  uint32_t seed = 0;
-  for (int64_t rows : {4, 5, 6, 7, 8, 9}) {
-    auto in = RandomInputs(**s, {{rows, K}}, ++seed);
-    auto got = (*s)->Run(in);
-    ASSERT_TRUE(got.ok()) << got.status();
-    const float* x = in[0].tensor.data<float>();
+  RunStream(**s, {{4, K}, {5, K}, {6, K}, {7, K}, {8, K}, {9, K}}, [&](const Dims& d, const float* x, const Tensor& y) {
+    const int64_t rows = d[0];
     for (int64_t r = 0; r < rows; r += rows - 1) {  // first and last row, column 3
-      double y = 0;
+      double want = 0;
       for (int64_t j = 0; j < N; ++j) {
         double m = 0;
         for (int64_t k = 0; k < K; ++k) m += double(x[r * K + k]) * wt[j * K + k];
-        y += m / (1.0 + std::exp(-m)) * w2[j * N + 3];
+        want += m / (1.0 + std::exp(-m)) * w2[j * N + 3];
       }
-      ASSERT_NEAR(got->at(0).tensor.data<float>()[r * N + 3], y, 1e-4 * (1 + std::abs(y))) << rows << " rows";
+      ASSERT_NEAR(y.data<float>()[r * N + 3], want, 1e-4 * (1 + std::abs(want))) << rows << " rows";
     }
-  }
+  });
   SessionStats st = (*s)->stats();
   EXPECT_EQ(st.totals.compiles, 1) << "one structure: compiled once, at its third execution (6 rows)";
   EXPECT_EQ(st.totals.polymorphic_hits, 3) << "7, 8 and 9 rows instantiated from its kernels";
@@ -304,21 +315,18 @@ TEST(ClusterRuntimeTest, ConstantsFoldedFromShapesLeaveTheClusterIdentity) {
   b.Node("MatMul", {"a", "w"}, {"y"});
   auto s = Session::LoadFromBytes(b.Bytes(), OneClusterOptions());
   ASSERT_TRUE(s.ok()) << s.status();
-  uint32_t seed = 0;
-  for (int64_t len : {5, 7, 9, 11, 13, 15}) {
-    auto in = RandomInputs(**s, {{1, len, D}}, ++seed);
-    auto got = (*s)->Run(in);
-    ASSERT_TRUE(got.ok()) << got.status();
-    const float* x = in[0].tensor.data<float>();
-    for (int64_t t = 0; t < len; t += len - 1) {  // first and last position, column 5
-      double y = 0;
-      for (int64_t j = 0; j < D; ++j) {
-        const double h = double(x[t * D + j]) + table[t * D + j];
-        y += h / (1.0 + std::exp(-h)) * w[j * D + 5];
-      }
-      ASSERT_NEAR(got->at(0).tensor.data<float>()[t * D + 5], y, 1e-4 * (1 + std::abs(y))) << "length " << len;
-    }
-  }
+  RunStream(**s, {{1, 5, D}, {1, 7, D}, {1, 9, D}, {1, 11, D}, {1, 13, D}, {1, 15, D}},
+            [&](const Dims& d, const float* x, const Tensor& y) {
+              const int64_t len = d[1];
+              for (int64_t t = 0; t < len; t += len - 1) {  // first and last position, column 5
+                double want = 0;
+                for (int64_t j = 0; j < D; ++j) {
+                  const double h = double(x[t * D + j]) + table[t * D + j];
+                  want += h / (1.0 + std::exp(-h)) * w[j * D + 5];
+                }
+                ASSERT_NEAR(y.data<float>()[t * D + 5], want, 1e-4 * (1 + std::abs(want))) << "length " << len;
+              }
+            });
   SessionStats st = (*s)->stats();
   EXPECT_EQ(st.totals.compiles, 1) << "one structure: compiled once, at its third execution (length 9)";
   EXPECT_EQ(st.totals.polymorphic_hits, 3) << "lengths 11, 13 and 15 instantiated from its kernels";
@@ -348,18 +356,14 @@ TEST(ClusterRuntimeTest, RowKernelsOfAHotSignatureGetTheOptimizingCodeGenerator)
     auto s = Session::LoadFromBytes(model(mul), o);
     EXPECT_TRUE(s.ok()) << s.status();
     if (!s.ok()) return "";
-    uint32_t seed = 0;
-    for (int64_t r : rows) {
-      auto in = RandomInputs(**s, {{r, 40}}, ++seed);
-      auto got = (*s)->Run(in);
-      EXPECT_TRUE(got.ok()) << got.status();
-      if (!got.ok()) return "";
-      const float* x = in[0].tensor.data<float>();
+    std::vector<Dims> dims;
+    for (int64_t r : rows) dims.push_back({r, 40});
+    RunStream(**s, dims, [&](const Dims& d, const float* x, const Tensor& y) {
       double sum = 0;
       auto m = [&](int j) { return mul ? 0.5 * x[j] : x[j] + 0.5; };
       for (int j = 0; j < 40; ++j) sum += std::exp(m(j));
-      EXPECT_NEAR(got->at(0).tensor.data<float>()[7], std::exp(m(7)) / sum, 1e-6) << r << " rows";
-    }
+      EXPECT_NEAR(y.data<float>()[7], std::exp(m(7)) / sum, 1e-6) << d[0] << " rows";
+    });
     EXPECT_TRUE((*s)->EndProfiling().ok());
     std::ifstream f(path);
     nlohmann::json doc = nlohmann::json::parse(f);

@@ -305,16 +305,27 @@ void AddIdentityDepthwise(testing::ModelBuilder& m, const std::string& in, int64
   testing::ModelBuilder::AttrInt(m.Node("Conv", {in, "ones"}, {out}), "group", channels);
 }
 
+// Runs f(isa) on every ISA variant of the conv loops this CPU has (SetConvLoopIsaForTest; the baseline
+// runs anywhere, so at least one), stopping at the first fatal failure, then restores the detected ISA.
+void OnEveryIsaVariant(const std::function<void(ConvLoopIsa)>& f) {
+  int variants = 0;
+  for (ConvLoopIsa isa : {ConvLoopIsa::kBaseline, ConvLoopIsa::kAvx2, ConvLoopIsa::kAvx512}) {
+    if (!SetConvLoopIsaForTest(isa)) continue;
+    ++variants;
+    f(isa);
+    if (::testing::Test::HasFatalFailure()) break;
+  }
+  SetConvLoopIsaForTest(ConvLoopIsa::kDetect);
+  EXPECT_GE(variants, 1);
+}
+
 // Runs `m` (input x) on every ISA variant of the conv loops this CPU has, with each of `modes` (appended
 // to "--device=cpu --intra_op_threads=2 --autotune_level=0"), and checks every output element against
 // `want` (float64) within tol * (1 + |want|).
 void ExpectMatchesOnEveryIsaVariant(const testing::ModelBuilder& m, const Tensor& x, const std::vector<double>& want,
                                     const std::vector<std::string>& modes, double tol, const std::string& what) {
   const std::string bytes = m.Bytes();
-  int variants = 0;
-  for (ConvLoopIsa isa : {ConvLoopIsa::kBaseline, ConvLoopIsa::kAvx2, ConvLoopIsa::kAvx512}) {
-    if (!SetConvLoopIsaForTest(isa)) continue;
-    ++variants;
+  OnEveryIsaVariant([&](ConvLoopIsa isa) {
     for (const std::string& mode : modes) {
       auto y = RunModelBytes(bytes, "--device=cpu --intra_op_threads=2 --autotune_level=0 " + mode, x);
       ASSERT_TRUE(y.ok()) << y.status();
@@ -324,9 +335,7 @@ void ExpectMatchesOnEveryIsaVariant(const testing::ModelBuilder& m, const Tensor
             << what << " at " << i << ", ISA variant " << static_cast<int>(isa) << ", " << mode;
       }
     }
-  }
-  SetConvLoopIsaForTest(ConvLoopIsa::kDetect);
-  EXPECT_GE(variants, 1);  // the baseline runs anywhere
+  });
 }
 
 // The channels-last loops (runtime/cpu/conv_gemm.cc: few-channel stem, depthwise, conv epilogue) are
@@ -387,10 +396,7 @@ TEST(ChannelsLastTest, EveryIsaVariantOfTheConvLoopsMatchesTheNchwPath) {
   };
   auto want = run("--auto_jit=-1 --cpu_channels_last=false");
   ASSERT_TRUE(want.ok()) << want.status();
-  int variants = 0;
-  for (ConvLoopIsa isa : {ConvLoopIsa::kBaseline, ConvLoopIsa::kAvx2, ConvLoopIsa::kAvx512}) {
-    if (!SetConvLoopIsaForTest(isa)) continue;
-    ++variants;
+  OnEveryIsaVariant([&](ConvLoopIsa isa) {
     for (const char* mode : {"--auto_jit=-1", "--auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false"}) {
       auto got = run(mode);
       ASSERT_TRUE(got.ok()) << got.status();
@@ -399,9 +405,7 @@ TEST(ChannelsLastTest, EveryIsaVariantOfTheConvLoopsMatchesTheNchwPath) {
       EXPECT_TRUE(c.ok) << "ISA variant " << static_cast<int>(isa) << ", " << mode << ": max_abs " << c.max_abs << " "
                         << c.problem;
     }
-  }
-  SetConvLoopIsaForTest(ConvLoopIsa::kDetect);
-  EXPECT_GE(variants, 1);  // the baseline runs anywhere
+  });
 }
 
 
@@ -423,10 +427,7 @@ TEST(VectorLogisticTest, MatchesFloat64OnEveryIsaVariant) {
     x.push_back(0.25f);  // an odd length: vector tails
     PostOp sigmoid;
     sigmoid.kind = kind;
-    int variants = 0;
-    for (ConvLoopIsa isa : {ConvLoopIsa::kBaseline, ConvLoopIsa::kAvx2, ConvLoopIsa::kAvx512}) {
-      if (!SetConvLoopIsaForTest(isa)) continue;
-      ++variants;
+    OnEveryIsaVariant([&](ConvLoopIsa isa) {
       std::vector<float> y(x.size());
       ApplyUnaryPostOps(x.data(), y.data(), static_cast<int64_t>(x.size()), {sigmoid}, 1);
       for (size_t i = 0; i < x.size(); ++i) {
@@ -448,9 +449,7 @@ TEST(VectorLogisticTest, MatchesFloat64OnEveryIsaVariant) {
           EXPECT_LE(std::abs(y[i] - want), 1e-37) << "x=" << x[i] << " ISA " << static_cast<int>(isa);
         }
       }
-    }
-    SetConvLoopIsaForTest(ConvLoopIsa::kDetect);
-    EXPECT_GE(variants, 1);
+    });
   }
 }
 
@@ -467,10 +466,7 @@ TEST(VectorExpTest, MatchesFloat64OnEveryIsaVariant) {
                   -std::numeric_limits<float>::max()}) {
     x.push_back(v);
   }
-  int variants = 0;
-  for (ConvLoopIsa isa : {ConvLoopIsa::kBaseline, ConvLoopIsa::kAvx2, ConvLoopIsa::kAvx512}) {
-    if (!SetConvLoopIsaForTest(isa)) continue;
-    ++variants;
+  OnEveryIsaVariant([&](ConvLoopIsa isa) {
     for (size_t len : {x.size(), x.size() - 5}) {
       std::vector<float> y(len);
       ExpF32(x.data(), y.data(), static_cast<int64_t>(len), 2);
@@ -489,9 +485,7 @@ TEST(VectorExpTest, MatchesFloat64OnEveryIsaVariant) {
         }
       }
     }
-  }
-  SetConvLoopIsaForTest(ConvLoopIsa::kDetect);
-  EXPECT_GE(variants, 1);
+  });
 }
 
 // The vector erf of the Erf op (conv_gemm.h ErfF32, the code generator's rational approximation) on every
@@ -506,10 +500,7 @@ TEST(VectorErfTest, MatchesFloat64OnEveryIsaVariant) {
                   -std::numeric_limits<float>::max()}) {
     x.push_back(v);
   }
-  int variants = 0;
-  for (ConvLoopIsa isa : {ConvLoopIsa::kBaseline, ConvLoopIsa::kAvx2, ConvLoopIsa::kAvx512}) {
-    if (!SetConvLoopIsaForTest(isa)) continue;
-    ++variants;
+  OnEveryIsaVariant([&](ConvLoopIsa isa) {
     for (size_t len : {x.size(), x.size() - 7}) {
       std::vector<float> y(len);
       ErfF32(x.data(), y.data(), static_cast<int64_t>(len), 2);
@@ -521,12 +512,12 @@ TEST(VectorErfTest, MatchesFloat64OnEveryIsaVariant) {
         const double want = std::erf(static_cast<double>(x[i]));
         EXPECT_LE(std::abs(y[i] - want), 5e-7 * std::abs(want) + 1e-45)
             << "x=" << x[i] << " ISA " << static_cast<int>(isa);
-        if (x[i] == 0.0f) EXPECT_EQ(std::signbit(y[i]), std::signbit(x[i])) << "erf(-0) is -0";
+        if (x[i] == 0.0f) {
+          EXPECT_EQ(std::signbit(y[i]), std::signbit(x[i])) << "erf(-0) is -0";
+        }
       }
     }
-  }
-  SetConvLoopIsaForTest(ConvLoopIsa::kDetect);
-  EXPECT_GE(variants, 1);
+  });
 }
 
 // Channels-last pointwise convolutions against float64 sums, on every ISA variant of the conv loops: the

@@ -805,19 +805,25 @@ void FewChannelBaseline(const FcArgs& a, int64_t r0, int64_t r1) { CJIT_FEW_CHAN
 // took 2.2 ms through BLIS against ORT's 1.1 ms. `w` points at the tile's first output channel (n0) of
 // weight rows ldw floats apart (W [C, OC]: w + n0 and OC; a panel of PanelProductWeights: its width).
 // Sums run over k in increasing order with fused multiply-adds where the ISA has them (as BLIS's kernels).
+// The parts of a register tile of P rows x NB vectors of output channels [n0, n0 + NB * lanes): the
+// accumulators start at the bias (or 0); then row p accumulates xp[p][k] * w[k * ldw ..] for k < C (rows
+// beyond `rows` are skipped). All inline, so the accumulators stay in registers.
 template <typename V, int P, int NB>
-inline __attribute__((always_inline)) void SmallKTile(const float* x, int64_t ldx, int64_t C, const float* w, int64_t ldw,
-                                                      int64_t OC, const float* bias, const std::vector<PostOp>* ops,
-                                                      float* y, int64_t n0, int rows) {
+inline __attribute__((always_inline)) void InitTile(V (&acc)[P][NB], const float* bias, int64_t n0) {
   constexpr int64_t L = sizeof(V) / sizeof(float);
   const V zero = {};
-  V acc[P][NB];
 #pragma GCC unroll 8
   for (int j = 0; j < NB; ++j) {
     const V b = bias ? LoadV<V>(bias + n0 + j * L) : zero;
 #pragma GCC unroll 16
     for (int p = 0; p < P; ++p) acc[p][j] = b;
   }
+}
+
+template <typename V, int P, int NB>
+inline __attribute__((always_inline)) void AccumulateTile(V (&acc)[P][NB], const float* const (&xp)[P], int64_t C,
+                                                          const float* w, int64_t ldw, int rows) {
+  constexpr int64_t L = sizeof(V) / sizeof(float);
   for (int64_t k = 0; k < C; ++k) {
     V wv[NB];
 #pragma GCC unroll 8
@@ -825,11 +831,23 @@ inline __attribute__((always_inline)) void SmallKTile(const float* x, int64_t ld
 #pragma GCC unroll 16
     for (int p = 0; p < P; ++p) {
       if (p >= rows) break;
-      const V xv = BroadcastLoad<V>(x + p * ldx + k);
+      const V xv = BroadcastLoad<V>(xp[p] + k);
 #pragma GCC unroll 8
       for (int j = 0; j < NB; ++j) acc[p][j] += xv * wv[j];
     }
   }
+}
+
+template <typename V, int P, int NB>
+inline __attribute__((always_inline)) void SmallKTile(const float* x, int64_t ldx, int64_t C, const float* w, int64_t ldw,
+                                                      int64_t OC, const float* bias, const std::vector<PostOp>* ops,
+                                                      float* y, int64_t n0, int rows) {
+  V acc[P][NB];
+  InitTile<V, P, NB>(acc, bias, n0);
+  const float* xp[P];
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p) xp[p] = x + p * ldx;
+  AccumulateTile<V, P, NB>(acc, xp, C, w, ldw, rows);
   StoreTileWithOps<V, P, NB>(acc, ops, n0, y + n0, OC, rows);
 }
 
@@ -958,32 +976,13 @@ inline __attribute__((always_inline)) void IndirectTile(const float* const* ptrs
                                                         int64_t ldw, int64_t OC, const float* bias,
                                                         const std::vector<PostOp>* ops, float* y, int64_t n0,
                                                         int rows) {
-  constexpr int64_t L = sizeof(V) / sizeof(float);
-  const V zero = {};
   V acc[P][NB];
-#pragma GCC unroll 8
-  for (int j = 0; j < NB; ++j) {
-    const V b = bias ? LoadV<V>(bias + n0 + j * L) : zero;
-#pragma GCC unroll 16
-    for (int p = 0; p < P; ++p) acc[p][j] = b;
-  }
+  InitTile<V, P, NB>(acc, bias, n0);
   for (int64_t t = 0; t < T; ++t) {
     const float* xp[P];
 #pragma GCC unroll 16
     for (int p = 0; p < P; ++p) xp[p] = ptrs[(p < rows ? p : 0) * T + t];
-    const float* wt = w + t * C * ldw;
-    for (int64_t k = 0; k < C; ++k) {
-      V wv[NB];
-#pragma GCC unroll 8
-      for (int j = 0; j < NB; ++j) wv[j] = LoadV<V>(wt + k * ldw + j * L);
-#pragma GCC unroll 16
-      for (int p = 0; p < P; ++p) {
-        if (p >= rows) break;
-        const V xv = BroadcastLoad<V>(xp[p] + k);
-#pragma GCC unroll 8
-        for (int j = 0; j < NB; ++j) acc[p][j] += xv * wv[j];
-      }
-    }
+    AccumulateTile<V, P, NB>(acc, xp, C, w + t * C * ldw, ldw, rows);
   }
   StoreTileWithOps<V, P, NB>(acc, ops, n0, y + n0, OC, rows);
 }
@@ -1195,6 +1194,19 @@ bool UsePanelPointwise(int64_t C, int64_t OC) {
 // B (input `index`, constant, [N, K] when b_is_nk else [K, N], from float `offset` on) in panels
 // (kPanelWidth above), cached once per buffer and offset; pointwise weights W [OC, C, 1, 1] are B [N = OC,
 // K = C]. Keep the entry while reading them.
+// Writes B [K, N] (element (k, n) = value(k, n)) as panels of kPanelWidth columns, each k-major: panel q at
+// out + q * K * kPanelWidth holds B[k][n0 + j] at k * width + j. The layout PanelPointwiseBody and
+// IndirectBody read.
+template <typename F>
+void FillPanels(float* out, int64_t K, int64_t N, F value) {
+  for (int64_t n0 = 0; n0 < N; n0 += kPanelWidth) {
+    const int64_t nr = std::min(kPanelWidth, N - n0);
+    float* panel = out + n0 * K;
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < nr; ++j) panel[k * nr + j] = value(k, n0 + j);
+  }
+}
+
 std::shared_ptr<DnnlEntry> PanelProductWeights(const KernelContext& ctx, int index, bool b_is_nk, int64_t K, int64_t N,
                                                int64_t offset = 0) {
   const Tensor& w = ctx.in(index);
@@ -1203,29 +1215,33 @@ std::shared_ptr<DnnlEntry> PanelProductWeights(const KernelContext& ctx, int ind
   return CachedPackedWeights(
       w, absl::StrCat("panel:", reinterpret_cast<uintptr_t>(w.raw()), ":", b_is_nk, ":", K, ":", N, ":", offset),
       panels * K * kPanelWidth, [&](float* out) {
-        for (int64_t q = 0; q < panels; ++q) {
-          const int64_t n0 = q * kPanelWidth, nr = std::min(kPanelWidth, N - n0);
-          float* panel = out + q * K * kPanelWidth;
-          for (int64_t k = 0; k < K; ++k)
-            for (int64_t j = 0; j < nr; ++j) panel[k * nr + j] = b_is_nk ? wp[(n0 + j) * K + k] : wp[k * N + n0 + j];
-        }
+        FillPanels(out, K, N, [&](int64_t k, int64_t n) { return b_is_nk ? wp[n * K + k] : wp[k * N + n]; });
       });
 }
 
-// Y [M, OC] = X [M, C] x panels + bias, post-ops, on up to `threads` threads: rows split over them, or the
-// panels where the rows are few (a 7 x 7 map's 49 pixels against 1280 output channels).
+// Runs run(m0, m1, q0, q1) over rows [0, M) x panels [0, np) of a panel product of `macs` multiply-adds on up
+// to `threads` threads: the rows split over them, or the panels where the rows are few (a 7 x 7 map's 49
+// pixels against 1280 output channels).
+template <typename F>
+void SplitRowsOrPanels(int threads, double macs, int64_t M, int64_t np, F run) {
+  const int nt = ThreadsForWork(std::max(threads, 1), macs);
+  if (nt == 1) {
+    run(0, M, 0, np);
+  } else if (M >= 64 * nt || np < nt) {
+    ParallelFor(nt, nt, [&](int64_t t) { run(M * t / nt, M * (t + 1) / nt, 0, np); });
+  } else {
+    ParallelFor(nt, nt, [&](int64_t t) { run(0, M, np * t / nt, np * (t + 1) / nt); });
+  }
+}
+
+// Y [M, OC] = X [M, C] x panels + bias, post-ops, on up to `threads` threads (SplitRowsOrPanels).
 void RunPanelPointwise(int threads, const float* x, const float* panels, const float* bias,
                        const std::vector<PostOp>* ops, float* y, int64_t M, int64_t C, int64_t OC) {
   const auto fn = PickIsa().panel_pointwise;
-  const int64_t np = (OC + kPanelWidth - 1) / kPanelWidth;
-  const int nt = ThreadsForWork(std::max(threads, 1), static_cast<double>(M) * C * OC);
-  if (nt == 1) {
-    fn(x, C, panels, bias, ops, y, 0, M, 0, np, C, OC);
-  } else if (M >= 64 * nt || np < nt) {
-    ParallelFor(nt, nt, [&](int64_t t) { fn(x, C, panels, bias, ops, y, M * t / nt, M * (t + 1) / nt, 0, np, C, OC); });
-  } else {
-    ParallelFor(nt, nt, [&](int64_t t) { fn(x, C, panels, bias, ops, y, 0, M, np * t / nt, np * (t + 1) / nt, C, OC); });
-  }
+  SplitRowsOrPanels(threads, static_cast<double>(M) * C * OC, M, (OC + kPanelWidth - 1) / kPanelWidth,
+                    [&](int64_t m0, int64_t m1, int64_t q0, int64_t q1) {
+                      fn(x, C, panels, bias, ops, y, m0, m1, q0, q1, C, OC);
+                    });
 }
 
 
@@ -1407,15 +1423,10 @@ absl::StatusOr<bool> TryIndirectConv(KernelContext& ctx, const WindowGeometry& g
   const int64_t T = a.win.KH * a.win.KW, K = T * a.C, OC = a.OC;
   const int64_t np = (OC + kPanelWidth - 1) / kPanelWidth;
   const float* wp = static_cast<const float*>(w.raw());
-  // Panels [np][K][width], k = t * C + c, from W [OC, C, KH, KW].
+  // Panels of B [K = T x C, OC] with k = t * C + c, from W [OC, C, KH, KW].
   auto pack = [&](float* out) {
-    for (int64_t q = 0; q < np; ++q) {
-      const int64_t n0 = q * kPanelWidth, nr = std::min(kPanelWidth, OC - n0);
-      float* panel = out + q * K * kPanelWidth;
-      for (int64_t j = 0; j < nr; ++j)
-        for (int64_t c = 0; c < a.C; ++c)
-          for (int64_t t = 0; t < T; ++t) panel[(t * a.C + c) * nr + j] = wp[((n0 + j) * a.C + c) * T + t];
-    }
+    const int64_t C = a.C;
+    FillPanels(out, K, OC, [&](int64_t k, int64_t n) { return wp[(n * C + k % C) * T + k / C]; });
   };
   std::shared_ptr<DnnlEntry> entry;  // holds the packed constant weights while this call runs
   std::vector<float> local;
@@ -1436,14 +1447,8 @@ absl::StatusOr<bool> TryIndirectConv(KernelContext& ctx, const WindowGeometry& g
   a.y = static_cast<float*>(y.raw());
   const int64_t M = x.dim(0) * a.OH * a.OW;
   const auto fn = PickIsa().indirect;
-  const int nt = ThreadsForWork(std::max(ctx.threads, 1), static_cast<double>(M) * K * OC);
-  if (nt == 1) {
-    fn(a, 0, M, 0, np);
-  } else if (M >= 64 * nt || np < nt) {
-    ParallelFor(nt, nt, [&](int64_t t) { fn(a, M * t / nt, M * (t + 1) / nt, 0, np); });
-  } else {
-    ParallelFor(nt, nt, [&](int64_t t) { fn(a, 0, M, np * t / nt, np * (t + 1) / nt); });
-  }
+  SplitRowsOrPanels(ctx.threads, static_cast<double>(M) * K * OC, M, np,
+                    [&](int64_t m0, int64_t m1, int64_t q0, int64_t q1) { fn(a, m0, m1, q0, q1); });
   if (ctx.want_impl) ctx.impl = "indirect convolution, panel-packed register-tiled loop (shape-generic)";
   return true;
 }

@@ -126,15 +126,24 @@ void FloatUnary(const std::string& name, Make make) { RegisterUnaryOp<true>(name
 template <typename Make>
 void NumericUnary(const std::string& name, Make make) { RegisterUnaryOp<false>(name, make); }
 
+// Registers a float32 path for op `name`: y = f32(ctx, x, y) when X is float32; every other dtype keeps the
+// kernel registered before (the generic one).
+void RegisterF32Path(const std::string& name,
+                     std::function<void(const KernelContext& ctx, const Tensor& x, Tensor& y)> f32) {
+  const KernelFn* generic = FindKernelDuringRegistration(name);
+  KernelFn fallback = generic ? *generic : KernelFn();
+  RegisterKernel(name, [f32, fallback](KernelContext& ctx) -> absl::Status {
+    const Tensor& x = ctx.in(0);
+    if (x.dtype() != DType::kF32) return fallback(ctx);
+    f32(ctx, x, ctx.Alloc(0));
+    return absl::OkStatus();
+  });
+}
+
 // Fast float32 paths through Eigen's vectorized array functions.
 template <typename F>
 void EigenUnaryF32(const std::string& name, F f) {
-  const KernelFn* generic = FindKernelDuringRegistration(name);
-  KernelFn fallback = generic ? *generic : KernelFn();
-  RegisterKernel(name, [f, fallback](KernelContext& ctx) -> absl::Status {
-    const Tensor& x = ctx.in(0);
-    if (x.dtype() != DType::kF32) return fallback(ctx);
-    Tensor& y = ctx.Alloc(0);
+  RegisterF32Path(name, [f](const KernelContext& ctx, const Tensor& x, Tensor& y) {
     int64_t n = x.numel();
     const int64_t chunk = 16384;
     int64_t chunks = (n + chunk - 1) / chunk;
@@ -145,7 +154,6 @@ void EigenUnaryF32(const std::string& name, F f) {
       Eigen::Map<Eigen::ArrayXf> out(y.data<float>() + lo, len);
       f(in, out);
     });
-    return absl::OkStatus();
   });
 }
 
@@ -153,15 +161,8 @@ void EigenUnaryF32(const std::string& name, F f) {
 // generic loop computes in double, one element at a time (HardSwish on a 352x480 detector's activations
 // took 2 ms per op on the fallback path).
 void VectorActivationF32(const std::string& name, std::function<std::vector<PostOp>(const Node&)> ops_of) {
-  const KernelFn* generic = FindKernelDuringRegistration(name);
-  KernelFn fallback = generic ? *generic : KernelFn();
-  RegisterKernel(name, [ops_of, fallback](KernelContext& ctx) -> absl::Status {
-    const Tensor& x = ctx.in(0);
-    if (x.dtype() != DType::kF32) return fallback(ctx);
-    Tensor& y = ctx.Alloc(0);
-    std::vector<PostOp> ops = ops_of(*ctx.node);
-    ApplyUnaryPostOps(x.data<float>(), y.data<float>(), x.numel(), ops, ctx.threads);
-    return absl::OkStatus();
+  RegisterF32Path(name, [ops_of](const KernelContext& ctx, const Tensor& x, Tensor& y) {
+    ApplyUnaryPostOps(x.data<float>(), y.data<float>(), x.numel(), ops_of(*ctx.node), ctx.threads);
   });
 }
 
@@ -171,6 +172,13 @@ PostOp MakePostOp(PostOp::Kind kind, float a = 0, float b = 0) {
   op.a = a;
   op.b = b;
   return op;
+}
+
+// Registers `fn` (a vectorized float32 map, runtime/cpu/conv_gemm.h) as op `name`'s float32 path.
+void VectorMapF32(const char* name, void (*fn)(const float*, float*, int64_t, int)) {
+  RegisterF32Path(name, [fn](const KernelContext& ctx, const Tensor& x, Tensor& y) {
+    fn(x.data<float>(), y.data<float>(), x.numel(), ctx.threads);
+  });
 }
 
 void RegisterUnary() {
@@ -257,29 +265,10 @@ void RegisterUnary() {
   // recomputed with std::log; the square root is the exact instruction (sqrtps), not Eigen's fast-math
   // reciprocal-square-root estimate (which gives NaN for +inf and 0 for subnormals); the logistic is
   // 1 / (1 + exp(-x)) with a polynomial exp (Eigen's own logistic approximation is off by ~3e-5 relative).
-  {  // The code generator's exp at the CPU's vector width (Eigen's ran at the SSE2 baseline: 268 vs 60 us
-     // for ORT on 151 Ki elements).
-    const KernelFn* generic = FindKernelDuringRegistration("Exp");
-    KernelFn fallback = generic ? *generic : KernelFn();
-    RegisterKernel("Exp", [fallback](KernelContext& ctx) -> absl::Status {
-      const Tensor& x = ctx.in(0);
-      if (x.dtype() != DType::kF32) return fallback(ctx);
-      Tensor& y = ctx.Alloc(0);
-      ExpF32(x.data<float>(), y.data<float>(), x.numel(), ctx.threads);
-      return absl::OkStatus();
-    });
-  }
-  {  // The code generator's erf, vectorized (std::erf per element: 1.4 ms of a BERT step's 9.8 at 128 tokens).
-    const KernelFn* generic = FindKernelDuringRegistration("Erf");
-    KernelFn fallback = generic ? *generic : KernelFn();
-    RegisterKernel("Erf", [fallback](KernelContext& ctx) -> absl::Status {
-      const Tensor& x = ctx.in(0);
-      if (x.dtype() != DType::kF32) return fallback(ctx);
-      Tensor& y = ctx.Alloc(0);
-      ErfF32(x.data<float>(), y.data<float>(), x.numel(), ctx.threads);
-      return absl::OkStatus();
-    });
-  }
+  // The code generator's exp at the CPU's vector width (Eigen's ran at the SSE2 baseline: 268 vs 60 us for
+  // ORT on 151 Ki elements), and its erf (std::erf per element: 1.4 ms of a BERT step's 9.8 at 128 tokens).
+  VectorMapF32("Exp", ExpF32);
+  VectorMapF32("Erf", ErfF32);
   EigenUnaryF32("Log", [](const auto& in, auto& out) {
     out = in.log();
     for (Eigen::Index i = 0; i < in.size(); ++i) {
