@@ -11,6 +11,7 @@
 #include "compiler/ir/constant_memo.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/ops/op_registry.h"
+#include "compiler/passes/specialization_replay.h"
 #include "flags/logging.h"
 
 namespace cjit {
@@ -141,6 +142,7 @@ class Rewriter {
     yl->producer = n;
     yl->producer_output = k;
     created_to_first_.insert(AddTranspose(yl, y, ToFirst(r), n->name + "/to_channels_first"));
+    if (ReplayRecorder* rec = ReplayRecorder::Current()) rec->OnLayoutTwin(*y, *yl, ToFirst(r));
   }
 
   // The transpose to channels-first producing v, if this pass made it (MoveOutputToChannelsLast), else
@@ -158,6 +160,7 @@ class Rewriter {
     int r = v->shape.rank();
     Value* out = g_.AddValue(Fresh(v->name + "/channels_last"), v->dtype, Permuted(v->shape, ToLast(r)));
     AddTranspose(v, out, ToLast(r), base + "/to_channels_last");
+    if (ReplayRecorder* rec = ReplayRecorder::Current()) rec->OnLayoutTwin(*v, *out, ToFirst(r));
     return out;
   }
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/ops/op_registry.h"
@@ -111,6 +110,10 @@ void ReplayRecorder::OnFold(const Node& n, bool shape_only, const std::vector<Va
   }
 }
 
+void ReplayRecorder::OnLayoutTwin(const Value& v, const Value& twin, std::vector<int64_t> twin_to_v) {
+  twins_.try_emplace(v.name, twin.name, std::move(twin_to_v));
+}
+
 void ReplayRecorder::OnInlineIf(const Node& n) {
   if (!n.inputs.empty() && n.inputs[0] && derived_.count(n.inputs[0])) {
     Unreplayable(absl::StrCat(n.Describe(), " was inlined on a condition computed from input dims"));
@@ -189,31 +192,24 @@ std::shared_ptr<const ReplayTemplate> ReplayRecorder::Finish(std::shared_ptr<con
       return nullptr;
     }
   }
-  // A leaf the channels-last layout pass replaced (compiler/passes/layout.cc: `X` became
-  // `X/channels_last#k`, whose dims are X's permuted to channels-last, from MoveOutputToChannelsLast or
-  // TransposeToLast): its dims are read from the replacement, permuted back (ToFirst).
-  std::map<std::string, std::pair<std::string, std::vector<int64_t>>> aliases;  // replacement -> (leaf, perm)
+  // A leaf the layout pass replaced by a twin (OnLayoutTwin) is read from the twin, if the twin is there.
+  std::map<std::string, std::pair<std::string, std::vector<int64_t>>> aliases;  // twin -> (leaf, perm)
   for (const auto& [name, leaf] : leaves_) {
     if (defined.count(name)) continue;
-    const std::string prefix = name + "/channels_last#";
-    const Value* twin = nullptr;
-    ForEachGraph(*final_graph, [&](const Graph& g) {
-      for (const auto& n : g.nodes()) {
-        for (const Value* v : n->outputs) {
-          if (twin == nullptr && v && v->shape.rank_known && v->shape.rank() >= 3 && absl::StartsWith(v->name, prefix)) {
-            twin = v;
-          }
+    auto twin = twins_.find(name);
+    bool present = false;
+    if (twin != twins_.end()) {
+      ForEachGraph(*final_graph, [&](const Graph& g) {
+        for (const auto& n : g.nodes()) {
+          for (const Value* v : n->outputs) present |= v != nullptr && v->name == twin->second.first;
         }
-      }
-    });
-    if (twin == nullptr) {
+      });
+    }
+    if (!present) {
       *why = absl::StrCat("%", name, ", whose dims a folded Shape or a guard reads, is not in the specialized graph");
       return nullptr;
     }
-    const int r = twin->shape.rank();
-    std::vector<int64_t> to_first = {0, r - 1};
-    for (int i = 1; i < r - 1; ++i) to_first.push_back(i);
-    aliases[twin->name] = {name, std::move(to_first)};
+    aliases[twin->second.first] = {name, twin->second.second};
   }
   auto t = std::make_shared<ReplayTemplate>();
   // A compact copy (live values only, cluster bodies too): every replay clones it.

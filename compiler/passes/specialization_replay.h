@@ -70,6 +70,10 @@ class ReplayRecorder {
   // RemoveNoOps removed reshape-like `n` (Reshape/Flatten/Squeeze/Unsqueeze) because its output has its
   // input's dims: a guard.
   void OnIdentityReshapeRemoved(const Node& n);
+  // The channels-last layout pass made `twin` hold `v`'s data in another layout, v's dims being twin's
+  // permuted by `twin_to_v` (compiler/passes/layout.cc). A value whose dims a folded Shape reads and that
+  // leaves the graph (every reader moved to the twin) is read from the twin in a replay.
+  void OnLayoutTwin(const Value& v, const Value& twin, std::vector<int64_t> twin_to_v);
   // A pass made a decision a replay cannot check (it baked concrete dims into the graph).
   void Unreplayable(const std::string& why);
 
@@ -88,6 +92,7 @@ class ReplayRecorder {
   std::unordered_map<const Value*, Value*> derived_;  // folded constant of the specialized graph -> recipe value
   std::unordered_map<std::string, Value*> leaves_;    // value name -> recipe input standing for its dims
   std::vector<Node*> guards_;                         // in recipes_, input 0 a leaf
+  std::unordered_map<std::string, std::pair<std::string, std::vector<int64_t>>> twins_;  // OnLayoutTwin, by v
   std::unordered_map<std::string, std::pair<Value*, int>> frontier_;  // derived constant read by nodes
   std::string unreplayable_;
 };
