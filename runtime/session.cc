@@ -552,7 +552,6 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
     go.host_threads = flags_.intra_op_threads;
     go.graph_level = flags_.gpu_graph_level;
     go.autotuner = clusters_->autotuner();
-    go.autotuner = clusters_->autotuner();
     CJIT_ASSIGN_OR_RETURN(std::unique_ptr<GpuExecutor> gx, GpuExecutor::Create(g, gpu_, go));
     plan.gpu = std::move(gx);
   } else {

@@ -2,11 +2,16 @@
 //  * copy: a device-to-device copy of N floats (bandwidth counts bytes read + written);
 //  * fused: generated elementwise and row kernels over N floats (bytes = inputs read once + outputs
 //    written once), each as the share of the copy bandwidth measured in the same run;
-//  * gemm: a float32 cuBLASLt product (TFLOP/s).
+//  * gemm: a float32 cuBLASLt product (TFLOP/s);
+//  * --model DIR (instead of the above): a model's steady-state run time (GpuExecutor::Run, host wall clock,
+//    CUDA graph replays where the model allows) with each Conv bias moved into its consumers' fused kernel
+//    vs kept in the cuDNN call (GpuExecutorOptions::move_conv_bias), alternating blocks of runs side by side;
+//    both checked against DIR/test_data_set_0's reference outputs.
 // Timing: CUDA events around `--reps` launches after warm-up; the median of `--trials` trials. Each fused
 // kernel's output is checked against the CPU fallback executor on the same random inputs first.
-// Usage: cjit-gpu-bench [--elements N] [--reps R] [--trials T] [--gemm M] [--json PATH]
+// Usage: cjit-gpu-bench [--elements N] [--reps R] [--trials T] [--gemm M] [--json PATH] | --model DIR [--reps R] [--trials T] [--cuda_data_dir D]
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -20,6 +25,8 @@
 #include "compiler/codegen/nvptx_compiler.h"
 #include "compiler/ir/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "runtime/cuda/driver.h"
+#include "runtime/session.h"
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/fused_launch.h"
 #include "runtime/cuda/gpu_executor.h"
@@ -33,7 +40,7 @@ struct Options {
   int64_t elements = int64_t{1} << 28;
   int reps = 20, trials = 5;
   int64_t gemm = 8192;
-  std::string json;
+  std::string json, model, cuda_data_dir;
 };
 
 // Median over trials of the per-launch time (ms) of `reps` launches of `enqueue`.
@@ -144,7 +151,70 @@ absl::StatusOr<nlohmann::json> BenchFused(CudaDevice& dev, const Options& o, con
                         {"share_of_copy", gbs / copy_gbs}, {"matches_cpu", ok}, {"max_abs_diff", max_abs}};
 }
 
+// --model DIR: move_conv_bias on vs off, `trials` alternating blocks of `reps` runs each; medians of all runs.
+absl::Status BenchModel(const Options& o) {
+  std::string path = o.model + "/model.onnx";
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Session> session,
+                        LoadSessionWithFlags(path,
+                                             absl::StrCat("--device=cuda --autotune_level=0",
+                                                          o.cuda_data_dir.empty() ? "" : " --cuda_data_dir=", o.cuda_data_dir),
+                                             1));
+  CJIT_ASSIGN_OR_RETURN(std::vector<DataSet> sets, ReadDataSets(o.model, *session));
+  if (sets.empty()) return absl::NotFoundError(absl::StrCat(o.model, " has no test_data_set_*"));
+  CJIT_ASSIGN_OR_RETURN(std::shared_ptr<Graph> graph, session->SpecializeAndCluster(sets[0].inputs, nullptr));
+  std::vector<Tensor> inputs;
+  for (const TensorInfo& info : session->inputs())
+    for (const NamedTensor& t : sets[0].inputs)
+      if (t.name == info.name) inputs.push_back(t.tensor);
+  CudaBackendOptions bo;
+  bo.cuda_data_dir = o.cuda_data_dir;
+  CJIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceBackend> backend, MakeCudaBackend(bo));
+  struct Variant {
+    const char* name;
+    std::unique_ptr<GpuExecutor> ex;
+    std::vector<double> ms;
+  };
+  Variant v[2] = {{"biases moved"}, {"biases in cuDNN"}};
+  for (int i = 0; i < 2; ++i) {
+    GpuExecutorOptions go;
+    go.move_conv_bias = i == 0;
+    CJIT_ASSIGN_OR_RETURN(v[i].ex, GpuExecutor::Create(graph, backend, go));
+    std::printf("%s: %s\n", v[i].name, v[i].ex->placement().ToString().c_str());
+    for (int w = 0; w < 5; ++w) CJIT_RETURN_IF_ERROR(v[i].ex->Run(inputs).status());
+    CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> out, v[i].ex->Run(inputs));
+    for (size_t k = 0; k < out.size() && k < sets[0].outputs.size(); ++k) {
+      OutputComparison c = CompareTensors(sets[0].outputs[k].name, out[k], sets[0].outputs[k].tensor, 1e-3, 1e-4);
+      std::printf("  output %s: %s (max |diff| %.2e)\n", c.name.c_str(), c.ok ? "matches the reference" : "MISMATCH",
+                  c.max_abs);
+      if (!c.ok) return absl::InternalError(absl::StrCat(v[i].name, ": output ", c.name, " differs: ", c.problem));
+    }
+  }
+  for (int t = 0; t < o.trials; ++t) {
+    for (Variant& x : v) {
+      for (int r = 0; r < o.reps; ++r) {
+        auto t0 = std::chrono::steady_clock::now();
+        CJIT_RETURN_IF_ERROR(x.ex->Run(inputs).status());
+        x.ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      }
+    }
+  }
+  double med[2];
+  for (int i = 0; i < 2; ++i) {
+    std::sort(v[i].ms.begin(), v[i].ms.end());
+    med[i] = v[i].ms[v[i].ms.size() / 2];
+    std::printf("%-16s median %.4f ms  (p10 %.4f, p90 %.4f; %zu runs)\n", v[i].name, med[i],
+                v[i].ms[v[i].ms.size() / 10], v[i].ms[v[i].ms.size() * 9 / 10], v[i].ms.size());
+  }
+  std::printf("in cuDNN / moved = %.3f (> 1: moving the biases is faster)\n", med[1] / med[0]);
+  if (!o.json.empty()) {
+    std::ofstream(o.json) << nlohmann::json{{"model", o.model}, {"moved_ms", med[0]}, {"in_cudnn_ms", med[1]}}.dump(2)
+                          << "\n";
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Main(const Options& o) {
+  if (!o.model.empty()) return BenchModel(o);
   CJIT_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(0));
   CJIT_RETURN_IF_ERROR(dev->MakeCurrent());
   std::printf("device: %s (%s, %d SMs), driver %d\n", dev->name().c_str(), dev->sm().c_str(), dev->multiprocessors(),
@@ -231,6 +301,8 @@ int main(int argc, char** argv) {
     else if (a == "--trials") ok = absl::SimpleAtoi(v, &o.trials) && o.trials > 0;
     else if (a == "--gemm") ok = absl::SimpleAtoi(v, &o.gemm) && o.gemm >= 0;
     else if (a == "--json") o.json = v;
+    else if (a == "--model") o.model = v;
+    else if (a == "--cuda_data_dir") o.cuda_data_dir = v;
     else ok = false;
     if (!ok) {
       std::fprintf(stderr, "cjit-gpu-bench: bad option %s %s\n", a.c_str(), v.c_str());
@@ -238,7 +310,7 @@ int main(int argc, char** argv) {
     }
   }
   if (argc % 2 == 0) {
-    std::fprintf(stderr, "usage: cjit-gpu-bench [--elements N] [--reps R] [--trials T] [--gemm M] [--json PATH]\n");
+    std::fprintf(stderr, "usage: cjit-gpu-bench [--elements N] [--reps R] [--trials T] [--gemm M] [--json PATH] | --model DIR [--reps R] [--trials T] [--cuda_data_dir D]\n");
     return 2;
   }
   absl::Status st = cjit::Main(o);

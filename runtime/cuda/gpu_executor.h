@@ -63,6 +63,9 @@ struct GpuExecutorOptions {
   // GEMM and convolution algorithms are autotuned at Create() where this is non-null and enabled
   // (runtime/cuda/gpu_autotune.h); it must outlive the executor's creation.
   Autotuner* autotuner = nullptr;
+  // Benchmark aid (cjit-gpu-bench --model): false keeps every Conv bias in the library call instead of moving
+  // it into the consumers' fused kernel (GpuPlacement::conv_biases_moved).
+  bool move_conv_bias = true;
 };
 
 struct GpuPlacement {
@@ -71,6 +74,7 @@ struct GpuPlacement {
   int gemms = 0;          // GEMM library calls per run
   int epilogue_ops = 0;   // bias Adds and Relus done in GEMM epilogues
   int convs = 0;          // convolution library calls per run
+  int conv_biases_moved = 0;  // Conv biases added by the consumers' fused kernel instead of a separate launch
   int pools = 0;          // pooling library calls per run
   int aliases = 0;        // reshapes that only relabel a buffer's dims
   int copies = 0;         // Concat and constant Pad ops done as device copies and fills
