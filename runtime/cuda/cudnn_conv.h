@@ -4,7 +4,8 @@
 // autotuner chose (runtime/cuda/gpu_autotune.h) among that ranking: the legacy API's algorithms, each run
 // by cuDNN 9 through its engines. Math (ConvShape::precision, from --conv_precision): CUDNN_FMA_MATH for "highest" (no
 // TF32); CUDNN_DEFAULT_MATH (TF32 tensor cores on sm_80+) for "high" and "medium" (cuDNN has no bfloat16 compute type
-// for float32 tensors). Bias: cudnnAddTensor after the convolution. Padding with begin != end (SAME_UPPER with an odd
+// for float32 tensors). Bias: cudnnAddTensor after the convolution (inside a cluster, the GPU executor moves a bias
+// whose consumers are elementwise into their fused kernel and calls this without one). Padding with begin != end (SAME_UPPER with an odd
 // total, explicit asymmetric pads), which the legacy API cannot express, is done by copying the input into the interior
 // of a filled buffer (0; -inf for max pooling) and running without padding. Errors: FailedPreconditionError when cuDNN
 // cannot be loaded; UnimplementedError for average pooling that excludes asymmetric padding or when cuDNN's output dims
