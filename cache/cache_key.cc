@@ -46,13 +46,27 @@ struct ConstantMemoEntry {
   uint64_t serial = 0;
 };
 
+// The one memo of the process. (Not statics of WithConstantMemo: a function template has its own per
+// instantiation, and every lambda is a new one — the digest was stored in one map and looked up in another,
+// so every signature hashed every small constant again.)
+struct ConstantMemo {
+  std::mutex mu;  // std::mutex: ThreadSanitizer sees it (Debian's abseil is not instrumented)
+  std::unordered_map<const Tensor*, ConstantMemoEntry> entries;
+  size_t sweep_at = 256;
+};
+
+ConstantMemo& TheConstantMemo() {
+  static auto* memo = new ConstantMemo();
+  return *memo;
+}
+
 // Runs `fn` on the memo entry of `t` (created if missing or stale) under the memo's lock.
 template <typename Fn>
 auto WithConstantMemo(const std::shared_ptr<const Tensor>& t, Fn fn) {
-  static std::mutex mu;  // std::mutex: ThreadSanitizer sees it (Debian's abseil is not instrumented)
-  static auto* memo = new std::unordered_map<const Tensor*, ConstantMemoEntry>();
-  static size_t sweep_at = 256;
-  std::lock_guard<std::mutex> lock(mu);
+  ConstantMemo& m = TheConstantMemo();
+  auto* memo = &m.entries;
+  size_t& sweep_at = m.sweep_at;
+  std::lock_guard<std::mutex> lock(m.mu);
   auto it = memo->find(t.get());
   // A live weak_ptr to this address is this very object (an object that died and whose address was
   // reused has an expired entry), and a constant never changes while it lives.
@@ -69,6 +83,12 @@ auto WithConstantMemo(const std::shared_ptr<const Tensor>& t, Fn fn) {
 
 }  // namespace
 
+namespace {
+std::atomic<int64_t> digests_computed{0};
+}  // namespace
+
+int64_t ConstantDigestsComputed() { return digests_computed.load(std::memory_order_relaxed); }
+
 std::string ConstantDigest(const std::shared_ptr<const Tensor>& t) {
   auto bytes = [&] { return absl::string_view(static_cast<const char*>(t->raw()), t->nbytes()); };
   // Scalars and short shape vectors are hashed each time (cheaper than the memo's lock and lookup); every
@@ -77,6 +97,7 @@ std::string ConstantDigest(const std::shared_ptr<const Tensor>& t) {
   if (t->nbytes() <= 64) return ContentDigest(bytes());
   std::string cached = WithConstantMemo(t, [](ConstantMemoEntry& e) { return e.digest; });
   if (!cached.empty()) return cached;
+  digests_computed.fetch_add(1, std::memory_order_relaxed);
   std::string d = ContentDigest(bytes());  // outside the lock: megabytes of weights take milliseconds
   WithConstantMemo(t, [&d](ConstantMemoEntry& e) {
     e.digest = d;

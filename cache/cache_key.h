@@ -85,6 +85,9 @@ std::string ContentDigest(absl::string_view bytes);
 // share their constants (shared_ptr<const Tensor>, immutable by the IR's contract, compiler/ir/graph.h),
 // so each weight is hashed once per process rather than once per cluster and signature. Thread-safe.
 std::string ConstantDigest(const std::shared_ptr<const Tensor>& t);
+// How many constants of more than 64 bytes ConstantDigest has hashed in this process (its memo's misses;
+// the same live object is hashed once): for tests.
+int64_t ConstantDigestsComputed();
 // How `t` enters a canonical text: ConstantDigest (kContent), or "object#N" with N unique to the tensor object
 // in this process (kObject, for tensors of at least kObjectNamedConstantBytes). Thread-safe.
 enum class ConstantNaming { kContent, kObject };

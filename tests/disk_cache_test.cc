@@ -110,8 +110,10 @@ TEST(CacheKeyTest, ConstantDigestFollowsContentAcrossObjects) {
     for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(round * 7 + i);
     std::string bytes(static_cast<const char*>(t.raw()), t.nbytes());
     auto c = std::make_shared<const Tensor>(std::move(t));
+    const int64_t hashed = ConstantDigestsComputed();
     EXPECT_EQ(ConstantDigest(c), ContentDigest(bytes)) << round;
     EXPECT_EQ(ConstantDigest(c), ContentDigest(bytes)) << round << " (memoized)";
+    EXPECT_EQ(ConstantDigestsComputed(), hashed + 1) << round << ": the same live object hashed again";
   }
 }
 
