@@ -18,6 +18,7 @@
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 #include "runtime/autotune.h"
+#include "runtime/cpu/conv_gemm.h"
 #include "runtime/cpu/kernel.h"
 #include "runtime/session.h"
 #include "tests/model_builder.h"
@@ -268,7 +269,11 @@ TEST(AutotuneGemmTest, EveryCandidateMatchesFloat64) {
   struct MM {
     Dims a, b;
   };
-  for (const MM& m : {MM{{5, 7}, {7, 3}}, MM{{2, 3, 17, 33}, {2, 3, 33, 9}}, MM{{4, 17, 8}, {8, 5}}, MM{{3, 1, 6, 4}, {5, 4, 2}}}) {
+  // The panel loop (constant B shared by every batch, N a multiple of 8) is a candidate for the last two:
+  // 40 and 27 rows (register tiles and a remainder), 16 and 72 columns (a 64-wide panel and a partial one).
+  int panel_cases = 0;
+  for (const MM& m : {MM{{5, 7}, {7, 3}}, MM{{2, 3, 17, 33}, {2, 3, 33, 9}}, MM{{4, 17, 8}, {8, 5}}, MM{{3, 1, 6, 4}, {5, 4, 2}},
+                      MM{{2, 20, 24}, {24, 16}}, MM{{3, 9, 40}, {1, 40, 72}}}) {
     std::vector<float> av = RandomFloats(static_cast<size_t>(Numel(m.a)), 4), bv = RandomFloats(static_cast<size_t>(Numel(m.b)), 5);
     auto b = BuildNode("MatMul", "", {FloatTensor(m.a, av), FloatTensor(m.b, bv)}, {});
     // float64 reference with numpy broadcasting of the batch dims.
@@ -300,28 +305,41 @@ TEST(AutotuneGemmTest, EveryCandidateMatchesFloat64) {
         }
     }
     std::vector<AlgorithmCandidate> cands = Candidates(*b);
-    ASSERT_EQ(cands.size(), 4u);  // onednn_matmul, sgemm, eigen, blis
+    const bool panel = N % 8 == 0 && CpuHasPanelLoop();
+    ASSERT_EQ(cands.size(), panel ? 5u : 4u);  // onednn_matmul, sgemm, eigen, blis (, panel)
+    if (panel) {
+      EXPECT_EQ(cands[4].id, "panel");
+      ++panel_cases;
+    }
+    cands.push_back({""});  // and the default choice (the panel loop where it is a candidate)
     for (const AlgorithmCandidate& c : cands) {
-      auto r = EvaluateNode(*b->node, b->ptrs, 2, nullptr, &b->is_constant, nullptr, nullptr, nullptr, &b->inferred, &c.id);
+      auto r = EvaluateNode(*b->node, b->ptrs, 2, nullptr, &b->is_constant, nullptr, nullptr, nullptr, &b->inferred,
+                            c.id.empty() ? nullptr : &c.id);
       ASSERT_TRUE(r.ok()) << c.id << ": " << r.status();
       for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR((*r)[0].data<float>()[i], ref[i], 1e-4) << c.id << " at " << i;
     }
   }
-  // Gemm with transposes, alpha, beta and a broadcast C.
+  EXPECT_EQ(panel_cases, CpuHasPanelLoop() ? 2 : 0);
+  // Gemm with transposes, alpha, beta and a broadcast C; with N = 16 and alpha = 1 the panel loop is a
+  // candidate where A is not transposed.
+  for (int64_t N : {6, 16})
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb) {
-      const int64_t M = 9, K = 13, N = 6;
+      const int64_t M = 9, K = 13;
+      const float alpha = N == 16 ? 1.0f : 0.5f;
       Dims ad = ta ? Dims{K, M} : Dims{M, K}, bd = tb ? Dims{N, K} : Dims{K, N};
       std::vector<float> av = RandomFloats(M * K, 6), bv = RandomFloats(K * N, 7), cv = RandomFloats(N, 8);
       auto b = BuildNode("Gemm", "", {FloatTensor(ad, av), FloatTensor(bd, bv), FloatTensor({N}, cv)},
                          {{"transA", Attribute::Int(ta)}, {"transB", Attribute::Int(tb)}});
       b->node->attrs["alpha"].kind = Attribute::Kind::kFloat;
-      b->node->attrs["alpha"].f = 0.5f;
+      b->node->attrs["alpha"].f = alpha;
       b->node->attrs["beta"].kind = Attribute::Kind::kFloat;
       b->node->attrs["beta"].f = 2.0f;
       std::vector<AlgorithmCandidate> cands = Candidates(*b);
-      ASSERT_EQ(cands.size(), 4u);
+      const bool panel = N == 16 && !ta && CpuHasPanelLoop();
+      ASSERT_EQ(cands.size(), panel ? 5u : 4u);
       EXPECT_EQ(cands[3].id, "blis");
+      if (panel) EXPECT_EQ(cands[4].id, "panel");
       for (const AlgorithmCandidate& c : cands) {
         auto r = EvaluateNode(*b->node, b->ptrs, 1, nullptr, &b->is_constant, nullptr, nullptr, nullptr, &b->inferred, &c.id);
         ASSERT_TRUE(r.ok()) << c.id << ": " << r.status();
@@ -331,7 +349,8 @@ TEST(AutotuneGemmTest, EveryCandidateMatchesFloat64) {
             for (int64_t q = 0; q < K; ++q) {
               s += static_cast<double>(ta ? av[q * M + i] : av[i * K + q]) * (tb ? bv[j * K + q] : bv[q * N + j]);
             }
-            ASSERT_NEAR((*r)[0].data<float>()[i * N + j], 0.5 * s + 2.0 * cv[j], 1e-4) << c.id << " ta=" << ta << " tb=" << tb;
+            ASSERT_NEAR((*r)[0].data<float>()[i * N + j], alpha * s + 2.0 * cv[j], 1e-4)
+                << c.id << " ta=" << ta << " tb=" << tb << " N=" << N;
           }
       }
     }

@@ -1282,14 +1282,23 @@ void PanelMultiply(const PanelWeights& w, const float* x, int64_t M, const float
   RunPanelPointwise(threads, x, w.panels, bias, nullptr, y, M, w.K, w.N);
 }
 
+bool CpuHasPanelLoop() { return PickIsa().panel_pointwise != nullptr; }
+
+bool PanelProductFits(const KernelContext& ctx, int b_index, int64_t N) {
+  return CpuHasPanelLoop() && N > 0 && N % 8 == 0 && ctx.is_constant(b_index) &&
+         ctx.in(b_index).dtype() == DType::kF32;
+}
+
 bool TryPanelProduct(const KernelContext& ctx, int b_index, bool b_is_nk, const float* x, int64_t M, int64_t K,
                      int64_t N, float* y) {
-  if (PickIsa().panel_pointwise == nullptr || M <= 0 || K <= 0 || N <= 0 || N % 8 != 0 || !ctx.is_constant(b_index) ||
-      ctx.in(b_index).dtype() != DType::kF32 || ctx.in(b_index).numel() != K * N) {
-    return false;
-  }
+  if (!PanelProductFits(ctx, b_index, N) || M <= 0 || K <= 0 || ctx.in(b_index).numel() != K * N) return false;
   const std::shared_ptr<DnnlEntry> panels = PanelProductWeights(ctx, b_index, b_is_nk, K, N);  // held while this runs
-  RunPanelPointwise(ctx.threads, x, static_cast<const float*>(panels->weights.get_data_handle()), nullptr, nullptr, y,
+  // As Sgemm (gemm.cc): 5 to 31 rows stay on the calling thread — split over 2 threads, waking the other
+  // one cost more than it saved (a BERT stream of 12 sequence lengths at 2 threads: 82-120 ms of runs
+  // forking, 54-62 not); a matrix-vector product (<= 4 rows, memory-bound) splits its panels (MobileNetV2's
+  // 1 x 1280 x 1000 head).
+  const int threads = M > 4 && M < 32 ? 1 : ctx.threads;
+  RunPanelPointwise(threads, x, static_cast<const float*>(panels->weights.get_data_handle()), nullptr, nullptr, y,
                     M, K, N);
   return true;
 }

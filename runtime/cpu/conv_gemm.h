@@ -96,6 +96,11 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
 // columns (Eigen's GEMV ran on one thread at 25 GB/s: MobileNetV2's 1 x 1280 x 1000 head 193 us against
 // ORT's 133). Returns false (nothing written) unless the CPU has the AVX-512 loop, N is a multiple of 8 and
 // B is a constant float32 tensor of K x N elements.
+// Whether TryPanelProduct would run for input `b_index` of ctx with N output columns (the CPU has the loop,
+// N is a multiple of 8, the input is a constant float32 tensor).
+bool PanelProductFits(const KernelContext& ctx, int b_index, int64_t N);
+// Whether this CPU runs the panel loop (AVX-512; SetConvLoopIsaForTest applies).
+bool CpuHasPanelLoop();
 bool TryPanelProduct(const KernelContext& ctx, int b_index, bool b_is_nk, const float* x, int64_t M, int64_t K,
                      int64_t N, float* y);
 
