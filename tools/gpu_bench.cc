@@ -9,13 +9,14 @@
 //    both checked against DIR/test_data_set_0's reference outputs.
 // Timing: CUDA events around `--reps` launches after warm-up; the median of `--trials` trials. Each fused
 // kernel's output is checked against the CPU fallback executor on the same random inputs first.
-// Usage: cjit-gpu-bench [--elements N] [--reps R] [--trials T] [--gemm M] [--json PATH] | --model DIR [--reps R] [--trials T] [--cuda_data_dir D]
+// Usage: cjit-gpu-bench [--elements N] [--reps R] [--trials T] [--gemm M] [--json PATH] | --model DIR [--reps R] [--trials T] [--cuda_data_dir D] [--tuning_side_effect true]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -25,12 +26,13 @@
 #include "compiler/codegen/nvptx_compiler.h"
 #include "compiler/ir/status_macros.h"
 #include "nlohmann/json.hpp"
-#include "runtime/cuda/driver.h"
-#include "runtime/session.h"
+#include "runtime/autotune.h"
 #include "runtime/cuda/cublaslt.h"
+#include "runtime/cuda/driver.h"
 #include "runtime/cuda/fused_launch.h"
 #include "runtime/cuda/gpu_executor.h"
 #include "runtime/executor.h"
+#include "runtime/session.h"
 #include "tools/check_lib.h"
 
 namespace cjit {
@@ -41,6 +43,7 @@ struct Options {
   int reps = 20, trials = 5;
   int64_t gemm = 8192;
   std::string json, model, cuda_data_dir;
+  bool tuning_side_effect = false;
 };
 
 // Median over trials of the per-launch time (ms) of `reps` launches of `enqueue`.
@@ -151,6 +154,131 @@ absl::StatusOr<nlohmann::json> BenchFused(CudaDevice& dev, const Options& o, con
                         {"share_of_copy", gbs / copy_gbs}, {"matches_cpu", ok}, {"max_abs_diff", max_abs}};
 }
 
+// Medians (ms) of each executor's runs: `trials` alternating blocks of `reps` runs each.
+std::vector<double> TimeExecutors(const Options& o, const std::vector<const GpuExecutor*>& ex,
+                                  const std::vector<Tensor>& inputs, absl::Status* status) {
+  std::vector<std::vector<double>> ms(ex.size());
+  for (int t = 0; t < o.trials && status->ok(); ++t) {
+    for (size_t i = 0; i < ex.size() && status->ok(); ++i) {
+      for (int r = 0; r < o.reps; ++r) {
+        auto t0 = std::chrono::steady_clock::now();
+        absl::StatusOr<std::vector<Tensor>> out = ex[i]->Run(inputs);
+        if (!out.ok()) {
+          *status = out.status();
+          break;
+        }
+        ms[i].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      }
+    }
+  }
+  std::vector<double> med;
+  for (auto& v : ms) {
+    std::sort(v.begin(), v.end());
+    med.push_back(v.empty() ? 0 : v[v.size() / 2]);
+  }
+  return med;
+}
+
+// --model DIR --tuning_side_effect: where the level-4 slowdown of a tuning process lives (docs/gpu-
+// validation.md). Four executors of one specialized graph, each with the default algorithms, created (1)
+// first, (2) after allocating and freeing ~1 GiB in many blocks, (3) with a level-4 autotuner (tuning runs
+// every candidate), (4) after that tuning; then timed side by side. If (4) is slow and (1) is not, the
+// slowdown comes with executors created after tuning (where their buffers land); if (1) is slow too, it is
+// state of the process (context, library handles).
+absl::Status BenchTuningSideEffect(const Options& o, std::shared_ptr<const Graph> graph,
+                                   std::shared_ptr<DeviceBackend> backend, const std::vector<Tensor>& inputs) {
+  std::vector<std::unique_ptr<GpuExecutor>> ex;
+  std::vector<std::string> names = {"created first", "after 1 GiB alloc/free churn", "level 4 (tuning in it)",
+                                    "created after the tuning"};
+  CJIT_ASSIGN_OR_RETURN(auto first, GpuExecutor::Create(graph, backend, {}));
+  for (int w = 0; w < 5; ++w) CJIT_RETURN_IF_ERROR(first->Run(inputs).status());
+  ex.push_back(std::move(first));
+  absl::Status st;
+  auto report = [&](const char* when) -> absl::Status {
+    std::vector<const GpuExecutor*> all;
+    for (const auto& e : ex) all.push_back(e.get());
+    std::vector<double> med = TimeExecutors(o, all, inputs, &st);
+    CJIT_RETURN_IF_ERROR(st);
+    for (size_t i = 0; i < med.size(); ++i) std::printf("%-24s %-30s median %.4f ms\n", when, names[i].c_str(), med[i]);
+    return absl::OkStatus();
+  };
+  CJIT_RETURN_IF_ERROR(report("before anything"));
+  {
+    std::mt19937 rng(3);
+    std::uniform_int_distribution<size_t> size(64 << 10, 16 << 20);
+    std::vector<std::shared_ptr<DeviceMemory>> blocks;
+    size_t total = 0;
+    while (total < (size_t{1} << 30)) {
+      size_t b = size(rng);
+      CJIT_ASSIGN_OR_RETURN(auto m, backend->Allocate(b));
+      blocks.push_back(std::move(m));
+      total += b;
+      if (blocks.size() % 3 == 0) blocks.erase(blocks.begin() + static_cast<long>(rng() % blocks.size()));
+    }
+    blocks.clear();
+    backend->ReleaseCachedMemory();
+  }
+  CJIT_ASSIGN_OR_RETURN(auto churned, GpuExecutor::Create(graph, backend, {}));
+  for (int w = 0; w < 5; ++w) CJIT_RETURN_IF_ERROR(churned->Run(inputs).status());
+  ex.push_back(std::move(churned));
+  CJIT_RETURN_IF_ERROR(report("after the churn"));
+  size_t before_limits[3] = {0, 0, 0}, before_window = 0;
+  {
+    CJIT_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(0));
+    dev->api().cuCtxGetLimit(&before_limits[0], CU_LIMIT_STACK_SIZE);
+    dev->api().cuCtxGetLimit(&before_limits[1], CU_LIMIT_PERSISTING_L2_CACHE_SIZE);
+    dev->api().cuCtxGetLimit(&before_limits[2], CU_LIMIT_MALLOC_HEAP_SIZE);
+    CUstreamAttrValue w{};
+    dev->api().cuStreamGetAttribute(dev->stream(), CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW, &w);
+    before_window = w.accessPolicyWindow.num_bytes;
+  }
+  AutotuneOptions ao;
+  ao.level = 4;
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Autotuner> tuner, Autotuner::Create(ao, nullptr, nullptr));
+  GpuExecutorOptions tuned_options;
+  tuned_options.autotuner = tuner.get();
+  CJIT_ASSIGN_OR_RETURN(auto tuned, GpuExecutor::Create(graph, backend, tuned_options));
+  std::printf("tuned: %s\n", tuned->placement().ToString().c_str());
+  for (int w = 0; w < 5; ++w) CJIT_RETURN_IF_ERROR(tuned->Run(inputs).status());
+  ex.push_back(std::move(tuned));
+  CJIT_ASSIGN_OR_RETURN(auto after, GpuExecutor::Create(graph, backend, {}));
+  for (int w = 0; w < 5; ++w) CJIT_RETURN_IF_ERROR(after->Run(inputs).status());
+  ex.push_back(std::move(after));
+  CJIT_RETURN_IF_ERROR(report("after the tuning"));
+  // Context limits and the stream's L2 access policy window: state a library may leave behind.
+  CJIT_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(0));
+  const CudaApi& api = dev->api();
+  struct Limit {
+    const char* name;
+    CUlimit limit;
+    size_t before, after;
+  };
+  std::vector<Limit> limits = {{"stack size", CU_LIMIT_STACK_SIZE, before_limits[0], 0},
+                               {"persisting L2", CU_LIMIT_PERSISTING_L2_CACHE_SIZE, before_limits[1], 0},
+                               {"malloc heap", CU_LIMIT_MALLOC_HEAP_SIZE, before_limits[2], 0}};
+  bool changed = false;
+  for (Limit& l : limits) {
+    api.cuCtxGetLimit(&l.after, l.limit);
+    std::printf("limit %-14s before %zu after %zu\n", l.name, l.before, l.after);
+    changed |= l.before != l.after;
+  }
+  CUstreamAttrValue window{};
+  api.cuStreamGetAttribute(dev->stream(), CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW, &window);
+  std::printf("stream access policy window: %zu bytes, hit ratio %.2f (before: %zu bytes)\n",
+              window.accessPolicyWindow.num_bytes, window.accessPolicyWindow.hitRatio, before_window);
+  if (changed) {
+    for (const Limit& l : limits) api.cuCtxSetLimit(l.limit, l.before);
+    CJIT_RETURN_IF_ERROR(report("limits restored"));
+  }
+  if (window.accessPolicyWindow.num_bytes != before_window) {
+    CUstreamAttrValue none{};
+    api.cuStreamSetAttribute(dev->stream(), CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW, &none);
+    CJIT_RETURN_IF_ERROR(report("window cleared"));
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // an idle GPU: clocks settle
+  return report("after 3 s idle");
+}
+
 // --model DIR: move_conv_bias on vs off, `trials` alternating blocks of `reps` runs each; medians of all runs.
 absl::Status BenchModel(const Options& o) {
   std::string path = o.model + "/model.onnx";
@@ -169,6 +297,7 @@ absl::Status BenchModel(const Options& o) {
   CudaBackendOptions bo;
   bo.cuda_data_dir = o.cuda_data_dir;
   CJIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceBackend> backend, MakeCudaBackend(bo));
+  if (o.tuning_side_effect) return BenchTuningSideEffect(o, graph, backend, inputs);
   struct Variant {
     const char* name;
     std::unique_ptr<GpuExecutor> ex;
@@ -303,6 +432,7 @@ int main(int argc, char** argv) {
     else if (a == "--json") o.json = v;
     else if (a == "--model") o.model = v;
     else if (a == "--cuda_data_dir") o.cuda_data_dir = v;
+    else if (a == "--tuning_side_effect") ok = absl::SimpleAtob(v, &o.tuning_side_effect);
     else ok = false;
     if (!ok) {
       std::fprintf(stderr, "cjit-gpu-bench: bad option %s %s\n", a.c_str(), v.c_str());
@@ -310,7 +440,7 @@ int main(int argc, char** argv) {
     }
   }
   if (argc % 2 == 0) {
-    std::fprintf(stderr, "usage: cjit-gpu-bench [--elements N] [--reps R] [--trials T] [--gemm M] [--json PATH] | --model DIR [--reps R] [--trials T] [--cuda_data_dir D]\n");
+    std::fprintf(stderr, "usage: cjit-gpu-bench [--elements N] [--reps R] [--trials T] [--gemm M] [--json PATH] | --model DIR [--reps R] [--trials T] [--cuda_data_dir D] [--tuning_side_effect true]\n");
     return 2;
   }
   absl::Status st = cjit::Main(o);

@@ -29,7 +29,8 @@ namespace cjit {
   X(cuMemHostAlloc) X(cuMemFreeHost) X(cuModuleLoadDataEx) X(cuModuleGetFunction) X(cuModuleUnload)        \
   X(cuLaunchKernel) X(cuFuncGetAttribute) X(cuDeviceGetDefaultMemPool) X(cuMemPoolSetAttribute)          \
   X(cuMemPoolTrimTo) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags)          \
-  X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)
+  X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuCtxGetLimit) X(cuCtxSetLimit) X(cuStreamGetAttribute) \
+  X(cuStreamSetAttribute)
 
 struct CudaApi {
 #define CJIT_CUDA_FIELD(name) decltype(&::name) name = nullptr;

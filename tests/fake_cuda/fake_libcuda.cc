@@ -247,6 +247,24 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec*, CUgraph, unsigned long long) 
 CUresult cuGraphLaunch(CUgraphExec, CUstream) { return CUDA_ERROR_NOT_SUPPORTED; }
 CUresult cuGraphExecDestroy(CUgraphExec) { return CUDA_SUCCESS; }
 CUresult cuGraphDestroy(CUgraph) { return CUDA_SUCCESS; }
+// Context limits and stream attributes: the defaults a context starts with, settable.
+std::map<int, size_t>& Limits() {
+  static auto* m = new std::map<int, size_t>{{CU_LIMIT_STACK_SIZE, 1024}, {CU_LIMIT_MALLOC_HEAP_SIZE, 8 << 20}};
+  return *m;
+}
+CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
+  *value = Limits()[limit];
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
+  Limits()[limit] = value;
+  return CUDA_SUCCESS;
+}
+CUresult cuStreamGetAttribute(CUstream, CUstreamAttrID, CUstreamAttrValue* value) {
+  *value = CUstreamAttrValue{};
+  return CUDA_SUCCESS;
+}
+CUresult cuStreamSetAttribute(CUstream, CUstreamAttrID, const CUstreamAttrValue*) { return CUDA_SUCCESS; }
 
 // Entry points by their base names, as cuGetProcAddress resolves them for CUDA 12+ callers.
 CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t,
@@ -263,6 +281,7 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint
       E(cuModuleUnload), E(cuLaunchKernel), E(cuFuncGetAttribute), E(cuDeviceGetDefaultMemPool),
       E(cuMemPoolSetAttribute), E(cuMemPoolTrimTo), E(cuStreamBeginCapture), E(cuStreamEndCapture),
       E(cuGraphInstantiateWithFlags), E(cuGraphLaunch), E(cuGraphExecDestroy), E(cuGraphDestroy),
+      E(cuCtxGetLimit), E(cuCtxSetLimit), E(cuStreamGetAttribute), E(cuStreamSetAttribute),
 #undef E
   };
   // #name above is the base name (the argument is not macro-expanded by #); &name the _v2 etc. function.
