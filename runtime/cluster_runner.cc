@@ -151,6 +151,18 @@ void ClusterRuntime::Shutdown() {
   if (worker.joinable()) worker.join();
 }
 
+std::shared_ptr<const CpuExecutable> ClusterRuntime::PlanTemplate(const std::string& identity) const {
+  std::lock_guard<std::mutex> lock(templates_mu_);
+  auto it = plan_templates_.find(identity);
+  return it == plan_templates_.end() ? nullptr : it->second;
+}
+
+void ClusterRuntime::SetPlanTemplate(const std::string& identity, std::shared_ptr<const CpuExecutable> ex) {
+  std::shared_ptr<const CpuExecutable> previous;  // released after the lock
+  std::lock_guard<std::mutex> lock(templates_mu_);
+  previous = std::exchange(plan_templates_[identity], std::move(ex));
+}
+
 int ClusterRuntime::RunThreadsNow() const {
   const int threads = flags_.intra_op_threads;
   if (!lend_cpu_ || compiles_in_flight() == 0) return threads;
@@ -425,12 +437,14 @@ std::shared_ptr<const CpuExecutable> ClusterRunner::TryPolymorphicInstantiation(
   options.codegen_single_ops = s.runtime->flags().cpu_codegen_single_ops;
   options.reuse_only = true;
   options.fail_for_testing = s.runtime->flags().fail_compilation_for_testing;
+  const std::shared_ptr<const CpuExecutable> like = s.runtime->PlanTemplate(s.policy_id);
   auto ex = CatchAsStatus(absl::StrCat("instantiating cluster ", s.stats->id),
-                          [&] { return CpuExecutable::Compile(s.body, options); });
+                          [&] { return CpuExecutable::Compile(s.body, options, like.get()); });
   if (prof) {
     TraceArgs args;
     args.Add("cluster", s.stats->id).Add("signature", s.signature).Add("key", s.key.Hex());
     args.Add("result", ex.ok() ? "hit" : "miss");
+    if (ex.ok()) args.Add("plan", (*ex)->plan_rebound() ? "rebound" : "built");
     if (!ex.ok()) args.Add("reason", std::string(ex.status().message()));
     prof->Complete("polymorphic instantiation", "cache", t0, Profiler::Now(), &args);
   }
@@ -446,6 +460,7 @@ std::shared_ptr<const CpuExecutable> ClusterRunner::TryPolymorphicInstantiation(
   }
   ++s.stats->polymorphic_hits;
   RecordExecutable(s, **ex);
+  s.runtime->SetPlanTemplate(s.policy_id, *ex);
   s.runtime->cache().Insert(s.key, *ex);
   std::lock_guard<std::mutex> lock(s.mu);
   if (!s.executable) s.executable = *ex;
@@ -544,6 +559,7 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state, boo
                << " library steps, " << (*ex)->code_bytes() << " code bytes, key " << s.key.Hex()
                << "; compile time so far " << total_us / 1e3 << " ms";
   s.runtime->cache().Insert(s.key, *ex);
+  s.runtime->SetPlanTemplate(s.policy_id, *ex);
   if (DiskCache* disk = s.runtime->disk(); disk != nullptr && !disk->options().read_only) {
     int64_t w0 = prof ? Profiler::Now() : 0;
     auto payload = (*ex)->ExportPayload();

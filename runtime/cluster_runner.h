@@ -17,6 +17,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -104,6 +105,11 @@ class ClusterRuntime : public std::enable_shared_from_this<ClusterRuntime> {
   int RunThreadsNow() const;
   // Whether autotuning runs in the background (async compilation without lending: an idle CPU).
   bool async_autotune() const { return async_compilation_ && !lend_cpu_; }
+  // The latest executable of each cluster structure (its shape-free identity): a new signature's
+  // polymorphic instantiation rebinds its fusion plan (CpuExecutable::Compile's `like`) instead of planning
+  // again. One per structure is kept alive. Thread-safe.
+  std::shared_ptr<const CpuExecutable> PlanTemplate(const std::string& identity) const;
+  void SetPlanTemplate(const std::string& identity, std::shared_ptr<const CpuExecutable> ex);
 
  private:
   Flags flags_;
@@ -117,6 +123,8 @@ class ClusterRuntime : public std::enable_shared_from_this<ClusterRuntime> {
   std::shared_ptr<Dumper> dumper_;
   std::string target_, codegen_flags_;
   std::shared_ptr<const ConstantObjects> loaded_constants_;
+  mutable std::mutex templates_mu_;
+  std::unordered_map<std::string, std::shared_ptr<const CpuExecutable>> plan_templates_;  // by identity
   mutable std::mutex mu_;
   uint64_t next_stats_ = 0;
   std::map<uint64_t, std::shared_ptr<ClusterStats>> stats_;  // by creation order

@@ -18,8 +18,9 @@
 namespace cjit {
 
 absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Compile(std::shared_ptr<const Graph> body,
-                                                                            const CpuCompileOptions& options) {
-  return Build(body, options, [&](const FusionPlan& plan) { return CompileForCpu(plan, options); });
+                                                                            const CpuCompileOptions& options,
+                                                                            const CpuExecutable* like) {
+  return Build(body, options, [&](const FusionPlan& plan) { return CompileForCpu(plan, options); }, like);
 }
 
 absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Load(std::shared_ptr<const Graph> body,
@@ -30,14 +31,29 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Load(std::sh
 
 absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Build(
     std::shared_ptr<const Graph> body, const CpuCompileOptions& options,
-    const std::function<absl::StatusOr<std::unique_ptr<CpuCode>>(const FusionPlan&)>& make_code) {
+    const std::function<absl::StatusOr<std::unique_ptr<CpuCode>>(const FusionPlan&)>& make_code,
+    const CpuExecutable* like) {
   std::shared_ptr<CpuExecutable> ex(new CpuExecutable());
   ex->body_ = body;
+  ex->excess_precision_ = options.excess_precision;
+  ex->codegen_single_ops_ = options.codegen_single_ops;
   int64_t t0 = Profiler::Now();
   FusionPlanOptions plan_options;
   plan_options.excess_precision = options.excess_precision;
   plan_options.single_op_groups_as_library = !options.codegen_single_ops;
-  CJIT_ASSIGN_OR_RETURN(ex->plan_, BuildFusionPlan(*body, plan_options));
+  if (like != nullptr && like->excess_precision_ == options.excess_precision &&
+      like->codegen_single_ops_ == options.codegen_single_ops) {
+    absl::StatusOr<FusionPlan> rebound = RebindFusionPlan(like->plan_, *like->body_, *body);
+    if (rebound.ok()) {
+      ex->plan_ = *std::move(rebound);
+      ex->plan_rebound_ = true;
+    } else {
+      CJIT_VLOG(2) << rebound.status().message();
+    }
+  }
+  if (!ex->plan_rebound_) {
+    CJIT_ASSIGN_OR_RETURN(ex->plan_, BuildFusionPlan(*body, plan_options));
+  }
   if (options.on_phase) options.on_phase("fusion_plan", t0, Profiler::Now());
   for (const FusedKernel& k : ex->plan_.kernels) {
     std::string ops;

@@ -29,8 +29,12 @@ class StepTuning;
 
 class CpuExecutable : public CacheEntry {
  public:
+  // `like` (optional): an executable of the same cluster structure at another signature, compiled with the
+  // same options; its fusion plan is rebound to `body` (RebindFusionPlan) instead of planning again, where
+  // the check passes.
   static absl::StatusOr<std::shared_ptr<const CpuExecutable>> Compile(std::shared_ptr<const Graph> body,
-                                                                      const CpuCompileOptions& options);
+                                                                      const CpuCompileOptions& options,
+                                                                      const CpuExecutable* like = nullptr);
   // From a persistent-cache payload (ExportPayload of an equal body): loads object code, no compilation.
   // `options` gives the plan options (excess_precision, codegen_single_ops) the payload was compiled with.
   static absl::StatusOr<std::shared_ptr<const CpuExecutable>> Load(std::shared_ptr<const Graph> body,
@@ -62,6 +66,8 @@ class CpuExecutable : public CacheEntry {
   // Sets the calling thread's OpenMP thread count to `threads` while it tunes (restored after).
   void Autotune(Autotuner& tuner, int threads, int64_t executions) const;
   const FusionPlan& plan() const { return plan_; }
+  // Whether the plan was rebound from a `like` executable (Compile) rather than planned.
+  bool plan_rebound() const { return plan_rebound_; }
 
   // Memory-cache accounting: the object code, plus an estimate of the body graph and step lists it keeps.
   // (about 1 KB per body node: measured 150 KB for a 180-node ppocr_mobile_cls cluster with heaptrack).
@@ -75,11 +81,14 @@ class CpuExecutable : public CacheEntry {
   CpuExecutable() = default;
   static absl::StatusOr<std::shared_ptr<const CpuExecutable>> Build(
       std::shared_ptr<const Graph> body, const CpuCompileOptions& options,
-      const std::function<absl::StatusOr<std::unique_ptr<CpuCode>>(const FusionPlan&)>& make_code);
+      const std::function<absl::StatusOr<std::unique_ptr<CpuCode>>(const FusionPlan&)>& make_code,
+      const CpuExecutable* like = nullptr);
   std::vector<std::string> kernel_names_;  // per fused kernel: "fusion_<k>" (trace event / NVTX range name)
   std::vector<std::string> kernel_args_;  // per fused kernel: its static trace args (ops, kind, shape, bytes)
   std::shared_ptr<const Graph> body_;
   FusionPlan plan_;
+  bool plan_rebound_ = false;
+  bool excess_precision_ = false, codegen_single_ops_ = false;  // the plan options it was built with
   std::unique_ptr<CpuCode> code_;
   // Value slots: body values -> index; last step that reads each slot.
   std::vector<const Value*> slot_values_;

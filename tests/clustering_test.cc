@@ -2,6 +2,7 @@
 #include "compiler/passes/graph_cycles.h"
 #include "compiler/passes/mark_for_compilation.h"
 
+#include "absl/strings/str_cat.h"
 #include "compiler/codegen/cpu_compiler.h"
 #include "compiler/codegen/fusion_plan.h"
 #include "compiler/ir/text.h"
@@ -235,6 +236,72 @@ TEST(FusionPlanTest, NonViewReshapeIsMaterialized) {
   EXPECT_EQ(LibrarySteps(*plan), 1);
   ASSERT_EQ(plan->kernels.size(), 1u);
   EXPECT_EQ(plan->kernels[0].input_sources[0]->name, "t");
+}
+
+// RebindFusionPlan: the plan of one signature of a cluster, rebound to another signature's body, equals the
+// plan BuildFusionPlan makes for that body (views re-resolved: transpose strides, slice offsets, broadcasts;
+// row kernels; a library step), with and without single-op library steps.
+TEST(FusionPlanTest, RebindMatchesAFreshPlanAtOtherDims) {
+  auto text = [](int n, int c, int l) {
+    return absl::StrCat("graph g(%x: f32[", n, ",", c, ",", l, "], %y: f32[", c, ",", n, ",", l, "], %w: f32[", l,
+                        "], %b: f32[", l, ",16]) {\n"
+                        "  %t = Transpose(%y) {perm=[1,0,2]}\n  %a = Add(%x, %t)\n  %m = ReduceMean(%a) {axes=[-1]}\n"
+                        "  %d = Sub(%a, %m)\n  %s = Softmax(%d) {axis=-1}\n  %o = Mul(%s, %w)\n  %p = MatMul(%o, %b)\n"
+                        "  %st = constant i64[1] {1}\n  %en = constant i64[1] {1000}\n  %ax = constant i64[1] {1}\n"
+                        "  %sl = Slice(%p, %st, %en, %ax)\n  %r = Relu(%sl)\n  %q = Sigmoid(%r)\n  return %q, %s\n}");
+  };
+  auto g0 = Specialized(text(2, 3, 8));
+  auto g1 = Specialized(text(5, 7, 12));
+  for (bool single_op_library : {false, true}) {
+    FusionPlanOptions o;
+    o.single_op_groups_as_library = single_op_library;
+    auto p0 = BuildFusionPlan(*g0, o);
+    auto fresh = BuildFusionPlan(*g1, o);
+    ASSERT_TRUE(p0.ok() && fresh.ok());
+    ASSERT_GE(p0->kernels.size(), 2u) << FusionPlanToString(*p0);
+    auto rebound = RebindFusionPlan(*p0, *g0, *g1);
+    ASSERT_TRUE(rebound.ok()) << rebound.status();
+    EXPECT_EQ(FusionPlanToString(*rebound), FusionPlanToString(*fresh));
+    EXPECT_NE(FusionPlanToString(*rebound), FusionPlanToString(*p0)) << "dims, strides and offsets must change";
+    for (const FusedKernel& k : rebound->kernels)
+      for (const Node* n : k.nodes) {
+        bool in_g1 = false;
+        for (const auto& m : g1->nodes()) in_g1 |= m.get() == n;
+        EXPECT_TRUE(in_g1) << n->Describe() << " is not a node of the new body";
+      }
+  }
+}
+
+// Where the new dims break the plan, RebindFusionPlan refuses (NotFound) instead of returning a wrong one:
+// a group whose members had equal dims only at the first signature, a view that stops being a strided
+// read of its source (the Transpose it skipped would have to run), different structures.
+TEST(FusionPlanTest, RebindRefusesWhatTheNewDimsBreak) {
+  auto group = [](int a, int b) {
+    return absl::StrCat("graph g(%x: f32[", a, "], %y: f32[", b,
+                        "]) {\n  %p = Relu(%x)\n  %q = Sigmoid(%y)\n  %s = Add(%p, %q)\n  return %s\n}");
+  };
+  auto g0 = Specialized(group(5, 5)), g1 = Specialized(group(5, 1));
+  auto p0 = BuildFusionPlan(*g0);
+  ASSERT_TRUE(p0.ok());
+  ASSERT_EQ(p0->kernels.size(), 1u) << FusionPlanToString(*p0);
+  auto r = RebindFusionPlan(*p0, *g0, *g1);
+  EXPECT_TRUE(absl::IsNotFound(r.status())) << (r.ok() ? FusionPlanToString(*r) : r.status().ToString());
+  EXPECT_TRUE(RebindFusionPlan(*p0, *g0, *Specialized(group(7, 7))).ok());
+
+  auto view = [](int rows) {
+    return absl::StrCat("graph g(%x: f32[", rows, ",4]) {\n  %t = Transpose(%x) {perm=[1,0]}\n"
+                        "  %r = constant i64[1] {-1}\n  %f = Reshape(%t, %r)\n  %z = Neg(%f)\n  return %z\n}");
+  };
+  auto v0 = Specialized(view(1)), v1 = Specialized(view(2));
+  auto q0 = BuildFusionPlan(*v0);
+  ASSERT_TRUE(q0.ok());
+  ASSERT_EQ(q0->kernels.size(), 1u);
+  ASSERT_EQ(q0->kernels[0].input_sources[0]->name, "x") << "a transpose of a [1, 4] matrix is dense";
+  auto r2 = RebindFusionPlan(*q0, *v0, *v1);
+  EXPECT_TRUE(absl::IsNotFound(r2.status())) << (r2.ok() ? FusionPlanToString(*r2) : r2.status().ToString());
+
+  auto other = Specialized("graph g(%x: f32[5], %y: f32[5]) {\n  %p = Relu(%x)\n  %s = Add(%p, %y)\n  return %s\n}");
+  EXPECT_TRUE(absl::IsNotFound(RebindFusionPlan(*p0, *g0, *other).status()));
 }
 
 TEST(FusionPlanTest, ConvEpilogueBecomesPostOps) {

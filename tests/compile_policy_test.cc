@@ -313,7 +313,11 @@ TEST(ClusterRuntimeTest, ConstantsFoldedFromShapesLeaveTheClusterIdentity) {
   b.Node("Sigmoid", {"h"}, {"g"});
   b.Node("Mul", {"h", "g"}, {"a"});
   b.Node("MatMul", {"a", "w"}, {"y"});
-  auto s = Session::LoadFromBytes(b.Bytes(), OneClusterOptions());
+  SessionOptions o = OneClusterOptions();
+  const std::string trace = ::testing::TempDir() + "/folded_constants_trace.json";
+  std::filesystem::remove(trace);
+  o.flags.trace_to = trace;
+  auto s = Session::LoadFromBytes(b.Bytes(), o);
   ASSERT_TRUE(s.ok()) << s.status();
   RunStream(**s, {{1, 5, D}, {1, 7, D}, {1, 9, D}, {1, 11, D}, {1, 13, D}, {1, 15, D}},
             [&](const Dims& d, const float* x, const Tensor& y) {
@@ -330,6 +334,13 @@ TEST(ClusterRuntimeTest, ConstantsFoldedFromShapesLeaveTheClusterIdentity) {
   SessionStats st = (*s)->stats();
   EXPECT_EQ(st.totals.compiles, 1) << "one structure: compiled once, at its third execution (length 9)";
   EXPECT_EQ(st.totals.polymorphic_hits, 3) << "lengths 11, 13 and 15 instantiated from its kernels";
+  // Each instantiation rebinds the previous signature's fusion plan (RebindFusionPlan) instead of planning.
+  s->reset();  // the session writes its trace when it closes
+  std::ifstream f(trace);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  int rebound = 0;
+  for (size_t at = text.find("\"rebound\""); at != std::string::npos; at = text.find("\"rebound\"", at + 1)) ++rebound;
+  EXPECT_EQ(rebound, 3) << "the polymorphic instantiations' trace events";
 }
 
 // Row kernels get LLVM's optimizing code generator when the signature itself is hot (it ran the

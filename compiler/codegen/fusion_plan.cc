@@ -599,6 +599,135 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOp
   return plan;
 }
 
+absl::StatusOr<FusionPlan> RebindFusionPlan(const FusionPlan& like, const Graph& like_body, const Graph& body) {
+  auto differ = [](const auto&... why) {
+    return absl::NotFoundError(absl::StrCat("fusion plan not rebound: ", why...));
+  };
+  const auto& na = like_body.nodes();
+  const auto& nb = body.nodes();
+  if (na.size() != nb.size() || like_body.inputs().size() != body.inputs().size() ||
+      like_body.outputs().size() != body.outputs().size()) {
+    return differ("the bodies have different node, input or output counts");
+  }
+  std::unordered_map<const Value*, const Value*> vmap;
+  std::unordered_set<const Value*> taken;
+  vmap.reserve(na.size() * 3);
+  taken.reserve(na.size() * 3);
+  auto map_value = [&](const Value* x, const Value* y) {
+    if (x == nullptr || y == nullptr) return x == y;
+    if (x->dtype != y->dtype || x->shape.rank() != y->shape.rank() || x->is_constant() != y->is_constant() ||
+        IsScalarConstant(x) != IsScalarConstant(y)) {
+      return false;
+    }
+    auto [it, inserted] = vmap.emplace(x, y);
+    return inserted ? taken.insert(y).second : it->second == y;
+  };
+  std::unordered_map<const Node*, const Node*> nmap;
+  nmap.reserve(na.size());
+  for (size_t i = 0; i < na.size(); ++i) {
+    const Node& x = *na[i];
+    const Node& y = *nb[i];
+    if (x.op_type != y.op_type || x.domain != y.domain || x.inputs.size() != y.inputs.size() ||
+        x.outputs.size() != y.outputs.size() || !x.implicit_inputs.empty() || !y.implicit_inputs.empty()) {
+      return differ("node ", i, ": ", x.Describe(), " vs ", y.Describe());
+    }
+    for (size_t k = 0; k < x.inputs.size(); ++k)
+      if (!map_value(x.inputs[k], y.inputs[k])) return differ(x.Describe(), " input ", k);
+    for (size_t k = 0; k < x.outputs.size(); ++k)
+      if (!map_value(x.outputs[k], y.outputs[k])) return differ(x.Describe(), " output ", k);
+    nmap[&x] = &y;
+  }
+  for (size_t k = 0; k < body.inputs().size(); ++k)
+    if (!map_value(like_body.inputs()[k], body.inputs()[k])) return differ("body input ", k);
+  for (size_t k = 0; k < body.outputs().size(); ++k)
+    if (!map_value(like_body.outputs()[k], body.outputs()[k])) return differ("body output ", k);
+  auto value = [&](const Value* x) -> const Value* {
+    if (x == nullptr) return nullptr;
+    auto it = vmap.find(x);
+    return it == vmap.end() ? nullptr : it->second;
+  };
+  auto node = [&](const Node* x) -> const Node* {
+    auto it = nmap.find(x);
+    return it == nmap.end() ? nullptr : it->second;
+  };
+  std::unordered_set<const Node*> body_nodes;
+  body_nodes.reserve(nb.size());
+  for (const auto& n : nb) body_nodes.insert(n.get());
+  auto rowdims = [](Dims d) {
+    if (!d.empty()) d.back() = 1;
+    return d;
+  };
+  FusionPlan plan;
+  plan.kernels.reserve(like.kernels.size());
+  for (const FusedKernel& lk : like.kernels) {
+    FusedKernel k;
+    k.name = lk.name;
+    k.row_reduction = lk.row_reduction;
+    k.excess_precision = lk.excess_precision;
+    const Node* reduction = nullptr;
+    for (const Node* x : lk.nodes) {
+      const Node* y = node(x);
+      if (y == nullptr) return differ("a kernel node outside the body");
+      if (IsRowReduction(*x) != IsRowReduction(*y) || IsFusibleElementwise(*x) != IsFusibleElementwise(*y)) {
+        return differ(y->Describe(), " fuses differently");
+      }
+      if (IsRowReduction(*y) && reduction == nullptr) reduction = y;
+      k.nodes.push_back(y);
+    }
+    if (k.nodes.empty() || k.row_reduction != (reduction != nullptr)) return differ(k.name, ": kind");
+    const Value* space = reduction ? reduction->inputs[0] : k.nodes.front()->outputs[0];
+    if (space == nullptr || !space->shape.fully_known()) return differ(k.name, ": iteration space unknown");
+    k.shape = space->shape.concrete();
+    const Dims row = rowdims(k.shape);
+    for (const Node* m : k.nodes) {
+      const bool red = IsRowReduction(*m);
+      const Value* v = red ? m->inputs[0] : m->outputs[0];
+      if (v == nullptr || !v->shape.fully_known()) return differ(m->Describe(), ": dims unknown");
+      const Dims d = v->shape.concrete();
+      if (!(d == k.shape || (!red && k.row_reduction && d == row))) {
+        return differ(m->Describe(), " no longer has its kernel's iteration space");
+      }
+    }
+    for (const Value* x : lk.inputs) {
+      const Value* y = value(x);
+      if (y == nullptr) return differ(k.name, ": an input outside the body");
+      k.inputs.push_back(y);
+    }
+    for (const Value* x : lk.outputs) {
+      const Value* y = value(x);
+      if (y == nullptr) return differ(k.name, ": an output outside the body");
+      k.outputs.push_back(y);
+    }
+    for (size_t j = 0; j < k.inputs.size(); ++j) {
+      View view = Resolve(k.inputs[j], body_nodes);
+      if (view.source != value(lk.input_sources[j])) return differ(k.name, ": input ", j, " reads another source");
+      k.input_sources.push_back(view.source);
+      k.input_offsets.push_back(view.offset);
+      k.input_strides.push_back(std::move(view.strides));
+    }
+    plan.kernels.push_back(std::move(k));
+  }
+  plan.steps.reserve(like.steps.size());
+  for (const PlanStep& ls : like.steps) {
+    PlanStep st;
+    st.kind = ls.kind;
+    st.kernel = ls.kernel;
+    if (ls.node != nullptr && (st.node = node(ls.node)) == nullptr) return differ("a step outside the body");
+    st.post_ops = ls.post_ops;
+    for (PostOp& op : st.post_ops) {
+      if (op.tensor != nullptr && (op.tensor = value(op.tensor)) == nullptr) return differ("a post-op tensor");
+    }
+    for (const Node* x : ls.absorbed) {
+      const Node* y = node(x);
+      if (y == nullptr) return differ("an absorbed node outside the body");
+      st.absorbed.push_back(y);
+    }
+    if (ls.output != nullptr && (st.output = value(ls.output)) == nullptr) return differ("a step output");
+    plan.steps.push_back(std::move(st));
+  }
+  return plan;
+}
+
 std::string FusionPlanToString(const FusionPlan& plan) {
   auto vshape = [](const Value* v) { return absl::StrCat(v->name, ": ", DTypeName(v->dtype), v->shape.ToString()); };
   std::string out = absl::StrCat(plan.kernels.size(), " fused kernels, ", plan.steps.size() - plan.kernels.size(),

@@ -110,6 +110,18 @@ struct FusionPlanOptions {
 
 absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOptions& options = {});
 
+// The plan of `body` derived from `like`, the plan BuildFusionPlan made (with the same options) for
+// `like_body`, a body of the same structure: another input signature of one cluster, with the same nodes
+// in the same order, wired the same, with the same dtypes and ranks. Nodes and values are mapped by
+// position; the grouping, the step order and the post-ops are kept; every kernel's iteration space is taken
+// from `body`'s dims and checked against each member (an elementwise op's output has the iteration space,
+// or the row values' shape in a row kernel; a reduction's input has it), and every kernel input's view
+// (source, offset, strides) is resolved again and must read the same source. Per new signature this
+// replaces the grouping analysis (GraphCycles contraction, union-find, ordering), the bulk of planning.
+// NotFoundError naming the first difference when the bodies differ or a check fails (dims that broke a
+// group, a view that now needs its op to run): then plan with BuildFusionPlan. The result reads `body`.
+absl::StatusOr<FusionPlan> RebindFusionPlan(const FusionPlan& like, const Graph& like_body, const Graph& body);
+
 // Human-readable plan (for --dump_to): each step in order; a fused kernel with its kind, iteration space,
 // ops, inputs (source, offset, strides) and outputs; a library step with its op, node and absorbed post-ops.
 std::string FusionPlanToString(const FusionPlan& plan);
