@@ -154,29 +154,33 @@ absl::StatusOr<nlohmann::json> BenchFused(CudaDevice& dev, const Options& o, con
                         {"share_of_copy", gbs / copy_gbs}, {"matches_cpu", ok}, {"max_abs_diff", max_abs}};
 }
 
-// Medians (ms) of each executor's runs: `trials` alternating blocks of `reps` runs each.
-std::vector<double> TimeExecutors(const Options& o, const std::vector<const GpuExecutor*>& ex,
-                                  const std::vector<Tensor>& inputs, absl::Status* status) {
+// Run-time statistics (host wall clock per GpuExecutor::Run, ms) of each executor: `trials` alternating
+// blocks of `reps` runs each, side by side.
+struct RunTimes {
+  double median = 0, p10 = 0, p90 = 0;
+  size_t runs = 0;
+};
+absl::StatusOr<std::vector<RunTimes>> TimeExecutors(const Options& o, const std::vector<const GpuExecutor*>& ex,
+                                                    const std::vector<Tensor>& inputs) {
   std::vector<std::vector<double>> ms(ex.size());
-  for (int t = 0; t < o.trials && status->ok(); ++t) {
-    for (size_t i = 0; i < ex.size() && status->ok(); ++i) {
+  for (int t = 0; t < o.trials; ++t) {
+    for (size_t i = 0; i < ex.size(); ++i) {
       for (int r = 0; r < o.reps; ++r) {
         auto t0 = std::chrono::steady_clock::now();
-        absl::StatusOr<std::vector<Tensor>> out = ex[i]->Run(inputs);
-        if (!out.ok()) {
-          *status = out.status();
-          break;
-        }
+        CJIT_RETURN_IF_ERROR(ex[i]->Run(inputs).status());
         ms[i].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
       }
     }
   }
-  std::vector<double> med;
+  std::vector<RunTimes> out;
   for (auto& v : ms) {
     std::sort(v.begin(), v.end());
-    med.push_back(v.empty() ? 0 : v[v.size() / 2]);
+    RunTimes r;
+    r.runs = v.size();
+    if (!v.empty()) r.median = v[v.size() / 2], r.p10 = v[v.size() / 10], r.p90 = v[v.size() * 9 / 10];
+    out.push_back(r);
   }
-  return med;
+  return out;
 }
 
 // --model DIR --tuning_side_effect: where the level-4 slowdown of a tuning process lives (docs/gpu-
@@ -193,13 +197,11 @@ absl::Status BenchTuningSideEffect(const Options& o, std::shared_ptr<const Graph
   CJIT_ASSIGN_OR_RETURN(auto first, GpuExecutor::Create(graph, backend, {}));
   for (int w = 0; w < 5; ++w) CJIT_RETURN_IF_ERROR(first->Run(inputs).status());
   ex.push_back(std::move(first));
-  absl::Status st;
   auto report = [&](const char* when) -> absl::Status {
     std::vector<const GpuExecutor*> all;
     for (const auto& e : ex) all.push_back(e.get());
-    std::vector<double> med = TimeExecutors(o, all, inputs, &st);
-    CJIT_RETURN_IF_ERROR(st);
-    for (size_t i = 0; i < med.size(); ++i) std::printf("%-24s %-30s median %.4f ms\n", when, names[i].c_str(), med[i]);
+    CJIT_ASSIGN_OR_RETURN(std::vector<RunTimes> t, TimeExecutors(o, all, inputs));
+    for (size_t i = 0; i < t.size(); ++i) std::printf("%-24s %-30s median %.4f ms\n", when, names[i].c_str(), t[i].median);
     return absl::OkStatus();
   };
   CJIT_RETURN_IF_ERROR(report("before anything"));
@@ -298,45 +300,32 @@ absl::Status BenchModel(const Options& o) {
   bo.cuda_data_dir = o.cuda_data_dir;
   CJIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceBackend> backend, MakeCudaBackend(bo));
   if (o.tuning_side_effect) return BenchTuningSideEffect(o, graph, backend, inputs);
-  struct Variant {
-    const char* name;
-    std::unique_ptr<GpuExecutor> ex;
-    std::vector<double> ms;
-  };
-  Variant v[2] = {{"biases moved"}, {"biases in cuDNN"}};
+  const char* names[2] = {"biases moved", "biases in cuDNN"};
+  std::vector<std::unique_ptr<GpuExecutor>> ex;
   for (int i = 0; i < 2; ++i) {
     GpuExecutorOptions go;
     go.move_conv_bias = i == 0;
-    CJIT_ASSIGN_OR_RETURN(v[i].ex, GpuExecutor::Create(graph, backend, go));
-    std::printf("%s: %s\n", v[i].name, v[i].ex->placement().ToString().c_str());
-    for (int w = 0; w < 5; ++w) CJIT_RETURN_IF_ERROR(v[i].ex->Run(inputs).status());
-    CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> out, v[i].ex->Run(inputs));
+    CJIT_ASSIGN_OR_RETURN(std::unique_ptr<GpuExecutor> e, GpuExecutor::Create(graph, backend, go));
+    std::printf("%s: %s\n", names[i], e->placement().ToString().c_str());
+    for (int w = 0; w < 5; ++w) CJIT_RETURN_IF_ERROR(e->Run(inputs).status());
+    CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> out, e->Run(inputs));
     for (size_t k = 0; k < out.size() && k < sets[0].outputs.size(); ++k) {
       OutputComparison c = CompareTensors(sets[0].outputs[k].name, out[k], sets[0].outputs[k].tensor, 1e-3, 1e-4);
       std::printf("  output %s: %s (max |diff| %.2e)\n", c.name.c_str(), c.ok ? "matches the reference" : "MISMATCH",
                   c.max_abs);
-      if (!c.ok) return absl::InternalError(absl::StrCat(v[i].name, ": output ", c.name, " differs: ", c.problem));
+      if (!c.ok) return absl::InternalError(absl::StrCat(names[i], ": output ", c.name, " differs: ", c.problem));
     }
+    ex.push_back(std::move(e));
   }
-  for (int t = 0; t < o.trials; ++t) {
-    for (Variant& x : v) {
-      for (int r = 0; r < o.reps; ++r) {
-        auto t0 = std::chrono::steady_clock::now();
-        CJIT_RETURN_IF_ERROR(x.ex->Run(inputs).status());
-        x.ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-      }
-    }
-  }
-  double med[2];
+  CJIT_ASSIGN_OR_RETURN(std::vector<RunTimes> t, TimeExecutors(o, {ex[0].get(), ex[1].get()}, inputs));
   for (int i = 0; i < 2; ++i) {
-    std::sort(v[i].ms.begin(), v[i].ms.end());
-    med[i] = v[i].ms[v[i].ms.size() / 2];
-    std::printf("%-16s median %.4f ms  (p10 %.4f, p90 %.4f; %zu runs)\n", v[i].name, med[i],
-                v[i].ms[v[i].ms.size() / 10], v[i].ms[v[i].ms.size() * 9 / 10], v[i].ms.size());
+    std::printf("%-16s median %.4f ms  (p10 %.4f, p90 %.4f; %zu runs)\n", names[i], t[i].median, t[i].p10, t[i].p90,
+                t[i].runs);
   }
-  std::printf("in cuDNN / moved = %.3f (> 1: moving the biases is faster)\n", med[1] / med[0]);
+  std::printf("in cuDNN / moved = %.3f (> 1: moving the biases is faster)\n", t[1].median / t[0].median);
   if (!o.json.empty()) {
-    std::ofstream(o.json) << nlohmann::json{{"model", o.model}, {"moved_ms", med[0]}, {"in_cudnn_ms", med[1]}}.dump(2)
+    std::ofstream(o.json) << nlohmann::json{{"model", o.model}, {"moved_ms", t[0].median}, {"in_cudnn_ms", t[1].median}}
+                                 .dump(2)
                           << "\n";
   }
   return absl::OkStatus();
