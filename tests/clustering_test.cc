@@ -302,6 +302,23 @@ TEST(FusionPlanTest, RebindRefusesWhatTheNewDimsBreak) {
 
   auto other = Specialized("graph g(%x: f32[5], %y: f32[5]) {\n  %p = Relu(%x)\n  %s = Add(%p, %y)\n  return %s\n}");
   EXPECT_TRUE(absl::IsNotFound(RebindFusionPlan(*p0, *g0, *other).status()));
+
+  // A Conv's post-ops hold the absorbed ops' scalars as numbers (here Clip's upper bound): a body whose
+  // bound differs (a scale folded from the shapes would) is refused, an equal one is rebound.
+  auto clip = [](int width, float hi) {
+    return absl::StrCat("graph g(%x: f32[1,2,5,", width, "], %w: f32[3,2,3,3]) {\n  %c = Conv(%x, %w)\n",
+                        "  %lo = constant f32[] {0}\n  %hi = constant f32[] {", hi, "}\n",
+                        "  %y = Clip(%c, %lo, %hi)\n  return %y\n}");
+  };
+  auto c0 = Specialized(clip(6, 6)), c1 = Specialized(clip(9, 6)), c2 = Specialized(clip(9, 3));
+  auto cp = BuildFusionPlan(*c0);
+  ASSERT_TRUE(cp.ok());
+  ASSERT_EQ(cp->steps.size(), 1u);
+  ASSERT_EQ(cp->steps[0].post_ops.size(), 1u) << FusionPlanToString(*cp);
+  auto same = RebindFusionPlan(*cp, *c0, *c1);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(FusionPlanToString(*same), FusionPlanToString(*BuildFusionPlan(*c1)));
+  EXPECT_TRUE(absl::IsNotFound(RebindFusionPlan(*cp, *c0, *c2).status()));
 }
 
 TEST(FusionPlanTest, ConvEpilogueBecomesPostOps) {

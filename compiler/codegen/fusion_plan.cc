@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <set>
 #include <unordered_map>
@@ -720,6 +721,24 @@ absl::StatusOr<FusionPlan> RebindFusionPlan(const FusionPlan& like, const Graph&
     for (const Node* x : ls.absorbed) {
       const Node* y = node(x);
       if (y == nullptr) return differ("an absorbed node outside the body");
+      // The post-ops carry the absorbed ops' scalars (Clip bounds, an affine scale, LeakyRelu's alpha) as
+      // numbers: they must be the same here (a scale folded from the shapes differs per signature).
+      for (size_t k = 0; k < x->inputs.size(); ++k) {
+        const Value* cx = x->inputs[k];
+        const Value* cy = y->inputs[k];
+        if (cx == nullptr || !cx->is_constant() || cx->constant == cy->constant) continue;
+        if (cx->constant->nbytes() != cy->constant->nbytes() ||
+            std::memcmp(cx->constant->raw(), cy->constant->raw(), cx->constant->nbytes()) != 0) {
+          return differ(y->Describe(), ": a post-op's constant differs");
+        }
+      }
+      for (const auto& [name, a] : x->attrs) {
+        auto it = y->attrs.find(name);
+        if (it == y->attrs.end() || a.i != it->second.i || std::memcmp(&a.f, &it->second.f, sizeof(float)) != 0 ||
+            a.ints != it->second.ints || a.floats != it->second.floats || a.s != it->second.s) {
+          return differ(y->Describe(), ": a post-op's attribute differs");
+        }
+      }
       st.absorbed.push_back(y);
     }
     if (ls.output != nullptr && (st.output = value(ls.output)) == nullptr) return differ("a step output");
