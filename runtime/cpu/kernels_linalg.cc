@@ -208,11 +208,12 @@ constexpr int64_t kSmallProductMacs = int64_t{1} << 17;
 // Eigen's GEMV reads the weights once, where oneDNN's matmul primitive took 2.6x as long (49.6 vs 18.9 us,
 // the autotuner's measurement on oww_timer) and generates code per shape.
 constexpr int64_t kMatrixVectorRows = 4;
-// From this many weights (1 MiB) a matrix-vector product with constant B runs the panel loop
-// (runtime/cpu/conv_gemm.h TryPanelProduct): streaming the weights dominates there. Below, they are in
-// cache and the panel loop's few accumulator chains per panel (one row: 1-4) lose to Eigen's GEMV:
-// oww_hello_deepa's 1 x 2400 x 32 took 7 instead of 5 us.
-constexpr int64_t kPanelGemvWeights = int64_t{1} << 18;
+// From this many weights (512 KiB) a matrix-vector product with constant B runs the panel loop
+// (runtime/cpu/conv_gemm.h TryPanelProduct): streaming the weights dominates there (a decoder's 1 x 256 x 768
+// projection: Eigen's GEMV 10 us, the panel loop 5). Below, they are in cache and the panel loop's few
+// accumulator chains per panel (one row: 1-4) lose to Eigen's GEMV: oww_hello_deepa's 1 x 2400 x 32 took 7
+// instead of 5 us.
+constexpr int64_t kPanelGemvWeights = int64_t{1} << 17;
 
 void EigenMatMul(const float* a, const float* b, float* c, int64_t M, int64_t K, int64_t N, int64_t as_m, int64_t as_k,
                  int64_t bs_k, int64_t bs_n, float alpha);
