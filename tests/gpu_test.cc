@@ -59,34 +59,46 @@ absl::StatusOr<std::vector<Tensor>> RunOnGpu(std::shared_ptr<DeviceBackend> back
   return ex->Run(inputs);
 }
 
+// `ir` on random inputs (`seed`) through the CPU fallback executor (`ref`, the reference) and through the
+// GPU executor on `backend` (`got`), op by op or with every fusible region clustered (`clustered`).
+struct GpuAndCpu {
+  std::vector<Tensor> got, ref;
+  GpuPlacement placement;
+};
+absl::StatusOr<GpuAndCpu> RunGpuAndCpu(std::shared_ptr<DeviceBackend> backend, const std::string& ir, uint32_t seed,
+                                       bool clustered) {
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> g, SpecializedGraphFromText(ir));
+  std::mt19937 rng(seed);
+  std::vector<Tensor> inputs;
+  for (const Value* v : g->inputs()) inputs.push_back(RandomInput(*v, rng));
+  GpuAndCpu r;
+  CJIT_ASSIGN_OR_RETURN(r.ref, CpuReference(*g, inputs));
+  if (clustered) {
+    ClusteringOptions co;
+    co.min_cluster_size = 1;
+    CJIT_RETURN_IF_ERROR(MarkForCompilation(*g, co).status());
+  }
+  CJIT_ASSIGN_OR_RETURN(r.got, RunOnGpu(std::move(backend), std::shared_ptr<const Graph>(std::move(g)), inputs,
+                                        &r.placement));
+  if (r.got.size() != r.ref.size()) {
+    return absl::InternalError(absl::StrCat(r.got.size(), " outputs on the GPU, ", r.ref.size(), " on the CPU"));
+  }
+  return r;
+}
+
 // Every op-suite case: GPU (unclustered, then with the case as one cluster) vs the CPU fallback executor.
 class GpuOpSuite : public ::testing::TestWithParam<std::tuple<std::string, OpCase, bool>> {};
 
 TEST_P(GpuOpSuite, MatchesCpuFallback) {
   const auto& [backend_name, c, clustered] = GetParam();
   CJIT_GET_BACKEND(backend, backend_name);
-  std::shared_ptr<Graph> g = Specialized(c.ir);
-  ASSERT_TRUE(g);
-  std::mt19937 rng(1234);
-  std::vector<Tensor> inputs;
-  for (const Value* v : g->inputs()) inputs.push_back(RandomInput(*v, rng));
-  auto ref = CpuReference(*g, inputs);
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  std::shared_ptr<Graph> gg(g->Clone());
-  if (clustered) {
-    ClusteringOptions co;
-    co.min_cluster_size = 1;
-    ASSERT_TRUE(MarkForCompilation(*gg, co).ok());
-  }
-  GpuPlacement placement;
-  auto got = RunOnGpu(backend, gg, inputs, &placement);
-  ASSERT_TRUE(got.ok()) << got.status();
-  ASSERT_EQ(got->size(), ref->size());
-  for (size_t i = 0; i < ref->size(); ++i) {
-    auto [rtol, atol] = ToleranceFor((*ref)[i].dtype(), 2e-5);
-    OutputComparison cmp = CompareTensors("out", (*got)[i], (*ref)[i], rtol, atol);
+  auto r = RunGpuAndCpu(backend, c.ir, 1234, clustered);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (size_t i = 0; i < r->ref.size(); ++i) {
+    auto [rtol, atol] = ToleranceFor(r->ref[i].dtype(), 2e-5);
+    OutputComparison cmp = CompareTensors("out", r->got[i], r->ref[i], rtol, atol);
     EXPECT_TRUE(cmp.ok) << c.name << " output " << i << ": " << cmp.problem << " max_abs " << cmp.max_abs << "; "
-                        << placement.ToString();
+                        << r->placement.ToString();
   }
 }
 
@@ -105,19 +117,11 @@ class GpuLowering : public ::testing::TestWithParam<std::tuple<std::string, OpCa
 TEST_P(GpuLowering, RunsOnTheDeviceAndMatchesCpuFallback) {
   const auto& [backend_name, c] = GetParam();
   CJIT_GET_BACKEND(backend, backend_name);
-  std::shared_ptr<Graph> g = Specialized(c.ir);
-  ASSERT_TRUE(g);
-  std::mt19937 rng(77);
-  std::vector<Tensor> inputs;
-  for (const Value* v : g->inputs()) inputs.push_back(RandomInput(*v, rng));
-  auto ref = CpuReference(*g, inputs);
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  GpuPlacement placement;
-  auto got = RunOnGpu(backend, g, inputs, &placement);
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ(placement.host_ops, 0) << placement.ToString();
-  for (size_t i = 0; i < ref->size(); ++i) {
-    OutputComparison cmp = CompareTensors("out", (*got)[i], (*ref)[i], 2e-5, 1e-6);
+  auto r = RunGpuAndCpu(backend, c.ir, 77, /*clustered=*/false);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->placement.host_ops, 0) << r->placement.ToString();
+  for (size_t i = 0; i < r->ref.size(); ++i) {
+    OutputComparison cmp = CompareTensors("out", r->got[i], r->ref[i], 2e-5, 1e-6);
     EXPECT_TRUE(cmp.ok) << c.name << " output " << i << ": " << cmp.problem << " max_abs " << cmp.max_abs;
   }
 }
@@ -383,23 +387,13 @@ class GpuGemmEpilogue : public ::testing::TestWithParam<std::tuple<std::string, 
 TEST_P(GpuGemmEpilogue, AbsorbsBiasAndRelu) {
   const auto& [backend_name, c] = GetParam();
   CJIT_GET_BACKEND(backend, backend_name);
-  std::shared_ptr<Graph> g = Specialized(c.ir);
-  ASSERT_TRUE(g);
-  std::mt19937 rng(11);
-  std::vector<Tensor> inputs;
-  for (const Value* v : g->inputs()) inputs.push_back(RandomInput(*v, rng));
-  auto ref = CpuReference(*g, inputs);
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  ClusteringOptions co;
-  co.min_cluster_size = 1;
-  ASSERT_TRUE(MarkForCompilation(*g, co).ok());
-  GpuPlacement placement;
-  auto got = RunOnGpu(backend, g, inputs, &placement);
-  ASSERT_TRUE(got.ok()) << got.status();
+  auto r = RunGpuAndCpu(backend, c.ir, 11, /*clustered=*/true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const GpuPlacement& placement = r->placement;
   EXPECT_EQ(placement.gemms, 1) << placement.ToString();
   EXPECT_EQ(placement.fused_kernels + placement.op_kernels, 0) << placement.ToString();
   EXPECT_GE(placement.epilogue_ops, 1) << placement.ToString();
-  OutputComparison cmp = CompareTensors("out", (*got)[0], (*ref)[0], 1e-5, 1e-5);
+  OutputComparison cmp = CompareTensors("out", r->got[0], r->ref[0], 1e-5, 1e-5);
   EXPECT_TRUE(cmp.ok) << cmp.problem << " max_abs " << cmp.max_abs;
 }
 
@@ -429,25 +423,14 @@ class GpuConvBias : public ::testing::TestWithParam<std::tuple<std::string, Conv
 TEST_P(GpuConvBias, MovesTheBiasIntoTheConsumersKernel) {
   const auto& [backend_name, c] = GetParam();
   CJIT_GET_BACKEND(backend, backend_name);
-  std::shared_ptr<Graph> g = Specialized(c.ir);
-  ASSERT_TRUE(g);
-  std::mt19937 rng(5);
-  std::vector<Tensor> inputs;
-  for (const Value* v : g->inputs()) inputs.push_back(RandomInput(*v, rng));
-  auto ref = CpuReference(*g, inputs);
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  ClusteringOptions co;
-  co.min_cluster_size = 1;
-  ASSERT_TRUE(MarkForCompilation(*g, co).ok());
-  GpuPlacement placement;
-  auto got = RunOnGpu(backend, g, inputs, &placement);
-  ASSERT_TRUE(got.ok()) << got.status();
+  auto r = RunGpuAndCpu(backend, c.ir, 5, /*clustered=*/true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const GpuPlacement& placement = r->placement;
   EXPECT_EQ(placement.conv_biases_moved, c.moved) << placement.ToString();
   EXPECT_EQ(placement.fused_kernels, c.fused_kernels) << placement.ToString();
   EXPECT_EQ(placement.host_ops, 0) << placement.ToString();
-  ASSERT_EQ(got->size(), ref->size());
-  for (size_t i = 0; i < got->size(); ++i) {
-    OutputComparison cmp = CompareTensors(absl::StrCat("out", i), (*got)[i], (*ref)[i], 1e-5, 1e-5);
+  for (size_t i = 0; i < r->got.size(); ++i) {
+    OutputComparison cmp = CompareTensors(absl::StrCat("out", i), r->got[i], r->ref[i], 1e-5, 1e-5);
     EXPECT_TRUE(cmp.ok) << cmp.name << " " << cmp.problem << " max_abs " << cmp.max_abs;
   }
 }

@@ -453,71 +453,70 @@ TEST(VectorLogisticTest, MatchesFloat64OnEveryIsaVariant) {
   }
 }
 
+// A float32 map (ExpF32, ErfF32: x -> y over n elements on up to `threads` threads) on every ISA variant:
+// over [lo, hi] in `step`s followed by `specials`, whole and `tail` elements shorter (a vector tail), each
+// element handed to `check(isa, x, y)`.
+void SweepOnEveryIsaVariant(void (*map)(const float*, float*, int64_t, int), double lo, double hi, double step,
+                            std::initializer_list<float> specials, size_t tail,
+                            const std::function<void(ConvLoopIsa, float x, float y)>& check) {
+  std::vector<float> x;
+  for (double v = lo; v <= hi; v += step) x.push_back(static_cast<float>(v));
+  x.insert(x.end(), specials);
+  OnEveryIsaVariant([&](ConvLoopIsa isa) {
+    for (size_t len : {x.size(), x.size() - tail}) {
+      std::vector<float> y(len);
+      map(x.data(), y.data(), static_cast<int64_t>(len), 2);
+      for (size_t i = 0; i < len; ++i) check(isa, x[i], y[i]);
+    }
+  });
+}
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kMax = std::numeric_limits<float>::max();
+
 // The vector exp of the Exp op and the Softmax fallback (conv_gemm.h ExpF32) on every ISA variant
 // against float64: within 4 ulp where the result is a normal float, within a few subnormal steps below,
 // exact on the special values (exp(-inf) = 0, exp(+inf) = +inf, exp(0) = 1, NaN stays NaN), lengths that
 // leave vector tails.
 TEST(VectorExpTest, MatchesFloat64OnEveryIsaVariant) {
-  std::vector<float> x;
-  for (double v = -110.0; v <= 95.0; v += 0.0119) x.push_back(static_cast<float>(v));
-  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 88.72f, 88.73f, -87.34f, -103.9f, -104.0f,
-                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                  std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::max(),
-                  -std::numeric_limits<float>::max()}) {
-    x.push_back(v);
-  }
-  OnEveryIsaVariant([&](ConvLoopIsa isa) {
-    for (size_t len : {x.size(), x.size() - 5}) {
-      std::vector<float> y(len);
-      ExpF32(x.data(), y.data(), static_cast<int64_t>(len), 2);
-      for (size_t i = 0; i < len; ++i) {
-        const double want = std::exp(static_cast<double>(x[i]));
+  SweepOnEveryIsaVariant(
+      ExpF32, -110.0, 95.0, 0.0119,
+      {0.0f, -0.0f, 1e-30f, -1e-30f, 88.72f, 88.73f, -87.34f, -103.9f, -104.0f, kInf, -kInf, kNaN, kMax, -kMax}, 5,
+      [](ConvLoopIsa isa, float x, float y) {
+        const double want = std::exp(static_cast<double>(x));
         const float wf = static_cast<float>(want);
-        if (std::isnan(x[i])) {
-          EXPECT_TRUE(std::isnan(y[i]));
-        } else if (std::isinf(x[i]) || x[i] == 0.0f || wf == 0.0f || std::isinf(wf)) {
-          EXPECT_EQ(y[i], wf) << "x=" << x[i] << " ISA " << static_cast<int>(isa);
+        if (std::isnan(x)) {
+          EXPECT_TRUE(std::isnan(y));
+        } else if (std::isinf(x) || x == 0.0f || wf == 0.0f || std::isinf(wf)) {
+          EXPECT_EQ(y, wf) << "x=" << x << " ISA " << static_cast<int>(isa);
         } else if (wf >= std::numeric_limits<float>::min()) {
           const double ulp = std::nextafter(wf, std::numeric_limits<float>::infinity()) - wf;
-          EXPECT_LE(std::abs(y[i] - want), 4 * ulp) << "x=" << x[i] << " ISA " << static_cast<int>(isa);
+          EXPECT_LE(std::abs(y - want), 4 * ulp) << "x=" << x << " ISA " << static_cast<int>(isa);
         } else {
-          EXPECT_LE(std::abs(y[i] - want), 4 * std::numeric_limits<float>::denorm_min()) << "x=" << x[i];
+          EXPECT_LE(std::abs(y - want), 4 * std::numeric_limits<float>::denorm_min()) << "x=" << x;
         }
-      }
-    }
-  });
+      });
 }
 
 // The vector erf of the Erf op (conv_gemm.h ErfF32, the code generator's rational approximation) on every
 // ISA variant against float64 erf: within 5e-7 relative (plus 1e-45 absolute for tiny results), +-1 beyond
 // |x| = 4 and at +-inf, -0 and +0 kept, NaN stays NaN; lengths that leave vector tails.
 TEST(VectorErfTest, MatchesFloat64OnEveryIsaVariant) {
-  std::vector<float> x;
-  for (double v = -6.0; v <= 6.0; v += 0.00173) x.push_back(static_cast<float>(v));
-  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-40f, 3.999f, 4.0f, 4.001f, -4.0f, 100.0f,
-                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                  std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::max(),
-                  -std::numeric_limits<float>::max()}) {
-    x.push_back(v);
-  }
-  OnEveryIsaVariant([&](ConvLoopIsa isa) {
-    for (size_t len : {x.size(), x.size() - 7}) {
-      std::vector<float> y(len);
-      ErfF32(x.data(), y.data(), static_cast<int64_t>(len), 2);
-      for (size_t i = 0; i < len; ++i) {
-        if (std::isnan(x[i])) {
-          EXPECT_TRUE(std::isnan(y[i])) << "ISA " << static_cast<int>(isa);
-          continue;
+  SweepOnEveryIsaVariant(
+      ErfF32, -6.0, 6.0, 0.00173,
+      {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-40f, 3.999f, 4.0f, 4.001f, -4.0f, 100.0f, kInf, -kInf, kNaN, kMax, -kMax}, 7,
+      [](ConvLoopIsa isa, float x, float y) {
+        if (std::isnan(x)) {
+          EXPECT_TRUE(std::isnan(y)) << "ISA " << static_cast<int>(isa);
+          return;
         }
-        const double want = std::erf(static_cast<double>(x[i]));
-        EXPECT_LE(std::abs(y[i] - want), 5e-7 * std::abs(want) + 1e-45)
-            << "x=" << x[i] << " ISA " << static_cast<int>(isa);
-        if (x[i] == 0.0f) {
-          EXPECT_EQ(std::signbit(y[i]), std::signbit(x[i])) << "erf(-0) is -0";
+        const double want = std::erf(static_cast<double>(x));
+        EXPECT_LE(std::abs(y - want), 5e-7 * std::abs(want) + 1e-45) << "x=" << x << " ISA " << static_cast<int>(isa);
+        if (x == 0.0f) {
+          EXPECT_EQ(std::signbit(y), std::signbit(x)) << "erf(-0) is -0";
         }
-      }
-    }
-  });
+      });
 }
 
 // Channels-last pointwise convolutions against float64 sums, on every ISA variant of the conv loops: the
