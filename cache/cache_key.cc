@@ -64,19 +64,19 @@ ConstantMemo& TheConstantMemo() {
 template <typename Fn>
 auto WithConstantMemo(const std::shared_ptr<const Tensor>& t, Fn fn) {
   ConstantMemo& m = TheConstantMemo();
-  auto* memo = &m.entries;
-  size_t& sweep_at = m.sweep_at;
   std::lock_guard<std::mutex> lock(m.mu);
-  auto it = memo->find(t.get());
+  auto it = m.entries.find(t.get());
   // A live weak_ptr to this address is this very object (an object that died and whose address was
   // reused has an expired entry), and a constant never changes while it lives.
-  if (it == memo->end() || it->second.tensor.expired() || it->second.tensor.lock() != t) {
-    (*memo)[t.get()] = ConstantMemoEntry{t, "", 0};
-    if (memo->size() >= sweep_at) {
-      for (auto e = memo->begin(); e != memo->end();) e = e->second.tensor.expired() ? memo->erase(e) : std::next(e);
-      sweep_at = std::max<size_t>(256, 2 * memo->size());
+  if (it == m.entries.end() || it->second.tensor.expired() || it->second.tensor.lock() != t) {
+    m.entries[t.get()] = ConstantMemoEntry{t, "", 0};
+    if (m.entries.size() >= m.sweep_at) {
+      for (auto e = m.entries.begin(); e != m.entries.end();) {
+        e = e->second.tensor.expired() ? m.entries.erase(e) : std::next(e);
+      }
+      m.sweep_at = std::max<size_t>(256, 2 * m.entries.size());
     }
-    it = memo->find(t.get());
+    it = m.entries.find(t.get());
   }
   return fn(it->second);
 }

@@ -6,7 +6,8 @@
 //  * --model DIR (instead of the above): a model's steady-state run time (GpuExecutor::Run, host wall clock,
 //    CUDA graph replays where the model allows) with each Conv bias moved into its consumers' fused kernel
 //    vs kept in the cuDNN call (GpuExecutorOptions::move_conv_bias), alternating blocks of runs side by side;
-//    both checked against DIR/test_data_set_0's reference outputs.
+//    both checked against DIR/test_data_set_0's reference outputs; with --tuning_side_effect true instead,
+//    four executors timed before and after allocation churn and level-4 autotuning (BenchTuningSideEffect).
 // Timing: CUDA events around `--reps` launches after warm-up; the median of `--trials` trials. Each fused
 // kernel's output is checked against the CPU fallback executor on the same random inputs first.
 // Usage: cjit-gpu-bench [--elements N] [--reps R] [--trials T] [--gemm M] [--json PATH] | --model DIR [--reps R] [--trials T] [--cuda_data_dir D] [--tuning_side_effect true]
@@ -183,6 +184,17 @@ absl::StatusOr<std::vector<RunTimes>> TimeExecutors(const Options& o, const std:
   return out;
 }
 
+// A GpuExecutor of `graph` after 5 warm-up runs (module loads, plans, the CUDA graph's capture).
+absl::StatusOr<std::unique_ptr<GpuExecutor>> CreateWarm(std::shared_ptr<const Graph> graph,
+                                                        std::shared_ptr<DeviceBackend> backend,
+                                                        const GpuExecutorOptions& options,
+                                                        const std::vector<Tensor>& inputs) {
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<GpuExecutor> ex,
+                        GpuExecutor::Create(std::move(graph), std::move(backend), options));
+  for (int w = 0; w < 5; ++w) CJIT_RETURN_IF_ERROR(ex->Run(inputs).status());
+  return ex;
+}
+
 // --model DIR --tuning_side_effect: where the level-4 slowdown of a tuning process lives (docs/gpu-
 // validation.md). Four executors of one specialized graph, each with the default algorithms, created (1)
 // first, (2) after allocating and freeing ~1 GiB in many blocks, (3) with a level-4 autotuner (tuning runs
@@ -194,8 +206,7 @@ absl::Status BenchTuningSideEffect(const Options& o, std::shared_ptr<const Graph
   std::vector<std::unique_ptr<GpuExecutor>> ex;
   std::vector<std::string> names = {"created first", "after 1 GiB alloc/free churn", "level 4 (tuning in it)",
                                     "created after the tuning"};
-  CJIT_ASSIGN_OR_RETURN(auto first, GpuExecutor::Create(graph, backend, {}));
-  for (int w = 0; w < 5; ++w) CJIT_RETURN_IF_ERROR(first->Run(inputs).status());
+  CJIT_ASSIGN_OR_RETURN(auto first, CreateWarm(graph, backend, {}, inputs));
   ex.push_back(std::move(first));
   auto report = [&](const char* when) -> absl::Status {
     std::vector<const GpuExecutor*> all;
@@ -220,8 +231,7 @@ absl::Status BenchTuningSideEffect(const Options& o, std::shared_ptr<const Graph
     blocks.clear();
     backend->ReleaseCachedMemory();
   }
-  CJIT_ASSIGN_OR_RETURN(auto churned, GpuExecutor::Create(graph, backend, {}));
-  for (int w = 0; w < 5; ++w) CJIT_RETURN_IF_ERROR(churned->Run(inputs).status());
+  CJIT_ASSIGN_OR_RETURN(auto churned, CreateWarm(graph, backend, {}, inputs));
   ex.push_back(std::move(churned));
   CJIT_RETURN_IF_ERROR(report("after the churn"));
   size_t before_limits[3] = {0, 0, 0}, before_window = 0;
@@ -239,12 +249,10 @@ absl::Status BenchTuningSideEffect(const Options& o, std::shared_ptr<const Graph
   CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Autotuner> tuner, Autotuner::Create(ao, nullptr, nullptr));
   GpuExecutorOptions tuned_options;
   tuned_options.autotuner = tuner.get();
-  CJIT_ASSIGN_OR_RETURN(auto tuned, GpuExecutor::Create(graph, backend, tuned_options));
+  CJIT_ASSIGN_OR_RETURN(auto tuned, CreateWarm(graph, backend, tuned_options, inputs));
   std::printf("tuned: %s\n", tuned->placement().ToString().c_str());
-  for (int w = 0; w < 5; ++w) CJIT_RETURN_IF_ERROR(tuned->Run(inputs).status());
   ex.push_back(std::move(tuned));
-  CJIT_ASSIGN_OR_RETURN(auto after, GpuExecutor::Create(graph, backend, {}));
-  for (int w = 0; w < 5; ++w) CJIT_RETURN_IF_ERROR(after->Run(inputs).status());
+  CJIT_ASSIGN_OR_RETURN(auto after, CreateWarm(graph, backend, {}, inputs));
   ex.push_back(std::move(after));
   CJIT_RETURN_IF_ERROR(report("after the tuning"));
   // Context limits and the stream's L2 access policy window: state a library may leave behind.
@@ -305,9 +313,8 @@ absl::Status BenchModel(const Options& o) {
   for (int i = 0; i < 2; ++i) {
     GpuExecutorOptions go;
     go.move_conv_bias = i == 0;
-    CJIT_ASSIGN_OR_RETURN(std::unique_ptr<GpuExecutor> e, GpuExecutor::Create(graph, backend, go));
+    CJIT_ASSIGN_OR_RETURN(std::unique_ptr<GpuExecutor> e, CreateWarm(graph, backend, go, inputs));
     std::printf("%s: %s\n", names[i], e->placement().ToString().c_str());
-    for (int w = 0; w < 5; ++w) CJIT_RETURN_IF_ERROR(e->Run(inputs).status());
     CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> out, e->Run(inputs));
     for (size_t k = 0; k < out.size() && k < sets[0].outputs.size(); ++k) {
       OutputComparison c = CompareTensors(sets[0].outputs[k].name, out[k], sets[0].outputs[k].tensor, 1e-3, 1e-4);

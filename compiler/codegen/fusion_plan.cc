@@ -665,14 +665,19 @@ absl::StatusOr<FusionPlan> RebindFusionPlan(const FusionPlan& like, const Graph&
     k.name = lk.name;
     k.row_reduction = lk.row_reduction;
     k.excess_precision = lk.excess_precision;
+    // Each member fuses as it did: a row reduction again, or else a fusible elementwise op (as x was:
+    // members of a kernel are one or the other).
     const Node* reduction = nullptr;
+    std::vector<bool> reduces;
     for (const Node* x : lk.nodes) {
       const Node* y = node(x);
       if (y == nullptr) return differ("a kernel node outside the body");
-      if (IsRowReduction(*x) != IsRowReduction(*y) || IsFusibleElementwise(*x) != IsFusibleElementwise(*y)) {
+      const bool red = IsRowReduction(*y);
+      if (red != IsRowReduction(*x) || (!red && !IsFusibleElementwise(*y))) {
         return differ(y->Describe(), " fuses differently");
       }
-      if (IsRowReduction(*y) && reduction == nullptr) reduction = y;
+      if (red && reduction == nullptr) reduction = y;
+      reduces.push_back(red);
       k.nodes.push_back(y);
     }
     if (k.nodes.empty() || k.row_reduction != (reduction != nullptr)) return differ(k.name, ": kind");
@@ -680,8 +685,9 @@ absl::StatusOr<FusionPlan> RebindFusionPlan(const FusionPlan& like, const Graph&
     if (space == nullptr || !space->shape.fully_known()) return differ(k.name, ": iteration space unknown");
     k.shape = space->shape.concrete();
     const Dims row = rowdims(k.shape);
-    for (const Node* m : k.nodes) {
-      const bool red = IsRowReduction(*m);
+    for (size_t j = 0; j < k.nodes.size(); ++j) {
+      const Node* m = k.nodes[j];
+      const bool red = reduces[j];
       const Value* v = red ? m->inputs[0] : m->outputs[0];
       if (v == nullptr || !v->shape.fully_known()) return differ(m->Describe(), ": dims unknown");
       const Dims d = v->shape.concrete();

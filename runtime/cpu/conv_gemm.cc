@@ -1293,11 +1293,9 @@ bool TryPanelProduct(const KernelContext& ctx, int b_index, bool b_is_nk, const 
                      int64_t N, float* y) {
   if (!PanelProductFits(ctx, b_index, N) || M <= 0 || K <= 0 || ctx.in(b_index).numel() != K * N) return false;
   const std::shared_ptr<DnnlEntry> panels = PanelProductWeights(ctx, b_index, b_is_nk, K, N);  // held while this runs
-  // As Sgemm (gemm.cc): 5 to 31 rows stay on the calling thread — split over 2 threads, waking the other
-  // one cost more than it saved (a BERT stream of 12 sequence lengths at 2 threads: 82-120 ms of runs
-  // forking, 54-62 not); a matrix-vector product (<= 4 rows, memory-bound) splits its panels (MobileNetV2's
-  // 1 x 1280 x 1000 head).
-  const int threads = M > 4 && M < 32 ? 1 : ctx.threads;
+  // As Sgemm: 5 to kMinParallelGemmRows - 1 rows stay on the calling thread (parallel.h); a matrix-vector
+  // product (<= 4 rows, memory-bound) splits its panels (MobileNetV2's 1 x 1280 x 1000 head).
+  const int threads = M > 4 && M < kMinParallelGemmRows ? 1 : ctx.threads;
   RunPanelPointwise(threads, x, static_cast<const float*>(panels->weights.get_data_handle()), nullptr, nullptr, y,
                     M, K, N);
   return true;

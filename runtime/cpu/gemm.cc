@@ -166,10 +166,9 @@ bool Sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
     return true;
   }
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
-  // Little work stays on this thread (runtime/cpu/parallel.h ThreadsForWork: a tiny product split over 2
-  // threads took 4-8 ms per call on a VM whose idle vCPU had to be woken; mel's stream at 2 threads 28-31
-  // -> 14-16 ms).
-  nt = M < 32 ? 1 : ThreadsForWork(nt, static_cast<double>(M) * N * K);
+  // Little work stays on this thread (runtime/cpu/parallel.h ThreadsForWork, kMinParallelGemmRows: a tiny
+  // product split over 2 threads took 4-8 ms per call on a VM whose idle vCPU had to be woken).
+  nt = M < kMinParallelGemmRows ? 1 : ThreadsForWork(nt, static_cast<double>(M) * N * K);
   nt = static_cast<int>(std::min<int64_t>(nt, M / 16));
   if (nt <= 1) {
     SgemmBlock(ta, tb, 0, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

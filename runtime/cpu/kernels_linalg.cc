@@ -497,8 +497,9 @@ absl::Status MatMul(KernelContext& ctx) {
     }
     return absl::OkStatus();
   }
-  if (a.dtype() == DType::kF32 && SharedWeightRows(g) > kMatrixVectorRows &&
-      TryPanelProduct(ctx, 1, false, a.data<float>(), SharedWeightRows(g), g.K, g.N, y.data<float>())) {
+  const int64_t shared_rows = SharedWeightRows(g);  // 0: B is not one matrix for every batch
+  if (a.dtype() == DType::kF32 && shared_rows > kMatrixVectorRows &&
+      TryPanelProduct(ctx, 1, false, a.data<float>(), shared_rows, g.K, g.N, y.data<float>())) {
     if (ctx.want_impl) ctx.impl = "panel-packed register-tiled loop (shape-generic)";
     return absl::OkStatus();
   }
@@ -512,27 +513,21 @@ absl::Status MatMul(KernelContext& ctx) {
     if (ctx.want_impl) ctx.impl = "Eigen (small product)";
     return absl::OkStatus();
   }
-  if (a.dtype() == DType::kF32) {
+  if (a.dtype() == DType::kF32 && shared_rows > 0) {
     // B shared by every batch (weights: [K, N] or [1.., K, N]) and A dense: one GEMM of batch * M rows
     // through BLIS (runtime/cpu/gemm.h: no code generation at all). oneDNN's matmul primitive would
     // generate code for every new M (a new sequence length or image width): 0.1-0.15 ms per MatMul on a
     // shape's first run, as much as the product itself for these sizes.
-    int64_t a_batch = 1, b_batch = 1;
-    for (size_t i = 0; i + 2 < g.ad.size(); ++i) a_batch *= g.ad[i];
-    for (size_t i = 0; i + 2 < g.bd.size(); ++i) b_batch *= g.bd[i];
-    const int64_t rows = g.batch * g.M;
-    if (b_batch == 1 && a_batch == g.batch && rows <= kMatrixVectorRows) {  // a decode step's projections
-      MatrixVectorProduct(ctx, a.data<float>(), rows, g.K, g.N, false, y.data<float>());
+    if (shared_rows <= kMatrixVectorRows) {  // a decode step's projections
+      MatrixVectorProduct(ctx, a.data<float>(), shared_rows, g.K, g.N, false, y.data<float>());
       return absl::OkStatus();
     }
-    if (b_batch == 1 && a_batch == g.batch) {
-      if (!Sgemm(false, false, g.batch * g.M, g.N, g.K, 1.0f, a.data<float>(), g.K, b.data<float>(), g.N, 0.0f,
-                 y.data<float>(), g.N)) {
-        return ctx.Error("BLIS sgemm: invalid arguments");
-      }
-      if (ctx.want_impl) ctx.impl = absl::StrCat(SgemmImplementation(), " (shape-generic)");
-      return absl::OkStatus();
+    if (!Sgemm(false, false, shared_rows, g.N, g.K, 1.0f, a.data<float>(), g.K, b.data<float>(), g.N, 0.0f,
+               y.data<float>(), g.N)) {
+      return ctx.Error("BLIS sgemm: invalid arguments");
     }
+    if (ctx.want_impl) ctx.impl = absl::StrCat(SgemmImplementation(), " (shape-generic)");
+    return absl::OkStatus();
   }
   if ((a.dtype() == DType::kF32 || (a.dtype() == DType::kBF16 && CpuHasBfloat16Math())) && g.cd.size() <= 12) {
     return DnnlMatMul(a.raw(), g.ad, DenseStrides(g.ad), b.raw(), g.bd, DenseStrides(g.bd), y.raw(), g.cd, 1.0f,

@@ -29,6 +29,11 @@ constexpr double kMinParallelWorkAwake = 1 << 18;
 constexpr int64_t kMinParallelElements = int64_t{1} << 18;
 constexpr int64_t kMinParallelElementsAwake = int64_t{1} << 15;
 constexpr int64_t kWorkersAwakeNs = 200000;
+// Matrix products with fewer rows than this stay on the calling thread whatever their work (Sgemm, the
+// panel loop's products of 5 or more rows): split over 2 threads, waking the other one cost more than it
+// saved (mel's stream at 2 threads 28-31 -> 14-16 ms; a BERT stream of 12 sequence lengths 82-120 -> 54-62 ms
+// of runs).
+constexpr int64_t kMinParallelGemmRows = 32;
 
 // Steady-clock time (ns) at which one of our parallel regions last ended; 0 before the first.
 inline std::atomic<int64_t>& LastParallelEndNs() {
