@@ -199,6 +199,13 @@ const std::vector<FlagDef>& Table() {
         {}},
        OneOfFlag(&Flags::specialization_replay, "specialization_replay", {"true", "false", "verify"},
                  "true, false or verify")},
+      {{"dynamic_shape_plans", "bool", "true",
+        "A new input signature of a structure whose specialization depends on no concrete dim runs that "
+        "specialization's compiled clusters at its own dims (shapes inferred per run; no graph, plan or "
+        "executor of its own) for its first two runs, then specializes (as torch.compile's dynamic shapes). "
+        "Needs --specialization_replay=true; false: every new signature specializes.",
+        {}},
+       BoolFlag(&Flags::dynamic_shape_plans, "dynamic_shape_plans")},
       {{"cpu_channels_last", "bool", "true",
         "CPU: float32 convolutions connected to other convolutions run channels-last (NHWC, oneDNN's fastest "
         "layout) with transposes only at the edges of such regions, instead of reordering around every "
@@ -584,6 +591,7 @@ std::string FlagValueText(const Flags& f, absl::string_view name) {
       {"force_compilation_parallelism", [](const Flags& f) { return absl::StrCat(f.force_compilation_parallelism); }},
       {"polymorphic_clusters", [b](const Flags& f) { return b(f.polymorphic_clusters); }},
       {"specialization_replay", [](const Flags& f) { return f.specialization_replay; }},
+      {"dynamic_shape_plans", [b](const Flags& f) { return b(f.dynamic_shape_plans); }},
       {"cpu_channels_last", [b](const Flags& f) { return b(f.cpu_channels_last); }},
       {"cpu_fuse_pointwise_depthwise", [b](const Flags& f) { return b(f.cpu_fuse_pointwise_depthwise); }},
       {"cpu_codegen_single_ops", [b](const Flags& f) { return b(f.cpu_codegen_single_ops); }},

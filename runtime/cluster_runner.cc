@@ -6,11 +6,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <thread>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/codegen/cpu_compiler.h"
 #include "compiler/ir/status_macros.h"
@@ -171,6 +173,37 @@ int ClusterRuntime::RunThreadsNow() const {
 
 int ClusterRuntime::compiles_in_flight() const { return pool_in_flight_.load(std::memory_order_relaxed); }
 
+void ShapeFamily::Publish(int cluster_id, std::shared_ptr<const CpuExecutable> ex) {
+  std::shared_ptr<const CpuExecutable> dropped;  // released after the lock
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& list = executables_[cluster_id];
+  auto it = std::find(list.begin(), list.end(), ex);
+  if (it != list.end()) list.erase(it);
+  list.insert(list.begin(), std::move(ex));
+  if (list.size() > kMaxPerCluster) {
+    dropped = std::move(list.back());
+    list.pop_back();
+  }
+}
+
+std::vector<std::shared_ptr<const CpuExecutable>> ShapeFamily::Get(int cluster_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = executables_.find(cluster_id);
+  return it == executables_.end() ? std::vector<std::shared_ptr<const CpuExecutable>>{} : it->second;
+}
+
+bool IsDynamicShapeMiss(const absl::Status& status) {
+  return !status.ok() && status.GetPayload(kDynamicShapeMissPayload).has_value();
+}
+
+namespace {
+absl::Status DynamicShapeMiss(const std::string& why) {
+  absl::Status st = absl::UnavailableError(absl::StrCat("dynamic-shape plan: ", why));
+  st.SetPayload(kDynamicShapeMissPayload, absl::Cord("1"));
+  return st;
+}
+}  // namespace
+
 struct ClusterRunner::State {
   // Not owned: the runtime outlives every executor of its Session, and its Shutdown (called before the
   // Session's executors are destroyed) joins the compile worker, so no job runs after it. A queued job
@@ -197,6 +230,17 @@ struct ClusterRunner::State {
   bool polymorphic_tried = false;                   // guarded by mu
   std::atomic<uint64_t> pending_flow{0};  // trace flow from the compile to the first compiled execution
   std::string trace_name, compile_name;   // "cluster_<id>", "compile cluster_<id>"
+  // Dynamic-shape plans (ShapeFamily).
+  std::shared_ptr<ShapeFamily> family;
+  bool dynamic = false;
+  const CpuExecutable* published = nullptr;  // the executable last published to `family` (guarded by mu)
+  // The family's instances by input dims, with the executable each was made from (dynamic runners; bounded).
+  struct Instance {
+    std::shared_ptr<const CpuExecutable> executable;
+    std::shared_ptr<const CpuExecutable::DimsInstance> dims;
+  };
+  std::mutex instances_mu;
+  std::map<std::vector<Dims>, Instance> instances;  // guarded by instances_mu
 };
 
 namespace {
@@ -212,11 +256,15 @@ void RecordExecutable(ClusterRunner::State& s, const CpuExecutable& ex) {
 absl::StatusOr<std::unique_ptr<ClusterRunner>> ClusterRunner::Create(const Node& node,
                                                                      std::shared_ptr<const Graph> owner,
                                                                      ClusterRuntime* runtime, int threads,
-                                                                     int signature_index) {
+                                                                     int signature_index,
+                                                                     std::shared_ptr<ShapeFamily> family,
+                                                                     bool dynamic) {
   std::unique_ptr<ClusterRunner> r(new ClusterRunner());
   r->state_ = std::make_shared<State>();
   State& s = *r->state_;
   s.runtime = runtime;
+  s.family = std::move(family);
+  s.dynamic = dynamic && s.family != nullptr;
   s.threads = threads;
   s.signature_index = signature_index;
   // The body alone, not the specialized graph around it: executables keep their body alive in the memory
@@ -272,10 +320,59 @@ void CacheEvent(Profiler* prof, const char* name, const ClusterRunner::State& s,
 
 }  // namespace
 
+absl::StatusOr<std::vector<Tensor>> ClusterRunner::RunDynamic(const std::vector<const Tensor*>& inputs,
+                                                               Profiler* prof) {
+  State& s = *state_;
+  std::vector<Dims> dims;
+  dims.reserve(inputs.size());
+  for (const Tensor* t : inputs) dims.push_back(t ? t->dims() : Dims{});
+  State::Instance use;
+  {
+    std::lock_guard<std::mutex> lock(s.instances_mu);
+    auto it = s.instances.find(dims);
+    if (it != s.instances.end()) use = it->second;
+  }
+  if (!use.executable) {
+    const std::vector<std::shared_ptr<const CpuExecutable>> candidates = s.family->Get(s.stats->id);
+    if (candidates.empty()) return DynamicShapeMiss(absl::StrCat("cluster ", s.stats->id, " has not compiled yet"));
+    const int64_t t0 = prof ? Profiler::Now() : 0;
+    std::string why;
+    for (const auto& ex : candidates) {  // most recent first
+      auto made = CatchAsStatus("instantiating a cluster at other dims", [&] { return ex->InstantiateDims(dims); });
+      if (made.ok()) {
+        use = State::Instance{ex, *made};
+        break;
+      }
+      if (why.empty()) why = std::string(made.status().message());
+    }
+    if (prof) {
+      TraceArgs args;
+      args.Add("cluster", s.stats->id).Add("result", use.executable ? "hit" : "miss");
+      if (!use.executable) args.Add("reason", why);
+      prof->Complete("dims instantiation", "cache", t0, Profiler::Now(), &args);
+    }
+    if (!use.executable) {
+      CJIT_VLOG(1) << "cluster " << s.stats->id << ": " << why;
+      return DynamicShapeMiss(why);
+    }
+    ++s.stats->polymorphic_hits;
+    constexpr size_t kMaxInstances = 256;  // per cluster of the family; each holds its dims and kernel metadata
+    std::lock_guard<std::mutex> lock(s.instances_mu);
+    if (s.instances.size() >= kMaxInstances) s.instances.clear();
+    s.instances[dims] = use;
+  }
+  ++s.stats->compiled_executions;
+  return use.executable->Run(inputs, RunThreads(s.threads), prof, s.stats->id, nullptr, 0, true, use.dims.get());
+}
+
 absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const Tensor*>& inputs) {
   State& s = *state_;
   Profiler* prof = CJIT_PROFILER_ENABLED ? s.runtime->profiler() : nullptr;
   TraceScope scope(prof, s.trace_name, "cluster");
+  if (s.dynamic) {
+    if (scope.active()) scope.args().Add("cluster", s.stats->id).Add("path", "compiled at other dims (dynamic shapes)");
+    return RunDynamic(inputs, prof);
+  }
   std::shared_ptr<const CpuExecutable> ex;
   {
     std::lock_guard<std::mutex> lock(s.mu);
@@ -382,6 +479,15 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
   }
   if (ex) {
     s.runtime->policy().RecordCompiledExecution(s.policy_id);
+    if (s.family) {
+      bool publish;
+      {
+        std::lock_guard<std::mutex> lock(s.mu);
+        publish = s.published != ex.get();
+        s.published = ex.get();
+      }
+      if (publish) s.family->Publish(s.stats->id, ex);
+    }
     // This signature's executions before this one, on either path (the autotuning threshold counts both).
     const int64_t execution = s.stats->compiled_executions++ + s.stats->fallback_executions.load();
     if (prof) {
@@ -560,6 +666,7 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state, boo
                << "; compile time so far " << total_us / 1e3 << " ms";
   s.runtime->cache().Insert(s.key, *ex);
   s.runtime->SetPlanTemplate(s.policy_id, *ex);
+  if (s.family) s.family->Publish(s.stats->id, *ex);  // a background compile's signature may not run again
   if (DiskCache* disk = s.runtime->disk(); disk != nullptr && !disk->options().read_only) {
     int64_t w0 = prof ? Profiler::Now() : 0;
     auto payload = (*ex)->ExportPayload();

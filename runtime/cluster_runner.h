@@ -139,13 +139,40 @@ class ClusterRuntime : public std::enable_shared_from_this<ClusterRuntime> {
   std::atomic<int> pool_in_flight_{0};  // queued + running; dropped jobs are subtracted by Shutdown
 };
 
+// The compiled clusters of one dims-free specialization template (a dynamic-shape plan, runtime/session.h):
+// every plan specialized or replayed from the template publishes each cluster's executable here by cluster
+// id, and the template's dynamic executor runs one of them at other dims (CpuExecutable::InstantiateDims).
+// The plans share the template's nodes and constants and differ only in dims, so any of their executables
+// computes any other's cluster; they differ in which dims their kernels fit (a dim of 1 inside the cluster
+// changes a kernel's loop structure), so the latest kMaxPerCluster are kept, most recent first. Thread-safe.
+class ShapeFamily {
+ public:
+  static constexpr size_t kMaxPerCluster = 4;
+  void Publish(int cluster_id, std::shared_ptr<const CpuExecutable> ex);
+  std::vector<std::shared_ptr<const CpuExecutable>> Get(int cluster_id) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<int, std::vector<std::shared_ptr<const CpuExecutable>>> executables_;
+};
+
+// A run of a dynamic-shape plan that it cannot serve (no executable of a cluster yet, or dims its kernels
+// do not fit): the status carries this payload, and the session specializes for the signature instead.
+inline constexpr absl::string_view kDynamicShapeMissPayload = "cjit/dynamic_shape_miss";
+bool IsDynamicShapeMiss(const absl::Status& status);
+
 class ClusterRunner {
  public:
   // `node` is a cjit.Cluster node whose graph is kept alive by `owner`.
   // `signature_index` names the session signature in dump files (-1: none).
+  // `family` (optional): the dynamic-shape family this cluster's plan belongs to; with `dynamic`, this runner
+  // is the family's own (its inputs have any dims of the structure: it runs the family's executables at
+  // them, or fails with a dynamic-shape miss), else it publishes its executables to the family.
   static absl::StatusOr<std::unique_ptr<ClusterRunner>> Create(const Node& node, std::shared_ptr<const Graph> owner,
                                                                ClusterRuntime* runtime, int threads,
-                                                               int signature_index = -1);
+                                                               int signature_index = -1,
+                                                               std::shared_ptr<ShapeFamily> family = nullptr,
+                                                               bool dynamic = false);
   ~ClusterRunner();
   absl::StatusOr<std::vector<Tensor>> Run(const std::vector<const Tensor*>& inputs);
 
@@ -156,6 +183,7 @@ class ClusterRunner {
   // A signature without an executable whose cluster structure compiled before: the executable built from
   // the process-wide kernel cache alone (CpuCompileOptions::reuse_only), or null (tried once per runner).
   std::shared_ptr<const CpuExecutable> TryPolymorphicInstantiation(Profiler* prof);
+  absl::StatusOr<std::vector<Tensor>> RunDynamic(const std::vector<const Tensor*>& inputs, Profiler* prof);
   std::shared_ptr<State> state_;
 };
 

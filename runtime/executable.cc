@@ -2,12 +2,15 @@
 
 #include "runtime/autotune.h"
 
+#include "compiler/codegen/kernel_layout.h"
+
 #include "flags/logging.h"
 #include <omp.h>
 
 #include <cstring>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
@@ -65,10 +68,9 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Build(
       }
     }
     TraceArgs args;
-    args.Add("ops", ops)
-        .Add("kind", k.row_reduction ? "row reduction" : "elementwise")
-        .Add("shape", DimsToString(k.shape))
-        .Add("bytes", bytes);
+    args.Add("ops", ops).Add("kind", k.row_reduction ? "row reduction" : "elementwise");
+    ex->kernel_dims_free_args_.push_back(args.body());
+    args.Add("shape", DimsToString(k.shape)).Add("bytes", bytes);
     ex->kernel_args_.push_back(args.body());
     ex->kernel_names_.push_back(absl::StrCat("fusion_", ex->kernel_names_.size()));
   }
@@ -253,33 +255,195 @@ void CpuExecutable::AutotuneSteps(Autotuner& tuner, int threads, int64_t executi
   autotune_job_claimed_.store(false, std::memory_order_release);
 }
 
-Tensor& CpuExecutable::Materialize(std::vector<Tensor>& slots, int slot) const {
+struct CpuExecutable::DimsLayout {
+  std::vector<const Value*> values;                 // every value of the body
+  std::unordered_map<const Value*, int> index;      // value -> position in `values`
+  std::vector<const Node*> order;                   // topological
+  std::vector<std::vector<int>> node_inputs;        // per node of `order`: value positions (-1 absent)
+  std::vector<std::vector<int>> node_outputs;
+  std::vector<int> input_values, slot_values;       // body inputs, slots -> value positions
+  std::unordered_set<const Node*> body_nodes;
+  std::vector<int> kernel_rank;                     // per fused kernel: collapsed iteration rank
+  std::vector<std::string> kernel_inner;            // per fused kernel: InnerClass of each input
+};
+
+struct CpuExecutable::DimsInstance {
+  std::vector<Dims> slot_dims;                       // per slot
+  struct Kernel {
+    int64_t rows = 0, row_elems = 0;
+    std::vector<int64_t> meta;
+    Dims shape;
+  };
+  std::vector<Kernel> kernels;                       // per fused kernel
+  std::vector<std::vector<InferOutput>> inferred;    // per step (library steps with known outputs)
+  std::vector<size_t> alias_offset;                  // per slot aliased into a Concat's output
+};
+
+absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsLayout>> CpuExecutable::GetDimsLayout() const {
+  std::lock_guard<std::mutex> lock(dims_layout_mu_);
+  if (dims_layout_) return dims_layout_;
+  auto l = std::make_shared<DimsLayout>();
+  auto add = [&](const Value* v) -> int {
+    if (v == nullptr) return -1;
+    auto [it, inserted] = l->index.emplace(v, static_cast<int>(l->values.size()));
+    if (inserted) l->values.push_back(v);
+    return it->second;
+  };
+  for (const Value* v : body_->inputs()) l->input_values.push_back(add(v));
+  CJIT_ASSIGN_OR_RETURN(std::vector<Node*> order, body_->TopologicalOrder());
+  for (const Node* n : order) {
+    if (!n->implicit_inputs.empty()) return absl::NotFoundError(absl::StrCat(n->Describe(), " has a subgraph"));
+    std::vector<int> ins, outs;
+    for (const Value* v : n->inputs) ins.push_back(add(v));
+    for (const Value* v : n->outputs) outs.push_back(add(v));
+    l->order.push_back(n);
+    l->node_inputs.push_back(std::move(ins));
+    l->node_outputs.push_back(std::move(outs));
+    l->body_nodes.insert(n);
+  }
+  for (const Value* v : slot_values_) l->slot_values.push_back(add(v));
+  for (const Value* v : l->values) {
+    if (!v->shape.fully_known() || v->dtype == DType::kInvalid) {
+      return absl::NotFoundError(absl::StrCat("%", v->name, " has no known shape in the body"));
+    }
+  }
+  for (const FusedKernel& k : plan_.kernels) {
+    Collapsed c = Collapse(k.shape, Layouts(k), k.row_reduction);
+    l->kernel_rank.push_back(static_cast<int>(c.dims.size()));
+    std::string inner;
+    for (size_t i = 0; i < k.inputs.size(); ++i) inner.push_back(InnerClass(c, i));
+    l->kernel_inner.push_back(std::move(inner));
+  }
+  dims_layout_ = l;
+  return dims_layout_;
+}
+
+absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsInstance>> CpuExecutable::InstantiateDims(
+    const std::vector<Dims>& input_dims) const {
+  auto miss = [](const auto&... why) { return absl::NotFoundError(absl::StrCat(why...)); };
+  CJIT_ASSIGN_OR_RETURN(std::shared_ptr<const DimsLayout> layout, GetDimsLayout());
+  const DimsLayout& l = *layout;
+  if (input_dims.size() != l.input_values.size()) return miss("input count differs");
+  std::vector<Dims> dims(l.values.size());
+  std::vector<char> known(l.values.size(), 0);
+  for (size_t i = 0; i < l.values.size(); ++i) {
+    if (l.values[i]->is_constant()) {
+      dims[i] = l.values[i]->constant->dims();
+      known[i] = 1;
+    }
+  }
+  for (size_t i = 0; i < input_dims.size(); ++i) {
+    const int x = l.input_values[i];
+    if (static_cast<int>(input_dims[i].size()) != l.values[x]->shape.rank()) return miss("input ", i, " has another rank");
+    dims[x] = input_dims[i];
+    known[x] = 1;
+  }
+  std::vector<InferInput> in;
+  std::vector<InferOutput> out;
+  for (size_t n = 0; n < l.order.size(); ++n) {
+    in.clear();
+    for (int x : l.node_inputs[n]) {
+      if (x < 0) {
+        in.push_back(InferInput{DType::kInvalid, Shape{}, nullptr, false});
+        continue;
+      }
+      if (!known[x]) return miss(l.order[n]->Describe(), ": an input's dims are unknown");
+      const Value* v = l.values[x];
+      in.push_back(InferInput{v->dtype, Shape::Of(dims[x]), v->constant.get(), true});
+    }
+    out.clear();
+    absl::Status st = InferNode(*l.order[n], in, out);
+    if (!st.ok()) return miss("shape inference: ", st.message());
+    for (size_t k = 0; k < l.node_outputs[n].size(); ++k) {
+      const int x = l.node_outputs[n][k];
+      if (x < 0) continue;
+      const Value* v = l.values[x];
+      if (k >= out.size() || !out[k].shape.fully_known() || out[k].dtype != v->dtype ||
+          out[k].shape.rank() != v->shape.rank()) {
+        return miss(l.order[n]->Describe(), ": output ", k, " is not known with its dtype and rank at these dims");
+      }
+      dims[x] = out[k].shape.concrete();
+      known[x] = 1;
+    }
+  }
+  auto dims_of = [&](const Value* v, Dims*) -> const Dims* {
+    auto it = l.index.find(v);
+    return it != l.index.end() && known[it->second] ? &dims[it->second] : nullptr;
+  };
+  CJIT_ASSIGN_OR_RETURN(std::vector<KernelDims> kernels, RederiveKernels(plan_, l.body_nodes, dims_of));
+  auto inst = std::make_shared<DimsInstance>();
+  inst->kernels.resize(kernels.size());
+  for (size_t k = 0; k < kernels.size(); ++k) {
+    const FusedKernel& fk = plan_.kernels[k];
+    std::vector<Dims> input_dims_k;
+    for (const Value* v : fk.inputs) input_dims_k.push_back(*dims_of(v, nullptr));
+    Collapsed c = Collapse(kernels[k].shape, Layouts(input_dims_k, kernels[k].input_offsets, kernels[k].input_strides),
+                           fk.row_reduction);
+    bool same = static_cast<int>(c.dims.size()) == l.kernel_rank[k];
+    for (size_t i = 0; i < fk.inputs.size() && same; ++i) same = InnerClass(c, i) == l.kernel_inner[k][i];
+    if (!same) return miss(kernel_names_[k], " needs another kernel structure at these dims");
+    DimsInstance::Kernel& ik = inst->kernels[k];
+    ik.row_elems = c.dims.back();
+    ik.rows = 1;
+    for (size_t d = 0; d + 1 < c.dims.size(); ++d) ik.rows *= c.dims[d];
+    ik.meta = KernelMeta(c);
+    ik.shape = kernels[k].shape;
+  }
+  inst->slot_dims.resize(slot_values_.size());
+  for (size_t s = 0; s < slot_values_.size(); ++s) inst->slot_dims[s] = dims[l.slot_values[s]];
+  inst->inferred.resize(plan_.steps.size());
+  for (size_t i = 0; i < plan_.steps.size(); ++i) {
+    if (step_inferred_[i].empty()) continue;
+    for (const Value* v : plan_.steps[i].node->outputs) {
+      inst->inferred[i].push_back(v ? InferOutput{v->dtype, Shape::Of(*dims_of(v, nullptr))} : InferOutput{});
+    }
+  }
+  inst->alias_offset.assign(slot_values_.size(), 0);
+  for (size_t i = 0; i < plan_.steps.size(); ++i) {
+    if (!skip_step_[i]) continue;
+    const Node* concat = plan_.steps[i].node;
+    const Dims& od = *dims_of(concat->outputs[0], nullptr);
+    int64_t axis = concat->GetInt("axis", 0);
+    if (axis < 0) axis += static_cast<int64_t>(od.size());
+    int64_t outer = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= od[d];
+    if (outer != 1) return miss(concat->Describe(), " is no longer written in place at these dims");
+    size_t offset = 0;
+    for (int s : step_inputs_[i]) {
+      inst->alias_offset[s] = offset;
+      offset += static_cast<size_t>(NumElements(inst->slot_dims[s])) * DTypeSize(slot_values_[s]->dtype);
+    }
+  }
+  return std::shared_ptr<const DimsInstance>(std::move(inst));
+}
+
+Tensor& CpuExecutable::Materialize(std::vector<Tensor>& slots, int slot, const DimsInstance* instance) const {
   const AliasInto& a = alias_[slot];
   const Value* v = slot_values_[slot];
+  auto dims = [&](int s) { return instance ? instance->slot_dims[s] : slot_values_[s]->shape.concrete(); };
   if (a.base_slot < 0) {
-    slots[slot] = Tensor(v->dtype, v->shape.concrete());
+    slots[slot] = Tensor(v->dtype, dims(slot));
     return slots[slot];
   }
   Tensor& base = slots[a.base_slot];
-  if (!base.defined()) {
-    const Value* bv = slot_values_[a.base_slot];
-    base = Tensor(bv->dtype, bv->shape.concrete());
-  }
-  slots[slot] = Tensor::Alias(base, a.byte_offset, v->dtype, v->shape.concrete());
+  if (!base.defined()) base = Tensor(slot_values_[a.base_slot]->dtype, dims(a.base_slot));
+  slots[slot] = Tensor::Alias(base, instance ? instance->alias_offset[slot] : a.byte_offset, v->dtype, dims(slot));
   return slots[slot];
 }
 
 absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const Tensor*>& inputs, int threads,
                                                        Profiler* profiler, int cluster_id, Autotuner* tuner,
-                                                       int64_t execution, bool tune_inline) const {
+                                                       int64_t execution, bool tune_inline,
+                                                       const DimsInstance* instance) const {
   if (inputs.size() != input_slots_.size()) return absl::InternalError("compiled cluster: wrong input count");
+  if (instance != nullptr) tuner = nullptr;  // choices were tuned at the body's dims
   // `slots` owns what this run computes; `view` points at every value (constants and inputs in place).
   std::vector<Tensor> slots(slot_values_.size());
   std::vector<const Tensor*> view(slot_values_.size(), nullptr);
   for (int s : constant_slots_) view[s] = slot_values_[s]->constant.get();
   for (size_t i = 0; i < inputs.size(); ++i) view[input_slots_[i]] = inputs[i];
   auto materialize = [&](int s) -> Tensor& {
-    Tensor& t = Materialize(slots, s);
+    Tensor& t = Materialize(slots, s, instance);
     view[s] = &t;
     if (alias_[s].base_slot >= 0) view[alias_[s].base_slot] = &slots[alias_[s].base_slot];
     return t;
@@ -304,22 +468,29 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const T
       size_t a = 0;
       for (int s : step_inputs_[i]) args[a++] = const_cast<void*>(view[s]->raw());
       for (size_t o = 0; o < step_outputs_[i].size(); ++o) args[a++] = materialize(step_outputs_[i][o]).raw();
-      int64_t rows = ck.rows, work = rows * ck.row_elems;
+      const DimsInstance::Kernel* ik = instance ? &instance->kernels[step.kernel] : nullptr;
+      const int64_t* meta = ik ? ik->meta.data() : ck.meta.data();
+      int64_t rows = ik ? ik->rows : ck.rows, work = rows * (ik ? ik->row_elems : ck.row_elems);
       int nt = rows > 1 ? static_cast<int>(std::min<int64_t>(ThreadsForElements(threads, work), rows)) : 1;
       if (nt <= 1) {
-        ck.fn(args, ck.meta.data(), ck.consts.data(), 0, rows);
+        ck.fn(args, meta, ck.consts.data(), 0, rows);
       } else {
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int t = 0; t < nt; ++t) {
           int64_t lo = rows * t / nt, hi = rows * (t + 1) / nt;
-          if (lo < hi) ck.fn(args, ck.meta.data(), ck.consts.data(), lo, hi);
+          if (lo < hi) ck.fn(args, meta, ck.consts.data(), lo, hi);
         }
         MarkParallelEnd();
       }
       if (scope.active()) {
         scope.Stop();
         scope.args().Add("cluster", cluster_id).Add("threads", nt);
-        absl::StrAppend(&scope.args().mutable_body(), ", ", kernel_args_[step.kernel]);
+        if (ik) {
+          absl::StrAppend(&scope.args().mutable_body(), ", ", kernel_dims_free_args_[step.kernel]);
+          scope.args().Add("shape", DimsToString(ik->shape)).Add("dims", "instance");
+        } else {
+          absl::StrAppend(&scope.args().mutable_body(), ", ", kernel_args_[step.kernel]);
+        }
       }
     } else if (binary_step_[i].has_value()) {
       TraceScope scope(profiler, step.node->op_type, "library");
@@ -347,7 +518,8 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const T
       }
       std::string impl;
       const std::vector<PostOp>* post_ops = step.post_ops.empty() ? nullptr : &step.post_ops;
-      const std::vector<InferOutput>* inferred = step_inferred_[i].empty() ? nullptr : &step_inferred_[i];
+      const std::vector<InferOutput>* inferred =
+          step_inferred_[i].empty() ? nullptr : instance ? &instance->inferred[i] : &step_inferred_[i];
       const std::string* algorithm =
           tuner != nullptr && tuner->enabled()
               ? step_tuning_[i].Resolve(*tuner, *step.node, ins, step_input_const_[i], post_ops, inferred, threads,

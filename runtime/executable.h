@@ -11,6 +11,7 @@
 #include <optional>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -50,10 +51,23 @@ class CpuExecutable : public CacheEntry {
   // `execution` is how many times this signature ran before (on either path), for the tuning threshold.
   // With `tune_inline` false, a step past the threshold runs its default until Autotune() (a background
   // job) has tuned it.
+  //
+  // `instance` (optional, from InstantiateDims of this executable): the inputs have that instance's dims
+  // instead of the body's; steps run their default algorithms (no tuning at other dims).
+  struct DimsInstance;
   absl::StatusOr<std::vector<Tensor>> Run(const std::vector<const Tensor*>& inputs, int threads,
                                           Profiler* profiler = nullptr, int cluster_id = -1,
                                           Autotuner* tuner = nullptr, int64_t execution = 0,
-                                          bool tune_inline = true) const;
+                                          bool tune_inline = true, const DimsInstance* instance = nullptr) const;
+  // This executable at another input signature of its body, without a graph, a plan or code of its own
+  // (dynamic-shape plans: runtime/session.h). Every body value's dims come from the op table's shape
+  // functions run over the body's nodes from `input_dims` (body-input order; constants keep theirs); then
+  // each fused kernel is re-derived at those dims (RederiveKernels: members keep the iteration space, views
+  // read the same sources) and must have the structure its code was generated for (iteration rank, inner
+  // access of every input: kernel_layout.h KernelStructure), so its compiled function serves it with new
+  // loop bounds and strides. In-place Concats must stay in place. NotFoundError naming the first check that
+  // fails: the caller specializes for those dims instead. Costs one shape-function call per body node.
+  absl::StatusOr<std::shared_ptr<const DimsInstance>> InstantiateDims(const std::vector<Dims>& input_dims) const;
   // Claims the background autotuning job: true when some step still has no choice and its default has
   // run long enough for `tuner`'s --autotune_min_op_time_ms, and no job is claimed (a job releases the
   // claim when it ends, so steps that became ready later get another).
@@ -85,6 +99,7 @@ class CpuExecutable : public CacheEntry {
       const CpuExecutable* like = nullptr);
   std::vector<std::string> kernel_names_;  // per fused kernel: "fusion_<k>" (trace event / NVTX range name)
   std::vector<std::string> kernel_args_;  // per fused kernel: its static trace args (ops, kind, shape, bytes)
+  std::vector<std::string> kernel_dims_free_args_;  // the same without shape and bytes (DimsInstance runs)
   std::shared_ptr<const Graph> body_;
   FusionPlan plan_;
   bool plan_rebound_ = false;
@@ -109,7 +124,12 @@ class CpuExecutable : public CacheEntry {
   std::vector<std::optional<BinaryArithmetic>> binary_step_;
   std::unique_ptr<StepTuning[]> step_tuning_;  // per step (internally synchronized)
   mutable std::atomic<bool> autotune_job_claimed_{false};
-  Tensor& Materialize(std::vector<Tensor>& slots, int slot) const;
+  // What InstantiateDims needs of the body, built on its first call.
+  struct DimsLayout;
+  mutable std::mutex dims_layout_mu_;
+  mutable std::shared_ptr<const DimsLayout> dims_layout_;
+  absl::StatusOr<std::shared_ptr<const DimsLayout>> GetDimsLayout() const;
+  Tensor& Materialize(std::vector<Tensor>& slots, int slot, const DimsInstance* instance) const;
 };
 
 }  // namespace cjit

@@ -105,7 +105,8 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(std::shared_ptr<const
     st.kernel = FindKernel(n->op_type);
     if (n->op_type == kClusterOp) {
       if (clusters == nullptr) return absl::InternalError("cluster node in a graph without a cluster runtime");
-      CJIT_ASSIGN_OR_RETURN(st.cluster, ClusterRunner::Create(*n, graph, clusters, ex->threads_, options.signature_index));
+      CJIT_ASSIGN_OR_RETURN(st.cluster, ClusterRunner::Create(*n, graph, clusters, ex->threads_, options.signature_index,
+                                                              options.family, options.dynamic_clusters));
     } else if (st.kernel == nullptr) {
       return absl::UnimplementedError(absl::StrCat(n->Describe(), ": no CPU kernel for this operator"));
     }
@@ -223,7 +224,7 @@ absl::StatusOr<std::vector<Tensor>> Executor::Run(
     for (int s : st.implicit) ctx.implicit.push_back(view[s]);
     if (st.static_shapes) {
       ctx.static_inferred = &st.inferred;
-    } else {
+    } else if (!st.cluster) {  // a cluster runner computes its outputs' shapes itself
       CJIT_RETURN_IF_ERROR(InferNode(*st.node, InferInputsFromValues(ctx.inputs), ctx.inferred));
     }
     ctx.outputs.resize(st.out.size());
@@ -240,6 +241,7 @@ absl::StatusOr<std::vector<Tensor>> Executor::Run(
       auto outs = CatchAsStatus(st.node->Describe(), [&] { return st.cluster->Run(ctx.inputs); });
       if (outs.ok()) ctx.outputs = std::move(*outs);
       status = outs.status();
+      if (IsDynamicShapeMiss(status)) return status;  // the session specializes instead
     } else {
       status = RunKernel(*st.kernel, ctx);
     }

@@ -25,6 +25,7 @@ namespace cjit {
 
 class ClusterRunner;
 class ClusterRuntime;
+class ShapeFamily;
 class Profiler;
 
 // The intra-op threads of the Session::Run in progress on the calling thread: `configured`, or fewer while
@@ -55,6 +56,11 @@ struct ExecutorOptions {
   int trace_cluster_id = -1;
   // The session's index of the signature this graph was specialized for (dump file names), or -1.
   int signature_index = -1;
+  // Dynamic-shape plans (runtime/session.h): the family of the specialization template this graph comes
+  // from (its cluster runners publish their executables to it), and whether this executor is the family's
+  // own (its clusters run at any dims; use with trust_shapes = false).
+  std::shared_ptr<ShapeFamily> family;
+  bool dynamic_clusters = false;
 };
 
 class Executor {

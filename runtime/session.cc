@@ -205,6 +205,8 @@ SessionStats Session::stats() const {
     out.signature_evictions = plan_evictions_;
     out.specializations = specializations_;
     out.specialization_replays = specialization_replays_;
+    out.dynamic_shape_runs = dynamic_shape_runs_;
+    out.dynamic_shape_misses = dynamic_shape_misses_;
   }
   if (DiskCache* disk = clusters_->disk()) out.totals.disk_rejects += disk->stats().rejects;
   if (const Autotuner* t = clusters_->autotuner()) {
@@ -417,6 +419,10 @@ absl::StatusOr<std::shared_ptr<Graph>> Session::BuildSpecializedGraph(const std:
       CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
     }
     ApplyMatmulPrecision(*g, flags_);
+    if (gpu_ == nullptr) {
+      CJIT_ASSIGN_OR_RETURN(bool fused, FuseTransposeIntoMatMul(*g));
+      if (fused) CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
+    }
     if (gpu_ == nullptr && flags_.cpu_channels_last) {
       CJIT_ASSIGN_OR_RETURN(bool changed, AssignChannelsLastLayout(*g));
       if (changed) {  // cancel the transpose pairs
@@ -447,7 +453,7 @@ absl::StatusOr<std::shared_ptr<Graph>> Session::BuildSpecializedGraph(const std:
   return g;
 }
 
-absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inputs) {
+absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inputs, bool allow_dynamic) {
   std::vector<bool> by_value = ValueSpecialized(inputs);
   std::string signature;
   signature.reserve(32 * inputs.size());
@@ -479,6 +485,9 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
   const bool replayable = flags_.specialization_replay != "false" && flags_.auto_mixed_precision == "off" && !amp_rule_;
   std::string structure;
   std::shared_ptr<const ReplayTemplate> tmpl;
+  std::shared_ptr<ShapeFamily> family;  // the dynamic-shape family this signature's plan publishes to
+  std::shared_ptr<const Executor> dynamic_executor;
+  DynamicFamily dynamic_family;  // a family whose executor this signature's run creates
   if (replayable) {
     for (size_t i = 0; i < inputs.size(); ++i) {
       absl::StrAppend(&structure, DTypeName(inputs[i].dtype()), "[");
@@ -492,6 +501,54 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
     std::lock_guard<std::mutex> lock(mu_);
     auto it = replay_templates_.find(structure);
     if (it != replay_templates_.end()) tmpl = it->second;
+    auto fam = families_.find(structure);
+    if (fam != families_.end() && fam->second.tmpl == tmpl) {
+      family = fam->second.executables;  // published to only by plans replayed from this template
+      // The signature's first two runs: the family's executor at these dims (no specialization); its
+      // third specializes (a steady shape gets its own plan: trusted shapes, autotuned steps).
+      constexpr int kDynamicRunsPerSignature = 2;
+      constexpr size_t kMaxServedSignatures = 1 << 14;
+      if (allow_dynamic) {
+        if (dynamic_served_.size() >= kMaxServedSignatures) dynamic_served_.clear();
+        int& served = dynamic_served_[signature];
+        if (served < kDynamicRunsPerSignature) {
+          ++served;
+          dynamic_executor = fam->second.executor;
+          if (!dynamic_executor) dynamic_family = fam->second;  // its executor is made below (unlocked)
+          else {
+            Plan p;
+            p.cpu = dynamic_executor;
+            p.dynamic = true;
+            return p;
+          }
+        }
+      }
+    }
+  }
+  if (dynamic_family.executables) {
+    // The family's executor, made at its first use (a structure run at one signature never needs it): the
+    // template's graph with shapes inferred per run, its clusters run at any dims (runtime/cluster_runner.h).
+    ExecutorOptions eo;
+    eo.threads = flags_.intra_op_threads;
+    eo.clusters = clusters_.get();
+    eo.trust_shapes = false;
+    eo.profiler = profiler_.get();
+    eo.family = dynamic_family.executables;
+    eo.dynamic_clusters = true;
+    auto ex = Executor::Create(dynamic_family.tmpl->graph, eo);
+    if (ex.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto fam = families_.find(structure);
+      if (fam != families_.end() && fam->second.executables == dynamic_family.executables) {
+        if (!fam->second.executor) fam->second.executor = std::move(*ex);
+        Plan p;
+        p.cpu = fam->second.executor;
+        p.dynamic = true;
+        return p;
+      }
+    } else {
+      CJIT_VLOG(1) << "no dynamic-shape plan for " << signature << ": " << ex.status().message();
+    }
   }
   std::shared_ptr<Graph> g;
   if (tmpl) {
@@ -523,6 +580,7 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
     std::lock_guard<std::mutex> lock(mu_);
     ++specialization_replays_;
   } else {
+    family = nullptr;  // this signature's graph will not be the template's
     std::optional<ReplayRecorder> recorder;
     if (replayable) recorder.emplace(SpecializeOptions{}.max_folded_elements);
     CJIT_ASSIGN_OR_RETURN(g, BuildSpecializedGraph(inputs, by_value, nullptr, sig, recorder ? &*recorder : nullptr));
@@ -532,12 +590,31 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
       made = recorder->Finish(g, &why);
       if (!made) CJIT_VLOG(1) << "signature " << signature << " cannot be replayed: " << why;
     }
+    // A template whose specialization read no concrete dim (no shape-derived constant, no identity
+    // removed by its dims) is valid at every signature of its structure: its clusters can run at any dims
+    // (compiler/passes/specialization_replay.h gives the argument).
+    DynamicFamily dyn;
+    if (made && made->frontier.empty() && made->guards.empty() && flags_.dynamic_shape_plans &&
+        flags_.specialization_replay == "true" && gpu_ == nullptr) {
+      dyn.executables = std::make_shared<ShapeFamily>();
+      dyn.tmpl = made;
+      family = dyn.executables;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     ++specializations_;
     if (made) {
+      // A structure's family follows its template (a later full specialization replaces both).
+      if (dyn.executables) {
+        families_[structure] = std::move(dyn);
+      } else {
+        families_.erase(structure);
+      }
       replay_templates_[structure] = std::move(made);
       constexpr size_t kMaxTemplates = 64;
-      if (replay_templates_.size() > kMaxTemplates) replay_templates_.erase(replay_templates_.begin());
+      if (replay_templates_.size() > kMaxTemplates) {
+        families_.erase(replay_templates_.begin()->first);
+        replay_templates_.erase(replay_templates_.begin());
+      }
     }
   }
   if (CJIT_VLOG_IS_ON(1)) {
@@ -561,6 +638,7 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
     eo.trust_shapes = true;
     eo.profiler = profiler_.get();
     eo.signature_index = sig;
+    eo.family = family;
     TraceScope create(profiler_.get(), "create_executor", "specialize");
     CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::Create(g, eo));
     plan.cpu = std::move(ex);
@@ -626,9 +704,23 @@ absl::StatusOr<std::vector<NamedTensor>> Session::RunImpl(const std::vector<Name
   CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> ordered, ValidateInputs(inputs));
   CJIT_ASSIGN_OR_RETURN(Plan plan, Specialize(ordered));
   std::vector<Tensor> outs;
+  if (plan.dynamic) {
+    auto dynamic = plan.cpu->Run(ordered);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++(dynamic.ok() ? dynamic_shape_runs_ : dynamic_shape_misses_);
+    }
+    if (dynamic.ok() || !IsDynamicShapeMiss(dynamic.status())) {
+      CJIT_ASSIGN_OR_RETURN(outs, std::move(dynamic));
+    } else {
+      // Nothing of the run escaped (outputs are returned only on success): specialize and run as usual.
+      CJIT_VLOG(1) << dynamic.status().message() << "; specializing";
+      CJIT_ASSIGN_OR_RETURN(plan, Specialize(ordered, /*allow_dynamic=*/false));
+    }
+  }
   if (plan.gpu) {
     CJIT_ASSIGN_OR_RETURN(outs, plan.gpu->Run(ordered));
-  } else {
+  } else if (!plan.dynamic) {
     CJIT_ASSIGN_OR_RETURN(outs, plan.cpu->Run(ordered));
   }
   std::vector<NamedTensor> named;

@@ -53,6 +53,7 @@ class Profiler;
 class Dumper;
 class ReplayRecorder;
 struct ReplayTemplate;
+class ShapeFamily;
 
 // A snapshot of one cluster's counters (see runtime/cluster_runner.h).
 struct ClusterStatsSnapshot {
@@ -88,6 +89,10 @@ struct SessionStats {
   // the same structure (--specialization_replay; compiler/passes/specialization_replay.h).
   int64_t specializations = 0;
   int64_t specialization_replays = 0;
+  // Runs served by a dynamic-shape plan (--dynamic_shape_plans: a structure's compiled clusters run at the
+  // signature's own dims, no specialization), and runs it could not serve (then specialized as usual).
+  int64_t dynamic_shape_runs = 0;
+  int64_t dynamic_shape_misses = 0;
   AutotuneStatsSnapshot autotune;
   int compiles_in_flight = 0;   // background compilations queued or running (--async_compilation)
 };
@@ -167,11 +172,15 @@ class Session {
   static absl::StatusOr<std::unique_ptr<Session>> FromGraph(std::unique_ptr<Graph> graph, const SessionOptions& options);
   absl::StatusOr<std::vector<Tensor>> ValidateInputs(const std::vector<NamedTensor>& inputs) const;
   // One specialized signature: run by the CPU executor, or (--device=cuda) by the GPU executor.
+  // `dynamic`: `cpu` is a dynamic-shape family's executor (shapes inferred per run; its clusters run the
+  // family's executables at these dims or fail with a dynamic-shape miss).
   struct Plan {
     std::shared_ptr<const Executor> cpu;
     std::shared_ptr<const GpuExecutor> gpu;
+    bool dynamic = false;
   };
-  absl::StatusOr<Plan> Specialize(const std::vector<Tensor>& inputs);
+  // `allow_dynamic`: a signature without a plan may be served by its structure's dynamic-shape plan.
+  absl::StatusOr<Plan> Specialize(const std::vector<Tensor>& inputs, bool allow_dynamic = true);
   // Which inputs this signature specializes by value (scalar integers/bools, bounded per input).
   std::vector<bool> ValueSpecialized(const std::vector<Tensor>& inputs);
   // `sig` (>= 0) names the signature in dump files.
@@ -202,6 +211,16 @@ class Session {
   // Replay templates by structure key (input dtypes, ranks, 0/1 dims, by-value inputs); bounded.
   std::map<std::string, std::shared_ptr<const ReplayTemplate>> replay_templates_;
   int64_t specializations_ = 0, specialization_replays_ = 0;
+  // Dynamic-shape plans by structure key (templates whose specialization depends on no concrete dim): the
+  // family of executables its plans publish, and the executor that runs them at any dims.
+  struct DynamicFamily {
+    std::shared_ptr<const ReplayTemplate> tmpl;  // its template (replay_templates_ at the same key)
+    std::shared_ptr<ShapeFamily> executables;
+    std::shared_ptr<const Executor> executor;
+  };
+  std::map<std::string, DynamicFamily> families_;
+  std::unordered_map<std::string, int> dynamic_served_;  // runs per signature served by a family (bounded)
+  int64_t dynamic_shape_runs_ = 0, dynamic_shape_misses_ = 0;
   int gpu_ordinal_ = -1;               // the CUDA device used, or -1 for the CPU
   std::shared_ptr<DeviceBackend> gpu_;  // set when running on a GPU
   std::map<size_t, std::set<int64_t>> seen_values_;                 // per scalar integer input

@@ -26,6 +26,7 @@ SessionOptions Opts(const std::string& replay = "true") {
   o.flags.min_cluster_size = 1;
   o.flags.async_compilation = Flags::AsyncCompilation::kFalse;
   o.flags.specialization_replay = replay;
+  o.flags.dynamic_shape_plans = false;  // every new signature specializes (replays): what these tests check
   return o;
 }
 

@@ -71,7 +71,9 @@ Tensor Input(int64_t rows) {
 }
 
 TEST(SessionTest, RunsAndMatchesFloat64Math) {
-  auto s = Session::LoadFromBytes(SmallModel(), Opts());
+  SessionOptions o = Opts();
+  o.flags.dynamic_shape_plans = false;  // a plan per signature (counted below)
+  auto s = Session::LoadFromBytes(SmallModel(), o);
   ASSERT_TRUE(s.ok()) << s.status();
   for (int64_t rows : {1, 3, 7}) {
     Tensor x = Input(rows);
@@ -144,6 +146,7 @@ TEST(SessionTest, SignatureCacheIsBoundedAndEvictedShapesStillRun) {
     o.flags.auto_jit = jit;
     o.flags.min_cluster_size = 1;
     o.flags.enable_lazy_compilation = false;
+    o.flags.dynamic_shape_plans = false;  // a plan per signature: the cache under test
     auto s = Session::LoadFromBytes(SmallModel(), o);
     ASSERT_TRUE(s.ok()) << s.status();
     const double b[4] = {0.5, -1.0, 2.0, 0.0};
@@ -183,6 +186,7 @@ TEST(SessionTest, ProfileOfEvictedSignatures) {
     o.flags.auto_jit = jit;
     o.flags.min_cluster_size = 1;
     o.flags.enable_lazy_compilation = false;
+    o.flags.dynamic_shape_plans = false;  // a plan per signature: the cache under test
     o.profile = true;
     auto s = Session::LoadFromBytes(SmallModel(), o);
     ASSERT_TRUE(s.ok()) << s.status();

@@ -114,24 +114,36 @@ bool IsDense(const View& v, const Dims& dims) {
   return true;
 }
 
+// A value's dims as the graph has them (null when not fully known); `scratch` holds them.
+const Dims* GraphDims(const Value* v, Dims* scratch) {
+  if (!v->shape.fully_known()) return nullptr;
+  *scratch = v->shape.concrete();
+  return scratch;
+}
+
 // How `v` can be read from a buffer that no view op has to materialize. `body_nodes` limits resolution to
-// nodes of this cluster.
-View Resolve(const Value* v, const std::unordered_set<const Node*>& body_nodes) {
-  View dense{v, 0, v->shape.fully_known() ? DenseStrides(v->shape.concrete()) : std::vector<int64_t>{}};
+// nodes of this cluster; `dims_of` gives each value's dims (the graph's, or another signature's:
+// RederiveKernels).
+View Resolve(const Value* v, const std::unordered_set<const Node*>& body_nodes, const ValueDimsFn& dims_of) {
+  Dims vs, us;
+  const Dims* vdp = dims_of(v, &vs);
+  View dense{v, 0, vdp ? DenseStrides(*vdp) : std::vector<int64_t>{}};
   const Node* n = v->producer;
-  if (n == nullptr || !body_nodes.count(n) || !v->shape.fully_known() || !IsFloatStorage(v->dtype)) return dense;
+  if (n == nullptr || !body_nodes.count(n) || vdp == nullptr || !IsFloatStorage(v->dtype)) return dense;
   const Value* u = n->input(0);
-  if (u == nullptr || !u->shape.fully_known() || u->dtype != v->dtype || n->outputs.size() != 1) return dense;
+  const Dims* udp = u ? dims_of(u, &us) : nullptr;
+  if (u == nullptr || udp == nullptr || u->dtype != v->dtype || n->outputs.size() != 1) return dense;
   for (size_t i = 1; i < n->inputs.size(); ++i) {  // shapes, bounds, axes must be constants
     if (n->inputs[i] && !n->inputs[i]->is_constant()) return dense;
   }
-  Dims ud = u->shape.concrete(), vd = v->shape.concrete();
+  const Dims& ud = *udp;
+  const Dims& vd = *vdp;
   const std::string& op = n->op_type;
   if (op != "Identity" && op != "Transpose" && op != "Slice" && op != "Expand" && op != "Reshape" && op != "Flatten" &&
       op != "Squeeze" && op != "Unsqueeze") {
     return dense;
   }
-  View in = Resolve(u, body_nodes);
+  View in = Resolve(u, body_nodes, dims_of);
   View out{in.source, in.offset, {}};
   if (op == "Identity") return in;
   if (op == "Transpose") {
@@ -550,7 +562,7 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOp
         if (used_outside) k.outputs.push_back(out);
       }
       for (const Value* in : k.inputs) {
-        View view = Resolve(in, body_nodes);
+        View view = Resolve(in, body_nodes, GraphDims);
         k.input_sources.push_back(view.source);
         k.input_offsets.push_back(view.offset);
         k.input_strides.push_back(view.strides);
@@ -706,7 +718,7 @@ absl::StatusOr<FusionPlan> RebindFusionPlan(const FusionPlan& like, const Graph&
       k.outputs.push_back(y);
     }
     for (size_t j = 0; j < k.inputs.size(); ++j) {
-      View view = Resolve(k.inputs[j], body_nodes);
+      View view = Resolve(k.inputs[j], body_nodes, GraphDims);
       if (view.source != value(lk.input_sources[j])) return differ(k.name, ": input ", j, " reads another source");
       k.input_sources.push_back(view.source);
       k.input_offsets.push_back(view.offset);
@@ -751,6 +763,50 @@ absl::StatusOr<FusionPlan> RebindFusionPlan(const FusionPlan& like, const Graph&
     plan.steps.push_back(std::move(st));
   }
   return plan;
+}
+
+absl::StatusOr<std::vector<KernelDims>> RederiveKernels(const FusionPlan& plan,
+                                                        const std::unordered_set<const Node*>& body_nodes,
+                                                        const ValueDimsFn& dims_of) {
+  auto differ = [](const auto&... why) {
+    return absl::NotFoundError(absl::StrCat("kernels not rederived: ", why...));
+  };
+  std::vector<KernelDims> out;
+  out.reserve(plan.kernels.size());
+  Dims scratch;
+  for (const FusedKernel& k : plan.kernels) {
+    KernelDims kd;
+    const Node* reduction = nullptr;
+    for (const Node* m : k.nodes) {
+      if (IsRowReduction(*m)) {
+        reduction = m;
+        break;
+      }
+    }
+    const Value* space = k.row_reduction && reduction ? reduction->inputs[0] : k.nodes.front()->outputs[0];
+    const Dims* sd = space ? dims_of(space, &scratch) : nullptr;
+    if (sd == nullptr) return differ(k.name, ": iteration space unknown");
+    kd.shape = *sd;
+    Dims row = kd.shape;
+    if (!row.empty()) row.back() = 1;
+    for (const Node* m : k.nodes) {
+      const bool red = k.row_reduction && IsRowReduction(*m);
+      const Value* v = red ? m->inputs[0] : m->outputs[0];
+      const Dims* d = v ? dims_of(v, &scratch) : nullptr;
+      if (d == nullptr) return differ(m->Describe(), ": dims unknown");
+      if (!(*d == kd.shape || (!red && k.row_reduction && *d == row))) {
+        return differ(m->Describe(), " does not have its kernel's iteration space at these dims");
+      }
+    }
+    for (size_t j = 0; j < k.inputs.size(); ++j) {
+      View view = Resolve(k.inputs[j], body_nodes, dims_of);
+      if (view.source != k.input_sources[j]) return differ(k.name, ": input ", j, " reads another source");
+      kd.input_offsets.push_back(view.offset);
+      kd.input_strides.push_back(std::move(view.strides));
+    }
+    out.push_back(std::move(kd));
+  }
+  return out;
 }
 
 std::string FusionPlanToString(const FusionPlan& plan) {

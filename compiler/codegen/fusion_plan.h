@@ -14,7 +14,9 @@
 #ifndef CJIT_COMPILER_CODEGEN_FUSION_PLAN_H_
 #define CJIT_COMPILER_CODEGEN_FUSION_PLAN_H_
 
+#include <functional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -121,6 +123,26 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOp
 // NotFoundError naming the first difference when the bodies differ or a check fails (dims that broke a
 // group, a view that now needs its op to run): then plan with BuildFusionPlan. The result reads `body`.
 absl::StatusOr<FusionPlan> RebindFusionPlan(const FusionPlan& like, const Graph& like_body, const Graph& body);
+
+// The dims of a value of a body: the value's (null when not fully known), or those of another signature
+// (RederiveKernels). `scratch` may hold the result.
+using ValueDimsFn = std::function<const Dims*(const Value*, Dims* scratch)>;
+
+// A fused kernel's dims-dependent part: its iteration space and how it reads each input.
+struct KernelDims {
+  Dims shape;
+  std::vector<int64_t> input_offsets;
+  std::vector<std::vector<int64_t>> input_strides;
+};
+
+// Every kernel of `plan` (a plan of a body whose nodes are `body_nodes`) at the dims `dims_of` gives for the
+// body's values — the same body run at another input signature without a graph of its own (a dynamic-shape
+// plan, runtime/executable.h InstantiateDims). The checks are RebindFusionPlan's: each member has the
+// kernel's iteration space (or the row values' shape), and each input's view reads the same source.
+// NotFoundError naming the first failed check.
+absl::StatusOr<std::vector<KernelDims>> RederiveKernels(const FusionPlan& plan,
+                                                        const std::unordered_set<const Node*>& body_nodes,
+                                                        const ValueDimsFn& dims_of);
 
 // Human-readable plan (for --dump_to): each step in order; a fused kernel with its kind, iteration space,
 // ops, inputs (source, offset, strides) and outputs; a library step with its op, node and absorbed post-ops.

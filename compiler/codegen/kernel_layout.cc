@@ -59,13 +59,20 @@ Collapsed Collapse(const Dims& out, const std::vector<InputLayout>& ins, bool ke
 }
 
 std::vector<InputLayout> Layouts(const FusedKernel& k) {
+  std::vector<Dims> dims;
+  for (const Value* v : k.inputs) dims.push_back(v->shape.concrete());
+  return Layouts(dims, k.input_offsets, k.input_strides);
+}
+
+std::vector<InputLayout> Layouts(const std::vector<Dims>& input_dims, const std::vector<int64_t>& input_offsets,
+                                 const std::vector<std::vector<int64_t>>& input_strides) {
   std::vector<InputLayout> out;
-  for (size_t i = 0; i < k.inputs.size(); ++i) {
+  for (size_t i = 0; i < input_dims.size(); ++i) {
     InputLayout l;
-    l.dims = k.inputs[i]->shape.concrete();
-    if (i < k.input_strides.size() && k.input_strides[i].size() == l.dims.size()) {
-      l.strides = k.input_strides[i];
-      l.offset = k.input_offsets[i];
+    l.dims = input_dims[i];
+    if (i < input_strides.size() && input_strides[i].size() == l.dims.size()) {
+      l.strides = input_strides[i];
+      l.offset = input_offsets[i];
     } else {
       l.strides.assign(l.dims.size(), 1);
       for (int d = static_cast<int>(l.dims.size()) - 2; d >= 0; --d) l.strides[d] = l.strides[d + 1] * l.dims[d + 1];

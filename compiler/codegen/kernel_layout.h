@@ -31,6 +31,10 @@ struct InputLayout {
 // keep_last the last dim stays separate (row kernels iterate over it per row) and there is an outer dim.
 Collapsed Collapse(const Dims& out, const std::vector<InputLayout>& ins, bool keep_last = false);
 std::vector<InputLayout> Layouts(const FusedKernel& k);
+// The same for input dims and views given explicitly (another signature's: runtime/executable.h
+// InstantiateDims); an input without a view of matching rank is read densely.
+std::vector<InputLayout> Layouts(const std::vector<Dims>& input_dims, const std::vector<int64_t>& input_offsets,
+                                 const std::vector<std::vector<int64_t>>& input_strides);
 // Innermost access of input i: 'b' broadcast (stride 0), 'c' contiguous (stride 1), 's' strided.
 char InnerClass(const Collapsed& c, size_t i);
 std::string KernelStructure(const FusedKernel& k, const Collapsed& c);

@@ -107,6 +107,21 @@ absl::Status MatMulInfer(const Node& n, Inputs in, Outputs& out) {
   return absl::OkStatus();
 }
 
+// com.clusterjit.FusedMatMul (compiler/passes/simplify.h FuseTransposeIntoMatMul): MatMul of A and B with
+// the last two dims of A (transA) and/or B (transB) swapped first — ONNX Runtime's com.microsoft
+// FusedMatMul without alpha or batch transposes. A transposed operand has rank >= 2.
+absl::Status FusedMatMulInfer(const Node& n, Inputs in, Outputs& out) {
+  std::vector<InferInput> swapped(in.begin(), in.end());
+  const char* attr[2] = {"transA", "transB"};
+  for (int i = 0; i < 2; ++i) {
+    if (!n.GetInt(attr[i], 0) || !swapped[i].shape.rank_known) continue;
+    Shape& s = swapped[i].shape;
+    if (s.rank() < 2) return NodeError(n, absl::StrCat(attr[i], " needs an operand of rank >= 2, got ", s.ToString()));
+    std::swap(s.dims[s.rank() - 1], s.dims[s.rank() - 2]);
+  }
+  return MatMulInfer(n, swapped, out);
+}
+
 absl::Status GemmInfer(const Node& n, Inputs in, Outputs& out) {
   out[0].dtype = in[0].dtype;
   const Shape& a = in[0].shape;
@@ -205,6 +220,7 @@ void RegisterMathOps() {
   Reg("CumSum", C::kOther, false, A::kDeny, 2, 2, SameAsInput0);
   Reg("MatMul", C::kContraction, true, A::kAllow, 2, 2, MatMulInfer);
   Reg("Gemm", C::kContraction, true, A::kAllow, 2, 3, GemmInfer);
+  RegisterOp(OpDef{"FusedMatMul", C::kContraction, true, A::kDeny, 2, 2, FusedMatMulInfer, /*internal=*/true});
 }
 
 }  // namespace cjit

@@ -2,6 +2,7 @@
 
 #include "flags/logging.h"
 
+#include <array>
 #include <cmath>
 #include <map>
 #include <unordered_map>
@@ -414,6 +415,54 @@ absl::StatusOr<bool> FuseGroupNormalization(Graph& g) {
     g.RemoveNodes(removed);
     RemoveDeadNodes(g);  // the Shape(x) nodes no one else reads
   }
+  return changed;
+}
+
+absl::StatusOr<bool> FuseTransposeIntoMatMul(Graph& g) {
+  bool changed = false;
+  Uses uses(g);
+  std::vector<Node*> removed;
+  std::vector<Node*> matmuls;
+  for (const auto& n : g.nodes()) {
+    if (n->op_type == "MatMul" && n->domain.empty() && n->inputs.size() == 2 && n->outputs.size() == 1 &&
+        !n->HasAttr("cjit_precision")) {
+      matmuls.push_back(n.get());
+    }
+  }
+  for (Node* mm : matmuls) {
+    const char* attr[2] = {"transA", "transB"};
+    std::array<Node*, 2> transposes = {nullptr, nullptr};
+    for (int i = 0; i < 2; ++i) {
+      Value* v = mm->input(i);
+      Node* t = v ? v->producer : nullptr;
+      if (!t || t->op_type != "Transpose" || !t->domain.empty() || !uses.OnlyReader(v) || !t->input(0) ||
+          v->dtype != DType::kF32 || !v->shape.rank_known || v->shape.rank() < 2) {
+        continue;
+      }
+      // The permutation swaps the last two dims and keeps the others (ONNX Transpose; no perm = reverse all).
+      const int r = v->shape.rank();
+      std::vector<int64_t> perm = t->GetInts("perm", {});
+      if (perm.empty()) {
+        for (int k = r - 1; k >= 0; --k) perm.push_back(k);
+      }
+      bool swap_last = static_cast<int>(perm.size()) == r && perm[r - 1] == r - 2 && perm[r - 2] == r - 1;
+      for (int k = 0; k + 2 < r && swap_last; ++k) swap_last = perm[k] == k;
+      if (swap_last) transposes[i] = t;
+    }
+    if (!transposes[0] && !transposes[1]) continue;
+    if (mm->input(0)->dtype != DType::kF32 || mm->input(1)->dtype != DType::kF32) continue;
+    mm->op_type = "FusedMatMul";
+    mm->domain = std::string(kInternalDomain);
+    for (int i = 0; i < 2; ++i) {
+      if (!transposes[i]) continue;
+      mm->inputs[i] = transposes[i]->input(0);
+      mm->attrs[attr[i]] = Attribute::Int(1);
+      removed.push_back(transposes[i]);
+    }
+    CJIT_VLOG(2) << "FuseTransposeIntoMatMul: " << mm->Describe();
+    changed = true;
+  }
+  if (changed) g.RemoveNodes(removed);
   return changed;
 }
 

@@ -42,6 +42,12 @@ absl::StatusOr<bool> FoldIntoConv(Graph& graph);
 absl::StatusOr<bool> EliminateCommonSubexpressions(Graph& graph);
 absl::StatusOr<bool> DivisionByPowerOfTwoToMultiplication(Graph& graph);
 absl::StatusOr<bool> FuseGroupNormalization(Graph& graph);
+// FuseTransposeIntoMatMul (CPU, after SimplifyGraph): MatMul(A, Transpose(B)) with a float32 Transpose that
+// swaps the last two dims and is read by nothing else -> com.clusterjit.FusedMatMul(A, B, transB=1) (and
+// transA the same way): the kernel reads the operand transposed, as ONNX Runtime's FusedMatMul, instead of
+// copying it first (attention's Q x K^T: a decoder step's transpose of its whole key cache). Structural
+// (no dims), so specialization replay keeps it. MatMuls with a reduced --matmul_precision stay.
+absl::StatusOr<bool> FuseTransposeIntoMatMul(Graph& graph);
 
 // Runs the four passes to a fixed point, verifying the graph after each.
 absl::Status SimplifyGraph(Graph& graph);

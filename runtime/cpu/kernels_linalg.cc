@@ -376,7 +376,8 @@ enum class ProductAlgorithm { kDefault, kOneDnnMatMul, kSgemm, kEigen, kBlis, kP
 // GEMV (which reads the weights once; BLIS would pack all of B on every call).
 void MatrixVectorProduct(KernelContext& ctx, const float* a, int64_t rows, int64_t K, int64_t N, bool b_is_nk,
                          float* y) {
-  if (K * N >= kPanelGemvWeights && TryPanelProduct(ctx, 1, b_is_nk, a, rows, K, N, y)) {
+  if ((K * N >= kPanelGemvWeights || (K * N >= kPanelGemvWeights / 2 && N >= 128)) &&
+      TryPanelProduct(ctx, 1, b_is_nk, a, rows, K, N, y)) {
     if (ctx.want_impl) ctx.impl = "panel-packed register-tiled loop (matrix-vector, shape-generic)";
     return;
   }
@@ -503,6 +504,11 @@ absl::Status MatMul(KernelContext& ctx) {
     if (ctx.want_impl) ctx.impl = "panel-packed register-tiled loop (shape-generic)";
     return absl::OkStatus();
   }
+  if (a.dtype() == DType::kF32 && shared_rows > 0 && shared_rows <= kMatrixVectorRows) {
+    // A decode step's projections (also below kSmallProductMacs: 1 x 256 x 256 streams 256 KiB of weights).
+    MatrixVectorProduct(ctx, a.data<float>(), shared_rows, g.K, g.N, false, y.data<float>());
+    return absl::OkStatus();
+  }
   if (a.dtype() == DType::kF32 && g.batch * g.M * g.N * g.K <= kSmallProductMacs) {
     for (int64_t bi = 0; bi < g.batch; ++bi) {
       int64_t aoff, boff;
@@ -518,10 +524,6 @@ absl::Status MatMul(KernelContext& ctx) {
     // through BLIS (runtime/cpu/gemm.h: no code generation at all). oneDNN's matmul primitive would
     // generate code for every new M (a new sequence length or image width): 0.1-0.15 ms per MatMul on a
     // shape's first run, as much as the product itself for these sizes.
-    if (shared_rows <= kMatrixVectorRows) {  // a decode step's projections
-      MatrixVectorProduct(ctx, a.data<float>(), shared_rows, g.K, g.N, false, y.data<float>());
-      return absl::OkStatus();
-    }
     if (!Sgemm(false, false, shared_rows, g.N, g.K, 1.0f, a.data<float>(), g.K, b.data<float>(), g.N, 0.0f,
                y.data<float>(), g.N)) {
       return ctx.Error("BLIS sgemm: invalid arguments");
@@ -639,6 +641,50 @@ absl::Status Gemm(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+// com.clusterjit.FusedMatMul (float32): MatMul with A and/or B read transposed in their last two dims
+// (transA / transB), so the Transpose before it (attention's K^T) does not run: Eigen maps the operand
+// column-major for small products, BLIS takes the transposition for larger ones (runtime/cpu/gemm.h).
+// Batch dims broadcast as MatMul's.
+absl::Status FusedMatMul(KernelContext& ctx) {
+  const Tensor& a = ctx.in(0);
+  const Tensor& b = ctx.in(1);
+  if (a.dtype() != DType::kF32 || b.dtype() != DType::kF32) return ctx.Error("FusedMatMul takes float32 inputs");
+  const bool ta = ctx.node->GetInt("transA", 0) != 0, tb = ctx.node->GetInt("transB", 0) != 0;
+  Dims ad = a.dims(), bd = b.dims();
+  for (auto [d, t] : {std::pair<Dims*, bool>{&ad, ta}, {&bd, tb}}) {
+    if (!t) continue;
+    if (d->size() < 2) return ctx.Error("a transposed operand needs rank >= 2");
+    std::swap((*d)[d->size() - 1], (*d)[d->size() - 2]);
+  }
+  Tensor& y = ctx.Alloc(0);
+  if (y.numel() == 0) return absl::OkStatus();
+  auto geo = PlanMatMul(ad, bd);
+  if (!geo.ok()) return ctx.Error(geo.status().message());
+  const MatMulGeometry& g = *geo;
+  if (g.K == 0) {
+    std::memset(y.raw(), 0, y.nbytes());
+    return absl::OkStatus();
+  }
+  // Element strides of A (M x K) and B (K x N) as stored.
+  const int64_t as_m = ta ? 1 : g.K, as_k = ta ? g.M : 1, bs_k = tb ? 1 : g.N, bs_n = tb ? g.K : 1;
+  const bool small = g.batch * g.M * g.N * g.K <= kSmallProductMacs;
+  for (int64_t bi = 0; bi < g.batch; ++bi) {
+    int64_t aoff, boff;
+    g.Offsets(bi, &aoff, &boff);
+    float* yb = y.data<float>() + bi * g.M * g.N;
+    if (small) {
+      EigenMatMul(a.data<float>() + aoff, b.data<float>() + boff, yb, g.M, g.K, g.N, as_m, as_k, bs_k, bs_n, 1.0f);
+    } else if (!Sgemm(ta, tb, g.M, g.N, g.K, 1.0f, a.data<float>() + aoff, ta ? g.M : g.K, b.data<float>() + boff,
+                      tb ? g.K : g.N, 0.0f, yb, g.N)) {
+      return ctx.Error("BLIS sgemm: invalid arguments");
+    }
+  }
+  if (ctx.want_impl) {
+    ctx.impl = absl::StrCat(small ? "Eigen (small product)" : SgemmImplementation(), ", operands read transposed");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 namespace {
@@ -654,6 +700,7 @@ KernelFn SixteenBit(KernelFn f32_kernel) {
 void RegisterLinalgKernels() {
   RegisterKernel("MatMul", SixteenBit(MatMul));
   RegisterKernel("Gemm", SixteenBit(Gemm));
+  RegisterKernel("FusedMatMul", FusedMatMul);
   RegisterAlgorithms("MatMul", [](const KernelContext& ctx) { return ProductAlgorithms(ctx, false); });
   RegisterAlgorithms("Gemm", [](const KernelContext& ctx) { return ProductAlgorithms(ctx, true); });
 }
