@@ -369,7 +369,10 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
   State& s = *state_;
   Profiler* prof = CJIT_PROFILER_ENABLED ? s.runtime->profiler() : nullptr;
   TraceScope scope(prof, s.trace_name, "cluster");
-  if (s.dynamic) {
+  // A dynamic runner (its family's executor: inputs of any dims of the structure) runs a family executable
+  // at the inputs' dims; before any exists, it follows the compile policy as every runner does (its body
+  // is the template's) and runs the fallback path, whose executor infers shapes per run.
+  if (s.dynamic && !s.family->Get(s.stats->id).empty()) {
     if (scope.active()) scope.args().Add("cluster", s.stats->id).Add("path", "compiled at other dims (dynamic shapes)");
     return RunDynamic(inputs, prof);
   }
@@ -476,6 +479,10 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
         .Add("signature", s.signature)
         .Add("ops", s.stats->ops);
     if (!ex && !why.empty()) scope.args().Add("why", why);
+  }
+  if (ex && s.dynamic) {  // compiled for the template's dims: run at these through an instance
+    s.family->Publish(s.stats->id, ex);
+    return RunDynamic(inputs, prof);
   }
   if (ex) {
     s.runtime->policy().RecordCompiledExecution(s.policy_id);

@@ -334,7 +334,9 @@ int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
     j["signatures"] = {{"held", st.signatures},
                        {"evicted", st.signature_evictions},
                        {"specialized", st.specializations},
-                       {"replayed", st.specialization_replays}};
+                       {"replayed", st.specialization_replays},
+                       {"dynamic_shape_runs", st.dynamic_shape_runs},
+                       {"dynamic_shape_misses", st.dynamic_shape_misses}};
     j["autotune"] = {{"ops_tuned", st.autotune.ops_tuned}, {"candidates_timed", st.autotune.candidates_timed},
                      {"candidates_rejected", st.autotune.candidates_rejected}, {"tuning_ms", st.autotune.tuning_ms},
                      {"memory_hits", st.autotune.memory_hits}, {"disk_hits", st.autotune.disk_hits},
@@ -711,6 +713,7 @@ int CmdBenchStream(const std::string& dir, double rtol, double atol, int passes,
                       st.totals.polymorphic_hits - prev.totals.polymorphic_hits, ok,
                       st.specialization_replays > prev.specialization_replays ? "replay"
                       : st.specializations > prev.specializations             ? "full"
+                      : st.dynamic_shape_runs > prev.dynamic_shape_runs       ? "dynamic"
                                                                               : "-",
                       TensorArenaStats().populated_bytes / 1048576.0});
       prev = st;
@@ -744,6 +747,8 @@ int CmdBenchStream(const std::string& dir, double rtol, double atol, int passes,
     SessionStats st = (*session)->stats();
     j["specialized"] = st.specializations;
     j["replayed"] = st.specialization_replays;
+    j["dynamic_shape_runs"] = st.dynamic_shape_runs;
+    j["dynamic_shape_misses"] = st.dynamic_shape_misses;
     // The process-wide tensor arena (compiler/ir/buffer_arena.h): regions reserved, pages prefaulted.
     BufferArena::Stats arena = TensorArenaStats();
     j["arena_mb"] = {{"reserved", arena.reserved_bytes / 1048576.0},
