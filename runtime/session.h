@@ -7,7 +7,11 @@
 // in graph-output order, with their names. Each distinct input signature (dtype + dims of every input,
 // plus the value of scalar integer/bool inputs — up to 8 values per input, then that input is treated as
 // dynamic) is specialized once — shapes inferred, constant sub-graphs and control flow on constants
-// folded, simplified, clustered — and the plan cached; later runs with that signature reuse it.
+// folded, simplified, clustered — and the plan cached; later runs with that signature reuse it. A
+// signature whose structure (dtypes, ranks, 0/1 dims, by-value inputs) specialized before without reading
+// any concrete dim runs that structure's plan at its own dims instead, for its first two runs
+// (--dynamic_shape_plans: no specialization, shapes inferred per run, the compiled clusters with new loop
+// bounds; docs/architecture.md §3), then gets its own plan.
 //
 // This is the internal C++ interface; hosts use the C API (include/clusterjit/clusterjit.h) or its C++
 // wrapper (clusterjit.hpp), which sit on it.

@@ -9,6 +9,7 @@
 // Threads and runs per thread: CJIT_STRESS_THREADS (default 8), CJIT_STRESS_RUNS (default 200; the
 // ThreadSanitizer build in CI uses fewer, its runs are ~10x slower).
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <functional>
 #include <cstdlib>
@@ -150,6 +151,67 @@ TEST_P(ConcurrentRunTest, BitwiseEqualToRunsAlone) {
   int bad2 = stress(runs - phase1_runs, bitwise);
   EXPECT_EQ(bad2, 0) << bad2 << " of " << threads * (runs - phase1_runs) << " runs were not bitwise equal to runs alone; first: "
                      << first_problem;
+}
+
+// New signatures from many threads at once (the dynamic-shape plans of runtime/session.h: one family
+// executor, its instances per dims, specializations of third runs and compiles interleaving): the mel
+// spectrogram front end over 24 audio lengths, each thread in its own order, with lazy and async
+// compilation. Every output matches the same input on the fallback path of a session that specializes
+// every signature (rtol 1e-4, atol 1e-4).
+TEST(ConcurrentNewSignaturesTest, MatchTheFallbackPath) {
+  std::string dir = testing::ModelsDir() + "/oww_melspectrogram";
+  CJIT_REQUIRE_DATA(dir);
+  std::string model = dir + "/model.onnx";
+  const int threads = EnvInt("CJIT_STRESS_THREADS", 8);
+  std::vector<int64_t> lengths;
+  for (int i = 0; i < 24; ++i) lengths.push_back(1280 + 640 * i);
+  auto ref = LoadSessionWithFlags(model, "--device=cpu --auto_jit=-1 --dynamic_shape_plans=false", 1);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  const std::string input = (*ref)->inputs()[0].name;
+  std::vector<std::vector<NamedTensor>> inputs;
+  std::vector<Tensor> want;
+  for (int64_t n : lengths) {
+    Tensor x(DType::kF32, {1, n});
+    for (int64_t i = 0; i < n; ++i) x.data<float>()[i] = static_cast<float>(std::sin(0.013 * i) * 3000.0);
+    inputs.push_back({{input, x}});
+    auto r = (*ref)->Run(inputs.back());
+    ASSERT_TRUE(r.ok()) << r.status();
+    want.push_back((*r)[0].tensor);
+  }
+  for (const char* mode : {"--async_compilation=false", "--async_compilation=true"}) {
+    auto s = LoadSessionWithFlags(model, std::string("--device=cpu ") + mode, 2);
+    ASSERT_TRUE(s.ok()) << s.status();
+    std::mutex mu;
+    std::string problem;
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        for (size_t i = 0; i < 2 * lengths.size(); ++i) {
+          const size_t k = (i * (2 * t + 1) + t) % lengths.size();
+          auto r = (*s)->Run(inputs[k]);
+          std::string bad;
+          if (!r.ok()) {
+            bad = std::string(r.status().message());
+          } else {
+            const Tensor& y = (*r)[0].tensor;
+            if (y.dims() != want[k].dims()) bad = "dims differ";
+            for (int64_t e = 0; bad.empty() && e < y.numel(); ++e) {
+              const float g = y.data<float>()[e], w = want[k].data<float>()[e];
+              if (!(std::abs(g - w) <= 1e-4f + 1e-4f * std::abs(w))) bad = "value differs at " + std::to_string(e);
+            }
+          }
+          if (!bad.empty()) {
+            std::lock_guard<std::mutex> lock(mu);
+            if (problem.empty()) problem = "length " + std::to_string(lengths[k]) + ": " + bad;
+            return;
+          }
+        }
+      });
+    }
+    for (auto& th : pool) th.join();
+    EXPECT_EQ(problem, "") << mode;
+    EXPECT_GT((*s)->stats().dynamic_shape_runs, 0) << mode;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(SharedModels, ConcurrentRunTest,
