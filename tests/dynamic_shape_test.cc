@@ -276,8 +276,9 @@ TEST(DynamicShapePlanTest, OnlyPlansOfTheTemplateServeItsDims) {
 }
 
 // MatMul(A, Transpose(B)) and MatMul(Transpose(A), B) with the Transpose swapping the last two dims become
-// one com.clusterjit.FusedMatMul that reads the operand transposed: float64 math for batched, broadcast,
-// small (Eigen) and large (BLIS) products; a Transpose another node reads stays.
+// one com.clusterjit.FusedMatMul that reads the operand transposed: float64 math for batched, broadcast
+// (also across ranks), small (Eigen) and large (oneDNN, strided operands) products; a Transpose another node
+// reads stays, and a MatMul without one is left alone.
 struct FusedMatMulCase {
   Dims a, b;  // as stored (before the transposes)
   bool ta, tb;
@@ -291,6 +292,9 @@ TEST(FusedMatMulTest, TransposedOperandsMatchFloat64) {
                                    FusedMatMulCase{{7, 5}, {6, 7}, true, true, false},
                                    FusedMatMulCase{{1, 96, 64}, {1, 80, 96}, true, true, false},
                                    FusedMatMulCase{{2, 64, 96}, {2, 80, 96}, false, true, false},
+                                   FusedMatMulCase{{1, 3, 96, 64}, {2, 1, 80, 96}, true, true, false},
+                                   FusedMatMulCase{{3, 64, 96}, {96, 80}, false, false, false},
+                                   FusedMatMulCase{{64, 96}, {3, 80, 96}, false, true, false},
                                    FusedMatMulCase{{2, 5, 7}, {2, 6, 7}, false, true, true}}) {
     const int r = static_cast<int>(c.a.size());
     std::vector<int64_t> perm_a, perm_b;
@@ -330,7 +334,7 @@ TEST(FusedMatMulTest, TransposedOperandsMatchFloat64) {
         }
       };
       scan(**graph);
-      EXPECT_EQ(fused, !c.transpose_also_output) << what;
+      EXPECT_EQ(fused, (c.ta || c.tb) && !c.transpose_also_output) << what;
       auto out = (*s)->Run(in);
       ASSERT_TRUE(out.ok()) << what << ": " << out.status();
       const Tensor& y = (*out)[0].tensor;
@@ -338,8 +342,13 @@ TEST(FusedMatMulTest, TransposedOperandsMatchFloat64) {
       const int64_t M = c.ta ? c.a[r - 1] : c.a[r - 2], K = c.ta ? c.a[r - 2] : c.a[r - 1];
       const int64_t rb = static_cast<int64_t>(c.b.size());
       const int64_t N = c.tb ? c.b[rb - 2] : c.b[rb - 1];
+      // Batch dims right-aligned (numpy broadcasting), operands left-padded with 1s.
+      const int64_t rr = std::max<int64_t>(r, rb);
+      Dims pa(rr - r, 1), pb(rr - rb, 1);
+      pa.insert(pa.end(), c.a.begin(), c.a.end());
+      pb.insert(pb.end(), c.b.begin(), c.b.end());
       Dims batch;
-      for (int i = 0; i + 2 < r; ++i) batch.push_back(std::max(c.a[i], c.b[i]));
+      for (int64_t i = 0; i + 2 < rr; ++i) batch.push_back(std::max(pa[i], pb[i]));
       Dims want_dims = batch;
       want_dims.push_back(M);
       want_dims.push_back(N);
@@ -351,10 +360,10 @@ TEST(FusedMatMulTest, TransposedOperandsMatchFloat64) {
         for (int i = static_cast<int>(batch.size()) - 1; i >= 0; --i) {
           const int64_t idx = rem % batch[i];
           rem /= batch[i];
-          aoff += (c.a[i] == 1 ? 0 : idx) * astr;
-          boff += (c.b[i] == 1 ? 0 : idx) * bstr;
-          astr *= c.a[i];
-          bstr *= c.b[i];
+          aoff += (pa[i] == 1 ? 0 : idx) * astr;
+          boff += (pb[i] == 1 ? 0 : idx) * bstr;
+          astr *= pa[i];
+          bstr *= pb[i];
         }
         for (int64_t m = 0; m < M; ++m) {
           for (int64_t n = 0; n < N; ++n) {

@@ -668,6 +668,22 @@ absl::Status FusedMatMul(KernelContext& ctx) {
   // Element strides of A (M x K) and B (K x N) as stored.
   const int64_t as_m = ta ? 1 : g.K, as_k = ta ? g.M : 1, bs_k = tb ? 1 : g.N, bs_n = tb ? g.K : 1;
   const bool small = g.batch * g.M * g.N * g.K <= kSmallProductMacs;
+  if (!small && g.cd.size() <= 12) {
+    // oneDNN's matmul reads strided operands: the logical dims with the stored layout's strides (what the
+    // MatMul kernel runs for these sizes after a Transpose, without the copy).
+    // A transposed operand (rank >= 2, left-padded with 1s to the result's rank by PlanMatMul): its stored
+    // dense strides, padded, the last two swapped. The other operand as MatMul passes it.
+    auto transposed_strides = [](const Dims& stored, size_t rank) {
+      memory::dims st = DenseStrides(stored);
+      const int64_t total = std::max<int64_t>(1, NumElements(stored));
+      while (st.size() < rank) st.insert(st.begin(), total);
+      std::swap(st[st.size() - 1], st[st.size() - 2]);
+      return st;
+    };
+    const memory::dims sa = ta ? transposed_strides(a.dims(), g.ad.size()) : DenseStrides(g.ad);
+    const memory::dims sb = tb ? transposed_strides(b.dims(), g.bd.size()) : DenseStrides(g.bd);
+    return DnnlMatMul(a.raw(), g.ad, sa, b.raw(), g.bd, sb, y.raw(), g.cd, 1.0f, ctx.want_impl ? &ctx.impl : nullptr);
+  }
   for (int64_t bi = 0; bi < g.batch; ++bi) {
     int64_t aoff, boff;
     g.Offsets(bi, &aoff, &boff);
