@@ -262,6 +262,7 @@ struct CpuExecutable::DimsLayout {
   std::vector<std::vector<int>> node_inputs;        // per node of `order`: value positions (-1 absent)
   std::vector<std::vector<int>> node_outputs;
   std::vector<int> input_values, slot_values;       // body inputs, slots -> value positions
+  std::vector<Dims> body_dims;                      // per value: its dims in the body
   std::unordered_set<const Node*> body_nodes;
   std::vector<int> kernel_rank;                     // per fused kernel: collapsed iteration rank
   std::vector<std::string> kernel_inner;            // per fused kernel: InnerClass of each input
@@ -306,6 +307,7 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsLayout>> CpuExecutable::
     if (!v->shape.fully_known() || v->dtype == DType::kInvalid) {
       return absl::NotFoundError(absl::StrCat("%", v->name, " has no known shape in the body"));
     }
+    l->body_dims.push_back(v->shape.concrete());
   }
   for (const FusedKernel& k : plan_.kernels) {
     Collapsed c = Collapse(k.shape, Layouts(k), k.row_reduction);
@@ -324,30 +326,29 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsInstance>> CpuExecutable
   CJIT_ASSIGN_OR_RETURN(std::shared_ptr<const DimsLayout> layout, GetDimsLayout());
   const DimsLayout& l = *layout;
   if (input_dims.size() != l.input_values.size()) return miss("input count differs");
-  std::vector<Dims> dims(l.values.size());
-  std::vector<char> known(l.values.size(), 0);
-  for (size_t i = 0; i < l.values.size(); ++i) {
-    if (l.values[i]->is_constant()) {
-      dims[i] = l.values[i]->constant->dims();
-      known[i] = 1;
-    }
-  }
+  // Every value starts with its body dims; shape functions run only for nodes with an input whose dims
+  // changed (they are pure functions of dtypes, dims, constant values and attributes): in a decode step
+  // only the attention's values depend on the cache length.
+  std::vector<Dims> dims = l.body_dims;
+  std::vector<char> changed(l.values.size(), 0);
   for (size_t i = 0; i < input_dims.size(); ++i) {
     const int x = l.input_values[i];
-    if (static_cast<int>(input_dims[i].size()) != l.values[x]->shape.rank()) return miss("input ", i, " has another rank");
+    if (input_dims[i].size() != dims[x].size()) return miss("input ", i, " has another rank");
+    changed[x] = input_dims[i] != dims[x];
     dims[x] = input_dims[i];
-    known[x] = 1;
   }
   std::vector<InferInput> in;
   std::vector<InferOutput> out;
   for (size_t n = 0; n < l.order.size(); ++n) {
+    bool any = false;
+    for (int x : l.node_inputs[n]) any |= x >= 0 && changed[x];
+    if (!any) continue;
     in.clear();
     for (int x : l.node_inputs[n]) {
       if (x < 0) {
         in.push_back(InferInput{DType::kInvalid, Shape{}, nullptr, false});
         continue;
       }
-      if (!known[x]) return miss(l.order[n]->Describe(), ": an input's dims are unknown");
       const Value* v = l.values[x];
       in.push_back(InferInput{v->dtype, Shape::Of(dims[x]), v->constant.get(), true});
     }
@@ -362,19 +363,37 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsInstance>> CpuExecutable
           out[k].shape.rank() != v->shape.rank()) {
         return miss(l.order[n]->Describe(), ": output ", k, " is not known with its dtype and rank at these dims");
       }
-      dims[x] = out[k].shape.concrete();
-      known[x] = 1;
+      Dims d = out[k].shape.concrete();
+      changed[x] = d != dims[x];
+      dims[x] = std::move(d);
     }
   }
   auto dims_of = [&](const Value* v, Dims*) -> const Dims* {
     auto it = l.index.find(v);
-    return it != l.index.end() && known[it->second] ? &dims[it->second] : nullptr;
+    return it != l.index.end() ? &dims[it->second] : nullptr;
   };
-  CJIT_ASSIGN_OR_RETURN(std::vector<KernelDims> kernels, RederiveKernels(plan_, l.body_nodes, dims_of));
+  auto unchanged = [&](const Value* v) {
+    auto it = l.index.find(v);
+    return it != l.index.end() && !changed[it->second];
+  };
+  // A kernel whose sources and outputs kept their dims keeps its compiled metadata.
+  std::vector<bool> same_kernel(plan_.kernels.size(), false);
+  for (size_t k = 0; k < plan_.kernels.size(); ++k) {
+    bool same = true;
+    for (const Value* v : plan_.kernels[k].input_sources) same &= unchanged(v);
+    for (const Value* v : plan_.kernels[k].outputs) same &= unchanged(v);
+    same_kernel[k] = same;
+  }
+  CJIT_ASSIGN_OR_RETURN(std::vector<KernelDims> kernels, RederiveKernels(plan_, l.body_nodes, dims_of, &same_kernel));
   auto inst = std::make_shared<DimsInstance>();
   inst->kernels.resize(kernels.size());
   for (size_t k = 0; k < kernels.size(); ++k) {
     const FusedKernel& fk = plan_.kernels[k];
+    if (same_kernel[k]) {
+      const CpuKernel& ck = code_->kernels()[k];
+      inst->kernels[k] = DimsInstance::Kernel{ck.rows, ck.row_elems, ck.meta, fk.shape};
+      continue;
+    }
     std::vector<Dims> input_dims_k;
     for (const Value* v : fk.inputs) input_dims_k.push_back(*dims_of(v, nullptr));
     Collapsed c = Collapse(kernels[k].shape, Layouts(input_dims_k, kernels[k].input_offsets, kernels[k].input_strides),

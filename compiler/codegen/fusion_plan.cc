@@ -767,15 +767,20 @@ absl::StatusOr<FusionPlan> RebindFusionPlan(const FusionPlan& like, const Graph&
 
 absl::StatusOr<std::vector<KernelDims>> RederiveKernels(const FusionPlan& plan,
                                                         const std::unordered_set<const Node*>& body_nodes,
-                                                        const ValueDimsFn& dims_of) {
+                                                        const ValueDimsFn& dims_of, const std::vector<bool>* skip) {
   auto differ = [](const auto&... why) {
     return absl::NotFoundError(absl::StrCat("kernels not rederived: ", why...));
   };
   std::vector<KernelDims> out;
   out.reserve(plan.kernels.size());
   Dims scratch;
-  for (const FusedKernel& k : plan.kernels) {
+  for (size_t ki = 0; ki < plan.kernels.size(); ++ki) {
+    const FusedKernel& k = plan.kernels[ki];
     KernelDims kd;
+    if (skip != nullptr && (*skip)[ki]) {
+      out.push_back(std::move(kd));
+      continue;
+    }
     const Node* reduction = nullptr;
     for (const Node* m : k.nodes) {
       if (IsRowReduction(*m)) {

@@ -140,9 +140,11 @@ struct KernelDims {
 // plan, runtime/executable.h InstantiateDims). The checks are RebindFusionPlan's: each member has the
 // kernel's iteration space (or the row values' shape), and each input's view reads the same source.
 // NotFoundError naming the first failed check.
+// Kernels whose `skip` entry is true (optional) are left out (empty KernelDims).
 absl::StatusOr<std::vector<KernelDims>> RederiveKernels(const FusionPlan& plan,
                                                         const std::unordered_set<const Node*>& body_nodes,
-                                                        const ValueDimsFn& dims_of);
+                                                        const ValueDimsFn& dims_of,
+                                                        const std::vector<bool>* skip = nullptr);
 
 // Human-readable plan (for --dump_to): each step in order; a fused kernel with its kind, iteration space,
 // ops, inputs (source, offset, strides) and outputs; a library step with its op, node and absorbed post-ops.
