@@ -192,6 +192,12 @@ std::vector<std::shared_ptr<const CpuExecutable>> ShapeFamily::Get(int cluster_i
   return it == executables_.end() ? std::vector<std::shared_ptr<const CpuExecutable>>{} : it->second;
 }
 
+bool ShapeFamily::Has(int cluster_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = executables_.find(cluster_id);
+  return it != executables_.end() && !it->second.empty();
+}
+
 bool IsDynamicShapeMiss(const absl::Status& status) {
   return !status.ok() && status.GetPayload(kDynamicShapeMissPayload).has_value();
 }
@@ -372,7 +378,7 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
   // A dynamic runner (its family's executor: inputs of any dims of the structure) runs a family executable
   // at the inputs' dims; before any exists, it follows the compile policy as every runner does (its body
   // is the template's) and runs the fallback path, whose executor infers shapes per run.
-  if (s.dynamic && !s.family->Get(s.stats->id).empty()) {
+  if (s.dynamic && s.family->Has(s.stats->id)) {
     if (scope.active()) scope.args().Add("cluster", s.stats->id).Add("path", "compiled at other dims (dynamic shapes)");
     return RunDynamic(inputs, prof);
   }

@@ -150,6 +150,7 @@ class ShapeFamily {
   static constexpr size_t kMaxPerCluster = 4;
   void Publish(int cluster_id, std::shared_ptr<const CpuExecutable> ex);
   std::vector<std::shared_ptr<const CpuExecutable>> Get(int cluster_id) const;
+  bool Has(int cluster_id) const;
 
  private:
   mutable std::mutex mu_;

@@ -453,6 +453,13 @@ absl::StatusOr<std::shared_ptr<Graph>> Session::BuildSpecializedGraph(const std:
   return g;
 }
 
+Session::Plan Session::DynamicPlan(std::shared_ptr<const Executor> family_executor) {
+  Plan p;
+  p.cpu = std::move(family_executor);
+  p.dynamic = true;
+  return p;
+}
+
 absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inputs, bool allow_dynamic) {
   std::vector<bool> by_value = ValueSpecialized(inputs);
   std::string signature;
@@ -486,8 +493,7 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
   std::string structure;
   std::shared_ptr<const ReplayTemplate> tmpl;
   std::shared_ptr<ShapeFamily> family;  // the dynamic-shape family this signature's plan publishes to
-  std::shared_ptr<const Executor> dynamic_executor;
-  DynamicFamily dynamic_family;  // a family whose executor this signature's run creates
+  DynamicFamily dynamic_family;          // a family whose executor this signature's run creates
   if (replayable) {
     for (size_t i = 0; i < inputs.size(); ++i) {
       absl::StrAppend(&structure, DTypeName(inputs[i].dtype()), "[");
@@ -513,14 +519,8 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
         int& served = dynamic_served_[signature];
         if (served < kDynamicRunsPerSignature) {
           ++served;
-          dynamic_executor = fam->second.executor;
-          if (!dynamic_executor) dynamic_family = fam->second;  // its executor is made below (unlocked)
-          else {
-            Plan p;
-            p.cpu = dynamic_executor;
-            p.dynamic = true;
-            return p;
-          }
+          if (fam->second.executor) return DynamicPlan(fam->second.executor);
+          dynamic_family = fam->second;  // its executor is made below, unlocked
         }
       }
     }
@@ -541,10 +541,7 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
       auto fam = families_.find(structure);
       if (fam != families_.end() && fam->second.executables == dynamic_family.executables) {
         if (!fam->second.executor) fam->second.executor = std::move(*ex);
-        Plan p;
-        p.cpu = fam->second.executor;
-        p.dynamic = true;
-        return p;
+        return DynamicPlan(fam->second.executor);
       }
     } else {
       CJIT_VLOG(1) << "no dynamic-shape plan for " << signature << ": " << ex.status().message();
@@ -706,11 +703,13 @@ absl::StatusOr<std::vector<NamedTensor>> Session::RunImpl(const std::vector<Name
   std::vector<Tensor> outs;
   if (plan.dynamic) {
     auto dynamic = plan.cpu->Run(ordered);
+    const bool miss = IsDynamicShapeMiss(dynamic.status());
     {
       std::lock_guard<std::mutex> lock(mu_);
-      ++(dynamic.ok() ? dynamic_shape_runs_ : dynamic_shape_misses_);
+      if (dynamic.ok()) ++dynamic_shape_runs_;
+      if (miss) ++dynamic_shape_misses_;
     }
-    if (dynamic.ok() || !IsDynamicShapeMiss(dynamic.status())) {
+    if (!miss) {
       CJIT_ASSIGN_OR_RETURN(outs, std::move(dynamic));
     } else {
       // Nothing of the run escaped (outputs are returned only on success): specialize and run as usual.

@@ -185,6 +185,7 @@ class Session {
   };
   // `allow_dynamic`: a signature without a plan may be served by its structure's dynamic-shape plan.
   absl::StatusOr<Plan> Specialize(const std::vector<Tensor>& inputs, bool allow_dynamic = true);
+  static Plan DynamicPlan(std::shared_ptr<const Executor> family_executor);
   // Which inputs this signature specializes by value (scalar integers/bools, bounded per input).
   std::vector<bool> ValueSpecialized(const std::vector<Tensor>& inputs);
   // `sig` (>= 0) names the signature in dump files.

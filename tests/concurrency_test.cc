@@ -157,7 +157,7 @@ TEST_P(ConcurrentRunTest, BitwiseEqualToRunsAlone) {
 // executor, its instances per dims, specializations of third runs and compiles interleaving): the mel
 // spectrogram front end over 24 audio lengths, each thread in its own order, with lazy and async
 // compilation. Every output matches the same input on the fallback path of a session that specializes
-// every signature (rtol 1e-4, atol 1e-4).
+// every signature (rtol 1e-3, atol 1e-4: the stream checks' tolerance).
 TEST(ConcurrentNewSignaturesTest, MatchTheFallbackPath) {
   std::string dir = testing::ModelsDir() + "/oww_melspectrogram";
   CJIT_REQUIRE_DATA(dir);
@@ -172,7 +172,13 @@ TEST(ConcurrentNewSignaturesTest, MatchTheFallbackPath) {
   std::vector<Tensor> want;
   for (int64_t n : lengths) {
     Tensor x(DType::kF32, {1, n});
-    for (int64_t i = 0; i < n; ++i) x.data<float>()[i] = static_cast<float>(std::sin(0.013 * i) * 3000.0);
+    // Noise (as recorded audio has): a pure tone leaves bins far from it at float32 rounding level, where
+    // any two summation orders differ by 1e-3 dB.
+    uint32_t state = static_cast<uint32_t>(n);
+    for (int64_t i = 0; i < n; ++i) {
+      state = state * 1664525u + 1013904223u;
+      x.data<float>()[i] = (static_cast<float>(state >> 8) / 16777216.0f - 0.5f) * 6000.0f;
+    }
     inputs.push_back({{input, x}});
     auto r = (*ref)->Run(inputs.back());
     ASSERT_TRUE(r.ok()) << r.status();
@@ -197,7 +203,9 @@ TEST(ConcurrentNewSignaturesTest, MatchTheFallbackPath) {
             if (y.dims() != want[k].dims()) bad = "dims differ";
             for (int64_t e = 0; bad.empty() && e < y.numel(); ++e) {
               const float g = y.data<float>()[e], w = want[k].data<float>()[e];
-              if (!(std::abs(g - w) <= 1e-4f + 1e-4f * std::abs(w))) bad = "value differs at " + std::to_string(e);
+              if (!(std::abs(g - w) <= 1e-4f + 1e-3f * std::abs(w))) {
+                bad = "value differs at " + std::to_string(e) + ": " + std::to_string(g) + " vs " + std::to_string(w);
+              }
             }
           }
           if (!bad.empty()) {
