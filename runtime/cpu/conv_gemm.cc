@@ -1235,10 +1235,16 @@ void SplitRowsOrPanels(int threads, double macs, int64_t M, int64_t np, F run) {
 }
 
 // Y [M, OC] = X [M, C] x panels + bias, post-ops, on up to `threads` threads (SplitRowsOrPanels).
+// A matrix-vector product (at most 4 rows) streams its weights once: memory-bound, each multiply-add costs
+// about 8 of a GEMM's (a 1 x 256 x 1024 product: 18 us, against 2-3 us of compute), so its work counts 8x in
+// the fork rule (parallel.h, which is calibrated in compute-bound multiply-adds).
+constexpr double kMatrixVectorWorkFactor = 8;
+
 void RunPanelPointwise(int threads, const float* x, const float* panels, const float* bias,
                        const std::vector<PostOp>* ops, float* y, int64_t M, int64_t C, int64_t OC) {
   const auto fn = PickIsa().panel_pointwise;
-  SplitRowsOrPanels(threads, static_cast<double>(M) * C * OC, M, (OC + kPanelWidth - 1) / kPanelWidth,
+  const double work = static_cast<double>(M) * C * OC * (M <= 4 ? kMatrixVectorWorkFactor : 1);
+  SplitRowsOrPanels(threads, work, M, (OC + kPanelWidth - 1) / kPanelWidth,
                     [&](int64_t m0, int64_t m1, int64_t q0, int64_t q1) {
                       fn(x, C, panels, bias, ops, y, m0, m1, q0, q1, C, OC);
                     });
