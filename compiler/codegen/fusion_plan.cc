@@ -193,6 +193,47 @@ View Resolve(const Value* v, const std::unordered_set<const Node*>& body_nodes, 
   return out;
 }
 
+// `k`'s iteration space and input views at the dims `dims_of` gives (RebindFusionPlan and RederiveKernels):
+// the space is a row reduction's input in a row kernel, else the first member's output; each member must
+// have it (an elementwise member of a row kernel may have the row values' shape), and each input's view
+// must read k.input_sources[j]. `differ` makes the error naming the first failed check.
+template <typename Differ>
+absl::StatusOr<KernelDims> KernelDimsAt(const FusedKernel& k, const std::unordered_set<const Node*>& body_nodes,
+                                        const ValueDimsFn& dims_of, const Differ& differ) {
+  auto reduces = [&k](const Node* m) { return k.row_reduction && IsRowReduction(*m); };
+  const Node* reduction = nullptr;
+  for (const Node* m : k.nodes) {
+    if (reduces(m)) {
+      reduction = m;
+      break;
+    }
+  }
+  Dims scratch;
+  const Value* space = reduction ? reduction->inputs[0] : k.nodes.front()->outputs[0];
+  const Dims* sd = space ? dims_of(space, &scratch) : nullptr;
+  if (sd == nullptr) return differ(k.name, ": iteration space unknown");
+  KernelDims kd;
+  kd.shape = *sd;
+  Dims row = kd.shape;
+  if (!row.empty()) row.back() = 1;
+  for (const Node* m : k.nodes) {
+    const bool red = reduces(m);
+    const Value* v = red ? m->inputs[0] : m->outputs[0];
+    const Dims* d = v ? dims_of(v, &scratch) : nullptr;
+    if (d == nullptr) return differ(m->Describe(), ": dims unknown");
+    if (!(*d == kd.shape || (!red && k.row_reduction && *d == row))) {
+      return differ(m->Describe(), " does not have its kernel's iteration space at these dims");
+    }
+  }
+  for (size_t j = 0; j < k.inputs.size(); ++j) {
+    View view = Resolve(k.inputs[j], body_nodes, dims_of);
+    if (view.source != k.input_sources[j]) return differ(k.name, ": input ", j, " reads another source");
+    kd.input_offsets.push_back(view.offset);
+    kd.input_strides.push_back(std::move(view.strides));
+  }
+  return kd;
+}
+
 }  // namespace
 
 namespace {
@@ -666,10 +707,6 @@ absl::StatusOr<FusionPlan> RebindFusionPlan(const FusionPlan& like, const Graph&
   std::unordered_set<const Node*> body_nodes;
   body_nodes.reserve(nb.size());
   for (const auto& n : nb) body_nodes.insert(n.get());
-  auto rowdims = [](Dims d) {
-    if (!d.empty()) d.back() = 1;
-    return d;
-  };
   FusionPlan plan;
   plan.kernels.reserve(like.kernels.size());
   for (const FusedKernel& lk : like.kernels) {
@@ -679,8 +716,7 @@ absl::StatusOr<FusionPlan> RebindFusionPlan(const FusionPlan& like, const Graph&
     k.excess_precision = lk.excess_precision;
     // Each member fuses as it did: a row reduction again, or else a fusible elementwise op (as x was:
     // members of a kernel are one or the other).
-    const Node* reduction = nullptr;
-    std::vector<bool> reduces;
+    bool any_reduction = false;
     for (const Node* x : lk.nodes) {
       const Node* y = node(x);
       if (y == nullptr) return differ("a kernel node outside the body");
@@ -688,25 +724,10 @@ absl::StatusOr<FusionPlan> RebindFusionPlan(const FusionPlan& like, const Graph&
       if (red != IsRowReduction(*x) || (!red && !IsFusibleElementwise(*y))) {
         return differ(y->Describe(), " fuses differently");
       }
-      if (red && reduction == nullptr) reduction = y;
-      reduces.push_back(red);
+      any_reduction |= red;
       k.nodes.push_back(y);
     }
-    if (k.nodes.empty() || k.row_reduction != (reduction != nullptr)) return differ(k.name, ": kind");
-    const Value* space = reduction ? reduction->inputs[0] : k.nodes.front()->outputs[0];
-    if (space == nullptr || !space->shape.fully_known()) return differ(k.name, ": iteration space unknown");
-    k.shape = space->shape.concrete();
-    const Dims row = rowdims(k.shape);
-    for (size_t j = 0; j < k.nodes.size(); ++j) {
-      const Node* m = k.nodes[j];
-      const bool red = reduces[j];
-      const Value* v = red ? m->inputs[0] : m->outputs[0];
-      if (v == nullptr || !v->shape.fully_known()) return differ(m->Describe(), ": dims unknown");
-      const Dims d = v->shape.concrete();
-      if (!(d == k.shape || (!red && k.row_reduction && d == row))) {
-        return differ(m->Describe(), " no longer has its kernel's iteration space");
-      }
-    }
+    if (k.nodes.empty() || k.row_reduction != any_reduction) return differ(k.name, ": kind");
     for (const Value* x : lk.inputs) {
       const Value* y = value(x);
       if (y == nullptr) return differ(k.name, ": an input outside the body");
@@ -717,13 +738,11 @@ absl::StatusOr<FusionPlan> RebindFusionPlan(const FusionPlan& like, const Graph&
       if (y == nullptr) return differ(k.name, ": an output outside the body");
       k.outputs.push_back(y);
     }
-    for (size_t j = 0; j < k.inputs.size(); ++j) {
-      View view = Resolve(k.inputs[j], body_nodes, GraphDims);
-      if (view.source != value(lk.input_sources[j])) return differ(k.name, ": input ", j, " reads another source");
-      k.input_sources.push_back(view.source);
-      k.input_offsets.push_back(view.offset);
-      k.input_strides.push_back(std::move(view.strides));
-    }
+    for (const Value* x : lk.input_sources) k.input_sources.push_back(value(x));  // where each view must read
+    CJIT_ASSIGN_OR_RETURN(KernelDims kd, KernelDimsAt(k, body_nodes, GraphDims, differ));
+    k.shape = std::move(kd.shape);
+    k.input_offsets = std::move(kd.input_offsets);
+    k.input_strides = std::move(kd.input_strides);
     plan.kernels.push_back(std::move(k));
   }
   plan.steps.reserve(like.steps.size());
@@ -773,42 +792,12 @@ absl::StatusOr<std::vector<KernelDims>> RederiveKernels(const FusionPlan& plan,
   };
   std::vector<KernelDims> out;
   out.reserve(plan.kernels.size());
-  Dims scratch;
-  for (size_t ki = 0; ki < plan.kernels.size(); ++ki) {
-    const FusedKernel& k = plan.kernels[ki];
-    KernelDims kd;
-    if (skip != nullptr && (*skip)[ki]) {
-      out.push_back(std::move(kd));
+  for (size_t k = 0; k < plan.kernels.size(); ++k) {
+    if (skip != nullptr && (*skip)[k]) {
+      out.emplace_back();
       continue;
     }
-    const Node* reduction = nullptr;
-    for (const Node* m : k.nodes) {
-      if (IsRowReduction(*m)) {
-        reduction = m;
-        break;
-      }
-    }
-    const Value* space = k.row_reduction && reduction ? reduction->inputs[0] : k.nodes.front()->outputs[0];
-    const Dims* sd = space ? dims_of(space, &scratch) : nullptr;
-    if (sd == nullptr) return differ(k.name, ": iteration space unknown");
-    kd.shape = *sd;
-    Dims row = kd.shape;
-    if (!row.empty()) row.back() = 1;
-    for (const Node* m : k.nodes) {
-      const bool red = k.row_reduction && IsRowReduction(*m);
-      const Value* v = red ? m->inputs[0] : m->outputs[0];
-      const Dims* d = v ? dims_of(v, &scratch) : nullptr;
-      if (d == nullptr) return differ(m->Describe(), ": dims unknown");
-      if (!(*d == kd.shape || (!red && k.row_reduction && *d == row))) {
-        return differ(m->Describe(), " does not have its kernel's iteration space at these dims");
-      }
-    }
-    for (size_t j = 0; j < k.inputs.size(); ++j) {
-      View view = Resolve(k.inputs[j], body_nodes, dims_of);
-      if (view.source != k.input_sources[j]) return differ(k.name, ": input ", j, " reads another source");
-      kd.input_offsets.push_back(view.offset);
-      kd.input_strides.push_back(std::move(view.strides));
-    }
+    CJIT_ASSIGN_OR_RETURN(KernelDims kd, KernelDimsAt(plan.kernels[k], body_nodes, dims_of, differ));
     out.push_back(std::move(kd));
   }
   return out;
