@@ -3,13 +3,13 @@
 // fallback path of a session that specializes every signature (op by op, no clusters, no dynamic plans)
 // and float64 math computed here.
 #include <cmath>
-#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "runtime/session.h"
 #include "tests/model_builder.h"
+#include "tests/random_floats.h"
 
 namespace cjit {
 namespace {
@@ -35,18 +35,8 @@ SessionOptions ReferenceOpts() {
   return o;
 }
 
-Tensor Random(const Dims& d, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  Tensor t(DType::kF32, d);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
-  return t;
-}
-
-std::vector<float> RandomVector(size_t n, uint32_t seed) {
-  Tensor t = Random({static_cast<int64_t>(n)}, seed);
-  return std::vector<float>(t.data<float>(), t.data<float>() + n);
-}
+using testing::RandomFloats;
+using testing::RandomTensor;
 
 double MaxAbsDiff(const Tensor& a, const Tensor& b) {
   if (a.dims() != b.dims()) return INFINITY;
@@ -68,7 +58,7 @@ std::string DecoderStep() {
       .Output("k")
       .Output("v");
   uint32_t seed = 1;
-  for (const char* w : {"wq", "wk", "wv", "wo"}) b.InitFloats(w, {D, D}, RandomVector(D * D, seed++));
+  for (const char* w : {"wq", "wk", "wv", "wo"}) b.InitFloats(w, {D, D}, RandomFloats(D * D, seed++));
   b.InitInts("heads", {4}, {0, 0, H, HD});
   b.InitInts("merge", {3}, {0, 0, D});
   b.InitFloats("scale", {}, {0.35f});
@@ -94,8 +84,8 @@ std::string DecoderStep() {
 }
 
 std::vector<NamedTensor> DecoderInputs(int64_t past, uint32_t seed) {
-  return {{"x", Random({1, 1, 16}, seed)}, {"past_k", Random({1, 2, past, 8}, seed + 1)},
-          {"past_v", Random({1, 2, past, 8}, seed + 2)}};
+  return {{"x", RandomTensor({1, 1, 16}, seed)}, {"past_k", RandomTensor({1, 2, past, 8}, seed + 1)},
+          {"past_v", RandomTensor({1, 2, past, 8}, seed + 2)}};
 }
 
 void ExpectNear(const std::vector<NamedTensor>& got, const std::vector<NamedTensor>& want, const std::string& what) {
@@ -103,6 +93,15 @@ void ExpectNear(const std::vector<NamedTensor>& got, const std::vector<NamedTens
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_LE(MaxAbsDiff(got[i].tensor, want[i].tensor), 1e-5) << what << " output " << got[i].name;
   }
+}
+
+// `in` through the session under test and through the reference; both run, and every output matches.
+void RunBoth(Session& s, Session& ref, const std::vector<NamedTensor>& in, const std::string& what) {
+  auto got = s.Run(in);
+  auto want = ref.Run(in);
+  ASSERT_TRUE(got.ok()) << what << ": " << got.status();
+  ASSERT_TRUE(want.ok()) << what << ": " << want.status();
+  ExpectNear(*got, *want, what);
 }
 
 // A decode loop: every step a new past length. The first signature specializes and compiles; every later
@@ -114,12 +113,7 @@ TEST(DynamicShapePlanTest, DecoderStepsRunCompiledAtEveryPastLength) {
   ASSERT_TRUE(ref.ok()) << ref.status();
   const int64_t first = 3, last = 40;
   for (int64_t p = first; p <= last; ++p) {
-    auto in = DecoderInputs(p, static_cast<uint32_t>(p));
-    auto got = (*s)->Run(in);
-    auto want = (*ref)->Run(in);
-    ASSERT_TRUE(got.ok()) << p << ": " << got.status();
-    ASSERT_TRUE(want.ok()) << p << ": " << want.status();
-    ExpectNear(*got, *want, absl::StrCat("past ", p));
+    ASSERT_NO_FATAL_FAILURE(RunBoth(**s, **ref, DecoderInputs(p, static_cast<uint32_t>(p)), absl::StrCat("past ", p)));
   }
   SessionStats st = (*s)->stats();
   EXPECT_EQ(st.specializations, 1);
@@ -130,11 +124,7 @@ TEST(DynamicShapePlanTest, DecoderStepsRunCompiledAtEveryPastLength) {
   EXPECT_LE(st.totals.compiles, 1);  // none where the process-wide kernel cache has the kernels
   // A signature's third run specializes (its own plan); the results stay the reference's.
   for (int run = 0; run < 3; ++run) {
-    auto in = DecoderInputs(17, 99);
-    auto got = (*s)->Run(in);
-    auto want = (*ref)->Run(in);
-    ASSERT_TRUE(got.ok() && want.ok());
-    ExpectNear(*got, *want, absl::StrCat("past 17, run ", run));
+    ASSERT_NO_FATAL_FAILURE(RunBoth(**s, **ref, DecoderInputs(17, 99), absl::StrCat("past 17, run ", run)));
   }
   st = (*s)->stats();
   EXPECT_EQ(st.dynamic_shape_runs, last - first + 1) << "past 17 ran dynamically once before";
@@ -155,12 +145,8 @@ TEST(DynamicShapePlanTest, DecoderStepsBeforeTheClusterCompiled) {
     ASSERT_TRUE(s.ok() && ref.ok());
     const int64_t first = 3, last = 30;
     for (int64_t p = first; p <= last; ++p) {
-      auto in = DecoderInputs(p, static_cast<uint32_t>(p));
-      auto got = (*s)->Run(in);
-      auto want = (*ref)->Run(in);
-      ASSERT_TRUE(got.ok()) << p << ": " << got.status();
-      ASSERT_TRUE(want.ok());
-      ExpectNear(*got, *want, absl::StrCat("past ", p, async ? " async" : ""));
+      ASSERT_NO_FATAL_FAILURE(RunBoth(**s, **ref, DecoderInputs(p, static_cast<uint32_t>(p)),
+                                      absl::StrCat("past ", p, async ? " async" : "")));
     }
     SessionStats st = (*s)->stats();
     EXPECT_EQ(st.specializations, 1);
@@ -229,7 +215,7 @@ TEST(DynamicShapePlanTest, DimsThatChangeAKernelStructureMissAndSpecialize) {
   auto s = Session::LoadFromBytes(b.Bytes(), Opts());
   ASSERT_TRUE(s.ok()) << s.status();
   for (int64_t p : {3, 5, 1, 7}) {
-    Tensor x = Random({1, 4 * p}, static_cast<uint32_t>(p));
+    Tensor x = RandomTensor({1, 4 * p}, static_cast<uint32_t>(p));
     auto out = (*s)->Run({{"x", x}});
     ASSERT_TRUE(out.ok()) << p << ": " << out.status();
     const Tensor& y = (*out)[0].tensor;
@@ -264,7 +250,7 @@ TEST(DynamicShapePlanTest, OnlyPlansOfTheTemplateServeItsDims) {
     ASSERT_TRUE(s.ok()) << s.status();
     for (const Dims& d : {Dims{6, 4}, Dims{3, 8}, Dims{4, 9}, Dims{6, 5}, Dims{2, 15}, Dims{12, 3}, Dims{6, 7},
                           Dims{5, 6}, Dims{6, 9}, Dims{3, 4}}) {
-      Tensor x = Random(d, 7);
+      Tensor x = RandomTensor(d, 7);
       auto out = (*s)->Run({{"x", x}});
       ASSERT_TRUE(out.ok()) << DimsToString(d) << ": " << out.status();
       const Tensor& y = (*out)[0].tensor;
@@ -322,7 +308,7 @@ TEST(FusedMatMulTest, TransposedOperandsMatchFloat64) {
       o.flags.auto_jit = jit;
       auto s = Session::LoadFromBytes(b.Bytes(), o);
       ASSERT_TRUE(s.ok()) << what << ": " << s.status();
-      Tensor ta = Random(c.a, 11), tb = Random(c.b, 12);
+      Tensor ta = RandomTensor(c.a, 11), tb = RandomTensor(c.b, 12);
       std::vector<NamedTensor> in = {{"a", ta}, {"b", tb}};
       auto graph = (*s)->SpecializeAndCluster(in, nullptr);
       ASSERT_TRUE(graph.ok()) << graph.status();

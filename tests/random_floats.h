@@ -3,8 +3,11 @@
 #ifndef CJIT_TESTS_RANDOM_FLOATS_H_
 #define CJIT_TESTS_RANDOM_FLOATS_H_
 
+#include <algorithm>
 #include <random>
 #include <vector>
+
+#include "compiler/ir/tensor.h"
 
 namespace cjit {
 namespace testing {
@@ -15,6 +18,14 @@ inline std::vector<float> RandomFloats(size_t n, unsigned seed) {
   std::vector<float> v(n);
   for (float& x : v) x = u(rng);
   return v;
+}
+
+// A float32 tensor of dims `d` holding RandomFloats(numel, seed).
+inline Tensor RandomTensor(const Dims& d, unsigned seed) {
+  Tensor t(DType::kF32, d);
+  const std::vector<float> v = RandomFloats(static_cast<size_t>(t.numel()), seed);
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
 }
 
 }  // namespace testing

@@ -4,7 +4,6 @@
 // replay off), and the guards' misses on graphs built to break a naive replay.
 #include <cmath>
 #include <limits>
-#include <random>
 
 #include "compiler/ir/graph.h"
 #include "compiler/passes/specialization_replay.h"
@@ -16,6 +15,8 @@
 
 namespace cjit {
 namespace {
+
+using testing::RandomTensor;
 
 SessionOptions Opts(const std::string& replay = "true") {
   SessionOptions o;
@@ -30,13 +31,6 @@ SessionOptions Opts(const std::string& replay = "true") {
   return o;
 }
 
-Tensor Random(const Dims& d, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  Tensor t(DType::kF32, d);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
-  return t;
-}
 
 // y = Relu(Transpose(Reshape(x, Concat(Gather(Shape(x), [1]), [-1])))) with x: f32[1, N, 4]: the Reshape
 // target {N, -1} is folded from x's dims, so a replay must re-derive it. y: [4, N].
@@ -60,7 +54,7 @@ TEST(ReplayTest, ShapeDerivedReshapeTargetIsRederived) {
     ASSERT_TRUE(s.ok()) << s.status();
     int k = 0;
     for (int64_t n : {3, 5, 7, 12}) {
-      Tensor x = Random({1, n, 4}, static_cast<uint32_t>(n));
+      Tensor x = RandomTensor({1, n, 4}, static_cast<uint32_t>(n));
       auto out = (*s)->Run({{"x", x}});
       ASSERT_TRUE(out.ok()) << mode << " N=" << n << ": " << out.status();
       const Tensor& y = (*out)[0].tensor;
@@ -101,7 +95,7 @@ TEST(ReplayTest, IdentityReshapeRemovedAtOneShapeIsGuarded) {
     // [12,3]: replay of [2,15]'s specialization.
     for (const Step& step : {Step{{6, 4}, 0}, Step{{3, 8}, 0}, Step{{4, 9}, 1}, Step{{6, 5}, 1}, Step{{2, 15}, 1},
                              Step{{12, 3}, 2}}) {
-      Tensor x = Random(step.x, 7);
+      Tensor x = RandomTensor(step.x, 7);
       auto out = (*s)->Run({{"x", x}});
       ASSERT_TRUE(out.ok()) << mode << " " << DimsToString(step.x) << ": " << out.status();
       const Tensor& y = (*out)[0].tensor;
@@ -144,7 +138,7 @@ TEST(ReplayTest, ShapeOfAValueMovedToChannelsLastIsReplayed) {
     auto s = Session::LoadFromBytes(b.Bytes(), Opts(mode));
     ASSERT_TRUE(s.ok()) << s.status();
     for (const Dims& d : {Dims{1, 16, 6, 7}, Dims{1, 16, 9, 5}, Dims{1, 16, 12, 12}, Dims{1, 16, 4, 10}}) {
-      Tensor x = Random(d, static_cast<uint32_t>(d[2] * 100 + d[3]));
+      Tensor x = RandomTensor(d, static_cast<uint32_t>(d[2] * 100 + d[3]));
       auto out = (*s)->Run({{"x", x}});
       auto want = (*plain)->Run({{"x", x}});
       ASSERT_TRUE(out.ok() && want.ok()) << mode << " " << DimsToString(d) << ": " << out.status() << want.status();
@@ -179,7 +173,7 @@ TEST(ReplayTest, IfOnAShapeDerivedConditionIsNotReplayed) {
   auto s = Session::LoadFromBytes(mb.Bytes(), Opts());
   ASSERT_TRUE(s.ok()) << s.status();
   for (int64_t n : {4, 8, 3, 9}) {
-    Tensor x = Random({1, n}, 3);
+    Tensor x = RandomTensor({1, n}, 3);
     auto out = (*s)->Run({{"x", x}});
     ASSERT_TRUE(out.ok()) << n << ": " << out.status();
     const float f = n > 5 ? 2.0f : 3.0f;
@@ -252,7 +246,7 @@ TEST(ReplayTest, SharedModelsReplayTheFullSpecialization) {
     ASSERT_TRUE(verify.ok() && plain.ok()) << c.model;
     uint32_t seed = 1;
     for (const Dims& d : c.shapes) {
-      std::vector<NamedTensor> in{{(*verify)->inputs()[0].name, Random(d, seed++)}};
+      std::vector<NamedTensor> in{{(*verify)->inputs()[0].name, RandomTensor(d, seed++)}};
       auto a = (*verify)->Run(in);
       ASSERT_TRUE(a.ok()) << c.model << " " << DimsToString(d) << ": " << a.status();
       auto b = (*plain)->Run(in);
