@@ -1,5 +1,6 @@
 #include "cache/cache_key.h"
 
+#include <nettle/sha2.h>
 #include <openssl/evp.h>
 #include <xxhash.h>
 
@@ -21,14 +22,25 @@ namespace cjit {
 uint64_t Fingerprint64(absl::string_view bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
 
 std::string ContentDigest(absl::string_view bytes) {
-  // Fetched once: EVP_sha256() makes every EVP_Digest call fetch the implementation again (OpenSSL 3),
-  // which cost more than hashing the few bytes of a shape constant; a new signature hashes hundreds.
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  // Below 1 MiB, nettle: OpenSSL's first digest in a process initializes the library (config, providers:
+  // ~1-2 ms, on a model's first signature, which hashes only small constants without a persistent cache).
+  // Larger inputs (weights in persistent-cache keys), OpenSSL: twice nettle's throughput here (SHA-NI).
+  // The digest is the same either way (SHA-256, FIPS 180-4).
+  constexpr size_t kOpenSslFrom = size_t{1} << 20;
+  if (bytes.size() < kOpenSslFrom) {
+    sha256_ctx ctx;
+    sha256_init(&ctx);
+    sha256_update(&ctx, bytes.size(), reinterpret_cast<const uint8_t*>(bytes.data()));
+    sha256_digest(&ctx, SHA256_DIGEST_SIZE, md);
+    return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(md), SHA256_DIGEST_SIZE));
+  }
+  // Fetched once: EVP_sha256() makes every EVP_Digest call fetch the implementation again (OpenSSL 3).
   static const EVP_MD* const sha256 = [] {
     const EVP_MD* fetched = EVP_MD_fetch(nullptr, "SHA256", nullptr);
     return fetched != nullptr ? fetched : EVP_sha256();
   }();
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
   if (EVP_Digest(bytes.data(), bytes.size(), md, &len, sha256, nullptr) != 1) {
     // Not expected (SHA-256 is always available); fall back to the bytes themselves, never to a weaker hash.
     return absl::StrCat("raw:", absl::CHexEscape(bytes));

@@ -299,6 +299,10 @@ absl::StatusOr<std::unique_ptr<ClusterRunner>> ClusterRunner::Create(const Node&
   s.fallback_options.threads = threads;
   s.fallback_options.profiler = runtime->profiler();
   s.fallback_options.trace_cluster_id = s.stats->id;
+  // A specialized body has its signature's shapes (the session validated the inputs): its fallback skips
+  // shape inference as the session's own executor does. A dynamic runner's body is the template's: shapes
+  // are inferred per run.
+  s.fallback_options.trust_shapes = !s.dynamic;
   return r;
 }
 

@@ -9,7 +9,7 @@ PACKAGES=(
   llvm-19-dev libzstd-dev zlib1g-dev libffi-dev libedit-dev libxml2-dev libcurl4-openssl-dev
   libabsl-dev libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata
   libeigen3-dev libdnnl-dev libblis-serial-dev opencl-headers ocl-icd-opencl-dev libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libxxhash-dev libfmt-dev libcli11-dev libssl-dev
+  nlohmann-json3-dev libxxhash-dev libfmt-dev libcli11-dev libssl-dev nettle-dev
   graphviz python3-jsonschema python3-onnx python3-numpy
   clang-19 libfuzzer-19-dev libclang-rt-19-dev libomp-19-dev
 )

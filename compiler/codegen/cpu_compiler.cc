@@ -593,6 +593,10 @@ struct Jit {
   std::string error;
 };
 
+// Set once GetJit's JIT exists: a reuse-only instantiation (which can only use loaded kernels) asks it
+// without creating the JIT (~1 ms on the run thread; the first compile, usually in the background, does).
+std::atomic<bool> jit_created{false};
+
 Jit& GetJit() {
   static Jit* jit = [] {
     auto t0 = std::chrono::steady_clock::now();
@@ -645,6 +649,7 @@ Jit& GetJit() {
             << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() << " ms";
     return j;
   }();
+  jit_created.store(true, std::memory_order_release);
   return *jit;
 }
 
@@ -886,6 +891,9 @@ absl::StatusOr<std::unique_ptr<CpuCode>> CompileForCpu(const FusionPlan& plan, c
   auto code = std::make_unique<CpuCodeImpl>();
   std::vector<PlannedKernel> planned = PlanKernels(plan, code.get());
   if (plan.kernels.empty()) return code;
+  if (options.reuse_only && !jit_created.load(std::memory_order_acquire)) {
+    return absl::NotFoundError("fused kernel 0 has a structure not compiled in this process (nothing compiled yet)");
+  }
   Jit& jit = GetJit();
   if (!jit.lljit) return absl::InternalError(absl::StrCat("LLVM JIT unavailable: ", jit.error));
   // The structures not loaded yet (each once), decided under the lock; compiled without it.
