@@ -627,8 +627,10 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state, boo
   // optimizing code generator. One compiled because new signatures of its structure reached the threshold
   // together (a stream of shapes, each run once) compiles fast, so that it serves the stream soon: a BERT
   // stream over 12 sequence lengths finished before its optimized compile (94 ms in the background) did.
+  // A dynamic-shape family's runner serves every signature of its structure: its executions are the
+  // stream's, not one signature's, so it compiles fast too.
   options.optimize_row_kernels = !s.runtime->flags().enable_lazy_compilation ||
-                                 s.stats->fallback_executions.load() >= s.runtime->flags().compile_threshold;
+                                 (!s.dynamic && s.stats->fallback_executions.load() >= s.runtime->flags().compile_threshold);
   const int parallelism = s.runtime->flags().force_compilation_parallelism;
   // A synchronous compile blocks the run: every CPU. A background one takes the CPUs the runs leave (one
   // lent by LendsCpuToCompiles, or those above --intra_op_threads), at least one.
