@@ -200,10 +200,11 @@ const std::vector<FlagDef>& Table() {
        OneOfFlag(&Flags::specialization_replay, "specialization_replay", {"true", "false", "verify"},
                  "true, false or verify")},
       {{"dynamic_shape_plans", "bool", "true",
-        "A new input signature of a structure whose specialization depends on no concrete dim runs that "
+        "A new input signature of a structure whose specialization depends on no concrete dim (shape-derived "
+        "constants only as Reshape targets inside clusters, re-derived per signature) runs that "
         "specialization's compiled clusters at its own dims (shapes inferred per run; no graph, plan or "
         "executor of its own) for its first two runs, then specializes (as torch.compile's dynamic shapes). "
-        "Needs --specialization_replay=true; false: every new signature specializes.",
+        "Needs --specialization_replay=true and --polymorphic_clusters; false: every new signature specializes.",
         {}},
        BoolFlag(&Flags::dynamic_shape_plans, "dynamic_shape_plans")},
       {{"cpu_channels_last", "bool", "true",

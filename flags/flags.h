@@ -67,10 +67,11 @@ struct Flags {
   // fail the run if the graphs differ; for tests).
   std::string specialization_replay = "true";
   // Dynamic-shape plans (runtime/session.h): a new input signature of a structure whose specialization
-  // depends on no concrete dim (no shape-derived constant, no dims-dependent rewrite) runs that
-  // specialization's compiled clusters at its own dims, with shapes inferred per run — no graph, plan or
-  // executor of its own — until it has run twice that way; its third run specializes as before. Needs
-  // --specialization_replay=true. As torch.compile's dynamic shapes, where XLA specializes every shape.
+  // depends on no concrete dim (no dims-dependent rewrite; shape-derived constants only as Reshape targets
+  // inside clusters, re-derived per signature) runs that specialization's compiled clusters at its own
+  // dims, with shapes inferred per run — no graph, plan or executor of its own — until it has run twice
+  // that way; its third run specializes as before. Needs --specialization_replay=true and
+  // --polymorphic_clusters. As torch.compile's dynamic shapes, where XLA specializes every shape.
   bool dynamic_shape_plans = true;
   // CPU: float32 convolutions connected to other convolutions run channels-last (NHWC) between them, with
   // transposes only at the region's edges (compiler/passes/layout.h). false: ONNX's NCHW everywhere.

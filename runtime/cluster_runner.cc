@@ -348,7 +348,8 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::RunDynamic(const std::vector<
     const int64_t t0 = prof ? Profiler::Now() : 0;
     std::string why;
     for (const auto& ex : candidates) {  // most recent first
-      auto made = CatchAsStatus("instantiating a cluster at other dims", [&] { return ex->InstantiateDims(dims); });
+      auto made = CatchAsStatus("instantiating a cluster at other dims",
+                                [&] { return ex->InstantiateDims(dims, s.family->derived()); });
       if (made.ok()) {
         use = State::Instance{ex, *made};
         break;
@@ -385,6 +386,10 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
   if (s.dynamic && s.family->Has(s.stats->id)) {
     if (scope.active()) scope.args().Add("cluster", s.stats->id).Add("path", "compiled at other dims (dynamic shapes)");
     return RunDynamic(inputs, prof);
+  }
+  if (s.dynamic && s.family->derived() != nullptr) {
+    // The body's op-by-op path would read the template's values of its shape-derived constants.
+    return DynamicShapeMiss(absl::StrCat("cluster ", s.stats->id, " has not compiled yet"));
   }
   std::shared_ptr<const CpuExecutable> ex;
   {

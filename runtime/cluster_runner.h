@@ -32,6 +32,7 @@ namespace cjit {
 
 class Executor;
 class CpuExecutable;
+class DerivedConstants;
 class Profiler;
 class Dumper;
 class Autotuner;
@@ -148,11 +149,17 @@ class ClusterRuntime : public std::enable_shared_from_this<ClusterRuntime> {
 class ShapeFamily {
  public:
   static constexpr size_t kMaxPerCluster = 4;
+  ShapeFamily() = default;
+  // A template with shape-derived constants (Reshape targets): `derived` gives their values at other dims,
+  // and the family runs only compiled executables (its fallback would read the template's values).
+  explicit ShapeFamily(std::shared_ptr<const DerivedConstants> derived) : derived_(std::move(derived)) {}
+  const DerivedConstants* derived() const { return derived_.get(); }
   void Publish(int cluster_id, std::shared_ptr<const CpuExecutable> ex);
   std::vector<std::shared_ptr<const CpuExecutable>> Get(int cluster_id) const;
   bool Has(int cluster_id) const;
 
  private:
+  std::shared_ptr<const DerivedConstants> derived_;
   mutable std::mutex mu_;
   std::unordered_map<int, std::vector<std::shared_ptr<const CpuExecutable>>> executables_;
 };

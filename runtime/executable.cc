@@ -262,6 +262,8 @@ struct CpuExecutable::DimsLayout {
   std::vector<std::vector<int>> node_inputs;        // per node of `order`: value positions (-1 absent)
   std::vector<std::vector<int>> node_outputs;
   std::vector<int> input_values, slot_values;       // body inputs, slots -> value positions
+  std::unordered_map<std::string, int> by_name;     // value name -> position
+  std::vector<int> producer;                        // per value: its producer's position in `order` (-1: none)
   std::vector<Dims> body_dims;                      // per value: its dims in the body
   std::unordered_set<const Node*> body_nodes;
   std::vector<int> kernel_rank;                     // per fused kernel: collapsed iteration rank
@@ -303,6 +305,13 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsLayout>> CpuExecutable::
     l->body_nodes.insert(n);
   }
   for (const Value* v : slot_values_) l->slot_values.push_back(add(v));
+  l->producer.assign(l->values.size(), -1);
+  for (size_t n = 0; n < l->node_outputs.size(); ++n) {
+    for (int x : l->node_outputs[n]) {
+      if (x >= 0) l->producer[x] = static_cast<int>(n);
+    }
+  }
+  for (size_t x = 0; x < l->values.size(); ++x) l->by_name.emplace(l->values[x]->name, static_cast<int>(x));
   for (const Value* v : l->values) {
     if (!v->shape.fully_known() || v->dtype == DType::kInvalid) {
       return absl::NotFoundError(absl::StrCat("%", v->name, " has no known shape in the body"));
@@ -321,7 +330,7 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsLayout>> CpuExecutable::
 }
 
 absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsInstance>> CpuExecutable::InstantiateDims(
-    const std::vector<Dims>& input_dims) const {
+    const std::vector<Dims>& input_dims, const DerivedConstants* derived) const {
   auto miss = [](const auto&... why) { return absl::NotFoundError(absl::StrCat(why...)); };
   CJIT_ASSIGN_OR_RETURN(std::shared_ptr<const DimsLayout> layout, GetDimsLayout());
   const DimsLayout& l = *layout;
@@ -337,12 +346,29 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsInstance>> CpuExecutable
     changed[x] = input_dims[i] != dims[x];
     dims[x] = input_dims[i];
   }
+  // Constants derived from dims (Reshape targets): their values at these dims, computed where read.
+  std::vector<char> is_derived(l.values.size(), 0);
+  std::vector<std::shared_ptr<const Tensor>> derived_value(l.values.size());
+  if (derived != nullptr) {
+    for (size_t x = 0; x < l.values.size(); ++x) {
+      is_derived[x] = l.values[x]->is_constant() && derived->Derives(l.values[x]->name);
+    }
+  }
   std::vector<InferInput> in;
   std::vector<InferOutput> out;
   for (size_t n = 0; n < l.order.size(); ++n) {
-    bool any = false;
-    for (int x : l.node_inputs[n]) any |= x >= 0 && changed[x];
-    if (!any) continue;
+    bool any = false, reads_derived = false;
+    for (size_t i = 0; i < l.node_inputs[n].size(); ++i) {
+      const int x = l.node_inputs[n][i];
+      if (x < 0) continue;
+      any |= changed[x];
+      if (!is_derived[x]) continue;
+      if (l.order[n]->op_type != "Reshape" || i != 1) {
+        return miss(l.order[n]->Describe(), " reads %", l.values[x]->name, ", a constant derived from dims");
+      }
+      reads_derived = true;
+    }
+    if (!any && !reads_derived) continue;
     in.clear();
     for (int x : l.node_inputs[n]) {
       if (x < 0) {
@@ -350,7 +376,25 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsInstance>> CpuExecutable
         continue;
       }
       const Value* v = l.values[x];
-      in.push_back(InferInput{v->dtype, Shape::Of(dims[x]), v->constant.get(), true});
+      const Tensor* value = v->constant.get();
+      if (is_derived[x]) {
+        if (!derived_value[x]) {
+          // Only values already final here: inputs, constants, and outputs of nodes before this one.
+          auto dims_of = [&](const std::string& name) -> const Dims* {
+            auto it = l.by_name.find(name);
+            if (it == l.by_name.end() || l.producer[it->second] >= static_cast<int>(n)) return nullptr;
+            return &dims[it->second];
+          };
+          auto value_or = derived->Evaluate(v->name, dims_of);
+          if (!value_or.ok()) return miss("%", v->name, ": ", value_or.status().message());
+          if ((*value_or)->dtype() != v->dtype || (*value_or)->dims().size() != dims[x].size()) {
+            return miss("%", v->name, " changes its dtype or rank at these dims");
+          }
+          derived_value[x] = *std::move(value_or);
+        }
+        value = derived_value[x].get();
+      }
+      in.push_back(InferInput{v->dtype, Shape::Of(value ? value->dims() : dims[x]), value, true});
     }
     out.clear();
     absl::Status st = InferNode(*l.order[n], in, out);

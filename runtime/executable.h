@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -27,6 +28,20 @@ namespace cjit {
 class Profiler;
 class Autotuner;
 class StepTuning;
+
+// Constants of a cluster body whose values derive from dims: a dynamic-shape plan of a structure whose
+// specialization folded Shape ops into Reshape targets (runtime/session.h). InstantiateDims asks for their
+// values at the new dims instead of using the body's. Thread-safe.
+class DerivedConstants {
+ public:
+  virtual ~DerivedConstants() = default;
+  // Whether the constant named `name` is one.
+  virtual bool Derives(const std::string& name) const = 0;
+  // Its value where the named values have the dims `dims_of` gives (null: not known); an error when it
+  // cannot be computed from them.
+  virtual absl::StatusOr<std::shared_ptr<const Tensor>> Evaluate(
+      const std::string& name, const std::function<const Dims*(const std::string&)>& dims_of) const = 0;
+};
 
 class CpuExecutable : public CacheEntry {
  public:
@@ -67,7 +82,12 @@ class CpuExecutable : public CacheEntry {
   // access of every input: kernel_layout.h KernelStructure), so its compiled function serves it with new
   // loop bounds and strides. In-place Concats must stay in place. NotFoundError naming the first check that
   // fails: the caller specializes for those dims instead. Costs one shape-function call per body node.
-  absl::StatusOr<std::shared_ptr<const DimsInstance>> InstantiateDims(const std::vector<Dims>& input_dims) const;
+  // `derived` (optional): constants of the body whose values derive from dims. Each may only be the target
+  // of a Reshape (whose kernel reads its inferred dims, never the target's values); its value at these dims
+  // is computed when that Reshape's dims are (the values it is derived from must be computed before it in
+  // the body), and anything else is a miss.
+  absl::StatusOr<std::shared_ptr<const DimsInstance>> InstantiateDims(const std::vector<Dims>& input_dims,
+                                                                      const DerivedConstants* derived = nullptr) const;
   // Claims the background autotuning job: true when some step still has no choice and its default has
   // run long enough for `tuner`'s --autotune_min_op_time_ms, and no job is claimed (a job releases the
   // claim when it ends, so steps that became ready later get another).

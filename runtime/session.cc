@@ -4,12 +4,14 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/onnx/onnx_import.h"
@@ -21,6 +23,7 @@
 #include "compiler/passes/mark_for_compilation.h"
 #include "absl/strings/match.h"
 #include "runtime/cluster_runner.h"
+#include "runtime/executable.h"
 #include "runtime/cuda/gpu_executor.h"
 #include "runtime/dump.h"
 #include "runtime/executor.h"
@@ -453,6 +456,64 @@ absl::StatusOr<std::shared_ptr<Graph>> Session::BuildSpecializedGraph(const std:
   return g;
 }
 
+namespace {
+
+// The shape-derived constants of a replay template, evaluated from its recipes at other dims (for a
+// dynamic-shape family's InstantiateDims).
+class TemplateDerivedConstants : public DerivedConstants {
+ public:
+  TemplateDerivedConstants(std::shared_ptr<const ReplayTemplate> tmpl, int threads)
+      : tmpl_(std::move(tmpl)), threads_(threads) {}
+  bool Derives(const std::string& name) const override { return tmpl_->frontier.count(name) > 0; }
+  absl::StatusOr<std::shared_ptr<const Tensor>> Evaluate(
+      const std::string& name, const std::function<const Dims*(const std::string&)>& dims_of) const override {
+    const int threads = threads_;
+    ConstantEvaluator evaluate = [threads](const Node& n, const std::vector<const Tensor*>& args) {
+      return EvaluateNode(n, args, threads);
+    };
+    RecipeEvaluator recipes(*tmpl_, evaluate, dims_of);
+    return recipes.EvalConstant(name);
+  }
+
+ private:
+  std::shared_ptr<const ReplayTemplate> tmpl_;
+  int threads_;
+};
+
+// Whether every reader of `t`'s shape-derived constants is a Reshape inside a cluster body reading it as
+// its target (input 1): then the template's clusters serve other dims with those targets re-derived
+// (CpuExecutable::InstantiateDims), and nothing outside the clusters depends on them.
+bool ReshapeTargetsOnly(const ReplayTemplate& t) {
+  auto derived = [&](const Value* v) { return v != nullptr && v->is_constant() && t.frontier.count(v->name) > 0; };
+  for (const Value* v : t.graph->outputs()) {
+    if (derived(v)) return false;
+  }
+  for (const auto& n : t.graph->nodes()) {
+    for (const Value* v : n->inputs) {
+      if (derived(v)) return false;
+    }
+    for (const Value* v : n->implicit_inputs) {
+      if (derived(v)) return false;
+    }
+    const Graph* body = n->op_type == kClusterOp ? n->GetGraph("body") : nullptr;
+    if (body == nullptr) continue;
+    for (const Value* v : body->outputs()) {
+      if (derived(v)) return false;
+    }
+    for (const auto& b : body->nodes()) {
+      for (size_t i = 0; i < b->inputs.size(); ++i) {
+        if (derived(b->inputs[i]) && (b->op_type != "Reshape" || i != 1)) return false;
+      }
+      for (const Value* v : b->implicit_inputs) {
+        if (derived(v)) return false;
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 Session::Plan Session::DynamicPlan(std::shared_ptr<const Executor> family_executor) {
   Plan p;
   p.cpu = std::move(family_executor);
@@ -517,7 +578,9 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
       if (allow_dynamic) {
         if (dynamic_served_.size() >= kMaxServedSignatures) dynamic_served_.clear();
         int& served = dynamic_served_[signature];
-        if (served < kDynamicRunsPerSignature) {
+        bool ready = true;  // a family with shape-derived constants: every cluster has an executable
+        for (int id : fam->second.cluster_ids) ready &= fam->second.executables->Has(id);
+        if (ready && served < kDynamicRunsPerSignature) {
           ++served;
           if (fam->second.executor) return DynamicPlan(fam->second.executor);
           dynamic_family = fam->second;  // its executor is made below, unlocked
@@ -590,12 +653,48 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
     // A template whose specialization read no concrete dim (no shape-derived constant, no identity
     // removed by its dims) is valid at every signature of its structure: its clusters can run at any dims
     // (compiler/passes/specialization_replay.h gives the argument).
+    if (made && CJIT_VLOG_IS_ON(1) && (!made->frontier.empty() || !made->guards.empty())) {
+      std::vector<std::string> names;
+      for (const auto& [name, rv] : made->frontier) {
+        std::string where;
+        for (const auto& n : made->graph->nodes()) {
+          const Graph* body = n->op_type == kClusterOp ? n->GetGraph("body") : nullptr;
+          std::vector<const Node*> readers;
+          if (body) {
+            for (const auto& b : body->nodes()) readers.push_back(b.get());
+          } else {
+            readers.push_back(n.get());
+          }
+          for (const Node* r : readers) {
+            for (const Value* v : r->inputs) {
+              if (v && v->name == name) absl::StrAppend(&where, " ", r->op_type, body ? "(in cluster)" : "(outer)");
+            }
+          }
+        }
+        names.push_back(name + ":" + where);
+      }
+      std::sort(names.begin(), names.end());
+      CJIT_VLOG(1) << "no dynamic-shape plan for the structure of " << signature << ": " << names.size()
+                   << " constants derived from dims (" << absl::StrJoin(names, ", ") << "), " << made->guards.size()
+                   << " identity guards";
+    }
     DynamicFamily dyn;
-    if (made && made->frontier.empty() && made->guards.empty() && flags_.dynamic_shape_plans &&
+    // (Dynamic plans run compiled code at other dims: polymorphic execution, off with --polymorphic_clusters.)
+    if (made && made->guards.empty() && flags_.dynamic_shape_plans && flags_.polymorphic_clusters &&
         flags_.specialization_replay == "true" && gpu_ == nullptr) {
-      dyn.executables = std::make_shared<ShapeFamily>();
-      dyn.tmpl = made;
-      family = dyn.executables;
+      if (made->frontier.empty()) {
+        dyn.executables = std::make_shared<ShapeFamily>();
+      } else if (ReshapeTargetsOnly(*made)) {
+        dyn.executables = std::make_shared<ShapeFamily>(
+            std::make_shared<TemplateDerivedConstants>(made, flags_.intra_op_threads));
+        for (const auto& n : made->graph->nodes()) {
+          if (n->op_type == kClusterOp) dyn.cluster_ids.push_back(static_cast<int>(n->GetInt("cluster_id", 0)));
+        }
+      }
+      if (dyn.executables) {
+        dyn.tmpl = made;
+        family = dyn.executables;
+      }
     }
     std::lock_guard<std::mutex> lock(mu_);
     ++specializations_;

@@ -216,12 +216,16 @@ class Session {
   // Replay templates by structure key (input dtypes, ranks, 0/1 dims, by-value inputs); bounded.
   std::map<std::string, std::shared_ptr<const ReplayTemplate>> replay_templates_;
   int64_t specializations_ = 0, specialization_replays_ = 0;
-  // Dynamic-shape plans by structure key (templates whose specialization depends on no concrete dim): the
-  // family of executables its plans publish, and the executor that runs them at any dims.
+  // Dynamic-shape plans by structure key (templates whose specialization depends on no concrete dim, or
+  // only through Reshape targets inside clusters): the family of executables its plans publish, and the
+  // executor that runs them at any dims.
   struct DynamicFamily {
     std::shared_ptr<const ReplayTemplate> tmpl;  // its template (replay_templates_ at the same key)
     std::shared_ptr<ShapeFamily> executables;
     std::shared_ptr<const Executor> executor;
+    // With shape-derived constants: the template's cluster ids; the family serves a signature only once
+    // each has an executable (its clusters have no op-by-op path at other dims).
+    std::vector<int> cluster_ids;
   };
   std::map<std::string, DynamicFamily> families_;
   std::unordered_map<std::string, int> dynamic_served_;  // runs per signature served by a family (bounded)

@@ -271,6 +271,74 @@ struct FusedMatMulCase {
   bool transpose_also_output;  // the transposed operand is a graph output too (the Transpose stays)
 };
 
+// A Reshape whose target an exporter computes from the input's dims (Shape -> Slice -> Mul -> Concat, as
+// Paddle and torch exports have them): x [1, 4, W] -> Relu -> Reshape to [1, 2, 2W] -> Transpose -> + bias
+// -> Sigmoid. Specialization folds the target into a constant of each signature; with `target_read_by_add`
+// the derived width also enters an Add (a value no Reshape reads).
+std::string DerivedReshapeModel(bool target_read_by_add) {
+  testing::ModelBuilder b(17);
+  b.Input("x", onnx::TensorProto::FLOAT, {1, 4, -1}).Output("y");
+  b.InitInts("zero", {1}, {0});
+  b.InitInts("one", {1}, {1});
+  b.InitInts("two", {1}, {2});
+  b.InitInts("three", {1}, {3});
+  b.InitFloats("scale", {}, {1.5f});
+  b.InitFloats("bias", {2}, {0.25f, -0.5f});
+  b.Node("Mul", {"x", "scale"}, {"xs"});
+  b.Node("Relu", {"xs"}, {"h"});
+  b.Node("Shape", {"h"}, {"hs"});
+  b.Node("Slice", {"hs", "zero", "one"}, {"n"});
+  b.Node("Slice", {"hs", "two", "three"}, {"w"});
+  b.Node("Mul", {"w", "two"}, {"w2"});
+  testing::ModelBuilder::AttrInt(b.Node("Concat", {"n", "two", "w2"}, {"target"}), "axis", 0);
+  b.Node("Reshape", {"h", "target"}, {"r"});
+  testing::ModelBuilder::AttrInts(b.Node("Transpose", {"r"}, {"t"}), "perm", {0, 2, 1});
+  b.Node("Add", {"t", "bias"}, {"tb"});
+  if (target_read_by_add) {
+    testing::ModelBuilder::AttrInt(b.Node("Cast", {"w2"}, {"wf"}), "to", onnx::TensorProto::FLOAT);
+    b.Node("Add", {"tb", "wf"}, {"tw"});
+    b.Node("Sigmoid", {"tw"}, {"y"});
+  } else {
+    b.Node("Sigmoid", {"tb"}, {"y"});
+  }
+  return b.Bytes();
+}
+
+// The structure's clusters run compiled at every later width with the Reshape target re-derived from the
+// dims (CpuExecutable::InstantiateDims with DerivedConstants): no specialization, no miss, the reference's
+// numbers; the first signatures specialize until the cluster compiled.
+TEST(DynamicShapePlanTest, ReshapeTargetsDerivedFromDims) {
+  auto s = Session::LoadFromBytes(DerivedReshapeModel(false), Opts());
+  auto ref = Session::LoadFromBytes(DerivedReshapeModel(false), ReferenceOpts());
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  for (int64_t w = 3; w <= 30; ++w) {
+    ASSERT_NO_FATAL_FAILURE(RunBoth(**s, **ref, {{"x", RandomTensor({1, 4, w}, static_cast<uint32_t>(w))}},
+                                    absl::StrCat("width ", w)));
+  }
+  SessionStats st = (*s)->stats();
+  EXPECT_EQ(st.specializations, 1);
+  EXPECT_EQ(st.dynamic_shape_misses, 0);
+  EXPECT_GE(st.dynamic_shape_runs, 26) << "every width after the first compiled one";
+  EXPECT_EQ(st.specialization_replays, 28 - st.dynamic_shape_runs - 1);
+}
+
+// A derived value read by anything but a Reshape target (here an Add) keeps the structure on specialized
+// plans: no dynamic run, the reference's numbers.
+TEST(DynamicShapePlanTest, DerivedValuesReadByOtherOpsSpecialize) {
+  auto s = Session::LoadFromBytes(DerivedReshapeModel(true), Opts());
+  auto ref = Session::LoadFromBytes(DerivedReshapeModel(true), ReferenceOpts());
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  for (int64_t w = 3; w <= 12; ++w) {
+    ASSERT_NO_FATAL_FAILURE(RunBoth(**s, **ref, {{"x", RandomTensor({1, 4, w}, static_cast<uint32_t>(w))}},
+                                    absl::StrCat("width ", w)));
+  }
+  SessionStats st = (*s)->stats();
+  EXPECT_EQ(st.dynamic_shape_runs, 0);
+  EXPECT_EQ(st.specializations + st.specialization_replays, 10);
+}
+
 TEST(FusedMatMulTest, TransposedOperandsMatchFloat64) {
   for (const FusedMatMulCase& c : {FusedMatMulCase{{2, 3, 5, 7}, {2, 3, 6, 7}, false, true, false},
                                    FusedMatMulCase{{1, 3, 5, 7}, {2, 1, 6, 7}, false, true, false},

@@ -234,6 +234,70 @@ std::shared_ptr<const ReplayTemplate> ReplayRecorder::Finish(std::shared_ptr<con
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// Recipe evaluation
+
+absl::StatusOr<Dims> RecipeEvaluator::LeafDims(const std::string& name) {
+  if (const Dims* d = dims_of_(name)) return *d;
+  // A leaf the layout pass replaced by a channels-last twin: the twin's dims, permuted back.
+  for (const auto& [twin, leaf] : t_.aliases) {
+    if (leaf.first != name) continue;
+    const Dims* d = dims_of_(twin);
+    if (d == nullptr) break;
+    Dims out;
+    for (int64_t axis : leaf.second) {
+      if (axis < 0 || axis >= static_cast<int64_t>(d->size())) return Miss(absl::StrCat("bad twin permutation for %", name));
+      out.push_back((*d)[static_cast<size_t>(axis)]);
+    }
+    return out;
+  }
+  return Miss(absl::StrCat("the dims of %", name, " are not known yet"));
+}
+
+absl::StatusOr<std::shared_ptr<const Tensor>> RecipeEvaluator::EvalConstant(const std::string& name) {
+  auto it = t_.frontier.find(name);
+  if (it == t_.frontier.end()) return Miss(absl::StrCat("%", name, " is not derived from dims"));
+  return Eval(it->second);
+}
+
+absl::StatusOr<std::shared_ptr<const Tensor>> RecipeEvaluator::Eval(const Value* rv) {
+  if (rv->is_constant()) return rv->constant;
+  auto it = memo_.find(rv);
+  if (it != memo_.end()) return it->second;
+  const Node* p = rv->producer;
+  if (p == nullptr) return Miss(absl::StrCat("recipe value %", rv->name, " has no producer"));
+  std::vector<Tensor> values;
+  const Value* x = p->inputs.empty() ? nullptr : p->inputs[0];
+  if ((p->op_type == "Shape" || p->op_type == "Size") && x && x->producer == nullptr && !x->is_constant()) {
+    CJIT_ASSIGN_OR_RETURN(Dims d, LeafDims(x->name));
+    values.push_back(ShapeOfDims(*p, d));
+  } else {
+    std::vector<std::shared_ptr<const Tensor>> keep;
+    std::vector<const Tensor*> args;
+    for (const Value* in : p->inputs) {
+      if (in == nullptr) {
+        args.push_back(nullptr);
+        continue;
+      }
+      CJIT_ASSIGN_OR_RETURN(std::shared_ptr<const Tensor> a, Eval(in));
+      args.push_back(a.get());
+      keep.push_back(std::move(a));
+    }
+    auto r = evaluate_(*p, args);
+    if (!r.ok()) return Miss(absl::StrCat("re-deriving ", p->Describe(), ": ", r.status().message()));
+    values = std::move(*r);
+  }
+  int64_t elems = 0;
+  for (const Tensor& t : values) elems += t.numel();
+  if (elems > t_.max_folded_elements) return Miss(absl::StrCat(p->Describe(), " folds to ", elems, " elements"));
+  for (size_t k = 0; k < p->outputs.size() && k < values.size(); ++k) {
+    if (p->outputs[k]) memo_[p->outputs[k]] = std::make_shared<const Tensor>(std::move(values[k]));
+  }
+  it = memo_.find(rv);
+  if (it == memo_.end()) return Miss(absl::StrCat(p->Describe(), " did not produce %", rv->name));
+  return it->second;
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // Replay
 
 namespace {
@@ -353,56 +417,20 @@ class Replayer {
     if (!v->is_constant()) return absl::OkStatus();
     auto it = t_.frontier.find(v->name);
     if (it == t_.frontier.end() || !done_.insert(v).second) return absl::OkStatus();
-    CJIT_ASSIGN_OR_RETURN(std::shared_ptr<const Tensor> value, Eval(it->second));
+    CJIT_ASSIGN_OR_RETURN(std::shared_ptr<const Tensor> value, recipes_.Eval(it->second));
     if (value->dtype() != v->dtype) return Miss(absl::StrCat("the re-derived %", v->name, " changed dtype"));
     v->constant = value;
     v->shape = Shape::Of(value->dims());
     return absl::OkStatus();
   }
 
-  absl::StatusOr<std::shared_ptr<const Tensor>> Eval(Value* rv) {
-    if (rv->is_constant()) return rv->constant;
-    auto it = memo_.find(rv);
-    if (it != memo_.end()) return it->second;
-    Node* p = rv->producer;
-    if (p == nullptr) return Miss(absl::StrCat("recipe value %", rv->name, " has no producer"));
-    std::vector<Tensor> values;
-    const Value* x = p->inputs.empty() ? nullptr : p->inputs[0];
-    if ((p->op_type == "Shape" || p->op_type == "Size") && x && x->producer == nullptr && !x->is_constant()) {
-      auto d = dims_.find(x->name);
-      if (d == dims_.end()) return Miss(absl::StrCat("the dims of %", x->name, " are not known yet"));
-      values.push_back(ShapeOfDims(*p, d->second));
-    } else {
-      std::vector<std::shared_ptr<const Tensor>> keep;
-      std::vector<const Tensor*> args;
-      for (Value* in : p->inputs) {
-        if (in == nullptr) {
-          args.push_back(nullptr);
-          continue;
-        }
-        CJIT_ASSIGN_OR_RETURN(std::shared_ptr<const Tensor> a, Eval(in));
-        args.push_back(a.get());
-        keep.push_back(std::move(a));
-      }
-      auto r = evaluate_(*p, args);
-      if (!r.ok()) return Miss(absl::StrCat("re-deriving ", p->Describe(), ": ", r.status().message()));
-      values = std::move(*r);
-    }
-    int64_t elems = 0;
-    for (const Tensor& t : values) elems += t.numel();
-    if (elems > t_.max_folded_elements) return Miss(absl::StrCat(p->Describe(), " folds to ", elems, " elements"));
-    for (size_t k = 0; k < p->outputs.size() && k < values.size(); ++k) {
-      if (p->outputs[k]) memo_[p->outputs[k]] = std::make_shared<const Tensor>(std::move(values[k]));
-    }
-    it = memo_.find(rv);
-    if (it == memo_.end()) return Miss(absl::StrCat(p->Describe(), " did not produce %", rv->name));
-    return it->second;
-  }
-
   const ReplayTemplate& t_;
   const ConstantEvaluator& evaluate_;
-  std::unordered_map<std::string, Dims> dims_;
-  std::unordered_map<const Value*, std::shared_ptr<const Tensor>> memo_;
+  std::unordered_map<std::string, Dims> dims_;  // watched values (and aliased leaves) inferred so far
+  RecipeEvaluator recipes_{t_, evaluate_, [this](const std::string& name) -> const Dims* {
+                             auto it = dims_.find(name);
+                             return it == dims_.end() ? nullptr : &it->second;
+                           }};
   std::unordered_set<const Value*> done_;
 };
 

@@ -34,6 +34,7 @@
 #ifndef CJIT_COMPILER_PASSES_SPECIALIZATION_REPLAY_H_
 #define CJIT_COMPILER_PASSES_SPECIALIZATION_REPLAY_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -114,6 +115,29 @@ struct ReplayTemplate {
 // with the reason) when the template does not apply — the caller specializes in full.
 absl::StatusOr<std::shared_ptr<Graph>> ReplaySpecialization(const ReplayTemplate& t, const std::vector<Dims>& input_dims,
                                                             const ConstantEvaluator& evaluate);
+
+// Evaluates a template's recipes (the folded nodes that computed its shape-derived constants) for other
+// dims: a leaf (Shape/Size of a value) reads the dims `dims_of` gives for that value's name (null: not
+// known, an error), or for a layout twin of it (ReplayTemplate::aliases, permuted back); the other nodes
+// run through `evaluate`. Results are memoized per evaluator (one per set of dims). Errors are
+// kFailedPrecondition with the reason. Not thread-safe (one per thread and instantiation).
+class RecipeEvaluator {
+ public:
+  using DimsOf = std::function<const Dims*(const std::string& name)>;
+  RecipeEvaluator(const ReplayTemplate& t, const ConstantEvaluator& evaluate, DimsOf dims_of)
+      : t_(t), evaluate_(evaluate), dims_of_(std::move(dims_of)) {}
+  // The value of recipe value `rv` (a node output of t.recipes, or one of its constants).
+  absl::StatusOr<std::shared_ptr<const Tensor>> Eval(const Value* rv);
+  // The value of the template's shape-derived constant named `name` (a key of t.frontier).
+  absl::StatusOr<std::shared_ptr<const Tensor>> EvalConstant(const std::string& name);
+
+ private:
+  absl::StatusOr<Dims> LeafDims(const std::string& name);
+  const ReplayTemplate& t_;
+  const ConstantEvaluator& evaluate_;
+  DimsOf dims_of_;
+  std::unordered_map<const Value*, std::shared_ptr<const Tensor>> memo_;
+};
 
 // "" when `a` and `b` are the same graph (nodes in order with op, name, attributes' kinds, inputs and
 // outputs by name; every value's dtype and shape; constants' bytes; cluster bodies recursively), else the
