@@ -7,6 +7,7 @@
 #include "flags/logging.h"
 #include <omp.h>
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 #include <unordered_map>
@@ -263,6 +264,7 @@ struct CpuExecutable::DimsLayout {
   std::vector<std::vector<int>> node_outputs;
   std::vector<int> input_values, slot_values;       // body inputs, slots -> value positions
   std::unordered_map<std::string, int> by_name;     // value name -> position
+  std::unordered_map<const Node*, int> fused_kernel_of;  // member node -> its fused kernel
   std::vector<int> producer;                        // per value: its producer's position in `order` (-1: none)
   std::vector<Dims> body_dims;                      // per value: its dims in the body
   std::unordered_set<const Node*> body_nodes;
@@ -280,6 +282,7 @@ struct CpuExecutable::DimsInstance {
   std::vector<Kernel> kernels;                       // per fused kernel
   std::vector<std::vector<InferOutput>> inferred;    // per step (library steps with known outputs)
   std::vector<size_t> alias_offset;                  // per slot aliased into a Concat's output
+  std::vector<std::pair<int, std::shared_ptr<const Tensor>>> constants;  // derived constants' values, by slot
 };
 
 absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsLayout>> CpuExecutable::GetDimsLayout() const {
@@ -312,6 +315,9 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsLayout>> CpuExecutable::
     }
   }
   for (size_t x = 0; x < l->values.size(); ++x) l->by_name.emplace(l->values[x]->name, static_cast<int>(x));
+  for (size_t k = 0; k < plan_.kernels.size(); ++k) {
+    for (const Node* n : plan_.kernels[k].nodes) l->fused_kernel_of.emplace(n, static_cast<int>(k));
+  }
   for (const Value* v : l->values) {
     if (!v->shape.fully_known() || v->dtype == DType::kInvalid) {
       return absl::NotFoundError(absl::StrCat("%", v->name, " has no known shape in the body"));
@@ -363,9 +369,16 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsInstance>> CpuExecutable
       if (x < 0) continue;
       any |= changed[x];
       if (!is_derived[x]) continue;
-      if (l.order[n]->op_type != "Reshape" || i != 1) {
-        return miss(l.order[n]->Describe(), " reads %", l.values[x]->name, ", a constant derived from dims");
+      // A Reshape's target (its kernel reads the inferred dims), or an input a fused kernel reads from
+      // memory (not a scalar: those are folded into the code).
+      const Node* r = l.order[n];
+      bool read_at_run_time = r->op_type == "Reshape" && i == 1;
+      auto fk = l.fused_kernel_of.find(r);
+      if (!read_at_run_time && fk != l.fused_kernel_of.end() && !IsScalarConstant(l.values[x])) {
+        const auto& sources = plan_.kernels[fk->second].input_sources;
+        read_at_run_time = std::find(sources.begin(), sources.end(), l.values[x]) != sources.end();
       }
+      if (!read_at_run_time) return miss(r->Describe(), " reads %", l.values[x]->name, ", a constant derived from dims");
       reads_derived = true;
     }
     if (!any && !reads_derived) continue;
@@ -387,10 +400,13 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsInstance>> CpuExecutable
           };
           auto value_or = derived->Evaluate(v->name, dims_of);
           if (!value_or.ok()) return miss("%", v->name, ": ", value_or.status().message());
-          if ((*value_or)->dtype() != v->dtype || (*value_or)->dims().size() != dims[x].size()) {
-            return miss("%", v->name, " changes its dtype or rank at these dims");
+          if ((*value_or)->dtype() != v->dtype || (*value_or)->dims().size() != dims[x].size() ||
+              ((*value_or)->numel() == 1) != (v->constant->numel() == 1)) {
+            return miss("%", v->name, " changes its dtype, rank or scalar-ness at these dims");
           }
           derived_value[x] = *std::move(value_or);
+          changed[x] = derived_value[x]->dims() != dims[x];
+          dims[x] = derived_value[x]->dims();
         }
         value = derived_value[x].get();
       }
@@ -453,7 +469,10 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsInstance>> CpuExecutable
     ik.shape = kernels[k].shape;
   }
   inst->slot_dims.resize(slot_values_.size());
-  for (size_t s = 0; s < slot_values_.size(); ++s) inst->slot_dims[s] = dims[l.slot_values[s]];
+  for (size_t s = 0; s < slot_values_.size(); ++s) {
+    inst->slot_dims[s] = dims[l.slot_values[s]];
+    if (derived_value[l.slot_values[s]]) inst->constants.push_back({static_cast<int>(s), derived_value[l.slot_values[s]]});
+  }
   inst->inferred.resize(plan_.steps.size());
   for (size_t i = 0; i < plan_.steps.size(); ++i) {
     if (step_inferred_[i].empty()) continue;
@@ -504,6 +523,9 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutable::Run(const std::vector<const T
   std::vector<Tensor> slots(slot_values_.size());
   std::vector<const Tensor*> view(slot_values_.size(), nullptr);
   for (int s : constant_slots_) view[s] = slot_values_[s]->constant.get();
+  if (instance != nullptr) {
+    for (const auto& [s, value] : instance->constants) view[s] = value.get();
+  }
   for (size_t i = 0; i < inputs.size(); ++i) view[input_slots_[i]] = inputs[i];
   auto materialize = [&](int s) -> Tensor& {
     Tensor& t = Materialize(slots, s, instance);

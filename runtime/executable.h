@@ -83,8 +83,9 @@ class CpuExecutable : public CacheEntry {
   // loop bounds and strides. In-place Concats must stay in place. NotFoundError naming the first check that
   // fails: the caller specializes for those dims instead. Costs one shape-function call per body node.
   // `derived` (optional): constants of the body whose values derive from dims. Each may only be the target
-  // of a Reshape (whose kernel reads its inferred dims, never the target's values); its value at these dims
-  // is computed when that Reshape's dims are (the values it is derived from must be computed before it in
+  // of a Reshape (whose kernel reads its inferred dims, never the target's values) or a non-scalar input of
+  // fused kernels (read from memory at run time; the instance binds the new value); its value at these dims
+  // is computed where it is first read (the values it is derived from must be computed before that node in
   // the body), and anything else is a miss.
   absl::StatusOr<std::shared_ptr<const DimsInstance>> InstantiateDims(const std::vector<Dims>& input_dims,
                                                                       const DerivedConstants* derived = nullptr) const;

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/codegen/fusion_plan.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/onnx/onnx_import.h"
@@ -480,10 +481,11 @@ class TemplateDerivedConstants : public DerivedConstants {
   int threads_;
 };
 
-// Whether every reader of `t`'s shape-derived constants is a Reshape inside a cluster body reading it as
-// its target (input 1): then the template's clusters serve other dims with those targets re-derived
-// (CpuExecutable::InstantiateDims), and nothing outside the clusters depends on them.
-bool ReshapeTargetsOnly(const ReplayTemplate& t) {
+// Whether every reader of `t`'s shape-derived constants is inside a cluster body: a Reshape reading it as
+// its target (input 1), or an elementwise op (fused, it reads the value from memory): then the template's
+// clusters may serve other dims with those constants re-derived (CpuExecutable::InstantiateDims checks
+// each reader), and nothing outside the clusters depends on them.
+bool DerivedConstantsInsideClusters(const ReplayTemplate& t) {
   auto derived = [&](const Value* v) { return v != nullptr && v->is_constant() && t.frontier.count(v->name) > 0; };
   for (const Value* v : t.graph->outputs()) {
     if (derived(v)) return false;
@@ -502,7 +504,11 @@ bool ReshapeTargetsOnly(const ReplayTemplate& t) {
     }
     for (const auto& b : body->nodes()) {
       for (size_t i = 0; i < b->inputs.size(); ++i) {
-        if (derived(b->inputs[i]) && (b->op_type != "Reshape" || i != 1)) return false;
+        // (A scalar is folded into a fused kernel's code: InstantiateDims would miss at every signature.)
+        if (derived(b->inputs[i]) && !(b->op_type == "Reshape" && i == 1) &&
+            (!IsFusibleElementwise(*b) || IsScalarConstant(b->inputs[i]))) {
+          return false;
+        }
       }
       for (const Value* v : b->implicit_inputs) {
         if (derived(v)) return false;
@@ -684,7 +690,7 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
         flags_.specialization_replay == "true" && gpu_ == nullptr) {
       if (made->frontier.empty()) {
         dyn.executables = std::make_shared<ShapeFamily>();
-      } else if (ReshapeTargetsOnly(*made)) {
+      } else if (DerivedConstantsInsideClusters(*made)) {
         dyn.executables = std::make_shared<ShapeFamily>(
             std::make_shared<TemplateDerivedConstants>(made, flags_.intra_op_threads));
         for (const auto& n : made->graph->nodes()) {
