@@ -1,5 +1,7 @@
 #include "runtime/executor.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <set>
 #include <unordered_map>
@@ -15,14 +17,31 @@ namespace cjit {
 
 namespace {
 thread_local int run_thread_cap = 0;
+thread_local const ClusterRuntime* run_threads_live = nullptr;
 }  // namespace
 
 int RunThreads(int configured) {
-  return run_thread_cap > 0 && run_thread_cap < configured ? run_thread_cap : configured;
+  int cap = run_thread_cap;
+  if (run_threads_live != nullptr) {
+    cap = run_threads_live->RunThreadsNow();
+    if (omp_get_max_threads() != cap) omp_set_num_threads(cap);
+  }
+  return cap > 0 && cap < configured ? cap : configured;
 }
 
-ScopedRunThreads::ScopedRunThreads(int cap) : previous_(run_thread_cap) { run_thread_cap = cap; }
-ScopedRunThreads::~ScopedRunThreads() { run_thread_cap = previous_; }
+ScopedRunThreads::ScopedRunThreads(int cap) : previous_(run_thread_cap), previous_live_(run_threads_live) {
+  run_thread_cap = cap;
+  run_threads_live = nullptr;
+}
+ScopedRunThreads::ScopedRunThreads(const ClusterRuntime* live)
+    : previous_(run_thread_cap), previous_live_(run_threads_live) {
+  run_thread_cap = 0;
+  run_threads_live = live;
+}
+ScopedRunThreads::~ScopedRunThreads() {
+  run_thread_cap = previous_;
+  run_threads_live = previous_live_;
+}
 
 Executor::~Executor() {
   // Node events of this executor's runs refer to its graph, which may go with it (an evicted plan):

@@ -792,12 +792,15 @@ absl::StatusOr<std::vector<NamedTensor>> Session::Run(const std::vector<NamedTen
   // While a background compile is in flight the run may lend it a CPU (LendsCpuToCompiles): one thread
   // fewer, for OpenMP (oneDNN, BLIS) and for our own kernels (RunThreads).
   const int threads = clusters_ ? clusters_->RunThreadsNow() : flags_.intra_op_threads;
-  int caller_threads = omp_get_max_threads();
+  const int caller_threads = omp_get_max_threads();
   if (caller_threads != threads) omp_set_num_threads(threads);
-  ScopedRunThreads cap(threads < flags_.intra_op_threads ? threads : 0);
+  // The lent CPU comes back within the run once the compile ends (RunThreads reads it at every step).
+  std::optional<ScopedRunThreads> live;
+  if (clusters_) live.emplace(clusters_.get());
   ScopedMaxTensorBytes limit(static_cast<uint64_t>(flags_.max_tensor_bytes));
   auto result = CatchAsStatus("Run", [&] { return RunImpl(inputs); });
-  if (caller_threads != threads) omp_set_num_threads(caller_threads);
+  live.reset();
+  if (omp_get_max_threads() != caller_threads) omp_set_num_threads(caller_threads);
   return result;
 }
 

@@ -1,5 +1,7 @@
 #include "runtime/compile_policy.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -676,9 +678,20 @@ TEST(ClusterRuntimeTest, RunsLendACpuWhileABackgroundCompileIsInFlight) {
     EXPECT_EQ(RunThreads(1), 1);
   }
   EXPECT_EQ(RunThreads(threads), threads) << "the cap ends with its scope";
-  held.release.set_value();
-  wait_idle(rt);
-  ASSERT_EQ(rt.compiles_in_flight(), 0);
+  const int omp_before = omp_get_max_threads();
+  {
+    // A run (Session::Run) follows the runtime live: the CPU comes back within the run when the compile
+    // ends, for our kernels and for OpenMP (oneDNN, BLIS).
+    ScopedRunThreads live(&rt);
+    EXPECT_EQ(RunThreads(threads), threads - 1);
+    EXPECT_EQ(omp_get_max_threads(), threads - 1);
+    held.release.set_value();
+    wait_idle(rt);
+    ASSERT_EQ(rt.compiles_in_flight(), 0);
+    EXPECT_EQ(RunThreads(threads), threads) << "the lent CPU is back before the run ends";
+    EXPECT_EQ(omp_get_max_threads(), threads);
+  }
+  omp_set_num_threads(omp_before);
   EXPECT_EQ(rt.RunThreadsNow(), threads);
   // Shutdown drops a queued job: nothing stays counted in flight (runs would keep lending a CPU).
   HeldJob running;
