@@ -9,9 +9,13 @@
 // dynamic) is specialized once — shapes inferred, constant sub-graphs and control flow on constants
 // folded, simplified, clustered — and the plan cached; later runs with that signature reuse it. A
 // signature whose structure (dtypes, ranks, 0/1 dims, by-value inputs) specialized before without reading
-// any concrete dim runs that structure's plan at its own dims instead, for its first two runs
+// any concrete dim — or reading them only into Reshape targets and fused-kernel inputs inside clusters,
+// re-derived per signature — runs that structure's plan at its own dims instead, for its first two runs
 // (--dynamic_shape_plans: no specialization, shapes inferred per run, the compiled clusters with new loop
 // bounds; docs/architecture.md §3), then gets its own plan.
+// Process state: while a background compile borrows a CPU (LendsCpuToCompiles) a run uses one thread
+// fewer, and gets it back within the run when the compile ends (OpenMP's count for the calling thread
+// follows; the caller's value is restored when Run returns).
 //
 // This is the internal C++ interface; hosts use the C API (include/clusterjit/clusterjit.h) or its C++
 // wrapper (clusterjit.hpp), which sit on it.
