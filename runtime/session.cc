@@ -4,14 +4,12 @@
 
 #include <omp.h>
 
-#include <algorithm>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "compiler/codegen/fusion_plan.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/ir/verifier.h"
@@ -481,41 +479,45 @@ class TemplateDerivedConstants : public DerivedConstants {
   int threads_;
 };
 
-// Whether every reader of `t`'s shape-derived constants is inside a cluster body: a Reshape reading it as
-// its target (input 1), or an elementwise op (fused, it reads the value from memory): then the template's
-// clusters may serve other dims with those constants re-derived (CpuExecutable::InstantiateDims checks
-// each reader), and nothing outside the clusters depends on them.
-bool DerivedConstantsInsideClusters(const ReplayTemplate& t) {
+// "" when every reader of `t`'s shape-derived constants is inside a cluster body: a Reshape reading it as
+// its target (input 1), or an elementwise op reading a non-scalar one (fused, it reads the value from
+// memory); then the template's clusters may serve other dims with those constants re-derived
+// (CpuExecutable::InstantiateDims checks each reader), and nothing outside the clusters depends on them.
+// Otherwise the first reader that is not, for the log.
+std::string DerivedConstantsOutsideFusibleReaders(const ReplayTemplate& t) {
   auto derived = [&](const Value* v) { return v != nullptr && v->is_constant() && t.frontier.count(v->name) > 0; };
+  auto reason = [](const Value* v, const std::string& where) {
+    return absl::StrCat("%", v->name, " (derived from dims) is read by ", where);
+  };
   for (const Value* v : t.graph->outputs()) {
-    if (derived(v)) return false;
+    if (derived(v)) return reason(v, "the graph's outputs");
   }
   for (const auto& n : t.graph->nodes()) {
     for (const Value* v : n->inputs) {
-      if (derived(v)) return false;
+      if (derived(v)) return reason(v, n->Describe() + " outside the clusters");
     }
     for (const Value* v : n->implicit_inputs) {
-      if (derived(v)) return false;
+      if (derived(v)) return reason(v, n->Describe() + "'s subgraph");
     }
     const Graph* body = n->op_type == kClusterOp ? n->GetGraph("body") : nullptr;
     if (body == nullptr) continue;
     for (const Value* v : body->outputs()) {
-      if (derived(v)) return false;
+      if (derived(v)) return reason(v, "a cluster's outputs");
     }
     for (const auto& b : body->nodes()) {
       for (size_t i = 0; i < b->inputs.size(); ++i) {
+        const Value* v = b->inputs[i];
         // (A scalar is folded into a fused kernel's code: InstantiateDims would miss at every signature.)
-        if (derived(b->inputs[i]) && !(b->op_type == "Reshape" && i == 1) &&
-            (!IsFusibleElementwise(*b) || IsScalarConstant(b->inputs[i]))) {
-          return false;
+        if (derived(v) && !(b->op_type == "Reshape" && i == 1) && (!IsFusibleElementwise(*b) || IsScalarConstant(v))) {
+          return reason(v, b->Describe());
         }
       }
       for (const Value* v : b->implicit_inputs) {
-        if (derived(v)) return false;
+        if (derived(v)) return reason(v, b->Describe() + "'s subgraph");
       }
     }
   }
-  return true;
+  return "";
 }
 
 }  // namespace
@@ -659,38 +661,14 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
     // A template whose specialization read no concrete dim (no shape-derived constant, no identity
     // removed by its dims) is valid at every signature of its structure: its clusters can run at any dims
     // (compiler/passes/specialization_replay.h gives the argument).
-    if (made && CJIT_VLOG_IS_ON(1) && (!made->frontier.empty() || !made->guards.empty())) {
-      std::vector<std::string> names;
-      for (const auto& [name, rv] : made->frontier) {
-        std::string where;
-        for (const auto& n : made->graph->nodes()) {
-          const Graph* body = n->op_type == kClusterOp ? n->GetGraph("body") : nullptr;
-          std::vector<const Node*> readers;
-          if (body) {
-            for (const auto& b : body->nodes()) readers.push_back(b.get());
-          } else {
-            readers.push_back(n.get());
-          }
-          for (const Node* r : readers) {
-            for (const Value* v : r->inputs) {
-              if (v && v->name == name) absl::StrAppend(&where, " ", r->op_type, body ? "(in cluster)" : "(outer)");
-            }
-          }
-        }
-        names.push_back(name + ":" + where);
-      }
-      std::sort(names.begin(), names.end());
-      CJIT_VLOG(1) << "no dynamic-shape plan for the structure of " << signature << ": " << names.size()
-                   << " constants derived from dims (" << absl::StrJoin(names, ", ") << "), " << made->guards.size()
-                   << " identity guards";
-    }
     DynamicFamily dyn;
     // (Dynamic plans run compiled code at other dims: polymorphic execution, off with --polymorphic_clusters.)
     if (made && made->guards.empty() && flags_.dynamic_shape_plans && flags_.polymorphic_clusters &&
         flags_.specialization_replay == "true" && gpu_ == nullptr) {
+      std::string why_not;
       if (made->frontier.empty()) {
         dyn.executables = std::make_shared<ShapeFamily>();
-      } else if (DerivedConstantsInsideClusters(*made)) {
+      } else if ((why_not = DerivedConstantsOutsideFusibleReaders(*made)).empty()) {
         dyn.executables = std::make_shared<ShapeFamily>(
             std::make_shared<TemplateDerivedConstants>(made, flags_.intra_op_threads));
         for (const auto& n : made->graph->nodes()) {
@@ -700,7 +678,12 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
       if (dyn.executables) {
         dyn.tmpl = made;
         family = dyn.executables;
+      } else {
+        CJIT_VLOG(1) << "no dynamic-shape plan for the structure of " << signature << ": " << why_not;
       }
+    } else if (made && !made->guards.empty()) {
+      CJIT_VLOG(1) << "no dynamic-shape plan for the structure of " << signature << ": " << made->guards.size()
+                   << " reshapes removed as identities at its dims";
     }
     std::lock_guard<std::mutex> lock(mu_);
     ++specializations_;
