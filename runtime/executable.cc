@@ -265,6 +265,7 @@ struct CpuExecutable::DimsLayout {
   std::vector<int> input_values, slot_values;       // body inputs, slots -> value positions
   std::unordered_map<std::string, int> by_name;     // value name -> position
   std::unordered_map<const Node*, int> fused_kernel_of;  // member node -> its fused kernel
+  std::vector<const OpDef*> op_defs;                // per node of `order` (its shape function)
   std::vector<int> producer;                        // per value: its producer's position in `order` (-1: none)
   std::vector<Dims> body_dims;                      // per value: its dims in the body
   std::unordered_set<const Node*> body_nodes;
@@ -303,6 +304,9 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsLayout>> CpuExecutable::
     for (const Value* v : n->inputs) ins.push_back(add(v));
     for (const Value* v : n->outputs) outs.push_back(add(v));
     l->order.push_back(n);
+    const OpDef* def = FindOp(n->domain, n->op_type);
+    if (def == nullptr) return absl::NotFoundError(absl::StrCat(n->Describe(), " has no shape function"));
+    l->op_defs.push_back(def);
     l->node_inputs.push_back(std::move(ins));
     l->node_outputs.push_back(std::move(outs));
     l->body_nodes.insert(n);
@@ -382,10 +386,12 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsInstance>> CpuExecutable
       reads_derived = true;
     }
     if (!any && !reads_derived) continue;
-    in.clear();
-    for (int x : l.node_inputs[n]) {
+    // `in` keeps its Shape objects from node to node (their dims vectors are reused, not reallocated).
+    in.resize(l.node_inputs[n].size());
+    for (size_t i = 0; i < l.node_inputs[n].size(); ++i) {
+      const int x = l.node_inputs[n][i];
       if (x < 0) {
-        in.push_back(InferInput{DType::kInvalid, Shape{}, nullptr, false});
+        in[i] = InferInput{DType::kInvalid, Shape{}, nullptr, false};
         continue;
       }
       const Value* v = l.values[x];
@@ -410,10 +416,21 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsInstance>> CpuExecutable
         }
         value = derived_value[x].get();
       }
-      in.push_back(InferInput{v->dtype, Shape::Of(value ? value->dims() : dims[x]), value, true});
+      const Dims& d = value ? value->dims() : dims[x];
+      InferInput& ii = in[i];
+      ii.dtype = v->dtype;
+      ii.value = value;
+      ii.present = true;
+      ii.shape.rank_known = true;
+      ii.shape.dims.resize(d.size());
+      for (size_t k = 0; k < d.size(); ++k) {
+        ii.shape.dims[k].value = d[k];
+        ii.shape.dims[k].symbol.clear();
+      }
     }
     out.clear();
-    absl::Status st = InferNode(*l.order[n], in, out);
+    // The body's dtypes passed InferNode's checks when it was specialized; only dims change here.
+    absl::Status st = InferNodeDims(*l.op_defs[n], *l.order[n], in, out);
     if (!st.ok()) return miss("shape inference: ", st.message());
     for (size_t k = 0; k < l.node_outputs[n].size(); ++k) {
       const int x = l.node_outputs[n][k];

@@ -111,10 +111,15 @@ absl::Status InferNode(const Node& node, std::span<const InferInput> inputs,
       if (!bad.empty()) return NodeError(node, bad);
     }
   }
+  return InferNodeDims(*def, node, inputs, outputs);
+}
+
+absl::Status InferNodeDims(const OpDef& def, const Node& node, std::span<const InferInput> inputs,
+                           std::vector<InferOutput>& outputs) {
   outputs.assign(node.outputs.size(), InferOutput{});
   absl::Status st;
   try {
-    st = def->infer(node, inputs, outputs);
+    st = def.infer(node, inputs, outputs);
   } catch (const std::exception& e) {  // IndexError from Tensor::dim on a constant input, a bad_alloc...
     return NodeError(node, e.what());
   }

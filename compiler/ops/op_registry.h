@@ -85,6 +85,11 @@ std::vector<std::string> SupportedOps();
 // Runs the op's shape function after checking the input count. Outputs are resized to node.outputs.
 absl::Status InferNode(const Node& node, std::span<const InferInput> inputs,
                        std::vector<InferOutput>& outputs);
+// InferNode's shape function and allocation check alone, for a node whose inputs passed InferNode's count
+// and type checks with the same dtypes before (only dims changed: CpuExecutable::InstantiateDims). `def`
+// is FindOp(node.domain, node.op_type).
+absl::Status InferNodeDims(const OpDef& def, const Node& node, std::span<const InferInput> inputs,
+                           std::vector<InferOutput>& outputs);
 
 // Registration, called once from the table's initializer by the shape_fns_*.cc files.
 void RegisterOp(OpDef def);
