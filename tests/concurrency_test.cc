@@ -158,28 +158,22 @@ TEST_P(ConcurrentRunTest, BitwiseEqualToRunsAlone) {
 // spectrogram front end over 24 audio lengths, each thread in its own order, with lazy and async
 // compilation. Every output matches the same input on the fallback path of a session that specializes
 // every signature (rtol 1e-3, atol 1e-4: the stream checks' tolerance).
-TEST(ConcurrentNewSignaturesTest, MatchTheFallbackPath) {
-  std::string dir = testing::ModelsDir() + "/oww_melspectrogram";
+// New signatures of one structure from many threads at once (dynamic-shape plans, replays, compiles in
+// flight), each matching the fallback path of a session that specializes every signature. `make(n)`: the
+// input for size n. Checks both compile modes, and that dynamic plans served some runs.
+void ExpectConcurrentNewSignaturesMatch(const std::string& model_name, const std::vector<int64_t>& sizes,
+                                        const std::function<Tensor(int64_t)>& make) {
+  std::string dir = testing::ModelsDir() + "/" + model_name;
   CJIT_REQUIRE_DATA(dir);
   std::string model = dir + "/model.onnx";
   const int threads = EnvInt("CJIT_STRESS_THREADS", 8);
-  std::vector<int64_t> lengths;
-  for (int i = 0; i < 24; ++i) lengths.push_back(1280 + 640 * i);
   auto ref = LoadSessionWithFlags(model, "--device=cpu --auto_jit=-1 --dynamic_shape_plans=false", 1);
   ASSERT_TRUE(ref.ok()) << ref.status();
   const std::string input = (*ref)->inputs()[0].name;
   std::vector<std::vector<NamedTensor>> inputs;
   std::vector<Tensor> want;
-  for (int64_t n : lengths) {
-    Tensor x(DType::kF32, {1, n});
-    // Noise (as recorded audio has): a pure tone leaves bins far from it at float32 rounding level, where
-    // any two summation orders differ by 1e-3 dB.
-    uint32_t state = static_cast<uint32_t>(n);
-    for (int64_t i = 0; i < n; ++i) {
-      state = state * 1664525u + 1013904223u;
-      x.data<float>()[i] = (static_cast<float>(state >> 8) / 16777216.0f - 0.5f) * 6000.0f;
-    }
-    inputs.push_back({{input, x}});
+  for (int64_t n : sizes) {
+    inputs.push_back({{input, make(n)}});
     auto r = (*ref)->Run(inputs.back());
     ASSERT_TRUE(r.ok()) << r.status();
     want.push_back((*r)[0].tensor);
@@ -194,8 +188,8 @@ TEST(ConcurrentNewSignaturesTest, MatchTheFallbackPath) {
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t) {
       pool.emplace_back([&, t] {
-        for (size_t i = 0; i < 2 * lengths.size(); ++i) {
-          const size_t k = (i * (2 * t + 1) + t) % lengths.size();
+        for (size_t i = 0; i < 2 * sizes.size(); ++i) {
+          const size_t k = (i * (2 * t + 1) + t) % sizes.size();
           auto r = (*s)->Run(inputs[k]);
           std::string bad;
           if (!r.ok()) {
@@ -212,7 +206,7 @@ TEST(ConcurrentNewSignaturesTest, MatchTheFallbackPath) {
           }
           if (!bad.empty()) {
             std::lock_guard<std::mutex> lock(mu);
-            if (problem.empty()) problem = "length " + std::to_string(lengths[k]) + ": " + bad;
+            if (problem.empty()) problem = "size " + std::to_string(sizes[k]) + ": " + bad;
             return;
           }
         }
@@ -222,6 +216,33 @@ TEST(ConcurrentNewSignaturesTest, MatchTheFallbackPath) {
     EXPECT_EQ(problem, "") << mode;
     EXPECT_GT((*s)->stats().dynamic_shape_runs, 0) << mode;
   }
+}
+
+// Noise in [-scale/2, scale/2) from an LCG seeded by `seed` (as recorded audio or an image has: a pure
+// tone leaves bins far from it at float32 rounding level, where any two summation orders differ).
+Tensor Noise(Dims dims, uint32_t seed, float scale) {
+  Tensor x(DType::kF32, std::move(dims));
+  uint32_t state = seed;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    state = state * 1664525u + 1013904223u;
+    x.data<float>()[i] = (static_cast<float>(state >> 8) / 16777216.0f - 0.5f) * scale;
+  }
+  return x;
+}
+
+// A dims-free structure (no shape-derived constant): the audio front end over 24 lengths.
+TEST(ConcurrentNewSignaturesTest, MatchTheFallbackPath) {
+  std::vector<int64_t> lengths;
+  for (int i = 0; i < 24; ++i) lengths.push_back(1280 + 640 * i);
+  ExpectConcurrentNewSignaturesMatch("oww_melspectrogram", lengths,
+                                     [](int64_t n) { return Noise({1, n}, static_cast<uint32_t>(n), 6000.0f); });
+}
+
+// A structure whose Reshape target is derived from dims (Shape -> Slice -> Concat, re-derived per
+// signature by the dynamic plan): the text-direction classifier over 12 widths.
+TEST(ConcurrentNewSignaturesTest, DerivedReshapeTargetsMatchTheFallbackPath) {
+  ExpectConcurrentNewSignaturesMatch("ppocr_mobile_cls", {48, 56, 64, 80, 96, 104, 120, 136, 152, 160, 176, 192},
+                                     [](int64_t w) { return Noise({1, 3, 48, w}, static_cast<uint32_t>(w), 2.0f); });
 }
 
 INSTANTIATE_TEST_SUITE_P(SharedModels, ConcurrentRunTest,
