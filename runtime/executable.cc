@@ -356,7 +356,8 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsInstance>> CpuExecutable
     changed[x] = input_dims[i] != dims[x];
     dims[x] = input_dims[i];
   }
-  // Constants derived from dims (Reshape targets): their values at these dims, computed where read.
+  // Constants derived from dims (Reshape targets, fused kernels' inputs): their values at these dims,
+  // computed where first read.
   std::vector<char> is_derived(l.values.size(), 0);
   std::vector<std::shared_ptr<const Tensor>> derived_value(l.values.size());
   if (derived != nullptr) {

@@ -522,10 +522,12 @@ std::string DerivedConstantsOutsideFusibleReaders(const ReplayTemplate& t) {
 
 }  // namespace
 
-Session::Plan Session::DynamicPlan(std::shared_ptr<const Executor> family_executor) {
+Session::Plan Session::DynamicPlan(std::shared_ptr<const Executor> family_executor,
+                                   std::shared_ptr<DynamicOutcomes> outcomes) {
   Plan p;
   p.cpu = std::move(family_executor);
   p.dynamic = true;
+  p.outcomes = std::move(outcomes);
   return p;
 }
 
@@ -588,9 +590,14 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
         int& served = dynamic_served_[signature];
         bool ready = true;  // a family with shape-derived constants: every cluster has an executable
         for (int id : fam->second.cluster_ids) ready &= fam->second.executables->Has(id);
+        // A family whose every try missed (its kernels or constants do not fit other dims) is not tried
+        // again: each miss ran part of the graph for nothing.
+        constexpr int64_t kMissesWithoutARun = 8;
+        const DynamicOutcomes& o = *fam->second.outcomes;
+        ready &= o.runs.load() > 0 || o.misses.load() < kMissesWithoutARun;
         if (ready && served < kDynamicRunsPerSignature) {
           ++served;
-          if (fam->second.executor) return DynamicPlan(fam->second.executor);
+          if (fam->second.executor) return DynamicPlan(fam->second.executor, fam->second.outcomes);
           dynamic_family = fam->second;  // its executor is made below, unlocked
         }
       }
@@ -612,7 +619,7 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
       auto fam = families_.find(structure);
       if (fam != families_.end() && fam->second.executables == dynamic_family.executables) {
         if (!fam->second.executor) fam->second.executor = std::move(*ex);
-        return DynamicPlan(fam->second.executor);
+        return DynamicPlan(fam->second.executor, fam->second.outcomes);
       }
     } else {
       CJIT_VLOG(1) << "no dynamic-shape plan for " << signature << ": " << ex.status().message();
@@ -800,6 +807,8 @@ absl::StatusOr<std::vector<NamedTensor>> Session::RunImpl(const std::vector<Name
       if (dynamic.ok()) ++dynamic_shape_runs_;
       if (miss) ++dynamic_shape_misses_;
     }
+    if (dynamic.ok()) ++plan.outcomes->runs;
+    if (miss) ++plan.outcomes->misses;
     if (!miss) {
       CJIT_ASSIGN_OR_RETURN(outs, std::move(dynamic));
     } else {

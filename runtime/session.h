@@ -35,6 +35,7 @@
 #define CJIT_RUNTIME_SESSION_H_
 
 #include <list>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -182,14 +183,19 @@ class Session {
   // One specialized signature: run by the CPU executor, or (--device=cuda) by the GPU executor.
   // `dynamic`: `cpu` is a dynamic-shape family's executor (shapes inferred per run; its clusters run the
   // family's executables at these dims or fail with a dynamic-shape miss).
+  // How a dynamic-shape family's runs ended (a family that only ever misses stops being tried).
+  struct DynamicOutcomes {
+    std::atomic<int64_t> runs{0}, misses{0};
+  };
   struct Plan {
     std::shared_ptr<const Executor> cpu;
     std::shared_ptr<const GpuExecutor> gpu;
     bool dynamic = false;
+    std::shared_ptr<DynamicOutcomes> outcomes;  // with `dynamic`: its family's
   };
   // `allow_dynamic`: a signature without a plan may be served by its structure's dynamic-shape plan.
   absl::StatusOr<Plan> Specialize(const std::vector<Tensor>& inputs, bool allow_dynamic = true);
-  static Plan DynamicPlan(std::shared_ptr<const Executor> family_executor);
+  static Plan DynamicPlan(std::shared_ptr<const Executor> family_executor, std::shared_ptr<DynamicOutcomes> outcomes);
   // Which inputs this signature specializes by value (scalar integers/bools, bounded per input).
   std::vector<bool> ValueSpecialized(const std::vector<Tensor>& inputs);
   // `sig` (>= 0) names the signature in dump files.
@@ -230,6 +236,7 @@ class Session {
     // With shape-derived constants: the template's cluster ids; the family serves a signature only once
     // each has an executable (its clusters have no op-by-op path at other dims).
     std::vector<int> cluster_ids;
+    std::shared_ptr<DynamicOutcomes> outcomes = std::make_shared<DynamicOutcomes>();
   };
   std::map<std::string, DynamicFamily> families_;
   std::unordered_map<std::string, int> dynamic_served_;  // runs per signature served by a family (bounded)

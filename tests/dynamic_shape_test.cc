@@ -357,6 +357,33 @@ TEST(DynamicShapePlanTest, PositionEmbeddingsDerivedFromDims) {
   EXPECT_GE(st.dynamic_shape_runs, 37) << "every length after the first compiled one";
 }
 
+// The table added by a lone Add: a one-op group runs on its library kernel, so InstantiateDims misses at
+// every length (the session's check cannot see the fusion plan). After 8 misses without a dynamic run the
+// family is not tried again; every result is the reference's.
+TEST(DynamicShapePlanTest, AFamilyThatOnlyMissesStopsBeingTried) {
+  testing::ModelBuilder b(17);
+  b.Input("x", onnx::TensorProto::FLOAT, {1, -1, 8}).Output("y");
+  b.InitFloats("pos_emb", {40, 8}, RandomFloats(40 * 8, 7));
+  b.InitInts("one", {}, {1});
+  b.InitInts("zero", {}, {0});
+  b.Node("Shape", {"x"}, {"xs"});
+  testing::ModelBuilder::AttrInt(b.Node("Gather", {"xs", "one"}, {"len"}), "axis", 0);
+  b.Node("Range", {"zero", "len", "one"}, {"positions"});
+  testing::ModelBuilder::AttrInt(b.Node("Gather", {"pos_emb", "positions"}, {"pe"}), "axis", 0);
+  b.Node("Add", {"x", "pe"}, {"y"});
+  auto s = Session::LoadFromBytes(b.Bytes(), Opts());
+  auto ref = Session::LoadFromBytes(b.Bytes(), ReferenceOpts());
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  for (int64_t len = 2; len <= 40; ++len) {
+    ASSERT_NO_FATAL_FAILURE(RunBoth(**s, **ref, {{"x", RandomTensor({1, len, 8}, static_cast<uint32_t>(len))}},
+                                    absl::StrCat("length ", len)));
+  }
+  SessionStats st = (*s)->stats();
+  EXPECT_EQ(st.dynamic_shape_runs, 0);
+  EXPECT_LE(st.dynamic_shape_misses, 8);
+}
+
 // A derived value read by anything but a Reshape target or a fused kernel (here an Add of a float cast of
 // the width, a scalar folded into the kernel's code) keeps the structure on specialized plans: no dynamic
 // run, the reference's numbers.
