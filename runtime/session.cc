@@ -667,7 +667,9 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
     }
     // A template whose specialization read no concrete dim (no shape-derived constant, no identity
     // removed by its dims) is valid at every signature of its structure: its clusters can run at any dims
-    // (compiler/passes/specialization_replay.h gives the argument).
+    // (compiler/passes/specialization_replay.h gives the argument). One whose shape-derived constants are
+    // read only by Reshape targets and fused elementwise ops inside clusters is too, with those constants
+    // re-derived per signature (CpuExecutable::InstantiateDims).
     DynamicFamily dyn;
     // (Dynamic plans run compiled code at other dims: polymorphic execution, off with --polymorphic_clusters.)
     if (made && made->guards.empty() && flags_.dynamic_shape_plans && flags_.polymorphic_clusters &&
