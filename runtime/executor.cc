@@ -16,32 +16,20 @@
 namespace cjit {
 
 namespace {
-thread_local int run_thread_cap = 0;
-thread_local const ClusterRuntime* run_threads_live = nullptr;
+thread_local const ClusterRuntime* run_threads_from = nullptr;
 }  // namespace
 
 int RunThreads(int configured) {
-  int cap = run_thread_cap;
-  if (run_threads_live != nullptr) {
-    cap = run_threads_live->RunThreadsNow();
-    if (omp_get_max_threads() != cap) omp_set_num_threads(cap);
-  }
+  if (run_threads_from == nullptr) return configured;
+  const int cap = run_threads_from->RunThreadsNow();
+  if (omp_get_max_threads() != cap) omp_set_num_threads(cap);
   return cap > 0 && cap < configured ? cap : configured;
 }
 
-ScopedRunThreads::ScopedRunThreads(int cap) : previous_(run_thread_cap), previous_live_(run_threads_live) {
-  run_thread_cap = cap;
-  run_threads_live = nullptr;
+ScopedRunThreads::ScopedRunThreads(const ClusterRuntime* runtime) : previous_(run_threads_from) {
+  run_threads_from = runtime;
 }
-ScopedRunThreads::ScopedRunThreads(const ClusterRuntime* live)
-    : previous_(run_thread_cap), previous_live_(run_threads_live) {
-  run_thread_cap = 0;
-  run_threads_live = live;
-}
-ScopedRunThreads::~ScopedRunThreads() {
-  run_thread_cap = previous_;
-  run_threads_live = previous_live_;
-}
+ScopedRunThreads::~ScopedRunThreads() { run_threads_from = previous_; }
 
 Executor::~Executor() {
   // Node events of this executor's runs refer to its graph, which may go with it (an evicted plan):

@@ -32,22 +32,20 @@ class Profiler;
 // the run lends a CPU to a background compile (LendsCpuToCompiles in flags/flags.h). Executors and compiled
 // clusters take their thread counts through it.
 int RunThreads(int configured);
-// Caps RunThreads on this thread for its lifetime (0: no cap); nests (restores the previous cap).
-// With a ClusterRuntime instead: the cap is its RunThreadsNow(), read at every RunThreads call, so a run
-// that began while a background compile borrowed a CPU gets it back as soon as the compile ends (not at
-// its next run); RunThreads then also keeps this thread's OpenMP thread count (libraries read it) equal to
-// the cap. The caller (Session::Run) restores its own OpenMP setting afterwards.
+// For its lifetime (nested scopes restore the previous one), RunThreads on this thread is capped by
+// `runtime`'s RunThreadsNow(), read at every call, so a run that began while a background compile borrowed
+// a CPU gets it back as soon as the compile ends (not at its next run); RunThreads also keeps this thread's
+// OpenMP thread count (libraries read it) equal to the cap. The caller (Session::Run) restores its own
+// OpenMP setting afterwards.
 class ScopedRunThreads {
  public:
-  explicit ScopedRunThreads(int cap);
-  explicit ScopedRunThreads(const ClusterRuntime* live);
+  explicit ScopedRunThreads(const ClusterRuntime* runtime);
   ~ScopedRunThreads();
   ScopedRunThreads(const ScopedRunThreads&) = delete;
   ScopedRunThreads& operator=(const ScopedRunThreads&) = delete;
 
  private:
-  int previous_;
-  const ClusterRuntime* previous_live_;
+  const ClusterRuntime* previous_;
 };
 
 struct ExecutorOptions {

@@ -672,13 +672,13 @@ TEST(ClusterRuntimeTest, RunsLendACpuWhileABackgroundCompileIsInFlight) {
   ASSERT_TRUE(rt.SubmitCompile(held.job()));
   EXPECT_EQ(rt.compiles_in_flight(), 1);
   EXPECT_EQ(rt.RunThreadsNow(), threads - 1);
+  const int omp_before = omp_get_max_threads();
   {
-    ScopedRunThreads cap(rt.RunThreadsNow());
+    ScopedRunThreads cap(&rt);
     EXPECT_EQ(RunThreads(threads), threads - 1);
     EXPECT_EQ(RunThreads(1), 1);
   }
   EXPECT_EQ(RunThreads(threads), threads) << "the cap ends with its scope";
-  const int omp_before = omp_get_max_threads();
   {
     // A run (Session::Run) follows the runtime live: the CPU comes back within the run when the compile
     // ends, for our kernels and for OpenMP (oneDNN, BLIS).
