@@ -3,6 +3,7 @@
 // fallback path of a session that specializes every signature (op by op, no clusters, no dynamic plans)
 // and float64 math computed here.
 #include <cmath>
+#include <functional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -102,6 +103,22 @@ void RunBoth(Session& s, Session& ref, const std::vector<NamedTensor>& in, const
   ASSERT_TRUE(got.ok()) << what << ": " << got.status();
   ASSERT_TRUE(want.ok()) << what << ": " << want.status();
   ExpectNear(*got, *want, what);
+}
+
+// `model` through a session under test (`Opts()`) and the reference at every size n in [first, last]: x
+// has dims `dims(n)`, random values seeded by n; every output matches. Returns the tested session's stats.
+SessionStats RunSizesAgainstReference(const std::string& model, int64_t first, int64_t last,
+                                      const std::function<std::vector<int64_t>(int64_t)>& dims) {
+  auto s = Session::LoadFromBytes(model, Opts());
+  auto ref = Session::LoadFromBytes(model, ReferenceOpts());
+  EXPECT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(ref.ok()) << ref.status();
+  if (!s.ok() || !ref.ok()) return {};
+  for (int64_t n = first; n <= last; ++n) {
+    RunBoth(**s, **ref, {{"x", RandomTensor(dims(n), static_cast<uint32_t>(n))}}, absl::StrCat("size ", n));
+    if (::testing::Test::HasFatalFailure()) break;
+  }
+  return (*s)->stats();
 }
 
 // A decode loop: every step a new past length. The first signature specializes and compiles; every later
@@ -304,82 +321,57 @@ std::string DerivedReshapeModel(bool target_read_by_add) {
   return b.Bytes();
 }
 
+std::vector<int64_t> WidthsOf4(int64_t w) { return {1, 4, w}; }
+
 // The structure's clusters run compiled at every later width with the Reshape target re-derived from the
 // dims (CpuExecutable::InstantiateDims with DerivedConstants): no specialization, no miss, the reference's
 // numbers; the first signatures specialize until the cluster compiled.
 TEST(DynamicShapePlanTest, ReshapeTargetsDerivedFromDims) {
-  auto s = Session::LoadFromBytes(DerivedReshapeModel(false), Opts());
-  auto ref = Session::LoadFromBytes(DerivedReshapeModel(false), ReferenceOpts());
-  ASSERT_TRUE(s.ok()) << s.status();
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  for (int64_t w = 3; w <= 30; ++w) {
-    ASSERT_NO_FATAL_FAILURE(RunBoth(**s, **ref, {{"x", RandomTensor({1, 4, w}, static_cast<uint32_t>(w))}},
-                                    absl::StrCat("width ", w)));
-  }
-  SessionStats st = (*s)->stats();
+  SessionStats st = RunSizesAgainstReference(DerivedReshapeModel(false), 3, 30, WidthsOf4);
   EXPECT_EQ(st.specializations, 1);
   EXPECT_EQ(st.dynamic_shape_misses, 0);
   EXPECT_GE(st.dynamic_shape_runs, 26) << "every width after the first compiled one";
   EXPECT_EQ(st.specialization_replays, 28 - st.dynamic_shape_runs - 1);
 }
 
-// Position embeddings as torch exports them: x [1, L, 8] + pos_emb[Range(0, Shape(x)[1])] -> Relu. The
-// sliced table is a constant of each signature, read by a fused kernel; at a new length the instance binds
-// the table re-derived for it.
-std::string PositionEmbeddingModel() {
+// Position embeddings as torch exports them: x [1, L, 8] + pos_emb[Range(0, Shape(x)[1])]. The sliced
+// table is a constant of each signature. `fused`: y = Relu(x * 0.5 + table), one fused kernel reads the
+// table; else y = x + table, a lone Add (a one-op group runs on its library kernel).
+std::string PositionEmbeddingModel(bool fused) {
   testing::ModelBuilder b(17);
   b.Input("x", onnx::TensorProto::FLOAT, {1, -1, 8}).Output("y");
   b.InitFloats("pos_emb", {40, 8}, RandomFloats(40 * 8, 7));
   b.InitInts("one", {}, {1});
   b.InitInts("zero", {}, {0});
-  b.InitFloats("scale", {}, {0.5f});
   b.Node("Shape", {"x"}, {"xs"});
   testing::ModelBuilder::AttrInt(b.Node("Gather", {"xs", "one"}, {"len"}), "axis", 0);
   b.Node("Range", {"zero", "len", "one"}, {"positions"});
   testing::ModelBuilder::AttrInt(b.Node("Gather", {"pos_emb", "positions"}, {"pe"}), "axis", 0);
-  b.Node("Mul", {"x", "scale"}, {"xm"});
-  b.Node("Add", {"xm", "pe"}, {"h"});
-  b.Node("Relu", {"h"}, {"y"});
+  if (fused) {
+    b.InitFloats("scale", {}, {0.5f});
+    b.Node("Mul", {"x", "scale"}, {"xm"});
+    b.Node("Add", {"xm", "pe"}, {"h"});
+    b.Node("Relu", {"h"}, {"y"});
+  } else {
+    b.Node("Add", {"x", "pe"}, {"y"});
+  }
   return b.Bytes();
 }
 
+std::vector<int64_t> TokensOf8(int64_t len) { return {1, len, 8}; }
+
+// At a new length the instance binds the table re-derived for it.
 TEST(DynamicShapePlanTest, PositionEmbeddingsDerivedFromDims) {
-  auto s = Session::LoadFromBytes(PositionEmbeddingModel(), Opts());
-  auto ref = Session::LoadFromBytes(PositionEmbeddingModel(), ReferenceOpts());
-  ASSERT_TRUE(s.ok()) << s.status();
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  for (int64_t len = 2; len <= 40; ++len) {
-    ASSERT_NO_FATAL_FAILURE(RunBoth(**s, **ref, {{"x", RandomTensor({1, len, 8}, static_cast<uint32_t>(len))}},
-                                    absl::StrCat("length ", len)));
-  }
-  SessionStats st = (*s)->stats();
+  SessionStats st = RunSizesAgainstReference(PositionEmbeddingModel(true), 2, 40, TokensOf8);
   EXPECT_EQ(st.dynamic_shape_misses, 0);
   EXPECT_GE(st.dynamic_shape_runs, 37) << "every length after the first compiled one";
 }
 
-// The table added by a lone Add: a one-op group runs on its library kernel, so InstantiateDims misses at
-// every length (the session's check cannot see the fusion plan). After 8 misses without a dynamic run the
-// family is not tried again; every result is the reference's.
+// The lone Add's library step makes InstantiateDims miss at every length (the session's check cannot see
+// the fusion plan). After 8 misses without a dynamic run the family is not tried again; every result is
+// the reference's.
 TEST(DynamicShapePlanTest, AFamilyThatOnlyMissesStopsBeingTried) {
-  testing::ModelBuilder b(17);
-  b.Input("x", onnx::TensorProto::FLOAT, {1, -1, 8}).Output("y");
-  b.InitFloats("pos_emb", {40, 8}, RandomFloats(40 * 8, 7));
-  b.InitInts("one", {}, {1});
-  b.InitInts("zero", {}, {0});
-  b.Node("Shape", {"x"}, {"xs"});
-  testing::ModelBuilder::AttrInt(b.Node("Gather", {"xs", "one"}, {"len"}), "axis", 0);
-  b.Node("Range", {"zero", "len", "one"}, {"positions"});
-  testing::ModelBuilder::AttrInt(b.Node("Gather", {"pos_emb", "positions"}, {"pe"}), "axis", 0);
-  b.Node("Add", {"x", "pe"}, {"y"});
-  auto s = Session::LoadFromBytes(b.Bytes(), Opts());
-  auto ref = Session::LoadFromBytes(b.Bytes(), ReferenceOpts());
-  ASSERT_TRUE(s.ok()) << s.status();
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  for (int64_t len = 2; len <= 40; ++len) {
-    ASSERT_NO_FATAL_FAILURE(RunBoth(**s, **ref, {{"x", RandomTensor({1, len, 8}, static_cast<uint32_t>(len))}},
-                                    absl::StrCat("length ", len)));
-  }
-  SessionStats st = (*s)->stats();
+  SessionStats st = RunSizesAgainstReference(PositionEmbeddingModel(false), 2, 40, TokensOf8);
   EXPECT_EQ(st.dynamic_shape_runs, 0);
   EXPECT_LE(st.dynamic_shape_misses, 8);
 }
@@ -388,15 +380,7 @@ TEST(DynamicShapePlanTest, AFamilyThatOnlyMissesStopsBeingTried) {
 // the width, a scalar folded into the kernel's code) keeps the structure on specialized plans: no dynamic
 // run, the reference's numbers.
 TEST(DynamicShapePlanTest, DerivedValuesReadByOtherOpsSpecialize) {
-  auto s = Session::LoadFromBytes(DerivedReshapeModel(true), Opts());
-  auto ref = Session::LoadFromBytes(DerivedReshapeModel(true), ReferenceOpts());
-  ASSERT_TRUE(s.ok()) << s.status();
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  for (int64_t w = 3; w <= 12; ++w) {
-    ASSERT_NO_FATAL_FAILURE(RunBoth(**s, **ref, {{"x", RandomTensor({1, 4, w}, static_cast<uint32_t>(w))}},
-                                    absl::StrCat("width ", w)));
-  }
-  SessionStats st = (*s)->stats();
+  SessionStats st = RunSizesAgainstReference(DerivedReshapeModel(true), 3, 12, WidthsOf4);
   EXPECT_EQ(st.dynamic_shape_runs, 0);
   EXPECT_EQ(st.dynamic_shape_misses, 0) << "no family: nothing tried per signature";
   EXPECT_EQ(st.specializations + st.specialization_replays, 10);
