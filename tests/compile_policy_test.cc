@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/model_builder.h"
+#include "tests/session_options.h"
 #include "tests/test_data.h"
 #include "runtime/cluster_runner.h"
 #include "runtime/executor.h"
@@ -223,18 +224,7 @@ std::string AddMulSigmoidSub(const std::vector<int64_t>& dims) {
   return b.Bytes();
 }
 
-// CPU, every op clusterable (a cluster of any size), one thread, no CJIT_FLAGS.
-SessionOptions OneClusterOptions() {
-  SessionOptions o;
-  o.use_environment_flags = false;
-  o.flags.device = "cpu";
-  o.flags.auto_jit = "1";
-  o.flags.min_cluster_size = 1;
-  o.flags.intra_op_threads = 1;
-  // Compiles at fixed runs (auto would compile in the background when a CPU is idle).
-  o.flags.async_compilation = Flags::AsyncCompilation::kFalse;
-  return o;
-}
+using testing::OneClusterOptions;
 
 // y = Tanh(MatMul(Relu(MatMul(x, w1)), w2)), x of [rows, 4]: one cluster whose fused groups are single ops
 // (Relu, Tanh) between library steps (MatMul), so its plan needs no generated code on the CPU.

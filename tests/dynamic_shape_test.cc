@@ -11,18 +11,13 @@
 #include "runtime/session.h"
 #include "tests/model_builder.h"
 #include "tests/random_floats.h"
+#include "tests/session_options.h"
 
 namespace cjit {
 namespace {
 
 SessionOptions Opts(bool dynamic = true) {
-  SessionOptions o;
-  o.use_environment_flags = false;
-  o.flags.device = "cpu";
-  o.flags.intra_op_threads = 1;
-  o.flags.auto_jit = "1";
-  o.flags.min_cluster_size = 1;
-  o.flags.async_compilation = Flags::AsyncCompilation::kFalse;
+  SessionOptions o = testing::OneClusterOptions();
   o.flags.enable_lazy_compilation = false;  // the first signature compiles at its first run
   o.flags.dynamic_shape_plans = dynamic;
   return o;

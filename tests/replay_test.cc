@@ -11,6 +11,7 @@
 #include "runtime/session.h"
 #include "tests/model_builder.h"
 #include "tests/random_floats.h"
+#include "tests/session_options.h"
 #include "tests/test_data.h"
 
 namespace cjit {
@@ -19,13 +20,7 @@ namespace {
 using testing::RandomTensor;
 
 SessionOptions Opts(const std::string& replay = "true") {
-  SessionOptions o;
-  o.use_environment_flags = false;
-  o.flags.device = "cpu";
-  o.flags.intra_op_threads = 1;
-  o.flags.auto_jit = "1";
-  o.flags.min_cluster_size = 1;
-  o.flags.async_compilation = Flags::AsyncCompilation::kFalse;
+  SessionOptions o = testing::OneClusterOptions();
   o.flags.specialization_replay = replay;
   o.flags.dynamic_shape_plans = false;  // every new signature specializes (replays): what these tests check
   return o;
