@@ -4,6 +4,7 @@
 #include "compiler/passes/auto_mixed_precision.h"
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <random>
 
@@ -471,6 +472,158 @@ TEST(ExcessPrecisionTest, FusedBfloat16ChainRoundsOnlyAtTheEndUnlessDisabled) {
   EXPECT_LE(err_excess, err_ops);
   EXPECT_GT(differ, 0);
   EXPECT_GE(rounded_once, 4096 * 99 / 100);
+}
+
+// MaxAbsOrInf (runtime/cpu/kernel.h), which decides whether a convolution's post-ops may run inside
+// oneDNN: against std::fabs over random float32 / bfloat16 buffers of lengths around the vector widths,
+// and +inf for a NaN or an infinity at every position (the vector body and the scalar tail).
+TEST(ExcessPrecisionTest, MaxAbsOrInfFindsTheLargestMagnitudeAndEveryNonFiniteValue) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> e(-30, 30);
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (int64_t n : {1, 7, 31, 32, 33, 64, 100, 1000}) {
+      Tensor t(dt, {n});
+      std::vector<float> v(n);
+      float want = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        float f = std::ldexp(u(rng), e(rng));
+        if (dt == DType::kBF16) {
+          static_cast<uint16_t*>(t.raw())[i] = FloatToBfloat16Bits(f);
+          f = Bfloat16BitsToFloat(static_cast<uint16_t*>(t.raw())[i]);
+        } else {
+          static_cast<float*>(t.raw())[i] = f;
+        }
+        want = std::max(want, std::fabs(f));
+      }
+      EXPECT_EQ(MaxAbsOrInf(t), want) << DTypeName(dt) << " n=" << n;
+      for (float bad : {NAN, INFINITY, -INFINITY}) {
+        for (int64_t i = 0; i < n; ++i) {
+          Tensor c = t.Clone();
+          if (dt == DType::kBF16) {
+            static_cast<uint16_t*>(c.raw())[i] = FloatToBfloat16Bits(bad);
+          } else {
+            static_cast<float*>(c.raw())[i] = bad;
+          }
+          ASSERT_TRUE(std::isinf(MaxAbsOrInf(c))) << DTypeName(dt) << " n=" << n << " " << bad << " at " << i;
+        }
+      }
+    }
+  }
+}
+
+// A bfloat16 Conv [8, 16, 3x3] (pads 1, bias) followed by `chain` ("hardswish": HardSwish written out,
+// x * Clip(x + 3, 0, 6) / 6, then * 0.75 - 0.25, as PaddleOCR's blocks; "relu"), every value bfloat16,
+// input [1, 16, 10, 12].
+std::string Bfloat16ConvChain(const std::string& chain, const std::vector<uint16_t>& w, const std::vector<uint16_t>& b) {
+  testing::ModelBuilder mb(13);
+  mb.Input("x", onnx::TensorProto::BFLOAT16, {1, 16, 10, 12}).Output("y", onnx::TensorProto::BFLOAT16, {1, 8, 10, 12}, true);
+  auto raw = [](const std::vector<uint16_t>& v) { return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 2); };
+  mb.Init("w", onnx::TensorProto::BFLOAT16, {8, 16, 3, 3})->set_raw_data(raw(w));
+  mb.Init("b", onnx::TensorProto::BFLOAT16, {8})->set_raw_data(raw(b));
+  auto scalar = [&](const std::string& name, float v) {
+    mb.Init(name, onnx::TensorProto::BFLOAT16, {})->set_raw_data(raw({FloatToBfloat16Bits(v)}));
+  };
+  auto* conv = mb.Node("Conv", {"x", "w", "b"}, {"c"});
+  testing::ModelBuilder::AttrInts(conv, "pads", {1, 1, 1, 1});
+  scalar("zero", 0), scalar("six", 6);
+  if (chain == "relu") {
+    mb.Node("Relu", {"c"}, {"y"});
+  } else {
+    scalar("three", 3), scalar("scale", 0.75f), scalar("shift", 0.25f);
+    mb.Node("Add", {"c", "three"}, {"a"});
+    mb.Node("Clip", {"a", "zero", "six"}, {"k"});
+    mb.Node("Mul", {"c", "k"}, {"m"});
+    mb.Node("Div", {"m", "six"}, {"d"});
+    mb.Node("Mul", {"d", "scale"}, {"s"});
+    mb.Node("Sub", {"s", "shift"}, {"y"});
+  }
+  return mb.Bytes();
+}
+
+// The float64 result of Bfloat16ConvChain on the bfloat16 values xf, wf, bf (NaN / inf as ONNX: NaN in,
+// NaN out).
+std::vector<double> Bfloat16ConvChainReference(const std::string& chain, const std::vector<float>& xf,
+                                               const std::vector<float>& wf, const std::vector<float>& bf) {
+  const int C = 16, H = 10, W = 12, M = 8;
+  std::vector<double> ref(M * H * W);
+  for (int m = 0; m < M; ++m)
+    for (int h = 0; h < H; ++h)
+      for (int q = 0; q < W; ++q) {
+        double acc = bf[m];
+        for (int c = 0; c < C; ++c)
+          for (int i = 0; i < 3; ++i)
+            for (int j = 0; j < 3; ++j) {
+              const int ih = h + i - 1, iw = q + j - 1;
+              if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+              acc += static_cast<double>(xf[(c * H + ih) * W + iw]) * wf[((m * C + c) * 3 + i) * 3 + j];
+            }
+        const auto clip = [](double v) { return std::isnan(v) ? v : std::min(6.0, std::max(0.0, v)); };
+        ref[(m * H + h) * W + q] =
+            chain == "relu" ? (std::isnan(acc) || acc > 0 ? acc : 0.0) : acc * clip(acc + 3) / 6 * 0.75 - 0.25;
+      }
+  return ref;
+}
+
+// Under automatic mixed precision a bfloat16 convolution's epilogue runs inside it as oneDNN post-ops
+// (FusionPlanOptions: bfloat16 chains under --allow_excess_precision): the float32 accumulators go through
+// the whole chain and are rounded to bfloat16 once, where the graph rounds after the convolution and after
+// every op (then the chain is a separate fused kernel). Checked against float64 math on the same bfloat16
+// values: almost every output is the nearest bfloat16 of the exact result (a rounding after the
+// convolution moves about a quarter of them). A NaN pixel must reach the output through Relu as NaN
+// (oneDNN's relu post-op makes it 0: the compiled path must see the NaN in the bfloat16 input and apply
+// the chain exactly instead). Without excess precision the compiled path equals the op-by-op path bit for bit.
+TEST(ExcessPrecisionTest, Bfloat16ConvolutionEpilogueRoundsOnce) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto bf16_values = [&](size_t n, float scale, std::vector<uint16_t>* bits, std::vector<float>* values) {
+    for (size_t i = 0; i < n; ++i) {
+      bits->push_back(FloatToBfloat16Bits(u(rng) * scale));
+      values->push_back(Bfloat16BitsToFloat(bits->back()));
+    }
+  };
+  std::vector<uint16_t> wbits, bbits, xbits;
+  std::vector<float> wf, bf, xf;
+  bf16_values(8 * 16 * 9, 0.3f, &wbits, &wf);
+  bf16_values(8, 0.5f, &bbits, &bf);
+  bf16_values(16 * 10 * 12, 2.0f, &xbits, &xf);
+  Tensor x(DType::kBF16, {1, 16, 10, 12});
+  std::memcpy(x.raw(), xbits.data(), xbits.size() * 2);
+  const std::string compiled = "--auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false";
+
+  const std::string model = Bfloat16ConvChain("hardswish", wbits, bbits);
+  const std::vector<double> ref = Bfloat16ConvChainReference("hardswish", xf, wf, bf);
+  std::vector<float> excess = RunChain(model, compiled, x);
+  ASSERT_EQ(excess.size(), ref.size());
+  int rounded_once = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    rounded_once += excess[i] == Bfloat16BitsToFloat(DoubleToBfloat16Bits(ref[i]));
+    EXPECT_NEAR(excess[i], ref[i], std::fabs(ref[i]) / 256 + 1e-6) << i;
+  }
+  EXPECT_GE(rounded_once, static_cast<int>(ref.size()) * 97 / 100);
+  EXPECT_EQ(RunChain(model, compiled + " --allow_excess_precision=false", x), RunChain(model, "--auto_jit=-1", x));
+
+  // NaN and inf pixels (input channel 3 at (4, 5), channel 9 at (7, 2)).
+  static_cast<uint16_t*>(x.raw())[(3 * 10 + 4) * 12 + 5] = 0x7fc0;
+  static_cast<uint16_t*>(x.raw())[(9 * 10 + 7) * 12 + 2] = 0x7f80;
+  xf[(3 * 10 + 4) * 12 + 5] = NAN;
+  xf[(9 * 10 + 7) * 12 + 2] = INFINITY;
+  const std::string relu = Bfloat16ConvChain("relu", wbits, bbits);
+  const std::vector<double> relu_ref = Bfloat16ConvChainReference("relu", xf, wf, bf);
+  std::vector<float> got = RunChain(relu, compiled, x);
+  ASSERT_EQ(got.size(), relu_ref.size());
+  int nans = 0;
+  for (size_t i = 0; i < relu_ref.size(); ++i) {
+    if (std::isnan(relu_ref[i])) {
+      ++nans;
+      EXPECT_TRUE(std::isnan(got[i])) << i << ": " << got[i];
+    } else if (std::isinf(relu_ref[i])) {
+      EXPECT_EQ(got[i], relu_ref[i]) << i;
+    } else {
+      EXPECT_NEAR(got[i], relu_ref[i], std::fabs(relu_ref[i]) / 128 + 1e-6) << i;
+    }
+  }
+  EXPECT_EQ(nans, 8 * 9) << "every output channel at the 3x3 pixels around the NaN";
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "runtime/autotune.h"
 #include "runtime/cpu/conv_gemm.h"
 #include "runtime/cpu/kernel.h"
+#include "runtime/cpu/onednn_util.h"
 #include "runtime/session.h"
 #include "tests/model_builder.h"
 #include "tests/random_floats.h"
@@ -834,6 +835,43 @@ TEST(AutotuneSessionTest, AsyncTunesLoadedExecutablesInTheBackground) {
   s.reset();  // destroyed with nothing in flight; a session destroyed mid-tuning cancels it (Autotuner::Cancel)
   ClearAutotuneResultsForTest();
   std::filesystem::remove_all(dir);
+}
+
+// oneDNN fixes a primitive's thread partition when it is created (its nthr is the OpenMP setting then). A
+// run that lent a CPU to a background compile runs at one thread; a primitive it created and cached must
+// not serve the later two-thread runs (they would run on one thread from then on): the cache keys carry
+// the creating thread count (DnnlThreadsKey). Both entries compute the same convolution (float64 reference).
+TEST(OneDnnCacheTest, PrimitivesAreKeyedByTheThreadCountTheyRunWith) {
+  ConvCase k;  // 32 -> 64 channels, 3x3 over 32x32: above the size small convolutions stay on one thread
+  k.name = "conv_32_64";
+  k.c = 32;
+  k.oc = 64;
+  k.spatial = {32, 32};
+  std::vector<float> x, w, bias;
+  auto b = BuildConv(k, &x, &w, &bias);
+  Dims yd;
+  const std::vector<double> ref = ReferenceConv(k, x, w, bias, &yd);
+  std::string id;
+  for (const AlgorithmCandidate& c : Candidates(*b)) {
+    if (id.empty() && c.id.rfind("onednn:", 0) == 0) id = c.id;
+  }
+  ASSERT_FALSE(id.empty());
+  const int caller_threads = omp_get_max_threads();
+  auto run = [&](int threads) -> size_t {
+    omp_set_num_threads(threads);
+    auto r = EvaluateNode(*b->node, b->ptrs, threads, nullptr, &b->is_constant, nullptr, nullptr, nullptr, &b->inferred, &id);
+    EXPECT_TRUE(r.ok()) << r.status();
+    double worst = 0;
+    for (size_t i = 0; r.ok() && i < ref.size(); ++i) worst = std::max(worst, std::fabs((*r)[0].data<float>()[i] - ref[i]));
+    EXPECT_LE(worst, 1e-3) << id << " at " << threads << " threads";
+    return DnnlCacheSize();
+  };
+  const size_t at_one = run(1);
+  const size_t at_two = run(2);
+  EXPECT_EQ(at_two, at_one + 1) << "the one-thread primitive served a two-thread run";
+  EXPECT_EQ(run(2), at_two) << "the two-thread primitive is cached";
+  EXPECT_EQ(run(1), at_two) << "and so is the one-thread one";
+  omp_set_num_threads(caller_threads);
 }
 
 }  // namespace

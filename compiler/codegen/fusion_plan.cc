@@ -250,12 +250,20 @@ bool ScalarOf(const Value* v, float* out) {
 // Matches elementwise ops after a float32 Conv that oneDNN can apply as post-ops, along a chain of values
 // each read by exactly one node (HardSwish written out, x * Clip(x + 3, 0, 6) / 6, reads x twice).
 // Returns the absorbed nodes; fills ops and the final value.
+// A bfloat16 Conv / NhwcConv (automatic mixed precision) takes bfloat16 chains too when `excess_precision`
+// (--allow_excess_precision): oneDNN applies the post-ops to the float32 accumulators and rounds to
+// bfloat16 once at the end, where the graph rounds after the convolution and after every op — the same
+// licence fused kernels take (FusedKernel::excess_precision). Without it, 16-bit convolutions take none.
 std::vector<const Node*> MatchPostOps(const Node& conv, const Readers& users,
-                                      const std::unordered_set<const Value*>& body_outputs, std::vector<PostOp>* ops,
-                                      const Value** final_value) {
+                                      const std::unordered_set<const Value*>& body_outputs, bool excess_precision,
+                                      std::vector<PostOp>* ops, const Value** final_value) {
   std::vector<const Node*> absorbed;
   const Value* v = conv.outputs[0];
-  if (v == nullptr || v->dtype != DType::kF32 || !v->shape.fully_known() || v->shape.rank() < 3) return absorbed;
+  if (v == nullptr || !v->shape.fully_known() || v->shape.rank() < 3) return absorbed;
+  // The element type of the whole chain: each absorbed op's output must have it.
+  const DType dt = v->dtype;
+  const bool bf16_ok = excess_precision && (conv.op_type == "Conv" || conv.op_type == "NhwcConv");
+  if (dt != DType::kF32 && !(dt == DType::kBF16 && bf16_ok)) return absorbed;
   // Conv: [N, M, o..]; NhwcConv (channels-last): [N, o.., M].
   int channel_axis = conv.op_type == "NhwcConv" || conv.op_type == "NhwcPointwiseDepthwiseConv" ? v->shape.rank() - 1 : 1;
   int64_t oc = v->shape.dims[channel_axis].value;
@@ -282,7 +290,7 @@ std::vector<const Node*> MatchPostOps(const Node& conv, const Readers& users,
       const bool pair = (mul->inputs[0] == v && mul->inputs[1] == sig->outputs[0]) ||
                         (mul->inputs[1] == v && mul->inputs[0] == sig->outputs[0]);
       if (sr.size() != 1 || sr[0] != mul || !pair || mul->outputs.size() != 1 || !mul->outputs[0] ||
-          mul->outputs[0]->dtype != DType::kF32 || !mul->outputs[0]->shape.fully_known() ||
+          mul->outputs[0]->dtype != dt || !mul->outputs[0]->shape.fully_known() ||
           mul->outputs[0]->shape.concrete() != v->shape.concrete()) {
         break;
       }
@@ -310,7 +318,8 @@ std::vector<const Node*> MatchPostOps(const Node& conv, const Readers& users,
       if (cr.size() != 1 || cr[0] != mul || body_outputs.count(clip->outputs[0])) break;
       const auto& mr = readers(mul->outputs[0]);
       if (mr.size() != 1 || mr[0]->op_type != "Div" || !ScalarOf(mr[0]->input(1), &six) || six != 6.0f ||
-          body_outputs.count(mul->outputs[0])) {
+          body_outputs.count(mul->outputs[0]) || mr[0]->outputs.size() != 1 || !mr[0]->outputs[0] ||
+          mr[0]->outputs[0]->dtype != dt) {
         break;
       }
       op.kind = PostOp::Kind::kHardSwish;
@@ -327,7 +336,7 @@ std::vector<const Node*> MatchPostOps(const Node& conv, const Readers& users,
     const bool swapped = n->inputs[0] != v;
     if (swapped && !(n->inputs.size() == 2 && n->inputs[1] == v && (t == "Mul" || t == "Add" || t == "Sub"))) break;
     const Value* operand = n->inputs.size() == 2 ? n->input(swapped ? 0 : 1) : nullptr;
-    if (n->outputs[0]->dtype != DType::kF32 || !n->outputs[0]->shape.fully_known() ||
+    if (n->outputs[0]->dtype != dt || !n->outputs[0]->shape.fully_known() ||
         n->outputs[0]->shape.concrete() != v->shape.concrete()) {
       break;
     }
@@ -463,7 +472,7 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOp
     bool gemm = options.gemm_epilogues && (op == "MatMul" || op == "Gemm");
     if ((!conv && !gemm) || owner[i] >= 0) continue;
     Absorbed a;
-    a.nodes = conv ? MatchPostOps(*order[i], readers, outputs_set, &a.ops, &a.output)
+    a.nodes = conv ? MatchPostOps(*order[i], readers, outputs_set, options.excess_precision, &a.ops, &a.output)
                    : MatchGemmEpilogue(*order[i], readers, outputs_set, &a.ops, &a.output);
     if (a.nodes.empty()) continue;
     for (const Node* x : a.nodes) owner[index[x]] = i;

@@ -63,7 +63,8 @@ struct PlanStep {
   Kind kind = Kind::kLibrary;
   int kernel = -1;            // index into FusionPlan::kernels for kFused
   const Node* node = nullptr;  // the op for kLibrary
-  // For a float32 Conv library step: elementwise ops after it that run as oneDNN post-ops; for a MatMul /
+  // For a float32 Conv library step (or a bfloat16 one under excess precision, FusionPlanOptions):
+  // elementwise ops after it that run as oneDNN post-ops; for a MatMul /
   // Gemm step (FusionPlanOptions::gemm_epilogues): a bias over the last dim and/or Relu as a GEMM
   // epilogue. The nodes that computed them (`absorbed`, in order) are skipped; `output` is then the value
   // the step produces (the last absorbed op's).
@@ -93,8 +94,9 @@ bool IsScalarConstant(const Value* v);
 float ScalarConstantValue(const Value* v);
 
 struct FusionPlanOptions {
-  // Absorb elementwise ops after a float32 Conv into the Conv step as PostOps (oneDNN, on the CPU). The GPU
-  // runtime turns this off: its Conv library (cuDNN) takes no such chains, so they stay fused kernels.
+  // Absorb elementwise ops after a float32 Conv (a bfloat16 one too when excess_precision) into the Conv
+  // step as PostOps (oneDNN, on the CPU). The GPU runtime turns this off: its Conv library (cuDNN) takes
+  // no such chains, so they stay fused kernels.
   bool conv_post_ops = true;
   // Absorb Add(constant vector over the last dim) and/or Relu after a float32 MatMul/Gemm into the step as
   // a GEMM epilogue (cuBLASLt; the GPU runtime turns this on — the CPU MatMul kernel takes no post-ops).

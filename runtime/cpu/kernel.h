@@ -113,6 +113,10 @@ Tensor ToBfloat16(const KernelContext& ctx, int i);
 // Whether this CPU has AVX-512 BF16 dot products: bfloat16 convolutions and products (and the reduced
 // float32 precisions) run in oneDNN's bfloat16 kernels only then; elsewhere they widen to float32.
 bool CpuHasBfloat16Math();
+// The largest |v| of a float32 or bfloat16 tensor, or +inf when it holds a NaN or an infinity (any other
+// dtype: +inf). A convolution with post-ops bounds its result with it (operands' magnitudes times the
+// reduction length) and applies the post-ops in exact ONNX semantics where that bound is not finite.
+float MaxAbsOrInf(const Tensor& t);
 const KernelFn* FindKernel(const std::string& op_type);
 // For registration functions that wrap an already registered kernel (no lazy initialization).
 const KernelFn* FindKernelDuringRegistration(const std::string& op_type);

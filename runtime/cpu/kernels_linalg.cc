@@ -73,6 +73,8 @@ size_t DnnlCacheSize() {
   return Cache().map.size();
 }
 
+std::string DnnlThreadsKey() { return absl::StrCat("|nthr=", omp_get_max_threads()); }
+
 std::shared_ptr<DnnlEntry> GetOrCreateDnnl(const std::string& key,
                                            const std::function<std::shared_ptr<DnnlEntry>()>& make,
                                            const std::function<bool(const DnnlEntry&)>& valid) {
@@ -171,9 +173,14 @@ absl::Status DnnlMatMul(const void* a, const memory::dims& ad, const memory::dim
                         float alpha, std::string* impl, memory::data_type dt = memory::data_type::f32,
                         memory::data_type dst_dt = memory::data_type::undef) {
   if (dst_dt == memory::data_type::undef) dst_dt = dt;
+  double macs = 1;  // batch x M x N x K: the product of C's dims and A's last
+  for (int64_t d : cd) macs *= static_cast<double>(d);
+  if (!ad.empty()) macs *= static_cast<double>(ad.back());
+  // Small products stay on this thread; the primitive is created under the same setting it runs with.
+  ScopedLibraryThreadsForWork library_threads(macs);
   std::string key = absl::StrCat("mm:", static_cast<int>(dt), ":", static_cast<int>(dst_dt), ":", absl::StrJoin(ad, ","),
                                  "/", absl::StrJoin(as, ","), ":", absl::StrJoin(bd, ","), "/", absl::StrJoin(bs, ","),
-                                 ":", alpha);
+                                 ":", alpha, DnnlThreadsKey());
   auto entry = GetOrCreateDnnl(key, [&] {
     auto e = std::make_shared<DnnlEntry>();
     e->src_md = memory::desc(ad, dt, as);
@@ -194,10 +201,6 @@ absl::Status DnnlMatMul(const void* a, const memory::dims& ad, const memory::dim
   memory ma(entry->src_md, CpuEngine(), const_cast<void*>(a));
   memory mb(entry->weights_md, CpuEngine(), const_cast<void*>(b));
   memory mc(entry->dst_md, CpuEngine(), c);
-  double macs = 1;  // batch x M x N x K: the product of C's dims and A's last
-  for (int64_t d : cd) macs *= static_cast<double>(d);
-  if (!ad.empty()) macs *= static_cast<double>(ad.back());
-  ScopedLibraryThreadsForWork library_threads(macs);  // small products stay on this thread
   ExecuteDnnl(entry->prim, s, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}}, entry->scratchpad_md);
   if (impl) *impl = entry->impl;
   return absl::OkStatus();

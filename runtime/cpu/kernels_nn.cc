@@ -8,9 +8,11 @@
 #include <map>
 #include <unordered_map>
 
+#include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "compiler/ir/float16.h"
 #include "compiler/ir/status_macros.h"
 #include "runtime/cpu/conv_gemm.h"
 #include "runtime/cpu/dispatch.h"
@@ -93,7 +95,53 @@ float MaxAbsOrInf(const float* p, int64_t n) {
   return impl(p, n);
 }
 
-float MaxAbsOrInf(const Tensor& t) { return MaxAbsOrInf(static_cast<const float*>(t.raw()), t.numel()); }
+// The same for bfloat16, the upper half of a float32: with the sign bit cleared, the 15-bit patterns order
+// as the magnitudes do, and 0x7f80 and above are Inf and NaN; one unsigned max per element (AVX-512BW:
+// 32 per instruction; only CPUs with AVX-512 BF16 run bfloat16 convolutions natively).
+typedef uint16_t V32u16 __attribute__((vector_size(64)));
+typedef uint16_t V8u16 __attribute__((vector_size(16)));
+
+template <typename V>
+inline __attribute__((always_inline)) uint16_t MaxMagnitudeBitsBody(const uint16_t* p, int64_t n) {
+  constexpr int64_t kW = sizeof(V) / sizeof(uint16_t);
+  V m = {};
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) {
+    V v;
+    std::memcpy(&v, p + i, sizeof v);
+    v &= 0x7fff;
+    m = m < v ? v : m;
+  }
+  uint16_t mx = 0;
+  for (int j = 0; j < kW; ++j) mx = std::max<uint16_t>(mx, m[j]);
+  for (; i < n; ++i) mx = std::max<uint16_t>(mx, p[i] & 0x7fff);
+  return mx;
+}
+
+__attribute__((target("avx512bw"))) uint16_t MaxMagnitudeBitsAvx512(const uint16_t* p, int64_t n) {
+  return MaxMagnitudeBitsBody<V32u16>(p, n);
+}
+uint16_t MaxMagnitudeBitsBaseline(const uint16_t* p, int64_t n) { return MaxMagnitudeBitsBody<V8u16>(p, n); }
+
+float MaxAbsOrInfBfloat16(const uint16_t* p, int64_t n) {
+  static uint16_t (*const impl)(const uint16_t*, int64_t) = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bw") ? &MaxMagnitudeBitsAvx512 : &MaxMagnitudeBitsBaseline;
+  }();
+  const uint16_t m = impl(p, n);
+  if (m >= 0x7f80) return std::numeric_limits<float>::infinity();
+  return absl::bit_cast<float>(static_cast<uint32_t>(m) << 16);
+}
+
+}  // namespace
+
+float MaxAbsOrInf(const Tensor& t) {
+  if (t.dtype() == DType::kF32) return MaxAbsOrInf(static_cast<const float*>(t.raw()), t.numel());
+  if (t.dtype() == DType::kBF16) return MaxAbsOrInfBfloat16(static_cast<const uint16_t*>(t.raw()), t.numel());
+  return std::numeric_limits<float>::infinity();
+}
+
+namespace {
 
 // oneDNN's eltwise post-ops (relu, clip, hardswish: max/min instructions) turn a NaN into a number, where
 // ONNX (and the op-by-op path) keeps it. True when a convolution with these operands can produce a
@@ -115,9 +163,18 @@ bool ConvMayBeNonFinite(const Tensor& x, const Tensor& w, bool w_is_constant, co
   return !(bound < 1e38);
 }
 
-// The post-ops of a plan step applied to y (float32, NCHW or channels-last) with ONNX semantics: NaN in,
-// NaN out.
+void ApplyPostOpsExactF32(const std::vector<PostOp>& ops, Tensor& y, bool channels_last);
+
+// The post-ops of a plan step applied to y (float32 or bfloat16, NCHW or channels-last) with ONNX
+// semantics: NaN in, NaN out. bfloat16 values are widened, computed in float32 and rounded once.
 void ApplyPostOpsExact(const std::vector<PostOp>& ops, Tensor& y, bool channels_last) {
+  if (y.dtype() != DType::kBF16) return ApplyPostOpsExactF32(ops, y, channels_last);
+  Tensor wide = ConvertFloatTensor(y, DType::kF32);
+  ApplyPostOpsExactF32(ops, wide, channels_last);
+  ConvertFloatBuffer(wide.raw(), DType::kF32, y.raw(), DType::kBF16, static_cast<size_t>(y.numel()));
+}
+
+void ApplyPostOpsExactF32(const std::vector<PostOp>& ops, Tensor& y, bool channels_last) {
   float* p = static_cast<float*>(y.raw());
   int64_t channels = channels_last ? y.dim(y.rank() - 1) : y.dim(1);
   int64_t n = y.numel(), inner = channels_last ? 1 : n / (y.dim(0) * channels);
@@ -359,6 +416,9 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
   const memory::dims &wd = descs.wd, &ws = descs.ws, &dil = descs.dil, &pl = descs.pl, &pr = descs.pr, &st = descs.st,
                      &xd = descs.xd, &yd = descs.yd;
   const int64_t ksz = descs.ksz;
+  // Small convolutions stay on this thread (runtime/cpu/parallel.h): oneDNN forks by the thread setting,
+  // which the primitive is created under too (DnnlThreadsKey).
+  ScopedLibraryThreadsForWork library_threads(static_cast<double>(y.numel()) * (C / group) * ksz);
   const memory::data_type dt = descs.dt, dst_dt = descs.dst_dt, bias_dt = descs.bias_dt;
   const memory::desc &plain_x = descs.plain_x, &plain_y = descs.plain_y;
   bool has_bias = ctx.has(2);
@@ -375,8 +435,10 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
   // A Swish and what follows it run after the primitive (our vector epilogue), not as oneDNN post-ops:
   // oneDNN's Winograd convolutions take no swish post-op, and on a YOLO-style network the convolutions
   // that lost Winograd cost more than the separate pass saved.
+  // A bfloat16 destination takes the whole chain in oneDNN (it has no bfloat16 Winograd to lose, and the
+  // vector epilogue reads float32).
   std::vector<PostOp> dnnl_part, after_part;
-  if (post_ops != nullptr) {
+  if (post_ops != nullptr && !bf16) {
     size_t k = 0;
     while (k < post_ops->size() && (*post_ops)[k].kind != PostOp::Kind::kSwish) ++k;
     if (k < post_ops->size()) {
@@ -419,7 +481,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
                                  ":", absl::StrJoin(st, ","), ":", absl::StrJoin(dil, ","), ":", absl::StrJoin(pl, ","),
                                  ":", absl::StrJoin(pr, ","), ":", has_bias, channels_last ? ":nxc:" : ":",
                                  const_w ? absl::StrCat(reinterpret_cast<uintptr_t>(w.raw())) : "var",
-                                 dflt ? "" : absl::StrCat(":", *ctx.algorithm));
+                                 dflt ? "" : absl::StrCat(":", *ctx.algorithm), DnnlThreadsKey());
   absl::Status create_status = absl::OkStatus();
   auto entry = GetOrCreateDnnl(key, [&]() -> std::shared_ptr<DnnlEntry> {
     auto e = std::make_shared<DnnlEntry>();
@@ -516,8 +578,6 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
     dnnl::reorder r = MakeDnnlReorder(user.get_desc(), entry->weights_md, &scratch);
     ExecuteDnnl(r, s, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, wmem}}, scratch);
   }
-  // Small convolutions stay on this thread (runtime/cpu/parallel.h): oneDNN forks by the thread setting.
-  ScopedLibraryThreadsForWork library_threads(static_cast<double>(y.numel()) * (C / group) * ksz);
   memory user_src(plain_x, CpuEngine(), const_cast<void*>(xs.raw()));
   memory user_dst(plain_y, CpuEngine(), y.raw());
   memory src = user_src, dst = user_dst;
@@ -745,7 +805,7 @@ absl::StatusOr<bool> DnnlPool(KernelContext& ctx, int kind, const WindowGeometry
                                     : dnnl::algorithm::pooling_avg_exclude_padding;
   std::string key = absl::StrCat("pool:", bf16 ? "bf16:" : "", static_cast<int>(alg), ":", absl::StrJoin(xd, ","), ":", absl::StrJoin(yd, ","),
                                  ":", absl::StrJoin(st, ","), ":", absl::StrJoin(ker, ","), ":", absl::StrJoin(dil, ","),
-                                 ":", absl::StrJoin(pl, ","), ":", absl::StrJoin(pr, ","));
+                                 ":", absl::StrJoin(pl, ","), ":", absl::StrJoin(pr, ","), DnnlThreadsKey());
   bool failed = false;
   auto entry = GetOrCreateDnnl(key, [&]() -> std::shared_ptr<DnnlEntry> {
     auto e = std::make_shared<DnnlEntry>();
@@ -1335,6 +1395,11 @@ std::vector<AlgorithmCandidate> ConvAlgorithms(const KernelContext& ctx, bool tr
   }
   if (transposed && !channels_last && (nsp == 1 || nsp == 2)) own.push_back({"own:gemm_col2im"});
   const ConvDnnlDescs D = MakeConvDescs(ctx, g, x.dims(), ydims, C, OC, group, transposed, channels_last, bf16, medium);
+  // The thread setting Conv creates the primitive under: oneDNN offers some implementations (Winograd) only
+  // for some thread counts.
+  double work = static_cast<double>((C / group) * D.ksz);
+  for (int64_t d : ydims) work *= static_cast<double>(d);
+  ScopedLibraryThreadsForWork library_threads(work);
   const bool has_bias = ctx.has(2);
   memory::desc b_md({OC}, D.bias_dt, memory::format_tag::a);
   memory::desc w_any(D.wd, D.dt, memory::format_tag::any);

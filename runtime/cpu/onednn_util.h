@@ -46,6 +46,13 @@ dnnl::reorder MakeDnnlReorder(const dnnl::memory::desc& from, const dnnl::memory
 void ExecuteDnnl(const dnnl::primitive& prim, dnnl::stream& s, std::unordered_map<int, dnnl::memory> args,
                  const dnnl::memory::desc& scratchpad_md);
 
+// The part of a primitive's cache key for the calling thread's OpenMP thread count. oneDNN fixes a
+// primitive's thread partition when it is created (its kernels' nthr is the OpenMP setting then) and keeps
+// it at every execution: a primitive created while a run had lent a CPU to a background compile (1 thread)
+// and cached would run its convolutions on one thread from then on. Keys of primitives carry it; keys of
+// packed weights (CachedPackedWeights) do not (packing does not depend on it).
+std::string DnnlThreadsKey();
+
 // Returns the entry for `key`, creating it with `make` on first use. `valid` (optional) rejects a cached
 // entry, which is then re-created (e.g. its weights' buffer was freed and the address reused by another
 // tensor). The process-wide cache is bounded: entries whose weights' buffer is gone (the Session that owned
