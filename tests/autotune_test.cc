@@ -837,6 +837,65 @@ TEST(AutotuneSessionTest, AsyncTunesLoadedExecutablesInTheBackground) {
   std::filesystem::remove_all(dir);
 }
 
+// --conv_precision's reduced precisions (the node's cjit_precision attribute) in every layout the kernel
+// takes: correct bits -log2(max |y - y64| / max sum |x w|) against float64, about 24 for float32, 16 for
+// bfloat16x3 ("bf16x3" forces it; "high" picks it only with AMX-BF16) and 8 for "medium". Grouped and
+// depthwise cases check bfloat16x3's per-group channel tripling ([Xh | Xh | Xl] against [Wh | Wl | Wh]).
+TEST(ConvPrecisionTest, Bfloat16x3GivesAboutSixteenBitsInEveryLayout) {
+  const std::vector<ConvCase> cases = {
+      Case("3x3", [](ConvCase& k) { k.c = 24; }),
+      Case("grouped", [](ConvCase& k) { k.c = 12; k.oc = 8; k.group = 4; }),
+      Case("nhwc_3x3_batch2", [](ConvCase& k) { k.n = 2; k.c = 16; k.channels_last = true; }),
+      Case("nhwc_depthwise_strided", [](ConvCase& k) { k.c = k.oc = k.group = 16; k.strides = {2, 2}; k.channels_last = true; }),
+      Case("nhwc_pointwise", [](ConvCase& k) { k.kernel = {1, 1}; k.pads = {0, 0, 0, 0}; k.c = 40; k.oc = 24; k.channels_last = true; }),
+  };
+  for (const ConvCase& k : cases) {
+    std::vector<float> x, w, bias;
+    auto b = BuildConv(k, &x, &w, &bias);
+    Dims yd;
+    std::vector<double> ref = ReferenceConv(k, x, w, bias, &yd);
+    auto abs_of = [](std::vector<float> v) {
+      for (float& f : v) f = std::fabs(f);
+      return v;
+    };
+    std::vector<double> scale = ReferenceConv(k, abs_of(x), abs_of(w), abs_of(bias), &yd);
+    const int64_t op = Numel(yd) / (yd[0] * yd[1]);
+    if (k.channels_last) {
+      ref = ToChannelsLast(ref, yd[0], yd[1], op);
+      scale = ToChannelsLast(scale, yd[0], yd[1], op);
+    }
+    double sc = 0;
+    for (double v : scale) sc = std::max(sc, v);
+    std::map<std::string, double> bits;
+    for (const char* p : {"highest", "bf16x3", "medium"}) {
+      Attribute attr;
+      attr.kind = Attribute::Kind::kString;
+      attr.s = p;
+      b->node->attrs["cjit_precision"] = attr;
+      std::string impl;
+      auto r = EvaluateNode(*b->node, b->ptrs, 1, nullptr, &b->is_constant, nullptr, nullptr, &impl, &b->inferred, nullptr);
+      ASSERT_TRUE(r.ok()) << k.name << " " << p << ": " << r.status();
+      ASSERT_EQ((*r)[0].dtype(), DType::kF32) << "the output dtype never changes";
+      double err = 0;
+      for (size_t i = 0; i < ref.size(); ++i) err = std::max(err, std::fabs((*r)[0].data<float>()[i] - ref[i]));
+      bits[p] = -std::log2(std::max(err / sc, 1e-30));
+      if (std::string(p) == "bf16x3" && CpuHasBfloat16Math()) {
+        EXPECT_TRUE(absl::StartsWith(impl, "bfloat16x3")) << impl;
+      }
+    }
+    EXPECT_GE(bits["highest"], 20.0) << k.name;
+    if (CpuHasBfloat16Math()) {
+      EXPECT_GE(bits["bf16x3"], 14.0) << k.name;
+      EXPECT_LE(bits["bf16x3"], 21.5) << k.name << ": bfloat16x3 is less accurate than float32: did it run?";
+      EXPECT_GE(bits["medium"], 6.0) << k.name;
+      EXPECT_LE(bits["medium"], 12.5) << k.name;
+    } else {
+      EXPECT_GE(bits["bf16x3"], 20.0) << k.name << ": without bfloat16 arithmetic, float32";
+      EXPECT_GE(bits["medium"], 20.0) << k.name;
+    }
+  }
+}
+
 // oneDNN fixes a primitive's thread partition when it is created (its nthr is the OpenMP setting then). A
 // run that lent a CPU to a background compile runs at one thread; a primitive it created and cached must
 // not serve the later two-thread runs (they would run on one thread from then on): the cache keys carry

@@ -36,30 +36,44 @@ const std::map<std::string, KernelFn>& Registered() {
 
 bool Is16BitFloat(DType t) { return t == DType::kF16 || t == DType::kBF16; }
 
-// Converted copies of constant inputs (16-bit -> float32, or float32 -> bfloat16), one per source buffer
-// (dropped when the source is freed).
+// Converted copies of constant inputs (16-bit -> float32, or float32 -> bfloat16), one per source buffer.
 Tensor ConvertedConstant(const Tensor& t) {
-  struct Entry {
-    std::weak_ptr<uint8_t> source;
-    Tensor widened;
-  };
-  static std::mutex mu;
-  static auto* cache = new std::unordered_map<const void*, Entry>();
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache->find(t.raw());
-  if (it != cache->end() && it->second.source.lock() == t.buffer() && it->second.widened.dims() == t.dims()) {
-    return it->second.widened;
-  }
-  for (auto e = cache->begin(); e != cache->end();) e = e->second.source.expired() ? cache->erase(e) : std::next(e);
-  Tensor w = ConvertFloatTensor(t, t.dtype() == DType::kF32 ? DType::kBF16 : DType::kF32);
-  (*cache)[t.raw()] = Entry{t.buffer(), w};
-  return w;
+  return DerivedConstant(t, "convert", [](const Tensor& c) {
+    return ConvertFloatTensor(c, c.dtype() == DType::kF32 ? DType::kBF16 : DType::kF32);
+  });
 }
 
 }  // namespace
 
+Tensor DerivedConstant(const Tensor& t, const std::string& kind, const std::function<Tensor(const Tensor&)>& make) {
+  struct Entry {
+    std::weak_ptr<uint8_t> source;
+    Dims source_dims;
+    DType source_dtype;
+    Tensor derived;
+  };
+  static std::mutex mu;
+  static auto* cache = new std::map<std::pair<const void*, std::string>, Entry>();
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(t.raw(), kind);
+  auto it = cache->find(key);
+  if (it != cache->end() && it->second.source.lock() == t.buffer() && it->second.source_dims == t.dims() &&
+      it->second.source_dtype == t.dtype()) {
+    return it->second.derived;
+  }
+  for (auto e = cache->begin(); e != cache->end();) e = e->second.source.expired() ? cache->erase(e) : std::next(e);
+  Tensor d = make(t);
+  (*cache)[key] = Entry{t.buffer(), t.dims(), t.dtype(), d};
+  return d;
+}
+
 bool CpuHasBfloat16Math() {
   static const bool has = __builtin_cpu_supports("avx512bf16") != 0;
+  return has;
+}
+
+bool CpuHasAmxBfloat16() {
+  static const bool has = __builtin_cpu_supports("amx-bf16") != 0;
   return has;
 }
 

@@ -110,9 +110,16 @@ const AlgorithmsFn* FindAlgorithms(const std::string& op_type);
 absl::Status RunInFloat32(const KernelFn& fn, KernelContext& ctx);
 // Float32 input i rounded to bfloat16 (nearest even); constants converted once per buffer and cached.
 Tensor ToBfloat16(const KernelContext& ctx, int i);
+// A tensor derived from the constant `t` by `make` (a conversion, a split into bfloat16 parts), computed
+// once per source buffer and `kind` and dropped once that buffer is freed (a later constant at the same
+// address is derived again). Thread-safe (`make` runs under the cache's lock).
+Tensor DerivedConstant(const Tensor& t, const std::string& kind, const std::function<Tensor(const Tensor&)>& make);
 // Whether this CPU has AVX-512 BF16 dot products: bfloat16 convolutions and products (and the reduced
 // float32 precisions) run in oneDNN's bfloat16 kernels only then; elsewhere they widen to float32.
 bool CpuHasBfloat16Math();
+// Whether this CPU has AMX-BF16 tile products (16x float32's throughput): the reduced float32 precision
+// "high" (bfloat16x3, three bfloat16 products) runs only there; elsewhere it costs more than float32.
+bool CpuHasAmxBfloat16();
 // The largest |v| of a float32 or bfloat16 tensor, or +inf when it holds a NaN or an infinity (any other
 // dtype: +inf). A convolution with post-ops bounds its result with it (operands' magnitudes times the
 // reduction length) and applies the post-ops in exact ONNX semantics where that bound is not finite.

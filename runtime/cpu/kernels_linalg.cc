@@ -286,8 +286,7 @@ Float32Precision PrecisionOf(const KernelContext& ctx) {
   const auto it = ctx.node->attrs.find("cjit_precision");
   if (it == ctx.node->attrs.end()) return Float32Precision::kHighest;
   const std::string& p = it->second.s;
-  static const bool amx = __builtin_cpu_supports("amx-bf16") != 0;
-  if (p == "high") return amx ? Float32Precision::kBf16x3 : Float32Precision::kHighest;
+  if (p == "high") return CpuHasAmxBfloat16() ? Float32Precision::kBf16x3 : Float32Precision::kHighest;
   if (p == "bf16x3") return Float32Precision::kBf16x3;
   // "medium" lets the product use bfloat16 operands (a hint, as oneDNN's fpmath mode and PyTorch's
   // set_float32_matmul_precision): on a CPU without bfloat16 arithmetic it runs as "highest" — faster

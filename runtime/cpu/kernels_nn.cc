@@ -336,6 +336,75 @@ absl::StatusOr<ConvAlgorithm> ParseConvAlgorithm(const KernelContext& ctx) {
   return a;
 }
 
+// --conv_precision (the node's cjit_precision attribute) of a float32 convolution, with AVX-512 BF16
+// (elsewhere, and for 16-bit operands and ConvTranspose, float32): "medium" rounds both operands to
+// bfloat16 (float32 accumulation and output: oneDNN's bfloat16 convolution with a float32 destination);
+// "high" is bfloat16x3 (Bfloat16x3ConvInput) where it is faster than float32 — with AMX-BF16 — else
+// float32, as MatMul's (kernels_linalg.cc); "bf16x3" forces it (tests).
+enum class ConvPrecision { kHighest, kMedium, kBf16x3 };
+
+ConvPrecision PrecisionOf(const KernelContext& ctx, bool transposed) {
+  if (transposed || ctx.in(0).dtype() != DType::kF32 || ctx.in(1).dtype() != DType::kF32 || !CpuHasBfloat16Math()) {
+    return ConvPrecision::kHighest;
+  }
+  const std::string p = ctx.node->GetString("cjit_precision", "highest");
+  if (p == "bf16x3" || (p == "high" && CpuHasAmxBfloat16())) return ConvPrecision::kBf16x3;
+  return p == "medium" ? ConvPrecision::kMedium : ConvPrecision::kHighest;
+}
+
+// bfloat16x3 operands of a convolution (Henry, Tang, Heinecke, "Leveraging the bfloat16 Artificial
+// Intelligence Datatype for Higher-Precision Computations", ARITH 2019; as ReducedPrecisionMatMul): each
+// float32 value v split into a bfloat16 high part h = bf16(v) and remainder l = bf16(v - h); X * W ~
+// Xh*Wh + Xh*Wl + Xl*Wh, the three most significant partial products, as one bfloat16 convolution whose
+// groups have three times the input channels: X' = [Xh | Xh | Xl] and W' = [Wh | Wl | Wh] along each
+// group's input channels (float32 accumulation in oneDNN). X [N, C, d..] (or channels-last [N, d.., C]) ->
+// bfloat16 [N, 3C, d..] ([N, d.., 3C]).
+void SplitBfloat16(const float* v, uint16_t* hi, uint16_t* lo, int64_t n) {
+  ConvertFloatToBfloat16(v, hi, static_cast<size_t>(n));
+  std::vector<float> rest(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) rest[i] = v[i] - Bfloat16BitsToFloat(hi[i]);
+  ConvertFloatToBfloat16(rest.data(), lo, static_cast<size_t>(n));
+}
+
+Tensor Bfloat16x3ConvInput(const Tensor& x, int64_t group, bool channels_last) {
+  const int64_t N = x.dim(0), C = channels_last ? x.dim(x.rank() - 1) : x.dim(1), Cg = C / group;
+  const int64_t P = x.numel() / (N * C);  // pixels
+  Dims d = x.dims();
+  d[channels_last ? d.size() - 1 : 1] = 3 * C;
+  Tensor out(DType::kBF16, d);
+  std::vector<uint16_t> hi(static_cast<size_t>(x.numel())), lo(hi.size());
+  SplitBfloat16(x.data<float>(), hi.data(), lo.data(), x.numel());
+  uint16_t* o = static_cast<uint16_t*>(out.raw());
+  // Runs of `len` values: a group's Cg channels of one pixel (channels-last) or Cg planes (NCHW).
+  const int64_t len = channels_last ? Cg : Cg * P, runs = channels_last ? N * P * group : N * group;
+  for (int64_t r = 0; r < runs; ++r) {
+    const uint16_t* h = hi.data() + r * len;
+    const uint16_t* l = lo.data() + r * len;
+    uint16_t* dst = o + r * 3 * len;
+    std::copy(h, h + len, dst);
+    std::copy(h, h + len, dst + len);
+    std::copy(l, l + len, dst + 2 * len);
+  }
+  return out;
+}
+
+// W [OC, C/group, k..] -> bfloat16 [OC, 3 C/group, k..], each output channel's row [Wh | Wl | Wh].
+Tensor Bfloat16x3ConvWeights(const Tensor& w) {
+  const int64_t OC = w.dim(0), row = OC > 0 ? w.numel() / OC : 0;
+  Dims d = w.dims();
+  d[1] *= 3;
+  Tensor out(DType::kBF16, d);
+  std::vector<uint16_t> hi(static_cast<size_t>(w.numel())), lo(hi.size());
+  SplitBfloat16(w.data<float>(), hi.data(), lo.data(), w.numel());
+  uint16_t* o = static_cast<uint16_t*>(out.raw());
+  for (int64_t m = 0; m < OC; ++m) {
+    std::copy(hi.data() + m * row, hi.data() + (m + 1) * row, o + m * 3 * row);
+    std::copy(lo.data() + m * row, lo.data() + (m + 1) * row, o + m * 3 * row + row);
+    std::copy(hi.data() + m * row, hi.data() + (m + 1) * row, o + m * 3 * row + 2 * row);
+  }
+  return out;
+}
+
 // ONNX Conv / ConvTranspose, and (channels_last) com.clusterjit.NhwcConv: X [N, d.., C], Y [N, o.., M].
 absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = false) {
   CJIT_ASSIGN_OR_RETURN(const ConvAlgorithm algo, ParseConvAlgorithm(ctx));
@@ -349,16 +418,10 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
     return ctx.Error(absl::StrCat("convolution computes in float32 or float16/bfloat16 (widened), got ",
                                   DTypeName(x.dtype()), " and ", DTypeName(w.dtype())));
   }
-  // --conv_precision=medium (the cjit_precision attribute): float32 operands rounded to bfloat16, float32
-  // accumulation and output (oneDNN's bfloat16 convolution with a float32 destination). Needs AVX-512 BF16;
-  // elsewhere, and for "high" (bfloat16x3 is not built for convolutions), float32.
-  const bool medium = !bf16 && !transposed && CpuHasBfloat16Math() && x.dtype() == DType::kF32 &&
-                      ctx.node->GetString("cjit_precision", "highest") == "medium";
-  Tensor x_low, w_low;
-  if (medium) {
-    x_low = ToBfloat16(ctx, 0);
-    w_low = ToBfloat16(ctx, 1);
-  }
+  const ConvPrecision precision = PrecisionOf(ctx, transposed);
+  const bool x3 = precision == ConvPrecision::kBf16x3;
+  const bool medium = precision != ConvPrecision::kHighest;
+  Tensor x_low, w_low;  // the bfloat16 operands of medium / bfloat16x3, made once the shapes are checked
   const Tensor& xs = medium ? x_low : x;  // the operands the library reads
   const Tensor& wsrc = medium ? w_low : w;
   if (bf16 && ctx.has(2) && ctx.in(2).dtype() != DType::kBF16 && ctx.in(2).dtype() != DType::kF32) {
@@ -381,6 +444,16 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
       if (op.kind == PostOp::Kind::kBiasLastDim) return ctx.Error("internal: a GEMM epilogue post-op on a convolution");
     }
   }
+  if (x3) {
+    x_low = Bfloat16x3ConvInput(x, group, channels_last);
+    w_low = ctx.is_constant(1) ? DerivedConstant(w, "bf16x3_conv_weights", Bfloat16x3ConvWeights)
+                               : Bfloat16x3ConvWeights(w);
+  } else if (medium) {
+    x_low = ToBfloat16(ctx, 0);
+    w_low = ToBfloat16(ctx, 1);
+  }
+  // The library's input channels: bfloat16x3 triples each group's.
+  const int64_t lib_c = x3 ? 3 * C : C;
   const bool own_f32 = !bf16 && !medium;
   if (channels_last && !transposed && own_f32 &&
       (dflt || algo.kind == ConvAlgorithm::kOwnPointwise || algo.kind == ConvAlgorithm::kOwnDepthwise)) {
@@ -412,13 +485,13 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
     }
   }
   if (!dflt && algo.kind != ConvAlgorithm::kOneDnn) return not_fitting();
-  const ConvDnnlDescs descs = MakeConvDescs(ctx, g, x.dims(), y.dims(), C, OC, group, transposed, channels_last, bf16, medium);
+  const ConvDnnlDescs descs = MakeConvDescs(ctx, g, xs.dims(), y.dims(), lib_c, OC, group, transposed, channels_last, bf16, medium);
   const memory::dims &wd = descs.wd, &ws = descs.ws, &dil = descs.dil, &pl = descs.pl, &pr = descs.pr, &st = descs.st,
                      &xd = descs.xd, &yd = descs.yd;
   const int64_t ksz = descs.ksz;
   // Small convolutions stay on this thread (runtime/cpu/parallel.h): oneDNN forks by the thread setting,
   // which the primitive is created under too (DnnlThreadsKey).
-  ScopedLibraryThreadsForWork library_threads(static_cast<double>(y.numel()) * (C / group) * ksz);
+  ScopedLibraryThreadsForWork library_threads(static_cast<double>(y.numel()) * (lib_c / group) * ksz);
   const memory::data_type dt = descs.dt, dst_dt = descs.dst_dt, bias_dt = descs.bias_dt;
   const memory::desc &plain_x = descs.plain_x, &plain_y = descs.plain_y;
   bool has_bias = ctx.has(2);
@@ -477,7 +550,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
       }
     }
   }
-  std::string key = absl::StrCat(transposed ? "deconv:" : "conv:", bf16 ? "bf16:" : "", medium ? "medium:" : "", static_cast<int>(bias_dt), post_key, ":", absl::StrJoin(xd, ","), ":", absl::StrJoin(wd, ","),
+  std::string key = absl::StrCat(transposed ? "deconv:" : "conv:", bf16 ? "bf16:" : "", x3 ? "bf16x3:" : medium ? "medium:" : "", static_cast<int>(bias_dt), post_key, ":", absl::StrJoin(xd, ","), ":", absl::StrJoin(wd, ","),
                                  ":", absl::StrJoin(st, ","), ":", absl::StrJoin(dil, ","), ":", absl::StrJoin(pl, ","),
                                  ":", absl::StrJoin(pr, ","), ":", has_bias, channels_last ? ":nxc:" : ":",
                                  const_w ? absl::StrCat(reinterpret_cast<uintptr_t>(w.raw())) : "var",
@@ -619,7 +692,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
     }
   }
   if (ctx.want_impl) {
-    ctx.impl = entry->impl;
+    ctx.impl = x3 ? absl::StrCat("bfloat16x3: ", entry->impl) : medium ? absl::StrCat("bfloat16 operands: ", entry->impl) : entry->impl;
     if (exact_post_ops != nullptr) absl::StrAppend(&ctx.impl, " (post-ops after it: non-finite operands)");
     if (entry->has_src_reorder || entry->has_dst_reorder) absl::StrAppend(&ctx.impl, " (+ layout reorders)");
   }
@@ -1366,8 +1439,9 @@ std::vector<AlgorithmCandidate> ConvAlgorithms(const KernelContext& ctx, bool tr
   const bool bf16 = x.dtype() == DType::kBF16 && w.dtype() == DType::kBF16 && !transposed && CpuHasBfloat16Math();
   if (sixteen && !bf16 && (x.dtype() != w.dtype())) return out;
   if (!sixteen && (x.dtype() != DType::kF32 || w.dtype() != DType::kF32)) return out;
-  const bool medium = !sixteen && !transposed && CpuHasBfloat16Math() &&
-                      ctx.node->GetString("cjit_precision", "highest") == "medium";
+  const ConvPrecision precision = sixteen ? ConvPrecision::kHighest : PrecisionOf(ctx, transposed);
+  if (precision == ConvPrecision::kBf16x3) return out;  // not tuned: one oneDNN convolution over 3C
+  const bool medium = precision == ConvPrecision::kMedium;
   if (x.rank() < 3) return out;
   auto geo = Geometry(ctx, x, w, transposed, channels_last);
   if (!geo.ok()) return out;
