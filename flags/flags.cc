@@ -240,8 +240,9 @@ const std::vector<FlagDef>& Table() {
        OneOfFlag(&Flags::matmul_precision, "matmul_precision", {"highest", "high", "medium"},
                  "highest, high or medium")},
       {{"conv_precision", "string", "highest",
-        "float32 Conv precision (as --matmul_precision, separate as in PyTorch): highest, high (runs as highest: "
-        "bfloat16x3 is not built for convolutions), medium (bfloat16 operands, float32 accumulation and output). "
+        "float32 Conv precision (as --matmul_precision, separate as in PyTorch): highest, high (bfloat16x3 where "
+        "faster than float32, i.e. with AMX-BF16, else highest), medium (bfloat16 operands, float32 accumulation "
+        "and output). "
         "TF_ENABLE_CUDNN_TENSOR_OP_MATH_FP32=1 means high.",
         {}},
        OneOfFlag(&Flags::conv_precision, "conv_precision", {"highest", "high", "medium"}, "highest, high or medium")},

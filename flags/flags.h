@@ -94,7 +94,7 @@ struct Flags {
   // TF_ENABLE_CUBLAS_TENSOR_OP_MATH_FP32=1 sets high (its _DISABLE_ twin, highest).
   std::string matmul_precision = "highest";
   // The same for float32 Conv (PyTorch keeps them separate): medium = bfloat16 operands, float32
-  // accumulation and output; high runs as highest (bfloat16x3 is not built for convolutions).
+  // accumulation and output; high = bfloat16x3 where faster than float32 (AMX-BF16), else highest.
   // TF_ENABLE_CUDNN_TENSOR_OP_MATH_FP32=1 sets high.
   std::string conv_precision = "highest";
   // Autotuning of convolution and GEMM algorithms (runtime/autotune.h, docs/autotuning.md), as XLA's
