@@ -368,7 +368,7 @@ void SplitBfloat16(const float* v, uint16_t* hi, uint16_t* lo, int64_t n) {
 
 Tensor Bfloat16x3ConvInput(const Tensor& x, int64_t group, bool channels_last) {
   const int64_t N = x.dim(0), C = channels_last ? x.dim(x.rank() - 1) : x.dim(1), Cg = C / group;
-  const int64_t P = x.numel() / (N * C);  // pixels
+  const int64_t P = N * C > 0 ? x.numel() / (N * C) : 0;  // pixels
   Dims d = x.dims();
   d[channels_last ? d.size() - 1 : 1] = 3 * C;
   Tensor out(DType::kBF16, d);
