@@ -484,7 +484,6 @@ TEST(ExcessPrecisionTest, MaxAbsOrInfFindsTheLargestMagnitudeAndEveryNonFiniteVa
   for (DType dt : {DType::kF32, DType::kBF16}) {
     for (int64_t n : {1, 7, 31, 32, 33, 64, 100, 1000}) {
       Tensor t(dt, {n});
-      std::vector<float> v(n);
       float want = 0;
       for (int64_t i = 0; i < n; ++i) {
         float f = std::ldexp(u(rng), e(rng));
@@ -526,11 +525,10 @@ std::string Bfloat16ConvChain(const std::string& chain, const std::vector<uint16
   };
   auto* conv = mb.Node("Conv", {"x", "w", "b"}, {"c"});
   testing::ModelBuilder::AttrInts(conv, "pads", {1, 1, 1, 1});
-  scalar("zero", 0), scalar("six", 6);
   if (chain == "relu") {
     mb.Node("Relu", {"c"}, {"y"});
   } else {
-    scalar("three", 3), scalar("scale", 0.75f), scalar("shift", 0.25f);
+    scalar("zero", 0), scalar("six", 6), scalar("three", 3), scalar("scale", 0.75f), scalar("shift", 0.25f);
     mb.Node("Add", {"c", "three"}, {"a"});
     mb.Node("Clip", {"a", "zero", "six"}, {"k"});
     mb.Node("Mul", {"c", "k"}, {"m"});

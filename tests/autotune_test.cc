@@ -899,7 +899,7 @@ TEST(ConvPrecisionTest, Bfloat16x3GivesAboutSixteenBitsInEveryLayout) {
 // oneDNN fixes a primitive's thread partition when it is created (its nthr is the OpenMP setting then). A
 // run that lent a CPU to a background compile runs at one thread; a primitive it created and cached must
 // not serve the later two-thread runs (they would run on one thread from then on): the cache keys carry
-// the creating thread count (DnnlThreadsKey). Both entries compute the same convolution (float64 reference).
+// the creating thread count (GetOrCreateDnnl). Both entries compute the same convolution (float64 reference).
 TEST(OneDnnCacheTest, PrimitivesAreKeyedByTheThreadCountTheyRunWith) {
   ConvCase k;  // 32 -> 64 channels, 3x3 over 32x32: above the size small convolutions stay on one thread
   k.name = "conv_32_64";

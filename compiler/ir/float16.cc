@@ -5,6 +5,7 @@
 // GCC 12 reports its own intrinsics headers (_mm512_undefined_*) as maybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+#include <algorithm>
 #include <atomic>
 
 namespace cjit {
@@ -101,6 +102,17 @@ void ConvertHalfToFloat(const uint16_t* src, float* dst, size_t n) {
 void ConvertFloatToBfloat16(const float* src, uint16_t* dst, size_t n) {
   if (UseHardware() && CpuHasAvx512Bf16()) return F32ToBf16Avx512(src, dst, n);
   for (size_t i = 0; i < n; ++i) dst[i] = FloatToBfloat16Bits(src[i]);
+}
+
+void SplitFloatToBfloat16(const float* src, uint16_t* hi, uint16_t* lo, size_t n) {
+  ConvertFloatToBfloat16(src, hi, n);
+  constexpr size_t kChunk = 256;  // remainders through a stack buffer, converted in bulk
+  float rest[kChunk];
+  for (size_t off = 0; off < n; off += kChunk) {
+    const size_t m = std::min(kChunk, n - off);
+    for (size_t i = 0; i < m; ++i) rest[i] = src[off + i] - Bfloat16BitsToFloat(hi[off + i]);
+    ConvertFloatToBfloat16(rest, lo + off, m);
+  }
 }
 
 bool ConvertFloatBuffer(const void* src, DType from, void* dst, DType to, size_t n) {

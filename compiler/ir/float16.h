@@ -115,6 +115,9 @@ void ConvertFloatToHalf(const float* src, uint16_t* dst, size_t n);
 void ConvertHalfToFloat(const uint16_t* src, float* dst, size_t n);
 void ConvertFloatToBfloat16(const float* src, uint16_t* dst, size_t n);
 void ConvertBfloat16ToFloat(const uint16_t* src, float* dst, size_t n);
+// Each float32 v split into a bfloat16 high part hi = bf16(v) and remainder lo = bf16(v - hi), both
+// rounded to nearest even: the operand split of bfloat16x3 products (Henry, Tang, Heinecke, ARITH 2019).
+void SplitFloatToBfloat16(const float* src, uint16_t* hi, uint16_t* lo, size_t n);
 
 // The bulk conversion between two dtypes among float32 and float16/bfloat16 (one of them float32): n
 // elements from `src` (of dtype `from`) to `dst` (of dtype `to`). Returns false, converting nothing, for

@@ -73,11 +73,12 @@ size_t DnnlCacheSize() {
   return Cache().map.size();
 }
 
-std::string DnnlThreadsKey() { return absl::StrCat("|nthr=", omp_get_max_threads()); }
+namespace {
 
-std::shared_ptr<DnnlEntry> GetOrCreateDnnl(const std::string& key,
-                                           const std::function<std::shared_ptr<DnnlEntry>()>& make,
-                                           const std::function<bool(const DnnlEntry&)>& valid) {
+// GetOrCreateDnnl without the thread count in the key (packed weights do not depend on it).
+std::shared_ptr<DnnlEntry> GetOrCreateCached(const std::string& key,
+                                             const std::function<std::shared_ptr<DnnlEntry>()>& make,
+                                             const std::function<bool(const DnnlEntry&)>& valid) {
   DnnlCache& c = Cache();
   {
     std::lock_guard<std::mutex> lock(c.mu);
@@ -106,9 +107,17 @@ std::shared_ptr<DnnlEntry> GetOrCreateDnnl(const std::string& key,
   return e;
 }
 
+}  // namespace
+
+std::shared_ptr<DnnlEntry> GetOrCreateDnnl(const std::string& key,
+                                           const std::function<std::shared_ptr<DnnlEntry>()>& make,
+                                           const std::function<bool(const DnnlEntry&)>& valid) {
+  return GetOrCreateCached(absl::StrCat(key, "|nthr=", omp_get_max_threads()), make, valid);
+}
+
 std::shared_ptr<DnnlEntry> CachedPackedWeights(const Tensor& w, const std::string& key, int64_t count,
                                                const std::function<void(float*)>& pack) {
-  return GetOrCreateDnnl(key, [&] {
+  return GetOrCreateCached(key, [&] {
     auto e = std::make_shared<DnnlEntry>();
     e->weights = dnnl::memory(dnnl::memory::desc({count}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a),
                               CpuEngine());
@@ -176,11 +185,12 @@ absl::Status DnnlMatMul(const void* a, const memory::dims& ad, const memory::dim
   double macs = 1;  // batch x M x N x K: the product of C's dims and A's last
   for (int64_t d : cd) macs *= static_cast<double>(d);
   if (!ad.empty()) macs *= static_cast<double>(ad.back());
-  // Small products stay on this thread; the primitive is created under the same setting it runs with.
+  // Small products stay on this thread; the primitive is created under the same setting it runs with
+  // (GetOrCreateDnnl keys it by that setting).
   ScopedLibraryThreadsForWork library_threads(macs);
   std::string key = absl::StrCat("mm:", static_cast<int>(dt), ":", static_cast<int>(dst_dt), ":", absl::StrJoin(ad, ","),
                                  "/", absl::StrJoin(as, ","), ":", absl::StrJoin(bd, ","), "/", absl::StrJoin(bs, ","),
-                                 ":", alpha, DnnlThreadsKey());
+                                 ":", alpha);
   auto entry = GetOrCreateDnnl(key, [&] {
     auto e = std::make_shared<DnnlEntry>();
     e->src_md = memory::desc(ad, dt, as);
@@ -232,13 +242,14 @@ absl::Status ReducedPrecisionMatMul(bool high, const float* a, const float* b, f
                                     std::string* impl) {
   const int64_t parts = high ? 3 : 1, KK = parts * K;
   std::vector<uint16_t> a16(static_cast<size_t>(M * KK)), b16(static_cast<size_t>(KK * N));
-  std::vector<float> row(static_cast<size_t>(std::max(K, N))), rest(row.size());
+  std::vector<float> row(static_cast<size_t>(std::max(K, N)));
   std::vector<uint16_t> hi(row.size()), lo(row.size());
   auto split = [&](int64_t n) {  // row[0, n) -> hi, lo (bfloat16 high part and remainder)
-    ConvertFloatToBfloat16(row.data(), hi.data(), static_cast<size_t>(n));
-    if (!high) return;
-    for (int64_t i = 0; i < n; ++i) rest[i] = row[i] - Bfloat16BitsToFloat(hi[i]);
-    ConvertFloatToBfloat16(rest.data(), lo.data(), static_cast<size_t>(n));
+    if (high) {
+      SplitFloatToBfloat16(row.data(), hi.data(), lo.data(), static_cast<size_t>(n));
+    } else {
+      ConvertFloatToBfloat16(row.data(), hi.data(), static_cast<size_t>(n));
+    }
   };
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t k = 0; k < K; ++k) row[k] = a[m * as_m + k * as_k];

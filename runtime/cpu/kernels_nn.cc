@@ -163,17 +163,7 @@ bool ConvMayBeNonFinite(const Tensor& x, const Tensor& w, bool w_is_constant, co
   return !(bound < 1e38);
 }
 
-void ApplyPostOpsExactF32(const std::vector<PostOp>& ops, Tensor& y, bool channels_last);
-
-// The post-ops of a plan step applied to y (float32 or bfloat16, NCHW or channels-last) with ONNX
-// semantics: NaN in, NaN out. bfloat16 values are widened, computed in float32 and rounded once.
-void ApplyPostOpsExact(const std::vector<PostOp>& ops, Tensor& y, bool channels_last) {
-  if (y.dtype() != DType::kBF16) return ApplyPostOpsExactF32(ops, y, channels_last);
-  Tensor wide = ConvertFloatTensor(y, DType::kF32);
-  ApplyPostOpsExactF32(ops, wide, channels_last);
-  ConvertFloatBuffer(wide.raw(), DType::kF32, y.raw(), DType::kBF16, static_cast<size_t>(y.numel()));
-}
-
+// ApplyPostOpsExact (below) on float32 y.
 void ApplyPostOpsExactF32(const std::vector<PostOp>& ops, Tensor& y, bool channels_last) {
   float* p = static_cast<float*>(y.raw());
   int64_t channels = channels_last ? y.dim(y.rank() - 1) : y.dim(1);
@@ -217,6 +207,15 @@ void ApplyPostOpsExactF32(const std::vector<PostOp>& ops, Tensor& y, bool channe
         break;  // rejected before the convolution ran
     }
   }
+}
+
+// The post-ops of a plan step applied to y (float32 or bfloat16, NCHW or channels-last) with ONNX
+// semantics: NaN in, NaN out. bfloat16 values are widened, computed in float32 and rounded once.
+void ApplyPostOpsExact(const std::vector<PostOp>& ops, Tensor& y, bool channels_last) {
+  if (y.dtype() != DType::kBF16) return ApplyPostOpsExactF32(ops, y, channels_last);
+  Tensor wide = ConvertFloatTensor(y, DType::kF32);
+  ApplyPostOpsExactF32(ops, wide, channels_last);
+  ConvertFloatBuffer(wide.raw(), DType::kF32, y.raw(), DType::kBF16, static_cast<size_t>(y.numel()));
 }
 
 absl::StatusOr<WindowGeometry> Geometry(const KernelContext& ctx, const Tensor& x, const Tensor& w, bool transposed,
@@ -359,13 +358,6 @@ ConvPrecision PrecisionOf(const KernelContext& ctx, bool transposed) {
 // groups have three times the input channels: X' = [Xh | Xh | Xl] and W' = [Wh | Wl | Wh] along each
 // group's input channels (float32 accumulation in oneDNN). X [N, C, d..] (or channels-last [N, d.., C]) ->
 // bfloat16 [N, 3C, d..] ([N, d.., 3C]).
-void SplitBfloat16(const float* v, uint16_t* hi, uint16_t* lo, int64_t n) {
-  ConvertFloatToBfloat16(v, hi, static_cast<size_t>(n));
-  std::vector<float> rest(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) rest[i] = v[i] - Bfloat16BitsToFloat(hi[i]);
-  ConvertFloatToBfloat16(rest.data(), lo, static_cast<size_t>(n));
-}
-
 Tensor Bfloat16x3ConvInput(const Tensor& x, int64_t group, bool channels_last) {
   const int64_t N = x.dim(0), C = channels_last ? x.dim(x.rank() - 1) : x.dim(1), Cg = C / group;
   const int64_t P = N * C > 0 ? x.numel() / (N * C) : 0;  // pixels
@@ -373,7 +365,7 @@ Tensor Bfloat16x3ConvInput(const Tensor& x, int64_t group, bool channels_last) {
   d[channels_last ? d.size() - 1 : 1] = 3 * C;
   Tensor out(DType::kBF16, d);
   std::vector<uint16_t> hi(static_cast<size_t>(x.numel())), lo(hi.size());
-  SplitBfloat16(x.data<float>(), hi.data(), lo.data(), x.numel());
+  SplitFloatToBfloat16(x.data<float>(), hi.data(), lo.data(), hi.size());
   uint16_t* o = static_cast<uint16_t*>(out.raw());
   // Runs of `len` values: a group's Cg channels of one pixel (channels-last) or Cg planes (NCHW).
   const int64_t len = channels_last ? Cg : Cg * P, runs = channels_last ? N * P * group : N * group;
@@ -395,7 +387,7 @@ Tensor Bfloat16x3ConvWeights(const Tensor& w) {
   d[1] *= 3;
   Tensor out(DType::kBF16, d);
   std::vector<uint16_t> hi(static_cast<size_t>(w.numel())), lo(hi.size());
-  SplitBfloat16(w.data<float>(), hi.data(), lo.data(), w.numel());
+  SplitFloatToBfloat16(w.data<float>(), hi.data(), lo.data(), hi.size());
   uint16_t* o = static_cast<uint16_t*>(out.raw());
   for (int64_t m = 0; m < OC; ++m) {
     std::copy(hi.data() + m * row, hi.data() + (m + 1) * row, o + m * 3 * row);
@@ -490,7 +482,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
                      &xd = descs.xd, &yd = descs.yd;
   const int64_t ksz = descs.ksz;
   // Small convolutions stay on this thread (runtime/cpu/parallel.h): oneDNN forks by the thread setting,
-  // which the primitive is created under too (DnnlThreadsKey).
+  // which the primitive is created under too (GetOrCreateDnnl keys it by that setting).
   ScopedLibraryThreadsForWork library_threads(static_cast<double>(y.numel()) * (lib_c / group) * ksz);
   const memory::data_type dt = descs.dt, dst_dt = descs.dst_dt, bias_dt = descs.bias_dt;
   const memory::desc &plain_x = descs.plain_x, &plain_y = descs.plain_y;
@@ -554,7 +546,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
                                  ":", absl::StrJoin(st, ","), ":", absl::StrJoin(dil, ","), ":", absl::StrJoin(pl, ","),
                                  ":", absl::StrJoin(pr, ","), ":", has_bias, channels_last ? ":nxc:" : ":",
                                  const_w ? absl::StrCat(reinterpret_cast<uintptr_t>(w.raw())) : "var",
-                                 dflt ? "" : absl::StrCat(":", *ctx.algorithm), DnnlThreadsKey());
+                                 dflt ? "" : absl::StrCat(":", *ctx.algorithm));
   absl::Status create_status = absl::OkStatus();
   auto entry = GetOrCreateDnnl(key, [&]() -> std::shared_ptr<DnnlEntry> {
     auto e = std::make_shared<DnnlEntry>();
@@ -878,7 +870,7 @@ absl::StatusOr<bool> DnnlPool(KernelContext& ctx, int kind, const WindowGeometry
                                     : dnnl::algorithm::pooling_avg_exclude_padding;
   std::string key = absl::StrCat("pool:", bf16 ? "bf16:" : "", static_cast<int>(alg), ":", absl::StrJoin(xd, ","), ":", absl::StrJoin(yd, ","),
                                  ":", absl::StrJoin(st, ","), ":", absl::StrJoin(ker, ","), ":", absl::StrJoin(dil, ","),
-                                 ":", absl::StrJoin(pl, ","), ":", absl::StrJoin(pr, ","), DnnlThreadsKey());
+                                 ":", absl::StrJoin(pl, ","), ":", absl::StrJoin(pr, ","));
   bool failed = false;
   auto entry = GetOrCreateDnnl(key, [&]() -> std::shared_ptr<DnnlEntry> {
     auto e = std::make_shared<DnnlEntry>();

@@ -46,16 +46,12 @@ dnnl::reorder MakeDnnlReorder(const dnnl::memory::desc& from, const dnnl::memory
 void ExecuteDnnl(const dnnl::primitive& prim, dnnl::stream& s, std::unordered_map<int, dnnl::memory> args,
                  const dnnl::memory::desc& scratchpad_md);
 
-// The part of a primitive's cache key for the calling thread's OpenMP thread count. oneDNN fixes a
-// primitive's thread partition when it is created (its kernels' nthr is the OpenMP setting then) and keeps
-// it at every execution: a primitive created while a run had lent a CPU to a background compile (1 thread)
-// and cached would run its convolutions on one thread from then on. Keys of primitives carry it; keys of
-// packed weights (CachedPackedWeights) do not (packing does not depend on it).
-std::string DnnlThreadsKey();
-
-// Returns the entry for `key`, creating it with `make` on first use. `valid` (optional) rejects a cached
-// entry, which is then re-created (e.g. its weights' buffer was freed and the address reused by another
-// tensor). The process-wide cache is bounded: entries whose weights' buffer is gone (the Session that owned
+// Returns the entry for `key` and the calling thread's OpenMP thread count, creating it with `make` on
+// first use. The thread count is part of the key because oneDNN fixes a primitive's thread partition when
+// it is created (its kernels' nthr is the OpenMP setting then) and keeps it at every execution: a primitive
+// created while a run had lent a CPU to a background compile (1 thread) would otherwise serve later runs
+// on one thread. `valid` (optional) rejects a cached entry, which is then re-created (e.g. its weights'
+// buffer was freed and the address reused by another tensor). The process-wide cache is bounded: entries whose weights' buffer is gone (the Session that owned
 // the constant was destroyed) are dropped, and beyond kMaxDnnlEntries the least recently used go (a caller
 // still holding one keeps it alive). Thread-safe.
 constexpr size_t kMaxDnnlEntries = 1024;
@@ -66,7 +62,8 @@ std::shared_ptr<DnnlEntry> GetOrCreateDnnl(const std::string& key,
                                            const std::function<bool(const DnnlEntry&)>& valid = nullptr);
 
 // Constant weights repacked once per weight buffer by `pack` (`count` floats), cached beside oneDNN's
-// primitives under `key` (which names the buffer) and dropped with the buffer. The caller keeps the
+// primitives under `key` (which names the buffer; no thread count: packing does not depend on it) and
+// dropped with the buffer. The caller keeps the
 // returned entry while it reads the packed weights.
 std::shared_ptr<DnnlEntry> CachedPackedWeights(const Tensor& w, const std::string& key, int64_t count,
                                                const std::function<void(float*)>& pack);
