@@ -839,8 +839,9 @@ TEST(AutotuneSessionTest, AsyncTunesLoadedExecutablesInTheBackground) {
 
 // --conv_precision's reduced precisions (the node's cjit_precision attribute) in every layout the kernel
 // takes: correct bits -log2(max |y - y64| / max sum |x w|) against float64, about 24 for float32, 16 for
-// bfloat16x3 ("bf16x3" forces it; "high" picks it only with AMX-BF16) and 8 for "medium". Grouped and
-// depthwise cases check bfloat16x3's per-group channel tripling ([Xh | Xh | Xl] against [Wh | Wl | Wh]).
+// bfloat16x3 ("bf16x3" forces it; "high" picks it only with AMX-BF16, else runs as float32) and 8 for
+// "medium". Grouped and depthwise cases check bfloat16x3's per-group channel tripling ([Xh | Xh | Xl]
+// against [Wh | Wl | Wh]).
 TEST(ConvPrecisionTest, Bfloat16x3GivesAboutSixteenBitsInEveryLayout) {
   const std::vector<ConvCase> cases = {
       Case("3x3", [](ConvCase& k) { k.c = 24; }),
@@ -867,7 +868,7 @@ TEST(ConvPrecisionTest, Bfloat16x3GivesAboutSixteenBitsInEveryLayout) {
     double sc = 0;
     for (double v : scale) sc = std::max(sc, v);
     std::map<std::string, double> bits;
-    for (const char* p : {"highest", "bf16x3", "medium"}) {
+    for (const char* p : {"highest", "high", "bf16x3", "medium"}) {
       Attribute attr;
       attr.kind = Attribute::Kind::kString;
       attr.s = p;
@@ -884,6 +885,12 @@ TEST(ConvPrecisionTest, Bfloat16x3GivesAboutSixteenBitsInEveryLayout) {
       }
     }
     EXPECT_GE(bits["highest"], 20.0) << k.name;
+    // "high": bfloat16x3 with AMX-BF16 (where it is faster), float32 elsewhere.
+    if (CpuHasBfloat16Math() && CpuHasAmxBfloat16()) {
+      EXPECT_EQ(bits["high"], bits["bf16x3"]) << k.name;
+    } else {
+      EXPECT_EQ(bits["high"], bits["highest"]) << k.name << ": without AMX-BF16, high runs as highest";
+    }
     if (CpuHasBfloat16Math()) {
       EXPECT_GE(bits["bf16x3"], 14.0) << k.name;
       EXPECT_LE(bits["bf16x3"], 21.5) << k.name << ": bfloat16x3 is less accurate than float32: did it run?";
