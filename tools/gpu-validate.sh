@@ -21,6 +21,7 @@
 #                                            cost, a second process on the same cache), two rounds alternating
 #   bash tools/gpu-validate.sh sh 'CMD'      CMD with this script's environment (PATH, LD_LIBRARY_PATH, $cuda_dir,
 #                                            $out): for diagnostics that no step covers
+#   bash tools/gpu-validate.sh env           PATH, LD_LIBRARY_PATH and cuda_dir lines for running cjit elsewhere
 #   bash tools/gpu-validate.sh report        markdown lines for docs/gpu-validation.md from the logs above
 set -uo pipefail
 repo=$(pwd)
@@ -60,6 +61,11 @@ export PATH=$run/cjit/bin:$PATH
 step=${1:-info}
 shift || true
 case "$step" in
+  env)  # for callers that run cjit in a subprocess with our libraries (tools/gpu-peers/peers.py)
+    echo "PATH=$PATH"
+    echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    echo "cuda_dir=$cuda_dir"
+    ;;
   info)
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$out/info.txt"
     echo "cuBLASLt dir: ${lt:-NOT FOUND}; cuDNN dir: ${dnn:-NOT FOUND}; libdevice: $cuda_dir; source dir link: $src; C++ runtime: ${compat:-the system one}" | tee -a "$out/info.txt"
