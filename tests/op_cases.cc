@@ -110,6 +110,65 @@ std::vector<OpCase> OpSuiteCases() {
   cases.push_back({"ReduceMax_f64", "graph g(%x: f64[3,4,5]) {\n  %r = ReduceMax(%x) {axes=[1], keepdims=0}\n  %z = Abs(%r)\n  return %z\n}"});
   cases.push_back({"Where_f32", "graph g(%c: bool[4,6], %x: f32[4,6], %y: f32[6]) {\n  %w = Where(%c, %x, %y)\n  %z = Tanh(%w)\n  return %z\n}"});
   cases.push_back({"Cast_i64_f32", "graph g(%x: i64[10]) {\n  %c = Cast(%x) {to=1}\n  %z = Mul(%c, %c)\n  return %z\n}"});
+  // Bool values inside fused kernels: comparisons, logic, Where, Cast to and from bool, bool outputs.
+  cases.push_back({"CompareLogicWhere_f32_bool", R"(graph g(%a: f32[3,4,10], %b: f32[4,1], %m: bool[10]) {
+  %two = constant f32[] {2}
+  %a2 = Mul(%a, %two)
+  %b2 = Mul(%b, %two)
+  %ra = Round(%a2)
+  %rb = Round(%b2)
+  %eq = Equal(%ra, %rb)
+  %lt = Less(%a, %b)
+  %le = LessOrEqual(%ra, %rb)
+  %gt = Greater(%a, %b)
+  %ge = GreaterOrEqual(%ra, %rb)
+  %o = Or(%eq, %lt)
+  %x = Xor(%le, %gt)
+  %n = Not(%ge)
+  %an = And(%o, %m)
+  %w = Where(%an, %a, %b)
+  %bw = Where(%x, %n, %m)
+  %f = Cast(%bw) {to=1}
+  %z = Add(%w, %f)
+  return %z, %an, %bw
+})"});
+  cases.push_back({"NaNInfPredicates_f32", R"(graph g(%x: f32[5,12]) {
+  %l = Log(%x)
+  %zero = constant f32[] {0}
+  %d = Div(%x, %zero)
+  %n = IsNaN(%l)
+  %i = IsInf(%d)
+  %p = IsInf(%d) {detect_negative=0}
+  %q = IsInf(%d) {detect_positive=0}
+  %c = Where(%n, %zero, %l)
+  %j = Cast(%i) {to=1}
+  %k = Add(%c, %j)
+  %pq = Xor(%p, %q)
+  return %k, %pq, %n
+})"});
+  // The NaN guard after a masked softmax (torch.onnx's scaled_dot_product_attention): rows the mask fills
+  // with -inf, one of them entirely.
+  cases.push_back({"MaskedSoftmaxNaNGuard_f32", R"(graph g(%x: f32[2,3,6,8]) {
+  %zero = constant f32[] {0}
+  %one = constant f32[] {1}
+  %ninf0 = Div(%one, %zero)
+  %ninf = Neg(%ninf0)
+  %mask = constant bool[6,8] {1,1,0,0,1,1,1,1, 0,0,0,0,0,0,0,0, 1,0,1,0,1,0,1,0, 1,1,1,1,1,1,1,0, 0,1,1,1,1,1,1,1, 1,1,1,1,1,1,1,1}
+  %a = Where(%mask, %x, %ninf)
+  %s = Softmax(%a) {axis=-1}
+  %nan = IsNaN(%s)
+  %y = Where(%nan, %zero, %s)
+  return %y
+})"});
+  cases.push_back({"CastToAndFromBool_f32_i64", R"(graph g(%x: f32[7,9], %i: i64[9]) {
+  %r = Round(%x)
+  %b = Cast(%r) {to=9}
+  %ib = Cast(%i) {to=9}
+  %a = And(%b, %ib)
+  %f = Cast(%a) {to=1}
+  %y = Mul(%f, %x)
+  return %y, %a
+})"});
   // Elementwise ops after Conv run as oneDNN post-ops inside the Conv step.
   auto conv_case = [&](const std::string& name, const std::string& tail) {
     cases.push_back({name, "graph g(%x: f32[1,3,9,11], %w: f32[4,3,3,3], %b: f32[4]) {\n  %c = Conv(%x, %w, %b) {pads=[1,1,1,1]}\n" +

@@ -37,7 +37,34 @@ absl::StatusOr<llvm::Value*> EmitElementalF32(llvm::IRBuilder<>& b, TargetMath& 
                                               const std::vector<llvm::Value*>& in) {
   const std::string& op = n.op_type;
   auto x = [&](int i) { return in[i]; };
+  // Bool values are 0.0 / 1.0; an operand is true when nonzero (NaN included, as C's conversion).
+  auto as_float = [&](llvm::Value* c) { return b.CreateSelect(c, F(b, 1), F(b, 0)); };
+  auto truth = [&](llvm::Value* v) { return b.CreateFCmpUNE(v, F(b, 0)); };
+  const bool to_bool = !n.outputs.empty() && n.outputs[0] && n.outputs[0]->dtype == DType::kBool;
+  if (op == "Cast" && to_bool) return as_float(truth(x(0)));
   if (op == "Identity" || op == "Cast") return x(0);  // Cast between float types: the rounding is done below
+  if (op == "Where") return b.CreateSelect(truth(x(0)), x(1), x(2));
+  if (op == "IsNaN") return as_float(b.CreateFCmpUNO(x(0), x(0)));
+  if (op == "IsInf") {
+    llvm::Value* c = b.getFalse();
+    if (n.GetInt("detect_positive", 1) != 0) {
+      c = b.CreateOr(c, b.CreateFCmpOEQ(x(0), F(b, std::numeric_limits<double>::infinity())));
+    }
+    if (n.GetInt("detect_negative", 1) != 0) {
+      c = b.CreateOr(c, b.CreateFCmpOEQ(x(0), F(b, -std::numeric_limits<double>::infinity())));
+    }
+    return as_float(c);
+  }
+  if (op == "Not") return as_float(b.CreateNot(truth(x(0))));
+  if (op == "And") return as_float(b.CreateAnd(truth(x(0)), truth(x(1))));
+  if (op == "Or") return as_float(b.CreateOr(truth(x(0)), truth(x(1))));
+  if (op == "Xor") return as_float(b.CreateXor(truth(x(0)), truth(x(1))));
+  // Ordered comparisons: false when either side is NaN (IEEE 754, as numpy).
+  if (op == "Equal") return as_float(b.CreateFCmpOEQ(x(0), x(1)));
+  if (op == "Less") return as_float(b.CreateFCmpOLT(x(0), x(1)));
+  if (op == "LessOrEqual") return as_float(b.CreateFCmpOLE(x(0), x(1)));
+  if (op == "Greater") return as_float(b.CreateFCmpOGT(x(0), x(1)));
+  if (op == "GreaterOrEqual") return as_float(b.CreateFCmpOGE(x(0), x(1)));
   if (op == "Add") return b.CreateFAdd(x(0), x(1));
   if (op == "Sub") return b.CreateFSub(x(0), x(1));
   if (op == "Mul") return b.CreateFMul(x(0), x(1));
@@ -156,6 +183,9 @@ llvm::Type* StorageType(llvm::IRBuilder<>& b, DType dtype) {
   switch (dtype) {
     case DType::kF16: return b.getHalfTy();
     case DType::kBF16: return b.getInt16Ty();  // raw bits, see F32ToBFloatBits
+    case DType::kBool: return b.getInt8Ty();
+    case DType::kI32: return b.getInt32Ty();
+    case DType::kI64: return b.getInt64Ty();
     default: return b.getFloatTy();
   }
 }
@@ -171,6 +201,10 @@ llvm::Value* LoadF32(llvm::IRBuilder<>& b, DType dtype, llvm::Value* base, llvm:
   llvm::Value* v = b.CreateLoad(t, index ? b.CreateInBoundsGEP(t, base, index) : base);
   if (dtype == DType::kF16) return b.CreateFPExt(v, b.getFloatTy());
   if (dtype == DType::kBF16) return BFloatBitsToF32(b, v);
+  if (dtype == DType::kBool) {  // any nonzero byte is true
+    return b.CreateSelect(b.CreateICmpNE(v, b.getInt8(0)), F(b, 1), F(b, 0));
+  }
+  if (dtype == DType::kI32 || dtype == DType::kI64) return b.CreateSIToFP(v, b.getFloatTy());
   return v;
 }
 
@@ -178,6 +212,7 @@ void StoreF32(llvm::IRBuilder<>& b, DType dtype, llvm::Value* value, llvm::Value
   llvm::Type* t = StorageType(b, dtype);
   if (dtype == DType::kF16) value = b.CreateFPTrunc(value, t);
   if (dtype == DType::kBF16) value = F32ToBFloatBits(b, value);
+  if (dtype == DType::kBool) value = b.CreateZExt(b.CreateFCmpUNE(value, F(b, 0)), t);
   b.CreateStore(value, index ? b.CreateInBoundsGEP(t, base, index) : base);
 }
 

@@ -27,8 +27,9 @@ class TargetMath {
 };
 
 // Kernels compute in float32; float16/bfloat16 values are widened on load, rounded on store, and rounded
-// after each op whose output is float16/bfloat16 (as the op-by-op path does).
-// The element type of `dtype` in memory: float, half or bfloat.
+// after each op whose output is float16/bfloat16 (as the op-by-op path does). Bool values are 0.0 / 1.0
+// (one byte, 0 or 1, in memory); int32/int64 inputs of a Cast load as their float32 value.
+// The element type of `dtype` in memory: float, half, bfloat (as i16), i8 (bool), i32, i64.
 llvm::Type* StorageType(llvm::IRBuilder<>& b, DType dtype);
 // x (float32) rounded to `dtype` and widened back (identity for float32).
 llvm::Value* RoundTo(llvm::IRBuilder<>& b, DType dtype, llvm::Value* x);

@@ -32,29 +32,62 @@ float ScalarConstantValue(const Value* v) {
   return *c.data<float>();
 }
 
+bool IsKernelStorage(DType t) { return IsFloatStorage(t) || t == DType::kBool; }
+
 bool IsFusibleElementwise(const Node& n) {
-  static const std::set<std::string> kOps = {
+  // Float ops: float32/float16/bfloat16 in and out (Cast also from bool and integers, and to bool).
+  static const std::set<std::string> kFloatOps = {
       "Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "Neg", "Abs", "Relu", "Sigmoid", "Tanh", "Exp", "Log",
       "Sqrt", "Reciprocal", "Clip", "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Erf", "Floor", "Ceil",
-      "Identity", "Softplus", "Softsign", "Sin", "Cos", "Selu", "Celu", "ThresholdedRelu", "PRelu", "Sum",
-      "Mean", "Round", "Sign", "Cast"};
-  if (!kOps.count(n.op_type) || n.outputs.size() != 1 || n.outputs[0] == nullptr) return false;
-  if (!IsFloatStorage(n.outputs[0]->dtype) || !n.outputs[0]->shape.fully_known()) return false;
-  if (n.op_type == "Clip" && n.HasAttr("min") == false && n.inputs.size() > 1) {
+      "Softplus", "Softsign", "Sin", "Cos", "Selu", "Celu", "ThresholdedRelu", "PRelu", "Sum", "Mean", "Round",
+      "Sign"};
+  // Predicates: float inputs (Equal also bool), bool output.
+  static const std::set<std::string> kCompare = {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual",
+                                                 "IsNaN", "IsInf"};
+  static const std::set<std::string> kLogic = {"Not", "And", "Or", "Xor"};  // bool in and out
+  const std::string& op = n.op_type;
+  const bool float_op = kFloatOps.count(op) > 0;
+  if (!float_op && !kCompare.count(op) && !kLogic.count(op) && op != "Where" && op != "Cast" && op != "Identity") {
+    return false;
+  }
+  if (n.outputs.size() != 1 || n.outputs[0] == nullptr || !n.outputs[0]->shape.fully_known()) return false;
+  const DType out = n.outputs[0]->dtype;
+  if (!IsKernelStorage(out)) return false;
+  if ((float_op && out == DType::kBool) || ((kCompare.count(op) || kLogic.count(op)) && out != DType::kBool)) return false;
+  if (op == "Clip" && n.HasAttr("min") == false && n.inputs.size() > 1) {
     // Clip bounds must be scalar float32 constants (they are folded into the code).
     for (size_t i = 1; i < n.inputs.size(); ++i) {
       if (n.inputs[i] && !IsScalarConstant(n.inputs[i])) return false;
     }
   }
-  for (const Value* v : n.inputs) {
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    const Value* v = n.inputs[i];
     if (v == nullptr) continue;
-    if (!IsFloatStorage(v->dtype) || !v->shape.fully_known()) return false;
+    if (!v->shape.fully_known()) return false;
+    const DType t = v->dtype;
+    bool ok;
+    if (op == "Cast") {
+      // An integer is read as its float32 value (the rounding Cast to float32 does) and is only cast: to
+      // float32, or to bool (nonzero stays nonzero).
+      ok = IsKernelStorage(t) || ((t == DType::kI32 || t == DType::kI64) && (out == DType::kF32 || out == DType::kBool));
+    } else if (op == "Where") {
+      ok = i == 0 ? t == DType::kBool : t == out;
+    } else if (kLogic.count(op)) {
+      ok = t == DType::kBool;
+    } else if (op == "Equal") {
+      ok = IsFloatStorage(t) || t == DType::kBool;
+    } else if (op == "Identity") {
+      ok = t == out;
+    } else {
+      ok = IsFloatStorage(t);
+    }
+    if (!ok) return false;
     // Inputs must broadcast to the output (unidirectionally).
-    Dims in = v->shape.concrete(), out = n.outputs[0]->shape.concrete();
-    if (in.size() > out.size()) return false;
-    for (size_t i = 0; i < in.size(); ++i) {
-      int64_t o = out[out.size() - in.size() + i];
-      if (in[i] != o && in[i] != 1) return false;
+    Dims in = v->shape.concrete(), od = n.outputs[0]->shape.concrete();
+    if (in.size() > od.size()) return false;
+    for (size_t d = 0; d < in.size(); ++d) {
+      int64_t o = od[od.size() - in.size() + d];
+      if (in[d] != o && in[d] != 1) return false;
     }
   }
   return true;
@@ -129,7 +162,7 @@ View Resolve(const Value* v, const std::unordered_set<const Node*>& body_nodes, 
   const Dims* vdp = dims_of(v, &vs);
   View dense{v, 0, vdp ? DenseStrides(*vdp) : std::vector<int64_t>{}};
   const Node* n = v->producer;
-  if (n == nullptr || !body_nodes.count(n) || vdp == nullptr || !IsFloatStorage(v->dtype)) return dense;
+  if (n == nullptr || !body_nodes.count(n) || vdp == nullptr || !IsKernelStorage(v->dtype)) return dense;
   const Value* u = n->input(0);
   const Dims* udp = u ? dims_of(u, &us) : nullptr;
   if (u == nullptr || udp == nullptr || u->dtype != v->dtype || n->outputs.size() != 1) return dense;

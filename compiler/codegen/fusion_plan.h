@@ -80,8 +80,12 @@ struct FusionPlan {
 
 // float32, float16 or bfloat16: the element types fused kernels load and store (they compute in float32).
 bool IsFloatStorage(DType dtype);
-// True if the elemental emitter can generate `node` (op and dtypes: float32/float16/bfloat16 values,
-// including Cast between them).
+// IsFloatStorage or bool (stored as one byte, 0 or 1; 0.0 / 1.0 inside a kernel).
+bool IsKernelStorage(DType dtype);
+// True if the elemental emitter can generate `node` (op and dtypes): float ops on float32/float16/bfloat16
+// values; comparisons (Equal, Less, LessOrEqual, Greater, GreaterOrEqual of floats; Equal of bools),
+// IsNaN, IsInf, Not/And/Or/Xor, and Where(bool, X, Y) — bool values are 0.0 / 1.0 inside a kernel; Cast
+// between float types and bool, and from int32/int64 to those (an integer is read as its float32 value).
 bool IsFusibleElementwise(const Node& node);
 // True for reductions a row kernel can fuse: float32 ReduceSum/Mean/Max/Min/SumSquare/L2 over the last
 // axis with keepdims=1, Softmax/LogSoftmax over the last axis.
