@@ -114,6 +114,28 @@ TEST_P(PtxOpSuiteTest, EveryCaseAssembles) {
 
 INSTANTIATE_TEST_SUITE_P(Targets, PtxOpSuiteTest, ::testing::Values("sm_75", "sm_90"));
 
+// The gather kernels (every element unit) assemble for the oldest and newest targets.
+TEST_P(PtxOpSuiteTest, GatherKernelsAssemble) {
+#if CJIT_HAVE_CUDA
+  CJIT_REQUIRE_DATA(kPtxas);
+#else
+  if (!fs::exists(kPtxas)) GTEST_SKIP() << kPtxas << " is absent (built without the CUDA toolkit)";
+#endif
+  const std::string arch = GetParam();
+  auto ptx = GatherKernelsPtx(arch);
+  ASSERT_TRUE(ptx.ok()) << ptx.status();
+  for (int bytes : {1, 2, 4, 8, 16}) {
+    EXPECT_NE(ptx->find(std::string(".entry ") + kGatherKernelPrefix + std::to_string(bytes)), std::string::npos) << bytes;
+  }
+  std::string path = ::testing::TempDir() + "/cjit_gather_" + arch + ".ptx";
+  {
+    std::ofstream f(path);
+    f << *ptx;
+  }
+  std::string cmd = std::string(kPtxas) + " -arch=" + arch + " " + path + " -o /dev/null";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << "ptxas rejected " << path;
+}
+
 TEST(PtxOptionsTest, UnknownArchIsAClearError) {
   FusionPlan empty;
   PtxOptions po;

@@ -615,10 +615,12 @@ absl::StatusOr<PtxModule> CompileForNvptx(const FusionPlan& plan, const PtxOptio
   return result;
 }
 
-absl::StatusOr<PtxModule> CompileForNvptxUnsafe(const FusionPlan& plan, const PtxOptions& options) {
+namespace {
+
+absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> NvptxTargetMachine(const std::string& gpu_arch) {
   static const std::set<std::string> kArchs = {"sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a"};
-  if (!kArchs.count(options.gpu_arch)) {
-    return absl::InvalidArgumentError(absl::StrCat("unsupported GPU target '", options.gpu_arch,
+  if (!kArchs.count(gpu_arch)) {
+    return absl::InvalidArgumentError(absl::StrCat("unsupported GPU target '", gpu_arch,
                                                    "' (sm_75, sm_80, sm_86, sm_87, sm_89, sm_90, sm_90a)"));
   }
   static std::once_flag init;
@@ -632,9 +634,213 @@ absl::StatusOr<PtxModule> CompileForNvptxUnsafe(const FusionPlan& plan, const Pt
   const llvm::Target* target = llvm::TargetRegistry::lookupTarget(kTriple, err);
   if (target == nullptr) return absl::InternalError(absl::StrCat("LLVM has no NVPTX target: ", err));
   std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
-      kTriple, options.gpu_arch, absl::StrCat("+", PtxVersionFor(options.gpu_arch)), llvm::TargetOptions(),
-      std::nullopt, std::nullopt, llvm::CodeGenOptLevel::Default));
+      kTriple, gpu_arch, absl::StrCat("+", PtxVersionFor(gpu_arch)), llvm::TargetOptions(), std::nullopt,
+      std::nullopt, llvm::CodeGenOptLevel::Default));
   if (!tm) return absl::InternalError("cannot create the NVPTX target machine");
+  return tm;
+}
+
+// Verifies `module`, optimizes it (O2, the NVPTX pipeline) and returns its PTX text.
+absl::StatusOr<std::string> OptimizeAndEmitPtx(llvm::Module& module, llvm::TargetMachine& tm) {
+  std::string verify_errors;
+  llvm::raw_string_ostream vs(verify_errors);
+  if (llvm::verifyModule(module, &vs)) return absl::InternalError(absl::StrCat("invalid NVPTX IR: ", vs.str()));
+  {
+    llvm::LoopAnalysisManager lam;
+    llvm::FunctionAnalysisManager fam;
+    llvm::CGSCCAnalysisManager cgam;
+    llvm::ModuleAnalysisManager mam;
+    llvm::PassBuilder pb(&tm);
+    pb.registerModuleAnalyses(mam);
+    pb.registerCGSCCAnalyses(cgam);
+    pb.registerFunctionAnalyses(fam);
+    pb.registerLoopAnalyses(lam);
+    pb.crossRegisterProxies(lam, fam, cgam, mam);
+    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(module, mam);
+  }
+  llvm::SmallString<0> ptx;
+  {
+    llvm::raw_svector_ostream os(ptx);
+    llvm::legacy::PassManager pm;
+    if (tm.addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::AssemblyFile)) {
+      return absl::InternalError("the NVPTX target cannot emit PTX");
+    }
+    pm.run(module);
+  }
+  return std::string(ptx.str());
+}
+
+void MarkKernel(llvm::Module& m, llvm::Function* fn) {
+  llvm::LLVMContext& ctx = m.getContext();
+  fn->setCallingConv(llvm::CallingConv::PTX_Kernel);
+  m.getOrInsertNamedMetadata("nvvm.annotations")
+      ->addOperand(llvm::MDNode::get(ctx, {llvm::ValueAsMetadata::get(fn), llvm::MDString::get(ctx, "kernel"),
+                                           llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(llvm::Type::getInt32Ty(ctx), 1))}));
+}
+
+// One gather kernel moving `unit`-typed elements (see GatherKernelsPtx):
+//   for (row = blockIdx.y; row < n_outer * n_rows; row += gridDim.y)   // one index tuple per row
+//     o = row / n_rows; r = row % n_rows; off = o * outer_stride; ok = true
+//     for j < k: v = idx[r * k + j]; v += v < 0 ? dims[j] : 0; ok &= 0 <= v < dims[j]; off += (ok_j ? v : 0) * strides[j]
+//     if (!ok && first thread of the row's x range) *err = 1
+//     for (u = blockIdx.x * blockDim.x + threadIdx.x; u < row_units; u += gridDim.x * blockDim.x)
+//       dst[row * row_units + u] = ok ? src[off + u] : 0
+// A bad index reads within the source (its component counts as 0), writes zeros and raises the flag.
+void EmitGatherKernel(llvm::Module& m, const std::string& name, llvm::Type* unit, unsigned align) {
+  llvm::LLVMContext& ctx = m.getContext();
+  llvm::IRBuilder<> b(ctx);
+  llvm::Type* i64 = b.getInt64Ty();
+  llvm::Type* i32 = b.getInt32Ty();
+  llvm::Type* ptr = b.getPtrTy(1);
+  auto* fn = llvm::Function::Create(llvm::FunctionType::get(b.getVoidTy(), {ptr, ptr, ptr, ptr, ptr}, false),
+                                    llvm::Function::ExternalLinkage, name, m);
+  MarkKernel(m, fn);
+  for (unsigned i = 0; i < 5; ++i) fn->addParamAttr(i, llvm::Attribute::NoAlias);
+  for (unsigned i : {1u, 2u, 3u}) fn->addParamAttr(i, llvm::Attribute::ReadOnly);
+  llvm::Value* dst = fn->getArg(0);
+  llvm::Value* src = fn->getArg(1);
+  llvm::Value* idx = fn->getArg(2);
+  llvm::Value* meta = fn->getArg(3);
+  llvm::Value* err = fn->getArg(4);
+  auto* entry = llvm::BasicBlock::Create(ctx, "entry", fn);
+  auto* row_head = llvm::BasicBlock::Create(ctx, "row_head", fn);
+  auto* row_body = llvm::BasicBlock::Create(ctx, "row_body", fn);
+  auto* k_head = llvm::BasicBlock::Create(ctx, "k_head", fn);
+  auto* k_body = llvm::BasicBlock::Create(ctx, "k_body", fn);
+  auto* load64 = llvm::BasicBlock::Create(ctx, "load64", fn);
+  auto* load32 = llvm::BasicBlock::Create(ctx, "load32", fn);
+  auto* k_next = llvm::BasicBlock::Create(ctx, "k_next", fn);
+  auto* k_done = llvm::BasicBlock::Create(ctx, "k_done", fn);
+  auto* report = llvm::BasicBlock::Create(ctx, "report", fn);
+  auto* copy_pre = llvm::BasicBlock::Create(ctx, "copy_pre", fn);
+  auto* u_head = llvm::BasicBlock::Create(ctx, "u_head", fn);
+  auto* u_body = llvm::BasicBlock::Create(ctx, "u_body", fn);
+  auto* row_latch = llvm::BasicBlock::Create(ctx, "row_latch", fn);
+  auto* exit = llvm::BasicBlock::Create(ctx, "exit", fn);
+
+  b.SetInsertPoint(entry);
+  auto meta_at = [&](llvm::Value* i) { return b.CreateLoad(i64, b.CreateInBoundsGEP(i64, meta, i)); };
+  llvm::Value* k = meta_at(b.getInt64(0));
+  llvm::Value* idx64 = b.CreateICmpNE(meta_at(b.getInt64(1)), b.getInt64(0));
+  llvm::Value* n_outer = meta_at(b.getInt64(2));
+  llvm::Value* n_rows = meta_at(b.getInt64(3));
+  llvm::Value* row_units = meta_at(b.getInt64(4));
+  llvm::Value* outer_stride = meta_at(b.getInt64(5));
+  llvm::Value* total_rows = b.CreateMul(n_outer, n_rows);
+  llvm::Value* tid = Sreg(b, m, llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
+  llvm::Value* ntid = Sreg(b, m, llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x);
+  llvm::Value* ctaid_x = Sreg(b, m, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
+  llvm::Value* nctaid_x = Sreg(b, m, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
+  llvm::Value* ctaid_y = Sreg(b, m, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y);
+  llvm::Value* nctaid_y = Sreg(b, m, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_y);
+  llvm::Value* u0 = b.CreateAdd(b.CreateMul(ctaid_x, ntid), tid);
+  llvm::Value* u_stride = b.CreateMul(nctaid_x, ntid);
+  b.CreateBr(row_head);
+
+  b.SetInsertPoint(row_head);
+  llvm::PHINode* row = b.CreatePHI(i64, 2, "row");
+  row->addIncoming(ctaid_y, entry);
+  b.CreateCondBr(b.CreateICmpULT(row, total_rows), row_body, exit);
+
+  b.SetInsertPoint(row_body);
+  llvm::Value* o = b.CreateUDiv(row, n_rows);
+  llvm::Value* r = b.CreateSub(row, b.CreateMul(o, n_rows));
+  llvm::Value* base = b.CreateMul(o, outer_stride);
+  b.CreateBr(k_head);
+
+  b.SetInsertPoint(k_head);
+  llvm::PHINode* j = b.CreatePHI(i64, 2, "j");
+  llvm::PHINode* off = b.CreatePHI(i64, 2, "off");
+  llvm::PHINode* ok = b.CreatePHI(b.getInt1Ty(), 2, "ok");
+  j->addIncoming(b.getInt64(0), row_body);
+  off->addIncoming(base, row_body);
+  ok->addIncoming(b.getTrue(), row_body);
+  b.CreateCondBr(b.CreateICmpSLT(j, k), k_body, k_done);
+
+  b.SetInsertPoint(k_body);
+  llvm::Value* e = b.CreateAdd(b.CreateMul(r, k), j);
+  b.CreateCondBr(idx64, load64, load32);
+  b.SetInsertPoint(load64);
+  llvm::Value* v64 = b.CreateLoad(i64, b.CreateInBoundsGEP(i64, idx, e));
+  b.CreateBr(k_next);
+  b.SetInsertPoint(load32);
+  llvm::Value* v32 = b.CreateSExt(b.CreateLoad(i32, b.CreateInBoundsGEP(i32, idx, e)), i64);
+  b.CreateBr(k_next);
+  b.SetInsertPoint(k_next);
+  llvm::PHINode* v = b.CreatePHI(i64, 2, "v");
+  v->addIncoming(v64, load64);
+  v->addIncoming(v32, load32);
+  llvm::Value* d = meta_at(b.CreateAdd(b.getInt64(6), j));
+  llvm::Value* stride = meta_at(b.CreateAdd(b.CreateAdd(b.getInt64(6), k), j));
+  llvm::Value* vn = b.CreateSelect(b.CreateICmpSLT(v, b.getInt64(0)), b.CreateAdd(v, d), v);
+  llvm::Value* okj = b.CreateAnd(b.CreateICmpSGE(vn, b.getInt64(0)), b.CreateICmpSLT(vn, d));
+  llvm::Value* off2 = b.CreateAdd(off, b.CreateMul(b.CreateSelect(okj, vn, b.getInt64(0)), stride));
+  llvm::Value* ok2 = b.CreateAnd(ok, okj);
+  llvm::Value* j2 = b.CreateAdd(j, b.getInt64(1));
+  j->addIncoming(j2, k_next);
+  off->addIncoming(off2, k_next);
+  ok->addIncoming(ok2, k_next);
+  b.CreateBr(k_head);
+
+  b.SetInsertPoint(k_done);
+  b.CreateCondBr(b.CreateAnd(b.CreateNot(ok), b.CreateICmpEQ(u0, b.getInt64(0))), report, copy_pre);
+  b.SetInsertPoint(report);
+  b.CreateStore(b.getInt32(1), err);
+  b.CreateBr(copy_pre);
+
+  b.SetInsertPoint(copy_pre);
+  llvm::Value* dst_row = b.CreateMul(row, row_units);
+  b.CreateBr(u_head);
+  b.SetInsertPoint(u_head);
+  llvm::PHINode* u = b.CreatePHI(i64, 2, "u");
+  u->addIncoming(u0, copy_pre);
+  b.CreateCondBr(b.CreateICmpULT(u, row_units), u_body, row_latch);
+  b.SetInsertPoint(u_body);
+  llvm::Value* loaded = b.CreateAlignedLoad(unit, b.CreateInBoundsGEP(unit, src, b.CreateAdd(off, u)), llvm::Align(align));
+  llvm::Value* val = b.CreateSelect(ok, loaded, llvm::Constant::getNullValue(unit));
+  b.CreateAlignedStore(val, b.CreateInBoundsGEP(unit, dst, b.CreateAdd(dst_row, u)), llvm::Align(align));
+  u->addIncoming(b.CreateAdd(u, u_stride), u_body);
+  b.CreateBr(u_head);
+
+  b.SetInsertPoint(row_latch);
+  row->addIncoming(b.CreateAdd(row, nctaid_y), row_latch);
+  b.CreateBr(row_head);
+
+  b.SetInsertPoint(exit);
+  b.CreateRetVoid();
+}
+
+absl::StatusOr<std::string> GatherKernelsPtxUnsafe(const std::string& gpu_arch) {
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<llvm::TargetMachine> tm, NvptxTargetMachine(gpu_arch));
+  llvm::LLVMContext ctx;
+  llvm::Module module("cjit_gather", ctx);
+  module.setTargetTriple(kTriple);
+  module.setDataLayout(tm->createDataLayout());
+  llvm::IRBuilder<> b(ctx);
+  const std::pair<int, llvm::Type*> units[] = {{1, b.getInt8Ty()},
+                                               {2, b.getInt16Ty()},
+                                               {4, b.getInt32Ty()},
+                                               {8, b.getInt64Ty()},
+                                               {16, llvm::FixedVectorType::get(b.getInt32Ty(), 4)}};
+  for (const auto& [bytes, type] : units) {
+    EmitGatherKernel(module, absl::StrCat(kGatherKernelPrefix, bytes), type, static_cast<unsigned>(bytes));
+  }
+  return OptimizeAndEmitPtx(module, *tm);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> GatherKernelsPtx(const std::string& gpu_arch) {
+  absl::StatusOr<std::string> result = absl::InternalError("not run");
+  CJIT_RETURN_IF_ERROR(RunLlvmRecoverably("PTX generation (gather)", [&]() -> absl::Status {
+    result = GatherKernelsPtxUnsafe(gpu_arch);
+    return result.status();
+  }));
+  return result;
+}
+
+absl::StatusOr<PtxModule> CompileForNvptxUnsafe(const FusionPlan& plan, const PtxOptions& options) {
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<llvm::TargetMachine> tm, NvptxTargetMachine(options.gpu_arch));
   llvm::LLVMContext ctx;
   auto module = std::make_unique<llvm::Module>("cjit_ptx", ctx);
   module->setTargetTriple(kTriple);
@@ -682,32 +888,7 @@ absl::StatusOr<PtxModule> CompileForNvptxUnsafe(const FusionPlan& plan, const Pt
       f.setLinkage(llvm::GlobalValue::InternalLinkage);
     }
   }
-  std::string verify_errors;
-  llvm::raw_string_ostream vs(verify_errors);
-  if (llvm::verifyModule(*module, &vs)) return absl::InternalError(absl::StrCat("invalid NVPTX IR: ", vs.str()));
-  {
-    llvm::LoopAnalysisManager lam;
-    llvm::FunctionAnalysisManager fam;
-    llvm::CGSCCAnalysisManager cgam;
-    llvm::ModuleAnalysisManager mam;
-    llvm::PassBuilder pb(tm.get());
-    pb.registerModuleAnalyses(mam);
-    pb.registerCGSCCAnalyses(cgam);
-    pb.registerFunctionAnalyses(fam);
-    pb.registerLoopAnalyses(lam);
-    pb.crossRegisterProxies(lam, fam, cgam, mam);
-    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(*module, mam);
-  }
-  llvm::SmallString<0> ptx;
-  {
-    llvm::raw_svector_ostream os(ptx);
-    llvm::legacy::PassManager pm;
-    if (tm->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::AssemblyFile)) {
-      return absl::InternalError("the NVPTX target cannot emit PTX");
-    }
-    pm.run(*module);
-  }
-  out.ptx = std::string(ptx.str());
+  CJIT_ASSIGN_OR_RETURN(out.ptx, OptimizeAndEmitPtx(*module, *tm));
   CJIT_VLOG(2) << "PTX for " << options.gpu_arch << ": " << out.kernels.size() << " kernels, " << out.ptx.size()
                << " bytes";
   return out;

@@ -79,6 +79,18 @@ inline int64_t RowCacheBytes(int cached_inputs, int64_t row_elems) {
   return cached_inputs > 0 && row_elems > 0 && bytes <= kRowCacheMaxBytes ? bytes : 0;
 }
 
+// The gather kernels of the GPU runtime (ONNX Gather / GatherND with indices in device memory), one per
+// element unit of 1, 2, 4, 8 and 16 bytes, named kGatherKernelPrefix + bytes, with the signature
+//   kernel(unit* dst, const unit* src, const void* indices, const int64_t* meta, int32_t* error_flag)
+// meta = {k, indices are int64 (else int32), n_outer, n_rows, row_units, outer_stride_units,
+//         dims[0..k), strides_units[0..k)}.
+// dst is [n_outer, n_rows, row_units]; row (o, r) copies src[o * outer_stride + sum_j v_j * strides[j] + u]
+// for u < row_units, where v_j = indices[r * k + j] (negative values count from dims[j], as ONNX says). A row
+// with an index outside [-dims[j], dims[j]) is written as zeros and sets *error_flag = 1. Launch: a 2-D
+// grid, rows over y (grid-strided), each row's units over x (grid-strided), any block size.
+inline constexpr char kGatherKernelPrefix[] = "cjit_gather_u";
+absl::StatusOr<std::string> GatherKernelsPtx(const std::string& gpu_arch);
+
 // The PTX ISA version LLVM emits (part of the cache key of GPU code).
 std::string PtxVersionFor(const std::string& gpu_arch);
 
