@@ -116,7 +116,10 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Grap
     });
     s->flags_.intra_op_threads = UsableCpus();
   }
-  if (absl::StartsWith(s->flags_.device, "cuda")) {
+  if (options.device_backend) {
+    s->gpu_ = options.device_backend;
+    s->gpu_ordinal_ = 0;
+  } else if (absl::StartsWith(s->flags_.device, "cuda")) {
     // The backend names what is missing: the driver, the device ordinal, or (a build without the CUDA
     // toolkit) the GPU runtime itself.
     int ordinal = s->flags_.device.size() > 5 ? std::stoi(s->flags_.device.substr(5)) : 0;
@@ -409,9 +412,10 @@ absl::StatusOr<std::shared_ptr<Graph>> Session::BuildSpecializedGraph(const std:
   ClusteringOptions copts = ClusteringOptionsFor(flags_, enable_clustering_);
   {
     TraceScope scope(prof, "simplify", "specialize");
-    if (copts.mode != ClusteringMode::kOff && gpu_ == nullptr) {
+    if (copts.mode != ClusteringMode::kOff || gpu_ != nullptr) {
       // LayerNormalization as its ONNX function body: clustered, it becomes one row kernel with its
-      // neighbours instead of a library step between kernels.
+      // neighbours instead of a library step between kernels. On a GPU always: the GPU executor has no
+      // library LayerNormalization (it would run on the host, and the run could not be a CUDA graph).
       CJIT_ASSIGN_OR_RETURN(bool decomposed, DecomposeLayerNormalization(*g));
       if (decomposed) CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
     }

@@ -547,17 +547,24 @@ int CmdExplain(const std::string& model, const std::vector<std::string>& input_a
     std::printf("%s", GraphToDot(**graph).c_str());
     return 0;
   }
-  if (print_graph || gpu_placement) {
+  if (print_graph) {
     auto graph = (*session)->SpecializeAndCluster(*inputs, nullptr);
     if (!graph.ok()) return Fail(graph.status());
-    if (print_graph) std::printf("%s\n", PrintGraph(**graph).c_str());
-    if (gpu_placement) {
-      // The GPU executor's placement decisions, made here on the host backend (no GPU needed); on a GPU,
-      // cuBLASLt/cuDNN may still decline a shape, which then runs on the host too.
-      auto ex = GpuExecutor::Create(*graph, MakeHostBackend(), {});
-      if (!ex.ok()) return Fail(ex.status());
-      std::printf("GPU placement: %s\n", (*ex)->placement().ToString().c_str());
-    }
+    std::printf("%s\n", PrintGraph(**graph).c_str());
+  }
+  if (gpu_placement) {
+    // The GPU executor's placement decisions for the graph a GPU session builds, made here on the host
+    // backend (no GPU needed); on a GPU, cuBLASLt/cuDNN may still decline a shape, which then runs on the
+    // host too.
+    SessionOptions o;
+    o.device_backend = MakeHostBackend();
+    auto gpu_session = Session::Load(model, o);
+    if (!gpu_session.ok()) return LoadFailure(gpu_session.status());
+    auto graph = (*gpu_session)->SpecializeAndCluster(*inputs, nullptr);
+    if (!graph.ok()) return Fail(graph.status());
+    auto ex = GpuExecutor::Create(*graph, o.device_backend, {});
+    if (!ex.ok()) return Fail(ex.status());
+    std::printf("GPU placement: %s\n", (*ex)->placement().ToString().c_str());
   }
   auto report = (*session)->Explain(*inputs);
   if (!report.ok()) return Fail(report.status());
