@@ -121,7 +121,9 @@ TEST_P(GpuLowering, RunsOnTheDeviceAndMatchesCpuFallback) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->placement.host_ops, 0) << r->placement.ToString();
   for (size_t i = 0; i < r->ref.size(); ++i) {
-    OutputComparison cmp = CompareTensors("out", r->got[i], r->ref[i], 2e-5, 1e-6);
+    auto [rtol, atol] = r->ref[i].dtype() == DType::kF32 ? std::pair<double, double>{2e-5, 1e-6}
+                                                          : ToleranceFor(r->ref[i].dtype(), 2e-5);
+    OutputComparison cmp = CompareTensors("out", r->got[i], r->ref[i], rtol, atol);
     EXPECT_TRUE(cmp.ok) << c.name << " output " << i << ": " << cmp.problem << " max_abs " << cmp.max_abs;
   }
 }
@@ -172,6 +174,29 @@ std::vector<OpCase> LoweringCases() {
       {"Resize_nearest_2x_half_pixel", g("%x: f32[1,3,5,4]", "  %s = constant f32[4] {1, 1, 2, 2}\n  %y = Resize(%x, _, %s) {mode=\"nearest\"}\n  return %y")},
       {"Resize_nearest_sizes_3x_asymmetric_floor", g("%x: f32[2,4,3]", "  %z = constant i64[3] {2, 12, 9}\n  %y = Resize(%x, _, _, %z) {mode=\"nearest\", coordinate_transformation_mode=\"asymmetric\", nearest_mode=\"floor\"}\n  return %y")},
       {"Reshape_chain_i64", g("%x: i64[2,6]", "  %s = constant i64[2] {3, 4}\n  %y = Reshape(%x, %s)\n  %z = Flatten(%y) {axis=0}\n  return %z")},
+      {"LayerNormalization_last_axis", g("%x: f32[2,5,48], %s: f32[48], %b: f32[48]", "  %y = LayerNormalization(%x, %s, %b) {axis=-1, epsilon=0.001}\n  return %y")},
+      {"IsNaN_alone", g("%x: f32[4,9]", "  %l = Log(%x)\n  %y = IsNaN(%l)\n  return %y")},
+      {"Where_bool_scalar_const", g("%c: bool[3,8], %x: f32[3,8]", "  %z = constant f32[] {0}\n  %y = Where(%c, %z, %x)\n  return %y")},
+      {"Less_broadcast_bool_out", g("%a: f32[3,8], %b: f32[8]", "  %y = Less(%a, %b)\n  return %y")},
+      {"Not_bool", g("%a: bool[17]", "  %y = Not(%a)\n  return %y")},
+      {"Cast_i64_to_bool", g("%a: i64[2,9]", "  %y = Cast(%a) {to=9}\n  return %y")},
+      {"Transpose_bool", g("%a: bool[2,3,4]", "  %y = Transpose(%a) {perm=[2,1,0]}\n  return %y")},
+      // float16 / bfloat16 products, convolutions and pooling (--auto_mixed_precision): float32 accumulation.
+      {"MatMul_batched_bf16", g("%a: bf16[3,8,16], %b: bf16[3,16,12]", "  %y = MatMul(%a, %b)\n  return %y")},
+      {"Gemm_bias_transB_f16", g("%a: f16[5,7], %b: f16[9,7], %c: f16[9]", "  %y = Gemm(%a, %b, %c) {transB=1}\n  return %y")},
+      {"Conv2d_bias_bf16", g("%x: bf16[2,4,9,8], %w: bf16[6,4,3,3], %b: bf16[6]", "  %y = Conv(%x, %w, %b) {pads=[1, 1, 1, 1]}\n  return %y")},
+      {"Conv2d_asymmetric_pads_f16", g("%x: f16[1,3,8,9], %w: f16[4,3,3,2]", "  %y = Conv(%x, %w) {pads=[1, 0, 0, 1], strides=[1, 2]}\n  return %y")},
+      {"ConvTranspose2d_bf16", g("%x: bf16[1,6,5,4], %w: bf16[6,3,2,2], %b: bf16[3]", "  %y = ConvTranspose(%x, %w, %b) {strides=[2, 2]}\n  return %y")},
+      {"MaxPool2d_bf16", g("%x: bf16[2,3,9,8]", "  %y = MaxPool(%x) {kernel_shape=[3, 2], pads=[1, 0, 1, 0], strides=[2, 2]}\n  return %y")},
+      {"ConvTranspose2d_stride2_k2_bias", g("%x: f32[2,6,5,4], %w: f32[6,3,2,2], %b: f32[3]", "  %y = ConvTranspose(%x, %w, %b) {strides=[2, 2]}\n  return %y")},
+      {"ConvTranspose2d_pads_dilations_output_padding_groups", g("%x: f32[1,4,5,6], %w: f32[4,3,3,3]", "  %y = ConvTranspose(%x, %w) {group=2, strides=[2, 1], pads=[1, 1, 1, 1], dilations=[1, 2], output_padding=[1, 0]}\n  return %y")},
+      {"ConvTranspose1d_pads", g("%x: f32[2,3,7], %w: f32[3,4,3], %b: f32[4]", "  %y = ConvTranspose(%x, %w, %b) {strides=[2], pads=[1, 1]}\n  return %y")},
+      // Random int inputs are in [-6, 6): every indexed dim here is at least 6 (negative indices included).
+      {"Gather_axis0_embedding_f32", g("%t: f32[7,24], %i: i64[2,5]", "  %y = Gather(%t, %i) {axis=0}\n  return %y")},
+      {"Gather_axis1_i32_indices_bool", g("%t: bool[3,7,2], %i: i32[4]", "  %y = Gather(%t, %i) {axis=1}\n  return %y")},
+      {"Gather_last_axis_f16", g("%t: f16[2,3,7], %i: i64[3]", "  %y = Gather(%t, %i) {axis=-1}\n  return %y")},
+      {"GatherND_k2_f32", g("%t: f32[7,8,3], %i: i64[4,2]", "  %y = GatherND(%t, %i)\n  return %y")},
+      {"GatherND_k3_i64", g("%t: i64[7,6,9], %i: i64[5,3]", "  %y = GatherND(%t, %i)\n  return %y")},
   };
 }
 
@@ -586,8 +611,7 @@ TEST(GpuExecutorThreads, ConcurrentRunsAgree) {
 
 // CUDA graphs (--gpu_graph_level=1): from the second run on, runs replay one captured graph. Each run gets
 // fresh inputs, so a replay that reads stale inputs or writes stale outputs is caught; every result is
-// compared with the CPU fallback executor. On the host backend (no capture) the executor says why and keeps
-// launching step by step, with the same results.
+// compared with the CPU fallback executor. The host backend records and replays its work the same way.
 class GpuGraph : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GpuGraph, ReplaysMatchTheCpuOnFreshInputs) {
@@ -633,11 +657,93 @@ TEST_P(GpuGraph, ReplaysMatchTheCpuOnFreshInputs) {
   EXPECT_TRUE(absl::StrContains(bad.status().message(), "differ from its specialized shape")) << bad.status();
   std::string status = (*ex)->GraphStatus();
   std::printf("graph: %s\n", status.c_str());
-  if (GetParam() == "cuda") {
-    EXPECT_TRUE(absl::StartsWith(status, "CUDA graph of")) << status;
-    EXPECT_TRUE(absl::StrContains(status, "3 replays")) << status;
-  } else {
-    EXPECT_TRUE(absl::StrContains(status, "capture failed: this device backend has no graph capture")) << status;
+  EXPECT_TRUE(absl::StartsWith(status, "CUDA graph of")) << status;
+  EXPECT_TRUE(absl::StrContains(status, "3 replays")) << status;
+}
+
+// Host ops that read only graph inputs and constants (integer preprocessing of a mask or of position ids)
+// run first, as a host prologue, and the device steps after them are still one
+// graph: every replay runs the prologue on its own inputs (new ids each run) and copies its results in.
+TEST_P(GpuGraph, HostPrologueKeepsTheGraph) {
+  CJIT_GET_BACKEND(backend, GetParam());
+  std::shared_ptr<Graph> g = Specialized(
+      "graph g(%ids: i64[2,3], %x: f32[2,3,8], %a: i32[2,3], %b: i32[2,3]) {\n"
+      "  %table = constant f32[5,8] {" + [] {
+        std::string v;
+        for (int i = 0; i < 40; ++i) v += (i ? ", " : "") + std::to_string(0.25 * (i % 11) - 1.0);
+        return v;
+      }() + "}\n"
+      "  %e = Gather(%table, %ids) {axis=0}\n  %s = Add(%e, %x)\n  %r = Relu(%s)\n"
+      "  %m = Mod(%a, %b)\n  %n = Neg(%m)\n  %mf = Cast(%n) {to=1}\n  %u = constant i64[3] {2, 3, 1}\n  %mu = Reshape(%mf, %u)\n"
+      "  %y = Mul(%r, %mu)\n  %z = Softmax(%y) {axis=-1}\n  return %z, %m\n}");
+  ASSERT_TRUE(g);
+  ClusteringOptions co;
+  co.min_cluster_size = 1;
+  std::shared_ptr<Graph> clustered(g->Clone());
+  ASSERT_TRUE(MarkForCompilation(*clustered, co).ok());
+  auto ex = GpuExecutor::Create(clustered, backend, {});
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  EXPECT_EQ((*ex)->placement().prologue_ops, (*ex)->placement().host_ops) << (*ex)->placement().ToString();
+  EXPECT_GE((*ex)->placement().prologue_ops, 2) << (*ex)->placement().ToString();
+  std::mt19937 rng(99);
+  for (int run = 0; run < 4; ++run) {
+    std::vector<Tensor> inputs;
+    for (const Value* v : g->inputs()) inputs.push_back(RandomInput(*v, rng));
+    for (int i = 0; i < 6; ++i) {
+      inputs[0].data<int64_t>()[i] = (run * 7 + i * 3) % 5 - (i == 4 ? 5 : 0);  // one negative index
+      inputs[2].data<int32_t>()[i] = 3 * run + 2 * i + 1;
+      inputs[3].data<int32_t>()[i] = 1 + (i + run) % 3;
+    }
+    auto ref = CpuReference(*g, inputs);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    auto got = (*ex)->Run(inputs);
+    ASSERT_TRUE(got.ok()) << "run " << run << ": " << got.status();
+    for (size_t i = 0; i < ref->size(); ++i) {
+      OutputComparison cmp = CompareTensors("out", (*got)[i], (*ref)[i], 1e-5, 1e-6);
+      EXPECT_TRUE(cmp.ok) << "run " << run << " output " << i << ": " << cmp.problem << "; " << (*ex)->GraphStatus();
+    }
+  }
+  std::string status = (*ex)->GraphStatus();
+  EXPECT_TRUE(absl::StartsWith(status, "CUDA graph of")) << status;
+  EXPECT_TRUE(absl::StrContains(status, "3 replays")) << status;
+}
+
+// A gather index outside [-n, n-1] is the caller's error, reported by the run (step by step and from a
+// graph replay) and naming the node; a later good run is unaffected.
+TEST_P(GpuGraph, GatherIndexOutOfRangeIsAnError) {
+  CJIT_GET_BACKEND(backend, GetParam());
+  std::shared_ptr<Graph> g = Specialized(
+      "graph g(%t: f32[6,16], %i: i64[3]) {\n  %e = Gather(%t, %i) {axis=0}\n  %y = Relu(%e)\n  return %y\n}");
+  ASSERT_TRUE(g);
+  for (int level : {0, 1}) {
+    GpuExecutorOptions o;
+    o.graph_level = level;
+    auto ex = GpuExecutor::Create(g, backend, o);
+    ASSERT_TRUE(ex.ok()) << ex.status();
+    EXPECT_EQ((*ex)->placement().gathers, 1) << (*ex)->placement().ToString();
+    EXPECT_EQ((*ex)->placement().host_ops, 0) << (*ex)->placement().ToString();
+    std::mt19937 rng(3);
+    Tensor table = RandomInput(*g->inputs()[0], rng);
+    Tensor good(DType::kI64, {3}), bad(DType::kI64, {3});
+    for (int i = 0; i < 3; ++i) good.data<int64_t>()[i] = i * 2 - 1;  // -1, 1, 3
+    bad.data<int64_t>()[0] = 0, bad.data<int64_t>()[1] = 6, bad.data<int64_t>()[2] = -7;
+    for (int run = 0; run < 5; ++run) {
+      const bool fail = run == 2 || run == 3;
+      auto got = (*ex)->Run({table, fail ? bad : good});
+      if (fail) {
+        ASSERT_FALSE(got.ok()) << "level " << level << " run " << run;
+        EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
+        EXPECT_TRUE(absl::StrContains(got.status().message(), "Gather node 'e")) << got.status();
+        continue;
+      }
+      ASSERT_TRUE(got.ok()) << "level " << level << " run " << run << ": " << got.status();
+      for (int i = 0; i < 3; ++i)
+        for (int c = 0; c < 16; ++c) {
+          const int64_t row = (i * 2 - 1 + 6) % 6;
+          EXPECT_EQ((*got)[0].data<float>()[i * 16 + c], std::max(0.0f, table.data<float>()[row * 16 + c]));
+        }
+    }
+    if (level == 1) EXPECT_TRUE(absl::StartsWith((*ex)->GraphStatus(), "CUDA graph of")) << (*ex)->GraphStatus();
   }
 }
 
@@ -650,14 +756,15 @@ TEST_P(GpuGraph, OffAtLevelZeroAndWithHostOps) {
   auto ex = GpuExecutor::Create(g, backend, o);
   ASSERT_TRUE(ex.ok()) << ex.status();
   EXPECT_EQ((*ex)->GraphStatus(), "no CUDA graph: --gpu_graph_level=0");
-  // Mod on integers runs on the host: such a run cannot be one device graph.
+  // Mod on integers computed on the device runs on the host: such a run cannot be one device graph.
   std::shared_ptr<Graph> h = Specialized(
-      "graph g(%x: f32[4], %a: i32[4], %b: i32[4]) {\n  %y = Relu(%x)\n  %z = Mod(%a, %b)\n  return %y, %z\n}");
+      "graph g(%x: f32[4], %a: i32[4], %b: i32[4]) {\n  %y = Relu(%x)\n  %c = Cast(%y) {to=6}\n"
+      "  %d = Add(%a, %c)\n  %z = Mod(%d, %b)\n  return %y, %z\n}");
   ASSERT_TRUE(h);
   o.graph_level = 1;
   auto hx = GpuExecutor::Create(h, backend, o);
   ASSERT_TRUE(hx.ok()) << hx.status();
-  EXPECT_TRUE(absl::StrContains((*hx)->GraphStatus(), "no CUDA graph: the host runs Mod")) << (*hx)->GraphStatus();
+  EXPECT_TRUE(absl::StrContains((*hx)->GraphStatus(), "no CUDA graph: the host runs Cast")) << (*hx)->GraphStatus();
   std::vector<Tensor> in = {Tensor(DType::kF32, {4}), Tensor(DType::kI32, {4}), Tensor(DType::kI32, {4})};
   for (int i = 0; i < 4; ++i) {
     in[0].data<float>()[i] = static_cast<float>(i) - 1.5f;

@@ -65,6 +65,11 @@ absl::Status LtStatus(const LtApi& lt, cublasStatus_t st, const char* call) {
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 constexpr int kMaxCandidates = 16;  // heuristic results asked for when autotuning
 
+// The cuBLASLt type of a GemmShape's operands.
+cudaDataType_t LtType(DType t) {
+  return t == DType::kBF16 ? CUDA_R_16BF : t == DType::kF16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
 struct ConfigField {
   cublasLtMatmulAlgoConfigAttributes_t attr;
   const char* name;
@@ -111,10 +116,13 @@ class LtGemmPlan : public GemmOp {
     device_ = device;
     shape_ = s;
     const LtApi& lt = *lt_;
-    // --matmul_precision: float32 in and out; high = TF32 tensor-core math, medium = bfloat16 (device_backend.h)
-    compute_ = s.precision == MathPrecision::kHigh     ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                        : s.precision == MathPrecision::kMedium ? CUBLAS_COMPUTE_32F_FAST_16BF
-                                                                                : CUBLAS_COMPUTE_32F;
+    // --matmul_precision: float32 in and out; high = TF32 tensor-core math, medium = bfloat16 (device_backend.h).
+    // 16-bit operands: float32 accumulation (their tensor-core products are exact).
+    type_ = LtType(s.dtype);
+    compute_ = s.dtype != DType::kF32                   ? CUBLAS_COMPUTE_32F
+               : s.precision == MathPrecision::kHigh   ? CUBLAS_COMPUTE_32F_FAST_TF32
+               : s.precision == MathPrecision::kMedium ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                                       : CUBLAS_COMPUTE_32F;
     CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatmulDescCreate(&desc_, compute_, CUDA_R_32F));
     // Column-major view: D^T (n x m) = [op(B)^T] (n x k) * [op(A)^T] (k x m).
     cublasOperation_t op_first = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -131,7 +139,7 @@ class LtGemmPlan : public GemmOp {
                                                                  sizeof(epilogue)));
     }
     if (s.bias) {
-      cudaDataType_t bias_type = CUDA_R_32F;
+      cudaDataType_t bias_type = type_;
       CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                                  &bias_type, sizeof(bias_type)));
     }
@@ -164,7 +172,8 @@ class LtGemmPlan : public GemmOp {
     std::erase_if(results, [](const cublasLtMatmulHeuristicResult_t& r) { return r.state != CUBLAS_STATUS_SUCCESS; });
     if (results.empty()) {
       return absl::UnimplementedError(absl::StrCat("cuBLASLt has no algorithm for a ", shape_.batch, "x", shape_.m,
-                                                   "x", shape_.n, "x", shape_.k, " float32 product"));
+                                                   "x", shape_.n, "x", shape_.k, " ", DTypeName(shape_.dtype),
+                                                   " product"));
     }
     return results;
   }
@@ -210,8 +219,8 @@ class LtGemmPlan : public GemmOp {
     }
     if (!fields.count("id")) return bad("no algorithm id");
     cublasLtMatmulAlgo_t algo = {};
-    cublasStatus_t st = lt.cublasLtMatmulAlgoInit(dev_lt_->handle, compute_, CUDA_R_32F, CUDA_R_32F, CUDA_R_32F,
-                                                  CUDA_R_32F, CUDA_R_32F, static_cast<int>(fields["id"]), &algo);
+    cublasStatus_t st = lt.cublasLtMatmulAlgoInit(dev_lt_->handle, compute_, CUDA_R_32F, type_, type_, type_, type_,
+                                                  static_cast<int>(fields["id"]), &algo);
     if (st != CUBLAS_STATUS_SUCCESS) return bad(absl::StrCat("cublasLtMatmulAlgoInit: ", lt.cublasLtGetStatusName(st)));
     for (const ConfigField& f : kConfigFields) {
       auto it = fields.find(f.name);
@@ -270,7 +279,7 @@ class LtGemmPlan : public GemmOp {
  private:
   absl::Status Layout(cublasLtMatrixLayout_t* l, uint64_t rows, uint64_t cols, int64_t batch_stride) {
     const LtApi& lt = *lt_;
-    CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatrixLayoutCreate(l, CUDA_R_32F, rows, cols, static_cast<int64_t>(rows)));
+    CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatrixLayoutCreate(l, type_, rows, cols, static_cast<int64_t>(rows)));
     if (shape_.batch > 1) {
       int32_t count = static_cast<int32_t>(shape_.batch);
       CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
@@ -288,6 +297,7 @@ class LtGemmPlan : public GemmOp {
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
   cublasComputeType_t compute_ = CUBLAS_COMPUTE_32F;
+  cudaDataType_t type_ = CUDA_R_32F;  // A, B, C, D and bias
   cublasLtMatmulAlgo_t algo_ = {};
   mutable std::mutex mu_;
 };

@@ -1,11 +1,12 @@
-// float32 matrix products on the GPU through cuBLASLt, loaded with dlopen (libcublasLt.so.13, then .12)
+// float32, float16 and bfloat16 matrix products (float32 accumulation) on the GPU through cuBLASLt, loaded with dlopen (libcublasLt.so.13, then .12)
 // so that nothing links CUDA libraries. Serves ONNX MatMul (numpy matmul semantics, batched with one
 // side broadcast) and Gemm (transA/transB, alpha, a per-column bias vector C as a bias epilogue; see
 // https://onnx.ai/onnx/operators/onnx__Gemm.html), with a Relu epilogue where the plan absorbed one.
 //
 // Row-major products are run as their column-major transposes: D^T = op(B)^T op(A)^T, so no data moves.
 // Precision (GemmShape::precision, from --matmul_precision): CUBLAS_COMPUTE_32F ("highest"),
-// CUBLAS_COMPUTE_32F_FAST_TF32 ("high"), CUBLAS_COMPUTE_32F_FAST_16BF ("medium"); float32 in and out.
+// CUBLAS_COMPUTE_32F_FAST_TF32 ("high"), CUBLAS_COMPUTE_32F_FAST_16BF ("medium") for float32 in and out;
+// CUBLAS_COMPUTE_32F for float16 / bfloat16 operands (A, B, D and the bias all of GemmShape::dtype).
 // Errors: FailedPreconditionError when cuBLASLt cannot be loaded; InternalError naming the cuBLASLt call
 // and status; UnimplementedError when no algorithm supports a shape (callers then run the op elsewhere).
 // Thread-safety: a plan is immutable after creation and may run concurrently (all work is on the

@@ -33,6 +33,46 @@ std::map<std::string, std::shared_ptr<const PtxKernelHandle>>& Kernels() {
   return *m;
 }
 
+// The gather kernels (nvptx_compiler.h GatherKernelsPtx), compiled and loaded once per device.
+struct GatherKernels {
+  std::shared_ptr<CudaModule> module;
+  std::map<int, CUfunction> by_unit;  // unit bytes -> kernel
+};
+
+absl::StatusOr<GatherKernels*> GatherKernelsFor(CudaDevice* dev, const std::string& arch) {
+  return OncePerDevice<GatherKernels>(dev, [&]() -> absl::StatusOr<GatherKernels*> {
+    CJIT_ASSIGN_OR_RETURN(std::string ptx, GatherKernelsPtx(arch));
+    auto k = std::make_unique<GatherKernels>();
+    CJIT_ASSIGN_OR_RETURN(k->module, dev->LoadModule(ptx));
+    for (int unit : {1, 2, 4, 8, 16}) {
+      CJIT_ASSIGN_OR_RETURN(k->by_unit[unit], k->module->Function(absl::StrCat(kGatherKernelPrefix, unit)));
+    }
+    return k.release();  // lives for the process, as the device
+  });
+}
+
+class CudaGather : public GatherOp {
+ public:
+  CudaGather(CudaDevice* dev, CUfunction fn, std::shared_ptr<DeviceBuffer> meta, int64_t rows, int64_t row_units)
+      : dev_(dev), fn_(fn), meta_(std::move(meta)), rows_(rows), row_units_(row_units) {}
+  absl::Status Run(uint64_t dst, uint64_t src, uint64_t indices, uint64_t error_flag) const override {
+    if (rows_ == 0 || row_units_ == 0) return absl::OkStatus();
+    constexpr int64_t kBlock = 256;
+    // Rows over y (at most 65535 blocks, grid-strided), a row's units over x: ~4 units per thread.
+    const int64_t grid_y = std::min<int64_t>(rows_, 65535);
+    const int64_t grid_x = std::clamp<int64_t>((row_units_ + 4 * kBlock - 1) / (4 * kBlock), 1, 64);
+    CUdeviceptr d = dst, s = src, i = indices, m = meta_->address(), e = error_flag;
+    void* args[] = {&d, &s, &i, &m, &e};
+    return dev_->Launch(fn_, static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), kBlock, args);
+  }
+
+ private:
+  CudaDevice* dev_;
+  CUfunction fn_;
+  std::shared_ptr<DeviceBuffer> meta_;
+  int64_t rows_, row_units_;
+};
+
 class CudaBackend : public DeviceBackend {
  public:
   CudaBackend(CudaDevice* dev, DeviceAllocator* allocator, std::string arch, std::string libdevice,
@@ -121,6 +161,9 @@ class CudaBackend : public DeviceBackend {
                                                    const std::string& algorithm) const override {
     return MakeCudnnConv(dev_, shape, algorithm);
   }
+  absl::StatusOr<std::unique_ptr<ConvOp>> MakeConvTranspose(const ConvShape& shape) const override {
+    return MakeCudnnConvTranspose(dev_, shape);
+  }
   absl::StatusOr<std::vector<DeviceAlgorithm>> GemmAlgorithms(const GemmShape& shape) const override {
     return GemmPlanAlgorithms(dev_, shape);
   }
@@ -145,6 +188,26 @@ class CudaBackend : public DeviceBackend {
 
   absl::StatusOr<std::unique_ptr<PoolOp>> MakePool(const PoolShape& shape) const override {
     return MakeCudnnPool(dev_, shape);
+  }
+  absl::StatusOr<std::unique_ptr<GatherOp>> MakeGather(const GatherShape& s) const override {
+    CJIT_RETURN_IF_ERROR(CheckGatherShape(s));
+    CJIT_ASSIGN_OR_RETURN(GatherKernels * kernels, GatherKernelsFor(dev_, arch_));
+    // The widest unit that divides every row and offset: buffers start 256-byte aligned, so every access
+    // of that width is aligned.
+    int unit = 16;
+    auto divides = [&](int64_t bytes) { return bytes % unit == 0; };
+    while (unit > 1 && !(divides(s.row_bytes) && divides(s.outer_stride_bytes) &&
+                         std::all_of(s.strides_bytes.begin(), s.strides_bytes.end(), divides))) {
+      unit /= 2;
+    }
+    std::vector<int64_t> meta = {s.k, s.indices_int64 ? 1 : 0, s.n_outer, s.n_rows, s.row_bytes / unit,
+                                 s.outer_stride_bytes / unit};
+    meta.insert(meta.end(), s.dims.begin(), s.dims.end());
+    for (int64_t st : s.strides_bytes) meta.push_back(st / unit);
+    CJIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceBuffer> buffer, dev_->Allocate(meta.size() * sizeof(int64_t), allocator_));
+    CJIT_RETURN_IF_ERROR(dev_->CopyToDevice(buffer->address(), meta.data(), meta.size() * sizeof(int64_t)));
+    return std::unique_ptr<GatherOp>(std::make_unique<CudaGather>(dev_, kernels->by_unit.at(unit), std::move(buffer),
+                                                                   s.n_outer * s.n_rows, s.row_bytes / unit));
   }
   absl::StatusOr<std::unique_ptr<DeviceGraph>> Capture(const std::function<absl::Status()>& enqueue) const override {
     // The stream-ordered pool would put allocation nodes into the graph: graphs use the caching allocator.

@@ -25,7 +25,8 @@ namespace {
   X(cudnnGetConvolutionForwardAlgorithm_v7) X(cudnnConvolutionForward) X(cudnnAddTensor)                    \
   X(cudnnCreatePoolingDescriptor) X(cudnnSetPooling2dDescriptor) X(cudnnGetPooling2dForwardOutputDim)        \
   X(cudnnDestroyPoolingDescriptor) X(cudnnPoolingForward) X(cudnnGetConvolutionForwardWorkspaceSize)         \
-  X(cudnnGetVersion)
+  X(cudnnGetVersion) X(cudnnGetConvolutionBackwardDataAlgorithm_v7) X(cudnnConvolutionBackwardData)            \
+  X(cudnnGetConvolutionBackwardDataWorkspaceSize)
 
 struct DnnApi {
 #define CJIT_DNN_FIELD(name) decltype(&::name) name = nullptr;
@@ -60,6 +61,12 @@ absl::StatusOr<const DnnApi*> LoadDnn() {
   } while (0)
 
 constexpr size_t kMaxWorkspace = size_t{256} << 20;
+
+// The cuDNN type of a ConvShape's / PoolShape's tensors (convolutions accumulate in float32 whatever it is:
+// cuDNN's PSEUDO_HALF / PSEUDO_BFLOAT16 configurations).
+cudnnDataType_t DnnType(DType t) {
+  return t == DType::kBF16 ? CUDNN_DATA_BFLOAT16 : t == DType::kF16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+}
 
 const char* AlgoName(cudnnConvolutionFwdAlgo_t a) {
   static const char* const kNames[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT",
@@ -109,10 +116,13 @@ absl::StatusOr<DeviceDnn*> DnnFor(CudaDevice* device, const DnnApi& dnn) {
 struct ExplicitPad {
   bool active = false;
   int64_t n = 0, c = 0, h = 0, w = 0, top = 0, left = 0, padded_h = 0, padded_w = 0;
-  uint32_t fill = 0;
+  uint32_t fill = 0;  // a 4-byte element's bits; 16-bit elements are padded with zeros (fill 0 only)
+  size_t elem = 4;
 
-  void Init(int64_t n_, int64_t c_, int64_t h_, int64_t w_, int64_t t, int64_t l, int64_t b, int64_t r, uint32_t f) {
+  void Init(int64_t n_, int64_t c_, int64_t h_, int64_t w_, int64_t t, int64_t l, int64_t b, int64_t r, uint32_t f,
+            size_t elem_bytes = 4) {
     active = true;
+    elem = elem_bytes;
     n = n_, c = c_, h = h_, w = w_, top = t, left = l, fill = f;
     padded_h = h + t + b;
     padded_w = w + l + r;
@@ -120,11 +130,15 @@ struct ExplicitPad {
   // The padded copy of x (kept alive by the returned buffer until the enqueued work is done: stream order).
   absl::StatusOr<std::shared_ptr<DeviceBuffer>> Apply(CudaDevice* device, uint64_t x) const {
     size_t count = static_cast<size_t>(n * c * padded_h * padded_w);
-    CJIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceBuffer> buf, device->Allocate(count * 4));
-    CJIT_RETURN_IF_ERROR(device->Fill32(buf->address(), fill, count));
-    CJIT_RETURN_IF_ERROR(device->CopyIntoPadded(buf->address(), static_cast<size_t>(padded_w) * 4,
-                                                static_cast<size_t>(padded_h), static_cast<size_t>(left) * 4,
-                                                static_cast<size_t>(top), x, static_cast<size_t>(w) * 4,
+    CJIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceBuffer> buf, device->Allocate(count * elem));
+    if (elem == 4) {
+      CJIT_RETURN_IF_ERROR(device->Fill32(buf->address(), fill, count));
+    } else {
+      CJIT_RETURN_IF_ERROR(device->Fill(buf->address(), 0, count * elem));
+    }
+    CJIT_RETURN_IF_ERROR(device->CopyIntoPadded(buf->address(), static_cast<size_t>(padded_w) * elem,
+                                                static_cast<size_t>(padded_h), static_cast<size_t>(left) * elem,
+                                                static_cast<size_t>(top), x, static_cast<size_t>(w) * elem,
                                                 static_cast<size_t>(h), static_cast<size_t>(n * c)));
     return buf;
   }
@@ -143,7 +157,7 @@ class CudnnConv : public ConvOp {
   absl::Status Init(CudaDevice* device, const ConvShape& shape) {
     ConvShape s = shape;
     if (s.pad_top != s.pad_bottom || s.pad_left != s.pad_right) {
-      pad_.Init(s.n, s.c, s.h, s.w, s.pad_top, s.pad_left, s.pad_bottom, s.pad_right, 0);
+      pad_.Init(s.n, s.c, s.h, s.w, s.pad_top, s.pad_left, s.pad_bottom, s.pad_right, 0, DTypeSize(s.dtype));
       s.h = pad_.padded_h, s.w = pad_.padded_w;
       s.pad_top = s.pad_bottom = s.pad_left = s.pad_right = 0;
     }
@@ -154,16 +168,18 @@ class CudnnConv : public ConvOp {
     const DnnApi& d = *dnn_;
     auto i = [](int64_t v) { return static_cast<int>(v); };
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateTensorDescriptor(&x_));
-    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetTensor4dDescriptor(x_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(s.n), i(s.c), i(s.h), i(s.w)));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetTensor4dDescriptor(x_, CUDNN_TENSOR_NCHW, DnnType(s.dtype), i(s.n), i(s.c), i(s.h), i(s.w)));
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateFilterDescriptor(&w_));
-    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetFilter4dDescriptor(w_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, i(s.k), i(s.c / s.groups),
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetFilter4dDescriptor(w_, DnnType(s.dtype), CUDNN_TENSOR_NCHW, i(s.k), i(s.c / s.groups),
                                                            i(s.r), i(s.s)));
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateConvolutionDescriptor(&conv_));
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetConvolution2dDescriptor(conv_, i(s.pad_top), i(s.pad_left), i(s.stride_h),
                                                                 i(s.stride_w), i(s.dil_h), i(s.dil_w),
                                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetConvolutionGroupCount(conv_, i(s.groups)));
-    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetConvolutionMathType(conv_, s.precision == MathPrecision::kHighest ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetConvolutionMathType(conv_, s.precision == MathPrecision::kHighest && s.dtype == DType::kF32
+                                                                         ? CUDNN_FMA_MATH
+                                                                         : CUDNN_DEFAULT_MATH));
     int on = 0, oc = 0, oh = 0, ow = 0;
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnGetConvolution2dForwardOutputDim(conv_, x_, w_, &on, &oc, &oh, &ow));
     if (on != s.n || oc != s.k || oh != s.out_h || ow != s.out_w) {
@@ -171,10 +187,10 @@ class CudnnConv : public ConvOp {
                                                    " output, the graph expects ", s.n, "x", s.k, "x", s.out_h, "x", s.out_w));
     }
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateTensorDescriptor(&y_));
-    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetTensor4dDescriptor(y_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, on, oc, oh, ow));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetTensor4dDescriptor(y_, CUDNN_TENSOR_NCHW, DnnType(s.dtype), on, oc, oh, ow));
     if (s.bias) {
       CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateTensorDescriptor(&b_));
-      CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetTensor4dDescriptor(b_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, oc, 1, 1));
+      CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetTensor4dDescriptor(b_, CUDNN_TENSOR_NCHW, DnnType(s.dtype), 1, oc, 1, 1));
     }
     return absl::OkStatus();
   }
@@ -280,7 +296,7 @@ class CudnnConv : public ConvOp {
   // no Winograd beyond 3x3 filters, which loses ~10 bits (5x5 non-fused: 1e-3 of sum |terms| on an H100);
   // FMA, DEFAULT (TF32 on sm_80+) or TENSOR_OP otherwise; never TENSOR_OP_MATH_ALLOW_CONVERSION.
   bool Allowed(cudnnConvolutionFwdAlgo_t a, cudnnMathType_t m) const {
-    if (shape_.precision != MathPrecision::kHighest) {
+    if (shape_.precision != MathPrecision::kHighest || shape_.dtype != DType::kF32) {
       return m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH || m == CUDNN_TENSOR_OP_MATH;
     }
     const bool winograd = a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
@@ -291,6 +307,125 @@ class CudnnConv : public ConvOp {
   size_t workspace_bytes_ = 0;
   std::shared_ptr<DeviceBuffer> workspace_;
   ExplicitPad pad_;
+};
+
+// ConvTranspose as cuDNN's backward-data convolution: the transposed convolution of x is the gradient,
+// with respect to its input, of the convolution that maps y-shaped tensors to x-shaped ones with the same
+// filter [c, k / groups, r, s] (cuDNN's [K, C / groups, R, S] of that forward convolution), padding, strides
+// and dilations. The output padding needs nothing: the forward convolution of an out_h-row tensor still has
+// h rows while it is below the stride.
+class CudnnConvTranspose : public ConvOp {
+ public:
+  ~CudnnConvTranspose() override {
+    if (dnn_ == nullptr) return;
+    for (cudnnTensorDescriptor_t t : {x_, y_, b_})
+      if (t) dnn_->cudnnDestroyTensorDescriptor(t);
+    if (w_) dnn_->cudnnDestroyFilterDescriptor(w_);
+    if (conv_) dnn_->cudnnDestroyConvolutionDescriptor(conv_);
+  }
+
+  absl::Status Init(CudaDevice* device, const ConvShape& s) {
+    if (s.pad_top != s.pad_bottom || s.pad_left != s.pad_right) {
+      return absl::UnimplementedError("cuDNN's backward-data convolution takes symmetric padding only");
+    }
+    CJIT_ASSIGN_OR_RETURN(dnn_, LoadDnn());
+    CJIT_ASSIGN_OR_RETURN(dev_dnn_, DnnFor(device, *dnn_));
+    device_ = device;
+    shape_ = s;
+    const DnnApi& d = *dnn_;
+    auto i = [](int64_t v) { return static_cast<int>(v); };
+    // The forward view: "dy" is our input x [n, c, h, w], "dx" our output y [n, k, out_h, out_w].
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateTensorDescriptor(&x_));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetTensor4dDescriptor(x_, CUDNN_TENSOR_NCHW, DnnType(s.dtype), i(s.n), i(s.c), i(s.h), i(s.w)));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateTensorDescriptor(&y_));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetTensor4dDescriptor(y_, CUDNN_TENSOR_NCHW, DnnType(s.dtype), i(s.n), i(s.k), i(s.out_h), i(s.out_w)));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateFilterDescriptor(&w_));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetFilter4dDescriptor(w_, DnnType(s.dtype), CUDNN_TENSOR_NCHW, i(s.c), i(s.k / s.groups),
+                                                           i(s.r), i(s.s)));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateConvolutionDescriptor(&conv_));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetConvolution2dDescriptor(conv_, i(s.pad_top), i(s.pad_left), i(s.stride_h),
+                                                                i(s.stride_w), i(s.dil_h), i(s.dil_w),
+                                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetConvolutionGroupCount(conv_, i(s.groups)));
+    const bool exact = s.precision == MathPrecision::kHighest && s.dtype == DType::kF32;
+    const cudnnMathType_t math = exact ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetConvolutionMathType(conv_, math));
+    // The forward convolution of y must give x's dims, or the shapes are not a transposed pair cuDNN takes.
+    int on = 0, oc = 0, oh = 0, ow = 0;
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnGetConvolution2dForwardOutputDim(conv_, y_, w_, &on, &oc, &oh, &ow));
+    if (on != s.n || oc != s.c || oh != s.h || ow != s.w) {
+      return absl::UnimplementedError(absl::StrCat("cuDNN's backward-data convolution cannot produce a ", s.out_h, "x",
+                                                   s.out_w, " output from a ", s.h, "x", s.w, " input here"));
+    }
+    if (s.bias) {
+      CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateTensorDescriptor(&b_));
+      CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetTensor4dDescriptor(b_, CUDNN_TENSOR_NCHW, DnnType(s.dtype), 1, i(s.k), 1, 1));
+    }
+    cudnnConvolutionBwdDataAlgoPerf_t perf[2 * CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int returned = 0;
+    {
+      std::lock_guard<std::mutex> lock(dev_dnn_->mu);
+      CJIT_DNN_RETURN_IF_ERROR(d, cudnnGetConvolutionBackwardDataAlgorithm_v7(dev_dnn_->handle, w_, x_, conv_, y_,
+                                                                              2 * CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                                                                              &returned, perf));
+    }
+    // The heuristic's first that runs within the workspace at the precision's math type (no TF32 for
+    // "highest"; no Winograd there either, as for forward convolutions).
+    for (int j = 0; j < returned && !chosen_; ++j) {
+      const cudnnConvolutionBwdDataAlgoPerf_t& p = perf[j];
+      const bool winograd = p.algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+                            p.algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+      const bool math_ok = exact ? p.mathType == CUDNN_FMA_MATH && !winograd
+                                 : p.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+      if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kMaxWorkspace || !math_ok) continue;
+      CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetConvolutionMathType(conv_, p.mathType));
+      size_t bytes = 0;
+      {
+        std::lock_guard<std::mutex> lock(dev_dnn_->mu);
+        if (d.cudnnGetConvolutionBackwardDataWorkspaceSize(dev_dnn_->handle, w_, x_, conv_, y_, p.algo, &bytes) !=
+                CUDNN_STATUS_SUCCESS ||
+            bytes > kMaxWorkspace) {
+          continue;
+        }
+      }
+      algo_ = p.algo;
+      workspace_bytes_ = bytes;
+      chosen_ = true;
+    }
+    if (!chosen_) {
+      return absl::UnimplementedError("cuDNN has no backward-data algorithm for this transposed convolution within 256 MiB");
+    }
+    if (workspace_bytes_ > 0) {
+      CJIT_ASSIGN_OR_RETURN(workspace_, device->Allocate(workspace_bytes_));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Run(uint64_t x, uint64_t w, uint64_t bias, uint64_t y) const override {
+    const DnnApi& d = *dnn_;
+    float one = 1, zero = 0;
+    auto p = [](uint64_t a) { return reinterpret_cast<void*>(a); };
+    std::lock_guard<std::mutex> lock(dev_dnn_->mu);
+    CJIT_DNN_BIND_STREAM(d, dev_dnn_, device_);
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnConvolutionBackwardData(dev_dnn_->handle, &one, w_, p(w), x_, p(x), conv_, algo_,
+                                                             workspace_ ? p(workspace_->address()) : nullptr,
+                                                             workspace_bytes_, &zero, y_, p(y)));
+    if (shape_.bias) CJIT_DNN_RETURN_IF_ERROR(d, cudnnAddTensor(dev_dnn_->handle, &one, b_, p(bias), &one, y_, p(y)));
+    return absl::OkStatus();
+  }
+
+ private:
+  const DnnApi* dnn_ = nullptr;
+  DeviceDnn* dev_dnn_ = nullptr;
+  CudaDevice* device_ = nullptr;
+  ConvShape shape_;
+  cudnnTensorDescriptor_t x_ = nullptr, y_ = nullptr, b_ = nullptr;
+  cudnnFilterDescriptor_t w_ = nullptr;
+  cudnnConvolutionDescriptor_t conv_ = nullptr;
+  cudnnConvolutionBwdDataAlgo_t algo_ = CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
+  bool chosen_ = false;
+  size_t workspace_bytes_ = 0;
+  std::shared_ptr<DeviceBuffer> workspace_;
 };
 
 class CudnnPool : public PoolOp {
@@ -309,7 +444,9 @@ class CudnnPool : public PoolOp {
       if (!s.max && !s.count_include_pad) {
         return absl::UnimplementedError("average pooling without counting padding takes symmetric padding only");
       }
-      pad_.Init(s.n, s.c, s.h, s.w, s.pad_top, s.pad_left, s.pad_bottom, s.pad_right, s.max ? 0xFF800000u : 0u);
+      if (s.max && s.dtype != DType::kF32) return absl::UnimplementedError("16-bit max pooling takes symmetric padding only");
+      pad_.Init(s.n, s.c, s.h, s.w, s.pad_top, s.pad_left, s.pad_bottom, s.pad_right, s.max ? 0xFF800000u : 0u,
+                DTypeSize(s.dtype));
       s.h = pad_.padded_h, s.w = pad_.padded_w;
       s.pad_top = s.pad_bottom = s.pad_left = s.pad_right = 0;
     }
@@ -325,7 +462,7 @@ class CudnnPool : public PoolOp {
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetPooling2dDescriptor(pool_, mode, CUDNN_PROPAGATE_NAN, i(s.r), i(s.s), i(s.pad_top),
                                                             i(s.pad_left), i(s.stride_h), i(s.stride_w)));
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateTensorDescriptor(&x_));
-    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetTensor4dDescriptor(x_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(s.n), i(s.c), i(s.h), i(s.w)));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetTensor4dDescriptor(x_, CUDNN_TENSOR_NCHW, DnnType(s.dtype), i(s.n), i(s.c), i(s.h), i(s.w)));
     int on = 0, oc = 0, oh = 0, ow = 0;
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnGetPooling2dForwardOutputDim(pool_, x_, &on, &oc, &oh, &ow));
     if (oh != s.out_h || ow != s.out_w) {
@@ -333,7 +470,7 @@ class CudnnPool : public PoolOp {
                                                    s.out_w, " (ceil_mode)"));
     }
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateTensorDescriptor(&y_));
-    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetTensor4dDescriptor(y_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, on, oc, oh, ow));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetTensor4dDescriptor(y_, CUDNN_TENSOR_NCHW, DnnType(s.dtype), on, oc, oh, ow));
     return absl::OkStatus();
   }
 
@@ -373,6 +510,12 @@ absl::StatusOr<std::unique_ptr<ConvOp>> MakeCudnnConv(CudaDevice* device, const 
   auto op = std::make_unique<CudnnConv>();
   CJIT_RETURN_IF_ERROR(op->Init(device, shape));
   CJIT_RETURN_IF_ERROR(op->Choose(device, algorithm));
+  return op;
+}
+
+absl::StatusOr<std::unique_ptr<ConvOp>> MakeCudnnConvTranspose(CudaDevice* device, const ConvShape& shape) {
+  auto op = std::make_unique<CudnnConvTranspose>();
+  CJIT_RETURN_IF_ERROR(op->Init(device, shape));
   return op;
 }
 

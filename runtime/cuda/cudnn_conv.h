@@ -36,6 +36,11 @@ absl::StatusOr<std::vector<DeviceAlgorithm>> CudnnConvAlgorithms(CudaDevice* dev
 // cudnnGetVersion() as text ("91300"), or "none".
 std::string CudnnVersion();
 
+// A transposed convolution (ConvShape's second reading, device_backend.h) as cudnnConvolutionBackwardData,
+// the first of cudnnGetConvolutionBackwardDataAlgorithm_v7's ranking that fits 256 MiB at the precision's
+// math; UnimplementedError for asymmetric padding.
+absl::StatusOr<std::unique_ptr<ConvOp>> MakeCudnnConvTranspose(CudaDevice* device, const ConvShape& shape);
+
 // Max / average pooling (cudnnPoolingForward; NaN propagated).
 absl::StatusOr<std::unique_ptr<PoolOp>> MakeCudnnPool(CudaDevice* device, const PoolShape& shape);
 

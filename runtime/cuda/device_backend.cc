@@ -49,6 +49,18 @@ absl::StatusOr<std::string> PtxTargetForDevice(const std::string& sm) {
   return absl::StrCat("sm_", best);
 }
 
+absl::Status CheckGatherShape(const GatherShape& s) {
+  auto bad = [](absl::string_view what) { return absl::InvalidArgumentError(absl::StrCat("gather: ", what)); };
+  if (s.k < 1 || static_cast<int64_t>(s.dims.size()) != s.k || static_cast<int64_t>(s.strides_bytes.size()) != s.k) {
+    return bad("k must equal the number of indexed dims and strides");
+  }
+  if (s.n_outer < 0 || s.n_rows < 0 || s.row_bytes < 0 || s.outer_stride_bytes < 0) return bad("negative size");
+  for (int64_t j = 0; j < s.k; ++j) {
+    if (s.dims[j] < 0 || s.strides_bytes[j] < 0) return bad("negative dim or stride");
+  }
+  return absl::OkStatus();
+}
+
 bool PtxTargetRunsOn(const std::string& target, const std::string& device_sm) {
   int want = 0, have = 0;
   bool exact = false, device_exact = false;

@@ -73,16 +73,22 @@ float RoundToMathPrecision(float x, MathPrecision p);
 // D[b] (M x N, row-major) = act(alpha * op(A[b]) (M x K) * op(B[b]) (K x N) + bias (N)), for b < batch,
 // with act = Relu when `relu`, else the identity.
 // Strides are in elements between consecutive batch matrices; 0 broadcasts one matrix to every batch.
-// float32 operands, float32 accumulation at least.
+// A, B, D and the bias are all of `dtype` (float32, float16 or bfloat16); float32 accumulation at least
+// (16-bit results are rounded once, from the float32 sum: the mixed-precision products of
+// --auto_mixed_precision).
 struct GemmShape {
   int64_t batch = 1, m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;  // A stored K x M / B stored N x K
   int64_t stride_a = 0, stride_b = 0;
   float alpha = 1;
-  bool bias = false;  // a float32 vector of N added to every row
+  bool bias = false;  // a vector of N (of `dtype`) added to every row
   bool relu = false;
-  MathPrecision precision = MathPrecision::kHighest;
+  MathPrecision precision = MathPrecision::kHighest;  // float32 operands only
+  DType dtype = DType::kF32;
 };
+
+// float32, float16 or bfloat16: the element types of the GEMM, convolution and pooling libraries.
+inline bool IsLibraryFloat(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 
 // One algorithm a GEMM or convolution library offers for a shape: an autotuning candidate
 // (runtime/cuda/gpu_autotune.h, docs/autotuning.md). `id` is a stable identity — the library's serialized
@@ -101,7 +107,7 @@ class GemmOp {
   virtual absl::Status Run(uint64_t a, uint64_t b, uint64_t bias, uint64_t d) const = 0;
 };
 
-// NCHW float32 2-D convolution (ONNX Conv; 1-D convolutions as H = 1,
+// NCHW 2-D convolution (ONNX Conv; 1-D convolutions as H = 1,
 // https://onnx.ai/onnx/operators/onnx__Conv.html), cross-correlation as in ONNX:
 //   y[n, k, p, q] = bias[k] + sum over c in k's group, r < R, s < S of
 //                   x[n, c, p * stride_h - pad_top + r * dil_h, q * stride_w - pad_left + s * dil_w] * w[k, c', r, s]
@@ -112,8 +118,9 @@ struct ConvShape {
   int64_t out_h = 1, out_w = 1;
   int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
   int64_t stride_h = 1, stride_w = 1, dil_h = 1, dil_w = 1, groups = 1;
-  bool bias = false;  // a float32 vector of K
-  MathPrecision precision = MathPrecision::kHighest;
+  bool bias = false;  // a vector of K
+  MathPrecision precision = MathPrecision::kHighest;  // float32 tensors only
+  DType dtype = DType::kF32;  // of x, w, y and the bias: float32, float16 or bfloat16 (float32 accumulation)
 };
 
 class ConvOp {
@@ -122,7 +129,15 @@ class ConvOp {
   virtual absl::Status Run(uint64_t x, uint64_t w, uint64_t bias, uint64_t y) const = 0;
 };
 
-// NCHW float32 2-D pooling (ONNX MaxPool / AveragePool; 1-D as H = 1): each output element is the max, or
+// The same fields describe a transposed convolution (ONNX ConvTranspose,
+// https://onnx.ai/onnx/operators/onnx__ConvTranspose.html; the gradient of Conv with respect to its input):
+// x is [n, c, h, w], w is [c, k / groups, r, s], y is [n, k, out_h, out_w], and
+//   y[n, k, p, q] = bias[k] + sum over c in k's group, i, j, r, s with i * stride_h - pad_top + r * dil_h = p
+//                   and j * stride_w - pad_left + s * dil_w = q of x[n, c, i, j] * w[c, k', r, s]
+// out_h = stride_h * (h - 1) + output padding + (r - 1) * dil_h + 1 - pad_top - pad_bottom (likewise out_w);
+// the rows and columns the output padding adds receive only the bias.
+
+// NCHW 2-D pooling (ONNX MaxPool / AveragePool; 1-D as H = 1): each output element is the max, or
 // the mean, of the window x[n, c, p * stride_h - pad_top + [0, R), q * stride_w - pad_left + [0, S)];
 // padded positions never win a max and count toward a mean only with count_include_pad.
 struct PoolShape {
@@ -130,12 +145,37 @@ struct PoolShape {
   int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0, stride_h = 1, stride_w = 1;
   bool max = true;
   bool count_include_pad = false;
+  DType dtype = DType::kF32;  // of x and y: float32, float16 or bfloat16
 };
 
 class PoolOp {
  public:
   virtual ~PoolOp() = default;
   virtual absl::Status Run(uint64_t x, uint64_t y) const = 0;
+};
+
+// Rows of `src` picked by index tuples (ONNX Gather along one axis, GatherND with batch_dims 0;
+// https://onnx.ai/onnx/operators/onnx__Gather.html, onnx__GatherND.html): dst is [n_outer, n_rows,
+// row_bytes]; row (o, r) is the row_bytes at byte offset o * outer_stride_bytes + sum_j v_j *
+// strides_bytes[j] of src, where v_j = indices[r * k + j] (int32 or int64; a negative value counts from
+// dims[j]). An index outside [-dims[j], dims[j]) writes the row as zeros and sets the int32 error flag
+// to 1 (the flag is never cleared by the op).
+//   Gather(axis a) of data [d_0..d_{n-1}]: k = 1, n_outer = d_0 * .. * d_{a-1}, n_rows = numel(indices),
+//     row_bytes = d_{a+1} * .. * d_{n-1} * element size, dims = {d_a}, strides = {row_bytes},
+//     outer_stride = d_a * row_bytes;
+//   GatherND of indices [.., k]: n_outer = 1, n_rows = numel(indices) / k, row_bytes = d_k * .. * element
+//     size, dims = {d_0..d_{k-1}}, strides_bytes[j] = d_{j+1} * .. * element size.
+struct GatherShape {
+  int64_t k = 1;
+  bool indices_int64 = true;
+  int64_t n_outer = 1, n_rows = 0, row_bytes = 0, outer_stride_bytes = 0;
+  std::vector<int64_t> dims, strides_bytes;
+};
+
+class GatherOp {
+ public:
+  virtual ~GatherOp() = default;
+  virtual absl::Status Run(uint64_t dst, uint64_t src, uint64_t indices, uint64_t error_flag) const = 0;
 };
 
 // A recorded sequence of device work replayed with one launch (a CUDA graph): DeviceBackend::Capture.
@@ -187,7 +227,13 @@ class DeviceBackend {
   // As MakeGemm, for convolutions (cuDNN).
   virtual absl::StatusOr<std::unique_ptr<ConvOp>> MakeConv(const ConvShape& shape,
                                                            const std::string& algorithm) const = 0;
+  // A transposed convolution (ConvShape's second reading; cuDNN's backward-data convolution, its heuristic's
+  // algorithm). UnimplementedError for what the library cannot express (pad_top != pad_bottom or
+  // pad_left != pad_right): the op then runs on the host.
+  virtual absl::StatusOr<std::unique_ptr<ConvOp>> MakeConvTranspose(const ConvShape& shape) const = 0;
   virtual absl::StatusOr<std::unique_ptr<PoolOp>> MakePool(const PoolShape& shape) const = 0;
+  // InvalidArgumentError for an inconsistent shape (a stride or size below 0, k != dims.size()).
+  virtual absl::StatusOr<std::unique_ptr<GatherOp>> MakeGather(const GatherShape& shape) const = 0;
   // The autotuning candidates for a shape, the library's preference first (its heuristic's ranking; the
   // first is what "" runs). Errors as MakeGemm / MakeConv.
   virtual absl::StatusOr<std::vector<DeviceAlgorithm>> GemmAlgorithms(const GemmShape& shape) const = 0;
@@ -211,7 +257,8 @@ class DeviceBackend {
   // Graph capture (CUDA graphs, as XLA's command buffers and torch.compile's "reduce-overhead"): records
   // the device work `enqueue` issues from the calling thread — kernel launches, library calls, copies and
   // fills between device buffers — without running it; the graph owns every buffer allocated meanwhile.
-  // UnimplementedError where the backend or its allocator has none (the host backend; cuda_malloc_async);
+  // UnimplementedError where the backend or its allocator has none (cuda_malloc_async; the host backend
+  // records its work as closures and replays them);
   // the driver's error where some enqueued work cannot be captured (the caller then runs without a graph).
   virtual absl::StatusOr<std::unique_ptr<DeviceGraph>> Capture(const std::function<absl::Status()>& enqueue) const {
     (void)enqueue;
@@ -228,6 +275,9 @@ struct CudaBackendOptions {
   bool persistent_cache_read_only = false;
   int64_t persistent_cache_max_bytes = 0;
 };
+
+// InvalidArgumentError naming what is inconsistent in a GatherShape.
+absl::Status CheckGatherShape(const GatherShape& shape);
 
 // The CUDA backend; FailedPreconditionError without a driver or device, UnimplementedError in a build
 // without the CUDA toolkit.

@@ -339,7 +339,8 @@ size_t Bytes(int64_t elements) { return static_cast<size_t>(std::max<int64_t>(el
 std::string GemmKey(const GemmShape& s) {
   return absl::StrCat("gpu-op=Gemm;batch=", s.batch, ";m=", s.m, ";n=", s.n, ";k=", s.k, ";ta=", s.trans_a,
                       ";tb=", s.trans_b, ";sa=", s.stride_a, ";sb=", s.stride_b, ";alpha=", s.alpha, ";bias=", s.bias,
-                      ";relu=", s.relu, ";precision=", PrecisionName(s.precision));
+                      ";relu=", s.relu, ";precision=", PrecisionName(s.precision),
+                      s.dtype == DType::kF32 ? "" : absl::StrCat(";dtype=", DTypeName(s.dtype)));
 }
 
 std::string ConvKey(const ConvShape& s) {
@@ -347,11 +348,13 @@ std::string ConvKey(const ConvShape& s) {
                       s.c / std::max<int64_t>(s.groups, 1), "x", s.r, "x", s.s, ";y=", s.out_h, "x", s.out_w,
                       ";pads=", s.pad_top, ",", s.pad_left, ",", s.pad_bottom, ",", s.pad_right,
                       ";strides=", s.stride_h, ",", s.stride_w, ";dilations=", s.dil_h, ",", s.dil_w,
-                      ";group=", s.groups, ";bias=", s.bias, ";precision=", PrecisionName(s.precision));
+                      ";group=", s.groups, ";bias=", s.bias, ";precision=", PrecisionName(s.precision),
+                      s.dtype == DType::kF32 ? "" : absl::StrCat(";dtype=", DTypeName(s.dtype)));
 }
 
 absl::StatusOr<std::unique_ptr<GemmOp>> MakeTunedGemm(const DeviceBackend& backend, Autotuner* tuner,
                                                       const GemmShape& s, const std::string& op, std::string* chosen) {
+  if (s.dtype != DType::kF32) return backend.MakeGemm(s, "");  // tuned: float32 products (Bytes, Compare)
   Family<GemmOp> f;
   f.op_type = "Gemm";
   f.precision = s.precision;
@@ -368,6 +371,7 @@ absl::StatusOr<std::unique_ptr<GemmOp>> MakeTunedGemm(const DeviceBackend& backe
 
 absl::StatusOr<std::unique_ptr<ConvOp>> MakeTunedConv(const DeviceBackend& backend, Autotuner* tuner,
                                                       const ConvShape& s, const std::string& op, std::string* chosen) {
+  if (s.dtype != DType::kF32) return backend.MakeConv(s, "");  // tuned: float32 convolutions (Bytes, Compare)
   Family<ConvOp> f;
   f.op_type = "Conv";
   f.precision = s.precision;

@@ -6,7 +6,8 @@
 // first execution of that signature; other signatures never wait for it) —, once per op signature and
 // process; a choice found in the process, in --autotune_results_load_from or in the persistent cache is
 // used without tuning. --autotune_threshold and --autotune_min_op_time_ms are CPU-only (the GPU compiles
-// a signature at its first execution, so its tuning happens then, as XLA's).
+// a signature at its first execution, so its tuning happens then, as XLA's). float16 / bfloat16 products
+// and convolutions (--auto_mixed_precision) take the library's heuristic choice, untuned.
 //
 // Candidates: DeviceBackend::GemmAlgorithms / ConvAlgorithms — up to 16 cuBLASLt heuristic results,
 // cuDNN's ranked forward algorithms at the math types the precision allows —, each named by a stable

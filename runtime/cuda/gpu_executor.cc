@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -11,10 +12,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "compiler/codegen/fusion_plan.h"
 #include "compiler/codegen/kernel_layout.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/ops/op_registry.h"
+#include "compiler/passes/decompose.h"
 #include "compiler/passes/mark_for_compilation.h"
 #include "flags/logging.h"
 #include "runtime/cpu/kernel.h"
@@ -41,6 +44,16 @@ FusionPlanOptions GpuPlanOptions() {
 
 bool StaticF32(const Value* v) { return v && v->dtype == DType::kF32 && v->shape.fully_known(); }
 
+// `v` has static dims and dtype `t`.
+bool StaticOf(const Value* v, DType t) { return v && v->dtype == t && v->shape.fully_known(); }
+
+// The library element type of a GEMM / convolution / pooling node: its output's, when that is float32,
+// float16 or bfloat16 (the operands are then checked against it); kInvalid otherwise.
+DType LibraryType(const Node& n) {
+  return !n.outputs.empty() && n.outputs[0] && IsLibraryFloat(n.outputs[0]->dtype) ? n.outputs[0]->dtype
+                                                                                     : DType::kInvalid;
+}
+
 // Whether a library call made for `n` can be used (`made` is its creation status): true; false when the
 // library declines the shape (the op then runs on the host; logged); an error naming the node when the
 // library itself is missing.
@@ -52,7 +65,7 @@ absl::StatusOr<bool> LibraryAccepts(const Node& n, const absl::Status& made) {
 }
 
 
-// A float32 Conv's constant bias moved out of the convolution into an Add(y, bias as [1, K, 1(, 1)]) when
+// A Conv's constant bias (float32, float16 or bfloat16) moved out of the convolution into an Add(y, bias as [1, K, 1(, 1)]) when
 // every consumer of y is a fusible elementwise op: the fusion plan then fuses the Add into the consumers'
 // kernel (Relu, HardSwish, a residual Add...), which reads the bias as a per-channel broadcast — instead of
 // cuDNN's separate cudnnAddTensor launch per convolution (a quarter of ppocr_mobile_cls's GPU time, Nsight
@@ -69,11 +82,15 @@ std::unique_ptr<Graph> MoveConvBiasToConsumers(const Graph& body, int* moved) {
   std::vector<size_t> picks;
   for (size_t i = 0; i < body.nodes().size(); ++i) {
     const Node& n = *body.nodes()[i];
-    if (n.op_type != "Conv" || !n.domain.empty() || n.outputs.size() != 1 || !StaticF32(n.outputs[0])) continue;
+    const DType dt = LibraryType(n);
+    if (n.op_type != "Conv" || !n.domain.empty() || n.outputs.size() != 1 || dt == DType::kInvalid ||
+        !StaticOf(n.outputs[0], dt)) {
+      continue;
+    }
     const Value* b = n.input(2);
     const Value* y = n.outputs[0];
     Dims yd = y->shape.concrete();
-    if (b == nullptr || !b->is_constant() || b->dtype != DType::kF32 || yd.size() < 3 ||
+    if (b == nullptr || !b->is_constant() || b->dtype != dt || yd.size() < 3 ||
         b->constant->numel() != yd[1] || captured.count(y)) {
       continue;
     }
@@ -115,16 +132,18 @@ std::string GpuPlacement::ToString() const {
   for (const auto& [op, count] : host_op_types) absl::StrAppend(&host, host.empty() ? "" : ", ", op, " x", count);
   return absl::StrCat(device, " (code for ", target, "): ", fused_kernels, " fused kernels, ", op_kernels,
                       " single-op kernels, ", gemms, " GEMM calls (", epilogue_ops, " ops in their epilogues), ", convs,
-                      " convolutions (", conv_biases_moved, " biases in a consumer's kernel), ", pools, " pools, ", tuned_library_calls,
+                      " convolutions (", conv_biases_moved, " biases in a consumer's kernel), ", pools, " pools, ", gathers, " gathers, ", tuned_library_calls,
                       " library calls with tuned algorithms, ", aliases, " reshapes as aliases, ", copies,
                       " concats/pads as copies, ", host_ops, " host ops",
-                      host.empty() ? "" : absl::StrCat(" (", host, ")"), "; ", compiles, " kernel compilations, ",
+                      host.empty() ? "" : absl::StrCat(" (", host, ")"),
+                      prologue_ops > 0 ? absl::StrCat(", ", prologue_ops, " of them in the host prologue") : "", "; ",
+                      compiles, " kernel compilations, ",
                       disk_hits, " from the persistent cache, in ", static_cast<int64_t>(compile_ms), " ms");
 }
 
 struct GpuExecutor::Impl {
   struct Step {
-    enum class Kind { kKernel, kGemm, kConv, kPool, kHost, kAlias, kConcat, kSplit, kPad };
+    enum class Kind { kKernel, kGemm, kConv, kPool, kGather, kHost, kAlias, kConcat, kSplit, kPad };
     Kind kind = Kind::kHost;
     std::vector<int> in, implicit, out;  // kGemm: in = {a, b, bias or -1}
     std::vector<int> free_after;
@@ -137,6 +156,7 @@ struct GpuExecutor::Impl {
     std::unique_ptr<GemmOp> gemm;
     std::unique_ptr<ConvOp> conv;
     std::unique_ptr<PoolOp> pool;
+    std::unique_ptr<GatherOp> gather;  // kGather: in = {data, indices}
     // kConcat: input i goes to byte offset concat_offset[i] of each of `concat_rows` output rows, as a
     // block of concat_width[i] bytes; an output row is concat_pitch bytes. kSplit, the inverse: output i
     // is the block at concat_offset[i] of each input row.
@@ -180,7 +200,15 @@ struct GpuExecutor::Impl {
   struct GraphState {
     std::unique_ptr<DeviceGraph> graph;
     std::vector<std::shared_ptr<DeviceMemory>> inputs, outputs;  // input_slots / output_slots order
+    std::vector<std::shared_ptr<DeviceMemory>> boundary;         // boundary_slots order
+    std::shared_ptr<DeviceMemory> error_flag;                    // the gathers' (reset by the graph)
   };
+  // steps[0, prologue_steps) are the host prologue: host steps (and reshapes of their results) reading only
+  // graph inputs, constants and earlier prologue results. boundary_slots: the prologue results a later
+  // step reads or the graph returns (a graph replay copies them into buffers of its own).
+  size_t prologue_steps = 0;
+  std::vector<int> boundary_slots;
+  std::vector<std::string> gathers;  // the Gather/GatherND nodes on the device (an index error names them)
   std::string graph_ineligible;  // why runs never use a graph; "" = they may
   mutable std::mutex graph_mu;
   mutable std::unique_ptr<GraphState> graph_state;
@@ -210,12 +238,16 @@ struct GpuExecutor::Impl {
   absl::StatusOr<bool> TryGemm(const Node& n, const PlanStep* step);
   absl::StatusOr<bool> TryConv(const Node& n);
   absl::StatusOr<bool> TryPool(const Node& n);
+  absl::StatusOr<bool> TryGather(const Node& n);
+  absl::StatusOr<bool> TryConvTranspose(const Node& n);
   absl::StatusOr<bool> TrySingleOpKernel(const Node& n);
   bool TryPitchedCopies(const Node& n, const Value* whole, const std::vector<Value*>& parts, Step::Kind kind);
   bool TryConcat(const Node& n);
   bool TrySplit(const Node& n);
   bool TryPad(const Node& n);
   void AddAlias(int from, int to);
+  // Moves the host prologue's steps to the front (see prologue_steps) and sets boundary_slots.
+  void HoistHostPrologue();
   // A GEMM/conv/pool step reading `in` and writing n's output 0.
   void AddLibraryStep(Step st, const Node& n, std::vector<int> in, const Value* output = nullptr) {
     st.node = &n;
@@ -300,9 +332,14 @@ absl::Status GpuExecutor::Impl::PlaceCluster(const Node& n) {
 
 absl::StatusOr<bool> GpuExecutor::Impl::TryGemm(const Node& n, const PlanStep* step) {
   if (n.op_type != "MatMul" && n.op_type != "Gemm") return false;
-  if (n.outputs.size() != 1 || !StaticF32(n.outputs[0]) || !StaticF32(n.input(0)) || !StaticF32(n.input(1))) return false;
+  const DType dt = LibraryType(n);
+  if (n.outputs.size() != 1 || dt == DType::kInvalid || !StaticOf(n.outputs[0], dt) || !StaticOf(n.input(0), dt) ||
+      !StaticOf(n.input(1), dt)) {
+    return false;
+  }
   Dims a = n.input(0)->shape.concrete(), b = n.input(1)->shape.concrete(), o = n.outputs[0]->shape.concrete();
   GemmShape s;
+  s.dtype = dt;
   s.precision = ParseMathPrecision(n.GetString("cjit_precision", "highest"));  // --matmul_precision
   const Value* bias = nullptr;
   if (n.op_type == "MatMul") {
@@ -342,7 +379,7 @@ absl::StatusOr<bool> GpuExecutor::Impl::TryGemm(const Node& n, const PlanStep* s
     s.n = s.trans_b ? b[0] : b[1];
     if ((s.trans_b ? b[1] : b[0]) != s.k) return false;
     if (const Value* c = n.input(2)) {
-      if (!StaticF32(c) || n.GetFloat("beta", 1.0f) != 1.0f) return false;
+      if (!StaticOf(c, dt) || n.GetFloat("beta", 1.0f) != 1.0f) return false;
       Dims cd = c->shape.concrete();
       if (!(cd == Dims{s.n} || cd == Dims{1, s.n})) return false;
       s.bias = true;
@@ -353,7 +390,7 @@ absl::StatusOr<bool> GpuExecutor::Impl::TryGemm(const Node& n, const PlanStep* s
   const Value* output = n.outputs[0];
   if (step != nullptr) {  // epilogue: bias over the last dim, Relu
     for (const PostOp& op : step->post_ops) {
-      if (op.kind == PostOp::Kind::kBiasLastDim && !s.bias) {
+      if (op.kind == PostOp::Kind::kBiasLastDim && !s.bias && op.tensor && op.tensor->dtype == dt) {
         s.bias = true;
         bias = op.tensor;
       } else if (op.kind == PostOp::Kind::kRelu) {
@@ -463,15 +500,22 @@ std::optional<Dims> NearestRepeatFactors(const Node& n, const Dims& xd, const Di
 }
 
 // Builds the one-op body for `n`, or returns null when no single fused kernel computes it:
-//  * fusible elementwise ops (float32/float16/bfloat16, Cast between them) and last-axis reductions: the op;
+//  * fusible elementwise ops (float32/float16/bfloat16 and bool values: IsFusibleElementwise) and last-axis
+//    reductions: the op;
 //  * Transpose / Slice / Expand, Gather of one constant index (float types): the view read by an Identity copy;
 //  * Clip with runtime scalar bounds: Max then Min;
 //  * Reduce* over trailing axes, or over one other axis, and GlobalAverage/MaxPool: a last-axis reduction
 //    of a reshaped (dense) or transposed view; the result has the op's elements in other dims;
-//  * nearest Resize/Upsample by integer factors (NearestRepeatFactors): an Expand of a reshaped view.
+//  * nearest Resize/Upsample by integer factors (NearestRepeatFactors): an Expand of a reshaped view;
+//  * LayerNormalization over the last axis: its function body, one row kernel;
+//  * GroupNorm (com.clusterjit.FlatGroupNorm) and InstanceNormalization with constant scale and bias: a row
+//    kernel over a [N, groups, L] view.
 std::unique_ptr<SingleOpBody> LowerSingleOp(const Node& n) {
-  auto static_float = [](const Value* v) { return v && IsFloatStorage(v->dtype) && v->shape.fully_known(); };
-  if (n.outputs.size() != 1 || !static_float(n.outputs[0]) || !static_float(n.input(0))) return nullptr;
+  auto static_kernel = [](const Value* v) { return v && IsKernelStorage(v->dtype) && v->shape.fully_known(); };
+  const Value* x0 = n.input(0);
+  // A Cast may read an integer input (IsFusibleElementwise says which).
+  const bool x0_ok = static_kernel(x0) || (n.op_type == "Cast" && x0 && x0->shape.fully_known());
+  if (n.outputs.size() != 1 || !static_kernel(n.outputs[0]) || !x0_ok) return nullptr;
   auto b = std::make_unique<SingleOpBody>();
   const Value* out = n.outputs[0];
   DType dt = out->dtype;
@@ -555,6 +599,56 @@ std::unique_ptr<SingleOpBody> LowerSingleOp(const Node& n) {
       return nullptr;
     }
     b->result = b->Add(op, n.name + "/reduce", {x}, DType::kF32, row_out, {{"axes", Attribute::Ints({-1})}, {"keepdims", Attribute::Int(1)}}, 11);
+  } else if (n.op_type == "LayerNormalization" && n.domain.empty() && f32) {
+    // Its ONNX function body (compiler/passes/decompose.h): one row kernel when it normalizes the last axis.
+    std::vector<Value*> ins;
+    for (const Value* v : n.inputs) ins.push_back(v ? b->In(v) : nullptr);
+    Node* bn = b->graph->AddNode(n.op_type, n.name, ins, {out->name});
+    bn->opset_version = n.opset_version;
+    bn->attrs = n.attrs;
+    bn->outputs[0]->dtype = out->dtype;
+    bn->outputs[0]->shape = out->shape;
+    b->graph->AddOutput(bn->outputs[0]);
+    absl::StatusOr<bool> decomposed = DecomposeLayerNormalization(*b->graph);
+    if (!decomposed.ok() || !*decomposed) return nullptr;
+    b->result = b->graph->outputs()[0];
+    return b;
+  } else if (f32 && ((n.op_type == "FlatGroupNorm" && n.domain == kInternalDomain) ||
+                     (n.op_type == "InstanceNormalization" && n.domain.empty()))) {
+    // Normalization of N x G rows (GroupNorm's groups; InstanceNormalization's channels, G = C) with one
+    // scale and bias per row group: X viewed as [N, G, L], mean and variance over L (a row kernel), the
+    // per-group affine broadcast as [G, 1], the result viewed back as X.
+    const bool instance = n.op_type == "InstanceNormalization";
+    if (xd.size() < (instance ? 3u : 1u)) return nullptr;
+    const int64_t groups = instance ? xd[1] : n.GetInt("num_groups", 0);
+    const int64_t batch = xd[0];
+    if (groups <= 0 || batch <= 0 || NumElements(xd) % (batch * groups) != 0) return nullptr;
+    const int64_t len = NumElements(xd) / (batch * groups);
+    const Value* scale = n.input(1);
+    const Value* bias = n.input(2);
+    if (len == 0 || !scale || !bias || !scale->is_constant() || !bias->is_constant() ||
+        scale->constant->dtype() != DType::kF32 || bias->constant->dtype() != DType::kF32 ||
+        scale->constant->numel() != groups || bias->constant->numel() != groups) {
+      return nullptr;
+    }
+    const Dims rows = {batch, groups, len}, stats = {batch, groups, 1};
+    const std::map<std::string, Attribute> last = {{"axes", Attribute::Ints({-1})}, {"keepdims", Attribute::Int(1)}};
+    Value* x = b->Add("Reshape", n.name + "/rows", {b->In(n.input(0)), b->ConstI64(n.name + "/rows_shape", rows)},
+                      DType::kF32, rows, {}, 14);
+    Value* mean = b->Add("ReduceMean", n.name + "/mean", {x}, DType::kF32, stats, last, 13);
+    Value* d = b->Add("Sub", n.name + "/centered", {x, mean}, DType::kF32, rows);
+    Value* sq = b->Add("Mul", n.name + "/squared", {d, d}, DType::kF32, rows);
+    Value* var = b->Add("ReduceMean", n.name + "/variance", {sq}, DType::kF32, stats, last, 13);
+    Tensor eps(DType::kF32, {});
+    *eps.data<float>() = n.GetFloat("epsilon", 1e-5f);
+    Value* ve = b->Add("Add", n.name + "/plus_epsilon", {var, b->graph->AddConstant(n.name + "/epsilon", std::move(eps))},
+                       DType::kF32, stats);
+    Value* sd = b->Add("Sqrt", n.name + "/stddev", {ve}, DType::kF32, stats);
+    Value* normed = b->Add("Div", n.name + "/normalized", {d, sd}, DType::kF32, rows);
+    Value* sc = b->graph->AddConstant(n.name + "/group_scale", scale->constant->Reshaped({groups, 1}));
+    Value* bc = b->graph->AddConstant(n.name + "/group_bias", bias->constant->Reshaped({groups, 1}));
+    Value* scaled = b->Add("Mul", n.name + "/scaled", {normed, sc}, DType::kF32, rows);
+    b->result = b->Add("Add", n.name + "/shifted", {scaled, bc}, DType::kF32, rows);
   } else if (n.op_type == "Resize" || n.op_type == "Upsample") {
     std::optional<Dims> rep = NearestRepeatFactors(n, xd, od);
     if (!rep) return nullptr;
@@ -624,8 +718,9 @@ bool SpatialWindows(const Node& n, const Dims& xd, const Dims& window, const Dim
 // ONNX Conv (1-D or 2-D, float32, static shapes) as the backend's convolution. Padding from `pads` or
 // auto_pad (SAME_UPPER puts an odd extra pad at the end, SAME_LOWER at the beginning), per the ONNX spec.
 absl::StatusOr<bool> GpuExecutor::Impl::TryConv(const Node& n) {
-  if (n.op_type != "Conv" || n.outputs.size() != 1 || !StaticF32(n.outputs[0]) || !StaticF32(n.input(0)) ||
-      !StaticF32(n.input(1))) {
+  const DType dt = LibraryType(n);
+  if (n.op_type != "Conv" || n.outputs.size() != 1 || dt == DType::kInvalid || !StaticOf(n.outputs[0], dt) ||
+      !StaticOf(n.input(0), dt) || !StaticOf(n.input(1), dt)) {
     return false;
   }
   Dims xd = n.input(0)->shape.concrete(), wd = n.input(1)->shape.concrete(), yd = n.outputs[0]->shape.concrete();
@@ -635,6 +730,7 @@ absl::StatusOr<bool> GpuExecutor::Impl::TryConv(const Node& n) {
   std::vector<int64_t> strides, dil, begin, end;
   if (!SpatialWindows(n, xd, {wd.begin() + 2, wd.end()}, yd, &strides, &dil, &begin, &end)) return false;
   ConvShape s;
+  s.dtype = dt;
   s.precision = ParseMathPrecision(n.GetString("cjit_precision", "highest"));  // --conv_precision
   s.n = xd[0];
   s.c = xd[1];
@@ -651,7 +747,7 @@ absl::StatusOr<bool> GpuExecutor::Impl::TryConv(const Node& n) {
   }
   const Value* bias = n.input(2);
   if (bias) {
-    if (!StaticF32(bias) || NumElements(bias->shape.concrete()) != s.k) return false;
+    if (!StaticOf(bias, dt) || NumElements(bias->shape.concrete()) != s.k) return false;
     s.bias = true;
   }
   if (NumElements(xd) == 0 || NumElements(yd) == 0) return false;
@@ -668,11 +764,64 @@ absl::StatusOr<bool> GpuExecutor::Impl::TryConv(const Node& n) {
   return true;
 }
 
+// ONNX ConvTranspose (1-D or 2-D, float32, static shapes; padding from pads, auto_pad or output_shape as the
+// CPU kernel reads them: ComputeWindowGeometry) as the backend's transposed convolution; asymmetric padding
+// the library declines runs on the host.
+absl::StatusOr<bool> GpuExecutor::Impl::TryConvTranspose(const Node& n) {
+  const DType dt = LibraryType(n);
+  if (n.op_type != "ConvTranspose" || !n.domain.empty() || n.outputs.size() != 1 || dt == DType::kInvalid ||
+      !StaticOf(n.outputs[0], dt) || !StaticOf(n.input(0), dt) || !StaticOf(n.input(1), dt)) {
+    return false;
+  }
+  Dims xd = n.input(0)->shape.concrete(), wd = n.input(1)->shape.concrete(), yd = n.outputs[0]->shape.concrete();
+  const int rank = static_cast<int>(xd.size());
+  if ((rank != 3 && rank != 4) || wd.size() != xd.size() || yd.size() != xd.size()) return false;
+  const int sp = rank - 2;
+  absl::StatusOr<WindowGeometry> g = ComputeWindowGeometry(n, {xd.begin() + 2, xd.end()}, {wd.begin() + 2, wd.end()},
+                                                            /*transposed=*/true, false);
+  if (!g.ok() || static_cast<int>(g->out.size()) != sp) return false;
+  for (int i = 0; i < sp; ++i)
+    if (g->out[i] != yd[2 + i]) return false;
+  ConvShape s;
+  s.dtype = dt;
+  s.precision = ParseMathPrecision(n.GetString("cjit_precision", "highest"));
+  s.n = xd[0];
+  s.c = xd[1];
+  s.groups = n.GetInt("group", 1);
+  s.k = yd[1];
+  if (s.groups <= 0 || s.c % s.groups != 0 || wd[0] != s.c || wd[1] * s.groups != s.k) return false;
+  if (sp == 2) {
+    s.h = xd[2], s.w = xd[3], s.r = wd[2], s.s = wd[3], s.out_h = yd[2], s.out_w = yd[3];
+    s.pad_top = g->pad_begin[0], s.pad_left = g->pad_begin[1], s.pad_bottom = g->pad_end[0], s.pad_right = g->pad_end[1];
+    s.stride_h = g->strides[0], s.stride_w = g->strides[1], s.dil_h = g->dilations[0], s.dil_w = g->dilations[1];
+  } else {
+    s.w = xd[2], s.s = wd[2], s.out_w = yd[2];
+    s.pad_left = g->pad_begin[0], s.pad_right = g->pad_end[0], s.stride_w = g->strides[0], s.dil_w = g->dilations[0];
+  }
+  const Value* bias = n.input(2);
+  if (bias) {
+    if (!StaticOf(bias, dt) || NumElements(bias->shape.concrete()) != s.k) return false;
+    s.bias = true;
+  }
+  if (NumElements(xd) == 0 || NumElements(yd) == 0) return false;
+  absl::StatusOr<std::unique_ptr<ConvOp>> op = device->MakeConvTranspose(s);
+  CJIT_ASSIGN_OR_RETURN(bool accepted, LibraryAccepts(n, op.status()));
+  if (!accepted) return false;
+  Step st;
+  st.kind = Step::Kind::kConv;
+  st.conv = std::move(*op);
+  AddLibraryStep(std::move(st), n, {Slot(n.input(0)), Slot(n.input(1)), bias ? Slot(bias) : -1});
+  ++placement.convs;
+  return true;
+}
+
 // MaxPool / AveragePool (1-D or 2-D, float32, floor mode, no dilation, no Indices output) as the backend's
 // pooling.
 absl::StatusOr<bool> GpuExecutor::Impl::TryPool(const Node& n) {
   bool max = n.op_type == "MaxPool";
-  if ((!max && n.op_type != "AveragePool") || !StaticF32(n.input(0)) || n.outputs.empty() || !StaticF32(n.outputs[0])) {
+  const DType dt = LibraryType(n);
+  if ((!max && n.op_type != "AveragePool") || dt == DType::kInvalid || !StaticOf(n.input(0), dt) ||
+      !StaticOf(n.outputs[0], dt)) {
     return false;
   }
   for (size_t j = 1; j < n.outputs.size(); ++j)
@@ -687,6 +836,7 @@ absl::StatusOr<bool> GpuExecutor::Impl::TryPool(const Node& n) {
   for (int64_t d : dil)
     if (d != 1) return false;
   PoolShape s;
+  s.dtype = dt;
   s.n = xd[0];
   s.c = xd[1];
   s.max = max;
@@ -707,6 +857,65 @@ absl::StatusOr<bool> GpuExecutor::Impl::TryPool(const Node& n) {
   st.pool = std::move(*op);
   AddLibraryStep(std::move(st), n, {Slot(n.input(0))});
   ++placement.pools;
+  return true;
+}
+
+// Gather (any axis) and GatherND (batch_dims 0) of data of any dtype by int32/int64 indices in device memory
+// (runtime values or constants), static shapes: the backend's gather (device_backend.h GatherShape).
+absl::StatusOr<bool> GpuExecutor::Impl::TryGather(const Node& n) {
+  if ((n.op_type != "Gather" && n.op_type != "GatherND") || !n.domain.empty() || n.outputs.size() != 1) return false;
+  const Value* data = n.input(0);
+  const Value* idx = n.input(1);
+  const Value* out = n.outputs[0];
+  auto fixed = [](const Value* v) { return v && v->shape.fully_known() && v->dtype != DType::kInvalid; };
+  if (!fixed(data) || !fixed(idx) || !fixed(out) || (idx->dtype != DType::kI64 && idx->dtype != DType::kI32) ||
+      out->dtype != data->dtype || DTypeSize(data->dtype) == 0) {
+    return false;
+  }
+  const Dims dd = data->shape.concrete(), id = idx->shape.concrete();
+  const int64_t es = static_cast<int64_t>(DTypeSize(data->dtype));
+  const int r = static_cast<int>(dd.size());
+  auto product = [&](int from, int to) {
+    int64_t p = 1;
+    for (int i = from; i < to; ++i) p *= dd[i];
+    return p;
+  };
+  GatherShape s;
+  s.indices_int64 = idx->dtype == DType::kI64;
+  if (n.op_type == "Gather") {
+    int64_t axis = n.GetInt("axis", 0);
+    if (axis < 0) axis += r;
+    if (axis < 0 || axis >= r) return false;
+    const int a = static_cast<int>(axis);
+    s.k = 1;
+    s.n_outer = product(0, a);
+    s.n_rows = NumElements(id);
+    s.row_bytes = product(a + 1, r) * es;
+    s.dims = {dd[a]};
+    s.strides_bytes = {s.row_bytes};
+    s.outer_stride_bytes = dd[a] * s.row_bytes;
+  } else {
+    if (n.GetInt("batch_dims", 0) != 0 || id.empty()) return false;
+    const int64_t k = id.back();
+    if (k < 1 || k > r) return false;
+    s.k = k;
+    s.n_rows = NumElements(id) / k;
+    s.row_bytes = product(static_cast<int>(k), r) * es;
+    for (int j = 0; j < k; ++j) {
+      s.dims.push_back(dd[j]);
+      s.strides_bytes.push_back(product(j + 1, r) * es);
+    }
+  }
+  if (NumElements(out->shape.concrete()) * es != s.n_outer * s.n_rows * s.row_bytes) return false;
+  absl::StatusOr<std::unique_ptr<GatherOp>> op = device->MakeGather(s);
+  CJIT_ASSIGN_OR_RETURN(bool accepted, LibraryAccepts(n, op.status()));
+  if (!accepted) return false;
+  Step st;
+  st.kind = Step::Kind::kGather;
+  st.gather = std::move(*op);
+  AddLibraryStep(std::move(st), n, {Slot(data), Slot(idx)});
+  gathers.push_back(n.name);
+  ++placement.gathers;
   return true;
 }
 
@@ -856,6 +1065,49 @@ bool GpuExecutor::Impl::TryPad(const Node& n) {
   return true;
 }
 
+// Host steps whose inputs are all graph inputs, constants or results of earlier such steps (and reshapes of
+// those results) need nothing the device computes, so they may run before every device step: each slot is
+// written once, so no device step writes what they read. Hoisted, they no longer split the device steps,
+// which can then be one CUDA graph. Example (a BERT export): Cast(attention_mask) -> GatherND -> And ->
+// Where(mask, 0, -inf) and Gather(word_embeddings, input_ids) become the prologue; every matrix product,
+// softmax and normalization after them is one graph.
+void GpuExecutor::Impl::HoistHostPrologue() {
+  std::vector<bool> available(slots.size(), false), from_prologue(slots.size(), false);
+  for (int s : input_slots) available[s] = true;
+  for (size_t s = 0; s < slots.size(); ++s) available[s] = available[s] || slots[s].constant != nullptr;
+  std::vector<Step> prologue, rest;
+  for (Step& st : steps) {
+    bool hoist = st.kind == Step::Kind::kHost ||
+                 (st.kind == Step::Kind::kAlias && st.in[0] >= 0 && from_prologue[st.in[0]]);
+    for (int s : st.in) hoist = hoist && (s < 0 || available[s]);
+    for (int s : st.implicit) hoist = hoist && available[s];
+    if (!hoist) {
+      rest.push_back(std::move(st));
+      continue;
+    }
+    for (int s : st.out) {
+      if (s >= 0) available[s] = from_prologue[s] = true;
+    }
+    if (st.kind == Step::Kind::kHost) ++placement.prologue_ops;
+    prologue.push_back(std::move(st));
+  }
+  prologue_steps = prologue.size();
+  std::vector<bool> boundary(slots.size(), false);
+  for (const Step& st : rest) {
+    for (int s : st.in)
+      if (s >= 0 && from_prologue[s]) boundary[s] = true;
+    for (int s : st.implicit)
+      if (from_prologue[s]) boundary[s] = true;
+  }
+  for (int s : output_slots)
+    if (from_prologue[s]) boundary[s] = true;
+  boundary_slots.clear();
+  for (size_t s = 0; s < slots.size(); ++s)
+    if (boundary[s]) boundary_slots.push_back(static_cast<int>(s));
+  steps = std::move(prologue);
+  for (Step& st : rest) steps.push_back(std::move(st));
+}
+
 void GpuExecutor::Impl::AddAlias(int from, int to) {
   Step st;
   st.kind = Step::Kind::kAlias;
@@ -911,10 +1163,14 @@ absl::Status GpuExecutor::Impl::PlaceNode(const Node& n, const PlanStep* step) {
   if (gemm) return absl::OkStatus();
   CJIT_ASSIGN_OR_RETURN(bool conv, TryConv(n));
   if (conv) return absl::OkStatus();
+  CJIT_ASSIGN_OR_RETURN(bool deconv, TryConvTranspose(n));
+  if (deconv) return absl::OkStatus();
   CJIT_ASSIGN_OR_RETURN(bool pool, TryPool(n));
   if (pool) return absl::OkStatus();
   CJIT_ASSIGN_OR_RETURN(bool kernel, TrySingleOpKernel(n));
   if (kernel) return absl::OkStatus();
+  CJIT_ASSIGN_OR_RETURN(bool gather, TryGather(n));
+  if (gather) return absl::OkStatus();
   if (TryConcat(n)) return absl::OkStatus();
   if (TrySplit(n)) return absl::OkStatus();
   if (TryPad(n)) return absl::OkStatus();
@@ -960,6 +1216,7 @@ absl::StatusOr<std::unique_ptr<GpuExecutor>> GpuExecutor::Create(std::shared_ptr
   CJIT_ASSIGN_OR_RETURN(std::vector<Node*> order, graph->TopologicalOrder());
   for (const Node* n : order) CJIT_RETURN_IF_ERROR(impl->PlaceNode(*n));
   for (const Value* v : graph->outputs()) impl->output_slots.push_back(impl->Slot(v));
+  impl->HoistHostPrologue();
   // Constants read on the device are uploaded once.
   for (const Impl::Step& st : impl->steps) {
     if (st.kind == Impl::Step::Kind::kHost) continue;
@@ -985,7 +1242,8 @@ absl::StatusOr<std::unique_ptr<GpuExecutor>> GpuExecutor::Create(std::shared_ptr
     if (!keep[s] && last[s] >= 0) impl->steps[last[s]].free_after.push_back(static_cast<int>(s));
   }
   if (impl->options.graph_level <= 0) impl->graph_ineligible = "--gpu_graph_level=0";
-  for (const Impl::Step& st : impl->steps) {
+  for (size_t i = impl->prologue_steps; i < impl->steps.size(); ++i) {
+    const Impl::Step& st = impl->steps[i];
     if (impl->graph_ineligible.empty() && st.kind == Impl::Step::Kind::kHost) {
       impl->graph_ineligible = absl::StrCat("the host runs ", st.node->op_type, " '", st.node->name, "'");
     }
@@ -1014,7 +1272,19 @@ struct RunValues {
   }
   std::vector<Tensor> host;
   std::vector<std::shared_ptr<DeviceMemory>> on_device;
+  std::shared_ptr<DeviceMemory> error_flag;  // the gathers' (int32), made by the first one
 };
+
+// After a run's outputs were read back: an InvalidArgumentError when a gather met an index outside its data.
+absl::Status CheckGatherIndices(const GpuExecutor::Impl& m, const std::shared_ptr<DeviceMemory>& error_flag) {
+  if (!error_flag) return absl::OkStatus();
+  int32_t flag = 0;
+  CJIT_RETURN_IF_ERROR(m.device->CopyToHost(&flag, error_flag->address(), sizeof(flag)));
+  if (flag == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "an index of ", m.gathers.size() == 1 ? "Gather node '" : "one of the Gather nodes '",
+      absl::StrJoin(m.gathers, "', '"), "' is out of the range of its data (ONNX allows [-n, n-1])"));
+}
 
 absl::Status NotComputed(const GpuExecutor::Impl& m, int s) {
   return absl::InternalError(absl::StrCat("GPU executor: value '", m.slots[s].value->name, "' was not computed"));
@@ -1039,8 +1309,9 @@ absl::Status EnsureHost(const GpuExecutor::Impl& m, RunValues& v, int s) {
   return absl::OkStatus();
 }
 
-// The steps of one run (graph inputs set by the caller, on the host or on the device).
-absl::Status RunSteps(const GpuExecutor::Impl& m, RunValues& v) {
+// Steps [begin, end) of one run (graph inputs set by the caller, on the host or on the device).
+absl::Status RunSteps(const GpuExecutor::Impl& m, RunValues& v, size_t begin = 0,
+                      size_t end = std::numeric_limits<size_t>::max()) {
   const DeviceBackend& dev = *m.device;
   std::vector<Tensor>& host = v.host;
   std::vector<std::shared_ptr<DeviceMemory>>& on_device = v.on_device;
@@ -1061,7 +1332,9 @@ absl::Status RunSteps(const GpuExecutor::Impl& m, RunValues& v) {
     if (m.options.poison_outputs) CJIT_RETURN_IF_ERROR(dev.Fill(on_device[s]->address(), 0xFF, bytes));
     return absl::OkStatus();
   };
-  for (const GpuExecutor::Impl::Step& st : m.steps) {
+  end = std::min(end, m.steps.size());
+  for (size_t step_index = begin; step_index < end; ++step_index) {
+    const GpuExecutor::Impl::Step& st = m.steps[step_index];
     switch (st.kind) {
       case GpuExecutor::Impl::Step::Kind::kKernel: {
         std::vector<uint64_t> ptrs;
@@ -1124,6 +1397,17 @@ absl::Status RunSteps(const GpuExecutor::Impl& m, RunValues& v) {
         CJIT_RETURN_IF_ERROR(ensure_device(st.in[0]));
         CJIT_RETURN_IF_ERROR(allocate_output(st.out[0]));
         CJIT_RETURN_IF_ERROR(st.pool->Run(on_device[st.in[0]]->address(), on_device[st.out[0]]->address()));
+        break;
+      }
+      case GpuExecutor::Impl::Step::Kind::kGather: {
+        for (int s : st.in) CJIT_RETURN_IF_ERROR(ensure_device(s));
+        CJIT_RETURN_IF_ERROR(allocate_output(st.out[0]));
+        if (!v.error_flag) {
+          CJIT_ASSIGN_OR_RETURN(v.error_flag, dev.Allocate(sizeof(int32_t)));
+          CJIT_RETURN_IF_ERROR(dev.Fill(v.error_flag->address(), 0, sizeof(int32_t)));
+        }
+        CJIT_RETURN_IF_ERROR(st.gather->Run(on_device[st.out[0]]->address(), on_device[st.in[0]]->address(),
+                                            on_device[st.in[1]]->address(), v.error_flag->address()));
         break;
       }
       case GpuExecutor::Impl::Step::Kind::kPad: {
@@ -1206,15 +1490,25 @@ absl::Status GpuExecutor::CaptureGraph(const Impl& m, const std::vector<Tensor>&
     CJIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceMemory> b, dev.Allocate(std::max<size_t>(inputs[i].nbytes(), 8)));
     gs->inputs.push_back(b);
     v.on_device[m.input_slots[i]] = b;
+    v.host[m.input_slots[i]] = inputs[i];  // what the host prologue reads
+  }
+  // The prologue runs now, on the host (its results size the buffers); the graph starts after it.
+  CJIT_RETURN_IF_ERROR(RunSteps(m, v, 0, m.prologue_steps));
+  for (int s : m.boundary_slots) {
+    if (!v.host[s].defined()) return NotComputed(m, s);
+    CJIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceMemory> b, dev.Allocate(std::max<size_t>(v.host[s].nbytes(), 8)));
+    gs->boundary.push_back(b);
+    v.on_device[s] = b;
   }
   CJIT_ASSIGN_OR_RETURN(gs->graph, dev.Capture([&]() -> absl::Status {
-    CJIT_RETURN_IF_ERROR(RunSteps(m, v));
+    CJIT_RETURN_IF_ERROR(RunSteps(m, v, m.prologue_steps));
     for (int s : m.output_slots) {
       if (!v.on_device[s]) {
         return absl::FailedPreconditionError(absl::StrCat("output '", m.slots[s].value->name, "' is not on the device"));
       }
       gs->outputs.push_back(v.on_device[s]);
     }
+    gs->error_flag = v.error_flag;
     return absl::OkStatus();
   }));
   CJIT_VLOG(1) << "GPU executor: captured a CUDA graph of " << m.steps.size() << " steps";
@@ -1227,6 +1521,18 @@ absl::Status GpuExecutor::CaptureGraph(const Impl& m, const std::vector<Tensor>&
 absl::StatusOr<std::vector<Tensor>> GpuExecutor::ReplayGraph(const Impl& m, const std::vector<Tensor>& inputs) {
   const DeviceBackend& dev = *m.device;
   const Impl::GraphState& gs = *m.graph_state;
+  if (m.prologue_steps > 0) {
+    RunValues v(m);
+    for (size_t i = 0; i < inputs.size(); ++i) v.host[m.input_slots[i]] = inputs[i];
+    CJIT_RETURN_IF_ERROR(RunSteps(m, v, 0, m.prologue_steps));
+    for (size_t k = 0; k < m.boundary_slots.size(); ++k) {
+      const int s = m.boundary_slots[k];
+      const Tensor& t = v.host[s];
+      if (!t.defined()) return NotComputed(m, s);
+      if (t.dims() != m.slots[s].dims) return ShapeMismatch(m, s);
+      CJIT_RETURN_IF_ERROR(dev.CopyToDevice(gs.boundary[k]->address(), t.raw(), t.nbytes()));
+    }
+  }
   for (size_t i = 0; i < inputs.size(); ++i) {
     CJIT_RETURN_IF_ERROR(dev.CopyToDevice(gs.inputs[i]->address(), inputs[i].raw(), inputs[i].nbytes()));
   }
@@ -1236,6 +1542,7 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::ReplayGraph(const Impl& m, cons
     CJIT_ASSIGN_OR_RETURN(Tensor t, CopyOut(m, m.output_slots[o], gs.outputs[o]->address()));
     outputs.push_back(std::move(t));
   }
+  CJIT_RETURN_IF_ERROR(CheckGatherIndices(m, gs.error_flag));
   ++m.graph_replays;
   return outputs;
 }
@@ -1282,6 +1589,7 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::vector<Tensor>& 
     outputs.push_back(v.host[s]);
   }
   CJIT_RETURN_IF_ERROR(dev.Synchronize());  // surfaces errors of kernels whose results were not read back
+  CJIT_RETURN_IF_ERROR(CheckGatherIndices(m, v.error_flag));
   return outputs;
 }
 

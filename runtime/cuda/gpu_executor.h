@@ -14,6 +14,8 @@
 //        Kernels are shape-generic (dims and strides are kernel arguments in `meta`), so each
 //        op/dtype/broadcast structure is compiled once per process and reused across shapes;
 //      - float32 views (Transpose, Slice, Expand, Reshape...) -> a copy kernel that reads the view;
+//      - Gather (any axis) / GatherND (batch_dims 0) by int32/int64 indices -> the backend's gather kernel
+//        (an out-of-range index makes the run return InvalidArgumentError naming the node);
 //      - reshapes -> an alias of the same buffer; Concat -> pitched device-to-device copies; Reduce* over
 //        trailing axes or one axis, GlobalAverage/MaxPool, Clip with runtime bounds, Gather of one constant
 //        index -> one fused kernel over a view;
@@ -21,17 +23,21 @@
 //        host through the CPU fallback kernels; its inputs are copied device->host and its outputs back
 //        only when a device step needs them (as TF's soft placement). placement() names these ops.
 // Graph inputs are copied host->device when a device step first reads them; outputs device->host at the
-// end. With --persistent_cache_dir, generated PTX is kept there (runtime/cuda/ptx_cache.h). The compile
+// end. Host-placed ops that read only graph inputs, constants and each other's results (input
+// preprocessing: attention masks from a token mask, embedding rows of token ids, position ids) form a host
+// prologue that runs before every device step; their results a device step reads are copied across once.
+// With --persistent_cache_dir, generated PTX is kept there (runtime/cuda/ptx_cache.h). The compile
 // policy (op by op first) does not apply: clusters compile at Create(). Device memory is freed after each value's last
 // reader (device_allocator.h says why reuse is safe on one stream).
 //
 // Errors: no driver/device (FailedPrecondition), code generation or PTX JIT failures (with the JIT log),
 // CUDA errors naming the call, kernel errors of host-placed ops naming the node.
 // CUDA graphs (graph_level 1, as XLA's command buffers and torch.compile's "reduce-overhead" mode): where
-// every step runs on the device and every shape is static, the second run captures the steps into one
-// CUDA graph (DeviceBackend::Capture; library calls included) with its own device buffers, and later runs
-// copy the inputs into the graph's input buffers, launch it once and copy the outputs back — the host cost
-// of a run no longer grows with its number of kernels. A capture the driver refuses leaves the executor
+// every step after the host prologue runs on the device and every shape is static, the second run captures
+// those steps into one CUDA graph (DeviceBackend::Capture; library calls included) with its own device
+// buffers, and later runs run the prologue on the host, copy the inputs and the prologue's results into the
+// graph's input buffers, launch it once and copy the outputs back — the host cost of a run no longer grows
+// with its number of kernels. A capture the driver refuses leaves the executor
 // launching step by step (GraphStatus() says why).
 //
 // Thread-safety: Run() may be called concurrently (graph replays of one executor are serialized: they
@@ -76,9 +82,11 @@ struct GpuPlacement {
   int convs = 0;          // convolution library calls per run
   int conv_biases_moved = 0;  // Conv biases added by the consumers' fused kernel instead of a separate launch
   int pools = 0;          // pooling library calls per run
+  int gathers = 0;        // Gather / GatherND on the device (runtime or constant indices)
   int aliases = 0;        // reshapes that only relabel a buffer's dims
   int copies = 0;         // Concat and constant Pad ops done as device copies and fills
   int host_ops = 0;       // ops run on the host per run
+  int prologue_ops = 0;   // of those, the host prologue's (they read only graph inputs and constants)
   std::map<std::string, int> host_op_types;
   int tuned_library_calls = 0;  // GEMM / convolution calls running an autotuned (or stored) algorithm
   int compiles = 0;       // code generations this graph needed (others came from the process's kernel cache)
