@@ -71,7 +71,9 @@ int main(int argc, char** argv) {
     else if (a == "--known") known_file = argv[i + 1];
     else if (a == "--filter") filter = argv[i + 1];
     else if (a == "--flags") flag_text = argv[i + 1];
-    else if (a == "--gpu-executor") gpu_executor = argv[i + 1];  // "host": the GPU executor on the host backend
+    // "host": a CPU session's graphs through the GPU executor on the host backend; "host-session": a GPU
+    // session on the host backend (the graphs a GPU session builds, graph capture and replay included).
+    else if (a == "--gpu-executor") gpu_executor = argv[i + 1];
   }
   if (!fs::exists(data)) {
     // Exit 77: ctest reports the test as skipped (SKIP_RETURN_CODE); CI (CJIT_REQUIRE_TEST_DATA=1) fails.
@@ -125,6 +127,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.flags = *parsed;
+  if (gpu_executor == "host-session") options.device_backend = cjit::MakeHostBackend();
   int passed = 0, failed = 0, skipped = 0, unexpected = 0;
   int with_code = 0, library_only = 0, no_cluster = 0;  // what the passing tests ran
   std::map<std::string, int> skip_reasons;
