@@ -44,8 +44,34 @@ function readTensor(path) {
   else if (type === 7) t = new ort.Tensor('int64', raw ? copy(BigInt64Array, 8) : BigInt64Array.from(ints64), dims);
   else if (type === 6) t = new ort.Tensor('int32', raw ? copy(Int32Array, 4) : Int32Array.from(ints32), dims);
   else if (type === 11) t = new ort.Tensor('float64', raw ? copy(Float64Array, 8) : Float64Array.from(doubles), dims);
+  else if (type === 9) t = new ort.Tensor('bool', raw ? copy(Uint8Array, 1) : Uint8Array.from(ints32), dims);
+  else if (type === 2) t = new ort.Tensor('uint8', raw ? copy(Uint8Array, 1) : Uint8Array.from(ints32), dims);
+  else if (type === 3) t = new ort.Tensor('int8', raw ? copy(Int8Array, 1) : Int8Array.from(ints32), dims);
+  else if (type === 10) t = new ort.Tensor('float16', raw ? copy(Uint16Array, 2) : Uint16Array.from(ints32), dims);
   else throw new Error('unsupported data type ' + type + ' in ' + path);
   return [name, t];
 }
 
-module.exports = { readTensor };
+// TensorProto writer (dims, data_type, name, raw_data) for the types above.
+const kTypeIds = { float32: 1, uint8: 2, int8: 3, int32: 6, int64: 7, bool: 9, float16: 10, float64: 11 };
+function varint(n) {
+  const out = [];
+  let v = BigInt(n);
+  do { let b = Number(v & 0x7fn); v >>= 7n; if (v) b |= 0x80; out.push(b); } while (v);
+  return Buffer.from(out);
+}
+function writeTensor(path, name, tensor) {
+  const type = kTypeIds[tensor.type];
+  if (!type) throw new Error('cannot write tensors of type ' + tensor.type);
+  const d = tensor.data;
+  const raw = Buffer.from(d.buffer, d.byteOffset, d.byteLength);
+  const parts = [];
+  for (const dim of tensor.dims) parts.push(varint(1 << 3), varint(dim));
+  parts.push(varint(2 << 3), varint(type));
+  const nb = Buffer.from(name);
+  parts.push(varint((8 << 3) | 2), varint(nb.length), nb);
+  parts.push(varint((9 << 3) | 2), varint(raw.length), raw);
+  fs.writeFileSync(path, Buffer.concat(parts));
+}
+
+module.exports = { readTensor, writeTensor };
