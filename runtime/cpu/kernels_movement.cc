@@ -18,6 +18,7 @@
 #include "compiler/ir/numeric_cast.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
+#include "runtime/cpu/box_copy.h"
 #include "runtime/cpu/broadcast.h"
 #include "runtime/cpu/dispatch.h"
 #include "runtime/cpu/kernel.h"
@@ -313,30 +314,19 @@ absl::Status Transpose(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-// Generic strided copy: out[idx] = in[start + idx*step] per dim.
-void StridedCopy(const Tensor& x, Tensor& y, const std::vector<int64_t>& start, const std::vector<int64_t>& step) {
-  int r = x.rank();
-  size_t es = DTypeSize(x.dtype());
-  int64_t total = y.numel();
-  if (total == 0) return;
+// y[idx] = x[start + idx * step] per dim (Slice, Split): BoxCopy with affine maps.
+void StridedCopy(const Tensor& x, Tensor& y, const std::vector<int64_t>& start, const std::vector<int64_t>& step,
+                 int threads) {
+  const int r = x.rank();
+  if (y.numel() == 0) return;
   std::vector<int64_t> xs(r, 1);
   for (int i = r - 2; i >= 0; --i) xs[i] = xs[i + 1] * x.dim(i + 1);
-  int64_t inner = r ? y.dim(r - 1) : 1;
-  int64_t rows = total / inner;
-  const uint8_t* src = static_cast<const uint8_t*>(x.raw());
-  uint8_t* dst = static_cast<uint8_t*>(y.raw());
-  for (int64_t row = 0; row < rows; ++row) {
-    int64_t rem = row, off = 0;
-    for (int d = r - 2; d >= 0; --d) {
-      off += (start[d] + (rem % y.dim(d)) * step[d]) * xs[d];
-      rem /= y.dim(d);
-    }
-    if (r) off += start[r - 1];
-    int64_t s = r ? step[r - 1] : 1;
-    uint8_t* o = dst + row * inner * es;
-    if (s == 1) std::memcpy(o, src + off * es, inner * es);
-    else for (int64_t i = 0; i < inner; ++i) std::memcpy(o + i * es, src + (off + i * s) * es, es);
+  std::vector<std::vector<int64_t>> maps(r);
+  for (int d = 0; d < r; ++d) {
+    maps[d].resize(static_cast<size_t>(y.dim(d)));
+    for (int64_t i = 0; i < y.dim(d); ++i) maps[d][i] = (start[d] + i * step[d]) * xs[d];
   }
+  BoxCopy(x.raw(), y.raw(), DTypeSize(x.dtype()), maps, nullptr, threads);
 }
 
 absl::Status Slice(KernelContext& ctx) {
@@ -365,7 +355,7 @@ absl::Status Slice(KernelContext& ctx) {
     sp[ax] = steps[k];
   }
   Tensor& y = ctx.Alloc(0);
-  StridedCopy(x, y, st, sp);
+  StridedCopy(x, y, st, sp, ctx.threads);
   return absl::OkStatus();
 }
 
@@ -397,7 +387,7 @@ absl::Status Split(KernelContext& ctx) {
   std::vector<int64_t> start(x.rank(), 0), step(x.rank(), 1);
   for (size_t k = 0; k < ctx.outputs.size(); ++k) {
     Tensor& y = ctx.Alloc(static_cast<int>(k));
-    StridedCopy(x, y, start, step);
+    StridedCopy(x, y, start, step, ctx.threads);
     start[ax] += y.dim(ax);
   }
   return absl::OkStatus();
@@ -589,6 +579,29 @@ absl::Status Pad(KernelContext& ctx) {
   std::vector<int64_t> begin(r, 0);
   for (size_t k = 0; k < axes.size(); ++k) begin[axes[k]] = pads[k];
   std::string mode = ctx.node->GetString("mode", "constant");
+  if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap") {
+    return ctx.Error(absl::StrCat("unknown mode '", mode, "' (constant, reflect, edge, wrap)"));
+  }
+  const size_t es = DTypeSize(x.dtype());
+  if (es == 1 || es == 2 || es == 4 || es == 8) {
+    // Every mode is a separable index map per dim (box_copy.h): rows at memcpy speed.
+    std::vector<int64_t> xs(r, 1);
+    for (int i = r - 2; i >= 0; --i) xs[i] = xs[i + 1] * x.dim(i + 1);
+    std::vector<std::vector<int64_t>> maps(r);
+    for (int d = 0; d < r; ++d) maps[d] = PadMap(y.dim(d), begin[d], x.dim(d), xs[d], mode.c_str());
+    uint64_t fill = 0;
+    CJIT_RETURN_IF_ERROR(DispatchAll(x.dtype(), [&](auto t) {
+      using T = decltype(t);
+      if constexpr (sizeof(T) <= sizeof(fill) && std::is_trivially_copyable_v<T>) {
+        T value = T(0);
+        if (ctx.node->HasAttr("value")) value = NumericCast<T>(ctx.node->GetFloat("value", 0));
+        if (ctx.has(2) && ctx.in(2).numel() > 0) value = ctx.in(2).data<T>()[0];
+        std::memcpy(&fill, &value, sizeof(T));
+      }
+    }));
+    BoxCopy(x.raw(), y.raw(), es, maps, &fill, ctx.threads);
+    return absl::OkStatus();
+  }
   return DispatchAll(x.dtype(), [&](auto t) {
     using T = decltype(t);
     T value = T(0);
@@ -628,6 +641,20 @@ absl::Status Pad(KernelContext& ctx) {
 
 absl::Status ExpandLike(KernelContext& ctx, const Tensor& x, Tensor& y) {
   size_t es = DTypeSize(x.dtype());
+  if ((es == 1 || es == 2 || es == 4 || es == 8) && x.rank() <= y.rank()) {
+    // Broadcast dims read offset 0 (box_copy.h): a broadcast row is one element replicated.
+    const int r = y.rank(), lead = r - x.rank();
+    std::vector<int64_t> xs(x.rank(), 1);
+    for (int i = x.rank() - 2; i >= 0; --i) xs[i] = xs[i + 1] * x.dim(i + 1);
+    std::vector<std::vector<int64_t>> maps(r);
+    for (int d = 0; d < r; ++d) {
+      maps[d].assign(static_cast<size_t>(y.dim(d)), 0);
+      if (d < lead || x.dim(d - lead) == 1) continue;
+      for (int64_t i = 0; i < y.dim(d); ++i) maps[d][i] = i * xs[d - lead];
+    }
+    BoxCopy(x.raw(), y.raw(), es, maps, nullptr, ctx.threads);
+    return absl::OkStatus();
+  }
   const uint8_t* src = static_cast<const uint8_t*>(x.raw());
   uint8_t* dst = static_cast<uint8_t*>(y.raw());
   ForEachBroadcastRow<1>(y.dims(), {&x.dims()}, ctx.threads,
@@ -646,6 +673,18 @@ absl::Status Tile(KernelContext& ctx) {
   Tensor& y = ctx.Alloc(0);
   int r = x.rank();
   size_t es = DTypeSize(x.dtype());
+  if ((es == 1 || es == 2 || es == 4 || es == 8) && y.rank() == r) {
+    // Output index i of dim d reads i mod n_d (box_copy.h): each repeat of a row is a memcpy.
+    std::vector<int64_t> xs(r, 1);
+    for (int i = r - 2; i >= 0; --i) xs[i] = xs[i + 1] * x.dim(i + 1);
+    std::vector<std::vector<int64_t>> maps(r);
+    for (int d = 0; d < r; ++d) {
+      maps[d].resize(static_cast<size_t>(y.dim(d)));
+      for (int64_t i = 0; i < y.dim(d); ++i) maps[d][i] = x.dim(d) ? (i % x.dim(d)) * xs[d] : 0;
+    }
+    BoxCopy(x.raw(), y.raw(), es, maps, nullptr, ctx.threads);
+    return absl::OkStatus();
+  }
   std::vector<int64_t> ys(r, 1), xs(r, 1);
   for (int i = r - 2; i >= 0; --i) {
     ys[i] = ys[i + 1] * y.dim(i + 1);
