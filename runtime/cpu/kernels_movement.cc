@@ -69,6 +69,37 @@ __attribute__((target("avx512f"))) void TransposeTile16Avx512(const uint32_t* x,
   }
 }
 
+// A full 8 x 8 tile of a 4-byte transpose, y[c * ldy + r] = x[r * ldx + c], in AVX2 registers (the
+// classic unpack / shuffle / 128-bit permute network); CPUs without AVX-512 (AVX2-only EPYC Zen 2/3) take
+// this path for the NCHW <-> NHWC transposes of the layout pass.
+__attribute__((target("avx2"))) void TransposeTile8Avx2(const uint32_t* x, int64_t ldx, uint32_t* y, int64_t ldy) {
+  __m256 r0 = _mm256_loadu_ps(reinterpret_cast<const float*>(x + 0 * ldx));
+  __m256 r1 = _mm256_loadu_ps(reinterpret_cast<const float*>(x + 1 * ldx));
+  __m256 r2 = _mm256_loadu_ps(reinterpret_cast<const float*>(x + 2 * ldx));
+  __m256 r3 = _mm256_loadu_ps(reinterpret_cast<const float*>(x + 3 * ldx));
+  __m256 r4 = _mm256_loadu_ps(reinterpret_cast<const float*>(x + 4 * ldx));
+  __m256 r5 = _mm256_loadu_ps(reinterpret_cast<const float*>(x + 5 * ldx));
+  __m256 r6 = _mm256_loadu_ps(reinterpret_cast<const float*>(x + 6 * ldx));
+  __m256 r7 = _mm256_loadu_ps(reinterpret_cast<const float*>(x + 7 * ldx));
+  const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+  const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+  const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+  const __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  float* yf = reinterpret_cast<float*>(y);
+  _mm256_storeu_ps(yf + 0 * ldy, _mm256_permute2f128_ps(s0, s4, 0x20));
+  _mm256_storeu_ps(yf + 1 * ldy, _mm256_permute2f128_ps(s1, s5, 0x20));
+  _mm256_storeu_ps(yf + 2 * ldy, _mm256_permute2f128_ps(s2, s6, 0x20));
+  _mm256_storeu_ps(yf + 3 * ldy, _mm256_permute2f128_ps(s3, s7, 0x20));
+  _mm256_storeu_ps(yf + 4 * ldy, _mm256_permute2f128_ps(s0, s4, 0x31));
+  _mm256_storeu_ps(yf + 5 * ldy, _mm256_permute2f128_ps(s1, s5, 0x31));
+  _mm256_storeu_ps(yf + 6 * ldy, _mm256_permute2f128_ps(s2, s6, 0x31));
+  _mm256_storeu_ps(yf + 7 * ldy, _mm256_permute2f128_ps(s3, s7, 0x31));
+}
+
 // rows (2-4) interleaved: y[j * rows + i] = x[i * ldx + j] for j < n — the NCHW -> NHWC transpose of a
 // 2-4 channel image (an RGB network input). Per 16 columns: `rows` loads, `rows` outputs of 16 elements
 // built by two-source permutes and a blend (element e of output v is column (16v + e) / rows of row
@@ -119,7 +150,9 @@ void BatchedTranspose2D(const T* x, T* y, int64_t batch, int64_t rows, int64_t c
   int nt = ThreadsForElements(threads, batch * rows * cols);
 #if defined(__x86_64__)
   static const bool avx512 = __builtin_cpu_supports("avx512f");
+  static const bool avx2 = __builtin_cpu_supports("avx2");
   const bool vector = sizeof(T) == 4 && avx512;
+  const bool vector8 = sizeof(T) == 4 && !avx512 && avx2;
 #else
   const bool vector = false;
 #endif
@@ -144,6 +177,20 @@ void BatchedTranspose2D(const T* x, T* y, int64_t batch, int64_t rows, int64_t c
     if (vector) {
       TransposeTile16Avx512(reinterpret_cast<const uint32_t*>(xb + i0 * cols + j0), cols,
                             reinterpret_cast<uint32_t*>(yb + j0 * rows + i0), rows, i1 - i0, j1 - j0);
+      return;
+    }
+    if (vector8) {
+      // Four 8 x 8 register tiles per 16 x 16 tile where they are whole; the ragged edges element by element.
+      for (int64_t a = i0; a < i1; a += 8)
+        for (int64_t b = j0; b < j1; b += 8) {
+          if (a + 8 <= i1 && b + 8 <= j1) {
+            TransposeTile8Avx2(reinterpret_cast<const uint32_t*>(xb + a * cols + b), cols,
+                               reinterpret_cast<uint32_t*>(yb + b * rows + a), rows);
+          } else {
+            for (int64_t j = b; j < std::min(j1, b + 8); ++j)
+              for (int64_t i = a; i < std::min(i1, a + 8); ++i) yb[j * rows + i] = xb[i * cols + j];
+          }
+        }
       return;
     }
 #endif

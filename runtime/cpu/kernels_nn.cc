@@ -736,6 +736,21 @@ bool RowPool2d(KernelContext& ctx, int kind, const WindowGeometry& g, Tensor& y,
   const int64_t rows = NC * OH;
   const int64_t WC = W * C;  // floats per input row
   int nt = static_cast<int>(std::min<int64_t>(ThreadsForElements(ctx.threads, rows * OW * C * KH * KW), rows));
+  // Per output column, once: the first input column of its window and the window's taps inside the input
+  // [lo, hi) and inside the padded input (for counted padding): no division per output element.
+  std::vector<int64_t> col_first(OW), col_lo(OW), col_hi(OW), col_padded(OW);
+  int64_t interior_begin = OW, interior_end = 0;  // columns whose whole window is inside the input
+  for (int64_t ow = 0; ow < OW; ++ow) {
+    const int64_t iw0 = ow * sw - pw;
+    col_first[ow] = iw0;
+    col_lo[ow] = iw0 < 0 ? (-iw0 + dw - 1) / dw : 0;
+    col_hi[ow] = TapsBelow(iw0, dw, KW, W);
+    col_padded[ow] = TapsBelow(iw0, dw, KW, W + pew);
+    if (col_lo[ow] == 0 && col_hi[ow] == KW) {
+      interior_begin = std::min(interior_begin, ow);
+      interior_end = ow + 1;
+    }
+  }
   // Rows [r0, r1) with the combined-row buffer `t` (W * C floats).
   auto pool_rows = [&](int64_t r0, int64_t r1, float* t) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -779,9 +794,44 @@ bool RowPool2d(KernelContext& ctx, int kind, const WindowGeometry& g, Tensor& y,
         }
         continue;
       }
+      if (C == 1 && inside_rows > 0 && interior_begin < interior_end) {
+        // Columns whose window lies inside the input: KW taps each, no bounds (the edges go below).
+        const float* tt = t + col_first[interior_begin];
+        float* oo = yr + interior_begin;
+        const int64_t n = interior_end - interior_begin;
+        // Strides 1 and 2 as constants, so the loops vectorize (contiguous, or even/odd lanes).
+        auto taps = [&](auto stride) {
+          const int64_t st = decltype(stride)::value ? decltype(stride)::value : sw;
+#pragma omp simd
+          for (int64_t j = 0; j < n; ++j) oo[j] = tt[j * st];
+          for (int64_t kw = 1; kw < KW; ++kw) {
+            const float* v = tt + kw * dw;
+            if (kind == 0) {
+#pragma omp simd
+              for (int64_t j = 0; j < n; ++j) oo[j] = v[j * st] > oo[j] ? v[j * st] : oo[j];
+            } else {
+#pragma omp simd
+              for (int64_t j = 0; j < n; ++j) oo[j] += v[j * st];
+            }
+          }
+        };
+        if (sw == 1) taps(std::integral_constant<int64_t, 1>());
+        else if (sw == 2) taps(std::integral_constant<int64_t, 2>());
+        else taps(std::integral_constant<int64_t, 0>());
+        if (kind == 1) {
+          // Division, as the other columns and the reference do (a reciprocal's product can differ by an ulp).
+          const float count = static_cast<float>((count_pad ? padded_rows : inside_rows) * KW);
+#pragma omp simd
+          for (int64_t j = 0; j < n; ++j) oo[j] /= count;
+        }
+      }
       for (int64_t ow = 0; ow < OW; ++ow) {
-        const int64_t iw0 = ow * sw - pw;
-        const int64_t kw_lo = iw0 < 0 ? (-iw0 + dw - 1) / dw : 0, kw_hi = TapsBelow(iw0, dw, KW, W);
+        if (C == 1 && inside_rows > 0 && ow == interior_begin && interior_begin < interior_end) {
+          ow = interior_end - 1;  // done above
+          continue;
+        }
+        const int64_t iw0 = col_first[ow];
+        const int64_t kw_lo = col_lo[ow], kw_hi = col_hi[ow];
         const int64_t inside_cols = std::max<int64_t>(kw_hi - kw_lo, 0);
         float* o = yr + ow * C;
         if (inside_rows == 0 || inside_cols == 0) {
@@ -801,7 +851,7 @@ bool RowPool2d(KernelContext& ctx, int kind, const WindowGeometry& g, Tensor& y,
             float sum = 0.0f;
             for (int64_t kw = kw_lo; kw < kw_hi; ++kw) sum += t[iw0 + kw * dw];
             int64_t count = inside_rows * inside_cols;
-            if (count_pad) count = padded_rows * TapsBelow(iw0, dw, KW, W + pew);
+            if (count_pad) count = padded_rows * col_padded[ow];
             o[0] = sum / static_cast<float>(count);
           }
           continue;
@@ -820,7 +870,7 @@ bool RowPool2d(KernelContext& ctx, int kind, const WindowGeometry& g, Tensor& y,
         }
         if (kind == 1) {
           int64_t count = inside_rows * inside_cols;
-          if (count_pad) count = padded_rows * TapsBelow(iw0, dw, KW, W + pew);
+          if (count_pad) count = padded_rows * col_padded[ow];
           const float n = static_cast<float>(count);
 #pragma omp simd
           for (int64_t i = 0; i < C; ++i) o[i] /= n;
