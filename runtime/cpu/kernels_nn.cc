@@ -698,195 +698,25 @@ int64_t TapsBelow(int64_t start, int64_t step, int64_t taps, int64_t limit) {
   return std::min(taps, (limit - 1 - start) / step + 1);
 }
 
-// float32 max/average pooling over 1-D or 2-D windows of NCHW data, or of channels-last data
-// (`channels_last`: X [N, (H,) W, C], Y [N, (OH,) OW, C]), any strides, pads (ceil_mode included: the
-// geometry's pad_end), dilations. Per output row, the window's input rows are first combined element-wise
-// into one row (contiguous, vectorized by the compiler), then each output pixel reduces KW entries of that
-// row (channels-last: KW vectors of C channels, vectorized over the channels). It creates nothing per shape
-// (oneDNN's pooling primitive costs ~0.4 ms to create and, for plain NCHW on AVX2 CPUs, is its non-JIT
-// `simple_nchw` implementation). Max: a NaN after the first window element is skipped (the ONNX
-// reference's `x > Yh`); average: the count excludes padding unless count_include_pad, and never counts
-// positions past pad_end (ceil_mode). Returns false for cases it does not take (then oneDNN or the generic
-// loop runs; for channels-last data the caller reports the node).
+// RowPool2d (row_pool.inc) for the baseline ISA and for AVX2, the latter where the CPU has it.
+namespace isa_base {
+#include "runtime/cpu/row_pool.inc"
+}  // namespace isa_base
+#if defined(__x86_64__)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace isa_avx2 {
+#include "runtime/cpu/row_pool.inc"
+}  // namespace isa_avx2
+#pragma GCC pop_options
+#endif
+
 bool RowPool2d(KernelContext& ctx, int kind, const WindowGeometry& g, Tensor& y, bool channels_last = false) {
-  const Tensor& x = ctx.in(0);
-  size_t nsp = g.kernel.size();
-  if (x.dtype() != DType::kF32 || kind == 2 || ctx.wants(1) || nsp < 1 || nsp > 2 ||
-      x.rank() != static_cast<int>(nsp) + 2) {
-    return false;
-  }
-  bool two = nsp == 2;
-  // Spatial axes start at 1 (channels-last) or 2; C elements per pixel channels-last, 1 per plane otherwise.
-  const int first = channels_last ? 1 : 2;
-  const int64_t H = two ? x.dim(first) : 1, W = x.dim(static_cast<int>(first + nsp - 1));
-  const int64_t C = channels_last ? x.dim(x.rank() - 1) : 1;
-  const int64_t OH = two ? g.out[0] : 1, OW = g.out[nsp - 1];
-  const int64_t KH = two ? g.kernel[0] : 1, KW = g.kernel[nsp - 1];
-  const int64_t sh = two ? g.strides[0] : 1, sw = g.strides[nsp - 1];
-  const int64_t ph = two ? g.pad_begin[0] : 0, pw = g.pad_begin[nsp - 1];
-  const int64_t peh = two ? g.pad_end[0] : 0, pew = g.pad_end[nsp - 1];
-  const int64_t dh = two ? g.dilations[0] : 1, dw = g.dilations[nsp - 1];
-  // Planes: N * C channels-first, N channels-last.
-  const int64_t NC = channels_last ? x.dim(0) : x.dim(0) * x.dim(1);
-  if (NC == 0 || OH == 0 || OW == 0 || C == 0) return true;
-  if (H == 0 || W == 0) return false;
-  const bool count_pad = ctx.node->GetInt("count_include_pad", 0) != 0;
-  const float* px = x.data<float>();
-  float* py = y.data<float>();
-  const int64_t rows = NC * OH;
-  const int64_t WC = W * C;  // floats per input row
-  int nt = static_cast<int>(std::min<int64_t>(ThreadsForElements(ctx.threads, rows * OW * C * KH * KW), rows));
-  // Per output column, once: the first input column of its window and the window's taps inside the input
-  // [lo, hi) and inside the padded input (for counted padding): no division per output element.
-  std::vector<int64_t> col_first(OW), col_lo(OW), col_hi(OW), col_padded(OW);
-  int64_t interior_begin = OW, interior_end = 0;  // columns whose whole window is inside the input
-  for (int64_t ow = 0; ow < OW; ++ow) {
-    const int64_t iw0 = ow * sw - pw;
-    col_first[ow] = iw0;
-    col_lo[ow] = iw0 < 0 ? (-iw0 + dw - 1) / dw : 0;
-    col_hi[ow] = TapsBelow(iw0, dw, KW, W);
-    col_padded[ow] = TapsBelow(iw0, dw, KW, W + pew);
-    if (col_lo[ow] == 0 && col_hi[ow] == KW) {
-      interior_begin = std::min(interior_begin, ow);
-      interior_end = ow + 1;
-    }
-  }
-  // Rows [r0, r1) with the combined-row buffer `t` (W * C floats).
-  auto pool_rows = [&](int64_t r0, int64_t r1, float* t) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t c = r / OH, oh = r % OH;
-      const float* plane = px + c * H * WC;
-      const int64_t ih0 = oh * sh - ph;
-      // Window rows inside the input, [kh_lo, kh_hi) (computed, not scanned: a hostile kernel size
-      // costs nothing); for the average's padded count, the rows inside [-ph, H + peh).
-      const int64_t padded_rows = TapsBelow(ih0, dh, KH, H + peh);
-      const int64_t kh_lo = ih0 < 0 ? (-ih0 + dh - 1) / dh : 0, kh_hi = TapsBelow(ih0, dh, KH, H);
-      int64_t inside_rows = 0;
-      for (int64_t kh = kh_lo; kh < kh_hi; ++kh) {
-        const int64_t ih = ih0 + kh * dh;
-        const float* row = plane + ih * WC;
-        // omp simd: GCC -O2's very-cheap cost model leaves these loops (unknown trip count) scalar.
-        if (inside_rows == 0) {
-          std::memcpy(t, row, sizeof(float) * WC);
-        } else if (kind == 0) {
-#pragma omp simd
-          for (int64_t i = 0; i < WC; ++i) t[i] = row[i] > t[i] ? row[i] : t[i];
-        } else {
-#pragma omp simd
-          for (int64_t i = 0; i < WC; ++i) t[i] += row[i];
-        }
-        ++inside_rows;
-      }
-      float* yr = py + r * OW * C;
-      if (inside_rows > 0 && kind == 0 && KW == 2 && sw == 2 && dw == 1 && pw == 0 && 2 * OW <= W) {
-        // The common 2 x 2 / 2 max pool: pairs of the combined row.
-        if (C == 1) {
-#pragma omp simd
-          for (int64_t ow = 0; ow < OW; ++ow) yr[ow] = t[2 * ow + 1] > t[2 * ow] ? t[2 * ow + 1] : t[2 * ow];
-        } else {
-          for (int64_t ow = 0; ow < OW; ++ow) {
-            const float* a = t + 2 * ow * C;
-            const float* b = a + C;
-            float* o = yr + ow * C;
-#pragma omp simd
-            for (int64_t i = 0; i < C; ++i) o[i] = b[i] > a[i] ? b[i] : a[i];
-          }
-        }
-        continue;
-      }
-      if (C == 1 && inside_rows > 0 && interior_begin < interior_end) {
-        // Columns whose window lies inside the input: KW taps each, no bounds (the edges go below).
-        const float* tt = t + col_first[interior_begin];
-        float* oo = yr + interior_begin;
-        const int64_t n = interior_end - interior_begin;
-        // Strides 1 and 2 as constants, so the loops vectorize (contiguous, or even/odd lanes).
-        auto taps = [&](auto stride) {
-          const int64_t st = decltype(stride)::value ? decltype(stride)::value : sw;
-#pragma omp simd
-          for (int64_t j = 0; j < n; ++j) oo[j] = tt[j * st];
-          for (int64_t kw = 1; kw < KW; ++kw) {
-            const float* v = tt + kw * dw;
-            if (kind == 0) {
-#pragma omp simd
-              for (int64_t j = 0; j < n; ++j) oo[j] = v[j * st] > oo[j] ? v[j * st] : oo[j];
-            } else {
-#pragma omp simd
-              for (int64_t j = 0; j < n; ++j) oo[j] += v[j * st];
-            }
-          }
-        };
-        if (sw == 1) taps(std::integral_constant<int64_t, 1>());
-        else if (sw == 2) taps(std::integral_constant<int64_t, 2>());
-        else taps(std::integral_constant<int64_t, 0>());
-        if (kind == 1) {
-          // Division, as the other columns and the reference do (a reciprocal's product can differ by an ulp).
-          const float count = static_cast<float>((count_pad ? padded_rows : inside_rows) * KW);
-#pragma omp simd
-          for (int64_t j = 0; j < n; ++j) oo[j] /= count;
-        }
-      }
-      for (int64_t ow = 0; ow < OW; ++ow) {
-        if (C == 1 && inside_rows > 0 && ow == interior_begin && interior_begin < interior_end) {
-          ow = interior_end - 1;  // done above
-          continue;
-        }
-        const int64_t iw0 = col_first[ow];
-        const int64_t kw_lo = col_lo[ow], kw_hi = col_hi[ow];
-        const int64_t inside_cols = std::max<int64_t>(kw_hi - kw_lo, 0);
-        float* o = yr + ow * C;
-        if (inside_rows == 0 || inside_cols == 0) {
-          // Only padding under the window (pads >= kernel are rejected at import; ceil_mode can do it).
-          std::fill(o, o + C, kind == 0 ? -std::numeric_limits<float>::infinity() : 0.0f);
-          continue;
-        }
-        if (C == 1) {
-          if (kind == 0) {
-            float m = t[iw0 + kw_lo * dw];
-            for (int64_t kw = kw_lo + 1; kw < kw_hi; ++kw) {
-              const float v = t[iw0 + kw * dw];
-              m = v > m ? v : m;
-            }
-            o[0] = m;
-          } else {
-            float sum = 0.0f;
-            for (int64_t kw = kw_lo; kw < kw_hi; ++kw) sum += t[iw0 + kw * dw];
-            int64_t count = inside_rows * inside_cols;
-            if (count_pad) count = padded_rows * col_padded[ow];
-            o[0] = sum / static_cast<float>(count);
-          }
-          continue;
-        }
-        // Channels-last: the window's KW pixels, C channels each, in the same order as above.
-        std::memcpy(o, t + (iw0 + kw_lo * dw) * C, sizeof(float) * C);
-        for (int64_t kw = kw_lo + 1; kw < kw_hi; ++kw) {
-          const float* v = t + (iw0 + kw * dw) * C;
-          if (kind == 0) {
-#pragma omp simd
-            for (int64_t i = 0; i < C; ++i) o[i] = v[i] > o[i] ? v[i] : o[i];
-          } else {
-#pragma omp simd
-            for (int64_t i = 0; i < C; ++i) o[i] += v[i];
-          }
-        }
-        if (kind == 1) {
-          int64_t count = inside_rows * inside_cols;
-          if (count_pad) count = padded_rows * col_padded[ow];
-          const float n = static_cast<float>(count);
-#pragma omp simd
-          for (int64_t i = 0; i < C; ++i) o[i] /= n;
-        }
-      }
-    }
-  };
-  // One thread: no OpenMP region (even an if(false) one builds a team: runtime/cpu/parallel.h).
-  ParallelFor(nt, nt, [&](int64_t part) {
-    std::vector<float> acc(static_cast<size_t>(WC));
-    pool_rows(rows * part / nt, rows * (part + 1) / nt, acc.data());
-  });
-  if (ctx.want_impl) {
-    ctx.impl = channels_last ? "channels-last row-wise pooling loop (shape-generic)" : "row-wise pooling loop (shape-generic)";
-  }
-  return true;
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2) return isa_avx2::RowPool2d(ctx, kind, g, y, channels_last);
+#endif
+  return isa_base::RowPool2d(ctx, kind, g, y, channels_last);
 }
 
 // float32 and bfloat16 max/average pooling through oneDNN (pooling_v2: dilations; bfloat16 averages are

@@ -116,6 +116,76 @@ void ReduceLoop(const ReduceView& v, T* out, int threads, const std::string& op)
   });
 }
 
+// float32 reductions over contiguous rows (inner == 1: the last axes, or axes a transpose made last):
+// 16 accumulator lanes per row, combined pairwise at the end (vectorized; the order differs from the
+// sequential loop's by float32 rounding only). Max/Min propagate NaN as the generic loop does.
+template <int kKind>
+inline float Combine(float acc, float e) {
+  if constexpr (kKind == 0 || kKind == 1) return acc + e;
+  else if constexpr (kKind == 2) return (e > acc || e != e) ? e : acc;
+  else if constexpr (kKind == 3) return (e < acc || e != e) ? e : acc;
+  else if constexpr (kKind == 4 || kKind == 5) return acc + e * e;
+  else return acc + (e < 0 ? -e : e);
+}
+
+template <int kKind>
+[[gnu::always_inline]] inline float ReduceRowBody(const float* p, int64_t n) {
+  constexpr int kLanes = 16;
+  alignas(64) float acc[kLanes];
+  const float init = kKind == 2 ? -std::numeric_limits<float>::infinity()
+                     : kKind == 3 ? std::numeric_limits<float>::infinity() : 0.0f;
+  for (int j = 0; j < kLanes; ++j) acc[j] = init;
+  int64_t k = 0;
+  for (; k + kLanes <= n; k += kLanes) {
+#pragma omp simd
+    for (int j = 0; j < kLanes; ++j) acc[j] = Combine<kKind>(acc[j], p[k + j]);
+  }
+  for (int j = 0; k + j < n; ++j) acc[j] = Combine<kKind>(acc[j], p[k + j]);
+  for (int w = kLanes / 2; w >= 1; w /= 2) {
+    for (int j = 0; j < w; ++j) {
+      // The lanes' partial results: sums of squares / absolute values are added as plain sums.
+      acc[j] = kKind == 2 || kKind == 3 ? Combine<kKind>(acc[j], acc[j + w]) : acc[j] + acc[j + w];
+    }
+  }
+  float r = acc[0];
+  if constexpr (kKind == 1) r /= static_cast<float>(n);
+  if constexpr (kKind == 5) r = std::sqrt(r);
+  return r;
+}
+
+// The body compiled twice: for the baseline x86-64 the build targets, and with AVX2 (8-wide vectors),
+// chosen at run time. Not target_clones (its ifunc resolvers run before ThreadSanitizer is up).
+template <int kKind>
+float ReduceRow(const float* p, int64_t n) {
+  return ReduceRowBody<kKind>(p, n);
+}
+#if defined(__x86_64__)
+template <int kKind>
+__attribute__((target("avx2"))) float ReduceRowAvx2(const float* p, int64_t n) {
+  return ReduceRowBody<kKind>(p, n);
+}
+#endif
+
+bool ReduceRowsF32(const ReduceView& v, float* out, int threads, const std::string& op) {
+  using RowFn = float (*)(const float*, int64_t);
+  RowFn fn = op == "ReduceSum" ? ReduceRow<0> : op == "ReduceMean" ? ReduceRow<1> : op == "ReduceMax" ? ReduceRow<2>
+           : op == "ReduceMin" ? ReduceRow<3> : op == "ReduceSumSquare" ? ReduceRow<4> : op == "ReduceL2" ? ReduceRow<5>
+           : op == "ReduceL1" ? ReduceRow<6> : nullptr;
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) {
+    fn = op == "ReduceSum" ? ReduceRowAvx2<0> : op == "ReduceMean" ? ReduceRowAvx2<1> : op == "ReduceMax" ? ReduceRowAvx2<2>
+       : op == "ReduceMin" ? ReduceRowAvx2<3> : op == "ReduceSumSquare" ? ReduceRowAvx2<4> : op == "ReduceL2" ? ReduceRowAvx2<5>
+       : op == "ReduceL1" ? ReduceRowAvx2<6> : nullptr;
+  }
+#endif
+  if (fn == nullptr || v.inner != 1 || v.red < 16) return false;
+  const float* x = v.x.data<float>();
+  const int nt = v.outer > 1 ? ThreadsForElements(threads, v.outer * v.red) : 1;
+  ParallelFor(nt, v.outer, [&](int64_t o) { out[o] = fn(x + o * v.red, v.red); });
+  return true;
+}
+
 absl::Status Reduce(KernelContext& ctx, const std::string& op) {
   const Tensor& x = ctx.in(0);
   CJIT_ASSIGN_OR_RETURN(std::vector<bool> reduce, ReducedAxes(ctx, x.rank()));
@@ -161,10 +231,53 @@ absl::Status Reduce(KernelContext& ctx, const std::string& op) {
     });
     return absl::OkStatus();
   }
+  if (x.dtype() == DType::kF32 && ReduceRowsF32(v, y.data<float>(), ctx.threads, op)) return absl::OkStatus();
   return DispatchNumeric(x.dtype(), [&](auto t) {
     using T = decltype(t);
     ReduceLoop<T, void>(v, y.data<T>(), ctx.threads, op);
   });
+}
+
+// ArgMax/ArgMin of `n` columns (n <= 256) of `red` rows `inner` apart, into at[0, n): the rows compared
+// in place (32-bit indices, as the floats, so the compare-and-select vectorizes). Compiled for the
+// baseline ISA and for AVX2 (ArgBlockF32 picks).
+#define CJIT_ARG_BLOCK_LOOP(BETTER)                                                                       \
+  for (int64_t k = 1; k < red; ++k) {                                                                     \
+    const float* row = base + k * inner;                                                                  \
+    const int32_t kk = static_cast<int32_t>(k);                                                           \
+    _Pragma("omp simd") for (int64_t i = 0; i < n; ++i) {                                                 \
+      const float e = row[i], b = best[i];                                                                \
+      const bool better = (BETTER);                                                                       \
+      best[i] = better ? e : b;                                                                           \
+      at[i] = better ? kk : at[i];                                                                        \
+    }                                                                                                     \
+  }
+#define CJIT_ARG_BLOCK_BODY                                                                              \
+  alignas(64) float best[256];                                                                            \
+  std::copy(base, base + n, best);                                                                        \
+  std::fill(at, at + n, 0);                                                                               \
+  if (is_max && !last) { CJIT_ARG_BLOCK_LOOP(b < e) }                                                     \
+  else if (is_max) { CJIT_ARG_BLOCK_LOOP(!(e < b)) }                                                      \
+  else if (!last) { CJIT_ARG_BLOCK_LOOP(e < b) }                                                          \
+  else { CJIT_ARG_BLOCK_LOOP(!(b < e)) }
+void ArgBlockBase(const float* base, int64_t inner, int64_t red, int64_t n, bool is_max, bool last, int32_t* at) {
+  CJIT_ARG_BLOCK_BODY
+}
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) void ArgBlockAvx2(const float* base, int64_t inner, int64_t red, int64_t n,
+                                                  bool is_max, bool last, int32_t* at) {
+  CJIT_ARG_BLOCK_BODY
+}
+#endif
+#undef CJIT_ARG_BLOCK_BODY
+#undef CJIT_ARG_BLOCK_LOOP
+
+void ArgBlockF32(const float* base, int64_t inner, int64_t red, int64_t n, bool is_max, bool last, int32_t* at) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) return ArgBlockAvx2(base, inner, red, n, is_max, last, at);
+#endif
+  ArgBlockBase(base, inner, red, n, is_max, last, at);
 }
 
 absl::Status ArgReduce(KernelContext& ctx, bool is_max) {
@@ -175,6 +288,22 @@ absl::Status ArgReduce(KernelContext& ctx, bool is_max) {
   CJIT_ASSIGN_OR_RETURN(ReduceView v, MakeView(ctx, x, reduce));
   Tensor& y = ctx.Alloc(0);
   bool last = ctx.node->GetInt("select_last_index", 0) != 0;
+  if (x.dtype() == DType::kF32 && v.inner >= 16 && v.red <= std::numeric_limits<int32_t>::max()) {
+    // Along a leading or middle axis (ArgMax over channels): the rows of `inner` values compared in place,
+    // block by block of columns, reading memory once. The comparisons are the generic loop's.
+    const float* p = v.x.data<float>();
+    int64_t* out = y.data<int64_t>();
+    constexpr int64_t kBlock = 256;
+    const int64_t blocks = (v.inner + kBlock - 1) / kBlock;
+    const int nt = ThreadsForElements(ctx.threads, v.outer * v.inner * v.red);
+    ParallelFor(nt, v.outer * blocks, [&](int64_t w) {
+      const int64_t o = w / blocks, i0 = (w % blocks) * kBlock, n = std::min(v.inner, i0 + kBlock) - i0;
+      alignas(64) int32_t at[kBlock];
+      ArgBlockF32(p + o * v.red * v.inner + i0, v.inner, v.red, n, is_max, last, at);
+      for (int64_t i = 0; i < n; ++i) out[o * v.inner + i0 + i] = at[i];
+    });
+    return absl::OkStatus();
+  }
   return DispatchNumeric(x.dtype(), [&](auto t) {
     using T = decltype(t);
     const T* p = v.x.data<T>();

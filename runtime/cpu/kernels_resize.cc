@@ -16,140 +16,24 @@
 namespace cjit {
 namespace {
 
-// float32 linear / cubic Resize whose interpolated dims are the last one or two before a block of unchanged
-// trailing dims (H, W of NCHW with block 1; H, W of NHWC with block C), every dim before them unchanged or
-// sampled by one index (nearest-like): the separable form. Per output row of dim P (the outer interpolated
-// dim): tmp = sum_k wP[k] * input row idxP[k] (in_L x block floats, one vectorizable pass), then each
-// output element of dim L: sum_k wL[k] * tmp[idxL[k]] (over the block's contiguous floats). float32
-// accumulation (the generic path below accumulates in double; both are within float32 rounding of each
-// other). Returns false (nothing written) where the shape does not fit this form.
+namespace isa_base {
+#include "runtime/cpu/resize_separable.inc"
+}  // namespace isa_base
+#if defined(__x86_64__)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace isa_avx2 {
+#include "runtime/cpu/resize_separable.inc"
+}  // namespace isa_avx2
+#pragma GCC pop_options
+#endif
+
 bool SeparableResizeF32(const Tensor& x, Tensor& y, const std::vector<ResizeTaps>& taps, int threads) {
-  const int r = x.rank();
-  if (x.dtype() != DType::kF32 || r < 1 || y.numel() == 0) return false;
-  for (const ResizeTaps& t : taps)
-    for (bool o : t.outside)
-      if (o) return false;
-  auto identity = [&](int d) {
-    if (taps[d].n != 1 || x.dim(d) != y.dim(d)) return false;
-    for (int64_t i = 0; i < y.dim(d); ++i)
-      if (taps[d].idx[i] != i) return false;
-    return true;
-  };
-  int split = r;  // [split, r): the unchanged block
-  while (split > 0 && identity(split - 1)) --split;
-  if (split == 0) return false;
-  const int L = split - 1;
-  if (taps[L].n == 1) return false;  // nearest-like innermost: the nearest path
-  const int P = L - 1 >= 0 && taps[L - 1].n > 1 ? L - 1 : -1;
-  const int outer_dims = P >= 0 ? P : L;
-  for (int d = 0; d < outer_dims; ++d)
-    if (taps[d].n != 1) return false;  // three or more interpolated dims: the generic path
-  int64_t block = 1;
-  for (int d = split; d < r; ++d) block *= x.dim(d);
-  std::vector<int64_t> xs(r, 1);
-  for (int i = r - 2; i >= 0; --i) xs[i] = xs[i + 1] * x.dim(i + 1);
-  const int64_t in_l = x.dim(L), out_l = y.dim(L), out_p = P >= 0 ? y.dim(P) : 1;
-  const int nl = taps[L].n, np = P >= 0 ? taps[P].n : 1;
-  std::vector<float> wl(taps[L].w.begin(), taps[L].w.end());
-  std::vector<float> wp = P >= 0 ? std::vector<float>(taps[P].w.begin(), taps[P].w.end()) : std::vector<float>{1.0f};
-  int64_t outer = 1;
-  for (int d = 0; d < outer_dims; ++d) outer *= y.dim(d);
-  const int64_t rows = outer * out_p, row_in = in_l * block, row_out = out_l * block;
-  const float* px = x.data<float>();
-  float* py = y.data<float>();
-  std::vector<int32_t> il(taps[L].idx.begin(), taps[L].idx.end());
-  // Interpolating along L gathers one element per tap; along P it streams whole rows. Upsampling along P
-  // (fewer input rows than output rows), each input row is interpolated along L once per plane and the
-  // output rows blend those (block 1: NCHW planes).
-  if (P >= 0 && block == 1 && x.dim(P) < out_p) {
-    const int64_t in_p = x.dim(P);
-    const int64_t planes = outer;
-    const int nt = static_cast<int>(std::min<int64_t>(ThreadsForElements(threads, y.numel()), planes));
-    ParallelFor(nt, nt, [&](int64_t t) {
-      std::vector<float> rows_l(static_cast<size_t>(in_p * out_l));
-      for (int64_t o = planes * t / nt; o < planes * (t + 1) / nt; ++o) {
-        int64_t rem = o, base = 0;
-        for (int d = outer_dims - 1; d >= 0; --d) {
-          base += taps[d].idx[rem % y.dim(d)] * xs[d];
-          rem /= y.dim(d);
-        }
-        for (int64_t h = 0; h < in_p; ++h) {
-          const float* src = px + base + h * xs[P];
-          float* dst = rows_l.data() + h * out_l;
-          if (nl == 2) {
-            for (int64_t i = 0; i < out_l; ++i) dst[i] = wl[2 * i] * src[il[2 * i]] + wl[2 * i + 1] * src[il[2 * i + 1]];
-          } else {
-            for (int64_t i = 0; i < out_l; ++i) {
-              float acc = 0;
-              for (int k = 0; k < nl; ++k) acc += wl[i * nl + k] * src[il[i * nl + k]];
-              dst[i] = acc;
-            }
-          }
-        }
-        for (int64_t p = 0; p < out_p; ++p) {
-          float* out = py + (o * out_p + p) * out_l;
-          const float* a = rows_l.data() + taps[P].idx[p * np] * out_l;
-          const float wa = wp[p * np];
-          for (int64_t i = 0; i < out_l; ++i) out[i] = wa * a[i];
-          for (int k = 1; k < np; ++k) {
-            const float* b = rows_l.data() + taps[P].idx[p * np + k] * out_l;
-            const float wb = wp[p * np + k];
-            for (int64_t i = 0; i < out_l; ++i) out[i] += wb * b[i];
-          }
-        }
-      }
-    });
-    return true;
-  }
-  const int nt = static_cast<int>(std::min<int64_t>(ThreadsForElements(threads, y.numel()), rows));
-  ParallelFor(nt, nt, [&](int64_t t) {
-    std::vector<float> tmp(static_cast<size_t>(row_in));
-    const int64_t r0 = rows * t / nt, r1 = rows * (t + 1) / nt;
-    for (int64_t row = r0; row < r1; ++row) {
-      const int64_t p = row % out_p;
-      int64_t rem = row / out_p, base = 0;
-      for (int d = outer_dims - 1; d >= 0; --d) {
-        base += taps[d].idx[rem % y.dim(d)] * xs[d];
-        rem /= y.dim(d);
-      }
-      const float* src = tmp.data();
-      if (P >= 0) {
-        const float* a = px + base + taps[P].idx[p * np] * xs[P];
-        const float wa = wp[p * np];
-        for (int64_t j = 0; j < row_in; ++j) tmp[j] = wa * a[j];
-        for (int k = 1; k < np; ++k) {
-          const float* b = px + base + taps[P].idx[p * np + k] * xs[P];
-          const float wb = wp[p * np + k];
-          for (int64_t j = 0; j < row_in; ++j) tmp[j] += wb * b[j];
-        }
-      } else {
-        src = px + base;
-      }
-      float* out = py + row * row_out;
-      if (block == 1 && nl == 2) {
-        for (int64_t i = 0; i < out_l; ++i) out[i] = wl[2 * i] * src[il[2 * i]] + wl[2 * i + 1] * src[il[2 * i + 1]];
-      } else if (block == 1) {
-        for (int64_t i = 0; i < out_l; ++i) {
-          float acc = 0;
-          for (int k = 0; k < nl; ++k) acc += wl[i * nl + k] * src[il[i * nl + k]];
-          out[i] = acc;
-        }
-      } else {
-        for (int64_t i = 0; i < out_l; ++i) {
-          float* o = out + i * block;
-          const float* a = src + il[i * nl] * block;
-          const float wa = wl[i * nl];
-          for (int64_t c = 0; c < block; ++c) o[c] = wa * a[c];
-          for (int k = 1; k < nl; ++k) {
-            const float* b = src + il[i * nl + k] * block;
-            const float wb = wl[i * nl + k];
-            for (int64_t c = 0; c < block; ++c) o[c] += wb * b[c];
-          }
-        }
-      }
-    }
-  });
-  return true;
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2) return isa_avx2::SeparableResizeF32(x, y, taps, threads);
+#endif
+  return isa_base::SeparableResizeF32(x, y, taps, threads);
 }
 
 double CubicWeight(double s, double a) {
