@@ -3,6 +3,9 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "compiler/ir/float16.h"
 #include "compiler/ir/numeric_cast.h"
@@ -708,6 +711,52 @@ absl::Status Clip(KernelContext& ctx) {
   });
 }
 
+// float32 -> bool / int64 / int32 for elements [lo, lo + n) of the output `out`, with ConvertTo's semantics.
+#define CJIT_CAST_F32_BODY                                                                                  \
+  if (to == DType::kBool) {                                                                                 \
+    uint8_t* o = static_cast<uint8_t*>(out) + lo;                                                           \
+    for (int64_t i = 0; i < n; ++i) o[i] = ConvertTo<bool>(in[i]);                                          \
+  } else if (to == DType::kI64) {                                                                           \
+    int64_t* o = static_cast<int64_t*>(out) + lo;                                                           \
+    for (int64_t i = 0; i < n; ++i) o[i] = ConvertTo<int64_t>(in[i]);                                       \
+  } else {                                                                                                  \
+    int32_t* o = static_cast<int32_t*>(out) + lo;                                                           \
+    for (int64_t i = 0; i < n; ++i) o[i] = ConvertTo<int32_t>(in[i]);                                       \
+  }
+void CastF32Base(const float* in, void* out, DType to, int64_t lo, int64_t n) { CJIT_CAST_F32_BODY }
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) void CastF32Avx2(const float* in, void* out, DType to, int64_t lo, int64_t n) {
+  if (to == DType::kBool) {
+    // 32 floats per step: compare with 0 (unordered: NaN is true, as ConvertTo), narrow the masks to bytes
+    // (the packs work within 128-bit lanes: a permute restores the order), keep 0 / 1.
+    uint8_t* o = static_cast<uint8_t*>(out) + lo;
+    const __m256 zero = _mm256_setzero_ps();
+    const __m256i one = _mm256_set1_epi8(1), order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      const __m256i a = _mm256_castps_si256(_mm256_cmp_ps(_mm256_loadu_ps(in + i), zero, _CMP_NEQ_UQ));
+      const __m256i b = _mm256_castps_si256(_mm256_cmp_ps(_mm256_loadu_ps(in + i + 8), zero, _CMP_NEQ_UQ));
+      const __m256i c = _mm256_castps_si256(_mm256_cmp_ps(_mm256_loadu_ps(in + i + 16), zero, _CMP_NEQ_UQ));
+      const __m256i d = _mm256_castps_si256(_mm256_cmp_ps(_mm256_loadu_ps(in + i + 24), zero, _CMP_NEQ_UQ));
+      const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+      const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd), order);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + i), _mm256_and_si256(bytes, one));
+    }
+    for (; i < n; ++i) o[i] = ConvertTo<bool>(in[i]);
+    return;
+  }
+  CJIT_CAST_F32_BODY
+}
+#endif
+#undef CJIT_CAST_F32_BODY
+void CastF32(const float* in, void* out, DType to, int64_t lo, int64_t n) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) return CastF32Avx2(in, out, to, lo, n);
+#endif
+  CastF32Base(in, out, to, lo, n);
+}
+
 absl::Status Cast(KernelContext& ctx, DType to) {
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.Alloc(0, to, x.dims());
@@ -728,6 +777,17 @@ absl::Status Cast(KernelContext& ctx, DType to) {
     ParallelFor(nt, chunks, [&](int64_t c) {
       const int64_t lo = c * chunk, len = std::min(chunk, n - lo);
       ConvertFloatBuffer(src + lo * in_size, x.dtype(), dst + lo * out_size, to, static_cast<size_t>(len));
+    });
+    return absl::OkStatus();
+  }
+  if (x.dtype() == DType::kF32 && (to == DType::kBool || to == DType::kI64 || to == DType::kI32)) {
+    // The casts of masks and indices (float32 -> bool / integers), vectorized (CastF32Avx2 where the CPU has
+    // AVX2) and split over threads.
+    const int64_t chunk = 65536, chunks = (n + chunk - 1) / chunk;
+    const float* in = x.data<float>();
+    ParallelFor(n >= 4 * chunk ? ctx.threads : 1, chunks, [&](int64_t c) {
+      const int64_t lo = c * chunk, len = std::min(chunk, n - lo);
+      CastF32(in + lo, y.raw(), to, lo, len);
     });
     return absl::OkStatus();
   }

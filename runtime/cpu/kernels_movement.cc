@@ -486,44 +486,120 @@ absl::Status ElementsOp(KernelContext& ctx, bool scatter) {
     return ctx.Error(absl::StrCat("updates must be ", DTypeName(x.dtype()), "[", DimsToString(idx.dims()), "], got ",
                                   DTypeName(ctx.in(2).dtype()), "[", DimsToString(ctx.in(2).dims()), "]"));
   }
-  std::vector<int64_t> ind = idx.ToInt64Vector();
-  std::vector<int64_t> xs(r, 1), is(r, 1);
-  for (int i = r - 2; i >= 0; --i) {
-    xs[i] = xs[i + 1] * x.dim(i + 1);
-    is[i] = is[i + 1] * idx.dim(i + 1);
+  std::vector<int64_t> xs(r, 1);
+  for (int i = r - 2; i >= 0; --i) xs[i] = xs[i + 1] * x.dim(i + 1);
+  const int64_t n_ax = x.dim(ax);
+  const int64_t total = idx.numel();
+  if (!scatter && ax == r - 1 && (idx.dtype() == DType::kI64 || idx.dtype() == DType::kI32) &&
+      (DTypeSize(x.dtype()) == 4 || DTypeSize(x.dtype()) == 8)) {
+    // GatherElements along the last axis (torch.gather(dim=-1)): one pass, row by row.
+    Tensor& y = ctx.Alloc(0);
+    const int64_t m = idx.dim(r - 1), rows = m ? total / m : 0;
+    auto run = [&](auto elem, auto index) -> absl::Status {
+      using E = decltype(elem);
+      using I = decltype(index);
+      const E* px = static_cast<const E*>(x.raw());
+      E* py = static_cast<E*>(y.raw());
+      const I* pi = idx.data<I>();
+      std::vector<int64_t> pos(r, 0);
+      for (int64_t row = 0; row < rows; ++row) {
+        int64_t base = 0;
+        for (int d = 0; d + 1 < r; ++d) base += pos[d] * xs[d];
+        for (int64_t j = 0; j < m; ++j) {
+          int64_t v = pi[row * m + j];
+          if (v < -n_ax || v >= n_ax) return ctx.Error(absl::StrCat("index ", v, " out of range"));
+          py[row * m + j] = px[base + (v < 0 ? v + n_ax : v)];
+        }
+        for (int d = r - 2; d >= 0; --d) {
+          if (++pos[d] < idx.dim(d)) break;
+          pos[d] = 0;
+        }
+      }
+      return absl::OkStatus();
+    };
+    if (DTypeSize(x.dtype()) == 4) {
+      return idx.dtype() == DType::kI64 ? run(uint32_t{}, int64_t{}) : run(uint32_t{}, int32_t{});
+    }
+    return idx.dtype() == DType::kI64 ? run(uint64_t{}, int64_t{}) : run(uint64_t{}, int32_t{});
+  }
+  // Each element's data offset, walking the indices in row-major order with an odometer (no division per
+  // element); every index is checked before anything is written.
+  std::vector<int64_t> offset(static_cast<size_t>(total));
+  {
+    std::vector<int64_t> converted;
+    const int64_t* i64 = nullptr;
+    const int32_t* i32 = nullptr;
+    if (idx.dtype() == DType::kI64) {
+      i64 = idx.data<int64_t>();
+    } else if (idx.dtype() == DType::kI32) {
+      i32 = idx.data<int32_t>();
+    } else {
+      converted = idx.ToInt64Vector();
+      i64 = converted.data();
+    }
+    std::vector<int64_t> pos(r, 0);
+    int64_t base = 0;  // sum over d != ax of pos[d] * xs[d]
+    for (int64_t e = 0; e < total; ++e) {
+      int64_t v = i64 ? i64[e] : i32[e];
+      if (v < -n_ax || v >= n_ax) return ctx.Error(absl::StrCat("index ", v, " out of range"));
+      if (v < 0) v += n_ax;
+      offset[e] = base + v * xs[ax];
+      for (int d = r - 1; d >= 0; --d) {
+        if (++pos[d] < idx.dim(d)) {
+          if (d != ax) base += xs[d];
+          break;
+        }
+        if (d != ax) base -= (pos[d] - 1) * xs[d];
+        pos[d] = 0;
+      }
+    }
   }
   size_t es = DTypeSize(x.dtype());
   Tensor& y = scatter ? (ctx.outputs[0] = x.Clone()) : ctx.Alloc(0);
   std::string reduction = ctx.node->GetString("reduction", "none");
-  for (int64_t e = 0; e < idx.numel(); ++e) {
-    int64_t rem = e, off = 0;
-    for (int d = 0; d < r; ++d) {
-      int64_t c = rem / is[d];
-      rem %= is[d];
-      if (d == ax) {
-        int64_t v = ind[e];
-        if (v < -x.dim(ax) || v >= x.dim(ax)) return ctx.Error(absl::StrCat("index ", v, " out of range"));
-        c = v < 0 ? v + x.dim(ax) : v;
+  if (!scatter || reduction == "none") {
+    char* dst = static_cast<char*>(y.raw());
+    const char* src = static_cast<const char*>(scatter ? ctx.in(2).raw() : x.raw());
+    auto copy = [&](auto tag) {
+      using T = decltype(tag);
+      T* d = reinterpret_cast<T*>(dst);
+      const T* s = reinterpret_cast<const T*>(src);
+      if (scatter) {
+        for (int64_t e = 0; e < total; ++e) d[offset[e]] = s[e];
+      } else {
+        for (int64_t e = 0; e < total; ++e) d[e] = s[offset[e]];
       }
-      off += c * xs[d];
+    };
+    switch (es) {
+      case 1: copy(uint8_t{}); break;
+      case 2: copy(uint16_t{}); break;
+      case 4: copy(uint32_t{}); break;
+      case 8: copy(uint64_t{}); break;
+      default:
+        for (int64_t e = 0; e < total; ++e) {
+          if (scatter) std::memcpy(dst + offset[e] * es, src + e * es, es);
+          else std::memcpy(dst + e * es, src + offset[e] * es, es);
+        }
     }
-    if (!scatter) {
-      std::memcpy(static_cast<uint8_t*>(y.raw()) + e * es, static_cast<const uint8_t*>(x.raw()) + off * es, es);
-    } else {
-      const Tensor& upd = ctx.in(2);
-      CJIT_RETURN_IF_ERROR(DispatchNumeric(x.dtype(), [&](auto t) {
-        using T = decltype(t);
-        T u = upd.data<T>()[e];
-        T& d = y.data<T>()[off];
-        if (reduction == "add") d = WrappingAdd(d, u);
-        else if (reduction == "mul") d = WrappingMul(d, u);
-        else if (reduction == "max") d = d < u ? u : d;
-        else if (reduction == "min") d = u < d ? u : d;
-        else d = u;
-      }));
-    }
+    return absl::OkStatus();
   }
-  return absl::OkStatus();
+  const int kind = reduction == "add" ? 0 : reduction == "mul" ? 1 : reduction == "max" ? 2 : reduction == "min" ? 3 : -1;
+  if (kind < 0) return ctx.Error(absl::StrCat("unknown reduction '", reduction, "' (none, add, mul, max, min)"));
+  const Tensor& upd = ctx.in(2);
+  return DispatchNumeric(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    T* d = y.data<T>();
+    const T* u = upd.data<T>();
+    for (int64_t e = 0; e < total; ++e) {
+      T& o = d[offset[e]];
+      switch (kind) {
+        case 0: o = WrappingAdd(o, u[e]); break;
+        case 1: o = WrappingMul(o, u[e]); break;
+        case 2: o = o < u[e] ? u[e] : o; break;
+        default: o = u[e] < o ? u[e] : o;
+      }
+    }
+  });
 }
 
 absl::Status GatherND(KernelContext& ctx) {
@@ -595,18 +671,27 @@ absl::Status ScatterND(KernelContext& ctx) {
     offsets[j] = off * slice;
   }
   std::string reduction = ctx.node->GetString("reduction", "none");
+  if (reduction == "none") {  // slices copied whole, in index order (a later duplicate wins, as in ONNX's loop)
+    const size_t bytes = static_cast<size_t>(slice) * DTypeSize(x.dtype());
+    char* dst = static_cast<char*>(y.raw());
+    const char* src = static_cast<const char*>(upd.raw());
+    for (int64_t j = 0; j < n; ++j) std::memcpy(dst + offsets[j] * DTypeSize(x.dtype()), src + j * bytes, bytes);
+    return absl::OkStatus();
+  }
+  const int kind = reduction == "add" ? 0 : reduction == "mul" ? 1 : reduction == "max" ? 2 : reduction == "min" ? 3 : -1;
+  if (kind < 0) return ctx.Error(absl::StrCat("unknown reduction '", reduction, "' (none, add, mul, max, min)"));
   return DispatchNumeric(x.dtype(), [&](auto t) {
     using T = decltype(t);
     for (int64_t j = 0; j < n; ++j) {
-      int64_t off = offsets[j];
+      T* d = y.data<T>() + offsets[j];
+      const T* u = upd.data<T>() + j * slice;
       for (int64_t s = 0; s < slice; ++s) {
-        T u = upd.data<T>()[j * slice + s];
-        T& d = y.data<T>()[off + s];
-        if (reduction == "add") d = WrappingAdd(d, u);
-        else if (reduction == "mul") d = WrappingMul(d, u);
-        else if (reduction == "max") d = d < u ? u : d;
-        else if (reduction == "min") d = u < d ? u : d;
-        else d = u;
+        switch (kind) {
+          case 0: d[s] = WrappingAdd(d[s], u[s]); break;
+          case 1: d[s] = WrappingMul(d[s], u[s]); break;
+          case 2: d[s] = d[s] < u[s] ? u[s] : d[s]; break;
+          default: d[s] = u[s] < d[s] ? u[s] : d[s];
+        }
       }
     }
   });
@@ -798,6 +883,26 @@ absl::Status SpaceDepth(KernelContext& ctx, bool to_space) {
   int64_t b = ctx.node->GetInt("blocksize", 1);
   int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
   Tensor tmp;
+  if (to_space && b >= 1 && C % (b * b) == 0 && DTypeSize(x.dtype()) == 4) {
+    // DepthToSpace, 4-byte elements: output row (n, c, h * b + i) interleaves b input rows, element w * b + j
+    // from channel (i * b + j) * C' + c (DCR) or c * b * b + i * b + j (CRD), row h.
+    const bool crd = ctx.node->GetString("mode", "DCR") == "CRD";
+    const int64_t Cp = C / (b * b), OW = W * b;
+    Tensor& y = ctx.Alloc(0);
+    const uint32_t* px = static_cast<const uint32_t*>(x.raw());
+    uint32_t* py = static_cast<uint32_t*>(y.raw());
+    const int64_t rows = N * Cp * H * b;
+    ParallelFor(ThreadsForElements(ctx.threads, x.numel()), rows, [&](int64_t row) {
+      const int64_t i = row % b, h = (row / b) % H, c = (row / (b * H)) % Cp, n = row / (b * H * Cp);
+      uint32_t* out = py + row * OW;
+      for (int64_t j = 0; j < b; ++j) {
+        const int64_t ch = crd ? c * b * b + i * b + j : (i * b + j) * Cp + c;
+        const uint32_t* in = px + ((n * C + ch) * H + h) * W;
+        for (int64_t w = 0; w < W; ++w) out[w * b + j] = in[w];
+      }
+    });
+    return absl::OkStatus();
+  }
   if (to_space) {
     bool crd = ctx.node->GetString("mode", "DCR") == "CRD";
     Tensor v = crd ? x.Reshaped({N, C / (b * b), b, b, H, W}) : x.Reshaped({N, b, b, C / (b * b), H, W});
