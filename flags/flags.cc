@@ -227,6 +227,15 @@ const std::vector<FlagDef>& Table() {
         "check).",
         {}},
        BoolFlag(&Flags::cpu_codegen_single_ops, "cpu_codegen_single_ops")},
+      {{"max_cpu_isa", "string", "all",
+        "CPU: the largest x86-64 instruction set our kernels, the LLVM JIT, BLIS and oneDNN may use, as "
+        "ONEDNN_MAX_CPU_ISA: baseline, avx2, avx512_core, avx512_core_vnni, avx512_core_bf16, avx512_core_amx or "
+        "all (the CPU's own). To run and measure a smaller CPU's code paths on a larger one. Process-wide; the "
+        "JIT, BLIS and oneDNN take the value in effect when the process first uses them.",
+        {}},
+       OneOfFlag(&Flags::max_cpu_isa, "max_cpu_isa",
+                 {"baseline", "avx2", "avx512_core", "avx512_core_vnni", "avx512_core_bf16", "avx512_core_amx", "all"},
+                 "baseline, avx2, avx512_core, avx512_core_vnni, avx512_core_bf16, avx512_core_amx or all")},
       {{"allow_excess_precision", "bool", "true",
         "Inside fused kernels, float16/bfloat16 values stay float32 between ops (only stores and explicit Casts "
         "round), as XLA's --xla_allow_excess_precision; false rounds every op's result as the op-by-op path does.",
@@ -597,6 +606,7 @@ std::string FlagValueText(const Flags& f, absl::string_view name) {
       {"cpu_channels_last", [b](const Flags& f) { return b(f.cpu_channels_last); }},
       {"cpu_fuse_pointwise_depthwise", [b](const Flags& f) { return b(f.cpu_fuse_pointwise_depthwise); }},
       {"cpu_codegen_single_ops", [b](const Flags& f) { return b(f.cpu_codegen_single_ops); }},
+      {"max_cpu_isa", [](const Flags& f) { return f.max_cpu_isa; }},
       {"autotune_level", [](const Flags& f) { return absl::StrCat(f.autotune_level); }},
       {"autotune_max_ms_per_op", [](const Flags& f) { return absl::StrCat(f.autotune_max_ms_per_op); }},
       {"autotune_deterministic", [b](const Flags& f) { return b(f.autotune_deterministic); }},

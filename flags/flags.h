@@ -82,6 +82,9 @@ struct Flags {
   // CPU: fused groups of a single op get generated code too (default: they run on the op's library
   // kernel; FusionPlanOptions::single_op_groups_as_library). For tests of the code generator.
   bool cpu_codegen_single_ops = false;
+  // The largest x86-64 instruction set CPU code may use (compiler/ir/cpu_isa.h; ONEDNN_MAX_CPU_ISA's names):
+  // baseline, avx2, avx512_core, avx512_core_vnni, avx512_core_bf16, avx512_core_amx, all. Process-wide.
+  std::string max_cpu_isa = "all";
   // Automatic mixed precision (compiler/passes/auto_mixed_precision.h): off, float16, bfloat16, or auto
   // (float16 on a GPU, bfloat16 on the CPU; what TF_ENABLE_AUTO_MIXED_PRECISION=1 sets).
   std::string auto_mixed_precision = "off";

@@ -1,3 +1,4 @@
+#include "compiler/ir/cpu_isa.h"
 #include "runtime/autotune.h"
 
 #include <cpuid.h>
@@ -58,15 +59,14 @@ const std::string& AutotuneDeviceIdentity() {
       brand = std::string(absl::StripAsciiWhitespace(brand));
     }
     if (brand.empty()) brand = "unknown";
+    // The instruction sets in use (--max_cpu_isa caps them): a result tuned under a cap is another
+    // device's.
     std::vector<std::string> isa;
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2")) isa.push_back("avx2");
-    if (__builtin_cpu_supports("fma")) isa.push_back("fma");
-    if (__builtin_cpu_supports("avx512f")) isa.push_back("avx512f");
-    if (__builtin_cpu_supports("avx512bw")) isa.push_back("avx512bw");
-    if (__builtin_cpu_supports("avx512vnni")) isa.push_back("avx512vnni");
-    if (__builtin_cpu_supports("avx512bf16")) isa.push_back("avx512bf16");
-    if (__builtin_cpu_supports("amx-bf16")) isa.push_back("amx-bf16");
+    if (CpuHasAvx2()) isa.insert(isa.end(), {"avx2", "fma"});
+    if (CpuHasAvx512()) isa.insert(isa.end(), {"avx512f", "avx512bw"});
+    if (CpuHasAvx512Vnni()) isa.push_back("avx512vnni");
+    if (CpuHasAvx512Bf16()) isa.push_back("avx512bf16");
+    if (CpuHasAmx()) isa.push_back("amx-bf16");
     for (char& c : brand) {
       if (c == '\t' || c == ';') c = ' ';
     }
@@ -150,9 +150,9 @@ std::vector<Candidate> ListCandidates(const KernelContext& ctx) {
   // best (avx2 on an AVX-512 CPU, sse41 on an AVX2 one) and oneDNN's GEMM-based convolution (im2col into
   // a jitted GEMM: 50-290 ms first runs for a 960x960 detector's convs, against 2-10 ms for the default)
   // after the rest, in the library's order otherwise. On an AVX2-only CPU the avx2 variants are the best.
-  static const bool has_avx512 = __builtin_cpu_supports("avx512f");
-  static const bool has_avx2 = __builtin_cpu_supports("avx2");
-  auto prior = [](const std::string& id) {
+  const bool has_avx512 = CpuHasAvx512();
+  const bool has_avx2 = CpuHasAvx2();
+  auto prior = [has_avx512, has_avx2](const std::string& id) {
     if (has_avx2 && id.find("sse41") != std::string::npos) return 2;
     if (has_avx512 && id.find(":avx2") != std::string::npos) return 1;
     if (id.find("gemm:jit") != std::string::npos) return 1;

@@ -1,6 +1,7 @@
 #include "runtime/session.h"
 
 #include "runtime/auto_mixed_precision.h"
+#include "compiler/ir/cpu_isa.h"
 
 #include <omp.h>
 
@@ -115,6 +116,14 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Grap
                         << " CPUs this process may run on; using " << UsableCpus();
     });
     s->flags_.intra_op_threads = UsableCpus();
+  }
+  if (s->flags_.max_cpu_isa != "all") {
+    CJIT_ASSIGN_OR_RETURN(CpuIsa isa, ParseCpuIsa(s->flags_.max_cpu_isa));
+    if (isa != MaxCpuIsa()) {
+      SetMaxCpuIsa(isa);
+      CapLibraryCpuIsa(isa);
+      CJIT_VLOG(1) << "--max_cpu_isa=" << s->flags_.max_cpu_isa << " (this CPU: " << CpuIsaName(HardwareCpuIsa()) << ")";
+    }
   }
   if (options.device_backend) {
     s->gpu_ = options.device_backend;

@@ -6,6 +6,8 @@
 // which LLVM's loop vectorizer turns into SIMD code for the host.
 #include "compiler/codegen/cpu_compiler.h"
 
+#include "compiler/ir/cpu_isa.h"
+
 #include "flags/logging.h"
 
 #include <atomic>
@@ -58,6 +60,9 @@
 #include "llvm/Config/llvm-config.h"
 
 namespace cjit {
+
+const char* CappedCpuName();  // below
+
 namespace {
 
 class CpuMath : public TargetMath {
@@ -608,6 +613,11 @@ Jit& GetJit() {
       j->error = ToString(jtmb.takeError());
       return j;
     }
+    // --max_cpu_isa below this CPU's: generate for the capped level's generic CPU (compiler/ir/cpu_isa.h).
+    if (const char* cpu = CappedCpuName()) {
+      jtmb->setCPU(cpu);
+      jtmb->getFeatures() = llvm::SubtargetFeatures();
+    }
     // The IR is already optimized (OptimizeModule: vectorized); the fast instruction selector and register
     // allocator halve compile time for elementwise loops at no measurable cost in their speed. Row kernels
     // switch their target machine to the full code generator (CompileKernelObject).
@@ -664,6 +674,16 @@ class CpuCodeImpl : public CpuCode {
 
 }  // namespace
 
+// The LLVM CPU name of the --max_cpu_isa level where it is below this CPU's (x86-64-v2/-v3/-v4: the psABI
+// micro-architecture levels), or null: the JIT then targets the host CPU itself.
+const char* CappedCpuName() {
+  const CpuIsa cap = MaxCpuIsa();
+  if (cap >= HardwareCpuIsa()) return nullptr;
+  if (cap <= CpuIsa::kBaseline) return "x86-64";
+  if (cap == CpuIsa::kAvx2) return "x86-64-v3";
+  return "x86-64-v4";  // AVX-512 F/BW/DQ/VL (VNNI, BF16, AMX are not used by generated code)
+}
+
 absl::Status RunLlvmRecoverably(const char* what, const std::function<absl::Status()>& fn) {
   static std::once_flag once;
   std::call_once(once, [] { llvm::CrashRecoveryContext::Enable(); });
@@ -677,6 +697,10 @@ absl::Status RunLlvmRecoverably(const char* what, const std::function<absl::Stat
 }
 
 std::string HostTargetDescription() {
+  if (const char* cpu = CappedCpuName()) {
+    return absl::StrCat("cpu=", cpu, " features=(capped: --max_cpu_isa=", CpuIsaName(MaxCpuIsa()), ") llvm=",
+                        LLVM_VERSION_STRING);
+  }
   std::vector<std::string> feats;
   for (const auto& f : llvm::sys::getHostCPUFeatures()) {
     if (f.second) feats.push_back(f.first().str());

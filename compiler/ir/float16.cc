@@ -1,3 +1,4 @@
+#include "compiler/ir/cpu_isa.h"
 #include "compiler/ir/float16.h"
 
 #include <immintrin.h>
@@ -13,15 +14,8 @@ namespace {
 
 std::atomic<bool> g_hardware_enabled{true};
 
-bool CpuHasF16c() {
-  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx512f");
-  return has;
-}
-bool CpuHasAvx512Bf16() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512bf16");
-  return has;
-}
+// The AVX-512 conversions (F16C with AVX-512 F), within --max_cpu_isa (compiler/ir/cpu_isa.h).
+bool CpuHasF16c() { return CpuHasAvx512(); }
 
 __attribute__((target("avx512f,f16c"))) void F32ToF16Avx512(const float* src, uint16_t* dst, size_t n) {
   size_t i = 0;
@@ -140,7 +134,7 @@ Tensor ConvertFloatTensor(const Tensor& t, DType to) {
 }
 
 void ConvertBfloat16ToFloat(const uint16_t* src, float* dst, size_t n) {
-  if (UseHardware() && __builtin_cpu_supports("avx512f")) return Bf16ToF32Avx512(src, dst, n);
+  if (UseHardware() && CpuHasAvx512()) return Bf16ToF32Avx512(src, dst, n);
   for (size_t i = 0; i < n; ++i) dst[i] = Bfloat16BitsToFloat(src[i]);
 }
 

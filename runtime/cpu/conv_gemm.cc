@@ -1,4 +1,5 @@
 // Channels-last convolutions without a per-shape JIT (see conv_gemm.h).
+#include "compiler/ir/cpu_isa.h"
 #include "runtime/cpu/conv_gemm.h"
 #include "runtime/cpu/parallel.h"
 
@@ -1077,14 +1078,14 @@ std::atomic<int> forced_isa{0};  // SetConvLoopIsaForTest
 bool CpuSupports(ConvLoopIsa isa) {
   __builtin_cpu_init();
   switch (isa) {
-    case ConvLoopIsa::kAvx512: return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-    case ConvLoopIsa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case ConvLoopIsa::kAvx512: return CpuHasAvx512();
+    case ConvLoopIsa::kAvx2: return CpuHasAvx2();
     default: return true;
   }
 }
 
 const Isa& PickIsa() {
-  static const int detected = CpuSupports(ConvLoopIsa::kAvx512) ? 3 : CpuSupports(ConvLoopIsa::kAvx2) ? 2 : 1;
+  const int detected = CpuSupports(ConvLoopIsa::kAvx512) ? 3 : CpuSupports(ConvLoopIsa::kAvx2) ? 2 : 1;
   const int forced = forced_isa.load(std::memory_order_relaxed);
   return kIsas[forced ? forced : detected];
 }

@@ -1,3 +1,4 @@
+#include "compiler/ir/cpu_isa.h"
 #include "runtime/cpu/gemm.h"
 
 #include <omp.h>
@@ -89,14 +90,13 @@ const BlisContexts& Blis() {
       return found != nullptr ? found[BLIS_NAT] : nullptr;
     };
     const arch_t chosen = bli_arch_query_id();
-    if (chosen == BLIS_ARCH_GENERIC && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    if (chosen == BLIS_ARCH_GENERIC && CpuHasAvx2()) {
       if (const cntx_t* haswell = context(BLIS_ARCH_HASWELL)) {
         c.native = haswell;
         native_id = BLIS_ARCH_HASWELL;
       }
     }
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
+    if (CpuHasAvx512()) {
       c.wide = context(BLIS_ARCH_SKX);
       if (c.wide == c.native) c.wide = nullptr;
     }

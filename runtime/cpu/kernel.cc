@@ -1,3 +1,4 @@
+#include "compiler/ir/cpu_isa.h"
 #include "runtime/cpu/kernel.h"
 
 #include <map>
@@ -67,15 +68,9 @@ Tensor DerivedConstant(const Tensor& t, const std::string& kind, const std::func
   return d;
 }
 
-bool CpuHasBfloat16Math() {
-  static const bool has = __builtin_cpu_supports("avx512bf16") != 0;
-  return has;
-}
+bool CpuHasBfloat16Math() { return CpuHasAvx512Bf16(); }
 
-bool CpuHasAmxBfloat16() {
-  static const bool has = __builtin_cpu_supports("amx-bf16") != 0;
-  return has;
-}
+bool CpuHasAmxBfloat16() { return CpuHasAmx(); }
 
 Tensor ToBfloat16(const KernelContext& ctx, int i) {
   const Tensor& t = ctx.in(i);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "compiler/ir/cpu_isa.h"
 #include "compiler/ir/graph.h"
 #include "compiler/ops/op_registry.h"
 
@@ -117,6 +118,10 @@ Tensor DerivedConstant(const Tensor& t, const std::string& kind, const std::func
 // Whether this CPU has AVX-512 BF16 dot products: bfloat16 convolutions and products (and the reduced
 // float32 precisions) run in oneDNN's bfloat16 kernels only then; elsewhere they widen to float32.
 bool CpuHasBfloat16Math();
+// Caps oneDNN's instruction sets at `isa` (dnnl::set_max_cpu_isa; compiler/ir/cpu_isa.h's levels). oneDNN
+// takes it only before its first primitive in the process: later, a warning is logged and oneDNN keeps its
+// own.
+void CapLibraryCpuIsa(CpuIsa isa);
 // Whether this CPU has AMX-BF16 tile products (16x float32's throughput): the reduced float32 precision
 // "high" (bfloat16x3, three bfloat16 products) runs only there; elsewhere it costs more than float32.
 bool CpuHasAmxBfloat16();

@@ -7,6 +7,7 @@
 #include <immintrin.h>
 #endif
 
+#include "compiler/ir/cpu_isa.h"
 #include "compiler/ir/float16.h"
 #include "compiler/ir/numeric_cast.h"
 #include "compiler/ir/status_macros.h"
@@ -567,10 +568,7 @@ using BinaryRowsFn = void (*)(const float*, int64_t, const float*, int64_t, floa
     CJIT_BINARY_ROWS_BODY(EXPR)                                                                               \
   }                                                                                                           \
   BinaryRowsFn NAME() {                                                                                       \
-    static const BinaryRowsFn fn = __builtin_cpu_supports("avx512f") ? &NAME##Avx512                          \
-                                   : __builtin_cpu_supports("avx2")  ? &NAME##Avx2                            \
-                                                                     : &NAME##Base;                           \
-    return fn;                                                                                                \
+    return CpuHasAvx512() ? &NAME##Avx512 : CpuHasAvx2() ? &NAME##Avx2 : &NAME##Base;                           \
   }
 #else
 #define CJIT_BINARY_ROWS(NAME, EXPR)                                                                          \
@@ -751,8 +749,7 @@ __attribute__((target("avx2"))) void CastF32Avx2(const float* in, void* out, DTy
 #undef CJIT_CAST_F32_BODY
 void CastF32(const float* in, void* out, DType to, int64_t lo, int64_t n) {
 #if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) return CastF32Avx2(in, out, to, lo, n);
+  if (CpuHasAvx2()) return CastF32Avx2(in, out, to, lo, n);
 #endif
   CastF32Base(in, out, to, lo, n);
 }

@@ -15,6 +15,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+#include "compiler/ir/cpu_isa.h"
 #include "compiler/ir/numeric_cast.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
@@ -149,8 +150,8 @@ void BatchedTranspose2D(const T* x, T* y, int64_t batch, int64_t rows, int64_t c
   int64_t tiles = batch * row_tiles * col_tiles;
   int nt = ThreadsForElements(threads, batch * rows * cols);
 #if defined(__x86_64__)
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  static const bool avx2 = __builtin_cpu_supports("avx2");
+  const bool avx512 = CpuHasAvx512();
+  const bool avx2 = CpuHasAvx2();
   const bool vector = sizeof(T) == 4 && avx512;
   const bool vector8 = sizeof(T) == 4 && !avx512 && avx2;
 #else

@@ -8,6 +8,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "compiler/ir/cpu_isa.h"
 #include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
@@ -20,6 +21,7 @@
 #include "runtime/cpu/parallel.h"
 #include "compiler/codegen/fusion_plan.h"
 #include "runtime/cpu/onednn_util.h"
+#include "flags/logging.h"
 
 namespace cjit {
 namespace {
@@ -47,9 +49,26 @@ memory::dims Dense(const memory::dims& d) {
   return s;
 }
 
+}  // namespace
+
+void CapLibraryCpuIsa(CpuIsa isa) {
+  static const dnnl::cpu_isa kMap[] = {dnnl::cpu_isa::sse41,           dnnl::cpu_isa::avx2,
+                                       dnnl::cpu_isa::avx512_core,     dnnl::cpu_isa::avx512_core_vnni,
+                                       dnnl::cpu_isa::avx512_core_bf16, dnnl::cpu_isa::avx512_core_amx,
+                                       dnnl::cpu_isa::all};
+  try {
+    dnnl::set_max_cpu_isa(kMap[static_cast<int>(isa)]);
+  } catch (const dnnl::error& e) {
+    CJIT_LOG(WARNING) << "--max_cpu_isa=" << CpuIsaName(isa) << ": oneDNN was used before in this process and keeps "
+                      << "its instruction sets (" << e.what() << ")";
+  }
+}
+
+namespace {
+
 // Largest |v| of a float32 buffer, or +inf when it holds a NaN or an infinity (v * 0 is NaN exactly for
-// NaN and +-inf). GCC vector extensions, compiled for AVX-512, AVX2 and the baseline and picked by
-// __builtin_cpu_supports on first use: this runs before every convolution with post-ops, so it must cost
+// NaN and +-inf). GCC vector extensions, compiled for AVX-512, AVX2 and the baseline and picked per call
+// (compiler/ir/cpu_isa.h, --max_cpu_isa): this runs before every convolution with post-ops, so it must cost
 // little next to the convolution. (Not target_clones: its ifunc resolver runs during relocation, before a
 // sanitizer runtime is up, and crashes ThreadSanitizer/AddressSanitizer builds at start.)
 // Each ISA's body uses its native register width (GCC lowers wider generic vectors element by element).
@@ -86,13 +105,9 @@ __attribute__((target("avx2"))) float MaxAbsOrInfAvx2(const float* p, int64_t n)
 float MaxAbsOrInfBaseline(const float* p, int64_t n) { return MaxAbsOrInfBody<V4f>(p, n); }
 
 float MaxAbsOrInf(const float* p, int64_t n) {
-  static float (*const impl)(const float*, int64_t) = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return &MaxAbsOrInfAvx512;
-    if (__builtin_cpu_supports("avx2")) return &MaxAbsOrInfAvx2;
-    return &MaxAbsOrInfBaseline;
-  }();
-  return impl(p, n);
+  if (CpuHasAvx512()) return MaxAbsOrInfAvx512(p, n);
+  if (CpuHasAvx2()) return MaxAbsOrInfAvx2(p, n);
+  return MaxAbsOrInfBaseline(p, n);
 }
 
 // The same for bfloat16, the upper half of a float32: with the sign bit cleared, the 15-bit patterns order
@@ -124,11 +139,7 @@ __attribute__((target("avx512bw"))) uint16_t MaxMagnitudeBitsAvx512(const uint16
 uint16_t MaxMagnitudeBitsBaseline(const uint16_t* p, int64_t n) { return MaxMagnitudeBitsBody<V8u16>(p, n); }
 
 float MaxAbsOrInfBfloat16(const uint16_t* p, int64_t n) {
-  static uint16_t (*const impl)(const uint16_t*, int64_t) = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512bw") ? &MaxMagnitudeBitsAvx512 : &MaxMagnitudeBitsBaseline;
-  }();
-  const uint16_t m = impl(p, n);
+  const uint16_t m = CpuHasAvx512() ? MaxMagnitudeBitsAvx512(p, n) : MaxMagnitudeBitsBaseline(p, n);
   if (m >= 0x7f80) return std::numeric_limits<float>::infinity();
   return absl::bit_cast<float>(static_cast<uint32_t>(m) << 16);
 }
@@ -713,8 +724,7 @@ namespace isa_avx2 {
 
 bool RowPool2d(KernelContext& ctx, int kind, const WindowGeometry& g, Tensor& y, bool channels_last = false) {
 #if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (avx2) return isa_avx2::RowPool2d(ctx, kind, g, y, channels_last);
+  if (CpuHasAvx2()) return isa_avx2::RowPool2d(ctx, kind, g, y, channels_last);
 #endif
   return isa_base::RowPool2d(ctx, kind, g, y, channels_last);
 }

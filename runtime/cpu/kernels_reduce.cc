@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "compiler/ir/cpu_isa.h"
 #include "compiler/ir/numeric_cast.h"
 #include "compiler/ir/status_macros.h"
 #include "runtime/cpu/conv_gemm.h"
@@ -172,8 +173,7 @@ bool ReduceRowsF32(const ReduceView& v, float* out, int threads, const std::stri
            : op == "ReduceMin" ? ReduceRow<3> : op == "ReduceSumSquare" ? ReduceRow<4> : op == "ReduceL2" ? ReduceRow<5>
            : op == "ReduceL1" ? ReduceRow<6> : nullptr;
 #if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) {
+  if (CpuHasAvx2()) {
     fn = op == "ReduceSum" ? ReduceRowAvx2<0> : op == "ReduceMean" ? ReduceRowAvx2<1> : op == "ReduceMax" ? ReduceRowAvx2<2>
        : op == "ReduceMin" ? ReduceRowAvx2<3> : op == "ReduceSumSquare" ? ReduceRowAvx2<4> : op == "ReduceL2" ? ReduceRowAvx2<5>
        : op == "ReduceL1" ? ReduceRowAvx2<6> : nullptr;
@@ -274,8 +274,7 @@ __attribute__((target("avx2"))) void ArgBlockAvx2(const float* base, int64_t inn
 
 void ArgBlockF32(const float* base, int64_t inner, int64_t red, int64_t n, bool is_max, bool last, int32_t* at) {
 #if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) return ArgBlockAvx2(base, inner, red, n, is_max, last, at);
+  if (CpuHasAvx2()) return ArgBlockAvx2(base, inner, red, n, is_max, last, at);
 #endif
   ArgBlockBase(base, inner, red, n, is_max, last, at);
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "compiler/ir/cpu_isa.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/numeric_cast.h"
 #include "compiler/ir/status_macros.h"
@@ -30,7 +31,7 @@ namespace isa_avx2 {
 
 bool SeparableResizeF32(const Tensor& x, Tensor& y, const std::vector<ResizeTaps>& taps, int threads) {
 #if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx2 = CpuHasAvx2();
   if (avx2) return isa_avx2::SeparableResizeF32(x, y, taps, threads);
 #endif
   return isa_base::SeparableResizeF32(x, y, taps, threads);
