@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "compiler/ir/cpu_isa.h"
 
 namespace cjit {
 namespace {
@@ -50,6 +51,11 @@ template <typename F>
 void BothPaths(F&& f) {
   SetFloat16HardwareForTesting(true);
   f("hardware");
+  // The 8-lane AVX2 F16C code, also on a CPU with AVX-512.
+  const CpuIsa cap = MaxCpuIsa();
+  SetMaxCpuIsa(CpuIsa::kAvx2);
+  f("hardware-avx2");
+  SetMaxCpuIsa(cap);
   SetFloat16HardwareForTesting(false);
   f("software");
   SetFloat16HardwareForTesting(true);
@@ -226,7 +232,8 @@ TEST(Float16Test, ReportsHardwarePaths) {
   // Informational and checked against cpuid: this project's CI machine has both.
   RecordProperty("f16c", HasHardwareHalfConversion() ? "yes" : "no");
   RecordProperty("avx512bf16", HasHardwareBfloat16Conversion() ? "yes" : "no");
-  EXPECT_EQ(HasHardwareHalfConversion(), __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx512f"));
+  EXPECT_EQ(HasHardwareHalfConversion(), __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2") &&
+                                             __builtin_cpu_supports("fma"));
 }
 
 }  // namespace

@@ -2,11 +2,14 @@
 // element-by-element references written from the ONNX definitions, on random shapes, axes and indices
 // (negative ones included), index tensors smaller than the data along the other axes, int32 and int64
 // indices, 4- and 8-byte data.
+#include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/cpu_isa.h"
 #include "compiler/ir/status_macros.h"
 #include "gtest/gtest.h"
 #include "runtime/executor.h"
@@ -128,6 +131,43 @@ TEST(MovementKernels, DepthToSpaceBothModes) {
                 << mode;
           }
   }
+}
+
+TEST(MovementKernels, CastFloatToIntegersTruncatesAndSaturates) {
+  // float32 -> int32 / int64 at every --max_cpu_isa cap: truncation toward zero, NaN -> 0, out-of-range
+  // values saturate (compiler/ir/numeric_cast.h), in vector blocks of in-range values and blocks holding one
+  // special value each. Reference: float64 truncation clamped to the integer range.
+  std::vector<float> v;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1000, 1000);
+  for (int i = 0; i < 203; ++i) v.push_back(u(rng));
+  const float special[] = {std::nanf(""), INFINITY, -INFINITY, 3e9f, -3e9f, 2147483520.0f, -2147483648.0f,
+                           1e19f, -1e19f, -0.9f, 0.9f, -0.0f};
+  for (size_t k = 0; k < std::size(special); ++k) v[k * 17 + 3] = special[k];
+  Tensor x(DType::kF32, {static_cast<int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), x.data<float>());
+  const CpuIsa previous = MaxCpuIsa();
+  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAll}) {
+    SetMaxCpuIsa(isa);
+    for (int to : {6, 7}) {  // int32, int64
+      auto got = RunIr(absl::StrCat("graph g(%x: f32[", v.size(), "]) {\n  %y = Cast(%x) {to=", to,
+                                    "}\n  return %y\n}"),
+                       {x});
+      ASSERT_TRUE(got.ok()) << got.status();
+      for (size_t i = 0; i < v.size(); ++i) {
+        const double lo = to == 6 ? -2147483648.0 : -9223372036854775808.0;
+        const double hi = to == 6 ? 2147483647.0 : 9223372036854775807.0;
+        const double t = std::isnan(v[i]) ? 0.0 : std::clamp(std::trunc(static_cast<double>(v[i])), lo, hi);
+        if (to == 6) {
+          ASSERT_EQ((*got)[0].data<int32_t>()[i], static_cast<int32_t>(t)) << CpuIsaName(isa) << " " << v[i];
+        } else {
+          const int64_t want = t >= hi ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(t);
+          ASSERT_EQ((*got)[0].data<int64_t>()[i], want) << CpuIsaName(isa) << " " << v[i];
+        }
+      }
+    }
+  }
+  SetMaxCpuIsa(previous);
 }
 
 }  // namespace

@@ -127,7 +127,7 @@ bool ConvertFloatBuffer(const void* src, DType from, void* dst, DType to, size_t
 Tensor ConvertFloatTensor(const Tensor& t, DType to);
 
 // Which instructions the bulk functions use on this CPU (for logs and tests).
-bool HasHardwareHalfConversion();      // F16C + AVX-512F
+bool HasHardwareHalfConversion();      // F16C with AVX2 (16 lanes with AVX-512F)
 bool HasHardwareBfloat16Conversion();  // AVX-512 BF16
 
 // Tests only: force the scalar code in the bulk functions (process-wide; not for concurrent use).

@@ -170,6 +170,43 @@ void VectorActivationF32(const std::string& name, std::function<std::vector<Post
   });
 }
 
+// The square root instruction (correctly rounded, IEEE on NaN, +-0, +inf and negative inputs) at the widest
+// width --max_cpu_isa allows; a scalar sqrtf keeps errno handling that stops the compiler from vectorizing.
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) void SqrtAvx512(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_sqrt_ps(_mm512_loadu_ps(x + i)));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_sqrt_ps(_mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+__attribute__((target("avx2"))) void SqrtAvx2(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_sqrt_ps(_mm256_loadu_ps(x + i)));
+  for (; i < n; ++i) y[i] = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(x[i])));
+}
+void SqrtBase(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) _mm_storeu_ps(y + i, _mm_sqrt_ps(_mm_loadu_ps(x + i)));
+  for (; i < n; ++i) y[i] = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(x[i])));
+}
+#endif
+
+void SqrtF32(const float* x, float* y, int64_t n, int threads) {
+  const int64_t chunk = 16384, chunks = (n + chunk - 1) / chunk;
+  ParallelFor(ThreadsForElements(threads, n), chunks, [&](int64_t c) {
+    const int64_t lo = c * chunk, len = std::min(chunk, n - lo);
+#if defined(__x86_64__)
+    if (CpuHasAvx512()) return SqrtAvx512(x + lo, y + lo, len);
+    if (CpuHasAvx2()) return SqrtAvx2(x + lo, y + lo, len);
+    SqrtBase(x + lo, y + lo, len);
+#else
+    for (int64_t i = lo; i < lo + len; ++i) y[i] = std::sqrt(x[i]);
+#endif
+  });
+}
+
 PostOp MakePostOp(PostOp::Kind kind, float a = 0, float b = 0) {
   PostOp op;
   op.kind = kind;
@@ -280,9 +317,7 @@ void RegisterUnary() {
       if (v > 0.0f && v < std::numeric_limits<float>::min()) out[i] = std::log(v);
     }
   });
-  EigenUnaryF32("Sqrt", [](const auto& in, auto& out) {
-    for (Eigen::Index i = 0; i < in.size(); ++i) out[i] = __builtin_sqrtf(in[i]);
-  });
+  VectorMapF32("Sqrt", SqrtF32);
   VectorActivationF32("Tanh", [](const Node&) { return std::vector<PostOp>{MakePostOp(PostOp::Kind::kTanh)}; });
   // The logistic through the conv epilogues' vector code (ExpV, conv_gemm.cc): AVX-512 / AVX2 where the
   // CPU has them, where Eigen's exp runs at the SSE2 baseline width.
@@ -743,7 +778,26 @@ __attribute__((target("avx2"))) void CastF32Avx2(const float* in, void* out, DTy
     for (; i < n; ++i) o[i] = ConvertTo<bool>(in[i]);
     return;
   }
-  CJIT_CAST_F32_BODY
+  // Integers: 8 floats truncated at once where all are numbers inside int32's range (|v| < 2^31, ordered:
+  // NaN fails), widened to int64 as needed; any other block takes the scalar saturating conversion.
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)), limit = _mm256_set1_ps(2147483648.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(in + i);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(v, abs_mask), limit, _CMP_LT_OQ)) != 0xFF) {
+      CastF32Base(in + i, out, to, lo + i, 8);
+      continue;
+    }
+    const __m256i t = _mm256_cvttps_epi32(v);
+    if (to == DType::kI32) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<int32_t*>(out) + lo + i), t);
+    } else {
+      int64_t* o = static_cast<int64_t*>(out) + lo + i;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_cvtepi32_epi64(_mm256_castsi256_si128(t)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 4), _mm256_cvtepi32_epi64(_mm256_extracti128_si256(t, 1)));
+    }
+  }
+  if (i < n) CastF32Base(in + i, out, to, lo + i, n - i);
 }
 #endif
 #undef CJIT_CAST_F32_BODY

@@ -58,6 +58,8 @@ def main():
         table = []
         for c in cases:
             a, b = cj.get(c["name"], {}), ort.get(c["name"], {})
+            if not a and not b:
+                continue  # not run (--filter)
             ratio = a["cjit_ms"] / b["ort_ms"] if "cjit_ms" in a and "ort_ms" in b and b["ort_ms"] > 0 else float("nan")
             bw = a["bytes"] / (a["cjit_ms"] * 1e6) if "cjit_ms" in a and a.get("bytes") else float("nan")
             # Of a memcpy of as many bytes at the same size (cache-resident sizes copy faster than DRAM).
