@@ -438,16 +438,27 @@ absl::StatusOr<std::shared_ptr<Graph>> Session::BuildSpecializedGraph(const std:
       CJIT_ASSIGN_OR_RETURN(bool fused, FuseTransposeIntoMatMul(*g));
       if (fused) CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
     }
+    if (gpu_ == nullptr) {  // NCHW Pads
+      CJIT_ASSIGN_OR_RETURN(int folded_pads, FoldPadIntoConv(*g));
+      if (folded_pads > 0) CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
+    }
+    bool channels_last = false;
     if (gpu_ == nullptr && flags_.cpu_channels_last) {
-      CJIT_ASSIGN_OR_RETURN(bool changed, AssignChannelsLastLayout(*g));
-      if (changed) {  // cancel the transpose pairs
+      CJIT_ASSIGN_OR_RETURN(channels_last, AssignChannelsLastLayout(*g));
+      if (channels_last) {  // cancel the transpose pairs
         CJIT_RETURN_IF_ERROR(RemoveNoOps(*g).status());
         CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
-        if (flags_.cpu_fuse_pointwise_depthwise) {
-          CJIT_ASSIGN_OR_RETURN(int fused, FusePointwiseDepthwise(*g));
-          if (fused > 0) CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
-        }
       }
+    }
+    if (gpu_ == nullptr && channels_last) {
+      // Again after the layout pass (which moves a tf2onnx model's Pad next to its channels-last Conv),
+      // before the pointwise-depthwise fusion (a Pad between the two would keep them apart).
+      CJIT_ASSIGN_OR_RETURN(int folded_pads, FoldPadIntoConv(*g));
+      if (folded_pads > 0) CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
+    }
+    if (channels_last && flags_.cpu_fuse_pointwise_depthwise) {
+      CJIT_ASSIGN_OR_RETURN(int fused, FusePointwiseDepthwise(*g));
+      if (fused > 0) CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
     }
     if (scope.active()) scope.args().Add("nodes_after", g->nodes().size());
   }

@@ -106,6 +106,58 @@ bool GroupNormIsTransparent(const Node& n) {
          x->shape.dims[1].value % groups == 0;
 }
 
+// The full pads (2r entries: begins, then ends, per axis) of ONNX Pad `n` over a rank-r tensor, from its
+// attribute (opset < 11) or its constant pads input with the optional constant axes (opset 18); false when
+// they are not constants.
+bool PadAmounts(const Node& n, int r, std::vector<int64_t>* pads) {
+  if (n.op_type != "Pad" || !n.domain.empty() || n.outputs.size() != 1 || n.inputs.empty() || n.input(0) == nullptr) {
+    return false;
+  }
+  if (n.HasAttr("pads")) {
+    *pads = n.GetInts("pads");
+    return static_cast<int>(pads->size()) == 2 * r;
+  }
+  const Value* p = n.inputs.size() > 1 ? n.input(1) : nullptr;
+  if (p == nullptr || !p->is_constant() || (p->dtype != DType::kI64 && p->dtype != DType::kI32)) return false;
+  const std::vector<int64_t> given = p->constant->ToInt64Vector();
+  std::vector<int64_t> axes;
+  const Value* a = n.inputs.size() > 3 ? n.input(3) : nullptr;
+  if (a != nullptr) {
+    if (!a->is_constant()) return false;
+    for (int64_t x : a->constant->ToInt64Vector()) {
+      if (x < -r || x >= r) return false;
+      axes.push_back(x < 0 ? x + r : x);
+    }
+  } else {
+    for (int i = 0; i < r; ++i) axes.push_back(i);
+  }
+  if (given.size() != 2 * axes.size()) return false;
+  pads->assign(2 * r, 0);
+  for (size_t k = 0; k < axes.size(); ++k) {
+    (*pads)[axes[k]] = given[k];
+    (*pads)[r + axes[k]] = given[axes.size() + k];
+  }
+  return true;
+}
+
+// Pad of a rank-r tensor with constant pads: every mode pads each axis on its own, so the same Pad of the
+// channels-last tensor with its pads permuted (the explicit Pad before a convolution of tf2onnx exports).
+bool PadIsTransparent(const Node& n, int r) {
+  std::vector<int64_t> pads;
+  return PadAmounts(n, r, &pads) && n.input(0)->shape.rank_known && n.input(0)->shape.rank() == r;
+}
+
+// An ONNX Transpose of a rank 4-5 tensor to channels-first (to_first) or to channels-last. Rank 3 is left out: [0, 2, 1] is both
+// directions, and a model's [N, L, C] <-> [N, C, L] is as often a sequence model's as a layout change.
+bool IsModelTranspose(const Node* t, bool to_first) {
+  if (t == nullptr || t->op_type != "Transpose" || !t->domain.empty() || t->inputs.size() != 1 || t->input(0) == nullptr ||
+      !t->input(0)->shape.rank_known) {
+    return false;
+  }
+  const int r = t->input(0)->shape.rank();
+  return r >= 4 && r <= 5 && t->GetInts("perm") == (to_first ? ToFirst(r) : ToLast(r));
+}
+
 Node* ToFirstProducer(const Value* v) {
   if (v == nullptr || v->producer == nullptr || v->producer->op_type != "Transpose" || !v->producer->domain.empty() ||
       !v->shape.rank_known || v->shape.rank() < 3) {
@@ -154,6 +206,9 @@ class Rewriter {
     Node* t = ToFirstProducer(v);
     return t != nullptr && created_to_first_.count(t) ? t : nullptr;
   }
+
+  // A model's own Transpose to channels-first, pushed down like the pass's (AdoptedTransposes).
+  void Adopt(Node* t) { created_to_first_.insert(t); }
 
   // Transpose(v) to channels-last, as a new node.
   Value* TransposeToLast(Value* v, const std::string& base) {
@@ -230,49 +285,98 @@ class Rewriter {
   std::unordered_set<const Node*> created_to_first_;
 };
 
-// Convs connected to another eligible Conv through layout-transparent ops (within a few hops, forward).
-std::unordered_set<const Node*> ConnectedConvs(const std::vector<Node*>& order) {
-  std::unordered_map<const Value*, std::vector<const Node*>> readers;
-  for (const Node* n : order) {
-    for (const Value* v : n->inputs) if (v) readers[v].push_back(n);
-  }
-  std::unordered_set<const Node*> connected;
-  for (const Node* c : order) {
-    if (!Eligible(*c)) continue;
-    std::deque<std::pair<const Value*, int>> queue{{c->outputs[0], 0}};
-    std::unordered_set<const Value*> seen;
-    while (!queue.empty()) {
-      auto [v, depth] = queue.front();
-      queue.pop_front();
-      if (!seen.insert(v).second) continue;
-      for (const Node* r : readers[v]) {
-        if (Eligible(*r) && r->input(0) == v) {
-          connected.insert(c);
-          connected.insert(r);
-          continue;
-        }
-        const bool group_norm = GroupNormIsTransparent(*r) && r->input(0) == v;
-        bool through = (IsUnaryTransparent(r->op_type) && r->input(0) == v) || IsBinaryTransparent(r->op_type) ||
-                       r->op_type == "Concat" || (r->op_type == "Resize" && r->input(0) == v) ||
-                       (r->op_type == "Split" && r->input(0) == v) || PoolIsTransparent(*r) || group_norm;
-        if (!through || (!r->domain.empty() && !group_norm) || depth >= 8) continue;
-        for (const Value* out : r->outputs) {
-          if (out) queue.push_back({out, depth + 1});
-          if (r->op_type != "Split") break;  // every output of a Split, the first of the others
-        }
+using Readers = std::unordered_map<const Value*, std::vector<const Node*>>;
+
+// What a walk forward from a channels-first value through layout-transparent ops (at most 8 hops) reaches:
+// eligible Convs reading a reached value as X, and whether a model's Transpose to channels-last reads one.
+struct Reach {
+  std::vector<const Node*> convs;
+  bool to_last = false;
+};
+
+Reach WalkTransparent(const Value* start, const Readers& readers) {
+  Reach reach;
+  std::deque<std::pair<const Value*, int>> queue{{start, 0}};
+  std::unordered_set<const Value*> seen;
+  while (!queue.empty()) {
+    auto [v, depth] = queue.front();
+    queue.pop_front();
+    if (!seen.insert(v).second) continue;
+    auto it = readers.find(v);
+    if (it == readers.end()) continue;
+    for (const Node* r : it->second) {
+      if (Eligible(*r) && r->input(0) == v) {
+        reach.convs.push_back(r);
+        continue;
+      }
+      if (IsModelTranspose(r, /*to_first=*/false)) {
+        reach.to_last = true;
+        continue;
+      }
+      const bool group_norm = GroupNormIsTransparent(*r) && r->input(0) == v;
+      const int rank = v->shape.rank_known ? v->shape.rank() : 0;
+      bool through = (IsUnaryTransparent(r->op_type) && r->input(0) == v) || IsBinaryTransparent(r->op_type) ||
+                     r->op_type == "Concat" || (r->op_type == "Resize" && r->input(0) == v) ||
+                     (r->op_type == "Split" && r->input(0) == v) || PoolIsTransparent(*r) || group_norm ||
+                     (r->input(0) == v && PadIsTransparent(*r, rank));
+      if (!through || (!r->domain.empty() && !group_norm) || depth >= 8) continue;
+      for (const Value* out : r->outputs) {
+        if (out) queue.push_back({out, depth + 1});
+        if (r->op_type != "Split") break;  // every output of a Split, the first of the others
       }
     }
   }
+  return reach;
+}
+
+Readers ReadersOf(const std::vector<Node*>& order) {
+  Readers readers;
+  for (const Node* n : order) {
+    for (const Value* v : n->inputs) if (v) readers[v].push_back(n);
+  }
+  return readers;
+}
+
+// The Convs to run channels-last: each eligible Conv connected to another through layout-transparent ops,
+// and each one between a model's own layout Transposes (an NHWC graph from tf2onnx / keras2onnx: the input
+// Transpose to channels-first before it, or a Transpose back to channels-last after it), whose transposes
+// then cancel against the pass's.
+std::unordered_set<const Node*> ConnectedConvs(const std::vector<Node*>& order, const Readers& readers) {
+  std::unordered_set<const Node*> connected;
+  for (const Node* c : order) {
+    if (!Eligible(*c)) continue;
+    const Reach reach = WalkTransparent(c->outputs[0], readers);
+    for (const Node* r : reach.convs) connected.insert(r);
+    if (!reach.convs.empty() || reach.to_last || IsModelTranspose(c->input(0)->producer, /*to_first=*/true)) {
+      connected.insert(c);
+    }
+  }
   return connected;
+}
+
+// The model's Transposes to channels-first (rank 4-5) whose result reaches, through layout-transparent
+// ops, a Transpose back to channels-last or a Conv: pushed down like the pass's own, they cancel there,
+// and the ops in between (pooling, Resize, Pad, elementwise) run on the channels-last tensor.
+std::vector<Node*> AdoptedTransposes(const std::vector<Node*>& order, const Readers& readers) {
+  std::vector<Node*> adopted;
+  for (Node* t : order) {
+    if (!IsModelTranspose(t, /*to_first=*/true) || t->outputs.size() != 1 || t->outputs[0] == nullptr) continue;
+    const Reach reach = WalkTransparent(t->outputs[0], readers);
+    if (reach.to_last || !reach.convs.empty()) adopted.push_back(t);
+  }
+  return adopted;
 }
 
 }  // namespace
 
 absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
   CJIT_ASSIGN_OR_RETURN(std::vector<Node*> order, g.TopologicalOrder());
-  std::unordered_set<const Node*> convs = ConnectedConvs(order);
-  if (convs.empty()) return false;
+  const Readers readers = ReadersOf(order);
+  std::unordered_set<const Node*> convs = ConnectedConvs(order, readers);
+  const std::vector<Node*> adopted = AdoptedTransposes(order, readers);
+  if (convs.empty() && adopted.empty()) return false;
   Rewriter rw(g);
+  for (Node* t : adopted) rw.Adopt(t);
   for (Node* c : order) {
     if (!convs.count(c)) continue;
     Value* x = c->inputs[0];
@@ -389,6 +493,28 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
       n->inputs[0] = t->inputs[0];
       int which = n->input(2) && n->input(2)->is_constant() && n->input(2)->constant->numel() == r ? 2 : 3;
       n->inputs[which] = rw.PermutedAxisVector(n->input(which), r, n->name);
+      rw.MoveOutputToChannelsLast(n);
+      ++moved;
+    } else if (PadIsTransparent(*n, r)) {
+      Node* t = rw.ToFirstProducerMade(n->input(0));
+      if (t == nullptr) continue;
+      std::vector<int64_t> pads;
+      PadAmounts(*n, r, &pads);
+      const std::vector<int64_t> perm = ToLast(r);
+      std::vector<int64_t> permuted(2 * r);
+      for (int i = 0; i < r; ++i) {
+        permuted[i] = pads[perm[i]];
+        permuted[r + i] = pads[r + perm[i]];
+      }
+      n->inputs[0] = t->inputs[0];
+      if (n->HasAttr("pads")) {
+        n->attrs["pads"] = Attribute::Ints(permuted);
+      } else {
+        Tensor p(DType::kI64, {2 * r});
+        std::copy(permuted.begin(), permuted.end(), p.data<int64_t>());
+        n->inputs[1] = g.AddConstant(rw.Fresh(n->name + "/pads_channels_last"), std::move(p));
+        if (n->inputs.size() > 3) n->inputs.resize(3);  // every axis now
+      }
       rw.MoveOutputToChannelsLast(n);
       ++moved;
     } else if (n->op_type == "Concat" && !n->inputs.empty()) {
@@ -543,6 +669,80 @@ absl::StatusOr<int> FusePointwiseDepthwise(Graph& g) {
   }
   CJIT_VLOG(1) << "FusePointwiseDepthwise: " << fused << " pointwise -> depthwise pairs fused";
   return fused;
+}
+
+namespace {
+
+// Whether the Pad feeding a convolution adds only zeros (constant mode, value absent or 0).
+bool PadsWithZeros(const Node& pad) {
+  if (pad.GetString("mode", "constant") != "constant") return false;
+  if (pad.HasAttr("value") && pad.GetFloat("value", 0) != 0.0f) return false;
+  const Value* c = pad.inputs.size() > 2 ? pad.input(2) : nullptr;
+  if (c == nullptr) return true;
+  if (!c->is_constant() || c->constant->numel() > 1) return false;
+  if (c->constant->numel() == 0) return true;
+  switch (c->constant->dtype()) {
+    case DType::kF32:
+      return c->constant->data<float>()[0] == 0.0f;
+    case DType::kF16:
+    case DType::kBF16:
+      return (c->constant->data<uint16_t>()[0] & 0x7FFF) == 0;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<int> FoldPadIntoConv(Graph& g) {
+  std::unordered_map<const Value*, int> reads;
+  for (const auto& n : g.nodes()) {
+    for (const Value* v : n->inputs) if (v) ++reads[v];
+    for (const Value* v : n->implicit_inputs) ++reads[v];
+  }
+  for (const Value* v : g.outputs()) reads[v] += 2;
+  std::vector<Node*> removed;
+  for (const auto& owned : g.nodes()) {
+    Node* conv = owned.get();
+    const bool nhwc = conv->op_type == "NhwcConv" && conv->domain == kInternalDomain;
+    if ((conv->op_type != "Conv" || !conv->domain.empty()) && !nhwc) continue;
+    if (conv->inputs.size() < 2 || conv->input(0) == nullptr || conv->input(1) == nullptr) continue;
+    Value* padded = conv->inputs[0];
+    Node* pad = padded->producer;
+    if (pad == nullptr || reads[padded] != 1 || !padded->shape.rank_known) continue;
+    const int r = padded->shape.rank();
+    std::vector<int64_t> pads;
+    if (r < 3 || !PadAmounts(*pad, r, &pads) || !PadsWithZeros(*pad)) continue;
+    const std::string auto_pad = conv->GetString("auto_pad", "NOTSET");
+    if (auto_pad != "NOTSET" && !auto_pad.empty()) continue;
+    const Value* w = conv->input(1);
+    if (!w->shape.fully_known() || w->shape.rank() != r) continue;
+    const int sp = r - 2, first = nhwc ? 1 : 2, channels = nhwc ? r - 1 : 1;
+    std::vector<int64_t> conv_pads = conv->GetInts("pads", std::vector<int64_t>(2 * sp, 0));
+    std::vector<int64_t> dilations = conv->GetInts("dilations", std::vector<int64_t>(sp, 1));
+    if (static_cast<int>(conv_pads.size()) != 2 * sp || static_cast<int>(dilations.size()) != sp) continue;
+    bool ok = pads[0] == 0 && pads[r] == 0 && pads[channels] == 0 && pads[r + channels] == 0;
+    std::vector<int64_t> merged = conv_pads;
+    for (int i = 0; i < sp && ok; ++i) {
+      const int64_t b = pads[first + i], e = pads[r + first + i];
+      // Non-negative, and every output position still overlaps the input (a window entirely in padding is
+      // outside what some convolution implementations take).
+      const int64_t extent = (w->shape.dims[2 + i].value - 1) * dilations[i];
+      ok &= b >= 0 && e >= 0 && conv_pads[i] + b <= extent && conv_pads[sp + i] + e <= extent;
+      merged[i] += b;
+      merged[sp + i] += e;
+    }
+    if (!ok) continue;
+    conv->attrs["pads"] = Attribute::Ints(merged);
+    conv->inputs[0] = pad->inputs[0];
+    removed.push_back(pad);
+  }
+  if (!removed.empty()) {
+    g.RemoveNodes(removed);
+    g.RemoveUnusedValues();
+  }
+  CJIT_VLOG(1) << "FoldPadIntoConv: " << removed.size() << " Pads folded into convolutions";
+  return static_cast<int>(removed.size());
 }
 
 }  // namespace cjit

@@ -53,6 +53,17 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& graph);
 // specialization (specialization_replay.h) makes the same graph. Returns the number of pairs fused.
 absl::StatusOr<int> FusePointwiseDepthwise(Graph& graph);
 
+// Folds a zero-filling Pad into the convolution that alone reads it (ONNX Runtime's PadFusion): Pad (mode
+// "constant", value absent or 0, constant pads, opset 2-18 forms) of the spatial axes only, non-negative,
+// read by exactly one Conv (ONNX, NCHW) or NhwcConv (channels-last) as X, whose auto_pad is NOTSET, becomes
+// that convolution's extra pads (begin and end added per spatial axis), as long as each side's total stays
+// within the dilated kernel's extent minus one (no output window entirely in padding). Exporters write
+// such Pads for TensorFlow's asymmetric "SAME" padding of strided convolutions (tf2onnx) and for explicit
+// ZeroPadding2D layers (keras2onnx); the convolution then reads the unpadded tensor instead of a padded
+// copy. The decision depends on structure and constants only. Run it before AssignChannelsLastLayout (NCHW
+// Pads) and after it (the Pads it moved next to an NhwcConv). Returns the number of Pads folded.
+absl::StatusOr<int> FoldPadIntoConv(Graph& graph);
+
 }  // namespace cjit
 
 #endif  // CJIT_COMPILER_PASSES_LAYOUT_H_
