@@ -631,7 +631,10 @@ TEST(ChannelsLastTest, PointwiseConvolutionsMatchFloat64OnEveryIsaVariant) {
   const std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> shapes = {
       {16, 64, 5, 7},   {24, 72, 5, 7},   {7, 13, 5, 7},   {32, 128, 5, 7},  {128, 96, 5, 7},  {3, 136, 5, 7},
       {128, 200, 5, 7}, {144, 24, 12, 12}, {192, 112, 5, 7}, {160, 160, 5, 7}, {200, 80, 12, 12}, {129, 13, 5, 7},
-      {1024, 192, 5, 7}, {256, 64, 12, 12}};
+      {1024, 192, 5, 7}, {256, 64, 12, 12},
+      // Channel counts whose last block overlaps the previous one (28 = 16 + 8 + 4, 42 = 2 x 16 + 8 + 2,
+      // 6 = 4 + 2) or is scalar (3), for the pointwise and the identity depthwise convolutions.
+      {24, 28, 5, 7},   {36, 42, 5, 7},    {32, 6, 5, 7},   {8, 3, 5, 7},     {28, 36, 5, 7}};
   unsigned seed = 70;
   for (const auto& [C, OC, H, W] : shapes) {
     const ConvSpec spec{C, OC, 1, 1, 0, 0};

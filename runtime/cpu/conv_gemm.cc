@@ -48,6 +48,31 @@ inline __attribute__((always_inline)) void ForChannelBlocks(int64_t C, F&& f) {
   for (; c < C; ++c) f(0.0f, c);
 }
 
+// As ForChannelBlocks for kernels whose channels are independent outputs written once from inputs they do
+// not overwrite (y != x): the last partial block is one more full vector ending at C, overlapping channels
+// already written (recomputed to the same values), instead of narrower vectors and single channels.
+// Narrower vectors (V8f, V4f, the same overlap) only where C is below the widest. Channel counts of 28, 36
+// or 42 (BlazeFace) left 4-12 channels to a scalar loop that cost as much as the other 24-32 channels.
+template <typename VW, typename F>
+inline __attribute__((always_inline)) void ForChannelBlocksOverlapping(int64_t C, F&& f) {
+  constexpr int64_t kW = sizeof(VW) / sizeof(float);
+  int64_t c = 0;
+  for (; c + kW <= C; c += kW) f(VW{}, c);
+  if (c == C) return;
+  if (C >= kW) return f(VW{}, C - kW);
+  if constexpr (kW > 8) {
+    for (; c + 8 <= C; c += 8) f(V8f{}, c);
+    if (c == C) return;
+    if (C >= 8) return f(V8f{}, C - 8);
+  }
+  if constexpr (kW > 4) {
+    for (; c + 4 <= C; c += 4) f(V4f{}, c);
+    if (c == C) return;
+    if (C >= 4) return f(V4f{}, C - 4);
+  }
+  for (; c < C; ++c) f(0.0f, c);
+}
+
 template <typename V>
 inline __attribute__((always_inline)) V LoadV(const float* p) {
   V v;
@@ -478,109 +503,158 @@ struct DwArgs : Window2d {
   int64_t x_row0;
 };
 
+// The interior tile of the depthwise loop: kDwPix output pixels (`step` floats apart) of one channel block,
+// every tap inside the input along W; rows kh in [0, kh_n) from `x` (tap (kh, 0) of pixel 0 at x + kh *
+// row_stride), weights from `w` (tap (kh, kw) at w + (kh * KW + kw) * C). acc[kDwPix] is read and written.
+// Out of line, one function per vector width (and ISA): inlined into DepthwiseBody with its other variants,
+// the inner loop ran out of general registers and reloaded its base pointer and stride from the stack for
+// each multiply-add (three loads per FMA; the loop ran at half the FMA rate).
+constexpr int kDwPix = 8;  // DwTileBody's loop is written for 8
+template <typename V, int KWT>
+inline __attribute__((always_inline)) void DwTileBody(const float* x, const float* w, int64_t kh_n, int64_t KW_,
+                                                      int64_t C, int64_t row_stride, int64_t tap_stride, int64_t step,
+                                                      V* acc_io) {
+  const int64_t KW = KWT ? KWT : KW_;
+  V acc[kDwPix];
+#pragma GCC unroll 8
+  for (int j = 0; j < kDwPix; ++j) acc[j] = acc_io[j];
+  // Pixel j at p0 + j * step for j < 4 and p4 + (j - 4) * step: base + index * {1, 2} and a 3 * step
+  // register, all x86 addressing modes, so the loop needs 5 general registers whatever the kernel size.
+  const int64_t s1 = step, s3 = 3 * step;
+  for (int64_t kh = 0; kh < kh_n; ++kh) {
+    const float* p0 = x + kh * row_stride;
+    const float* wr = w + kh * KW * C;
+    for (int64_t kw = 0; kw < KW; ++kw) {
+      const V wv = LoadV<V>(wr);
+      const float* p4 = p0 + 4 * s1;
+      acc[0] += LoadV<V>(p0) * wv;
+      acc[1] += LoadV<V>(p0 + s1) * wv;
+      acc[2] += LoadV<V>(p0 + 2 * s1) * wv;
+      acc[3] += LoadV<V>(p0 + s3) * wv;
+      acc[4] += LoadV<V>(p4) * wv;
+      acc[5] += LoadV<V>(p4 + s1) * wv;
+      acc[6] += LoadV<V>(p4 + 2 * s1) * wv;
+      acc[7] += LoadV<V>(p4 + s3) * wv;
+      wr += C;
+      p0 += tap_stride;
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < kDwPix; ++j) acc_io[j] = acc[j];
+}
+#define CJIT_DW_TILE(NAME, ATTR, V)                                                                            \
+  ATTR __attribute__((noinline)) void NAME(const float* x, const float* w, int64_t kh_n, int64_t KW, int64_t C, \
+                                           int64_t row_stride, int64_t tap_stride, int64_t step, V* acc) {     \
+    switch (KW) {                                                                                              \
+      case 3: return DwTileBody<V, 3>(x, w, kh_n, KW, C, row_stride, tap_stride, step, acc);                   \
+      case 5: return DwTileBody<V, 5>(x, w, kh_n, KW, C, row_stride, tap_stride, step, acc);                   \
+      case 7: return DwTileBody<V, 7>(x, w, kh_n, KW, C, row_stride, tap_stride, step, acc);                   \
+      default: return DwTileBody<V, 0>(x, w, kh_n, KW, C, row_stride, tap_stride, step, acc);                  \
+    }                                                                                                          \
+  }
+CJIT_DW_TILE(DwTile16, __attribute__((target("avx512f,fma"))), V16f)
+CJIT_DW_TILE(DwTile8, __attribute__((target("avx2,fma"))), V8f)
+CJIT_DW_TILE(DwTile4, , V4f)
+#undef CJIT_DW_TILE
+// The tile function for vector type V (only called from code of an ISA that has V's width).
+template <typename V>
+inline __attribute__((always_inline)) void DwTile(const float* x, const float* w, int64_t kh_n, int64_t KW, int64_t C,
+                                                  int64_t row_stride, int64_t tap_stride, int64_t step, V* acc) {
+  if constexpr (std::is_same_v<V, V16f>) DwTile16(x, w, kh_n, KW, C, row_stride, tap_stride, step, acc);
+  else if constexpr (std::is_same_v<V, V8f>) DwTile8(x, w, kh_n, KW, C, row_stride, tap_stride, step, acc);
+  else DwTile4(x, w, kh_n, KW, C, row_stride, tap_stride, step, acc);
+}
+
 // Rows [row_begin, row_end) of N * OH output rows. KHT/KWT: the kernel size when known at compile time
-// (the tap loops unroll), else 0. Output pixels whose whole window lies inside the input run four at a
-// time (four independent accumulators per channel block); the others check every tap. Channels are the
-// innermost loop, so each tap reads contiguous memory (NHWC), in blocks of 16, then 8, then single
-// channels (the channel counts of mobile networks are multiples of 8).
+// (the tap loops unroll), else 0. One channel block (a vector of channels, ForChannelBlocksOverlapping) at
+// a time over all the rows: the KH input rows a row of outputs reads then stay in L1 for the next rows
+// (all channels of five 64 x 32 rows are 40 KiB, more than a 32 KiB L1: each multiply-add waited on L2,
+// 0.5 per cycle; one 16-channel block's are 20 KiB). Output pixels run kDwPix at a time (DwTile: kDwPix
+// independent accumulators). Interior groups (every tap inside the input along W) read the input in
+// place; border groups (the first and last pixels of a row, and a last partial group) read a zero-padded
+// copy of the kh_n x span window of the block's channels they cover, so they run the same tile (with one
+// accumulator per pixel and a check per tap, a 64-wide 5x5 convolution spent as long on its 8 border
+// pixels as on the other 56). Single channels only where C < 4.
 template <typename VW, int KHT, int KWT>
 inline __attribute__((always_inline)) void DepthwiseBody(const DwArgs& a, int64_t row_begin, int64_t row_end) {
   const int64_t KH = KHT ? KHT : a.KH, KW = KWT ? KWT : a.KW, C = a.C;
   const std::vector<PostOp>* ops = a.ops && !a.ops->empty() ? a.ops : nullptr;
+  constexpr int kPix = kDwPix;
   // Interior output columns: ow * sw - pw >= 0 and ow * sw - pw + (KW - 1) * dw <= W - 1.
   int64_t ow_lo = (a.pw + a.sw - 1) / a.sw;
   int64_t last = a.W - 1 + a.pw - (KW - 1) * a.dw;
   int64_t ow_hi = last < 0 ? 0 : std::min(a.OW, last / a.sw + 1);
   if (ow_lo > ow_hi) ow_lo = ow_hi;
-  const int64_t step = a.sw * C;
-  for (int64_t row = row_begin; row < row_end; ++row) {
-    int64_t n = row / a.OH, oh = row % a.OH;
-    const float* xn = a.x + n * a.H * a.W * C;
-    float* yr = a.y + row * a.OW * C;
-    int64_t ih0 = oh * a.sh - a.ph;
-    // One output pixel, channels [c0, c0 + lanes), every tap checked.
-    auto one = [&](auto vtag, int64_t ow, int64_t c0) __attribute__((always_inline)) {
-      using V = decltype(vtag);
-      V acc = {};
-      if (a.bias) acc = LoadV<V>(a.bias + c0);
-      int64_t iw0 = ow * a.sw - a.pw;
-      for (int64_t kh = 0; kh < KH; ++kh) {
-        int64_t ih = ih0 + kh * a.dh;
-        if (static_cast<uint64_t>(ih) >= static_cast<uint64_t>(a.H)) continue;
-        const float* xr = xn + (ih - a.x_row0) * a.W * C + c0;
-        const float* wr = a.w + kh * KW * C + c0;
-        for (int64_t kw = 0; kw < KW; ++kw) {
-          int64_t iw = iw0 + kw * a.dw;
-          if (static_cast<uint64_t>(iw) >= static_cast<uint64_t>(a.W)) continue;
-          acc += LoadV<V>(xr + iw * C) * LoadV<V>(wr + kw * C);
-        }
-      }
-      StoreV(yr + ow * C + c0, ApplyOpsVec(acc, ops, c0));
-    };
-    // kPix interior output pixels ow..ow+kPix-1, channels [c0, c0 + lanes): kPix independent
-    // accumulators.
-    constexpr int kPix = 4;
-    auto multi = [&](auto vtag, int64_t ow, int64_t c0) __attribute__((always_inline)) {
-      using V = decltype(vtag);
-      V b = {};
-      if (a.bias) b = LoadV<V>(a.bias + c0);
-      V acc[kPix];
-#pragma GCC unroll 8
-      for (int j = 0; j < kPix; ++j) acc[j] = b;
-      int64_t iw0 = ow * a.sw - a.pw;
-      for (int64_t kh = 0; kh < KH; ++kh) {
-        int64_t ih = ih0 + kh * a.dh;
-        if (static_cast<uint64_t>(ih) >= static_cast<uint64_t>(a.H)) continue;
-        const float* xr = xn + ((ih - a.x_row0) * a.W + iw0) * C + c0;
-        const float* wr = a.w + kh * KW * C + c0;
-        for (int64_t kw = 0; kw < KW; ++kw) {
-          V wv = LoadV<V>(wr + kw * C);
-          const float* xp = xr + kw * a.dw * C;
-#pragma GCC unroll 8
-          for (int j = 0; j < kPix; ++j) acc[j] += LoadV<V>(xp + j * step) * wv;
-        }
-      }
-      float* yp = yr + ow * C + c0;
-      ApplyOpsTile<kPix>(acc, ops, [c0](int) { return c0; });
-#pragma GCC unroll 8
-      for (int j = 0; j < kPix; ++j) StoreV(yp + j * C, acc[j]);
-    };
-    auto scalar = [&](int64_t ow, int64_t c) __attribute__((always_inline)) {
-      float acc = a.bias ? a.bias[c] : 0.0f;
-      int64_t iw0 = ow * a.sw - a.pw;
-      for (int64_t kh = 0; kh < KH; ++kh) {
-        int64_t ih = ih0 + kh * a.dh;
-        if (static_cast<uint64_t>(ih) >= static_cast<uint64_t>(a.H)) continue;
-        for (int64_t kw = 0; kw < KW; ++kw) {
-          int64_t iw = iw0 + kw * a.dw;
-          if (static_cast<uint64_t>(iw) >= static_cast<uint64_t>(a.W)) continue;
-          acc += xn[((ih - a.x_row0) * a.W + iw) * C + c] * a.w[(kh * KW + kw) * C + c];
-        }
-      }
-      if (ops) {
-        for (const PostOp& op : *ops) acc = ScalarOp(op, acc, c);
-      }
-      yr[ow * C + c] = acc;
-    };
-    auto pixel = [&](int64_t ow) __attribute__((always_inline)) {
-      ForChannelBlocks<VW>(C, [&](auto vtag, int64_t c0) __attribute__((always_inline)) {
-        if constexpr (std::is_same_v<decltype(vtag), float>) scalar(ow, c0);
-        else one(vtag, ow, c0);
-      });
-    };
-    int64_t ow = 0;
-    for (; ow < ow_lo; ++ow) pixel(ow);
-    for (; ow + kPix <= ow_hi; ow += kPix) {
-      ForChannelBlocks<VW>(C, [&](auto vtag, int64_t c0) __attribute__((always_inline)) {
-        if constexpr (std::is_same_v<decltype(vtag), float>) {
-          for (int64_t k = 0; k < kPix; ++k) scalar(ow + k, c0);
+  // The input columns a group of kPix pixels covers, and the padded window for border groups.
+  const int64_t span = (kPix - 1) * a.sw + (KW - 1) * a.dw + 1;
+  constexpr int64_t kMaxLanes = sizeof(VW) / sizeof(float);
+  std::vector<float> window(static_cast<size_t>(KH * span * kMaxLanes));
+  ForChannelBlocksOverlapping<VW>(C, [&](auto vtag, int64_t c0) __attribute__((always_inline)) {
+    using V = decltype(vtag);
+    constexpr int64_t lanes = std::is_same_v<V, float> ? 1 : sizeof(V) / sizeof(float);
+    for (int64_t row = row_begin; row < row_end; ++row) {
+      const int64_t n = row / a.OH, oh = row % a.OH;
+      const float* xn = a.x + n * a.H * a.W * C;
+      float* yr = a.y + row * a.OW * C;
+      const int64_t ih0 = oh * a.sh - a.ph;
+      // The rows of the window inside the input: kh in [kh_lo, kh_hi).
+      int64_t kh_lo = 0, kh_hi = KH;
+      while (kh_lo < KH && ih0 + kh_lo * a.dh < 0) ++kh_lo;
+      while (kh_hi > kh_lo && ih0 + (kh_hi - 1) * a.dh >= a.H) --kh_hi;
+      const int64_t kh_n = kh_hi - kh_lo;
+      // np (<= kPix) pixels from ow; `x0` holds tap (kh_lo, 0) of pixel ow at the block's first channel,
+      // columns `ld` floats apart, kh rows row_stride apart.
+      auto group = [&](int64_t ow, int np, const float* x0, int64_t ld, int64_t row_stride) __attribute__((always_inline)) {
+        if constexpr (std::is_same_v<V, float>) {
+          for (int j = 0; j < np; ++j) {
+            float acc = a.bias ? a.bias[c0] : 0.0f;
+            for (int64_t kh = 0; kh < kh_n; ++kh)
+              for (int64_t kw = 0; kw < KW; ++kw)
+                acc += x0[kh * row_stride + (j * a.sw + kw * a.dw) * ld] * a.w[((kh_lo + kh) * KW + kw) * C + c0];
+            if (ops) {
+              for (const PostOp& op : *ops) acc = ScalarOp(op, acc, c0);
+            }
+            yr[(ow + j) * C + c0] = acc;
+          }
         } else {
-          multi(vtag, ow, c0);
+          V b = {};
+          if (a.bias) b = LoadV<V>(a.bias + c0);
+          V acc[kPix];
+#pragma GCC unroll 8
+          for (int j = 0; j < kPix; ++j) acc[j] = b;
+          if (kh_n > 0) {
+            DwTile<V>(x0, a.w + kh_lo * KW * C + c0, kh_n, KW, C, row_stride, a.dw * ld, a.sw * ld, acc);
+          }
+          ApplyOpsTile<kPix>(acc, ops, [c0](int) { return c0; });
+          float* yp = yr + ow * C + c0;
+          if (np == kPix) {
+#pragma GCC unroll 8
+            for (int j = 0; j < kPix; ++j) StoreV(yp + j * C, acc[j]);
+          } else {
+            for (int j = 0; j < np; ++j) StoreV(yp + j * C, acc[j]);
+          }
         }
-      });
+      };
+      // A border group: the block's channels of window columns [iw0, iw0 + span), zeros outside [0, W).
+      auto border = [&](int64_t ow, int np) __attribute__((always_inline)) {
+        const int64_t iw0 = ow * a.sw - a.pw;
+        const int64_t lo = std::clamp<int64_t>(-iw0, 0, span), hi = std::clamp<int64_t>(a.W - iw0, lo, span);
+        for (int64_t kh = 0; kh < kh_n; ++kh) {
+          float* dst = window.data() + kh * span * lanes;
+          const float* src = xn + ((ih0 + (kh_lo + kh) * a.dh - a.x_row0) * a.W + iw0) * C + c0;
+          std::fill(dst, dst + lo * lanes, 0.0f);
+          for (int64_t q = lo; q < hi; ++q) std::memcpy(dst + q * lanes, src + q * C, lanes * sizeof(float));
+          std::fill(dst + hi * lanes, dst + span * lanes, 0.0f);
+        }
+        group(ow, np, window.data(), lanes, span * lanes);
+      };
+      int64_t ow = 0;
+      for (; ow < ow_lo; ow += kPix) border(ow, static_cast<int>(std::min<int64_t>(kPix, a.OW - ow)));
+      const float* row0 = xn + (ih0 + kh_lo * a.dh - a.x_row0) * a.W * C + c0;
+      for (; ow + kPix <= ow_hi; ow += kPix) group(ow, kPix, row0 + (ow * a.sw - a.pw) * C, C, a.dh * a.W * C);
+      for (; ow < a.OW; ow += kPix) border(ow, static_cast<int>(std::min<int64_t>(kPix, a.OW - ow)));
     }
-    for (; ow < a.OW; ++ow) pixel(ow);
-  }
+  });
 }
 
 #define CJIT_DEPTHWISE_DISPATCH(VW)                                              \
@@ -727,7 +801,7 @@ inline __attribute__((always_inline)) void FewChannelBody(const FcArgs& a, int64
     if (o_wide == OC) continue;
     for (int64_t ow = 0; ow < a.OW; ow += 4) {
       const int np = static_cast<int>(std::min<int64_t>(4, a.OW - ow));
-      ForChannelBlocks<VW>(OC - o_wide, [&](auto vtag, int64_t o_rel) __attribute__((always_inline)) {
+      ForChannelBlocksOverlapping<VW>(OC - o_wide, [&](auto vtag, int64_t o_rel) __attribute__((always_inline)) {
         const int64_t o0 = o_wide + o_rel;
         using V = decltype(vtag);
         V acc[4];
@@ -873,11 +947,29 @@ inline __attribute__((always_inline)) void SmallKPointwiseBody(const float* x, c
     }
   }
   if constexpr (L > 8) {
-    for (; n0 + 8 <= OC; n0 += 8) {
+    for (; n0 + 8 <= OC && OC < L; n0 += 8) {
       for (int64_t m = 0; m < M; m += 2 * P) {
         SmallKTile<V8f, 2 * P, 1>(x + m * ldx, ldx, C, w + n0, OC, OC, bias, ops, y + m * OC, n0,
                                   static_cast<int>(std::min<int64_t>(2 * P, M - m)));
       }
+    }
+  }
+  // The last partial block as one more vector ending at OC (ForChannelBlocksOverlapping): the full width
+  // where OC allows, else 8 lanes.
+  if (n0 < OC && OC >= L) {
+    for (int64_t m = 0; m < M; m += 2 * P) {
+      SmallKTile<VW, 2 * P, 1>(x + m * ldx, ldx, C, w + OC - L, OC, OC, bias, ops, y + m * OC, OC - L,
+                               static_cast<int>(std::min<int64_t>(2 * P, M - m)));
+    }
+    n0 = OC;
+  }
+  if constexpr (L > 8) {
+    if (n0 < OC && OC >= 8) {
+      for (int64_t m = 0; m < M; m += 2 * P) {
+        SmallKTile<V8f, 2 * P, 1>(x + m * ldx, ldx, C, w + OC - 8, OC, OC, bias, ops, y + m * OC, OC - 8,
+                                  static_cast<int>(std::min<int64_t>(2 * P, M - m)));
+      }
+      n0 = OC;
     }
   }
   for (; n0 < OC; ++n0) {
