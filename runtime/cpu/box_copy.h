@@ -34,6 +34,12 @@ void BoxCopy(const void* src, void* dst, size_t elem_bytes, const std::vector<st
 // "wrap" -> modulo n. n == 0 fills every index.
 std::vector<int64_t> PadMap(int64_t out, int64_t begin, int64_t n, int64_t stride, const char* mode);
 
+// y[b][j][i] = x[b][i][j] for x [batch, rows, cols] of `elem_bytes` (1, 2, 4 or 8) elements: the layout
+// change between channels-first and channels-last ([C, spatial] <-> [spatial, C] per image), in 16 x 16
+// register tiles (AVX-512) or 8 x 8 (AVX2) for 4-byte elements. x and y must not overlap.
+void BatchedTranspose(const void* x, void* y, size_t elem_bytes, int64_t batch, int64_t rows, int64_t cols,
+                      int threads);
+
 }  // namespace cjit
 
 #endif  // CJIT_RUNTIME_CPU_BOX_COPY_H_
