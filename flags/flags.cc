@@ -142,7 +142,8 @@ const std::vector<FlagDef>& Table() {
          return absl::OkStatus();
        }},
       {{"min_cluster_size", "int", "4",
-        "Minimum number of ops in a cluster (Identity and Constant count 0).", {}},
+        "Minimum number of ops in a cluster (Identity and Constant count 0); a convolution or matrix product "
+        "with at least one other op is always a cluster (its epilogue).", {}},
        IntFlag(&Flags::min_cluster_size, "min_cluster_size", 1, 1 << 30)},
       {{"max_cluster_size", "int", "unbounded", "Maximum number of ops in a cluster.", {}},
        IntFlag(&Flags::max_cluster_size, "max_cluster_size", 1, 1 << 30)},
