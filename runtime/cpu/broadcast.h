@@ -4,6 +4,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -65,8 +66,14 @@ void ForEachBroadcastRow(const Dims& out, const std::array<const Dims*, N>& ins,
   int64_t inner = dims.back();
   std::array<int64_t, N> inner_stride = strides.back();
   int64_t rows = total / inner;
-  int nt = (total >= 32768 && rows > 1) ? threads : 1;
-  auto one_row = [&](int64_t row_i) {
+  int nt = total >= 32768 ? threads : 1;
+  // Fewer rows than a few per thread (same-shape operands collapse to one row): each row in pieces, so
+  // the threads share it (a same-shape Pow of 800k values ran on one thread of two).
+  const int64_t pieces = nt > 1 && rows < 4 * nt ? std::max<int64_t>(1, std::min<int64_t>(4 * nt, inner / 4096)) : 1;
+  if (rows * pieces <= 1) nt = 1;
+  auto one_piece = [&](int64_t w) {
+    const int64_t row_i = w / pieces, p = w % pieces;
+    const int64_t begin = inner * p / pieces, end = inner * (p + 1) / pieces;
     std::array<int64_t, N> offs{};
     int64_t rem = row_i;
     for (int d = nd - 2; d >= 0; --d) {
@@ -74,16 +81,18 @@ void ForEachBroadcastRow(const Dims& out, const std::array<const Dims*, N>& ins,
       rem /= dims[d];
       for (size_t k = 0; k < N; ++k) offs[k] += idx * strides[d][k];
     }
-    row(offs, row_i * inner, inner, inner_stride);
+    for (size_t k = 0; k < N; ++k) offs[k] += begin * inner_stride[k];
+    row(offs, row_i * inner + begin, end - begin, inner_stride);
   };
+  const int64_t work = rows * pieces;
   if (nt <= 1) {
     // No parallel region at all: an `if(false)` one still sets up an OpenMP team (~1-3 us, as much as
     // the math on a small tensor).
-    for (int64_t row_i = 0; row_i < rows; ++row_i) one_row(row_i);
+    for (int64_t w = 0; w < work; ++w) one_piece(w);
     return;
   }
 #pragma omp parallel for num_threads(nt) schedule(static)
-  for (int64_t row_i = 0; row_i < rows; ++row_i) one_row(row_i);
+  for (int64_t w = 0; w < work; ++w) one_piece(w);
 }
 
 }  // namespace cjit

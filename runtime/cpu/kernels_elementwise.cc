@@ -328,6 +328,10 @@ void RegisterUnary() {
     return std::vector<PostOp>{MakePostOp(PostOp::Kind::kLinear, n.GetFloat("alpha", 0.2f), n.GetFloat("beta", 0.5f)),
                                MakePostOp(PostOp::Kind::kClip, 0.0f, 1.0f)};
   });
+  // softplus(x) = log(1 + e^x) = max(x, 0) + log1p(e^-|x|) (no overflow), in float32 through Eigen's
+  // vectorized exp and log1p: the generic kernel's scalar double path took 15.6 ms for 800k values (ORT
+  // 10.2). NaN stays NaN; +inf -> +inf, -inf -> 0.
+  EigenUnaryF32("Softplus", [](const auto& in, auto& out) { out = in.max(0.0f) + (-in.abs()).exp().log1p(); });
   EigenUnaryF32("Abs", [](const auto& in, auto& out) { out = in.abs(); });
   EigenUnaryF32("Neg", [](const auto& in, auto& out) { out = -in; });
   EigenUnaryF32("Reciprocal", [](const auto& in, auto& out) { out = in.inverse(); });
@@ -469,6 +473,13 @@ absl::Status Arith(KernelContext& ctx, const std::string& op) {
     });
   }
   if (a.dtype() != b.dtype()) return ctx.Error("inputs have different dtypes");
+  BinaryArithmetic code;
+  if (a.dtype() == DType::kF32 && ParseBinaryArithmetic(op, &code)) {
+    // The rows compiled for AVX-512 / AVX2 (BinaryArithmeticF32, the compiled clusters' library step):
+    // Max of two 800k-value tensors took 0.84 ms element by element, ORT 0.58.
+    BinaryArithmeticF32(code, a, b, out, ctx.threads);
+    return absl::OkStatus();
+  }
   bool fmod = ctx.node->GetInt("fmod", 0) != 0;
   std::atomic<bool> int_div_by_zero{false};
   absl::Status st = DispatchNumeric(a.dtype(), [&](auto t) {
