@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/ir/cpu_isa.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/ir/text.h"
 #include "compiler/ir/verifier.h"
@@ -381,6 +382,82 @@ std::vector<double> ReferenceConv(const std::vector<double>& x, const std::vecto
         y[(o * H + h) * W + v] = acc;
       }
   return y;
+}
+
+// An isolated NCHW convolution (no other convolution: the layout pass leaves it NCHW) of X [1, C, H, W]
+// with any stride / dilation / pads / group and a Relu after it, in float64.
+struct NchwConvCase {
+  int64_t C, OC, H, W, KH, KW, sh, sw, dh, dw, pt, pl, pb, pr, group;
+};
+std::vector<double> ReferenceNchwConv(const NchwConvCase& c, const std::vector<float>& x, const std::vector<float>& w,
+                                      const std::vector<float>& b, int64_t OH, int64_t OW) {
+  std::vector<double> y;
+  const int64_t cpg = c.C / c.group, opg = c.OC / c.group;
+  for (int64_t o = 0; o < c.OC; ++o)
+    for (int64_t oh = 0; oh < OH; ++oh)
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        double acc = b[o];
+        for (int64_t i = 0; i < cpg; ++i)
+          for (int64_t kh = 0; kh < c.KH; ++kh)
+            for (int64_t kw = 0; kw < c.KW; ++kw) {
+              const int64_t ih = oh * c.sh - c.pt + kh * c.dh, iw = ow * c.sw - c.pl + kw * c.dw;
+              if (ih < 0 || ih >= c.H || iw < 0 || iw >= c.W) continue;
+              acc += double(x[((o / opg * cpg + i) * c.H + ih) * c.W + iw]) * w[((o * cpg + i) * c.KH + kh) * c.KW + kw];
+            }
+        y.push_back(std::max(acc, 0.0));
+      }
+  return y;
+}
+
+// The NCHW depthwise loop (TryNchwDepthwiseConv: strides >= 2) and image stems through the channels-last
+// direct loop with transposes around it (<= 4 input channels), op by op and compiled (Relu as a post-op),
+// at every --max_cpu_isa cap.
+TEST(IsolatedNchwConvTest, DepthwiseStridedAndStemsMatchFloat64) {
+  const std::vector<NchwConvCase> cases = {
+      {19, 19, 13, 17, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 19},  // depthwise 3x3 / 2
+      {6, 6, 14, 15, 5, 5, 2, 3, 1, 1, 2, 1, 1, 2, 6},     // depthwise 5x5, strides 2 x 3, asymmetric pads
+      {5, 5, 16, 16, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 5},     // depthwise dilated
+      {3, 8, 23, 21, 7, 7, 2, 2, 1, 1, 3, 3, 3, 3, 1},     // 7x7 / 2 stem
+      {1, 5, 9, 11, 3, 3, 1, 1, 1, 1, 1, 0, 0, 1, 1},      // one channel
+      {4, 20, 12, 10, 3, 3, 2, 1, 1, 1, 1, 1, 1, 1, 1},    // four channels, 20 outputs (a partial vector)
+  };
+  unsigned seed = 90;
+  for (const NchwConvCase& c : cases) {
+    testing::ModelBuilder m(14);
+    m.Input("x", onnx::TensorProto::FLOAT, {1, c.C, c.H, c.W}).Output("y");
+    const std::vector<float> w = testing::RandomFloats(static_cast<size_t>(c.OC * (c.C / c.group) * c.KH * c.KW), seed++);
+    const std::vector<float> b = testing::RandomFloats(static_cast<size_t>(c.OC), seed++);
+    m.InitFloats("w", {c.OC, c.C / c.group, c.KH, c.KW}, w);
+    m.InitFloats("b", {c.OC}, b);
+    auto* conv = m.Node("Conv", {"x", "w", "b"}, {"c"});
+    testing::ModelBuilder::AttrInts(conv, "kernel_shape", {c.KH, c.KW});
+    testing::ModelBuilder::AttrInts(conv, "strides", {c.sh, c.sw});
+    testing::ModelBuilder::AttrInts(conv, "dilations", {c.dh, c.dw});
+    testing::ModelBuilder::AttrInts(conv, "pads", {c.pt, c.pl, c.pb, c.pr});
+    testing::ModelBuilder::AttrInt(conv, "group", c.group);
+    m.Node("Relu", {"c"}, {"y"});
+    const int64_t OH = (c.H + c.pt + c.pb - ((c.KH - 1) * c.dh + 1)) / c.sh + 1;
+    const int64_t OW = (c.W + c.pl + c.pr - ((c.KW - 1) * c.dw + 1)) / c.sw + 1;
+    Tensor x(DType::kF32, {1, c.C, c.H, c.W});
+    const std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), seed++);
+    std::copy(xv.begin(), xv.end(), x.data<float>());
+    const std::vector<double> want = ReferenceNchwConv(c, xv, w, b, OH, OW);
+    const std::string bytes = m.Bytes();
+    const CpuIsa previous = MaxCpuIsa();
+    for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAll}) {
+      SetMaxCpuIsa(isa);
+      for (const char* mode : kOpByOpAndCompiled) {
+        auto got = RunModelBytes(bytes, absl::StrCat("--device=cpu --intra_op_threads=2 --autotune_level=0 ", mode), x);
+        ASSERT_TRUE(got.ok()) << got.status();
+        ASSERT_EQ(got->numel(), static_cast<int64_t>(want.size()));
+        for (int64_t i = 0; i < got->numel(); ++i) {
+          ASSERT_NEAR(got->data<float>()[i], want[i], 1e-5 * (1 + std::abs(want[i])))
+              << "C=" << c.C << " OC=" << c.OC << " " << CpuIsaName(isa) << " " << mode << " element " << i;
+        }
+      }
+    }
+    SetMaxCpuIsa(previous);
+  }
 }
 
 // Adds Conv(in -> out) of `c` with random weights and bias (returned) to `m`.

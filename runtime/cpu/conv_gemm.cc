@@ -1724,6 +1724,96 @@ constexpr int64_t kIm2colInPlaceMinRun = 32;
 // Multiply-adds from which a channels-last im2col product of few chunks is split over the threads.
 constexpr double kIm2colSplitMinMacs = kMinParallelWork;
 
+namespace {
+
+// Depthwise convolution on NCHW planes: per output row, one pass per tap over the row's interior columns
+// (those whose tap lies inside the input row), vectorized along W (stride SW at compile time for 1 and 2,
+// 0: any); columns whose tap falls in the padding add nothing. The output row stays in L1 across taps.
+struct DwPlaneArgs {
+  const float* x;
+  const float* w;     // [C, KH, KW]
+  const float* bias;  // [C] or null
+  float* y;
+  int64_t C, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw;
+};
+template <int SW>
+inline __attribute__((always_inline)) void DwPlaneBody(const DwPlaneArgs& a, int64_t p0, int64_t p1) {
+  const int64_t sw = SW ? SW : a.sw;
+  for (int64_t p = p0; p < p1; ++p) {  // plane = n * C + c
+    const int64_t c = p % a.C;
+    const float* xp = a.x + p * a.H * a.W;
+    float* yp = a.y + p * a.OH * a.OW;
+    const float* wc = a.w + c * a.KH * a.KW;
+    const float b = a.bias ? a.bias[c] : 0.0f;
+    for (int64_t oh = 0; oh < a.OH; ++oh) {
+      float* __restrict yr = yp + oh * a.OW;
+      for (int64_t ow = 0; ow < a.OW; ++ow) yr[ow] = b;
+      for (int64_t kh = 0; kh < a.KH; ++kh) {
+        const int64_t ih = oh * a.sh - a.ph + kh * a.dh;
+        if (ih < 0 || ih >= a.H) continue;
+        const float* __restrict xr = xp + ih * a.W;
+        for (int64_t kw = 0; kw < a.KW; ++kw) {
+          const float wv = wc[kh * a.KW + kw];
+          const int64_t off = kw * a.dw - a.pw;  // iw = ow * sw + off
+          // ow in [lo, hi): 0 <= ow * sw + off < W
+          const int64_t lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
+          const int64_t hi = std::min(a.OW, off >= a.W ? 0 : (a.W - 1 - off) / sw + 1);
+          const float* __restrict xo = xr + off;
+#pragma omp simd
+          for (int64_t ow = lo; ow < hi; ++ow) yr[ow] += wv * xo[ow * sw];
+        }
+      }
+    }
+  }
+}
+#define CJIT_DW_PLANE(NAME, ATTR)                                                \
+  ATTR void NAME(const DwPlaneArgs& a, int64_t p0, int64_t p1) {                 \
+    if (a.sw == 1) return DwPlaneBody<1>(a, p0, p1);                             \
+    if (a.sw == 2) return DwPlaneBody<2>(a, p0, p1);                             \
+    DwPlaneBody<0>(a, p0, p1);                                                   \
+  }
+#if defined(__x86_64__)
+CJIT_DW_PLANE(DwPlaneAvx512, __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,fma"))))
+CJIT_DW_PLANE(DwPlaneAvx2, __attribute__((target("avx2,fma"))))
+#endif
+CJIT_DW_PLANE(DwPlaneBase, )
+#undef CJIT_DW_PLANE
+
+}  // namespace
+
+absl::StatusOr<bool> TryNchwDepthwiseConv(KernelContext& ctx, const WindowGeometry& g, int64_t group, Tensor& y) {
+  const Tensor& x = ctx.in(0);
+  const Tensor& w = ctx.in(1);
+  if (x.dtype() != DType::kF32 || w.dtype() != DType::kF32 || y.dtype() != DType::kF32) return false;
+  const size_t nsp = g.kernel.size();
+  if ((nsp != 1 && nsp != 2) || x.rank() != static_cast<int>(nsp) + 2 || y.rank() != x.rank()) return false;
+  const int64_t C = x.dim(1);
+  if (group != C || y.dim(1) != C || w.rank() != x.rank() || w.dim(0) != C || w.dim(1) != 1 || x.dim(0) != y.dim(0)) {
+    return false;
+  }
+  if (ctx.has(2) && (ctx.in(2).dtype() != DType::kF32 || ctx.in(2).numel() != C)) return false;
+  const Window2d win = ToWindow2d(g);
+  DwPlaneArgs a{};
+  a.x = x.data<float>(), a.w = w.data<float>(), a.bias = ctx.has(2) ? ctx.in(2).data<float>() : nullptr;
+  a.y = y.data<float>();
+  a.C = C;
+  std::tie(a.H, a.W) = SpatialHW(x, false);
+  std::tie(a.OH, a.OW) = SpatialHW(y, false);
+  a.KH = win.KH, a.KW = win.KW, a.sh = win.sh, a.sw = win.sw, a.ph = win.ph, a.pw = win.pw, a.dh = win.dh, a.dw = win.dw;
+  if (w.numel() != C * a.KH * a.KW) return false;
+  const int64_t planes = x.dim(0) * C;
+  const int nt = ThreadsForWork(static_cast<int>(std::min<int64_t>(ctx.threads, planes)),
+                                static_cast<double>(y.numel()) * a.KH * a.KW);
+#if defined(__x86_64__)
+  auto fn = CpuHasAvx512() ? &DwPlaneAvx512 : CpuHasAvx2() ? &DwPlaneAvx2 : &DwPlaneBase;
+#else
+  auto fn = &DwPlaneBase;
+#endif
+  ParallelFor(nt, nt, [&](int64_t t) { fn(a, planes * t / nt, planes * (t + 1) / nt); });
+  if (ctx.want_impl) ctx.impl = "depthwise convolution on NCHW planes, row-vectorized loop (shape-generic)";
+  return true;
+}
+
 absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, int64_t group, bool channels_last,
                                     Tensor& y, int64_t max_channels) {
   const Tensor& x = ctx.in(0);
