@@ -590,7 +590,7 @@ TEST(ChannelsLastTest, EveryIsaVariantOfTheConvLoopsMatchesTheNchwPath) {
 // against float64 1 / (1 + exp(-x)): within 4 ulp wherever the result is a normal float, within 1e-37
 // where it is tiny, exact on the special values (NaN stays NaN, -inf -> 0, +inf -> 1, +-0 -> 0.5), and
 // over lengths that leave vector tails.
-// The same for the vector tanh (TanhV: -inf -> -1, +inf -> 1, -0 -> -0).
+// The same for the vector tanh (TanhV: within 8 ulp; -inf -> -1, +inf -> 1, -0 -> -0).
 TEST(VectorLogisticTest, MatchesFloat64OnEveryIsaVariant) {
   for (PostOp::Kind kind : {PostOp::Kind::kSigmoid, PostOp::Kind::kTanh}) {
     std::vector<float> x;
@@ -620,7 +620,9 @@ TEST(VectorLogisticTest, MatchesFloat64OnEveryIsaVariant) {
           EXPECT_EQ(std::signbit(y[i]), std::signbit(wf)) << "x=" << x[i];
         } else if (std::abs(wf) >= std::numeric_limits<float>::min()) {
           const double ulp = std::nextafter(std::abs(wf), std::numeric_limits<float>::infinity()) - std::abs(wf);
-          EXPECT_LE(std::abs(y[i] - want), 4 * ulp) << "x=" << x[i] << " got " << y[i] << " want " << want << " ISA "
+          // tanh: Eigen's rational approximation (TanhV), within 7 ulp; the logistic within 4.
+          const double ulps = kind == PostOp::Kind::kTanh ? 8 : 4;
+          EXPECT_LE(std::abs(y[i] - want), ulps * ulp) << "x=" << x[i] << " got " << y[i] << " want " << want << " ISA "
                                                      << static_cast<int>(isa);
         } else {
           EXPECT_LE(std::abs(y[i] - want), 1e-37) << "x=" << x[i] << " ISA " << static_cast<int>(isa);
