@@ -632,6 +632,34 @@ CJIT_BINARY_ROWS(MinRowsF32, static_cast<float>(NanMin<float>(a, b)))
 #undef CJIT_BINARY_ROWS
 #undef CJIT_BINARY_ROWS_BODY
 
+#if defined(__x86_64__) && defined(__GNUC__)
+// Max / Min for AVX2 in intrinsics: GCC left NanMax's NaN test scalar in the AVX2 variant (0.6 ms for 800k
+// values against 0.11 on AVX-512). max_ps(b, a) is a < b ? b : a; an unordered pair gives a + b (NaN).
+template <bool kMax>
+__attribute__((target("avx2"))) void MinMaxRowsAvx2(const float* x, int64_t sx, const float* y, int64_t sy, float* z,
+                                                    int64_t n) {
+  int64_t i = 0;
+  if ((sx == 1 || sx == 0) && (sy == 1 || sy == 0)) {
+    for (; i + 8 <= n; i += 8) {
+      const __m256 a = sx ? _mm256_loadu_ps(x + i) : _mm256_set1_ps(x[0]);
+      const __m256 b = sy ? _mm256_loadu_ps(y + i) : _mm256_set1_ps(y[0]);
+      const __m256 m = kMax ? _mm256_max_ps(b, a) : _mm256_min_ps(b, a);
+      const __m256 nan = _mm256_cmp_ps(a, b, _CMP_UNORD_Q);
+      _mm256_storeu_ps(z + i, _mm256_blendv_ps(m, _mm256_add_ps(a, b), nan));
+    }
+  }
+  for (; i < n; ++i) {
+    const float a = x[i * sx], b = y[i * sy];
+    z[i] = kMax ? static_cast<float>(NanMax<float>(a, b)) : static_cast<float>(NanMin<float>(a, b));
+  }
+}
+BinaryRowsFn MaxRowsF32Fast() { return !CpuHasAvx512() && CpuHasAvx2() ? &MinMaxRowsAvx2<true> : MaxRowsF32(); }
+BinaryRowsFn MinRowsF32Fast() { return !CpuHasAvx512() && CpuHasAvx2() ? &MinMaxRowsAvx2<false> : MinRowsF32(); }
+#else
+BinaryRowsFn MaxRowsF32Fast() { return MaxRowsF32(); }
+BinaryRowsFn MinRowsF32Fast() { return MinRowsF32(); }
+#endif
+
 }  // namespace
 
 void BinaryArithmeticF32(BinaryArithmetic op, const Tensor& a, const Tensor& b, Tensor& out, int threads) {
@@ -641,8 +669,8 @@ void BinaryArithmeticF32(BinaryArithmetic op, const Tensor& a, const Tensor& b, 
     case BinaryArithmetic::kSub: rows = SubRowsF32(); break;
     case BinaryArithmetic::kMul: rows = MulRowsF32(); break;
     case BinaryArithmetic::kDiv: rows = DivRowsF32(); break;
-    case BinaryArithmetic::kMax: rows = MaxRowsF32(); break;
-    case BinaryArithmetic::kMin: rows = MinRowsF32(); break;
+    case BinaryArithmetic::kMax: rows = MaxRowsF32Fast(); break;
+    case BinaryArithmetic::kMin: rows = MinRowsF32Fast(); break;
   }
   const float* pa = a.data<float>();
   const float* pb = b.data<float>();
