@@ -7,6 +7,7 @@
 # The same runner serves tests/opset_suite.py (operator versions of opsets 18-21 against numpy).
 # With a third argument (float16 / bfloat16), the generator writes its cases in that 16-bit type
 # (op_reference_suite.py's 16-bit mode): every op family in float16 and bfloat16, both paths, against numpy.
+# CJIT_EXTRA_FLAGS (environment) are added to both modes' flags (e.g. --max_cpu_isa=avx2).
 # usage: op_reference_suite.sh CJIT_BINARY [GENERATOR.py [float16|bfloat16]]
 set -uo pipefail
 cjit=$1
@@ -28,6 +29,7 @@ for dir in "$work"/cases/*/; do
   for mode in fallback compiled; do
     flags="--device=cpu --auto_jit=-1"
     [[ $mode == compiled ]] && flags="--device=cpu --auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false --cpu_codegen_single_ops=true"
+    flags="$flags ${CJIT_EXTRA_FLAGS:-}"
     total=$((total + 1))
     if ! out=$(CJIT_FLAGS="$flags" "$cjit" check "$dir" --rtol "$rtol" --atol "$atol" 2>&1); then
       echo "FAIL $name ($mode): $(echo "$out" | grep -v '^PASS\|^FAIL (\|^clusters:' | head -3 | tr '\n' ' ')"

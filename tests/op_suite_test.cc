@@ -241,7 +241,8 @@ TEST(BinaryArithmeticTest, MatchesFloat64OnEveryBroadcastPattern) {
 // TransposeTensor's batched 2-D path (the layout transposes NCHW <-> NHWC; AVX-512 16 x 16 register tiles
 // with masked partial tiles where the CPU has them) against index arithmetic, bit for bit: every tile
 // remainder on both axes (1-35 rows and columns, a 3-channel image, a tile multiple), batches, 4-byte and
-// 2-byte elements (NaN payloads must survive a move), 1 and 2 threads.
+// 2-byte elements (NaN payloads must survive a move), 1-byte elements (SSE2 16 x 16 byte tiles: the uint8
+// layout changes of the quantized convolutions), 1 and 2 threads.
 TEST(TransposeTest, BatchedTransposeMatchesIndexArithmetic) {
   std::mt19937 rng(11);
   auto check = [&](DType dt, int64_t batch, int64_t rows, int64_t cols, int threads) {
@@ -271,7 +272,11 @@ TEST(TransposeTest, BatchedTransposeMatchesIndexArithmetic) {
     check(DType::kF32, 3, 48, 64, threads);    // tile multiples, batched
     check(DType::kI32, 2, 37, 300, threads);   // >= 65536 elements: split over threads
     check(DType::kF16, 2, 19, 45, threads);
+    check(DType::kU8, 1, 64, 3136, threads);  // a 64-channel 56 x 56 uint8 image to channels-last
+    check(DType::kI8, 2, 35, 49, threads);    // ragged byte tiles
   }
+  for (int64_t rows : {15, 16, 17, 32, 33})
+    for (int64_t cols : {1, 16, 31, 48}) check(DType::kU8, 1, rows, cols, 1);
 }
 
 }  // namespace

@@ -14,6 +14,8 @@
 #include "compiler/ir/status_macros.h"
 #include "runtime/cpu/dispatch.h"
 #include "runtime/cpu/kernel.h"
+#include "runtime/cpu/parallel.h"
+#include "runtime/cpu/quant_rows.h"
 
 namespace cjit {
 namespace {
@@ -108,6 +110,31 @@ struct QuantArgs {
   int axis = 0;
 };
 
+bool IsByteQuant(DType t) { return t == DType::kU8 || t == DType::kI8; }
+
+// The axis and shape checks of ReadQuantArgs, without reading the values.
+struct QuantArgsShape {
+  int axis = 0;
+};
+absl::StatusOr<QuantArgsShape> CheckQuantArgs(const KernelContext& ctx) {
+  QuantArgsShape q;
+  const Tensor& x = ctx.in(0);
+  const Tensor& scale = ctx.in(1);
+  if (scale.numel() == 0) return ctx.Error("the scale is empty");
+  if (scale.numel() > 1) {
+    CJIT_ASSIGN_OR_RETURN(q.axis, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", 1), x.rank()));
+    if (scale.rank() != 1 || scale.dim(0) != x.dim(q.axis)) {
+      return ctx.Error(absl::StrCat("a per-axis scale must have dims [", x.dim(q.axis), "] (input dim ", q.axis,
+                                    "), got ", DimsToString(scale.dims())));
+    }
+  }
+  if (ctx.has(2) && ctx.in(2).numel() != scale.numel()) {
+    return ctx.Error(absl::StrCat("the zero point has ", ctx.in(2).numel(), " values, the scale ", scale.numel()));
+  }
+  if (ctx.has(2) && !IsByteQuant(ctx.in(2).dtype())) return ctx.Error("the zero point must be int8 or uint8 here");
+  return q;
+}
+
 absl::StatusOr<QuantArgs> ReadQuantArgs(const KernelContext& ctx) {
   QuantArgs q;
   const Tensor& x = ctx.in(0);
@@ -130,9 +157,96 @@ absl::StatusOr<QuantArgs> ReadQuantArgs(const KernelContext& ctx) {
   return q;
 }
 
+// float32 x, float32 scale, uint8/int8 zero point (or none: uint8): the vector rows of quant_rows.h, per
+// tensor or per axis (one scale per block of `inner` values). False when another dtype takes the generic loop.
+// Scale and zero point k of a per-tensor or per-axis parameter pair, the zero point read from its bytes.
+int32_t ZeroPointAt(const KernelContext& ctx, int64_t k) {
+  if (!ctx.has(2)) return 0;
+  const Tensor& z = ctx.in(2);
+  const int64_t i = z.numel() == 1 ? 0 : k;
+  return z.dtype() == DType::kI8 ? static_cast<int32_t>(z.data<int8_t>()[i]) : static_cast<int32_t>(z.data<uint8_t>()[i]);
+}
+
+// outer x channels x inner blocks of x for a per-axis parameter of `channels` values along `axis`
+// (channels 1: one block).
+void AxisBlocks(const Tensor& x, int64_t channels, int axis, int64_t* outer, int64_t* inner) {
+  *inner = 1;
+  *outer = 1;
+  if (channels == 1) {
+    *inner = x.numel();
+    return;
+  }
+  for (int i = axis + 1; i < x.rank(); ++i) *inner *= x.dim(i);
+  for (int i = 0; i < axis; ++i) *outer *= x.dim(i);
+}
+
+absl::Status FastQuantize(KernelContext& ctx, const QuantArgsShape& a) {
+  const Tensor& x = ctx.in(0);
+  const Tensor& scale = ctx.in(1);
+  Tensor& y = ctx.Alloc(0);
+  const bool s = y.dtype() == DType::kI8;
+  const int64_t channels = scale.numel();
+  int64_t outer, inner;
+  AxisBlocks(x, channels, a.axis, &outer, &inner);
+  const float* xp = x.data<float>();
+  uint8_t* yp = static_cast<uint8_t*>(y.raw());
+  const int64_t blocks = outer * channels;
+  const int threads = ThreadsForElements(ctx.threads, x.numel());
+  if (blocks == 1) {
+    // One block: split it into pieces for the threads.
+    const int64_t piece = std::max<int64_t>(4096, (inner + threads - 1) / std::max(threads, 1));
+    const float sc = scale.data<float>()[0];
+    const int32_t zp = ZeroPointAt(ctx, 0);
+    ParallelFor(threads, (inner + piece - 1) / piece, [&](int64_t i) {
+      const int64_t lo = i * piece, n = std::min(piece, inner - lo);
+      QuantizeRowF32(xp + lo, n, sc, zp, s, yp + lo);
+    });
+    return absl::OkStatus();
+  }
+  ParallelFor(threads, blocks, [&](int64_t b) {
+    const int64_t c = b % channels;
+    QuantizeRowF32(xp + b * inner, inner, scale.data<float>()[c], ZeroPointAt(ctx, c), s, yp + b * inner);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status FastDequantize(KernelContext& ctx, const QuantArgsShape& a) {
+  const Tensor& x = ctx.in(0);
+  const Tensor& scale = ctx.in(1);
+  Tensor& y = ctx.Alloc(0);
+  const bool s = x.dtype() == DType::kI8;
+  const int64_t channels = scale.numel();
+  int64_t outer, inner;
+  AxisBlocks(x, channels, a.axis, &outer, &inner);
+  const uint8_t* xp = static_cast<const uint8_t*>(x.raw());
+  float* yp = y.data<float>();
+  const int64_t blocks = outer * channels;
+  const int threads = ThreadsForElements(ctx.threads, x.numel());
+  if (blocks == 1) {
+    const int64_t piece = std::max<int64_t>(4096, (inner + threads - 1) / std::max(threads, 1));
+    const float sc = scale.data<float>()[0];
+    const int32_t zp = ZeroPointAt(ctx, 0);
+    ParallelFor(threads, (inner + piece - 1) / piece, [&](int64_t i) {
+      const int64_t lo = i * piece, n = std::min(piece, inner - lo);
+      DequantizeRowF32(xp + lo, s, n, zp, sc, yp + lo);
+    });
+    return absl::OkStatus();
+  }
+  ParallelFor(threads, blocks, [&](int64_t b) {
+    const int64_t c = b % channels;
+    DequantizeRowF32(xp + b * inner, s, inner, ZeroPointAt(ctx, c), scale.data<float>()[c], yp + b * inner);
+  });
+  return absl::OkStatus();
+}
+
 absl::Status Quantize(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   const Tensor& scale = ctx.in(1);
+  if (x.dtype() == DType::kF32 && scale.dtype() == DType::kF32 && IsByteQuant(ctx.infer()[0].dtype) &&
+      !ctx.node->HasAttr("block_size")) {
+    CJIT_ASSIGN_OR_RETURN(QuantArgsShape a, CheckQuantArgs(ctx));
+    return FastQuantize(ctx, a);
+  }
   Tensor& y = ctx.Alloc(0);
   CJIT_ASSIGN_OR_RETURN(QuantArgs a, ReadQuantArgs(ctx));
   const std::vector<double>&xv = a.xv, &sv = a.sv, &zv = a.zv;
@@ -152,6 +266,11 @@ absl::Status Quantize(KernelContext& ctx) {
 absl::Status Dequantize(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   const Tensor& scale = ctx.in(1);
+  if (IsByteQuant(x.dtype()) && scale.dtype() == DType::kF32 && ctx.infer()[0].dtype == DType::kF32 &&
+      !ctx.node->HasAttr("block_size")) {
+    CJIT_ASSIGN_OR_RETURN(QuantArgsShape a, CheckQuantArgs(ctx));
+    return FastDequantize(ctx, a);
+  }
   Tensor& y = ctx.Alloc(0);
   CJIT_ASSIGN_OR_RETURN(QuantArgs a, ReadQuantArgs(ctx));
   const std::vector<double>&xv = a.xv, &sv = a.sv, &zv = a.zv;
@@ -166,6 +285,40 @@ absl::Status Dequantize(KernelContext& ctx) {
 
 absl::Status DynamicQuantize(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
+  if (x.dtype() == DType::kF32) {
+    // ONNX DynamicQuantizeLinear: the range includes 0; scale = (max - min) / 255; zero point
+    // saturate(rint(0 - min / scale)); y = saturate(rint(x / scale) + zero point).
+    const float* xp = x.data<float>();
+    const int64_t n = x.numel();
+    const int threads = ThreadsForElements(ctx.threads, n);
+    const int64_t piece = std::max<int64_t>(4096, (n + threads - 1) / std::max(threads, 1));
+    const int64_t pieces = (n + piece - 1) / piece;
+    std::vector<float> mns(pieces, 0.0f), mxs(pieces, 0.0f);
+    ParallelFor(threads, pieces, [&](int64_t i) {
+      MinMaxF32(xp + i * piece, std::min(piece, n - i * piece), &mns[i], &mxs[i]);
+    });
+    float mn = 0, mx = 0;
+    for (int64_t i = 0; i < pieces; ++i) {
+      mn = std::min(mn, mns[i]);
+      mx = std::max(mx, mxs[i]);
+    }
+    const float scale = (mx - mn) / 255.0f;
+    const float zpf = scale == 0 ? 0 : std::clamp(std::nearbyint(0.0f - mn / scale), 0.0f, 255.0f);
+    const int32_t zp = static_cast<int32_t>(zpf);
+    Tensor& y = ctx.Alloc(0);
+    uint8_t* yp = y.data<uint8_t>();
+    if (scale == 0 || !std::isfinite(scale)) {
+      // All zeros (or an infinite range, which has no usable scale): every value is the zero point.
+      std::memset(yp, zp, n);
+    } else {
+      ParallelFor(threads, pieces, [&](int64_t i) {
+        QuantizeRowF32(xp + i * piece, std::min(piece, n - i * piece), scale, zp, false, yp + i * piece);
+      });
+    }
+    *ctx.Alloc(1).data<float>() = scale;
+    *ctx.Alloc(2).data<uint8_t>() = static_cast<uint8_t>(zp);
+    return absl::OkStatus();
+  }
   std::vector<double> xv = x.ToDoubleVector();
   float mn = 0, mx = 0;
   for (double v : xv) {

@@ -12,7 +12,7 @@ coordinate transform, Cast), elementwise (unary, binary with the broadcast patte
 Clip as ReLU6, activation chains), reductions and normalizations (Reduce*, ArgMax, Softmax, LayerNorm,
 BatchNorm, InstanceNorm, GroupNorm as exported), pooling, convolutions (pointwise, 3x3, strided, depthwise
 3/5/7, dilated, grouped, 1-D, ConvTranspose) in NCHW and NHWC-through-Transpose (the tf2onnx pattern), and
-matrix products. The `ci` set is the small fixed subset the regression check runs; `full` adds batch 8,
+matrix products, and quantized ops in ORT's three formats (QOperator, QDQ, dynamic). The `ci` set is the small fixed subset the regression check runs; `full` adds batch 8,
 more sizes, float16 elementwise and 3-D spatial variants. Attribute combinations follow the ONNX operator
 specification (https://onnx.ai/onnx/operators/) and the node tests of libonnx-testdata.
 Runs with Debian's python3-onnx and python3-numpy (/usr/bin/python3).
@@ -373,6 +373,63 @@ def cases(which):
         c = add(Case(name, "matmul", op, f"{a} x {b} {attrs}", memory_bound=False))
         w = c.input(b) if "batched" in name else c.const((RNG.standard_normal(b) * 0.05).astype(np.float32))
         c.output(c.node(op, [c.input(a), w], **attrs))
+    # ---------------------------------------------------------------------------------- quantized
+    # ORT's quantization conventions: uint8 activations (asymmetric), int8 per-channel symmetric weights,
+    # int32 bias; the three formats (QOperator, QDQ, dynamic) as its quantize_static / quantize_dynamic write them.
+    U8, I8, I32 = TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32
+
+    def u8_input(c, shape):
+        return c.input(shape, U8, RNG.integers(0, 256, shape).astype(np.uint8))
+
+    def qweights(c, ws):
+        w = c.const(RNG.integers(-127, 128, ws).astype(np.int8))
+        return w, c.const(RNG.uniform(0.002, 0.01, ws[0]).astype(np.float32)), c.const(np.zeros(ws[0], np.int8))
+
+    for name, xs, ws, attrs in (("3x3", [1, 64, 56, 56], [64, 64, 3, 3], dict(pads=[1, 1, 1, 1])),
+                                ("1x1", [1, 64, 56, 56], [128, 64, 1, 1], {}),
+                                ("3x3_s2", [1, 64, 112, 112], [128, 64, 3, 3], dict(pads=[1, 1, 1, 1], strides=[2, 2])),
+                                ("depthwise_3x3", [1, 128, 56, 56], [128, 1, 3, 3], dict(pads=[1, 1, 1, 1], group=128)),
+                                ("first_3x3_s2", [1, 3, 224, 224], [32, 3, 3, 3], dict(pads=[1, 1, 1, 1], strides=[2, 2]))):
+        c = add(Case(f"QLinearConv_{name}", "quantized", "QLinearConv", f"u8 x {xs}, s8 per-channel w {ws} {attrs}",
+                     memory_bound=False))
+        w, wsc, wzp = qweights(c, ws)
+        c.output(c.node("QLinearConv", [u8_input(c, xs), c.const(np.float32(0.02)), c.const(np.uint8(128)), w, wsc, wzp,
+                                        c.const(np.float32(0.05)), c.const(np.uint8(120)),
+                                        c.const(RNG.integers(-2000, 2000, ws[0]).astype(np.int32))], **attrs), U8)
+        # QDQ: DQ(x), DQ(w) -> Conv -> Q, as quantize_static writes it.
+        c = add(Case(f"QDQ_Conv_{name}", "quantized", "QDQ Conv", f"DQ -> Conv -> Q, x {xs} w {ws} {attrs}",
+                     memory_bound=False))
+        w, wsc, wzp = qweights(c, ws)
+        dx = c.node("DequantizeLinear", [u8_input(c, xs), c.const(np.float32(0.02)), c.const(np.uint8(128))])
+        dw = c.node("DequantizeLinear", [w, wsc, wzp], axis=0)
+        y = c.node("Conv", [dx, dw, c.const(RNG.standard_normal(ws[0]).astype(np.float32))], **attrs)
+        c.output(c.node("QuantizeLinear", [y, c.const(np.float32(0.05)), c.const(np.uint8(120))]), U8)
+        # Dynamic: DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul, as quantize_dynamic writes it.
+        c = add(Case(f"ConvInteger_dynamic_{name}", "quantized", "ConvInteger", f"dynamic, x {xs} w {ws} {attrs}",
+                     memory_bound=False))
+        q, qs, qz = c.node("DynamicQuantizeLinear", [c.input(xs)], outputs=3)
+        w = c.const(RNG.integers(-127, 128, ws).astype(np.int8))
+        acc = c.node("ConvInteger", [q, w, qz, c.const(np.int8(0))], **attrs)  # ORT: one weight zero point
+        scale = c.node("Mul", [qs, c.const(np.float32(0.004))])
+        c.output(c.node("Mul", [c.node("Cast", [acc], to=F32), scale]))
+    for name, a, b in (("768x768", [8, 128, 768], [768, 768]), ("768x3072", [8, 128, 768], [768, 3072])):
+        c = add(Case(f"QLinearMatMul_{name}", "quantized", "QLinearMatMul", f"u8 {a} x s8 {b}", memory_bound=False))
+        c.output(c.node("QLinearMatMul", [u8_input(c, a), c.const(np.float32(0.02)), c.const(np.uint8(128)),
+                                          c.const(RNG.integers(-127, 128, b).astype(np.int8)), c.const(np.float32(0.004)),
+                                          c.const(np.int8(0)), c.const(np.float32(0.1)), c.const(np.uint8(128))]), U8)
+        c = add(Case(f"MatMulInteger_dynamic_{name}", "quantized", "MatMulInteger", f"dynamic, {a} x s8 {b}",
+                     memory_bound=False))
+        q, qs, qz = c.node("DynamicQuantizeLinear", [c.input(a)], outputs=3)
+        acc = c.node("MatMulInteger", [q, c.const(RNG.integers(-127, 128, b).astype(np.int8)), qz, c.const(np.int8(0))])
+        c.output(c.node("Mul", [c.node("Cast", [acc], to=F32), c.node("Mul", [qs, c.const(np.float32(0.004))])]))
+    c = add(Case("QuantizeLinear_u8", "quantized", "QuantizeLinear", "[1,64,112,112] per tensor"))
+    c.output(c.node("QuantizeLinear", [c.input([1, 64, 112, 112]), c.const(np.float32(0.02)), c.const(np.uint8(128))]), U8)
+    c = add(Case("DequantizeLinear_s8_axis1", "quantized", "DequantizeLinear", "[1,64,112,112] per channel"))
+    c.output(c.node("DequantizeLinear", [c.input([1, 64, 112, 112], I8, RNG.integers(-128, 128, [1, 64, 112, 112]).astype(np.int8)),
+                                         c.const(RNG.uniform(0.01, 0.1, 64).astype(np.float32)),
+                                         c.const(np.zeros(64, np.int8))], axis=1))
+    c = add(Case("DynamicQuantizeLinear", "quantized", "DynamicQuantizeLinear", "[1,64,112,112]"))
+    c.output(c.node("DynamicQuantizeLinear", [c.input([1, 64, 112, 112])], outputs=3)[0], U8)
     if which == "ci":
         keep = {"Pad_constant_nhwc", "Pad_reflect_nchw", "Slice_step2_hw", "Concat_axis1_x2", "Transpose_0231",
                 "Resize_linear_half_pixel_up2_nchw", "Resize_nearest_asymmetric_up2_nchw", "Add_channel",

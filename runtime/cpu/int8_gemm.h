@@ -1,0 +1,67 @@
+// Exact 8-bit integer matrix products for the quantized ops (ONNX MatMulInteger, ConvInteger, QLinearMatMul,
+// QLinearConv): C[m][n] = sum_k (A[m][k] - a_zp[m]) * (B[k][n] - b_zp[n]) in int32, computed by oneDNN's
+// u8 x s8 -> s32 GEMM (dnnl_gemm_u8s8s32: VNNI's vpdpbusd where the CPU has it).
+//
+// Zero points and the signedness of B are folded into int32 corrections instead of oneDNN's offsets, so
+// every combination the ONNX operators allow (uint8 or int8 A and B, per-row A and per-column B zero points)
+// stays exact: with B - b_zp = B' + c[n], B' int8 (B itself for int8 B, B - 128 for uint8 B),
+//   C[m][n] = sum_k A[m][k] B'[k][n] - a_zp[m] colsum(B')[n] + c[n] (rowsum(A)[m] - K a_zp[m]).
+// An int8 A is made uint8 by adding 128 to it and to its zero point.
+//
+// Exactness on CPUs without VNNI: their u8 x s8 path (vpmaddubsw) adds two products into a saturating int16,
+// which overflows for |B'| > 64 (255 * -128 * 2 < -32768; oneDNN's "Int8 Computation Aspects"). There B' is
+// split into two halves of |v| <= 64 (B' = (B' >> 1) + (B' - (B' >> 1))) and multiplied in two GEMMs, summed
+// in int32: twice the work of the VNNI path, still exact.
+//
+// Results wrap modulo 2^32 where a product's true sum leaves int32 (only for K beyond ~65,000 with extreme
+// values; ONNX leaves overflow undefined). Thread-safety: PrepareInt8Rhs and Int8Gemm may run concurrently;
+// Int8Gemm uses the calling thread's OpenMP thread count for the library call.
+#ifndef CJIT_RUNTIME_CPU_INT8_GEMM_H_
+#define CJIT_RUNTIME_CPU_INT8_GEMM_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cjit {
+
+class Tensor;
+
+// B prepared for Int8Gemm: K x N, row-major. View into a buffer owned by `owner`.
+struct Int8Rhs {
+  int64_t K = 0, N = 0;
+  bool split = false;            // two halves b0 + b1 (CPUs without VNNI)
+  const int8_t* b0 = nullptr;    // [K][N]: B' (or its first half)
+  const int8_t* b1 = nullptr;    // [K][N]: B' second half, when split
+  const int32_t* colsum = nullptr;  // [N]: sum_k B'[k][n]
+  const int32_t* shift = nullptr;   // [N]: c[n]
+  bool has_shift = false;           // some c[n] != 0
+  std::shared_ptr<void> owner;
+};
+
+// Whether Int8Gemm splits B' here (no AVX-512 VNNI at or below --max_cpu_isa).
+bool Int8GemmNeedsSplit();
+
+// Prepares B from `b` (uint8 or int8): element (k, n) is b[k * ldk + n * ldn], zero point `zp[n]` (or zp[0]
+// when `zp_per_column` is false; null = 0). Bytes needed for the buffer: Int8RhsBytes.
+int64_t Int8RhsBytes(int64_t K, int64_t N, bool split);
+void PrepareInt8Rhs(const void* b, bool b_signed, int64_t K, int64_t N, int64_t ldk, int64_t ldn, const int32_t* zp,
+                    bool zp_per_column, bool split, uint8_t* buffer, Int8Rhs* out);
+// Prepared B from `w`'s bytes (a graph constant: cached once per buffer and `key`, dropped with the buffer;
+// else prepared now). `source(scratch)` returns the K x N values with strides ldk / ldn - `w`'s data or a
+// rearranged copy it writes into `scratch`. `key` must name everything the values depend on (layout, group,
+// zero points' node).
+Int8Rhs PreparedInt8Rhs(const Tensor& w, bool constant, const std::string& key, int64_t K, int64_t N, int64_t ldk,
+                        int64_t ldn, const int32_t* zp, bool zp_per_column,
+                        const std::function<const void*(std::vector<uint8_t>* scratch)>& source);
+
+// C (M x N, leading dimension ldc) = (A - a_zp) x (B - b_zp) for uint8 A (M x K, leading dimension lda);
+// `a_zp` has M values when `a_zp_per_row`, else one. `threads`: the most threads to use.
+void Int8Gemm(const uint8_t* a, int64_t lda, int64_t M, const int32_t* a_zp, bool a_zp_per_row, const Int8Rhs& b,
+              int32_t* c, int64_t ldc, int threads);
+
+}  // namespace cjit
+
+#endif  // CJIT_RUNTIME_CPU_INT8_GEMM_H_

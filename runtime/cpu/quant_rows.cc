@@ -1,0 +1,216 @@
+#include "runtime/cpu/quant_rows.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "compiler/ir/cpu_isa.h"
+
+namespace cjit {
+namespace {
+
+// Quotients are clamped to +-kClamp before rounding, so that the int32 conversion cannot overflow and a NaN
+// (which every comparison below rejects) lands on -kClamp, then on the type's lowest value.
+constexpr float kClamp = 1e9f;
+
+inline int32_t Lo(bool s) { return s ? -128 : 0; }
+inline int32_t Hi(bool s) { return s ? 127 : 255; }
+
+inline int32_t RoundClamped(float q) {
+  q = q > -kClamp ? q : -kClamp;
+  q = q < kClamp ? q : kClamp;
+  return static_cast<int32_t>(std::rint(q));
+}
+
+inline void Store(void* y, int64_t i, int32_t v, bool s) {
+  if (s) static_cast<int8_t*>(y)[i] = static_cast<int8_t>(v);
+  else static_cast<uint8_t*>(y)[i] = static_cast<uint8_t>(v);
+}
+
+inline int32_t WrapAdd(int32_t a, int32_t b) {
+  return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
+}
+
+// ---- scalar definitions (the baseline and every vector tail)
+void QuantizeScalar(const float* x, int64_t i, int64_t n, float scale, int32_t zp, bool s, void* y) {
+  for (; i < n; ++i) Store(y, i, std::clamp(RoundClamped(x[i] / scale) + zp, Lo(s), Hi(s)), s);
+}
+void DequantizeScalar(const void* x, bool s, int64_t i, int64_t n, int32_t zp, float scale, float* y) {
+  for (; i < n; ++i) {
+    const int32_t v = s ? static_cast<const int8_t*>(x)[i] : static_cast<const uint8_t*>(x)[i];
+    y[i] = static_cast<float>(v - zp) * scale;
+  }
+}
+void MinMaxScalar(const float* x, int64_t i, int64_t n, float* mn, float* mx) {
+  for (; i < n; ++i) {
+    *mn = x[i] < *mn ? x[i] : *mn;
+    *mx = x[i] > *mx ? x[i] : *mx;
+  }
+}
+void RequantizeScalar(const int32_t* acc, int64_t i, int64_t n, const int32_t* bias, const float* mult, bool per,
+                      int32_t zp, bool s, void* y) {
+  for (; i < n; ++i) {
+    const int32_t b = bias == nullptr ? 0 : bias[per ? i : 0];
+    const float q = static_cast<float>(WrapAdd(acc[i], b)) * mult[per ? i : 0];
+    Store(y, i, std::clamp(RoundClamped(q) + zp, Lo(s), Hi(s)), s);
+  }
+}
+
+// ---- AVX-512
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) inline void StoreNarrow16(__m512i v, bool s, void* y,
+                                                                                       int64_t i) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<uint8_t*>(y) + i), _mm512_cvtepi32_epi8(v));
+  (void)s;
+}
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) inline __m512i RoundClamp16(__m512 q, int32_t zp,
+                                                                                         bool s) {
+  q = _mm512_min_ps(_mm512_max_ps(q, _mm512_set1_ps(-kClamp)), _mm512_set1_ps(kClamp));
+  __m512i r = _mm512_add_epi32(_mm512_cvtps_epi32(q), _mm512_set1_epi32(zp));
+  return _mm512_min_epi32(_mm512_max_epi32(r, _mm512_set1_epi32(Lo(s))), _mm512_set1_epi32(Hi(s)));
+}
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void QuantizeAvx512(const float* x, int64_t n,
+                                                                                 float scale, int32_t zp, bool s,
+                                                                                 void* y) {
+  int64_t i = 0;
+  const __m512 vs = _mm512_set1_ps(scale);
+  for (; i + 16 <= n; i += 16) StoreNarrow16(RoundClamp16(_mm512_div_ps(_mm512_loadu_ps(x + i), vs), zp, s), s, y, i);
+  QuantizeScalar(x, i, n, scale, zp, s, y);
+}
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void DequantizeAvx512(const void* x, bool s, int64_t n,
+                                                                                   int32_t zp, float scale, float* y) {
+  int64_t i = 0;
+  const __m512 vs = _mm512_set1_ps(scale);
+  const __m512i vz = _mm512_set1_epi32(zp);
+  const uint8_t* p = static_cast<const uint8_t*>(x);
+  for (; i + 16 <= n; i += 16) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
+    const __m512i v = s ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
+    _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(v, vz)), vs));
+  }
+  DequantizeScalar(x, s, i, n, zp, scale, y);
+}
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void MinMaxAvx512(const float* x, int64_t n, float* mn,
+                                                                               float* mx) {
+  int64_t i = 0;
+  if (n >= 16) {
+    __m512 vmn = _mm512_set1_ps(*mn), vmx = _mm512_set1_ps(*mx);
+    for (; i + 16 <= n; i += 16) {
+      const __m512 v = _mm512_loadu_ps(x + i);
+      vmn = _mm512_min_ps(v, vmn);  // a NaN in v yields the second operand
+      vmx = _mm512_max_ps(v, vmx);
+    }
+    *mn = _mm512_reduce_min_ps(vmn);
+    *mx = _mm512_reduce_max_ps(vmx);
+  }
+  MinMaxScalar(x, i, n, mn, mx);
+}
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void RequantizeAvx512(const int32_t* acc, int64_t n,
+                                                                                   const int32_t* bias,
+                                                                                   const float* mult, bool per,
+                                                                                   int32_t zp, bool s, void* y) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512i a = _mm512_loadu_si512(acc + i);
+    if (bias != nullptr) {
+      a = _mm512_add_epi32(a, per ? _mm512_loadu_si512(bias + i) : _mm512_set1_epi32(bias[0]));
+    }
+    const __m512 m = per ? _mm512_loadu_ps(mult + i) : _mm512_set1_ps(mult[0]);
+    StoreNarrow16(RoundClamp16(_mm512_mul_ps(_mm512_cvtepi32_ps(a), m), zp, s), s, y, i);
+  }
+  RequantizeScalar(acc, i, n, bias, mult, per, zp, s, y);
+}
+
+// ---- AVX2
+__attribute__((target("avx2,fma"))) inline void StoreNarrow8(__m256i v, bool s, void* y, int64_t i) {
+  const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  const __m128i b8 = s ? _mm_packs_epi16(w16, w16) : _mm_packus_epi16(w16, w16);
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(static_cast<uint8_t*>(y) + i), b8);
+}
+__attribute__((target("avx2,fma"))) inline __m256i RoundClamp8(__m256 q, int32_t zp, bool s) {
+  q = _mm256_min_ps(_mm256_max_ps(q, _mm256_set1_ps(-kClamp)), _mm256_set1_ps(kClamp));
+  __m256i r = _mm256_add_epi32(_mm256_cvtps_epi32(q), _mm256_set1_epi32(zp));
+  return _mm256_min_epi32(_mm256_max_epi32(r, _mm256_set1_epi32(Lo(s))), _mm256_set1_epi32(Hi(s)));
+}
+__attribute__((target("avx2,fma"))) void QuantizeAvx2(const float* x, int64_t n, float scale, int32_t zp, bool s,
+                                                      void* y) {
+  int64_t i = 0;
+  const __m256 vs = _mm256_set1_ps(scale);
+  for (; i + 8 <= n; i += 8) StoreNarrow8(RoundClamp8(_mm256_div_ps(_mm256_loadu_ps(x + i), vs), zp, s), s, y, i);
+  QuantizeScalar(x, i, n, scale, zp, s, y);
+}
+__attribute__((target("avx2,fma"))) void DequantizeAvx2(const void* x, bool s, int64_t n, int32_t zp, float scale,
+                                                        float* y) {
+  int64_t i = 0;
+  const __m256 vs = _mm256_set1_ps(scale);
+  const __m256i vz = _mm256_set1_epi32(zp);
+  const uint8_t* p = static_cast<const uint8_t*>(x);
+  for (; i + 8 <= n; i += 8) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + i));
+    const __m256i v = s ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(v, vz)), vs));
+  }
+  DequantizeScalar(x, s, i, n, zp, scale, y);
+}
+__attribute__((target("avx2,fma"))) void MinMaxAvx2(const float* x, int64_t n, float* mn, float* mx) {
+  int64_t i = 0;
+  if (n >= 8) {
+    __m256 vmn = _mm256_set1_ps(*mn), vmx = _mm256_set1_ps(*mx);
+    for (; i + 8 <= n; i += 8) {
+      const __m256 v = _mm256_loadu_ps(x + i);
+      vmn = _mm256_min_ps(v, vmn);
+      vmx = _mm256_max_ps(v, vmx);
+    }
+    alignas(32) float a[8], b[8];
+    _mm256_store_ps(a, vmn);
+    _mm256_store_ps(b, vmx);
+    for (int j = 0; j < 8; ++j) {
+      *mn = a[j] < *mn ? a[j] : *mn;
+      *mx = b[j] > *mx ? b[j] : *mx;
+    }
+  }
+  MinMaxScalar(x, i, n, mn, mx);
+}
+__attribute__((target("avx2,fma"))) void RequantizeAvx2(const int32_t* acc, int64_t n, const int32_t* bias,
+                                                        const float* mult, bool per, int32_t zp, bool s, void* y) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + i));
+    if (bias != nullptr) {
+      a = _mm256_add_epi32(a, per ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bias + i))
+                                  : _mm256_set1_epi32(bias[0]));
+    }
+    const __m256 m = per ? _mm256_loadu_ps(mult + i) : _mm256_set1_ps(mult[0]);
+    StoreNarrow8(RoundClamp8(_mm256_mul_ps(_mm256_cvtepi32_ps(a), m), zp, s), s, y, i);
+  }
+  RequantizeScalar(acc, i, n, bias, mult, per, zp, s, y);
+}
+
+}  // namespace
+
+void QuantizeRowF32(const float* x, int64_t n, float scale, int32_t zp, bool to_signed, void* y) {
+  if (CpuHasAvx512()) return QuantizeAvx512(x, n, scale, zp, to_signed, y);
+  if (CpuHasAvx2()) return QuantizeAvx2(x, n, scale, zp, to_signed, y);
+  QuantizeScalar(x, 0, n, scale, zp, to_signed, y);
+}
+
+void DequantizeRowF32(const void* x, bool from_signed, int64_t n, int32_t zp, float scale, float* y) {
+  if (CpuHasAvx512()) return DequantizeAvx512(x, from_signed, n, zp, scale, y);
+  if (CpuHasAvx2()) return DequantizeAvx2(x, from_signed, n, zp, scale, y);
+  DequantizeScalar(x, from_signed, 0, n, zp, scale, y);
+}
+
+void MinMaxF32(const float* x, int64_t n, float* mn, float* mx) {
+  if (CpuHasAvx512()) return MinMaxAvx512(x, n, mn, mx);
+  if (CpuHasAvx2()) return MinMaxAvx2(x, n, mn, mx);
+  MinMaxScalar(x, 0, n, mn, mx);
+}
+
+void RequantizeRowI32(const int32_t* acc, int64_t n, const int32_t* bias, const float* mult, bool per_element,
+                      int32_t zp, bool to_signed, void* y) {
+  if (CpuHasAvx512()) return RequantizeAvx512(acc, n, bias, mult, per_element, zp, to_signed, y);
+  if (CpuHasAvx2()) return RequantizeAvx2(acc, n, bias, mult, per_element, zp, to_signed, y);
+  RequantizeScalar(acc, 0, n, bias, mult, per_element, zp, to_signed, y);
+}
+
+}  // namespace cjit

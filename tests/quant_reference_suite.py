@@ -1,0 +1,249 @@
+#!/usr/bin/python3
+"""Quantized ops against numpy integer math (issue 38): MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv,
+QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear, each case an ONNX test-data directory that
+tests/op_reference_suite.sh runs on the fallback path and compiled.
+
+References are int64 numpy sums of (x - x_zero_point) * (w - w_zero_point) (exact: tolerance 0 for the int32
+outputs of MatMulInteger / ConvInteger) and, for the QLinear ops, rint((acc + bias) * x_scale * w_scale /
+y_scale) + y_zero_point saturated (numpy's rint rounds half to even, as ONNX requires; tolerance 1 unit, for
+a product that lands within a rounding error of a tie). Extreme operands (255 x -128 over long K) are
+included: they are what overflows the saturating 16-bit pair sums of 8-bit multiply instructions on CPUs
+without VNNI (oneDNN "Int8 Computation Aspects"), so the suite under --max_cpu_isa=avx2 proves the exact path.
+
+usage: quant_reference_suite.py OUT_DIR
+"""
+import sys
+
+import numpy as np
+from onnx import helper
+
+import case_writer
+
+RNG = np.random.default_rng(38)
+RANGE = {np.uint8: (0, 255), np.int8: (-128, 127)}
+
+
+def ints(dtype, *shape, extreme=None):
+    lo, hi = RANGE[dtype]
+    if extreme is not None:
+        return np.full(shape, extreme, dtype=dtype)
+    return RNG.integers(lo, hi + 1, size=shape).astype(dtype)
+
+
+def write(root, name, nodes, inputs, outputs, inits=(), tol=(0, 0), opset=13):
+    case_writer.write_case(root, name, nodes, inputs, outputs, opset=opset, inits=inits, tol=tol)
+
+
+def matmul_ref(a, b, azp, bzp):
+    a = a.astype(np.int64) - np.asarray(azp, np.int64).reshape(-1, 1) if np.ndim(azp) == 1 else \
+        a.astype(np.int64) - np.int64(azp)
+    b = b.astype(np.int64) - np.asarray(bzp, np.int64)
+    return np.matmul(a, b)
+
+
+def conv_ref(x, w, xzp, wzp, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1):
+    """int64 convolution of NCHW x and OIHW w; padding holds the zero point (contributes 0)."""
+    x = x.astype(np.int64) - np.int64(xzp)
+    w = w.astype(np.int64) - np.asarray(wzp, np.int64).reshape(-1, 1, 1, 1)
+    n, c, h, wd = x.shape
+    oc, cpg, kh, kw = w.shape
+    xp = np.zeros((n, c, h + pads[0] + pads[2], wd + pads[1] + pads[3]), np.int64)
+    xp[:, :, pads[0]:pads[0] + h, pads[1]:pads[1] + wd] = x
+    oh = (xp.shape[2] - dilations[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (xp.shape[3] - dilations[1] * (kw - 1) - 1) // strides[1] + 1
+    y = np.zeros((n, oc, oh, ow), np.int64)
+    ocpg = oc // group
+    for g in range(group):
+        xg = xp[:, g * cpg:(g + 1) * cpg]
+        wg = w[g * ocpg:(g + 1) * ocpg]
+        for i in range(kh):
+            for j in range(kw):
+                patch = xg[:, :, i * dilations[0]:i * dilations[0] + strides[0] * (oh - 1) + 1:strides[0],
+                           j * dilations[1]:j * dilations[1] + strides[1] * (ow - 1) + 1:strides[1]]
+                y[:, g * ocpg:(g + 1) * ocpg] += np.einsum("nchw,oc->nohw", patch, wg[:, :, i, j])
+    return y
+
+
+def requant(acc, mult, zp, dtype):
+    lo, hi = RANGE[dtype]
+    return np.clip(np.rint(acc.astype(np.float64) * mult) + zp, lo, hi).astype(dtype)
+
+
+def matmul_integer_cases(root):
+    for at, bt in [(np.uint8, np.int8), (np.uint8, np.uint8), (np.int8, np.int8), (np.int8, np.uint8)]:
+        for m, k, n, per, const in [(33, 70, 19, False, True), (8, 300, 64, True, True), (5, 16, 7, True, False)]:
+            a = ints(at, m, k)
+            b = ints(bt, k, n)
+            azp = ints(at, m) if per else ints(at)
+            bzp = ints(bt, n) if per else ints(bt)
+            y = matmul_ref(a, b, azp, bzp).astype(np.int32)
+            name = "matmulinteger_%s%s_%dx%dx%d_%s_%s" % (np.dtype(at).name, np.dtype(bt).name, m, k, n,
+                                                         "perrow" if per else "tensor", "const" if const else "input")
+            node = helper.make_node("MatMulInteger", ["a", "b", "azp", "bzp"], ["y"])
+            if const:
+                write(root, name, [node], [("a", a)], [("y", y)], inits=[("b", b), ("azp", azp), ("bzp", bzp)])
+            else:
+                write(root, name, [node], [("a", a), ("b", b), ("azp", azp), ("bzp", bzp)], [("y", y)])
+    # Batched A against a 2-D B, no zero points.
+    a = ints(np.uint8, 3, 12, 40)
+    b = ints(np.int8, 40, 24)
+    write(root, "matmulinteger_batched", [helper.make_node("MatMulInteger", ["a", "b"], ["y"])], [("a", a)],
+          [("y", matmul_ref(a, b, 0, 0).astype(np.int32))], inits=[("b", b)])
+    # Extremes over a long K: 255 x -128 and 255 x 127 (saturating int16 pair sums would be wrong).
+    for bv in (-128, 127):
+        a = ints(np.uint8, 16, 1000, extreme=255)
+        b = ints(np.int8, 1000, 32, extreme=bv)
+        write(root, "matmulinteger_extreme_%d" % bv, [helper.make_node("MatMulInteger", ["a", "b"], ["y"])],
+              [("a", a)], [("y", matmul_ref(a, b, 0, 0).astype(np.int32))], inits=[("b", b)])
+    a = ints(np.uint8, 16, 1000, extreme=255)
+    b = ints(np.uint8, 1000, 32, extreme=0)
+    bzp = np.array(255, np.uint8)
+    write(root, "matmulinteger_extreme_u8_zp", [helper.make_node("MatMulInteger", ["a", "b", "", "bzp"], ["y"])],
+          [("a", a)], [("y", matmul_ref(a, b, 0, bzp).astype(np.int32))], inits=[("b", b), ("bzp", bzp)])
+
+
+CONVS = [
+    # name, x shape, w shape, attrs
+    ("3x3_pad1", (1, 8, 13, 11), (16, 8, 3, 3), dict(pads=(1, 1, 1, 1))),
+    ("3x3_s2_pad1", (2, 16, 15, 15), (24, 16, 3, 3), dict(strides=(2, 2), pads=(1, 1, 1, 1))),
+    ("1x1", (1, 32, 9, 10), (20, 32, 1, 1), dict()),
+    ("1x1_s2", (1, 12, 10, 10), (8, 12, 1, 1), dict(strides=(2, 2))),
+    ("5x5_dil2_asym_pad", (1, 6, 16, 14), (10, 6, 5, 5), dict(dilations=(2, 2), pads=(3, 1, 2, 4))),
+    ("group2", (1, 8, 10, 9), (12, 4, 3, 3), dict(group=2, pads=(1, 1, 1, 1))),
+    ("depthwise_3x3", (1, 24, 14, 13), (24, 1, 3, 3), dict(group=24, pads=(1, 1, 1, 1))),
+    ("depthwise_5x5_s2", (1, 20, 17, 17), (20, 1, 5, 5), dict(group=20, strides=(2, 2), pads=(2, 2, 2, 2))),
+    ("stem_3ch_3x3_s2", (1, 3, 32, 32), (16, 3, 3, 3), dict(strides=(2, 2), pads=(1, 1, 1, 1))),
+]
+
+
+def conv_attrs(attrs, kshape, group):
+    a = {"kernel_shape": list(kshape)}
+    for key in ("strides", "pads", "dilations"):
+        if key in attrs:
+            a[key] = list(attrs[key])
+    if group != 1:
+        a["group"] = group
+    return a
+
+
+def conv_integer_cases(root):
+    for xt, wt in [(np.uint8, np.int8), (np.uint8, np.uint8), (np.int8, np.int8)]:
+        for cname, xs, ws, attrs in CONVS:
+            group = attrs.get("group", 1)
+            x = ints(xt, *xs)
+            w = ints(wt, *ws)
+            xzp = ints(xt)
+            wzp = ints(wt, ws[0]) if wt == np.uint8 else ints(wt)
+            kw = {k: v for k, v in attrs.items() if k != "group"}
+            y = conv_ref(x, w, xzp, wzp, group=group, **kw).astype(np.int32)
+            node = helper.make_node("ConvInteger", ["x", "w", "xzp", "wzp"], ["y"], **conv_attrs(attrs, ws[2:], group))
+            write(root, "convinteger_%s%s_%s" % (np.dtype(xt).name, np.dtype(wt).name, cname), [node], [("x", x)],
+                  [("y", y)], inits=[("w", w), ("xzp", xzp), ("wzp", wzp)])
+    # 1-D
+    x = ints(np.uint8, 1, 8, 40)
+    w = ints(np.int8, 12, 8, 3)
+    y = conv_ref(x[:, :, None, :], w[:, :, None, :], 7, 0, pads=(0, 1, 0, 1))[:, :, 0, :].astype(np.int32)
+    node = helper.make_node("ConvInteger", ["x", "w", "xzp"], ["y"], kernel_shape=[3], pads=[1, 1])
+    write(root, "convinteger_1d", [node], [("x", x)], [("y", y)], inits=[("w", w), ("xzp", np.array(7, np.uint8))])
+    # Extremes over K = 9 * 256: 255 x -128 everywhere.
+    x = ints(np.uint8, 1, 256, 6, 6, extreme=255)
+    w = ints(np.int8, 8, 256, 3, 3, extreme=-128)
+    node = helper.make_node("ConvInteger", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    write(root, "convinteger_extreme", [node], [("x", x)], [("y", conv_ref(x, w, 0, 0, pads=(1, 1, 1, 1)).astype(np.int32))],
+          inits=[("w", w)])
+
+
+def qlinear_cases(root):
+    # QLinearConv: uint8 activations, int8 per-channel symmetric weights (ORT's convention), int32 bias.
+    for xt in (np.uint8, np.int8):
+        for cname, xs, ws, attrs in CONVS:
+            group = attrs.get("group", 1)
+            x = ints(xt, *xs)
+            w = ints(np.int8, *ws)
+            oc = ws[0]
+            xs_, xzp = np.float32(0.02), ints(xt)
+            wsc = RNG.uniform(0.001, 0.01, size=oc).astype(np.float32)
+            wzp = np.zeros(oc, np.int8)
+            ys_, yzp = np.float32(0.37), ints(xt)
+            bias = RNG.integers(-5000, 5000, size=oc).astype(np.int32)
+            kw = {k: v for k, v in attrs.items() if k != "group"}
+            acc = conv_ref(x, w, xzp, 0, group=group, **kw) + bias.reshape(1, -1, 1, 1)
+            mult = (np.float64(xs_) * wsc.astype(np.float64) / np.float64(ys_)).reshape(1, -1, 1, 1)
+            y = requant(acc, mult, np.int64(yzp), xt)
+            node = helper.make_node("QLinearConv", ["x", "xs", "xzp", "w", "ws", "wzp", "ys", "yzp", "b"], ["y"],
+                                    **conv_attrs(attrs, ws[2:], group))
+            write(root, "qlinearconv_%s_%s" % (np.dtype(xt).name, cname), [node], [("x", x)], [("y", y)],
+                  inits=[("xs", xs_), ("xzp", xzp), ("w", w), ("ws", wsc), ("wzp", wzp), ("ys", ys_), ("yzp", yzp),
+                         ("b", bias)], tol=(0, 1))
+    # QLinearMatMul: per-tensor and per-column B scales, uint8 and int8.
+    for at, bt in [(np.uint8, np.int8), (np.uint8, np.uint8), (np.int8, np.int8)]:
+        for per in (False, True):
+            m, k, n = 20, 96, 24
+            a = ints(at, 2, m, k)
+            b = ints(bt, k, n)
+            as_, azp = np.float32(0.05), ints(at)
+            bs = RNG.uniform(0.002, 0.02, size=n).astype(np.float32) if per else np.float32(0.01)
+            bzp = ints(bt, n) if per else ints(bt)
+            ys_, yzp = np.float32(0.8), ints(at)
+            acc = matmul_ref(a, b, azp, bzp)
+            y = requant(acc, np.float64(as_) * np.asarray(bs, np.float64) / np.float64(ys_), np.int64(yzp), at)
+            node = helper.make_node("QLinearMatMul", ["a", "as", "azp", "b", "bs", "bzp", "ys", "yzp"], ["y"])
+            write(root, "qlinearmatmul_%s%s_%s" % (np.dtype(at).name, np.dtype(bt).name, "percol" if per else "tensor"),
+                  [node], [("a", a)], [("y", y)],
+                  inits=[("as", as_), ("azp", azp), ("b", b), ("bs", bs), ("bzp", bzp), ("ys", ys_), ("yzp", yzp)],
+                  tol=(0, 1))
+
+
+def qdq_cases(root):
+    # QuantizeLinear: float32 division, round half to even, saturation; per tensor and per axis.
+    x = RNG.uniform(-60, 60, size=(2, 6, 7, 9)).astype(np.float32)
+    x.flat[:8] = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 1000.0, -1000.0]  # ties (scale 1) and saturation
+    for dt in (np.uint8, np.int8):
+        lo, hi = RANGE[dt]
+        zp = np.array(3 if dt == np.int8 else 128, dt)
+        s = np.float32(1.0)
+        y = np.clip(np.rint(x / s) + zp.astype(np.float64), lo, hi).astype(dt)
+        write(root, "quantizelinear_%s_tensor" % np.dtype(dt).name,
+              [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["y"])], [("x", x)], [("y", y)],
+              inits=[("s", s), ("zp", zp)])
+        s = RNG.uniform(0.1, 0.6, size=6).astype(np.float32)
+        zpa = ints(dt, 6)
+        q = np.rint((x / s.reshape(1, -1, 1, 1)).astype(np.float32)).astype(np.float64)
+        y = np.clip(q + zpa.reshape(1, -1, 1, 1), lo, hi).astype(dt)
+        write(root, "quantizelinear_%s_axis1" % np.dtype(dt).name,
+              [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["y"], axis=1)], [("x", x)], [("y", y)],
+              inits=[("s", s), ("zp", zpa)])
+        # DequantizeLinear per axis (last axis) and per tensor.
+        q8 = ints(dt, 3, 5, 16)
+        s = RNG.uniform(0.01, 0.2, size=16).astype(np.float32)
+        zpa = ints(dt, 16)
+        y = ((q8.astype(np.int32) - zpa.astype(np.int32)).astype(np.float32) * s).astype(np.float32)
+        write(root, "dequantizelinear_%s_axis-1" % np.dtype(dt).name,
+              [helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"], axis=-1)], [("q", q8)], [("y", y)],
+              inits=[("s", s), ("zp", zpa)], tol=(1e-6, 0))
+        y = ((q8.astype(np.int32) - int(zp)).astype(np.float32) * np.float32(0.125)).astype(np.float32)
+        write(root, "dequantizelinear_%s_tensor" % np.dtype(dt).name,
+              [helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"])], [("q", q8)], [("y", y)],
+              inits=[("s", np.float32(0.125)), ("zp", zp)], tol=(1e-6, 0))
+    # DynamicQuantizeLinear (ONNX: scale = (max(0, max x) - min(0, min x)) / 255, zero point rint(-min / scale)).
+    for name, x in [("mixed", RNG.uniform(-3, 5, size=(4, 33, 17)).astype(np.float32)),
+                    ("positive", RNG.uniform(0.5, 2, size=(1000,)).astype(np.float32))]:
+        mn, mx = np.float32(min(0.0, x.min())), np.float32(max(0.0, x.max()))
+        scale = np.float32((mx - mn) / np.float32(255))
+        zp = np.uint8(np.clip(np.rint(np.float32(0) - mn / scale), 0, 255))
+        y = np.clip(np.rint((x / scale).astype(np.float32)) + np.float64(zp), 0, 255).astype(np.uint8)
+        write(root, "dynamicquantizelinear_%s" % name,
+              [helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "zp"])], [("x", x)],
+              [("y", y), ("s", np.array(scale, np.float32)), ("zp", np.array(zp, np.uint8))], tol=(0, 1))
+
+
+def main():
+    root = sys.argv[1]
+    matmul_integer_cases(root)
+    conv_integer_cases(root)
+    qlinear_cases(root)
+    qdq_cases(root)
+
+
+if __name__ == "__main__":
+    main()
