@@ -220,6 +220,14 @@ const std::vector<FlagDef>& Table() {
         "expanded intermediate a band of rows at a time, never the whole tensor.",
         {}},
        BoolFlag(&Flags::cpu_fuse_pointwise_depthwise, "cpu_fuse_pointwise_depthwise")},
+      {{"cpu_fuse_qdq", "bool", "true",
+        "CPU: a quantized model's QDQ patterns (DequantizeLinear of uint8/int8 activations and constant weights "
+        "-> Conv or MatMul -> QuantizeLinear) run as one integer op (QLinearConv / QLinearMatMul: 8-bit "
+        "products, exact int32 sums, one rounding), as ONNX Runtime's QDQ transformers do; outputs may differ "
+        "from the float path by one quantization step. false: DequantizeLinear, the float op and "
+        "QuantizeLinear run as written (ONNX Runtime's session.disable_quant_qdq).",
+        {}},
+       BoolFlag(&Flags::cpu_fuse_qdq, "cpu_fuse_qdq")},
       {{"cpu_codegen_single_ops", "bool", "false",
         "CPU: generate code for a fused group of a single op too. By default such a group runs on the op's "
         "library kernel (the same single pass over memory), so a cluster compiles only where ops fuse, and a "
@@ -606,6 +614,7 @@ std::string FlagValueText(const Flags& f, absl::string_view name) {
       {"dynamic_shape_plans", [b](const Flags& f) { return b(f.dynamic_shape_plans); }},
       {"cpu_channels_last", [b](const Flags& f) { return b(f.cpu_channels_last); }},
       {"cpu_fuse_pointwise_depthwise", [b](const Flags& f) { return b(f.cpu_fuse_pointwise_depthwise); }},
+      {"cpu_fuse_qdq", [b](const Flags& f) { return b(f.cpu_fuse_qdq); }},
       {"cpu_codegen_single_ops", [b](const Flags& f) { return b(f.cpu_codegen_single_ops); }},
       {"max_cpu_isa", [](const Flags& f) { return f.max_cpu_isa; }},
       {"autotune_level", [](const Flags& f) { return absl::StrCat(f.autotune_level); }},

@@ -79,6 +79,9 @@ struct Flags {
   // CPU, with cpu_channels_last: pointwise -> depthwise convolution pairs run as one fused op
   // (compiler/passes/layout.h FusePointwiseDepthwise).
   bool cpu_fuse_pointwise_depthwise = true;
+  // CPU: QDQ patterns (DequantizeLinear -> Conv / MatMul -> QuantizeLinear) become QLinearConv /
+  // QLinearMatMul at load (compiler/passes/quantization.h), as ONNX Runtime's QDQ transformers do.
+  bool cpu_fuse_qdq = true;
   // CPU: fused groups of a single op get generated code too (default: they run on the op's library
   // kernel; FusionPlanOptions::single_op_groups_as_library). For tests of the code generator.
   bool cpu_codegen_single_ops = false;

@@ -17,6 +17,7 @@
 #include "compiler/onnx/onnx_import.h"
 #include "compiler/passes/decompose.h"
 #include "compiler/passes/layout.h"
+#include "compiler/passes/quantization.h"
 #include "compiler/passes/simplify.h"
 #include "compiler/passes/specialization_replay.h"
 #include "compiler/passes/specialize_shapes.h"
@@ -171,6 +172,12 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Grap
   {
     TraceScope scope(s->profiler_.get(), "simplify_before_specialization", "load");
     CJIT_RETURN_IF_ERROR(SimplifyBeforeSpecialization(*graph));
+  }
+  if (s->gpu_ == nullptr && s->flags_.cpu_fuse_qdq) {
+    // Before specialization: its constant folding would turn DequantizeLinear(weights) into float weights.
+    TraceScope scope(s->profiler_.get(), "fuse_qdq", "load");
+    CJIT_ASSIGN_OR_RETURN(int fused, FuseQdqIntoIntegerOps(*graph));
+    if (fused > 0) CJIT_RETURN_IF_ERROR(VerifyGraph(*graph));
   }
   for (const Value* v : graph->inputs()) s->inputs_.push_back({v->name, v->dtype, v->shape});
   for (const Value* v : graph->outputs()) s->outputs_.push_back({v->name, v->dtype, v->shape});

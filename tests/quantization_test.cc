@@ -1,0 +1,148 @@
+// FuseQdqIntoIntegerOps (compiler/passes/quantization.h): QDQ patterns become QLinearConv / QLinearMatMul
+// where the conditions hold and stay as written otherwise; the fused graph's outputs are within one
+// quantization step of the unfused graph's (DequantizeLinear -> float op -> QuantizeLinear), which is the
+// independent reference here.
+#include "compiler/passes/quantization.h"
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "compiler/ir/text.h"
+#include "compiler/ir/verifier.h"
+#include "gtest/gtest.h"
+#include "runtime/executor.h"
+#include "tests/graph_util.h"
+#include "tools/check_lib.h"
+
+namespace cjit {
+namespace {
+
+// "%name = constant TYPE[dims] {values}" with deterministic integer values in [lo, hi].
+std::string IntConst(const std::string& name, const std::string& type, const std::vector<int64_t>& dims, int lo,
+                     int hi, int seed) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  std::vector<std::string> v;
+  for (int64_t i = 0; i < n; ++i) v.push_back(absl::StrCat(lo + (seed * 7919 + i * 104729) % (hi - lo + 1)));
+  return absl::StrCat("  %", name, " = constant ", type, "[", absl::StrJoin(dims, ","), "] {", absl::StrJoin(v, ", "),
+                      "}\n");
+}
+
+std::string FloatConst(const std::string& name, const std::vector<int64_t>& dims, double base, double step) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  std::vector<std::string> v;
+  for (int64_t i = 0; i < n; ++i) v.push_back(absl::StrCat(base + step * (i % 5)));
+  return absl::StrCat("  %", name, " = constant f32[", absl::StrJoin(dims, ","), "] {", absl::StrJoin(v, ", "), "}\n");
+}
+
+int Count(const Graph& g, const std::string& op) {
+  int n = 0;
+  for (const auto& node : g.nodes()) n += node->op_type == op;
+  return n;
+}
+
+// Fuses a copy of `ir`'s graph; expects `fused` patterns, then outputs within one step of the original's.
+void CheckFusion(const std::string& ir, int fused, const std::string& op, const Tensor& x) {
+  auto parsed = ParseGraph(ir);
+  ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << ir;
+  std::shared_ptr<Graph> reference(std::move(*parsed));
+  std::shared_ptr<Graph> g(reference->Clone());
+  auto n = FuseQdqIntoIntegerOps(*g);
+  ASSERT_TRUE(n.ok()) << n.status();
+  ASSERT_TRUE(VerifyGraph(*g).ok()) << PrintGraph(*g);
+  EXPECT_EQ(*n, fused) << PrintGraph(*g);
+  EXPECT_EQ(Count(*g, op), fused) << PrintGraph(*g);
+  if (fused > 0) {
+    EXPECT_EQ(Count(*g, "DequantizeLinear"), 0) << PrintGraph(*g);
+    EXPECT_EQ(Count(*g, "QuantizeLinear"), 0) << PrintGraph(*g);
+  }
+  std::vector<Tensor> want = testing::RunGraph(reference, {x}), got = testing::RunGraph(g, {x});
+  ASSERT_EQ(want.size(), 1u);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].dtype(), want[0].dtype());
+  EXPECT_EQ(got[0].dims(), want[0].dims());
+  OutputComparison c = CompareTensors("y", got[0], want[0], 0, 1);
+  EXPECT_TRUE(c.ok) << "max_abs " << c.max_abs << " " << c.problem;
+}
+
+Tensor Bytes(DType t, const Dims& d) {
+  Tensor x(t, d);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const int v = static_cast<int>((i * 37 + 11) % 256);
+    if (t == DType::kU8) x.data<uint8_t>()[i] = static_cast<uint8_t>(v);
+    else x.data<int8_t>()[i] = static_cast<int8_t>(v - 128);
+  }
+  return x;
+}
+
+// The parameters every Conv case shares: x u8 [1,8,9,10] (scale 0.05, zero point 120), w i8 [6,8,3,3]
+// per-channel, y u8 (scale 0.4, zero point 100).
+std::string ConvParams() {
+  return FloatConst("xs", {}, 0.05, 0) + IntConst("xz", "u8", {}, 120, 120, 0) +
+         IntConst("w", "i8", {6, 8, 3, 3}, -127, 127, 3) + FloatConst("ws", {6}, 0.01, 0.002) +
+         IntConst("wz", "i8", {6}, 0, 0, 0) + FloatConst("ys", {}, 0.4, 0) + IntConst("yz", "u8", {}, 100, 100, 0);
+}
+
+TEST(FuseQdqTest, ConvWithInt32BiasBecomesQLinearConv) {
+  // The bias as quantize_static writes it: int32 with scale x_scale * w_scale[c].
+  std::string bs;
+  for (int c = 0; c < 6; ++c) bs += absl::StrCat(c ? ", " : "", 0.05f * (0.01f + 0.002f * (c % 5)));
+  const std::string ir = "graph g(%x: u8[1,8,9,10]) {\n" + ConvParams() + IntConst("b", "i32", {6}, -3000, 3000, 5) +
+                         "  %bs = constant f32[6] {" + bs + "}\n" +
+                         "  %dx = DequantizeLinear(%x, %xs, %xz)\n  %dw = DequantizeLinear(%w, %ws, %wz) {axis=0}\n"
+                         "  %db = DequantizeLinear(%b, %bs) {axis=0}\n"
+                         "  %c = Conv(%dx, %dw, %db) {pads=[1,1,1,1], strides=[2,1]}\n"
+                         "  %y = QuantizeLinear(%c, %ys, %yz)\n  return %y\n}";
+  CheckFusion(ir, 1, "QLinearConv", Bytes(DType::kU8, {1, 8, 9, 10}));
+}
+
+TEST(FuseQdqTest, ConvWithFloatBiasAndNoBias) {
+  const std::string head = "graph g(%x: u8[1,8,9,10]) {\n" + ConvParams() + FloatConst("b", {6}, -0.3, 0.17) +
+                           "  %dx = DequantizeLinear(%x, %xs, %xz)\n  %dw = DequantizeLinear(%w, %ws, %wz) {axis=0}\n";
+  CheckFusion(head + "  %c = Conv(%dx, %dw, %b) {pads=[1,1,1,1]}\n  %y = QuantizeLinear(%c, %ys, %yz)\n  return %y\n}",
+              1, "QLinearConv", Bytes(DType::kU8, {1, 8, 9, 10}));
+  CheckFusion(head + "  %c = Conv(%dx, %dw) {dilations=[2,2]}\n  %y = QuantizeLinear(%c, %ys, %yz)\n  return %y\n}", 1,
+              "QLinearConv", Bytes(DType::kU8, {1, 8, 9, 10}));
+}
+
+TEST(FuseQdqTest, ConditionsThatKeepTheFloatPath) {
+  const std::string head = "graph g(%x: u8[1,8,9,10]) {\n" + ConvParams() +
+                           "  %dx = DequantizeLinear(%x, %xs, %xz)\n  %dw = DequantizeLinear(%w, %ws, %wz) {axis=0}\n";
+  // The Conv output is read by another op as well.
+  CheckFusion(head + "  %c = Conv(%dx, %dw)\n  %q = QuantizeLinear(%c, %ys, %yz)\n  %r = Relu(%c)\n"
+                     "  %dq = DequantizeLinear(%q, %ys, %yz)\n  %y0 = Add(%dq, %r)\n  %y = QuantizeLinear(%y0, %ys, %yz)\n"
+                     "  return %y\n}",
+              0, "QLinearConv", Bytes(DType::kU8, {1, 8, 9, 10}));
+  // A bias whose scale is not x_scale * w_scale.
+  CheckFusion(head + IntConst("b", "i32", {6}, -3000, 3000, 5) + FloatConst("bs", {}, 0.3, 0) +
+                  "  %db = DequantizeLinear(%b, %bs)\n  %c = Conv(%dx, %dw, %db)\n"
+                  "  %y = QuantizeLinear(%c, %ys, %yz)\n  return %y\n}",
+              0, "QLinearConv", Bytes(DType::kU8, {1, 8, 9, 10}));
+  // Per-channel weight scales along the wrong axis (axis 1 of w, 8 values).
+  CheckFusion("graph g(%x: u8[1,8,9,10]) {\n" + ConvParams() + FloatConst("ws1", {8}, 0.01, 0.001) +
+                  IntConst("wz1", "i8", {8}, 0, 0, 0) +
+                  "  %dx = DequantizeLinear(%x, %xs, %xz)\n  %dw = DequantizeLinear(%w, %ws1, %wz1) {axis=1}\n"
+                  "  %c = Conv(%dx, %dw)\n  %y = QuantizeLinear(%c, %ys, %yz)\n  return %y\n}",
+              0, "QLinearConv", Bytes(DType::kU8, {1, 8, 9, 10}));
+}
+
+TEST(FuseQdqTest, MatMulBecomesQLinearMatMul) {
+  for (const std::string per : {"tensor", "column"}) {
+    const std::string bs = per == "tensor" ? FloatConst("bs", {}, 0.02, 0) : FloatConst("bs", {12}, 0.01, 0.003);
+    const std::string bz = per == "tensor" ? IntConst("bz", "i8", {}, 3, 3, 0) : IntConst("bz", "i8", {12}, -5, 5, 2);
+    const std::string ir = "graph g(%x: i8[2,5,16]) {\n" + FloatConst("as", {}, 0.03, 0) +
+                           IntConst("az", "i8", {}, -7, -7, 0) + IntConst("b", "i8", {16, 12}, -128, 127, 9) + bs + bz +
+                           FloatConst("ys", {}, 0.25, 0) + IntConst("yz", "i8", {}, 4, 4, 0) +
+                           "  %da = DequantizeLinear(%x, %as, %az)\n  %db = DequantizeLinear(%b, %bs, %bz) {axis=1}\n"
+                           "  %m = MatMul(%da, %db)\n  %y = QuantizeLinear(%m, %ys, %yz)\n  return %y\n}";
+    CheckFusion(ir, 1, "QLinearMatMul", Bytes(DType::kI8, {2, 5, 16}));
+  }
+}
+
+}  // namespace
+}  // namespace cjit
