@@ -349,6 +349,14 @@ const std::vector<FlagDef>& Table() {
         "float32 (bfloat16 conversions and kernels cost more than they save on small products); 0 = none. "
         "Not applied on a GPU.", {}},
        Int64Flag(&Flags::amp_min_allow_macs, "amp_min_allow_macs", 0)},
+      {{"amp_require_native_isa", "bool", "true",
+        "AMP on the CPU rewrites to a 16-bit type only where the CPU has arithmetic for it within --max_cpu_isa "
+        "(bfloat16: AVX512_BF16 or AMX-BF16; float16: AVX512_FP16), as TensorFlow's oneDNN auto mixed "
+        "precision; elsewhere the graph stays float32 and one warning names the missing instructions "
+        "(emulated bfloat16 made ppocrv4_rec 1.5x slower than float32). --auto_mixed_precision=auto picks "
+        "bfloat16, then float16, then float32 by the same rule. false: rewrite anyway.",
+        {}},
+       BoolFlag(&Flags::amp_require_native_isa, "amp_require_native_isa")},
       {{"amp_log_path", "string", "",
         "Directory for the AMP decision log: the graph before and after the rewrite and the four lists in "
         "effect (TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_LOG_PATH).", {}},
@@ -630,6 +638,7 @@ std::string FlagValueText(const Flags& f, absl::string_view name) {
       {"conv_precision", [](const Flags& f) { return f.conv_precision; }},
       {"amp_log_path", [](const Flags& f) { return f.amp_log_path; }},
       {"amp_min_allow_macs", [](const Flags& f) { return absl::StrCat(f.amp_min_allow_macs); }},
+      {"amp_require_native_isa", [b](const Flags& f) { return b(f.amp_require_native_isa); }},
       {"amp_allowlist_add", [](const Flags& f) { return f.amp_allowlist_add; }},
       {"amp_allowlist_remove", [](const Flags& f) { return f.amp_allowlist_remove; }},
       {"amp_inferlist_add", [](const Flags& f) { return f.amp_inferlist_add; }},

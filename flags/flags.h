@@ -131,6 +131,10 @@ struct Flags {
   // AMP cost rule (CPU only): allow-list products (Conv, ConvTranspose, MatMul, Gemm) with fewer multiply-adds
   // stay float32 (auto_mixed_precision.h AmpOptions::min_allow_macs). 0: none.
   int64_t amp_min_allow_macs = 1000000;
+  // AMP on the CPU only where the CPU has arithmetic for the 16-bit type (bfloat16: AVX512_BF16 or AMX-BF16;
+  // float16: AVX512_FP16), as TensorFlow's oneDNN auto mixed precision; elsewhere the graph stays float32
+  // (logged once). false: rewrite anyway (emulated 16-bit arithmetic, usually slower than float32).
+  bool amp_require_native_isa = true;
   // Execution device: auto, cpu, cuda or cuda:N (as TF's device placement; auto = cuda:0 when this build
   // has the GPU runtime and a CUDA driver reports a device, else cpu).
   std::string device = "auto";

@@ -1,6 +1,9 @@
 #include "runtime/auto_mixed_precision.h"
 
+#include <mutex>
+
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/cpu_isa.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "compiler/ir/text.h"
@@ -51,10 +54,44 @@ AmpOptions AmpOptionsFromFlags(const Flags& f, bool on_gpu, bool* enabled) {
   return o;
 }
 
+std::string AmpMissingCpuIsa(const std::string& mode, DType* low) {
+  const bool bf16 = CpuHasAvx512Bf16() || CpuHasAmx();
+  const bool fp16 = CpuHasAvx512Fp16();
+  if (mode == "auto") {
+    if (bf16) {
+      *low = DType::kBF16;
+      return "";
+    }
+    if (fp16) {
+      *low = DType::kF16;
+      return "";
+    }
+    return "neither AVX512_BF16 / AMX-BF16 nor AVX512_FP16";
+  }
+  *low = mode == "float16" ? DType::kF16 : DType::kBF16;
+  if (*low == DType::kBF16) return bf16 ? "" : "no AVX512_BF16 or AMX-BF16";
+  return fp16 ? "" : "no AVX512_FP16";
+}
+
 absl::Status RunAutoMixedPrecision(Graph& graph, const Flags& flags, bool on_gpu, const AmpRuleHook& hook, int sig) {
   bool enabled = false;
   AmpOptions o = AmpOptionsFromFlags(flags, on_gpu, &enabled);
   if (!enabled) return absl::OkStatus();
+  if (!on_gpu && flags.amp_require_native_isa) {
+    DType low = o.low;
+    const std::string missing = AmpMissingCpuIsa(flags.auto_mixed_precision, &low);
+    if (!missing.empty()) {
+      static std::once_flag warned;
+      std::call_once(warned, [&] {
+        CJIT_LOG(WARNING) << "--auto_mixed_precision=" << flags.auto_mixed_precision << ": this CPU has " << missing
+                          << " instructions (within --max_cpu_isa=" << flags.max_cpu_isa
+                          << "); emulated 16-bit arithmetic is slower than float32, so the model runs in float32 "
+                             "(--amp_require_native_isa=false rewrites anyway)";
+      });
+      return absl::OkStatus();
+    }
+    o.low = low;
+  }
   o.hook = hook;
   const std::string before = flags.amp_log_path.empty() ? std::string() : PrintGraph(graph);
   CJIT_ASSIGN_OR_RETURN(AmpReport r, AutoMixedPrecision(graph, o));

@@ -7,6 +7,8 @@
 #ifndef CJIT_RUNTIME_AUTO_MIXED_PRECISION_H_
 #define CJIT_RUNTIME_AUTO_MIXED_PRECISION_H_
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "compiler/passes/auto_mixed_precision.h"
 #include "flags/flags.h"
@@ -22,7 +24,15 @@ AmpOptions AmpOptionsFromFlags(const Flags& flags, bool on_gpu, bool* enabled);
 // precision is part of every cache key.
 void ApplyMatmulPrecision(Graph& graph, const Flags& flags);
 
-// Runs the pass when the flags enable it. `sig` numbers the log files.
+// The CPU rule of --amp_require_native_isa: for `mode` (bfloat16, float16 or auto) the 16-bit type to use
+// in *low and "", or what this CPU (within --max_cpu_isa) lacks for it ("no AVX512_BF16 or AMX-BF16").
+// TensorFlow's oneDNN auto mixed precision enables bfloat16 only where the CPU has it, for the same reason:
+// emulated 16-bit arithmetic is slower than float32.
+std::string AmpMissingCpuIsa(const std::string& mode, DType* low);
+
+// Runs the pass when the flags enable it (on the CPU, where AmpMissingCpuIsa allows it or
+// --amp_require_native_isa=false; otherwise one warning, and the graph stays float32). `sig` numbers the
+// log files.
 absl::Status RunAutoMixedPrecision(Graph& graph, const Flags& flags, bool on_gpu, const AmpRuleHook& hook, int sig);
 
 }  // namespace cjit

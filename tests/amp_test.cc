@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 
+#include "compiler/ir/cpu_isa.h"
 #include "compiler/ir/float16.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/ir/text.h"
@@ -804,33 +805,46 @@ TEST(MatmulPrecisionTest, FlagsAndTensorFlowVariables) {
   EXPECT_EQ(f->conv_precision, "high");
 }
 
-}  // namespace
-// Cast from float64 to float16 / bfloat16 rounds once (numpy's float64 -> float16 cast gives 0x3C01 for
-// 1 + 2^-11 + 2^-40; through float32 it would be the tie 1 + 2^-11, rounded to even: 0x3C00).
-TEST(AmpTest, CastFromFloat64RoundsOnce) {
-  testing::ModelBuilder b(19);
-  b.Input("x", onnx::TensorProto::DOUBLE, {3}).Output("h").Output("bf");
-  testing::ModelBuilder::AttrInt(b.Node("Cast", {"x"}, {"h"}), "to", onnx::TensorProto::FLOAT16);
-  testing::ModelBuilder::AttrInt(b.Node("Cast", {"x"}, {"bf"}), "to", onnx::TensorProto::BFLOAT16);
-  SessionOptions o;
-  o.use_environment_flags = false;
-  o.flags.device = "cpu";
-  o.flags.auto_jit = "-1";
-  auto s = Session::LoadFromBytes(b.Bytes(), o);
-  ASSERT_TRUE(s.ok()) << s.status();
-  Tensor x(DType::kF64, {3});
-  x.data<double>()[0] = 1 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40);
-  x.data<double>()[1] = 1 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40);
-  x.data<double>()[2] = -(std::ldexp(1.0, -25) + std::ldexp(1.0, -60));
-  auto r = (*s)->Run({{"x", x}});
-  ASSERT_TRUE(r.ok()) << r.status();
-  const uint16_t* h = static_cast<const uint16_t*>((*r)[0].tensor.raw());
-  const uint16_t* bf = static_cast<const uint16_t*>((*r)[1].tensor.raw());
-  EXPECT_EQ(h[0], 0x3C01);
-  EXPECT_EQ(h[1], 0x3C04);  // 1 + 2^-8 (+ 2^-40, far below half an ulp)
-  EXPECT_EQ(h[2], 0x8001);  // just above the subnormal tie 2^-25, negative
-  EXPECT_EQ(bf[0], 0x3F80);
-  EXPECT_EQ(bf[1], 0x3F81);
+// --amp_require_native_isa (TensorFlow's oneDNN AMP rule): on a CPU without bfloat16 arithmetic (here the
+// instruction sets capped at AVX-512 without BF16), --auto_mixed_precision=bfloat16 and auto leave the model
+// in float32 - outputs bit-identical to a float32 run - and --amp_require_native_isa=false still rewrites.
+// Where the CPU has AVX512_BF16, bfloat16 is used (outputs differ from float32 by bfloat16 rounding).
+TEST(AmpTest, CpuWithoutBfloat16ArithmeticStaysFloat32) {
+  testing::ModelBuilder mb(13);
+  mb.Input("x", onnx::TensorProto::FLOAT, {128, 128}).Output("y");
+  mb.Node("MatMul", {"x", "w"}, {"y"});
+  std::vector<float> w(128 * 128);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(std::sin(0.37 * i));
+  mb.InitFloats("w", {128, 128}, w);
+  Tensor x(DType::kF32, {128, 128});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::cos(0.11 * i)) + 1.001f;
+  auto same = [](const Tensor& a, const Tensor& b) {
+    return a.dtype() == b.dtype() && a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+  };
+  const CpuIsa previous = MaxCpuIsa();
+  SetMaxCpuIsa(std::min(previous, CpuIsa::kAvx512Vnni));
+  DType low = DType::kInvalid;
+  EXPECT_NE(AmpMissingCpuIsa("bfloat16", &low), "");
+  EXPECT_NE(AmpMissingCpuIsa("float16", &low), "");
+  EXPECT_NE(AmpMissingCpuIsa("auto", &low), "");
+  auto f32 = RunWithFlags(mb.Bytes(), "", "x", x);
+  auto bf16 = RunWithFlags(mb.Bytes(), "--auto_mixed_precision=bfloat16", "x", x);
+  auto automatic = RunWithFlags(mb.Bytes(), "--auto_mixed_precision=auto", "x", x);
+  auto forced = RunWithFlags(mb.Bytes(), "--auto_mixed_precision=bfloat16 --amp_require_native_isa=false", "x", x);
+  SetMaxCpuIsa(previous);
+  ASSERT_TRUE(f32.ok() && bf16.ok() && automatic.ok() && forced.ok());
+  EXPECT_TRUE(same(*f32, *bf16)) << "bfloat16 requested without AVX512_BF16: float32 expected";
+  EXPECT_TRUE(same(*f32, *automatic));
+  EXPECT_FALSE(same(*f32, *forced)) << "--amp_require_native_isa=false rewrites to bfloat16";
+  if (CpuHasAvx512Bf16()) {
+    EXPECT_EQ(AmpMissingCpuIsa("bfloat16", &low), "");
+    EXPECT_EQ(low, DType::kBF16);
+    EXPECT_EQ(AmpMissingCpuIsa("auto", &low), "");
+    auto native = RunWithFlags(mb.Bytes(), "--auto_mixed_precision=bfloat16", "x", x);
+    ASSERT_TRUE(native.ok());
+    EXPECT_FALSE(same(*f32, *native));
+  }
 }
 
+}  // namespace
 }  // namespace cjit

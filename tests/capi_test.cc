@@ -286,7 +286,7 @@ TEST(CApiTest, AmpRuleDecidesBeforeTheLists) {
   for (bool allow : {false, true}) {
     AmpRuleState state;
     state.allow = allow;
-    cjit_session* s = AffineSession("--auto_mixed_precision=bfloat16", TestAmpRule, &state);
+    cjit_session* s = AffineSession("--auto_mixed_precision=bfloat16 --amp_require_native_isa=false", TestAmpRule, &state);
     ASSERT_NE(s, nullptr);
     float x[3] = {1.00390625f, 2.0f, -3.0f};  // 1 + 2^-8 is not a bfloat16 value (rounds to 1)
     int64_t dims[2] = {1, 3};

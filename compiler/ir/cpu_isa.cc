@@ -21,7 +21,7 @@ std::atomic<int>& Cap() {
 }
 
 struct Hardware {
-  bool avx2 = false, avx512 = false, vnni = false, bf16 = false, amx = false;
+  bool avx2 = false, avx512 = false, vnni = false, bf16 = false, amx = false, fp16 = false;
 };
 
 const Hardware& Hw() {
@@ -35,6 +35,7 @@ const Hardware& Hw() {
     x.vnni = x.avx512 && __builtin_cpu_supports("avx512vnni");
     x.bf16 = x.vnni && __builtin_cpu_supports("avx512bf16");
     x.amx = x.bf16 && __builtin_cpu_supports("amx-bf16");
+    x.fp16 = x.avx512 && __builtin_cpu_supports("avx512fp16");
 #endif
     return x;
   }();
@@ -73,5 +74,6 @@ bool CpuHasAvx512() { return Hw().avx512 && Allowed(CpuIsa::kAvx512); }
 bool CpuHasAvx512Vnni() { return Hw().vnni && Allowed(CpuIsa::kAvx512Vnni); }
 bool CpuHasAvx512Bf16() { return Hw().bf16 && Allowed(CpuIsa::kAvx512Bf16); }
 bool CpuHasAmx() { return Hw().amx && Allowed(CpuIsa::kAmx); }
+bool CpuHasAvx512Fp16() { return Hw().fp16 && Allowed(CpuIsa::kAmx); }
 
 }  // namespace cjit

@@ -39,6 +39,7 @@ bool CpuHasAvx512();      // AVX-512 F, BW, DQ, VL
 bool CpuHasAvx512Vnni();
 bool CpuHasAvx512Bf16();
 bool CpuHasAmx();         // AMX-BF16
+bool CpuHasAvx512Fp16();  // AVX512-FP16 (Sapphire Rapids and later; allowed from the avx512_core_amx level)
 
 }  // namespace cjit
 
