@@ -86,9 +86,11 @@ class Fuser {
     Node* dq = v->producer;
     if (!IsOp(dq, "DequantizeLinear") || dq->input(0) == nullptr || !ReadQParams(*dq, p)) return nullptr;
     Value* x = dq->input(0);
-    const DType t = x->is_constant() ? x->constant->dtype() : x->dtype;
-    if (!IsByte(t)) return nullptr;
     if (constant_input && !x->is_constant()) return nullptr;
+    // At load an intermediate value's dtype may not be inferred yet: the zero point's is the input's.
+    DType t = x->is_constant() ? x->constant->dtype() : x->dtype;
+    if (t == DType::kInvalid && p->zero_point != nullptr) t = p->zero_point->constant->dtype();
+    if (!IsByte(t)) return nullptr;
     if (p->zero_point != nullptr && p->zero_point->constant->dtype() != t) return nullptr;
     return dq;
   }
