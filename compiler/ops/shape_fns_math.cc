@@ -87,7 +87,9 @@ absl::Status MatMulInfer(const Node& n, Inputs in, Outputs& out) {
   const Shape& a = in[0].shape;
   const Shape& b = in[1].shape;
   if (!a.rank_known || !b.rank_known) return absl::OkStatus();
-  if (a.rank() == 0 || b.rank() == 0) return NodeError(n, "MatMul inputs must have rank >= 1");
+  if (a.rank() == 0 || b.rank() == 0) {
+    return NodeError(n, absl::StrCat(n.op_type, " operands must have rank >= 1, got a scalar"));
+  }
   Shape a2 = a, b2 = b;
   if (a.rank() == 1) a2.dims.insert(a2.dims.begin(), Dim{1, ""});
   if (b.rank() == 1) b2.dims.push_back(Dim{1, ""});
@@ -219,6 +221,19 @@ void RegisterMathOps() {
   }
   Reg("CumSum", C::kOther, false, A::kDeny, 2, 2, SameAsInput0);
   Reg("MatMul", C::kContraction, true, A::kAllow, 2, 2, MatMulInfer);
+  // MatMulInteger (A input 0, B input 1; int32) and QLinearMatMul (A 0, B 3; the dtype of y_zero_point).
+  Reg("MatMulInteger", C::kContraction, false, A::kDeny, 2, 4, [](const Node& n, Inputs in, Outputs& out) {
+    std::vector<InferInput> ab = {in[0], in[1]};
+    CJIT_RETURN_IF_ERROR(MatMulInfer(n, ab, out));
+    out[0].dtype = DType::kI32;
+    return absl::OkStatus();
+  });
+  Reg("QLinearMatMul", C::kContraction, false, A::kDeny, 8, 8, [](const Node& n, Inputs in, Outputs& out) {
+    std::vector<InferInput> ab = {in[0], in[3]};
+    CJIT_RETURN_IF_ERROR(MatMulInfer(n, ab, out));
+    out[0].dtype = in[7].dtype;
+    return absl::OkStatus();
+  });
   Reg("Gemm", C::kContraction, true, A::kAllow, 2, 3, GemmInfer);
   RegisterOp(OpDef{"FusedMatMul", C::kContraction, true, A::kDeny, 2, 2, FusedMatMulInfer, /*internal=*/true});
 }

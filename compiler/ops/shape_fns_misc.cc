@@ -241,22 +241,8 @@ void RegisterMiscOps() {
     });
   }
   Reg("Einsum", C::kContraction, A::kAllow, 1, 1 << 20, EinsumInfer);
-  // Integer / quantized linear algebra: output dims are computed by the kernels (data-independent, but
-  // left to run time here); dtypes are fixed by the specification.
-  for (const char* op : {"MatMulInteger", "ConvInteger"}) {
-    Reg(op, C::kContraction, A::kDeny, 2, 4, [](const Node&, Inputs, Outputs& out) {
-      out[0].dtype = DType::kI32;
-      return absl::OkStatus();
-    });
-  }
-  Reg("QLinearMatMul", C::kContraction, A::kDeny, 8, 8, [](const Node&, Inputs in, Outputs& out) {
-    out[0].dtype = in[7].dtype;
-    return absl::OkStatus();
-  });
-  Reg("QLinearConv", C::kContraction, A::kDeny, 8, 9, [](const Node&, Inputs in, Outputs& out) {
-    out[0].dtype = in[7].dtype;
-    return absl::OkStatus();
-  });
+  // Integer / quantized linear algebra (MatMulInteger, QLinearMatMul: shape_fns_math.cc; ConvInteger,
+  // QLinearConv: shape_fns_nn.cc).
   Reg("GridSample", C::kOther, A::kInfer, 2, 2, [](const Node& n, Inputs in, Outputs& out) {
     out[0].dtype = in[0].dtype;
     const Shape& x = in[0].shape;

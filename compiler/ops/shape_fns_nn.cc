@@ -476,12 +476,34 @@ absl::Status SpaceDepthInfer(const Node& n, Inputs in, Outputs& out) {
   return absl::OkStatus();
 }
 
+// ConvInteger (X input 0, W input 1) and QLinearConv (X 0, W 3): Conv's output dims; int32, or the dtype of
+// y_zero_point (input 7). `channels_last`: com.clusterjit.NhwcQLinearConv, X [N, d.., C] and Y [N, o.., M].
+absl::Status QuantConvInfer(const Node& n, Inputs in, Outputs& out, int w_index, bool channels_last) {
+  if (static_cast<int>(in.size()) <= w_index) return NodeError(n, "W is missing");
+  std::vector<InferInput> xw = {in[0], in[w_index]};
+  if (channels_last) {
+    CJIT_RETURN_IF_ERROR(ChannelsLastInfer(n, xw, out, ConvInfer));
+  } else {
+    CJIT_RETURN_IF_ERROR(ConvInfer(n, xw, out));
+  }
+  out[0].dtype = w_index == 1 ? DType::kI32 : (in.size() > 7 ? in[7].dtype : DType::kU8);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterNnOps() {
   Reg("Conv", C::kContraction, true, A::kAllow, 2, 3, ConvInfer);
   Reg("ConvTranspose", C::kContraction, true, A::kAllow, 2, 3, ConvTransposeInfer);
   RegisterOp(OpDef{"NhwcConv", C::kContraction, true, A::kDeny, 2, 3, NhwcConvInfer, /*internal=*/true});
+  Reg("ConvInteger", C::kContraction, false, A::kDeny, 2, 4,
+      [](const Node& n, Inputs in, Outputs& out) { return QuantConvInfer(n, in, out, 1, false); });
+  Reg("QLinearConv", C::kContraction, false, A::kDeny, 8, 9,
+      [](const Node& n, Inputs in, Outputs& out) { return QuantConvInfer(n, in, out, 3, false); });
+  // com.clusterjit.NhwcQLinearConv (compiler/passes/layout.h): QLinearConv with X and Y channels-last.
+  RegisterOp(OpDef{"NhwcQLinearConv", C::kContraction, false, A::kDeny, 8, 9,
+                   [](const Node& n, Inputs in, Outputs& out) { return QuantConvInfer(n, in, out, 3, true); },
+                   /*internal=*/true});
   RegisterOp(OpDef{"NhwcPointwiseDepthwiseConv", C::kContraction, true, A::kDeny, 5, 5,
                    NhwcPointwiseDepthwiseConvInfer, /*internal=*/true});
   Reg("MaxPool", C::kPooling, false, A::kInfer, 1, 1, PoolInfer);

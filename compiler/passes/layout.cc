@@ -50,6 +50,19 @@ bool IsUnaryTransparent(const std::string& op) {
   return kOps.count(op) > 0;
 }
 
+// Unary transparency of a node: the ops above, and QuantizeLinear / DequantizeLinear with one scale and zero
+// point (per tensor: elementwise; per axis they would need their axis remapped) - the Q/DQ pairs between the
+// QLinearConvs of a quantized model.
+bool IsUnaryTransparentNode(const Node& n) {
+  if (IsUnaryTransparent(n.op_type)) return true;
+  if ((n.op_type != "QuantizeLinear" && n.op_type != "DequantizeLinear") || !n.domain.empty()) return false;
+  if (n.HasAttr("block_size") || n.input(1) == nullptr || !n.input(1)->is_constant() ||
+      n.input(1)->constant->numel() != 1) {
+    return false;
+  }
+  return n.input(2) == nullptr || (n.input(2)->is_constant() && n.input(2)->constant->numel() == 1);
+}
+
 bool IsBinaryTransparent(const std::string& op) {
   static const std::set<std::string> kOps = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "PRelu"};
   return kOps.count(op) > 0;
@@ -166,7 +179,23 @@ Node* ToFirstProducer(const Value* v) {
   return v->producer->GetInts("perm") == ToFirst(v->shape.rank()) ? v->producer : nullptr;
 }
 
+// A QLinearConv on 8-bit activations with constant weights and known 3-D / 4-D shapes (its channels-last
+// twin, com.clusterjit.NhwcQLinearConv, reads and writes NHWC bytes: no layout change around it).
+bool EligibleQLinearConv(const Node& n) {
+  if (n.op_type != "QLinearConv" || !n.domain.empty() || n.outputs.size() != 1 || n.inputs.size() < 8) return false;
+  const Value* x = n.input(0);
+  const Value* w = n.input(3);
+  const Value* y = n.outputs[0];
+  auto byte_known = [](const Value* v) {
+    return v != nullptr && (v->dtype == DType::kU8 || v->dtype == DType::kI8) && v->shape.fully_known();
+  };
+  if (!byte_known(x) || !byte_known(y) || w == nullptr || !w->is_constant()) return false;
+  const int r = x->shape.rank();
+  return (r == 3 || r == 4) && y->shape.rank() == r && w->shape.rank() == r;
+}
+
 bool Eligible(const Node& n) {
+  if (EligibleQLinearConv(n)) return true;
   if (n.op_type != "Conv" || !n.domain.empty() || n.outputs.size() != 1 || n.inputs.size() < 2) return false;
   const Value* x = n.input(0);
   const Value* w = n.input(1);
@@ -315,7 +344,7 @@ Reach WalkTransparent(const Value* start, const Readers& readers) {
       }
       const bool group_norm = GroupNormIsTransparent(*r) && r->input(0) == v;
       const int rank = v->shape.rank_known ? v->shape.rank() : 0;
-      bool through = (IsUnaryTransparent(r->op_type) && r->input(0) == v) || IsBinaryTransparent(r->op_type) ||
+      bool through = (IsUnaryTransparentNode(*r) && r->input(0) == v) || IsBinaryTransparent(r->op_type) ||
                      r->op_type == "Concat" || (r->op_type == "Resize" && r->input(0) == v) ||
                      (r->op_type == "Split" && r->input(0) == v) || PoolIsTransparent(*r) || group_norm ||
                      (r->input(0) == v && PadIsTransparent(*r, rank));
@@ -380,7 +409,7 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
   for (Node* c : order) {
     if (!convs.count(c)) continue;
     Value* x = c->inputs[0];
-    c->op_type = "NhwcConv";
+    c->op_type = c->op_type == "QLinearConv" ? "NhwcQLinearConv" : "NhwcConv";
     c->domain = std::string(kInternalDomain);
     c->inputs[0] = rw.TransposeToLast(x, c->name);
     rw.MoveOutputToChannelsLast(c);
@@ -422,7 +451,7 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
     if (extra_outputs || !n->outputs[0]->shape.fully_known()) continue;
     int r = n->outputs[0]->shape.rank();
     if (r < 3) continue;
-    if (IsUnaryTransparent(n->op_type)) {
+    if (IsUnaryTransparentNode(*n)) {
       Node* t = rw.ToFirstProducerMade(n->input(0));
       if (t == nullptr || n->input(0)->shape.rank() != r) continue;
       n->inputs[0] = t->inputs[0];

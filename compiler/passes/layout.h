@@ -8,6 +8,10 @@
 //  1. Each float32 Conv (1-3 spatial dims, constant weights, known shapes) that is connected to another
 //     such Conv through layout-transparent ops becomes
 //        Transpose(to channels-last) -> com.clusterjit.NhwcConv -> Transpose(back to channels-first).
+//     A QLinearConv (uint8 / int8 activations, constant weights, 1-2 spatial dims) connected the same way
+//     becomes com.clusterjit.NhwcQLinearConv (ONNX Runtime's NhwcTransformer does the same): a quantized
+//     model's activations stay channels-last bytes from one integer convolution to the next, and the
+//     per-tensor QuantizeLinear / DequantizeLinear between them are layout-transparent.
 //  2. Transposes to channels-first are pushed down through layout-transparent ops, which then work on
 //     channels-last tensors: unary elementwise ops, binary elementwise ops (the other operand is another
 //     such transpose, a constant — permuted here — or a small tensor of the same rank, transposed), Concat

@@ -312,14 +312,24 @@ void DepthwiseRowInt32(const uint8_t* xt, int64_t H, int64_t W, int64_t C,
 
 // The same in float32 for up to kMaxExactTaps taps: every product (x - azp) * (w - wzp) is an integer of at
 // most 255 * 255 and every partial sum of at most 258 of them stays below 2^24, so float32 fused
-// multiply-adds are exact in any order. xf [H * W][C] holds x - azp, wf [taps][C] w - wzp; 64 channels
-// (four registers) accumulate over all taps before one store.
+// multiply-adds are exact in any order. x is read as uint8 channels-last (x - azp converted in registers),
+// wf [taps][C] holds w - wzp; 64 channels (four registers) accumulate over all taps before one store.
 constexpr int64_t kMaxExactTaps = 258;
 
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void DepthwiseRowF32Avx512(
-    const float* xf, int64_t H, int64_t W, int64_t C, const float* wf, int64_t KH, int64_t KW,
-    const WindowGeometry& g, int64_t oh, int32_t* acc) {
+// x - azp from 16 (8) channels-last uint8 values, as float32 (exact).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) inline __m512 LoadU8AsF32x16(const uint8_t* p, __m512i zp) {
+  return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), zp));
+}
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) inline __m512 LoadU8AsF32x16Masked(const uint8_t* p,
+                                                                                                __mmask16 m, __m512i zp) {
+  return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, p)), zp));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void DepthwiseRowU8Avx512(
+    const uint8_t* xt, int64_t H, int64_t W, int64_t C, const float* wf, int64_t KH, int64_t KW,
+    const WindowGeometry& g, int32_t azp, int64_t oh, int32_t* acc) {
   const int64_t OW = g.out[1];
+  const __m512i vz = _mm512_set1_epi32(azp);
   for (int64_t ow = 0; ow < OW; ++ow) {
     int32_t* out = acc + ow * C;
     int64_t c0 = 0;
@@ -331,12 +341,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void DepthwiseRowF
         for (int64_t kw = 0; kw < KW; ++kw) {
           const int64_t iw = ow * g.strides[1] - g.pad_begin[1] + kw * g.dilations[1];
           if (iw < 0 || iw >= W) continue;
-          const float* xr = xf + (ih * W + iw) * C + c0;
+          const uint8_t* xr = xt + (ih * W + iw) * C + c0;
           const float* wr = wf + (kh * KW + kw) * C + c0;
-          a0 = _mm512_fmadd_ps(_mm512_loadu_ps(xr), _mm512_loadu_ps(wr), a0);
-          a1 = _mm512_fmadd_ps(_mm512_loadu_ps(xr + 16), _mm512_loadu_ps(wr + 16), a1);
-          a2 = _mm512_fmadd_ps(_mm512_loadu_ps(xr + 32), _mm512_loadu_ps(wr + 32), a2);
-          a3 = _mm512_fmadd_ps(_mm512_loadu_ps(xr + 48), _mm512_loadu_ps(wr + 48), a3);
+          a0 = _mm512_fmadd_ps(LoadU8AsF32x16(xr, vz), _mm512_loadu_ps(wr), a0);
+          a1 = _mm512_fmadd_ps(LoadU8AsF32x16(xr + 16, vz), _mm512_loadu_ps(wr + 16), a1);
+          a2 = _mm512_fmadd_ps(LoadU8AsF32x16(xr + 32, vz), _mm512_loadu_ps(wr + 32), a2);
+          a3 = _mm512_fmadd_ps(LoadU8AsF32x16(xr + 48, vz), _mm512_loadu_ps(wr + 48), a3);
         }
       }
       _mm512_storeu_si512(out + c0, _mm512_cvtps_epi32(a0));
@@ -353,7 +363,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void DepthwiseRowF
         for (int64_t kw = 0; kw < KW; ++kw) {
           const int64_t iw = ow * g.strides[1] - g.pad_begin[1] + kw * g.dilations[1];
           if (iw < 0 || iw >= W) continue;
-          a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xf + (ih * W + iw) * C + c0),
+          a0 = _mm512_fmadd_ps(LoadU8AsF32x16Masked(xt + (ih * W + iw) * C + c0, m, vz),
                                _mm512_maskz_loadu_ps(m, wf + (kh * KW + kw) * C + c0), a0);
         }
       }
@@ -362,10 +372,17 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void DepthwiseRowF
   }
 }
 
-__attribute__((target("avx2,fma"))) void DepthwiseRowF32Avx2(const float* xf, int64_t H, int64_t W, int64_t C,
-                                                             const float* wf, int64_t KH, int64_t KW,
-                                                             const WindowGeometry& g, int64_t oh, int32_t* acc) {
+__attribute__((target("avx2,fma"))) inline __m256 LoadU8AsF32x8(const uint8_t* p, __m256i zp) {
+  return _mm256_cvtepi32_ps(
+      _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))), zp));
+}
+
+__attribute__((target("avx2,fma"))) void DepthwiseRowU8Avx2(const uint8_t* xt, int64_t H, int64_t W, int64_t C,
+                                                            const float* wf, int64_t KH, int64_t KW,
+                                                            const WindowGeometry& g, int32_t azp, int64_t oh,
+                                                            int32_t* acc) {
   const int64_t OW = g.out[1];
+  const __m256i vz = _mm256_set1_epi32(azp);
   for (int64_t ow = 0; ow < OW; ++ow) {
     int32_t* out = acc + ow * C;
     int64_t c0 = 0;
@@ -377,12 +394,12 @@ __attribute__((target("avx2,fma"))) void DepthwiseRowF32Avx2(const float* xf, in
         for (int64_t kw = 0; kw < KW; ++kw) {
           const int64_t iw = ow * g.strides[1] - g.pad_begin[1] + kw * g.dilations[1];
           if (iw < 0 || iw >= W) continue;
-          const float* xr = xf + (ih * W + iw) * C + c0;
+          const uint8_t* xr = xt + (ih * W + iw) * C + c0;
           const float* wr = wf + (kh * KW + kw) * C + c0;
-          a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xr), _mm256_loadu_ps(wr), a0);
-          a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 8), _mm256_loadu_ps(wr + 8), a1);
-          a2 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 16), _mm256_loadu_ps(wr + 16), a2);
-          a3 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 24), _mm256_loadu_ps(wr + 24), a3);
+          a0 = _mm256_fmadd_ps(LoadU8AsF32x8(xr, vz), _mm256_loadu_ps(wr), a0);
+          a1 = _mm256_fmadd_ps(LoadU8AsF32x8(xr + 8, vz), _mm256_loadu_ps(wr + 8), a1);
+          a2 = _mm256_fmadd_ps(LoadU8AsF32x8(xr + 16, vz), _mm256_loadu_ps(wr + 16), a2);
+          a3 = _mm256_fmadd_ps(LoadU8AsF32x8(xr + 24, vz), _mm256_loadu_ps(wr + 24), a3);
         }
       }
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c0), _mm256_cvtps_epi32(a0));
@@ -398,7 +415,7 @@ __attribute__((target("avx2,fma"))) void DepthwiseRowF32Avx2(const float* xf, in
         for (int64_t kw = 0; kw < KW; ++kw) {
           const int64_t iw = ow * g.strides[1] - g.pad_begin[1] + kw * g.dilations[1];
           if (iw < 0 || iw >= W) continue;
-          a += xf[(ih * W + iw) * C + c0] * wf[(kh * KW + kw) * C + c0];
+          a += static_cast<float>(static_cast<int32_t>(xt[(ih * W + iw) * C + c0]) - azp) * wf[(kh * KW + kw) * C + c0];
         }
       }
       out[c0] = static_cast<int32_t>(a);
@@ -406,21 +423,26 @@ __attribute__((target("avx2,fma"))) void DepthwiseRowF32Avx2(const float* xf, in
   }
 }
 
-// Where a fast convolution's sums go: begin(output dims) once, then image(n, acc [P][OC], P, OC) per image
-// (channels-last int32 sums; the sink writes them out in NCHW).
+// Where a fast convolution's sums go: begin(output dims) once; rows(n, p0, count, acc [count][OC], P, OC)
+// for each chunk of output pixels p0.. of image n (channels-last int32 sums, in order); image(n, P, OC) after
+// an image's last chunk (the sink writes the image out in NCHW).
 struct ConvSink {
   std::function<absl::Status(const Dims&)> begin;
-  std::function<void(int64_t n, const int32_t* acc, int64_t P, int64_t OC)> image;
+  std::function<void(int64_t n, int64_t p0, int64_t count, const int32_t* acc, int64_t P, int64_t OC)> rows;
+  std::function<void(int64_t n, int64_t P, int64_t OC)> image;
 };
 
 
 // 1-D and 2-D convolutions of uint8/int8 x and w; others return false in *handled.
 absl::Status FastIntConv(const KernelContext& ctx, const Tensor& x, const Tensor& w, int xzp_index, int wzp_index,
-                         int w_index, const ConvSink& sink, bool* handled) {
+                         int w_index, const ConvSink& sink, bool* handled, bool channels_last = false) {
   *handled = false;
   if (x.rank() < 3 || x.rank() > 4 || w.rank() != x.rank() || !IsInt8(x) || !IsInt8(w)) return absl::OkStatus();
   const bool one_d = x.rank() == 3;
-  const int64_t N = x.dim(0), C = x.dim(1), H = one_d ? 1 : x.dim(2), W = x.dim(x.rank() - 1);
+  const int r = x.rank();
+  // NCHW, or channels-last [N, (H,) W, C] (NhwcQLinearConv).
+  const int64_t N = x.dim(0), C = channels_last ? x.dim(r - 1) : x.dim(1);
+  const int64_t H = one_d ? 1 : x.dim(channels_last ? 1 : 2), W = x.dim(channels_last ? r - 2 : r - 1);
   const int64_t OC = w.dim(0), KH = one_d ? 1 : w.dim(2), KW = w.dim(w.rank() - 1);
   std::vector<int64_t> k = ctx.node->GetInts("kernel_shape");
   const std::vector<int64_t> w_spatial(w.dims().begin() + 2, w.dims().end());
@@ -428,7 +450,8 @@ absl::Status FastIntConv(const KernelContext& ctx, const Tensor& x, const Tensor
     return ctx.Error(absl::StrCat("kernel_shape [", absl::StrJoin(k, ","), "] disagrees with the spatial dims of w ",
                                   DimsToString(w.dims())));
   }
-  std::vector<int64_t> in(x.dims().begin() + 2, x.dims().end());
+  std::vector<int64_t> in = channels_last ? std::vector<int64_t>(x.dims().begin() + 1, x.dims().end() - 1)
+                                           : std::vector<int64_t>(x.dims().begin() + 2, x.dims().end());
   CJIT_ASSIGN_OR_RETURN(WindowGeometry g1, ComputeWindowGeometry(*ctx.node, in, w_spatial, false, false));
   WindowGeometry g = g1;
   if (one_d) {  // as 2-D with H = 1
@@ -453,15 +476,16 @@ absl::Status FastIntConv(const KernelContext& ctx, const Tensor& x, const Tensor
   const int32_t azp = xzp[0] + (x.dtype() == DType::kI8 ? 128 : 0);
   const int64_t cpg = C / group, ocpg = OC / group, OH = g.out[0], OW = g.out[1], P = OH * OW, HW = H * W;
   const int64_t K = KH * KW * cpg;
-  Dims out_dims = {N, OC};
+  Dims out_dims = {N};
+  if (!channels_last) out_dims.push_back(OC);
   for (int64_t d : g1.out) out_dims.push_back(d);
+  if (channels_last) out_dims.push_back(OC);
   CJIT_RETURN_IF_ERROR(sink.begin(out_dims));
   const bool depthwise = cpg == 1 && ocpg == 1 && group > 1;
   const bool pointwise = KH == 1 && KW == 1 && group == 1 && g.strides[0] == 1 && g.strides[1] == 1 &&
                          g.pad_begin[0] == 0 && g.pad_begin[1] == 0 && OH == H && OW == W;
   const bool w_constant = ctx.is_constant(w_index);
-  uint8_t* xt = Scratch<uint8_t>(kScratchImage, HW * C);
-  int32_t* out_t = Scratch<int32_t>(kScratchProduct, P * OC);  // [P][OC], every element written
+  uint8_t* xt = nullptr;
   std::vector<int32_t> wt;              // depthwise: [taps][C]
   if (depthwise) {
     wt.resize(KH * KW * C);
@@ -492,46 +516,68 @@ absl::Status FastIntConv(const KernelContext& ctx, const Tensor& x, const Tensor
   }
   // Depthwise: float32 (exact, above) on AVX-512 / AVX2 for kernels of up to kMaxExactTaps taps, else int32.
   const bool dw_f32 = depthwise && KH * KW <= kMaxExactTaps && (CpuHasAvx512() || CpuHasAvx2());
-  float* xf = dw_f32 ? Scratch<float>(kScratchColumns, HW * C) : nullptr;
   std::vector<float> wf;
   if (dw_f32) wf.assign(wt.begin(), wt.end());
-  // im2col rows per chunk: about 4 MiB of patches.
-  const int64_t chunk_rows = std::clamp<int64_t>((int64_t{4} << 20) / std::max<int64_t>(OW * K, 1), 1, OH);
+  // Output rows per chunk: the chunk's int32 sums (about 256 KiB) stay in cache until the sink requantizes
+  // them, and its im2col patches stay near 1 MiB.
+  int64_t chunk_pixels = (int64_t{1} << 16) / std::max<int64_t>(OC, 1);
+  if (!pointwise && !depthwise) chunk_pixels = std::min(chunk_pixels, (int64_t{1} << 20) / std::max<int64_t>(K, 1));
+  const int64_t chunk_rows = std::clamp<int64_t>(chunk_pixels / std::max<int64_t>(OW, 1), 1, OH);
   uint8_t* col = pointwise || depthwise ? nullptr : Scratch<uint8_t>(kScratchColumns, chunk_rows * OW * K);
+  int32_t* chunk = Scratch<int32_t>(kScratchProduct, chunk_rows * OW * OC);  // [rows * OW][OC]
   const uint8_t flip = x.dtype() == DType::kI8 ? 0x80 : 0;
   for (int64_t n = 0; n < N; ++n) {
-    // Channels-last copy of the image, int8 made uint8.
-    BatchedTranspose(static_cast<const uint8_t*>(x.raw()) + n * C * HW, xt, 1, 1, C, HW, ctx.threads);
-    if (flip) {
-      for (int64_t i = 0; i < HW * C; ++i) xt[i] ^= flip;
+    // Channels-last image, int8 made uint8: a transposed copy, or the input itself when it is channels-last.
+    const uint8_t* image = static_cast<const uint8_t*>(x.raw()) + n * C * HW;
+    if (channels_last && !flip) {
+      xt = const_cast<uint8_t*>(image);  // only read below
+    } else {
+      xt = Scratch<uint8_t>(kScratchImage, HW * C);
+      if (channels_last) {
+        std::memcpy(xt, image, HW * C);
+      } else {
+        BatchedTranspose(image, xt, 1, 1, C, HW, ctx.threads);
+      }
+      if (flip) {
+        for (int64_t i = 0; i < HW * C; ++i) xt[i] ^= flip;
+      }
     }
-    if (depthwise) {
-      const int dt = ThreadsForWork(ctx.threads, static_cast<double>(P) * C * KH * KW);
-      if (dw_f32) {
-        DequantizeRowF32(xt, false, HW * C, azp, 1.0f, xf);  // x - azp, exact in float32
-        ParallelFor(dt, OH, [&](int64_t oh) {
-          if (CpuHasAvx512()) {
-            DepthwiseRowF32Avx512(xf, H, W, C, wf.data(), KH, KW, g, oh, out_t + oh * OW * C);
+    for (int64_t r0 = 0; r0 < OH; r0 += chunk_rows) {
+      const int64_t rows = std::min(chunk_rows, OH - r0);
+      if (depthwise) {
+        const int dt = ThreadsForWork(ctx.threads, static_cast<double>(rows) * OW * C * KH * KW);
+        ParallelFor(dt, rows, [&](int64_t r) {
+          int32_t* out = chunk + r * OW * C;
+          if (dw_f32 && CpuHasAvx512()) {
+            DepthwiseRowU8Avx512(xt, H, W, C, wf.data(), KH, KW, g, azp, r0 + r, out);
+          } else if (dw_f32) {
+            DepthwiseRowU8Avx2(xt, H, W, C, wf.data(), KH, KW, g, azp, r0 + r, out);
           } else {
-            DepthwiseRowF32Avx2(xf, H, W, C, wf.data(), KH, KW, g, oh, out_t + oh * OW * C);
+            DepthwiseRowInt32(xt, H, W, C, wt.data(), KH, KW, g, azp, r0 + r, out);
           }
         });
+      } else if (pointwise) {
+        Int8Gemm(xt + r0 * OW * C, C, rows * OW, &azp, false, rhs[0], chunk, OC, ctx.threads);
       } else {
-        ParallelFor(dt, OH, [&](int64_t oh) {
-          DepthwiseRowInt32(xt, H, W, C, wt.data(), KH, KW, g, azp, oh, out_t + oh * OW * C);
-        });
-      }
-    } else if (pointwise) {
-      Int8Gemm(xt, C, P, &azp, false, rhs[0], out_t, OC, ctx.threads);
-    } else {
-      for (int64_t gi = 0; gi < group; ++gi) {
-        for (int64_t r0 = 0; r0 < OH; r0 += chunk_rows) {
-          const int64_t rows = std::min(chunk_rows, OH - r0);
+        for (int64_t gi = 0; gi < group; ++gi) {
           ParallelFor(ThreadsForElements(ctx.threads, rows * OW * K), rows * OW, [&](int64_t i) {
             const int64_t oh = r0 + i / OW, ow = i % OW;
             uint8_t* dst = col + i * K;
+            const int64_t iw0 = ow * g.strides[1] - g.pad_begin[1];
+            // One group, no dilation along W, the window inside the row: a kernel row's KW pixels are one
+            // contiguous run of KW * C bytes (a 7x7 stem on 3 channels: 7 copies of 21 bytes, not 49 of 3).
+            const bool whole_rows = group == 1 && g.dilations[1] == 1 && iw0 >= 0 && iw0 + KW <= W;
             for (int64_t kh = 0; kh < KH; ++kh) {
               const int64_t ih = oh * g.strides[0] - g.pad_begin[0] + kh * g.dilations[0];
+              if (whole_rows) {
+                if (ih < 0 || ih >= H) {
+                  std::memset(dst, azp, KW * C);
+                } else {
+                  std::memcpy(dst, xt + (ih * W + iw0) * C, KW * C);
+                }
+                dst += KW * C;
+                continue;
+              }
               for (int64_t kw = 0; kw < KW; ++kw, dst += cpg) {
                 const int64_t iw = ow * g.strides[1] - g.pad_begin[1] + kw * g.dilations[1];
                 if (ih < 0 || ih >= H || iw < 0 || iw >= W) {
@@ -542,12 +588,12 @@ absl::Status FastIntConv(const KernelContext& ctx, const Tensor& x, const Tensor
               }
             }
           });
-          Int8Gemm(col, K, rows * OW, &azp, false, rhs[gi], out_t + r0 * OW * OC + gi * ocpg, OC,
-                   ctx.threads);
+          Int8Gemm(col, K, rows * OW, &azp, false, rhs[gi], chunk + gi * ocpg, OC, ctx.threads);
         }
       }
+      sink.rows(n, r0 * OW, rows * OW, chunk, P, OC);
     }
-    sink.image(n, out_t, P, OC);
+    sink.image(n, P, OC);
   }
   return absl::OkStatus();
 }
@@ -572,6 +618,8 @@ absl::StatusOr<int32_t> OutputZeroPoint(const KernelContext& ctx, const Tensor& 
 
 }  // namespace
 
+absl::Status QLinearConvKernel(KernelContext& ctx, bool channels_last);
+
 void RegisterQuantKernels() {
   RegisterKernel("MatMulInteger", [](KernelContext& ctx) -> absl::Status {
     Dims d;
@@ -590,8 +638,12 @@ void RegisterQuantKernels() {
                     y = ctx.Alloc(0, DType::kI32, dims).data<int32_t>();
                     return absl::OkStatus();
                   },
-                  [&](int64_t n, const int32_t* acc, int64_t P, int64_t OC) {
-                    BatchedTranspose(acc, y + n * OC * P, 4, 1, P, OC, ctx.threads);
+                  [&](int64_t, int64_t p0, int64_t count, const int32_t* acc, int64_t P, int64_t OC) {
+                    int32_t* img = Scratch<int32_t>(kScratchAcc, P * OC);
+                    std::memcpy(img + p0 * OC, acc, count * OC * sizeof(int32_t));
+                  },
+                  [&](int64_t n, int64_t P, int64_t OC) {
+                    BatchedTranspose(Scratch<int32_t>(kScratchAcc, P * OC), y + n * OC * P, 4, 1, P, OC, ctx.threads);
                   }};
     CJIT_RETURN_IF_ERROR(FastIntConv(ctx, ctx.in(0), ctx.in(1), 2, 3, 1, sink, &handled));
     if (handled) return absl::OkStatus();
@@ -629,20 +681,27 @@ void RegisterQuantKernels() {
     return Requantize(ctx, acc, d, a_scale.at(0), b_scale, b_scale.size() > 1 ? n : 1, 1, y_scale.at(0), ctx.in(7),
                       nullptr);
   });
-  RegisterKernel("QLinearConv", [](KernelContext& ctx) -> absl::Status {
+  RegisterKernel("QLinearConv", [](KernelContext& ctx) { return QLinearConvKernel(ctx, false); });
+  RegisterKernel("NhwcQLinearConv", [](KernelContext& ctx) { return QLinearConvKernel(ctx, true); });
+}
+
+// QLinearConv, and its channels-last twin com.clusterjit.NhwcQLinearConv (X [N, d.., C], Y [N, o.., M]).
+absl::Status QLinearConvKernel(KernelContext& ctx, bool channels_last) {
+  {
     Dims d;
     CJIT_ASSIGN_OR_RETURN(std::vector<double> x_scale, Scales(ctx, 1, "x_scale", false));
     CJIT_ASSIGN_OR_RETURN(std::vector<double> w_scale, Scales(ctx, 4, "w_scale", false));
     CJIT_ASSIGN_OR_RETURN(std::vector<double> y_scale, Scales(ctx, 6, "y_scale", true));
     if (x_scale.size() != 1 || y_scale.size() != 1) return ctx.Error("x_scale and y_scale must be one value each");
     bool handled = false;
-    // Requantized channels-last (one multiplier and bias per column), then moved to NCHW as bytes.
+    // Requantized channels-last (one multiplier and bias per column): straight into a channels-last Y, or
+    // into a buffer moved to NCHW as bytes per image.
     Tensor* y = nullptr;
     int32_t zp = 0;
     std::vector<float> mult;
     std::vector<int32_t> bias;
     ConvSink sink{[&](const Dims& dims) -> absl::Status {
-                    const int64_t OC = dims[1];
+                    const int64_t OC = channels_last ? dims.back() : dims[1];
                     CJIT_ASSIGN_OR_RETURN(zp, OutputZeroPoint(ctx, ctx.in(7)));
                     if (w_scale.size() != 1 && static_cast<int64_t>(w_scale.size()) != OC) {
                       return ctx.Error(absl::StrCat("w_scale has ", w_scale.size(), " values; expected 1 or ", OC));
@@ -658,24 +717,30 @@ void RegisterQuantKernels() {
                     y = &ctx.Alloc(0, ctx.in(7).dtype(), dims);
                     return absl::OkStatus();
                   },
-                  [&](int64_t n, const int32_t* acc, int64_t P, int64_t OC) {
+                  [&](int64_t n, int64_t p0, int64_t count, const int32_t* acc, int64_t P, int64_t OC) {
                     const bool s = y->dtype() == DType::kI8;
-                    uint8_t* q = Scratch<uint8_t>(kScratchAcc, P * OC);
-                    ParallelFor(ThreadsForElements(ctx.threads, P * OC), P, [&](int64_t p) {
+                    uint8_t* q = channels_last ? static_cast<uint8_t*>(y->raw()) + (n * P + p0) * OC
+                                               : Scratch<uint8_t>(kScratchAcc, P * OC) + p0 * OC;
+                    ParallelFor(ThreadsForElements(ctx.threads, count * OC), count, [&](int64_t p) {
                       RequantizeRowI32(acc + p * OC, OC, bias.empty() ? nullptr : bias.data(), mult.data(), true, zp,
                                        s, q + p * OC);
                     });
-                    BatchedTranspose(q, static_cast<uint8_t*>(y->raw()) + n * OC * P, 1, 1, P, OC, ctx.threads);
+                  },
+                  [&](int64_t n, int64_t P, int64_t OC) {
+                    if (channels_last) return;
+                    BatchedTranspose(Scratch<uint8_t>(kScratchAcc, P * OC), static_cast<uint8_t*>(y->raw()) + n * OC * P,
+                                     1, 1, P, OC, ctx.threads);
                   }};
-    CJIT_RETURN_IF_ERROR(FastIntConv(ctx, ctx.in(0), ctx.in(3), 2, 5, 3, sink, &handled));
+    CJIT_RETURN_IF_ERROR(FastIntConv(ctx, ctx.in(0), ctx.in(3), 2, 5, 3, sink, &handled, channels_last));
     if (handled) return absl::OkStatus();
+    if (channels_last) return ctx.Error("a channels-last QLinearConv needs uint8 / int8 X and W of rank 3 or 4");
     CJIT_ASSIGN_OR_RETURN(std::vector<int64_t> acc,
                           IntConv(ctx, ctx.in(0), ctx.in(3), ctx.in(2).ToDoubleVector(), ctx.in(5).ToDoubleVector(), &d));
     std::vector<double> bias_values = Opt(ctx, 8);
     int64_t inner = NumElements(d) / std::max<int64_t>(d[0] * d[1], 1);
     return Requantize(ctx, acc, d, x_scale.at(0), w_scale, d[1], inner, y_scale.at(0), ctx.in(7),
                       bias_values.empty() ? nullptr : &bias_values);
-  });
+  }
 }
 
 }  // namespace cjit
