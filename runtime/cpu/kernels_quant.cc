@@ -172,7 +172,7 @@ absl::Status Requantize(KernelContext& ctx, const std::vector<int64_t>& acc, con
 
 // Per-thread scratch buffers, kept between calls: a fresh multi-MiB buffer per call costs its page faults
 // (a 128 x 56 x 56 depthwise QLinearConv: 2.6 ms with new buffers, 0.8 with reused ones).
-enum ScratchSlot { kScratchImage, kScratchColumns, kScratchProduct, kScratchAcc, kScratchSlots };
+enum ScratchSlot { kScratchImage, kScratchColumns, kScratchProduct, kScratchAcc, kScratchRow, kScratchSlots };
 template <typename T>
 T* Scratch(ScratchSlot slot, int64_t count) {
   thread_local std::vector<uint8_t> buffers[kScratchSlots];
@@ -423,9 +423,10 @@ __attribute__((target("avx2,fma"))) void DepthwiseRowU8Avx2(const uint8_t* xt, i
   }
 }
 
-// Where a fast convolution's sums go: begin(output dims) once; rows(n, p0, count, acc [count][OC], P, OC)
-// for each chunk of output pixels p0.. of image n (channels-last int32 sums, in order); image(n, P, OC) after
-// an image's last chunk (the sink writes the image out in NCHW).
+// Where a fast convolution's sums go: begin(output dims) once, on the calling thread; rows(n, p0, count,
+// acc [count][OC], P, OC) for each run of output pixels p0.. of image n (channels-last int32 sums; runs of one
+// image may come from several threads at once, never overlapping); image(n, P, OC) after an image's last
+// run (the sink writes the image out in NCHW).
 struct ConvSink {
   std::function<absl::Status(const Dims&)> begin;
   std::function<void(int64_t n, int64_t p0, int64_t count, const int32_t* acc, int64_t P, int64_t OC)> rows;
@@ -524,7 +525,7 @@ absl::Status FastIntConv(const KernelContext& ctx, const Tensor& x, const Tensor
   if (!pointwise && !depthwise) chunk_pixels = std::min(chunk_pixels, (int64_t{1} << 20) / std::max<int64_t>(K, 1));
   const int64_t chunk_rows = std::clamp<int64_t>(chunk_pixels / std::max<int64_t>(OW, 1), 1, OH);
   uint8_t* col = pointwise || depthwise ? nullptr : Scratch<uint8_t>(kScratchColumns, chunk_rows * OW * K);
-  int32_t* chunk = Scratch<int32_t>(kScratchProduct, chunk_rows * OW * OC);  // [rows * OW][OC]
+  int32_t* chunk = depthwise ? nullptr : Scratch<int32_t>(kScratchProduct, chunk_rows * OW * OC);  // [rows*OW][OC]
   const uint8_t flip = x.dtype() == DType::kI8 ? 0x80 : 0;
   for (int64_t n = 0; n < N; ++n) {
     // Channels-last image, int8 made uint8: a transposed copy, or the input itself when it is channels-last.
@@ -542,21 +543,26 @@ absl::Status FastIntConv(const KernelContext& ctx, const Tensor& x, const Tensor
         for (int64_t i = 0; i < HW * C; ++i) xt[i] ^= flip;
       }
     }
+    if (depthwise) {
+      // Row by row over the threads, each row's sums handed to the sink while in cache.
+      const int dt = ThreadsForWork(ctx.threads, static_cast<double>(P) * C * KH * KW);
+      ParallelFor(dt, OH, [&](int64_t oh) {
+        int32_t* out = Scratch<int32_t>(kScratchRow, OW * C);  // the running thread's
+        if (dw_f32 && CpuHasAvx512()) {
+          DepthwiseRowU8Avx512(xt, H, W, C, wf.data(), KH, KW, g, azp, oh, out);
+        } else if (dw_f32) {
+          DepthwiseRowU8Avx2(xt, H, W, C, wf.data(), KH, KW, g, azp, oh, out);
+        } else {
+          DepthwiseRowInt32(xt, H, W, C, wt.data(), KH, KW, g, azp, oh, out);
+        }
+        sink.rows(n, oh * OW, OW, out, P, OC);
+      });
+      sink.image(n, P, OC);
+      continue;
+    }
     for (int64_t r0 = 0; r0 < OH; r0 += chunk_rows) {
       const int64_t rows = std::min(chunk_rows, OH - r0);
-      if (depthwise) {
-        const int dt = ThreadsForWork(ctx.threads, static_cast<double>(rows) * OW * C * KH * KW);
-        ParallelFor(dt, rows, [&](int64_t r) {
-          int32_t* out = chunk + r * OW * C;
-          if (dw_f32 && CpuHasAvx512()) {
-            DepthwiseRowU8Avx512(xt, H, W, C, wf.data(), KH, KW, g, azp, r0 + r, out);
-          } else if (dw_f32) {
-            DepthwiseRowU8Avx2(xt, H, W, C, wf.data(), KH, KW, g, azp, r0 + r, out);
-          } else {
-            DepthwiseRowInt32(xt, H, W, C, wt.data(), KH, KW, g, azp, r0 + r, out);
-          }
-        });
-      } else if (pointwise) {
+      if (pointwise) {
         Int8Gemm(xt + r0 * OW * C, C, rows * OW, &azp, false, rhs[0], chunk, OC, ctx.threads);
       } else {
         for (int64_t gi = 0; gi < group; ++gi) {
@@ -634,16 +640,17 @@ void RegisterQuantKernels() {
     Dims d;
     bool handled = false;
     int32_t* y = nullptr;
+    int32_t* img = nullptr;  // one image's sums channels-last; the calling thread's buffer, shared with workers
     ConvSink sink{[&](const Dims& dims) {
                     y = ctx.Alloc(0, DType::kI32, dims).data<int32_t>();
+                    img = Scratch<int32_t>(kScratchAcc, NumElements(dims) / std::max<int64_t>(dims[0], 1));
                     return absl::OkStatus();
                   },
-                  [&](int64_t, int64_t p0, int64_t count, const int32_t* acc, int64_t P, int64_t OC) {
-                    int32_t* img = Scratch<int32_t>(kScratchAcc, P * OC);
+                  [&](int64_t, int64_t p0, int64_t count, const int32_t* acc, int64_t, int64_t OC) {
                     std::memcpy(img + p0 * OC, acc, count * OC * sizeof(int32_t));
                   },
                   [&](int64_t n, int64_t P, int64_t OC) {
-                    BatchedTranspose(Scratch<int32_t>(kScratchAcc, P * OC), y + n * OC * P, 4, 1, P, OC, ctx.threads);
+                    BatchedTranspose(img, y + n * OC * P, 4, 1, P, OC, ctx.threads);
                   }};
     CJIT_RETURN_IF_ERROR(FastIntConv(ctx, ctx.in(0), ctx.in(1), 2, 3, 1, sink, &handled));
     if (handled) return absl::OkStatus();
@@ -697,6 +704,7 @@ absl::Status QLinearConvKernel(KernelContext& ctx, bool channels_last) {
     // Requantized channels-last (one multiplier and bias per column): straight into a channels-last Y, or
     // into a buffer moved to NCHW as bytes per image.
     Tensor* y = nullptr;
+    uint8_t* img = nullptr;  // NCHW Y: one image channels-last (the calling thread's buffer, shared with workers)
     int32_t zp = 0;
     std::vector<float> mult;
     std::vector<int32_t> bias;
@@ -715,21 +723,26 @@ absl::Status QLinearConvKernel(KernelContext& ctx, bool channels_last) {
                                 static_cast<float>(y_scale[0]);
                     }
                     y = &ctx.Alloc(0, ctx.in(7).dtype(), dims);
+                    if (!channels_last) img = Scratch<uint8_t>(kScratchAcc, NumElements(dims) / std::max<int64_t>(dims[0], 1));
                     return absl::OkStatus();
                   },
                   [&](int64_t n, int64_t p0, int64_t count, const int32_t* acc, int64_t P, int64_t OC) {
                     const bool s = y->dtype() == DType::kI8;
-                    uint8_t* q = channels_last ? static_cast<uint8_t*>(y->raw()) + (n * P + p0) * OC
-                                               : Scratch<uint8_t>(kScratchAcc, P * OC) + p0 * OC;
-                    ParallelFor(ThreadsForElements(ctx.threads, count * OC), count, [&](int64_t p) {
-                      RequantizeRowI32(acc + p * OC, OC, bias.empty() ? nullptr : bias.data(), mult.data(), true, zp,
-                                       s, q + p * OC);
+                    uint8_t* q = channels_last ? static_cast<uint8_t*>(y->raw()) + (n * P + p0) * OC : img + p0 * OC;
+                    // Pieces of whole pixels per thread (a call per pixel cost more than its 16-32 channels).
+                    const int t = ThreadsForElements(ctx.threads, count * OC);
+                    const int64_t piece = (count + t - 1) / t;
+                    ParallelFor(t, t, [&](int64_t i) {
+                      const int64_t p = i * piece, np = std::min(piece, count - p);
+                      if (np > 0) {
+                        RequantizeColumnsI32(acc + p * OC, np, OC, bias.empty() ? nullptr : bias.data(), mult.data(),
+                                             zp, s, q + p * OC);
+                      }
                     });
                   },
                   [&](int64_t n, int64_t P, int64_t OC) {
                     if (channels_last) return;
-                    BatchedTranspose(Scratch<uint8_t>(kScratchAcc, P * OC), static_cast<uint8_t*>(y->raw()) + n * OC * P,
-                                     1, 1, P, OC, ctx.threads);
+                    BatchedTranspose(img, static_cast<uint8_t*>(y->raw()) + n * OC * P, 1, 1, P, OC, ctx.threads);
                   }};
     CJIT_RETURN_IF_ERROR(FastIntConv(ctx, ctx.in(0), ctx.in(3), 2, 5, 3, sink, &handled, channels_last));
     if (handled) return absl::OkStatus();

@@ -121,6 +121,22 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void RequantizeAvx
   RequantizeScalar(acc, i, n, bias, mult, per, zp, s, y);
 }
 
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void RequantizeColumnsAvx512(
+    const int32_t* acc, int64_t rows, int64_t cols, const int32_t* bias, const float* mult, int32_t zp, bool s,
+    void* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t* a = acc + r * cols;
+    uint8_t* out = static_cast<uint8_t*>(y) + r * cols;
+    for (int64_t j = 0; j < cols; j += 16) {
+      const __mmask16 m = static_cast<__mmask16>(cols - j >= 16 ? 0xFFFF : (1u << (cols - j)) - 1);
+      __m512i v = _mm512_maskz_loadu_epi32(m, a + j);
+      if (bias != nullptr) v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(m, bias + j));
+      const __m512 q = _mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_maskz_loadu_ps(m, mult + j));
+      _mm512_mask_cvtepi32_storeu_epi8(out + j, m, RoundClamp16(q, zp, s));
+    }
+  }
+}
+
 // ---- AVX2
 __attribute__((target("avx2,fma"))) inline void StoreNarrow8(__m256i v, bool s, void* y, int64_t i) {
   const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -204,6 +220,15 @@ void MinMaxF32(const float* x, int64_t n, float* mn, float* mx) {
   if (CpuHasAvx512()) return MinMaxAvx512(x, n, mn, mx);
   if (CpuHasAvx2()) return MinMaxAvx2(x, n, mn, mx);
   MinMaxScalar(x, 0, n, mn, mx);
+}
+
+void RequantizeColumnsI32(const int32_t* acc, int64_t rows, int64_t cols, const int32_t* bias, const float* mult,
+                          int32_t zp, bool to_signed, void* y) {
+  if (CpuHasAvx512()) return RequantizeColumnsAvx512(acc, rows, cols, bias, mult, zp, to_signed, y);
+  uint8_t* out = static_cast<uint8_t*>(y);
+  for (int64_t r = 0; r < rows; ++r) {
+    RequantizeRowI32(acc + r * cols, cols, bias, mult, true, zp, to_signed, out + r * cols);
+  }
 }
 
 void RequantizeRowI32(const int32_t* acc, int64_t n, const int32_t* bias, const float* mult, bool per_element,

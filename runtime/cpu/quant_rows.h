@@ -28,6 +28,12 @@ void MinMaxF32(const float* x, int64_t n, float* mn, float* mx);
 void RequantizeRowI32(const int32_t* acc, int64_t n, const int32_t* bias, const float* mult, bool per_element,
                       int32_t zp, bool to_signed, void* y);
 
+// The same over a rows x cols matrix (row stride `cols`) whose column j has bias[j] (or none) and mult[j]:
+// the channels-last output of a quantized convolution, one call per chunk of pixels (per-row calls cost
+// more than the arithmetic for 16-32 channels).
+void RequantizeColumnsI32(const int32_t* acc, int64_t rows, int64_t cols, const int32_t* bias, const float* mult,
+                          int32_t zp, bool to_signed, void* y);
+
 }  // namespace cjit
 
 #endif  // CJIT_RUNTIME_CPU_QUANT_ROWS_H_
