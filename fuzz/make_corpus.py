@@ -152,6 +152,32 @@ def main():
     ], [vi("x", F, [2, 2])], [vi("y", F, None)],
         [arr("sc", np.float32(0.1)), arr("zp", np.uint8(128)), arr("wq", np.array([[1, 2], [3, 4]], np.uint8)),
          arr("wzp", np.uint8(1))], opset=13)
+    # QDQ Conv (fused into QLinearConv at load) feeding a QLinearConv chain laid out channels-last.
+    save(out, "quantized_qdq_conv", [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
+        helper.make_node("DequantizeLinear", ["b", "bs"], ["bd"], axis=0),
+        helper.make_node("Conv", ["xd", "wd", "bd"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("QuantizeLinear", ["c", "ys", "yz"], ["cq"]),
+        helper.make_node("QLinearConv", ["cq", "ys", "yz", "w2", "ws2", "wz2", "xs", "xz"], ["c2"], group=2,
+                         pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("DequantizeLinear", ["c2", "xs", "xz"], ["y"]),
+    ], [vi("x", F, [1, 2, 6, 6])], [vi("y", F, None)],
+        [arr("xs", np.float32(0.05)), arr("xz", np.uint8(120)),
+         arr("w", np.arange(-36, 36, dtype=np.int8).reshape(4, 2, 3, 3)), arr("ws", np.float32([0.01, 0.02, 0.03, 0.04])),
+         arr("wz", np.zeros(4, np.int8)), arr("b", np.int32([5, -5, 50, -50])),
+         arr("bs", np.float32([0.0005, 0.001, 0.0015, 0.002])), arr("ys", np.float32(0.2)), arr("yz", np.uint8(10)),
+         arr("w2", np.arange(-18, 18, dtype=np.int8).reshape(2, 2, 3, 3)), arr("ws2", np.float32(0.02)),
+         arr("wz2", np.int8(0))], opset=13)
+    # Dynamic quantization: DynamicQuantizeLinear -> ConvInteger (uint8 weights with a zero point) -> Cast -> Mul.
+    save(out, "quantized_dynamic_conv", [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "qs", "qz"]),
+        helper.make_node("ConvInteger", ["q", "w", "qz", "wz"], ["acc"], pads=[0, 1, 0, 1]),
+        helper.make_node("Cast", ["acc"], ["accf"], to=F),
+        helper.make_node("Mul", ["accf", "qs"], ["y"]),
+    ], [vi("x", F, [1, 3, 5, 7])], [vi("y", F, None)],
+        [arr("w", np.arange(0, 54, dtype=np.uint8).reshape(2, 3, 3, 3)), arr("wz", np.uint8(27))], opset=13)
     print("fuzz corpus: %d models in %s" % (len(os.listdir(out)), out))
 
 

@@ -992,5 +992,53 @@ TEST(HostileFileTest, FlagsFileContentsAreNeverEchoed) {
   std::filesystem::remove(path);
 }
 
+// Hostile quantization parameters (issue 38): a zero, negative or NaN output scale, scales and zero points
+// whose length fits no axis, and int32 sums that leave int32 give a clear error or the wrapped ONNX result,
+// never a crash. Each on both paths.
+TEST(HostileTest, QuantizedParameters) {
+  constexpr int kU8 = onnx::TensorProto::UINT8, kI8 = onnx::TensorProto::INT8;
+  auto qconv = [&](float y_scale, int w_scales, int bias_len) {
+    ModelBuilder b(13);
+    b.Input("x", kU8, {1, 2, 4, 4}).Output("y");
+    b.Node("QLinearConv", {"x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"}, {"y"});
+    b.InitFloats("xs", {}, {0.1f});
+    b.Init("xz", kU8, {})->add_int32_data(10);
+    auto* w = b.Init("w", kI8, {3, 2, 1, 1});
+    for (int i = 0; i < 6; ++i) w->add_int32_data(i - 3);
+    b.InitFloats("ws", {w_scales}, std::vector<float>(w_scales, 0.5f));
+    auto* wz = b.Init("wz", kI8, {w_scales});
+    for (int i = 0; i < w_scales; ++i) wz->add_int32_data(0);
+    b.InitFloats("ys", {}, {y_scale});
+    b.Init("yz", kU8, {})->add_int32_data(0);
+    b.InitInts("b", {bias_len}, std::vector<int64_t>(bias_len, 1), kI32);
+    return b;
+  };
+  Tensor x(DType::kU8, {1, 2, 4, 4});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<uint8_t>()[i] = static_cast<uint8_t>(i * 7);
+  for (const char* jit : {"-1", "1"}) {
+    for (float ys : {0.0f, -1.0f, std::nanf("")}) {
+      EXPECT_TRUE(ErrorWith(LoadAndRun(qconv(ys, 3, 3), {{"x", x}}, Opts(jit)).status(), {"QLinearConv", "y_scale"}))
+          << ys;
+    }
+    EXPECT_TRUE(ErrorWith(LoadAndRun(qconv(1.0f, 2, 3), {{"x", x}}, Opts(jit)).status(), {"QLinearConv", "3"}));
+    EXPECT_TRUE(ErrorWith(LoadAndRun(qconv(1.0f, 3, 5), {{"x", x}}, Opts(jit)).status(), {"QLinearConv", "bias"}));
+    EXPECT_TRUE(LoadAndRun(qconv(1.0f, 3, 3), {{"x", x}}, Opts(jit)).ok());
+  }
+  // MatMulInteger whose sums leave int32 (255 * 127 * 70000 > 2^31): the wrapped int32, as the hardware's.
+  ModelBuilder b(13);
+  const int64_t K = 70000;
+  b.Input("a", kU8, {1, K}).Input("w", kI8, {K, 1}).Output("y");
+  b.Node("MatMulInteger", {"a", "w"}, {"y"});
+  Tensor a(DType::kU8, {1, K}), w(DType::kI8, {K, 1});
+  for (int64_t i = 0; i < K; ++i) {
+    a.data<uint8_t>()[i] = 255;
+    w.data<int8_t>()[i] = 127;
+  }
+  auto out = LoadAndRun(b, {{"a", a}, {"w", w}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  const int64_t exact = int64_t{255} * 127 * K;
+  EXPECT_EQ((*out)[0].tensor.data<int32_t>()[0], static_cast<int32_t>(static_cast<uint32_t>(exact)));
+}
+
 }  // namespace
 }  // namespace cjit
