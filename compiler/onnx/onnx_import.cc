@@ -3,6 +3,8 @@
 // for subgraph captures. Constant nodes become constant values directly.
 #include "compiler/onnx/onnx_import.h"
 
+#include "compiler/onnx/contrib_ops.h"
+
 #include <fstream>
 #include <map>
 #include <set>
@@ -356,6 +358,7 @@ absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(absl::string_view bytes, 
     return absl::UnimplementedError(absl::StrCat(options.source, ": opset ", opset,
                                                  " is not supported (", kMinOpset, " to ", kMaxOpset, ")"));
   }
+  CJIT_RETURN_IF_ERROR(ExpandContribQuantizedOps(model.mutable_graph(), opset, options.source));
   Importer importer(options, opset);
   return importer.ImportGraph(model.graph(), nullptr);
 }
