@@ -180,61 +180,52 @@ void AxisBlocks(const Tensor& x, int64_t channels, int axis, int64_t* outer, int
   for (int i = 0; i < axis; ++i) *outer *= x.dim(i);
 }
 
-absl::Status FastQuantize(KernelContext& ctx, const QuantArgsShape& a) {
+// Calls row(offset, count, scale, zero point) over runs of x's elements that share one scale and zero
+// point: pieces of the whole tensor for the threads (per tensor), or the blocks of each channel along the
+// axis (per axis). Runs are disjoint; they may run on several threads at once.
+template <typename Row>
+void ForEachQuantRun(const KernelContext& ctx, const QuantArgsShape& a, Row&& row) {
   const Tensor& x = ctx.in(0);
   const Tensor& scale = ctx.in(1);
-  Tensor& y = ctx.Alloc(0);
-  const bool s = y.dtype() == DType::kI8;
   const int64_t channels = scale.numel();
   int64_t outer, inner;
   AxisBlocks(x, channels, a.axis, &outer, &inner);
-  const float* xp = x.data<float>();
-  uint8_t* yp = static_cast<uint8_t*>(y.raw());
   const int64_t blocks = outer * channels;
   const int threads = ThreadsForElements(ctx.threads, x.numel());
   if (blocks == 1) {
-    // One block: split it into pieces for the threads.
     const int64_t piece = std::max<int64_t>(4096, (inner + threads - 1) / std::max(threads, 1));
     const float sc = scale.data<float>()[0];
     const int32_t zp = ZeroPointAt(ctx, 0);
     ParallelFor(threads, (inner + piece - 1) / piece, [&](int64_t i) {
-      const int64_t lo = i * piece, n = std::min(piece, inner - lo);
-      QuantizeRowF32(xp + lo, n, sc, zp, s, yp + lo);
+      const int64_t lo = i * piece;
+      row(lo, std::min(piece, inner - lo), sc, zp);
     });
-    return absl::OkStatus();
+    return;
   }
   ParallelFor(threads, blocks, [&](int64_t b) {
     const int64_t c = b % channels;
-    QuantizeRowF32(xp + b * inner, inner, scale.data<float>()[c], ZeroPointAt(ctx, c), s, yp + b * inner);
+    row(b * inner, inner, scale.data<float>()[c], ZeroPointAt(ctx, c));
+  });
+}
+
+absl::Status FastQuantize(KernelContext& ctx, const QuantArgsShape& a) {
+  Tensor& y = ctx.Alloc(0);
+  const bool s = y.dtype() == DType::kI8;
+  const float* xp = ctx.in(0).data<float>();
+  uint8_t* yp = static_cast<uint8_t*>(y.raw());
+  ForEachQuantRun(ctx, a, [&](int64_t off, int64_t n, float sc, int32_t zp) {
+    QuantizeRowF32(xp + off, n, sc, zp, s, yp + off);
   });
   return absl::OkStatus();
 }
 
 absl::Status FastDequantize(KernelContext& ctx, const QuantArgsShape& a) {
-  const Tensor& x = ctx.in(0);
-  const Tensor& scale = ctx.in(1);
   Tensor& y = ctx.Alloc(0);
-  const bool s = x.dtype() == DType::kI8;
-  const int64_t channels = scale.numel();
-  int64_t outer, inner;
-  AxisBlocks(x, channels, a.axis, &outer, &inner);
-  const uint8_t* xp = static_cast<const uint8_t*>(x.raw());
+  const bool s = ctx.in(0).dtype() == DType::kI8;
+  const uint8_t* xp = static_cast<const uint8_t*>(ctx.in(0).raw());
   float* yp = y.data<float>();
-  const int64_t blocks = outer * channels;
-  const int threads = ThreadsForElements(ctx.threads, x.numel());
-  if (blocks == 1) {
-    const int64_t piece = std::max<int64_t>(4096, (inner + threads - 1) / std::max(threads, 1));
-    const float sc = scale.data<float>()[0];
-    const int32_t zp = ZeroPointAt(ctx, 0);
-    ParallelFor(threads, (inner + piece - 1) / piece, [&](int64_t i) {
-      const int64_t lo = i * piece, n = std::min(piece, inner - lo);
-      DequantizeRowF32(xp + lo, s, n, zp, sc, yp + lo);
-    });
-    return absl::OkStatus();
-  }
-  ParallelFor(threads, blocks, [&](int64_t b) {
-    const int64_t c = b % channels;
-    DequantizeRowF32(xp + b * inner, s, inner, ZeroPointAt(ctx, c), scale.data<float>()[c], yp + b * inner);
+  ForEachQuantRun(ctx, a, [&](int64_t off, int64_t n, float sc, int32_t zp) {
+    DequantizeRowF32(xp + off, s, n, zp, sc, yp + off);
   });
   return absl::OkStatus();
 }
