@@ -217,5 +217,31 @@ TEST(ChannelsLastQuantizedTest, QLinearConvChainRunsChannelsLast) {
   }
 }
 
+// Constant weights with a zero point that is not a constant (a graph input): the weights prepared for the
+// 8-bit GEMM fold the zero point in, so they must not be cached across runs - two runs with different zero
+// points give each its own exact result.
+TEST(Int8GemmTest, ZeroPointInputIsNotCachedWithTheWeights) {
+  const std::string ir = "graph g(%a: u8[3,8], %bz: i8[]) {\n" + IntConst("b", "i8", {8, 4}, -128, 127, 7) +
+                         "  %y = MatMulInteger(%a, %b, _, %bz)\n  return %y\n}";
+  auto parsed = SpecializedGraphFromText(ir);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  std::shared_ptr<Graph> g(std::move(*parsed));
+  const Tensor a = Bytes(DType::kU8, {3, 8});
+  std::vector<int> bv(32);
+  for (int64_t i = 0; i < 32; ++i) bv[i] = -128 + static_cast<int>((7 * 7919 + i * 104729) % 256);
+  for (int zp : {0, 9, -20}) {
+    Tensor z(DType::kI8, {});
+    z.data<int8_t>()[0] = static_cast<int8_t>(zp);
+    std::vector<Tensor> out = testing::RunGraph(g, {a, z});
+    ASSERT_EQ(out.size(), 1u);
+    for (int m = 0; m < 3; ++m)
+      for (int n = 0; n < 4; ++n) {
+        int64_t want = 0;
+        for (int k = 0; k < 8; ++k) want += int64_t{a.data<uint8_t>()[m * 8 + k]} * (bv[k * 4 + n] - zp);
+        ASSERT_EQ(out[0].data<int32_t>()[m * 4 + n], want) << "zero point " << zp << " at " << m << "," << n;
+      }
+  }
+}
+
 }  // namespace
 }  // namespace cjit

@@ -270,7 +270,8 @@ absl::Status FastIntMatMul(const KernelContext& ctx, const Tensor& a, const Tens
   if (b.rank() == 1) od.pop_back();
   int32_t* acc = alloc(od);
   std::vector<uint8_t> a_copy;
-  const bool b_constant = ctx.is_constant(b_index);
+  // Prepared once only when B and its zero point are both constants (the zero point is folded into it).
+  const bool b_constant = ctx.is_constant(b_index) && (!ctx.has(bzp_index) || ctx.is_constant(bzp_index));
   for (int64_t bi = 0; bi < g.batch; ++bi) {
     int64_t aoff, boff;
     g.Offsets(bi, &aoff, &boff);
@@ -485,7 +486,8 @@ absl::Status FastIntConv(const KernelContext& ctx, const Tensor& x, const Tensor
   const bool depthwise = cpg == 1 && ocpg == 1 && group > 1;
   const bool pointwise = KH == 1 && KW == 1 && group == 1 && g.strides[0] == 1 && g.strides[1] == 1 &&
                          g.pad_begin[0] == 0 && g.pad_begin[1] == 0 && OH == H && OW == W;
-  const bool w_constant = ctx.is_constant(w_index);
+  // Prepared once only when w and its zero point are both constants (the zero point is folded into it).
+  const bool w_constant = ctx.is_constant(w_index) && (!ctx.has(wzp_index) || ctx.is_constant(wzp_index));
   uint8_t* xt = nullptr;
   std::vector<int32_t> wt;              // depthwise: [taps][C]
   if (depthwise) {
