@@ -53,7 +53,7 @@ void PrepareInt8Rhs(const void* b, bool b_signed, int64_t K, int64_t N, int64_t 
     for (int64_t n = 0; n < N; ++n) {
       const int64_t at = k * ldk + n * ldn;
       const int32_t v = b_signed ? bs[at] : static_cast<int32_t>(bu[at]) - 128;
-      colsum[n] += v;
+      colsum[n] = WrapAdd(colsum[n], v);  // int32 wraps past 16.7 M rows, as the sums do
       if (split) {
         const int32_t hi = v >> 1;  // floor: [-64, 63]; v - hi in [-64, 64]
         b0[k * N + n] = static_cast<int8_t>(hi);

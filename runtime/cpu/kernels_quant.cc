@@ -8,6 +8,9 @@
 // per-row A scales of QLinearMatMul, take the direct reference loops (IntMatMul / IntConv below).
 #include <immintrin.h>
 
+// GCC 12 reports its own intrinsics headers (_mm512_undefined_*) as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -305,7 +308,11 @@ void DepthwiseRowInt32(const uint8_t* xt, int64_t H, int64_t W, int64_t C,
         const uint8_t* xr = xt + (ih * W + iw) * C;
         const int32_t* wr = wt + (kh * KW + kw) * C;
 #pragma omp simd
-        for (int64_t c = 0; c < C; ++c) out[c] += (static_cast<int32_t>(xr[c]) - azp) * wr[c];
+        // Modulo 2^32 (unsigned): kernels of more than ~33,000 taps would overflow int32.
+        for (int64_t c = 0; c < C; ++c) {
+          out[c] = static_cast<int32_t>(static_cast<uint32_t>(out[c]) +
+                                        static_cast<uint32_t>((static_cast<int32_t>(xr[c]) - azp) * wr[c]));
+        }
       }
     }
   }

@@ -2,6 +2,9 @@
 
 #include <immintrin.h>
 
+// GCC 12 reports its own intrinsics headers (_mm512_undefined_*) as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include <algorithm>
 #include <cmath>
 
