@@ -251,14 +251,22 @@ absl::Status Expand(const onnx::NodeProto& n, int64_t opset, const std::unordere
 }
 
 absl::Status ExpandGraph(onnx::GraphProto* g, int64_t opset, const std::string& source) {
-  std::unordered_map<std::string, int64_t> numel;
-  for (const auto& t : g->initializer()) {
-    int64_t c = 1;
-    for (int64_t d : t.dims()) c *= d;
-    numel[t.name()] = c;
-  }
   bool any = false;
   for (const auto& n : g->node()) any |= n.domain() == "com.microsoft";
+  // Element counts of the initializers (QGemm's per-column b_scale); -1 where the dims are negative or
+  // their product overflows (a hostile model; the importer reports such a tensor by name).
+  std::unordered_map<std::string, int64_t> numel;
+  for (const auto& t : g->initializer()) {
+    if (!any) break;
+    int64_t c = 1;
+    for (int64_t d : t.dims()) {
+      if (d < 0 || __builtin_mul_overflow(c, d, &c)) {
+        c = -1;
+        break;
+      }
+    }
+    numel[t.name()] = c;
+  }
   for (auto& n : *g->mutable_node()) {
     for (auto& a : *n.mutable_attribute()) {
       if (a.has_g()) {
