@@ -490,6 +490,7 @@ absl::Status FastIntConv(const KernelContext& ctx, const Tensor& x, const Tensor
   for (int64_t d : g1.out) out_dims.push_back(d);
   if (channels_last) out_dims.push_back(OC);
   CJIT_RETURN_IF_ERROR(sink.begin(out_dims));
+  if (N == 0 || OC == 0 || P == 0) return absl::OkStatus();  // an empty output
   const bool depthwise = cpg == 1 && ocpg == 1 && group > 1;
   const bool pointwise = KH == 1 && KW == 1 && group == 1 && g.strides[0] == 1 && g.strides[1] == 1 &&
                          g.pad_begin[0] == 0 && g.pad_begin[1] == 0 && OH == H && OW == W;
