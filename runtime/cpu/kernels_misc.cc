@@ -112,11 +112,12 @@ struct QuantArgs {
 
 bool IsByteQuant(DType t) { return t == DType::kU8 || t == DType::kI8; }
 
-// The axis and shape checks of ReadQuantArgs, without reading the values.
+// The axis and shape checks of QuantizeLinear / DequantizeLinear's parameters: a scalar (per-tensor) or
+// 1-D (per-axis, length x.dims[axis]) scale, the zero point like it.
 struct QuantArgsShape {
   int axis = 0;
 };
-absl::StatusOr<QuantArgsShape> CheckQuantArgs(const KernelContext& ctx) {
+absl::StatusOr<QuantArgsShape> CheckQuantShapes(const KernelContext& ctx) {
   QuantArgsShape q;
   const Tensor& x = ctx.in(0);
   const Tensor& scale = ctx.in(1);
@@ -131,6 +132,12 @@ absl::StatusOr<QuantArgsShape> CheckQuantArgs(const KernelContext& ctx) {
   if (ctx.has(2) && ctx.in(2).numel() != scale.numel()) {
     return ctx.Error(absl::StrCat("the zero point has ", ctx.in(2).numel(), " values, the scale ", scale.numel()));
   }
+  return q;
+}
+
+// The shape checks, and an 8-bit zero point (the vector rows' case).
+absl::StatusOr<QuantArgsShape> CheckQuantArgs(const KernelContext& ctx) {
+  CJIT_ASSIGN_OR_RETURN(QuantArgsShape q, CheckQuantShapes(ctx));
   if (ctx.has(2) && !IsByteQuant(ctx.in(2).dtype())) return ctx.Error("the zero point must be int8 or uint8 here");
   return q;
 }
@@ -138,19 +145,8 @@ absl::StatusOr<QuantArgsShape> CheckQuantArgs(const KernelContext& ctx) {
 absl::StatusOr<QuantArgs> ReadQuantArgs(const KernelContext& ctx) {
   QuantArgs q;
   const Tensor& x = ctx.in(0);
-  const Tensor& scale = ctx.in(1);
-  // ONNX: a scalar (per-tensor) or 1-D (per-axis, length x.dims[axis]) scale; the zero point like it.
-  if (scale.numel() == 0) return ctx.Error("the scale is empty");
-  if (scale.numel() > 1) {
-    CJIT_ASSIGN_OR_RETURN(q.axis, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", 1), x.rank()));
-    if (scale.rank() != 1 || scale.dim(0) != x.dim(q.axis)) {
-      return ctx.Error(absl::StrCat("a per-axis scale must have dims [", x.dim(q.axis), "] (input dim ", q.axis,
-                                    "), got ", DimsToString(scale.dims())));
-    }
-  }
-  if (ctx.has(2) && ctx.in(2).numel() != scale.numel()) {
-    return ctx.Error(absl::StrCat("the zero point has ", ctx.in(2).numel(), " values, the scale ", scale.numel()));
-  }
+  CJIT_ASSIGN_OR_RETURN(QuantArgsShape shape, CheckQuantShapes(ctx));
+  q.axis = shape.axis;
   q.xv = x.ToDoubleVector();
   q.sv = ctx.in(1).ToDoubleVector();
   q.zv = ctx.has(2) ? ctx.in(2).ToDoubleVector() : std::vector<double>(q.sv.size(), 0.0);
