@@ -175,7 +175,9 @@ absl::Status Requantize(KernelContext& ctx, const std::vector<int64_t>& acc, con
 
 // Per-thread scratch buffers, kept between calls: a fresh multi-MiB buffer per call costs its page faults
 // (a 128 x 56 x 56 depthwise QLinearConv: 2.6 ms with new buffers, 0.8 with reused ones).
-enum ScratchSlot { kScratchImage, kScratchColumns, kScratchProduct, kScratchAcc, kScratchRow, kScratchSlots };
+enum ScratchSlot {
+  kScratchImage, kScratchColumns, kScratchProduct, kScratchAcc, kScratchRow, kScratchTaps, kScratchSlots
+};
 template <typename T>
 T* Scratch(ScratchSlot slot, int64_t count) {
   thread_local std::vector<uint8_t> buffers[kScratchSlots];
@@ -225,25 +227,15 @@ const uint8_t* AsUint8(const Tensor& t, int64_t offset, int64_t count, std::vect
   return copy->data();
 }
 
-// Requantizes int32 rows (quant_rows.h): row r of `cols` values is channel (r % channels) with one bias and
-// multiplier (`per_column` false: QLinearConv), or each column j has its own multiplier (`per_column` true:
-// QLinearMatMul). mult = x_scale * w_scale / y_scale in float32, as ONNX Runtime computes it.
-void RequantizeRows(const int32_t* acc, int64_t rows, int64_t cols, const std::vector<float>& mult,
-                    const std::vector<int32_t>* bias, bool per_column, int64_t channels, int32_t zp, Tensor& y,
-                    int threads) {
-  const bool s = y.dtype() == DType::kI8;
-  uint8_t* out = static_cast<uint8_t*>(y.raw());
-  std::vector<float> mcol;
-  if (per_column && mult.size() == 1) mcol.assign(cols, mult[0]);
-  const std::vector<float>& m = mcol.empty() ? mult : mcol;
-  ParallelFor(ThreadsForElements(threads, rows * cols), rows, [&](int64_t r) {
-    if (per_column) {
-      RequantizeRowI32(acc + r * cols, cols, nullptr, m.data(), true, zp, s, out + r * cols);
-    } else {
-      const int64_t ch = channels > 1 ? r % channels : 0;
-      RequantizeRowI32(acc + r * cols, cols, bias ? bias->data() + ch : nullptr, m.data() + (m.size() > 1 ? ch : 0),
-                       false, zp, s, out + r * cols);
-    }
+// Requantizes a rows x cols matrix of int32 sums (quant_rows.h; column j with bias[j] or none and mult[j])
+// into y, in blocks of whole rows, one per thread.
+void RequantizeMatrix(const int32_t* acc, int64_t rows, int64_t cols, const int32_t* bias, const float* mult,
+                      int32_t zp, bool to_signed, uint8_t* y, int threads) {
+  const int t = ThreadsForElements(threads, rows * cols);
+  const int64_t piece = (rows + t - 1) / t;
+  ParallelFor(t, t, [&](int64_t i) {
+    const int64_t r = i * piece, nr = std::min(piece, rows - r);
+    if (nr > 0) RequantizeColumnsI32(acc + r * cols, nr, cols, bias, mult, zp, to_signed, y + r * cols);
   });
 }
 
@@ -289,30 +281,42 @@ absl::Status FastIntMatMul(const KernelContext& ctx, const Tensor& a, const Tens
   return absl::OkStatus();
 }
 
+// The taps of output pixel (oh, ow) whose input pixel lies inside the H x W image (padding adds nothing to
+// a depthwise sum): for each, the input pixel's index ih * W + iw in pix[] and the tap's kh * KW + kw in
+// tap[] (both sized KH * KW). Returns their count. Computed once per output pixel, for all its channels.
+int64_t InsideTaps(const WindowGeometry& g, int64_t H, int64_t W, int64_t KH, int64_t KW, int64_t oh, int64_t ow,
+                   int64_t* pix, int64_t* tap) {
+  int64_t n = 0;
+  for (int64_t kh = 0; kh < KH; ++kh) {
+    const int64_t ih = oh * g.strides[0] - g.pad_begin[0] + kh * g.dilations[0];
+    if (ih < 0 || ih >= H) continue;
+    for (int64_t kw = 0; kw < KW; ++kw) {
+      const int64_t iw = ow * g.strides[1] - g.pad_begin[1] + kw * g.dilations[1];
+      if (iw < 0 || iw >= W) continue;
+      pix[n] = ih * W + iw;
+      tap[n++] = kh * KW + kw;
+    }
+  }
+  return n;
+}
+
 // Depthwise (one input and one output channel per group) convolution of a channels-last uint8 image
-// xt [H * W][C]: acc [OH * OW][C] += (x - azp) * wt[tap][c], wt = w - w_zp in int32; padding adds nothing.
-void DepthwiseRowInt32(const uint8_t* xt, int64_t H, int64_t W, int64_t C,
-                                                            const int32_t* wt, int64_t KH, int64_t KW,
-                                                            const WindowGeometry& g, int32_t azp, int64_t oh,
-                                                            int32_t* acc) {
-  const int64_t OW = g.out[1];
-  for (int64_t ow = 0; ow < OW; ++ow) {
+// xt [H * W][C], one output row: acc [OW][C] = sum over taps of (x - azp) * wt[tap][c], wt = w - w_zp in
+// int32. pix / tap: scratch of KH * KW entries each.
+void DepthwiseRowInt32(const uint8_t* xt, int64_t H, int64_t W, int64_t C, const int32_t* wt, int64_t KH, int64_t KW,
+                       const WindowGeometry& g, int32_t azp, int64_t oh, int32_t* acc, int64_t* pix, int64_t* tap) {
+  for (int64_t ow = 0; ow < g.out[1]; ++ow) {
     int32_t* out = acc + ow * C;
     for (int64_t c = 0; c < C; ++c) out[c] = 0;
-    for (int64_t kh = 0; kh < KH; ++kh) {
-      const int64_t ih = oh * g.strides[0] - g.pad_begin[0] + kh * g.dilations[0];
-      if (ih < 0 || ih >= H) continue;
-      for (int64_t kw = 0; kw < KW; ++kw) {
-        const int64_t iw = ow * g.strides[1] - g.pad_begin[1] + kw * g.dilations[1];
-        if (iw < 0 || iw >= W) continue;
-        const uint8_t* xr = xt + (ih * W + iw) * C;
-        const int32_t* wr = wt + (kh * KW + kw) * C;
+    const int64_t taps = InsideTaps(g, H, W, KH, KW, oh, ow, pix, tap);
+    for (int64_t t = 0; t < taps; ++t) {
+      const uint8_t* xr = xt + pix[t] * C;
+      const int32_t* wr = wt + tap[t] * C;
+      // Modulo 2^32 (unsigned): kernels of more than ~33,000 taps would overflow int32.
 #pragma omp simd
-        // Modulo 2^32 (unsigned): kernels of more than ~33,000 taps would overflow int32.
-        for (int64_t c = 0; c < C; ++c) {
-          out[c] = static_cast<int32_t>(static_cast<uint32_t>(out[c]) +
-                                        static_cast<uint32_t>((static_cast<int32_t>(xr[c]) - azp) * wr[c]));
-        }
+      for (int64_t c = 0; c < C; ++c) {
+        out[c] = static_cast<int32_t>(static_cast<uint32_t>(out[c]) +
+                                      static_cast<uint32_t>((static_cast<int32_t>(xr[c]) - azp) * wr[c]));
       }
     }
   }
@@ -335,27 +339,21 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) inline __m512 Load
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void DepthwiseRowU8Avx512(
     const uint8_t* xt, int64_t H, int64_t W, int64_t C, const float* wf, int64_t KH, int64_t KW,
-    const WindowGeometry& g, int32_t azp, int64_t oh, int32_t* acc) {
-  const int64_t OW = g.out[1];
+    const WindowGeometry& g, int32_t azp, int64_t oh, int32_t* acc, int64_t* pix, int64_t* tap) {
   const __m512i vz = _mm512_set1_epi32(azp);
-  for (int64_t ow = 0; ow < OW; ++ow) {
+  for (int64_t ow = 0; ow < g.out[1]; ++ow) {
     int32_t* out = acc + ow * C;
+    const int64_t taps = InsideTaps(g, H, W, KH, KW, oh, ow, pix, tap);
     int64_t c0 = 0;
     for (; c0 + 64 <= C; c0 += 64) {
       __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      for (int64_t kh = 0; kh < KH; ++kh) {
-        const int64_t ih = oh * g.strides[0] - g.pad_begin[0] + kh * g.dilations[0];
-        if (ih < 0 || ih >= H) continue;
-        for (int64_t kw = 0; kw < KW; ++kw) {
-          const int64_t iw = ow * g.strides[1] - g.pad_begin[1] + kw * g.dilations[1];
-          if (iw < 0 || iw >= W) continue;
-          const uint8_t* xr = xt + (ih * W + iw) * C + c0;
-          const float* wr = wf + (kh * KW + kw) * C + c0;
-          a0 = _mm512_fmadd_ps(LoadU8AsF32x16(xr, vz), _mm512_loadu_ps(wr), a0);
-          a1 = _mm512_fmadd_ps(LoadU8AsF32x16(xr + 16, vz), _mm512_loadu_ps(wr + 16), a1);
-          a2 = _mm512_fmadd_ps(LoadU8AsF32x16(xr + 32, vz), _mm512_loadu_ps(wr + 32), a2);
-          a3 = _mm512_fmadd_ps(LoadU8AsF32x16(xr + 48, vz), _mm512_loadu_ps(wr + 48), a3);
-        }
+      for (int64_t t = 0; t < taps; ++t) {
+        const uint8_t* xr = xt + pix[t] * C + c0;
+        const float* wr = wf + tap[t] * C + c0;
+        a0 = _mm512_fmadd_ps(LoadU8AsF32x16(xr, vz), _mm512_loadu_ps(wr), a0);
+        a1 = _mm512_fmadd_ps(LoadU8AsF32x16(xr + 16, vz), _mm512_loadu_ps(wr + 16), a1);
+        a2 = _mm512_fmadd_ps(LoadU8AsF32x16(xr + 32, vz), _mm512_loadu_ps(wr + 32), a2);
+        a3 = _mm512_fmadd_ps(LoadU8AsF32x16(xr + 48, vz), _mm512_loadu_ps(wr + 48), a3);
       }
       _mm512_storeu_si512(out + c0, _mm512_cvtps_epi32(a0));
       _mm512_storeu_si512(out + c0 + 16, _mm512_cvtps_epi32(a1));
@@ -365,15 +363,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void DepthwiseRowU
     for (; c0 < C; c0 += 16) {
       const __mmask16 m = static_cast<__mmask16>(C - c0 >= 16 ? 0xFFFF : (1u << (C - c0)) - 1);
       __m512 a0 = _mm512_setzero_ps();
-      for (int64_t kh = 0; kh < KH; ++kh) {
-        const int64_t ih = oh * g.strides[0] - g.pad_begin[0] + kh * g.dilations[0];
-        if (ih < 0 || ih >= H) continue;
-        for (int64_t kw = 0; kw < KW; ++kw) {
-          const int64_t iw = ow * g.strides[1] - g.pad_begin[1] + kw * g.dilations[1];
-          if (iw < 0 || iw >= W) continue;
-          a0 = _mm512_fmadd_ps(LoadU8AsF32x16Masked(xt + (ih * W + iw) * C + c0, m, vz),
-                               _mm512_maskz_loadu_ps(m, wf + (kh * KW + kw) * C + c0), a0);
-        }
+      for (int64_t t = 0; t < taps; ++t) {
+        a0 = _mm512_fmadd_ps(LoadU8AsF32x16Masked(xt + pix[t] * C + c0, m, vz),
+                             _mm512_maskz_loadu_ps(m, wf + tap[t] * C + c0), a0);
       }
       _mm512_mask_storeu_epi32(out + c0, m, _mm512_cvtps_epi32(a0));
     }
@@ -388,27 +380,21 @@ __attribute__((target("avx2,fma"))) inline __m256 LoadU8AsF32x8(const uint8_t* p
 __attribute__((target("avx2,fma"))) void DepthwiseRowU8Avx2(const uint8_t* xt, int64_t H, int64_t W, int64_t C,
                                                             const float* wf, int64_t KH, int64_t KW,
                                                             const WindowGeometry& g, int32_t azp, int64_t oh,
-                                                            int32_t* acc) {
-  const int64_t OW = g.out[1];
+                                                            int32_t* acc, int64_t* pix, int64_t* tap) {
   const __m256i vz = _mm256_set1_epi32(azp);
-  for (int64_t ow = 0; ow < OW; ++ow) {
+  for (int64_t ow = 0; ow < g.out[1]; ++ow) {
     int32_t* out = acc + ow * C;
+    const int64_t taps = InsideTaps(g, H, W, KH, KW, oh, ow, pix, tap);
     int64_t c0 = 0;
     for (; c0 + 32 <= C; c0 += 32) {
       __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      for (int64_t kh = 0; kh < KH; ++kh) {
-        const int64_t ih = oh * g.strides[0] - g.pad_begin[0] + kh * g.dilations[0];
-        if (ih < 0 || ih >= H) continue;
-        for (int64_t kw = 0; kw < KW; ++kw) {
-          const int64_t iw = ow * g.strides[1] - g.pad_begin[1] + kw * g.dilations[1];
-          if (iw < 0 || iw >= W) continue;
-          const uint8_t* xr = xt + (ih * W + iw) * C + c0;
-          const float* wr = wf + (kh * KW + kw) * C + c0;
-          a0 = _mm256_fmadd_ps(LoadU8AsF32x8(xr, vz), _mm256_loadu_ps(wr), a0);
-          a1 = _mm256_fmadd_ps(LoadU8AsF32x8(xr + 8, vz), _mm256_loadu_ps(wr + 8), a1);
-          a2 = _mm256_fmadd_ps(LoadU8AsF32x8(xr + 16, vz), _mm256_loadu_ps(wr + 16), a2);
-          a3 = _mm256_fmadd_ps(LoadU8AsF32x8(xr + 24, vz), _mm256_loadu_ps(wr + 24), a3);
-        }
+      for (int64_t t = 0; t < taps; ++t) {
+        const uint8_t* xr = xt + pix[t] * C + c0;
+        const float* wr = wf + tap[t] * C + c0;
+        a0 = _mm256_fmadd_ps(LoadU8AsF32x8(xr, vz), _mm256_loadu_ps(wr), a0);
+        a1 = _mm256_fmadd_ps(LoadU8AsF32x8(xr + 8, vz), _mm256_loadu_ps(wr + 8), a1);
+        a2 = _mm256_fmadd_ps(LoadU8AsF32x8(xr + 16, vz), _mm256_loadu_ps(wr + 16), a2);
+        a3 = _mm256_fmadd_ps(LoadU8AsF32x8(xr + 24, vz), _mm256_loadu_ps(wr + 24), a3);
       }
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c0), _mm256_cvtps_epi32(a0));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c0 + 8), _mm256_cvtps_epi32(a1));
@@ -417,14 +403,8 @@ __attribute__((target("avx2,fma"))) void DepthwiseRowU8Avx2(const uint8_t* xt, i
     }
     for (; c0 < C; ++c0) {
       float a = 0;
-      for (int64_t kh = 0; kh < KH; ++kh) {
-        const int64_t ih = oh * g.strides[0] - g.pad_begin[0] + kh * g.dilations[0];
-        if (ih < 0 || ih >= H) continue;
-        for (int64_t kw = 0; kw < KW; ++kw) {
-          const int64_t iw = ow * g.strides[1] - g.pad_begin[1] + kw * g.dilations[1];
-          if (iw < 0 || iw >= W) continue;
-          a += static_cast<float>(static_cast<int32_t>(xt[(ih * W + iw) * C + c0]) - azp) * wf[(kh * KW + kw) * C + c0];
-        }
+      for (int64_t t = 0; t < taps; ++t) {
+        a += static_cast<float>(static_cast<int32_t>(xt[pix[t] * C + c0]) - azp) * wf[tap[t] * C + c0];
       }
       out[c0] = static_cast<int32_t>(a);
     }
@@ -557,13 +537,16 @@ absl::Status FastIntConv(const KernelContext& ctx, const Tensor& x, const Tensor
       // Row by row over the threads, each row's sums handed to the sink while in cache.
       const int dt = ThreadsForWork(ctx.threads, static_cast<double>(P) * C * KH * KW);
       ParallelFor(dt, OH, [&](int64_t oh) {
-        int32_t* out = Scratch<int32_t>(kScratchRow, OW * C);  // the running thread's
+        // The running thread's buffers: the row's sums, then the inside taps' pixel and tap indices.
+        int32_t* out = Scratch<int32_t>(kScratchRow, OW * C);
+        int64_t* pix = Scratch<int64_t>(kScratchTaps, 2 * KH * KW);
+        int64_t* tap = pix + KH * KW;
         if (dw_f32 && CpuHasAvx512()) {
-          DepthwiseRowU8Avx512(xt, H, W, C, wf.data(), KH, KW, g, azp, oh, out);
+          DepthwiseRowU8Avx512(xt, H, W, C, wf.data(), KH, KW, g, azp, oh, out, pix, tap);
         } else if (dw_f32) {
-          DepthwiseRowU8Avx2(xt, H, W, C, wf.data(), KH, KW, g, azp, oh, out);
+          DepthwiseRowU8Avx2(xt, H, W, C, wf.data(), KH, KW, g, azp, oh, out, pix, tap);
         } else {
-          DepthwiseRowInt32(xt, H, W, C, wt.data(), KH, KW, g, azp, oh, out);
+          DepthwiseRowInt32(xt, H, W, C, wt.data(), KH, KW, g, azp, oh, out, pix, tap);
         }
         sink.rows(n, oh * OW, OW, out, P, OC);
       });
@@ -683,13 +666,14 @@ void RegisterQuantKernels() {
       if (b_scale.size() != 1 && static_cast<int64_t>(b_scale.size()) != n) {
         return ctx.Error(absl::StrCat("b_scale has ", b_scale.size(), " values; expected 1 or ", n));
       }
-      std::vector<float> mult(b_scale.size());
-      for (size_t j = 0; j < mult.size(); ++j) {
-        mult[j] = static_cast<float>(a_scale[0]) * static_cast<float>(b_scale[j]) / static_cast<float>(y_scale[0]);
+      std::vector<float> mult(n);  // per column of the product
+      for (int64_t j = 0; j < n; ++j) {
+        mult[j] = static_cast<float>(a_scale[0]) * static_cast<float>(b_scale[b_scale.size() > 1 ? j : 0]) /
+                  static_cast<float>(y_scale[0]);
       }
       Tensor& y = ctx.Alloc(0, ctx.in(7).dtype(), d);
-      RequantizeRows(acc, NumElements(d) / std::max<int64_t>(n, 1), n, mult, nullptr, true, 1, zp, y,
-                     ctx.threads);
+      RequantizeMatrix(acc, NumElements(d) / std::max<int64_t>(n, 1), n, nullptr, mult.data(), zp,
+                       y.dtype() == DType::kI8, static_cast<uint8_t*>(y.raw()), ctx.threads);
       return absl::OkStatus();
     }
     CJIT_ASSIGN_OR_RETURN(std::vector<int64_t> acc,
@@ -704,66 +688,55 @@ void RegisterQuantKernels() {
 
 // QLinearConv, and its channels-last twin com.clusterjit.NhwcQLinearConv (X [N, d.., C], Y [N, o.., M]).
 absl::Status QLinearConvKernel(KernelContext& ctx, bool channels_last) {
-  {
-    Dims d;
-    CJIT_ASSIGN_OR_RETURN(std::vector<double> x_scale, Scales(ctx, 1, "x_scale", false));
-    CJIT_ASSIGN_OR_RETURN(std::vector<double> w_scale, Scales(ctx, 4, "w_scale", false));
-    CJIT_ASSIGN_OR_RETURN(std::vector<double> y_scale, Scales(ctx, 6, "y_scale", true));
-    if (x_scale.size() != 1 || y_scale.size() != 1) return ctx.Error("x_scale and y_scale must be one value each");
-    bool handled = false;
-    // Requantized channels-last (one multiplier and bias per column): straight into a channels-last Y, or
-    // into a buffer moved to NCHW as bytes per image.
-    Tensor* y = nullptr;
-    uint8_t* img = nullptr;  // NCHW Y: one image channels-last (the calling thread's buffer, shared with workers)
-    int32_t zp = 0;
-    std::vector<float> mult;
-    std::vector<int32_t> bias;
-    ConvSink sink{[&](const Dims& dims) -> absl::Status {
-                    const int64_t OC = channels_last ? dims.back() : dims[1];
-                    CJIT_ASSIGN_OR_RETURN(zp, OutputZeroPoint(ctx, ctx.in(7)));
-                    if (w_scale.size() != 1 && static_cast<int64_t>(w_scale.size()) != OC) {
-                      return ctx.Error(absl::StrCat("w_scale has ", w_scale.size(), " values; expected 1 or ", OC));
-                    }
-                    if (ctx.has(8)) {
-                      CJIT_ASSIGN_OR_RETURN(bias, ConvBias(ctx, OC));
-                    }
-                    mult.resize(OC);
-                    for (int64_t j = 0; j < OC; ++j) {
-                      mult[j] = static_cast<float>(x_scale[0]) * static_cast<float>(w_scale[w_scale.size() > 1 ? j : 0]) /
-                                static_cast<float>(y_scale[0]);
-                    }
-                    y = &ctx.Alloc(0, ctx.in(7).dtype(), dims);
-                    if (!channels_last) img = Scratch<uint8_t>(kScratchAcc, NumElements(dims) / std::max<int64_t>(dims[0], 1));
-                    return absl::OkStatus();
-                  },
-                  [&](int64_t n, int64_t p0, int64_t count, const int32_t* acc, int64_t P, int64_t OC) {
-                    const bool s = y->dtype() == DType::kI8;
-                    uint8_t* q = channels_last ? static_cast<uint8_t*>(y->raw()) + (n * P + p0) * OC : img + p0 * OC;
-                    // Pieces of whole pixels per thread (a call per pixel cost more than its 16-32 channels).
-                    const int t = ThreadsForElements(ctx.threads, count * OC);
-                    const int64_t piece = (count + t - 1) / t;
-                    ParallelFor(t, t, [&](int64_t i) {
-                      const int64_t p = i * piece, np = std::min(piece, count - p);
-                      if (np > 0) {
-                        RequantizeColumnsI32(acc + p * OC, np, OC, bias.empty() ? nullptr : bias.data(), mult.data(),
-                                             zp, s, q + p * OC);
-                      }
-                    });
-                  },
-                  [&](int64_t n, int64_t P, int64_t OC) {
-                    if (channels_last) return;
-                    BatchedTranspose(img, static_cast<uint8_t*>(y->raw()) + n * OC * P, 1, 1, P, OC, ctx.threads);
-                  }};
-    CJIT_RETURN_IF_ERROR(FastIntConv(ctx, ctx.in(0), ctx.in(3), 2, 5, 3, sink, &handled, channels_last));
-    if (handled) return absl::OkStatus();
-    if (channels_last) return ctx.Error("a channels-last QLinearConv needs uint8 / int8 X and W of rank 3 or 4");
-    CJIT_ASSIGN_OR_RETURN(std::vector<int64_t> acc,
-                          IntConv(ctx, ctx.in(0), ctx.in(3), ctx.in(2).ToDoubleVector(), ctx.in(5).ToDoubleVector(), &d));
-    std::vector<double> bias_values = Opt(ctx, 8);
-    int64_t inner = NumElements(d) / std::max<int64_t>(d[0] * d[1], 1);
-    return Requantize(ctx, acc, d, x_scale.at(0), w_scale, d[1], inner, y_scale.at(0), ctx.in(7),
-                      bias_values.empty() ? nullptr : &bias_values);
-  }
+  Dims d;
+  CJIT_ASSIGN_OR_RETURN(std::vector<double> x_scale, Scales(ctx, 1, "x_scale", false));
+  CJIT_ASSIGN_OR_RETURN(std::vector<double> w_scale, Scales(ctx, 4, "w_scale", false));
+  CJIT_ASSIGN_OR_RETURN(std::vector<double> y_scale, Scales(ctx, 6, "y_scale", true));
+  if (x_scale.size() != 1 || y_scale.size() != 1) return ctx.Error("x_scale and y_scale must be one value each");
+  bool handled = false;
+  // Requantized channels-last (one multiplier and bias per column): straight into a channels-last Y, or
+  // into a buffer moved to NCHW as bytes per image.
+  Tensor* y = nullptr;
+  uint8_t* img = nullptr;  // NCHW Y: one image channels-last (the calling thread's buffer, shared with workers)
+  int32_t zp = 0;
+  std::vector<float> mult;
+  std::vector<int32_t> bias;
+  ConvSink sink{[&](const Dims& dims) -> absl::Status {
+                  const int64_t OC = channels_last ? dims.back() : dims[1];
+                  CJIT_ASSIGN_OR_RETURN(zp, OutputZeroPoint(ctx, ctx.in(7)));
+                  if (w_scale.size() != 1 && static_cast<int64_t>(w_scale.size()) != OC) {
+                    return ctx.Error(absl::StrCat("w_scale has ", w_scale.size(), " values; expected 1 or ", OC));
+                  }
+                  if (ctx.has(8)) {
+                    CJIT_ASSIGN_OR_RETURN(bias, ConvBias(ctx, OC));
+                  }
+                  mult.resize(OC);
+                  for (int64_t j = 0; j < OC; ++j) {
+                    mult[j] = static_cast<float>(x_scale[0]) * static_cast<float>(w_scale[w_scale.size() > 1 ? j : 0]) /
+                              static_cast<float>(y_scale[0]);
+                  }
+                  y = &ctx.Alloc(0, ctx.in(7).dtype(), dims);
+                  if (!channels_last) img = Scratch<uint8_t>(kScratchAcc, NumElements(dims) / std::max<int64_t>(dims[0], 1));
+                  return absl::OkStatus();
+                },
+                [&](int64_t n, int64_t p0, int64_t count, const int32_t* acc, int64_t P, int64_t OC) {
+                  uint8_t* q = channels_last ? static_cast<uint8_t*>(y->raw()) + (n * P + p0) * OC : img + p0 * OC;
+                  RequantizeMatrix(acc, count, OC, bias.empty() ? nullptr : bias.data(), mult.data(), zp,
+                                   y->dtype() == DType::kI8, q, ctx.threads);
+                },
+                [&](int64_t n, int64_t P, int64_t OC) {
+                  if (channels_last) return;
+                  BatchedTranspose(img, static_cast<uint8_t*>(y->raw()) + n * OC * P, 1, 1, P, OC, ctx.threads);
+                }};
+  CJIT_RETURN_IF_ERROR(FastIntConv(ctx, ctx.in(0), ctx.in(3), 2, 5, 3, sink, &handled, channels_last));
+  if (handled) return absl::OkStatus();
+  if (channels_last) return ctx.Error("a channels-last QLinearConv needs uint8 / int8 X and W of rank 3 or 4");
+  CJIT_ASSIGN_OR_RETURN(std::vector<int64_t> acc,
+                        IntConv(ctx, ctx.in(0), ctx.in(3), ctx.in(2).ToDoubleVector(), ctx.in(5).ToDoubleVector(), &d));
+  std::vector<double> bias_values = Opt(ctx, 8);
+  int64_t inner = NumElements(d) / std::max<int64_t>(d[0] * d[1], 1);
+  return Requantize(ctx, acc, d, x_scale.at(0), w_scale, d[1], inner, y_scale.at(0), ctx.in(7),
+                    bias_values.empty() ? nullptr : &bias_values);
 }
 
 }  // namespace cjit

@@ -51,11 +51,11 @@ void MinMaxScalar(const float* x, int64_t i, int64_t n, float* mn, float* mx) {
     *mx = x[i] > *mx ? x[i] : *mx;
   }
 }
-void RequantizeScalar(const int32_t* acc, int64_t i, int64_t n, const int32_t* bias, const float* mult, bool per,
-                      int32_t zp, bool s, void* y) {
+// One row of RequantizeColumnsI32: element i has bias[i] (or none) and mult[i].
+void RequantizeScalar(const int32_t* acc, int64_t i, int64_t n, const int32_t* bias, const float* mult, int32_t zp,
+                      bool s, void* y) {
   for (; i < n; ++i) {
-    const int32_t b = bias == nullptr ? 0 : bias[per ? i : 0];
-    const float q = static_cast<float>(WrapAdd(acc[i], b)) * mult[per ? i : 0];
+    const float q = static_cast<float>(WrapAdd(acc[i], bias == nullptr ? 0 : bias[i])) * mult[i];
     Store(y, i, std::clamp(RoundClamped(q) + zp, Lo(s), Hi(s)), s);
   }
 }
@@ -108,22 +108,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void MinMaxAvx512(
   }
   MinMaxScalar(x, i, n, mn, mx);
 }
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void RequantizeAvx512(const int32_t* acc, int64_t n,
-                                                                                   const int32_t* bias,
-                                                                                   const float* mult, bool per,
-                                                                                   int32_t zp, bool s, void* y) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m512i a = _mm512_loadu_si512(acc + i);
-    if (bias != nullptr) {
-      a = _mm512_add_epi32(a, per ? _mm512_loadu_si512(bias + i) : _mm512_set1_epi32(bias[0]));
-    }
-    const __m512 m = per ? _mm512_loadu_ps(mult + i) : _mm512_set1_ps(mult[0]);
-    StoreNarrow16(RoundClamp16(_mm512_mul_ps(_mm512_cvtepi32_ps(a), m), zp, s), s, y, i);
-  }
-  RequantizeScalar(acc, i, n, bias, mult, per, zp, s, y);
-}
-
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void RequantizeColumnsAvx512(
     const int32_t* acc, int64_t rows, int64_t cols, const int32_t* bias, const float* mult, int32_t zp, bool s,
     void* y) {
@@ -190,19 +174,21 @@ __attribute__((target("avx2,fma"))) void MinMaxAvx2(const float* x, int64_t n, f
   }
   MinMaxScalar(x, i, n, mn, mx);
 }
-__attribute__((target("avx2,fma"))) void RequantizeAvx2(const int32_t* acc, int64_t n, const int32_t* bias,
-                                                        const float* mult, bool per, int32_t zp, bool s, void* y) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + i));
-    if (bias != nullptr) {
-      a = _mm256_add_epi32(a, per ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bias + i))
-                                  : _mm256_set1_epi32(bias[0]));
+__attribute__((target("avx2,fma"))) void RequantizeColumnsAvx2(const int32_t* acc, int64_t rows, int64_t cols,
+                                                               const int32_t* bias, const float* mult, int32_t zp,
+                                                               bool s, void* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t* a = acc + r * cols;
+    void* out = static_cast<uint8_t*>(y) + r * cols;
+    int64_t j = 0;
+    for (; j + 8 <= cols; j += 8) {
+      __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + j));
+      if (bias != nullptr) v = _mm256_add_epi32(v, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bias + j)));
+      const __m256 q = _mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_loadu_ps(mult + j));
+      StoreNarrow8(RoundClamp8(q, zp, s), s, out, j);
     }
-    const __m256 m = per ? _mm256_loadu_ps(mult + i) : _mm256_set1_ps(mult[0]);
-    StoreNarrow8(RoundClamp8(_mm256_mul_ps(_mm256_cvtepi32_ps(a), m), zp, s), s, y, i);
+    RequantizeScalar(a, j, cols, bias, mult, zp, s, out);
   }
-  RequantizeScalar(acc, i, n, bias, mult, per, zp, s, y);
 }
 
 }  // namespace
@@ -228,17 +214,10 @@ void MinMaxF32(const float* x, int64_t n, float* mn, float* mx) {
 void RequantizeColumnsI32(const int32_t* acc, int64_t rows, int64_t cols, const int32_t* bias, const float* mult,
                           int32_t zp, bool to_signed, void* y) {
   if (CpuHasAvx512()) return RequantizeColumnsAvx512(acc, rows, cols, bias, mult, zp, to_signed, y);
-  uint8_t* out = static_cast<uint8_t*>(y);
+  if (CpuHasAvx2()) return RequantizeColumnsAvx2(acc, rows, cols, bias, mult, zp, to_signed, y);
   for (int64_t r = 0; r < rows; ++r) {
-    RequantizeRowI32(acc + r * cols, cols, bias, mult, true, zp, to_signed, out + r * cols);
+    RequantizeScalar(acc + r * cols, 0, cols, bias, mult, zp, to_signed, static_cast<uint8_t*>(y) + r * cols);
   }
-}
-
-void RequantizeRowI32(const int32_t* acc, int64_t n, const int32_t* bias, const float* mult, bool per_element,
-                      int32_t zp, bool to_signed, void* y) {
-  if (CpuHasAvx512()) return RequantizeAvx512(acc, n, bias, mult, per_element, zp, to_signed, y);
-  if (CpuHasAvx2()) return RequantizeAvx2(acc, n, bias, mult, per_element, zp, to_signed, y);
-  RequantizeScalar(acc, 0, n, bias, mult, per_element, zp, to_signed, y);
 }
 
 }  // namespace cjit

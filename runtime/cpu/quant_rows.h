@@ -22,15 +22,10 @@ void DequantizeRowF32(const void* x, bool from_signed, int64_t n, int32_t zp, fl
 // Smallest and largest value of x[0, n) together with *mn / *mx (their starting values); NaNs are skipped.
 void MinMaxF32(const float* x, int64_t n, float* mn, float* mx);
 
-// y[i] = saturate(rint(float(acc[i] + bias[i or 0]) * mult[i or 0]) + zp) into int8 / uint8: the
-// requantization of QLinearConv (one channel per row: `per_element` false, one bias and multiplier) and
-// QLinearMatMul (one column per element: `per_element` true, bias may be null). int32 sums wrap.
-void RequantizeRowI32(const int32_t* acc, int64_t n, const int32_t* bias, const float* mult, bool per_element,
-                      int32_t zp, bool to_signed, void* y);
-
-// The same over a rows x cols matrix (row stride `cols`) whose column j has bias[j] (or none) and mult[j]:
-// the channels-last output of a quantized convolution, one call per chunk of pixels (per-row calls cost
-// more than the arithmetic for 16-32 channels).
+// y[r][j] = saturate(rint(float(acc[r][j] + bias[j]) * mult[j]) + zp) into int8 / uint8 for a rows x cols
+// matrix (row stride `cols`; bias may be null): the requantization of QLinearConv's channels-last sums (one
+// column per output channel) and of QLinearMatMul (one column per column of B). int32 sums wrap. One call
+// per block of rows: per-row calls cost more than the arithmetic for 16-32 channels.
 void RequantizeColumnsI32(const int32_t* acc, int64_t rows, int64_t cols, const int32_t* bias, const float* mult,
                           int32_t zp, bool to_signed, void* y);
 
