@@ -29,22 +29,35 @@ void CheckDnnl(dnnl_status_t st) {
   if (st != dnnl_success) throw std::runtime_error(absl::StrCat("oneDNN dnnl_gemm_u8s8s32 failed (status ", st, ")"));
 }
 
-}  // namespace
+// The prepared B's buffer: b0 [K][N] (then b1 [K][N] when split), padded to 4 bytes, colsum [N], shift [N].
+int64_t ValuesBytes(int64_t K, int64_t N, bool split) { return AlignUp4(K * N * (split ? 2 : 1)); }
+int64_t Int8RhsBytes(int64_t K, int64_t N, bool split) { return ValuesBytes(K, N, split) + 8 * N; }
 
-int64_t Int8RhsBytes(int64_t K, int64_t N, bool split) { return AlignUp4(K * N * (split ? 2 : 1)) + 8 * N; }
+// The view of a prepared buffer (its owner left to the caller).
+Int8Rhs ViewInt8Rhs(const uint8_t* buffer, int64_t K, int64_t N, bool split) {
+  Int8Rhs r;
+  r.K = K;
+  r.N = N;
+  r.split = split;
+  r.b0 = reinterpret_cast<const int8_t*>(buffer);
+  r.b1 = split ? r.b0 + K * N : nullptr;
+  r.colsum = reinterpret_cast<const int32_t*>(buffer + ValuesBytes(K, N, split));
+  r.shift = r.colsum + N;
+  for (int64_t n = 0; n < N; ++n) r.has_shift |= r.shift[n] != 0;
+  return r;
+}
 
+// Writes the prepared B into `buffer` (Int8RhsBytes): from `b` (uint8 or int8), element (k, n) at
+// b[k * ldk + n * ldn], zero point zp[n] (or zp[0]; null = 0).
 void PrepareInt8Rhs(const void* b, bool b_signed, int64_t K, int64_t N, int64_t ldk, int64_t ldn, const int32_t* zp,
-                    bool zp_per_column, bool split, uint8_t* buffer, Int8Rhs* out) {
+                    bool zp_per_column, bool split, uint8_t* buffer) {
   int8_t* b0 = reinterpret_cast<int8_t*>(buffer);
   int8_t* b1 = split ? b0 + K * N : nullptr;
-  int32_t* colsum = reinterpret_cast<int32_t*>(buffer + AlignUp4(K * N * (split ? 2 : 1)));
+  int32_t* colsum = reinterpret_cast<int32_t*>(buffer + ValuesBytes(K, N, split));
   int32_t* shift = colsum + N;
   const int32_t base = b_signed ? 0 : 128;  // B' = B - base
-  bool has_shift = false;
   for (int64_t n = 0; n < N; ++n) {
-    const int32_t z = zp == nullptr ? 0 : zp[zp_per_column ? n : 0];
-    shift[n] = base - z;
-    has_shift |= shift[n] != 0;
+    shift[n] = base - (zp == nullptr ? 0 : zp[zp_per_column ? n : 0]);
     colsum[n] = 0;
   }
   const int8_t* bs = static_cast<const int8_t*>(b);
@@ -63,15 +76,9 @@ void PrepareInt8Rhs(const void* b, bool b_signed, int64_t K, int64_t N, int64_t 
       }
     }
   }
-  out->K = K;
-  out->N = N;
-  out->split = split;
-  out->b0 = b0;
-  out->b1 = b1;
-  out->colsum = colsum;
-  out->shift = shift;
-  out->has_shift = has_shift;
 }
+
+}  // namespace
 
 Int8Rhs PreparedInt8Rhs(const Tensor& w, bool constant, const std::string& key, int64_t K, int64_t N, int64_t ldk,
                         int64_t ldn, const int32_t* zp, bool zp_per_column,
@@ -80,31 +87,21 @@ Int8Rhs PreparedInt8Rhs(const Tensor& w, bool constant, const std::string& key, 
   const bool b_signed = w.dtype() == DType::kI8;
   const int64_t bytes = Int8RhsBytes(K, N, split);
   std::vector<uint8_t> scratch;
-  Int8Rhs r;
   if (constant) {
     // The zero points are part of the prepared values: they are constants of the same node, named by the key.
     std::shared_ptr<DnnlEntry> e = CachedPackedWeights(
         w, absl::StrCat("int8rhs:", reinterpret_cast<uintptr_t>(w.raw()), ":", key, ":", split), (bytes + 3) / 4,
         [&](float* buf) {
-          PrepareInt8Rhs(source(&scratch), b_signed, K, N, ldk, ldn, zp, zp_per_column, split, reinterpret_cast<uint8_t*>(buf), &r);
+          PrepareInt8Rhs(source(&scratch), b_signed, K, N, ldk, ldn, zp, zp_per_column, split,
+                         reinterpret_cast<uint8_t*>(buf));
         });
-    uint8_t* buf = static_cast<uint8_t*>(e->weights.get_data_handle());
-    int8_t* b0 = reinterpret_cast<int8_t*>(buf);
-    int32_t* colsum = reinterpret_cast<int32_t*>(buf + AlignUp4(K * N * (split ? 2 : 1)));
-    r.K = K;
-    r.N = N;
-    r.split = split;
-    r.b0 = b0;
-    r.b1 = split ? b0 + K * N : nullptr;
-    r.colsum = colsum;
-    r.shift = colsum + N;
-    r.has_shift = false;
-    for (int64_t n = 0; n < N; ++n) r.has_shift |= r.shift[n] != 0;
+    Int8Rhs r = ViewInt8Rhs(static_cast<const uint8_t*>(e->weights.get_data_handle()), K, N, split);
     r.owner = e;
     return r;
   }
   auto buffer = std::shared_ptr<uint8_t[]>(new uint8_t[bytes]);
-  PrepareInt8Rhs(source(&scratch), b_signed, K, N, ldk, ldn, zp, zp_per_column, split, buffer.get(), &r);
+  PrepareInt8Rhs(source(&scratch), b_signed, K, N, ldk, ldn, zp, zp_per_column, split, buffer.get());
+  Int8Rhs r = ViewInt8Rhs(buffer.get(), K, N, split);
   r.owner = buffer;
   return r;
 }

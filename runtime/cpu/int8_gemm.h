@@ -14,7 +14,7 @@
 // in int32: twice the work of the VNNI path, still exact.
 //
 // Results wrap modulo 2^32 where a product's true sum leaves int32 (only for K beyond ~65,000 with extreme
-// values; ONNX leaves overflow undefined). Thread-safety: PrepareInt8Rhs and Int8Gemm may run concurrently;
+// values; ONNX leaves overflow undefined). Thread-safety: PreparedInt8Rhs and Int8Gemm may run concurrently;
 // Int8Gemm uses the calling thread's OpenMP thread count for the library call.
 #ifndef CJIT_RUNTIME_CPU_INT8_GEMM_H_
 #define CJIT_RUNTIME_CPU_INT8_GEMM_H_
@@ -44,15 +44,10 @@ struct Int8Rhs {
 // Whether Int8Gemm splits B' here (no AVX-512 VNNI at or below --max_cpu_isa).
 bool Int8GemmNeedsSplit();
 
-// Prepares B from `b` (uint8 or int8): element (k, n) is b[k * ldk + n * ldn], zero point `zp[n]` (or zp[0]
-// when `zp_per_column` is false; null = 0). Bytes needed for the buffer: Int8RhsBytes.
-int64_t Int8RhsBytes(int64_t K, int64_t N, bool split);
-void PrepareInt8Rhs(const void* b, bool b_signed, int64_t K, int64_t N, int64_t ldk, int64_t ldn, const int32_t* zp,
-                    bool zp_per_column, bool split, uint8_t* buffer, Int8Rhs* out);
 // Prepared B from `w`'s bytes (a graph constant: cached once per buffer and `key`, dropped with the buffer;
 // else prepared now). `source(scratch)` returns the K x N values with strides ldk / ldn - `w`'s data or a
 // rearranged copy it writes into `scratch`. `key` must name everything the values depend on (layout, group,
-// zero points' node).
+// zero points' node). `zp`: the zero point per column (`zp_per_column`) or zp[0] for all; null = 0.
 Int8Rhs PreparedInt8Rhs(const Tensor& w, bool constant, const std::string& key, int64_t K, int64_t N, int64_t ldk,
                         int64_t ldn, const int32_t* zp, bool zp_per_column,
                         const std::function<const void*(std::vector<uint8_t>* scratch)>& source);
