@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <map>
 #include <unordered_map>
 #include <vector>
 
@@ -80,18 +79,18 @@ class Fuser {
   }
 
  private:
-  // DequantizeLinear producing `v` with byte input and constant parameters; null otherwise.
-  Node* Dq(Value* v, QParams* p, bool constant_input) {
+  // DequantizeLinear producing `v` with byte input (its dtype in *t) and constant parameters; null otherwise.
+  Node* Dq(Value* v, QParams* p, bool constant_input, DType* t) {
     if (v == nullptr) return nullptr;
     Node* dq = v->producer;
     if (!IsOp(dq, "DequantizeLinear") || dq->input(0) == nullptr || !ReadQParams(*dq, p)) return nullptr;
     Value* x = dq->input(0);
     if (constant_input && !x->is_constant()) return nullptr;
     // At load an intermediate value's dtype may not be inferred yet: the zero point's is the input's.
-    DType t = x->is_constant() ? x->constant->dtype() : x->dtype;
-    if (t == DType::kInvalid && p->zero_point != nullptr) t = p->zero_point->constant->dtype();
-    if (!IsByte(t)) return nullptr;
-    if (p->zero_point != nullptr && p->zero_point->constant->dtype() != t) return nullptr;
+    *t = x->is_constant() ? x->constant->dtype() : x->dtype;
+    if (*t == DType::kInvalid && p->zero_point != nullptr) *t = p->zero_point->constant->dtype();
+    if (!IsByte(*t)) return nullptr;
+    if (p->zero_point != nullptr && p->zero_point->constant->dtype() != *t) return nullptr;
     return dq;
   }
 
@@ -112,15 +111,13 @@ class Fuser {
 
   bool FuseConv(Node* q, Node* conv) {
     QParams xp, wp, yp;
-    DType yt;
+    DType xt = DType::kInvalid, wt = DType::kInvalid, yt = DType::kInvalid;
     if (conv->num_inputs() < 2 || !QOut(q, &yp, &yt)) return false;
-    Node* dqx = Dq(conv->input(0), &xp, false);
-    Node* dqw = Dq(conv->input(1), &wp, true);
+    Node* dqx = Dq(conv->input(0), &xp, false, &xt);
+    Node* dqw = Dq(conv->input(1), &wp, true, &wt);
     if (dqx == nullptr || dqw == nullptr || xp.count != 1) return false;
     const Tensor& w = *dqw->input(0)->constant;
     if (w.rank() < 3 || !PerChannelOk(wp, 0, w.rank(), w.dim(0))) return false;
-    if (xp.zero_point == nullptr && dqx->input(0)->dtype != DType::kU8 && dqx->input(0)->dtype != DType::kI8) return false;
-    const DType xt = xp.zero_point != nullptr ? xp.zero_point->constant->dtype() : dqx->input(0)->dtype;
     const int64_t oc = w.dim(0);
     const double xs = xp.scale->constant->ToDoubleVector()[0];
     const std::vector<double> ws = wp.scale->constant->ToDoubleVector();
@@ -130,7 +127,7 @@ class Fuser {
       if (bias == nullptr) return false;
     }
     std::vector<Value*> ins = {dqx->input(0), xp.scale, ZeroPointOf(g_, xp, xt, conv->name + "/x_zero_point"),
-                               dqw->input(0), wp.scale, ZeroPointOf(g_, wp, w.dtype(), conv->name + "/w_zero_point"),
+                               dqw->input(0), wp.scale, ZeroPointOf(g_, wp, wt, conv->name + "/w_zero_point"),
                                yp.scale, ZeroPointOf(g_, yp, yt, conv->name + "/y_zero_point")};
     if (bias != nullptr) ins.push_back(bias);
     Rewrite(q, conv, "QLinearConv", std::move(ins));
@@ -139,19 +136,17 @@ class Fuser {
 
   bool FuseMatMul(Node* q, Node* mm) {
     QParams ap, bp, yp;
-    DType yt;
+    DType at = DType::kInvalid, bt = DType::kInvalid, yt = DType::kInvalid;
     if (mm->num_inputs() != 2 || !QOut(q, &yp, &yt)) return false;
-    Node* dqa = Dq(mm->input(0), &ap, false);
-    Node* dqb = Dq(mm->input(1), &bp, true);
+    Node* dqa = Dq(mm->input(0), &ap, false, &at);
+    Node* dqb = Dq(mm->input(1), &bp, true, &bt);
     if (dqa == nullptr || dqb == nullptr || ap.count != 1) return false;
     const Tensor& b = *dqb->input(0)->constant;
     if (b.rank() < 2 || !PerChannelOk(bp, b.rank() - 1, b.rank(), b.dim(b.rank() - 1))) return false;
     if (bp.count != 1 && b.rank() != 2) return false;  // QLinearMatMul's per-column scale is 1-D
-    const DType at = ap.zero_point != nullptr ? ap.zero_point->constant->dtype() : dqa->input(0)->dtype;
-    if (!IsByte(at)) return false;
     Rewrite(q, mm, "QLinearMatMul",
             {dqa->input(0), ap.scale, ZeroPointOf(g_, ap, at, mm->name + "/a_zero_point"), dqb->input(0), bp.scale,
-             ZeroPointOf(g_, bp, b.dtype(), mm->name + "/b_zero_point"), yp.scale,
+             ZeroPointOf(g_, bp, bt, mm->name + "/b_zero_point"), yp.scale,
              ZeroPointOf(g_, yp, yt, mm->name + "/y_zero_point")});
     return true;
   }
@@ -195,8 +190,7 @@ class Fuser {
     q->op_type = type;
     q->domain.clear();
     q->name = op->name.empty() ? q->name : op->name;
-    std::map<std::string, Attribute> attrs = op->attrs;
-    q->attrs = std::move(attrs);
+    q->attrs = op->attrs;
     q->inputs = std::move(ins);
     q->opset_version = std::max<int64_t>(q->opset_version, 10);
     for (Value* v : q->inputs) if (v) ++reads_[v];
