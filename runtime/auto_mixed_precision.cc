@@ -55,7 +55,7 @@ AmpOptions AmpOptionsFromFlags(const Flags& f, bool on_gpu, bool* enabled) {
 }
 
 std::string AmpMissingCpuIsa(const std::string& mode, DType* low) {
-  const bool bf16 = CpuHasAvx512Bf16() || CpuHasAmx();
+  const bool bf16 = CpuHasAvx512Bf16();  // AMX-BF16 CPUs have it too (cpu_isa.h's levels)
   const bool fp16 = CpuHasAvx512Fp16();
   if (mode == "auto") {
     if (bf16) {

@@ -271,53 +271,37 @@ absl::Status Dequantize(KernelContext& ctx) {
 }
 
 absl::Status DynamicQuantize(KernelContext& ctx) {
+  // ONNX DynamicQuantizeLinear: the range includes 0; scale = (max - min) / 255; zero point
+  // saturate(rint(0 - min / scale)); y = saturate(rint(x / scale) + zero point). The input is float32 (the
+  // importer's schema check rejects other types).
   const Tensor& x = ctx.in(0);
-  if (x.dtype() == DType::kF32) {
-    // ONNX DynamicQuantizeLinear: the range includes 0; scale = (max - min) / 255; zero point
-    // saturate(rint(0 - min / scale)); y = saturate(rint(x / scale) + zero point).
-    const float* xp = x.data<float>();
-    const int64_t n = x.numel();
-    const int threads = ThreadsForElements(ctx.threads, n);
-    const int64_t piece = std::max<int64_t>(4096, (n + threads - 1) / std::max(threads, 1));
-    const int64_t pieces = (n + piece - 1) / piece;
-    std::vector<float> mns(pieces, 0.0f), mxs(pieces, 0.0f);
-    ParallelFor(threads, pieces, [&](int64_t i) {
-      MinMaxF32(xp + i * piece, std::min(piece, n - i * piece), &mns[i], &mxs[i]);
-    });
-    float mn = 0, mx = 0;
-    for (int64_t i = 0; i < pieces; ++i) {
-      mn = std::min(mn, mns[i]);
-      mx = std::max(mx, mxs[i]);
-    }
-    const float scale = (mx - mn) / 255.0f;
-    const float zpf = scale == 0 ? 0 : std::clamp(std::nearbyint(0.0f - mn / scale), 0.0f, 255.0f);
-    const int32_t zp = static_cast<int32_t>(zpf);
-    Tensor& y = ctx.Alloc(0);
-    uint8_t* yp = y.data<uint8_t>();
-    if (scale == 0 || !std::isfinite(scale)) {
-      // All zeros (or an infinite range, which has no usable scale): every value is the zero point.
-      std::memset(yp, zp, n);
-    } else {
-      ParallelFor(threads, pieces, [&](int64_t i) {
-        QuantizeRowF32(xp + i * piece, std::min(piece, n - i * piece), scale, zp, false, yp + i * piece);
-      });
-    }
-    *ctx.Alloc(1).data<float>() = scale;
-    *ctx.Alloc(2).data<uint8_t>() = static_cast<uint8_t>(zp);
-    return absl::OkStatus();
-  }
-  std::vector<double> xv = x.ToDoubleVector();
+  if (x.dtype() != DType::kF32) return ctx.Error(absl::StrCat("x must be float32, got ", DTypeName(x.dtype())));
+  const float* xp = x.data<float>();
+  const int64_t n = x.numel();
+  const int threads = ThreadsForElements(ctx.threads, n);
+  const int64_t piece = std::max<int64_t>(4096, (n + threads - 1) / std::max(threads, 1));
+  const int64_t pieces = (n + piece - 1) / piece;
+  std::vector<float> mns(pieces, 0.0f), mxs(pieces, 0.0f);
+  ParallelFor(threads, pieces, [&](int64_t i) {
+    MinMaxF32(xp + i * piece, std::min(piece, n - i * piece), &mns[i], &mxs[i]);
+  });
   float mn = 0, mx = 0;
-  for (double v : xv) {
-    mn = std::min(mn, static_cast<float>(v));
-    mx = std::max(mx, static_cast<float>(v));
+  for (int64_t i = 0; i < pieces; ++i) {
+    mn = std::min(mn, mns[i]);
+    mx = std::max(mx, mxs[i]);
   }
-  float scale = (mx - mn) / 255.0f;
-  float zp = scale == 0 ? 0 : std::clamp(std::nearbyint(0.0f - mn / scale), 0.0f, 255.0f);
+  const float scale = (mx - mn) / 255.0f;
+  const float zpf = scale == 0 ? 0 : std::clamp(std::nearbyint(0.0f - mn / scale), 0.0f, 255.0f);
+  const int32_t zp = static_cast<int32_t>(zpf);
   Tensor& y = ctx.Alloc(0);
-  for (size_t e = 0; e < xv.size(); ++e) {
-    y.data<uint8_t>()[e] = scale == 0 ? static_cast<uint8_t>(zp)
-                                      : NumericCast<uint8_t>(std::clamp(std::nearbyint(static_cast<float>(xv[e]) / scale) + zp, 0.0f, 255.0f));
+  uint8_t* yp = y.data<uint8_t>();
+  if (scale == 0 || !std::isfinite(scale)) {
+    // All zeros (or an infinite range, which has no usable scale): every value is the zero point.
+    std::memset(yp, zp, n);
+  } else {
+    ParallelFor(threads, pieces, [&](int64_t i) {
+      QuantizeRowF32(xp + i * piece, std::min(piece, n - i * piece), scale, zp, false, yp + i * piece);
+    });
   }
   *ctx.Alloc(1).data<float>() = scale;
   *ctx.Alloc(2).data<uint8_t>() = static_cast<uint8_t>(zp);
