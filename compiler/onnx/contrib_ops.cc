@@ -56,12 +56,7 @@ class Expansion {
     std::vector<std::string> ins = {x, s};
     if (!z.empty()) ins.push_back(z);
     onnx::NodeProto* p = Add("DequantizeLinear", ins, y);
-    if (axis >= 0) {
-      onnx::AttributeProto* a = p->add_attribute();
-      a->set_name("axis");
-      a->set_type(onnx::AttributeProto::INT);
-      a->set_i(axis);
-    }
+    if (axis >= 0) SetInt(p, "axis", axis);
     return y;
   }
 
@@ -88,7 +83,28 @@ class Expansion {
     }
   }
 
-  static void IntsAttr(onnx::NodeProto* p, const std::string& name, const std::vector<int64_t>& v) {
+  static void SetInt(onnx::NodeProto* p, const std::string& name, int64_t v) {
+    onnx::AttributeProto* a = p->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(v);
+  }
+
+  static void SetFloat(onnx::NodeProto* p, const std::string& name, float v) {
+    onnx::AttributeProto* a = p->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::FLOAT);
+    a->set_f(v);
+  }
+
+  // Cast(x) to float32 into a fresh value.
+  std::string CastToFloat(const std::string& x) {
+    std::string y = Fresh("float");
+    SetInt(Add("Cast", {x}, y), "to", onnx::TensorProto::FLOAT);
+    return y;
+  }
+
+  static void SetInts(onnx::NodeProto* p, const std::string& name, const std::vector<int64_t>& v) {
     onnx::AttributeProto* a = p->add_attribute();
     a->set_name(name);
     a->set_type(onnx::AttributeProto::INTS);
@@ -126,12 +142,7 @@ absl::Status Expand(const onnx::NodeProto& n, int64_t opset, const std::unordere
     }
     std::string x = e.Dq(In(n, 0), In(n, 1), In(n, 2)), y = e.Fresh("activated");
     onnx::NodeProto* p = e.Add(op == "QLinearSigmoid" ? "Sigmoid" : "LeakyRelu", {x}, y);
-    if (op == "QLinearLeakyRelu") {
-      onnx::AttributeProto* a = p->add_attribute();
-      a->set_name("alpha");
-      a->set_type(onnx::AttributeProto::FLOAT);
-      a->set_f(FloatAttr(n, "alpha", 0.01f));
-    }
+    if (op == "QLinearLeakyRelu") Expansion::SetFloat(p, "alpha", FloatAttr(n, "alpha", 0.01f));
     e.Q(y, In(n, 3), In(n, 4), In(n, 2), n.output(0));
   } else if (op == "QLinearAveragePool" || op == "QLinearGlobalAveragePool") {
     if (n.input_size() < 4 || In(n, 0).empty() || In(n, 1).empty() || In(n, 3).empty()) {
@@ -141,7 +152,7 @@ absl::Status Expand(const onnx::NodeProto& n, int64_t opset, const std::unordere
     std::string x = e.Dq(In(n, 0), In(n, 1), In(n, 2));
     if (channels_last) {  // 4-D [N, H, W, C] as the documentation's NHWC
       std::string t = e.Fresh("nchw");
-      Expansion::IntsAttr(e.Add("Transpose", {x}, t), "perm", {0, 3, 1, 2});
+      Expansion::SetInts(e.Add("Transpose", {x}, t), "perm", {0, 3, 1, 2});
       x = t;
     }
     std::string y = e.Fresh("pooled");
@@ -149,7 +160,7 @@ absl::Status Expand(const onnx::NodeProto& n, int64_t opset, const std::unordere
     Expansion::CopyAttrs(n, p, {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"});
     if (channels_last) {
       std::string t = e.Fresh("nhwc");
-      Expansion::IntsAttr(e.Add("Transpose", {y}, t), "perm", {0, 2, 3, 1});
+      Expansion::SetInts(e.Add("Transpose", {y}, t), "perm", {0, 2, 3, 1});
       y = t;
     }
     e.Q(y, In(n, 3), In(n, 4), In(n, 2), n.output(0));
@@ -178,12 +189,7 @@ absl::Status Expand(const onnx::NodeProto& n, int64_t opset, const std::unordere
     std::string b = e.Dq(In(n, 3), In(n, 4), In(n, 5), per_column ? (trans_b ? 0 : 1) : -1);
     std::vector<std::string> ins = {a, b};
     if (!In(n, 6).empty()) {  // int32 bias with scale a_scale * b_scale, zero point 0
-      std::string cf = e.Fresh("bias_float"), s = e.Fresh("bias_scale"), c = e.Fresh("bias");
-      onnx::NodeProto* cast = e.Add("Cast", {In(n, 6)}, cf);
-      onnx::AttributeProto* to = cast->add_attribute();
-      to->set_name("to");
-      to->set_type(onnx::AttributeProto::INT);
-      to->set_i(onnx::TensorProto::FLOAT);
+      std::string cf = e.CastToFloat(In(n, 6)), s = e.Fresh("bias_scale"), c = e.Fresh("bias");
       e.Add("Mul", {In(n, 1), In(n, 4)}, s);
       e.Add("Mul", {cf, s}, c);
       ins.push_back(c);
@@ -193,10 +199,7 @@ absl::Status Expand(const onnx::NodeProto& n, int64_t opset, const std::unordere
     onnx::NodeProto* p = e.Add("Gemm", ins, y);
     Expansion::CopyAttrs(n, p, {"alpha", "transA", "transB"});
     // ONNX Runtime adds C to the int32 sums before scaling them by alpha * a_scale * b_scale: beta = alpha.
-    onnx::AttributeProto* beta = p->add_attribute();
-    beta->set_name("beta");
-    beta->set_type(onnx::AttributeProto::FLOAT);
-    beta->set_f(FloatAttr(n, "alpha", 1.0f));
+    Expansion::SetFloat(p, "beta", FloatAttr(n, "alpha", 1.0f));
     if (quantized_out) e.Q(y, In(n, 7), In(n, 8), In(n, 2), n.output(0));
   } else if (op == "MatMulIntegerToFloat" || op == "DynamicQuantizeMatMul") {
     const bool dynamic = op == "DynamicQuantizeMatMul";
@@ -226,15 +229,11 @@ absl::Status Expand(const onnx::NodeProto& n, int64_t opset, const std::unordere
       b_zp = In(n, 5);
       bias = In(n, 6);
     }
-    std::string acc = e.Fresh("int32"), f = e.Fresh("float"), s = e.Fresh("scale");
+    std::string acc = e.Fresh("int32"), s = e.Fresh("scale");
     onnx::NodeProto* mm = e.Add("MatMulInteger", {a, In(n, 1)}, acc);
     if (!a_zp.empty() || !b_zp.empty()) mm->add_input(a_zp);
     if (!b_zp.empty()) mm->add_input(b_zp);
-    onnx::NodeProto* cast = e.Add("Cast", {acc}, f);
-    onnx::AttributeProto* to = cast->add_attribute();
-    to->set_name("to");
-    to->set_type(onnx::AttributeProto::INT);
-    to->set_i(onnx::TensorProto::FLOAT);
+    const std::string f = e.CastToFloat(acc);
     e.Add("Mul", {a_scale, b_scale}, s);
     if (bias.empty()) {
       e.Add("Mul", {f, s}, n.output(0));
