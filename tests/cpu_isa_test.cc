@@ -142,6 +142,18 @@ std::vector<Case> Cases() {
                  for (float v : x) y.push_back(std::sqrt(static_cast<double>(v)));
                  return y;
                }});
+  // Max / Min rows (AVX2 in intrinsics): NaN operands propagate (x < 0 gives a NaN square root), a scalar
+  // operand broadcasts, 37 values leave a tail after the 8- / 16-lane body.
+  c.push_back({"graph g(%x: f32[37]) {\n  %s = Sqrt(%x)\n  %m = Max(%x, %s)\n  %c = constant f32[] {1.5}\n"
+               "  %y = Min(%m, %c)\n  return %y\n}",
+               [](const std::vector<float>& x) {
+                 std::vector<double> y;
+                 for (float v : x) {
+                   const double m = std::max(static_cast<double>(v), std::sqrt(static_cast<double>(v)));
+                   y.push_back(v < 0 ? NAN : std::min(m, 1.5));
+                 }
+                 return y;
+               }});
   return c;
 }
 
