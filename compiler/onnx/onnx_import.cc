@@ -77,6 +77,8 @@ class Importer {
       std::string name = np.name().empty() ? absl::StrCat(np.op_type(), "_", index) : np.name();
       ++index;
       std::string domain = np.domain() == "ai.onnx" ? "" : np.domain();
+      // ONNX Runtime's weight-only quantized product runs as our kernel of the same contract.
+      if (domain == "com.microsoft" && np.op_type() == "MatMulNBits") domain = std::string(kInternalDomain);
       if (np.op_type() == "Constant" && domain.empty()) {
         CJIT_ASSIGN_OR_RETURN(Tensor t, ConstantValue(np, name));
         if (np.output_size() != 1) return NodeErr(name, "Constant", "must have one output");

@@ -236,6 +236,67 @@ void RegisterMathOps() {
   });
   Reg("Gemm", C::kContraction, true, A::kAllow, 2, 3, GemmInfer);
   RegisterOp(OpDef{"FusedMatMul", C::kContraction, true, A::kDeny, 2, 2, FusedMatMulInfer, /*internal=*/true});
+  // com.clusterjit.MatMulNBits: ONNX Runtime's com.microsoft.MatMulNBits (docs/ContribOperators.md), which
+  // its weight-only quantizer writes and --auto_quantize=weight_only makes: A [..., K] float32, B uint8
+  // [N, ceil(K / block_size), block_size * bits / 8], scales [N * ceil(K / block_size)], optional
+  // zero_points (uint8 packed [N * ceil(ceil(K / block_size) * bits / 8)], or float32 [N * ceil(K /
+  // block_size)]), g_idx (not supported), bias [N]; Y [..., N] float32.
+  RegisterOp(OpDef{"MatMulNBits", C::kContraction, false, A::kDeny, 3, 6,
+                   [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
+                     const int64_t K = n.GetInt("K", 0), N = n.GetInt("N", 0), bits = n.GetInt("bits", 4),
+                                   bs = n.GetInt("block_size", 0);
+                     if (K < 1 || N < 1 || (bits != 2 && bits != 4 && bits != 8) || bs < 16 || (bs & (bs - 1)) != 0) {
+                       return NodeError(n, absl::StrCat("needs K >= 1, N >= 1, bits 2, 4 or 8 and a power-of-two "
+                                                        "block_size >= 16; got K=", K, " N=", N, " bits=", bits,
+                                                        " block_size=", bs));
+                     }
+                     if (in[0].dtype != DType::kInvalid && in[0].dtype != DType::kF32) {
+                       return NodeError(n, absl::StrCat("A must be float32, got ", DTypeName(in[0].dtype)));
+                     }
+                     if (in.size() > 4 && in[4].present) return NodeError(n, "g_idx (act_order) is not supported");
+                     const int64_t blocks = (K + bs - 1) / bs;
+                     const std::vector<int64_t> bdims = {N, blocks, bs * bits / 8};
+                     if (in[1].dtype != DType::kInvalid && in[1].dtype != DType::kU8) {
+                       return NodeError(n, absl::StrCat("B must be uint8, got ", DTypeName(in[1].dtype)));
+                     }
+                     if (in[1].shape.fully_known() && in[1].shape.concrete() != bdims) {
+                       return NodeError(n, absl::StrCat("B has shape ", in[1].shape.ToString(), "; K=", K, " N=", N,
+                                                        " bits=", bits, " block_size=", bs, " need [", N, ",",
+                                                        blocks, ",", bdims[2], "]"));
+                     }
+                     auto count = [&](int i, int64_t want, const char* what) -> absl::Status {
+                       if (i >= static_cast<int>(in.size()) || !in[i].present || !in[i].shape.fully_known()) {
+                         return absl::OkStatus();
+                       }
+                       const int64_t have = NumElements(in[i].shape.concrete());
+                       if (have != want) {
+                         return NodeError(n, absl::StrCat(what, " has ", have, " values; expected ", want));
+                       }
+                       return absl::OkStatus();
+                     };
+                     CJIT_RETURN_IF_ERROR(count(2, N * blocks, "scales"));
+                     if (in.size() > 3 && in[3].present) {
+                       const bool packed = in[3].dtype == DType::kU8;
+                       if (!packed && in[3].dtype != DType::kF32 && in[3].dtype != DType::kInvalid) {
+                         return NodeError(n, "zero_points must be uint8 (packed) or float32");
+                       }
+                       CJIT_RETURN_IF_ERROR(count(3, packed ? N * ((blocks * bits + 7) / 8) : N * blocks,
+                                                  "zero_points"));
+                     }
+                     CJIT_RETURN_IF_ERROR(count(5, N, "bias"));
+                     out[0].dtype = DType::kF32;
+                     const Shape& a = in[0].shape;
+                     if (!a.rank_known) return absl::OkStatus();
+                     if (a.rank() == 0) return NodeError(n, "A must have rank >= 1, got a scalar");
+                     const Dim& k = a.dims.back();
+                     if (k.known() && k.value != K) {
+                       return NodeError(n, absl::StrCat("A's last dim is ", k.value, "; attribute K is ", K));
+                     }
+                     out[0].shape = a;
+                     out[0].shape.dims.back() = Dim{N, ""};
+                     return absl::OkStatus();
+                   },
+                   /*internal=*/true});
 }
 
 }  // namespace cjit

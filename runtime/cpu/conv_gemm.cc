@@ -1408,6 +1408,14 @@ void PanelMultiply(const PanelWeights& w, const float* x, int64_t M, const float
   RunPanelPointwise(threads, x, w.panels, bias, nullptr, y, M, w.K, w.N);
 }
 
+void PanelMultiplyOne(const float* panel, int64_t n0, const float* x, int64_t M, int64_t K, int64_t N,
+                      const float* bias, float* y) {
+  const int64_t q = n0 / kPanelWidth;
+  // The loop finds panel q at panels + q * K * kPanelWidth: offset the base so that it is `panel`.
+  const float* base = panel - q * K * kPanelWidth;
+  PickIsa().panel_pointwise(x, K, base, bias, nullptr, y, 0, M, q, q + 1, K, N);
+}
+
 bool CpuHasPanelLoop() { return PickIsa().panel_pointwise != nullptr; }
 
 bool PanelProductFits(const KernelContext& ctx, int b_index, int64_t N) {

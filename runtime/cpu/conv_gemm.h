@@ -125,6 +125,11 @@ struct PanelWeights {
 std::optional<PanelWeights> PackPanelWeights(const KernelContext& ctx, int index, int64_t offset, bool b_is_nk,
                                              int64_t K, int64_t N);
 void PanelMultiply(const PanelWeights& w, const float* x, int64_t M, const float* bias, float* y, int threads);
+// One panel of that layout on the calling thread: Y[m][n0 + j] (+= nothing; written) = sum_k X[m][k] *
+// panel[k][j] (+ bias[n0 + j] when bias is not null) for m < M, j < min(64, N - n0), n0 a multiple of 64,
+// `panel` [K, that width] row-major, Y rows N floats apart. Requires CpuHasPanelLoop() and N % 8 == 0.
+void PanelMultiplyOne(const float* panel, int64_t n0, const float* x, int64_t M, int64_t K, int64_t N,
+                      const float* bias, float* y);
 
 // ConvTranspose (NCHW, 1-D or 2-D, any group, stride, dilation, pads, output_padding) as a GEMM and a
 // col2im scatter-add (the transposed form of im2col, as Caffe's deconvolution): oneDNN's deconvolution

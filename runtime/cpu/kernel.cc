@@ -29,6 +29,7 @@ const std::map<std::string, KernelFn>& Registered() {
     RegisterControlFlowKernels();
     RegisterMiscKernels();
     RegisterQuantKernels();
+    RegisterMatMulNBitsKernel();
     return true;
   }();
   (void)once;

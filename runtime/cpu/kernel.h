@@ -168,6 +168,7 @@ void RegisterRecurrentKernels();
 void RegisterControlFlowKernels();
 void RegisterMiscKernels();
 void RegisterQuantKernels();
+void RegisterMatMulNBitsKernel();
 
 }  // namespace cjit
 
