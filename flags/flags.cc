@@ -357,6 +357,53 @@ const std::vector<FlagDef>& Table() {
         "bfloat16, then float16, then float32 by the same rule. false: rewrite anyway.",
         {}},
        BoolFlag(&Flags::amp_require_native_isa, "amp_require_native_isa")},
+      {{"auto_quantize", "string", "off",
+        "Load-time quantization of a float model's MatMul, Gemm and Conv with constant weights, on the CPU: "
+        "off; dynamic (weights to int8 per output column once, "
+        "activations quantized per run by DynamicQuantizeLinear, integer products: ONNX Runtime's "
+        "quantize_dynamic without the offline step); weight_only (MatMul / Gemm weights kept in "
+        "--auto_quantize_weight_bits bits per block along K, dequantized inside the product: ONNX Runtime's "
+        "MatMulNBits; MatMul / Gemm only). `cjit quant-check` reports the accuracy change and the nodes to keep float32.",
+        {}},
+       OneOfFlag(&Flags::auto_quantize, "auto_quantize", {"off", "dynamic", "weight_only"},
+                 "off, dynamic or weight_only")},
+      {{"auto_quantize_allowlist_add", "string", "",
+        "Comma-separated ops to add to the quantized op types (base: MatMul, Gemm, Conv; MatMul, Gemm and Conv "
+        "can be quantized).", {}},
+       OpListFlag(&Flags::auto_quantize_allowlist_add, "auto_quantize_allowlist_add")},
+      {{"auto_quantize_allowlist_remove", "string", "",
+        "Comma-separated ops to remove from the quantized op types.", {}},
+       OpListFlag(&Flags::auto_quantize_allowlist_remove, "auto_quantize_allowlist_remove")},
+      {{"auto_quantize_denylist_nodes", "string", "",
+        "Comma-separated node names that --auto_quantize leaves float32 (ONNX Runtime's nodes_to_exclude; "
+        "`cjit quant-check` prints the list that restores the accuracy).", {}},
+       StringFlag(&Flags::auto_quantize_denylist_nodes)},
+      {{"auto_quantize_min_weights", "int64", "16384",
+        "--auto_quantize leaves float32 the ops whose weights have fewer elements than this (quantizing the "
+        "activations per run costs more than small products save); 0 = none.", {}},
+       Int64Flag(&Flags::auto_quantize_min_weights, "auto_quantize_min_weights", 0)},
+      {{"auto_quantize_weight_bits", "int64", "8",
+        "--auto_quantize=weight_only: bits per weight, 2, 4 or 8 (symmetric per block, MatMulNBits' default "
+        "zero point 2^(bits-1)).", {}},
+       [](Flags& f, absl::string_view v, bool has) -> absl::Status {
+         int64_t x;
+         if (!has || !absl::SimpleAtoi(v, &x) || (x != 2 && x != 4 && x != 8)) {
+           return BadValue("auto_quantize_weight_bits", v, "2, 4 or 8");
+         }
+         f.auto_quantize_weight_bits = x;
+         return absl::OkStatus();
+       }},
+      {{"auto_quantize_block_size", "int64", "32",
+        "--auto_quantize=weight_only: weights per scale along K, a power of two >= 16 (MatMulNBits' "
+        "block_size).", {}},
+       [](Flags& f, absl::string_view v, bool has) -> absl::Status {
+         int64_t x;
+         if (!has || !absl::SimpleAtoi(v, &x) || x < 16 || x > (1 << 16) || (x & (x - 1)) != 0) {
+           return BadValue("auto_quantize_block_size", v, "a power of two in [16, 65536]");
+         }
+         f.auto_quantize_block_size = x;
+         return absl::OkStatus();
+       }},
       {{"amp_log_path", "string", "",
         "Directory for the AMP decision log: the graph before and after the rewrite and the four lists in "
         "effect (TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_LOG_PATH).", {}},
@@ -636,6 +683,13 @@ std::string FlagValueText(const Flags& f, absl::string_view name) {
       {"allow_excess_precision", [b](const Flags& f) { return b(f.allow_excess_precision); }},
       {"matmul_precision", [](const Flags& f) { return f.matmul_precision; }},
       {"conv_precision", [](const Flags& f) { return f.conv_precision; }},
+      {"auto_quantize", [](const Flags& f) { return f.auto_quantize; }},
+      {"auto_quantize_allowlist_add", [](const Flags& f) { return f.auto_quantize_allowlist_add; }},
+      {"auto_quantize_allowlist_remove", [](const Flags& f) { return f.auto_quantize_allowlist_remove; }},
+      {"auto_quantize_denylist_nodes", [](const Flags& f) { return f.auto_quantize_denylist_nodes; }},
+      {"auto_quantize_min_weights", [](const Flags& f) { return absl::StrCat(f.auto_quantize_min_weights); }},
+      {"auto_quantize_weight_bits", [](const Flags& f) { return absl::StrCat(f.auto_quantize_weight_bits); }},
+      {"auto_quantize_block_size", [](const Flags& f) { return absl::StrCat(f.auto_quantize_block_size); }},
       {"amp_log_path", [](const Flags& f) { return f.amp_log_path; }},
       {"amp_min_allow_macs", [](const Flags& f) { return absl::StrCat(f.amp_min_allow_macs); }},
       {"amp_require_native_isa", [b](const Flags& f) { return b(f.amp_require_native_isa); }},

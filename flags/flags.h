@@ -135,6 +135,20 @@ struct Flags {
   // float16: AVX512_FP16), as TensorFlow's oneDNN auto mixed precision; elsewhere the graph stays float32
   // (logged once). false: rewrite anyway (emulated 16-bit arithmetic, usually slower than float32).
   bool amp_require_native_isa = true;
+  // Load-time quantization of a float model (compiler/passes/quantization.h AutoQuantize): off; dynamic
+  // (int8 per-column weights, activations quantized per run: ONNX Runtime's quantize_dynamic with no offline
+  // step); weight_only (MatMul/Gemm weights stored in --auto_quantize_weight_bits bits per block of
+  // --auto_quantize_block_size along K, products in float32: ONNX Runtime's MatMulNBits).
+  std::string auto_quantize = "off";
+  // Op-list edits to the quantized op types (base: MatMul, Gemm, Conv; weight_only quantizes no Conv).
+  std::string auto_quantize_allowlist_add, auto_quantize_allowlist_remove;
+  // Comma-separated node names kept float32 (ONNX Runtime's nodes_to_exclude; `cjit quant-check` prints it).
+  std::string auto_quantize_denylist_nodes;
+  // Weights with fewer elements stay float32 (too little work to repay quantizing the activations).
+  int64_t auto_quantize_min_weights = 16384;
+  // weight_only: bits per weight (2, 4 or 8) and the block length along K (a power of two >= 16).
+  int64_t auto_quantize_weight_bits = 8;
+  int64_t auto_quantize_block_size = 32;
   // Execution device: auto, cpu, cuda or cuda:N (as TF's device placement; auto = cuda:0 when this build
   // has the GPU runtime and a CUDA driver reports a device, else cpu).
   std::string device = "auto";

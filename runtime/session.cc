@@ -11,6 +11,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "compiler/codegen/fusion_plan.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/ir/verifier.h"
@@ -62,6 +63,30 @@ absl::StatusOr<Flags> ResolveFlags(const SessionOptions& options) {
   if (options.use_environment_flags) return FlagsFromEnvironment();
   CJIT_RETURN_IF_ERROR(ValidateFlags(options.flags, "SessionOptions"));
   return ParseFlags("", options.flags, "SessionOptions");
+}
+
+// --auto_quantize and its lists as the pass's options (the base op list is AutoQuantizeOptions').
+absl::StatusOr<AutoQuantizeOptions> AutoQuantizeOptionsFromFlags(const Flags& f) {
+  AutoQuantizeOptions o;
+  o.mode = f.auto_quantize == "weight_only" ? AutoQuantizeOptions::Mode::kWeightOnly
+                                            : AutoQuantizeOptions::Mode::kDynamic;
+  for (absl::string_view op : absl::StrSplit(f.auto_quantize_allowlist_add, ',', absl::SkipEmpty())) {
+    if (op != "MatMul" && op != "Gemm" && op != "Conv") {
+      return absl::InvalidArgumentError(absl::StrCat("--auto_quantize_allowlist_add: ", op,
+                                                     " cannot be quantized (MatMul, Gemm and Conv can)"));
+    }
+    o.op_types.insert(std::string(op));
+  }
+  for (absl::string_view op : absl::StrSplit(f.auto_quantize_allowlist_remove, ',', absl::SkipEmpty())) {
+    o.op_types.erase(std::string(op));
+  }
+  for (absl::string_view n : absl::StrSplit(f.auto_quantize_denylist_nodes, ',', absl::SkipEmpty())) {
+    o.denied_nodes.insert(std::string(n));
+  }
+  o.min_weights = f.auto_quantize_min_weights;
+  o.weight_bits = static_cast<int>(f.auto_quantize_weight_bits);
+  o.block_size = f.auto_quantize_block_size;
+  return o;
 }
 
 }  // namespace
@@ -178,6 +203,18 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Grap
     TraceScope scope(s->profiler_.get(), "fuse_qdq", "load");
     CJIT_ASSIGN_OR_RETURN(int fused, FuseQdqIntoIntegerOps(*graph));
     if (fused > 0) CJIT_RETURN_IF_ERROR(VerifyGraph(*graph));
+  }
+  if (s->flags_.auto_quantize != "off") {
+    if (s->gpu_ != nullptr) {
+      CJIT_LOG(WARNING) << "--auto_quantize=" << s->flags_.auto_quantize
+                        << " quantizes for the CPU kernels; this GPU session runs the float model";
+    } else {
+      TraceScope scope(s->profiler_.get(), "auto_quantize", "load");
+      CJIT_ASSIGN_OR_RETURN(AutoQuantizeOptions qo, AutoQuantizeOptionsFromFlags(s->flags_));
+      qo.rule = options.auto_quantize_rule;
+      CJIT_ASSIGN_OR_RETURN(std::vector<std::string> quantized, AutoQuantize(*graph, qo));
+      if (!quantized.empty()) CJIT_RETURN_IF_ERROR(VerifyGraph(*graph));
+    }
   }
   for (const Value* v : graph->inputs()) s->inputs_.push_back({v->name, v->dtype, v->shape});
   for (const Value* v : graph->outputs()) s->outputs_.push_back({v->name, v->dtype, v->shape});

@@ -119,6 +119,9 @@ struct SessionOptions {
   // --auto_mixed_precision is on (compiler/passes/auto_mixed_precision.h). Called while a signature is
   // specialized, possibly from several threads at once: it must be thread-safe.
   AmpRuleHook amp_rule;
+  // A host's rule for --auto_quantize (compiler/passes/quantization.h AutoQuantize): called once per
+  // candidate node at Load(), on the loading thread; false keeps the node float32.
+  std::function<bool(const Node&)> auto_quantize_rule;
   // Runs on this device backend instead of the one --device selects: the graph is built as for a GPU (no
   // CPU-only rewrites) and run by the GPU executor. For the host emulation (MakeHostBackend(): tests, and
   // `cjit explain --gpu-placement`, which show a GPU session's placement on a machine without one).

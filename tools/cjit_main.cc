@@ -40,6 +40,7 @@
 #include "compiler/ir/text.h"
 #include "runtime/cuda/gpu_executor.h"
 #include "tools/check_lib.h"
+#include "tools/quant_check.h"
 
 namespace cjit {
 namespace {
@@ -532,6 +533,42 @@ int CmdAmpCheck(const std::string& dir, double rtol, double atol, const std::str
                                : "the op-type additions do not restore it: deny the nodes above with a host rule "
                                  "(SessionOptions::amp_rule)");
   return restored ? 0 : 1;
+}
+
+// `cjit quant-check DIR` (tools/quant_check.h). Exit 0: the quantized model meets --min_cosine, or the
+// printed deny list restores it; 1: it does not; 2: bad arguments or a run failed.
+int CmdQuantCheck(const std::string& dir, const std::string& mode, double min_cosine) {
+  QuantCheckOptions o;
+  o.mode = mode;
+  o.min_cosine = min_cosine;
+  auto r = QuantCheck(dir, o);
+  if (!r.ok()) return Fail(r.status(), 2);
+  auto print = [](const char* indent, const std::vector<QuantAccuracy>& acc) {
+    for (const QuantAccuracy& a : acc) {
+      std::printf("%s%s: cosine %.6f  SQNR %.1f dB  max_abs %.3g\n", indent, a.output.c_str(), a.cosine, a.sqnr_db,
+                  a.max_abs);
+    }
+  };
+  std::printf("--auto_quantize=%s: %zu nodes quantized (%s)\n", mode.c_str(), r->candidates.size(),
+              absl::StrJoin(r->candidates, " ").c_str());
+  if (r->candidates.empty()) {
+    std::printf("nothing to quantize (MatMul / Gemm with constant float32 weights of >= "
+                "--auto_quantize_min_weights elements)\n");
+    return 0;
+  }
+  std::printf("against float32:\n");
+  print("  ", r->all_quantized);
+  std::printf("most sensitive node (bisection): %s; quantized alone:\n", r->most_sensitive.c_str());
+  print("  ", r->most_sensitive_alone);
+  if (r->ok) {
+    std::printf("PASS: cosine >= %g on every output (%d sessions)\n", min_cosine, r->trials);
+    return 0;
+  }
+  std::printf("nodes to keep float32 (%zu of %zu, %d sessions): --auto_quantize_denylist_nodes=%s\n",
+              r->keep_float.size(), r->candidates.size(), r->trials, absl::StrJoin(r->keep_float, ",").c_str());
+  print("  with them: ", r->with_keep_float);
+  std::printf("%s\n", r->restored ? "PASS with the deny list" : "FAIL: the deny list does not restore it");
+  return r->restored ? 0 : 1;
 }
 
 int CmdExplain(const std::string& model, const std::vector<std::string>& input_args,
@@ -1166,6 +1203,16 @@ int CliMain(int argc, char** argv) {
   amp_check->add_option("--rtol", rtol, "relative tolerance");
   amp_check->add_option("--atol", atol, "absolute tolerance");
   amp_check->add_option("--type", amp_low, "bfloat16 (default) or float16")->check(CLI::IsMember({"bfloat16", "float16"}));
+  auto* quant_check = app.add_subcommand(
+      "quant-check", "--auto_quantize vs float32 on a test-data directory; the most sensitive node, what to keep float32");
+  std::string quant_mode = "dynamic";
+  double min_cosine = 0.99;
+  quant_check->add_option("dir", dir, "directory with model.onnx and test_data_set_*")->required();
+  quant_check->add_option("--mode", quant_mode, "dynamic (default) or weight_only")
+      ->check(CLI::IsMember({"dynamic", "weight_only"}));
+  quant_check->add_option("--min_cosine,--min-cosine", min_cosine,
+                          "accuracy bar: cosine similarity of every output to float32's (default 0.99)")
+      ->check(CLI::Range(-1.0, 1.0));
   auto* explain = app.add_subcommand("explain", "print the clusters of a model for one input signature");
   model_and_inputs(explain);
   bool print_graph = false;
@@ -1227,6 +1274,7 @@ int CliMain(int argc, char** argv) {
   }
   if (*check) return cjit::CmdCheck(dir, rtol, atol, check_concurrency, check_repeat);
   if (*amp_check) return cjit::CmdAmpCheck(dir, rtol, atol, amp_low);
+  if (*quant_check) return cjit::CmdQuantCheck(dir, quant_mode, min_cosine);
   if (*flags) return cjit::CmdFlags();
   if (*explain) return cjit::CmdExplain(model, inputs, shapes, print_graph, gpu_placement, dot);
   if (*bench && !stream_dir.empty()) {

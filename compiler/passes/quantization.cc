@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/status_macros.h"
+#include "compiler/ops/op_registry.h"
 #include "flags/logging.h"
 #include "compiler/passes/simplify.h"
 
@@ -211,6 +213,253 @@ absl::StatusOr<int> FuseQdqIntoIntegerOps(Graph& graph) {
   }
   CJIT_VLOG(1) << "FuseQdqIntoIntegerOps: " << fused << " QDQ patterns fused into QLinearConv / QLinearMatMul";
   return fused;
+}
+
+namespace {
+
+// Symmetric int8 per output channel: channel c holds `count` values at w[c * cs + i * is] (i < count).
+// Returns false when a value is not finite (such a weight is left float32).
+bool QuantizeChannelsInt8(const float* w, int64_t channels, int64_t count, int64_t cs, int64_t is, int8_t* q,
+                          int64_t qcs, int64_t qis, float* scales) {
+  for (int64_t c = 0; c < channels; ++c) {
+    float m = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      const float v = w[c * cs + i * is];
+      if (!std::isfinite(v)) return false;
+      m = std::max(m, std::fabs(v));
+    }
+    const float s = m > 0 ? m / 127.0f : 1.0f;
+    scales[c] = s;
+    for (int64_t i = 0; i < count; ++i) {
+      const float r = std::nearbyint(w[c * cs + i * is] / s);
+      q[c * qcs + i * qis] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+    }
+  }
+  return true;
+}
+
+class AutoQuantizer {
+ public:
+  AutoQuantizer(Graph& g, const AutoQuantizeOptions& o) : g_(g), o_(o) {}
+
+  absl::StatusOr<std::vector<std::string>> Run() {
+    std::vector<Node*> candidates;
+    for (const auto& n : g_.nodes()) candidates.push_back(n.get());
+    std::vector<std::string> done;
+    for (Node* n : candidates) {
+      if (!n->domain.empty() || !o_.op_types.count(n->op_type) || o_.denied_nodes.count(n->name)) continue;
+      if (n->outputs.size() != 1 || n->outputs[0] == nullptr || n->num_inputs() < 2) continue;
+      Value* w = n->input(1);
+      if (w == nullptr || !w->is_constant() || w->constant->dtype() != DType::kF32) continue;
+      if (w->constant->numel() < std::max<int64_t>(o_.min_weights, 1)) continue;
+      if (o_.rule && !o_.rule(*n)) continue;
+      bool ok = false;
+      if (n->op_type == "Conv") ok = o_.mode == AutoQuantizeOptions::Mode::kDynamic && Conv(n);
+      else if (n->op_type == "MatMul" || n->op_type == "Gemm") ok = Product(n);
+      if (ok) done.push_back(n->name);
+    }
+    return done;
+  }
+
+ private:
+  std::string Name(const Node* n, const char* what) { return absl::StrCat(n->name, "/auto_quantize/", what); }
+
+  Node* Add(const char* op, const Node* at, const char* what, std::vector<Value*> ins, DType out) {
+    Node* m = g_.AddNode(op, Name(at, what), std::move(ins), {Name(at, what)});
+    m->opset_version = std::max<int64_t>(g_.opset, 13);
+    m->outputs[0]->dtype = out;
+    return m;
+  }
+
+  Value* Constant(const Node* at, const char* what, Tensor t) { return g_.AddConstant(Name(at, what), std::move(t)); }
+
+  // (Aq, a_scale, a_zero_point) of a float activation: one DynamicQuantizeLinear per value.
+  const std::vector<Value*>& Quantized(Value* a) {
+    auto it = dql_.find(a);
+    if (it != dql_.end()) return it->second;
+    const std::string base = absl::StrCat(a->name, "/auto_quantize/DynamicQuantizeLinear");
+    Node* q = g_.AddNode("DynamicQuantizeLinear", base, {a}, {base + ":0", base + ":1", base + ":2"});
+    q->opset_version = std::max<int64_t>(g_.opset, 11);
+    q->outputs[0]->dtype = DType::kU8;
+    q->outputs[1]->dtype = DType::kF32;
+    q->outputs[2]->dtype = DType::kU8;
+    return dql_[a] = q->outputs;
+  }
+
+  // The node becomes `op` over `ins` (keeping its output value and name).
+  static void Become(Node* n, const char* op, std::vector<Value*> ins) {
+    n->op_type = op;
+    n->domain.clear();
+    n->attrs.clear();
+    n->inputs = std::move(ins);
+    n->opset_version = 14;
+  }
+
+  // Gemm's C term as something to add to the product: beta * C (a new constant when beta != 1), or null
+  // when absent; *ok = false when C is not constant and beta != 1.
+  Value* GemmAddend(Node* n, bool* ok) {
+    *ok = true;
+    Value* c = n->input(2);
+    if (c == nullptr) return nullptr;
+    const float beta = n->GetFloat("beta", 1.0f);
+    if (beta == 1.0f) return c;
+    if (!c->is_constant() || c->constant->dtype() != DType::kF32) {
+      *ok = false;
+      return nullptr;
+    }
+    Tensor t(DType::kF32, c->constant->dims());
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = beta * c->constant->data<float>()[i];
+    return Constant(n, "beta_C", std::move(t));
+  }
+
+  bool Product(Node* n) {
+    const Tensor& w = *n->input(1)->constant;
+    if (w.rank() != 2) return false;
+    const bool gemm = n->op_type == "Gemm";
+    if (gemm && n->GetInt("transA", 0) != 0) return false;
+    const bool tb = gemm && n->GetInt("transB", 0) != 0;
+    const int64_t K = tb ? w.dim(1) : w.dim(0), N = tb ? w.dim(0) : w.dim(1);
+    const int64_t sk = tb ? 1 : N, sn = tb ? K : 1;
+    const float alpha = gemm ? n->GetFloat("alpha", 1.0f) : 1.0f;
+    const float* wd = w.data<float>();
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      if (!std::isfinite(wd[i])) return false;
+    }
+    bool ok = std::isfinite(alpha);
+    Value* addend = gemm && ok ? GemmAddend(n, &ok) : nullptr;
+    if (!ok) return false;
+    Value* a = n->input(0);
+    if (o_.mode == AutoQuantizeOptions::Mode::kWeightOnly) {
+      const int64_t blocks = (K + o_.block_size - 1) / o_.block_size;
+      Tensor packed(DType::kU8, {N, blocks, o_.block_size * o_.weight_bits / 8});
+      Tensor scales(DType::kF32, {N * blocks});
+      QuantizeWeightsNBits(wd, K, N, sk, sn, o_.weight_bits, o_.block_size, packed.data<uint8_t>(),
+                           scales.data<float>());
+      for (int64_t i = 0; i < scales.numel(); ++i) scales.data<float>()[i] *= alpha;
+      std::vector<Value*> ins = {a, Constant(n, "B", std::move(packed)), Constant(n, "scales", std::move(scales))};
+      // A constant [N] / [1, N] term is MatMulNBits' bias; anything else an Add after it.
+      if (addend != nullptr && addend->is_constant() && addend->constant->numel() == N &&
+          addend->constant->rank() >= 1 && addend->constant->dims().back() == N && addend->constant->rank() <= 2) {
+        Tensor bias(DType::kF32, {N});
+        std::memcpy(bias.raw(), addend->constant->raw(), N * sizeof(float));
+        ins.push_back(nullptr);
+        ins.push_back(nullptr);
+        ins.push_back(Constant(n, "bias", std::move(bias)));
+        addend = nullptr;
+      }
+      Node* m = n;
+      if (addend != nullptr) m = Add("MatMulNBits", n, "MatMulNBits", {}, DType::kF32);
+      Become(m, "MatMulNBits", std::move(ins));
+      m->domain = std::string(kInternalDomain);
+      m->opset_version = 1;
+      m->attrs["K"] = Attribute::Int(K);
+      m->attrs["N"] = Attribute::Int(N);
+      m->attrs["bits"] = Attribute::Int(o_.weight_bits);
+      m->attrs["block_size"] = Attribute::Int(o_.block_size);
+      if (addend != nullptr) Become(n, "Add", {m->outputs[0], addend});
+      return true;
+    }
+    Tensor q(DType::kI8, {K, N});
+    std::vector<float> ws(N);
+    if (!QuantizeChannelsInt8(wd, N, K, sn, sk, q.data<int8_t>(), 1, N, ws.data())) return false;
+    Tensor scale(DType::kF32, {N});
+    for (int64_t j = 0; j < N; ++j) scale.data<float>()[j] = ws[j] * alpha;
+    const std::vector<Value*>& aq = Quantized(a);
+    Node* mm = Add("MatMulInteger", n, "MatMulInteger", {aq[0], Constant(n, "B_int8", std::move(q)), aq[2]},
+                   DType::kI32);
+    mm->opset_version = std::max<int64_t>(g_.opset, 10);
+    Node* f = Add("Cast", n, "Cast", {mm->outputs[0]}, DType::kF32);
+    f->attrs["to"] = Attribute::Int(1);
+    Node* s = Add("Mul", n, "scale", {aq[1], Constant(n, "B_scale", std::move(scale))}, DType::kF32);
+    if (addend == nullptr) {
+      Become(n, "Mul", {f->outputs[0], s->outputs[0]});
+    } else {
+      Node* y = Add("Mul", n, "scaled", {f->outputs[0], s->outputs[0]}, DType::kF32);
+      Become(n, "Add", {y->outputs[0], addend});
+    }
+    return true;
+  }
+
+  bool Conv(Node* n) {
+    const Tensor& w = *n->input(1)->constant;
+    if (w.rank() < 3) return false;
+    Value* bias = n->input(2);
+    if (bias != nullptr && (!bias->is_constant() || bias->constant->dtype() != DType::kF32 ||
+                            bias->constant->numel() != w.dim(0))) {
+      return false;
+    }
+    const int64_t oc = w.dim(0), per = w.numel() / std::max<int64_t>(oc, 1);
+    Tensor q(DType::kI8, w.dims());
+    std::vector<float> ws(oc);
+    if (!QuantizeChannelsInt8(w.data<float>(), oc, per, per, 1, q.data<int8_t>(), per, 1, ws.data())) return false;
+    Dims bdims(w.rank(), 1);
+    bdims[1] = oc;
+    Tensor scale(DType::kF32, bdims);
+    std::memcpy(scale.raw(), ws.data(), oc * sizeof(float));
+    const std::vector<Value*>& xq = Quantized(n->input(0));
+    Node* ci = Add("ConvInteger", n, "ConvInteger", {xq[0], Constant(n, "W_int8", std::move(q)), xq[2]}, DType::kI32);
+    ci->opset_version = std::max<int64_t>(g_.opset, 10);
+    ci->attrs = n->attrs;
+    Node* f = Add("Cast", n, "Cast", {ci->outputs[0]}, DType::kF32);
+    f->attrs["to"] = Attribute::Int(1);
+    Node* s = Add("Mul", n, "scale", {xq[1], Constant(n, "W_scale", std::move(scale))}, DType::kF32);
+    if (bias == nullptr) {
+      Become(n, "Mul", {f->outputs[0], s->outputs[0]});
+    } else {
+      Tensor b(DType::kF32, bdims);
+      std::memcpy(b.raw(), bias->constant->raw(), oc * sizeof(float));
+      Node* y = Add("Mul", n, "scaled", {f->outputs[0], s->outputs[0]}, DType::kF32);
+      Become(n, "Add", {y->outputs[0], Constant(n, "B", std::move(b))});
+    }
+    return true;
+  }
+
+  Graph& g_;
+  const AutoQuantizeOptions& o_;
+  std::unordered_map<Value*, std::vector<Value*>> dql_;
+};
+
+}  // namespace
+
+void QuantizeWeightsNBits(const float* w, int64_t K, int64_t N, int64_t stride_k, int64_t stride_n, int bits,
+                          int64_t block_size, uint8_t* packed, float* scales) {
+  const int64_t blocks = (K + block_size - 1) / block_size, blob = block_size * bits / 8;
+  const int zp = 1 << (bits - 1), qmax = zp - 1;
+  std::memset(packed, 0, static_cast<size_t>(N * blocks * blob));
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t k0 = b * block_size, k1 = std::min(K, k0 + block_size);
+      float m = 0;
+      for (int64_t k = k0; k < k1; ++k) m = std::max(m, std::fabs(w[k * stride_k + n * stride_n]));
+      const float s = m > 0 ? m / static_cast<float>(qmax) : 1.0f;
+      scales[n * blocks + b] = s;
+      uint8_t* out = packed + (n * blocks + b) * blob;
+      for (int64_t i = 0; i < block_size; ++i) {
+        int code = zp;
+        if (k0 + i < k1) {
+          const float r = std::nearbyint(w[(k0 + i) * stride_k + n * stride_n] / s);
+          code = static_cast<int>(std::clamp(r, static_cast<float>(-qmax), static_cast<float>(qmax))) + zp;
+        }
+        out[(i * bits) / 8] |= static_cast<uint8_t>(code << ((i * bits) % 8));
+      }
+    }
+  }
+}
+
+absl::StatusOr<std::vector<std::string>> AutoQuantize(Graph& graph, const AutoQuantizeOptions& options) {
+  if (options.mode == AutoQuantizeOptions::Mode::kWeightOnly) {
+    const int b = options.weight_bits;
+    const int64_t bs = options.block_size;
+    if ((b != 2 && b != 4 && b != 8) || bs < 16 || (bs & (bs - 1)) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("AutoQuantize: weight_only needs 2, 4 or 8 bits (got ", b,
+                                                     ") and a power-of-two block size >= 16 (got ", bs, ")"));
+    }
+  }
+  AutoQuantizer q(graph, options);
+  CJIT_ASSIGN_OR_RETURN(std::vector<std::string> done, q.Run());
+  if (!done.empty()) graph.RemoveUnusedValues();
+  CJIT_VLOG(1) << "AutoQuantize: " << done.size() << " nodes quantized";
+  return done;
 }
 
 }  // namespace cjit

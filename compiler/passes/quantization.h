@@ -20,12 +20,62 @@
 #ifndef CJIT_COMPILER_PASSES_QUANTIZATION_H_
 #define CJIT_COMPILER_PASSES_QUANTIZATION_H_
 
+#include <cstdint>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "compiler/ir/graph.h"
 
 namespace cjit {
 
 absl::StatusOr<int> FuseQdqIntoIntegerOps(Graph& graph);
+
+// AutoQuantize: load-time quantization of a float32 model's products with constant weights.
+//
+// kDynamic, as ONNX Runtime's quantize_dynamic writes it (onnxruntime/python/tools/quantization), with no
+// offline step: each quantized MatMul(A, W) / Gemm(A, W, C) / Conv(X, W, B) becomes
+//   (Aq, a_scale, a_zp) = DynamicQuantizeLinear(A)          one per distinct A, shared by its readers
+//   acc = MatMulInteger(Aq, Wq, a_zp)  |  ConvInteger(Xq, Wq, x_zp, <Conv's attributes>)      int32
+//   Y   = Cast(acc, float) * (a_scale * w_scale * alpha) [+ beta * C | + B]
+// with Wq int8, symmetric per output column (MatMul / Gemm) or per output channel (Conv):
+// w_scale[c] = max|W[.., c]| / 127, Wq = round_half_even(W / w_scale) in [-127, 127] (an all-zero
+// column gets scale 1). The integer products are exact (runtime/cpu/int8_gemm.h); the error is the
+// rounding of A to 8 bits per run and of W once.
+//
+// kWeightOnly: MatMul(A, W) / Gemm(A, W, C) becomes com.clusterjit.MatMulNBits (ONNX Runtime's
+// com.microsoft.MatMulNBits: Y = A * dequant(B)^T + bias) with W^T [N, K] stored in `weight_bits` bits per
+// value, symmetric per block of `block_size` values along K: scale = max|block| / (2^(bits-1) - 1),
+// q = round_half_even(w / scale) + 2^(bits-1) (the op's default zero point, so none is stored).
+// Products run in float32 on the weights dequantized per tile: the weights take bits/32 of their memory.
+//
+// Candidates: nodes of the default domain whose op type is in `op_types` (by default those of ONNX
+// Runtime's quantize_dynamic: MatMul, Gemm, Conv), with a float32 constant weight of at least `min_weights`
+// elements (depthwise and other small convolutions stay float32: they are memory-bound) (MatMul: rank 2 [K, N]; Gemm: transA = 0; Conv: any rank, dynamic
+// only), not named in `denied_nodes`, and accepted by `rule` when set. Gemm with a non-constant C and
+// beta != 1 stays float32. Returns the names of the quantized nodes, in graph order.
+// Thread-safety: mutates `graph`; `rule` is called on this thread.
+struct AutoQuantizeOptions {
+  enum class Mode { kDynamic, kWeightOnly };
+  Mode mode = Mode::kDynamic;
+  std::set<std::string> op_types = {"MatMul", "Gemm", "Conv"};
+  std::set<std::string> denied_nodes;
+  std::function<bool(const Node&)> rule;  // false keeps the node float32
+  int64_t min_weights = 16384;
+  int weight_bits = 8;       // kWeightOnly: 2, 4 or 8
+  int64_t block_size = 32;   // kWeightOnly: a power of two >= 16
+};
+
+absl::StatusOr<std::vector<std::string>> AutoQuantize(Graph& graph, const AutoQuantizeOptions& options);
+
+// Packs a float32 weight W [K, N] whose element (k, n) is w[k * stride_k + n * stride_n] (MatMul's B:
+// stride_k = N, stride_n = 1; Gemm's transposed B: 1, K) as MatMulNBits' B [N, ceil(K / block_size),
+// block_size * bits / 8] (codes low bits first along K, padding codes at the zero point) and scales
+// [N * ceil(K / block_size)], as described above. Exposed for tests and tools.
+void QuantizeWeightsNBits(const float* w, int64_t K, int64_t N, int64_t stride_k, int64_t stride_n, int bits,
+                          int64_t block_size, uint8_t* packed, float* scales);
 
 }  // namespace cjit
 
