@@ -18,9 +18,10 @@ F = TensorProto.FLOAT
 I64 = TensorProto.INT64
 
 
-def save(out, name, nodes, inputs, outputs, inits=(), opset=13):
+def save(out, name, nodes, inputs, outputs, inits=(), opset=13, microsoft=False):
     g = helper.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    opsets = [helper.make_opsetid("", opset)] + ([helper.make_opsetid("com.microsoft", 1)] if microsoft else [])
+    m = helper.make_model(g, opset_imports=opsets)
     m.ir_version = 8
     onnx.save(m, os.path.join(out, name + ".onnx"))
 
@@ -178,6 +179,22 @@ def main():
         helper.make_node("Mul", ["accf", "qs"], ["y"]),
     ], [vi("x", F, [1, 3, 5, 7])], [vi("y", F, None)],
         [arr("w", np.arange(0, 54, dtype=np.uint8).reshape(2, 3, 3, 3)), arr("wz", np.uint8(27))], opset=13)
+    # Float products the fuzzer's --auto_quantize runs quantize (MatMul, Gemm with transB and C, Conv).
+    save(out, "auto_quantize", [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Gemm", ["h", "b", "c"], ["g"], transB=1, alpha=0.5, beta=2.0),
+        helper.make_node("Reshape", ["g", "shape"], ["img"]),
+        helper.make_node("Conv", ["img", "k", "kb"], ["y"], pads=[1, 1, 1, 1]),
+    ], [vi("x", F, [2, 16])], [vi("y", F, None)],
+        [arr("w", f32(16, 32)), arr("b", f32(16, 32)), arr("c", f32(16)), arr("shape", np.int64([2, 4, 2, 2])),
+         arr("k", f32(3, 4, 3, 3)), arr("kb", f32(3))], opset=13)
+    # ONNX Runtime's weight-only product: 4-bit codes, packed uint8 zero points, a bias.
+    save(out, "matmul_nbits", [
+        helper.make_node("MatMulNBits", ["a", "B", "scales", "zp", "", "bias"], ["y"], domain="com.microsoft",
+                         K=40, N=8, bits=4, block_size=16),
+    ], [vi("a", F, [3, 40])], [vi("y", F, None)],
+        [arr("B", rng.integers(0, 256, (8, 3, 8)).astype(np.uint8)), arr("scales", np.abs(f32(24))),
+         arr("zp", rng.integers(0, 256, 16).astype(np.uint8)), arr("bias", f32(8))], opset=13, microsoft=True)
     print("fuzz corpus: %d models in %s" % (len(os.listdir(out)), out))
 
 

@@ -94,6 +94,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else {
     options.flags.auto_jit = "-1";
   }
+  // One model in four also through load-time quantization (compiler/passes/quantization.h AutoQuantize).
+  if ((hash >> 12) % 8 == 1) options.flags.auto_quantize = "dynamic";
+  if ((hash >> 12) % 8 == 2) options.flags.auto_quantize = "weight_only";
+  options.flags.auto_quantize_min_weights = 0;
   auto session = cjit::Session::LoadFromBytes(bytes, options);
   if (!session.ok()) return 0;
   for (int64_t dynamic : {2, 3}) {

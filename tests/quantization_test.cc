@@ -21,7 +21,9 @@
 #include "compiler/passes/layout.h"
 #include "compiler/passes/simplify.h"
 #include "gtest/gtest.h"
+#include "flags/flags.h"
 #include "runtime/executor.h"
+#include "runtime/session.h"
 #include "tests/graph_util.h"
 #include "tools/check_lib.h"
 
@@ -241,6 +243,104 @@ TEST(Int8GemmTest, ZeroPointInputIsNotCachedWithTheWeights) {
         ASSERT_EQ(out[0].data<int32_t>()[m * 4 + n], want) << "zero point " << zp << " at " << m << "," << n;
       }
   }
+}
+
+}  // namespace
+}  // namespace cjit
+
+namespace cjit {
+namespace {
+
+// AutoQuantize's candidates: products with constant float32 weights of at least min_weights elements,
+// not denied, not Gemm with transA; one DynamicQuantizeLinear per activation however many products read it.
+TEST(AutoQuantizeTest, CandidatesAndSharedActivationQuantization) {
+  const std::string ir = "graph g(%a: f32[4,16], %b: f32[16,8]) {\n" + FloatConst("w1", {16, 8}, -0.5, 0.25) +
+                         FloatConst("w2", {16, 8}, 0.1, -0.05) + FloatConst("small", {16, 2}, 0.3, 0.1) +
+                         FloatConst("wt", {4, 8}, 0.2, 0.1) +
+                         "  %p = MatMul(%a, %w1)\n  %q = MatMul(%a, %w2)\n  %r = MatMul(%a, %small)\n"
+                         "  %s = MatMul(%a, %b)\n  %t = Gemm(%a, %wt) {transA=1}\n  %d = MatMul(%a, %w1)\n"
+                         "  return %p, %q, %r, %s, %t, %d\n}";
+  auto parsed = ParseGraph(ir);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  Graph& g = **parsed;
+  // Node names: the parser names a node after its first output.
+  std::vector<std::string> names;
+  for (const auto& n : g.nodes()) names.push_back(n->name);
+  AutoQuantizeOptions o;
+  o.min_weights = 100;                // "small" (32) stays float32
+  o.denied_nodes = {names.back()};    // the last MatMul is denied
+  auto done = AutoQuantize(g, o);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(*done, (std::vector<std::string>{names[0], names[1]})) << PrintGraph(g);
+  EXPECT_EQ(Count(g, "DynamicQuantizeLinear"), 1) << PrintGraph(g);
+  EXPECT_EQ(Count(g, "MatMulInteger"), 2) << PrintGraph(g);
+  EXPECT_EQ(Count(g, "MatMul"), 3) << PrintGraph(g);  // small, non-constant and denied
+  EXPECT_EQ(Count(g, "Gemm"), 1) << PrintGraph(g);    // transA
+  EXPECT_TRUE(VerifyGraph(g).ok()) << PrintGraph(g);
+}
+
+TEST(AutoQuantizeTest, WeightOnlyWritesMatMulNBitsAndRuleCanRefuse) {
+  const std::string ir = "graph g(%a: f32[2,40]) {\n" + FloatConst("w", {40, 16}, -1, 0.5) +
+                         FloatConst("v", {40, 16}, 1, -0.5) + "  %p = MatMul(%a, %w)\n  %q = MatMul(%a, %v)\n"
+                         "  return %p, %q\n}";
+  auto parsed = ParseGraph(ir);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  Graph& g = **parsed;
+  const std::string refused = g.nodes()[1]->name;
+  AutoQuantizeOptions o;
+  o.mode = AutoQuantizeOptions::Mode::kWeightOnly;
+  o.min_weights = 0;
+  o.weight_bits = 4;
+  o.block_size = 16;
+  o.rule = [&](const Node& n) { return n.name != refused; };
+  auto done = AutoQuantize(g, o);
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_EQ(done->size(), 1u);
+  EXPECT_EQ(Count(g, "MatMulNBits"), 1) << PrintGraph(g);
+  EXPECT_EQ(Count(g, "MatMul"), 1) << PrintGraph(g);
+  for (const auto& n : g.nodes()) {
+    if (n->op_type != "MatMulNBits") continue;
+    EXPECT_EQ(n->domain, "com.clusterjit");
+    EXPECT_EQ(n->GetInt("K", 0), 40);
+    EXPECT_EQ(n->GetInt("N", 0), 16);
+    // B [N, ceil(40 / 16) = 3, 16 * 4 / 8 = 8].
+    EXPECT_EQ(n->input(1)->constant->dims(), (Dims{16, 3, 8}));
+  }
+  o.weight_bits = 3;
+  EXPECT_FALSE(AutoQuantize(g, o).ok());
+}
+
+// The packing against hand-decoded codes: 4 bits, low nibble first, padding at the zero point (8).
+TEST(AutoQuantizeTest, QuantizeWeightsNBitsLayout) {
+  // W [K=20, N=1]: values k - 10 (absmax 10 in block 0 [0,16), 9 in block 1 [16,20)).
+  std::vector<float> w(20);
+  for (int k = 0; k < 20; ++k) w[k] = static_cast<float>(k - 10);
+  std::vector<uint8_t> packed(2 * 8);
+  std::vector<float> scales(2);
+  QuantizeWeightsNBits(w.data(), 20, 1, 1, 1, 4, 16, packed.data(), scales.data());
+  EXPECT_FLOAT_EQ(scales[0], 10.0f / 7);
+  EXPECT_FLOAT_EQ(scales[1], 9.0f / 7);
+  auto code = [&](int b, int i) { return (packed[b * 8 + i / 2] >> (4 * (i % 2))) & 15; };
+  for (int k = 0; k < 16; ++k) {
+    EXPECT_EQ(code(0, k), static_cast<int>(std::nearbyint((k - 10) / (10.0f / 7))) + 8) << k;
+  }
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(code(1, i), static_cast<int>(std::nearbyint((6 + i) / (9.0f / 7))) + 8) << i;
+  for (int i = 4; i < 16; ++i) EXPECT_EQ(code(1, i), 8) << "padding " << i;
+}
+
+TEST(AutoQuantizeTest, BadFlagsAreClearErrors) {
+  EXPECT_FALSE(ParseFlags("--auto_quantize=int4").ok());
+  EXPECT_FALSE(ParseFlags("--auto_quantize_weight_bits=3").ok());
+  EXPECT_FALSE(ParseFlags("--auto_quantize_block_size=24").ok());
+  auto f = ParseFlags("--auto_quantize=dynamic --auto_quantize_allowlist_add=Relu");
+  ASSERT_TRUE(f.ok()) << f.status();  // an ONNX op: the session says it cannot be quantized
+  SessionOptions o;
+  o.use_environment_flags = false;
+  o.flags = *f;
+  const std::string model = std::string(CJIT_SOURCE_DIR) + "/fuzz/corpus/auto_quantize.onnx";
+  auto s = Session::Load(model, o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("Relu cannot be quantized"), std::string::npos) << s.status();
 }
 
 }  // namespace
