@@ -134,12 +134,14 @@ def dynamic_cases(root):
 
 def weight_only_cases(root):
     cases = []
-    for bits, block, k in ((8, 32, 72), (4, 16, 72), (4, 32, 64), (2, 16, 40)):
-        a = RNG.standard_normal((5, k)).astype(np.float32)
+    # 5 rows: the GEMM paths; 2 and 3 rows: the matrix-vector path (codes dotted without a float copy).
+    for bits, block, k, rows in ((8, 32, 72, 5), (4, 16, 72, 5), (4, 32, 64, 5), (2, 16, 40, 5), (8, 16, 40, 2),
+                                 (4, 16, 72, 3), (4, 64, 200, 1)):
+        a = RNG.standard_normal((rows, k)).astype(np.float32)
         w = RNG.standard_normal((k, 40)).astype(np.float32)
         ref = a.astype(np.float64) @ blockwise(w.T, bits, block).T
         flags = "--auto_quantize=weight_only --auto_quantize_weight_bits=%d --auto_quantize_block_size=%d" % (bits, block)
-        cases.append((save_case(root, "weight_only_matmul_%db_block%d_k%d" % (bits, block, k),
+        cases.append((save_case(root, "weight_only_matmul_%db_block%d_k%d_m%d" % (bits, block, k, rows),
                                 [helper.make_node("MatMul", ["a", "w"], ["y"], name="mm")], ["a"], ["y"], {"w": w},
                                 [a], [ref]), flags, 1e-5, 1e-4))
     # Gemm with transB, alpha and a [N] C (the kernel's bias), one row (the matrix-vector path).

@@ -101,6 +101,50 @@ __attribute__((target("avx2,fma"))) float DotAvx2(const float* a, const float* b
   return r;
 }
 
+// out[m] = sum_k a[m][k] * W^T[n][k] for M <= 4 rows of `a` (rows `lda` floats apart, padded with zeros
+// to whole blocks; for 4-bit codes each 16 values of a row ordered even k first, then odd k, the order of
+// a byte's low and high nibbles), with 8- or 4-bit codes and integer zero points: code - zero point in
+// int32, converted and multiplied with the rows in 8 lanes, each block's sums scaled once. No dequantized
+// copy of the column is written.
+template <int M>
+__attribute__((target("avx2,fma"))) void ColumnDotsAvx2(const NBitsLayout& l, int64_t n, const float* a,
+                                                       int64_t lda, float* out) {
+  __m256 acc[M], blk[M];
+  for (int m = 0; m < M; ++m) acc[m] = _mm256_setzero_ps();
+  const __m256i low4 = _mm256_set1_epi32(15);
+  for (int64_t b = 0; b < l.blocks; ++b) {
+    const uint8_t* blob = l.b + (n * l.blocks + b) * l.blob;
+    const __m256i zp = _mm256_set1_epi32(CodeZeroPoint(l, n, b));
+    const float* ak = a + b * l.block;
+    for (int m = 0; m < M; ++m) blk[m] = _mm256_setzero_ps();
+    if (l.bits == 8) {
+      for (int64_t i = 0; i < l.block; i += 8) {
+        const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blob + i)));
+        const __m256 w = _mm256_cvtepi32_ps(_mm256_sub_epi32(c, zp));
+        for (int m = 0; m < M; ++m) blk[m] = _mm256_fmadd_ps(w, _mm256_loadu_ps(ak + m * lda + i), blk[m]);
+      }
+    } else {
+      for (int64_t i = 0; i < l.block; i += 16) {
+        const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blob + i / 2)));
+        const __m256 lo = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(bytes, low4), zp));
+        const __m256 hi = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(bytes, 4), zp));
+        for (int m = 0; m < M; ++m) {
+          blk[m] = _mm256_fmadd_ps(lo, _mm256_loadu_ps(ak + m * lda + i), blk[m]);
+          blk[m] = _mm256_fmadd_ps(hi, _mm256_loadu_ps(ak + m * lda + i + 8), blk[m]);
+        }
+      }
+    }
+    const __m256 sv = _mm256_set1_ps(l.scales[n * l.blocks + b]);
+    for (int m = 0; m < M; ++m) acc[m] = _mm256_fmadd_ps(blk[m], sv, acc[m]);
+  }
+  for (int m = 0; m < M; ++m) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[m]), _mm256_extractf128_ps(acc[m], 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    out[m] = _mm_cvtss_f32(h);
+  }
+}
+
 // Column n of W^T (K floats) into `out`; `codes` is a scratch row of block_size bytes.
 void DequantizeColumn(const NBitsLayout& l, int64_t n, uint8_t* codes, float* out) {
   for (int64_t b = 0; b < l.blocks; ++b) {
@@ -195,7 +239,32 @@ absl::Status MatMulNBitsKernel(KernelContext& ctx) {
     // dequantized into an L1 buffer and dotted with the few rows of A; the weights are read once, in
     // their packed bits, and no float copy of them is written.
     const int64_t chunks = (l.N + kPanelColumns - 1) / kPanelColumns;
-    ParallelFor(std::min<int64_t>(ThreadsForElements(ctx.threads, l.K * l.N / 4), chunks), chunks, [&](int64_t c) {
+    const int threads = static_cast<int>(std::min<int64_t>(ThreadsForElements(ctx.threads, l.K * l.N / 4), chunks));
+    if ((l.bits == 8 || l.bits == 4) && l.zp_float == nullptr) {
+      // The rows of A padded to whole blocks (4-bit: each 16 values even k first, as the nibbles).
+      const int64_t kp = l.blocks * l.block;
+      std::vector<float> ap(static_cast<size_t>(M * kp), 0.0f);
+      for (int64_t m = 0; m < M; ++m) {
+        for (int64_t k = 0; k < l.K; ++k) {
+          const int64_t at = l.bits == 8 ? k : k / 16 * 16 + (k % 2) * 8 + (k % 16) / 2;
+          ap[m * kp + at] = ad[m * l.K + k];
+        }
+      }
+      ParallelFor(threads, chunks, [&](int64_t c) {
+        float dots[kMatrixVectorRows];
+        for (int64_t n = c * kPanelColumns; n < std::min(l.N, (c + 1) * kPanelColumns); ++n) {
+          switch (M) {
+            case 1: ColumnDotsAvx2<1>(l, n, ap.data(), kp, dots); break;
+            case 2: ColumnDotsAvx2<2>(l, n, ap.data(), kp, dots); break;
+            case 3: ColumnDotsAvx2<3>(l, n, ap.data(), kp, dots); break;
+            default: ColumnDotsAvx2<4>(l, n, ap.data(), kp, dots); break;
+          }
+          for (int64_t m = 0; m < M; ++m) yd[m * l.N + n] = dots[m] + (bias != nullptr ? bias[n] : 0.0f);
+        }
+      });
+      return absl::OkStatus();
+    }
+    ParallelFor(threads, chunks, [&](int64_t c) {
       thread_local std::vector<float> column;
       thread_local std::vector<uint8_t> codes;
       column.resize(static_cast<size_t>(l.K));
