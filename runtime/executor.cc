@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/ops/op_registry.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/passes/mark_for_compilation.h"
 #include "runtime/cluster_runner.h"
@@ -143,13 +144,10 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(std::shared_ptr<const
   for (int s = 0; s < ex->num_slots_; ++s) {
     if (!keep[s] && last_reader[s] >= 0) ex->steps_[last_reader[s]].free_after.push_back(s);
   }
-  // In-place activations: kernels that read x[i] and write y[i] at the same index only (Eigen array maps,
-  // ApplyUnaryPostOps), with y of x's dtype and dims. Graph inputs and captures are never slots here (they
-  // stay in `view`), and Run checks that the computed input is not shared.
-  static const std::set<std::string> kInPlace = {"Relu", "Sigmoid", "Tanh", "Exp", "Abs", "Neg", "HardSwish",
-                                                 "HardSigmoid"};
+  // In-place activations (OpTraits::in_place), with y of x's dtype and dims. Graph inputs and captures are
+  // never slots here (they stay in `view`), and Run checks that the computed input is not shared.
   for (Step& st : ex->steps_) {
-    if (st.cluster || !st.node->domain.empty() || !kInPlace.count(st.node->op_type) || st.in.size() != 1 ||
+    if (st.cluster || !TraitsOf(*st.node).in_place || st.in.size() != 1 ||
         st.out.size() != 1 || st.in[0] < 0 || st.out[0] < 0 || st.in_const[0]) {
       continue;
     }

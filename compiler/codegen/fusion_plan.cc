@@ -10,6 +10,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "compiler/ops/op_registry.h"
+
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/union_find.h"
 #include "absl/strings/str_join.h"
@@ -35,25 +37,16 @@ float ScalarConstantValue(const Value* v) {
 bool IsKernelStorage(DType t) { return IsFloatStorage(t) || t == DType::kBool; }
 
 bool IsFusibleElementwise(const Node& n) {
-  // Float ops: float32/float16/bfloat16 in and out (Cast also from bool and integers, and to bool).
-  static const std::set<std::string> kFloatOps = {
-      "Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "Neg", "Abs", "Relu", "Sigmoid", "Tanh", "Exp", "Log",
-      "Sqrt", "Reciprocal", "Clip", "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Erf", "Floor", "Ceil",
-      "Softplus", "Softsign", "Sin", "Cos", "Selu", "Celu", "ThresholdedRelu", "PRelu", "Sum", "Mean", "Round",
-      "Sign"};
-  // Predicates: float inputs (Equal also bool), bool output.
-  static const std::set<std::string> kCompare = {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual",
-                                                 "IsNaN", "IsInf"};
-  static const std::set<std::string> kLogic = {"Not", "And", "Or", "Xor"};  // bool in and out
+  // Which dtypes the op takes inside a fused kernel: compiler/ops/op_traits.cc.
+  const FusionClass fc = TraitsOf(n).fusion;
+  if (fc == FusionClass::kNone) return false;
+  const bool float_op = fc == FusionClass::kFloat;
+  const bool predicate = fc == FusionClass::kCompare || fc == FusionClass::kLogic;
   const std::string& op = n.op_type;
-  const bool float_op = kFloatOps.count(op) > 0;
-  if (!float_op && !kCompare.count(op) && !kLogic.count(op) && op != "Where" && op != "Cast" && op != "Identity") {
-    return false;
-  }
   if (n.outputs.size() != 1 || n.outputs[0] == nullptr || !n.outputs[0]->shape.fully_known()) return false;
   const DType out = n.outputs[0]->dtype;
   if (!IsKernelStorage(out)) return false;
-  if ((float_op && out == DType::kBool) || ((kCompare.count(op) || kLogic.count(op)) && out != DType::kBool)) return false;
+  if ((float_op && out == DType::kBool) || (predicate && out != DType::kBool)) return false;
   if (op == "Clip" && n.HasAttr("min") == false && n.inputs.size() > 1) {
     // Clip bounds must be scalar float32 constants (they are folded into the code).
     for (size_t i = 1; i < n.inputs.size(); ++i) {
@@ -66,17 +59,17 @@ bool IsFusibleElementwise(const Node& n) {
     if (!v->shape.fully_known()) return false;
     const DType t = v->dtype;
     bool ok;
-    if (op == "Cast") {
+    if (fc == FusionClass::kCast) {
       // An integer is read as its float32 value (the rounding Cast to float32 does) and is only cast: to
       // float32, or to bool (nonzero stays nonzero).
       ok = IsKernelStorage(t) || ((t == DType::kI32 || t == DType::kI64) && (out == DType::kF32 || out == DType::kBool));
-    } else if (op == "Where") {
+    } else if (fc == FusionClass::kSelect) {
       ok = i == 0 ? t == DType::kBool : t == out;
-    } else if (kLogic.count(op)) {
+    } else if (fc == FusionClass::kLogic) {
       ok = t == DType::kBool;
     } else if (op == "Equal") {
       ok = IsFloatStorage(t) || t == DType::kBool;
-    } else if (op == "Identity") {
+    } else if (fc == FusionClass::kIdentity) {
       ok = t == out;
     } else {
       ok = IsFloatStorage(t);
@@ -94,9 +87,7 @@ bool IsFusibleElementwise(const Node& n) {
 }
 
 bool IsRowReduction(const Node& n) {
-  static const std::set<std::string> kOps = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
-                                             "ReduceSumSquare", "ReduceL2", "Softmax", "LogSoftmax"};
-  if (!kOps.count(n.op_type) || n.outputs.size() != 1 || !n.outputs[0] || !n.inputs[0]) return false;
+  if (!TraitsOf(n).row_reduction || n.outputs.size() != 1 || !n.outputs[0] || !n.inputs[0]) return false;
   const Value* x = n.inputs[0];
   const Value* y = n.outputs[0];
   if (!IsFloatStorage(x->dtype) || x->dtype != y->dtype || !x->shape.fully_known() || !y->shape.fully_known()) {
@@ -172,10 +163,7 @@ View Resolve(const Value* v, const std::unordered_set<const Node*>& body_nodes, 
   const Dims& ud = *udp;
   const Dims& vd = *vdp;
   const std::string& op = n->op_type;
-  if (op != "Identity" && op != "Transpose" && op != "Slice" && op != "Expand" && op != "Reshape" && op != "Flatten" &&
-      op != "Squeeze" && op != "Unsqueeze") {
-    return dense;
-  }
+  if (TraitsOf(*n).view == ViewKind::kNone) return dense;
   View in = Resolve(u, body_nodes, dims_of);
   View out{in.source, in.offset, {}};
   if (op == "Identity") return in;

@@ -16,29 +16,6 @@ std::map<std::string, OpDef, std::less<>>& RawTable() {
   return *raw;
 }
 
-// AMP classes beyond what each registration gives (allow for contractions, deny/infer for math): data
-// movement and ops without arithmetic of their own are clear; reductions that sum, normalizations,
-// recurrences and Sqrt are deny (TensorFlow's deny list: sums and means, Softmax, Exp/Log/Pow), which also
-// keeps decomposed LayerNorm/RMSNorm/Softmax in float32.
-void AssignAmpClasses(std::map<std::string, OpDef, std::less<>>& t) {
-  for (auto& [name, def] : t) {
-    if (def.category == OpCategory::kDataMovement) def.amp = AmpClass::kClear;
-  }
-  for (const char* op : {"Relu", "MaxPool", "GlobalMaxPool", "ReduceMax", "ReduceMin", "Max", "Min", "Abs", "Neg",
-                         "Clip", "Where", "Dropout", "Identity", "Floor", "Ceil", "Round", "Sign"}) {
-    if (auto it = t.find(op); it != t.end()) it->second.amp = AmpClass::kClear;
-  }
-  for (const char* op : {"Sqrt", "Softmax", "LogSoftmax", "ReduceSum", "ReduceMean", "ReduceProd", "ReduceL1",
-                         "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "CumSum",
-                         "LayerNormalization", "GroupNormalization", "InstanceNormalization", "LpNormalization",
-                         "LRN", "LSTM", "GRU", "RNN", "DFT", "STFT", "Cast", "CastLike"}) {
-    if (auto it = t.find(op); it != t.end()) it->second.amp = AmpClass::kDeny;
-  }
-  for (const char* op : {"Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum"}) {
-    if (auto it = t.find(op); it != t.end()) it->second.amp = AmpClass::kAllow;
-  }
-}
-
 std::map<std::string, OpDef, std::less<>>& Table() {
   auto* table = &RawTable();
   static bool registered = [] {
@@ -46,7 +23,7 @@ std::map<std::string, OpDef, std::less<>>& Table() {
     RegisterNnOps();
     RegisterTensorOps();
     RegisterMiscOps();
-    AssignAmpClasses(RawTable());
+    AssignOpTraits(RawTable());
     return true;
   }();
   (void)registered;
@@ -68,6 +45,20 @@ const OpDef* FindOp(absl::string_view domain, absl::string_view op_type) {
   auto it = Table().find(op_type);
   if (it == Table().end() || it->second.internal != internal) return nullptr;
   return &it->second;
+}
+
+const OpTraits& TraitsOf(absl::string_view domain, absl::string_view op_type) {
+  static const OpTraits kNoTraits;
+  const OpDef* def = FindOp(domain, op_type);
+  return def == nullptr ? kNoTraits : def->traits;
+}
+
+std::vector<std::string> OpsWhere(const std::function<bool(const OpTraits&)>& pred) {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : Table()) {
+    if (!v.internal && pred(v.traits)) out.push_back(k);
+  }
+  return out;
 }
 
 std::vector<std::string> SupportedOps() {

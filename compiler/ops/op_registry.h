@@ -13,6 +13,7 @@
 #define CJIT_COMPILER_OPS_OP_REGISTRY_H_
 
 #include <functional>
+#include <map>
 #include <span>
 #include <string>
 #include <string_view>
@@ -66,6 +67,43 @@ using InferFn = std::function<absl::Status(const Node& node, std::span<const Inf
 // The domain of clusterjit's internal operators (graph rewrites create them; see compiler/passes/layout.h).
 inline constexpr absl::string_view kInternalDomain = "com.clusterjit";
 
+// How the code generators may fuse an elementwise op (compiler/codegen/fusion_plan.h IsFusibleElementwise):
+// which dtypes its inputs and output take inside a fused kernel.
+enum class FusionClass {
+  kNone,
+  kFloat,     // float32 / float16 / bfloat16 in and out
+  kCompare,   // float in (Equal: also bool), bool out
+  kLogic,     // bool in and out
+  kSelect,    // Where: a bool condition, values of the output's type
+  kCast,      // float or bool in (or int32 / int64 to float32 or bool), float or bool out
+  kIdentity,  // the output's type in
+};
+
+// Ops that move no element values.
+enum class ViewKind {
+  kNone,
+  kReshape,   // Reshape, Flatten, Squeeze, Unsqueeze: the same elements, other dims (a buffer alias)
+  kIdentity,  // Identity: the same tensor (a buffer alias)
+  kStrided,   // Transpose, Slice, Expand: a strided view a consumer kernel reads in place
+};
+
+// What passes, kernels, layout, AMP and GPU placement ask about an op beyond its shape function: set in one
+// place, op_traits.cc, and read through OpDef (FindOp) or TraitsOf.
+struct OpTraits {
+  FusionClass fusion = FusionClass::kNone;
+  // A reduction over the innermost axes the emitters lower as one row kernel (ReduceSum .. ReduceL2 and
+  // Softmax / LogSoftmax); `reduce` says it is one of the ReduceX ops (not a normalization).
+  bool row_reduction = false;
+  bool reduce = false;
+  // Channels-last regions (compiler/passes/layout.h) pass through it unchanged: elementwise on one tensor
+  // (unary), or on two with numpy broadcasting (binary; the other operand is permuted).
+  bool layout_unary = false;
+  bool layout_binary = false;
+  // y[i] depends on x[i] only, same dtype and dims: the executor may write y into x's buffer.
+  bool in_place = false;
+  ViewKind view = ViewKind::kNone;
+};
+
 struct OpDef {
   std::string name;
   OpCategory category = OpCategory::kOther;
@@ -75,12 +113,18 @@ struct OpDef {
   int max_inputs = 1 << 20;
   InferFn infer;
   bool internal = false;  // in kInternalDomain only (e.g. NhwcConv), not in the ONNX domain
+  OpTraits traits;        // assigned by op_traits.cc
 };
 
 // The op, or null when clusterjit does not support it. `domain` "" and "ai.onnx" are the default domain;
 // kInternalDomain holds the internal operators.
 const OpDef* FindOp(absl::string_view domain, absl::string_view op_type);
 std::vector<std::string> SupportedOps();
+// The traits of an op (all false / kNone for an unsupported one).
+const OpTraits& TraitsOf(absl::string_view domain, absl::string_view op_type);
+inline const OpTraits& TraitsOf(const Node& n) { return TraitsOf(n.domain, n.op_type); }
+// The default-domain ops whose traits satisfy `pred` (kernel registration by trait).
+std::vector<std::string> OpsWhere(const std::function<bool(const OpTraits&)>& pred);
 
 // Runs the op's shape function after checking the input count. Outputs are resized to node.outputs.
 absl::Status InferNode(const Node& node, std::span<const InferInput> inputs,
@@ -97,6 +141,8 @@ void RegisterMathOps();
 void RegisterNnOps();
 void RegisterTensorOps();
 void RegisterMiscOps();
+// The AMP classes beyond the registrations' and every OpTraits (op_traits.cc), once after them.
+void AssignOpTraits(std::map<std::string, OpDef, std::less<>>& table);
 
 // ---- helpers shared by shape functions ----
 // Numpy-style multidirectional broadcasting (ONNX Broadcasting.md).

@@ -175,9 +175,7 @@ void RegisterMathOps() {
         "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Sigmoid", "Tanh", "Relu",
         "LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Erf",
         "Sign", "ThresholdedRelu", "Shrink", "Not", "Mish", "Gelu", "BitwiseNot"}) {
-    std::string name = op;
-    A amp = (name == "Exp" || name == "Log" || name == "Softplus" || name == "Erf") ? A::kDeny : A::kInfer;
-    Reg(name, C::kElementwise, true, amp, 1, 1, SameAsInput0);
+    Reg(op, C::kElementwise, true, A::kInfer, 1, 1, SameAsInput0);  // AMP exceptions: op_traits.cc
   }
   Reg("Clip", C::kElementwise, true, A::kInfer, 1, 3, SameAsInput0);
   for (const char* op : {"IsNaN", "IsInf"}) {
@@ -210,9 +208,7 @@ void RegisterMathOps() {
   });
   for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
                          "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}) {
-    std::string name = op;
-    A amp = (name == "ReduceMax" || name == "ReduceMin") ? A::kInfer : A::kDeny;
-    Reg(name, C::kReduction, true, amp, 1, 2, ReduceInfer);
+    Reg(op, C::kReduction, true, A::kDeny, 1, 2, ReduceInfer);  // ReduceMax / ReduceMin: clear (op_traits.cc)
   }
   Reg("ArgMax", C::kReduction, true, A::kInfer, 1, 1, ArgInfer);
   Reg("ArgMin", C::kReduction, true, A::kInfer, 1, 1, ArgInfer);

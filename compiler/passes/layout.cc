@@ -38,23 +38,11 @@ Shape Permuted(const Shape& s, const std::vector<int64_t>& perm) {
   return out;
 }
 
-bool IsUnaryTransparent(const std::string& op) {
-  static const std::set<std::string> kOps = {
-      "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Clip", "Elu", "Selu", "Celu",
-      "Softplus", "Softsign", "ThresholdedRelu", "Exp", "Log", "Neg", "Abs", "Sqrt", "Reciprocal", "Erf",
-      "Floor", "Ceil", "Round", "Sin", "Cos", "Mish", "Gelu", "Identity",
-      // Elementwise whatever the dtypes: mixed precision (auto_mixed_precision) puts Casts between
-      // convolutions, which otherwise ended every channels-last region (each bfloat16 convolution then ran
-      // NCHW with oneDNN's layout reorders around it).
-      "Cast"};
-  return kOps.count(op) > 0;
-}
-
-// Unary transparency of a node: the ops above, and QuantizeLinear / DequantizeLinear with one scale and zero
+// Unary transparency of a node: the ops op_traits.cc marks layout_unary, and QuantizeLinear / DequantizeLinear with one scale and zero
 // point (per tensor: elementwise; per axis they would need their axis remapped) - the Q/DQ pairs between the
 // QLinearConvs of a quantized model.
 bool IsUnaryTransparentNode(const Node& n) {
-  if (IsUnaryTransparent(n.op_type)) return true;
+  if (TraitsOf(n).layout_unary) return true;
   if ((n.op_type != "QuantizeLinear" && n.op_type != "DequantizeLinear") || !n.domain.empty()) return false;
   if (n.HasAttr("block_size") || n.input(1) == nullptr || !n.input(1)->is_constant() ||
       n.input(1)->constant->numel() != 1) {
@@ -63,10 +51,6 @@ bool IsUnaryTransparentNode(const Node& n) {
   return n.input(2) == nullptr || (n.input(2)->is_constant() && n.input(2)->constant->numel() == 1);
 }
 
-bool IsBinaryTransparent(const std::string& op) {
-  static const std::set<std::string> kOps = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "PRelu"};
-  return kOps.count(op) > 0;
-}
 
 // float32, or a 16-bit float (mixed precision: the convolution kernels take bfloat16 natively, float16
 // widened) with known dims.
@@ -344,7 +328,7 @@ Reach WalkTransparent(const Value* start, const Readers& readers) {
       }
       const bool group_norm = GroupNormIsTransparent(*r) && r->input(0) == v;
       const int rank = v->shape.rank_known ? v->shape.rank() : 0;
-      bool through = (IsUnaryTransparentNode(*r) && r->input(0) == v) || IsBinaryTransparent(r->op_type) ||
+      bool through = (IsUnaryTransparentNode(*r) && r->input(0) == v) || TraitsOf(*r).layout_binary ||
                      r->op_type == "Concat" || (r->op_type == "Resize" && r->input(0) == v) ||
                      (r->op_type == "Split" && r->input(0) == v) || PoolIsTransparent(*r) || group_norm ||
                      (r->input(0) == v && PadIsTransparent(*r, rank));
@@ -457,7 +441,7 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
       n->inputs[0] = t->inputs[0];
       rw.MoveOutputToChannelsLast(n);
       ++moved;
-    } else if (IsBinaryTransparent(n->op_type) && n->inputs.size() == 2 && n->input(0) && n->input(1) &&
+    } else if (TraitsOf(*n).layout_binary && n->inputs.size() == 2 && n->input(0) && n->input(1) &&
                !n->HasAttr("broadcast") && !n->HasAttr("axis")) {  // opset < 7 broadcasting: not numpy's
       int transposed = 0;
       bool ok = true;

@@ -46,9 +46,7 @@ bool SameDims(const Value* a, const Value* b) {
 
 }  // namespace
 
-bool IsReshapeLike(const std::string& op_type) {
-  return op_type == "Reshape" || op_type == "Flatten" || op_type == "Squeeze" || op_type == "Unsqueeze";
-}
+bool IsReshapeLike(const std::string& op_type) { return TraitsOf("", op_type).view == ViewKind::kReshape; }
 
 bool IsIdentityReshape(const Node& n) {
   const Value* in = n.inputs.empty() ? nullptr : n.inputs[0];

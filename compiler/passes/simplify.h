@@ -28,7 +28,7 @@
 
 namespace cjit {
 
-// Reshape, Flatten, Squeeze or Unsqueeze.
+// Reshape, Flatten, Squeeze or Unsqueeze (OpTraits::view kReshape, compiler/ops/op_traits.cc).
 bool IsReshapeLike(const std::string& op_type);
 // RemoveNoOps' test for a reshape-like node `n`: its output 0 has input 0's dtype and concrete dims. The
 // decision depends on dims, so specialization replay checks it both ways (compiler/passes/specialization_replay.h).

@@ -15,6 +15,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+#include "compiler/ops/op_registry.h"
 #include "compiler/ir/cpu_isa.h"
 #include "compiler/ir/numeric_cast.h"
 #include "absl/strings/str_cat.h"
@@ -969,7 +970,10 @@ absl::Status SpaceDepth(KernelContext& ctx, bool to_space) {
 }  // namespace
 
 void RegisterMovementKernels() {
-  for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}) {
+  // Reshape-like ops and Identity (OpTraits::view): the output aliases the input's buffer.
+  for (const std::string& op : OpsWhere([](const OpTraits& t) {
+         return t.view == ViewKind::kReshape || t.view == ViewKind::kIdentity;
+       })) {
     RegisterKernel(op, ZeroCopy);
   }
   // Dropout in inference is the identity (ONNX Dropout: mask all true). Training mode draws a random mask,

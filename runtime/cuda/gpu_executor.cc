@@ -27,13 +27,10 @@
 namespace cjit {
 namespace {
 
-// Views a single-op step runs as a copy kernel reading the view (fusion_plan.h absorbs these into a
-// consumer; alone, an Identity consumer gives them one).
-const std::set<std::string>& ViewOps() {
-  // Reshape, Flatten, Squeeze, Unsqueeze and Identity never get here: they are buffer aliases.
-  static const auto* s = new std::set<std::string>{"Transpose", "Slice", "Expand"};
-  return *s;
-}
+// Strided views (OpTraits::view kStrided) a single-op step runs as a copy kernel reading the view
+// (fusion_plan.h absorbs these into a consumer; alone, an Identity consumer gives them one). Reshape-like
+// ops and Identity never get here: they are buffer aliases.
+bool IsStridedView(const Node& n) { return TraitsOf(n).view == ViewKind::kStrided; }
 
 FusionPlanOptions GpuPlanOptions() {
   FusionPlanOptions o;
@@ -522,8 +519,7 @@ std::unique_ptr<SingleOpBody> LowerSingleOp(const Node& n) {
   bool f32 = dt == DType::kF32 && n.input(0)->dtype == DType::kF32;
   Dims od = out->shape.concrete(), xd = n.input(0)->shape.concrete();
   int r = static_cast<int>(xd.size());
-  static const std::set<std::string> kReduce = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSumSquare", "ReduceL2"};
-  if (IsFusibleElementwise(n) || IsRowReduction(n) || ViewOps().count(n.op_type)) {
+  if (IsFusibleElementwise(n) || IsRowReduction(n) || IsStridedView(n)) {
     std::vector<Value*> ins;
     for (const Value* v : n.inputs) ins.push_back(v ? b->In(v) : nullptr);
     Node* bn = b->graph->AddNode(n.op_type, n.name, ins, {out->name});
@@ -533,7 +529,7 @@ std::unique_ptr<SingleOpBody> LowerSingleOp(const Node& n) {
     bn->outputs[0]->dtype = out->dtype;
     bn->outputs[0]->shape = out->shape;
     b->result = bn->outputs[0];
-    if (ViewOps().count(n.op_type)) {
+    if (IsStridedView(n)) {
       b->result = b->Add("Identity", n.name + "/copy", {b->result}, dt, od);
     }
   } else if (n.op_type == "Gather" && n.input(1) && n.input(1)->is_constant() &&
@@ -563,10 +559,10 @@ std::unique_ptr<SingleOpBody> LowerSingleOp(const Node& n) {
       x = b->Add(i == 1 ? "Max" : "Min", absl::StrCat(n.name, i == 1 ? "/max" : "/min"), {x, b->In(bound)}, DType::kF32, od);
     }
     b->result = x;
-  } else if (f32 && (kReduce.count(n.op_type) || n.op_type == "GlobalAveragePool" || n.op_type == "GlobalMaxPool")) {
+  } else if (f32 && (TraitsOf(n).reduce || n.op_type == "GlobalAveragePool" || n.op_type == "GlobalMaxPool")) {
     std::string op = n.op_type == "GlobalAveragePool" ? "ReduceMean" : n.op_type == "GlobalMaxPool" ? "ReduceMax" : n.op_type;
     std::vector<int64_t> axes;
-    if (kReduce.count(n.op_type)) {
+    if (TraitsOf(n).reduce) {
       std::optional<std::vector<int64_t>> a = ReducedAxes(n, r);
       if (!a || a->empty()) return nullptr;
       axes = *a;
@@ -673,9 +669,10 @@ std::unique_ptr<SingleOpBody> LowerSingleOp(const Node& n) {
   return b;
 }
 
-bool IsReshapeLike(const Node& n) {
-  static const std::set<std::string> kOps = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"};
-  return kOps.count(n.op_type) && n.outputs.size() == 1 && n.outputs[0] && n.input(0) &&
+// A buffer alias: a reshape-like op or Identity (OpTraits::view) with the same dtype and element count.
+bool IsBufferAlias(const Node& n) {
+  const ViewKind view = TraitsOf(n).view;
+  return (view == ViewKind::kReshape || view == ViewKind::kIdentity) && n.outputs.size() == 1 && n.outputs[0] && n.input(0) &&
          n.outputs[0]->shape.fully_known() && n.input(0)->shape.fully_known() && n.outputs[0]->dtype == n.input(0)->dtype &&
          NumElements(n.outputs[0]->shape.concrete()) == NumElements(n.input(0)->shape.concrete());
 }
@@ -920,7 +917,7 @@ absl::StatusOr<bool> GpuExecutor::Impl::TryGather(const Node& n) {
 }
 
 absl::StatusOr<bool> GpuExecutor::Impl::TrySingleOpKernel(const Node& n) {
-  if (IsReshapeLike(n)) {  // same bytes, other dims: an alias, on the device or on the host
+  if (IsBufferAlias(n)) {  // same bytes, other dims: an alias, on the device or on the host
     AddAlias(Slot(n.input(0)), Slot(n.outputs[0]));
     return true;
   }
