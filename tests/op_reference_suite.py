@@ -78,7 +78,10 @@ UNARY = {
     "Erf": (erf, {}), "Sign": (np.sign, {}),
     "ThresholdedRelu": (lambda x: np.where(x > 0.5, x, 0.0), {"alpha": 0.5}),
     "Gelu": (lambda x: 0.5 * x * (1.0 + erf(x / math.sqrt(2.0))), {}),
+    "Mish": (lambda x: x * np.tanh(np.log1p(np.exp(x))), {}),
 }
+# Operator versions where the op appeared (the suite's other unary ops run at opset 14).
+UNARY_OPSET = {"Gelu": 20, "Mish": 18}
 POSITIVE_UNARY = {"Sqrt": np.sqrt, "Log": np.log, "Reciprocal": lambda x: 1.0 / x}
 BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Max": np.maximum,
           "Min": np.minimum}
@@ -133,11 +136,11 @@ def main():
     LOW = sys.argv[2] if len(sys.argv) > 2 else None
     x = rnd(3, 37)
     for op, (fn, attrs) in UNARY.items():
-        opset = 20 if op == "Gelu" else 14
-        if op == "Gelu":
-            continue  # opset 20 is not imported yet (issue 12); tested once supported
         write_case(root, "unary_" + op, [helper.make_node(op, ["x"], ["y"], **attrs)], [("x", x)],
-                   [("y", fn(f64(x)).astype(np.float32))], opset=opset)
+                   [("y", fn(f64(x)).astype(np.float32))], opset=UNARY_OPSET.get(op, 14))
+    gelu_tanh = lambda v: 0.5 * v * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v ** 3)))
+    write_case(root, "unary_Gelu_tanh", [helper.make_node("Gelu", ["x"], ["y"], approximate="tanh")], [("x", x)],
+               [("y", gelu_tanh(f64(x)).astype(np.float32))], opset=20)
     xp = rnd(3, 37, lo=0.05, hi=4.0)
     for op, fn in POSITIVE_UNARY.items():
         write_case(root, "unary_" + op, [helper.make_node(op, ["x"], ["y"])], [("x", xp)],

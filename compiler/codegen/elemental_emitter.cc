@@ -144,15 +144,31 @@ absl::StatusOr<llvm::Value*> EmitElementalF32(llvm::IRBuilder<>& b, TargetMath& 
     llvm::Value* r = b.CreateSelect(b.CreateFCmpOLE(x(0), F(b, 0)), neg, x(0));
     return gamma == 1.0 ? r : b.CreateFMul(F(b, gamma), r);
   }
-  if (op == "Softplus") {
-    // max(x, 0) + log1p(exp(-|x|)), stable for large |x|; log1p(u) as log(w) * u / (w - 1) with w = 1 + u
-    // (exact to a few ulp where log(1 + u) alone would lose u's low bits; Goldberg 1991, thm. 4).
-    llvm::Value* ax = b.CreateSelect(b.CreateFCmpOLT(x(0), F(b, 0)), b.CreateFNeg(x(0)), x(0));
+  // max(x, 0) + log1p(exp(-|x|)), stable for large |x|; log1p(u) as log(w) * u / (w - 1) with w = 1 + u
+  // (exact to a few ulp where log(1 + u) alone would lose u's low bits; Goldberg 1991, thm. 4).
+  auto softplus = [&](llvm::Value* v) {
+    llvm::Value* ax = b.CreateSelect(b.CreateFCmpOLT(v, F(b, 0)), b.CreateFNeg(v), v);
     llvm::Value* u = math.Unary(b, "exp", b.CreateFNeg(ax));
     llvm::Value* w = b.CreateFAdd(F(b, 1), u);
     llvm::Value* l = b.CreateSelect(b.CreateFCmpOEQ(w, F(b, 1)), u,
                                     b.CreateFDiv(b.CreateFMul(math.Unary(b, "log", w), u), b.CreateFSub(w, F(b, 1))));
-    return b.CreateFAdd(b.CreateSelect(b.CreateFCmpOGT(x(0), F(b, 0)), x(0), F(b, 0)), l);
+    return b.CreateFAdd(b.CreateSelect(b.CreateFCmpOGT(v, F(b, 0)), v, F(b, 0)), l);
+  };
+  if (op == "Softplus") return softplus(x(0));
+  // Mish (ONNX opset 18): x * tanh(softplus(x)).
+  if (op == "Mish") return b.CreateFMul(x(0), math.Unary(b, "tanh", softplus(x(0))));
+  // Gelu (ONNX opset 20): 0.5 x (1 + erf(x / sqrt(2))), or with approximate = "tanh"
+  // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) (Hendrycks & Gimpel, arXiv:1606.08415).
+  if (op == "Gelu") {
+    llvm::Value* t;
+    if (n.GetString("approximate", "none") == "tanh") {
+      llvm::Value* cube = b.CreateFMul(b.CreateFMul(x(0), x(0)), x(0));
+      llvm::Value* arg = b.CreateFMul(F(b, 0.7978845608028654), b.CreateFAdd(x(0), b.CreateFMul(F(b, 0.044715), cube)));
+      t = math.Unary(b, "tanh", arg);
+    } else {
+      t = math.Unary(b, "erf", b.CreateFMul(x(0), F(b, 0.7071067811865476)));
+    }
+    return b.CreateFMul(b.CreateFMul(F(b, 0.5), x(0)), b.CreateFAdd(F(b, 1), t));
   }
   if (op == "Softsign") {
     llvm::Value* ax = b.CreateSelect(b.CreateFCmpOLT(x(0), F(b, 0)), b.CreateFNeg(x(0)), x(0));

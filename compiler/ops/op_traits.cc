@@ -41,7 +41,7 @@ void AssignFusion(Table& t) {
   ForEach(t, {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "Neg", "Abs", "Relu", "Sigmoid", "Tanh", "Exp",
               "Log", "Sqrt", "Reciprocal", "Clip", "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Erf", "Floor",
               "Ceil", "Softplus", "Softsign", "Sin", "Cos", "Selu", "Celu", "ThresholdedRelu", "PRelu", "Sum",
-              "Mean", "Round", "Sign"},
+              "Mean", "Round", "Sign", "Mish", "Gelu"},
           [](OpDef& d) { d.traits.fusion = FusionClass::kFloat; });
   ForEach(t, {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "IsNaN", "IsInf"},
           [](OpDef& d) { d.traits.fusion = FusionClass::kCompare; });
