@@ -552,7 +552,7 @@ int CmdQuantCheck(const std::string& dir, const std::string& mode, double min_co
   std::printf("--auto_quantize=%s: %zu nodes quantized (%s)\n", mode.c_str(), r->candidates.size(),
               absl::StrJoin(r->candidates, " ").c_str());
   if (r->candidates.empty()) {
-    std::printf("nothing to quantize (MatMul / Gemm with constant float32 weights of >= "
+    std::printf("nothing to quantize (MatMul / Gemm / Conv with constant float32 weights of >= "
                 "--auto_quantize_min_weights elements)\n");
     return 0;
   }
