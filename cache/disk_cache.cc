@@ -1,7 +1,7 @@
 #include "cache/disk_cache.h"
 
 #include <fcntl.h>
-#include "flags/logging.h"
+#include "base/logging.h"
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>

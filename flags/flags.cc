@@ -16,8 +16,7 @@
 #include <thread>
 
 #include "absl/status/status.h"
-#include "compiler/ops/op_schemas.h"
-#include "flags/file_util.h"
+#include "base/file_util.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -100,14 +99,17 @@ Setter OneOfFlag(std::string Flags::*field, std::string name, std::vector<std::s
   };
 }
 
-// A comma-separated list of ONNX operator names (each must exist at some opset).
+// A comma-separated list of operator names (identifiers). Whether each names an ONNX operator is checked
+// where the flags are resolved against the op table (runtime/session.cc ValidateOpListFlags): flags/
+// depends on abseil and base/ only.
 Setter OpListFlag(std::string Flags::*field, const char* name) {
   return [=](Flags& f, absl::string_view v, bool has) -> absl::Status {
     if (!has) return BadValue(name, v, "a comma-separated list of ONNX operators");
     for (absl::string_view op : absl::StrSplit(v, ',', absl::SkipEmpty())) {
-      int first = 0;
-      FindOpSchema(std::string(op), 1000, &first);
-      if (first == 0) return BadValue(name, v, absl::StrCat("ONNX operator names ('", op, "' is not one)"));
+      const bool identifier = absl::ascii_isalpha(op[0]) && std::all_of(op.begin(), op.end(), [](char c) {
+        return absl::ascii_isalnum(c) || c == '_';
+      });
+      if (!identifier) return BadValue(name, v, absl::StrCat("ONNX operator names ('", op, "' is not one)"));
     }
     f.*field = std::string(v);
     return absl::OkStatus();

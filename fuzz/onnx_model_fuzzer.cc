@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "flags/logging.h"
+#include "base/logging.h"
 #include "runtime/session.h"
 #include "xxhash.h"
 

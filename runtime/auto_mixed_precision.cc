@@ -7,9 +7,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "compiler/ir/text.h"
-#include "flags/file_util.h"
-#include "compiler/ir/status_macros.h"
-#include "flags/logging.h"
+#include "base/file_util.h"
+#include "base/status_macros.h"
+#include "base/logging.h"
 
 namespace cjit {
 namespace {

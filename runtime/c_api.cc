@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "compiler/onnx/tensor_proto.h"
 #include "flags/flags.h"
-#include "flags/logging.h"
+#include "base/logging.h"
 #include "runtime/session.h"
 
 struct cjit_status {

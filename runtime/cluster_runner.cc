@@ -1,6 +1,6 @@
 #include "runtime/cluster_runner.h"
 
-#include "flags/logging.h"
+#include "base/logging.h"
 
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -15,7 +15,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/codegen/cpu_compiler.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "compiler/passes/mark_for_compilation.h"
 #include "runtime/autotune.h"
 #include "runtime/dump.h"

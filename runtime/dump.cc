@@ -10,8 +10,8 @@
 #include "absl/strings/str_join.h"
 #include "compiler/ir/text.h"
 #include "compiler/passes/mark_for_compilation.h"
-#include "flags/file_util.h"
-#include "flags/logging.h"
+#include "base/file_util.h"
+#include "base/logging.h"
 #include "nlohmann/json.hpp"
 
 namespace cjit {

@@ -4,7 +4,7 @@
 
 #include "compiler/codegen/kernel_layout.h"
 
-#include "flags/logging.h"
+#include "base/logging.h"
 #include <omp.h>
 
 #include <algorithm>
@@ -14,7 +14,7 @@
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/cpu/kernel.h"
 #include "runtime/cpu/parallel.h"
 #include "runtime/profiler.h"

@@ -9,7 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ops/op_registry.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "compiler/passes/mark_for_compilation.h"
 #include "runtime/cluster_runner.h"
 #include "runtime/profiler.h"

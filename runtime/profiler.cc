@@ -1,6 +1,6 @@
 #include "runtime/profiler.h"
 
-#include "flags/file_util.h"
+#include "base/file_util.h"
 
 #include <unistd.h>
 

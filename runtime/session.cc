@@ -13,9 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "compiler/codegen/fusion_plan.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/onnx/onnx_import.h"
+#include "compiler/ops/op_schemas.h"
 #include "compiler/passes/decompose.h"
 #include "compiler/passes/layout.h"
 #include "compiler/passes/quantization.h"
@@ -30,7 +31,7 @@
 #include "runtime/dump.h"
 #include "runtime/executor.h"
 #include "runtime/profiler.h"
-#include "flags/logging.h"
+#include "base/logging.h"
 
 namespace cjit {
 
@@ -58,11 +59,44 @@ std::string Session::ProfileSummary(int64_t since_ns) const {
 
 namespace {
 
+// The op-list flags name ONNX operators (flags/ checks their syntax only: it does not depend on the op
+// table).
+absl::Status ValidateOpListFlags(const Flags& f) {
+  const std::pair<const char*, const std::string*> lists[] = {
+      {"amp_allowlist_add", &f.amp_allowlist_add},
+      {"amp_allowlist_remove", &f.amp_allowlist_remove},
+      {"amp_inferlist_add", &f.amp_inferlist_add},
+      {"amp_inferlist_remove", &f.amp_inferlist_remove},
+      {"amp_denylist_add", &f.amp_denylist_add},
+      {"amp_denylist_remove", &f.amp_denylist_remove},
+      {"amp_clearlist_add", &f.amp_clearlist_add},
+      {"amp_clearlist_remove", &f.amp_clearlist_remove},
+      {"auto_quantize_allowlist_add", &f.auto_quantize_allowlist_add},
+      {"auto_quantize_allowlist_remove", &f.auto_quantize_allowlist_remove}};
+  for (const auto& [name, value] : lists) {
+    for (absl::string_view op : absl::StrSplit(*value, ',', absl::SkipEmpty())) {
+      int first = 0;
+      FindOpSchema(std::string(op), 1000, &first);
+      if (first == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", name, "=", *value, ": '", op, "' is not an ONNX operator"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The session's flags: CJIT_FLAGS, or the options' own (validated), checked before the model is read.
 absl::StatusOr<Flags> ResolveFlags(const SessionOptions& options) {
-  if (options.use_environment_flags) return FlagsFromEnvironment();
-  CJIT_RETURN_IF_ERROR(ValidateFlags(options.flags, "SessionOptions"));
-  return ParseFlags("", options.flags, "SessionOptions");
+  Flags f;
+  if (options.use_environment_flags) {
+    CJIT_ASSIGN_OR_RETURN(f, FlagsFromEnvironment());
+  } else {
+    CJIT_RETURN_IF_ERROR(ValidateFlags(options.flags, "SessionOptions"));
+    CJIT_ASSIGN_OR_RETURN(f, ParseFlags("", options.flags, "SessionOptions"));
+  }
+  CJIT_RETURN_IF_ERROR(ValidateOpListFlags(f));
+  return f;
 }
 
 // --auto_quantize and its lists as the pass's options (the base op list is AutoQuantizeOptions').

@@ -30,7 +30,7 @@
 // The Session must not be destroyed while a Run is in progress (the C API's cjit_session_free waits for
 // them); its destructor joins its background compile thread, so none outlives it.
 // Process state: Run sets OpenMP's thread count for the calling thread to --intra_op_threads for the call
-// and restores the caller's value; logging goes through flags/logging.h (never glog).
+// and restores the caller's value; logging goes through base/logging.h (never glog).
 #ifndef CJIT_RUNTIME_SESSION_H_
 #define CJIT_RUNTIME_SESSION_H_
 

@@ -10,7 +10,7 @@
 
 #include "compiler/ir/cpu_isa.h"
 #include "compiler/ir/float16.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "compiler/ir/text.h"
 #include "flags/flags.h"
 #include "gtest/gtest.h"
@@ -226,9 +226,19 @@ TEST(AmpTest, ListEditsFromFlagsAndTensorFlowVariables) {
   auto t = OutputTypes(*g2);
   EXPECT_EQ(t["s"], DType::kF16) << "added to the allow list";
   EXPECT_EQ(t["r"], DType::kF32) << "removed from the clear list: deny";
+  // An op-list value that is not an identifier fails to parse; one that names no ONNX operator fails when a
+  // session resolves the flags (flags/ does not depend on the op table).
+  EXPECT_FALSE(ParseFlags("--amp_denylist_add=Mat-Mul", Flags{}, "test").ok());
   auto bad = ParseFlags("--amp_denylist_add=MatMull", Flags{}, "test");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(std::string(bad.status().message()).find("amp_denylist_add"), std::string::npos) << bad.status();
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  SessionOptions so;
+  so.use_environment_flags = false;
+  so.flags = *bad;
+  auto s = Session::Load(std::string(CJIT_SOURCE_DIR) + "/fuzz/corpus/auto_quantize.onnx", so);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(std::string(s.status().message()).find("--amp_denylist_add=MatMull: 'MatMull' is not an ONNX operator"),
+            std::string::npos)
+      << s.status();
   EXPECT_FALSE(ParseFlags("--auto_mixed_precision=fp8", Flags{}, "test").ok());
   EXPECT_TRUE(ParseFlags("--tf_enable_auto_mixed_precision=1", Flags{}, "test").ok());
 }

@@ -18,7 +18,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/test_data.h"
-#include "flags/logging.h"
+#include "base/logging.h"
 #include "runtime/session.h"
 #include "tools/check_lib.h"
 

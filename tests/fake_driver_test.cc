@@ -8,7 +8,7 @@
 #include <fstream>
 #include <random>
 
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "gtest/gtest.h"
 #include "tests/test_data.h"
 #include "runtime/cuda/cuda_api.h"

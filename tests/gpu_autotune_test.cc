@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "cache/disk_cache.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "gtest/gtest.h"
 #include "runtime/autotune.h"
 #include "runtime/cuda/gpu_autotune.h"

@@ -14,7 +14,7 @@
 #include <random>
 #include <thread>
 
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "compiler/passes/mark_for_compilation.h"
 #include "gtest/gtest.h"
 #include "tests/gpu_test_util.h"

@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/cpu_isa.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "gtest/gtest.h"
 #include "runtime/executor.h"
 #include "tools/check_lib.h"

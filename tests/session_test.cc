@@ -11,7 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
-#include "flags/logging.h"
+#include "base/logging.h"
 #include "compiler/ir/text.h"
 #include "compiler/passes/specialize_shapes.h"
 #include "runtime/cpu/onednn_util.h"

@@ -6,7 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "compiler/ir/text.h"
 #include "compiler/passes/specialize_shapes.h"
 #include "runtime/cpu/kernel.h"

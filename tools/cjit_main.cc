@@ -22,7 +22,7 @@
 #include <cstring>
 
 #include "CLI/CLI.hpp"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"

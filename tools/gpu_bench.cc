@@ -25,7 +25,7 @@
 #include "compiler/codegen/fusion_plan.h"
 #include "compiler/codegen/kernel_layout.h"
 #include "compiler/codegen/nvptx_compiler.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "runtime/autotune.h"
 #include "runtime/cuda/cublaslt.h"

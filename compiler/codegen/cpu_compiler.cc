@@ -8,7 +8,7 @@
 
 #include "compiler/ir/cpu_isa.h"
 
-#include "flags/logging.h"
+#include "base/logging.h"
 
 #include <atomic>
 #include <chrono>
@@ -28,7 +28,7 @@
 #include "compiler/codegen/elemental_emitter.h"
 #include "compiler/codegen/kernel_layout.h"
 #include "compiler/codegen/recover.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"

@@ -2,7 +2,7 @@
 // becomes  %t = fmul 0.2, %x ; %u = fadd %t, 0.5 ; %v = maxnum(%u, 0) ; minnum(%v, 1).
 #include "compiler/codegen/elemental_emitter.h"
 
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 
 #include <algorithm>
 #include <limits>

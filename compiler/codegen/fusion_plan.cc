@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/union_find.h"
 #include "absl/strings/str_join.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "compiler/ir/float16.h"
 #include "compiler/passes/graph_cycles.h"
 

@@ -4,7 +4,7 @@
 // A row kernel gives each row to one warp: lane = threadIdx.x % 32, passes stride j by 32.
 #include "compiler/codegen/nvptx_compiler.h"
 
-#include "flags/logging.h"
+#include "base/logging.h"
 
 #include <filesystem>
 #include <fstream>
@@ -18,7 +18,7 @@
 #include "compiler/codegen/elemental_emitter.h"
 #include "compiler/codegen/kernel_layout.h"
 #include "compiler/codegen/recover.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "llvm/Bitcode/BitcodeReader.h"
 #include "llvm/Config/llvm-config.h"
 #include "llvm/IR/IntrinsicsNVPTX.h"

@@ -11,11 +11,11 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "compiler/ops/op_schemas.h"
 #include "compiler/onnx/tensor_proto.h"
 #include "compiler/ops/op_registry.h"
-#include "flags/file_util.h"
+#include "base/file_util.h"
 #include "onnx/onnx_pb.h"
 
 namespace cjit {

@@ -8,8 +8,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "compiler/ir/status_macros.h"
-#include "flags/file_util.h"
+#include "base/status_macros.h"
+#include "base/file_util.h"
 #include "onnx/onnx_pb.h"
 
 namespace cjit {

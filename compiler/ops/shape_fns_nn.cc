@@ -4,7 +4,7 @@
 
 #include "compiler/ir/numeric_cast.h"
 #include "absl/strings/str_cat.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "compiler/ops/op_registry.h"
 #include "compiler/ops/shape_fn_util.h"
 

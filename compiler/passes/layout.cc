@@ -9,10 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/constant_memo.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "compiler/ops/op_registry.h"
 #include "compiler/passes/specialization_replay.h"
-#include "flags/logging.h"
+#include "base/logging.h"
 
 namespace cjit {
 namespace {

@@ -1,6 +1,6 @@
 #include "compiler/passes/mark_for_compilation.h"
 
-#include "flags/logging.h"
+#include "base/logging.h"
 
 #include <algorithm>
 #include <functional>
@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/union_find.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "compiler/ops/op_registry.h"
 #include "compiler/passes/graph_cycles.h"
 

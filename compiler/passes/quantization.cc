@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "compiler/ops/op_registry.h"
-#include "flags/logging.h"
+#include "base/logging.h"
 #include "compiler/passes/simplify.h"
 
 namespace cjit {

@@ -1,6 +1,6 @@
 #include "compiler/passes/simplify.h"
 
-#include "flags/logging.h"
+#include "base/logging.h"
 
 #include <array>
 #include <cmath>
@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/ops/op_registry.h"
 #include "compiler/passes/specialization_replay.h"

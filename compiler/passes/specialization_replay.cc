@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "compiler/ops/op_registry.h"
 #include "compiler/passes/mark_for_compilation.h"
 #include "compiler/passes/simplify.h"

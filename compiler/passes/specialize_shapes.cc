@@ -5,7 +5,7 @@
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "compiler/ops/op_registry.h"
 #include "compiler/passes/simplify.h"
 #include "compiler/passes/specialization_replay.h"

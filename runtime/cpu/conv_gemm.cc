@@ -18,7 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/codegen/fusion_plan.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/onednn_util.h"
 

@@ -8,7 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/float16.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 
 namespace cjit {
 namespace {

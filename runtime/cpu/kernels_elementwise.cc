@@ -10,7 +10,7 @@
 #include "compiler/ir/cpu_isa.h"
 #include "compiler/ir/float16.h"
 #include "compiler/ir/numeric_cast.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "absl/strings/str_join.h"
 #include "compiler/codegen/fusion_plan.h"
 #include "runtime/cpu/conv_gemm.h"

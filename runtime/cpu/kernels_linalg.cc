@@ -16,7 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "compiler/ir/float16.h"
 #include "compiler/ir/numeric_cast.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/cpu/broadcast.h"
 #include "runtime/cpu/conv_gemm.h"
 #include "runtime/cpu/dispatch.h"

@@ -15,7 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/cpu_isa.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/cpu/box_copy.h"
 #include "runtime/cpu/conv_gemm.h"
 #include "runtime/cpu/gemm.h"

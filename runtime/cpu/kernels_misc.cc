@@ -11,7 +11,7 @@
 
 #include "compiler/ir/numeric_cast.h"
 #include "absl/strings/str_cat.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/cpu/dispatch.h"
 #include "runtime/cpu/kernel.h"
 #include "runtime/cpu/parallel.h"

@@ -19,7 +19,7 @@
 #include "compiler/ir/cpu_isa.h"
 #include "compiler/ir/numeric_cast.h"
 #include "absl/strings/str_cat.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/cpu/box_copy.h"
 #include "runtime/cpu/broadcast.h"
 #include "runtime/cpu/dispatch.h"

@@ -16,7 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "compiler/ir/float16.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/cpu/box_copy.h"
 #include "runtime/cpu/conv_gemm.h"
 #include "runtime/cpu/dispatch.h"
@@ -24,7 +24,7 @@
 #include "runtime/cpu/parallel.h"
 #include "compiler/codegen/fusion_plan.h"
 #include "runtime/cpu/onednn_util.h"
-#include "flags/logging.h"
+#include "base/logging.h"
 
 namespace cjit {
 namespace {

@@ -21,7 +21,7 @@
 #include "compiler/ir/numeric_cast.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/cpu/box_copy.h"
 #include "runtime/cpu/int8_gemm.h"
 #include "runtime/cpu/kernel.h"

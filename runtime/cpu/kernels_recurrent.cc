@@ -5,7 +5,7 @@
 #include <set>
 
 #include "compiler/codegen/fusion_plan.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/cpu/conv_gemm.h"
 #include "runtime/cpu/dispatch.h"
 #include "runtime/cpu/gemm.h"

@@ -7,7 +7,7 @@
 
 #include "compiler/ir/cpu_isa.h"
 #include "compiler/ir/numeric_cast.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/cpu/conv_gemm.h"
 #include "runtime/cpu/dispatch.h"
 #include "runtime/cpu/kernel.h"

@@ -8,7 +8,7 @@
 #include "compiler/ir/cpu_isa.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/numeric_cast.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/cpu/dispatch.h"
 #include "runtime/cpu/kernel.h"
 #include "runtime/cpu/parallel.h"

@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "compiler/codegen/kernel_layout.h"
 #include "compiler/codegen/nvptx_compiler.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/cuda/cudnn_conv.h"

@@ -4,8 +4,8 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "compiler/ir/status_macros.h"
-#include "flags/logging.h"
+#include "base/status_macros.h"
+#include "base/logging.h"
 
 namespace cjit {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "flags/logging.h"
+#include "base/logging.h"
 
 namespace cjit {
 

@@ -14,8 +14,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "flags/logging.h"
-#include "compiler/ir/status_macros.h"
+#include "base/logging.h"
+#include "base/status_macros.h"
 
 namespace cjit {
 namespace {

@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/codegen/cpu_compiler.h"
 #include "compiler/ir/float16.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/cuda/device_backend.h"
 
 namespace cjit {

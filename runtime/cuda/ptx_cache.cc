@@ -4,8 +4,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "compiler/codegen/kernel_layout.h"
-#include "compiler/ir/status_macros.h"
-#include "flags/logging.h"
+#include "base/status_macros.h"
+#include "base/logging.h"
 
 namespace cjit {
 namespace {

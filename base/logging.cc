@@ -1,4 +1,4 @@
-#include "flags/logging.h"
+#include "base/logging.h"
 
 #include <fnmatch.h>
 #include <sys/time.h>

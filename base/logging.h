@@ -19,8 +19,8 @@
 // Nothing here aborts: there is no FATAL severity and no CHECK.
 // Thread-safety: every function and macro may be used from any thread; the sink is called under a lock,
 // one message at a time.
-#ifndef CJIT_FLAGS_LOGGING_H_
-#define CJIT_FLAGS_LOGGING_H_
+#ifndef CJIT_BASE_LOGGING_H_
+#define CJIT_BASE_LOGGING_H_
 
 #include <atomic>
 #include <cstdint>
@@ -109,4 +109,4 @@ constexpr LogSeverity kSeverity_ERROR = LogSeverity::kError;
   !CJIT_VLOG_IS_ON(n) ? (void)0                      \
                       : ::cjit::log_internal::Voidify() & CJIT_LOG(INFO)
 
-#endif  // CJIT_FLAGS_LOGGING_H_
+#endif  // CJIT_BASE_LOGGING_H_

@@ -1,4 +1,4 @@
-#include "flags/file_util.h"
+#include "base/file_util.h"
 
 #include <fcntl.h>
 #include <linux/openat2.h>

@@ -5,8 +5,8 @@
 // Every function returns an error that names the path and what is wrong; nothing here follows a symlink out
 // of its base directory, opens a FIFO, device or directory as data, or reads unbounded input.
 // Thread-safety: all functions are reentrant.
-#ifndef CJIT_FLAGS_FILE_UTIL_H_
-#define CJIT_FLAGS_FILE_UTIL_H_
+#ifndef CJIT_BASE_FILE_UTIL_H_
+#define CJIT_BASE_FILE_UTIL_H_
 
 #include <cstdint>
 #include <string>
@@ -43,4 +43,4 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
 
 }  // namespace cjit
 
-#endif  // CJIT_FLAGS_FILE_UTIL_H_
+#endif  // CJIT_BASE_FILE_UTIL_H_

@@ -1,8 +1,8 @@
 // The one propagation macro family of clusterjit (this abseil version has none).
 //   CJIT_RETURN_IF_ERROR(expr)        returns expr's status if it is not OK.
 //   CJIT_ASSIGN_OR_RETURN(lhs, expr)  evaluates a StatusOr, returns its status on error, else assigns.
-#ifndef CJIT_COMPILER_IR_STATUS_MACROS_H_
-#define CJIT_COMPILER_IR_STATUS_MACROS_H_
+#ifndef CJIT_BASE_STATUS_MACROS_H_
+#define CJIT_BASE_STATUS_MACROS_H_
 
 #include <exception>
 #include <new>
@@ -51,4 +51,4 @@ auto CatchAsStatus(const std::string& what, F&& fn) -> decltype(fn()) {
 
 }  // namespace cjit
 
-#endif  // CJIT_COMPILER_IR_STATUS_MACROS_H_
+#endif  // CJIT_BASE_STATUS_MACROS_H_
