@@ -196,8 +196,8 @@ int UsableCpus();
 bool AsyncCompilationEnabled(const Flags& flags);
 // --async_compilation=auto with no idle CPU (intra_op_threads >= UsableCpus(), at least 2): runs use
 // intra_op_threads - 1 threads while a background compile is in flight, and autotuning stays on the run's
-// thread (its timings need the run's threads). Measured on 2 CPUs (docs/notes.md, seventeenth session): a
-// synchronous compile at full threads blocked a stream's run for 10-30 ms.
+// thread (its timings need the run's threads): on 2 CPUs a synchronous compile at full threads blocked a
+// stream's run for 10-30 ms.
 bool LendsCpuToCompiles(const Flags& flags);
 
 // Parses `text` on top of `base`. `source` names where the text came from, for error messages.

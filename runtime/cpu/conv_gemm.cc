@@ -1011,7 +1011,7 @@ constexpr int64_t kPanelWidth = 64;
 // swept by every panel in tiles of 6 rows x 4 vectors (24 accumulators), 8 x 3, or 12 x 2 / 12 x 1, and
 // 12 rows x 8 channels for a panel's last 8 when its width is not a multiple of 16.
 // Replaces BLIS for pointwise convolutions, which packed X and W on every call: ~1.5x slower than
-// oneDNN's jit_1x1 / brgconv_1x1 on MobileNetV2's and ResNet-50's 1x1 convolutions (docs/notes.md).
+// oneDNN's jit_1x1 / brgconv_1x1 on MobileNetV2's and ResNet-50's 1x1 convolutions.
 // Rows [r0, r1) of Y's channels [n0, n0 + NB * lanes) in tiles of P rows, weights `w` rows ldw apart.
 template <typename V, int P, int NB>
 inline __attribute__((always_inline)) void PanelTiles(const float* x, int64_t ldx, int64_t C, const float* w,
