@@ -252,7 +252,8 @@ def main():
         for name, attrs, bshape, want in (("bits3", dict(bits=3), (8, 3, 6), "bits 2, 4 or 8"),
                                           ("block24", dict(block_size=24), (8, 2, 12), "power-of-two block_size"),
                                           ("short_b", {}, (8, 2, 8), "B has shape"),
-                                          ("k_mismatch", dict(K=48), (8, 3, 8), "K is 48")):
+                                          ("k_mismatch", dict(K=48), (8, 3, 8), "K is 48"),
+                                          ("k_huge", dict(K=2 ** 40), (8, 3, 8), "1 <= K, N < 2^31")):
             kw = dict(K=40, N=8, bits=4, block_size=16)
             kw.update(attrs)
             node = helper.make_node("MatMulNBits", ["A", "B", "scales"], ["Y"], name="mmnb", domain="com.microsoft",

@@ -328,6 +328,26 @@ TEST(AutoQuantizeTest, QuantizeWeightsNBitsLayout) {
   for (int i = 4; i < 16; ++i) EXPECT_EQ(code(1, i), 8) << "padding " << i;
 }
 
+// Weights so small that max|w| / qmax underflows to 0: the scale falls back to 1 (codes at the zero point),
+// never a division by zero feeding an integer conversion.
+TEST(AutoQuantizeTest, UnderflowingScalesFallBackToOne) {
+  std::vector<float> w(32, 1e-44f);  // 1e-44 / 127 is 0 in float32
+  std::vector<uint8_t> packed(32);
+  std::vector<float> scales(1);
+  QuantizeWeightsNBits(w.data(), 32, 1, 1, 1, 8, 32, packed.data(), scales.data());
+  EXPECT_EQ(scales[0], 1.0f);
+  for (uint8_t b : packed) EXPECT_EQ(b, 128);
+  const std::string ir = "graph g(%a: f32[2,16]) {\n" + FloatConst("w", {16, 8}, 1e-44, 0) +
+                         "  %p = MatMul(%a, %w)\n  return %p\n}";
+  auto parsed = ParseGraph(ir);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  AutoQuantizeOptions o;
+  o.min_weights = 0;
+  auto done = AutoQuantize(**parsed, o);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->size(), 1u);
+}
+
 TEST(AutoQuantizeTest, BadFlagsAreClearErrors) {
   EXPECT_FALSE(ParseFlags("--auto_quantize=int4").ok());
   EXPECT_FALSE(ParseFlags("--auto_quantize_weight_bits=3").ok());

@@ -241,10 +241,12 @@ void RegisterMathOps() {
                    [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
                      const int64_t K = n.GetInt("K", 0), N = n.GetInt("N", 0), bits = n.GetInt("bits", 4),
                                    bs = n.GetInt("block_size", 0);
-                     if (K < 1 || N < 1 || (bits != 2 && bits != 4 && bits != 8) || bs < 16 || (bs & (bs - 1)) != 0) {
-                       return NodeError(n, absl::StrCat("needs K >= 1, N >= 1, bits 2, 4 or 8 and a power-of-two "
-                                                        "block_size >= 16; got K=", K, " N=", N, " bits=", bits,
-                                                        " block_size=", bs));
+                     constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1;
+                     if (K < 1 || N < 1 || K > kMaxDim || N > kMaxDim || (bits != 2 && bits != 4 && bits != 8) ||
+                         bs < 16 || bs > 65536 || (bs & (bs - 1)) != 0) {
+                       return NodeError(n, absl::StrCat("needs 1 <= K, N < 2^31, bits 2, 4 or 8 and a power-of-two "
+                                                        "block_size in [16, 65536]; got K=", K, " N=", N, " bits=",
+                                                        bits, " block_size=", bs));
                      }
                      if (in[0].dtype != DType::kInvalid && in[0].dtype != DType::kF32) {
                        return NodeError(n, absl::StrCat("A must be float32, got ", DTypeName(in[0].dtype)));

@@ -228,7 +228,8 @@ bool QuantizeChannelsInt8(const float* w, int64_t channels, int64_t count, int64
       if (!std::isfinite(v)) return false;
       m = std::max(m, std::fabs(v));
     }
-    const float s = m > 0 ? m / 127.0f : 1.0f;
+    float s = m / 127.0f;
+    if (!(s > 0)) s = 1.0f;  // all zeros, or values so small that the scale underflows
     scales[c] = s;
     for (int64_t i = 0; i < count; ++i) {
       const float r = std::nearbyint(w[c * cs + i * is] / s);
@@ -262,7 +263,11 @@ class AutoQuantizer {
   }
 
  private:
-  std::string Name(const Node* n, const char* what) { return absl::StrCat(n->name, "/auto_quantize/", what); }
+  // Value and node names: the node's name (not unique in every model) and a per-pass counter.
+  std::string Name(const Node* n, const char* what) {
+    auto [it, added] = ids_.try_emplace(n, static_cast<int>(ids_.size()));
+    return absl::StrCat(n->name, "/auto_quantize", it->second, "/", what);
+  }
 
   Node* Add(const char* op, const Node* at, const char* what, std::vector<Value*> ins, DType out) {
     Node* m = g_.AddNode(op, Name(at, what), std::move(ins), {Name(at, what)});
@@ -417,6 +422,7 @@ class AutoQuantizer {
   Graph& g_;
   const AutoQuantizeOptions& o_;
   std::unordered_map<Value*, std::vector<Value*>> dql_;
+  std::unordered_map<const Node*, int> ids_;
 };
 
 }  // namespace
@@ -431,7 +437,8 @@ void QuantizeWeightsNBits(const float* w, int64_t K, int64_t N, int64_t stride_k
       const int64_t k0 = b * block_size, k1 = std::min(K, k0 + block_size);
       float m = 0;
       for (int64_t k = k0; k < k1; ++k) m = std::max(m, std::fabs(w[k * stride_k + n * stride_n]));
-      const float s = m > 0 ? m / static_cast<float>(qmax) : 1.0f;
+      float s = m / static_cast<float>(qmax);
+      if (!(s > 0)) s = 1.0f;  // all zeros, or values so small that the scale underflows
       scales[n * blocks + b] = s;
       uint8_t* out = packed + (n * blocks + b) * blob;
       for (int64_t i = 0; i < block_size; ++i) {

@@ -187,10 +187,11 @@ absl::Status MatMulNBitsKernel(KernelContext& ctx) {
   l.N = node.GetInt("N", 0);
   l.bits = node.GetInt("bits", 4);
   l.block = node.GetInt("block_size", 0);
-  if (l.K < 1 || l.N < 1 || (l.bits != 2 && l.bits != 4 && l.bits != 8) || l.block < 16 ||
-      (l.block & (l.block - 1)) != 0) {
-    return ctx.Error(absl::StrCat("needs K >= 1, N >= 1, bits 2, 4 or 8 and a power-of-two block_size >= 16; got K=",
-                                  l.K, " N=", l.N, " bits=", l.bits, " block_size=", l.block));
+  constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1;
+  if (l.K < 1 || l.N < 1 || l.K > kMaxDim || l.N > kMaxDim || (l.bits != 2 && l.bits != 4 && l.bits != 8) ||
+      l.block < 16 || l.block > 65536 || (l.block & (l.block - 1)) != 0) {
+    return ctx.Error(absl::StrCat("needs 1 <= K, N < 2^31, bits 2, 4 or 8 and a power-of-two block_size in [16, "
+                                  "65536]; got K=", l.K, " N=", l.N, " bits=", l.bits, " block_size=", l.block));
   }
   l.blocks = (l.K + l.block - 1) / l.block;
   l.blob = l.block * l.bits / 8;
