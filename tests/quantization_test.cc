@@ -20,8 +20,10 @@
 #include "compiler/ir/verifier.h"
 #include "compiler/passes/layout.h"
 #include "compiler/passes/simplify.h"
+#include "compiler/passes/specialize_shapes.h"
 #include "gtest/gtest.h"
 #include "flags/flags.h"
+#include "runtime/cpu/kernel.h"
 #include "runtime/executor.h"
 #include "runtime/session.h"
 #include "tests/graph_util.h"
@@ -346,6 +348,47 @@ TEST(AutoQuantizeTest, UnderflowingScalesFallBackToOne) {
   auto done = AutoQuantize(**parsed, o);
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_EQ(done->size(), 1u);
+}
+
+// --auto_quantize=dynamic convolutions in a channels-last region: DynamicQuantizeLinear -> ConvInteger
+// (x2, with a float Relu between) become NhwcConvInteger with the quantization following the layout, and
+// the outputs are bitwise those of the NCHW graph (the same integer sums and float scaling).
+TEST(AutoQuantizeTest, DynamicConvolutionsRunChannelsLast) {
+  const std::string ir = "graph g(%x: f32[1,8,11,13]) {\n" + FloatConst("w1", {16, 8, 3, 3}, -0.3, 0.15) +
+                         FloatConst("b1", {16}, 0.1, -0.05) + FloatConst("w2", {24, 16, 3, 3}, 0.2, -0.1) +
+                         "  %c1 = Conv(%x, %w1, %b1) {pads=[1,1,1,1]}\n  %r = Relu(%c1)\n"
+                         "  %y = Conv(%r, %w2) {pads=[1,0,1,1], strides=[2,2]}\n  return %y\n}";
+  auto parsed = ParseGraph(ir);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  AutoQuantizeOptions o;
+  o.min_weights = 0;
+  auto done = AutoQuantize(**parsed, o);
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_EQ(done->size(), 2u);
+  auto eval = [](const Node& n, const std::vector<const Tensor*>& in) { return EvaluateNode(n, in, 1); };
+  ASSERT_TRUE(SpecializeShapes(**parsed, {Dims{1, 8, 11, 13}}, eval).ok());
+  std::shared_ptr<Graph> nchw(std::move(*parsed));
+  std::shared_ptr<Graph> g(nchw->Clone());
+  auto changed = AssignChannelsLastLayout(*g);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(*changed);
+  ASSERT_TRUE(RemoveNoOps(*g).ok());
+  ASSERT_TRUE(VerifyGraph(*g).ok()) << PrintGraph(*g);
+  EXPECT_EQ(Count(*g, "NhwcConvInteger"), 2) << PrintGraph(*g);
+  EXPECT_EQ(Count(*g, "ConvInteger"), 0) << PrintGraph(*g);
+  // The region's two edges; the other Transposes permute the [1, OC, 1, 1] per-channel scales.
+  int large_transposes = 0;
+  for (const auto& n : g->nodes()) {
+    large_transposes += n->op_type == "Transpose" && NumElements(n->outputs[0]->shape.concrete()) > 64;
+  }
+  EXPECT_EQ(large_transposes, 2) << PrintGraph(*g);
+  Tensor x(DType::kF32, {1, 8, 11, 13});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>((i * 37 % 101) - 50) / 25.0f;
+  std::vector<Tensor> want = testing::RunGraph(nchw, {x}), got = testing::RunGraph(g, {x});
+  ASSERT_EQ(want.size(), 1u);
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(got[0].dims(), want[0].dims());
+  EXPECT_EQ(std::memcmp(got[0].raw(), want[0].raw(), want[0].nbytes()), 0);
 }
 
 TEST(AutoQuantizeTest, BadFlagsAreClearErrors) {

@@ -477,7 +477,8 @@ absl::Status SpaceDepthInfer(const Node& n, Inputs in, Outputs& out) {
 }
 
 // ConvInteger (X input 0, W input 1) and QLinearConv (X 0, W 3): Conv's output dims; int32, or the dtype of
-// y_zero_point (input 7). `channels_last`: com.clusterjit.NhwcQLinearConv, X [N, d.., C] and Y [N, o.., M].
+// y_zero_point (input 7). `channels_last`: com.clusterjit.NhwcConvInteger / NhwcQLinearConv, X [N, d.., C]
+// and Y [N, o.., M].
 absl::Status QuantConvInfer(const Node& n, Inputs in, Outputs& out, int w_index, bool channels_last) {
   if (static_cast<int>(in.size()) <= w_index) return NodeError(n, "W is missing");
   std::vector<InferInput> xw = {in[0], in[w_index]};
@@ -500,7 +501,11 @@ void RegisterNnOps() {
       [](const Node& n, Inputs in, Outputs& out) { return QuantConvInfer(n, in, out, 1, false); });
   Reg("QLinearConv", C::kContraction, false, A::kDeny, 8, 9,
       [](const Node& n, Inputs in, Outputs& out) { return QuantConvInfer(n, in, out, 3, false); });
-  // com.clusterjit.NhwcQLinearConv (compiler/passes/layout.h): QLinearConv with X and Y channels-last.
+  // com.clusterjit.NhwcConvInteger / NhwcQLinearConv (compiler/passes/layout.h): ConvInteger / QLinearConv
+  // with X and Y channels-last.
+  RegisterOp(OpDef{"NhwcConvInteger", C::kContraction, false, A::kDeny, 2, 4,
+                   [](const Node& n, Inputs in, Outputs& out) { return QuantConvInfer(n, in, out, 1, true); },
+                   /*internal=*/true});
   RegisterOp(OpDef{"NhwcQLinearConv", C::kContraction, false, A::kDeny, 8, 9,
                    [](const Node& n, Inputs in, Outputs& out) { return QuantConvInfer(n, in, out, 3, true); },
                    /*internal=*/true});

@@ -178,8 +178,30 @@ bool EligibleQLinearConv(const Node& n) {
   return (r == 3 || r == 4) && y->shape.rank() == r && w->shape.rank() == r;
 }
 
+// A ConvInteger on 8-bit X with constant weights and known 3-D / 4-D shapes (--auto_quantize=dynamic's
+// convolutions): its twin com.clusterjit.NhwcConvInteger reads NHWC bytes and writes NHWC int32 sums.
+bool EligibleConvInteger(const Node& n) {
+  if (n.op_type != "ConvInteger" || !n.domain.empty() || n.outputs.size() != 1 || n.inputs.size() < 2) return false;
+  const Value* x = n.input(0);
+  const Value* w = n.input(1);
+  const Value* y = n.outputs[0];
+  if (x == nullptr || (x->dtype != DType::kU8 && x->dtype != DType::kI8) || !x->shape.fully_known() ||
+      w == nullptr || !w->is_constant() || y == nullptr || y->dtype != DType::kI32 || !y->shape.fully_known()) {
+    return false;
+  }
+  const int r = x->shape.rank();
+  return (r == 3 || r == 4) && y->shape.rank() == r && w->shape.rank() == r;
+}
+
+// DynamicQuantizeLinear reading `v`: its scale and zero point come from the minimum and maximum over the
+// whole tensor, the same in any layout, so its quantized output follows the input's layout.
+bool IsTransparentDynamicQuantize(const Node& n) {
+  return n.op_type == "DynamicQuantizeLinear" && n.domain.empty() && n.input(0) != nullptr &&
+         !n.outputs.empty() && n.outputs[0] != nullptr;
+}
+
 bool Eligible(const Node& n) {
-  if (EligibleQLinearConv(n)) return true;
+  if (EligibleQLinearConv(n) || EligibleConvInteger(n)) return true;
   if (n.op_type != "Conv" || !n.domain.empty() || n.outputs.size() != 1 || n.inputs.size() < 2) return false;
   const Value* x = n.input(0);
   const Value* w = n.input(1);
@@ -329,6 +351,7 @@ Reach WalkTransparent(const Value* start, const Readers& readers) {
       const bool group_norm = GroupNormIsTransparent(*r) && r->input(0) == v;
       const int rank = v->shape.rank_known ? v->shape.rank() : 0;
       bool through = (IsUnaryTransparentNode(*r) && r->input(0) == v) || TraitsOf(*r).layout_binary ||
+                     (IsTransparentDynamicQuantize(*r) && r->input(0) == v) ||
                      r->op_type == "Concat" || (r->op_type == "Resize" && r->input(0) == v) ||
                      (r->op_type == "Split" && r->input(0) == v) || PoolIsTransparent(*r) || group_norm ||
                      (r->input(0) == v && PadIsTransparent(*r, rank));
@@ -393,7 +416,9 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
   for (Node* c : order) {
     if (!convs.count(c)) continue;
     Value* x = c->inputs[0];
-    c->op_type = c->op_type == "QLinearConv" ? "NhwcQLinearConv" : "NhwcConv";
+    c->op_type = c->op_type == "QLinearConv" ? "NhwcQLinearConv"
+                 : c->op_type == "ConvInteger" ? "NhwcConvInteger"
+                                               : "NhwcConv";
     c->domain = std::string(kInternalDomain);
     c->inputs[0] = rw.TransposeToLast(x, c->name);
     rw.MoveOutputToChannelsLast(c);
@@ -427,6 +452,18 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
       n->inputs[0] = t->inputs[0];
       n->attrs["axis"] = Attribute::Int(ToFirst(r)[*axis]);
       for (size_t k = 0; k < n->outputs.size(); ++k) rw.MoveOutputToChannelsLast(n, static_cast<int>(k));
+      ++moved;
+      continue;
+    }
+    if (IsTransparentDynamicQuantize(*n)) {
+      // Output 0 channels-last; the scalar scale and zero point unchanged.
+      Node* t = rw.ToFirstProducerMade(n->input(0));
+      const Value* y = n->outputs[0];
+      if (t == nullptr || !y->shape.fully_known() || y->shape.rank() < 3 || n->input(0)->shape.rank() != y->shape.rank()) {
+        continue;
+      }
+      n->inputs[0] = t->inputs[0];
+      rw.MoveOutputToChannelsLast(n);
       ++moved;
       continue;
     }

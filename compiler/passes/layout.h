@@ -11,7 +11,10 @@
 //     A QLinearConv (uint8 / int8 activations, constant weights, 1-2 spatial dims) connected the same way
 //     becomes com.clusterjit.NhwcQLinearConv (ONNX Runtime's NhwcTransformer does the same): a quantized
 //     model's activations stay channels-last bytes from one integer convolution to the next, and the
-//     per-tensor QuantizeLinear / DequantizeLinear between them are layout-transparent.
+//     per-tensor QuantizeLinear / DequantizeLinear between them are layout-transparent. A ConvInteger (8-bit
+//     X, constant weights, 1-2 spatial dims; what --auto_quantize=dynamic writes) becomes
+//     com.clusterjit.NhwcConvInteger (channels-last int32 sums); the DynamicQuantizeLinear before it is
+//     layout-transparent (its scale and zero point come from the whole tensor's minimum and maximum).
 //  2. Transposes to channels-first are pushed down through layout-transparent ops, which then work on
 //     channels-last tensors: unary elementwise ops, binary elementwise ops (the other operand is another
 //     such transpose, a constant — permuted here — or a small tensor of the same rank, transposed), Concat

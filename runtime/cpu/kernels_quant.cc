@@ -650,6 +650,23 @@ void RegisterQuantKernels() {
     CJIT_ASSIGN_OR_RETURN(std::vector<int64_t> acc, IntConv(ctx, ctx.in(0), ctx.in(1), Opt(ctx, 2), Opt(ctx, 3), &d));
     return StoreInt32(ctx, acc, d);
   });
+  // com.clusterjit.NhwcConvInteger: X [N, (H,) W, C] and Y [N, (OH,) OW, OC] int32 (the layout pass's twin
+  // of ConvInteger in a channels-last region: --auto_quantize=dynamic convolutions).
+  RegisterKernel("NhwcConvInteger", [](KernelContext& ctx) -> absl::Status {
+    bool handled = false;
+    int32_t* y = nullptr;
+    ConvSink sink{[&](const Dims& dims) {
+                    y = ctx.Alloc(0, DType::kI32, dims).data<int32_t>();
+                    return absl::OkStatus();
+                  },
+                  [&](int64_t n, int64_t p0, int64_t count, const int32_t* acc, int64_t P, int64_t OC) {
+                    std::memcpy(y + (n * P + p0) * OC, acc, count * OC * sizeof(int32_t));
+                  },
+                  [&](int64_t, int64_t, int64_t) {}};
+    CJIT_RETURN_IF_ERROR(FastIntConv(ctx, ctx.in(0), ctx.in(1), 2, 3, 1, sink, &handled, /*channels_last=*/true));
+    if (!handled) return ctx.Error("a channels-last ConvInteger needs uint8 / int8 X and W of rank 3 or 4");
+    return absl::OkStatus();
+  });
   RegisterKernel("QLinearMatMul", [](KernelContext& ctx) -> absl::Status {
     Dims d;
     CJIT_ASSIGN_OR_RETURN(std::vector<double> a_scale, Scales(ctx, 1, "a_scale", false));
