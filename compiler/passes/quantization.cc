@@ -221,19 +221,29 @@ namespace {
 // Returns false when a value is not finite (such a weight is left float32).
 bool QuantizeChannelsInt8(const float* w, int64_t channels, int64_t count, int64_t cs, int64_t is, int8_t* q,
                           int64_t qcs, int64_t qis, float* scales) {
-  for (int64_t c = 0; c < channels; ++c) {
-    float m = 0;
-    for (int64_t i = 0; i < count; ++i) {
-      const float v = w[c * cs + i * is];
+  // Walk in memory order (a MatMul's [K, N] weights hold a column's values N apart): channel maxima first,
+  // then the codes. The callers' q strides follow w's, so both walks are sequential.
+  const bool channel_inner = cs < is;
+  const int64_t outer = channel_inner ? count : channels, inner = channel_inner ? channels : count;
+  auto at = [&](int64_t o, int64_t i) { return channel_inner ? i * cs + o * is : o * cs + i * is; };
+  auto qat = [&](int64_t o, int64_t i) { return channel_inner ? i * qcs + o * qis : o * qcs + i * qis; };
+  std::vector<float> m(static_cast<size_t>(channels), 0.0f);
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) {
+      const float v = w[at(o, i)];
       if (!std::isfinite(v)) return false;
-      m = std::max(m, std::fabs(v));
+      float& mc = m[channel_inner ? i : o];
+      mc = std::max(mc, std::fabs(v));
     }
-    float s = m / 127.0f;
-    if (!(s > 0)) s = 1.0f;  // all zeros, or values so small that the scale underflows
-    scales[c] = s;
-    for (int64_t i = 0; i < count; ++i) {
-      const float r = std::nearbyint(w[c * cs + i * is] / s);
-      q[c * qcs + i * qis] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+  }
+  for (int64_t c = 0; c < channels; ++c) {
+    scales[c] = m[c] / 127.0f;
+    if (!(scales[c] > 0)) scales[c] = 1.0f;  // all zeros, or values so small that the scale underflows
+  }
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) {
+      const float r = std::nearbyint(w[at(o, i)] / scales[channel_inner ? i : o]);
+      q[qat(o, i)] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
     }
   }
   return true;
@@ -429,6 +439,21 @@ class AutoQuantizer {
 
 void QuantizeWeightsNBits(const float* w, int64_t K, int64_t N, int64_t stride_k, int64_t stride_n, int bits,
                           int64_t block_size, uint8_t* packed, float* scales) {
+  std::vector<float> wt;
+  if (stride_k != 1) {
+    // W^T [N, K] in 32 x 32 tiles first: the blocks below then read K-contiguous runs.
+    wt.resize(static_cast<size_t>(N * K));
+    for (int64_t k0 = 0; k0 < K; k0 += 32) {
+      for (int64_t n0 = 0; n0 < N; n0 += 32) {
+        for (int64_t k = k0; k < std::min(K, k0 + 32); ++k) {
+          for (int64_t n = n0; n < std::min(N, n0 + 32); ++n) wt[n * K + k] = w[k * stride_k + n * stride_n];
+        }
+      }
+    }
+    w = wt.data();
+    stride_k = 1;
+    stride_n = K;
+  }
   const int64_t blocks = (K + block_size - 1) / block_size, blob = block_size * bits / 8;
   const int zp = 1 << (bits - 1), qmax = zp - 1;
   std::memset(packed, 0, static_cast<size_t>(N * blocks * blob));
