@@ -1,5 +1,7 @@
 // mark_for_compilation and GraphCycles: textual IR in, cluster structure out.
 #include "compiler/passes/graph_cycles.h"
+
+#include <map>
 #include "compiler/passes/mark_for_compilation.h"
 
 #include "absl/strings/str_cat.h"
@@ -140,6 +142,24 @@ int LibrarySteps(const FusionPlan& plan) {
   int n = 0;
   for (const PlanStep& s : plan.steps) n += s.kind == PlanStep::Kind::kLibrary;
   return n;
+}
+
+// A fusion decision says why not (what --vmodule=fusion_plan=2 logs).
+TEST(FusionPlanTest, DecisionsSayWhyNot) {
+  auto g = Specialized(R"(graph g(%x: f32[4,6], %lo: f32[], %i: i64[4,6]) {
+  %c = Clip(%x, %lo)
+  %a = Add(%i, %i)
+  %r = Relu(%x)
+  return %c, %a, %r
+})");
+  ASSERT_TRUE(g);
+  std::map<std::string, FusionDecision> d;
+  for (const auto& n : g->nodes()) d[n->op_type] = FusibleElementwise(*n);
+  EXPECT_FALSE(d["Clip"].ok);
+  EXPECT_EQ(d["Clip"].reason, "Clip bounds are not scalar constants");
+  EXPECT_FALSE(d["Add"].ok);
+  EXPECT_NE(d["Add"].reason.find("i64"), std::string::npos) << d["Add"].reason;
+  EXPECT_TRUE(d["Relu"].ok) << d["Relu"].reason;
 }
 
 TEST(FusionPlanTest, ViewsAreAbsorbedAndReductionsFuse) {

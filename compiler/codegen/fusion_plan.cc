@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "base/logging.h"
 #include "compiler/ops/op_registry.h"
 
 #include "absl/strings/str_cat.h"
@@ -36,27 +37,29 @@ float ScalarConstantValue(const Value* v) {
 
 bool IsKernelStorage(DType t) { return IsFloatStorage(t) || t == DType::kBool; }
 
-bool IsFusibleElementwise(const Node& n) {
+FusionDecision FusibleElementwise(const Node& n) {
   // Which dtypes the op takes inside a fused kernel: compiler/ops/op_traits.cc.
   const FusionClass fc = TraitsOf(n).fusion;
-  if (fc == FusionClass::kNone) return false;
+  if (fc == FusionClass::kNone) return {false, "no fusion class (compiler/ops/op_traits.cc)"};
   const bool float_op = fc == FusionClass::kFloat;
   const bool predicate = fc == FusionClass::kCompare || fc == FusionClass::kLogic;
   const std::string& op = n.op_type;
-  if (n.outputs.size() != 1 || n.outputs[0] == nullptr || !n.outputs[0]->shape.fully_known()) return false;
+  if (n.outputs.size() != 1 || n.outputs[0] == nullptr || !n.outputs[0]->shape.fully_known()) {
+    return {false, "not one output of known dims"};
+  }
   const DType out = n.outputs[0]->dtype;
-  if (!IsKernelStorage(out)) return false;
-  if ((float_op && out == DType::kBool) || (predicate && out != DType::kBool)) return false;
+  if (!IsKernelStorage(out)) return {false, absl::StrCat("output dtype ", DTypeName(out), " is not stored by kernels")};
+  if ((float_op && out == DType::kBool) || (predicate && out != DType::kBool)) return {false, "output dtype of its class"};
   if (op == "Clip" && n.HasAttr("min") == false && n.inputs.size() > 1) {
     // Clip bounds must be scalar float32 constants (they are folded into the code).
     for (size_t i = 1; i < n.inputs.size(); ++i) {
-      if (n.inputs[i] && !IsScalarConstant(n.inputs[i])) return false;
+      if (n.inputs[i] && !IsScalarConstant(n.inputs[i])) return {false, "Clip bounds are not scalar constants"};
     }
   }
   for (size_t i = 0; i < n.inputs.size(); ++i) {
     const Value* v = n.inputs[i];
     if (v == nullptr) continue;
-    if (!v->shape.fully_known()) return false;
+    if (!v->shape.fully_known()) return {false, absl::StrCat("input ", i, " has unknown dims")};
     const DType t = v->dtype;
     bool ok;
     if (fc == FusionClass::kCast) {
@@ -74,17 +77,19 @@ bool IsFusibleElementwise(const Node& n) {
     } else {
       ok = IsFloatStorage(t);
     }
-    if (!ok) return false;
+    if (!ok) return {false, absl::StrCat("input ", i, " dtype ", DTypeName(t), " is not fused for this op")};
     // Inputs must broadcast to the output (unidirectionally).
     Dims in = v->shape.concrete(), od = n.outputs[0]->shape.concrete();
-    if (in.size() > od.size()) return false;
+    if (in.size() > od.size()) return {false, absl::StrCat("input ", i, " has a higher rank than the output")};
     for (size_t d = 0; d < in.size(); ++d) {
       int64_t o = od[od.size() - in.size() + d];
-      if (in[d] != o && in[d] != 1) return false;
+      if (in[d] != o && in[d] != 1) return {false, absl::StrCat("input ", i, " does not broadcast to the output")};
     }
   }
-  return true;
+  return {true, ""};
 }
+
+bool IsFusibleElementwise(const Node& n) { return FusibleElementwise(n).ok; }
 
 bool IsRowReduction(const Node& n) {
   if (!TraitsOf(n).row_reduction || n.outputs.size() != 1 || !n.outputs[0] || !n.inputs[0]) return false;
@@ -502,7 +507,15 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOp
   std::vector<bool> fusible(n), reduction(n);
   for (int i = 0; i < n; ++i) {
     reduction[i] = owner[i] < 0 && IsRowReduction(*order[i]);
-    fusible[i] = owner[i] < 0 && (reduction[i] || IsFusibleElementwise(*order[i]));
+    if (owner[i] >= 0 || reduction[i]) {
+      fusible[i] = owner[i] < 0;
+      continue;
+    }
+    const FusionDecision d = FusibleElementwise(*order[i]);
+    fusible[i] = d.ok;
+    if (!d.ok && TraitsOf(*order[i]).fusion != FusionClass::kNone) {
+      CJIT_VLOG(2) << "not fusing " << order[i]->Describe() << ": " << d.reason;
+    }
   }
   // Each group has an iteration shape; row groups (with a reduction) iterate over rows of it.
   UnionFind groups_of(n);

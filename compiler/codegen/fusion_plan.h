@@ -87,6 +87,13 @@ bool IsKernelStorage(DType dtype);
 // IsNaN, IsInf, Not/And/Or/Xor, and Where(bool, X, Y) — bool values are 0.0 / 1.0 inside a kernel; Cast
 // between float types and bool, and from int32/int64 to those (an integer is read as its float32 value).
 bool IsFusibleElementwise(const Node& node);
+// The same decision with its reason when negative (as XLA's FusionDecision), for the VLOG(2) log of
+// BuildFusionPlan (--vmodule=fusion_plan=2).
+struct FusionDecision {
+  bool ok = false;
+  std::string reason;
+};
+FusionDecision FusibleElementwise(const Node& node);
 // True for reductions a row kernel can fuse: float32 ReduceSum/Mean/Max/Min/SumSquare/L2 over the last
 // axis with keepdims=1, Softmax/LogSoftmax over the last axis.
 bool IsRowReduction(const Node& node);
