@@ -236,9 +236,9 @@ absl::Status MatMulNBitsKernel(KernelContext& ctx) {
   const float* ad = a.data<float>();
   float* yd = y.data<float>();
   if (M <= kMatrixVectorRows && CpuHasAvx2()) {
-    // Matrix-vector products (a decoder's token step): memory-bound on the weights, so each column is
-    // dequantized into an L1 buffer and dotted with the few rows of A; the weights are read once, in
-    // their packed bits, and no float copy of them is written.
+    // Matrix-vector products (a decoder's token step): memory-bound on the weights, which are read once,
+    // in their packed bits: 8- and 4-bit codes with integer zero points are converted in registers and
+    // dotted with the few rows of A (ColumnDotsAvx2); other formats through an L1 buffer per column.
     const int64_t chunks = (l.N + kPanelColumns - 1) / kPanelColumns;
     const int threads = static_cast<int>(std::min<int64_t>(ThreadsForElements(ctx.threads, l.K * l.N / 4), chunks));
     if ((l.bits == 8 || l.bits == 4) && l.zp_float == nullptr) {
