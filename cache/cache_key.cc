@@ -1,5 +1,7 @@
 #include "cache/cache_key.h"
 
+#include "base/weak_memo.h"
+
 #include <nettle/sha2.h>
 #include <openssl/evp.h>
 #include <xxhash.h>
@@ -53,44 +55,21 @@ namespace {
 // Per live tensor object: its content digest (computed on first request) and its process-unique serial
 // (assigned on first request; 0 = none yet).
 struct ConstantMemoEntry {
-  std::weak_ptr<const Tensor> tensor;
   std::string digest;
   uint64_t serial = 0;
 };
 
-// The one memo of the process. (Not statics of WithConstantMemo: a function template has its own per
-// instantiation, and every lambda is a new one — the digest was stored in one map and looked up in another,
-// so every signature hashed every small constant again.)
-struct ConstantMemo {
-  std::mutex mu;  // std::mutex: ThreadSanitizer sees it (Debian's abseil is not instrumented)
-  std::unordered_map<const Tensor*, ConstantMemoEntry> entries;
-  size_t sweep_at = 256;
-};
-
-ConstantMemo& TheConstantMemo() {
-  static auto* memo = new ConstantMemo();
+// The one memo of the process. (Not a static of WithConstantMemo: a function template has its own per
+// instantiation, and every lambda is a new one — the digest was stored in one map and looked up in another.)
+WeakMemo<const Tensor*, const Tensor, ConstantMemoEntry>& TheConstantMemo() {
+  static auto* memo = new WeakMemo<const Tensor*, const Tensor, ConstantMemoEntry>();
   return *memo;
 }
 
 // Runs `fn` on the memo entry of `t` (created if missing or stale) under the memo's lock.
 template <typename Fn>
 auto WithConstantMemo(const std::shared_ptr<const Tensor>& t, Fn fn) {
-  ConstantMemo& m = TheConstantMemo();
-  std::lock_guard<std::mutex> lock(m.mu);
-  auto it = m.entries.find(t.get());
-  // A live weak_ptr to this address is this very object (an object that died and whose address was
-  // reused has an expired entry), and a constant never changes while it lives.
-  if (it == m.entries.end() || it->second.tensor.expired() || it->second.tensor.lock() != t) {
-    m.entries[t.get()] = ConstantMemoEntry{t, "", 0};
-    if (m.entries.size() >= m.sweep_at) {
-      for (auto e = m.entries.begin(); e != m.entries.end();) {
-        e = e->second.tensor.expired() ? m.entries.erase(e) : std::next(e);
-      }
-      m.sweep_at = std::max<size_t>(256, 2 * m.entries.size());
-    }
-    it = m.entries.find(t.get());
-  }
-  return fn(it->second);
+  return TheConstantMemo().With(t.get(), t, fn);
 }
 
 }  // namespace

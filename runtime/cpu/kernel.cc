@@ -1,6 +1,11 @@
 #include "compiler/ir/cpu_isa.h"
 #include "runtime/cpu/kernel.h"
 
+#include <optional>
+#include <tuple>
+
+#include "base/weak_memo.h"
+
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -48,25 +53,14 @@ Tensor ConvertedConstant(const Tensor& t) {
 }  // namespace
 
 Tensor DerivedConstant(const Tensor& t, const std::string& kind, const std::function<Tensor(const Tensor&)>& make) {
-  struct Entry {
-    std::weak_ptr<uint8_t> source;
-    Dims source_dims;
-    DType source_dtype;
-    Tensor derived;
-  };
-  static std::mutex mu;
-  static auto* cache = new std::map<std::pair<const void*, std::string>, Entry>();
-  std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_pair(t.raw(), kind);
-  auto it = cache->find(key);
-  if (it != cache->end() && it->second.source.lock() == t.buffer() && it->second.source_dims == t.dims() &&
-      it->second.source_dtype == t.dtype()) {
-    return it->second.derived;
-  }
-  for (auto e = cache->begin(); e != cache->end();) e = e->second.source.expired() ? cache->erase(e) : std::next(e);
-  Tensor d = make(t);
-  (*cache)[key] = Entry{t.buffer(), t.dims(), t.dtype(), d};
-  return d;
+  // Keyed by the buffer's address, the derivation and the view of it (dims, dtype): one buffer may back
+  // views of other dims.
+  using Key = std::tuple<const void*, std::string, Dims, DType>;
+  static auto* memo = new WeakMemo<Key, uint8_t, std::optional<Tensor>>();
+  return memo->With(Key{t.raw(), kind, t.dims(), t.dtype()}, t.buffer(), [&](std::optional<Tensor>& derived) {
+    if (!derived.has_value()) derived = make(t);
+    return *derived;
+  });
 }
 
 bool CpuHasBfloat16Math() { return CpuHasAvx512Bf16(); }
