@@ -382,17 +382,23 @@ class AutoQuantizer {
     const std::vector<Value*>& aq = Quantized(a);
     Node* mm = Add("MatMulInteger", n, "MatMulInteger", {aq[0], Constant(n, "B_int8", std::move(q)), aq[2]},
                    DType::kI32);
-    mm->opset_version = std::max<int64_t>(g_.opset, 10);
-    Node* f = Add("Cast", n, "Cast", {mm->outputs[0]}, DType::kF32);
+    ScaleIntegerProduct(n, mm, aq[1], std::move(scale), addend);
+    return true;
+  }
+
+  // The float result of an integer product `op` (MatMulInteger / ConvInteger, int32): n becomes
+  // Cast(op) * (a_scale * w_scale) [+ addend], keeping its output value.
+  void ScaleIntegerProduct(Node* n, Node* op, Value* a_scale, Tensor w_scale, Value* addend) {
+    op->opset_version = std::max<int64_t>(g_.opset, 10);
+    Node* f = Add("Cast", n, "Cast", {op->outputs[0]}, DType::kF32);
     f->attrs["to"] = Attribute::Int(1);
-    Node* s = Add("Mul", n, "scale", {aq[1], Constant(n, "B_scale", std::move(scale))}, DType::kF32);
+    Node* s = Add("Mul", n, "scale", {a_scale, Constant(n, "w_scale", std::move(w_scale))}, DType::kF32);
     if (addend == nullptr) {
       Become(n, "Mul", {f->outputs[0], s->outputs[0]});
     } else {
       Node* y = Add("Mul", n, "scaled", {f->outputs[0], s->outputs[0]}, DType::kF32);
       Become(n, "Add", {y->outputs[0], addend});
     }
-    return true;
   }
 
   bool Conv(Node* n) {
@@ -413,19 +419,14 @@ class AutoQuantizer {
     std::memcpy(scale.raw(), ws.data(), oc * sizeof(float));
     const std::vector<Value*>& xq = Quantized(n->input(0));
     Node* ci = Add("ConvInteger", n, "ConvInteger", {xq[0], Constant(n, "W_int8", std::move(q)), xq[2]}, DType::kI32);
-    ci->opset_version = std::max<int64_t>(g_.opset, 10);
     ci->attrs = n->attrs;
-    Node* f = Add("Cast", n, "Cast", {ci->outputs[0]}, DType::kF32);
-    f->attrs["to"] = Attribute::Int(1);
-    Node* s = Add("Mul", n, "scale", {xq[1], Constant(n, "W_scale", std::move(scale))}, DType::kF32);
-    if (bias == nullptr) {
-      Become(n, "Mul", {f->outputs[0], s->outputs[0]});
-    } else {
+    Value* addend = nullptr;
+    if (bias != nullptr) {
       Tensor b(DType::kF32, bdims);
       std::memcpy(b.raw(), bias->constant->raw(), oc * sizeof(float));
-      Node* y = Add("Mul", n, "scaled", {f->outputs[0], s->outputs[0]}, DType::kF32);
-      Become(n, "Add", {y->outputs[0], Constant(n, "B", std::move(b))});
+      addend = Constant(n, "B", std::move(b));
     }
+    ScaleIntegerProduct(n, ci, xq[1], std::move(scale), addend);
     return true;
   }
 
