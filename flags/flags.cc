@@ -102,7 +102,14 @@ Setter OneOfFlag(std::string Flags::*field, std::string name, std::vector<std::s
 // A comma-separated list of operator names (identifiers). Whether each names an ONNX operator is checked
 // where the flags are resolved against the op table (runtime/session.cc ValidateOpListFlags): flags/
 // depends on abseil and base/ only.
+// The op-list flags, in table order (OpListFlag registers each as the table is built).
+std::vector<std::pair<const char*, std::string Flags::*>>& OpListFields() {
+  static auto* fields = new std::vector<std::pair<const char*, std::string Flags::*>>();
+  return *fields;
+}
+
 Setter OpListFlag(std::string Flags::*field, const char* name) {
+  OpListFields().emplace_back(name, field);
   return [=](Flags& f, absl::string_view v, bool has) -> absl::Status {
     if (!has) return BadValue(name, v, "a comma-separated list of ONNX operators");
     for (absl::string_view op : absl::StrSplit(v, ',', absl::SkipEmpty())) {
@@ -820,6 +827,13 @@ const absl::StatusOr<Flags>& FlagsFromEnvironment() {
     return new absl::StatusOr<Flags>(ParseFlags(env ? env : "", Flags{}, "CJIT_FLAGS"));
   }();
   return *flags;
+}
+
+std::vector<std::pair<std::string, std::string>> OpListFlagValues(const Flags& flags) {
+  Table();  // builds the table, which registers the op-list flags
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [name, field] : OpListFields()) out.emplace_back(name, flags.*field);
+  return out;
 }
 
 std::vector<FlagInfo> ListFlags() {

@@ -18,6 +18,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/string_view.h"
@@ -231,6 +232,10 @@ struct FlagInfo {
   std::vector<std::string> aliases;
 };
 std::vector<FlagInfo> ListFlags();
+// The flags whose values are comma-separated ONNX operator names (--amp_*list_*,
+// --auto_quantize_allowlist_*): each one's name and its value in `flags`. Their syntax is checked here;
+// that each names an operator, where a session resolves its flags (against the op table).
+std::vector<std::pair<std::string, std::string>> OpListFlagValues(const Flags& flags);
 
 // The known flag name nearest to `name` by edit distance ("" if none is close).
 std::string NearestFlag(absl::string_view name);

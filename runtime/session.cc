@@ -62,24 +62,12 @@ namespace {
 // The op-list flags name ONNX operators (flags/ checks their syntax only: it does not depend on the op
 // table).
 absl::Status ValidateOpListFlags(const Flags& f) {
-  const std::pair<const char*, const std::string*> lists[] = {
-      {"amp_allowlist_add", &f.amp_allowlist_add},
-      {"amp_allowlist_remove", &f.amp_allowlist_remove},
-      {"amp_inferlist_add", &f.amp_inferlist_add},
-      {"amp_inferlist_remove", &f.amp_inferlist_remove},
-      {"amp_denylist_add", &f.amp_denylist_add},
-      {"amp_denylist_remove", &f.amp_denylist_remove},
-      {"amp_clearlist_add", &f.amp_clearlist_add},
-      {"amp_clearlist_remove", &f.amp_clearlist_remove},
-      {"auto_quantize_allowlist_add", &f.auto_quantize_allowlist_add},
-      {"auto_quantize_allowlist_remove", &f.auto_quantize_allowlist_remove}};
-  for (const auto& [name, value] : lists) {
-    for (absl::string_view op : absl::StrSplit(*value, ',', absl::SkipEmpty())) {
+  for (const auto& [name, value] : OpListFlagValues(f)) {
+    for (absl::string_view op : absl::StrSplit(value, ',', absl::SkipEmpty())) {
       int first = 0;
       FindOpSchema(std::string(op), 1000, &first);
       if (first == 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--", name, "=", *value, ": '", op, "' is not an ONNX operator"));
+        return absl::InvalidArgumentError(absl::StrCat("--", name, "=", value, ": '", op, "' is not an ONNX operator"));
       }
     }
   }
