@@ -183,6 +183,26 @@ TEST(FuseQdqTest, MatMulBecomesQLinearMatMul) {
 // The channels-last layout pass on a quantized chain: QLinearConv -> DequantizeLinear -> Relu ->
 // QuantizeLinear -> QLinearConv (strided, per-channel) -> QLinearConv (depthwise) becomes NhwcQLinearConvs with
 // one Transpose at each end; the uint8 output is bit-identical to the NCHW graph's (the same integer math).
+// *g = `nchw` rewritten by the layout pass (which must change it), transposes cancelled, verified.
+void ChannelsLastCopy(const std::shared_ptr<Graph>& nchw, std::shared_ptr<Graph>* g) {
+  g->reset(nchw->Clone().release());
+  auto changed = AssignChannelsLastLayout(**g);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(*changed);
+  ASSERT_TRUE(RemoveNoOps(**g).ok());
+  ASSERT_TRUE(VerifyGraph(**g).ok()) << PrintGraph(**g);
+}
+
+// The one output of `got` on x is bitwise the one of `want`.
+void ExpectSameBits(const std::shared_ptr<Graph>& want_graph, const std::shared_ptr<Graph>& got_graph, const Tensor& x,
+                    const std::string& where) {
+  std::vector<Tensor> want = testing::RunGraph(want_graph, {x}), got = testing::RunGraph(got_graph, {x});
+  ASSERT_EQ(want.size(), 1u);
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(got[0].dims(), want[0].dims());
+  EXPECT_EQ(std::memcmp(got[0].raw(), want[0].raw(), want[0].nbytes()), 0) << where;
+}
+
 TEST(ChannelsLastQuantizedTest, QLinearConvChainRunsChannelsLast) {
   const std::string ir =
       "graph g(%x: u8[1,8,11,13]) {\n" + ConvParams() + IntConst("w2", "i8", {16, 6, 3, 3}, -127, 127, 4) +
@@ -196,13 +216,8 @@ TEST(ChannelsLastQuantizedTest, QLinearConvChainRunsChannelsLast) {
       "  return %y\n}";
   auto parsed = SpecializedGraphFromText(ir);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
-  std::shared_ptr<Graph> nchw(std::move(*parsed));
-  std::shared_ptr<Graph> g(nchw->Clone());
-  auto changed = AssignChannelsLastLayout(*g);
-  ASSERT_TRUE(changed.ok()) << changed.status();
-  EXPECT_TRUE(*changed);
-  ASSERT_TRUE(RemoveNoOps(*g).ok());
-  ASSERT_TRUE(VerifyGraph(*g).ok()) << PrintGraph(*g);
+  std::shared_ptr<Graph> nchw(std::move(*parsed)), g;
+  ASSERT_NO_FATAL_FAILURE(ChannelsLastCopy(nchw, &g));
   EXPECT_EQ(Count(*g, "NhwcQLinearConv"), 3) << PrintGraph(*g);
   EXPECT_EQ(Count(*g, "QLinearConv"), 0) << PrintGraph(*g);
   EXPECT_EQ(Count(*g, "Transpose"), 2) << PrintGraph(*g);
@@ -211,13 +226,8 @@ TEST(ChannelsLastQuantizedTest, QLinearConvChainRunsChannelsLast) {
     auto cap = ParseCpuIsa(isa);
     ASSERT_TRUE(cap.ok());
     SetMaxCpuIsa(std::min(previous, *cap));
-    const Tensor x = Bytes(DType::kU8, {1, 8, 11, 13});
-    std::vector<Tensor> want = testing::RunGraph(nchw, {x}), got = testing::RunGraph(g, {x});
+    ExpectSameBits(nchw, g, Bytes(DType::kU8, {1, 8, 11, 13}), isa);
     SetMaxCpuIsa(previous);
-    ASSERT_EQ(want.size(), 1u);
-    ASSERT_EQ(got.size(), 1u);
-    ASSERT_EQ(got[0].dims(), want[0].dims());
-    EXPECT_EQ(std::memcmp(got[0].raw(), want[0].raw(), want[0].nbytes()), 0) << isa;
   }
 }
 
@@ -367,13 +377,8 @@ TEST(AutoQuantizeTest, DynamicConvolutionsRunChannelsLast) {
   ASSERT_EQ(done->size(), 2u);
   auto eval = [](const Node& n, const std::vector<const Tensor*>& in) { return EvaluateNode(n, in, 1); };
   ASSERT_TRUE(SpecializeShapes(**parsed, {Dims{1, 8, 11, 13}}, eval).ok());
-  std::shared_ptr<Graph> nchw(std::move(*parsed));
-  std::shared_ptr<Graph> g(nchw->Clone());
-  auto changed = AssignChannelsLastLayout(*g);
-  ASSERT_TRUE(changed.ok()) << changed.status();
-  EXPECT_TRUE(*changed);
-  ASSERT_TRUE(RemoveNoOps(*g).ok());
-  ASSERT_TRUE(VerifyGraph(*g).ok()) << PrintGraph(*g);
+  std::shared_ptr<Graph> nchw(std::move(*parsed)), g;
+  ASSERT_NO_FATAL_FAILURE(ChannelsLastCopy(nchw, &g));
   EXPECT_EQ(Count(*g, "NhwcConvInteger"), 2) << PrintGraph(*g);
   EXPECT_EQ(Count(*g, "ConvInteger"), 0) << PrintGraph(*g);
   // The region's two edges; the other Transposes permute the [1, OC, 1, 1] per-channel scales.
@@ -384,11 +389,7 @@ TEST(AutoQuantizeTest, DynamicConvolutionsRunChannelsLast) {
   EXPECT_EQ(large_transposes, 2) << PrintGraph(*g);
   Tensor x(DType::kF32, {1, 8, 11, 13});
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>((i * 37 % 101) - 50) / 25.0f;
-  std::vector<Tensor> want = testing::RunGraph(nchw, {x}), got = testing::RunGraph(g, {x});
-  ASSERT_EQ(want.size(), 1u);
-  ASSERT_EQ(got.size(), 1u);
-  ASSERT_EQ(got[0].dims(), want[0].dims());
-  EXPECT_EQ(std::memcmp(got[0].raw(), want[0].raw(), want[0].nbytes()), 0);
+  ExpectSameBits(nchw, g, x, "NhwcConvInteger");
 }
 
 TEST(AutoQuantizeTest, BadFlagsAreClearErrors) {

@@ -46,38 +46,31 @@ inline int32_t CodeZeroPoint(const NBitsLayout& l, int64_t n, int64_t b) {
   return (l.zp_packed[n * l.zp_row + bit / 8] >> (bit % 8)) & ((1 << l.bits) - 1);
 }
 
-// DequantizeColumn for 8- and 4-bit codes with integer zero points, 8 values per step (block_size is a
-// multiple of 16); float(code - zp) * scale exactly as the scalar definition.
-__attribute__((target("avx2,fma"))) void DequantizeColumnAvx2(const NBitsLayout& l, int64_t n, float* out) {
+// DequantizeColumn for 4-bit codes with integer zero points: the nibbles unpacked 16 per step into k order
+// (block_size is a multiple of 16), without the per-block copy of the codes; float(code - zp) * scale
+// exactly as the scalar definition.
+__attribute__((target("avx2,fma"))) void DequantizeColumn4BitAvx2(const NBitsLayout& l, int64_t n, float* out) {
   const __m256i low4 = _mm256_set1_epi32(15);
   for (int64_t b = 0; b < l.blocks; ++b) {
     const uint8_t* blob = l.b + (n * l.blocks + b) * l.blob;
     const int64_t k0 = b * l.block, count = std::min(l.block, l.K - k0);
-    const __m256 scale = _mm256_set1_ps(l.scales[n * l.blocks + b]);
-    const __m256i zp = _mm256_set1_epi32(CodeZeroPoint(l, n, b));
+    const int32_t z = CodeZeroPoint(l, n, b);
+    const float sc = l.scales[n * l.blocks + b];
     float* o = out + k0;
+    const __m256 scale = _mm256_set1_ps(sc);
+    const __m256i zp = _mm256_set1_epi32(z);
+    // 16 codes from 8 bytes: even k in the low nibbles. Interleave low/high nibbles back into k order.
     int64_t i = 0;
-    if (l.bits == 8) {
-      for (; i + 8 <= count; i += 8) {
-        __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blob + i)));
-        _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(c, zp)), scale));
-      }
-      for (; i < count; ++i) o[i] = static_cast<float>(blob[i] - _mm256_extract_epi32(zp, 0)) * l.scales[n * l.blocks + b];
-    } else {
-      // 16 codes from 8 bytes: even k in the low nibbles. Interleave low/high nibbles back into k order.
-      for (; i + 16 <= count; i += 16) {
-        const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blob + i / 2)));
-        const __m256i lo = _mm256_and_si256(bytes, low4), hi = _mm256_srli_epi32(bytes, 4);
-        // lo = codes k = 0,2,4,..,14; hi = 1,3,..,15 -> interleave.
-        const __m256i a = _mm256_unpacklo_epi32(lo, hi), c = _mm256_unpackhi_epi32(lo, hi);
-        const __m256i first = _mm256_permute2x128_si256(a, c, 0x20), second = _mm256_permute2x128_si256(a, c, 0x31);
-        _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(first, zp)), scale));
-        _mm256_storeu_ps(o + i + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(second, zp)), scale));
-      }
-      const int32_t z = _mm256_extract_epi32(zp, 0);
-      const float sc = l.scales[n * l.blocks + b];
-      for (; i < count; ++i) o[i] = static_cast<float>(((blob[i / 2] >> (4 * (i % 2))) & 15) - z) * sc;
+    for (; i + 16 <= count; i += 16) {
+      const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blob + i / 2)));
+      const __m256i lo = _mm256_and_si256(bytes, low4), hi = _mm256_srli_epi32(bytes, 4);
+      // lo = codes k = 0,2,4,..,14; hi = 1,3,..,15 -> interleave.
+      const __m256i a = _mm256_unpacklo_epi32(lo, hi), c = _mm256_unpackhi_epi32(lo, hi);
+      const __m256i first = _mm256_permute2x128_si256(a, c, 0x20), second = _mm256_permute2x128_si256(a, c, 0x31);
+      _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(first, zp)), scale));
+      _mm256_storeu_ps(o + i + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(second, zp)), scale));
     }
+    for (; i < count; ++i) o[i] = static_cast<float>(((blob[i / 2] >> (4 * (i % 2))) & 15) - z) * sc;
   }
 }
 
@@ -173,8 +166,8 @@ void DequantizeColumn(const NBitsLayout& l, int64_t n, uint8_t* codes, float* ou
 
 // The fastest DequantizeColumn for the layout on this CPU.
 void DequantizeColumnFast(const NBitsLayout& l, int64_t n, uint8_t* codes, float* out) {
-  if ((l.bits == 8 || l.bits == 4) && l.zp_float == nullptr && CpuHasAvx2()) {
-    DequantizeColumnAvx2(l, n, out);
+  if (l.bits == 4 && l.zp_float == nullptr && CpuHasAvx2()) {
+    DequantizeColumn4BitAvx2(l, n, out);
   } else {
     DequantizeColumn(l, n, codes, out);
   }
