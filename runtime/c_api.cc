@@ -2,6 +2,7 @@
 // exception (CatchAsStatus), checks its pointers, and converts absl::Status into cjit_status.
 #include "clusterjit/clusterjit.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <memory>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 #include "base/status_macros.h"
 #include "compiler/onnx/tensor_proto.h"
 #include "flags/flags.h"
@@ -35,10 +37,17 @@ struct cjit_value {
   bool wrapped = false;
 };
 
+struct cjit_run_options {
+  std::atomic<bool> terminate{false};
+  cjit_interrupt_check check = nullptr;
+  void* check_user_data = nullptr;
+};
+
 struct cjit_session {
   struct Guts {
     std::unique_ptr<cjit::Session> session;
     std::vector<std::string> input_names, output_names;
+    std::string device;
     std::mutex mu;
     std::condition_variable idle;
     int active = 0;
@@ -101,6 +110,27 @@ absl::Status Info(const cjit::TensorInfo& info, int32_t* dtype, int64_t* dims, s
   return absl::OkStatus();
 }
 
+const char* DimName(const std::vector<cjit::TensorInfo>& infos, size_t index, size_t axis) {
+  if (index >= infos.size() || !infos[index].shape.rank_known || axis >= infos[index].shape.dims.size()) {
+    return nullptr;
+  }
+  const cjit::Dim& d = infos[index].shape.dims[axis];
+  return d.known() ? "" : d.symbol.c_str();
+}
+
+nlohmann::json ClusterCounters(const cjit::ClusterStatsSnapshot& c) {
+  return {{"compiles", c.compiles},
+          {"compile_ms", c.compile_ms},
+          {"fallback_executions", c.fallback_executions},
+          {"compiled_executions", c.compiled_executions},
+          {"memory_hits", c.memory_hits},
+          {"disk_hits", c.disk_hits},
+          {"disk_writes", c.disk_writes},
+          {"disk_rejects", c.disk_rejects},
+          {"polymorphic_hits", c.polymorphic_hits},
+          {"code_bytes", c.code_bytes}};
+}
+
 absl::StatusOr<cjit::SessionOptions> MakeSessionOptions(const cjit_options* options) {
   cjit::SessionOptions o;
   o.use_environment_flags = false;
@@ -136,6 +166,7 @@ cjit_status* FinishCreate(absl::StatusOr<std::unique_ptr<cjit::Session>> s, cjit
   auto guts = std::make_shared<cjit_session::Guts>();
   for (const auto& i : (*s)->inputs()) guts->input_names.push_back(i.name);
   for (const auto& o : (*s)->outputs()) guts->output_names.push_back(o.name);
+  guts->device = (*s)->device();
   guts->session = std::move(*s);
   *out = new cjit_session{std::move(guts)};
   return nullptr;
@@ -355,9 +386,114 @@ cjit_status* cjit_session_output_info(const cjit_session* s, size_t index, int32
   return ToStatus(Info(s->guts->session->outputs()[index], dtype, dims, capacity, rank));
 }
 
+const char* cjit_session_input_dim_name(const cjit_session* s, size_t index, size_t axis) {
+  return s ? DimName(s->guts->session->inputs(), index, axis) : nullptr;
+}
+const char* cjit_session_output_dim_name(const cjit_session* s, size_t index, size_t axis) {
+  return s ? DimName(s->guts->session->outputs(), index, axis) : nullptr;
+}
+
+const char* cjit_session_device(const cjit_session* s) { return s ? s->guts->device.c_str() : nullptr; }
+
+cjit_status* cjit_session_metadata_json(const cjit_session* s, char* buffer, size_t size, size_t* length) {
+  if (s == nullptr) return Error(CJIT_INVALID_ARGUMENT, "cjit_session_metadata_json: session is NULL");
+  std::string text;
+  cjit_status* st = Guard("cjit_session_metadata_json", [&]() -> absl::Status {
+    const cjit::ModelMetadata& m = s->guts->session->metadata();
+    nlohmann::json custom = nlohmann::json::object();
+    for (const auto& [k, v] : m.custom) custom[k] = v;
+    nlohmann::json j = {{"producer_name", m.producer_name},   {"producer_version", m.producer_version},
+                        {"domain", m.domain},                 {"description", m.description},
+                        {"graph_name", m.graph_name},         {"graph_description", m.graph_description},
+                        {"version", m.version},               {"custom_metadata_map", custom}};
+    // Invalid UTF-8 in a model's strings is replaced, not an error.
+    text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    return absl::OkStatus();
+  });
+  return st ? st : CopyOut(text, buffer, size, length);
+}
+
+cjit_status* cjit_session_stats_json(const cjit_session* s, char* buffer, size_t size, size_t* length) {
+  if (s == nullptr) return Error(CJIT_INVALID_ARGUMENT, "cjit_session_stats_json: session is NULL");
+  std::string text;
+  cjit_status* st = Guard("cjit_session_stats_json", [&]() -> absl::Status {
+    const cjit::SessionStats x = s->guts->session->stats();
+    nlohmann::json j = {{"signatures", x.signatures},
+                        {"signature_evictions", x.signature_evictions},
+                        {"specializations", x.specializations},
+                        {"specialization_replays", x.specialization_replays},
+                        {"dynamic_shape_runs", x.dynamic_shape_runs},
+                        {"dynamic_shape_misses", x.dynamic_shape_misses},
+                        {"compiles_in_flight", x.compiles_in_flight},
+                        {"clusters", ClusterCounters(x.totals)},
+                        {"autotune",
+                         {{"ops_tuned", x.autotune.ops_tuned},
+                          {"candidates_timed", x.autotune.candidates_timed},
+                          {"candidates_rejected", x.autotune.candidates_rejected},
+                          {"tuning_ms", x.autotune.tuning_ms},
+                          {"memory_hits", x.autotune.memory_hits},
+                          {"disk_hits", x.autotune.disk_hits},
+                          {"file_hits", x.autotune.file_hits},
+                          {"ignored_entries", x.autotune.ignored_entries}}}};
+    text = j.dump();
+    return absl::OkStatus();
+  });
+  return st ? st : CopyOut(text, buffer, size, length);
+}
+
+cjit_status* cjit_flags_json(char* buffer, size_t size, size_t* length) {
+  std::string text;
+  cjit_status* st = Guard("cjit_flags_json", [&]() -> absl::Status {
+    nlohmann::json j = nlohmann::json::array();
+    for (const cjit::FlagInfo& f : cjit::ListFlags()) {
+      j.push_back({{"name", f.name}, {"type", f.type}, {"default", f.default_value}, {"help", f.help},
+                   {"aliases", f.aliases}});
+    }
+    text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    return absl::OkStatus();
+  });
+  return st ? st : CopyOut(text, buffer, size, length);
+}
+
+// ---- run options ----
+
+cjit_status* cjit_run_options_create(cjit_run_options** out) {
+  if (out == nullptr) return Error(CJIT_INVALID_ARGUMENT, "cjit_run_options_create: out is NULL");
+  *out = new (std::nothrow) cjit_run_options();
+  return *out ? nullptr : Error(CJIT_RESOURCE_EXHAUSTED, "cjit_run_options_create: out of memory");
+}
+
+void cjit_run_options_free(cjit_run_options* options) { delete options; }
+
+void cjit_run_options_set_terminate(cjit_run_options* options, int terminate) {
+  if (options) options->terminate.store(terminate != 0, std::memory_order_relaxed);
+}
+
+int cjit_run_options_get_terminate(const cjit_run_options* options) {
+  return options && options->terminate.load(std::memory_order_relaxed) ? 1 : 0;
+}
+
+cjit_status* cjit_run_options_set_interrupt_check(cjit_run_options* options, cjit_interrupt_check check,
+                                                  void* user_data) {
+  if (options == nullptr) {
+    return Error(CJIT_INVALID_ARGUMENT, "cjit_run_options_set_interrupt_check: options is NULL");
+  }
+  options->check = check;
+  options->check_user_data = check ? user_data : nullptr;
+  return nullptr;
+}
+
 cjit_status* cjit_session_run(cjit_session* session, const char* const* input_names, const cjit_value* const* inputs,
                               size_t n_inputs, const char* const* output_names, cjit_value** outputs,
                               size_t n_outputs) {
+  return cjit_session_run_with_options(session, nullptr, input_names, inputs, n_inputs, output_names, outputs,
+                                       n_outputs);
+}
+
+cjit_status* cjit_session_run_with_options(cjit_session* session, const cjit_run_options* run_options,
+                                           const char* const* input_names, const cjit_value* const* inputs,
+                                           size_t n_inputs, const char* const* output_names, cjit_value** outputs,
+                                           size_t n_outputs) {
   if (session == nullptr) return Error(CJIT_INVALID_ARGUMENT, "cjit_session_run: session is NULL");
   if (n_inputs > 0 && (input_names == nullptr || inputs == nullptr)) {
     return Error(CJIT_INVALID_ARGUMENT, "cjit_session_run: input_names and inputs must not be NULL");
@@ -408,7 +544,16 @@ cjit_status* cjit_session_run(cjit_session* session, const char* const* input_na
                                                        cjit::DTypeName(info.dtype)));
       }
     }
-    CJIT_ASSIGN_OR_RETURN(std::vector<cjit::NamedTensor> result, guts->session->Run(in));
+    cjit::RunOptions ro;
+    if (run_options != nullptr) {
+      ro.terminate = &run_options->terminate;
+      if (run_options->check != nullptr) {
+        cjit_interrupt_check check = run_options->check;
+        void* user = run_options->check_user_data;
+        ro.should_terminate = [check, user] { return check(user) != 0; };
+      }
+    }
+    CJIT_ASSIGN_OR_RETURN(std::vector<cjit::NamedTensor> result, guts->session->Run(in, ro));
     for (size_t i = 0; i < n_outputs; ++i) {
       cjit::Tensor& got = result[which[i]].tensor;
       if (outputs[i] == nullptr) continue;

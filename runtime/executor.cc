@@ -13,6 +13,7 @@
 #include "compiler/passes/mark_for_compilation.h"
 #include "runtime/cluster_runner.h"
 #include "runtime/profiler.h"
+#include "runtime/run_options.h"
 
 namespace cjit {
 
@@ -209,6 +210,7 @@ absl::StatusOr<std::vector<Tensor>> Executor::Run(
     }
   }
   for (const Step& st : steps_) {
+    if (const char* why = RunCancellationReason()) return RunCancelledError(why, st.node->Describe());
     // Cluster nodes trace themselves (ClusterRunner); every other node is one "op" event. With
     // --nvtx_detailed its name (and NVTX range) carries the input shapes.
     std::string detailed;

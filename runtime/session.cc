@@ -238,6 +238,7 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Grap
       if (!quantized.empty()) CJIT_RETURN_IF_ERROR(VerifyGraph(*graph));
     }
   }
+  if (graph->metadata) s->metadata_ = graph->metadata;
   for (const Value* v : graph->inputs()) s->inputs_.push_back({v->name, v->dtype, v->shape});
   for (const Value* v : graph->outputs()) s->outputs_.push_back({v->name, v->dtype, v->shape});
   s->value_shapes_graph_ = InputValuesShapeTheGraph(*graph);
@@ -884,6 +885,12 @@ absl::StatusOr<std::vector<NamedTensor>> Session::Run(const std::vector<NamedTen
   live.reset();
   if (omp_get_max_threads() != caller_threads) omp_set_num_threads(caller_threads);
   return result;
+}
+
+absl::StatusOr<std::vector<NamedTensor>> Session::Run(const std::vector<NamedTensor>& inputs,
+                                                      const RunOptions& options) {
+  ScopedRunOptions scoped(&options);
+  return Run(inputs);
 }
 
 absl::StatusOr<std::vector<NamedTensor>> Session::RunImpl(const std::vector<NamedTensor>& inputs) {

@@ -51,6 +51,7 @@
 #include "compiler/passes/auto_mixed_precision.h"
 #include "flags/flags.h"
 #include "runtime/autotune.h"
+#include "runtime/run_options.h"
 
 namespace cjit {
 
@@ -148,9 +149,15 @@ class Session {
   ~Session();
 
   absl::StatusOr<std::vector<NamedTensor>> Run(const std::vector<NamedTensor>& inputs);
+  // The same, cancellable at step boundaries through `options` (runtime/run_options.h): a cancelled run
+  // returns CancelledError.
+  absl::StatusOr<std::vector<NamedTensor>> Run(const std::vector<NamedTensor>& inputs, const RunOptions& options);
 
   const std::vector<TensorInfo>& inputs() const { return inputs_; }
   const std::vector<TensorInfo>& outputs() const { return outputs_; }
+  // The model's descriptive fields (producer, domain, version, doc strings, metadata_props); empty fields
+  // for a graph built in C++.
+  const ModelMetadata& metadata() const { return *metadata_; }
   const Flags& flags() const { return flags_; }
   // "cpu" or "cuda:N": where this session runs (--device=auto resolved).
   std::string device() const;
@@ -220,6 +227,7 @@ class Session {
   std::shared_ptr<Dumper> dumper_;
   std::shared_ptr<ClusterRuntime> clusters_;
   std::shared_ptr<const Graph> graph_;
+  std::shared_ptr<const ModelMetadata> metadata_ = std::make_shared<ModelMetadata>();
   std::vector<TensorInfo> inputs_, outputs_;
   mutable std::mutex mu_;
   // Plans by signature, most recently used first in plan_lru_ (bounded by --max_cached_signatures).

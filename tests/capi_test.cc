@@ -266,6 +266,110 @@ TEST(CApiTest, SessionInfo) {
   cjit_session_free(s);
 }
 
+// Symbolic dim names, the model's metadata, the flags table and the counters, as JSON texts.
+TEST(CApiTest, DimNamesMetadataFlagsAndStats) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  m.set_producer_name("capi-test");
+  m.set_model_version(7);
+  m.set_doc_string("doc \"quoted\"");
+  auto* prop = m.add_metadata_props();
+  prop->set_key("labels");
+  prop->set_value("[\"a\", \"b\"]");
+  auto* g = m.mutable_graph();
+  g->set_name("named");
+  auto* in = g->add_input();
+  in->set_name("x");
+  in->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  auto* shape = in->mutable_type()->mutable_tensor_type()->mutable_shape();
+  shape->add_dim()->set_dim_param("batch");
+  shape->add_dim()->set_dim_value(3);
+  shape->add_dim();  // unknown, unnamed
+  cjit::testing::ModelBuilder::Info(g->add_output(), "y", onnx::TensorProto::FLOAT, {-1, 3, -1});
+  auto* n = g->add_node();
+  n->set_op_type("Relu");
+  n->add_input("x");
+  n->add_output("y");
+  std::string bytes = m.SerializeAsString();
+  cjit_session* s = nullptr;
+  ASSERT_TRUE(St(cjit_session_create_from_bytes(bytes.data(), bytes.size(), nullptr, nullptr, &s)).ok());
+  EXPECT_STREQ(cjit_session_input_dim_name(s, 0, 0), "batch");
+  EXPECT_STREQ(cjit_session_input_dim_name(s, 0, 1), "");
+  EXPECT_STREQ(cjit_session_input_dim_name(s, 0, 2), "");
+  EXPECT_EQ(cjit_session_input_dim_name(s, 0, 3), nullptr);
+  EXPECT_EQ(cjit_session_input_dim_name(s, 1, 0), nullptr);
+  EXPECT_EQ(cjit_session_output_dim_name(s, 1, 0), nullptr);
+  EXPECT_EQ(cjit_session_input_dim_name(nullptr, 0, 0), nullptr);
+  EXPECT_STREQ(cjit_session_device(s), "cpu");
+
+  char buf[512];
+  size_t len = 0;
+  ASSERT_TRUE(St(cjit_session_metadata_json(s, buf, sizeof buf, &len)).ok());
+  const std::string meta(buf, len);
+  EXPECT_NE(meta.find(R"("producer_name":"capi-test")"), std::string::npos) << meta;
+  EXPECT_NE(meta.find(R"("graph_name":"named")"), std::string::npos) << meta;
+  EXPECT_NE(meta.find(R"("version":7)"), std::string::npos) << meta;
+  EXPECT_NE(meta.find(R"("description":"doc \"quoted\"")"), std::string::npos) << meta;
+  EXPECT_NE(meta.find(R"("custom_metadata_map":{"labels":"[\"a\", \"b\"]"})"), std::string::npos) << meta;
+  EXPECT_EQ(St(cjit_session_metadata_json(s, buf, 4, &len)).code, CJIT_INVALID_ARGUMENT);
+  EXPECT_EQ(len, meta.size());  // the size needed
+  EXPECT_EQ(St(cjit_session_metadata_json(nullptr, buf, sizeof buf, &len)).code, CJIT_INVALID_ARGUMENT);
+
+  ASSERT_TRUE(St(cjit_session_stats_json(s, buf, sizeof buf, &len)).ok());
+  EXPECT_NE(std::string(buf, len).find(R"("signatures":0)"), std::string::npos) << buf;
+  std::vector<char> flags(1 << 20);
+  ASSERT_TRUE(St(cjit_flags_json(flags.data(), flags.size(), &len)).ok());
+  EXPECT_NE(std::string(flags.data(), len).find(R"("name":"auto_jit")"), std::string::npos);
+  cjit_session_free(s);
+}
+
+// Run options: ORT's terminate flag and a host's interrupt check stop a run with CJIT_CANCELLED and set no
+// output; the session and the options stay usable.
+int StopAtSecondCheck(void* user) { return ++*static_cast<int*>(user) >= 2; }
+
+TEST(CApiTest, RunOptionsTerminateAndInterruptCheck) {
+  cjit_session* s = AffineSession();
+  ASSERT_NE(s, nullptr);
+  float data[6] = {1, 2, 3, 4, 5, 6};
+  int64_t dims[2] = {2, 3};
+  cjit_value* x = nullptr;
+  ASSERT_TRUE(St(cjit_value_wrap(CJIT_FLOAT32, dims, 2, data, sizeof data, &x)).ok());
+  const char* names[] = {"x"};
+  cjit_run_options* ro = nullptr;
+  ASSERT_TRUE(St(cjit_run_options_create(&ro)).ok());
+  EXPECT_EQ(cjit_run_options_get_terminate(ro), 0);
+  cjit_run_options_set_terminate(ro, 1);
+  EXPECT_EQ(cjit_run_options_get_terminate(ro), 1);
+  cjit_value* out[2] = {nullptr, nullptr};
+  St cancelled(cjit_session_run_with_options(s, ro, names, &x, 1, nullptr, out, 2));
+  EXPECT_EQ(cancelled.code, CJIT_CANCELLED);
+  EXPECT_NE(cancelled.message.find("RunOptions.terminate"), std::string::npos) << cancelled.message;
+  EXPECT_EQ(out[0], nullptr);
+  EXPECT_EQ(out[1], nullptr);
+  cjit_run_options_set_terminate(ro, 0);
+  // The graph runs in two steps at least (a Mul+Add cluster, or Mul and Add, then Identity): the check
+  // is called before each, and stopping at the second leaves the run cut short.
+  int checks = 0;
+  ASSERT_TRUE(St(cjit_run_options_set_interrupt_check(ro, StopAtSecondCheck, &checks)).ok());
+  St interrupted(cjit_session_run_with_options(s, ro, names, &x, 1, nullptr, out, 2));
+  EXPECT_EQ(interrupted.code, CJIT_CANCELLED) << interrupted.message;
+  EXPECT_NE(interrupted.message.find("interrupt check"), std::string::npos) << interrupted.message;
+  EXPECT_EQ(checks, 2);
+  EXPECT_EQ(out[0], nullptr);
+  ASSERT_TRUE(St(cjit_run_options_set_interrupt_check(ro, nullptr, nullptr)).ok());
+  ASSERT_TRUE(St(cjit_session_run_with_options(s, ro, names, &x, 1, nullptr, out, 2)).ok());
+  EXPECT_EQ(static_cast<float*>(cjit_value_data(out[0]))[5], 13.0f);  // 6 * 2 + 1
+  ASSERT_TRUE(St(cjit_session_run_with_options(s, nullptr, names, &x, 1, nullptr, out + 1, 1)).code == CJIT_INVALID_ARGUMENT);
+  EXPECT_EQ(St(cjit_run_options_create(nullptr)).code, CJIT_INVALID_ARGUMENT);
+  EXPECT_EQ(St(cjit_run_options_set_interrupt_check(nullptr, nullptr, nullptr)).code, CJIT_INVALID_ARGUMENT);
+  cjit_run_options_set_terminate(nullptr, 1);  // ignored
+  cjit_value_free(out[0]);
+  cjit_run_options_free(ro);
+  cjit_value_free(x);
+  cjit_session_free(s);
+}
+
 // The C AMP rule: with --auto_mixed_precision=bfloat16, Mul and Add (infer ops, not next to any allow op:
 // float32 by the lists) run in bfloat16 when the host's rule says allow.
 struct AmpRuleState {

@@ -218,6 +218,7 @@ std::unique_ptr<Graph> Graph::Clone() const {
   auto g = std::make_unique<Graph>();
   g->opset = opset;
   g->name = name;
+  g->metadata = metadata;
   // Cloned per new input signature (specialization replay): one flat map, sizes reserved.
   absl::flat_hash_map<const Value*, Value*> vmap;
   vmap.reserve(values_.size());

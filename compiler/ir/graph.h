@@ -35,6 +35,14 @@ struct Dim {
   bool operator==(const Dim& o) const { return value == o.value && symbol == o.symbol; }
 };
 
+// What an ONNX ModelProto says about itself (onnx/onnx.proto: producer_name, producer_version, domain,
+// model_version, doc_string, graph.name, graph.doc_string, metadata_props) — ONNX Runtime's ModelMetadata.
+struct ModelMetadata {
+  std::string producer_name, producer_version, domain, description, graph_name, graph_description;
+  int64_t version = 0;
+  std::vector<std::pair<std::string, std::string>> custom;  // metadata_props, in model order
+};
+
 // A possibly partial shape. rank_known=false means nothing is known.
 struct Shape {
   bool rank_known = false;
@@ -157,6 +165,8 @@ class Graph {
   // The ONNX default-domain opset this graph was imported with (0 = unknown).
   int64_t opset = 0;
   std::string name;
+  // The ModelProto's descriptive fields (top-level graph of an imported model; shared by clones).
+  std::shared_ptr<const ModelMetadata> metadata;
 
  private:
   std::vector<std::unique_ptr<Node>> nodes_;

@@ -362,7 +362,18 @@ absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(absl::string_view bytes, 
   }
   CJIT_RETURN_IF_ERROR(ExpandContribQuantizedOps(model.mutable_graph(), opset, options.source));
   Importer importer(options, opset);
-  return importer.ImportGraph(model.graph(), nullptr);
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, importer.ImportGraph(model.graph(), nullptr));
+  auto meta = std::make_shared<ModelMetadata>();
+  meta->producer_name = model.producer_name();
+  meta->producer_version = model.producer_version();
+  meta->domain = model.domain();
+  meta->description = model.doc_string();
+  meta->version = model.model_version();
+  meta->graph_name = model.graph().name();
+  meta->graph_description = model.graph().doc_string();
+  for (const auto& p : model.metadata_props()) meta->custom.emplace_back(p.key(), p.value());
+  graph->metadata = std::move(meta);
+  return graph;
 }
 
 absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxFile(const std::string& path) {

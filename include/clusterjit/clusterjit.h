@@ -203,6 +203,52 @@ CJIT_API cjit_status* cjit_session_input_info(const cjit_session* session, size_
 CJIT_API cjit_status* cjit_session_output_info(const cjit_session* session, size_t index, int32_t* dtype,
                                                int64_t* dims, size_t capacity, int64_t* rank);
 
+/* The symbolic name of dim `axis` of input/output `index` (the model's ONNX dim_param, e.g. "batch"); "" for a
+ * fixed or unnamed dim; NULL when `index` or `axis` is out of range. Valid while the session lives. */
+CJIT_API const char* cjit_session_input_dim_name(const cjit_session* session, size_t index, size_t axis);
+CJIT_API const char* cjit_session_output_dim_name(const cjit_session* session, size_t index, size_t axis);
+
+/* The model's own description as a JSON object (UTF-8), written as cjit_options_get writes: {"producer_name",
+ * "producer_version", "domain", "description" (ModelProto.doc_string), "graph_name", "graph_description",
+ * "version" (ModelProto.model_version, a number), "custom_metadata_map" (metadata_props: an object of
+ * strings)} — the fields of ONNX Runtime's ModelMetadata. */
+CJIT_API cjit_status* cjit_session_metadata_json(const cjit_session* session, char* buffer, size_t size,
+                                                 size_t* length);
+/* The session's counters so far as a JSON object (as cjit_options_get writes): "signatures",
+ * "signature_evictions", "specializations", "specialization_replays", "dynamic_shape_runs",
+ * "compiles_in_flight", "clusters" (totals: "compiles", "compile_ms", "fallback_executions",
+ * "compiled_executions", "memory_hits", "disk_hits", "disk_writes", "polymorphic_hits", "code_bytes") and
+ * "autotune" ("ops_tuned", "candidates_timed", "tuning_ms", "memory_hits", "disk_hits", "file_hits"). Safe
+ * while runs are in progress. */
+CJIT_API cjit_status* cjit_session_stats_json(const cjit_session* session, char* buffer, size_t size, size_t* length);
+/* Where the session runs: "cpu" or "cuda:N" (--device=auto resolved); valid while the session lives. */
+CJIT_API const char* cjit_session_device(const cjit_session* session);
+
+/* Every flag (`cjit flags`) as a JSON array of {"name", "type", "default", "help", "aliases"} (as
+ * cjit_options_get writes). */
+CJIT_API cjit_status* cjit_flags_json(char* buffer, size_t size, size_t* length);
+
+/* ---- Run options ----------------------------------------------------------------------------------- */
+
+/* Per-run options (ONNX Runtime's RunOptions). A run checks them at every step boundary (each op or
+ * cluster, each step of an If/Loop/Scan body or a GPU plan; a step in progress finishes first). A stopped
+ * run returns CJIT_CANCELLED and sets no output; the session stays usable. */
+typedef struct cjit_run_options cjit_run_options;
+CJIT_API cjit_status* cjit_run_options_create(cjit_run_options** out);
+/* Frees run options; no run may be using them. NULL is allowed. */
+CJIT_API void cjit_run_options_free(cjit_run_options* options);
+/* Sets (nonzero) or clears ORT's `terminate` flag: while set, runs using these options stop at their next
+ * step boundary, and new runs stop at their first. Thread-safe: meant to be called from another thread
+ * while runs use the options. */
+CJIT_API void cjit_run_options_set_terminate(cjit_run_options* options, int terminate);
+CJIT_API int cjit_run_options_get_terminate(const cjit_run_options* options);
+/* A host's interrupt check (e.g. a language runtime's pending signal), called at step boundaries on the
+ * thread that called the run; nonzero stops the run. It must be cheap (rate-limit inside it) and must not
+ * call into clusterjit. NULL removes it. Not to be changed while runs use the options. */
+typedef int (*cjit_interrupt_check)(void* user_data);
+CJIT_API cjit_status* cjit_run_options_set_interrupt_check(cjit_run_options* options, cjit_interrupt_check check,
+                                                           void* user_data);
+
 /* Runs the model.
  *   inputs:  n_inputs values named by input_names (every model input exactly once, any order).
  *   outputs: n_outputs slots for the outputs named by output_names (NULL = the model's outputs in order, then
@@ -215,6 +261,13 @@ CJIT_API cjit_status* cjit_session_output_info(const cjit_session* session, size
 CJIT_API cjit_status* cjit_session_run(cjit_session* session, const char* const* input_names,
                                        const cjit_value* const* inputs, size_t n_inputs,
                                        const char* const* output_names, cjit_value** outputs, size_t n_outputs);
+
+/* cjit_session_run with run options (`run_options` may be NULL: none). CJIT_CANCELLED when they stopped
+ * the run. */
+CJIT_API cjit_status* cjit_session_run_with_options(cjit_session* session, const cjit_run_options* run_options,
+                                                    const char* const* input_names, const cjit_value* const* inputs,
+                                                    size_t n_inputs, const char* const* output_names,
+                                                    cjit_value** outputs, size_t n_outputs);
 
 /* Writes this session's trace file now (--trace_to) and returns its path in `buffer` (as cjit_options_get). */
 CJIT_API cjit_status* cjit_session_end_profiling(cjit_session* session, char* buffer, size_t size, size_t* length);

@@ -23,6 +23,7 @@
 #include "runtime/cpu/kernel.h"
 #include "runtime/cpu/resize.h"
 #include "runtime/executor.h"
+#include "runtime/run_options.h"
 
 namespace cjit {
 namespace {
@@ -1332,6 +1333,7 @@ absl::Status RunSteps(const GpuExecutor::Impl& m, RunValues& v, size_t begin = 0
   end = std::min(end, m.steps.size());
   for (size_t step_index = begin; step_index < end; ++step_index) {
     const GpuExecutor::Impl::Step& st = m.steps[step_index];
+    if (const char* why = RunCancellationReason()) return RunCancelledError(why, absl::StrCat("GPU plan step ", step_index));
     switch (st.kind) {
       case GpuExecutor::Impl::Step::Kind::kKernel: {
         std::vector<uint64_t> ptrs;
