@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # README command (b): installs the Debian packages, builds clusterjit with its tests, and runs every test
 # (GoogleTest suites, CLI tests, the ONNX conformance runner, the shared real models, profiling, the C API,
-# concurrency, lifetime). Then:
+# the Python package through pytest, concurrency, lifetime). Then:
 #   - builds again as on a machine without the CUDA toolkit (GPU runtime off, NVPTX code generation on)
 #     and runs the tests that depend on that configuration;
 #   - installs the package and builds/runs the example host apps three ways (tools/test-package.sh);
@@ -23,6 +23,7 @@ fi
 [[ -d /usr/share/libonnx-testdata/data ]] || { echo "build-and-test: Debian's libonnx-testdata is missing" >&2; exit 1; }
 cmake -S . -B build -G Ninja "${models_args[@]}"
 cmake --build build -j2
+ls build/python/clusterjit/_clusterjit*.so >/dev/null || { echo "build-and-test: the Python module was not built" >&2; exit 1; }
 (cd build && ctest --output-on-failure -j2)
 cmake -S . -B build-nocuda -G Ninja -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=TRUE "${models_args[@]}"
 cmake --build build-nocuda -j2 --target cjit cjit_tests

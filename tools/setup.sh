@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package clusterjit needs to build, test and benchmark. Idempotent: packages already
-# present are skipped by apt. (clang-19 and its libFuzzer/compiler-rt/OpenMP packages: the fuzz build,
+# present are skipped by apt. (python3-dev, pybind11, libdlpack-dev, pytest, venv/setuptools/wheel: the Python
+# package, python/.) (clang-19 and its libFuzzer/compiler-rt/OpenMP packages: the fuzz build,
 # tools/fuzz.sh.) Run as root (or with sudo available) on Debian 12.
 set -euo pipefail
 
@@ -11,6 +12,7 @@ PACKAGES=(
   libeigen3-dev libdnnl-dev libblis-serial-dev opencl-headers ocl-icd-opencl-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libxxhash-dev libfmt-dev libcli11-dev libssl-dev nettle-dev
   graphviz python3-jsonschema python3-onnx python3-numpy
+  python3-dev pybind11-dev python3-pybind11 libdlpack-dev python3-pytest python3-venv python3-setuptools python3-wheel
   clang-19 libfuzzer-19-dev libclang-rt-19-dev libomp-19-dev
 )
 

@@ -5,6 +5,7 @@
 #   1. find_package(clusterjit 0.2 CONFIG) on the installed package,
 #   2. pkg-config --cflags --libs clusterjit (plain compiler commands),
 #   3. add_subdirectory of the source tree.
+# Then the Python package: installed by cmake, and pip-installed into a venv against the installed library.
 # Also checks the installed headers compile alone as C99 and C++17 and include only the standard library.
 # usage: tools/test-package.sh [MODEL_DIR]   (default: the shared ppocr_mobile_cls)
 set -euo pipefail
@@ -66,4 +67,15 @@ echo "== 3. add_subdirectory"
 cmake -S examples -B "$work/b3" -G Ninja -DCLUSTERJIT_FROM_SOURCE=ON -DCLUSTERJIT_SOURCE_DIR="$root" >/dev/null
 cmake --build "$work/b3" -j2 --target run_model_c run_model_cpp >/dev/null
 run_both "$work/b3" add_subdirectory
+echo "== 4. Python: the installed package, and pip install into a virtual environment"
+pydir=$(ls -d "$prefix"/lib/python3*/dist-packages)
+dims=(--dim p2o.DynamicDimension.1=48 --dim p2o.DynamicDimension.2=192)
+if [[ $(basename "$model") != ppocr_mobile_cls ]]; then dims=(); fi
+PYTHONPATH=$pydir /usr/bin/python3 examples/run_model.py "$model/model.onnx" --runs 3 "${dims[@]}" | tail -2
+PYTHONPATH=$pydir /usr/bin/python3 -m clusterjit flags | grep -q intra_op_threads || { echo "FAIL: python3 -m clusterjit flags"; exit 1; }
+/usr/bin/python3 -m venv --system-site-packages "$work/venv"
+CJIT_PREFIX=$prefix "$work/venv/bin/pip" install -q --no-build-isolation --no-index "$root/python"
+(cd "$work" && "$work/venv/bin/python" "$root/examples/run_model.py" "$model/model.onnx" --runs 3 "${dims[@]}" | tail -2)
+"$work/venv/bin/python" -c "import clusterjit, sys; sys.exit(0 if clusterjit.__file__.startswith('$work/venv') else 1)" \
+  || { echo "FAIL: the venv's clusterjit is not the one pip installed"; exit 1; }
 echo "test-package: PASS"
