@@ -440,3 +440,10 @@ def test_ort_style_example_runs(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "softmax_0.tmp_0" in r.stdout and "profile:" in r.stdout
+    # With a test-data directory: its inputs, and the outputs compared with its references.
+    data = data_sets("silero_vad_v5")[2]
+    r = subprocess.run([sys.executable, example, model_path("silero_vad_v5"), "--data", data, "--runs", "2"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    diffs = [float(line.rsplit("=", 1)[1]) for line in r.stdout.splitlines() if "max |clusterjit - reference|" in line]
+    assert len(diffs) == 2 and max(diffs) < 1e-4, r.stdout
