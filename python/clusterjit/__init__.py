@@ -121,6 +121,11 @@ class SessionOptions:
     the ``CJIT_FLAGS`` grammar; ``add_session_config_entry("cjit.<flag>", value)`` sets one flag, other keys
     are kept (``get_session_config_entry``) and ignored, as ONNX Runtime ignores keys it does not know.
     ``use_environment_flags`` (default False) starts from the ``CJIT_FLAGS`` environment variable.
+    ``amp_rule``: a host's automatic-mixed-precision rule (TVM's AMP interface; used with the
+    ``auto_mixed_precision`` flag, docs/mixed-precision.md): ``rule(op_type, node_name)`` returns "allow",
+    "infer", "deny" or "clear" (or ``(class, output_float32)``) to decide a node's class, None to leave it
+    to the op lists. It is called while a new input signature is specialized, possibly from several threads
+    (it must be thread-safe); an exception in it is reported as unraisable and counts as None.
     Not thread-safe: configure it on one thread, then create sessions from any.
     """
 
@@ -138,6 +143,7 @@ class SessionOptions:
         self.optimized_model_filepath = ""
         self.flags = ""
         self.use_environment_flags = False
+        self.amp_rule = None
         self._config = {}
 
     def add_session_config_entry(self, key, value):
@@ -153,6 +159,8 @@ class SessionOptions:
         o.use_environment(bool(self.use_environment_flags))
         if self.flags:
             o.set_flags(self.flags)
+        if self.amp_rule is not None:
+            o.set_amp_rule(self.amp_rule)
         if self.intra_op_num_threads:
             o.set("intra_op_threads", str(int(self.intra_op_num_threads)))
         level = int(self.log_severity_level)

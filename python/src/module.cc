@@ -253,6 +253,46 @@ py::array ToNumpy(cjit_value* v) {
 
 // ---- options ----
 
+// A Python automatic-mixed-precision rule (SessionOptions.amp_rule): rule(op_type, node_name) returns
+// "allow" / "infer" / "deny" / "clear", optionally as (class, output_float32), or None for no decision.
+// Called while a signature is specialized, inside a run whose GIL is released, possibly from several
+// threads: each call takes the GIL. An exception in the rule is reported as unraisable and counts as no
+// decision.
+struct AmpRule {
+  py::object fn;
+  ~AmpRule() {
+    py::gil_scoped_acquire gil;
+    fn = py::object();
+  }
+  static cjit_amp_class Call(const char* op_type, const char* node_name, int* output_float32, void* user) {
+    auto* self = static_cast<AmpRule*>(user);
+    py::gil_scoped_acquire gil;
+    try {
+      py::object r = self->fn(op_type, node_name);
+      if (r.is_none()) return CJIT_AMP_NO_DECISION;
+      py::object cls = r;
+      if (py::isinstance<py::tuple>(r)) {
+        auto t = py::reinterpret_borrow<py::tuple>(r);
+        if (t.size() != 2) throw py::value_error("amp_rule: return a class or (class, output_float32)");
+        cls = t[0];
+        *output_float32 = py::bool_(t[1]) ? 1 : 0;
+      }
+      const std::string c = py::str(cls);
+      if (c == "allow") return CJIT_AMP_ALLOW;
+      if (c == "infer") return CJIT_AMP_INFER;
+      if (c == "deny") return CJIT_AMP_DENY;
+      if (c == "clear") return CJIT_AMP_CLEAR;
+      throw py::value_error("amp_rule returned '" + c + "': expected allow, infer, deny, clear or None");
+    } catch (py::error_already_set& e) {
+      e.discard_as_unraisable("clusterjit amp_rule");
+    } catch (const std::exception& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+      PyErr_WriteUnraisable(nullptr);
+    }
+    return CJIT_AMP_NO_DECISION;
+  }
+};
+
 class Options {
  public:
   Options() { Check(cjit_options_create(&o_)); }
@@ -265,10 +305,24 @@ class Options {
   }
   void SetFlags(const std::string& text) { Check(cjit_options_set_flags(o_, text.c_str())); }
   void UseEnvironment(bool on) { Check(cjit_options_use_environment(o_, on ? 1 : 0)); }
+  void SetAmpRule(const py::object& fn) {
+    if (fn.is_none()) {
+      amp_rule_.reset();
+      Check(cjit_options_set_amp_rule(o_, nullptr, nullptr));
+      return;
+    }
+    if (!PyCallable_Check(fn.ptr())) Raise(PyExc_TypeError, "amp_rule must be callable(op_type, node_name)");
+    amp_rule_ = std::make_shared<AmpRule>();
+    amp_rule_->fn = fn;
+    Check(cjit_options_set_amp_rule(o_, &AmpRule::Call, amp_rule_.get()));
+  }
   const cjit_options* get() const { return o_; }
+  // Sessions made from these options keep the rule alive.
+  std::shared_ptr<AmpRule> amp_rule() const { return amp_rule_; }
 
  private:
   cjit_options* o_ = nullptr;
+  std::shared_ptr<AmpRule> amp_rule_;
 };
 
 class RunOptions {
@@ -316,6 +370,7 @@ struct InterruptCheck {
 class Session {
  public:
   Session(const py::object& model, const Options* options) {
+    if (options != nullptr) amp_rule_ = options->amp_rule();
     cjit_status* st;
     if (py::isinstance<py::bytes>(model)) {
       std::string_view bytes = py::reinterpret_borrow<py::bytes>(model);
@@ -549,6 +604,7 @@ class Session {
 
  private:
   cjit_session* s_ = nullptr;
+  std::shared_ptr<AmpRule> amp_rule_;  // alive until s_ is freed (in ~Session's body)
   std::vector<std::string> in_names_, out_names_;
   std::vector<int32_t> in_dtypes_;
 };
@@ -587,7 +643,8 @@ PYBIND11_MODULE(_clusterjit, m) {
       .def("set", &Options::Set)
       .def("get", &Options::Get)
       .def("set_flags", &Options::SetFlags)
-      .def("use_environment", &Options::UseEnvironment);
+      .def("use_environment", &Options::UseEnvironment)
+      .def("set_amp_rule", &Options::SetAmpRule);
 
   py::class_<RunOptions>(m, "RunOptions")
       .def(py::init<>())

@@ -160,6 +160,38 @@ def test_bfloat16_in_and_out(tmp_path):
     assert np.array_equal(s2.run(None, {"b": bits})[0], z)
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the broken rules, on purpose
+def test_amp_rule_decides_before_the_lists(tmp_path):
+    # y = x * 2 + 1; 1 + 2^-8 is not a bfloat16 value: in bfloat16 it rounds to 1, so y is 3, not 3.0078125.
+    m = make_model([h.make_node("Mul", ["x", "two"], ["t"]), h.make_node("Add", ["t", "one"], ["y"])],
+                   [h.make_tensor_value_info("x", T.FLOAT, [3])], [h.make_tensor_value_info("y", T.FLOAT, [3])],
+                   [h.make_tensor("two", T.FLOAT, [], [2.0]), h.make_tensor("one", T.FLOAT, [], [1.0])])
+    path = save(m, tmp_path)
+    x = np.array([1.00390625, 2.0, -3.0], np.float32)
+    calls = []
+
+    def rule(op_type, node_name):
+        calls.append(op_type)
+        return "allow" if op_type in ("Mul", "Add") else None
+
+    def run_with(rule_fn):
+        opts = ort.SessionOptions()
+        opts.amp_rule = rule_fn
+        sess = ort.InferenceSession(path, opts, auto_mixed_precision="bfloat16", amp_require_native_isa=False)
+        return sess.run(None, {"x": x})[0]
+
+    assert run_with(rule)[0] == 3.0 and "Mul" in calls
+    assert run_with(lambda op, name: None)[0] == np.float32(3.0078125)  # the lists keep Mul/Add float32
+
+    def broken(op_type, node_name):
+        raise RuntimeError("rule bug")
+
+    assert run_with(broken)[0] == np.float32(3.0078125)  # reported as unraisable, no decision
+    assert run_with(lambda op, name: "sometimes")[0] == np.float32(3.0078125)
+    with pytest.raises(TypeError, match="callable"):
+        run_with("allow")
+
+
 # ---- errors ----
 
 def test_error_bad_model_bytes():
