@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "base/nearest_name.h"
 #include "base/file_util.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -497,6 +498,14 @@ const std::vector<FlagDef>& Table() {
          f.dump_pass_re = std::string(v);
          return absl::OkStatus();
        }},
+      {{"dump_after", "string", "",
+        "Comma-separated pass names (`cjit opt --list`): dump the IR after each of them to --dump_to, whatever "
+        "--dump_pass_re says (as LLVM's -print-after).", {}},
+       StringFlag(&Flags::dump_after)},
+      {{"disable_passes", "string", "",
+        "Comma-separated pass names (`cjit opt --list`) the specialization pipeline skips (as "
+        "--xla_disable_hlo_passes); for bisecting a miscompile or a slowdown.", {"xla_disable_hlo_passes"}},
+       StringFlag(&Flags::disable_passes)},
       {{"enable_nvtx_ranges", "bool", "false",
         "NVTX ranges around every traced event, named as the trace events (as TF_ENABLE_NVTX_RANGES); they "
         "reach Nsight Systems when it is attached and cost nothing otherwise.", {}},
@@ -541,19 +550,6 @@ const FlagDef* FindFlag(absl::string_view name) {
     }
   }
   return nullptr;
-}
-
-size_t EditDistance(absl::string_view a, absl::string_view b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
 }
 
 // Splits on whitespace, honouring '...' and "..." quotes anywhere in a token.
@@ -723,6 +719,8 @@ std::string FlagValueText(const Flags& f, absl::string_view name) {
       {"trace_max_events", [](const Flags& f) { return absl::StrCat(f.trace_max_events); }},
       {"dump_to", [](const Flags& f) { return f.dump_to; }},
       {"dump_pass_re", [](const Flags& f) { return f.dump_pass_re; }},
+      {"dump_after", [](const Flags& f) { return f.dump_after; }},
+      {"disable_passes", [](const Flags& f) { return f.disable_passes; }},
       {"enable_nvtx_ranges", [b](const Flags& f) { return b(f.enable_nvtx_ranges); }},
       {"nvtx_detailed", [b](const Flags& f) { return b(f.nvtx_detailed); }},
       {"fail_compilation_for_testing", [](const Flags& f) { return f.fail_compilation_for_testing; }},
@@ -844,16 +842,9 @@ std::vector<FlagInfo> ListFlags() {
 
 std::string NearestFlag(absl::string_view name) {
   if (absl::StartsWith(name, "tf_xla_")) name.remove_prefix(7);
-  std::string best;
-  size_t best_d = std::max<size_t>(3, name.size() / 3) + 1;
-  for (const FlagDef& def : Table()) {
-    size_t d = EditDistance(name, def.info.name);
-    if (d < best_d) {
-      best_d = d;
-      best = def.info.name;
-    }
-  }
-  return best;
+  std::vector<std::string> names;
+  for (const FlagDef& def : Table()) names.push_back(def.info.name);
+  return NearestName(name, names);
 }
 
 bool AsyncCompilationEnabled(const Flags& flags) {

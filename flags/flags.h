@@ -176,6 +176,8 @@ struct Flags {
   // decisions, Graphviz, fusion plans, LLVM IR, assembly/PTX, manifest.json.
   std::string dump_to;
   std::string dump_pass_re = ".*";
+  std::string dump_after;       // pass names (compiler/passes/pipeline.h), comma-separated
+  std::string disable_passes;   // pass names the specialization pipeline skips
   // NVTX ranges around every traced event (as TF_ENABLE_NVTX_RANGES); detailed names carry shapes.
   bool enable_nvtx_ranges = false;
   bool nvtx_detailed = false;

@@ -1,6 +1,6 @@
 #include "runtime/session.h"
 
-#include "runtime/auto_mixed_precision.h"
+#include "compiler/passes/auto_mixed_precision.h"
 #include "compiler/ir/cpu_isa.h"
 
 #include <omp.h>

@@ -14,7 +14,7 @@
 #include "compiler/ir/text.h"
 #include "flags/flags.h"
 #include "gtest/gtest.h"
-#include "runtime/auto_mixed_precision.h"
+#include "compiler/passes/auto_mixed_precision.h"
 #include "runtime/cpu/kernel.h"
 #include "runtime/executor.h"
 #include "runtime/session.h"
