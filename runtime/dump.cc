@@ -60,8 +60,8 @@ int Dumper::NewSignature(const std::string& signature) {
 
 bool Dumper::WantsPass(const std::string& pass) const { return std::regex_search(pass, pass_re_); }
 
-void Dumper::DumpGraph(int sig, const std::string& pass, const Graph& graph) {
-  if (pass != "input" && !WantsPass(pass)) return;
+void Dumper::DumpGraph(int sig, const std::string& pass, const Graph& graph, bool always) {
+  if (!always && pass != "input" && !WantsPass(pass)) return;
   int counter;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -45,7 +45,8 @@ class Dumper {
   // Whether the IR after `pass` is dumped (--dump_pass_re).
   bool WantsPass(const std::string& pass) const;
   // IR of `graph` after `pass` (the pass counter orders the files of one signature).
-  void DumpGraph(int sig, const std::string& pass, const Graph& graph);
+  // `always`: whatever --dump_pass_re says (--dump_after).
+  void DumpGraph(int sig, const std::string& pass, const Graph& graph, bool always = false);
   void DumpClustering(int sig, const ClusteringReport& report);
   void DumpDot(int sig, const Graph& clustered);
   // A cluster's artifact: kind is "fusion_plan", "llvm_ir", "llvm_ir_opt", "asm" or "ptx"; `suffix` the

@@ -24,6 +24,7 @@
 #include "compiler/passes/specialization_replay.h"
 #include "compiler/passes/specialize_shapes.h"
 #include "compiler/passes/mark_for_compilation.h"
+#include "compiler/passes/pipeline.h"
 #include "absl/strings/match.h"
 #include "runtime/cluster_runner.h"
 #include "runtime/executable.h"
@@ -74,6 +75,21 @@ absl::Status ValidateOpListFlags(const Flags& f) {
   return absl::OkStatus();
 }
 
+// --disable_passes and --dump_after name pipeline passes (compiler/passes/pipeline.h).
+absl::Status ValidatePassListFlags(const Flags& f) {
+  auto names = [](const std::string& list) {
+    std::vector<std::string> out;
+    for (absl::string_view n : absl::StrSplit(list, ',', absl::SkipWhitespace())) out.emplace_back(n);
+    return out;
+  };
+  CJIT_RETURN_IF_ERROR(CheckPassNames(names(f.disable_passes), "--disable_passes"));
+  CJIT_RETURN_IF_ERROR(CheckPassNames(names(f.dump_after), "--dump_after"));
+  if (!f.dump_after.empty() && f.dump_to.empty()) {
+    return absl::InvalidArgumentError("--dump_after needs --dump_to=DIR (where the IR after each pass goes)");
+  }
+  return absl::OkStatus();
+}
+
 // The session's flags: CJIT_FLAGS, or the options' own (validated), checked before the model is read.
 absl::StatusOr<Flags> ResolveFlags(const SessionOptions& options) {
   Flags f;
@@ -84,6 +100,7 @@ absl::StatusOr<Flags> ResolveFlags(const SessionOptions& options) {
     CJIT_ASSIGN_OR_RETURN(f, ParseFlags("", options.flags, "SessionOptions"));
   }
   CJIT_RETURN_IF_ERROR(ValidateOpListFlags(f));
+  CJIT_RETURN_IF_ERROR(ValidatePassListFlags(f));
   return f;
 }
 
@@ -485,60 +502,33 @@ absl::StatusOr<std::shared_ptr<Graph>> Session::BuildSpecializedGraph(const std:
     }
   }
   if (dump) dump->DumpGraph(sig, "specialize_shapes", *g);
-  ClusteringOptions copts = ClusteringOptionsFor(flags_, enable_clustering_);
-  {
-    TraceScope scope(prof, "simplify", "specialize");
-    if (copts.mode != ClusteringMode::kOff || gpu_ != nullptr) {
-      // LayerNormalization as its ONNX function body: clustered, it becomes one row kernel with its
-      // neighbours instead of a library step between kernels. On a GPU always: the GPU executor has no
-      // library LayerNormalization (it would run on the host, and the run could not be a CUDA graph).
-      CJIT_ASSIGN_OR_RETURN(bool decomposed, DecomposeLayerNormalization(*g));
-      if (decomposed) CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
-    }
-    CJIT_RETURN_IF_ERROR(SimplifyGraph(*g));
-    if (flags_.auto_mixed_precision != "off") {
-      CJIT_RETURN_IF_ERROR(RunAutoMixedPrecision(*g, flags_, gpu_ != nullptr, amp_rule_, sig));
-      CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
-    }
-    ApplyMatmulPrecision(*g, flags_);
-    if (gpu_ == nullptr) {
-      CJIT_ASSIGN_OR_RETURN(bool fused, FuseTransposeIntoMatMul(*g));
-      if (fused) CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
-    }
-    if (gpu_ == nullptr) {  // NCHW Pads
-      CJIT_ASSIGN_OR_RETURN(int folded_pads, FoldPadIntoConv(*g));
-      if (folded_pads > 0) CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
-    }
-    bool channels_last = false;
-    if (gpu_ == nullptr && flags_.cpu_channels_last) {
-      CJIT_ASSIGN_OR_RETURN(channels_last, AssignChannelsLastLayout(*g));
-      if (channels_last) {  // cancel the transpose pairs
-        CJIT_RETURN_IF_ERROR(RemoveNoOps(*g).status());
-        CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
-      }
-    }
-    if (gpu_ == nullptr && channels_last) {
-      // Again after the layout pass (which moves a tf2onnx model's Pad next to its channels-last Conv),
-      // before the pointwise-depthwise fusion (a Pad between the two would keep them apart).
-      CJIT_ASSIGN_OR_RETURN(int folded_pads, FoldPadIntoConv(*g));
-      if (folded_pads > 0) CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
-    }
-    if (channels_last && flags_.cpu_fuse_pointwise_depthwise) {
-      CJIT_ASSIGN_OR_RETURN(int fused, FusePointwiseDepthwise(*g));
-      if (fused > 0) CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
-    }
-    if (scope.active()) scope.args().Add("nodes_after", g->nodes().size());
-  }
-  if (dump) dump->DumpGraph(sig, "simplify", *g);
+  // The pipeline (compiler/passes/pipeline.h): each pass traced, verified when it changed the graph, and
+  // dumped after (--dump_to with --dump_pass_re or --dump_after).
   ClusteringReport r;
-  if (copts.mode != ClusteringMode::kOff) {
-    TraceScope scope(prof, "mark_for_compilation", "specialize");
-    CJIT_ASSIGN_OR_RETURN(r, MarkForCompilation(*g, copts));
-    CJIT_RETURN_IF_ERROR(VerifyGraph(*g));
-    if (scope.active()) scope.args().Add("clusters", r.clusters.size()).Add("excluded", r.excluded.size());
-  }
+  PassContext ctx;
+  ctx.flags = &flags_;
+  ctx.gpu = gpu_ != nullptr;
+  ctx.amp_rule = amp_rule_;
+  ctx.sig = sig;
+  ctx.clustering = ClusteringOptionsFor(flags_, enable_clustering_);
+  ctx.clustering_report = &r;
+  PassHooks hooks;
+  hooks.around = [&](const Pass& pass, const std::function<absl::Status()>& run) -> absl::Status {
+    TraceScope scope(prof, pass.name, "specialize");
+    absl::Status st = run();
+    if (scope.active()) {
+      scope.args().Add("nodes_after", g->nodes().size());
+      if (pass.name == "mark_for_compilation") scope.args().Add("clusters", r.clusters.size()).Add("excluded", r.excluded.size());
+    }
+    return st;
+  };
+  std::set<std::string> dump_after;
+  for (absl::string_view n : absl::StrSplit(flags_.dump_after, ',', absl::SkipWhitespace())) dump_after.emplace(n);
+  hooks.after = [&](const Pass& pass, const Graph& graph, bool) {
+    if (dump) dump->DumpGraph(sig, pass.name, graph, dump_after.count(pass.name) > 0);
+  };
+  CJIT_RETURN_IF_ERROR(RunSpecializationPipeline(*g, ctx, hooks).status());
   if (dump) {
-    dump->DumpGraph(sig, "mark_for_compilation", *g);
     dump->DumpClustering(sig, r);
     dump->DumpDot(sig, *g);
   }

@@ -134,6 +134,15 @@ int CliMain(int argc, char** argv) {
   autotune->add_option("--iterations", autotune_iterations, "runs to compare default vs tuned latency")
       ->check(CLI::PositiveNumber);
   auto* flags = app.add_subcommand("flags", "list every CJIT_FLAGS flag with its default and help");
+  auto* opt = app.add_subcommand("opt", "run pipeline passes on a textual IR file and print the result (as LLVM opt)");
+  std::string opt_file, opt_passes, opt_flags;
+  bool opt_gpu = false, opt_list = false, opt_print_after_all = false;
+  opt->add_option("file", opt_file, "textual IR (compiler/ir/text.h); - for stdin");
+  opt->add_option("--passes", opt_passes, "comma-separated pass names (default: the whole pipeline)");
+  opt->add_option("--flags", opt_flags, "flags the passes read, CJIT_FLAGS grammar (\"--auto_mixed_precision=bfloat16\")");
+  opt->add_flag("--gpu", opt_gpu, "as for the GPU executor (no CPU-only rewrites)");
+  opt->add_flag("--list", opt_list, "list the passes in pipeline order");
+  opt->add_flag("--print-after-all", opt_print_after_all, "print the IR after each pass");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -146,6 +155,13 @@ int CliMain(int argc, char** argv) {
   if (*amp_check) return cjit::CmdAmpCheck(dir, rtol, atol, amp_low);
   if (*quant_check) return cjit::CmdQuantCheck(dir, quant_mode, min_cosine);
   if (*flags) return cjit::CmdFlags();
+  if (*opt) {
+    if (opt_file.empty() && !opt_list) {
+      std::cerr << "cjit: error: opt needs FILE (or --list)\n";
+      return 2;
+    }
+    return cjit::CmdOpt(opt_file, opt_passes, opt_flags, opt_gpu, opt_list, opt_print_after_all);
+  }
   if (*explain) return cjit::CmdExplain(model, inputs, shapes, print_graph, gpu_placement, dot);
   if (*bench && !stream_dir.empty()) {
     // The shared-model tests' tolerance unless given: float32 results of another summation order.

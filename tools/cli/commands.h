@@ -66,6 +66,12 @@ int CmdCompile(const std::string& model, const std::vector<std::string>& input_a
 
 int CmdFlags();
 
+// `cjit opt FILE --passes=a,b`: the named pipeline passes (all that apply when none is named) on a textual IR
+// file ("-": stdin), the result printed; --flags sets the flags passes read; --list lists the passes.
+// Exit 1: a pass failed (or the graph it left did not verify); 2: bad file, IR, flag or pass name.
+int CmdOpt(const std::string& file, const std::string& passes, const std::string& flags_text, bool gpu, bool list,
+           bool print_after_all);
+
 }  // namespace cjit
 
 #endif  // CJIT_TOOLS_CLI_COMMANDS_H_
