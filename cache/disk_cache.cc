@@ -1,5 +1,7 @@
 #include "cache/disk_cache.h"
 
+#include "cache/remote_cache.h"
+
 #include <fcntl.h>
 #include "base/logging.h"
 #include <sys/file.h>
@@ -254,7 +256,7 @@ void DiskCache::Reject(const std::string& path, absl::string_view why) {
   }
 }
 
-std::optional<std::string> DiskCache::Lookup(const CacheKey& key, uint32_t payload_kind) {
+std::optional<std::string> DiskCache::LookupLocal(const CacheKey& key, uint32_t payload_kind) {
   std::string path = PathFor(key);
   auto bytes = ReadEntry(path, options_.trusted_uid);
   if (!bytes.ok()) {
@@ -297,7 +299,24 @@ std::optional<std::string> DiskCache::Lookup(const CacheKey& key, uint32_t paylo
   return std::move(*payload);
 }
 
+std::optional<std::string> DiskCache::Lookup(const CacheKey& key, uint32_t payload_kind) {
+  std::optional<std::string> local = LookupLocal(key, payload_kind);
+  if (local || options_.remote == nullptr) return local;
+  std::optional<std::string> remote = options_.remote->Lookup(key, payload_kind);
+  if (!remote) return std::nullopt;
+  ++remote_hits_;
+  // The next process on this host finds it on disk (not sent back to the remote tier).
+  absl::Status st = StoreLocal(key, payload_kind, *remote);
+  if (!st.ok()) CJIT_VLOG(1) << "persistent cache: keeping a remote hit on disk: " << st;
+  return remote;
+}
+
 absl::Status DiskCache::Store(const CacheKey& key, uint32_t payload_kind, absl::string_view payload) {
+  if (options_.remote != nullptr) options_.remote->StoreAsync(key, payload_kind, payload);
+  return StoreLocal(key, payload_kind, payload);
+}
+
+absl::Status DiskCache::StoreLocal(const CacheKey& key, uint32_t payload_kind, absl::string_view payload) {
   if (options_.read_only) return absl::OkStatus();
   std::string final_path = PathFor(key);
   // An unpredictable name created exclusively (mkstemp: O_CREAT | O_EXCL, so a planted file or symlink at
@@ -361,6 +380,7 @@ DiskCacheStats DiskCache::stats() const {
   s.rejects = rejects_;
   s.evictions = evictions_;
   s.write_errors = write_errors_;
+  s.remote_hits = remote_hits_;
   return s;
 }
 

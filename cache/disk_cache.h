@@ -32,6 +32,8 @@
 
 namespace cjit {
 
+class RemoteCache;
+
 // Bump when the file layout changes.
 inline constexpr uint32_t kDiskFormatVersion = 1;
 inline constexpr char kDiskMagic[8] = {'C', 'J', 'I', 'T', 'C', 'C', 'H', '1'};
@@ -44,10 +46,14 @@ struct DiskCacheOptions {
   // another user planted in a shared directory is a miss, never loaded (docs/security.md). -1 = the
   // process's effective uid (set otherwise only by tests).
   int64_t trusted_uid = -1;
+  // The fleet-shared tier behind this one (cache/remote_cache.h; --remote_cache), or null: a local miss is
+  // looked up there (a verified hit is written here too), and every Store is also queued for it.
+  std::shared_ptr<RemoteCache> remote;
 };
 
 struct DiskCacheStats {
   int64_t hits = 0, misses = 0, writes = 0, rejects = 0, evictions = 0, write_errors = 0;
+  int64_t remote_hits = 0;  // local misses served by the remote tier (also counted in misses)
 };
 
 class DiskCache {
@@ -55,14 +61,16 @@ class DiskCache {
   // Creates the directory if missing (unless read-only). Errors name the directory.
   static absl::StatusOr<std::unique_ptr<DiskCache>> Open(const DiskCacheOptions& options);
 
-  // The payload of a valid entry for `key` with `payload_kind`, or nullopt (miss or rejected entry).
+  // The payload of a valid entry for `key` with `payload_kind`, or nullopt (miss or rejected entry); on a
+  // local miss, the remote tier's (options.remote), then kept on disk.
   std::optional<std::string> Lookup(const CacheKey& key, uint32_t payload_kind);
-  // Writes an entry (no-op when read-only). An I/O error (disk full, file too large, permissions) is
-  // returned after cleaning up the temporary file; the cache stays consistent.
+  // Writes an entry (no-op when read-only) and queues it for the remote tier. An I/O error (disk full, file
+  // too large, permissions) is returned after cleaning up the temporary file; the cache stays consistent.
   absl::Status Store(const CacheKey& key, uint32_t payload_kind, absl::string_view payload);
 
   DiskCacheStats stats() const;
   const DiskCacheOptions& options() const { return options_; }
+  RemoteCache* remote() const { return options_.remote.get(); }
 
   // --- directory maintenance (`cjit cache`) ---
   struct EntryInfo {
@@ -88,10 +96,13 @@ class DiskCache {
  private:
   explicit DiskCache(DiskCacheOptions options) : options_(std::move(options)) {}
   std::string PathFor(const CacheKey& key) const;
+  std::optional<std::string> LookupLocal(const CacheKey& key, uint32_t payload_kind);
+  absl::Status StoreLocal(const CacheKey& key, uint32_t payload_kind, absl::string_view payload);
   void Reject(const std::string& path, absl::string_view why);
 
   DiskCacheOptions options_;
-  mutable std::atomic<int64_t> hits_{0}, misses_{0}, writes_{0}, rejects_{0}, evictions_{0}, write_errors_{0};
+  mutable std::atomic<int64_t> hits_{0}, misses_{0}, writes_{0}, rejects_{0}, evictions_{0}, write_errors_{0},
+      remote_hits_{0};
 };
 
 }  // namespace cjit

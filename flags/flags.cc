@@ -465,6 +465,25 @@ const std::vector<FlagDef>& Table() {
       {{"persistent_cache_max_bytes", "int", "0",
         "Keep the persistent cache under this many bytes by least-recently-used eviction; 0 = unbounded.", {}},
        Int64Flag(&Flags::persistent_cache_max_bytes, "persistent_cache_max_bytes", 0)},
+      {{"remote_cache", "string", "",
+        "A fleet-shared cache tier behind --persistent_cache_dir (docs/caching.md): redis://HOST[:PORT][/DB] or "
+        "unix:///PATH[?db=N]. Compiled CPU code and autotuning results are looked up there on a local miss and "
+        "written there (signed, write-behind); needs --remote_cache_key_file. As TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE.",
+        {}},
+       StringFlag(&Flags::remote_cache)},
+      {{"remote_cache_key_file", "string", "",
+        "The fleet key file of --remote_cache: one key (>= 16 bytes) per line, the first signs, every one "
+        "verifies (rotation); must be mode 600 and owned by this user.", {}},
+       StringFlag(&Flags::remote_cache_key_file)},
+      {{"remote_cache_timeout_ms", "int", "100",
+        "Longest wait for the remote cache (connect, each reply); after 3 errors in a row it is skipped for "
+        "5-60 s.", {}},
+       IntFlag(&Flags::remote_cache_timeout_ms, "remote_cache_timeout_ms", 1, 60000)},
+      {{"remote_cache_ttl_s", "int", "604800", "Lifetime of entries written to the remote cache; 0 = no expiry.", {}},
+       Int64Flag(&Flags::remote_cache_ttl_s, "remote_cache_ttl_s", 0)},
+      {{"remote_cache_max_entry_mb", "int", "64", "Entries larger than this are not written to the remote cache.",
+        {}},
+       Int64Flag(&Flags::remote_cache_max_entry_mb, "remote_cache_max_entry_mb", 1)},
       {{"max_tensor_bytes", "int", "0",
         "Largest tensor (bytes) a model may create: an initializer, an input, a shape-inferred or computed "
         "output over it is an error naming the node. 0 = half of this machine's physical memory.", {}},
@@ -714,6 +733,11 @@ std::string FlagValueText(const Flags& f, absl::string_view name) {
       {"persistent_cache_dir", [](const Flags& f) { return f.persistent_cache_dir; }},
       {"persistent_cache_read_only", [b](const Flags& f) { return b(f.persistent_cache_read_only); }},
       {"persistent_cache_max_bytes", [](const Flags& f) { return absl::StrCat(f.persistent_cache_max_bytes); }},
+      {"remote_cache", [](const Flags& f) { return f.remote_cache; }},
+      {"remote_cache_key_file", [](const Flags& f) { return f.remote_cache_key_file; }},
+      {"remote_cache_timeout_ms", [](const Flags& f) { return absl::StrCat(f.remote_cache_timeout_ms); }},
+      {"remote_cache_ttl_s", [](const Flags& f) { return absl::StrCat(f.remote_cache_ttl_s); }},
+      {"remote_cache_max_entry_mb", [](const Flags& f) { return absl::StrCat(f.remote_cache_max_entry_mb); }},
       {"max_tensor_bytes", [](const Flags& f) { return absl::StrCat(f.max_tensor_bytes); }},
       {"trace_to", [](const Flags& f) { return f.trace_to; }},
       {"trace_max_events", [](const Flags& f) { return absl::StrCat(f.trace_max_events); }},

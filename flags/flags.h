@@ -166,6 +166,12 @@ struct Flags {
   std::string persistent_cache_dir;  // "" = no disk cache
   bool persistent_cache_read_only = false;
   int64_t persistent_cache_max_bytes = 0;  // 0 = unbounded
+  // The fleet-shared tier (cache/remote_cache.h).
+  std::string remote_cache;
+  std::string remote_cache_key_file;
+  int remote_cache_timeout_ms = 100;
+  int64_t remote_cache_ttl_s = 604800;
+  int64_t remote_cache_max_entry_mb = 64;
   // Largest tensor a model may make, in bytes (compiler/ir/tensor.h MaxTensorBytes); 0 = half of memory.
   int64_t max_tensor_bytes = 0;
   // Profiling (runtime/profiler.h, docs/profiling.md): Chrome trace-event JSON written at Session

@@ -435,6 +435,9 @@ cjit_status* cjit_session_stats_json(const cjit_session* s, char* buffer, size_t
                           {"disk_hits", x.autotune.disk_hits},
                           {"file_hits", x.autotune.file_hits},
                           {"ignored_entries", x.autotune.ignored_entries}}}};
+    if (x.remote_enabled) {
+      for (const auto& [name, value] : cjit::RemoteCacheStatsFields(x.remote)) j["remote_cache"][name] = value;
+    }
     text = j.dump();
     return absl::OkStatus();
   });

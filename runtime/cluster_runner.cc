@@ -45,11 +45,24 @@ absl::StatusOr<std::shared_ptr<ClusterRuntime>> ClusterRuntime::Create(const Fla
   auto rt = std::make_shared<ClusterRuntime>(flags);
   rt->profiler_ = std::move(profiler);
   rt->dumper_ = std::move(dumper);
+  if (!flags.remote_cache.empty() && flags.persistent_cache_dir.empty()) {
+    return absl::InvalidArgumentError("--remote_cache needs --persistent_cache_dir (the local tier that remote "
+                                      "hits are kept in)");
+  }
   if (!flags.persistent_cache_dir.empty()) {
     DiskCacheOptions o;
     o.dir = flags.persistent_cache_dir;
     o.read_only = flags.persistent_cache_read_only;
     o.max_bytes = flags.persistent_cache_max_bytes;
+    if (!flags.remote_cache.empty()) {
+      RemoteCacheOptions ro;
+      ro.url = flags.remote_cache;
+      ro.key_file = flags.remote_cache_key_file;
+      ro.timeout_ms = flags.remote_cache_timeout_ms;
+      ro.ttl_s = flags.remote_cache_ttl_s;
+      ro.max_entry_bytes = flags.remote_cache_max_entry_mb << 20;
+      CJIT_ASSIGN_OR_RETURN(o.remote, RemoteCache::Shared(ro));
+    }
     auto disk = DiskCache::Open(o);
     if (!disk.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("--persistent_cache_dir: ", disk.status().message()));

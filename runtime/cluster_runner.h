@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "cache/cache_key.h"
 #include "cache/disk_cache.h"
+#include "cache/remote_cache.h"
 #include "cache/memory_cache.h"
 #include "compiler/ir/graph.h"
 #include "flags/flags.h"

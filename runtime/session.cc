@@ -306,7 +306,13 @@ SessionStats Session::stats() const {
     out.dynamic_shape_runs = dynamic_shape_runs_;
     out.dynamic_shape_misses = dynamic_shape_misses_;
   }
-  if (DiskCache* disk = clusters_->disk()) out.totals.disk_rejects += disk->stats().rejects;
+  if (DiskCache* disk = clusters_->disk()) {
+    out.totals.disk_rejects += disk->stats().rejects;
+    if (const RemoteCache* remote = disk->remote()) {
+      out.remote_enabled = true;
+      out.remote = remote->stats();
+    }
+  }
   if (const Autotuner* t = clusters_->autotuner()) {
     const AutotuneCounters& c = t->counters();
     out.autotune.ops_tuned = c.ops_tuned;

@@ -46,6 +46,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "cache/remote_cache.h"
 #include "compiler/ir/graph.h"
 #include "compiler/onnx/tensor_proto.h"
 #include "compiler/passes/auto_mixed_precision.h"
@@ -104,6 +105,10 @@ struct SessionStats {
   int64_t dynamic_shape_runs = 0;
   int64_t dynamic_shape_misses = 0;
   AutotuneStatsSnapshot autotune;
+  // The fleet-shared tier (--remote_cache): reads (hits, misses, rejected entries, errors, skipped during
+  // back-off), write-behind writes, bytes. Shared by the sessions of the process that use the same server.
+  bool remote_enabled = false;
+  RemoteCacheStats remote;
   int compiles_in_flight = 0;   // background compilations queued or running (--async_compilation)
 };
 

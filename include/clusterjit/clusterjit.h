@@ -218,8 +218,9 @@ CJIT_API cjit_status* cjit_session_metadata_json(const cjit_session* session, ch
  * "signature_evictions", "specializations", "specialization_replays", "dynamic_shape_runs",
  * "compiles_in_flight", "clusters" (totals: "compiles", "compile_ms", "fallback_executions",
  * "compiled_executions", "memory_hits", "disk_hits", "disk_writes", "polymorphic_hits", "code_bytes") and
- * "autotune" ("ops_tuned", "candidates_timed", "tuning_ms", "memory_hits", "disk_hits", "file_hits"). Safe
- * while runs are in progress. */
+ * "autotune" ("ops_tuned", "candidates_timed", "tuning_ms", "memory_hits", "disk_hits", "file_hits"), and with
+ * --remote_cache "remote_cache" ("hits", "misses", "rejects", "errors", "skipped", "writes", "write_errors",
+ * "dropped_writes", "bytes_read", "bytes_written", "backoffs"). Safe while runs are in progress. */
 CJIT_API cjit_status* cjit_session_stats_json(const cjit_session* session, char* buffer, size_t size, size_t* length);
 /* Where the session runs: "cpu" or "cuda:N" (--device=auto resolved); valid while the session lives. */
 CJIT_API const char* cjit_session_device(const cjit_session* session);

@@ -152,6 +152,9 @@ int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
                      {"candidates_rejected", st.autotune.candidates_rejected}, {"tuning_ms", st.autotune.tuning_ms},
                      {"memory_hits", st.autotune.memory_hits}, {"disk_hits", st.autotune.disk_hits},
                      {"file_hits", st.autotune.file_hits}, {"ignored_entries", st.autotune.ignored_entries}};
+    if (st.remote_enabled) {
+      for (const auto& [name, value] : RemoteCacheStatsFields(st.remote)) j["remote_cache"][name] = value;
+    }
     std::ofstream f(stats_json);
     f << j.dump(2) << "\n";
     if (!f) return Fail(absl::InternalError("cannot write " + stats_json));

@@ -1,0 +1,466 @@
+#include "cache/remote_cache.h"
+
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <hiredis/hiredis.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/sha.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "base/file_util.h"
+#include "base/logging.h"
+#include "base/status_macros.h"
+#include "cache/disk_cache.h"
+
+namespace cjit {
+namespace {
+
+constexpr char kMagic[8] = {'C', 'J', 'I', 'T', 'R', 'M', 'T', '1'};
+constexpr size_t kIdBytes = 8, kMacBytes = 32, kHeaderBytes = 8 + kIdBytes + kMacBytes;
+constexpr int kErrorsBeforeBackoff = 3;
+constexpr int kFirstBackoffMs = 5000, kMaxBackoffMs = 60000;
+constexpr int kMaxRejectLogs = 10;
+
+struct Endpoint {
+  bool unix_socket = false;
+  std::string host_or_path;
+  int port = 6379;
+  int db = 0;
+};
+
+absl::StatusOr<Endpoint> ParseUrl(absl::string_view url) {
+  Endpoint e;
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("--remote_cache=", url, ": ", why,
+                                                   " (expected redis://HOST[:PORT][/DB] or unix:///PATH[?db=N])"));
+  };
+  absl::string_view rest = url;
+  if (absl::ConsumePrefix(&rest, "unix://")) {
+    e.unix_socket = true;
+    absl::string_view query;
+    if (size_t q = rest.find('?'); q != absl::string_view::npos) {
+      query = rest.substr(q + 1);
+      rest = rest.substr(0, q);
+    }
+    if (rest.empty() || rest[0] != '/') return bad("the socket path must be absolute");
+    e.host_or_path = std::string(rest);
+    if (!query.empty()) {
+      if (!absl::ConsumePrefix(&query, "db=") || !absl::SimpleAtoi(query, &e.db) || e.db < 0) return bad("bad db");
+    }
+    return e;
+  }
+  if (!absl::ConsumePrefix(&rest, "redis://")) return bad("unknown scheme");
+  if (size_t slash = rest.find('/'); slash != absl::string_view::npos) {
+    if (!absl::SimpleAtoi(rest.substr(slash + 1), &e.db) || e.db < 0) return bad("bad database number");
+    rest = rest.substr(0, slash);
+  }
+  if (size_t colon = rest.rfind(':'); colon != absl::string_view::npos) {
+    if (!absl::SimpleAtoi(rest.substr(colon + 1), &e.port) || e.port <= 0 || e.port > 65535) return bad("bad port");
+    rest = rest.substr(0, colon);
+  }
+  if (rest.empty()) return bad("no host");
+  e.host_or_path = std::string(rest);
+  return e;
+}
+
+std::string KeyId(const std::string& key) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(key.data()), key.size(), digest);
+  return std::string(reinterpret_cast<const char*>(digest), kIdBytes);
+}
+
+std::string Mac(const std::string& key, absl::string_view redis_key, absl::string_view entry) {
+  std::string data = absl::StrCat(redis_key, "\n", entry);
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
+       data.size(), out, &len);
+  return std::string(reinterpret_cast<const char*>(out), len);
+}
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> ReadRemoteCacheKeys(const std::string& path) {
+  const std::string what = absl::StrCat("--remote_cache_key_file=", path);
+  if (path.empty()) {
+    return absl::InvalidArgumentError("--remote_cache needs --remote_cache_key_file (entries are signed; an "
+                                      "unsigned shared cache would let anyone who can write to it run code here)");
+  }
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat(what, ": cannot read it (", std::strerror(errno), ")"));
+  }
+  if (st.st_uid != ::geteuid()) {
+    return absl::PermissionDeniedError(absl::StrCat(what, ": owned by uid ", st.st_uid, ", not by this user"));
+  }
+  if ((st.st_mode & 077) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(what, ": the fleet key file is accessible by other users (mode ",
+                                                    absl::StrFormat("%03o", st.st_mode & 0777),
+                                                    "); chmod 600 it, as ssh requires of private keys"));
+  }
+  CJIT_ASSIGN_OR_RETURN(std::string text, ReadRegularFile(path, 1 << 20, "remote cache key file"));
+  std::vector<std::string> keys;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line[0] == '#') continue;
+    if (line.size() < 16) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": a key of ", line.size(), " bytes (at least 16)"));
+    }
+    keys.emplace_back(line);
+  }
+  if (keys.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": no key in the file"));
+  return keys;
+}
+
+struct RemoteCache::Impl {
+  RemoteCacheOptions options;
+  Endpoint endpoint;
+  std::vector<std::string> keys;  // [0] signs
+  std::map<std::string, size_t> key_by_id;
+
+  // Reads: one connection under read_mu. Writes: the writer thread's own connection.
+  std::mutex read_mu;
+  redisContext* read_ctx = nullptr;
+  redisContext* write_ctx = nullptr;
+
+  // Back-off after repeated errors.
+  std::mutex health_mu;
+  int consecutive_errors = 0;
+  int backoff_ms = kFirstBackoffMs;
+  Clock::time_point skip_until{};
+
+  // Write-behind queue.
+  struct Write {
+    std::string redis_key, value;
+  };
+  std::mutex queue_mu;
+  std::condition_variable queue_cv, idle_cv;
+  std::deque<Write> queue;
+  int64_t queued_bytes = 0;
+  bool writing = false, stop = false;
+  std::thread writer;
+
+  std::atomic<int64_t> hits{0}, misses{0}, rejects{0}, errors{0}, skipped{0}, writes{0}, write_errors{0},
+      dropped_writes{0}, bytes_read{0}, bytes_written{0}, backoffs{0};
+  std::atomic<int> reject_logs{0};
+
+  ~Impl() {
+    if (read_ctx) redisFree(read_ctx);
+    if (write_ctx) redisFree(write_ctx);
+  }
+
+  timeval Timeout() const {
+    timeval tv;
+    tv.tv_sec = options.timeout_ms / 1000;
+    tv.tv_usec = (options.timeout_ms % 1000) * 1000;
+    return tv;
+  }
+
+  bool Available() {
+    std::lock_guard<std::mutex> lock(health_mu);
+    return Clock::now() >= skip_until;
+  }
+
+  void Succeeded() {
+    std::lock_guard<std::mutex> lock(health_mu);
+    consecutive_errors = 0;
+    backoff_ms = kFirstBackoffMs;
+  }
+
+  void Failed(const std::string& why) {
+    ++errors;
+    std::lock_guard<std::mutex> lock(health_mu);
+    if (++consecutive_errors < kErrorsBeforeBackoff) return;
+    consecutive_errors = 0;
+    skip_until = Clock::now() + std::chrono::milliseconds(backoff_ms);
+    ++backoffs;
+    CJIT_LOG(WARNING) << "remote cache " << options.url << ": " << why << "; not used for " << backoff_ms / 1000
+                      << " s (local tiers only)";
+    backoff_ms = std::min(backoff_ms * 2, kMaxBackoffMs);
+  }
+
+  // A connected context in *ctx, or an error text.
+  std::string Connect(redisContext** ctx) {
+    if (*ctx != nullptr) return "";
+    const timeval tv = Timeout();
+    redisContext* c = endpoint.unix_socket ? redisConnectUnixWithTimeout(endpoint.host_or_path.c_str(), tv)
+                                           : redisConnectWithTimeout(endpoint.host_or_path.c_str(), endpoint.port, tv);
+    if (c == nullptr) return "cannot allocate a connection";
+    if (c->err) {
+      std::string why = absl::StrCat("cannot connect: ", c->errstr);
+      redisFree(c);
+      return why;
+    }
+    redisSetTimeout(c, tv);
+    if (endpoint.db != 0) {
+      auto* r = static_cast<redisReply*>(redisCommand(c, "SELECT %d", endpoint.db));
+      const bool ok = r != nullptr && r->type == REDIS_REPLY_STATUS;
+      std::string why = r == nullptr ? c->errstr : r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len) : "";
+      if (r) freeReplyObject(r);
+      if (!ok) {
+        redisFree(c);
+        return absl::StrCat("SELECT ", endpoint.db, ": ", why);
+      }
+    }
+    *ctx = c;
+    return "";
+  }
+
+  void Reject(const std::string& redis_key, absl::string_view why) {
+    ++rejects;
+    if (reject_logs.fetch_add(1) < kMaxRejectLogs) {
+      CJIT_LOG(WARNING) << "remote cache " << options.url << ": entry " << redis_key << " rejected (" << why
+                        << "); not loaded";
+    }
+  }
+
+  std::optional<std::string> Verify(const std::string& redis_key, absl::string_view value, const CacheKey& key,
+                                    uint32_t kind) {
+    if (value.size() < kHeaderBytes) return Reject(redis_key, "truncated"), std::nullopt;
+    if (std::memcmp(value.data(), kMagic, 8) != 0) return Reject(redis_key, "bad magic"), std::nullopt;
+    auto it = key_by_id.find(std::string(value.substr(8, kIdBytes)));
+    if (it == key_by_id.end()) return Reject(redis_key, "signed with a key this host does not have"), std::nullopt;
+    absl::string_view mac = value.substr(8 + kIdBytes, kMacBytes);
+    absl::string_view entry = value.substr(kHeaderBytes);
+    const std::string expect = Mac(keys[it->second], redis_key, entry);
+    if (expect.size() != kMacBytes || CRYPTO_memcmp(expect.data(), mac.data(), kMacBytes) != 0) {
+      return Reject(redis_key, "the signature does not verify (tampered with, truncated, or stored under another "
+                               "key)"),
+             std::nullopt;
+    }
+    std::string key_text;
+    uint32_t entry_kind = 0;
+    absl::StatusOr<std::string> payload = DiskCache::Decode(entry, &key_text, &entry_kind);
+    if (!payload.ok()) return Reject(redis_key, payload.status().message()), std::nullopt;
+    if (key_text != key.canonical || entry_kind != kind) {
+      return Reject(redis_key, "a valid entry of another cache key"), std::nullopt;
+    }
+    return std::move(*payload);
+  }
+
+  void WriterLoop() {
+    for (;;) {
+      Write w;
+      {
+        std::unique_lock<std::mutex> lock(queue_mu);
+        queue_cv.wait(lock, [&] { return stop || !queue.empty(); });
+        if (queue.empty()) return;  // stop, and nothing left
+        w = std::move(queue.front());
+        queue.pop_front();
+        queued_bytes -= static_cast<int64_t>(w.value.size());
+        writing = true;
+      }
+      if (!Available()) {
+        ++dropped_writes;
+      } else if (std::string why = Connect(&write_ctx); !why.empty()) {
+        ++write_errors;
+        Failed(why);
+      } else {
+        redisReply* r;
+        if (options.ttl_s > 0) {
+          r = static_cast<redisReply*>(redisCommand(write_ctx, "SET %b %b PX %lld", w.redis_key.data(), w.redis_key.size(),
+                                                    w.value.data(), w.value.size(),
+                                                    static_cast<long long>(options.ttl_s) * 1000));
+        } else {
+          r = static_cast<redisReply*>(redisCommand(write_ctx, "SET %b %b", w.redis_key.data(), w.redis_key.size(),
+                                                    w.value.data(), w.value.size()));
+        }
+        if (r == nullptr) {
+          ++write_errors;
+          Failed(absl::StrCat("write: ", write_ctx->errstr));
+          redisFree(write_ctx);
+          write_ctx = nullptr;
+        } else if (r->type == REDIS_REPLY_ERROR) {
+          ++write_errors;  // e.g. OOM under maxmemory noeviction: the server is up, the entry is not kept
+          CJIT_VLOG(1) << "remote cache write of " << w.redis_key << ": " << std::string(r->str, r->len);
+          freeReplyObject(r);
+        } else {
+          ++writes;
+          bytes_written += static_cast<int64_t>(w.value.size());
+          Succeeded();
+          freeReplyObject(r);
+        }
+      }
+      {
+        std::lock_guard<std::mutex> lock(queue_mu);
+        writing = false;
+        if (queue.empty()) idle_cv.notify_all();
+      }
+    }
+  }
+};
+
+RemoteCache::RemoteCache(std::unique_ptr<Impl> impl) : options_(impl->options), impl_(std::move(impl)) {
+  impl_->writer = std::thread([this] { impl_->WriterLoop(); });
+}
+
+RemoteCache::~RemoteCache() {
+  Flush(2000);
+  {
+    std::lock_guard<std::mutex> lock(impl_->queue_mu);
+    impl_->stop = true;
+    impl_->queue.clear();  // what the flush could not send in time
+  }
+  impl_->queue_cv.notify_all();
+  impl_->writer.join();
+}
+
+absl::StatusOr<std::shared_ptr<RemoteCache>> RemoteCache::Open(const RemoteCacheOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  CJIT_ASSIGN_OR_RETURN(impl->endpoint, ParseUrl(options.url));
+  CJIT_ASSIGN_OR_RETURN(impl->keys, ReadRemoteCacheKeys(options.key_file));
+  for (size_t i = 0; i < impl->keys.size(); ++i) impl->key_by_id.emplace(KeyId(impl->keys[i]), i);
+  if (options.timeout_ms <= 0) return absl::InvalidArgumentError("--remote_cache_timeout_ms must be positive");
+  return std::shared_ptr<RemoteCache>(new RemoteCache(std::move(impl)));
+}
+
+absl::StatusOr<std::shared_ptr<RemoteCache>> RemoteCache::Shared(const RemoteCacheOptions& options) {
+  static std::mutex mu;
+  static auto* instances = new std::map<std::string, std::weak_ptr<RemoteCache>>();
+  const std::string id = absl::StrCat(options.url, "\n", options.key_file, "\n", options.timeout_ms, "\n",
+                                      options.ttl_s, "\n", options.max_entry_bytes, "\n", options.max_queue_bytes);
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = instances->find(id); it != instances->end()) {
+    if (std::shared_ptr<RemoteCache> alive = it->second.lock()) return alive;
+  }
+  CJIT_ASSIGN_OR_RETURN(std::shared_ptr<RemoteCache> rc, Open(options));
+  (*instances)[id] = rc;
+  return rc;
+}
+
+std::string RemoteCache::RedisKey(const CacheKey& key, uint32_t payload_kind) {
+  return absl::StrCat("cjit:", key.Hex(), ":", payload_kind);
+}
+
+std::string RemoteCache::SignedValue(const std::string& redis_key, const CacheKey& key, uint32_t payload_kind,
+                                     absl::string_view payload) const {
+  const std::string entry = DiskCache::Encode(key, payload_kind, payload);
+  const std::string& signing = impl_->keys[0];
+  return absl::StrCat(absl::string_view(kMagic, 8), KeyId(signing), Mac(signing, redis_key, entry), entry);
+}
+
+std::optional<std::string> RemoteCache::Lookup(const CacheKey& key, uint32_t payload_kind) {
+  Impl& m = *impl_;
+  if (!m.Available()) {
+    ++m.skipped;
+    return std::nullopt;
+  }
+  const std::string redis_key = RedisKey(key, payload_kind);
+  std::string value;
+  {
+    std::lock_guard<std::mutex> lock(m.read_mu);
+    if (std::string why = m.Connect(&m.read_ctx); !why.empty()) {
+      m.Failed(why);
+      return std::nullopt;
+    }
+    auto* r = static_cast<redisReply*>(redisCommand(m.read_ctx, "GET %b", redis_key.data(), redis_key.size()));
+    if (r == nullptr) {
+      std::string why = absl::StrCat("read: ", m.read_ctx->errstr);
+      redisFree(m.read_ctx);
+      m.read_ctx = nullptr;
+      m.Failed(why);
+      return std::nullopt;
+    }
+    if (r->type == REDIS_REPLY_NIL) {
+      freeReplyObject(r);
+      m.Succeeded();
+      ++m.misses;
+      return std::nullopt;
+    }
+    if (r->type != REDIS_REPLY_STRING) {
+      std::string why = r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len) : "unexpected reply type";
+      freeReplyObject(r);
+      m.Failed(absl::StrCat("GET: ", why));
+      return std::nullopt;
+    }
+    value.assign(r->str, r->len);
+    freeReplyObject(r);
+    m.Succeeded();
+  }
+  m.bytes_read += static_cast<int64_t>(value.size());
+  std::optional<std::string> payload = m.Verify(redis_key, value, key, payload_kind);
+  if (payload) ++m.hits;
+  return payload;
+}
+
+void RemoteCache::StoreAsync(const CacheKey& key, uint32_t payload_kind, absl::string_view payload) {
+  Impl& m = *impl_;
+  if (static_cast<int64_t>(payload.size()) > m.options.max_entry_bytes) {
+    ++m.dropped_writes;
+    return;
+  }
+  Impl::Write w;
+  w.redis_key = RedisKey(key, payload_kind);
+  w.value = SignedValue(w.redis_key, key, payload_kind, payload);
+  {
+    std::lock_guard<std::mutex> lock(m.queue_mu);
+    if (m.stop || m.queued_bytes + static_cast<int64_t>(w.value.size()) > m.options.max_queue_bytes) {
+      ++m.dropped_writes;
+      return;
+    }
+    m.queued_bytes += static_cast<int64_t>(w.value.size());
+    m.queue.push_back(std::move(w));
+  }
+  m.queue_cv.notify_one();
+}
+
+bool RemoteCache::Flush(int timeout_ms) {
+  Impl& m = *impl_;
+  std::unique_lock<std::mutex> lock(m.queue_mu);
+  return m.idle_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                            [&] { return m.queue.empty() && !m.writing; });
+}
+
+std::vector<std::pair<const char*, int64_t>> RemoteCacheStatsFields(const RemoteCacheStats& s) {
+  return {{"hits", s.hits},
+          {"misses", s.misses},
+          {"rejects", s.rejects},
+          {"errors", s.errors},
+          {"skipped", s.skipped},
+          {"writes", s.writes},
+          {"write_errors", s.write_errors},
+          {"dropped_writes", s.dropped_writes},
+          {"bytes_read", s.bytes_read},
+          {"bytes_written", s.bytes_written},
+          {"backoffs", s.backoffs}};
+}
+
+RemoteCacheStats RemoteCache::stats() const {
+  const Impl& m = *impl_;
+  RemoteCacheStats s;
+  s.hits = m.hits;
+  s.misses = m.misses;
+  s.rejects = m.rejects;
+  s.errors = m.errors;
+  s.skipped = m.skipped;
+  s.writes = m.writes;
+  s.write_errors = m.write_errors;
+  s.dropped_writes = m.dropped_writes;
+  s.bytes_read = m.bytes_read;
+  s.bytes_written = m.bytes_written;
+  s.backoffs = m.backoffs;
+  return s;
+}
+
+}  // namespace cjit

@@ -1,0 +1,102 @@
+// The fleet-shared cache tier on Redis (--remote_cache; docs/caching.md): compiled CPU code and autotuning
+// results that one host produced are found by the others, behind the local disk cache (memory -> disk ->
+// remote; a verified remote hit is written to the disk tier).
+//
+// Entries are signed. The Redis value of an entry is
+//   magic "CJITRMT1" | key id (8 bytes: the first 8 bytes of SHA-256 of the signing key) |
+//   HMAC-SHA256(signing key, redis key name | entry) (32 bytes) | entry (DiskCache::Encode: the full
+//   canonical cache key, payload kind, XXH3 checksum, payload)
+// under the Redis key "cjit:<key hash hex>:<payload kind>". A read verifies the MAC with the key of that id
+// (several keys may be given: rotation; the first signs), decodes the entry and checks that its canonical
+// key and payload kind are the ones asked for: an entry tampered with, truncated, signed with another key,
+// or a valid entry stored under another key is rejected (logged once, counted) and never loaded. Compiled
+// code from a shared store is a code-execution path: without a key file the tier is not used.
+//
+// The key file (--remote_cache_key_file) holds one key per line (at least 16 bytes each); it must be owned
+// by this user and not readable or writable by group or others (as ssh requires of private keys).
+//
+// Availability: reads wait at most --remote_cache_timeout_ms (connect and reply); writes are write-behind on
+// one background thread through a bounded queue (a run never waits for one; a full queue drops the write,
+// counted). After 3 consecutive errors the tier is skipped for a back-off period (5 s, doubling up to
+// 60 s; logged once per period, counted), so a dead server costs a run nothing noticeable.
+//
+// Thread-safety: every method may be called from any thread. One RemoteCache per (URL, key file) per
+// process (Shared); destroying the last reference flushes queued writes for up to 2 s.
+#ifndef CJIT_CACHE_REMOTE_CACHE_H_
+#define CJIT_CACHE_REMOTE_CACHE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "cache/cache_key.h"
+
+namespace cjit {
+
+struct RemoteCacheOptions {
+  // redis://HOST[:PORT][/DB] or unix:///PATH[?db=N]
+  std::string url;
+  std::string key_file;
+  int timeout_ms = 100;               // connect and each reply
+  int64_t ttl_s = 7 * 24 * 3600;      // entry lifetime in Redis (0: no expiry)
+  int64_t max_entry_bytes = 64 << 20; // larger entries are not sent
+  int64_t max_queue_bytes = 256 << 20; // write-behind queue bound
+};
+
+struct RemoteCacheStats {
+  int64_t hits = 0, misses = 0, rejects = 0, errors = 0, skipped = 0;  // reads (skipped: during back-off)
+  int64_t writes = 0, write_errors = 0, dropped_writes = 0;            // write-behind
+  int64_t bytes_read = 0, bytes_written = 0;
+  int64_t backoffs = 0;  // times the tier was switched off after repeated errors
+};
+
+// The counters by name, in a fixed order (for stats JSON).
+std::vector<std::pair<const char*, int64_t>> RemoteCacheStatsFields(const RemoteCacheStats& s);
+
+class RemoteCache {
+ public:
+  // Parses the URL, reads and checks the key file; does not connect (the first lookup does). Errors name
+  // the flag at fault: a bad URL, a missing or unreadable key file, a key file readable by others, a key
+  // shorter than 16 bytes.
+  static absl::StatusOr<std::shared_ptr<RemoteCache>> Open(const RemoteCacheOptions& options);
+  // The process's instance for these options (the same URL and key file share a connection and writer).
+  static absl::StatusOr<std::shared_ptr<RemoteCache>> Shared(const RemoteCacheOptions& options);
+  ~RemoteCache();
+  RemoteCache(const RemoteCache&) = delete;
+  RemoteCache& operator=(const RemoteCache&) = delete;
+
+  // The payload of a verified entry for `key` and `payload_kind`, or nullopt (a miss, an error, a rejected
+  // entry, or the tier in back-off). Waits at most about timeout_ms.
+  std::optional<std::string> Lookup(const CacheKey& key, uint32_t payload_kind);
+  // Queues a signed write (returns at once).
+  void StoreAsync(const CacheKey& key, uint32_t payload_kind, absl::string_view payload);
+  // Waits until the queued writes are done or `timeout_ms` passed; true when the queue is empty.
+  bool Flush(int timeout_ms);
+
+  RemoteCacheStats stats() const;
+  const RemoteCacheOptions& options() const { return options_; }
+
+  // The Redis key and the signed value of an entry (tests and `cjit cache` tooling).
+  static std::string RedisKey(const CacheKey& key, uint32_t payload_kind);
+  std::string SignedValue(const std::string& redis_key, const CacheKey& key, uint32_t payload_kind,
+                          absl::string_view payload) const;
+
+  struct Impl;
+
+ private:
+  explicit RemoteCache(std::unique_ptr<Impl> impl);
+  RemoteCacheOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The fleet keys of a key file, first the signing key; errors as Open's. Exposed for tests.
+absl::StatusOr<std::vector<std::string>> ReadRemoteCacheKeys(const std::string& path);
+
+}  // namespace cjit
+
+#endif  // CJIT_CACHE_REMOTE_CACHE_H_

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# The fleet-shared cache tier (--remote_cache, cache/remote_cache.h) against a real redis-server started
+# here on a unix socket in a temp dir (stopped at exit). Each "host" is a cjit process with its own empty
+# --persistent_cache_dir:
+#   1. host A compiles and tunes, and publishes; host B compiles and tunes nothing, runs compiled from its
+#      first execution, and its outputs match the references;
+#   2. entries tampered with, truncated, signed with a foreign key, or swapped between keys (written straight
+#      into Redis) are rejected, never loaded, and the run is still correct; a rotated key file (new key
+#      first, old key second) still verifies the old entries;
+#   3. the server paused (DEBUG SLEEP), full (maxmemory + noeviction) or dead: runs stay correct and do not
+#      wait for it (a bound far below the pause);
+#   4. configuration errors: a key file readable by others, no key file, no local tier, a bad URL.
+# usage: tests/remote_cache.sh CJIT MODELS_DIR
+set -euo pipefail
+cjit=$1
+model_dir=$2/ppocr_mobile_cls
+here=$(cd "$(dirname "$0")" && pwd)
+[[ -f $model_dir/model.onnx ]] || { echo "remote_cache: no model at $model_dir"; exit 1; }
+command -v redis-server >/dev/null || { echo "remote_cache: redis-server is not installed (tools/setup.sh)"; exit 1; }
+work=$(mktemp -d)
+sock=$work/redis.sock
+redis_pid=""
+cleanup() {
+  [[ -n $redis_pid ]] && kill "$redis_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+start_redis() {
+  redis-server --port 0 --unixsocket "$sock" --unixsocketperm 700 --save '' --appendonly no --dir "$work" --enable-debug-command local \
+    >"$work/redis.log" 2>&1 &
+  redis_pid=$!
+  for _ in $(seq 50); do [[ -S $sock ]] && return 0; sleep 0.1; done
+  echo "remote_cache: redis-server did not start"; cat "$work/redis.log"; exit 1
+}
+rcli() { redis-cli -s "$sock" "$@"; }
+resp() { /usr/bin/python3 "$here/remote_cache_resp.py" "$sock" "$@"; }
+
+head -c 48 /dev/urandom | base64 >"$work/key"
+head -c 48 /dev/urandom | base64 >"$work/other_key"
+{ cat "$work/other_key"; cat "$work/key"; } >"$work/rotated_key"
+chmod 600 "$work/key" "$work/other_key" "$work/rotated_key"
+start_redis
+
+echo 0 >"$work/hosts"
+# host KEYFILE [extra flags]: a fresh host; runs the model (eager compile, autotuning on) with --stats-json,
+# then checks every data set against its references. Prints the stats file's path.
+host() {  # (run in $(...): the host count lives in a file)
+  local n=$(($(cat "$work/hosts") + 1))
+  echo "$n" >"$work/hosts"
+  local key=$1; shift
+  local flags="--device=cpu --persistent_cache_dir=$work/host$n --remote_cache=unix://$sock --remote_cache_key_file=$key"
+  flags+=" --enable_lazy_compilation=false --autotune_threshold=0 --autotune_min_op_time_ms=0 $*"
+  CJIT_FLAGS="$flags" "$cjit" run "$model_dir/model.onnx" --input "$model_dir/test_data_set_0/input_0.pb" \
+    --iterations 3 --warmup 1 --stats-json "$work/stats$n.json" >/dev/null
+  CJIT_FLAGS="$flags --persistent_cache_dir=$work/check$n" "$cjit" check "$model_dir" --rtol 1e-3 --atol 1e-4 >/dev/null \
+    || { echo "FAIL: host $n: outputs differ from the references"; exit 1; }
+  echo "$work/stats$n.json"
+}
+field() { /usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$1" "$2"; }
+expect() {  # STATS EXPR WHAT
+  [[ $(field "$1" "$2") == True ]] || { echo "FAIL: $3: $2 is false in $(cat "$1")"; exit 1; }
+  echo "ok: $3"
+}
+
+echo "== 1. publish and reuse"
+a=$(host "$work/key")
+expect "$a" "j['totals']['compiles'] > 0 and j['remote_cache']['writes'] > 0" "host A compiles and publishes"
+expect "$a" "j['autotune']['ops_tuned'] > 0" "host A tunes"
+b=$(host "$work/key")
+expect "$b" "j['totals']['compiles'] == 0 and j['totals']['fallback_executions'] == 0" "host B compiles nothing"
+expect "$b" "j['autotune']['ops_tuned'] == 0 and j['autotune']['disk_hits'] > 0" "host B tunes nothing"
+expect "$b" "j['remote_cache']['hits'] > 0 and j['remote_cache']['rejects'] == 0" "host B's hits verify"
+entries=$(rcli --raw keys 'cjit:*')
+[[ -n $entries ]] || { echo "FAIL: no entries in Redis"; exit 1; }
+
+echo "== 2. hostile entries"
+c=$(host "$work/rotated_key")
+expect "$c" "j['totals']['compiles'] == 0 and j['remote_cache']['rejects'] == 0" "a rotated key file verifies old entries"
+d=$(host "$work/other_key")
+expect "$d" "j['remote_cache']['hits'] == 0 and j['remote_cache']['rejects'] > 0 and j['totals']['compiles'] > 0" \
+  "entries signed with a foreign key are rejected"
+rcli flushall >/dev/null
+host "$work/key" >/dev/null  # republish with the fleet key
+for k in $(rcli --raw keys 'cjit:*'); do resp tamper "$k"; done
+e=$(host "$work/key")
+expect "$e" "j['remote_cache']['hits'] == 0 and j['remote_cache']['rejects'] > 0" "tampered entries are rejected"
+rcli flushall >/dev/null
+host "$work/key" >/dev/null
+for k in $(rcli --raw keys 'cjit:*'); do resp truncate "$k"; done
+f=$(host "$work/key")
+expect "$f" "j['remote_cache']['hits'] == 0 and j['remote_cache']['rejects'] > 0" "truncated entries are rejected"
+rcli flushall >/dev/null
+host "$work/key" >/dev/null
+mapfile -t ks < <(rcli --raw keys 'cjit:*')
+if ((${#ks[@]} >= 2)); then
+  resp swap "${ks[0]}" "${ks[1]}"
+  g=$(host "$work/key")
+  expect "$g" "j['remote_cache']['rejects'] >= 2" "entries swapped between keys are rejected"
+else
+  echo "FAIL: expected at least two entries to swap (${#ks[@]})"; exit 1
+fi
+
+echo "== 3. a paused, full, dead server"
+rcli flushall >/dev/null
+rcli debug sleep 8 >/dev/null &
+sleeper=$!
+sleep 0.3
+start=$(date +%s.%N)
+p=$(host "$work/key")
+elapsed=$(echo "$(date +%s.%N) - $start" | bc)
+expect "$p" "j['remote_cache']['errors'] > 0 and j['remote_cache']['hits'] == 0" "a paused server costs errors, not waits"
+(($(echo "$elapsed < 6" | bc))) || { echo "FAIL: the run waited for a paused server ($elapsed s)"; exit 1; }
+echo "ok: two processes in ${elapsed} s while the server sleeps 8 s"
+wait "$sleeper"
+rcli flushall >/dev/null
+rcli config set maxmemory 1 >/dev/null
+rcli config set maxmemory-policy noeviction >/dev/null
+m=$(host "$work/key")
+expect "$m" "j['remote_cache']['write_errors'] > 0 and j['totals']['compiles'] > 0" "a full server refuses writes; runs go on"
+rcli config set maxmemory 0 >/dev/null
+kill "$redis_pid"; wait "$redis_pid" 2>/dev/null || true; redis_pid=""
+x=$(host "$work/key")
+expect "$x" "j['remote_cache']['errors'] > 0 and j['totals']['compiles'] > 0" "a dead server: local tiers only"
+
+echo "== 4. configuration errors"
+chmod 644 "$work/key"
+out=$(CJIT_FLAGS="--persistent_cache_dir=$work/bad --remote_cache=unix://$sock --remote_cache_key_file=$work/key" \
+  "$cjit" run "$model_dir/model.onnx" --shape x=1x3x48x192 2>&1 || true)
+grep -q "accessible by other users" <<<"$out" || { echo "FAIL: a world-readable key file was accepted: $out"; exit 1; }
+echo "ok: a key file readable by others is refused"
+out=$(CJIT_FLAGS="--persistent_cache_dir=$work/bad --remote_cache=unix://$sock" \
+  "$cjit" run "$model_dir/model.onnx" --shape x=1x3x48x192 2>&1 || true)
+grep -q "needs --remote_cache_key_file" <<<"$out" || { echo "FAIL: no key file was accepted: $out"; exit 1; }
+echo "ok: no key file is refused"
+out=$(CJIT_FLAGS="--remote_cache=unix://$sock --remote_cache_key_file=$work/key" \
+  "$cjit" run "$model_dir/model.onnx" --shape x=1x3x48x192 2>&1 || true)
+grep -q "needs --persistent_cache_dir" <<<"$out" || { echo "FAIL: no local tier was accepted: $out"; exit 1; }
+echo "ok: a remote tier without a local one is refused"
+chmod 600 "$work/key"
+out=$(CJIT_FLAGS="--persistent_cache_dir=$work/bad --remote_cache=http://cache:6379 --remote_cache_key_file=$work/key" \
+  "$cjit" run "$model_dir/model.onnx" --shape x=1x3x48x192 2>&1 || true)
+grep -q "remote_cache=http://cache:6379: unknown scheme" <<<"$out" || { echo "FAIL: a bad URL was accepted: $out"; exit 1; }
+echo "ok: a bad URL is refused, named"
+echo "remote_cache: PASS"
