@@ -17,6 +17,7 @@
 #include "flags/flags.h"
 #include "base/logging.h"
 #include "runtime/session.h"
+#include "runtime/stats_json.h"
 
 struct cjit_status {
   cjit_code code;
@@ -116,19 +117,6 @@ const char* DimName(const std::vector<cjit::TensorInfo>& infos, size_t index, si
   }
   const cjit::Dim& d = infos[index].shape.dims[axis];
   return d.known() ? "" : d.symbol.c_str();
-}
-
-nlohmann::json ClusterCounters(const cjit::ClusterStatsSnapshot& c) {
-  return {{"compiles", c.compiles},
-          {"compile_ms", c.compile_ms},
-          {"fallback_executions", c.fallback_executions},
-          {"compiled_executions", c.compiled_executions},
-          {"memory_hits", c.memory_hits},
-          {"disk_hits", c.disk_hits},
-          {"disk_writes", c.disk_writes},
-          {"disk_rejects", c.disk_rejects},
-          {"polymorphic_hits", c.polymorphic_hits},
-          {"code_bytes", c.code_bytes}};
 }
 
 absl::StatusOr<cjit::SessionOptions> MakeSessionOptions(const cjit_options* options) {
@@ -425,19 +413,9 @@ cjit_status* cjit_session_stats_json(const cjit_session* s, char* buffer, size_t
                         {"dynamic_shape_runs", x.dynamic_shape_runs},
                         {"dynamic_shape_misses", x.dynamic_shape_misses},
                         {"compiles_in_flight", x.compiles_in_flight},
-                        {"clusters", ClusterCounters(x.totals)},
-                        {"autotune",
-                         {{"ops_tuned", x.autotune.ops_tuned},
-                          {"candidates_timed", x.autotune.candidates_timed},
-                          {"candidates_rejected", x.autotune.candidates_rejected},
-                          {"tuning_ms", x.autotune.tuning_ms},
-                          {"memory_hits", x.autotune.memory_hits},
-                          {"disk_hits", x.autotune.disk_hits},
-                          {"file_hits", x.autotune.file_hits},
-                          {"ignored_entries", x.autotune.ignored_entries}}}};
-    if (x.remote_enabled) {
-      for (const auto& [name, value] : cjit::RemoteCacheStatsFields(x.remote)) j["remote_cache"][name] = value;
-    }
+                        {"clusters", cjit::ClusterCountersJson(x.totals)},
+                        {"autotune", cjit::AutotuneCountersJson(x.autotune)}};
+    cjit::AddRemoteCacheJson(x, j);
     text = j.dump();
     return absl::OkStatus();
   });

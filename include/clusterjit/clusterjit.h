@@ -217,9 +217,10 @@ CJIT_API cjit_status* cjit_session_metadata_json(const cjit_session* session, ch
 /* The session's counters so far as a JSON object (as cjit_options_get writes): "signatures",
  * "signature_evictions", "specializations", "specialization_replays", "dynamic_shape_runs",
  * "compiles_in_flight", "clusters" (totals: "compiles", "compile_ms", "fallback_executions",
- * "compiled_executions", "memory_hits", "disk_hits", "disk_writes", "polymorphic_hits", "code_bytes") and
- * "autotune" ("ops_tuned", "candidates_timed", "tuning_ms", "memory_hits", "disk_hits", "file_hits"), and with
- * --remote_cache "remote_cache" ("hits", "misses", "rejects", "errors", "skipped", "writes", "write_errors",
+ * "compiled_executions", "memory_hits", "disk_hits", "disk_writes", "disk_rejects", "polymorphic_hits",
+ * "code_bytes", "fused_kernels"), "autotune" ("ops_tuned", "candidates_timed", "candidates_rejected",
+ * "tuning_ms", "memory_hits", "disk_hits", "file_hits", "ignored_entries") and, with --remote_cache,
+ * "remote_cache" ("hits", "misses", "rejects", "errors", "skipped", "writes", "write_errors",
  * "dropped_writes", "bytes_read", "bytes_written", "backoffs"). Safe while runs are in progress. */
 CJIT_API cjit_status* cjit_session_stats_json(const cjit_session* session, char* buffer, size_t size, size_t* length);
 /* Where the session runs: "cpu" or "cuda:N" (--device=auto resolved); valid while the session lives. */

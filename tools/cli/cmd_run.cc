@@ -38,6 +38,7 @@
 #include "runtime/executable.h"
 #include "runtime/profiler.h"
 #include "runtime/session.h"
+#include "runtime/stats_json.h"
 #include "compiler/ir/text.h"
 #include "runtime/cuda/gpu_executor.h"
 #include "tools/check_lib.h"
@@ -124,37 +125,23 @@ int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
     j["gpu_placement"] = s.GpuPlacements();
     j["latency_ms"] = {{"first", first}, {"median", median}, {"p90", p90}, {"min", mn}};
     SessionStats st = s.stats();
-    auto counters = [](const ClusterStatsSnapshot& c) {
-      return nlohmann::json{{"compiles", c.compiles}, {"compile_ms", c.compile_ms},
-                            {"fallback_executions", c.fallback_executions},
-                            {"compiled_executions", c.compiled_executions}, {"memory_hits", c.memory_hits},
-                            {"disk_hits", c.disk_hits}, {"disk_writes", c.disk_writes},
-                            {"disk_rejects", c.disk_rejects}, {"polymorphic_hits", c.polymorphic_hits},
-                            {"code_bytes", c.code_bytes},
-                            {"fused_kernels", c.fused_kernels}};
-    };
     j["clusters"] = nlohmann::json::array();
     for (const auto& c : st.clusters) {
-      nlohmann::json cj = counters(c);
+      nlohmann::json cj = ClusterCountersJson(c);
       cj["id"] = c.id;
       cj["ops"] = c.ops;
       cj["signature"] = c.signature;
       j["clusters"].push_back(cj);
     }
-    j["totals"] = counters(st.totals);
+    j["totals"] = ClusterCountersJson(st.totals);
     j["signatures"] = {{"held", st.signatures},
                        {"evicted", st.signature_evictions},
                        {"specialized", st.specializations},
                        {"replayed", st.specialization_replays},
                        {"dynamic_shape_runs", st.dynamic_shape_runs},
                        {"dynamic_shape_misses", st.dynamic_shape_misses}};
-    j["autotune"] = {{"ops_tuned", st.autotune.ops_tuned}, {"candidates_timed", st.autotune.candidates_timed},
-                     {"candidates_rejected", st.autotune.candidates_rejected}, {"tuning_ms", st.autotune.tuning_ms},
-                     {"memory_hits", st.autotune.memory_hits}, {"disk_hits", st.autotune.disk_hits},
-                     {"file_hits", st.autotune.file_hits}, {"ignored_entries", st.autotune.ignored_entries}};
-    if (st.remote_enabled) {
-      for (const auto& [name, value] : RemoteCacheStatsFields(st.remote)) j["remote_cache"][name] = value;
-    }
+    j["autotune"] = AutotuneCountersJson(st.autotune);
+    AddRemoteCacheJson(st, j);
     std::ofstream f(stats_json);
     f << j.dump(2) << "\n";
     if (!f) return Fail(absl::InternalError("cannot write " + stats_json));
