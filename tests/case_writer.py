@@ -9,11 +9,12 @@ from onnx import helper, numpy_helper
 
 
 def write_case(root, name, nodes, inputs, outputs, opset=13, inits=(), tol=None, declare_output_shapes=True,
-               tensor=None, elem_type=None):
+               tensor=None, elem_type=None, domains=()):
     """inputs / outputs: (name, array) pairs; inits: (name, array) pairs or TensorProtos; tol: (rtol, atol)
     written to tolerance.txt, or None. The IR version is the one of the opset's ONNX release (8 up to
     opset 18, 9 for 19-20, 10 for 21). tensor(name, array) -> TensorProto and elem_type(name, array) ->
-    element type override how arrays are stored (default: numpy_helper.from_array and the array's type)."""
+    element type override how arrays are stored (default: numpy_helper.from_array and the array's type).
+    domains: (domain, version) pairs imported besides the default domain (e.g. ("com.microsoft", 1))."""
     tensor = tensor or (lambda n, a: numpy_helper.from_array(np.asarray(a), n))
     t = onnx.mapping.NP_TYPE_TO_TENSOR_TYPE
     elem_type = elem_type or (lambda n, a: t[np.asarray(a).dtype])
@@ -25,7 +26,8 @@ def write_case(root, name, nodes, inputs, outputs, opset=13, inits=(), tol=None,
         [helper.make_tensor_value_info(n, elem_type(n, a), np.asarray(a).shape if declare_output_shapes else None)
          for n, a in outputs],
         initializer=[i if isinstance(i, onnx.TensorProto) else tensor(i[0], i[1]) for i in inits])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)] +
+                          [helper.make_opsetid(d, v) for d, v in domains])
     m.ir_version = 8 if opset <= 18 else 9 if opset <= 20 else 10
     onnx.save(m, os.path.join(d, "model.onnx"))
     for k, (n, a) in enumerate(inputs):

@@ -27,6 +27,15 @@ constexpr int64_t kMinOpset = 1;
 constexpr int64_t kMaxOpset = 21;
 constexpr int64_t kMaxIrVersion = 10;
 
+// ONNX's training operators (Adagrad, Adam, Momentum, Gradient) live in this domain; an inference runtime
+// does not run them, and says so by name rather than as an unknown operator or a missing opset.
+constexpr absl::string_view kTrainingDomain = "ai.onnx.preview.training";
+
+absl::Status TrainingOnly(absl::string_view source, absl::string_view node, absl::string_view op) {
+  return absl::UnimplementedError(absl::StrCat(source, ": node '", node, "': ", kTrainingDomain, ".", op,
+                                               " is a training operator; clusterjit runs inference only"));
+}
+
 struct Scope {
   Graph* graph = nullptr;
   Scope* parent = nullptr;
@@ -85,6 +94,7 @@ class Importer {
         scope.names[np.output(0)] = graph->AddConstant(np.output(0), std::move(t));
         continue;
       }
+      if (domain == kTrainingDomain) return TrainingOnly(options_.source, name, np.op_type());
       if (FindOp(domain, np.op_type()) == nullptr) {
         return absl::UnimplementedError(absl::StrCat(
             options_.source, ": node '", name, "': unsupported operator ",
@@ -130,6 +140,7 @@ class Importer {
         n->implicit_inputs.push_back(v);
         n->implicit_names.push_back(c);
       }
+      UpgradeLegacyBroadcast(graph.get(), n);
     }
     for (const onnx::ValueInfoProto& out : gp.output()) {
       Value* v = scope.Lookup(out.name());
@@ -205,8 +216,7 @@ class Importer {
                                                         np.op_type(), "-", schema->since_version, " defines it as ",
                                                         it->second.type));
       }
-      if ((a.name() == "axis" && opset_ < 7 && schema->attributes.count("broadcast")) ||
-          (a.name() == "spatial" && a.i() == 0)) {
+      if (a.name() == "spatial" && a.i() == 0) {
         return absl::UnimplementedError(absl::StrCat(options_.source, ": node '", name, "' (", np.op_type(),
                                                      "): unsupported legacy attribute '", a.name(), "'"));
       }
@@ -241,6 +251,54 @@ class Importer {
       }
     }
     return absl::OkStatus();
+  }
+
+  // Opsets 1-6 broadcast differently from NumPy (ONNX Broadcasting.md, "legacy"): with `broadcast=1` and
+  // `axis=k`, B's dims line up with A's dims k, k+1, ... (a bias [C] added to [N,C,H,W] at axis 1), and
+  // PRelu-6 and older apply a 1-D slope along axis 1. Both become NumPy broadcasting by appending
+  // rank(A) - k - rank(B) unit dims to B: a Reshape whose shape is computed from the two ranks (shape ops
+  // that fold away once a signature's shapes are known), so the ranks need not be known at import.
+  void UpgradeLegacyBroadcast(Graph* g, Node* n) {
+    if (opset_ >= 7 || !n->domain.empty() || n->inputs.size() < 2 || n->inputs[1] == nullptr) return;
+    int64_t axis = 0;
+    if (n->op_type == "PRelu") {
+      axis = 1;
+    } else {
+      auto it = n->attrs.find("axis");
+      if (it == n->attrs.end() || !n->attrs.count("broadcast") || n->attrs.at("broadcast").i == 0) return;
+      axis = it->second.i;
+      n->attrs.erase(it);
+    }
+    std::string p = n->name + "/legacy_broadcast";
+    auto node = [&](const char* op, std::vector<Value*> ins, const char* tag) {
+      Node* m = g->AddNode(op, absl::StrCat(p, "/", tag), std::move(ins), {absl::StrCat(p, "/", tag, ":0")});
+      m->opset_version = 13;
+      return m;
+    };
+    auto i64 = [&](const char* tag, std::vector<int64_t> v, bool scalar) {
+      Tensor t(DType::kI64, scalar ? Dims{} : Dims{static_cast<int64_t>(v.size())});
+      for (size_t i = 0; i < v.size(); ++i) t.data<int64_t>()[i] = v[i];
+      return g->AddConstant(absl::StrCat(p, "/", tag), std::move(t));
+    };
+    Value* a = n->inputs[0];
+    Value* b = n->inputs[1];
+    Value* shape_b = node("Shape", {b}, "shape_b")->outputs[0];
+    Value* rank_a = node("Size", {node("Shape", {a}, "shape_a")->outputs[0]}, "rank_a")->outputs[0];
+    Value* rank_b = node("Size", {shape_b}, "rank_b")->outputs[0];
+    Value* lead = node("Add", {rank_b, i64("axis", {axis}, true)}, "lead")->outputs[0];
+    Value* extra = node("Sub", {rank_a, lead}, "extra")->outputs[0];
+    extra = node("Max", {extra, i64("zero", {0}, true)}, "extra_clamped")->outputs[0];
+    extra = node("Reshape", {extra, i64("one_dim", {1}, false)}, "extra_1d")->outputs[0];
+    Node* ones = node("ConstantOfShape", {extra}, "ones");
+    Tensor one(DType::kI64, {1});
+    one.data<int64_t>()[0] = 1;
+    Attribute value;
+    value.kind = Attribute::Kind::kTensor;
+    value.t = std::make_shared<const Tensor>(std::move(one));
+    ones->attrs["value"] = std::move(value);
+    Node* concat = node("Concat", {shape_b, ones->outputs[0]}, "shape");
+    concat->attrs["axis"] = Attribute::Int(0);
+    n->inputs[1] = node("Reshape", {b, concat->outputs[0]}, "aligned")->outputs[0];
   }
 
   // IR version < 3 files may leave AttributeProto.type unset: the type then follows from the field set.
@@ -355,6 +413,12 @@ absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(absl::string_view bytes, 
   int64_t opset = 0;
   for (const auto& os : model.opset_import()) {
     if (os.domain().empty() || os.domain() == "ai.onnx") opset = os.version();
+  }
+  for (int i = 0; i < model.graph().node_size(); ++i) {
+    const onnx::NodeProto& np = model.graph().node(i);
+    if (np.domain() == kTrainingDomain) {
+      return TrainingOnly(options.source, np.name().empty() ? np.op_type() : np.name(), np.op_type());
+    }
   }
   if (opset < kMinOpset || opset > kMaxOpset) {
     return absl::UnimplementedError(absl::StrCat(options.source, ": opset ", opset,
