@@ -49,10 +49,143 @@ def legacy_cases(root):
         inits=[("s", slope)], tol=(1e-6, 1e-7), declare_output_shapes=False)
 
 
+def ri(z):
+    """complex array -> [..., 2] float (real, imaginary), as the DFT/STFT outputs lay it out."""
+    return np.stack([z.real, z.imag], axis=-1)
+
+
+def dft_cases(root):
+    # DFT: np.fft in float64 is the reference (https://onnx.ai/onnx/operators/onnx__DFT.html).
+    def case(name, x, y, opset, dft_length=None, axis_input=None, dtype=np.float32, tol=(2e-4, 2e-4), **attrs):
+        names = ["x", "n" if dft_length is not None else ""]
+        inits = [("n", np.array(dft_length, np.int64))] if dft_length is not None else []
+        if axis_input is not None:
+            names.append("axis")
+            inits.append(("axis", np.array(axis_input, np.int64)))
+        while names and names[-1] == "":
+            names.pop()
+        case_writer.write_case(root, "dft_" + name, [helper.make_node("DFT", names, ["y"], **attrs)],
+                               [("x", x.astype(dtype))], [("y", y.astype(dtype))], opset=opset, inits=inits, tol=tol,
+                               declare_output_shapes=False)
+
+    for n in (16, 400, 97, 15, 1):  # power of two, 2^4 * 5^2, a prime (generic radix), odd composite, one
+        x = rnd(3, n, 1)
+        case("real_n%d" % n, x, ri(np.fft.fft(x[..., 0].astype(np.float64), axis=1)), 17, axis=1)
+        case("real_onesided_n%d" % n, x, ri(np.fft.rfft(x[..., 0].astype(np.float64), axis=1)), 17, axis=1, onesided=1)
+        c = rnd(2, n, 2)
+        z = c[..., 0] + 1j * c[..., 1].astype(np.float64)
+        case("complex_n%d" % n, c, ri(np.fft.fft(z, axis=1)), 17, axis=1)
+        case("inverse_n%d" % n, c, ri(np.fft.ifft(z, axis=1)), 17, axis=1, inverse=1)
+    x = rnd(2, 6, 10, 1)
+    case("axis2_of_4d", x, ri(np.fft.fft(x[..., 0].astype(np.float64), axis=2)), 17, axis=2)
+    case("axis1_of_4d_onesided", x, ri(np.fft.rfft(x[..., 0].astype(np.float64), axis=1)), 17, axis=1, onesided=1)
+    case("dft_length_pads", x, ri(np.fft.fft(x[..., 0].astype(np.float64), n=16, axis=2)), 17, dft_length=16, axis=2)
+    case("dft_length_truncates", x, ri(np.fft.fft(x[..., 0].astype(np.float64), n=7, axis=2)), 17, dft_length=7,
+         axis=2)
+    case("float64", x, ri(np.fft.fft(x[..., 0].astype(np.float64), axis=2)), 17, axis=2, dtype=np.float64,
+         tol=(1e-10, 1e-10))
+    # Opset 20: the axis is an input (default -2, the last signal dim).
+    case("opset20_default_axis", x, ri(np.fft.fft(x[..., 0].astype(np.float64), axis=2)), 20)
+    case("opset20_axis_input", x, ri(np.fft.fft(x[..., 0].astype(np.float64), axis=1)), 20, axis_input=-3)
+    case("opset20_axis_input_onesided_length", x, ri(np.fft.rfft(x[..., 0].astype(np.float64), n=12, axis=1)), 20,
+         dft_length=12, axis_input=1, onesided=1)
+
+
+def stft_cases(root):
+    # STFT-17: frames of frame_length every frame_step samples, times the window, then a DFT (no centering).
+    def ref(sig, step, window, frame, onesided):
+        frames = 1 + (sig.shape[1] - frame) // step
+        out = []
+        for f in range(frames):
+            seg = sig[:, f * step:f * step + frame].astype(np.complex128) * window
+            out.append(np.fft.fft(seg, axis=1)[:, :frame // 2 + 1 if onesided else frame])
+        return ri(np.stack(out, axis=1))
+
+    sig = rnd(2, 1000, 1)
+    win = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(400) / 400)).astype(np.float32)
+    for name, step, window, frame, onesided, inputs in (
+            ("hann_400_160", 160, win, 400, 1, ["x", "step", "w"]),
+            ("hann_400_160_twosided", 160, win, 400, 0, ["x", "step", "w"]),
+            ("frame_length_only", 100, np.ones(256, np.float32), 256, 1, ["x", "step", "", "len"]),
+            ("window_and_length", 128, win[:256] * 0 + np.hamming(256).astype(np.float32), 256, 1,
+             ["x", "step", "w", "len"])):
+        inits = [("step", np.array(step, np.int64))]
+        if "w" in inputs:
+            inits.append(("w", window.astype(np.float32)))
+        if "len" in inputs:
+            inits.append(("len", np.array(frame, np.int64)))
+        case_writer.write_case(
+            root, "stft_" + name, [helper.make_node("STFT", inputs, ["y"], onesided=onesided)], [("x", sig)],
+            [("y", f32(ref(sig[..., 0], step, window.astype(np.float64), frame, onesided)))], opset=17, inits=inits,
+            tol=(2e-4, 5e-4), declare_output_shapes=False)
+    c = rnd(1, 300, 2)
+    z = c[..., 0] + 1j * c[..., 1].astype(np.float64)
+    case_writer.write_case(
+        root, "stft_complex_signal",
+        [helper.make_node("STFT", ["x", "step", "", "len"], ["y"], onesided=0)], [("x", c)],
+        [("y", f32(ref(z, 50, np.ones(64), 64, 0)))], opset=17,
+        inits=[("step", np.array(50, np.int64)), ("len", np.array(64, np.int64))], tol=(2e-4, 5e-4),
+        declare_output_shapes=False)
+
+
+def mel_reference(mels, dft_length, rate, low, high):
+    """The ONNX reference's triangular filters, written from its definition (spec + reference op)."""
+    def to_mel(hz):
+        return 2595.0 * np.log10(1.0 + hz / 700.0)
+    step = (to_mel(high) - to_mel(low)) / (mels + 2)
+    hz = 700.0 * (10.0 ** ((np.arange(mels + 2) * step + to_mel(low)) / 2595.0) - 1.0)
+    pts = np.floor((dft_length + 1) * hz / rate).astype(int)
+    w = np.zeros((dft_length // 2 + 1, mels))
+    for i in range(mels):
+        lo, ce, hi = pts[i], pts[i + 1], pts[i + 2]
+        if ce == lo:
+            w[ce, i] = 1
+        else:
+            w[lo:ce + 1, i] = (np.arange(lo, ce + 1) - lo) / (ce - lo)
+        if hi > ce:
+            w[ce:hi, i] = (hi - np.arange(ce, hi)) / (hi - ce)
+    return w
+
+
+def mel_cases(root):
+    for name, mels, n, rate, low, high in (("whisper_like", 80, 400, 16000, 0.0, 8000.0),
+                                           ("kws_40", 40, 512, 16000, 20.0, 7600.0),
+                                           ("small", 8, 64, 8000, 100.0, 3000.0)):
+        inits = [("m", np.array(mels, np.int64)), ("n", np.array(n, np.int64)), ("r", np.array(rate, np.int64)),
+                 ("lo", np.array(low, np.float32)), ("hi", np.array(high, np.float32))]
+        case_writer.write_case(root, "mel_" + name,
+                               [helper.make_node("MelWeightMatrix", ["m", "n", "r", "lo", "hi"], ["y"])], [],
+                               [("y", f32(mel_reference(mels, n, rate, low, high)))], opset=17, inits=inits,
+                               tol=(1e-6, 1e-6))
+    # A log-mel front end: STFT -> power -> MatMul by the mel matrix, as exported speech models do.
+    sig = rnd(1, 4000, 1)
+    win = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(400) / 400)).astype(np.float32)
+    frames = np.stack([np.fft.rfft(sig[0, f * 160:f * 160 + 400, 0].astype(np.float64) * win)
+                       for f in range(1 + (4000 - 400) // 160)])
+    power = np.abs(frames) ** 2
+    logmel = np.log(power @ mel_reference(80, 400, 16000, 0.0, 8000.0) + 1e-6)
+    nodes = [helper.make_node("STFT", ["x", "step", "w"], ["s"]),
+             helper.make_node("Mul", ["s", "s"], ["s2"]),
+             helper.make_node("ReduceSum", ["s2", "last"], ["p"], keepdims=0),
+             helper.make_node("MelWeightMatrix", ["m", "n", "r", "lo", "hi"], ["mel"]),
+             helper.make_node("MatMul", ["p", "mel"], ["pm"]),
+             helper.make_node("Add", ["pm", "eps"], ["pe"]),
+             helper.make_node("Log", ["pe"], ["y"])]
+    inits = [("step", np.array(160, np.int64)), ("w", win), ("last", np.array([-1], np.int64)),
+             ("m", np.array(80, np.int64)), ("n", np.array(400, np.int64)), ("r", np.array(16000, np.int64)),
+             ("lo", np.array(0.0, np.float32)), ("hi", np.array(8000.0, np.float32)),
+             ("eps", np.array(1e-6, np.float32))]
+    case_writer.write_case(root, "mel_log_mel_frontend", nodes, [("x", sig)], [("y", f32(logmel[None]))], opset=17,
+                           inits=inits, tol=(1e-3, 2e-3), declare_output_shapes=False)
+
+
 def main():
     root = sys.argv[1]
     os.makedirs(root, exist_ok=True)
     legacy_cases(root)
+    dft_cases(root)
+    stft_cases(root)
+    mel_cases(root)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,7 @@ NEWER = [
     ("Size", 19, []),
     # opset 20 (ONNX 1.15)
     ("ConstantOfShape", 20, [("value", "TENSOR", 0)]),
+    ("DFT", 20, [("inverse", "INT", 0), ("onesided", "INT", 0)]),
     ("Gelu", 20, [("approximate", "STRING", 0)]),
     ("IsInf", 20, [("detect_negative", "INT", 0), ("detect_positive", "INT", 0)]),
     ("IsNaN", 20, []),
@@ -108,6 +109,7 @@ SIGNATURES = {
                   "T=" + ALL + ";Tind=i32|i64"),
     ("Split", 18): (("input:S:T,split:O:!i64", 1, 2), ("outputs:V:T", 1, INF), "T=" + ALL),
     ("Gelu", 20): (("X:S:T", 1, 1), ("Y:S:T", 1, 1), "T=" + FLOATS),
+    ("DFT", 20): (("input:S:T1,dft_length:O:T2,axis:O:!i64", 1, 3), ("output:S:T1", 1, 1), "T1=" + FLOATS + ";T2=i32|i64"),
 }
 for _op in ["ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
             "ReduceProd", "ReduceSumSquare"]:

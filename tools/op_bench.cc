@@ -187,7 +187,8 @@ int main(int argc, char** argv) {
         // quantized output may differ by one step (the fused integer ops round once from exact sums, ONNX
         // Runtime's float path or its own requantization rounds elsewhere).
         const cjit::DType odt = r->tensor.dtype();
-        const double atol = odt == cjit::DType::kU8 || odt == cjit::DType::kI8 ? 1.0 : 1e-4;
+        // A case may widen it ("atol" in the manifest) where ONNX Runtime's own error is the larger one.
+        const double atol = c.value("atol", odt == cjit::DType::kU8 || odt == cjit::DType::kI8 ? 1.0 : 1e-4);
         cjit::OutputComparison cmp = cjit::CompareTensors(r->name, cjit_out[k].tensor, r->tensor, 1e-3, atol);
         max_abs = std::max(max_abs, cmp.max_abs);
         if (!cmp.ok) {

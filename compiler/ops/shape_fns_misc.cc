@@ -1,7 +1,7 @@
 // Shape/dtype functions of losses, quantization and less common operators (ONNX operator specification):
 // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, QuantizeLinear, DequantizeLinear,
 // DynamicQuantizeLinear, NonMaxSuppression, Unique, ReverseSequence, MaxUnpool, Det, Hann/Hamming/
-// BlackmanWindow, Einsum, GridSample.
+// BlackmanWindow, Einsum, GridSample, the signal ops DFT, STFT, MelWeightMatrix, and RoiAlign.
 #include <cctype>
 #include <map>
 
@@ -240,6 +240,93 @@ void RegisterMiscOps() {
       return absl::OkStatus();
     });
   }
+  // DFT-17 / DFT-20: input [..., signal dims ..., 1 (real) | 2 (complex)]; output the same dims with the
+  // transformed axis n = dft_length (default: that axis' size), or n / 2 + 1 when onesided, and a last
+  // dim of 2. The axis is an attribute (default 1) at opset 17, an input (default -2) from opset 20.
+  Reg("DFT", C::kOther, A::kDeny, 1, 3, [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
+    out[0].dtype = in[0].dtype;
+    if (in[0].dtype != DType::kInvalid && !IsFloat(in[0].dtype)) return NodeError(n, "input must be a float tensor");
+    const Shape& x = in[0].shape;
+    if (!x.rank_known) return absl::OkStatus();
+    int64_t r = x.rank();
+    if (r < 2) return NodeError(n, absl::StrCat("input must have rank >= 2 ([..., 1|2]), got ", x.ToString()));
+    if (x.dims[r - 1].known() && x.dims[r - 1].value != 1 && x.dims[r - 1].value != 2) {
+      return NodeError(n, absl::StrCat("the last dim of the input must be 1 (real) or 2 (complex), got ", x.ToString()));
+    }
+    int64_t axis = n.GetInt("axis", 1);
+    if (n.opset_version >= 20) {
+      axis = -2;
+      if (in.size() > 2 && in[2].present) {
+        if (!in[2].value) {
+          out[0].shape.rank_known = true;
+          out[0].shape.dims.assign(r, Dim{});
+          out[0].shape.dims[r - 1] = Dim{2, ""};
+          return absl::OkStatus();
+        }
+        axis = in[2].value->ToInt64Vector().at(0);
+      }
+    }
+    if (axis < -r || axis > r - 2 || axis == -1) {
+      return NodeError(n, absl::StrCat("axis ", axis, " is outside [", -r, ", -2] and [0, ", r - 2, "] for ", x.ToString()));
+    }
+    if (axis < 0) axis += r;
+    out[0].shape = x;
+    out[0].shape.dims[r - 1] = Dim{2, ""};
+    Dim len = x.dims[axis];
+    if (in.size() > 1 && in[1].present) {
+      if (!in[1].value) len = Dim{};
+      else len = Dim{in[1].value->ToInt64Vector().at(0), ""};
+      if (len.known() && len.value < 1) return NodeError(n, absl::StrCat("dft_length ", len.value, " is not positive"));
+    }
+    if (n.GetInt("onesided", 0) != 0 && len.known()) len = Dim{len.value / 2 + 1, ""};
+    else if (n.GetInt("onesided", 0) != 0) len = Dim{};
+    out[0].shape.dims[axis] = len;
+    return absl::OkStatus();
+  });
+  // STFT-17: signal [batch, length, 1|2], frame_step, window [frame_length], frame_length; output
+  // [batch, frames, bins, 2] with frames = 1 + (length - frame_length) / frame_step and bins =
+  // frame_length / 2 + 1 when onesided (default), else frame_length.
+  Reg("STFT", C::kOther, A::kDeny, 2, 4, [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
+    out[0].dtype = in[0].dtype;
+    const Shape& x = in[0].shape;
+    if (x.rank_known && (x.rank() != 3 || (x.dims[2].known() && x.dims[2].value != 1 && x.dims[2].value != 2))) {
+      return NodeError(n, absl::StrCat("signal must be [batch, length, 1|2], got ", x.ToString()));
+    }
+    out[0].shape.rank_known = true;
+    out[0].shape.dims = {x.rank_known ? x.dims[0] : Dim{}, Dim{}, Dim{}, Dim{2, ""}};
+    Dim frame;
+    if (in.size() > 3 && in[3].present) {
+      if (in[3].value) frame = Dim{in[3].value->ToInt64Vector().at(0), ""};
+    } else if (in.size() > 2 && in[2].present) {
+      if (in[2].shape.rank_known && in[2].shape.rank() == 1) frame = in[2].shape.dims[0];
+    } else if (x.rank_known) {
+      frame = x.dims[1];
+    }
+    if (!frame.known()) return absl::OkStatus();
+    if (frame.value < 1) return NodeError(n, absl::StrCat("frame_length ", frame.value, " is not positive"));
+    out[0].shape.dims[2] = Dim{n.GetInt("onesided", 1) != 0 ? frame.value / 2 + 1 : frame.value, ""};
+    if (x.rank_known && x.dims[1].known() && in[1].value) {
+      int64_t step = in[1].value->ToInt64Vector().at(0);
+      if (step < 1) return NodeError(n, absl::StrCat("frame_step ", step, " is not positive"));
+      if (x.dims[1].value < frame.value) {
+        return NodeError(n, absl::StrCat("the signal (", x.dims[1].value, " samples) is shorter than one frame (",
+                                         frame.value, ")"));
+      }
+      out[0].shape.dims[1] = Dim{1 + (x.dims[1].value - frame.value) / step, ""};
+    }
+    return absl::OkStatus();
+  });
+  // MelWeightMatrix-17: [dft_length / 2 + 1, num_mel_bins] of output_datatype (default float).
+  Reg("MelWeightMatrix", C::kShape, A::kDeny, 5, 5, [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
+    DType t = OnnxCode(n.GetInt("output_datatype", 1));
+    if (t == DType::kInvalid) return NodeError(n, absl::StrCat("unsupported output_datatype ", n.GetInt("output_datatype", 1)));
+    out[0].dtype = t;
+    out[0].shape.rank_known = true;
+    out[0].shape.dims = {Dim{}, Dim{}};
+    if (in[1].value) out[0].shape.dims[0] = Dim{in[1].value->ToInt64Vector().at(0) / 2 + 1, ""};
+    if (in[0].value) out[0].shape.dims[1] = Dim{in[0].value->ToInt64Vector().at(0), ""};
+    return absl::OkStatus();
+  });
   Reg("Einsum", C::kContraction, A::kAllow, 1, 1 << 20, EinsumInfer);
   // Integer / quantized linear algebra (MatMulInteger, QLinearMatMul: shape_fns_math.cc; ConvInteger,
   // QLinearConv: shape_fns_nn.cc).

@@ -33,6 +33,7 @@ const std::map<std::string, KernelFn>& Registered() {
     RegisterRecurrentKernels();
     RegisterControlFlowKernels();
     RegisterMiscKernels();
+    RegisterSignalKernels();
     RegisterQuantKernels();
     RegisterMatMulNBitsKernel();
     return true;

@@ -167,6 +167,7 @@ void RegisterMovementKernels();
 void RegisterRecurrentKernels();
 void RegisterControlFlowKernels();
 void RegisterMiscKernels();
+void RegisterSignalKernels();
 void RegisterQuantKernels();
 void RegisterMatMulNBitsKernel();
 

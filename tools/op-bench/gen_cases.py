@@ -12,7 +12,7 @@ coordinate transform, Cast), elementwise (unary, binary with the broadcast patte
 Clip as ReLU6, activation chains), reductions and normalizations (Reduce*, ArgMax, Softmax, LayerNorm,
 BatchNorm, InstanceNorm, GroupNorm as exported), pooling, convolutions (pointwise, 3x3, strided, depthwise
 3/5/7, dilated, grouped, 1-D, ConvTranspose) in NCHW and NHWC-through-Transpose (the tf2onnx pattern), and
-matrix products, and quantized ops in ORT's three formats (QOperator, QDQ, dynamic). The `ci` set is the small fixed subset the regression check runs; `full` adds batch 8,
+matrix products, quantized ops in ORT's three formats (QOperator, QDQ, dynamic), and signal ops (STFT, DFT). The `ci` set is the small fixed subset the regression check runs; `full` adds batch 8,
 more sizes, float16 elementwise and 3-D spatial variants. Attribute combinations follow the ONNX operator
 specification (https://onnx.ai/onnx/operators/) and the node tests of libonnx-testdata.
 Runs with Debian's python3-onnx and python3-numpy (/usr/bin/python3).
@@ -34,8 +34,9 @@ F32, F16, I64, BOOL = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64,
 class Case:
     """One model: graph inputs (name, type, shape, values or None for random), nodes, initializers."""
 
-    def __init__(self, name, family, op, variant, memory_bound=True):
+    def __init__(self, name, family, op, variant, memory_bound=True, atol=None):
         self.name, self.family, self.op, self.variant, self.memory_bound = name, family, op, variant, memory_bound
+        self.atol = atol  # the output comparison's absolute tolerance against ORT, if not the default
         self.inputs, self.nodes, self.inits, self.outputs = [], [], [], []
         self._n = 0
 
@@ -84,8 +85,11 @@ class Case:
             with open(p, "wb") as f:
                 f.write(numpy_helper.from_array(v, n).SerializeToString())
             files.append(p)
-        return {"name": self.name, "family": self.family, "op": self.op, "variant": self.variant,
-                "memory_bound": self.memory_bound, "model": os.path.join(d, "model.onnx"), "inputs": files}
+        entry = {"name": self.name, "family": self.family, "op": self.op, "variant": self.variant,
+                 "memory_bound": self.memory_bound, "model": os.path.join(d, "model.onnx"), "inputs": files}
+        if self.atol is not None:
+            entry["atol"] = self.atol
+        return entry
 
 
 def i64(v):
@@ -430,6 +434,22 @@ def cases(which):
                                          c.const(np.zeros(64, np.int8))], axis=1))
     c = add(Case("DynamicQuantizeLinear", "quantized", "DynamicQuantizeLinear", "[1,64,112,112]"))
     c.output(c.node("DynamicQuantizeLinear", [c.input([1, 64, 112, 112])], outputs=3)[0], U8)
+    # ------------------------------------------------------------------------------------- signal
+    # Audio front ends (opset 17): a 30 s, 16 kHz signal framed as Whisper / speech models do (n_fft 400, hop
+    # 160, Hann window), the same frames as one DFT over a framed tensor, and complex / inverse transforms.
+    hann = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(400) / 400)).astype(np.float32)
+    c = add(Case("STFT_16k_30s_n400_hop160", "signal", "STFT", "[1,480000,1], Hann 400, hop 160, onesided",
+                 memory_bound=False, atol=5e-3))
+    c.output(c.node("STFT", [c.input([1, 480000, 1]), c.const(np.int64(160)), c.const(hann)]))
+    # ORT's DFT of a length that is not a power of two is a direct O(n^2) sum in float32: 2.7e-3 from the
+    # float64 transform here, where KissFFT's is 3e-5 (values up to ~80).
+    c = add(Case("DFT_real_onesided_frames_400", "signal", "DFT", "[1,3000,400,1] axis 2, onesided",
+                 memory_bound=False, atol=5e-3))
+    c.output(c.node("DFT", [c.input([1, 3000, 400, 1])], axis=2, onesided=1))
+    c = add(Case("DFT_complex_512", "signal", "DFT", "[256,512,2] axis 1", memory_bound=False))
+    c.output(c.node("DFT", [c.input([256, 512, 2])], axis=1))
+    c = add(Case("DFT_inverse_1024", "signal", "DFT", "[128,1024,2] axis 1, inverse", memory_bound=False))
+    c.output(c.node("DFT", [c.input([128, 1024, 2])], axis=1, inverse=1))
     if which == "ci":
         keep = {"Pad_constant_nhwc", "Pad_reflect_nchw", "Slice_step2_hw", "Concat_axis1_x2", "Transpose_0231",
                 "Resize_linear_half_pixel_up2_nchw", "Resize_nearest_asymmetric_up2_nchw", "Add_channel",
