@@ -179,6 +179,69 @@ def mel_cases(root):
                            inits=inits, tol=(1e-3, 2e-3), declare_output_shapes=False)
 
 
+def roi_align_reference(x, rois, batch, oh, ow, ratio, scale, mode, half_pixel):
+    """RoiAlign from the ONNX operator text and its reference: grid samples per bin, bilinear weights,
+    samples outside [-1, H] x [-1, W] count as zero; max mode takes the largest weighted corner."""
+    n_rois, (c, h, w) = rois.shape[0], x.shape[1:]
+    y = np.zeros((n_rois, c, oh, ow))
+    for r in range(n_rois):
+        off = 0.5 if half_pixel else 0.0
+        x1, y1, x2, y2 = rois[r].astype(np.float64) * scale - off
+        rw, rh = x2 - x1, y2 - y1
+        if not half_pixel:
+            rw, rh = max(rw, 1.0), max(rh, 1.0)
+        gh = ratio if ratio > 0 else int(np.ceil(rh / oh))
+        gw = ratio if ratio > 0 else int(np.ceil(rw / ow))
+        plane = x[batch[r]].astype(np.float64)
+        for ph in range(oh):
+            for pw in range(ow):
+                vals = []
+                for iy in range(gh):
+                    for ix in range(gw):
+                        yy = y1 + ph * rh / oh + (iy + 0.5) * rh / oh / gh
+                        xx = x1 + pw * rw / ow + (ix + 0.5) * rw / ow / gw
+                        if yy < -1 or yy > h or xx < -1 or xx > w:
+                            vals.append(np.zeros((4, c)))
+                            continue
+                        yy, xx = max(yy, 0.0), max(xx, 0.0)
+                        yl, xl = int(yy), int(xx)
+                        yh, xh = min(yl + 1, h - 1), min(xl + 1, w - 1)
+                        if yl >= h - 1:
+                            yl, yy = h - 1, float(h - 1)
+                        if xl >= w - 1:
+                            xl, xx = w - 1, float(w - 1)
+                        ly, lx = yy - yl, xx - xl
+                        vals.append(np.stack([(1 - ly) * (1 - lx) * plane[:, yl, xl], (1 - ly) * lx * plane[:, yl, xh],
+                                              ly * (1 - lx) * plane[:, yh, xl], ly * lx * plane[:, yh, xh]]))
+                v = np.stack(vals)  # [samples, 4, c]
+                if mode == "avg":
+                    y[r, :, ph, pw] = v.sum(axis=(0, 1)) / max(gh * gw, 1)
+                else:
+                    y[r, :, ph, pw] = v.max(axis=1).max(axis=0)
+    return y
+
+
+def roi_align_cases(root):
+    x = rnd(2, 8, 20, 24)
+    rois = np.array([[0, 0, 9, 9], [2.5, 3.1, 15.2, 11.7], [10, 4, 23, 19], [-3, -2, 5, 4], [20, 15, 30, 25],
+                     [4, 4, 4.2, 4.1]], np.float32)
+    batch = np.array([0, 1, 1, 0, 1, 0], np.int64)
+    for name, oh, ow, ratio, scale, mode, ctm, opset in (
+            ("avg_half_pixel", 5, 5, 2, 1.0, "avg", "half_pixel", 16),
+            ("avg_adaptive_grid", 3, 4, 0, 1.0, "avg", "half_pixel", 16),
+            ("avg_output_half_pixel", 4, 4, 2, 1.0, "avg", "output_half_pixel", 16),
+            ("opset10_scale", 7, 7, 0, 0.5, "avg", None, 10),
+            ("max", 3, 3, 2, 1.0, "max", "half_pixel", 16)):
+        attrs = dict(output_height=oh, output_width=ow, sampling_ratio=ratio, spatial_scale=scale, mode=mode)
+        if ctm is not None:
+            attrs["coordinate_transformation_mode"] = ctm
+        ref = roi_align_reference(x, rois, batch, oh, ow, ratio, scale, mode, ctm != "output_half_pixel" and opset >= 16)
+        case_writer.write_case(root, "roialign_" + name,
+                               [helper.make_node("RoiAlign", ["x", "rois", "bi"], ["y"], **attrs)],
+                               [("x", x), ("rois", rois), ("bi", batch)], [("y", f32(ref))], opset=opset,
+                               tol=(1e-5, 1e-5))
+
+
 def main():
     root = sys.argv[1]
     os.makedirs(root, exist_ok=True)
@@ -186,6 +249,7 @@ def main():
     dft_cases(root)
     stft_cases(root)
     mel_cases(root)
+    roi_align_cases(root)
 
 
 if __name__ == "__main__":

@@ -327,6 +327,34 @@ void RegisterMiscOps() {
     if (in[0].value) out[0].shape.dims[1] = Dim{in[0].value->ToInt64Vector().at(0), ""};
     return absl::OkStatus();
   });
+  // RoiAlign-10/16: X [N, C, H, W], rois [R, 4] (x1, y1, x2, y2), batch_indices [R] -> [R, C, oh, ow].
+  Reg("RoiAlign", C::kPooling, A::kDeny, 3, 3, [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
+    out[0].dtype = in[0].dtype;
+    const Shape& x = in[0].shape;
+    const Shape& rois = in[1].shape;
+    const Shape& idx = in[2].shape;
+    if ((x.rank_known && x.rank() != 4) || (rois.rank_known && (rois.rank() != 2 ||
+                                                                (rois.dims[1].known() && rois.dims[1].value != 4))) ||
+        (idx.rank_known && idx.rank() != 1)) {
+      return NodeError(n, absl::StrCat("X must be [N, C, H, W], rois [R, 4] and batch_indices [R], got ", x.ToString(),
+                                       ", ", rois.ToString(), " and ", idx.ToString()));
+    }
+    if (in[2].dtype != DType::kInvalid && in[2].dtype != DType::kI64) return NodeError(n, "batch_indices must be int64");
+    std::string mode = n.GetString("mode", "avg");
+    std::string ctm = n.GetString("coordinate_transformation_mode", "half_pixel");
+    if (mode != "avg" && mode != "max") return NodeError(n, absl::StrCat("unsupported mode '", mode, "'"));
+    if (ctm != "half_pixel" && ctm != "output_half_pixel") {
+      return NodeError(n, absl::StrCat("unsupported coordinate_transformation_mode '", ctm, "'"));
+    }
+    int64_t oh = n.GetInt("output_height", 1), ow = n.GetInt("output_width", 1);
+    if (oh < 1 || ow < 1 || n.GetInt("sampling_ratio", 0) < 0) {
+      return NodeError(n, "output_height and output_width must be positive, sampling_ratio non-negative");
+    }
+    out[0].shape.rank_known = true;
+    out[0].shape.dims = {rois.rank_known ? rois.dims[0] : idx.rank_known ? idx.dims[0] : Dim{},
+                         x.rank_known ? x.dims[1] : Dim{}, Dim{oh, ""}, Dim{ow, ""}};
+    return absl::OkStatus();
+  });
   Reg("Einsum", C::kContraction, A::kAllow, 1, 1 << 20, EinsumInfer);
   // Integer / quantized linear algebra (MatMulInteger, QLinearMatMul: shape_fns_math.cc; ConvInteger,
   // QLinearConv: shape_fns_nn.cc).

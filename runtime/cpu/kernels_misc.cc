@@ -709,6 +709,117 @@ absl::Status GridSample(KernelContext& ctx) {
   return StoreDoubles(y, out);
 }
 
+// RoiAlign (ONNX RoiAlign-10/16; Mask R-CNN's RoIAlign, He et al. 2017): each output bin averages (or, in
+// max mode, takes the largest of) grid_h x grid_w bilinear samples; a sample's four weighted corner values
+// are summed (avg) or their largest taken (max), as the ONNX reference and ONNX Runtime define it.
+// Samples outside [-1, H] x [-1, W] contribute zero; the sample positions and weights are computed once per
+// ROI and shared by its channels.
+absl::Status RoiAlign(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  const Tensor& rois_t = ctx.in(1);
+  const Tensor& idx_t = ctx.in(2);
+  if (x.rank() != 4 || rois_t.rank() != 2 || rois_t.dim(1) != 4 || idx_t.rank() != 1 ||
+      idx_t.dim(0) != rois_t.dim(0) || idx_t.dtype() != DType::kI64 || rois_t.dtype() != x.dtype()) {
+    return ctx.Error(absl::StrCat("X must be [N, C, H, W], rois [R, 4] of X's dtype and batch_indices int64 [R], got ",
+                                  DTypeName(x.dtype()), "[", DimsToString(x.dims()), "], ", DTypeName(rois_t.dtype()), "[",
+                                  DimsToString(rois_t.dims()), "] and ", DTypeName(idx_t.dtype()), "[",
+                                  DimsToString(idx_t.dims()), "]"));
+  }
+  const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3), R = rois_t.dim(0);
+  const int64_t oh = ctx.node->GetInt("output_height", 1), ow = ctx.node->GetInt("output_width", 1);
+  const int64_t ratio = ctx.node->GetInt("sampling_ratio", 0);
+  const double scale = ctx.node->GetFloat("spatial_scale", 1.0f);
+  const bool max_mode = ctx.node->GetString("mode", "avg") == "max";
+  // RoiAlign-10 has no coordinate_transformation_mode: its behaviour is output_half_pixel.
+  const bool half_pixel = ctx.node->opset_version >= 16 &&
+                          ctx.node->GetString("coordinate_transformation_mode", "half_pixel") == "half_pixel";
+  std::vector<double> rois = rois_t.ToDoubleVector();
+  const int64_t* bi = idx_t.data<int64_t>();
+  for (int64_t r = 0; r < R; ++r) {
+    if (bi[r] < 0 || bi[r] >= N) {
+      return ctx.Error(absl::StrCat("batch_indices[", r, "] = ", bi[r], " is outside [0, ", N, ")"));
+    }
+    for (int k = 0; k < 4; ++k) {
+      if (!std::isfinite(rois[r * 4 + k])) return ctx.Error(absl::StrCat("rois[", r, "] is not finite"));
+    }
+  }
+  Tensor& y = ctx.Alloc(0, x.dtype(), {R, C, oh, ow});
+  if (y.numel() == 0) return absl::OkStatus();
+  if (H == 0 || W == 0) return ctx.Error("X has an empty spatial dim");
+  struct Sample {
+    int64_t pos[4];
+    double w[4];
+  };
+  return DispatchFloat(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* xd = x.data<T>();
+    T* yd = y.data<T>();
+    ParallelFor(ctx.threads, R, [&](int64_t r) {
+      const double off = half_pixel ? 0.5 : 0.0;
+      const double x0 = rois[r * 4] * scale - off, y0 = rois[r * 4 + 1] * scale - off;
+      double rw = rois[r * 4 + 2] * scale - off - x0, rh = rois[r * 4 + 3] * scale - off - y0;
+      if (!half_pixel) {
+        rw = std::max(rw, 1.0);  // malformed ROIs become 1x1 (output_half_pixel, RoiAlign-10)
+        rh = std::max(rh, 1.0);
+      }
+      const double bh = rh / oh, bw = rw / ow;
+      // Bins of a degenerate or huge ROI: at most 1024 samples per side.
+      const int64_t gh = ratio > 0 ? ratio : std::clamp<int64_t>(static_cast<int64_t>(std::ceil(rh / oh)), 0, 1024);
+      const int64_t gw = ratio > 0 ? ratio : std::clamp<int64_t>(static_cast<int64_t>(std::ceil(rw / ow)), 0, 1024);
+      const double count = static_cast<double>(std::max<int64_t>(gh * gw, 1));
+      std::vector<Sample> samples(oh * ow * gh * gw);
+      size_t s = 0;
+      for (int64_t ph = 0; ph < oh; ++ph)
+        for (int64_t pw = 0; pw < ow; ++pw)
+          for (int64_t iy = 0; iy < gh; ++iy) {
+            const double yy = y0 + ph * bh + (iy + 0.5) * bh / gh;
+            for (int64_t ix = 0; ix < gw; ++ix, ++s) {
+              double xx = x0 + pw * bw + (ix + 0.5) * bw / gw, yv = yy;
+              Sample& sm = samples[s];
+              if (yv < -1.0 || yv > H || xx < -1.0 || xx > W) {
+                sm = Sample{{0, 0, 0, 0}, {0, 0, 0, 0}};
+                continue;
+              }
+              yv = std::max(yv, 0.0);
+              xx = std::max(xx, 0.0);
+              int64_t ylo = static_cast<int64_t>(yv), xlo = static_cast<int64_t>(xx), yhi, xhi;
+              if (ylo >= H - 1) yhi = ylo = H - 1, yv = static_cast<double>(ylo);
+              else yhi = ylo + 1;
+              if (xlo >= W - 1) xhi = xlo = W - 1, xx = static_cast<double>(xlo);
+              else xhi = xlo + 1;
+              const double ly = yv - ylo, lx = xx - xlo, hy = 1 - ly, hx = 1 - lx;
+              sm = Sample{{ylo * W + xlo, ylo * W + xhi, yhi * W + xlo, yhi * W + xhi}, {hy * hx, hy * lx, ly * hx, ly * lx}};
+            }
+          }
+      const int64_t per_bin = gh * gw;
+      for (int64_t c = 0; c < C; ++c) {
+        const T* plane = xd + (bi[r] * C + c) * H * W;
+        T* out = yd + ((r * C + c) * oh) * ow;
+        for (int64_t b = 0; b < oh * ow; ++b) {
+          const Sample* sp = samples.data() + b * per_bin;
+          double v = 0;
+          if (!max_mode) {
+            for (int64_t k = 0; k < per_bin; ++k) {
+              const Sample& q = sp[k];
+              v += q.w[0] * static_cast<double>(plane[q.pos[0]]) + q.w[1] * static_cast<double>(plane[q.pos[1]]) +
+                   q.w[2] * static_cast<double>(plane[q.pos[2]]) + q.w[3] * static_cast<double>(plane[q.pos[3]]);
+            }
+            v /= count;
+          } else {
+            for (int64_t k = 0; k < per_bin; ++k) {
+              const Sample& q = sp[k];
+              double m = q.w[0] * static_cast<double>(plane[q.pos[0]]);
+              for (int j = 1; j < 4; ++j) m = std::max(m, q.w[j] * static_cast<double>(plane[q.pos[j]]));
+              v = k == 0 ? m : std::max(v, m);
+            }
+          }
+          out[b] = NumericCast<T>(v);
+        }
+      }
+    });
+  });
+}
+
 }  // namespace
 
 void RegisterMiscKernels() {
@@ -727,6 +838,7 @@ void RegisterMiscKernels() {
   RegisterKernel("BlackmanWindow", [](KernelContext& ctx) { return Window(ctx, 2); });
   RegisterKernel("Einsum", Einsum);
   RegisterKernel("GridSample", GridSample);
+  RegisterKernel("RoiAlign", RoiAlign);
 }
 
 }  // namespace cjit
