@@ -195,6 +195,34 @@ def main():
     ], [vi("a", F, [3, 40])], [vi("y", F, None)],
         [arr("B", rng.integers(0, 256, (8, 3, 8)).astype(np.uint8)), arr("scales", np.abs(f32(24))),
          arr("zp", rng.integers(0, 256, 16).astype(np.uint8)), arr("bias", f32(8))], opset=13, microsoft=True)
+    # Audio front end: STFT with a window, power, mel filters; a DFT with dft_length and an axis input.
+    save(out, "signal", [
+        helper.make_node("STFT", ["x", "step", "win"], ["s"]),
+        helper.make_node("ReduceSumSquare", ["s"], ["p"], axes=[-1], keepdims=0),
+        helper.make_node("MelWeightMatrix", ["m", "n", "r", "lo", "hi"], ["mel"]),
+        helper.make_node("MatMul", ["p", "mel"], ["y"]),
+        helper.make_node("DFT", ["x", "len"], ["z"], axis=1, onesided=1),
+    ], [vi("x", F, [1, 96, 1])], [vi("y", F, None), vi("z", F, None)],
+        [arr("step", np.int64(16)), arr("win", np.hanning(32).astype(np.float32)), arr("m", np.int64(8)),
+         arr("n", np.int64(32)), arr("r", np.int64(16000)), arr("lo", np.float32(0)), arr("hi", np.float32(8000)),
+         arr("len", np.int64(50))], opset=17)
+    save(out, "roi_align", [
+        helper.make_node("RoiAlign", ["x", "rois", "bi"], ["y"], output_height=3, output_width=3, sampling_ratio=2,
+                         mode="max"),
+    ], [vi("x", F, [2, 3, 8, 8]), vi("rois", F, [2, 4]), vi("bi", I64, [2])], [vi("y", F, None)], opset=16)
+    # ONNX Runtime's transformer contrib ops: embeddings, attention with a lengths mask, skip layer norm,
+    # FastGelu, rotary embedding.
+    ms = dict(domain="com.microsoft")
+    save(out, "contrib_transformer", [
+        helper.make_node("EmbedLayerNormalization", ["ids", "", "we", "pe", "", "g", "b", "mask"], ["e", "mi"], **ms),
+        helper.make_node("Attention", ["e", "w", "wb", "mi"], ["a"], num_heads=2, **ms),
+        helper.make_node("SkipLayerNormalization", ["a", "e", "g", "b"], ["n"], **ms),
+        helper.make_node("FastGelu", ["n", "b"], ["f"], **ms),
+        helper.make_node("RotaryEmbedding", ["f", "pos", "cos", "sin"], ["y"], num_heads=2, **ms),
+    ], [vi("ids", TensorProto.INT32, [1, 5]), vi("mask", TensorProto.INT32, [1, 5]), vi("pos", I64, [1, 5])],
+        [vi("y", F, None)],
+        [arr("we", f32(20, 8)), arr("pe", f32(16, 8)), arr("g", f32(8)), arr("b", f32(8)), arr("w", f32(8, 24)),
+         arr("wb", f32(24)), arr("cos", f32(16, 2)), arr("sin", f32(16, 2))], opset=17, microsoft=True)
     print("fuzz corpus: %d models in %s" % (len(os.listdir(out)), out))
 
 

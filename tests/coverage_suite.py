@@ -242,6 +242,199 @@ def roi_align_cases(root):
                                tol=(1e-5, 1e-5))
 
 
+MS = [("com.microsoft", 1)]
+
+
+def ms_node(op, ins, outs, **attrs):
+    return helper.make_node(op, ins, outs, domain="com.microsoft", **attrs)
+
+
+def gelu(x):
+    from math import erf
+    return 0.5 * x * (1 + np.vectorize(erf)(x / np.sqrt(2)))
+
+
+def layer_norm(x, g, b, eps):
+    m = x.mean(-1, keepdims=True)
+    v = ((x - m) ** 2).mean(-1, keepdims=True)
+    return (x - m) / np.sqrt(v + eps) * g + (0 if b is None else b)
+
+
+def rms_norm(x, g, eps, axes=(-1,)):
+    return x / np.sqrt((x * x).mean(axis=axes, keepdims=True) + eps) * g
+
+
+def softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def attention(q, k, v, heads, bias=None, causal=False, scale=None):
+    """q [B,S,D], k [B,T,D], v [B,T,Dv] (float64) -> [B,S,Dv]; bias broadcast to [B,N,S,T]."""
+    b, s, d = q.shape
+    t = k.shape[1]
+    h = d // heads
+    qh = q.reshape(b, s, heads, h).transpose(0, 2, 1, 3)
+    kh = k.reshape(b, t, heads, h).transpose(0, 2, 1, 3)
+    vh = v.reshape(b, t, heads, -1).transpose(0, 2, 1, 3)
+    sc = qh @ kh.transpose(0, 1, 3, 2) * (scale if scale is not None else 1 / np.sqrt(h))
+    if bias is not None:
+        sc = sc + bias
+    if causal:
+        allowed = np.arange(t)[None, :] <= np.arange(s)[:, None] + (t - s)
+        sc = sc + np.where(allowed, 0.0, -10000.0)
+    o = softmax(sc) @ vh
+    return o.transpose(0, 2, 1, 3).reshape(b, s, -1)
+
+
+def contrib_cases(root):
+    # ONNX Runtime's com.microsoft transformer ops (docs/ContribOperators.md), each against float64 numpy.
+    def case(name, nodes, inputs, outputs, inits=(), opset=17, tol=(1e-4, 1e-5)):
+        outputs = [(n, a if np.asarray(a).dtype.kind in "iu" else f32(a)) for n, a in outputs]
+        case_writer.write_case(root, "contrib_" + name, nodes, inputs, outputs, opset=opset,
+                               inits=inits, tol=tol, declare_output_shapes=False, domains=MS)
+
+    x = rnd(2, 16, 64)
+    xd = x.astype(np.float64)
+    bias = rnd(64)
+    case("Gelu", [ms_node("Gelu", ["x"], ["y"])], [("x", x)], [("y", gelu(xd))])
+    case("BiasGelu", [ms_node("BiasGelu", ["x", "b"], ["y"])], [("x", x)], [("y", gelu(xd + bias))], [("b", bias)])
+    tanh_gelu = lambda z: 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z ** 3)))  # noqa: E731
+    case("FastGelu_bias", [ms_node("FastGelu", ["x", "b"], ["y"])], [("x", x)], [("y", tanh_gelu(xd + bias))],
+         [("b", bias)])
+    case("FastGelu", [ms_node("FastGelu", ["x"], ["y"])], [("x", x)], [("y", tanh_gelu(xd))])
+    case("QuickGelu", [ms_node("QuickGelu", ["x"], ["y"], alpha=1.5)], [("x", x)],
+         [("y", xd / (1 + np.exp(-1.5 * xd)))])
+    skip = rnd(2, 16, 64)
+    case("BiasAdd", [ms_node("BiasAdd", ["x", "b", "s"], ["y"])], [("x", x), ("s", skip)], [("y", xd + bias + skip)],
+         [("b", bias)])
+    gamma, beta = rnd(64, lo=0.5, hi=1.5), rnd(64)
+    summed = xd + skip + bias
+    case("SkipLayerNormalization", [ms_node("SkipLayerNormalization", ["x", "s", "g", "be", "b"], ["y", "", "", "sum"],
+                                            epsilon=1e-5)],
+         [("x", x), ("s", skip)], [("y", layer_norm(summed, gamma, beta, 1e-5)), ("sum", summed)],
+         [("g", gamma), ("be", beta), ("b", bias)])
+    case("SkipLayerNormalization_no_beta_bias", [ms_node("SkipLayerNormalization", ["x", "s", "g"], ["y"], epsilon=1e-12)],
+         [("x", x), ("s", skip)], [("y", layer_norm(xd + skip, gamma, None, 1e-12))], [("g", gamma)])
+    case("SkipSimplifiedLayerNormalization",
+         [ms_node("SkipSimplifiedLayerNormalization", ["x", "s", "g", "b"], ["y", "", "", "sum"], epsilon=1e-6)],
+         [("x", x), ("s", skip)], [("y", rms_norm(summed, gamma, 1e-6)), ("sum", summed)], [("g", gamma), ("b", bias)])
+    # ONNX Runtime's default-domain operators: SimplifiedLayerNormalization, LayerNormalization before opset 17.
+    case("SimplifiedLayerNormalization_opset14", [helper.make_node("SimplifiedLayerNormalization", ["x", "g"], ["y"],
+                                                                   epsilon=1e-5)],
+         [("x", x)], [("y", rms_norm(xd, gamma, 1e-5))], [("g", gamma)], opset=14)
+    g2 = rnd(16, 64, lo=0.5, hi=1.5)
+    case("SimplifiedLayerNormalization_axis1", [helper.make_node("SimplifiedLayerNormalization", ["x", "g"], ["y"],
+                                                                 axis=1, epsilon=1e-5)],
+         [("x", x)], [("y", rms_norm(xd, g2, 1e-5, axes=(1, 2)))], [("g", g2)], opset=14)
+    case("LayerNormalization_opset13", [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], epsilon=1e-5)],
+         [("x", x)], [("y", layer_norm(xd, gamma, beta, 1e-5))], [("g", gamma), ("b", beta)], opset=13)
+    # EmbedLayerNormalization: BERT embeddings + mask lengths.
+    ids = RNG.integers(0, 100, (2, 16)).astype(np.int32)
+    seg = RNG.integers(0, 2, (2, 16)).astype(np.int32)
+    mask = np.ones((2, 16), np.int32)
+    mask[1, 11:] = 0
+    we, pe, se = rnd(100, 64), rnd(32, 64), rnd(2, 64)
+    emb = we[ids].astype(np.float64) + pe[:16] + se[seg]
+    case("EmbedLayerNormalization",
+         [ms_node("EmbedLayerNormalization", ["ids", "seg", "we", "pe", "se", "g", "be", "m"], ["y", "mi", "sum"],
+                  epsilon=1e-12)],
+         [("ids", ids), ("seg", seg), ("m", mask)],
+         [("y", layer_norm(emb, gamma, beta, 1e-12)), ("mi", np.array([16, 11], np.int32)), ("sum", emb)],
+         [("we", we), ("pe", pe), ("se", se), ("g", gamma), ("be", beta)])
+    # Attention (BERT): packed QKV weights, 1-D lengths mask (ORT's mask_index) and raw 2-D mask.
+    w, wb = rnd(64, 192, lo=-0.3, hi=0.3), rnd(192, lo=-0.1, hi=0.1)
+    qkv = xd @ w + wb
+    q, k, v = qkv[..., :64], qkv[..., 64:128], qkv[..., 128:]
+    lengths = np.array([16, 11], np.int32)
+    keep = (np.arange(16)[None, :] < lengths[:, None]).astype(np.float64)
+    mbias = ((1 - keep) * -10000.0)[:, None, None, :]
+    case("Attention_mask_lengths", [ms_node("Attention", ["x", "w", "wb", "m"], ["y"], num_heads=4)],
+         [("x", x), ("m", lengths)], [("y", attention(q, k, v, 4, mbias))], [("w", w), ("wb", wb)])
+    case("Attention_raw_mask", [ms_node("Attention", ["x", "w", "wb", "m"], ["y"], num_heads=4)],
+         [("x", x), ("m", keep.astype(np.int32))], [("y", attention(q, k, v, 4, mbias))], [("w", w), ("wb", wb)])
+    ab = rnd(1, 8, 16, 16)
+    case("Attention_bias_scale", [ms_node("Attention", ["x", "w", "wb", "", "", "ab"], ["y"], num_heads=8, scale=0.3)],
+         [("x", x), ("ab", ab)], [("y", attention_ab(q, k, v, 8, ab, 0.3))], [("w", w), ("wb", wb)])
+    # GPT-2 style: unidirectional with past -> present.
+    past = rnd(2, 2, 4, 5, 16)
+    pk = past[0].transpose(0, 2, 1, 3).reshape(2, 5, 64).astype(np.float64)
+    pv = past[1].transpose(0, 2, 1, 3).reshape(2, 5, 64).astype(np.float64)
+    kt, vt = np.concatenate([pk, k], 1), np.concatenate([pv, v], 1)
+    present = np.stack([kt.reshape(2, 21, 4, 16).transpose(0, 2, 1, 3), vt.reshape(2, 21, 4, 16).transpose(0, 2, 1, 3)])
+    case("Attention_unidirectional_past",
+         [ms_node("Attention", ["x", "w", "wb", "", "past"], ["y", "present"], num_heads=4, unidirectional=1)],
+         [("x", x), ("past", past)], [("y", attention(q, kt, vt, 4, causal=True)), ("present", present)],
+         [("w", w), ("wb", wb)])
+    # MultiHeadAttention: cross attention (S != L), bias, key padding mask, past/present.
+    mq, mk, mv = rnd(2, 6, 64), rnd(2, 9, 64), rnd(2, 9, 32)
+    mb = rnd(160, lo=-0.1, hi=0.1)
+    kpm = np.ones((2, 9), np.int32)
+    kpm[0, 7:] = 0
+    qd, kd, vd = mq + mb[:64].astype(np.float64), mk + mb[64:128].astype(np.float64), mv + mb[128:].astype(np.float64)
+    kbias = ((1 - kpm) * -10000.0)[:, None, None, :]
+    case("MultiHeadAttention_cross_bias_mask",
+         [ms_node("MultiHeadAttention", ["q", "k", "v", "b", "kpm"], ["y", "pk", "pv"], num_heads=4)],
+         [("q", mq), ("k", mk), ("v", mv), ("kpm", kpm)],
+         [("y", attention(qd, kd, vd, 4, kbias)), ("pk", kd.reshape(2, 9, 4, 16).transpose(0, 2, 1, 3)),
+          ("pv", vd.reshape(2, 9, 4, 8).transpose(0, 2, 1, 3))], [("b", mb)])
+    pkey, pval = rnd(2, 4, 3, 16), rnd(2, 4, 3, 8)
+    kall = np.concatenate([pkey.transpose(0, 2, 1, 3).reshape(2, 3, 64), mk], 1).astype(np.float64)
+    vall = np.concatenate([pval.transpose(0, 2, 1, 3).reshape(2, 3, 32), mv], 1).astype(np.float64)
+    case("MultiHeadAttention_causal_past",
+         [ms_node("MultiHeadAttention", ["q", "k", "v", "", "", "", "pkey", "pval"], ["y", "pk", "pv"], num_heads=4,
+                  unidirectional=1)],
+         [("q", mk), ("k", mk), ("v", mv), ("pkey", pkey), ("pval", pval)],
+         [("y", attention(mk.astype(np.float64), kall, vall, 4, causal=True)),
+          ("pk", kall.reshape(2, 12, 4, 16).transpose(0, 2, 1, 3)), ("pv", vall.reshape(2, 12, 4, 8).transpose(0, 2, 1, 3))])
+    # RotaryEmbedding: [B, N, S, H] halves; [B, S, N*H] interleaved with num_heads; an offset position; R < H.
+    def rope(xh, cos, sin, rot, interleaved):
+        """xh [B, N, S, H] float64, cos/sin [B, 1, S, rot/2]."""
+        out = xh.copy()
+        xr = xh[..., :rot]
+        if interleaved:
+            a, b = xr[..., 0::2], xr[..., 1::2]
+            out[..., 0:rot:2] = a * cos - b * sin
+            out[..., 1:rot:2] = b * cos + a * sin
+        else:
+            a, b = xr[..., :rot // 2], xr[..., rot // 2:]
+            out[..., :rot // 2] = a * cos - b * sin
+            out[..., rot // 2:rot] = b * cos + a * sin
+        return out
+
+    pos = np.array([[0, 1, 2, 3, 4, 5], [3, 4, 5, 6, 7, 8]], np.int64)
+    theta = np.arange(64)[:, None] * (10000.0 ** (-np.arange(8) / 8))[None, :]
+    cc, sc = np.cos(theta).astype(np.float32), np.sin(theta).astype(np.float32)
+    xh = rnd(2, 4, 6, 16)
+    cos_b = cc[pos].astype(np.float64)[:, None]
+    sin_b = sc[pos].astype(np.float64)[:, None]
+    case("RotaryEmbedding_bnsh", [ms_node("RotaryEmbedding", ["x", "p", "c", "s"], ["y"])],
+         [("x", xh), ("p", pos)], [("y", rope(xh.astype(np.float64), cos_b, sin_b, 16, False))], [("c", cc), ("s", sc)])
+    # The input's rank undeclared (produced by a node), as in exported decoders.
+    case("RotaryEmbedding_rank_from_producer", [helper.make_node("Identity", ["x"], ["xi"]),
+                                                ms_node("RotaryEmbedding", ["xi", "p", "c", "s"], ["y"])],
+         [("x", xh), ("p", pos)], [("y", rope(xh.astype(np.float64), cos_b, sin_b, 16, False))], [("c", cc), ("s", sc)])
+    x3 = xh.transpose(0, 2, 1, 3).reshape(2, 6, 64)
+    case("RotaryEmbedding_bsd_interleaved", [ms_node("RotaryEmbedding", ["x", "p", "c", "s"], ["y"], interleaved=1,
+                                                     num_heads=4)],
+         [("x", x3), ("p", pos)],
+         [("y", rope(xh.astype(np.float64), cos_b, sin_b, 16, True).transpose(0, 2, 1, 3).reshape(2, 6, 64))],
+         [("c", cc), ("s", sc)])
+    off = np.array([5], np.int64)
+    pos_off = np.arange(6)[None, :] + 5
+    cc8, sc8 = cc[:, :4], sc[:, :4]
+    case("RotaryEmbedding_offset_partial", [ms_node("RotaryEmbedding", ["x", "p", "c", "s"], ["y"],
+                                                    rotary_embedding_dim=8, num_heads=4)],
+         [("x", x3), ("p", off)],
+         [("y", rope(xh.astype(np.float64), cc8[pos_off].astype(np.float64)[:, None],
+                     sc8[pos_off].astype(np.float64)[:, None], 8, False).transpose(0, 2, 1, 3).reshape(2, 6, 64))],
+         [("c", cc8), ("s", sc8)])
+
+
+def attention_ab(q, k, v, heads, ab, scale):
+    return attention(q, k, v, heads, ab.astype(np.float64), scale=scale)
+
+
 def main():
     root = sys.argv[1]
     os.makedirs(root, exist_ok=True)
@@ -250,6 +443,7 @@ def main():
     stft_cases(root)
     mel_cases(root)
     roi_align_cases(root)
+    contrib_cases(root)
 
 
 if __name__ == "__main__":

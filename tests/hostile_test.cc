@@ -1040,5 +1040,76 @@ TEST(HostileTest, QuantizedParameters) {
   EXPECT_EQ((*out)[0].tensor.data<int32_t>()[0], static_cast<int32_t>(static_cast<uint32_t>(exact)));
 }
 
+// Signal, detection and com.microsoft transformer ops (issue 42) given inputs outside their contracts: an
+// error naming the operator and the fault, never a crash or a wrong answer. Each on both paths.
+TEST(HostileTest, SignalDetectionAndContribOpsOutsideTheirContracts) {
+  for (const char* jit : {"-1", "1"}) {
+    SCOPED_TRACE(jit);
+    {  // DFT axis on the complex dim; STFT frame longer than the signal; Mel filters beyond Nyquist.
+      ModelBuilder b(17);
+      b.Input("x", kF, {2, 8, 1}).Output("y");
+      ModelBuilder::AttrInt(b.Node("DFT", {"x"}, {"y"}), "axis", 2);
+      EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", F32({2, 8, 1}, std::vector<float>(16, 1.0f))}}, Opts(jit)).status(),
+                            {"DFT", "axis 2"}));
+      ModelBuilder st(17);
+      st.Input("x", kF, {1, 8, 1}).Output("y");
+      st.Node("STFT", {"x", "step", "", "len"}, {"y"});
+      st.InitInts("step", {}, {2});
+      st.InitInts("len", {}, {16});
+      EXPECT_TRUE(ErrorWith(LoadAndRun(st, {{"x", F32({1, 8, 1}, std::vector<float>(8, 1.0f))}}, Opts(jit)).status(),
+                            {"STFT", "shorter than one frame"}));
+      ModelBuilder mel(17);
+      mel.Output("y");
+      mel.Node("MelWeightMatrix", {"m", "n", "r", "lo", "hi"}, {"y"});
+      mel.InitInts("m", {}, {8});
+      mel.InitInts("n", {}, {64});
+      mel.InitInts("r", {}, {8000});
+      mel.InitFloats("lo", {}, {0.0f});
+      mel.InitFloats("hi", {}, {6000.0f});
+      EXPECT_TRUE(ErrorWith(LoadAndRun(mel, {}, Opts(jit)).status(), {"MelWeightMatrix", "Nyquist"}));
+    }
+    {  // RoiAlign with a batch index outside [0, N).
+      ModelBuilder b(16);
+      b.Input("x", kF, {1, 1, 4, 4}).Input("rois", kF, {1, 4}).Input("bi", kI64, {1}).Output("y");
+      b.Node("RoiAlign", {"x", "rois", "bi"}, {"y"});
+      auto r = LoadAndRun(b, {{"x", F32({1, 1, 4, 4}, std::vector<float>(16, 1.0f))},
+                              {"rois", F32({1, 4}, {0, 0, 2, 2})}, {"bi", I64({1}, {3})}},
+                          Opts(jit));
+      EXPECT_TRUE(ErrorWith(r.status(), {"RoiAlign", "batch_indices[0] = 3"}));
+    }
+    // Attention: no num_heads; a mask whose rank is not declared; a 1-D mask of 2 * batch (ONNX Runtime's
+    // left-padding form) fails at run time instead of being read as lengths.
+    auto attention = [](bool heads, bool mask_rank_known, int64_t mask_len) {
+      ModelBuilder b(17);
+      b.Domain("com.microsoft");
+      b.Input("x", kF, {2, 3, 4}).Input("m", kI32, {mask_len}, mask_rank_known).Output("y");
+      auto* n = b.Node("Attention", {"x", "w", "", "m"}, {"y"});
+      n->set_domain("com.microsoft");
+      if (heads) ModelBuilder::AttrInt(n, "num_heads", 2);
+      b.InitFloats("w", {4, 12}, std::vector<float>(48, 0.1f));
+      return b;
+    };
+    Tensor x = F32({2, 3, 4}, std::vector<float>(24, 0.5f));
+    Tensor lengths(DType::kI32, {2}), four(DType::kI32, {4});
+    for (int i = 0; i < 2; ++i) lengths.data<int32_t>()[i] = 3;
+    for (int i = 0; i < 4; ++i) four.data<int32_t>()[i] = 3;
+    EXPECT_TRUE(ErrorWith(LoadAndRun(attention(false, true, 2), {{"x", x}, {"m", lengths}}, Opts(jit)).status(),
+                          {"com.microsoft.Attention", "num_heads"}));
+    EXPECT_TRUE(ErrorWith(LoadAndRun(attention(true, false, 2), {{"x", x}, {"m", lengths}}, Opts(jit)).status(),
+                          {"com.microsoft.Attention", "without a declared rank"}));
+    EXPECT_TRUE(LoadAndRun(attention(true, true, 2), {{"x", x}, {"m", lengths}}, Opts(jit)).ok());
+    EXPECT_FALSE(LoadAndRun(attention(true, true, 4), {{"x", x}, {"m", four}}, Opts(jit)).ok());
+    // MultiHeadAttention with packed QKV (no key / value).
+    ModelBuilder mha(17);
+    mha.Domain("com.microsoft");
+    mha.Input("q", kF, {1, 2, 4}).Output("y");
+    auto* n = mha.Node("MultiHeadAttention", {"q"}, {"y"});
+    n->set_domain("com.microsoft");
+    ModelBuilder::AttrInt(n, "num_heads", 2);
+    EXPECT_TRUE(ErrorWith(LoadAndRun(mha, {{"q", F32({1, 2, 4}, std::vector<float>(8, 1.0f))}}, Opts(jit)).status(),
+                          {"MultiHeadAttention", "packed QKV"}));
+  }
+}
+
 }  // namespace
 }  // namespace cjit

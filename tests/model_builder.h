@@ -25,6 +25,13 @@ class ModelBuilder {
     m_.add_opset_import()->set_version(opset);
     m_.mutable_graph()->set_name("test");
   }
+  // Imports another operator domain (e.g. "com.microsoft") at `version`.
+  ModelBuilder& Domain(const std::string& domain, int64_t version = 1) {
+    auto* o = m_.add_opset_import();
+    o->set_domain(domain);
+    o->set_version(version);
+    return *this;
+  }
   // dims: -1 is a dynamic dim ("N"); an empty `dims` with rank_known=false leaves the shape out.
   ModelBuilder& Input(const std::string& name, int elem, const std::vector<int64_t>& dims, bool rank_known = true) {
     Info(m_.mutable_graph()->add_input(), name, elem, dims, rank_known);

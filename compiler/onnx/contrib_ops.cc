@@ -5,121 +5,16 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/onnx/contrib_expansion.h"
 #include "onnx/onnx_pb.h"
 
 namespace cjit {
 namespace {
 
-const std::string& In(const onnx::NodeProto& n, int i) {
-  static const std::string kEmpty;
-  return i < n.input_size() ? n.input(i) : kEmpty;
-}
+using namespace contrib;  // NOLINT: the expansion helpers
 
-const onnx::AttributeProto* Attr(const onnx::NodeProto& n, const std::string& name) {
-  for (const auto& a : n.attribute()) {
-    if (a.name() == name) return &a;
-  }
-  return nullptr;
-}
-
-int64_t IntAttr(const onnx::NodeProto& n, const std::string& name, int64_t dflt) {
-  const onnx::AttributeProto* a = Attr(n, name);
-  return a != nullptr && a->type() == onnx::AttributeProto::INT ? a->i() : dflt;
-}
-
-float FloatAttr(const onnx::NodeProto& n, const std::string& name, float dflt) {
-  const onnx::AttributeProto* a = Attr(n, name);
-  return a != nullptr && a->type() == onnx::AttributeProto::FLOAT ? a->f() : dflt;
-}
-
-// Writes the expansion of one contrib node: fresh value and node names under the node's name.
-class Expansion {
- public:
-  Expansion(const onnx::NodeProto& n, std::vector<onnx::NodeProto>* out) : n_(n), out_(out) {
-    base_ = n.name().empty() ? (n.output_size() > 0 ? n.output(0) : n.op_type()) : n.name();
-  }
-
-  std::string Fresh(const std::string& what) { return absl::StrCat(base_, "/", what, "_", count_++); }
-
-  onnx::NodeProto* Add(const std::string& op, const std::vector<std::string>& ins, const std::string& out) {
-    onnx::NodeProto* p = &out_->emplace_back();
-    p->set_op_type(op);
-    p->set_name(Fresh(op));
-    for (const std::string& i : ins) p->add_input(i);
-    p->add_output(out);
-    return p;
-  }
-
-  // DequantizeLinear(x, scale, zp) (zp may be empty), with `axis` when >= 0.
-  std::string Dq(const std::string& x, const std::string& s, const std::string& z, int64_t axis = -1) {
-    std::string y = Fresh("dequantized");
-    std::vector<std::string> ins = {x, s};
-    if (!z.empty()) ins.push_back(z);
-    onnx::NodeProto* p = Add("DequantizeLinear", ins, y);
-    if (axis >= 0) SetInt(p, "axis", axis);
-    return y;
-  }
-
-  // QuantizeLinear(x, scale, zp) into `out`. Without zp: a zero of `like_zp`'s type (Sub(z, z)) when that
-  // is given, so an int8 operator stays int8; else ONNX's default (uint8).
-  void Q(const std::string& x, const std::string& s, const std::string& z, const std::string& like_zp,
-         const std::string& out) {
-    std::vector<std::string> ins = {x, s};
-    if (!z.empty()) {
-      ins.push_back(z);
-    } else if (!like_zp.empty()) {
-      std::string zero = Fresh("zero_point");
-      Add("Sub", {like_zp, like_zp}, zero);
-      ins.push_back(zero);
-    }
-    Add("QuantizeLinear", ins, out);
-  }
-
-  static void CopyAttrs(const onnx::NodeProto& from, onnx::NodeProto* to, const std::vector<std::string>& names) {
-    for (const auto& a : from.attribute()) {
-      for (const std::string& name : names) {
-        if (a.name() == name) *to->add_attribute() = a;
-      }
-    }
-  }
-
-  static void SetInt(onnx::NodeProto* p, const std::string& name, int64_t v) {
-    onnx::AttributeProto* a = p->add_attribute();
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::INT);
-    a->set_i(v);
-  }
-
-  static void SetFloat(onnx::NodeProto* p, const std::string& name, float v) {
-    onnx::AttributeProto* a = p->add_attribute();
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::FLOAT);
-    a->set_f(v);
-  }
-
-  // Cast(x) to float32 into a fresh value.
-  std::string CastToFloat(const std::string& x) {
-    std::string y = Fresh("float");
-    SetInt(Add("Cast", {x}, y), "to", onnx::TensorProto::FLOAT);
-    return y;
-  }
-
-  static void SetInts(onnx::NodeProto* p, const std::string& name, const std::vector<int64_t>& v) {
-    onnx::AttributeProto* a = p->add_attribute();
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::INTS);
-    for (int64_t x : v) a->add_ints(x);
-  }
-
- private:
-  const onnx::NodeProto& n_;
-  std::vector<onnx::NodeProto>* out_;
-  std::string base_;
-  int count_ = 0;
-};
-
-absl::Status Expand(const onnx::NodeProto& n, int64_t opset, const std::unordered_map<std::string, int64_t>& numel,
-                    std::vector<onnx::NodeProto>* out, bool* expanded, const std::string& source) {
+absl::Status Expand(const onnx::NodeProto& n, int64_t opset, const ValueFacts& facts,
+                    NodeList* out, bool* expanded, const std::string& source) {
   *expanded = true;
   const std::string& op = n.op_type();
   auto error = [&](const std::string& what) {
@@ -182,8 +77,7 @@ absl::Status Expand(const onnx::NodeProto& n, int64_t opset, const std::unordere
       return error("A, a_scale, B and b_scale are required");
     }
     const int64_t trans_b = IntAttr(n, "transB", 0);
-    auto it = numel.find(In(n, 4));
-    const bool per_column = it != numel.end() && it->second > 1;
+    const bool per_column = facts.Numel(In(n, 4)) > 1;
     if (per_column && opset < 13) return error("a per-column b_scale needs opset 13 (DequantizeLinear's axis)");
     std::string a = e.Dq(In(n, 0), In(n, 1), In(n, 2));
     std::string b = e.Dq(In(n, 3), In(n, 4), In(n, 5), per_column ? (trans_b ? 0 : 1) : -1);
@@ -243,28 +137,40 @@ absl::Status Expand(const onnx::NodeProto& n, int64_t opset, const std::unordere
       e.Add("Add", {m, bias}, n.output(0));
     }
   } else {
-    *expanded = false;
-    return absl::OkStatus();
+    return ExpandTransformerOp(n, facts, out, expanded, source);
   }
   return absl::OkStatus();
 }
 
+// ONNX Runtime registers LayerNormalization (before opset 17 made it standard) and
+// SimplifiedLayerNormalization (RMSNorm) in the default domain; its transformers optimizer writes them.
+bool IsOrtDefaultDomainOp(const onnx::NodeProto& n, int64_t opset) {
+  if (!n.domain().empty() && n.domain() != "ai.onnx") return false;
+  return n.op_type() == "SimplifiedLayerNormalization" || (n.op_type() == "LayerNormalization" && opset < 17);
+}
+
 absl::Status ExpandGraph(onnx::GraphProto* g, int64_t opset, const std::string& source) {
   bool any = false;
-  for (const auto& n : g->node()) any |= n.domain() == "com.microsoft";
-  // Element counts of the initializers (QGemm's per-column b_scale); -1 where the dims are negative or
-  // their product overflows (a hostile model; the importer reports such a tensor by name).
-  std::unordered_map<std::string, int64_t> numel;
-  for (const auto& t : g->initializer()) {
-    if (!any) break;
-    int64_t c = 1;
-    for (int64_t d : t.dims()) {
-      if (d < 0 || __builtin_mul_overflow(c, d, &c)) {
-        c = -1;
-        break;
+  for (const auto& n : g->node()) any |= n.domain() == "com.microsoft" || IsOrtDefaultDomainOp(n, opset);
+  ValueFacts facts;
+  if (any) {
+    for (const auto& t : g->initializer()) {
+      facts.initializer_dims[t.name()].assign(t.dims().begin(), t.dims().end());
+      facts.rank[t.name()] = t.dims_size();
+    }
+    auto declared = [&](const onnx::ValueInfoProto& v) {
+      if (v.type().has_tensor_type() && v.type().tensor_type().has_shape()) {
+        facts.rank[v.name()] = v.type().tensor_type().shape().dim_size();
+      }
+    };
+    for (const auto& v : g->input()) declared(v);
+    for (const auto& v : g->value_info()) declared(v);
+    for (const auto& v : g->output()) declared(v);
+    for (const auto& n : g->node()) {  // EmbedLayerNormalization's mask_index is [B]
+      if (n.domain() == "com.microsoft" && n.op_type() == "EmbedLayerNormalization" && n.output_size() > 1) {
+        facts.rank[n.output(1)] = 1;
       }
     }
-    numel[t.name()] = c;
   }
   for (auto& n : *g->mutable_node()) {
     for (auto& a : *n.mutable_attribute()) {
@@ -279,13 +185,21 @@ absl::Status ExpandGraph(onnx::GraphProto* g, int64_t opset, const std::string& 
     }
   }
   if (!any) return absl::OkStatus();
-  std::vector<onnx::NodeProto> nodes;
-  nodes.reserve(static_cast<size_t>(g->node_size()) * 4);
+  NodeList nodes;
   for (const auto& n : g->node()) {
     bool expanded = false;
     if (n.domain() == "com.microsoft") {
-      auto st = Expand(n, opset, numel, &nodes, &expanded, source);
+      auto st = Expand(n, opset, facts, &nodes, &expanded, source);
       if (!st.ok()) return st;
+    } else if (IsOrtDefaultDomainOp(n, opset)) {
+      if (n.op_type() == "LayerNormalization") {  // the same contract as LayerNormalization-17
+        nodes.push_back(n);
+        nodes.back().set_domain(std::string(kExpansionDomain));
+        expanded = true;
+      } else {
+        auto st = ExpandTransformerOp(n, facts, &nodes, &expanded, source);
+        if (!st.ok()) return st;
+      }
     }
     if (!expanded) nodes.push_back(n);
   }
@@ -296,7 +210,7 @@ absl::Status ExpandGraph(onnx::GraphProto* g, int64_t opset, const std::string& 
 
 }  // namespace
 
-absl::Status ExpandContribQuantizedOps(onnx::GraphProto* graph, int64_t opset, const std::string& source) {
+absl::Status ExpandContribOps(onnx::GraphProto* graph, int64_t opset, const std::string& source) {
   return ExpandGraph(graph, opset, source);
 }
 

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 
@@ -37,9 +38,14 @@ class GraphProto;
 
 namespace cjit {
 
+// Standard nodes written by an expansion carry this domain: the importer reads them as default-domain
+// nodes with the newest supported opset's semantics (LayerNormalization, Gelu, Split with a sizes input),
+// whatever opset the model imports.
+inline constexpr std::string_view kExpansionDomain = "com.clusterjit.expansion";
+
 // Expands the operators above in `graph` and its subgraphs. `opset` is the model's default-domain opset
 // (QuantizeLinear / DequantizeLinear with per-axis parameters need 13). Errors name the node.
-absl::Status ExpandContribQuantizedOps(onnx::GraphProto* graph, int64_t opset, const std::string& source);
+absl::Status ExpandContribOps(onnx::GraphProto* graph, int64_t opset, const std::string& source);
 
 }  // namespace cjit
 

@@ -86,6 +86,13 @@ class Importer {
       std::string name = np.name().empty() ? absl::StrCat(np.op_type(), "_", index) : np.name();
       ++index;
       std::string domain = np.domain() == "ai.onnx" ? "" : np.domain();
+      // Standard nodes written by a contrib-op expansion (compiler/onnx/contrib_ops.h) have the semantics of
+      // the newest opset, whatever the model imports.
+      int64_t version = opset_;
+      if (domain == kExpansionDomain) {
+        domain.clear();
+        version = kMaxOpset;
+      }
       // ONNX Runtime's weight-only quantized product runs as our kernel of the same contract.
       if (domain == "com.microsoft" && np.op_type() == "MatMulNBits") domain = std::string(kInternalDomain);
       if (np.op_type() == "Constant" && domain.empty()) {
@@ -100,11 +107,11 @@ class Importer {
             options_.source, ": node '", name, "': unsupported operator ",
             domain.empty() ? "" : domain + ".", np.op_type(), " (opset ", opset_, ")"));
       }
-      CJIT_RETURN_IF_ERROR(CheckAttributes(np, name, domain));
+      CJIT_RETURN_IF_ERROR(CheckAttributes(np, name, domain, version));
       std::vector<std::string> outs(np.output().begin(), np.output().end());
       Node* n = graph->AddNode(np.op_type(), name, {}, outs);
       n->domain = domain;
-      n->opset_version = opset_;
+      n->opset_version = version;
       for (size_t k = 0; k < outs.size(); ++k) {
         if (outs[k].empty()) continue;
         if (scope.names.count(outs[k]) && scope.names[outs[k]]->producer != nullptr) {
@@ -190,13 +197,14 @@ class Importer {
   // every required attribute must be there. Legacy broadcasting (opset < 7 `broadcast` with `axis`) and
   // BatchNormalization spatial=0 are not supported. Custom domains have no schema here: their ops are
   // accepted when the op table supports them.
-  absl::Status CheckAttributes(const onnx::NodeProto& np, const std::string& name, const std::string& domain) {
+  absl::Status CheckAttributes(const onnx::NodeProto& np, const std::string& name, const std::string& domain,
+                               int64_t opset) {
     if (!domain.empty()) return absl::OkStatus();
     int first = 0;
-    const OpSchemaVersion* schema = FindOpSchema(np.op_type(), static_cast<int>(opset_), &first);
+    const OpSchemaVersion* schema = FindOpSchema(np.op_type(), static_cast<int>(opset), &first);
     if (schema == nullptr) {
       if (first > 0) {
-        return NodeErr(name, np.op_type(), absl::StrCat("the operator does not exist at opset ", opset_,
+        return NodeErr(name, np.op_type(), absl::StrCat("the operator does not exist at opset ", opset,
                                                         " (it was introduced at opset ", first, ")"));
       }
       return absl::OkStatus();  // not an ONNX operator version we list; the op table decides
@@ -206,7 +214,7 @@ class Importer {
       if (it == schema->attributes.end()) {
         return absl::UnimplementedError(absl::StrCat(options_.source, ": node '", name, "' (", np.op_type(),
                                                      "): unsupported attribute '", a.name(), "' (not in the opset ",
-                                                     opset_, " schema, ", np.op_type(), "-", schema->since_version,
+                                                     opset, " schema, ", np.op_type(), "-", schema->since_version,
                                                      ")"));
       }
       std::string type = onnx::AttributeProto::AttributeType_Name(a.type());
@@ -259,7 +267,7 @@ class Importer {
   // rank(A) - k - rank(B) unit dims to B: a Reshape whose shape is computed from the two ranks (shape ops
   // that fold away once a signature's shapes are known), so the ranks need not be known at import.
   void UpgradeLegacyBroadcast(Graph* g, Node* n) {
-    if (opset_ >= 7 || !n->domain.empty() || n->inputs.size() < 2 || n->inputs[1] == nullptr) return;
+    if (n->opset_version >= 7 || !n->domain.empty() || n->inputs.size() < 2 || n->inputs[1] == nullptr) return;
     int64_t axis = 0;
     if (n->op_type == "PRelu") {
       axis = 1;
@@ -424,7 +432,7 @@ absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(absl::string_view bytes, 
     return absl::UnimplementedError(absl::StrCat(options.source, ": opset ", opset,
                                                  " is not supported (", kMinOpset, " to ", kMaxOpset, ")"));
   }
-  CJIT_RETURN_IF_ERROR(ExpandContribQuantizedOps(model.mutable_graph(), opset, options.source));
+  CJIT_RETURN_IF_ERROR(ExpandContribOps(model.mutable_graph(), opset, options.source));
   Importer importer(options, opset);
   CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, importer.ImportGraph(model.graph(), nullptr));
   auto meta = std::make_shared<ModelMetadata>();
