@@ -431,6 +431,77 @@ def contrib_cases(root):
          [("c", cc8), ("s", sc8)])
 
 
+def gqa_reference(q, k, v, heads, kv_heads, past_k, past_v, seqlens, causal=True, softcap=0.0, rope=None):
+    """GroupQueryAttention as ONNX Runtime's CPU kernel computes it for uniform batches / prompts: q [B,S,N*H],
+    k/v [B,S,Nk*H], past [B,Nk,P,H]; query i at buffer position P + i; keys t <= seqlens[b]."""
+    b, s, _ = q.shape
+    p = 0 if past_k is None else past_k.shape[2]
+    qh = q.reshape(b, s, heads, -1)
+    kh = k.reshape(b, s, kv_heads, -1)
+    vh = v.reshape(b, s, kv_heads, -1).transpose(0, 2, 1, 3)
+    h = qh.shape[-1]
+    if rope is not None:
+        cos, sin = rope  # [max, H/2]
+        pos = p + np.arange(s)
+        c, sn = cos[pos][None, :, None, :], sin[pos][None, :, None, :]
+
+        def rot(x):
+            a, bb = x[..., :h // 2], x[..., h // 2:]
+            return np.concatenate([a * c - bb * sn, bb * c + a * sn], -1)
+        qh, kh = rot(qh), rot(kh)
+    qh, kh = qh.transpose(0, 2, 1, 3), kh.transpose(0, 2, 1, 3)
+    if past_k is not None:
+        kh = np.concatenate([past_k, kh], 2)
+        vh = np.concatenate([past_v, vh], 2)
+    t = kh.shape[2]
+    g = heads // kv_heads
+    krep, vrep = np.repeat(kh, g, axis=1), np.repeat(vh, g, axis=1)
+    sc = qh @ krep.transpose(0, 1, 3, 2) / np.sqrt(h)
+    if softcap > 0:
+        sc = softcap * np.tanh(sc / softcap)
+    allowed = np.arange(t)[None, None, :] <= seqlens[:, None, None]
+    if causal:
+        allowed = allowed & (np.arange(t)[None, None, :] <= (p + np.arange(s))[None, :, None])
+    sc = np.where(allowed[:, None], sc, -np.inf)
+    o = softmax(sc) @ vrep
+    return o.transpose(0, 2, 1, 3).reshape(b, s, -1), kh, vh
+
+
+def gqa_cases(root):
+    def case(name, nodes, inputs, outputs, inits=()):
+        outputs = [(n, f32(a)) for n, a in outputs]
+        case_writer.write_case(root, "contrib_" + name, nodes, inputs, outputs, opset=17, inits=inits, tol=(1e-4, 1e-5),
+                               declare_output_shapes=False, domains=MS)
+
+    n_heads, kv, h = 4, 2, 8
+    theta = np.arange(32)[:, None] * (10000.0 ** (-np.arange(4) / 4))[None, :]
+    cc, sc = np.cos(theta).astype(np.float32), np.sin(theta).astype(np.float32)
+    # Prompt with right padding (lengths 5 and 3), rotary.
+    q, k, v = rnd(2, 5, n_heads * h), rnd(2, 5, kv * h), rnd(2, 5, kv * h)
+    seq = np.array([4, 2], np.int32)
+    y, pk, pv = gqa_reference(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), n_heads, kv, None, None,
+                              seq, rope=(cc.astype(np.float64), sc.astype(np.float64)))
+    case("GroupQueryAttention_prompt_rotary",
+         [ms_node("GroupQueryAttention", ["q", "k", "v", "", "", "seq", "total", "cos", "sin"], ["y", "pk", "pv"],
+                  num_heads=n_heads, kv_num_heads=kv, do_rotary=1)],
+         [("q", q), ("k", k), ("v", v), ("seq", seq)], [("y", y), ("pk", pk), ("pv", pv)],
+         [("total", np.array(5, np.int32)), ("cos", cc), ("sin", sc)])
+    # One decode step after 6 cached tokens, packed QKV, softcap.
+    qkv = rnd(2, 1, (n_heads + 2 * kv) * h)
+    past_k, past_v = rnd(2, kv, 6, h), rnd(2, kv, 6, h)
+    seq = np.array([6, 6], np.int32)
+    qd = qkv[..., :n_heads * h].astype(np.float64)
+    kd = qkv[..., n_heads * h:(n_heads + kv) * h].astype(np.float64)
+    vd = qkv[..., (n_heads + kv) * h:].astype(np.float64)
+    y, pk, pv = gqa_reference(qd, kd, vd, n_heads, kv, past_k.astype(np.float64), past_v.astype(np.float64), seq,
+                              softcap=5.0)
+    case("GroupQueryAttention_decode_packed_softcap",
+         [ms_node("GroupQueryAttention", ["qkv", "", "", "pk_in", "pv_in", "seq", "total"], ["y", "pk", "pv"],
+                  num_heads=n_heads, kv_num_heads=kv, softcap=5.0)],
+         [("qkv", qkv), ("pk_in", past_k), ("pv_in", past_v), ("seq", seq)], [("y", y), ("pk", pk), ("pv", pv)],
+         [("total", np.array(7, np.int32))])
+
+
 def attention_ab(q, k, v, heads, ab, scale):
     return attention(q, k, v, heads, ab.astype(np.float64), scale=scale)
 
@@ -444,6 +515,7 @@ def main():
     mel_cases(root)
     roi_align_cases(root)
     contrib_cases(root)
+    gqa_cases(root)
 
 
 if __name__ == "__main__":

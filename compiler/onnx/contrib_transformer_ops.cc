@@ -273,6 +273,48 @@ absl::Status ExpandMultiHeadAttention(const onnx::NodeProto& n, const ValueFacts
   return absl::OkStatus();
 }
 
+// Rotary position embedding of a 4-D x [.., .., .., H] by cos / sin broadcast to [.., .., .., R/2]: the first
+// R values of the last axis rotate as halves (x1, x2) or interleaved pairs, the rest pass through.
+std::string Rotate(Expansion& e, const std::string& x, const std::string& cos, const std::string& sin,
+                   const std::string& rot, const std::string& half, bool interleaved) {
+  std::string rot1 = e.Op("Unsqueeze", {rot, e.Ints({0})});
+  std::string xr = e.Op("Slice", {x, e.Ints({0}), rot1, e.Ints({-1})});
+  std::string pass = e.Op("Slice", {x, rot1, e.Ints({INT64_MAX}), e.Ints({-1})});
+  std::string rotated;
+  if (!interleaved) {
+    onnx::NodeProto* sp = e.New("Split", {xr}, e.Fresh("x1"));
+    sp->add_output(e.Fresh("x2"));
+    Expansion::SetInt(sp, "axis", -1);
+    Expansion::SetInt(sp, "num_outputs", 2);
+    const std::string& x1 = sp->output(0);
+    const std::string& x2 = sp->output(1);
+    std::string r1 = e.Op("Sub", {e.Op("Mul", {x1, cos}), e.Op("Mul", {x2, sin})});
+    std::string r2 = e.Op("Add", {e.Op("Mul", {x2, cos}), e.Op("Mul", {x1, sin})});
+    onnx::NodeProto* c = e.New("Concat", {r1, r2}, e.Fresh("rotated"));
+    Expansion::SetInt(c, "axis", -1);
+    rotated = c->output(0);
+  } else {
+    // [..., R] -> [..., R/2, 2]: pairs (x[2i], x[2i+1]).
+    std::string pairs = e.Op("Reshape", {xr, Concat0(e, {e.Ints({0, 0, 0}), e.Op("Unsqueeze", {half, e.Ints({0})}),
+                                                         e.Ints({2})})});
+    onnx::NodeProto* g1 = e.New("Gather", {pairs, e.Int(0)}, e.Fresh("even"));
+    Expansion::SetInt(g1, "axis", -1);
+    onnx::NodeProto* g2 = e.New("Gather", {pairs, e.Int(1)}, e.Fresh("odd"));
+    Expansion::SetInt(g2, "axis", -1);
+    const std::string& a = g1->output(0);
+    const std::string& b = g2->output(0);
+    std::string r1 = e.Op("Sub", {e.Op("Mul", {a, cos}), e.Op("Mul", {b, sin})});
+    std::string r2 = e.Op("Add", {e.Op("Mul", {b, cos}), e.Op("Mul", {a, sin})});
+    onnx::NodeProto* st = e.New("Concat", {e.Op("Unsqueeze", {r1, e.Ints({-1})}), e.Op("Unsqueeze", {r2, e.Ints({-1})})},
+                                e.Fresh("stacked"));
+    Expansion::SetInt(st, "axis", -1);
+    rotated = e.Op("Reshape", {st->output(0), e.Op("Shape", {xr})});
+  }
+  onnx::NodeProto* c = e.New("Concat", {rotated, pass}, e.Fresh("embedded"));
+  Expansion::SetInt(c, "axis", -1);
+  return c->output(0);
+}
+
 // RotaryEmbedding (RoFormer, Su et al. 2021): input [B, S, N * H] or [B, N, S, H]; position_ids [B, S] (or a
 // 1-element offset: positions offset + 0..S-1); cos_cache / sin_cache [max_position, R / 2]. The first R
 // (rotary_embedding_dim, default the head size) values of each head rotate by position * frequency, as
@@ -316,42 +358,136 @@ absl::Status ExpandRotaryEmbedding(const onnx::NodeProto& n, const ValueFacts& f
   // cos, sin [B, S, R/2] -> broadcast over heads.
   std::string cos = e.Op("Unsqueeze", {e.Op("Gather", {In(n, 2), positions}), heads_axis});
   std::string sin = e.Op("Unsqueeze", {e.Op("Gather", {In(n, 3), positions}), heads_axis});
-  std::string rot1 = e.Op("Unsqueeze", {rot, e.Ints({0})});
-  std::string xr = e.Op("Slice", {x, e.Ints({0}), rot1, e.Ints({-1})});
-  std::string pass = e.Op("Slice", {x, rot1, e.Ints({INT64_MAX}), e.Ints({-1})});
-  std::string rotated;
-  if (!interleaved) {
-    onnx::NodeProto* sp = e.New("Split", {xr}, e.Fresh("x1"));
-    sp->add_output(e.Fresh("x2"));
-    Expansion::SetInt(sp, "axis", -1);
-    Expansion::SetInt(sp, "num_outputs", 2);
-    const std::string& x1 = sp->output(0);
-    const std::string& x2 = sp->output(1);
-    std::string r1 = e.Op("Sub", {e.Op("Mul", {x1, cos}), e.Op("Mul", {x2, sin})});
-    std::string r2 = e.Op("Add", {e.Op("Mul", {x2, cos}), e.Op("Mul", {x1, sin})});
-    onnx::NodeProto* c = e.New("Concat", {r1, r2}, e.Fresh("rotated"));
-    Expansion::SetInt(c, "axis", -1);
-    rotated = c->output(0);
-  } else {
-    // [..., R] -> [..., R/2, 2]: pairs (x[2i], x[2i+1]).
-    std::string pairs = e.Op("Reshape", {xr, Concat0(e, {e.Ints({0, 0, 0}), e.Op("Unsqueeze", {half, e.Ints({0})}),
-                                                         e.Ints({2})})});
-    onnx::NodeProto* g1 = e.New("Gather", {pairs, e.Int(0)}, e.Fresh("even"));
-    Expansion::SetInt(g1, "axis", -1);
-    onnx::NodeProto* g2 = e.New("Gather", {pairs, e.Int(1)}, e.Fresh("odd"));
-    Expansion::SetInt(g2, "axis", -1);
-    const std::string& a = g1->output(0);
-    const std::string& b = g2->output(0);
-    std::string r1 = e.Op("Sub", {e.Op("Mul", {a, cos}), e.Op("Mul", {b, sin})});
-    std::string r2 = e.Op("Add", {e.Op("Mul", {b, cos}), e.Op("Mul", {a, sin})});
-    onnx::NodeProto* st = e.New("Concat", {e.Op("Unsqueeze", {r1, e.Ints({-1})}), e.Op("Unsqueeze", {r2, e.Ints({-1})})},
-                                e.Fresh("stacked"));
-    Expansion::SetInt(st, "axis", -1);
-    rotated = e.Op("Reshape", {st->output(0), e.Op("Shape", {xr})});
+  std::string y = Rotate(e, x, cos, sin, rot, half, interleaved);
+  e.New("Reshape", {y, e.Op("Shape", {In(n, 0)})}, n.output(0));
+  return absl::OkStatus();
+}
+
+// Dims [from, to) of x's shape.
+std::string ShapeRange(Expansion& e, const std::string& x, int64_t from, int64_t to) {
+  onnx::NodeProto* p = e.New("Shape", {x}, e.Fresh("dims"));
+  Expansion::SetInt(p, "start", from);
+  if (to != INT64_MAX) Expansion::SetInt(p, "end", to);
+  return p->output(0);
+}
+
+// GroupQueryAttention (Ainslie et al., 2023), as onnxruntime-genai's decoders use it: query [B, S, N * H]
+// (or packed Q/K/V), key / value [B, S, Nk * H], past_key / past_value [B, Nk, P, H] -> present = past
+// followed by the new keys; query head n reads kv head n / (N / Nk). Causal over the buffer (query i sits at
+// P + i) and keys t <= seqlens_k[b] (right padding); rotary embedding of Q and K at positions P + i (or
+// position_ids) when do_rotary; softcap; attention_bias. The buffer layout is ONNX Runtime's for uniform
+// batches and for a prompt; a ragged batch with a past (ORT compacts each row at seqlens_k) is not modelled.
+absl::Status ExpandGroupQueryAttention(const onnx::NodeProto& n, Expansion& e, const std::string& source) {
+  const int64_t heads = IntAttr(n, "num_heads", 0), kv_heads = IntAttr(n, "kv_num_heads", 0);
+  if (heads < 1 || kv_heads < 1 || heads % kv_heads != 0) {
+    return Invalid(n, source, absl::StrCat("num_heads (", heads, ") must be a positive multiple of kv_num_heads (",
+                                           kv_heads, ")"));
   }
-  onnx::NodeProto* c = e.New("Concat", {rotated, pass}, e.Fresh("embedded"));
-  Expansion::SetInt(c, "axis", -1);
-  e.New("Reshape", {c->output(0), e.Op("Shape", {In(n, 0)})}, n.output(0));
+  if (In(n, 0).empty() || In(n, 5).empty()) return Invalid(n, source, "query and seqlens_k are required");
+  if (In(n, 1).empty() != In(n, 2).empty()) return Invalid(n, source, "key and value go together");
+  if (In(n, 3).empty() != In(n, 4).empty()) return Invalid(n, source, "past_key and past_value go together");
+  if (IntAttr(n, "local_window_size", -1) > 0) return Unsupported(n, source, "local_window_size");
+  if (IntAttr(n, "sliding_window_cache", 0) != 0) return Unsupported(n, source, "sliding_window_cache");
+  if (IntAttr(n, "smooth_softmax", 0) != 0 || !In(n, 11).empty()) return Unsupported(n, source, "smooth softmax (head_sink)");
+  if (IntAttr(n, "qk_output", 0) != 0 || !OutputOr(n, 3).empty()) return Unsupported(n, source, "the output_qk output");
+  for (const char* q : {"k_quant_type", "v_quant_type"}) {
+    const onnx::AttributeProto* a = Attr(n, q);
+    if (a != nullptr && !a->s().empty() && a->s() != "NONE") return Unsupported(n, source, "a quantized KV cache");
+  }
+  if (!In(n, 12).empty() || !In(n, 13).empty()) return Unsupported(n, source, "a quantized KV cache (k_scale / v_scale)");
+  if (!In(n, 14).empty() || !In(n, 15).empty()) return Unsupported(n, source, "q_norm_weight / k_norm_weight");
+  const bool rotary = IntAttr(n, "do_rotary", 0) != 0;
+  if (rotary && (In(n, 7).empty() || In(n, 8).empty())) return Invalid(n, source, "do_rotary needs cos_cache and sin_cache");
+  const int64_t groups = heads / kv_heads;
+  std::string q = In(n, 0), k = In(n, 1), v = In(n, 2);
+  if (k.empty()) {  // packed [B, S, (N + 2 Nk) H]
+    std::string h = e.Op("Div", {DimOf(e, q, 2), e.Int(heads + 2 * kv_heads)});
+    std::string hq = e.Op("Mul", {h, e.Int(heads)}), hk = e.Op("Mul", {h, e.Int(kv_heads)});
+    std::string sizes = Concat0(e, {e.Op("Unsqueeze", {hq, e.Ints({0})}), e.Op("Unsqueeze", {hk, e.Ints({0})}),
+                                    e.Op("Unsqueeze", {hk, e.Ints({0})})});
+    onnx::NodeProto* sp = e.New("Split", {q, sizes}, e.Fresh("q"));
+    sp->add_output(e.Fresh("k"));
+    sp->add_output(e.Fresh("v"));
+    Expansion::SetInt(sp, "axis", -1);
+    q = sp->output(0);
+    k = sp->output(1);
+    v = sp->output(2);
+  }
+  std::string q4 = e.Op("Reshape", {q, e.Ints({0, 0, heads, -1})});
+  std::string k4 = e.Op("Reshape", {k, e.Ints({0, 0, kv_heads, -1})});
+  std::string v4 = e.Op("Reshape", {v, e.Ints({0, 0, kv_heads, -1})});
+  std::string past = In(n, 3).empty() ? e.Int(0) : DimOf(e, In(n, 3), 2);
+  std::string s = DimOf(e, q, 1);
+  if (rotary) {
+    std::string positions = In(n, 9);
+    if (positions.empty()) {
+      positions = e.Op("Unsqueeze", {e.Op("Range", {past, e.Op("Add", {past, s}), e.Int(1)}), e.Ints({0})});
+    }
+    std::string half = DimOf(e, In(n, 7), 1);
+    std::string rot = e.Op("Mul", {half, e.Int(2)});
+    std::string cos = e.Op("Unsqueeze", {e.Op("Gather", {In(n, 7), positions}), e.Ints({2})});
+    std::string sin = e.Op("Unsqueeze", {e.Op("Gather", {In(n, 8), positions}), e.Ints({2})});
+    const bool interleaved = IntAttr(n, "rotary_interleaved", 0) != 0;
+    q4 = Rotate(e, q4, cos, sin, rot, half, interleaved);
+    k4 = Rotate(e, k4, cos, sin, rot, half, interleaved);
+  }
+  auto heads_first = [&](const std::string& x) {
+    onnx::NodeProto* t = e.New("Transpose", {x}, e.Fresh("bnsh"));
+    Expansion::SetInts(t, "perm", {0, 2, 1, 3});
+    return t->output(0);
+  };
+  std::string qh = heads_first(q4), kh = heads_first(k4), vh = heads_first(v4);
+  if (!In(n, 3).empty()) {
+    onnx::NodeProto* ck = e.New("Concat", {In(n, 3), kh}, e.Fresh("keys"));
+    Expansion::SetInt(ck, "axis", 2);
+    onnx::NodeProto* cv = e.New("Concat", {In(n, 4), vh}, e.Fresh("values"));
+    Expansion::SetInt(cv, "axis", 2);
+    kh = ck->output(0);
+    vh = cv->output(0);
+  }
+  Bind(e, kh, OutputOr(n, 1));
+  Bind(e, vh, OutputOr(n, 2));
+  std::string scale;
+  if (const onnx::AttributeProto* a = Attr(n, "scale"); a != nullptr && a->f() != 0.0f) {
+    scale = e.Like(a->f(), q);
+  } else {
+    scale = e.Op("Reciprocal", {e.Op("Sqrt", {e.Op("CastLike", {ShapeRange(e, qh, 3, 4), q})})});
+  }
+  // Query heads grouped by their kv head: [B, Nk, G * S, H] against keys [B, Nk, T, H].
+  std::string qg = e.Op("Reshape", {e.Op("Mul", {qh, scale}), e.Ints({0, kv_heads, -1, 0})});
+  onnx::NodeProto* kt = e.New("Transpose", {kh}, e.Fresh("keys_t"));
+  Expansion::SetInts(kt, "perm", {0, 1, 3, 2});
+  std::string scores = e.Op("MatMul", {qg, kt->output(0)});
+  std::string flat_shape = e.Op("Shape", {scores});
+  // [B, Nk, G, S, T]
+  std::string grouped_shape = Concat0(e, {ShapeRange(e, scores, 0, 2), e.Ints({groups, -1}), ShapeRange(e, scores, 3, 4)});
+  std::string sc = e.Op("Reshape", {scores, grouped_shape});
+  if (float cap = FloatAttr(n, "softcap", 0.0f); cap > 0) {
+    std::string c = e.Like(cap, q);
+    sc = e.Op("Mul", {e.Op("Tanh", {e.Op("Div", {sc, c})}), c});
+  }
+  std::string t = DimOf(e, kh, 2);
+  std::string cols = e.Op("Range", {e.Int(0), t, e.Int(1)});
+  onnx::NodeProto* lens = e.New("Cast", {In(n, 5)}, e.Fresh("seqlens"));
+  Expansion::SetInt(lens, "to", onnx::TensorProto::INT64);
+  std::string allowed = e.Op("LessOrEqual", {cols, e.Op("Reshape", {lens->output(0), e.Ints({-1, 1, 1})})});  // [B,1,T]
+  if (IntAttr(n, "causal", 1) != 0) {
+    std::string rows = e.Op("Unsqueeze", {e.Op("Range", {past, e.Op("Add", {past, s}), e.Int(1)}), e.Ints({1})});
+    allowed = e.Op("And", {allowed, e.Op("LessOrEqual", {cols, rows})});  // [B, S, T]
+  }
+  std::string bias = e.Op("Where", {allowed, e.Like(0.0f, q), e.Like(-3.4028234663852886e38f, q)});
+  sc = e.Op("Add", {sc, e.Op("Unsqueeze", {bias, e.Ints({1, 2})})});
+  if (!In(n, 10).empty()) {  // [B|1, N|1, S, T] -> [B|1, Nk|1, G|1, S, T]
+    const std::string& ab = In(n, 10);
+    std::string per_head = e.Op("Equal", {DimOf(e, ab, 1), e.Int(heads)});
+    std::string mid = e.Op("Where", {per_head, e.Ints({kv_heads, groups}), e.Ints({1, 1})});
+    sc = e.Op("Add", {sc, e.Op("Reshape", {ab, Concat0(e, {ShapeRange(e, ab, 0, 1), mid, ShapeRange(e, ab, 2, INT64_MAX)})})});
+  }
+  onnx::NodeProto* sm = e.New("Softmax", {sc}, e.Fresh("probs"));
+  Expansion::SetInt(sm, "axis", -1);
+  std::string ctx = e.Op("MatMul", {e.Op("Reshape", {sm->output(0), flat_shape}), vh});  // [B, Nk, G*S, H]
+  std::string merged = heads_first(e.Op("Reshape", {ctx, e.Op("Shape", {qh})}));
+  e.New("Reshape", {merged, e.Ints({0, 0, -1})}, n.output(0));
   return absl::OkStatus();
 }
 
@@ -471,6 +607,8 @@ absl::Status ExpandTransformerOp(const onnx::NodeProto& n, const ValueFacts& fac
     return ExpandMultiHeadAttention(n, facts, e, source);
   } else if (op == "RotaryEmbedding") {
     return ExpandRotaryEmbedding(n, facts, e, source);
+  } else if (op == "GroupQueryAttention") {
+    return ExpandGroupQueryAttention(n, e, source);
   } else {
     *expanded = false;
   }
