@@ -7,6 +7,7 @@
 #include <deque>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -35,6 +36,10 @@ struct ValueFacts {
     }
     return c;
   }
+  // Values some node reads (subgraphs included) or the graph outputs: an optional output nobody reads may
+  // be left unproduced.
+  std::unordered_set<std::string> used;
+  bool Used(const std::string& name) const { return !name.empty() && used.count(name) > 0; }
   int64_t Rank(const std::string& name) const {
     auto it = rank.find(name);
     return it == rank.end() ? -1 : it->second;

@@ -1,5 +1,6 @@
 #include "compiler/onnx/contrib_ops.h"
 
+#include <functional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -166,6 +167,17 @@ absl::Status ExpandGraph(onnx::GraphProto* g, int64_t opset, const std::string& 
     for (const auto& v : g->input()) declared(v);
     for (const auto& v : g->value_info()) declared(v);
     for (const auto& v : g->output()) declared(v);
+    std::function<void(const onnx::GraphProto&)> reads = [&](const onnx::GraphProto& graph) {
+      for (const auto& n : graph.node()) {
+        for (const auto& i : n.input()) facts.used.insert(i);
+        for (const auto& a : n.attribute()) {
+          if (a.has_g()) reads(a.g());
+          for (const auto& sub : a.graphs()) reads(sub);
+        }
+      }
+      for (const auto& o : graph.output()) facts.used.insert(o.name());
+    };
+    reads(*g);
     for (const auto& n : g->node()) {  // EmbedLayerNormalization's mask_index is [B]
       if (n.domain() == "com.microsoft" && n.op_type() == "EmbedLayerNormalization" && n.output_size() > 1) {
         facts.rank[n.output(1)] = 1;

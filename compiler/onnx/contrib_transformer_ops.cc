@@ -169,22 +169,34 @@ absl::Status ExpandAttention(const onnx::NodeProto& n, const ValueFacts& facts, 
   if (IntAttr(n, "past_present_share_buffer", 0) != 0 || !In(n, 6).empty()) {
     return Unsupported(n, source, "past_present_share_buffer (past_sequence_length)");
   }
-  std::string qkv = e.Op("MatMul", {In(n, 0), In(n, 1)});
-  if (!In(n, 2).empty()) qkv = e.Op("Add", {qkv, In(n, 2)});
-  onnx::NodeProto* split = e.New("Split", {qkv}, e.Fresh("q"));
-  split->add_output(e.Fresh("k"));
-  split->add_output(e.Fresh("v"));
-  Expansion::SetInt(split, "axis", -1);
-  if (const onnx::AttributeProto* sizes = Attr(n, "qkv_hidden_sizes"); sizes != nullptr && sizes->ints_size() > 0) {
-    if (sizes->ints_size() != 3) return Invalid(n, source, "qkv_hidden_sizes must have 3 values");
-    split->add_input(e.Ints({sizes->ints(0), sizes->ints(1), sizes->ints(2)}));
-  } else {
-    Expansion::SetInt(split, "num_outputs", 3);
+  // The packed weights (and bias) split into Q, K and V parts, three products: the split of constant
+  // weights folds away at specialization, where splitting the product would copy it every run.
+  auto split3 = [&](const std::string& x, int64_t axis) -> absl::StatusOr<onnx::NodeProto*> {
+    onnx::NodeProto* sp = e.New("Split", {x}, e.Fresh("q"));
+    sp->add_output(e.Fresh("k"));
+    sp->add_output(e.Fresh("v"));
+    Expansion::SetInt(sp, "axis", axis);
+    if (const onnx::AttributeProto* sizes = Attr(n, "qkv_hidden_sizes"); sizes != nullptr && sizes->ints_size() > 0) {
+      if (sizes->ints_size() != 3) return Invalid(n, source, "qkv_hidden_sizes must have 3 values");
+      sp->add_input(e.Ints({sizes->ints(0), sizes->ints(1), sizes->ints(2)}));
+    } else {
+      Expansion::SetInt(sp, "num_outputs", 3);
+    }
+    return sp;
+  };
+  auto weights = split3(In(n, 1), 1);
+  if (!weights.ok()) return weights.status();
+  std::string qkv[3];
+  for (int i = 0; i < 3; ++i) qkv[i] = e.Op("MatMul", {In(n, 0), (*weights)->output(i)});
+  if (!In(n, 2).empty()) {
+    auto bias = split3(In(n, 2), 0);
+    if (!bias.ok()) return bias.status();
+    for (int i = 0; i < 3; ++i) qkv[i] = e.Op("Add", {qkv[i], (*bias)->output(i)});
   }
   AttentionSpec a;
-  a.q = split->output(0);
-  a.k = split->output(1);
-  a.v = split->output(2);
+  a.q = qkv[0];
+  a.k = qkv[1];
+  a.v = qkv[2];
   a.heads = heads;
   a.causal = IntAttr(n, "unidirectional", 0) != 0;
   a.scale = Attr(n, "scale");
@@ -577,7 +589,7 @@ absl::Status ExpandTransformerOp(const onnx::NodeProto& n, const ValueFacts& fac
       Expansion::SetInt(ln, "axis", -1);
       Expansion::SetFloat(ln, "epsilon", eps);
     } else {
-      if (!OutputOr(n, 1).empty()) return Unsupported(n, source, "the mean output");
+      if (facts.Used(OutputOr(n, 1))) return Unsupported(n, source, "reading the mean output (RMSNorm has none)");
       auto [y, inv] = RmsNorm(e, sum, In(n, 2), e.Ints({-1}), eps);
       Bind(e, y, n.output(0));
       Bind(e, inv, OutputOr(n, 2));

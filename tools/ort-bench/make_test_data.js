@@ -4,7 +4,7 @@
 // 1 thread). Used by tools/fetch-models --with-test-data where ../shared is absent.
 // usage: node make_test_data.js MODEL_DIR SPEC_JSON
 //   SPEC_JSON: [[{"dims":[1,3,48,320],"type":"float32"}, ...inputs of set 0], [...set 1], ...];
-//   an input may give "value": N (every element N) instead of random data, or for int64 "max": N
+//   an input may give "value": N (every element N) instead of random data, or for int64 / int32 "max": N
 //   (uniform integers in [0, N): token ids).
 const ort = require('onnxruntime-node');
 const fs = require('fs');
@@ -61,6 +61,9 @@ async function main() {
       if (s.type === 'int64' && s.max !== undefined) {
         data = BigInt64Array.from({ length: n }, () => BigInt(Math.floor(rng() * s.max)));
       } else if (s.type === 'int64') data = BigInt64Array.from({ length: n }, () => BigInt(s.value ?? 0));
+      else if (s.type === 'int32') {
+        data = Int32Array.from({ length: n }, () => (s.max !== undefined ? Math.floor(rng() * s.max) : (s.value ?? 0)));
+      }
       else data = Float32Array.from({ length: n }, () => (s.value !== undefined ? s.value : rng() * 2 - 1));
       const name = session.inputNames[i];
       feeds[name] = new ort.Tensor(s.type, data, s.dims);
