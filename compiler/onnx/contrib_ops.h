@@ -21,7 +21,11 @@
 // The QuantizeLinear / DequantizeLinear they become are then fused like any QDQ model's
 // (compiler/passes/quantization.h) where the patterns allow. Outputs can differ from ONNX Runtime's by one
 // quantization step (its kernels use fixed-point or lookup-table arithmetic where these round in float).
-// Other com.microsoft operators are left for the importer to reject by name.
+// The transformer-family operators (Gelu, BiasGelu, FastGelu, QuickGelu, BiasAdd, SkipLayerNormalization,
+// SkipSimplifiedLayerNormalization, EmbedLayerNormalization, Attention, MultiHeadAttention,
+// RotaryEmbedding, GroupQueryAttention) and ORT's default-domain SimplifiedLayerNormalization /
+// pre-opset-17 LayerNormalization expand in contrib_transformer_ops.cc (contracts and unsupported forms:
+// docs/operators.md). Other com.microsoft operators are left for the importer to reject by name.
 // Thread-safety: mutates `graph` only.
 #ifndef CJIT_COMPILER_ONNX_CONTRIB_OPS_H_
 #define CJIT_COMPILER_ONNX_CONTRIB_OPS_H_
