@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "absl/strings/match.h"
+#include "onnx/onnx_pb.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
@@ -28,26 +29,24 @@
 namespace fs = std::filesystem;
 
 // One data set through the GPU executor on the host backend (runtime/cuda/device_backend.h): the session's
-// specialized, clustered graph, with every device step emulated on the host.
-cjit::DataSetResult RunOnGpuExecutor(cjit::Session& session, const cjit::DataSet& set, double rtol, double atol) {
-  cjit::DataSetResult r;
-  r.dir = set.dir;
+// specialized, clustered graph, with every device step emulated on the host. Returns the outputs.
+absl::StatusOr<std::vector<cjit::Tensor>> GpuExecutorOutputs(cjit::Session& session, const cjit::DataSet& set) {
   auto graph = session.SpecializeAndCluster(set.inputs, nullptr);
-  if (!graph.ok()) {
-    r.status = graph.status();
-    return r;
-  }
+  if (!graph.ok()) return graph.status();
   std::vector<cjit::Tensor> inputs;
   for (const cjit::TensorInfo& info : session.inputs()) {
     for (const cjit::NamedTensor& t : set.inputs)
       if (t.name == info.name) inputs.push_back(t.tensor);
   }
   auto ex = cjit::GpuExecutor::Create(*graph, cjit::MakeHostBackend(), {});
-  if (!ex.ok()) {
-    r.status = ex.status();
-    return r;
-  }
-  auto outs = (*ex)->Run(inputs);
+  if (!ex.ok()) return ex.status();
+  return (*ex)->Run(inputs);
+}
+
+cjit::DataSetResult RunOnGpuExecutor(cjit::Session& session, const cjit::DataSet& set, double rtol, double atol) {
+  cjit::DataSetResult r;
+  r.dir = set.dir;
+  auto outs = GpuExecutorOutputs(session, set);
   if (!outs.ok()) {
     r.status = outs.status();
     return r;
@@ -57,6 +56,92 @@ cjit::DataSetResult RunOnGpuExecutor(cjit::Session& session, const cjit::DataSet
   }
   if (outs->size() < set.outputs.size()) r.status = absl::InternalError("fewer outputs than the reference");
   return r;
+}
+
+// The ops of a model's top graph, with their nodes (random-op tests are judged by op).
+std::map<std::string, onnx::NodeProto> ModelOps(const fs::path& model) {
+  std::map<std::string, onnx::NodeProto> ops;
+  onnx::ModelProto m;
+  std::ifstream in(model, std::ios::binary);
+  if (m.ParseFromIstream(&in)) {
+    for (const auto& n : m.graph().node()) ops.emplace(n.op_type(), n);
+  }
+  return ops;
+}
+
+double Ratio(const onnx::NodeProto& n, const cjit::DataSet& set) {
+  if (n.input_size() > 1 && !n.input(1).empty()) {
+    for (const auto& t : set.inputs) {
+      if (t.name == n.input(1)) return t.tensor.ToDoubleVector().at(0);
+    }
+  }
+  for (const auto& a : n.attribute()) {
+    if (a.name() == "ratio") return a.f();
+  }
+  return 0.5;
+}
+
+// Random-op tests: ONNX's expected values come from numpy's generator, so they are judged on what a
+// correct sampler guarantees (issue 42): the dtype and dims, values in the support, and the count of ones /
+// kept elements within 5 standard deviations of its expectation. Bernoulli (and its expansion through
+// RandomUniformLike): outputs in {0, 1}, sum near the sum of the probabilities. Dropout in training mode:
+// each y[i] is 0 or x[i] / (1 - ratio), the mask agrees, the kept count near n (1 - ratio). Returns the
+// failure, or "".
+std::string CheckRandomDataSet(cjit::Session& session, const cjit::DataSet& set,
+                               const std::map<std::string, onnx::NodeProto>& ops, bool gpu_executor) {
+  absl::StatusOr<std::vector<cjit::Tensor>> outs;
+  if (gpu_executor) {
+    outs = GpuExecutorOutputs(session, set);
+  } else {
+    auto named = session.Run(set.inputs);
+    if (named.ok()) {
+      outs.emplace();
+      for (auto& t : *named) outs->push_back(std::move(t.tensor));
+    } else {
+      outs = named.status();
+    }
+  }
+  if (!outs.ok()) return std::string(outs.status().message());
+  if (outs->size() < set.outputs.size()) return "fewer outputs than the reference";
+  for (size_t k = 0; k < set.outputs.size(); ++k) {
+    const cjit::Tensor& got = (*outs)[k];
+    const cjit::Tensor& want = set.outputs[k].tensor;
+    if (got.dtype() != want.dtype() || got.dims() != want.dims()) {
+      return absl::StrCat("output ", k, " is ", cjit::DTypeName(got.dtype()), "[", cjit::DimsToString(got.dims()),
+                          "], expected ", cjit::DTypeName(want.dtype()), "[", cjit::DimsToString(want.dims()), "]");
+    }
+  }
+  const double n = static_cast<double>((*outs)[0].numel());
+  if (auto d = ops.find("Dropout"); d != ops.end()) {
+    const double r = Ratio(d->second, set), scale = r < 1 ? 1 / (1 - r) : 0;
+    std::vector<double> x = set.inputs.at(0).tensor.ToDoubleVector(), y = (*outs)[0].ToDoubleVector();
+    std::vector<double> mask = outs->size() > 1 ? (*outs)[1].ToDoubleVector() : std::vector<double>();
+    double kept = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      const bool zero = y[i] == 0, scaled = std::abs(y[i] - x[i] * scale) <= 1e-5 * (1 + std::abs(x[i] * scale));
+      if (!zero && !scaled) return absl::StrCat("y[", i, "] = ", y[i], " is neither 0 nor x / (1 - ratio)");
+      if (!mask.empty() && (mask[i] != 0) != scaled) return absl::StrCat("mask[", i, "] disagrees with y");
+      kept += mask.empty() ? (scaled && x[i] != 0) : mask[i] != 0;
+    }
+    if (mask.empty()) return "";  // zeros of x make the kept count ambiguous without a mask
+    if (std::abs(kept - n * (1 - r)) > 5 * std::sqrt(n * r * (1 - r)) + 1) {
+      return absl::StrCat("kept ", kept, " of ", n, " elements; expected about ", n * (1 - r));
+    }
+    return "";
+  }
+  std::vector<double> p = set.inputs.at(0).tensor.ToDoubleVector(), y = (*outs)[0].ToDoubleVector();
+  if (p.size() != y.size()) return "the probabilities and the samples differ in size";
+  double ones = 0, expected = 0, variance = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (y[i] != 0 && y[i] != 1) return absl::StrCat("sample ", i, " is ", y[i], ", not 0 or 1");
+    ones += y[i];
+    expected += p[i];
+    variance += p[i] * (1 - p[i]);
+  }
+  if (std::abs(ones - expected) > 5 * std::sqrt(variance) + 1) {
+    return absl::StrCat(ones, " ones in ", n, " samples; expected about ", expected);
+  }
+  return "";
 }
 
 int main(int argc, char** argv) {
@@ -157,7 +242,15 @@ int main(int argc, char** argv) {
         }
         fail_reason = std::string(sets.status().message());
       } else {
+        const auto ops = ModelOps(t / "model.onnx");
+        const bool random = ops.count("Bernoulli") || ops.count("RandomUniformLike") ||
+                            (ops.count("Dropout") && absl::StartsWith(name, "test_training_dropout"));
         for (const auto& set : *sets) {
+          if (random) {
+            fail_reason = CheckRandomDataSet(**session, set, ops, gpu_executor == "host");
+            if (!fail_reason.empty()) break;
+            continue;
+          }
           cjit::DataSetResult r = gpu_executor == "host" ? RunOnGpuExecutor(**session, set, 1e-3, 1e-7)
                                                          : cjit::RunDataSet(**session, set, 1e-3, 1e-7);
           if (!r.status.ok()) {

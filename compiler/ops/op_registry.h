@@ -102,6 +102,8 @@ struct OpTraits {
   // y[i] depends on x[i] only, same dtype and dims: the executor may write y into x's buffer.
   bool in_place = false;
   ViewKind view = ViewKind::kNone;
+  // Draws random numbers: never constant-folded, never merged with a same-looking node, never clustered.
+  bool random = false;
 };
 
 struct OpDef {

@@ -79,6 +79,12 @@ void AssignOpTraits(Table& table) {
   AssignAmpClasses(table);
   AssignFusion(table);
   AssignLayoutAndMemory(table);
+  ForEach(table, {"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Bernoulli", "Multinomial",
+                  "Dropout"},
+          [](OpDef& d) {
+            d.traits.random = true;
+            d.clusterable = false;
+          });
 }
 
 }  // namespace cjit

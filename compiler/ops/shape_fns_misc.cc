@@ -36,11 +36,21 @@ absl::Status LossInfer(const Node& n, Inputs in, Outputs& out) {
   return absl::OkStatus();
 }
 
+// The dtype of an ONNX TensorProto.DataType code (`dtype` / `output_datatype` attributes), or kInvalid.
 DType OnnxCode(int64_t code) {
   switch (code) {
     case 1: return DType::kF32;
+    case 2: return DType::kU8;
+    case 3: return DType::kI8;
+    case 4: return DType::kU16;
+    case 5: return DType::kI16;
+    case 6: return DType::kI32;
+    case 7: return DType::kI64;
+    case 9: return DType::kBool;
     case 10: return DType::kF16;
     case 11: return DType::kF64;
+    case 12: return DType::kU32;
+    case 13: return DType::kU64;
     case 16: return DType::kBF16;
     default: return DType::kInvalid;
   }
@@ -353,6 +363,38 @@ void RegisterMiscOps() {
     out[0].shape.rank_known = true;
     out[0].shape.dims = {rois.rank_known ? rois.dims[0] : idx.rank_known ? idx.dims[0] : Dim{},
                          x.rank_known ? x.dims[1] : Dim{}, Dim{oh, ""}, Dim{ow, ""}};
+    return absl::OkStatus();
+  });
+  // Random ops (runtime/cpu/kernels_random.cc): RandomUniform / RandomNormal of the `shape` attribute;
+  // the *Like ops and Bernoulli of the input's shape; `dtype` attribute, else float / the input's dtype.
+  for (const char* op : {"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Bernoulli"}) {
+    const bool like = std::string(op) != "RandomUniform" && std::string(op) != "RandomNormal";
+    Reg(op, C::kOther, A::kDeny, like ? 1 : 0, like ? 1 : 0, [like](const Node& n, Inputs in, Outputs& out) -> absl::Status {
+      DType t = like ? in[0].dtype : DType::kF32;
+      if (n.HasAttr("dtype")) {
+        t = OnnxCode(n.GetInt("dtype", 1));
+        if (t == DType::kInvalid) return NodeError(n, absl::StrCat("unsupported dtype ", n.GetInt("dtype", 1)));
+      }
+      out[0].dtype = t;
+      if (like) {
+        out[0].shape = in[0].shape;
+      } else {
+        std::vector<int64_t> shape = n.GetInts("shape");
+        for (int64_t d : shape) {
+          if (d < 0) return NodeError(n, absl::StrCat("shape has a negative dim ", d));
+        }
+        out[0].shape = Shape::Of(shape);
+      }
+      return absl::OkStatus();
+    });
+  }
+  Reg("Multinomial", C::kOther, A::kDeny, 1, 1, [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
+    DType t = OnnxCode(n.GetInt("dtype", 6));
+    if (t != DType::kI32 && t != DType::kI64) return NodeError(n, "dtype must be int32 or int64");
+    out[0].dtype = t;
+    out[0].shape.rank_known = true;
+    out[0].shape.dims = {in[0].shape.rank_known && in[0].shape.rank() == 2 ? in[0].shape.dims[0] : Dim{},
+                         Dim{n.GetInt("sample_size", 1), ""}};
     return absl::OkStatus();
   });
   Reg("Einsum", C::kContraction, A::kAllow, 1, 1 << 20, EinsumInfer);

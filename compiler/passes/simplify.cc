@@ -272,7 +272,7 @@ absl::StatusOr<bool> EliminateCommonSubexpressions(Graph& g) {
   seen.reserve(order.size());
   std::vector<Node*> removed;
   for (Node* n : order) {
-    if (n->op_type.rfind("Random", 0) == 0 || n->op_type == "Bernoulli" || !n->implicit_inputs.empty()) continue;
+    if (TraitsOf(*n).random || !n->implicit_inputs.empty()) continue;
     bool has_graph = false;
     if (n->attrs.empty() && n->inputs.size() <= 2 && n->outputs.size() == 1) {
       // The common case without attributes: a short key of op and input identities.

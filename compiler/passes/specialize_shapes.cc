@@ -13,7 +13,6 @@
 namespace cjit {
 namespace {
 
-bool IsRandom(const Node& n) { return n.op_type.rfind("Random", 0) == 0 || n.op_type == "Bernoulli"; }
 
 // Replaces an If node by the nodes of the selected branch.
 absl::Status InlineBranch(Graph& graph, Node* node, const Graph& branch) {
@@ -108,7 +107,7 @@ absl::StatusOr<bool> Walk(Graph& graph, const ConstantEvaluator& evaluate, const
     bool has_subgraph = false;
     for (const auto& [name, a] : n->attrs) has_subgraph |= a.kind == Attribute::Kind::kGraph;
     // Loops (and If on a value computed at run time) are not folded: they run through the executor.
-    bool foldable = !IsRandom(*n) && !has_subgraph && (all_const || shape_only) &&
+    bool foldable = !TraitsOf(*n).random && !has_subgraph && (all_const || shape_only) &&
                     (!out_known || out_elems <= options.max_folded_elements);
     if (!foldable) continue;
     std::vector<Tensor> values;

@@ -34,6 +34,7 @@ const std::map<std::string, KernelFn>& Registered() {
     RegisterControlFlowKernels();
     RegisterMiscKernels();
     RegisterSignalKernels();
+    RegisterRandomKernels();
     RegisterQuantKernels();
     RegisterMatMulNBitsKernel();
     return true;

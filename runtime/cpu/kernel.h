@@ -168,6 +168,7 @@ void RegisterRecurrentKernels();
 void RegisterControlFlowKernels();
 void RegisterMiscKernels();
 void RegisterSignalKernels();
+void RegisterRandomKernels();
 void RegisterQuantKernels();
 void RegisterMatMulNBitsKernel();
 

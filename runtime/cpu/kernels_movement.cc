@@ -1,4 +1,4 @@
-// Data-movement and shape CPU kernels: Reshape/Flatten/Squeeze/Unsqueeze/Identity/Dropout (zero-copy),
+// Data-movement and shape CPU kernels: Reshape/Flatten/Squeeze/Unsqueeze/Identity (zero-copy),
 // Transpose, Slice, Concat, Split, Gather, GatherElements, GatherND, ScatterElements, ScatterND, Pad,
 // Expand, Tile, Shape, Size, ConstantOfShape, Range, Trilu, OneHot, EyeLike, NonZero, TopK, Compress,
 // DepthToSpace, SpaceToDepth. Byte-level copies where the dtype does not matter.
@@ -396,10 +396,6 @@ namespace {
 absl::Status ZeroCopy(KernelContext& ctx) {
   const InferOutput& o = ctx.infer()[0];
   ctx.outputs[0] = ctx.in(0).Reshaped(o.shape.concrete());
-  if (ctx.wants(1) && ctx.node->op_type == "Dropout") {
-    Tensor& mask = ctx.Alloc(1, DType::kBool, ctx.in(0).dims());
-    std::memset(mask.raw(), 1, mask.nbytes());
-  }
   return absl::OkStatus();
 }
 
@@ -976,23 +972,6 @@ void RegisterMovementKernels() {
        })) {
     RegisterKernel(op, ZeroCopy);
   }
-  // Dropout in inference is the identity (ONNX Dropout: mask all true). Training mode draws a random mask,
-  // which this inference runtime does not implement: an error, never a silent identity.
-  RegisterKernel("Dropout", [](KernelContext& ctx) -> absl::Status {
-    bool training = false;
-    if (ctx.has(2)) {
-      const Tensor& t = ctx.in(2);
-      training = t.numel() > 0 && t.ToDoubleVector()[0] != 0;
-    }
-    if (ctx.node->HasAttr("is_test") && ctx.node->GetInt("is_test", 0) == 0) training = true;  // opset <= 6
-    double ratio = ctx.node->GetFloat("ratio", 0.5f);
-    if (ctx.has(1) && ctx.in(1).numel() > 0) ratio = ctx.in(1).ToDoubleVector()[0];
-    if (training && ratio != 0) {  // with ratio 0 training mode keeps every element: the identity
-      return absl::UnimplementedError(absl::StrCat(ctx.node->Describe(),
-                                                   ": training_mode=true (random dropout) is not supported"));
-    }
-    return ZeroCopy(ctx);
-  });
   RegisterKernel("Transpose", Transpose);
   RegisterKernel("Slice", Slice);
   RegisterKernel("Concat", Concat);
