@@ -502,6 +502,37 @@ def gqa_cases(root):
          [("total", np.array(7, np.int32))])
 
 
+def scan_cases(root):
+    """Scan-11 (TensorFlow/Keras exports of recurrent code): a running state over two scan inputs, one read
+    along axis 1 in reverse; outputs stacked along axis 1, one in reverse, one with a negative axis."""
+    from onnx import TensorProto
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["x_t", "y_t"], ["xy"]), helper.make_node("Add", ["s", "xy"], ["s_next"]),
+         helper.make_node("Identity", ["s_next"], ["s_out"]), helper.make_node("Mul", ["x_t", "two"], ["x2"])],
+        "body",
+        [helper.make_tensor_value_info("s", TensorProto.FLOAT, [3]), helper.make_tensor_value_info("x_t", TensorProto.FLOAT, [3]),
+         helper.make_tensor_value_info("y_t", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("s_next", TensorProto.FLOAT, [3]), helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [3]),
+         helper.make_tensor_value_info("x2", TensorProto.FLOAT, [3])],
+        initializer=[helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])])
+    s0, x, y = rnd(3), rnd(5, 3), rnd(3, 5)  # x scanned along axis 0, y along axis 1 reversed
+    state = s0.astype(np.float64)
+    outs, doubled = [], []
+    for t in range(5):
+        state = state + x[t] * y[:, 4 - t]
+        outs.append(state.copy())
+        doubled.append(2.0 * x[t])
+    outs = np.stack(outs[::-1], axis=1)      # axis 1, reverse direction
+    doubled = np.stack(doubled, axis=-1)     # axis -1
+    case_writer.write_case(
+        root, "scan11_axes_directions",
+        [helper.make_node("Scan", ["s0", "x", "y"], ["s_final", "states", "doubled"], body=body, num_scan_inputs=2,
+                          scan_input_axes=[0, 1], scan_input_directions=[0, 1], scan_output_axes=[1, -1],
+                          scan_output_directions=[1, 0])],
+        [("s0", s0), ("x", x), ("y", y)], [("s_final", f32(state)), ("states", f32(outs)), ("doubled", f32(doubled))],
+        opset=11, tol=(1e-5, 1e-6), declare_output_shapes=False)
+
+
 def attention_ab(q, k, v, heads, ab, scale):
     return attention(q, k, v, heads, ab.astype(np.float64), scale=scale)
 
@@ -516,6 +547,7 @@ def main():
     roi_align_cases(root)
     contrib_cases(root)
     gqa_cases(root)
+    scan_cases(root)
 
 
 if __name__ == "__main__":

@@ -611,6 +611,12 @@ void RegisterTensorOps() {
   });
   // M and cond are optional inputs (either may be "", ONNX Loop-11+): no input is required present; the
   // importer checks the count against the schema (at least the two positions) and the kernel again.
+  // Scan: N states then K scan outputs, of the body's output dtypes (shapes from the run).
+  Reg("Scan", C::kControlFlow, false, A::kInfer, 0, 1 << 20, [](const Node& n, Inputs, Outputs& out) {
+    const Graph* g = n.GetGraph("body");
+    for (size_t i = 0; g && i < out.size() && i < g->outputs().size(); ++i) out[i].dtype = g->outputs()[i]->dtype;
+    return absl::OkStatus();
+  });
   Reg("Loop", C::kControlFlow, false, A::kInfer, 0, 1 << 20, [](const Node& n, Inputs in, Outputs& out) {
     const Graph* g = n.GetGraph("body");
     for (size_t i = 0; g && i < out.size(); ++i) {
