@@ -533,6 +533,61 @@ def scan_cases(root):
         opset=11, tol=(1e-5, 1e-6), declare_output_shapes=False)
 
 
+def tfidf_reference(x, min_n, max_n, max_skip, pool_by_len, indexes, mode, weights):
+    """TfIdfVectorizer from the ONNX operator text: n-grams of min_n..max_n items spaced 1..max_skip+1
+    apart (unigrams once), looked up in the pool; TF counts, IDF weight if present, TFIDF count * weight."""
+    grams, k = {}, 0
+    for length, items in enumerate(pool_by_len, start=1):
+        for i in range(0, len(items), length):
+            if min_n <= length <= max_n:
+                grams[tuple(items[i:i + length])] = indexes[k]
+            k += 1
+    size = max(indexes) + 1
+    rows = x.reshape(-1, x.shape[-1]) if x.ndim == 2 else x.reshape(1, -1)
+    out = np.zeros((rows.shape[0], size))
+    for r, row in enumerate(rows):
+        for n in range(min_n, max_n + 1):
+            for d in (range(1, max_skip + 2) if n > 1 else [1]):
+                for start in range(len(row)):
+                    pos = [start + j * d for j in range(n)]
+                    if pos[-1] < len(row) and tuple(row[pos]) in grams:
+                        out[r, grams[tuple(row[pos])]] += 1
+    w = np.ones(size) if weights is None else np.asarray(weights, np.float64)
+    if mode == "IDF":
+        out = (out > 0) * w
+    elif mode == "TFIDF":
+        out = out * w
+    return out if x.ndim == 2 else out[0]
+
+
+def tfidf_cases(root):
+    x = RNG.integers(0, 6, (3, 12)).astype(np.int64)
+    pool_by_len = [[2, 3, 5], [2, 3, 5, 1, 1, 4, 0, 2], [3, 5, 1]]  # 3 unigrams, 4 bigrams, 1 trigram
+    pool = [v for p in pool_by_len for v in p]
+    counts = [0, 3, 11]
+    indexes = [7, 0, 3, 1, 5, 2, 6, 4]
+    weights = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0]
+    for name, min_n, max_n, skip, mode, w in (("tf_uni_bi_tri_skip2", 1, 3, 2, "TF", None),
+                                              ("idf_bigrams_skip0", 2, 2, 0, "IDF", weights),
+                                              ("tfidf_uni_bi_skip1", 1, 2, 1, "TFIDF", weights),
+                                              ("idf_default_weights", 1, 3, 0, "IDF", None)):
+        attrs = dict(min_gram_length=min_n, max_gram_length=max_n, max_skip_count=skip, mode=mode,
+                     ngram_counts=counts, ngram_indexes=indexes, pool_int64s=pool)
+        if w is not None:
+            attrs["weights"] = w
+        ref = tfidf_reference(x, min_n, max_n, skip, pool_by_len, indexes, mode, w)
+        case_writer.write_case(root, "tfidf_" + name, [helper.make_node("TfIdfVectorizer", ["x"], ["y"], **attrs)],
+                               [("x", x)], [("y", f32(ref))], opset=9, tol=(1e-6, 1e-6), declare_output_shapes=False)
+    x1 = x[0].astype(np.int32)
+    case_writer.write_case(root, "tfidf_1d_int32",
+                           [helper.make_node("TfIdfVectorizer", ["x"], ["y"], min_gram_length=1, max_gram_length=2,
+                                             max_skip_count=3, mode="TF", ngram_counts=counts[:2],
+                                             ngram_indexes=indexes[:7], pool_int64s=pool[:11])],
+                           [("x", x1)], [("y", f32(tfidf_reference(x1, 1, 2, 3, pool_by_len[:2], indexes[:7], "TF",
+                                                                   None)))],
+                           opset=9, tol=(1e-6, 1e-6), declare_output_shapes=False)
+
+
 def attention_ab(q, k, v, heads, ab, scale):
     return attention(q, k, v, heads, ab.astype(np.float64), scale=scale)
 
@@ -548,6 +603,7 @@ def main():
     contrib_cases(root)
     gqa_cases(root)
     scan_cases(root)
+    tfidf_cases(root)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 // Shape/dtype functions of losses, quantization and less common operators (ONNX operator specification):
 // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, QuantizeLinear, DequantizeLinear,
 // DynamicQuantizeLinear, NonMaxSuppression, Unique, ReverseSequence, MaxUnpool, Det, Hann/Hamming/
-// BlackmanWindow, Einsum, GridSample, the signal ops DFT, STFT, MelWeightMatrix, and RoiAlign.
+// BlackmanWindow, Einsum, GridSample, the signal ops DFT, STFT, MelWeightMatrix, RoiAlign, the random ops and
+// TfIdfVectorizer.
 #include <cctype>
 #include <map>
 
@@ -395,6 +396,30 @@ void RegisterMiscOps() {
     out[0].shape.rank_known = true;
     out[0].shape.dims = {in[0].shape.rank_known && in[0].shape.rank() == 2 ? in[0].shape.dims[0] : Dim{},
                          Dim{n.GetInt("sample_size", 1), ""}};
+    return absl::OkStatus();
+  });
+  // TfIdfVectorizer-9: X [C] or [B, C] of int32 / int64 -> float [max(ngram_indexes) + 1] or [B, ...].
+  Reg("TfIdfVectorizer", C::kOther, A::kDeny, 1, 1, [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
+    if (n.HasAttr("pool_strings")) {
+      return absl::UnimplementedError(absl::StrCat(n.Describe(), ": string pools (tensor(string)) are not supported"));
+    }
+    if (in[0].dtype != DType::kInvalid && in[0].dtype != DType::kI32 && in[0].dtype != DType::kI64) {
+      return NodeError(n, "X must be int32 or int64");
+    }
+    std::vector<int64_t> idx = n.GetInts("ngram_indexes");
+    if (idx.empty()) return NodeError(n, "ngram_indexes is empty");
+    int64_t size = 0;
+    for (int64_t i : idx) {
+      if (i < 0 || i >= (int64_t{1} << 31)) return NodeError(n, absl::StrCat("ngram_indexes has ", i));
+      size = std::max(size, i + 1);
+    }
+    out[0].dtype = DType::kF32;
+    const Shape& x = in[0].shape;
+    if (x.rank_known && x.rank() > 2) return NodeError(n, absl::StrCat("X must be [C] or [B, C], got ", x.ToString()));
+    out[0].shape.rank_known = x.rank_known;
+    if (x.rank_known) {
+      out[0].shape.dims = x.rank() == 2 ? std::vector<Dim>{x.dims[0], Dim{size, ""}} : std::vector<Dim>{Dim{size, ""}};
+    }
     return absl::OkStatus();
   });
   Reg("Einsum", C::kContraction, A::kAllow, 1, 1 << 20, EinsumInfer);

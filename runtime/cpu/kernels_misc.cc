@@ -820,6 +820,76 @@ absl::Status RoiAlign(KernelContext& ctx) {
   });
 }
 
+// TfIdfVectorizer (ONNX TfIdfVectorizer-9) over an integer pool: for each row, every n-gram of length
+// min_gram_length..max_gram_length whose items are skip_distance = 1..max_skip_count + 1 apart is looked up
+// in the pool (pool_int64s, grouped by length at the offsets ngram_counts); a hit counts at its output
+// column ngram_indexes[k] (k: the n-gram's position in the pool). Unigrams count once, not once per skip
+// distance. mode TF = counts, IDF = weight if the count is positive, TFIDF = count * weight (weights
+// default 1), as the ONNX reference computes.
+absl::Status TfIdfVectorizer(KernelContext& ctx) {
+  const Node& node = *ctx.node;
+  const Tensor& x = ctx.in(0);
+  if (x.rank() > 2) return ctx.Error("X must be [C] or [B, C]");
+  const int64_t min_n = node.GetInt("min_gram_length", 1), max_n = node.GetInt("max_gram_length", 1);
+  const int64_t max_skip = node.GetInt("max_skip_count", 0);
+  const std::string mode = node.GetString("mode", "TF");
+  const std::vector<int64_t> counts = node.GetInts("ngram_counts"), indexes = node.GetInts("ngram_indexes");
+  const std::vector<int64_t> pool = node.GetInts("pool_int64s");
+  const std::vector<float> weights = node.GetFloats("weights");
+  if (min_n < 1 || max_n < min_n || max_skip < 0) {
+    return ctx.Error(absl::StrCat("need 1 <= min_gram_length <= max_gram_length and max_skip_count >= 0, got ", min_n,
+                                  ", ", max_n, ", ", max_skip));
+  }
+  if (mode != "TF" && mode != "IDF" && mode != "TFIDF") return ctx.Error(absl::StrCat("unsupported mode '", mode, "'"));
+  int64_t size = 0;
+  for (int64_t i : indexes) size = std::max(size, i + 1);
+  if (!weights.empty() && static_cast<int64_t>(weights.size()) < size) {
+    return ctx.Error(absl::StrCat("weights has ", weights.size(), " values for ", size, " outputs"));
+  }
+  // Pool n-gram -> output column (a later duplicate wins, as in the reference).
+  std::map<std::vector<int64_t>, int64_t> grams;
+  int64_t k = 0;
+  for (size_t g = 0; g < counts.size(); ++g) {
+    const int64_t len = static_cast<int64_t>(g) + 1;
+    const int64_t begin = counts[g], end = g + 1 < counts.size() ? counts[g + 1] : static_cast<int64_t>(pool.size());
+    if (begin < 0 || end < begin || end > static_cast<int64_t>(pool.size()) || (end - begin) % len != 0) {
+      return ctx.Error(absl::StrCat("ngram_counts[", g, "] = ", begin, " does not split the pool into ", len, "-grams"));
+    }
+    for (int64_t at = begin; at < end; at += len, ++k) {
+      if (k >= static_cast<int64_t>(indexes.size())) return ctx.Error("fewer ngram_indexes than pool n-grams");
+      if (len >= min_n && len <= max_n) grams[std::vector<int64_t>(pool.begin() + at, pool.begin() + at + len)] = indexes[k];
+    }
+  }
+  const int64_t rows = x.rank() == 2 ? x.dim(0) : 1, cols = x.rank() == 0 ? 1 : x.dim(x.rank() - 1);
+  Tensor& y = ctx.Alloc(0, DType::kF32, x.rank() == 2 ? Dims{rows, size} : Dims{size});
+  std::vector<int64_t> v = x.ToInt64Vector(), freq(rows * size, 0);
+  std::vector<int64_t> gram;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t* row = v.data() + r * cols;
+    int64_t first = min_n;
+    for (int64_t skip = 1; skip <= max_skip + 1; ++skip) {
+      for (int64_t start = 0; start < cols; ++start) {
+        gram.clear();
+        for (int64_t len = 1, at = start; len <= max_n && at < cols; ++len, at += skip) {
+          gram.push_back(row[at]);
+          if (len < first) continue;
+          if (auto it = grams.find(gram); it != grams.end()) ++freq[r * size + it->second];
+        }
+      }
+      if (first == 1) {  // unigrams do not depend on the skip distance
+        first = 2;
+        if (first > max_n) break;
+      }
+    }
+  }
+  float* out = y.data<float>();
+  for (int64_t i = 0; i < rows * size; ++i) {
+    const double w = weights.empty() ? 1.0 : weights[i % size];
+    out[i] = static_cast<float>(mode == "TF" ? freq[i] : mode == "IDF" ? (freq[i] > 0 ? w : 0.0) : freq[i] * w);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterMiscKernels() {
@@ -839,6 +909,7 @@ void RegisterMiscKernels() {
   RegisterKernel("Einsum", Einsum);
   RegisterKernel("GridSample", GridSample);
   RegisterKernel("RoiAlign", RoiAlign);
+  RegisterKernel("TfIdfVectorizer", TfIdfVectorizer);
 }
 
 }  // namespace cjit
