@@ -588,6 +588,37 @@ def tfidf_cases(root):
                            opset=9, tol=(1e-6, 1e-6), declare_output_shapes=False)
 
 
+def conv_transpose_cases(root):
+    """ConvTranspose with an output_shape beyond the full output: ONNX's pad formula gives negative pads
+    (floor division), the output extends with zeros at the end (SAME_UPPER: at the start)."""
+    x, w = rnd(1, 2, 4, 5), rnd(2, 3, 3, 3)
+    s = 2
+    full = np.zeros((1, 3, (4 - 1) * s + 3, (5 - 1) * s + 3))
+    for i in range(4):
+        for j in range(5):
+            full[0, :, i * s:i * s + 3, j * s:j * s + 3] += np.einsum("c,cokl->okl", x[0, :, i, j].astype(np.float64), w)
+    for name, target, auto_pad in (("extend_end", (10, 13), None), ("extend_same_upper", (11, 12), "SAME_UPPER"),
+                                   ("crop_and_extend", (8, 12), None)):
+        out = np.zeros((1, 3) + target)
+        pads = []
+        for d, t in enumerate(target):
+            total = full.shape[2 + d] - t
+            half = total // 2  # floor, as ONNX's reference
+            pads.append(half if auto_pad == "SAME_UPPER" else total - half)
+        for i in range(target[0]):
+            for j in range(target[1]):
+                fi, fj = i + pads[0], j + pads[1]
+                if 0 <= fi < full.shape[2] and 0 <= fj < full.shape[3]:
+                    out[0, :, i, j] = full[0, :, fi, fj]
+        attrs = dict(strides=[s, s], output_shape=list(target))
+        if auto_pad:
+            attrs["auto_pad"] = auto_pad
+        case_writer.write_case(root, "convtranspose_output_shape_" + name,
+                               [helper.make_node("ConvTranspose", ["x", "w"], ["y"], **attrs)], [("x", x)],
+                               [("y", f32(out))], opset=13, inits=[("w", w)], tol=(1e-5, 1e-5),
+                               declare_output_shapes=False)
+
+
 def attention_ab(q, k, v, heads, ab, scale):
     return attention(q, k, v, heads, ab.astype(np.float64), scale=scale)
 
@@ -604,6 +635,7 @@ def main():
     gqa_cases(root)
     scan_cases(root)
     tfidf_cases(root)
+    conv_transpose_cases(root)
 
 
 if __name__ == "__main__":

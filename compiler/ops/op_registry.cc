@@ -270,18 +270,22 @@ absl::StatusOr<WindowGeometry> ComputeWindowGeometry(const Node& node, const std
       int64_t full = g.strides[i] * (in[i] - 1) + out_pad[i] + eff_k;
       if (!out_shape.empty()) {
         int64_t target = out_shape[out_shape.size() - n + i];
-        // Checked before the subtraction: a hostile output_shape (INT64_MIN) must not overflow it.
-        if (target <= 0 || target > full) {
-          return NodeError(node, absl::StrCat("output_shape ", target, " is not reachable: the full output along "
-                                              "spatial dim ", i, " is ", full));
+        // Checked before the subtraction: a hostile output_shape (INT64_MIN / huge) must not overflow it. A
+        // target beyond the full output gives negative pads: the output extends with zeros (ONNX's formula,
+        // with its floor division: the extension goes to the end, as the ONNX reference computes).
+        if (target <= 0 || target > full + kMaxWindowAttr) {
+          return NodeError(node, absl::StrCat("output_shape ", target, " along spatial dim ", i,
+                                              " is outside [1, ", full + kMaxWindowAttr, "] (the full output is ", full,
+                                              ")"));
         }
-        int64_t total = full - target;
+        const int64_t total = full - target;
+        const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);  // floor(total / 2)
         if (auto_pad == "SAME_UPPER") {
-          g.pad_begin[i] = total / 2;
-          g.pad_end[i] = total - total / 2;
+          g.pad_begin[i] = half;
+          g.pad_end[i] = total - half;
         } else {
-          g.pad_end[i] = total / 2;
-          g.pad_begin[i] = total - total / 2;
+          g.pad_end[i] = half;
+          g.pad_begin[i] = total - half;
         }
         g.out[i] = target;
       } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
