@@ -160,8 +160,9 @@ struct RemoteCache::Impl {
   bool writing = false, stop = false;
   std::thread writer;
 
-  std::atomic<int64_t> hits{0}, misses{0}, rejects{0}, errors{0}, skipped{0}, writes{0}, write_errors{0},
-      dropped_writes{0}, bytes_read{0}, bytes_written{0}, backoffs{0};
+#define CJIT_REMOTE_CACHE_ATOMIC(name) std::atomic<int64_t> name{0};
+  CJIT_REMOTE_CACHE_COUNTERS(CJIT_REMOTE_CACHE_ATOMIC)
+#undef CJIT_REMOTE_CACHE_ATOMIC
   std::atomic<int> reject_logs{0};
 
   ~Impl() {
@@ -433,33 +434,19 @@ bool RemoteCache::Flush(int timeout_ms) {
 }
 
 std::vector<std::pair<const char*, int64_t>> RemoteCacheStatsFields(const RemoteCacheStats& s) {
-  return {{"hits", s.hits},
-          {"misses", s.misses},
-          {"rejects", s.rejects},
-          {"errors", s.errors},
-          {"skipped", s.skipped},
-          {"writes", s.writes},
-          {"write_errors", s.write_errors},
-          {"dropped_writes", s.dropped_writes},
-          {"bytes_read", s.bytes_read},
-          {"bytes_written", s.bytes_written},
-          {"backoffs", s.backoffs}};
+  std::vector<std::pair<const char*, int64_t>> fields;
+#define CJIT_REMOTE_CACHE_NAMED(name) fields.emplace_back(#name, s.name);
+  CJIT_REMOTE_CACHE_COUNTERS(CJIT_REMOTE_CACHE_NAMED)
+#undef CJIT_REMOTE_CACHE_NAMED
+  return fields;
 }
 
 RemoteCacheStats RemoteCache::stats() const {
   const Impl& m = *impl_;
   RemoteCacheStats s;
-  s.hits = m.hits;
-  s.misses = m.misses;
-  s.rejects = m.rejects;
-  s.errors = m.errors;
-  s.skipped = m.skipped;
-  s.writes = m.writes;
-  s.write_errors = m.write_errors;
-  s.dropped_writes = m.dropped_writes;
-  s.bytes_read = m.bytes_read;
-  s.bytes_written = m.bytes_written;
-  s.backoffs = m.backoffs;
+#define CJIT_REMOTE_CACHE_COPY(name) s.name = m.name;
+  CJIT_REMOTE_CACHE_COUNTERS(CJIT_REMOTE_CACHE_COPY)
+#undef CJIT_REMOTE_CACHE_COPY
   return s;
 }
 

@@ -48,11 +48,17 @@ struct RemoteCacheOptions {
   int64_t max_queue_bytes = 256 << 20; // write-behind queue bound
 };
 
+// The counters, listed once: reads (hits, misses, rejects, errors, skipped during back-off), write-behind
+// (writes, write_errors, dropped_writes), bytes, and backoffs (times the tier was switched off after repeated
+// errors). X(name) per counter; the struct, the live atomics, the copy and the JSON names all expand it.
+#define CJIT_REMOTE_CACHE_COUNTERS(X)                                                                    \
+  X(hits) X(misses) X(rejects) X(errors) X(skipped) X(writes) X(write_errors) X(dropped_writes) X(bytes_read) \
+  X(bytes_written) X(backoffs)
+
 struct RemoteCacheStats {
-  int64_t hits = 0, misses = 0, rejects = 0, errors = 0, skipped = 0;  // reads (skipped: during back-off)
-  int64_t writes = 0, write_errors = 0, dropped_writes = 0;            // write-behind
-  int64_t bytes_read = 0, bytes_written = 0;
-  int64_t backoffs = 0;  // times the tier was switched off after repeated errors
+#define CJIT_REMOTE_CACHE_FIELD(name) int64_t name = 0;
+  CJIT_REMOTE_CACHE_COUNTERS(CJIT_REMOTE_CACHE_FIELD)
+#undef CJIT_REMOTE_CACHE_FIELD
 };
 
 // The counters by name, in a fixed order (for stats JSON).
