@@ -79,19 +79,17 @@ expect "$c" "j['totals']['compiles'] == 0 and j['remote_cache']['rejects'] == 0"
 d=$(host "$work/other_key")
 expect "$d" "j['remote_cache']['hits'] == 0 and j['remote_cache']['rejects'] > 0 and j['totals']['compiles'] > 0" \
   "entries signed with a foreign key are rejected"
-rcli flushall >/dev/null
-host "$work/key" >/dev/null  # republish with the fleet key
-for k in $(rcli --raw keys 'cjit:*'); do resp tamper "$k"; done
-e=$(host "$work/key")
-expect "$e" "j['remote_cache']['hits'] == 0 and j['remote_cache']['rejects'] > 0" "tampered entries are rejected"
-rcli flushall >/dev/null
-host "$work/key" >/dev/null
-for k in $(rcli --raw keys 'cjit:*'); do resp truncate "$k"; done
-f=$(host "$work/key")
-expect "$f" "j['remote_cache']['hits'] == 0 and j['remote_cache']['rejects'] > 0" "truncated entries are rejected"
-rcli flushall >/dev/null
-host "$work/key" >/dev/null
-mapfile -t ks < <(rcli --raw keys 'cjit:*')
+republished_keys() {  # a fresh set of entries signed with the fleet key; prints their Redis keys
+  rcli flushall >/dev/null
+  host "$work/key" >/dev/null
+  rcli --raw keys 'cjit:*'
+}
+for mode in tamper truncate; do
+  for k in $(republished_keys); do resp "$mode" "$k"; done
+  r=$(host "$work/key")
+  expect "$r" "j['remote_cache']['hits'] == 0 and j['remote_cache']['rejects'] > 0" "entries after '$mode' are rejected"
+done
+mapfile -t ks < <(republished_keys)
 if ((${#ks[@]} >= 2)); then
   resp swap "${ks[0]}" "${ks[1]}"
   g=$(host "$work/key")
@@ -123,22 +121,19 @@ x=$(host "$work/key")
 expect "$x" "j['remote_cache']['errors'] > 0 and j['totals']['compiles'] > 0" "a dead server: local tiers only"
 
 echo "== 4. configuration errors"
+refused() {  # FLAGS PATTERN WHAT: the run fails with PATTERN in its message
+  local out
+  out=$(CJIT_FLAGS="$1" "$cjit" run "$model_dir/model.onnx" --shape x=1x3x48x192 2>&1 || true)
+  grep -q "$2" <<<"$out" || { echo "FAIL: $3 was accepted: $out"; exit 1; }
+  echo "ok: $3 is refused"
+}
 chmod 644 "$work/key"
-out=$(CJIT_FLAGS="--persistent_cache_dir=$work/bad --remote_cache=unix://$sock --remote_cache_key_file=$work/key" \
-  "$cjit" run "$model_dir/model.onnx" --shape x=1x3x48x192 2>&1 || true)
-grep -q "accessible by other users" <<<"$out" || { echo "FAIL: a world-readable key file was accepted: $out"; exit 1; }
-echo "ok: a key file readable by others is refused"
-out=$(CJIT_FLAGS="--persistent_cache_dir=$work/bad --remote_cache=unix://$sock" \
-  "$cjit" run "$model_dir/model.onnx" --shape x=1x3x48x192 2>&1 || true)
-grep -q "needs --remote_cache_key_file" <<<"$out" || { echo "FAIL: no key file was accepted: $out"; exit 1; }
-echo "ok: no key file is refused"
-out=$(CJIT_FLAGS="--remote_cache=unix://$sock --remote_cache_key_file=$work/key" \
-  "$cjit" run "$model_dir/model.onnx" --shape x=1x3x48x192 2>&1 || true)
-grep -q "needs --persistent_cache_dir" <<<"$out" || { echo "FAIL: no local tier was accepted: $out"; exit 1; }
-echo "ok: a remote tier without a local one is refused"
+refused "--persistent_cache_dir=$work/bad --remote_cache=unix://$sock --remote_cache_key_file=$work/key" \
+  "accessible by other users" "a key file readable by others"
+refused "--persistent_cache_dir=$work/bad --remote_cache=unix://$sock" "needs --remote_cache_key_file" "no key file"
+refused "--remote_cache=unix://$sock --remote_cache_key_file=$work/key" "needs --persistent_cache_dir" \
+  "a remote tier without a local one"
 chmod 600 "$work/key"
-out=$(CJIT_FLAGS="--persistent_cache_dir=$work/bad --remote_cache=http://cache:6379 --remote_cache_key_file=$work/key" \
-  "$cjit" run "$model_dir/model.onnx" --shape x=1x3x48x192 2>&1 || true)
-grep -q "remote_cache=http://cache:6379: unknown scheme" <<<"$out" || { echo "FAIL: a bad URL was accepted: $out"; exit 1; }
-echo "ok: a bad URL is refused, named"
+refused "--persistent_cache_dir=$work/bad --remote_cache=http://cache:6379 --remote_cache_key_file=$work/key" \
+  "remote_cache=http://cache:6379: unknown scheme" "a bad URL"
 echo "remote_cache: PASS"
