@@ -312,6 +312,8 @@ std::optional<std::string> DiskCache::Lookup(const CacheKey& key, uint32_t paylo
 }
 
 absl::Status DiskCache::Store(const CacheKey& key, uint32_t payload_kind, absl::string_view payload) {
+  // Read-only applies to every tier: a read-only host (a serving fleet's) publishes nothing.
+  if (options_.read_only) return absl::OkStatus();
   if (options_.remote != nullptr) options_.remote->StoreAsync(key, payload_kind, payload);
   return StoreLocal(key, payload_kind, payload);
 }

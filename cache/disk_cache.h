@@ -64,7 +64,7 @@ class DiskCache {
   // The payload of a valid entry for `key` with `payload_kind`, or nullopt (miss or rejected entry); on a
   // local miss, the remote tier's (options.remote), then kept on disk.
   std::optional<std::string> Lookup(const CacheKey& key, uint32_t payload_kind);
-  // Writes an entry (no-op when read-only) and queues it for the remote tier. An I/O error (disk full, file
+  // Writes an entry and queues it for the remote tier (neither when read-only: read-only holds for both). An I/O error (disk full, file
   // too large, permissions) is returned after cleaning up the temporary file; the cache stays consistent.
   absl::Status Store(const CacheKey& key, uint32_t payload_kind, absl::string_view payload);
 

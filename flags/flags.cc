@@ -460,7 +460,7 @@ const std::vector<FlagDef>& Table() {
         "Directory of the persistent compilation cache (created if missing); empty = memory cache only.",
         {"xla_gpu_persistent_cache_dir", "persistent_cache_directory"}},
        StringFlag(&Flags::persistent_cache_dir)},
-      {{"persistent_cache_read_only", "bool", "false", "Use the persistent cache without writing to it.", {}},
+      {{"persistent_cache_read_only", "bool", "false", "Use the persistent cache (and the --remote_cache tier) without writing to either.", {}},
        BoolFlag(&Flags::persistent_cache_read_only, "persistent_cache_read_only")},
       {{"persistent_cache_max_bytes", "int", "0",
         "Keep the persistent cache under this many bytes by least-recently-used eviction; 0 = unbounded.", {}},

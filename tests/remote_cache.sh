@@ -73,7 +73,22 @@ expect "$b" "j['remote_cache']['hits'] > 0 and j['remote_cache']['rejects'] == 0
 entries=$(rcli --raw keys 'cjit:*')
 [[ -n $entries ]] || { echo "FAIL: no entries in Redis"; exit 1; }
 
+echo "== 1b. a read-only host reads the fleet's entries and publishes nothing"
+readonly_host() {  # KEYFILE: a fresh host with --persistent_cache_read_only (its directories must exist)
+  local n=$(($(cat "$work/hosts") + 1))
+  mkdir -p "$work/host$n" "$work/check$n"
+  host "$1" --persistent_cache_read_only=true
+}
+r=$(readonly_host "$work/key")
+expect "$r" "j['remote_cache']['hits'] > 0 and j['remote_cache']['writes'] == 0" "a read-only host hits and writes nothing"
+rcli flushall >/dev/null
+r=$(readonly_host "$work/key")
+expect "$r" "j['remote_cache']['writes'] == 0 and j['totals']['compiles'] > 0" "a read-only host on an empty tier compiles"
+[[ -z $(rcli --raw keys 'cjit:*') ]] || { echo "FAIL: a read-only host published entries"; exit 1; }
+echo "ok: nothing in Redis after a read-only host"
+
 echo "== 2. hostile entries"
+host "$work/key" >/dev/null  # republish for the next section
 c=$(host "$work/rotated_key")
 expect "$c" "j['totals']['compiles'] == 0 and j['remote_cache']['rejects'] == 0" "a rotated key file verifies old entries"
 d=$(host "$work/other_key")
