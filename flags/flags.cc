@@ -29,30 +29,43 @@ namespace cjit {
 namespace {
 
 using Setter = std::function<absl::Status(Flags&, absl::string_view value, bool has_value)>;
+// The flag's current value as text its setter accepts.
+using Getter = std::function<std::string(const Flags&)>;
+
+// A flag's two directions, made together so they cannot drift apart: the typed helpers below derive both
+// from the field; Custom pairs a bespoke setter with its getter.
+struct Access {
+  Setter set;
+  Getter get;
+};
 
 struct FlagDef {
   FlagInfo info;
-  Setter set;
+  Access access;
 };
+
+std::string BoolText(bool v) { return v ? "true" : "false"; }
+
+Access Custom(Getter get, Setter set) { return Access{std::move(set), std::move(get)}; }
 
 absl::Status BadValue(absl::string_view name, absl::string_view value, absl::string_view want) {
   return absl::InvalidArgumentError(
       absl::StrCat("bad value '", value, "' for flag --", name, ": expected ", want));
 }
 
-Setter IntFlag(int Flags::*field, std::string name, int min, int max) {
-  return [=](Flags& f, absl::string_view v, bool has_value) -> absl::Status {
+Access IntFlag(int Flags::*field, std::string name, int min, int max) {
+  return {[=](Flags& f, absl::string_view v, bool has_value) -> absl::Status {
     int x;
     if (!has_value || !absl::SimpleAtoi(v, &x) || x < min || x > max) {
       return BadValue(name, v, absl::StrCat("an integer in [", min, ", ", max, "]"));
     }
     f.*field = x;
     return absl::OkStatus();
-  };
+  }, [=](const Flags& f) { return absl::StrCat(f.*field); }};
 }
 
-Setter BoolFlag(bool Flags::*field, std::string name) {
-  return [=](Flags& f, absl::string_view v, bool has_value) -> absl::Status {
+Access BoolFlag(bool Flags::*field, std::string name) {
+  return {[=](Flags& f, absl::string_view v, bool has_value) -> absl::Status {
     if (!has_value || v == "true" || v == "1") {
       f.*field = true;
     } else if (v == "false" || v == "0") {
@@ -61,43 +74,44 @@ Setter BoolFlag(bool Flags::*field, std::string name) {
       return BadValue(name, v, "true or false");
     }
     return absl::OkStatus();
-  };
+  }, [=](const Flags& f) { return BoolText(f.*field); }};
 }
 
-Setter Int64Flag(int64_t Flags::*field, std::string name, int64_t min) {
-  return [=](Flags& f, absl::string_view v, bool has_value) -> absl::Status {
+Access Int64Flag(int64_t Flags::*field, std::string name, int64_t min) {
+  return {[=](Flags& f, absl::string_view v, bool has_value) -> absl::Status {
     int64_t x;
     if (!has_value || !absl::SimpleAtoi(v, &x) || x < min) {
       return BadValue(name, v, absl::StrCat("an integer >= ", min));
     }
     f.*field = x;
     return absl::OkStatus();
-  };
+  }, [=](const Flags& f) { return absl::StrCat(f.*field); }};
 }
 
-Setter DoubleFlag(double Flags::*field, std::string name) {
-  return [=](Flags& f, absl::string_view v, bool has_value) -> absl::Status {
+Access DoubleFlag(double Flags::*field, std::string name) {
+  return {[=](Flags& f, absl::string_view v, bool has_value) -> absl::Status {
     double x;
     if (!has_value || !absl::SimpleAtod(v, &x) || x < 0) return BadValue(name, v, "a number >= 0");
     f.*field = x;
     return absl::OkStatus();
-  };
+  }, [=](const Flags& f) { return absl::StrCat(f.*field); }};
 }
 
-Setter StringFlag(std::string Flags::*field) {
-  return [=](Flags& f, absl::string_view v, bool) -> absl::Status {
+Access StringFlag(std::string Flags::*field) {
+  return {[=](Flags& f, absl::string_view v, bool) -> absl::Status {
     f.*field = std::string(v);
     return absl::OkStatus();
-  };
+  }, [=](const Flags& f) { return f.*field; }};
 }
 
 // One of `values`; `expected` says which in the error.
-Setter OneOfFlag(std::string Flags::*field, std::string name, std::vector<std::string> values, std::string expected) {
-  return [=](Flags& f, absl::string_view v, bool has) -> absl::Status {
+Access OneOfFlag(std::string Flags::*field, std::string name, std::vector<std::string> values,
+                 std::string expected) {
+  return {[=](Flags& f, absl::string_view v, bool has) -> absl::Status {
     if (!has || std::find(values.begin(), values.end(), v) == values.end()) return BadValue(name, v, expected);
     f.*field = std::string(v);
     return absl::OkStatus();
-  };
+  }, [=](const Flags& f) { return f.*field; }};
 }
 
 // A comma-separated list of operator names (identifiers). Whether each names an ONNX operator is checked
@@ -109,9 +123,9 @@ std::vector<std::pair<const char*, std::string Flags::*>>& OpListFields() {
   return *fields;
 }
 
-Setter OpListFlag(std::string Flags::*field, const char* name) {
+Access OpListFlag(std::string Flags::*field, const char* name) {
   OpListFields().emplace_back(name, field);
-  return [=](Flags& f, absl::string_view v, bool has) -> absl::Status {
+  return {[=](Flags& f, absl::string_view v, bool has) -> absl::Status {
     if (!has) return BadValue(name, v, "a comma-separated list of ONNX operators");
     for (absl::string_view op : absl::StrSplit(v, ',', absl::SkipEmpty())) {
       const bool identifier = absl::ascii_isalpha(op[0]) && std::all_of(op.begin(), op.end(), [](char c) {
@@ -121,7 +135,7 @@ Setter OpListFlag(std::string Flags::*field, const char* name) {
     }
     f.*field = std::string(v);
     return absl::OkStatus();
-  };
+  }, [=](const Flags& f) { return f.*field; }};
 }
 
 int DefaultThreads() { return UsableCpus(); }
@@ -132,6 +146,7 @@ const std::vector<FlagDef>& Table() {
         "Threads used inside one operator (oneDNN primitives, parallel loops); 0 = the CPUs this process may run "
         "on (affinity mask, cgroup quota); a session caps larger values to that number.",
         {"xla_cpu_intra_op_threads"}},
+       Custom([](const Flags& f) { return absl::StrCat(f.intra_op_threads); },
        [](Flags& f, absl::string_view v, bool has) -> absl::Status {
          int x;
          if (!has || !absl::SimpleAtoi(v, &x) || x < 0 || x > 1024) {
@@ -139,18 +154,19 @@ const std::vector<FlagDef>& Table() {
          }
          f.intra_op_threads = x == 0 ? DefaultThreads() : x;
          return absl::OkStatus();
-       }},
+       })},
       {{"auto_jit", "string", "0",
         "Auto-clustering: -1 off, 0 leave it to SessionOptions, 1 cluster every clusterable op, "
         "fusible = elementwise, broadcast, reduction and data-movement ops only (XLA Lite).",
         {}},
+       Custom([](const Flags& f) { return f.auto_jit; },
        [](Flags& f, absl::string_view v, bool has) -> absl::Status {
          if (!has || (v != "-1" && v != "0" && v != "1" && v != "2" && v != "fusible")) {
            return BadValue("auto_jit", v, "one of -1, 0, 1, 2, fusible");
          }
          f.auto_jit = std::string(v);
          return absl::OkStatus();
-       }},
+       })},
       {{"min_cluster_size", "int", "4",
         "Minimum number of ops in a cluster (Identity and Constant count 0); a convolution or matrix product "
         "with at least one other op is always a cluster (its epilogue).", {}},
@@ -183,6 +199,14 @@ const std::vector<FlagDef>& Table() {
         "true, false, or auto = true when lazy compilation is on and --intra_op_threads leaves a CPU of this "
         "process idle, or is 2 or more (runs then use one thread fewer while a compile is in flight).",
         {}},
+       Custom([](const Flags& f) -> std::string {
+         switch (f.async_compilation) {
+           case Flags::AsyncCompilation::kTrue: return "true";
+           case Flags::AsyncCompilation::kFalse: return "false";
+           case Flags::AsyncCompilation::kAuto: break;
+         }
+         return "auto";
+       },
        [](Flags& f, absl::string_view v, bool has) -> absl::Status {
          using A = Flags::AsyncCompilation;
          if (!has || v == "true" || v == "1") f.async_compilation = A::kTrue;
@@ -190,7 +214,7 @@ const std::vector<FlagDef>& Table() {
          else if (v == "auto") f.async_compilation = A::kAuto;
          else return BadValue("async_compilation", v, "true, false or auto");
          return absl::OkStatus();
-       }},
+       })},
       {{"force_compilation_parallelism", "int", "0",
         "Threads that compile one cluster's new fused kernels concurrently (each an independent LLVM module "
         "with its own target machine; the generated code does not depend on it); 0 = the CPUs this process "
@@ -244,7 +268,7 @@ const std::vector<FlagDef>& Table() {
         "cluster with no such group runs compiled from its first execution with no LLVM work. true: every "
         "elementwise op and row reduction of a cluster runs generated code (what the code generator's tests "
         "check).",
-        {}},
+        {}, /*changes_code=*/true},
        BoolFlag(&Flags::cpu_codegen_single_ops, "cpu_codegen_single_ops")},
       {{"max_cpu_isa", "string", "all",
         "CPU: the largest x86-64 instruction set our kernels, the LLVM JIT, BLIS and oneDNN may use, as "
@@ -258,7 +282,7 @@ const std::vector<FlagDef>& Table() {
       {{"allow_excess_precision", "bool", "true",
         "Inside fused kernels, float16/bfloat16 values stay float32 between ops (only stores and explicit Casts "
         "round), as XLA's --xla_allow_excess_precision; false rounds every op's result as the op-by-op path does.",
-        {"xla_allow_excess_precision"}},
+        {"xla_allow_excess_precision"}, /*changes_code=*/true},
        BoolFlag(&Flags::allow_excess_precision, "allow_excess_precision")},
       {{"matmul_precision", "string", "highest",
         "float32 MatMul/Gemm precision, as PyTorch's set_float32_matmul_precision: highest (float32), high "
@@ -312,6 +336,7 @@ const std::vector<FlagDef>& Table() {
         "TF_ENABLE_AUTO_MIXED_PRECISION=1). Allow-list ops (Conv, MatMul, Gemm, ...) and the infer/clear ops "
         "between them run in the 16-bit type; graph inputs and outputs stay float32.",
         {"tf_enable_auto_mixed_precision"}},
+       Custom([](const Flags& f) { return f.auto_mixed_precision; },
        [](Flags& f, absl::string_view v, bool has) -> absl::Status {
          std::string x = has ? std::string(v) : "auto";
          if (x == "1" || x == "true") x = "auto";
@@ -321,7 +346,7 @@ const std::vector<FlagDef>& Table() {
          }
          f.auto_mixed_precision = x;
          return absl::OkStatus();
-       }},
+       })},
       {{"amp_allowlist_add", "string", "",
         "Comma-separated ONNX ops to add to the AMP allow list "
         "(TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_ALLOWLIST_ADD).", {}},
@@ -395,6 +420,7 @@ const std::vector<FlagDef>& Table() {
       {{"auto_quantize_weight_bits", "int64", "8",
         "--auto_quantize=weight_only: bits per weight, 2, 4 or 8 (symmetric per block, MatMulNBits' default "
         "zero point 2^(bits-1)).", {}},
+       Custom([](const Flags& f) { return absl::StrCat(f.auto_quantize_weight_bits); },
        [](Flags& f, absl::string_view v, bool has) -> absl::Status {
          int64_t x;
          if (!has || !absl::SimpleAtoi(v, &x) || (x != 2 && x != 4 && x != 8)) {
@@ -402,10 +428,11 @@ const std::vector<FlagDef>& Table() {
          }
          f.auto_quantize_weight_bits = x;
          return absl::OkStatus();
-       }},
+       })},
       {{"auto_quantize_block_size", "int64", "32",
         "--auto_quantize=weight_only: weights per scale along K, a power of two >= 16 (MatMulNBits' "
         "block_size).", {}},
+       Custom([](const Flags& f) { return absl::StrCat(f.auto_quantize_block_size); },
        [](Flags& f, absl::string_view v, bool has) -> absl::Status {
          int64_t x;
          if (!has || !absl::SimpleAtoi(v, &x) || x < 16 || x > (1 << 16) || (x & (x - 1)) != 0) {
@@ -413,7 +440,7 @@ const std::vector<FlagDef>& Table() {
          }
          f.auto_quantize_block_size = x;
          return absl::OkStatus();
-       }},
+       })},
       {{"amp_log_path", "string", "",
         "Directory for the AMP decision log: the graph before and after the rewrite and the four lists in "
         "effect (TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_LOG_PATH).", {}},
@@ -422,6 +449,7 @@ const std::vector<FlagDef>& Table() {
         "Execution device: auto, cpu, cuda or cuda:N. auto picks cuda:0 when the build has the GPU runtime "
         "and a CUDA driver reports a device, else the CPU; cuda without a CUDA driver or device is an error.",
         {}},
+       Custom([](const Flags& f) { return f.device; },
        [](Flags& f, absl::string_view v, bool has) -> absl::Status {
          bool ok = has && (v == "auto" || v == "cpu" || v == "cuda");
          int n;
@@ -429,10 +457,11 @@ const std::vector<FlagDef>& Table() {
          if (!ok) return BadValue("device", v, "auto, cpu, cuda or cuda:N");
          f.device = std::string(v);
          return absl::OkStatus();
-       }},
+       })},
       {{"gpu_arch", "string", "",
         "PTX target of GPU code: sm_75, sm_80, sm_86, sm_87, sm_89, sm_90 or sm_90a; empty = the device's own.",
         {"xla_gpu_arch"}},
+       Custom([](const Flags& f) { return f.gpu_arch; },
        [](Flags& f, absl::string_view v, bool has) -> absl::Status {
          static const char* kArchs[] = {"sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a"};
          bool ok = has && v.empty();
@@ -440,7 +469,7 @@ const std::vector<FlagDef>& Table() {
          if (!ok) return BadValue("gpu_arch", v, "sm_75, sm_80, sm_86, sm_87, sm_89, sm_90 or sm_90a");
          f.gpu_arch = std::string(v);
          return absl::OkStatus();
-       }},
+       })},
       {{"gpu_allocator", "string", "caching",
         "GPU memory allocator (as TF_GPU_ALLOCATOR): caching (freed blocks reused per size class) or "
         "cuda_malloc_async (the driver's stream-ordered pool).",
@@ -507,6 +536,7 @@ const std::vector<FlagDef>& Table() {
       {{"dump_pass_re", "string", ".*",
         "Dump the IR only after passes whose name matches this regular expression (as "
         "--xla_dump_hlo_pass_re).", {"xla_dump_hlo_pass_re"}},
+       Custom([](const Flags& f) { return f.dump_pass_re; },
        [](Flags& f, absl::string_view v, bool has) -> absl::Status {
          if (!has) return BadValue("dump_pass_re", v, "a regular expression");
          try {
@@ -516,7 +546,7 @@ const std::vector<FlagDef>& Table() {
          }
          f.dump_pass_re = std::string(v);
          return absl::OkStatus();
-       }},
+       })},
       {{"dump_after", "string", "",
         "Comma-separated pass names (`cjit opt --list`): dump the IR after each of them to --dump_to, whatever "
         "--dump_pass_re says (as LLVM's -print-after).", {}},
@@ -540,6 +570,7 @@ const std::vector<FlagDef>& Table() {
         "Per-file VLOG levels, FILE=N,FILE2=M (FILE without extension, globs allowed; as "
         "TF_CPP_VMODULE).",
         {}},
+       Custom([](const Flags& f) { return f.vmodule; },
        [](Flags& f, absl::string_view v, bool has) -> absl::Status {
          if (!has) return BadValue("vmodule", v, "FILE=N[,FILE=N...]");
          if (!v.empty()) {
@@ -553,7 +584,7 @@ const std::vector<FlagDef>& Table() {
          }
          f.vmodule = std::string(v);
          return absl::OkStatus();
-       }},
+       })},
       {{"stderrthreshold", "int", "1",
         "Log messages at or above this severity go to stderr: 0 INFO, 1 WARNING, 2 ERROR.", {}},
        IntFlag(&Flags::stderrthreshold, "stderrthreshold", 0, 3)},
@@ -653,7 +684,7 @@ absl::Status ParseInto(absl::string_view text, absl::string_view source, int dep
       return absl::InvalidArgumentError(
           absl::StrCat("flag --", def->info.name, " in ", where, " needs a value (--", def->info.name, "=...)"));
     }
-    absl::Status st = def->set(flags, value, has_value);
+    absl::Status st = def->access.set(flags, value, has_value);
     if (!st.ok()) {
       if (from_file) {
         return absl::InvalidArgumentError(absl::StrCat("bad value for flag --", def->info.name, " in ", where));
@@ -664,96 +695,24 @@ absl::Status ParseInto(absl::string_view text, absl::string_view source, int dep
   return absl::OkStatus();
 }
 
-// Every flag's current value as the text its setter accepts (for validating a Flags struct filled in code).
+}  // namespace
+
+std::string CodeChangingFlagText(const Flags& flags) {
+  std::string text;
+  for (const FlagDef& def : Table()) {
+    if (def.info.changes_code) absl::StrAppend(&text, text.empty() ? "" : " ", def.info.name, "=", def.access.get(flags));
+  }
+  return text;
+}
+
+namespace {
+
+// A flag's current value as the text its setter accepts (for validating a Flags struct filled in code).
 std::string FlagValueText(const Flags& f, absl::string_view name) {
-  auto b = [](bool v) { return std::string(v ? "true" : "false"); };
-  static const auto* getters = new std::map<std::string, std::function<std::string(const Flags&)>>{
-      {"intra_op_threads", [](const Flags& f) { return absl::StrCat(f.intra_op_threads); }},
-      {"auto_jit", [](const Flags& f) { return f.auto_jit; }},
-      {"min_cluster_size", [](const Flags& f) { return absl::StrCat(f.min_cluster_size); }},
-      {"max_cluster_size", [](const Flags& f) { return absl::StrCat(f.max_cluster_size); }},
-      {"clustering_fuel", [](const Flags& f) { return absl::StrCat(f.clustering_fuel); }},
-      {"compile_threshold", [](const Flags& f) { return absl::StrCat(f.compile_threshold); }},
-      {"max_cached_signatures", [](const Flags& f) { return absl::StrCat(f.max_cached_signatures); }},
-      {"compile_time_cutoff_s", [](const Flags& f) { return absl::StrCat(f.compile_time_cutoff_s); }},
-      {"always_defer_compilation", [b](const Flags& f) { return b(f.always_defer_compilation); }},
-      {"enable_lazy_compilation", [b](const Flags& f) { return b(f.enable_lazy_compilation); }},
-      {"async_compilation",
-       [](const Flags& f) -> std::string {
-         switch (f.async_compilation) {
-           case Flags::AsyncCompilation::kTrue: return "true";
-           case Flags::AsyncCompilation::kFalse: return "false";
-           case Flags::AsyncCompilation::kAuto: break;
-         }
-         return "auto";
-       }},
-      {"force_compilation_parallelism", [](const Flags& f) { return absl::StrCat(f.force_compilation_parallelism); }},
-      {"polymorphic_clusters", [b](const Flags& f) { return b(f.polymorphic_clusters); }},
-      {"specialization_replay", [](const Flags& f) { return f.specialization_replay; }},
-      {"dynamic_shape_plans", [b](const Flags& f) { return b(f.dynamic_shape_plans); }},
-      {"cpu_channels_last", [b](const Flags& f) { return b(f.cpu_channels_last); }},
-      {"cpu_fuse_pointwise_depthwise", [b](const Flags& f) { return b(f.cpu_fuse_pointwise_depthwise); }},
-      {"cpu_fuse_qdq", [b](const Flags& f) { return b(f.cpu_fuse_qdq); }},
-      {"cpu_codegen_single_ops", [b](const Flags& f) { return b(f.cpu_codegen_single_ops); }},
-      {"max_cpu_isa", [](const Flags& f) { return f.max_cpu_isa; }},
-      {"autotune_level", [](const Flags& f) { return absl::StrCat(f.autotune_level); }},
-      {"autotune_max_ms_per_op", [](const Flags& f) { return absl::StrCat(f.autotune_max_ms_per_op); }},
-      {"autotune_deterministic", [b](const Flags& f) { return b(f.autotune_deterministic); }},
-      {"autotune_threshold", [](const Flags& f) { return absl::StrCat(f.autotune_threshold); }},
-      {"autotune_min_op_time_ms", [](const Flags& f) { return absl::StrCat(f.autotune_min_op_time_ms); }},
-      {"autotune_results_dump_to", [](const Flags& f) { return f.autotune_results_dump_to; }},
-      {"autotune_results_load_from", [](const Flags& f) { return f.autotune_results_load_from; }},
-      {"auto_mixed_precision", [](const Flags& f) { return f.auto_mixed_precision; }},
-      {"allow_excess_precision", [b](const Flags& f) { return b(f.allow_excess_precision); }},
-      {"matmul_precision", [](const Flags& f) { return f.matmul_precision; }},
-      {"conv_precision", [](const Flags& f) { return f.conv_precision; }},
-      {"auto_quantize", [](const Flags& f) { return f.auto_quantize; }},
-      {"auto_quantize_allowlist_add", [](const Flags& f) { return f.auto_quantize_allowlist_add; }},
-      {"auto_quantize_allowlist_remove", [](const Flags& f) { return f.auto_quantize_allowlist_remove; }},
-      {"auto_quantize_denylist_nodes", [](const Flags& f) { return f.auto_quantize_denylist_nodes; }},
-      {"auto_quantize_min_weights", [](const Flags& f) { return absl::StrCat(f.auto_quantize_min_weights); }},
-      {"auto_quantize_weight_bits", [](const Flags& f) { return absl::StrCat(f.auto_quantize_weight_bits); }},
-      {"auto_quantize_block_size", [](const Flags& f) { return absl::StrCat(f.auto_quantize_block_size); }},
-      {"amp_log_path", [](const Flags& f) { return f.amp_log_path; }},
-      {"amp_min_allow_macs", [](const Flags& f) { return absl::StrCat(f.amp_min_allow_macs); }},
-      {"amp_require_native_isa", [b](const Flags& f) { return b(f.amp_require_native_isa); }},
-      {"amp_allowlist_add", [](const Flags& f) { return f.amp_allowlist_add; }},
-      {"amp_allowlist_remove", [](const Flags& f) { return f.amp_allowlist_remove; }},
-      {"amp_inferlist_add", [](const Flags& f) { return f.amp_inferlist_add; }},
-      {"amp_inferlist_remove", [](const Flags& f) { return f.amp_inferlist_remove; }},
-      {"amp_denylist_add", [](const Flags& f) { return f.amp_denylist_add; }},
-      {"amp_denylist_remove", [](const Flags& f) { return f.amp_denylist_remove; }},
-      {"amp_clearlist_add", [](const Flags& f) { return f.amp_clearlist_add; }},
-      {"amp_clearlist_remove", [](const Flags& f) { return f.amp_clearlist_remove; }},
-      {"device", [](const Flags& f) { return f.device; }},
-      {"gpu_arch", [](const Flags& f) { return f.gpu_arch; }},
-      {"gpu_allocator", [](const Flags& f) { return f.gpu_allocator; }},
-      {"gpu_graph_level", [](const Flags& f) { return absl::StrCat(f.gpu_graph_level); }},
-      {"cuda_data_dir", [](const Flags& f) { return f.cuda_data_dir; }},
-      {"persistent_cache_dir", [](const Flags& f) { return f.persistent_cache_dir; }},
-      {"persistent_cache_read_only", [b](const Flags& f) { return b(f.persistent_cache_read_only); }},
-      {"persistent_cache_max_bytes", [](const Flags& f) { return absl::StrCat(f.persistent_cache_max_bytes); }},
-      {"remote_cache", [](const Flags& f) { return f.remote_cache; }},
-      {"remote_cache_key_file", [](const Flags& f) { return f.remote_cache_key_file; }},
-      {"remote_cache_timeout_ms", [](const Flags& f) { return absl::StrCat(f.remote_cache_timeout_ms); }},
-      {"remote_cache_ttl_s", [](const Flags& f) { return absl::StrCat(f.remote_cache_ttl_s); }},
-      {"remote_cache_max_entry_mb", [](const Flags& f) { return absl::StrCat(f.remote_cache_max_entry_mb); }},
-      {"max_tensor_bytes", [](const Flags& f) { return absl::StrCat(f.max_tensor_bytes); }},
-      {"trace_to", [](const Flags& f) { return f.trace_to; }},
-      {"trace_max_events", [](const Flags& f) { return absl::StrCat(f.trace_max_events); }},
-      {"dump_to", [](const Flags& f) { return f.dump_to; }},
-      {"dump_pass_re", [](const Flags& f) { return f.dump_pass_re; }},
-      {"dump_after", [](const Flags& f) { return f.dump_after; }},
-      {"disable_passes", [](const Flags& f) { return f.disable_passes; }},
-      {"enable_nvtx_ranges", [b](const Flags& f) { return b(f.enable_nvtx_ranges); }},
-      {"nvtx_detailed", [b](const Flags& f) { return b(f.nvtx_detailed); }},
-      {"fail_compilation_for_testing", [](const Flags& f) { return f.fail_compilation_for_testing; }},
-      {"v", [](const Flags& f) { return absl::StrCat(f.v); }},
-      {"vmodule", [](const Flags& f) { return f.vmodule; }},
-      {"stderrthreshold", [](const Flags& f) { return absl::StrCat(f.stderrthreshold); }},
-  };
-  auto it = getters->find(std::string(name));
-  return it == getters->end() ? std::string() : it->second(f);
+  for (const FlagDef& def : Table()) {
+    if (def.info.name == name) return def.access.get(f);
+  }
+  return std::string();
 }
 
 }  // namespace
@@ -762,7 +721,7 @@ absl::Status ValidateFlags(const Flags& flags, absl::string_view source) {
   for (const FlagDef& def : Table()) {
     Flags scratch = flags;
     std::string text = FlagValueText(flags, def.info.name);
-    absl::Status st = def.set(scratch, text, true);
+    absl::Status st = def.access.set(scratch, text, true);
     if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat(st.message(), " (in ", source, ")"));
   }
   return absl::OkStatus();
@@ -790,7 +749,7 @@ absl::Status SetFlag(Flags& flags, absl::string_view name, absl::string_view val
   }
   Flags scratch = flags;
   if (scratch.intra_op_threads <= 0) scratch.intra_op_threads = DefaultThreads();
-  absl::Status st = def->set(scratch, value, true);
+  absl::Status st = def->access.set(scratch, value, true);
   if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat(st.message(), " (in ", source, ")"));
   flags = scratch;
   return absl::OkStatus();

@@ -238,8 +238,14 @@ struct FlagInfo {
   std::string default_value;
   std::string help;
   std::vector<std::string> aliases;
+  // The flag changes the code a compile generates: its value is part of every compiled-code cache key
+  // (CodeChangingFlagText), so an entry made under another value is never reused.
+  bool changes_code = false;
 };
 std::vector<FlagInfo> ListFlags();
+// "name=value" of every flag marked changes_code, in table order (the flags part of compiled-code cache
+// keys: runtime/cluster_runner.cc).
+std::string CodeChangingFlagText(const Flags& flags);
 // The flags whose values are comma-separated ONNX operator names (--amp_*list_*,
 // --auto_quantize_allowlist_*): each one's name and its value in `flags`. Their syntax is checked here;
 // that each names an operator, where a session resolves its flags (against the op table).

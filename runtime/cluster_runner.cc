@@ -34,8 +34,7 @@ ClusterRuntime::ClusterRuntime(const Flags& flags)
                                    /*threshold_per_structure=*/flags.polymorphic_clusters}),
       target_(absl::StrCat("clusterjit=", CJIT_VERSION, " ", HostTargetDescription())),
       // Flags that change generated code; listed for the key.
-      codegen_flags_(absl::StrCat("kernel-pipeline-2 allow_excess_precision=", flags.allow_excess_precision,
-                                   " codegen_single_ops=", flags.cpu_codegen_single_ops)) {}
+      codegen_flags_(absl::StrCat("kernel-pipeline-2 ", CodeChangingFlagText(flags))) {}
 
 ClusterRuntime::~ClusterRuntime() { Shutdown(); }
 

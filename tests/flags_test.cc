@@ -177,5 +177,19 @@ TEST(FlagsTest, AsyncCompilationAutoFollowsTheIdleCpus) {
   EXPECT_EQ(AsyncCompilationEnabled(*g), UsableCpus() > 1);
 }
 
+// The flags that change generated code are the ones the table marks, and their values reach the text that
+// compiled-code cache keys hold; a flag that only steers run time does not.
+TEST(FlagsTest, CodeChangingFlagsReachTheKeyText) {
+  Flags d = ParseFlags("").value();
+  EXPECT_EQ(CodeChangingFlagText(d), "cpu_codegen_single_ops=false allow_excess_precision=true");
+  Flags e = ParseFlags("--allow_excess_precision=false").value();
+  EXPECT_NE(CodeChangingFlagText(d), CodeChangingFlagText(e));
+  Flags t = ParseFlags("--intra_op_threads=1 --trace_max_events=5").value();
+  EXPECT_EQ(CodeChangingFlagText(d), CodeChangingFlagText(t));
+  int marked = 0;
+  for (const FlagInfo& f : ListFlags()) marked += f.changes_code;
+  EXPECT_EQ(marked, 2);
+}
+
 }  // namespace
 }  // namespace cjit
