@@ -197,8 +197,8 @@ class Expansion {
 };
 
 // Transformer-family contrib ops (contrib_transformer_ops.cc). *expanded: whether `n` was one of them.
-absl::Status ExpandTransformerOp(const onnx::NodeProto& n, const ValueFacts& facts, NodeList* out,
-                                 bool* expanded, const std::string& source);
+absl::Status ExpandTransformerOp(const onnx::NodeProto& n, const ValueFacts& facts, NodeList* out, bool* expanded,
+                                 const std::string& source);
 
 }  // namespace contrib
 }  // namespace cjit

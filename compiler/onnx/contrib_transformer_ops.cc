@@ -224,9 +224,9 @@ absl::Status ExpandAttention(const onnx::NodeProto& n, const ValueFacts& facts, 
   a.attention_bias = In(n, 5);
   Attend(e, a);
   if (!present.empty()) {
-    onnx::NodeProto* c = e.New("Concat", {e.Op("Unsqueeze", {a.present_k, e.Ints({0})}),
-                                          e.Op("Unsqueeze", {a.present_v, e.Ints({0})})},
-                               present);
+    onnx::NodeProto* c =
+        e.New("Concat", {e.Op("Unsqueeze", {a.present_k, e.Ints({0})}), e.Op("Unsqueeze", {a.present_v, e.Ints({0})})},
+              present);
     Expansion::SetInt(c, "axis", 0);
   }
   return absl::OkStatus();
@@ -243,7 +243,8 @@ absl::Status ExpandMultiHeadAttention(const onnx::NodeProto& n, const ValueFacts
   const int64_t heads = IntAttr(n, "num_heads", 0);
   if (heads < 1) return Invalid(n, source, "num_heads must be positive");
   for (int i = 8; i < n.input_size(); ++i) {
-    if (!In(n, i).empty()) return Unsupported(n, source, absl::StrCat("input ", i, " (past_sequence_length / cache_indirection)"));
+    if (!In(n, i).empty())
+      return Unsupported(n, source, absl::StrCat("input ", i, " (past_sequence_length / cache_indirection)"));
   }
   if (n.output_size() > 3 && !n.output(3).empty()) return Unsupported(n, source, "the qk output");
   AttentionSpec a;
@@ -307,8 +308,8 @@ std::string Rotate(Expansion& e, const std::string& x, const std::string& cos, c
     rotated = c->output(0);
   } else {
     // [..., R] -> [..., R/2, 2]: pairs (x[2i], x[2i+1]).
-    std::string pairs = e.Op("Reshape", {xr, Concat0(e, {e.Ints({0, 0, 0}), e.Op("Unsqueeze", {half, e.Ints({0})}),
-                                                         e.Ints({2})})});
+    std::string pairs =
+        e.Op("Reshape", {xr, Concat0(e, {e.Ints({0, 0, 0}), e.Op("Unsqueeze", {half, e.Ints({0})}), e.Ints({2})})});
     onnx::NodeProto* g1 = e.New("Gather", {pairs, e.Int(0)}, e.Fresh("even"));
     Expansion::SetInt(g1, "axis", -1);
     onnx::NodeProto* g2 = e.New("Gather", {pairs, e.Int(1)}, e.Fresh("odd"));
@@ -317,8 +318,8 @@ std::string Rotate(Expansion& e, const std::string& x, const std::string& cos, c
     const std::string& b = g2->output(0);
     std::string r1 = e.Op("Sub", {e.Op("Mul", {a, cos}), e.Op("Mul", {b, sin})});
     std::string r2 = e.Op("Add", {e.Op("Mul", {b, cos}), e.Op("Mul", {a, sin})});
-    onnx::NodeProto* st = e.New("Concat", {e.Op("Unsqueeze", {r1, e.Ints({-1})}), e.Op("Unsqueeze", {r2, e.Ints({-1})})},
-                                e.Fresh("stacked"));
+    onnx::NodeProto* st = e.New(
+        "Concat", {e.Op("Unsqueeze", {r1, e.Ints({-1})}), e.Op("Unsqueeze", {r2, e.Ints({-1})})}, e.Fresh("stacked"));
     Expansion::SetInt(st, "axis", -1);
     rotated = e.Op("Reshape", {st->output(0), e.Op("Shape", {xr})});
   }
@@ -356,8 +357,8 @@ absl::Status ExpandRotaryEmbedding(const onnx::NodeProto& n, const ValueFacts& f
   // signature's shapes are known). x4 = [B, S, N, H] (rank 3, heads split off) or [B, N, S, H] as given.
   std::string rank = e.Op("Size", {e.Op("Shape", {In(n, 0)})});
   std::string is3 = e.Op("Equal", {rank, e.Int(3)});
-  std::string split3 = heads > 0 ? e.Ints({0, 0, heads, -1})
-                                 : Concat0(e, {e.Ints({0, 0, -1}), e.Op("Unsqueeze", {rot, e.Ints({0})})});
+  std::string split3 =
+      heads > 0 ? e.Ints({0, 0, heads, -1}) : Concat0(e, {e.Ints({0, 0, -1}), e.Op("Unsqueeze", {rot, e.Ints({0})})});
   std::string x = e.Op("Reshape", {In(n, 0), e.Op("Where", {is3, split3, e.Ints({0, 0, 0, 0})})});
   // S: dim 1 of a rank-3 input, dim 2 of a rank-4 one; the heads axis of cos / sin: 2 or 1 (= 5 - rank).
   std::string seq_axis = e.Op("Sub", {rank, e.Int(2)});
@@ -392,24 +393,28 @@ std::string ShapeRange(Expansion& e, const std::string& x, int64_t from, int64_t
 absl::Status ExpandGroupQueryAttention(const onnx::NodeProto& n, Expansion& e, const std::string& source) {
   const int64_t heads = IntAttr(n, "num_heads", 0), kv_heads = IntAttr(n, "kv_num_heads", 0);
   if (heads < 1 || kv_heads < 1 || heads % kv_heads != 0) {
-    return Invalid(n, source, absl::StrCat("num_heads (", heads, ") must be a positive multiple of kv_num_heads (",
-                                           kv_heads, ")"));
+    return Invalid(
+        n, source,
+        absl::StrCat("num_heads (", heads, ") must be a positive multiple of kv_num_heads (", kv_heads, ")"));
   }
   if (In(n, 0).empty() || In(n, 5).empty()) return Invalid(n, source, "query and seqlens_k are required");
   if (In(n, 1).empty() != In(n, 2).empty()) return Invalid(n, source, "key and value go together");
   if (In(n, 3).empty() != In(n, 4).empty()) return Invalid(n, source, "past_key and past_value go together");
   if (IntAttr(n, "local_window_size", -1) > 0) return Unsupported(n, source, "local_window_size");
   if (IntAttr(n, "sliding_window_cache", 0) != 0) return Unsupported(n, source, "sliding_window_cache");
-  if (IntAttr(n, "smooth_softmax", 0) != 0 || !In(n, 11).empty()) return Unsupported(n, source, "smooth softmax (head_sink)");
+  if (IntAttr(n, "smooth_softmax", 0) != 0 || !In(n, 11).empty())
+    return Unsupported(n, source, "smooth softmax (head_sink)");
   if (IntAttr(n, "qk_output", 0) != 0 || !OutputOr(n, 3).empty()) return Unsupported(n, source, "the output_qk output");
   for (const char* q : {"k_quant_type", "v_quant_type"}) {
     const onnx::AttributeProto* a = Attr(n, q);
     if (a != nullptr && !a->s().empty() && a->s() != "NONE") return Unsupported(n, source, "a quantized KV cache");
   }
-  if (!In(n, 12).empty() || !In(n, 13).empty()) return Unsupported(n, source, "a quantized KV cache (k_scale / v_scale)");
+  if (!In(n, 12).empty() || !In(n, 13).empty())
+    return Unsupported(n, source, "a quantized KV cache (k_scale / v_scale)");
   if (!In(n, 14).empty() || !In(n, 15).empty()) return Unsupported(n, source, "q_norm_weight / k_norm_weight");
   const bool rotary = IntAttr(n, "do_rotary", 0) != 0;
-  if (rotary && (In(n, 7).empty() || In(n, 8).empty())) return Invalid(n, source, "do_rotary needs cos_cache and sin_cache");
+  if (rotary && (In(n, 7).empty() || In(n, 8).empty()))
+    return Invalid(n, source, "do_rotary needs cos_cache and sin_cache");
   const int64_t groups = heads / kv_heads;
   std::string q = In(n, 0), k = In(n, 1), v = In(n, 2);
   if (k.empty()) {  // packed [B, S, (N + 2 Nk) H]
@@ -472,7 +477,8 @@ absl::Status ExpandGroupQueryAttention(const onnx::NodeProto& n, Expansion& e, c
   std::string scores = e.Op("MatMul", {qg, kt->output(0)});
   std::string flat_shape = e.Op("Shape", {scores});
   // [B, Nk, G, S, T]
-  std::string grouped_shape = Concat0(e, {ShapeRange(e, scores, 0, 2), e.Ints({groups, -1}), ShapeRange(e, scores, 3, 4)});
+  std::string grouped_shape =
+      Concat0(e, {ShapeRange(e, scores, 0, 2), e.Ints({groups, -1}), ShapeRange(e, scores, 3, 4)});
   std::string sc = e.Op("Reshape", {scores, grouped_shape});
   if (float cap = FloatAttr(n, "softcap", 0.0f); cap > 0) {
     std::string c = e.Like(cap, q);
@@ -493,7 +499,8 @@ absl::Status ExpandGroupQueryAttention(const onnx::NodeProto& n, Expansion& e, c
     const std::string& ab = In(n, 10);
     std::string per_head = e.Op("Equal", {DimOf(e, ab, 1), e.Int(heads)});
     std::string mid = e.Op("Where", {per_head, e.Ints({kv_heads, groups}), e.Ints({1, 1})});
-    sc = e.Op("Add", {sc, e.Op("Reshape", {ab, Concat0(e, {ShapeRange(e, ab, 0, 1), mid, ShapeRange(e, ab, 2, INT64_MAX)})})});
+    sc = e.Op("Add",
+              {sc, e.Op("Reshape", {ab, Concat0(e, {ShapeRange(e, ab, 0, 1), mid, ShapeRange(e, ab, 2, INT64_MAX)})})});
   }
   onnx::NodeProto* sm = e.New("Softmax", {sc}, e.Fresh("probs"));
   Expansion::SetInt(sm, "axis", -1);
@@ -511,10 +518,10 @@ absl::Status ExpandEmbedLayerNormalization(const onnx::NodeProto& n, Expansion& 
       return Invalid(n, source, "input_ids, word_embedding, position_embedding, gamma and beta are required");
     }
   }
-  std::string sum = e.Op("Add", {e.Op("Gather", {In(n, 2), In(n, 0)}),
-                                 e.Op("Gather", {In(n, 3), In(n, 8).empty()
-                                                               ? e.Op("Range", {e.Int(0), DimOf(e, In(n, 0), 1), e.Int(1)})
-                                                               : In(n, 8)})});
+  std::string sum = e.Op(
+      "Add", {e.Op("Gather", {In(n, 2), In(n, 0)}),
+              e.Op("Gather", {In(n, 3), In(n, 8).empty() ? e.Op("Range", {e.Int(0), DimOf(e, In(n, 0), 1), e.Int(1)})
+                                                         : In(n, 8)})});
   if (!In(n, 1).empty() && !In(n, 4).empty()) sum = e.Op("Add", {sum, e.Op("Gather", {In(n, 4), In(n, 1)})});
   onnx::NodeProto* ln = e.New("LayerNormalization", {sum, In(n, 5), In(n, 6)}, n.output(0));
   Expansion::SetInt(ln, "axis", -1);
@@ -544,8 +551,8 @@ absl::Status ExpandEmbedLayerNormalization(const onnx::NodeProto& n, Expansion& 
 
 }  // namespace
 
-absl::Status ExpandTransformerOp(const onnx::NodeProto& n, const ValueFacts& facts, NodeList* out,
-                                 bool* expanded, const std::string& source) {
+absl::Status ExpandTransformerOp(const onnx::NodeProto& n, const ValueFacts& facts, NodeList* out, bool* expanded,
+                                 const std::string& source) {
   *expanded = true;
   Expansion e(n, out);
   const std::string& op = n.op_type();

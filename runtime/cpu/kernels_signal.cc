@@ -33,7 +33,9 @@ class Transform {
   using Cpx = std::complex<W>;
 
   Transform(int64_t n, bool inverse, bool real_input)
-      : n_(n), inverse_(inverse), real_(real_input && !inverse && n % 2 == 0 && n >= 2),
+      : n_(n),
+        inverse_(inverse),
+        real_(real_input && !inverse && n % 2 == 0 && n >= 2),
         full_(real_ ? static_cast<std::size_t>(n / 2) : static_cast<std::size_t>(n), inverse) {}
 
   // in: n complex samples (for a real transform, only the real parts are read); out: `bins` <= n
@@ -97,23 +99,23 @@ template <typename T>
 void DftRows(const T* x, T* y, int64_t outer, int64_t len, int64_t inner, int64_t c, int64_t n, int64_t bins,
              bool inverse, int threads) {
   using W = Work<T>;
-  ForRowBlocks<W>(threads, outer * inner, n, inverse, c == 1, [&](const Transform<W>& tf, int64_t row, auto& in,
-                                                                  auto& out, auto& scratch) {
-    int64_t o = row / inner, i = row % inner;
-    std::fill(in.begin(), in.end(), std::complex<W>());
-    int64_t m = std::min(n, len);
-    const T* src = x + (o * len * inner + i) * c;
-    for (int64_t k = 0; k < m; ++k) {
-      const T* s = src + k * inner * c;
-      in[k] = std::complex<W>(static_cast<W>(s[0]), c == 2 ? static_cast<W>(s[1]) : W(0));
-    }
-    tf.Run(in.data(), out.data(), bins, scratch);
-    T* dst = y + (o * bins * inner + i) * 2;
-    for (int64_t k = 0; k < bins; ++k) {
-      dst[k * inner * 2] = NumericCast<T>(out[k].real());
-      dst[k * inner * 2 + 1] = NumericCast<T>(out[k].imag());
-    }
-  });
+  ForRowBlocks<W>(threads, outer * inner, n, inverse, c == 1,
+                  [&](const Transform<W>& tf, int64_t row, auto& in, auto& out, auto& scratch) {
+                    int64_t o = row / inner, i = row % inner;
+                    std::fill(in.begin(), in.end(), std::complex<W>());
+                    int64_t m = std::min(n, len);
+                    const T* src = x + (o * len * inner + i) * c;
+                    for (int64_t k = 0; k < m; ++k) {
+                      const T* s = src + k * inner * c;
+                      in[k] = std::complex<W>(static_cast<W>(s[0]), c == 2 ? static_cast<W>(s[1]) : W(0));
+                    }
+                    tf.Run(in.data(), out.data(), bins, scratch);
+                    T* dst = y + (o * bins * inner + i) * 2;
+                    for (int64_t k = 0; k < bins; ++k) {
+                      dst[k * inner * 2] = NumericCast<T>(out[k].real());
+                      dst[k * inner * 2 + 1] = NumericCast<T>(out[k].imag());
+                    }
+                  });
 }
 
 int64_t ScalarInt(const Tensor& t) { return t.ToInt64Vector().at(0); }
@@ -164,27 +166,28 @@ absl::Status Dft(KernelContext& ctx) {
 // Frames of `frame` samples every `step` samples, each multiplied by the window, then a DFT of length
 // `frame` (ONNX STFT-17: no centering or padding; frames = 1 + (length - frame) / step).
 template <typename T>
-void StftFrames(const T* x, const T* window, T* y, int64_t batch, int64_t len, int64_t c, int64_t frame,
-                int64_t step, int64_t frames, int64_t bins, int threads) {
+void StftFrames(const T* x, const T* window, T* y, int64_t batch, int64_t len, int64_t c, int64_t frame, int64_t step,
+                int64_t frames, int64_t bins, int threads) {
   using W = Work<T>;
   std::vector<W> w(frame, W(1));
   if (window != nullptr) {
     for (int64_t k = 0; k < frame; ++k) w[k] = static_cast<W>(window[k]);
   }
-  ForRowBlocks<W>(threads, batch * frames, frame, false, c == 1, [&](const Transform<W>& tf, int64_t row, auto& in,
-                                                                     auto& out, auto& scratch) {
-    int64_t b = row / frames, f = row % frames;
-    const T* src = x + (b * len + f * step) * c;
-    for (int64_t k = 0; k < frame; ++k) {
-      in[k] = std::complex<W>(static_cast<W>(src[k * c]) * w[k], c == 2 ? static_cast<W>(src[k * c + 1]) * w[k] : W(0));
-    }
-    tf.Run(in.data(), out.data(), bins, scratch);
-    T* dst = y + row * bins * 2;
-    for (int64_t k = 0; k < bins; ++k) {
-      dst[2 * k] = NumericCast<T>(out[k].real());
-      dst[2 * k + 1] = NumericCast<T>(out[k].imag());
-    }
-  });
+  ForRowBlocks<W>(threads, batch * frames, frame, false, c == 1,
+                  [&](const Transform<W>& tf, int64_t row, auto& in, auto& out, auto& scratch) {
+                    int64_t b = row / frames, f = row % frames;
+                    const T* src = x + (b * len + f * step) * c;
+                    for (int64_t k = 0; k < frame; ++k) {
+                      in[k] = std::complex<W>(static_cast<W>(src[k * c]) * w[k],
+                                              c == 2 ? static_cast<W>(src[k * c + 1]) * w[k] : W(0));
+                    }
+                    tf.Run(in.data(), out.data(), bins, scratch);
+                    T* dst = y + row * bins * 2;
+                    for (int64_t k = 0; k < bins; ++k) {
+                      dst[2 * k] = NumericCast<T>(out[k].real());
+                      dst[2 * k + 1] = NumericCast<T>(out[k].imag());
+                    }
+                  });
 }
 
 absl::Status Stft(KernelContext& ctx) {
@@ -254,7 +257,8 @@ absl::Status MelWeightMatrix(KernelContext& ctx) {
   }
   if (point.front() < 0 || point.back() >= bins) {
     return ctx.Error(absl::StrCat("upper_edge_hertz ", high, " maps to spectrogram bin ", point.back(),
-                                  ", beyond the last bin ", bins - 1, " (the Nyquist frequency is ", rate / 2.0, " Hz)"));
+                                  ", beyond the last bin ", bins - 1, " (the Nyquist frequency is ", rate / 2.0,
+                                  " Hz)"));
   }
   std::vector<double> w(bins * mels, 0.0);
   for (int64_t i = 0; i < mels; ++i) {
