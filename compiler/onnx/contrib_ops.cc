@@ -200,6 +200,11 @@ absl::Status ExpandGraph(onnx::GraphProto* g, int64_t opset, const std::string& 
   NodeList nodes;
   for (const auto& n : g->node()) {
     bool expanded = false;
+    const bool ours = n.domain() == "com.microsoft" || IsOrtDefaultDomainOp(n, opset);
+    if (ours && (n.output_size() == 0 || n.output(0).empty())) {  // every expansion writes output 0
+      return absl::InvalidArgumentError(absl::StrCat(source, ": node '", n.name(), "' (", n.domain(), ".",
+                                                     n.op_type(), ") has no first output"));
+    }
     if (n.domain() == "com.microsoft") {
       auto st = Expand(n, opset, facts, &nodes, &expanded, source);
       if (!st.ok()) return st;
