@@ -184,13 +184,15 @@ absl::Status Scan(KernelContext& ctx) {
   if (body == nullptr) return ctx.Error("missing body");
   const bool batched = ctx.node->opset_version < 9;
   const int first = batched ? 1 : 0;
-  const int m = static_cast<int>(ctx.node->GetInt("num_scan_inputs", 0));
+  const int64_t num_scan_inputs = ctx.node->GetInt("num_scan_inputs", 0);
+  if (num_scan_inputs < 1 || num_scan_inputs > ctx.num_inputs() - first ||
+      ctx.num_inputs() - first - num_scan_inputs > static_cast<int64_t>(ctx.outputs.size())) {
+    return ctx.Error(absl::StrCat("num_scan_inputs ", num_scan_inputs, " does not fit ", ctx.num_inputs(),
+                                  " inputs and ", ctx.outputs.size(), " outputs"));
+  }
+  const int m = static_cast<int>(num_scan_inputs);
   const int n = ctx.num_inputs() - first - m;
   const int k = static_cast<int>(ctx.outputs.size()) - n;
-  if (m < 1 || n < 0 || k < 0) {
-    return ctx.Error(absl::StrCat("num_scan_inputs ", m, " does not fit ", ctx.num_inputs(), " inputs and ",
-                                  ctx.outputs.size(), " outputs"));
-  }
   if (static_cast<int>(body->inputs().size()) != n + m) {
     return ctx.Error(absl::StrCat("the body takes ", body->inputs().size(), " inputs; the node gives it ", n + m));
   }
