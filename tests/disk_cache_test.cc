@@ -15,6 +15,8 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/test_data.h"
@@ -27,9 +29,23 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Every directory FreshDir hands out is removed when the test binary exits, whatever a test left there.
+struct ScratchDirs {
+  std::vector<std::string> dirs;
+  ~ScratchDirs() {
+    for (const std::string& d : dirs) {
+      std::error_code ec;
+      fs::permissions(d, fs::perms::owner_all, fs::perm_options::add, ec);  // a test may have made it read-only
+      fs::remove_all(d, ec);
+    }
+  }
+};
+
 std::string FreshDir(const std::string& name) {
+  static ScratchDirs scratch;
   std::string dir = ::testing::TempDir() + "/cjit_disk_" + name + "_" + std::to_string(::getpid());
   fs::remove_all(dir);
+  scratch.dirs.push_back(dir);
   return dir;
 }
 
