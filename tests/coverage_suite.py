@@ -17,10 +17,7 @@ from onnx import helper
 import case_writer
 
 RNG = np.random.default_rng(42)
-
-
-def rnd(*shape, lo=-2.0, hi=2.0):
-    return RNG.uniform(lo, hi, size=shape).astype(np.float32)
+rnd = case_writer.uniform_sampler(RNG)
 
 
 def f32(a):
@@ -570,7 +567,9 @@ def tfidf_cases(root):
     for name, min_n, max_n, skip, mode, w in (("tf_uni_bi_tri_skip2", 1, 3, 2, "TF", None),
                                               ("idf_bigrams_skip0", 2, 2, 0, "IDF", weights),
                                               ("tfidf_uni_bi_skip1", 1, 2, 1, "TFIDF", weights),
-                                              ("idf_default_weights", 1, 3, 0, "IDF", None)):
+                                              ("idf_default_weights", 1, 3, 0, "IDF", None),
+                                              # a skip beyond the row: as max_skip_count = 11 (no hang)
+                                              ("tf_skip_beyond_row", 1, 3, 1000, "TF", None)):
         attrs = dict(min_gram_length=min_n, max_gram_length=max_n, max_skip_count=skip, mode=mode,
                      ngram_counts=counts, ngram_indexes=indexes, pool_int64s=pool)
         if w is not None:

@@ -867,7 +867,9 @@ absl::Status TfIdfVectorizer(KernelContext& ctx) {
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t* row = v.data() + r * cols;
     int64_t first = min_n;
-    for (int64_t skip = 1; skip <= max_skip + 1; ++skip) {
+    // A distance of cols or more leaves only unigrams, which the first distance counted.
+    const int64_t last_skip = std::min<int64_t>(max_skip, std::max<int64_t>(cols - 1, 0)) + 1;
+    for (int64_t skip = 1; skip <= last_skip; ++skip) {
       for (int64_t start = 0; start < cols; ++start) {
         gram.clear();
         for (int64_t len = 1, at = start; len <= max_n && at < cols; ++len, at += skip) {
