@@ -1,11 +1,21 @@
 """Writes one ONNX test case directory (model.onnx + test_data_set_0/input_K.pb, output_K.pb, and
 tolerance.txt when a tolerance is given), as `cjit check` reads it. Shared by the numpy-referenced suites:
-op_reference_suite.py, opset_suite.py and nan_inf_suite.py."""
+op_reference_suite.py, opset_suite.py, coverage_suite.py and nan_inf_suite.py."""
 import os
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+
+
+def uniform_sampler(rng):
+    """rnd(*shape, lo=-2, hi=2) -> float32 array of that shape, uniform in [lo, hi), drawn from the numpy
+    Generator `rng` (one per suite, so that each suite's data does not move when another suite changes)."""
+
+    def rnd(*shape, lo=-2.0, hi=2.0):
+        return rng.uniform(lo, hi, size=shape).astype(np.float32)
+
+    return rnd
 
 
 def write_case(root, name, nodes, inputs, outputs, opset=13, inits=(), tol=None, declare_output_shapes=True,

@@ -23,10 +23,7 @@ def write_case(root, name, nodes, inputs, outputs, opset, inits=(), tol=(1e-5, 1
 
 
 RNG = np.random.default_rng(7)
-
-
-def rnd(*shape, lo=-2.0, hi=2.0):
-    return RNG.uniform(lo, hi, size=shape).astype(np.float32)
+rnd = case_writer.uniform_sampler(RNG)
 
 
 def f64(a):

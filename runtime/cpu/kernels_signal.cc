@@ -68,9 +68,6 @@ class Transform {
       for (int64_t k = 0; k < bins; ++k) out[k] *= scale;
     }
   }
-  // Scratch elements Run needs.
-  int64_t scratch_size() const { return n_; }
-
  private:
   int64_t n_;
   bool inverse_;
@@ -88,7 +85,7 @@ void ForRowBlocks(int threads, int64_t rows, int64_t n, bool inverse, bool real_
   int blocks = static_cast<int>(std::clamp<int64_t>(std::min<int64_t>(threads, rows), 1, 1 << 16));
   ParallelFor(blocks, blocks, [&](int64_t b) {
     Transform<W> tf(n, inverse, real_input);
-    std::vector<std::complex<W>> in(n), scratch(std::max<int64_t>(tf.scratch_size(), n)), out(n);
+    std::vector<std::complex<W>> in(n), scratch(n), out(n);  // Run's scratch: n complex values
     for (int64_t row = rows * b / blocks; row < rows * (b + 1) / blocks; ++row) body(tf, row, in, out, scratch);
   });
 }
