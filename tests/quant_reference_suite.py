@@ -112,6 +112,10 @@ CONVS = [
     ("group2", (1, 8, 10, 9), (12, 4, 3, 3), dict(group=2, pads=(1, 1, 1, 1))),
     ("depthwise_3x3", (1, 24, 14, 13), (24, 1, 3, 3), dict(group=24, pads=(1, 1, 1, 1))),
     ("depthwise_5x5_s2", (1, 20, 17, 17), (20, 1, 5, 5), dict(group=20, strides=(2, 2), pads=(2, 2, 2, 2))),
+    # Wide rows (four inside pixels at a time), channel counts off the vector width, dilation, one-sided pads.
+    ("depthwise_3x3_dil2_c37", (1, 37, 12, 29), (37, 1, 3, 3), dict(group=37, dilations=(2, 2), pads=(2, 2, 2, 2))),
+    ("depthwise_3x3_s2_asym_c19", (2, 19, 11, 33), (19, 1, 3, 3), dict(group=19, strides=(2, 2), pads=(0, 1, 1, 0))),
+    ("depthwise_7x5_c64", (1, 64, 9, 40), (64, 1, 7, 5), dict(group=64, pads=(3, 2, 3, 2))),
     ("stem_3ch_3x3_s2", (1, 3, 32, 32), (16, 3, 3, 3), dict(strides=(2, 2), pads=(1, 1, 1, 1))),
 ]
 

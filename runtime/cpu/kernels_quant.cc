@@ -176,7 +176,8 @@ absl::Status Requantize(KernelContext& ctx, const std::vector<int64_t>& acc, con
 // Per-thread scratch buffers, kept between calls: a fresh multi-MiB buffer per call costs its page faults
 // (a 128 x 56 x 56 depthwise QLinearConv: 2.6 ms with new buffers, 0.8 with reused ones).
 enum ScratchSlot {
-  kScratchImage, kScratchColumns, kScratchProduct, kScratchAcc, kScratchRow, kScratchTaps, kScratchSlots
+  kScratchImage, kScratchColumns, kScratchProduct, kScratchAcc, kScratchRow, kScratchTaps, kScratchDwRows,
+  kScratchSlots
 };
 template <typename T>
 T* Scratch(ScratchSlot slot, int64_t count) {
@@ -411,6 +412,148 @@ __attribute__((target("avx2,fma"))) void DepthwiseRowU8Avx2(const uint8_t* xt, i
   }
 }
 
+// Depthwise rows from input rows converted once: each input row's x - azp, as float32 [W][C], is made once per
+// thread block (not once per tap of every output pixel that reads it), and an output pixel's sum is then one
+// fused multiply-add per tap and 16 (8) channels, with a memory operand. Exact as the functions above
+// (kMaxExactTaps). rows[kh]: kernel row kh's converted input row, or null where it lies in the padding.
+// Output pixels ow0 <= ow < ow1 have every tap inside the row (no bounds checks); the others skip their
+// outside taps. acc [OW][C].
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void ConvertRowU8Avx512(const uint8_t* src, int64_t n,
+                                                                                    int32_t azp, float* dst) {
+  const __m512i vz = _mm512_set1_epi32(azp);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, LoadU8AsF32x16(src + i, vz));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(dst + i, m, LoadU8AsF32x16Masked(src + i, m, vz));
+  }
+}
+
+// One output pixel's 16 channels from c0 (mask m), taps outside the row skipped.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) inline void DepthwisePixelF32Avx512(
+    const float* const* rows, int64_t W, int64_t C, const float* wf, int64_t KH, int64_t KW, int64_t sw, int64_t pw,
+    int64_t dw, int64_t ow, int64_t c0, __mmask16 m, int32_t* acc) {
+  __m512 a = _mm512_setzero_ps();
+  const int64_t iw0 = ow * sw - pw;
+  for (int64_t kh = 0; kh < KH; ++kh) {
+    if (rows[kh] == nullptr) continue;
+    for (int64_t kw = 0; kw < KW; ++kw) {
+      const int64_t iw = iw0 + kw * dw;
+      if (iw < 0 || iw >= W) continue;
+      a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, rows[kh] + iw * C + c0),
+                          _mm512_maskz_loadu_ps(m, wf + (kh * KW + kw) * C + c0), a);
+    }
+  }
+  _mm512_mask_storeu_epi32(acc + ow * C + c0, m, _mm512_cvtps_epi32(a));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void DepthwiseRowF32Avx512(
+    const float* const* rows, int64_t W, int64_t C, const float* wf, int64_t KH, int64_t KW, int64_t OW,
+    int64_t sw, int64_t pw, int64_t dw, int64_t ow0, int64_t ow1, int32_t* acc) {
+  for (int64_t c0 = 0; c0 < C; c0 += 16) {
+    const __mmask16 m = static_cast<__mmask16>(C - c0 >= 16 ? 0xFFFF : (1u << (C - c0)) - 1);
+    auto edge = [&](int64_t ow) { DepthwisePixelF32Avx512(rows, W, C, wf, KH, KW, sw, pw, dw, ow, c0, m, acc); };
+    int64_t ow = 0;
+    for (; ow < std::min(ow0, OW); ++ow) edge(ow);
+    // Four inside pixels at a time share each weight load.
+    for (; ow + 4 <= ow1; ow += 4) {
+      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      const int64_t step = sw * C;
+      for (int64_t kh = 0; kh < KH; ++kh) {
+        if (rows[kh] == nullptr) continue;
+        const float* xr = rows[kh] + (ow * sw - pw) * C + c0;
+        const float* wr = wf + kh * KW * C + c0;
+        for (int64_t kw = 0; kw < KW; ++kw, xr += dw * C, wr += C) {
+          const __m512 w = _mm512_maskz_loadu_ps(m, wr);
+          a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xr), w, a0);
+          a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xr + step), w, a1);
+          a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xr + 2 * step), w, a2);
+          a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xr + 3 * step), w, a3);
+        }
+      }
+      int32_t* o = acc + ow * C + c0;
+      _mm512_mask_storeu_epi32(o, m, _mm512_cvtps_epi32(a0));
+      _mm512_mask_storeu_epi32(o + C, m, _mm512_cvtps_epi32(a1));
+      _mm512_mask_storeu_epi32(o + 2 * C, m, _mm512_cvtps_epi32(a2));
+      _mm512_mask_storeu_epi32(o + 3 * C, m, _mm512_cvtps_epi32(a3));
+    }
+    for (; ow < OW; ++ow) edge(ow);
+  }
+}
+
+__attribute__((target("avx2,fma"))) void ConvertRowU8Avx2(const uint8_t* src, int64_t n, int32_t azp, float* dst) {
+  const __m256i vz = _mm256_set1_epi32(azp);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, LoadU8AsF32x8(src + i, vz));
+  for (; i < n; ++i) dst[i] = static_cast<float>(static_cast<int32_t>(src[i]) - azp);
+}
+
+// One output pixel's 8 channels from c0, taps outside the row skipped.
+__attribute__((target("avx2,fma"))) inline void DepthwisePixelF32Avx2(const float* const* rows, int64_t W, int64_t C,
+                                                                      const float* wf, int64_t KH, int64_t KW,
+                                                                      int64_t sw, int64_t pw, int64_t dw, int64_t ow,
+                                                                      int64_t c0, int32_t* acc) {
+  __m256 a = _mm256_setzero_ps();
+  const int64_t iw0 = ow * sw - pw;
+  for (int64_t kh = 0; kh < KH; ++kh) {
+    if (rows[kh] == nullptr) continue;
+    for (int64_t kw = 0; kw < KW; ++kw) {
+      const int64_t iw = iw0 + kw * dw;
+      if (iw < 0 || iw >= W) continue;
+      a = _mm256_fmadd_ps(_mm256_loadu_ps(rows[kh] + iw * C + c0), _mm256_loadu_ps(wf + (kh * KW + kw) * C + c0), a);
+    }
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + ow * C + c0), _mm256_cvtps_epi32(a));
+}
+
+__attribute__((target("avx2,fma"))) void DepthwiseRowF32Avx2(const float* const* rows, int64_t W, int64_t C,
+                                                             const float* wf, int64_t KH, int64_t KW, int64_t OW,
+                                                             int64_t sw, int64_t pw, int64_t dw, int64_t ow0,
+                                                             int64_t ow1, int32_t* acc) {
+  int64_t c0 = 0;
+  for (; c0 + 8 <= C; c0 += 8) {
+    auto edge = [&](int64_t ow) { DepthwisePixelF32Avx2(rows, W, C, wf, KH, KW, sw, pw, dw, ow, c0, acc); };
+    int64_t ow = 0;
+    for (; ow < std::min(ow0, OW); ++ow) edge(ow);
+    for (; ow + 4 <= ow1; ow += 4) {
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      const int64_t step = sw * C;
+      for (int64_t kh = 0; kh < KH; ++kh) {
+        if (rows[kh] == nullptr) continue;
+        const float* xr = rows[kh] + (ow * sw - pw) * C + c0;
+        const float* wr = wf + kh * KW * C + c0;
+        for (int64_t kw = 0; kw < KW; ++kw, xr += dw * C, wr += C) {
+          const __m256 w = _mm256_loadu_ps(wr);
+          a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xr), w, a0);
+          a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + step), w, a1);
+          a2 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 2 * step), w, a2);
+          a3 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 3 * step), w, a3);
+        }
+      }
+      int32_t* o = acc + ow * C + c0;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_cvtps_epi32(a0));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + C), _mm256_cvtps_epi32(a1));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 2 * C), _mm256_cvtps_epi32(a2));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 3 * C), _mm256_cvtps_epi32(a3));
+    }
+    for (; ow < OW; ++ow) edge(ow);
+  }
+  for (; c0 < C; ++c0) {  // the last C % 8 channels
+    for (int64_t ow = 0; ow < OW; ++ow) {
+      float a = 0;
+      const int64_t iw0 = ow * sw - pw;
+      for (int64_t kh = 0; kh < KH; ++kh) {
+        if (rows[kh] == nullptr) continue;
+        for (int64_t kw = 0; kw < KW; ++kw) {
+          const int64_t iw = iw0 + kw * dw;
+          if (iw >= 0 && iw < W) a += rows[kh][iw * C + c0] * wf[(kh * KW + kw) * C + c0];
+        }
+      }
+      acc[ow * C + c0] = static_cast<int32_t>(a);
+    }
+  }
+}
+
 // Where a fast convolution's sums go: begin(output dims) once, on the calling thread; rows(n, p0, count,
 // acc [count][OC], P, OC) for each run of output pixels p0.. of image n (channels-last int32 sums; runs of one
 // image may come from several threads at once, never overlapping); image(n, P, OC) after an image's last
@@ -509,6 +652,17 @@ absl::Status FastIntConv(const KernelContext& ctx, const Tensor& x, const Tensor
   const bool dw_f32 = depthwise && KH * KW <= kMaxExactTaps && (CpuHasAvx512() || CpuHasAvx2());
   std::vector<float> wf;
   if (dw_f32) wf.assign(wt.begin(), wt.end());
+  // The float32 depthwise path converts input rows once into a per-thread cache of KH * dilation rows (up to
+  // 16 MiB); output pixels dw_ow0 <= ow < dw_ow1 read only inside the row.
+  const int64_t dw_slots = KH * g.dilations[0];
+  const bool row_cache = dw_f32 && g.pad_begin[0] >= 0 && g.pad_begin[1] >= 0 && g.strides[1] > 0 &&
+                         dw_slots * W * C <= (int64_t{4} << 20);
+  int64_t dw_ow0 = 0, dw_ow1 = 0;
+  if (row_cache) {
+    const int64_t sw = g.strides[1], pw = g.pad_begin[1], last = W - 1 - (KW - 1) * g.dilations[1] + pw;
+    dw_ow0 = std::min<int64_t>((pw + sw - 1) / sw, OW);
+    dw_ow1 = last < 0 ? 0 : std::min<int64_t>(last / sw + 1, OW);
+  }
   // Output rows per chunk: the chunk's int32 sums (about 256 KiB) stay in cache until the sink requantizes
   // them, and its im2col patches stay near 1 MiB.
   int64_t chunk_pixels = (int64_t{1} << 16) / std::max<int64_t>(OC, 1);
@@ -532,6 +686,47 @@ absl::Status FastIntConv(const KernelContext& ctx, const Tensor& x, const Tensor
       if (flip) {
         for (int64_t i = 0; i < HW * C; ++i) xt[i] ^= flip;
       }
+    }
+    if (depthwise && row_cache) {
+      // Contiguous blocks of output rows over the threads; each block converts an input row once, into the
+      // slot ih % slots of its cache (the KH rows of one output row, ih0 + kh * dilation, never share one).
+      const int dt = ThreadsForWork(ctx.threads, static_cast<double>(P) * C * KH * KW);
+      const int64_t blocks = std::min<int64_t>(std::max(dt, 1), OH);
+      ParallelFor(dt, blocks, [&](int64_t b) {
+        float* cache = Scratch<float>(kScratchDwRows, dw_slots * W * C);
+        int32_t* out = Scratch<int32_t>(kScratchRow, OW * C);
+        std::vector<int64_t> tags(dw_slots, -1);
+        std::vector<const float*> rows(KH);
+        for (int64_t oh = OH * b / blocks; oh < OH * (b + 1) / blocks; ++oh) {
+          for (int64_t kh = 0; kh < KH; ++kh) {
+            const int64_t ih = oh * g.strides[0] - g.pad_begin[0] + kh * g.dilations[0];
+            if (ih < 0 || ih >= H) {
+              rows[kh] = nullptr;
+              continue;
+            }
+            float* row = cache + (ih % dw_slots) * W * C;
+            if (tags[ih % dw_slots] != ih) {
+              if (CpuHasAvx512()) {
+                ConvertRowU8Avx512(xt + ih * W * C, W * C, azp, row);
+              } else {
+                ConvertRowU8Avx2(xt + ih * W * C, W * C, azp, row);
+              }
+              tags[ih % dw_slots] = ih;
+            }
+            rows[kh] = row;
+          }
+          if (CpuHasAvx512()) {
+            DepthwiseRowF32Avx512(rows.data(), W, C, wf.data(), KH, KW, OW, g.strides[1], g.pad_begin[1],
+                                  g.dilations[1], dw_ow0, dw_ow1, out);
+          } else {
+            DepthwiseRowF32Avx2(rows.data(), W, C, wf.data(), KH, KW, OW, g.strides[1], g.pad_begin[1],
+                                g.dilations[1], dw_ow0, dw_ow1, out);
+          }
+          sink.rows(n, oh * OW, OW, out, P, OC);
+        }
+      });
+      sink.image(n, P, OC);
+      continue;
     }
     if (depthwise) {
       // Row by row over the threads, each row's sums handed to the sink while in cache.

@@ -111,15 +111,25 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void MinMaxAvx512(
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void RequantizeColumnsAvx512(
     const int32_t* acc, int64_t rows, int64_t cols, const int32_t* bias, const float* mult, int32_t zp, bool s,
     void* y) {
+  // Whole blocks of 16 columns narrow in a register and store 16 bytes: the masked narrowing store
+  // (vpmovdb to memory) of the tail is several times slower on AMD Zen 4, where it made this loop a fifth of
+  // a quantized MobileNetV2's run.
+  const int64_t whole = cols / 16 * 16;
+  const __mmask16 tail = static_cast<__mmask16>((1u << (cols - whole)) - 1);
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t* a = acc + r * cols;
     uint8_t* out = static_cast<uint8_t*>(y) + r * cols;
-    for (int64_t j = 0; j < cols; j += 16) {
-      const __mmask16 m = static_cast<__mmask16>(cols - j >= 16 ? 0xFFFF : (1u << (cols - j)) - 1);
-      __m512i v = _mm512_maskz_loadu_epi32(m, a + j);
-      if (bias != nullptr) v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(m, bias + j));
-      const __m512 q = _mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_maskz_loadu_ps(m, mult + j));
-      _mm512_mask_cvtepi32_storeu_epi8(out + j, m, RoundClamp16(q, zp, s));
+    for (int64_t j = 0; j < whole; j += 16) {
+      __m512i v = _mm512_loadu_si512(a + j);
+      if (bias != nullptr) v = _mm512_add_epi32(v, _mm512_loadu_si512(bias + j));
+      const __m512 q = _mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_loadu_ps(mult + j));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j), _mm512_cvtepi32_epi8(RoundClamp16(q, zp, s)));
+    }
+    if (tail != 0) {
+      __m512i v = _mm512_maskz_loadu_epi32(tail, a + whole);
+      if (bias != nullptr) v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(tail, bias + whole));
+      const __m512 q = _mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_maskz_loadu_ps(tail, mult + whole));
+      _mm_mask_storeu_epi8(out + whole, tail, _mm512_cvtepi32_epi8(RoundClamp16(q, zp, s)));
     }
   }
 }
