@@ -1,5 +1,8 @@
 #include "runtime/cpu/int8_gemm.h"
 
+#include <immintrin.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <stdexcept>
@@ -20,6 +23,9 @@ namespace {
 
 int64_t AlignUp4(int64_t v) { return (v + 3) & ~int64_t{3}; }
 
+// The largest K the own VNNI kernel takes: a 64-column block of B' (K x 64 bytes) stays in L2.
+constexpr int64_t kVnniMaxK = 4096;
+
 // x + y modulo 2^32 (int32 results wrap as the hardware's do; no signed-overflow UB).
 inline int32_t WrapAdd(int32_t x, int64_t y) {
   return static_cast<int32_t>(static_cast<uint32_t>(x) + static_cast<uint32_t>(static_cast<uint64_t>(y)));
@@ -29,9 +35,20 @@ void CheckDnnl(dnnl_status_t st) {
   if (st != dnnl_success) throw std::runtime_error(absl::StrCat("oneDNN dnnl_gemm_u8s8s32 failed (status ", st, ")"));
 }
 
-// The prepared B's buffer: b0 [K][N] (then b1 [K][N] when split), padded to 4 bytes, colsum [N], shift [N].
+// The prepared B's buffer: b0 [K][N] (then b1 [K][N] when split), padded to 4 bytes, colsum [N], shift [N],
+// then (not split) the VNNI packing at a 64-byte aligned offset.
 int64_t ValuesBytes(int64_t K, int64_t N, bool split) { return AlignUp4(K * N * (split ? 2 : 1)); }
-int64_t Int8RhsBytes(int64_t K, int64_t N, bool split) { return ValuesBytes(K, N, split) + 8 * N; }
+int64_t VnniOffset(int64_t K, int64_t N, bool split) { return (ValuesBytes(K, N, split) + 8 * N + 63) / 64 * 64; }
+int64_t VnniBytes(int64_t K, int64_t N) { return (N + 15) / 16 * ((K + 3) / 4) * 64; }
+int64_t Int8RhsBytes(int64_t K, int64_t N, bool split) {
+  return split ? ValuesBytes(K, N, split) + 8 * N : VnniOffset(K, N, split) + VnniBytes(K, N) + 64;
+}
+
+// The buffer's start aligned to 64 bytes (buffers are allocated with 64 spare bytes).
+const uint8_t* VnniBase(const uint8_t* buffer, int64_t K, int64_t N) {
+  const uintptr_t p = reinterpret_cast<uintptr_t>(buffer + VnniOffset(K, N, false));
+  return reinterpret_cast<const uint8_t*>((p + 63) / 64 * 64);
+}
 
 // The view of a prepared buffer (its owner left to the caller).
 Int8Rhs ViewInt8Rhs(const uint8_t* buffer, int64_t K, int64_t N, bool split) {
@@ -44,6 +61,7 @@ Int8Rhs ViewInt8Rhs(const uint8_t* buffer, int64_t K, int64_t N, bool split) {
   r.colsum = reinterpret_cast<const int32_t*>(buffer + ValuesBytes(K, N, split));
   r.shift = r.colsum + N;
   for (int64_t n = 0; n < N; ++n) r.has_shift |= r.shift[n] != 0;
+  if (!split) r.vnni = reinterpret_cast<const int8_t*>(VnniBase(buffer, K, N));
   return r;
 }
 
@@ -74,6 +92,99 @@ void PrepareInt8Rhs(const void* b, bool b_signed, int64_t K, int64_t N, int64_t 
       } else {
         b0[k * N + n] = static_cast<int8_t>(v);
       }
+    }
+  }
+  if (split) return;
+  int8_t* vnni = reinterpret_cast<int8_t*>(const_cast<uint8_t*>(VnniBase(buffer, K, N)));
+  const int64_t K4 = (K + 3) / 4;
+  std::memset(vnni, 0, VnniBytes(K, N));
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n) vnni[((n / 16) * K4 + k / 4) * 64 + (n % 16) * 4 + k % 4] = b0[k * N + n];
+}
+
+// One step of 4 k: B's NB vectors, then each row's 4 values of A (av[r], packed) broadcast against them.
+template <int MR, int NB>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), always_inline)) inline void VnniStep(
+    __m512i (&acc)[MR][NB], const int8_t* bp, int64_t K4, int64_t k4, const int32_t* av) {
+  __m512i b[NB];
+#pragma GCC unroll 8
+  for (int j = 0; j < NB; ++j) b[j] = _mm512_load_si512(bp + (j * K4 + k4) * 64);
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    const __m512i v = _mm512_set1_epi32(av[r]);
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], v, b[j]);
+  }
+}
+
+// C[m][n] = co[n] + sum_k A[m][k] B'[k][n] for MR rows and NB blocks of 16 columns (the last masked by
+// `last`), int32 wrapping as vpdpbusd does. bp: the tile's first column block of the VNNI packing.
+template <int MR, int NB>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void VnniTile(const uint8_t* a, int64_t lda, int64_t K,
+                                                                             const int8_t* bp, int64_t K4, int32_t* c,
+                                                                             int64_t ldc, const int32_t* co,
+                                                                             __mmask16 last) {
+  __m512i acc[MR][NB];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+  #pragma GCC unroll 8
+    for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_setzero_si512();
+  const int64_t whole = K / 4;
+  int32_t av[MR];
+  for (int64_t k4 = 0; k4 < whole; ++k4) {
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) std::memcpy(&av[r], a + r * lda + k4 * 4, 4);
+    VnniStep<MR, NB>(acc, bp, K4, k4, av);
+  }
+  if (whole < K4) {  // the last 1-3 values of each row; B' is zero beyond K
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      av[r] = 0;
+      std::memcpy(&av[r], a + r * lda + whole * 4, K - whole * 4);
+    }
+    VnniStep<MR, NB>(acc, bp, K4, whole, av);
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < NB; ++j) {
+    const __mmask16 m = j == NB - 1 ? last : static_cast<__mmask16>(0xFFFF);
+    const __m512i o = _mm512_maskz_loadu_epi32(m, co + j * 16);
+  #pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) _mm512_mask_storeu_epi32(c + r * ldc + j * 16, m, _mm512_add_epi32(acc[r][j], o));
+  }
+}
+
+template <int MR>
+void VnniRows(const uint8_t* a, int64_t lda, int64_t K, const int8_t* bp, int64_t K4, int nb, int32_t* c, int64_t ldc,
+              const int32_t* co, __mmask16 last) {
+  switch (nb) {
+    case 1: return VnniTile<MR, 1>(a, lda, K, bp, K4, c, ldc, co, last);
+    case 2: return VnniTile<MR, 2>(a, lda, K, bp, K4, c, ldc, co, last);
+    case 3: return VnniTile<MR, 3>(a, lda, K, bp, K4, c, ldc, co, last);
+    default: return VnniTile<MR, 4>(a, lda, K, bp, K4, c, ldc, co, last);
+  }
+}
+
+// Rows [m0, m1) x columns [n0, n1) of C (n0 a multiple of 16) on the VNNI tiles.
+void VnniGemm(const uint8_t* a, int64_t lda, int64_t m0, int64_t m1, int64_t n0, int64_t n1, const Int8Rhs& b,
+              int32_t* c, int64_t ldc, const int32_t* co) {
+  const int64_t K = b.K, K4 = (K + 3) / 4;
+  for (int64_t j0 = n0; j0 < n1; j0 += 64) {
+    const int64_t cols = std::min<int64_t>(64, n1 - j0);
+    const int nb = static_cast<int>((cols + 15) / 16);
+    const int64_t rem = cols - (nb - 1) * 16;
+    const __mmask16 last = static_cast<__mmask16>(rem >= 16 ? 0xFFFF : (1u << rem) - 1);
+    const int8_t* bp = b.vnni + (j0 / 16) * K4 * 64;
+    int64_t m = m0;
+    for (; m + 6 <= m1; m += 6) VnniRows<6>(a + m * lda, lda, K, bp, K4, nb, c + m * ldc + j0, ldc, co + j0, last);
+    const uint8_t* ar = a + m * lda;
+    int32_t* cr = c + m * ldc + j0;
+    switch (m1 - m) {
+      case 5: VnniRows<5>(ar, lda, K, bp, K4, nb, cr, ldc, co + j0, last); break;
+      case 4: VnniRows<4>(ar, lda, K, bp, K4, nb, cr, ldc, co + j0, last); break;
+      case 3: VnniRows<3>(ar, lda, K, bp, K4, nb, cr, ldc, co + j0, last); break;
+      case 2: VnniRows<2>(ar, lda, K, bp, K4, nb, cr, ldc, co + j0, last); break;
+      case 1: VnniRows<1>(ar, lda, K, bp, K4, nb, cr, ldc, co + j0, last); break;
+      default: break;
     }
   }
 }
@@ -123,8 +234,13 @@ void Int8Gemm(const uint8_t* a, int64_t lda, int64_t M, const int32_t* a_zp, boo
   // One block of C: rows [m0, m1) x columns [n0, n1).
   // (No exception may leave an OpenMP region: a failed call is recorded and reported after it.)
   std::atomic<int> failure{dnnl_success};
+  const bool own = b.vnni != nullptr && K <= kVnniMaxK && CpuHasAvx512Vnni();
   auto block = [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
     if (m1 <= m0 || n1 <= n0) return;
+    if (own) {
+      VnniGemm(a, lda, m0, m1, n0, n1, b, c, ldc, co.data());
+      return;
+    }
     const uint8_t* ab = a + m0 * lda;
     int32_t* cb = c + m0 * ldc + n0;
     dnnl_status_t st = dnnl_gemm_u8s8s32('N', 'N', 'R', m1 - m0, n1 - n0, K, 1.0f, ab, lda, 0, b.b0 + n0, N, 0, 0.0f,

@@ -8,6 +8,10 @@
 //   C[m][n] = sum_k A[m][k] B'[k][n] - a_zp[m] colsum(B')[n] + c[n] (rowsum(A)[m] - K a_zp[m]).
 // An int8 A is made uint8 by adding 128 to it and to its zero point.
 //
+// With AVX-512 VNNI, products of K up to kVnniMaxK run on clusterjit's own register-tiled vpdpbusd kernel
+// instead (6 rows x 64 columns of int32 accumulators; B packed once with the prepared weights): oneDNN's
+// GEMM API repacks both operands on every call, which dominated the small-K products of 1x1 convolutions.
+//
 // Exactness on CPUs without VNNI: their u8 x s8 path (vpmaddubsw) adds two products into a saturating int16,
 // which overflows for |B'| > 64 (255 * -128 * 2 < -32768; oneDNN's "Int8 Computation Aspects"). There B' is
 // split into two halves of |v| <= 64 (B' = (B' >> 1) + (B' - (B' >> 1))) and multiplied in two GEMMs, summed
@@ -38,6 +42,9 @@ struct Int8Rhs {
   const int32_t* colsum = nullptr;  // [N]: sum_k B'[k][n]
   const int32_t* shift = nullptr;   // [N]: c[n]
   bool has_shift = false;           // some c[n] != 0
+  // B' packed for AVX-512 VNNI (not split): ceil(N/16) column blocks, each ceil(K/4) groups of 16 columns x 4
+  // consecutive k (vpdpbusd's operand order), zero padded.
+  const int8_t* vnni = nullptr;
   std::shared_ptr<void> owner;
 };
 
