@@ -14,6 +14,7 @@
 #include "oneapi/dnnl/dnnl.h"
 #include "runtime/cpu/onednn_util.h"
 #include "runtime/cpu/parallel.h"
+#include "runtime/cpu/quant_rows.h"
 
 namespace cjit {
 
@@ -123,11 +124,12 @@ template <int MR, int NB>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void VnniTile(const uint8_t* a, int64_t lda, int64_t K,
                                                                              const int8_t* bp, int64_t K4, int32_t* c,
                                                                              int64_t ldc, const int32_t* co,
-                                                                             __mmask16 last) {
+                                                                             __mmask16 last, const Int8Requant* rq,
+                                                                             uint8_t* y) {
   __m512i acc[MR][NB];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_setzero_si512();
   const int64_t whole = K / 4;
   int32_t av[MR];
@@ -144,29 +146,60 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void VnniTile(co
     }
     VnniStep<MR, NB>(acc, bp, K4, whole, av);
   }
+  if (rq != nullptr) {  // requantized: as RequantizeColumnsI32
+    const __m512 lo = _mm512_set1_ps(-kQuantClamp), hi = _mm512_set1_ps(kQuantClamp);
+    const __m512i zp = _mm512_set1_epi32(rq->zp);
+    const __m512i qlo = _mm512_set1_epi32(rq->to_signed ? -128 : 0);
+    const __m512i qhi = _mm512_set1_epi32(rq->to_signed ? 127 : 255);
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; ++j) {
+      const __mmask16 m = j == NB - 1 ? last : static_cast<__mmask16>(0xFFFF);
+      const __m512i o = _mm512_maskz_loadu_epi32(m, co + j * 16);
+      const __m512i bias =
+          rq->bias != nullptr ? _mm512_maskz_loadu_epi32(m, rq->bias + j * 16) : _mm512_setzero_si512();
+      const __m512 mult = _mm512_maskz_loadu_ps(m, rq->mult + j * 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        const __m512i v = _mm512_add_epi32(_mm512_add_epi32(acc[r][j], o), bias);
+        __m512 q = _mm512_mul_ps(_mm512_cvtepi32_ps(v), mult);
+        q = _mm512_min_ps(_mm512_max_ps(q, lo), hi);
+        __m512i t = _mm512_add_epi32(_mm512_cvtps_epi32(q), zp);
+        t = _mm512_min_epi32(_mm512_max_epi32(t, qlo), qhi);
+        uint8_t* dst = y + r * rq->ldy + j * 16;
+        if (m == 0xFFFF) {
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtepi32_epi8(t));
+        } else {
+          _mm_mask_storeu_epi8(dst, m, _mm512_cvtepi32_epi8(t));
+        }
+      }
+    }
+    return;
+  }
 #pragma GCC unroll 8
   for (int j = 0; j < NB; ++j) {
     const __mmask16 m = j == NB - 1 ? last : static_cast<__mmask16>(0xFFFF);
     const __m512i o = _mm512_maskz_loadu_epi32(m, co + j * 16);
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) _mm512_mask_storeu_epi32(c + r * ldc + j * 16, m, _mm512_add_epi32(acc[r][j], o));
   }
 }
 
+// rq: the requantization of this tile's columns (mult / bias from its first column) or null; y: the tile's
+// first output byte.
 template <int MR>
 void VnniRows(const uint8_t* a, int64_t lda, int64_t K, const int8_t* bp, int64_t K4, int nb, int32_t* c, int64_t ldc,
-              const int32_t* co, __mmask16 last) {
+              const int32_t* co, __mmask16 last, const Int8Requant* rq, uint8_t* y) {
   switch (nb) {
-    case 1: return VnniTile<MR, 1>(a, lda, K, bp, K4, c, ldc, co, last);
-    case 2: return VnniTile<MR, 2>(a, lda, K, bp, K4, c, ldc, co, last);
-    case 3: return VnniTile<MR, 3>(a, lda, K, bp, K4, c, ldc, co, last);
-    default: return VnniTile<MR, 4>(a, lda, K, bp, K4, c, ldc, co, last);
+    case 1: return VnniTile<MR, 1>(a, lda, K, bp, K4, c, ldc, co, last, rq, y);
+    case 2: return VnniTile<MR, 2>(a, lda, K, bp, K4, c, ldc, co, last, rq, y);
+    case 3: return VnniTile<MR, 3>(a, lda, K, bp, K4, c, ldc, co, last, rq, y);
+    default: return VnniTile<MR, 4>(a, lda, K, bp, K4, c, ldc, co, last, rq, y);
   }
 }
 
-// Rows [m0, m1) x columns [n0, n1) of C (n0 a multiple of 16) on the VNNI tiles.
+// Rows [m0, m1) x columns [n0, n1) of C (n0 a multiple of 16) on the VNNI tiles; with rq, of its y instead.
 void VnniGemm(const uint8_t* a, int64_t lda, int64_t m0, int64_t m1, int64_t n0, int64_t n1, const Int8Rhs& b,
-              int32_t* c, int64_t ldc, const int32_t* co) {
+              int32_t* c, int64_t ldc, const int32_t* co, const Int8Requant* rq) {
   const int64_t K = b.K, K4 = (K + 3) / 4;
   for (int64_t j0 = n0; j0 < n1; j0 += 64) {
     const int64_t cols = std::min<int64_t>(64, n1 - j0);
@@ -174,16 +207,26 @@ void VnniGemm(const uint8_t* a, int64_t lda, int64_t m0, int64_t m1, int64_t n0,
     const int64_t rem = cols - (nb - 1) * 16;
     const __mmask16 last = static_cast<__mmask16>(rem >= 16 ? 0xFFFF : (1u << rem) - 1);
     const int8_t* bp = b.vnni + (j0 / 16) * K4 * 64;
+    Int8Requant tile;  // rq's per-column vectors advanced to column j0
+    if (rq != nullptr) {
+      tile = *rq;
+      tile.mult += j0;
+      if (tile.bias != nullptr) tile.bias += j0;
+    }
+    const Int8Requant* trq = rq != nullptr ? &tile : nullptr;
+    auto y_at = [&](int64_t m) { return rq != nullptr ? rq->y + m * rq->ldy + j0 : nullptr; };
+    auto c_at = [&](int64_t m) { return rq != nullptr ? nullptr : c + m * ldc + j0; };
     int64_t m = m0;
-    for (; m + 6 <= m1; m += 6) VnniRows<6>(a + m * lda, lda, K, bp, K4, nb, c + m * ldc + j0, ldc, co + j0, last);
+    for (; m + 6 <= m1; m += 6) {
+      VnniRows<6>(a + m * lda, lda, K, bp, K4, nb, c_at(m), ldc, co + j0, last, trq, y_at(m));
+    }
     const uint8_t* ar = a + m * lda;
-    int32_t* cr = c + m * ldc + j0;
     switch (m1 - m) {
-      case 5: VnniRows<5>(ar, lda, K, bp, K4, nb, cr, ldc, co + j0, last); break;
-      case 4: VnniRows<4>(ar, lda, K, bp, K4, nb, cr, ldc, co + j0, last); break;
-      case 3: VnniRows<3>(ar, lda, K, bp, K4, nb, cr, ldc, co + j0, last); break;
-      case 2: VnniRows<2>(ar, lda, K, bp, K4, nb, cr, ldc, co + j0, last); break;
-      case 1: VnniRows<1>(ar, lda, K, bp, K4, nb, cr, ldc, co + j0, last); break;
+      case 5: VnniRows<5>(ar, lda, K, bp, K4, nb, c_at(m), ldc, co + j0, last, trq, y_at(m)); break;
+      case 4: VnniRows<4>(ar, lda, K, bp, K4, nb, c_at(m), ldc, co + j0, last, trq, y_at(m)); break;
+      case 3: VnniRows<3>(ar, lda, K, bp, K4, nb, c_at(m), ldc, co + j0, last, trq, y_at(m)); break;
+      case 2: VnniRows<2>(ar, lda, K, bp, K4, nb, c_at(m), ldc, co + j0, last, trq, y_at(m)); break;
+      case 1: VnniRows<1>(ar, lda, K, bp, K4, nb, c_at(m), ldc, co + j0, last, trq, y_at(m)); break;
       default: break;
     }
   }
@@ -217,13 +260,13 @@ Int8Rhs PreparedInt8Rhs(const Tensor& w, bool constant, const std::string& key, 
   return r;
 }
 
-void Int8Gemm(const uint8_t* a, int64_t lda, int64_t M, const int32_t* a_zp, bool a_zp_per_row, const Int8Rhs& b,
-              int32_t* c, int64_t ldc, int threads) {
+bool Int8Gemm(const uint8_t* a, int64_t lda, int64_t M, const int32_t* a_zp, bool a_zp_per_row, const Int8Rhs& b,
+              int32_t* c, int64_t ldc, int threads, const Int8Requant* requant) {
   const int64_t K = b.K, N = b.N;
-  if (M <= 0 || N <= 0) return;
+  if (M <= 0 || N <= 0) return false;
   if (K == 0) {
     for (int64_t m = 0; m < M; ++m) std::memset(c + m * ldc, 0, N * sizeof(int32_t));
-    return;
+    return false;
   }
   // Per-column offset -a_zp * colsum(B') through oneDNN's row offset when a_zp is per tensor.
   std::vector<int32_t> co(N, 0);
@@ -235,10 +278,12 @@ void Int8Gemm(const uint8_t* a, int64_t lda, int64_t M, const int32_t* a_zp, boo
   // (No exception may leave an OpenMP region: a failed call is recorded and reported after it.)
   std::atomic<int> failure{dnnl_success};
   const bool own = b.vnni != nullptr && K <= kVnniMaxK && CpuHasAvx512Vnni();
+  // Requantized in the kernel when nothing is left to add after the product.
+  const Int8Requant* rq = own && !a_zp_per_row && !b.has_shift ? requant : nullptr;
   auto block = [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
     if (m1 <= m0 || n1 <= n0) return;
     if (own) {
-      VnniGemm(a, lda, m0, m1, n0, n1, b, c, ldc, co.data());
+      VnniGemm(a, lda, m0, m1, n0, n1, b, c, ldc, co.data(), rq);
       return;
     }
     const uint8_t* ab = a + m0 * lda;
@@ -267,7 +312,8 @@ void Int8Gemm(const uint8_t* a, int64_t lda, int64_t M, const int32_t* a_zp, boo
     ParallelFor(t, t, [&](int64_t i) { block(0, M, std::min(N, i * cols), std::min(N, (i + 1) * cols)); });
   }
   CheckDnnl(static_cast<dnnl_status_t>(failure.load()));
-  if (!a_zp_per_row && !b.has_shift) return;
+  if (rq != nullptr) return true;
+  if (!a_zp_per_row && !b.has_shift) return false;
   const int tc = ThreadsForElements(threads, M * (N + K));
   ParallelFor(tc, M, [&](int64_t m) {
     const uint8_t* row = a + m * lda;
@@ -283,6 +329,7 @@ void Int8Gemm(const uint8_t* a, int64_t lda, int64_t M, const int32_t* a_zp, boo
       for (int64_t n = 0; n < N; ++n) cr[n] = WrapAdd(cr[n], static_cast<int64_t>(b.shift[n]) * r);
     }
   });
+  return false;
 }
 
 }  // namespace cjit

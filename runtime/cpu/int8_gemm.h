@@ -59,10 +59,25 @@ Int8Rhs PreparedInt8Rhs(const Tensor& w, bool constant, const std::string& key, 
                         int64_t ldn, const int32_t* zp, bool zp_per_column,
                         const std::function<const void*(std::vector<uint8_t>* scratch)>& source);
 
+// Where Int8Gemm may write requantized results instead of int32 sums: y[m][n] (row stride ldy) =
+// saturate(rint(float(C[m][n] + bias[n]) * mult[n]) + zp) as int8 (`to_signed`) or uint8, bit for bit
+// RequantizeColumnsI32 (runtime/cpu/quant_rows.h). bias may be null.
+struct Int8Requant {
+  const int32_t* bias = nullptr;
+  const float* mult = nullptr;
+  int32_t zp = 0;
+  bool to_signed = false;
+  uint8_t* y = nullptr;
+  int64_t ldy = 0;
+};
+
 // C (M x N, leading dimension ldc) = (A - a_zp) x (B - b_zp) for uint8 A (M x K, leading dimension lda);
 // `a_zp` has M values when `a_zp_per_row`, else one. `threads`: the most threads to use.
-void Int8Gemm(const uint8_t* a, int64_t lda, int64_t M, const int32_t* a_zp, bool a_zp_per_row, const Int8Rhs& b,
-              int32_t* c, int64_t ldc, int threads);
+// With `requant`, the product may be requantized inside the kernel (the own VNNI kernel, per-tensor A zero
+// point, B' without a shift): then C is not written and the call returns true; else it returns false
+// and C holds the sums.
+bool Int8Gemm(const uint8_t* a, int64_t lda, int64_t M, const int32_t* a_zp, bool a_zp_per_row, const Int8Rhs& b,
+              int32_t* c, int64_t ldc, int threads, const Int8Requant* requant = nullptr);
 
 }  // namespace cjit
 

@@ -558,10 +558,14 @@ __attribute__((target("avx2,fma"))) void DepthwiseRowF32Avx2(const float* const*
 // acc [count][OC], P, OC) for each run of output pixels p0.. of image n (channels-last int32 sums; runs of one
 // image may come from several threads at once, never overlapping); image(n, P, OC) after an image's last
 // run (the sink writes the image out in NCHW).
+// Optionally requant(n, p0, &rq): where the requantized bytes of the run from pixel p0 of image n go (row
+// stride rq.ldy), when the sink requantizes per column: the product then writes them itself (Int8Requant)
+// and rows() is not called for that run.
 struct ConvSink {
   std::function<absl::Status(const Dims&)> begin;
   std::function<void(int64_t n, int64_t p0, int64_t count, const int32_t* acc, int64_t P, int64_t OC)> rows;
   std::function<void(int64_t n, int64_t P, int64_t OC)> image;
+  std::function<bool(int64_t n, int64_t p0, Int8Requant* rq)> requant;
 };
 
 
@@ -750,8 +754,12 @@ absl::Status FastIntConv(const KernelContext& ctx, const Tensor& x, const Tensor
     }
     for (int64_t r0 = 0; r0 < OH; r0 += chunk_rows) {
       const int64_t rows = std::min(chunk_rows, OH - r0);
+      Int8Requant rq;
+      const bool fusable = group == 1 && sink.requant && sink.requant(n, r0 * OW, &rq);
+      bool requantized = false;
       if (pointwise) {
-        Int8Gemm(xt + r0 * OW * C, C, rows * OW, &azp, false, rhs[0], chunk, OC, ctx.threads);
+        requantized = Int8Gemm(xt + r0 * OW * C, C, rows * OW, &azp, false, rhs[0], chunk, OC, ctx.threads,
+                               fusable ? &rq : nullptr);
       } else {
         for (int64_t gi = 0; gi < group; ++gi) {
           ParallelFor(ThreadsForElements(ctx.threads, rows * OW * K), rows * OW, [&](int64_t i) {
@@ -782,10 +790,11 @@ absl::Status FastIntConv(const KernelContext& ctx, const Tensor& x, const Tensor
               }
             }
           });
-          Int8Gemm(col, K, rows * OW, &azp, false, rhs[gi], chunk + gi * ocpg, OC, ctx.threads);
+          requantized = Int8Gemm(col, K, rows * OW, &azp, false, rhs[gi], chunk + gi * ocpg, OC, ctx.threads,
+                                 fusable ? &rq : nullptr);
         }
       }
-      sink.rows(n, r0 * OW, rows * OW, chunk, P, OC);
+      if (!requantized) sink.rows(n, r0 * OW, rows * OW, chunk, P, OC);
     }
     sink.image(n, P, OC);
   }
@@ -939,6 +948,17 @@ absl::Status QLinearConvKernel(KernelContext& ctx, bool channels_last) {
                 [&](int64_t n, int64_t P, int64_t OC) {
                   if (channels_last) return;
                   BatchedTranspose(img, static_cast<uint8_t*>(y->raw()) + n * OC * P, 1, 1, P, OC, ctx.threads);
+                },
+                [&](int64_t n, int64_t p0, Int8Requant* rq) {
+                  const int64_t OC = static_cast<int64_t>(mult.size());
+                  const int64_t P = channels_last ? NumElements(y->dims()) / std::max<int64_t>(y->dim(0) * OC, 1) : 0;
+                  rq->bias = bias.empty() ? nullptr : bias.data();
+                  rq->mult = mult.data();
+                  rq->zp = zp;
+                  rq->to_signed = y->dtype() == DType::kI8;
+                  rq->y = channels_last ? static_cast<uint8_t*>(y->raw()) + (n * P + p0) * OC : img + p0 * OC;
+                  rq->ldy = OC;
+                  return true;
                 }};
   CJIT_RETURN_IF_ERROR(FastIntConv(ctx, ctx.in(0), ctx.in(3), 2, 5, 3, sink, &handled, channels_last));
   if (handled) return absl::OkStatus();

@@ -13,9 +13,7 @@
 namespace cjit {
 namespace {
 
-// Quotients are clamped to +-kClamp before rounding, so that the int32 conversion cannot overflow and a NaN
-// (which every comparison below rejects) lands on -kClamp, then on the type's lowest value.
-constexpr float kClamp = 1e9f;
+constexpr float kClamp = kQuantClamp;
 
 inline int32_t Lo(bool s) { return s ? -128 : 0; }
 inline int32_t Hi(bool s) { return s ? 127 : 255; }

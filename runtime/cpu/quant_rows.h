@@ -11,6 +11,10 @@
 
 namespace cjit {
 
+// Quotients are clamped to +-kQuantClamp before rounding, so that the int32 conversion cannot overflow and a
+// NaN (which every comparison rejects) lands on -kQuantClamp, then on the type's lowest value.
+constexpr float kQuantClamp = 1e9f;
+
 // y[i] = saturate(rint(x[i] / scale) + zp) into int8 (`to_signed`) or uint8; ONNX QuantizeLinear (float32
 // division as its reference implementation; ties to even). A NaN quotient gives the type's lowest value
 // (as ONNX Runtime's MLAS does); +-inf saturate.
