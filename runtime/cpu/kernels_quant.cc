@@ -660,7 +660,7 @@ absl::Status FastIntConv(const KernelContext& ctx, const Tensor& x, const Tensor
   // 16 MiB); output pixels dw_ow0 <= ow < dw_ow1 read only inside the row.
   const int64_t dw_slots = KH * g.dilations[0];
   const bool row_cache = dw_f32 && g.pad_begin[0] >= 0 && g.pad_begin[1] >= 0 && g.strides[1] > 0 &&
-                         dw_slots * W * C <= (int64_t{4} << 20);
+                         W * C <= (int64_t{4} << 20) / dw_slots;
   int64_t dw_ow0 = 0, dw_ow1 = 0;
   if (row_cache) {
     const int64_t sw = g.strides[1], pw = g.pad_begin[1], last = W - 1 - (KW - 1) * g.dilations[1] + pw;
