@@ -41,7 +41,7 @@ if [[ $rc -ne 0 || $found -ne 0 ]]; then
   echo "fuzz: FAIL (exit $rc, $found failing inputs in build-fuzz/artifacts/; log in build-fuzz/fuzz.log)" >&2
   # The crashing job's own log (fork mode copies it after "log from the inner process"), without the
   # coverage lines: the assertion, abort message or sanitizer report and its stack.
-  grep -v -E "NEW_FUNC|^#[0-9]+:" build-fuzz/fuzz.log | grep -m1 -A60 -E "log from the inner process|runtime error|ERROR:" >&2 ||
+  grep -v -E "NEW_FUNC|^#[0-9]+[:[:space:]]" build-fuzz/fuzz.log | grep -m1 -A60 -E "log from the inner process|runtime error|ERROR:" >&2 ||
     grep -m5 -E "^SUMMARY|runtime error|ERROR:" build-fuzz/fuzz.log >&2 || true
   for a in build-fuzz/artifacts/*; do
     [[ -f $a ]] && echo "fuzz: failing input $(basename "$a"), base64 (decode it into fuzz/regressions/ to replay):" >&2 &&

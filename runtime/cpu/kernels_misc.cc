@@ -291,7 +291,8 @@ absl::Status DynamicQuantize(KernelContext& ctx) {
     mx = std::max(mx, mxs[i]);
   }
   const float scale = (mx - mn) / 255.0f;
-  const float zpf = scale == 0 ? 0 : std::clamp(std::nearbyint(0.0f - mn / scale), 0.0f, 255.0f);
+  // An infinite range (scale inf) gives 0 - min / scale = 0 or NaN (-inf / inf): zero point 0.
+  const float zpf = scale == 0 || !std::isfinite(scale) ? 0 : std::clamp(std::nearbyint(0.0f - mn / scale), 0.0f, 255.0f);
   const int32_t zp = static_cast<int32_t>(zpf);
   Tensor& y = ctx.Alloc(0);
   uint8_t* yp = y.data<uint8_t>();
