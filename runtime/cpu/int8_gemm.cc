@@ -18,9 +18,18 @@
 
 namespace cjit {
 
-bool Int8GemmNeedsSplit() { return !CpuHasAvx512Vnni(); }
+bool Int8GemmNeedsSplit() { return !CpuHasAvx512Vnni() && !CpuHasAvx2(); }
 
 namespace {
+
+// Which product kernel the prepared B is packed for: clusterjit's AVX-512 VNNI kernel (oneDNN beyond
+// kVnniMaxK), its AVX2 int16 kernel, or oneDNN with B' split in two halves.
+enum class Int8Path { kVnni, kAvx2, kSplit };
+Int8Path CurrentInt8Path() {
+  if (CpuHasAvx512Vnni()) return Int8Path::kVnni;
+  if (CpuHasAvx2()) return Int8Path::kAvx2;
+  return Int8Path::kSplit;
+}
 
 int64_t AlignUp4(int64_t v) { return (v + 3) & ~int64_t{3}; }
 
@@ -41,8 +50,14 @@ void CheckDnnl(dnnl_status_t st) {
 int64_t ValuesBytes(int64_t K, int64_t N, bool split) { return AlignUp4(K * N * (split ? 2 : 1)); }
 int64_t VnniOffset(int64_t K, int64_t N, bool split) { return (ValuesBytes(K, N, split) + 8 * N + 63) / 64 * 64; }
 int64_t VnniBytes(int64_t K, int64_t N) { return (N + 15) / 16 * ((K + 3) / 4) * 64; }
-int64_t Int8RhsBytes(int64_t K, int64_t N, bool split) {
-  return split ? ValuesBytes(K, N, split) + 8 * N : VnniOffset(K, N, split) + VnniBytes(K, N) + 64;
+// The AVX2 int16 packing: ceil(N/16) column blocks, each ceil(K/2) pairs of k for 16 columns (32 int16).
+int64_t I16Bytes(int64_t K, int64_t N) { return (N + 15) / 16 * ((K + 1) / 2) * 64; }
+int64_t Int8RhsBytes(int64_t K, int64_t N, Int8Path path) {
+  switch (path) {
+    case Int8Path::kSplit: return ValuesBytes(K, N, true) + 8 * N;
+    case Int8Path::kAvx2: return VnniOffset(K, N, false) + I16Bytes(K, N) + 64;
+    default: return VnniOffset(K, N, false) + VnniBytes(K, N) + 64;
+  }
 }
 
 // The buffer's start aligned to 64 bytes (buffers are allocated with 64 spare bytes).
@@ -52,7 +67,8 @@ const uint8_t* VnniBase(const uint8_t* buffer, int64_t K, int64_t N) {
 }
 
 // The view of a prepared buffer (its owner left to the caller).
-Int8Rhs ViewInt8Rhs(const uint8_t* buffer, int64_t K, int64_t N, bool split) {
+Int8Rhs ViewInt8Rhs(const uint8_t* buffer, int64_t K, int64_t N, Int8Path path) {
+  const bool split = path == Int8Path::kSplit;
   Int8Rhs r;
   r.K = K;
   r.N = N;
@@ -62,14 +78,16 @@ Int8Rhs ViewInt8Rhs(const uint8_t* buffer, int64_t K, int64_t N, bool split) {
   r.colsum = reinterpret_cast<const int32_t*>(buffer + ValuesBytes(K, N, split));
   r.shift = r.colsum + N;
   for (int64_t n = 0; n < N; ++n) r.has_shift |= r.shift[n] != 0;
-  if (!split) r.vnni = reinterpret_cast<const int8_t*>(VnniBase(buffer, K, N));
+  if (path == Int8Path::kVnni) r.vnni = reinterpret_cast<const int8_t*>(VnniBase(buffer, K, N));
+  if (path == Int8Path::kAvx2) r.i16 = reinterpret_cast<const int16_t*>(VnniBase(buffer, K, N));
   return r;
 }
 
 // Writes the prepared B into `buffer` (Int8RhsBytes): from `b` (uint8 or int8), element (k, n) at
 // b[k * ldk + n * ldn], zero point zp[n] (or zp[0]; null = 0).
 void PrepareInt8Rhs(const void* b, bool b_signed, int64_t K, int64_t N, int64_t ldk, int64_t ldn, const int32_t* zp,
-                    bool zp_per_column, bool split, uint8_t* buffer) {
+                    bool zp_per_column, Int8Path path, uint8_t* buffer) {
+  const bool split = path == Int8Path::kSplit;
   int8_t* b0 = reinterpret_cast<int8_t*>(buffer);
   int8_t* b1 = split ? b0 + K * N : nullptr;
   int32_t* colsum = reinterpret_cast<int32_t*>(buffer + ValuesBytes(K, N, split));
@@ -96,6 +114,15 @@ void PrepareInt8Rhs(const void* b, bool b_signed, int64_t K, int64_t N, int64_t 
     }
   }
   if (split) return;
+  if (path == Int8Path::kAvx2) {  // B - b_zp = B' + c[n], exact in int16
+    int16_t* i16 = reinterpret_cast<int16_t*>(const_cast<uint8_t*>(VnniBase(buffer, K, N)));
+    const int64_t K2 = (K + 1) / 2;
+    std::memset(i16, 0, I16Bytes(K, N));
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t n = 0; n < N; ++n)
+        i16[((n / 16) * K2 + k / 2) * 32 + (n % 16) * 2 + k % 2] = static_cast<int16_t>(b0[k * N + n] + shift[n]);
+    return;
+  }
   int8_t* vnni = reinterpret_cast<int8_t*>(const_cast<uint8_t*>(VnniBase(buffer, K, N)));
   const int64_t K4 = (K + 3) / 4;
   std::memset(vnni, 0, VnniBytes(K, N));
@@ -232,30 +259,194 @@ void VnniGemm(const uint8_t* a, int64_t lda, int64_t m0, int64_t m1, int64_t n0,
   }
 }
 
+// ---- AVX2: exact int16 products (vpmaddwd)
+// Without VNNI, u8 x s8 instructions (vpmaddubsw) saturate pairs of products in int16; vpmaddwd multiplies
+// int16 pairs into an exact int32 sum. Both operands carry their zero points: A - a_zp and B - b_zp lie in
+// [-255, 255], a pair of products in +-130,050, so C needs no correction terms and every zero-point layout
+// (per-row A, per-column B, uint8 or int8 B) takes the same kernel.
+
+// Rows [m, m + rows) of A as int16 a - a_zp, K rounded up to even (a zero last value), row stride lda16.
+__attribute__((target("avx2"))) void WidenRowsAvx2(const uint8_t* a, int64_t lda, int64_t m, int rows, int64_t K,
+                                                   const int32_t* a_zp, bool a_zp_per_row, int16_t* out,
+                                                   int64_t lda16) {
+  for (int r = 0; r < rows; ++r) {
+    const uint8_t* src = a + (m + r) * lda;
+    int16_t* dst = out + r * lda16;
+    const int16_t zp = static_cast<int16_t>(a_zp[a_zp_per_row ? m + r : 0]);
+    const __m256i vz = _mm256_set1_epi16(zp);
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + k), _mm256_sub_epi16(_mm256_cvtepu8_epi16(v), vz));
+    }
+    for (; k < K; ++k) dst[k] = static_cast<int16_t>(src[k] - zp);
+    if (K % 2) dst[K] = 0;
+  }
+}
+
+// C (MR rows x `cols` <= 8 * NB columns) = sum over k of a16 x B16 for one 16-column block bp; or, with rq,
+// their requantization into y.
+template <int MR, int NB>
+__attribute__((target("avx2"))) void I16Tile(const int16_t* a16, int64_t lda16, int64_t K2, const int16_t* bp,
+                                             int32_t* c, int64_t ldc, int64_t cols, const Int8Requant* rq, uint8_t* y) {
+  __m256i acc[MR][NB];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; ++j) acc[r][j] = _mm256_setzero_si256();
+  for (int64_t kp = 0; kp < K2; ++kp) {
+    __m256i b[NB];
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; ++j) b[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(bp + kp * 32 + j * 16));
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, a16 + r * lda16 + kp * 2, 4);
+      const __m256i v = _mm256_set1_epi32(pair);
+#pragma GCC unroll 8
+      for (int j = 0; j < NB; ++j) acc[r][j] = _mm256_add_epi32(acc[r][j], _mm256_madd_epi16(v, b[j]));
+    }
+  }
+  const bool whole = cols == 8 * NB;
+  if (rq != nullptr) {  // requantized in registers, as RequantizeColumnsI32
+    // The block's bias and multipliers (zero beyond `cols`, where nothing is stored).
+    __m256i bias[NB];
+    __m256 mult[NB];
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; ++j) {
+      if (whole) {
+        bias[j] = rq->bias != nullptr ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rq->bias + j * 8))
+                                      : _mm256_setzero_si256();
+        mult[j] = _mm256_loadu_ps(rq->mult + j * 8);
+      } else {
+        alignas(32) int32_t tb[8] = {};
+        alignas(32) float tm[8] = {};
+        for (int64_t i = j * 8; i < std::min<int64_t>(cols, j * 8 + 8); ++i) {
+          tb[i - j * 8] = rq->bias != nullptr ? rq->bias[i] : 0;
+          tm[i - j * 8] = rq->mult[i];
+        }
+        bias[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(tb));
+        mult[j] = _mm256_load_ps(tm);
+      }
+    }
+    const __m256 lo = _mm256_set1_ps(-kQuantClamp), hi = _mm256_set1_ps(kQuantClamp);
+    const __m256i zp = _mm256_set1_epi32(rq->zp);
+    const __m256i qlo = _mm256_set1_epi32(rq->to_signed ? -128 : 0);
+    const __m256i qhi = _mm256_set1_epi32(rq->to_signed ? 127 : 255);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      __m256i q[2];
+#pragma GCC unroll 8
+      for (int j = 0; j < NB; ++j) {
+        __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(acc[r][j], bias[j])), mult[j]);
+        f = _mm256_min_ps(_mm256_max_ps(f, lo), hi);
+        const __m256i t = _mm256_add_epi32(_mm256_cvtps_epi32(f), zp);
+        q[j] = _mm256_min_epi32(_mm256_max_epi32(t, qlo), qhi);
+      }
+      if (NB == 1) q[1] = q[0];
+      // In range already: the saturating packs keep every value; permute4x64 undoes packs' lane order.
+      const __m256i w16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8);
+      const __m128i l = _mm256_castsi256_si128(w16), h = _mm256_extracti128_si256(w16, 1);
+      const __m128i b8 = rq->to_signed ? _mm_packs_epi16(l, h) : _mm_packus_epi16(l, h);
+      uint8_t* dst = y + r * rq->ldy;
+      if (cols == 16) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), b8);
+      } else {
+        alignas(16) uint8_t t[16];
+        _mm_store_si128(reinterpret_cast<__m128i*>(t), b8);
+        std::memcpy(dst, t, cols);
+      }
+    }
+    return;
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    if (whole) {
+#pragma GCC unroll 8
+      for (int j = 0; j < NB; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + r * ldc + j * 8), acc[r][j]);
+    } else {
+      alignas(32) int32_t t[8 * NB];
+#pragma GCC unroll 8
+      for (int j = 0; j < NB; ++j) _mm256_store_si256(reinterpret_cast<__m256i*>(t + j * 8), acc[r][j]);
+      std::memcpy(c + r * ldc, t, cols * sizeof(int32_t));
+    }
+  }
+}
+
+template <int MR>
+void I16Rows(const int16_t* a16, int64_t lda16, int64_t K2, const int16_t* bp, int32_t* c, int64_t ldc, int64_t cols,
+             const Int8Requant* rq, uint8_t* y) {
+  if (cols > 8) return I16Tile<MR, 2>(a16, lda16, K2, bp, c, ldc, cols, rq, y);
+  return I16Tile<MR, 1>(a16, lda16, K2, bp, c, ldc, cols, rq, y);
+}
+
+// Rows [m0, m1) x columns [n0, n1) of C (n0 a multiple of 16) on the int16 tiles; with rq, of its y instead.
+// Columns go in groups whose B (K x group int16) fits in L2; a group's 6-row panels of A are widened once.
+void I16Gemm(const uint8_t* a, int64_t lda, int64_t m0, int64_t m1, int64_t n0, int64_t n1, const Int8Rhs& b,
+             const int32_t* a_zp, bool a_zp_per_row, int32_t* c, int64_t ldc, const Int8Requant* rq) {
+  constexpr int kRows = 6;
+  const int64_t K = b.K, K2 = (K + 1) / 2, lda16 = 2 * K2;
+  thread_local std::vector<int16_t> panel;
+  if (static_cast<int64_t>(panel.size()) < kRows * lda16) panel.resize(kRows * lda16);
+  const int64_t group = std::max<int64_t>(16, (int64_t{256} << 10) / (K2 * 4) / 16 * 16);
+  for (int64_t g0 = n0; g0 < n1; g0 += group) {
+    const int64_t g1 = std::min(n1, g0 + group);
+    for (int64_t m = m0; m < m1; m += kRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kRows, m1 - m));
+      WidenRowsAvx2(a, lda, m, rows, K, a_zp, a_zp_per_row, panel.data(), lda16);
+      for (int64_t j0 = g0; j0 < g1; j0 += 16) {
+        const int64_t cols = std::min<int64_t>(16, g1 - j0);
+        const int16_t* bp = b.i16 + (j0 / 16) * K2 * 32;
+        Int8Requant tile;  // rq's per-column vectors advanced to column j0
+        uint8_t* y = nullptr;
+        int32_t* cm = nullptr;
+        if (rq != nullptr) {
+          tile = *rq;
+          tile.mult += j0;
+          if (tile.bias != nullptr) tile.bias += j0;
+          y = rq->y + m * rq->ldy + j0;
+        } else {
+          cm = c + m * ldc + j0;
+        }
+        const Int8Requant* trq = rq != nullptr ? &tile : nullptr;
+        const int16_t* p = panel.data();
+        switch (rows) {
+          case 6: I16Rows<6>(p, lda16, K2, bp, cm, ldc, cols, trq, y); break;
+          case 5: I16Rows<5>(p, lda16, K2, bp, cm, ldc, cols, trq, y); break;
+          case 4: I16Rows<4>(p, lda16, K2, bp, cm, ldc, cols, trq, y); break;
+          case 3: I16Rows<3>(p, lda16, K2, bp, cm, ldc, cols, trq, y); break;
+          case 2: I16Rows<2>(p, lda16, K2, bp, cm, ldc, cols, trq, y); break;
+          default: I16Rows<1>(p, lda16, K2, bp, cm, ldc, cols, trq, y); break;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 Int8Rhs PreparedInt8Rhs(const Tensor& w, bool constant, const std::string& key, int64_t K, int64_t N, int64_t ldk,
                         int64_t ldn, const int32_t* zp, bool zp_per_column,
                         const std::function<const void*(std::vector<uint8_t>* scratch)>& source) {
-  const bool split = Int8GemmNeedsSplit();
+  const Int8Path path = CurrentInt8Path();
   const bool b_signed = w.dtype() == DType::kI8;
-  const int64_t bytes = Int8RhsBytes(K, N, split);
+  const int64_t bytes = Int8RhsBytes(K, N, path);
   std::vector<uint8_t> scratch;
   if (constant) {
     // The zero points are part of the prepared values: they are constants of the same node, named by the key.
     std::shared_ptr<DnnlEntry> e = CachedPackedWeights(
-        w, absl::StrCat("int8rhs:", reinterpret_cast<uintptr_t>(w.raw()), ":", key, ":", split), (bytes + 3) / 4,
+        w, absl::StrCat("int8rhs:", reinterpret_cast<uintptr_t>(w.raw()), ":", key, ":", static_cast<int>(path)), (bytes + 3) / 4,
         [&](float* buf) {
-          PrepareInt8Rhs(source(&scratch), b_signed, K, N, ldk, ldn, zp, zp_per_column, split,
+          PrepareInt8Rhs(source(&scratch), b_signed, K, N, ldk, ldn, zp, zp_per_column, path,
                          reinterpret_cast<uint8_t*>(buf));
         });
-    Int8Rhs r = ViewInt8Rhs(static_cast<const uint8_t*>(e->weights.get_data_handle()), K, N, split);
+    Int8Rhs r = ViewInt8Rhs(static_cast<const uint8_t*>(e->weights.get_data_handle()), K, N, path);
     r.owner = e;
     return r;
   }
   auto buffer = std::shared_ptr<uint8_t[]>(new uint8_t[bytes]);
-  PrepareInt8Rhs(source(&scratch), b_signed, K, N, ldk, ldn, zp, zp_per_column, split, buffer.get());
-  Int8Rhs r = ViewInt8Rhs(buffer.get(), K, N, split);
+  PrepareInt8Rhs(source(&scratch), b_signed, K, N, ldk, ldn, zp, zp_per_column, path, buffer.get());
+  Int8Rhs r = ViewInt8Rhs(buffer.get(), K, N, path);
   r.owner = buffer;
   return r;
 }
@@ -277,11 +468,16 @@ bool Int8Gemm(const uint8_t* a, int64_t lda, int64_t M, const int32_t* a_zp, boo
   // One block of C: rows [m0, m1) x columns [n0, n1).
   // (No exception may leave an OpenMP region: a failed call is recorded and reported after it.)
   std::atomic<int> failure{dnnl_success};
+  const bool i16 = b.i16 != nullptr && CpuHasAvx2();
   const bool own = b.vnni != nullptr && K <= kVnniMaxK && CpuHasAvx512Vnni();
   // Requantized in the kernel when nothing is left to add after the product.
-  const Int8Requant* rq = own && !a_zp_per_row && !b.has_shift ? requant : nullptr;
+  const Int8Requant* rq = (own && !a_zp_per_row && !b.has_shift) || i16 ? requant : nullptr;
   auto block = [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
     if (m1 <= m0 || n1 <= n0) return;
+    if (i16) {
+      I16Gemm(a, lda, m0, m1, n0, n1, b, a_zp, a_zp_per_row, c, ldc, rq);
+      return;
+    }
     if (own) {
       VnniGemm(a, lda, m0, m1, n0, n1, b, c, ldc, co.data(), rq);
       return;
@@ -313,7 +509,7 @@ bool Int8Gemm(const uint8_t* a, int64_t lda, int64_t M, const int32_t* a_zp, boo
   }
   CheckDnnl(static_cast<dnnl_status_t>(failure.load()));
   if (rq != nullptr) return true;
-  if (!a_zp_per_row && !b.has_shift) return false;
+  if (i16 || (!a_zp_per_row && !b.has_shift)) return false;
   const int tc = ThreadsForElements(threads, M * (N + K));
   ParallelFor(tc, M, [&](int64_t m) {
     const uint8_t* row = a + m * lda;

@@ -13,9 +13,11 @@
 // GEMM API repacks both operands on every call, which dominated the small-K products of 1x1 convolutions.
 //
 // Exactness on CPUs without VNNI: their u8 x s8 path (vpmaddubsw) adds two products into a saturating int16,
-// which overflows for |B'| > 64 (255 * -128 * 2 < -32768; oneDNN's "Int8 Computation Aspects"). There B' is
-// split into two halves of |v| <= 64 (B' = (B' >> 1) + (B' - (B' >> 1))) and multiplied in two GEMMs, summed
-// in int32: twice the work of the VNNI path, still exact.
+// which overflows for |B'| > 64 (255 * -128 * 2 < -32768; oneDNN's "Int8 Computation Aspects"; ONNX Runtime's
+// AVX2 kernels accept that error). With AVX2, clusterjit's own kernel multiplies int16 values instead
+// (vpmaddwd: A - a_zp and B - b_zp, both in [-255, 255], pairs summed exactly into int32; 6 rows x 16
+// columns of accumulators, B packed once as int16 pairs). Without AVX2, B' is split into two halves of
+// |v| <= 64 (B' = (B' >> 1) + (B' - (B' >> 1))) and multiplied in two oneDNN GEMMs, summed in int32.
 //
 // Results wrap modulo 2^32 where a product's true sum leaves int32 (only for K beyond ~65,000 with extreme
 // values; ONNX leaves overflow undefined). Thread-safety: PreparedInt8Rhs and Int8Gemm may run concurrently;
@@ -45,10 +47,13 @@ struct Int8Rhs {
   // B' packed for AVX-512 VNNI (not split): ceil(N/16) column blocks, each ceil(K/4) groups of 16 columns x 4
   // consecutive k (vpdpbusd's operand order), zero padded.
   const int8_t* vnni = nullptr;
+  // B - b_zp (= B' + c[n]) packed for the AVX2 kernel (no VNNI): ceil(N/16) column blocks, each ceil(K/2)
+  // pairs of k for 16 columns (vpmaddwd's operand order, 64 bytes), zero padded.
+  const int16_t* i16 = nullptr;
   std::shared_ptr<void> owner;
 };
 
-// Whether Int8Gemm splits B' here (no AVX-512 VNNI at or below --max_cpu_isa).
+// Whether Int8Gemm splits B' here (neither AVX-512 VNNI nor AVX2 at or below --max_cpu_isa).
 bool Int8GemmNeedsSplit();
 
 // Prepared B from `w`'s bytes (a graph constant: cached once per buffer and `key`, dropped with the buffer;
@@ -73,9 +78,9 @@ struct Int8Requant {
 
 // C (M x N, leading dimension ldc) = (A - a_zp) x (B - b_zp) for uint8 A (M x K, leading dimension lda);
 // `a_zp` has M values when `a_zp_per_row`, else one. `threads`: the most threads to use.
-// With `requant`, the product may be requantized inside the kernel (the own VNNI kernel, per-tensor A zero
-// point, B' without a shift): then C is not written and the call returns true; else it returns false
-// and C holds the sums.
+// With `requant`, the product may be requantized inside the kernel (the own AVX2 kernel; the own VNNI kernel
+// with a per-tensor A zero point and B' without a shift): then C is not written and the call returns true;
+// else it returns false and C holds the sums.
 bool Int8Gemm(const uint8_t* a, int64_t lda, int64_t M, const int32_t* a_zp, bool a_zp_per_row, const Int8Rhs& b,
               int32_t* c, int64_t ldc, int threads, const Int8Requant* requant = nullptr);
 
