@@ -124,6 +124,12 @@ CONVS = [
     ("depthwise_3x3_s2_asym_c19", (2, 19, 11, 33), (19, 1, 3, 3), dict(group=19, strides=(2, 2), pads=(0, 1, 1, 0))),
     ("depthwise_7x5_c64", (1, 64, 9, 40), (64, 1, 7, 5), dict(group=64, pads=(3, 2, 3, 2))),
     ("stem_3ch_3x3_s2", (1, 3, 32, 32), (16, 3, 3, 3), dict(strides=(2, 2), pads=(1, 1, 1, 1))),
+    # 64 channels and more (the VNNI depthwise kernel's blocks of 64): a 32-channel tail, a 5-wide kernel (two
+    # groups of 4 taps), stride and dilation along W, asymmetric pads, two images.
+    ("depthwise_3x3_c96", (1, 96, 9, 11), (96, 1, 3, 3), dict(group=96, pads=(1, 1, 1, 1))),
+    ("depthwise_5x5_s2_c72", (1, 72, 13, 12), (72, 1, 5, 5), dict(group=72, strides=(2, 2), pads=(2, 1, 1, 2))),
+    ("depthwise_3x3_dil2_c130", (2, 130, 10, 9), (130, 1, 3, 3),
+     dict(group=130, strides=(1, 2), dilations=(2, 2), pads=(2, 0, 1, 2))),
 ]
 
 
@@ -150,6 +156,24 @@ def conv_integer_cases(root):
             node = helper.make_node("ConvInteger", ["x", "w", "xzp", "wzp"], ["y"], **conv_attrs(attrs, ws[2:], group))
             write(root, "convinteger_%s%s_%s" % (np.dtype(xt).name, np.dtype(wt).name, cname), [node], [("x", x)],
                   [("y", y)], inits=[("w", w), ("xzp", xzp), ("wzp", wzp)])
+    # Depthwise with w - w_zp within int8 (the VNNI depthwise kernel's condition; the random zero points above
+    # mostly leave it): int8 w with zero point 0, uint8 w with zero point 128, int8 x; exact int32 outputs.
+    for xt, wt, wzp_value in [(np.uint8, np.int8, 0), (np.uint8, np.uint8, 128), (np.int8, np.int8, 0)]:
+        for cname, xs, ws, attrs in CONVS:
+            if not cname.startswith("depthwise") or ws[0] < 64:
+                continue
+            x = ints(xt, *xs)
+            w = ints(wt, *ws)
+            w.flat[0] = RANGE[wt][0]  # the extremes of w - w_zp
+            w.flat[1] = RANGE[wt][1]
+            xzp = ints(xt)
+            wzp = np.full(ws[0], wzp_value, wt)
+            kw = {k: v for k, v in attrs.items() if k != "group"}
+            y = conv_ref(x, w, xzp, wzp, group=ws[0], **kw).astype(np.int32)
+            node = helper.make_node("ConvInteger", ["x", "w", "xzp", "wzp"], ["y"],
+                                    **conv_attrs(attrs, ws[2:], ws[0]))
+            write(root, "convinteger_%s%s_int8range_%s" % (np.dtype(xt).name, np.dtype(wt).name, cname), [node],
+                  [("x", x)], [("y", y)], inits=[("w", w), ("xzp", xzp), ("wzp", wzp)])
     # 1-D
     x = ints(np.uint8, 1, 8, 40)
     w = ints(np.int8, 12, 8, 3)

@@ -23,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "runtime/cpu/box_copy.h"
+#include "runtime/cpu/depthwise_int8.h"
 #include "runtime/cpu/int8_gemm.h"
 #include "runtime/cpu/kernel.h"
 #include "runtime/cpu/parallel.h"
@@ -624,16 +625,16 @@ absl::Status FastIntConv(const KernelContext& ctx, const Tensor& x, const Tensor
   // Prepared once only when w and its zero point are both constants (the zero point is folded into it).
   const bool w_constant = ctx.is_constant(w_index) && (!ctx.has(wzp_index) || ctx.is_constant(wzp_index));
   uint8_t* xt = nullptr;
-  std::vector<int32_t> wt;              // depthwise: [taps][C]
-  if (depthwise) {
-    wt.resize(KH * KW * C);
+  std::vector<int32_t> wt;  // depthwise: [taps][C] = w - w_zp
+  auto depthwise_values = [&](std::vector<int32_t>* out) {
+    out->resize(KH * KW * C);
     const bool ws = w.dtype() == DType::kI8;
     for (int64_t c = 0; c < C; ++c)
       for (int64_t t = 0; t < KH * KW; ++t) {
         const int32_t v = ws ? w.data<int8_t>()[c * KH * KW + t] : w.data<uint8_t>()[c * KH * KW + t];
-        wt[t * C + c] = v - wzp[wzp.size() > 1 ? c : 0];
+        (*out)[t * C + c] = v - wzp[wzp.size() > 1 ? c : 0];
       }
-  }
+  };
   std::vector<Int8Rhs> rhs;
   if (!depthwise) {
     for (int64_t gi = 0; gi < group; ++gi) {
@@ -652,13 +653,38 @@ absl::Status FastIntConv(const KernelContext& ctx, const Tensor& x, const Tensor
           }));
     }
   }
-  // Depthwise: float32 (exact, above) on AVX-512 / AVX2 for kernels of up to kMaxExactTaps taps, else int32.
-  const bool dw_f32 = depthwise && KH * KW <= kMaxExactTaps && (CpuHasAvx512() || CpuHasAvx2());
+  // Depthwise: on uint8 directly with AVX-512 VNNI where w - w_zp fits int8 (runtime/cpu/depthwise_int8.h),
+  // requantized in the kernel when the sink requantizes; else float32 (exact, above) on AVX-512 / AVX2 for
+  // kernels of up to kMaxExactTaps taps; else int32.
+  DepthwiseVnniWeights dwv;
+  bool dw_vnni = false;
+  const int64_t dw_slots = KH * g.dilations[0];
+  if (depthwise && DepthwiseVnniAvailable() && g.pad_begin[0] >= 0 && g.pad_begin[1] >= 0 && g.strides[1] > 0) {
+    DepthwiseVnniGeometry geo;
+    geo.C = C;
+    geo.W = W;
+    geo.KH = KH;
+    geo.KW = KW;
+    geo.OW = OW;
+    geo.sw = g.strides[1];
+    geo.pw = g.pad_begin[1];
+    geo.dw = g.dilations[1];
+    geo.x_zp = azp;
+    Int8Requant rq0;
+    const bool fuse = sink.requant && sink.requant(0, 0, &rq0);
+    const int64_t row_bytes = OW * ((KW + 3) / 4) * ((C + 63) / 64) * 256;
+    // Blocks of 64 channels: fewer channels would leave most of each block idle.
+    dw_vnni = C >= 64 && (dw_slots + 1) * row_bytes <= (int64_t{16} << 20) &&
+              PrepareDepthwiseVnni(w, w_constant,
+                                   absl::StrCat(KH, ":", KW, ":", C, ":", reinterpret_cast<uintptr_t>(ctx.node)),
+                                   depthwise_values, geo, fuse ? &rq0 : nullptr, &dwv);
+  }
+  if (depthwise && !dw_vnni) depthwise_values(&wt);
+  const bool dw_f32 = depthwise && !dw_vnni && KH * KW <= kMaxExactTaps && (CpuHasAvx512() || CpuHasAvx2());
   std::vector<float> wf;
   if (dw_f32) wf.assign(wt.begin(), wt.end());
   // The float32 depthwise path converts input rows once into a per-thread cache of KH * dilation rows (up to
   // 16 MiB); output pixels dw_ow0 <= ow < dw_ow1 read only inside the row.
-  const int64_t dw_slots = KH * g.dilations[0];
   const bool row_cache = dw_f32 && g.pad_begin[0] >= 0 && g.pad_begin[1] >= 0 && g.strides[1] > 0 &&
                          W * C <= (int64_t{4} << 20) / dw_slots;
   int64_t dw_ow0 = 0, dw_ow1 = 0;
@@ -690,6 +716,45 @@ absl::Status FastIntConv(const KernelContext& ctx, const Tensor& x, const Tensor
       if (flip) {
         for (int64_t i = 0; i < HW * C; ++i) xt[i] ^= flip;
       }
+    }
+    if (dw_vnni) {
+      // As the float32 row cache below, with tap rows (runtime/cpu/depthwise_int8.h) built once per input row;
+      // rows in the padding read one tap row of zero points.
+      const int64_t row_bytes = DepthwiseVnniTapRowBytes(dwv);
+      const int dt = ThreadsForWork(ctx.threads, static_cast<double>(P) * C * KH * KW);
+      const int64_t blocks = std::min<int64_t>(std::max(dt, 1), OH);
+      ParallelFor(dt, blocks, [&](int64_t b) {
+        uint8_t* cache = Scratch<uint8_t>(kScratchDwRows, (dw_slots + 1) * row_bytes);
+        uint8_t* padding = cache + dw_slots * row_bytes;
+        BuildDepthwiseVnniTapRow(dwv, nullptr, padding);
+        int32_t* out = dwv.requant ? nullptr : Scratch<int32_t>(kScratchRow, OW * C);
+        std::vector<int64_t> tags(dw_slots, -1);
+        std::vector<const uint8_t*> rows(KH);
+        for (int64_t oh = OH * b / blocks; oh < OH * (b + 1) / blocks; ++oh) {
+          for (int64_t kh = 0; kh < KH; ++kh) {
+            const int64_t ih = oh * g.strides[0] - g.pad_begin[0] + kh * g.dilations[0];
+            if (ih < 0 || ih >= H) {
+              rows[kh] = padding;
+              continue;
+            }
+            uint8_t* row = cache + (ih % dw_slots) * row_bytes;
+            if (tags[ih % dw_slots] != ih) {
+              BuildDepthwiseVnniTapRow(dwv, xt + ih * W * C, row);
+              tags[ih % dw_slots] = ih;
+            }
+            rows[kh] = row;
+          }
+          Int8Requant rq;
+          if (dwv.requant && sink.requant(n, oh * OW, &rq)) {
+            DepthwiseVnniRow(dwv, rows.data(), rq.y, rq.ldy, nullptr);
+          } else {
+            DepthwiseVnniRow(dwv, rows.data(), nullptr, 0, out);
+            sink.rows(n, oh * OW, OW, out, P, OC);
+          }
+        }
+      });
+      sink.image(n, P, OC);
+      continue;
     }
     if (depthwise && row_cache) {
       // Contiguous blocks of output rows over the threads; each block converts an input row once, into the
