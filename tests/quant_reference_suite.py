@@ -84,9 +84,9 @@ def matmul_integer_cases(root):
                 write(root, name, [node], [("a", a)], [("y", y)], inits=[("b", b), ("azp", azp), ("bzp", bzp)])
             else:
                 write(root, name, [node], [("a", a), ("b", b), ("azp", azp), ("bzp", bzp)], [("y", y)])
-    # K beyond the VNNI kernel's limit (4096) and a B wider than one L2 column group of the AVX2 kernel.
-    a = ints(np.uint8, 10, 4100)
-    b = ints(np.uint8, 4100, 80)
+    # K beyond the VNNI kernel's limit (8192) and a B wider than one L2 column group of the AVX2 kernel.
+    a = ints(np.uint8, 10, 8200)
+    b = ints(np.uint8, 8200, 80)
     azp, bzp = ints(np.uint8, 10), ints(np.uint8, 80)
     write(root, "matmulinteger_long_k_wide_n", [helper.make_node("MatMulInteger", ["a", "b", "azp", "bzp"], ["y"])],
           [("a", a)], [("y", matmul_ref(a, b, azp, bzp).astype(np.int32))], inits=[("b", b), ("azp", azp),

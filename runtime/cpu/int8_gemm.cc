@@ -33,8 +33,8 @@ Int8Path CurrentInt8Path() {
 
 int64_t AlignUp4(int64_t v) { return (v + 3) & ~int64_t{3}; }
 
-// The largest K the own VNNI kernel takes: a 64-column block of B' (K x 64 bytes) stays in L2.
-constexpr int64_t kVnniMaxK = 4096;
+// The largest K the own VNNI kernel takes: a 64-column block of B' (K x 64 bytes, 512 KiB) stays in L2.
+constexpr int64_t kVnniMaxK = 8192;
 
 // x + y modulo 2^32 (int32 results wrap as the hardware's do; no signed-overflow UB).
 inline int32_t WrapAdd(int32_t x, int64_t y) {
