@@ -180,6 +180,41 @@ TEST(FuseQdqTest, MatMulBecomesQLinearMatMul) {
   }
 }
 
+TEST(FuseQdqTest, ValueMovingOpsRunOnTheBytes) {
+  // DQ -> op -> Q with one scale and zero point becomes the op on the uint8 / int8 values: bit-identical.
+  const std::string params = FloatConst("s", {}, 0.037, 0) + IntConst("z", "u8", {}, 117, 117, 0);
+  const std::string in = "graph g(%x: u8[1,6,9,10]) {\n" + params + "  %d = DequantizeLinear(%x, %s, %z)\n";
+  const std::string out = "  %y = QuantizeLinear(%o, %s, %z)\n  return %y\n}";
+  CheckFusion(in + "  %o = MaxPool(%d) {kernel_shape=[3,3], strides=[2,2], pads=[1,1,1,1]}\n" + out, 1, "MaxPool",
+              Bytes(DType::kU8, {1, 6, 9, 10}));
+  CheckFusion(in + "  %o = MaxPool(%d) {kernel_shape=[2,2], strides=[2,2], ceil_mode=1}\n" + out, 1, "MaxPool",
+              Bytes(DType::kU8, {1, 6, 9, 10}));
+  CheckFusion(in + "  %o = Transpose(%d) {perm=[0,2,3,1]}\n" + out, 1, "Transpose", Bytes(DType::kU8, {1, 6, 9, 10}));
+  CheckFusion(in + "  %shape = constant i64[3] {1, 54, 10}\n  %o = Reshape(%d, %shape)\n" + out, 1, "Reshape",
+              Bytes(DType::kU8, {1, 6, 9, 10}));
+  CheckFusion(in + "  %o = Flatten(%d) {axis=2}\n" + out, 1, "Flatten", Bytes(DType::kU8, {1, 6, 9, 10}));
+  // int8, the zero point absent on both sides.
+  CheckFusion("graph g(%x: i8[1,6,9,10]) {\n" + FloatConst("s", {}, 0.02, 0) + IntConst("zi", "i8", {}, 0, 0, 0) +
+                  "  %d = DequantizeLinear(%x, %s)\n  %o = MaxPool(%d) {kernel_shape=[3,3], pads=[1,1,1,1]}\n"
+                  "  %y = QuantizeLinear(%o, %s, %zi)\n  return %y\n}",
+              1, "MaxPool", Bytes(DType::kI8, {1, 6, 9, 10}));
+}
+
+TEST(FuseQdqTest, ValueMovingOpsKeepDifferentParameters) {
+  const std::string in = "graph g(%x: u8[1,6,9,10]) {\n" + FloatConst("s", {}, 0.037, 0) +
+                         IntConst("z", "u8", {}, 117, 117, 0) + FloatConst("s2", {}, 0.05, 0) +
+                         IntConst("z2", "u8", {}, 110, 110, 0) + "  %d = DequantizeLinear(%x, %s, %z)\n" +
+                         "  %o = MaxPool(%d) {kernel_shape=[3,3], pads=[1,1,1,1]}\n";
+  for (const std::string q : {"%s2, %z", "%s, %z2"}) {
+    auto g = ParseGraph(in + "  %y = QuantizeLinear(%o, " + q + ")\n  return %y\n}");
+    ASSERT_TRUE(g.ok()) << g.status();
+    auto n = FuseQdqIntoIntegerOps(**g);
+    ASSERT_TRUE(n.ok()) << n.status();
+    EXPECT_EQ(*n, 0) << q;
+    EXPECT_EQ(Count(**g, "DequantizeLinear"), 1) << q;
+  }
+}
+
 // The channels-last layout pass on a quantized chain: QLinearConv -> DequantizeLinear -> Relu ->
 // QuantizeLinear -> QLinearConv (strided, per-channel) -> QLinearConv (depthwise) becomes NhwcQLinearConvs with
 // one Transpose at each end; the uint8 output is bit-identical to the NCHW graph's (the same integer math).

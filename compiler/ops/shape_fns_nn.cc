@@ -207,7 +207,8 @@ absl::Status PoolInfer(const Node& n, Inputs in, Outputs& out) {
 // com.clusterjit.NhwcMaxPool / NhwcAveragePool (compiler/passes/layout.h): MaxPool's / AveragePool's
 // attributes, X [N, d.., C] -> Y [N, o.., C] (ONNX's output permuted), float32, no Indices output.
 absl::Status NhwcPoolInfer(const Node& n, Inputs in, Outputs& out) {
-  if (in[0].dtype != DType::kF32) return NodeError(n, "X must be float32");
+  const bool bytes = n.op_type == "NhwcMaxPool" && (in[0].dtype == DType::kU8 || in[0].dtype == DType::kI8);
+  if (in[0].dtype != DType::kF32 && !bytes) return NodeError(n, "X must be float32 (NhwcMaxPool: or uint8 / int8)");
   return ChannelsLastInfer(n, in, out, PoolInfer);
 }
 

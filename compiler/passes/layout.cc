@@ -78,7 +78,7 @@ bool ResizeIsTransparent(const Node& n, int r) {
 }
 
 // MaxPool / AveragePool that the channels-last pooling loop runs (com.clusterjit.NhwcMaxPool /
-// NhwcAveragePool): ONNX domain, float32, 1-D or 2-D windows, no Indices output.
+// NhwcAveragePool): ONNX domain, float32 (MaxPool: also uint8 / int8), 1-D or 2-D windows, no Indices output.
 bool PoolIsTransparent(const Node& n) {
   if ((n.op_type != "MaxPool" && n.op_type != "AveragePool") || !n.domain.empty() || n.inputs.size() != 1) {
     return false;
@@ -88,7 +88,8 @@ bool PoolIsTransparent(const Node& n) {
   }
   const Value* x = n.input(0);
   const Value* y = n.outputs.empty() ? nullptr : n.outputs[0];
-  return x != nullptr && y != nullptr && x->dtype == DType::kF32 && y->dtype == DType::kF32 &&
+  const bool bytes = n.op_type == "MaxPool" && x != nullptr && (x->dtype == DType::kU8 || x->dtype == DType::kI8);
+  return x != nullptr && y != nullptr && (x->dtype == DType::kF32 || bytes) && y->dtype == x->dtype &&
          x->shape.rank_known && (x->shape.rank() == 3 || x->shape.rank() == 4) &&
          static_cast<int>(n.GetInts("kernel_shape").size()) == x->shape.rank() - 2;
 }

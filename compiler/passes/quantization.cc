@@ -76,6 +76,7 @@ class Fuser {
       if (op == nullptr || reads_[q->input(0)] != 1) continue;
       if (IsOp(op, "Conv") && FuseConv(q, op)) ++fused;
       else if (IsOp(op, "MatMul") && FuseMatMul(q, op)) ++fused;
+      else if (MovesValues(*op) && DropQdq(q, op)) ++fused;
     }
     return fused;
   }
@@ -153,6 +154,42 @@ class Fuser {
     return true;
   }
 
+  // Ops whose outputs are input values (of input 0), moved or selected, with one output.
+  static bool MovesValues(const Node& n) {
+    static const char* const kOps[] = {"MaxPool", "Reshape",  "Transpose", "Flatten",      "Squeeze",     "Unsqueeze",
+                                       "Identity", "Slice",   "Gather",    "DepthToSpace", "SpaceToDepth"};
+    if (!n.domain.empty() || n.num_inputs() < 1) return false;
+    for (size_t k = 1; k < n.outputs.size(); ++k) {
+      if (n.outputs[k] != nullptr) return false;  // MaxPool's Indices
+    }
+    return std::any_of(std::begin(kOps), std::end(kOps), [&](const char* op) { return n.op_type == op; });
+  }
+
+  // Q(op(DQ(x), ...)) -> op(x, ...) when the DQ and the Q quantize alike (one scale, zero point and dtype).
+  bool DropQdq(Node* q, Node* op) {
+    QParams xp, yp;
+    DType xt = DType::kInvalid, yt = DType::kInvalid;
+    if (!QOut(q, &yp, &yt)) return false;
+    Node* dq = Dq(op->input(0), &xp, false, &xt);
+    if (dq == nullptr || xp.count != 1 || xt != yt) return false;
+    auto zero_point = [](const QParams& p) {
+      return p.zero_point == nullptr ? 0.0 : p.zero_point->constant->ToDoubleVector()[0];
+    };
+    if (xp.scale->constant->ToDoubleVector()[0] != yp.scale->constant->ToDoubleVector()[0] ||
+        zero_point(xp) != zero_point(yp)) {
+      return false;
+    }
+    q->op_type = op->op_type;
+    q->domain = op->domain;
+    q->name = op->name.empty() ? q->name : op->name;
+    q->attrs = op->attrs;
+    q->inputs = op->inputs;
+    q->inputs[0] = dq->input(0);
+    q->opset_version = op->opset_version;
+    for (Value* v : q->inputs) if (v) ++reads_[v];
+    return true;
+  }
+
   // The int32 bias of a fused convolution from `v`: DQ(int32 constant) with scale x_scale * w_scale[c] and
   // zero point 0, or a float32 constant quantized to that scale. Null when neither.
   Value* QuantizedBias(Value* v, double xs, const std::vector<double>& ws, int64_t oc, const std::string& name) {
@@ -211,7 +248,8 @@ absl::StatusOr<int> FuseQdqIntoIntegerOps(Graph& graph) {
     RemoveDeadNodes(graph);
     graph.RemoveUnusedValues();
   }
-  CJIT_VLOG(1) << "FuseQdqIntoIntegerOps: " << fused << " QDQ patterns fused into QLinearConv / QLinearMatMul";
+  CJIT_VLOG(1) << "FuseQdqIntoIntegerOps: " << fused
+               << " QDQ patterns fused into QLinearConv / QLinearMatMul or ops on the bytes";
   return fused;
 }
 

@@ -5,6 +5,10 @@
 // Runtime's QDQ transformers (qdq_selector_action_transformer) and TensorRT do:
 //   Q(Conv(DQ(x), DQ(w), [bias])) -> QLinearConv(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, [bias32])
 //   Q(MatMul(DQ(a), DQ(b)))       -> QLinearMatMul(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp)
+//   Q(op(DQ(x), ...))             -> op(x, ...)  for ops whose outputs are input values, moved or selected
+//     (MaxPool, Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Identity, Slice, Gather of the data,
+//     DepthToSpace, SpaceToDepth), when the DQ and the Q have the same scale and zero point (ORT's "drop
+//     DQ/Q" selectors): Q(DQ(v)) = v exactly, and max commutes with a dequantization of positive scale.
 // Conditions (anything else is left as it is, and runs as DQ -> float op -> Q):
 //   * x / a are uint8 or int8 with one constant scale and zero point; w / b are uint8 or int8 constants,
 //     per tensor or per output channel (Conv: axis 0 of w; MatMul: the last axis of b);

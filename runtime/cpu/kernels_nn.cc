@@ -932,11 +932,13 @@ absl::Status Pool(KernelContext& ctx, int kind) {  // 0 max, 1 avg, 2 lp
 }
 
 // com.clusterjit.NhwcMaxPool / NhwcAveragePool (compiler/passes/layout.h): MaxPool / AveragePool's
-// attributes over X [N, (H,) W, C] -> Y [N, (OH,) OW, C], float32, 1-D or 2-D, no Indices output.
+// attributes over X [N, (H,) W, C] -> Y [N, (OH,) OW, C], float32 (max: also uint8 / int8), 1-D or 2-D, no
+// Indices output.
 absl::Status NhwcPool(KernelContext& ctx, int kind) {
   const Tensor& x = ctx.in(0);
-  if (x.dtype() != DType::kF32 || (x.rank() != 3 && x.rank() != 4)) {
-    return ctx.Error("channels-last pooling takes float32 X [N, (H,) W, C] only");
+  const bool bytes = kind == 0 && (x.dtype() == DType::kU8 || x.dtype() == DType::kI8);
+  if ((x.dtype() != DType::kF32 && !bytes) || (x.rank() != 3 && x.rank() != 4)) {
+    return ctx.Error("channels-last pooling takes float32 (max: also uint8 / int8) X [N, (H,) W, C] only");
   }
   std::vector<int64_t> in(x.dims().begin() + 1, x.dims().end() - 1);
   CJIT_ASSIGN_OR_RETURN(WindowGeometry g, ComputeWindowGeometry(*ctx.node, in, ctx.node->GetInts("kernel_shape"),
