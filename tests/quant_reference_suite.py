@@ -260,6 +260,29 @@ def qdq_cases(root):
         write(root, "dequantizelinear_%s_tensor" % np.dtype(dt).name,
               [helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"])], [("q", q8)], [("y", y)],
               inits=[("s", np.float32(0.125)), ("zp", zp)], tol=(1e-6, 0))
+        # Non-finite and huge inputs: NaN gives the lowest value (as ORT's MLAS), +-inf and +-3e9 saturate.
+        xn = np.array([np.nan, np.inf, -np.inf, 3e9, -3e9, 0.25, -0.75, 1.25, 126.5, -127.5], np.float32)
+        yn = np.array([lo, hi, lo, hi, lo], np.int64)
+        yn = np.concatenate([yn, np.clip(np.rint(xn[5:] / np.float32(0.5)) + int(zp), lo, hi)]).astype(dt)
+        write(root, "quantizelinear_%s_tensor_nonfinite" % np.dtype(dt).name,
+              [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["y"])], [("x", xn)], [("y", yn)],
+              inits=[("s", np.float32(0.5)), ("zp", zp)])
+        # A QDQ residual block's tail, one fused loop when compiled: Q(Relu(DQ(a) + DQ(b))), float32 math.
+        a, b = ints(dt, 2, 8, 5, 7), ints(dt, 2, 8, 5, 7)
+        sa, sb, sy = np.float32(0.031), np.float32(0.047), np.float32(0.06)
+        za, zb = ints(dt), ints(dt)
+        zy = np.array(lo, dt)  # Relu then Q with the lowest zero point, as quantize_static writes it
+        da = (a.astype(np.int32) - int(za)).astype(np.float32) * sa
+        db = (b.astype(np.int32) - int(zb)).astype(np.float32) * sb
+        r = np.maximum(da + db, np.float32(0))
+        y = np.clip(np.rint(r / sy) + int(zy), lo, hi).astype(dt)
+        write(root, "qdq_add_relu_%s_tensor" % np.dtype(dt).name,
+              [helper.make_node("DequantizeLinear", ["a", "sa", "za"], ["da"]),
+               helper.make_node("DequantizeLinear", ["b", "sb", "zb"], ["db"]),
+               helper.make_node("Add", ["da", "db"], ["s"]), helper.make_node("Relu", ["s"], ["r"]),
+               helper.make_node("QuantizeLinear", ["r", "sy", "zy"], ["y"])],
+              [("a", a), ("b", b)], [("y", y)],
+              inits=[("sa", sa), ("za", za), ("sb", sb), ("zb", zb), ("sy", sy), ("zy", zy)], tol=(0, 1))
     # DynamicQuantizeLinear (ONNX: scale = (max(0, max x) - min(0, min x)) / 255, zero point rint(-min / scale)).
     for name, x in [("mixed", RNG.uniform(-3, 5, size=(4, 33, 17)).astype(np.float32)),
                     ("positive", RNG.uniform(0.5, 2, size=(1000,)).astype(np.float32))]:

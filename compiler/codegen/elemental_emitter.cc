@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/codegen/fusion_plan.h"
+#include "compiler/ir/numeric_cast.h"
 #include "llvm/IR/Intrinsics.h"
 
 namespace cjit {
@@ -41,6 +42,18 @@ absl::StatusOr<llvm::Value*> EmitElementalF32(llvm::IRBuilder<>& b, TargetMath& 
   auto as_float = [&](llvm::Value* c) { return b.CreateSelect(c, F(b, 1), F(b, 0)); };
   auto truth = [&](llvm::Value* v) { return b.CreateFCmpUNE(v, F(b, 0)); };
   const bool to_bool = !n.outputs.empty() && n.outputs[0] && n.outputs[0]->dtype == DType::kBool;
+  if (op == "DequantizeLinear") return b.CreateFMul(in.size() > 2 && in[2] ? b.CreateFSub(x(0), in[2]) : x(0), x(1));
+  if (op == "QuantizeLinear") {
+    // saturate(rint(x / scale) + zero_point), the quotient first clamped to +-kQuantClamp (a NaN lands low),
+    // as the op's kernel (runtime/cpu/quant_rows.h): the same bits.
+    llvm::Value* q = b.CreateFDiv(x(0), x(1));
+    q = b.CreateSelect(b.CreateFCmpOGT(q, F(b, -kQuantClamp)), q, F(b, -kQuantClamp));
+    q = b.CreateSelect(b.CreateFCmpOLT(q, F(b, kQuantClamp)), q, F(b, kQuantClamp));
+    q = math.Unary(b, "round", q);
+    if (in.size() > 2 && in[2]) q = b.CreateFAdd(q, in[2]);
+    const bool s = !n.outputs.empty() && n.outputs[0] && n.outputs[0]->dtype == DType::kI8;
+    return Clamp(b, q, F(b, s ? -128 : 0), F(b, s ? 127 : 255));
+  }
   if (op == "Cast" && to_bool) return as_float(truth(x(0)));
   if (op == "Identity" || op == "Cast") return x(0);  // Cast between float types: the rounding is done below
   if (op == "Where") return b.CreateSelect(truth(x(0)), x(1), x(2));
@@ -200,6 +213,8 @@ llvm::Type* StorageType(llvm::IRBuilder<>& b, DType dtype) {
     case DType::kF16: return b.getHalfTy();
     case DType::kBF16: return b.getInt16Ty();  // raw bits, see F32ToBFloatBits
     case DType::kBool: return b.getInt8Ty();
+    case DType::kU8: return b.getInt8Ty();
+    case DType::kI8: return b.getInt8Ty();
     case DType::kI32: return b.getInt32Ty();
     case DType::kI64: return b.getInt64Ty();
     default: return b.getFloatTy();
@@ -220,7 +235,8 @@ llvm::Value* LoadF32(llvm::IRBuilder<>& b, DType dtype, llvm::Value* base, llvm:
   if (dtype == DType::kBool) {  // any nonzero byte is true
     return b.CreateSelect(b.CreateICmpNE(v, b.getInt8(0)), F(b, 1), F(b, 0));
   }
-  if (dtype == DType::kI32 || dtype == DType::kI64) return b.CreateSIToFP(v, b.getFloatTy());
+  if (dtype == DType::kI32 || dtype == DType::kI64 || dtype == DType::kI8) return b.CreateSIToFP(v, b.getFloatTy());
+  if (dtype == DType::kU8) return b.CreateUIToFP(v, b.getFloatTy());
   return v;
 }
 
@@ -229,6 +245,14 @@ void StoreF32(llvm::IRBuilder<>& b, DType dtype, llvm::Value* value, llvm::Value
   if (dtype == DType::kF16) value = b.CreateFPTrunc(value, t);
   if (dtype == DType::kBF16) value = F32ToBFloatBits(b, value);
   if (dtype == DType::kBool) value = b.CreateZExt(b.CreateFCmpUNE(value, F(b, 0)), t);
+  // uint8 / int8: an integer of the type's range (QuantizeLinear's result), saturated as Cast's conversion
+  // (compiler/ir/numeric_cast.h) would anyway.
+  if (dtype == DType::kU8 || dtype == DType::kI8) {
+    value = b.CreateTrunc(b.CreateFPToSI(Clamp(b, value, F(b, dtype == DType::kU8 ? 0 : -128),
+                                                   F(b, dtype == DType::kU8 ? 255 : 127)),
+                                         b.getInt32Ty()),
+                          t);
+  }
   b.CreateStore(value, index ? b.CreateInBoundsGEP(t, base, index) : base);
 }
 

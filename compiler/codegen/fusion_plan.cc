@@ -24,18 +24,53 @@ namespace cjit {
 
 bool IsFloatStorage(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 
+bool IsByteStorage(DType t) { return t == DType::kU8 || t == DType::kI8; }
+
 bool IsScalarConstant(const Value* v) {
-  return v && v->is_constant() && IsFloatStorage(v->constant->dtype()) && v->constant->numel() == 1;
+  return v && v->is_constant() && (IsFloatStorage(v->constant->dtype()) || IsByteStorage(v->constant->dtype())) &&
+         v->constant->numel() == 1;
 }
 
 float ScalarConstantValue(const Value* v) {
   const Tensor& c = *v->constant;
   if (c.dtype() == DType::kF16) return HalfBitsToFloat(*static_cast<const uint16_t*>(c.raw()));
   if (c.dtype() == DType::kBF16) return Bfloat16BitsToFloat(*static_cast<const uint16_t*>(c.raw()));
+  if (c.dtype() == DType::kU8) return *c.data<uint8_t>();
+  if (c.dtype() == DType::kI8) return *c.data<int8_t>();
   return *c.data<float>();
 }
 
 bool IsKernelStorage(DType t) { return IsFloatStorage(t) || t == DType::kBool; }
+
+namespace {
+
+// QuantizeLinear / DequantizeLinear per tensor (compiler/ops/op_registry.h FusionClass::kQuantize): the
+// scale a float32 scalar constant, the zero point absent or a scalar constant of the byte type.
+FusionDecision FusibleQuantize(const Node& n) {
+  const bool quantize = n.op_type == "QuantizeLinear";
+  if (n.inputs.size() < 2 || n.inputs[0] == nullptr || n.outputs.size() != 1 || n.outputs[0] == nullptr ||
+      !n.outputs[0]->shape.fully_known() || !n.inputs[0]->shape.fully_known()) {
+    return {false, "not one input and one output of known dims"};
+  }
+  if (n.HasAttr("block_size") && n.GetInt("block_size", 0) != 0) return {false, "blocked quantization"};
+  const Value* scale = n.inputs[1];
+  if (!IsScalarConstant(scale) || scale->constant->dtype() != DType::kF32) {
+    return {false, "the scale is not one float32 constant (per-axis quantization runs as its kernel)"};
+  }
+  const DType bytes = quantize ? n.outputs[0]->dtype : n.inputs[0]->dtype;
+  if (!IsByteStorage(bytes)) return {false, absl::StrCat(DTypeName(bytes), " quantization is not fused")};
+  if (quantize ? !IsFloatStorage(n.inputs[0]->dtype) : n.outputs[0]->dtype != DType::kF32) {
+    return {false, "float side is not float32 / float16 / bfloat16 (DequantizeLinear: float32)"};
+  }
+  const Value* zp = n.inputs.size() > 2 ? n.inputs[2] : nullptr;
+  if (zp != nullptr && (!IsScalarConstant(zp) || zp->constant->dtype() != bytes)) {
+    return {false, "the zero point is not one constant of the quantized type"};
+  }
+  if (n.inputs[0]->shape.concrete() != n.outputs[0]->shape.concrete()) return {false, "dims change"};
+  return {true, ""};
+}
+
+}  // namespace
 
 FusionDecision FusibleElementwise(const Node& n) {
   // Which dtypes the op takes inside a fused kernel: compiler/ops/op_traits.cc.
@@ -44,6 +79,7 @@ FusionDecision FusibleElementwise(const Node& n) {
   const bool float_op = fc == FusionClass::kFloat;
   const bool predicate = fc == FusionClass::kCompare || fc == FusionClass::kLogic;
   const std::string& op = n.op_type;
+  if (fc == FusionClass::kQuantize) return FusibleQuantize(n);
   if (n.outputs.size() != 1 || n.outputs[0] == nullptr || !n.outputs[0]->shape.fully_known()) {
     return {false, "not one output of known dims"};
   }

@@ -82,10 +82,14 @@ struct FusionPlan {
 bool IsFloatStorage(DType dtype);
 // IsFloatStorage or bool (stored as one byte, 0 or 1; 0.0 / 1.0 inside a kernel).
 bool IsKernelStorage(DType dtype);
+// uint8 / int8: loaded by DequantizeLinear and stored by QuantizeLinear only (their values as float32 inside
+// a kernel).
+bool IsByteStorage(DType dtype);
 // True if the elemental emitter can generate `node` (op and dtypes): float ops on float32/float16/bfloat16
 // values; comparisons (Equal, Less, LessOrEqual, Greater, GreaterOrEqual of floats; Equal of bools),
 // IsNaN, IsInf, Not/And/Or/Xor, and Where(bool, X, Y) — bool values are 0.0 / 1.0 inside a kernel; Cast
-// between float types and bool, and from int32/int64 to those (an integer is read as its float32 value).
+// between float types and bool, and from int32/int64 to those (an integer is read as its float32 value);
+// QuantizeLinear / DequantizeLinear per tensor (uint8 / int8 with one float32 scale and zero point).
 bool IsFusibleElementwise(const Node& node);
 // The same decision with its reason when negative (as XLA's FusionDecision), for the VLOG(2) log of
 // BuildFusionPlan (--vmodule=fusion_plan=2).
@@ -98,10 +102,10 @@ FusionDecision FusibleElementwise(const Node& node);
 // axis with keepdims=1, Softmax/LogSoftmax over the last axis.
 bool IsRowReduction(const Node& node);
 
-// Scalar float constants (float32, float16, bfloat16) are folded into the generated code rather than passed
-// as inputs.
+// Scalar constants (float32, float16, bfloat16; uint8 / int8 zero points) are kernel parameters rather than
+// inputs.
 bool IsScalarConstant(const Value* v);
-// The value of a scalar constant (IsScalarConstant) as float32 (16-bit constants widened exactly).
+// The value of a scalar constant (IsScalarConstant) as float32 (16-bit and byte constants widened exactly).
 float ScalarConstantValue(const Value* v);
 
 struct FusionPlanOptions {

@@ -13,6 +13,11 @@
 
 namespace cjit {
 
+// ONNX QuantizeLinear's quotient x / scale is clamped to +-kQuantClamp before rounding (the op's kernels,
+// runtime/cpu/quant_rows.h, and the code generator's fused loops alike), so that the int32 conversion cannot
+// overflow and a NaN (which every comparison rejects) lands on -kQuantClamp, then on the type's lowest value.
+constexpr float kQuantClamp = 1e9f;
+
 template <typename To, typename From>
 inline To NumericCast(From v) {
   if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To> && !std::is_same_v<To, bool>) {

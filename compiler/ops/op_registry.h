@@ -77,6 +77,8 @@ enum class FusionClass {
   kSelect,    // Where: a bool condition, values of the output's type
   kCast,      // float or bool in (or int32 / int64 to float32 or bool), float or bool out
   kIdentity,  // the output's type in
+  kQuantize,  // QuantizeLinear (float in, uint8 / int8 out) / DequantizeLinear (uint8 / int8 in, float32 out), per
+              // tensor: scale and zero point scalar constants
 };
 
 // Ops that move no element values.

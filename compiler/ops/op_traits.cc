@@ -49,6 +49,7 @@ void AssignFusion(Table& t) {
   ForEach(t, {"Where"}, [](OpDef& d) { d.traits.fusion = FusionClass::kSelect; });
   ForEach(t, {"Cast"}, [](OpDef& d) { d.traits.fusion = FusionClass::kCast; });
   ForEach(t, {"Identity"}, [](OpDef& d) { d.traits.fusion = FusionClass::kIdentity; });
+  ForEach(t, {"QuantizeLinear", "DequantizeLinear"}, [](OpDef& d) { d.traits.fusion = FusionClass::kQuantize; });
   ForEach(t, {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSumSquare", "ReduceL2"}, [](OpDef& d) {
     d.traits.row_reduction = true;
     d.traits.reduce = true;

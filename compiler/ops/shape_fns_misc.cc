@@ -138,12 +138,13 @@ absl::Status EinsumInfer(const Node& n, Inputs in, Outputs& out) {
 void RegisterMiscOps() {
   Reg("NegativeLogLikelihoodLoss", C::kReduction, A::kDeny, 2, 3, LossInfer);
   Reg("SoftmaxCrossEntropyLoss", C::kReduction, A::kDeny, 2, 3, LossInfer);
-  Reg("QuantizeLinear", C::kElementwise, A::kDeny, 2, 3, [](const Node&, Inputs in, Outputs& out) {
+  // Clusterable: per-tensor ones fuse into the CPU code generator's loops (ClusteringOptions::quantize_ops).
+  shape_fn::Reg("QuantizeLinear", C::kElementwise, true, A::kDeny, 2, 3, [](const Node&, Inputs in, Outputs& out) {
     DType t = in.size() > 2 && in[2].present ? in[2].dtype : DType::kU8;
     out[0] = {t, in[0].shape};
     return absl::OkStatus();
   });
-  Reg("DequantizeLinear", C::kElementwise, A::kDeny, 2, 3, [](const Node&, Inputs in, Outputs& out) {
+  shape_fn::Reg("DequantizeLinear", C::kElementwise, true, A::kDeny, 2, 3, [](const Node&, Inputs in, Outputs& out) {
     out[0] = {in[1].dtype, in[0].shape};
     return absl::OkStatus();
   });

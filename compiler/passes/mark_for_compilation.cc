@@ -20,6 +20,9 @@ namespace {
 std::string ExclusionReason(const Node& n, const ClusteringOptions& options) {
   const OpDef* def = FindOp(n.domain, n.op_type);
   if (def == nullptr || !def->clusterable) return absl::StrCat(n.op_type, " is not clusterable");
+  if (def->traits.fusion == FusionClass::kQuantize && !options.quantize_ops) {
+    return absl::StrCat(n.op_type, " is clustered for CPU code generation only");
+  }
   if (options.mode == ClusteringMode::kFusible &&
       !(def->category == OpCategory::kElementwise || def->category == OpCategory::kReduction ||
         def->category == OpCategory::kDataMovement)) {

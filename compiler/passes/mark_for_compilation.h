@@ -30,6 +30,9 @@ struct ClusteringOptions {
   int min_cluster_size = 4;
   int max_cluster_size = 1 << 30;
   int64_t fuel = -1;  // stop marking after this many ops (-1 = unbounded)
+  // QuantizeLinear / DequantizeLinear join clusters (the CPU code generator fuses the per-tensor ones into its
+  // loops: uint8 / int8 loads and stores with the scale and zero point inside). Off for the GPU executor.
+  bool quantize_ops = false;
 };
 
 struct ClusterInfo {

@@ -78,7 +78,9 @@ std::vector<Pass> MakePipeline() {
   p.push_back({"mark_for_compilation", "auto-clustering: fusible ops into cjit.Cluster nodes", true,
                [](const PassContext& c) { return c.clustering.mode != ClusteringMode::kOff; },
                [](Graph& g, PassContext& c) -> absl::StatusOr<bool> {
-                 CJIT_ASSIGN_OR_RETURN(ClusteringReport r, MarkForCompilation(g, c.clustering));
+                 ClusteringOptions options = c.clustering;
+                 options.quantize_ops = !c.gpu;
+                 CJIT_ASSIGN_OR_RETURN(ClusteringReport r, MarkForCompilation(g, options));
                  const bool changed = !r.clusters.empty();
                  if (c.clustering_report != nullptr) *c.clustering_report = std::move(r);
                  return changed;

@@ -9,11 +9,9 @@
 
 #include <cstdint>
 
-namespace cjit {
+#include "compiler/ir/numeric_cast.h"  // kQuantClamp
 
-// Quotients are clamped to +-kQuantClamp before rounding, so that the int32 conversion cannot overflow and a
-// NaN (which every comparison rejects) lands on -kQuantClamp, then on the type's lowest value.
-constexpr float kQuantClamp = 1e9f;
+namespace cjit {
 
 // y[i] = saturate(rint(x[i] / scale) + zp) into int8 (`to_signed`) or uint8; ONNX QuantizeLinear (float32
 // division as its reference implementation; ties to even). A NaN quotient gives the type's lowest value
