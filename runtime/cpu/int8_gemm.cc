@@ -173,6 +173,35 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void VnniTile(co
     }
     VnniStep<MR, NB>(acc, bp, K4, whole, av);
   }
+  if (rq != nullptr && NB == 4 && last == 0xFFFF) {  // 64 whole columns: as RequantizeColumnsI32
+    const __m512 lo = _mm512_set1_ps(-kQuantClamp), hi = _mm512_set1_ps(kQuantClamp);
+    const __m512i zp = _mm512_set1_epi32(rq->zp);
+    // Output dword m (columns 4m .. 4m + 3) from dword 4 (m % 4) + m / 4 of the packed bytes.
+    const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    __m512i add[NB];
+    __m512 mult[NB];
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; ++j) {
+      add[j] = _mm512_loadu_si512(co + j * 16);
+      if (rq->bias != nullptr) add[j] = _mm512_add_epi32(add[j], _mm512_loadu_si512(rq->bias + j * 16));
+      mult[j] = _mm512_loadu_ps(rq->mult + j * 16);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      __m512i v[NB];
+#pragma GCC unroll 8
+      for (int j = 0; j < NB; ++j) {
+        __m512 q = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc[r][j], add[j])), mult[j]);
+        q = _mm512_min_ps(_mm512_max_ps(q, lo), hi);
+        v[j] = _mm512_add_epi32(_mm512_cvtps_epi32(q), zp);
+      }
+      // The saturating packs clamp to the output type (in-lane: columns 16k + 4L + i land in dword 4L + k).
+      const __m512i w01 = _mm512_packs_epi32(v[0], v[1]), w23 = _mm512_packs_epi32(v[2 % NB], v[3 % NB]);
+      const __m512i b = rq->to_signed ? _mm512_packs_epi16(w01, w23) : _mm512_packus_epi16(w01, w23);
+      _mm512_storeu_si512(y + r * rq->ldy, _mm512_permutexvar_epi32(order, b));
+    }
+    return;
+  }
   if (rq != nullptr) {  // requantized: as RequantizeColumnsI32
     const __m512 lo = _mm512_set1_ps(-kQuantClamp), hi = _mm512_set1_ps(kQuantClamp);
     const __m512i zp = _mm512_set1_epi32(rq->zp);
