@@ -9,7 +9,8 @@
 // (in-lane byte and word unpacks). Positions in the padding hold x_zp, so the padding's contribution is the
 // per-channel constant -x_zp * sum of the channel's weights, added once; taps beyond KW have weight 0. The
 // unpacks permute channels within each block of 64 (lane L, vector k, element i holds channel 16L + 4k + i);
-// weights, corrections and multipliers are permuted alike and outputs un-permuted once per pixel.
+// weights, corrections and multipliers are permuted alike, and the saturating packs of the requantization
+// restore the order. Channels beyond the last whole block go in chunks of 16 (128-bit unpacks, in order).
 // One output pixel costs KH * ceil(KW / 4) vpdpbusd per 16 channels (3 for a 3x3 kernel, against 9 float
 // multiply-adds on converted rows).
 //
@@ -42,11 +43,13 @@ struct DepthwiseVnniGeometry {
 struct DepthwiseVnniWeights {
   DepthwiseVnniGeometry geo;
   int64_t groups = 0;          // ceil(KW / 4)
-  int64_t blocks = 0;          // ceil(C / 64)
-  const int8_t* w = nullptr;   // [KH][groups][blocks][256]: permuted tap quadruples
+  int64_t blocks = 0;          // whole blocks of 64 channels: C / 64
+  int64_t chunks = 0;          // then chunks of 16 channels: ceil(C % 64 / 16)
+  int64_t channels = 0;        // blocks * 64 + chunks * 16
+  const int8_t* w = nullptr;   // [KH][groups][channels][4]: tap quadruples, permuted within each block
   std::shared_ptr<void> owner;  // keeps `w` alive
-  std::vector<int32_t> corr;   // [blocks * 64], permuted: -x_zp * sum of the channel's weights (+ bias)
-  std::vector<float> mult;     // [blocks * 64], permuted requantization multipliers (with requant)
+  std::vector<int32_t> corr;   // [channels], in the same order: -x_zp * sum of the channel's weights (+ bias)
+  std::vector<float> mult;     // [channels], in the same order: requantization multipliers (with requant)
   int32_t y_zp = 0;
   bool to_signed = false;
   bool requant = false;
@@ -64,7 +67,7 @@ bool PrepareDepthwiseVnni(const Tensor& w, bool constant, const std::string& key
                           const std::function<void(std::vector<int32_t>* wt)>& values,
                           const DepthwiseVnniGeometry& geo, const Int8Requant* rq, DepthwiseVnniWeights* out);
 
-// Bytes of one tap row: OW * groups * blocks * 256.
+// Bytes of one tap row: OW * groups * channels * 4.
 int64_t DepthwiseVnniTapRowBytes(const DepthwiseVnniWeights& w);
 
 // The tap row of input row `row` ([W][C] uint8), or of a row in the padding (row == null).
