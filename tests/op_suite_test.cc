@@ -274,6 +274,11 @@ TEST(TransposeTest, BatchedTransposeMatchesIndexArithmetic) {
     check(DType::kF16, 2, 19, 45, threads);
     check(DType::kU8, 1, 64, 3136, threads);  // a 64-channel 56 x 56 uint8 image to channels-last
     check(DType::kI8, 2, 35, 49, threads);    // ragged byte tiles
+    // 2-4 planes of bytes / 16-bit values interleaved (a uint8 image to channels-last), over 8192-column
+    // blocks and batches.
+    check(DType::kU8, 1, 3, 224 * 224, threads);
+    check(DType::kI8, 2, 2, 8193, threads);
+    check(DType::kF16, 3, 4, 100, threads);
   }
   for (int64_t rows : {15, 16, 17, 32, 33})
     for (int64_t cols : {1, 16, 31, 48}) check(DType::kU8, 1, rows, cols, 1);

@@ -196,6 +196,26 @@ void BatchedTranspose2D(const T* x, T* y, int64_t batch, int64_t rows, int64_t c
     return;
   }
 #endif
+  if (sizeof(T) <= 2 && rows >= 2 && rows <= 4) {
+    // 2-4 planes of bytes or 16-bit values interleaved (an image's 3 channels to channels-last): the tiles
+    // below would run element by element with 3 of their 16 rows (a uint8 3 x 224 x 224 image took 160 us).
+    const int64_t block = 8192, blocks = (cols + block - 1) / block;
+    auto interleave = [&](auto planes) {
+      constexpr int64_t R = decltype(planes)::value;
+      ParallelFor(nt, batch * blocks, [&](int64_t w) {
+        const int64_t b = w / blocks, j0 = (w % blocks) * block, j1 = std::min(cols, j0 + block);
+        const T* xb = x + b * rows * cols;
+        T* yb = y + b * rows * cols;
+        for (int64_t j = j0; j < j1; ++j) {
+          for (int64_t i = 0; i < R; ++i) yb[j * R + i] = xb[i * cols + j];
+        }
+      });
+    };
+    if (rows == 2) interleave(std::integral_constant<int64_t, 2>());
+    else if (rows == 3) interleave(std::integral_constant<int64_t, 3>());
+    else interleave(std::integral_constant<int64_t, 4>());
+    return;
+  }
   // Tile order: panels of kPanel column tiles, each walked row tile by row tile: reads are 16 rows x 1 KiB
   // (streams the prefetcher follows), writes 256 rows x 64 bytes. Along whole row blocks, a 128 x 12544
   // (NCHW -> NHWC of 128 x 112 x 112) transpose ran at 8 GB/s (1.6 ms; 0.49 ms in panels).
