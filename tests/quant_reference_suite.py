@@ -124,9 +124,11 @@ CONVS = [
     ("depthwise_3x3_s2_asym_c19", (2, 19, 11, 33), (19, 1, 3, 3), dict(group=19, strides=(2, 2), pads=(0, 1, 1, 0))),
     ("depthwise_7x5_c64", (1, 64, 9, 40), (64, 1, 7, 5), dict(group=64, pads=(3, 2, 3, 2))),
     ("stem_3ch_3x3_s2", (1, 3, 32, 32), (16, 3, 3, 3), dict(strides=(2, 2), pads=(1, 1, 1, 1))),
-    # 64 output channels and more: whole 64-column tiles of the VNNI GEMM kernel (its packed requantization).
+    # Whole 16-column blocks of the VNNI GEMM kernel's tiles (1 to 4 per tile: its packed requantization).
     ("1x1_oc130", (1, 40, 7, 9), (130, 40, 1, 1), dict()),
     ("3x3_oc64", (1, 16, 8, 8), (64, 16, 3, 3), dict(pads=(1, 1, 1, 1))),
+    ("1x1_oc48", (1, 20, 5, 7), (48, 20, 1, 1), dict()),
+    ("3x3_s2_oc32", (1, 8, 9, 9), (32, 8, 3, 3), dict(strides=(2, 2), pads=(1, 1, 1, 1))),
     # 64 channels and more (the VNNI depthwise kernel's blocks of 64): a 32-channel tail, a 5-wide kernel (two
     # groups of 4 taps), stride and dilation along W, asymmetric pads, two images.
     ("depthwise_3x3_c96", (1, 96, 9, 11), (96, 1, 3, 3), dict(group=96, pads=(1, 1, 1, 1))),

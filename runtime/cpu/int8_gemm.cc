@@ -173,7 +173,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void VnniTile(co
     }
     VnniStep<MR, NB>(acc, bp, K4, whole, av);
   }
-  if (rq != nullptr && NB == 4 && last == 0xFFFF) {  // 64 whole columns: as RequantizeColumnsI32
+  if (rq != nullptr && last == 0xFFFF) {  // whole blocks of 16 columns: as RequantizeColumnsI32
     const __m512 lo = _mm512_set1_ps(-kQuantClamp), hi = _mm512_set1_ps(kQuantClamp);
     const __m512i zp = _mm512_set1_epi32(rq->zp);
     // Output dword m (columns 4m .. 4m + 3) from dword 4 (m % 4) + m / 4 of the packed bytes.
@@ -187,18 +187,33 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void VnniTile(co
       mult[j] = _mm512_loadu_ps(rq->mult + j * 16);
     }
 #pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      __m512i v[NB];
+    for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
       for (int j = 0; j < NB; ++j) {
         __m512 q = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc[r][j], add[j])), mult[j]);
         q = _mm512_min_ps(_mm512_max_ps(q, lo), hi);
-        v[j] = _mm512_add_epi32(_mm512_cvtps_epi32(q), zp);
+        acc[r][j] = _mm512_add_epi32(_mm512_cvtps_epi32(q), zp);
       }
-      // The saturating packs clamp to the output type (in-lane: columns 16k + 4L + i land in dword 4L + k).
-      const __m512i w01 = _mm512_packs_epi32(v[0], v[1]), w23 = _mm512_packs_epi32(v[2 % NB], v[3 % NB]);
-      const __m512i b = rq->to_signed ? _mm512_packs_epi16(w01, w23) : _mm512_packus_epi16(w01, w23);
-      _mm512_storeu_si512(y + r * rq->ldy, _mm512_permutexvar_epi32(order, b));
+    // Four 16-column vectors at a time (row-major: a row's NB, then the next row's) packed into one register;
+    // the saturating packs clamp to the output type (in-lane: vector k's columns 4L + i land in dword
+    // 4L + k), `order` puts each vector's 16 bytes together.
+    constexpr int kVectors = MR * NB;
+#pragma GCC unroll 8
+    for (int f = 0; f < kVectors; f += 4) {
+      auto at = [&](int i) { return acc[std::min(f + i, kVectors - 1) / NB][std::min(f + i, kVectors - 1) % NB]; };
+      const __m512i w01 = _mm512_packs_epi32(at(0), at(1)), w23 = _mm512_packs_epi32(at(2), at(3));
+      const __m512i b = _mm512_permutexvar_epi32(
+          order, rq->to_signed ? _mm512_packs_epi16(w01, w23) : _mm512_packus_epi16(w01, w23));
+      if (NB == 4) {
+        _mm512_storeu_si512(y + (f / 4) * rq->ldy, b);
+        continue;
+      }
+      alignas(64) uint8_t bytes[64];
+      _mm512_store_si512(bytes, b);
+#pragma GCC unroll 4
+      for (int i = 0; i < 4 && f + i < kVectors; ++i) {
+        std::memcpy(y + ((f + i) / NB) * rq->ldy + ((f + i) % NB) * 16, bytes + 16 * i, 16);
+      }
     }
     return;
   }
