@@ -57,8 +57,9 @@ int Count(const Graph& g, const std::string& op) {
   return n;
 }
 
-// Fuses a copy of `ir`'s graph; expects `fused` patterns, then outputs within one step of the original's.
-void CheckFusion(const std::string& ir, int fused, const std::string& op, const Tensor& x) {
+// Fuses a copy of `ir`'s graph; expects `fused` patterns, then outputs within `atol` (one step) of the
+// original's.
+void CheckFusion(const std::string& ir, int fused, const std::string& op, const Tensor& x, double atol = 1) {
   auto parsed = ParseGraph(ir);
   ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << ir;
   std::shared_ptr<Graph> reference(std::move(*parsed));
@@ -91,7 +92,7 @@ void CheckFusion(const std::string& ir, int fused, const std::string& op, const 
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].dtype(), want[0].dtype());
   EXPECT_EQ(got[0].dims(), want[0].dims());
-  OutputComparison c = CompareTensors("y", got[0], want[0], 0, 1);
+  OutputComparison c = CompareTensors("y", got[0], want[0], 0, atol);
   EXPECT_TRUE(c.ok) << "max_abs " << c.max_abs << " " << c.problem;
 }
 
@@ -198,6 +199,26 @@ TEST(FuseQdqTest, ValueMovingOpsRunOnTheBytes) {
                   "  %d = DequantizeLinear(%x, %s)\n  %o = MaxPool(%d) {kernel_shape=[3,3], pads=[1,1,1,1]}\n"
                   "  %y = QuantizeLinear(%o, %s, %zi)\n  return %y\n}",
               1, "MaxPool", Bytes(DType::kI8, {1, 6, 9, 10}));
+}
+
+TEST(FuseQdqTest, FloatProductOfQuantizedWeightsKeepsThemInEightBits) {
+  Tensor x(DType::kF32, {3, 70});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::sin(0.37 * i)) * 2.0f;
+  // Gemm, transposed int8 weights per output channel (axis 0 of [N, K]), K not a multiple of the block (32),
+  // a bias.
+  CheckFusion("graph g(%x: f32[3,70]) {\n" + IntConst("w", "i8", {20, 70}, -128, 127, 4) +
+                  FloatConst("ws", {20}, 0.01, 0.001) + IntConst("wz", "i8", {20}, 0, 0, 0) +
+                  FloatConst("c", {20}, -0.5, 0.05) +
+                  "  %dw = DequantizeLinear(%w, %ws, %wz) {axis=0}\n  %y = Gemm(%x, %dw, %c) {transB=1}\n"
+                  "  return %y\n}",
+              1, "MatMulNBits", x, 1e-4);
+  // MatMul, uint8 weights [K, N] with one scale and zero point, batched A.
+  Tensor a(DType::kF32, {2, 3, 70});
+  for (int64_t i = 0; i < a.numel(); ++i) a.data<float>()[i] = static_cast<float>(std::cos(0.21 * i));
+  CheckFusion("graph g(%x: f32[2,3,70]) {\n" + IntConst("w", "u8", {70, 12}, 0, 255, 7) +
+                  FloatConst("ws", {}, 0.02, 0) + IntConst("wz", "u8", {}, 131, 131, 0) +
+                  "  %dw = DequantizeLinear(%w, %ws, %wz)\n  %y = MatMul(%x, %dw)\n  return %y\n}",
+              1, "MatMulNBits", a, 1e-4);
 }
 
 TEST(FuseQdqTest, ValueMovingOpsKeepDifferentParameters) {

@@ -9,6 +9,10 @@
 //     (MaxPool, Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Identity, Slice, Gather of the data,
 //     DepthToSpace, SpaceToDepth), when the DQ and the Q have the same scale and zero point (ORT's "drop
 //     DQ/Q" selectors): Q(DQ(v)) = v exactly, and max commutes with a dequantization of positive scale.
+//   MatMul(A, DQ(w)) / Gemm(A, DQ(w)[, C]) -> com.clusterjit.MatMulNBits(A, codes, scales, zero points[, bias])
+//     for a constant 8-bit w (per tensor or per output column) when the product is not quantized again (a
+//     classifier's last layer): 8-bit codes in blocks of 32 along K, so a memory-bound product reads a
+//     quarter of the float32 weights; products in float32 as the float op's (summation order may differ).
 // Conditions (anything else is left as it is, and runs as DQ -> float op -> Q):
 //   * x / a are uint8 or int8 with one constant scale and zero point; w / b are uint8 or int8 constants,
 //     per tensor or per output channel (Conv: axis 0 of w; MatMul: the last axis of b);
