@@ -23,8 +23,12 @@ Calibration runs the float model in clusterjit (`cjit run --output-dir`) with ev
 a graph output. Each output directory holds model.onnx and the source's test data sets (inputs, and the
 float model's reference outputs: compare with a loose tolerance, or with `cjit check --rtol/--atol`).
 
+With --gemm-weights, the QDQ form also stores each Gemm's constant float32 weights as int8 symmetric per
+output channel behind a DequantizeLinear, the Gemm itself left float (a classifier head as quantize_static
+writes it when the head's output is not quantized).
+
 usage: make_quantized.py MODEL_DIR OUT_ROOT [--cjit build/tools/cjit] [--formats qdq,qoperator,dynamic]
-       [--name NAME]   -> OUT_ROOT/NAME_qdq/, OUT_ROOT/NAME_qoperator/, OUT_ROOT/NAME_dynamic/
+       [--name NAME] [--gemm-weights]   -> OUT_ROOT/NAME_qdq/, OUT_ROOT/NAME_qoperator/, OUT_ROOT/NAME_dynamic/
 Runs with Debian's python3-onnx and python3-numpy (/usr/bin/python3).
 """
 import glob
@@ -390,6 +394,35 @@ def build(model, found, ranges, fmt):
     return m
 
 
+def quantize_gemm_weights(m):
+    """Each Gemm's constant float32 B as DequantizeLinear(int8 per output channel): in place."""
+    g = m.graph
+    inits = {i.name: i for i in g.initializer}
+    for n in list(g.node):
+        if n.op_type != "Gemm" or len(n.input) < 2 or n.input[1] not in inits:
+            continue
+        w = numpy_helper.to_array(inits[n.input[1]]).astype(np.float32)
+        if w.ndim != 2:
+            continue
+        trans_b = any(a.name == "transB" and a.i for a in n.attribute)
+        axis = 0 if trans_b else 1
+        s = np.abs(w).max(axis=1 - axis) / 127.0
+        s[s == 0] = 1.0
+        q = np.clip(np.rint(w / (s[:, None] if axis == 0 else s[None, :])), -127, 127).astype(np.int8)
+        base = n.input[1] + "_q"
+        g.initializer.extend([numpy_helper.from_array(q, base),
+                              numpy_helper.from_array(s.astype(np.float32), base + "_scale"),
+                              numpy_helper.from_array(np.zeros(len(s), np.int8), base + "_zp")])
+        dq = helper.make_node("DequantizeLinear", [base, base + "_scale", base + "_zp"], [base + "_dq"], axis=axis)
+        n.input[1] = base + "_dq"
+        g.node.insert(list(g.node).index(n), dq)
+    used = {i for nd in g.node for i in nd.input}
+    keep = [i for i in g.initializer if i.name in used]
+    del g.initializer[:]
+    g.initializer.extend(keep)
+    onnx.checker.check_model(m)
+
+
 def main():
     if len(sys.argv) < 3:
         raise SystemExit(__doc__)
@@ -408,6 +441,8 @@ def main():
     ranges = calibrate(model, model_dir, tensors, cjit) if any(f != "dynamic" for f in formats) else {}
     for fmt in formats:
         m = build(model, found, ranges, fmt)
+        if fmt == "qdq" and "--gemm-weights" in sys.argv:
+            quantize_gemm_weights(m)
         d = os.path.join(out_root, "%s_%s" % (name, fmt))
         os.makedirs(d, exist_ok=True)
         onnx.save(m, os.path.join(d, "model.onnx"))
