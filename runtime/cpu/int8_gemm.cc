@@ -18,8 +18,6 @@
 
 namespace cjit {
 
-bool Int8GemmNeedsSplit() { return !CpuHasAvx512Vnni() && !CpuHasAvx2(); }
-
 namespace {
 
 // Which product kernel the prepared B is packed for: clusterjit's AVX-512 VNNI kernel (oneDNN beyond

@@ -38,13 +38,13 @@ class Tensor;
 // B prepared for Int8Gemm: K x N, row-major. View into a buffer owned by `owner`.
 struct Int8Rhs {
   int64_t K = 0, N = 0;
-  bool split = false;            // two halves b0 + b1 (CPUs without VNNI)
+  bool split = false;            // two halves b0 + b1 (CPUs with neither VNNI nor AVX2)
   const int8_t* b0 = nullptr;    // [K][N]: B' (or its first half)
   const int8_t* b1 = nullptr;    // [K][N]: B' second half, when split
   const int32_t* colsum = nullptr;  // [N]: sum_k B'[k][n]
   const int32_t* shift = nullptr;   // [N]: c[n]
   bool has_shift = false;           // some c[n] != 0
-  // B' packed for AVX-512 VNNI (not split): ceil(N/16) column blocks, each ceil(K/4) groups of 16 columns x 4
+  // B' packed for AVX-512 VNNI: ceil(N/16) column blocks, each ceil(K/4) groups of 16 columns x 4
   // consecutive k (vpdpbusd's operand order), zero padded.
   const int8_t* vnni = nullptr;
   // B - b_zp (= B' + c[n]) packed for the AVX2 kernel (no VNNI): ceil(N/16) column blocks, each ceil(K/2)
@@ -52,9 +52,6 @@ struct Int8Rhs {
   const int16_t* i16 = nullptr;
   std::shared_ptr<void> owner;
 };
-
-// Whether Int8Gemm splits B' here (neither AVX-512 VNNI nor AVX2 at or below --max_cpu_isa).
-bool Int8GemmNeedsSplit();
 
 // Prepared B from `w`'s bytes (a graph constant: cached once per buffer and `key`, dropped with the buffer;
 // else prepared now). `source(scratch)` returns the K x N values with strides ldk / ldn - `w`'s data or a
