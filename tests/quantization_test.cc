@@ -448,6 +448,27 @@ TEST(AutoQuantizeTest, DynamicConvolutionsRunChannelsLast) {
   ExpectSameBits(nchw, g, x, "NhwcConvInteger");
 }
 
+// quantize_dynamic's form: the per-channel scale x_scale * w_scale[c] computed at run time as [C, 1, 1]. It
+// is reshaped for the channels-last product, so both ConvIntegers and the chain between them run
+// channels-last with one Transpose at each end; the outputs are the NCHW graph's bit for bit.
+TEST(ChannelsLastQuantizedTest, RuntimePerChannelScaleStaysChannelsLast) {
+  const std::string ir =
+      "graph g(%x: u8[1,8,11,13]) {\n" + IntConst("w1", "i8", {6, 8, 3, 3}, -127, 127, 3) +
+      IntConst("w2", "i8", {5, 6, 1, 1}, -127, 127, 4) + FloatConst("ws1", {6, 1, 1}, 0.01, 0.002) +
+      FloatConst("ws2", {5, 1, 1}, 0.02, 0.001) + FloatConst("xs", {}, 0.05, 0) + IntConst("xz", "u8", {}, 120, 120, 0) +
+      "  %c1 = ConvInteger(%x, %w1, %xz) {pads=[1,1,1,1]}\n  %f1 = Cast(%c1) {to=1}\n"
+      "  %s1 = Mul(%xs, %ws1)\n  %y1 = Mul(%f1, %s1)\n  %r = Relu(%y1)\n"
+      "  %q, %qs, %qz = DynamicQuantizeLinear(%r)\n  %c2 = ConvInteger(%q, %w2, %qz)\n  %f2 = Cast(%c2) {to=1}\n"
+      "  %s2 = Mul(%qs, %ws2)\n  %y = Mul(%f2, %s2)\n  return %y\n}";
+  auto parsed = SpecializedGraphFromText(ir);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  std::shared_ptr<Graph> nchw(std::move(*parsed)), g;
+  ASSERT_NO_FATAL_FAILURE(ChannelsLastCopy(nchw, &g));
+  EXPECT_EQ(Count(*g, "NhwcConvInteger"), 2) << PrintGraph(*g);
+  EXPECT_EQ(Count(*g, "Transpose"), 2) << PrintGraph(*g);
+  ExpectSameBits(nchw, g, Bytes(DType::kU8, {1, 8, 11, 13}), "runtime per-channel scale");
+}
+
 TEST(AutoQuantizeTest, BadFlagsAreClearErrors) {
   EXPECT_FALSE(ParseFlags("--auto_quantize=int4").ok());
   EXPECT_FALSE(ParseFlags("--auto_quantize_weight_bits=3").ok());

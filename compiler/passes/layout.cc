@@ -304,6 +304,35 @@ class Rewriter {
 
   std::string Fresh(const std::string& base) { return absl::StrCat(base, "#", counter_++); }
 
+  // Whether `v` (computed, not constant) holds one value per channel of a rank-r channels-first tensor it is
+  // broadcast against: dims [C, 1, ..., 1] (after numpy's leading 1s), as a dynamically quantized
+  // convolution's scale x_scale * w_scale[c].
+  static bool PerChannelOperand(const Value* v, int r) {
+    if (!v->shape.fully_known() || v->shape.rank() >= r || v->shape.rank() < r - 1) return false;
+    for (int i = 1; i < v->shape.rank(); ++i) {
+      if (v->shape.dims[i].value != 1) return false;
+    }
+    return true;
+  }
+
+  // A PerChannelOperand for the channels-last tensor: Reshape to [1, ..., 1, -1] (no dims baked in).
+  Value* PerChannelToLast(Value* v, int r, const std::string& base) {
+    Tensor shape(DType::kI64, {r});
+    for (int i = 0; i < r; ++i) shape.data<int64_t>()[i] = i == r - 1 ? -1 : 1;
+    Value* s = g_.AddConstant(Fresh(base + "/channels_last_shape"), std::move(shape));
+    Shape od;
+    od.rank_known = true;
+    od.dims.assign(r, Dim{1, ""});
+    od.dims.back() = v->shape.dims[0];
+    Value* out = g_.AddValue(Fresh(v->name + "/channels_last"), v->dtype, od);
+    Node* n = g_.AddNode("Reshape", Fresh(base + "/channels_last_reshape"), {v, s}, {""});
+    n->opset_version = 14;
+    n->outputs[0] = out;
+    out->producer = n;
+    out->producer_output = 0;
+    return out;
+  }
+
  private:
   // out = Transpose(in, perm); `out` (an existing value) becomes the new node's output.
   Node* AddTranspose(Value* in, Value* out, std::vector<int64_t> perm, const std::string& base) {
@@ -323,8 +352,13 @@ class Rewriter {
 
 using Readers = std::unordered_map<const Value*, std::vector<const Node*>>;
 
-// What a walk forward from a channels-first value through layout-transparent ops (at most 8 hops) reaches:
-// eligible Convs reading a reached value as X, and whether a model's Transpose to channels-last reads one.
+// The most layout-transparent ops between two convolutions that still connect them: a dynamically quantized
+// block (DynamicQuantizeLinear, ConvInteger, Cast, Mul by the scales, a folded BatchNorm's Mul and Add, a
+// decomposed HardSwish's Add, Clip, Mul, Div) is 9 hops from one convolution's output to the next's input.
+constexpr int kMaxTransparentHops = 16;
+
+// What a walk forward from a channels-first value through layout-transparent ops (at most kMaxTransparentHops)
+// reaches: eligible Convs reading a reached value as X, and whether a model's Transpose to channels-last reads one.
 struct Reach {
   std::vector<const Node*> convs;
   bool to_last = false;
@@ -356,7 +390,7 @@ Reach WalkTransparent(const Value* start, const Readers& readers) {
                      r->op_type == "Concat" || (r->op_type == "Resize" && r->input(0) == v) ||
                      (r->op_type == "Split" && r->input(0) == v) || PoolIsTransparent(*r) || group_norm ||
                      (r->input(0) == v && PadIsTransparent(*r, rank));
-      if (!through || (!r->domain.empty() && !group_norm) || depth >= 8) continue;
+      if (!through || (!r->domain.empty() && !group_norm) || depth >= kMaxTransparentHops) continue;
       for (const Value* out : r->outputs) {
         if (out) queue.push_back({out, depth + 1});
         if (r->op_type != "Split") break;  // every output of a Split, the first of the others
@@ -490,7 +524,7 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
           ++transposed;
         } else if (v->is_constant()) {
           ok &= v->constant->rank() <= r;
-        } else {
+        } else if (!Rewriter::PerChannelOperand(v, r)) {
           // A small tensor of the same rank (e.g. a squeeze-excitation scale [N, C, 1, 1]) is transposed too.
           int64_t numel = 1;
           for (const Dim& d : v->shape.dims) numel *= d.value;
@@ -505,6 +539,8 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
           v = t->inputs[0];
         } else if (v->is_constant()) {
           v = rw.PermutedConstant(v, r, n->name);
+        } else if (Rewriter::PerChannelOperand(v, r)) {
+          v = rw.PerChannelToLast(v, r, n->name);
         } else {
           v = rw.TransposeToLast(v, n->name);
         }
