@@ -198,8 +198,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void VnniTile(co
     constexpr int kVectors = MR * NB;
 #pragma GCC unroll 8
     for (int f = 0; f < kVectors; f += 4) {
-      auto at = [&](int i) { return acc[std::min(f + i, kVectors - 1) / NB][std::min(f + i, kVectors - 1) % NB]; };
-      const __m512i w01 = _mm512_packs_epi32(at(0), at(1)), w23 = _mm512_packs_epi32(at(2), at(3));
+      // (No lambda here: it would not inherit the function's target attribute.)
+      int at[4];
+      for (int i = 0; i < 4; ++i) at[i] = std::min(f + i, kVectors - 1);
+      const __m512i w01 = _mm512_packs_epi32(acc[at[0] / NB][at[0] % NB], acc[at[1] / NB][at[1] % NB]);
+      const __m512i w23 = _mm512_packs_epi32(acc[at[2] / NB][at[2] % NB], acc[at[3] / NB][at[3] % NB]);
       const __m512i b = _mm512_permutexvar_epi32(
           order, rq->to_signed ? _mm512_packs_epi16(w01, w23) : _mm512_packus_epi16(w01, w23));
       if (NB == 4) {
