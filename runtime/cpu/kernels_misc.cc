@@ -729,6 +729,20 @@ absl::Status RoiAlign(KernelContext& ctx) {
   const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3), R = rois_t.dim(0);
   const int64_t oh = ctx.node->GetInt("output_height", 1), ow = ctx.node->GetInt("output_width", 1);
   const int64_t ratio = ctx.node->GetInt("sampling_ratio", 0);
+  // The adaptive sampling (ratio 0) takes at most 1024 samples per side of a bin, an explicit ratio no more,
+  // and one ROI's sample table (oh * ow * samples per bin) at most kMaxRoiSamples entries.
+  constexpr int64_t kMaxRoiSamples = int64_t{1} << 22;
+  if (ratio < 0 || ratio > 1024) {
+    return ctx.Error(absl::StrCat("sampling_ratio ", ratio, " is outside [0, 1024]"));
+  }
+  if (oh <= 0 || ow <= 0 || oh > kMaxRoiSamples / ow ||
+      (ratio > 0 && oh * ow > kMaxRoiSamples / (ratio * ratio))) {
+    return ctx.Error(absl::StrCat("output_height ", oh, " x output_width ", ow, " with sampling_ratio ", ratio,
+                                  " needs more than ", kMaxRoiSamples, " samples per ROI"));
+  }
+  // Samples per side of a bin the adaptive sampling may take within that table.
+  const int64_t adaptive_max =
+      std::clamp<int64_t>(static_cast<int64_t>(std::sqrt(static_cast<double>(kMaxRoiSamples / (oh * ow)))), 1, 1024);
   const double scale = ctx.node->GetFloat("spatial_scale", 1.0f);
   const bool max_mode = ctx.node->GetString("mode", "avg") == "max";
   // RoiAlign-10 has no coordinate_transformation_mode: its behaviour is output_half_pixel.
@@ -764,9 +778,11 @@ absl::Status RoiAlign(KernelContext& ctx) {
         rh = std::max(rh, 1.0);
       }
       const double bh = rh / oh, bw = rw / ow;
-      // Bins of a degenerate or huge ROI: at most 1024 samples per side.
-      const int64_t gh = ratio > 0 ? ratio : std::clamp<int64_t>(static_cast<int64_t>(std::ceil(rh / oh)), 0, 1024);
-      const int64_t gw = ratio > 0 ? ratio : std::clamp<int64_t>(static_cast<int64_t>(std::ceil(rw / ow)), 0, 1024);
+      // Bins of a degenerate or huge ROI: at most adaptive_max samples per side.
+      const int64_t gh =
+          ratio > 0 ? ratio : std::clamp<int64_t>(static_cast<int64_t>(std::ceil(rh / oh)), 0, adaptive_max);
+      const int64_t gw =
+          ratio > 0 ? ratio : std::clamp<int64_t>(static_cast<int64_t>(std::ceil(rw / ow)), 0, adaptive_max);
       const double count = static_cast<double>(std::max<int64_t>(gh * gw, 1));
       std::vector<Sample> samples(oh * ow * gh * gw);
       size_t s = 0;
