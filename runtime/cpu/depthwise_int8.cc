@@ -235,7 +235,10 @@ bool PrepareDepthwiseVnni(const Tensor& wtensor, bool constant, const std::strin
   return true;
 }
 
-int64_t DepthwiseVnniTapRowBytes(const DepthwiseVnniWeights& w) { return w.geo.OW * w.groups * w.channels * 4; }
+int64_t DepthwiseVnniTapRowBytes(const DepthwiseVnniGeometry& geo) {
+  const int64_t channels = geo.C / kBlock * kBlock + (geo.C % kBlock + kChunk - 1) / kChunk * kChunk;
+  return geo.OW * ((geo.KW + 3) / 4) * channels * 4;
+}
 
 void BuildDepthwiseVnniTapRow(const DepthwiseVnniWeights& w, const uint8_t* row, uint8_t* taps) {
   if (row == nullptr) {

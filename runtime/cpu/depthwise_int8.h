@@ -67,8 +67,10 @@ bool PrepareDepthwiseVnni(const Tensor& w, bool constant, const std::string& key
                           const std::function<void(std::vector<int32_t>* wt)>& values,
                           const DepthwiseVnniGeometry& geo, const Int8Requant* rq, DepthwiseVnniWeights* out);
 
-// Bytes of one tap row: OW * groups * channels * 4.
-int64_t DepthwiseVnniTapRowBytes(const DepthwiseVnniWeights& w);
+// Bytes of one tap row: OW * groups * channels * 4 (from the geometry alone: callers size their row cache
+// before preparing weights).
+int64_t DepthwiseVnniTapRowBytes(const DepthwiseVnniGeometry& geo);
+inline int64_t DepthwiseVnniTapRowBytes(const DepthwiseVnniWeights& w) { return DepthwiseVnniTapRowBytes(w.geo); }
 
 // The tap row of input row `row` ([W][C] uint8), or of a row in the padding (row == null).
 void BuildDepthwiseVnniTapRow(const DepthwiseVnniWeights& w, const uint8_t* row, uint8_t* taps);

@@ -504,17 +504,18 @@ bool Int8Gemm(const uint8_t* a, int64_t lda, int64_t M, const int32_t* a_zp, boo
     for (int64_t m = 0; m < M; ++m) std::memset(c + m * ldc, 0, N * sizeof(int32_t));
     return false;
   }
-  // Per-column offset -a_zp * colsum(B') through oneDNN's row offset when a_zp is per tensor.
-  std::vector<int32_t> co(N, 0);
-  const int32_t az0 = a_zp[0];
-  if (!a_zp_per_row) {
-    for (int64_t n = 0; n < N; ++n) co[n] = WrapAdd(0, -static_cast<int64_t>(az0) * b.colsum[n]);
-  }
   // One block of C: rows [m0, m1) x columns [n0, n1).
   // (No exception may leave an OpenMP region: a failed call is recorded and reported after it.)
   std::atomic<int> failure{dnnl_success};
   const bool i16 = b.i16 != nullptr && CpuHasAvx2();
   const bool own = b.vnni != nullptr && K <= kVnniMaxK && CpuHasAvx512Vnni();
+  // Per-column offset -a_zp * colsum(B') (the VNNI kernel's, or oneDNN's row offset) when a_zp is per
+  // tensor; the int16 kernel subtracts the zero points itself.
+  std::vector<int32_t> co(i16 ? 0 : N, 0);
+  if (!i16 && !a_zp_per_row) {
+    const int32_t az0 = a_zp[0];
+    for (int64_t n = 0; n < N; ++n) co[n] = WrapAdd(0, -static_cast<int64_t>(az0) * b.colsum[n]);
+  }
   // Requantized in the kernel when nothing is left to add after the product.
   const Int8Requant* rq = (own && !a_zp_per_row && !b.has_shift) || i16 ? requant : nullptr;
   auto block = [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
@@ -558,7 +559,7 @@ bool Int8Gemm(const uint8_t* a, int64_t lda, int64_t M, const int32_t* a_zp, boo
   const int tc = ThreadsForElements(threads, M * (N + K));
   ParallelFor(tc, M, [&](int64_t m) {
     const uint8_t* row = a + m * lda;
-    const int32_t az = a_zp_per_row ? a_zp[m] : az0;
+    const int32_t az = a_zp_per_row ? a_zp[m] : a_zp[0];
     int32_t* cr = c + m * ldc;
     if (a_zp_per_row) {
       for (int64_t n = 0; n < N; ++n) cr[n] = WrapAdd(cr[n], -static_cast<int64_t>(az) * b.colsum[n]);

@@ -570,6 +570,35 @@ struct ConvSink {
 };
 
 
+// Output rows [oh0, oh1) of a depthwise convolution whose input rows are converted once each into a cache of
+// `slots` rows (KH * dilation: input row ih goes to slot ih % slots, and the KH rows of one output row,
+// ih0 + kh * dilation, never share one): slot_row(slot) is a slot's storage, build(ih, row) converts input
+// row ih into it, run(oh, rows) computes output row oh from its KH rows (`padding` for rows outside the
+// input).
+template <typename Row, typename SlotRow, typename Build, typename RunRow>
+void ForEachCachedRow(const WindowGeometry& g, int64_t oh0, int64_t oh1, int64_t KH, int64_t H, int64_t slots,
+                      const Row* padding, SlotRow slot_row, Build build, RunRow run) {
+  std::vector<int64_t> tags(slots, -1);
+  std::vector<const Row*> rows(KH);
+  for (int64_t oh = oh0; oh < oh1; ++oh) {
+    for (int64_t kh = 0; kh < KH; ++kh) {
+      const int64_t ih = oh * g.strides[0] - g.pad_begin[0] + kh * g.dilations[0];
+      if (ih < 0 || ih >= H) {
+        rows[kh] = padding;
+        continue;
+      }
+      const int64_t slot = ih % slots;
+      Row* row = slot_row(slot);
+      if (tags[slot] != ih) {
+        build(ih, row);
+        tags[slot] = ih;
+      }
+      rows[kh] = row;
+    }
+    run(oh, rows.data());
+  }
+}
+
 // 1-D and 2-D convolutions of uint8/int8 x and w; others return false in *handled.
 absl::Status FastIntConv(const KernelContext& ctx, const Tensor& x, const Tensor& w, int xzp_index, int wzp_index,
                          int w_index, const ConvSink& sink, bool* handled, bool channels_last = false) {
@@ -672,7 +701,7 @@ absl::Status FastIntConv(const KernelContext& ctx, const Tensor& x, const Tensor
     geo.x_zp = azp;
     Int8Requant rq0;
     const bool fuse = sink.requant && sink.requant(0, 0, &rq0);
-    const int64_t row_bytes = OW * ((KW + 3) / 4) * (C / 64 * 64 + (C % 64 + 15) / 16 * 16) * 4;
+    const int64_t row_bytes = DepthwiseVnniTapRowBytes(geo);
     // Under 64 channels the 16-channel chunks' rearrangement costs more than the float32 path (MobileNetV2's
     // 112x112x32 depthwise: 293 us against 222).
     dw_vnni = C >= 64 && (dw_slots + 1) * row_bytes <= (int64_t{16} << 20) &&
@@ -729,30 +758,19 @@ absl::Status FastIntConv(const KernelContext& ctx, const Tensor& x, const Tensor
         uint8_t* padding = cache + dw_slots * row_bytes;
         BuildDepthwiseVnniTapRow(dwv, nullptr, padding);
         int32_t* out = dwv.requant ? nullptr : Scratch<int32_t>(kScratchRow, OW * C);
-        std::vector<int64_t> tags(dw_slots, -1);
-        std::vector<const uint8_t*> rows(KH);
-        for (int64_t oh = OH * b / blocks; oh < OH * (b + 1) / blocks; ++oh) {
-          for (int64_t kh = 0; kh < KH; ++kh) {
-            const int64_t ih = oh * g.strides[0] - g.pad_begin[0] + kh * g.dilations[0];
-            if (ih < 0 || ih >= H) {
-              rows[kh] = padding;
-              continue;
-            }
-            uint8_t* row = cache + (ih % dw_slots) * row_bytes;
-            if (tags[ih % dw_slots] != ih) {
-              BuildDepthwiseVnniTapRow(dwv, xt + ih * W * C, row);
-              tags[ih % dw_slots] = ih;
-            }
-            rows[kh] = row;
-          }
-          Int8Requant rq;
-          if (dwv.requant && sink.requant(n, oh * OW, &rq)) {
-            DepthwiseVnniRow(dwv, rows.data(), rq.y, rq.ldy, nullptr);
-          } else {
-            DepthwiseVnniRow(dwv, rows.data(), nullptr, 0, out);
-            sink.rows(n, oh * OW, OW, out, P, OC);
-          }
-        }
+        ForEachCachedRow<uint8_t>(
+            g, OH * b / blocks, OH * (b + 1) / blocks, KH, H, dw_slots, padding,
+            [&](int64_t slot) { return cache + slot * row_bytes; },
+            [&](int64_t ih, uint8_t* row) { BuildDepthwiseVnniTapRow(dwv, xt + ih * W * C, row); },
+            [&](int64_t oh, const uint8_t* const* rows) {
+              Int8Requant rq;
+              if (dwv.requant && sink.requant(n, oh * OW, &rq)) {
+                DepthwiseVnniRow(dwv, rows, rq.y, rq.ldy, nullptr);
+              } else {
+                DepthwiseVnniRow(dwv, rows, nullptr, 0, out);
+                sink.rows(n, oh * OW, OW, out, P, OC);
+              }
+            });
       });
       sink.image(n, P, OC);
       continue;
@@ -765,35 +783,26 @@ absl::Status FastIntConv(const KernelContext& ctx, const Tensor& x, const Tensor
       ParallelFor(dt, blocks, [&](int64_t b) {
         float* cache = Scratch<float>(kScratchDwRows, dw_slots * W * C);
         int32_t* out = Scratch<int32_t>(kScratchRow, OW * C);
-        std::vector<int64_t> tags(dw_slots, -1);
-        std::vector<const float*> rows(KH);
-        for (int64_t oh = OH * b / blocks; oh < OH * (b + 1) / blocks; ++oh) {
-          for (int64_t kh = 0; kh < KH; ++kh) {
-            const int64_t ih = oh * g.strides[0] - g.pad_begin[0] + kh * g.dilations[0];
-            if (ih < 0 || ih >= H) {
-              rows[kh] = nullptr;
-              continue;
-            }
-            float* row = cache + (ih % dw_slots) * W * C;
-            if (tags[ih % dw_slots] != ih) {
+        ForEachCachedRow<float>(
+            g, OH * b / blocks, OH * (b + 1) / blocks, KH, H, dw_slots, /*padding=*/nullptr,
+            [&](int64_t slot) { return cache + slot * W * C; },
+            [&](int64_t ih, float* row) {
               if (CpuHasAvx512()) {
                 ConvertRowU8Avx512(xt + ih * W * C, W * C, azp, row);
               } else {
                 ConvertRowU8Avx2(xt + ih * W * C, W * C, azp, row);
               }
-              tags[ih % dw_slots] = ih;
-            }
-            rows[kh] = row;
-          }
-          if (CpuHasAvx512()) {
-            DepthwiseRowF32Avx512(rows.data(), W, C, wf.data(), KH, KW, OW, g.strides[1], g.pad_begin[1],
-                                  g.dilations[1], dw_ow0, dw_ow1, out);
-          } else {
-            DepthwiseRowF32Avx2(rows.data(), W, C, wf.data(), KH, KW, OW, g.strides[1], g.pad_begin[1],
-                                g.dilations[1], dw_ow0, dw_ow1, out);
-          }
-          sink.rows(n, oh * OW, OW, out, P, OC);
-        }
+            },
+            [&](int64_t oh, const float* const* rows) {
+              if (CpuHasAvx512()) {
+                DepthwiseRowF32Avx512(rows, W, C, wf.data(), KH, KW, OW, g.strides[1], g.pad_begin[1], g.dilations[1],
+                                      dw_ow0, dw_ow1, out);
+              } else {
+                DepthwiseRowF32Avx2(rows, W, C, wf.data(), KH, KW, OW, g.strides[1], g.pad_begin[1], g.dilations[1],
+                                    dw_ow0, dw_ow1, out);
+              }
+              sink.rows(n, oh * OW, OW, out, P, OC);
+            });
       });
       sink.image(n, P, OC);
       continue;
