@@ -187,12 +187,12 @@ absl::StatusOr<int64_t> EvictTo(const std::string& dir, int64_t max_bytes) {
 
 }  // namespace
 
-std::string DiskCache::Encode(const CacheKey& key, uint32_t kind, absl::string_view payload) {
+std::string DiskCache::Encode(const CacheKey& key, PayloadKind kind, absl::string_view payload) {
   std::string out;
   out.reserve(kHeaderBytes + key.canonical.size() + payload.size());
   out.append(kDiskMagic, 8);
   Put<uint32_t>(out, kDiskFormatVersion);
-  Put<uint32_t>(out, kind);
+  Put<uint32_t>(out, static_cast<uint32_t>(kind));
   Put<uint64_t>(out, key.canonical.size());
   Put<uint64_t>(out, payload.size());
   Put<uint64_t>(out, Checksum(key.canonical, payload));
@@ -256,7 +256,7 @@ void DiskCache::Reject(const std::string& path, absl::string_view why) {
   }
 }
 
-std::optional<std::string> DiskCache::LookupLocal(const CacheKey& key, uint32_t payload_kind) {
+std::optional<std::string> DiskCache::LookupLocal(const CacheKey& key, PayloadKind payload_kind) {
   std::string path = PathFor(key);
   auto bytes = ReadEntry(path, options_.trusted_uid);
   if (!bytes.ok()) {
@@ -290,8 +290,8 @@ std::optional<std::string> DiskCache::LookupLocal(const CacheKey& key, uint32_t 
     Reject(path, "key mismatch (hash collision or foreign entry)");
     return std::nullopt;
   }
-  if (kind != payload_kind) {
-    Reject(path, absl::StrCat("payload kind ", kind, " (expected ", payload_kind, ")"));
+  if (kind != static_cast<uint32_t>(payload_kind)) {
+    Reject(path, absl::StrCat("payload kind ", kind, " (expected ", static_cast<uint32_t>(payload_kind), ")"));
     return std::nullopt;
   }
   if (!options_.read_only) ::utimensat(AT_FDCWD, path.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);  // LRU: refresh on hit
@@ -299,26 +299,55 @@ std::optional<std::string> DiskCache::LookupLocal(const CacheKey& key, uint32_t 
   return std::move(*payload);
 }
 
-std::optional<std::string> DiskCache::Lookup(const CacheKey& key, uint32_t payload_kind) {
+std::optional<std::string> DiskCache::Lookup(const CacheKey& key, PayloadKind payload_kind, const char** tier) {
   std::optional<std::string> local = LookupLocal(key, payload_kind);
+  if (tier != nullptr) *tier = local ? "disk" : "";
   if (local || options_.remote == nullptr) return local;
   std::optional<std::string> remote = options_.remote->Lookup(key, payload_kind);
   if (!remote) return std::nullopt;
+  if (tier != nullptr) *tier = "remote";
   ++remote_hits_;
   // The next process on this host finds it on disk (not sent back to the remote tier).
-  absl::Status st = StoreLocal(key, payload_kind, *remote);
+  absl::Status st = StoreLocal(key, payload_kind, *remote, /*durable=*/false);
   if (!st.ok()) CJIT_VLOG(1) << "persistent cache: keeping a remote hit on disk: " << st;
   return remote;
 }
 
-absl::Status DiskCache::Store(const CacheKey& key, uint32_t payload_kind, absl::string_view payload) {
+DiskCache::FleetLease DiskCache::AcquireFleetLease(const CacheKey& key, PayloadKind payload_kind) {
+  if (options_.remote == nullptr || options_.read_only) return FleetLease::kProduce;  // a read-only host publishes nothing
+  switch (options_.remote->TryLease(key, payload_kind)) {
+    case RemoteCache::Lease::kHeld:
+      return FleetLease::kWait;
+    case RemoteCache::Lease::kUnavailable:
+      return FleetLease::kProduce;
+    case RemoteCache::Lease::kAcquired:
+      break;
+  }
+  // The holder before us may have published and released between our miss and our lease.
+  std::optional<std::string> remote = options_.remote->Lookup(key, payload_kind);
+  if (!remote) return FleetLease::kProduce;
+  options_.remote->ReleaseLease(key, payload_kind);
+  ++remote_hits_;
+  if (absl::Status st = StoreLocal(key, payload_kind, *remote, /*durable=*/false); !st.ok()) {
+    CJIT_VLOG(1) << "persistent cache: keeping a remote hit on disk: " << st;
+    return FleetLease::kProduce;  // not on disk: produce it after all
+  }
+  return FleetLease::kFound;
+}
+
+void DiskCache::ReleaseFleetLease(const CacheKey& key, PayloadKind payload_kind) {
+  if (options_.remote != nullptr && !options_.read_only) options_.remote->ReleaseLease(key, payload_kind);
+}
+
+absl::Status DiskCache::Store(const CacheKey& key, PayloadKind payload_kind, absl::string_view payload) {
   // Read-only applies to every tier: a read-only host (a serving fleet's) publishes nothing.
   if (options_.read_only) return absl::OkStatus();
   if (options_.remote != nullptr) options_.remote->StoreAsync(key, payload_kind, payload);
   return StoreLocal(key, payload_kind, payload);
 }
 
-absl::Status DiskCache::StoreLocal(const CacheKey& key, uint32_t payload_kind, absl::string_view payload) {
+absl::Status DiskCache::StoreLocal(const CacheKey& key, PayloadKind payload_kind, absl::string_view payload,
+                                   bool durable) {
   if (options_.read_only) return absl::OkStatus();
   std::string final_path = PathFor(key);
   // An unpredictable name created exclusively (mkstemp: O_CREAT | O_EXCL, so a planted file or symlink at
@@ -347,7 +376,7 @@ absl::Status DiskCache::StoreLocal(const CacheKey& key, uint32_t payload_kind, a
     }
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+  if ((durable && ::fsync(fd) != 0) || ::close(fd) != 0) {
     absl::Status st = Errno("cannot flush", tmp);
     ::unlink(tmp.c_str());
     ++write_errors_;

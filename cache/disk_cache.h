@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "cache/cache_key.h"
+#include "cache/payload_kind.h"
 
 namespace cjit {
 
@@ -62,11 +63,19 @@ class DiskCache {
   static absl::StatusOr<std::unique_ptr<DiskCache>> Open(const DiskCacheOptions& options);
 
   // The payload of a valid entry for `key` with `payload_kind`, or nullopt (miss or rejected entry); on a
-  // local miss, the remote tier's (options.remote), then kept on disk.
-  std::optional<std::string> Lookup(const CacheKey& key, uint32_t payload_kind);
+  // local miss, the remote tier's (options.remote), then kept on disk. `tier` (optional) is set to the tier
+  // that answered: "disk", "remote", or "" on a miss.
+  std::optional<std::string> Lookup(const CacheKey& key, PayloadKind payload_kind, const char** tier = nullptr);
+  // Compile once per fleet (the remote tier's leases, cache/remote_cache.h), asked after a Lookup missed:
+  // kProduce: this process produces the entry, Stores it, then calls ReleaseFleetLease; kWait: another
+  // process of the fleet is producing it (run without it, Lookup again later); kFound: it appeared
+  // meanwhile and is on disk now (Lookup hits). Without a remote tier, or read-only, always kProduce.
+  enum class FleetLease { kProduce, kWait, kFound };
+  FleetLease AcquireFleetLease(const CacheKey& key, PayloadKind payload_kind);
+  void ReleaseFleetLease(const CacheKey& key, PayloadKind payload_kind);
   // Writes an entry and queues it for the remote tier (neither when read-only: read-only holds for both). An I/O error (disk full, file
   // too large, permissions) is returned after cleaning up the temporary file; the cache stays consistent.
-  absl::Status Store(const CacheKey& key, uint32_t payload_kind, absl::string_view payload);
+  absl::Status Store(const CacheKey& key, PayloadKind payload_kind, absl::string_view payload);
 
   DiskCacheStats stats() const;
   const DiskCacheOptions& options() const { return options_; }
@@ -91,13 +100,16 @@ class DiskCache {
 
   // Parses and checks one entry's bytes; on success returns the payload and fills kind / key text.
   static absl::StatusOr<std::string> Decode(absl::string_view bytes, std::string* key_text, uint32_t* payload_kind);
-  static std::string Encode(const CacheKey& key, uint32_t payload_kind, absl::string_view payload);
+  static std::string Encode(const CacheKey& key, PayloadKind payload_kind, absl::string_view payload);
 
  private:
   explicit DiskCache(DiskCacheOptions options) : options_(std::move(options)) {}
   std::string PathFor(const CacheKey& key) const;
-  std::optional<std::string> LookupLocal(const CacheKey& key, uint32_t payload_kind);
-  absl::Status StoreLocal(const CacheKey& key, uint32_t payload_kind, absl::string_view payload);
+  std::optional<std::string> LookupLocal(const CacheKey& key, PayloadKind payload_kind);
+  // `durable`: fsync before the rename. Copies of remote hits skip it (on the first run's critical path:
+  // ~1 ms per entry here): a copy lost or torn by a crash is a miss or a checksum reject, fetched again.
+  absl::Status StoreLocal(const CacheKey& key, PayloadKind payload_kind, absl::string_view payload,
+                          bool durable = true);
   void Reject(const std::string& path, absl::string_view why);
 
   DiskCacheOptions options_;

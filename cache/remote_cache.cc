@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -17,9 +18,11 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/rand.h>
 #include <openssl/sha.h>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -149,9 +152,13 @@ struct RemoteCache::Impl {
   int backoff_ms = kFirstBackoffMs;
   Clock::time_point skip_until{};
 
-  // Write-behind queue.
+  // This process's lease token: random, with the host name and pid for `redis-cli get` readers.
+  std::string lease_token;
+
+  // Write-behind queue: entry writes and lease releases, in order.
   struct Write {
     std::string redis_key, value;
+    bool release_lease = false;  // value = the token; delete redis_key if it still holds it
   };
   std::mutex queue_mu;
   std::condition_variable queue_cv, idle_cv;
@@ -235,31 +242,74 @@ struct RemoteCache::Impl {
     }
   }
 
-  std::optional<std::string> Verify(const std::string& redis_key, absl::string_view value, const CacheKey& key,
-                                    uint32_t kind) {
-    if (value.size() < kHeaderBytes) return Reject(redis_key, "truncated"), std::nullopt;
-    if (std::memcmp(value.data(), kMagic, 8) != 0) return Reject(redis_key, "bad magic"), std::nullopt;
+  // The payload of a value read under `redis_key` whose signature verifies with a key of the key file and
+  // whose entry decodes and belongs under that Redis key; else an error saying why.
+  absl::StatusOr<std::string> Check(const std::string& redis_key, absl::string_view value, std::string* key_text,
+                                    uint32_t* kind) {
+    if (value.size() < kHeaderBytes) return absl::DataLossError("truncated");
+    if (std::memcmp(value.data(), kMagic, 8) != 0) return absl::DataLossError("bad magic");
     auto it = key_by_id.find(std::string(value.substr(8, kIdBytes)));
-    if (it == key_by_id.end()) return Reject(redis_key, "signed with a key this host does not have"), std::nullopt;
+    if (it == key_by_id.end()) return absl::PermissionDeniedError("signed with a key this host does not have");
     absl::string_view mac = value.substr(8 + kIdBytes, kMacBytes);
     absl::string_view entry = value.substr(kHeaderBytes);
     const std::string expect = Mac(keys[it->second], redis_key, entry);
     if (expect.size() != kMacBytes || CRYPTO_memcmp(expect.data(), mac.data(), kMacBytes) != 0) {
-      return Reject(redis_key, "the signature does not verify (tampered with, truncated, or stored under another "
-                               "key)"),
-             std::nullopt;
+      return absl::PermissionDeniedError(
+          "the signature does not verify (tampered with, truncated, or stored under another key)");
     }
+    CJIT_ASSIGN_OR_RETURN(std::string payload, DiskCache::Decode(entry, key_text, kind));
+    CacheKey decoded{*key_text, Fingerprint64(*key_text)};
+    if (RemoteCache::RedisKey(decoded, static_cast<PayloadKind>(*kind)) != redis_key) {
+      return absl::DataLossError("a valid entry of another cache key");
+    }
+    return payload;
+  }
+
+  std::optional<std::string> Verify(const std::string& redis_key, absl::string_view value, const CacheKey& key,
+                                    PayloadKind kind) {
     std::string key_text;
     uint32_t entry_kind = 0;
-    absl::StatusOr<std::string> payload = DiskCache::Decode(entry, &key_text, &entry_kind);
+    absl::StatusOr<std::string> payload = Check(redis_key, value, &key_text, &entry_kind);
     if (!payload.ok()) return Reject(redis_key, payload.status().message()), std::nullopt;
-    if (key_text != key.canonical || entry_kind != kind) {
+    if (key_text != key.canonical || entry_kind != static_cast<uint32_t>(kind)) {
       return Reject(redis_key, "a valid entry of another cache key"), std::nullopt;
     }
     return std::move(*payload);
   }
 
+  // One command on the read connection for the maintenance calls (errors name the URL).
+  absl::StatusOr<redisReply*> Command(const char* what, const std::vector<std::string>& argv) {
+    if (std::string why = Connect(&read_ctx); !why.empty()) {
+      return absl::UnavailableError(absl::StrCat("remote cache ", options.url, ": ", why));
+    }
+    std::vector<const char*> args;
+    std::vector<size_t> lens;
+    for (const std::string& a : argv) {
+      args.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    auto* r = static_cast<redisReply*>(redisCommandArgv(read_ctx, static_cast<int>(args.size()), args.data(), lens.data()));
+    if (r == nullptr) {
+      std::string why = read_ctx->errstr;
+      redisFree(read_ctx);
+      read_ctx = nullptr;
+      return absl::UnavailableError(absl::StrCat("remote cache ", options.url, ": ", what, ": ", why));
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+      std::string why(r->str, r->len);
+      freeReplyObject(r);
+      return absl::FailedPreconditionError(absl::StrCat("remote cache ", options.url, ": ", what, ": ", why));
+    }
+    return r;
+  }
+
   void WriterLoop() {
+    {
+      // Connect the read connection while the model loads and specializes (a connect is the dearest
+      // part of the first lookup); an error here is left for that lookup to report and count.
+      std::lock_guard<std::mutex> lock(read_mu);
+      if (Available()) Connect(&read_ctx);
+    }
     for (;;) {
       Write w;
       {
@@ -272,10 +322,23 @@ struct RemoteCache::Impl {
         writing = true;
       }
       if (!Available()) {
-        ++dropped_writes;
+        if (!w.release_lease) ++dropped_writes;  // a lease not released expires on its own
       } else if (std::string why = Connect(&write_ctx); !why.empty()) {
-        ++write_errors;
+        if (!w.release_lease) ++write_errors;
         Failed(why);
+      } else if (w.release_lease) {
+        static constexpr char kRelease[] =
+            "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+        auto* r = static_cast<redisReply*>(redisCommand(write_ctx, "EVAL %s 1 %b %b", kRelease, w.redis_key.data(),
+                                                        w.redis_key.size(), w.value.data(), w.value.size()));
+        if (r == nullptr) {
+          Failed(absl::StrCat("lease release: ", write_ctx->errstr));
+          redisFree(write_ctx);
+          write_ctx = nullptr;
+        } else {  // an error reply leaves the lease to expire
+          if (r->type == REDIS_REPLY_ERROR) CJIT_VLOG(1) << "remote cache lease release: " << std::string(r->str, r->len);
+          freeReplyObject(r);
+        }
       } else {
         redisReply* r;
         if (options.ttl_s > 0) {
@@ -333,6 +396,14 @@ absl::StatusOr<std::shared_ptr<RemoteCache>> RemoteCache::Open(const RemoteCache
   CJIT_ASSIGN_OR_RETURN(impl->keys, ReadRemoteCacheKeys(options.key_file));
   for (size_t i = 0; i < impl->keys.size(); ++i) impl->key_by_id.emplace(KeyId(impl->keys[i]), i);
   if (options.timeout_ms <= 0) return absl::InvalidArgumentError("--remote_cache_timeout_ms must be positive");
+  {
+    unsigned char random[12];
+    if (RAND_bytes(random, sizeof(random)) != 1) return absl::InternalError("remote cache: no random bytes for a lease token");
+    char host[256] = {0};
+    ::gethostname(host, sizeof(host) - 1);
+    impl->lease_token = absl::StrCat(host, ":", ::getpid(), ":",
+                                     absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(random), 12)));
+  }
   return std::shared_ptr<RemoteCache>(new RemoteCache(std::move(impl)));
 }
 
@@ -340,7 +411,8 @@ absl::StatusOr<std::shared_ptr<RemoteCache>> RemoteCache::Shared(const RemoteCac
   static std::mutex mu;
   static auto* instances = new std::map<std::string, std::weak_ptr<RemoteCache>>();
   const std::string id = absl::StrCat(options.url, "\n", options.key_file, "\n", options.timeout_ms, "\n",
-                                      options.ttl_s, "\n", options.max_entry_bytes, "\n", options.max_queue_bytes);
+                                      options.ttl_s, "\n", options.max_entry_bytes, "\n", options.max_queue_bytes,
+                                      "\n", options.lease_ms);
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = instances->find(id); it != instances->end()) {
     if (std::shared_ptr<RemoteCache> alive = it->second.lock()) return alive;
@@ -350,18 +422,86 @@ absl::StatusOr<std::shared_ptr<RemoteCache>> RemoteCache::Shared(const RemoteCac
   return rc;
 }
 
-std::string RemoteCache::RedisKey(const CacheKey& key, uint32_t payload_kind) {
-  return absl::StrCat("cjit:", key.Hex(), ":", payload_kind);
+std::string RemoteCache::RedisKey(const CacheKey& key, PayloadKind payload_kind) {
+  return absl::StrCat("cjit:", key.Hex(), ":", static_cast<uint32_t>(payload_kind));
 }
 
-std::string RemoteCache::SignedValue(const std::string& redis_key, const CacheKey& key, uint32_t payload_kind,
+std::string RemoteCache::LeaseKey(const CacheKey& key, PayloadKind payload_kind) {
+  return absl::StrCat("cjit-lease:", key.Hex(), ":", static_cast<uint32_t>(payload_kind));
+}
+
+RemoteCache::Lease RemoteCache::TryLease(const CacheKey& key, PayloadKind payload_kind) {
+  Impl& m = *impl_;
+  if (m.options.lease_ms <= 0 || !m.Available()) return Lease::kUnavailable;
+  const std::string lease_key = LeaseKey(key, payload_kind);
+  std::lock_guard<std::mutex> lock(m.read_mu);
+  if (std::string why = m.Connect(&m.read_ctx); !why.empty()) {
+    m.Failed(why);
+    return Lease::kUnavailable;
+  }
+  auto* r = static_cast<redisReply*>(redisCommand(m.read_ctx, "SET %b %b NX PX %lld", lease_key.data(), lease_key.size(),
+                                                  m.lease_token.data(), m.lease_token.size(),
+                                                  static_cast<long long>(m.options.lease_ms)));
+  if (r == nullptr) {
+    std::string why = absl::StrCat("lease: ", m.read_ctx->errstr);
+    redisFree(m.read_ctx);
+    m.read_ctx = nullptr;
+    m.Failed(why);
+    return Lease::kUnavailable;
+  }
+  Lease result = Lease::kUnavailable;
+  if (r->type == REDIS_REPLY_STATUS) {  // "OK": set
+    result = Lease::kAcquired;
+    ++m.leases;
+  } else if (r->type == REDIS_REPLY_NIL) {  // NX: another process holds it
+    result = Lease::kHeld;
+    // A lease no process of this fleet could have set (no expiry, or longer than ours) is not honoured:
+    // whoever can write to the server must not be able to stop every process from compiling.
+    auto* t = static_cast<redisReply*>(redisCommand(m.read_ctx, "PTTL %b", lease_key.data(), lease_key.size()));
+    if (t != nullptr && t->type == REDIS_REPLY_INTEGER && (t->integer == -1 || t->integer > m.options.lease_ms)) {
+      result = Lease::kUnavailable;
+      if (m.reject_logs.fetch_add(1) < kMaxRejectLogs) {
+        CJIT_LOG(WARNING) << "remote cache " << m.options.url << ": lease " << lease_key << " has "
+                          << (t->integer == -1 ? std::string("no expiry")
+                                               : absl::StrCat(t->integer, " ms left (more than --remote_cache_lease_ms)"))
+                          << "; not waiting for it";
+      }
+    }
+    if (t != nullptr) freeReplyObject(t);
+    if (result == Lease::kHeld) ++m.lease_waits;
+  } else {
+    CJIT_VLOG(1) << "remote cache lease " << lease_key << ": unexpected reply "
+                 << (r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len) : std::to_string(r->type));
+  }
+  freeReplyObject(r);
+  if (result != Lease::kUnavailable) m.Succeeded();
+  return result;
+}
+
+void RemoteCache::ReleaseLease(const CacheKey& key, PayloadKind payload_kind) {
+  Impl& m = *impl_;
+  if (m.options.lease_ms <= 0) return;
+  Impl::Write w;
+  w.redis_key = LeaseKey(key, payload_kind);
+  w.value = m.lease_token;
+  w.release_lease = true;
+  {
+    std::lock_guard<std::mutex> lock(m.queue_mu);
+    if (m.stop) return;  // the lease expires on its own
+    m.queued_bytes += static_cast<int64_t>(w.value.size());
+    m.queue.push_back(std::move(w));
+  }
+  m.queue_cv.notify_one();
+}
+
+std::string RemoteCache::SignedValue(const std::string& redis_key, const CacheKey& key, PayloadKind payload_kind,
                                      absl::string_view payload) const {
   const std::string entry = DiskCache::Encode(key, payload_kind, payload);
   const std::string& signing = impl_->keys[0];
   return absl::StrCat(absl::string_view(kMagic, 8), KeyId(signing), Mac(signing, redis_key, entry), entry);
 }
 
-std::optional<std::string> RemoteCache::Lookup(const CacheKey& key, uint32_t payload_kind) {
+std::optional<std::string> RemoteCache::Lookup(const CacheKey& key, PayloadKind payload_kind) {
   Impl& m = *impl_;
   if (!m.Available()) {
     ++m.skipped;
@@ -405,7 +545,7 @@ std::optional<std::string> RemoteCache::Lookup(const CacheKey& key, uint32_t pay
   return payload;
 }
 
-void RemoteCache::StoreAsync(const CacheKey& key, uint32_t payload_kind, absl::string_view payload) {
+void RemoteCache::StoreAsync(const CacheKey& key, PayloadKind payload_kind, absl::string_view payload) {
   Impl& m = *impl_;
   if (static_cast<int64_t>(payload.size()) > m.options.max_entry_bytes) {
     ++m.dropped_writes;
@@ -431,6 +571,70 @@ bool RemoteCache::Flush(int timeout_ms) {
   std::unique_lock<std::mutex> lock(m.queue_mu);
   return m.idle_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms),
                             [&] { return m.queue.empty() && !m.writing; });
+}
+
+absl::StatusOr<std::vector<RemoteCache::EntryInfo>> RemoteCache::List(std::vector<std::string>* payloads,
+                                                                      std::vector<std::string>* keys) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.read_mu);
+  std::vector<std::string> names;
+  std::string cursor = "0";
+  do {
+    CJIT_ASSIGN_OR_RETURN(redisReply * r, (m.Command("SCAN", {"SCAN", cursor, "MATCH", "cjit:*", "COUNT", "1000"})));
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+      freeReplyObject(r);
+      return absl::DataLossError(absl::StrCat("remote cache ", m.options.url, ": unexpected SCAN reply"));
+    }
+    cursor.assign(r->element[0]->str, r->element[0]->len);
+    for (size_t i = 0; i < r->element[1]->elements; ++i) {
+      names.emplace_back(r->element[1]->element[i]->str, r->element[1]->element[i]->len);
+    }
+    freeReplyObject(r);
+  } while (cursor != "0");
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());  // SCAN may return a key twice
+  std::vector<EntryInfo> out;
+  for (const std::string& name : names) {
+    CJIT_ASSIGN_OR_RETURN(redisReply * r, (m.Command("GET", {"GET", name})));
+    if (r->type == REDIS_REPLY_NIL) {  // expired or deleted since the SCAN
+      freeReplyObject(r);
+      continue;
+    }
+    EntryInfo e;
+    e.redis_key = name;
+    std::string value;
+    if (r->type == REDIS_REPLY_STRING) value.assign(r->str, r->len);
+    freeReplyObject(r);
+    e.bytes = static_cast<int64_t>(value.size());
+    CJIT_ASSIGN_OR_RETURN(redisReply * t, (m.Command("TTL", {"TTL", name})));
+    if (t->type == REDIS_REPLY_INTEGER && t->integer >= 0) e.ttl_s = t->integer;
+    freeReplyObject(t);
+    std::string key_text;
+    absl::StatusOr<std::string> payload = m.Check(name, value, &key_text, &e.payload_kind);
+    e.ok = payload.ok();
+    if (!e.ok) e.problem = std::string(payload.status().message());
+    e.key_head = key_text.substr(0, key_text.find('\n'));
+    if (payloads != nullptr) payloads->push_back(e.ok ? std::move(*payload) : std::string());
+    if (keys != nullptr) keys->push_back(e.ok ? key_text : std::string());
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+absl::Status RemoteCache::Put(const CacheKey& key, PayloadKind payload_kind, absl::string_view payload) {
+  Impl& m = *impl_;
+  const std::string redis_key = RedisKey(key, payload_kind);
+  std::vector<std::string> argv = {"SET", redis_key, SignedValue(redis_key, key, payload_kind, payload)};
+  if (m.options.ttl_s > 0) {
+    argv.push_back("PX");
+    argv.push_back(std::to_string(m.options.ttl_s * 1000));
+  }
+  std::lock_guard<std::mutex> lock(m.read_mu);
+  CJIT_ASSIGN_OR_RETURN(redisReply * r, (m.Command("SET", argv)));
+  freeReplyObject(r);
+  ++m.writes;
+  m.bytes_written += static_cast<int64_t>(argv[2].size());
+  return absl::OkStatus();
 }
 
 std::vector<std::pair<const char*, int64_t>> RemoteCacheStatsFields(const RemoteCacheStats& s) {

@@ -513,6 +513,11 @@ const std::vector<FlagDef>& Table() {
       {{"remote_cache_max_entry_mb", "int", "64", "Entries larger than this are not written to the remote cache.",
         {}},
        Int64Flag(&Flags::remote_cache_max_entry_mb, "remote_cache_max_entry_mb", 1)},
+      {{"remote_cache_lease_ms", "int", "15000",
+        "Compile and tune once per fleet: a process that misses --remote_cache takes a lease of this many ms "
+        "on the entry; the others that miss it meanwhile run their fallback path (default algorithms) until "
+        "it is published or the lease expires. 0 = no leases (every process compiles what it misses).", {}},
+       Int64Flag(&Flags::remote_cache_lease_ms, "remote_cache_lease_ms", 0)},
       {{"max_tensor_bytes", "int", "0",
         "Largest tensor (bytes) a model may create: an initializer, an input, a shape-inferred or computed "
         "output over it is an error naming the node. 0 = half of this machine's physical memory.", {}},

@@ -172,6 +172,7 @@ struct Flags {
   int remote_cache_timeout_ms = 100;
   int64_t remote_cache_ttl_s = 604800;
   int64_t remote_cache_max_entry_mb = 64;
+  int64_t remote_cache_lease_ms = 15000;
   // Largest tensor a model may make, in bytes (compiler/ir/tensor.h MaxTensorBytes); 0 = half of memory.
   int64_t max_tensor_bytes = 0;
   // Profiling (runtime/profiler.h, docs/profiling.md): Chrome trace-event JSON written at Session

@@ -582,7 +582,7 @@ std::optional<std::string> Autotuner::LookupStored(const std::string& key, const
     }
   }
   if (disk_ != nullptr) {
-    if (auto payload = disk_->Lookup(DiskKey(device, libraries, key), kAutotunePayloadKind)) {
+    if (auto payload = disk_->Lookup(DiskKey(device, libraries, key), PayloadKind::kAutotune)) {
       AutotuneRecord r;
       r.key = key;
       r.device = device;
@@ -598,9 +598,12 @@ std::optional<std::string> Autotuner::LookupStored(const std::string& key, const
   return std::nullopt;
 }
 
-std::optional<std::string> Autotuner::TuneOnce(const std::string& table_key, const std::string& op,
+std::optional<std::string> Autotuner::TuneOnce(const std::string& key, const std::string& device,
+                                               const std::string& libraries, const std::string& op,
+                                               const std::function<bool(const std::string&, const char*)>& usable,
                                                const std::function<std::string()>& tune) {
   ProcessTable& table = Table();
+  const std::string table_key = TableKey(device, libraries, key);
   {
     std::lock_guard<std::mutex> lock(table.mu);
     auto it = table.results.find(table_key);
@@ -618,6 +621,29 @@ std::optional<std::string> Autotuner::TuneOnce(const std::string& table_key, con
       t.in_flight.erase(key);
     }
   } done{table, table_key};
+  // Tune once per fleet: another process holding the remote tier's lease on this result tunes it (the
+  // default meanwhile; asked again at the next execution), or published it meanwhile.
+  bool leased = false;
+  if (disk_ != nullptr) {
+    switch (disk_->AcquireFleetLease(DiskKey(device, libraries, key), PayloadKind::kAutotune)) {
+      case DiskCache::FleetLease::kWait:
+        ++counters_.lease_waits;
+        return std::nullopt;
+      case DiskCache::FleetLease::kFound:
+        if (auto a = LookupStored(key, device, libraries, op, usable)) return a;
+        break;  // not usable here: tune (without the lease)
+      case DiskCache::FleetLease::kProduce:
+        leased = true;
+        break;
+    }
+  }
+  struct Release {
+    DiskCache* disk;
+    CacheKey key;
+    ~Release() {
+      if (disk != nullptr) disk->ReleaseFleetLease(key, PayloadKind::kAutotune);  // behind Finish's Store
+    }
+  } release{leased ? disk_ : nullptr, leased ? DiskKey(device, libraries, key) : CacheKey{}};
   try {
     return tune();
   } catch (const std::exception& e) {
@@ -631,7 +657,9 @@ std::optional<std::string> Autotuner::Tune(const std::string& key, const Node& n
                                            const std::vector<const Tensor*>& inputs,
                                            const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
                                            const std::vector<InferOutput>* inferred, int threads) {
-  return TuneOnce(key, node.Describe(),
+  const KernelContext ctx = DescribeContext(node, inputs, is_constant, post_ops, inferred, threads);
+  return TuneOnce(key, "", "", node.Describe(),
+                  [&](const std::string& algorithm, const char*) { return Offered(algorithm, ctx); },
                   [&] { return TuneNow(key, node, inputs, is_constant, post_ops, inferred, threads); });
 }
 
@@ -650,7 +678,8 @@ std::optional<std::string> Autotuner::TuneDevice(const std::string& key, const s
                                                  const std::string& libraries, const std::string& op,
                                                  const std::string& op_type,
                                                  const std::function<AutotuneRecord()>& tune) {
-  return TuneOnce(TableKey(device, libraries, key), op, [&]() -> std::string {
+  return TuneOnce(key, device, libraries, op, [](const std::string&, const char*) { return true; },
+                  [&]() -> std::string {
     const int64_t t_start = Profiler::Now();
     AutotuneRecord rec = tune();
     if (cancelled()) return "";  // nothing partial is stored
@@ -870,7 +899,7 @@ void Autotuner::Finish(const AutotuneRecord& rec, int64_t t_start, const std::st
   const int64_t t_end = Profiler::Now();
   counters_.tuning_us += (t_end - t_start) / 1000;
   if (disk_ != nullptr && !disk_->options().read_only) {
-    absl::Status st = disk_->Store(DiskKey(rec.device, rec.libraries, rec.key), kAutotunePayloadKind, DiskPayload(rec));
+    absl::Status st = disk_->Store(DiskKey(rec.device, rec.libraries, rec.key), PayloadKind::kAutotune, DiskPayload(rec));
     if (!st.ok()) CJIT_LOG(WARNING) << "autotune: persistent cache write failed: " << st.message();
   }
   if (profiler_ != nullptr) {

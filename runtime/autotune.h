@@ -29,7 +29,7 @@
 // --autotune_max_ms_per_op bounds the whole search per op (default, candidates, checks).
 //
 // Storage: results live in the process (shared by sessions), in the persistent cache (payload kind
-// kAutotunePayloadKind, keyed by device identity — CPU model and ISA features —, library versions —
+// PayloadKind::kAutotune, keyed by device identity — CPU model and ISA features —, library versions —
 // oneDNN, Eigen, clusterjit — and the op signature; same header, checksum and atomic write as compiled
 // code), and in the --autotune_results_dump_to text file. A loaded entry for another device or library
 // version is ignored with a logged reason; a loaded algorithm the kernel does not offer for the op is
@@ -69,9 +69,6 @@ struct AutotuneOptions {
 };
 AutotuneOptions AutotuneOptionsFromFlags(const Flags& flags);
 
-// Persistent-cache payload kind of an autotuning result.
-inline constexpr uint32_t kAutotunePayloadKind = 3;
-
 // The machine and libraries a result is valid for: "cpu=<model>;isa=<features>" and
 // "onednn=<version>;eigen=<version>;clusterjit=<version>".
 const std::string& AutotuneDeviceIdentity();
@@ -81,6 +78,7 @@ const std::string& AutotuneLibraryVersions();
 struct AutotuneCounters {
   std::atomic<int64_t> ops_tuned{0}, candidates_timed{0}, candidates_rejected{0}, tuning_us{0};
   std::atomic<int64_t> memory_hits{0}, disk_hits{0}, file_hits{0}, ignored_entries{0};
+  std::atomic<int64_t> lease_waits{0};  // tunings left to another process of the fleet (--remote_cache lease)
 };
 
 // One op signature's decision.
@@ -177,9 +175,13 @@ class Autotuner {
   std::optional<std::string> LookupStored(const std::string& key, const std::string& device,
                                           const std::string& libraries, const std::string& op,
                                           const std::function<bool(const std::string&, const char*)>& usable);
-  // Runs `tune` for `table_key` unless the process has a result (returned) or another session is tuning it
-  // (nullopt); an exception keeps the default ("").
-  std::optional<std::string> TuneOnce(const std::string& table_key, const std::string& op,
+  // Runs `tune` for `key` on `device` / `libraries` unless the process has a result (returned), another
+  // session of the process is tuning it (nullopt), or another process of the fleet holds the remote tier's
+  // lease on it (nullopt; a result it published meanwhile is returned if `usable`); an exception keeps the
+  // default ("").
+  std::optional<std::string> TuneOnce(const std::string& key, const std::string& device,
+                                      const std::string& libraries, const std::string& op,
+                                      const std::function<bool(const std::string&, const char*)>& usable,
                                       const std::function<std::string()>& tune);
   // Stores a tuned result everywhere and reports it (counters, trace, VLOG, records, dump file).
   void Finish(const AutotuneRecord& rec, int64_t t_start, const std::string& op_type, const std::string& node_name);

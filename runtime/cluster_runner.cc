@@ -25,6 +25,17 @@
 
 namespace cjit {
 
+RemoteCacheOptions RemoteCacheOptionsFromFlags(const Flags& flags) {
+  RemoteCacheOptions ro;
+  ro.url = flags.remote_cache;
+  ro.key_file = flags.remote_cache_key_file;
+  ro.timeout_ms = flags.remote_cache_timeout_ms;
+  ro.ttl_s = flags.remote_cache_ttl_s;
+  ro.max_entry_bytes = flags.remote_cache_max_entry_mb << 20;
+  ro.lease_ms = flags.remote_cache_lease_ms;
+  return ro;
+}
+
 ClusterRuntime::ClusterRuntime(const Flags& flags)
     : flags_(flags),
       async_compilation_(AsyncCompilationEnabled(flags)),
@@ -54,13 +65,7 @@ absl::StatusOr<std::shared_ptr<ClusterRuntime>> ClusterRuntime::Create(const Fla
     o.read_only = flags.persistent_cache_read_only;
     o.max_bytes = flags.persistent_cache_max_bytes;
     if (!flags.remote_cache.empty()) {
-      RemoteCacheOptions ro;
-      ro.url = flags.remote_cache;
-      ro.key_file = flags.remote_cache_key_file;
-      ro.timeout_ms = flags.remote_cache_timeout_ms;
-      ro.ttl_s = flags.remote_cache_ttl_s;
-      ro.max_entry_bytes = flags.remote_cache_max_entry_mb << 20;
-      CJIT_ASSIGN_OR_RETURN(o.remote, RemoteCache::Shared(ro));
+      CJIT_ASSIGN_OR_RETURN(o.remote, RemoteCache::Shared(RemoteCacheOptionsFromFlags(flags)));
     }
     auto disk = DiskCache::Open(o);
     if (!disk.ok()) {
@@ -246,6 +251,7 @@ struct ClusterRunner::State {
   bool failed = false;                              // guarded by mu
   bool dumped = false;                              // guarded by mu
   bool polymorphic_tried = false;                   // guarded by mu
+  bool holds_fleet_lease = false;  // guarded by mu: this process compiles the entry for the fleet (DiskCache)
   std::atomic<uint64_t> pending_flow{0};  // trace flow from the compile to the first compiled execution
   std::string trace_name, compile_name;   // "cluster_<id>", "compile cluster_<id>"
   // Dynamic-shape plans (ShapeFamily).
@@ -332,12 +338,88 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state, boo
 void DumpCompiled(ClusterRunner::State& s, const CpuExecutable& ex);
 
 void CacheEvent(Profiler* prof, const char* name, const ClusterRunner::State& s, const char* result,
-                const std::string& reason, int64_t t0) {
+                const std::string& reason, int64_t t0, const char* tier = "") {
   if (prof == nullptr) return;
   TraceArgs args;
   args.Add("cluster", s.stats->id).Add("key", s.key.Hex()).Add("result", result);
+  if (tier[0] != '\0') args.Add("tier", tier);
   if (!reason.empty()) args.Add("reason", reason);
   prof->Complete(name, "cache", t0, Profiler::Now(), &args);
+}
+
+// The executable of a valid persistent-cache entry for `s` (disk, else the remote tier), installed; or null.
+std::shared_ptr<const CpuExecutable> LoadFromDisk(ClusterRunner::State& s, Profiler* prof) {
+  // Loading is not compiling: a signature with a valid disk entry runs compiled from its first execution.
+  int64_t t0 = prof ? Profiler::Now() : 0;
+  const char* tier = "";
+  std::shared_ptr<const CpuExecutable> ex;
+  if (auto payload = s.runtime->disk()->Lookup(s.key, PayloadKind::kCpuCode, &tier)) {
+    CpuCompileOptions plan_options;
+    plan_options.excess_precision = s.runtime->flags().allow_excess_precision;
+    plan_options.codegen_single_ops = s.runtime->flags().cpu_codegen_single_ops;
+    auto loaded = CatchAsStatus("loading a cached cluster",
+                                [&] { return CpuExecutable::Load(s.body, *payload, plan_options); });
+    if (loaded.ok()) {
+      ex = *loaded;
+      ++s.stats->disk_hits;
+      RecordExecutable(s, *ex);
+      s.runtime->cache().Insert(s.key, ex);
+      {
+        std::lock_guard<std::mutex> lock(s.mu);
+        s.executable = ex;
+      }
+      CacheEvent(prof, "disk cache lookup", s, "hit", "", t0, tier);
+    } else {
+      ++s.stats->disk_rejects;
+      CJIT_LOG(WARNING) << "persistent cache: entry " << s.key.Hex() << " for cluster " << s.stats->id
+                        << " could not be loaded, recompiling: " << loaded.status().message();
+      CacheEvent(prof, "disk cache lookup", s, "reject", std::string(loaded.status().message()), t0, tier);
+    }
+  } else {
+    CacheEvent(prof, "disk cache lookup", s, "miss", "", t0);
+  }
+  if (ex && s.runtime->dumper()) DumpCompiled(s, *ex);
+  return ex;
+}
+
+// Before compiling `s` (it missed every tier): takes the fleet's lease on its entry. False: do not compile
+// now — another process of the fleet is compiling it (`why` says so), or it appeared meanwhile and `*ex`
+// is loaded.
+bool TakeFleetLease(ClusterRunner::State& s, Profiler* prof, std::shared_ptr<const CpuExecutable>* ex,
+                    std::string* why) {
+  DiskCache* disk = s.runtime->disk();
+  if (disk == nullptr || disk->remote() == nullptr || disk->options().read_only) return true;
+  int64_t t0 = prof ? Profiler::Now() : 0;
+  const DiskCache::FleetLease lease = disk->AcquireFleetLease(s.key, PayloadKind::kCpuCode);
+  CacheEvent(prof, "remote cache lease", s,
+             lease == DiskCache::FleetLease::kProduce ? "compile here"
+             : lease == DiskCache::FleetLease::kWait  ? "another process compiles it"
+                                                      : "published meanwhile",
+             "", t0, "remote");
+  switch (lease) {
+    case DiskCache::FleetLease::kProduce: {
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.holds_fleet_lease = true;
+      return true;
+    }
+    case DiskCache::FleetLease::kWait:
+      *why = "another process of the fleet is compiling it (--remote_cache lease)";
+      return false;
+    case DiskCache::FleetLease::kFound:
+      *ex = LoadFromDisk(s, prof);
+      if (!*ex) *why = "the fleet's entry could not be loaded";
+      return false;
+  }
+  return true;
+}
+
+void ReleaseFleetLease(ClusterRunner::State& s) {
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (!s.holds_fleet_lease) return;
+    s.holds_fleet_lease = false;
+  }
+  s.runtime->disk()->ReleaseFleetLease(s.key, PayloadKind::kCpuCode);
 }
 
 }  // namespace
@@ -419,34 +501,7 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
     }
     CacheEvent(prof, "memory cache lookup", s, ex ? "hit" : "miss", "", t0);
   }
-  if (!ex && s.runtime->disk() != nullptr) {
-    // Loading is not compiling: a signature with a valid disk entry runs compiled from its first execution.
-    int64_t t0 = prof ? Profiler::Now() : 0;
-    if (auto payload = s.runtime->disk()->Lookup(s.key, CpuExecutable::kPayloadKind)) {
-      CpuCompileOptions plan_options;
-      plan_options.excess_precision = s.runtime->flags().allow_excess_precision;
-      plan_options.codegen_single_ops = s.runtime->flags().cpu_codegen_single_ops;
-      auto loaded = CatchAsStatus("loading a cached cluster",
-                                  [&] { return CpuExecutable::Load(s.body, *payload, plan_options); });
-      if (loaded.ok()) {
-        ex = *loaded;
-        ++s.stats->disk_hits;
-        RecordExecutable(s, *ex);
-        s.runtime->cache().Insert(s.key, ex);
-        std::lock_guard<std::mutex> lock(s.mu);
-        s.executable = ex;
-        CacheEvent(prof, "disk cache lookup", s, "hit", "", t0);
-      } else {
-        ++s.stats->disk_rejects;
-        CJIT_LOG(WARNING) << "persistent cache: entry " << s.key.Hex() << " for cluster " << s.stats->id
-                          << " could not be loaded, recompiling: " << loaded.status().message();
-        CacheEvent(prof, "disk cache lookup", s, "reject", std::string(loaded.status().message()), t0);
-      }
-    } else {
-      CacheEvent(prof, "disk cache lookup", s, "miss", "", t0);
-    }
-    if (ex && s.runtime->dumper()) DumpCompiled(s, *ex);
-  }
+  if (!ex && s.runtime->disk() != nullptr) ex = LoadFromDisk(s, prof);
   if (!ex && s.runtime->flags().polymorphic_clusters) ex = TryPolymorphicInstantiation(prof);
   std::string why;
   if (!ex) {
@@ -482,11 +537,17 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
         }
         ex = s.executable;
       }
+      if (start && !TakeFleetLease(s, prof, &ex, &why)) {
+        start = false;
+        std::lock_guard<std::mutex> lock(s.mu);
+        s.compile_in_flight = false;
+      }
       if (!start) s.runtime->policy().AbandonCompile(s.policy_id);
       if (start && s.runtime->async_compilation()) {
         std::shared_ptr<State> keep = state_;
         if (!s.runtime->SubmitCompile([keep] { CompileInto(keep, /*background=*/true).IgnoreError(); })) {
           s.runtime->policy().AbandonCompile(s.policy_id);
+          ReleaseFleetLease(s);
           std::lock_guard<std::mutex> lock(s.mu);
           s.compile_in_flight = false;  // shutting down: stay on the fallback path
         }
@@ -494,7 +555,7 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
       } else if (start && CompileInto(state_, /*background=*/false).ok()) {
         std::lock_guard<std::mutex> lock(s.mu);
         ex = s.executable;
-      } else if (!ex) {
+      } else if (!ex && why.empty()) {
         why = start ? "its compilation failed" : "another thread is compiling it";
       }
     }
@@ -688,6 +749,10 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state, boo
     s.compile_in_flight = false;
     if (!ex.ok()) {
       s.failed = true;
+      if (s.holds_fleet_lease) {  // the fleet need not wait for an entry that will not come
+        s.holds_fleet_lease = false;
+        s.runtime->disk()->ReleaseFleetLease(s.key, PayloadKind::kCpuCode);
+      }
       CJIT_LOG(WARNING) << "cluster " << s.stats->id << " (" << s.signature << "): compilation failed, running it on the "
                         << "fallback path from now on: " << ex.status().message();
       return ex.status();
@@ -706,7 +771,7 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state, boo
   if (DiskCache* disk = s.runtime->disk(); disk != nullptr && !disk->options().read_only) {
     int64_t w0 = prof ? Profiler::Now() : 0;
     auto payload = (*ex)->ExportPayload();
-    absl::Status st = payload.ok() ? disk->Store(s.key, CpuExecutable::kPayloadKind, *payload) : payload.status();
+    absl::Status st = payload.ok() ? disk->Store(s.key, PayloadKind::kCpuCode, *payload) : payload.status();
     if (st.ok()) {
       ++s.stats->disk_writes;
       CJIT_VLOG(2) << "persistent cache: stored cluster " << s.stats->id << " (" << payload->size() << " bytes), key "
@@ -716,6 +781,7 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state, boo
     }
     CacheEvent(prof, "disk cache write", s, st.ok() ? "written" : "failed", st.ok() ? "" : std::string(st.message()), w0);
   }
+  ReleaseFleetLease(s);  // queued behind the entry's remote write
   if (s.runtime->dumper()) DumpCompiled(s, **ex);
   if (prof) {
     uint64_t flow = prof->NewFlowId();

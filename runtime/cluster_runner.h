@@ -38,6 +38,10 @@ class Profiler;
 class Dumper;
 class Autotuner;
 
+// The fleet-shared tier's options from the --remote_cache* flags (one RemoteCache::Shared instance per
+// process for them: the CPU clusters, autotuning and the GPU backend's PTX go through the same one).
+RemoteCacheOptions RemoteCacheOptionsFromFlags(const Flags& flags);
+
 // Counters of one cluster (one cluster node of one specialized signature).
 struct ClusterStats {
   int id = 0;

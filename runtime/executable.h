@@ -56,8 +56,7 @@ class CpuExecutable : public CacheEntry {
   static absl::StatusOr<std::shared_ptr<const CpuExecutable>> Load(std::shared_ptr<const Graph> body,
                                                                    absl::string_view payload,
                                                                    const CpuCompileOptions& options = {});
-  // Payload kind in the disk cache.
-  static constexpr uint32_t kPayloadKind = 1;  // CPU object code of the fused kernels
+  // The disk/remote cache entry of this executable (PayloadKind::kCpuCode).
   absl::StatusOr<std::string> ExportPayload() const { return ExportCpuPayload(plan_); }
 
   // Inputs in body-input order; returns body outputs in order. `profiler` (optional) receives one event per

@@ -162,6 +162,10 @@ CudaBackendOptions CudaOptionsFor(const Flags& flags, int ordinal) {
   bo.persistent_cache_dir = flags.persistent_cache_dir;
   bo.persistent_cache_read_only = flags.persistent_cache_read_only;
   bo.persistent_cache_max_bytes = flags.persistent_cache_max_bytes;
+  if (!flags.remote_cache.empty() && !flags.persistent_cache_dir.empty()) {
+    // The process's one instance for these flags (ClusterRuntime::Create opens the same and reports errors).
+    if (auto remote = RemoteCache::Shared(RemoteCacheOptionsFromFlags(flags)); remote.ok()) bo.remote_cache = *remote;
+  }
   return bo;
 }
 
@@ -323,6 +327,7 @@ SessionStats Session::stats() const {
     out.autotune.disk_hits = c.disk_hits;
     out.autotune.file_hits = c.file_hits;
     out.autotune.ignored_entries = c.ignored_entries;
+    out.autotune.lease_waits = c.lease_waits;
   }
   {
     const ClusterRuntime::Totals r = clusters_->RetiredTotals();  // runners of evicted signatures

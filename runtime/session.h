@@ -83,11 +83,12 @@ struct ClusterStatsSnapshot {
 
 // Autotuning counters of the session (runtime/autotune.h): op signatures tuned here, candidates timed and
 // rejected, time spent tuning, and choices found instead in the process, the persistent cache or
-// --autotune_results_load_from (ignored_entries: loaded results not valid here).
+// --autotune_results_load_from (ignored_entries: loaded results not valid here); lease_waits: tunings left to
+// another process of the fleet (--remote_cache).
 struct AutotuneStatsSnapshot {
   int64_t ops_tuned = 0, candidates_timed = 0, candidates_rejected = 0;
   double tuning_ms = 0;
-  int64_t memory_hits = 0, disk_hits = 0, file_hits = 0, ignored_entries = 0;
+  int64_t memory_hits = 0, disk_hits = 0, file_hits = 0, ignored_entries = 0, lease_waits = 0;
 };
 
 struct SessionStats {

@@ -27,7 +27,8 @@ inline nlohmann::json AutotuneCountersJson(const AutotuneStatsSnapshot& a) {
   return {{"ops_tuned", a.ops_tuned},     {"candidates_timed", a.candidates_timed},
           {"candidates_rejected", a.candidates_rejected}, {"tuning_ms", a.tuning_ms},
           {"memory_hits", a.memory_hits}, {"disk_hits", a.disk_hits},
-          {"file_hits", a.file_hits},     {"ignored_entries", a.ignored_entries}};
+          {"file_hits", a.file_hits},     {"ignored_entries", a.ignored_entries},
+          {"lease_waits", a.lease_waits}};
 }
 
 // Adds "remote_cache" to `j` when the session uses the fleet-shared tier.

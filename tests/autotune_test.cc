@@ -502,7 +502,7 @@ TEST(AutotuneTest, ResultsPersistInDiskCacheAndDumpFileAndAreIgnoredForOtherDevi
     ASSERT_TRUE(list.ok());
     ASSERT_EQ(list->size(), 1u);
     EXPECT_TRUE((*list)[0].ok) << (*list)[0].problem;
-    EXPECT_EQ((*list)[0].payload_kind, kAutotunePayloadKind);
+    EXPECT_EQ((*list)[0].payload_kind, static_cast<uint32_t>(PayloadKind::kAutotune));
   }
   // Dump -> load in a fresh process without the cache: the same choice as the dumping process made.
   ClearAutotuneResultsForTest();

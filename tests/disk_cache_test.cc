@@ -166,11 +166,11 @@ TEST(CacheKeyTest, ObjectNamingNamesLargeConstantsByObjectAndSmallOnesByContent)
 TEST(DiskCacheTest, RoundTrip) {
   std::string dir = FreshDir("roundtrip");
   auto c = Open(dir);
-  ASSERT_TRUE(c->Store(Key("k1"), 1, "payload one").ok());
-  auto got = c->Lookup(Key("k1"), 1);
+  ASSERT_TRUE(c->Store(Key("k1"), PayloadKind::kCpuCode, "payload one").ok());
+  auto got = c->Lookup(Key("k1"), PayloadKind::kCpuCode);
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(*got, "payload one");
-  EXPECT_FALSE(c->Lookup(Key("k2"), 1).has_value());
+  EXPECT_FALSE(c->Lookup(Key("k2"), PayloadKind::kCpuCode).has_value());
   EXPECT_EQ(c->stats().hits, 1);
   EXPECT_EQ(c->stats().misses, 1);
   EXPECT_EQ(c->stats().writes, 1);
@@ -195,17 +195,17 @@ TEST(DiskCacheTest, EveryCorruptionIsRejectedAndRemoved) {
     std::string dir = FreshDir("corrupt");
     auto c = Open(dir);
     CacheKey k = Key("the key");
-    ASSERT_TRUE(c->Store(k, 1, std::string(1000, 'p')).ok());
+    ASSERT_TRUE(c->Store(k, PayloadKind::kCpuCode, std::string(1000, 'p')).ok());
     std::string path = dir + "/" + k.Hex() + ".cjit";
     std::string bytes = ReadFile(path);
     f.corrupt(bytes);
     WriteFile(path, bytes);
-    EXPECT_FALSE(c->Lookup(k, 1).has_value()) << f.name;
+    EXPECT_FALSE(c->Lookup(k, PayloadKind::kCpuCode).has_value()) << f.name;
     EXPECT_EQ(c->stats().rejects, 1) << f.name;
     EXPECT_FALSE(fs::exists(path)) << f.name << ": a bad entry must be removed";
     // Recompiled and stored again: valid.
-    ASSERT_TRUE(c->Store(k, 1, "fresh").ok());
-    EXPECT_EQ(c->Lookup(k, 1).value_or(""), "fresh") << f.name;
+    ASSERT_TRUE(c->Store(k, PayloadKind::kCpuCode, "fresh").ok());
+    EXPECT_EQ(c->Lookup(k, PayloadKind::kCpuCode).value_or(""), "fresh") << f.name;
   }
 }
 
@@ -213,12 +213,12 @@ TEST(DiskCacheTest, KeyMismatchAndWrongKindAreRejected) {
   std::string dir = FreshDir("mismatch");
   auto c = Open(dir);
   CacheKey a = Key("key A"), b = Key("key B");
-  ASSERT_TRUE(c->Store(a, 1, "A's payload").ok());
+  ASSERT_TRUE(c->Store(a, PayloadKind::kCpuCode, "A's payload").ok());
   // An entry for key A sitting under key B's file name (as a hash collision would).
   fs::copy_file(dir + "/" + a.Hex() + ".cjit", dir + "/" + b.Hex() + ".cjit");
-  EXPECT_FALSE(c->Lookup(b, 1).has_value());
+  EXPECT_FALSE(c->Lookup(b, PayloadKind::kCpuCode).has_value());
   EXPECT_EQ(c->stats().rejects, 1);
-  EXPECT_FALSE(c->Lookup(a, 2).has_value()) << "payload kind must match";
+  EXPECT_FALSE(c->Lookup(a, PayloadKind::kPtx).has_value()) << "payload kind must match";
   EXPECT_EQ(c->stats().rejects, 2);
 }
 
@@ -228,7 +228,7 @@ TEST(DiskCacheTest, UnreadableEntryIsRejected) {
   CacheKey k = Key("k");
   // A directory where the entry file should be: open succeeds but reading fails.
   fs::create_directories(dir + "/" + k.Hex() + ".cjit");
-  EXPECT_FALSE(c->Lookup(k, 1).has_value());
+  EXPECT_FALSE(c->Lookup(k, PayloadKind::kCpuCode).has_value());
   EXPECT_EQ(c->stats().rejects, 1);
 }
 
@@ -236,11 +236,11 @@ TEST(DiskCacheTest, ReadOnlyNeverWrites) {
   std::string dir = FreshDir("readonly");
   {
     auto w = Open(dir);
-    ASSERT_TRUE(w->Store(Key("k"), 1, "v").ok());
+    ASSERT_TRUE(w->Store(Key("k"), PayloadKind::kCpuCode, "v").ok());
   }
   auto r = Open(dir, /*read_only=*/true);
-  EXPECT_EQ(r->Lookup(Key("k"), 1).value_or(""), "v");
-  ASSERT_TRUE(r->Store(Key("other"), 1, "w").ok());
+  EXPECT_EQ(r->Lookup(Key("k"), PayloadKind::kCpuCode).value_or(""), "v");
+  ASSERT_TRUE(r->Store(Key("other"), PayloadKind::kCpuCode, "w").ok());
   EXPECT_FALSE(fs::exists(dir + "/" + Key("other").Hex() + ".cjit"));
   auto missing = DiskCache::Open({dir + "/does-not-exist", true, 0});
   ASSERT_FALSE(missing.ok());
@@ -253,7 +253,7 @@ TEST(DiskCacheTest, FullDiskFailsCleanly) {
   std::string dir = FreshDir("full");
   {
     auto c = Open(dir);
-    ASSERT_TRUE(c->Store(Key("small"), 1, "ok").ok());
+    ASSERT_TRUE(c->Store(Key("small"), PayloadKind::kCpuCode, "ok").ok());
   }
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
@@ -262,7 +262,7 @@ TEST(DiskCacheTest, FullDiskFailsCleanly) {
     setrlimit(RLIMIT_FSIZE, &lim);
     auto c = DiskCache::Open({dir, false, 0});
     if (!c.ok()) _exit(3);
-    absl::Status st = (*c)->Store(Key("big"), 1, std::string(1 << 20, 'x'));
+    absl::Status st = (*c)->Store(Key("big"), PayloadKind::kCpuCode, std::string(1 << 20, 'x'));
     _exit(st.ok() ? 1 : 0);  // the store must fail, not kill us
   }
   int status = 0;
@@ -274,7 +274,7 @@ TEST(DiskCacheTest, FullDiskFailsCleanly) {
     EXPECT_TRUE(name == Key("small").Hex() + ".cjit" || name == ".lock") << "left behind: " << name;
   }
   auto c = Open(dir);
-  EXPECT_EQ(c->Lookup(Key("small"), 1).value_or(""), "ok");
+  EXPECT_EQ(c->Lookup(Key("small"), PayloadKind::kCpuCode).value_or(""), "ok");
   auto list = DiskCache::List(dir);
   ASSERT_TRUE(list.ok());
   for (const auto& e : *list) EXPECT_TRUE(e.ok) << e.file << ": " << e.problem;
@@ -285,10 +285,10 @@ TEST(DiskCacheTest, MaxBytesHoldsWithLruEviction) {
   const int64_t max_bytes = 20000;
   auto c = Open(dir, false, max_bytes);
   std::string payload(3000, 'z');
-  ASSERT_TRUE(c->Store(Key("keep"), 1, payload).ok());
+  ASSERT_TRUE(c->Store(Key("keep"), PayloadKind::kCpuCode, payload).ok());
   for (int i = 0; i < 30; ++i) {
-    ASSERT_TRUE(c->Store(Key("k" + std::to_string(i)), 1, payload).ok());
-    ASSERT_TRUE(c->Lookup(Key("keep"), 1).has_value()) << "a recently hit entry must survive eviction (i=" << i << ")";
+    ASSERT_TRUE(c->Store(Key("k" + std::to_string(i)), PayloadKind::kCpuCode, payload).ok());
+    ASSERT_TRUE(c->Lookup(Key("keep"), PayloadKind::kCpuCode).has_value()) << "a recently hit entry must survive eviction (i=" << i << ")";
     int64_t total = 0;
     for (const auto& e : fs::directory_iterator(dir)) {
       if (e.path().extension() == ".cjit") total += static_cast<int64_t>(fs::file_size(e.path()));
@@ -319,12 +319,12 @@ TEST(DiskCacheHostileTest, PlantedSymlinksFifosAndHugeFiles) {
   CacheKey k1 = Key("key one"), k2 = Key("key two"), k3 = Key("key three");
   // 1. An entry that is a symlink to a file elsewhere: refused (not read), and the target is untouched.
   fs::create_symlink(victim, dir + "/" + k1.Hex() + ".cjit");
-  EXPECT_FALSE(cache->Lookup(k1, 1).has_value());
+  EXPECT_FALSE(cache->Lookup(k1, PayloadKind::kCpuCode).has_value());
   EXPECT_EQ(ReadFile(victim), "secret");
   // 2. A FIFO as an entry: refused at once (no blocking open).
   ASSERT_EQ(::mkfifo((dir + "/" + k2.Hex() + ".cjit").c_str(), 0644), 0);
   auto t0 = std::chrono::steady_clock::now();
-  EXPECT_FALSE(cache->Lookup(k2, 1).has_value());
+  EXPECT_FALSE(cache->Lookup(k2, PayloadKind::kCpuCode).has_value());
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
   // 3. A sparse 3 GiB entry: refused from its size, never read.
   {
@@ -334,7 +334,7 @@ TEST(DiskCacheHostileTest, PlantedSymlinksFifosAndHugeFiles) {
     ::close(fd);
   }
   t0 = std::chrono::steady_clock::now();
-  EXPECT_FALSE(cache->Lookup(k3, 1).has_value());
+  EXPECT_FALSE(cache->Lookup(k3, PayloadKind::kCpuCode).has_value());
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
   EXPECT_EQ(cache->stats().rejects, 3);
   // 4. A planted .lock symlink: eviction refuses it and does not create its target.
@@ -343,17 +343,17 @@ TEST(DiskCacheHostileTest, PlantedSymlinksFifosAndHugeFiles) {
   fs::remove(target);
   fs::create_symlink(target, dir + "/.lock");
   auto bounded = Open(dir, false, 1);
-  EXPECT_FALSE(bounded->Store(Key("key four"), 1, "payload").ok() && fs::exists(target));
+  EXPECT_FALSE(bounded->Store(Key("key four"), PayloadKind::kCpuCode, "payload").ok() && fs::exists(target));
   EXPECT_FALSE(fs::exists(target));
   // 5. Writes never go through a planted name: temporary files are unpredictable and exclusive, and the
   //    entry itself replaces (renames over) a planted symlink rather than writing through it.
   fs::remove(dir + "/.lock");
   CacheKey k5 = Key("key five");
   fs::create_symlink(victim, dir + "/" + k5.Hex() + ".cjit");
-  ASSERT_TRUE(cache->Store(k5, 1, "payload").ok());
+  ASSERT_TRUE(cache->Store(k5, PayloadKind::kCpuCode, "payload").ok());
   EXPECT_EQ(ReadFile(victim), "secret");
   EXPECT_FALSE(fs::is_symlink(dir + "/" + k5.Hex() + ".cjit"));
-  EXPECT_EQ(*cache->Lookup(k5, 1), "payload");
+  EXPECT_EQ(*cache->Lookup(k5, PayloadKind::kCpuCode), "payload");
   fs::remove_all(dir);
   fs::remove(victim);
 }
@@ -364,7 +364,7 @@ TEST(DiskCacheHostileTest, PlantedSymlinksFifosAndHugeFiles) {
 TEST(DiskCacheHostileTest, EntriesOwnedByAnotherUserAreNeverLoaded) {
   std::string dir = FreshDir("foreign");
   CacheKey k = Key("planted");
-  ASSERT_TRUE(Open(dir)->Store(k, 1, "attacker's code").ok());
+  ASSERT_TRUE(Open(dir)->Store(k, PayloadKind::kCpuCode, "attacker's code").ok());
   uid_t other = ::geteuid() == 0 ? 12345 : ::geteuid() + 1;
   auto strict = DiskCache::Open({dir, false, 0, static_cast<int64_t>(other)});
   ASSERT_TRUE(strict.ok());
@@ -374,7 +374,7 @@ TEST(DiskCacheHostileTest, EntriesOwnedByAnotherUserAreNeverLoaded) {
     strict = DiskCache::Open({dir, false, 0, -1});
     ASSERT_TRUE(strict.ok());
   }
-  EXPECT_FALSE((*strict)->Lookup(k, 1).has_value());
+  EXPECT_FALSE((*strict)->Lookup(k, PayloadKind::kCpuCode).has_value());
   EXPECT_EQ((*strict)->stats().hits, 0);
   EXPECT_TRUE(fs::exists(dir + "/" + k.Hex() + ".cjit")) << "another user's file must be left in place";
   auto list = DiskCache::List(dir, ::geteuid() == 0 ? -1 : static_cast<int64_t>(other));
@@ -413,12 +413,12 @@ TEST(DiskCacheHostileTest, ReadOnlyRejectSaysTheEntryStaysAndClearReportsFailure
   std::string dir = FreshDir("readonly_msg");
   auto cache = Open(dir);
   CacheKey k = Key("key");
-  ASSERT_TRUE(cache->Store(k, 1, "payload").ok());
+  ASSERT_TRUE(cache->Store(k, PayloadKind::kCpuCode, "payload").ok());
   WriteFile(dir + "/" + k.Hex() + ".cjit", "garbage");
   std::vector<std::string> lines;
   SetLogSink([&](LogSeverity, const char*, int, std::string_view m) { lines.emplace_back(m); });
   auto ro = Open(dir, true);
-  EXPECT_FALSE(ro->Lookup(k, 1).has_value());
+  EXPECT_FALSE(ro->Lookup(k, PayloadKind::kCpuCode).has_value());
   SetLogSink(nullptr);
   EXPECT_TRUE(fs::exists(dir + "/" + k.Hex() + ".cjit"));
   ASSERT_FALSE(lines.empty());

@@ -292,7 +292,7 @@ TEST(PtxCache, SecondLookupComesFromDiskAndCorruptionIsHealed) {
   EXPECT_FALSE(other->from_disk);
   EXPECT_NE(PtxCacheKey(*plan, po).canonical.find("sm_90 +ptx"), std::string::npos) << PtxCacheKey(*plan, po).canonical;
   // A payload that passes the entry checksum but is not PTX is ignored, regenerated and replaced.
-  ASSERT_TRUE((*disk)->Store(PtxCacheKey(*plan, po), kPtxPayloadKind, "cjit-ptx\n1\nk\nnot ptx").ok());
+  ASSERT_TRUE((*disk)->Store(PtxCacheKey(*plan, po), PayloadKind::kPtx, "cjit-ptx\n1\nk\nnot ptx").ok());
   auto healed = PtxForPlan(*plan, po, disk->get());
   ASSERT_TRUE(healed.ok()) << healed.status();
   EXPECT_FALSE(healed->from_disk);

@@ -9,7 +9,9 @@
 #      first, old key second) still verifies the old entries;
 #   3. the server paused (DEBUG SLEEP), full (maxmemory + noeviction) or dead: runs stay correct and do not
 #      wait for it (a bound far below the pause);
-#   4. configuration errors: a key file readable by others, no key file, no local tier, a bad URL.
+#   4. configuration errors: a key file readable by others, no key file, no local tier, a bad URL;
+#   5. eight processes starting together on an empty tier compile each cluster and tune each op once per
+#      fleet (--remote_cache_lease_ms), and every one of them ends up running compiled.
 # usage: tests/remote_cache.sh CJIT MODELS_DIR
 set -euo pipefail
 cjit=$1
@@ -86,6 +88,71 @@ r=$(readonly_host "$work/key")
 expect "$r" "j['remote_cache']['writes'] == 0 and j['totals']['compiles'] > 0" "a read-only host on an empty tier compiles"
 [[ -z $(rcli --raw keys 'cjit:*') ]] || { echo "FAIL: a read-only host published entries"; exit 1; }
 echo "ok: nothing in Redis after a read-only host"
+
+echo "== 1c. eight processes start together: each cluster compiles once per fleet (lease)"
+rcli flushall >/dev/null
+fleet=8
+pids=()
+for i in $(seq $fleet); do
+  CJIT_FLAGS="--device=cpu --persistent_cache_dir=$work/fleet$i --remote_cache=unix://$sock --remote_cache_key_file=$work/key \
+    --enable_lazy_compilation=false --autotune_threshold=0 --autotune_min_op_time_ms=0" \
+    "$cjit" run "$model_dir/model.onnx" --input "$model_dir/test_data_set_0/input_0.pb" --iterations 150 --warmup 1 \
+    --stats-json "$work/fleet$i.json" >/dev/null &
+  pids+=($!)
+done
+wait "${pids[@]}"  # (not a bare wait: redis-server is a background job too)
+/usr/bin/python3 - "$a" "$work" "$fleet" <<'PY' || { echo "FAIL: the fleet compiled or tuned more than once per cluster/op"; exit 1; }
+import json, sys
+alone = json.load(open(sys.argv[1]))
+runs = [json.load(open(f"{sys.argv[2]}/fleet{i}.json")) for i in range(1, int(sys.argv[3]) + 1)]
+compiles = sum(r["totals"]["compiles"] for r in runs)
+tuned = sum(r["autotune"]["ops_tuned"] for r in runs)
+waits = sum(r["remote_cache"]["lease_waits"] for r in runs)
+print(f"fleet of {len(runs)}: {compiles} compiles (one process alone: {alone['totals']['compiles']}), "
+      f"{tuned} ops tuned (alone: {alone['autotune']['ops_tuned']}), {waits} lease waits")
+assert compiles == alone["totals"]["compiles"], "compiles per fleet"
+assert tuned == alone["autotune"]["ops_tuned"], "tunings per fleet"
+assert all(r["totals"]["compiled_executions"] > 0 for r in runs), "every process runs compiled"
+PY
+echo "ok: the fleet compiled and tuned once"
+
+echo "== 1d. operations: cjit cache ls|stats|verify|push|pull --remote, and TTLs a hit leaves alone"
+rcli flushall >/dev/null
+host "$work/key" --remote_cache_ttl_s=300 >/dev/null
+remote=(--remote "unix://$sock" --key-file "$work/key")
+n_redis=$(rcli --raw keys 'cjit:*' | wc -l)
+n_ok=$("$cjit" cache ls "${remote[@]}" | grep -c ' ok$' || true)
+((n_redis > 0 && n_ok == n_redis)) || { echo "FAIL: cache ls --remote shows $n_ok ok of $n_redis entries"; exit 1; }
+"$cjit" cache stats "${remote[@]}" | grep -q "\"entries\": $n_redis, .*\"bad\": 0" || { echo "FAIL: cache stats --remote"; exit 1; }
+"$cjit" cache verify "${remote[@]}" >/dev/null || { echo "FAIL: cache verify --remote on a good tier"; exit 1; }
+sleep 2
+h=$(host "$work/key")
+expect "$h" "j['remote_cache']['hits'] > 0" "a host hits the published entries"
+for k in $(rcli --raw keys 'cjit:*'); do
+  ttl=$(rcli ttl "$k")
+  ((ttl > 0 && ttl <= 298)) || { echo "FAIL: $k: TTL $ttl after a hit (written with 300 s, 2 s before)"; exit 1; }
+done
+echo "ok: a remote hit leaves the TTL as it was"
+n_redis=$(rcli --raw keys 'cjit:*' | wc -l)
+"$cjit" cache pull --dir "$work/pulled" "${remote[@]}" | grep -q "pulled $n_redis verified entries" \
+  || { echo "FAIL: cache pull"; exit 1; }
+"$cjit" cache verify --dir "$work/pulled" >/dev/null || { echo "FAIL: the pulled directory does not verify"; exit 1; }
+rcli flushall >/dev/null
+"$cjit" cache push --dir "$work/pulled" "${remote[@]}" | grep -q "pushed $n_redis entries" || { echo "FAIL: cache push"; exit 1; }
+p=$(host "$work/key")
+expect "$p" "j['totals']['compiles'] == 0 and j['autotune']['ops_tuned'] == 0 and j['remote_cache']['rejects'] == 0" \
+  "a host compiles and tunes nothing after cache push"
+k=$(rcli --raw keys 'cjit:*' | head -1)
+resp tamper "$k"
+out=$("$cjit" cache verify "${remote[@]}" || true)
+grep -q "BAD $k: the signature does not verify" <<<"$out" || { echo "FAIL: cache verify --remote missed a tampered entry: $out"; exit 1; }
+"$cjit" cache verify "${remote[@]}" >/dev/null && { echo "FAIL: cache verify --remote exits 0 with a bad entry"; exit 1; }
+out=$("$cjit" cache ls --remote "unix://$sock" --key-file "$work/other_key")
+grep -q "BAD: signed with a key this host does not have" <<<"$out" || { echo "FAIL: cache ls with a foreign key: $out"; exit 1; }
+"$cjit" cache pull --dir "$work/pulled2" --remote "unix://$work/no.sock" --key-file "$work/key" 2>"$work/err" \
+  && { echo "FAIL: cache pull from a dead server succeeded"; exit 1; }
+grep -q "unix://$work/no.sock" "$work/err" || { echo "FAIL: the error does not name the server: $(cat "$work/err")"; exit 1; }
+echo "ok: cache ls/stats/verify/push/pull --remote"
 
 echo "== 2. hostile entries"
 host "$work/key" >/dev/null  # republish for the next section

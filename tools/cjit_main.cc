@@ -121,11 +121,16 @@ int CliMain(int argc, char** argv) {
   model_and_inputs(compile);
   compile->add_option("--target", target, "sm_75 ... sm_90a (default: --gpu_arch of CJIT_FLAGS, else sm_80)");
   compile->add_option("--dump_to,--dump-to", dump_to, "directory for the .ptx files")->required();
-  auto* cache = app.add_subcommand("cache", "inspect or maintain a persistent cache directory");
-  cache->add_option("action", cache_action, "ls | stats | verify | clear | prune")
+  std::string cache_remote, cache_key_file;
+  auto* cache = app.add_subcommand("cache", "inspect or maintain a persistent cache directory or the fleet's remote tier");
+  cache->add_option("action", cache_action, "ls | stats | verify | clear | prune | push | pull")
       ->required()
-      ->check(CLI::IsMember({"ls", "stats", "verify", "clear", "prune"}));
-  cache->add_option("--dir", cache_dir, "the cache directory")->required();
+      ->check(CLI::IsMember({"ls", "stats", "verify", "clear", "prune", "push", "pull"}));
+  cache->add_option("--dir", cache_dir, "the cache directory (push: the one to publish; pull: the one to fill)");
+  cache->add_option("--remote", cache_remote,
+                    "the fleet tier (a --remote_cache URL): ls/stats/verify its entries, push --dir to it, pull it into --dir");
+  cache->add_option("--key-file", cache_key_file,
+                    "with --remote: the fleet key file (default: --remote_cache_key_file of CJIT_FLAGS)");
   cache->add_option("--max-bytes", max_bytes, "for prune: the size to evict down to");
   auto* autotune = app.add_subcommand(
       "autotune", "tune the model's convolutions and GEMMs for one input signature; print the choices");
@@ -175,7 +180,7 @@ int CliMain(int argc, char** argv) {
   if (*bench && cold_warm) return cjit::CmdBenchColdWarm(model, inputs, shapes, iterations);
   if (*bench) return cjit::CmdBench(model, inputs, shapes, iterations, warmup, bench_profile);
   if (*bench_process) return cjit::CmdBenchProcess(model, inputs, shapes, runs, cache_dir);
-  if (*cache) return cjit::CmdCache(cache_action, cache_dir, max_bytes);
+  if (*cache) return cjit::CmdCache(cache_action, cache_dir, max_bytes, cache_remote, cache_key_file);
   if (*compile) return cjit::CmdCompile(model, inputs, shapes, target, dump_to);
   if (*autotune) return cjit::CmdAutotune(model, inputs, shapes, autotune_iterations);
   return 2;

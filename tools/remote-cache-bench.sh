@@ -3,7 +3,9 @@
 # model, fresh processes (`cjit run`, eager compilation, 20 runs) with (a) nothing cached, (b) an empty
 # local disk tier and a Redis holding another host's entries, (c) a local disk tier holding them, (d) as (c)
 # with --remote_cache pointing at a server that is down. Prints the first run's latency (start -> first
-# compiled result) and the process's wall time, medians of 3 processes each.
+# compiled result) and the process's wall time, medians of 3 processes each. Then the fleet simulation:
+# 8 processes started together on an empty tier, with leases (--remote_cache_lease_ms default) and without
+# (=0): compiles and tunings summed over the fleet, and the wall time until the last one finishes.
 # usage: tools/remote-cache-bench.sh [MODELS_DIR] [model ...]   (needs redis-server)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,5 +56,31 @@ for m in "${models[@]}"; do
     done
     printf "%-18s %-22s %14.2f %10.3f\n" "$m" "$cfg" "$(printf '%s\n' "${firsts[@]}" | med)" \
       "$(printf '%s\n' "${walls[@]}" | med)"
+  done
+done
+printf "\n%-18s %-12s %9s %11s %12s %8s\n" model fleet-of-8 compiles "ops tuned" "lease waits" "wall s"
+for m in "${models[@]}"; do
+  inputs=()
+  for f in "$models_dir/$m"/test_data_set_0/input_*.pb; do inputs+=(--input "$f"); done
+  for lease in on off; do
+    redis-cli -s "$sock" flushall >/dev/null
+    extra=""; [[ $lease == off ]] && extra="--remote_cache_lease_ms=0"
+    t0=$(date +%s.%N)
+    pids=()
+    for i in 1 2 3 4 5 6 7 8; do
+      CJIT_FLAGS="--device=cpu --enable_lazy_compilation=false --persistent_cache_dir=$work/$m.fleet$lease$i $remote $extra" \
+        "$cjit" run "$models_dir/$m/model.onnx" "${inputs[@]}" --iterations 20 --warmup 1 \
+        --stats-json "$work/$m.fleet$lease$i.json" >/dev/null &
+      pids+=($!)
+    done
+    wait "${pids[@]}"  # (redis-server is a background job too)
+    t1=$(date +%s.%N)
+    /usr/bin/python3 - "$work" "$m.fleet$lease" "$m" "leases $lease" "$t0" "$t1" <<'PY'
+import json, sys
+runs = [json.load(open(f"{sys.argv[1]}/{sys.argv[2]}{i}.json")) for i in range(1, 9)]
+print("%-18s %-12s %9d %11d %12d %8.2f" % (sys.argv[3], sys.argv[4], sum(r["totals"]["compiles"] for r in runs),
+      sum(r["autotune"]["ops_tuned"] for r in runs), sum(r["remote_cache"]["lease_waits"] for r in runs),
+      float(sys.argv[6]) - float(sys.argv[5])))
+PY
   done
 done

@@ -256,6 +256,7 @@ absl::StatusOr<std::shared_ptr<DeviceBackend>> MakeCudaBackend(const CudaBackend
     dco.dir = options.persistent_cache_dir;
     dco.read_only = options.persistent_cache_read_only;
     dco.max_bytes = options.persistent_cache_max_bytes;
+    dco.remote = options.remote_cache;
     CJIT_ASSIGN_OR_RETURN(disk, DiskCache::Open(dco));
   }
   return std::shared_ptr<DeviceBackend>(std::make_shared<CudaBackend>(

@@ -22,6 +22,8 @@
 
 namespace cjit {
 
+class RemoteCache;
+
 // Device memory owned by one holder, released on destruction.
 class DeviceMemory {
  public:
@@ -274,6 +276,8 @@ struct CudaBackendOptions {
   std::string persistent_cache_dir;  // "" = no persistent cache of PTX
   bool persistent_cache_read_only = false;
   int64_t persistent_cache_max_bytes = 0;
+  // The fleet-shared tier behind the PTX disk cache (--remote_cache), or null.
+  std::shared_ptr<RemoteCache> remote_cache;
 };
 
 // InvalidArgumentError naming what is inconsistent in a GatherShape.

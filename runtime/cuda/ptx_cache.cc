@@ -61,7 +61,7 @@ absl::StatusOr<CachedPtx> PtxForPlan(const FusionPlan& plan, const PtxOptions& o
   if (plan.kernels.empty()) return CachedPtx{};
   if (disk) {
     key = PtxCacheKey(plan, options);
-    if (std::optional<std::string> payload = disk->Lookup(key, kPtxPayloadKind)) {
+    if (std::optional<std::string> payload = disk->Lookup(key, PayloadKind::kPtx)) {
       absl::StatusOr<CachedPtx> cached = DecodePayload(*payload, plan.kernels.size());
       if (cached.ok()) return cached;
       CJIT_LOG(WARNING) << "persistent cache: ignoring a PTX entry (" << cached.status() << "); regenerating it";
@@ -72,7 +72,7 @@ absl::StatusOr<CachedPtx> PtxForPlan(const FusionPlan& plan, const PtxOptions& o
   out.ptx = std::move(module.ptx);
   for (const PtxKernel& k : module.kernels) out.kernel_names.push_back(k.name);
   if (disk && !disk->options().read_only) {
-    absl::Status st = disk->Store(key, kPtxPayloadKind, EncodePayload(out));
+    absl::Status st = disk->Store(key, PayloadKind::kPtx, EncodePayload(out));
     if (!st.ok()) CJIT_LOG(WARNING) << "persistent cache: " << st;
   }
   return out;

@@ -1,7 +1,7 @@
 // PTX for a FusionPlan's kernels through the persistent cache (--persistent_cache_dir): an entry is keyed
 // by the kernels' structures (kernel_layout.h: everything but dims and constants, which are launch
 // arguments), the GPU target, the PTX ISA version, the LLVM version and libdevice, and the cache format
-// version; its payload (kind kPtxPayloadKind) is the kernel names and the PTX text. A hit skips LLVM
+// version; its payload (PayloadKind::kPtx) is the kernel names and the PTX text. A hit skips LLVM
 // entirely (the driver still JIT-compiles the PTX, and keeps its own cache of that). No CUDA needed:
 // this is tested without a GPU.
 //
@@ -16,8 +16,6 @@
 #include "compiler/codegen/nvptx_compiler.h"
 
 namespace cjit {
-
-inline constexpr uint32_t kPtxPayloadKind = 2;  // kernel names + PTX text
 
 CacheKey PtxCacheKey(const FusionPlan& plan, const PtxOptions& options);
 

@@ -50,7 +50,11 @@ int CmdBenchProcess(const std::string& model, const std::vector<std::string>& in
 int CmdBenchColdWarm(const std::string& model, const std::vector<std::string>& input_args,
                      const std::vector<std::string>& shape_args, int runs);
 
-int CmdCache(const std::string& action, const std::string& dir, int64_t max_bytes);
+// `cjit cache ACTION`: a persistent cache directory (--dir: ls, stats, verify, clear, prune) or, with
+// `remote` (a --remote_cache URL) and its key file, the fleet tier (ls, stats, verify) and copies between
+// the two (push DIR to it, pull it into DIR).
+int CmdCache(const std::string& action, const std::string& dir, int64_t max_bytes, const std::string& remote = "",
+             const std::string& key_file = "");
 
 // Offline autotuning (runtime/autotune.h): tunes every tunable library step of the model for one input
 // signature (threshold 0, eager compilation), prints per op the candidates tried, the winner and its time
