@@ -1,6 +1,5 @@
 #include "cache/disk_cache.h"
 
-#include "cache/remote_cache.h"
 
 #include <fcntl.h>
 #include "base/logging.h"
@@ -34,11 +33,11 @@ constexpr size_t kHeaderBytes = 8 + 4 + 4 + 8 + 8 + 8;
 constexpr int64_t kMaxEntryBytes = int64_t{256} << 20;
 
 template <typename T>
-void Put(std::string& out, T v) {
+void PutRaw(std::string& out, T v) {
   out.append(reinterpret_cast<const char*>(&v), sizeof(v));
 }
 template <typename T>
-T Get(absl::string_view in, size_t off) {
+T GetRaw(absl::string_view in, size_t off) {
   T v;
   std::memcpy(&v, in.data() + off, sizeof(v));
   return v;
@@ -191,11 +190,11 @@ std::string DiskCache::Encode(const CacheKey& key, PayloadKind kind, absl::strin
   std::string out;
   out.reserve(kHeaderBytes + key.canonical.size() + payload.size());
   out.append(kDiskMagic, 8);
-  Put<uint32_t>(out, kDiskFormatVersion);
-  Put<uint32_t>(out, static_cast<uint32_t>(kind));
-  Put<uint64_t>(out, key.canonical.size());
-  Put<uint64_t>(out, payload.size());
-  Put<uint64_t>(out, Checksum(key.canonical, payload));
+  PutRaw<uint32_t>(out, kDiskFormatVersion);
+  PutRaw<uint32_t>(out, static_cast<uint32_t>(kind));
+  PutRaw<uint64_t>(out, key.canonical.size());
+  PutRaw<uint64_t>(out, payload.size());
+  PutRaw<uint64_t>(out, Checksum(key.canonical, payload));
   out.append(key.canonical);
   out.append(payload.data(), payload.size());
   return out;
@@ -204,12 +203,12 @@ std::string DiskCache::Encode(const CacheKey& key, PayloadKind kind, absl::strin
 absl::StatusOr<std::string> DiskCache::Decode(absl::string_view bytes, std::string* key_text, uint32_t* kind) {
   if (bytes.size() < kHeaderBytes) return absl::DataLossError("truncated header");
   if (std::memcmp(bytes.data(), kDiskMagic, 8) != 0) return absl::DataLossError("bad magic");
-  uint32_t version = Get<uint32_t>(bytes, 8);
+  uint32_t version = GetRaw<uint32_t>(bytes, 8);
   if (version != kDiskFormatVersion) {
     return absl::FailedPreconditionError(absl::StrCat("format version ", version, " (expected ", kDiskFormatVersion, ")"));
   }
-  *kind = Get<uint32_t>(bytes, 12);
-  uint64_t key_len = Get<uint64_t>(bytes, 16), payload_len = Get<uint64_t>(bytes, 24), sum = Get<uint64_t>(bytes, 32);
+  *kind = GetRaw<uint32_t>(bytes, 12);
+  uint64_t key_len = GetRaw<uint64_t>(bytes, 16), payload_len = GetRaw<uint64_t>(bytes, 24), sum = GetRaw<uint64_t>(bytes, 32);
   if (key_len > bytes.size() || payload_len > bytes.size() || kHeaderBytes + key_len + payload_len != bytes.size()) {
     return absl::DataLossError(absl::StrCat("truncated or oversized: header says ", kHeaderBytes + key_len + payload_len,
                                             " bytes, file has ", bytes.size()));
@@ -256,7 +255,7 @@ void DiskCache::Reject(const std::string& path, absl::string_view why) {
   }
 }
 
-std::optional<std::string> DiskCache::LookupLocal(const CacheKey& key, PayloadKind payload_kind) {
+std::optional<std::string> DiskCache::Lookup(const CacheKey& key, PayloadKind payload_kind) {
   std::string path = PathFor(key);
   auto bytes = ReadEntry(path, options_.trusted_uid);
   if (!bytes.ok()) {
@@ -299,55 +298,8 @@ std::optional<std::string> DiskCache::LookupLocal(const CacheKey& key, PayloadKi
   return std::move(*payload);
 }
 
-std::optional<std::string> DiskCache::Lookup(const CacheKey& key, PayloadKind payload_kind, const char** tier) {
-  std::optional<std::string> local = LookupLocal(key, payload_kind);
-  if (tier != nullptr) *tier = local ? "disk" : "";
-  if (local || options_.remote == nullptr) return local;
-  std::optional<std::string> remote = options_.remote->Lookup(key, payload_kind);
-  if (!remote) return std::nullopt;
-  if (tier != nullptr) *tier = "remote";
-  ++remote_hits_;
-  // The next process on this host finds it on disk (not sent back to the remote tier).
-  absl::Status st = StoreLocal(key, payload_kind, *remote, /*durable=*/false);
-  if (!st.ok()) CJIT_VLOG(1) << "persistent cache: keeping a remote hit on disk: " << st;
-  return remote;
-}
-
-DiskCache::FleetLease DiskCache::AcquireFleetLease(const CacheKey& key, PayloadKind payload_kind) {
-  if (options_.remote == nullptr || options_.read_only) return FleetLease::kProduce;  // a read-only host publishes nothing
-  switch (options_.remote->TryLease(key, payload_kind)) {
-    case RemoteCache::Lease::kHeld:
-      return FleetLease::kWait;
-    case RemoteCache::Lease::kUnavailable:
-      return FleetLease::kProduce;
-    case RemoteCache::Lease::kAcquired:
-      break;
-  }
-  // The holder before us may have published and released between our miss and our lease.
-  std::optional<std::string> remote = options_.remote->Lookup(key, payload_kind);
-  if (!remote) return FleetLease::kProduce;
-  options_.remote->ReleaseLease(key, payload_kind);
-  ++remote_hits_;
-  if (absl::Status st = StoreLocal(key, payload_kind, *remote, /*durable=*/false); !st.ok()) {
-    CJIT_VLOG(1) << "persistent cache: keeping a remote hit on disk: " << st;
-    return FleetLease::kProduce;  // not on disk: produce it after all
-  }
-  return FleetLease::kFound;
-}
-
-void DiskCache::ReleaseFleetLease(const CacheKey& key, PayloadKind payload_kind) {
-  if (options_.remote != nullptr && !options_.read_only) options_.remote->ReleaseLease(key, payload_kind);
-}
-
-absl::Status DiskCache::Store(const CacheKey& key, PayloadKind payload_kind, absl::string_view payload) {
-  // Read-only applies to every tier: a read-only host (a serving fleet's) publishes nothing.
-  if (options_.read_only) return absl::OkStatus();
-  if (options_.remote != nullptr) options_.remote->StoreAsync(key, payload_kind, payload);
-  return StoreLocal(key, payload_kind, payload);
-}
-
-absl::Status DiskCache::StoreLocal(const CacheKey& key, PayloadKind payload_kind, absl::string_view payload,
-                                   bool durable) {
+absl::Status DiskCache::Store(const CacheKey& key, PayloadKind payload_kind, absl::string_view payload,
+                              bool durable) {
   if (options_.read_only) return absl::OkStatus();
   std::string final_path = PathFor(key);
   // An unpredictable name created exclusively (mkstemp: O_CREAT | O_EXCL, so a planted file or symlink at
@@ -411,7 +363,6 @@ DiskCacheStats DiskCache::stats() const {
   s.rejects = rejects_;
   s.evictions = evictions_;
   s.write_errors = write_errors_;
-  s.remote_hits = remote_hits_;
   return s;
 }
 

@@ -29,11 +29,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "cache/cache_key.h"
+#include "cache/cache_tier.h"
 #include "cache/payload_kind.h"
 
 namespace cjit {
-
-class RemoteCache;
 
 // Bump when the file layout changes.
 inline constexpr uint32_t kDiskFormatVersion = 1;
@@ -47,39 +46,35 @@ struct DiskCacheOptions {
   // another user planted in a shared directory is a miss, never loaded (docs/security.md). -1 = the
   // process's effective uid (set otherwise only by tests).
   int64_t trusted_uid = -1;
-  // The fleet-shared tier behind this one (cache/remote_cache.h; --remote_cache), or null: a local miss is
-  // looked up there (a verified hit is written here too), and every Store is also queued for it.
-  std::shared_ptr<RemoteCache> remote;
 };
 
 struct DiskCacheStats {
   int64_t hits = 0, misses = 0, writes = 0, rejects = 0, evictions = 0, write_errors = 0;
-  int64_t remote_hits = 0;  // local misses served by the remote tier (also counted in misses)
 };
 
-class DiskCache {
+// The disk tier (cache/cache_tier.h); TieredCache puts the remote tier behind it.
+class DiskCache : public CacheTier {
  public:
   // Creates the directory if missing (unless read-only). Errors name the directory.
   static absl::StatusOr<std::unique_ptr<DiskCache>> Open(const DiskCacheOptions& options);
 
-  // The payload of a valid entry for `key` with `payload_kind`, or nullopt (miss or rejected entry); on a
-  // local miss, the remote tier's (options.remote), then kept on disk. `tier` (optional) is set to the tier
-  // that answered: "disk", "remote", or "" on a miss.
-  std::optional<std::string> Lookup(const CacheKey& key, PayloadKind payload_kind, const char** tier = nullptr);
-  // Compile once per fleet (the remote tier's leases, cache/remote_cache.h), asked after a Lookup missed:
-  // kProduce: this process produces the entry, Stores it, then calls ReleaseFleetLease; kWait: another
-  // process of the fleet is producing it (run without it, Lookup again later); kFound: it appeared
-  // meanwhile and is on disk now (Lookup hits). Without a remote tier, or read-only, always kProduce.
-  enum class FleetLease { kProduce, kWait, kFound };
-  FleetLease AcquireFleetLease(const CacheKey& key, PayloadKind payload_kind);
-  void ReleaseFleetLease(const CacheKey& key, PayloadKind payload_kind);
-  // Writes an entry and queues it for the remote tier (neither when read-only: read-only holds for both). An I/O error (disk full, file
-  // too large, permissions) is returned after cleaning up the temporary file; the cache stays consistent.
-  absl::Status Store(const CacheKey& key, PayloadKind payload_kind, absl::string_view payload);
+  // The payload of a valid entry for `key` with `payload_kind`, or nullopt (miss or rejected entry).
+  std::optional<std::string> Lookup(const CacheKey& key, PayloadKind payload_kind);
+  // Writes an entry (nothing when read-only). An I/O error (disk full, file too large, permissions) is
+  // returned after cleaning up the temporary file; the cache stays consistent. `durable`: fsync before the
+  // rename; copies of remote hits skip it (on the first run's critical path, ~1 ms per entry here): a copy
+  // lost or torn by a crash is a miss or a checksum reject, fetched again.
+  absl::Status Store(const CacheKey& key, PayloadKind payload_kind, absl::string_view payload, bool durable = true);
+
+  // CacheTier.
+  const char* tier_name() const override { return "disk"; }
+  std::optional<std::string> Get(const CacheKey& key, PayloadKind kind) override { return Lookup(key, kind); }
+  absl::Status Put(const CacheKey& key, PayloadKind kind, absl::string_view payload, bool copy_of_hit) override {
+    return Store(key, kind, payload, /*durable=*/!copy_of_hit);
+  }
 
   DiskCacheStats stats() const;
   const DiskCacheOptions& options() const { return options_; }
-  RemoteCache* remote() const { return options_.remote.get(); }
 
   // --- directory maintenance (`cjit cache`) ---
   struct EntryInfo {
@@ -105,16 +100,10 @@ class DiskCache {
  private:
   explicit DiskCache(DiskCacheOptions options) : options_(std::move(options)) {}
   std::string PathFor(const CacheKey& key) const;
-  std::optional<std::string> LookupLocal(const CacheKey& key, PayloadKind payload_kind);
-  // `durable`: fsync before the rename. Copies of remote hits skip it (on the first run's critical path:
-  // ~1 ms per entry here): a copy lost or torn by a crash is a miss or a checksum reject, fetched again.
-  absl::Status StoreLocal(const CacheKey& key, PayloadKind payload_kind, absl::string_view payload,
-                          bool durable = true);
   void Reject(const std::string& path, absl::string_view why);
 
   DiskCacheOptions options_;
-  mutable std::atomic<int64_t> hits_{0}, misses_{0}, writes_{0}, rejects_{0}, evictions_{0}, write_errors_{0},
-      remote_hits_{0};
+  mutable std::atomic<int64_t> hits_{0}, misses_{0}, writes_{0}, rejects_{0}, evictions_{0}, write_errors_{0};
 };
 
 }  // namespace cjit

@@ -621,7 +621,7 @@ absl::StatusOr<std::vector<RemoteCache::EntryInfo>> RemoteCache::List(std::vecto
   return out;
 }
 
-absl::Status RemoteCache::Put(const CacheKey& key, PayloadKind payload_kind, absl::string_view payload) {
+absl::Status RemoteCache::PutNow(const CacheKey& key, PayloadKind payload_kind, absl::string_view payload) {
   Impl& m = *impl_;
   const std::string redis_key = RedisKey(key, payload_kind);
   std::vector<std::string> argv = {"SET", redis_key, SignedValue(redis_key, key, payload_kind, payload)};

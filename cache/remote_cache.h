@@ -45,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "cache/cache_key.h"
+#include "cache/cache_tier.h"
 #include "cache/payload_kind.h"
 
 namespace cjit {
@@ -76,7 +77,8 @@ struct RemoteCacheStats {
 // The counters by name, in a fixed order (for stats JSON).
 std::vector<std::pair<const char*, int64_t>> RemoteCacheStatsFields(const RemoteCacheStats& s);
 
-class RemoteCache {
+// The remote tier (cache/cache_tier.h; behind the disk tier in TieredCache).
+class RemoteCache : public CacheTier {
  public:
   // Parses the URL, reads and checks the key file; does not connect (the first lookup does). Errors name
   // the flag at fault: a bad URL, a missing or unreadable key file, a key file readable by others, a key
@@ -84,7 +86,7 @@ class RemoteCache {
   static absl::StatusOr<std::shared_ptr<RemoteCache>> Open(const RemoteCacheOptions& options);
   // The process's instance for these options (the same URL and key file share a connection and writer).
   static absl::StatusOr<std::shared_ptr<RemoteCache>> Shared(const RemoteCacheOptions& options);
-  ~RemoteCache();
+  ~RemoteCache() override;
   RemoteCache(const RemoteCache&) = delete;
   RemoteCache& operator=(const RemoteCache&) = delete;
 
@@ -100,6 +102,14 @@ class RemoteCache {
   void ReleaseLease(const CacheKey& key, PayloadKind payload_kind);
   // Queues a signed write (returns at once).
   void StoreAsync(const CacheKey& key, PayloadKind payload_kind, absl::string_view payload);
+
+  // CacheTier: Lookup and StoreAsync.
+  const char* tier_name() const override { return "remote"; }
+  std::optional<std::string> Get(const CacheKey& key, PayloadKind kind) override { return Lookup(key, kind); }
+  absl::Status Put(const CacheKey& key, PayloadKind kind, absl::string_view payload, bool /*copy_of_hit*/) override {
+    StoreAsync(key, kind, payload);
+    return absl::OkStatus();
+  }
   // Waits until the queued writes are done or `timeout_ms` passed; true when the queue is empty.
   bool Flush(int timeout_ms);
 
@@ -122,7 +132,7 @@ class RemoteCache {
   absl::StatusOr<std::vector<EntryInfo>> List(std::vector<std::string>* payloads = nullptr,
                                               std::vector<std::string>* keys = nullptr);
   // Writes one signed entry now (SET with the TTL); an error reply (e.g. maxmemory) is an error.
-  absl::Status Put(const CacheKey& key, PayloadKind payload_kind, absl::string_view payload);
+  absl::Status PutNow(const CacheKey& key, PayloadKind payload_kind, absl::string_view payload);
 
   // The Redis key and the signed value of an entry (tests and `cjit cache` tooling).
   static std::string RedisKey(const CacheKey& key, PayloadKind payload_kind);

@@ -434,7 +434,7 @@ absl::StatusOr<double> MeasureMinMicros(const std::function<absl::Status()>& fn,
       max_runs, tolerance, budget_us, runs, first_sample_us);
 }
 
-absl::StatusOr<std::unique_ptr<Autotuner>> Autotuner::Create(const AutotuneOptions& options, DiskCache* disk,
+absl::StatusOr<std::unique_ptr<Autotuner>> Autotuner::Create(const AutotuneOptions& options, TieredCache* disk,
                                                              Profiler* profiler) {
   std::unique_ptr<Autotuner> t(new Autotuner(options, disk, profiler));
   if (!options.load_from.empty()) {
@@ -626,19 +626,19 @@ std::optional<std::string> Autotuner::TuneOnce(const std::string& key, const std
   bool leased = false;
   if (disk_ != nullptr) {
     switch (disk_->AcquireFleetLease(DiskKey(device, libraries, key), PayloadKind::kAutotune)) {
-      case DiskCache::FleetLease::kWait:
+      case TieredCache::FleetLease::kWait:
         ++counters_.lease_waits;
         return std::nullopt;
-      case DiskCache::FleetLease::kFound:
+      case TieredCache::FleetLease::kFound:
         if (auto a = LookupStored(key, device, libraries, op, usable)) return a;
         break;  // not usable here: tune (without the lease)
-      case DiskCache::FleetLease::kProduce:
+      case TieredCache::FleetLease::kProduce:
         leased = true;
         break;
     }
   }
   struct Release {
-    DiskCache* disk;
+    TieredCache* disk;
     CacheKey key;
     ~Release() {
       if (disk != nullptr) disk->ReleaseFleetLease(key, PayloadKind::kAutotune);  // behind Finish's Store
@@ -898,7 +898,7 @@ void Autotuner::Finish(const AutotuneRecord& rec, int64_t t_start, const std::st
   ++counters_.ops_tuned;
   const int64_t t_end = Profiler::Now();
   counters_.tuning_us += (t_end - t_start) / 1000;
-  if (disk_ != nullptr && !disk_->options().read_only) {
+  if (disk_ != nullptr && !disk_->read_only()) {
     absl::Status st = disk_->Store(DiskKey(rec.device, rec.libraries, rec.key), PayloadKind::kAutotune, DiskPayload(rec));
     if (!st.ok()) CJIT_LOG(WARNING) << "autotune: persistent cache write failed: " << st.message();
   }

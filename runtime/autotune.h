@@ -49,7 +49,7 @@
 #include <string>
 #include <vector>
 
-#include "cache/disk_cache.h"
+#include "cache/tiered_cache.h"
 #include "compiler/ir/graph.h"
 #include "compiler/ops/op_registry.h"
 #include "flags/flags.h"
@@ -108,7 +108,7 @@ class Autotuner {
  public:
   // `disk` and `profiler` may be null. Reads options.load_from (an unreadable file is an error naming it;
   // bad entries are ignored with a logged reason).
-  static absl::StatusOr<std::unique_ptr<Autotuner>> Create(const AutotuneOptions& options, DiskCache* disk,
+  static absl::StatusOr<std::unique_ptr<Autotuner>> Create(const AutotuneOptions& options, TieredCache* disk,
                                                            Profiler* profiler);
   const AutotuneOptions& options() const { return options_; }
   bool enabled() const { return options_.level > 0; }
@@ -163,7 +163,7 @@ class Autotuner {
   std::vector<AutotuneRecord> records() const;
 
  private:
-  explicit Autotuner(AutotuneOptions options, DiskCache* disk, Profiler* profiler)
+  explicit Autotuner(AutotuneOptions options, TieredCache* disk, Profiler* profiler)
       : options_(std::move(options)), disk_(disk), profiler_(profiler) {}
   std::string TuneNow(const std::string& key, const Node& node, const std::vector<const Tensor*>& inputs,
                       const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
@@ -187,7 +187,7 @@ class Autotuner {
   void Finish(const AutotuneRecord& rec, int64_t t_start, const std::string& op_type, const std::string& node_name);
   void WriteDumpFile();
   AutotuneOptions options_;
-  DiskCache* disk_;
+  TieredCache* disk_;
   Profiler* profiler_;
   AutotuneCounters counters_;
   std::atomic<bool> cancelled_{false};

@@ -64,16 +64,17 @@ absl::StatusOr<std::shared_ptr<ClusterRuntime>> ClusterRuntime::Create(const Fla
     o.dir = flags.persistent_cache_dir;
     o.read_only = flags.persistent_cache_read_only;
     o.max_bytes = flags.persistent_cache_max_bytes;
+    std::shared_ptr<RemoteCache> remote;
     if (!flags.remote_cache.empty()) {
-      CJIT_ASSIGN_OR_RETURN(o.remote, RemoteCache::Shared(RemoteCacheOptionsFromFlags(flags)));
+      CJIT_ASSIGN_OR_RETURN(remote, RemoteCache::Shared(RemoteCacheOptionsFromFlags(flags)));
     }
-    auto disk = DiskCache::Open(o);
-    if (!disk.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--persistent_cache_dir: ", disk.status().message()));
+    auto chain = TieredCache::Open(o, std::move(remote));
+    if (!chain.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--persistent_cache_dir: ", chain.status().message()));
     }
-    rt->disk_ = std::move(*disk);
+    rt->persistent_ = std::move(*chain);
   }
-  auto tuner = Autotuner::Create(AutotuneOptionsFromFlags(flags), rt->disk_.get(), rt->profiler_.get());
+  auto tuner = Autotuner::Create(AutotuneOptionsFromFlags(flags), rt->persistent_.get(), rt->profiler_.get());
   if (!tuner.ok()) return tuner.status();
   rt->autotuner_ = std::move(*tuner);
   return rt;
@@ -304,7 +305,7 @@ absl::StatusOr<std::unique_ptr<ClusterRunner>> ClusterRunner::Create(const Node&
   std::string keyed, identity;
   // Without a persistent cache, keys live in this process only: the session's weights are named by
   // object, not hashed; constants folded per signature leave the identity (cache/cache_key.h).
-  CanonicalClusterTexts(*body, &keyed, &identity, runtime->loaded_constants().get(), runtime->disk() == nullptr);
+  CanonicalClusterTexts(*body, &keyed, &identity, runtime->loaded_constants().get(), runtime->persistent() == nullptr);
   s.key = MakeCacheKeyFromText(keyed, runtime->target(), runtime->codegen_flags());
   s.policy_id = absl::StrCat(Fingerprint64(identity));
   for (const Value* v : body->inputs()) absl::StrAppend(&s.signature, DTypeName(v->dtype), v->shape.ToString());
@@ -353,7 +354,7 @@ std::shared_ptr<const CpuExecutable> LoadFromDisk(ClusterRunner::State& s, Profi
   int64_t t0 = prof ? Profiler::Now() : 0;
   const char* tier = "";
   std::shared_ptr<const CpuExecutable> ex;
-  if (auto payload = s.runtime->disk()->Lookup(s.key, PayloadKind::kCpuCode, &tier)) {
+  if (auto payload = s.runtime->persistent()->Lookup(s.key, PayloadKind::kCpuCode, &tier)) {
     CpuCompileOptions plan_options;
     plan_options.excess_precision = s.runtime->flags().allow_excess_precision;
     plan_options.codegen_single_ops = s.runtime->flags().cpu_codegen_single_ops;
@@ -387,25 +388,25 @@ std::shared_ptr<const CpuExecutable> LoadFromDisk(ClusterRunner::State& s, Profi
 // is loaded.
 bool TakeFleetLease(ClusterRunner::State& s, Profiler* prof, std::shared_ptr<const CpuExecutable>* ex,
                     std::string* why) {
-  DiskCache* disk = s.runtime->disk();
-  if (disk == nullptr || disk->remote() == nullptr || disk->options().read_only) return true;
+  TieredCache* cache = s.runtime->persistent();
+  if (cache == nullptr || cache->remote() == nullptr || cache->read_only()) return true;
   int64_t t0 = prof ? Profiler::Now() : 0;
-  const DiskCache::FleetLease lease = disk->AcquireFleetLease(s.key, PayloadKind::kCpuCode);
+  const TieredCache::FleetLease lease = cache->AcquireFleetLease(s.key, PayloadKind::kCpuCode);
   CacheEvent(prof, "remote cache lease", s,
-             lease == DiskCache::FleetLease::kProduce ? "compile here"
-             : lease == DiskCache::FleetLease::kWait  ? "another process compiles it"
+             lease == TieredCache::FleetLease::kProduce ? "compile here"
+             : lease == TieredCache::FleetLease::kWait  ? "another process compiles it"
                                                       : "published meanwhile",
              "", t0, "remote");
   switch (lease) {
-    case DiskCache::FleetLease::kProduce: {
+    case TieredCache::FleetLease::kProduce: {
       std::lock_guard<std::mutex> lock(s.mu);
       s.holds_fleet_lease = true;
       return true;
     }
-    case DiskCache::FleetLease::kWait:
+    case TieredCache::FleetLease::kWait:
       *why = "another process of the fleet is compiling it (--remote_cache lease)";
       return false;
-    case DiskCache::FleetLease::kFound:
+    case TieredCache::FleetLease::kFound:
       *ex = LoadFromDisk(s, prof);
       if (!*ex) *why = "the fleet's entry could not be loaded";
       return false;
@@ -419,7 +420,7 @@ void ReleaseFleetLease(ClusterRunner::State& s) {
     if (!s.holds_fleet_lease) return;
     s.holds_fleet_lease = false;
   }
-  s.runtime->disk()->ReleaseFleetLease(s.key, PayloadKind::kCpuCode);
+  s.runtime->persistent()->ReleaseFleetLease(s.key, PayloadKind::kCpuCode);
 }
 
 }  // namespace
@@ -501,7 +502,7 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
     }
     CacheEvent(prof, "memory cache lookup", s, ex ? "hit" : "miss", "", t0);
   }
-  if (!ex && s.runtime->disk() != nullptr) ex = LoadFromDisk(s, prof);
+  if (!ex && s.runtime->persistent() != nullptr) ex = LoadFromDisk(s, prof);
   if (!ex && s.runtime->flags().polymorphic_clusters) ex = TryPolymorphicInstantiation(prof);
   std::string why;
   if (!ex) {
@@ -751,7 +752,7 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state, boo
       s.failed = true;
       if (s.holds_fleet_lease) {  // the fleet need not wait for an entry that will not come
         s.holds_fleet_lease = false;
-        s.runtime->disk()->ReleaseFleetLease(s.key, PayloadKind::kCpuCode);
+        s.runtime->persistent()->ReleaseFleetLease(s.key, PayloadKind::kCpuCode);
       }
       CJIT_LOG(WARNING) << "cluster " << s.stats->id << " (" << s.signature << "): compilation failed, running it on the "
                         << "fallback path from now on: " << ex.status().message();
@@ -768,7 +769,7 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state, boo
   s.runtime->cache().Insert(s.key, *ex);
   s.runtime->SetPlanTemplate(s.policy_id, *ex);
   if (s.family) s.family->Publish(s.stats->id, *ex);  // a background compile's signature may not run again
-  if (DiskCache* disk = s.runtime->disk(); disk != nullptr && !disk->options().read_only) {
+  if (TieredCache* disk = s.runtime->persistent(); disk != nullptr && !disk->read_only()) {
     int64_t w0 = prof ? Profiler::Now() : 0;
     auto payload = (*ex)->ExportPayload();
     absl::Status st = payload.ok() ? disk->Store(s.key, PayloadKind::kCpuCode, *payload) : payload.status();

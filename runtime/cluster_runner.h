@@ -22,8 +22,8 @@
 
 #include "absl/status/statusor.h"
 #include "cache/cache_key.h"
-#include "cache/disk_cache.h"
 #include "cache/remote_cache.h"
+#include "cache/tiered_cache.h"
 #include "cache/memory_cache.h"
 #include "compiler/ir/graph.h"
 #include "flags/flags.h"
@@ -68,7 +68,8 @@ class ClusterRuntime : public std::enable_shared_from_this<ClusterRuntime> {
   ~ClusterRuntime();
   Profiler* profiler() const { return profiler_.get(); }
   Dumper* dumper() const { return dumper_.get(); }
-  DiskCache* disk() { return disk_.get(); }
+  // The persistent cache chain (disk, then --remote_cache), or null without --persistent_cache_dir.
+  TieredCache* persistent() { return persistent_.get(); }
   // Autotuning of library steps (runtime/autotune.h); never null after Create.
   Autotuner* autotuner() { return autotuner_.get(); }
   const Flags& flags() const { return flags_; }
@@ -123,7 +124,7 @@ class ClusterRuntime : public std::enable_shared_from_this<ClusterRuntime> {
   bool lend_cpu_;
   CompilePolicy policy_;
   MemoryCache cache_;
-  std::unique_ptr<DiskCache> disk_;
+  std::unique_ptr<TieredCache> persistent_;
   std::unique_ptr<Autotuner> autotuner_;
   std::shared_ptr<Profiler> profiler_;
   std::shared_ptr<Dumper> dumper_;

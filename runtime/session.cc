@@ -310,9 +310,9 @@ SessionStats Session::stats() const {
     out.dynamic_shape_runs = dynamic_shape_runs_;
     out.dynamic_shape_misses = dynamic_shape_misses_;
   }
-  if (DiskCache* disk = clusters_->disk()) {
-    out.totals.disk_rejects += disk->stats().rejects;
-    if (const RemoteCache* remote = disk->remote()) {
+  if (TieredCache* cache = clusters_->persistent()) {
+    out.totals.disk_rejects += cache->disk()->stats().rejects;
+    if (const RemoteCache* remote = cache->remote()) {
       out.remote_enabled = true;
       out.remote = remote->stats();
     }

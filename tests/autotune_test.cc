@@ -459,7 +459,7 @@ TEST(AutotuneTest, ResultsPersistInDiskCacheAndDumpFileAndAreIgnoredForOtherDevi
   const std::string dir = TempDir("persist");
   DiskCacheOptions dco;
   dco.dir = dir + "/cache";
-  auto disk = DiskCache::Open(dco);
+  auto disk = TieredCache::Open(dco);
   ASSERT_TRUE(disk.ok());
   const std::string key = Autotuner::SignatureKey(*b->node, b->ptrs, b->is_constant, nullptr, 1);
   ClearAutotuneResultsForTest();
@@ -493,9 +493,9 @@ TEST(AutotuneTest, ResultsPersistInDiskCacheAndDumpFileAndAreIgnoredForOtherDevi
     ClearAutotuneResultsForTest();
     auto tc = Autotuner::Create(AutotuneOptions{}, disk->get(), nullptr);
     ASSERT_TRUE(tc.ok());
-    const int64_t rejects = (*disk)->stats().rejects;
+    const int64_t rejects = (*disk)->disk()->stats().rejects;
     EXPECT_FALSE((*tc)->Lookup(key, *b->node, b->ptrs, b->is_constant, nullptr, &b->inferred, 1).has_value());
-    EXPECT_EQ((*disk)->stats().rejects, rejects + 1);
+    EXPECT_EQ((*disk)->disk()->stats().rejects, rejects + 1);
     auto retuned = (*tc)->Tune(key, *b->node, b->ptrs, b->is_constant, nullptr, &b->inferred, 1);
     ASSERT_TRUE(retuned.has_value());
     auto list = DiskCache::List(dco.dir);

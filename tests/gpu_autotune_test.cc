@@ -288,7 +288,7 @@ class GpuAutotune : public ::testing::TestWithParam<std::string> {
     SetDeviceTestCandidates(false);
     ClearAutotuneResultsForTest();
   }
-  static std::unique_ptr<Autotuner> Tuner(int level, DiskCache* disk = nullptr, const std::string& dump_to = "",
+  static std::unique_ptr<Autotuner> Tuner(int level, TieredCache* disk = nullptr, const std::string& dump_to = "",
                                           const std::string& load_from = "") {
     AutotuneOptions o;
     o.level = level;
@@ -398,7 +398,7 @@ TEST_P(GpuAutotune, SecondProcessAndDumpedResultsRetuneNothing) {
   fs::remove_all(dir);
   DiskCacheOptions dco;
   dco.dir = (dir / "cache").string();
-  auto disk = DiskCache::Open(dco);
+  auto disk = TieredCache::Open(dco);
   ASSERT_TRUE(disk.ok()) << disk.status();
   const std::string dump = (dir / "results.txt").string();
   std::string first, again;

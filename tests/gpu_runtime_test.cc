@@ -271,7 +271,7 @@ TEST(PtxCache, SecondLookupComesFromDiskAndCorruptionIsHealed) {
   ASSERT_EQ(plan->kernels.size(), 1u);
   std::string dir = ::testing::TempDir() + "/ptx_cache_test";
   std::filesystem::remove_all(dir);
-  auto disk = DiskCache::Open({dir, false, 0});
+  auto disk = TieredCache::Open({dir, false, 0});
   ASSERT_TRUE(disk.ok()) << disk.status();
   PtxOptions po;
   po.gpu_arch = "sm_80";

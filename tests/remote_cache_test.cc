@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cache/disk_cache.h"
+#include "cache/tiered_cache.h"
 #include "gtest/gtest.h"
 
 extern char** environ;
@@ -135,7 +136,7 @@ TEST_F(RemoteCacheTest, ForgedLeasesAreNotHonoured) {
   auto a = Open(/*lease_ms=*/1000), b = Open(/*lease_ms=*/1000);
   const CacheKey k = Key("cluster");
   // Planted without expiry, or for longer than any process of the fleet asks: not a reason to wait.
-  ASSERT_TRUE(a->Put(Key("unused"), PayloadKind::kCpuCode, "x").ok());  // connects
+  ASSERT_TRUE(a->PutNow(Key("unused"), PayloadKind::kCpuCode, "x").ok());  // connects
   const std::string lease = RemoteCache::LeaseKey(k, PayloadKind::kCpuCode);
   auto redis = [&](const std::string& command) {
     const std::string cli = "redis-cli -s " + socket_ + " " + command + " >/dev/null";
@@ -164,42 +165,55 @@ TEST_F(RemoteCacheTest, NoLeasesWhenOffOrUnreachable) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
 }
 
-TEST_F(RemoteCacheTest, DiskCacheAsksForTheLeaseAfterAMiss) {
+TEST_F(RemoteCacheTest, TheChainKeepsRemoteHitsOnDiskAndAsksForTheLeaseAfterAMiss) {
   auto host_a = Open(), host_b = Open();
-  auto disk = [&](const std::string& name, std::shared_ptr<RemoteCache> remote, bool read_only = false) {
+  auto chain = [&](const std::string& name, std::shared_ptr<RemoteCache> remote, bool read_only = false) {
     DiskCacheOptions o;
     o.dir = dir_ + "/" + name;
     fs::create_directories(o.dir);
-    o.remote = std::move(remote);
     o.read_only = read_only;
-    auto d = DiskCache::Open(o);
-    EXPECT_TRUE(d.ok()) << d.status();
-    return std::move(*d);
+    auto c = TieredCache::Open(o, std::move(remote));
+    EXPECT_TRUE(c.ok()) << c.status();
+    return std::move(*c);
   };
-  auto a = disk("a", host_a), b = disk("b", host_b), ro = disk("ro", host_b, /*read_only=*/true);
+  auto a = chain("a", host_a), b = chain("b", host_b), ro = chain("ro", host_b, /*read_only=*/true);
+  ASSERT_EQ(a->tiers().size(), 2u);
+  EXPECT_STREQ(a->tiers()[0]->tier_name(), "disk");
+  EXPECT_STREQ(a->tiers()[1]->tier_name(), "remote");
   const CacheKey k = Key("tuning result");
   ASSERT_FALSE(a->Lookup(k, PayloadKind::kAutotune).has_value());
-  EXPECT_EQ(a->AcquireFleetLease(k, PayloadKind::kAutotune), DiskCache::FleetLease::kProduce);
-  EXPECT_EQ(b->AcquireFleetLease(k, PayloadKind::kAutotune), DiskCache::FleetLease::kWait);
-  EXPECT_EQ(ro->AcquireFleetLease(k, PayloadKind::kAutotune), DiskCache::FleetLease::kProduce)
+  EXPECT_EQ(a->AcquireFleetLease(k, PayloadKind::kAutotune), TieredCache::FleetLease::kProduce);
+  EXPECT_EQ(b->AcquireFleetLease(k, PayloadKind::kAutotune), TieredCache::FleetLease::kWait);
+  EXPECT_EQ(ro->AcquireFleetLease(k, PayloadKind::kAutotune), TieredCache::FleetLease::kProduce)
       << "a read-only host takes no lease (it publishes nothing)";
   ASSERT_TRUE(a->Store(k, PayloadKind::kAutotune, "v1\nalgo\n1\n2").ok());
   a->ReleaseFleetLease(k, PayloadKind::kAutotune);
   ASSERT_TRUE(host_a->Flush(5000));
   // b's next try finds the lease free and the entry published: it is kept on b's disk, nothing to produce.
-  EXPECT_EQ(b->AcquireFleetLease(k, PayloadKind::kAutotune), DiskCache::FleetLease::kFound);
+  EXPECT_EQ(b->AcquireFleetLease(k, PayloadKind::kAutotune), TieredCache::FleetLease::kFound);
   ASSERT_TRUE(host_b->Flush(5000));
-  EXPECT_EQ(b->Lookup(k, PayloadKind::kAutotune).value_or(""), "v1\nalgo\n1\n2");
-  EXPECT_EQ(b->stats().hits, 1) << "served from b's own disk tier";
+  const char* tier = nullptr;
+  EXPECT_EQ(b->Lookup(k, PayloadKind::kAutotune, &tier).value_or(""), "v1\nalgo\n1\n2");
+  EXPECT_STREQ(tier, "disk") << "served from b's own disk tier";
   // and b released the lease it took to look: a third host is not told to wait.
-  auto c = disk("c", Open());
-  EXPECT_NE(c->AcquireFleetLease(k, PayloadKind::kAutotune), DiskCache::FleetLease::kWait);
+  auto c = chain("c", Open());
+  EXPECT_NE(c->AcquireFleetLease(k, PayloadKind::kAutotune), TieredCache::FleetLease::kWait);
+  // A lookup on a fresh host answers from the remote tier and keeps the entry on its disk; a read-only
+  // host answers from the remote tier and writes nothing.
+  auto d = chain("d", Open());
+  EXPECT_EQ(d->Lookup(k, PayloadKind::kAutotune, &tier).value_or(""), "v1\nalgo\n1\n2");
+  EXPECT_STREQ(tier, "remote");
+  EXPECT_EQ(d->far_hits(), 1);
+  EXPECT_EQ(d->disk()->Lookup(k, PayloadKind::kAutotune).value_or(""), "v1\nalgo\n1\n2");
+  EXPECT_EQ(ro->Lookup(k, PayloadKind::kAutotune, &tier).value_or(""), "v1\nalgo\n1\n2");
+  EXPECT_STREQ(tier, "remote");
+  EXPECT_FALSE(ro->disk()->Lookup(k, PayloadKind::kAutotune).has_value());
 }
 
-TEST_F(RemoteCacheTest, ListVerifiesEveryEntryAndPutWritesNow) {
+TEST_F(RemoteCacheTest, ListVerifiesEveryEntryAndPutNowWrites) {
   auto fleet = Open();
-  ASSERT_TRUE(fleet->Put(Key("one"), PayloadKind::kCpuCode, "code one").ok());
-  ASSERT_TRUE(fleet->Put(Key("two"), PayloadKind::kPtx, "ptx two").ok());
+  ASSERT_TRUE(fleet->PutNow(Key("one"), PayloadKind::kCpuCode, "code one").ok());
+  ASSERT_TRUE(fleet->PutNow(Key("two"), PayloadKind::kPtx, "ptx two").ok());
   std::vector<std::string> payloads, keys;
   auto entries = fleet->List(&payloads, &keys);
   ASSERT_TRUE(entries.ok()) << entries.status();
@@ -225,7 +239,7 @@ TEST_F(RemoteCacheTest, ListVerifiesEveryEntryAndPutWritesNow) {
   auto none = (*dead)->List();
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("nobody.sock"), std::string::npos) << none.status();
-  EXPECT_FALSE((*dead)->Put(Key("x"), PayloadKind::kCpuCode, "x").ok());
+  EXPECT_FALSE((*dead)->PutNow(Key("x"), PayloadKind::kCpuCode, "x").ok());
 }
 
 }  // namespace

@@ -76,7 +76,7 @@ class CudaGather : public GatherOp {
 class CudaBackend : public DeviceBackend {
  public:
   CudaBackend(CudaDevice* dev, DeviceAllocator* allocator, std::string arch, std::string libdevice,
-              std::unique_ptr<DiskCache> disk)
+              std::unique_ptr<TieredCache> disk)
       : dev_(dev), allocator_(allocator), arch_(std::move(arch)), libdevice_(std::move(libdevice)), disk_(std::move(disk)) {}
 
   std::string Describe() const override { return absl::StrCat(dev_->name(), " (", dev_->sm(), ")"); }
@@ -234,7 +234,7 @@ class CudaBackend : public DeviceBackend {
   CudaDevice* dev_;
   DeviceAllocator* allocator_;
   std::string arch_, libdevice_;
-  std::unique_ptr<DiskCache> disk_;
+  std::unique_ptr<TieredCache> disk_;
 };
 
 }  // namespace
@@ -250,14 +250,13 @@ absl::StatusOr<std::shared_ptr<DeviceBackend>> MakeCudaBackend(const CudaBackend
     return absl::FailedPreconditionError(absl::StrCat("--gpu_arch=", arch, " cannot run on CUDA device ",
                                                       options.ordinal, " (", dev->name(), ", ", dev->sm(), ")"));
   }
-  std::unique_ptr<DiskCache> disk;
+  std::unique_ptr<TieredCache> disk;
   if (!options.persistent_cache_dir.empty()) {
     DiskCacheOptions dco;
     dco.dir = options.persistent_cache_dir;
     dco.read_only = options.persistent_cache_read_only;
     dco.max_bytes = options.persistent_cache_max_bytes;
-    dco.remote = options.remote_cache;
-    CJIT_ASSIGN_OR_RETURN(disk, DiskCache::Open(dco));
+    CJIT_ASSIGN_OR_RETURN(disk, TieredCache::Open(dco, options.remote_cache));
   }
   return std::shared_ptr<DeviceBackend>(std::make_shared<CudaBackend>(
       dev, allocator, arch, LibdevicePath(options.cuda_data_dir), std::move(disk)));

@@ -56,7 +56,7 @@ CacheKey PtxCacheKey(const FusionPlan& plan, const PtxOptions& options) {
   return key;
 }
 
-absl::StatusOr<CachedPtx> PtxForPlan(const FusionPlan& plan, const PtxOptions& options, DiskCache* disk) {
+absl::StatusOr<CachedPtx> PtxForPlan(const FusionPlan& plan, const PtxOptions& options, TieredCache* disk) {
   CacheKey key;
   if (plan.kernels.empty()) return CachedPtx{};
   if (disk) {
@@ -71,7 +71,7 @@ absl::StatusOr<CachedPtx> PtxForPlan(const FusionPlan& plan, const PtxOptions& o
   CachedPtx out;
   out.ptx = std::move(module.ptx);
   for (const PtxKernel& k : module.kernels) out.kernel_names.push_back(k.name);
-  if (disk && !disk->options().read_only) {
+  if (disk && !disk->read_only()) {
     absl::Status st = disk->Store(key, PayloadKind::kPtx, EncodePayload(out));
     if (!st.ok()) CJIT_LOG(WARNING) << "persistent cache: " << st;
   }

@@ -6,12 +6,12 @@
 // this is tested without a GPU.
 //
 // Errors: code generation errors (nvptx_compiler.h). A malformed payload is logged, ignored and replaced.
-// Thread-safety: as CompileForNvptx and DiskCache (reentrant).
+// Thread-safety: as CompileForNvptx and TieredCache (reentrant).
 #ifndef CJIT_RUNTIME_CUDA_PTX_CACHE_H_
 #define CJIT_RUNTIME_CUDA_PTX_CACHE_H_
 
 #include "absl/status/statusor.h"
-#include "cache/disk_cache.h"
+#include "cache/tiered_cache.h"
 #include "compiler/codegen/fusion_plan.h"
 #include "compiler/codegen/nvptx_compiler.h"
 
@@ -26,7 +26,7 @@ struct CachedPtx {
 };
 
 // From `disk` (may be null) when it holds a valid entry; else generated and, unless read-only, stored.
-absl::StatusOr<CachedPtx> PtxForPlan(const FusionPlan& plan, const PtxOptions& options, DiskCache* disk);
+absl::StatusOr<CachedPtx> PtxForPlan(const FusionPlan& plan, const PtxOptions& options, TieredCache* disk);
 
 }  // namespace cjit
 

@@ -85,7 +85,7 @@ int CmdRemoteCache(const std::string& action, const std::string& dir, const std:
         ++skipped;
         continue;
       }
-      absl::Status st = (*remote)->Put(CacheKey{key_text, Fingerprint64(key_text)}, static_cast<PayloadKind>(kind), *payload);
+      absl::Status st = (*remote)->PutNow(CacheKey{key_text, Fingerprint64(key_text)}, static_cast<PayloadKind>(kind), *payload);
       if (!st.ok()) return Fail(st);
       ++pushed;
       bytes += static_cast<int64_t>(payload->size());
