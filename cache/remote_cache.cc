@@ -11,6 +11,7 @@
 #include <deque>
 #include <algorithm>
 #include <map>
+#include <set>
 #include <mutex>
 #include <thread>
 
@@ -41,6 +42,8 @@ constexpr size_t kIdBytes = 8, kMacBytes = 32, kHeaderBytes = 8 + kIdBytes + kMa
 constexpr int kErrorsBeforeBackoff = 3;
 constexpr int kFirstBackoffMs = 5000, kMaxBackoffMs = 60000;
 constexpr int kMaxRejectLogs = 10;
+constexpr char kIndexKey[] = "cjit-index:autotune";
+constexpr int kIndexMaxAgeMs = 1000;
 
 struct Endpoint {
   bool unix_socket = false;
@@ -159,7 +162,19 @@ struct RemoteCache::Impl {
   struct Write {
     std::string redis_key, value;
     bool release_lease = false;  // value = the token; delete redis_key if it still holds it
+    std::string index_member;    // an autotuning entry: its key hash, added to the index after the SET
   };
+
+  // The index of autotuning entries (kIndexKey: a Redis set of key hashes, written with each entry): a
+  // process asks for it once (again when older than kIndexMaxAgeMs) and does not send a GET for a result
+  // it does not list. Most autotuning lookups of a warm host are for op signatures nobody tuned: each
+  // would cost a round trip on the first run. The index is a hint, never trusted for content: a key it
+  // lists is still read and verified, and a producer's last look before tuning (TieredCache's lease path)
+  // bypasses it, so a stale index costs a tuning's default algorithm for a while, never a second tuning.
+  std::mutex index_mu;
+  bool index_loaded = false;
+  Clock::time_point index_at{};
+  std::set<std::string> index;  // guarded by index_mu
   std::mutex queue_mu;
   std::condition_variable queue_cv, idle_cv;
   std::deque<Write> queue;
@@ -303,6 +318,49 @@ struct RemoteCache::Impl {
     return r;
   }
 
+  // SADD (and the entries' TTL on the index); a failure only makes readers look the entry up at tune time.
+  void AddToIndex(redisContext* ctx, const std::string& member) {
+    auto* r = static_cast<redisReply*>(redisCommand(ctx, "SADD %s %b", kIndexKey, member.data(), member.size()));
+    if (r != nullptr) freeReplyObject(r);
+    if (r != nullptr && options.ttl_s > 0) {
+      r = static_cast<redisReply*>(redisCommand(ctx, "PEXPIRE %s %lld", kIndexKey,
+                                                static_cast<long long>(options.ttl_s) * 1000));
+      if (r != nullptr) freeReplyObject(r);
+    }
+  }
+
+  // Whether the index lists `member` (fetching it at the first autotuning lookup, and again when older
+  // than kIndexMaxAgeMs); true when it cannot be read. Lock order: index_mu, then read_mu.
+  bool Indexed(const std::string& member) {
+    std::lock_guard<std::mutex> lock(index_mu);
+    const auto now = Clock::now();
+    if (!index_loaded || now - index_at > std::chrono::milliseconds(kIndexMaxAgeMs)) {
+      std::set<std::string> fresh;
+      bool ok = false;
+      {
+        std::lock_guard<std::mutex> read_lock(read_mu);
+        if (Connect(&read_ctx).empty()) {
+          auto* r = static_cast<redisReply*>(redisCommand(read_ctx, "SMEMBERS %s", kIndexKey));
+          if (r == nullptr) {
+            redisFree(read_ctx);
+            read_ctx = nullptr;
+          } else {
+            if (r->type == REDIS_REPLY_ARRAY) {
+              ok = true;
+              for (size_t i = 0; i < r->elements; ++i) fresh.emplace(r->element[i]->str, r->element[i]->len);
+            }
+            freeReplyObject(r);
+          }
+        }
+      }
+      if (!ok) return true;  // no index: look the entry up
+      index = std::move(fresh);
+      index_loaded = true;
+      index_at = now;
+    }
+    return index.count(member) > 0;
+  }
+
   void WriterLoop() {
     {
       // Connect the read connection while the model loads and specializes (a connect is the dearest
@@ -363,6 +421,7 @@ struct RemoteCache::Impl {
           bytes_written += static_cast<int64_t>(w.value.size());
           Succeeded();
           freeReplyObject(r);
+          if (!w.index_member.empty()) AddToIndex(write_ctx, w.index_member);
         }
       }
       {
@@ -501,10 +560,14 @@ std::string RemoteCache::SignedValue(const std::string& redis_key, const CacheKe
   return absl::StrCat(absl::string_view(kMagic, 8), KeyId(signing), Mac(signing, redis_key, entry), entry);
 }
 
-std::optional<std::string> RemoteCache::Lookup(const CacheKey& key, PayloadKind payload_kind) {
+std::optional<std::string> RemoteCache::Lookup(const CacheKey& key, PayloadKind payload_kind, bool use_index) {
   Impl& m = *impl_;
   if (!m.Available()) {
     ++m.skipped;
+    return std::nullopt;
+  }
+  if (use_index && payload_kind == PayloadKind::kAutotune && !m.Indexed(key.Hex())) {
+    ++m.misses;  // no host published it (as of the index's last read)
     return std::nullopt;
   }
   const std::string redis_key = RedisKey(key, payload_kind);
@@ -554,6 +617,7 @@ void RemoteCache::StoreAsync(const CacheKey& key, PayloadKind payload_kind, absl
   Impl::Write w;
   w.redis_key = RedisKey(key, payload_kind);
   w.value = SignedValue(w.redis_key, key, payload_kind, payload);
+  if (payload_kind == PayloadKind::kAutotune) w.index_member = key.Hex();
   {
     std::lock_guard<std::mutex> lock(m.queue_mu);
     if (m.stop || m.queued_bytes + static_cast<int64_t>(w.value.size()) > m.options.max_queue_bytes) {
@@ -632,6 +696,7 @@ absl::Status RemoteCache::PutNow(const CacheKey& key, PayloadKind payload_kind, 
   std::lock_guard<std::mutex> lock(m.read_mu);
   CJIT_ASSIGN_OR_RETURN(redisReply * r, (m.Command("SET", argv)));
   freeReplyObject(r);
+  if (payload_kind == PayloadKind::kAutotune) m.AddToIndex(m.read_ctx, key.Hex());
   ++m.writes;
   m.bytes_written += static_cast<int64_t>(argv[2].size());
   return absl::OkStatus();

@@ -91,8 +91,10 @@ class RemoteCache : public CacheTier {
   RemoteCache& operator=(const RemoteCache&) = delete;
 
   // The payload of a verified entry for `key` and `payload_kind`, or nullopt (a miss, an error, a rejected
-  // entry, or the tier in back-off). Waits at most about timeout_ms.
-  std::optional<std::string> Lookup(const CacheKey& key, PayloadKind payload_kind);
+  // entry, or the tier in back-off). Waits at most about timeout_ms. Autotuning results are asked for only
+  // when the fleet's index of them ("cjit-index:autotune", a set of key hashes written with each entry,
+  // read once a second at most) lists the key, unless `use_index` is false.
+  std::optional<std::string> Lookup(const CacheKey& key, PayloadKind payload_kind, bool use_index = true);
   // The lease on producing the entry (see above): kAcquired (this process produces it and calls
   // ReleaseLease after its Store), kHeld (another process does: wait), kUnavailable (leases off, the tier
   // in back-off or an error: produce it locally, as without a remote tier). Waits at most about timeout_ms.

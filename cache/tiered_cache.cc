@@ -57,7 +57,7 @@ TieredCache::FleetLease TieredCache::AcquireFleetLease(const CacheKey& key, Payl
       break;
   }
   // The holder before us may have published and released between our miss and our lease.
-  std::optional<std::string> payload = remote_->Get(key, kind);
+  std::optional<std::string> payload = remote_->Lookup(key, kind, /*use_index=*/false);
   if (!payload) return FleetLease::kProduce;
   remote_->ReleaseLease(key, kind);
   ++far_hits_;

@@ -101,6 +101,27 @@ TEST_F(RemoteCacheTest, EveryPayloadKindRoundTrips) {
   EXPECT_EQ(reader->stats().misses, 1);
 }
 
+TEST_F(RemoteCacheTest, AutotuningLookupsAskOnlyForIndexedResults) {
+  auto writer = Open(), reader = Open();
+  writer->StoreAsync(Key("tuned"), PayloadKind::kAutotune, "v1\na\n1\n2");
+  ASSERT_TRUE(writer->Flush(5000));
+  EXPECT_TRUE(reader->Lookup(Key("tuned"), PayloadKind::kAutotune).has_value());  // reads the index
+  // Published after the reader's read of the index: not asked for until the index is a second old ...
+  writer->StoreAsync(Key("tuned later"), PayloadKind::kAutotune, "v1\nb\n1\n2");
+  ASSERT_TRUE(writer->Flush(5000));
+  const int64_t bytes = reader->stats().bytes_read;
+  EXPECT_FALSE(reader->Lookup(Key("tuned later"), PayloadKind::kAutotune).has_value());
+  EXPECT_EQ(reader->stats().bytes_read, bytes) << "no GET for a result the index does not list";
+  // ... except by a lookup that bypasses it (a producer's last look before tuning), and then.
+  EXPECT_TRUE(reader->Lookup(Key("tuned later"), PayloadKind::kAutotune, /*use_index=*/false).has_value());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  EXPECT_TRUE(reader->Lookup(Key("tuned later"), PayloadKind::kAutotune).has_value());
+  // Compiled code is not indexed: always asked for.
+  writer->StoreAsync(Key("code"), PayloadKind::kCpuCode, "object code");
+  ASSERT_TRUE(writer->Flush(5000));
+  EXPECT_TRUE(reader->Lookup(Key("code"), PayloadKind::kCpuCode).has_value());
+}
+
 TEST_F(RemoteCacheTest, OneProcessHoldsALeaseUntilItPublishes) {
   auto a = Open(), b = Open();  // two instances: two processes' tokens
   const CacheKey k = Key("cluster");
