@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdarg>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -318,6 +319,22 @@ struct RemoteCache::Impl {
     return r;
   }
 
+  // One command on the read connection (read_mu held, connected): the reply, or null after the connection
+  // was dropped and the error counted toward the back-off (`what` names the command in its log).
+  redisReply* ReadCommand(const char* what, const char* format, ...) {
+    va_list ap;
+    va_start(ap, format);
+    auto* r = static_cast<redisReply*>(redisvCommand(read_ctx, format, ap));
+    va_end(ap);
+    if (r == nullptr) {
+      std::string why = absl::StrCat(what, ": ", read_ctx->errstr);
+      redisFree(read_ctx);
+      read_ctx = nullptr;
+      Failed(why);
+    }
+    return r;
+  }
+
   // SADD (and the entries' TTL on the index); a failure only makes readers look the entry up at tune time.
   void AddToIndex(redisContext* ctx, const std::string& member) {
     auto* r = static_cast<redisReply*>(redisCommand(ctx, "SADD %s %b", kIndexKey, member.data(), member.size()));
@@ -498,16 +515,9 @@ RemoteCache::Lease RemoteCache::TryLease(const CacheKey& key, PayloadKind payloa
     m.Failed(why);
     return Lease::kUnavailable;
   }
-  auto* r = static_cast<redisReply*>(redisCommand(m.read_ctx, "SET %b %b NX PX %lld", lease_key.data(), lease_key.size(),
-                                                  m.lease_token.data(), m.lease_token.size(),
-                                                  static_cast<long long>(m.options.lease_ms)));
-  if (r == nullptr) {
-    std::string why = absl::StrCat("lease: ", m.read_ctx->errstr);
-    redisFree(m.read_ctx);
-    m.read_ctx = nullptr;
-    m.Failed(why);
-    return Lease::kUnavailable;
-  }
+  redisReply* r = m.ReadCommand("lease", "SET %b %b NX PX %lld", lease_key.data(), lease_key.size(),
+                                 m.lease_token.data(), m.lease_token.size(), static_cast<long long>(m.options.lease_ms));
+  if (r == nullptr) return Lease::kUnavailable;
   Lease result = Lease::kUnavailable;
   if (r->type == REDIS_REPLY_STATUS) {  // "OK": set
     result = Lease::kAcquired;
@@ -516,7 +526,8 @@ RemoteCache::Lease RemoteCache::TryLease(const CacheKey& key, PayloadKind payloa
     result = Lease::kHeld;
     // A lease no process of this fleet could have set (no expiry, or longer than ours) is not honoured:
     // whoever can write to the server must not be able to stop every process from compiling.
-    auto* t = static_cast<redisReply*>(redisCommand(m.read_ctx, "PTTL %b", lease_key.data(), lease_key.size()));
+    redisReply* t = m.ReadCommand("lease PTTL", "PTTL %b", lease_key.data(), lease_key.size());
+    if (t == nullptr) result = Lease::kUnavailable;  // connection dropped: compile locally
     if (t != nullptr && t->type == REDIS_REPLY_INTEGER && (t->integer == -1 || t->integer > m.options.lease_ms)) {
       result = Lease::kUnavailable;
       if (m.reject_logs.fetch_add(1) < kMaxRejectLogs) {
@@ -578,14 +589,8 @@ std::optional<std::string> RemoteCache::Lookup(const CacheKey& key, PayloadKind 
       m.Failed(why);
       return std::nullopt;
     }
-    auto* r = static_cast<redisReply*>(redisCommand(m.read_ctx, "GET %b", redis_key.data(), redis_key.size()));
-    if (r == nullptr) {
-      std::string why = absl::StrCat("read: ", m.read_ctx->errstr);
-      redisFree(m.read_ctx);
-      m.read_ctx = nullptr;
-      m.Failed(why);
-      return std::nullopt;
-    }
+    redisReply* r = m.ReadCommand("read", "GET %b", redis_key.data(), redis_key.size());
+    if (r == nullptr) return std::nullopt;
     if (r->type == REDIS_REPLY_NIL) {
       freeReplyObject(r);
       m.Succeeded();

@@ -624,8 +624,10 @@ std::optional<std::string> Autotuner::TuneOnce(const std::string& key, const std
   // Tune once per fleet: another process holding the remote tier's lease on this result tunes it (the
   // default meanwhile; asked again at the next execution), or published it meanwhile.
   bool leased = false;
-  if (disk_ != nullptr) {
-    switch (disk_->AcquireFleetLease(DiskKey(device, libraries, key), PayloadKind::kAutotune)) {
+  const bool fleet = disk_ != nullptr && disk_->remote() != nullptr && !disk_->read_only();
+  const CacheKey fleet_key = fleet ? DiskKey(device, libraries, key) : CacheKey{};
+  if (fleet) {
+    switch (disk_->AcquireFleetLease(fleet_key, PayloadKind::kAutotune)) {
       case TieredCache::FleetLease::kWait:
         ++counters_.lease_waits;
         return std::nullopt;
@@ -639,11 +641,11 @@ std::optional<std::string> Autotuner::TuneOnce(const std::string& key, const std
   }
   struct Release {
     TieredCache* disk;
-    CacheKey key;
+    const CacheKey& key;
     ~Release() {
       if (disk != nullptr) disk->ReleaseFleetLease(key, PayloadKind::kAutotune);  // behind Finish's Store
     }
-  } release{leased ? disk_ : nullptr, leased ? DiskKey(device, libraries, key) : CacheKey{}};
+  } release{leased ? disk_ : nullptr, fleet_key};
   try {
     return tune();
   } catch (const std::exception& e) {
@@ -657,9 +659,10 @@ std::optional<std::string> Autotuner::Tune(const std::string& key, const Node& n
                                            const std::vector<const Tensor*>& inputs,
                                            const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
                                            const std::vector<InferOutput>* inferred, int threads) {
-  const KernelContext ctx = DescribeContext(node, inputs, is_constant, post_ops, inferred, threads);
   return TuneOnce(key, "", "", node.Describe(),
-                  [&](const std::string& algorithm, const char*) { return Offered(algorithm, ctx); },
+                  [&](const std::string& algorithm, const char*) {  // only for a result the fleet published meanwhile
+                    return Offered(algorithm, DescribeContext(node, inputs, is_constant, post_ops, inferred, threads));
+                  },
                   [&] { return TuneNow(key, node, inputs, is_constant, post_ops, inferred, threads); });
 }
 

@@ -252,7 +252,7 @@ struct ClusterRunner::State {
   bool failed = false;                              // guarded by mu
   bool dumped = false;                              // guarded by mu
   bool polymorphic_tried = false;                   // guarded by mu
-  bool holds_fleet_lease = false;  // guarded by mu: this process compiles the entry for the fleet (DiskCache)
+  bool holds_fleet_lease = false;  // guarded by mu: this process compiles the entry for the fleet (TieredCache)
   std::atomic<uint64_t> pending_flow{0};  // trace flow from the compile to the first compiled execution
   std::string trace_name, compile_name;   // "cluster_<id>", "compile cluster_<id>"
   // Dynamic-shape plans (ShapeFamily).
@@ -745,15 +745,12 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state, boo
     const int64_t executions = s.stats->fallback_executions + s.stats->compiled_executions;
     if (tuner != nullptr && tuner->enabled()) (*ex)->Autotune(*tuner, s.threads, executions);
   }
+  if (!ex.ok()) ReleaseFleetLease(s);  // the fleet need not wait for an entry that will not come
   {
     std::lock_guard<std::mutex> lock(s.mu);
     s.compile_in_flight = false;
     if (!ex.ok()) {
       s.failed = true;
-      if (s.holds_fleet_lease) {  // the fleet need not wait for an entry that will not come
-        s.holds_fleet_lease = false;
-        s.runtime->persistent()->ReleaseFleetLease(s.key, PayloadKind::kCpuCode);
-      }
       CJIT_LOG(WARNING) << "cluster " << s.stats->id << " (" << s.signature << "): compilation failed, running it on the "
                         << "fallback path from now on: " << ex.status().message();
       return ex.status();

@@ -59,12 +59,11 @@ int CmdRemoteCache(const std::string& action, const std::string& dir, const std:
   RemoteCacheOptions o;
   o.url = url;
   o.key_file = key_file;
-  if (o.key_file.empty()) {
-    const auto& flags = FlagsFromEnvironment();
-    if (flags.ok()) o.key_file = flags->remote_cache_key_file;
-  }
   o.timeout_ms = 5000;
-  if (const auto& flags = FlagsFromEnvironment(); flags.ok()) o.ttl_s = flags->remote_cache_ttl_s;
+  if (const auto& flags = FlagsFromEnvironment(); flags.ok()) {
+    if (o.key_file.empty()) o.key_file = flags->remote_cache_key_file;
+    o.ttl_s = flags->remote_cache_ttl_s;
+  }
   auto remote = RemoteCache::Open(o);
   if (!remote.ok()) return Fail(remote.status(), 2);
   if (action == "push") {
