@@ -223,6 +223,28 @@ def main():
         [vi("y", F, None)],
         [arr("we", f32(20, 8)), arr("pe", f32(16, 8)), arr("g", f32(8)), arr("b", f32(8)), arr("w", f32(8, 24)),
          arr("wb", f32(24)), arr("cos", f32(16, 2)), arr("sin", f32(16, 2))], opset=17, microsoft=True)
+    # Sequences and optionals: a sequence input, every sequence op, SequenceMap with a body, optionals.
+    seq_f = helper.make_tensor_sequence_value_info("xs", F, None)
+    map_body = helper.make_graph([helper.make_node("Add", ["e", "e"], ["d"])], "map_body",
+                                 [vi("e", F, None)], [vi("d", F, None)])
+    save(out, "sequences", [
+        helper.make_node("SplitToSequence", ["x", "split"], ["parts"], axis=1),
+        helper.make_node("SequenceInsert", ["parts", "x", "pos"], ["more"]),
+        helper.make_node("SequenceErase", ["more", "pos"], ["fewer"]),
+        helper.make_node("SequenceAt", ["fewer", "pos"], ["at"]),
+        helper.make_node("SequenceLength", ["xs"], ["n"]),
+        helper.make_node("SequenceMap", ["xs"], ["doubled"], body=map_body),
+        helper.make_node("ConcatFromSequence", ["doubled"], ["cat"], axis=0, new_axis=1),
+        helper.make_node("SequenceConstruct", ["at", "at"], ["pair"]),
+        helper.make_node("ConcatFromSequence", ["pair"], ["y"], axis=-1),
+        helper.make_node("Optional", ["y"], ["opt"]),
+        helper.make_node("OptionalGetElement", ["opt"], ["z"]),
+        helper.make_node("SequenceEmpty", [], ["empty"], dtype=F),
+        helper.make_node("OptionalHasElement", ["opt"], ["has"]),
+    ], [vi("x", F, [2, 4]), seq_f], [vi("z", F, None), vi("n", I64, None), vi("cat", F, None),
+                                    helper.make_tensor_sequence_value_info("empty", F, None),
+                                    vi("has", TensorProto.BOOL, None)],
+        [arr("split", np.array([1, 3])), arr("pos", np.array(1))], opset=18)
     print("fuzz corpus: %d models in %s" % (len(os.listdir(out)), out))
 
 

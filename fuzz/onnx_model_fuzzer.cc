@@ -129,6 +129,11 @@ static bool RunOnce(cjit::Session& session, uint64_t hash, int64_t dynamic) {
     }
     Tensor t(info.dtype, dims);
     Fill(t, hash ^ XXH64(info.name.data(), info.name.size(), 1));
+    // Sequence inputs get two such tensors; optional inputs are present.
+    if (info.kind == cjit::ValueKind::kSequence || info.kind == cjit::ValueKind::kOptionalSequence) {
+      t = Tensor::Sequence(info.dtype, {t, t});
+    }
+    if (cjit::IsOptionalKind(info.kind)) t = Tensor::Optional(t);
     inputs.push_back({info.name, std::move(t)});
   }
   auto outputs = session.Run(inputs);

@@ -294,11 +294,89 @@ void cjit_value_free(cjit_value* value) { delete value; }
 cjit_dtype cjit_value_dtype(const cjit_value* value) {
   return value ? static_cast<cjit_dtype>(cjit::OnnxFromDType(value->tensor.dtype())) : static_cast<cjit_dtype>(0);
 }
-size_t cjit_value_rank(const cjit_value* value) { return value ? value->tensor.dims().size() : 0; }
-const int64_t* cjit_value_dims(const cjit_value* value) { return value ? value->tensor.dims().data() : nullptr; }
+size_t cjit_value_rank(const cjit_value* value) {
+  return value && value->tensor.is_tensor() ? value->tensor.dims().size() : 0;
+}
+const int64_t* cjit_value_dims(const cjit_value* value) {
+  return value && value->tensor.is_tensor() ? value->tensor.dims().data() : nullptr;
+}
 size_t cjit_value_bytes(const cjit_value* value) { return value ? value->tensor.nbytes() : 0; }
 void* cjit_value_data(cjit_value* value) {
   return value && value->tensor.nbytes() > 0 ? value->tensor.raw() : nullptr;
+}
+
+static_assert(static_cast<int>(cjit::ValueKind::kTensor) == CJIT_KIND_TENSOR &&
+                  static_cast<int>(cjit::ValueKind::kSequence) == CJIT_KIND_SEQUENCE &&
+                  static_cast<int>(cjit::ValueKind::kOptionalTensor) == CJIT_KIND_OPTIONAL_TENSOR &&
+                  static_cast<int>(cjit::ValueKind::kOptionalSequence) == CJIT_KIND_OPTIONAL_SEQUENCE,
+              "cjit_value_kind mirrors cjit::ValueKind");
+
+cjit_value_kind cjit_value_get_kind(const cjit_value* value) {
+  return value ? static_cast<cjit_value_kind>(value->tensor.kind()) : CJIT_KIND_TENSOR;
+}
+
+cjit_status* cjit_value_create_sequence(cjit_dtype elem, const cjit_value* const* items, size_t count, cjit_value** out) {
+  if (out == nullptr) return Error(CJIT_INVALID_ARGUMENT, "cjit_value_create_sequence: out is NULL");
+  if (count > 0 && items == nullptr) return Error(CJIT_INVALID_ARGUMENT, "cjit_value_create_sequence: items is NULL");
+  return Guard("cjit_value_create_sequence", [&]() -> absl::Status {
+    CJIT_ASSIGN_OR_RETURN(cjit::DType t, CheckDtype(elem));
+    std::vector<cjit::Tensor> tensors;
+    for (size_t i = 0; i < count; ++i) {
+      if (items[i] == nullptr) return absl::InvalidArgumentError(absl::StrCat("cjit_value_create_sequence: item ", i, " is NULL"));
+      const cjit::Tensor& v = items[i]->tensor;
+      if (!v.is_tensor() || v.dtype() != t) {
+        return absl::InvalidArgumentError(absl::StrCat("cjit_value_create_sequence: item ", i, " is ", v.Describe(),
+                                                       "; the sequence holds ", cjit::DTypeName(t), " tensors"));
+      }
+      tensors.push_back(v);
+    }
+    *out = new cjit_value{cjit::Tensor::Sequence(t, std::move(tensors)), false};
+    return absl::OkStatus();
+  });
+}
+
+cjit_status* cjit_value_create_optional(cjit_value_kind kind, cjit_dtype elem, const cjit_value* element, cjit_value** out) {
+  if (out == nullptr) return Error(CJIT_INVALID_ARGUMENT, "cjit_value_create_optional: out is NULL");
+  return Guard("cjit_value_create_optional", [&]() -> absl::Status {
+    if (kind != CJIT_KIND_OPTIONAL_TENSOR && kind != CJIT_KIND_OPTIONAL_SEQUENCE) {
+      return absl::InvalidArgumentError(absl::StrCat("cjit_value_create_optional: kind ", static_cast<int>(kind),
+                                                     " is not an optional kind"));
+    }
+    const cjit::ValueKind k = static_cast<cjit::ValueKind>(kind);
+    CJIT_ASSIGN_OR_RETURN(cjit::DType t, CheckDtype(elem));
+    if (element == nullptr) {
+      *out = new cjit_value{cjit::Tensor::OptionalNone(k, t), false};
+      return absl::OkStatus();
+    }
+    const cjit::Tensor& e = element->tensor;
+    if (e.kind() != cjit::ElementKindOf(k) || e.dtype() != t) {
+      return absl::InvalidArgumentError(absl::StrCat("cjit_value_create_optional: the element is ", e.Describe(),
+                                                     "; a ", cjit::ValueKindName(k), " of ", cjit::DTypeName(t),
+                                                     " was asked for"));
+    }
+    *out = new cjit_value{cjit::Tensor::Optional(e), false};
+    return absl::OkStatus();
+  });
+}
+
+size_t cjit_value_count(const cjit_value* value) { return value ? value->tensor.items().size() : 0; }
+
+cjit_status* cjit_value_get_element(const cjit_value* value, size_t index, cjit_value** out) {
+  if (value == nullptr || out == nullptr) {
+    return Error(CJIT_INVALID_ARGUMENT, "cjit_value_get_element: value and out must not be NULL");
+  }
+  if (value->tensor.is_tensor()) {
+    return Error(CJIT_INVALID_ARGUMENT, "cjit_value_get_element: the value is a tensor, not a sequence or optional");
+  }
+  const std::vector<cjit::Tensor>& items = value->tensor.items();
+  if (index >= items.size()) {
+    return Error(CJIT_OUT_OF_RANGE, absl::StrCat("cjit_value_get_element: index ", index, " of a value holding ",
+                                                 items.size(), " elements"));
+  }
+  return Guard("cjit_value_get_element", [&]() -> absl::Status {
+    *out = new cjit_value{items[index], false};
+    return absl::OkStatus();
+  });
 }
 
 // ---- sessions ----
@@ -372,6 +450,27 @@ cjit_status* cjit_session_output_info(const cjit_session* s, size_t index, int32
                                                      s->guts->session->outputs().size(), " outputs)"));
   }
   return ToStatus(Info(s->guts->session->outputs()[index], dtype, dims, capacity, rank));
+}
+
+namespace {
+cjit_status* KindOf(const cjit_session* s, bool input, size_t index, cjit_value_kind* kind) {
+  const char* fn = input ? "cjit_session_input_kind" : "cjit_session_output_kind";
+  if (s == nullptr || kind == nullptr) return Error(CJIT_INVALID_ARGUMENT, absl::StrCat(fn, ": session and kind must not be NULL"));
+  const std::vector<cjit::TensorInfo>& infos = input ? s->guts->session->inputs() : s->guts->session->outputs();
+  if (index >= infos.size()) {
+    return Error(CJIT_INVALID_ARGUMENT, absl::StrCat(fn, ": index ", index, " is out of range (the model has ", infos.size(),
+                                                     input ? " inputs)" : " outputs)"));
+  }
+  *kind = static_cast<cjit_value_kind>(infos[index].kind);
+  return nullptr;
+}
+}  // namespace
+
+cjit_status* cjit_session_input_kind(const cjit_session* s, size_t index, cjit_value_kind* kind) {
+  return KindOf(s, true, index, kind);
+}
+cjit_status* cjit_session_output_kind(const cjit_session* s, size_t index, cjit_value_kind* kind) {
+  return KindOf(s, false, index, kind);
 }
 
 const char* cjit_session_input_dim_name(const cjit_session* s, size_t index, size_t axis) {
@@ -519,6 +618,10 @@ cjit_status* cjit_session_run_with_options(cjit_session* session, const cjit_run
     for (size_t i = 0; i < n_outputs; ++i) {
       if (outputs[i] == nullptr) continue;
       const cjit::TensorInfo& info = s.outputs()[which[i]];
+      if (info.kind != cjit::ValueKind::kTensor || !outputs[i]->tensor.is_tensor()) {
+        return absl::InvalidArgumentError(absl::StrCat("bound output '", info.name, "': only tensor outputs can be bound (the model gives a ",
+                                                       cjit::ValueKindName(info.kind), ")"));
+      }
       if (info.dtype != cjit::DType::kInvalid && outputs[i]->tensor.dtype() != info.dtype) {
         return absl::InvalidArgumentError(absl::StrCat("bound output '", info.name, "' has dtype ",
                                                        cjit::DTypeName(outputs[i]->tensor.dtype()), ", the model gives ",
@@ -539,11 +642,10 @@ cjit_status* cjit_session_run_with_options(cjit_session* session, const cjit_run
       cjit::Tensor& got = result[which[i]].tensor;
       if (outputs[i] == nullptr) continue;
       cjit::Tensor& dst = outputs[i]->tensor;
-      if (dst.dtype() != got.dtype() || dst.dims() != got.dims()) {
+      if (dst.kind() != got.kind() || dst.dtype() != got.dtype() || dst.dims() != got.dims()) {
         return absl::InvalidArgumentError(absl::StrCat("bound output '", result[which[i]].name, "' is ",
                                                        cjit::DTypeName(dst.dtype()), "[", cjit::DimsToString(dst.dims()),
-                                                       "], the run produced ", cjit::DTypeName(got.dtype()), "[",
-                                                       cjit::DimsToString(got.dims()), "]"));
+                                                       "], the run produced ", got.Describe()));
       }
     }
     // New values first (nothing is handed out if one cannot be made), then the bound copies.

@@ -52,6 +52,10 @@ int64_t AppendTensorList(std::string* out, size_t n, Get get) {
       out->append("none");
       continue;
     }
+    if (!t->is_tensor()) {  // "sequence(f32)[3 items]": no JSON escaping needed either
+      out->append(t->Describe());
+      continue;
+    }
     absl::StrAppend(out, DTypeName(t->dtype()), "[");
     for (size_t d = 0; d < t->dims().size(); ++d) {
       if (d) out->push_back('x');

@@ -260,8 +260,8 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Grap
     }
   }
   if (graph->metadata) s->metadata_ = graph->metadata;
-  for (const Value* v : graph->inputs()) s->inputs_.push_back({v->name, v->dtype, v->shape});
-  for (const Value* v : graph->outputs()) s->outputs_.push_back({v->name, v->dtype, v->shape});
+  for (const Value* v : graph->inputs()) s->inputs_.push_back({v->name, v->dtype, v->shape, v->kind});
+  for (const Value* v : graph->outputs()) s->outputs_.push_back({v->name, v->dtype, v->shape, v->kind});
   s->value_shapes_graph_ = InputValuesShapeTheGraph(*graph);
   {
     // The loaded weights (shared by every signature's clone, alive as long as the session): the cluster
@@ -389,6 +389,74 @@ int64_t Session::signature_evictions() const {
   return plan_evictions_;
 }
 
+namespace {
+
+// `t` (a tensor, a sequence or an optional) against the model's declared input `info`: kind, element dtype,
+// rank and known dims of every tensor it holds. Errors name the input.
+absl::Status CheckValueType(const std::string& name, const TensorInfo& info, const Tensor& t) {
+  const bool optional_ok = IsOptionalKind(info.kind) && !IsOptionalKind(t.kind()) && t.kind() == ElementKindOf(info.kind);
+  if (t.kind() != info.kind && !optional_ok) {
+    return absl::InvalidArgumentError(absl::StrCat("input '", name, "' is a ", ValueKindName(t.kind()),
+                                                   ", the model expects a ", ValueKindName(info.kind)));
+  }
+  if (info.dtype != DType::kInvalid && t.dtype() != info.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat("input '", name, "' has dtype ", DTypeName(t.dtype()),
+                                                   ", the model expects ", DTypeName(info.dtype)));
+  }
+  if (!t.is_tensor()) {
+    for (size_t k = 0; k < t.items().size(); ++k) {
+      const Tensor& e = t.items()[k];
+      if (e.kind() == ValueKind::kSequence) {
+        CJIT_RETURN_IF_ERROR(CheckValueType(absl::StrCat(name, "' element '", k), {name, info.dtype, info.shape,
+                                                                                    ValueKind::kSequence}, e));
+        continue;
+      }
+      CJIT_RETURN_IF_ERROR(CheckValueType(absl::StrCat(name, "[", k, "]"), {name, info.dtype, info.shape,
+                                                                            ValueKind::kTensor}, e));
+    }
+    return absl::OkStatus();
+  }
+  if (info.shape.rank_known) {
+    if (t.rank() != info.shape.rank()) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", name, "' has rank ", t.rank(), " (dims ",
+                                                     DimsToString(t.dims()), "), the model expects rank ",
+                                                     info.shape.rank(), " ", info.shape.ToString()));
+    }
+    for (int d = 0; d < t.rank(); ++d) {
+      if (info.shape.dims[d].known() && info.shape.dims[d].value != t.dim(d)) {
+        return absl::InvalidArgumentError(absl::StrCat("input '", name, "' has dims ", DimsToString(t.dims()),
+                                                       ", the model expects ", info.shape.ToString(), " (dim ", d,
+                                                       " must be ", info.shape.dims[d].value, ")"));
+      }
+    }
+  }
+  if (!t.defined() && t.numel() != 0) return absl::InvalidArgumentError(absl::StrCat("input '", name, "' has no data"));
+  return absl::OkStatus();
+}
+
+bool HasNonCanonicalBoolsIn(const Tensor& t) {
+  if (t.is_tensor()) return HasNonCanonicalBools(t);
+  for (const Tensor& e : t.items()) {
+    if (HasNonCanonicalBoolsIn(e)) return true;
+  }
+  return false;
+}
+
+// A copy of `t` with every bool byte 0 or 1 (in the tensors a sequence or optional holds too).
+Tensor CanonicalBoolsCopy(const Tensor& t) {
+  Tensor c = t.Clone();
+  if (c.is_tensor()) {
+    CanonicalizeBools(c);
+    return c;
+  }
+  std::vector<Tensor> items;
+  for (const Tensor& e : c.items()) items.push_back(CanonicalBoolsCopy(e));
+  if (c.kind() == ValueKind::kSequence) return Tensor::Sequence(c.dtype(), std::move(items));
+  return items.empty() ? c : Tensor::Optional(std::move(items[0]));
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<Tensor>> Session::ValidateInputs(const std::vector<NamedTensor>& inputs) const {
   std::vector<Tensor> ordered(inputs_.size());
   std::vector<bool> seen(inputs_.size(), false);
@@ -405,31 +473,12 @@ absl::StatusOr<std::vector<Tensor>> Session::ValidateInputs(const std::vector<Na
     seen[idx] = true;
     const TensorInfo& info = inputs_[idx];
     const Tensor& t = nt.tensor;
-    if (info.dtype != DType::kInvalid && t.dtype() != info.dtype) {
-      return absl::InvalidArgumentError(absl::StrCat("input '", nt.name, "' has dtype ", DTypeName(t.dtype()),
-                                                     ", the model expects ", DTypeName(info.dtype)));
-    }
-    if (info.shape.rank_known) {
-      if (t.rank() != info.shape.rank()) {
-        return absl::InvalidArgumentError(absl::StrCat("input '", nt.name, "' has rank ", t.rank(), " (dims ",
-                                                       DimsToString(t.dims()), "), the model expects rank ",
-                                                       info.shape.rank(), " ", info.shape.ToString()));
-      }
-      for (int d = 0; d < t.rank(); ++d) {
-        if (info.shape.dims[d].known() && info.shape.dims[d].value != t.dim(d)) {
-          return absl::InvalidArgumentError(absl::StrCat("input '", nt.name, "' has dims ", DimsToString(t.dims()),
-                                                         ", the model expects ", info.shape.ToString(),
-                                                         " (dim ", d, " must be ", info.shape.dims[d].value, ")"));
-        }
-      }
-    }
-    if (!t.defined() && t.numel() != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("input '", nt.name, "' has no data"));
-    }
+    CJIT_RETURN_IF_ERROR(CheckValueType(nt.name, info, t));
     ordered[idx] = t;
-    if (HasNonCanonicalBools(t)) {  // a host buffer with bytes other than 0/1: copy, nonzero -> true
-      ordered[idx] = t.Clone();
-      CanonicalizeBools(ordered[idx]);
+    // An optional input given its element: the present optional.
+    if (IsOptionalKind(info.kind) && !IsOptionalKind(t.kind())) ordered[idx] = Tensor::Optional(t);
+    if (HasNonCanonicalBoolsIn(t)) {  // a host buffer with bytes other than 0/1: copy, nonzero -> true
+      ordered[idx] = CanonicalBoolsCopy(ordered[idx]);
     }
   }
   for (size_t i = 0; i < inputs_.size(); ++i) {
@@ -629,6 +678,10 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
   signature.reserve(32 * inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
+    if (!t.is_tensor()) {  // a sequence's / optional's contents are data: not specialized on
+      absl::StrAppend(&signature, ValueKindName(t.kind()), "(", DTypeName(t.dtype()), ");");
+      continue;
+    }
     absl::StrAppend(&signature, DTypeName(t.dtype()), "[");
     for (size_t d = 0; d < t.dims().size(); ++d) {
       if (d) signature.push_back('x');

@@ -137,8 +137,9 @@ struct SessionOptions {
 
 struct TensorInfo {
   std::string name;
-  DType dtype;
-  Shape shape;  // declared shape; unknown dims carry their symbol
+  DType dtype;   // a sequence's / optional's: its elements'
+  Shape shape;   // declared shape (of the elements, for a sequence or optional); unknown dims carry their symbol
+  ValueKind kind = ValueKind::kTensor;  // a tensor, a sequence of tensors, or an optional of either
 };
 
 // The clustering options that flags (and SessionOptions::enable_clustering, for --auto_jit=0) select.

@@ -687,3 +687,102 @@ TEST(CApiCppTest, WrapperErrorsThrow) {
 }
 
 }  // namespace
+
+namespace {
+
+// seq (sequence of f32) and t (f32[N]): grown = SequenceInsert(seq, t) (appended), len = SequenceLength(grown).
+std::string SequenceModel() {
+  cjit::testing::ModelBuilder b(17);
+  b.SequenceInput("seq", onnx::TensorProto::FLOAT).Input("t", onnx::TensorProto::FLOAT, {-1});
+  b.Node("SequenceInsert", {"seq", "t"}, {"grown"});
+  b.Node("SequenceLength", {"grown"}, {"len"});
+  b.SequenceOutput("grown", onnx::TensorProto::FLOAT).Output("len");
+  return b.Bytes();
+}
+
+TEST(CApiTest, SequencesInAndOut) {
+  const std::string bytes = SequenceModel();
+  cjit_options* o = nullptr;
+  ASSERT_TRUE(St(cjit_options_create(&o)).ok());
+  ASSERT_TRUE(St(cjit_options_set(o, "device", "cpu")).ok());
+  cjit_session* s = nullptr;
+  ASSERT_TRUE(St(cjit_session_create_from_bytes(bytes.data(), bytes.size(), nullptr, o, &s)).ok());
+  cjit_options_free(o);
+  cjit_value_kind kind = CJIT_KIND_TENSOR;
+  ASSERT_TRUE(St(cjit_session_input_kind(s, 0, &kind)).ok());
+  EXPECT_EQ(kind, CJIT_KIND_SEQUENCE);
+  ASSERT_TRUE(St(cjit_session_output_kind(s, 1, &kind)).ok());
+  EXPECT_EQ(kind, CJIT_KIND_TENSOR);
+  St range(cjit_session_input_kind(s, 2, &kind));
+  EXPECT_EQ(range.code, CJIT_INVALID_ARGUMENT);
+
+  float a_data[2] = {1, 2}, t_data[3] = {5, 6, 7};
+  const int64_t a_dims[1] = {2}, t_dims[1] = {3};
+  cjit_value *a = nullptr, *t = nullptr, *seq = nullptr;
+  ASSERT_TRUE(St(cjit_value_wrap(CJIT_FLOAT32, a_dims, 1, a_data, sizeof(a_data), &a)).ok());
+  ASSERT_TRUE(St(cjit_value_wrap(CJIT_FLOAT32, t_dims, 1, t_data, sizeof(t_data), &t)).ok());
+  const cjit_value* items[1] = {a};
+  ASSERT_TRUE(St(cjit_value_create_sequence(CJIT_FLOAT32, items, 1, &seq)).ok());
+  cjit_value_free(a);  // the sequence shares the tensor; the handle may go
+  EXPECT_EQ(cjit_value_get_kind(seq), CJIT_KIND_SEQUENCE);
+  EXPECT_EQ(cjit_value_count(seq), 1u);
+  EXPECT_EQ(cjit_value_rank(seq), 0u);
+  EXPECT_EQ(cjit_value_data(seq), nullptr);
+  // A sequence of another dtype than its items: refused.
+  cjit_value* bad = nullptr;
+  St mixed(cjit_value_create_sequence(CJIT_INT64, items, 1, &bad));
+  EXPECT_EQ(mixed.code, CJIT_INVALID_ARGUMENT);
+
+  const char* names[2] = {"seq", "t"};
+  const cjit_value* inputs[2] = {seq, t};
+  cjit_value* outputs[2] = {nullptr, nullptr};
+  ASSERT_TRUE(St(cjit_session_run(s, names, inputs, 2, nullptr, outputs, 2)).ok());
+  ASSERT_EQ(cjit_value_get_kind(outputs[0]), CJIT_KIND_SEQUENCE);
+  ASSERT_EQ(cjit_value_count(outputs[0]), 2u);
+  EXPECT_EQ(*static_cast<int64_t*>(cjit_value_data(outputs[1])), 2);
+  cjit_value* second = nullptr;
+  ASSERT_TRUE(St(cjit_value_get_element(outputs[0], 1, &second)).ok());
+  ASSERT_EQ(cjit_value_rank(second), 1u);
+  EXPECT_EQ(cjit_value_dims(second)[0], 3);
+  const float* got = static_cast<const float*>(cjit_value_data(second));
+  EXPECT_EQ(std::vector<float>(got, got + 3), (std::vector<float>{5, 6, 7}));
+  // Outputs are the caller's own: the appended tensor is a copy, not the wrapped input buffer.
+  EXPECT_NE(cjit_value_data(second), static_cast<void*>(t_data));
+  cjit_value* past = nullptr;
+  EXPECT_EQ(St(cjit_value_get_element(outputs[0], 2, &past)).code, CJIT_OUT_OF_RANGE);
+  EXPECT_EQ(St(cjit_value_get_element(t, 0, &past)).code, CJIT_INVALID_ARGUMENT);
+  cjit_value_free(second);
+  for (cjit_value*& v : outputs) cjit_value_free(v);
+
+  // A tensor where the model wants a sequence, and a bound sequence output: errors naming them.
+  const cjit_value* swapped[2] = {t, t};
+  cjit_value* outs2[2] = {nullptr, nullptr};
+  St wrong(cjit_session_run(s, names, swapped, 2, nullptr, outs2, 2));
+  EXPECT_EQ(wrong.code, CJIT_INVALID_ARGUMENT);
+  EXPECT_NE(wrong.message.find("input 'seq' is a tensor, the model expects a sequence"), std::string::npos) << wrong.message;
+  cjit_value* bound = nullptr;
+  ASSERT_TRUE(St(cjit_value_create(CJIT_FLOAT32, t_dims, 1, &bound)).ok());
+  cjit_value* outs3[2] = {bound, nullptr};
+  St bound_seq(cjit_session_run(s, names, inputs, 2, nullptr, outs3, 2));
+  EXPECT_EQ(bound_seq.code, CJIT_INVALID_ARGUMENT);
+  EXPECT_NE(bound_seq.message.find("only tensor outputs can be bound"), std::string::npos) << bound_seq.message;
+  cjit_value_free(bound);
+
+  // Optionals: empty and present, through the C++ wrapper.
+  cjit::Value none = cjit::Value::Optional(CJIT_KIND_OPTIONAL_TENSOR, CJIT_FLOAT32, nullptr);
+  EXPECT_EQ(none.kind(), CJIT_KIND_OPTIONAL_TENSOR);
+  EXPECT_EQ(none.count(), 0u);
+  cjit::Value elem = cjit::Value::Create(CJIT_FLOAT32, {2});
+  cjit::Value some = cjit::Value::Optional(CJIT_KIND_OPTIONAL_TENSOR, CJIT_FLOAT32, &elem);
+  EXPECT_EQ(some.count(), 1u);
+  EXPECT_EQ(some.Element(0).dims(), (std::vector<int64_t>{2}));
+  EXPECT_THROW(cjit::Value::Optional(CJIT_KIND_OPTIONAL_SEQUENCE, CJIT_FLOAT32, &elem), cjit::Error);
+  cjit::Value wrapped_seq = cjit::Value::Sequence(CJIT_FLOAT32, {&elem, &elem});
+  EXPECT_EQ(wrapped_seq.count(), 2u);
+
+  cjit_value_free(seq);
+  cjit_value_free(t);
+  cjit_session_free(s);
+}
+
+}  // namespace

@@ -42,6 +42,31 @@ class ModelBuilder {
     Info(m_.mutable_graph()->add_output(), name, elem, dims, rank_known);
     return *this;
   }
+  // A sequence(tensor(elem)) input / output, or (optional=true) an optional of a tensor (sequence=false) or
+  // of a sequence; element shapes left out.
+  ModelBuilder& SequenceInput(const std::string& name, int elem) {
+    TypedInfo(m_.mutable_graph()->add_input(), name, elem, true, false);
+    return *this;
+  }
+  ModelBuilder& SequenceOutput(const std::string& name, int elem) {
+    TypedInfo(m_.mutable_graph()->add_output(), name, elem, true, false);
+    return *this;
+  }
+  ModelBuilder& OptionalInput(const std::string& name, int elem, bool of_sequence) {
+    TypedInfo(m_.mutable_graph()->add_input(), name, elem, of_sequence, true);
+    return *this;
+  }
+  ModelBuilder& OptionalOutput(const std::string& name, int elem, bool of_sequence) {
+    TypedInfo(m_.mutable_graph()->add_output(), name, elem, of_sequence, true);
+    return *this;
+  }
+  static void TypedInfo(onnx::ValueInfoProto* v, const std::string& name, int elem, bool sequence, bool optional) {
+    v->set_name(name);
+    onnx::TypeProto* t = v->mutable_type();
+    if (optional) t = t->mutable_optional_type()->mutable_elem_type();
+    if (sequence) t = t->mutable_sequence_type()->mutable_elem_type();
+    t->mutable_tensor_type()->set_elem_type(elem);
+  }
   onnx::NodeProto* Node(const std::string& op, const std::vector<std::string>& inputs,
                         const std::vector<std::string>& outputs, const std::string& name = "") {
     auto* n = m_.mutable_graph()->add_node();

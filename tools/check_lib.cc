@@ -18,6 +18,29 @@ namespace fs = std::filesystem;
 OutputComparison CompareTensors(const std::string& name, const Tensor& got, const Tensor& ref_in, double rtol,
                                 double atol) {
   OutputComparison c;
+  if (!got.is_tensor() || !ref_in.is_tensor()) {
+    // Sequences and optionals: the same kind and count, then element by element.
+    c.name = name;
+    if (got.kind() != ref_in.kind()) {
+      c.problem = absl::StrCat("a ", ValueKindName(got.kind()), " != expected ", ValueKindName(ref_in.kind()));
+      return c;
+    }
+    if (got.items().size() != ref_in.items().size()) {
+      c.problem = absl::StrCat(got.Describe(), " != expected ", ref_in.Describe());
+      return c;
+    }
+    c.ok = true;
+    for (size_t k = 0; k < got.items().size(); ++k) {
+      OutputComparison e = CompareTensors(name, got.items()[k], ref_in.items()[k], rtol, atol);
+      c.max_abs = std::max(c.max_abs, e.max_abs);
+      c.max_rel = std::max(c.max_rel, e.max_rel);
+      if (!e.ok) {
+        c.ok = false;
+        if (c.problem.empty() && !e.problem.empty()) c.problem = absl::StrCat("element ", k, ": ", e.problem);
+      }
+    }
+    return c;
+  }
   // ONNX's test data stores bfloat16 as UINT16 (numpy has no bfloat16): the same bits.
   const Tensor ref = got.dtype() == DType::kBF16 && ref_in.dtype() == DType::kU16
                          ? Tensor::Alias(ref_in, 0, DType::kBF16, ref_in.dims())
@@ -82,8 +105,10 @@ absl::StatusOr<std::vector<DataSet>> ReadDataSets(const std::string& dir, const 
     for (int k = 0;; ++k) {
       std::string p = absl::StrCat(d, "/input_", k, ".pb");
       if (!fs::exists(p)) break;
-      CJIT_ASSIGN_OR_RETURN(NamedTensor t, ReadTensorProtoFile(p));
-      if (t.name.empty() && k < static_cast<int>(session.inputs().size())) t.name = session.inputs()[k].name;
+      const bool declared = k < static_cast<int>(session.inputs().size());
+      CJIT_ASSIGN_OR_RETURN(NamedTensor t, declared ? ReadValueProtoFile(p, session.inputs()[k].kind, session.inputs()[k].dtype)
+                                                     : ReadTensorProtoFile(p));
+      if (t.name.empty() && declared) t.name = session.inputs()[k].name;
       // ONNX's test data stores bfloat16 as UINT16 (numpy has no bfloat16): the same bits.
       if (k < static_cast<int>(session.inputs().size()) && session.inputs()[k].dtype == DType::kBF16 &&
           t.tensor.dtype() == DType::kU16) {
@@ -94,7 +119,9 @@ absl::StatusOr<std::vector<DataSet>> ReadDataSets(const std::string& dir, const 
     for (int k = 0;; ++k) {
       std::string p = absl::StrCat(d, "/output_", k, ".pb");
       if (!fs::exists(p)) break;
-      CJIT_ASSIGN_OR_RETURN(NamedTensor t, ReadTensorProtoFile(p));
+      const bool declared = k < static_cast<int>(session.outputs().size());
+      CJIT_ASSIGN_OR_RETURN(NamedTensor t, declared ? ReadValueProtoFile(p, session.outputs()[k].kind, session.outputs()[k].dtype)
+                                                     : ReadTensorProtoFile(p));
       s.outputs.push_back(std::move(t));
     }
     sets.push_back(std::move(s));

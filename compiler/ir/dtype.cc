@@ -1,5 +1,7 @@
 #include "compiler/ir/dtype.h"
 
+#include <iterator>
+
 namespace cjit {
 namespace {
 struct Info {
@@ -38,6 +40,21 @@ bool IsInteger(DType t) {
 }
 bool IsSigned(DType t) {
   return IsFloat(t) || t == DType::kI8 || t == DType::kI16 || t == DType::kI32 || t == DType::kI64;
+}
+
+DType DTypeFromOnnxCode(int64_t code) {
+  static constexpr DType kMap[] = {DType::kInvalid, DType::kF32,  DType::kU8,      DType::kI8,      DType::kU16,
+                                   DType::kI16,     DType::kI32,  DType::kI64,     DType::kInvalid, DType::kBool,
+                                   DType::kF16,     DType::kF64,  DType::kU32,     DType::kU64,     DType::kInvalid,
+                                   DType::kInvalid, DType::kBF16};
+  return code >= 0 && code < static_cast<int64_t>(std::size(kMap)) ? kMap[code] : DType::kInvalid;
+}
+
+int OnnxCodeFromDType(DType t) {
+  for (int code = 1; code <= 16; ++code) {
+    if (DTypeFromOnnxCode(code) == t && t != DType::kInvalid) return code;
+  }
+  return 0;
 }
 
 }  // namespace cjit

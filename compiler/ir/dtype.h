@@ -32,6 +32,10 @@ size_t DTypeSize(DType t);
 absl::string_view DTypeName(DType t);
 // Inverse of DTypeName; kInvalid when unknown.
 DType DTypeFromName(absl::string_view name);
+// ONNX TensorProto.DataType code (onnx.proto: FLOAT = 1 ... BFLOAT16 = 16) <-> DType; kInvalid / 0 for a
+// code or type the other side lacks (strings, complex, float8, int4).
+DType DTypeFromOnnxCode(int64_t code);
+int OnnxCodeFromDType(DType t);
 bool IsFloat(DType t);    // f16, bf16, f32, f64
 bool IsInteger(DType t);  // signed or unsigned integers (not bool)
 bool IsSigned(DType t);

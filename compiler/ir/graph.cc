@@ -227,6 +227,7 @@ std::unique_ptr<Graph> Graph::Clone() const {
   for (const auto& v : values_) {
     Value* c = g->AddValue(v->name, v->dtype, v->shape);
     c->constant = v->constant;
+    c->kind = v->kind;
     c->producer_output = v->producer_output;
     vmap[v.get()] = c;
   }

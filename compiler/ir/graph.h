@@ -1,7 +1,7 @@
 // The graph IR of clusterjit: a Graph owns its Nodes and Values; edges (Node::inputs, Value::producer)
 // are non-owning pointers into the same Graph.
 //
-//  * A Value is one tensor edge: a graph input, a constant (initializer / Constant node, `constant` set),
+//  * A Value is one edge (a tensor, or a sequence / optional: Value::kind): a graph input, a constant (initializer / Constant node, `constant` set),
 //    a capture (a name a subgraph reads from an enclosing graph), or a node output. It carries a dtype and
 //    a Shape whose dims may be unknown (-1) and carry a symbol ("batch").
 //  * A Node is one operator (ONNX op_type + domain) with attributes. Optional inputs that are absent are
@@ -60,6 +60,10 @@ struct Value {
   std::string name;
   DType dtype = DType::kInvalid;
   Shape shape;
+  // A tensor (dtype, shape), or a sequence / optional of tensors of `dtype` (then `shape` is the elements'
+  // where known, usually unknown). Only ops whose OpDef takes_non_tensors read or make non-tensor values;
+  // passes leave them alone (never folded, clustered or cast).
+  ValueKind kind = ValueKind::kTensor;
   Node* producer = nullptr;   // null for inputs, constants and captures
   int producer_output = 0;    // index in producer->outputs
   // Set for constants. Immutable while it lives (its bytes are never written through another alias):
@@ -69,7 +73,8 @@ struct Value {
 };
 
 struct Attribute {
-  enum class Kind { kInt, kFloat, kString, kTensor, kGraph, kInts, kFloats, kStrings, kTensors, kGraphs };
+  // kType: an ONNX TypeProto (Optional's `type`): `i` holds its ValueKind, ints[0] its element DType.
+  enum class Kind { kInt, kFloat, kString, kTensor, kGraph, kInts, kFloats, kStrings, kTensors, kGraphs, kType };
   Kind kind = Kind::kInt;
   int64_t i = 0;
   float f = 0;

@@ -175,6 +175,71 @@ std::string DimsToString(const Dims& dims) {
   return absl::StrJoin(dims, "x");
 }
 
+absl::string_view ValueKindName(ValueKind k) {
+  switch (k) {
+    case ValueKind::kTensor: return "tensor";
+    case ValueKind::kSequence: return "sequence";
+    case ValueKind::kOptionalTensor: return "optional(tensor)";
+    case ValueKind::kOptionalSequence: return "optional(sequence)";
+  }
+  return "?";
+}
+
+Tensor Tensor::Sequence(DType elem, std::vector<Tensor> items) {
+  for (const Tensor& t : items) {
+    if (!t.is_tensor() || t.dtype() != elem) {
+      throw TensorError(absl::StrCat("a sequence of ", DTypeName(elem), " tensors cannot hold ", t.Describe()));
+    }
+  }
+  Tensor s;
+  s.dtype_ = elem;
+  s.kind_ = ValueKind::kSequence;
+  s.dims_ = {0};
+  s.items_ = std::make_shared<const std::vector<Tensor>>(std::move(items));
+  return s;
+}
+
+Tensor Tensor::Optional(Tensor element) {
+  if (element.kind() != ValueKind::kTensor && element.kind() != ValueKind::kSequence) {
+    throw TensorError(absl::StrCat("an optional cannot hold ", element.Describe()));
+  }
+  Tensor o;
+  o.dtype_ = element.dtype();
+  o.kind_ = OptionalKindOf(element.kind());
+  o.dims_ = {0};
+  o.items_ = std::make_shared<const std::vector<Tensor>>(std::vector<Tensor>{std::move(element)});
+  return o;
+}
+
+Tensor Tensor::OptionalNone(ValueKind kind, DType elem) {
+  if (!IsOptionalKind(kind)) throw TensorError("OptionalNone needs an optional kind");
+  Tensor o;
+  o.dtype_ = elem;
+  o.kind_ = kind;
+  o.dims_ = {0};
+  o.items_ = std::make_shared<const std::vector<Tensor>>();
+  return o;
+}
+
+const std::vector<Tensor>& Tensor::items() const {
+  static const std::vector<Tensor>* const kNone = new std::vector<Tensor>();
+  return items_ ? *items_ : *kNone;
+}
+
+std::string Tensor::Describe() const {
+  switch (kind_) {
+    case ValueKind::kTensor:
+      return absl::StrCat(DTypeName(dtype_), "[", DimsToString(dims_), "]");
+    case ValueKind::kSequence:
+      return absl::StrCat("sequence(", DTypeName(dtype_), ")[", items().size(), " items]");
+    case ValueKind::kOptionalTensor:
+    case ValueKind::kOptionalSequence:
+      return has_element() ? absl::StrCat("optional(", items()[0].Describe(), ")")
+                           : absl::StrCat(ValueKindName(kind_), " ", DTypeName(dtype_), ": none");
+  }
+  return "?";
+}
+
 Tensor::Tensor(DType dtype, Dims dims) : dtype_(dtype), dims_(std::move(dims)) {
   absl::StatusOr<size_t> bytes = CheckedByteSize(dtype_, dims_);
   if (!bytes.ok()) throw TensorError(std::string(bytes.status().message()));
@@ -220,6 +285,13 @@ Tensor Tensor::Wrap(DType dtype, Dims dims, void* data, std::shared_ptr<void> ke
 }
 
 Tensor Tensor::Clone() const {
+  if (!is_tensor()) {
+    std::vector<Tensor> items;
+    for (const Tensor& e : this->items()) items.push_back(e.Clone());
+    Tensor t = *this;
+    t.items_ = std::make_shared<const std::vector<Tensor>>(std::move(items));
+    return t;
+  }
   Tensor t(dtype_, dims_);
   if (nbytes() > 0) std::memcpy(t.raw(), raw(), nbytes());
   return t;
@@ -251,7 +323,15 @@ std::vector<double> Tensor::ToDoubleVector() const {
 }
 
 bool Tensor::BitwiseEquals(const Tensor& other) const {
-  if (dtype_ != other.dtype_ || dims_ != other.dims_) return false;
+  if (dtype_ != other.dtype_ || kind_ != other.kind_ || dims_ != other.dims_) return false;
+  if (!is_tensor()) {
+    const std::vector<Tensor>&a = items(), &b = other.items();
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!a[i].BitwiseEquals(b[i])) return false;
+    }
+    return true;
+  }
   return nbytes() == 0 || std::memcmp(raw(), other.raw(), nbytes()) == 0;
 }
 

@@ -2,6 +2,12 @@
 // Copies share the buffer (like a shared_ptr); Clone() copies the bytes. A tensor with dims {} is a scalar
 // (one element); any zero dim makes it empty. Not thread-safe for concurrent writes to the same buffer;
 // concurrent reads are fine.
+//
+// The same class carries ONNX's non-tensor values (onnx.proto TypeProto: Sequence, Optional), as ONNX
+// Runtime's OrtValue does: a sequence holds an ordered, immutable list of tensors of one element dtype;
+// an optional holds one tensor or one sequence, or nothing. Their dtype() is the element dtype, dims() is
+// {0} (no bytes: code that reads a tensor's elements sees an empty tensor, never foreign memory); kind()
+// tells them apart and items() gives the elements.
 #ifndef CJIT_COMPILER_IR_TENSOR_H_
 #define CJIT_COMPILER_IR_TENSOR_H_
 
@@ -12,12 +18,29 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "compiler/ir/buffer_arena.h"
 #include "compiler/ir/dtype.h"
 
 namespace cjit {
 
 using Dims = std::vector<int64_t>;
+
+// What a value holds (onnx.proto TypeProto): a tensor, a sequence of tensors (sequence_type), or an optional
+// (optional_type) of a tensor or of a sequence. Maps and sparse tensors are not supported.
+enum class ValueKind : uint8_t { kTensor, kSequence, kOptionalTensor, kOptionalSequence };
+// "tensor", "sequence", "optional(tensor)", "optional(sequence)".
+absl::string_view ValueKindName(ValueKind k);
+inline bool IsOptionalKind(ValueKind k) { return k == ValueKind::kOptionalTensor || k == ValueKind::kOptionalSequence; }
+// The kind an optional of `element` has (kOptionalTensor or kOptionalSequence); `element` must be kTensor or
+// kSequence.
+inline ValueKind OptionalKindOf(ValueKind element) {
+  return element == ValueKind::kSequence ? ValueKind::kOptionalSequence : ValueKind::kOptionalTensor;
+}
+// The kind of an optional's element.
+inline ValueKind ElementKindOf(ValueKind optional) {
+  return optional == ValueKind::kOptionalSequence ? ValueKind::kSequence : ValueKind::kTensor;
+}
 
 int64_t NumElements(const Dims& dims);
 std::string DimsToString(const Dims& dims);  // "1x3x48x320"; "scalar" for {}
@@ -71,6 +94,23 @@ class Tensor {
   // Allocates and zero-fills.
   static Tensor Zeros(DType dtype, Dims dims);
 
+  // A sequence of `items` (each a kTensor of dtype `elem`, any dims; TensorError otherwise). Items are shared,
+  // not copied.
+  static Tensor Sequence(DType elem, std::vector<Tensor> items);
+  // An optional holding `element` (a tensor or a sequence; TensorError for an optional).
+  static Tensor Optional(Tensor element);
+  // An optional holding nothing; `kind` is kOptionalTensor or kOptionalSequence, `elem` the element dtype.
+  static Tensor OptionalNone(ValueKind kind, DType elem);
+
+  ValueKind kind() const { return kind_; }
+  bool is_tensor() const { return kind_ == ValueKind::kTensor; }
+  // A sequence's tensors, or an optional's element (zero or one); empty for a tensor.
+  const std::vector<Tensor>& items() const;
+  // An optional that holds an element.
+  bool has_element() const { return IsOptionalKind(kind_) && !items().empty(); }
+  // "f32[2x3]", "sequence(f32)[3 items]", "optional(tensor f32): none", ... for messages.
+  std::string Describe() const;
+
   DType dtype() const { return dtype_; }
   const Dims& dims() const { return dims_; }
   int rank() const { return static_cast<int>(dims_.size()); }
@@ -100,20 +140,22 @@ class Tensor {
   // held as long as any copy of the tensor lives. The caller keeps `data` valid meanwhile. TensorError for
   // invalid dims.
   static Tensor Wrap(DType dtype, Dims dims, void* data, std::shared_ptr<void> keep_alive = nullptr);
-  // Deep copy.
+  // Deep copy (of a sequence's or optional's elements too).
   Tensor Clone() const;
   // Elements as int64 / double, converting from any integer or float dtype (for shape arithmetic and
   // attribute-like inputs). Empty vector for kInvalid.
   std::vector<int64_t> ToInt64Vector() const;
   std::vector<double> ToDoubleVector() const;
-  // Byte equality of dtype, dims and contents.
+  // Byte equality of kind, dtype, dims and contents (element by element for sequences and optionals).
   bool BitwiseEquals(const Tensor& other) const;
 
  private:
   [[noreturn]] void ThrowDimError(int i) const;
   DType dtype_ = DType::kInvalid;
+  ValueKind kind_ = ValueKind::kTensor;
   Dims dims_;
   std::shared_ptr<uint8_t> data_;
+  std::shared_ptr<const std::vector<Tensor>> items_;  // sequences and optionals
 };
 
 // A bool tensor holds one byte per element, 0 or 1 (C++ bool). Bytes from outside (a model's raw data, a

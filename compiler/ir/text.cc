@@ -16,7 +16,14 @@ namespace {
 
 std::string TypeString(const Value& v) {
   if (v.dtype == DType::kInvalid) return "";
-  return absl::StrCat(DTypeName(v.dtype), v.shape.ToString());
+  std::string t = absl::StrCat(DTypeName(v.dtype), v.shape.ToString());
+  switch (v.kind) {
+    case ValueKind::kTensor: return t;
+    case ValueKind::kSequence: return absl::StrCat("seq(", t, ")");
+    case ValueKind::kOptionalTensor: return absl::StrCat("opt(", t, ")");
+    case ValueKind::kOptionalSequence: return absl::StrCat("opt(seq(", t, "))");
+  }
+  return t;
 }
 
 std::string FloatString(double x) {
@@ -42,6 +49,9 @@ std::string AttrString(const Attribute& a) {
     case K::kGraph: return absl::StrCat("<graph ", a.g ? a.g->name : "", ">");
     case K::kTensors: return "<tensors>";
     case K::kGraphs: return "<graphs>";
+    case K::kType:
+      return absl::StrCat("<type ", ValueKindName(static_cast<ValueKind>(a.i)), " ",
+                          a.ints.empty() ? "?" : DTypeName(static_cast<DType>(a.ints[0])), ">");
   }
   return "";
 }
@@ -62,8 +72,10 @@ class Parser {
       CJIT_RETURN_IF_ERROR(Expect(":"));
       DType t;
       Shape s;
-      CJIT_RETURN_IF_ERROR(Type(&t, &s));
+      ValueKind k;
+      CJIT_RETURN_IF_ERROR(Type(&t, &s, &k));
       values_[name] = g->AddInput(name, t, s);
+      values_[name]->kind = k;
       if (!Peek(")")) CJIT_RETURN_IF_ERROR(Expect(","));
     }
     CJIT_RETURN_IF_ERROR(Expect(")"));
@@ -85,17 +97,21 @@ class Parser {
  private:
   absl::Status Statement(Graph& g) {
     std::vector<std::string> outs;
-    std::vector<std::pair<DType, Shape>> types;
+    struct Typed {
+      DType dtype = DType::kInvalid;
+      Shape shape;
+      ValueKind kind = ValueKind::kTensor;
+    };
+    std::vector<Typed> types;
     while (true) {
       CJIT_ASSIGN_OR_RETURN(std::string name, ValueName());
       outs.push_back(name);
-      DType t = DType::kInvalid;
-      Shape s;
+      Typed t;
       if (Peek(":")) {
         CJIT_RETURN_IF_ERROR(Expect(":"));
-        CJIT_RETURN_IF_ERROR(Type(&t, &s));
+        CJIT_RETURN_IF_ERROR(Type(&t.dtype, &t.shape, &t.kind));
       }
-      types.push_back({t, s});
+      types.push_back(t);
       if (!Peek(",")) break;
       CJIT_RETURN_IF_ERROR(Expect(","));
     }
@@ -139,8 +155,9 @@ class Parser {
     CJIT_RETURN_IF_ERROR(Expect(")"));
     Node* n = g.AddNode(op, outs[0], ins, outs);
     for (size_t k = 0; k < outs.size(); ++k) {
-      n->outputs[k]->dtype = types[k].first;
-      n->outputs[k]->shape = types[k].second;
+      n->outputs[k]->dtype = types[k].dtype;
+      n->outputs[k]->shape = types[k].shape;
+      n->outputs[k]->kind = types[k].kind;
       if (values_.count(outs[k])) return Error(absl::StrCat("value %", outs[k], " defined twice"));
       values_[outs[k]] = n->outputs[k];
     }
@@ -224,8 +241,19 @@ class Parser {
     return a;
   }
 
-  absl::Status Type(DType* t, Shape* s) {
+  // A tensor type "f32[2,?]", or (with `kind`) "seq(f32[*])", "opt(f32[2])", "opt(seq(f32[*]))".
+  absl::Status Type(DType* t, Shape* s, ValueKind* kind = nullptr) {
+    if (kind != nullptr) *kind = ValueKind::kTensor;
     std::string name = Ident();
+    if (kind != nullptr && (name == "seq" || name == "opt")) {
+      CJIT_RETURN_IF_ERROR(Expect("("));
+      ValueKind inner;
+      CJIT_RETURN_IF_ERROR(Type(t, s, &inner));
+      if (name == "seq" && inner != ValueKind::kTensor) return Error("a sequence holds tensors");
+      if (name == "opt" && IsOptionalKind(inner)) return Error("an optional holds a tensor or a sequence");
+      *kind = name == "seq" ? ValueKind::kSequence : OptionalKindOf(inner);
+      return Expect(")");
+    }
     *t = DTypeFromName(name);
     if (*t == DType::kInvalid) return Error(absl::StrCat("unknown dtype '", name, "'"));
     CJIT_RETURN_IF_ERROR(Expect("["));

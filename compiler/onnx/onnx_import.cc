@@ -76,8 +76,11 @@ class Importer {
       if (scope.names.count(in.name())) continue;  // IR < 4 lists initializers as inputs too
       DType t;
       Shape s;
-      CJIT_RETURN_IF_ERROR(TypeOf(in, &t, &s));
-      scope.names[in.name()] = graph->AddInput(in.name(), t, s);
+      ValueKind kind;
+      CJIT_RETURN_IF_ERROR(TypeOf(in, &t, &s, &kind));
+      Value* v = graph->AddInput(in.name(), t, s);
+      v->kind = kind;
+      scope.names[in.name()] = v;
     }
     // Pass 1: outputs of every node.
     std::vector<std::pair<const onnx::NodeProto*, Node*>> nodes;
@@ -157,9 +160,11 @@ class Importer {
       }
       DType t;
       Shape s;
-      if (TypeOf(out, &t, &s).ok() && v->dtype == DType::kInvalid) {
+      ValueKind kind;
+      if (TypeOf(out, &t, &s, &kind).ok() && v->dtype == DType::kInvalid) {
         v->dtype = t;
         v->shape = s;
+        v->kind = kind;
       }
       graph->AddOutput(v);
     }
@@ -167,19 +172,39 @@ class Importer {
   }
 
  private:
-  absl::Status TypeOf(const onnx::ValueInfoProto& vi, DType* t, Shape* s) {
+  // A value's type (onnx.proto TypeProto): a tensor, a sequence of tensors, or an optional of either.
+  // Maps, sparse tensors, nested sequences and element types DType lacks are Unimplemented, naming the value.
+  absl::Status TypeOf(const onnx::ValueInfoProto& vi, DType* t, Shape* s, ValueKind* kind) {
     *t = DType::kInvalid;
     *s = Shape::Unknown();
+    *kind = ValueKind::kTensor;
     if (!vi.has_type()) return absl::OkStatus();
-    if (!vi.type().has_tensor_type()) {
-      return absl::UnimplementedError(absl::StrCat(options_.source, ": value '", vi.name(),
-                                                   "' is not a tensor (sequence/map/optional types are "
-                                                   "not supported)"));
+    return TypeFromProto(vi.type(), vi.name(), t, s, kind);
+  }
+
+  absl::Status TypeFromProto(const onnx::TypeProto& type, const std::string& name, DType* t, Shape* s,
+                             ValueKind* kind) {
+    const onnx::TypeProto* elem = &type;
+    *kind = ValueKind::kTensor;
+    if (type.has_optional_type()) {
+      elem = &type.optional_type().elem_type();
+      *kind = ValueKind::kOptionalTensor;
     }
-    const auto& tt = vi.type().tensor_type();
+    if (elem->has_sequence_type()) {
+      *kind = *kind == ValueKind::kOptionalTensor ? ValueKind::kOptionalSequence : ValueKind::kSequence;
+      elem = &elem->sequence_type().elem_type();
+    }
+    if (!elem->has_tensor_type()) {
+      return absl::UnimplementedError(absl::StrCat(
+          options_.source, ": value '", name, "' has an unsupported type (",
+          elem->has_map_type() ? "a map" : elem->has_sparse_tensor_type() ? "a sparse tensor"
+          : elem->has_sequence_type() || elem->has_optional_type() ? "a nested sequence or optional" : "no element type",
+          "); clusterjit supports tensors, sequences of tensors and optionals of either"));
+    }
+    const auto& tt = elem->tensor_type();
     *t = DTypeFromOnnx(tt.elem_type());
     if (*t == DType::kInvalid) {
-      return absl::UnimplementedError(absl::StrCat(options_.source, ": value '", vi.name(),
+      return absl::UnimplementedError(absl::StrCat(options_.source, ": value '", name,
                                                    "' has unsupported element type ", tt.elem_type()));
     }
     if (tt.has_shape()) {
@@ -375,6 +400,16 @@ class Importer {
         auto t = TensorFromProto(ap.t(), options_.model_dir);
         if (!t.ok()) return Error(t.status(), n.Describe());
         a.t = std::make_shared<const Tensor>(std::move(*t));
+        break;
+      }
+      case onnx::AttributeProto::TYPE_PROTO: {  // Optional-15's `type`
+        a.kind = K::kType;
+        DType t;
+        Shape s;
+        ValueKind kind;
+        CJIT_RETURN_IF_ERROR(TypeFromProto(ap.tp(), absl::StrCat(n.name, ".", ap.name()), &t, &s, &kind));
+        a.i = static_cast<int64_t>(kind);
+        a.ints = {static_cast<int64_t>(t)};
         break;
       }
       case onnx::AttributeProto::GRAPH: {

@@ -11,6 +11,8 @@
 #include "base/status_macros.h"
 #include "base/file_util.h"
 #include "onnx/onnx_pb.h"
+// After onnx_pb.h, which defines ONNX_API for the generated headers.
+#include "onnx/onnx-data.pb.h"
 
 namespace cjit {
 namespace {
@@ -25,31 +27,9 @@ void CopyConvert(const Src& src, Dst* dst, int64_t n) {
 
 }  // namespace
 
-DType DTypeFromOnnx(int t) {
-  switch (t) {
-    case onnx::TensorProto::FLOAT: return DType::kF32;
-    case onnx::TensorProto::UINT8: return DType::kU8;
-    case onnx::TensorProto::INT8: return DType::kI8;
-    case onnx::TensorProto::UINT16: return DType::kU16;
-    case onnx::TensorProto::INT16: return DType::kI16;
-    case onnx::TensorProto::INT32: return DType::kI32;
-    case onnx::TensorProto::INT64: return DType::kI64;
-    case onnx::TensorProto::BOOL: return DType::kBool;
-    case onnx::TensorProto::FLOAT16: return DType::kF16;
-    case onnx::TensorProto::DOUBLE: return DType::kF64;
-    case onnx::TensorProto::UINT32: return DType::kU32;
-    case onnx::TensorProto::UINT64: return DType::kU64;
-    case onnx::TensorProto::BFLOAT16: return DType::kBF16;
-    default: return DType::kInvalid;
-  }
-}
+DType DTypeFromOnnx(int t) { return DTypeFromOnnxCode(t); }
 
-int OnnxFromDType(DType t) {
-  for (int code = 1; code <= 16; ++code) {
-    if (DTypeFromOnnx(code) == t) return code;
-  }
-  return 0;
-}
+int OnnxFromDType(DType t) { return OnnxCodeFromDType(t); }
 
 absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::string& model_dir) {
   DType t = DTypeFromOnnx(p.data_type());
@@ -205,17 +185,122 @@ absl::StatusOr<NamedTensor> ReadTensorProtoFile(const std::string& path) {
   return NamedTensor{p.name(), std::move(*t)};
 }
 
+namespace {
+
+void ToProto(const Tensor& tensor, const std::string& name, onnx::TensorProto* p) {
+  p->set_name(name);
+  p->set_data_type(OnnxFromDType(tensor.dtype()));
+  for (int64_t d : tensor.dims()) p->add_dims(d);
+  p->set_raw_data(std::string(static_cast<const char*>(tensor.raw()), tensor.nbytes()));
+}
+
+void ToProto(const Tensor& seq, const std::string& name, onnx::SequenceProto* p) {
+  p->set_name(name);
+  p->set_elem_type(onnx::SequenceProto::TENSOR);
+  for (const Tensor& t : seq.items()) ToProto(t, "", p->add_tensor_values());
+}
+
+absl::Status WriteMessage(const std::string& path, const google::protobuf::MessageLite& m) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out || !m.SerializeToOstream(&out)) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+// A SequenceProto of tensors as a sequence value; `where` names it in errors.
+absl::StatusOr<Tensor> SequenceFromProto(const onnx::SequenceProto& p, const std::string& dir, const std::string& where,
+                                         DType empty_elem) {
+  if (p.elem_type() != onnx::SequenceProto::TENSOR && p.tensor_values_size() == 0 &&
+      p.elem_type() != onnx::SequenceProto::UNDEFINED) {
+    return absl::UnimplementedError(absl::StrCat(where, ": a sequence of element type ", p.elem_type(),
+                                                 " (only sequences of tensors are supported)"));
+  }
+  if (p.sequence_values_size() + p.map_values_size() + p.optional_values_size() + p.sparse_tensor_values_size() > 0) {
+    return absl::UnimplementedError(absl::StrCat(where, ": only sequences of tensors are supported"));
+  }
+  std::vector<Tensor> items;
+  DType elem = empty_elem;  // an empty sequence's element type is not recorded
+  for (int i = 0; i < p.tensor_values_size(); ++i) {
+    auto t = TensorFromProto(p.tensor_values(i), dir);
+    if (!t.ok()) return absl::Status(t.status().code(), absl::StrCat(where, " element ", i, ": ", t.status().message()));
+    if (i == 0) elem = t->dtype();
+    if (t->dtype() != elem) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": element ", i, " is ", DTypeName(t->dtype()),
+                                                     ", element 0 is ", DTypeName(elem)));
+    }
+    items.push_back(std::move(*t));
+  }
+  return Tensor::Sequence(elem, std::move(items));
+}
+
+}  // namespace
+
 absl::Status WriteTensorProtoFile(const std::string& path, const std::string& name, const Tensor& tensor) {
   onnx::TensorProto p;
-  p.set_name(name);
-  p.set_data_type(OnnxFromDType(tensor.dtype()));
-  for (int64_t d : tensor.dims()) p.add_dims(d);
-  p.set_raw_data(std::string(static_cast<const char*>(tensor.raw()), tensor.nbytes()));
-  std::ofstream out(path, std::ios::binary);
-  if (!out || !p.SerializeToOstream(&out)) {
-    return absl::InternalError(absl::StrCat("cannot write ", path));
+  ToProto(tensor, name, &p);
+  return WriteMessage(path, p);
+}
+
+absl::StatusOr<NamedTensor> ReadValueProtoFile(const std::string& path, ValueKind kind, DType empty_elem) {
+  if (kind == ValueKind::kTensor) return ReadTensorProtoFile(path);
+  if (empty_elem == DType::kInvalid) empty_elem = DType::kF32;
+  CJIT_ASSIGN_OR_RETURN(std::string bytes, ReadRegularFile(path, kMaxProtoBytes, "value file"));
+  const std::string dir = path.substr(0, path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/'));
+  if (kind == ValueKind::kSequence) {
+    onnx::SequenceProto p;
+    // Fields of other messages (a TensorProto's dims, raw_data) land in unknown_fields: not a sequence.
+    if (!p.ParseFromString(bytes) || !p.unknown_fields().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, " is not a valid ONNX SequenceProto"));
+    }
+    CJIT_ASSIGN_OR_RETURN(Tensor seq, SequenceFromProto(p, dir, path, empty_elem));
+    return NamedTensor{p.name(), std::move(seq)};
   }
-  return absl::OkStatus();
+  onnx::OptionalProto p;
+  if (!p.ParseFromString(bytes) || !p.unknown_fields().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a valid ONNX OptionalProto"));
+  }
+  if (kind == ValueKind::kOptionalTensor) {
+    if (p.has_sequence_value() || p.has_map_value() || p.has_optional_value() || p.has_sparse_tensor_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": the optional holds something other than a tensor"));
+    }
+    if (!p.has_tensor_value()) return NamedTensor{p.name(), Tensor::OptionalNone(kind, empty_elem)};
+    auto t = TensorFromProto(p.tensor_value(), dir);
+    if (!t.ok()) return absl::Status(t.status().code(), absl::StrCat(path, ": ", t.status().message()));
+    return NamedTensor{p.name(), Tensor::Optional(std::move(*t))};
+  }
+  if (p.has_tensor_value() || p.has_map_value() || p.has_optional_value() || p.has_sparse_tensor_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": the optional holds something other than a sequence"));
+  }
+  if (!p.has_sequence_value()) return NamedTensor{p.name(), Tensor::OptionalNone(kind, empty_elem)};
+  CJIT_ASSIGN_OR_RETURN(Tensor seq, SequenceFromProto(p.sequence_value(), dir, path, empty_elem));
+  return NamedTensor{p.name(), Tensor::Optional(std::move(seq))};
+}
+
+absl::Status WriteValueProtoFile(const std::string& path, const std::string& name, const Tensor& value) {
+  switch (value.kind()) {
+    case ValueKind::kTensor:
+      return WriteTensorProtoFile(path, name, value);
+    case ValueKind::kSequence: {
+      onnx::SequenceProto p;
+      ToProto(value, name, &p);
+      return WriteMessage(path, p);
+    }
+    case ValueKind::kOptionalTensor:
+    case ValueKind::kOptionalSequence: {
+      onnx::OptionalProto p;
+      p.set_name(name);
+      if (!value.has_element()) {
+        p.set_elem_type(onnx::OptionalProto::UNDEFINED);
+      } else if (value.kind() == ValueKind::kOptionalTensor) {
+        p.set_elem_type(onnx::OptionalProto::TENSOR);
+        ToProto(value.items()[0], "", p.mutable_tensor_value());
+      } else {
+        p.set_elem_type(onnx::OptionalProto::SEQUENCE);
+        ToProto(value.items()[0], "", p.mutable_sequence_value());
+      }
+      return WriteMessage(path, p);
+    }
+  }
+  return absl::InternalError("unknown value kind");
 }
 
 }  // namespace cjit

@@ -22,6 +22,17 @@ struct NamedTensor {
 absl::StatusOr<NamedTensor> ReadTensorProtoFile(const std::string& path);
 absl::Status WriteTensorProtoFile(const std::string& path, const std::string& name, const Tensor& tensor);
 
+// A value file of the given kind (onnx-data.proto): a TensorProto (kTensor), a SequenceProto of tensors
+// (kSequence), or an OptionalProto of a tensor or a sequence of tensors (kOptionalTensor / kOptionalSequence)
+// — as ONNX test data stores each graph input and output by its declared type. A file that does not parse as
+// that message, or holds another kind (maps, sparse tensors, nested sequences), or elements of other dtypes
+// than the first, is an InvalidArgument / Unimplemented error naming the file. An empty sequence or optional
+// records no element type: it gets `empty_elem` (the declared one; float32 when kInvalid).
+absl::StatusOr<NamedTensor> ReadValueProtoFile(const std::string& path, ValueKind kind,
+                                               DType empty_elem = DType::kInvalid);
+// Writes `value` as the message its kind calls for (see ReadValueProtoFile).
+absl::Status WriteValueProtoFile(const std::string& path, const std::string& name, const Tensor& value);
+
 // Converts a TensorProto (with raw or typed data, or external data under model_dir).
 absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std::string& model_dir);
 // ONNX TensorProto.DataType code <-> DType (kInvalid / 0 when unsupported).

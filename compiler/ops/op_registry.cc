@@ -23,6 +23,7 @@ std::map<std::string, OpDef, std::less<>>& Table() {
     RegisterNnOps();
     RegisterTensorOps();
     RegisterMiscOps();
+    RegisterSequenceOps();
     AssignOpTraits(RawTable());
     return true;
   }();
@@ -90,6 +91,14 @@ absl::Status InferNode(const Node& node, std::span<const InferInput> inputs,
     if (!inputs[i].present) return NodeError(node, absl::StrCat("required input ", i, " is missing"));
   }
   if (node.outputs.empty()) return NodeError(node, "has no outputs (every ONNX operator has at least one)");
+  if (!def->non_tensor_values) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (inputs[i].present && inputs[i].kind != ValueKind::kTensor) {
+        return NodeError(node, absl::StrCat("input ", i, " is a ", ValueKindName(inputs[i].kind), "; ", node.op_type,
+                                            " takes tensors"));
+      }
+    }
+  }
   // Element types against the ONNX type constraints of the version in force (op_schemas.h): kernels read
   // their inputs with the types the constraints promise (an int64 Y with a float32 X would be read past
   // its end).
@@ -97,7 +106,10 @@ absl::Status InferNode(const Node& node, std::span<const InferInput> inputs,
     int first = 0;
     if (const OpSchemaVersion* schema = FindOpSchema(node.op_type, static_cast<int>(node.opset_version), &first)) {
       std::vector<DType> dtypes;
-      for (const InferInput& in : inputs) dtypes.push_back(in.present ? in.dtype : DType::kInvalid);
+      // Sequences and optionals are typed by their op's shape function (the table lists tensor types only).
+      for (const InferInput& in : inputs) {
+        dtypes.push_back(in.present && in.kind == ValueKind::kTensor ? in.dtype : DType::kInvalid);
+      }
       std::string bad = CheckInputTypes(*schema, dtypes);
       if (!bad.empty()) return NodeError(node, bad);
     }

@@ -48,17 +48,20 @@ struct InferInput {
   Shape shape;
   const Tensor* value = nullptr;  // known value, or null
   bool present = true;            // false for an absent optional input
+  // A sequence or optional (Value::kind): `dtype` is its elements', `shape` theirs where known.
+  ValueKind kind = ValueKind::kTensor;
 };
 
 // What shape inference knows of `v`: its dtype and shape, and its value if constant; absent if null.
 inline InferInput InferInputOf(const Value* v) {
   if (v == nullptr) return InferInput{DType::kInvalid, Shape{}, nullptr, false};
-  return InferInput{v->dtype, v->shape, v->constant.get(), true};
+  return InferInput{v->dtype, v->shape, v->constant.get(), true, v->kind};
 }
 
 struct InferOutput {
   DType dtype = DType::kInvalid;
   Shape shape;
+  ValueKind kind = ValueKind::kTensor;
 };
 
 using InferFn = std::function<absl::Status(const Node& node, std::span<const InferInput> inputs,
@@ -117,6 +120,10 @@ struct OpDef {
   int max_inputs = 1 << 20;
   InferFn infer;
   bool internal = false;  // in kInternalDomain only (e.g. NhwcConv), not in the ONNX domain
+  // Reads or makes sequence / optional values (ValueKind): the sequence and optional ops, Identity and the
+  // control-flow ops. InferNode rejects a non-tensor input to any other op; its shape function checks kinds
+  // per input and sets InferOutput::kind.
+  bool non_tensor_values = false;
   OpTraits traits;        // assigned by op_traits.cc
 };
 
@@ -145,6 +152,7 @@ void RegisterMathOps();
 void RegisterNnOps();
 void RegisterTensorOps();
 void RegisterMiscOps();
+void RegisterSequenceOps();
 // The AMP classes beyond the registrations' and every OpTraits (op_traits.cc), once after them.
 void AssignOpTraits(std::map<std::string, OpDef, std::less<>>& table);
 

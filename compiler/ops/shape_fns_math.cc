@@ -156,12 +156,7 @@ absl::Status GemmInfer(const Node& n, Inputs in, Outputs& out) {
 
 absl::Status CastInfer(const Node& n, Inputs in, Outputs& out) {
   int64_t to = n.GetInt("to", 0);
-  // ONNX TensorProto.DataType codes.
-  static const DType kMap[] = {DType::kInvalid, DType::kF32, DType::kU8,  DType::kI8,  DType::kU16,
-                               DType::kI16,     DType::kI32, DType::kI64, DType::kInvalid, DType::kBool,
-                               DType::kF16,     DType::kF64, DType::kU32, DType::kU64, DType::kInvalid,
-                               DType::kInvalid, DType::kBF16};
-  DType t = (to >= 0 && to < 17) ? kMap[to] : DType::kInvalid;
+  DType t = DTypeFromOnnxCode(to);
   if (t == DType::kInvalid) return NodeError(n, absl::StrCat("unsupported Cast target type ", to));
   out[0] = {t, in[0].shape};
   return absl::OkStatus();

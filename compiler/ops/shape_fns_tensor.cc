@@ -16,6 +16,23 @@ using namespace shape_fn;  // NOLINT: Inputs, Outputs, C, A, Reg
 // rank r, dims unknown. Rank 0 stays wholly unknown: a scalar shape would read as fully known, and the
 // executor would then skip the run-time inference that validates those values (fuzzer: Pad of a scalar
 // with 8 pads and axes out of range reached its kernel).
+// An op registered with OpDef::non_tensor_values: it may read and make sequences and optionals.
+void RegNonTensorToo(const std::string& name, C cat, bool clusterable, A amp, int min_in, int max_in, InferFn fn) {
+  OpDef def{name, cat, clusterable, amp, min_in, max_in, std::move(fn)};
+  def.non_tensor_values = true;
+  RegisterOp(std::move(def));
+}
+
+// Inputs [first, end) that are present are tensors.
+absl::Status ExpectTensorInputs(const Node& n, Inputs in, size_t first, size_t end) {
+  for (size_t i = first; i < end && i < in.size(); ++i) {
+    if (in[i].present && in[i].kind != ValueKind::kTensor) {
+      return NodeError(n, absl::StrCat("input ", i, " is a ", ValueKindName(in[i].kind), "; it must be a tensor"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 Shape UnknownDimsOfRank(int r) {
   if (r == 0) return Shape::Unknown();
   Shape s;
@@ -434,10 +451,11 @@ absl::Status DataDependent(const Node&, Inputs in, Outputs& out) {
 
 void RegisterTensorOps() {
   auto same = [](const Node&, Inputs in, Outputs& out) {
-    for (size_t i = 0; i < out.size() && i < in.size(); ++i) out[i] = {in[i].dtype, in[i].shape};
+    for (size_t i = 0; i < out.size() && i < in.size(); ++i) out[i] = {in[i].dtype, in[i].shape, in[i].kind};
     return absl::OkStatus();
   };
-  Reg("Identity", C::kDataMovement, true, A::kInfer, 1, 1, same);
+  // Identity-14+ passes sequences and optionals through as well (a cluster boundary then: mark_for_compilation).
+  RegNonTensorToo("Identity", C::kDataMovement, true, A::kInfer, 1, 1, same);
   Reg("Dropout", C::kDataMovement, true, A::kInfer, 1, 3, [](const Node&, Inputs in, Outputs& out) {
     out[0] = {in[0].dtype, in[0].shape};
     if (out.size() > 1) out[1] = {DType::kBool, in[0].shape};
@@ -602,10 +620,13 @@ void RegisterTensorOps() {
     return absl::OkStatus();
   });
   Reg("Compress", C::kOther, false, A::kInfer, 2, 2, DataDependent);
-  Reg("If", C::kControlFlow, false, A::kInfer, 1, 1, [](const Node& n, Inputs, Outputs& out) {
+  // If and Loop return and carry sequences and optionals as well (of the kinds the bodies declare).
+  RegNonTensorToo("If", C::kControlFlow, false, A::kInfer, 1, 1, [](const Node& n, Inputs in, Outputs& out) {
+    CJIT_RETURN_IF_ERROR(ExpectTensorInputs(n, in, 0, 1));
     const Graph* g = n.GetGraph("then_branch");
     for (size_t i = 0; g && i < out.size() && i < g->outputs().size(); ++i) {
       out[i].dtype = g->outputs()[i]->dtype;
+      out[i].kind = g->outputs()[i]->kind;
     }
     return absl::OkStatus();
   });
@@ -617,10 +638,20 @@ void RegisterTensorOps() {
     for (size_t i = 0; g && i < out.size() && i < g->outputs().size(); ++i) out[i].dtype = g->outputs()[i]->dtype;
     return absl::OkStatus();
   });
-  Reg("Loop", C::kControlFlow, false, A::kInfer, 0, 1 << 20, [](const Node& n, Inputs in, Outputs& out) {
+  RegNonTensorToo("Loop", C::kControlFlow, false, A::kInfer, 0, 1 << 20, [](const Node& n, Inputs in, Outputs& out) {
+    CJIT_RETURN_IF_ERROR(ExpectTensorInputs(n, in, 0, 2));  // M and cond
     const Graph* g = n.GetGraph("body");
     for (size_t i = 0; g && i < out.size(); ++i) {
-      if (i + 1 < g->outputs().size()) out[i].dtype = g->outputs()[i + 1]->dtype;
+      if (i + 1 < g->outputs().size()) {
+        const Value* body_out = g->outputs()[i + 1];
+        out[i].dtype = body_out->dtype;
+        out[i].kind = body_out->kind;
+        // A carried value whose type the body leaves undeclared keeps its input's kind.
+        if (body_out->dtype == DType::kInvalid && i + 2 < in.size() && in[i + 2].present) {
+          out[i].dtype = in[i + 2].dtype;
+          out[i].kind = in[i + 2].kind;
+        }
+      }
     }
     // Loop-carried values keep their input's shape only when the body preserves it; leave unknown.
     return absl::OkStatus();

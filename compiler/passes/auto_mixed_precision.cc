@@ -94,11 +94,16 @@ DataEdges DataEdgesOf(const Node& n, int64_t opset) {
   auto formal_type = [](const std::vector<OpSchemaFormal>& f, size_t i) -> const std::string& {
     return f[std::min(i, f.size() - 1)].type;  // a trailing variadic formal covers the rest
   };
+  // Sequences and optionals (an Identity of a sequence) are never cast.
   for (size_t i = 0; i < n.inputs.size(); ++i) {
-    if (n.inputs[i] && formal_type(s->inputs, i) == t) e.inputs.push_back(static_cast<int>(i));
+    if (n.inputs[i] && n.inputs[i]->kind == ValueKind::kTensor && formal_type(s->inputs, i) == t) {
+      e.inputs.push_back(static_cast<int>(i));
+    }
   }
   for (size_t i = 0; i < n.outputs.size(); ++i) {
-    if (n.outputs[i] && formal_type(s->outputs, i) == t) e.outputs.push_back(static_cast<int>(i));
+    if (n.outputs[i] && n.outputs[i]->kind == ValueKind::kTensor && formal_type(s->outputs, i) == t) {
+      e.outputs.push_back(static_cast<int>(i));
+    }
   }
   e.ok = !e.outputs.empty();
   return e;

@@ -29,6 +29,11 @@ std::string ExclusionReason(const Node& n, const ClusteringOptions& options) {
     return absl::StrCat(n.op_type, " is not elementwise/reduction/data-movement (--auto_jit=fusible)");
   }
   if (!n.implicit_inputs.empty()) return "reads values of an enclosing graph";
+  for (const std::vector<Value*>* vs : {&n.inputs, &n.outputs}) {
+    for (const Value* v : *vs) {
+      if (v && v->kind != ValueKind::kTensor) return absl::StrCat("%", v->name, " is a ", ValueKindName(v->kind));
+    }
+  }
   for (const Value* v : n.outputs) {
     if (v && !v->shape.fully_known()) return absl::StrCat("output %", v->name, " has a data-dependent shape");
     if (v && v->dtype == DType::kInvalid) return absl::StrCat("output %", v->name, " has no known dtype");

@@ -95,10 +95,13 @@ absl::StatusOr<bool> Walk(Graph& graph, const ConstantEvaluator& evaluate, const
     CJIT_RETURN_IF_ERROR(InferNode(*n, in, out));
     int64_t out_elems = 0;
     bool out_known = true;
+    bool non_tensor = false;  // sequences and optionals are run, never folded into constants
     for (size_t k = 0; k < n->outputs.size(); ++k) {
       if (!n->outputs[k]) continue;
       n->outputs[k]->dtype = out[k].dtype;
       n->outputs[k]->shape = out[k].shape;
+      n->outputs[k]->kind = out[k].kind;
+      non_tensor |= out[k].kind != ValueKind::kTensor;
       if (out[k].shape.fully_known()) out_elems += NumElements(out[k].shape.concrete());
       else out_known = false;
     }
@@ -107,7 +110,7 @@ absl::StatusOr<bool> Walk(Graph& graph, const ConstantEvaluator& evaluate, const
     bool has_subgraph = false;
     for (const auto& [name, a] : n->attrs) has_subgraph |= a.kind == Attribute::Kind::kGraph;
     // Loops (and If on a value computed at run time) are not folded: they run through the executor.
-    bool foldable = !TraitsOf(*n).random && !has_subgraph && (all_const || shape_only) &&
+    bool foldable = !TraitsOf(*n).random && !has_subgraph && !non_tensor && (all_const || shape_only) &&
                     (!out_known || out_elems <= options.max_folded_elements);
     if (!foldable) continue;
     std::vector<Tensor> values;
@@ -140,7 +143,11 @@ absl::Status SpecializeShapes(Graph& graph, const std::vector<Dims>& input_dims,
     return absl::InvalidArgumentError(
         absl::StrCat("signature has ", input_dims.size(), " inputs, graph has ", graph.inputs().size()));
   }
-  for (size_t i = 0; i < input_dims.size(); ++i) graph.inputs()[i]->shape = Shape::Of(input_dims[i]);
+  for (size_t i = 0; i < input_dims.size(); ++i) {
+    Value* in = graph.inputs()[i];
+    // A sequence's or optional's elements are data: their dims are not part of the signature.
+    in->shape = in->kind == ValueKind::kTensor ? Shape::Of(input_dims[i]) : Shape::Unknown();
+  }
   for (int round = 0; round < 1000; ++round) {
     CJIT_ASSIGN_OR_RETURN(bool again, Walk(graph, evaluate, options));
     if (!again) break;

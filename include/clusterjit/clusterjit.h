@@ -177,6 +177,36 @@ CJIT_API size_t cjit_value_bytes(const cjit_value* value);
 /* The first byte of the data (NULL for an empty tensor). */
 CJIT_API void* cjit_value_data(cjit_value* value);
 
+/* Sequences and optionals (ONNX TypeProto sequence_type / optional_type; ONNX Runtime's ONNX_TYPE_SEQUENCE and
+ * ONNX_TYPE_OPTIONAL values). A sequence holds an ordered list of tensors of one dtype; an optional holds one
+ * tensor or one sequence, or nothing. For them cjit_value_dtype gives the element dtype, cjit_value_rank 0,
+ * cjit_value_dims and cjit_value_data NULL, cjit_value_bytes 0. They are immutable once made. */
+typedef enum cjit_value_kind {
+  CJIT_KIND_TENSOR = 0,
+  CJIT_KIND_SEQUENCE = 1,
+  CJIT_KIND_OPTIONAL_TENSOR = 2,   /* an optional of a tensor */
+  CJIT_KIND_OPTIONAL_SEQUENCE = 3  /* an optional of a sequence */
+} cjit_value_kind;
+
+/* The value's kind (CJIT_KIND_TENSOR for NULL). */
+CJIT_API cjit_value_kind cjit_value_get_kind(const cjit_value* value);
+/* A sequence of `count` tensors (each of dtype `elem`; `items` may be NULL when count is 0). The tensors are
+ * shared, not copied: a wrapped tensor's buffer must stay valid and unchanged while the sequence is used.
+ * The items may be freed afterwards. CJIT_INVALID_ARGUMENT for a non-tensor item or one of another dtype. */
+CJIT_API cjit_status* cjit_value_create_sequence(cjit_dtype elem, const cjit_value* const* items, size_t count,
+                                                 cjit_value** out);
+/* An optional holding `element` (a tensor or a sequence, shared as above), or, with element NULL, an empty
+ * optional of `kind` (CJIT_KIND_OPTIONAL_TENSOR / _SEQUENCE) and element dtype `elem`. With an element,
+ * `kind` must be CJIT_KIND_OPTIONAL_TENSOR for a tensor and CJIT_KIND_OPTIONAL_SEQUENCE for a sequence. */
+CJIT_API cjit_status* cjit_value_create_optional(cjit_value_kind kind, cjit_dtype elem, const cjit_value* element,
+                                                 cjit_value** out);
+/* The number of tensors in a sequence, 1 or 0 for an optional (whether it holds an element), 0 for a tensor. */
+CJIT_API size_t cjit_value_count(const cjit_value* value);
+/* Element `index` of a sequence (a tensor) or the element of an optional (a tensor or a sequence) as a new
+ * value sharing its data (free it with cjit_value_free). CJIT_OUT_OF_RANGE past the end (or for an empty
+ * optional), CJIT_INVALID_ARGUMENT for a tensor. */
+CJIT_API cjit_status* cjit_value_get_element(const cjit_value* value, size_t index, cjit_value** out);
+
 /* ---- Sessions -------------------------------------------------------------------------------------- */
 
 typedef struct cjit_session cjit_session;
@@ -202,6 +232,10 @@ CJIT_API cjit_status* cjit_session_input_info(const cjit_session* session, size_
                                               size_t capacity, int64_t* rank);
 CJIT_API cjit_status* cjit_session_output_info(const cjit_session* session, size_t index, int32_t* dtype,
                                                int64_t* dims, size_t capacity, int64_t* rank);
+/* The declared kind of input/output `index` (a tensor, a sequence or an optional; *_info then describes its
+ * elements). CJIT_INVALID_ARGUMENT when `index` is out of range. */
+CJIT_API cjit_status* cjit_session_input_kind(const cjit_session* session, size_t index, cjit_value_kind* kind);
+CJIT_API cjit_status* cjit_session_output_kind(const cjit_session* session, size_t index, cjit_value_kind* kind);
 
 /* The symbolic name of dim `axis` of input/output `index` (the model's ONNX dim_param, e.g. "batch"); "" for a
  * fixed or unnamed dim; NULL when `index` or `axis` is out of range. Valid while the session lives. */

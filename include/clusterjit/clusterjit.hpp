@@ -172,7 +172,32 @@ class Value {
     return Value(v);
   }
 
+  // A sequence of tensors of `elem` (shared, not copied; see cjit_value_create_sequence).
+  static Value Sequence(cjit_dtype elem, const std::vector<const Value*>& items) {
+    std::vector<const cjit_value*> handles;
+    for (const Value* item : items) handles.push_back(item ? item->get() : nullptr);
+    cjit_value* v = nullptr;
+    detail::Check(cjit_value_create_sequence(elem, handles.data(), handles.size(), &v));
+    return Value(v);
+  }
+  // An optional holding `element` (a tensor or a sequence), or, with element null, an empty optional of
+  // `kind` and `elem` (see cjit_value_create_optional).
+  static Value Optional(cjit_value_kind kind, cjit_dtype elem, const Value* element) {
+    cjit_value* v = nullptr;
+    detail::Check(cjit_value_create_optional(kind, elem, element ? element->get() : nullptr, &v));
+    return Value(v);
+  }
+
   explicit operator bool() const { return handle_ != nullptr; }
+  cjit_value_kind kind() const { return cjit_value_get_kind(handle_); }
+  // Tensors in a sequence; 1 or 0 for an optional; 0 for a tensor.
+  size_t count() const { return cjit_value_count(handle_); }
+  // Element `index` of a sequence, or an optional's element (index 0), sharing its data.
+  Value Element(size_t index) const {
+    cjit_value* v = nullptr;
+    detail::Check(cjit_value_get_element(handle_, index, &v));
+    return Value(v);
+  }
   cjit_dtype dtype() const { return cjit_value_dtype(handle_); }
   std::vector<int64_t> dims() const {
     const int64_t* d = cjit_value_dims(handle_);

@@ -15,6 +15,8 @@ place, without a copy; anything else is converted by ``numpy.ascontiguousarray``
 that own the library's buffers (no copy). Element types follow ONNX: float32/float16/float64, int8..int64,
 uint8..uint64, bool; bfloat16 is ``ml_dtypes.bfloat16`` when that package is importable, else uint16 holding
 the raw bfloat16 bits (``arr.view(np.uint16)``; widen with ``(u16.astype(np.uint32) << 16).view(np.float32)``).
+Sequence inputs and outputs (``NodeArg.type`` "seq(tensor(float))") are lists of such arrays; optional ones
+("optional(...)") are ``None`` when empty, else the element — as in ONNX Runtime.
 
 Threads: ``run`` releases the GIL; any number of Python threads may run one session at once (each call's
 results are those its inputs give alone). On the main thread, Ctrl-C stops a run at its next step boundary
@@ -53,6 +55,15 @@ _NUMPY_OF_TYPE = {
     "tensor(double)": _np.float64, "tensor(uint32)": _np.uint32, "tensor(uint64)": _np.uint64,
     "tensor(bfloat16)": _np.uint16,
 }
+
+
+
+def _type_name(dtype, kind):
+    """ONNX Runtime's NodeArg.type text: "tensor(float)", "seq(tensor(float))", "optional(tensor(float))",
+    "optional(seq(tensor(float)))" (kind: the C API's cjit_value_kind)."""
+    t = _TYPE_NAMES.get(dtype, "tensor(undefined)")
+    return {0: t, 1: f"seq({t})", 2: f"optional({t})", 3: f"optional(seq({t}))"}.get(kind, t)
+
 
 _CPU = "CPUExecutionProvider"
 _CUDA = "CUDAExecutionProvider"
@@ -408,8 +419,8 @@ class InferenceSession:
             model = _os.fspath(path_or_bytes)
             self._model_path = model
         self._sess = _c.Session(model, native_options)
-        self._inputs = [NodeArg(n, _TYPE_NAMES.get(t, "tensor(undefined)"), s) for n, t, s in self._sess.inputs()]
-        self._outputs = [NodeArg(n, _TYPE_NAMES.get(t, "tensor(undefined)"), s) for n, t, s in self._sess.outputs()]
+        self._inputs = [NodeArg(n, _type_name(t, k), s) for n, t, s, k in self._sess.inputs()]
+        self._outputs = [NodeArg(n, _type_name(t, k), s) for n, t, s, k in self._sess.outputs()]
         device = self._sess.device()
         self._providers = [_CUDA, _CPU] if device.startswith("cuda") else [_CPU]
         self._metadata = None

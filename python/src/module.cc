@@ -146,9 +146,11 @@ struct Wrapped {
   py::object keep;                    // the array (or DLPack capsule) the value points into
   DLManagedTensor* dl = nullptr;      // a consumed DLPack tensor, released after the run
   const void* data = nullptr;
+  std::vector<Wrapped> parts;         // a sequence's or optional's wrapped elements
   Wrapped() = default;
   Wrapped(Wrapped&& o) noexcept
-      : value(std::move(o.value)), keep(std::move(o.keep)), dl(std::exchange(o.dl, nullptr)), data(o.data) {}
+      : value(std::move(o.value)), keep(std::move(o.keep)), dl(std::exchange(o.dl, nullptr)), data(o.data),
+        parts(std::move(o.parts)) {}
   Wrapped& operator=(Wrapped&& o) = delete;
   ~Wrapped() {
     value.reset();
@@ -234,6 +236,61 @@ Wrapped WrapInput(const std::string& name, const py::handle& obj, int32_t declar
   }
   // Lists, scalars, buffer-protocol objects: numpy's conversion (a copy).
   return WrapArray(what, AsContiguous(obj), declared, false);
+}
+
+// An input of declared `kind`: a tensor (WrapInput); a sequence from a list or tuple of array-likes (ONNX
+// Runtime's Python convention); an optional from None (empty) or its element.
+Wrapped WrapInputValue(const std::string& name, const py::handle& obj, int32_t declared, int32_t kind) {
+  if (kind == CJIT_KIND_TENSOR) return WrapInput(name, obj, declared);
+  Wrapped w;
+  if (kind == CJIT_KIND_SEQUENCE) {
+    if (!PyList_Check(obj.ptr()) && !PyTuple_Check(obj.ptr())) {
+      Raise(PyExc_TypeError, "input '" + name + "' is a sequence: give a list of arrays");
+    }
+    std::vector<const cjit_value*> items;
+    int32_t elem = declared;
+    size_t k = 0;
+    for (const py::handle item : py::reinterpret_borrow<py::sequence>(obj)) {
+      w.parts.push_back(WrapInput(name + "[" + std::to_string(k++) + "]", item, declared));
+      items.push_back(w.parts.back().value.get());
+      if (elem == 0) elem = static_cast<int32_t>(cjit_value_dtype(items.back()));
+    }
+    cjit_value* v = nullptr;
+    Check(cjit_value_create_sequence(static_cast<cjit_dtype>(elem == 0 ? CJIT_FLOAT32 : elem), items.data(),
+                                     items.size(), &v));
+    w.value.reset(v);
+    return w;
+  }
+  const int32_t elem = declared == 0 ? CJIT_FLOAT32 : declared;
+  cjit_value* v = nullptr;
+  if (obj.is_none()) {
+    Check(cjit_value_create_optional(static_cast<cjit_value_kind>(kind), static_cast<cjit_dtype>(elem), nullptr, &v));
+  } else {
+    w.parts.push_back(WrapInputValue(name, obj, declared,
+                                     kind == CJIT_KIND_OPTIONAL_SEQUENCE ? CJIT_KIND_SEQUENCE : CJIT_KIND_TENSOR));
+    const cjit_value* e = w.parts.back().value.get();
+    Check(cjit_value_create_optional(static_cast<cjit_value_kind>(kind), cjit_value_dtype(e), e, &v));
+  }
+  w.value.reset(v);
+  return w;
+}
+
+py::array ToNumpy(cjit_value* v);
+
+// An output as Python: an array for a tensor, a list of arrays for a sequence, None or the element for an
+// optional. Takes ownership of `v`.
+py::object ToPython(cjit_value* v) {
+  const cjit_value_kind kind = cjit_value_get_kind(v);
+  if (kind == CJIT_KIND_TENSOR) return ToNumpy(v);
+  ValuePtr owned(v);
+  py::list items;
+  for (size_t i = 0; i < cjit_value_count(v); ++i) {
+    cjit_value* e = nullptr;
+    Check(cjit_value_get_element(v, i, &e));
+    items.append(ToPython(e));
+  }
+  if (kind == CJIT_KIND_SEQUENCE) return items;
+  return items.empty() ? py::object(py::none()) : py::object(items[0]);
 }
 
 // A numpy array that owns `v` (no copy): the capsule frees the value with the array.
@@ -388,6 +445,9 @@ class Session {
       int64_t rank = 0;
       Check(cjit_session_input_info(s_, i, &dt, nullptr, 0, &rank));
       in_dtypes_.push_back(dt);
+      cjit_value_kind kind = CJIT_KIND_TENSOR;
+      Check(cjit_session_input_kind(s_, i, &kind));
+      in_kinds_.push_back(kind);
     }
     for (size_t i = 0; i < cjit_session_output_count(s_); ++i) out_names_.push_back(cjit_session_output_name(s_, i));
   }
@@ -422,7 +482,9 @@ class Session {
         }
         shape = l;
       }
-      out.append(py::make_tuple(inputs ? in_names_[i] : out_names_[i], dt, shape));
+      cjit_value_kind kind = CJIT_KIND_TENSOR;
+      Check(inputs ? cjit_session_input_kind(s_, i, &kind) : cjit_session_output_kind(s_, i, &kind));
+      out.append(py::make_tuple(inputs ? in_names_[i] : out_names_[i], dt, shape, static_cast<int>(kind)));
     }
     return out;
   }
@@ -440,11 +502,14 @@ class Session {
       if (!PyUnicode_Check(item.first.ptr())) Raise(PyExc_TypeError, "input names must be str");
       const char* name = PyUnicode_AsUTF8(item.first.ptr());
       if (name == nullptr) throw py::error_already_set();
-      int32_t declared = 0;
+      int32_t declared = 0, kind = CJIT_KIND_TENSOR;
       for (size_t i = 0; i < in_names_.size(); ++i) {
-        if (in_names_[i] == name) declared = in_dtypes_[i];
+        if (in_names_[i] == name) {
+          declared = in_dtypes_[i];
+          kind = in_kinds_[i];
+        }
       }
-      inputs.push_back(WrapInput(name, item.second, declared));
+      inputs.push_back(WrapInputValue(name, item.second, declared, kind));
       names.push_back(name);
       values.push_back(inputs.back().value.get());
     }
@@ -530,7 +595,7 @@ class Session {
       if (bound_arrays[i]) {
         result.append(bound_arrays[i]);
       } else {
-        result.append(ToNumpy(outs[i]));
+        result.append(ToPython(outs[i]));
       }
     }
     return result;
@@ -606,7 +671,7 @@ class Session {
   cjit_session* s_ = nullptr;
   std::shared_ptr<AmpRule> amp_rule_;  // alive until s_ is freed (in ~Session's body)
   std::vector<std::string> in_names_, out_names_;
-  std::vector<int32_t> in_dtypes_;
+  std::vector<int32_t> in_dtypes_, in_kinds_;
 };
 
 // The pointer an input would be read from (tests check that wrapping did not copy).

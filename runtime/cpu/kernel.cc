@@ -37,6 +37,7 @@ const std::map<std::string, KernelFn>& Registered() {
     RegisterRandomKernels();
     RegisterQuantKernels();
     RegisterMatMulNBitsKernel();
+    RegisterSequenceKernels();
     return true;
   }();
   (void)once;
@@ -184,7 +185,8 @@ std::vector<InferInput> InferInputsFromValues(const std::vector<const Tensor*>& 
       continue;
     }
     in[i].dtype = inputs[i]->dtype();
-    in[i].shape = Shape::Of(inputs[i]->dims());
+    in[i].kind = inputs[i]->kind();
+    in[i].shape = inputs[i]->is_tensor() ? Shape::Of(inputs[i]->dims()) : Shape::Unknown();
     in[i].value = inputs[i];
   }
   return in;

@@ -171,6 +171,7 @@ void RegisterSignalKernels();
 void RegisterRandomKernels();
 void RegisterQuantKernels();
 void RegisterMatMulNBitsKernel();
+void RegisterSequenceKernels();
 
 }  // namespace cjit
 

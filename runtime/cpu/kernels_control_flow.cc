@@ -60,12 +60,22 @@ absl::Status Loop(KernelContext& ctx) {
     *c.data<uint8_t>() = 1;
     in.push_back(iter);
     in.push_back(c);
-    for (const Tensor& t : carried) in.push_back(t);
+    for (int i = 0; i < n_carried; ++i) {
+      // A body input declared optional that is carried a plain tensor or sequence (Loop-16 with an optional
+      // initial value, a sequence from the second iteration on) receives it as a present optional.
+      const Value* formal = body->inputs()[2 + i];
+      const Tensor& t = carried[i];
+      in.push_back(IsOptionalKind(formal->kind) && !IsOptionalKind(t.kind()) ? Tensor::Optional(t) : t);
+    }
     CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> out, (*ctx.run_subgraph)(*body, in, caps));
     if (static_cast<int>(out.size()) != 1 + n_carried + n_scan) return ctx.Error("body output count mismatch");
     cond = out[0].ToDoubleVector().at(0) != 0;
     for (int i = 0; i < n_carried; ++i) carried[i] = out[1 + i];
     for (int i = 0; i < n_scan; ++i) {
+      if (!out[1 + n_carried + i].is_tensor()) {
+        return ctx.Error(absl::StrCat("scan output ", i, " of the body is a ", ValueKindName(out[1 + n_carried + i].kind()),
+                                      "; Loop stacks tensors only"));
+      }
       // The stacked scan output is one tensor: stop as soon as it could no longer be allocated, instead of
       // collecting iterations without bound. Each iteration's slice is held as its own tensor until then,
       // so it counts with its bookkeeping (the Tensor and its buffer's allocation, ~100 bytes): a scalar

@@ -414,6 +414,13 @@ void MatMulGeometry::Offsets(int64_t bi, int64_t* aoff, int64_t* boff) const {
 namespace {
 
 absl::Status ZeroCopy(KernelContext& ctx) {
+  if (!ctx.in(0).is_tensor()) {  // Identity of a sequence or optional: the same value
+    if (TraitsOf(*ctx.node).view != ViewKind::kIdentity) {
+      return ctx.Error(absl::StrCat("input 0 is a ", ValueKindName(ctx.in(0).kind()), "; ", ctx.node->op_type, " takes a tensor"));
+    }
+    ctx.outputs[0] = ctx.in(0);
+    return absl::OkStatus();
+  }
   const InferOutput& o = ctx.infer()[0];
   ctx.outputs[0] = ctx.in(0).Reshaped(o.shape.concrete());
   return absl::OkStatus();

@@ -1148,6 +1148,12 @@ absl::Status GpuExecutor::Impl::AddHost(const Node& n, const std::vector<PostOp>
 
 absl::Status GpuExecutor::Impl::PlaceNode(const Node& n, const PlanStep* step) {
   if (n.op_type == kClusterOp) return PlaceCluster(n);
+  // Sequences and optionals live on the host: so do the ops that read or make them.
+  for (const std::vector<Value*>* vs : {&n.inputs, &n.outputs}) {
+    for (const Value* v : *vs) {
+      if (v != nullptr && v->kind != ValueKind::kTensor) return AddHost(n, nullptr, nullptr);
+    }
+  }
   if (step != nullptr && !step->post_ops.empty()) {
     // A GEMM with its epilogue (the only post-ops of GPU plans); if the library declines, the product and
     // the absorbed ops are placed one by one.

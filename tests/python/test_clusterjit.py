@@ -479,3 +479,37 @@ def test_ort_style_example_runs(tmp_path):
     assert r.returncode == 0, r.stderr
     diffs = [float(line.rsplit("=", 1)[1]) for line in r.stdout.splitlines() if "max |clusterjit - reference|" in line]
     assert len(diffs) == 2 and max(diffs) < 1e-4, r.stdout
+
+
+def test_sequences_and_optionals_in_and_out(tmp_path):
+    # ys = SequenceInsert(xs, t) (a list in, a longer list out); n = SequenceLength(ys);
+    # has = OptionalHasElement(opt); cat = ConcatFromSequence(ys, axis 0).
+    seq_t = h.make_tensor_sequence_value_info
+    opt_t = h.make_tensor_type_proto(T.FLOAT, None)
+    opt_vi = h.make_value_info("opt", h.make_optional_type_proto(opt_t))
+    g = h.make_graph([
+        h.make_node("SequenceInsert", ["xs", "t"], ["ys"]),
+        h.make_node("SequenceLength", ["ys"], ["n"]),
+        h.make_node("OptionalHasElement", ["opt"], ["has"]),
+        h.make_node("ConcatFromSequence", ["ys"], ["cat"], axis=0),
+    ], "seq", [seq_t("xs", T.FLOAT, None), h.make_tensor_value_info("t", T.FLOAT, [None]), opt_vi],
+        [seq_t("ys", T.FLOAT, None), h.make_tensor_value_info("n", T.INT64, None),
+         h.make_tensor_value_info("has", T.BOOL, None), h.make_tensor_value_info("cat", T.FLOAT, None)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
+    m.ir_version = 8
+    sess = ort.InferenceSession(save(m, tmp_path), providers=["CPUExecutionProvider"])
+    assert [i.type for i in sess.get_inputs()] == ["seq(tensor(float))", "tensor(float)", "optional(tensor(float))"]
+    assert sess.get_outputs()[0].type == "seq(tensor(float))"
+    a, b, t = np.arange(3, dtype=np.float32), np.arange(2, dtype=np.float32) + 10, np.array([7, 8], np.float32)
+    ys, n, has, cat = sess.run(None, {"xs": [a, b], "t": t, "opt": None})
+    assert isinstance(ys, list) and len(ys) == 3
+    for got, want in zip(ys, [a, b, t]):
+        np.testing.assert_array_equal(got, want)
+    assert int(n) == 3 and not bool(has)
+    np.testing.assert_array_equal(cat, np.concatenate([a, b, t]))
+    _, _, has, _ = sess.run(None, {"xs": [], "t": t, "opt": np.zeros(4, np.float32)})
+    assert bool(has)
+    with pytest.raises(TypeError, match="input 'xs' is a sequence: give a list of arrays"):
+        sess.run(None, {"xs": a, "t": t, "opt": None})
+    with pytest.raises(ort.InvalidArgument, match=r"item 0 is i64\[2\]; the sequence holds f32 tensors"):
+        sess.run(None, {"xs": [np.arange(2)], "t": t, "opt": None})

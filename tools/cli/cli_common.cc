@@ -97,7 +97,14 @@ absl::StatusOr<std::vector<NamedTensor>> PrepareInputs(const Session& s, const s
       name = arg.substr(0, eq);
       path = arg.substr(eq + 1);
     }
-    auto t = ReadTensorProtoFile(path);
+    // The file holds the message of the input's declared type (a TensorProto, or a SequenceProto /
+    // OptionalProto for a sequence / optional input), found by NAME= or else by position.
+    const TensorInfo* info = nullptr;
+    for (const TensorInfo& i : s.inputs()) {
+      if (!name.empty() && i.name == name) info = &i;
+    }
+    if (info == nullptr && name.empty() && k < s.inputs().size()) info = &s.inputs()[k];
+    auto t = info != nullptr ? ReadValueProtoFile(path, info->kind, info->dtype) : ReadTensorProtoFile(path);
     if (!t.ok()) return t.status();
     if (!name.empty()) t->name = name;
     if (t->name.empty()) {
@@ -119,6 +126,12 @@ absl::StatusOr<std::vector<NamedTensor>> PrepareInputs(const Session& s, const s
     bool given = false;
     for (const auto& in : inputs) given |= in.name == info.name;
     if (given) continue;
+    if (info.kind != ValueKind::kTensor) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", info.name, "' is a ", ValueKindName(info.kind),
+                                                     ": give --input ", info.name, "=FILE (an ONNX ",
+                                                     info.kind == ValueKind::kSequence ? "SequenceProto" : "OptionalProto",
+                                                     ")"));
+    }
     Dims dims;
     if (shapes.count(info.name)) {
       dims = shapes[info.name];

@@ -90,8 +90,8 @@ int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
   std::printf("model: %s\n", model.c_str());
   std::printf("device: %s\n", s.device().c_str());
   for (const std::string& p : s.GpuPlacements()) std::printf("gpu placement: %s\n", p.c_str());
-  for (const auto& in : inputs) std::printf("input  %s: %s[%s]\n", in.name.c_str(), std::string(DTypeName(in.tensor.dtype())).c_str(), DimsToString(in.tensor.dims()).c_str());
-  for (const auto& o : outputs) std::printf("output %s: %s[%s]\n", o.name.c_str(), std::string(DTypeName(o.tensor.dtype())).c_str(), DimsToString(o.tensor.dims()).c_str());
+  for (const auto& in : inputs) std::printf("input  %s: %s\n", in.name.c_str(), in.tensor.Describe().c_str());
+  for (const auto& o : outputs) std::printf("output %s: %s\n", o.name.c_str(), o.tensor.Describe().c_str());
   std::printf("latency ms: first %.3f  median %.3f  p90 %.3f  min %.3f  (%d iterations, %d warm-up, %d threads)\n",
               first, median, p90, mn, iterations, warmup, s.flags().intra_op_threads);
   if (profile) {
@@ -111,7 +111,7 @@ int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
                                                           ec ? absl::StrCat(": ", ec.message()) : "")));
     }
     for (size_t k = 0; k < outputs.size(); ++k) {
-      absl::Status st = WriteTensorProtoFile(absl::StrCat(output_dir, "/output_", k, ".pb"), outputs[k].name, outputs[k].tensor);
+      absl::Status st = WriteValueProtoFile(absl::StrCat(output_dir, "/output_", k, ".pb"), outputs[k].name, outputs[k].tensor);
       if (!st.ok()) return Fail(st);
     }
   }
