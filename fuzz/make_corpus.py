@@ -245,6 +245,20 @@ def main():
                                     helper.make_tensor_sequence_value_info("empty", F, None),
                                     vi("has", TensorProto.BOOL, None)],
         [arr("split", np.array([1, 3])), arr("pos", np.array(1))], opset=18)
+    # String tensors: Cast both ways, the string ops, TfIdfVectorizer over a string pool.
+    S = TensorProto.STRING
+    save(out, "strings", [
+        helper.make_node("Cast", ["x"], ["xs"], to=S),
+        helper.make_node("StringConcat", ["xs", "words"], ["joined"]),
+        helper.make_node("StringSplit", ["joined"], ["pieces", "counts"], delimiter=".", maxsplit=1),
+        helper.make_node("StringNormalizer", ["words"], ["norm"], case_change_action="UPPER",
+                         stopwords=["b"]),
+        helper.make_node("TfIdfVectorizer", ["words"], ["tf"], mode="TF", min_gram_length=1, max_gram_length=2,
+                         max_skip_count=1, ngram_counts=[0, 2], ngram_indexes=[0, 1, 2],
+                         pool_strings=["a", "b", "a", "c"]),
+        helper.make_node("Cast", ["norm"], ["back"], to=F),
+    ], [vi("x", F, [4]), vi("words", S, [4])],
+        [vi("pieces", S, None), vi("counts", I64, None), vi("tf", F, None), vi("back", F, None)], opset=20)
     print("fuzz corpus: %d models in %s" % (len(os.listdir(out)), out))
 
 

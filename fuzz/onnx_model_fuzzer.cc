@@ -56,6 +56,11 @@ void Fill(Tensor& t, uint64_t seed) {
       case DType::kU32: t.data<uint32_t>()[i] = static_cast<uint32_t>(iv); break;
       case DType::kI64: t.data<int64_t>()[i] = iv; break;
       case DType::kU64: t.data<uint64_t>()[i] = static_cast<uint64_t>(iv); break;
+      case DType::kString: {
+        static const char* const kStrings[] = {"", "1.5", "Monday", "NaN", "a b  c", "-7"};
+        t.data<std::string>()[i] = kStrings[k % 6];
+        break;
+      }
       case DType::kInvalid: break;
     }
   }

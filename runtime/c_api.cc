@@ -272,6 +272,9 @@ cjit_status* cjit_value_wrap(cjit_dtype dtype, const int64_t* dims, size_t rank,
   if (out == nullptr) return Error(CJIT_INVALID_ARGUMENT, "cjit_value_wrap: out is NULL");
   return Guard("cjit_value_wrap", [&]() -> absl::Status {
     CJIT_ASSIGN_OR_RETURN(cjit::DType t, CheckDtype(dtype));
+    if (t == cjit::DType::kString) {
+      return absl::InvalidArgumentError("cjit_value_wrap: string tensors cannot wrap a buffer (use cjit_value_create_strings)");
+    }
     CJIT_ASSIGN_OR_RETURN(cjit::Dims d, CheckDims(dims, rank));
     CJIT_ASSIGN_OR_RETURN(size_t need, cjit::CheckedByteSize(t, d));
     if (bytes != need) {
@@ -300,9 +303,50 @@ size_t cjit_value_rank(const cjit_value* value) {
 const int64_t* cjit_value_dims(const cjit_value* value) {
   return value && value->tensor.is_tensor() ? value->tensor.dims().data() : nullptr;
 }
-size_t cjit_value_bytes(const cjit_value* value) { return value ? value->tensor.nbytes() : 0; }
+size_t cjit_value_bytes(const cjit_value* value) {
+  return value && value->tensor.dtype() != cjit::DType::kString ? value->tensor.nbytes() : 0;
+}
 void* cjit_value_data(cjit_value* value) {
-  return value && value->tensor.nbytes() > 0 ? value->tensor.raw() : nullptr;
+  return value && value->tensor.nbytes() > 0 && value->tensor.dtype() != cjit::DType::kString ? value->tensor.raw()
+                                                                                                : nullptr;
+}
+
+cjit_status* cjit_value_create_strings(const int64_t* dims, size_t rank, const char* const* strings,
+                                       const size_t* lengths, cjit_value** out) {
+  if (out == nullptr) return Error(CJIT_INVALID_ARGUMENT, "cjit_value_create_strings: out is NULL");
+  return Guard("cjit_value_create_strings", [&]() -> absl::Status {
+    CJIT_ASSIGN_OR_RETURN(cjit::Dims d, CheckDims(dims, rank));
+    CJIT_RETURN_IF_ERROR(cjit::CheckedByteSize(cjit::DType::kString, d).status());
+    cjit::Tensor t(cjit::DType::kString, std::move(d));
+    const int64_t n = t.numel();
+    if (n > 0 && strings == nullptr) return absl::InvalidArgumentError("cjit_value_create_strings: strings is NULL");
+    for (int64_t i = 0; i < n; ++i) {
+      if (strings[i] == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("cjit_value_create_strings: string ", i, " is NULL"));
+      }
+      t.data<std::string>()[i] = lengths ? std::string(strings[i], lengths[i]) : std::string(strings[i]);
+    }
+    *out = new cjit_value{std::move(t), false};
+    return absl::OkStatus();
+  });
+}
+
+cjit_status* cjit_value_get_string(const cjit_value* value, size_t index, const char** data, size_t* length) {
+  if (value == nullptr || data == nullptr || length == nullptr) {
+    return Error(CJIT_INVALID_ARGUMENT, "cjit_value_get_string: value, data and length must not be NULL");
+  }
+  const cjit::Tensor& t = value->tensor;
+  if (!t.is_tensor() || t.dtype() != cjit::DType::kString) {
+    return Error(CJIT_INVALID_ARGUMENT, absl::StrCat("cjit_value_get_string: the value is ", t.Describe(),
+                                                     ", not a string tensor"));
+  }
+  if (index >= static_cast<size_t>(t.numel())) {
+    return Error(CJIT_OUT_OF_RANGE, absl::StrCat("cjit_value_get_string: index ", index, " of ", t.numel(), " strings"));
+  }
+  const std::string& s = t.data<std::string>()[index];
+  *data = s.c_str();
+  *length = s.size();
+  return nullptr;
 }
 
 static_assert(static_cast<int>(cjit::ValueKind::kTensor) == CJIT_KIND_TENSOR &&
@@ -618,6 +662,9 @@ cjit_status* cjit_session_run_with_options(cjit_session* session, const cjit_run
     for (size_t i = 0; i < n_outputs; ++i) {
       if (outputs[i] == nullptr) continue;
       const cjit::TensorInfo& info = s.outputs()[which[i]];
+      if (info.dtype == cjit::DType::kString || outputs[i]->tensor.dtype() == cjit::DType::kString) {
+        return absl::InvalidArgumentError(absl::StrCat("bound output '", info.name, "': string outputs cannot be bound"));
+      }
       if (info.kind != cjit::ValueKind::kTensor || !outputs[i]->tensor.is_tensor()) {
         return absl::InvalidArgumentError(absl::StrCat("bound output '", info.name, "': only tensor outputs can be bound (the model gives a ",
                                                        cjit::ValueKindName(info.kind), ")"));

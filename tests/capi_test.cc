@@ -700,14 +700,21 @@ std::string SequenceModel() {
   return b.Bytes();
 }
 
-TEST(CApiTest, SequencesInAndOut) {
-  const std::string bytes = SequenceModel();
+// A CPU session of a model's bytes (NULL, with a test failure, when it does not load).
+cjit_session* CpuSessionFromBytes(const std::string& bytes) {
   cjit_options* o = nullptr;
-  ASSERT_TRUE(St(cjit_options_create(&o)).ok());
-  ASSERT_TRUE(St(cjit_options_set(o, "device", "cpu")).ok());
+  EXPECT_TRUE(St(cjit_options_create(&o)).ok());
+  EXPECT_TRUE(St(cjit_options_set(o, "device", "cpu")).ok());
   cjit_session* s = nullptr;
-  ASSERT_TRUE(St(cjit_session_create_from_bytes(bytes.data(), bytes.size(), nullptr, o, &s)).ok());
+  St st(cjit_session_create_from_bytes(bytes.data(), bytes.size(), nullptr, o, &s));
+  EXPECT_TRUE(st.ok()) << st.message;
   cjit_options_free(o);
+  return s;
+}
+
+TEST(CApiTest, SequencesInAndOut) {
+  cjit_session* s = CpuSessionFromBytes(SequenceModel());
+  ASSERT_NE(s, nullptr);
   cjit_value_kind kind = CJIT_KIND_TENSOR;
   ASSERT_TRUE(St(cjit_session_input_kind(s, 0, &kind)).ok());
   EXPECT_EQ(kind, CJIT_KIND_SEQUENCE);
@@ -782,6 +789,65 @@ TEST(CApiTest, SequencesInAndOut) {
 
   cjit_value_free(seq);
   cjit_value_free(t);
+  cjit_session_free(s);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(CApiTest, StringTensorsInAndOut) {
+  cjit::testing::ModelBuilder b(20);
+  b.Input("x", onnx::TensorProto::STRING, {-1}).Input("y", onnx::TensorProto::STRING, {1});
+  b.Node("StringConcat", {"x", "y"}, {"z"});
+  b.Output("z");
+  cjit_session* s = CpuSessionFromBytes(b.Bytes());
+  ASSERT_NE(s, nullptr);
+  int32_t dtype = 0;
+  int64_t rank = 0;
+  ASSERT_TRUE(St(cjit_session_input_info(s, 0, &dtype, nullptr, 0, &rank)).ok());
+  EXPECT_EQ(dtype, CJIT_STRING);
+
+  const char* words[2] = {"ab", "c"};
+  const int64_t dims[1] = {2}, one[1] = {1};
+  const char suffix_bytes[3] = {'!', '\0', '?'};  // an embedded NUL: lengths given
+  const char* suffix[1] = {suffix_bytes};
+  const size_t suffix_len[1] = {3};
+  cjit_value *x = nullptr, *y = nullptr;
+  ASSERT_TRUE(St(cjit_value_create_strings(dims, 1, words, nullptr, &x)).ok());
+  ASSERT_TRUE(St(cjit_value_create_strings(one, 1, suffix, suffix_len, &y)).ok());
+  EXPECT_EQ(cjit_value_data(x), nullptr);
+  EXPECT_EQ(cjit_value_bytes(x), 0u);
+  const char* names[2] = {"x", "y"};
+  const cjit_value* inputs[2] = {x, y};
+  cjit_value* out[1] = {nullptr};
+  ASSERT_TRUE(St(cjit_session_run(s, names, inputs, 2, nullptr, out, 1)).ok());
+  ASSERT_EQ(cjit_value_dtype(out[0]), CJIT_STRING);
+  const char* p = nullptr;
+  size_t len = 0;
+  ASSERT_TRUE(St(cjit_value_get_string(out[0], 0, &p, &len)).ok());
+  EXPECT_EQ(std::string(p, len), std::string("ab!\0?", 5));
+  ASSERT_TRUE(St(cjit_value_get_string(out[0], 1, &p, &len)).ok());
+  EXPECT_EQ(std::string(p, len), std::string("c!\0?", 4));
+  EXPECT_EQ(St(cjit_value_get_string(out[0], 2, &p, &len)).code, CJIT_OUT_OF_RANGE);
+  cjit_value_free(out[0]);
+
+  // Strings cannot wrap a buffer or be bound; a number tensor has no strings.
+  char raw[64] = {};
+  cjit_value* w = nullptr;
+  St wrap(cjit_value_wrap(CJIT_STRING, one, 1, raw, 32, &w));
+  EXPECT_EQ(wrap.code, CJIT_INVALID_ARGUMENT);
+  EXPECT_NE(wrap.message.find("cjit_value_create_strings"), std::string::npos) << wrap.message;
+  cjit_value* bound[1] = {x};
+  St bound_st(cjit_session_run(s, names, inputs, 2, nullptr, bound, 1));
+  EXPECT_EQ(bound_st.code, CJIT_INVALID_ARGUMENT);
+  EXPECT_NE(bound_st.message.find("string outputs cannot be bound"), std::string::npos) << bound_st.message;
+  cjit_value* f = nullptr;
+  ASSERT_TRUE(St(cjit_value_create(CJIT_FLOAT32, one, 1, &f)).ok());
+  EXPECT_EQ(St(cjit_value_get_string(f, 0, &p, &len)).code, CJIT_INVALID_ARGUMENT);
+  cjit_value_free(f);
+  cjit_value_free(x);
+  cjit_value_free(y);
   cjit_session_free(s);
 }
 

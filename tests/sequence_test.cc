@@ -17,17 +17,10 @@
 namespace cjit {
 namespace {
 
+using testing::FallbackOptions;
 using testing::ModelBuilder;
 constexpr int kF32 = onnx::TensorProto::FLOAT;
 constexpr int kI64 = onnx::TensorProto::INT64;
-
-SessionOptions FallbackOptions() {
-  SessionOptions o;
-  o.use_environment_flags = false;
-  o.flags.device = "cpu";
-  o.flags.intra_op_threads = 1;
-  return o;
-}
 
 Tensor Floats(Dims dims, float start) {
   Tensor t(DType::kF32, dims);

@@ -1,4 +1,4 @@
-// SessionOptions shared by the clustering tests: the CPU, no CJIT_FLAGS from the environment, every
+// SessionOptions shared by the tests. OneClusterOptions, for the clustering tests: the CPU, no CJIT_FLAGS from the environment, every
 // clusterable op clustered however small (auto_jit=1, min_cluster_size=1), one intra-op thread, and
 // compiles at fixed runs (auto would compile in the background when a CPU is idle). Tests add their own
 // flags on top.
@@ -18,6 +18,15 @@ inline SessionOptions OneClusterOptions() {
   o.flags.min_cluster_size = 1;
   o.flags.intra_op_threads = 1;
   o.flags.async_compilation = Flags::AsyncCompilation::kFalse;
+  return o;
+}
+
+// The CPU's op-by-op path: no CJIT_FLAGS from the environment, one intra-op thread, default clustering.
+inline SessionOptions FallbackOptions() {
+  SessionOptions o;
+  o.use_environment_flags = false;
+  o.flags.device = "cpu";
+  o.flags.intra_op_threads = 1;
   return o;
 }
 

@@ -54,6 +54,17 @@ OutputComparison CompareTensors(const std::string& name, const Tensor& got, cons
     c.problem = absl::StrCat("dims ", DimsToString(got.dims()), " != expected ", DimsToString(ref.dims()));
     return c;
   }
+  if (got.dtype() == DType::kString) {  // strings: equal byte for byte
+    c.ok = true;
+    for (int64_t i = 0; i < got.numel() && c.ok; ++i) {
+      if (got.data<std::string>()[i] != ref.data<std::string>()[i]) {
+        c.ok = false;
+        c.problem = absl::StrCat("element ", i, " '", got.data<std::string>()[i], "' != expected '",
+                                 ref.data<std::string>()[i], "'");
+      }
+    }
+    return c;
+  }
   std::vector<double> a = got.ToDoubleVector(), b = ref.ToDoubleVector();
   c.ok = true;
   for (size_t i = 0; i < a.size(); ++i) {

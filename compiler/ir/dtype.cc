@@ -1,6 +1,7 @@
 #include "compiler/ir/dtype.h"
 
 #include <iterator>
+#include <string>
 
 namespace cjit {
 namespace {
@@ -14,7 +15,7 @@ constexpr Info kInfos[] = {
     {DType::kBF16, "bf16", 2},       {DType::kF64, "f64", 8}, {DType::kI8, "i8", 1},
     {DType::kU8, "u8", 1},           {DType::kI16, "i16", 2}, {DType::kU16, "u16", 2},
     {DType::kI32, "i32", 4},         {DType::kI64, "i64", 8}, {DType::kU32, "u32", 4},
-    {DType::kU64, "u64", 8},         {DType::kBool, "bool", 1},
+    {DType::kU64, "u64", 8},         {DType::kBool, "bool", 1}, {DType::kString, "string", sizeof(std::string)},
 };
 }  // namespace
 
@@ -44,7 +45,7 @@ bool IsSigned(DType t) {
 
 DType DTypeFromOnnxCode(int64_t code) {
   static constexpr DType kMap[] = {DType::kInvalid, DType::kF32,  DType::kU8,      DType::kI8,      DType::kU16,
-                                   DType::kI16,     DType::kI32,  DType::kI64,     DType::kInvalid, DType::kBool,
+                                   DType::kI16,     DType::kI32,  DType::kI64,     DType::kString,  DType::kBool,
                                    DType::kF16,     DType::kF64,  DType::kU32,     DType::kU64,     DType::kInvalid,
                                    DType::kInvalid, DType::kBF16};
   return code >= 0 && code < static_cast<int64_t>(std::size(kMap)) ? kMap[code] : DType::kInvalid;

@@ -24,16 +24,17 @@ enum class DType : uint8_t {
   kU32,
   kU64,
   kBool,
+  kString,  // ONNX tensor(string): UTF-8 byte strings, one std::string per element (compiler/ir/tensor.h)
 };
 
 // Bytes per element (0 for kInvalid).
 size_t DTypeSize(DType t);
-// Short name used by the textual IR: f32 f16 bf16 f64 i8 u8 i16 u16 i32 i64 u32 u64 bool.
+// Short name used by the textual IR: f32 f16 bf16 f64 i8 u8 i16 u16 i32 i64 u32 u64 bool string.
 absl::string_view DTypeName(DType t);
 // Inverse of DTypeName; kInvalid when unknown.
 DType DTypeFromName(absl::string_view name);
-// ONNX TensorProto.DataType code (onnx.proto: FLOAT = 1 ... BFLOAT16 = 16) <-> DType; kInvalid / 0 for a
-// code or type the other side lacks (strings, complex, float8, int4).
+// ONNX TensorProto.DataType code (onnx.proto: FLOAT = 1, STRING = 8 ... BFLOAT16 = 16) <-> DType; kInvalid / 0
+// for a code or type the other side lacks (complex, float8, int4).
 DType DTypeFromOnnxCode(int64_t code);
 int OnnxCodeFromDType(DType t);
 bool IsFloat(DType t);    // f16, bf16, f32, f64

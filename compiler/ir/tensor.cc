@@ -97,6 +97,7 @@ void ForEachAsDouble(const Tensor& t, F&& f) {
       case DType::kU32: v = static_cast<const uint32_t*>(p)[i]; break;
       case DType::kU64: v = static_cast<double>(static_cast<const uint64_t*>(p)[i]); break;
       case DType::kBool: v = static_cast<const uint8_t*>(p)[i] != 0; break;
+      case DType::kString: v = 0; break;  // not numbers: read them as strings (data<std::string>())
       case DType::kF16: {
         uint16_t h = static_cast<const uint16_t*>(p)[i];
         uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
@@ -244,11 +245,24 @@ Tensor::Tensor(DType dtype, Dims dims) : dtype_(dtype), dims_(std::move(dims)) {
   absl::StatusOr<size_t> bytes = CheckedByteSize(dtype_, dims_);
   if (!bytes.ok()) throw TensorError(std::string(bytes.status().message()));
   data_ = Allocate(*bytes);
+  if (dtype_ == DType::kString) {
+    // Empty strings constructed in place (noexcept), destroyed before the buffer goes back.
+    const int64_t n = numel();
+    std::string* p = reinterpret_cast<std::string*>(data_.get());
+    for (int64_t i = 0; i < n; ++i) new (p + i) std::string();
+    std::shared_ptr<uint8_t> base = std::move(data_);
+    uint8_t* raw = base.get();
+    data_ = std::shared_ptr<uint8_t>(raw, [base = std::move(base), n](uint8_t* q) mutable {
+      std::string* s = reinterpret_cast<std::string*>(q);
+      for (int64_t i = 0; i < n; ++i) s[i].~basic_string();
+      base.reset();
+    });
+  }
 }
 
 Tensor Tensor::Zeros(DType dtype, Dims dims) {
   Tensor t(dtype, std::move(dims));
-  std::memset(t.raw(), 0, t.nbytes());
+  if (dtype != DType::kString) std::memset(t.raw(), 0, t.nbytes());  // strings: already empty
   return t;
 }
 
@@ -275,6 +289,7 @@ Tensor Tensor::Alias(const Tensor& base, size_t byte_offset, DType dtype, Dims d
 }
 
 Tensor Tensor::Wrap(DType dtype, Dims dims, void* data, std::shared_ptr<void> keep_alive) {
+  if (dtype == DType::kString) throw TensorError("string tensors cannot wrap a foreign buffer");
   Tensor t;
   absl::StatusOr<size_t> bytes = CheckedByteSize(dtype, dims);
   if (!bytes.ok()) throw TensorError(std::string(bytes.status().message()));
@@ -293,6 +308,10 @@ Tensor Tensor::Clone() const {
     return t;
   }
   Tensor t(dtype_, dims_);
+  if (dtype_ == DType::kString) {
+    for (int64_t i = 0, n = numel(); i < n; ++i) t.data<std::string>()[i] = data<std::string>()[i];
+    return t;
+  }
   if (nbytes() > 0) std::memcpy(t.raw(), raw(), nbytes());
   return t;
 }
@@ -329,6 +348,12 @@ bool Tensor::BitwiseEquals(const Tensor& other) const {
     if (a.size() != b.size()) return false;
     for (size_t i = 0; i < a.size(); ++i) {
       if (!a[i].BitwiseEquals(b[i])) return false;
+    }
+    return true;
+  }
+  if (dtype_ == DType::kString) {
+    for (int64_t i = 0, n = numel(); i < n; ++i) {
+      if (data<std::string>()[i] != other.data<std::string>()[i]) return false;
     }
     return true;
   }

@@ -8,6 +8,11 @@
 // an optional holds one tensor or one sequence, or nothing. Their dtype() is the element dtype, dims() is
 // {0} (no bytes: code that reads a tensor's elements sees an empty tensor, never foreign memory); kind()
 // tells them apart and items() gives the elements.
+//
+// A kString tensor holds one std::string per element (UTF-8 bytes, ONNX tensor(string)), constructed empty
+// by the allocating constructor and destroyed with the buffer; read and write them through
+// data<std::string>(). Only ops whose OpDef takes strings (OpDef::string_values) receive them; Wrap refuses
+// the dtype (a host's raw bytes are not string objects).
 #ifndef CJIT_COMPILER_IR_TENSOR_H_
 #define CJIT_COMPILER_IR_TENSOR_H_
 

@@ -374,6 +374,16 @@ class Importer {
         for (int i = 0; i < a.ints_size(); ++i) t.data<int64_t>()[i] = a.ints(i);
         return t;
       }
+      if (a.name() == "value_string") {
+        Tensor t(DType::kString, {});
+        *t.data<std::string>() = a.s();
+        return t;
+      }
+      if (a.name() == "value_strings") {
+        Tensor t(DType::kString, {a.strings_size()});
+        for (int i = 0; i < a.strings_size(); ++i) t.data<std::string>()[i] = a.strings(i);
+        return t;
+      }
       return NodeErr(name, "Constant", absl::StrCat("unsupported attribute '", a.name(), "'"));
     }
     return NodeErr(name, "Constant", "has no value attribute");

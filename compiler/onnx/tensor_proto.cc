@@ -53,6 +53,18 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::st
   if (!checked.ok()) return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "': ", checked.status().message()));
   size_t bytes = *checked;
   int64_t n = count;
+  if (t == DType::kString) {  // string_data only (ONNX: strings are never raw or external)
+    if (p.data_location() == onnx::TensorProto::EXTERNAL || p.has_raw_data()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "' holds strings in raw or external data"));
+    }
+    if (p.string_data_size() != n) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "' has ", p.string_data_size(),
+                                                     " strings, its dims need ", n));
+    }
+    Tensor out(t, dims);
+    for (int64_t i = 0; i < n; ++i) out.data<std::string>()[i] = p.string_data(static_cast<int>(i));
+    return out;
+  }
   if (p.data_location() == onnx::TensorProto::EXTERNAL) {
     std::string location;
     int64_t offset = 0, length = -1;
@@ -166,6 +178,7 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::st
       CJIT_RETURN_IF_ERROR(check(p.int32_data_size()));
       CopyConvert(p.int32_data(), out.data<uint16_t>(), n);
       break;
+    case DType::kString:  // read above
     case DType::kInvalid:
       break;
   }
@@ -191,6 +204,10 @@ void ToProto(const Tensor& tensor, const std::string& name, onnx::TensorProto* p
   p->set_name(name);
   p->set_data_type(OnnxFromDType(tensor.dtype()));
   for (int64_t d : tensor.dims()) p->add_dims(d);
+  if (tensor.dtype() == DType::kString) {
+    for (int64_t i = 0; i < tensor.numel(); ++i) p->add_string_data(tensor.data<std::string>()[i]);
+    return;
+  }
   p->set_raw_data(std::string(static_cast<const char*>(tensor.raw()), tensor.nbytes()));
 }
 

@@ -1,5 +1,5 @@
 // Reading and writing ONNX TensorProto files (the `input_K.pb` / `output_K.pb` of ONNX test-data sets).
-// Supported element types: those of DType (no strings, no complex). Errors name the file.
+// Supported element types: those of DType (strings from string_data; no complex). Errors name the file.
 #ifndef CJIT_COMPILER_ONNX_TENSOR_PROTO_H_
 #define CJIT_COMPILER_ONNX_TENSOR_PROTO_H_
 

@@ -24,6 +24,7 @@ std::map<std::string, OpDef, std::less<>>& Table() {
     RegisterTensorOps();
     RegisterMiscOps();
     RegisterSequenceOps();
+    RegisterStringOps();
     AssignOpTraits(RawTable());
     return true;
   }();
@@ -91,6 +92,13 @@ absl::Status InferNode(const Node& node, std::span<const InferInput> inputs,
     if (!inputs[i].present) return NodeError(node, absl::StrCat("required input ", i, " is missing"));
   }
   if (node.outputs.empty()) return NodeError(node, "has no outputs (every ONNX operator has at least one)");
+  if (!def->string_values) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (inputs[i].present && inputs[i].dtype == DType::kString) {
+        return NodeError(node, absl::StrCat("input ", i, " is a string tensor; ", node.op_type, " does not take strings"));
+      }
+    }
+  }
   if (!def->non_tensor_values) {
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (inputs[i].present && inputs[i].kind != ValueKind::kTensor) {
@@ -108,7 +116,9 @@ absl::Status InferNode(const Node& node, std::span<const InferInput> inputs,
       std::vector<DType> dtypes;
       // Sequences and optionals are typed by their op's shape function (the table lists tensor types only).
       for (const InferInput& in : inputs) {
-        dtypes.push_back(in.present && in.kind == ValueKind::kTensor ? in.dtype : DType::kInvalid);
+        // Strings: the table lists numeric types only; string ops check theirs (string_values).
+        const bool checked = in.present && in.kind == ValueKind::kTensor && in.dtype != DType::kString;
+        dtypes.push_back(checked ? in.dtype : DType::kInvalid);
       }
       std::string bad = CheckInputTypes(*schema, dtypes);
       if (!bad.empty()) return NodeError(node, bad);

@@ -124,6 +124,9 @@ struct OpDef {
   // control-flow ops. InferNode rejects a non-tensor input to any other op; its shape function checks kinds
   // per input and sets InferOutput::kind.
   bool non_tensor_values = false;
+  // Takes or makes tensor(string) values (Cast, CastLike, Identity, the string ops; set in op_traits.cc):
+  // InferNode rejects a string input to any other op (kernels of other ops copy elements as bytes).
+  bool string_values = false;
   OpTraits traits;        // assigned by op_traits.cc
 };
 
@@ -153,6 +156,7 @@ void RegisterNnOps();
 void RegisterTensorOps();
 void RegisterMiscOps();
 void RegisterSequenceOps();
+void RegisterStringOps();
 // The AMP classes beyond the registrations' and every OpTraits (op_traits.cc), once after them.
 void AssignOpTraits(std::map<std::string, OpDef, std::less<>>& table);
 

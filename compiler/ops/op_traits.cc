@@ -86,6 +86,9 @@ void AssignOpTraits(Table& table) {
             d.traits.random = true;
             d.clusterable = false;
           });
+  // The ops whose kernels read or write tensor(string) elements as strings (every other op is refused them).
+  ForEach(table, {"Cast", "CastLike", "Identity", "StringNormalizer", "TfIdfVectorizer", "StringConcat", "StringSplit"},
+          [](OpDef& d) { d.string_values = true; });
 }
 
 }  // namespace cjit

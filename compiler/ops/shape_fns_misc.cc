@@ -401,11 +401,14 @@ void RegisterMiscOps() {
   });
   // TfIdfVectorizer-9: X [C] or [B, C] of int32 / int64 -> float [max(ngram_indexes) + 1] or [B, ...].
   Reg("TfIdfVectorizer", C::kOther, A::kDeny, 1, 1, [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
-    if (n.HasAttr("pool_strings")) {
-      return absl::UnimplementedError(absl::StrCat(n.Describe(), ": string pools (tensor(string)) are not supported"));
+    // X: int32 / int64 with pool_int64s, or string with pool_strings.
+    const bool strings = n.HasAttr("pool_strings");
+    if (strings && n.HasAttr("pool_int64s")) return NodeError(n, "has both pool_strings and pool_int64s");
+    if (strings && in[0].dtype != DType::kInvalid && in[0].dtype != DType::kString) {
+      return NodeError(n, absl::StrCat("X is ", DTypeName(in[0].dtype), "; pool_strings needs string X"));
     }
-    if (in[0].dtype != DType::kInvalid && in[0].dtype != DType::kI32 && in[0].dtype != DType::kI64) {
-      return NodeError(n, "X must be int32 or int64");
+    if (!strings && in[0].dtype != DType::kInvalid && in[0].dtype != DType::kI32 && in[0].dtype != DType::kI64) {
+      return NodeError(n, "X must be int32 or int64 (or string, with pool_strings)");
     }
     std::vector<int64_t> idx = n.GetInts("ngram_indexes");
     if (idx.empty()) return NodeError(n, "ngram_indexes is empty");

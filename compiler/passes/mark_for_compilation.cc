@@ -32,6 +32,7 @@ std::string ExclusionReason(const Node& n, const ClusteringOptions& options) {
   for (const std::vector<Value*>* vs : {&n.inputs, &n.outputs}) {
     for (const Value* v : *vs) {
       if (v && v->kind != ValueKind::kTensor) return absl::StrCat("%", v->name, " is a ", ValueKindName(v->kind));
+      if (v && v->dtype == DType::kString) return absl::StrCat("%", v->name, " is a string tensor");
     }
   }
   for (const Value* v : n.outputs) {

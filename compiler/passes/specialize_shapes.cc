@@ -95,13 +95,13 @@ absl::StatusOr<bool> Walk(Graph& graph, const ConstantEvaluator& evaluate, const
     CJIT_RETURN_IF_ERROR(InferNode(*n, in, out));
     int64_t out_elems = 0;
     bool out_known = true;
-    bool non_tensor = false;  // sequences and optionals are run, never folded into constants
+    bool non_tensor = false;  // sequences, optionals and strings are run, never folded into constants
     for (size_t k = 0; k < n->outputs.size(); ++k) {
       if (!n->outputs[k]) continue;
       n->outputs[k]->dtype = out[k].dtype;
       n->outputs[k]->shape = out[k].shape;
       n->outputs[k]->kind = out[k].kind;
-      non_tensor |= out[k].kind != ValueKind::kTensor;
+      non_tensor |= out[k].kind != ValueKind::kTensor || out[k].dtype == DType::kString;
       if (out[k].shape.fully_known()) out_elems += NumElements(out[k].shape.concrete());
       else out_known = false;
     }

@@ -150,6 +150,7 @@ typedef enum cjit_dtype {
   CJIT_INT16 = 5,
   CJIT_INT32 = 6,
   CJIT_INT64 = 7,
+  CJIT_STRING = 8, /* UTF-8 strings: made by cjit_value_create_strings, read by cjit_value_get_string */
   CJIT_BOOL = 9, /* one byte, 0 or 1 */
   CJIT_FLOAT16 = 10,
   CJIT_FLOAT64 = 11,
@@ -176,6 +177,18 @@ CJIT_API const int64_t* cjit_value_dims(const cjit_value* value);
 CJIT_API size_t cjit_value_bytes(const cjit_value* value);
 /* The first byte of the data (NULL for an empty tensor). */
 CJIT_API void* cjit_value_data(cjit_value* value);
+
+/* A tensor(string) of `dims` holding copies of the n = prod(dims) strings (bytes, UTF-8 by convention):
+ * strings[i] of lengths[i] bytes, or NUL-terminated when `lengths` is NULL. String values have no raw
+ * buffer: cjit_value_data is NULL, cjit_value_bytes 0; cjit_value_wrap refuses CJIT_STRING and string
+ * outputs cannot be bound. */
+CJIT_API cjit_status* cjit_value_create_strings(const int64_t* dims, size_t rank, const char* const* strings,
+                                                const size_t* lengths, cjit_value** out);
+/* String `index` (row-major) of a string tensor: *data points at its bytes (valid while the value lives;
+ * NUL-terminated), *length is its byte count. CJIT_OUT_OF_RANGE past the end, CJIT_INVALID_ARGUMENT for
+ * another dtype. */
+CJIT_API cjit_status* cjit_value_get_string(const cjit_value* value, size_t index, const char** data,
+                                            size_t* length);
 
 /* Sequences and optionals (ONNX TypeProto sequence_type / optional_type; ONNX Runtime's ONNX_TYPE_SEQUENCE and
  * ONNX_TYPE_OPTIONAL values). A sequence holds an ordered list of tensors of one dtype; an optional holds one

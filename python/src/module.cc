@@ -223,8 +223,46 @@ Wrapped WrapDlpack(const std::string& what, const py::object& obj, int32_t decla
   return w;
 }
 
+// A string input (numpy str / bytes / object arrays, or declared tensor(string)): copies of the UTF-8 bytes.
+Wrapped WrapStrings(const std::string& what, const py::handle& obj) {
+  py::array arr = py::module_::import("numpy").attr("asarray")(obj, py::arg("dtype") = py::dtype("O"));
+  std::vector<int64_t> dims(arr.shape(), arr.shape() + arr.ndim());
+  py::list flat = arr.attr("ravel")().attr("tolist")();
+  std::vector<std::string> bytes;
+  bytes.reserve(flat.size());
+  for (const py::handle item : flat) {
+    if (PyUnicode_Check(item.ptr())) {
+      Py_ssize_t n = 0;
+      const char* p = PyUnicode_AsUTF8AndSize(item.ptr(), &n);
+      if (p == nullptr) throw py::error_already_set();
+      bytes.emplace_back(p, static_cast<size_t>(n));
+    } else if (PyBytes_Check(item.ptr())) {
+      bytes.emplace_back(PyBytes_AS_STRING(item.ptr()), static_cast<size_t>(PyBytes_GET_SIZE(item.ptr())));
+    } else {
+      Raise(PyExc_TypeError, what + ": a string tensor holds str or bytes, not " +
+                                 py::str(py::type::handle_of(item).attr("__name__")).cast<std::string>());
+    }
+  }
+  std::vector<const char*> ptrs;
+  std::vector<size_t> lengths;
+  for (const std::string& b : bytes) {
+    ptrs.push_back(b.data());
+    lengths.push_back(b.size());
+  }
+  cjit_value* v = nullptr;
+  Check(cjit_value_create_strings(dims.data(), dims.size(), ptrs.data(), lengths.data(), &v));
+  Wrapped w;
+  w.value.reset(v);
+  return w;
+}
+
 Wrapped WrapInput(const std::string& name, const py::handle& obj, int32_t declared) {
   const std::string what = "input '" + name + "'";
+  if (declared == CJIT_STRING) return WrapStrings(what, obj);
+  if (py::isinstance<py::array>(obj)) {
+    const char kind = py::reinterpret_borrow<py::array>(obj).dtype().kind();
+    if (kind == 'U' || kind == 'S' || kind == 'O') return WrapStrings(what, obj);
+  }
   if (py::isinstance<py::array>(obj)) return WrapArray(what, py::reinterpret_borrow<py::array>(obj), declared, false);
   // numpy scalars and Python numbers / sequences: numpy's conversion, without probing for __dlpack__.
   if (PyObject_IsInstance(obj.ptr(), g_numpy_generic.ptr()) == 1 || PyLong_Check(obj.ptr()) ||
@@ -293,11 +331,29 @@ py::object ToPython(cjit_value* v) {
   return items.empty() ? py::object(py::none()) : py::object(items[0]);
 }
 
-// A numpy array that owns `v` (no copy): the capsule frees the value with the array.
+// A numpy array that owns `v` (no copy): the capsule frees the value with the array. String tensors become
+// object arrays of str (as ONNX Runtime returns them; invalid UTF-8 bytes decode to U+FFFD).
 py::array ToNumpy(cjit_value* v) {
   const size_t rank = cjit_value_rank(v);
   const int64_t* d = cjit_value_dims(v);
   std::vector<ssize_t> shape(d, d + rank);
+  if (cjit_value_dtype(v) == CJIT_STRING) {
+    ValuePtr owned(v);
+    py::array out(py::dtype("O"), shape);
+    size_t n = 1;
+    for (ssize_t x : shape) n *= static_cast<size_t>(x);
+    py::list items;
+    for (size_t i = 0; i < n; ++i) {
+      const char* p = nullptr;
+      size_t len = 0;
+      Check(cjit_value_get_string(v, i, &p, &len));
+      PyObject* u = PyUnicode_DecodeUTF8(p, static_cast<Py_ssize_t>(len), "replace");
+      if (u == nullptr) throw py::error_already_set();
+      items.append(py::reinterpret_steal<py::object>(u));
+    }
+    if (n > 0) out.attr("reshape")(-1).attr("__setitem__")(py::slice(0, static_cast<ssize_t>(n), 1), items);
+    return out;
+  }
   py::dtype dt = NumpyDtype(static_cast<int32_t>(cjit_value_dtype(v)));
   void* data = cjit_value_data(v);
   if (data == nullptr) {  // an empty tensor

@@ -38,6 +38,7 @@ const std::map<std::string, KernelFn>& Registered() {
     RegisterQuantKernels();
     RegisterMatMulNBitsKernel();
     RegisterSequenceKernels();
+    RegisterStringKernels();
     return true;
   }();
   (void)once;

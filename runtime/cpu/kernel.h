@@ -172,6 +172,10 @@ void RegisterRandomKernels();
 void RegisterQuantKernels();
 void RegisterMatMulNBitsKernel();
 void RegisterSequenceKernels();
+void RegisterStringKernels();
+// Cast / CastLike of input 0 to `to` where exactly one side is tensor(string) (kernels_string.cc): numbers
+// as their shortest round-trip text, text parsed as ONNX Cast specifies (errors name the element).
+absl::Status CastStrings(KernelContext& ctx, DType to);
 
 }  // namespace cjit
 

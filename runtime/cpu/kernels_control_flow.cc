@@ -72,9 +72,9 @@ absl::Status Loop(KernelContext& ctx) {
     cond = out[0].ToDoubleVector().at(0) != 0;
     for (int i = 0; i < n_carried; ++i) carried[i] = out[1 + i];
     for (int i = 0; i < n_scan; ++i) {
-      if (!out[1 + n_carried + i].is_tensor()) {
-        return ctx.Error(absl::StrCat("scan output ", i, " of the body is a ", ValueKindName(out[1 + n_carried + i].kind()),
-                                      "; Loop stacks tensors only"));
+      if (!out[1 + n_carried + i].is_tensor() || out[1 + n_carried + i].dtype() == DType::kString) {
+        return ctx.Error(absl::StrCat("scan output ", i, " of the body is ", out[1 + n_carried + i].Describe(),
+                                      "; Loop stacks numeric tensors only"));
       }
       // The stacked scan output is one tensor: stop as soon as it could no longer be allocated, instead of
       // collecting iterations without bound. Each iteration's slice is held as its own tensor until then,
@@ -125,6 +125,9 @@ Tensor SliceAlong(const Tensor& x, int axis, int64_t t) {
 
 // The slices stacked along a new `axis` (all of one dtype and dims).
 absl::StatusOr<Tensor> StackAlong(const std::vector<Tensor>& parts, int axis, const Node& node) {
+  if (!parts[0].is_tensor() || parts[0].dtype() == DType::kString) {
+    return NodeError(node, absl::StrCat("a scan output is ", parts[0].Describe(), "; Scan stacks numeric tensors only"));
+  }
   Dims d = parts[0].dims();
   if (axis < 0 || axis > static_cast<int>(d.size())) return NodeError(node, absl::StrCat("scan axis ", axis, " out of range"));
   const int64_t n = static_cast<int64_t>(parts.size());

@@ -844,6 +844,7 @@ void CastF32(const float* in, void* out, DType to, int64_t lo, int64_t n) {
 
 absl::Status Cast(KernelContext& ctx, DType to) {
   const Tensor& x = ctx.in(0);
+  if ((x.dtype() == DType::kString) != (to == DType::kString)) return CastStrings(ctx, to);
   Tensor& y = ctx.Alloc(0, to, x.dims());
   if (x.dtype() == to) {
     y = x;

@@ -851,8 +851,20 @@ absl::Status TfIdfVectorizer(KernelContext& ctx) {
   const int64_t max_skip = node.GetInt("max_skip_count", 0);
   const std::string mode = node.GetString("mode", "TF");
   const std::vector<int64_t> counts = node.GetInts("ngram_counts"), indexes = node.GetInts("ngram_indexes");
-  const std::vector<int64_t> pool = node.GetInts("pool_int64s");
+  std::vector<int64_t> pool = node.GetInts("pool_int64s");
   const std::vector<float> weights = node.GetFloats("weights");
+  // A string pool: each distinct pool string gets an id (its first position); X's strings map to their
+  // pool id, or -1 (no pool id) when absent from the pool. The n-gram counting below then runs on ids.
+  std::map<std::string, int64_t> string_ids;
+  if (auto it = node.attrs.find("pool_strings"); it != node.attrs.end()) {
+    if (x.dtype() != DType::kString) return ctx.Error("pool_strings needs a string X");
+    pool.clear();
+    for (const std::string& w : it->second.strings) {
+      pool.push_back(string_ids.emplace(w, static_cast<int64_t>(string_ids.size())).first->second);
+    }
+  } else if (x.dtype() == DType::kString) {
+    return ctx.Error("a string X needs pool_strings");
+  }
   if (min_n < 1 || max_n < min_n || max_skip < 0) {
     return ctx.Error(absl::StrCat("need 1 <= min_gram_length <= max_gram_length and max_skip_count >= 0, got ", min_n,
                                   ", ", max_n, ", ", max_skip));
@@ -879,7 +891,16 @@ absl::Status TfIdfVectorizer(KernelContext& ctx) {
   }
   const int64_t rows = x.rank() == 2 ? x.dim(0) : 1, cols = x.rank() == 0 ? 1 : x.dim(x.rank() - 1);
   Tensor& y = ctx.Alloc(0, DType::kF32, x.rank() == 2 ? Dims{rows, size} : Dims{size});
-  std::vector<int64_t> v = x.ToInt64Vector(), freq(rows * size, 0);
+  std::vector<int64_t> v, freq(rows * size, 0);
+  if (x.dtype() == DType::kString) {
+    v.resize(static_cast<size_t>(x.numel()));
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      auto id = string_ids.find(x.data<std::string>()[i]);
+      v[i] = id == string_ids.end() ? -1 : id->second;
+    }
+  } else {
+    v = x.ToInt64Vector();
+  }
   std::vector<int64_t> gram;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t* row = v.data() + r * cols;

@@ -138,6 +138,11 @@ absl::Status SplitToSequence(KernelContext& ctx) {
       return ctx.Error(absl::StrCat("split must be a scalar or 1-D, got ", split.Describe()));
     }
   }
+  if (sizes.size() * kItemOverheadBytes + x.nbytes() > MaxTensorBytes()) {
+    return ctx.Error(absl::StrCat(sizes.size(), " pieces of ", x.Describe(), " would take more than --max_tensor_bytes (",
+                                  MaxTensorBytes(), ")"));
+  }
+  if (x.dtype() == DType::kString) return ctx.Error("sequences of strings are not supported");
   ctx.outputs[0] = Tensor::Sequence(x.dtype(), SplitAlong(x, axis, sizes, drop_axis));
   return absl::OkStatus();
 }

@@ -1148,10 +1148,10 @@ absl::Status GpuExecutor::Impl::AddHost(const Node& n, const std::vector<PostOp>
 
 absl::Status GpuExecutor::Impl::PlaceNode(const Node& n, const PlanStep* step) {
   if (n.op_type == kClusterOp) return PlaceCluster(n);
-  // Sequences and optionals live on the host: so do the ops that read or make them.
+  // Sequences, optionals and strings live on the host: so do the ops that read or make them.
   for (const std::vector<Value*>* vs : {&n.inputs, &n.outputs}) {
     for (const Value* v : *vs) {
-      if (v != nullptr && v->kind != ValueKind::kTensor) return AddHost(n, nullptr, nullptr);
+      if (v != nullptr && (v->kind != ValueKind::kTensor || v->dtype == DType::kString)) return AddHost(n, nullptr, nullptr);
     }
   }
   if (step != nullptr && !step->post_ops.empty()) {

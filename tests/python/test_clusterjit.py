@@ -513,3 +513,22 @@ def test_sequences_and_optionals_in_and_out(tmp_path):
         sess.run(None, {"xs": a, "t": t, "opt": None})
     with pytest.raises(ort.InvalidArgument, match=r"item 0 is i64\[2\]; the sequence holds f32 tensors"):
         sess.run(None, {"xs": [np.arange(2)], "t": t, "opt": None})
+
+
+def test_string_tensors_in_and_out(tmp_path):
+    g = h.make_graph([
+        h.make_node("StringNormalizer", ["x"], ["y"], case_change_action="UPPER", stopwords=["the"]),
+        h.make_node("Cast", ["n"], ["t"], to=T.STRING),
+    ], "strings", [h.make_tensor_value_info("x", T.STRING, [None]), h.make_tensor_value_info("n", T.FLOAT, [2])],
+        [h.make_tensor_value_info("y", T.STRING, None), h.make_tensor_value_info("t", T.STRING, None)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
+    m.ir_version = 8
+    sess = ort.InferenceSession(save(m, tmp_path), providers=["CPUExecutionProvider"])
+    assert sess.get_inputs()[0].type == "tensor(string)"
+    y, t = sess.run(None, {"x": np.array(["the", "café", "dog"]), "n": np.array([0.5, -2], np.float32)})
+    assert y.dtype == object and list(y) == ["CAFé", "DOG"]  # ASCII letters change case
+    assert list(t) == ["0.5", "-2"]
+    (y,) = sess.run(["y"], {"x": [b"a", "b"], "n": np.zeros(2, np.float32)})
+    assert list(y) == ["A", "B"]
+    with pytest.raises(TypeError, match="a string tensor holds str or bytes, not int"):
+        sess.run(None, {"x": np.array([1, 2], dtype=object), "n": np.zeros(2, np.float32)})

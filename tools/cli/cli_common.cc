@@ -74,6 +74,7 @@ Tensor RandomTensor(DType t, const Dims& dims, std::mt19937& rng) {
       case DType::kI64: out.data<int64_t>()[i] = static_cast<int64_t>((v + 1) * 5); break;
       case DType::kI32: out.data<int32_t>()[i] = static_cast<int32_t>((v + 1) * 5); break;
       case DType::kBool: case DType::kU8: out.data<uint8_t>()[i] = v > 0; break;
+      case DType::kString: out.data<std::string>()[i] = std::to_string(static_cast<int>((v + 1) * 5)); break;
       default: std::memset(static_cast<uint8_t*>(out.raw()) + i * DTypeSize(t), 0, DTypeSize(t));
     }
   }

@@ -213,6 +213,10 @@ int CmdBenchStream(const std::string& dir, double rtol, double atol, int passes,
       // the pass ends would make every later run allocate its outputs in never-used pages (prefaulted by
       // the tensor arena), which no host that drops or reuses its outputs pays — nor ORT's side.
       for (NamedTensor& o : *out) {
+        if (!o.tensor.is_tensor() || o.tensor.dtype() == DType::kString) {  // objects, not bytes: a deep copy
+          o.tensor = o.tensor.Clone();
+          continue;
+        }
         const size_t n = o.tensor.nbytes();
         std::shared_ptr<void> bytes(std::malloc(std::max<size_t>(n, 1)), std::free);
         if (n > 0) std::memcpy(bytes.get(), o.tensor.raw(), n);

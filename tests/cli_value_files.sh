@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# `cjit run` and `cjit check` with sequence and optional inputs and outputs (ONNX SequenceProto /
-# OptionalProto files, as ONNX test data stores them): `cjit run --input NAME=FILE --output-dir` on the ONNX
+# `cjit run` and `cjit check` with sequence, optional and string inputs and outputs (ONNX SequenceProto /
+# OptionalProto files and string TensorProtos, as ONNX test data stores them): `cjit run --input NAME=FILE --output-dir` on the ONNX
 # backend tests' data, each output file read back by onnx's own Python reader (onnx.numpy_helper) and
 # compared with the reference there; `cjit check` on the same directories; a sequence input left out is an
 # error naming it. Skips (77) without Debian's libonnx-testdata.
-# usage: cli_sequences.sh CJIT_BINARY
+# usage: cli_value_files.sh CJIT_BINARY
 set -uo pipefail
 cjit=$1
 data=/usr/share/libonnx-testdata/data/node
-[[ -d $data ]] || { echo "cli_sequences: SKIPPED, $data is absent"; exit 77; }
+[[ -d $data ]] || { echo "cli_value_files: SKIPPED, $data is absent"; exit 77; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail=0
 for t in test_sequence_map_add_2_sequences test_sequence_map_identity_1_sequence_1_tensor test_optional_get_element_sequence \
-         test_identity_opt test_loop16_seq_none test_sequence_insert_at_front; do
+         test_identity_opt test_loop16_seq_none test_sequence_insert_at_front test_cast_FLOAT_to_STRING \
+         test_cast_STRING_to_FLOAT test_strnormalizer_export_monday_insensintive_upper_twodim; do
   dir=$data/$t
   inputs=()
   for f in "$dir"/test_data_set_0/input_*.pb; do inputs+=(--input "$f"); done
@@ -43,7 +44,9 @@ def same(a, b):
         return isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     if a is None or b is None:
         return a is None and b is None
-    return a.dtype == b.dtype and a.shape == b.shape and np.allclose(a, b, rtol=1e-5, atol=1e-6)
+    if a.dtype == object or b.dtype == object:
+        return a.dtype == b.dtype and a.shape == b.shape and bool(np.all(a == b))
+    return a.dtype == b.dtype and a.shape == b.shape and np.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)
 
 for k, out in enumerate(model.graph.output):
     want = load(f"{ref_dir}/output_{k}.pb", out.type)
@@ -66,5 +69,5 @@ out=$("$cjit" run "$data/test_sequence_map_add_2_sequences/model.onnx" \
 if [[ $? -eq 0 || $out != *"test_abs/test_data_set_0/input_0.pb"* ]]; then
   echo "FAIL: a tensor file for a sequence input: $out"; fail=1
 fi
-[[ $fail -eq 0 ]] && echo "cli_sequences: all passed"
+[[ $fail -eq 0 ]] && echo "cli_value_files: all passed"
 exit $fail
