@@ -1,7 +1,7 @@
-// SessionOptions shared by the tests. OneClusterOptions, for the clustering tests: the CPU, no CJIT_FLAGS from the environment, every
-// clusterable op clustered however small (auto_jit=1, min_cluster_size=1), one intra-op thread, and
-// compiles at fixed runs (auto would compile in the background when a CPU is idle). Tests add their own
-// flags on top.
+// SessionOptions shared by the tests. OneClusterOptions (the clustering tests): the CPU, no CJIT_FLAGS from
+// the environment, every clusterable op clustered however small (auto_jit=1, min_cluster_size=1), one
+// intra-op thread, and compiles at fixed runs (auto would compile in the background when a CPU is idle).
+// Tests add their own flags on top.
 #ifndef CJIT_TESTS_SESSION_OPTIONS_H_
 #define CJIT_TESTS_SESSION_OPTIONS_H_
 
