@@ -257,8 +257,10 @@ def main():
                          max_skip_count=1, ngram_counts=[0, 2], ngram_indexes=[0, 1, 2],
                          pool_strings=["a", "b", "a", "c"]),
         helper.make_node("Cast", ["norm"], ["back"], to=F),
+        helper.make_node("RegexFullMatch", ["joined"], ["matched"], pattern=r"[0-9]+\.?[a-z]*"),
     ], [vi("x", F, [4]), vi("words", S, [4])],
-        [vi("pieces", S, None), vi("counts", I64, None), vi("tf", F, None), vi("back", F, None)], opset=20)
+        [vi("pieces", S, None), vi("counts", I64, None), vi("tf", F, None), vi("back", F, None),
+         vi("matched", TensorProto.BOOL, None)], opset=20)
     print("fuzz corpus: %d models in %s" % (len(os.listdir(out)), out))
 
 

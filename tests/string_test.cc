@@ -188,6 +188,29 @@ TEST(StringTest, StringsReachOnlyOpsThatTakeThem) {
   EXPECT_THROW(Tensor::Wrap(DType::kString, {1}, nullptr), TensorError);
 }
 
+TEST(StringTest, RegexFullMatchWholeStringsAndBadPatterns) {
+  ModelBuilder b(20);
+  b.Input("x", kString, {4});
+  ModelBuilder::AttrString(b.Node("RegexFullMatch", {"x"}, {"y"}), "pattern", R"([a-z0-9._%+-]+@[a-z0-9.-]+\.com)");
+  b.Output("y");
+  auto s = Load(b);
+  ASSERT_NE(s, nullptr);
+  auto r = s->Run({{"x", Strings({4}, {"ab@cd.com", "x ab@cd.com", "ab@cd.com.org", ""})}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)[0].tensor.ToInt64Vector(), (std::vector<int64_t>{1, 0, 0, 0}));  // the whole string must match
+
+  ModelBuilder bad(20);
+  bad.Input("x", kString, {1});
+  ModelBuilder::AttrString(bad.Node("RegexFullMatch", {"x"}, {"y"}), "pattern", "(unclosed");
+  bad.Output("y");
+  s = Load(bad);
+  ASSERT_NE(s, nullptr);
+  r = s->Run({{"x", Strings({1}, {"a"})}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("pattern '(unclosed' is not a valid RE2 expression"), std::string::npos)
+      << r.status();
+}
+
 TEST(StringTest, ConstantStringsAndAStringInitializer) {
   ModelBuilder b(20);
   b.Input("x", kString, {2});

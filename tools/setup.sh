@@ -10,7 +10,7 @@ PACKAGES=(
   llvm-19-dev libzstd-dev zlib1g-dev libffi-dev libedit-dev libxml2-dev libcurl4-openssl-dev
   libabsl-dev libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata
   libeigen3-dev libdnnl-dev libblis-serial-dev opencl-headers ocl-icd-opencl-dev libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libxxhash-dev libfmt-dev libcli11-dev libssl-dev nettle-dev libhiredis-dev redis-server bc libkissfft-dev
+  nlohmann-json3-dev libxxhash-dev libfmt-dev libcli11-dev libssl-dev nettle-dev libhiredis-dev redis-server bc libkissfft-dev libre2-dev
   graphviz python3-jsonschema python3-onnx python3-numpy
   python3-dev pybind11-dev python3-pybind11 libdlpack-dev python3-pytest python3-venv python3-setuptools python3-wheel
   clang-19 libfuzzer-19-dev libclang-rt-19-dev libomp-19-dev

@@ -87,7 +87,8 @@ void AssignOpTraits(Table& table) {
             d.clusterable = false;
           });
   // The ops whose kernels read or write tensor(string) elements as strings (every other op is refused them).
-  ForEach(table, {"Cast", "CastLike", "Identity", "StringNormalizer", "TfIdfVectorizer", "StringConcat", "StringSplit"},
+  ForEach(table, {"Cast", "CastLike", "Identity", "StringNormalizer", "TfIdfVectorizer", "StringConcat", "StringSplit",
+                  "RegexFullMatch"},
           [](OpDef& d) { d.string_values = true; });
 }
 

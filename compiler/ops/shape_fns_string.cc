@@ -1,5 +1,5 @@
 // Shape/dtype functions of the string operators (ONNX operator specification: StringNormalizer-10,
-// StringConcat-20, StringSplit-20). Cast / CastLike to and from string and TfIdfVectorizer's string pool
+// StringConcat-20, StringSplit-20, RegexFullMatch-20). Cast / CastLike to and from string and TfIdfVectorizer's string pool
 // share their numeric ops' functions.
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -42,6 +42,12 @@ void RegisterStringOps() {
     CJIT_RETURN_IF_ERROR(ExpectStrings(n, in, 2));
     CJIT_ASSIGN_OR_RETURN(out[0].shape, BroadcastShapes(n, {in[0].shape, in[1].shape}));
     out[0].dtype = DType::kString;
+    return absl::OkStatus();
+  });
+  Reg("RegexFullMatch", C::kOther, false, A::kDeny, 1, 1, [](const Node& n, Inputs in, Outputs& out) {
+    CJIT_RETURN_IF_ERROR(ExpectStrings(n, in, 1));
+    if (!n.HasAttr("pattern")) return NodeError(n, "the 'pattern' attribute is missing");
+    out[0] = InferOutput{DType::kBool, in[0].shape};
     return absl::OkStatus();
   });
   // Y: X's dims + [longest split]; Z: int64 of X's dims.

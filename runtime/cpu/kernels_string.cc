@@ -1,6 +1,6 @@
 // String-tensor kernels (ONNX operator specification): Cast / CastLike to and from tensor(string),
-// StringNormalizer-10, StringConcat-20 and StringSplit-20. Strings are UTF-8 byte strings
-// (Tensor::data<std::string>()).
+// StringNormalizer-10, StringConcat-20, StringSplit-20 and RegexFullMatch-20 (RE2 syntax, through the RE2
+// library as ONNX Runtime does). Strings are UTF-8 byte strings (Tensor::data<std::string>()).
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/ascii.h"
+#include "re2/re2.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -228,6 +229,21 @@ absl::Status StringSplit(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+// RegexFullMatch-20: Y[i] = whether the whole of X[i] matches `pattern` (RE2 syntax). A pattern RE2 cannot
+// compile is an error naming it and RE2's reason.
+absl::Status RegexFullMatch(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  if (x.dtype() != DType::kString) return ctx.Error(absl::StrCat("X is ", DTypeName(x.dtype()), ", not string"));
+  const std::string pattern = ctx.node->GetString("pattern", "");
+  RE2::Options options;
+  options.set_log_errors(false);  // the error is returned, not logged by RE2
+  RE2 re(pattern, options);
+  if (!re.ok()) return ctx.Error(absl::StrCat("pattern '", pattern, "' is not a valid RE2 expression: ", re.error()));
+  Tensor& y = ctx.Alloc(0, DType::kBool, x.dims());
+  for (int64_t i = 0; i < x.numel(); ++i) y.data<uint8_t>()[i] = RE2::FullMatch(x.data<std::string>()[i], re) ? 1 : 0;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CastStrings(KernelContext& ctx, DType to) {
@@ -246,6 +262,7 @@ void RegisterStringKernels() {
   RegisterKernel("StringNormalizer", StringNormalizer);
   RegisterKernel("StringConcat", StringConcat);
   RegisterKernel("StringSplit", StringSplit);
+  RegisterKernel("RegexFullMatch", RegexFullMatch);
 }
 
 }  // namespace cjit

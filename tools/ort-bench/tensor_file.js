@@ -2,8 +2,8 @@
 const ort = require('onnxruntime-node');
 const fs = require('fs');
 
-// Minimal TensorProto reader: dims(1), data_type(2), float_data(4), int32_data(5), int64_data(7), name(8),
-// raw_data(9), double_data(10).
+// Minimal TensorProto reader: dims(1), data_type(2), float_data(4), int32_data(5), string_data(6),
+// int64_data(7), name(8), raw_data(9), double_data(10).
 function readVarint(buf, pos) {
   let result = 0n, shift = 0n;
   for (;;) {
@@ -17,6 +17,7 @@ function readVarint(buf, pos) {
 function readTensor(path) {
   const buf = fs.readFileSync(path);
   let pos = 0, dims = [], type = 0, name = '', raw = null, floats = [], ints64 = [], ints32 = [], doubles = [];
+  const strings = [];
   while (pos < buf.length) {
     let key; [key, pos] = readVarint(buf, pos);
     const field = Number(key >> 3n), wire = Number(key & 7n);
@@ -28,6 +29,7 @@ function readTensor(path) {
       let len; [len, pos] = readVarint(buf, pos); len = Number(len);
       const bytes = buf.subarray(pos, pos + len); pos += len;
       if (field === 8) name = bytes.toString();
+      else if (field === 6) strings.push(bytes.toString('utf8'));
       else if (field === 9) raw = bytes;
       else if (field === 1 || field === 7 || field === 5) {
         let p = 0; while (p < bytes.length) { let v; [v, p] = readVarint(bytes, p);
@@ -48,6 +50,7 @@ function readTensor(path) {
   else if (type === 2) t = new ort.Tensor('uint8', raw ? copy(Uint8Array, 1) : Uint8Array.from(ints32), dims);
   else if (type === 3) t = new ort.Tensor('int8', raw ? copy(Int8Array, 1) : Int8Array.from(ints32), dims);
   else if (type === 10) t = new ort.Tensor('float16', raw ? copy(Uint16Array, 2) : Uint16Array.from(ints32), dims);
+  else if (type === 8) t = new ort.Tensor('string', strings, dims);
   else throw new Error('unsupported data type ' + type + ' in ' + path);
   return [name, t];
 }
