@@ -149,6 +149,11 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(std::shared_ptr<const
   for (int s = 0; s < ex->num_slots_; ++s) {
     if (!keep[s] && last_reader[s] >= 0) ex->steps_[last_reader[s]].free_after.push_back(s);
   }
+  for (Step& st : ex->steps_) {
+    st.input0_dies = !st.in.empty() && st.in[0] >= 0 && !st.in_const[0] &&
+                     std::count(st.in.begin(), st.in.end(), st.in[0]) == 1 &&
+                     std::find(st.free_after.begin(), st.free_after.end(), st.in[0]) != st.free_after.end();
+  }
   // In-place activations (OpTraits::in_place), with y of x's dtype and dims. Graph inputs and captures are
   // never slots here (they stay in `view`), and Run checks that the computed input is not shared.
   for (Step& st : ex->steps_) {
@@ -230,6 +235,7 @@ absl::StatusOr<std::vector<Tensor>> Executor::Run(
     ctx.threads = RunThreads(threads_);
     ctx.run_subgraph = &runner_;
     ctx.input_is_constant = &st.in_const;
+    ctx.input0_dies = st.input0_dies;
     ctx.inputs.reserve(st.in.size());
     for (int s : st.in) ctx.inputs.push_back(s >= 0 ? view[s] : nullptr);
     for (int s : st.implicit) ctx.implicit.push_back(view[s]);

@@ -93,6 +93,7 @@ class Executor {
     std::vector<int> in, implicit, out;
     std::vector<bool> in_const;
     std::vector<int> free_after;  // slots whose last reader is this step
+    bool input0_dies = false;     // in[0]'s slot is in free_after (KernelContext::input0_dies)
     // A float32 elementwise activation whose input value dies here: its output may reuse the input's
     // buffer when this run holds the only reference (no allocation, no fresh pages). -1: never.
     int inplace_slot = -1;

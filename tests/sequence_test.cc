@@ -291,6 +291,41 @@ TEST(SequenceTest, LoopBuildsASequenceThenStacks) {
   }
 }
 
+// A sequence appended to and then read again (SequenceLength of the old one after SequenceInsert): the old
+// value must keep its length — the in-place append applies only when no later node reads the input.
+TEST(SequenceTest, AnAppendDoesNotChangeAValueReadLater) {
+  ModelBuilder b(17);
+  b.Input("x", kF32, {2});
+  b.Node("SequenceConstruct", {"x", "x"}, {"two"});
+  b.Node("SequenceInsert", {"two", "x"}, {"three"});
+  b.Node("SequenceLength", {"three"}, {"n3"});
+  b.Node("SequenceLength", {"two"}, {"n2"});  // reads `two` after the insert
+  b.Node("SequenceInsert", {"three", "x"}, {"four"});  // `three` dies here: may grow in place
+  b.Node("SequenceLength", {"four"}, {"n4"});
+  b.Output("n2").Output("n3").Output("n4");
+  auto s = Load(b);
+  ASSERT_NE(s, nullptr);
+  for (int run = 0; run < 2; ++run) {
+    auto r = s->Run({{"x", Floats({2}, 0)}});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ((*r)[0].tensor.ToInt64Vector(), std::vector<int64_t>{2});
+    EXPECT_EQ((*r)[1].tensor.ToInt64Vector(), std::vector<int64_t>{3});
+    EXPECT_EQ((*r)[2].tensor.ToInt64Vector(), std::vector<int64_t>{4});
+  }
+  // A caller's sequence is never grown in place: its length is unchanged by a run that appends to it.
+  ModelBuilder g(17);
+  g.SequenceInput("seq", kF32).Input("x", kF32, {2});
+  g.Node("SequenceInsert", {"seq", "x"}, {"grown"});
+  g.SequenceOutput("grown", kF32);
+  s = Load(g);
+  ASSERT_NE(s, nullptr);
+  const Tensor seq = Tensor::Sequence(DType::kF32, {Floats({2}, 0)});
+  auto r = s->Run({{"seq", seq}, {"x", Floats({2}, 5)}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)[0].tensor.items().size(), 2u);
+  EXPECT_EQ(seq.items().size(), 1u);
+}
+
 // A loop growing a sequence without bound stops at --max_tensor_bytes with an error naming the node.
 TEST(SequenceTest, ASequenceGrownInALoopIsBoundedLikeATensor) {
   SessionOptions o = FallbackOptions();

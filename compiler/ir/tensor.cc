@@ -227,6 +227,16 @@ const std::vector<Tensor>& Tensor::items() const {
   return items_ ? *items_ : *kNone;
 }
 
+bool Tensor::AppendIfSoleOwner(const Tensor& item) {
+  if (kind_ != ValueKind::kSequence || !items_ || items_.use_count() != 1) return false;
+  if (!item.is_tensor() || item.dtype() != dtype_) {
+    throw TensorError(absl::StrCat("a sequence of ", DTypeName(dtype_), " tensors cannot hold ", item.Describe()));
+  }
+  // Sole owner: no other Tensor observes the vector, so growing it in place is invisible to every value.
+  const_cast<std::vector<Tensor>&>(*items_).push_back(item);
+  return true;
+}
+
 std::string Tensor::Describe() const {
   switch (kind_) {
     case ValueKind::kTensor:

@@ -111,6 +111,13 @@ class Tensor {
   bool is_tensor() const { return kind_ == ValueKind::kTensor; }
   // A sequence's tensors, or an optional's element (zero or one); empty for a tensor.
   const std::vector<Tensor>& items() const;
+  // Appends `item` to this sequence's own storage when no other value shares it (this Tensor holds the only
+  // reference to its items) and returns true; false (nothing changed) otherwise. For a kernel whose input
+  // dies with it (KernelContext::input0_dies): what was a copy of every item becomes one push_back, so a
+  // list built in a loop costs O(n), not O(n^2). TensorError for an item of another dtype or kind.
+  bool AppendIfSoleOwner(const Tensor& item);
+  // Whether this Tensor holds the only reference to its sequence storage (AppendIfSoleOwner would append).
+  bool SoleOwnerOfItems() const { return kind_ == ValueKind::kSequence && items_ && items_.use_count() == 1; }
   // An optional that holds an element.
   bool has_element() const { return IsOptionalKind(kind_) && !items().empty(); }
   // "f32[2x3]", "sequence(f32)[3 items]", "optional(tensor f32): none", ... for messages.

@@ -37,6 +37,9 @@ struct KernelContext {
   int threads = 1;
   const SubgraphRunner* run_subgraph = nullptr;
   const std::vector<bool>* input_is_constant = nullptr;  // per input: a graph constant (weights may be cached)
+  // Input 0's value is read by no later node (the executor frees it after this one): a kernel may reuse
+  // storage that input holds exclusively (a sequence whose items no other value shares: SequenceInsert).
+  bool input0_dies = false;
   // Elementwise ops to apply to output 0 inside the library call (Conv: oneDNN post-ops), or null.
   const std::vector<PostOp>* post_ops = nullptr;
   // Set by kernels that call a library: the implementation that ran ("oneDNN jit:avx512_core", "Eigen"),

@@ -62,15 +62,17 @@ absl::Status Loop(KernelContext& ctx) {
     in.push_back(c);
     for (int i = 0; i < n_carried; ++i) {
       // A body input declared optional that is carried a plain tensor or sequence (Loop-16 with an optional
-      // initial value, a sequence from the second iteration on) receives it as a present optional.
+      // initial value, a sequence from the second iteration on) receives it as a present optional. Carried
+      // values move into the body's inputs (replaced by its outputs below), so a sequence the body appends
+      // to has one holder and grows in place (SequenceInsert).
       const Value* formal = body->inputs()[2 + i];
-      const Tensor& t = carried[i];
-      in.push_back(IsOptionalKind(formal->kind) && !IsOptionalKind(t.kind()) ? Tensor::Optional(t) : t);
+      Tensor t = std::move(carried[i]);
+      in.push_back(IsOptionalKind(formal->kind) && !IsOptionalKind(t.kind()) ? Tensor::Optional(std::move(t)) : std::move(t));
     }
     CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> out, (*ctx.run_subgraph)(*body, in, caps));
     if (static_cast<int>(out.size()) != 1 + n_carried + n_scan) return ctx.Error("body output count mismatch");
     cond = out[0].ToDoubleVector().at(0) != 0;
-    for (int i = 0; i < n_carried; ++i) carried[i] = out[1 + i];
+    for (int i = 0; i < n_carried; ++i) carried[i] = std::move(out[1 + i]);
     for (int i = 0; i < n_scan; ++i) {
       if (!out[1 + n_carried + i].is_tensor() || out[1 + n_carried + i].dtype() == DType::kString) {
         return ctx.Error(absl::StrCat("scan output ", i, " of the body is ", out[1 + n_carried + i].Describe(),

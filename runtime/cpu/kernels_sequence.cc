@@ -56,8 +56,21 @@ absl::Status SequenceInsert(KernelContext& ctx) {
     return ctx.Error(absl::StrCat("the sequence would hold ", n + 1, " tensors of ", bytes,
                                   " bytes in all, more than --max_tensor_bytes (", MaxTensorBytes(), ")"));
   }
-  std::vector<Tensor> items = seq->items();
-  items.insert(items.begin() + pos, t);
+  if (pos == n && ctx.input0_dies && seq->SoleOwnerOfItems()) {
+    // An append to a sequence no later node reads and no other value shares (a list built in a loop): take
+    // the dying input's storage and grow it in place. Its holder is this run's own slot or input vector.
+    Tensor grown = std::move(const_cast<Tensor&>(*seq));
+    if (grown.AppendIfSoleOwner(t)) {
+      ctx.outputs[0] = std::move(grown);
+      return absl::OkStatus();
+    }
+    const_cast<Tensor&>(*seq) = std::move(grown);  // not reached: the storage had one holder
+  }
+  std::vector<Tensor> items;
+  items.reserve(static_cast<size_t>(n) + 1);
+  items.insert(items.end(), seq->items().begin(), seq->items().begin() + pos);
+  items.push_back(t);
+  items.insert(items.end(), seq->items().begin() + pos, seq->items().end());
   ctx.outputs[0] = Tensor::Sequence(seq->dtype(), std::move(items));
   return absl::OkStatus();
 }
