@@ -7,10 +7,14 @@
 #include <limits>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <numeric>
 
 #include "compiler/ir/numeric_cast.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "runtime/cpu/dispatch.h"
 #include "runtime/cpu/kernel.h"
@@ -843,40 +847,31 @@ absl::Status RoiAlign(KernelContext& ctx) {
 // column ngram_indexes[k] (k: the n-gram's position in the pool). Unigrams count once, not once per skip
 // distance. mode TF = counts, IDF = weight if the count is positive, TFIDF = count * weight (weights
 // default 1), as the ONNX reference computes.
-absl::Status TfIdfVectorizer(KernelContext& ctx) {
+// TfIdfVectorizer's lookup tables, built from the node's attributes once per distinct attribute set (a
+// pool of thousands of strings or n-grams would otherwise be rebuilt at every run, as ONNX Runtime builds
+// them once at session creation).
+struct TfIdfTables {
+  // A string pool: each distinct pool string's id (its first position among distinct strings); X's strings
+  // map to their pool id, or -1 when absent. The n-gram counting then runs on ids.
+  absl::flat_hash_map<std::string, int64_t> string_ids;
+  // Pool n-gram -> output column (a later duplicate wins, as in the reference).
+  absl::flat_hash_map<std::vector<int64_t>, int64_t> grams;
+  int64_t size = 0;  // output columns: max(ngram_indexes) + 1
+};
+
+absl::StatusOr<std::shared_ptr<const TfIdfTables>> BuildTfIdfTables(const KernelContext& ctx, int64_t min_n,
+                                                                    int64_t max_n) {
   const Node& node = *ctx.node;
-  const Tensor& x = ctx.in(0);
-  if (x.rank() > 2) return ctx.Error("X must be [C] or [B, C]");
-  const int64_t min_n = node.GetInt("min_gram_length", 1), max_n = node.GetInt("max_gram_length", 1);
-  const int64_t max_skip = node.GetInt("max_skip_count", 0);
-  const std::string mode = node.GetString("mode", "TF");
+  auto tables = std::make_shared<TfIdfTables>();
   const std::vector<int64_t> counts = node.GetInts("ngram_counts"), indexes = node.GetInts("ngram_indexes");
   std::vector<int64_t> pool = node.GetInts("pool_int64s");
-  const std::vector<float> weights = node.GetFloats("weights");
-  // A string pool: each distinct pool string gets an id (its first position); X's strings map to their
-  // pool id, or -1 (no pool id) when absent from the pool. The n-gram counting below then runs on ids.
-  std::map<std::string, int64_t> string_ids;
   if (auto it = node.attrs.find("pool_strings"); it != node.attrs.end()) {
-    if (x.dtype() != DType::kString) return ctx.Error("pool_strings needs a string X");
     pool.clear();
     for (const std::string& w : it->second.strings) {
-      pool.push_back(string_ids.emplace(w, static_cast<int64_t>(string_ids.size())).first->second);
+      pool.push_back(tables->string_ids.emplace(w, static_cast<int64_t>(tables->string_ids.size())).first->second);
     }
-  } else if (x.dtype() == DType::kString) {
-    return ctx.Error("a string X needs pool_strings");
   }
-  if (min_n < 1 || max_n < min_n || max_skip < 0) {
-    return ctx.Error(absl::StrCat("need 1 <= min_gram_length <= max_gram_length and max_skip_count >= 0, got ", min_n,
-                                  ", ", max_n, ", ", max_skip));
-  }
-  if (mode != "TF" && mode != "IDF" && mode != "TFIDF") return ctx.Error(absl::StrCat("unsupported mode '", mode, "'"));
-  int64_t size = 0;
-  for (int64_t i : indexes) size = std::max(size, i + 1);
-  if (!weights.empty() && static_cast<int64_t>(weights.size()) < size) {
-    return ctx.Error(absl::StrCat("weights has ", weights.size(), " values for ", size, " outputs"));
-  }
-  // Pool n-gram -> output column (a later duplicate wins, as in the reference).
-  std::map<std::vector<int64_t>, int64_t> grams;
+  for (int64_t i : indexes) tables->size = std::max(tables->size, i + 1);
   int64_t k = 0;
   for (size_t g = 0; g < counts.size(); ++g) {
     const int64_t len = static_cast<int64_t>(g) + 1;
@@ -886,9 +881,60 @@ absl::Status TfIdfVectorizer(KernelContext& ctx) {
     }
     for (int64_t at = begin; at < end; at += len, ++k) {
       if (k >= static_cast<int64_t>(indexes.size())) return ctx.Error("fewer ngram_indexes than pool n-grams");
-      if (len >= min_n && len <= max_n) grams[std::vector<int64_t>(pool.begin() + at, pool.begin() + at + len)] = indexes[k];
+      if (len >= min_n && len <= max_n) {
+        tables->grams[std::vector<int64_t>(pool.begin() + at, pool.begin() + at + len)] = indexes[k];
+      }
     }
   }
+  return std::shared_ptr<const TfIdfTables>(std::move(tables));
+}
+
+// The tables of this node's attributes, from a process-wide cache keyed by their content (so two nodes or
+// sessions with the same pool share one; at most 32 sets are kept). Thread-safe.
+absl::StatusOr<std::shared_ptr<const TfIdfTables>> TfIdfTablesOf(const KernelContext& ctx, int64_t min_n,
+                                                                int64_t max_n) {
+  const Node& node = *ctx.node;
+  std::string key = absl::StrCat(min_n, ";", max_n, ";", absl::StrJoin(node.GetInts("ngram_counts"), ","), ";",
+                                 absl::StrJoin(node.GetInts("ngram_indexes"), ","), ";",
+                                 absl::StrJoin(node.GetInts("pool_int64s"), ","), ";");
+  if (auto it = node.attrs.find("pool_strings"); it != node.attrs.end()) {
+    for (const std::string& w : it->second.strings) absl::StrAppend(&key, w.size(), ":", w);
+  }
+  static std::mutex mu;
+  static auto* cache = new absl::flat_hash_map<std::string, std::shared_ptr<const TfIdfTables>>();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache->find(key); it != cache->end()) return it->second;
+  }
+  CJIT_ASSIGN_OR_RETURN(std::shared_ptr<const TfIdfTables> built, BuildTfIdfTables(ctx, min_n, max_n));
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache->size() >= 32) cache->clear();
+  return cache->emplace(std::move(key), std::move(built)).first->second;
+}
+
+absl::Status TfIdfVectorizer(KernelContext& ctx) {
+  const Node& node = *ctx.node;
+  const Tensor& x = ctx.in(0);
+  if (x.rank() > 2) return ctx.Error("X must be [C] or [B, C]");
+  const int64_t min_n = node.GetInt("min_gram_length", 1), max_n = node.GetInt("max_gram_length", 1);
+  const int64_t max_skip = node.GetInt("max_skip_count", 0);
+  const std::string mode = node.GetString("mode", "TF");
+  const std::vector<float> weights = node.GetFloats("weights");
+  const bool string_pool = node.HasAttr("pool_strings");
+  if (string_pool && x.dtype() != DType::kString) return ctx.Error("pool_strings needs a string X");
+  if (!string_pool && x.dtype() == DType::kString) return ctx.Error("a string X needs pool_strings");
+  if (min_n < 1 || max_n < min_n || max_skip < 0) {
+    return ctx.Error(absl::StrCat("need 1 <= min_gram_length <= max_gram_length and max_skip_count >= 0, got ", min_n,
+                                  ", ", max_n, ", ", max_skip));
+  }
+  if (mode != "TF" && mode != "IDF" && mode != "TFIDF") return ctx.Error(absl::StrCat("unsupported mode '", mode, "'"));
+  CJIT_ASSIGN_OR_RETURN(std::shared_ptr<const TfIdfTables> tables, TfIdfTablesOf(ctx, min_n, max_n));
+  const int64_t size = tables->size;
+  if (!weights.empty() && static_cast<int64_t>(weights.size()) < size) {
+    return ctx.Error(absl::StrCat("weights has ", weights.size(), " values for ", size, " outputs"));
+  }
+  const auto& grams = tables->grams;
+  const auto& string_ids = tables->string_ids;
   const int64_t rows = x.rank() == 2 ? x.dim(0) : 1, cols = x.rank() == 0 ? 1 : x.dim(x.rank() - 1);
   Tensor& y = ctx.Alloc(0, DType::kF32, x.rank() == 2 ? Dims{rows, size} : Dims{size});
   std::vector<int64_t> v, freq(rows * size, 0);
