@@ -474,7 +474,9 @@ absl::StatusOr<std::shared_ptr<Graph>> ReplaySpecialization(const ReplayTemplate
   std::shared_ptr<Graph> g(t.graph->Clone().release());
   if (input_dims.size() != g->inputs().size()) return Miss("input count differs");
   std::vector<Shape> shapes;
-  for (const Dims& d : input_dims) shapes.push_back(Shape::Of(d));
+  for (size_t i = 0; i < input_dims.size(); ++i) {
+    shapes.push_back(SignatureInputShape(*g->inputs()[i], input_dims[i]));
+  }
   Replayer r(t, evaluate);
   CJIT_RETURN_IF_ERROR(r.InferGraph(*g, shapes));
   CJIT_RETURN_IF_ERROR(r.CheckGuards());

@@ -137,6 +137,10 @@ absl::StatusOr<bool> Walk(Graph& graph, const ConstantEvaluator& evaluate, const
 
 }  // namespace
 
+Shape SignatureInputShape(const Value& input, const Dims& dims) {
+  return input.kind == ValueKind::kTensor ? Shape::Of(dims) : Shape::Unknown();
+}
+
 absl::Status SpecializeShapes(Graph& graph, const std::vector<Dims>& input_dims, const ConstantEvaluator& evaluate,
                               const SpecializeOptions& options) {
   if (input_dims.size() != graph.inputs().size()) {
@@ -144,9 +148,7 @@ absl::Status SpecializeShapes(Graph& graph, const std::vector<Dims>& input_dims,
         absl::StrCat("signature has ", input_dims.size(), " inputs, graph has ", graph.inputs().size()));
   }
   for (size_t i = 0; i < input_dims.size(); ++i) {
-    Value* in = graph.inputs()[i];
-    // A sequence's or optional's elements are data: their dims are not part of the signature.
-    in->shape = in->kind == ValueKind::kTensor ? Shape::Of(input_dims[i]) : Shape::Unknown();
+    graph.inputs()[i]->shape = SignatureInputShape(*graph.inputs()[i], input_dims[i]);
   }
   for (int round = 0; round < 1000; ++round) {
     CJIT_ASSIGN_OR_RETURN(bool again, Walk(graph, evaluate, options));

@@ -33,6 +33,11 @@ struct SpecializeOptions {
 absl::Status SpecializeShapes(Graph& graph, const std::vector<Dims>& input_dims, const ConstantEvaluator& evaluate,
                               const SpecializeOptions& options = {});
 
+// The shape a signature gives graph input `input` from its value's dims: those dims for a tensor; unknown for
+// a sequence or optional, whose elements are data (not part of the signature). Every specialization path
+// (SpecializeShapes, ReplaySpecialization) sets input shapes through it.
+Shape SignatureInputShape(const Value& input, const Dims& dims);
+
 // For each graph input, whether its *value* can decide a shape or the control flow of the graph: true when
 // some value computed from it (through any chain of nodes; Shape and Size read only its shape) reaches an
 // operand that is not plain data — a Reshape/Expand/Tile/Slice/Pad/Range/ConstantOfShape/Resize shape or
