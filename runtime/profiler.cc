@@ -273,7 +273,10 @@ void Profiler::NameThisThread(std::string_view name) {
 std::vector<TraceEvent> Profiler::Events() const {
   const_cast<Profiler*>(this)->Materialize();
   std::lock_guard<std::mutex> lock(mu_);
-  return std::vector<TraceEvent>(events_.begin(), events_.end());
+  std::vector<TraceEvent> out;
+  out.reserve(events_.size());
+  for (size_t i = 0; i < events_.size(); ++i) out.push_back(events_[i]);
+  return out;
 }
 
 bool Profiler::written() const {
@@ -301,7 +304,8 @@ std::string Profiler::ToJson() const {
     AppendJsonString(&out, name);
     out.append("}}");
   }
-  for (const TraceEvent& e : events_) {
+  for (size_t i = 0; i < events_.size(); ++i) {
+    const TraceEvent& e = events_[i];
     sep();
     out.append("{\"name\": ");
     AppendJsonString(&out, e.name);

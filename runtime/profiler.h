@@ -30,7 +30,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -181,7 +180,25 @@ class Profiler {
   std::string path_;
   int64_t start_ns_ = 0;
   mutable std::mutex mu_;
-  std::deque<TraceEvent> events_;           // guarded by mu_ (a deque: appending never moves old events)
+  // Events in blocks of kBlock, each constructed (so its pages are touched) when it is allocated: appending
+  // never moves old events, and recording costs no allocation or page fault except once per block; growing
+  // the heap a few KB per run would otherwise show up as time outside the op events of a small model.
+  class EventLog {
+   public:
+    size_t size() const { return size_; }
+    TraceEvent& operator[](size_t i) { return blocks_[i / kBlock][i % kBlock]; }
+    const TraceEvent& operator[](size_t i) const { return blocks_[i / kBlock][i % kBlock]; }
+    void push_back(TraceEvent&& e) {
+      if (size_ == blocks_.size() * kBlock) blocks_.push_back(std::make_unique<TraceEvent[]>(kBlock));
+      (*this)[size_++] = std::move(e);
+    }
+
+   private:
+    static constexpr size_t kBlock = 4096;
+    std::vector<std::unique_ptr<TraceEvent[]>> blocks_;
+    size_t size_ = 0;
+  };
+  EventLog events_;                         // guarded by mu_
   size_t materialized_ = 0;                 // guarded by mu_: events before this index have no node
   std::map<int, std::string> thread_names_; // guarded by mu_
   int last_tid_ = -1;                       // guarded by mu_

@@ -2,8 +2,9 @@
 # Profiling on every shared model (issue 9): `cjit run --trace` writes a trace that
 #  * validates against tests/trace_event.schema.json, nests per thread and pairs its flows (trace_check.py);
 #  * on the fallback path (--auto_jit=-1), has per-op events that account for >= 90% of the run time, or
-#    leave at most 1 us per op outside them (dispatch: tiny models run ~60 ops in 0.1 ms; silero_vad_v5
-#    sits at ~10.5% and 0.3 us per op on a quiet machine, and ctest -j2 load has pushed it past 0.5 us);
+#    leave at most 1 us per op outside them (dispatch: tiny models run ~25-60 ops in 0.03-0.1 ms; on a quiet
+#    machine silero_vad_v5 sits at ~0.3 us per op and oww_hello_deepa at 0.15-0.25 us, and ctest -j2 load
+#    has pushed them 2-3x higher);
 #  * clustered, has compile, cache, kernel/library and flow events;
 # and `cjit run --profile` prints the per-op table.
 # usage: trace_models.sh CJIT_BINARY MODELS_DIR      exit 77 (skipped) when MODELS_DIR is absent
