@@ -114,9 +114,9 @@ absl::Status InferNode(const Node& node, std::span<const InferInput> inputs,
     int first = 0;
     if (const OpSchemaVersion* schema = FindOpSchema(node.op_type, static_cast<int>(node.opset_version), &first)) {
       std::vector<DType> dtypes;
-      // Sequences and optionals are typed by their op's shape function (the table lists tensor types only).
+      // The table lists numeric tensor types only: sequences, optionals and strings are typed by their ops'
+      // shape functions (non_tensor_values, string_values).
       for (const InferInput& in : inputs) {
-        // Strings: the table lists numeric types only; string ops check theirs (string_values).
         const bool checked = in.present && in.kind == ValueKind::kTensor && in.dtype != DType::kString;
         dtypes.push_back(checked ? in.dtype : DType::kInvalid);
       }

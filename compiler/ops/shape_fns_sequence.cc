@@ -11,27 +11,18 @@
 namespace cjit {
 namespace {
 
-using namespace shape_fn;  // NOLINT: Inputs, Outputs, C, A
+using namespace shape_fn;  // NOLINT: Inputs, Outputs, C, A, RegNonTensor, ExpectKind
 
-void RegNonTensor(const std::string& name, int min_in, int max_in, InferFn fn) {
-  OpDef def{name, C::kOther, false, A::kDeny, min_in, max_in, std::move(fn)};
-  def.non_tensor_values = true;
-  RegisterOp(std::move(def));
+// The sequence and optional ops: no category of their own, never clustered, no float arithmetic for AMP.
+void RegSequenceOp(const std::string& name, int min_in, int max_in, InferFn fn) {
+  RegNonTensor(name, C::kOther, false, A::kDeny, min_in, max_in, std::move(fn));
 }
 
-// Input i must be of `kind`; the error names the node, the input and both kinds.
-absl::Status Expect(const Node& n, Inputs in, size_t i, ValueKind kind) {
-  if (i < in.size() && in[i].present && in[i].kind != kind) {
-    return NodeError(n, absl::StrCat("input ", i, " is a ", ValueKindName(in[i].kind), "; ", n.op_type, " takes a ",
-                                     ValueKindName(kind), " there"));
-  }
-  return absl::OkStatus();
-}
+absl::Status Expect(const Node& n, Inputs in, size_t i, ValueKind kind) { return ExpectKind(n, in, kind, i, i + 1); }
 
 // Every input from `first` on is a tensor.
 absl::Status ExpectTensors(const Node& n, Inputs in, size_t first) {
-  for (size_t i = first; i < in.size(); ++i) CJIT_RETURN_IF_ERROR(Expect(n, in, i, ValueKind::kTensor));
-  return absl::OkStatus();
+  return ExpectKind(n, in, ValueKind::kTensor, first, in.size());
 }
 
 // A scalar integer position / split input (int32 or int64), when its shape is known.
@@ -86,13 +77,13 @@ absl::Status SequenceMapInfer(const Node& n, Inputs in, Outputs& out) {
 }  // namespace
 
 void RegisterSequenceOps() {
-  RegNonTensor("SequenceEmpty", 0, 0, [](const Node& n, Inputs, Outputs& out) {
+  RegSequenceOp("SequenceEmpty", 0, 0, [](const Node& n, Inputs, Outputs& out) {
     const DType t = DTypeFromOnnxCode(n.GetInt("dtype", 1));
     if (t == DType::kInvalid) return NodeError(n, absl::StrCat("unsupported dtype ", n.GetInt("dtype", 1)));
     out[0] = SequenceOf(t);
     return absl::OkStatus();
   });
-  RegNonTensor("SequenceConstruct", 1, 1 << 20, [](const Node& n, Inputs in, Outputs& out) {
+  RegSequenceOp("SequenceConstruct", 1, 1 << 20, [](const Node& n, Inputs in, Outputs& out) {
     CJIT_RETURN_IF_ERROR(ExpectTensors(n, in, 0));
     for (size_t i = 1; i < in.size(); ++i) {
       if (in[i].dtype != in[0].dtype) {
@@ -103,7 +94,7 @@ void RegisterSequenceOps() {
     out[0] = SequenceOf(in[0].dtype);
     return absl::OkStatus();
   });
-  RegNonTensor("SequenceInsert", 2, 3, [](const Node& n, Inputs in, Outputs& out) {
+  RegSequenceOp("SequenceInsert", 2, 3, [](const Node& n, Inputs in, Outputs& out) {
     CJIT_RETURN_IF_ERROR(Expect(n, in, 0, ValueKind::kSequence));
     CJIT_RETURN_IF_ERROR(ExpectTensors(n, in, 1));
     CJIT_RETURN_IF_ERROR(SameElementType(n, in, 0, 1));
@@ -111,26 +102,26 @@ void RegisterSequenceOps() {
     out[0] = SequenceOf(in[0].dtype);
     return absl::OkStatus();
   });
-  RegNonTensor("SequenceAt", 2, 2, [](const Node& n, Inputs in, Outputs& out) {
+  RegSequenceOp("SequenceAt", 2, 2, [](const Node& n, Inputs in, Outputs& out) {
     CJIT_RETURN_IF_ERROR(Expect(n, in, 0, ValueKind::kSequence));
     CJIT_RETURN_IF_ERROR(ExpectTensors(n, in, 1));
     CJIT_RETURN_IF_ERROR(ExpectIndex(n, in, 1, "position", true));
     out[0] = InferOutput{in[0].dtype, Shape::Unknown(), ValueKind::kTensor};
     return absl::OkStatus();
   });
-  RegNonTensor("SequenceErase", 1, 2, [](const Node& n, Inputs in, Outputs& out) {
+  RegSequenceOp("SequenceErase", 1, 2, [](const Node& n, Inputs in, Outputs& out) {
     CJIT_RETURN_IF_ERROR(Expect(n, in, 0, ValueKind::kSequence));
     CJIT_RETURN_IF_ERROR(ExpectTensors(n, in, 1));
     CJIT_RETURN_IF_ERROR(ExpectIndex(n, in, 1, "position", true));
     out[0] = SequenceOf(in[0].dtype);
     return absl::OkStatus();
   });
-  RegNonTensor("SequenceLength", 1, 1, [](const Node& n, Inputs in, Outputs& out) {
+  RegSequenceOp("SequenceLength", 1, 1, [](const Node& n, Inputs in, Outputs& out) {
     CJIT_RETURN_IF_ERROR(Expect(n, in, 0, ValueKind::kSequence));
     out[0] = InferOutput{DType::kI64, Shape::Of({}), ValueKind::kTensor};
     return absl::OkStatus();
   });
-  RegNonTensor("SplitToSequence", 1, 2, [](const Node& n, Inputs in, Outputs& out) {
+  RegSequenceOp("SplitToSequence", 1, 2, [](const Node& n, Inputs in, Outputs& out) {
     CJIT_RETURN_IF_ERROR(ExpectTensors(n, in, 0));
     CJIT_RETURN_IF_ERROR(ExpectIndex(n, in, 1, "split", false));
     if (in.size() > 1 && in[1].present && in[1].shape.rank_known && in[1].shape.rank() > 1) {
@@ -143,15 +134,15 @@ void RegisterSequenceOps() {
     out[0] = SequenceOf(in[0].dtype);
     return absl::OkStatus();
   });
-  RegNonTensor("ConcatFromSequence", 1, 1, [](const Node& n, Inputs in, Outputs& out) {
+  RegSequenceOp("ConcatFromSequence", 1, 1, [](const Node& n, Inputs in, Outputs& out) {
     CJIT_RETURN_IF_ERROR(Expect(n, in, 0, ValueKind::kSequence));
     if (!n.HasAttr("axis")) return NodeError(n, "the required attribute 'axis' is missing");
     out[0] = InferOutput{in[0].dtype, Shape::Unknown(), ValueKind::kTensor};
     return absl::OkStatus();
   });
-  RegNonTensor("SequenceMap", 1, 1 << 20, SequenceMapInfer);
+  RegSequenceOp("SequenceMap", 1, 1 << 20, SequenceMapInfer);
   // Optional-15: an optional of the input, or an empty optional of the `type` attribute's type.
-  RegNonTensor("Optional", 0, 1, [](const Node& n, Inputs in, Outputs& out) {
+  RegSequenceOp("Optional", 0, 1, [](const Node& n, Inputs in, Outputs& out) {
     if (!in.empty() && in[0].present) {
       if (IsOptionalKind(in[0].kind)) return NodeError(n, "input 0 is already an optional");
       out[0] = InferOutput{in[0].dtype, Shape::Unknown(), OptionalKindOf(in[0].kind)};
@@ -170,7 +161,7 @@ void RegisterSequenceOps() {
   });
   // OptionalHasElement / OptionalGetElement-18 also take a plain tensor or sequence (then present / itself);
   // OptionalHasElement-18's input may be absent (false).
-  RegNonTensor("OptionalHasElement", 0, 1, [](const Node& n, Inputs in, Outputs& out) {
+  RegSequenceOp("OptionalHasElement", 0, 1, [](const Node& n, Inputs in, Outputs& out) {
     if ((in.empty() || !in[0].present) && n.opset_version > 0 && n.opset_version < 18) {
       return NodeError(n, "OptionalHasElement-15 needs its input");
     }
@@ -180,7 +171,7 @@ void RegisterSequenceOps() {
     out[0] = InferOutput{DType::kBool, Shape::Of({}), ValueKind::kTensor};
     return absl::OkStatus();
   });
-  RegNonTensor("OptionalGetElement", 1, 1, [](const Node& n, Inputs in, Outputs& out) {
+  RegSequenceOp("OptionalGetElement", 1, 1, [](const Node& n, Inputs in, Outputs& out) {
     if (!IsOptionalKind(in[0].kind) && n.opset_version > 0 && n.opset_version < 18) {
       return NodeError(n, absl::StrCat("input 0 is a ", ValueKindName(in[0].kind), "; OptionalGetElement-15 takes an optional"));
     }

@@ -16,23 +16,6 @@ using namespace shape_fn;  // NOLINT: Inputs, Outputs, C, A, Reg
 // rank r, dims unknown. Rank 0 stays wholly unknown: a scalar shape would read as fully known, and the
 // executor would then skip the run-time inference that validates those values (fuzzer: Pad of a scalar
 // with 8 pads and axes out of range reached its kernel).
-// An op registered with OpDef::non_tensor_values: it may read and make sequences and optionals.
-void RegNonTensorToo(const std::string& name, C cat, bool clusterable, A amp, int min_in, int max_in, InferFn fn) {
-  OpDef def{name, cat, clusterable, amp, min_in, max_in, std::move(fn)};
-  def.non_tensor_values = true;
-  RegisterOp(std::move(def));
-}
-
-// Inputs [first, end) that are present are tensors.
-absl::Status ExpectTensorInputs(const Node& n, Inputs in, size_t first, size_t end) {
-  for (size_t i = first; i < end && i < in.size(); ++i) {
-    if (in[i].present && in[i].kind != ValueKind::kTensor) {
-      return NodeError(n, absl::StrCat("input ", i, " is a ", ValueKindName(in[i].kind), "; it must be a tensor"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 Shape UnknownDimsOfRank(int r) {
   if (r == 0) return Shape::Unknown();
   Shape s;
@@ -455,7 +438,7 @@ void RegisterTensorOps() {
     return absl::OkStatus();
   };
   // Identity-14+ passes sequences and optionals through as well (a cluster boundary then: mark_for_compilation).
-  RegNonTensorToo("Identity", C::kDataMovement, true, A::kInfer, 1, 1, same);
+  RegNonTensor("Identity", C::kDataMovement, true, A::kInfer, 1, 1, same);
   Reg("Dropout", C::kDataMovement, true, A::kInfer, 1, 3, [](const Node&, Inputs in, Outputs& out) {
     out[0] = {in[0].dtype, in[0].shape};
     if (out.size() > 1) out[1] = {DType::kBool, in[0].shape};
@@ -621,8 +604,8 @@ void RegisterTensorOps() {
   });
   Reg("Compress", C::kOther, false, A::kInfer, 2, 2, DataDependent);
   // If and Loop return and carry sequences and optionals as well (of the kinds the bodies declare).
-  RegNonTensorToo("If", C::kControlFlow, false, A::kInfer, 1, 1, [](const Node& n, Inputs in, Outputs& out) {
-    CJIT_RETURN_IF_ERROR(ExpectTensorInputs(n, in, 0, 1));
+  RegNonTensor("If", C::kControlFlow, false, A::kInfer, 1, 1, [](const Node& n, Inputs in, Outputs& out) {
+    CJIT_RETURN_IF_ERROR(ExpectKind(n, in, ValueKind::kTensor, 0, 1));
     const Graph* g = n.GetGraph("then_branch");
     for (size_t i = 0; g && i < out.size() && i < g->outputs().size(); ++i) {
       out[i].dtype = g->outputs()[i]->dtype;
@@ -638,8 +621,8 @@ void RegisterTensorOps() {
     for (size_t i = 0; g && i < out.size() && i < g->outputs().size(); ++i) out[i].dtype = g->outputs()[i]->dtype;
     return absl::OkStatus();
   });
-  RegNonTensorToo("Loop", C::kControlFlow, false, A::kInfer, 0, 1 << 20, [](const Node& n, Inputs in, Outputs& out) {
-    CJIT_RETURN_IF_ERROR(ExpectTensorInputs(n, in, 0, 2));  // M and cond
+  RegNonTensor("Loop", C::kControlFlow, false, A::kInfer, 0, 1 << 20, [](const Node& n, Inputs in, Outputs& out) {
+    CJIT_RETURN_IF_ERROR(ExpectKind(n, in, ValueKind::kTensor, 0, 2));  // M and cond
     const Graph* g = n.GetGraph("body");
     for (size_t i = 0; g && i < out.size(); ++i) {
       if (i + 1 < g->outputs().size()) {

@@ -176,6 +176,9 @@ void RegisterQuantKernels();
 void RegisterMatMulNBitsKernel();
 void RegisterSequenceKernels();
 void RegisterStringKernels();
+// The node's implicit inputs as the (capture name, value) pairs a SubgraphRunner binds (If, Loop, Scan,
+// SequenceMap).
+std::vector<std::pair<std::string, Tensor>> SubgraphCaptures(const KernelContext& ctx);
 // Cast / CastLike of input 0 to `to` where exactly one side is tensor(string) (kernels_string.cc): numbers
 // as their shortest round-trip text, text parsed as ONNX Cast specifies (errors name the element).
 absl::Status CastStrings(KernelContext& ctx, DType to);

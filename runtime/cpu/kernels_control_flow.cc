@@ -9,9 +9,8 @@
 #include "runtime/cpu/kernel.h"
 
 namespace cjit {
-namespace {
 
-std::vector<std::pair<std::string, Tensor>> Captures(const KernelContext& ctx) {
+std::vector<std::pair<std::string, Tensor>> SubgraphCaptures(const KernelContext& ctx) {
   std::vector<std::pair<std::string, Tensor>> caps;
   for (size_t i = 0; i < ctx.node->implicit_inputs.size(); ++i) {
     caps.push_back({ctx.node->implicit_names[i], *ctx.implicit[i]});
@@ -19,12 +18,14 @@ std::vector<std::pair<std::string, Tensor>> Captures(const KernelContext& ctx) {
   return caps;
 }
 
+namespace {
+
 absl::Status If(KernelContext& ctx) {
   if (ctx.run_subgraph == nullptr) return ctx.Error("no subgraph runner");
   bool cond = ctx.in(0).ToDoubleVector().at(0) != 0;
   const Graph* g = ctx.node->GetGraph(cond ? "then_branch" : "else_branch");
   if (g == nullptr) return ctx.Error("missing branch");
-  CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> outs, (*ctx.run_subgraph)(*g, {}, Captures(ctx)));
+  CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> outs, (*ctx.run_subgraph)(*g, {}, SubgraphCaptures(ctx)));
   if (outs.size() != ctx.outputs.size()) return ctx.Error("branch output count differs from node outputs");
   ctx.outputs = std::move(outs);
   return absl::OkStatus();
@@ -51,7 +52,7 @@ absl::Status Loop(KernelContext& ctx) {
   }
   std::vector<std::vector<Tensor>> scans(n_scan);
   std::vector<uint64_t> scan_bytes(n_scan, 0);
-  auto caps = Captures(ctx);
+  auto caps = SubgraphCaptures(ctx);
   for (int64_t it = 0; it < max_trip && cond; ++it) {
     std::vector<Tensor> in;
     Tensor iter(DType::kI64, {});
@@ -156,7 +157,7 @@ absl::Status ScanOnce(KernelContext& ctx, const Graph& body, std::vector<Tensor>
                       const std::vector<int64_t>& in_dirs, const std::vector<int64_t>& out_axes,
                       const std::vector<int64_t>& out_dirs, int n_scan_out, int64_t steps,
                       std::vector<Tensor>* scan_out) {
-  const auto caps = Captures(ctx);
+  const auto caps = SubgraphCaptures(ctx);
   std::vector<std::vector<Tensor>> slices(n_scan_out);
   uint64_t bytes = 0;
   for (int64_t t = 0; t < steps; ++t) {

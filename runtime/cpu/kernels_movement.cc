@@ -434,7 +434,9 @@ absl::Status Transpose(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-// y[idx] = x[start + idx * step] per dim (Slice, Split): BoxCopy with affine maps.
+}  // namespace
+
+// y[idx] = x[start + idx * step] per dim (Slice, Split, SplitToSequence): BoxCopy with affine maps.
 void StridedCopy(const Tensor& x, Tensor& y, const std::vector<int64_t>& start, const std::vector<int64_t>& step,
                  int threads) {
   const int r = x.rank();
@@ -448,6 +450,8 @@ void StridedCopy(const Tensor& x, Tensor& y, const std::vector<int64_t>& start, 
   }
   BoxCopy(x.raw(), y.raw(), DTypeSize(x.dtype()), maps, nullptr, threads);
 }
+
+namespace {
 
 absl::Status Slice(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
@@ -479,25 +483,35 @@ absl::Status Slice(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-absl::Status Concat(KernelContext& ctx) {
-  Tensor& y = ctx.Alloc(0);
-  CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", 0), y.rank()));
-  size_t es = DTypeSize(y.dtype());
-  int64_t outer = 1, inner = es;
-  for (int i = 0; i < ax; ++i) outer *= y.dim(i);
-  for (int i = ax + 1; i < y.rank(); ++i) inner *= y.dim(i);
-  int64_t out_row = y.dim(ax) * inner;
+}  // namespace
+
+void ConcatAlong(const std::vector<const Tensor*>& parts, int axis, Tensor& y) {
+  int64_t outer = 1, inner = static_cast<int64_t>(DTypeSize(y.dtype()));
+  for (int i = 0; i < axis; ++i) outer *= y.dim(i);
+  for (int i = axis + 1; i < y.rank(); ++i) inner *= y.dim(i);
+  const int64_t out_row = y.dim(axis) * inner;
   int64_t off = 0;
-  for (int k = 0; k < ctx.num_inputs(); ++k) {
-    const Tensor& x = ctx.in(k);
-    if (x.dtype() != y.dtype()) return ctx.Error("inputs have different dtypes");
-    int64_t row = (x.rank() ? x.dim(ax) : 1) * inner;
-    for (int64_t o = 0; o < outer; ++o) {
-      std::memcpy(static_cast<uint8_t*>(y.raw()) + o * out_row + off,
-                  static_cast<const uint8_t*>(x.raw()) + o * row, row);
+  for (const Tensor* x : parts) {
+    const int64_t row = (x->rank() ? x->dim(axis) : 1) * inner;
+    for (int64_t o = 0; o < outer && row > 0; ++o) {
+      std::memcpy(static_cast<uint8_t*>(y.raw()) + o * out_row + off, static_cast<const uint8_t*>(x->raw()) + o * row,
+                  static_cast<size_t>(row));
     }
     off += row;
   }
+}
+
+namespace {
+
+absl::Status Concat(KernelContext& ctx) {
+  Tensor& y = ctx.Alloc(0);
+  CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", 0), y.rank()));
+  std::vector<const Tensor*> parts;
+  for (int k = 0; k < ctx.num_inputs(); ++k) {
+    if (ctx.in(k).dtype() != y.dtype()) return ctx.Error("inputs have different dtypes");
+    parts.push_back(&ctx.in(k));
+  }
+  ConcatAlong(parts, ax, y);
   return absl::OkStatus();
 }
 

@@ -3,11 +3,11 @@
 // SequenceMap-17, Optional-15, OptionalHasElement / OptionalGetElement-15/18). Sequences are immutable
 // (Tensor::Sequence): every op makes a new one that shares the unchanged tensors, so no element is copied
 // except by SplitToSequence and ConcatFromSequence, which move element data.
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "runtime/cpu/kernel.h"
+#include "runtime/cpu/tensor_util.h"
 
 namespace cjit {
 namespace {
@@ -49,9 +49,7 @@ absl::Status SequenceInsert(KernelContext& ctx) {
   CJIT_ASSIGN_OR_RETURN(int64_t pos, Position(ctx, 2, n, n, 0, n));
   // A sequence grown in a loop is bounded like one tensor (--max_tensor_bytes), each item counted with its
   // bookkeeping, so a runaway loop stops with an error instead of exhausting memory.
-  uint64_t bytes = 0;
-  for (const Tensor& item : seq->items()) bytes += item.nbytes() + kItemOverheadBytes;
-  bytes += t.nbytes() + kItemOverheadBytes;
+  const uint64_t bytes = seq->item_bytes() + t.nbytes() + static_cast<uint64_t>(n + 1) * kItemOverheadBytes;
   if (bytes > MaxTensorBytes()) {
     return ctx.Error(absl::StrCat("the sequence would hold ", n + 1, " tensors of ", bytes,
                                   " bytes in all, more than --max_tensor_bytes (", MaxTensorBytes(), ")"));
@@ -60,11 +58,9 @@ absl::Status SequenceInsert(KernelContext& ctx) {
     // An append to a sequence no later node reads and no other value shares (a list built in a loop): take
     // the dying input's storage and grow it in place. Its holder is this run's own slot or input vector.
     Tensor grown = std::move(const_cast<Tensor&>(*seq));
-    if (grown.AppendIfSoleOwner(t)) {
-      ctx.outputs[0] = std::move(grown);
-      return absl::OkStatus();
-    }
-    const_cast<Tensor&>(*seq) = std::move(grown);  // not reached: the storage had one holder
+    grown.AppendInPlace(t);
+    ctx.outputs[0] = std::move(grown);
+    return absl::OkStatus();
   }
   std::vector<Tensor> items;
   items.reserve(static_cast<size_t>(n) + 1);
@@ -95,29 +91,22 @@ absl::Status SequenceErase(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-// Rows of `x` split along `axis` into pieces of `sizes` (summing to the axis' dim).
-std::vector<Tensor> SplitAlong(const Tensor& x, int axis, const std::vector<int64_t>& sizes, bool drop_axis) {
-  int64_t outer = 1, inner = static_cast<int64_t>(DTypeSize(x.dtype()));
-  for (int i = 0; i < axis; ++i) outer *= x.dim(i);
-  for (int i = axis + 1; i < x.rank(); ++i) inner *= x.dim(i);
-  const int64_t dim = x.dim(axis);
+// `x` split along `axis` into pieces of `sizes` (summing to the axis' dim), each a strided copy.
+std::vector<Tensor> SplitAlong(const Tensor& x, int axis, const std::vector<int64_t>& sizes, bool drop_axis,
+                               int threads) {
+  std::vector<int64_t> start(x.rank(), 0), step(x.rank(), 1);
   std::vector<Tensor> out;
-  int64_t begin = 0;
   for (int64_t size : sizes) {
     Dims d = x.dims();
     d[axis] = size;
     Tensor piece(x.dtype(), d);
-    const uint8_t* src = static_cast<const uint8_t*>(x.raw());
-    uint8_t* dst = static_cast<uint8_t*>(piece.raw());
-    for (int64_t o = 0; o < outer && size > 0; ++o) {
-      std::memcpy(dst + o * size * inner, src + (o * dim + begin) * inner, static_cast<size_t>(size * inner));
-    }
+    StridedCopy(x, piece, start, step, threads);
+    start[axis] += size;
     if (drop_axis) {
       d.erase(d.begin() + axis);
       piece = piece.Reshaped(d);
     }
     out.push_back(std::move(piece));
-    begin += size;
   }
   return out;
 }
@@ -156,7 +145,7 @@ absl::Status SplitToSequence(KernelContext& ctx) {
                                   MaxTensorBytes(), ")"));
   }
   if (x.dtype() == DType::kString) return ctx.Error("sequences of strings are not supported");
-  ctx.outputs[0] = Tensor::Sequence(x.dtype(), SplitAlong(x, axis, sizes, drop_axis));
+  ctx.outputs[0] = Tensor::Sequence(x.dtype(), SplitAlong(x, axis, sizes, drop_axis, ctx.threads));
   return absl::OkStatus();
 }
 
@@ -169,10 +158,11 @@ absl::Status ConcatFromSequence(KernelContext& ctx) {
   const int out_rank = first.rank() + (new_axis ? 1 : 0);
   if (out_rank == 0) return ctx.Error("cannot concatenate scalars without new_axis=1");
   CJIT_ASSIGN_OR_RETURN(int axis, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", 0), out_rank));
-  // Each item as [outer, len, inner] around the axis (len 1 for a new axis).
   Dims out_dims = first.dims();
   if (new_axis) out_dims.insert(out_dims.begin() + axis, 0);
   else out_dims[axis] = 0;
+  std::vector<Tensor> stacked;  // new_axis: each item with a unit dim at `axis` (a buffer alias)
+  std::vector<const Tensor*> parts;
   for (size_t k = 0; k < items.size(); ++k) {
     const Tensor& t = items[k];
     bool same = t.rank() == first.rank();
@@ -183,22 +173,18 @@ absl::Status ConcatFromSequence(KernelContext& ctx) {
                                              : absl::StrCat(" (dims may differ on axis ", axis, " only)")));
     }
     out_dims[axis] += new_axis ? 1 : t.dim(axis);
+    parts.push_back(&t);
   }
-  Tensor& out = ctx.Alloc(0, first.dtype(), out_dims);
-  int64_t outer = 1, inner = static_cast<int64_t>(DTypeSize(first.dtype()));
-  for (int i = 0; i < axis; ++i) outer *= out_dims[i];
-  for (int i = axis + 1; i < out_rank; ++i) inner *= out_dims[i];
-  const int64_t row = out_dims[axis] * inner;
-  uint8_t* dst = static_cast<uint8_t*>(out.raw());
-  int64_t offset = 0;
-  for (const Tensor& t : items) {
-    const int64_t chunk = (new_axis ? 1 : t.dim(axis)) * inner;
-    const uint8_t* src = static_cast<const uint8_t*>(t.raw());
-    for (int64_t o = 0; o < outer && chunk > 0; ++o) {
-      std::memcpy(dst + o * row + offset, src + o * chunk, static_cast<size_t>(chunk));
+  if (new_axis) {
+    Dims unit = first.dims();
+    unit.insert(unit.begin() + axis, 1);
+    stacked.reserve(items.size());
+    for (const Tensor*& p : parts) {
+      stacked.push_back(p->Reshaped(unit));
+      p = &stacked.back();
     }
-    offset += chunk;
   }
+  ConcatAlong(parts, axis, ctx.Alloc(0, first.dtype(), out_dims));
   return absl::OkStatus();
 }
 
@@ -219,8 +205,7 @@ absl::Status SequenceMap(KernelContext& ctx) {
       return ctx.Error(absl::StrCat("input ", i, " is a ", ValueKindName(t.kind()), "; SequenceMap takes tensors or sequences"));
     }
   }
-  std::vector<std::pair<std::string, Tensor>> caps;
-  for (size_t i = 0; i < ctx.node->implicit_inputs.size(); ++i) caps.push_back({ctx.node->implicit_names[i], *ctx.implicit[i]});
+  const auto caps = SubgraphCaptures(ctx);
   std::vector<std::vector<Tensor>> results(ctx.outputs.size());
   for (size_t pos = 0; pos < n; ++pos) {
     std::vector<Tensor> in;

@@ -12,6 +12,14 @@ namespace cjit {
 // out[i_perm...] = x[...]: out dims[k] = x dims[perm[k]]. Any dtype (copies bytes).
 absl::StatusOr<Tensor> TransposeTensor(const Tensor& x, const std::vector<int64_t>& perm, int threads);
 
+// y[idx] = x[start + idx * step] per dim, y of x's dtype and rank (allocated): a strided box of x. Any dtype
+// but string (copies bytes); up to `threads` threads.
+void StridedCopy(const Tensor& x, Tensor& y, const std::vector<int64_t>& start, const std::vector<int64_t>& step,
+                 int threads);
+// y = parts concatenated along `axis` (Concat's semantics): y allocated with the parts' dims summed on the
+// axis, every part of y's dtype and rank (a scalar part counts 1). Any dtype but string (copies bytes).
+void ConcatAlong(const std::vector<const Tensor*>& parts, int axis, Tensor& y);
+
 // Geometry of a batched MatMul (numpy matmul semantics): 1-D operands promoted, batch dims broadcast.
 struct MatMulGeometry {
   Dims ad, bd, cd;  // operand and result dims, all of the same rank (>= 2)
