@@ -85,7 +85,7 @@ cjit_status* CopyOut(const std::string& text, char* buffer, size_t size, size_t*
 }
 
 absl::StatusOr<cjit::DType> CheckDtype(cjit_dtype dtype) {
-  cjit::DType t = cjit::DTypeFromOnnx(static_cast<int>(dtype));
+  cjit::DType t = cjit::DTypeFromOnnxCode(dtype);
   if (t == cjit::DType::kInvalid) {
     return absl::InvalidArgumentError(absl::StrCat("unsupported dtype code ", static_cast<int>(dtype)));
   }
@@ -103,7 +103,7 @@ absl::StatusOr<cjit::Dims> CheckDims(const int64_t* dims, size_t rank) {
 }
 
 absl::Status Info(const cjit::TensorInfo& info, int32_t* dtype, int64_t* dims, size_t capacity, int64_t* rank) {
-  if (dtype) *dtype = info.dtype == cjit::DType::kInvalid ? 0 : cjit::OnnxFromDType(info.dtype);
+  if (dtype) *dtype = info.dtype == cjit::DType::kInvalid ? 0 : cjit::OnnxCodeFromDType(info.dtype);
   if (rank) *rank = info.shape.rank_known ? info.shape.rank() : -1;
   if (dims != nullptr && info.shape.rank_known) {
     for (size_t i = 0; i < capacity && i < info.shape.dims.size(); ++i) dims[i] = info.shape.dims[i].value;
@@ -295,7 +295,7 @@ cjit_status* cjit_value_wrap(cjit_dtype dtype, const int64_t* dims, size_t rank,
 void cjit_value_free(cjit_value* value) { delete value; }
 
 cjit_dtype cjit_value_dtype(const cjit_value* value) {
-  return value ? static_cast<cjit_dtype>(cjit::OnnxFromDType(value->tensor.dtype())) : static_cast<cjit_dtype>(0);
+  return value ? static_cast<cjit_dtype>(cjit::OnnxCodeFromDType(value->tensor.dtype())) : static_cast<cjit_dtype>(0);
 }
 size_t cjit_value_rank(const cjit_value* value) {
   return value && value->tensor.is_tensor() ? value->tensor.dims().size() : 0;

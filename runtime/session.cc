@@ -403,16 +403,10 @@ absl::Status CheckValueType(const std::string& name, const TensorInfo& info, con
     return absl::InvalidArgumentError(absl::StrCat("input '", name, "' has dtype ", DTypeName(t.dtype()),
                                                    ", the model expects ", DTypeName(info.dtype)));
   }
-  if (!t.is_tensor()) {
+  if (!t.is_tensor()) {  // each element (a tensor, or an optional's sequence) against the declared element type
     for (size_t k = 0; k < t.items().size(); ++k) {
       const Tensor& e = t.items()[k];
-      if (e.kind() == ValueKind::kSequence) {
-        CJIT_RETURN_IF_ERROR(CheckValueType(absl::StrCat(name, "' element '", k), {name, info.dtype, info.shape,
-                                                                                    ValueKind::kSequence}, e));
-        continue;
-      }
-      CJIT_RETURN_IF_ERROR(CheckValueType(absl::StrCat(name, "[", k, "]"), {name, info.dtype, info.shape,
-                                                                            ValueKind::kTensor}, e));
+      CJIT_RETURN_IF_ERROR(CheckValueType(absl::StrCat(name, "[", k, "]"), {name, info.dtype, info.shape, e.kind()}, e));
     }
     return absl::OkStatus();
   }
@@ -444,15 +438,15 @@ bool HasNonCanonicalBoolsIn(const Tensor& t) {
 
 // A copy of `t` with every bool byte 0 or 1 (in the tensors a sequence or optional holds too).
 Tensor CanonicalBoolsCopy(const Tensor& t) {
-  Tensor c = t.Clone();
-  if (c.is_tensor()) {
+  if (t.is_tensor()) {
+    Tensor c = t.Clone();
     CanonicalizeBools(c);
     return c;
   }
   std::vector<Tensor> items;
-  for (const Tensor& e : c.items()) items.push_back(CanonicalBoolsCopy(e));
-  if (c.kind() == ValueKind::kSequence) return Tensor::Sequence(c.dtype(), std::move(items));
-  return items.empty() ? c : Tensor::Optional(std::move(items[0]));
+  for (const Tensor& e : t.items()) items.push_back(CanonicalBoolsCopy(e));
+  if (t.kind() == ValueKind::kSequence) return Tensor::Sequence(t.dtype(), std::move(items));
+  return items.empty() ? t : Tensor::Optional(std::move(items[0]));
 }
 
 }  // namespace

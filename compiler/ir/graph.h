@@ -1,9 +1,10 @@
 // The graph IR of clusterjit: a Graph owns its Nodes and Values; edges (Node::inputs, Value::producer)
 // are non-owning pointers into the same Graph.
 //
-//  * A Value is one edge (a tensor, or a sequence / optional: Value::kind): a graph input, a constant (initializer / Constant node, `constant` set),
-//    a capture (a name a subgraph reads from an enclosing graph), or a node output. It carries a dtype and
-//    a Shape whose dims may be unknown (-1) and carry a symbol ("batch").
+//  * A Value is one edge (a tensor, or a sequence / optional: Value::kind): a graph input, a constant
+//    (initializer / Constant node, `constant` set), a capture (a name a subgraph reads from an enclosing
+//    graph), or a node output. It carries a dtype and a Shape whose dims may be unknown (-1) and carry a
+//    symbol ("batch").
 //  * A Node is one operator (ONNX op_type + domain) with attributes. Optional inputs that are absent are
 //    nullptr. Subgraph-bearing nodes (If, Loop, Scan) read outer-scope values through `implicit_inputs`,
 //    matched by name to their subgraphs' captures.
@@ -61,7 +62,7 @@ struct Value {
   DType dtype = DType::kInvalid;
   Shape shape;
   // A tensor (dtype, shape), or a sequence / optional of tensors of `dtype` (then `shape` is the elements'
-  // where known, usually unknown). Only ops whose OpDef takes_non_tensors read or make non-tensor values;
+  // where known, usually unknown). Only ops whose OpDef has non_tensor_values read or make non-tensor values;
   // passes leave them alone (never folded, clustered or cast).
   ValueKind kind = ValueKind::kTensor;
   Node* producer = nullptr;   // null for inputs, constants and captures

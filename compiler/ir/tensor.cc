@@ -186,13 +186,23 @@ absl::string_view ValueKindName(ValueKind k) {
   return "?";
 }
 
-Tensor Tensor::Sequence(DType elem, std::vector<Tensor> items) {
-  for (const Tensor& t : items) {
-    if (!t.is_tensor() || t.dtype() != elem) {
-      throw TensorError(absl::StrCat("a sequence of ", DTypeName(elem), " tensors cannot hold ", t.Describe()));
-    }
+namespace {
+
+// A sequence of `elem` tensors holds only kTensor items of that dtype.
+void CheckSequenceItem(DType elem, const Tensor& item) {
+  if (!item.is_tensor() || item.dtype() != elem) {
+    throw TensorError(absl::StrCat("a sequence of ", DTypeName(elem), " tensors cannot hold ", item.Describe()));
   }
+}
+
+}  // namespace
+
+Tensor Tensor::Sequence(DType elem, std::vector<Tensor> items) {
   Tensor s;
+  for (const Tensor& t : items) {
+    CheckSequenceItem(elem, t);
+    s.item_bytes_ += t.nbytes();
+  }
   s.dtype_ = elem;
   s.kind_ = ValueKind::kSequence;
   s.dims_ = {0};
@@ -227,14 +237,12 @@ const std::vector<Tensor>& Tensor::items() const {
   return items_ ? *items_ : *kNone;
 }
 
-bool Tensor::AppendIfSoleOwner(const Tensor& item) {
-  if (kind_ != ValueKind::kSequence || !items_ || items_.use_count() != 1) return false;
-  if (!item.is_tensor() || item.dtype() != dtype_) {
-    throw TensorError(absl::StrCat("a sequence of ", DTypeName(dtype_), " tensors cannot hold ", item.Describe()));
-  }
+void Tensor::AppendInPlace(const Tensor& item) {
+  if (!SoleOwnerOfItems()) throw TensorError("AppendInPlace needs a sequence whose storage it solely owns");
+  CheckSequenceItem(dtype_, item);
   // Sole owner: no other Tensor observes the vector, so growing it in place is invisible to every value.
   const_cast<std::vector<Tensor>&>(*items_).push_back(item);
-  return true;
+  item_bytes_ += item.nbytes();
 }
 
 std::string Tensor::Describe() const {

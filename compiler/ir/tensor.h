@@ -111,13 +111,15 @@ class Tensor {
   bool is_tensor() const { return kind_ == ValueKind::kTensor; }
   // A sequence's tensors, or an optional's element (zero or one); empty for a tensor.
   const std::vector<Tensor>& items() const;
-  // Appends `item` to this sequence's own storage when no other value shares it (this Tensor holds the only
-  // reference to its items) and returns true; false (nothing changed) otherwise. For a kernel whose input
-  // dies with it (KernelContext::input0_dies): what was a copy of every item becomes one push_back, so a
-  // list built in a loop costs O(n), not O(n^2). TensorError for an item of another dtype or kind.
-  bool AppendIfSoleOwner(const Tensor& item);
-  // Whether this Tensor holds the only reference to its sequence storage (AppendIfSoleOwner would append).
+  // Whether this Tensor holds the only reference to its sequence storage: no other value observes it.
   bool SoleOwnerOfItems() const { return kind_ == ValueKind::kSequence && items_ && items_.use_count() == 1; }
+  // Appends `item` to the storage of a sequence this Tensor solely owns (SoleOwnerOfItems): for a kernel whose
+  // input dies with it (KernelContext::input0_dies), an append is one push_back instead of a copy of every
+  // item, so a list built in a loop costs O(n), not O(n^2). TensorError when the storage is shared or the
+  // item is of another dtype or kind.
+  void AppendInPlace(const Tensor& item);
+  // The bytes of a sequence's tensors together (kept with the sequence: bounds check growth in O(1)).
+  uint64_t item_bytes() const { return item_bytes_; }
   // An optional that holds an element.
   bool has_element() const { return IsOptionalKind(kind_) && !items().empty(); }
   // "f32[2x3]", "sequence(f32)[3 items]", "optional(tensor f32): none", ... for messages.
@@ -168,6 +170,7 @@ class Tensor {
   Dims dims_;
   std::shared_ptr<uint8_t> data_;
   std::shared_ptr<const std::vector<Tensor>> items_;  // sequences and optionals
+  uint64_t item_bytes_ = 0;                            // sum of items_' nbytes()
 };
 
 // A bool tensor holds one byte per element, 0 or 1 (C++ bool). Bytes from outside (a model's raw data, a

@@ -202,7 +202,7 @@ class Importer {
           "); clusterjit supports tensors, sequences of tensors and optionals of either"));
     }
     const auto& tt = elem->tensor_type();
-    *t = DTypeFromOnnx(tt.elem_type());
+    *t = DTypeFromOnnxCode(tt.elem_type());
     if (*t == DType::kInvalid) {
       return absl::UnimplementedError(absl::StrCat(options_.source, ": value '", name,
                                                    "' has unsupported element type ", tt.elem_type()));

@@ -27,12 +27,8 @@ void CopyConvert(const Src& src, Dst* dst, int64_t n) {
 
 }  // namespace
 
-DType DTypeFromOnnx(int t) { return DTypeFromOnnxCode(t); }
-
-int OnnxFromDType(DType t) { return OnnxCodeFromDType(t); }
-
 absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::string& model_dir) {
-  DType t = DTypeFromOnnx(p.data_type());
+  DType t = DTypeFromOnnxCode(p.data_type());
   if (t == DType::kInvalid) {
     return absl::UnimplementedError(absl::StrCat("tensor '", p.name(), "' has unsupported data type ",
                                                  onnx::TensorProto::DataType_Name(
@@ -202,7 +198,7 @@ namespace {
 
 void ToProto(const Tensor& tensor, const std::string& name, onnx::TensorProto* p) {
   p->set_name(name);
-  p->set_data_type(OnnxFromDType(tensor.dtype()));
+  p->set_data_type(OnnxCodeFromDType(tensor.dtype()));
   for (int64_t d : tensor.dims()) p->add_dims(d);
   if (tensor.dtype() == DType::kString) {
     for (int64_t i = 0; i < tensor.numel(); ++i) p->add_string_data(tensor.data<std::string>()[i]);

@@ -35,9 +35,7 @@ absl::Status WriteValueProtoFile(const std::string& path, const std::string& nam
 
 // Converts a TensorProto (with raw or typed data, or external data under model_dir).
 absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std::string& model_dir);
-// ONNX TensorProto.DataType code <-> DType (kInvalid / 0 when unsupported).
-DType DTypeFromOnnx(int onnx_type);
-int OnnxFromDType(DType t);
+// ONNX TensorProto.DataType code <-> DType: DTypeFromOnnxCode / OnnxCodeFromDType (compiler/ir/dtype.h).
 
 }  // namespace cjit
 
