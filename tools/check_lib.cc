@@ -90,6 +90,16 @@ bool DataSetResult::ok() const {
   return true;
 }
 
+namespace {
+
+// Value file `path` as the message of the k-th declared input or output's type (a TensorProto past them).
+absl::StatusOr<NamedTensor> ReadDeclared(const std::string& path, const std::vector<TensorInfo>& declared, int k) {
+  if (k >= static_cast<int>(declared.size())) return ReadTensorProtoFile(path);
+  return ReadValueProtoFile(path, declared[k].kind, declared[k].dtype);
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<DataSet>> ReadDataSets(const std::string& dir, const Session& session) {
   std::vector<std::string> dirs;
   std::error_code ec;
@@ -117,8 +127,7 @@ absl::StatusOr<std::vector<DataSet>> ReadDataSets(const std::string& dir, const 
       std::string p = absl::StrCat(d, "/input_", k, ".pb");
       if (!fs::exists(p)) break;
       const bool declared = k < static_cast<int>(session.inputs().size());
-      CJIT_ASSIGN_OR_RETURN(NamedTensor t, declared ? ReadValueProtoFile(p, session.inputs()[k].kind, session.inputs()[k].dtype)
-                                                     : ReadTensorProtoFile(p));
+      CJIT_ASSIGN_OR_RETURN(NamedTensor t, ReadDeclared(p, session.inputs(), k));
       if (t.name.empty() && declared) t.name = session.inputs()[k].name;
       // ONNX's test data stores bfloat16 as UINT16 (numpy has no bfloat16): the same bits.
       if (k < static_cast<int>(session.inputs().size()) && session.inputs()[k].dtype == DType::kBF16 &&
@@ -130,9 +139,7 @@ absl::StatusOr<std::vector<DataSet>> ReadDataSets(const std::string& dir, const 
     for (int k = 0;; ++k) {
       std::string p = absl::StrCat(d, "/output_", k, ".pb");
       if (!fs::exists(p)) break;
-      const bool declared = k < static_cast<int>(session.outputs().size());
-      CJIT_ASSIGN_OR_RETURN(NamedTensor t, declared ? ReadValueProtoFile(p, session.outputs()[k].kind, session.outputs()[k].dtype)
-                                                     : ReadTensorProtoFile(p));
+      CJIT_ASSIGN_OR_RETURN(NamedTensor t, ReadDeclared(p, session.outputs(), k));
       s.outputs.push_back(std::move(t));
     }
     sets.push_back(std::move(s));

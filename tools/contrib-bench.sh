@@ -20,10 +20,4 @@ if [[ ! -f $out/llm_decode_gqa/test_data_set_0/output_0.pb ]]; then
     "[[{\"dims\":[1,1],\"type\":\"int64\",\"max\":4096},$kv,$kv,$kv,$kv,$kv,$kv,$kv,$kv,{\"dims\":[1],\"type\":\"int32\",\"value\":127},{\"dims\":[],\"type\":\"int32\",\"value\":128}]]" \
     2> >(grep -v "W:onnxruntime" >&2)
 fi
-for m in "$out"/*/; do ./build/tools/cjit check "$m" --atol 1e-5 | tail -1; done
-threads=("$@")
-[[ ${#threads[@]} -gt 0 ]] || threads=(1 2)
-for t in "${threads[@]}"; do
-  echo "== $t thread(s)"
-  MODELS=$out ITERATIONS=${ITERATIONS:-60} WARMUP=${WARMUP:-10} bash tools/compare-ort.sh "$t" 2> >(grep -v "W:onnxruntime" >&2)
-done
+bash tools/check-and-compare-ort.sh "$out" "$@"

@@ -14,10 +14,4 @@ if [[ ! -f $out/text_tfidf/test_data_set_0/output_0.pb ]]; then
   /usr/bin/python3 tools/make_sequence_models.py "$out"
   for m in "$out"/*/; do node tools/ort-bench/ort_outputs.js "$m"; done
 fi
-for m in "$out"/*/; do echo "$(basename "$m"): $(./build/tools/cjit check "$m" --atol 1e-5 | tail -1)"; done
-threads=("$@")
-[[ ${#threads[@]} -gt 0 ]] || threads=(1 2)
-for t in "${threads[@]}"; do
-  echo "== $t thread(s)"
-  MODELS=$out ITERATIONS=${ITERATIONS:-60} WARMUP=${WARMUP:-10} bash tools/compare-ort.sh "$t" 2> >(grep -v "W:onnxruntime" >&2)
-done
+bash tools/check-and-compare-ort.sh "$out" "$@"
