@@ -428,40 +428,47 @@ def contrib_cases(root):
          [("c", cc8), ("s", sc8)])
 
 
-def gqa_reference(q, k, v, heads, kv_heads, past_k, past_v, seqlens, causal=True, softcap=0.0, rope=None):
-    """GroupQueryAttention as ONNX Runtime's CPU kernel computes it for uniform batches / prompts: q [B,S,N*H],
-    k/v [B,S,Nk*H], past [B,Nk,P,H]; query i at buffer position P + i; keys t <= seqlens[b]."""
+def gqa_reference(q, k, v, heads, kv_heads, past_k, past_v, seqlens, total, softcap=0.0, rope=None):
+    """GroupQueryAttention as ONNX Runtime's CPU kernel computes it (its ContribOperators.md and
+    gqa_attention_base.h): q [B,S,N*H], k/v [B,S,Nk*H], past [B,Nk,P,H], seqlens[b] = row b's total length - 1,
+    `total` = total_sequence_length. A first prompt (S == total) starts every row at 0; otherwise row b's new
+    tokens start at seqlens[b] + 1 - S. Present [B,Nk,max(total,P),H] = past rows before the start, the new
+    rows, zeros. Query i of row b attends keys t <= start + i and t <= seqlens[b]; rotary at start + i. (The
+    outputs at a prompt's padding positions are not defined by ONNX Runtime; this computes them as any row.)"""
     b, s, _ = q.shape
     p = 0 if past_k is None else past_k.shape[2]
+    length = max(int(total), p)
+    start = np.zeros(b, np.int64) if s == int(total) else seqlens.astype(np.int64) + 1 - s
+    pos = start[:, None] + np.arange(s)[None, :]  # [B, S]
     qh = q.reshape(b, s, heads, -1)
     kh = k.reshape(b, s, kv_heads, -1)
     vh = v.reshape(b, s, kv_heads, -1).transpose(0, 2, 1, 3)
     h = qh.shape[-1]
     if rope is not None:
         cos, sin = rope  # [max, H/2]
-        pos = p + np.arange(s)
-        c, sn = cos[pos][None, :, None, :], sin[pos][None, :, None, :]
+        c, sn = cos[pos][:, :, None, :], sin[pos][:, :, None, :]
 
         def rot(x):
             a, bb = x[..., :h // 2], x[..., h // 2:]
             return np.concatenate([a * c - bb * sn, bb * c + a * sn], -1)
         qh, kh = rot(qh), rot(kh)
     qh, kh = qh.transpose(0, 2, 1, 3), kh.transpose(0, 2, 1, 3)
-    if past_k is not None:
-        kh = np.concatenate([past_k, kh], 2)
-        vh = np.concatenate([past_v, vh], 2)
-    t = kh.shape[2]
+    pk, pv = np.zeros((b, kv_heads, length, h)), np.zeros((b, kv_heads, length, h))
+    for r in range(b):
+        st = start[r]
+        if past_k is not None:
+            pk[r, :, :st], pv[r, :, :st] = past_k[r, :, :st], past_v[r, :, :st]
+        pk[r, :, st:st + s], pv[r, :, st:st + s] = kh[r], vh[r]
     g = heads // kv_heads
-    krep, vrep = np.repeat(kh, g, axis=1), np.repeat(vh, g, axis=1)
+    krep, vrep = np.repeat(pk, g, axis=1), np.repeat(pv, g, axis=1)
     sc = qh @ krep.transpose(0, 1, 3, 2) / np.sqrt(h)
     if softcap > 0:
         sc = softcap * np.tanh(sc / softcap)
-    allowed = np.arange(t)[None, None, :] <= seqlens[:, None, None]
-    if causal:
-        allowed = allowed & (np.arange(t)[None, None, :] <= (p + np.arange(s))[None, :, None])
+    cols = np.arange(length)[None, None, :]
+    allowed = (cols <= seqlens[:, None, None]) & (cols <= pos[:, :, None])
     sc = np.where(allowed[:, None], sc, -np.inf)
     o = softmax(sc) @ vrep
-    return o.transpose(0, 2, 1, 3).reshape(b, s, -1), kh, vh
+    return o.transpose(0, 2, 1, 3).reshape(b, s, -1), pk, pv
 
 
 def gqa_cases(root):
@@ -477,7 +484,7 @@ def gqa_cases(root):
     q, k, v = rnd(2, 5, n_heads * h), rnd(2, 5, kv * h), rnd(2, 5, kv * h)
     seq = np.array([4, 2], np.int32)
     y, pk, pv = gqa_reference(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), n_heads, kv, None, None,
-                              seq, rope=(cc.astype(np.float64), sc.astype(np.float64)))
+                              seq, 5, rope=(cc.astype(np.float64), sc.astype(np.float64)))
     case("GroupQueryAttention_prompt_rotary",
          [ms_node("GroupQueryAttention", ["q", "k", "v", "", "", "seq", "total", "cos", "sin"], ["y", "pk", "pv"],
                   num_heads=n_heads, kv_num_heads=kv, do_rotary=1)],
@@ -490,13 +497,38 @@ def gqa_cases(root):
     qd = qkv[..., :n_heads * h].astype(np.float64)
     kd = qkv[..., n_heads * h:(n_heads + kv) * h].astype(np.float64)
     vd = qkv[..., (n_heads + kv) * h:].astype(np.float64)
-    y, pk, pv = gqa_reference(qd, kd, vd, n_heads, kv, past_k.astype(np.float64), past_v.astype(np.float64), seq,
+    y, pk, pv = gqa_reference(qd, kd, vd, n_heads, kv, past_k.astype(np.float64), past_v.astype(np.float64), seq, 7,
                               softcap=5.0)
     case("GroupQueryAttention_decode_packed_softcap",
          [ms_node("GroupQueryAttention", ["qkv", "", "", "pk_in", "pv_in", "seq", "total"], ["y", "pk", "pv"],
                   num_heads=n_heads, kv_num_heads=kv, softcap=5.0)],
          [("qkv", qkv), ("pk_in", past_k), ("pv_in", past_v), ("seq", seq)], [("y", y), ("pk", pk), ("pv", pv)],
          [("total", np.array(7, np.int32))])
+    # A ragged batch decoding into a past buffer longer than either row's cache (onnxruntime-genai's
+    # past_present_share_buffer layout): rows at 3 and 6 cached tokens, buffer 8; rows past each cache hold
+    # stale values that must not be read or kept. Rotary at each row's own position.
+    qd, kd, vd = rnd(2, 1, n_heads * h), rnd(2, 1, kv * h), rnd(2, 1, kv * h)
+    past_k, past_v = rnd(2, kv, 8, h), rnd(2, kv, 8, h)
+    seq = np.array([3, 6], np.int32)
+    y, pk, pv = gqa_reference(qd.astype(np.float64), kd.astype(np.float64), vd.astype(np.float64), n_heads, kv,
+                              past_k.astype(np.float64), past_v.astype(np.float64), seq, 7,
+                              rope=(cc.astype(np.float64), sc.astype(np.float64)))
+    case("GroupQueryAttention_ragged_decode_buffer",
+         [ms_node("GroupQueryAttention", ["q", "k", "v", "pk_in", "pv_in", "seq", "total", "cos", "sin"],
+                  ["y", "pk", "pv"], num_heads=n_heads, kv_num_heads=kv, do_rotary=1)],
+         [("q", qd), ("k", kd), ("v", vd), ("pk_in", past_k), ("pv_in", past_v), ("seq", seq),
+          ("total", np.array(7, np.int32))], [("y", y), ("pk", pk), ("pv", pv)], [("cos", cc), ("sin", sc)])
+    # A prompt continuing a past (3 new tokens after 4 cached, buffer 5): present grows to the total, 7.
+    qd, kd, vd = rnd(1, 3, n_heads * h), rnd(1, 3, kv * h), rnd(1, 3, kv * h)
+    past_k, past_v = rnd(1, kv, 5, h), rnd(1, kv, 5, h)
+    seq = np.array([6], np.int32)
+    y, pk, pv = gqa_reference(qd.astype(np.float64), kd.astype(np.float64), vd.astype(np.float64), n_heads, kv,
+                              past_k.astype(np.float64), past_v.astype(np.float64), seq, 7)
+    case("GroupQueryAttention_continued_prompt",
+         [ms_node("GroupQueryAttention", ["q", "k", "v", "pk_in", "pv_in", "seq", "total"], ["y", "pk", "pv"],
+                  num_heads=n_heads, kv_num_heads=kv)],
+         [("q", qd), ("k", kd), ("v", vd), ("pk_in", past_k), ("pv_in", past_v), ("seq", seq),
+          ("total", np.array(7, np.int32))], [("y", y), ("pk", pk), ("pv", pv)])
 
 
 def scan_cases(root):

@@ -385,11 +385,15 @@ std::string ShapeRange(Expansion& e, const std::string& x, int64_t from, int64_t
 }
 
 // GroupQueryAttention (Ainslie et al., 2023), as onnxruntime-genai's decoders use it: query [B, S, N * H]
-// (or packed Q/K/V), key / value [B, S, Nk * H], past_key / past_value [B, Nk, P, H] -> present = past
-// followed by the new keys; query head n reads kv head n / (N / Nk). Causal over the buffer (query i sits at
-// P + i) and keys t <= seqlens_k[b] (right padding); rotary embedding of Q and K at positions P + i (or
-// position_ids) when do_rotary; softcap; attention_bias. The buffer layout is ONNX Runtime's for uniform
-// batches and for a prompt; a ragged batch with a past (ORT compacts each row at seqlens_k) is not modelled.
+// (or packed Q/K/V), key / value [B, S, Nk * H], past_key / past_value [B, Nk, P, H], seqlens_k [B] (total
+// length - 1 per batch entry), total_sequence_length T (scalar) -> output [B, S, N * H] and present_key /
+// present_value [B, Nk, max(T, P), H]; query head n reads kv head n / (N / Nk). ONNX Runtime's buffer layout:
+// a first prompt (S == T) starts every row at 0; otherwise row b's past ends at past_b = seqlens_k[b] + 1 - S
+// (ragged batches, a past buffer longer than the cache, a prompt continuing a past), so present row b holds
+// past[:past_b], the S new keys, then zeros. Query i of row b sits at past_b + i and attends the keys
+// t <= past_b + i (causal) and t <= seqlens_k[b] (right padding of a prompt); rotary embedding of Q and K at
+// those positions or at position_ids; softcap; attention_bias. (ONNX Runtime leaves the outputs at a prompt's
+// padding positions undefined; here they are computed as any row's.)
 absl::Status ExpandGroupQueryAttention(const onnx::NodeProto& n, Expansion& e, const std::string& source) {
   const int64_t heads = IntAttr(n, "num_heads", 0), kv_heads = IntAttr(n, "kv_num_heads", 0);
   if (heads < 1 || kv_heads < 1 || heads % kv_heads != 0) {
@@ -397,7 +401,9 @@ absl::Status ExpandGroupQueryAttention(const onnx::NodeProto& n, Expansion& e, c
         n, source,
         absl::StrCat("num_heads (", heads, ") must be a positive multiple of kv_num_heads (", kv_heads, ")"));
   }
-  if (In(n, 0).empty() || In(n, 5).empty()) return Invalid(n, source, "query and seqlens_k are required");
+  if (In(n, 0).empty() || In(n, 5).empty() || In(n, 6).empty()) {
+    return Invalid(n, source, "query, seqlens_k and total_sequence_length are required");
+  }
   if (In(n, 1).empty() != In(n, 2).empty()) return Invalid(n, source, "key and value go together");
   if (In(n, 3).empty() != In(n, 4).empty()) return Invalid(n, source, "past_key and past_value go together");
   if (IntAttr(n, "local_window_size", -1) > 0) return Unsupported(n, source, "local_window_size");
@@ -433,17 +439,27 @@ absl::Status ExpandGroupQueryAttention(const onnx::NodeProto& n, Expansion& e, c
   std::string q4 = e.Op("Reshape", {q, e.Ints({0, 0, heads, -1})});
   std::string k4 = e.Op("Reshape", {k, e.Ints({0, 0, kv_heads, -1})});
   std::string v4 = e.Op("Reshape", {v, e.Ints({0, 0, kv_heads, -1})});
-  std::string past = In(n, 3).empty() ? e.Int(0) : DimOf(e, In(n, 3), 2);
+  auto int64_of = [&](const std::string& x, const char* what) {
+    onnx::NodeProto* c = e.New("Cast", {x}, e.Fresh(what));
+    Expansion::SetInt(c, "to", onnx::TensorProto::INT64);
+    return c->output(0);
+  };
+  const bool has_past = !In(n, 3).empty();
   std::string s = DimOf(e, q, 1);
+  std::string p = has_past ? DimOf(e, In(n, 3), 2) : e.Int(0);
+  std::string lens = int64_of(In(n, 5), "seqlens");  // [B]
+  std::string total = e.Op("Reshape", {int64_of(In(n, 6), "total"), e.Ints({})});
+  std::string buffer = e.Op("Max", {total, p});  // present length
+  // Where each row's new tokens start: 0 for a first prompt, else seqlens_k + 1 - S.
+  std::string past_len = e.Op("Where", {e.Op("Equal", {s, total}), e.Int(0), e.Op("Sub", {e.Op("Add", {lens, e.Int(1)}), s})});
+  std::string steps = e.Op("Range", {e.Int(0), s, e.Int(1)});
+  std::string positions = e.Op("Add", {e.Op("Unsqueeze", {past_len, e.Ints({1})}), e.Op("Unsqueeze", {steps, e.Ints({0})})});
   if (rotary) {
-    std::string positions = In(n, 9);
-    if (positions.empty()) {
-      positions = e.Op("Unsqueeze", {e.Op("Range", {past, e.Op("Add", {past, s}), e.Int(1)}), e.Ints({0})});
-    }
+    std::string pos = In(n, 9).empty() ? positions : In(n, 9);  // [B, S]
     std::string half = DimOf(e, In(n, 7), 1);
     std::string rot = e.Op("Mul", {half, e.Int(2)});
-    std::string cos = e.Op("Unsqueeze", {e.Op("Gather", {In(n, 7), positions}), e.Ints({2})});
-    std::string sin = e.Op("Unsqueeze", {e.Op("Gather", {In(n, 8), positions}), e.Ints({2})});
+    std::string cos = e.Op("Unsqueeze", {e.Op("Gather", {In(n, 7), pos}), e.Ints({2})});
+    std::string sin = e.Op("Unsqueeze", {e.Op("Gather", {In(n, 8), pos}), e.Ints({2})});
     const bool interleaved = IntAttr(n, "rotary_interleaved", 0) != 0;
     q4 = Rotate(e, q4, cos, sin, rot, half, interleaved);
     k4 = Rotate(e, k4, cos, sin, rot, half, interleaved);
@@ -454,14 +470,30 @@ absl::Status ExpandGroupQueryAttention(const onnx::NodeProto& n, Expansion& e, c
     return t->output(0);
   };
   std::string qh = heads_first(q4), kh = heads_first(k4), vh = heads_first(v4);
-  if (!In(n, 3).empty()) {
-    onnx::NodeProto* ck = e.New("Concat", {In(n, 3), kh}, e.Fresh("keys"));
-    Expansion::SetInt(ck, "axis", 2);
-    onnx::NodeProto* cv = e.New("Concat", {In(n, 4), vh}, e.Fresh("values"));
-    Expansion::SetInt(cv, "axis", 2);
-    kh = ck->output(0);
-    vh = cv->output(0);
-  }
+  // present[b, :, t] = past[b, :, t] for t < past_len[b], the new rows at past_len[b] + i, zeros elsewhere.
+  std::string cols = e.Op("Range", {e.Int(0), buffer, e.Int(1)});
+  std::string scatter_at = e.Op("Add", {e.Op("Unsqueeze", {past_len, e.Ints({1, 2, 3})}),
+                                        e.Op("Unsqueeze", {steps, e.Ints({0, 1, 3})})});  // [B, 1, S, 1]
+  auto present = [&](const std::string& past, const std::string& fresh) {
+    std::string base;
+    if (past.empty()) {
+      std::string dims = Concat0(e, {ShapeRange(e, fresh, 0, 2), e.Op("Unsqueeze", {buffer, e.Ints({0})}),
+                                     ShapeRange(e, fresh, 3, 4)});
+      base = e.Op("Expand", {e.Like(0.0f, fresh), dims});
+    } else {
+      std::string grow = e.Op("Unsqueeze", {e.Op("Sub", {buffer, p}), e.Ints({0})});
+      std::string pads = Concat0(e, {e.Ints({0, 0, 0, 0, 0, 0}), grow, e.Ints({0})});
+      std::string kept = e.Op("Less", {e.Op("Unsqueeze", {cols, e.Ints({0, 1, 3})}),
+                                       e.Op("Unsqueeze", {past_len, e.Ints({1, 2, 3})})});  // [B, 1, T, 1]
+      base = e.Op("Where", {kept, e.Op("Pad", {past, pads}), e.Like(0.0f, fresh)});
+    }
+    onnx::NodeProto* sc = e.New("ScatterElements", {base, e.Op("Expand", {scatter_at, e.Op("Shape", {fresh})}), fresh},
+                                e.Fresh("present"));
+    Expansion::SetInt(sc, "axis", 2);
+    return sc->output(0);
+  };
+  kh = present(In(n, 3), kh);
+  vh = present(In(n, 4), vh);
   Bind(e, kh, OutputOr(n, 1));
   Bind(e, vh, OutputOr(n, 2));
   std::string scale;
@@ -484,15 +516,9 @@ absl::Status ExpandGroupQueryAttention(const onnx::NodeProto& n, Expansion& e, c
     std::string c = e.Like(cap, q);
     sc = e.Op("Mul", {e.Op("Tanh", {e.Op("Div", {sc, c})}), c});
   }
-  std::string t = DimOf(e, kh, 2);
-  std::string cols = e.Op("Range", {e.Int(0), t, e.Int(1)});
-  onnx::NodeProto* lens = e.New("Cast", {In(n, 5)}, e.Fresh("seqlens"));
-  Expansion::SetInt(lens, "to", onnx::TensorProto::INT64);
-  std::string allowed = e.Op("LessOrEqual", {cols, e.Op("Reshape", {lens->output(0), e.Ints({-1, 1, 1})})});  // [B,1,T]
-  if (IntAttr(n, "causal", 1) != 0) {
-    std::string rows = e.Op("Unsqueeze", {e.Op("Range", {past, e.Op("Add", {past, s}), e.Int(1)}), e.Ints({1})});
-    allowed = e.Op("And", {allowed, e.Op("LessOrEqual", {cols, rows})});  // [B, S, T]
-  }
+  std::string allowed = e.Op("LessOrEqual", {cols, e.Op("Reshape", {lens, e.Ints({-1, 1, 1})})});  // [B, 1, T]
+  std::string rows = e.Op("Unsqueeze", {positions, e.Ints({2})});                                       // [B, S, 1]
+  allowed = e.Op("And", {allowed, e.Op("LessOrEqual", {cols, rows})});                                 // [B, S, T]
   std::string bias = e.Op("Where", {allowed, e.Like(0.0f, q), e.Like(-3.4028234663852886e38f, q)});
   sc = e.Op("Add", {sc, e.Op("Unsqueeze", {bias, e.Ints({1, 2})})});
   if (!In(n, 10).empty()) {  // [B|1, N|1, S, T] -> [B|1, Nk|1, G|1, S, T]
