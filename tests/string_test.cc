@@ -127,6 +127,61 @@ TEST(StringTest, NormalizeConcatSplit) {
   EXPECT_EQ(Texts((*r)[0].tensor), (std::vector<std::string>{""}));
 }
 
+// Case mapping follows Unicode's simple (one-to-one) mappings, as ONNX Runtime's std::ctype<wchar_t> does:
+// letters outside ASCII change case, "ß" (whose uppercase is two letters) stays; expected strings written
+// from the Unicode character database.
+std::unique_ptr<Session> NormalizerModel(const std::string& action, const std::string& locale,
+                                         const std::vector<std::string>& stopwords) {
+  ModelBuilder b(10);
+  b.Input("x", kString, {-1});
+  auto* norm = b.Node("StringNormalizer", {"x"}, {"y"});
+  ModelBuilder::AttrString(norm, "case_change_action", action);
+  if (!locale.empty()) ModelBuilder::AttrString(norm, "locale", locale);
+  if (!stopwords.empty()) {
+    auto* stop = norm->add_attribute();
+    stop->set_name("stopwords");
+    stop->set_type(onnx::AttributeProto::STRINGS);
+    for (const std::string& w : stopwords) stop->add_strings(w);
+  }
+  b.Output("y");
+  return Load(b);
+}
+
+TEST(StringTest, NormalizerMapsUnicodeCase) {
+  auto upper = NormalizerModel("UPPER", "", {});
+  ASSERT_NE(upper, nullptr);
+  auto r = upper->Run({{"x", Strings({3}, {"café", "Ωmega σ", "straße"})}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Texts((*r)[0].tensor), (std::vector<std::string>{"CAFÉ", "ΩMEGA Σ", "STRAßE"}));
+  // Case-insensitive stopwords compare lowercased forms of both sides; en_US named explicitly.
+  auto lower = NormalizerModel("LOWER", "en_US", {"ÉTÉ", "ЖУК"});
+  ASSERT_NE(lower, nullptr);
+  r = lower->Run({{"x", Strings({4}, {"été", "Ärger", "жук", "ÆON"})}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Texts((*r)[0].tensor), (std::vector<std::string>{"ärger", "æon"}));
+  // Malformed UTF-8 (a lone continuation byte; an overlong '/') is an error naming the element.
+  for (const std::string bad : {std::string("ok\x80"), std::string("\xc0\xaf")}) {
+    r = upper->Run({{"x", Strings({2}, {"fine", bad})}});
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("element 1"), std::string::npos) << r.status();
+    EXPECT_NE(r.status().message().find("malformed UTF-8"), std::string::npos) << r.status();
+  }
+}
+
+TEST(StringTest, NormalizerNamesALocaleThatIsNotInstalled) {
+  auto s = NormalizerModel("UPPER", "xx_NOWHERE", {});
+  ASSERT_NE(s, nullptr);
+  auto r = s->Run({{"x", Strings({1}, {"i"})}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("locale 'xx_NOWHERE' is not installed"), std::string::npos) << r.status();
+  // NONE without stopwords maps nothing and needs no locale.
+  s = NormalizerModel("NONE", "xx_NOWHERE", {});
+  ASSERT_NE(s, nullptr);
+  r = s->Run({{"x", Strings({1}, {"İ"})}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Texts((*r)[0].tensor), (std::vector<std::string>{"İ"}));
+}
+
 TEST(StringTest, SplitOnWhitespaceDropsRuns) {
   ModelBuilder b(20);
   b.Input("x", kString, {2});

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <numeric>
 
 #include "compiler/ir/numeric_cast.h"
@@ -16,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "runtime/cpu/attribute_cache.h"
 #include "runtime/cpu/dispatch.h"
 #include "runtime/cpu/kernel.h"
 #include "runtime/cpu/parallel.h"
@@ -900,16 +900,8 @@ absl::StatusOr<std::shared_ptr<const TfIdfTables>> TfIdfTablesOf(const KernelCon
   if (auto it = node.attrs.find("pool_strings"); it != node.attrs.end()) {
     for (const std::string& w : it->second.strings) absl::StrAppend(&key, w.size(), ":", w);
   }
-  static std::mutex mu;
-  static auto* cache = new absl::flat_hash_map<std::string, std::shared_ptr<const TfIdfTables>>();
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (auto it = cache->find(key); it != cache->end()) return it->second;
-  }
-  CJIT_ASSIGN_OR_RETURN(std::shared_ptr<const TfIdfTables> built, BuildTfIdfTables(ctx, min_n, max_n));
-  std::lock_guard<std::mutex> lock(mu);
-  if (cache->size() >= 32) cache->clear();
-  return cache->emplace(std::move(key), std::move(built)).first->second;
+  static auto* cache = new AttributeCache<TfIdfTables>(32);
+  return cache->GetOrBuild(std::move(key), [&] { return BuildTfIdfTables(ctx, min_n, max_n); });
 }
 
 absl::Status TfIdfVectorizer(KernelContext& ctx) {

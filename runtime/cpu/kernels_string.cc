@@ -1,21 +1,28 @@
 // String-tensor kernels (ONNX operator specification): Cast / CastLike to and from tensor(string),
 // StringNormalizer-10, StringConcat-20, StringSplit-20 and RegexFullMatch-20 (RE2 syntax, through the RE2
 // library as ONNX Runtime does). Strings are UTF-8 byte strings (Tensor::data<std::string>()).
+#include <locale.h>
+#include <wctype.h>
+
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <set>
 #include <string>
 
 #include "absl/strings/ascii.h"
-#include "re2/re2.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "compiler/ir/float16.h"
 #include "runtime/cpu/broadcast.h"
+#include "runtime/cpu/attribute_cache.h"
 #include "runtime/cpu/kernel.h"
+#include "re2/re2.h"
 
 namespace cjit {
 namespace {
@@ -111,10 +118,74 @@ absl::Status ParseInto(const KernelContext& ctx, const std::string& text, Tensor
   }
 }
 
-// StringNormalizer-10: drops the stopwords (compared exactly, or ignoring case when is_case_sensitive = 0),
-// then changes case (LOWER / UPPER / NONE). X is [C] or [1, C]; Y keeps X's rank with the surviving
-// strings, or holds one empty string when none survives. Case mapping and case-insensitive comparison cover
-// ASCII letters (other bytes, e.g. UTF-8 multi-byte letters, are kept as they are).
+// The C library locale whose LC_CTYPE maps case for StringNormalizer's `locale` attribute (ONNX: default
+// en_US, "platform specific"): NAME.UTF-8, NAME.utf8 or NAME as installed; for en_US, C or "" also glibc's
+// built-in C.UTF-8, which carries the same Unicode simple case mappings (the i18n locale source), so the
+// default works on a machine with no locales installed. Another locale that is not installed is an error
+// naming it (tr_TR maps 'i' differently: falling back would change results). Opened once per name for the
+// process (newlocale; the uselocale-free *_l functions leave the host's locale alone).
+absl::StatusOr<locale_t> CaseLocale(const std::string& name) {
+  static std::mutex mu;
+  static std::map<std::string, locale_t>* opened = new std::map<std::string, locale_t>();
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = opened->find(name); it != opened->end()) return it->second;
+  std::vector<std::string> tries = {name + ".UTF-8", name + ".utf8", name};
+  if (name.empty() || name == "en_US" || name == "C" || name == "en_US.UTF-8") tries.push_back("C.UTF-8");
+  for (const std::string& t : tries) {
+    if (t.empty()) continue;
+    if (locale_t l = newlocale(LC_CTYPE_MASK, t.c_str(), static_cast<locale_t>(0)); l != static_cast<locale_t>(0)) {
+      return opened->emplace(name, l).first->second;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("locale '", name, "' is not installed on this machine (tried ",
+                                          absl::StrJoin(tries, ", "), ")"));
+}
+
+// Each code point of the UTF-8 string `s` through towupper_l / towlower_l (one-to-one simple case mapping,
+// as ONNX Runtime's std::ctype<wchar_t> does: "ß" stays "ß"). Malformed UTF-8 is an error naming the byte.
+absl::StatusOr<std::string> MapCase(const std::string& s, locale_t loc, bool upper) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    int len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (len == 0 || i + len > s.size()) return absl::InvalidArgumentError(absl::StrCat("malformed UTF-8 at byte ", i));
+    uint32_t cp = len == 1 ? c : c & (0x7f >> len);
+    for (int k = 1; k < len; ++k) {
+      const unsigned char d = static_cast<unsigned char>(s[i + k]);
+      if ((d >> 6) != 0x2) return absl::InvalidArgumentError(absl::StrCat("malformed UTF-8 at byte ", i + k));
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
+      return absl::InvalidArgumentError(absl::StrCat("malformed UTF-8 at byte ", i));
+    }
+    i += len;
+    const wint_t m = upper ? towupper_l(static_cast<wint_t>(cp), loc) : towlower_l(static_cast<wint_t>(cp), loc);
+    const uint32_t v = static_cast<uint32_t>(m);
+    if (v < 0x80) {
+      out.push_back(static_cast<char>(v));
+    } else if (v < 0x800) {
+      out.push_back(static_cast<char>(0xc0 | (v >> 6)));
+      out.push_back(static_cast<char>(0x80 | (v & 0x3f)));
+    } else if (v < 0x10000) {
+      out.push_back(static_cast<char>(0xe0 | (v >> 12)));
+      out.push_back(static_cast<char>(0x80 | ((v >> 6) & 0x3f)));
+      out.push_back(static_cast<char>(0x80 | (v & 0x3f)));
+    } else {
+      out.push_back(static_cast<char>(0xf0 | (v >> 18)));
+      out.push_back(static_cast<char>(0x80 | ((v >> 12) & 0x3f)));
+      out.push_back(static_cast<char>(0x80 | ((v >> 6) & 0x3f)));
+      out.push_back(static_cast<char>(0x80 | (v & 0x3f)));
+    }
+  }
+  return out;
+}
+
+// StringNormalizer-10: drops the stopwords (compared exactly, or ignoring case when is_case_sensitive = 0:
+// both sides lowercased), then changes case (LOWER / UPPER / NONE), by the Unicode case mappings of the
+// `locale` attribute (CaseLocale). X is [C] or [1, C]; Y keeps X's rank with the surviving strings, or holds
+// one empty string when none survives.
 absl::Status StringNormalizer(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   if (x.dtype() != DType::kString) return ctx.Error(absl::StrCat("X is ", DTypeName(x.dtype()), ", not string"));
@@ -126,15 +197,48 @@ absl::Status StringNormalizer(KernelContext& ctx) {
     return ctx.Error(absl::StrCat("case_change_action '", action, "' is not NONE, LOWER or UPPER"));
   }
   const bool case_sensitive = ctx.node->GetInt("is_case_sensitive", 0) != 0;
+  auto stopwords = ctx.node->attrs.find("stopwords");
+  const bool has_stopwords = stopwords != ctx.node->attrs.end() && !stopwords->second.strings.empty();
+  locale_t loc = static_cast<locale_t>(0);
+  if (action != "NONE" || (has_stopwords && !case_sensitive)) {
+    absl::StatusOr<locale_t> l = CaseLocale(ctx.node->GetString("locale", "en_US"));
+    if (!l.ok()) return ctx.Error(l.status().message());
+    loc = *l;
+  }
   std::set<std::string> stop;
-  if (auto it = ctx.node->attrs.find("stopwords"); it != ctx.node->attrs.end()) {
-    for (const std::string& w : it->second.strings) stop.insert(case_sensitive ? w : absl::AsciiStrToLower(w));
+  if (has_stopwords) {
+    for (const std::string& w : stopwords->second.strings) {
+      if (case_sensitive) {
+        stop.insert(w);
+        continue;
+      }
+      absl::StatusOr<std::string> lower = MapCase(w, loc, /*upper=*/false);
+      if (!lower.ok()) return ctx.Error(absl::StrCat("stopword '", w, "': ", lower.status().message()));
+      stop.insert(*std::move(lower));
+    }
   }
   std::vector<std::string> kept;
   for (int64_t i = 0; i < x.numel(); ++i) {
     const std::string& s = x.data<std::string>()[i];
-    if (stop.count(case_sensitive ? s : absl::AsciiStrToLower(s))) continue;
-    kept.push_back(action == "LOWER" ? absl::AsciiStrToLower(s) : action == "UPPER" ? absl::AsciiStrToUpper(s) : s);
+    auto mapped = [&](bool upper) -> absl::StatusOr<std::string> {
+      absl::StatusOr<std::string> m = MapCase(s, loc, upper);
+      if (!m.ok()) return ctx.Error(absl::StrCat("element ", i, ": ", m.status().message()));
+      return m;
+    };
+    if (!stop.empty()) {
+      if (case_sensitive) {
+        if (stop.count(s)) continue;
+      } else {
+        CJIT_ASSIGN_OR_RETURN(std::string lower, mapped(false));
+        if (stop.count(lower)) continue;
+      }
+    }
+    if (action == "NONE") {
+      kept.push_back(s);
+    } else {
+      CJIT_ASSIGN_OR_RETURN(std::string m, mapped(action == "UPPER"));
+      kept.push_back(std::move(m));
+    }
   }
   if (kept.empty()) kept.emplace_back();
   const int64_t n = static_cast<int64_t>(kept.size());
@@ -230,17 +334,26 @@ absl::Status StringSplit(KernelContext& ctx) {
 }
 
 // RegexFullMatch-20: Y[i] = whether the whole of X[i] matches `pattern` (RE2 syntax). A pattern RE2 cannot
-// compile is an error naming it and RE2's reason.
+// compile is an error naming it and RE2's reason. The compiled pattern is kept per pattern text
+// (AttributeCache; an RE2 object is safe to match from several threads).
 absl::Status RegexFullMatch(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   if (x.dtype() != DType::kString) return ctx.Error(absl::StrCat("X is ", DTypeName(x.dtype()), ", not string"));
   const std::string pattern = ctx.node->GetString("pattern", "");
-  RE2::Options options;
-  options.set_log_errors(false);  // the error is returned, not logged by RE2
-  RE2 re(pattern, options);
-  if (!re.ok()) return ctx.Error(absl::StrCat("pattern '", pattern, "' is not a valid RE2 expression: ", re.error()));
+  static auto* compiled = new AttributeCache<RE2>(64);
+  absl::StatusOr<std::shared_ptr<const RE2>> re =
+      compiled->GetOrBuild(pattern, [&]() -> absl::StatusOr<std::shared_ptr<const RE2>> {
+        RE2::Options options;
+        options.set_log_errors(false);  // the error is returned, not logged by RE2
+        auto r = std::make_shared<const RE2>(pattern, options);
+        if (!r->ok()) {
+          return ctx.Error(absl::StrCat("pattern '", pattern, "' is not a valid RE2 expression: ", r->error()));
+        }
+        return r;
+      });
+  if (!re.ok()) return re.status();
   Tensor& y = ctx.Alloc(0, DType::kBool, x.dims());
-  for (int64_t i = 0; i < x.numel(); ++i) y.data<uint8_t>()[i] = RE2::FullMatch(x.data<std::string>()[i], re) ? 1 : 0;
+  for (int64_t i = 0; i < x.numel(); ++i) y.data<uint8_t>()[i] = RE2::FullMatch(x.data<std::string>()[i], **re) ? 1 : 0;
   return absl::OkStatus();
 }
 
