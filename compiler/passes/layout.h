@@ -30,7 +30,7 @@
 //          %c' = NhwcConv(%b', %W2)   %c = Transpose(%c', perm=[0,3,1,2])
 //
 // com.clusterjit.NhwcConv: ONNX Conv's attributes, W and B; X [N, d1..dn, C], Y [N, o1..on, M] (the ONNX
-// Conv output permuted). Only the CPU runs it (runtime/cpu/kernels_nn.cc). Graph values keep their names,
+// Conv output permuted). Only the CPU runs it (runtime/cpu/kernels_conv.cc). Graph values keep their names,
 // dtypes and shapes: every original value is still produced (by a Transpose where its producer moved to
 // channels-last), so graph outputs and readers outside the rewritten region see ONNX layouts.
 #ifndef CJIT_COMPILER_PASSES_LAYOUT_H_

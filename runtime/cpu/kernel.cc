@@ -28,7 +28,10 @@ const std::map<std::string, KernelFn>& Registered() {
     RegisterElementwiseKernels();
     RegisterReduceKernels();
     RegisterLinalgKernels();
-    RegisterNnKernels();
+    RegisterConvKernels();
+    RegisterPoolKernels();
+    RegisterNormKernels();
+    RegisterResizeKernels();
     RegisterMovementKernels();
     RegisterRecurrentKernels();
     RegisterControlFlowKernels();

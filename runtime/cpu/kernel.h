@@ -165,7 +165,10 @@ void BinaryArithmeticF32(BinaryArithmetic op, const Tensor& a, const Tensor& b, 
 void RegisterElementwiseKernels();
 void RegisterReduceKernels();
 void RegisterLinalgKernels();
-void RegisterNnKernels();
+void RegisterConvKernels();
+void RegisterPoolKernels();
+void RegisterNormKernels();
+void RegisterResizeKernels();
 void RegisterMovementKernels();
 void RegisterRecurrentKernels();
 void RegisterControlFlowKernels();

@@ -28,6 +28,26 @@
 
 namespace cjit {
 
+dnnl::memory::dims ToDnnlDims(const std::vector<int64_t>& d) { return dnnl::memory::dims(d.begin(), d.end()); }
+
+dnnl::memory::dims DenseStrides(const dnnl::memory::dims& d) {
+  dnnl::memory::dims s(d.size(), 1);
+  for (int i = static_cast<int>(d.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * d[i + 1];
+  return s;
+}
+
+dnnl::memory::dims ChannelsLastStrides(const dnnl::memory::dims& d) {
+  dnnl::memory::dims s(d.size());
+  int64_t acc = d[1];
+  s[1] = 1;
+  for (size_t i = d.size() - 1; i >= 2; --i) {
+    s[i] = acc;
+    acc *= d[i];
+  }
+  s[0] = acc;
+  return s;
+}
+
 dnnl::engine& CpuEngine() {
   static auto* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);
   return *e;
@@ -347,12 +367,6 @@ void EigenMatMul(const float* a, const float* b, float* c, int64_t M, int64_t K,
     EigenProductB(Eigen::Map<const RowMajor, 0, Strides>(a, M, K, Strides(as_m, as_k)), b, c, M, K, N, bs_k, bs_n,
                   alpha);
   }
-}
-
-memory::dims DenseStrides(const memory::dims& d) {
-  memory::dims s(d.size(), 1);
-  for (int i = static_cast<int>(d.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * d[i + 1];
-  return s;
 }
 
 template <typename T>

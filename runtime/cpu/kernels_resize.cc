@@ -294,4 +294,9 @@ absl::Status ResizeKernel(KernelContext& ctx) {
   });
 }
 
+void RegisterResizeKernels() {
+  RegisterKernel("Resize", ResizeKernel);
+  RegisterKernel("Upsample", ResizeKernel);
+}
+
 }  // namespace cjit

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -16,6 +17,13 @@ namespace cjit {
 class Tensor;
 
 dnnl::engine& CpuEngine();
+
+// oneDNN dims of a tensor's dims.
+dnnl::memory::dims ToDnnlDims(const std::vector<int64_t>& d);
+// Strides of dense row-major dims (the last dim contiguous).
+dnnl::memory::dims DenseStrides(const dnnl::memory::dims& d);
+// Strides of logical [N, C, d1..dn] dims stored channels-last ([N, d1..dn, C]: nwc / nhwc / ndhwc).
+dnnl::memory::dims ChannelsLastStrides(const dnnl::memory::dims& d);
 
 // A cached entry: a primitive with the memory descriptors it was created for, and (optionally) weights
 // already reordered into its layout.

@@ -1,6 +1,6 @@
-// Convolution (oneDNN convolution/deconvolution primitives, float32), pooling (loops), normalizations
-// (BatchNormalization inference, LayerNormalization, InstanceNormalization, LRN,
-// MeanVarianceNormalization) and Resize/Upsample. Semantics: ONNX operator specification.
+// Convolution and ConvTranspose (float32 / bfloat16; oneDNN convolution and deconvolution primitives, or the
+// conv_gemm.h paths, chosen by autotuning or a heuristic), their post-ops, and the autotuning candidates.
+// Semantics: ONNX operator specification (Conv, ConvTranspose).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -28,30 +28,7 @@
 
 namespace cjit {
 namespace {
-
 using dnnl::memory;
-
-memory::dims ToDims(const Dims& d) { return memory::dims(d.begin(), d.end()); }
-
-// Strides of logical [N, C, d1..dn] dims stored channels-last ([N, d1..dn, C]: nwc / nhwc / ndhwc).
-memory::dims ChannelsLast(const memory::dims& d) {
-  memory::dims s(d.size());
-  int64_t acc = d[1];
-  s[1] = 1;
-  for (size_t i = d.size() - 1; i >= 2; --i) {
-    s[i] = acc;
-    acc *= d[i];
-  }
-  s[0] = acc;
-  return s;
-}
-
-memory::dims Dense(const memory::dims& d) {
-  memory::dims s(d.size(), 1);
-  for (int i = static_cast<int>(d.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * d[i + 1];
-  return s;
-}
-
 }  // namespace
 
 void CapLibraryCpuIsa(CpuIsa isa) {
@@ -267,7 +244,7 @@ ConvDnnlDescs MakeConvDescs(const KernelContext& ctx, const WindowGeometry& g, c
   for (int64_t k : g.kernel) wd.push_back(k);
   ws.assign(wd.size(), 0);
   {
-    memory::dims ks = Dense(memory::dims(g.kernel.begin(), g.kernel.end()));
+    memory::dims ks = DenseStrides(memory::dims(g.kernel.begin(), g.kernel.end()));
     for (size_t i = 0; i < nsp; ++i) ws[3 + i] = ks[i];
     if (!transposed) {
       ws[2] = ksz;                       // ic
@@ -287,7 +264,7 @@ ConvDnnlDescs MakeConvDescs(const KernelContext& ctx, const WindowGeometry& g, c
     std::vector<int64_t> op = ctx.node->GetInts("output_padding", std::vector<int64_t>(nsp, 0));
     pr.push_back(transposed ? g.pad_end[i] - (op.size() == nsp ? op[i] : 0) : g.pad_end[i]);
   }
-  memory::dims xd = ToDims(xdims), yd = ToDims(ydims);
+  memory::dims xd = ToDnnlDims(xdims), yd = ToDnnlDims(ydims);
   if (channels_last) {  // oneDNN dims are logical [N, C, d..] whatever the memory layout
     xd.insert(xd.begin() + 1, xd.back());
     xd.pop_back();
@@ -299,8 +276,8 @@ ConvDnnlDescs MakeConvDescs(const KernelContext& ctx, const WindowGeometry& g, c
   D.dst_dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
   D.bias_dt =
       bf16 && ctx.has(2) && ctx.in(2).dtype() == DType::kBF16 ? memory::data_type::bf16 : memory::data_type::f32;
-  D.plain_x = memory::desc(xd, D.dt, channels_last ? ChannelsLast(xd) : Dense(xd));
-  D.plain_y = memory::desc(yd, D.dst_dt, channels_last ? ChannelsLast(yd) : Dense(yd));
+  D.plain_x = memory::desc(xd, D.dt, channels_last ? ChannelsLastStrides(xd) : DenseStrides(xd));
+  D.plain_y = memory::desc(yd, D.dst_dt, channels_last ? ChannelsLastStrides(yd) : DenseStrides(yd));
   D.xd = xd;
   D.yd = yd;
   return D;
@@ -578,7 +555,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
         case PostOp::Kind::kAddChannel: {
           memory::dims cd(yd.size(), 1);
           cd[1] = OC;
-          po.append_binary(dnnl::algorithm::binary_add, memory::desc(cd, memory::data_type::f32, Dense(cd)));
+          po.append_binary(dnnl::algorithm::binary_add, memory::desc(cd, memory::data_type::f32, DenseStrides(cd)));
           binary_args.push_back(op.tensor->constant.get());
           absl::StrAppend(&post_key, reinterpret_cast<uintptr_t>(op.tensor->constant->raw()), ";");
           break;
@@ -658,14 +635,14 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
     if (e->src_md != plain_x) {
       e->src_reorder = MakeDnnlReorder(plain_x, e->src_md, &e->src_reorder_scratchpad_md);
       e->has_src_reorder = true;
-      e->src_is_transpose = xd.size() >= 3 && plain_x == memory::desc(xd, dt, Dense(xd)) &&
-                            e->src_md == memory::desc(xd, dt, ChannelsLast(xd));
+      e->src_is_transpose = xd.size() >= 3 && plain_x == memory::desc(xd, dt, DenseStrides(xd)) &&
+                            e->src_md == memory::desc(xd, dt, ChannelsLastStrides(xd));
     }
     if (e->dst_md != plain_y) {
       e->dst_reorder = MakeDnnlReorder(e->dst_md, plain_y, &e->dst_reorder_scratchpad_md);
       e->has_dst_reorder = true;
-      e->dst_is_transpose = yd.size() >= 3 && plain_y == memory::desc(yd, dst_dt, Dense(yd)) &&
-                            e->dst_md == memory::desc(yd, dst_dt, ChannelsLast(yd));
+      e->dst_is_transpose = yd.size() >= 3 && plain_y == memory::desc(yd, dst_dt, DenseStrides(yd)) &&
+                            e->dst_md == memory::desc(yd, dst_dt, ChannelsLastStrides(yd));
     }
     if (const_w) {
       dnnl::stream s(CpuEngine());
@@ -741,7 +718,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
     memory::dims cd(yd.size(), 1);
     cd[1] = OC;
     args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(idx)) | DNNL_ARG_SRC_1] =
-        memory(memory::desc(cd, memory::data_type::f32, Dense(cd)), CpuEngine(), const_cast<void*>(binary_args[b++]->raw()));
+        memory(memory::desc(cd, memory::data_type::f32, DenseStrides(cd)), CpuEngine(), const_cast<void*>(binary_args[b++]->raw()));
   }
   ctx.scratch_bytes = static_cast<int64_t>(entry->scratchpad_md.get_size()) +
                       (entry->has_src_reorder ? static_cast<int64_t>(entry->src_md.get_size()) : 0) +
@@ -778,613 +755,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
   return absl::OkStatus();
 }
 
-// How many of the taps start + k * step, k in [0, taps), are below `limit` (start >= the first padded
-// position, step >= 1): the taps are increasing, so a prefix.
-int64_t TapsBelow(int64_t start, int64_t step, int64_t taps, int64_t limit) {
-  if (start >= limit) return 0;
-  return std::min(taps, (limit - 1 - start) / step + 1);
-}
-
-// RowPool2d (row_pool.inc) for the baseline ISA and for AVX2, the latter where the CPU has it.
-namespace isa_base {
-#include "runtime/cpu/row_pool.inc"
-}  // namespace isa_base
-#if defined(__x86_64__)
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-namespace isa_avx2 {
-#include "runtime/cpu/row_pool.inc"
-}  // namespace isa_avx2
-#pragma GCC pop_options
-#endif
-
-bool RowPool2d(KernelContext& ctx, int kind, const WindowGeometry& g, Tensor& y, bool channels_last = false) {
-#if defined(__x86_64__)
-  if (CpuHasAvx2()) return isa_avx2::RowPool2d(ctx, kind, g, y, channels_last);
-#endif
-  return isa_base::RowPool2d(ctx, kind, g, y, channels_last);
-}
-
-// float32 and bfloat16 max/average pooling through oneDNN (pooling_v2: dilations; bfloat16 averages are
-// accumulated in float32 and rounded once, as the loop does). Returns false when the case is not one it
-// expresses exactly, or the CPU has no bfloat16 pooling (then the loop implementation runs). Under
-// bfloat16 AMP, ppocr_mobile_cls's MaxPool took 0.51 ms in the loop.
-absl::StatusOr<bool> DnnlPool(KernelContext& ctx, int kind, const WindowGeometry& g, Tensor& y) {
-  const Tensor& x = ctx.in(0);
-  size_t nsp = g.kernel.size();
-  const bool bf16 = x.dtype() == DType::kBF16;
-  if ((x.dtype() != DType::kF32 && !bf16) || kind == 2 || ctx.wants(1) || nsp < 1 || nsp > 3) return false;
-  const memory::data_type dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
-  bool count_pad = ctx.node->GetInt("count_include_pad", 0) != 0;
-  memory::dims st, ker, dil, pl, pr;
-  for (size_t i = 0; i < nsp; ++i) {
-    int64_t in = x.dim(static_cast<int>(2 + i));
-    int64_t eff = (g.kernel[i] - 1) * g.dilations[i] + 1;
-    // oneDNN needs (in + pl + pr - eff) / s + 1 == out: extend the right padding for ceil_mode.
-    int64_t right = (g.out[i] - 1) * g.strides[i] + eff - in - g.pad_begin[i];
-    if (right < 0) right = g.pad_end[i];
-    if (kind == 1 && count_pad && right != g.pad_end[i]) return false;  // ceil-mode padding is not counted
-    st.push_back(g.strides[i]);
-    ker.push_back(g.kernel[i]);
-    dil.push_back(g.dilations[i] - 1);
-    pl.push_back(g.pad_begin[i]);
-    pr.push_back(right);
-  }
-  memory::dims xd = ToDims(x.dims()), yd = ToDims(y.dims());
-  dnnl::algorithm alg = kind == 0 ? dnnl::algorithm::pooling_max
-                        : count_pad ? dnnl::algorithm::pooling_avg_include_padding
-                                    : dnnl::algorithm::pooling_avg_exclude_padding;
-  std::string key = absl::StrCat("pool:", bf16 ? "bf16:" : "", static_cast<int>(alg), ":", absl::StrJoin(xd, ","), ":", absl::StrJoin(yd, ","),
-                                 ":", absl::StrJoin(st, ","), ":", absl::StrJoin(ker, ","), ":", absl::StrJoin(dil, ","),
-                                 ":", absl::StrJoin(pl, ","), ":", absl::StrJoin(pr, ","));
-  bool failed = false;
-  auto entry = GetOrCreateDnnl(key, [&]() -> std::shared_ptr<DnnlEntry> {
-    auto e = std::make_shared<DnnlEntry>();
-    e->src_md = memory::desc(xd, dt, Dense(xd));
-    e->dst_md = memory::desc(yd, dt, Dense(yd));
-    try {
-      dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, e->src_md, e->dst_md, st, ker, dil, pl, pr);
-      dnnl::pooling_v2_forward::primitive_desc pd(d, DnnlAttr(), CpuEngine());
-      e->prim = dnnl::pooling_v2_forward(pd);
-      e->scratchpad_md = pd.scratchpad_desc();
-      e->impl = absl::StrCat("oneDNN pooling ", pd.impl_info_str());
-    } catch (const dnnl::error&) {
-      failed = true;
-      return nullptr;
-    }
-    return e;
-  });
-  if (failed || !entry) return false;
-  dnnl::stream s(CpuEngine());
-  memory src(entry->src_md, CpuEngine(), const_cast<void*>(x.raw()));
-  memory dst(entry->dst_md, CpuEngine(), y.raw());
-  ExecuteDnnl(entry->prim, s, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, entry->scratchpad_md);
-  if (ctx.want_impl) ctx.impl = entry->impl;
-  return true;
-}
-
-// Max / average / Lp pooling over N-d windows, any float dtype.
-absl::Status Pool(KernelContext& ctx, int kind) {  // 0 max, 1 avg, 2 lp
-  const Tensor& x = ctx.in(0);
-  std::vector<int64_t> in(x.dims().begin() + 2, x.dims().end());
-  CJIT_ASSIGN_OR_RETURN(WindowGeometry g, ComputeWindowGeometry(*ctx.node, in, ctx.node->GetInts("kernel_shape"),
-                                                                false, ctx.node->GetInt("ceil_mode", 0) != 0));
-  Tensor& y = ctx.Alloc(0);
-  if (RowPool2d(ctx, kind, g, y)) return absl::OkStatus();
-  CJIT_ASSIGN_OR_RETURN(bool done, DnnlPool(ctx, kind, g, y));
-  if (done) return absl::OkStatus();
-  Tensor* idx = ctx.wants(1) ? &ctx.Alloc(1) : nullptr;
-  bool count_pad = ctx.node->GetInt("count_include_pad", 0) != 0;
-  double p = static_cast<double>(ctx.node->GetInt("p", 2));
-  bool col_major_idx = ctx.node->GetInt("storage_order", 0) != 0;
-  size_t nsp = in.size();
-  int64_t NC = x.dim(0) * x.dim(1);
-  int64_t isz = 1, osz = 1;
-  for (size_t i = 0; i < nsp; ++i) { isz *= in[i]; osz *= g.out[i]; }
-  return DispatchNumeric(x.dtype(), [&](auto t) {
-    using T = decltype(t);
-    using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
-    int nt = ThreadsForElements(ctx.threads, NC * osz);
-    ParallelFor(nt, NC, [&](int64_t c) {
-      const T* px = x.data<T>() + c * isz;
-      std::vector<int64_t> o(nsp, 0), k(nsp);
-      for (int64_t oi = 0; oi < osz; ++oi) {
-        int64_t rem = oi;
-        for (int d = static_cast<int>(nsp) - 1; d >= 0; --d) { o[d] = rem % g.out[d]; rem /= g.out[d]; }
-        A acc = kind == 0 ? -std::numeric_limits<A>::infinity() : A(0);
-        int64_t best = -1, count = 0, ksz = 1;
-        for (int64_t kk : g.kernel) ksz *= kk;
-        for (int64_t ki = 0; ki < ksz; ++ki) {
-          int64_t r2 = ki, off = 0;
-          bool inside = true, in_padded = true;
-          for (int d = static_cast<int>(nsp) - 1; d >= 0; --d) { k[d] = r2 % g.kernel[d]; r2 /= g.kernel[d]; }
-          for (size_t d = 0; d < nsp; ++d) {
-            int64_t pos = o[d] * g.strides[d] - g.pad_begin[d] + k[d] * g.dilations[d];
-            if (pos < 0 || pos >= in[d]) inside = false;
-            if (pos >= in[d] + g.pad_end[d]) in_padded = false;
-            off = off * in[d] + pos;
-          }
-          if (!inside) {
-            if (in_padded && count_pad) ++count;
-            continue;
-          }
-          A v = static_cast<A>(px[off]);
-          ++count;
-          if (kind == 0) {
-            if (v > acc || best < 0) { acc = v; best = off; }
-          } else if (kind == 1) {
-            acc += v;
-          } else {
-            acc += static_cast<A>(std::pow(std::abs(static_cast<double>(v)), p));
-          }
-        }
-        if (kind == 1) acc = count ? acc / static_cast<A>(count) : A(0);
-        if (kind == 2) acc = static_cast<A>(std::pow(static_cast<double>(acc), 1.0 / p));
-        y.data<T>()[c * osz + oi] = static_cast<T>(acc);
-        if (idx) {
-          int64_t flat = best;
-          if (col_major_idx && nsp == 2) flat = (best % in[1]) * in[0] + best / in[1];
-          idx->data<int64_t>()[c * osz + oi] = c * isz + flat;
-        }
-      }
-    });
-  });
-}
-
-// com.clusterjit.NhwcMaxPool / NhwcAveragePool (compiler/passes/layout.h): MaxPool / AveragePool's
-// attributes over X [N, (H,) W, C] -> Y [N, (OH,) OW, C], float32 (max: also uint8 / int8), 1-D or 2-D, no
-// Indices output.
-absl::Status NhwcPool(KernelContext& ctx, int kind) {
-  const Tensor& x = ctx.in(0);
-  const bool bytes = kind == 0 && (x.dtype() == DType::kU8 || x.dtype() == DType::kI8);
-  if ((x.dtype() != DType::kF32 && !bytes) || (x.rank() != 3 && x.rank() != 4)) {
-    return ctx.Error("channels-last pooling takes float32 (max: also uint8 / int8) X [N, (H,) W, C] only");
-  }
-  std::vector<int64_t> in(x.dims().begin() + 1, x.dims().end() - 1);
-  CJIT_ASSIGN_OR_RETURN(WindowGeometry g, ComputeWindowGeometry(*ctx.node, in, ctx.node->GetInts("kernel_shape"),
-                                                                false, ctx.node->GetInt("ceil_mode", 0) != 0));
-  Tensor& y = ctx.Alloc(0);
-  if (!RowPool2d(ctx, kind, g, y, /*channels_last=*/true)) return ctx.Error("channels-last pooling: unsupported case");
-  return absl::OkStatus();
-}
-
-absl::Status GlobalPool(KernelContext& ctx, int kind) {
-  const Tensor& x = ctx.in(0);
-  Tensor& y = ctx.Alloc(0);
-  int64_t NC = x.dim(0) * x.dim(1), sp = x.numel() / std::max<int64_t>(NC, 1);
-  if (x.dtype() == DType::kF32 && kind < 2 && sp > 0) {
-    // Eigen's vectorized row reductions.
-    Eigen::Map<const Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> m(x.data<float>(), NC, sp);
-    Eigen::Map<Eigen::ArrayXf> out(y.data<float>(), NC);
-    if (kind == 0) out = m.rowwise().maxCoeff();
-    else out = m.rowwise().sum() / static_cast<float>(sp);
-    return absl::OkStatus();
-  }
-  double p = static_cast<double>(ctx.node->GetInt("p", 2));
-  return DispatchFloat(x.dtype(), [&](auto t) {
-    using T = decltype(t);
-    using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
-    for (int64_t c = 0; c < NC; ++c) {
-      const T* px = x.data<T>() + c * sp;
-      A acc = kind == 0 ? -std::numeric_limits<A>::infinity() : A(0);
-      for (int64_t i = 0; i < sp; ++i) {
-        A v = static_cast<A>(px[i]);
-        if (kind == 0) acc = std::max(acc, v);
-        else if (kind == 1) acc += v;
-        else acc += static_cast<A>(std::pow(std::abs(static_cast<double>(v)), p));
-      }
-      if (kind == 1) acc /= static_cast<A>(sp);
-      if (kind == 2) acc = static_cast<A>(std::pow(static_cast<double>(acc), 1.0 / p));
-      y.data<T>()[c] = static_cast<T>(acc);
-    }
-  });
-}
-
-absl::Status BatchNorm(KernelContext& ctx) {
-  const Tensor& x = ctx.in(0);
-  float eps = ctx.node->GetFloat("epsilon", 1e-5f);
-  Tensor& y = ctx.Alloc(0);
-  int64_t N = x.dim(0), C = x.rank() > 1 ? x.dim(1) : 1, sp = x.numel() / std::max<int64_t>(N * C, 1);
-  if (x.rank() < 2) return ctx.Error(absl::StrCat("X must have a channel dim, got ", DimsToString(x.dims())));
-  for (int i = 1; i <= 4; ++i) {
-    if (ctx.in(i).dims() != Dims{C}) {
-      return ctx.Error(absl::StrCat("input ", i, " has dims ", DimsToString(ctx.in(i).dims()), ", X has ", C, " channels"));
-    }
-  }
-  std::vector<double> sc = ctx.in(1).ToDoubleVector(), b = ctx.in(2).ToDoubleVector(),
-                      mean = ctx.in(3).ToDoubleVector(), var = ctx.in(4).ToDoubleVector();
-  bool training = ctx.node->GetInt("training_mode", 0) != 0;
-  if (training) {
-    // Batch statistics (ONNX BatchNormalization-15 training mode).
-    std::vector<double> v = x.ToDoubleVector();
-    double mom = ctx.node->GetFloat("momentum", 0.9f);
-    std::vector<double> bm(C, 0), bv(C, 0);
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t i = 0; i < sp; ++i) bm[c] += v[(n * C + c) * sp + i];
-    for (int64_t c = 0; c < C; ++c) bm[c] /= N * sp;
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t i = 0; i < sp; ++i) { double d = v[(n * C + c) * sp + i] - bm[c]; bv[c] += d * d; }
-    for (int64_t c = 0; c < C; ++c) bv[c] /= N * sp;
-    if (ctx.wants(1)) {
-      Tensor& rm = ctx.Alloc(1);
-      Tensor& rv = ctx.Alloc(2);
-      CJIT_RETURN_IF_ERROR(DispatchFloat(rm.dtype(), [&](auto t) {
-        using T = decltype(t);
-        for (int64_t c = 0; c < C; ++c) {
-          rm.data<T>()[c] = static_cast<T>(mean[c] * mom + bm[c] * (1 - mom));
-          rv.data<T>()[c] = static_cast<T>(var[c] * mom + bv[c] * (1 - mom));
-        }
-      }));
-    }
-    mean = bm;
-    var = bv;
-  }
-  return DispatchFloat(x.dtype(), [&](auto t) {
-    using T = decltype(t);
-    using A = typename Acc<T>::type;
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t c = 0; c < C; ++c) {
-        A s = static_cast<A>(sc[c] / std::sqrt(var[c] + eps));
-        A sh = static_cast<A>(b[c] - mean[c] * sc[c] / std::sqrt(var[c] + eps));
-        const T* px = x.data<T>() + (n * C + c) * sp;
-        T* py = y.data<T>() + (n * C + c) * sp;
-        for (int64_t i = 0; i < sp; ++i) py[i] = static_cast<T>(static_cast<A>(px[i]) * s + sh);
-      }
-  });
-}
-
-template <typename T>
-std::pair<double, double> RowMoments(const T* p, int64_t n);
-
-absl::Status LayerNorm(KernelContext& ctx) {
-  const Tensor& x = ctx.in(0);
-  CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", -1), x.rank()));
-  float eps = ctx.node->GetFloat("epsilon", 1e-5f);
-  Tensor& y = ctx.Alloc(0);
-  int64_t outer = 1, inner = 1;
-  for (int i = 0; i < ax; ++i) outer *= x.dim(i);
-  for (int i = ax; i < x.rank(); ++i) inner *= x.dim(i);
-  Tensor* mean_out = ctx.wants(1) ? &ctx.Alloc(1) : nullptr;
-  Tensor* inv_out = ctx.wants(2) ? &ctx.Alloc(2) : nullptr;
-  const Tensor& scale = ctx.in(1);
-  const Tensor* bias = ctx.has(2) ? &ctx.in(2) : nullptr;
-  // Scale and bias broadcast to the normalized dims x.dims[axis:]: after leading 1s, a suffix of them.
-  for (const Tensor* p : {&scale, bias}) {
-    if (p == nullptr) continue;
-    Dims d = p->dims();
-    while (!d.empty() && d.front() == 1 && static_cast<int>(d.size()) > 0) d.erase(d.begin());
-    bool ok = p->dtype() == x.dtype() && static_cast<int>(d.size()) <= x.rank() - ax;
-    for (size_t i = 0; ok && i < d.size(); ++i) ok = d[d.size() - 1 - i] == x.dim(x.rank() - 1 - static_cast<int>(i));
-    if (!ok) {
-      return ctx.Error(absl::StrCat(p == &scale ? "Scale" : "B", " (", DTypeName(p->dtype()), "[",
-                                    DimsToString(p->dims()), "]) does not broadcast to the normalized dims of X (",
-                                    DTypeName(x.dtype()), "[", DimsToString(x.dims()), "], axis ", ax, ")"));
-    }
-  }
-  if (x.dtype() == DType::kF32 && outer > 0 && inner > 0) {
-    // float32: each row's moments summed in double over float blocks (RowMoments, vectorized), rows over
-    // the threads, the normalization one vector pass (it summed sequentially in float: 1.06 ms of a BERT
-    // step at 128 tokens, where ORT took 0.15).
-    std::vector<float> sv(static_cast<size_t>(inner)), bv(static_cast<size_t>(inner), 0.0f);
-    for (int64_t i = 0; i < inner; ++i) {
-      sv[i] = scale.data<float>()[scale.numel() == inner ? i : i % scale.numel()];
-      if (bias) bv[i] = bias->data<float>()[bias->numel() == inner ? i : i % bias->numel()];
-    }
-    const float* px0 = x.data<float>();
-    float* py0 = y.data<float>();
-    const int nt = static_cast<int>(std::clamp<int64_t>(ThreadsForElements(ctx.threads, outer * inner), 1, outer));
-    ParallelFor(nt, nt, [&](int64_t t) {
-      for (int64_t o = outer * t / nt; o < outer * (t + 1) / nt; ++o) {
-        const float* px = px0 + o * inner;
-        float* py = py0 + o * inner;
-        const auto [mean, var] = RowMoments(px, inner);
-        const float m = static_cast<float>(mean);
-        const float inv = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(eps)));
-        const float* ps = sv.data();
-        const float* pb = bv.data();
-#pragma omp simd
-        for (int64_t i = 0; i < inner; ++i) py[i] = (px[i] - m) * inv * ps[i] + pb[i];
-        if (mean_out) mean_out->data<float>()[o] = m;
-        if (inv_out) inv_out->data<float>()[o] = inv;
-      }
-    });
-    return absl::OkStatus();
-  }
-  Tensor sb = Tensor(x.dtype(), {inner}), bb = Tensor(x.dtype(), {inner});
-  return DispatchFloat(x.dtype(), [&](auto t) {
-    using T = decltype(t);
-    using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
-    // Broadcast scale/bias to [inner].
-    auto bcast = [&](const Tensor& s, int64_t i) -> A {
-      return static_cast<A>(s.data<T>()[s.numel() == inner ? i : i % s.numel()]);
-    };
-    for (int64_t o = 0; o < outer; ++o) {
-      const T* px = x.data<T>() + o * inner;
-      T* py = y.data<T>() + o * inner;
-      A mean = 0, var = 0;
-      for (int64_t i = 0; i < inner; ++i) mean += static_cast<A>(px[i]);
-      mean /= inner;
-      for (int64_t i = 0; i < inner; ++i) { A d = static_cast<A>(px[i]) - mean; var += d * d; }
-      var /= inner;
-      A inv = A(1) / std::sqrt(var + static_cast<A>(eps));
-      for (int64_t i = 0; i < inner; ++i) {
-        A v = (static_cast<A>(px[i]) - mean) * inv * bcast(scale, i);
-        if (bias) v += bcast(*bias, i);
-        py[i] = static_cast<T>(v);
-      }
-      if (mean_out) mean_out->data<float>()[o] = static_cast<float>(mean);
-      if (inv_out) inv_out->data<float>()[o] = static_cast<float>(inv);
-    }
-  });
-}
-
-// Mean and (population) variance of the n values at p, in double. Float rows are summed in blocks of 512
-// in float lanes (vectorized: an OpenMP simd reduction) whose sums are added in double, and the variance is
-// taken about the mean in a second pass (no cancellation of sum-of-squares minus squared sum).
-template <typename T>
-std::pair<double, double> RowMoments(const T* p, int64_t n) {
-  if (n <= 0) return {0.0, 0.0};
-  constexpr int64_t kBlock = 512;
-  double sum = 0, sq = 0;
-  if constexpr (std::is_same_v<T, float>) {
-    for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
-      const int64_t e = std::min(n, i0 + kBlock);
-      float s = 0;
-#pragma omp simd reduction(+ : s)
-      for (int64_t i = i0; i < e; ++i) s += p[i];
-      sum += s;
-    }
-    const float m = static_cast<float>(sum / n);
-    for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
-      const int64_t e = std::min(n, i0 + kBlock);
-      float s = 0;
-#pragma omp simd reduction(+ : s)
-      for (int64_t i = i0; i < e; ++i) s += (p[i] - m) * (p[i] - m);
-      sq += s;
-    }
-  } else {
-    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(p[i]);
-    const double m = sum / n;
-    for (int64_t i = 0; i < n; ++i) sq += (static_cast<double>(p[i]) - m) * (static_cast<double>(p[i]) - m);
-  }
-  return {sum / n, sq / n};
-}
-
-// y = x * s + sh over n values (float arithmetic for float and 16-bit types, double for double).
-template <typename T>
-void AffineRow(const T* px, T* py, int64_t n, double s, double sh) {
-  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
-  const A as = static_cast<A>(s), ash = static_cast<A>(sh);
-  if constexpr (std::is_same_v<T, float>) {
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) py[i] = px[i] * as + ash;
-  } else {
-    for (int64_t i = 0; i < n; ++i) py[i] = static_cast<T>(static_cast<A>(px[i]) * as + ash);
-  }
-}
-
-// The normalization of InstanceNormalization and GroupNormalization: `rows` rows of `segments` x
-// `seg_len` values each; every row is normalized by its own mean and variance, then segment j of row r
-// scaled and shifted by scale[param(r, j)], bias[param(r, j)]. Rows are split over the threads.
-template <typename T, typename Param>
-void NormalizeRows(const KernelContext& ctx, const T* x, T* y, int64_t rows, int64_t segments, int64_t seg_len,
-                   double eps, const std::vector<double>& scale, const std::vector<double>& bias, Param param) {
-  const int64_t len = segments * seg_len;
-  if (rows <= 0) return;
-  const int nt = static_cast<int>(std::clamp<int64_t>(ThreadsForElements(ctx.threads, rows * len), 1, rows));
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* px = x + r * len;
-    T* py = y + r * len;
-    const auto [mean, var] = RowMoments(px, len);
-    const double inv = 1.0 / std::sqrt(var + eps);
-    for (int64_t j = 0; j < segments; ++j) {
-      const int64_t k = param(r, j);
-      const double s = inv * scale[k];
-      AffineRow(px + j * seg_len, py + j * seg_len, seg_len, s, bias[k] - mean * s);
-    }
-  }
-  if (nt > 1) MarkParallelEnd();
-}
-
-absl::Status InstanceNorm(KernelContext& ctx) {
-  const Tensor& x = ctx.in(0);
-  float eps = ctx.node->GetFloat("epsilon", 1e-5f);
-  Tensor& y = ctx.Alloc(0);
-  int64_t N = x.dim(0), C = x.dim(1), sp = x.numel() / std::max<int64_t>(N * C, 1);
-  std::vector<double> sc = ctx.in(1).ToDoubleVector(), b = ctx.in(2).ToDoubleVector();
-  if (static_cast<int64_t>(sc.size()) != C || static_cast<int64_t>(b.size()) != C) {
-    return ctx.Error(absl::StrCat("scale and B must have C = ", C, " values"));
-  }
-  return DispatchFloat(x.dtype(), [&](auto t) {
-    using T = decltype(t);
-    NormalizeRows(ctx, x.data<T>(), y.data<T>(), N * C, 1, sp, eps, sc, b,
-                  [C](int64_t r, int64_t) { return r % C; });
-  });
-}
-
-// GroupNormalization (ONNX -18: scale/bias per group; -21: per channel): statistics over each group of
-// C / num_groups channels and all spatial positions.
-absl::Status GroupNorm(KernelContext& ctx) {
-  const Tensor& x = ctx.in(0);
-  float eps = ctx.node->GetFloat("epsilon", 1e-5f);
-  int64_t G = ctx.node->GetInt("num_groups", 0);
-  if (x.rank() < 2 || G <= 0 || x.dim(1) % G != 0) return ctx.Error("X must be N x C x ... with C divisible by num_groups");
-  int64_t N = x.dim(0), C = x.dim(1), sp = x.numel() / std::max<int64_t>(N * C, 1), cpg = C / G;
-  bool per_channel = ctx.node->opset_version >= 21;
-  int64_t plen = per_channel ? C : G;
-  if (ctx.in(1).numel() != plen || ctx.in(2).numel() != plen) {
-    return ctx.Error(absl::StrCat("scale and bias must have ", plen, " values"));
-  }
-  Tensor& y = ctx.Alloc(0);
-  std::vector<double> sc = ctx.in(1).ToDoubleVector(), b = ctx.in(2).ToDoubleVector();
-  return DispatchFloat(x.dtype(), [&](auto t) {
-    using T = decltype(t);
-    NormalizeRows(ctx, x.data<T>(), y.data<T>(), N * G, cpg, sp, eps, sc, b,
-                  [G, cpg, per_channel](int64_t r, int64_t j) { return per_channel ? (r % G) * cpg + j : r % G; });
-  });
-}
-
-// com.clusterjit.FlatGroupNorm (compiler/passes/simplify.h): rows of X [N, ...] split into num_groups
-// contiguous parts per sample (what Reshape to [N, G, M] gives), each normalized, then scale[g] and bias[g].
-absl::Status FlatGroupNorm(KernelContext& ctx) {
-  const Tensor& x = ctx.in(0);
-  const int64_t groups = ctx.node->GetInt("num_groups", 0);
-  const int64_t rows = x.rank() >= 1 ? x.dim(0) * groups : 0;
-  if (groups <= 0 || (rows > 0 && x.numel() % rows != 0) || ctx.in(1).numel() != groups ||
-      ctx.in(2).numel() != groups) {
-    return ctx.Error(absl::StrCat("X (", DimsToString(x.dims()), ") does not split into N x num_groups (", groups,
-                                  ") rows, or scale / bias do not have num_groups values"));
-  }
-  Tensor& y = ctx.Alloc(0);
-  if (rows == 0) return absl::OkStatus();
-  std::vector<double> sc = ctx.in(1).ToDoubleVector(), b = ctx.in(2).ToDoubleVector();
-  return DispatchFloat(x.dtype(), [&](auto t) {
-    using T = decltype(t);
-    NormalizeRows(ctx, x.data<T>(), y.data<T>(), rows, 1, x.numel() / rows, ctx.node->GetFloat("epsilon", 1e-5f), sc,
-                  b, [groups](int64_t r, int64_t) { return r % groups; });
-  });
-}
-
-// com.clusterjit.NhwcGroupNorm (compiler/passes/layout.h): X [N, d.., C] channels-last, float32; group g
-// holds channels [g * C/G, (g + 1) * C/G) of every position. Per sample: per-channel sums over the positions
-// (vectorized over the contiguous channels, float blocks of 256 positions added in double, positions split
-// over the threads), combined per group; the squared deviations from the group mean likewise; then
-// y = x * a[c] + b[c].
-absl::Status NhwcGroupNorm(KernelContext& ctx) {
-  const Tensor& x = ctx.in(0);
-  const int64_t groups = ctx.node->GetInt("num_groups", 0);
-  if (x.dtype() != DType::kF32 || x.rank() < 3 || groups <= 0 || x.dim(x.rank() - 1) % groups != 0 ||
-      ctx.in(1).numel() != groups || ctx.in(2).numel() != groups) {
-    return ctx.Error(absl::StrCat("X (", DimsToString(x.dims()), ") must be float32 [N, .., C] with C divisible by ",
-                                  "num_groups (", groups, "), scale / bias num_groups values"));
-  }
-  Tensor& y = ctx.Alloc(0);
-  const int64_t N = x.dim(0), C = x.dim(x.rank() - 1), S = x.numel() / std::max<int64_t>(N * C, 1), cpg = C / groups;
-  if (x.numel() == 0) return absl::OkStatus();
-  const double eps = ctx.node->GetFloat("epsilon", 1e-5f);
-  const std::vector<double> sc = ctx.in(1).ToDoubleVector(), bs = ctx.in(2).ToDoubleVector();
-  const int nt = static_cast<int>(std::clamp<int64_t>(ThreadsForElements(ctx.threads, x.numel()), 1, S));
-  std::vector<std::vector<double>> part(nt, std::vector<double>(C));
-  std::vector<float> center(C), a(C), b(C);
-  // Per-channel sums of x (or of its squared deviation from `center`) over the positions of one sample,
-  // summed per group.
-  auto group_sums = [&](const float* px, bool squared) {
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-      const int t = nt > 1 ? omp_get_thread_num() : 0;
-      const int64_t s0 = S * t / nt, s1 = S * (t + 1) / nt;
-      std::vector<double>& acc = part[t];
-      std::fill(acc.begin(), acc.end(), 0.0);
-      std::vector<float> blk(C);
-      for (int64_t b0 = s0; b0 < s1; b0 += 256) {
-        std::fill(blk.begin(), blk.end(), 0.0f);
-        for (int64_t p = b0; p < std::min(s1, b0 + 256); ++p) {
-          const float* row = px + p * C;
-          if (squared) {
-#pragma omp simd
-            for (int64_t c = 0; c < C; ++c) blk[c] += (row[c] - center[c]) * (row[c] - center[c]);
-          } else {
-#pragma omp simd
-            for (int64_t c = 0; c < C; ++c) blk[c] += row[c];
-          }
-        }
-        for (int64_t c = 0; c < C; ++c) acc[c] += blk[c];
-      }
-    }
-    std::vector<double> g(groups, 0.0);
-    for (int t = 0; t < nt; ++t)
-      for (int64_t c = 0; c < C; ++c) g[c / cpg] += part[t][c];
-    return g;
-  };
-  const double count = static_cast<double>(S * cpg);
-  for (int64_t n = 0; n < N; ++n) {
-    const float* px = x.data<float>() + n * S * C;
-    float* py = y.data<float>() + n * S * C;
-    std::vector<double> mean = group_sums(px, false);
-    for (int64_t g = 0; g < groups; ++g) mean[g] /= count;
-    for (int64_t c = 0; c < C; ++c) center[c] = static_cast<float>(mean[c / cpg]);
-    std::vector<double> var = group_sums(px, true);
-    for (int64_t c = 0; c < C; ++c) {
-      const int64_t g = c / cpg;
-      const double s = sc[g] / std::sqrt(var[g] / count + eps);
-      a[c] = static_cast<float>(s);
-      b[c] = static_cast<float>(bs[g] - mean[g] * s);
-    }
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-    for (int64_t p = 0; p < S; ++p) {
-      const float* row = px + p * C;
-      float* out = py + p * C;
-#pragma omp simd
-      for (int64_t c = 0; c < C; ++c) out[c] = row[c] * a[c] + b[c];
-    }
-  }
-  if (nt > 1) MarkParallelEnd();
-  return absl::OkStatus();
-}
-
-absl::Status Lrn(KernelContext& ctx) {
-  const Tensor& x = ctx.in(0);
-  Tensor& y = ctx.Alloc(0);
-  double alpha = ctx.node->GetFloat("alpha", 1e-4f), beta = ctx.node->GetFloat("beta", 0.75f),
-         bias = ctx.node->GetFloat("bias", 1.0f);
-  int64_t size = ctx.node->GetInt("size", 1);
-  int64_t N = x.dim(0), C = x.dim(1), sp = x.numel() / std::max<int64_t>(N * C, 1);
-  std::vector<double> v = x.ToDoubleVector();
-  return DispatchFloat(x.dtype(), [&](auto t) {
-    using T = decltype(t);
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t i = 0; i < sp; ++i) {
-          double sq = 0;
-          int64_t lo = std::max<int64_t>(0, c - (size - 1) / 2), hi = std::min<int64_t>(C - 1, c + size / 2);
-          for (int64_t k = lo; k <= hi; ++k) { double e = v[(n * C + k) * sp + i]; sq += e * e; }
-          y.data<T>()[(n * C + c) * sp + i] =
-              static_cast<T>(v[(n * C + c) * sp + i] / std::pow(bias + alpha / size * sq, beta));
-        }
-  });
-}
-
-absl::Status Mvn(KernelContext& ctx) {
-  const Tensor& x = ctx.in(0);
-  Tensor& y = ctx.Alloc(0);
-  std::vector<int64_t> axes = ctx.node->GetInts("axes", {0, 2, 3});
-  int r = x.rank();
-  std::vector<bool> red(r, false);
-  for (int64_t a : axes) {
-    CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*ctx.node, a, r));  // the default {0, 2, 3} needs rank >= 4
-    red[ax] = true;
-  }
-  std::vector<double> v = x.ToDoubleVector();
-  std::vector<int64_t> xs(r, 1);
-  for (int i = r - 2; i >= 0; --i) xs[i] = xs[i + 1] * x.dim(i + 1);
-  // Group elements by their non-reduced coordinates.
-  std::map<int64_t, std::pair<double, double>> stats;
-  std::map<int64_t, int64_t> counts;
-  std::vector<int64_t> key(x.numel());
-  for (int64_t e = 0; e < x.numel(); ++e) {
-    int64_t k = 0;
-    for (int d = 0; d < r; ++d) if (!red[d]) k = k * x.dim(d) + (e / xs[d]) % x.dim(d);
-    key[e] = k;
-    stats[k].first += v[e];
-    stats[k].second += v[e] * v[e];
-    ++counts[k];
-  }
-  return DispatchFloat(x.dtype(), [&](auto t) {
-    using T = decltype(t);
-    for (int64_t e = 0; e < x.numel(); ++e) {
-      auto& s = stats[key[e]];
-      double n = counts[key[e]], mean = s.first / n, var = s.second / n - mean * mean;
-      y.data<T>()[e] = static_cast<T>((v[e] - mean) / (std::sqrt(std::max(var, 0.0)) + 1e-9));
-    }
-  });
-}
-
 }  // namespace
-
-absl::Status ResizeKernel(KernelContext& ctx);
 
 // Autotuning candidates of a convolution (see ConvAlgorithm above): the conv_gemm.h paths whose geometry
 // fits, then every oneDNN implementation offered for the blocked (format_tag::any) and the caller's
@@ -1492,7 +863,7 @@ absl::Status SixteenBitConv(KernelContext& ctx, bool channels_last) {
   return RunInFloat32([channels_last](KernelContext& c) { return Conv(c, false, channels_last); }, ctx);
 }
 
-void RegisterNnKernels() {
+void RegisterConvKernels() {
   RegisterKernel("Conv", [](KernelContext& ctx) { return SixteenBitConv(ctx, false); });
   RegisterAlgorithms("Conv", [](const KernelContext& ctx) { return ConvAlgorithms(ctx, false, false); });
   RegisterAlgorithms("NhwcConv", [](const KernelContext& ctx) { return ConvAlgorithms(ctx, false, true); });
@@ -1502,24 +873,6 @@ void RegisterNnKernels() {
   RegisterKernel("ConvTranspose", [](KernelContext& ctx) {
     return RunInFloat32([](KernelContext& c) { return Conv(c, true); }, ctx);
   });
-  RegisterKernel("MaxPool", [](KernelContext& ctx) { return Pool(ctx, 0); });
-  RegisterKernel("AveragePool", [](KernelContext& ctx) { return Pool(ctx, 1); });
-  RegisterKernel("LpPool", [](KernelContext& ctx) { return Pool(ctx, 2); });
-  RegisterKernel("FlatGroupNorm", FlatGroupNorm);
-  RegisterKernel("NhwcGroupNorm", NhwcGroupNorm);
-  RegisterKernel("NhwcMaxPool", [](KernelContext& ctx) { return NhwcPool(ctx, 0); });
-  RegisterKernel("NhwcAveragePool", [](KernelContext& ctx) { return NhwcPool(ctx, 1); });
-  RegisterKernel("GlobalMaxPool", [](KernelContext& ctx) { return GlobalPool(ctx, 0); });
-  RegisterKernel("GlobalAveragePool", [](KernelContext& ctx) { return GlobalPool(ctx, 1); });
-  RegisterKernel("GlobalLpPool", [](KernelContext& ctx) { return GlobalPool(ctx, 2); });
-  RegisterKernel("BatchNormalization", BatchNorm);
-  RegisterKernel("LayerNormalization", LayerNorm);
-  RegisterKernel("InstanceNormalization", InstanceNorm);
-  RegisterKernel("GroupNormalization", GroupNorm);
-  RegisterKernel("LRN", Lrn);
-  RegisterKernel("MeanVarianceNormalization", Mvn);
-  RegisterKernel("Resize", ResizeKernel);
-  RegisterKernel("Upsample", ResizeKernel);
 }
 
 }  // namespace cjit
