@@ -475,17 +475,21 @@ absl::Status ExpandGroupQueryAttention(const onnx::NodeProto& n, Expansion& e, c
   std::string scatter_at = e.Op("Add", {e.Op("Unsqueeze", {past_len, e.Ints({1, 2, 3})}),
                                         e.Op("Unsqueeze", {steps, e.Ints({0, 1, 3})})});  // [B, 1, S, 1]
   auto present = [&](const std::string& past, const std::string& fresh) {
+    // Zeros [B, Nk, rows, H] of fresh's dtype.
+    auto zeros = [&](const std::string& rows) {
+      std::string dims = Concat0(e, {ShapeRange(e, fresh, 0, 2), e.Op("Unsqueeze", {rows, e.Ints({0})}),
+                                     ShapeRange(e, fresh, 3, 4)});
+      return e.Op("Expand", {e.Like(0.0f, fresh), dims});
+    };
     std::string base;
     if (past.empty()) {
-      std::string dims = Concat0(e, {ShapeRange(e, fresh, 0, 2), e.Op("Unsqueeze", {buffer, e.Ints({0})}),
-                                     ShapeRange(e, fresh, 3, 4)});
-      base = e.Op("Expand", {e.Like(0.0f, fresh), dims});
+      base = zeros(buffer);
     } else {
-      std::string grow = e.Op("Unsqueeze", {e.Op("Sub", {buffer, p}), e.Ints({0})});
-      std::string pads = Concat0(e, {e.Ints({0, 0, 0, 0, 0, 0}), grow, e.Ints({0})});
+      onnx::NodeProto* grown = e.New("Concat", {past, zeros(e.Op("Sub", {buffer, p}))}, e.Fresh("grown"));
+      Expansion::SetInt(grown, "axis", 2);
       std::string kept = e.Op("Less", {e.Op("Unsqueeze", {cols, e.Ints({0, 1, 3})}),
                                        e.Op("Unsqueeze", {past_len, e.Ints({1, 2, 3})})});  // [B, 1, T, 1]
-      base = e.Op("Where", {kept, e.Op("Pad", {past, pads}), e.Like(0.0f, fresh)});
+      base = e.Op("Where", {kept, grown->output(0), e.Like(0.0f, fresh)});
     }
     onnx::NodeProto* sc = e.New("ScatterElements", {base, e.Op("Expand", {scatter_at, e.Op("Shape", {fresh})}), fresh},
                                 e.Fresh("present"));
