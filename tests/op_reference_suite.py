@@ -504,6 +504,11 @@ def main():
     wx, wy = rnd(3, 4, 5), rnd(5)
     write_case(root, "move_Where", [helper.make_node("Where", ["c", "x", "y"], ["z"])],
                [("c", cond), ("x", wx), ("y", wy)], [("z", np.where(cond, wx, wy))], tol=(0, 0))
+    # A condition broadcast along the innermost dims (a row mask: one condition per output row), with x
+    # full and y broadcast along the same dims, so rows are copied from x or filled from y.
+    rc, rx, ry = RNG.random((2, 1, 3, 1)) > 0.5, rnd(2, 4, 3, 5), rnd(1, 4, 3, 1)
+    write_case(root, "move_Where_row_mask", [helper.make_node("Where", ["c", "x", "y"], ["z"])],
+               [("c", rc), ("x", rx), ("y", ry)], [("z", np.where(rc, rx, ry))], tol=(0, 0))
     write_case(root, "move_Expand", [helper.make_node("Expand", ["x", "s"], ["y"])], [("x", wy)],
                [("y", np.broadcast_to(wy, (2, 3, 5)).copy())], inits=[("s", np.array([2, 3, 1]))], tol=(0, 0))
     write_case(root, "move_Pad_reflect", [helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect")], [("x", t)],

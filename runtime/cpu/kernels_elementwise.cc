@@ -752,6 +752,14 @@ absl::Status Where(KernelContext& ctx) {
     T* po = out.data<T>();
     ForEachBroadcastRow<3>(out.dims(), {&c.dims(), &x.dims(), &y.dims()}, ctx.threads,
                            [&](std::array<int64_t, 3> off, int64_t o, int64_t n, std::array<int64_t, 3> s) {
+                             if (s[0] == 0) {  // one condition for the row (a mask broadcast along it)
+                               const bool take_x = pc[off[0]] != 0;
+                               const T* src = take_x ? px + off[1] : py + off[2];
+                               const int64_t step = take_x ? s[1] : s[2];
+                               if (step == 1) std::copy(src, src + n, po + o);
+                               else std::fill(po + o, po + o + n, *src);
+                               return;
+                             }
                              for (int64_t i = 0; i < n; ++i) {
                                po[o + i] = pc[off[0] + i * s[0]] ? px[off[1] + i * s[1]] : py[off[2] + i * s[2]];
                              }
