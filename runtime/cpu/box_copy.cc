@@ -44,6 +44,55 @@ std::vector<Run> RunsOf(const std::vector<int64_t>& table) {
   return runs;
 }
 
+// Appends `y` to `runs`, extending the last run where `y` continues it (fill after fill; a copy whose start
+// follows the last copy's stride).
+void AppendRun(std::vector<Run>& runs, const Run& y) {
+  if (!runs.empty()) {
+    Run& p = runs.back();
+    if (p.fill && y.fill) {
+      p.len += y.len;
+      return;
+    }
+    if (!p.fill && !y.fill) {
+      const int64_t step = p.len > 1 ? p.stride : y.start - p.start;
+      if (y.start == p.start + p.len * step && (y.len == 1 || y.stride == step)) {
+        p.stride = step;
+        p.len += y.len;
+        return;
+      }
+    }
+  }
+  runs.push_back(y);
+}
+
+// The runs of the table maps[first..] compose (the last dim fastest), from the runs of the last map
+// repeated per entry of each outer map: O(outer entries x runs) instead of the table's size (a constant Pad
+// of [1, 2, 127, 64] to 128 rows spent 20 us building an 8192-entry table for 2 rows of 3 runs).
+std::vector<Run> ComposedRuns(const std::vector<std::vector<int64_t>>& maps, int first) {
+  const int r = static_cast<int>(maps.size());
+  std::vector<Run> runs = RunsOf(maps[r - 1]);
+  int64_t width = static_cast<int64_t>(maps[r - 1].size());
+  for (int d = r - 2; d >= first; --d) {
+    std::vector<Run> next;
+    for (size_t i = 0; i < maps[d].size(); ++i) {
+      const int64_t a = maps[d][i];
+      for (Run y : runs) {
+        y.at += static_cast<int64_t>(i) * width;
+        if (a == kFill) {
+          y.fill = true;
+          y.start = y.stride = 0;
+        } else if (!y.fill) {
+          y.start += a;
+        }
+        AppendRun(next, y);
+      }
+    }
+    runs = std::move(next);
+    width *= static_cast<int64_t>(maps[d].size());
+  }
+  return runs;
+}
+
 template <typename T>
 void FillN(T* out, int64_t n, T v) {
   std::fill(out, out + n, v);
@@ -92,16 +141,19 @@ void BoxCopyT(const T* src, T* dst, const std::vector<std::vector<int64_t>>& map
     inner *= static_cast<int64_t>(maps[r - 1 - k].size());
     ++k;
   }
-  std::vector<int64_t> table = maps[r - 1];
-  for (int d = r - 2; d >= r - k; --d) {
-    std::vector<int64_t> next;
-    next.reserve(table.size() * maps[d].size());
-    for (int64_t a : maps[d])
-      for (int64_t b : table) next.push_back(a == kFill || b == kFill ? kFill : a + b);
-    table = std::move(next);
-  }
-  const std::vector<Run> runs = RunsOf(table);
+  const std::vector<Run> runs = ComposedRuns(maps, r - k);
   const bool by_runs = static_cast<int64_t>(runs.size()) * 8 <= inner;
+  std::vector<int64_t> table;  // the inner block's source offsets, where runs are too short to copy by
+  if (!by_runs) {
+    table = maps[r - 1];
+    for (int d = r - 2; d >= r - k; --d) {
+      std::vector<int64_t> next;
+      next.reserve(table.size() * maps[d].size());
+      for (int64_t a : maps[d])
+        for (int64_t b : table) next.push_back(a == kFill || b == kFill ? kFill : a + b);
+      table = std::move(next);
+    }
+  }
   const int outer_dims = r - k;
   const int64_t rows = total / inner;
   const int nt = ThreadsForElements(threads, total);
