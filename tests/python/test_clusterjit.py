@@ -526,7 +526,7 @@ def test_string_tensors_in_and_out(tmp_path):
     sess = ort.InferenceSession(save(m, tmp_path), providers=["CPUExecutionProvider"])
     assert sess.get_inputs()[0].type == "tensor(string)"
     y, t = sess.run(None, {"x": np.array(["the", "café", "dog"]), "n": np.array([0.5, -2], np.float32)})
-    assert y.dtype == object and list(y) == ["CAFé", "DOG"]  # ASCII letters change case
+    assert y.dtype == object and list(y) == [w.upper() for w in ("café", "dog")]  # Unicode case mapping
     assert list(t) == ["0.5", "-2"]
     (y,) = sess.run(["y"], {"x": [b"a", "b"], "n": np.zeros(2, np.float32)})
     assert list(y) == ["A", "B"]
