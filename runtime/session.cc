@@ -471,6 +471,19 @@ absl::StatusOr<std::vector<Tensor>> Session::ValidateInputs(const std::vector<Na
     ordered[idx] = t;
     // An optional input given its element: the present optional.
     if (IsOptionalKind(info.kind) && !IsOptionalKind(t.kind())) ordered[idx] = Tensor::Optional(t);
+    if (t.kind() == ValueKind::kTensor && (t.dtype() == DType::kI4 || t.dtype() == DType::kU4)) {
+      // One element per byte in memory (compiler/ir/dtype.h): a byte outside the 4-bit range is no value.
+      double lo, hi;
+      IntegerRange(t.dtype(), &lo, &hi);
+      const bool s = t.dtype() == DType::kI4;
+      for (int64_t e = 0; e < t.numel(); ++e) {
+        const int v = s ? static_cast<const int8_t*>(t.raw())[e] : static_cast<const uint8_t*>(t.raw())[e];
+        if (v < lo || v > hi) {
+          return absl::InvalidArgumentError(absl::StrCat("input '", nt.name, "' element ", e, " is ", v,
+                                                         ", outside the range of ", DTypeName(t.dtype())));
+        }
+      }
+    }
     if (HasNonCanonicalBoolsIn(t)) {  // a host buffer with bytes other than 0/1: copy, nonzero -> true
       ordered[idx] = CanonicalBoolsCopy(ordered[idx]);
     }

@@ -1049,6 +1049,64 @@ TEST(HostileTest, QuantizedParameters) {
   EXPECT_EQ((*out)[0].tensor.data<int32_t>()[0], static_cast<int32_t>(static_cast<uint32_t>(exact)));
 }
 
+// Opset-21 quantization given parameters outside its contract, and int4 data that is not int4: errors that
+// name the node or input, and the int4 packing (two per byte, low nibble first) read from int32_data.
+TEST(HostileTest, BlockedAndInt4Quantization) {
+  constexpr int kI4 = 22, kF32 = onnx::TensorProto::FLOAT;
+  // DequantizeLinear(w int4 [4, 3] from int32_data, scale [sk, 3], block_size) -> y float32.
+  auto dq = [&](int64_t sk, int64_t block, int packed_bytes) {
+    ModelBuilder b(21, 10);
+    b.Input("x", kF32, {4, 3}).Output("y");
+    auto* n = b.Node("DequantizeLinear", {"w", "s"}, {"wd"});
+    ModelBuilder::AttrInt(n, "axis", 0);
+    ModelBuilder::AttrInt(n, "block_size", block);
+    b.Node("Add", {"x", "wd"}, {"y"});
+    auto* w = b.Init("w", kI4, {4, 3});
+    // Values 0, 1, ..., 11 as int4: 8..11 read back as -8..-5.
+    for (int i = 0; i < packed_bytes; ++i) w->add_int32_data((2 * i) | ((2 * i + 1) << 4));
+    b.InitFloats("s", {sk, 3}, std::vector<float>(sk * 3, 1.0f));
+    return b;
+  };
+  Tensor x(DType::kF32, {4, 3});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = 0.0f;
+  for (const char* jit : {"-1", "1"}) {
+    auto out = LoadAndRun(dq(2, 2, 6), {{"x", x}}, Opts(jit));
+    ASSERT_TRUE(out.ok()) << out.status();
+    for (int i = 0; i < 12; ++i) EXPECT_EQ((*out)[0].tensor.data<float>()[i], i < 8 ? i : i - 16) << i;
+    // A scale that is not ceil(4 / block_size) along the axis; a negative block size.
+    EXPECT_TRUE(ErrorWith(LoadAndRun(dq(3, 2, 6), {{"x", x}}, Opts(jit)).status(), {"DequantizeLinear", "block_size 2"}));
+    EXPECT_TRUE(ErrorWith(LoadAndRun(dq(2, -1, 6), {{"x", x}}, Opts(jit)).status(), {"DequantizeLinear", "block_size"}));
+  }
+  // Packed data of the wrong length names the tensor.
+  EXPECT_TRUE(ErrorWith(LoadAndRun(dq(2, 2, 5), {{"x", x}}).status(), {"'w'", "packed int4"}));
+  // An int4 input holding a byte outside -8..7; QuantizeLinear whose output_dtype disagrees with its zero
+  // point, or names no quantized type.
+  ModelBuilder b(21, 10);
+  b.Input("q", kI4, {3}).Output("y");
+  b.Node("DequantizeLinear", {"q", "s"}, {"y"});
+  b.InitFloats("s", {}, {0.5f});
+  Tensor q(DType::kI4, {3});
+  q.data<int8_t>()[0] = -8;
+  q.data<int8_t>()[1] = 7;
+  q.data<int8_t>()[2] = 9;
+  EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"q", q}}).status(), {"input 'q'", "element 2", "i4"}));
+  q.data<int8_t>()[2] = -1;
+  auto ok = LoadAndRun(b, {{"q", q}});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ((*ok)[0].tensor.data<float>()[0], -4.0f);
+  EXPECT_EQ((*ok)[0].tensor.data<float>()[2], -0.5f);
+  for (int64_t code : {int64_t{3}, int64_t{1}}) {  // int8 vs the uint8 zero point; float32
+    ModelBuilder m(21, 10);
+    m.Input("x", kF32, {3}).Output("y");
+    ModelBuilder::AttrInt(m.Node("QuantizeLinear", {"x", "s", "z"}, {"y"}), "output_dtype", code);
+    m.InitFloats("s", {}, {0.5f});
+    m.Init("z", onnx::TensorProto::UINT8, {})->add_int32_data(0);
+    Tensor xf(DType::kF32, {3});
+    for (int i = 0; i < 3; ++i) xf.data<float>()[i] = 1.0f;
+    EXPECT_TRUE(ErrorWith(LoadAndRun(m, {{"x", xf}}).status(), {"QuantizeLinear", "output_dtype"})) << code;
+  }
+}
+
 // Signal, detection and com.microsoft transformer ops (issue 42) given inputs outside their contracts: an
 // error naming the operator and the fault, never a crash or a wrong answer. Each on both paths.
 TEST(HostileTest, SignalDetectionAndContribOpsOutsideTheirContracts) {

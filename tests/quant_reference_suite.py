@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""Quantized ops against numpy integer math (issue 38): MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv,
-QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear, each case an ONNX test-data directory that
+"""Quantized ops against numpy integer math: MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv,
+QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear (opset 21's blocked quantization, int16 / uint16 /
+int4 / uint4 and float16 / bfloat16 scales included), each case an ONNX test-data directory that
 tests/op_reference_suite.sh runs on the fallback path and compiled.
 
 References are int64 numpy sums of (x - x_zero_point) * (w - w_zero_point) (exact: tolerance 0 for the int32
@@ -15,12 +16,14 @@ usage: quant_reference_suite.py OUT_DIR
 import sys
 
 import numpy as np
-from onnx import helper
+import onnx
+from onnx import helper, numpy_helper
 
 import case_writer
 
 RNG = np.random.default_rng(38)
-RANGE = {np.uint8: (0, 255), np.int8: (-128, 127)}
+RANGE = {np.uint8: (0, 255), np.int8: (-128, 127), np.uint16: (0, 65535), np.int16: (-32768, 32767)}
+INT4, UINT4 = 22, 21  # TensorProto.INT4 / UINT4 (opset 21; newer than the python3-onnx that writes these files)
 
 
 def ints(dtype, *shape, extreme=None):
@@ -300,8 +303,124 @@ def qdq_cases(root):
               [("y", y), ("s", np.array(scale, np.float32)), ("zp", np.array(zp, np.uint8))], tol=(0, 1))
 
 
+def nibble_tensor(code, name, a):
+    """An int4 / uint4 TensorProto: two values per byte, the first in the low nibble (onnx.proto)."""
+    flat = np.asarray(a).astype(np.int64).ravel() & 0xF
+    if flat.size % 2:
+        flat = np.append(flat, 0)
+    t = onnx.TensorProto()
+    t.name = name
+    t.data_type = code
+    t.dims.extend(np.asarray(a).shape)
+    t.raw_data = (flat[0::2] | (flat[1::2] << 4)).astype(np.uint8).tobytes()
+    return t
+
+
+def write21(root, name, nodes, inputs, outputs, inits=(), tol=(0, 0), nibbles=None):
+    """An opset-21 case; `nibbles` maps tensor names to INT4 / UINT4 (their arrays hold the values as int8 /
+    uint8)."""
+    nibbles = nibbles or {}
+    case_writer.write_case(
+        root, name, nodes, inputs, outputs, opset=21, inits=inits, tol=tol,
+        tensor=lambda n, a: nibble_tensor(nibbles[n], n, a) if n in nibbles else numpy_helper.from_array(np.asarray(a), n),
+        elem_type=lambda n, a: nibbles.get(n) or onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[np.asarray(a).dtype])
+
+
+def blocked(param, axis, block, dim):
+    """The ONNX reference's replication of a blocked scale / zero point to x's dims."""
+    return np.repeat(param, block, axis=axis).take(indices=range(dim), axis=axis)
+
+
+def quantize_ref(x, scale, zp, lo, hi):
+    """rint(x / scale) + zp saturated, the division in the scale's float type (numpy: float32 / float16)."""
+    q = np.rint(x / scale).astype(np.float64) + np.asarray(zp, np.float64)
+    return np.clip(q, lo, hi)
+
+
+def opset21_cases(root):
+    # Blocked DequantizeLinear of weights [K, N] along K (the int4 / int8 weight-only LLM layout), a partial
+    # last block, with and without zero points; then along the last axis.
+    for dt, code, lo, hi in [(np.int8, None, -128, 127), (np.uint8, None, 0, 255), (np.int8, INT4, -8, 7),
+                             (np.uint8, UINT4, 0, 15)]:
+        tname = {None: np.dtype(dt).name, INT4: "int4", UINT4: "uint4"}[code]
+        k, n, block = 70, 24, 32
+        w = RNG.integers(lo, hi + 1, size=(k, n)).astype(dt)
+        s = RNG.uniform(0.01, 0.1, size=(3, n)).astype(np.float32)
+        z = RNG.integers(lo, hi + 1, size=(3, n)).astype(dt)
+        y = ((w.astype(np.float32) - blocked(z, 0, block, k).astype(np.float32)) * blocked(s, 0, block, k)).astype(np.float32)
+        nib = {"w": code, "z": code} if code else {}
+        write21(root, "dequantizelinear21_%s_blocked_axis0" % tname,
+                [helper.make_node("DequantizeLinear", ["w", "s", "z"], ["y"], axis=0, block_size=block)],
+                [("w", w)], [("y", y)], inits=[("s", s), ("z", z)], tol=(1e-6, 0), nibbles=nib)
+        # Constant weights, no zero point, into MatMul: the float64 product of the dequantized weights.
+        a = RNG.uniform(-1, 1, size=(5, k)).astype(np.float32)
+        wd = (w.astype(np.float32) * blocked(s, 0, block, k)).astype(np.float32)
+        y = (a.astype(np.float64) @ wd.astype(np.float64)).astype(np.float32)
+        write21(root, "dequantizelinear21_%s_blocked_matmul" % tname,
+                [helper.make_node("DequantizeLinear", ["w", "s"], ["wd"], axis=0, block_size=block),
+                 helper.make_node("MatMul", ["a", "wd"], ["y"])],
+                [("a", a)], [("y", y)], inits=[("w", w), ("s", s)], tol=(1e-5, 1e-5),
+                nibbles={"w": code} if code else {})
+        # Blocked QuantizeLinear along the last axis of [2, 3, 37] (block 8: 5 blocks, the last partial),
+        # with ties and saturation; the output is written packed for int4 / uint4.
+        x = RNG.uniform(-40, 40, size=(2, 3, 37)).astype(np.float32)
+        s = RNG.uniform(0.2, 3.0, size=(2, 3, 5)).astype(np.float32)
+        s[0, 0, 0] = 1.0
+        x[0, 0, :6] = [0.5, 1.5, 2.5, -0.5, -2.5, 1000.0]
+        z = RNG.integers(lo, hi + 1, size=(2, 3, 5)).astype(dt)
+        y = quantize_ref(x, blocked(s, 2, 8, 37), blocked(z, 2, 8, 37), lo, hi).astype(dt)
+        write21(root, "quantizelinear21_%s_blocked_axis-1" % tname,
+                [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], axis=-1, block_size=8)],
+                [("x", x)], [("y", y)], inits=[("s", s), ("z", z)], nibbles={"y": code, "z": code} if code else {})
+    # 4-bit values through a graph: int4 input (odd count, packed) -> DequantizeLinear per axis; and
+    # QuantizeLinear to int4 / uint4 chosen by output_dtype alone (no zero point), per tensor.
+    for code, dt, lo, hi, tname in [(INT4, np.int8, -8, 7, "int4"), (UINT4, np.uint8, 0, 15, "uint4")]:
+        q = RNG.integers(lo, hi + 1, size=(3, 7, 5)).astype(dt)
+        s = RNG.uniform(0.1, 1.0, size=7).astype(np.float32)
+        z = RNG.integers(lo, hi + 1, size=7).astype(dt)
+        y = ((q.astype(np.float32) - z.reshape(1, -1, 1).astype(np.float32)) * s.reshape(1, -1, 1)).astype(np.float32)
+        write21(root, "dequantizelinear21_%s_input_axis1" % tname,
+                [helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=1)],
+                [("q", q)], [("y", y)], inits=[("s", s), ("z", z)], tol=(1e-6, 0), nibbles={"q": code, "z": code})
+        x = RNG.uniform(-12, 20, size=(5, 9)).astype(np.float32)
+        x.flat[:4] = [0.25, 0.75, -0.25, 1.25]  # ties at scale 0.5
+        y = quantize_ref(x, np.float32(0.5), 0, lo, hi).astype(dt)
+        write21(root, "quantizelinear21_%s_output_dtype" % tname,
+                [helper.make_node("QuantizeLinear", ["x", "s"], ["y"], output_dtype=code)],
+                [("x", x)], [("y", y)], inits=[("s", np.float32(0.5))], nibbles={"y": code})
+    # 16-bit integers, per axis, saturating.
+    for dt in (np.int16, np.uint16):
+        lo, hi = RANGE[dt]
+        x = RNG.uniform(-9e4, 9e4, size=(4, 6)).astype(np.float32)
+        s = RNG.uniform(0.5, 2.0, size=6).astype(np.float32)
+        z = RNG.integers(lo // 4 if lo else 0, hi // 4, size=6).astype(dt)
+        y = quantize_ref(x, s.reshape(1, -1), z.reshape(1, -1), lo, hi).astype(dt)
+        write21(root, "quantizelinear21_%s_axis1" % np.dtype(dt).name,
+                [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], axis=1)],
+                [("x", x)], [("y", y)], inits=[("s", s), ("z", z)])
+        q = RNG.integers(lo, hi + 1, size=(4, 6)).astype(dt)
+        y = ((q.astype(np.float32) - z.reshape(1, -1).astype(np.float32)) * s.reshape(1, -1)).astype(np.float32)
+        write21(root, "dequantizelinear21_%s_axis1" % np.dtype(dt).name,
+                [helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=1)],
+                [("q", q)], [("y", y)], inits=[("s", s), ("z", z)], tol=(1e-6, 0))
+    # float16 x and scale (opset 19+): the division rounded to float16 before rint; DequantizeLinear's output
+    # takes the scale's type.
+    x = RNG.uniform(-30, 30, size=(3, 40)).astype(np.float16)
+    s = RNG.uniform(0.1, 0.9, size=40).astype(np.float16)
+    z = ints(np.int8, 40)
+    y = quantize_ref(x, s.reshape(1, -1), z.reshape(1, -1), -128, 127).astype(np.int8)
+    write21(root, "quantizelinear21_float16_axis1", [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])],
+            [("x", x)], [("y", y)], inits=[("s", s), ("z", z)])
+    q = ints(np.uint8, 3, 40)
+    zq = ints(np.uint8, 40)
+    y = ((q.astype(np.float32) - zq.astype(np.float32)) * s.astype(np.float32)).astype(np.float16)
+    write21(root, "dequantizelinear21_float16_axis1", [helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])],
+            [("q", q)], [("y", y)], inits=[("s", s), ("z", zq)], tol=(1e-3, 0))
+
+
 def main():
     root = sys.argv[1]
+    opset21_cases(root)
     matmul_integer_cases(root)
     conv_integer_cases(root)
     qlinear_cases(root)

@@ -110,6 +110,16 @@ SIGNATURES = {
     ("Split", 18): (("input:S:T,split:O:!i64", 1, 2), ("outputs:V:T", 1, INF), "T=" + ALL),
     ("Gelu", 20): (("X:S:T", 1, 1), ("Y:S:T", 1, 1), "T=" + FLOATS),
     ("DFT", 20): (("input:S:T1,dft_length:O:T2,axis:O:!i64", 1, 3), ("output:S:T1", 1, 1), "T1=" + FLOATS + ";T2=i32|i64"),
+    # Opset 19: float16 / bfloat16 x and scales (float8 types: clusterjit has none); opset 21 adds int16 /
+    # uint16 / int4 / uint4 and blocked quantization.
+    ("QuantizeLinear", 19): (("x:S:T1,y_scale:S:T1,y_zero_point:O:T2", 2, 3), ("y:S:T2", 1, 1),
+                             "T1=f32|f16|bf16|i32;T2=i8|u8"),
+    ("DequantizeLinear", 19): (("x:S:T1,x_scale:S:T2,x_zero_point:O:T1", 2, 3), ("y:S:T2", 1, 1),
+                               "T1=i8|u8|i32;T2=f32|f16|bf16"),
+    ("QuantizeLinear", 21): (("x:S:T1,y_scale:S:T1,y_zero_point:O:T2", 2, 3), ("y:S:T2", 1, 1),
+                             "T1=f32|f16|bf16|i32;T2=i8|u8|i16|u16|u4|i4"),
+    ("DequantizeLinear", 21): (("x:S:T1,x_scale:S:T2,x_zero_point:O:T1", 2, 3), ("y:S:T2", 1, 1),
+                               "T1=i8|u8|i16|u16|i32|u4|i4;T2=f32|f16|bf16"),
 }
 for _op in ["ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
             "ReduceProd", "ReduceSumSquare"]:

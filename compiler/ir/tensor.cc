@@ -88,8 +88,8 @@ void ForEachAsDouble(const Tensor& t, F&& f) {
     switch (t.dtype()) {
       case DType::kF32: v = static_cast<const float*>(p)[i]; break;
       case DType::kF64: v = static_cast<const double*>(p)[i]; break;
-      case DType::kI8: v = static_cast<const int8_t*>(p)[i]; break;
-      case DType::kU8: v = static_cast<const uint8_t*>(p)[i]; break;
+      case DType::kI8: case DType::kI4: v = static_cast<const int8_t*>(p)[i]; break;
+      case DType::kU8: case DType::kU4: v = static_cast<const uint8_t*>(p)[i]; break;
       case DType::kI16: v = static_cast<const int16_t*>(p)[i]; break;
       case DType::kU16: v = static_cast<const uint16_t*>(p)[i]; break;
       case DType::kI32: v = static_cast<const int32_t*>(p)[i]; break;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -23,6 +24,26 @@ constexpr int64_t kMaxProtoBytes = int64_t{2} << 30;
 template <typename Src, typename Dst>
 void CopyConvert(const Src& src, Dst* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<Dst>(src.Get(static_cast<int>(i)));
+}
+
+bool IsNibbleType(DType t) { return t == DType::kI4 || t == DType::kU4; }
+
+// ONNX stores int4 / uint4 two per byte, the first element in the low nibble (onnx.proto, TensorProto
+// raw_data / int32_data); a tensor holds one element per byte, sign-extended for int4.
+void UnpackNibbles(const uint8_t* packed, DType t, int64_t n, Tensor& out) {
+  uint8_t* dst = static_cast<uint8_t*>(out.raw());
+  for (int64_t i = 0; i < n; ++i) {
+    uint8_t v = (packed[i / 2] >> (4 * (i % 2))) & 0xF;
+    if (t == DType::kI4 && (v & 0x8)) v |= 0xF0;
+    dst[i] = v;
+  }
+}
+
+std::string PackNibbles(const Tensor& t) {
+  std::string packed((t.numel() + 1) / 2, '\0');
+  const uint8_t* src = static_cast<const uint8_t*>(t.raw());
+  for (int64_t i = 0; i < t.numel(); ++i) packed[i / 2] = static_cast<char>(packed[i / 2] | ((src[i] & 0xF) << (4 * (i % 2))));
+  return packed;
 }
 
 }  // namespace
@@ -47,8 +68,10 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::st
   }
   absl::StatusOr<size_t> checked = CheckedByteSize(t, dims);
   if (!checked.ok()) return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "': ", checked.status().message()));
-  size_t bytes = *checked;
   int64_t n = count;
+  // Bytes the file holds: packed halves for int4 / uint4.
+  const bool nibbles = IsNibbleType(t);
+  size_t bytes = nibbles ? static_cast<size_t>((n + 1) / 2) : *checked;
   if (t == DType::kString) {  // string_data only (ONNX: strings are never raw or external)
     if (p.data_location() == onnx::TensorProto::EXTERNAL || p.has_raw_data()) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "' holds strings in raw or external data"));
@@ -94,9 +117,12 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::st
                                                      file_size, " bytes, offset ", offset, " + ", bytes, " are needed"));
     }
     Tensor out(t, dims);
-    absl::Status st = ReadExactly(*fd, offset, out.raw(), bytes, absl::StrCat("external data file ", location));
+    std::vector<uint8_t> packed(nibbles ? bytes : 0);
+    absl::Status st = ReadExactly(*fd, offset, nibbles ? packed.data() : out.raw(), bytes,
+                                  absl::StrCat("external data file ", location));
     ::close(*fd);
     if (!st.ok()) return st;
+    if (nibbles) UnpackNibbles(packed.data(), t, n, out);
     CanonicalizeBools(out);
     return out;
   }
@@ -106,8 +132,20 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::st
                                                      " raw bytes, its dims need ", bytes));
     }
     Tensor out(t, dims);
-    if (bytes) std::memcpy(out.raw(), p.raw_data().data(), bytes);
+    if (nibbles) UnpackNibbles(reinterpret_cast<const uint8_t*>(p.raw_data().data()), t, n, out);
+    else if (bytes) std::memcpy(out.raw(), p.raw_data().data(), bytes);
     CanonicalizeBools(out);
+    return out;
+  }
+  if (nibbles) {  // int32_data holds the packed bytes, one per entry
+    if (static_cast<size_t>(p.int32_data_size()) != bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "' has ", p.int32_data_size(),
+                                                     " packed int4 bytes, its dims need ", bytes));
+    }
+    std::vector<uint8_t> packed(bytes);
+    for (size_t i = 0; i < bytes; ++i) packed[i] = static_cast<uint8_t>(p.int32_data(static_cast<int>(i)));
+    Tensor out(t, dims);
+    UnpackNibbles(packed.data(), t, n, out);
     return out;
   }
   int64_t have = 0;
@@ -175,6 +213,8 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::st
       CopyConvert(p.int32_data(), out.data<uint16_t>(), n);
       break;
     case DType::kString:  // read above
+    case DType::kI4:
+    case DType::kU4:
     case DType::kInvalid:
       break;
   }
@@ -202,6 +242,10 @@ void ToProto(const Tensor& tensor, const std::string& name, onnx::TensorProto* p
   for (int64_t d : tensor.dims()) p->add_dims(d);
   if (tensor.dtype() == DType::kString) {
     for (int64_t i = 0; i < tensor.numel(); ++i) p->add_string_data(tensor.data<std::string>()[i]);
+    return;
+  }
+  if (IsNibbleType(tensor.dtype())) {
+    p->set_raw_data(PackNibbles(tensor));
     return;
   }
   p->set_raw_data(std::string(static_cast<const char*>(tensor.raw()), tensor.nbytes()));

@@ -139,8 +139,20 @@ void RegisterMiscOps() {
   Reg("NegativeLogLikelihoodLoss", C::kReduction, A::kDeny, 2, 3, LossInfer);
   Reg("SoftmaxCrossEntropyLoss", C::kReduction, A::kDeny, 2, 3, LossInfer);
   // Clusterable: per-tensor ones fuse into the CPU code generator's loops (ClusteringOptions::quantize_ops).
-  shape_fn::Reg("QuantizeLinear", C::kElementwise, true, A::kDeny, 2, 3, [](const Node&, Inputs in, Outputs& out) {
-    DType t = in.size() > 2 && in[2].present ? in[2].dtype : DType::kU8;
+  // The output dtype is the zero point's, else output_dtype (opset 21), else uint8.
+  shape_fn::Reg("QuantizeLinear", C::kElementwise, true, A::kDeny, 2, 3,
+                [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
+    const int64_t code = n.GetInt("output_dtype", 0);
+    const DType attr = code == 0 ? DType::kInvalid : DTypeFromOnnxCode(code);
+    if (code != 0 && (attr == DType::kInvalid || !IsInteger(attr) || attr == DType::kI32 || DTypeSize(attr) > 2)) {
+      return NodeError(n, absl::StrCat("output_dtype ", code, " is not a quantized type clusterjit supports "
+                                       "(int8, uint8, int16, uint16, int4, uint4)"));
+    }
+    const bool has_zp = in.size() > 2 && in[2].present;
+    if (has_zp && attr != DType::kInvalid && in[2].dtype != DType::kInvalid && in[2].dtype != attr) {
+      return NodeError(n, absl::StrCat("output_dtype is ", DTypeName(attr), ", the zero point ", DTypeName(in[2].dtype)));
+    }
+    const DType t = has_zp ? in[2].dtype : attr != DType::kInvalid ? attr : DType::kU8;
     out[0] = {t, in[0].shape};
     return absl::OkStatus();
   });

@@ -156,7 +156,11 @@ typedef enum cjit_dtype {
   CJIT_FLOAT64 = 11,
   CJIT_UINT32 = 12,
   CJIT_UINT64 = 13,
-  CJIT_BFLOAT16 = 16
+  CJIT_BFLOAT16 = 16,
+  /* ONNX int4 / uint4 (opset 21): in a cjit_value one element per byte (int8 -8..7 / uint8 0..15), not packed
+   * two per byte as in ONNX files; a run refuses an input byte outside the range (CJIT_INVALID_ARGUMENT). */
+  CJIT_UINT4 = 21,
+  CJIT_INT4 = 22
 } cjit_dtype;
 
 typedef struct cjit_value cjit_value;

@@ -14,7 +14,8 @@ Arrays: inputs are numpy arrays (C-contiguous ones, and objects with ``__dlpack_
 place, without a copy; anything else is converted by ``numpy.ascontiguousarray``). Outputs are numpy arrays
 that own the library's buffers (no copy). Element types follow ONNX: float32/float16/float64, int8..int64,
 uint8..uint64, bool; bfloat16 is ``ml_dtypes.bfloat16`` when that package is importable, else uint16 holding
-the raw bfloat16 bits (``arr.view(np.uint16)``; widen with ``(u16.astype(np.uint32) << 16).view(np.float32)``).
+the raw bfloat16 bits (``arr.view(np.uint16)``; widen with ``(u16.astype(np.uint32) << 16).view(np.float32)``);
+int4 / uint4 are int8 / uint8 arrays, one element per byte (values -8..7 / 0..15; not packed).
 Sequence inputs and outputs (``NodeArg.type`` "seq(tensor(float))") are lists of such arrays; optional ones
 ("optional(...)") are ``None`` when empty, else the element — as in ONNX Runtime.
 
@@ -47,13 +48,14 @@ _TYPE_NAMES = {
     1: "tensor(float)", 2: "tensor(uint8)", 3: "tensor(int8)", 4: "tensor(uint16)", 5: "tensor(int16)",
     6: "tensor(int32)", 7: "tensor(int64)", 8: "tensor(string)", 9: "tensor(bool)", 10: "tensor(float16)",
     11: "tensor(double)", 12: "tensor(uint32)", 13: "tensor(uint64)", 16: "tensor(bfloat16)",
+    21: "tensor(uint4)", 22: "tensor(int4)",
 }
 _NUMPY_OF_TYPE = {
     "tensor(float)": _np.float32, "tensor(uint8)": _np.uint8, "tensor(int8)": _np.int8,
     "tensor(uint16)": _np.uint16, "tensor(int16)": _np.int16, "tensor(int32)": _np.int32,
     "tensor(int64)": _np.int64, "tensor(bool)": _np.bool_, "tensor(float16)": _np.float16,
     "tensor(double)": _np.float64, "tensor(uint32)": _np.uint32, "tensor(uint64)": _np.uint64,
-    "tensor(bfloat16)": _np.uint16,
+    "tensor(bfloat16)": _np.uint16, "tensor(uint4)": _np.uint8, "tensor(int4)": _np.int8,
 }
 
 

@@ -89,6 +89,8 @@ py::dtype NumpyDtypeUncached(int32_t code) {
     case CJIT_FLOAT64: return py::dtype("float64");
     case CJIT_UINT32: return py::dtype("uint32");
     case CJIT_UINT64: return py::dtype("uint64");
+    case CJIT_INT4: return py::dtype("int8");  // one element per byte (include/clusterjit/clusterjit.h)
+    case CJIT_UINT4: return py::dtype("uint8");
     case CJIT_BFLOAT16: return g_bfloat16.is_none() ? py::dtype("uint16") : py::reinterpret_borrow<py::dtype>(g_bfloat16);
     default: break;
   }
@@ -105,12 +107,14 @@ py::dtype NumpyDtype(int32_t code) {
 }
 
 // The cjit dtype of a numpy dtype (0 when none); `declared` (the model's, 0 unknown) lets uint16 stand for
-// bfloat16 where numpy has no bfloat16.
+// bfloat16 where numpy has no bfloat16, and int8 / uint8 for int4 / uint4 (one element per byte).
 int32_t CjitDtype(const py::dtype& dt, int32_t declared) {
   const char kind = dt.kind();
   const ssize_t size = dt.itemsize();
   if (!g_bfloat16.is_none() && dt.is(g_bfloat16)) return CJIT_BFLOAT16;
   if (kind == 'f') return size == 4 ? CJIT_FLOAT32 : size == 2 ? CJIT_FLOAT16 : size == 8 ? CJIT_FLOAT64 : 0;
+  if (kind == 'i' && size == 1 && declared == CJIT_INT4) return CJIT_INT4;
+  if (kind == 'u' && size == 1 && declared == CJIT_UINT4) return CJIT_UINT4;
   if (kind == 'i') return size == 1 ? CJIT_INT8 : size == 2 ? CJIT_INT16 : size == 4 ? CJIT_INT32 : size == 8 ? CJIT_INT64 : 0;
   if (kind == 'u') {
     if (size == 2 && declared == CJIT_BFLOAT16) return CJIT_BFLOAT16;
@@ -125,9 +129,12 @@ int32_t DlpackDtype(const DLDataType& t, int32_t declared) {
   if (t.lanes != 1) return 0;
   switch (t.code) {
     case kDLFloat: return t.bits == 32 ? CJIT_FLOAT32 : t.bits == 16 ? CJIT_FLOAT16 : t.bits == 64 ? CJIT_FLOAT64 : 0;
-    case kDLInt: return t.bits == 8 ? CJIT_INT8 : t.bits == 16 ? CJIT_INT16 : t.bits == 32 ? CJIT_INT32 : t.bits == 64 ? CJIT_INT64 : 0;
+    case kDLInt:
+      if (t.bits == 8 && declared == CJIT_INT4) return CJIT_INT4;
+      return t.bits == 8 ? CJIT_INT8 : t.bits == 16 ? CJIT_INT16 : t.bits == 32 ? CJIT_INT32 : t.bits == 64 ? CJIT_INT64 : 0;
     case kDLUInt:
       if (t.bits == 16 && declared == CJIT_BFLOAT16) return CJIT_BFLOAT16;
+      if (t.bits == 8 && declared == CJIT_UINT4) return CJIT_UINT4;
       return t.bits == 8 ? CJIT_UINT8 : t.bits == 16 ? CJIT_UINT16 : t.bits == 32 ? CJIT_UINT32 : t.bits == 64 ? CJIT_UINT64 : 0;
     case kDLBfloat: return t.bits == 16 ? CJIT_BFLOAT16 : 0;
     case 6 /* kDLBool (DLPack >= 0.8) */: return t.bits == 8 ? CJIT_BOOL : 0;

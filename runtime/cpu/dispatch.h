@@ -22,8 +22,8 @@ absl::Status DispatchAll(DType t, F&& f) {
     case DType::kF64: f(double{}); break;
     case DType::kF16: f(half{}); break;
     case DType::kBF16: f(bfloat16{}); break;
-    case DType::kI8: f(int8_t{}); break;
-    case DType::kU8: f(uint8_t{}); break;
+    case DType::kI8: case DType::kI4: f(int8_t{}); break;  // int4 / uint4: one element per byte
+    case DType::kU8: case DType::kU4: f(uint8_t{}); break;
     case DType::kI16: f(int16_t{}); break;
     case DType::kU16: f(uint16_t{}); break;
     case DType::kI32: f(int32_t{}); break;

@@ -99,43 +99,68 @@ absl::Status Sce(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-// Per-element scale/zero-point index for per-tensor (scalar) or per-axis (1-D) quantization parameters.
-int64_t ParamIndex(const Tensor& x, const Tensor& param, int axis, int64_t e) {
-  if (param.numel() == 1) return 0;
-  int64_t inner = 1;
-  for (int i = axis + 1; i < x.rank(); ++i) inner *= x.dim(i);
-  return (e / inner) % x.dim(axis);
+// x (input 0), scale (input 1) and zero point (input 2, optional) of QuantizeLinear / DequantizeLinear:
+// which scale each element of x takes. ONNX QuantizeLinear-21 / DequantizeLinear-21 define three
+// granularities by the scale's shape: a scalar (per tensor), 1-D of x.dims[axis] (per axis), or x's rank with
+// ceil(x.dims[axis] / block_size) along `axis` and x's dims elsewhere (blocked, block_size > 0); the zero
+// point has the scale's shape.
+struct QuantArgsShape {
+  int axis = 0;
+  int64_t block = 0;  // > 0: blocked
+  int64_t dim = 1, inner = 1, pdim = 1;  // x.dims[axis], the product of x's dims after it, scale.dims[axis]
+  bool per_tensor = true;
+};
+
+// Index into the scale / zero point of x's element e (row-major).
+int64_t ParamIndex(const QuantArgsShape& q, int64_t e) {
+  if (q.per_tensor) return 0;
+  const int64_t i = e % q.inner, r = e / q.inner, d = r % q.dim;
+  if (q.block == 0) return d;
+  return ((r / q.dim) * q.pdim + d / q.block) * q.inner + i;
 }
 
-// x (input 0), scale (input 1) and zero point (input 2, optional) of QuantizeLinear / DequantizeLinear,
-// with the axis that a per-axis (1-D) scale runs along.
+// x, scale and zero point as doubles, with the granularity.
 struct QuantArgs {
   std::vector<double> xv, sv, zv;
-  int axis = 0;
+  QuantArgsShape shape;
 };
 
 bool IsByteQuant(DType t) { return t == DType::kU8 || t == DType::kI8; }
 
-// The axis and shape checks of QuantizeLinear / DequantizeLinear's parameters: a scalar (per-tensor) or
-// 1-D (per-axis, length x.dims[axis]) scale, the zero point like it.
-struct QuantArgsShape {
-  int axis = 0;
-};
+// The granularity checks of QuantizeLinear / DequantizeLinear's parameters (see QuantArgsShape).
 absl::StatusOr<QuantArgsShape> CheckQuantShapes(const KernelContext& ctx) {
   QuantArgsShape q;
   const Tensor& x = ctx.in(0);
   const Tensor& scale = ctx.in(1);
+  const int64_t block = ctx.node->GetInt("block_size", 0);
+  if (block < 0) return ctx.Error(absl::StrCat("block_size must be >= 0, got ", block));
   if (scale.numel() == 0) return ctx.Error("the scale is empty");
-  if (scale.numel() > 1) {
-    CJIT_ASSIGN_OR_RETURN(q.axis, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", 1), x.rank()));
-    if (scale.rank() != 1 || scale.dim(0) != x.dim(q.axis)) {
-      return ctx.Error(absl::StrCat("a per-axis scale must have dims [", x.dim(q.axis), "] (input dim ", q.axis,
-                                    "), got ", DimsToString(scale.dims())));
+  if (ctx.has(2) && ctx.in(2).dims() != scale.dims() && !(ctx.in(2).numel() == 1 && scale.numel() == 1)) {
+    return ctx.Error(absl::StrCat("the zero point has dims ", DimsToString(ctx.in(2).dims()), ", the scale ",
+                                  DimsToString(scale.dims())));
+  }
+  if (scale.numel() == 1) return q;
+  q.per_tensor = false;
+  CJIT_ASSIGN_OR_RETURN(q.axis, NormalizeAxis(*ctx.node, ctx.node->GetInt("axis", 1), x.rank()));
+  q.dim = x.dim(q.axis);
+  for (int i = q.axis + 1; i < x.rank(); ++i) q.inner *= x.dim(i);
+  if (block == 0) {
+    if (scale.rank() != 1 || scale.dim(0) != q.dim) {
+      return ctx.Error(absl::StrCat("a per-axis scale must have dims [", q.dim, "] (input dim ", q.axis, "), got ",
+                                    DimsToString(scale.dims()), " (blocked quantization needs block_size)"));
     }
+    q.pdim = q.dim;
+    return q;
   }
-  if (ctx.has(2) && ctx.in(2).numel() != scale.numel()) {
-    return ctx.Error(absl::StrCat("the zero point has ", ctx.in(2).numel(), " values, the scale ", scale.numel()));
+  q.block = block;
+  Dims want = x.dims();
+  want[q.axis] = (q.dim + block - 1) / block;
+  if (scale.dims() != want) {
+    return ctx.Error(absl::StrCat("a blocked scale (block_size ", block, ", axis ", q.axis, ") must have dims ",
+                                  DimsToString(want), " for input dims ", DimsToString(x.dims()), ", got ",
+                                  DimsToString(scale.dims())));
   }
+  q.pdim = want[q.axis];
   return q;
 }
 
@@ -148,13 +173,25 @@ absl::StatusOr<QuantArgsShape> CheckQuantArgs(const KernelContext& ctx) {
 
 absl::StatusOr<QuantArgs> ReadQuantArgs(const KernelContext& ctx) {
   QuantArgs q;
-  const Tensor& x = ctx.in(0);
-  CJIT_ASSIGN_OR_RETURN(QuantArgsShape shape, CheckQuantShapes(ctx));
-  q.axis = shape.axis;
-  q.xv = x.ToDoubleVector();
+  CJIT_ASSIGN_OR_RETURN(q.shape, CheckQuantShapes(ctx));
+  q.xv = ctx.in(0).ToDoubleVector();
   q.sv = ctx.in(1).ToDoubleVector();
   q.zv = ctx.has(2) ? ctx.in(2).ToDoubleVector() : std::vector<double>(q.sv.size(), 0.0);
   return q;
+}
+
+// Per tensor or per axis with float32 x / scale and 8-bit results: the vector rows of quant_rows.h.
+bool RowQuantizable(const KernelContext& ctx, DType bytes, DType real) {
+  return ctx.in(1).dtype() == DType::kF32 && real == DType::kF32 && IsByteQuant(bytes) &&
+         ctx.node->GetInt("block_size", 0) == 0 && ctx.in(1).rank() <= 1;
+}
+
+// v rounded to the float type t (float16 / bfloat16 round to nearest even; float32 and float64 unchanged
+// after the float32 rounding the callers do).
+double RoundToFloatType(double v, DType t) {
+  if (t == DType::kF16) return static_cast<double>(static_cast<float>(Eigen::half(static_cast<float>(v))));
+  if (t == DType::kBF16) return static_cast<double>(static_cast<float>(Eigen::bfloat16(static_cast<float>(v))));
+  return v;
 }
 
 // float32 x, float32 scale, uint8/int8 zero point (or none: uint8): the vector rows of quant_rows.h, per
@@ -232,24 +269,31 @@ absl::Status FastDequantize(KernelContext& ctx, const QuantArgsShape& a) {
 
 absl::Status Quantize(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
-  const Tensor& scale = ctx.in(1);
-  if (x.dtype() == DType::kF32 && scale.dtype() == DType::kF32 && IsByteQuant(ctx.infer()[0].dtype) &&
-      !ctx.node->HasAttr("block_size")) {
+  const DType out = ctx.infer()[0].dtype;
+  if (RowQuantizable(ctx, out, x.dtype())) {
     CJIT_ASSIGN_OR_RETURN(QuantArgsShape a, CheckQuantArgs(ctx));
     return FastQuantize(ctx, a);
   }
+  if (!IsInteger(out) || DTypeSize(out) > 2) {
+    return ctx.Error(absl::StrCat("cannot quantize to ", DTypeName(out), " (int8, uint8, int16, uint16, int4, uint4)"));
+  }
+  if (ctx.has(2) && ctx.in(2).dtype() != out) {
+    return ctx.Error(absl::StrCat("the zero point is ", DTypeName(ctx.in(2).dtype()), ", the output ", DTypeName(out)));
+  }
   Tensor& y = ctx.Alloc(0);
   CJIT_ASSIGN_OR_RETURN(QuantArgs a, ReadQuantArgs(ctx));
-  const std::vector<double>&xv = a.xv, &sv = a.sv, &zv = a.zv;
-  const int axis = a.axis;
-  double lo = y.dtype() == DType::kI8 ? -128 : 0, hi = y.dtype() == DType::kI8 ? 127 : 255;
-  std::vector<double> q(xv.size());
-  for (size_t e = 0; e < xv.size(); ++e) {
-    int64_t p = ParamIndex(x, scale, axis, static_cast<int64_t>(e));
-    // float32 division, as the reference implementation does (rounding ties to even).
-    double scaled = x.dtype() == DType::kF32 ? static_cast<double>(static_cast<float>(xv[e]) / static_cast<float>(sv[p]))
-                                             : xv[e] / sv[p];
-    q[e] = std::clamp(std::nearbyint(scaled) + zv[p], lo, hi);
+  double lo, hi;
+  IntegerRange(y.dtype(), &lo, &hi);
+  const bool float_x = IsFloat(x.dtype()) && x.dtype() != DType::kF64;
+  std::vector<double> q(a.xv.size());
+  for (size_t e = 0; e < a.xv.size(); ++e) {
+    const int64_t p = ParamIndex(a.shape, static_cast<int64_t>(e));
+    // The division in the float type of x and the scale, as the reference implementation does: float32
+    // division, rounded once more to float16 / bfloat16 (float32 holds 2p + 2 bits of either, so this is
+    // their correctly rounded quotient); integer x in double. Then round half to even and saturate.
+    const double scaled = float_x ? RoundToFloatType(static_cast<float>(a.xv[e]) / static_cast<float>(a.sv[p]), x.dtype())
+                                  : a.xv[e] / a.sv[p];
+    q[e] = std::isnan(scaled) ? lo : std::clamp(std::nearbyint(scaled) + a.zv[p], lo, hi);
   }
   return StoreDoubles(y, q);
 }
@@ -257,19 +301,21 @@ absl::Status Quantize(KernelContext& ctx) {
 absl::Status Dequantize(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   const Tensor& scale = ctx.in(1);
-  if (IsByteQuant(x.dtype()) && scale.dtype() == DType::kF32 && ctx.infer()[0].dtype == DType::kF32 &&
-      !ctx.node->HasAttr("block_size")) {
+  if (IsByteQuant(x.dtype()) && RowQuantizable(ctx, x.dtype(), ctx.infer()[0].dtype)) {
     CJIT_ASSIGN_OR_RETURN(QuantArgsShape a, CheckQuantArgs(ctx));
     return FastDequantize(ctx, a);
   }
+  if (!IsFloat(scale.dtype())) return ctx.Error(absl::StrCat("the scale must be a float tensor, got ", DTypeName(scale.dtype())));
+  if (ctx.has(2) && ctx.in(2).dtype() != x.dtype()) {
+    return ctx.Error(absl::StrCat("the zero point is ", DTypeName(ctx.in(2).dtype()), ", x ", DTypeName(x.dtype())));
+  }
   Tensor& y = ctx.Alloc(0);
   CJIT_ASSIGN_OR_RETURN(QuantArgs a, ReadQuantArgs(ctx));
-  const std::vector<double>&xv = a.xv, &sv = a.sv, &zv = a.zv;
-  const int axis = a.axis;
-  std::vector<double> out(xv.size());
-  for (size_t e = 0; e < xv.size(); ++e) {
-    int64_t p = ParamIndex(x, scale, axis, static_cast<int64_t>(e));
-    out[e] = static_cast<float>((xv[e] - zv[p]) * static_cast<float>(sv[p]));
+  std::vector<double> out(a.xv.size());
+  for (size_t e = 0; e < a.xv.size(); ++e) {
+    const int64_t p = ParamIndex(a.shape, static_cast<int64_t>(e));
+    // (x - zero point) * scale in float32 (rounded to the output type by the store), as the reference does.
+    out[e] = static_cast<float>((a.xv[e] - a.zv[p]) * static_cast<float>(a.sv[p]));
   }
   return StoreDoubles(y, out);
 }
