@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <cstring>
 #include <unordered_map>
 #include <vector>
@@ -157,56 +158,131 @@ class Fuser {
     return true;
   }
 
-  // MatMul / Gemm of a float A and DQ(constant 8-bit W) whose result is not quantized again (a classifier's
-  // last layer): MatMulNBits with 8-bit codes, the per-tensor or per-column scale repeated per block of K.
-  // The weights stay in their 8 bits: a 1280 x 1000 product of one row reads 1.3 MB instead of 5.1 MB.
+  // The weights of DequantizeLinear(constant W) as MatMulNBits describes them: codes of `bits` bits, and a
+  // float32 scale and an integer zero point per (column j, block b of `block` rows of K), j-major.
+  struct WeightCodes {
+    Node* dq = nullptr;
+    DType type = DType::kInvalid;  // W's: int8 / uint8 / int4 / uint4
+    int bits = 8;
+    int64_t block = 32;
+    std::vector<float> scale;
+    std::vector<int> zero_point;
+  };
+
+  // W [K, N] (k_axis 0) or [N, K] (k_axis 1) from a DequantizeLinear of a constant 8- or 4-bit tensor: per
+  // tensor, per column, or blocked along K (opset 21) with a power-of-two block_size in [16, 65536] (what
+  // MatMulNBits takes). False for anything else, which stays a float product.
+  bool ReadWeightCodes(Value* v, int k_axis, WeightCodes* c) {
+    Node* dq = v == nullptr ? nullptr : v->producer;
+    if (!IsOp(dq, "DequantizeLinear") || dq->num_inputs() < 2 || dq->input(0) == nullptr ||
+        !dq->input(0)->is_constant() || dq->input(1) == nullptr || !dq->input(1)->is_constant()) {
+      return false;
+    }
+    const Tensor& w = *dq->input(0)->constant;
+    const Tensor& s = *dq->input(1)->constant;
+    const Tensor* z = dq->num_inputs() > 2 && dq->input(2) != nullptr
+                          ? (dq->input(2)->is_constant() ? dq->input(2)->constant.get() : nullptr)
+                          : nullptr;
+    if (dq->num_inputs() > 2 && dq->input(2) != nullptr && z == nullptr) return false;
+    c->type = w.dtype();
+    if (w.rank() != 2 || (!IsByte(c->type) && c->type != DType::kI4 && c->type != DType::kU4)) return false;
+    if (s.dtype() != DType::kF32 || (z != nullptr && (z->dtype() != c->type || z->dims() != s.dims()))) return false;
+    const int64_t K = w.dim(k_axis), N = w.dim(1 - k_axis);
+    if (K == 0 || N == 0) return false;
+    const int64_t block = dq->GetInt("block_size", 0);
+    const int64_t axis = dq->GetInt("axis", 1) < 0 ? dq->GetInt("axis", 1) + 2 : dq->GetInt("axis", 1);
+    // Where column j's block b finds its parameter, by granularity.
+    std::function<int64_t(int64_t, int64_t)> at;
+    if (s.numel() == 1) {
+      at = [](int64_t, int64_t) { return int64_t{0}; };
+    } else if (block == 0) {
+      if (s.rank() != 1 || axis != 1 - k_axis || s.dim(0) != N) return false;
+      at = [](int64_t j, int64_t) { return j; };
+    } else {
+      if (axis != k_axis || block < 16 || block > 65536 || (block & (block - 1)) != 0 || s.rank() != 2 ||
+          s.dim(k_axis) != (K + block - 1) / block || s.dim(1 - k_axis) != N) {
+        return false;
+      }
+      const int64_t blocks = s.dim(k_axis);
+      at = k_axis == 0 ? std::function<int64_t(int64_t, int64_t)>([N](int64_t j, int64_t b) { return b * N + j; })
+                       : [blocks](int64_t j, int64_t b) { return j * blocks + b; };
+    }
+    c->dq = dq;
+    c->bits = c->type == DType::kI4 || c->type == DType::kU4 ? 4 : 8;
+    c->block = block > 0 ? block : 32;
+    const int64_t blocks = (K + c->block - 1) / c->block;
+    const std::vector<double> sv = s.ToDoubleVector();
+    const std::vector<double> zv = z != nullptr ? z->ToDoubleVector() : std::vector<double>(sv.size(), 0.0);
+    c->scale.resize(N * blocks);
+    c->zero_point.resize(N * blocks);
+    for (int64_t j = 0; j < N; ++j) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t i = at(j, b);
+        if (!(sv[i] > 0) || !std::isfinite(sv[i])) return false;
+        c->scale[j * blocks + b] = static_cast<float>(sv[i]);
+        c->zero_point[j * blocks + b] = static_cast<int>(zv[i]);
+      }
+    }
+    return true;
+  }
+
+  // MatMul / Gemm of a float A and DQ(constant 8- or 4-bit W) whose result is not quantized again (a
+  // classifier's last layer; an int4 / int8 weight-only quantized LLM's projections, as ONNX Runtime's
+  // DQMatMulToMatMulNBits fusion takes them): MatMulNBits with the weights' codes, W kept in its bits (a
+  // 1280 x 1000 product of one row reads 1.3 MB instead of 5.1 MB; 4-bit weights a quarter of that).
   bool FuseWeightDq(Node* n) {
     const bool gemm = IsOp(n, "Gemm");
     if ((!gemm && !IsOp(n, "MatMul")) || n->num_inputs() < 2 || n->outputs.size() != 1 || n->outputs[0] == nullptr ||
-        reads_[n->outputs[0]] == 0) {
+        reads_[n->outputs[0]] == 0 || n->input(0) == nullptr) {
       return false;  // (a product fused above is left unread)
     }
-    QParams wp;
-    DType wt = DType::kInvalid;
-    Node* dqw = Dq(n->input(1), &wp, true, &wt);
-    if (dqw == nullptr || n->input(0) == nullptr) return false;
-    const Tensor& w = *dqw->input(0)->constant;
-    if (w.rank() != 2) return false;
     if (gemm && (n->GetInt("transA", 0) != 0 || n->GetFloat("alpha", 1.0f) != 1.0f || n->GetFloat("beta", 1.0f) != 1.0f)) {
       return false;
     }
     const bool tb = gemm && n->GetInt("transB", 0) != 0;
+    WeightCodes c;
+    if (!ReadWeightCodes(n->input(1), tb ? 1 : 0, &c)) return false;
+    const Tensor& w = *c.dq->input(0)->constant;
     const int64_t K = tb ? w.dim(1) : w.dim(0), N = tb ? w.dim(0) : w.dim(1);
-    if (!PerChannelOk(wp, tb ? 0 : 1, 2, N) || K == 0 || N == 0) return false;
     Value* bias = nullptr;
     if (gemm && n->num_inputs() > 2 && n->input(2) != nullptr) {
-      Value* c = n->input(2);
-      if (!c->is_constant() || c->constant->dtype() != DType::kF32 || c->constant->numel() != N ||
-          c->constant->rank() < 1 || c->constant->rank() > 2 || c->constant->dims().back() != N) {
+      Value* cv = n->input(2);
+      if (!cv->is_constant() || cv->constant->dtype() != DType::kF32 || cv->constant->numel() != N ||
+          cv->constant->rank() < 1 || cv->constant->rank() > 2 || cv->constant->dims().back() != N) {
         return false;
       }
       Tensor b(DType::kF32, {N});
-      std::memcpy(b.raw(), c->constant->raw(), N * sizeof(float));
+      std::memcpy(b.raw(), cv->constant->raw(), N * sizeof(float));
       bias = g_.AddConstant(n->name + "/bias", std::move(b));
     }
-    // Codes: W's bytes as uint8 (int8 shifted by 128, with its zero point); padding codes at the zero point.
-    constexpr int64_t kBlock = 32;
-    const int64_t blocks = (K + kBlock - 1) / kBlock;
-    const std::vector<double> scale = wp.scale->constant->ToDoubleVector();
-    const std::vector<double> zp =
-        wp.zero_point != nullptr ? wp.zero_point->constant->ToDoubleVector() : std::vector<double>{0.0};
-    const int shift = wt == DType::kI8 ? 128 : 0;
-    Tensor codes(DType::kU8, {N, blocks, kBlock}), scales(DType::kF32, {N * blocks}), zps(DType::kU8, {N * blocks});
+    // Codes unsigned (signed W and its zero point shifted by 2^(bits-1): the difference stays); the padding
+    // rows of a partial last block hold the zero point. 4-bit codes and zero points two per byte, the first
+    // in the low nibble (MatMulNBits' packing).
+    const int64_t block = c.block, blocks = (K + block - 1) / block;
+    const bool is_signed = c.type == DType::kI8 || c.type == DType::kI4;
+    const int shift = is_signed ? 1 << (c.bits - 1) : 0;
+    const int64_t row_bytes = block * c.bits / 8, zp_row = (blocks * c.bits + 7) / 8;
+    Tensor codes(DType::kU8, {N, blocks, row_bytes}), scales(DType::kF32, {N * blocks}), zps(DType::kU8, {N * zp_row});
+    std::memset(codes.raw(), 0, codes.nbytes());
+    std::memset(zps.raw(), 0, zps.nbytes());
+    uint8_t* cp = codes.data<uint8_t>();
+    uint8_t* zpp = zps.data<uint8_t>();
+    auto put = [&](uint8_t* row, int64_t i, int v) {
+      if (c.bits == 8) row[i] = static_cast<uint8_t>(v);
+      else row[i / 2] = static_cast<uint8_t>(row[i / 2] | ((v & 0xF) << (4 * (i % 2))));
+    };
     for (int64_t j = 0; j < N; ++j) {
-      const uint8_t z = static_cast<uint8_t>(static_cast<int>(zp[zp.size() == 1 ? 0 : j]) + shift);
       for (int64_t b = 0; b < blocks; ++b) {
-        scales.data<float>()[j * blocks + b] = static_cast<float>(scale[scale.size() == 1 ? 0 : j]);
-        zps.data<uint8_t>()[j * blocks + b] = z;
-        for (int64_t i = 0; i < kBlock; ++i) {
-          const int64_t k = b * kBlock + i;
-          const int64_t at = tb ? j * K + k : k * N + j;
-          const int v = k >= K ? z : wt == DType::kI8 ? w.data<int8_t>()[at] + shift : w.data<uint8_t>()[at];
-          codes.data<uint8_t>()[(j * blocks + b) * kBlock + i] = static_cast<uint8_t>(v);
+        const int z = c.zero_point[j * blocks + b] + shift;
+        scales.data<float>()[j * blocks + b] = c.scale[j * blocks + b];
+        put(zpp + j * zp_row, b, z);
+        uint8_t* row = cp + (j * blocks + b) * row_bytes;
+        for (int64_t i = 0; i < block; ++i) {
+          const int64_t k = b * block + i;
+          const int64_t e = tb ? j * K + k : k * N + j;
+          const int v = k >= K ? z : is_signed ? static_cast<const int8_t*>(w.raw())[e] + shift
+                                              : static_cast<const uint8_t*>(w.raw())[e];
+          put(row, i, v);
         }
       }
     }
@@ -223,8 +299,8 @@ class Fuser {
     n->attrs.clear();
     n->attrs["K"] = Attribute::Int(K);
     n->attrs["N"] = Attribute::Int(N);
-    n->attrs["bits"] = Attribute::Int(8);
-    n->attrs["block_size"] = Attribute::Int(kBlock);
+    n->attrs["bits"] = Attribute::Int(c.bits);
+    n->attrs["block_size"] = Attribute::Int(block);
     n->inputs = std::move(ins);
     for (Value* v : n->inputs) if (v) ++reads_[v];
     return true;
