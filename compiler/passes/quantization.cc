@@ -209,6 +209,10 @@ class Fuser {
     }
     c->dq = dq;
     c->bits = c->type == DType::kI4 || c->type == DType::kU4 ? 4 : 8;
+    // Blocked 8-bit weights fold to float32 instead, as in ONNX Runtime (its fusion takes 4-bit ones): the
+    // float32 products of MatMulNBits dequantize per run, slower than a float32 MatMul from 5 rows on and
+    // level with it below (tools/weight-only-bench.sh).
+    if (block > 0 && c->bits == 8) return false;
     c->block = block > 0 ? block : 32;
     const int64_t blocks = (K + c->block - 1) / c->block;
     const std::vector<double> sv = s.ToDoubleVector();
