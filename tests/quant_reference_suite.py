@@ -352,15 +352,32 @@ def opset21_cases(root):
         write21(root, "dequantizelinear21_%s_blocked_axis0" % tname,
                 [helper.make_node("DequantizeLinear", ["w", "s", "z"], ["y"], axis=0, block_size=block)],
                 [("w", w)], [("y", y)], inits=[("s", s), ("z", z)], tol=(1e-6, 0), nibbles=nib)
-        # Constant weights, no zero point, into MatMul: the float64 product of the dequantized weights.
-        a = RNG.uniform(-1, 1, size=(5, k)).astype(np.float32)
+        # Constant weights, no zero point, into MatMul: the float64 product of the dequantized weights; 5
+        # rows (the panel path of MatMulNBits) and 1 (the matrix-vector path).
         wd = (w.astype(np.float32) * blocked(s, 0, block, k)).astype(np.float32)
-        y = (a.astype(np.float64) @ wd.astype(np.float64)).astype(np.float32)
-        write21(root, "dequantizelinear21_%s_blocked_matmul" % tname,
-                [helper.make_node("DequantizeLinear", ["w", "s"], ["wd"], axis=0, block_size=block),
-                 helper.make_node("MatMul", ["a", "wd"], ["y"])],
-                [("a", a)], [("y", y)], inits=[("w", w), ("s", s)], tol=(1e-5, 1e-5),
-                nibbles={"w": code} if code else {})
+        for rows, suffix in ((5, ""), (1, "_m1")):
+            a = RNG.uniform(-1, 1, size=(rows, k)).astype(np.float32)
+            y = (a.astype(np.float64) @ wd.astype(np.float64)).astype(np.float32)
+            write21(root, "dequantizelinear21_%s_blocked_matmul%s" % (tname, suffix),
+                    [helper.make_node("DequantizeLinear", ["w", "s"], ["wd"], axis=0, block_size=block),
+                     helper.make_node("MatMul", ["a", "wd"], ["y"])],
+                    [("a", a)], [("y", y)], inits=[("w", w), ("s", s)], tol=(1e-5, 1e-5),
+                    nibbles={"w": code} if code else {})
+        if code:
+            # Three rows, blocks of 64 over K = 200 (a partial last block), with zero points.
+            k2, n2 = 200, 40
+            w2 = RNG.integers(lo, hi + 1, size=(k2, n2)).astype(dt)
+            s2 = RNG.uniform(0.01, 0.1, size=(4, n2)).astype(np.float32)
+            z2 = RNG.integers(lo, hi + 1, size=(4, n2)).astype(dt)
+            a = RNG.uniform(-1, 1, size=(3, k2)).astype(np.float32)
+            wd2 = ((w2.astype(np.float32) - blocked(z2, 0, 64, k2).astype(np.float32)) *
+                   blocked(s2, 0, 64, k2)).astype(np.float32)
+            y = (a.astype(np.float64) @ wd2.astype(np.float64)).astype(np.float32)
+            write21(root, "dequantizelinear21_%s_blocked64_matmul_m3" % tname,
+                    [helper.make_node("DequantizeLinear", ["w", "s", "z"], ["wd"], axis=0, block_size=64),
+                     helper.make_node("MatMul", ["a", "wd"], ["y"])],
+                    [("a", a)], [("y", y)], inits=[("w", w2), ("s", s2), ("z", z2)], tol=(1e-5, 1e-5),
+                    nibbles={"w": code, "z": code})
         # Blocked QuantizeLinear along the last axis of [2, 3, 37] (block 8: 5 blocks, the last partial),
         # with ties and saturation; the output is written packed for int4 / uint4.
         x = RNG.uniform(-40, 40, size=(2, 3, 37)).astype(np.float32)

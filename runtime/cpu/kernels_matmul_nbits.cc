@@ -23,6 +23,10 @@
 #include "runtime/cpu/parallel.h"
 #include "runtime/cpu/quant_rows.h"
 
+// GCC 12 reports its own intrinsics headers (_mm512_undefined_*) as uninitialized.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace cjit {
 namespace {
 
@@ -138,6 +142,43 @@ __attribute__((target("avx2,fma"))) void ColumnDotsAvx2(const NBitsLayout& l, in
   }
 }
 
+// ColumnDotsAvx2 at 16 lanes (AVX-512 F + BW): 8-bit codes 16 per step; 4-bit codes 32 per step (16 bytes:
+// even k in the low nibbles), so the rows of `a` are ordered per 32 values even k first, then odd k, and
+// block_size must be a multiple of 32.
+template <int M>
+__attribute__((target("avx512f,avx512bw"))) void ColumnDotsAvx512(const NBitsLayout& l, int64_t n, const float* a,
+                                                                 int64_t lda, float* out) {
+  __m512 acc[M], blk[M];
+  for (int m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
+  const __m512i low4 = _mm512_set1_epi32(15);
+  for (int64_t b = 0; b < l.blocks; ++b) {
+    const uint8_t* blob = l.b + (n * l.blocks + b) * l.blob;
+    const __m512i zp = _mm512_set1_epi32(CodeZeroPoint(l, n, b));
+    const float* ak = a + b * l.block;
+    for (int m = 0; m < M; ++m) blk[m] = _mm512_setzero_ps();
+    if (l.bits == 8) {
+      for (int64_t i = 0; i < l.block; i += 16) {
+        const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blob + i)));
+        const __m512 w = _mm512_cvtepi32_ps(_mm512_sub_epi32(c, zp));
+        for (int m = 0; m < M; ++m) blk[m] = _mm512_fmadd_ps(w, _mm512_loadu_ps(ak + m * lda + i), blk[m]);
+      }
+    } else {
+      for (int64_t i = 0; i < l.block; i += 32) {
+        const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blob + i / 2)));
+        const __m512 lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(bytes, low4), zp));
+        const __m512 hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(bytes, 4), zp));
+        for (int m = 0; m < M; ++m) {
+          blk[m] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(ak + m * lda + i), blk[m]);
+          blk[m] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(ak + m * lda + i + 16), blk[m]);
+        }
+      }
+    }
+    const __m512 sv = _mm512_set1_ps(l.scales[n * l.blocks + b]);
+    for (int m = 0; m < M; ++m) acc[m] = _mm512_fmadd_ps(blk[m], sv, acc[m]);
+  }
+  for (int m = 0; m < M; ++m) out[m] = _mm512_reduce_add_ps(acc[m]);
+}
+
 // Column n of W^T (K floats) into `out`; `codes` is a scratch row of block_size bytes.
 void DequantizeColumn(const NBitsLayout& l, int64_t n, uint8_t* codes, float* out) {
   for (int64_t b = 0; b < l.blocks; ++b) {
@@ -235,23 +276,30 @@ absl::Status MatMulNBitsKernel(KernelContext& ctx) {
     const int64_t chunks = (l.N + kPanelColumns - 1) / kPanelColumns;
     const int threads = static_cast<int>(std::min<int64_t>(ThreadsForElements(ctx.threads, l.K * l.N / 4), chunks));
     if ((l.bits == 8 || l.bits == 4) && l.zp_float == nullptr) {
-      // The rows of A padded to whole blocks (4-bit: each 16 values even k first, as the nibbles).
+      // The rows of A padded to whole blocks (4-bit: each `group` values even k first, as the nibbles: 16
+      // for the AVX2 kernel, 32 for the AVX-512 one).
+      const bool wide = CpuHasAvx512() && (l.bits == 8 || l.block % 32 == 0);
+      const int64_t group = wide ? 32 : 16;
       const int64_t kp = l.blocks * l.block;
       std::vector<float> ap(static_cast<size_t>(M * kp), 0.0f);
       for (int64_t m = 0; m < M; ++m) {
         for (int64_t k = 0; k < l.K; ++k) {
-          const int64_t at = l.bits == 8 ? k : k / 16 * 16 + (k % 2) * 8 + (k % 16) / 2;
+          const int64_t at = l.bits == 8 ? k : k / group * group + (k % 2) * (group / 2) + (k % group) / 2;
           ap[m * kp + at] = ad[m * l.K + k];
         }
       }
       ParallelFor(threads, chunks, [&](int64_t c) {
         float dots[kMatrixVectorRows];
         for (int64_t n = c * kPanelColumns; n < std::min(l.N, (c + 1) * kPanelColumns); ++n) {
-          switch (M) {
-            case 1: ColumnDotsAvx2<1>(l, n, ap.data(), kp, dots); break;
-            case 2: ColumnDotsAvx2<2>(l, n, ap.data(), kp, dots); break;
-            case 3: ColumnDotsAvx2<3>(l, n, ap.data(), kp, dots); break;
-            default: ColumnDotsAvx2<4>(l, n, ap.data(), kp, dots); break;
+          switch (M * 2 + (wide ? 1 : 0)) {
+            case 2: ColumnDotsAvx2<1>(l, n, ap.data(), kp, dots); break;
+            case 3: ColumnDotsAvx512<1>(l, n, ap.data(), kp, dots); break;
+            case 4: ColumnDotsAvx2<2>(l, n, ap.data(), kp, dots); break;
+            case 5: ColumnDotsAvx512<2>(l, n, ap.data(), kp, dots); break;
+            case 6: ColumnDotsAvx2<3>(l, n, ap.data(), kp, dots); break;
+            case 7: ColumnDotsAvx512<3>(l, n, ap.data(), kp, dots); break;
+            case 8: ColumnDotsAvx2<4>(l, n, ap.data(), kp, dots); break;
+            default: ColumnDotsAvx512<4>(l, n, ap.data(), kp, dots); break;
           }
           for (int64_t m = 0; m < M; ++m) yd[m * l.N + n] = dots[m] + (bias != nullptr ? bias[n] : 0.0f);
         }
