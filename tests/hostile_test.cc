@@ -1077,8 +1077,14 @@ TEST(HostileTest, BlockedAndInt4Quantization) {
     EXPECT_TRUE(ErrorWith(LoadAndRun(dq(3, 2, 6), {{"x", x}}, Opts(jit)).status(), {"DequantizeLinear", "block_size 2"}));
     EXPECT_TRUE(ErrorWith(LoadAndRun(dq(2, -1, 6), {{"x", x}}, Opts(jit)).status(), {"DequantizeLinear", "block_size"}));
   }
-  // Packed data of the wrong length names the tensor.
+  // Packed data of the wrong length names the tensor; a float8 tensor (no such dtype here) names its type.
   EXPECT_TRUE(ErrorWith(LoadAndRun(dq(2, 2, 5), {{"x", x}}).status(), {"'w'", "packed int4"}));
+  ModelBuilder f8(21, 10);
+  f8.Input("x", kF32, {2}).Output("y");
+  f8.Node("DequantizeLinear", {"w", "s"}, {"y"});
+  f8.Init("w", 17, {2})->set_raw_data(std::string("\x01\x02", 2));
+  f8.InitFloats("s", {}, {1.0f});
+  EXPECT_TRUE(ErrorWith(LoadAndRun(f8, {{"x", x}}).status(), {"'w'", "FLOAT8E4M3FN (17)"}));
   // An int4 input holding a byte outside -8..7; QuantizeLinear whose output_dtype disagrees with its zero
   // point, or names no quantized type.
   ModelBuilder b(21, 10);

@@ -72,6 +72,17 @@ DType DTypeFromOnnxCode(int64_t code) {
   return code >= 0 && code < static_cast<int64_t>(std::size(kMap)) ? kMap[code] : DType::kInvalid;
 }
 
+std::string OnnxTypeName(int64_t code) {
+  static constexpr absl::string_view kNames[] = {
+      "UNDEFINED", "FLOAT",        "UINT8",          "INT8",       "UINT16",         "INT16",  "INT32",
+      "INT64",     "STRING",       "BOOL",           "FLOAT16",    "DOUBLE",         "UINT32", "UINT64",
+      "COMPLEX64", "COMPLEX128",   "BFLOAT16",       "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2",
+      "FLOAT8E5M2FNUZ", "UINT4",   "INT4",           "FLOAT4E2M1"};
+  const std::string code_text = std::to_string(code);
+  if (code < 0 || code >= static_cast<int64_t>(std::size(kNames))) return "type code " + code_text;
+  return std::string(kNames[code]) + " (" + code_text + ")";
+}
+
 int OnnxCodeFromDType(DType t) {
   for (int code = 1; code <= 22; ++code) {
     if (DTypeFromOnnxCode(code) == t && t != DType::kInvalid) return code;

@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+
 #include "absl/strings/string_view.h"
 
 namespace cjit {
@@ -41,6 +43,8 @@ DType DTypeFromName(absl::string_view name);
 // for a code or type the other side lacks (complex, float8).
 DType DTypeFromOnnxCode(int64_t code);
 int OnnxCodeFromDType(DType t);
+// The onnx.proto name of a TensorProto.DataType code with the code, for errors: "FLOAT8E4M3FN (17)".
+std::string OnnxTypeName(int64_t code);
 bool IsFloat(DType t);    // f16, bf16, f32, f64
 bool IsInteger(DType t);  // signed or unsigned integers (not bool), int4 / uint4 included
 // The value range of an integer dtype (int4 -8..7, uint4 0..15, ...): what ONNX's QuantizeLinear saturates to.

@@ -205,7 +205,7 @@ class Importer {
     *t = DTypeFromOnnxCode(tt.elem_type());
     if (*t == DType::kInvalid) {
       return absl::UnimplementedError(absl::StrCat(options_.source, ": value '", name,
-                                                   "' has unsupported element type ", tt.elem_type()));
+                                                   "' has unsupported element type ", OnnxTypeName(tt.elem_type())));
     }
     if (tt.has_shape()) {
       s->rank_known = true;

@@ -51,9 +51,8 @@ std::string PackNibbles(const Tensor& t) {
 absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::string& model_dir) {
   DType t = DTypeFromOnnxCode(p.data_type());
   if (t == DType::kInvalid) {
-    return absl::UnimplementedError(absl::StrCat("tensor '", p.name(), "' has unsupported data type ",
-                                                 onnx::TensorProto::DataType_Name(
-                                                     static_cast<onnx::TensorProto::DataType>(p.data_type()))));
+    return absl::UnimplementedError(
+        absl::StrCat("tensor '", p.name(), "' has unsupported data type ", OnnxTypeName(p.data_type())));
   }
   Dims dims(p.dims().begin(), p.dims().end());
   // Sizes are checked before anything is allocated or read: a malformed file must not make us allocate (or
