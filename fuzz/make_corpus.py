@@ -261,6 +261,34 @@ def main():
     ], [vi("x", F, [4]), vi("words", S, [4])],
         [vi("pieces", S, None), vi("counts", I64, None), vi("tf", F, None), vi("back", F, None),
          vi("matched", TensorProto.BOOL, None)], opset=20)
+    # Opset-21 quantization: int4 / uint4 initializers (packed two per byte), blocked DequantizeLinear into
+    # MatMul (the 4-bit MatMulNBits fusion), blocked QuantizeLinear to int16, QuantizeLinear to int4 by
+    # output_dtype alone.
+    def nibbles(code, name, a):
+        flat = np.append(a.ravel().astype(np.int64) & 0xF, np.zeros(a.size % 2, np.int64))
+        t = TensorProto()
+        t.name, t.data_type = name, code
+        t.dims.extend(a.shape)
+        t.raw_data = (flat[0::2] | (flat[1::2] << 4)).astype(np.uint8).tobytes()
+        return t
+    g = helper.make_graph([
+        helper.make_node("DequantizeLinear", ["w4", "s4"], ["w"], axis=0, block_size=16),
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("DequantizeLinear", ["u4", "su", "zu"], ["u"], axis=0, block_size=16),
+        helper.make_node("MatMul", ["h", "u"], ["y"]),
+        helper.make_node("QuantizeLinear", ["y", "sq", "zq"], ["q16"], axis=1, block_size=4),
+        helper.make_node("QuantizeLinear", ["h", "sh"], ["q4"], output_dtype=22),
+        helper.make_node("DequantizeLinear", ["q4", "sh"], ["dq4"]),
+    ], "quantized_opset21", [vi("x", F, [2, 40])],
+        [vi("q16", TensorProto.INT16, None), vi("dq4", F, None)],
+        initializer=[nibbles(22, "w4", rng.integers(-8, 8, (40, 8))), arr("s4", np.abs(f32(3, 8)) + 0.01),
+                     nibbles(21, "u4", rng.integers(0, 16, (8, 6))), arr("su", np.abs(f32(1, 6)) + 0.01),
+                     nibbles(21, "zu", rng.integers(0, 16, (1, 6))),
+                     arr("sq", np.abs(f32(2, 2)) + 0.01), arr("zq", np.zeros((2, 2), np.int16)),
+                     arr("sh", np.float32(0.25))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    onnx.save(m, os.path.join(out, "quantized_opset21.onnx"))
     print("fuzz corpus: %d models in %s" % (len(os.listdir(out)), out))
 
 

@@ -1076,6 +1076,7 @@ TEST(HostileTest, BlockedAndInt4Quantization) {
     // A scale that is not ceil(4 / block_size) along the axis; a negative block size.
     EXPECT_TRUE(ErrorWith(LoadAndRun(dq(3, 2, 6), {{"x", x}}, Opts(jit)).status(), {"DequantizeLinear", "block_size 2"}));
     EXPECT_TRUE(ErrorWith(LoadAndRun(dq(2, -1, 6), {{"x", x}}, Opts(jit)).status(), {"DequantizeLinear", "block_size"}));
+    EXPECT_TRUE(ErrorWith(LoadAndRun(dq(2, INT64_MAX, 6), {{"x", x}}, Opts(jit)).status(), {"DequantizeLinear", "must have dims 1x3"}));
   }
   // Packed data of the wrong length names the tensor; a float8 tensor (no such dtype here) names its type.
   EXPECT_TRUE(ErrorWith(LoadAndRun(dq(2, 2, 5), {{"x", x}}).status(), {"'w'", "packed int4"}));

@@ -154,7 +154,7 @@ absl::StatusOr<QuantArgsShape> CheckQuantShapes(const KernelContext& ctx) {
   }
   q.block = block;
   Dims want = x.dims();
-  want[q.axis] = (q.dim + block - 1) / block;
+  want[q.axis] = q.dim == 0 ? 0 : (q.dim - 1) / block + 1;  // ceil, without overflow for a huge block_size
   if (scale.dims() != want) {
     return ctx.Error(absl::StrCat("a blocked scale (block_size ", block, ", axis ", q.axis, ") must have dims ",
                                   DimsToString(want), " for input dims ", DimsToString(x.dims()), ", got ",

@@ -515,6 +515,26 @@ def test_sequences_and_optionals_in_and_out(tmp_path):
         sess.run(None, {"xs": [np.arange(2)], "t": t, "opt": None})
 
 
+def test_int4_in_and_out(tmp_path):
+    # int4 values travel as int8 arrays, one element per byte; an out-of-range byte is refused.
+    g = h.make_graph([
+        h.make_node("DequantizeLinear", ["q", "s"], ["d"]),
+        h.make_node("QuantizeLinear", ["d", "s"], ["y"], output_dtype=22),
+    ], "int4", [h.make_tensor_value_info("q", 22, [5])],
+        [h.make_tensor_value_info("d", T.FLOAT, None), h.make_tensor_value_info("y", 22, None)],
+        [h.make_tensor("s", T.FLOAT, [], [0.5])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 21)])
+    m.ir_version = 10
+    sess = ort.InferenceSession(save(m, tmp_path), providers=["CPUExecutionProvider"])
+    assert sess.get_inputs()[0].type == "tensor(int4)"
+    q = np.array([-8, -1, 0, 3, 7], np.int8)
+    d, y = sess.run(None, {"q": q})
+    assert d.tolist() == (q.astype(np.float32) * 0.5).tolist()
+    assert y.dtype == np.int8 and y.tolist() == q.tolist()
+    with pytest.raises(ort.InvalidArgument, match="element 4 is 8, outside the range of i4"):
+        sess.run(None, {"q": np.array([0, 0, 0, 0, 8], np.int8)})
+
+
 def test_string_tensors_in_and_out(tmp_path):
     g = h.make_graph([
         h.make_node("StringNormalizer", ["x"], ["y"], case_change_action="UPPER", stopwords=["the"]),
