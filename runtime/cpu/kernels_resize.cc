@@ -173,6 +173,9 @@ absl::Status ResizeKernel(KernelContext& ctx) {
   if (x.numel() == 0 && y.numel() > 0) {
     return ctx.Error("cannot resize an empty input to a non-empty output (no values to interpolate from)");
   }
+  // An empty output needs no taps; its other dims are bounded by nothing (one dim of 0 beside one of 2^40
+  // would size the tap tables by the latter).
+  if (y.numel() == 0) return absl::OkStatus();
   absl::StatusOr<std::vector<ResizeTaps>> taps_or =
       ResizeTapsOf(n, x.dims(), y.dims(), !legacy && ctx.has(1) ? &ctx.in(1) : nullptr, scales_t, sizes_given);
   if (!taps_or.ok()) return ctx.Error(std::string(taps_or.status().message()));
