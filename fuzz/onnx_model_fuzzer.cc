@@ -49,8 +49,8 @@ void Fill(Tensor& t, uint64_t seed) {
       case DType::kF64: t.data<double>()[i] = f; break;
       case DType::kF16: case DType::kBF16: case DType::kI16: case DType::kU16:
         t.data<uint16_t>()[i] = static_cast<uint16_t>(iv); break;
-      case DType::kI8: t.data<int8_t>()[i] = static_cast<int8_t>(iv); break;
-      case DType::kU8: t.data<uint8_t>()[i] = static_cast<uint8_t>(iv); break;
+      case DType::kI8: case DType::kI4: t.data<int8_t>()[i] = static_cast<int8_t>(iv); break;
+      case DType::kU8: case DType::kU4: t.data<uint8_t>()[i] = static_cast<uint8_t>(iv); break;
       case DType::kBool: t.data<uint8_t>()[i] = static_cast<uint8_t>(iv & 1); break;
       case DType::kI32: t.data<int32_t>()[i] = static_cast<int32_t>(iv); break;
       case DType::kU32: t.data<uint32_t>()[i] = static_cast<uint32_t>(iv); break;

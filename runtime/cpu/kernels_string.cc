@@ -42,8 +42,8 @@ std::string NumberText(const Tensor& x, int64_t i) {
     case DType::kF64: return ShortestText(x.data<double>()[i]);
     case DType::kF16: return ShortestText(HalfBitsToFloat(x.data<uint16_t>()[i]));
     case DType::kBF16: return ShortestText(Bfloat16BitsToFloat(x.data<uint16_t>()[i]));
-    case DType::kI8: return absl::StrCat(x.data<int8_t>()[i]);
-    case DType::kU8: return absl::StrCat(x.data<uint8_t>()[i]);
+    case DType::kI8: case DType::kI4: return absl::StrCat(x.data<int8_t>()[i]);
+    case DType::kU8: case DType::kU4: return absl::StrCat(x.data<uint8_t>()[i]);
     case DType::kI16: return absl::StrCat(x.data<int16_t>()[i]);
     case DType::kU16: return absl::StrCat(x.data<uint16_t>()[i]);
     case DType::kI32: return absl::StrCat(x.data<int32_t>()[i]);
