@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <cstring>
 #include <unordered_map>
 #include <vector>
@@ -191,21 +190,18 @@ class Fuser {
     if (K == 0 || N == 0) return false;
     const int64_t block = dq->GetInt("block_size", 0);
     const int64_t axis = dq->GetInt("axis", 1) < 0 ? dq->GetInt("axis", 1) + 2 : dq->GetInt("axis", 1);
-    // Where column j's block b finds its parameter, by granularity.
-    std::function<int64_t(int64_t, int64_t)> at;
-    if (s.numel() == 1) {
-      at = [](int64_t, int64_t) { return int64_t{0}; };
-    } else if (block == 0) {
+    // Column j's block b finds its parameter at j * sj + b * sb, by granularity.
+    int64_t sj = 0, sb = 0;  // per tensor
+    if (s.numel() != 1 && block == 0) {
       if (s.rank() != 1 || axis != 1 - k_axis || s.dim(0) != N) return false;
-      at = [](int64_t j, int64_t) { return j; };
-    } else {
+      sj = 1;
+    } else if (s.numel() != 1) {
       if (axis != k_axis || block < 16 || block > 65536 || (block & (block - 1)) != 0 || s.rank() != 2 ||
           s.dim(k_axis) != (K + block - 1) / block || s.dim(1 - k_axis) != N) {
         return false;
       }
-      const int64_t blocks = s.dim(k_axis);
-      at = k_axis == 0 ? std::function<int64_t(int64_t, int64_t)>([N](int64_t j, int64_t b) { return b * N + j; })
-                       : [blocks](int64_t j, int64_t b) { return j * blocks + b; };
+      sj = k_axis == 0 ? 1 : s.dim(1);
+      sb = k_axis == 0 ? N : 1;
     }
     c->dq = dq;
     c->bits = c->type == DType::kI4 || c->type == DType::kU4 ? 4 : 8;
@@ -221,7 +217,7 @@ class Fuser {
     c->zero_point.resize(N * blocks);
     for (int64_t j = 0; j < N; ++j) {
       for (int64_t b = 0; b < blocks; ++b) {
-        const int64_t i = at(j, b);
+        const int64_t i = j * sj + b * sb;
         if (!(sv[i] > 0) || !std::isfinite(sv[i])) return false;
         c->scale[j * blocks + b] = static_cast<float>(sv[i]);
         c->zero_point[j * blocks + b] = static_cast<int>(zv[i]);
