@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "compiler/ops/op_registry.h"
 #include "runtime/cpu/kernel.h"
+#include "runtime/cpu/vec_math.h"
 
 namespace cjit {
 
@@ -32,13 +33,6 @@ struct PostOp;
 // paths above when its geometry fits one: returns true when it ran, false when the caller should run
 // the general (oneDNN) path. Errors name the node.
 // `only` (autotuning) restricts it to one of the two paths.
-// Test hook: which instruction-set variant the loops of this file run (the epilogue, depthwise, unary
-// and few-channel loops are compiled for AVX-512, AVX2 + FMA and the SSE2 baseline, each with its
-// register width, and picked by the CPU on first use). kDetect restores the CPU's choice. Returns false
-// (and changes nothing) when this CPU cannot run `isa`. Not for concurrent use with running sessions.
-enum class ConvLoopIsa { kDetect = 0, kBaseline = 1, kAvx2 = 2, kAvx512 = 3 };
-bool SetConvLoopIsaForTest(ConvLoopIsa isa);
-
 enum class NhwcConvPath { kNone, kPointwise, kDepthwise };
 // The path that fits X [N, spatial.., C], W [OC, C/group, k..], Y [N, spatial.., OC] (kNone: neither).
 NhwcConvPath NhwcConvPathFor(const Dims& x, const Dims& w, const Dims& y, const WindowGeometry& g, int64_t group);
@@ -136,26 +130,6 @@ void PanelMultiplyOne(const float* panel, int64_t n0, const float* x, int64_t M,
 // generates code per shape and reorders NCHW around blocked layouts. Returns false when the geometry does
 // not fit (the column matrix above kIm2colMaxBytes).
 absl::StatusOr<bool> TryGemmConvTranspose(KernelContext& ctx, const WindowGeometry& g, int64_t group, Tensor& y);
-
-// y[i] = ops(x[i]) for float32 (x and y may be the same buffer), ops from {Relu, Clip, HardSwish, Linear,
-// Sigmoid, Tanh} with ONNX semantics (NaN stays NaN), vectorized for the CPU's ISA, threads over chunks.
-// The fast path of the corresponding unary ops (runtime/cpu/kernels_elementwise.cc).
-void ApplyUnaryPostOps(const float* x, float* y, int64_t n, const std::vector<PostOp>& ops, int threads);
-
-// y[i] = exp(x[i]) for float32 (x and y may be the same buffer), vectorized for the CPU's ISA, threads over
-// chunks: the code generator's exp (+inf above 88.72, subnormal results down to -103.97, then 0; NaN stays
-// NaN; relative error ~1e-7 for normal results). The Exp op and the Softmax fallback.
-void ExpF32(const float* x, float* y, int64_t n, int threads);
-// y[i] = erf(x[i]) for float32, as ExpF32: the code generator's erf (a rational function, XLA's and Eigen's
-// fast erf: relative error <= 4.2e-7; NaN stays NaN; +-1 beyond |x| = 4). The Erf op (BERT's Gelu).
-void ErfF32(const float* x, float* y, int64_t n, int threads);
-// One softmax row of n > 0 floats: *max = max(x) (NaNs ignored), y = exp(x - *max) (ExpF32's exp), *sum =
-// sum(y) (in double over vector partial sums). x and y may be the same buffer.
-void SoftmaxRowF32(const float* x, float* y, int64_t n, float* max, double* sum);
-
-// Applies bias (per last-dim channel, may be null) and then `ops` (may be null) to `rows` rows of
-// `channels` floats at `y` (row stride `channels`), with ONNX semantics. Exposed for the GEMM paths.
-void ApplyChannelEpilogue(float* y, int64_t rows, int64_t channels, const float* bias, const std::vector<PostOp>* ops);
 
 }  // namespace cjit
 

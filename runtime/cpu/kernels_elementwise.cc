@@ -13,7 +13,7 @@
 #include "base/status_macros.h"
 #include "absl/strings/str_join.h"
 #include "compiler/codegen/fusion_plan.h"
-#include "runtime/cpu/conv_gemm.h"
+#include "runtime/cpu/vec_math.h"
 #include "runtime/cpu/broadcast.h"
 #include "runtime/cpu/parallel.h"
 #include "runtime/cpu/dispatch.h"
@@ -319,7 +319,7 @@ void RegisterUnary() {
   });
   VectorMapF32("Sqrt", SqrtF32);
   VectorActivationF32("Tanh", [](const Node&) { return std::vector<PostOp>{MakePostOp(PostOp::Kind::kTanh)}; });
-  // The logistic through the conv epilogues' vector code (ExpV, conv_gemm.cc): AVX-512 / AVX2 where the
+  // The logistic through the conv epilogues' vector code (ExpV, runtime/cpu/simd.h): AVX-512 / AVX2 where the
   // CPU has them, where Eigen's exp runs at the SSE2 baseline width.
   VectorActivationF32("Sigmoid", [](const Node&) { return std::vector<PostOp>{MakePostOp(PostOp::Kind::kSigmoid)}; });
   EigenUnaryF32("Relu", [](const auto& in, auto& out) { out = in.max(0.0f); });

@@ -32,7 +32,7 @@ namespace {
 
 constexpr int64_t kMinColumnTile = 64;
 constexpr int64_t kMatrixVectorRows = 4;
-constexpr int64_t kPanelColumns = 64;              // conv_gemm.cc's kPanelWidth
+constexpr int64_t kPanelColumns = 64;              // conv_kernels.h's kPanelWidth
 constexpr int64_t kTileFloats = int64_t{1} << 19;  // 2 MiB of dequantized weights per thread
 
 struct NBitsLayout {

@@ -8,7 +8,7 @@
 #include "compiler/ir/cpu_isa.h"
 #include "compiler/ir/numeric_cast.h"
 #include "base/status_macros.h"
-#include "runtime/cpu/conv_gemm.h"
+#include "runtime/cpu/vec_math.h"
 #include "runtime/cpu/dispatch.h"
 #include "runtime/cpu/kernel.h"
 #include "runtime/cpu/parallel.h"
