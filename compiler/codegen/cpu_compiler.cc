@@ -152,7 +152,7 @@ class CpuMath : public TargetMath {
   llvm::Value* FastErf(llvm::IRBuilder<>& b, llvm::Value* x) {
     llvm::Type* f = b.getFloatTy();
     // Below 1e-30, x * P(x^2) underflows into subnormals and loses bits: erf(x) = 2 x / sqrt(pi) there (as
-    // the fallback's ErfF32, runtime/cpu/conv_gemm.cc).
+    // the fallback's ErfF32, runtime/cpu/vec_math.cc).
     llvm::Value* ax = b.CreateSelect(b.CreateFCmpOLT(x, llvm::ConstantFP::get(f, 0.0)), b.CreateFNeg(x), x);
     llvm::Value* tiny = b.CreateFCmpOLT(ax, llvm::ConstantFP::get(f, 1e-30));
     return b.CreateSelect(tiny, b.CreateFMul(x, llvm::ConstantFP::get(f, 1.1283791670955126)), RationalErf(b, x));
