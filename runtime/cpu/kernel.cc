@@ -36,6 +36,7 @@ const std::map<std::string, KernelFn>& Registered() {
     RegisterRecurrentKernels();
     RegisterControlFlowKernels();
     RegisterMiscKernels();
+    RegisterQdqKernels();
     RegisterSignalKernels();
     RegisterRandomKernels();
     RegisterQuantKernels();

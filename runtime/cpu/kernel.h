@@ -173,6 +173,7 @@ void RegisterMovementKernels();
 void RegisterRecurrentKernels();
 void RegisterControlFlowKernels();
 void RegisterMiscKernels();
+void RegisterQdqKernels();
 void RegisterSignalKernels();
 void RegisterRandomKernels();
 void RegisterQuantKernels();

@@ -1,5 +1,5 @@
 // The tensor helpers of tensor_util.h (Transpose in 16 x 16 tiles, strided copies, Concat along an axis,
-// batched MatMul geometry) and BatchedTranspose (box_copy.h).
+// batched MatMul geometry, StoreDoubles) and BatchedTranspose (box_copy.h).
 #include "runtime/cpu/tensor_util.h"
 
 #include <algorithm>
@@ -18,7 +18,9 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "compiler/ir/cpu_isa.h"
+#include "compiler/ir/numeric_cast.h"
 #include "runtime/cpu/box_copy.h"
+#include "runtime/cpu/dispatch.h"
 #include "runtime/cpu/parallel.h"
 
 namespace cjit {
@@ -434,6 +436,14 @@ void ConcatAlong(const std::vector<const Tensor*>& parts, int axis, Tensor& y) {
     }
     off += row;
   }
+}
+
+
+absl::Status StoreDoubles(Tensor& t, const std::vector<double>& v) {
+  return DispatchNumeric(t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    for (size_t i = 0; i < v.size(); ++i) t.data<T>()[i] = NumericCast<T>(v[i]);
+  });
 }
 
 }  // namespace cjit

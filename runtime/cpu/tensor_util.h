@@ -20,6 +20,11 @@ void StridedCopy(const Tensor& x, Tensor& y, const std::vector<int64_t>& start, 
 // axis, every part of y's dtype and rank (a scalar part counts 1). Any dtype but string (copies bytes).
 void ConcatAlong(const std::vector<const Tensor*>& parts, int axis, Tensor& y);
 
+// t's first v.size() elements = v, each converted to t's numeric dtype with NumericCast
+// (compiler/ir/numeric_cast.h: NaN -> 0 and saturation for integers). t holds at least v.size() elements;
+// an Unimplemented error for bool and for dtypes DispatchAll (runtime/cpu/dispatch.h) does not take.
+absl::Status StoreDoubles(Tensor& t, const std::vector<double>& v);
+
 // Geometry of a batched MatMul (numpy matmul semantics): 1-D operands promoted, batch dims broadcast.
 struct MatMulGeometry {
   Dims ad, bd, cd;  // operand and result dims, all of the same rank (>= 2)
