@@ -63,7 +63,7 @@ __attribute__((target("avx2,fma"))) void UnaryAvx2(const float* x, float* y, int
 }
 void UnaryBaseline(const float* x, float* y, int64_t n, const std::vector<PostOp>* ops) { UnaryBody<V4f>(x, y, n, ops); }
 
-// exp(x) per lane with the code generator's FastExp semantics (cpu_compiler.cc): x clamped to [-103.97,
+// exp(x) per lane with the code generator's FastExp semantics (compiler/codegen/cpu_emit.cc): x clamped to [-103.97,
 // 88.72], n = round(x / ln2), exp(r) by Cephes' polynomial, times 2^n applied as 2^a * 2^(n - a) so that
 // subnormal results come out right; +inf above 88.72, 0 below -103.97 (so exp(-inf) = 0), NaN stays NaN.
 // Relative error ~1e-7 where the result is a normal float.
@@ -83,7 +83,7 @@ inline __attribute__((always_inline)) V ExpExactV(V x) {
   return x != x ? x : e;
 }
 
-// erf(x) per lane with the code generator's FastErf semantics (cpu_compiler.cc; Eigen's
+// erf(x) per lane with the code generator's FastErf semantics (compiler/codegen/cpu_emit.cc; Eigen's
 // generic_fast_erf_float, the approximation XLA emits): x clamped to [-4, 4], x * P(x^2) / Q(x^2), the
 // result clamped to [-1, 1], 2 x / sqrt(pi) for |x| < 1e-30; relative error <= 4.2e-7 against float64 erf;
 // NaN stays NaN.
