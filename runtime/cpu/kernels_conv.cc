@@ -390,55 +390,20 @@ Tensor Bfloat16x3ConvWeights(const Tensor& w) {
 }
 
 // ONNX Conv / ConvTranspose, and (channels_last) com.clusterjit.NhwcConv: X [N, d.., C], Y [N, o.., M].
-absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = false) {
-  CJIT_ASSIGN_OR_RETURN(const ConvAlgorithm algo, ParseConvAlgorithm(ctx));
+// The error of an autotuned convolution algorithm that the convolution's geometry or types do not fit.
+absl::Status ConvAlgorithmDoesNotFit(const KernelContext& ctx) {
+  return ctx.Error(absl::StrCat("algorithm '", *ctx.algorithm, "' does not fit this convolution"));
+}
+
+// The convolution paths without a per-shape JIT (conv_gemm.h) that `algo` allows and the geometry fits, in
+// order of preference: true when one ran (y written, post-ops applied), false for oneDNN.
+absl::StatusOr<bool> TryOwnConvPaths(KernelContext& ctx, const ConvAlgorithm& algo, const WindowGeometry& g,
+                                     int64_t group, bool transposed, bool channels_last, bool own_f32, Tensor& y) {
   const bool dflt = algo.kind == ConvAlgorithm::kDefault;
-  auto not_fitting = [&]() { return ctx.Error(absl::StrCat("algorithm '", *ctx.algorithm, "' does not fit this convolution")); };
   const Tensor& x = ctx.in(0);
   const Tensor& w = ctx.in(1);
-  // float32, or bfloat16 (oneDNN's AVX-512 BF16 kernels; the registration widens it where the CPU has none).
-  const bool bf16 = x.dtype() == DType::kBF16 && w.dtype() == DType::kBF16 && !transposed;
-  if ((x.dtype() != DType::kF32 || w.dtype() != DType::kF32) && !bf16) {
-    return ctx.Error(absl::StrCat("convolution computes in float32 or float16/bfloat16 (widened), got ",
-                                  DTypeName(x.dtype()), " and ", DTypeName(w.dtype())));
-  }
-  const ConvPrecision precision = PrecisionOf(ctx, transposed);
-  const bool x3 = precision == ConvPrecision::kBf16x3;
-  const bool medium = precision != ConvPrecision::kHighest;
-  Tensor x_low, w_low;  // the bfloat16 operands of medium / bfloat16x3, made once the shapes are checked
-  const Tensor& xs = medium ? x_low : x;  // the operands the library reads
-  const Tensor& wsrc = medium ? w_low : w;
-  if (bf16 && ctx.has(2) && ctx.in(2).dtype() != DType::kBF16 && ctx.in(2).dtype() != DType::kF32) {
-    return ctx.Error(absl::StrCat("bias B is ", DTypeName(ctx.in(2).dtype()), ", expected bf16 or f32"));
-  }
-  if (x.rank() < 3) return ctx.Error("X must be N x C x spatial");
-  CJIT_ASSIGN_OR_RETURN(WindowGeometry g, Geometry(ctx, x, w, transposed, channels_last));
-  int64_t group = ctx.node->GetInt("group", 1);
-  int64_t C = channels_last ? x.dim(x.rank() - 1) : x.dim(1);
-  Tensor& y = ctx.Alloc(0);
-  if (y.numel() == 0) return absl::OkStatus();
-  int64_t OC = channels_last ? y.dim(y.rank() - 1) : y.dim(1);
-  if (group <= 0 || C % group || OC % group) return ctx.Error("channels are not divisible by group");
-  if (!transposed && w.dim(1) * group != C) {
-    return ctx.Error(absl::StrCat("weight has ", w.dim(1), " input channels per group, input has ", C, "/", group));
-  }
-  // kBiasLastDim is a GEMM epilogue (FusionPlanOptions::gemm_epilogues); no convolution path applies it.
-  if (ctx.post_ops != nullptr) {
-    for (const PostOp& op : *ctx.post_ops) {
-      if (op.kind == PostOp::Kind::kBiasLastDim) return ctx.Error("internal: a GEMM epilogue post-op on a convolution");
-    }
-  }
-  if (x3) {
-    x_low = Bfloat16x3ConvInput(x, group, channels_last);
-    w_low = ctx.is_constant(1) ? DerivedConstant(w, "bf16x3_conv_weights", Bfloat16x3ConvWeights)
-                               : Bfloat16x3ConvWeights(w);
-  } else if (medium) {
-    x_low = ToBfloat16(ctx, 0);
-    w_low = ToBfloat16(ctx, 1);
-  }
-  // The library's input channels: bfloat16x3 triples each group's.
-  const int64_t lib_c = x3 ? 3 * C : C;
-  const bool own_f32 = !bf16 && !medium;
+  const int64_t C = channels_last ? x.dim(x.rank() - 1) : x.dim(1);
+  const int64_t OC = channels_last ? y.dim(y.rank() - 1) : y.dim(1);
   if (channels_last && !transposed && own_f32 &&
       (dflt || algo.kind == ConvAlgorithm::kOwnPointwise || algo.kind == ConvAlgorithm::kOwnDepthwise)) {
     // pointwise / depthwise without a per-shape JIT (conv_gemm.h)
@@ -446,18 +411,18 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
                               : algo.kind == ConvAlgorithm::kOwnDepthwise ? NhwcConvPath::kDepthwise
                                                                           : NhwcConvPath::kNone;
     CJIT_ASSIGN_OR_RETURN(bool done, TryNhwcConvWithoutJit(ctx, g, group, y, only));
-    if (done) return absl::OkStatus();
+    if (done) return true;
   }
   // The indirect convolution (no per-shape JIT: a new image size runs at once, where a oneDNN primitive
   // costs ~0.7 ms to generate per shape) by default where it is as fast as oneDNN's brgconv (UseIndirectConv).
   if (channels_last && !transposed && own_f32 &&
       (algo.kind == ConvAlgorithm::kOwnIndirect || (dflt && UseIndirectConv(x.dims(), w.dims(), y.dims(), g, group)))) {
     CJIT_ASSIGN_OR_RETURN(bool done, TryIndirectConv(ctx, g, group, y));
-    if (done) return absl::OkStatus();
+    if (done) return true;
   }
   if (transposed && !channels_last && (dflt || algo.kind == ConvAlgorithm::kOwnGemmCol2im)) {  // GEMM + col2im
     CJIT_ASSIGN_OR_RETURN(bool done, TryGemmConvTranspose(ctx, g, group, y));
-    if (done) return absl::OkStatus();
+    if (done) return true;
   }
   // NCHW depthwise: by default where the output is a quarter of the input or less (strides >= 2; oneDNN's
   // path reorders the whole input to channels-last for it) and the window is at most 5x5 (one pass over
@@ -468,7 +433,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
     CJIT_ASSIGN_OR_RETURN(bool done, TryNchwDepthwiseConv(ctx, g, group, y));
     if (done) {
       if (ctx.post_ops != nullptr) ApplyPostOpsExact(*ctx.post_ops, y, false);
-      return absl::OkStatus();
+      return true;
     }
   }
   if (!channels_last && !transposed && own_f32 && dflt && group == 1 && C <= kIm2colMaxChannels && x.rank() == 4 &&
@@ -487,7 +452,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
       BatchedTranspose(yl.raw(), y.raw(), sizeof(float), N, OH * OW, OC, ctx.threads);
       if (ctx.want_impl) ctx.impl = absl::StrCat(lctx.impl, " (NCHW through channels-last, transposes around it)");
       ctx.scratch_bytes = lctx.scratch_bytes + static_cast<int64_t>(xl.nbytes() + yl.nbytes());
-      return absl::OkStatus();
+      return true;
     }
   }
   if (!transposed && own_f32 && (dflt || algo.kind == ConvAlgorithm::kOwnIm2col)) {
@@ -496,48 +461,24 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
                                                    dflt ? kIm2colMaxChannels : std::numeric_limits<int64_t>::max()));
     if (done) {
       if (!channels_last && ctx.post_ops != nullptr) ApplyPostOpsExact(*ctx.post_ops, y, false);
-      return absl::OkStatus();
+      return true;
     }
   }
-  if (!dflt && algo.kind != ConvAlgorithm::kOneDnn) return not_fitting();
-  const ConvDnnlDescs descs = MakeConvDescs(ctx, g, xs.dims(), y.dims(), lib_c, OC, group, transposed, channels_last, bf16, medium);
-  const memory::dims &wd = descs.wd, &ws = descs.ws, &dil = descs.dil, &pl = descs.pl, &pr = descs.pr, &st = descs.st,
-                     &xd = descs.xd, &yd = descs.yd;
-  const int64_t ksz = descs.ksz;
-  // Small convolutions stay on this thread (runtime/cpu/parallel.h): oneDNN forks by the thread setting,
-  // which the primitive is created under too (GetOrCreateDnnl keys it by that setting).
-  ScopedLibraryThreadsForWork library_threads(static_cast<double>(y.numel()) * (lib_c / group) * ksz);
-  const memory::data_type dt = descs.dt, dst_dt = descs.dst_dt, bias_dt = descs.bias_dt;
-  const memory::desc &plain_x = descs.plain_x, &plain_y = descs.plain_y;
-  bool has_bias = ctx.has(2);
-  bool const_w = ctx.is_constant(1);
-  // Post-ops (only for Conv steps of compiled clusters). When the convolution may produce NaN/Inf they run
-  // after it in exact ONNX semantics instead (ApplyPostOpsExact).
-  const std::vector<PostOp>* post_ops = transposed ? nullptr : ctx.post_ops;
-  const std::vector<PostOp>* exact_post_ops = nullptr;
-  if (post_ops != nullptr && !post_ops->empty() &&
-      ConvMayBeNonFinite(x, w, const_w, has_bias ? &ctx.in(2) : nullptr, (C / group) * ksz)) {
-    exact_post_ops = post_ops;
-    post_ops = nullptr;
-  }
-  // A Swish and what follows it run after the primitive (our vector epilogue), not as oneDNN post-ops:
-  // oneDNN's Winograd convolutions take no swish post-op, and on a YOLO-style network the convolutions
-  // that lost Winograd cost more than the separate pass saved.
-  // A bfloat16 destination takes the whole chain in oneDNN (it has no bfloat16 Winograd to lose, and the
-  // vector epilogue reads float32).
-  std::vector<PostOp> dnnl_part, after_part;
-  if (post_ops != nullptr && !bf16) {
-    size_t k = 0;
-    while (k < post_ops->size() && (*post_ops)[k].kind != PostOp::Kind::kSwish) ++k;
-    if (k < post_ops->size()) {
-      dnnl_part.assign(post_ops->begin(), post_ops->begin() + static_cast<std::ptrdiff_t>(k));
-      after_part.assign(post_ops->begin() + static_cast<std::ptrdiff_t>(k), post_ops->end());
-      post_ops = dnnl_part.empty() ? nullptr : &dnnl_part;
-    }
-  }
-  std::string post_key;
+  return false;
+}
+
+// oneDNN post-ops for `post_ops` (may be null) on an output of rank `rank` with OC channels: the attribute,
+// the per-channel tensors its binary ops read (in order) and a key for the primitive cache.
+struct DnnlConvPostOps {
+  std::string key;
   dnnl::post_ops po;
   std::vector<const Tensor*> binary_args;
+};
+DnnlConvPostOps MakeDnnlConvPostOps(const std::vector<PostOp>* post_ops, size_t rank, int64_t OC) {
+  DnnlConvPostOps r;
+  std::string& post_key = r.key;
+  dnnl::post_ops& po = r.po;
+  std::vector<const Tensor*>& binary_args = r.binary_args;
   if (post_ops != nullptr) {
     for (const PostOp& op : *post_ops) {
       absl::StrAppend(&post_key, static_cast<int>(op.kind), "/", op.a, "/", op.b, ";");
@@ -553,7 +494,7 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
         // x * sigmoid(alpha x) with alpha 1.
         case PostOp::Kind::kSwish: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f); break;
         case PostOp::Kind::kAddChannel: {
-          memory::dims cd(yd.size(), 1);
+          memory::dims cd(rank, 1);
           cd[1] = OC;
           po.append_binary(dnnl::algorithm::binary_add, memory::desc(cd, memory::data_type::f32, DenseStrides(cd)));
           binary_args.push_back(op.tensor->constant.get());
@@ -565,102 +506,119 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
       }
     }
   }
-  std::string key = absl::StrCat(transposed ? "deconv:" : "conv:", bf16 ? "bf16:" : "", x3 ? "bf16x3:" : medium ? "medium:" : "", static_cast<int>(bias_dt), post_key, ":", absl::StrJoin(xd, ","), ":", absl::StrJoin(wd, ","),
-                                 ":", absl::StrJoin(st, ","), ":", absl::StrJoin(dil, ","), ":", absl::StrJoin(pl, ","),
-                                 ":", absl::StrJoin(pr, ","), ":", has_bias, channels_last ? ":nxc:" : ":",
-                                 const_w ? absl::StrCat(reinterpret_cast<uintptr_t>(w.raw())) : "var",
-                                 dflt ? "" : absl::StrCat(":", *ctx.algorithm));
-  absl::Status create_status = absl::OkStatus();
-  auto entry = GetOrCreateDnnl(key, [&]() -> std::shared_ptr<DnnlEntry> {
-    auto e = std::make_shared<DnnlEntry>();
-    // Activations: let oneDNN pick its blocked layout (nChw8c/16c: the direct JIT kernels, much faster than
-    // gemm on plain NCHW); the kernel reorders from/to plain NCHW around the primitive.
-    memory::desc src_md = algo.plain ? plain_x : memory::desc(xd, dt, memory::format_tag::any);
-    memory::desc dst_md = algo.plain ? plain_y : memory::desc(yd, dst_dt, memory::format_tag::any);
-    const dnnl::algorithm conv_alg =
-        algo.winograd ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct;
-    // An autotuned implementation: walk oneDNN's list (its preference order) to the named one.
-    auto pick_impl = [&](auto& pd) -> bool {
-      if (algo.impl.empty()) return true;
-      while (pd.impl_info_str() != algo.impl) {
-        if (!pd.next_impl()) return false;
+  return r;
+}
+
+// A primitive cache entry for the (de)convolution of `descs`: oneDNN's primitive (`algo`: an autotuned
+// implementation, plain layouts, Winograd) with the activation reorders around it and, for constant weights
+// (const_w), `wsrc` reordered once. Null with *status set when oneDNN rejects it or `algo` does not fit.
+std::shared_ptr<DnnlEntry> CreateConvEntry(const KernelContext& ctx, const ConvAlgorithm& algo,
+                                           const ConvDnnlDescs& descs, int64_t OC, bool transposed, bool has_bias,
+                                           bool const_w, const Tensor& wsrc, const DnnlConvPostOps& post,
+                                           absl::Status* status) {
+  const memory::dims &wd = descs.wd, &ws = descs.ws, &dil = descs.dil, &pl = descs.pl, &pr = descs.pr, &st = descs.st,
+                     &xd = descs.xd, &yd = descs.yd;
+  const memory::data_type dt = descs.dt, dst_dt = descs.dst_dt, bias_dt = descs.bias_dt;
+  const memory::desc &plain_x = descs.plain_x, &plain_y = descs.plain_y;
+  const std::string& post_key = post.key;
+  const dnnl::post_ops& po = post.po;
+  absl::Status& create_status = *status;
+  auto not_fitting = [&]() { return ConvAlgorithmDoesNotFit(ctx); };
+  auto e = std::make_shared<DnnlEntry>();
+  // Activations: let oneDNN pick its blocked layout (nChw8c/16c: the direct JIT kernels, much faster than
+  // gemm on plain NCHW); the kernel reorders from/to plain NCHW around the primitive.
+  memory::desc src_md = algo.plain ? plain_x : memory::desc(xd, dt, memory::format_tag::any);
+  memory::desc dst_md = algo.plain ? plain_y : memory::desc(yd, dst_dt, memory::format_tag::any);
+  const dnnl::algorithm conv_alg =
+      algo.winograd ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct;
+  // An autotuned implementation: walk oneDNN's list (its preference order) to the named one.
+  auto pick_impl = [&](auto& pd) -> bool {
+    if (algo.impl.empty()) return true;
+    while (pd.impl_info_str() != algo.impl) {
+      if (!pd.next_impl()) return false;
+    }
+    return true;
+  };
+  memory::desc w_any(wd, dt, memory::format_tag::any);
+  memory::desc b_md({OC}, bias_dt, memory::format_tag::a);
+  try {
+    dnnl::primitive_attr attr = DnnlAttr();
+    if (!post_key.empty()) attr.set_post_ops(po);
+    if (!transposed) {
+      auto d = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, conv_alg, src_md,
+                                                          w_any, b_md, dst_md, st, dil, pl, pr)
+                        : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, conv_alg, src_md,
+                                                          w_any, dst_md, st, dil, pl, pr);
+      dnnl::convolution_forward::primitive_desc pd(d, attr, CpuEngine());
+      if (!pick_impl(pd)) {
+        create_status = not_fitting();
+        return nullptr;
       }
-      return true;
-    };
-    memory::desc w_any(wd, dt, memory::format_tag::any);
-    memory::desc b_md({OC}, bias_dt, memory::format_tag::a);
-    try {
-      dnnl::primitive_attr attr = DnnlAttr();
-      if (!post_key.empty()) attr.set_post_ops(po);
-      if (!transposed) {
-        auto d = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, conv_alg, src_md,
-                                                            w_any, b_md, dst_md, st, dil, pl, pr)
-                          : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, conv_alg, src_md,
-                                                            w_any, dst_md, st, dil, pl, pr);
-        dnnl::convolution_forward::primitive_desc pd(d, attr, CpuEngine());
-        if (!pick_impl(pd)) {
-          create_status = not_fitting();
-          return nullptr;
-        }
-        e->prim = dnnl::convolution_forward(pd);
-        e->weights_md = pd.weights_desc();
-        e->src_md = pd.src_desc();
-        e->dst_md = pd.dst_desc();
-        e->scratchpad_md = pd.scratchpad_desc();
-        e->impl = absl::StrCat("oneDNN convolution ", pd.impl_info_str());
-      } else {
-        auto d = has_bias ? dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                              dnnl::algorithm::deconvolution_direct, src_md, w_any,
-                                                              b_md, dst_md, st, dil, pl, pr)
-                          : dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                              dnnl::algorithm::deconvolution_direct, src_md, w_any,
-                                                              dst_md, st, dil, pl, pr);
-        dnnl::deconvolution_forward::primitive_desc pd(d, attr, CpuEngine());
-        if (algo.winograd || !pick_impl(pd)) {
-          create_status = not_fitting();
-          return nullptr;
-        }
-        e->prim = dnnl::deconvolution_forward(pd);
-        e->weights_md = pd.weights_desc();
-        e->src_md = pd.src_desc();
-        e->dst_md = pd.dst_desc();
-        e->scratchpad_md = pd.scratchpad_desc();
-        e->impl = absl::StrCat("oneDNN deconvolution ", pd.impl_info_str());
+      e->prim = dnnl::convolution_forward(pd);
+      e->weights_md = pd.weights_desc();
+      e->src_md = pd.src_desc();
+      e->dst_md = pd.dst_desc();
+      e->scratchpad_md = pd.scratchpad_desc();
+      e->impl = absl::StrCat("oneDNN convolution ", pd.impl_info_str());
+    } else {
+      auto d = has_bias ? dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                            dnnl::algorithm::deconvolution_direct, src_md, w_any,
+                                                            b_md, dst_md, st, dil, pl, pr)
+                        : dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                            dnnl::algorithm::deconvolution_direct, src_md, w_any,
+                                                            dst_md, st, dil, pl, pr);
+      dnnl::deconvolution_forward::primitive_desc pd(d, attr, CpuEngine());
+      if (algo.winograd || !pick_impl(pd)) {
+        create_status = not_fitting();
+        return nullptr;
       }
-    } catch (const dnnl::error& err) {
-      create_status = ctx.Error(absl::StrCat("oneDNN rejected the convolution: ", err.what()));
-      return nullptr;
+      e->prim = dnnl::deconvolution_forward(pd);
+      e->weights_md = pd.weights_desc();
+      e->src_md = pd.src_desc();
+      e->dst_md = pd.dst_desc();
+      e->scratchpad_md = pd.scratchpad_desc();
+      e->impl = absl::StrCat("oneDNN deconvolution ", pd.impl_info_str());
     }
-    e->bias_md = b_md;
-    if (e->src_md != plain_x) {
-      e->src_reorder = MakeDnnlReorder(plain_x, e->src_md, &e->src_reorder_scratchpad_md);
-      e->has_src_reorder = true;
-      e->src_is_transpose = xd.size() >= 3 && plain_x == memory::desc(xd, dt, DenseStrides(xd)) &&
-                            e->src_md == memory::desc(xd, dt, ChannelsLastStrides(xd));
-    }
-    if (e->dst_md != plain_y) {
-      e->dst_reorder = MakeDnnlReorder(e->dst_md, plain_y, &e->dst_reorder_scratchpad_md);
-      e->has_dst_reorder = true;
-      e->dst_is_transpose = yd.size() >= 3 && plain_y == memory::desc(yd, dst_dt, DenseStrides(yd)) &&
-                            e->dst_md == memory::desc(yd, dst_dt, ChannelsLastStrides(yd));
-    }
-    if (const_w) {
-      dnnl::stream s(CpuEngine());
-      memory user(memory::desc(wd, dt, ws), CpuEngine(), const_cast<void*>(wsrc.raw()));
-      e->weights = memory(e->weights_md, CpuEngine());
-      memory::desc scratch;
-      dnnl::reorder r = MakeDnnlReorder(user.get_desc(), e->weights_md, &scratch);
-      ExecuteDnnl(r, s, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, e->weights}}, scratch);
-      e->weights_source = wsrc.buffer();
-      e->holds_weights = true;
-    }
-    return e;
-  }, [&](const DnnlEntry& e) {
-    // Cached reordered weights are only valid while the very buffer they came from is alive.
-    return !const_w || (!e.weights_source.expired() && e.weights_source.lock() == wsrc.buffer());
-  });
-  CJIT_RETURN_IF_ERROR(create_status);
-  if (!entry) return ctx.Error("oneDNN primitive creation failed");
+  } catch (const dnnl::error& err) {
+    create_status = ctx.Error(absl::StrCat("oneDNN rejected the convolution: ", err.what()));
+    return nullptr;
+  }
+  e->bias_md = b_md;
+  if (e->src_md != plain_x) {
+    e->src_reorder = MakeDnnlReorder(plain_x, e->src_md, &e->src_reorder_scratchpad_md);
+    e->has_src_reorder = true;
+    e->src_is_transpose = xd.size() >= 3 && plain_x == memory::desc(xd, dt, DenseStrides(xd)) &&
+                          e->src_md == memory::desc(xd, dt, ChannelsLastStrides(xd));
+  }
+  if (e->dst_md != plain_y) {
+    e->dst_reorder = MakeDnnlReorder(e->dst_md, plain_y, &e->dst_reorder_scratchpad_md);
+    e->has_dst_reorder = true;
+    e->dst_is_transpose = yd.size() >= 3 && plain_y == memory::desc(yd, dst_dt, DenseStrides(yd)) &&
+                          e->dst_md == memory::desc(yd, dst_dt, ChannelsLastStrides(yd));
+  }
+  if (const_w) {
+    dnnl::stream s(CpuEngine());
+    memory user(memory::desc(wd, dt, ws), CpuEngine(), const_cast<void*>(wsrc.raw()));
+    e->weights = memory(e->weights_md, CpuEngine());
+    memory::desc scratch;
+    dnnl::reorder r = MakeDnnlReorder(user.get_desc(), e->weights_md, &scratch);
+    ExecuteDnnl(r, s, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, e->weights}}, scratch);
+    e->weights_source = wsrc.buffer();
+    e->holds_weights = true;
+  }
+  return e;
+}
+
+// Runs entry's primitive on X (`xs`, the operands the library reads) and the weights (the entry's, or `wsrc`
+// reordered now unless const_w) into y: activations reordered to and from the primitive's layouts (plain
+// transposes where those are channels-last), the bias and the binary post-ops' tensors as arguments.
+void RunConvEntry(KernelContext& ctx, const std::shared_ptr<DnnlEntry>& entry, const ConvDnnlDescs& descs,
+                  const Tensor& xs, const Tensor& wsrc, bool const_w, bool has_bias,
+                  const std::vector<PostOp>* post_ops, const std::vector<const Tensor*>& binary_args, int64_t OC,
+                  Tensor& y) {
+  const memory::dims &wd = descs.wd, &ws = descs.ws, &xd = descs.xd, &yd = descs.yd;
+  const memory::desc &plain_x = descs.plain_x, &plain_y = descs.plain_y;
+  const memory::data_type dt = descs.dt;
   dnnl::stream s(CpuEngine());
   memory wmem = entry->weights;
   if (!const_w) {
@@ -731,22 +689,131 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
       ExecuteDnnl(entry->dst_reorder, s, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, user_dst}}, entry->dst_reorder_scratchpad_md);
     }
   }
-  if (exact_post_ops != nullptr) ApplyPostOpsExact(*exact_post_ops, y, channels_last);
-  if (!after_part.empty()) {
-    if (channels_last) {
-      // Blocks of ~64 KiB of rows (each op one pass over a cache-resident block), over the threads.
-      float* yp = static_cast<float*>(y.raw());
-      const int64_t rows = y.numel() / OC, block = std::max<int64_t>(1, 16384 / OC);
-      const int64_t blocks = (rows + block - 1) / block;
-      const int nt = ThreadsForElements(ctx.threads, y.numel());
-      ParallelFor(nt, blocks, [&](int64_t b) {
-        const int64_t r0 = b * block;
-        ApplyChannelEpilogue(yp + r0 * OC, std::min(block, rows - r0), OC, nullptr, &after_part);
-      });
-    } else {
-      ApplyPostOpsExact(after_part, y, false);
+}
+
+// Post-ops that run after the primitive (from a Swish on): the vector epilogue over blocks of rows for
+// channels-last output, exact ONNX semantics for NCHW.
+void ApplyPostOpsAfterConv(const KernelContext& ctx, const std::vector<PostOp>& after_part, int64_t OC,
+                           bool channels_last, Tensor& y) {
+  if (channels_last) {
+    // Blocks of ~64 KiB of rows (each op one pass over a cache-resident block), over the threads.
+    float* yp = static_cast<float*>(y.raw());
+    const int64_t rows = y.numel() / OC, block = std::max<int64_t>(1, 16384 / OC);
+    const int64_t blocks = (rows + block - 1) / block;
+    const int nt = ThreadsForElements(ctx.threads, y.numel());
+    ParallelFor(nt, blocks, [&](int64_t b) {
+      const int64_t r0 = b * block;
+      ApplyChannelEpilogue(yp + r0 * OC, std::min(block, rows - r0), OC, nullptr, &after_part);
+    });
+  } else {
+    ApplyPostOpsExact(after_part, y, false);
+  }
+}
+
+absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = false) {
+  CJIT_ASSIGN_OR_RETURN(const ConvAlgorithm algo, ParseConvAlgorithm(ctx));
+  const bool dflt = algo.kind == ConvAlgorithm::kDefault;
+  const Tensor& x = ctx.in(0);
+  const Tensor& w = ctx.in(1);
+  // float32, or bfloat16 (oneDNN's AVX-512 BF16 kernels; the registration widens it where the CPU has none).
+  const bool bf16 = x.dtype() == DType::kBF16 && w.dtype() == DType::kBF16 && !transposed;
+  if ((x.dtype() != DType::kF32 || w.dtype() != DType::kF32) && !bf16) {
+    return ctx.Error(absl::StrCat("convolution computes in float32 or float16/bfloat16 (widened), got ",
+                                  DTypeName(x.dtype()), " and ", DTypeName(w.dtype())));
+  }
+  const ConvPrecision precision = PrecisionOf(ctx, transposed);
+  const bool x3 = precision == ConvPrecision::kBf16x3;
+  const bool medium = precision != ConvPrecision::kHighest;
+  Tensor x_low, w_low;  // the bfloat16 operands of medium / bfloat16x3, made once the shapes are checked
+  const Tensor& xs = medium ? x_low : x;  // the operands the library reads
+  const Tensor& wsrc = medium ? w_low : w;
+  if (bf16 && ctx.has(2) && ctx.in(2).dtype() != DType::kBF16 && ctx.in(2).dtype() != DType::kF32) {
+    return ctx.Error(absl::StrCat("bias B is ", DTypeName(ctx.in(2).dtype()), ", expected bf16 or f32"));
+  }
+  if (x.rank() < 3) return ctx.Error("X must be N x C x spatial");
+  CJIT_ASSIGN_OR_RETURN(WindowGeometry g, Geometry(ctx, x, w, transposed, channels_last));
+  int64_t group = ctx.node->GetInt("group", 1);
+  int64_t C = channels_last ? x.dim(x.rank() - 1) : x.dim(1);
+  Tensor& y = ctx.Alloc(0);
+  if (y.numel() == 0) return absl::OkStatus();
+  int64_t OC = channels_last ? y.dim(y.rank() - 1) : y.dim(1);
+  if (group <= 0 || C % group || OC % group) return ctx.Error("channels are not divisible by group");
+  if (!transposed && w.dim(1) * group != C) {
+    return ctx.Error(absl::StrCat("weight has ", w.dim(1), " input channels per group, input has ", C, "/", group));
+  }
+  // kBiasLastDim is a GEMM epilogue (FusionPlanOptions::gemm_epilogues); no convolution path applies it.
+  if (ctx.post_ops != nullptr) {
+    for (const PostOp& op : *ctx.post_ops) {
+      if (op.kind == PostOp::Kind::kBiasLastDim) return ctx.Error("internal: a GEMM epilogue post-op on a convolution");
     }
   }
+  if (x3) {
+    x_low = Bfloat16x3ConvInput(x, group, channels_last);
+    w_low = ctx.is_constant(1) ? DerivedConstant(w, "bf16x3_conv_weights", Bfloat16x3ConvWeights)
+                               : Bfloat16x3ConvWeights(w);
+  } else if (medium) {
+    x_low = ToBfloat16(ctx, 0);
+    w_low = ToBfloat16(ctx, 1);
+  }
+  // The library's input channels: bfloat16x3 triples each group's.
+  const int64_t lib_c = x3 ? 3 * C : C;
+  const bool own_f32 = !bf16 && !medium;
+  CJIT_ASSIGN_OR_RETURN(bool own_done, TryOwnConvPaths(ctx, algo, g, group, transposed, channels_last, own_f32, y));
+  if (own_done) return absl::OkStatus();
+  if (!dflt && algo.kind != ConvAlgorithm::kOneDnn) return ConvAlgorithmDoesNotFit(ctx);
+  const ConvDnnlDescs descs = MakeConvDescs(ctx, g, xs.dims(), y.dims(), lib_c, OC, group, transposed, channels_last, bf16, medium);
+  const memory::dims &wd = descs.wd, &dil = descs.dil, &pl = descs.pl, &pr = descs.pr, &st = descs.st, &xd = descs.xd,
+                     &yd = descs.yd;
+  const int64_t ksz = descs.ksz;
+  // Small convolutions stay on this thread (runtime/cpu/parallel.h): oneDNN forks by the thread setting,
+  // which the primitive is created under too (GetOrCreateDnnl keys it by that setting).
+  ScopedLibraryThreadsForWork library_threads(static_cast<double>(y.numel()) * (lib_c / group) * ksz);
+  const memory::data_type bias_dt = descs.bias_dt;
+  bool has_bias = ctx.has(2);
+  bool const_w = ctx.is_constant(1);
+  // Post-ops (only for Conv steps of compiled clusters). When the convolution may produce NaN/Inf they run
+  // after it in exact ONNX semantics instead (ApplyPostOpsExact).
+  const std::vector<PostOp>* post_ops = transposed ? nullptr : ctx.post_ops;
+  const std::vector<PostOp>* exact_post_ops = nullptr;
+  if (post_ops != nullptr && !post_ops->empty() &&
+      ConvMayBeNonFinite(x, w, const_w, has_bias ? &ctx.in(2) : nullptr, (C / group) * ksz)) {
+    exact_post_ops = post_ops;
+    post_ops = nullptr;
+  }
+  // A Swish and what follows it run after the primitive (our vector epilogue), not as oneDNN post-ops:
+  // oneDNN's Winograd convolutions take no swish post-op, and on a YOLO-style network the convolutions
+  // that lost Winograd cost more than the separate pass saved.
+  // A bfloat16 destination takes the whole chain in oneDNN (it has no bfloat16 Winograd to lose, and the
+  // vector epilogue reads float32).
+  std::vector<PostOp> dnnl_part, after_part;
+  if (post_ops != nullptr && !bf16) {
+    size_t k = 0;
+    while (k < post_ops->size() && (*post_ops)[k].kind != PostOp::Kind::kSwish) ++k;
+    if (k < post_ops->size()) {
+      dnnl_part.assign(post_ops->begin(), post_ops->begin() + static_cast<std::ptrdiff_t>(k));
+      after_part.assign(post_ops->begin() + static_cast<std::ptrdiff_t>(k), post_ops->end());
+      post_ops = dnnl_part.empty() ? nullptr : &dnnl_part;
+    }
+  }
+  const DnnlConvPostOps post = MakeDnnlConvPostOps(post_ops, yd.size(), OC);
+  const std::string& post_key = post.key;
+  std::string key = absl::StrCat(transposed ? "deconv:" : "conv:", bf16 ? "bf16:" : "", x3 ? "bf16x3:" : medium ? "medium:" : "", static_cast<int>(bias_dt), post_key, ":", absl::StrJoin(xd, ","), ":", absl::StrJoin(wd, ","),
+                                 ":", absl::StrJoin(st, ","), ":", absl::StrJoin(dil, ","), ":", absl::StrJoin(pl, ","),
+                                 ":", absl::StrJoin(pr, ","), ":", has_bias, channels_last ? ":nxc:" : ":",
+                                 const_w ? absl::StrCat(reinterpret_cast<uintptr_t>(w.raw())) : "var",
+                                 dflt ? "" : absl::StrCat(":", *ctx.algorithm));
+  absl::Status create_status = absl::OkStatus();
+  auto entry = GetOrCreateDnnl(key, [&]() -> std::shared_ptr<DnnlEntry> {
+    return CreateConvEntry(ctx, algo, descs, OC, transposed, has_bias, const_w, wsrc, post, &create_status);
+  }, [&](const DnnlEntry& e) {
+    // Cached reordered weights are only valid while the very buffer they came from is alive.
+    return !const_w || (!e.weights_source.expired() && e.weights_source.lock() == wsrc.buffer());
+  });
+  CJIT_RETURN_IF_ERROR(create_status);
+  if (!entry) return ctx.Error("oneDNN primitive creation failed");
+  RunConvEntry(ctx, entry, descs, xs, wsrc, const_w, has_bias, post_ops, post.binary_args, OC, y);
+  if (exact_post_ops != nullptr) ApplyPostOpsExact(*exact_post_ops, y, channels_last);
+  if (!after_part.empty()) ApplyPostOpsAfterConv(ctx, after_part, OC, channels_last, y);
   if (ctx.want_impl) {
     ctx.impl = x3 ? absl::StrCat("bfloat16x3: ", entry->impl) : medium ? absl::StrCat("bfloat16 operands: ", entry->impl) : entry->impl;
     if (exact_post_ops != nullptr) absl::StrAppend(&ctx.impl, " (post-ops after it: non-finite operands)");
