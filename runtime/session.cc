@@ -679,8 +679,11 @@ Session::Plan Session::DynamicPlan(std::shared_ptr<const Executor> family_execut
   return p;
 }
 
-absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inputs, bool allow_dynamic) {
-  std::vector<bool> by_value = ValueSpecialized(inputs);
+namespace {
+
+// The plan-cache key of `inputs`: each input's dtype and dims (and value where by_value), e.g.
+// "f32[1x3x224x224];i64[scalar]=7;"; sequences and optionals by kind and element type only.
+std::string SignatureOf(const std::vector<Tensor>& inputs, const std::vector<bool>& by_value) {
   std::string signature;
   signature.reserve(32 * inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -699,6 +702,195 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
     if (by_value[i]) absl::StrAppend(&signature, "=", t.ToInt64Vector()[0]);
     signature += ";";
   }
+  return signature;
+}
+
+// The replay-template key of `inputs`: dtypes, ranks and which dims are 0, 1 or other ("n"), by-value
+// inputs with their value; 0 and 1 are kept apart from other sizes (broadcasting, empty tensors), as
+// torch.compile's 0/1 specialization.
+std::string StructureOf(const std::vector<Tensor>& inputs, const std::vector<bool>& by_value) {
+  std::string structure;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    absl::StrAppend(&structure, DTypeName(inputs[i].dtype()), "[");
+    for (int64_t d : inputs[i].dims()) structure.push_back(d == 0 ? '0' : d == 1 ? '1' : 'n');
+    structure.push_back(']');
+    if (by_value[i]) absl::StrAppend(&structure, "=", inputs[i].ToInt64Vector()[0]);
+    structure.push_back(';');
+  }
+  return structure;
+}
+
+}  // namespace
+
+// Keeps `made` (may be null: this signature cannot be replayed) as the replay template of `structure`, with
+// a dynamic-shape family where the template allows one, and counts a full specialization. Returns the
+// family this signature's executor publishes its executables to (null for none).
+std::shared_ptr<ShapeFamily> Session::RecordReplayTemplate(const std::string& structure, const std::string& signature,
+                                                           std::shared_ptr<const ReplayTemplate> made) {
+  // A template whose specialization read no concrete dim (no shape-derived constant, no identity
+  // removed by its dims) is valid at every signature of its structure: its clusters can run at any dims
+  // (compiler/passes/specialization_replay.h gives the argument). One whose shape-derived constants are
+  // read only by Reshape targets and fused elementwise ops inside clusters is too, with those constants
+  // re-derived per signature (CpuExecutable::InstantiateDims).
+  DynamicFamily dyn;
+  std::shared_ptr<ShapeFamily> family;
+  // (Dynamic plans run compiled code at other dims: polymorphic execution, off with --polymorphic_clusters.)
+  if (made && made->guards.empty() && flags_.dynamic_shape_plans && flags_.polymorphic_clusters &&
+      flags_.specialization_replay == "true" && gpu_ == nullptr) {
+    std::string why_not;
+    if (made->frontier.empty()) {
+      dyn.executables = std::make_shared<ShapeFamily>();
+    } else if ((why_not = DerivedConstantsOutsideFusibleReaders(*made)).empty()) {
+      dyn.executables = std::make_shared<ShapeFamily>(
+          std::make_shared<TemplateDerivedConstants>(made, flags_.intra_op_threads));
+      for (const auto& n : made->graph->nodes()) {
+        if (n->op_type == kClusterOp) dyn.cluster_ids.push_back(static_cast<int>(n->GetInt("cluster_id", 0)));
+      }
+    }
+    if (dyn.executables) {
+      dyn.tmpl = made;
+      family = dyn.executables;
+    } else {
+      CJIT_VLOG(1) << "no dynamic-shape plan for the structure of " << signature << ": " << why_not;
+    }
+  } else if (made && !made->guards.empty()) {
+    CJIT_VLOG(1) << "no dynamic-shape plan for the structure of " << signature << ": " << made->guards.size()
+                 << " reshapes removed as identities at its dims";
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ++specializations_;
+  if (made) {
+    // A structure's family follows its template (a later full specialization replaces both).
+    if (dyn.executables) {
+      families_[structure] = std::move(dyn);
+    } else {
+      families_.erase(structure);
+    }
+    replay_templates_[structure] = std::move(made);
+    constexpr size_t kMaxTemplates = 64;
+    if (replay_templates_.size() > kMaxTemplates) {
+      families_.erase(replay_templates_.begin()->first);
+      replay_templates_.erase(replay_templates_.begin());
+    }
+  }
+  return family;
+}
+
+// The specialized, clustered graph of `inputs` (signature `signature`, dump index `sig`): replayed from
+// `tmpl` (may be null) when it applies, else the full pipeline (BuildSpecializedGraph), recording a replay
+// template when `replayable`. *family: the dynamic-shape family the signature's executor publishes to
+// (replays keep the one given; a full specialization sets its own or null).
+absl::StatusOr<std::shared_ptr<Graph>> Session::SpecializedGraphFor(const std::vector<Tensor>& inputs,
+                                                                    const std::vector<bool>& by_value,
+                                                                    const std::string& signature,
+                                                                    const std::string& structure, int sig,
+                                                                    bool replayable,
+                                                                    const std::shared_ptr<const ReplayTemplate>& tmpl,
+                                                                    std::shared_ptr<ShapeFamily>* family_out) {
+  std::shared_ptr<ShapeFamily>& family = *family_out;
+  std::shared_ptr<Graph> g;
+  if (tmpl) {
+    TraceScope rs(profiler_.get(), "replay", "specialize");
+    std::vector<Dims> dims;
+    for (const Tensor& t : inputs) dims.push_back(t.dims());
+    const int threads = flags_.intra_op_threads;
+    auto replayed = ReplaySpecialization(
+        *tmpl, dims, [threads](const Node& n, const std::vector<const Tensor*>& args) { return EvaluateNode(n, args, threads); });
+    if (replayed.ok()) {
+      if (flags_.specialization_replay == "verify") {
+        ClusteringReport unused;
+        CJIT_ASSIGN_OR_RETURN(std::shared_ptr<Graph> full, BuildSpecializedGraph(inputs, by_value, &unused));
+        std::string diff = DescribeGraphDifference(**replayed, *full);
+        if (!diff.empty()) {
+          return absl::InternalError(absl::StrCat("--specialization_replay=verify: the replayed specialization of ",
+                                                  signature, " differs from the full one: ", diff));
+        }
+      }
+      g = std::move(*replayed);
+      if (rs.active()) rs.args().Add("result", "replayed").Add("constants_rederived", tmpl->constants_rederived);
+      if (sig >= 0 && dumper_) dumper_->DumpGraph(sig, "replayed", *g);
+    } else {
+      CJIT_VLOG(1) << "specialization replay missed for " << signature << ": " << replayed.status().message();
+      if (rs.active()) rs.args().Add("result", "missed").Add("why", std::string(replayed.status().message()));
+    }
+  }
+  if (g) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++specialization_replays_;
+  } else {
+    family = nullptr;  // this signature's graph will not be the template's
+    std::optional<ReplayRecorder> recorder;
+    if (replayable) recorder.emplace(SpecializeOptions{}.max_folded_elements);
+    CJIT_ASSIGN_OR_RETURN(g, BuildSpecializedGraph(inputs, by_value, nullptr, sig, recorder ? &*recorder : nullptr));
+    std::shared_ptr<const ReplayTemplate> made;
+    if (recorder) {
+      std::string why;
+      made = recorder->Finish(g, &why);
+      if (!made) CJIT_VLOG(1) << "signature " << signature << " cannot be replayed: " << why;
+    }
+    family = RecordReplayTemplate(structure, signature, std::move(made));
+  }
+  return g;
+}
+
+// The executor of specialized graph `g`: the GPU executor on a GPU, else the CPU executor (trusting the
+// graph's shapes; publishing compiled clusters to `family` when not null).
+absl::StatusOr<Session::Plan> Session::MakePlan(std::shared_ptr<Graph> g, int sig, std::shared_ptr<ShapeFamily> family) {
+  Plan plan;
+  if (gpu_) {
+    GpuExecutorOptions go;
+    go.host_threads = flags_.intra_op_threads;
+    go.graph_level = flags_.gpu_graph_level;
+    go.autotuner = clusters_->autotuner();
+    CJIT_ASSIGN_OR_RETURN(std::unique_ptr<GpuExecutor> gx, GpuExecutor::Create(g, gpu_, go));
+    plan.gpu = std::move(gx);
+  } else {
+    ExecutorOptions eo;
+    eo.threads = flags_.intra_op_threads;
+    eo.clusters = clusters_.get();
+    eo.trust_shapes = true;
+    eo.profiler = profiler_.get();
+    eo.signature_index = sig;
+    eo.family = family;
+    TraceScope create(profiler_.get(), "create_executor", "specialize");
+    CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::Create(g, eo));
+    plan.cpu = std::move(ex);
+  }
+  return plan;
+}
+
+// Adds `plan` as the plan of `signature` (unless another thread added one meanwhile: that one wins) and
+// evicts the least recently used beyond --max_cached_signatures. Returns the signature's plan.
+Session::Plan Session::CachePlan(const std::string& signature, Plan plan) {
+  // Evicted plans are destroyed after the lock is released (a Run still using one holds its own reference).
+  std::vector<Plan> evicted;
+  Plan out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto [it, inserted] = plans_.try_emplace(signature);
+    if (inserted) {
+      it->second.plan = std::move(plan);
+      plan_lru_.push_front(signature);
+      it->second.lru = plan_lru_.begin();
+      const size_t cap = static_cast<size_t>(flags_.max_cached_signatures);
+      while (cap > 0 && plans_.size() > cap) {
+        auto victim = plans_.find(plan_lru_.back());
+        CJIT_VLOG(1) << "evicting the specialization of signature " << victim->first
+                     << " (--max_cached_signatures=" << cap << ")";
+        evicted.push_back(std::move(victim->second.plan));
+        plans_.erase(victim);
+        plan_lru_.pop_back();
+        ++plan_evictions_;
+      }
+    }
+    out = it->second.plan;  // another thread may have specialized the same signature meanwhile: one plan wins
+  }
+  return out;
+}
+
+absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inputs, bool allow_dynamic) {
+  std::vector<bool> by_value = ValueSpecialized(inputs);
+  const std::string signature = SignatureOf(inputs, by_value);
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = plans_.find(signature);
@@ -718,15 +910,7 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
   std::shared_ptr<ShapeFamily> family;  // the dynamic-shape family this signature's plan publishes to
   DynamicFamily dynamic_family;          // a family whose executor this signature's run creates
   if (replayable) {
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      absl::StrAppend(&structure, DTypeName(inputs[i].dtype()), "[");
-      // 0 and 1 are kept apart from other sizes (broadcasting, empty tensors), as torch.compile's 0/1
-      // specialization.
-      for (int64_t d : inputs[i].dims()) structure.push_back(d == 0 ? '0' : d == 1 ? '1' : 'n');
-      structure.push_back(']');
-      if (by_value[i]) absl::StrAppend(&structure, "=", inputs[i].ToInt64Vector()[0]);
-      structure.push_back(';');
-    }
+    structure = StructureOf(inputs, by_value);
     std::lock_guard<std::mutex> lock(mu_);
     auto it = replay_templates_.find(structure);
     if (it != replay_templates_.end()) tmpl = it->second;
@@ -777,142 +961,16 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
       CJIT_VLOG(1) << "no dynamic-shape plan for " << signature << ": " << ex.status().message();
     }
   }
-  std::shared_ptr<Graph> g;
-  if (tmpl) {
-    TraceScope rs(profiler_.get(), "replay", "specialize");
-    std::vector<Dims> dims;
-    for (const Tensor& t : inputs) dims.push_back(t.dims());
-    const int threads = flags_.intra_op_threads;
-    auto replayed = ReplaySpecialization(
-        *tmpl, dims, [threads](const Node& n, const std::vector<const Tensor*>& args) { return EvaluateNode(n, args, threads); });
-    if (replayed.ok()) {
-      if (flags_.specialization_replay == "verify") {
-        ClusteringReport unused;
-        CJIT_ASSIGN_OR_RETURN(std::shared_ptr<Graph> full, BuildSpecializedGraph(inputs, by_value, &unused));
-        std::string diff = DescribeGraphDifference(**replayed, *full);
-        if (!diff.empty()) {
-          return absl::InternalError(absl::StrCat("--specialization_replay=verify: the replayed specialization of ",
-                                                  signature, " differs from the full one: ", diff));
-        }
-      }
-      g = std::move(*replayed);
-      if (rs.active()) rs.args().Add("result", "replayed").Add("constants_rederived", tmpl->constants_rederived);
-      if (sig >= 0 && dumper_) dumper_->DumpGraph(sig, "replayed", *g);
-    } else {
-      CJIT_VLOG(1) << "specialization replay missed for " << signature << ": " << replayed.status().message();
-      if (rs.active()) rs.args().Add("result", "missed").Add("why", std::string(replayed.status().message()));
-    }
-  }
-  if (g) {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++specialization_replays_;
-  } else {
-    family = nullptr;  // this signature's graph will not be the template's
-    std::optional<ReplayRecorder> recorder;
-    if (replayable) recorder.emplace(SpecializeOptions{}.max_folded_elements);
-    CJIT_ASSIGN_OR_RETURN(g, BuildSpecializedGraph(inputs, by_value, nullptr, sig, recorder ? &*recorder : nullptr));
-    std::shared_ptr<const ReplayTemplate> made;
-    if (recorder) {
-      std::string why;
-      made = recorder->Finish(g, &why);
-      if (!made) CJIT_VLOG(1) << "signature " << signature << " cannot be replayed: " << why;
-    }
-    // A template whose specialization read no concrete dim (no shape-derived constant, no identity
-    // removed by its dims) is valid at every signature of its structure: its clusters can run at any dims
-    // (compiler/passes/specialization_replay.h gives the argument). One whose shape-derived constants are
-    // read only by Reshape targets and fused elementwise ops inside clusters is too, with those constants
-    // re-derived per signature (CpuExecutable::InstantiateDims).
-    DynamicFamily dyn;
-    // (Dynamic plans run compiled code at other dims: polymorphic execution, off with --polymorphic_clusters.)
-    if (made && made->guards.empty() && flags_.dynamic_shape_plans && flags_.polymorphic_clusters &&
-        flags_.specialization_replay == "true" && gpu_ == nullptr) {
-      std::string why_not;
-      if (made->frontier.empty()) {
-        dyn.executables = std::make_shared<ShapeFamily>();
-      } else if ((why_not = DerivedConstantsOutsideFusibleReaders(*made)).empty()) {
-        dyn.executables = std::make_shared<ShapeFamily>(
-            std::make_shared<TemplateDerivedConstants>(made, flags_.intra_op_threads));
-        for (const auto& n : made->graph->nodes()) {
-          if (n->op_type == kClusterOp) dyn.cluster_ids.push_back(static_cast<int>(n->GetInt("cluster_id", 0)));
-        }
-      }
-      if (dyn.executables) {
-        dyn.tmpl = made;
-        family = dyn.executables;
-      } else {
-        CJIT_VLOG(1) << "no dynamic-shape plan for the structure of " << signature << ": " << why_not;
-      }
-    } else if (made && !made->guards.empty()) {
-      CJIT_VLOG(1) << "no dynamic-shape plan for the structure of " << signature << ": " << made->guards.size()
-                   << " reshapes removed as identities at its dims";
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    ++specializations_;
-    if (made) {
-      // A structure's family follows its template (a later full specialization replaces both).
-      if (dyn.executables) {
-        families_[structure] = std::move(dyn);
-      } else {
-        families_.erase(structure);
-      }
-      replay_templates_[structure] = std::move(made);
-      constexpr size_t kMaxTemplates = 64;
-      if (replay_templates_.size() > kMaxTemplates) {
-        families_.erase(replay_templates_.begin()->first);
-        replay_templates_.erase(replay_templates_.begin());
-      }
-    }
-  }
+  CJIT_ASSIGN_OR_RETURN(std::shared_ptr<Graph> g,
+                        SpecializedGraphFor(inputs, by_value, signature, structure, sig, replayable, tmpl, &family));
   if (CJIT_VLOG_IS_ON(1)) {
     int clusters = 0;
     for (const auto& n : g->nodes()) clusters += n->op_type == kClusterOp;
     CJIT_VLOG(1) << "specialized signature " << signature << ": " << g->nodes().size() << " nodes, " << clusters
                  << " clusters";
   }
-  Plan plan;
-  if (gpu_) {
-    GpuExecutorOptions go;
-    go.host_threads = flags_.intra_op_threads;
-    go.graph_level = flags_.gpu_graph_level;
-    go.autotuner = clusters_->autotuner();
-    CJIT_ASSIGN_OR_RETURN(std::unique_ptr<GpuExecutor> gx, GpuExecutor::Create(g, gpu_, go));
-    plan.gpu = std::move(gx);
-  } else {
-    ExecutorOptions eo;
-    eo.threads = flags_.intra_op_threads;
-    eo.clusters = clusters_.get();
-    eo.trust_shapes = true;
-    eo.profiler = profiler_.get();
-    eo.signature_index = sig;
-    eo.family = family;
-    TraceScope create(profiler_.get(), "create_executor", "specialize");
-    CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::Create(g, eo));
-    plan.cpu = std::move(ex);
-  }
-  // Evicted plans are destroyed after the lock is released (a Run still using one holds its own reference).
-  std::vector<Plan> evicted;
-  Plan out;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto [it, inserted] = plans_.try_emplace(signature);
-    if (inserted) {
-      it->second.plan = std::move(plan);
-      plan_lru_.push_front(signature);
-      it->second.lru = plan_lru_.begin();
-      const size_t cap = static_cast<size_t>(flags_.max_cached_signatures);
-      while (cap > 0 && plans_.size() > cap) {
-        auto victim = plans_.find(plan_lru_.back());
-        CJIT_VLOG(1) << "evicting the specialization of signature " << victim->first
-                     << " (--max_cached_signatures=" << cap << ")";
-        evicted.push_back(std::move(victim->second.plan));
-        plans_.erase(victim);
-        plan_lru_.pop_back();
-        ++plan_evictions_;
-      }
-    }
-    out = it->second.plan;  // another thread may have specialized the same signature meanwhile: one plan wins
-  }
-  return out;
+  CJIT_ASSIGN_OR_RETURN(Plan plan, MakePlan(g, sig, family));
+  return CachePlan(signature, std::move(plan));
 }
 
 absl::StatusOr<std::shared_ptr<Graph>> Session::SpecializeAndCluster(const std::vector<NamedTensor>& inputs,

@@ -217,6 +217,17 @@ class Session {
   // `allow_dynamic`: a signature without a plan may be served by its structure's dynamic-shape plan.
   absl::StatusOr<Plan> Specialize(const std::vector<Tensor>& inputs, bool allow_dynamic = true);
   static Plan DynamicPlan(std::shared_ptr<const Executor> family_executor, std::shared_ptr<DynamicOutcomes> outcomes);
+  // Specialize's steps (session.cc says what each does).
+  absl::StatusOr<std::shared_ptr<Graph>> SpecializedGraphFor(const std::vector<Tensor>& inputs,
+                                                             const std::vector<bool>& by_value,
+                                                             const std::string& signature, const std::string& structure,
+                                                             int sig, bool replayable,
+                                                             const std::shared_ptr<const ReplayTemplate>& tmpl,
+                                                             std::shared_ptr<ShapeFamily>* family);
+  std::shared_ptr<ShapeFamily> RecordReplayTemplate(const std::string& structure, const std::string& signature,
+                                                    std::shared_ptr<const ReplayTemplate> made);
+  absl::StatusOr<Plan> MakePlan(std::shared_ptr<Graph> g, int sig, std::shared_ptr<ShapeFamily> family);
+  Plan CachePlan(const std::string& signature, Plan plan);
   // Which inputs this signature specializes by value (scalar integers/bools, bounded per input).
   std::vector<bool> ValueSpecialized(const std::vector<Tensor>& inputs);
   // `sig` (>= 0) names the signature in dump files.
