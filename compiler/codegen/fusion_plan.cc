@@ -501,6 +501,102 @@ std::vector<const Node*> MatchGemmEpilogue(const Node& gemm, const Readers& user
   return absorbed;
 }
 
+// The elementwise ops a library step applies (post-ops of a Conv in oneDNN; a GEMM's epilogue), by the
+// step's node index.
+struct Absorbed {
+  std::vector<PostOp> ops;
+  std::vector<const Node*> nodes;
+  const Value* output = nullptr;
+};
+
+// The post-ops each Conv / GEMM of `order` absorbs (FusionPlanOptions::conv_post_ops, gemm_epilogues), by
+// its index; (*owner_out)[absorbed node's index] = that index.
+std::map<int, Absorbed> AbsorbPostOps(const std::vector<Node*>& order, const std::unordered_map<const Node*, int>& index,
+                                      const Readers& readers, const std::unordered_set<const Value*>& outputs_set,
+                                      const FusionPlanOptions& options, std::vector<int>* owner_out) {
+  std::map<int, Absorbed> post;
+  std::vector<int>& owner = *owner_out;
+  const int n = static_cast<int>(order.size());
+  for (int i = 0; i < n; ++i) {
+    const std::string& op = order[i]->op_type;
+    bool conv = options.conv_post_ops && (op == "Conv" || op == "NhwcConv" || op == "NhwcPointwiseDepthwiseConv");
+    bool gemm = options.gemm_epilogues && (op == "MatMul" || op == "Gemm");
+    if ((!conv && !gemm) || owner[i] >= 0) continue;
+    Absorbed a;
+    a.nodes = conv ? MatchPostOps(*order[i], readers, outputs_set, options.excess_precision, &a.ops, &a.output)
+                   : MatchGemmEpilogue(*order[i], readers, outputs_set, &a.ops, &a.output);
+    if (a.nodes.empty()) continue;
+    for (const Node* x : a.nodes) owner[index.at(x)] = i;
+    post[i] = std::move(a);
+  }
+  return post;
+}
+
+// The fused kernel of a group (`members`: node indices into `order`, in order) iterating over `shape`
+// (by rows when row_reduction): its nodes, its inputs (each once; scalar constants are folded into the
+// code) with the view each reads through, and the outputs read outside the group or returned by the body.
+// The caller names it.
+FusedKernel MakeFusedKernel(const std::vector<Node*>& order, const std::vector<int>& members, const Dims& shape,
+                            bool row_reduction, const Readers& readers,
+                            const std::unordered_set<const Value*>& body_outputs,
+                            const std::unordered_set<const Node*>& body_nodes, const FusionPlanOptions& options) {
+  FusedKernel k;
+  k.excess_precision = options.excess_precision;
+  k.shape = shape;
+  k.row_reduction = row_reduction;
+  std::set<const Node*> in_group;
+  for (int m : members) {
+    k.nodes.push_back(order[m]);
+    in_group.insert(order[m]);
+  }
+  std::set<const Value*> seen;
+  for (const Node* node : k.nodes) {
+    for (const Value* v : node->inputs) {
+      if (!v || IsScalarConstant(v) || (v->producer && in_group.count(v->producer)) || seen.count(v)) continue;
+      seen.insert(v);
+      k.inputs.push_back(v);
+    }
+  }
+  for (const Node* node : k.nodes) {
+    const Value* out = node->outputs[0];
+    bool used_outside = body_outputs.count(out) > 0;
+    if (auto r = readers.find(out); r != readers.end()) {
+      for (const Node* reader : r->second) used_outside |= !in_group.count(reader);
+    }
+    if (used_outside) k.outputs.push_back(out);
+  }
+  for (const Value* in : k.inputs) {
+    View view = Resolve(in, body_nodes, GraphDims);
+    k.input_sources.push_back(view.source);
+    k.input_offsets.push_back(view.offset);
+    k.input_strides.push_back(view.strides);
+  }
+  return k;
+}
+
+// Drops library steps whose outputs nothing reads any more (view ops absorbed into kernels).
+void DropUnreadLibrarySteps(const Graph& body, FusionPlan* plan_out) {
+  FusionPlan& plan = *plan_out;
+  std::unordered_set<const Value*> needed(body.outputs().begin(), body.outputs().end());
+  for (auto it = plan.steps.rbegin(); it != plan.steps.rend(); ++it) {
+    if (it->kind == PlanStep::Kind::kFused) {
+      for (const Value* v : plan.kernels[it->kernel].input_sources) needed.insert(v);
+    }
+  }
+  std::vector<PlanStep> kept;
+  for (auto it = plan.steps.rbegin(); it != plan.steps.rend(); ++it) {
+    if (it->kind == PlanStep::Kind::kLibrary) {
+      bool used = it->output && needed.count(it->output);
+      for (const Value* v : it->node->outputs) used |= v && needed.count(v);
+      if (!used) continue;
+      for (const Value* v : it->node->inputs) if (v) needed.insert(v);
+      for (const PostOp& op : it->post_ops) if (op.tensor) needed.insert(op.tensor);
+    }
+    kept.push_back(*it);
+  }
+  plan.steps.assign(kept.rbegin(), kept.rend());
+}
+
 }  // namespace
 
 absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOptions& options) {
@@ -522,24 +618,7 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOp
   }
   const std::unordered_set<const Value*> outputs_set(body.outputs().begin(), body.outputs().end());
   std::vector<int> owner(n, -1);  // absorbed node -> the Conv that applies it
-  struct Absorbed {
-    std::vector<PostOp> ops;
-    std::vector<const Node*> nodes;
-    const Value* output = nullptr;
-  };
-  std::map<int, Absorbed> post;
-  for (int i = 0; i < n; ++i) {
-    const std::string& op = order[i]->op_type;
-    bool conv = options.conv_post_ops && (op == "Conv" || op == "NhwcConv" || op == "NhwcPointwiseDepthwiseConv");
-    bool gemm = options.gemm_epilogues && (op == "MatMul" || op == "Gemm");
-    if ((!conv && !gemm) || owner[i] >= 0) continue;
-    Absorbed a;
-    a.nodes = conv ? MatchPostOps(*order[i], readers, outputs_set, options.excess_precision, &a.ops, &a.output)
-                   : MatchGemmEpilogue(*order[i], readers, outputs_set, &a.ops, &a.output);
-    if (a.nodes.empty()) continue;
-    for (const Node* x : a.nodes) owner[index[x]] = i;
-    post[i] = std::move(a);
-  }
+  const std::map<int, Absorbed> post = AbsorbPostOps(order, index, readers, outputs_set, options, &owner);
   std::vector<bool> fusible(n), reduction(n);
   for (int i = 0; i < n; ++i) {
     reduction[i] = owner[i] < 0 && IsRowReduction(*order[i]);
@@ -655,38 +734,8 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOp
       }
       plan.steps.push_back(s);
     } else {
-      FusedKernel k;
-      k.excess_precision = options.excess_precision;
+      FusedKernel k = MakeFusedKernel(order, members, gshape[g], grow[g], readers, body_outputs, body_nodes, options);
       k.name = absl::StrCat("fused_", plan.kernels.size());
-      k.shape = gshape[g];
-      k.row_reduction = grow[g];
-      std::set<const Node*> in_group;
-      for (int m : members) {
-        k.nodes.push_back(order[m]);
-        in_group.insert(order[m]);
-      }
-      std::set<const Value*> seen;
-      for (const Node* node : k.nodes) {
-        for (const Value* v : node->inputs) {
-          if (!v || IsScalarConstant(v) || (v->producer && in_group.count(v->producer)) || seen.count(v)) continue;
-          seen.insert(v);
-          k.inputs.push_back(v);
-        }
-      }
-      for (const Node* node : k.nodes) {
-        const Value* out = node->outputs[0];
-        bool used_outside = body_outputs.count(out) > 0;
-        if (auto r = readers.find(out); r != readers.end()) {
-          for (const Node* reader : r->second) used_outside |= !in_group.count(reader);
-        }
-        if (used_outside) k.outputs.push_back(out);
-      }
-      for (const Value* in : k.inputs) {
-        View view = Resolve(in, body_nodes, GraphDims);
-        k.input_sources.push_back(view.source);
-        k.input_offsets.push_back(view.offset);
-        k.input_strides.push_back(view.strides);
-      }
       if (options.single_op_groups_as_library && k.nodes.size() == 1 && k.input_sources == k.inputs) {
         PlanStep s;
         s.kind = PlanStep::Kind::kLibrary;
@@ -710,25 +759,7 @@ absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOp
   if (plan.steps.size() != group_count) {
     return absl::InternalError("fusion plan has a cycle between groups");
   }
-  // Drop library steps whose outputs nothing reads any more (view ops absorbed into kernels).
-  std::unordered_set<const Value*> needed(body.outputs().begin(), body.outputs().end());
-  for (auto it = plan.steps.rbegin(); it != plan.steps.rend(); ++it) {
-    if (it->kind == PlanStep::Kind::kFused) {
-      for (const Value* v : plan.kernels[it->kernel].input_sources) needed.insert(v);
-    }
-  }
-  std::vector<PlanStep> kept;
-  for (auto it = plan.steps.rbegin(); it != plan.steps.rend(); ++it) {
-    if (it->kind == PlanStep::Kind::kLibrary) {
-      bool used = it->output && needed.count(it->output);
-      for (const Value* v : it->node->outputs) used |= v && needed.count(v);
-      if (!used) continue;
-      for (const Value* v : it->node->inputs) if (v) needed.insert(v);
-      for (const PostOp& op : it->post_ops) if (op.tensor) needed.insert(op.tensor);
-    }
-    kept.push_back(*it);
-  }
-  plan.steps.assign(kept.rbegin(), kept.rend());
+  DropUnreadLibrarySteps(body, &plan);
   return plan;
 }
 
