@@ -76,8 +76,9 @@ inline __attribute__((always_inline)) void DwTile(const float* x, const float* w
   else DwTile4(x, w, kh_n, KW, C, row_stride, tap_stride, step, acc);
 }
 
-// Rows [row_begin, row_end) of N * OH output rows. KHT/KWT: the kernel size when known at compile time
-// (the tap loops unroll), else 0. One channel block (a vector of channels, ForChannelBlocksOverlapping) at
+// Rows [row_begin, row_end) of N * OH output rows, any window (the tap loops of DwTile unroll for widths 3,
+// 5 and 7; one body for every window size: a body per size made no measurable difference at run time and,
+// under the fuzz build's sanitizers, 20 minutes of Clang's GVN). One channel block (a vector of channels, ForChannelBlocksOverlapping) at
 // a time over all the rows: the KH input rows a row of outputs reads then stay in L1 for the next rows
 // (all channels of five 64 x 32 rows are 40 KiB, more than a 32 KiB L1: each multiply-add waited on L2,
 // 0.5 per cycle; one 16-channel block's are 20 KiB). Output pixels run kDwPix at a time (DwTile: kDwPix
@@ -86,9 +87,9 @@ inline __attribute__((always_inline)) void DwTile(const float* x, const float* w
 // copy of the kh_n x span window of the block's channels they cover, so they run the same tile (with one
 // accumulator per pixel and a check per tap, a 64-wide 5x5 convolution spent as long on its 8 border
 // pixels as on the other 56). Single channels only where C < 4.
-template <typename VW, int KHT, int KWT>
+template <typename VW>
 inline __attribute__((always_inline)) void DepthwiseBody(const DwArgs& a, int64_t row_begin, int64_t row_end) {
-  const int64_t KH = KHT ? KHT : a.KH, KW = KWT ? KWT : a.KW, C = a.C;
+  const int64_t KH = a.KH, KW = a.KW, C = a.C;
   const std::vector<PostOp>* ops = a.ops && !a.ops->empty() ? a.ops : nullptr;
   constexpr int kPix = kDwPix;
   // Interior output columns: ow * sw - pw >= 0 and ow * sw - pw + (KW - 1) * dw <= W - 1.
@@ -168,24 +169,13 @@ inline __attribute__((always_inline)) void DepthwiseBody(const DwArgs& a, int64_
   });
 }
 
-#define CJIT_DEPTHWISE_DISPATCH(VW)                                              \
-  if (a.KH == 3 && a.KW == 3) return DepthwiseBody<VW, 3, 3>(a, r0, r1);  \
-  if (a.KH == 5 && a.KW == 5) return DepthwiseBody<VW, 5, 5>(a, r0, r1);  \
-  if (a.KH == 1 && a.KW == 3) return DepthwiseBody<VW, 1, 3>(a, r0, r1);  \
-  if (a.KH == 1 && a.KW == 5) return DepthwiseBody<VW, 1, 5>(a, r0, r1);  \
-  if (a.KH == 7 && a.KW == 7) return DepthwiseBody<VW, 7, 7>(a, r0, r1);  \
-  return DepthwiseBody<VW, 0, 0>(a, r0, r1);
-
 __attribute__((target("avx512f,fma"))) void DepthwiseAvx512(const DwArgs& a, int64_t r0, int64_t r1) {
-  CJIT_DEPTHWISE_DISPATCH(V16f)
+  DepthwiseBody<V16f>(a, r0, r1);
 }
 __attribute__((target("avx2,fma"))) void DepthwiseAvx2(const DwArgs& a, int64_t r0, int64_t r1) {
-  CJIT_DEPTHWISE_DISPATCH(V8f)
+  DepthwiseBody<V8f>(a, r0, r1);
 }
-void DepthwiseBaseline(const DwArgs& a, int64_t r0, int64_t r1) {
-  CJIT_DEPTHWISE_DISPATCH(V4f)
-}
-#undef CJIT_DEPTHWISE_DISPATCH
+void DepthwiseBaseline(const DwArgs& a, int64_t r0, int64_t r1) { DepthwiseBody<V4f>(a, r0, r1); }
 
 // P output pixels (ow.., `np` of them valid) x NB vectors of output channels from o0 of one output row,
 // P * NB accumulators in registers (6 x 4 or 12 x 2 of 16 lanes: 24 of the 32 zmm registers, plus NB
@@ -327,21 +317,25 @@ inline __attribute__((always_inline)) void FewChannelBody(const FcArgs& a, int64
   }
 }
 
-#define CJIT_FEW_CHANNEL_DISPATCH(VW)                            \
-  switch (a.C) {                                                 \
-    case 1: return FewChannelBody<VW, 1>(a, r0, r1);             \
-    case 2: return FewChannelBody<VW, 2>(a, r0, r1);             \
-    case 3: return FewChannelBody<VW, 3>(a, r0, r1);             \
-    default: return FewChannelBody<VW, 4>(a, r0, r1);            \
+// One out-of-line function per channel count and ISA, called per band of rows: inlined into one function
+// per ISA, Clang's GVN spent minutes on it under the fuzz build's sanitizers (tools/fuzz.sh).
+#define CJIT_FEW_CHANNEL_ISA(NAME, ATTR, VW)                                                     \
+  template <int CT>                                                                             \
+  ATTR __attribute__((noinline)) void NAME##Sized(const FcArgs& a, int64_t r0, int64_t r1) {    \
+    FewChannelBody<VW, CT>(a, r0, r1);                                                          \
+  }                                                                                             \
+  ATTR void NAME(const FcArgs& a, int64_t r0, int64_t r1) {                                     \
+    switch (a.C) {                                                                              \
+      case 1: return NAME##Sized<1>(a, r0, r1);                                                 \
+      case 2: return NAME##Sized<2>(a, r0, r1);                                                 \
+      case 3: return NAME##Sized<3>(a, r0, r1);                                                 \
+      default: return NAME##Sized<4>(a, r0, r1);                                                \
+    }                                                                                           \
   }
-__attribute__((target("avx512f,fma"))) void FewChannelAvx512(const FcArgs& a, int64_t r0, int64_t r1) {
-  CJIT_FEW_CHANNEL_DISPATCH(V16f)
-}
-__attribute__((target("avx2,fma"))) void FewChannelAvx2(const FcArgs& a, int64_t r0, int64_t r1) {
-  CJIT_FEW_CHANNEL_DISPATCH(V8f)
-}
-void FewChannelBaseline(const FcArgs& a, int64_t r0, int64_t r1) { CJIT_FEW_CHANNEL_DISPATCH(V4f) }
-#undef CJIT_FEW_CHANNEL_DISPATCH
+CJIT_FEW_CHANNEL_ISA(FewChannelAvx512, __attribute__((target("avx512f,fma"))), V16f)
+CJIT_FEW_CHANNEL_ISA(FewChannelAvx2, __attribute__((target("avx2,fma"))), V8f)
+CJIT_FEW_CHANNEL_ISA(FewChannelBaseline, , V4f)
+#undef CJIT_FEW_CHANNEL_ISA
 
 template <int SW>
 inline __attribute__((always_inline)) void DwPlaneBody(const DwPlaneArgs& a, int64_t p0, int64_t p1) {
