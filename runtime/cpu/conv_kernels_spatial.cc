@@ -76,17 +76,17 @@ inline __attribute__((always_inline)) void DwTile(const float* x, const float* w
   else DwTile4(x, w, kh_n, KW, C, row_stride, tap_stride, step, acc);
 }
 
-// Rows [row_begin, row_end) of N * OH output rows, any window (the tap loops of DwTile unroll for widths 3,
-// 5 and 7; one body for every window size: a body per size made no measurable difference at run time and,
-// under the fuzz build's sanitizers, 20 minutes of Clang's GVN). One channel block (a vector of channels, ForChannelBlocksOverlapping) at
-// a time over all the rows: the KH input rows a row of outputs reads then stay in L1 for the next rows
-// (all channels of five 64 x 32 rows are 40 KiB, more than a 32 KiB L1: each multiply-add waited on L2,
-// 0.5 per cycle; one 16-channel block's are 20 KiB). Output pixels run kDwPix at a time (DwTile: kDwPix
-// independent accumulators). Interior groups (every tap inside the input along W) read the input in
-// place; border groups (the first and last pixels of a row, and a last partial group) read a zero-padded
-// copy of the kh_n x span window of the block's channels they cover, so they run the same tile (with one
-// accumulator per pixel and a check per tap, a 64-wide 5x5 convolution spent as long on its 8 border
-// pixels as on the other 56). Single channels only where C < 4.
+// Rows [row_begin, row_end) of N * OH output rows, any window (the tap loops of DwTile unroll for widths 3, 5
+// and 7; one body for every window size: a body per size made no measurable difference at run time and, under
+// the fuzz build's sanitizers, 20 minutes of Clang's GVN). One channel block (a vector of channels,
+// ForChannelBlocksOverlapping) at a time over all the rows: the KH input rows a row of outputs reads then stay
+// in L1 for the next rows (all channels of five 64 x 32 rows are 40 KiB, more than a 32 KiB L1: each
+// multiply-add waited on L2, 0.5 per cycle; one 16-channel block's are 20 KiB). Output pixels run kDwPix at a
+// time (DwTile: kDwPix independent accumulators). Interior groups (every tap inside the input along W) read the
+// input in place; border groups (the first and last pixels of a row, and a last partial group) read a
+// zero-padded copy of the kh_n x span window of the block's channels they cover, so they run the same tile (with
+// one accumulator per pixel and a check per tap, a 64-wide 5x5 convolution spent as long on its 8 border pixels
+// as on the other 56). Single channels only where C < 4.
 template <typename VW>
 inline __attribute__((always_inline)) void DepthwiseBody(const DwArgs& a, int64_t row_begin, int64_t row_end) {
   const int64_t KH = a.KH, KW = a.KW, C = a.C;
