@@ -24,6 +24,7 @@
 #include "runtime/session.h"
 #include "tests/model_builder.h"
 #include "tests/random_floats.h"
+#include "tests/session_options.h"
 
 namespace cjit {
 namespace {
@@ -586,13 +587,11 @@ std::string ConvNet() {
 // ConvNet in a session on the CPU, every op clustered and compiled on the first execution, tuned at
 // the threshold whatever the ops' times (--autotune_min_op_time_ms=0), plus `flags`.
 std::unique_ptr<Session> LoadConvNet(const std::string& flags) {
-  SessionOptions o;
-  o.use_environment_flags = false;
-  auto f = ParseFlags(absl::StrCat("--device=cpu --auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false ",
-                                   "--autotune_min_op_time_ms=0 ", flags));
-  EXPECT_TRUE(f.ok()) << f.status();
-  o.flags = *f;
-  auto s = Session::LoadFromBytes(ConvNet(), o);
+  auto o = testing::OptionsWithFlags(absl::StrCat(
+      "--device=cpu --auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false --autotune_min_op_time_ms=0 ",
+      flags));
+  EXPECT_TRUE(o.ok()) << o.status();
+  auto s = Session::LoadFromBytes(ConvNet(), *o);
   EXPECT_TRUE(s.ok()) << s.status();
   return s.ok() ? std::move(*s) : nullptr;
 }

@@ -21,6 +21,13 @@ inline std::shared_ptr<Graph> Specialized(const std::string& ir) {
   return g.ok() ? std::shared_ptr<Graph>(std::move(*g)) : nullptr;
 }
 
+// The number of nodes of `g` (not of its subgraphs) whose op is `op`.
+inline int CountOps(const Graph& g, const std::string& op) {
+  int n = 0;
+  for (const auto& node : g.nodes()) n += node->op_type == op;
+  return n;
+}
+
 // Runs `g` op by op on one thread (no clustering); the outputs, or none with a test failure.
 inline std::vector<Tensor> RunGraph(std::shared_ptr<Graph> g, const std::vector<Tensor>& in) {
   auto ex = Executor::Create(g, ExecutorOptions{1, nullptr, true});

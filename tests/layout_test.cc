@@ -29,6 +29,7 @@
 #include "tests/isa_variants.h"
 #include "tests/model_builder.h"
 #include "tests/random_floats.h"
+#include "tests/session_options.h"
 #include "tools/check_lib.h"
 
 namespace cjit {
@@ -43,14 +44,11 @@ std::string Const(const std::string& name, const std::vector<int64_t>& dims, dou
   return absl::StrCat("  %", name, " = constant f32[", absl::StrJoin(dims, ","), "] {", absl::StrJoin(v, ", "), "}\n");
 }
 
-int Count(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const auto& node : g.nodes()) n += node->op_type == op;
-  return n;
-}
-
+using testing::CountOps;
+using testing::kOpByOpAndCompiled;
 using testing::OnEveryIsaVariant;
 using testing::RunGraph;
+using testing::RunModelBytes;
 
 // Conv -> Relu -> depthwise Conv -> squeeze-excitation (GlobalAveragePool, 1x1 Conv, Sigmoid, Mul) ->
 // Add / PRelu by per-channel constants -> Concat with the Relu output -> 1x1 Conv -> Sub of a constant
@@ -95,12 +93,12 @@ TEST(ChannelsLastTest, ConvChainRunsChannelsLastWithTransposesOnlyAtItsEdges) {
   std::shared_ptr<Graph> g, nchw;
   ASSERT_NO_FATAL_FAILURE(LayOutChannelsLast(ChainIr(), &g, &nchw));
   std::string text = PrintGraph(*g);
-  EXPECT_EQ(Count(*g, "Conv"), 0) << text;
-  EXPECT_EQ(Count(*g, "NhwcConv"), 4) << text;
+  EXPECT_EQ(CountOps(*g, "Conv"), 0) << text;
+  EXPECT_EQ(CountOps(*g, "NhwcConv"), 4) << text;
   // Left: x in; z and r1 out (graph outputs). GlobalAveragePool became a ReduceMean over H and W.
-  EXPECT_EQ(Count(*g, "Transpose"), 3) << text;
-  EXPECT_EQ(Count(*g, "GlobalAveragePool"), 0) << text;
-  EXPECT_EQ(Count(*g, "ReduceMean"), 1) << text;
+  EXPECT_EQ(CountOps(*g, "Transpose"), 3) << text;
+  EXPECT_EQ(CountOps(*g, "GlobalAveragePool"), 0) << text;
+  EXPECT_EQ(CountOps(*g, "ReduceMean"), 1) << text;
   Tensor x(DType::kF32, {1, 4, 6, 7});
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::cos(0.37 * i));
   ExpectSameOutputs(nchw, g, {x}, 2);
@@ -120,9 +118,9 @@ TEST(ChannelsLastTest, ResizeBetweenConvolutionsRunsChannelsLast) {
   std::shared_ptr<Graph> g, nchw;
   ASSERT_NO_FATAL_FAILURE(LayOutChannelsLast(ir, &g, &nchw));
   std::string text = PrintGraph(*g);
-  EXPECT_EQ(Count(*g, "NhwcConv"), 3) << text;
-  EXPECT_EQ(Count(*g, "Resize"), 2) << text;
-  EXPECT_EQ(Count(*g, "Transpose"), 3) << text;  // x and deep in, y out
+  EXPECT_EQ(CountOps(*g, "NhwcConv"), 3) << text;
+  EXPECT_EQ(CountOps(*g, "Resize"), 2) << text;
+  EXPECT_EQ(CountOps(*g, "Transpose"), 3) << text;  // x and deep in, y out
   Tensor x(DType::kF32, {1, 3, 8, 10}), deep(DType::kF32, {1, 3, 4, 5});
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::cos(0.37 * i));
   for (int64_t i = 0; i < deep.numel(); ++i) deep.data<float>()[i] = static_cast<float>(std::sin(0.53 * i));
@@ -135,8 +133,8 @@ void ExpectOneChannelsLastRegion(const std::string& ir, int convs) {
   std::shared_ptr<Graph> g, nchw;
   ASSERT_NO_FATAL_FAILURE(LayOutChannelsLast(ir, &g, &nchw));
   std::string text = PrintGraph(*g);
-  EXPECT_EQ(Count(*g, "NhwcConv"), convs) << text;
-  EXPECT_EQ(Count(*g, "Transpose"), 2) << text;  // x in, y out
+  EXPECT_EQ(CountOps(*g, "NhwcConv"), convs) << text;
+  EXPECT_EQ(CountOps(*g, "Transpose"), 2) << text;  // x in, y out
   Tensor x(DType::kF32, {1, 4, 6, 7});
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::cos(0.37 * i));
   ExpectSameOutputs(nchw, g, {x}, 1);
@@ -179,8 +177,8 @@ TEST(ChannelsLastTest, ModelTransposeOfAConv1dStackIsNotThePasses) {
   std::shared_ptr<Graph> g, nchw;
   ASSERT_NO_FATAL_FAILURE(LayOutChannelsLast(ir, &g, &nchw));
   const std::string text = PrintGraph(*g);
-  EXPECT_EQ(Count(*g, "NhwcConv"), 2) << text;
-  EXPECT_EQ(Count(*g, "Transpose"), 1) << text;  // x in
+  EXPECT_EQ(CountOps(*g, "NhwcConv"), 2) << text;
+  EXPECT_EQ(CountOps(*g, "Transpose"), 1) << text;  // x in
   Tensor x(DType::kF32, {1, 4, 12});
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::cos(0.37 * i));
   ExpectSameOutputs(nchw, g, {x}, 1);
@@ -194,7 +192,7 @@ TEST(ChannelsLastTest, IsolatedConvolutionStaysNchw) {
   auto changed = AssignChannelsLastLayout(**g);
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_FALSE(*changed) << PrintGraph(**g);
-  EXPECT_EQ(Count(**g, "Conv"), 1);
+  EXPECT_EQ(CountOps(**g, "Conv"), 1);
 }
 
 // tf2onnx / keras2onnx export an NHWC model as Transpose(to NCHW) -> ops -> Transpose(back to NHWC) around
@@ -207,8 +205,8 @@ TEST(ChannelsLastTest, ModelTransposesAroundALoneConvolutionCancel) {
   std::shared_ptr<Graph> g, nchw;
   ASSERT_NO_FATAL_FAILURE(LayOutChannelsLast(ir, &g, &nchw));
   const std::string text = PrintGraph(*g);
-  EXPECT_EQ(Count(*g, "NhwcConv"), 1) << text;
-  EXPECT_EQ(Count(*g, "Transpose"), 0) << text;
+  EXPECT_EQ(CountOps(*g, "NhwcConv"), 1) << text;
+  EXPECT_EQ(CountOps(*g, "Transpose"), 0) << text;
   Tensor x(DType::kF32, {1, 6, 7, 4});
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::cos(0.37 * i));
   ExpectSameOutputs(nchw, g, {x}, 1);
@@ -230,8 +228,8 @@ TEST(ChannelsLastTest, ModelTransposesAroundPoolResizeAndPadCancel) {
   std::shared_ptr<Graph> g, nchw;
   ASSERT_NO_FATAL_FAILURE(LayOutChannelsLast(ir, &g, &nchw));
   const std::string text = PrintGraph(*g);
-  EXPECT_EQ(Count(*g, "Transpose"), 0) << text;
-  EXPECT_EQ(Count(*g, "NhwcMaxPool"), 1) << text;
+  EXPECT_EQ(CountOps(*g, "Transpose"), 0) << text;
+  EXPECT_EQ(CountOps(*g, "NhwcMaxPool"), 1) << text;
   Tensor x(DType::kF32, {1, 9, 11, 5});
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::cos(0.37 * i));
   ExpectSameOutputs(nchw, g, {x}, 1);
@@ -288,7 +286,7 @@ TEST(FoldPadIntoConvTest, ZeroPadsBecomeConvolutionPads) {
       }
       ASSERT_TRUE(VerifyGraph(*g).ok()) << PrintGraph(*g);
       EXPECT_EQ(*folded, c.folds ? 1 : 0) << c.pad << PrintGraph(*g);
-      EXPECT_EQ(Count(*g, "Pad"), c.folds ? 0 : 1) << PrintGraph(*g);
+      EXPECT_EQ(CountOps(*g, "Pad"), c.folds ? 0 : 1) << PrintGraph(*g);
       Tensor x(DType::kF32, {1, 4, 6, 7});
       for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::cos(0.37 * i) + 0.5);
       ExpectSameOutputs(reference, g, {x}, 1);
@@ -302,8 +300,8 @@ TEST(ChannelsLastTest, OneDimensionalConvChain) {
                          "  %c = Conv(%x, %w1) {strides=[2]}\n  %t = Tanh(%c)\n" + Const("w2", {4, 5, 1}, 0.2) +
                          "  %y = Conv(%t, %w2)\n  return %y\n}";
   ASSERT_NO_FATAL_FAILURE(LayOutChannelsLast(ir, &g, &ncw));
-  EXPECT_EQ(Count(*g, "NhwcConv"), 2) << PrintGraph(*g);
-  EXPECT_EQ(Count(*g, "Transpose"), 2) << PrintGraph(*g);
+  EXPECT_EQ(CountOps(*g, "NhwcConv"), 2) << PrintGraph(*g);
+  EXPECT_EQ(CountOps(*g, "Transpose"), 2) << PrintGraph(*g);
   Tensor x(DType::kF32, {2, 3, 20});
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::sin(0.91 * i));
   ExpectSameOutputs(ncw, g, {x}, 1);
@@ -346,20 +344,6 @@ TEST(ChannelsLastTest, FlagSelectsTheLayout) {
   EXPECT_TRUE(c.ok) << c.max_abs << " " << c.problem;
 }
 
-
-// `bytes` (input "x") loaded with `flags` and run once on x: its first output.
-absl::StatusOr<Tensor> RunModelBytes(const std::string& bytes, const std::string& flags, const Tensor& x) {
-  SessionOptions o;
-  o.use_environment_flags = false;
-  CJIT_ASSIGN_OR_RETURN(o.flags, ParseFlags(flags));
-  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::LoadFromBytes(bytes, o));
-  CJIT_ASSIGN_OR_RETURN(std::vector<NamedTensor> out, s->Run({{"x", x}}));
-  return out[0].tensor;
-}
-
-// The two paths the float64 tests below run: op by op, and compiled at the first execution.
-const char* const kOpByOpAndCompiled[] = {"--auto_jit=-1",
-                                          "--auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false"};
 
 // A stride-1 NCHW convolution: C -> OC channels, a KH x KW kernel, pads ph / pw on both sides.
 struct ConvSpec {
@@ -743,199 +727,9 @@ TEST(ChannelsLastTest, PoolingBetweenConvolutionsMatchesFloat64) {
                          "  %p = MaxPool(%r) {kernel_shape=[3,3], pads=[1,1,1,1], strides=[2,2]}\n"
                          "  %q = AveragePool(%p) {kernel_shape=[2,2]}\n  %y = Conv(%q, %w2)\n  return %y\n}",
                      &g, &nchw);
-  EXPECT_EQ(Count(*g, "NhwcMaxPool"), 1);
-  EXPECT_EQ(Count(*g, "NhwcAveragePool"), 1);
-  EXPECT_EQ(Count(*g, "Transpose"), 2);
-}
-
-// GroupNorm as torch.onnx exports it up to opset 17 between two convolutions (unit 1x1 depthwise ones:
-// exact): Reshape(a, [0, G, -1]) -> InstanceNormalization(per-group s, b) -> Reshape(.., Shape(a)) -> Mul by
-// gamma [C, 1, 1] -> Add beta [C, 1, 1]. x is [1, C, H, 9] with H dynamic.
-struct GroupNormModel {
-  int64_t C, G;
-  std::vector<float> s, b, gamma, beta;
-  std::string bytes;
-};
-
-GroupNormModel MakeGroupNormModel(int64_t C, int64_t G, unsigned seed) {
-  GroupNormModel g{C, G};
-  g.s = testing::RandomFloats(static_cast<size_t>(G), seed);
-  g.b = testing::RandomFloats(static_cast<size_t>(G), seed + 1);
-  g.gamma = testing::RandomFloats(static_cast<size_t>(C), seed + 2);
-  g.beta = testing::RandomFloats(static_cast<size_t>(C), seed + 3);
-  testing::ModelBuilder m(17);
-  m.Input("x", onnx::TensorProto::FLOAT, {1, C, -1, 9}).Output("y");
-  m.InitFloats("ones", {C, 1, 1, 1}, std::vector<float>(static_cast<size_t>(C), 1.0f));
-  testing::ModelBuilder::AttrInt(m.Node("Conv", {"x", "ones"}, {"a"}), "group", C);
-  m.InitInts("grouped", {3}, {0, G, -1});
-  m.InitFloats("s", {G}, g.s);
-  m.InitFloats("b", {G}, g.b);
-  m.InitFloats("gamma", {C, 1, 1}, g.gamma);
-  m.InitFloats("beta", {C, 1, 1}, g.beta);
-  m.Node("Shape", {"a"}, {"a_shape"});
-  m.Node("Reshape", {"a", "grouped"}, {"r"});
-  testing::ModelBuilder::AttrFloat(m.Node("InstanceNormalization", {"r", "s", "b"}, {"i"}), "epsilon", 1e-5f);
-  m.Node("Reshape", {"i", "a_shape"}, {"z"});
-  m.Node("Mul", {"z", "gamma"}, {"zm"});
-  m.Node("Add", {"zm", "beta"}, {"za"});
-  testing::ModelBuilder::AttrInt(m.Node("Conv", {"za", "ones"}, {"y"}), "group", C);
-  g.bytes = m.Bytes();
-  return g;
-}
-
-// The model's output on x [1, C, H, W] in float64: each sample's C*H*W values in G contiguous parts.
-std::vector<double> ReferenceGroupNorm(const GroupNormModel& g, const Tensor& x) {
-  const int64_t total = x.numel(), per = total / g.G, plane = total / g.C;
-  std::vector<double> y(static_cast<size_t>(total));
-  for (int64_t k = 0; k < g.G; ++k) {
-    double mean = 0, var = 0;
-    for (int64_t i = k * per; i < (k + 1) * per; ++i) mean += x.data<float>()[i];
-    mean /= per;
-    for (int64_t i = k * per; i < (k + 1) * per; ++i) var += (x.data<float>()[i] - mean) * (x.data<float>()[i] - mean);
-    var /= per;
-    for (int64_t i = k * per; i < (k + 1) * per; ++i) {
-      const int64_t c = i / plane;
-      const double v = (x.data<float>()[i] - mean) / std::sqrt(var + 1e-5) * g.s[k] + g.b[k];
-      y[i] = v * g.gamma[c] + g.beta[c];
-    }
-  }
-  return y;
-}
-
-// The pattern is one op (simplify.h FuseGroupNormalization); where the groups are whole channels the
-// channels-last pass moves it (NhwcGroupNorm) and the convolutions around it stay channels-last; where not
-// (6 channels in 4 groups) it runs channels-first. Both against float64, op by op and compiled, at 2
-// threads (the 64 x 512 x 9 case splits positions over them), over three heights in one session (the
-// later ones replayed, verified against a full specialization).
-TEST(GroupNormTest, TorchGroupNormPatternMatchesFloat64) {
-  struct Case {
-    int64_t C, G;
-    std::vector<int64_t> heights;
-    const char* op;
-  };
-  const Case cases[] = {{8, 4, {6, 10, 3}, "NhwcGroupNorm"}, {64, 8, {512, 40, 7}, "NhwcGroupNorm"},
-                        {6, 4, {6, 10, 2}, "FlatGroupNorm"}};
-  unsigned seed = 300;
-  for (const Case& c : cases) {
-    const GroupNormModel g = MakeGroupNormModel(c.C, c.G, seed);
-    seed += 4;
-    for (const char* mode : kOpByOpAndCompiled) {
-      SessionOptions o;
-      o.use_environment_flags = false;
-      auto flags = ParseFlags(absl::StrCat("--device=cpu --intra_op_threads=2 --autotune_level=0 ",
-                                           "--specialization_replay=verify ", mode));
-      ASSERT_TRUE(flags.ok()) << flags.status();
-      o.flags = *flags;
-      auto s = Session::LoadFromBytes(g.bytes, o);
-      ASSERT_TRUE(s.ok()) << s.status();
-      for (int64_t h : c.heights) {
-        Tensor x(DType::kF32, {1, c.C, h, 9});
-        const std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), seed++);
-        std::copy(xv.begin(), xv.end(), x.data<float>());
-        auto out = (*s)->Run({{"x", x}});
-        ASSERT_TRUE(out.ok()) << out.status();
-        const Tensor& y = (*out)[0].tensor;
-        const std::vector<double> want = ReferenceGroupNorm(g, x);
-        ASSERT_EQ(y.numel(), static_cast<int64_t>(want.size()));
-        for (size_t i = 0; i < want.size(); ++i) {
-          ASSERT_NEAR(y.data<float>()[i], want[i], 2e-5 * (1.0 + std::abs(want[i])))
-              << "C " << c.C << " G " << c.G << " H " << h << " at " << i << ", " << mode;
-        }
-      }
-      EXPECT_GE((*s)->stats().specialization_replays, 1) << mode;
-      Tensor x(DType::kF32, {1, c.C, c.heights[0], 9});
-      auto graph = (*s)->SpecializeAndCluster({{"x", x}}, nullptr);
-      ASSERT_TRUE(graph.ok()) << graph.status();
-      int fused = 0, instance_norms = 0;
-      std::function<void(const Graph&)> count = [&](const Graph& sub) {
-        fused += Count(sub, c.op);
-        instance_norms += Count(sub, "InstanceNormalization");
-        for (const auto& n : sub.nodes()) {
-          if (const Graph* body = n->GetGraph("body")) count(*body);
-        }
-      };
-      count(**graph);
-      EXPECT_EQ(fused, 1) << c.op << "\n" << PrintGraph(**graph);
-      EXPECT_EQ(instance_norms, 0) << PrintGraph(**graph);
-    }
-  }
-}
-
-// Runs model `m` (input x of dims `x_dims`, random from `seed`; output y = x B (+ bias) with B [K, N], or
-// [N, K] when b_is_nk) at 1 and 2 threads, op by op and compiled, and checks every element against float64.
-void ExpectProductMatchesFloat64(const testing::ModelBuilder& m, const std::vector<int64_t>& x_dims,
-                                 const std::vector<float>& b, bool b_is_nk, const std::vector<float>* bias, int64_t N,
-                                 unsigned seed) {
-  const int64_t K = x_dims.back();
-  Tensor x(DType::kF32, x_dims);
-  const int64_t rows = x.numel() / K;
-  const std::vector<float> xv = testing::RandomFloats(static_cast<size_t>(x.numel()), seed);
-  std::copy(xv.begin(), xv.end(), x.data<float>());
-  for (const char* threads : {"--intra_op_threads=1 ", "--intra_op_threads=2 "}) {
-    for (const char* mode : kOpByOpAndCompiled) {
-      auto y = RunModelBytes(m.Bytes(), std::string("--device=cpu --autotune_level=0 ") + threads + mode, x);
-      ASSERT_TRUE(y.ok()) << y.status();
-      ASSERT_EQ(y->numel(), rows * N);
-      for (int64_t i = 0; i < rows; ++i)
-        for (int64_t n = 0; n < N; ++n) {
-          double want = bias ? (*bias)[n] : 0.0;
-          for (int64_t k = 0; k < K; ++k) want += double(xv[i * K + k]) * b[b_is_nk ? n * K + k : k * N + n];
-          ASSERT_NEAR(y->data<float>()[i * N + n], want, 1e-5 * std::sqrt(double(K)) * (1 + std::abs(want)))
-              << "rows=" << rows << " K=" << K << " N=" << N << " at " << i << "," << n << " " << threads << mode;
-        }
-    }
-  }
-}
-
-// Gemm with constant B and at most 4 rows (a classifier head) from 256 Ki weights runs the panel loop of
-// the pointwise convolutions (runtime/cpu/conv_gemm.h TryPanelProduct): B as [N, K] (transB) or [K, N],
-// N = 64 q + 8 / + 48 / full panels, with C broadcast, 1 and 2 threads (columns split), op by op and
-// compiled, against float64.
-TEST(PanelProductTest, MatrixVectorGemmMatchesFloat64) {
-  struct Case {
-    int64_t M, K, N;
-    bool trans_b, bias;
-  };
-  const std::vector<Case> cases = {{1, 1280, 1000, true, true}, {3, 1100, 264, false, true},
-                                   {2, 2048, 136, true, false}, {1, 256, 1024, false, true},
-                                   {4, 1031, 304, true, true}};
-  unsigned seed = 150;
-  for (const Case& c : cases) {
-    testing::ModelBuilder m(13);
-    m.Input("x", onnx::TensorProto::FLOAT, {c.M, c.K}).Output("y");
-    const std::vector<float> b = testing::RandomFloats(static_cast<size_t>(c.K * c.N), seed++);
-    const std::vector<float> bias = testing::RandomFloats(static_cast<size_t>(c.N), seed++);
-    m.InitFloats("b", c.trans_b ? std::vector<int64_t>{c.N, c.K} : std::vector<int64_t>{c.K, c.N}, b);
-    std::vector<std::string> ins{"x", "b"};
-    if (c.bias) {
-      m.InitFloats("c", {1, c.N}, bias);
-      ins.push_back("c");
-    }
-    testing::ModelBuilder::AttrInt(m.Node("Gemm", ins, {"y"}), "transB", c.trans_b ? 1 : 0);
-    ASSERT_NO_FATAL_FAILURE(ExpectProductMatchesFloat64(m, {c.M, c.K}, b, c.trans_b, c.bias ? &bias : nullptr, c.N,
-                                                        seed++));
-  }
-}
-
-// MatMul with batch dims and a shared constant B whose rows (batch x M) are at most 4 — a decode step's
-// projections, [1, 1, K] x [K, N] — runs the panel loop (from 256 Ki weights) or Eigen's GEMV, not BLIS
-// (which packed all of B on every call): against float64, 1 and 2 threads, op by op and compiled.
-TEST(PanelProductTest, MatrixVectorMatMulWithBatchDimsMatchesFloat64) {
-  struct Case {
-    std::vector<int64_t> a_dims;  // [..., M, K]
-    int64_t N;
-  };
-  const std::vector<Case> cases = {{{1, 1, 256}, 1024}, {{2, 1, 512}, 520}, {{1, 1, 256}, 768}, {{4, 1, 64}, 48}};
-  unsigned seed = 170;
-  for (const Case& c : cases) {
-    const int64_t K = c.a_dims.back();
-    testing::ModelBuilder m(13);
-    m.Input("x", onnx::TensorProto::FLOAT, c.a_dims).Output("y");
-    const std::vector<float> b = testing::RandomFloats(static_cast<size_t>(K * c.N), seed++);
-    m.InitFloats("b", {K, c.N}, b);
-    m.Node("MatMul", {"x", "b"}, {"y"});
-    ASSERT_NO_FATAL_FAILURE(ExpectProductMatchesFloat64(m, c.a_dims, b, false, nullptr, c.N, seed++));
-  }
+  EXPECT_EQ(CountOps(*g, "NhwcMaxPool"), 1);
+  EXPECT_EQ(CountOps(*g, "NhwcAveragePool"), 1);
+  EXPECT_EQ(CountOps(*g, "Transpose"), 2);
 }
 
 // com.clusterjit.NhwcMaxPool / NhwcAveragePool written into a model by hand with inputs the pass never
@@ -1251,7 +1045,7 @@ TEST(PointwiseDepthwiseFusionTest, FusedOpMatchesFloat64) {
       for (const auto& node : (*g)->nodes()) {
         fused += node->op_type == "NhwcPointwiseDepthwiseConv";
         for (const auto& [k, a] : node->attrs) {
-          if (a.kind == Attribute::Kind::kGraph && a.g) fused += Count(*a.g, "NhwcPointwiseDepthwiseConv");
+          if (a.kind == Attribute::Kind::kGraph && a.g) fused += CountOps(*a.g, "NhwcPointwiseDepthwiseConv");
         }
       }
       EXPECT_EQ(fused, 1) << t.name << " " << mode << "\n" << PrintGraph(**g);
@@ -1293,7 +1087,7 @@ TEST(PointwiseDepthwiseFusionTest, FusesOnlyAnExclusiveActivationChain) {
     auto fused = FusePointwiseDepthwise(*g);
     ASSERT_TRUE(fused.ok()) << fused.status();
     EXPECT_EQ(*fused, expect) << op << " " << out;
-    EXPECT_EQ(Count(*g, "NhwcPointwiseDepthwiseConv"), expect) << PrintGraph(*g);
+    EXPECT_EQ(CountOps(*g, "NhwcPointwiseDepthwiseConv"), expect) << PrintGraph(*g);
     Tensor x(DType::kF32, {1, 4, 9, 9});
     for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::cos(0.41 * i));
     std::vector<Tensor> want = RunGraph(unfused, {x}), got = RunGraph(g, {x});
@@ -1317,8 +1111,8 @@ TEST(PointwiseDepthwiseFusionTest, FusesOnlyAnExclusiveActivationChain) {
     ASSERT_TRUE(s.ok()) << s.status();
     auto g = (*s)->SpecializeAndCluster({{"x", Tensor(DType::kF32, {1, 4, 9, 9})}}, nullptr);
     ASSERT_TRUE(g.ok()) << g.status();
-    EXPECT_EQ(Count(**g, "NhwcPointwiseDepthwiseConv"), on ? 1 : 0);
-    EXPECT_EQ(Count(**g, "NhwcConv"), on ? 0 : 2);
+    EXPECT_EQ(CountOps(**g, "NhwcPointwiseDepthwiseConv"), on ? 1 : 0);
+    EXPECT_EQ(CountOps(**g, "NhwcConv"), on ? 0 : 2);
   }
 }
 
