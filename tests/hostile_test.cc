@@ -259,6 +259,44 @@ TEST(HostileTest, TileRepeatsFromInputNegative) {
   EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", F32({2}, {1, 2})}, {"r", I64({1}, {-2})}}).status(), {"Tile", "repeats"}));
 }
 
+// Tile and Expand whose output is empty but has a dim of 2^40 (a fuzz finding: the kernels sized a per-dim
+// offset table by each output dim): an empty result, as the ONNX specification defines it, at once, on
+// both paths, also where the shapes are known only at run time.
+TEST(HostileTest, EmptyOutputsWithAHugeDim) {
+  constexpr int64_t kHuge = int64_t{1} << 40;
+  for (const char* auto_jit : {"-1", "1"}) {
+    for (bool runtime_shapes : {false, true}) {
+      ModelBuilder tile;
+      tile.Input("x", kF, {0, 1}).Output("y");
+      if (runtime_shapes) {
+        tile.Input("r", kI64, {2});
+      } else {
+        tile.InitInts("r", {2}, {1, kHuge});
+      }
+      tile.Node("Tile", {"x", "r"}, {"y"});
+      std::vector<NamedTensor> in = {{"x", F32({0, 1}, {})}};
+      if (runtime_shapes) in.push_back({"r", I64({2}, {1, kHuge})});
+      auto t = LoadAndRun(tile, in, Opts(auto_jit));
+      ASSERT_TRUE(t.ok()) << t.status();
+      EXPECT_EQ((*t)[0].tensor.dims(), (Dims{0, kHuge}));
+
+      ModelBuilder expand;
+      expand.Input("x", kF, {0, 1}).Output("y");
+      if (runtime_shapes) {
+        expand.Input("s", kI64, {2});
+      } else {
+        expand.InitInts("s", {2}, {0, kHuge});
+      }
+      expand.Node("Expand", {"x", "s"}, {"y"});
+      in = {{"x", F32({0, 1}, {})}};
+      if (runtime_shapes) in.push_back({"s", I64({2}, {0, kHuge})});
+      auto e = LoadAndRun(expand, in, Opts(auto_jit));
+      ASSERT_TRUE(e.ok()) << e.status();
+      EXPECT_EQ((*e)[0].tensor.dims(), (Dims{0, kHuge}));
+    }
+  }
+}
+
 TEST(HostileTest, SplitNegativeSizes) {
   ModelBuilder b;
   b.Input("x", kF, {4}).Output("a").Output("b");

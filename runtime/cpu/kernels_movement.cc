@@ -432,6 +432,8 @@ absl::Status Pad(KernelContext& ctx) {
 }
 
 absl::Status ExpandLike(KernelContext& ctx, const Tensor& x, Tensor& y) {
+  // An empty output may still have a huge dim (the per-dim offset tables below are sized by each dim).
+  if (y.numel() == 0) return absl::OkStatus();
   size_t es = DTypeSize(x.dtype());
   if ((es == 1 || es == 2 || es == 4 || es == 8) && x.rank() <= y.rank()) {
     // Broadcast dims read offset 0 (box_copy.h): a broadcast row is one element replicated.
@@ -463,6 +465,7 @@ absl::Status ExpandLike(KernelContext& ctx, const Tensor& x, Tensor& y) {
 absl::Status Tile(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.Alloc(0);
+  if (y.numel() == 0) return absl::OkStatus();  // as ExpandLike: a huge dim of an empty output sizes no table
   int r = x.rank();
   size_t es = DTypeSize(x.dtype());
   if ((es == 1 || es == 2 || es == 4 || es == 8) && y.rank() == r) {
