@@ -19,19 +19,10 @@
 #include "tests/hostile_util.h"
 #include "tests/model_builder.h"
 
-namespace cjit {
+namespace cjit::hostile {
 namespace {
 
 using testing::ModelBuilder;
-using hostile::ErrorWith;
-using hostile::F32;
-using hostile::I32;
-using hostile::I64;
-using hostile::kF;
-using hostile::kI32;
-using hostile::kI64;
-using hostile::LoadAndRun;
-using hostile::Opts;
 
 // ---- files: external data stays beneath the model's directory; no FIFO, device or directory as data ----
 
@@ -128,4 +119,4 @@ TEST(HostileFileTest, FlagsFileContentsAreNeverEchoed) {
 }
 
 }  // namespace
-}  // namespace cjit
+}  // namespace cjit::hostile

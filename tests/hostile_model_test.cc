@@ -20,19 +20,10 @@
 #include "tests/hostile_util.h"
 #include "tests/model_builder.h"
 
-namespace cjit {
+namespace cjit::hostile {
 namespace {
 
 using testing::ModelBuilder;
-using hostile::ErrorWith;
-using hostile::F32;
-using hostile::I32;
-using hostile::I64;
-using hostile::kF;
-using hostile::kI32;
-using hostile::kI64;
-using hostile::LoadAndRun;
-using hostile::Opts;
 
 // ---- invalid models accepted before ----
 
@@ -621,4 +612,4 @@ TEST(HostileTest, SignalDetectionAndContribOpsOutsideTheirContracts) {
 }
 
 }  // namespace
-}  // namespace cjit
+}  // namespace cjit::hostile

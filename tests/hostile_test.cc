@@ -23,19 +23,10 @@
 #include "tests/hostile_util.h"
 #include "tests/model_builder.h"
 
-namespace cjit {
+namespace cjit::hostile {
 namespace {
 
 using testing::ModelBuilder;
-using hostile::ErrorWith;
-using hostile::F32;
-using hostile::I32;
-using hostile::I64;
-using hostile::kF;
-using hostile::kI32;
-using hostile::kI64;
-using hostile::LoadAndRun;
-using hostile::Opts;
 
 // ---- sizes: allocations are checked before they are made ----
 
@@ -507,4 +498,4 @@ TEST(HostileTest, DetOfNonSquareMatrix) {
 }
 
 }  // namespace
-}  // namespace cjit
+}  // namespace cjit::hostile
