@@ -581,24 +581,32 @@ absl::StatusOr<bool> TryNchwDepthwiseConv(KernelContext& ctx, const WindowGeomet
   return true;
 }
 
-absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, int64_t group, bool channels_last,
-                                    Tensor& y, int64_t max_channels) {
+namespace {
+
+// The geometry of one 1-D or 2-D im2col convolution (1-D as H = 1), and how its output pixels are chunked.
+struct Im2colPlan : Window2d {
+  int64_t N, C, OC, K, H, W, OH, OW, P;
+  int64_t rows;    // channels-last: output pixels per chunk
+  int64_t chunks;  // channels-last: chunks per image
+  int nt;          // channels-last: threads over the chunks
+};
+
+// Fills *q and returns true when the im2col path takes this convolution (see TryIm2colConv).
+bool PlanIm2col(const KernelContext& ctx, const WindowGeometry& g, int64_t group, bool channels_last, const Tensor& y,
+                int64_t max_channels, Im2colPlan* q) {
   const Tensor& x = ctx.in(0);
   const Tensor& w = ctx.in(1);
   size_t nsp = g.kernel.size();
   if (group != 1 || (nsp != 1 && nsp != 2) || x.rank() != static_cast<int>(nsp) + 2) return false;
-  int64_t C = channels_last ? x.dim(x.rank() - 1) : x.dim(1);
-  int64_t OC = channels_last ? y.dim(y.rank() - 1) : y.dim(1);
-  // Plain locals, not structured bindings: clang cannot capture those in OpenMP regions.
-  const Window2d win = ToWindow2d(g);
-  const int64_t KH = win.KH, KW = win.KW, sh = win.sh, sw = win.sw, ph = win.ph, pw = win.pw, dh = win.dh, dw = win.dw;
-  int64_t K = C * KH * KW;
+  static_cast<Window2d&>(*q) = ToWindow2d(g);
+  q->C = channels_last ? x.dim(x.rank() - 1) : x.dim(1);
+  q->OC = channels_last ? y.dim(y.rank() - 1) : y.dim(1);
+  const int64_t C = q->C, OC = q->OC, K = q->K = C * q->KH * q->KW;
   if (w.rank() != static_cast<int>(nsp) + 2 || w.dim(0) != OC || w.numel() != OC * K) return false;
-  int64_t N = x.dim(0);
-  int64_t H, W, OH, OW;
-  std::tie(H, W) = SpatialHW(x, channels_last);
-  std::tie(OH, OW) = SpatialHW(y, channels_last);
-  int64_t P = OH * OW;
+  const int64_t N = q->N = x.dim(0);
+  std::tie(q->H, q->W) = SpatialHW(x, channels_last);
+  std::tie(q->OH, q->OW) = SpatialHW(y, channels_last);
+  const int64_t P = q->P = q->OH * q->OW;
   if (P == 0 || K == 0) return false;
   const bool few_pixels = static_cast<double>(N) * P <= kIm2colFewPixels &&
                           static_cast<double>(N) * P * K * OC <= kIm2colFewPixelsMaxMacs;
@@ -613,43 +621,215 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
   const bool split = channels_last && ctx.threads > 1 && (P + rows - 1) / rows < 2 * ctx.threads &&
                      static_cast<double>(N) * P * K * OC >= kIm2colSplitMinMacs && P >= 48 * ctx.threads;
   if (split) rows = (P + ctx.threads - 1) / ctx.threads;
-  int64_t chunks = (P + rows - 1) / rows;
-  int nt = ctx.threads > 1 && (split || chunks >= 2 * ctx.threads)
-               ? ThreadsForWork(ctx.threads, static_cast<double>(N) * P * K * OC)
-               : 1;
+  q->rows = rows;
+  q->chunks = (P + rows - 1) / rows;
+  q->nt = ctx.threads > 1 && (split || q->chunks >= 2 * ctx.threads)
+              ? ThreadsForWork(ctx.threads, static_cast<double>(N) * P * K * OC)
+              : 1;
   if (!channels_last && static_cast<double>(P) * K * sizeof(float) > kIm2colMaxBytes) return false;
-  if (channels_last && static_cast<double>(nt) * rows * K * sizeof(float) > kIm2colMaxBytes) return false;
-  const float* xp = static_cast<const float*>(x.raw());
+  if (channels_last && static_cast<double>(q->nt) * rows * K * sizeof(float) > kIm2colMaxBytes) return false;
+  return true;
+}
+
+// Channels-last weights packed [KH, KW, C] x OC: cached with a constant w (held by *entry while this runs),
+// else into *local.
+const float* PackIm2colWeights(const KernelContext& ctx, const Tensor& w, const Im2colPlan& q,
+                               std::shared_ptr<DnnlEntry>* entry, std::vector<float>* local) {
+  const float* wp = static_cast<const float*>(w.raw());
+  const int64_t C = q.C, OC = q.OC, K = q.K, taps = q.KH * q.KW;
+  auto pack = [&](float* out) {
+    for (int64_t o = 0; o < OC; ++o)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t k = 0; k < taps; ++k) out[(k * C + c) * OC + o] = wp[(o * C + c) * taps + k];
+  };
+  if (ctx.is_constant(1)) {
+    *entry = CachedPackedWeights(w, absl::StrCat("im2colpack:", reinterpret_cast<uintptr_t>(w.raw()), ":", OC, ":", K),
+                                 K * OC, pack);
+    return static_cast<const float*>((*entry)->weights.get_data_handle());
+  }
+  local->resize(static_cast<size_t>(K * OC));
+  pack(local->data());
+  return local->data();
+}
+
+// NCHW im2col of one image xn: element (p, k), p = oh * OW + ow and k = (c * KH + kh) * KW + kw, at
+// cols[p * p_stride + k * k_stride] (zero where the window is outside the image).
+void Im2colNchw(const Im2colPlan& q, const float* xn, float* cols, int64_t p_stride, int64_t k_stride) {
+  const int64_t C = q.C, H = q.H, W = q.W, OH = q.OH, OW = q.OW, KH = q.KH, KW = q.KW;
+  const int64_t sh = q.sh, sw = q.sw, ph = q.ph, pw = q.pw, dh = q.dh, dw = q.dw;
+  if (k_stride == 1) {
+    // Rows of K contiguous floats (the few-output-pixels layout): pixel-major, so that each row is
+    // written sequentially (kernel-major order wrote one float per cache line, K floats apart: a
+    // spectrogram's 512-tap, stride-160 framing convolution spent 0.5 ms of its 0.75 here).
+    for (int64_t oh = 0; oh < OH; ++oh)
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        float* row = cols + (oh * OW + ow) * p_stride;
+        const int64_t iw0 = ow * sw - pw;
+        const bool inside_w = iw0 >= 0 && iw0 + (KW - 1) * dw < W;
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t kh = 0; kh < KH; ++kh) {
+            float* dst = row + (c * KH + kh) * KW;
+            const int64_t ih = oh * sh - ph + kh * dh;
+            if (static_cast<uint64_t>(ih) >= static_cast<uint64_t>(H)) {
+              std::fill(dst, dst + KW, 0.0f);
+              continue;
+            }
+            const float* src = xn + (c * H + ih) * W;
+            if (inside_w && dw == 1) {
+              std::copy(src + iw0, src + iw0 + KW, dst);
+              continue;
+            }
+            for (int64_t kw = 0; kw < KW; ++kw) {
+              const int64_t iw = iw0 + kw * dw;
+              dst[kw] = static_cast<uint64_t>(iw) < static_cast<uint64_t>(W) ? src[iw] : 0.0f;
+            }
+          }
+      }
+    return;
+  }
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t kh = 0; kh < KH; ++kh)
+      for (int64_t kw = 0; kw < KW; ++kw) {
+        float* col = cols + ((c * KH + kh) * KW + kw) * k_stride;
+        for (int64_t oh = 0; oh < OH; ++oh) {
+          int64_t ih = oh * sh - ph + kh * dh;
+          bool row_inside = static_cast<uint64_t>(ih) < static_cast<uint64_t>(H);
+          const float* src = row_inside ? xn + (c * H + ih) * W : xn;
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            int64_t iw = ow * sw - pw + kw * dw;
+            col[(oh * OW + ow) * p_stride] =
+                row_inside && static_cast<uint64_t>(iw) < static_cast<uint64_t>(W) ? src[iw] : 0.0f;
+          }
+        }
+      }
+}
+
+// The channels-last im2col row of output pixel p of image xn: (kh, kw, c), zero where the window is outside
+// the image.
+void Im2colRowChannelsLast(const Im2colPlan& q, const float* xn, int64_t p, float* row) {
+  const int64_t C = q.C, H = q.H, W = q.W, OW = q.OW;
+  const int64_t oh = p / OW, ow = p % OW;
+  for (int64_t kh = 0; kh < q.KH; ++kh) {
+    const int64_t ih = oh * q.sh - q.ph + kh * q.dh;
+    for (int64_t kw = 0; kw < q.KW; ++kw) {
+      const int64_t iw = ow * q.sw - q.pw + kw * q.dw;
+      float* dst = row + (kh * q.KW + kw) * C;
+      if (static_cast<uint64_t>(ih) >= static_cast<uint64_t>(H) ||
+          static_cast<uint64_t>(iw) >= static_cast<uint64_t>(W)) {
+        std::fill(dst, dst + C, 0.0f);
+      } else {
+        std::copy(xn + (ih * W + iw) * C, xn + (ih * W + iw + 1) * C, dst);
+      }
+    }
+  }
+}
+
+// One channels-last image: cols [rows, (kh, kw, c)] per chunk of output pixels (each thread its own rows *
+// K floats of cols), then Y rows = cols x packed, then the bias and post-ops. False when BLIS refuses.
+bool Im2colChannelsLastImage(const KernelContext& ctx, const Im2colPlan& q, const float* xn, const float* packed,
+                             const float* bias, float* cols, float* yn) {
+  // Plain locals, not structured bindings: clang cannot capture those in OpenMP regions.
+  const int64_t K = q.K, OC = q.OC, P = q.P, H = q.H, W = q.W, OW = q.OW, KW = q.KW;
+  const int64_t rows = q.rows, chunks = q.chunks;
+  const int nt = q.nt;
+  int failed = 0;
+  // A stride-1 convolution along W with one kernel row (the 1xK sequence convolutions of a text
+  // recognizer): an output pixel whose window lies inside the row reads its im2col row in place,
+  // X[(ih, iw0..iw0+KW)] is KW * C contiguous floats, so runs of such pixels are one GEMM over
+  // overlapping rows of X (lda = C; gemm.h) without copying; only border pixels are gathered.
+  // Only where a row's in-place run is long: each run and each border pixel is its own GEMM, and BLIS
+  // packs the weights on every call (oww_embedding's 1x3 convolutions over 8-pixel rows: 3 GEMMs per
+  // row, 100-134 us against 30-60 us with every row gathered into one GEMM).
+  const int64_t ow_lo = q.pw, ow_hi = W - KW + 1 + q.pw;  // pixels [ow_lo, ow_hi) of a row read in place
+  // Products whose weights stay in L2 run the register-tiled loop (no per-call packing), the rest BLIS.
+  const auto small_k_gemm = Pointwise().small_k_pointwise;
+  const bool small_k = UseSmallKGemm(K, OC);
+  const bool in_place = q.KH == 1 && q.sw == 1 && q.dw == 1 && ow_hi - ow_lo >= kIm2colInPlaceMinRun;
+  // Output pixels [p0, p0 + m): segments read in place or gathered into `cols`, each one GEMM.
+  auto chunk = [&](int64_t i, float* cols) {
+    const int64_t p0 = i * rows, m = std::min(rows, P - p0);
+    for (int64_t p = p0; p < p0 + m;) {
+      const float* a = cols;
+      int64_t lda = K, e = p0 + m;
+      if (in_place) {
+        const int64_t oh = p / OW, ow = p % OW, row_end = std::min(p0 + m, (oh + 1) * OW);
+        const int64_t ih = oh * q.sh - q.ph;
+        const bool row_inside = static_cast<uint64_t>(ih) < static_cast<uint64_t>(H);
+        if (row_inside && ow >= ow_lo && ow < ow_hi) {
+          e = std::min(row_end, oh * OW + ow_hi);
+          a = xn + (ih * W + ow - q.pw) * q.C;
+          lda = q.C;
+        } else {  // border pixels up to the next in-place run (or the row's end)
+          e = row_inside && ow < ow_lo ? std::min(row_end, oh * OW + ow_lo) : row_end;
+        }
+      }
+      if (a == cols) {
+        for (int64_t r = p; r < e; ++r) Im2colRowChannelsLast(q, xn, r, cols + (r - p) * K);
+      }
+      if (small_k) {
+        small_k_gemm(a, packed, nullptr, nullptr, yn + p * OC, e - p, K, OC, lda);
+      } else if (!Sgemm(false, false, e - p, OC, K, 1.0f, a, lda, packed, OC, 0.0f, yn + p * OC, OC)) {
+        failed = 1;
+        return;
+      }
+      p = e;
+    }
+    ApplyChannelEpilogue(yn + p0 * OC, m, OC, bias, ctx.post_ops);
+  };
+  if (nt > 1) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t i = 0; i < chunks; ++i) chunk(i, cols + omp_get_thread_num() * rows * K);
+    MarkParallelEnd();
+  } else {
+    for (int64_t i = 0; i < chunks; ++i) chunk(i, cols);
+  }
+  return !failed;
+}
+
+// One NCHW image: Y [OC, P] = W [OC, K] x cols, cols [(c, kh, kw), P]; with fewer output pixels than output
+// channels (a short signal) cols [P, (c, kh, kw)] and Y = W x cols^T. Then the bias. False when BLIS refuses.
+bool Im2colNchwImage(const Im2colPlan& q, const float* xn, const float* wp, const float* bias, float* cols,
+                     float* yn) {
+  const int64_t K = q.K, OC = q.OC, P = q.P;
+  if (P < OC) {
+    Im2colNchw(q, xn, cols, K, 1);
+    if (!Sgemm(false, true, OC, P, K, 1.0f, wp, K, cols, K, 0.0f, yn, P)) return false;
+  } else {
+    Im2colNchw(q, xn, cols, 1, P);
+    if (!Sgemm(false, false, OC, P, K, 1.0f, wp, K, cols, P, 0.0f, yn, P)) return false;
+  }
+  if (bias) {
+    for (int64_t o = 0; o < OC; ++o) {
+      const float b = bias[o];
+      float* r = yn + o * P;
+      for (int64_t i = 0; i < P; ++i) r[i] += b;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, int64_t group, bool channels_last,
+                                    Tensor& y, int64_t max_channels) {
+  Im2colPlan q;
+  if (!PlanIm2col(ctx, g, group, channels_last, y, max_channels, &q)) return false;
+  const Tensor& w = ctx.in(1);
+  const float* xp = static_cast<const float*>(ctx.in(0).raw());
   const float* wp = static_cast<const float*>(w.raw());
   const float* bias = ctx.has(2) ? static_cast<const float*>(ctx.in(2).raw()) : nullptr;
   float* yp = static_cast<float*>(y.raw());
-  std::shared_ptr<DnnlEntry> entry;  // channels-last: weights packed [KH, KW, C] x OC, held while this runs
+  std::shared_ptr<DnnlEntry> entry;
   std::vector<float> local;
-  const float* packed = nullptr;
-  if (channels_last) {
-    auto pack = [&](float* out) {
-      for (int64_t o = 0; o < OC; ++o)
-        for (int64_t c = 0; c < C; ++c)
-          for (int64_t k = 0; k < KH * KW; ++k) out[(k * C + c) * OC + o] = wp[(o * C + c) * KH * KW + k];
-    };
-    if (ctx.is_constant(1)) {
-      entry = CachedPackedWeights(w, absl::StrCat("im2colpack:", reinterpret_cast<uintptr_t>(w.raw()), ":", OC, ":", K),
-                                  K * OC, pack);
-      packed = static_cast<const float*>(entry->weights.get_data_handle());
-    } else {
-      local.resize(static_cast<size_t>(K * OC));
-      pack(local.data());
-      packed = local.data();
-    }
-  }
-  if (channels_last && C <= kIm2colMaxChannels && max_channels == kIm2colMaxChannels) {
+  const float* packed = channels_last ? PackIm2colWeights(ctx, w, q, &entry, &local) : nullptr;
+  if (channels_last && q.C <= kIm2colMaxChannels && max_channels == kIm2colMaxChannels) {
     FcArgs a{};
-    static_cast<Window2d&>(a) = win;
+    static_cast<Window2d&>(a) = q;
     a.x = xp, a.w = packed, a.bias = bias, a.y = yp, a.ops = ctx.post_ops;
-    a.H = H, a.W = W, a.C = C, a.OC = OC, a.OH = OH, a.OW = OW;
-    const int64_t total = N * OH;
+    a.H = q.H, a.W = q.W, a.C = q.C, a.OC = q.OC, a.OH = q.OH, a.OW = q.OW;
+    const int64_t total = q.N * q.OH;
     const int dt = ThreadsForWork(static_cast<int>(std::min<int64_t>(ctx.threads, total)),
-                                  static_cast<double>(total) * OW * OC * K);
+                                  static_cast<double>(total) * q.OW * q.OC * q.K);
     auto fn = Spatial().few_channel;
     ParallelFor(dt, dt, [&](int64_t t) { fn(a, total * t / dt, total * (t + 1) / dt); });
     if (ctx.want_impl) ctx.impl = "direct convolution, few input channels (shape-generic)";
@@ -657,162 +837,19 @@ absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, 
   }
   // Scratch as tensors: large ones come from the recycled-buffer pool (compiler/ir/tensor.cc), not a fresh
   // mmap (and page faults) on every run.
-  Tensor cols_t(DType::kF32, {channels_last ? nt * rows * K : P * K});
+  Tensor cols_t(DType::kF32, {channels_last ? q.nt * q.rows * q.K : q.P * q.K});
   ctx.scratch_bytes = static_cast<int64_t>(cols_t.nbytes());
   float* cols = cols_t.data<float>();
-  // NCHW im2col of one image: element (p, k), p = oh * OW + ow and k = (c * KH + kh) * KW + kw, at
-  // cols[p * p_stride + k * k_stride] (zero where the window is outside the image).
-  auto im2col_nchw = [&](const float* xn, int64_t p_stride, int64_t k_stride) {
-    if (k_stride == 1) {
-      // Rows of K contiguous floats (the few-output-pixels layout): pixel-major, so that each row is
-      // written sequentially (kernel-major order wrote one float per cache line, K floats apart: a
-      // spectrogram's 512-tap, stride-160 framing convolution spent 0.5 ms of its 0.75 here).
-      for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          float* row = cols + (oh * OW + ow) * p_stride;
-          const int64_t iw0 = ow * sw - pw;
-          const bool inside_w = iw0 >= 0 && iw0 + (KW - 1) * dw < W;
-          for (int64_t c = 0; c < C; ++c)
-            for (int64_t kh = 0; kh < KH; ++kh) {
-              float* dst = row + (c * KH + kh) * KW;
-              const int64_t ih = oh * sh - ph + kh * dh;
-              if (static_cast<uint64_t>(ih) >= static_cast<uint64_t>(H)) {
-                std::fill(dst, dst + KW, 0.0f);
-                continue;
-              }
-              const float* src = xn + (c * H + ih) * W;
-              if (inside_w && dw == 1) {
-                std::copy(src + iw0, src + iw0 + KW, dst);
-                continue;
-              }
-              for (int64_t kw = 0; kw < KW; ++kw) {
-                const int64_t iw = iw0 + kw * dw;
-                dst[kw] = static_cast<uint64_t>(iw) < static_cast<uint64_t>(W) ? src[iw] : 0.0f;
-              }
-            }
-        }
-      return;
-    }
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t kh = 0; kh < KH; ++kh)
-        for (int64_t kw = 0; kw < KW; ++kw) {
-          float* col = cols + ((c * KH + kh) * KW + kw) * k_stride;
-          for (int64_t oh = 0; oh < OH; ++oh) {
-            int64_t ih = oh * sh - ph + kh * dh;
-            bool row_inside = static_cast<uint64_t>(ih) < static_cast<uint64_t>(H);
-            const float* src = row_inside ? xn + (c * H + ih) * W : xn;
-            for (int64_t ow = 0; ow < OW; ++ow) {
-              int64_t iw = ow * sw - pw + kw * dw;
-              col[(oh * OW + ow) * p_stride] =
-                  row_inside && static_cast<uint64_t>(iw) < static_cast<uint64_t>(W) ? src[iw] : 0.0f;
-            }
-          }
-        }
-  };
-  for (int64_t n = 0; n < N; ++n) {
-    if (channels_last) {  // cols [rows, (kh, kw, c)] per chunk of output pixels, then Y rows = cols x Wp
-      const float* xn = xp + n * H * W * C;
-      float* yn = yp + n * P * OC;
-      int failed = 0;
-      // The im2col row of output pixel p: (kh, kw, c), zero where the window is outside the image.
-      auto gather_row = [&](int64_t p, float* row) {
-        const int64_t oh = p / OW, ow = p % OW;
-        for (int64_t kh = 0; kh < KH; ++kh) {
-          const int64_t ih = oh * sh - ph + kh * dh;
-          for (int64_t kw = 0; kw < KW; ++kw) {
-            const int64_t iw = ow * sw - pw + kw * dw;
-            float* dst = row + (kh * KW + kw) * C;
-            if (static_cast<uint64_t>(ih) >= static_cast<uint64_t>(H) ||
-                static_cast<uint64_t>(iw) >= static_cast<uint64_t>(W)) {
-              std::fill(dst, dst + C, 0.0f);
-            } else {
-              std::copy(xn + (ih * W + iw) * C, xn + (ih * W + iw + 1) * C, dst);
-            }
-          }
-        }
-      };
-      // A stride-1 convolution along W with one kernel row (the 1xK sequence convolutions of a text
-      // recognizer): an output pixel whose window lies inside the row reads its im2col row in place,
-      // X[(ih, iw0..iw0+KW)] is KW * C contiguous floats, so runs of such pixels are one GEMM over
-      // overlapping rows of X (lda = C; gemm.h) without copying; only border pixels are gathered.
-      // Only where a row's in-place run is long: each run and each border pixel is its own GEMM, and BLIS
-      // packs the weights on every call (oww_embedding's 1x3 convolutions over 8-pixel rows: 3 GEMMs per
-      // row, 100-134 us against 30-60 us with every row gathered into one GEMM).
-      const int64_t ow_lo = pw, ow_hi = W - KW + 1 + pw;  // pixels [ow_lo, ow_hi) of a row read in place
-      // Products whose weights stay in L2 run the register-tiled loop (no per-call packing), the rest BLIS.
-      const auto small_k_gemm = Pointwise().small_k_pointwise;
-      const bool small_k = UseSmallKGemm(K, OC);
-      const bool in_place = KH == 1 && sw == 1 && dw == 1 && ow_hi - ow_lo >= kIm2colInPlaceMinRun;
-      // Output pixels [p0, p0 + m): segments read in place or gathered into `cols`, each one GEMM.
-      auto chunk = [&](int64_t i, float* cols) {
-        const int64_t p0 = i * rows, m = std::min(rows, P - p0);
-        for (int64_t p = p0; p < p0 + m;) {
-          const float* a = cols;
-          int64_t lda = K, q = p0 + m;
-          if (in_place) {
-            const int64_t oh = p / OW, ow = p % OW, row_end = std::min(p0 + m, (oh + 1) * OW);
-            const int64_t ih = oh * sh - ph;
-            const bool row_inside = static_cast<uint64_t>(ih) < static_cast<uint64_t>(H);
-            if (row_inside && ow >= ow_lo && ow < ow_hi) {
-              q = std::min(row_end, oh * OW + ow_hi);
-              a = xn + (ih * W + ow - pw) * C;
-              lda = C;
-            } else {  // border pixels up to the next in-place run (or the row's end)
-              q = row_inside && ow < ow_lo ? std::min(row_end, oh * OW + ow_lo) : row_end;
-            }
-          }
-          if (a == cols) {
-            for (int64_t r = p; r < q; ++r) gather_row(r, cols + (r - p) * K);
-          }
-          if (small_k) {
-            small_k_gemm(a, packed, nullptr, nullptr, yn + p * OC, q - p, K, OC, lda);
-          } else if (!Sgemm(false, false, q - p, OC, K, 1.0f, a, lda, packed, OC, 0.0f, yn + p * OC, OC)) {
-            failed = 1;
-            return;
-          }
-          p = q;
-        }
-        ApplyChannelEpilogue(yn + p0 * OC, m, OC, bias, ctx.post_ops);
-      };
-      if (nt > 1) {
-#pragma omp parallel for num_threads(nt) schedule(static)
-        for (int64_t i = 0; i < chunks; ++i) chunk(i, cols + omp_get_thread_num() * rows * K);
-        MarkParallelEnd();
-      } else {
-        for (int64_t i = 0; i < chunks; ++i) chunk(i, cols);
-      }
-      if (failed) return ctx.Error("BLIS sgemm: invalid arguments on a convolution");
-    } else if (P < OC) {  // few output pixels (a short signal): cols [P, (c, kh, kw)]; Y = W x cols^T
-      im2col_nchw(xp + n * C * H * W, K, 1);
-      float* yn = yp + n * OC * P;
-      if (!Sgemm(false, true, OC, P, K, 1.0f, wp, K, cols, K, 0.0f, yn, P)) {
-        return ctx.Error("BLIS sgemm: invalid arguments on a convolution");
-      }
-      if (bias) {
-        for (int64_t o = 0; o < OC; ++o) {
-          const float b = bias[o];
-          float* r = yn + o * P;
-          for (int64_t i = 0; i < P; ++i) r[i] += b;
-        }
-      }
-    } else {  // cols [(c, kh, kw), P]; Y [OC, P] = W [OC, K] x cols
-      im2col_nchw(xp + n * C * H * W, 1, P);
-      float* yn = yp + n * OC * P;
-      if (!Sgemm(false, false, OC, P, K, 1.0f, wp, K, cols, P, 0.0f, yn, P)) {
-        return ctx.Error("BLIS sgemm: invalid arguments on a convolution");
-      }
-      if (bias) {
-        for (int64_t o = 0; o < OC; ++o) {
-          float b = bias[o];
-          float* r = yn + o * P;
-          for (int64_t i = 0; i < P; ++i) r[i] += b;
-        }
-      }
-    }
+  const int64_t image = q.H * q.W * q.C, out_image = q.P * q.OC;
+  for (int64_t n = 0; n < q.N; ++n) {
+    const bool ok = channels_last
+                        ? Im2colChannelsLastImage(ctx, q, xp + n * image, packed, bias, cols, yp + n * out_image)
+                        : Im2colNchwImage(q, xp + n * image, wp, bias, cols, yp + n * out_image);
+    if (!ok) return ctx.Error("BLIS sgemm: invalid arguments on a convolution");
   }
   if (ctx.want_impl) {
     ctx.impl = absl::StrCat("im2col + ",
-                            channels_last && UseSmallKGemm(K, OC) ? "register-tiled GEMM" : SgemmImplementation(),
+                            channels_last && UseSmallKGemm(q.K, q.OC) ? "register-tiled GEMM" : SgemmImplementation(),
                             " (few input channels or output pixels, shape-generic)");
   }
   return true;
