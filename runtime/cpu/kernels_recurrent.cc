@@ -207,40 +207,56 @@ absl::Status RecurrentF32(KernelContext& ctx, const RecurrentF32Args& a) {
   return absl::OkStatus();
 }
 
-// kind: 0 RNN, 1 GRU, 2 LSTM.
-absl::Status Recurrent(KernelContext& ctx, int kind) {
+// A recurrent node resolved: RecurrentF32Args (its pointers into the vectors below) plus what only the
+// general loop handles, and the operands as double (initial states direction-major [nd, B, H]).
+struct RecurrentSpec : RecurrentF32Args {
+  double clip = 0;
+  bool input_forget = false;
+  std::vector<std::string> dflt;  // the default activations of one direction
+  std::vector<Activation> acts;   // dflt.size() per direction
+  std::vector<double> bias, h0, c0, P;
+  std::vector<int64_t> lens;
+};
+
+// Reads and checks the attributes and operands of an RNN (kind 0), GRU (1) or LSTM (2) against the ONNX
+// signature (X [S, B, I] or [B, S, I] with layout=1).
+absl::Status ResolveRecurrent(const KernelContext& ctx, int kind, RecurrentSpec* s) {
   const Node& n = *ctx.node;
   const Tensor& X = ctx.in(0);
-  bool batch_major = n.GetInt("layout", 0) == 1;
-  std::string direction = n.GetString("direction", "forward");
-  int nd = direction == "bidirectional" ? 2 : 1;
-  int64_t H = n.GetInt("hidden_size", 0);
-  int gates = kind == 0 ? 1 : kind == 1 ? 3 : 4;
-  if (H <= 0) H = ctx.in(2).dim(2);
-  int64_t S = X.dim(batch_major ? 1 : 0), B = X.dim(batch_major ? 0 : 1), I = X.dim(2);
-  double clip = n.GetFloat("clip", 0.0f);
-  bool input_forget = n.GetInt("input_forget", 0) != 0;
-  bool lbr = n.GetInt("linear_before_reset", 0) != 0;
-  std::vector<std::string> dflt = kind == 0 ? std::vector<std::string>{"Tanh"}
-                                : kind == 1 ? std::vector<std::string>{"Sigmoid", "Tanh"}
-                                            : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
-  CJIT_ASSIGN_OR_RETURN(std::vector<Activation> acts, Activations(ctx, dflt, nd));
-  // Every operand against the ONNX RNN/GRU/LSTM signature (X [S, B, I] or [B, S, I] with layout=1).
+  s->kind = kind;
+  s->batch_major = n.GetInt("layout", 0) == 1;
+  const std::string direction = n.GetString("direction", "forward");
   if (direction != "forward" && direction != "reverse" && direction != "bidirectional") {
     return ctx.Error(absl::StrCat("unsupported direction '", direction, "'"));
   }
+  s->reverse_only = direction == "reverse";
+  const int nd = s->nd = direction == "bidirectional" ? 2 : 1;
+  int64_t H = n.GetInt("hidden_size", 0);
+  const int gates = s->gates = kind == 0 ? 1 : kind == 1 ? 3 : 4;
+  if (H <= 0) H = ctx.in(2).dim(2);
+  s->H = H;
   if (X.rank() != 3) return ctx.Error(absl::StrCat("X must be 3-D, got ", DimsToString(X.dims())));
+  const int64_t S = s->S = X.dim(s->batch_major ? 1 : 0), B = s->B = X.dim(s->batch_major ? 0 : 1);
+  const int64_t I = s->I = X.dim(2);
+  s->clip = n.GetFloat("clip", 0.0f);
+  s->input_forget = n.GetInt("input_forget", 0) != 0;
+  s->lbr = n.GetInt("linear_before_reset", 0) != 0;
+  s->dflt = kind == 0   ? std::vector<std::string>{"Tanh"}
+            : kind == 1 ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                        : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
+  CJIT_ASSIGN_OR_RETURN(s->acts, Activations(ctx, s->dflt, nd));
   auto expect = [&](int i, const char* what, Dims want) -> absl::Status {
     if (!ctx.has(i) || ctx.in(i).dims() == want) return absl::OkStatus();
     return ctx.Error(absl::StrCat(what, " must have dims ", DimsToString(want), ", got ", DimsToString(ctx.in(i).dims())));
   };
+  const Dims state_dims = s->batch_major ? Dims{B, nd, H} : Dims{nd, B, H};
   CJIT_RETURN_IF_ERROR(expect(1, "W", {nd, gates * H, I}));
   CJIT_RETURN_IF_ERROR(expect(2, "R", {nd, gates * H, H}));
   CJIT_RETURN_IF_ERROR(expect(3, "B", {nd, 2 * gates * H}));
   CJIT_RETURN_IF_ERROR(expect(4, "sequence_lens", {B}));
-  CJIT_RETURN_IF_ERROR(expect(5, "initial_h", batch_major ? Dims{B, nd, H} : Dims{nd, B, H}));
+  CJIT_RETURN_IF_ERROR(expect(5, "initial_h", state_dims));
   if (kind == 2) {
-    CJIT_RETURN_IF_ERROR(expect(6, "initial_c", batch_major ? Dims{B, nd, H} : Dims{nd, B, H}));
+    CJIT_RETURN_IF_ERROR(expect(6, "initial_c", state_dims));
     CJIT_RETURN_IF_ERROR(expect(7, "P", {nd, 3 * H}));
   }
   if (ctx.has(4)) {
@@ -249,20 +265,12 @@ absl::Status Recurrent(KernelContext& ctx, int kind) {
       if (len < 0 || len > S) return ctx.Error(absl::StrCat("sequence_lens value ", len, " is outside [0, ", S, "]"));
     }
   }
-  // float32 weights are used in place (Eigen matrix-vector products); other dtypes go through double.
-  bool f32 = X.dtype() == DType::kF32 && ctx.in(1).dtype() == DType::kF32 && ctx.in(2).dtype() == DType::kF32;
-  std::vector<double> x, W, R;
-  if (!f32) {
-    x = X.ToDoubleVector();
-    W = ctx.in(1).ToDoubleVector();
-    R = ctx.in(2).ToDoubleVector();
-  }
-  std::vector<double> bias = ctx.has(3) ? ctx.in(3).ToDoubleVector() : std::vector<double>(nd * 2 * gates * H, 0.0);
-  std::vector<int64_t> lens = ctx.has(4) ? ctx.in(4).ToInt64Vector() : std::vector<int64_t>(B, S);
-  std::vector<double> h0 = ctx.has(5) ? ctx.in(5).ToDoubleVector() : std::vector<double>(nd * B * H, 0.0);
-  std::vector<double> c0 = kind == 2 && ctx.has(6) ? ctx.in(6).ToDoubleVector() : std::vector<double>(nd * B * H, 0.0);
-  std::vector<double> P = kind == 2 && ctx.has(7) ? ctx.in(7).ToDoubleVector() : std::vector<double>(nd * 3 * H, 0.0);
-  if (batch_major) {  // layout=1: initial_h / initial_c are [B, num_directions, H]; the loops read [nd, B, H]
+  s->bias = ctx.has(3) ? ctx.in(3).ToDoubleVector() : std::vector<double>(nd * 2 * gates * H, 0.0);
+  s->lens = ctx.has(4) ? ctx.in(4).ToInt64Vector() : std::vector<int64_t>(B, S);
+  s->h0 = ctx.has(5) ? ctx.in(5).ToDoubleVector() : std::vector<double>(nd * B * H, 0.0);
+  s->c0 = kind == 2 && ctx.has(6) ? ctx.in(6).ToDoubleVector() : std::vector<double>(nd * B * H, 0.0);
+  s->P = kind == 2 && ctx.has(7) ? ctx.in(7).ToDoubleVector() : std::vector<double>(nd * 3 * H, 0.0);
+  if (s->batch_major) {  // layout=1: initial_h / initial_c are [B, num_directions, H]; the loops read [nd, B, H]
     auto to_direction_major = [&](std::vector<double>& v) {
       std::vector<double> t(v.size());
       for (int d = 0; d < nd; ++d)
@@ -270,136 +278,176 @@ absl::Status Recurrent(KernelContext& ctx, int kind) {
           for (int64_t k = 0; k < H; ++k) t[(d * B + b) * H + k] = v[(b * nd + d) * H + k];
       v.swap(t);
     };
-    to_direction_major(h0);
-    to_direction_major(c0);
+    to_direction_major(s->h0);
+    to_direction_major(s->c0);
   }
+  s->RecurrentF32Args::bias = &s->bias;
+  s->RecurrentF32Args::lens = &s->lens;
+  s->RecurrentF32Args::h0 = &s->h0;
+  s->RecurrentF32Args::c0 = &s->c0;
+  return absl::OkStatus();
+}
+
+// Whether the float32 recurrence (RecurrentF32) computes this node: float32 operands, the default
+// activations, no clip, input_forget or peepholes.
+bool TakesRecurrentF32(const KernelContext& ctx, const RecurrentSpec& s) {
+  const bool f32 = ctx.in(0).dtype() == DType::kF32 && ctx.in(1).dtype() == DType::kF32 &&
+                   ctx.in(2).dtype() == DType::kF32;
   bool default_activations = true;
-  for (size_t i = 0; i < acts.size(); ++i) {
-    const bool sigmoid = dflt[i % dflt.size()] == "Sigmoid";
-    default_activations &= acts[i].kind == (sigmoid ? Activation::Kind::kSigmoid : Activation::Kind::kTanh);
+  for (size_t i = 0; i < s.acts.size(); ++i) {
+    const bool sigmoid = s.dflt[i % s.dflt.size()] == "Sigmoid";
+    default_activations &= s.acts[i].kind == (sigmoid ? Activation::Kind::kSigmoid : Activation::Kind::kTanh);
   }
   bool peepholes = false;
-  for (double v : P) peepholes |= v != 0.0;
-  if (f32 && default_activations && clip <= 0 && !input_forget && !peepholes) {
-    RecurrentF32Args a;
-    a.kind = kind;
-    a.nd = nd;
-    a.gates = gates;
-    a.batch_major = batch_major;
-    a.reverse_only = direction == "reverse";
-    a.lbr = lbr;
-    a.S = S;
-    a.B = B;
-    a.I = I;
-    a.H = H;
-    a.bias = &bias;
-    a.lens = &lens;
-    a.h0 = &h0;
-    a.c0 = &c0;
-    return RecurrentF32(ctx, a);
+  for (double v : s.P) peepholes |= v != 0.0;
+  return f32 && default_activations && s.clip <= 0 && !s.input_forget && !peepholes;
+}
+
+// The weights of one direction for the general loop: float32 in place, or copies in double.
+struct DirectionWeights {
+  const double* w = nullptr;  // [gates * H, I]
+  const double* r = nullptr;  // [gates * H, H]
+  const float* wf = nullptr;
+  const float* rf = nullptr;
+  const double* wb = nullptr;  // [gates * H]
+  const double* rb = nullptr;
+  const double* p = nullptr;  // peepholes [3 * H]
+  const Activation* act = nullptr;
+  double R(int64_t row, int64_t col, int64_t H) const {
+    return rf ? static_cast<double>(rf[row * H + col]) : r[row * H + col];
   }
-  std::vector<double> Y(S * nd * B * H, 0.0), Yh(nd * B * H), Yc(nd * B * H);
+};
+
+// One step of the cell from its gate inputs gx = X W^T + Wb and gh = H R^T + Rb: the new hidden state into
+// hn (and, for LSTM, the new cell state into c), per the ONNX RNN / GRU / LSTM equations.
+void CellStep(const RecurrentSpec& s, const DirectionWeights& dw, const std::vector<double>& gx,
+              const std::vector<double>& gh, const std::vector<double>& h, std::vector<double>& c,
+              std::vector<double>& hn) {
+  const int64_t H = s.H;
+  const Activation* act = dw.act;
+  const double clip = s.clip;
+  auto clipf = [&](double v) { return clip > 0 ? std::max(-clip, std::min(clip, v)) : v; };
+  if (s.kind == 0) {
+    for (int64_t k = 0; k < H; ++k) hn[k] = act[0](clipf(gx[k] + gh[k]));
+  } else if (s.kind == 1) {  // z, r, h
+    // ht = g(Xt Wh^T + (rt (.) Ht-1) Rh^T + Rbh + Wbh), or with linear_before_reset
+    // ht = g(Xt Wh^T + rt (.) (Ht-1 Rh^T + Rbh) + Wbh)  (ONNX GRU).
+    std::vector<double> rv(H);
+    for (int64_t k = 0; k < H; ++k) rv[k] = act[0](clipf(gx[H + k] + gh[H + k]));
+    for (int64_t k = 0; k < H; ++k) {
+      double z = act[0](clipf(gx[k] + gh[k]));
+      double hh;
+      if (s.lbr) {
+        hh = act[1](clipf(gx[2 * H + k] + rv[k] * gh[2 * H + k]));
+      } else {
+        double sum = dw.rb[2 * H + k];
+        for (int64_t j = 0; j < H; ++j) sum += dw.R(2 * H + k, j, H) * rv[j] * h[j];
+        hh = act[1](clipf(gx[2 * H + k] + sum));
+      }
+      hn[k] = (1 - z) * hh + z * h[k];
+    }
+  } else {  // i, o, f, c
+    const double* p = dw.p;
+    for (int64_t k = 0; k < H; ++k) {
+      double ig = act[0](clipf(gx[k] + gh[k] + p[k] * c[k]));
+      double fg = act[0](clipf(gx[2 * H + k] + gh[2 * H + k] + p[2 * H + k] * c[k]));
+      if (s.input_forget) ig = 1 - fg;
+      double cg = act[1](clipf(gx[3 * H + k] + gh[3 * H + k]));
+      double cn = fg * c[k] + ig * cg;
+      double og = act[0](clipf(gx[H + k] + gh[H + k] + p[H + k] * cn));
+      c[k] = cn;
+      hn[k] = og * act[2](cn);
+    }
+  }
+}
+
+// The general loop of direction d in double (every activation, clip, peepholes, input_forget, any float
+// dtype): Y [S, nd, B, H], Yh and Yc [nd, B, H].
+absl::Status GeneralRecurrence(const KernelContext& ctx, const RecurrentSpec& s, int d, std::vector<double>& Y,
+                               std::vector<double>& Yh, std::vector<double>& Yc) {
+  const Tensor& X = ctx.in(0);
+  const int64_t S = s.S, B = s.B, I = s.I, H = s.H, G = s.gates * H;
+  const int nd = s.nd;
+  const bool f32 = X.dtype() == DType::kF32 && ctx.in(1).dtype() == DType::kF32 && ctx.in(2).dtype() == DType::kF32;
+  // float32 weights are used in place (Eigen matrix-vector products); other dtypes go through double.
+  std::vector<double> x, W, R;
+  if (!f32) {
+    x = X.ToDoubleVector();
+    W = ctx.in(1).ToDoubleVector();
+    R = ctx.in(2).ToDoubleVector();
+  }
+  const bool reverse = s.reverse_only || d == 1;
+  DirectionWeights dw;
+  dw.w = f32 ? nullptr : W.data() + d * G * I;
+  dw.r = f32 ? nullptr : R.data() + d * G * H;
+  dw.wf = f32 ? ctx.in(1).data<float>() + d * G * I : nullptr;
+  dw.rf = f32 ? ctx.in(2).data<float>() + d * G * H : nullptr;
+  dw.wb = s.bias.data() + d * 2 * G;
+  dw.rb = dw.wb + G;
+  dw.p = s.P.data() + d * 3 * H;
+  dw.act = s.acts.data() + d * s.dflt.size();
   auto X_at = [&](int64_t t, int64_t b, int64_t i) {
-    return batch_major ? x[(b * S + t) * I + i] : x[(t * B + b) * I + i];
+    return s.batch_major ? x[(b * S + t) * I + i] : x[(t * B + b) * I + i];
   };
   using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  Eigen::VectorXf hf(H), gxf(gates * H), ghf(gates * H);
-  auto clipf = [&](double v) { return clip > 0 ? std::max(-clip, std::min(clip, v)) : v; };
-  for (int d = 0; d < nd; ++d) {
-    bool reverse = direction == "reverse" || d == 1;
-    const double* w = f32 ? nullptr : W.data() + d * gates * H * I;
-    const double* r = f32 ? nullptr : R.data() + d * gates * H * H;
-    const float* wf = f32 ? ctx.in(1).data<float>() + d * gates * H * I : nullptr;
-    const float* rf = f32 ? ctx.in(2).data<float>() + d * gates * H * H : nullptr;
-    const double* wb = bias.data() + d * 2 * gates * H;
-    const double* rb = wb + gates * H;
-    const double* p = P.data() + d * 3 * H;
-    const Activation* act = acts.data() + d * dflt.size();
-    // float32: the input projections of every time step in one GEMM, X[S*B, I] x W^T[I, gates*H] (as ONNX
-    // Runtime does); the recurrence then only multiplies by R.
-    std::vector<float> xw;
-    if (f32 && S * B > 1) {
-      xw.resize(static_cast<size_t>(S * B * gates * H));
-      if (!batch_major) {
-        if (!Sgemm(false, true, S * B, gates * H, I, 1.0f, X.data<float>(), I, wf, I, 0.0f, xw.data(), gates * H)) {
-          return ctx.Error("input projection GEMM: invalid arguments");
-        }
-      } else {
-        xw.clear();  // [B, S, I] rows are (b, t): projected per step below
-      }
-    }
-    for (int64_t b = 0; b < B; ++b) {
-      std::vector<double> h(h0.begin() + (d * B + b) * H, h0.begin() + (d * B + b + 1) * H);
-      std::vector<double> c(c0.begin() + (d * B + b) * H, c0.begin() + (d * B + b + 1) * H);
-      std::vector<double> gx(gates * H), gh(gates * H), hn(H);
-      int64_t len = std::min<int64_t>(lens[b], S);
-      for (int64_t step = 0; step < len; ++step) {
-        int64_t t = reverse ? len - 1 - step : step;
-        if (f32) {
-          const float* xrow = X.data<float>() + (batch_major ? (b * S + t) * I : (t * B + b) * I);
-          for (int64_t k = 0; k < H; ++k) hf[k] = static_cast<float>(h[k]);
-          const float* projected = xw.empty() ? nullptr : xw.data() + (t * B + b) * gates * H;
-          if (projected == nullptr) {
-            gxf.noalias() = Eigen::Map<const RowMatrix>(wf, gates * H, I) * Eigen::Map<const Eigen::VectorXf>(xrow, I);
-            projected = gxf.data();
-          }
-          ghf.noalias() = Eigen::Map<const RowMatrix>(rf, gates * H, H) * hf;
-          for (int64_t g = 0; g < gates * H; ++g) {
-            gx[g] = wb[g] + projected[g];
-            gh[g] = rb[g] + ghf[g];
-          }
-        } else {
-          for (int64_t g = 0; g < gates * H; ++g) {
-            double sx = wb[g], sh = rb[g];
-            for (int64_t i = 0; i < I; ++i) sx += w[g * I + i] * X_at(t, b, i);
-            for (int64_t k = 0; k < H; ++k) sh += r[g * H + k] * h[k];
-            gx[g] = sx;
-            gh[g] = sh;
-          }
-        }
-        if (kind == 0) {
-          for (int64_t k = 0; k < H; ++k) hn[k] = act[0](clipf(gx[k] + gh[k]));
-        } else if (kind == 1) {  // z, r, h
-          // ht = g(Xt Wh^T + (rt (.) Ht-1) Rh^T + Rbh + Wbh), or with linear_before_reset
-          // ht = g(Xt Wh^T + rt (.) (Ht-1 Rh^T + Rbh) + Wbh)  (ONNX GRU).
-          std::vector<double> rv(H);
-          for (int64_t k = 0; k < H; ++k) rv[k] = act[0](clipf(gx[H + k] + gh[H + k]));
-          for (int64_t k = 0; k < H; ++k) {
-            double z = act[0](clipf(gx[k] + gh[k]));
-            double hh;
-            if (lbr) {
-              hh = act[1](clipf(gx[2 * H + k] + rv[k] * gh[2 * H + k]));
-            } else {
-              double s = rb[2 * H + k];
-              for (int64_t j = 0; j < H; ++j) {
-                double rkj = f32 ? static_cast<double>(rf[(2 * H + k) * H + j]) : r[(2 * H + k) * H + j];
-                s += rkj * rv[j] * h[j];
-              }
-              hh = act[1](clipf(gx[2 * H + k] + s));
-            }
-            hn[k] = (1 - z) * hh + z * h[k];
-          }
-        } else {  // i, o, f, c
-          for (int64_t k = 0; k < H; ++k) {
-            double ig = act[0](clipf(gx[k] + gh[k] + p[k] * c[k]));
-            double fg = act[0](clipf(gx[2 * H + k] + gh[2 * H + k] + p[2 * H + k] * c[k]));
-            if (input_forget) ig = 1 - fg;
-            double cg = act[1](clipf(gx[3 * H + k] + gh[3 * H + k]));
-            double cn = fg * c[k] + ig * cg;
-            double og = act[0](clipf(gx[H + k] + gh[H + k] + p[H + k] * cn));
-            c[k] = cn;
-            hn[k] = og * act[2](cn);
-          }
-        }
-        h = hn;
-        for (int64_t k = 0; k < H; ++k) Y[((t * nd + d) * B + b) * H + k] = h[k];
-      }
-      for (int64_t k = 0; k < H; ++k) {
-        Yh[(d * B + b) * H + k] = h[k];
-        Yc[(d * B + b) * H + k] = c[k];
-      }
+  Eigen::VectorXf hf(H), gxf(G), ghf(G);
+  // float32: the input projections of every time step in one GEMM, X[S*B, I] x W^T[I, gates*H] (as ONNX
+  // Runtime does); the recurrence then only multiplies by R. [B, S, I] rows are (b, t): projected per step.
+  std::vector<float> xw;
+  if (f32 && S * B > 1 && !s.batch_major) {
+    xw.resize(static_cast<size_t>(S * B * G));
+    if (!Sgemm(false, true, S * B, G, I, 1.0f, X.data<float>(), I, dw.wf, I, 0.0f, xw.data(), G)) {
+      return ctx.Error("input projection GEMM: invalid arguments");
     }
   }
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<double> h(s.h0.begin() + (d * B + b) * H, s.h0.begin() + (d * B + b + 1) * H);
+    std::vector<double> c(s.c0.begin() + (d * B + b) * H, s.c0.begin() + (d * B + b + 1) * H);
+    std::vector<double> gx(G), gh(G), hn(H);
+    int64_t len = std::min<int64_t>(s.lens[b], S);
+    for (int64_t step = 0; step < len; ++step) {
+      int64_t t = reverse ? len - 1 - step : step;
+      if (f32) {
+        const float* xrow = X.data<float>() + (s.batch_major ? (b * S + t) * I : (t * B + b) * I);
+        for (int64_t k = 0; k < H; ++k) hf[k] = static_cast<float>(h[k]);
+        const float* projected = xw.empty() ? nullptr : xw.data() + (t * B + b) * G;
+        if (projected == nullptr) {
+          gxf.noalias() = Eigen::Map<const RowMatrix>(dw.wf, G, I) * Eigen::Map<const Eigen::VectorXf>(xrow, I);
+          projected = gxf.data();
+        }
+        ghf.noalias() = Eigen::Map<const RowMatrix>(dw.rf, G, H) * hf;
+        for (int64_t g = 0; g < G; ++g) {
+          gx[g] = dw.wb[g] + projected[g];
+          gh[g] = dw.rb[g] + ghf[g];
+        }
+      } else {
+        for (int64_t g = 0; g < G; ++g) {
+          double sx = dw.wb[g], sh = dw.rb[g];
+          for (int64_t i = 0; i < I; ++i) sx += dw.w[g * I + i] * X_at(t, b, i);
+          for (int64_t k = 0; k < H; ++k) sh += dw.r[g * H + k] * h[k];
+          gx[g] = sx;
+          gh[g] = sh;
+        }
+      }
+      CellStep(s, dw, gx, gh, h, c, hn);
+      h = hn;
+      for (int64_t k = 0; k < H; ++k) Y[((t * nd + d) * B + b) * H + k] = h[k];
+    }
+    for (int64_t k = 0; k < H; ++k) {
+      Yh[(d * B + b) * H + k] = h[k];
+      Yc[(d * B + b) * H + k] = c[k];
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Writes the wanted outputs Y, Y_h, Y_c in X's dtype (layout=1: batch-major) from the direction-major
+// results of the general loop.
+absl::Status StoreRecurrentOutputs(KernelContext& ctx, const RecurrentSpec& s, const std::vector<double>& Y,
+                                   const std::vector<double>& Yh, const std::vector<double>& Yc) {
+  const Tensor& X = ctx.in(0);
+  const int64_t S = s.S, B = s.B, H = s.H;
+  const int nd = s.nd;
   auto store = [&](int idx, const std::vector<double>& v, Dims dims) -> absl::Status {
     if (!ctx.wants(idx)) return absl::OkStatus();
     Tensor& out = ctx.Alloc(idx, X.dtype(), dims);
@@ -408,7 +456,7 @@ absl::Status Recurrent(KernelContext& ctx, int kind) {
       for (size_t i = 0; i < v.size(); ++i) out.data<T>()[i] = static_cast<T>(v[i]);
     });
   };
-  if (batch_major) {
+  if (s.batch_major) {
     std::vector<double> Yb(Y.size()), Yhb(Yh.size()), Ycb(Yc.size());
     for (int64_t t = 0; t < S; ++t)
       for (int d = 0; d < nd; ++d)
@@ -427,6 +475,17 @@ absl::Status Recurrent(KernelContext& ctx, int kind) {
   CJIT_RETURN_IF_ERROR(store(0, Y, {S, nd, B, H}));
   CJIT_RETURN_IF_ERROR(store(1, Yh, {nd, B, H}));
   return store(2, Yc, {nd, B, H});
+}
+
+// kind: 0 RNN, 1 GRU, 2 LSTM.
+absl::Status Recurrent(KernelContext& ctx, int kind) {
+  RecurrentSpec s;
+  CJIT_RETURN_IF_ERROR(ResolveRecurrent(ctx, kind, &s));
+  if (TakesRecurrentF32(ctx, s)) return RecurrentF32(ctx, s);
+  const int64_t states = s.nd * s.B * s.H;
+  std::vector<double> Y(s.S * states, 0.0), Yh(states), Yc(states);
+  for (int d = 0; d < s.nd; ++d) CJIT_RETURN_IF_ERROR(GeneralRecurrence(ctx, s, d, Y, Yh, Yc));
+  return StoreRecurrentOutputs(ctx, s, Y, Yh, Yc);
 }
 
 }  // namespace
