@@ -198,34 +198,41 @@ std::vector<std::string> AmpListInEffect(AmpClass c, const AmpOptions& options) 
   return out;
 }
 
-absl::StatusOr<AmpReport> AutoMixedPrecision(Graph& g, const AmpOptions& o) {
-  if (o.low != DType::kF16 && o.low != DType::kBF16) {
-    return absl::InvalidArgumentError(absl::StrCat("auto mixed precision: the low type must be f16 or bf16, got ",
-                                                   DTypeName(o.low)));
-  }
-  AmpReport report;
-  auto order_or = g.TopologicalOrder();
-  if (!order_or.ok()) return order_or.status();
-  const std::vector<Node*>& order = *order_or;
-  const size_t n = order.size();
-  std::unordered_map<const Node*, int> index;
-  for (size_t i = 0; i < n; ++i) index[order[i]] = static_cast<int>(i);
+namespace {
 
-  struct Info {
-    AmpClass cls = AmpClass::kDeny;
-    DataEdges edges;
-    bool paintable = false, allow = false, deny = false, output_f32 = false;
-    std::string reason;
-  };
-  std::vector<Info> info(n);
-  std::vector<std::vector<int>> producers(n), consumers(n);
+// Per node of the graph (topological order): its class and data edges, and the painting's state.
+struct AmpNodeInfo {
+  AmpClass cls = AmpClass::kDeny;
+  DataEdges edges;
+  bool paintable = false, allow = false, deny = false, output_f32 = false;
+  std::string reason;
+};
+
+// The graph as the painting sees it: nodes in topological order, float32 data edges between them both ways.
+struct AmpGraph {
+  std::vector<Node*> order;
+  std::unordered_map<const Node*, int> index;
+  std::vector<AmpNodeInfo> info;
+  std::vector<std::vector<int>> producers, consumers;
   std::set<const Value*> captured;  // read by subgraphs: keeps its dtype
-  for (Node* node : order) {
-    for (const Value* v : node->implicit_inputs) captured.insert(v);
+  bool is(int i, AmpClass c) const { return info[i].paintable && info[i].cls == c; }
+  size_t size() const { return order.size(); }
+};
+
+// Each node's class (the lists, a host rule, the cost rule) and the float32 edges between nodes.
+absl::Status ClassifyNodes(const Graph& g, const AmpOptions& o, AmpGraph* a) {
+  CJIT_ASSIGN_OR_RETURN(a->order, g.TopologicalOrder());
+  const size_t n = a->order.size();
+  for (size_t i = 0; i < n; ++i) a->index[a->order[i]] = static_cast<int>(i);
+  a->info.resize(n);
+  a->producers.resize(n);
+  a->consumers.resize(n);
+  for (Node* node : a->order) {
+    for (const Value* v : node->implicit_inputs) a->captured.insert(v);
   }
   for (size_t i = 0; i < n; ++i) {
-    const Node& node = *order[i];
-    Info& f = info[i];
+    const Node& node = *a->order[i];
+    AmpNodeInfo& f = a->info[i];
     f.edges = DataEdgesOf(node, g.opset);
     for (int k : f.edges.inputs) f.paintable = f.paintable || node.inputs[k]->dtype == DType::kF32;
     for (int k : f.edges.outputs) f.paintable = f.paintable || node.outputs[k]->dtype == DType::kF32;
@@ -246,59 +253,72 @@ absl::StatusOr<AmpReport> AutoMixedPrecision(Graph& g, const AmpOptions& o) {
     }
     for (const Value* v : node.inputs) {
       if (v == nullptr || v->dtype != DType::kF32 || v->producer == nullptr) continue;
-      auto it = index.find(v->producer);
-      if (it == index.end()) continue;
-      producers[i].push_back(it->second);
-      consumers[it->second].push_back(static_cast<int>(i));
+      auto it = a->index.find(v->producer);
+      if (it == a->index.end()) continue;
+      a->producers[i].push_back(it->second);
+      a->consumers[it->second].push_back(static_cast<int>(i));
     }
   }
-  auto is = [&](int i, AmpClass c) { return info[i].paintable && info[i].cls == c; };
+  return absl::OkStatus();
+}
+
+// Steps 1-4 of TensorFlow's AutoMixedPrecision painting on the classes: allow ops; deny forward through
+// infer (and clear ops upstream of a deny/infer op); infer/clear between allow ops become allow; allow
+// through clear ops both ways.
+void PaintAllowAndDeny(AmpGraph& a) {
+  const size_t n = a.size();
+  std::vector<AmpNodeInfo>& info = a.info;
+  auto is = [&](int i, AmpClass c) { return a.is(i, c); };
   // 1. allow ops.
   for (size_t i = 0; i < n; ++i) info[i].allow = is(static_cast<int>(i), AmpClass::kAllow);
   // 2. deny forward through infer, and through clear ops upstream of a deny/infer op.
   std::vector<bool> upstream(n, false);
   Propagate(
-      n, [&](int i) { return is(i, AmpClass::kDeny) || is(i, AmpClass::kInfer); }, {&producers},
+      n, [&](int i) { return is(i, AmpClass::kDeny) || is(i, AmpClass::kInfer); }, {&a.producers},
       [&](int, int p) { return is(p, AmpClass::kClear) && !upstream[p] && (upstream[p] = true); });
   Propagate(
-      n, [&](int i) { return is(i, AmpClass::kDeny) && (info[i].deny = true); }, {&consumers},
+      n, [&](int i) { return is(i, AmpClass::kDeny) && (info[i].deny = true); }, {&a.consumers},
       [&](int i, int c) {
         if (info[c].deny || info[c].allow) return false;
         if (!is(c, AmpClass::kInfer) && !(is(c, AmpClass::kClear) && upstream[c])) return false;
         info[c].deny = true;
-        info[c].reason = absl::StrCat("deny propagated from ", order[i]->name);
+        info[c].reason = absl::StrCat("deny propagated from ", a.order[i]->name);
         return true;
       });
   // 3. infer/clear between allow ops become allow.
   std::vector<bool> downstream(n, false);
   auto allowed = [&](int i) { return info[i].allow; };
-  Propagate(n, allowed, {&consumers}, [&](int, int c) {
+  Propagate(n, allowed, {&a.consumers}, [&](int, int c) {
     if (downstream[c] || info[c].deny || info[c].allow) return false;
     return (is(c, AmpClass::kInfer) || is(c, AmpClass::kClear)) && (downstream[c] = true);
   });
-  Propagate(n, allowed, {&producers}, [&](int, int p) {
+  Propagate(n, allowed, {&a.producers}, [&](int, int p) {
     if (!downstream[p] || info[p].allow || info[p].deny) return false;
     info[p].allow = true;
     info[p].reason = absl::StrCat("in the ", AmpClassName(info[p].cls), " list, between allow ops");
     return true;
   });
   // 4. allow through clear ops, both directions.
-  Propagate(n, allowed, {&producers, &consumers}, [&](int i, int c) {
+  Propagate(n, allowed, {&a.producers, &a.consumers}, [&](int i, int c) {
     if (info[c].allow || info[c].deny || !is(c, AmpClass::kClear)) return false;
     info[c].allow = true;
-    info[c].reason = absl::StrCat("clear, next to allow op ", order[i]->name);
+    info[c].reason = absl::StrCat("clear, next to allow op ", a.order[i]->name);
     return true;
   });
-  // 5. drop allow where the low type cannot be used.
-  for (size_t i = 0; i < n; ++i) {
-    Info& f = info[i];
+}
+
+// Step 5: drops allow where the low type cannot be used (no schema, subgraphs, an output read by a
+// subgraph, a non-float input or output, a float16 constant out of range); says why in the reason.
+void DropUnusableAllow(const AmpOptions& o, AmpGraph& a, AmpReport* report) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    AmpNodeInfo& f = a.info[i];
     if (!f.allow) continue;
-    const Node& node = *order[i];
+    const Node& node = *a.order[i];
     std::string why;
     if (!f.edges.ok) why = "no ONNX schema for its data edges";
     else if (HasSubgraph(node)) why = "has subgraphs";
     for (int k : f.edges.outputs) {
-      if (captured.count(node.outputs[k])) why = "an output is read by a subgraph";
+      if (a.captured.count(node.outputs[k])) why = "an output is read by a subgraph";
     }
     for (int k : f.edges.inputs) {
       const Value* v = node.inputs[k];
@@ -306,7 +326,7 @@ absl::StatusOr<AmpReport> AutoMixedPrecision(Graph& g, const AmpOptions& o) {
       if (o.low == DType::kF16 && v->is_constant() && v->constant->dtype() == DType::kF32 &&
           BeyondHalfRange(*v->constant)) {
         why = absl::StrCat("constant ", v->name, " has values beyond the float16 range (+-65504)");
-        report.out_of_range.push_back(absl::StrCat(node.name, ": ", v->name));
+        report->out_of_range.push_back(absl::StrCat(node.name, ": ", v->name));
       }
     }
     for (int k : f.edges.outputs) {
@@ -317,11 +337,19 @@ absl::StatusOr<AmpReport> AutoMixedPrecision(Graph& g, const AmpOptions& o) {
       f.reason = absl::StrCat("kept float32: ", why);
     }
   }
-  // Rewrite. Values produced in the low type by allow nodes:
+}
+
+// Rewrites the painted graph: allow nodes compute in the low type (constants converted once per source
+// tensor, other float32 inputs through one Cast each); float32 readers of low values and graph outputs read
+// them through one Cast back (graph outputs keep their float32 dtype and names: keep_io_types).
+void RewriteWithCasts(Graph& g, const AmpOptions& o, const AmpGraph& a, AmpReport* report) {
+  const size_t n = a.size();
+  const std::vector<AmpNodeInfo>& info = a.info;
+  // Values produced in the low type by allow nodes:
   std::set<Value*> low_values;
   for (size_t i = 0; i < n; ++i) {
     if (!info[i].allow) continue;
-    for (int k : info[i].edges.outputs) low_values.insert(order[i]->outputs[k]);
+    for (int k : info[i].edges.outputs) low_values.insert(a.order[i]->outputs[k]);
   }
   std::map<Value*, Value*> down, up;  // per value, its Cast to the low type / back to float32
   std::map<const Tensor*, std::shared_ptr<const Tensor>> converted;
@@ -334,12 +362,12 @@ absl::StatusOr<AmpReport> AutoMixedPrecision(Graph& g, const AmpOptions& o) {
     c->opset_version = 13;
     c->outputs[0]->dtype = to;
     c->outputs[0]->shape = v->shape;
-    ++report.casts;
+    ++report->casts;
     return c->outputs[0];
   };
   for (size_t i = 0; i < n; ++i) {
     if (!info[i].allow) continue;
-    Node* node = order[i];
+    Node* node = a.order[i];
     for (int k : info[i].edges.inputs) {
       Value* v = node->inputs[k];
       if (low_values.count(v) || v->dtype != DType::kF32) continue;
@@ -347,7 +375,7 @@ absl::StatusOr<AmpReport> AutoMixedPrecision(Graph& g, const AmpOptions& o) {
         auto& c = converted[v->constant.get()];
         if (!c) {
           c = ConvertedConstant(v->constant, o.low);
-          ++report.constants;
+          ++report->constants;
         }
         node->inputs[k] = g.AddConstant(absl::StrCat(v->name, "/amp_", DTypeName(o.low)), c);
         continue;
@@ -372,12 +400,12 @@ absl::StatusOr<AmpReport> AutoMixedPrecision(Graph& g, const AmpOptions& o) {
     return u;
   };
   for (size_t i = 0; i < n; ++i) {
-    Node* node = order[i];
+    Node* node = a.order[i];
     const bool low_reader = info[i].allow;
     for (Value*& in : node->inputs) {
       if (in == nullptr || !low_values.count(in)) continue;
-      auto pi = in->producer != nullptr ? index.find(in->producer) : index.end();
-      const bool producer_f32_out = pi != index.end() && info[pi->second].output_f32;
+      auto pi = in->producer != nullptr ? a.index.find(in->producer) : a.index.end();
+      const bool producer_f32_out = pi != a.index.end() && info[pi->second].output_f32;
       if (!low_reader || producer_f32_out) {
         Value* u = up_of(in);
         if (low_reader) {  // an allow reader of a host rule's float32 output: back down
@@ -393,10 +421,25 @@ absl::StatusOr<AmpReport> AutoMixedPrecision(Graph& g, const AmpOptions& o) {
   for (Value*& out : g.mutable_outputs()) {
     if (low_values.count(out)) out = up_of(out);  // graph outputs keep float32 (keep_io_types)
   }
-  for (size_t i = 0; i < n; ++i) {
-    if (!info[i].paintable) continue;
-    report.converted += info[i].allow;
-    report.decisions.push_back({order[i]->name, order[i]->op_type, info[i].cls, info[i].allow, info[i].reason});
+}
+
+}  // namespace
+
+absl::StatusOr<AmpReport> AutoMixedPrecision(Graph& g, const AmpOptions& o) {
+  if (o.low != DType::kF16 && o.low != DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat("auto mixed precision: the low type must be f16 or bf16, got ",
+                                                   DTypeName(o.low)));
+  }
+  AmpReport report;
+  AmpGraph a;
+  CJIT_RETURN_IF_ERROR(ClassifyNodes(g, o, &a));
+  PaintAllowAndDeny(a);
+  DropUnusableAllow(o, a, &report);
+  RewriteWithCasts(g, o, a, &report);
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!a.info[i].paintable) continue;
+    report.converted += a.info[i].allow;
+    report.decisions.push_back({a.order[i]->name, a.order[i]->op_type, a.info[i].cls, a.info[i].allow, a.info[i].reason});
   }
   return report;
 }
