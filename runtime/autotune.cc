@@ -30,6 +30,7 @@
 #include "oneapi/dnnl/dnnl.hpp"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/kernel.h"
+#include "runtime/autotune_internal.h"
 #include "runtime/profiler.h"
 
 namespace cjit {
@@ -112,6 +113,10 @@ std::shared_ptr<const TestOnlyCandidate> CurrentTestCandidate() {
   return TestCandidate();
 }
 
+}  // namespace
+
+namespace autotune_internal {
+
 // A KernelContext describing the node and its inputs (no outputs), for the candidate lists.
 KernelContext DescribeContext(const Node& node, const std::vector<const Tensor*>& inputs,
                               const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
@@ -129,12 +134,6 @@ KernelContext DescribeContext(const Node& node, const std::vector<const Tensor*>
   }
   return ctx;
 }
-
-struct Candidate {
-  std::string id;
-  bool deterministic = true;
-  std::shared_ptr<const TestOnlyCandidate> test_only;  // set for the test-only candidate
-};
 
 std::vector<Candidate> ListCandidates(const KernelContext& ctx) {
   std::vector<Candidate> out;
@@ -166,6 +165,48 @@ std::vector<Candidate> ListCandidates(const KernelContext& ctx) {
   return out;
 }
 
+namespace {
+
+// Bytes flushed from the caches between timed runs (larger than this CPU's L2; a rewrite of it also
+// evicts the problem's data from L1/L2).
+constexpr size_t kFlushBytes = size_t{4} << 20;
+// Flush buffers come from a small process-wide pool (no thread_local: a host's threads would each keep
+// 4 MiB for their lifetime after tuning once).
+struct FlushPool {
+  std::mutex mu;
+  std::vector<std::unique_ptr<uint8_t[]>> free;
+};
+FlushPool& Pool() {
+  static auto* p = new FlushPool();
+  return *p;
+}
+}  // namespace
+
+void FlushCaches() {
+  std::unique_ptr<uint8_t[]> buf;
+  {
+    std::lock_guard<std::mutex> lock(Pool().mu);
+    if (!Pool().free.empty()) {
+      buf = std::move(Pool().free.back());
+      Pool().free.pop_back();
+    }
+  }
+  if (!buf) buf.reset(new uint8_t[kFlushBytes]);
+  static std::atomic<uint8_t> salt{1};
+  std::memset(buf.get(), salt.fetch_add(1, std::memory_order_relaxed), kFlushBytes);
+  std::lock_guard<std::mutex> lock(Pool().mu);
+  if (Pool().free.size() < 4) Pool().free.push_back(std::move(buf));
+}
+
+}  // namespace autotune_internal
+
+namespace {
+
+using autotune_internal::Candidate;
+using autotune_internal::DescribeContext;
+using autotune_internal::FlushCaches;
+using autotune_internal::ListCandidates;
+
 bool Offered(const std::string& algorithm, const KernelContext& ctx) {
   if (algorithm.empty()) return true;
   for (const Candidate& c : ListCandidates(ctx)) {
@@ -183,162 +224,6 @@ std::string PostOpsText(const std::vector<PostOp>* ops) {
   return s;
 }
 
-// Bytes flushed from the caches between timed runs (larger than this CPU's L2; a rewrite of it also
-// evicts the problem's data from L1/L2).
-constexpr size_t kFlushBytes = size_t{4} << 20;
-// Flush buffers come from a small process-wide pool (no thread_local: a host's threads would each keep
-// 4 MiB for their lifetime after tuning once).
-struct FlushPool {
-  std::mutex mu;
-  std::vector<std::unique_ptr<uint8_t[]>> free;
-};
-FlushPool& Pool() {
-  static auto* p = new FlushPool();
-  return *p;
-}
-void FlushCaches() {
-  std::unique_ptr<uint8_t[]> buf;
-  {
-    std::lock_guard<std::mutex> lock(Pool().mu);
-    if (!Pool().free.empty()) {
-      buf = std::move(Pool().free.back());
-      Pool().free.pop_back();
-    }
-  }
-  if (!buf) buf.reset(new uint8_t[kFlushBytes]);
-  static std::atomic<uint8_t> salt{1};
-  std::memset(buf.get(), salt.fetch_add(1, std::memory_order_relaxed), kFlushBytes);
-  std::lock_guard<std::mutex> lock(Pool().mu);
-  if (Pool().free.size() < 4) Pool().free.push_back(std::move(buf));
-}
-
-// A candidate whose first timed run is slower than this factor times the best minimum so far is dropped.
-constexpr double kScreenRatio = 1.5;
-// What a candidate's first run may take beyond kScreenRatio x the best for creating its primitive (oneDNN
-// generates code per primitive: ~0.1-20 ms) before it is dropped unchecked.
-constexpr double kCreationAllowanceUs = 20000;
-
-constexpr size_t kCompareChunk = 2048;
-
-double Tolerance(DType t) { return t == DType::kF32 || t == DType::kF64 ? 1e-3 : 3e-2; }
-
-// Elements [off, off + m) of a float tensor as doubles (chunks: outputs being checked can be hundreds of
-// MB, and a tensor-sized double copy of each would cost more than the candidate).
-void ToDoubles(const Tensor& t, size_t off, size_t m, double* out) {
-  switch (t.dtype()) {
-    case DType::kF64:
-      std::copy_n(static_cast<const double*>(t.raw()) + off, m, out);
-      return;
-    case DType::kF32:
-      std::copy_n(static_cast<const float*>(t.raw()) + off, m, out);
-      return;
-    default: {
-      float f[kCompareChunk];
-      ConvertFloatBuffer(static_cast<const char*>(t.raw()) + off * DTypeSize(t.dtype()), t.dtype(), f, DType::kF32, m);
-      std::copy_n(f, m, out);
-    }
-  }
-}
-
-// The absolute tolerance of a check against `ref` (see the header): the dtype's tolerance times
-// 1 + max |finite reference value|.
-double ReferenceTolerance(const Tensor& ref) {
-  if (!IsFloat(ref.dtype())) return 0;
-  const size_t n = static_cast<size_t>(ref.numel());
-  double b[kCompareChunk];
-  double scale = 0;
-  for (size_t off = 0; off < n; off += kCompareChunk) {
-    const size_t m = std::min(kCompareChunk, n - off);
-    ToDoubles(ref, off, m, b);
-    for (size_t i = 0; i < m; ++i) {
-      if (std::isfinite(b[i])) scale = std::max(scale, std::fabs(b[i]));
-    }
-  }
-  return Tolerance(ref.dtype()) * (1.0 + scale);
-}
-
-// "" when `got` matches `ref` within `tol` (ReferenceTolerance(ref)), else what differs.
-std::string CompareOutputs(const Tensor& got, const Tensor& ref, double tol) {
-  if (got.dtype() != ref.dtype() || got.dims() != ref.dims()) return "output dtype or dims differ";
-  if (!IsFloat(ref.dtype())) {
-    return ref.nbytes() == 0 || std::memcmp(got.raw(), ref.raw(), ref.nbytes()) == 0 ? "" : "integer output differs";
-  }
-  const size_t n = static_cast<size_t>(ref.numel());
-  double a[kCompareChunk], b[kCompareChunk];
-  for (size_t off = 0; off < n; off += kCompareChunk) {
-    const size_t m = std::min(kCompareChunk, n - off);
-    ToDoubles(got, off, m, a);
-    ToDoubles(ref, off, m, b);
-    bool all_close = true;  // the common case in one vectorizable pass; details only on a mismatch
-    for (size_t i = 0; i < m; ++i) all_close &= std::fabs(a[i] - b[i]) <= tol;
-    if (all_close) continue;
-    for (size_t i = 0; i < m; ++i) {
-      const bool na = std::isnan(a[i]), nb = std::isnan(b[i]);
-      if (na || nb) {
-        if (na != nb) return absl::StrCat("element ", off + i, " is ", a[i], ", reference ", b[i]);
-        continue;
-      }
-      if (std::isinf(b[i]) || std::isinf(a[i])) {
-        if (a[i] != b[i]) return absl::StrCat("element ", off + i, " is ", a[i], ", reference ", b[i]);
-        continue;
-      }
-      if (std::fabs(a[i] - b[i]) > tol) {
-        return absl::StrCat("element ", off + i, " is ", a[i], ", reference ", b[i], " (tolerance ", tol, ")");
-      }
-    }
-  }
-  return "";
-}
-
-// Seeded uniform values in [-1, 1) written into a float tensor of any float dtype (16-bit rounded to
-// nearest even), in chunks. A 64-bit linear congruential generator (Knuth's MMIX constants), top 24 bits:
-// inputs only need to be deterministic and not degenerate, and tensors of millions of elements are filled
-// per tuned op (std::uniform_real_distribution over mt19937 took ~40 ms for a 480x480x16 input).
-void FillRandom(Tensor& t, uint64_t& state) {
-  if (!IsFloat(t.dtype())) return;  // shapes, indices: the tuned ops have none
-  auto next = [&state] {
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return static_cast<float>(static_cast<int32_t>(state >> 40) - (1 << 23)) * (1.0f / (1 << 23));
-  };
-  const size_t n = static_cast<size_t>(t.numel());
-  if (t.dtype() == DType::kF32) {
-    float* p = static_cast<float*>(t.raw());
-    for (size_t i = 0; i < n; ++i) p[i] = next();
-    return;
-  }
-  float f[kCompareChunk];
-  for (size_t off = 0; off < n; off += kCompareChunk) {
-    const size_t m = std::min(kCompareChunk, n - off);
-    for (size_t i = 0; i < m; ++i) f[i] = next();
-    if (t.dtype() == DType::kF64) {
-      for (size_t i = 0; i < m; ++i) static_cast<double*>(t.raw())[off + i] = f[i];
-    } else {
-      ConvertFloatBuffer(f, DType::kF32, static_cast<char*>(t.raw()) + off * DTypeSize(t.dtype()), t.dtype(), m);
-    }
-  }
-}
-
-// Outputs set to NaN before a candidate runs (level 3+: a candidate that writes nothing is caught).
-void FillNaN(std::vector<Tensor>& outs) {
-  for (Tensor& t : outs) {
-    if (!t.defined() || !IsFloat(t.dtype()) || t.numel() == 0) continue;
-    const size_t n = static_cast<size_t>(t.numel());
-    switch (t.dtype()) {
-      case DType::kF32:
-        std::fill_n(static_cast<float*>(t.raw()), n, std::numeric_limits<float>::quiet_NaN());
-        break;
-      case DType::kF64:
-        std::fill_n(static_cast<double*>(t.raw()), n, std::numeric_limits<double>::quiet_NaN());
-        break;
-      default: {  // float16 / bfloat16: one quiet NaN pattern converted, then copied
-        const float nan = std::numeric_limits<float>::quiet_NaN();
-        uint16_t bits = 0;
-        ConvertFloatBuffer(&nan, DType::kF32, &bits, t.dtype(), 1);
-        std::fill_n(static_cast<uint16_t*>(t.raw()), n, bits);
-      }
-    }
-  }
-}
 
 // Process-table key: CPU results by op signature; device results with their device and library identities.
 std::string TableKey(const std::string& device, const std::string& libraries, const std::string& key) {
@@ -696,199 +581,6 @@ std::optional<std::string> Autotuner::TuneDevice(const std::string& key, const s
     Finish(rec, t_start, op_type, op);
     return rec.algorithm;
   });
-}
-
-std::string Autotuner::TuneNow(const std::string& key, const Node& node, const std::vector<const Tensor*>& inputs,
-                               const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
-                               const std::vector<InferOutput>* inferred, int threads) {
-  const int64_t t_start = Profiler::Now();
-  const KernelContext desc = DescribeContext(node, inputs, is_constant, post_ops, inferred, threads);
-  std::vector<Candidate> candidates = ListCandidates(desc);
-  AutotuneRecord rec;
-  rec.key = key;
-  rec.op = node.Describe();
-  rec.source = "tuned";
-  auto finish = [&](const std::string& why) {
-    if (!why.empty()) rec.notes.push_back(why);
-    Finish(rec, t_start, node.op_type, node.name);
-    return rec.algorithm;
-  };
-  if (candidates.empty()) return finish("no candidates");
-  // Inputs: constants as they are; others uninitialized (level 1) or seeded random values (2+).
-  std::vector<Tensor> owned(inputs.size());
-  std::vector<const Tensor*> ins(inputs.size(), nullptr);
-  uint64_t rng = 0x5eed;
-  try {
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (inputs[i] == nullptr) continue;
-      if (i < is_constant.size() && is_constant[i]) {
-        ins[i] = inputs[i];
-        continue;
-      }
-      owned[i] = Tensor(inputs[i]->dtype(), inputs[i]->dims());
-      if (options_.level >= 2) FillRandom(owned[i], rng);
-      ins[i] = &owned[i];
-    }
-  } catch (const std::exception& e) {
-    return finish(absl::StrCat("not tuned: ", e.what()));
-  }
-  const std::vector<InferOutput>& outs_info = desc.infer();
-  std::vector<Tensor> outputs(outs_info.size());
-  try {
-    for (size_t k = 0; k < outs_info.size(); ++k) {
-      if (!outs_info[k].shape.fully_known()) return finish("not tuned: an output shape is unknown");
-      outputs[k] = Tensor(outs_info[k].dtype, outs_info[k].shape.concrete());
-      // An empty output has nothing to compute or time: every algorithm is the same no-op.
-      if (outputs[k].numel() == 0) return finish("not tuned: an output is empty");
-    }
-  } catch (const std::exception& e) {
-    return finish(absl::StrCat("not tuned: ", e.what()));
-  }
-  std::vector<InferOutput> static_outs = outs_info;
-  int64_t scratch = 0;
-  std::string impl;
-  auto run = [&](const Candidate* c) -> absl::Status {
-    if (c != nullptr && c->test_only) return c->test_only->run(ins, outputs);
-    scratch = 0;
-    std::vector<Tensor> preset = outputs;
-    auto r = EvaluateNode(node, ins, threads, nullptr, &is_constant, post_ops, &preset, &impl, &static_outs,
-                          c ? &c->id : nullptr, &scratch);
-    if (!r.ok()) return r.status();
-    for (size_t k = 0; k < r->size() && k < outputs.size(); ++k) {
-      if ((*r)[k].raw() != outputs[k].raw() && (*r)[k].defined() && outputs[k].nbytes() > 0) {
-        if ((*r)[k].nbytes() != outputs[k].nbytes()) return absl::InternalError("output size mismatch");
-        std::memcpy(outputs[k].raw(), (*r)[k].raw(), outputs[k].nbytes());
-      }
-    }
-    return absl::OkStatus();
-  };
-  const double budget_us = options_.max_ms_per_op * 1000.0;
-  auto elapsed_us = [&] { return (Profiler::Now() - t_start) / 1000.0; };
-  // The default algorithm: the reference (level 4) and the time to beat.
-  if (options_.level >= 3) FillNaN(outputs);
-  if (absl::Status st = run(nullptr); !st.ok()) return finish(absl::StrCat("not tuned: default failed: ", st.message()));
-  rec.default_impl = impl;
-  std::vector<Tensor> reference;
-  std::vector<double> reference_tol;
-  if (options_.level >= 4) {
-    for (const Tensor& t : outputs) {
-      reference.push_back(t.Clone());
-      reference_tol.push_back(ReferenceTolerance(t));
-    }
-  }
-  // One budget for the whole op (default, candidates, checks): each measurement gets what is left, at
-  // least one timed run. A large convolution's runs take tens of ms: a fixed budget per candidate let one
-  // 960x960 detector signature tune for 10 s.
-  auto left_us = [&] { return std::max(0.0, budget_us - elapsed_us()); };
-  auto default_time = MeasureMinMicros([&] { return run(nullptr); }, 10, 0.05, left_us(), nullptr,
-                                       /*warmed_up=*/true);
-  if (!default_time.ok()) return finish(absl::StrCat("not tuned: default failed: ", default_time.status().message()));
-  rec.default_us = *default_time;
-  const int64_t default_scratch = scratch;
-  struct Timed {
-    const Candidate* c;
-    double us;
-    int64_t scratch;
-  };
-  std::vector<Timed> timed;
-  auto reject = [&](const Candidate& c, absl::string_view why) {
-    ++rec.candidates_rejected;
-    ++counters_.candidates_rejected;
-    rec.notes.push_back(absl::StrCat(c.id, ": rejected (", why, ")"));
-  };
-  for (const Candidate& c : candidates) {
-    if (cancelled()) return "";  // the session is going away: store nothing partial
-    if (options_.deterministic && !c.deterministic) continue;
-    if (elapsed_us() > budget_us) {
-      rec.notes.push_back(absl::StrCat(c.id, ": skipped (budget of ", options_.max_ms_per_op, " ms spent)"));
-      continue;
-    }
-    if (options_.level >= 3) FillNaN(outputs);
-    const int64_t w0 = Profiler::Now();
-    absl::Status st = run(&c);  // warm-up (creates the primitive)
-    const double first_us = (Profiler::Now() - w0) / 1000.0;
-    double best_so_far = rec.default_us;
-    for (const Timed& t : timed) best_so_far = std::min(best_so_far, t.us);
-    // A candidate whose first run (primitive creation included) is far slower than the best cannot be
-    // chosen: it is neither checked nor timed (a reference implementation can take 100x the default: one
-    // such oneDNN deconvolution at 960x960 spent 0.7 s in its check and screen runs).
-    if (st.ok() && !options_.deterministic && !c.test_only &&
-        first_us > kScreenRatio * best_so_far + kCreationAllowanceUs) {
-      rec.notes.push_back(absl::StrFormat("%s: %.1f us in its first run, over %.1fx the best + %.0f ms: not checked "
-                                          "or timed", c.id, first_us, kScreenRatio, kCreationAllowanceUs / 1000));
-      continue;
-    }
-    if (!st.ok()) {
-      reject(c, st.message());
-      continue;
-    }
-    // Screen: one timed run (caches flushed); a candidate slower than kScreenRatio x the best minimum so
-    // far is not checked or timed further (most of a convolution's candidates are 2-10x off: this halves
-    // tuning; a candidate that cannot win needs no check, and a check of a large output costs several runs).
-    // (Not for the test-only candidate: tests assert on its choice, one preempted run must not drop it.)
-    double once_us = -1;
-    if (!options_.deterministic && !c.test_only) {
-      FlushCaches();
-      const int64_t s0 = Profiler::Now();
-      if (absl::Status sst = run(&c); !sst.ok()) {
-        reject(c, sst.message());
-        continue;
-      }
-      once_us = (Profiler::Now() - s0) / 1000.0;
-      if (once_us > kScreenRatio * best_so_far) {
-        rec.notes.push_back(absl::StrFormat("%s: %.1f us in one run, over %.1fx the best: not timed further", c.id,
-                                            once_us, kScreenRatio));
-        continue;
-      }
-    }
-    // Level 4: the output of its last run (outputs were NaN before its first: one that writes nothing fails).
-    std::string why;
-    if (options_.level >= 4) {
-      for (size_t k = 0; k < outputs.size() && why.empty(); ++k) {
-        why = CompareOutputs(outputs[k], reference[k], reference_tol[k]);
-      }
-    }
-    if (!why.empty()) {
-      reject(c, why);
-      continue;
-    }
-    ++rec.candidates_timed;
-    ++counters_.candidates_timed;
-    // Warmed up; the screen run (caches flushed, timed) is the first sample.
-    auto us = MeasureMinMicros([&] { return run(&c); }, 10, 0.05, c.test_only ? budget_us : left_us(), nullptr,
-                               /*warmed_up=*/true, once_us);
-    if (!us.ok()) {
-      rec.notes.push_back(absl::StrCat(c.id, ": rejected (", us.status().message(), ")"));
-      continue;
-    }
-    rec.notes.push_back(absl::StrFormat("%s: %.1f us", c.id, *us));
-    timed.push_back({&c, *us, c.test_only ? 0 : scratch});
-    if (options_.deterministic) break;  // the first good one
-  }
-  // The fastest; within 5% of it (noise) the one with the least scratch memory, the default first.
-  rec.best_us = rec.default_us;
-  if (!timed.empty()) {
-    double fastest = rec.default_us;
-    for (const Timed& t : timed) fastest = std::min(fastest, t.us);
-    const Timed* pick = nullptr;
-    int64_t pick_scratch = default_scratch;
-    double pick_us = rec.default_us;
-    bool default_in = !options_.deterministic && rec.default_us <= fastest * 1.05;
-    if (!default_in) pick_scratch = std::numeric_limits<int64_t>::max();
-    for (const Timed& t : timed) {
-      if (!options_.deterministic && t.us > fastest * 1.05) continue;
-      if (t.scratch < pick_scratch || (pick == nullptr && !default_in)) {
-        pick = &t;
-        pick_scratch = t.scratch;
-        pick_us = t.us;
-      }
-    }
-    if (pick != nullptr) {
-      rec.algorithm = pick->c->id;
-      rec.best_us = pick_us;
-    }
-  }
-  return finish("");
 }
 
 void Autotuner::Finish(const AutotuneRecord& rec, int64_t t_start, const std::string& op_type,
