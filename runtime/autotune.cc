@@ -224,7 +224,6 @@ std::string PostOpsText(const std::vector<PostOp>* ops) {
   return s;
 }
 
-
 // Process-table key: CPU results by op signature; device results with their device and library identities.
 std::string TableKey(const std::string& device, const std::string& libraries, const std::string& key) {
   return device.empty() ? key : absl::StrCat(device, "\n", libraries, "\n", key);

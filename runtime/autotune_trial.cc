@@ -157,7 +157,11 @@ class CandidateTrial {
  public:
   CandidateTrial(const Node& node, const std::vector<bool>& is_constant, const std::vector<PostOp>* post_ops,
                  int threads, int64_t t_start, double budget_us)
-      : node_(node), is_constant_(is_constant), post_ops_(post_ops), threads_(threads), t_start_(t_start),
+      : node_(node),
+        is_constant_(is_constant),
+        post_ops_(post_ops),
+        threads_(threads),
+        t_start_(t_start),
         budget_us_(budget_us) {}
 
   // "" when ready, else why the node is not tuned.
@@ -279,8 +283,10 @@ void TryCandidate(const AutotuneOptions& o, const Candidate& c, CandidateTrial& 
   // chosen: it is neither checked nor timed (a reference implementation can take 100x the default: one
   // such oneDNN deconvolution at 960x960 spent 0.7 s in its check and screen runs).
   if (st.ok() && !o.deterministic && !c.test_only && first_us > kScreenRatio * best_so_far + kCreationAllowanceUs) {
-    rec.notes.push_back(absl::StrFormat("%s: %.1f us in its first run, over %.1fx the best + %.0f ms: not checked "
-                                        "or timed", c.id, first_us, kScreenRatio, kCreationAllowanceUs / 1000));
+    rec.notes.push_back(
+        absl::StrFormat("%s: %.1f us in its first run, over %.1fx the best + %.0f ms: not checked "
+                        "or timed",
+                        c.id, first_us, kScreenRatio, kCreationAllowanceUs / 1000));
     return;
   }
   if (!st.ok()) return reject(st.message());

@@ -427,8 +427,8 @@ void RewriteWithCasts(Graph& g, const AmpOptions& o, const AmpGraph& a, AmpRepor
 
 absl::StatusOr<AmpReport> AutoMixedPrecision(Graph& g, const AmpOptions& o) {
   if (o.low != DType::kF16 && o.low != DType::kBF16) {
-    return absl::InvalidArgumentError(absl::StrCat("auto mixed precision: the low type must be f16 or bf16, got ",
-                                                   DTypeName(o.low)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("auto mixed precision: the low type must be f16 or bf16, got ", DTypeName(o.low)));
   }
   AmpReport report;
   AmpGraph a;
@@ -439,7 +439,8 @@ absl::StatusOr<AmpReport> AutoMixedPrecision(Graph& g, const AmpOptions& o) {
   for (size_t i = 0; i < a.size(); ++i) {
     if (!a.info[i].paintable) continue;
     report.converted += a.info[i].allow;
-    report.decisions.push_back({a.order[i]->name, a.order[i]->op_type, a.info[i].cls, a.info[i].allow, a.info[i].reason});
+    report.decisions.push_back(
+        {a.order[i]->name, a.order[i]->op_type, a.info[i].cls, a.info[i].allow, a.info[i].reason});
   }
   return report;
 }

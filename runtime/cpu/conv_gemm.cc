@@ -788,8 +788,7 @@ bool Im2colChannelsLastImage(const KernelContext& ctx, const Im2colPlan& q, cons
 
 // One NCHW image: Y [OC, P] = W [OC, K] x cols, cols [(c, kh, kw), P]; with fewer output pixels than output
 // channels (a short signal) cols [P, (c, kh, kw)] and Y = W x cols^T. Then the bias. False when BLIS refuses.
-bool Im2colNchwImage(const Im2colPlan& q, const float* xn, const float* wp, const float* bias, float* cols,
-                     float* yn) {
+bool Im2colNchwImage(const Im2colPlan& q, const float* xn, const float* wp, const float* bias, float* cols, float* yn) {
   const int64_t K = q.K, OC = q.OC, P = q.P;
   if (P < OC) {
     Im2colNchw(q, xn, cols, K, 1);
@@ -811,7 +810,7 @@ bool Im2colNchwImage(const Im2colPlan& q, const float* xn, const float* wp, cons
 }  // namespace
 
 absl::StatusOr<bool> TryIm2colConv(KernelContext& ctx, const WindowGeometry& g, int64_t group, bool channels_last,
-                                    Tensor& y, int64_t max_channels) {
+                                   Tensor& y, int64_t max_channels) {
   Im2colPlan q;
   if (!PlanIm2col(ctx, g, group, channels_last, y, max_channels, &q)) return false;
   const Tensor& w = ctx.in(1);

@@ -72,11 +72,14 @@ void DepthwiseRowInt32(const uint8_t* xt, int64_t H, int64_t W, int64_t C, const
 constexpr int64_t kMaxExactTaps = 258;
 
 // x - azp from 16 (8) channels-last uint8 values, as float32 (exact).
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) inline __m512 LoadU8AsF32x16(const uint8_t* p, __m512i zp) {
-  return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), zp));
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) inline __m512 LoadU8AsF32x16(const uint8_t* p,
+                                                                                           __m512i zp) {
+  return _mm512_cvtepi32_ps(
+      _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), zp));
 }
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) inline __m512 LoadU8AsF32x16Masked(const uint8_t* p,
-                                                                                                __mmask16 m, __m512i zp) {
+                                                                                                 __mmask16 m,
+                                                                                                 __m512i zp) {
   return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, p)), zp));
 }
 
@@ -161,7 +164,7 @@ __attribute__((target("avx2,fma"))) void DepthwiseRowU8Avx2(const uint8_t* xt, i
 // Output pixels ow0 <= ow < ow1 have every tap inside the row (no bounds checks); the others skip their
 // outside taps. acc [OW][C].
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void ConvertRowU8Avx512(const uint8_t* src, int64_t n,
-                                                                                    int32_t azp, float* dst) {
+                                                                                      int32_t azp, float* dst) {
   const __m512i vz = _mm512_set1_epi32(azp);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, LoadU8AsF32x16(src + i, vz));
@@ -190,8 +193,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) inline void Depthw
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void DepthwiseRowF32Avx512(
-    const float* const* rows, int64_t W, int64_t C, const float* wf, int64_t KH, int64_t KW, int64_t OW,
-    int64_t sw, int64_t pw, int64_t dw, int64_t ow0, int64_t ow1, int32_t* acc) {
+    const float* const* rows, int64_t W, int64_t C, const float* wf, int64_t KH, int64_t KW, int64_t OW, int64_t sw,
+    int64_t pw, int64_t dw, int64_t ow0, int64_t ow1, int32_t* acc) {
   for (int64_t c0 = 0; c0 < C; c0 += 16) {
     const __mmask16 m = static_cast<__mmask16>(C - c0 >= 16 ? 0xFFFF : (1u << (C - c0)) - 1);
     auto edge = [&](int64_t ow) { DepthwisePixelF32Avx512(rows, W, C, wf, KH, KW, sw, pw, dw, ow, c0, m, acc); };
@@ -360,7 +363,7 @@ absl::Status ResolveIntConv(const KernelContext& ctx, const Tensor& x, const Ten
                                   DimsToString(w.dims())));
   }
   std::vector<int64_t> in = channels_last ? std::vector<int64_t>(x.dims().begin() + 1, x.dims().end() - 1)
-                                           : std::vector<int64_t>(x.dims().begin() + 2, x.dims().end());
+                                          : std::vector<int64_t>(x.dims().begin() + 2, x.dims().end());
   CJIT_ASSIGN_OR_RETURN(WindowGeometry g1, ComputeWindowGeometry(*ctx.node, in, w_spatial, false, false));
   WindowGeometry& g = s->g;
   g = g1;
@@ -449,9 +452,9 @@ class IntConvRun : private IntConvShape {
   DepthwiseVnniWeights dwv_;
   bool dw_vnni_ = false, dw_f32_ = false, row_cache_ = false;
   int64_t dw_slots_ = 0, dw_ow0_ = 0, dw_ow1_ = 0, chunk_rows_ = 1;
-  std::vector<int32_t> wt_;  // depthwise int32: [taps][C] = w - w_zp
-  std::vector<float> wf_;    // depthwise float32: the same values
-  uint8_t* col_ = nullptr;   // im2col patches of one chunk
+  std::vector<int32_t> wt_;   // depthwise int32: [taps][C] = w - w_zp
+  std::vector<float> wf_;     // depthwise float32: the same values
+  uint8_t* col_ = nullptr;    // im2col patches of one chunk
   int32_t* chunk_ = nullptr;  // [rows * OW][OC] sums of one chunk
 };
 

@@ -20,7 +20,13 @@ namespace quant {
 // (a 128 x 56 x 56 depthwise QLinearConv: 2.6 ms with new buffers, 0.8 with reused ones). A slot's buffer is
 // valid until the same thread asks for that slot again.
 enum ScratchSlot {
-  kScratchImage, kScratchColumns, kScratchProduct, kScratchAcc, kScratchRow, kScratchTaps, kScratchDwRows,
+  kScratchImage,
+  kScratchColumns,
+  kScratchProduct,
+  kScratchAcc,
+  kScratchRow,
+  kScratchTaps,
+  kScratchDwRows,
   kScratchSlots
 };
 template <typename T>

@@ -195,7 +195,6 @@ absl::Status Requantize(KernelContext& ctx, const std::vector<int64_t>& acc, con
   return absl::OkStatus();
 }
 
-
 // A scale input: finite; `positive` requires > 0 (a divisor).
 absl::StatusOr<std::vector<double>> Scales(const KernelContext& ctx, int i, const char* what, bool positive) {
   std::vector<double> v = ctx.in(i).ToDoubleVector();

@@ -291,8 +291,8 @@ absl::Status ResolveRecurrent(const KernelContext& ctx, int kind, RecurrentSpec*
 // Whether the float32 recurrence (RecurrentF32) computes this node: float32 operands, the default
 // activations, no clip, input_forget or peepholes.
 bool TakesRecurrentF32(const KernelContext& ctx, const RecurrentSpec& s) {
-  const bool f32 = ctx.in(0).dtype() == DType::kF32 && ctx.in(1).dtype() == DType::kF32 &&
-                   ctx.in(2).dtype() == DType::kF32;
+  const bool f32 =
+      ctx.in(0).dtype() == DType::kF32 && ctx.in(1).dtype() == DType::kF32 && ctx.in(2).dtype() == DType::kF32;
   bool default_activations = true;
   for (size_t i = 0; i < s.acts.size(); ++i) {
     const bool sigmoid = s.dflt[i % s.dflt.size()] == "Sigmoid";
