@@ -438,6 +438,201 @@ std::vector<Node*> AdoptedTransposes(const std::vector<Node*>& order, const Read
   return adopted;
 }
 
+// ---- Moving a transpose to channels-first down through one op (the op then reads and writes the
+// channels-last tensor). Each returns whether it moved; r is the rank of the op's output.
+
+// Group statistics over positions and whole channels: the same from the channels-last tensor.
+bool MoveGroupNorm(Rewriter& rw, Node* n) {
+  Node* t = rw.ToFirstProducerMade(n->input(0));
+  if (t == nullptr) return false;
+  n->inputs[0] = t->inputs[0];
+  n->op_type = "NhwcGroupNorm";
+  rw.MoveOutputToChannelsLast(n);
+  return true;
+}
+
+// Split of a channels-last tensor along the permuted axis (sizes unchanged): every output channels-last
+// (a CSP / C2f block splits a convolution's channels, convolves one part and concatenates them again).
+bool MoveSplit(Rewriter& rw, Node* n) {
+  if (n->inputs.empty() || !n->input(0)) return false;
+  const int r = n->input(0)->shape.rank();
+  Node* t = rw.ToFirstProducerMade(n->input(0));
+  bool known = r >= 3 && t != nullptr;
+  for (const Value* y : n->outputs) known &= y != nullptr && y->shape.fully_known() && y->shape.rank() == r;
+  if (!known) return false;
+  auto axis = NormalizeAxis(*n, n->GetInt("axis", 0), r);
+  if (!axis.ok()) return false;
+  n->inputs[0] = t->inputs[0];
+  n->attrs["axis"] = Attribute::Int(ToFirst(r)[*axis]);
+  for (size_t k = 0; k < n->outputs.size(); ++k) rw.MoveOutputToChannelsLast(n, static_cast<int>(k));
+  return true;
+}
+
+// DynamicQuantizeLinear: output 0 channels-last; the scalar scale and zero point unchanged.
+bool MoveDynamicQuantize(Rewriter& rw, Node* n) {
+  Node* t = rw.ToFirstProducerMade(n->input(0));
+  const Value* y = n->outputs[0];
+  if (t == nullptr || !y->shape.fully_known() || y->shape.rank() < 3 || n->input(0)->shape.rank() != y->shape.rank()) {
+    return false;
+  }
+  n->inputs[0] = t->inputs[0];
+  rw.MoveOutputToChannelsLast(n);
+  return true;
+}
+
+// An op whose first input alone is permuted (elementwise unary, and the same-rank ops of
+// IsUnaryTransparentNode).
+bool MoveUnary(Rewriter& rw, Node* n, int r) {
+  Node* t = rw.ToFirstProducerMade(n->input(0));
+  if (t == nullptr || n->input(0)->shape.rank() != r) return false;
+  n->inputs[0] = t->inputs[0];
+  rw.MoveOutputToChannelsLast(n);
+  return true;
+}
+
+// A broadcasting binary op with at least one transposed operand; constants are permuted, per-channel
+// operands reshaped, small same-rank tensors transposed too.
+bool MoveBinary(Rewriter& rw, Node* n, int r) {
+  int transposed = 0;
+  bool ok = true;
+  int64_t out_numel = 1;
+  for (const Dim& d : n->outputs[0]->shape.dims) out_numel *= d.value;
+  for (Value* v : n->inputs) {
+    if (rw.ToFirstProducerMade(v) && v->shape.rank() == r) {
+      ++transposed;
+    } else if (v->is_constant()) {
+      ok &= v->constant->rank() <= r;
+    } else if (!Rewriter::PerChannelOperand(v, r)) {
+      // A small tensor of the same rank (e.g. a squeeze-excitation scale [N, C, 1, 1]) is transposed too.
+      int64_t numel = 1;
+      for (const Dim& d : v->shape.dims) numel *= d.value;
+      ok &= v->shape.fully_known() && v->shape.rank() == r && numel * 4 <= out_numel;
+    }
+  }
+  // PRelu broadcasts its slope one way only (to X): X must be the transposed operand.
+  if (n->op_type == "PRelu") ok &= rw.ToFirstProducerMade(n->input(0)) != nullptr;
+  if (!ok || transposed == 0) return false;
+  for (Value*& v : n->inputs) {
+    if (Node* t = rw.ToFirstProducerMade(v); t && v->shape.rank() == r) {
+      v = t->inputs[0];
+    } else if (v->is_constant()) {
+      v = rw.PermutedConstant(v, r, n->name);
+    } else if (Rewriter::PerChannelOperand(v, r)) {
+      v = rw.PerChannelToLast(v, r, n->name);
+    } else {
+      v = rw.TransposeToLast(v, n->name);
+    }
+  }
+  rw.MoveOutputToChannelsLast(n);
+  return true;
+}
+
+// GlobalAveragePool / GlobalMaxPool over the spatial axes of the channels-last tensor: ReduceMean /
+// ReduceMax with keepdims.
+bool MoveGlobalPool(Rewriter& rw, Node* n, int r) {
+  Node* t = rw.ToFirstProducerMade(n->input(0));
+  if (t == nullptr || n->input(0)->shape.rank() != r) return false;
+  n->inputs[0] = t->inputs[0];
+  std::vector<int64_t> axes;
+  for (int i = 1; i < r - 1; ++i) axes.push_back(i);
+  n->op_type = n->op_type == "GlobalAveragePool" ? "ReduceMean" : "ReduceMax";
+  n->opset_version = 13;
+  n->attrs.clear();
+  n->attrs["axes"] = Attribute::Ints(axes);
+  n->attrs["keepdims"] = Attribute::Int(1);
+  rw.MoveOutputToChannelsLast(n);
+  return true;
+}
+
+// Windows over the spatial axes of the channels-last tensor, every channel alike (ResNet's stem MaxPool,
+// YOLO's SPPF): the channels-last pooling loop, vectorized over the channels.
+bool MovePool(Rewriter& rw, Node* n, int r) {
+  Node* t = rw.ToFirstProducerMade(n->input(0));
+  if (t == nullptr || n->input(0)->shape.rank() != r) return false;
+  n->inputs[0] = t->inputs[0];
+  n->op_type = n->op_type == "MaxPool" ? "NhwcMaxPool" : "NhwcAveragePool";
+  n->domain = std::string(kInternalDomain);
+  n->outputs.resize(1);
+  rw.MoveOutputToChannelsLast(n);
+  return true;
+}
+
+// Resize interpolates each axis on its own (nearest, linear and cubic are separable): the same Resize of
+// the channels-last tensor with its scales or sizes permuted.
+bool MoveResize(Rewriter& rw, Node* n, int r) {
+  Node* t = rw.ToFirstProducerMade(n->input(0));
+  if (t == nullptr || n->input(0)->shape.rank() != r) return false;
+  n->inputs[0] = t->inputs[0];
+  int which = n->input(2) && n->input(2)->is_constant() && n->input(2)->constant->numel() == r ? 2 : 3;
+  n->inputs[which] = rw.PermutedAxisVector(n->input(which), r, n->name);
+  rw.MoveOutputToChannelsLast(n);
+  return true;
+}
+
+// Pad with its amounts permuted (an attribute, or a new constant input).
+bool MovePad(Graph& g, Rewriter& rw, Node* n, int r) {
+  Node* t = rw.ToFirstProducerMade(n->input(0));
+  if (t == nullptr) return false;
+  std::vector<int64_t> pads;
+  PadAmounts(*n, r, &pads);
+  const std::vector<int64_t> perm = ToLast(r);
+  std::vector<int64_t> permuted(2 * r);
+  for (int i = 0; i < r; ++i) {
+    permuted[i] = pads[perm[i]];
+    permuted[r + i] = pads[r + perm[i]];
+  }
+  n->inputs[0] = t->inputs[0];
+  if (n->HasAttr("pads")) {
+    n->attrs["pads"] = Attribute::Ints(permuted);
+  } else {
+    Tensor p(DType::kI64, {2 * r});
+    std::copy(permuted.begin(), permuted.end(), p.data<int64_t>());
+    n->inputs[1] = g.AddConstant(rw.Fresh(n->name + "/pads_channels_last"), std::move(p));
+    if (n->inputs.size() > 3) n->inputs.resize(3);  // every axis now
+  }
+  rw.MoveOutputToChannelsLast(n);
+  return true;
+}
+
+// Concat of channels-last tensors only, along the permuted axis.
+bool MoveConcat(Rewriter& rw, Node* n, int r) {
+  bool all = true;
+  for (Value* v : n->inputs) all &= v && rw.ToFirstProducerMade(v) && v->shape.rank() == r;
+  if (!all) return false;
+  auto axis = NormalizeAxis(*n, n->GetInt("axis", 0), r);
+  if (!axis.ok()) return false;
+  for (Value*& v : n->inputs) v = rw.ToFirstProducerMade(v)->inputs[0];
+  n->attrs["axis"] = Attribute::Int(ToFirst(r)[*axis]);
+  rw.MoveOutputToChannelsLast(n);
+  return true;
+}
+
+// Moves a transpose to channels-first that feeds n below n where n is layout-transparent for it.
+bool MoveTransposeThrough(Graph& g, Rewriter& rw, Node* n) {
+  if (GroupNormIsTransparent(*n)) return MoveGroupNorm(rw, n);
+  if (!n->domain.empty() || n->outputs.empty() || n->outputs[0] == nullptr) return false;
+  if (n->op_type == "Split") return MoveSplit(rw, n);
+  if (IsTransparentDynamicQuantize(*n)) return MoveDynamicQuantize(rw, n);
+  bool extra_outputs = false;
+  for (size_t k = 1; k < n->outputs.size(); ++k) extra_outputs |= n->outputs[k] != nullptr;
+  if (extra_outputs || !n->outputs[0]->shape.fully_known()) return false;
+  const int r = n->outputs[0]->shape.rank();
+  if (r < 3) return false;
+  if (IsUnaryTransparentNode(*n)) return MoveUnary(rw, n, r);
+  if (TraitsOf(*n).layout_binary && n->inputs.size() == 2 && n->input(0) && n->input(1) &&
+      !n->HasAttr("broadcast") && !n->HasAttr("axis")) {  // opset < 7 broadcasting: not numpy's
+    return MoveBinary(rw, n, r);
+  }
+  if ((n->op_type == "GlobalAveragePool" || n->op_type == "GlobalMaxPool") && n->inputs.size() == 1) {
+    return MoveGlobalPool(rw, n, r);
+  }
+  if (PoolIsTransparent(*n)) return MovePool(rw, n, r);
+  if (ResizeIsTransparent(*n, r)) return MoveResize(rw, n, r);
+  if (PadIsTransparent(*n, r)) return MovePad(g, rw, n, r);
+  if (n->op_type == "Concat" && !n->inputs.empty()) return MoveConcat(rw, n, r);
+  return false;
+}
+
 }  // namespace
 
 absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
@@ -451,7 +646,7 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
   for (Node* c : order) {
     if (!convs.count(c)) continue;
     Value* x = c->inputs[0];
-    c->op_type = c->op_type == "QLinearConv" ? "NhwcQLinearConv"
+    c->op_type = c->op_type == "QLinearConv"   ? "NhwcQLinearConv"
                  : c->op_type == "ConvInteger" ? "NhwcConvInteger"
                                                : "NhwcConv";
     c->domain = std::string(kInternalDomain);
@@ -462,160 +657,7 @@ absl::StatusOr<bool> AssignChannelsLastLayout(Graph& g) {
   // rewritten node's output is again such a transpose, so chains move in one pass).
   CJIT_ASSIGN_OR_RETURN(order, g.TopologicalOrder());
   int moved = 0;
-  for (Node* n : order) {
-    if (GroupNormIsTransparent(*n)) {
-      // Group statistics over positions and whole channels: the same from the channels-last tensor.
-      Node* t = rw.ToFirstProducerMade(n->input(0));
-      if (t == nullptr) continue;
-      n->inputs[0] = t->inputs[0];
-      n->op_type = "NhwcGroupNorm";
-      rw.MoveOutputToChannelsLast(n);
-      ++moved;
-      continue;
-    }
-    if (!n->domain.empty() || n->outputs.empty() || n->outputs[0] == nullptr) continue;
-    if (n->op_type == "Split" && !n->inputs.empty() && n->input(0)) {
-      // Split of a channels-last tensor along the permuted axis (sizes unchanged): every output channels-last
-      // (a CSP / C2f block splits a convolution's channels, convolves one part and concatenates them again).
-      const int r = n->input(0)->shape.rank();
-      Node* t = rw.ToFirstProducerMade(n->input(0));
-      bool known = r >= 3 && t != nullptr;
-      for (const Value* y : n->outputs) known &= y != nullptr && y->shape.fully_known() && y->shape.rank() == r;
-      if (!known) continue;
-      auto axis = NormalizeAxis(*n, n->GetInt("axis", 0), r);
-      if (!axis.ok()) continue;
-      n->inputs[0] = t->inputs[0];
-      n->attrs["axis"] = Attribute::Int(ToFirst(r)[*axis]);
-      for (size_t k = 0; k < n->outputs.size(); ++k) rw.MoveOutputToChannelsLast(n, static_cast<int>(k));
-      ++moved;
-      continue;
-    }
-    if (IsTransparentDynamicQuantize(*n)) {
-      // Output 0 channels-last; the scalar scale and zero point unchanged.
-      Node* t = rw.ToFirstProducerMade(n->input(0));
-      const Value* y = n->outputs[0];
-      if (t == nullptr || !y->shape.fully_known() || y->shape.rank() < 3 || n->input(0)->shape.rank() != y->shape.rank()) {
-        continue;
-      }
-      n->inputs[0] = t->inputs[0];
-      rw.MoveOutputToChannelsLast(n);
-      ++moved;
-      continue;
-    }
-    bool extra_outputs = false;
-    for (size_t k = 1; k < n->outputs.size(); ++k) extra_outputs |= n->outputs[k] != nullptr;
-    if (extra_outputs || !n->outputs[0]->shape.fully_known()) continue;
-    int r = n->outputs[0]->shape.rank();
-    if (r < 3) continue;
-    if (IsUnaryTransparentNode(*n)) {
-      Node* t = rw.ToFirstProducerMade(n->input(0));
-      if (t == nullptr || n->input(0)->shape.rank() != r) continue;
-      n->inputs[0] = t->inputs[0];
-      rw.MoveOutputToChannelsLast(n);
-      ++moved;
-    } else if (TraitsOf(*n).layout_binary && n->inputs.size() == 2 && n->input(0) && n->input(1) &&
-               !n->HasAttr("broadcast") && !n->HasAttr("axis")) {  // opset < 7 broadcasting: not numpy's
-      int transposed = 0;
-      bool ok = true;
-      int64_t out_numel = 1;
-      for (const Dim& d : n->outputs[0]->shape.dims) out_numel *= d.value;
-      for (Value* v : n->inputs) {
-        if (rw.ToFirstProducerMade(v) && v->shape.rank() == r) {
-          ++transposed;
-        } else if (v->is_constant()) {
-          ok &= v->constant->rank() <= r;
-        } else if (!Rewriter::PerChannelOperand(v, r)) {
-          // A small tensor of the same rank (e.g. a squeeze-excitation scale [N, C, 1, 1]) is transposed too.
-          int64_t numel = 1;
-          for (const Dim& d : v->shape.dims) numel *= d.value;
-          ok &= v->shape.fully_known() && v->shape.rank() == r && numel * 4 <= out_numel;
-        }
-      }
-      // PRelu broadcasts its slope one way only (to X): X must be the transposed operand.
-      if (n->op_type == "PRelu") ok &= rw.ToFirstProducerMade(n->input(0)) != nullptr;
-      if (!ok || transposed == 0) continue;
-      for (Value*& v : n->inputs) {
-        if (Node* t = rw.ToFirstProducerMade(v); t && v->shape.rank() == r) {
-          v = t->inputs[0];
-        } else if (v->is_constant()) {
-          v = rw.PermutedConstant(v, r, n->name);
-        } else if (Rewriter::PerChannelOperand(v, r)) {
-          v = rw.PerChannelToLast(v, r, n->name);
-        } else {
-          v = rw.TransposeToLast(v, n->name);
-        }
-      }
-      rw.MoveOutputToChannelsLast(n);
-      ++moved;
-    } else if ((n->op_type == "GlobalAveragePool" || n->op_type == "GlobalMaxPool") && n->inputs.size() == 1) {
-      // Over the spatial axes of the channels-last tensor: ReduceMean / ReduceMax with keepdims.
-      Node* t = rw.ToFirstProducerMade(n->input(0));
-      if (t == nullptr || n->input(0)->shape.rank() != r) continue;
-      n->inputs[0] = t->inputs[0];
-      std::vector<int64_t> axes;
-      for (int i = 1; i < r - 1; ++i) axes.push_back(i);
-      n->op_type = n->op_type == "GlobalAveragePool" ? "ReduceMean" : "ReduceMax";
-      n->opset_version = 13;
-      n->attrs.clear();
-      n->attrs["axes"] = Attribute::Ints(axes);
-      n->attrs["keepdims"] = Attribute::Int(1);
-      rw.MoveOutputToChannelsLast(n);
-      ++moved;
-    } else if (PoolIsTransparent(*n)) {
-      // Windows over the spatial axes of the channels-last tensor, every channel alike (ResNet's stem
-      // MaxPool, YOLO's SPPF): the channels-last pooling loop, vectorized over the channels.
-      Node* t = rw.ToFirstProducerMade(n->input(0));
-      if (t == nullptr || n->input(0)->shape.rank() != r) continue;
-      n->inputs[0] = t->inputs[0];
-      n->op_type = n->op_type == "MaxPool" ? "NhwcMaxPool" : "NhwcAveragePool";
-      n->domain = std::string(kInternalDomain);
-      n->outputs.resize(1);
-      rw.MoveOutputToChannelsLast(n);
-      ++moved;
-    } else if (ResizeIsTransparent(*n, r)) {
-      // Resize interpolates each axis on its own (nearest, linear and cubic are separable): the same Resize
-      // of the channels-last tensor with its scales or sizes permuted.
-      Node* t = rw.ToFirstProducerMade(n->input(0));
-      if (t == nullptr || n->input(0)->shape.rank() != r) continue;
-      n->inputs[0] = t->inputs[0];
-      int which = n->input(2) && n->input(2)->is_constant() && n->input(2)->constant->numel() == r ? 2 : 3;
-      n->inputs[which] = rw.PermutedAxisVector(n->input(which), r, n->name);
-      rw.MoveOutputToChannelsLast(n);
-      ++moved;
-    } else if (PadIsTransparent(*n, r)) {
-      Node* t = rw.ToFirstProducerMade(n->input(0));
-      if (t == nullptr) continue;
-      std::vector<int64_t> pads;
-      PadAmounts(*n, r, &pads);
-      const std::vector<int64_t> perm = ToLast(r);
-      std::vector<int64_t> permuted(2 * r);
-      for (int i = 0; i < r; ++i) {
-        permuted[i] = pads[perm[i]];
-        permuted[r + i] = pads[r + perm[i]];
-      }
-      n->inputs[0] = t->inputs[0];
-      if (n->HasAttr("pads")) {
-        n->attrs["pads"] = Attribute::Ints(permuted);
-      } else {
-        Tensor p(DType::kI64, {2 * r});
-        std::copy(permuted.begin(), permuted.end(), p.data<int64_t>());
-        n->inputs[1] = g.AddConstant(rw.Fresh(n->name + "/pads_channels_last"), std::move(p));
-        if (n->inputs.size() > 3) n->inputs.resize(3);  // every axis now
-      }
-      rw.MoveOutputToChannelsLast(n);
-      ++moved;
-    } else if (n->op_type == "Concat" && !n->inputs.empty()) {
-      bool all = true;
-      for (Value* v : n->inputs) all &= v && rw.ToFirstProducerMade(v) && v->shape.rank() == r;
-      if (!all) continue;
-      auto axis = NormalizeAxis(*n, n->GetInt("axis", 0), r);
-      if (!axis.ok()) continue;
-      for (Value*& v : n->inputs) v = rw.ToFirstProducerMade(v)->inputs[0];
-      n->attrs["axis"] = Attribute::Int(ToFirst(r)[*axis]);
-      rw.MoveOutputToChannelsLast(n);
-      ++moved;
-    }
-  }
+  for (Node* n : order) moved += MoveTransposeThrough(g, rw, n);
   CJIT_VLOG(1) << "AssignChannelsLastLayout: " << convs.size() << " convolutions channels-last, " << moved
                << " ops moved to channels-last";
   return true;
