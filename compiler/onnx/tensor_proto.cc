@@ -46,107 +46,122 @@ std::string PackNibbles(const Tensor& t) {
   return packed;
 }
 
-}  // namespace
-
-absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::string& model_dir) {
-  DType t = DTypeFromOnnxCode(p.data_type());
-  if (t == DType::kInvalid) {
-    return absl::UnimplementedError(
-        absl::StrCat("tensor '", p.name(), "' has unsupported data type ", OnnxTypeName(p.data_type())));
-  }
-  Dims dims(p.dims().begin(), p.dims().end());
-  // Sizes are checked before anything is allocated or read: a malformed file must not make us allocate (or
-  // overflow computing) an absurd buffer, nor read an absurd amount.
+// The bytes the file holds for p's n elements (packed halves for int4 / uint4), checked before anything is
+// allocated or read: a malformed file must not make us allocate (or overflow computing) an absurd buffer,
+// nor read an absurd amount.
+absl::Status CheckSizes(const onnx::TensorProto& p, DType t, const Dims& dims, int64_t* n, size_t* bytes) {
   int64_t count = 1;
   for (int64_t d : dims) {
     if (d < 0) return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "' has a negative dim"));
     if (d > 0 && count > (int64_t{1} << 40) / d) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "' is too large (dims ", DimsToString(dims), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", p.name(), "' is too large (dims ", DimsToString(dims), ")"));
     }
     count *= d;
   }
   absl::StatusOr<size_t> checked = CheckedByteSize(t, dims);
-  if (!checked.ok()) return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "': ", checked.status().message()));
-  int64_t n = count;
-  // Bytes the file holds: packed halves for int4 / uint4.
-  const bool nibbles = IsNibbleType(t);
-  size_t bytes = nibbles ? static_cast<size_t>((n + 1) / 2) : *checked;
-  if (t == DType::kString) {  // string_data only (ONNX: strings are never raw or external)
-    if (p.data_location() == onnx::TensorProto::EXTERNAL || p.has_raw_data()) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "' holds strings in raw or external data"));
-    }
-    if (p.string_data_size() != n) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "' has ", p.string_data_size(),
-                                                     " strings, its dims need ", n));
-    }
-    Tensor out(t, dims);
-    for (int64_t i = 0; i < n; ++i) out.data<std::string>()[i] = p.string_data(static_cast<int>(i));
-    return out;
+  if (!checked.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "': ", checked.status().message()));
   }
-  if (p.data_location() == onnx::TensorProto::EXTERNAL) {
-    std::string location;
-    int64_t offset = 0, length = -1;
-    for (const auto& kv : p.external_data()) {
-      if (kv.key() == "location") location = kv.value();
-      else if (kv.key() == "offset" && (!absl::SimpleAtoi(kv.value(), &offset) || offset < 0)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("tensor '", p.name(), "' has a bad external-data offset '", kv.value(), "'"));
-      } else if (kv.key() == "length" && (!absl::SimpleAtoi(kv.value(), &length) || length < 0)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("tensor '", p.name(), "' has a bad external-data length '", kv.value(), "'"));
-      }
+  *n = count;
+  *bytes = IsNibbleType(t) ? static_cast<size_t>((count + 1) / 2) : *checked;
+  return absl::OkStatus();
+}
+
+// string_data only (ONNX: strings are never raw or external).
+absl::StatusOr<Tensor> StringsFromProto(const onnx::TensorProto& p, const Dims& dims, int64_t n) {
+  if (p.data_location() == onnx::TensorProto::EXTERNAL || p.has_raw_data()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "' holds strings in raw or external data"));
+  }
+  if (p.string_data_size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", p.name(), "' has ", p.string_data_size(), " strings, its dims need ", n));
+  }
+  Tensor out(DType::kString, dims);
+  for (int64_t i = 0; i < n; ++i) out.data<std::string>()[i] = p.string_data(static_cast<int>(i));
+  return out;
+}
+
+// External data: `bytes` at the entry's offset of a regular file beneath model_dir (no "..", absolute
+// path, or symlink leading out: docs/security.md), long enough for offset + bytes, checked before anything
+// is allocated.
+absl::StatusOr<Tensor> ExternalDataFromProto(const onnx::TensorProto& p, DType t, const Dims& dims, int64_t n,
+                                             size_t bytes, const std::string& model_dir) {
+  std::string location;
+  int64_t offset = 0, length = -1;
+  for (const auto& kv : p.external_data()) {
+    if (kv.key() == "location") {
+      location = kv.value();
+    } else if (kv.key() == "offset" && (!absl::SimpleAtoi(kv.value(), &offset) || offset < 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", p.name(), "' has a bad external-data offset '", kv.value(), "'"));
+    } else if (kv.key() == "length" && (!absl::SimpleAtoi(kv.value(), &length) || length < 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", p.name(), "' has a bad external-data length '", kv.value(), "'"));
     }
-    if (location.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "' has no external-data location"));
-    }
-    if (length >= 0 && static_cast<size_t>(length) != bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "': external data length ",
-                                                     length, " != ", bytes, " bytes"));
-    }
-    // The file must be a regular file beneath the model's directory (no "..", absolute path, or symlink
-    // leading out: docs/security.md), long enough for offset + bytes, before anything is allocated.
-    int64_t file_size = 0;
-    absl::StatusOr<int> fd =
-        OpenFileBeneath(model_dir, location, absl::StrCat("external data file of tensor '", p.name(), "'"), &file_size);
-    if (!fd.ok()) return fd.status();
-    if (static_cast<uint64_t>(offset) > static_cast<uint64_t>(file_size) ||
-        bytes > static_cast<uint64_t>(file_size - offset)) {
-      ::close(*fd);
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "': external data file ", location, " has ",
-                                                     file_size, " bytes, offset ", offset, " + ", bytes, " are needed"));
-    }
-    Tensor out(t, dims);
-    std::vector<uint8_t> packed(nibbles ? bytes : 0);
-    absl::Status st = ReadExactly(*fd, offset, nibbles ? packed.data() : out.raw(), bytes,
-                                  absl::StrCat("external data file ", location));
+  }
+  if (location.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "' has no external-data location"));
+  }
+  if (length >= 0 && static_cast<size_t>(length) != bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", p.name(), "': external data length ", length, " != ", bytes, " bytes"));
+  }
+  int64_t file_size = 0;
+  absl::StatusOr<int> fd =
+      OpenFileBeneath(model_dir, location, absl::StrCat("external data file of tensor '", p.name(), "'"), &file_size);
+  if (!fd.ok()) return fd.status();
+  if (static_cast<uint64_t>(offset) > static_cast<uint64_t>(file_size) ||
+      bytes > static_cast<uint64_t>(file_size - offset)) {
     ::close(*fd);
-    if (!st.ok()) return st;
-    if (nibbles) UnpackNibbles(packed.data(), t, n, out);
-    CanonicalizeBools(out);
-    return out;
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "': external data file ", location, " has ",
+                                                   file_size, " bytes, offset ", offset, " + ", bytes, " are needed"));
   }
-  if (p.has_raw_data()) {
-    if (p.raw_data().size() != bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "' has ", p.raw_data().size(),
-                                                     " raw bytes, its dims need ", bytes));
-    }
-    Tensor out(t, dims);
-    if (nibbles) UnpackNibbles(reinterpret_cast<const uint8_t*>(p.raw_data().data()), t, n, out);
-    else if (bytes) std::memcpy(out.raw(), p.raw_data().data(), bytes);
-    CanonicalizeBools(out);
-    return out;
+  const bool nibbles = IsNibbleType(t);
+  Tensor out(t, dims);
+  std::vector<uint8_t> packed(nibbles ? bytes : 0);
+  absl::Status st = ReadExactly(*fd, offset, nibbles ? packed.data() : out.raw(), bytes,
+                                absl::StrCat("external data file ", location));
+  ::close(*fd);
+  if (!st.ok()) return st;
+  if (nibbles) UnpackNibbles(packed.data(), t, n, out);
+  CanonicalizeBools(out);
+  return out;
+}
+
+absl::StatusOr<Tensor> RawDataFromProto(const onnx::TensorProto& p, DType t, const Dims& dims, int64_t n,
+                                        size_t bytes) {
+  if (p.raw_data().size() != bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", p.name(), "' has ", p.raw_data().size(), " raw bytes, its dims need ", bytes));
   }
-  if (nibbles) {  // int32_data holds the packed bytes, one per entry
-    if (static_cast<size_t>(p.int32_data_size()) != bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name(), "' has ", p.int32_data_size(),
-                                                     " packed int4 bytes, its dims need ", bytes));
-    }
-    std::vector<uint8_t> packed(bytes);
-    for (size_t i = 0; i < bytes; ++i) packed[i] = static_cast<uint8_t>(p.int32_data(static_cast<int>(i)));
-    Tensor out(t, dims);
-    UnpackNibbles(packed.data(), t, n, out);
-    return out;
+  Tensor out(t, dims);
+  if (IsNibbleType(t)) {
+    UnpackNibbles(reinterpret_cast<const uint8_t*>(p.raw_data().data()), t, n, out);
+  } else if (bytes) {
+    std::memcpy(out.raw(), p.raw_data().data(), bytes);
   }
+  CanonicalizeBools(out);
+  return out;
+}
+
+// int4 / uint4 in int32_data: the packed bytes, one per entry.
+absl::StatusOr<Tensor> PackedNibblesFromProto(const onnx::TensorProto& p, DType t, const Dims& dims, int64_t n,
+                                              size_t bytes) {
+  if (static_cast<size_t>(p.int32_data_size()) != bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", p.name(), "' has ", p.int32_data_size(), " packed int4 bytes, its dims need ", bytes));
+  }
+  std::vector<uint8_t> packed(bytes);
+  for (size_t i = 0; i < bytes; ++i) packed[i] = static_cast<uint8_t>(p.int32_data(static_cast<int>(i)));
+  Tensor out(t, dims);
+  UnpackNibbles(packed.data(), t, n, out);
+  return out;
+}
+
+// The typed repeated fields (float_data, double_data, int64_data, uint64_data, int32_data for the narrow
+// integer types and the bit patterns of float16 / bfloat16).
+absl::StatusOr<Tensor> TypedDataFromProto(const onnx::TensorProto& p, DType t, const Dims& dims, int64_t n) {
   int64_t have = 0;
   switch (t) {
     case DType::kF32: have = p.float_data_size(); break;
@@ -160,65 +175,46 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::st
                                                    DimsToString(dims), " need ", n));
   }
   Tensor out(t, dims);
-  auto check = [&](int64_t have) -> absl::Status {
-    if (have != n) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", p.name(), "' has ", have, " values, its dims need ", n));
-    }
-    return absl::OkStatus();
-  };
   switch (t) {
-    case DType::kF32:
-      CJIT_RETURN_IF_ERROR(check(p.float_data_size()));
-      CopyConvert(p.float_data(), out.data<float>(), n);
-      break;
-    case DType::kF64:
-      CJIT_RETURN_IF_ERROR(check(p.double_data_size()));
-      CopyConvert(p.double_data(), out.data<double>(), n);
-      break;
-    case DType::kI64:
-      CJIT_RETURN_IF_ERROR(check(p.int64_data_size()));
-      CopyConvert(p.int64_data(), out.data<int64_t>(), n);
-      break;
-    case DType::kU32:
-      CJIT_RETURN_IF_ERROR(check(p.uint64_data_size()));
-      CopyConvert(p.uint64_data(), out.data<uint32_t>(), n);
-      break;
-    case DType::kU64:
-      CJIT_RETURN_IF_ERROR(check(p.uint64_data_size()));
-      CopyConvert(p.uint64_data(), out.data<uint64_t>(), n);
-      break;
-    case DType::kI32:
-      CJIT_RETURN_IF_ERROR(check(p.int32_data_size()));
-      CopyConvert(p.int32_data(), out.data<int32_t>(), n);
-      break;
-    case DType::kI8:
-      CJIT_RETURN_IF_ERROR(check(p.int32_data_size()));
-      CopyConvert(p.int32_data(), out.data<int8_t>(), n);
-      break;
+    case DType::kF32: CopyConvert(p.float_data(), out.data<float>(), n); break;
+    case DType::kF64: CopyConvert(p.double_data(), out.data<double>(), n); break;
+    case DType::kI64: CopyConvert(p.int64_data(), out.data<int64_t>(), n); break;
+    case DType::kU32: CopyConvert(p.uint64_data(), out.data<uint32_t>(), n); break;
+    case DType::kU64: CopyConvert(p.uint64_data(), out.data<uint64_t>(), n); break;
+    case DType::kI32: CopyConvert(p.int32_data(), out.data<int32_t>(), n); break;
+    case DType::kI8: CopyConvert(p.int32_data(), out.data<int8_t>(), n); break;
     case DType::kU8:
-    case DType::kBool:
-      CJIT_RETURN_IF_ERROR(check(p.int32_data_size()));
-      CopyConvert(p.int32_data(), out.data<uint8_t>(), n);
-      break;
-    case DType::kI16:
-      CJIT_RETURN_IF_ERROR(check(p.int32_data_size()));
-      CopyConvert(p.int32_data(), out.data<int16_t>(), n);
-      break;
+    case DType::kBool: CopyConvert(p.int32_data(), out.data<uint8_t>(), n); break;
+    case DType::kI16: CopyConvert(p.int32_data(), out.data<int16_t>(), n); break;
     case DType::kU16:
     case DType::kF16:
-    case DType::kBF16:  // the bit patterns are stored in int32_data
-      CJIT_RETURN_IF_ERROR(check(p.int32_data_size()));
-      CopyConvert(p.int32_data(), out.data<uint16_t>(), n);
-      break;
-    case DType::kString:  // read above
+    case DType::kBF16: CopyConvert(p.int32_data(), out.data<uint16_t>(), n); break;  // the bit patterns
+    case DType::kString:  // read by StringsFromProto
     case DType::kI4:
     case DType::kU4:
-    case DType::kInvalid:
-      break;
+    case DType::kInvalid: break;
   }
   CanonicalizeBools(out);
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::string& model_dir) {
+  DType t = DTypeFromOnnxCode(p.data_type());
+  if (t == DType::kInvalid) {
+    return absl::UnimplementedError(
+        absl::StrCat("tensor '", p.name(), "' has unsupported data type ", OnnxTypeName(p.data_type())));
+  }
+  Dims dims(p.dims().begin(), p.dims().end());
+  int64_t n = 0;
+  size_t bytes = 0;
+  CJIT_RETURN_IF_ERROR(CheckSizes(p, t, dims, &n, &bytes));
+  if (t == DType::kString) return StringsFromProto(p, dims, n);
+  if (p.data_location() == onnx::TensorProto::EXTERNAL) return ExternalDataFromProto(p, t, dims, n, bytes, model_dir);
+  if (p.has_raw_data()) return RawDataFromProto(p, t, dims, n, bytes);
+  if (IsNibbleType(t)) return PackedNibblesFromProto(p, t, dims, n, bytes);
+  return TypedDataFromProto(p, t, dims, n);
 }
 
 absl::StatusOr<NamedTensor> ReadTensorProtoFile(const std::string& path) {
