@@ -339,30 +339,90 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsLayout>> CpuExecutable::
   return dims_layout_;
 }
 
-absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsInstance>> CpuExecutable::InstantiateDims(
-    const std::vector<Dims>& input_dims, const DerivedConstants* derived) const {
-  auto miss = [](const auto&... why) { return absl::NotFoundError(absl::StrCat(why...)); };
-  CJIT_ASSIGN_OR_RETURN(std::shared_ptr<const DimsLayout> layout, GetDimsLayout());
-  const DimsLayout& l = *layout;
-  if (input_dims.size() != l.input_values.size()) return miss("input count differs");
+namespace {
+
+// InstantiateDims' reason to decline: the caller falls back to specializing for these dims.
+template <typename... A>
+absl::Status DimsMiss(const A&... why) {
+  return absl::NotFoundError(absl::StrCat(why...));
+}
+
+}  // namespace
+
+// Per value of the layout: its dims at the new input dims, whether they changed, and the value of each
+// constant derived from dims (Reshape targets, fused kernels' inputs), computed where first read.
+struct CpuExecutable::DimsPropagation {
+  std::vector<Dims> dims;
+  std::vector<char> changed, is_derived;
+  std::vector<std::shared_ptr<const Tensor>> derived_value;
+};
+
+absl::Status CpuExecutable::DimsInferInputs(const DimsLayout& l, size_t n, const DerivedConstants* derived,
+                                            DimsPropagation& s, std::vector<InferInput>& in) const {
+  // `in` keeps its Shape objects from node to node (their dims vectors are reused, not reallocated).
+  in.resize(l.node_inputs[n].size());
+  for (size_t i = 0; i < l.node_inputs[n].size(); ++i) {
+    const int x = l.node_inputs[n][i];
+    if (x < 0) {
+      in[i] = InferInput{DType::kInvalid, Shape{}, nullptr, false};
+      continue;
+    }
+    const Value* v = l.values[x];
+    const Tensor* value = v->constant.get();
+    if (s.is_derived[x]) {
+      if (!s.derived_value[x]) {
+        // Only values already final here: inputs, constants, and outputs of nodes before this one.
+        auto dims_of = [&](const std::string& name) -> const Dims* {
+          auto it = l.by_name.find(name);
+          if (it == l.by_name.end() || l.producer[it->second] >= static_cast<int>(n)) return nullptr;
+          return &s.dims[it->second];
+        };
+        auto value_or = derived->Evaluate(v->name, dims_of);
+        if (!value_or.ok()) return DimsMiss("%", v->name, ": ", value_or.status().message());
+        if ((*value_or)->dtype() != v->dtype || (*value_or)->dims().size() != s.dims[x].size() ||
+            ((*value_or)->numel() == 1) != (v->constant->numel() == 1)) {
+          return DimsMiss("%", v->name, " changes its dtype, rank or scalar-ness at these dims");
+        }
+        s.derived_value[x] = *std::move(value_or);
+        s.changed[x] = s.derived_value[x]->dims() != s.dims[x];
+        s.dims[x] = s.derived_value[x]->dims();
+      }
+      value = s.derived_value[x].get();
+    }
+    const Dims& d = value ? value->dims() : s.dims[x];
+    InferInput& ii = in[i];
+    ii.dtype = v->dtype;
+    ii.value = value;
+    ii.present = true;
+    ii.shape.rank_known = true;
+    ii.shape.dims.resize(d.size());
+    for (size_t k = 0; k < d.size(); ++k) {
+      ii.shape.dims[k].value = d[k];
+      ii.shape.dims[k].symbol.clear();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuExecutable::PropagateDims(const DimsLayout& l, const std::vector<Dims>& input_dims,
+                                          const DerivedConstants* derived, DimsPropagation& s) const {
+  if (input_dims.size() != l.input_values.size()) return DimsMiss("input count differs");
   // Every value starts with its body dims; shape functions run only for nodes with an input whose dims
   // changed (they are pure functions of dtypes, dims, constant values and attributes): in a decode step
   // only the attention's values depend on the cache length.
-  std::vector<Dims> dims = l.body_dims;
-  std::vector<char> changed(l.values.size(), 0);
+  s.dims = l.body_dims;
+  s.changed.assign(l.values.size(), 0);
   for (size_t i = 0; i < input_dims.size(); ++i) {
     const int x = l.input_values[i];
-    if (input_dims[i].size() != dims[x].size()) return miss("input ", i, " has another rank");
-    changed[x] = input_dims[i] != dims[x];
-    dims[x] = input_dims[i];
+    if (input_dims[i].size() != s.dims[x].size()) return DimsMiss("input ", i, " has another rank");
+    s.changed[x] = input_dims[i] != s.dims[x];
+    s.dims[x] = input_dims[i];
   }
-  // Constants derived from dims (Reshape targets, fused kernels' inputs): their values at these dims,
-  // computed where first read.
-  std::vector<char> is_derived(l.values.size(), 0);
-  std::vector<std::shared_ptr<const Tensor>> derived_value(l.values.size());
+  s.is_derived.assign(l.values.size(), 0);
+  s.derived_value.assign(l.values.size(), nullptr);
   if (derived != nullptr) {
     for (size_t x = 0; x < l.values.size(); ++x) {
-      is_derived[x] = l.values[x]->is_constant() && derived->Derives(l.values[x]->name);
+      s.is_derived[x] = l.values[x]->is_constant() && derived->Derives(l.values[x]->name);
     }
   }
   std::vector<InferInput> in;
@@ -372,8 +432,8 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsInstance>> CpuExecutable
     for (size_t i = 0; i < l.node_inputs[n].size(); ++i) {
       const int x = l.node_inputs[n][i];
       if (x < 0) continue;
-      any |= changed[x];
-      if (!is_derived[x]) continue;
+      any |= s.changed[x];
+      if (!s.is_derived[x]) continue;
       // A Reshape's target (its kernel reads the inferred dims), or an input a fused kernel reads from
       // memory (not a scalar: those are folded into the code).
       const Node* r = l.order[n];
@@ -383,76 +443,42 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsInstance>> CpuExecutable
         const auto& sources = plan_.kernels[fk->second].input_sources;
         read_at_run_time = std::find(sources.begin(), sources.end(), l.values[x]) != sources.end();
       }
-      if (!read_at_run_time) return miss(r->Describe(), " reads %", l.values[x]->name, ", a constant derived from dims");
+      if (!read_at_run_time) {
+        return DimsMiss(r->Describe(), " reads %", l.values[x]->name, ", a constant derived from dims");
+      }
       reads_derived = true;
     }
     if (!any && !reads_derived) continue;
-    // `in` keeps its Shape objects from node to node (their dims vectors are reused, not reallocated).
-    in.resize(l.node_inputs[n].size());
-    for (size_t i = 0; i < l.node_inputs[n].size(); ++i) {
-      const int x = l.node_inputs[n][i];
-      if (x < 0) {
-        in[i] = InferInput{DType::kInvalid, Shape{}, nullptr, false};
-        continue;
-      }
-      const Value* v = l.values[x];
-      const Tensor* value = v->constant.get();
-      if (is_derived[x]) {
-        if (!derived_value[x]) {
-          // Only values already final here: inputs, constants, and outputs of nodes before this one.
-          auto dims_of = [&](const std::string& name) -> const Dims* {
-            auto it = l.by_name.find(name);
-            if (it == l.by_name.end() || l.producer[it->second] >= static_cast<int>(n)) return nullptr;
-            return &dims[it->second];
-          };
-          auto value_or = derived->Evaluate(v->name, dims_of);
-          if (!value_or.ok()) return miss("%", v->name, ": ", value_or.status().message());
-          if ((*value_or)->dtype() != v->dtype || (*value_or)->dims().size() != dims[x].size() ||
-              ((*value_or)->numel() == 1) != (v->constant->numel() == 1)) {
-            return miss("%", v->name, " changes its dtype, rank or scalar-ness at these dims");
-          }
-          derived_value[x] = *std::move(value_or);
-          changed[x] = derived_value[x]->dims() != dims[x];
-          dims[x] = derived_value[x]->dims();
-        }
-        value = derived_value[x].get();
-      }
-      const Dims& d = value ? value->dims() : dims[x];
-      InferInput& ii = in[i];
-      ii.dtype = v->dtype;
-      ii.value = value;
-      ii.present = true;
-      ii.shape.rank_known = true;
-      ii.shape.dims.resize(d.size());
-      for (size_t k = 0; k < d.size(); ++k) {
-        ii.shape.dims[k].value = d[k];
-        ii.shape.dims[k].symbol.clear();
-      }
-    }
+    CJIT_RETURN_IF_ERROR(DimsInferInputs(l, n, derived, s, in));
     out.clear();
     // The body's dtypes passed InferNode's checks when it was specialized; only dims change here.
     absl::Status st = InferNodeDims(*l.op_defs[n], *l.order[n], in, out);
-    if (!st.ok()) return miss("shape inference: ", st.message());
+    if (!st.ok()) return DimsMiss("shape inference: ", st.message());
     for (size_t k = 0; k < l.node_outputs[n].size(); ++k) {
       const int x = l.node_outputs[n][k];
       if (x < 0) continue;
       const Value* v = l.values[x];
       if (k >= out.size() || !out[k].shape.fully_known() || out[k].dtype != v->dtype ||
           out[k].shape.rank() != v->shape.rank()) {
-        return miss(l.order[n]->Describe(), ": output ", k, " is not known with its dtype and rank at these dims");
+        return DimsMiss(l.order[n]->Describe(), ": output ", k, " is not known with its dtype and rank at these dims");
       }
       Dims d = out[k].shape.concrete();
-      changed[x] = d != dims[x];
-      dims[x] = std::move(d);
+      s.changed[x] = d != s.dims[x];
+      s.dims[x] = std::move(d);
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status CpuExecutable::InstantiateKernels(const DimsLayout& l, const DimsPropagation& s,
+                                               DimsInstance* inst) const {
   auto dims_of = [&](const Value* v, Dims*) -> const Dims* {
     auto it = l.index.find(v);
-    return it != l.index.end() ? &dims[it->second] : nullptr;
+    return it != l.index.end() ? &s.dims[it->second] : nullptr;
   };
   auto unchanged = [&](const Value* v) {
     auto it = l.index.find(v);
-    return it != l.index.end() && !changed[it->second];
+    return it != l.index.end() && !s.changed[it->second];
   };
   // A kernel whose sources and outputs kept their dims keeps its compiled metadata.
   std::vector<bool> same_kernel(plan_.kernels.size(), false);
@@ -463,7 +489,6 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsInstance>> CpuExecutable
     same_kernel[k] = same;
   }
   CJIT_ASSIGN_OR_RETURN(std::vector<KernelDims> kernels, RederiveKernels(plan_, l.body_nodes, dims_of, &same_kernel));
-  auto inst = std::make_shared<DimsInstance>();
   inst->kernels.resize(kernels.size());
   for (size_t k = 0; k < kernels.size(); ++k) {
     const FusedKernel& fk = plan_.kernels[k];
@@ -478,7 +503,7 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsInstance>> CpuExecutable
                            fk.row_reduction);
     bool same = static_cast<int>(c.dims.size()) == l.kernel_rank[k];
     for (size_t i = 0; i < fk.inputs.size() && same; ++i) same = InnerClass(c, i) == l.kernel_inner[k][i];
-    if (!same) return miss(kernel_names_[k], " needs another kernel structure at these dims");
+    if (!same) return DimsMiss(kernel_names_[k], " needs another kernel structure at these dims");
     DimsInstance::Kernel& ik = inst->kernels[k];
     ik.row_elems = c.dims.back();
     ik.rows = 1;
@@ -486,34 +511,61 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsInstance>> CpuExecutable
     ik.meta = KernelMeta(c);
     ik.shape = kernels[k].shape;
   }
+  return absl::OkStatus();
+}
+
+absl::Status CpuExecutable::InstantiateSteps(const DimsLayout& l, const DimsPropagation& s,
+                                             DimsInstance* inst) const {
+  auto dims_of = [&](const Value* v) -> const Dims* {
+    auto it = l.index.find(v);
+    return it != l.index.end() ? &s.dims[it->second] : nullptr;
+  };
   inst->slot_dims.resize(slot_values_.size());
-  for (size_t s = 0; s < slot_values_.size(); ++s) {
-    inst->slot_dims[s] = dims[l.slot_values[s]];
-    if (derived_value[l.slot_values[s]]) inst->constants.push_back({static_cast<int>(s), derived_value[l.slot_values[s]]});
+  for (size_t i = 0; i < slot_values_.size(); ++i) {
+    inst->slot_dims[i] = s.dims[l.slot_values[i]];
+    if (s.derived_value[l.slot_values[i]]) {
+      inst->constants.push_back({static_cast<int>(i), s.derived_value[l.slot_values[i]]});
+    }
   }
   inst->inferred.resize(plan_.steps.size());
   for (size_t i = 0; i < plan_.steps.size(); ++i) {
     if (step_inferred_[i].empty()) continue;
     for (const Value* v : plan_.steps[i].node->outputs) {
-      inst->inferred[i].push_back(v ? InferOutput{v->dtype, Shape::Of(*dims_of(v, nullptr))} : InferOutput{});
+      const Dims* d = v ? dims_of(v) : nullptr;
+      if (v != nullptr && d == nullptr) return DimsMiss("%", v->name, " is not a value of the body");
+      inst->inferred[i].push_back(v ? InferOutput{v->dtype, Shape::Of(*d)} : InferOutput{});
     }
   }
+  // In-place Concats: each input's byte offset in the output at these dims.
   inst->alias_offset.assign(slot_values_.size(), 0);
   for (size_t i = 0; i < plan_.steps.size(); ++i) {
     if (!skip_step_[i]) continue;
     const Node* concat = plan_.steps[i].node;
-    const Dims& od = *dims_of(concat->outputs[0], nullptr);
+    const Dims* odp = dims_of(concat->outputs[0]);
+    if (odp == nullptr) return DimsMiss(concat->Describe(), ": its output is not a value of the body");
+    const Dims& od = *odp;
     int64_t axis = concat->GetInt("axis", 0);
     if (axis < 0) axis += static_cast<int64_t>(od.size());
     int64_t outer = 1;
     for (int64_t d = 0; d < axis; ++d) outer *= od[d];
-    if (outer != 1) return miss(concat->Describe(), " is no longer written in place at these dims");
+    if (outer != 1) return DimsMiss(concat->Describe(), " is no longer written in place at these dims");
     size_t offset = 0;
-    for (int s : step_inputs_[i]) {
-      inst->alias_offset[s] = offset;
-      offset += static_cast<size_t>(NumElements(inst->slot_dims[s])) * DTypeSize(slot_values_[s]->dtype);
+    for (int slot : step_inputs_[i]) {
+      inst->alias_offset[slot] = offset;
+      offset += static_cast<size_t>(NumElements(inst->slot_dims[slot])) * DTypeSize(slot_values_[slot]->dtype);
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsInstance>> CpuExecutable::InstantiateDims(
+    const std::vector<Dims>& input_dims, const DerivedConstants* derived) const {
+  CJIT_ASSIGN_OR_RETURN(std::shared_ptr<const DimsLayout> layout, GetDimsLayout());
+  DimsPropagation s;
+  CJIT_RETURN_IF_ERROR(PropagateDims(*layout, input_dims, derived, s));
+  auto inst = std::make_shared<DimsInstance>();
+  CJIT_RETURN_IF_ERROR(InstantiateKernels(*layout, s, inst.get()));
+  CJIT_RETURN_IF_ERROR(InstantiateSteps(*layout, s, inst.get()));
   return std::shared_ptr<const DimsInstance>(std::move(inst));
 }
 

@@ -149,6 +149,16 @@ class CpuExecutable : public CacheEntry {
   mutable std::mutex dims_layout_mu_;
   mutable std::shared_ptr<const DimsLayout> dims_layout_;
   absl::StatusOr<std::shared_ptr<const DimsLayout>> GetDimsLayout() const;
+  // InstantiateDims' steps: every body value's dims at the input dims (shape functions of the nodes whose
+  // inputs changed, derived constants evaluated where read), then the fused kernels' metadata, then the
+  // slots, steps and in-place Concat offsets. A NotFound status: these dims need another specialization.
+  struct DimsPropagation;
+  absl::Status PropagateDims(const DimsLayout& l, const std::vector<Dims>& input_dims,
+                             const DerivedConstants* derived, DimsPropagation& s) const;
+  absl::Status DimsInferInputs(const DimsLayout& l, size_t n, const DerivedConstants* derived, DimsPropagation& s,
+                               std::vector<InferInput>& in) const;
+  absl::Status InstantiateKernels(const DimsLayout& l, const DimsPropagation& s, DimsInstance* inst) const;
+  absl::Status InstantiateSteps(const DimsLayout& l, const DimsPropagation& s, DimsInstance* inst) const;
   Tensor& Materialize(std::vector<Tensor>& slots, int slot, const DimsInstance* instance) const;
 };
 
