@@ -113,6 +113,122 @@ struct Timed {
   double us = 0;
 };
 
+// The operands of a trial on the device: inputs (random at level 2+) and the output between two redzones.
+struct DeviceOperands {
+  std::vector<std::shared_ptr<DeviceMemory>> owned;
+  std::vector<uint64_t> inputs;  // addresses in Run's order (0: absent)
+  uint64_t out = 0;
+  size_t output_bytes = 0;
+  absl::Status FillRedzones(const DeviceBackend& b) const {
+    CJIT_RETURN_IF_ERROR(b.Fill(out - kRedzoneBytes, kRedzoneByte, kRedzoneBytes));
+    return b.Fill(out + output_bytes, kRedzoneByte, kRedzoneBytes);
+  }
+};
+
+template <typename Op>
+absl::Status AllocateOperands(const DeviceBackend& b, const Family<Op>& f, int level, DeviceOperands* d) {
+  std::mt19937 rng(0x5eed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (size_t bytes : f.input_bytes) {
+    if (bytes == 0) {
+      d->inputs.push_back(0);
+      continue;
+    }
+    CJIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceMemory> m, b.Allocate(bytes));
+    if (level >= 2) {
+      std::vector<float> v(bytes / 4);
+      for (float& x : v) x = u(rng);
+      CJIT_RETURN_IF_ERROR(b.CopyToDevice(m->address(), v.data(), v.size() * 4));
+    }
+    d->inputs.push_back(m->address());
+    d->owned.push_back(std::move(m));
+  }
+  CJIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceMemory> out, b.Allocate(f.output_bytes + 2 * kRedzoneBytes));
+  d->out = out->address() + kRedzoneBytes;
+  d->output_bytes = f.output_bytes;
+  d->owned.push_back(std::move(out));
+  if (level >= 4) CJIT_RETURN_IF_ERROR(d->FillRedzones(b));
+  return absl::OkStatus();
+}
+
+// Level 4 after candidate i's run: "" when it wrote nothing outside its output and (i > 0) matches the
+// default's output within `tol`; the default's output becomes *reference. An error: the output could not be
+// read back or the redzones not refilled.
+absl::StatusOr<std::string> CheckDeviceOutput(const DeviceBackend& b, const DeviceOperands& d, size_t i, double tol,
+                                              std::vector<float>* reference) {
+  auto got = Download(b, d.out, d.output_bytes);
+  auto before = Download(b, d.out - kRedzoneBytes, kRedzoneBytes);
+  auto after = Download(b, d.out + d.output_bytes, kRedzoneBytes);
+  if (!got.ok() || !before.ok() || !after.ok()) return absl::InternalError("cannot read the output back");
+  auto intact = [](const std::vector<uint8_t>& z) {
+    return std::all_of(z.begin(), z.end(), [](uint8_t x) { return x == kRedzoneByte; });
+  };
+  std::vector<float> values(d.output_bytes / 4);
+  std::memcpy(values.data(), got->data(), values.size() * 4);
+  if (!intact(*before) || !intact(*after)) {
+    CJIT_RETURN_IF_ERROR(d.FillRedzones(b));
+    return std::string("wrote outside its output (redzone changed)");
+  }
+  if (i == 0) {
+    *reference = std::move(values);
+    return std::string();
+  }
+  return Compare(values, *reference, tol);
+}
+
+// One candidate's time on the device (see TuneCandidates): per run P = max(device time, host enqueue
+// time), the minimum of up to 10 samples of `reps` back-to-back runs, and the host time per run of the
+// fastest sample.
+struct DeviceTime {
+  double us = 0, host_us = 0;
+  int samples = 0, reps = 1;
+};
+absl::StatusOr<DeviceTime> TimeOnDevice(const DeviceBackend& b, const std::function<absl::Status()>& run,
+                                        double budget_us) {
+  using Clock = std::chrono::steady_clock;
+  DeviceTime t;
+  CJIT_ASSIGN_OR_RETURN(double single, b.TimeMicros(run));  // an upper bound of one run: sizes the batch
+  t.reps = static_cast<int>(std::clamp(200.0 / std::max(single, 1.0), 1.0, 20.0));
+  const int reps = t.reps;
+  double host_us = 0, best_us = std::numeric_limits<double>::infinity();
+  CJIT_ASSIGN_OR_RETURN(t.us, MeasureMinOfSamples(
+                                  [&]() -> absl::StatusOr<double> {
+                                    CJIT_ASSIGN_OR_RETURN(double us, b.TimeMicros([&]() -> absl::Status {
+                                      const auto t0 = Clock::now();
+                                      for (int r = 0; r < reps; ++r) CJIT_RETURN_IF_ERROR(run());
+                                      host_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+                                      return absl::OkStatus();
+                                    }));
+                                    if (us / reps < best_us) {
+                                      best_us = us / reps;
+                                      t.host_us = host_us / reps;
+                                    }
+                                    return us / reps;
+                                  },
+                                  10, 0.05, budget_us, &t.samples));
+  return t;
+}
+
+// The fastest, if it beats the default by more than 10% and the default's time is its device time; else
+// the default. A candidate's P bounds its device time from above, so such a switch is faster both in a
+// graph replay and launched step by step; where the default is host-bound no measurement here tells the
+// device times apart and the library's choice stays. --autotune_deterministic: the first that passed, in
+// the library's order.
+const Timed& PickDeviceCandidate(const std::vector<Timed>& passed, bool deterministic, bool default_device_bound,
+                                 AutotuneRecord* rec) {
+  const Timed* pick = &passed[0];
+  if (deterministic) return *pick;
+  for (const Timed& t : passed)
+    if (t.us < pick->us) pick = &t;
+  if (passed[0].index == 0 && (pick->us * kMargin > passed[0].us || !default_device_bound)) {
+    if (pick != &passed[0] && !default_device_bound) {
+      rec->notes.push_back("the default is host-bound here: kept (device times cannot be compared)");
+    }
+    pick = &passed[0];
+  }
+  return *pick;
+}
+
 // Tunes one op signature (run by Autotuner::TuneDevice).
 template <typename Op>
 AutotuneRecord TuneCandidates(const DeviceBackend& b, const Autotuner& tuner, const Family<Op>& f,
@@ -129,37 +245,8 @@ AutotuneRecord TuneCandidates(const DeviceBackend& b, const Autotuner& tuner, co
     rec.algorithm = "";
     return rec;
   };
-  // Operands (random at level 2+) and the output between two redzones.
-  std::vector<std::shared_ptr<DeviceMemory>> owned;
-  std::vector<uint64_t> inputs;
-  std::mt19937 rng(0x5eed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (size_t bytes : f.input_bytes) {
-    if (bytes == 0) {
-      inputs.push_back(0);
-      continue;
-    }
-    auto m = b.Allocate(bytes);
-    if (!m.ok()) return fail(std::string(m.status().message()));
-    if (o.level >= 2) {
-      std::vector<float> v(bytes / 4);
-      for (float& x : v) x = u(rng);
-      absl::Status st = b.CopyToDevice((*m)->address(), v.data(), v.size() * 4);
-      if (!st.ok()) return fail(std::string(st.message()));
-    }
-    inputs.push_back((*m)->address());
-    owned.push_back(*std::move(m));
-  }
-  auto out_or = b.Allocate(f.output_bytes + 2 * kRedzoneBytes);
-  if (!out_or.ok()) return fail(std::string(out_or.status().message()));
-  const uint64_t out = (*out_or)->address() + kRedzoneBytes;
-  auto fill_redzones = [&]() -> absl::Status {
-    CJIT_RETURN_IF_ERROR(b.Fill(out - kRedzoneBytes, kRedzoneByte, kRedzoneBytes));
-    return b.Fill(out + f.output_bytes, kRedzoneByte, kRedzoneBytes);
-  };
-  if (o.level >= 4) {
-    if (absl::Status st = fill_redzones(); !st.ok()) return fail(std::string(st.message()));
-  }
+  DeviceOperands d;
+  if (absl::Status st = AllocateOperands(b, f, o.level, &d); !st.ok()) return fail(std::string(st.message()));
   std::vector<float> reference;
   std::vector<Timed> passed;
   double default_us = -1;
@@ -179,50 +266,34 @@ AutotuneRecord TuneCandidates(const DeviceBackend& b, const Autotuner& tuner, co
       rec.notes.push_back(absl::StrCat(c.id, ": skipped (not deterministic)"));
       continue;
     }
-    auto reject = [&](const std::string& why) {
+    // A failure of the default ends the tuning; a candidate's is noted and the next one tried.
+    auto reject = [&](absl::string_view why) {
+      if (i == 0) return false;
       ++rec.candidates_rejected;
       rec.notes.push_back(absl::StrCat(c.id, ": rejected (", why, ")"));
+      return true;
     };
     auto op = MakeCandidate(b, f, c.id, /*tuning=*/true);
     if (!op.ok()) {
-      if (i == 0) return fail(absl::StrCat("the default ", c.id, " cannot be created: ", op.status().message()));
-      reject(std::string(op.status().message()));
-      continue;
+      if (reject(op.status().message())) continue;
+      return fail(absl::StrCat("the default ", c.id, " cannot be created: ", op.status().message()));
     }
-    auto run = [&]() { return f.run(**op, inputs, out); };
+    auto run = [&]() { return f.run(**op, d.inputs, d.out); };
     if (o.level >= 3) {
-      if (absl::Status st = b.Fill(out, 0xFF, f.output_bytes); !st.ok()) return fail(std::string(st.message()));
+      if (absl::Status st = b.Fill(d.out, 0xFF, f.output_bytes); !st.ok()) return fail(std::string(st.message()));
     }
     absl::Status st = run();  // warm-up (and the checked run)
     if (st.ok()) st = b.Synchronize();
     if (!st.ok()) {
-      if (i == 0) return fail(absl::StrCat("the default failed: ", st.message()));
-      reject(std::string(st.message()));
-      continue;
+      if (reject(st.message())) continue;
+      return fail(absl::StrCat("the default failed: ", st.message()));
     }
     if (o.level >= 4) {
-      auto got = Download(b, out, f.output_bytes);
-      auto before = Download(b, out - kRedzoneBytes, kRedzoneBytes);
-      auto after = Download(b, out + f.output_bytes, kRedzoneBytes);
-      if (!got.ok() || !before.ok() || !after.ok()) return fail("cannot read the output back");
-      auto intact = [](const std::vector<uint8_t>& z) {
-        return std::all_of(z.begin(), z.end(), [](uint8_t x) { return x == kRedzoneByte; });
-      };
-      std::vector<float> values(f.output_bytes / 4);
-      std::memcpy(values.data(), got->data(), values.size() * 4);
-      std::string why;
-      if (!intact(*before) || !intact(*after)) {
-        why = "wrote outside its output (redzone changed)";
-        if (absl::Status z = fill_redzones(); !z.ok()) return fail(std::string(z.message()));
-      } else if (i == 0) {
-        reference = std::move(values);
-      } else {
-        why = Compare(values, reference, Tolerance(f.precision));
-      }
-      if (!why.empty()) {
-        if (i == 0) return fail(absl::StrCat("the default ", why));
-        reject(why);
-        continue;
+      absl::StatusOr<std::string> why = CheckDeviceOutput(b, d, i, Tolerance(f.precision), &reference);
+      if (!why.ok()) return fail(std::string(why.status().message()));
+      if (!why->empty()) {
+        if (reject(*why)) continue;
+        return fail(absl::StrCat("the default ", *why));
       }
     }
     // Timing: `reps` runs enqueued back to back between two events, per run (sized to ~200 us, at most
@@ -233,62 +304,26 @@ AutotuneRecord TuneCandidates(const DeviceBackend& b, const Autotuner& tuner, co
     // for small convolutions whose kernels run in 5-10 us; choosing by P made ppocr_mobile_cls 0.71x as
     // fast in graph replays, and rewriting L2 before each run charged its dirty lines' write-back to the
     // next kernel.)
-    int runs = 0;
-    const double remaining = std::max(0.0, budget_us - spent_us());
-    absl::StatusOr<double> single = b.TimeMicros(run);  // an upper bound of one run: sizes the batch
-    const int reps = single.ok() ? static_cast<int>(std::clamp(200.0 / std::max(*single, 1.0), 1.0, 20.0)) : 1;
-    double host_us = 0, best_host_us = 0, best_us = std::numeric_limits<double>::infinity();
-    auto us = !single.ok() ? single
-                           : MeasureMinOfSamples(
-                                 [&]() -> absl::StatusOr<double> {
-                                   CJIT_ASSIGN_OR_RETURN(double t, b.TimeMicros([&]() -> absl::Status {
-                                     const auto t0 = Clock::now();
-                                     for (int r = 0; r < reps; ++r) CJIT_RETURN_IF_ERROR(run());
-                                     host_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-                                     return absl::OkStatus();
-                                   }));
-                                   if (t / reps < best_us) {
-                                     best_us = t / reps;
-                                     best_host_us = host_us / reps;
-                                   }
-                                   return t / reps;
-                                 },
-                                 10, 0.05, remaining, &runs);
-    if (!us.ok()) {
-      if (i == 0) return fail(absl::StrCat("timing the default failed: ", us.status().message()));
-      reject(std::string(us.status().message()));
-      continue;
+    absl::StatusOr<DeviceTime> t = TimeOnDevice(b, run, std::max(0.0, budget_us - spent_us()));
+    if (!t.ok()) {
+      if (reject(t.status().message())) continue;
+      return fail(absl::StrCat("timing the default failed: ", t.status().message()));
     }
     ++rec.candidates_timed;
-    const bool device_bound = b.host_is_device() || *us > kDeviceBound * best_host_us;
+    const bool device_bound = b.host_is_device() || t->us > kDeviceBound * t->host_us;
     rec.notes.push_back(absl::StrFormat("%s: %.2f us per run (%d samples of %d runs; host %.2f us per run%s)", c.id,
-                                        *us, runs, reps, best_host_us, device_bound ? "" : ": host-bound"));
+                                        t->us, t->samples, t->reps, t->host_us, device_bound ? "" : ": host-bound"));
     if (i == 0) {
-      default_us = *us;
+      default_us = t->us;
       default_device_bound = device_bound;
     }
-    if (eligible) passed.push_back({i, *us});
+    if (eligible) passed.push_back({i, t->us});
   }
   if (passed.empty()) return fail("no deterministic candidate passed");
-  // The fastest, if it beats the default by more than 10% and the default's time is its device time;
-  // else the default. A candidate's P bounds its device time from above, so such a switch is faster both
-  // in a graph replay and launched step by step; where the default is host-bound no measurement here
-  // tells the device times apart and the library's choice stays.
-  // --autotune_deterministic: the first that passed, in the library's order.
-  const Timed* pick = &passed[0];
-  if (!o.deterministic) {
-    for (const Timed& t : passed)
-      if (t.us < pick->us) pick = &t;
-    if (passed[0].index == 0 && (pick->us * kMargin > passed[0].us || !default_device_bound)) {
-      if (pick != &passed[0] && !default_device_bound) {
-        rec.notes.push_back("the default is host-bound here: kept (device times cannot be compared)");
-      }
-      pick = &passed[0];
-    }
-  }
-  rec.algorithm = candidates[pick->index].id;
-  rec.best_us = pick->us;
-  rec.default_us = default_us > 0 ? default_us : pick->us;
+  const Timed& pick = PickDeviceCandidate(passed, o.deterministic, default_device_bound, &rec);
+  rec.algorithm = candidates[pick.index].id;
+  rec.best_us = pick.us;
+  rec.default_us = default_us > 0 ? default_us : pick.us;
   return rec;
 }
 
