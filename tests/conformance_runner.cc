@@ -144,6 +144,118 @@ std::string CheckRandomDataSet(cjit::Session& session, const cjit::DataSet& set,
   return "";
 }
 
+// A known failure: "test_name | fragment of the expected failure message | why". A listed test must fail
+// with a message containing its fragment; failing otherwise, or passing, is reported and fails the run.
+struct Known {
+  std::string fragment, reason;
+  bool seen = false;
+};
+
+// Reads the known-failures file; false (after printing why) on a malformed line.
+bool ReadKnownFailures(const std::string& file, std::map<std::string, Known>* known) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<std::string> f = absl::StrSplit(line, absl::MaxSplits('|', 2));
+    if (f.size() != 3) {
+      std::cerr << file << ": malformed line (want 'name | fragment | reason'): " << line << "\n";
+      return false;
+    }
+    for (auto& x : f) x = std::string(absl::StripAsciiWhitespace(x));
+    (*known)[f[0]] = Known{f[1], f[2]};
+  }
+  return true;
+}
+
+// The test directories (with a model.onnx) of the libonnx-testdata suites under `data`, sorted.
+std::vector<fs::path> ListTests(const std::string& data) {
+  std::vector<fs::path> tests;
+  for (const char* suite : {"node", "simple", "pytorch-converted", "pytorch-operator"}) {
+    fs::path dir = fs::path(data) / suite;
+    if (!fs::exists(dir)) continue;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (fs::exists(e.path() / "model.onnx")) tests.push_back(e.path());
+    }
+  }
+  std::sort(tests.begin(), tests.end());
+  return tests;
+}
+
+// What running one test found: skipped (an unsupported feature; skip_key, if any, counts it among the skip
+// reasons), or failed with fail_reason, or passed (neither).
+struct TestResult {
+  bool skipped = false;
+  std::string skip_key, fail_reason;
+  std::unique_ptr<cjit::Session> session;
+};
+
+// Every data set of test `t`: its session loaded with `options`, run op by op / compiled (or through the
+// GPU executor on the host backend), compared with the reference outputs (the random ops statistically).
+TestResult RunTest(const fs::path& t, const cjit::SessionOptions& options, const std::string& gpu_executor,
+                   bool known_failure) {
+  const std::string name = t.filename().string();
+  TestResult result;
+  auto session = cjit::Session::Load((t / "model.onnx").string(), options);
+  if (!session.ok()) {
+    if (session.status().code() == absl::StatusCode::kUnimplemented && !known_failure) {
+      std::string msg(session.status().message());
+      size_t p = msg.find("unsupported");
+      std::string reason = p == std::string::npos ? msg : msg.substr(p);
+      std::cout << "SKIP " << name << ": " << reason << "\n";
+      result.skipped = true;
+      result.skip_key = reason.substr(0, reason.find(" (opset"));
+      return result;
+    }
+    result.fail_reason = std::string(session.status().message());
+    return result;
+  }
+  result.session = *std::move(session);
+  cjit::Session& s = *result.session;
+  auto sets = cjit::ReadDataSets(t.string(), s);
+  if (!sets.ok()) {
+    if (sets.status().code() == absl::StatusCode::kUnimplemented) {
+      std::cout << "SKIP " << name << ": " << sets.status().message() << "\n";
+      result.skipped = true;
+      return result;
+    }
+    result.fail_reason = std::string(sets.status().message());
+    return result;
+  }
+  const auto ops = ModelOps(t / "model.onnx");
+  const bool random = ops.count("Bernoulli") || ops.count("RandomUniformLike") ||
+                      (ops.count("Dropout") && absl::StartsWith(name, "test_training_dropout"));
+  for (const auto& set : *sets) {
+    if (random) {
+      result.fail_reason = CheckRandomDataSet(s, set, ops, gpu_executor == "host");
+      if (!result.fail_reason.empty()) return result;
+      continue;
+    }
+    cjit::DataSetResult r = gpu_executor == "host" ? RunOnGpuExecutor(s, set, 1e-3, 1e-7)
+                                                   : cjit::RunDataSet(s, set, 1e-3, 1e-7);
+    if (!r.status.ok()) {
+      if (r.status.code() == absl::StatusCode::kUnimplemented && !known_failure) {
+        // An unsupported feature met at run time (e.g. training-mode Dropout).
+        std::cout << "SKIP " << name << ": " << r.status.message() << "\n";
+        result.skipped = true;
+        result.skip_key = "unsupported at run time";
+        return result;
+      }
+      result.fail_reason = std::string(r.status.message());
+      return result;
+    }
+    for (const auto& o : r.outputs) {
+      if (!o.ok) {
+        result.fail_reason = o.problem.empty()
+                                 ? absl::StrCat("output ", o.name, " max_abs ", o.max_abs, " max_rel ", o.max_rel)
+                                 : absl::StrCat("output ", o.name, ": ", o.problem);
+        return result;
+      }
+    }
+  }
+  return result;
+}
+
 int main(int argc, char** argv) {
   std::string data = "/usr/share/libonnx-testdata/data";
   std::string floor_file = CJIT_SOURCE_DIR "/tests/conformance_floor.txt";
@@ -168,41 +280,13 @@ int main(int argc, char** argv) {
               << " is absent (install libonnx-testdata: tools/setup.sh)\n";
     return required ? 1 : 77;
   }
-  // Each line: "test_name | fragment of the expected failure message | why". A listed test must fail with a
-  // message containing its fragment; failing otherwise, or passing, is reported and fails the run.
-  struct Known {
-    std::string fragment, reason;
-    bool seen = false;
-  };
   std::map<std::string, Known> known;
-  {
-    std::ifstream in(known_file);
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty() || line[0] == '#') continue;
-      std::vector<std::string> f = absl::StrSplit(line, absl::MaxSplits('|', 2));
-      if (f.size() != 3) {
-        std::cerr << known_file << ": malformed line (want 'name | fragment | reason'): " << line << "\n";
-        return 2;
-      }
-      for (auto& x : f) x = std::string(absl::StripAsciiWhitespace(x));
-      known[f[0]] = Known{f[1], f[2]};
-    }
-  }
+  if (!ReadKnownFailures(known_file, &known)) return 2;
   int floor = 0;
   {
     std::ifstream in(floor_file);
     in >> floor;
   }
-  std::vector<fs::path> tests;
-  for (const char* suite : {"node", "simple", "pytorch-converted", "pytorch-operator"}) {
-    fs::path dir = fs::path(data) / suite;
-    if (!fs::exists(dir)) continue;
-    for (const auto& e : fs::directory_iterator(dir)) {
-      if (fs::exists(e.path() / "model.onnx")) tests.push_back(e.path());
-    }
-  }
-  std::sort(tests.begin(), tests.end());
   cjit::SessionOptions options;
   options.use_environment_flags = false;
   options.flags.intra_op_threads = 1;
@@ -216,73 +300,20 @@ int main(int argc, char** argv) {
   int passed = 0, failed = 0, skipped = 0, unexpected = 0;
   int with_code = 0, library_only = 0, no_cluster = 0;  // what the passing tests ran
   std::map<std::string, int> skip_reasons;
-  for (const fs::path& t : tests) {
+  for (const fs::path& t : ListTests(data)) {
     std::string name = t.filename().string();
     if (!filter.empty() && !absl::StrContains(name, filter)) continue;
-    auto session = cjit::Session::Load((t / "model.onnx").string(), options);
-    std::string fail_reason;
-    if (!session.ok()) {
-      if (session.status().code() == absl::StatusCode::kUnimplemented && !known.count(name)) {
-        ++skipped;
-        std::string msg(session.status().message());
-        size_t p = msg.find("unsupported");
-        std::string reason = p == std::string::npos ? msg : msg.substr(p);
-        std::cout << "SKIP " << name << ": " << reason << "\n";
-        ++skip_reasons[reason.substr(0, reason.find(" (opset"))];
-        continue;
-      }
-      fail_reason = std::string(session.status().message());
-    } else {
-      auto sets = cjit::ReadDataSets(t.string(), **session);
-      if (!sets.ok()) {
-        if (sets.status().code() == absl::StatusCode::kUnimplemented) {
-          ++skipped;
-          std::cout << "SKIP " << name << ": " << sets.status().message() << "\n";
-          continue;
-        }
-        fail_reason = std::string(sets.status().message());
-      } else {
-        const auto ops = ModelOps(t / "model.onnx");
-        const bool random = ops.count("Bernoulli") || ops.count("RandomUniformLike") ||
-                            (ops.count("Dropout") && absl::StartsWith(name, "test_training_dropout"));
-        for (const auto& set : *sets) {
-          if (random) {
-            fail_reason = CheckRandomDataSet(**session, set, ops, gpu_executor == "host");
-            if (!fail_reason.empty()) break;
-            continue;
-          }
-          cjit::DataSetResult r = gpu_executor == "host" ? RunOnGpuExecutor(**session, set, 1e-3, 1e-7)
-                                                         : cjit::RunDataSet(**session, set, 1e-3, 1e-7);
-          if (!r.status.ok()) {
-            if (r.status.code() == absl::StatusCode::kUnimplemented && !known.count(name)) {
-              fail_reason = "SKIP";  // an unsupported feature met at run time (e.g. training-mode Dropout)
-              std::cout << "SKIP " << name << ": " << r.status.message() << "\n";
-              break;
-            }
-            fail_reason = std::string(r.status.message());
-            break;
-          }
-          for (const auto& o : r.outputs) {
-            if (!o.ok) {
-              fail_reason = o.problem.empty() ? absl::StrCat("output ", o.name, " max_abs ", o.max_abs, " max_rel ", o.max_rel)
-                                              : absl::StrCat("output ", o.name, ": ", o.problem);
-              break;
-            }
-          }
-          if (!fail_reason.empty()) break;
-        }
-      }
-    }
-    if (fail_reason == "SKIP") {
+    TestResult r = RunTest(t, options, gpu_executor, known.count(name) > 0);
+    if (r.skipped) {
       ++skipped;
-      ++skip_reasons["unsupported at run time"];
+      if (!r.skip_key.empty()) ++skip_reasons[r.skip_key];
       continue;
     }
     auto k = known.find(name);
     if (k != known.end()) k->second.seen = true;
-    if (fail_reason.empty()) {
+    if (r.fail_reason.empty()) {
       ++passed;
-      cjit::SessionStats st = (*session)->stats();
+      cjit::SessionStats st = r.session->stats();
       if (st.totals.fused_kernels > 0 && st.totals.compiled_executions > 0) ++with_code;
       else if (!st.clusters.empty()) ++library_only;
       else ++no_cluster;
@@ -296,13 +327,13 @@ int main(int argc, char** argv) {
     ++failed;
     if (k == known.end()) {
       ++unexpected;
-      std::cout << "FAIL " << name << ": " << fail_reason << "\n";
-    } else if (!absl::StrContains(fail_reason, k->second.fragment)) {
+      std::cout << "FAIL " << name << ": " << r.fail_reason << "\n";
+    } else if (!absl::StrContains(r.fail_reason, k->second.fragment)) {
       ++unexpected;
       std::cout << "FAIL " << name << ": a known failure, but not the known one (expected '" << k->second.fragment
-                << "'): " << fail_reason << "\n";
+                << "'): " << r.fail_reason << "\n";
     } else {
-      std::cout << "KNOWN-FAIL " << name << ": " << fail_reason << "\n";
+      std::cout << "KNOWN-FAIL " << name << ": " << r.fail_reason << "\n";
     }
   }
   if (filter.empty()) {
@@ -311,7 +342,7 @@ int main(int argc, char** argv) {
     }
   }
   std::cout << "\nskip reasons:\n";
-  for (const auto& [r, n] : skip_reasons) std::cout << "  " << n << "  " << r << "\n";
+  for (const auto& [reason, n] : skip_reasons) std::cout << "  " << n << "  " << reason << "\n";
   std::cout << "\ncoverage of the passing tests: " << with_code << " ran generated code (fused kernels), "
             << library_only << " ran clusters of library calls only, " << no_cluster << " formed no cluster\n";
   std::cout << "\nfloor " << floor << ", unexpected failures " << unexpected << "\n";
