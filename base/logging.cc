@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 #include <vector>
+#include "base/mutex.h"
 
 namespace cjit {
 namespace log_internal {
@@ -19,7 +20,7 @@ std::atomic<uint32_t> g_level_generation{0};
 namespace {
 
 struct LogState {
-  std::mutex mu;
+  Mutex mu;
   int v = 0;
   std::vector<std::pair<std::string, int>> vmodule;  // (pattern, level), first match wins
   int stderrthreshold = 1;
@@ -46,7 +47,7 @@ std::string_view StripExtension(std::string_view name) {
 void SetLogLevels(int v, std::string_view vmodule, int stderrthreshold) {
   LogState& s = State();
   {
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(&s.mu);
     s.v = v;
     s.vmodule.clear();
     size_t pos = 0;
@@ -75,14 +76,14 @@ void SetLogLevels(int v, std::string_view vmodule, int stderrthreshold) {
 
 void SetLogSink(LogSinkFn sink) {
   LogState& s = State();
-  std::lock_guard<std::mutex> lock(s.mu);
+  MutexLock lock(&s.mu);
   s.sink = std::move(sink);
 }
 
 int VlogLevelForFile(const char* file) {
   std::string name(StripExtension(BaseName(file)));
   LogState& s = State();
-  std::lock_guard<std::mutex> lock(s.mu);
+  MutexLock lock(&s.mu);
   for (const auto& [pattern, level] : s.vmodule) {
     if (fnmatch(pattern.c_str(), name.c_str(), 0) == 0) return level;
   }
@@ -95,7 +96,7 @@ LogMessage::~LogMessage() {
   std::string text = stream_.str();
   std::string_view base = BaseName(file_);
   LogState& s = State();
-  std::lock_guard<std::mutex> lock(s.mu);
+  MutexLock lock(&s.mu);
   if (static_cast<int>(severity_) < s.stderrthreshold) return;
   if (s.sink) {
     std::string file(base);

@@ -9,7 +9,7 @@
 // (runtime/cpu/kernel.h).
 //
 // Thread-safety: every call may come from any thread; `fn` runs under the memo's one mutex (a
-// std::mutex, which ThreadSanitizer sees).
+// Mutex, which ThreadSanitizer sees).
 #ifndef CJIT_BASE_WEAK_MEMO_H_
 #define CJIT_BASE_WEAK_MEMO_H_
 
@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <utility>
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -29,7 +30,7 @@ class WeakMemo {
   // none, or when the entry's source is another or a freed object) and returns what fn returns.
   template <typename Fn>
   auto With(const Key& key, const std::shared_ptr<Source>& source, Fn&& fn) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = entries_.find(key);
     if (it == entries_.end() || it->second.source.lock() != source) {
       if (it != entries_.end()) entries_.erase(it);
@@ -49,9 +50,9 @@ class WeakMemo {
     std::weak_ptr<Source> source;
     Value value;
   };
-  std::mutex mu_;
-  std::map<Key, Entry> entries_;
-  size_t sweep_at_ = 256;
+  Mutex mu_;
+  std::map<Key, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  size_t sweep_at_ ABSL_GUARDED_BY(mu_) = 256;
 };
 
 }  // namespace cjit

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "base/mutex.h"
 
 namespace cjit {
 namespace {
@@ -247,9 +248,9 @@ void DiskCache::Reject(const std::string& path, absl::string_view why) {
   } else if (errno != ENOENT) {
     fate = absl::StrCat(" (could not be removed: ", std::strerror(errno), "); it will be recompiled");
   }
-  static std::mutex mu;
+  static Mutex mu;
   static std::set<std::string>* warned = new std::set<std::string>();
-  std::lock_guard<std::mutex> lock(mu);
+  MutexLock lock(&mu);
   if (warned->insert(path).second) {
     CJIT_LOG(WARNING) << "persistent cache: ignoring entry " << path << ": " << why << fate;
   }
@@ -266,9 +267,9 @@ std::optional<std::string> DiskCache::Lookup(const CacheKey& key, PayloadKind pa
     if (bytes.status().code() == absl::StatusCode::kPermissionDenied) {  // another user's file: not ours to remove
       ++misses_;
       ++rejects_;
-      static std::mutex mu;
+      static Mutex mu;
       static std::set<std::string>* warned = new std::set<std::string>();
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       if (warned->insert(path).second) {
         CJIT_LOG(WARNING) << "persistent cache: ignoring entry " << path << ": " << bytes.status().message()
                           << " (left in place; it will be recompiled)";

@@ -1,9 +1,10 @@
 #include "cache/memory_cache.h"
+#include "base/mutex.h"
 
 namespace cjit {
 
 std::shared_ptr<const CacheEntry> MemoryCache::Lookup(const CacheKey& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto [lo, hi] = index_.equal_range(key.hash);
   for (auto it = lo; it != hi; ++it) {
     if (it->second->key.canonical == key.canonical) {
@@ -15,7 +16,7 @@ std::shared_ptr<const CacheEntry> MemoryCache::Lookup(const CacheKey& key) {
 }
 
 void MemoryCache::Insert(const CacheKey& key, std::shared_ptr<const CacheEntry> entry) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto [lo, hi] = index_.equal_range(key.hash);
   for (auto it = lo; it != hi; ++it) {
     if (it->second->key.canonical == key.canonical) return;  // first insert wins
@@ -38,12 +39,12 @@ void MemoryCache::Insert(const CacheKey& key, std::shared_ptr<const CacheEntry> 
 }
 
 size_t MemoryCache::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return lru_.size();
 }
 
 size_t MemoryCache::bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return bytes_;
 }
 

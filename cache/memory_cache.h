@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "cache/cache_key.h"
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -38,11 +39,11 @@ class MemoryCache {
     CacheKey key;
     std::shared_ptr<const CacheEntry> entry;
   };
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   size_t max_bytes_;
-  size_t bytes_ = 0;
-  std::list<Item> lru_;  // front = most recent
-  std::unordered_multimap<uint64_t, std::list<Item>::iterator> index_;
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::list<Item> lru_ ABSL_GUARDED_BY(mu_);  // front = most recent
+  std::unordered_multimap<uint64_t, std::list<Item>::iterator> index_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cjit

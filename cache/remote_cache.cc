@@ -7,7 +7,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdarg>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <algorithm>
@@ -34,6 +33,7 @@
 #include "base/logging.h"
 #include "base/status_macros.h"
 #include "cache/disk_cache.h"
+#include "base/mutex.h"
 
 namespace cjit {
 namespace {
@@ -146,15 +146,15 @@ struct RemoteCache::Impl {
   std::map<std::string, size_t> key_by_id;
 
   // Reads: one connection under read_mu. Writes: the writer thread's own connection.
-  std::mutex read_mu;
+  Mutex read_mu;
   redisContext* read_ctx = nullptr;
   redisContext* write_ctx = nullptr;
 
   // Back-off after repeated errors.
-  std::mutex health_mu;
-  int consecutive_errors = 0;
-  int backoff_ms = kFirstBackoffMs;
-  Clock::time_point skip_until{};
+  Mutex health_mu;
+  int consecutive_errors ABSL_GUARDED_BY(health_mu) = 0;
+  int backoff_ms ABSL_GUARDED_BY(health_mu) = kFirstBackoffMs;
+  Clock::time_point skip_until ABSL_GUARDED_BY(health_mu){};
 
   // This process's lease token: random, with the host name and pid for `redis-cli get` readers.
   std::string lease_token;
@@ -172,15 +172,16 @@ struct RemoteCache::Impl {
   // would cost a round trip on the first run. The index is a hint, never trusted for content: a key it
   // lists is still read and verified, and a producer's last look before tuning (TieredCache's lease path)
   // bypasses it, so a stale index costs a tuning's default algorithm for a while, never a second tuning.
-  std::mutex index_mu;
-  bool index_loaded = false;
-  Clock::time_point index_at{};
-  std::set<std::string> index;  // guarded by index_mu
-  std::mutex queue_mu;
-  std::condition_variable queue_cv, idle_cv;
-  std::deque<Write> queue;
-  int64_t queued_bytes = 0;
-  bool writing = false, stop = false;
+  Mutex index_mu;
+  bool index_loaded ABSL_GUARDED_BY(index_mu) = false;
+  Clock::time_point index_at ABSL_GUARDED_BY(index_mu){};
+  std::set<std::string> index ABSL_GUARDED_BY(index_mu);
+  Mutex queue_mu;
+  CondVar queue_cv, idle_cv;
+  std::deque<Write> queue ABSL_GUARDED_BY(queue_mu);
+  int64_t queued_bytes ABSL_GUARDED_BY(queue_mu) = 0;
+  bool writing ABSL_GUARDED_BY(queue_mu) = false;
+  bool stop ABSL_GUARDED_BY(queue_mu) = false;
   std::thread writer;
 
 #define CJIT_REMOTE_CACHE_ATOMIC(name) std::atomic<int64_t> name{0};
@@ -201,19 +202,19 @@ struct RemoteCache::Impl {
   }
 
   bool Available() {
-    std::lock_guard<std::mutex> lock(health_mu);
+    MutexLock lock(&health_mu);
     return Clock::now() >= skip_until;
   }
 
   void Succeeded() {
-    std::lock_guard<std::mutex> lock(health_mu);
+    MutexLock lock(&health_mu);
     consecutive_errors = 0;
     backoff_ms = kFirstBackoffMs;
   }
 
   void Failed(const std::string& why) {
     ++errors;
-    std::lock_guard<std::mutex> lock(health_mu);
+    MutexLock lock(&health_mu);
     if (++consecutive_errors < kErrorsBeforeBackoff) return;
     consecutive_errors = 0;
     skip_until = Clock::now() + std::chrono::milliseconds(backoff_ms);
@@ -349,13 +350,13 @@ struct RemoteCache::Impl {
   // Whether the index lists `member` (fetching it at the first autotuning lookup, and again when older
   // than kIndexMaxAgeMs); true when it cannot be read. Lock order: index_mu, then read_mu.
   bool Indexed(const std::string& member) {
-    std::lock_guard<std::mutex> lock(index_mu);
+    MutexLock lock(&index_mu);
     const auto now = Clock::now();
     if (!index_loaded || now - index_at > std::chrono::milliseconds(kIndexMaxAgeMs)) {
       std::set<std::string> fresh;
       bool ok = false;
       {
-        std::lock_guard<std::mutex> read_lock(read_mu);
+        MutexLock read_lock(&read_mu);
         if (Connect(&read_ctx).empty()) {
           auto* r = static_cast<redisReply*>(redisCommand(read_ctx, "SMEMBERS %s", kIndexKey));
           if (r == nullptr) {
@@ -382,14 +383,14 @@ struct RemoteCache::Impl {
     {
       // Connect the read connection while the model loads and specializes (a connect is the dearest
       // part of the first lookup); an error here is left for that lookup to report and count.
-      std::lock_guard<std::mutex> lock(read_mu);
+      MutexLock lock(&read_mu);
       if (Available()) Connect(&read_ctx);
     }
     for (;;) {
       Write w;
       {
-        std::unique_lock<std::mutex> lock(queue_mu);
-        queue_cv.wait(lock, [&] { return stop || !queue.empty(); });
+        MutexLock lock(&queue_mu);
+        while (!stop && queue.empty()) queue_cv.Wait(&queue_mu);
         if (queue.empty()) return;  // stop, and nothing left
         w = std::move(queue.front());
         queue.pop_front();
@@ -442,9 +443,9 @@ struct RemoteCache::Impl {
         }
       }
       {
-        std::lock_guard<std::mutex> lock(queue_mu);
+        MutexLock lock(&queue_mu);
         writing = false;
-        if (queue.empty()) idle_cv.notify_all();
+        if (queue.empty()) idle_cv.SignalAll();
       }
     }
   }
@@ -457,11 +458,11 @@ RemoteCache::RemoteCache(std::unique_ptr<Impl> impl) : options_(impl->options), 
 RemoteCache::~RemoteCache() {
   Flush(2000);
   {
-    std::lock_guard<std::mutex> lock(impl_->queue_mu);
+    MutexLock lock(&impl_->queue_mu);
     impl_->stop = true;
     impl_->queue.clear();  // what the flush could not send in time
   }
-  impl_->queue_cv.notify_all();
+  impl_->queue_cv.SignalAll();
   impl_->writer.join();
 }
 
@@ -484,12 +485,12 @@ absl::StatusOr<std::shared_ptr<RemoteCache>> RemoteCache::Open(const RemoteCache
 }
 
 absl::StatusOr<std::shared_ptr<RemoteCache>> RemoteCache::Shared(const RemoteCacheOptions& options) {
-  static std::mutex mu;
+  static Mutex mu;
   static auto* instances = new std::map<std::string, std::weak_ptr<RemoteCache>>();
   const std::string id = absl::StrCat(options.url, "\n", options.key_file, "\n", options.timeout_ms, "\n",
                                       options.ttl_s, "\n", options.max_entry_bytes, "\n", options.max_queue_bytes,
                                       "\n", options.lease_ms);
-  std::lock_guard<std::mutex> lock(mu);
+  MutexLock lock(&mu);
   if (auto it = instances->find(id); it != instances->end()) {
     if (std::shared_ptr<RemoteCache> alive = it->second.lock()) return alive;
   }
@@ -510,7 +511,7 @@ RemoteCache::Lease RemoteCache::TryLease(const CacheKey& key, PayloadKind payloa
   Impl& m = *impl_;
   if (m.options.lease_ms <= 0 || !m.Available()) return Lease::kUnavailable;
   const std::string lease_key = LeaseKey(key, payload_kind);
-  std::lock_guard<std::mutex> lock(m.read_mu);
+  MutexLock lock(&m.read_mu);
   if (std::string why = m.Connect(&m.read_ctx); !why.empty()) {
     m.Failed(why);
     return Lease::kUnavailable;
@@ -556,12 +557,12 @@ void RemoteCache::ReleaseLease(const CacheKey& key, PayloadKind payload_kind) {
   w.value = m.lease_token;
   w.release_lease = true;
   {
-    std::lock_guard<std::mutex> lock(m.queue_mu);
+    MutexLock lock(&m.queue_mu);
     if (m.stop) return;  // the lease expires on its own
     m.queued_bytes += static_cast<int64_t>(w.value.size());
     m.queue.push_back(std::move(w));
   }
-  m.queue_cv.notify_one();
+  m.queue_cv.Signal();
 }
 
 std::string RemoteCache::SignedValue(const std::string& redis_key, const CacheKey& key, PayloadKind payload_kind,
@@ -584,7 +585,7 @@ std::optional<std::string> RemoteCache::Lookup(const CacheKey& key, PayloadKind 
   const std::string redis_key = RedisKey(key, payload_kind);
   std::string value;
   {
-    std::lock_guard<std::mutex> lock(m.read_mu);
+    MutexLock lock(&m.read_mu);
     if (std::string why = m.Connect(&m.read_ctx); !why.empty()) {
       m.Failed(why);
       return std::nullopt;
@@ -624,7 +625,7 @@ void RemoteCache::StoreAsync(const CacheKey& key, PayloadKind payload_kind, absl
   w.value = SignedValue(w.redis_key, key, payload_kind, payload);
   if (payload_kind == PayloadKind::kAutotune) w.index_member = key.Hex();
   {
-    std::lock_guard<std::mutex> lock(m.queue_mu);
+    MutexLock lock(&m.queue_mu);
     if (m.stop || m.queued_bytes + static_cast<int64_t>(w.value.size()) > m.options.max_queue_bytes) {
       ++m.dropped_writes;
       return;
@@ -632,20 +633,25 @@ void RemoteCache::StoreAsync(const CacheKey& key, PayloadKind payload_kind, absl
     m.queued_bytes += static_cast<int64_t>(w.value.size());
     m.queue.push_back(std::move(w));
   }
-  m.queue_cv.notify_one();
+  m.queue_cv.Signal();
 }
 
 bool RemoteCache::Flush(int timeout_ms) {
   Impl& m = *impl_;
-  std::unique_lock<std::mutex> lock(m.queue_mu);
-  return m.idle_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-                            [&] { return m.queue.empty() && !m.writing; });
+  MutexLock lock(&m.queue_mu);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!m.queue.empty() || m.writing) {
+    const auto left = deadline - std::chrono::steady_clock::now();
+    if (left <= std::chrono::steady_clock::duration::zero()) return false;
+    m.idle_cv.WaitFor(&m.queue_mu, left);
+  }
+  return true;
 }
 
 absl::StatusOr<std::vector<RemoteCache::EntryInfo>> RemoteCache::List(std::vector<std::string>* payloads,
                                                                       std::vector<std::string>* keys) {
   Impl& m = *impl_;
-  std::lock_guard<std::mutex> lock(m.read_mu);
+  MutexLock lock(&m.read_mu);
   std::vector<std::string> names;
   std::string cursor = "0";
   do {
@@ -698,7 +704,7 @@ absl::Status RemoteCache::PutNow(const CacheKey& key, PayloadKind payload_kind, 
     argv.push_back("PX");
     argv.push_back(std::to_string(m.options.ttl_s * 1000));
   }
-  std::lock_guard<std::mutex> lock(m.read_mu);
+  MutexLock lock(&m.read_mu);
   CJIT_ASSIGN_OR_RETURN(redisReply * r, (m.Command("SET", argv)));
   freeReplyObject(r);
   if (payload_kind == PayloadKind::kAutotune) m.AddToIndex(m.read_ctx, key.Hex());

@@ -32,6 +32,7 @@
 #include "runtime/cpu/kernel.h"
 #include "runtime/autotune_internal.h"
 #include "runtime/profiler.h"
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -90,18 +91,18 @@ namespace {
 
 // Results of this process, shared by every session (as XLA's process-wide autotune cache).
 struct ProcessTable {
-  std::mutex mu;
-  std::map<std::string, AutotuneRecord> results;
-  std::set<std::string> in_flight;
-  std::mutex dump_mu;  // serializes dump-file writes
+  Mutex mu;
+  std::map<std::string, AutotuneRecord> results ABSL_GUARDED_BY(mu);
+  std::set<std::string> in_flight ABSL_GUARDED_BY(mu);
+  Mutex dump_mu;  // serializes dump-file writes
 };
 ProcessTable& Table() {
   static auto* t = new ProcessTable();
   return *t;
 }
 
-std::mutex& TestCandidateMu() {
-  static auto* mu = new std::mutex();
+Mutex& TestCandidateMu() {
+  static auto* mu = new Mutex();
   return *mu;
 }
 std::shared_ptr<const TestOnlyCandidate>& TestCandidate() {
@@ -109,7 +110,7 @@ std::shared_ptr<const TestOnlyCandidate>& TestCandidate() {
   return *c;
 }
 std::shared_ptr<const TestOnlyCandidate> CurrentTestCandidate() {
-  std::lock_guard<std::mutex> lock(TestCandidateMu());
+  MutexLock lock(&TestCandidateMu());
   return TestCandidate();
 }
 
@@ -173,7 +174,7 @@ constexpr size_t kFlushBytes = size_t{4} << 20;
 // Flush buffers come from a small process-wide pool (no thread_local: a host's threads would each keep
 // 4 MiB for their lifetime after tuning once).
 struct FlushPool {
-  std::mutex mu;
+  Mutex mu;
   std::vector<std::unique_ptr<uint8_t[]>> free;
 };
 FlushPool& Pool() {
@@ -185,7 +186,7 @@ FlushPool& Pool() {
 void FlushCaches() {
   std::unique_ptr<uint8_t[]> buf;
   {
-    std::lock_guard<std::mutex> lock(Pool().mu);
+    MutexLock lock(&Pool().mu);
     if (!Pool().free.empty()) {
       buf = std::move(Pool().free.back());
       Pool().free.pop_back();
@@ -194,7 +195,7 @@ void FlushCaches() {
   if (!buf) buf.reset(new uint8_t[kFlushBytes]);
   static std::atomic<uint8_t> salt{1};
   std::memset(buf.get(), salt.fetch_add(1, std::memory_order_relaxed), kFlushBytes);
-  std::lock_guard<std::mutex> lock(Pool().mu);
+  MutexLock lock(&Pool().mu);
   if (Pool().free.size() < 4) Pool().free.push_back(std::move(buf));
 }
 
@@ -263,13 +264,13 @@ CacheKey DiskKey(const std::string& device, const std::string& libraries, const 
 }  // namespace
 
 void SetTestOnlyCandidate(const TestOnlyCandidate* candidate) {
-  std::lock_guard<std::mutex> lock(TestCandidateMu());
+  MutexLock lock(&TestCandidateMu());
   TestCandidate() = candidate ? std::make_shared<const TestOnlyCandidate>(*candidate) : nullptr;
 }
 
 void ClearAutotuneResultsForTest() {
   ProcessTable& t = Table();
-  std::lock_guard<std::mutex> lock(t.mu);
+  MutexLock lock(&t.mu);
   t.results.clear();
 }
 
@@ -385,12 +386,12 @@ std::string Autotuner::SignatureKey(const Node& node, const std::vector<const Te
 }
 
 void Autotuner::Record(AutotuneRecord r) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (records_.size() < kMaxRecords) records_.push_back(std::move(r));
 }
 
 std::vector<AutotuneRecord> Autotuner::records() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return records_;
 }
 
@@ -420,7 +421,7 @@ std::optional<std::string> Autotuner::LookupStored(const std::string& key, const
     if (!memory && !usable(r.algorithm, source)) return std::nullopt;
     ++counter;
     if (!memory) {
-      std::lock_guard<std::mutex> lock(table.mu);
+      MutexLock lock(&table.mu);
       table.results.emplace(table_key, r);
     }
     r.source = source;
@@ -434,7 +435,7 @@ std::optional<std::string> Autotuner::LookupStored(const std::string& key, const
   {
     std::optional<AutotuneRecord> r;
     {
-      std::lock_guard<std::mutex> lock(table.mu);
+      MutexLock lock(&table.mu);
       auto it = table.results.find(table_key);
       if (it != table.results.end()) r = it->second;
     }
@@ -447,7 +448,7 @@ std::optional<std::string> Autotuner::LookupStored(const std::string& key, const
     if (e.device != device || e.libraries != libraries) {
       // Only device entries get here (CPU ones were checked when loaded). Logged once per signature and
       // tuner (a model may have many ops of it).
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (ignored_logged_.insert(key).second) {
         ++counters_.ignored_entries;
         CJIT_LOG(WARNING) << "autotune results " << options_.load_from << ": entry for " << op << " ignored: made "
@@ -489,7 +490,7 @@ std::optional<std::string> Autotuner::TuneOnce(const std::string& key, const std
   ProcessTable& table = Table();
   const std::string table_key = TableKey(device, libraries, key);
   {
-    std::lock_guard<std::mutex> lock(table.mu);
+    MutexLock lock(&table.mu);
     auto it = table.results.find(table_key);
     if (it != table.results.end()) {
       ++counters_.memory_hits;
@@ -501,7 +502,7 @@ std::optional<std::string> Autotuner::TuneOnce(const std::string& key, const std
     ProcessTable& t;
     const std::string& key;
     ~Done() {
-      std::lock_guard<std::mutex> lock(t.mu);
+      MutexLock lock(&t.mu);
       t.in_flight.erase(key);
     }
   } done{table, table_key};
@@ -557,7 +558,7 @@ std::optional<std::string> Autotuner::LookupDevice(const std::string& key, const
 
 void Autotuner::ForgetDevice(const std::string& key, const std::string& device, const std::string& libraries) {
   ProcessTable& table = Table();
-  std::lock_guard<std::mutex> lock(table.mu);
+  MutexLock lock(&table.mu);
   table.results.erase(TableKey(device, libraries, key));
 }
 
@@ -586,7 +587,7 @@ void Autotuner::Finish(const AutotuneRecord& rec, int64_t t_start, const std::st
                        const std::string& node_name) {
   ProcessTable& table = Table();
   {
-    std::lock_guard<std::mutex> lock(table.mu);
+    MutexLock lock(&table.mu);
     table.results.emplace(TableKey(rec.device, rec.libraries, rec.key), rec);
   }
   ++counters_.ops_tuned;
@@ -619,11 +620,11 @@ void Autotuner::Finish(const AutotuneRecord& rec, int64_t t_start, const std::st
 
 void Autotuner::WriteDumpFile() {
   ProcessTable& t = Table();
-  std::lock_guard<std::mutex> dump_lock(t.dump_mu);
+  MutexLock dump_lock(&t.dump_mu);
   std::string text = absl::StrCat("# clusterjit autotune results (format 1): device, libraries, op signature, ",
                                   "algorithm (empty = default), best us, default us; tab-separated, C-escaped\n");
   {
-    std::lock_guard<std::mutex> lock(t.mu);
+    MutexLock lock(&t.mu);
     for (const auto& [key, r] : t.results) absl::StrAppend(&text, EntryLine(r), "\n");
   }
   absl::Status st = WriteFileAtomically(options_.dump_to, text);
@@ -633,7 +634,7 @@ void Autotuner::WriteDumpFile() {
 std::atomic<int64_t>* Autotuner::DefaultTimeCounter(const std::string& key) {
   // Bounded (a service sees new signatures forever): past the cap a step counts its own time alone.
   constexpr size_t kMaxCounters = 1 << 16;
-  std::lock_guard<std::mutex> lock(time_mu_);
+  MutexLock lock(&time_mu_);
   auto it = default_ns_.find(key);
   if (it != default_ns_.end()) return it->second.get();
   if (default_ns_.size() >= kMaxCounters) return nullptr;
@@ -659,7 +660,7 @@ const std::string* StepTuning::Resolve(Autotuner& tuner, const Node& node, const
   if (st == kResolved) return choice_.empty() ? nullptr : &choice_;
   if (st == kUntunable || !tuner.enabled()) return nullptr;
   if (st == kNew) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (state_.load(std::memory_order_relaxed) == kNew) {
       key_ = Autotuner::SignatureKey(node, inputs, is_constant, post_ops, threads);
       if (key_.empty()) {
@@ -680,8 +681,8 @@ const std::string* StepTuning::Resolve(Autotuner& tuner, const Node& node, const
   if (st != kCounting) return nullptr;
   if (execution < tuner.options().threshold || !may_tune || !RanLongEnough(tuner)) return nullptr;
   // Tune on this thread; concurrent executions of this step run the default meanwhile.
-  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
-  if (!lock.owns_lock()) return nullptr;
+  if (!mu_.TryLock()) return nullptr;
+  MutexLock lock(&mu_, kAdoptLock);
   if (state_.load(std::memory_order_relaxed) != kCounting) {
     return state_.load(std::memory_order_acquire) == kResolved && !choice_.empty() ? &choice_ : nullptr;
   }

@@ -53,6 +53,7 @@
 #include "compiler/ir/graph.h"
 #include "compiler/ops/op_registry.h"
 #include "flags/flags.h"
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -191,16 +192,16 @@ class Autotuner {
   Profiler* profiler_;
   AutotuneCounters counters_;
   std::atomic<bool> cancelled_{false};
-  mutable std::mutex mu_;
-  std::vector<AutotuneRecord> records_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::vector<AutotuneRecord> records_ ABSL_GUARDED_BY(mu_);
   struct LoadedEntry {
     std::string device, libraries;  // a device result's identities; empty for a CPU one (checked when loaded)
     std::string algorithm;
   };
   std::unordered_map<std::string, LoadedEntry> loaded_;  // key -> entry from load_from (immutable)
-  std::set<std::string> ignored_logged_;  // guarded by mu_
-  std::mutex time_mu_;
-  std::unordered_map<std::string, std::unique_ptr<std::atomic<int64_t>>> default_ns_;  // guarded by time_mu_
+  std::set<std::string> ignored_logged_ ABSL_GUARDED_BY(mu_);
+  Mutex time_mu_;
+  std::unordered_map<std::string, std::unique_ptr<std::atomic<int64_t>>> default_ns_ ABSL_GUARDED_BY(time_mu_);
 };
 
 // The autotuning state of one library step of an executable. Resolve() is called for every execution:
@@ -234,7 +235,7 @@ class StepTuning {
   std::atomic<bool> failed_{false};
   std::atomic<int64_t> default_ns_{0};  // before the signature is known
   std::atomic<std::atomic<int64_t>*> signature_ns_{nullptr};  // the tuner's counter for key_
-  std::mutex mu_;
+  Mutex mu_;
   std::string key_;     // set under mu_ before state_ leaves kNew
   std::string choice_;  // immutable once state_ == kResolved
 };

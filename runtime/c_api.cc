@@ -3,7 +3,6 @@
 #include "clusterjit/clusterjit.h"
 
 #include <atomic>
-#include <condition_variable>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -18,6 +17,7 @@
 #include "base/logging.h"
 #include "runtime/session.h"
 #include "runtime/stats_json.h"
+#include "base/mutex.h"
 
 struct cjit_status {
   cjit_code code;
@@ -49,10 +49,10 @@ struct cjit_session {
     std::unique_ptr<cjit::Session> session;
     std::vector<std::string> input_names, output_names;
     std::string device;
-    std::mutex mu;
-    std::condition_variable idle;
-    int active = 0;
-    bool closing = false;
+    cjit::Mutex mu;
+    cjit::CondVar idle;  // signalled when `active` drops
+    int active ABSL_GUARDED_BY(mu) = 0;
+    bool closing ABSL_GUARDED_BY(mu) = false;
   };
   std::shared_ptr<Guts> guts;
 };
@@ -460,9 +460,10 @@ cjit_status* cjit_session_create_from_bytes(const void* data, size_t size, const
 void cjit_session_free(cjit_session* session) {
   if (session == nullptr) return;
   {
-    std::unique_lock<std::mutex> lock(session->guts->mu);
-    session->guts->closing = true;
-    session->guts->idle.wait(lock, [&] { return session->guts->active == 0; });
+    cjit_session::Guts& g = *session->guts;
+    cjit::MutexLock lock(&g.mu);
+    g.closing = true;
+    while (g.active != 0) g.idle.Wait(&g.mu);
   }
   delete session;
 }
@@ -625,7 +626,7 @@ cjit_status* cjit_session_run_with_options(cjit_session* session, const cjit_run
   if (n_outputs > 0 && outputs == nullptr) return Error(CJIT_INVALID_ARGUMENT, "cjit_session_run: outputs is NULL");
   std::shared_ptr<cjit_session::Guts> guts = session->guts;
   {
-    std::lock_guard<std::mutex> lock(guts->mu);
+    cjit::MutexLock lock(&guts->mu);
     if (guts->closing) return Error(CJIT_FAILED_PRECONDITION, "cjit_session_run: the session is being freed");
     ++guts->active;
   }
@@ -717,9 +718,9 @@ cjit_status* cjit_session_run_with_options(cjit_session* session, const cjit_run
     return absl::OkStatus();
   });
   {
-    std::lock_guard<std::mutex> lock(guts->mu);
+    cjit::MutexLock lock(&guts->mu);
     --guts->active;
-    guts->idle.notify_all();
+    guts->idle.SignalAll();
   }
   return result;
 }

@@ -22,6 +22,7 @@
 #include "runtime/executable.h"
 #include "runtime/executor.h"
 #include "runtime/profiler.h"
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -82,14 +83,14 @@ absl::StatusOr<std::shared_ptr<ClusterRuntime>> ClusterRuntime::Create(const Fla
 
 std::shared_ptr<ClusterStats> ClusterRuntime::NewStats() {
   auto s = std::make_shared<ClusterStats>();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   stats_order_[s.get()] = next_stats_;
   stats_.emplace(next_stats_++, s);
   return s;
 }
 
 std::vector<std::shared_ptr<ClusterStats>> ClusterRuntime::AllStats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<std::shared_ptr<ClusterStats>> out;
   out.reserve(stats_.size());
   for (const auto& [order, s] : stats_) out.push_back(s);
@@ -98,7 +99,7 @@ std::vector<std::shared_ptr<ClusterStats>> ClusterRuntime::AllStats() const {
 
 void ClusterRuntime::RetireStats(const std::shared_ptr<ClusterStats>& stats) {
   if (!stats) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = stats_order_.find(stats.get());
   if (it == stats_order_.end()) return;
   stats_.erase(it->second);
@@ -116,12 +117,12 @@ void ClusterRuntime::RetireStats(const std::shared_ptr<ClusterStats>& stats) {
 }
 
 ClusterRuntime::Totals ClusterRuntime::RetiredTotals() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return retired_;
 }
 
 bool ClusterRuntime::SubmitCompile(std::function<void()> job) {
-  std::lock_guard<std::mutex> lock(pool_mu_);
+  MutexLock lock(&pool_mu_);
   if (pool_stop_) return false;
   pool_jobs_.push_back(std::move(job));
   pool_in_flight_.fetch_add(1, std::memory_order_relaxed);
@@ -135,22 +136,23 @@ bool ClusterRuntime::SubmitCompile(std::function<void()> job) {
       if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10) != 0) {
         CJIT_VLOG(1) << "async compile thread: setpriority: " << std::strerror(errno);
       }
-      std::unique_lock<std::mutex> lock(pool_mu_);
+      pool_mu_.Lock();
       for (;;) {
-        pool_cv_.wait(lock, [this] { return pool_stop_ || !pool_jobs_.empty(); });
-        if (pool_stop_) return;
+        while (!pool_stop_ && pool_jobs_.empty()) pool_cv_.Wait(&pool_mu_);
+        if (pool_stop_) break;
         std::function<void()> next = std::move(pool_jobs_.front());
         pool_jobs_.pop_front();
-        lock.unlock();
+        pool_mu_.Unlock();
         next();
         next = nullptr;  // release what the job holds before taking the lock again
         pool_in_flight_.fetch_sub(1, std::memory_order_relaxed);
-        lock.lock();
-        pool_cv_.notify_all();
+        pool_mu_.Lock();
+        pool_cv_.SignalAll();
       }
+      pool_mu_.Unlock();
     });
   }
-  pool_cv_.notify_all();
+  pool_cv_.SignalAll();
   return true;
 }
 
@@ -159,10 +161,10 @@ void ClusterRuntime::Shutdown() {
   std::thread worker;
   std::deque<std::function<void()>> dropped;
   {
-    std::unique_lock<std::mutex> lock(pool_mu_);
+    MutexLock lock(&pool_mu_);
     pool_stop_ = true;
     dropped.swap(pool_jobs_);
-    pool_cv_.notify_all();
+    pool_cv_.SignalAll();
     worker = std::move(pool_thread_);
   }
   const int unrun = static_cast<int>(dropped.size());
@@ -172,14 +174,14 @@ void ClusterRuntime::Shutdown() {
 }
 
 std::shared_ptr<const CpuExecutable> ClusterRuntime::PlanTemplate(const std::string& identity) const {
-  std::lock_guard<std::mutex> lock(templates_mu_);
+  MutexLock lock(&templates_mu_);
   auto it = plan_templates_.find(identity);
   return it == plan_templates_.end() ? nullptr : it->second;
 }
 
 void ClusterRuntime::SetPlanTemplate(const std::string& identity, std::shared_ptr<const CpuExecutable> ex) {
   std::shared_ptr<const CpuExecutable> previous;  // released after the lock
-  std::lock_guard<std::mutex> lock(templates_mu_);
+  MutexLock lock(&templates_mu_);
   previous = std::exchange(plan_templates_[identity], std::move(ex));
 }
 
@@ -193,7 +195,7 @@ int ClusterRuntime::compiles_in_flight() const { return pool_in_flight_.load(std
 
 void ShapeFamily::Publish(int cluster_id, std::shared_ptr<const CpuExecutable> ex) {
   std::shared_ptr<const CpuExecutable> dropped;  // released after the lock
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto& list = executables_[cluster_id];
   auto it = std::find(list.begin(), list.end(), ex);
   if (it != list.end()) list.erase(it);
@@ -205,13 +207,13 @@ void ShapeFamily::Publish(int cluster_id, std::shared_ptr<const CpuExecutable> e
 }
 
 std::vector<std::shared_ptr<const CpuExecutable>> ShapeFamily::Get(int cluster_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = executables_.find(cluster_id);
   return it == executables_.end() ? std::vector<std::shared_ptr<const CpuExecutable>>{} : it->second;
 }
 
 bool ShapeFamily::Has(int cluster_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = executables_.find(cluster_id);
   return it != executables_.end() && !it->second.empty();
 }
@@ -243,29 +245,29 @@ struct ClusterRunner::State {
   // runs compiled from its first execution (a polymorphic hit, a disk or memory cache hit) never needs it,
   // and creating one per cluster per signature was a third of re-specialization.
   ExecutorOptions fallback_options;
-  std::mutex fallback_mu;
+  Mutex fallback_mu;
   std::unique_ptr<Executor> fallback;  // guarded by fallback_mu until set, then immutable
   std::shared_ptr<ClusterStats> stats;
-  std::mutex mu;
-  std::shared_ptr<const CpuExecutable> executable;  // guarded by mu
-  bool compile_in_flight = false;                   // guarded by mu
-  bool failed = false;                              // guarded by mu
-  bool dumped = false;                              // guarded by mu
-  bool polymorphic_tried = false;                   // guarded by mu
-  bool holds_fleet_lease = false;  // guarded by mu: this process compiles the entry for the fleet (TieredCache)
+  Mutex mu;
+  std::shared_ptr<const CpuExecutable> executable ABSL_GUARDED_BY(mu);
+  bool compile_in_flight ABSL_GUARDED_BY(mu) = false;
+  bool failed ABSL_GUARDED_BY(mu) = false;
+  bool dumped ABSL_GUARDED_BY(mu) = false;
+  bool polymorphic_tried ABSL_GUARDED_BY(mu) = false;
+  bool holds_fleet_lease ABSL_GUARDED_BY(mu) = false;  // this process compiles the entry for the fleet (TieredCache)
   std::atomic<uint64_t> pending_flow{0};  // trace flow from the compile to the first compiled execution
   std::string trace_name, compile_name;   // "cluster_<id>", "compile cluster_<id>"
   // Dynamic-shape plans (ShapeFamily).
   std::shared_ptr<ShapeFamily> family;
   bool dynamic = false;
-  const CpuExecutable* published = nullptr;  // the executable last published to `family` (guarded by mu)
+  const CpuExecutable* published ABSL_GUARDED_BY(mu) = nullptr;  // the executable last published to `family`
   // The family's instances by input dims, with the executable each was made from (dynamic runners; bounded).
   struct Instance {
     std::shared_ptr<const CpuExecutable> executable;
     std::shared_ptr<const CpuExecutable::DimsInstance> dims;
   };
-  std::mutex instances_mu;
-  std::map<std::vector<Dims>, Instance> instances;  // guarded by instances_mu
+  Mutex instances_mu;
+  std::map<std::vector<Dims>, Instance> instances ABSL_GUARDED_BY(instances_mu);
 };
 
 namespace {
@@ -366,7 +368,7 @@ std::shared_ptr<const CpuExecutable> LoadFromDisk(ClusterRunner::State& s, Profi
       RecordExecutable(s, *ex);
       s.runtime->cache().Insert(s.key, ex);
       {
-        std::lock_guard<std::mutex> lock(s.mu);
+        MutexLock lock(&s.mu);
         s.executable = ex;
       }
       CacheEvent(prof, "disk cache lookup", s, "hit", "", t0, tier);
@@ -399,7 +401,7 @@ bool TakeFleetLease(ClusterRunner::State& s, Profiler* prof, std::shared_ptr<con
              "", t0, "remote");
   switch (lease) {
     case TieredCache::FleetLease::kProduce: {
-      std::lock_guard<std::mutex> lock(s.mu);
+      MutexLock lock(&s.mu);
       s.holds_fleet_lease = true;
       return true;
     }
@@ -416,7 +418,7 @@ bool TakeFleetLease(ClusterRunner::State& s, Profiler* prof, std::shared_ptr<con
 
 void ReleaseFleetLease(ClusterRunner::State& s) {
   {
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(&s.mu);
     if (!s.holds_fleet_lease) return;
     s.holds_fleet_lease = false;
   }
@@ -433,7 +435,7 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::RunDynamic(const std::vector<
   for (const Tensor* t : inputs) dims.push_back(t ? t->dims() : Dims{});
   State::Instance use;
   {
-    std::lock_guard<std::mutex> lock(s.instances_mu);
+    MutexLock lock(&s.instances_mu);
     auto it = s.instances.find(dims);
     if (it != s.instances.end()) use = it->second;
   }
@@ -463,7 +465,7 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::RunDynamic(const std::vector<
     }
     ++s.stats->polymorphic_hits;
     constexpr size_t kMaxInstances = 256;  // per cluster of the family; each holds its dims and kernel metadata
-    std::lock_guard<std::mutex> lock(s.instances_mu);
+    MutexLock lock(&s.instances_mu);
     if (s.instances.size() >= kMaxInstances) s.instances.clear();
     s.instances[dims] = use;
   }
@@ -488,7 +490,7 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
   }
   std::shared_ptr<const CpuExecutable> ex;
   {
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(&s.mu);
     ex = s.executable;
   }
   if (!ex) {
@@ -497,7 +499,7 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
       ex = std::static_pointer_cast<const CpuExecutable>(hit);
       ++s.stats->memory_hits;
       RecordExecutable(s, *ex);
-      std::lock_guard<std::mutex> lock(s.mu);
+      MutexLock lock(&s.mu);
       s.executable = ex;
     }
     CacheEvent(prof, "memory cache lookup", s, ex ? "hit" : "miss", "", t0);
@@ -508,7 +510,7 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
   if (!ex) {
     bool failed, in_flight;
     {
-      std::lock_guard<std::mutex> lock(s.mu);
+      MutexLock lock(&s.mu);
       failed = s.failed;
       in_flight = s.compile_in_flight;
     }
@@ -525,13 +527,13 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
       // instantiation at a later execution) without a second compile.
       d = CompilePolicy::Decision::kFallback;
       why = "a compilation of this cluster structure is in flight";
-      std::lock_guard<std::mutex> lock(s.mu);
+      MutexLock lock(&s.mu);
       s.polymorphic_tried = false;
     }
     if (d == CompilePolicy::Decision::kCompile) {
       bool start = false;
       {
-        std::lock_guard<std::mutex> lock(s.mu);
+        MutexLock lock(&s.mu);
         if (!s.compile_in_flight && !s.executable) {
           s.compile_in_flight = true;
           start = true;
@@ -540,7 +542,7 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
       }
       if (start && !TakeFleetLease(s, prof, &ex, &why)) {
         start = false;
-        std::lock_guard<std::mutex> lock(s.mu);
+        MutexLock lock(&s.mu);
         s.compile_in_flight = false;
       }
       if (!start) s.runtime->policy().AbandonCompile(s.policy_id);
@@ -549,12 +551,12 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
         if (!s.runtime->SubmitCompile([keep] { CompileInto(keep, /*background=*/true).IgnoreError(); })) {
           s.runtime->policy().AbandonCompile(s.policy_id);
           ReleaseFleetLease(s);
-          std::lock_guard<std::mutex> lock(s.mu);
+          MutexLock lock(&s.mu);
           s.compile_in_flight = false;  // shutting down: stay on the fallback path
         }
         why = "compiling in the background (--async_compilation)";
       } else if (start && CompileInto(state_, /*background=*/false).ok()) {
-        std::lock_guard<std::mutex> lock(s.mu);
+        MutexLock lock(&s.mu);
         ex = s.executable;
       } else if (!ex && why.empty()) {
         why = start ? "its compilation failed" : "another thread is compiling it";
@@ -578,7 +580,7 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
     if (s.family) {
       bool publish;
       {
-        std::lock_guard<std::mutex> lock(s.mu);
+        MutexLock lock(&s.mu);
         publish = s.published != ex.get();
         s.published = ex.get();
       }
@@ -604,7 +606,7 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
   ++s.stats->fallback_executions;
   Executor* fallback = nullptr;
   {
-    std::lock_guard<std::mutex> lock(s.fallback_mu);
+    MutexLock lock(&s.fallback_mu);
     if (!s.fallback) {
       CJIT_ASSIGN_OR_RETURN(s.fallback, Executor::Create(s.body, s.fallback_options));
     }
@@ -618,7 +620,7 @@ absl::StatusOr<std::vector<Tensor>> ClusterRunner::Run(const std::vector<const T
 std::shared_ptr<const CpuExecutable> ClusterRunner::TryPolymorphicInstantiation(Profiler* prof) {
   State& s = *state_;
   {
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(&s.mu);
     if (s.polymorphic_tried || s.failed || s.compile_in_flight) return nullptr;
     s.polymorphic_tried = true;
   }
@@ -629,7 +631,7 @@ std::shared_ptr<const CpuExecutable> ClusterRunner::TryPolymorphicInstantiation(
   const bool compiled_before = s.runtime->policy().HasCompiled(s.policy_id);
   if (s.runtime->flags().always_defer_compilation ||
       (!compiled_before && !s.runtime->policy().MayRunWithoutCodegen(s.policy_id))) {
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(&s.mu);
     s.polymorphic_tried = false;  // the structure may compile later (another signature): ask again then
     return nullptr;
   }
@@ -655,7 +657,7 @@ std::shared_ptr<const CpuExecutable> ClusterRunner::TryPolymorphicInstantiation(
   if (!ex.ok()) {
     if (!compiled_before) {
       s.runtime->policy().RecordNeedsCodegen(s.policy_id);
-      std::lock_guard<std::mutex> lock(s.mu);
+      MutexLock lock(&s.mu);
       s.polymorphic_tried = false;  // once the structure has compiled (another signature), try again
     }
     return nullptr;
@@ -664,7 +666,7 @@ std::shared_ptr<const CpuExecutable> ClusterRunner::TryPolymorphicInstantiation(
   RecordExecutable(s, **ex);
   s.runtime->SetPlanTemplate(s.policy_id, *ex);
   s.runtime->cache().Insert(s.key, *ex);
-  std::lock_guard<std::mutex> lock(s.mu);
+  MutexLock lock(&s.mu);
   if (!s.executable) s.executable = *ex;
   return s.executable;
 }
@@ -674,7 +676,7 @@ namespace {
 void DumpCompiled(ClusterRunner::State& s, const CpuExecutable& ex) {
   Dumper* d = s.runtime->dumper();
   {
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(&s.mu);
     if (s.dumped) return;
     s.dumped = true;
   }
@@ -747,7 +749,7 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state, boo
   }
   if (!ex.ok()) ReleaseFleetLease(s);  // the fleet need not wait for an entry that will not come
   {
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(&s.mu);
     s.compile_in_flight = false;
     if (!ex.ok()) {
       s.failed = true;
@@ -786,7 +788,7 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state, boo
     prof->FlowStart(flow, "first compiled execution", Profiler::Now());
     s.pending_flow.store(flow);
   }
-  std::lock_guard<std::mutex> lock(s.mu);
+  MutexLock lock(&s.mu);
   s.executable = *ex;
   return absl::OkStatus();
 }

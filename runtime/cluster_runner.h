@@ -9,7 +9,6 @@
 #define CJIT_RUNTIME_CLUSTER_RUNNER_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
@@ -28,6 +27,7 @@
 #include "compiler/ir/graph.h"
 #include "flags/flags.h"
 #include "runtime/compile_policy.h"
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -130,19 +130,20 @@ class ClusterRuntime : public std::enable_shared_from_this<ClusterRuntime> {
   std::shared_ptr<Dumper> dumper_;
   std::string target_, codegen_flags_;
   std::shared_ptr<const ConstantObjects> loaded_constants_;
-  mutable std::mutex templates_mu_;
-  std::unordered_map<std::string, std::shared_ptr<const CpuExecutable>> plan_templates_;  // by identity
-  mutable std::mutex mu_;
-  uint64_t next_stats_ = 0;
-  std::map<uint64_t, std::shared_ptr<ClusterStats>> stats_;  // by creation order
-  std::map<const ClusterStats*, uint64_t> stats_order_;
-  Totals retired_;
-  // Compile worker (guarded by pool_mu_).
-  mutable std::mutex pool_mu_;
-  std::condition_variable pool_cv_;
-  std::deque<std::function<void()>> pool_jobs_;
-  std::thread pool_thread_;
-  bool pool_stop_ = false;
+  mutable Mutex templates_mu_;
+  std::unordered_map<std::string, std::shared_ptr<const CpuExecutable>> plan_templates_
+      ABSL_GUARDED_BY(templates_mu_);  // by identity
+  mutable Mutex mu_;
+  uint64_t next_stats_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, std::shared_ptr<ClusterStats>> stats_ ABSL_GUARDED_BY(mu_);  // by creation order
+  std::map<const ClusterStats*, uint64_t> stats_order_ ABSL_GUARDED_BY(mu_);
+  Totals retired_ ABSL_GUARDED_BY(mu_);
+  // Compile worker.
+  mutable Mutex pool_mu_;
+  CondVar pool_cv_;
+  std::deque<std::function<void()>> pool_jobs_ ABSL_GUARDED_BY(pool_mu_);
+  std::thread pool_thread_ ABSL_GUARDED_BY(pool_mu_);
+  bool pool_stop_ ABSL_GUARDED_BY(pool_mu_) = false;
   std::atomic<int> pool_in_flight_{0};  // queued + running; dropped jobs are subtracted by Shutdown
 };
 
@@ -166,8 +167,8 @@ class ShapeFamily {
 
  private:
   std::shared_ptr<const DerivedConstants> derived_;
-  mutable std::mutex mu_;
-  std::unordered_map<int, std::vector<std::shared_ptr<const CpuExecutable>>> executables_;
+  mutable Mutex mu_;
+  std::unordered_map<int, std::vector<std::shared_ptr<const CpuExecutable>>> executables_ ABSL_GUARDED_BY(mu_);
 };
 
 // A run of a dynamic-shape plan that it cannot serve (no executable of a cluster yet, or dims its kernels

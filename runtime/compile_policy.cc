@@ -1,10 +1,11 @@
 #include "runtime/compile_policy.h"
+#include "base/mutex.h"
 
 namespace cjit {
 
 CompilePolicy::Decision CompilePolicy::OnExecution(const std::string& cluster, const std::string& signature,
                                                    std::string* reason) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   State& s = clusters_[cluster];
   ++s.executions;
   auto fallback = [&](const char* why) {
@@ -24,7 +25,7 @@ CompilePolicy::Decision CompilePolicy::OnExecution(const std::string& cluster, c
 }
 
 bool CompilePolicy::BeginCompile(const std::string& cluster) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   State& s = clusters_[cluster];
   if (s.compiling) return false;
   s.compiling = true;
@@ -32,12 +33,12 @@ bool CompilePolicy::BeginCompile(const std::string& cluster) {
 }
 
 void CompilePolicy::AbandonCompile(const std::string& cluster) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   clusters_[cluster].compiling = false;
 }
 
 void CompilePolicy::RecordCompile(const std::string& cluster, double seconds, bool ok) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   State& s = clusters_[cluster];
   s.compiling = false;
   ++s.compiles;
@@ -47,24 +48,24 @@ void CompilePolicy::RecordCompile(const std::string& cluster, double seconds, bo
 }
 
 bool CompilePolicy::HasCompiled(const std::string& cluster) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = clusters_.find(cluster);
   return it != clusters_.end() && it->second.compiled_ok && !it->second.failed;
 }
 
 bool CompilePolicy::MayRunWithoutCodegen(const std::string& cluster) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = clusters_.find(cluster);
   return it == clusters_.end() || (!it->second.needs_codegen && !it->second.failed);
 }
 
 void CompilePolicy::RecordNeedsCodegen(const std::string& cluster) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   clusters_[cluster].needs_codegen = true;
 }
 
 void CompilePolicy::RecordCompiledExecution(const std::string& cluster) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ++clusters_[cluster].executions;
 }
 

@@ -16,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -73,8 +74,8 @@ class CompilePolicy {
     bool needs_codegen = false;
   };
   CompilePolicyOptions options_;
-  std::mutex mu_;
-  std::map<std::string, State> clusters_;
+  Mutex mu_;
+  std::map<std::string, State> clusters_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cjit

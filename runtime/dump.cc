@@ -13,6 +13,7 @@
 #include "base/file_util.h"
 #include "base/logging.h"
 #include "nlohmann/json.hpp"
+#include "base/mutex.h"
 
 namespace cjit {
 namespace {
@@ -52,7 +53,7 @@ absl::StatusOr<std::shared_ptr<Dumper>> Dumper::Create(const std::string& dir, c
 }
 
 int Dumper::NewSignature(const std::string& signature) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   signatures_.push_back(signature);
   pass_counter_.push_back(1);
   return static_cast<int>(signatures_.size()) - 1;
@@ -64,7 +65,7 @@ void Dumper::DumpGraph(int sig, const std::string& pass, const Graph& graph, boo
   if (!always && pass != "input" && !WantsPass(pass)) return;
   int counter;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     counter = pass == "input" ? 0 : pass_counter_[sig]++;
   }
   Entry e;
@@ -115,7 +116,7 @@ void Dumper::DumpCluster(int sig, int cluster, const std::string& kind, const st
 
 void Dumper::Write(Entry e, std::string_view contents) {
   absl::Status st = WriteFileAtomically((std::filesystem::path(dir_) / e.file).string(), contents);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!st.ok()) {
     if (!warned_) CJIT_LOG(WARNING) << "--dump_to: " << st.message() << " (further dump errors are not logged)";
     warned_ = true;

@@ -29,6 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "compiler/ir/graph.h"
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -62,15 +63,15 @@ class Dumper {
   };
   Dumper() = default;
   void Write(Entry e, std::string_view contents);
-  void WriteManifestLocked();
+  void WriteManifestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::string dir_;
   std::regex pass_re_;
-  std::mutex mu_;
-  std::vector<std::string> signatures_;  // by index
-  std::vector<int> pass_counter_;        // by signature
-  std::vector<Entry> entries_;
-  bool warned_ = false;
+  Mutex mu_;
+  std::vector<std::string> signatures_ ABSL_GUARDED_BY(mu_);  // by index
+  std::vector<int> pass_counter_ ABSL_GUARDED_BY(mu_);        // by signature
+  std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
+  bool warned_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // Graphviz text of `graph`: nodes by op type and name, edges labelled with dtype and shape, every

@@ -18,6 +18,7 @@
 #include "runtime/cpu/kernel.h"
 #include "runtime/cpu/parallel.h"
 #include "runtime/profiler.h"
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -287,7 +288,7 @@ struct CpuExecutable::DimsInstance {
 };
 
 absl::StatusOr<std::shared_ptr<const CpuExecutable::DimsLayout>> CpuExecutable::GetDimsLayout() const {
-  std::lock_guard<std::mutex> lock(dims_layout_mu_);
+  MutexLock lock(&dims_layout_mu_);
   if (dims_layout_) return dims_layout_;
   auto l = std::make_shared<DimsLayout>();
   auto add = [&](const Value* v) -> int {

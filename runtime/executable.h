@@ -22,6 +22,7 @@
 #include "compiler/ir/graph.h"
 #include "runtime/cpu/kernel.h"
 #include "compiler/ops/op_registry.h"
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -146,8 +147,8 @@ class CpuExecutable : public CacheEntry {
   mutable std::atomic<bool> autotune_job_claimed_{false};
   // What InstantiateDims needs of the body, built on its first call.
   struct DimsLayout;
-  mutable std::mutex dims_layout_mu_;
-  mutable std::shared_ptr<const DimsLayout> dims_layout_;
+  mutable Mutex dims_layout_mu_;
+  mutable std::shared_ptr<const DimsLayout> dims_layout_ ABSL_GUARDED_BY(dims_layout_mu_);
   absl::StatusOr<std::shared_ptr<const DimsLayout>> GetDimsLayout() const;
   // InstantiateDims' steps: every body value's dims at the input dims (shape functions of the nodes whose
   // inputs changed, derived constants evaluated where read), then the fused kernels' metadata, then the

@@ -14,6 +14,7 @@
 #include "runtime/cluster_runner.h"
 #include "runtime/profiler.h"
 #include "runtime/run_options.h"
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -181,7 +182,7 @@ absl::StatusOr<std::vector<Tensor>> Executor::RunSubgraph(
     const std::vector<std::pair<std::string, Tensor>>& captures) const {
   const Executor* sub = nullptr;
   {
-    std::lock_guard<std::mutex> lock(sub_mu_);
+    MutexLock lock(&sub_mu_);
     auto it = subgraphs_.find(&g);
     if (it == subgraphs_.end()) {
       // Subgraphs are owned by node attributes of graph_ (shared_ptr); alias them without owning.

@@ -20,6 +20,7 @@
 #include "compiler/ir/graph.h"
 #include "compiler/ops/op_registry.h"
 #include "runtime/cpu/kernel.h"
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -118,8 +119,8 @@ class Executor {
   std::vector<int> input_slots_, output_slots_;
   std::vector<std::pair<std::string, int>> capture_slots_;
   SubgraphRunner runner_;
-  mutable std::mutex sub_mu_;
-  mutable std::map<const Graph*, std::unique_ptr<Executor>> subgraphs_;
+  mutable Mutex sub_mu_;
+  mutable std::map<const Graph*, std::unique_ptr<Executor>> subgraphs_ ABSL_GUARDED_BY(sub_mu_);
 };
 
 }  // namespace cjit

@@ -20,6 +20,7 @@
 
 #if CJIT_HAVE_NVTX
 #include <nvtx3/nvToolsExt.h>
+#include "base/mutex.h"
 #endif
 
 namespace cjit {
@@ -54,9 +55,9 @@ std::string Micros(int64_t ns) {
 
 // Paths handed out in this process, so two sessions tracing to one path write separate files.
 std::string UniquePath(const std::string& path) {
-  static std::mutex mu;
+  static Mutex mu;
   static std::set<std::string>* used = new std::set<std::string>();
-  std::lock_guard<std::mutex> lock(mu);
+  MutexLock lock(&mu);
   if (used->insert(path).second) return path;
   std::filesystem::path p(path);
   std::string stem = p.stem().string(), ext = p.extension().string();
@@ -164,7 +165,7 @@ int Profiler::ThreadId() {
 }
 
 void Profiler::Append(TraceEvent e) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (stopped_) return;
   if (e.tid != last_tid_) {
     last_tid_ = e.tid;
@@ -223,7 +224,7 @@ void Profiler::CompleteNode(const Node* node, const char* cat, int cluster, int6
 }
 
 void Profiler::Materialize() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (size_t i = materialized_; i < events_.size(); ++i) {
     TraceEvent& e = events_[i];
     if (e.node == nullptr) continue;
@@ -266,13 +267,13 @@ void Profiler::FlowEnd(uint64_t id, std::string_view name, int64_t at_ns) { Flow
 
 void Profiler::NameThisThread(std::string_view name) {
   int tid = ThreadId();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   thread_names_[tid] = absl::StrCat(std::string(name), " (", tid, ")");
 }
 
 std::vector<TraceEvent> Profiler::Events() const {
   const_cast<Profiler*>(this)->Materialize();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<TraceEvent> out;
   out.reserve(events_.size());
   for (size_t i = 0; i < events_.size(); ++i) out.push_back(events_[i]);
@@ -280,13 +281,13 @@ std::vector<TraceEvent> Profiler::Events() const {
 }
 
 bool Profiler::written() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return written_;
 }
 
 std::string Profiler::ToJson() const {
   const_cast<Profiler*>(this)->Materialize();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   int pid = static_cast<int>(::getpid());
   std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
   bool first = true;
@@ -326,14 +327,14 @@ std::string Profiler::ToJson() const {
 
 absl::StatusOr<std::string> Profiler::Write() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (written_) return path_;
     if (path_.empty()) return absl::FailedPreconditionError("profiling without a trace file (--trace_to is empty)");
     stopped_ = true;
   }
   absl::Status st = WriteFileAtomically(path_, ToJson());
   if (!st.ok()) return absl::Status(st.code(), absl::StrCat("--trace_to: ", st.message()));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   written_ = true;
   return path_;
 }

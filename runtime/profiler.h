@@ -39,6 +39,7 @@
 
 #include "absl/status/statusor.h"
 #include "compiler/ir/tensor.h"
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -179,7 +180,7 @@ class Profiler {
   ProfilerOptions options_;
   std::string path_;
   int64_t start_ns_ = 0;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   // Events in blocks of kBlock, each constructed (so its pages are touched) when it is allocated: appending
   // never moves old events, and recording costs no allocation or page fault except once per block; growing
   // the heap a few KB per run would otherwise show up as time outside the op events of a small model.
@@ -198,11 +199,13 @@ class Profiler {
     std::vector<std::unique_ptr<TraceEvent[]>> blocks_;
     size_t size_ = 0;
   };
-  EventLog events_;                         // guarded by mu_
-  size_t materialized_ = 0;                 // guarded by mu_: events before this index have no node
-  std::map<int, std::string> thread_names_; // guarded by mu_
-  int last_tid_ = -1;                       // guarded by mu_
-  bool truncated_ = false, stopped_ = false, written_ = false;  // guarded by mu_
+  EventLog events_ ABSL_GUARDED_BY(mu_);
+  size_t materialized_ ABSL_GUARDED_BY(mu_) = 0;  // events before this index have no node
+  std::map<int, std::string> thread_names_ ABSL_GUARDED_BY(mu_);
+  int last_tid_ ABSL_GUARDED_BY(mu_) = -1;
+  bool truncated_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool written_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<int64_t> dropped_{0};
   std::atomic<uint64_t> next_flow_{0};
 };

@@ -33,6 +33,7 @@
 #include "runtime/executor.h"
 #include "runtime/profiler.h"
 #include "base/logging.h"
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -302,7 +303,7 @@ SessionStats Session::stats() const {
   SessionStats out;
   out.compiles_in_flight = clusters_->compiles_in_flight();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     out.signatures = static_cast<int>(plans_.size());
     out.signature_evictions = plan_evictions_;
     out.specializations = specializations_;
@@ -380,12 +381,12 @@ std::vector<AutotuneRecord> Session::AutotuneRecords() const {
 }
 
 int Session::num_signatures() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return static_cast<int>(plans_.size());
 }
 
 int64_t Session::signature_evictions() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return plan_evictions_;
 }
 
@@ -510,7 +511,7 @@ std::vector<bool> Session::ValueSpecialized(const std::vector<Tensor>& inputs) {
   };
   for (size_t i = 0; i < inputs.size(); ++i) any |= candidate(inputs[i], i);
   if (!any) return out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     if (!candidate(t, i)) continue;
@@ -651,7 +652,7 @@ absl::StatusOr<std::vector<NamedTensor>> Session::RunImpl(const std::vector<Name
     auto dynamic = plan.cpu->Run(ordered);
     const bool miss = IsDynamicShapeMiss(dynamic.status());
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (dynamic.ok()) ++dynamic_shape_runs_;
       if (miss) ++dynamic_shape_misses_;
     }
@@ -679,7 +680,7 @@ std::string Session::device() const { return gpu_ordinal_ >= 0 ? absl::StrCat("c
 
 std::vector<std::string> Session::GpuPlacements() const {
   std::vector<std::string> out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::map<std::string, const GpuExecutor*> by_signature;  // sorted, as before the LRU
   for (const auto& [signature, cached] : plans_) {
     if (cached.plan.gpu) by_signature[signature] = cached.plan.gpu.get();

@@ -53,6 +53,7 @@
 #include "flags/flags.h"
 #include "runtime/autotune.h"
 #include "runtime/run_options.h"
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -247,18 +248,19 @@ class Session {
   std::shared_ptr<const Graph> graph_;
   std::shared_ptr<const ModelMetadata> metadata_ = std::make_shared<ModelMetadata>();
   std::vector<TensorInfo> inputs_, outputs_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   // Plans by signature, most recently used first in plan_lru_ (bounded by --max_cached_signatures).
   struct CachedPlan {
     Plan plan;
     std::list<std::string>::iterator lru;
   };
-  std::unordered_map<std::string, CachedPlan> plans_;
-  std::list<std::string> plan_lru_;
-  int64_t plan_evictions_ = 0;
+  std::unordered_map<std::string, CachedPlan> plans_ ABSL_GUARDED_BY(mu_);
+  std::list<std::string> plan_lru_ ABSL_GUARDED_BY(mu_);
+  int64_t plan_evictions_ ABSL_GUARDED_BY(mu_) = 0;
   // Replay templates by structure key (input dtypes, ranks, 0/1 dims, by-value inputs); bounded.
-  std::map<std::string, std::shared_ptr<const ReplayTemplate>> replay_templates_;
-  int64_t specializations_ = 0, specialization_replays_ = 0;
+  std::map<std::string, std::shared_ptr<const ReplayTemplate>> replay_templates_ ABSL_GUARDED_BY(mu_);
+  int64_t specializations_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t specialization_replays_ ABSL_GUARDED_BY(mu_) = 0;
   // Dynamic-shape plans by structure key (templates whose specialization depends on no concrete dim, or
   // only through Reshape targets inside clusters): the family of executables its plans publish, and the
   // executor that runs them at any dims.

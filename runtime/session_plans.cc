@@ -36,6 +36,7 @@
 #include "runtime/executor.h"
 #include "runtime/profiler.h"
 #include "base/logging.h"
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -193,7 +194,7 @@ std::shared_ptr<ShapeFamily> Session::RecordReplayTemplate(const std::string& st
     CJIT_VLOG(1) << "no dynamic-shape plan for the structure of " << signature << ": " << made->guards.size()
                  << " reshapes removed as identities at its dims";
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ++specializations_;
   if (made) {
     // A structure's family follows its template (a later full specialization replaces both).
@@ -251,7 +252,7 @@ absl::StatusOr<std::shared_ptr<Graph>> Session::SpecializedGraphFor(const std::v
     }
   }
   if (g) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++specialization_replays_;
   } else {
     family = nullptr;  // this signature's graph will not be the template's
@@ -302,7 +303,7 @@ Session::Plan Session::CachePlan(const std::string& signature, Plan plan) {
   std::vector<Plan> evicted;
   Plan out;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto [it, inserted] = plans_.try_emplace(signature);
     if (inserted) {
       it->second.plan = std::move(plan);
@@ -328,7 +329,7 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
   std::vector<bool> by_value = ValueSpecialized(inputs);
   const std::string signature = SignatureOf(inputs, by_value);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = plans_.find(signature);
     if (it != plans_.end()) {
       plan_lru_.splice(plan_lru_.begin(), plan_lru_, it->second.lru);
@@ -347,7 +348,7 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
   DynamicFamily dynamic_family;          // a family whose executor this signature's run creates
   if (replayable) {
     structure = StructureOf(inputs, by_value);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = replay_templates_.find(structure);
     if (it != replay_templates_.end()) tmpl = it->second;
     auto fam = families_.find(structure);
@@ -387,7 +388,7 @@ absl::StatusOr<Session::Plan> Session::Specialize(const std::vector<Tensor>& inp
     eo.dynamic_clusters = true;
     auto ex = Executor::Create(dynamic_family.tmpl->graph, eo);
     if (ex.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       auto fam = families_.find(structure);
       if (fam != families_.end() && fam->second.executables == dynamic_family.executables) {
         if (!fam->second.executor) fam->second.executor = std::move(*ex);

@@ -53,6 +53,7 @@
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Host.h"
 #include "llvm/Config/llvm-config.h"
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -69,12 +70,12 @@ struct LoadedKernel {
 };
 
 struct Jit {
-  std::mutex mu;      // kernels, objects and the LLJIT's symbol table (adding and looking up code)
+  Mutex mu;      // kernels, objects and the LLJIT's symbol table (adding and looking up code)
   // Target machines, each used by one thread at a time (a TargetMachine's subtarget cache is not
   // thread-safe): compiling threads and dumps take one (AcquireTm), made from the JIT's own builder so
   // their object code links into it.
   std::optional<llvm::orc::JITTargetMachineBuilder> jtmb;
-  std::mutex tm_mu;
+  Mutex tm_mu;
   std::vector<std::unique_ptr<llvm::TargetMachine>> idle_tms;
   std::map<std::string, LoadedKernel> kernels;  // structure -> loaded kernel (process lifetime)
   std::unique_ptr<llvm::orc::LLJIT> lljit;
@@ -297,7 +298,7 @@ int64_t NowNs() {
 // A target machine for one compiling thread (Jit::idle_tms, else a new one); give it back with ReleaseTm.
 absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> AcquireTm(Jit& jit) {
   {
-    std::lock_guard<std::mutex> lock(jit.tm_mu);
+    MutexLock lock(&jit.tm_mu);
     if (!jit.idle_tms.empty()) {
       auto tm = std::move(jit.idle_tms.back());
       jit.idle_tms.pop_back();
@@ -310,7 +311,7 @@ absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> AcquireTm(Jit& jit) {
 }
 
 void ReleaseTm(Jit& jit, std::unique_ptr<llvm::TargetMachine> tm) {
-  std::lock_guard<std::mutex> lock(jit.tm_mu);
+  MutexLock lock(&jit.tm_mu);
   jit.idle_tms.push_back(std::move(tm));
 }
 
@@ -402,7 +403,7 @@ absl::StatusOr<std::unique_ptr<CpuCode>> CompileForCpu(const FusionPlan& plan, c
   // The structures not loaded yet (each once), decided under the lock; compiled without it.
   std::vector<size_t> missing;
   {
-    std::lock_guard<std::mutex> lock(jit.mu);
+    MutexLock lock(&jit.mu);
     std::set<std::string> seen;
     for (size_t i = 0; i < plan.kernels.size(); ++i) {
       if (!jit.kernels.count(planned[i].structure) && seen.insert(planned[i].structure).second) missing.push_back(i);
@@ -432,7 +433,7 @@ absl::StatusOr<std::unique_ptr<CpuCode>> CompileForCpu(const FusionPlan& plan, c
                               CompileKernelObject(jit, tm.get(), plan.kernels[i], planned[i], options));
         opt_ms[m] = compiled.opt_ms;
         mc_ms[m] = compiled.mc_ms;
-        std::lock_guard<std::mutex> lock(jit.mu);  // per kernel: instantiations of other clusters interleave
+        MutexLock lock(&jit.mu);  // per kernel: instantiations of other clusters interleave
         return LoadKernel(jit, std::move(compiled), plan.kernels[i], planned[i], options);
       });
       if (!status[m].ok()) {
@@ -449,7 +450,7 @@ absl::StatusOr<std::unique_ptr<CpuCode>> CompileForCpu(const FusionPlan& plan, c
   work();
   for (std::thread& t : helpers) t.join();
   for (const absl::Status& st : status) CJIT_RETURN_IF_ERROR(st);
-  std::lock_guard<std::mutex> lock(jit.mu);
+  MutexLock lock(&jit.mu);
   std::set<std::string> compiled_here;
   for (size_t m : missing) compiled_here.insert(planned[m].structure);
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
@@ -516,7 +517,7 @@ absl::StatusOr<std::string> ExportCpuPayload(const FusionPlan& plan) {
   CpuCodeImpl scratch;
   std::vector<PlannedKernel> planned = PlanKernels(plan, &scratch);
   Jit& jit = GetJit();
-  std::lock_guard<std::mutex> lock(jit.mu);
+  MutexLock lock(&jit.mu);
   std::set<std::string> done;
   std::string out;
   std::vector<const PlannedKernel*> unique;
@@ -569,7 +570,7 @@ absl::StatusOr<std::unique_ptr<CpuCode>> LoadCpuPayload(const FusionPlan& plan, 
   auto code = std::make_unique<CpuCodeImpl>();
   std::vector<PlannedKernel> planned = PlanKernels(plan, code.get());
   Jit& jit = GetJit();
-  std::lock_guard<std::mutex> lock(jit.mu);
+  MutexLock lock(&jit.mu);
   if (!jit.lljit) return absl::InternalError(absl::StrCat("LLVM JIT unavailable: ", jit.error));
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
     const std::string& structure = planned[i].structure;

@@ -21,6 +21,7 @@
 #endif
 #ifdef CJIT_ARENA_ASAN
 #include <sanitizer/asan_interface.h>
+#include "base/mutex.h"
 #define CJIT_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
 #define CJIT_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
 #else
@@ -135,7 +136,7 @@ void* BufferArena::Allocate(size_t bytes, size_t* usable) {
 void* BufferArena::AllocateLocked(size_t bytes, size_t* usable, std::vector<std::pair<char*, size_t>>* to_populate) {
   if (bytes == 0 || bytes > options_.max_bytes) return nullptr;
   const size_t size = RoundUp(bytes, kGranule);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto best = free_.lower_bound({size, nullptr});
   if (best == free_.end()) {
     if (!AddRegion(size)) {
@@ -181,7 +182,7 @@ void* BufferArena::AllocateLocked(size_t bytes, size_t* usable, std::vector<std:
 void BufferArena::Free(void* ptr) {
   if (ptr == nullptr) return;
   char* p = static_cast<char*>(ptr);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = chunks_.find(p);
   if (it == chunks_.end() || it->second.free) {
     // Not a block of this arena, or freed twice: a bug of the caller. Sanitizer builds stop here; others
@@ -216,7 +217,7 @@ void BufferArena::Free(void* ptr) {
 
 bool BufferArena::Owns(const void* ptr) {
   const char* p = static_cast<const char*>(ptr);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const Region& r : regions_) {
     if (r.base != nullptr && p >= r.base && p < r.base + r.size) return true;
   }
@@ -224,7 +225,7 @@ bool BufferArena::Owns(const void* ptr) {
 }
 
 BufferArena::Stats BufferArena::stats() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Stats s;
   s.reserved_bytes = reserved_;
   s.in_use_bytes = in_use_;

@@ -35,6 +35,7 @@
 #include <set>
 #include <utility>
 #include <vector>
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -84,19 +85,22 @@ class BufferArena {
     size_t size = 0;
     std::vector<bool> populated;  // per kGranule page: prefaulted (or known touched) already
   };
-  void* AllocateLocked(size_t bytes, size_t* usable, std::vector<std::pair<char*, size_t>>* to_populate);
+  // Takes mu_; the caller prefaults `to_populate` after it is released.
+  void* AllocateLocked(size_t bytes, size_t* usable, std::vector<std::pair<char*, size_t>>* to_populate)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Unlocked helpers (mu_ held).
-  void InsertFree(char* p, Chunk& c);
-  void EraseFree(char* p, const Chunk& c);
-  bool AddRegion(size_t at_least);
-  void ReleaseFreeRegions();
+  void InsertFree(char* p, Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EraseFree(char* p, const Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool AddRegion(size_t at_least) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseFreeRegions() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Options options_;
-  std::mutex mu_;
-  std::map<char*, Chunk> chunks_;              // every chunk by address
-  std::set<std::pair<size_t, char*>> free_;  // free chunks by (size, address): best fit = lower_bound
-  std::vector<Region> regions_;              // index = Chunk::region; released ones have base == null
-  size_t reserved_ = 0, in_use_ = 0;
+  Mutex mu_;
+  std::map<char*, Chunk> chunks_ ABSL_GUARDED_BY(mu_);              // every chunk by address
+  std::set<std::pair<size_t, char*>> free_ ABSL_GUARDED_BY(mu_);  // by (size, address): best fit = lower_bound
+  std::vector<Region> regions_ ABSL_GUARDED_BY(mu_);  // index = Chunk::region; released ones have base == null
+  size_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t in_use_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<size_t> populated_{0};  // counted after the prefault, outside mu_
 };
 

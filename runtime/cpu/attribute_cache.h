@@ -16,6 +16,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -29,20 +30,20 @@ class AttributeCache {
   template <typename Build>
   absl::StatusOr<std::shared_ptr<const T>> GetOrBuild(std::string key, Build&& build) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (auto it = entries_.find(key); it != entries_.end()) return it->second;
     }
     absl::StatusOr<std::shared_ptr<const T>> built = build();
     if (!built.ok()) return built.status();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (entries_.size() >= capacity_) entries_.clear();
     return entries_.emplace(std::move(key), *std::move(built)).first->second;
   }
 
  private:
   const size_t capacity_;
-  std::mutex mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<const T>> entries_;
+  Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<const T>> entries_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cjit

@@ -25,6 +25,7 @@
 #include "runtime/cpu/onednn_util.h"
 #include "runtime/cpu/parallel.h"
 #include "runtime/cpu/tensor_util.h"
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -56,7 +57,7 @@ dnnl::engine& CpuEngine() {
 namespace {
 
 struct DnnlCache {
-  std::mutex mu;
+  Mutex mu;
   std::list<std::string> lru;  // most recently used first
   struct Slot {
     std::shared_ptr<DnnlEntry> entry;
@@ -89,7 +90,7 @@ DnnlCache& Cache() {
 }  // namespace
 
 size_t DnnlCacheSize() {
-  std::lock_guard<std::mutex> lock(Cache().mu);
+  MutexLock lock(&Cache().mu);
   return Cache().map.size();
 }
 
@@ -101,7 +102,7 @@ std::shared_ptr<DnnlEntry> GetOrCreateCached(const std::string& key,
                                              const std::function<bool(const DnnlEntry&)>& valid) {
   DnnlCache& c = Cache();
   {
-    std::lock_guard<std::mutex> lock(c.mu);
+    MutexLock lock(&c.mu);
     auto it = c.map.find(key);
     if (it != c.map.end() && (!valid || valid(*it->second.entry))) {
       c.lru.splice(c.lru.begin(), c.lru, it->second.pos);
@@ -110,7 +111,7 @@ std::shared_ptr<DnnlEntry> GetOrCreateCached(const std::string& key,
   }
   std::shared_ptr<DnnlEntry> e = make();
   if (!e) return e;
-  std::lock_guard<std::mutex> lock(c.mu);
+  MutexLock lock(&c.mu);
   auto it = c.map.find(key);
   if (it != c.map.end()) {
     if (!valid || valid(*it->second.entry)) {

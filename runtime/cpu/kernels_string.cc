@@ -23,6 +23,7 @@
 #include "runtime/cpu/attribute_cache.h"
 #include "runtime/cpu/kernel.h"
 #include "re2/re2.h"
+#include "base/mutex.h"
 
 namespace cjit {
 namespace {
@@ -125,9 +126,9 @@ absl::Status ParseInto(const KernelContext& ctx, const std::string& text, Tensor
 // naming it (tr_TR maps 'i' differently: falling back would change results). Opened once per name for the
 // process (newlocale; the uselocale-free *_l functions leave the host's locale alone).
 absl::StatusOr<locale_t> CaseLocale(const std::string& name) {
-  static std::mutex mu;
+  static Mutex mu;
   static std::map<std::string, locale_t>* opened = new std::map<std::string, locale_t>();
-  std::lock_guard<std::mutex> lock(mu);
+  MutexLock lock(&mu);
   if (auto it = opened->find(name); it != opened->end()) return it->second;
   std::vector<std::string> tries = {name + ".UTF-8", name + ".utf8", name};
   if (name.empty() || name == "en_US" || name == "C" || name == "en_US.UTF-8") tries.push_back("C.UTF-8");

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
+#include "base/mutex.h"
 
 namespace cjit {
 namespace {
@@ -263,7 +264,7 @@ class LtGemmPlan : public GemmOp {
 
   absl::Status Run(uint64_t a, uint64_t b, uint64_t bias, uint64_t d) const override {
     const LtApi& lt = *lt_;
-    std::lock_guard<std::mutex> lock(mu_);  // the bias pointer is set on the shared descriptor
+    MutexLock lock(&mu_);  // the bias pointer is set on the shared descriptor
     if (shape_.bias) {
       void* p = reinterpret_cast<void*>(bias);
       CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p, sizeof(p)));
@@ -299,7 +300,7 @@ class LtGemmPlan : public GemmOp {
   cublasComputeType_t compute_ = CUBLAS_COMPUTE_32F;
   cudaDataType_t type_ = CUDA_R_32F;  // A, B, C, D and bias
   cublasLtMatmulAlgo_t algo_ = {};
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
 };
 
 }  // namespace

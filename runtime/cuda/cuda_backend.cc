@@ -15,6 +15,7 @@
 #include "runtime/cuda/device_backend.h"
 #include "runtime/cuda/fused_launch.h"
 #include "runtime/cuda/ptx_cache.h"
+#include "base/mutex.h"
 
 namespace cjit {
 namespace {
@@ -27,7 +28,7 @@ struct PtxKernelHandle : FusedKernelHandle {
   int row_cache_inputs = 0;
 };
 
-std::mutex g_kernels_mu;
+Mutex g_kernels_mu;
 std::map<std::string, std::shared_ptr<const PtxKernelHandle>>& Kernels() {
   static auto* m = new std::map<std::string, std::shared_ptr<const PtxKernelHandle>>();
   return *m;
@@ -109,7 +110,7 @@ class CudaBackend : public DeviceBackend {
     FusionPlan missing;
     std::vector<size_t> missing_index;
     {
-      std::lock_guard<std::mutex> lock(g_kernels_mu);
+      MutexLock lock(&g_kernels_mu);
       for (size_t i = 0; i < plan.kernels.size(); ++i) {
         const FusedKernel& k = plan.kernels[i];
         keys[i] = absl::StrCat(dev_->ordinal(), "|", arch_, "|", PtxVersionFor(arch_), "|",
@@ -130,7 +131,7 @@ class CudaBackend : public DeviceBackend {
     CJIT_ASSIGN_OR_RETURN(CachedPtx ptx, PtxForPlan(missing, po, disk_.get()));
     CJIT_ASSIGN_OR_RETURN(std::shared_ptr<CudaModule> module, dev_->LoadModule(ptx.ptx));
     if (counts) ++(ptx.from_disk ? counts->disk_hits : counts->compiled);
-    std::lock_guard<std::mutex> lock(g_kernels_mu);
+    MutexLock lock(&g_kernels_mu);
     for (size_t j = 0; j < missing.kernels.size(); ++j) {
       auto h = std::make_shared<PtxKernelHandle>();
       h->module = module;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "base/logging.h"
+#include "base/mutex.h"
 
 namespace cjit {
 namespace {
@@ -47,7 +48,7 @@ class AsyncPoolAllocator : public DeviceAllocator {
     CJIT_RETURN_IF_ERROR(d_->MakeCurrent());
     CUdeviceptr p = 0;
     CJIT_CU_RETURN_IF_ERROR(d_->api(), cuMemAllocAsync(&p, bytes == 0 ? 1 : bytes, d_->stream()));
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     sizes_[p] = bytes;
     stats_.bytes_in_use += static_cast<int64_t>(bytes);
     stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
@@ -58,7 +59,7 @@ class AsyncPoolAllocator : public DeviceAllocator {
     (void)d_->MakeCurrent();
     CUresult rc = d_->api().cuMemFreeAsync(static_cast<CUdeviceptr>(address), d_->stream());
     if (rc != CUDA_SUCCESS) CJIT_LOG(ERROR) << CudaStatus(d_->api(), rc, "cuMemFreeAsync");
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = sizes_.find(address);
     if (it != sizes_.end()) {
       stats_.bytes_in_use -= static_cast<int64_t>(it->second);
@@ -66,14 +67,14 @@ class AsyncPoolAllocator : public DeviceAllocator {
     }
   }
   AllocatorStats stats() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return stats_;
   }
   std::string name() const override { return "cuda_malloc_async"; }
 
  private:
   const CudaDevice* d_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::map<uint64_t, size_t> sizes_;
   AllocatorStats stats_;
 };
@@ -97,9 +98,9 @@ absl::StatusOr<CUfunction> CudaModule::Function(const std::string& name) const {
 }
 
 absl::StatusOr<CudaDevice*> CudaDevice::Get(int ordinal) {
-  static std::mutex mu;
+  static Mutex mu;
   static auto* devices = new std::map<int, CudaDevice*>();
-  std::lock_guard<std::mutex> lock(mu);
+  MutexLock lock(&mu);
   auto it = devices->find(ordinal);
   if (it != devices->end()) return it->second;
   CJIT_ASSIGN_OR_RETURN(const CudaApi* api, LoadCudaApi());
@@ -195,7 +196,7 @@ absl::StatusOr<DeviceAllocator*> CudaDevice::Allocator(const std::string& name) 
   if (name != "cuda_malloc_async") {
     return absl::InvalidArgumentError(absl::StrCat("unknown GPU allocator '", name, "' (caching, cuda_malloc_async)"));
   }
-  std::lock_guard<std::mutex> lock(allocators_mu_);
+  MutexLock lock(&allocators_mu_);
   if (!async_) {
     // The driver's stream-ordered pool, keeping freed memory (release threshold: unlimited).
     CJIT_RETURN_IF_ERROR(MakeCurrent());

@@ -20,6 +20,7 @@
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/device_allocator.h"
 #include "runtime/cuda/device_backend.h"
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -141,8 +142,8 @@ class CudaDevice {
   int64_t mem_clock_khz_ = 0;
   int64_t max_pitch_ = 0;
   std::unique_ptr<DeviceAllocator> caching_;
-  std::mutex allocators_mu_;
-  std::unique_ptr<DeviceAllocator> async_;  // created by the first Allocator("cuda_malloc_async")
+  Mutex allocators_mu_;
+  std::unique_ptr<DeviceAllocator> async_ ABSL_GUARDED_BY(allocators_mu_);  // created by the first Allocator("cuda_malloc_async")
 };
 
 // Per-device library state (a cuBLASLt or cuDNN handle): `create` runs once per device and process, and its
@@ -150,9 +151,9 @@ class CudaDevice {
 // T names the kind of state. Thread-safe.
 template <typename T>
 absl::StatusOr<T*> OncePerDevice(CudaDevice* device, const std::function<absl::StatusOr<T*>()>& create) {
-  static std::mutex mu;
+  static Mutex mu;
   static auto* per_device = new std::map<CudaDevice*, absl::StatusOr<T*>>();
-  std::lock_guard<std::mutex> lock(mu);
+  MutexLock lock(&mu);
   auto it = per_device->find(device);
   if (it == per_device->end()) it = per_device->emplace(device, create()).first;
   return it->second;

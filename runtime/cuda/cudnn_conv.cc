@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "base/status_macros.h"
+#include "base/mutex.h"
 
 namespace cjit {
 namespace {
@@ -86,7 +87,7 @@ const char* MathName(cudnnMathType_t m) {
 
 struct DeviceDnn {
   cudnnHandle_t handle = nullptr;
-  std::mutex mu;  // serializes use of the handle
+  Mutex mu;  // serializes use of the handle
   CUstream bound = nullptr;  // the stream the handle enqueues on (the device's, or a graph capture's)
 };
 
@@ -202,7 +203,7 @@ class CudnnConv : public ConvOp {
     cudnnConvolutionFwdAlgoPerf_t perf[2 * CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int returned = 0;
     {
-      std::lock_guard<std::mutex> lock(dev_dnn_->mu);
+      MutexLock lock(&dev_dnn_->mu);
       CJIT_DNN_RETURN_IF_ERROR(d, cudnnGetConvolutionForwardAlgorithm_v7(dev_dnn_->handle, x_, w_, conv_, y_,
                                                                          2 * CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                                          &returned, perf));
@@ -252,7 +253,7 @@ class CudnnConv : public ConvOp {
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetConvolutionMathType(conv_, static_cast<cudnnMathType_t>(math)));
     size_t bytes = 0;
     {
-      std::lock_guard<std::mutex> lock(dev_dnn_->mu);
+      MutexLock lock(&dev_dnn_->mu);
       if (d.cudnnGetConvolutionForwardWorkspaceSize(dev_dnn_->handle, x_, w_, conv_, y_, algo_, &bytes) !=
           CUDNN_STATUS_SUCCESS) {
         return bad("not supported for this convolution");
@@ -275,7 +276,7 @@ class CudnnConv : public ConvOp {
       CJIT_ASSIGN_OR_RETURN(padded, pad_.Apply(device_, x));
       x = padded->address();
     }
-    std::lock_guard<std::mutex> lock(dev_dnn_->mu);
+    MutexLock lock(&dev_dnn_->mu);
     CJIT_DNN_BIND_STREAM(d, dev_dnn_, device_);
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnConvolutionForward(dev_dnn_->handle, &one, x_, p(x), w_, p(w), conv_, algo_,
                                                         workspace_ ? p(workspace_->address()) : nullptr,
@@ -364,7 +365,7 @@ class CudnnConvTranspose : public ConvOp {
     cudnnConvolutionBwdDataAlgoPerf_t perf[2 * CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     int returned = 0;
     {
-      std::lock_guard<std::mutex> lock(dev_dnn_->mu);
+      MutexLock lock(&dev_dnn_->mu);
       CJIT_DNN_RETURN_IF_ERROR(d, cudnnGetConvolutionBackwardDataAlgorithm_v7(dev_dnn_->handle, w_, x_, conv_, y_,
                                                                               2 * CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
                                                                               &returned, perf));
@@ -381,7 +382,7 @@ class CudnnConvTranspose : public ConvOp {
       CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetConvolutionMathType(conv_, p.mathType));
       size_t bytes = 0;
       {
-        std::lock_guard<std::mutex> lock(dev_dnn_->mu);
+        MutexLock lock(&dev_dnn_->mu);
         if (d.cudnnGetConvolutionBackwardDataWorkspaceSize(dev_dnn_->handle, w_, x_, conv_, y_, p.algo, &bytes) !=
                 CUDNN_STATUS_SUCCESS ||
             bytes > kMaxWorkspace) {
@@ -405,7 +406,7 @@ class CudnnConvTranspose : public ConvOp {
     const DnnApi& d = *dnn_;
     float one = 1, zero = 0;
     auto p = [](uint64_t a) { return reinterpret_cast<void*>(a); };
-    std::lock_guard<std::mutex> lock(dev_dnn_->mu);
+    MutexLock lock(&dev_dnn_->mu);
     CJIT_DNN_BIND_STREAM(d, dev_dnn_, device_);
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnConvolutionBackwardData(dev_dnn_->handle, &one, w_, p(w), x_, p(x), conv_, algo_,
                                                              workspace_ ? p(workspace_->address()) : nullptr,
@@ -481,7 +482,7 @@ class CudnnPool : public PoolOp {
       CJIT_ASSIGN_OR_RETURN(padded, pad_.Apply(device_, x));
       x = padded->address();
     }
-    std::lock_guard<std::mutex> lock(dev_dnn_->mu);
+    MutexLock lock(&dev_dnn_->mu);
     CJIT_DNN_BIND_STREAM(*dnn_, dev_dnn_, device_);
     CJIT_DNN_RETURN_IF_ERROR(*dnn_, cudnnPoolingForward(dev_dnn_->handle, pool_, &one, x_, reinterpret_cast<void*>(x), &zero,
                                                         y_, reinterpret_cast<void*>(y)));

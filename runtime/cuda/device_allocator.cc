@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/logging.h"
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -11,7 +12,7 @@ CachingDeviceAllocator::CachingDeviceAllocator(std::unique_ptr<DeviceMemoryBacke
     : backend_(std::move(backend)), release_on_oom_(release_on_oom) {}
 
 CachingDeviceAllocator::~CachingDeviceAllocator() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!in_use_.empty()) CJIT_LOG(WARNING) << "device allocator destroyed with " << in_use_.size() << " blocks in use";
   for (const auto& [address, size] : in_use_) backend_->Free(address);
   ReleaseCacheLocked();
@@ -29,7 +30,7 @@ size_t CachingDeviceAllocator::RoundSize(size_t bytes) {
 
 absl::StatusOr<uint64_t> CachingDeviceAllocator::Allocate(size_t bytes) {
   size_t size = RoundSize(bytes);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   uint64_t address = 0;
   auto it = free_.find(size);
   if (it != free_.end() && !it->second.empty()) {
@@ -59,7 +60,7 @@ absl::StatusOr<uint64_t> CachingDeviceAllocator::Allocate(size_t bytes) {
 }
 
 void CachingDeviceAllocator::Free(uint64_t address) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = in_use_.find(address);
   if (it == in_use_.end()) {
     CJIT_LOG(ERROR) << "device allocator: Free of unknown address 0x" << std::hex << address;
@@ -73,12 +74,12 @@ void CachingDeviceAllocator::Free(uint64_t address) {
 }
 
 AllocatorStats CachingDeviceAllocator::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 
 void CachingDeviceAllocator::ReleaseCache() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ReleaseCacheLocked();
 }
 

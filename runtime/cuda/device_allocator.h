@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -71,13 +72,13 @@ class CachingDeviceAllocator : public DeviceAllocator {
   static size_t RoundSize(size_t bytes);
 
  private:
-  void ReleaseCacheLocked();
+  void ReleaseCacheLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::unique_ptr<DeviceMemoryBackend> backend_;
   bool release_on_oom_ = true;
-  mutable std::mutex mu_;
-  std::map<size_t, std::vector<uint64_t>> free_;  // by rounded size
-  std::map<uint64_t, size_t> in_use_;             // address -> rounded size
-  AllocatorStats stats_;
+  mutable Mutex mu_;
+  std::map<size_t, std::vector<uint64_t>> free_ ABSL_GUARDED_BY(mu_);  // by rounded size
+  std::map<uint64_t, size_t> in_use_ ABSL_GUARDED_BY(mu_);             // address -> rounded size
+  AllocatorStats stats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cjit

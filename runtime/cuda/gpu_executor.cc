@@ -29,6 +29,7 @@
 #include "runtime/cuda/gpu_executor_impl.h"
 #include "runtime/executor.h"
 #include "runtime/run_options.h"
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -36,7 +37,7 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Impl::RunSubgraph(
     const Graph& g, const std::vector<Tensor>& inputs, const std::vector<std::pair<std::string, Tensor>>& captures) const {
   const Executor* sub = nullptr;
   {
-    std::lock_guard<std::mutex> lock(sub_mu);
+    MutexLock lock(&sub_mu);
     auto it = subgraphs.find(&g);
     if (it == subgraphs.end()) {
       std::shared_ptr<const Graph> alias(graph, &g);  // owned by a node attribute of `graph`
@@ -279,6 +280,7 @@ absl::Status CheckInputs(const GpuExecutor::Impl& m, const std::vector<Tensor>& 
 // Under graph_mu, inputs checked (CheckInputs): graph inputs go to fixed device buffers, then the steps are
 // captured (nothing runs).
 absl::Status GpuExecutor::CaptureGraph(const Impl& m, const std::vector<Tensor>& inputs) {
+  m.graph_mu.AssertHeld();  // Run calls it under graph_mu
   const DeviceBackend& dev = *m.device;
   auto gs = std::make_unique<Impl::GraphState>();
   RunValues v(m);
@@ -315,6 +317,7 @@ absl::Status GpuExecutor::CaptureGraph(const Impl& m, const std::vector<Tensor>&
 // Under graph_mu, inputs checked (CheckInputs): inputs into the graph's input buffers, one launch, outputs
 // back.
 absl::StatusOr<std::vector<Tensor>> GpuExecutor::ReplayGraph(const Impl& m, const std::vector<Tensor>& inputs) {
+  m.graph_mu.AssertHeld();  // Run calls it under graph_mu
   const DeviceBackend& dev = *m.device;
   const Impl::GraphState& gs = *m.graph_state;
   if (m.prologue_steps > 0) {
@@ -346,7 +349,7 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::ReplayGraph(const Impl& m, cons
 std::string GpuExecutor::GraphStatus() const {
   const Impl& m = *impl_;
   if (!m.graph_ineligible.empty()) return absl::StrCat("no CUDA graph: ", m.graph_ineligible);
-  std::lock_guard<std::mutex> lock(m.graph_mu);
+  MutexLock lock(&m.graph_mu);
   if (!m.graph_failure.empty()) return absl::StrCat("no CUDA graph: capture failed: ", m.graph_failure);
   if (m.graph_state == nullptr) return absl::StrCat("CUDA graph not captured yet (", m.plain_runs, " plain runs)");
   return absl::StrCat("CUDA graph of ", m.steps.size(), " steps, ", m.graph_replays, " replays");
@@ -362,7 +365,7 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::vector<Tensor>& 
   if (m.graph_ineligible.empty()) {
     // Wrong inputs are the caller's error, not a reason to stop using graphs.
     CJIT_RETURN_IF_ERROR(CheckInputs(m, inputs));
-    std::unique_lock<std::mutex> lock(m.graph_mu);
+    MutexLock lock(&m.graph_mu);
     if (m.graph_failure.empty()) {
       // The first run makes what is created lazily (library handles, workspaces); the second is captured.
       if (m.graph_state == nullptr && m.plain_runs >= 1) {

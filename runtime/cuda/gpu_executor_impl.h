@@ -20,6 +20,7 @@
 #include "runtime/cpu/kernel.h"
 #include "runtime/cuda/gpu_executor.h"
 #include "runtime/executor.h"
+#include "base/mutex.h"
 
 namespace cjit {
 
@@ -78,8 +79,8 @@ struct GpuExecutor::Impl {
   std::vector<int> input_slots, output_slots;
   GpuPlacement placement;
   SubgraphRunner runner;
-  mutable std::mutex sub_mu;
-  mutable std::map<const Graph*, std::unique_ptr<Executor>> subgraphs;
+  mutable Mutex sub_mu;
+  mutable std::map<const Graph*, std::unique_ptr<Executor>> subgraphs ABSL_GUARDED_BY(sub_mu);
 
   // CUDA graph (options.graph_level): captured at the second run when every step runs on the device and
   // every shape is static; replayed under graph_mu (its buffers are fixed).
@@ -96,10 +97,11 @@ struct GpuExecutor::Impl {
   std::vector<int> boundary_slots;
   std::vector<std::string> gathers;  // the Gather/GatherND nodes on the device (an index error names them)
   std::string graph_ineligible;  // why runs never use a graph; "" = they may
-  mutable std::mutex graph_mu;
-  mutable std::unique_ptr<GraphState> graph_state;
-  mutable std::string graph_failure;  // why capture failed ("" = not tried or succeeded)
-  mutable int64_t plain_runs = 0, graph_replays = 0;
+  mutable Mutex graph_mu;
+  mutable std::unique_ptr<GraphState> graph_state ABSL_GUARDED_BY(graph_mu);
+  mutable std::string graph_failure ABSL_GUARDED_BY(graph_mu);  // why capture failed ("" = not tried or succeeded)
+  mutable int64_t plain_runs ABSL_GUARDED_BY(graph_mu) = 0;
+  mutable int64_t graph_replays ABSL_GUARDED_BY(graph_mu) = 0;
 
   int Slot(const Value* v) {
     auto it = slot_of.find(v);
