@@ -2,7 +2,7 @@
 # Packs what the GPU machine needs (docs/gpu-validation.md), since it has CUDA and a driver but none of our
 # Debian libraries and no package registry:
 #   .device/cjit-gpu-bin.tar.xz   the binaries, every shared library ldd lists for them except glibc's own
-#                                 (libLLVM, oneDNN, abseil, protobuf, glog...), and libdevice;
+#                                 (oneDNN, abseil, protobuf...; LLVM is linked in statically), and libdevice;
 #   .device/cjit-gpu-data.tar.xz  the shared real models and the ONNX backend conformance data.
 # Each stays under the device tool's 64 MiB per call; carry them in separate calls if together they do not.
 # Usage: bash tools/gpu-bundle.sh [build-dir]   (.device/ is git-ignored)

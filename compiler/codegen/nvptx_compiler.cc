@@ -625,10 +625,11 @@ absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> NvptxTargetMachine(const st
   }
   static std::once_flag init;
   std::call_once(init, [] {
-    llvm::InitializeAllTargetInfos();
-    llvm::InitializeAllTargets();
-    llvm::InitializeAllTargetMCs();
-    llvm::InitializeAllAsmPrinters();
+    // The NVPTX target only: a statically linked LLVM then carries no other target's code.
+    LLVMInitializeNVPTXTargetInfo();
+    LLVMInitializeNVPTXTarget();
+    LLVMInitializeNVPTXTargetMC();
+    LLVMInitializeNVPTXAsmPrinter();
   });
   std::string err;
   const llvm::Target* target = llvm::TargetRegistry::lookupTarget(kTriple, err);
