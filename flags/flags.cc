@@ -322,6 +322,15 @@ const std::vector<FlagDef>& Table() {
         "milliseconds in total (0: at the threshold): tuning an op that costs little never pays for its search.",
         {}},
        DoubleFlag(&Flags::autotune_min_op_time_ms, "autotune_min_op_time_ms")},
+      {{"autotune_amortize", "bool", "true",
+        "Past --autotune_threshold and --autotune_min_op_time_ms, an op signature is tuned only once its default "
+        "algorithm has run as long as tuning it is expected to take: the op's mean time per execution times the "
+        "ratio of tuning time to default time of this process's earlier tunings (200 before the first), at most "
+        "--autotune_max_ms_per_op. A short-lived process then spends on a search at most about what the op "
+        "cost it (ski rental); a long-running one still tunes every op that matters. false: tune at the floor. "
+        "--autotune_min_op_time_ms=0 turns both conditions off.",
+        {}},
+       BoolFlag(&Flags::autotune_amortize, "autotune_amortize")},
       {{"autotune_results_dump_to", "string", "",
         "Text file that receives every autotuning result of the process (rewritten atomically after each new one).",
         {"xla_gpu_dump_autotune_results_to"}},

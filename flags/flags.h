@@ -120,6 +120,11 @@ struct Flags {
   // every candidate plus their setup (tens to hundreds of ms per op on the CPU): an op that has taken less
   // than this so far is not expected to repay it (a shape seen a few times in a stream never does).
   double autotune_min_op_time_ms = 25;
+  // Past both, an op signature is tuned only once its default algorithm has run as long as tuning it is
+  // expected to take (Autotuner::ExpectedTuningMs): a process that ends soon spends on an op's search at
+  // most about what the op itself cost (ski rental), a long-running one tunes every op that matters.
+  // Applies with autotune_min_op_time_ms > 0 only (0: tune at the threshold).
+  bool autotune_amortize = true;
   // Text file of tuned results: written after every new result / read at start (XLA's
   // --xla_gpu_dump_autotune_results_to / --xla_gpu_load_autotune_results_from).
   std::string autotune_results_dump_to, autotune_results_load_from;

@@ -43,6 +43,7 @@ AutotuneOptions AutotuneOptionsFromFlags(const Flags& f) {
   o.deterministic = f.autotune_deterministic;
   o.threshold = f.autotune_threshold;
   o.min_op_time_ms = f.autotune_min_op_time_ms;
+  o.amortize = f.autotune_amortize;
   o.dump_to = f.autotune_results_dump_to;
   o.load_from = f.autotune_results_load_from;
   return o;
@@ -99,6 +100,17 @@ struct ProcessTable {
 ProcessTable& Table() {
   static auto* t = new ProcessTable();
   return *t;
+}
+
+// Sums over this process's CPU tunings (Autotuner::ExpectedTuningMs): the wall time of each search and
+// the default algorithm's time per execution that it measured.
+struct CostSums {
+  std::atomic<int64_t> tuning_ns{0};
+  std::atomic<int64_t> default_ns{0};
+};
+CostSums& TuningCostSums() {
+  static auto* s = new CostSums();
+  return *s;
 }
 
 Mutex& TestCandidateMu() {
@@ -272,6 +284,8 @@ void ClearAutotuneResultsForTest() {
   ProcessTable& t = Table();
   MutexLock lock(&t.mu);
   t.results.clear();
+  TuningCostSums().tuning_ns.store(0);
+  TuningCostSums().default_ns.store(0);
 }
 
 absl::StatusOr<double> MeasureMinOfSamples(const std::function<absl::StatusOr<double>()>& sample, int max_runs,
@@ -593,6 +607,10 @@ void Autotuner::Finish(const AutotuneRecord& rec, int64_t t_start, const std::st
   ++counters_.ops_tuned;
   const int64_t t_end = Profiler::Now();
   counters_.tuning_us += (t_end - t_start) / 1000;
+  if (rec.device.empty() && rec.default_us > 0) {
+    TuningCostSums().tuning_ns.fetch_add(t_end - t_start, std::memory_order_relaxed);
+    TuningCostSums().default_ns.fetch_add(static_cast<int64_t>(rec.default_us * 1000), std::memory_order_relaxed);
+  }
   if (disk_ != nullptr && !disk_->read_only()) {
     absl::Status st = disk_->Store(DiskKey(rec.device, rec.libraries, rec.key), PayloadKind::kAutotune, DiskPayload(rec));
     if (!st.ok()) CJIT_LOG(WARNING) << "autotune: persistent cache write failed: " << st.message();
@@ -631,7 +649,7 @@ void Autotuner::WriteDumpFile() {
   if (!st.ok()) CJIT_LOG(WARNING) << "--autotune_results_dump_to: " << st.message();
 }
 
-std::atomic<int64_t>* Autotuner::DefaultTimeCounter(const std::string& key) {
+Autotuner::DefaultTime* Autotuner::DefaultTimeCounter(const std::string& key) {
   // Bounded (a service sees new signatures forever): past the cap a step counts its own time alone.
   constexpr size_t kMaxCounters = 1 << 16;
   MutexLock lock(&time_mu_);
@@ -639,16 +657,29 @@ std::atomic<int64_t>* Autotuner::DefaultTimeCounter(const std::string& key) {
   if (it != default_ns_.end()) return it->second.get();
   if (default_ns_.size() >= kMaxCounters) return nullptr;
   auto& c = default_ns_[key];
-  c = std::make_unique<std::atomic<int64_t>>(0);
+  c = std::make_unique<DefaultTime>();
   return c.get();
 }
 
+double Autotuner::ExpectedTuningMs(double call_ms) const {
+  const int64_t tuning_ns = TuningCostSums().tuning_ns.load(std::memory_order_relaxed);
+  const int64_t default_ns = TuningCostSums().default_ns.load(std::memory_order_relaxed);
+  const double ratio = default_ns > 0 ? static_cast<double>(tuning_ns) / static_cast<double>(default_ns)
+                                      : kPriorTuningCostRatio;
+  return std::min(options_.max_ms_per_op, ratio * call_ms);
+}
+
 bool StepTuning::RanLongEnough(const Autotuner& tuner) const {
-  const double min_ms = tuner.options().min_op_time_ms;
-  if (min_ms <= 0) return true;
-  const std::atomic<int64_t>* c = signature_ns_.load(std::memory_order_acquire);
-  const int64_t ns = default_ns_.load(std::memory_order_relaxed) + (c ? c->load(std::memory_order_relaxed) : 0);
-  return static_cast<double>(ns) >= min_ms * 1e6;
+  const AutotuneOptions& o = tuner.options();
+  if (o.min_op_time_ms <= 0) return true;  // tune at the threshold, whatever the cost
+  const Autotuner::DefaultTime* c = signature_ns_.load(std::memory_order_acquire);
+  const int64_t ns = default_ns_.ns.load(std::memory_order_relaxed) + (c ? c->ns.load(std::memory_order_relaxed) : 0);
+  const int64_t calls =
+      default_ns_.calls.load(std::memory_order_relaxed) + (c ? c->calls.load(std::memory_order_relaxed) : 0);
+  const double ran_ms = static_cast<double>(ns) / 1e6;
+  if (ran_ms < o.min_op_time_ms) return false;
+  if (!o.amortize) return true;
+  return calls > 0 && ran_ms >= tuner.ExpectedTuningMs(ran_ms / static_cast<double>(calls));
 }
 
 const std::string* StepTuning::Resolve(Autotuner& tuner, const Node& node, const std::vector<const Tensor*>& inputs,

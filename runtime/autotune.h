@@ -10,9 +10,12 @@
 // When: an op signature (op type, attributes, input dtypes and dims, which inputs are constants, fused
 // post-ops, thread count) runs its default algorithm for the first --autotune_threshold executions of its
 // cluster signature (fallback executions count: with the default lazy compilation, the first compiled
-// execution is the third and it tunes), then it is tuned once per process (concurrent executions of the same step run the
-// default meanwhile; other signatures are never blocked) and the choice is kept. A choice found in the
-// process, in --autotune_results_load_from or in the persistent cache is used from the first execution.
+// execution is the third), and once the default has run --autotune_min_op_time_ms in total and, with
+// --autotune_amortize, as long as tuning it is expected to take (Autotuner::ExpectedTuningMs: a search
+// costs at most about what the op itself cost so far, as in the ski-rental problem), it is tuned once per
+// process (concurrent executions of the same step run the default meanwhile; other signatures are never
+// blocked) and the choice is kept. A choice found in the process, in --autotune_results_load_from or in
+// the persistent cache is used from the first execution.
 //
 // How (--autotune_level, XLA's levels): non-constant inputs are uninitialized (1) or seeded random
 // uniform [-1, 1] values (2+); constant inputs (weights) are the real ones. Level 3 fills outputs with
@@ -66,6 +69,8 @@ struct AutotuneOptions {
   bool deterministic = false;
   int threshold = 2;             // executions before tuning
   double min_op_time_ms = 0;     // and the default algorithm's total time before tuning (0: none)
+  bool amortize = false;         // and as long as tuning it is expected to take (ExpectedTuningMs; only
+                                 // with min_op_time_ms > 0)
   std::string dump_to, load_from;
 };
 AutotuneOptions AutotuneOptionsFromFlags(const Flags& flags);
@@ -102,7 +107,7 @@ struct TestOnlyCandidate {
   std::function<absl::Status(const std::vector<const Tensor*>& inputs, std::vector<Tensor>& outputs)> run;
 };
 void SetTestOnlyCandidate(const TestOnlyCandidate* candidate);
-// Forgets every result of this process (tests: a "fresh process").
+// Forgets every result of this process, and its tuning costs (tests: a "fresh process").
 void ClearAutotuneResultsForTest();
 
 class Autotuner {
@@ -151,10 +156,23 @@ class Autotuner {
   void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
   bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
 
-  // The time (ns) the default algorithm of op signature `key` has run in this tuner's session, over every
-  // step with that signature (the 16 same-shaped projections of a 4-layer transformer count together:
-  // one tuning result serves them all). A stable counter for the key (null past 65536 keys); thread-safe.
-  std::atomic<int64_t>* DefaultTimeCounter(const std::string& key);
+  // The time the default algorithm of an op signature has run: nanoseconds and executions.
+  struct DefaultTime {
+    std::atomic<int64_t> ns{0};
+    std::atomic<int64_t> calls{0};
+  };
+  // The default time of op signature `key` in this tuner's session, over every step with that signature
+  // (the 16 same-shaped projections of a 4-layer transformer count together: one tuning result serves them
+  // all). A stable counter for the key (null past 65536 keys); thread-safe.
+  DefaultTime* DefaultTimeCounter(const std::string& key);
+
+  // What tuning an op signature whose default algorithm takes `call_ms` per execution is expected to cost,
+  // in ms: call_ms times the ratio of tuning time to default time over this process's CPU tunings so far
+  // (their sums; kPriorTuningCostRatio before the first), at most --autotune_max_ms_per_op. The search times
+  // each candidate several times and creates its primitives: for ResNet-18's convolutions it took 170-740x
+  // the default's time per execution.
+  static constexpr double kPriorTuningCostRatio = 200;
+  double ExpectedTuningMs(double call_ms) const;
 
   AutotuneCounters& counters() { return counters_; }
   const AutotuneCounters& counters() const { return counters_; }
@@ -201,7 +219,7 @@ class Autotuner {
   std::unordered_map<std::string, LoadedEntry> loaded_;  // key -> entry from load_from (immutable)
   std::set<std::string> ignored_logged_ ABSL_GUARDED_BY(mu_);
   Mutex time_mu_;
-  std::unordered_map<std::string, std::unique_ptr<std::atomic<int64_t>>> default_ns_ ABSL_GUARDED_BY(time_mu_);
+  std::unordered_map<std::string, std::unique_ptr<DefaultTime>> default_ns_ ABSL_GUARDED_BY(time_mu_);
 };
 
 // The autotuning state of one library step of an executable. Resolve() is called for every execution:
@@ -219,22 +237,24 @@ class StepTuning {
   bool MarkFailed() { return !failed_.exchange(true); }
   // Whether a later Resolve past the threshold would still tune (no choice yet).
   bool pending() const { int s = state_.load(std::memory_order_acquire); return s == kNew || s == kCounting; }
-  // Time (ns) one execution of the default algorithm took, toward --autotune_min_op_time_ms (counted per
-  // op signature: Autotuner::DefaultTimeCounter).
+  // Time (ns) one execution of the default algorithm took, toward --autotune_min_op_time_ms and
+  // --autotune_amortize (counted per op signature: Autotuner::DefaultTimeCounter).
   void AddDefaultTime(int64_t ns) {
-    std::atomic<int64_t>* c = signature_ns_.load(std::memory_order_acquire);
-    (c != nullptr ? *c : default_ns_).fetch_add(ns, std::memory_order_relaxed);
+    Autotuner::DefaultTime* c = signature_ns_.load(std::memory_order_acquire);
+    Autotuner::DefaultTime& t = c != nullptr ? *c : default_ns_;
+    t.ns.fetch_add(ns, std::memory_order_relaxed);
+    t.calls.fetch_add(1, std::memory_order_relaxed);
   }
-  // Whether the default has run long enough for `tuner`'s --autotune_min_op_time_ms, over every step of
-  // this op signature.
+  // Whether the default has run long enough for `tuner`'s --autotune_min_op_time_ms and, with
+  // --autotune_amortize, for the expected cost of tuning it, over every step of this op signature.
   bool RanLongEnough(const Autotuner& tuner) const;
 
  private:
   enum State { kNew = 0, kCounting = 1, kResolved = 2, kUntunable = 3 };
   std::atomic<int> state_{kNew};
   std::atomic<bool> failed_{false};
-  std::atomic<int64_t> default_ns_{0};  // before the signature is known
-  std::atomic<std::atomic<int64_t>*> signature_ns_{nullptr};  // the tuner's counter for key_
+  Autotuner::DefaultTime default_ns_;  // before the signature is known
+  std::atomic<Autotuner::DefaultTime*> signature_ns_{nullptr};  // the tuner's counter for key_
   Mutex mu_;
   std::string key_;     // set under mu_ before state_ leaves kNew
   std::string choice_;  // immutable once state_ == kResolved

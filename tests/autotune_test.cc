@@ -726,7 +726,9 @@ TEST(AutotuneSessionTest, FailingChoiceFallsBackToTheDefault) {
 // the compile worker once past the threshold; its runs keep the default meanwhile and stay correct.
 // --autotune_min_op_time_ms: past the threshold, a convolution is tuned only once its default algorithm
 // has run that long in total. The default's time is counted per step of the compiled executable, so the
-// execution at the threshold (nothing counted yet) runs the default, and the next one tunes.
+// execution at the threshold (nothing counted yet) runs the default, and the next one tunes
+// (--autotune_amortize=false). With --autotune_amortize (the default), a few executions of microseconds
+// never reach the expected cost of a search (200 times the default's time before any tuning).
 TEST(AutotuneSessionTest, TunesOnlyOpsThatRanLongEnough) {
   Tensor x = FloatTensor({1, 8, 20, 20}, RandomFloats(8 * 400, 16));
   std::vector<NamedTensor> in{{"x", x}};
@@ -738,7 +740,7 @@ TEST(AutotuneSessionTest, TunesOnlyOpsThatRanLongEnough) {
   }
   ClearAutotuneResultsForTest();
   {
-    auto s = LoadConvNet("--autotune_threshold=0 --autotune_min_op_time_ms=0.000001");
+    auto s = LoadConvNet("--autotune_threshold=0 --autotune_min_op_time_ms=0.000001 --autotune_amortize=false");
     ASSERT_TRUE(s->Run(in).ok());
     EXPECT_EQ(s->stats().autotune.ops_tuned, 0) << "the first execution has no time counted yet";
     ASSERT_TRUE(s->Run(in).ok());
@@ -747,7 +749,8 @@ TEST(AutotuneSessionTest, TunesOnlyOpsThatRanLongEnough) {
   ClearAutotuneResultsForTest();
   {
     // The background job of --async_compilation: claimed only once a step is ready, released when done.
-    auto s = LoadConvNet("--async_compilation --autotune_threshold=0 --autotune_min_op_time_ms=0.000001");
+    auto s = LoadConvNet(
+        "--async_compilation --autotune_threshold=0 --autotune_min_op_time_ms=0.000001 --autotune_amortize=false");
     for (int i = 0; i < 3; ++i) ASSERT_TRUE(s->Run(in).ok());
     for (int i = 0; i < 500 && s->stats().autotune.ops_tuned < 2; ++i) {
       ASSERT_TRUE(s->Run(in).ok());
@@ -756,6 +759,49 @@ TEST(AutotuneSessionTest, TunesOnlyOpsThatRanLongEnough) {
     EXPECT_EQ(s->stats().autotune.ops_tuned, 2) << "both convolutions tuned in the background";
   }
   ClearAutotuneResultsForTest();
+  {
+    auto s = LoadConvNet("--autotune_threshold=0 --autotune_min_op_time_ms=0.000001");
+    for (int i = 0; i < 6; ++i) ASSERT_TRUE(s->Run(in).ok());
+    EXPECT_EQ(s->stats().autotune.ops_tuned, 0) << "6 executions are far from 200 times one execution";
+  }
+  ClearAutotuneResultsForTest();
+}
+
+// --autotune_amortize: an op signature is tuned once its default has run as long as its search is expected
+// to take: its time per execution times 200 before any tuning, then times the ratio of the process's
+// tuning time to the defaults' time per execution (checked against the tuner's own counters), at most
+// --autotune_max_ms_per_op.
+TEST(AutotuneTest, AmortizedTuningWaitsForTheSearchCost) {
+  ClearAutotuneResultsForTest();
+  AutotuneOptions o;
+  o.level = 1;
+  o.min_op_time_ms = 1e-6;
+  o.amortize = true;
+  o.max_ms_per_op = 250;
+  auto t = Autotuner::Create(o, nullptr, nullptr);
+  ASSERT_TRUE(t.ok());
+  EXPECT_DOUBLE_EQ((*t)->ExpectedTuningMs(1.0), 200.0);
+  EXPECT_DOUBLE_EQ((*t)->ExpectedTuningMs(2.0), 250.0) << "capped at --autotune_max_ms_per_op";
+  auto b = BuildNode("MatMul", "",
+                     {FloatTensor({64, 128}, RandomFloats(64 * 128, 5)), FloatTensor({128, 64}, RandomFloats(128 * 64, 6))},
+                     {});
+  StepTuning a;
+  EXPECT_EQ(a.Resolve(**t, *b->node, b->ptrs, b->is_constant, nullptr, &b->inferred, 1, 0, false), nullptr);
+  for (int i = 0; i < 199; ++i) a.AddDefaultTime(1000000);  // 199 executions of 1 ms
+  EXPECT_FALSE(a.RanLongEnough(**t)) << "199 ms run, 200 ms expected";
+  a.AddDefaultTime(1000000);
+  EXPECT_TRUE(a.RanLongEnough(**t)) << "200 ms run";
+
+  const std::string key = Autotuner::SignatureKey(*b->node, b->ptrs, b->is_constant, nullptr, 1);
+  ASSERT_TRUE((*t)->Tune(key, *b->node, b->ptrs, b->is_constant, nullptr, &b->inferred, 1).has_value());
+  const std::vector<AutotuneRecord> recs = (*t)->records();
+  ASSERT_EQ(recs.size(), 1u);
+  ASSERT_GT(recs[0].default_us, 0);
+  const double ratio = (*t)->counters().tuning_us / recs[0].default_us;  // tuning time per default execution
+  const double call_ms = 1e-3;
+  EXPECT_NEAR((*t)->ExpectedTuningMs(call_ms), std::min(250.0, ratio * call_ms), 0.02 * ratio * call_ms + 1e-3);
+  ClearAutotuneResultsForTest();
+  EXPECT_DOUBLE_EQ((*t)->ExpectedTuningMs(1.0), 200.0) << "the process's tuning costs are forgotten with its results";
 }
 
 // The default's time counts toward --autotune_min_op_time_ms per op signature: two steps with the same
@@ -963,6 +1009,9 @@ TEST(AutotuneFlagsTest, XlaNamesAliasesAndTfThreshold) {
   EXPECT_EQ(d.autotune_threshold, 2);
   EXPECT_DOUBLE_EQ(d.autotune_min_op_time_ms, 25);
   EXPECT_DOUBLE_EQ(AutotuneOptionsFromFlags(*ParseFlags("--autotune_min_op_time_ms=7.5")).min_op_time_ms, 7.5);
+  EXPECT_TRUE(d.autotune_amortize);
+  EXPECT_TRUE(AutotuneOptionsFromFlags(d).amortize);
+  EXPECT_FALSE(AutotuneOptionsFromFlags(*ParseFlags("--autotune_amortize=false")).amortize);
   for (const char* bad : {"--autotune_level=5", "--autotune_level=-1", "--autotune_threshold=x", "--autotune_max_ms_per_op=-3"}) {
     auto b = ParseFlags(bad);
     ASSERT_FALSE(b.ok()) << bad;

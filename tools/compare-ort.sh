@@ -3,6 +3,9 @@
 # in one run: cjit fallback (--auto_jit=-1), cjit clustered (`cjit bench`), and ONNX Runtime (npm
 # onnxruntime-node 1.30, graph optimizations as given). Medians in ms; ratios > 1 mean cjit is faster.
 # usage: tools/compare-ort.sh [THREADS] [ORT_OPT: disabled|basic|extended|all]   (defaults: 1 all)
+# The steady state of a long-running process: cjit runs with --autotune_amortize=false, so that ops tune once
+# they ran --autotune_min_op_time_ms (a long-running process tunes them later, once they ran as long as their
+# search takes); what a short-lived process pays, tuning and compilation included: tools/fresh-process-bench.sh.
 # env: MODELS (default ../shared/models), SET, ITERATIONS (40), WARMUP (untimed cjit runs, 5: raise it to
 # measure after autotuning, which starts once an op signature ran --autotune_min_op_time_ms), CJIT_EXTRA_FLAGS
 # (more CJIT_FLAGS for cjit's side, e.g. "--max_cpu_isa=avx2": the AVX2 code paths on an AVX-512 machine;
@@ -22,7 +25,7 @@ for dir in "$models"/*/; do
   inputs=("$dir/$set_dir"/input_*.pb)
   args=()
   for f in "${inputs[@]}"; do args+=(--input "$f"); done
-  out=$(CJIT_FLAGS="--intra_op_threads=$threads ${CJIT_EXTRA_FLAGS:-}" ./build/tools/cjit bench "$dir/model.onnx" "${args[@]}" \
+  out=$(CJIT_FLAGS="--intra_op_threads=$threads --autotune_amortize=false ${CJIT_EXTRA_FLAGS:-}" ./build/tools/cjit bench "$dir/model.onnx" "${args[@]}" \
         --iterations "$iters" --warmup "${WARMUP:-5}")
   fb=$(echo "$out" | sed -n 's/^fallback.*median: \([0-9.]*\) ms.*/\1/p')
   cl=$(echo "$out" | sed -n 's/^clustered.*median: \([0-9.]*\) ms.*/\1/p')
