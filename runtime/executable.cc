@@ -499,7 +499,11 @@ absl::Status CpuExecutable::InstantiateKernels(const DimsLayout& l, const DimsPr
       continue;
     }
     std::vector<Dims> input_dims_k;
-    for (const Value* v : fk.inputs) input_dims_k.push_back(*dims_of(v, nullptr));
+    for (const Value* v : fk.inputs) {
+      const Dims* d = dims_of(v, nullptr);
+      if (d == nullptr) return DimsMiss("%", v->name, " (an input of ", kernel_names_[k], ") is not a value of the body");
+      input_dims_k.push_back(*d);
+    }
     Collapsed c = Collapse(kernels[k].shape, Layouts(input_dims_k, kernels[k].input_offsets, kernels[k].input_strides),
                            fk.row_reduction);
     bool same = static_cast<int>(c.dims.size()) == l.kernel_rank[k];

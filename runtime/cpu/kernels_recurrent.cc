@@ -361,21 +361,35 @@ void CellStep(const RecurrentSpec& s, const DirectionWeights& dw, const std::vec
   }
 }
 
+// X, W and R of the general loop: float32 ones are used in place (Eigen matrix-vector products); other
+// dtypes are converted to double once, for every direction.
+struct GeneralOperands {
+  bool f32 = false;
+  std::vector<double> x, W, R;
+};
+
+GeneralOperands GeneralOperandsOf(const KernelContext& ctx) {
+  GeneralOperands o;
+  o.f32 = ctx.in(0).dtype() == DType::kF32 && ctx.in(1).dtype() == DType::kF32 && ctx.in(2).dtype() == DType::kF32;
+  if (!o.f32) {
+    o.x = ctx.in(0).ToDoubleVector();
+    o.W = ctx.in(1).ToDoubleVector();
+    o.R = ctx.in(2).ToDoubleVector();
+  }
+  return o;
+}
+
 // The general loop of direction d in double (every activation, clip, peepholes, input_forget, any float
 // dtype): Y [S, nd, B, H], Yh and Yc [nd, B, H].
-absl::Status GeneralRecurrence(const KernelContext& ctx, const RecurrentSpec& s, int d, std::vector<double>& Y,
-                               std::vector<double>& Yh, std::vector<double>& Yc) {
+absl::Status GeneralRecurrence(const KernelContext& ctx, const RecurrentSpec& s, const GeneralOperands& ops, int d,
+                               std::vector<double>& Y, std::vector<double>& Yh, std::vector<double>& Yc) {
   const Tensor& X = ctx.in(0);
   const int64_t S = s.S, B = s.B, I = s.I, H = s.H, G = s.gates * H;
   const int nd = s.nd;
-  const bool f32 = X.dtype() == DType::kF32 && ctx.in(1).dtype() == DType::kF32 && ctx.in(2).dtype() == DType::kF32;
-  // float32 weights are used in place (Eigen matrix-vector products); other dtypes go through double.
-  std::vector<double> x, W, R;
-  if (!f32) {
-    x = X.ToDoubleVector();
-    W = ctx.in(1).ToDoubleVector();
-    R = ctx.in(2).ToDoubleVector();
-  }
+  const bool f32 = ops.f32;
+  const std::vector<double>& x = ops.x;
+  const std::vector<double>& W = ops.W;
+  const std::vector<double>& R = ops.R;
   const bool reverse = s.reverse_only || d == 1;
   DirectionWeights dw;
   dw.w = f32 ? nullptr : W.data() + d * G * I;
@@ -484,7 +498,8 @@ absl::Status Recurrent(KernelContext& ctx, int kind) {
   if (TakesRecurrentF32(ctx, s)) return RecurrentF32(ctx, s);
   const int64_t states = s.nd * s.B * s.H;
   std::vector<double> Y(s.S * states, 0.0), Yh(states), Yc(states);
-  for (int d = 0; d < s.nd; ++d) CJIT_RETURN_IF_ERROR(GeneralRecurrence(ctx, s, d, Y, Yh, Yc));
+  const GeneralOperands ops = GeneralOperandsOf(ctx);
+  for (int d = 0; d < s.nd; ++d) CJIT_RETURN_IF_ERROR(GeneralRecurrence(ctx, s, ops, d, Y, Yh, Yc));
   return StoreRecurrentOutputs(ctx, s, Y, Yh, Yc);
 }
 
