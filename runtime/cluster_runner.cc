@@ -157,6 +157,7 @@ bool ClusterRuntime::SubmitCompile(std::function<void()> job) {
 }
 
 void ClusterRuntime::Shutdown() {
+  shutting_down_.store(true, std::memory_order_relaxed);  // a compile in flight stops at its next phase
   if (autotuner_) autotuner_->Cancel();  // a tuning job in flight stops at its next candidate
   std::thread worker;
   std::deque<std::function<void()>> dropped;
@@ -720,8 +721,17 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state, boo
   if (prof) {
     options.on_phase = [prof](const char* phase, int64_t start, int64_t end) { prof->Complete(phase, "compile", start, end); };
   }
+  ClusterRuntime* runtime = s.runtime;
+  options.cancelled = [runtime] { return runtime->shutting_down(); };
   auto ex = CatchAsStatus(absl::StrCat("compiling cluster ", s.stats->id),
                           [&] { return CpuExecutable::Compile(s.body, options); });
+  if (!ex.ok() && absl::IsCancelled(ex.status())) {
+    // The session is being destroyed: nothing to record, publish or warn about.
+    ReleaseFleetLease(s);
+    MutexLock lock(&s.mu);
+    s.compile_in_flight = false;
+    return ex.status();
+  }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s.runtime->policy().RecordCompile(s.policy_id, seconds, ex.ok());
   ++s.stats->compiles;

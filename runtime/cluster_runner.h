@@ -103,6 +103,9 @@ class ClusterRuntime : public std::enable_shared_from_this<ClusterRuntime> {
   // its Session. Idempotent.
   bool SubmitCompile(std::function<void()> job);
   void Shutdown();
+  // True from the start of Shutdown: the compile in flight stops at its next phase (CpuCompileOptions::
+  // cancelled) and publishes nothing. Lock-free.
+  bool shutting_down() const { return shutting_down_.load(std::memory_order_relaxed); }
   // Jobs queued or running on the worker (compiles, and background autotuning where there is an idle CPU).
   // Lock-free.
   int compiles_in_flight() const;
@@ -144,6 +147,7 @@ class ClusterRuntime : public std::enable_shared_from_this<ClusterRuntime> {
   std::deque<std::function<void()>> pool_jobs_ ABSL_GUARDED_BY(pool_mu_);
   std::thread pool_thread_ ABSL_GUARDED_BY(pool_mu_);
   bool pool_stop_ ABSL_GUARDED_BY(pool_mu_) = false;
+  std::atomic<bool> shutting_down_{false};
   std::atomic<int> pool_in_flight_{0};  // queued + running; dropped jobs are subtracted by Shutdown
 };
 

@@ -18,7 +18,9 @@
 #include "tests/model_builder.h"
 #include "tests/session_options.h"
 #include "tests/test_data.h"
+#include "compiler/ir/text.h"
 #include "runtime/cluster_runner.h"
+#include "runtime/executable.h"
 #include "runtime/executor.h"
 #include "runtime/session.h"
 #include "tools/check_lib.h"
@@ -750,6 +752,35 @@ TEST(ClusterRuntimeTest, SessionDestroyedDuringAsyncCompilation) {
   DataSetResult r = RunDataSet(**s2, (*sets)[0], 1e-3, 1e-4);
   EXPECT_TRUE(r.ok()) << r.status;
   EXPECT_GT((*s2)->stats().totals.compiled_executions, 0);
+}
+
+// CpuCompileOptions::cancelled (how a session being destroyed stops its background compile): asked before
+// each new kernel and between its phases; true stops the compile with CancelledError. The chain below is a
+// kernel structure no other test compiles, so the process's kernel cache cannot serve it.
+TEST(CpuCompileTest, CancelledCompileStopsBetweenPhases) {
+  auto parsed = ParseGraph(R"(
+graph cancel_me(%x: f32[3,29]) {
+  %a: f32[3,29] = Mul(%x, %x)
+  %b: f32[3,29] = Tanh(%a)
+  %c: f32[3,29] = Sigmoid(%x)
+  %d: f32[3,29] = Sub(%b, %c)
+  %e: f32[3,29] = Mul(%d, %a)
+  %f: f32[3,29] = Relu(%e)
+  return %f
+})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  std::shared_ptr<const Graph> body(std::move(*parsed));
+  int asked = 0;
+  CpuCompileOptions options;
+  options.cancelled = [&] { return ++asked > 1; };  // the kernel starts; cancelled after its IR is emitted
+  auto cancelled = CpuExecutable::Compile(body, options);
+  ASSERT_FALSE(cancelled.ok()) << "compiled: " << (*cancelled)->num_fused_kernels() << " fused kernels";
+  EXPECT_TRUE(absl::IsCancelled(cancelled.status())) << cancelled.status();
+  EXPECT_EQ(asked, 2) << "asked before the kernel and after emitting it, then stopped";
+  options.cancelled = nullptr;
+  auto compiled = CpuExecutable::Compile(body, options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  EXPECT_EQ((*compiled)->num_fused_kernels(), 1);
 }
 
 }  // namespace

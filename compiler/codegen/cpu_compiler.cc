@@ -335,6 +335,11 @@ struct CompiledObject {
   std::string symbol, object;
   double opt_ms = 0, mc_ms = 0;
 };
+
+absl::Status CheckCancelled(const CpuCompileOptions& options) {
+  if (options.cancelled && options.cancelled()) return absl::CancelledError("CPU code generation cancelled");
+  return absl::OkStatus();
+}
 absl::StatusOr<CompiledObject> CompileKernelObject(Jit& jit, llvm::TargetMachine* tm, const FusedKernel& k,
                                                    const PlannedKernel& pk, const CpuCompileOptions& options) {
   CompiledObject out;
@@ -344,9 +349,11 @@ absl::StatusOr<CompiledObject> CompileKernelObject(Jit& jit, llvm::TargetMachine
   CJIT_ASSIGN_OR_RETURN(std::unique_ptr<llvm::Module> module, EmitKernelModule(jit, k, pk, out.symbol, ctx));
   int64_t t1 = NowNs();
   if (options.on_phase) options.on_phase("llvm_emit", t0, t1);
+  CJIT_RETURN_IF_ERROR(CheckCancelled(options));
   OptimizeModule(tm, *module);
   int64_t t2 = NowNs();
   if (options.on_phase) options.on_phase("llvm_optimize", t1, t2);
+  CJIT_RETURN_IF_ERROR(CheckCancelled(options));
   llvm::SmallVector<char, 0> buffer;
   {
     SetCodegenLevel(tm, k, options.optimize_row_kernels);
@@ -426,6 +433,7 @@ absl::StatusOr<std::unique_ptr<CpuCode>> CompileForCpu(const FusionPlan& plan, c
       const size_t i = missing[m];
       status[m] = RunLlvmRecoverably("CPU code generation", [&]() -> absl::Status {
         if (options.fail_for_testing == "llvm-fatal-error") llvm::report_fatal_error("injected by the test hook");
+        CJIT_RETURN_IF_ERROR(CheckCancelled(options));
         if (!tm) {
           CJIT_ASSIGN_OR_RETURN(tm, AcquireTm(jit));
         }
@@ -437,8 +445,9 @@ absl::StatusOr<std::unique_ptr<CpuCode>> CompileForCpu(const FusionPlan& plan, c
         return LoadKernel(jit, std::move(compiled), plan.kernels[i], planned[i], options);
       });
       if (!status[m].ok()) {
-        // An LLVM failure may leave the target machine in any state: dropped (leaked), never reused.
-        tm.release();  // NOLINT(bugprone-unused-return-value): deliberately leaked
+        // An LLVM failure may leave the target machine in any state: dropped (leaked), never reused. A
+        // cancellation stops between phases and leaves it usable.
+        if (!absl::IsCancelled(status[m])) tm.release();  // NOLINT(bugprone-unused-return-value): deliberately leaked
         next.store(missing.size());  // the cluster stays on the fallback path: stop the other threads early
       }
     }

@@ -77,6 +77,11 @@ struct CpuCompileOptions {
   // thread that ran the phase (so possibly from several threads at once): "fusion_plan", "llvm_emit",
   // "llvm_optimize", "machine_code" (object code), "jit_link" (runtime/profiler.h traces them).
   std::function<void(const char* phase, int64_t start_ns, int64_t end_ns)> on_phase;
+  // Asked before each kernel and between its compile phases (emit, optimize, machine code): true stops the
+  // compilation with CancelledError, loading nothing more (kernels linked already stay in the process's
+  // kernel cache). A session being destroyed cancels its background compile this way, within one phase
+  // (a few ms) instead of the whole compile. May be called from several threads at once.
+  std::function<bool()> cancelled;
 };
 
 absl::StatusOr<std::unique_ptr<CpuCode>> CompileForCpu(const FusionPlan& plan, const CpuCompileOptions& options);
