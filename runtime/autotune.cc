@@ -664,8 +664,8 @@ Autotuner::DefaultTime* Autotuner::DefaultTimeCounter(const std::string& key) {
 double Autotuner::ExpectedTuningMs(double call_ms) const {
   const int64_t tuning_ns = TuningCostSums().tuning_ns.load(std::memory_order_relaxed);
   const int64_t default_ns = TuningCostSums().default_ns.load(std::memory_order_relaxed);
-  const double ratio = default_ns > 0 ? static_cast<double>(tuning_ns) / static_cast<double>(default_ns)
-                                      : kPriorTuningCostRatio;
+  const double ratio =
+      default_ns > 0 ? static_cast<double>(tuning_ns) / static_cast<double>(default_ns) : kPriorTuningCostRatio;
   return std::min(options_.max_ms_per_op, ratio * call_ms);
 }
 

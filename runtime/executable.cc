@@ -501,7 +501,8 @@ absl::Status CpuExecutable::InstantiateKernels(const DimsLayout& l, const DimsPr
     std::vector<Dims> input_dims_k;
     for (const Value* v : fk.inputs) {
       const Dims* d = dims_of(v, nullptr);
-      if (d == nullptr) return DimsMiss("%", v->name, " (an input of ", kernel_names_[k], ") is not a value of the body");
+      if (d == nullptr)
+        return DimsMiss("%", v->name, " (an input of ", kernel_names_[k], ") is not a value of the body");
       input_dims_k.push_back(*d);
     }
     Collapsed c = Collapse(kernels[k].shape, Layouts(input_dims_k, kernels[k].input_offsets, kernels[k].input_strides),

@@ -782,9 +782,9 @@ TEST(AutotuneTest, AmortizedTuningWaitsForTheSearchCost) {
   ASSERT_TRUE(t.ok());
   EXPECT_DOUBLE_EQ((*t)->ExpectedTuningMs(1.0), 200.0);
   EXPECT_DOUBLE_EQ((*t)->ExpectedTuningMs(2.0), 250.0) << "capped at --autotune_max_ms_per_op";
-  auto b = BuildNode("MatMul", "",
-                     {FloatTensor({64, 128}, RandomFloats(64 * 128, 5)), FloatTensor({128, 64}, RandomFloats(128 * 64, 6))},
-                     {});
+  auto b = BuildNode(
+      "MatMul", "",
+      {FloatTensor({64, 128}, RandomFloats(64 * 128, 5)), FloatTensor({128, 64}, RandomFloats(128 * 64, 6))}, {});
   StepTuning a;
   EXPECT_EQ(a.Resolve(**t, *b->node, b->ptrs, b->is_constant, nullptr, &b->inferred, 1, 0, false), nullptr);
   for (int i = 0; i < 199; ++i) a.AddDefaultTime(1000000);  // 199 executions of 1 ms
