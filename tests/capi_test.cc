@@ -730,15 +730,15 @@ TEST(CApiTest, SequencesInAndOut) {
   ASSERT_TRUE(St(cjit_value_wrap(CJIT_FLOAT32, t_dims, 1, t_data, sizeof(t_data), &t)).ok());
   const cjit_value* items[1] = {a};
   ASSERT_TRUE(St(cjit_value_create_sequence(CJIT_FLOAT32, items, 1, &seq)).ok());
+  // A sequence of another dtype than its items: refused (asked while `a`, which items[0] points to, lives).
+  cjit_value* bad = nullptr;
+  St mixed(cjit_value_create_sequence(CJIT_INT64, items, 1, &bad));
+  EXPECT_EQ(mixed.code, CJIT_INVALID_ARGUMENT);
   cjit_value_free(a);  // the sequence shares the tensor; the handle may go
   EXPECT_EQ(cjit_value_get_kind(seq), CJIT_KIND_SEQUENCE);
   EXPECT_EQ(cjit_value_count(seq), 1u);
   EXPECT_EQ(cjit_value_rank(seq), 0u);
   EXPECT_EQ(cjit_value_data(seq), nullptr);
-  // A sequence of another dtype than its items: refused.
-  cjit_value* bad = nullptr;
-  St mixed(cjit_value_create_sequence(CJIT_INT64, items, 1, &bad));
-  EXPECT_EQ(mixed.code, CJIT_INVALID_ARGUMENT);
 
   const char* names[2] = {"seq", "t"};
   const cjit_value* inputs[2] = {seq, t};
