@@ -441,11 +441,18 @@ std::vector<Node*> AdoptedTransposes(const std::vector<Node*>& order, const Read
 // ---- Moving a transpose to channels-first down through one op (the op then reads and writes the
 // channels-last tensor). Each returns whether it moved; r is the rank of the op's output.
 
+// The common first step: when n's first input is a transpose to channels-first made by this pass (of rank
+// r; r < 0: any rank), n reads that transpose's channels-last source instead and true is returned.
+bool ReadChannelsLastInput(Rewriter& rw, Node* n, int r) {
+  Node* t = rw.ToFirstProducerMade(n->input(0));
+  if (t == nullptr || (r >= 0 && n->input(0)->shape.rank() != r)) return false;
+  n->inputs[0] = t->inputs[0];
+  return true;
+}
+
 // Group statistics over positions and whole channels: the same from the channels-last tensor.
 bool MoveGroupNorm(Rewriter& rw, Node* n) {
-  Node* t = rw.ToFirstProducerMade(n->input(0));
-  if (t == nullptr) return false;
-  n->inputs[0] = t->inputs[0];
+  if (!ReadChannelsLastInput(rw, n, -1)) return false;
   n->op_type = "NhwcGroupNorm";
   rw.MoveOutputToChannelsLast(n);
   return true;
@@ -483,9 +490,7 @@ bool MoveDynamicQuantize(Rewriter& rw, Node* n) {
 // An op whose first input alone is permuted (elementwise unary, and the same-rank ops of
 // IsUnaryTransparentNode).
 bool MoveUnary(Rewriter& rw, Node* n, int r) {
-  Node* t = rw.ToFirstProducerMade(n->input(0));
-  if (t == nullptr || n->input(0)->shape.rank() != r) return false;
-  n->inputs[0] = t->inputs[0];
+  if (!ReadChannelsLastInput(rw, n, r)) return false;
   rw.MoveOutputToChannelsLast(n);
   return true;
 }
@@ -530,9 +535,7 @@ bool MoveBinary(Rewriter& rw, Node* n, int r) {
 // GlobalAveragePool / GlobalMaxPool over the spatial axes of the channels-last tensor: ReduceMean /
 // ReduceMax with keepdims.
 bool MoveGlobalPool(Rewriter& rw, Node* n, int r) {
-  Node* t = rw.ToFirstProducerMade(n->input(0));
-  if (t == nullptr || n->input(0)->shape.rank() != r) return false;
-  n->inputs[0] = t->inputs[0];
+  if (!ReadChannelsLastInput(rw, n, r)) return false;
   std::vector<int64_t> axes;
   for (int i = 1; i < r - 1; ++i) axes.push_back(i);
   n->op_type = n->op_type == "GlobalAveragePool" ? "ReduceMean" : "ReduceMax";
@@ -547,9 +550,7 @@ bool MoveGlobalPool(Rewriter& rw, Node* n, int r) {
 // Windows over the spatial axes of the channels-last tensor, every channel alike (ResNet's stem MaxPool,
 // YOLO's SPPF): the channels-last pooling loop, vectorized over the channels.
 bool MovePool(Rewriter& rw, Node* n, int r) {
-  Node* t = rw.ToFirstProducerMade(n->input(0));
-  if (t == nullptr || n->input(0)->shape.rank() != r) return false;
-  n->inputs[0] = t->inputs[0];
+  if (!ReadChannelsLastInput(rw, n, r)) return false;
   n->op_type = n->op_type == "MaxPool" ? "NhwcMaxPool" : "NhwcAveragePool";
   n->domain = std::string(kInternalDomain);
   n->outputs.resize(1);
@@ -560,9 +561,7 @@ bool MovePool(Rewriter& rw, Node* n, int r) {
 // Resize interpolates each axis on its own (nearest, linear and cubic are separable): the same Resize of
 // the channels-last tensor with its scales or sizes permuted.
 bool MoveResize(Rewriter& rw, Node* n, int r) {
-  Node* t = rw.ToFirstProducerMade(n->input(0));
-  if (t == nullptr || n->input(0)->shape.rank() != r) return false;
-  n->inputs[0] = t->inputs[0];
+  if (!ReadChannelsLastInput(rw, n, r)) return false;
   int which = n->input(2) && n->input(2)->is_constant() && n->input(2)->constant->numel() == r ? 2 : 3;
   n->inputs[which] = rw.PermutedAxisVector(n->input(which), r, n->name);
   rw.MoveOutputToChannelsLast(n);
@@ -571,8 +570,7 @@ bool MoveResize(Rewriter& rw, Node* n, int r) {
 
 // Pad with its amounts permuted (an attribute, or a new constant input).
 bool MovePad(Graph& g, Rewriter& rw, Node* n, int r) {
-  Node* t = rw.ToFirstProducerMade(n->input(0));
-  if (t == nullptr) return false;
+  if (!ReadChannelsLastInput(rw, n, -1)) return false;
   std::vector<int64_t> pads;
   PadAmounts(*n, r, &pads);
   const std::vector<int64_t> perm = ToLast(r);
@@ -581,7 +579,6 @@ bool MovePad(Graph& g, Rewriter& rw, Node* n, int r) {
     permuted[i] = pads[perm[i]];
     permuted[r + i] = pads[r + perm[i]];
   }
-  n->inputs[0] = t->inputs[0];
   if (n->HasAttr("pads")) {
     n->attrs["pads"] = Attribute::Ints(permuted);
   } else {
