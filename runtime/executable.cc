@@ -356,6 +356,11 @@ struct CpuExecutable::DimsPropagation {
   std::vector<Dims> dims;
   std::vector<char> changed, is_derived;
   std::vector<std::shared_ptr<const Tensor>> derived_value;
+  // v's dims at these dims, or null when v is not a value of the body (l's index).
+  const Dims* DimsOf(const DimsLayout& l, const Value* v) const {
+    auto it = l.index.find(v);
+    return it != l.index.end() ? &dims[it->second] : nullptr;
+  }
 };
 
 absl::Status CpuExecutable::DimsInferInputs(const DimsLayout& l, size_t n, const DerivedConstants* derived,
@@ -473,10 +478,7 @@ absl::Status CpuExecutable::PropagateDims(const DimsLayout& l, const std::vector
 
 absl::Status CpuExecutable::InstantiateKernels(const DimsLayout& l, const DimsPropagation& s,
                                                DimsInstance* inst) const {
-  auto dims_of = [&](const Value* v, Dims*) -> const Dims* {
-    auto it = l.index.find(v);
-    return it != l.index.end() ? &s.dims[it->second] : nullptr;
-  };
+  auto dims_of = [&](const Value* v, Dims*) { return s.DimsOf(l, v); };  // RederiveKernels' signature
   auto unchanged = [&](const Value* v) {
     auto it = l.index.find(v);
     return it != l.index.end() && !s.changed[it->second];
@@ -500,7 +502,7 @@ absl::Status CpuExecutable::InstantiateKernels(const DimsLayout& l, const DimsPr
     }
     std::vector<Dims> input_dims_k;
     for (const Value* v : fk.inputs) {
-      const Dims* d = dims_of(v, nullptr);
+      const Dims* d = s.DimsOf(l, v);
       if (d == nullptr)
         return DimsMiss("%", v->name, " (an input of ", kernel_names_[k], ") is not a value of the body");
       input_dims_k.push_back(*d);
@@ -522,10 +524,6 @@ absl::Status CpuExecutable::InstantiateKernels(const DimsLayout& l, const DimsPr
 
 absl::Status CpuExecutable::InstantiateSteps(const DimsLayout& l, const DimsPropagation& s,
                                              DimsInstance* inst) const {
-  auto dims_of = [&](const Value* v) -> const Dims* {
-    auto it = l.index.find(v);
-    return it != l.index.end() ? &s.dims[it->second] : nullptr;
-  };
   inst->slot_dims.resize(slot_values_.size());
   for (size_t i = 0; i < slot_values_.size(); ++i) {
     inst->slot_dims[i] = s.dims[l.slot_values[i]];
@@ -537,7 +535,7 @@ absl::Status CpuExecutable::InstantiateSteps(const DimsLayout& l, const DimsProp
   for (size_t i = 0; i < plan_.steps.size(); ++i) {
     if (step_inferred_[i].empty()) continue;
     for (const Value* v : plan_.steps[i].node->outputs) {
-      const Dims* d = v ? dims_of(v) : nullptr;
+      const Dims* d = v ? s.DimsOf(l, v) : nullptr;
       if (v != nullptr && d == nullptr) return DimsMiss("%", v->name, " is not a value of the body");
       inst->inferred[i].push_back(v ? InferOutput{v->dtype, Shape::Of(*d)} : InferOutput{});
     }
@@ -547,7 +545,7 @@ absl::Status CpuExecutable::InstantiateSteps(const DimsLayout& l, const DimsProp
   for (size_t i = 0; i < plan_.steps.size(); ++i) {
     if (!skip_step_[i]) continue;
     const Node* concat = plan_.steps[i].node;
-    const Dims* odp = dims_of(concat->outputs[0]);
+    const Dims* odp = s.DimsOf(l, concat->outputs[0]);
     if (odp == nullptr) return DimsMiss(concat->Describe(), ": its output is not a value of the body");
     const Dims& od = *odp;
     int64_t axis = concat->GetInt("axis", 0);
