@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "compiler/codegen/elemental_emitter.h"
+#include "compiler/codegen/for_loop.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/Intrinsics.h"
 #include "llvm/IR/LLVMContext.h"
@@ -171,12 +172,7 @@ absl::Status EmitKernel(llvm::Module& m, const FusedKernel& k, const Collapsed& 
   llvm::Value* consts = fn->getArg(static_cast<unsigned>(n_in + n_out + 1));
   llvm::Value* row_begin = fn->getArg(static_cast<unsigned>(n_in + n_out + 2));
   llvm::Value* row_end = fn->getArg(static_cast<unsigned>(n_in + n_out + 3));
-  auto* entry = llvm::BasicBlock::Create(ctx, "entry", fn);
-  auto* outer_head = llvm::BasicBlock::Create(ctx, "outer", fn);
-  auto* inner_head = llvm::BasicBlock::Create(ctx, "inner", fn);
-  auto* inner_exit = llvm::BasicBlock::Create(ctx, "inner_exit", fn);
-  auto* done = llvm::BasicBlock::Create(ctx, "done", fn);
-  b.SetInsertPoint(entry);
+  b.SetInsertPoint(llvm::BasicBlock::Create(ctx, "entry", fn));
   auto meta_at = [&](int64_t i) { return b.CreateLoad(i64, b.CreateInBoundsGEP(i64, meta, b.getInt64(i))); };
   llvm::Value* inner = meta_at(0);
   std::vector<llvm::Value*> dims(nd - 1);
@@ -195,12 +191,10 @@ absl::Status EmitKernel(llvm::Module& m, const FusedKernel& k, const Collapsed& 
       for (const Value* v : node->inputs) np += v && IsScalarConstant(v) && node->op_type != "Pow";
     for (int64_t i = 0; i < np; ++i) params_v.push_back(b.CreateLoad(f32, b.CreateInBoundsGEP(f32, consts, b.getInt64(i))));
   }
-  llvm::Value* has_work = b.CreateAnd(b.CreateICmpSLT(row_begin, row_end), b.CreateICmpSGT(inner, b.getInt64(0)));
-  b.CreateCondBr(has_work, outer_head, done);
-
-  b.SetInsertPoint(outer_head);
-  llvm::PHINode* r = b.CreatePHI(i64, 2, "r");
-  r->addIncoming(row_begin, entry);
+  ForLoop::Options rows;
+  rows.guard = b.CreateAnd(b.CreateICmpSLT(row_begin, row_end), b.CreateICmpSGT(inner, b.getInt64(0)));
+  ForLoop outer(b, "outer", "r", row_begin, row_end, b.getInt64(1), rows);
+  llvm::PHINode* r = outer.index();
   std::vector<llvm::Value*> base(offsets);
   llvm::Value* rem = r;
   for (int d = nd - 2; d >= 0; --d) {
@@ -222,11 +216,10 @@ absl::Status EmitKernel(llvm::Module& m, const FusedKernel& k, const Collapsed& 
   for (size_t i = 0; i < n_in; ++i) {
     if (c.strides[i].back() == 0) vals[k.inputs[i]] = LoadF32(b, k.inputs[i]->dtype, in_ptr[i], nullptr);
   }
-  b.CreateBr(inner_head);
-
-  b.SetInsertPoint(inner_head);
-  llvm::PHINode* j = b.CreatePHI(i64, 2, "j");
-  j->addIncoming(b.getInt64(0), outer_head);
+  ForLoop::Options row;
+  row.unguarded = true;  // the rows' guard checked inner > 0
+  ForLoop inner_loop(b, "inner", "j", b.getInt64(0), inner, b.getInt64(1), row);
+  llvm::PHINode* j = inner_loop.index();
   for (size_t i = 0; i < n_in; ++i) {
     char cls = InnerClass(c, i);
     if (cls == 'b') continue;
@@ -254,23 +247,9 @@ absl::Status EmitKernel(llvm::Module& m, const FusedKernel& k, const Collapsed& 
     vals[node->outputs[0]] = res;
   }
   for (size_t o = 0; o < n_out; ++o) StoreF32(b, k.outputs[o]->dtype, vals.at(k.outputs[o]), out_ptr[o], j);
-  llvm::Value* j_next = b.CreateAdd(j, b.getInt64(1));
-  j->addIncoming(j_next, b.GetInsertBlock());
-  auto* latch = b.CreateCondBr(b.CreateICmpSLT(j_next, inner), inner_head, inner_exit);
   // Vectorize, but do not interleave or unroll: most rows are short, and it halves compile time.
-  llvm::MDNode* no_interleave = llvm::MDNode::get(
-      ctx, {llvm::MDString::get(ctx, "llvm.loop.interleave.count"), llvm::ConstantAsMetadata::get(b.getInt32(1))});
-  llvm::MDNode* no_unroll = llvm::MDNode::get(ctx, {llvm::MDString::get(ctx, "llvm.loop.unroll.disable")});
-  llvm::MDNode* loop_id = llvm::MDNode::getDistinct(ctx, {nullptr, no_interleave, no_unroll});
-  loop_id->replaceOperandWith(0, loop_id);
-  latch->setMetadata(llvm::LLVMContext::MD_loop, loop_id);
-
-  b.SetInsertPoint(inner_exit);
-  llvm::Value* r_next = b.CreateAdd(r, b.getInt64(1));
-  r->addIncoming(r_next, inner_exit);
-  b.CreateCondBr(b.CreateICmpSLT(r_next, row_end), outer_head, done);
-
-  b.SetInsertPoint(done);
+  ForLoop::DisableUnroll(inner_loop.End(), /*no_interleave=*/true);
+  outer.End();
   b.CreateRetVoid();
   return absl::OkStatus();
 }
@@ -314,10 +293,7 @@ class RowEmitter {
     llvm::Value* consts = fn_->getArg(static_cast<unsigned>(n_in + n_out + 1));
     llvm::Value* row_begin = fn_->getArg(static_cast<unsigned>(n_in + n_out + 2));
     llvm::Value* row_end = fn_->getArg(static_cast<unsigned>(n_in + n_out + 3));
-    auto* entry = llvm::BasicBlock::Create(ctx, "entry", fn_);
-    auto* outer = llvm::BasicBlock::Create(ctx, "outer", fn_);
-    auto* done = llvm::BasicBlock::Create(ctx, "done", fn_);
-    b_.SetInsertPoint(entry);
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx, "entry", fn_));
     auto meta_at = [&](int64_t i) { return b_.CreateLoad(i64, b_.CreateInBoundsGEP(i64, meta, b_.getInt64(i))); };
     inner_ = meta_at(0);
     std::vector<llvm::Value*> dims(nd - 1);
@@ -337,11 +313,8 @@ class RowEmitter {
           ++np;  // every use has its own slot (KernelConsts order); the first one is used
         }
       }
-    b_.CreateCondBr(b_.CreateICmpSLT(row_begin, row_end), outer, done);
-
-    b_.SetInsertPoint(outer);
-    llvm::PHINode* r = b_.CreatePHI(i64, 2, "r");
-    r->addIncoming(row_begin, entry);
+    ForLoop rows(b_, "outer", "r", row_begin, row_end, b_.getInt64(1));
+    llvm::PHINode* r = rows.index();
     std::vector<llvm::Value*> base(offsets);
     llvm::Value* rem = r;
     for (int d = nd - 2; d >= 0; --d) {
@@ -403,10 +376,7 @@ class RowEmitter {
       CJIT_ASSIGN_OR_RETURN(llvm::Value* val, Elem(k_.outputs[o], b_.getInt64(0), memo));
       StoreF32(b_, k_.outputs[o]->dtype, val, fn_->getArg(static_cast<unsigned>(n_in + o)), r);
     }
-    llvm::Value* r_next = b_.CreateAdd(r, b_.getInt64(1));
-    r->addIncoming(r_next, b_.GetInsertBlock());
-    b_.CreateCondBr(b_.CreateICmpSLT(r_next, row_end), outer, done);
-    b_.SetInsertPoint(done);
+    rows.End();
     b_.CreateRetVoid();
     return absl::OkStatus();
   }
@@ -418,43 +388,20 @@ class RowEmitter {
   using Step = std::function<absl::StatusOr<llvm::Value*>(llvm::Value* acc, llvm::Value* j)>;
   absl::Status Loop(const std::function<absl::Status(llvm::Value*)>& body, const std::vector<std::pair<llvm::Value*, Step>>& accs,
                     std::vector<llvm::Value*>* results) {
-    llvm::LLVMContext& ctx = m_.getContext();
-    llvm::BasicBlock* pre = b_.GetInsertBlock();
-    auto* head = llvm::BasicBlock::Create(ctx, "pass", fn_);
-    auto* exit = llvm::BasicBlock::Create(ctx, "pass_exit", fn_);
-    b_.CreateCondBr(b_.CreateICmpSGT(inner_, b_.getInt64(0)), head, exit);
-    b_.SetInsertPoint(head);
-    llvm::PHINode* j = b_.CreatePHI(b_.getInt64Ty(), 2, "j");
-    j->addIncoming(b_.getInt64(0), pre);
+    ForLoop::Options options;
+    options.guard = b_.CreateICmpSGT(inner_, b_.getInt64(0));
+    ForLoop loop(b_, "pass", "j", b_.getInt64(0), inner_, b_.getInt64(1), options);
     std::vector<llvm::PHINode*> phis;
-    for (const auto& a : accs) {
-      llvm::PHINode* p = b_.CreatePHI(b_.getFloatTy(), 2);
-      p->addIncoming(a.first, pre);
-      phis.push_back(p);
-    }
-    if (body) CJIT_RETURN_IF_ERROR(body(j));
+    for (const auto& a : accs) phis.push_back(loop.Carry(a.first));
+    if (body) CJIT_RETURN_IF_ERROR(body(loop.index()));
     std::vector<llvm::Value*> next;
     for (size_t a = 0; a < accs.size(); ++a) {
-      CJIT_ASSIGN_OR_RETURN(llvm::Value* nv, accs[a].second(phis[a], j));
+      CJIT_ASSIGN_OR_RETURN(llvm::Value* nv, accs[a].second(phis[a], loop.index()));
       next.push_back(nv);
     }
-    llvm::Value* j_next = b_.CreateAdd(j, b_.getInt64(1));
-    llvm::BasicBlock* latch = b_.GetInsertBlock();
-    j->addIncoming(j_next, latch);
-    for (size_t a = 0; a < phis.size(); ++a) phis[a]->addIncoming(next[a], latch);
-    auto* br = b_.CreateCondBr(b_.CreateICmpSLT(j_next, inner_), head, exit);
-    llvm::MDNode* no_unroll = llvm::MDNode::get(ctx, {llvm::MDString::get(ctx, "llvm.loop.unroll.disable")});
-    llvm::MDNode* loop_id = llvm::MDNode::getDistinct(ctx, {nullptr, no_unroll});
-    loop_id->replaceOperandWith(0, loop_id);
-    br->setMetadata(llvm::LLVMContext::MD_loop, loop_id);
-    b_.SetInsertPoint(exit);
+    ForLoop::DisableUnroll(loop.End(next), /*no_interleave=*/false);
     if (results) {
-      for (size_t a = 0; a < accs.size(); ++a) {
-        llvm::PHINode* res = b_.CreatePHI(b_.getFloatTy(), 2);
-        res->addIncoming(accs[a].first, pre);
-        res->addIncoming(next[a], latch);
-        results->push_back(res);
-      }
+      for (size_t a = 0; a < accs.size(); ++a) results->push_back(loop.ExitValue(accs[a].first, next[a]));
     }
     return absl::OkStatus();
   }

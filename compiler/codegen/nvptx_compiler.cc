@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/codegen/elemental_emitter.h"
+#include "compiler/codegen/for_loop.h"
 #include "compiler/codegen/kernel_layout.h"
 #include "compiler/codegen/recover.h"
 #include "base/status_macros.h"
@@ -224,16 +225,11 @@ class GpuEmitter {
   static constexpr int kUnroll = 4;
   absl::Status EmitStridedLoop(llvm::Value* start, llvm::Value* stride, llvm::Value* bound, llvm::Value* base,
                                llvm::BasicBlock* exit) {
-    llvm::LLVMContext& ctx = m_.getContext();
     auto at = [&](llvm::Value* j) { return base ? b_.CreateAdd(base, j) : j; };
-    llvm::BasicBlock* pre = b_.GetInsertBlock();
-    auto* main = llvm::BasicBlock::Create(ctx, "main", fn_);
-    auto* rest = llvm::BasicBlock::Create(ctx, "rest", fn_);
-    llvm::Value* span = b_.CreateMul(stride, b_.getInt64(kUnroll - 1));
-    b_.CreateCondBr(b_.CreateICmpSLT(b_.CreateAdd(start, span), bound), main, rest);
-    b_.SetInsertPoint(main);
-    llvm::PHINode* j = b_.CreatePHI(b_.getInt64Ty(), 2, "j4");
-    j->addIncoming(start, pre);
+    ForLoop::Options unrolled;
+    unrolled.lookahead = b_.CreateMul(stride, b_.getInt64(kUnroll - 1));
+    ForLoop main(b_, "main", "j4", start, bound, b_.CreateMul(stride, b_.getInt64(kUnroll)), unrolled);
+    llvm::PHINode* j = main.index();
     std::vector<std::map<const Value*, llvm::Value*>> memo(kUnroll);
     std::vector<llvm::Value*> idx(kUnroll);
     for (int u = 0; u < kUnroll; ++u) {
@@ -241,23 +237,13 @@ class GpuEmitter {
       for (size_t i = 0; i < k_.inputs.size(); ++i) memo[u][k_.inputs[i]] = LoadInput(i, idx[u]);
     }
     for (int u = 0; u < kUnroll; ++u) CJIT_RETURN_IF_ERROR(StoreOutputs(idx[u], at(idx[u]), memo[u]));
-    llvm::Value* j_next = b_.CreateAdd(j, b_.CreateMul(stride, b_.getInt64(kUnroll)));
-    llvm::BasicBlock* main_end = b_.GetInsertBlock();
-    j->addIncoming(j_next, main_end);
-    b_.CreateCondBr(b_.CreateICmpSLT(b_.CreateAdd(j_next, span), bound), main, rest);
-    b_.SetInsertPoint(rest);
-    llvm::PHINode* j0 = b_.CreatePHI(b_.getInt64Ty(), 2, "j_rest");
-    j0->addIncoming(start, pre);
-    j0->addIncoming(j_next, main_end);
-    auto* loop = llvm::BasicBlock::Create(ctx, "loop", fn_);
-    b_.CreateCondBr(b_.CreateICmpSLT(j0, bound), loop, exit);
-    b_.SetInsertPoint(loop);
-    llvm::PHINode* jj = b_.CreatePHI(b_.getInt64Ty(), 2, "j");
-    jj->addIncoming(j0, rest);
-    CJIT_RETURN_IF_ERROR(StoreOutputs(jj, at(jj)));
-    llvm::Value* next = b_.CreateAdd(jj, stride);
-    jj->addIncoming(next, b_.GetInsertBlock());
-    b_.CreateCondBr(b_.CreateICmpSLT(next, bound), loop, exit);
+    main.End();
+    llvm::PHINode* j0 = main.ExitValue(start, main.next_index(), "j_rest");
+    ForLoop::Options rest;
+    rest.exit = exit;
+    ForLoop loop(b_, "loop", "j", j0, bound, stride, rest);
+    CJIT_RETURN_IF_ERROR(StoreOutputs(loop.index(), at(loop.index())));
+    loop.End({}, /*stay=*/true);
     return absl::OkStatus();
   }
 
@@ -298,19 +284,12 @@ class GpuEmitter {
   // elements one by one. The caller checked VectorAligned(base).
   absl::Status EmitVectorLoop(llvm::Value* start, llvm::Value* stride, llvm::Value* bound, llvm::Value* base,
                               llvm::BasicBlock* exit) {
-    llvm::LLVMContext& ctx = m_.getContext();
     llvm::Type* f32 = b_.getFloatTy();
     auto* v4 = llvm::FixedVectorType::get(f32, 4);
     size_t n_in = k_.inputs.size();
-    llvm::BasicBlock* pre = b_.GetInsertBlock();
     llvm::Value* n4 = b_.CreateLShr(bound, b_.getInt64(2));
-    auto* vloop = llvm::BasicBlock::Create(ctx, "vloop", fn_);
-    auto* vtail = llvm::BasicBlock::Create(ctx, "vtail", fn_);
-    b_.CreateCondBr(b_.CreateICmpSLT(start, n4), vloop, vtail);
-    b_.SetInsertPoint(vloop);
-    llvm::PHINode* j4 = b_.CreatePHI(b_.getInt64Ty(), 2, "j4");
-    j4->addIncoming(start, pre);
-    llvm::Value* e = b_.CreateShl(j4, b_.getInt64(2));
+    ForLoop vloop(b_, "vloop", "j4", start, n4, stride);
+    llvm::Value* e = b_.CreateShl(vloop.index(), b_.getInt64(2));
     std::vector<std::map<const Value*, llvm::Value*>> memo(4);
     for (size_t i = 0; i < n_in; ++i) {
       if (InnerClass(c_, i) == 'b') {
@@ -331,10 +310,7 @@ class GpuEmitter {
       llvm::Value* out = b_.CreateInBoundsGEP(f32, fn_->getArg(static_cast<unsigned>(n_in + o)), at);
       b_.CreateAlignedStore(vec, out, llvm::Align(16));
     }
-    llvm::Value* j4_next = b_.CreateAdd(j4, stride);
-    j4->addIncoming(j4_next, b_.GetInsertBlock());
-    b_.CreateCondBr(b_.CreateICmpSLT(j4_next, n4), vloop, vtail);
-    b_.SetInsertPoint(vtail);
+    vloop.End();
     return EmitStridedLoop(b_.CreateAdd(b_.CreateShl(n4, b_.getInt64(2)), start), stride, bound, base, exit);
   }
 
@@ -359,18 +335,13 @@ class GpuEmitter {
       RowBases(b_.getInt64(0));
       return EmitContiguousLoop(gid_, nthreads_, total, nullptr, done);
     }
-    llvm::LLVMContext& ctx = m_.getContext();
-    llvm::BasicBlock* pre = b_.GetInsertBlock();
-    auto* loop = llvm::BasicBlock::Create(ctx, "loop", fn_);
-    b_.CreateCondBr(b_.CreateICmpSLT(gid_, total), loop, done);
-    b_.SetInsertPoint(loop);
-    llvm::PHINode* e = b_.CreatePHI(b_.getInt64Ty(), 2, "e");
-    e->addIncoming(gid_, pre);
+    ForLoop::Options options;
+    options.exit = done;
+    ForLoop loop(b_, "loop", "e", gid_, total, nthreads_, options);
+    llvm::PHINode* e = loop.index();
     RowBases(b_.CreateUDiv(e, inner_));
     CJIT_RETURN_IF_ERROR(StoreOutputs(b_.CreateURem(e, inner_), e));
-    llvm::Value* next = b_.CreateAdd(e, nthreads_);
-    e->addIncoming(next, b_.GetInsertBlock());
-    b_.CreateCondBr(b_.CreateICmpSLT(next, total), loop, done);
+    loop.End({}, /*stay=*/true);
     return absl::OkStatus();
   }
 
@@ -380,21 +351,17 @@ class GpuEmitter {
     llvm::Value* ntid = Sreg(b_, m_, llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x);
     llvm::Value* col0 = b_.CreateAdd(b_.CreateMul(Sreg(b_, m_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x), ntid), tid_);
     llvm::Value* col_stride = b_.CreateMul(ntid, Sreg(b_, m_, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x));
-    llvm::BasicBlock* pre = b_.GetInsertBlock();
-    auto* row_loop = llvm::BasicBlock::Create(ctx, "row_loop", fn_);
+    ForLoop::Options options;
+    options.exit = done;
+    ForLoop rows(b_, "row_loop", "r", row0, rows_, grid_y, options);
     auto* row_next = llvm::BasicBlock::Create(ctx, "row_next", fn_);
-    b_.CreateCondBr(b_.CreateICmpSLT(row0, rows_), row_loop, done);
-    b_.SetInsertPoint(row_loop);
-    llvm::PHINode* r = b_.CreatePHI(b_.getInt64Ty(), 2, "r");
-    r->addIncoming(row0, pre);
+    llvm::PHINode* r = rows.index();
     RowBases(r);
     llvm::Value* row_start = b_.CreateMul(r, inner_);
     // Per row: 16-byte accesses where this row's inputs and outputs start aligned.
     CJIT_RETURN_IF_ERROR(EmitContiguousLoop(col0, col_stride, inner_, row_start, row_next));
     b_.SetInsertPoint(row_next);
-    llvm::Value* r_next = b_.CreateAdd(r, grid_y);
-    r->addIncoming(r_next, row_next);
-    b_.CreateCondBr(b_.CreateICmpSLT(r_next, rows_), row_loop, done);
+    rows.End({}, /*stay=*/true);
     return absl::OkStatus();
   }
 
@@ -413,15 +380,9 @@ class GpuEmitter {
       }
       return acc;
     };
-    llvm::BasicBlock* pre = b_.GetInsertBlock();
-    auto* loop = llvm::BasicBlock::Create(ctx, "pass", fn_);
-    auto* exit = llvm::BasicBlock::Create(ctx, "pass_exit", fn_);
-    b_.CreateCondBr(b_.CreateICmpSLT(lane_, inner_), loop, exit);
-    b_.SetInsertPoint(loop);
-    llvm::PHINode* j = b_.CreatePHI(b_.getInt64Ty(), 2, "j");
-    llvm::PHINode* acc = b_.CreatePHI(f32, 2, "acc");
-    j->addIncoming(lane_, pre);
-    acc->addIncoming(llvm::ConstantFP::get(f32, init), pre);
+    ForLoop pass(b_, "pass", "j", lane_, inner_, row_stride_);
+    llvm::PHINode* j = pass.index();
+    llvm::PHINode* acc = pass.Carry(llvm::ConstantFP::get(f32, init), "acc");
     std::map<const Value*, llvm::Value*> memo;
     in_reduce_pass_ = true;
     absl::StatusOr<llvm::Value*> elem = Elem(x, j, memo);
@@ -431,19 +392,11 @@ class GpuEmitter {
     if (kind == ReduceKind::kSumSq) e = b_.CreateFMul(e, e);
     if (kind == ReduceKind::kSumExp) e = math_.Unary(b_, "exp", b_.CreateFSub(e, offset));
     llvm::Value* next_acc = combine(acc, e);
-    llvm::Value* next_j = b_.CreateAdd(j, row_stride_);
-    llvm::BasicBlock* latch = b_.GetInsertBlock();
-    j->addIncoming(next_j, latch);
-    acc->addIncoming(next_acc, latch);
-    b_.CreateCondBr(b_.CreateICmpSLT(next_j, inner_), loop, exit);
-    b_.SetInsertPoint(exit);
+    pass.End({next_acc});
     // What this pass stored is readable from the next pass on.
     cached_.insert(filling_.begin(), filling_.end());
     filling_.clear();
-    llvm::PHINode* part = b_.CreatePHI(f32, 2);
-    part->addIncoming(llvm::ConstantFP::get(f32, init), pre);
-    part->addIncoming(next_acc, latch);
-    llvm::Value* v = part;
+    llvm::Value* v = pass.ExitValue(llvm::ConstantFP::get(f32, init), next_acc);
     llvm::Function* shfl = llvm::Intrinsic::getDeclaration(&m_, llvm::Intrinsic::nvvm_shfl_sync_bfly_f32);
     for (int delta = 16; delta >= 1; delta /= 2) {
       llvm::Value* other = b_.CreateCall(shfl, {b_.getInt32(0xffffffffu), v, b_.getInt32(delta), b_.getInt32(31)});
@@ -518,13 +471,8 @@ class GpuEmitter {
     bool any_full = false;
     for (const Value* v : k_.outputs) any_full |= v->shape.concrete() == k_.shape;
     if (any_full) {
-      llvm::BasicBlock* pre = b_.GetInsertBlock();
-      auto* loop = llvm::BasicBlock::Create(ctx, "store", fn_);
-      auto* exit = llvm::BasicBlock::Create(ctx, "store_exit", fn_);
-      b_.CreateCondBr(b_.CreateICmpSLT(lane_, inner_), loop, exit);
-      b_.SetInsertPoint(loop);
-      llvm::PHINode* j = b_.CreatePHI(b_.getInt64Ty(), 2, "j");
-      j->addIncoming(lane_, pre);
+      ForLoop store(b_, "store", "j", lane_, inner_, row_stride_);
+      llvm::PHINode* j = store.index();
       std::map<const Value*, llvm::Value*> memo;
       for (size_t o = 0; o < k_.outputs.size(); ++o) {
         if (k_.outputs[o]->shape.concrete() != k_.shape) continue;
@@ -533,10 +481,7 @@ class GpuEmitter {
         llvm::Value* p = b_.CreateInBoundsGEP(StorageType(b_, dt), fn_->getArg(static_cast<unsigned>(k_.inputs.size() + o)), out_base);
         StoreF32(b_, dt, val, p, j);
       }
-      llvm::Value* next = b_.CreateAdd(j, row_stride_);
-      j->addIncoming(next, b_.GetInsertBlock());
-      b_.CreateCondBr(b_.CreateICmpSLT(next, inner_), loop, exit);
-      b_.SetInsertPoint(exit);
+      store.End();
     }
     bool any_row = false;
     for (const Value* v : k_.outputs) any_row |= v->shape.concrete() != k_.shape;
@@ -736,29 +681,26 @@ void EmitGatherKernel(llvm::Module& m, const std::string& name, llvm::Type* unit
   llvm::Value* nctaid_y = Sreg(b, m, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_y);
   llvm::Value* u0 = b.CreateAdd(b.CreateMul(ctaid_x, ntid), tid);
   llvm::Value* u_stride = b.CreateMul(nctaid_x, ntid);
-  b.CreateBr(row_head);
-
-  b.SetInsertPoint(row_head);
-  llvm::PHINode* row = b.CreatePHI(i64, 2, "row");
-  row->addIncoming(ctaid_y, entry);
-  b.CreateCondBr(b.CreateICmpULT(row, total_rows), row_body, exit);
-
-  b.SetInsertPoint(row_body);
+  // While loops (top-tested), over blocks created above in this order.
+  auto while_loop = [](llvm::BasicBlock* header, llvm::BasicBlock* body, llvm::BasicBlock* exit,
+                       bool unsigned_compare) {
+    ForLoop::Options options;
+    options.top_tested = true;
+    options.unsigned_compare = unsigned_compare;
+    options.header = header;
+    options.body = body;
+    options.exit = exit;
+    return options;
+  };
+  ForLoop rows(b, "row_head", "row", ctaid_y, total_rows, nctaid_y, while_loop(row_head, row_body, exit, true));
+  llvm::PHINode* row = rows.index();
   llvm::Value* o = b.CreateUDiv(row, n_rows);
   llvm::Value* r = b.CreateSub(row, b.CreateMul(o, n_rows));
   llvm::Value* base = b.CreateMul(o, outer_stride);
-  b.CreateBr(k_head);
-
-  b.SetInsertPoint(k_head);
-  llvm::PHINode* j = b.CreatePHI(i64, 2, "j");
-  llvm::PHINode* off = b.CreatePHI(i64, 2, "off");
-  llvm::PHINode* ok = b.CreatePHI(b.getInt1Ty(), 2, "ok");
-  j->addIncoming(b.getInt64(0), row_body);
-  off->addIncoming(base, row_body);
-  ok->addIncoming(b.getTrue(), row_body);
-  b.CreateCondBr(b.CreateICmpSLT(j, k), k_body, k_done);
-
-  b.SetInsertPoint(k_body);
+  ForLoop index_tuple(b, "k_head", "j", b.getInt64(0), k, b.getInt64(1), while_loop(k_head, k_body, k_done, false));
+  llvm::PHINode* j = index_tuple.index();
+  llvm::PHINode* off = index_tuple.Carry(base, "off");
+  llvm::PHINode* ok = index_tuple.Carry(b.getTrue(), "ok");
   llvm::Value* e = b.CreateAdd(b.CreateMul(r, k), j);
   b.CreateCondBr(idx64, load64, load32);
   b.SetInsertPoint(load64);
@@ -777,13 +719,7 @@ void EmitGatherKernel(llvm::Module& m, const std::string& name, llvm::Type* unit
   llvm::Value* okj = b.CreateAnd(b.CreateICmpSGE(vn, b.getInt64(0)), b.CreateICmpSLT(vn, d));
   llvm::Value* off2 = b.CreateAdd(off, b.CreateMul(b.CreateSelect(okj, vn, b.getInt64(0)), stride));
   llvm::Value* ok2 = b.CreateAnd(ok, okj);
-  llvm::Value* j2 = b.CreateAdd(j, b.getInt64(1));
-  j->addIncoming(j2, k_next);
-  off->addIncoming(off2, k_next);
-  ok->addIncoming(ok2, k_next);
-  b.CreateBr(k_head);
-
-  b.SetInsertPoint(k_done);
+  index_tuple.End({off2, ok2});  // leaves b in k_done
   b.CreateCondBr(b.CreateAnd(b.CreateNot(ok), b.CreateICmpEQ(u0, b.getInt64(0))), report, copy_pre);
   b.SetInsertPoint(report);
   b.CreateStore(b.getInt32(1), err);
@@ -791,23 +727,13 @@ void EmitGatherKernel(llvm::Module& m, const std::string& name, llvm::Type* unit
 
   b.SetInsertPoint(copy_pre);
   llvm::Value* dst_row = b.CreateMul(row, row_units);
-  b.CreateBr(u_head);
-  b.SetInsertPoint(u_head);
-  llvm::PHINode* u = b.CreatePHI(i64, 2, "u");
-  u->addIncoming(u0, copy_pre);
-  b.CreateCondBr(b.CreateICmpULT(u, row_units), u_body, row_latch);
-  b.SetInsertPoint(u_body);
+  ForLoop units(b, "u_head", "u", u0, row_units, u_stride, while_loop(u_head, u_body, row_latch, true));
+  llvm::PHINode* u = units.index();
   llvm::Value* loaded = b.CreateAlignedLoad(unit, b.CreateInBoundsGEP(unit, src, b.CreateAdd(off, u)), llvm::Align(align));
   llvm::Value* val = b.CreateSelect(ok, loaded, llvm::Constant::getNullValue(unit));
   b.CreateAlignedStore(val, b.CreateInBoundsGEP(unit, dst, b.CreateAdd(dst_row, u)), llvm::Align(align));
-  u->addIncoming(b.CreateAdd(u, u_stride), u_body);
-  b.CreateBr(u_head);
-
-  b.SetInsertPoint(row_latch);
-  row->addIncoming(b.CreateAdd(row, nctaid_y), row_latch);
-  b.CreateBr(row_head);
-
-  b.SetInsertPoint(exit);
+  units.End();  // leaves b in row_latch
+  rows.End();   // leaves b in exit
   b.CreateRetVoid();
 }
 
