@@ -14,15 +14,16 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import onnx_builder  # noqa: E402  (tools/onnx_builder.py: the one model builder)
+
 F = TensorProto.FLOAT
 I64 = TensorProto.INT64
 
 
 def save(out, name, nodes, inputs, outputs, inits=(), opset=13, microsoft=False):
-    g = helper.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
-    opsets = [helper.make_opsetid("", opset)] + ([helper.make_opsetid("com.microsoft", 1)] if microsoft else [])
-    m = helper.make_model(g, opset_imports=opsets)
-    m.ir_version = 8
+    m = onnx_builder.make_model(nodes, name, inputs, outputs, inits, opset,
+                                [("com.microsoft", 1)] if microsoft else [], ir_version=8)
     onnx.save(m, os.path.join(out, name + ".onnx"))
 
 
@@ -286,9 +287,7 @@ def main():
                      nibbles(21, "zu", rng.integers(0, 16, (1, 6))),
                      arr("sq", np.abs(f32(2, 2)) + 0.01), arr("zq", np.zeros((2, 2), np.int16)),
                      arr("sh", np.float32(0.25))])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
-    m.ir_version = 10
-    onnx.save(m, os.path.join(out, "quantized_opset21.onnx"))
+    onnx.save(onnx_builder.model_from_graph(g, opset=21), os.path.join(out, "quantized_opset21.onnx"))
     print("fuzz corpus: %d models in %s" % (len(os.listdir(out)), out))
 
 

@@ -24,6 +24,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto as T, helper, numpy_helper
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import onnx_builder  # noqa: E402  (tools/onnx_builder.py: the one model builder)
+
 RNG = np.random.default_rng(7)
 MODES = {
     "fallback": "--device=cpu --auto_jit=-1",
@@ -33,21 +36,15 @@ MODES = {
 
 def save_case(root, name, nodes, inputs, outputs, inits, feeds, refs, ms_domain=False):
     d = os.path.join(root, name)
-    os.makedirs(os.path.join(d, "test_data_set_0"), exist_ok=True)
-    g = helper.make_graph(nodes, name,
-                          [helper.make_tensor_value_info(n, T.FLOAT, list(a.shape)) for n, a in zip(inputs, feeds)],
-                          [helper.make_tensor_value_info(n, T.FLOAT, list(r.shape)) for n, r in zip(outputs, refs)],
-                          [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid("com.microsoft", 1)] if ms_domain else [])
-    m = helper.make_model(g, opset_imports=opsets)
-    m.ir_version = 8
+    os.makedirs(d, exist_ok=True)
+    m = onnx_builder.make_model(
+        nodes, name, [helper.make_tensor_value_info(n, T.FLOAT, list(a.shape)) for n, a in zip(inputs, feeds)],
+        [helper.make_tensor_value_info(n, T.FLOAT, list(r.shape)) for n, r in zip(outputs, refs)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()],
+        domains=[("com.microsoft", 1)] if ms_domain else [])
     onnx.save(m, os.path.join(d, "model.onnx"))
-    for i, (n, a) in enumerate(zip(inputs, feeds)):
-        with open(os.path.join(d, "test_data_set_0", "input_%d.pb" % i), "wb") as f:
-            f.write(numpy_helper.from_array(a.astype(np.float32), n).SerializeToString())
-    for i, (n, r) in enumerate(zip(outputs, refs)):
-        with open(os.path.join(d, "test_data_set_0", "output_%d.pb" % i), "wb") as f:
-            f.write(numpy_helper.from_array(r.astype(np.float32), n).SerializeToString())
+    f32 = lambda n, a: numpy_helper.from_array(a.astype(np.float32), n)
+    onnx_builder.write_test_data(d, list(zip(inputs, feeds)), list(zip(outputs, refs)), f32)
     return d
 
 

@@ -2,10 +2,14 @@
 tolerance.txt when a tolerance is given), as `cjit check` reads it. Shared by the numpy-referenced suites:
 op_reference_suite.py, opset_suite.py, coverage_suite.py and nan_inf_suite.py."""
 import os
+import sys
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import onnx_builder  # noqa: E402  (tools/onnx_builder.py: the one model builder)
 
 
 def uniform_sampler(rng):
@@ -21,31 +25,23 @@ def uniform_sampler(rng):
 def write_case(root, name, nodes, inputs, outputs, opset=13, inits=(), tol=None, declare_output_shapes=True,
                tensor=None, elem_type=None, domains=()):
     """inputs / outputs: (name, array) pairs; inits: (name, array) pairs or TensorProtos; tol: (rtol, atol)
-    written to tolerance.txt, or None. The IR version is the one of the opset's ONNX release (8 up to
-    opset 18, 9 for 19-20, 10 for 21). tensor(name, array) -> TensorProto and elem_type(name, array) ->
+    written to tolerance.txt, or None. The IR version is the one of the opset's ONNX release
+    (onnx_builder.ir_version_for). tensor(name, array) -> TensorProto and elem_type(name, array) ->
     element type override how arrays are stored (default: numpy_helper.from_array and the array's type).
     domains: (domain, version) pairs imported besides the default domain (e.g. ("com.microsoft", 1))."""
     tensor = tensor or (lambda n, a: numpy_helper.from_array(np.asarray(a), n))
     t = onnx.mapping.NP_TYPE_TO_TENSOR_TYPE
     elem_type = elem_type or (lambda n, a: t[np.asarray(a).dtype])
     d = os.path.join(root, name)
-    os.makedirs(os.path.join(d, "test_data_set_0"), exist_ok=True)
-    g = helper.make_graph(
+    os.makedirs(d, exist_ok=True)
+    m = onnx_builder.make_model(
         nodes, name,
         [helper.make_tensor_value_info(n, elem_type(n, a), a.shape) for n, a in inputs],
         [helper.make_tensor_value_info(n, elem_type(n, a), np.asarray(a).shape if declare_output_shapes else None)
          for n, a in outputs],
-        initializer=[i if isinstance(i, onnx.TensorProto) else tensor(i[0], i[1]) for i in inits])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)] +
-                          [helper.make_opsetid(d, v) for d, v in domains])
-    m.ir_version = 8 if opset <= 18 else 9 if opset <= 20 else 10
+        [i if isinstance(i, onnx.TensorProto) else tensor(i[0], i[1]) for i in inits], opset, domains)
     onnx.save(m, os.path.join(d, "model.onnx"))
-    for k, (n, a) in enumerate(inputs):
-        with open(os.path.join(d, "test_data_set_0", "input_%d.pb" % k), "wb") as f:
-            f.write(tensor(n, a).SerializeToString())
-    for k, (n, a) in enumerate(outputs):
-        with open(os.path.join(d, "test_data_set_0", "output_%d.pb" % k), "wb") as f:
-            f.write(tensor(n, a).SerializeToString())
+    onnx_builder.write_test_data(d, inputs, outputs, tensor)
     if tol is not None:
         with open(os.path.join(d, "tolerance.txt"), "w") as f:
             f.write("%g %g\n" % tol)

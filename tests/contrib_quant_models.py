@@ -17,6 +17,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto as T, helper, numpy_helper
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import onnx_builder  # noqa: E402  (tools/onnx_builder.py: the one model builder)
+
 RNG = np.random.default_rng(42)
 F = T.FLOAT
 
@@ -28,10 +31,9 @@ def const(name, a):
 def write(root, name, nodes, inputs, out_shape, inits, tol, opset=13):
     d = os.path.join(root, name)
     os.makedirs(d, exist_ok=True)
-    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info(n, F, s) for n, s in inputs],
-                          [helper.make_tensor_value_info("out", F, out_shape)], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)])
-    m.ir_version = 8
+    m = onnx_builder.make_model(nodes, name, [helper.make_tensor_value_info(n, F, s) for n, s in inputs],
+                                [helper.make_tensor_value_info("out", F, out_shape)], inits, opset,
+                                [("com.microsoft", 1)])
     onnx.save(m, os.path.join(d, "model.onnx"))
     with open(os.path.join(d, "spec.json"), "w") as f:
         json.dump([[{"dims": s, "type": "float32"} for _, s in inputs]], f)

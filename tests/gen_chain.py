@@ -4,10 +4,14 @@ Mul by a constant), x: f32[1, 64] -> y: for the super-linear-cost check of issue
 compiling and running must stay near-linear in N).
 usage: gen_chain.py N OUT.onnx
 """
+import os
 import sys
 
 import onnx
 from onnx import TensorProto, helper
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import onnx_builder  # noqa: E402  (tools/onnx_builder.py: the one model builder)
 
 
 def main():
@@ -26,10 +30,8 @@ def main():
         else:
             nodes.append(helper.make_node("Mul", [prev, "half"], [cur], name="n%d" % i))
         prev = cur
-    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
+    m = onnx_builder.make_model(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], inits, opset=13)
     onnx.save(m, out)
 
 

@@ -29,6 +29,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+import onnx_builder
+
 RNG = np.random.default_rng(11)
 MS = "com.microsoft"
 
@@ -52,10 +54,8 @@ class Builder:
         return outs[0] if len(outs) == 1 else outs
 
     def save(self, path, inputs, outputs, opset):
-        g = helper.make_graph(self.nodes, os.path.basename(os.path.dirname(path)), inputs, outputs, self.inits)
-        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)],
-                              producer_name="clusterjit-tools")
-        m.ir_version = 8
+        m = onnx_builder.make_model(self.nodes, os.path.basename(os.path.dirname(path)), inputs, outputs, self.inits,
+                                    opset, [(MS, 1)], ir_version=8)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         onnx.save(m, path)
 

@@ -13,6 +13,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+import onnx_builder
+
 
 def main():
     if len(sys.argv) != 3:
@@ -29,10 +31,8 @@ def main():
         if i < len(dims) - 2:
             nodes.append(helper.make_node("Relu", [x], ["r%d" % i], name="relu%d" % i))
             x = "r%d" % i
-    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, dims[0]])],
-                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [rows, dims[-1]])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
+    m = onnx_builder.make_model(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, dims[0]])],
+                                [helper.make_tensor_value_info(x, TensorProto.FLOAT, [rows, dims[-1]])], inits)
     os.makedirs(out, exist_ok=True)
     onnx.save(m, os.path.join(out, "model.onnx"))
 

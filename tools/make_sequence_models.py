@@ -18,7 +18,9 @@ import os
 import sys
 
 import numpy as np
-from onnx import TensorProto, checker, helper, numpy_helper, save
+from onnx import TensorProto, helper, numpy_helper, save
+
+import onnx_builder
 
 RNG = np.random.default_rng(11)
 F = TensorProto.FLOAT
@@ -26,15 +28,9 @@ F = TensorProto.FLOAT
 
 def write(out, name, graph, opset, inputs):
     d = os.path.join(out, name)
-    os.makedirs(os.path.join(d, "test_data_set_0"), exist_ok=True)
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    checker.check_model(m)
-    save(m, os.path.join(d, "model.onnx"))
-    for k, (n, a) in enumerate(inputs):
-        t = numpy_helper.from_array(a, n)
-        with open(os.path.join(d, "test_data_set_0", "input_%d.pb" % k), "wb") as f:
-            f.write(t.SerializeToString())
+    os.makedirs(d, exist_ok=True)
+    save(onnx_builder.model_from_graph(graph, opset, ir_version=8, check=True), os.path.join(d, "model.onnx"))
+    onnx_builder.write_test_data(d, inputs)
 
 
 def list_loop(out):

@@ -10,7 +10,9 @@ usage: make_wakeword.py OUT.onnx
 import sys
 
 import numpy as np
-from onnx import TensorProto, checker, helper, numpy_helper, save
+from onnx import TensorProto, helper, numpy_helper, save
+
+import onnx_builder
 
 RNG = np.random.default_rng(7)
 
@@ -57,10 +59,7 @@ def main():
                               [helper.make_tensor_value_info("features", TensorProto.FLOAT, [1, 16, 96])],
                               [helper.make_tensor_value_info("out_score", TensorProto.FLOAT, [1, 1]),
                                helper.make_tensor_value_info("out_energy", TensorProto.FLOAT, [1, 16])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="clusterjit-tools")
-    model.ir_version = 8
-    checker.check_model(model)
-    save(model, sys.argv[1])
+    save(onnx_builder.model_from_graph(graph, check=True), sys.argv[1])
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+import onnx_builder
+
 HIDDEN, INTER = 1024, 2816
 INT4, UINT4 = 22, 21  # TensorProto.INT4 / UINT4, newer than Debian's python3-onnx
 
@@ -92,11 +94,10 @@ def mlp(m, kind, block, rng_seed=7):
         helper.make_node("MatMul", ["h", d], ["down"]),
         helper.make_node("Add", ["down", "x"], ["y"]),
     ]
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [m, HIDDEN])],
-                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [m, HIDDEN])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    model.ir_version = 10
-    return model
+    return onnx_builder.make_model(nodes, "mlp",
+                                   [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [m, HIDDEN])],
+                                   [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [m, HIDDEN])], inits,
+                                   opset=21)
 
 
 def main():

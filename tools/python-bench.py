@@ -26,6 +26,7 @@ import onnx
 from onnx import numpy_helper
 
 import clusterjit as ort
+import onnx_builder
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = ["oww_hello_deepa", "oww_melspectrogram", "ppocr_mobile_cls", "ppocrv4_rec", "silero_vad_v5"]
@@ -57,9 +58,7 @@ def identity_model(path):
                       h.make_tensor_value_info("state", T.FLOAT, [2, 1, 128]),
                       h.make_tensor_value_info("sr", T.INT64, [])],
                      [h.make_tensor_value_info("y", T.FLOAT, [1, 512]), h.make_tensor_value_info("z", T.FLOAT, [2, 1, 128])])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, path)
+    onnx.save(onnx_builder.model_from_graph(g), path)
     feed = {"input": np.zeros((1, 512), np.float32), "state": np.zeros((2, 1, 128), np.float32),
             "sr": np.array(16000, np.int64)}
     return feed

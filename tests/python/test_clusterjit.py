@@ -22,6 +22,9 @@ from onnx import numpy_helper
 
 import clusterjit as ort
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import onnx_builder  # noqa: E402  (tools/onnx_builder.py: the one model builder)
+
 MODELS = os.environ.get("CJIT_MODELS_DIR", os.path.join(os.path.dirname(__file__), "../../../shared/models"))
 SHARED = ["oww_hello_deepa", "oww_melspectrogram", "ppocr_mobile_cls", "ppocrv4_rec", "silero_vad_v5"]
 
@@ -59,9 +62,9 @@ def save(model, tmp_path, name="m.onnx"):
 
 
 def make_model(nodes, inputs, outputs, initializers=(), opset=17, **model_fields):
-    g = h.make_graph(nodes, "g", inputs, outputs, list(initializers))
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)], **model_fields)
-    m.ir_version = 8
+    m = onnx_builder.make_model(nodes, "g", inputs, outputs, initializers, opset, ir_version=8)
+    for field, value in model_fields.items():
+        setattr(m, field, value)
     return m
 
 
@@ -495,8 +498,7 @@ def test_sequences_and_optionals_in_and_out(tmp_path):
     ], "seq", [seq_t("xs", T.FLOAT, None), h.make_tensor_value_info("t", T.FLOAT, [None]), opt_vi],
         [seq_t("ys", T.FLOAT, None), h.make_tensor_value_info("n", T.INT64, None),
          h.make_tensor_value_info("has", T.BOOL, None), h.make_tensor_value_info("cat", T.FLOAT, None)])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
-    m.ir_version = 8
+    m = onnx_builder.model_from_graph(g, opset=18)
     sess = ort.InferenceSession(save(m, tmp_path), providers=["CPUExecutionProvider"])
     assert [i.type for i in sess.get_inputs()] == ["seq(tensor(float))", "tensor(float)", "optional(tensor(float))"]
     assert sess.get_outputs()[0].type == "seq(tensor(float))"
@@ -523,8 +525,7 @@ def test_int4_in_and_out(tmp_path):
     ], "int4", [h.make_tensor_value_info("q", 22, [5])],
         [h.make_tensor_value_info("d", T.FLOAT, None), h.make_tensor_value_info("y", 22, None)],
         [h.make_tensor("s", T.FLOAT, [], [0.5])])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 21)])
-    m.ir_version = 10
+    m = onnx_builder.model_from_graph(g, opset=21)
     sess = ort.InferenceSession(save(m, tmp_path), providers=["CPUExecutionProvider"])
     assert sess.get_inputs()[0].type == "tensor(int4)"
     q = np.array([-8, -1, 0, 3, 7], np.int8)
@@ -541,8 +542,7 @@ def test_string_tensors_in_and_out(tmp_path):
         h.make_node("Cast", ["n"], ["t"], to=T.STRING),
     ], "strings", [h.make_tensor_value_info("x", T.STRING, [None]), h.make_tensor_value_info("n", T.FLOAT, [2])],
         [h.make_tensor_value_info("y", T.STRING, None), h.make_tensor_value_info("t", T.STRING, None)])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
-    m.ir_version = 8
+    m = onnx_builder.model_from_graph(g, opset=13)
     sess = ort.InferenceSession(save(m, tmp_path), providers=["CPUExecutionProvider"])
     assert sess.get_inputs()[0].type == "tensor(string)"
     y, t = sess.run(None, {"x": np.array(["the", "café", "dog"]), "n": np.array([0.5, -2], np.float32)})

@@ -24,6 +24,9 @@ import sys
 import numpy as np
 from onnx import TensorProto, checker, helper, numpy_helper, save, shape_inference
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import onnx_builder  # noqa: E402  (tools/onnx_builder.py: the one model builder)
+
 RNG = np.random.default_rng(2026)
 
 NP = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16, TensorProto.INT64: np.int64,
@@ -72,9 +75,7 @@ class Case:
         d = os.path.join(root, self.name)
         os.makedirs(d, exist_ok=True)
         ins = [helper.make_tensor_value_info(n, e, s) for n, e, s, _ in self.inputs]
-        graph = helper.make_graph(self.nodes, self.name, ins, self.outputs, self.inits)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="cjit-op-bench")
-        model.ir_version = 8
+        model = onnx_builder.make_model(self.nodes, self.name, ins, self.outputs, self.inits)
         model = shape_inference.infer_shapes(model, data_prop=True)  # the outputs' shapes (the checker wants them)
         if all(o.type.tensor_type.HasField("shape") for o in model.graph.output):
             checker.check_model(model)
