@@ -54,15 +54,22 @@ absl::StatusOr<int> OpenRegularFile(const std::string& path, absl::string_view w
   return RequireRegular(fd, what, path, size);
 }
 
-absl::StatusOr<std::string> ReadRegularFile(const std::string& path, int64_t max_bytes, absl::string_view what) {
-  int64_t size = 0;
-  absl::StatusOr<int> fd = OpenRegularFile(path, what, &size);
+absl::StatusOr<int> OpenBoundedRegularFile(const std::string& path, int64_t max_bytes, absl::string_view what,
+                                           int64_t* size) {
+  absl::StatusOr<int> fd = OpenRegularFile(path, what, size);
   if (!fd.ok()) return fd.status();
-  if (size > max_bytes) {
+  if (*size > max_bytes) {
     ::close(*fd);
     return absl::InvalidArgumentError(
-        absl::StrCat(what, " ", path, " has ", size, " bytes, more than the ", max_bytes, " allowed"));
+        absl::StrCat(what, " ", path, " has ", *size, " bytes, more than the ", max_bytes, " allowed"));
   }
+  return fd;
+}
+
+absl::StatusOr<std::string> ReadRegularFile(const std::string& path, int64_t max_bytes, absl::string_view what) {
+  int64_t size = 0;
+  absl::StatusOr<int> fd = OpenBoundedRegularFile(path, max_bytes, what, &size);
+  if (!fd.ok()) return fd.status();
   std::string out(static_cast<size_t>(size), '\0');
   absl::Status st = ReadExactly(*fd, 0, out.data(), out.size(), absl::StrCat(what, " ", path));
   ::close(*fd);

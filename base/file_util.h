@@ -22,6 +22,11 @@ namespace cjit {
 // file's size. `what` names the file in errors ("model file", "flags file").
 absl::StatusOr<int> OpenRegularFile(const std::string& path, absl::string_view what, int64_t* size);
 
+// OpenRegularFile of a file of at most `max_bytes` bytes: a larger one is an InvalidArgumentError naming
+// its size and the bound (and the descriptor is closed).
+absl::StatusOr<int> OpenBoundedRegularFile(const std::string& path, int64_t max_bytes, absl::string_view what,
+                                           int64_t* size);
+
 // Reads a whole regular file of at most `max_bytes` bytes (OpenRegularFile, then a bounded read).
 absl::StatusOr<std::string> ReadRegularFile(const std::string& path, int64_t max_bytes, absl::string_view what);
 

@@ -101,6 +101,26 @@ TEST(HostileFileTest, ModelPathThatIsNotARegularFile) {
   std::filesystem::remove_all(dir);
 }
 
+// A model or flags file over its bound (2 GiB, the protobuf limit; 1 MiB) is refused from its size, before a
+// byte is read (sparse files: no disk used).
+TEST(HostileFileTest, OversizedFilesAreRefusedBeforeReading) {
+  std::string dir =
+      (std::filesystem::temp_directory_path() / ("cjit-oversized-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto sparse = [&](const std::string& name, int64_t bytes) {
+    std::string path = dir + "/" + name;
+    std::ofstream(path).close();
+    std::filesystem::resize_file(path, static_cast<uintmax_t>(bytes));
+    return path;
+  };
+  EXPECT_TRUE(ErrorWith(Session::Load(sparse("m.onnx", (int64_t{2} << 30) + 1), Opts()).status(),
+                        {"model file", "2147483649 bytes", "more than the 2147483648 allowed"}));
+  EXPECT_TRUE(ErrorWith(ParseFlags(sparse("flags", (int64_t{1} << 20) + 1)).status(),
+                        {"flags file", "1048577 bytes", "more than"}));
+  std::filesystem::remove_all(dir);
+}
+
 // A flags file that is not one never has its contents echoed (it might be /etc/shadow).
 TEST(HostileFileTest, FlagsFileContentsAreNeverEchoed) {
   std::string path = (std::filesystem::temp_directory_path() / ("cjit-flagsfile-" + std::to_string(::getpid()))).string();

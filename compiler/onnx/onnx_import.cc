@@ -518,12 +518,7 @@ absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxFile(const std::string& path) {
   size_t slash = path.find_last_of('/');
   options.model_dir = slash == std::string::npos ? "" : path.substr(0, slash);
   int64_t size = 0;
-  CJIT_ASSIGN_OR_RETURN(int fd, OpenRegularFile(path, "model file", &size));
-  if (size > kMaxModelBytes) {
-    ::close(fd);
-    return absl::InvalidArgumentError(
-        absl::StrCat("model file ", path, " has ", size, " bytes, more than the ", kMaxModelBytes, " allowed"));
-  }
+  CJIT_ASSIGN_OR_RETURN(int fd, OpenBoundedRegularFile(path, kMaxModelBytes, "model file", &size));
   onnx::ModelProto model;
   bool parsed = false;
   int read_errno = 0;
