@@ -1,4 +1,4 @@
-// Mutex, MutexLock, ReleasableMutexLock and CondVar: std::mutex and std::condition_variable with clang's
+// Mutex, MutexLock and CondVar: std::mutex and std::condition_variable with clang's
 // thread-safety annotations (ABSL_GUARDED_BY, ABSL_EXCLUSIVE_LOCKS_REQUIRED, ...), checked by
 // -Wthread-safety in the clang builds (tools/fuzz.sh). The API mirrors absl::Mutex's.
 //
@@ -50,24 +50,6 @@ class ABSL_SCOPED_LOCKABLE MutexLock {
 
  private:
   Mutex* const mu_;
-};
-
-// Holds *mu for its scope or until Release().
-class ABSL_SCOPED_LOCKABLE ReleasableMutexLock {
- public:
-  explicit ReleasableMutexLock(Mutex* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) { mu_->Lock(); }
-  ~ReleasableMutexLock() ABSL_UNLOCK_FUNCTION() {
-    if (mu_ != nullptr) mu_->Unlock();
-  }
-  void Release() ABSL_UNLOCK_FUNCTION() {
-    mu_->Unlock();
-    mu_ = nullptr;
-  }
-  ReleasableMutexLock(const ReleasableMutexLock&) = delete;
-  ReleasableMutexLock& operator=(const ReleasableMutexLock&) = delete;
-
- private:
-  Mutex* mu_;
 };
 
 // A condition variable for Mutex. Wait / WaitFor atomically release *mu, block, and take it again before

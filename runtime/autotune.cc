@@ -653,10 +653,10 @@ Autotuner::DefaultTime* Autotuner::DefaultTimeCounter(const std::string& key) {
   // Bounded (a service sees new signatures forever): past the cap a step counts its own time alone.
   constexpr size_t kMaxCounters = 1 << 16;
   MutexLock lock(&time_mu_);
-  auto it = default_ns_.find(key);
-  if (it != default_ns_.end()) return it->second.get();
-  if (default_ns_.size() >= kMaxCounters) return nullptr;
-  auto& c = default_ns_[key];
+  auto it = default_times_.find(key);
+  if (it != default_times_.end()) return it->second.get();
+  if (default_times_.size() >= kMaxCounters) return nullptr;
+  auto& c = default_times_[key];
   c = std::make_unique<DefaultTime>();
   return c.get();
 }
@@ -672,10 +672,10 @@ double Autotuner::ExpectedTuningMs(double call_ms) const {
 bool StepTuning::RanLongEnough(const Autotuner& tuner) const {
   const AutotuneOptions& o = tuner.options();
   if (o.min_op_time_ms <= 0) return true;  // tune at the threshold, whatever the cost
-  const Autotuner::DefaultTime* c = signature_ns_.load(std::memory_order_acquire);
-  const int64_t ns = default_ns_.ns.load(std::memory_order_relaxed) + (c ? c->ns.load(std::memory_order_relaxed) : 0);
+  const Autotuner::DefaultTime* c = signature_time_.load(std::memory_order_acquire);
+  const int64_t ns = default_time_.ns.load(std::memory_order_relaxed) + (c ? c->ns.load(std::memory_order_relaxed) : 0);
   const int64_t calls =
-      default_ns_.calls.load(std::memory_order_relaxed) + (c ? c->calls.load(std::memory_order_relaxed) : 0);
+      default_time_.calls.load(std::memory_order_relaxed) + (c ? c->calls.load(std::memory_order_relaxed) : 0);
   const double ran_ms = static_cast<double>(ns) / 1e6;
   if (ran_ms < o.min_op_time_ms) return false;
   if (!o.amortize) return true;
@@ -703,7 +703,7 @@ const std::string* StepTuning::Resolve(Autotuner& tuner, const Node& node, const
         state_.store(kResolved, std::memory_order_release);
         return choice_.empty() ? nullptr : &choice_;
       }
-      signature_ns_.store(tuner.DefaultTimeCounter(key_), std::memory_order_release);
+      signature_time_.store(tuner.DefaultTimeCounter(key_), std::memory_order_release);
       state_.store(kCounting, std::memory_order_release);
     }
   }

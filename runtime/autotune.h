@@ -219,7 +219,7 @@ class Autotuner {
   std::unordered_map<std::string, LoadedEntry> loaded_;  // key -> entry from load_from (immutable)
   std::set<std::string> ignored_logged_ ABSL_GUARDED_BY(mu_);
   Mutex time_mu_;
-  std::unordered_map<std::string, std::unique_ptr<DefaultTime>> default_ns_ ABSL_GUARDED_BY(time_mu_);
+  std::unordered_map<std::string, std::unique_ptr<DefaultTime>> default_times_ ABSL_GUARDED_BY(time_mu_);
 };
 
 // The autotuning state of one library step of an executable. Resolve() is called for every execution:
@@ -240,8 +240,8 @@ class StepTuning {
   // Time (ns) one execution of the default algorithm took, toward --autotune_min_op_time_ms and
   // --autotune_amortize (counted per op signature: Autotuner::DefaultTimeCounter).
   void AddDefaultTime(int64_t ns) {
-    Autotuner::DefaultTime* c = signature_ns_.load(std::memory_order_acquire);
-    Autotuner::DefaultTime& t = c != nullptr ? *c : default_ns_;
+    Autotuner::DefaultTime* c = signature_time_.load(std::memory_order_acquire);
+    Autotuner::DefaultTime& t = c != nullptr ? *c : default_time_;
     t.ns.fetch_add(ns, std::memory_order_relaxed);
     t.calls.fetch_add(1, std::memory_order_relaxed);
   }
@@ -253,8 +253,8 @@ class StepTuning {
   enum State { kNew = 0, kCounting = 1, kResolved = 2, kUntunable = 3 };
   std::atomic<int> state_{kNew};
   std::atomic<bool> failed_{false};
-  Autotuner::DefaultTime default_ns_;  // before the signature is known
-  std::atomic<Autotuner::DefaultTime*> signature_ns_{nullptr};  // the tuner's counter for key_
+  Autotuner::DefaultTime default_time_;  // before the signature is known
+  std::atomic<Autotuner::DefaultTime*> signature_time_{nullptr};  // the tuner's counter for key_
   Mutex mu_;
   std::string key_;     // set under mu_ before state_ leaves kNew
   std::string choice_;  // immutable once state_ == kResolved

@@ -725,18 +725,15 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state, boo
   options.cancelled = [runtime] { return runtime->shutting_down(); };
   auto ex = CatchAsStatus(absl::StrCat("compiling cluster ", s.stats->id),
                           [&] { return CpuExecutable::Compile(s.body, options); });
-  if (!ex.ok() && absl::IsCancelled(ex.status())) {
-    // The session is being destroyed: nothing to record, publish or warn about.
-    ReleaseFleetLease(s);
-    MutexLock lock(&s.mu);
-    s.compile_in_flight = false;
-    return ex.status();
-  }
+  // Cancelled: the session is being destroyed, so there is nothing to record, publish or warn about.
+  const bool cancelled = !ex.ok() && absl::IsCancelled(ex.status());
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  s.runtime->policy().RecordCompile(s.policy_id, seconds, ex.ok());
-  ++s.stats->compiles;
-  s.stats->compile_us += static_cast<int64_t>(seconds * 1e6);
-  if (scope.active()) {
+  if (!cancelled) {
+    s.runtime->policy().RecordCompile(s.policy_id, seconds, ex.ok());
+    ++s.stats->compiles;
+    s.stats->compile_us += static_cast<int64_t>(seconds * 1e6);
+  }
+  if (scope.active() && !cancelled) {
     scope.args().Add("cluster", s.stats->id).Add("signature", s.signature).Add("key", s.key.Hex());
     scope.args().Add("ok", ex.ok() ? "true" : "false");
     scope.args().Add("row_kernel_codegen", options.optimize_row_kernels ? "optimizing" : "fast");
@@ -761,6 +758,7 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state, boo
   {
     MutexLock lock(&s.mu);
     s.compile_in_flight = false;
+    if (cancelled) return ex.status();
     if (!ex.ok()) {
       s.failed = true;
       CJIT_LOG(WARNING) << "cluster " << s.stats->id << " (" << s.signature << "): compilation failed, running it on the "
