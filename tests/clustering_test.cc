@@ -199,9 +199,10 @@ TEST(CpuCodegenTest, KernelPipelineVectorizesBothKernelKinds) {
   auto dumps = DumpCpuKernels(*plan);
   ASSERT_TRUE(dumps.ok()) << dumps.status();
 #if defined(__x86_64__)
-  // x86-64 always has SSE2 (4 floats); an AVX-512 host gets 16.
-  const std::string widest = __builtin_cpu_supports("avx512f") ? "<16 x float>" : "<4 x float>";
-  const std::string loads = __builtin_cpu_supports("avx512f") ? "zmm" : "xmm";
+  // The host's vector width: 16 floats with AVX-512, 8 with AVX2, else SSE2's 4 (every x86-64 has it).
+  const bool avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2");
+  const std::string widest = avx512 ? "<16 x float>" : avx2 ? "<8 x float>" : "<4 x float>";
+  const std::string loads = avx512 ? "zmm" : avx2 ? "ymm" : "xmm";
 #else
   const std::string widest = "x float>", loads = "";
 #endif
