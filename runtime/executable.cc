@@ -34,6 +34,155 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Load(std::sh
   return Build(body, options, [&](const FusionPlan& plan) { return LoadCpuPayload(plan, payload); });
 }
 
+void CpuExecutable::DescribeKernels() {
+  for (const FusedKernel& k : plan_.kernels) {
+    std::string ops;
+    for (const Node* n : k.nodes) absl::StrAppend(&ops, ops.empty() ? "" : "+", n->op_type);
+    int64_t bytes = 0;
+    for (const auto* list : {&k.input_sources, &k.outputs}) {
+      for (const Value* v : *list) {
+        if (v->shape.fully_known()) bytes += NumElements(v->shape.concrete()) * static_cast<int64_t>(DTypeSize(v->dtype));
+      }
+    }
+    TraceArgs args;
+    args.Add("ops", ops).Add("kind", k.row_reduction ? "row reduction" : "elementwise");
+    kernel_dims_free_args_.push_back(args.body());
+    args.Add("shape", DimsToString(k.shape)).Add("bytes", bytes);
+    kernel_args_.push_back(args.body());
+    kernel_names_.push_back(absl::StrCat("fusion_", kernel_names_.size()));
+  }
+}
+
+// The buffer plan: one slot per body value.
+void CpuExecutable::AssignSlots() {
+  std::unordered_map<const Value*, int> slot;
+  auto slot_of = [&](const Value* v) {
+    auto it = slot.find(v);
+    if (it != slot.end()) return it->second;
+    int s = static_cast<int>(slot_values_.size());
+    slot_values_.push_back(v);
+    slot[v] = s;
+    return s;
+  };
+  for (const Value* v : body_->inputs()) input_slots_.push_back(slot_of(v));
+  for (const PlanStep& s : plan_.steps) {
+    std::vector<int> ins, outs;
+    std::vector<bool> consts;
+    if (s.kind == PlanStep::Kind::kFused) {
+      const FusedKernel& k = plan_.kernels[s.kernel];
+      for (const Value* v : k.input_sources) ins.push_back(slot_of(v));
+      for (const Value* v : k.outputs) outs.push_back(slot_of(v));
+    } else {
+      for (const Value* v : s.node->inputs) {
+        ins.push_back(v ? slot_of(v) : -1);
+        consts.push_back(v && v->is_constant());
+      }
+      for (const Value* v : s.node->outputs) outs.push_back(v ? slot_of(v) : -1);
+      if (s.output != nullptr) outs[0] = slot_of(s.output);  // the Conv computes its post-ops' result
+    }
+    step_inputs_.push_back(ins);
+    step_outputs_.push_back(outs);
+    step_input_const_.push_back(consts);
+  }
+  for (const Value* v : body_->outputs()) output_slots_.push_back(slot_of(v));
+}
+
+// In-place Concat: when the outer size is 1, every input is a contiguous byte range of the output. If each
+// input is produced by a step of this executable and read by nothing else, producers write straight into
+// the output and the Concat does not run.
+void CpuExecutable::PlanInPlaceConcats() {
+  alias_.assign(slot_values_.size(), AliasInto{});
+  skip_step_.assign(plan_.steps.size(), false);
+  {
+    std::vector<int> readers(slot_values_.size(), 0), producer(slot_values_.size(), -1);
+    for (size_t i = 0; i < step_inputs_.size(); ++i) {
+      for (int s : step_inputs_[i])
+        if (s >= 0) ++readers[s];
+      for (int s : step_outputs_[i])
+        if (s >= 0) producer[s] = static_cast<int>(i);
+    }
+    for (int s : output_slots_) ++readers[s];
+    for (size_t i = 0; i < plan_.steps.size(); ++i) {
+      const PlanStep& st = plan_.steps[i];
+      if (st.kind != PlanStep::Kind::kLibrary || st.node->op_type != "Concat" || !st.post_ops.empty()) continue;
+      const Value* out = st.node->outputs[0];
+      if (!out || !out->shape.fully_known() || out->dtype == DType::kInvalid) continue;
+      Dims od = out->shape.concrete();
+      int64_t axis = st.node->GetInt("axis", 0);
+      if (axis < 0) axis += static_cast<int64_t>(od.size());
+      int64_t outer = 1;
+      for (int64_t d = 0; d < axis; ++d) outer *= od[d];
+      if (outer != 1) continue;
+      bool ok = true;
+      std::set<int> seen;
+      for (int s : step_inputs_[i]) {
+        const Value* v = s >= 0 ? slot_values_[s] : nullptr;
+        ok &= v && !v->is_constant() && producer[s] >= 0 && readers[s] == 1 && seen.insert(s).second &&
+              alias_[s].base_slot < 0 && v->dtype == out->dtype;
+      }
+      if (!ok) continue;
+      size_t offset = 0;
+      int out_slot = step_outputs_[i][0];
+      for (int s : step_inputs_[i]) {
+        alias_[s] = AliasInto{out_slot, offset};
+        offset += static_cast<size_t>(NumElements(slot_values_[s]->shape.concrete())) * DTypeSize(out->dtype);
+      }
+      skip_step_[i] = true;
+      CJIT_VLOG(2) << "in-place Concat " << st.node->name << ": " << step_inputs_[i].size()
+                   << " inputs written in place";
+    }
+  }
+}
+
+// Each slot not kept (outputs, constants) is freed after the last step that reads it.
+void CpuExecutable::PlanFrees() {
+  std::vector<int> last(slot_values_.size(), -1);
+  for (size_t i = 0; i < step_inputs_.size(); ++i) {
+    for (int s : step_inputs_[i])
+      if (s >= 0) last[s] = static_cast<int>(i);
+  }
+  free_after_.resize(step_inputs_.size());
+  std::vector<bool> keep(slot_values_.size(), false);
+  for (int s : output_slots_) keep[s] = true;
+  for (size_t s = 0; s < slot_values_.size(); ++s) {
+    if (slot_values_[s]->is_constant()) {
+      keep[s] = true;
+      constant_slots_.push_back(static_cast<int>(s));
+    }
+    if (!keep[s] && last[s] >= 0) free_after_[last[s]].push_back(static_cast<int>(s));
+  }
+}
+
+// Library steps whose outputs are all known skip shape inference (the shapes are the body's); float32
+// binary arithmetic without post-ops runs through one direct call.
+void CpuExecutable::PlanStepShortcuts() {
+  step_inferred_.resize(plan_.steps.size());
+  for (size_t i = 0; i < plan_.steps.size(); ++i) {
+    const PlanStep& st = plan_.steps[i];
+    if (st.kind != PlanStep::Kind::kLibrary) continue;
+    bool known = !st.node->outputs.empty();
+    for (const Value* v : st.node->outputs) known &= v == nullptr || (v->dtype != DType::kInvalid && v->shape.fully_known());
+    if (!known) continue;
+    for (const Value* v : st.node->outputs) {
+      step_inferred_[i].push_back(v ? InferOutput{v->dtype, v->shape} : InferOutput{});
+    }
+  }
+  binary_step_.resize(plan_.steps.size());
+  for (size_t i = 0; i < plan_.steps.size(); ++i) {
+    const PlanStep& st = plan_.steps[i];
+    BinaryArithmetic op;
+    if (st.kind != PlanStep::Kind::kLibrary || !st.post_ops.empty() || skip_step_[i] ||
+        !ParseBinaryArithmetic(st.node->op_type, &op) || st.node->inputs.size() != 2 || st.node->outputs.size() != 1) {
+      continue;
+    }
+    bool f32 = true;
+    for (const Value* v : {st.node->inputs[0], st.node->inputs[1], st.node->outputs[0]}) {
+      f32 &= v != nullptr && v->dtype == DType::kF32 && v->shape.fully_known();
+    }
+    if (f32) binary_step_[i] = op;
+  }
+}
+
 absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Build(
     std::shared_ptr<const Graph> body, const CpuCompileOptions& options,
     const std::function<absl::StatusOr<std::unique_ptr<CpuCode>>(const FusionPlan&)>& make_code,
@@ -60,140 +209,17 @@ absl::StatusOr<std::shared_ptr<const CpuExecutable>> CpuExecutable::Build(
     CJIT_ASSIGN_OR_RETURN(ex->plan_, BuildFusionPlan(*body, plan_options));
   }
   if (options.on_phase) options.on_phase("fusion_plan", t0, Profiler::Now());
-  for (const FusedKernel& k : ex->plan_.kernels) {
-    std::string ops;
-    for (const Node* n : k.nodes) absl::StrAppend(&ops, ops.empty() ? "" : "+", n->op_type);
-    int64_t bytes = 0;
-    for (const auto* list : {&k.input_sources, &k.outputs}) {
-      for (const Value* v : *list) {
-        if (v->shape.fully_known()) bytes += NumElements(v->shape.concrete()) * static_cast<int64_t>(DTypeSize(v->dtype));
-      }
-    }
-    TraceArgs args;
-    args.Add("ops", ops).Add("kind", k.row_reduction ? "row reduction" : "elementwise");
-    ex->kernel_dims_free_args_.push_back(args.body());
-    args.Add("shape", DimsToString(k.shape)).Add("bytes", bytes);
-    ex->kernel_args_.push_back(args.body());
-    ex->kernel_names_.push_back(absl::StrCat("fusion_", ex->kernel_names_.size()));
-  }
+  ex->DescribeKernels();
   for (const PlanStep& s : ex->plan_.steps) {
     if (s.kind == PlanStep::Kind::kLibrary && FindKernel(s.node->op_type) == nullptr) {
       return absl::UnimplementedError(absl::StrCat(s.node->Describe(), ": no CPU kernel for a library step"));
     }
   }
   CJIT_ASSIGN_OR_RETURN(ex->code_, make_code(ex->plan_));
-  // Buffer plan.
-  std::unordered_map<const Value*, int> slot;
-  auto slot_of = [&](const Value* v) {
-    auto it = slot.find(v);
-    if (it != slot.end()) return it->second;
-    int s = static_cast<int>(ex->slot_values_.size());
-    ex->slot_values_.push_back(v);
-    slot[v] = s;
-    return s;
-  };
-  for (const Value* v : body->inputs()) ex->input_slots_.push_back(slot_of(v));
-  for (const PlanStep& s : ex->plan_.steps) {
-    std::vector<int> ins, outs;
-    std::vector<bool> consts;
-    if (s.kind == PlanStep::Kind::kFused) {
-      const FusedKernel& k = ex->plan_.kernels[s.kernel];
-      for (const Value* v : k.input_sources) ins.push_back(slot_of(v));
-      for (const Value* v : k.outputs) outs.push_back(slot_of(v));
-    } else {
-      for (const Value* v : s.node->inputs) {
-        ins.push_back(v ? slot_of(v) : -1);
-        consts.push_back(v && v->is_constant());
-      }
-      for (const Value* v : s.node->outputs) outs.push_back(v ? slot_of(v) : -1);
-      if (s.output != nullptr) outs[0] = slot_of(s.output);  // the Conv computes its post-ops' result
-    }
-    ex->step_inputs_.push_back(ins);
-    ex->step_outputs_.push_back(outs);
-    ex->step_input_const_.push_back(consts);
-  }
-  for (const Value* v : body->outputs()) ex->output_slots_.push_back(slot_of(v));
-  // In-place Concat: when the outer size is 1, every input is a contiguous byte range of the output. If
-  // each input is produced by a step of this executable and read by nothing else, producers write
-  // straight into the output and the Concat does not run.
-  ex->alias_.assign(ex->slot_values_.size(), AliasInto{});
-  ex->skip_step_.assign(ex->plan_.steps.size(), false);
-  {
-    std::vector<int> readers(ex->slot_values_.size(), 0), producer(ex->slot_values_.size(), -1);
-    for (size_t i = 0; i < ex->step_inputs_.size(); ++i) {
-      for (int s : ex->step_inputs_[i]) if (s >= 0) ++readers[s];
-      for (int s : ex->step_outputs_[i]) if (s >= 0) producer[s] = static_cast<int>(i);
-    }
-    for (int s : ex->output_slots_) ++readers[s];
-    for (size_t i = 0; i < ex->plan_.steps.size(); ++i) {
-      const PlanStep& st = ex->plan_.steps[i];
-      if (st.kind != PlanStep::Kind::kLibrary || st.node->op_type != "Concat" || !st.post_ops.empty()) continue;
-      const Value* out = st.node->outputs[0];
-      if (!out || !out->shape.fully_known() || out->dtype == DType::kInvalid) continue;
-      Dims od = out->shape.concrete();
-      int64_t axis = st.node->GetInt("axis", 0);
-      if (axis < 0) axis += static_cast<int64_t>(od.size());
-      int64_t outer = 1;
-      for (int64_t d = 0; d < axis; ++d) outer *= od[d];
-      if (outer != 1) continue;
-      bool ok = true;
-      std::set<int> seen;
-      for (int s : ex->step_inputs_[i]) {
-        const Value* v = s >= 0 ? ex->slot_values_[s] : nullptr;
-        ok &= v && !v->is_constant() && producer[s] >= 0 && readers[s] == 1 && seen.insert(s).second &&
-              ex->alias_[s].base_slot < 0 && v->dtype == out->dtype;
-      }
-      if (!ok) continue;
-      size_t offset = 0;
-      int out_slot = ex->step_outputs_[i][0];
-      for (int s : ex->step_inputs_[i]) {
-        ex->alias_[s] = AliasInto{out_slot, offset};
-        offset += static_cast<size_t>(NumElements(ex->slot_values_[s]->shape.concrete())) * DTypeSize(out->dtype);
-      }
-      ex->skip_step_[i] = true;
-      CJIT_VLOG(2) << "in-place Concat " << st.node->name << ": " << ex->step_inputs_[i].size() << " inputs written in place";
-    }
-  }
-  std::vector<int> last(ex->slot_values_.size(), -1);
-  for (size_t i = 0; i < ex->step_inputs_.size(); ++i) {
-    for (int s : ex->step_inputs_[i]) if (s >= 0) last[s] = static_cast<int>(i);
-  }
-  ex->free_after_.resize(ex->step_inputs_.size());
-  std::vector<bool> keep(ex->slot_values_.size(), false);
-  for (int s : ex->output_slots_) keep[s] = true;
-  for (size_t s = 0; s < ex->slot_values_.size(); ++s) {
-    if (ex->slot_values_[s]->is_constant()) {
-      keep[s] = true;
-      ex->constant_slots_.push_back(static_cast<int>(s));
-    }
-    if (!keep[s] && last[s] >= 0) ex->free_after_[last[s]].push_back(static_cast<int>(s));
-  }
-  // Library steps whose outputs are all known skip shape inference (the shapes are the body's).
-  ex->step_inferred_.resize(ex->plan_.steps.size());
-  for (size_t i = 0; i < ex->plan_.steps.size(); ++i) {
-    const PlanStep& st = ex->plan_.steps[i];
-    if (st.kind != PlanStep::Kind::kLibrary) continue;
-    bool known = !st.node->outputs.empty();
-    for (const Value* v : st.node->outputs) known &= v == nullptr || (v->dtype != DType::kInvalid && v->shape.fully_known());
-    if (!known) continue;
-    for (const Value* v : st.node->outputs) {
-      ex->step_inferred_[i].push_back(v ? InferOutput{v->dtype, v->shape} : InferOutput{});
-    }
-  }
-  ex->binary_step_.resize(ex->plan_.steps.size());
-  for (size_t i = 0; i < ex->plan_.steps.size(); ++i) {
-    const PlanStep& st = ex->plan_.steps[i];
-    BinaryArithmetic op;
-    if (st.kind != PlanStep::Kind::kLibrary || !st.post_ops.empty() || ex->skip_step_[i] ||
-        !ParseBinaryArithmetic(st.node->op_type, &op) || st.node->inputs.size() != 2 || st.node->outputs.size() != 1) {
-      continue;
-    }
-    bool f32 = true;
-    for (const Value* v : {st.node->inputs[0], st.node->inputs[1], st.node->outputs[0]}) {
-      f32 &= v != nullptr && v->dtype == DType::kF32 && v->shape.fully_known();
-    }
-    if (f32) ex->binary_step_[i] = op;
-  }
+  ex->AssignSlots();
+  ex->PlanInPlaceConcats();
+  ex->PlanFrees();
+  ex->PlanStepShortcuts();
   ex->step_tuning_ = std::make_unique<StepTuning[]>(ex->plan_.steps.size());
   return std::shared_ptr<const CpuExecutable>(std::move(ex));
 }

@@ -118,6 +118,14 @@ class CpuExecutable : public CacheEntry {
       std::shared_ptr<const Graph> body, const CpuCompileOptions& options,
       const std::function<absl::StatusOr<std::unique_ptr<CpuCode>>(const FusionPlan&)>& make_code,
       const CpuExecutable* like = nullptr);
+  // The parts of Build after the plan and the code: trace names and args per fused kernel; value slots and
+  // each step's input / output slots; in-place Concats; when each slot is freed; library steps that skip
+  // shape inference or run as plain float32 binary arithmetic.
+  void DescribeKernels();
+  void AssignSlots();
+  void PlanInPlaceConcats();
+  void PlanFrees();
+  void PlanStepShortcuts();
   std::vector<std::string> kernel_names_;  // per fused kernel: "fusion_<k>" (trace event / NVTX range name)
   std::vector<std::string> kernel_args_;  // per fused kernel: its static trace args (ops, kind, shape, bytes)
   std::vector<std::string> kernel_dims_free_args_;  // the same without shape and bytes (DimsInstance runs)

@@ -597,166 +597,200 @@ void DropUnreadLibrarySteps(const Graph& body, FusionPlan* plan_out) {
   plan.steps.assign(kept.rbegin(), kept.rend());
 }
 
-}  // namespace
-
-absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOptions& options) {
-  CJIT_ASSIGN_OR_RETURN(std::vector<Node*> order, body.TopologicalOrder());
-  int n = static_cast<int>(order.size());
+// The planning state of one cluster body: its nodes in topological order, the Conv each absorbed post-op
+// belongs to (-1: none), which nodes may join fused kernels, and the fused groups (union-find over node
+// indices, each group's iteration shape and whether it has a row reduction).
+struct Grouping {
+  std::vector<Node*> order;
   std::unordered_map<const Node*, int> index;
-  for (int i = 0; i < n; ++i) index[order[i]] = i;
-  GraphCycles cycles(n);
+  std::vector<int> owner;
+  std::vector<bool> fusible, reduction;
+  UnionFind groups_of{0};
+  std::vector<Dims> shape;
+  std::vector<bool> row, all_elementwise;
+  int Group(int i) { return fusible[i] ? groups_of.Find(i) : i; }
+};
+
+// Fusible: a row reduction, or an elementwise op FusibleElementwise accepts (refusals logged at VLOG(2));
+// absorbed post-ops are neither (they run inside their Conv's library call).
+void ClassifyNodes(Grouping& g) {
+  const int n = static_cast<int>(g.order.size());
+  g.fusible.assign(n, false);
+  g.reduction.assign(n, false);
   for (int i = 0; i < n; ++i) {
-    for (const Value* v : order[i]->inputs) {
-      if (v && v->producer && index.count(v->producer)) cycles.InsertEdge(index[v->producer], i);
-    }
-  }
-  // oneDNN post-ops: elementwise ops right after a Conv run inside the Conv's library call.
-  Readers readers;
-  readers.reserve(order.size() * 2);
-  for (const Node* nd : order) {
-    for (const Value* v : nd->inputs) if (v) readers[v].push_back(nd);
-  }
-  const std::unordered_set<const Value*> outputs_set(body.outputs().begin(), body.outputs().end());
-  std::vector<int> owner(n, -1);  // absorbed node -> the Conv that applies it
-  const std::map<int, Absorbed> post = AbsorbPostOps(order, index, readers, outputs_set, options, &owner);
-  std::vector<bool> fusible(n), reduction(n);
-  for (int i = 0; i < n; ++i) {
-    reduction[i] = owner[i] < 0 && IsRowReduction(*order[i]);
-    if (owner[i] >= 0 || reduction[i]) {
-      fusible[i] = owner[i] < 0;
+    g.reduction[i] = g.owner[i] < 0 && IsRowReduction(*g.order[i]);
+    if (g.owner[i] >= 0 || g.reduction[i]) {
+      g.fusible[i] = g.owner[i] < 0;
       continue;
     }
-    const FusionDecision d = FusibleElementwise(*order[i]);
-    fusible[i] = d.ok;
-    if (!d.ok && TraitsOf(*order[i]).fusion != FusionClass::kNone) {
-      CJIT_VLOG(2) << "not fusing " << order[i]->Describe() << ": " << d.reason;
+    const FusionDecision d = FusibleElementwise(*g.order[i]);
+    g.fusible[i] = d.ok;
+    if (!d.ok && TraitsOf(*g.order[i]).fusion != FusionClass::kNone) {
+      CJIT_VLOG(2) << "not fusing " << g.order[i]->Describe() << ": " << d.reason;
     }
   }
-  // Each group has an iteration shape; row groups (with a reduction) iterate over rows of it.
-  UnionFind groups_of(n);
-  auto find = [&](int x) { return groups_of.Find(x); };
-  std::vector<Dims> gshape(n);
-  std::vector<bool> grow(n, false), gall_elementwise(n, true);
+}
+
+// Merges each fusible producer-consumer pair whose groups have compatible iteration shapes (equal, or one
+// group only elementwise ops on the other's row values), within --max_kernel_ops, when contracting the
+// edge in `cycles` keeps the contracted graph acyclic.
+void MergeGroups(Grouping& g, GraphCycles& cycles, const FusionPlanOptions& options) {
+  const int n = static_cast<int>(g.order.size());
+  g.groups_of = UnionFind(n);
+  g.shape.assign(n, Dims());
+  g.row.assign(n, false);
+  g.all_elementwise.assign(n, true);
   for (int i = 0; i < n; ++i) {
-    if (!fusible[i]) continue;
-    gshape[i] = reduction[i] ? order[i]->inputs[0]->shape.concrete() : order[i]->outputs[0]->shape.concrete();
-    grow[i] = reduction[i];
-    gall_elementwise[i] = !reduction[i];
+    if (!g.fusible[i]) continue;
+    g.shape[i] = g.reduction[i] ? g.order[i]->inputs[0]->shape.concrete() : g.order[i]->outputs[0]->shape.concrete();
+    g.row[i] = g.reduction[i];
+    g.all_elementwise[i] = !g.reduction[i];
   }
   auto rowdims = [](Dims d) {
     if (!d.empty()) d.back() = 1;
     return d;
   };
   for (int j = 0; j < n; ++j) {
-    if (!fusible[j]) continue;
-    for (const Value* v : order[j]->inputs) {
-      if (!v || !v->producer || !index.count(v->producer)) continue;
-      int i = index[v->producer];
-      if (!fusible[i]) continue;
-      int a = find(i), b = find(j);
+    if (!g.fusible[j]) continue;
+    for (const Value* v : g.order[j]->inputs) {
+      if (!v || !v->producer || !g.index.count(v->producer)) continue;
+      int i = g.index[v->producer];
+      if (!g.fusible[i]) continue;
+      int a = g.groups_of.Find(i), b = g.groups_of.Find(j);
       if (a == b) continue;
-      // Compatible iteration shapes: equal, or one group is only elementwise ops on the other's row values.
       Dims merged;
-      bool row = grow[a] || grow[b];
-      if (gshape[a] == gshape[b]) {
-        merged = gshape[a];
-      } else if (grow[a] && gall_elementwise[b] && gshape[b] == rowdims(gshape[a])) {
-        merged = gshape[a];
-      } else if (grow[b] && gall_elementwise[a] && gshape[a] == rowdims(gshape[b])) {
-        merged = gshape[b];
+      bool row = g.row[a] || g.row[b];
+      if (g.shape[a] == g.shape[b]) {
+        merged = g.shape[a];
+      } else if (g.row[a] && g.all_elementwise[b] && g.shape[b] == rowdims(g.shape[a])) {
+        merged = g.shape[a];
+      } else if (g.row[b] && g.all_elementwise[a] && g.shape[a] == rowdims(g.shape[b])) {
+        merged = g.shape[b];
       } else {
         continue;
       }
       // Bounded kernels: LLVM's time grows faster than linearly in a function's size, and kernels of one
       // structure are compiled once, so long chains become a few repeated kernels.
-      if (groups_of.size(a) + groups_of.size(b) > options.max_kernel_ops) continue;
+      if (g.groups_of.size(a) + g.groups_of.size(b) > options.max_kernel_ops) continue;
       if (!cycles.HasEdge(a, b) && !cycles.InsertEdge(a, b)) continue;
       if (!cycles.ContractEdge(a, b)) continue;
-      groups_of.MergeInto(a, b);
-      gshape[a] = merged;
-      grow[a] = row;
-      gall_elementwise[a] = gall_elementwise[a] && gall_elementwise[b];
+      g.groups_of.MergeInto(a, b);
+      g.shape[a] = merged;
+      g.row[a] = row;
+      g.all_elementwise[a] = g.all_elementwise[a] && g.all_elementwise[b];
     }
   }
-  // Group members, then order groups/library nodes by a topological order of the contracted graph:
-  // a group is ready when all of its members' external producers have run.
-  // Indexed by group representative (a node index); empty for non-representatives.
-  std::vector<std::vector<int>> groups(n);
-  size_t group_count = 0;
+}
+
+// Group members (indexed by representative; empty for other nodes) and, per group, the groups that wait
+// for it and how many groups it waits for.
+struct GroupDeps {
+  std::vector<std::vector<int>> members, users;
+  std::vector<int> pending;
+  size_t count = 0;
+};
+
+GroupDeps DependenciesOf(Grouping& g) {
+  const int n = static_cast<int>(g.order.size());
+  GroupDeps d;
+  d.members.assign(n, {});
+  d.users.assign(n, {});
+  d.pending.assign(n, 0);
   for (int i = 0; i < n; ++i) {
-    if (owner[i] < 0) {
-      std::vector<int>& members = groups[fusible[i] ? find(i) : i];
-      group_count += members.empty();
-      members.push_back(i);
-    }
+    if (g.owner[i] >= 0) continue;
+    std::vector<int>& members = d.members[g.Group(i)];
+    d.count += members.empty();
+    members.push_back(i);
   }
-  std::vector<int> pending(n, 0);
-  std::vector<std::vector<int>> users(n);  // group -> the groups that wait for it (each once)
   std::vector<int> deps;
-  for (int g = 0; g < n; ++g) {
-    if (groups[g].empty()) continue;
+  for (int grp = 0; grp < n; ++grp) {
+    if (d.members[grp].empty()) continue;
     deps.clear();
-    for (int m : groups[g]) {
-      for (const Value* v : order[m]->inputs) {
+    for (int m : d.members[grp]) {
+      for (const Value* v : g.order[m]->inputs) {
         if (!v || !v->producer) continue;
-        auto pi = index.find(v->producer);
-        if (pi == index.end()) continue;
+        auto pi = g.index.find(v->producer);
+        if (pi == g.index.end()) continue;
         int p = pi->second;
-        if (owner[p] >= 0) p = owner[p];  // produced by a post-op: available after its Conv
-        int pg = fusible[p] ? find(p) : p;
-        if (pg != g) deps.push_back(pg);
+        if (g.owner[p] >= 0) p = g.owner[p];  // produced by a post-op: available after its Conv
+        int pg = g.Group(p);
+        if (pg != grp) deps.push_back(pg);
       }
     }
     std::sort(deps.begin(), deps.end());
     deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
-    pending[g] = static_cast<int>(deps.size());
-    for (int d : deps) users[d].push_back(g);
+    d.pending[grp] = static_cast<int>(deps.size());
+    for (int dep : deps) d.users[dep].push_back(grp);
   }
+  return d;
+}
+
+}  // namespace
+
+// Groups fusible nodes (ClassifyNodes, MergeGroups), then emits groups and library nodes in a topological
+// order of the contracted graph: a group is ready when all of its members' external producers have run.
+absl::StatusOr<FusionPlan> BuildFusionPlan(const Graph& body, const FusionPlanOptions& options) {
+  Grouping g;
+  CJIT_ASSIGN_OR_RETURN(g.order, body.TopologicalOrder());
+  const std::vector<Node*>& order = g.order;
+  int n = static_cast<int>(order.size());
+  for (int i = 0; i < n; ++i) g.index[order[i]] = i;
+  GraphCycles cycles(n);
+  for (int i = 0; i < n; ++i) {
+    for (const Value* v : order[i]->inputs) {
+      if (v && v->producer && g.index.count(v->producer)) cycles.InsertEdge(g.index[v->producer], i);
+    }
+  }
+  // oneDNN post-ops: elementwise ops right after a Conv run inside the Conv's library call.
+  Readers readers;
+  readers.reserve(order.size() * 2);
+  for (const Node* nd : order) {
+    for (const Value* v : nd->inputs)
+      if (v) readers[v].push_back(nd);
+  }
+  const std::unordered_set<const Value*> outputs_set(body.outputs().begin(), body.outputs().end());
+  g.owner.assign(n, -1);
+  const std::map<int, Absorbed> post = AbsorbPostOps(order, g.index, readers, outputs_set, options, &g.owner);
+  ClassifyNodes(g);
+  MergeGroups(g, cycles, options);
+  GroupDeps deps = DependenciesOf(g);
   std::set<std::pair<int, int>> ready;  // (min member index, group)
-  for (int g = 0; g < n; ++g) {
-    if (!groups[g].empty() && pending[g] == 0) ready.insert({groups[g].front(), g});
+  for (int grp = 0; grp < n; ++grp) {
+    if (!deps.members[grp].empty() && deps.pending[grp] == 0) ready.insert({deps.members[grp].front(), grp});
   }
-  const std::unordered_set<const Value*>& body_outputs = outputs_set;
   const std::unordered_set<const Node*> body_nodes(order.begin(), order.end());
   FusionPlan plan;
   while (!ready.empty()) {
-    int g = ready.begin()->second;
+    int grp = ready.begin()->second;
     ready.erase(ready.begin());
-    const std::vector<int>& members = groups[g];
-    if (!fusible[members.front()]) {
-      PlanStep s;
-      s.kind = PlanStep::Kind::kLibrary;
+    const std::vector<int>& members = deps.members[grp];
+    PlanStep s;
+    s.kind = PlanStep::Kind::kLibrary;
+    if (!g.fusible[members.front()]) {
       s.node = order[members.front()];
       if (auto it = post.find(members.front()); it != post.end()) {
         s.post_ops = it->second.ops;
         s.absorbed = it->second.nodes;
         s.output = it->second.output;
       }
-      plan.steps.push_back(s);
     } else {
-      FusedKernel k = MakeFusedKernel(order, members, gshape[g], grow[g], readers, body_outputs, body_nodes, options);
+      FusedKernel k =
+          MakeFusedKernel(order, members, g.shape[grp], g.row[grp], readers, outputs_set, body_nodes, options);
       k.name = absl::StrCat("fused_", plan.kernels.size());
       if (options.single_op_groups_as_library && k.nodes.size() == 1 && k.input_sources == k.inputs) {
-        PlanStep s;
-        s.kind = PlanStep::Kind::kLibrary;
         s.node = k.nodes[0];
-        plan.steps.push_back(s);
-        for (int u : users[g]) {
-          if (--pending[u] == 0) ready.insert({groups[u].front(), u});
-        }
-        continue;
+      } else {
+        s.kind = PlanStep::Kind::kFused;
+        s.kernel = static_cast<int>(plan.kernels.size());
+        plan.kernels.push_back(std::move(k));
       }
-      PlanStep s;
-      s.kind = PlanStep::Kind::kFused;
-      s.kernel = static_cast<int>(plan.kernels.size());
-      plan.kernels.push_back(std::move(k));
-      plan.steps.push_back(s);
     }
-    for (int u : users[g]) {
-      if (--pending[u] == 0) ready.insert({groups[u].front(), u});
+    plan.steps.push_back(s);
+    for (int u : deps.users[grp]) {
+      if (--deps.pending[u] == 0) ready.insert({deps.members[u].front(), u});
     }
   }
-  if (plan.steps.size() != group_count) {
+  if (plan.steps.size() != deps.count) {
     return absl::InternalError("fusion plan has a cycle between groups");
   }
   DropUnreadLibrarySteps(body, &plan);
