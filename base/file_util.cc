@@ -148,7 +148,8 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
   std::vector<char> name(tmpl.begin(), tmpl.end());
   name.push_back('\0');
   int fd = ::mkstemp(name.data());
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create a file in ", dir.string(), ": ", std::strerror(errno)));
+  if (fd < 0)
+    return absl::InternalError(absl::StrCat("cannot create a file in ", dir.string(), ": ", std::strerror(errno)));
   size_t done = 0;
   while (done < contents.size()) {
     ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);

@@ -53,7 +53,8 @@ void SetLogLevels(int v, std::string_view vmodule, int stderrthreshold) {
     size_t pos = 0;
     while (pos <= vmodule.size() && !vmodule.empty()) {
       size_t comma = vmodule.find(',', pos);
-      std::string_view item = vmodule.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+      std::string_view item =
+          vmodule.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
       size_t eq = item.find('=');
       if (eq != std::string_view::npos && eq > 0) {
         int level = 0;

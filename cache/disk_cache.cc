@@ -206,13 +206,15 @@ absl::StatusOr<std::string> DiskCache::Decode(absl::string_view bytes, std::stri
   if (std::memcmp(bytes.data(), kDiskMagic, 8) != 0) return absl::DataLossError("bad magic");
   uint32_t version = GetRaw<uint32_t>(bytes, 8);
   if (version != kDiskFormatVersion) {
-    return absl::FailedPreconditionError(absl::StrCat("format version ", version, " (expected ", kDiskFormatVersion, ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("format version ", version, " (expected ", kDiskFormatVersion, ")"));
   }
   *kind = GetRaw<uint32_t>(bytes, 12);
-  uint64_t key_len = GetRaw<uint64_t>(bytes, 16), payload_len = GetRaw<uint64_t>(bytes, 24), sum = GetRaw<uint64_t>(bytes, 32);
+  uint64_t key_len = GetRaw<uint64_t>(bytes, 16), payload_len = GetRaw<uint64_t>(bytes, 24),
+           sum = GetRaw<uint64_t>(bytes, 32);
   if (key_len > bytes.size() || payload_len > bytes.size() || kHeaderBytes + key_len + payload_len != bytes.size()) {
-    return absl::DataLossError(absl::StrCat("truncated or oversized: header says ", kHeaderBytes + key_len + payload_len,
-                                            " bytes, file has ", bytes.size()));
+    return absl::DataLossError(absl::StrCat("truncated or oversized: header says ",
+                                            kHeaderBytes + key_len + payload_len, " bytes, file has ", bytes.size()));
   }
   absl::string_view key = bytes.substr(kHeaderBytes, key_len);
   absl::string_view payload = bytes.substr(kHeaderBytes + key_len, payload_len);
@@ -235,7 +237,9 @@ absl::StatusOr<std::unique_ptr<DiskCache>> DiskCache::Open(const DiskCacheOption
   return std::unique_ptr<DiskCache>(new DiskCache(options));
 }
 
-std::string DiskCache::PathFor(const CacheKey& key) const { return absl::StrCat(options_.dir, "/", key.Hex(), ".cjit"); }
+std::string DiskCache::PathFor(const CacheKey& key) const {
+  return absl::StrCat(options_.dir, "/", key.Hex(), ".cjit");
+}
 
 void DiskCache::Reject(const std::string& path, absl::string_view why) {
   ++rejects_;

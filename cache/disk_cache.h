@@ -10,10 +10,10 @@
 // files of bounded size are read, temporary files are created with mkstemp (unpredictable, exclusive) and
 // the lock file is never followed through a symlink. Entries hold machine code, so only files owned by
 // this user (or root) are read: an entry written by another user is ignored (a miss, logged once), never
-// loaded — the checksum detects corruption, file ownership is what authenticates the writer. Temporary files older than an hour (their writer
-// died) are removed when a cache is opened writable, and by prune. With max_bytes > 0 the directory is kept under that size
-// by least-recently-used eviction (a hit refreshes the entry's mtime), under an advisory lock (flock on
-// DIR/.lock) so that concurrent processes evict consistently.
+// loaded — the checksum detects corruption, file ownership is what authenticates the writer. Temporary files older than
+// an hour (their writer died) are removed when a cache is opened writable, and by prune. With max_bytes > 0 the
+// directory is kept under that size by least-recently-used eviction (a hit refreshes the entry's mtime), under an
+// advisory lock (flock on DIR/.lock) so that concurrent processes evict consistently.
 //
 // Thread-safety: all methods may be called concurrently, also from several processes.
 #ifndef CJIT_CACHE_DISK_CACHE_H_

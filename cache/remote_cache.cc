@@ -305,7 +305,8 @@ struct RemoteCache::Impl {
       args.push_back(a.data());
       lens.push_back(a.size());
     }
-    auto* r = static_cast<redisReply*>(redisCommandArgv(read_ctx, static_cast<int>(args.size()), args.data(), lens.data()));
+    auto* r =
+        static_cast<redisReply*>(redisCommandArgv(read_ctx, static_cast<int>(args.size()), args.data(), lens.data()));
     if (r == nullptr) {
       std::string why = read_ctx->errstr;
       redisFree(read_ctx);
@@ -412,14 +413,15 @@ struct RemoteCache::Impl {
           redisFree(write_ctx);
           write_ctx = nullptr;
         } else {  // an error reply leaves the lease to expire
-          if (r->type == REDIS_REPLY_ERROR) CJIT_VLOG(1) << "remote cache lease release: " << std::string(r->str, r->len);
+          if (r->type == REDIS_REPLY_ERROR)
+            CJIT_VLOG(1) << "remote cache lease release: " << std::string(r->str, r->len);
           freeReplyObject(r);
         }
       } else {
         redisReply* r;
         if (options.ttl_s > 0) {
-          r = static_cast<redisReply*>(redisCommand(write_ctx, "SET %b %b PX %lld", w.redis_key.data(), w.redis_key.size(),
-                                                    w.value.data(), w.value.size(),
+          r = static_cast<redisReply*>(redisCommand(write_ctx, "SET %b %b PX %lld", w.redis_key.data(),
+                                                    w.redis_key.size(), w.value.data(), w.value.size(),
                                                     static_cast<long long>(options.ttl_s) * 1000));
         } else {
           r = static_cast<redisReply*>(redisCommand(write_ctx, "SET %b %b", w.redis_key.data(), w.redis_key.size(),
@@ -475,7 +477,8 @@ absl::StatusOr<std::shared_ptr<RemoteCache>> RemoteCache::Open(const RemoteCache
   if (options.timeout_ms <= 0) return absl::InvalidArgumentError("--remote_cache_timeout_ms must be positive");
   {
     unsigned char random[12];
-    if (RAND_bytes(random, sizeof(random)) != 1) return absl::InternalError("remote cache: no random bytes for a lease token");
+    if (RAND_bytes(random, sizeof(random)) != 1)
+      return absl::InternalError("remote cache: no random bytes for a lease token");
     char host[256] = {0};
     ::gethostname(host, sizeof(host) - 1);
     impl->lease_token = absl::StrCat(host, ":", ::getpid(), ":",
@@ -517,7 +520,7 @@ RemoteCache::Lease RemoteCache::TryLease(const CacheKey& key, PayloadKind payloa
     return Lease::kUnavailable;
   }
   redisReply* r = m.ReadCommand("lease", "SET %b %b NX PX %lld", lease_key.data(), lease_key.size(),
-                                 m.lease_token.data(), m.lease_token.size(), static_cast<long long>(m.options.lease_ms));
+                                m.lease_token.data(), m.lease_token.size(), static_cast<long long>(m.options.lease_ms));
   if (r == nullptr) return Lease::kUnavailable;
   Lease result = Lease::kUnavailable;
   if (r->type == REDIS_REPLY_STATUS) {  // "OK": set
@@ -533,8 +536,9 @@ RemoteCache::Lease RemoteCache::TryLease(const CacheKey& key, PayloadKind payloa
       result = Lease::kUnavailable;
       if (m.reject_logs.fetch_add(1) < kMaxRejectLogs) {
         CJIT_LOG(WARNING) << "remote cache " << m.options.url << ": lease " << lease_key << " has "
-                          << (t->integer == -1 ? std::string("no expiry")
-                                               : absl::StrCat(t->integer, " ms left (more than --remote_cache_lease_ms)"))
+                          << (t->integer == -1
+                                  ? std::string("no expiry")
+                                  : absl::StrCat(t->integer, " ms left (more than --remote_cache_lease_ms)"))
                           << "; not waiting for it";
       }
     }

@@ -63,7 +63,8 @@ struct RemoteCacheOptions {
 
 // The counters, listed once: reads (hits, misses, rejects, errors, skipped during back-off), write-behind
 // (writes, write_errors, dropped_writes), bytes, backoffs (times the tier was switched off after repeated
-// errors), leases (taken by this process) and lease_waits (misses told to wait for another process). X(name) per counter; the struct, the live atomics, the copy and the JSON names all expand it.
+// errors), leases (taken by this process) and lease_waits (misses told to wait for another process). X(name) per
+// counter; the struct, the live atomics, the copy and the JSON names all expand it.
 #define CJIT_REMOTE_CACHE_COUNTERS(X)                                                                    \
   X(hits) X(misses) X(rejects) X(errors) X(skipped) X(writes) X(write_errors) X(dropped_writes) X(bytes_read) \
   X(bytes_written) X(backoffs) X(leases) X(lease_waits)

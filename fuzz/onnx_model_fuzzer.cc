@@ -72,7 +72,8 @@ static bool RunOnce(cjit::Session& session, uint64_t hash, int64_t dynamic);
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const bool quiet = [] {
-    cjit::SetLogSink([](cjit::LogSeverity, const char*, int, std::string_view) {});  // errors are expected; keep the fuzzer's output readable
+    cjit::SetLogSink([](cjit::LogSeverity, const char*, int, std::string_view) {
+    });  // errors are expected; keep the fuzzer's output readable
     return true;
   }();
   (void)quiet;

@@ -217,7 +217,8 @@ void MutateOnce(Rng& rng, onnx::ModelProto& m) {
       }
       break;
     case 6: case 7:  // an initializer
-      if (g->initializer_size() > 0) MutateTensor(rng, g->mutable_initializer(static_cast<int>(rng() % g->initializer_size())));
+      if (g->initializer_size() > 0)
+        MutateTensor(rng, g->mutable_initializer(static_cast<int>(rng() % g->initializer_size())));
       break;
     case 8: {  // rewire one input
       std::vector<std::string> names = ValueNames(*g);

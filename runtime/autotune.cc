@@ -612,7 +612,8 @@ void Autotuner::Finish(const AutotuneRecord& rec, int64_t t_start, const std::st
     TuningCostSums().default_ns.fetch_add(static_cast<int64_t>(rec.default_us * 1000), std::memory_order_relaxed);
   }
   if (disk_ != nullptr && !disk_->read_only()) {
-    absl::Status st = disk_->Store(DiskKey(rec.device, rec.libraries, rec.key), PayloadKind::kAutotune, DiskPayload(rec));
+    absl::Status st =
+        disk_->Store(DiskKey(rec.device, rec.libraries, rec.key), PayloadKind::kAutotune, DiskPayload(rec));
     if (!st.ok()) CJIT_LOG(WARNING) << "autotune: persistent cache write failed: " << st.message();
   }
   if (profiler_ != nullptr) {
@@ -719,7 +720,8 @@ const std::string* StepTuning::Resolve(Autotuner& tuner, const Node& node, const
   }
   if (tuner.cancelled()) return nullptr;
   std::optional<std::string> c = tuner.Tune(key_, node, inputs, is_constant, post_ops, inferred, threads);
-  if (!c || tuner.cancelled()) return nullptr;  // another session of the process is tuning this signature: default meanwhile
+  if (!c || tuner.cancelled())
+    return nullptr;  // another session of the process is tuning this signature: default meanwhile
   choice_ = std::move(*c);
   state_.store(kResolved, std::memory_order_release);
   return choice_.empty() ? nullptr : &choice_;

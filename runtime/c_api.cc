@@ -273,7 +273,8 @@ cjit_status* cjit_value_wrap(cjit_dtype dtype, const int64_t* dims, size_t rank,
   return Guard("cjit_value_wrap", [&]() -> absl::Status {
     CJIT_ASSIGN_OR_RETURN(cjit::DType t, CheckDtype(dtype));
     if (t == cjit::DType::kString) {
-      return absl::InvalidArgumentError("cjit_value_wrap: string tensors cannot wrap a buffer (use cjit_value_create_strings)");
+      return absl::InvalidArgumentError(
+          "cjit_value_wrap: string tensors cannot wrap a buffer (use cjit_value_create_strings)");
     }
     CJIT_ASSIGN_OR_RETURN(cjit::Dims d, CheckDims(dims, rank));
     CJIT_ASSIGN_OR_RETURN(size_t need, cjit::CheckedByteSize(t, d));
@@ -341,7 +342,8 @@ cjit_status* cjit_value_get_string(const cjit_value* value, size_t index, const 
                                                      ", not a string tensor"));
   }
   if (index >= static_cast<size_t>(t.numel())) {
-    return Error(CJIT_OUT_OF_RANGE, absl::StrCat("cjit_value_get_string: index ", index, " of ", t.numel(), " strings"));
+    return Error(CJIT_OUT_OF_RANGE,
+                 absl::StrCat("cjit_value_get_string: index ", index, " of ", t.numel(), " strings"));
   }
   const std::string& s = t.data<std::string>()[index];
   *data = s.c_str();
@@ -359,14 +361,16 @@ cjit_value_kind cjit_value_get_kind(const cjit_value* value) {
   return value ? static_cast<cjit_value_kind>(value->tensor.kind()) : CJIT_KIND_TENSOR;
 }
 
-cjit_status* cjit_value_create_sequence(cjit_dtype elem, const cjit_value* const* items, size_t count, cjit_value** out) {
+cjit_status* cjit_value_create_sequence(cjit_dtype elem, const cjit_value* const* items, size_t count,
+                                        cjit_value** out) {
   if (out == nullptr) return Error(CJIT_INVALID_ARGUMENT, "cjit_value_create_sequence: out is NULL");
   if (count > 0 && items == nullptr) return Error(CJIT_INVALID_ARGUMENT, "cjit_value_create_sequence: items is NULL");
   return Guard("cjit_value_create_sequence", [&]() -> absl::Status {
     CJIT_ASSIGN_OR_RETURN(cjit::DType t, CheckDtype(elem));
     std::vector<cjit::Tensor> tensors;
     for (size_t i = 0; i < count; ++i) {
-      if (items[i] == nullptr) return absl::InvalidArgumentError(absl::StrCat("cjit_value_create_sequence: item ", i, " is NULL"));
+      if (items[i] == nullptr)
+        return absl::InvalidArgumentError(absl::StrCat("cjit_value_create_sequence: item ", i, " is NULL"));
       const cjit::Tensor& v = items[i]->tensor;
       if (!v.is_tensor() || v.dtype() != t) {
         return absl::InvalidArgumentError(absl::StrCat("cjit_value_create_sequence: item ", i, " is ", v.Describe(),
@@ -379,7 +383,8 @@ cjit_status* cjit_value_create_sequence(cjit_dtype elem, const cjit_value* const
   });
 }
 
-cjit_status* cjit_value_create_optional(cjit_value_kind kind, cjit_dtype elem, const cjit_value* element, cjit_value** out) {
+cjit_status* cjit_value_create_optional(cjit_value_kind kind, cjit_dtype elem, const cjit_value* element,
+                                        cjit_value** out) {
   if (out == nullptr) return Error(CJIT_INVALID_ARGUMENT, "cjit_value_create_optional: out is NULL");
   return Guard("cjit_value_create_optional", [&]() -> absl::Status {
     if (kind != CJIT_KIND_OPTIONAL_TENSOR && kind != CJIT_KIND_OPTIONAL_SEQUENCE) {
@@ -500,11 +505,12 @@ cjit_status* cjit_session_output_info(const cjit_session* s, size_t index, int32
 namespace {
 cjit_status* KindOf(const cjit_session* s, bool input, size_t index, cjit_value_kind* kind) {
   const char* fn = input ? "cjit_session_input_kind" : "cjit_session_output_kind";
-  if (s == nullptr || kind == nullptr) return Error(CJIT_INVALID_ARGUMENT, absl::StrCat(fn, ": session and kind must not be NULL"));
+  if (s == nullptr || kind == nullptr)
+    return Error(CJIT_INVALID_ARGUMENT, absl::StrCat(fn, ": session and kind must not be NULL"));
   const std::vector<cjit::TensorInfo>& infos = input ? s->guts->session->inputs() : s->guts->session->outputs();
   if (index >= infos.size()) {
-    return Error(CJIT_INVALID_ARGUMENT, absl::StrCat(fn, ": index ", index, " is out of range (the model has ", infos.size(),
-                                                     input ? " inputs)" : " outputs)"));
+    return Error(CJIT_INVALID_ARGUMENT, absl::StrCat(fn, ": index ", index, " is out of range (the model has ",
+                                                     infos.size(), input ? " inputs)" : " outputs)"));
   }
   *kind = static_cast<cjit_value_kind>(infos[index].kind);
   return nullptr;
@@ -664,16 +670,18 @@ cjit_status* cjit_session_run_with_options(cjit_session* session, const cjit_run
       if (outputs[i] == nullptr) continue;
       const cjit::TensorInfo& info = s.outputs()[which[i]];
       if (info.dtype == cjit::DType::kString || outputs[i]->tensor.dtype() == cjit::DType::kString) {
-        return absl::InvalidArgumentError(absl::StrCat("bound output '", info.name, "': string outputs cannot be bound"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("bound output '", info.name, "': string outputs cannot be bound"));
       }
       if (info.kind != cjit::ValueKind::kTensor || !outputs[i]->tensor.is_tensor()) {
-        return absl::InvalidArgumentError(absl::StrCat("bound output '", info.name, "': only tensor outputs can be bound (the model gives a ",
+        return absl::InvalidArgumentError(absl::StrCat("bound output '", info.name,
+                                                       "': only tensor outputs can be bound (the model gives a ",
                                                        cjit::ValueKindName(info.kind), ")"));
       }
       if (info.dtype != cjit::DType::kInvalid && outputs[i]->tensor.dtype() != info.dtype) {
         return absl::InvalidArgumentError(absl::StrCat("bound output '", info.name, "' has dtype ",
-                                                       cjit::DTypeName(outputs[i]->tensor.dtype()), ", the model gives ",
-                                                       cjit::DTypeName(info.dtype)));
+                                                       cjit::DTypeName(outputs[i]->tensor.dtype()),
+                                                       ", the model gives ", cjit::DTypeName(info.dtype)));
       }
     }
     cjit::RunOptions ro;
@@ -691,9 +699,9 @@ cjit_status* cjit_session_run_with_options(cjit_session* session, const cjit_run
       if (outputs[i] == nullptr) continue;
       cjit::Tensor& dst = outputs[i]->tensor;
       if (dst.kind() != got.kind() || dst.dtype() != got.dtype() || dst.dims() != got.dims()) {
-        return absl::InvalidArgumentError(absl::StrCat("bound output '", result[which[i]].name, "' is ",
-                                                       cjit::DTypeName(dst.dtype()), "[", cjit::DimsToString(dst.dims()),
-                                                       "], the run produced ", got.Describe()));
+        return absl::InvalidArgumentError(
+            absl::StrCat("bound output '", result[which[i]].name, "' is ", cjit::DTypeName(dst.dtype()), "[",
+                         cjit::DimsToString(dst.dims()), "], the run produced ", got.Describe()));
       }
     }
     // New values first (nothing is handed out if one cannot be made), then the bound copies.

@@ -711,15 +711,18 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state, boo
   // stream over 12 sequence lengths finished before its optimized compile (94 ms in the background) did.
   // A dynamic-shape family's runner serves every signature of its structure: its executions are the
   // stream's, not one signature's, so it compiles fast too.
-  options.optimize_row_kernels = !s.runtime->flags().enable_lazy_compilation ||
-                                 (!s.dynamic && s.stats->fallback_executions.load() >= s.runtime->flags().compile_threshold);
+  options.optimize_row_kernels =
+      !s.runtime->flags().enable_lazy_compilation ||
+      (!s.dynamic && s.stats->fallback_executions.load() >= s.runtime->flags().compile_threshold);
   const int parallelism = s.runtime->flags().force_compilation_parallelism;
   // A synchronous compile blocks the run: every CPU. A background one takes the CPUs the runs leave (one
   // lent by LendsCpuToCompiles, or those above --intra_op_threads), at least one.
   const int spare = UsableCpus() - s.runtime->RunThreadsNow();
   options.compile_threads = parallelism > 0 ? parallelism : background ? std::max(1, spare) : UsableCpus();
   if (prof) {
-    options.on_phase = [prof](const char* phase, int64_t start, int64_t end) { prof->Complete(phase, "compile", start, end); };
+    options.on_phase = [prof](const char* phase, int64_t start, int64_t end) {
+      prof->Complete(phase, "compile", start, end);
+    };
   }
   ClusterRuntime* runtime = s.runtime;
   options.cancelled = [runtime] { return runtime->shutting_down(); };
@@ -761,7 +764,8 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state, boo
     if (cancelled) return ex.status();
     if (!ex.ok()) {
       s.failed = true;
-      CJIT_LOG(WARNING) << "cluster " << s.stats->id << " (" << s.signature << "): compilation failed, running it on the "
+      CJIT_LOG(WARNING) << "cluster " << s.stats->id << " (" << s.signature
+                        << "): compilation failed, running it on the "
                         << "fallback path from now on: " << ex.status().message();
       return ex.status();
     }
@@ -787,7 +791,8 @@ absl::Status CompileInto(const std::shared_ptr<ClusterRunner::State>& state, boo
     } else {
       CJIT_LOG(WARNING) << "persistent cache: cannot store cluster " << s.stats->id << ": " << st.message();
     }
-    CacheEvent(prof, "disk cache write", s, st.ok() ? "written" : "failed", st.ok() ? "" : std::string(st.message()), w0);
+    CacheEvent(prof, "disk cache write", s, st.ok() ? "written" : "failed", st.ok() ? "" : std::string(st.message()),
+               w0);
   }
   ReleaseFleetLease(s);  // queued behind the entry's remote write
   if (s.runtime->dumper()) DumpCompiled(s, **ex);

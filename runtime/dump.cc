@@ -87,7 +87,8 @@ void Dumper::DumpClustering(int sig, const ClusteringReport& report) {
   absl::StrAppend(&text, "\n", report.excluded.size(), " nodes outside clusters:\n");
   for (const auto& [node, why] : report.excluded) absl::StrAppend(&text, "  ", node, ": ", why, "\n");
   absl::StrAppend(&text, "\n", report.refused_merges.size(), " refused merges (producer -> consumer):\n");
-  for (const auto& m : report.refused_merges) absl::StrAppend(&text, "  ", m.producer, " -> ", m.consumer, ": ", m.reason, "\n");
+  for (const auto& m : report.refused_merges)
+    absl::StrAppend(&text, "  ", m.producer, " -> ", m.consumer, ": ", m.reason, "\n");
   Entry e;
   e.file = absl::StrFormat("sig_%04d.clustering.txt", sig);
   e.kind = "clustering";
@@ -179,8 +180,8 @@ std::string GraphToDot(const Graph& graph) {
     if (n->op_type == kClusterOp) {
       const Graph* body = n->GetGraph("body");
       int64_t cid = n->GetInt("cluster_id", 0);
-      absl::StrAppend(&out, "  subgraph cluster_", cid, " {\n    label=\"cluster_", cid, " (", body ? body->nodes().size() : 0,
-                      " ops)\";\n    style=filled; color=lightblue;\n");
+      absl::StrAppend(&out, "  subgraph cluster_", cid, " {\n    label=\"cluster_", cid, " (",
+                      body ? body->nodes().size() : 0, " ops)\";\n    style=filled; color=lightblue;\n");
       std::map<const Value*, std::string> inner;  // body value -> dot node producing it
       if (body != nullptr) {
         for (size_t i = 0; i < body->inputs().size() && i < n->inputs.size(); ++i) {
@@ -196,7 +197,8 @@ std::string GraphToDot(const Graph& graph) {
               if (v == nullptr || v->is_constant()) continue;
               auto it = inner.find(v);
               if (it != inner.end()) {
-                edges.push_back(absl::StrCat("  ", it->second, " -> ", id, " [label=\"", DotEscape(ShapeLabel(v)), "\"];\n"));
+                edges.push_back(
+                    absl::StrCat("  ", it->second, " -> ", id, " [label=\"", DotEscape(ShapeLabel(v)), "\"];\n"));
               }
             }
             for (const Value* v : b->outputs) {

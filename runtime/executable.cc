@@ -41,7 +41,8 @@ void CpuExecutable::DescribeKernels() {
     int64_t bytes = 0;
     for (const auto* list : {&k.input_sources, &k.outputs}) {
       for (const Value* v : *list) {
-        if (v->shape.fully_known()) bytes += NumElements(v->shape.concrete()) * static_cast<int64_t>(DTypeSize(v->dtype));
+        if (v->shape.fully_known())
+          bytes += NumElements(v->shape.concrete()) * static_cast<int64_t>(DTypeSize(v->dtype));
       }
     }
     TraceArgs args;
@@ -161,7 +162,8 @@ void CpuExecutable::PlanStepShortcuts() {
     const PlanStep& st = plan_.steps[i];
     if (st.kind != PlanStep::Kind::kLibrary) continue;
     bool known = !st.node->outputs.empty();
-    for (const Value* v : st.node->outputs) known &= v == nullptr || (v->dtype != DType::kInvalid && v->shape.fully_known());
+    for (const Value* v : st.node->outputs)
+      known &= v == nullptr || (v->dtype != DType::kInvalid && v->shape.fully_known());
     if (!known) continue;
     for (const Value* v : st.node->outputs) {
       step_inferred_[i].push_back(v ? InferOutput{v->dtype, v->shape} : InferOutput{});
@@ -250,7 +252,8 @@ void CpuExecutable::Autotune(Autotuner& tuner, int threads, int64_t executions) 
 void CpuExecutable::AutotuneSteps(Autotuner& tuner, int threads, int64_t executions) const {
   for (size_t i = 0; i < plan_.steps.size() && !tuner.cancelled(); ++i) {
     const PlanStep& step = plan_.steps[i];
-    if (step.kind != PlanStep::Kind::kLibrary || skip_step_[i] || FindAlgorithms(step.node->op_type) == nullptr) continue;
+    if (step.kind != PlanStep::Kind::kLibrary || skip_step_[i] || FindAlgorithms(step.node->op_type) == nullptr)
+      continue;
     // Stand-ins of the body's shapes for the non-constant inputs: the tuner reads their dtypes and dims
     // (and fills its own copies); constants are the real tensors (weights are cached by buffer).
     std::vector<Tensor> owned(step_inputs_[i].size());

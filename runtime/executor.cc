@@ -119,8 +119,9 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(std::shared_ptr<const
     st.kernel = FindKernel(n->op_type);
     if (n->op_type == kClusterOp) {
       if (clusters == nullptr) return absl::InternalError("cluster node in a graph without a cluster runtime");
-      CJIT_ASSIGN_OR_RETURN(st.cluster, ClusterRunner::Create(*n, graph, clusters, ex->threads_, options.signature_index,
-                                                              options.family, options.dynamic_clusters));
+      CJIT_ASSIGN_OR_RETURN(
+          st.cluster, ClusterRunner::Create(*n, graph, clusters, ex->threads_, options.signature_index, options.family,
+                                            options.dynamic_clusters));
     } else if (st.kernel == nullptr) {
       return absl::UnimplementedError(absl::StrCat(n->Describe(), ": no CPU kernel for this operator"));
     }

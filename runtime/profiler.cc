@@ -378,7 +378,9 @@ Profiler::Aggregate Profiler::Summarize(int64_t since_ns) const {
     std::string cluster = arg(e.args, "cluster");
     std::string kind = e.cat == "op" ? (cluster.empty() ? "node" : "node in cluster")
                        : e.cat == "kernel" ? "fused kernel" : "library step";
-    std::string name = e.cat == "kernel" ? absl::StrCat("cluster_", cluster, "/", e.name) : node.empty() ? e.name : node;
+    std::string name = e.cat == "kernel" ? absl::StrCat("cluster_", cluster, "/", e.name)
+                       : node.empty()    ? e.name
+                                         : node;
     Row& r = by_entry[absl::StrCat(kind, "\t", name)];
     r.kind = kind;
     r.name = name;

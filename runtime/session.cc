@@ -192,7 +192,8 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Grap
     if (isa != MaxCpuIsa()) {
       SetMaxCpuIsa(isa);
       CapLibraryCpuIsa(isa);
-      CJIT_VLOG(1) << "--max_cpu_isa=" << s->flags_.max_cpu_isa << " (this CPU: " << CpuIsaName(HardwareCpuIsa()) << ")";
+      CJIT_VLOG(1) << "--max_cpu_isa=" << s->flags_.max_cpu_isa << " (this CPU: " << CpuIsaName(HardwareCpuIsa())
+                   << ")";
     }
   }
   if (options.device_backend) {
@@ -204,7 +205,8 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromGraph(std::unique_ptr<Grap
     int ordinal = s->flags_.device.size() > 5 ? std::stoi(s->flags_.device.substr(5)) : 0;
     absl::StatusOr<std::shared_ptr<DeviceBackend>> backend = MakeCudaBackend(CudaOptionsFor(s->flags_, ordinal));
     if (!backend.ok()) {
-      return absl::Status(backend.status().code(), absl::StrCat("--device=", s->flags_.device, ": ", backend.status().message()));
+      return absl::Status(backend.status().code(),
+                          absl::StrCat("--device=", s->flags_.device, ": ", backend.status().message()));
     }
     s->gpu_ = *backend;
     s->gpu_ordinal_ = ordinal;
@@ -395,7 +397,8 @@ namespace {
 // `t` (a tensor, a sequence or an optional) against the model's declared input `info`: kind, element dtype,
 // rank and known dims of every tensor it holds. Errors name the input.
 absl::Status CheckValueType(const std::string& name, const TensorInfo& info, const Tensor& t) {
-  const bool optional_ok = IsOptionalKind(info.kind) && !IsOptionalKind(t.kind()) && t.kind() == ElementKindOf(info.kind);
+  const bool optional_ok =
+      IsOptionalKind(info.kind) && !IsOptionalKind(t.kind()) && t.kind() == ElementKindOf(info.kind);
   if (t.kind() != info.kind && !optional_ok) {
     return absl::InvalidArgumentError(absl::StrCat("input '", name, "' is a ", ValueKindName(t.kind()),
                                                    ", the model expects a ", ValueKindName(info.kind)));
@@ -407,7 +410,8 @@ absl::Status CheckValueType(const std::string& name, const TensorInfo& info, con
   if (!t.is_tensor()) {  // each element (a tensor, or an optional's sequence) against the declared element type
     for (size_t k = 0; k < t.items().size(); ++k) {
       const Tensor& e = t.items()[k];
-      CJIT_RETURN_IF_ERROR(CheckValueType(absl::StrCat(name, "[", k, "]"), {name, info.dtype, info.shape, e.kind()}, e));
+      CJIT_RETURN_IF_ERROR(
+          CheckValueType(absl::StrCat(name, "[", k, "]"), {name, info.dtype, info.shape, e.kind()}, e));
     }
     return absl::OkStatus();
   }
@@ -586,7 +590,8 @@ absl::StatusOr<std::shared_ptr<Graph>> Session::BuildSpecializedGraph(const std:
     absl::Status st = run();
     if (scope.active()) {
       scope.args().Add("nodes_after", g->nodes().size());
-      if (pass.name == "mark_for_compilation") scope.args().Add("clusters", r.clusters.size()).Add("excluded", r.excluded.size());
+      if (pass.name == "mark_for_compilation")
+        scope.args().Add("clusters", r.clusters.size()).Add("excluded", r.excluded.size());
     }
     return st;
   };
@@ -685,7 +690,8 @@ std::vector<std::string> Session::GpuPlacements() const {
   for (const auto& [signature, cached] : plans_) {
     if (cached.plan.gpu) by_signature[signature] = cached.plan.gpu.get();
   }
-  for (const auto& [signature, gpu] : by_signature) out.push_back(absl::StrCat(signature, " ", gpu->placement().ToString(), "; ", gpu->GraphStatus()));
+  for (const auto& [signature, gpu] : by_signature)
+    out.push_back(absl::StrCat(signature, " ", gpu->placement().ToString(), "; ", gpu->GraphStatus()));
   if (gpu_ && !gpu_->MemoryReport().empty()) out.push_back(gpu_->MemoryReport());
   return out;
 }

@@ -200,7 +200,8 @@ class Session {
 
  private:
   Session() = default;
-  static absl::StatusOr<std::unique_ptr<Session>> FromGraph(std::unique_ptr<Graph> graph, const SessionOptions& options);
+  static absl::StatusOr<std::unique_ptr<Session>> FromGraph(std::unique_ptr<Graph> graph,
+                                                            const SessionOptions& options);
   absl::StatusOr<std::vector<Tensor>> ValidateInputs(const std::vector<NamedTensor>& inputs) const;
   // One specialized signature: run by the CPU executor, or (--device=cuda) by the GPU executor.
   // `dynamic`: `cpu` is a dynamic-shape family's executor (shapes inferred per run; its clusters run the

@@ -231,8 +231,9 @@ absl::StatusOr<std::shared_ptr<Graph>> Session::SpecializedGraphFor(const std::v
     std::vector<Dims> dims;
     for (const Tensor& t : inputs) dims.push_back(t.dims());
     const int threads = flags_.intra_op_threads;
-    auto replayed = ReplaySpecialization(
-        *tmpl, dims, [threads](const Node& n, const std::vector<const Tensor*>& args) { return EvaluateNode(n, args, threads); });
+    auto replayed = ReplaySpecialization(*tmpl, dims, [threads](const Node& n, const std::vector<const Tensor*>& args) {
+      return EvaluateNode(n, args, threads);
+    });
     if (replayed.ok()) {
       if (flags_.specialization_replay == "verify") {
         ClusteringReport unused;
@@ -272,7 +273,8 @@ absl::StatusOr<std::shared_ptr<Graph>> Session::SpecializedGraphFor(const std::v
 
 // The executor of specialized graph `g`: the GPU executor on a GPU, else the CPU executor (trusting the
 // graph's shapes; publishing compiled clusters to `family` when not null).
-absl::StatusOr<Session::Plan> Session::MakePlan(std::shared_ptr<Graph> g, int sig, std::shared_ptr<ShapeFamily> family) {
+absl::StatusOr<Session::Plan> Session::MakePlan(std::shared_ptr<Graph> g, int sig,
+                                                std::shared_ptr<ShapeFamily> family) {
   Plan plan;
   if (gpu_) {
     GpuExecutorOptions go;

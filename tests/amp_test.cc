@@ -47,7 +47,8 @@ int CountOp(const Graph& g, const std::string& op) {
 
 std::string Weights(const char* name, int rows, int cols, float scale = 0.1f) {
   std::string s = absl::StrCat("  %", name, " = constant f32[", rows, ",", cols, "] {");
-  for (int i = 0; i < rows * cols; ++i) absl::StrAppend(&s, i ? ", " : "", scale * static_cast<float>((i * 7) % 11 - 5));
+  for (int i = 0; i < rows * cols; ++i)
+    absl::StrAppend(&s, i ? ", " : "", scale * static_cast<float>((i * 7) % 11 - 5));
   return s + "}\n";
 }
 
@@ -60,8 +61,8 @@ const char* kMlp = R"(  %h = MatMul(%x, %w1)
 })";
 
 std::string MlpIr() {
-  return absl::StrCat("graph g(%x: f32[2,4]) {\n", Weights("w1", 4, 8), "  %b1 = constant f32[8] {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8}\n",
-                      Weights("w2", 8, 3), kMlp);
+  return absl::StrCat("graph g(%x: f32[2,4]) {\n", Weights("w1", 4, 8),
+                      "  %b1 = constant f32[8] {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8}\n", Weights("w2", 8, 3), kMlp);
 }
 
 TEST(AmpTest, PaintsAllowInferClearBetweenAllowAndKeepsDenyAndIoFloat32) {
@@ -108,7 +109,8 @@ TEST(AmpTest, ConstantsConvertedOncePerSourceTensor) {
     std::map<std::string, const Tensor*> m;
     for (const auto& n : graph.nodes()) {
       for (const Value* v : n->inputs) {
-        if (v != nullptr && v->is_constant() && v->name.find("/amp_") != std::string::npos) m[v->name] = v->constant.get();
+        if (v != nullptr && v->is_constant() && v->name.find("/amp_") != std::string::npos)
+          m[v->name] = v->constant.get();
       }
     }
     return m;
@@ -382,7 +384,8 @@ absl::StatusOr<Tensor> RunWithFlags(const std::string& model, const std::string&
                                     const Tensor& x) {
   SessionOptions o;
   o.use_environment_flags = false;
-  CJIT_ASSIGN_OR_RETURN(o.flags, ParseFlags(absl::StrCat("--device=cpu --intra_op_threads=1 ", flags), Flags{}, "test"));
+  CJIT_ASSIGN_OR_RETURN(o.flags,
+                        ParseFlags(absl::StrCat("--device=cpu --intra_op_threads=1 ", flags), Flags{}, "test"));
   CJIT_ASSIGN_OR_RETURN(auto s, Session::LoadFromBytes(model, o));
   CJIT_ASSIGN_OR_RETURN(auto out, s->Run({{input, x}}));
   return out[0].tensor;
@@ -404,7 +407,8 @@ TEST(Bfloat16PoolTest, MaxAndAveragePoolMatchFloat64Windows) {
   const int64_t C = 3, H = 9, W = 11, OH = 5, OW = 6;  // kernel 3, stride 2, pads 1
   for (const char* op : {"MaxPool", "AveragePool"}) {
     testing::ModelBuilder mb(13);
-    mb.Input("x", onnx::TensorProto::BFLOAT16, {1, C, H, W}).Output("y", onnx::TensorProto::BFLOAT16, {1, C, OH, OW}, true);
+    mb.Input("x", onnx::TensorProto::BFLOAT16, {1, C, H, W})
+        .Output("y", onnx::TensorProto::BFLOAT16, {1, C, OH, OW}, true);
     auto* n = mb.Node(op, {"x"}, {"y"});
     testing::ModelBuilder::AttrInts(n, "kernel_shape", {3, 3});
     testing::ModelBuilder::AttrInts(n, "strides", {2, 2});
@@ -525,10 +529,14 @@ TEST(ExcessPrecisionTest, MaxAbsOrInfFindsTheLargestMagnitudeAndEveryNonFiniteVa
 // A bfloat16 Conv [8, 16, 3x3] (pads 1, bias) followed by `chain` ("hardswish": HardSwish written out,
 // x * Clip(x + 3, 0, 6) / 6, then * 0.75 - 0.25, as PaddleOCR's blocks; "relu"), every value bfloat16,
 // input [1, 16, 10, 12].
-std::string Bfloat16ConvChain(const std::string& chain, const std::vector<uint16_t>& w, const std::vector<uint16_t>& b) {
+std::string Bfloat16ConvChain(const std::string& chain, const std::vector<uint16_t>& w,
+                              const std::vector<uint16_t>& b) {
   testing::ModelBuilder mb(13);
-  mb.Input("x", onnx::TensorProto::BFLOAT16, {1, 16, 10, 12}).Output("y", onnx::TensorProto::BFLOAT16, {1, 8, 10, 12}, true);
-  auto raw = [](const std::vector<uint16_t>& v) { return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 2); };
+  mb.Input("x", onnx::TensorProto::BFLOAT16, {1, 16, 10, 12})
+      .Output("y", onnx::TensorProto::BFLOAT16, {1, 8, 10, 12}, true);
+  auto raw = [](const std::vector<uint16_t>& v) {
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 2);
+  };
   mb.Init("w", onnx::TensorProto::BFLOAT16, {8, 16, 3, 3})->set_raw_data(raw(w));
   mb.Init("b", onnx::TensorProto::BFLOAT16, {8})->set_raw_data(raw(b));
   auto scalar = [&](const std::string& name, float v) {
@@ -715,8 +723,9 @@ TEST(MatmulPrecisionTest, Bfloat16x3GivesAboutSixteenBits) {
   for (size_t i = 0; i < av.size(); ++i) absl::StrAppend(&at, i ? ", " : "", av[i] = std::round(d(rng) * 1e6f) / 1e6f);
   for (size_t i = 0; i < bv.size(); ++i) absl::StrAppend(&bt, i ? ", " : "", bv[i] = std::round(d(rng) * 1e6f) / 1e6f);
   for (const char* p : {"bf16x3", "medium"}) {
-    auto g = Specialized(absl::StrCat("graph g(%z: f32[1]) {\n  %a = constant f32[16,5] ", at, "}\n  %b = constant f32[6,16] ", bt,
-                                      "}\n  %y = Gemm(%a, %b) {transA=1, transB=1, cjit_precision=\"", p, "\"}\n  return %y\n}"));
+    auto g = Specialized(
+        absl::StrCat("graph g(%z: f32[1]) {\n  %a = constant f32[16,5] ", at, "}\n  %b = constant f32[6,16] ", bt,
+                     "}\n  %y = Gemm(%a, %b) {transA=1, transB=1, cjit_precision=\"", p, "\"}\n  return %y\n}"));
     ASSERT_TRUE(g);
     auto ex = Executor::Create(g, ExecutorOptions{1, nullptr, true});
     ASSERT_TRUE(ex.ok()) << ex.status();

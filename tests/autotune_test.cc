@@ -83,7 +83,8 @@ std::vector<double> ReferenceConv(const ConvCase& k, const std::vector<float>& x
             for (int64_t kw = 0; kw < KW; ++kw) {
               const int64_t c = g * cg + ci, oc = g * og + o;
               // Forward weights [OC, C/g, k]; transposed [C, OC/g, k].
-              const double wv = k.transposed ? w[((c * og + o) * KH + kh) * KW + kw] : w[((oc * cg + ci) * KH + kh) * KW + kw];
+              const double wv =
+                  k.transposed ? w[((c * og + o) * KH + kh) * KW + kw] : w[((oc * cg + ci) * KH + kh) * KW + kw];
               if (!k.transposed) {
                 for (int64_t oh = 0; oh < OH; ++oh)
                   for (int64_t ow = 0; ow < OW; ++ow) {
@@ -161,7 +162,8 @@ std::vector<AlgorithmCandidate> Candidates(const Built& b) {
   return fn ? (*fn)(ctx) : std::vector<AlgorithmCandidate>{};
 }
 
-std::unique_ptr<Built> BuildConv(const ConvCase& k, std::vector<float>* x, std::vector<float>* w, std::vector<float>* bias) {
+std::unique_ptr<Built> BuildConv(const ConvCase& k, std::vector<float>* x, std::vector<float>* w,
+                                 std::vector<float>* bias) {
   const int64_t p = Numel(k.spatial);
   *x = RandomFloats(static_cast<size_t>(k.n * k.c * p), 1);
   Dims wd = k.transposed ? Dims{k.c, k.oc / k.group} : Dims{k.oc, k.c / k.group};
@@ -208,7 +210,8 @@ TEST_P(AutotuneConvTest, EveryCandidateMatchesFloat64) {
   for (const AlgorithmCandidate& c : cands) {
     own = own || c.id.rfind("own:", 0) == 0;
     onednn = onednn || c.id.rfind("onednn", 0) == 0;
-    auto r = EvaluateNode(*b->node, b->ptrs, 2, nullptr, &b->is_constant, nullptr, nullptr, nullptr, &b->inferred, &c.id);
+    auto r =
+        EvaluateNode(*b->node, b->ptrs, 2, nullptr, &b->is_constant, nullptr, nullptr, nullptr, &b->inferred, &c.id);
     ASSERT_TRUE(r.ok()) << k.name << " " << c.id << ": " << r.status();
     const Tensor& y = (*r)[0];
     ASSERT_EQ(static_cast<size_t>(y.numel()), ref.size()) << c.id;
@@ -218,7 +221,8 @@ TEST_P(AutotuneConvTest, EveryCandidateMatchesFloat64) {
   }
   EXPECT_TRUE(onednn) << k.name << ": no oneDNN candidate";
   {  // the default choice (no algorithm: what an untuned run takes) against the same reference
-    auto r = EvaluateNode(*b->node, b->ptrs, 2, nullptr, &b->is_constant, nullptr, nullptr, nullptr, &b->inferred, nullptr);
+    auto r =
+        EvaluateNode(*b->node, b->ptrs, 2, nullptr, &b->is_constant, nullptr, nullptr, nullptr, &b->inferred, nullptr);
     ASSERT_TRUE(r.ok()) << k.name << " default: " << r.status();
     double worst = 0;
     for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs((*r)[0].data<float>()[i] - ref[i]));
@@ -230,7 +234,8 @@ TEST_P(AutotuneConvTest, EveryCandidateMatchesFloat64) {
   }
   // An id the kernel does not offer is an error naming it, never a silent fallback.
   const std::string bogus = "onednn:no_such_impl";
-  auto r = EvaluateNode(*b->node, b->ptrs, 1, nullptr, &b->is_constant, nullptr, nullptr, nullptr, &b->inferred, &bogus);
+  auto r =
+      EvaluateNode(*b->node, b->ptrs, 1, nullptr, &b->is_constant, nullptr, nullptr, nullptr, &b->inferred, &bogus);
   EXPECT_FALSE(r.ok());
 }
 
@@ -244,26 +249,125 @@ ConvCase Case(std::string name, std::function<void(ConvCase&)> f) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, AutotuneConvTest,
     ::testing::Values(Case("3x3", [](ConvCase&) {}),
-                      Case("pointwise", [](ConvCase& k) { k.kernel = {1, 1}; k.pads = {0, 0, 0, 0}; k.c = 16; k.oc = 24; }),
-                      Case("pointwise_nhwc", [](ConvCase& k) { k.kernel = {1, 1}; k.pads = {0, 0, 0, 0}; k.c = 16; k.oc = 24; k.channels_last = true; }),
-                      Case("depthwise_strided_nhwc", [](ConvCase& k) { k.c = k.oc = k.group = 16; k.strides = {2, 2}; k.channels_last = true; }),
-                      Case("depthwise", [](ConvCase& k) { k.c = k.oc = k.group = 16; k.bias = false; }),
-                      Case("grouped", [](ConvCase& k) { k.c = 8; k.oc = 12; k.group = 4; }),
-                      Case("dilated", [](ConvCase& k) { k.dilations = {2, 2}; k.pads = {2, 2, 2, 2}; }),
-                      Case("asymmetric_pads_strided", [](ConvCase& k) { k.pads = {0, 1, 2, 0}; k.strides = {1, 2}; k.spatial = {11, 13}; }),
-                      Case("conv1d_few_channels", [](ConvCase& k) { k.c = 3; k.oc = 8; k.spatial = {40}; k.kernel = {5}; k.strides = {2}; k.dilations = {1}; k.pads = {2, 1}; }),
-                      Case("nhwc_3x3_batch2", [](ConvCase& k) { k.n = 2; k.channels_last = true; }),
+                      Case("pointwise",
+                           [](ConvCase& k) {
+                             k.kernel = {1, 1};
+                             k.pads = {0, 0, 0, 0};
+                             k.c = 16;
+                             k.oc = 24;
+                           }),
+                      Case("pointwise_nhwc",
+                           [](ConvCase& k) {
+                             k.kernel = {1, 1};
+                             k.pads = {0, 0, 0, 0};
+                             k.c = 16;
+                             k.oc = 24;
+                             k.channels_last = true;
+                           }),
+                      Case("depthwise_strided_nhwc",
+                           [](ConvCase& k) {
+                             k.c = k.oc = k.group = 16;
+                             k.strides = {2, 2};
+                             k.channels_last = true;
+                           }),
+                      Case("depthwise",
+                           [](ConvCase& k) {
+                             k.c = k.oc = k.group = 16;
+                             k.bias = false;
+                           }),
+                      Case("grouped",
+                           [](ConvCase& k) {
+                             k.c = 8;
+                             k.oc = 12;
+                             k.group = 4;
+                           }),
+                      Case("dilated",
+                           [](ConvCase& k) {
+                             k.dilations = {2, 2};
+                             k.pads = {2, 2, 2, 2};
+                           }),
+                      Case("asymmetric_pads_strided",
+                           [](ConvCase& k) {
+                             k.pads = {0, 1, 2, 0};
+                             k.strides = {1, 2};
+                             k.spatial = {11, 13};
+                           }),
+                      Case("conv1d_few_channels",
+                           [](ConvCase& k) {
+                             k.c = 3;
+                             k.oc = 8;
+                             k.spatial = {40};
+                             k.kernel = {5};
+                             k.strides = {2};
+                             k.dilations = {1};
+                             k.pads = {2, 1};
+                           }),
+                      Case("nhwc_3x3_batch2",
+                           [](ConvCase& k) {
+                             k.n = 2;
+                             k.channels_last = true;
+                           }),
                       // The indirect convolution's tiles (conv_gemm.h): panels of 64 + 16 channels (6x4 and
                       // 12x1 tiles), of 40 (12x2 + a half-width 8), of 24 (16 + 8), with strides, dilations
                       // and asymmetric pads (taps in the padding read the zero row), two images.
-                      Case("indirect_nhwc_80_strided_dilated", [](ConvCase& k) { k.n = 2; k.c = 12; k.oc = 80; k.spatial = {13, 11}; k.strides = {2, 1}; k.dilations = {1, 2}; k.pads = {1, 2, 0, 1}; k.channels_last = true; }),
-                      Case("indirect_nhwc_40_5x3", [](ConvCase& k) { k.c = 20; k.oc = 40; k.spatial = {9, 14}; k.kernel = {5, 3}; k.pads = {2, 0, 1, 2}; k.channels_last = true; }),
-                      Case("indirect_nhwc_24_unpadded", [](ConvCase& k) { k.c = 33; k.oc = 24; k.spatial = {7, 8}; k.pads = {0, 0, 0, 0}; k.channels_last = true; }),
+                      Case("indirect_nhwc_80_strided_dilated",
+                           [](ConvCase& k) {
+                             k.n = 2;
+                             k.c = 12;
+                             k.oc = 80;
+                             k.spatial = {13, 11};
+                             k.strides = {2, 1};
+                             k.dilations = {1, 2};
+                             k.pads = {1, 2, 0, 1};
+                             k.channels_last = true;
+                           }),
+                      Case("indirect_nhwc_40_5x3",
+                           [](ConvCase& k) {
+                             k.c = 20;
+                             k.oc = 40;
+                             k.spatial = {9, 14};
+                             k.kernel = {5, 3};
+                             k.pads = {2, 0, 1, 2};
+                             k.channels_last = true;
+                           }),
+                      Case("indirect_nhwc_24_unpadded",
+                           [](ConvCase& k) {
+                             k.c = 33;
+                             k.oc = 24;
+                             k.spatial = {7, 8};
+                             k.pads = {0, 0, 0, 0};
+                             k.channels_last = true;
+                           }),
                       // 1xK stride-1 convolutions, many channels, few pixels (the default reads the im2col
                       // rows in place, conv_gemm.h): a height-1 sequence, and rows with padding above/below
-                      Case("seq_1x3_nhwc", [](ConvCase& k) { k.c = 96; k.oc = 20; k.spatial = {1, 30}; k.kernel = {1, 3}; k.pads = {0, 1, 0, 1}; k.channels_last = true; }),
-                      Case("rows_1x5_nhwc_padded", [](ConvCase& k) { k.n = 2; k.c = 24; k.oc = 12; k.spatial = {4, 9}; k.kernel = {1, 5}; k.pads = {1, 3, 1, 1}; k.channels_last = true; }),
-                      Case("conv_transpose_strided", [](ConvCase& k) { k.transposed = true; k.c = 8; k.oc = 4; k.strides = {2, 2}; k.spatial = {6, 7}; k.pads = {1, 0, 1, 0}; })),
+                      Case("seq_1x3_nhwc",
+                           [](ConvCase& k) {
+                             k.c = 96;
+                             k.oc = 20;
+                             k.spatial = {1, 30};
+                             k.kernel = {1, 3};
+                             k.pads = {0, 1, 0, 1};
+                             k.channels_last = true;
+                           }),
+                      Case("rows_1x5_nhwc_padded",
+                           [](ConvCase& k) {
+                             k.n = 2;
+                             k.c = 24;
+                             k.oc = 12;
+                             k.spatial = {4, 9};
+                             k.kernel = {1, 5};
+                             k.pads = {1, 3, 1, 1};
+                             k.channels_last = true;
+                           }),
+                      Case("conv_transpose_strided",
+                           [](ConvCase& k) {
+                             k.transposed = true;
+                             k.c = 8;
+                             k.oc = 4;
+                             k.strides = {2, 2};
+                             k.spatial = {6, 7};
+                             k.pads = {1, 0, 1, 0};
+                           })),
     [](const ::testing::TestParamInfo<ConvCase>& i) { return i.param.name; });
 
 // MatMul / Gemm: every candidate against float64.
@@ -274,9 +378,10 @@ TEST(AutotuneGemmTest, EveryCandidateMatchesFloat64) {
   // The panel loop (constant B shared by every batch, N a multiple of 8) is a candidate for the last two:
   // 40 and 27 rows (register tiles and a remainder), 16 and 72 columns (a 64-wide panel and a partial one).
   int panel_cases = 0;
-  for (const MM& m : {MM{{5, 7}, {7, 3}}, MM{{2, 3, 17, 33}, {2, 3, 33, 9}}, MM{{4, 17, 8}, {8, 5}}, MM{{3, 1, 6, 4}, {5, 4, 2}},
-                      MM{{2, 20, 24}, {24, 16}}, MM{{3, 9, 40}, {1, 40, 72}}}) {
-    std::vector<float> av = RandomFloats(static_cast<size_t>(Numel(m.a)), 4), bv = RandomFloats(static_cast<size_t>(Numel(m.b)), 5);
+  for (const MM& m : {MM{{5, 7}, {7, 3}}, MM{{2, 3, 17, 33}, {2, 3, 33, 9}}, MM{{4, 17, 8}, {8, 5}},
+                      MM{{3, 1, 6, 4}, {5, 4, 2}}, MM{{2, 20, 24}, {24, 16}}, MM{{3, 9, 40}, {1, 40, 72}}}) {
+    std::vector<float> av = RandomFloats(static_cast<size_t>(Numel(m.a)), 4),
+                       bv = RandomFloats(static_cast<size_t>(Numel(m.b)), 5);
     auto b = BuildNode("MatMul", "", {FloatTensor(m.a, av), FloatTensor(m.b, bv)}, {});
     // float64 reference with numpy broadcasting of the batch dims.
     const Dims yd = b->inferred[0].shape.concrete();
@@ -318,7 +423,8 @@ TEST(AutotuneGemmTest, EveryCandidateMatchesFloat64) {
       auto r = EvaluateNode(*b->node, b->ptrs, 2, nullptr, &b->is_constant, nullptr, nullptr, nullptr, &b->inferred,
                             c.id.empty() ? nullptr : &c.id);
       ASSERT_TRUE(r.ok()) << c.id << ": " << r.status();
-      for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR((*r)[0].data<float>()[i], ref[i], 1e-4) << c.id << " at " << i;
+      for (size_t i = 0; i < ref.size(); ++i)
+        ASSERT_NEAR((*r)[0].data<float>()[i], ref[i], 1e-4) << c.id << " at " << i;
     }
   }
   EXPECT_EQ(panel_cases, CpuHasPanelLoop() ? 2 : 0);
@@ -343,7 +449,8 @@ TEST(AutotuneGemmTest, EveryCandidateMatchesFloat64) {
       EXPECT_EQ(cands[3].id, "blis");
       if (panel) EXPECT_EQ(cands[4].id, "panel");
       for (const AlgorithmCandidate& c : cands) {
-        auto r = EvaluateNode(*b->node, b->ptrs, 1, nullptr, &b->is_constant, nullptr, nullptr, nullptr, &b->inferred, &c.id);
+        auto r = EvaluateNode(*b->node, b->ptrs, 1, nullptr, &b->is_constant, nullptr, nullptr, nullptr, &b->inferred,
+                              &c.id);
         ASSERT_TRUE(r.ok()) << c.id << ": " << r.status();
         for (int64_t i = 0; i < M; ++i)
           for (int64_t j = 0; j < N; ++j) {
@@ -603,12 +710,15 @@ void ExpectNearOutput(const absl::StatusOr<std::vector<NamedTensor>>& got, const
   const Tensor& a = (*got)[0].tensor;
   const Tensor& b = want[0].tensor;
   ASSERT_EQ(a.numel(), b.numel()) << what;
-  for (int64_t k = 0; k < a.numel(); ++k) ASSERT_NEAR(a.data<float>()[k], b.data<float>()[k], 1e-4) << what << " at " << k;
+  for (int64_t k = 0; k < a.numel(); ++k)
+    ASSERT_NEAR(a.data<float>()[k], b.data<float>()[k], 1e-4) << what << " at " << k;
 }
 
 TEST(AutotuneSessionTest, TunesAfterThresholdAndSecondSessionTunesNothing) {
   const std::string dir = TempDir("session");
-  auto load = [&](const std::string& flags) { return LoadConvNet(absl::StrCat("--persistent_cache_dir=", dir, " ", flags)); };
+  auto load = [&](const std::string& flags) {
+    return LoadConvNet(absl::StrCat("--persistent_cache_dir=", dir, " ", flags));
+  };
   Tensor x = FloatTensor({1, 8, 20, 20}, RandomFloats(8 * 400, 14));
   std::vector<NamedTensor> in{{"x", x}};
   auto want = load("--auto_jit=-1")->Run(in);
@@ -664,8 +774,9 @@ TEST(AutotuneSessionTest, EmptyTensorsTuneOrSkipAndRun) {
   m.Node("Relu", {"ce"}, {"p"});
   SessionOptions o;
   o.use_environment_flags = false;
-  auto f = ParseFlags("--device=cpu --auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false "
-                      "--autotune_level=4 --autotune_threshold=0 --autotune_min_op_time_ms=0 --autotune_max_ms_per_op=1000000");
+  auto f = ParseFlags(
+      "--device=cpu --auto_jit=1 --min_cluster_size=1 --enable_lazy_compilation=false "
+      "--autotune_level=4 --autotune_threshold=0 --autotune_min_op_time_ms=0 --autotune_max_ms_per_op=1000000");
   ASSERT_TRUE(f.ok()) << f.status();
   o.flags = *f;
   ClearAutotuneResultsForTest();
@@ -838,7 +949,9 @@ TEST(AutotuneTest, DefaultTimeCountsPerSignature) {
 
 TEST(AutotuneSessionTest, AsyncTunesLoadedExecutablesInTheBackground) {
   const std::string dir = TempDir("async");
-  auto load = [&](const std::string& flags) { return LoadConvNet(absl::StrCat("--persistent_cache_dir=", dir, " ", flags)); };
+  auto load = [&](const std::string& flags) {
+    return LoadConvNet(absl::StrCat("--persistent_cache_dir=", dir, " ", flags));
+  };
   Tensor x = FloatTensor({1, 8, 20, 20}, RandomFloats(8 * 400, 15));
   std::vector<NamedTensor> in{{"x", x}};
   auto want = load("--auto_jit=-1")->Run(in);
@@ -890,10 +1003,32 @@ TEST(AutotuneSessionTest, AsyncTunesLoadedExecutablesInTheBackground) {
 TEST(ConvPrecisionTest, Bfloat16x3GivesAboutSixteenBitsInEveryLayout) {
   const std::vector<ConvCase> cases = {
       Case("3x3", [](ConvCase& k) { k.c = 24; }),
-      Case("grouped", [](ConvCase& k) { k.c = 12; k.oc = 8; k.group = 4; }),
-      Case("nhwc_3x3_batch2", [](ConvCase& k) { k.n = 2; k.c = 16; k.channels_last = true; }),
-      Case("nhwc_depthwise_strided", [](ConvCase& k) { k.c = k.oc = k.group = 16; k.strides = {2, 2}; k.channels_last = true; }),
-      Case("nhwc_pointwise", [](ConvCase& k) { k.kernel = {1, 1}; k.pads = {0, 0, 0, 0}; k.c = 40; k.oc = 24; k.channels_last = true; }),
+      Case("grouped",
+           [](ConvCase& k) {
+             k.c = 12;
+             k.oc = 8;
+             k.group = 4;
+           }),
+      Case("nhwc_3x3_batch2",
+           [](ConvCase& k) {
+             k.n = 2;
+             k.c = 16;
+             k.channels_last = true;
+           }),
+      Case("nhwc_depthwise_strided",
+           [](ConvCase& k) {
+             k.c = k.oc = k.group = 16;
+             k.strides = {2, 2};
+             k.channels_last = true;
+           }),
+      Case("nhwc_pointwise",
+           [](ConvCase& k) {
+             k.kernel = {1, 1};
+             k.pads = {0, 0, 0, 0};
+             k.c = 40;
+             k.oc = 24;
+             k.channels_last = true;
+           }),
   };
   for (const ConvCase& k : cases) {
     std::vector<float> x, w, bias;
@@ -919,7 +1054,8 @@ TEST(ConvPrecisionTest, Bfloat16x3GivesAboutSixteenBitsInEveryLayout) {
       attr.s = p;
       b->node->attrs["cjit_precision"] = attr;
       std::string impl;
-      auto r = EvaluateNode(*b->node, b->ptrs, 1, nullptr, &b->is_constant, nullptr, nullptr, &impl, &b->inferred, nullptr);
+      auto r =
+          EvaluateNode(*b->node, b->ptrs, 1, nullptr, &b->is_constant, nullptr, nullptr, &impl, &b->inferred, nullptr);
       ASSERT_TRUE(r.ok()) << k.name << " " << p << ": " << r.status();
       ASSERT_EQ((*r)[0].dtype(), DType::kF32) << "the output dtype never changes";
       double err = 0;
@@ -970,10 +1106,12 @@ TEST(OneDnnCacheTest, PrimitivesAreKeyedByTheThreadCountTheyRunWith) {
   const int caller_threads = omp_get_max_threads();
   auto run = [&](int threads) -> size_t {
     omp_set_num_threads(threads);
-    auto r = EvaluateNode(*b->node, b->ptrs, threads, nullptr, &b->is_constant, nullptr, nullptr, nullptr, &b->inferred, &id);
+    auto r = EvaluateNode(*b->node, b->ptrs, threads, nullptr, &b->is_constant, nullptr, nullptr, nullptr, &b->inferred,
+                          &id);
     EXPECT_TRUE(r.ok()) << r.status();
     double worst = 0;
-    for (size_t i = 0; r.ok() && i < ref.size(); ++i) worst = std::max(worst, std::fabs((*r)[0].data<float>()[i] - ref[i]));
+    for (size_t i = 0; r.ok() && i < ref.size(); ++i)
+      worst = std::max(worst, std::fabs((*r)[0].data<float>()[i] - ref[i]));
     EXPECT_LE(worst, 1e-3) << id << " at " << threads << " threads";
     return DnnlCacheSize();
   };
@@ -1012,7 +1150,8 @@ TEST(AutotuneFlagsTest, XlaNamesAliasesAndTfThreshold) {
   EXPECT_TRUE(d.autotune_amortize);
   EXPECT_TRUE(AutotuneOptionsFromFlags(d).amortize);
   EXPECT_FALSE(AutotuneOptionsFromFlags(*ParseFlags("--autotune_amortize=false")).amortize);
-  for (const char* bad : {"--autotune_level=5", "--autotune_level=-1", "--autotune_threshold=x", "--autotune_max_ms_per_op=-3"}) {
+  for (const char* bad :
+       {"--autotune_level=5", "--autotune_level=-1", "--autotune_threshold=x", "--autotune_max_ms_per_op=-3"}) {
     auto b = ParseFlags(bad);
     ASSERT_FALSE(b.ok()) << bad;
     EXPECT_NE(b.status().message().find("--autotune_"), std::string::npos) << b.status();

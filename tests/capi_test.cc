@@ -363,7 +363,8 @@ TEST(CApiTest, RunOptionsTerminateAndInterruptCheck) {
   ASSERT_TRUE(St(cjit_run_options_set_interrupt_check(ro, nullptr, nullptr)).ok());
   ASSERT_TRUE(St(cjit_session_run_with_options(s, ro, names, &x, 1, nullptr, out, 2)).ok());
   EXPECT_EQ(static_cast<float*>(cjit_value_data(out[0]))[5], 13.0f);  // 6 * 2 + 1
-  ASSERT_TRUE(St(cjit_session_run_with_options(s, nullptr, names, &x, 1, nullptr, out + 1, 1)).code == CJIT_INVALID_ARGUMENT);
+  ASSERT_TRUE(St(cjit_session_run_with_options(s, nullptr, names, &x, 1, nullptr, out + 1, 1)).code ==
+              CJIT_INVALID_ARGUMENT);
   EXPECT_EQ(St(cjit_run_options_create(nullptr)).code, CJIT_INVALID_ARGUMENT);
   EXPECT_EQ(St(cjit_run_options_set_interrupt_check(nullptr, nullptr, nullptr)).code, CJIT_INVALID_ARGUMENT);
   cjit_run_options_set_terminate(nullptr, 1);  // ignored
@@ -393,7 +394,8 @@ TEST(CApiTest, AmpRuleDecidesBeforeTheLists) {
   for (bool allow : {false, true}) {
     AmpRuleState state;
     state.allow = allow;
-    cjit_session* s = AffineSession("--auto_mixed_precision=bfloat16 --amp_require_native_isa=false", TestAmpRule, &state);
+    cjit_session* s =
+        AffineSession("--auto_mixed_precision=bfloat16 --amp_require_native_isa=false", TestAmpRule, &state);
     ASSERT_NE(s, nullptr);
     float x[3] = {1.00390625f, 2.0f, -3.0f};  // 1 + 2^-8 is not a bfloat16 value (rounds to 1)
     int64_t dims[2] = {1, 3};
@@ -766,7 +768,8 @@ TEST(CApiTest, SequencesInAndOut) {
   cjit_value* outs2[2] = {nullptr, nullptr};
   St wrong(cjit_session_run(s, names, swapped, 2, nullptr, outs2, 2));
   EXPECT_EQ(wrong.code, CJIT_INVALID_ARGUMENT);
-  EXPECT_NE(wrong.message.find("input 'seq' is a tensor, the model expects a sequence"), std::string::npos) << wrong.message;
+  EXPECT_NE(wrong.message.find("input 'seq' is a tensor, the model expects a sequence"), std::string::npos)
+      << wrong.message;
   cjit_value* bound = nullptr;
   ASSERT_TRUE(St(cjit_value_create(CJIT_FLOAT32, t_dims, 1, &bound)).ok());
   cjit_value* outs3[2] = {bound, nullptr};

@@ -58,7 +58,8 @@ TEST(MarkForCompilationTest, NeverCreatesCycles) {
   EXPECT_TRUE(VerifyGraph(*g).ok()) << VerifyGraph(*g) << "\n" << PrintGraph(*g);
   EXPECT_GE(report->clusters.size(), 2u) << PrintGraph(*g);
   bool topk_excluded = false;
-  for (const auto& [node, why] : report->excluded) topk_excluded |= why.find("TopK is not clusterable") != std::string::npos;
+  for (const auto& [node, why] : report->excluded)
+    topk_excluded |= why.find("TopK is not clusterable") != std::string::npos;
   EXPECT_TRUE(topk_excluded);
 }
 

@@ -527,8 +527,9 @@ TEST(ClusterRuntimeTest, AsyncStreamCompilesEachStructureOnce) {
 TEST(ClusterRuntimeTest, FailedCompilationFallsBack) {
   auto dir = SharedModel("ppocr_mobile_cls");
   CJIT_REQUIRE_DATA(dir / "model.onnx");
-  auto s = LoadSessionWithFlags((dir / "model.onnx").string(),
-                                "--device=cpu --enable_lazy_compilation=false --fail_compilation_for_testing=injected", 2);
+  auto s =
+      LoadSessionWithFlags((dir / "model.onnx").string(),
+                           "--device=cpu --enable_lazy_compilation=false --fail_compilation_for_testing=injected", 2);
   ASSERT_TRUE(s.ok()) << s.status();
   auto sets = ReadDataSets(dir.string(), **s);
   ASSERT_TRUE(sets.ok());

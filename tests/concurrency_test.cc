@@ -62,7 +62,8 @@ TEST_P(ConcurrentRunTest, BitwiseEqualToRunsAlone) {
   std::string flags = "--device=cpu --autotune_min_op_time_ms=0";
   if (mode == "fallback") flags += " --auto_jit=-1";
   if (mode == "async") flags += " --async_compilation";
-  if (mode == "lazy") flags += " --compile_threshold=20 --async_compilation=false";  // compiles happen mid-stream, under load
+  if (mode == "lazy")
+    flags += " --compile_threshold=20 --async_compilation=false";  // compiles happen mid-stream, under load
   auto probe = LoadSessionWithFlags(model, "--device=cpu", 1);
   ASSERT_TRUE(probe.ok()) << probe.status();
   auto sets = ReadDataSets(dir, **probe);
@@ -94,7 +95,8 @@ TEST_P(ConcurrentRunTest, BitwiseEqualToRunsAlone) {
   std::mutex mu;
   std::string first_problem;
   // Runs `per_thread` runs from each thread; `check` returns "" or what is wrong with one result.
-  auto stress = [&](int per_thread, const std::function<std::string(const Expected&, const std::vector<NamedTensor>&)>& check) {
+  auto stress = [&](int per_thread,
+                    const std::function<std::string(const Expected&, const std::vector<NamedTensor>&)>& check) {
     std::atomic<int> bad{0};
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t) {
@@ -149,8 +151,8 @@ TEST_P(ConcurrentRunTest, BitwiseEqualToRunsAlone) {
     EXPECT_GT(s.stats().totals.compiled_executions, 0);
   }
   int bad2 = stress(runs - phase1_runs, bitwise);
-  EXPECT_EQ(bad2, 0) << bad2 << " of " << threads * (runs - phase1_runs) << " runs were not bitwise equal to runs alone; first: "
-                     << first_problem;
+  EXPECT_EQ(bad2, 0) << bad2 << " of " << threads * (runs - phase1_runs)
+                     << " runs were not bitwise equal to runs alone; first: " << first_problem;
 }
 
 // New signatures from many threads at once (the dynamic-shape plans of runtime/session.h: one family

@@ -25,7 +25,8 @@ class IsaCap {
 };
 
 TEST(CpuIsaTest, NamesAndCap) {
-  for (const char* name : {"baseline", "avx2", "avx512_core", "avx512_core_vnni", "avx512_core_bf16", "avx512_core_amx", "all"}) {
+  for (const char* name :
+       {"baseline", "avx2", "avx512_core", "avx512_core_vnni", "avx512_core_bf16", "avx512_core_amx", "all"}) {
     auto isa = ParseCpuIsa(name);
     ASSERT_TRUE(isa.ok()) << name;
     EXPECT_EQ(CpuIsaName(*isa), name);
@@ -71,55 +72,60 @@ std::vector<Case> Cases() {
                  return y;
                }});
   // ArgMax over a leading axis (column blocks).
-  c.push_back({"graph g(%x: f32[7,40]) {\n  %y = ArgMax(%x) {axis=0, keepdims=0}\n  %z = Cast(%y) {to=1}\n  return %z\n}",
-               [](const std::vector<float>& x) {
-                 std::vector<double> y(40, 0);
-                 for (int i = 0; i < 40; ++i) {
-                   int best = 0;
-                   for (int k = 1; k < 7; ++k)
-                     if (x[k * 40 + i] > x[best * 40 + i]) best = k;
-                   y[i] = best;
-                 }
-                 return y;
-               }});
+  c.push_back(
+      {"graph g(%x: f32[7,40]) {\n  %y = ArgMax(%x) {axis=0, keepdims=0}\n  %z = Cast(%y) {to=1}\n  return %z\n}",
+       [](const std::vector<float>& x) {
+         std::vector<double> y(40, 0);
+         for (int i = 0; i < 40; ++i) {
+           int best = 0;
+           for (int k = 1; k < 7; ++k)
+             if (x[k * 40 + i] > x[best * 40 + i]) best = k;
+           y[i] = best;
+         }
+         return y;
+       }});
   // Max pooling 3x3 / 2 with padding over one 9x11 plane (row pooling loop).
-  c.push_back({"graph g(%x: f32[1,1,9,11]) {\n  %y = MaxPool(%x) {kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]}\n  return %y\n}",
-               [](const std::vector<float>& x) {
-                 std::vector<double> y;
-                 for (int oh = 0; oh < 5; ++oh)
-                   for (int ow = 0; ow < 6; ++ow) {
-                     double m = -1e30;
-                     for (int kh = 0; kh < 3; ++kh)
-                       for (int kw = 0; kw < 3; ++kw) {
-                         int h = oh * 2 - 1 + kh, w = ow * 2 - 1 + kw;
-                         if (h >= 0 && h < 9 && w >= 0 && w < 11) m = std::max<double>(m, x[h * 11 + w]);
-                       }
-                     y.push_back(m);
-                   }
-                 return y;
-               }});
+  c.push_back(
+      {"graph g(%x: f32[1,1,9,11]) {\n  %y = MaxPool(%x) {kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]}\n  "
+       "return %y\n}",
+       [](const std::vector<float>& x) {
+         std::vector<double> y;
+         for (int oh = 0; oh < 5; ++oh)
+           for (int ow = 0; ow < 6; ++ow) {
+             double m = -1e30;
+             for (int kh = 0; kh < 3; ++kh)
+               for (int kw = 0; kw < 3; ++kw) {
+                 int h = oh * 2 - 1 + kh, w = ow * 2 - 1 + kw;
+                 if (h >= 0 && h < 9 && w >= 0 && w < 11) m = std::max<double>(m, x[h * 11 + w]);
+               }
+             y.push_back(m);
+           }
+         return y;
+       }});
   // Bilinear x2 (half_pixel) of a 4x6 plane (separable resize).
-  c.push_back({"graph g(%x: f32[1,1,4,6]) {\n  %s = constant f32[4] {1, 1, 2, 2}\n  %y = Resize(%x, _, %s) {mode=\"linear\"}\n  return %y\n}",
-               [](const std::vector<float>& x) {
-                 auto tap = [](int o, int in, int* a, int* b, double* f) {
-                   double c = std::clamp((o + 0.5) / 2 - 0.5, 0.0, static_cast<double>(in - 1));
-                   *a = static_cast<int>(std::floor(c));
-                   *b = std::min(*a + 1, in - 1);
-                   *f = c - *a;
-                 };
-                 std::vector<double> y;
-                 for (int oh = 0; oh < 8; ++oh)
-                   for (int ow = 0; ow < 12; ++ow) {
-                     int h0, h1, w0, w1;
-                     double fh, fw;
-                     tap(oh, 4, &h0, &h1, &fh);
-                     tap(ow, 6, &w0, &w1, &fw);
-                     auto at = [&](int h, int w) { return static_cast<double>(x[h * 6 + w]); };
-                     y.push_back((1 - fh) * ((1 - fw) * at(h0, w0) + fw * at(h0, w1)) +
-                                 fh * ((1 - fw) * at(h1, w0) + fw * at(h1, w1)));
-                   }
-                 return y;
-               }});
+  c.push_back(
+      {"graph g(%x: f32[1,1,4,6]) {\n  %s = constant f32[4] {1, 1, 2, 2}\n  %y = Resize(%x, _, %s) {mode=\"linear\"}\n "
+       " return %y\n}",
+       [](const std::vector<float>& x) {
+         auto tap = [](int o, int in, int* a, int* b, double* f) {
+           double c = std::clamp((o + 0.5) / 2 - 0.5, 0.0, static_cast<double>(in - 1));
+           *a = static_cast<int>(std::floor(c));
+           *b = std::min(*a + 1, in - 1);
+           *f = c - *a;
+         };
+         std::vector<double> y;
+         for (int oh = 0; oh < 8; ++oh)
+           for (int ow = 0; ow < 12; ++ow) {
+             int h0, h1, w0, w1;
+             double fh, fw;
+             tap(oh, 4, &h0, &h1, &fh);
+             tap(ow, 6, &w0, &w1, &fw);
+             auto at = [&](int h, int w) { return static_cast<double>(x[h * 6 + w]); };
+             y.push_back((1 - fh) * ((1 - fw) * at(h0, w0) + fw * at(h0, w1)) +
+                         fh * ((1 - fw) * at(h1, w0) + fw * at(h1, w1)));
+           }
+         return y;
+       }});
   // NCHW -> NHWC of a 20-channel 5x7 image (register-tile transposes).
   c.push_back({"graph g(%x: f32[1,20,5,7]) {\n  %y = Transpose(%x) {perm=[0,2,3,1]}\n  return %y\n}",
                [](const std::vector<float>& x) {
@@ -129,12 +135,13 @@ std::vector<Case> Cases() {
                  return y;
                }});
   // float32 -> bool (compare and pack), back to float.
-  c.push_back({"graph g(%x: f32[70]) {\n  %r = Round(%x)\n  %b = Cast(%r) {to=9}\n  %y = Cast(%b) {to=1}\n  return %y\n}",
-               [](const std::vector<float>& x) {
-                 std::vector<double> y;
-                 for (float v : x) y.push_back(std::nearbyint(v) != 0 ? 1.0 : 0.0);
-                 return y;
-               }});
+  c.push_back(
+      {"graph g(%x: f32[70]) {\n  %r = Round(%x)\n  %b = Cast(%r) {to=9}\n  %y = Cast(%b) {to=1}\n  return %y\n}",
+       [](const std::vector<float>& x) {
+         std::vector<double> y;
+         for (float v : x) y.push_back(std::nearbyint(v) != 0 ? 1.0 : 0.0);
+         return y;
+       }});
   // Square root of 37 values (a masked / scalar tail after the vector body), NaN for the negative ones.
   c.push_back({"graph g(%x: f32[37]) {\n  %y = Sqrt(%x)\n  return %y\n}",
                [](const std::vector<float>& x) {

@@ -80,7 +80,8 @@ TEST(CacheKeyTest, ConstantsEnterTheKeyBySha256) {
   // Both implementations (nettle below 1 MiB, OpenSSL from 1 MiB on), each side of the switch.
   EXPECT_EQ(ContentDigest(std::string((1 << 20) - 1, 'a')),
             "3311ea1faad557de3899e89a39076c69d9d0cc5b4cff56a0b61339f487395d56");
-  EXPECT_EQ(ContentDigest(std::string(1 << 21, 'a')), "5256ec18f11624025905d057d6befb03d77b243511ac5f77ed5e0221ce6d84b5");
+  EXPECT_EQ(ContentDigest(std::string(1 << 21, 'a')),
+            "5256ec18f11624025905d057d6befb03d77b243511ac5f77ed5e0221ce6d84b5");
   auto key_for = [](float second) {
     Graph g;
     Value* x = g.AddInput("x", DType::kF32, Shape::Of({2}));
@@ -288,7 +289,8 @@ TEST(DiskCacheTest, MaxBytesHoldsWithLruEviction) {
   ASSERT_TRUE(c->Store(Key("keep"), PayloadKind::kCpuCode, payload).ok());
   for (int i = 0; i < 30; ++i) {
     ASSERT_TRUE(c->Store(Key("k" + std::to_string(i)), PayloadKind::kCpuCode, payload).ok());
-    ASSERT_TRUE(c->Lookup(Key("keep"), PayloadKind::kCpuCode).has_value()) << "a recently hit entry must survive eviction (i=" << i << ")";
+    ASSERT_TRUE(c->Lookup(Key("keep"), PayloadKind::kCpuCode).has_value())
+        << "a recently hit entry must survive eviction (i=" << i << ")";
     int64_t total = 0;
     for (const auto& e : fs::directory_iterator(dir)) {
       if (e.path().extension() == ".cjit") total += static_cast<int64_t>(fs::file_size(e.path()));

@@ -62,7 +62,8 @@ std::string DecoderStep() {
     const std::string w = std::string(p) == "q" ? "wq" : std::string(p) == "kn" ? "wk" : "wv";
     b.Node("MatMul", {"x", w}, {std::string(p) + "_p"});
     b.Node("Reshape", {std::string(p) + "_p", "heads"}, {std::string(p) + "_r"});
-    testing::ModelBuilder::AttrInts(b.Node("Transpose", {std::string(p) + "_r"}, {std::string(p) + "_h"}), "perm", {0, 2, 1, 3});
+    testing::ModelBuilder::AttrInts(b.Node("Transpose", {std::string(p) + "_r"}, {std::string(p) + "_h"}), "perm",
+                                    {0, 2, 1, 3});
   }
   testing::ModelBuilder::AttrInt(b.Node("Concat", {"past_k", "kn_h"}, {"k"}), "axis", 2);
   testing::ModelBuilder::AttrInt(b.Node("Concat", {"past_v", "vn_h"}, {"v"}), "axis", 2);

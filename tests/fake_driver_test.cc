@@ -158,7 +158,8 @@ TEST(FakeDriver, BadPtxCarriesTheJitLogAndMissingKernelsAreNamed) {
   ASSERT_TRUE(dev.ok());
   auto bad = (*dev)->LoadModule(".version 8.0\n.target sm_90\n.visible .entry k() { bogus; }\n");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("cuModuleLoadDataEx: CUDA_ERROR_INVALID_PTX"), std::string::npos) << bad.status();
+  EXPECT_NE(bad.status().message().find("cuModuleLoadDataEx: CUDA_ERROR_INVALID_PTX"), std::string::npos)
+      << bad.status();
   EXPECT_NE(bad.status().message().find("PTX JIT log for sm_90: fake ptxas: syntax error near 'bogus'"),
             std::string::npos)
       << bad.status();

@@ -74,7 +74,8 @@ TEST(FlagsTest, BoolFlagsAndCacheAliases) {
   auto g = ParseFlags("--tf_xla_persistent_cache_directory=/tmp/a");
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(g->persistent_cache_dir, "/tmp/a");
-  auto h = ParseFlags("--xla_gpu_persistent_cache_dir=/tmp/b --persistent_cache_max_bytes=1000 --persistent_cache_read_only");
+  auto h = ParseFlags(
+      "--xla_gpu_persistent_cache_dir=/tmp/b --persistent_cache_max_bytes=1000 --persistent_cache_read_only");
   ASSERT_TRUE(h.ok()) << h.status();
   EXPECT_EQ(h->persistent_cache_dir, "/tmp/b");
   EXPECT_EQ(h->persistent_cache_max_bytes, 1000);

@@ -203,7 +203,8 @@ TEST(Float16Test, Float64RoundsOnceToHalfAndBfloat16) {
       if (t < inf && widen(t) <= a) lo = t;
     }
     const double lo_v = widen(lo);
-    const double hi_v = lo + 1 >= inf ? std::ldexp(1.0, inf == 0x7C00 ? 16 : 128) : widen(static_cast<uint16_t>(lo + 1));
+    const double hi_v =
+        lo + 1 >= inf ? std::ldexp(1.0, inf == 0x7C00 ? 16 : 128) : widen(static_cast<uint16_t>(lo + 1));
     const double d_lo = a - lo_v, d_hi = hi_v - a;
     uint16_t r = d_hi < d_lo || (d_hi == d_lo && (lo & 1)) ? static_cast<uint16_t>(lo + 1) : lo;
     return static_cast<uint16_t>(r | sign) == got;

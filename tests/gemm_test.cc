@@ -22,9 +22,9 @@ namespace {
 using testing::RandomFloats;
 
 // Row-major op(A) [M, K] * op(B) [K, N] in float64, alpha/beta as BLAS.
-std::vector<double> Reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const std::vector<float>& A,
-                              int64_t lda, const std::vector<float>& B, int64_t ldb, float beta,
-                              const std::vector<float>& C, int64_t ldc) {
+std::vector<double> Reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                              const std::vector<float>& A, int64_t lda, const std::vector<float>& B, int64_t ldb,
+                              float beta, const std::vector<float>& C, int64_t ldc) {
   std::vector<double> out(static_cast<size_t>(M * ldc));
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {

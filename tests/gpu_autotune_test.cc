@@ -491,8 +491,12 @@ class HostBoundBackend : public DeviceBackend {
     return b_->MakeConv(s, a);
   }
   absl::StatusOr<std::unique_ptr<PoolOp>> MakePool(const PoolShape& s) const override { return b_->MakePool(s); }
-  absl::StatusOr<std::unique_ptr<GatherOp>> MakeGather(const GatherShape& s) const override { return b_->MakeGather(s); }
-  absl::StatusOr<std::unique_ptr<ConvOp>> MakeConvTranspose(const ConvShape& s) const override { return b_->MakeConvTranspose(s); }
+  absl::StatusOr<std::unique_ptr<GatherOp>> MakeGather(const GatherShape& s) const override {
+    return b_->MakeGather(s);
+  }
+  absl::StatusOr<std::unique_ptr<ConvOp>> MakeConvTranspose(const ConvShape& s) const override {
+    return b_->MakeConvTranspose(s);
+  }
   absl::StatusOr<std::vector<DeviceAlgorithm>> GemmAlgorithms(const GemmShape& s) const override {
     return b_->GemmAlgorithms(s);
   }

@@ -213,7 +213,8 @@ TEST(GpuTarget, NewestLlvmTargetTheDeviceRuns) {
 }
 
 TEST(GpuFlags, ArchAndAllocatorAreChecked) {
-  auto f = ParseFlags("--gpu_arch=sm_90a --gpu_allocator=cuda_malloc_async --xla_gpu_cuda_data_dir=/opt/cuda", Flags{}, "test");
+  auto f = ParseFlags("--gpu_arch=sm_90a --gpu_allocator=cuda_malloc_async --xla_gpu_cuda_data_dir=/opt/cuda", Flags{},
+                      "test");
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->gpu_arch, "sm_90a");
   EXPECT_EQ(f->gpu_allocator, "cuda_malloc_async");
@@ -263,7 +264,8 @@ TEST(GpuWithoutDriver, ErrorsAreClearAndAutoPicksTheCpu) {
 TEST(PtxCache, SecondLookupComesFromDiskAndCorruptionIsHealed) {
   if (!std::ifstream(LibdevicePath("/usr/local/cuda"))) GTEST_SKIP() << "no libdevice (CUDA toolkit)";
   auto parsed = SpecializedGraphFromText(
-      "graph g(%x: f32[4,33], %y: f32[33]) {\n  %a = Add(%x, %y)\n  %s = Softmax(%a) {axis=-1}\n  %t = Tanh(%s)\n  return %t\n}");
+      "graph g(%x: f32[4,33], %y: f32[33]) {\n  %a = Add(%x, %y)\n  %s = Softmax(%a) {axis=-1}\n  %t = Tanh(%s)\n  "
+      "return %t\n}");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   Graph& g = **parsed;
   auto plan = BuildFusionPlan(g);

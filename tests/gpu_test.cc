@@ -43,7 +43,8 @@ std::shared_ptr<Graph> Specialized(const std::string& ir) {
 
 // The graph through the CPU fallback executor (the reference of the GPU executor's results).
 absl::StatusOr<std::vector<Tensor>> CpuReference(const Graph& g, const std::vector<Tensor>& inputs) {
-  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> cpu, Executor::Create(std::shared_ptr<const Graph>(g.Clone()), ExecutorOptions{2, nullptr, true}));
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> cpu,
+                        Executor::Create(std::shared_ptr<const Graph>(g.Clone()), ExecutorOptions{2, nullptr, true}));
   return cpu->Run(inputs);
 }
 
@@ -131,69 +132,120 @@ TEST_P(GpuLowering, RunsOnTheDeviceAndMatchesCpuFallback) {
 std::vector<OpCase> LoweringCases() {
   auto g = [](const std::string& sig, const std::string& body) { return "graph g(" + sig + ") {\n" + body + "\n}"; };
   return {
-      {"ReduceMean_trailing2_keep", g("%x: f32[2,3,5,7]", "  %y = ReduceMean(%x) {axes=[2, 3], keepdims=1}\n  return %y")},
+      {"ReduceMean_trailing2_keep",
+       g("%x: f32[2,3,5,7]", "  %y = ReduceMean(%x) {axes=[2, 3], keepdims=1}\n  return %y")},
       {"ReduceSum_trailing_nokeep", g("%x: f32[4,6,9]", "  %y = ReduceSum(%x) {axes=[-1], keepdims=0}\n  return %y")},
       {"ReduceMax_middle_axis", g("%x: f32[3,8,5]", "  %y = ReduceMax(%x) {axes=[1], keepdims=1}\n  return %y")},
       {"ReduceMin_first_axis_nokeep", g("%x: f32[6,4,3]", "  %y = ReduceMin(%x) {axes=[0], keepdims=0}\n  return %y")},
       {"ReduceSumSquare_all", g("%x: f32[5,7]", "  %y = ReduceSumSquare(%x) {keepdims=0}\n  return %y")},
-      {"ReduceL2_axes_input", g("%x: f32[2,3,11]", "  %a = constant i64[1] {2}\n  %y = ReduceL2(%x, %a) {keepdims=1}\n  return %y")},
+      {"ReduceL2_axes_input",
+       g("%x: f32[2,3,11]", "  %a = constant i64[1] {2}\n  %y = ReduceL2(%x, %a) {keepdims=1}\n  return %y")},
       {"GlobalAveragePool", g("%x: f32[2,8,6,5]", "  %y = GlobalAveragePool(%x)\n  return %y")},
       {"GlobalMaxPool", g("%x: f32[1,16,3,7]", "  %y = GlobalMaxPool(%x)\n  return %y")},
       {"Clip_runtime_bounds", g("%x: f32[4,9], %lo: f32[], %hi: f32[]", "  %y = Clip(%x, %lo, %hi)\n  return %y")},
       {"Clip_runtime_max_only", g("%x: f32[4,9], %hi: f32[]", "  %y = Clip(%x, _, %hi)\n  return %y")},
       {"Max_scalar_input", g("%x: f32[4,9], %lo: f32[]", "  %y = Max(%x, %lo)\n  return %y")},
       {"Transpose_alone", g("%x: f32[3,4,5]", "  %y = Transpose(%x) {perm=[2,0,1]}\n  return %y")},
-      {"Slice_alone", g("%x: f32[3,1,8,6,15]", "  %st = constant i64[1] {1}\n  %en = constant i64[1] {2}\n  %ax = constant i64[1] {0}\n  %y = Slice(%x, %st, %en, %ax)\n  return %y")},
+      {"Slice_alone", g("%x: f32[3,1,8,6,15]",
+                        "  %st = constant i64[1] {1}\n  %en = constant i64[1] {2}\n  %ax = constant i64[1] {0}\n  %y = "
+                        "Slice(%x, %st, %en, %ax)\n  return %y")},
       {"Expand_alone", g("%x: f32[3,1]", "  %sh = constant i64[3] {2, 3, 4}\n  %y = Expand(%x, %sh)\n  return %y")},
-      {"Gather_const_scalar", g("%x: f32[2,5,7]", "  %i = constant i64[] {-2}\n  %y = Gather(%x, %i) {axis=1}\n  return %y")},
-      {"Gather_const_one", g("%x: f32[4,3]", "  %i = constant i64[1] {2}\n  %y = Gather(%x, %i) {axis=0}\n  return %y")},
+      {"Gather_const_scalar",
+       g("%x: f32[2,5,7]", "  %i = constant i64[] {-2}\n  %y = Gather(%x, %i) {axis=1}\n  return %y")},
+      {"Gather_const_one",
+       g("%x: f32[4,3]", "  %i = constant i64[1] {2}\n  %y = Gather(%x, %i) {axis=0}\n  return %y")},
       {"Concat_axis1_f32", g("%x: f32[2,3,4], %y: f32[2,5,4]", "  %c = Concat(%x, %y) {axis=1}\n  return %c")},
-      {"Concat_last_i64", g("%x: i64[3,2], %y: i64[3,1], %z: i64[3,4]", "  %c = Concat(%x, %y, %z) {axis=-1}\n  return %c")},
+      {"Concat_last_i64",
+       g("%x: i64[3,2], %y: i64[3,1], %z: i64[3,4]", "  %c = Concat(%x, %y, %z) {axis=-1}\n  return %c")},
       {"Concat_axis0_empty", g("%x: f32[0,3], %y: f32[2,3]", "  %c = Concat(%x, %y) {axis=0}\n  return %c")},
-      {"Conv2d_pads_bias", g("%x: f32[2,4,9,8], %w: f32[6,4,3,3], %b: f32[6]", "  %y = Conv(%x, %w, %b) {pads=[1, 1, 1, 1]}\n  return %y")},
-      {"Conv2d_stride_dilation", g("%x: f32[1,3,13,11], %w: f32[5,3,3,2]", "  %y = Conv(%x, %w) {strides=[2, 1], dilations=[2, 3], pads=[2, 1, 2, 1]}\n  return %y")},
-      {"Conv2d_depthwise_same_upper", g("%x: f32[1,8,10,10], %w: f32[8,1,3,3]", "  %y = Conv(%x, %w) {group=8, auto_pad=\"SAME_UPPER\", strides=[2, 2]}\n  return %y")},
-      {"Conv2d_grouped_1x1", g("%x: f32[2,6,5,7], %w: f32[4,3,1,1], %b: f32[4]", "  %y = Conv(%x, %w, %b) {group=2}\n  return %y")},
-      {"Conv1d_pads", g("%x: f32[2,3,20], %w: f32[4,3,5]", "  %y = Conv(%x, %w) {pads=[2, 2], strides=[3]}\n  return %y")},
-      {"Conv_relu_epilogue_cluster", g("%x: f32[1,4,6,6], %w: f32[4,4,3,3]", "  %c = Conv(%x, %w) {pads=[1, 1, 1, 1]}\n  %y = Relu(%c)\n  return %y")},
-      {"MaxPool2d_pads_strides", g("%x: f32[2,3,9,8]", "  %y = MaxPool(%x) {kernel_shape=[3, 2], pads=[1, 0, 1, 0], strides=[2, 2]}\n  return %y")},
-      {"AveragePool2d_exclude_pad", g("%x: f32[1,4,7,7]", "  %y = AveragePool(%x) {kernel_shape=[3, 3], pads=[1, 1, 1, 1]}\n  return %y")},
-      {"AveragePool2d_include_pad", g("%x: f32[1,4,7,7]", "  %y = AveragePool(%x) {kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2], count_include_pad=1}\n  return %y")},
-      {"AveragePool2d_same_upper_include_pad", g("%x: f32[1,2,6,5]", "  %y = AveragePool(%x) {kernel_shape=[2, 2], auto_pad=\"SAME_UPPER\", count_include_pad=1}\n  return %y")},
-      {"MaxPool2d_asymmetric_pads", g("%x: f32[2,3,7,6]", "  %y = MaxPool(%x) {kernel_shape=[3, 3], pads=[0, 1, 2, 0], strides=[2, 1]}\n  return %y")},
-      {"Conv2d_asymmetric_pads", g("%x: f32[1,3,8,9], %w: f32[4,3,3,2]", "  %y = Conv(%x, %w) {pads=[1, 0, 0, 1], strides=[1, 2]}\n  return %y")},
+      {"Conv2d_pads_bias",
+       g("%x: f32[2,4,9,8], %w: f32[6,4,3,3], %b: f32[6]", "  %y = Conv(%x, %w, %b) {pads=[1, 1, 1, 1]}\n  return %y")},
+      {"Conv2d_stride_dilation",
+       g("%x: f32[1,3,13,11], %w: f32[5,3,3,2]",
+         "  %y = Conv(%x, %w) {strides=[2, 1], dilations=[2, 3], pads=[2, 1, 2, 1]}\n  return %y")},
+      {"Conv2d_depthwise_same_upper",
+       g("%x: f32[1,8,10,10], %w: f32[8,1,3,3]",
+         "  %y = Conv(%x, %w) {group=8, auto_pad=\"SAME_UPPER\", strides=[2, 2]}\n  return %y")},
+      {"Conv2d_grouped_1x1",
+       g("%x: f32[2,6,5,7], %w: f32[4,3,1,1], %b: f32[4]", "  %y = Conv(%x, %w, %b) {group=2}\n  return %y")},
+      {"Conv1d_pads",
+       g("%x: f32[2,3,20], %w: f32[4,3,5]", "  %y = Conv(%x, %w) {pads=[2, 2], strides=[3]}\n  return %y")},
+      {"Conv_relu_epilogue_cluster", g("%x: f32[1,4,6,6], %w: f32[4,4,3,3]",
+                                       "  %c = Conv(%x, %w) {pads=[1, 1, 1, 1]}\n  %y = Relu(%c)\n  return %y")},
+      {"MaxPool2d_pads_strides",
+       g("%x: f32[2,3,9,8]",
+         "  %y = MaxPool(%x) {kernel_shape=[3, 2], pads=[1, 0, 1, 0], strides=[2, 2]}\n  return %y")},
+      {"AveragePool2d_exclude_pad",
+       g("%x: f32[1,4,7,7]", "  %y = AveragePool(%x) {kernel_shape=[3, 3], pads=[1, 1, 1, 1]}\n  return %y")},
+      {"AveragePool2d_include_pad", g("%x: f32[1,4,7,7]",
+                                      "  %y = AveragePool(%x) {kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2], "
+                                      "count_include_pad=1}\n  return %y")},
+      {"AveragePool2d_same_upper_include_pad",
+       g("%x: f32[1,2,6,5]",
+         "  %y = AveragePool(%x) {kernel_shape=[2, 2], auto_pad=\"SAME_UPPER\", count_include_pad=1}\n  return %y")},
+      {"MaxPool2d_asymmetric_pads",
+       g("%x: f32[2,3,7,6]",
+         "  %y = MaxPool(%x) {kernel_shape=[3, 3], pads=[0, 1, 2, 0], strides=[2, 1]}\n  return %y")},
+      {"Conv2d_asymmetric_pads",
+       g("%x: f32[1,3,8,9], %w: f32[4,3,3,2]", "  %y = Conv(%x, %w) {pads=[1, 0, 0, 1], strides=[1, 2]}\n  return %y")},
       {"MaxPool1d", g("%x: f32[2,3,17]", "  %y = MaxPool(%x) {kernel_shape=[4], strides=[3]}\n  return %y")},
       {"Add_f16_broadcast", g("%x: f16[3,8], %y: f16[8]", "  %y2 = Add(%x, %y)\n  return %y2")},
       {"Cast_f32_to_bf16", g("%x: f32[5,7]", "  %y = Cast(%x) {to=16}\n  return %y")},
       {"Transpose_bf16", g("%x: bf16[3,4,5]", "  %y = Transpose(%x) {perm=[1,2,0]}\n  return %y")},
-      {"Pad_constant_hw", g("%x: f32[2,3,4,5]", "  %p = constant i64[8] {0, 0, 1, 2, 0, 0, 2, 1}\n  %v = constant f32[] {-1.5}\n  %y = Pad(%x, %p, %v)\n  return %y")},
+      {"Pad_constant_hw", g("%x: f32[2,3,4,5]",
+                            "  %p = constant i64[8] {0, 0, 1, 2, 0, 0, 2, 1}\n  %v = constant f32[] {-1.5}\n  %y = "
+                            "Pad(%x, %p, %v)\n  return %y")},
       {"Pad_constant_1d_i32", g("%x: i32[7]", "  %p = constant i64[2] {3, 1}\n  %y = Pad(%x, %p)\n  return %y")},
-      {"Pad_axes_last", g("%x: f32[3,6]", "  %p = constant i64[2] {2, 4}\n  %v = constant f32[] {0}\n  %a = constant i64[1] {-1}\n  %y = Pad(%x, %p, %v, %a)\n  return %y")},
-      {"Split_input_axis1", g("%x: f32[2,6,4]", "  %s = constant i64[2] {2, 4}\n  %a, %b = Split(%x, %s) {axis=1}\n  return %a, %b")},
+      {"Pad_axes_last", g("%x: f32[3,6]",
+                          "  %p = constant i64[2] {2, 4}\n  %v = constant f32[] {0}\n  %a = constant i64[1] {-1}\n  %y "
+                          "= Pad(%x, %p, %v, %a)\n  return %y")},
+      {"Split_input_axis1",
+       g("%x: f32[2,6,4]", "  %s = constant i64[2] {2, 4}\n  %a, %b = Split(%x, %s) {axis=1}\n  return %a, %b")},
       {"Split_equal_last_i64", g("%x: i64[3,9]", "  %a, %b, %c = Split(%x) {axis=-1}\n  return %a, %b, %c")},
-      {"Resize_nearest_2x_half_pixel", g("%x: f32[1,3,5,4]", "  %s = constant f32[4] {1, 1, 2, 2}\n  %y = Resize(%x, _, %s) {mode=\"nearest\"}\n  return %y")},
-      {"Resize_nearest_sizes_3x_asymmetric_floor", g("%x: f32[2,4,3]", "  %z = constant i64[3] {2, 12, 9}\n  %y = Resize(%x, _, _, %z) {mode=\"nearest\", coordinate_transformation_mode=\"asymmetric\", nearest_mode=\"floor\"}\n  return %y")},
-      {"Reshape_chain_i64", g("%x: i64[2,6]", "  %s = constant i64[2] {3, 4}\n  %y = Reshape(%x, %s)\n  %z = Flatten(%y) {axis=0}\n  return %z")},
-      {"LayerNormalization_last_axis", g("%x: f32[2,5,48], %s: f32[48], %b: f32[48]", "  %y = LayerNormalization(%x, %s, %b) {axis=-1, epsilon=0.001}\n  return %y")},
+      {"Resize_nearest_2x_half_pixel",
+       g("%x: f32[1,3,5,4]",
+         "  %s = constant f32[4] {1, 1, 2, 2}\n  %y = Resize(%x, _, %s) {mode=\"nearest\"}\n  return %y")},
+      {"Resize_nearest_sizes_3x_asymmetric_floor",
+       g("%x: f32[2,4,3]",
+         "  %z = constant i64[3] {2, 12, 9}\n  %y = Resize(%x, _, _, %z) {mode=\"nearest\", "
+         "coordinate_transformation_mode=\"asymmetric\", nearest_mode=\"floor\"}\n  return %y")},
+      {"Reshape_chain_i64",
+       g("%x: i64[2,6]",
+         "  %s = constant i64[2] {3, 4}\n  %y = Reshape(%x, %s)\n  %z = Flatten(%y) {axis=0}\n  return %z")},
+      {"LayerNormalization_last_axis",
+       g("%x: f32[2,5,48], %s: f32[48], %b: f32[48]",
+         "  %y = LayerNormalization(%x, %s, %b) {axis=-1, epsilon=0.001}\n  return %y")},
       {"IsNaN_alone", g("%x: f32[4,9]", "  %l = Log(%x)\n  %y = IsNaN(%l)\n  return %y")},
-      {"Where_bool_scalar_const", g("%c: bool[3,8], %x: f32[3,8]", "  %z = constant f32[] {0}\n  %y = Where(%c, %z, %x)\n  return %y")},
+      {"Where_bool_scalar_const",
+       g("%c: bool[3,8], %x: f32[3,8]", "  %z = constant f32[] {0}\n  %y = Where(%c, %z, %x)\n  return %y")},
       {"Less_broadcast_bool_out", g("%a: f32[3,8], %b: f32[8]", "  %y = Less(%a, %b)\n  return %y")},
       {"Not_bool", g("%a: bool[17]", "  %y = Not(%a)\n  return %y")},
       {"Cast_i64_to_bool", g("%a: i64[2,9]", "  %y = Cast(%a) {to=9}\n  return %y")},
       {"Transpose_bool", g("%a: bool[2,3,4]", "  %y = Transpose(%a) {perm=[2,1,0]}\n  return %y")},
       // float16 / bfloat16 products, convolutions and pooling (--auto_mixed_precision): float32 accumulation.
       {"MatMul_batched_bf16", g("%a: bf16[3,8,16], %b: bf16[3,16,12]", "  %y = MatMul(%a, %b)\n  return %y")},
-      {"Gemm_bias_transB_f16", g("%a: f16[5,7], %b: f16[9,7], %c: f16[9]", "  %y = Gemm(%a, %b, %c) {transB=1}\n  return %y")},
-      {"Conv2d_bias_bf16", g("%x: bf16[2,4,9,8], %w: bf16[6,4,3,3], %b: bf16[6]", "  %y = Conv(%x, %w, %b) {pads=[1, 1, 1, 1]}\n  return %y")},
-      {"Conv2d_asymmetric_pads_f16", g("%x: f16[1,3,8,9], %w: f16[4,3,3,2]", "  %y = Conv(%x, %w) {pads=[1, 0, 0, 1], strides=[1, 2]}\n  return %y")},
-      {"ConvTranspose2d_bf16", g("%x: bf16[1,6,5,4], %w: bf16[6,3,2,2], %b: bf16[3]", "  %y = ConvTranspose(%x, %w, %b) {strides=[2, 2]}\n  return %y")},
-      {"MaxPool2d_bf16", g("%x: bf16[2,3,9,8]", "  %y = MaxPool(%x) {kernel_shape=[3, 2], pads=[1, 0, 1, 0], strides=[2, 2]}\n  return %y")},
-      {"ConvTranspose2d_stride2_k2_bias", g("%x: f32[2,6,5,4], %w: f32[6,3,2,2], %b: f32[3]", "  %y = ConvTranspose(%x, %w, %b) {strides=[2, 2]}\n  return %y")},
-      {"ConvTranspose2d_pads_dilations_output_padding_groups", g("%x: f32[1,4,5,6], %w: f32[4,3,3,3]", "  %y = ConvTranspose(%x, %w) {group=2, strides=[2, 1], pads=[1, 1, 1, 1], dilations=[1, 2], output_padding=[1, 0]}\n  return %y")},
-      {"ConvTranspose1d_pads", g("%x: f32[2,3,7], %w: f32[3,4,3], %b: f32[4]", "  %y = ConvTranspose(%x, %w, %b) {strides=[2], pads=[1, 1]}\n  return %y")},
+      {"Gemm_bias_transB_f16",
+       g("%a: f16[5,7], %b: f16[9,7], %c: f16[9]", "  %y = Gemm(%a, %b, %c) {transB=1}\n  return %y")},
+      {"Conv2d_bias_bf16", g("%x: bf16[2,4,9,8], %w: bf16[6,4,3,3], %b: bf16[6]",
+                             "  %y = Conv(%x, %w, %b) {pads=[1, 1, 1, 1]}\n  return %y")},
+      {"Conv2d_asymmetric_pads_f16",
+       g("%x: f16[1,3,8,9], %w: f16[4,3,3,2]", "  %y = Conv(%x, %w) {pads=[1, 0, 0, 1], strides=[1, 2]}\n  return %y")},
+      {"ConvTranspose2d_bf16", g("%x: bf16[1,6,5,4], %w: bf16[6,3,2,2], %b: bf16[3]",
+                                 "  %y = ConvTranspose(%x, %w, %b) {strides=[2, 2]}\n  return %y")},
+      {"MaxPool2d_bf16", g("%x: bf16[2,3,9,8]",
+                           "  %y = MaxPool(%x) {kernel_shape=[3, 2], pads=[1, 0, 1, 0], strides=[2, 2]}\n  return %y")},
+      {"ConvTranspose2d_stride2_k2_bias", g("%x: f32[2,6,5,4], %w: f32[6,3,2,2], %b: f32[3]",
+                                            "  %y = ConvTranspose(%x, %w, %b) {strides=[2, 2]}\n  return %y")},
+      {"ConvTranspose2d_pads_dilations_output_padding_groups",
+       g("%x: f32[1,4,5,6], %w: f32[4,3,3,3]",
+         "  %y = ConvTranspose(%x, %w) {group=2, strides=[2, 1], pads=[1, 1, 1, 1], dilations=[1, 2], "
+         "output_padding=[1, 0]}\n  return %y")},
+      {"ConvTranspose1d_pads", g("%x: f32[2,3,7], %w: f32[3,4,3], %b: f32[4]",
+                                 "  %y = ConvTranspose(%x, %w, %b) {strides=[2], pads=[1, 1]}\n  return %y")},
       // Random int inputs are in [-6, 6): every indexed dim here is at least 6 (negative indices included).
       {"Gather_axis0_embedding_f32", g("%t: f32[7,24], %i: i64[2,5]", "  %y = Gather(%t, %i) {axis=0}\n  return %y")},
-      {"Gather_axis1_i32_indices_bool", g("%t: bool[3,7,2], %i: i32[4]", "  %y = Gather(%t, %i) {axis=1}\n  return %y")},
+      {"Gather_axis1_i32_indices_bool",
+       g("%t: bool[3,7,2], %i: i32[4]", "  %y = Gather(%t, %i) {axis=1}\n  return %y")},
       {"Gather_last_axis_f16", g("%t: f16[2,3,7], %i: i64[3]", "  %y = Gather(%t, %i) {axis=-1}\n  return %y")},
       {"GatherND_k2_f32", g("%t: f32[7,8,3], %i: i64[4,2]", "  %y = GatherND(%t, %i)\n  return %y")},
       {"GatherND_k3_i64", g("%t: i64[7,6,9], %i: i64[5,3]", "  %y = GatherND(%t, %i)\n  return %y")},
@@ -256,7 +308,8 @@ Tensor ReferenceProduct(const Node& n, const std::vector<Tensor>& in) {
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) {
         double s = 0;
-        for (int64_t k = 0; k < K; ++k) s += double(ta ? A[k * M + i] : A[i * K + k]) * double(tb ? B[j * K + k] : B[k * N + j]);
+        for (int64_t k = 0; k < K; ++k)
+          s += double(ta ? A[k * M + i] : A[i * K + k]) * double(tb ? B[j * K + k] : B[k * N + j]);
         double c = in.size() > 2 ? double(in[2].data<float>()[j]) : 0;
         t.data<float>()[i * N + j] = static_cast<float>(alpha * s + beta * c);
       }
@@ -308,19 +361,33 @@ TEST_P(GpuGemm, MatchesFloat64) {
 
 INSTANTIATE_TEST_SUITE_P(
     All, GpuGemm,
-    ::testing::Combine(::testing::Values("host", "cuda"), ::testing::Values(
-        GemmCase{"MatMul_1x1x1", "graph g(%a: f32[1,1], %b: f32[1,1]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"},
-        GemmCase{"MatMul_7x13x5", "graph g(%a: f32[7,13], %b: f32[13,5]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"},
-        GemmCase{"MatMul_257x300x129", "graph g(%a: f32[257,300], %b: f32[300,129]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"},
-        GemmCase{"MatMul_batch_folded", "graph g(%a: f32[2,3,40,24], %b: f32[24,17]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"},
-        GemmCase{"MatMul_a_broadcast", "graph g(%a: f32[40,24], %b: f32[4,24,17]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"},
-        GemmCase{"MatMul_batched", "graph g(%a: f32[3,2,40,24], %b: f32[3,2,24,17]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"},
-        GemmCase{"MatMul_vector_left", "graph g(%a: f32[24], %b: f32[24,17]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"},
-        GemmCase{"MatMul_vector_right", "graph g(%a: f32[9,24], %b: f32[24]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"},
-        GemmCase{"Gemm_plain", "graph g(%a: f32[33,20], %b: f32[20,31]) {\n  %y = Gemm(%a, %b)\n  return %y\n}"},
-        GemmCase{"Gemm_transA_transB_alpha", "graph g(%a: f32[20,33], %b: f32[31,20]) {\n  %y = Gemm(%a, %b) {transA=1, transB=1, alpha=0.5}\n  return %y\n}"},
-        GemmCase{"Gemm_bias", "graph g(%a: f32[33,20], %b: f32[31,20], %c: f32[31]) {\n  %y = Gemm(%a, %b, %c) {transB=1}\n  return %y\n}"},
-        GemmCase{"Gemm_bias_row", "graph g(%a: f32[20,33], %b: f32[20,31], %c: f32[1,31]) {\n  %y = Gemm(%a, %b, %c) {transA=1, alpha=2.0}\n  return %y\n}"})),
+    ::testing::Combine(
+        ::testing::Values("host", "cuda"),
+        ::testing::Values(
+            GemmCase{"MatMul_1x1x1", "graph g(%a: f32[1,1], %b: f32[1,1]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"},
+            GemmCase{"MatMul_7x13x5", "graph g(%a: f32[7,13], %b: f32[13,5]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"},
+            GemmCase{"MatMul_257x300x129",
+                     "graph g(%a: f32[257,300], %b: f32[300,129]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"},
+            GemmCase{"MatMul_batch_folded",
+                     "graph g(%a: f32[2,3,40,24], %b: f32[24,17]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"},
+            GemmCase{"MatMul_a_broadcast",
+                     "graph g(%a: f32[40,24], %b: f32[4,24,17]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"},
+            GemmCase{"MatMul_batched",
+                     "graph g(%a: f32[3,2,40,24], %b: f32[3,2,24,17]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"},
+            GemmCase{"MatMul_vector_left",
+                     "graph g(%a: f32[24], %b: f32[24,17]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"},
+            GemmCase{"MatMul_vector_right",
+                     "graph g(%a: f32[9,24], %b: f32[24]) {\n  %y = MatMul(%a, %b)\n  return %y\n}"},
+            GemmCase{"Gemm_plain", "graph g(%a: f32[33,20], %b: f32[20,31]) {\n  %y = Gemm(%a, %b)\n  return %y\n}"},
+            GemmCase{"Gemm_transA_transB_alpha",
+                     "graph g(%a: f32[20,33], %b: f32[31,20]) {\n  %y = Gemm(%a, %b) {transA=1, transB=1, alpha=0.5}\n "
+                     " return %y\n}"},
+            GemmCase{"Gemm_bias",
+                     "graph g(%a: f32[33,20], %b: f32[31,20], %c: f32[31]) {\n  %y = Gemm(%a, %b, %c) {transB=1}\n  "
+                     "return %y\n}"},
+            GemmCase{"Gemm_bias_row",
+                     "graph g(%a: f32[20,33], %b: f32[20,31], %c: f32[1,31]) {\n  %y = Gemm(%a, %b, %c) {transA=1, "
+                     "alpha=2.0}\n  return %y\n}"})),
     [](const ::testing::TestParamInfo<std::tuple<std::string, GemmCase>>& i) {
       return std::get<0>(i.param) + "_" + std::get<1>(i.param).name;
     });
@@ -402,7 +469,9 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values("--auto_jit=-1", "--auto_jit=1", "--auto_jit=1 --cpu_channels_last=false")),
     [](const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& i) {
       const std::string& f = std::get<1>(i.param);
-      return std::get<0>(i.param) + (f == "--auto_jit=-1" ? "_ops" : f == "--auto_jit=1" ? "_clustered" : "_clustered_nchw");
+      return std::get<0>(i.param) + (f == "--auto_jit=-1"  ? "_ops"
+                                     : f == "--auto_jit=1" ? "_clustered"
+                                                           : "_clustered_nchw");
     });
 
 // In a cluster, a constant bias over the last dim and a Relu after a MatMul/Gemm run in the GEMM's
@@ -426,10 +495,17 @@ INSTANTIATE_TEST_SUITE_P(
     All, GpuGemmEpilogue,
     ::testing::Combine(
         ::testing::Values("host", "cuda"),
-        ::testing::Values(
-            OpCase{"MatMul_bias_relu", "graph g(%a: f32[2,5,8]) {\n  %w = constant f32[8,4] {0.5, -1, 2, 0, 1, 1, -0.5, 0.25, 0.3, -0.7, 0.9, 1.1, -1.2, 0.4, 0.6, -0.2, 0.1, 0.2, 0.3, 0.4, -0.1, -0.2, -0.3, -0.4, 1, 0, 1, 0, 0, 1, 0, 1}\n  %c = constant f32[4] {0.5, -1, 2, 0}\n  %m = MatMul(%a, %w)\n  %y = Add(%c, %m)\n  %r = Relu(%y)\n  return %r\n}"},
-            OpCase{"Gemm_C_relu", "graph g(%a: f32[6,8], %b: f32[5,8], %c: f32[5]) {\n  %m = Gemm(%a, %b, %c) {transB=1}\n  %r = Relu(%m)\n  return %r\n}"},
-            OpCase{"MatMul_bias_only", "graph g(%a: f32[3,4], %b: f32[4,6]) {\n  %c = constant f32[1,6] {1, 2, 3, 4, 5, 6}\n  %m = MatMul(%a, %b)\n  %y = Add(%m, %c)\n  return %y\n}"})),
+        ::testing::Values(OpCase{"MatMul_bias_relu",
+                                 "graph g(%a: f32[2,5,8]) {\n  %w = constant f32[8,4] {0.5, -1, 2, 0, 1, 1, -0.5, "
+                                 "0.25, 0.3, -0.7, 0.9, 1.1, -1.2, 0.4, 0.6, -0.2, 0.1, 0.2, 0.3, 0.4, -0.1, -0.2, "
+                                 "-0.3, -0.4, 1, 0, 1, 0, 0, 1, 0, 1}\n  %c = constant f32[4] {0.5, -1, 2, 0}\n  %m = "
+                                 "MatMul(%a, %w)\n  %y = Add(%c, %m)\n  %r = Relu(%y)\n  return %r\n}"},
+                          OpCase{"Gemm_C_relu",
+                                 "graph g(%a: f32[6,8], %b: f32[5,8], %c: f32[5]) {\n  %m = Gemm(%a, %b, %c) "
+                                 "{transB=1}\n  %r = Relu(%m)\n  return %r\n}"},
+                          OpCase{"MatMul_bias_only",
+                                 "graph g(%a: f32[3,4], %b: f32[4,6]) {\n  %c = constant f32[1,6] {1, 2, 3, 4, 5, 6}\n "
+                                 " %m = MatMul(%a, %b)\n  %y = Add(%m, %c)\n  return %y\n}"})),
     [](const ::testing::TestParamInfo<std::tuple<std::string, OpCase>>& i) {
       return std::get<0>(i.param) + "_" + std::get<1>(i.param).name;
     });
@@ -465,11 +541,27 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(
         ::testing::Values("host", "cuda"),
         ::testing::Values(
-            ConvBiasCase{"Conv_bias_HardSwish", "graph g(%x: f32[1,3,9,9], %w: f32[8,3,3,3]) {\n  %b = constant f32[8] {0.5, -1, 2, 0, 1.5, -0.25, 3, -2}\n  %y = Conv(%x, %w, %b) {pads=[1, 1, 1, 1]}\n  %r = HardSwish(%y)\n  return %r\n}", 1, 1},
-            ConvBiasCase{"Conv_bias_output_and_Relu", "graph g(%x: f32[2,3,7,6], %w: f32[5,3,3,3]) {\n  %b = constant f32[5] {1, -1, 0.5, -0.5, 2}\n  %y = Conv(%x, %w, %b) {strides=[2, 2]}\n  %r = Relu(%y)\n  return %y, %r\n}", 1, 1},
-            ConvBiasCase{"Conv1d_bias_Sigmoid", "graph g(%x: f32[2,4,10], %w: f32[6,4,3]) {\n  %b = constant f32[6] {0.1, 0.2, -0.3, 0.4, -0.5, 0.6}\n  %y = Conv(%x, %w, %b) {pads=[1, 1]}\n  %r = Sigmoid(%y)\n  return %r\n}", 1, 1},
-            ConvBiasCase{"Depthwise_bias_residual", "graph g(%x: f32[1,4,6,6], %w: f32[4,1,3,3]) {\n  %b = constant f32[4] {-1, 1, -2, 2}\n  %y = Conv(%x, %w, %b) {group=4, pads=[1, 1, 1, 1]}\n  %r = Add(%y, %x)\n  return %r\n}", 1, 1},
-            ConvBiasCase{"Conv_bias_into_Conv", "graph g(%x: f32[1,3,8,8], %w: f32[8,3,3,3], %v: f32[2,8,1,1]) {\n  %b = constant f32[8] {1, 2, 3, 4, -1, -2, -3, -4}\n  %y = Conv(%x, %w, %b)\n  %z = Conv(%y, %v)\n  return %z\n}", 0, 0})),
+            ConvBiasCase{
+                "Conv_bias_HardSwish",
+                "graph g(%x: f32[1,3,9,9], %w: f32[8,3,3,3]) {\n  %b = constant f32[8] {0.5, -1, 2, 0, 1.5, -0.25, 3, "
+                "-2}\n  %y = Conv(%x, %w, %b) {pads=[1, 1, 1, 1]}\n  %r = HardSwish(%y)\n  return %r\n}",
+                1, 1},
+            ConvBiasCase{"Conv_bias_output_and_Relu",
+                         "graph g(%x: f32[2,3,7,6], %w: f32[5,3,3,3]) {\n  %b = constant f32[5] {1, -1, 0.5, -0.5, "
+                         "2}\n  %y = Conv(%x, %w, %b) {strides=[2, 2]}\n  %r = Relu(%y)\n  return %y, %r\n}",
+                         1, 1},
+            ConvBiasCase{"Conv1d_bias_Sigmoid",
+                         "graph g(%x: f32[2,4,10], %w: f32[6,4,3]) {\n  %b = constant f32[6] {0.1, 0.2, -0.3, 0.4, "
+                         "-0.5, 0.6}\n  %y = Conv(%x, %w, %b) {pads=[1, 1]}\n  %r = Sigmoid(%y)\n  return %r\n}",
+                         1, 1},
+            ConvBiasCase{"Depthwise_bias_residual",
+                         "graph g(%x: f32[1,4,6,6], %w: f32[4,1,3,3]) {\n  %b = constant f32[4] {-1, 1, -2, 2}\n  %y = "
+                         "Conv(%x, %w, %b) {group=4, pads=[1, 1, 1, 1]}\n  %r = Add(%y, %x)\n  return %r\n}",
+                         1, 1},
+            ConvBiasCase{"Conv_bias_into_Conv",
+                         "graph g(%x: f32[1,3,8,8], %w: f32[8,3,3,3], %v: f32[2,8,1,1]) {\n  %b = constant f32[8] {1, "
+                         "2, 3, 4, -1, -2, -3, -4}\n  %y = Conv(%x, %w, %b)\n  %z = Conv(%y, %v)\n  return %z\n}",
+                         0, 0})),
     [](const ::testing::TestParamInfo<std::tuple<std::string, ConvBiasCase>>& i) {
       return std::get<0>(i.param) + "_" + std::get<1>(i.param).name;
     });
@@ -527,7 +619,8 @@ TEST_P(GpuMathPrecision, GemmAndConvErrorsFollowThePrecision) {
       for (int64_t c = 0; c < 8; ++c)
         for (int64_t r = 0; r < 3; ++r)
           for (int64_t s = 0; s < 3; ++s) {
-            double t = double(x.data<float>()[(c * 10 + oh + r) * 10 + ow + s]) * w.data<float>()[((k * 8 + c) * 3 + r) * 3 + s];
+            double t = double(x.data<float>()[(c * 10 + oh + r) * 10 + ow + s]) *
+                       w.data<float>()[((k * 8 + c) * 3 + r) * 3 + s];
             *exact += t;
             *scale += std::fabs(t);
           }
@@ -668,13 +761,16 @@ TEST_P(GpuGraph, HostPrologueKeepsTheGraph) {
   CJIT_GET_BACKEND(backend, GetParam());
   std::shared_ptr<Graph> g = Specialized(
       "graph g(%ids: i64[2,3], %x: f32[2,3,8], %a: i32[2,3], %b: i32[2,3]) {\n"
-      "  %table = constant f32[5,8] {" + [] {
+      "  %table = constant f32[5,8] {" +
+      [] {
         std::string v;
         for (int i = 0; i < 40; ++i) v += (i ? ", " : "") + std::to_string(0.25 * (i % 11) - 1.0);
         return v;
-      }() + "}\n"
+      }() +
+      "}\n"
       "  %e = Gather(%table, %ids) {axis=0}\n  %s = Add(%e, %x)\n  %r = Relu(%s)\n"
-      "  %m = Mod(%a, %b)\n  %n = Neg(%m)\n  %mf = Cast(%n) {to=1}\n  %u = constant i64[3] {2, 3, 1}\n  %mu = Reshape(%mf, %u)\n"
+      "  %m = Mod(%a, %b)\n  %n = Neg(%m)\n  %mf = Cast(%n) {to=1}\n  %u = constant i64[3] {2, 3, 1}\n  %mu = "
+      "Reshape(%mf, %u)\n"
       "  %y = Mul(%r, %mu)\n  %z = Softmax(%y) {axis=-1}\n  return %z, %m\n}");
   ASSERT_TRUE(g);
   ClusteringOptions co;

@@ -89,7 +89,8 @@ TEST_F(ExternalDataTest, FifosDevicesAndShortFilesAreRefused) {
 }
 
 TEST(HostileFileTest, ModelPathThatIsNotARegularFile) {
-  std::string dir = (std::filesystem::temp_directory_path() / ("cjit-modelfifo-" + std::to_string(::getpid()))).string();
+  std::string dir =
+      (std::filesystem::temp_directory_path() / ("cjit-modelfifo-" + std::to_string(::getpid()))).string();
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   EXPECT_TRUE(ErrorWith(Session::Load(dir, Opts()).status(), {"directory"}));
@@ -123,7 +124,8 @@ TEST(HostileFileTest, OversizedFilesAreRefusedBeforeReading) {
 
 // A flags file that is not one never has its contents echoed (it might be /etc/shadow).
 TEST(HostileFileTest, FlagsFileContentsAreNeverEchoed) {
-  std::string path = (std::filesystem::temp_directory_path() / ("cjit-flagsfile-" + std::to_string(::getpid()))).string();
+  std::string path =
+      (std::filesystem::temp_directory_path() / ("cjit-flagsfile-" + std::to_string(::getpid()))).string();
   std::ofstream(path) << "root:$6$SECRETHASH:19000:0:99999:7:::\n--no_such_flag=SECRET2\n";
   auto f = ParseFlags(path);
   ASSERT_FALSE(f.ok());

@@ -113,7 +113,8 @@ TEST(HostileTest, MaxPoolPadsNotSmallerThanKernel) {
   auto* n = b.Node("MaxPool", {"x"}, {"y"});
   ModelBuilder::AttrInts(n, "kernel_shape", {2, 2});
   ModelBuilder::AttrInts(n, "pads", {2, 0, 0, 0});
-  EXPECT_TRUE(ErrorWith(LoadAndRun(b, {{"x", Tensor::Zeros(DType::kF32, {1, 1, 4, 4})}}).status(), {"MaxPool", "pads"}));
+  EXPECT_TRUE(
+      ErrorWith(LoadAndRun(b, {{"x", Tensor::Zeros(DType::kF32, {1, 1, 4, 4})}}).status(), {"MaxPool", "pads"}));
 }
 
 // Found by the fuzzer: output_shape = INT64_MIN overflowed `full - target` (UBSan) before it was checked.
@@ -500,9 +501,12 @@ TEST(HostileTest, BlockedAndInt4Quantization) {
     ASSERT_TRUE(out.ok()) << out.status();
     for (int i = 0; i < 12; ++i) EXPECT_EQ((*out)[0].tensor.data<float>()[i], i < 8 ? i : i - 16) << i;
     // A scale that is not ceil(4 / block_size) along the axis; a negative block size.
-    EXPECT_TRUE(ErrorWith(LoadAndRun(dq(3, 2, 6), {{"x", x}}, Opts(jit)).status(), {"DequantizeLinear", "block_size 2"}));
-    EXPECT_TRUE(ErrorWith(LoadAndRun(dq(2, -1, 6), {{"x", x}}, Opts(jit)).status(), {"DequantizeLinear", "block_size"}));
-    EXPECT_TRUE(ErrorWith(LoadAndRun(dq(2, INT64_MAX, 6), {{"x", x}}, Opts(jit)).status(), {"DequantizeLinear", "must have dims 1x3"}));
+    EXPECT_TRUE(
+        ErrorWith(LoadAndRun(dq(3, 2, 6), {{"x", x}}, Opts(jit)).status(), {"DequantizeLinear", "block_size 2"}));
+    EXPECT_TRUE(
+        ErrorWith(LoadAndRun(dq(2, -1, 6), {{"x", x}}, Opts(jit)).status(), {"DequantizeLinear", "block_size"}));
+    EXPECT_TRUE(ErrorWith(LoadAndRun(dq(2, INT64_MAX, 6), {{"x", x}}, Opts(jit)).status(),
+                          {"DequantizeLinear", "must have dims 1x3"}));
   }
   // Packed data of the wrong length names the tensor; a float8 tensor (no such dtype here) names its type.
   EXPECT_TRUE(ErrorWith(LoadAndRun(dq(2, 2, 5), {{"x", x}}).status(), {"'w'", "packed int4"}));

@@ -31,8 +31,9 @@ inline SessionOptions Opts(const std::string& auto_jit = "-1") {
   return o;
 }
 
-inline absl::StatusOr<std::vector<NamedTensor>> LoadAndRun(const testing::ModelBuilder& b, const std::vector<NamedTensor>& in,
-                                                    const SessionOptions& o = Opts()) {
+inline absl::StatusOr<std::vector<NamedTensor>> LoadAndRun(const testing::ModelBuilder& b,
+                                                           const std::vector<NamedTensor>& in,
+                                                           const SessionOptions& o = Opts()) {
   auto s = Session::LoadFromBytes(b.Bytes(), o);
   if (!s.ok()) return s.status();
   return (*s)->Run(in);

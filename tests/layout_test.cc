@@ -256,7 +256,8 @@ TEST(FoldPadIntoConvTest, ZeroPadsBecomeConvolutionPads) {
       {"  %pd = constant i64[8] {0, 0, 0, 1, 0, 0, 1, 1}\n  %z = constant f32[] {0}\n  %p = Pad(%x, %pd, %z)\n", true},
       {"  %pd = constant i64[4] {1, 1, 0, 1}\n  %ax = constant i64[2] {2, 3}\n  %p = Pad(%x, %pd, _, %ax)\n", true},
       {"  %pd = constant i64[8] {0, 0, 1, 1, 0, 0, 1, 1}\n  %p = Pad(%x, %pd) {mode=\"reflect\"}\n", false},
-      {"  %pd = constant i64[8] {0, 0, 1, 1, 0, 0, 1, 1}\n  %z = constant f32[] {0.5}\n  %p = Pad(%x, %pd, %z)\n", false},
+      {"  %pd = constant i64[8] {0, 0, 1, 1, 0, 0, 1, 1}\n  %z = constant f32[] {0.5}\n  %p = Pad(%x, %pd, %z)\n",
+       false},
       {"  %pd = constant i64[8] {1, 0, 1, 1, 0, 0, 1, 1}\n  %p = Pad(%x, %pd)\n", false},  // batch
       {"  %pd = constant i64[8] {0, 0, 3, 0, 0, 0, 0, 0}\n  %p = Pad(%x, %pd)\n", false},  // beyond the kernel
   };

@@ -76,7 +76,8 @@ class ModelBuilder {
     for (const auto& o : outputs) n->add_output(o);
     return n;
   }
-  onnx::TensorProto* InitFloats(const std::string& name, const std::vector<int64_t>& dims, const std::vector<float>& v) {
+  onnx::TensorProto* InitFloats(const std::string& name, const std::vector<int64_t>& dims,
+                                const std::vector<float>& v) {
     auto* t = Init(name, onnx::TensorProto::FLOAT, dims);
     for (float x : v) t->add_float_data(x);
     return t;

@@ -65,7 +65,9 @@ INSTANTIATE_TEST_SUITE_P(
                                          "--auto_jit=fusible --enable_lazy_compilation=false")),
     [](const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& i) {
       std::string f = std::get<1>(i.param);
-      std::string mode = f.find("fusible") != std::string::npos ? "fusible" : f.find("-1") != std::string::npos ? "fallback" : "compiled";
+      std::string mode = f.find("fusible") != std::string::npos ? "fusible"
+                         : f.find("-1") != std::string::npos    ? "fallback"
+                                                                : "compiled";
       return std::get<0>(i.param) + "_" + mode;
     });
 

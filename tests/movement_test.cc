@@ -32,8 +32,8 @@ std::string DimsText(const Dims& d) {
 
 absl::StatusOr<std::vector<Tensor>> RunIr(const std::string& ir, const std::vector<Tensor>& inputs) {
   CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> g, SpecializedGraphFromText(ir));
-  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex,
-                        Executor::Create(std::shared_ptr<const Graph>(std::move(g)), ExecutorOptions{2, nullptr, true}));
+  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::Create(std::shared_ptr<const Graph>(std::move(g)),
+                                                                       ExecutorOptions{2, nullptr, true}));
   return ex->Run(inputs);
 }
 
@@ -105,7 +105,8 @@ TEST(MovementKernels, GatherAndScatterElementsMatchTheDefinition) {
 TEST(MovementKernels, OutOfRangeIndicesAreErrors) {
   Tensor x(DType::kF32, {2, 3}), idx(DType::kI64, {2, 3});
   for (int64_t e = 0; e < 6; ++e) idx.data<int64_t>()[e] = e == 4 ? 3 : 0;  // axis 1 has 3 elements
-  auto got = RunIr("graph g(%x: f32[2,3], %i: i64[2,3]) {\n  %y = GatherElements(%x, %i) {axis=1}\n  return %y\n}", {x, idx});
+  auto got =
+      RunIr("graph g(%x: f32[2,3], %i: i64[2,3]) {\n  %y = GatherElements(%x, %i) {axis=1}\n  return %y\n}", {x, idx});
   ASSERT_FALSE(got.ok());
   EXPECT_NE(got.status().message().find("out of range"), std::string::npos) << got.status();
 }

@@ -58,14 +58,15 @@ std::vector<OpCase> OpSuiteCases() {
   for (const char* op : {"Abs", "Neg"}) unary(op, "i64");
   // Positive-domain unary ops.
   for (const char* op : {"Sqrt", "Log", "Reciprocal"}) {
-    cases.push_back({std::string(op) + "_f32", std::string("graph g(%x: f32[4,33]) {\n  %a = Abs(%x)\n  %one = constant f32[] {1}\n") +
-                                                   "  %b = Add(%a, %one)\n  %y = " + op + "(%b)\n  return %y\n}"});
+    cases.push_back({std::string(op) + "_f32",
+                     std::string("graph g(%x: f32[4,33]) {\n  %a = Abs(%x)\n  %one = constant f32[] {1}\n") +
+                         "  %b = Add(%a, %one)\n  %y = " + op + "(%b)\n  return %y\n}"});
   }
   auto binary = [&](const std::string& op, const std::string& dt, const std::string& sa, const std::string& sb) {
     std::string tag = op + "_" + dt + "_" + sa + "_" + sb;
     std::replace(tag.begin(), tag.end(), ',', 'x');
-    cases.push_back({tag, "graph g(%a: " + dt + "[" + sa + "], %b: " + dt + "[" + sb +
-                                                              "]) {\n  %y = " + op + "(%a, %b)\n  %z = Mul(%y, %a)\n  return %z\n}"});
+    cases.push_back({tag, "graph g(%a: " + dt + "[" + sa + "], %b: " + dt + "[" + sb + "]) {\n  %y = " + op +
+                              "(%a, %b)\n  %z = Mul(%y, %a)\n  return %z\n}"});
   };
   for (const char* op : {"Add", "Sub", "Mul", "Div", "Max", "Min"}) {
     binary(op, "f32", "2,3,16", "2,3,16");
@@ -74,9 +75,15 @@ std::vector<OpCase> OpSuiteCases() {
     binary(op, "f64", "4,5", "5");
   }
   for (const char* op : {"Add", "Sub", "Mul", "Max", "Min"}) binary(op, "i64", "4,5", "5");
-  cases.push_back({"Pow_square_f32", "graph g(%x: f32[64]) {\n  %two = constant f32[] {2}\n  %y = Pow(%x, %two)\n  %z = Add(%y, %x)\n  return %z\n}"});
-  cases.push_back({"PRelu_f32", "graph g(%x: f32[2,4,8], %s: f32[4,1]) {\n  %y = PRelu(%x, %s)\n  %z = Add(%y, %x)\n  return %z\n}"});
-  cases.push_back({"Sum3_f32", "graph g(%a: f32[6,7], %b: f32[7], %c: f32[6,1]) {\n  %y = Sum(%a, %b, %c)\n  %z = Mean(%y, %a, %c)\n  return %z\n}"});
+  cases.push_back({"Pow_square_f32",
+                   "graph g(%x: f32[64]) {\n  %two = constant f32[] {2}\n  %y = Pow(%x, %two)\n  %z = Add(%y, %x)\n  "
+                   "return %z\n}"});
+  cases.push_back(
+      {"PRelu_f32",
+       "graph g(%x: f32[2,4,8], %s: f32[4,1]) {\n  %y = PRelu(%x, %s)\n  %z = Add(%y, %x)\n  return %z\n}"});
+  cases.push_back({"Sum3_f32",
+                   "graph g(%a: f32[6,7], %b: f32[7], %c: f32[6,1]) {\n  %y = Sum(%a, %b, %c)\n  %z = Mean(%y, %a, "
+                   "%c)\n  return %z\n}"});
   // Fused chains with intermediate outputs, as in the real models (HardSwish written out, LayerNorm).
   cases.push_back({"HardSwishChain_f32", R"(graph g(%x: f32[1,8,6,10]) {
   %three = constant f32[] {3}
@@ -102,14 +109,27 @@ std::vector<OpCase> OpSuiteCases() {
   return %y
 })"});
   // Library steps inside a cluster.
-  cases.push_back({"MatMulBias_f32", "graph g(%a: f32[3,8,16], %b: f32[16,12], %c: f32[12]) {\n  %m = MatMul(%a, %b)\n  %y = Add(%m, %c)\n  %z = Relu(%y)\n  return %z\n}"});
-  cases.push_back({"Gemm_f32", "graph g(%a: f32[5,7], %b: f32[9,7], %c: f32[9]) {\n  %m = Gemm(%a, %b, %c) {transB=1, alpha=0.5, beta=2.0}\n  %z = Sigmoid(%m)\n  return %z\n}"});
-  cases.push_back({"Softmax_f32", "graph g(%x: f32[4,33]) {\n  %s = Softmax(%x) {axis=-1}\n  %z = Mul(%s, %x)\n  return %z\n}"});
-  cases.push_back({"Transpose_f32", "graph g(%x: f32[2,3,4]) {\n  %t = Transpose(%x) {perm=[2,0,1]}\n  %z = Neg(%t)\n  return %z\n}"});
-  cases.push_back({"Concat_f32", "graph g(%x: f32[2,3], %y: f32[2,5]) {\n  %c = Concat(%x, %y) {axis=1}\n  %z = Exp(%c)\n  return %z\n}"});
-  cases.push_back({"ReduceMax_f64", "graph g(%x: f64[3,4,5]) {\n  %r = ReduceMax(%x) {axes=[1], keepdims=0}\n  %z = Abs(%r)\n  return %z\n}"});
-  cases.push_back({"Where_f32", "graph g(%c: bool[4,6], %x: f32[4,6], %y: f32[6]) {\n  %w = Where(%c, %x, %y)\n  %z = Tanh(%w)\n  return %z\n}"});
-  cases.push_back({"Cast_i64_f32", "graph g(%x: i64[10]) {\n  %c = Cast(%x) {to=1}\n  %z = Mul(%c, %c)\n  return %z\n}"});
+  cases.push_back({"MatMulBias_f32",
+                   "graph g(%a: f32[3,8,16], %b: f32[16,12], %c: f32[12]) {\n  %m = MatMul(%a, %b)\n  %y = Add(%m, "
+                   "%c)\n  %z = Relu(%y)\n  return %z\n}"});
+  cases.push_back({"Gemm_f32",
+                   "graph g(%a: f32[5,7], %b: f32[9,7], %c: f32[9]) {\n  %m = Gemm(%a, %b, %c) {transB=1, alpha=0.5, "
+                   "beta=2.0}\n  %z = Sigmoid(%m)\n  return %z\n}"});
+  cases.push_back(
+      {"Softmax_f32", "graph g(%x: f32[4,33]) {\n  %s = Softmax(%x) {axis=-1}\n  %z = Mul(%s, %x)\n  return %z\n}"});
+  cases.push_back({"Transpose_f32",
+                   "graph g(%x: f32[2,3,4]) {\n  %t = Transpose(%x) {perm=[2,0,1]}\n  %z = Neg(%t)\n  return %z\n}"});
+  cases.push_back(
+      {"Concat_f32",
+       "graph g(%x: f32[2,3], %y: f32[2,5]) {\n  %c = Concat(%x, %y) {axis=1}\n  %z = Exp(%c)\n  return %z\n}"});
+  cases.push_back(
+      {"ReduceMax_f64",
+       "graph g(%x: f64[3,4,5]) {\n  %r = ReduceMax(%x) {axes=[1], keepdims=0}\n  %z = Abs(%r)\n  return %z\n}"});
+  cases.push_back({"Where_f32",
+                   "graph g(%c: bool[4,6], %x: f32[4,6], %y: f32[6]) {\n  %w = Where(%c, %x, %y)\n  %z = Tanh(%w)\n  "
+                   "return %z\n}"});
+  cases.push_back(
+      {"Cast_i64_f32", "graph g(%x: i64[10]) {\n  %c = Cast(%x) {to=1}\n  %z = Mul(%c, %c)\n  return %z\n}"});
   // Bool values inside fused kernels: comparisons, logic, Where, Cast to and from bool, bool outputs.
   cases.push_back({"CompareLogicWhere_f32_bool", R"(graph g(%a: f32[3,4,10], %b: f32[4,1], %m: bool[10]) {
   %two = constant f32[] {2}
@@ -171,8 +191,10 @@ std::vector<OpCase> OpSuiteCases() {
 })"});
   // Elementwise ops after Conv run as oneDNN post-ops inside the Conv step.
   auto conv_case = [&](const std::string& name, const std::string& tail) {
-    cases.push_back({name, "graph g(%x: f32[1,3,9,11], %w: f32[4,3,3,3], %b: f32[4]) {\n  %c = Conv(%x, %w, %b) {pads=[1,1,1,1]}\n" +
-                               tail + "\n}"});
+    cases.push_back(
+        {name,
+         "graph g(%x: f32[1,3,9,11], %w: f32[4,3,3,3], %b: f32[4]) {\n  %c = Conv(%x, %w, %b) {pads=[1,1,1,1]}\n" +
+             tail + "\n}"});
   };
   conv_case("ConvRelu_f32", "  %r = Relu(%c)\n  %z = Neg(%r)\n  return %z");
   conv_case("ConvHardSwish_f32", R"(  %three = constant f32[] {3}
@@ -214,7 +236,9 @@ std::vector<OpCase> OpSuiteCases() {
   return %z, %q
 })"});
   // View ops absorbed into fused kernels (strided reads; nothing materialized).
-  cases.push_back({"TransposeIntoAdd_f32", "graph g(%x: f32[4,6,5], %y: f32[5,4,6]) {\n  %t = Transpose(%x) {perm=[2,0,1]}\n  %a = Add(%t, %y)\n  %z = Relu(%a)\n  return %z\n}"});
+  cases.push_back({"TransposeIntoAdd_f32",
+                   "graph g(%x: f32[4,6,5], %y: f32[5,4,6]) {\n  %t = Transpose(%x) {perm=[2,0,1]}\n  %a = Add(%t, "
+                   "%y)\n  %z = Relu(%a)\n  return %z\n}"});
   cases.push_back({"SliceIntoMul_f32", R"(graph g(%x: f32[8,10], %y: f32[3,4]) {
   %st = constant i64[2] {1, 7}
   %en = constant i64[2] {7, 0}
@@ -226,16 +250,30 @@ std::vector<OpCase> OpSuiteCases() {
   return %z
 })"});
   // float16 / bfloat16 values: loaded and stored in their type, computed in float32, rounded after each op.
-  cases.push_back({"HalfChain_f16", "graph g(%x: f16[3,37], %y: f16[37]) {\n  %a = Add(%x, %y)\n  %s = Sigmoid(%a)\n  %m = Mul(%s, %x)\n  return %m\n}"});
-  cases.push_back({"BFloatChain_bf16", "graph g(%x: bf16[4,9,5], %y: bf16[9,1]) {\n  %a = Mul(%x, %y)\n  %t = Tanh(%a)\n  %z = Sub(%t, %x)\n  return %z\n}"});
-  cases.push_back({"CastRoundTrip_f32_f16_bf16", "graph g(%x: f32[6,33]) {\n  %h = Cast(%x) {to=10}\n  %e = Exp(%h)\n  %b = Cast(%e) {to=16}\n  %f = Cast(%b) {to=1}\n  %z = Add(%f, %x)\n  return %z, %h\n}"});
+  cases.push_back({"HalfChain_f16",
+                   "graph g(%x: f16[3,37], %y: f16[37]) {\n  %a = Add(%x, %y)\n  %s = Sigmoid(%a)\n  %m = Mul(%s, "
+                   "%x)\n  return %m\n}"});
+  cases.push_back({"BFloatChain_bf16",
+                   "graph g(%x: bf16[4,9,5], %y: bf16[9,1]) {\n  %a = Mul(%x, %y)\n  %t = Tanh(%a)\n  %z = Sub(%t, "
+                   "%x)\n  return %z\n}"});
+  cases.push_back({"CastRoundTrip_f32_f16_bf16",
+                   "graph g(%x: f32[6,33]) {\n  %h = Cast(%x) {to=10}\n  %e = Exp(%h)\n  %b = Cast(%e) {to=16}\n  %f = "
+                   "Cast(%b) {to=1}\n  %z = Add(%f, %x)\n  return %z, %h\n}"});
   // Two full-shaped outputs, the softmax's second: the CPU row kernel keeps the exponentials in the first
   // output's row, so every value of an element must be read before any of its stores.
-  cases.push_back({"SoftmaxBesideElementwise_f32", "graph g(%x: f32[4,33]) {\n  %a = Add(%x, %x)\n  %s = Softmax(%a) {axis=-1}\n  %z = Mul(%s, %a)\n  return %a, %z\n}"});
-  cases.push_back({"HalfIntoSoftmax_f16", "graph g(%x: f16[5,40]) {\n  %f = Cast(%x) {to=1}\n  %s = Softmax(%f) {axis=-1}\n  %h = Cast(%s) {to=10}\n  return %h\n}"});
-  cases.push_back({"HalfTransposeView_f16", "graph g(%x: f16[4,6,5], %y: f16[5,4,6]) {\n  %t = Transpose(%x) {perm=[2,0,1]}\n  %a = Add(%t, %y)\n  return %a\n}"});
+  cases.push_back({"SoftmaxBesideElementwise_f32",
+                   "graph g(%x: f32[4,33]) {\n  %a = Add(%x, %x)\n  %s = Softmax(%a) {axis=-1}\n  %z = Mul(%s, %a)\n  "
+                   "return %a, %z\n}"});
+  cases.push_back({"HalfIntoSoftmax_f16",
+                   "graph g(%x: f16[5,40]) {\n  %f = Cast(%x) {to=1}\n  %s = Softmax(%f) {axis=-1}\n  %h = Cast(%s) "
+                   "{to=10}\n  return %h\n}"});
+  cases.push_back({"HalfTransposeView_f16",
+                   "graph g(%x: f16[4,6,5], %y: f16[5,4,6]) {\n  %t = Transpose(%x) {perm=[2,0,1]}\n  %a = Add(%t, "
+                   "%y)\n  return %a\n}"});
   // Slice-1 (opset < 10): bounds as attributes, also read as a strided view.
-  cases.push_back({"Slice1AttrIntoNeg_f32", "graph g(%x: f32[3,1,8,6,5]) {\n  %s = Slice(%x) {starts=[1, 2], ends=[2, -1], axes=[0, 3]}\n  %z = Neg(%s)\n  return %z\n}"});
+  cases.push_back({"Slice1AttrIntoNeg_f32",
+                   "graph g(%x: f32[3,1,8,6,5]) {\n  %s = Slice(%x) {starts=[1, 2], ends=[2, -1], axes=[0, 3]}\n  %z = "
+                   "Neg(%s)\n  return %z\n}"});
   cases.push_back({"ExpandReshapeChain_f32", R"(graph g(%x: f32[3,1], %y: f32[3,4]) {
   %sh = constant i64[2] {3, 4}
   %e = Expand(%x, %sh)
@@ -253,7 +291,9 @@ std::vector<OpCase> OpSuiteCases() {
   %z = Sigmoid(%a)
   return %z
 })"});
-  cases.push_back({"SoftmaxOfTranspose_f32", "graph g(%x: f32[6,3,7]) {\n  %t = Transpose(%x) {perm=[1,0,2]}\n  %s = Softmax(%t) {axis=-1}\n  %z = Mul(%s, %t)\n  return %z\n}"});
+  cases.push_back({"SoftmaxOfTranspose_f32",
+                   "graph g(%x: f32[6,3,7]) {\n  %t = Transpose(%x) {perm=[1,0,2]}\n  %s = Softmax(%t) {axis=-1}\n  %z "
+                   "= Mul(%s, %t)\n  return %z\n}"});
   return cases;
 }
 

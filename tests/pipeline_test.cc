@@ -175,7 +175,8 @@ TEST(PipelineTest, DisablingSimplifyKeepsResultsAndDumpAfterWritesTheIr) {
   fs::remove_all(dir);
   SessionOptions o;
   o.use_environment_flags = false;
-  o.flags = *ParseFlags("--device=cpu --auto_jit=-1 --dump_pass_re=^$ --dump_after=simplify,fold_pad_into_conv --dump_to=" + dir);
+  o.flags = *ParseFlags(
+      "--device=cpu --auto_jit=-1 --dump_pass_re=^$ --dump_after=simplify,fold_pad_into_conv --dump_to=" + dir);
   auto dumped = Session::Load(model, o);
   ASSERT_TRUE(dumped.ok()) << dumped.status();
   o.flags = *ParseFlags("--device=cpu --auto_jit=-1 --disable_passes=simplify,fold_pad_into_conv");

@@ -47,7 +47,8 @@ TEST(ProfilerTest, TraceHasCompileCacheFlowAndStepEvents) {
   CJIT_REQUIRE_DATA(ClsModel());
   std::string dir = TempDir("trace");
   std::string path = dir + "/t.json";
-  auto s = LoadSessionWithFlags(ClsModel(), "--device=cpu --async_compilation=false --trace_to=" + path + " --compile_threshold=1", 1);
+  auto s = LoadSessionWithFlags(
+      ClsModel(), "--device=cpu --async_compilation=false --trace_to=" + path + " --compile_threshold=1", 1);
   ASSERT_TRUE(s.ok()) << s.status();
   auto in = ClsInput(**s);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE((*s)->Run(in).ok());
@@ -63,7 +64,8 @@ TEST(ProfilerTest, TraceHasCompileCacheFlowAndStepEvents) {
   int runs = 0, flow_s = 0, flow_f = 0;
   bool compiled_run = false, fallback_run = false, library_impl = false, cache_key = false;
   for (const auto& e : doc["traceEvents"]) {
-    ASSERT_TRUE(e.contains("name") && e.contains("ph") && e.contains("ts") && e.contains("pid") && e.contains("tid")) << e;
+    ASSERT_TRUE(e.contains("name") && e.contains("ph") && e.contains("ts") && e.contains("pid") && e.contains("tid"))
+        << e;
     std::string ph = e["ph"];
     if (ph == "X") {
       ASSERT_TRUE(e.contains("dur")) << e;

@@ -125,7 +125,8 @@ TEST_P(PtxOpSuiteTest, GatherKernelsAssemble) {
   auto ptx = GatherKernelsPtx(arch);
   ASSERT_TRUE(ptx.ok()) << ptx.status();
   for (int bytes : {1, 2, 4, 8, 16}) {
-    EXPECT_NE(ptx->find(std::string(".entry ") + kGatherKernelPrefix + std::to_string(bytes)), std::string::npos) << bytes;
+    EXPECT_NE(ptx->find(std::string(".entry ") + kGatherKernelPrefix + std::to_string(bytes)), std::string::npos)
+        << bytes;
   }
   std::string path = ::testing::TempDir() + "/cjit_gather_" + arch + ".ptx";
   {

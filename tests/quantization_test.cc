@@ -151,9 +151,10 @@ TEST(FuseQdqTest, ConditionsThatKeepTheFloatPath) {
   const std::string head = "graph g(%x: u8[1,8,9,10]) {\n" + ConvParams() +
                            "  %dx = DequantizeLinear(%x, %xs, %xz)\n  %dw = DequantizeLinear(%w, %ws, %wz) {axis=0}\n";
   // The Conv output is read by another op as well.
-  CheckFusion(head + "  %c = Conv(%dx, %dw)\n  %q = QuantizeLinear(%c, %ys, %yz)\n  %r = Relu(%c)\n"
-                     "  %dq = DequantizeLinear(%q, %ys, %yz)\n  %y0 = Add(%dq, %r)\n  %y = QuantizeLinear(%y0, %ys, %yz)\n"
-                     "  return %y\n}",
+  CheckFusion(head +
+                  "  %c = Conv(%dx, %dw)\n  %q = QuantizeLinear(%c, %ys, %yz)\n  %r = Relu(%c)\n"
+                  "  %dq = DequantizeLinear(%q, %ys, %yz)\n  %y0 = Add(%dq, %r)\n  %y = QuantizeLinear(%y0, %ys, %yz)\n"
+                  "  return %y\n}",
               0, "QLinearConv", Bytes(DType::kU8, {1, 8, 9, 10}));
   // A bias whose scale is not x_scale * w_scale.
   CheckFusion(head + IntConst("b", "i32", {6}, -3000, 3000, 5) + FloatConst("bs", {}, 0.3, 0) +
@@ -455,7 +456,8 @@ TEST(ChannelsLastQuantizedTest, RuntimePerChannelScaleStaysChannelsLast) {
   const std::string ir =
       "graph g(%x: u8[1,8,11,13]) {\n" + IntConst("w1", "i8", {6, 8, 3, 3}, -127, 127, 3) +
       IntConst("w2", "i8", {5, 6, 1, 1}, -127, 127, 4) + FloatConst("ws1", {6, 1, 1}, 0.01, 0.002) +
-      FloatConst("ws2", {5, 1, 1}, 0.02, 0.001) + FloatConst("xs", {}, 0.05, 0) + IntConst("xz", "u8", {}, 120, 120, 0) +
+      FloatConst("ws2", {5, 1, 1}, 0.02, 0.001) + FloatConst("xs", {}, 0.05, 0) +
+      IntConst("xz", "u8", {}, 120, 120, 0) +
       "  %c1 = ConvInteger(%x, %w1, %xz) {pads=[1,1,1,1]}\n  %f1 = Cast(%c1) {to=1}\n"
       "  %s1 = Mul(%xs, %ws1)\n  %y1 = Mul(%f1, %s1)\n  %r = Relu(%y1)\n"
       "  %q, %qs, %qz = DynamicQuantizeLinear(%r)\n  %c2 = ConvInteger(%q, %w2, %qz)\n  %f2 = Cast(%c2) {to=1}\n"

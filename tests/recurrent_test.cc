@@ -181,7 +181,8 @@ TEST_P(RecurrentF32Test, BidirectionalMatchesFloat64Reference) {
   auto out = (*ex)->Run(inputs);
   ASSERT_TRUE(out.ok()) << out.status();
   auto at = [&](const Tensor& t, int64_t seq, int64_t bat, int64_t k, int64_t inner) {  // seq-major index
-    return c.layout == 0 ? t.data<float>()[(seq * B + bat) * inner + k] : t.data<float>()[(bat * (t.dim(1)) + seq) * inner + k];
+    return c.layout == 0 ? t.data<float>()[(seq * B + bat) * inner + k]
+                         : t.data<float>()[(bat * (t.dim(1)) + seq) * inner + k];
   };
   for (int d = 0; d < nd; ++d) {
     for (int b = 0; b < B; ++b) {

@@ -68,7 +68,8 @@ TEST(SequenceTest, InsertAtLengthConcatThroughSessionRun) {
     ASSERT_EQ(s->outputs()[3].kind, ValueKind::kSequence);
     Tensor a = Floats({1, 3}, 0), b = Floats({2, 3}, 10), t = Floats({1, 3}, 100);
     for (int run = 0; run < 3; ++run) {
-      auto r = s->Run({{"seq", Tensor::Sequence(DType::kF32, {a, b})}, {"t", t}, {"pos", Int64({-1})}, {"at", Int64({1})}});
+      auto r =
+          s->Run({{"seq", Tensor::Sequence(DType::kF32, {a, b})}, {"t", t}, {"pos", Int64({-1})}, {"at", Int64({1})}});
       ASSERT_TRUE(r.ok()) << r.status();
       // Inserted before the last: [a, t, b].
       EXPECT_EQ(Values((*r)[0].tensor), Values(t));
@@ -139,7 +140,8 @@ TEST(SequenceTest, SplitToSequenceEveryForm) {
     b.Input("x", kF32, {2, 5});
     std::vector<std::string> ins = {"x"};
     if (!c.split.empty()) {
-      b.InitInts("split", c.scalar ? std::vector<int64_t>{} : std::vector<int64_t>{static_cast<int64_t>(c.split.size())},
+      b.InitInts("split",
+                 c.scalar ? std::vector<int64_t>{} : std::vector<int64_t>{static_cast<int64_t>(c.split.size())},
                  c.split);
       ins.push_back("split");
     }
@@ -370,7 +372,8 @@ TEST(SequenceTest, ValueFilesRoundTripAndRejectTheWrongMessage) {
     auto back = ReadValueProtoFile(path, values[k].kind(), values[k].dtype());
     ASSERT_TRUE(back.ok()) << back.status();
     EXPECT_EQ(back->name, "v");
-    EXPECT_TRUE(back->tensor.BitwiseEquals(values[k])) << values[k].Describe() << " read back as " << back->tensor.Describe();
+    EXPECT_TRUE(back->tensor.BitwiseEquals(values[k]))
+        << values[k].Describe() << " read back as " << back->tensor.Describe();
   }
   // An optional file read as a sequence of tensors holds no valid sequence; a garbage file parses as nothing.
   const std::string bad = dir + "/garbage.pb";

@@ -1,5 +1,5 @@
-// SessionOptions and a model runner shared by the tests. OneClusterOptions (the clustering tests): the CPU, no CJIT_FLAGS from
-// the environment, every clusterable op clustered however small (auto_jit=1, min_cluster_size=1), one
+// SessionOptions and a model runner shared by the tests. OneClusterOptions (the clustering tests): the CPU, no
+// CJIT_FLAGS from the environment, every clusterable op clustered however small (auto_jit=1, min_cluster_size=1), one
 // intra-op thread, and compiles at fixed runs (auto would compile in the background when a CPU is idle).
 // Tests add their own flags on top.
 #ifndef CJIT_TESTS_SESSION_OPTIONS_H_

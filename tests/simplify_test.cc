@@ -193,7 +193,8 @@ TEST(FoldIntoConvTest, FoldsBeforeSpecializationWithUnknownDims) {
   const double wide[3] = {1, 2, 3};
   ASSERT_EQ(after[0].dims(), (Dims{1, 1, 3, 2, 2}));
   for (int c = 0; c < 3; ++c)
-    for (int p = 0; p < 4; ++p) EXPECT_NEAR(after[0].data<float>()[c * 4 + p], ConvBnMulAddReference(x, c, p) * wide[c], 1e-5);
+    for (int p = 0; p < 4; ++p)
+      EXPECT_NEAR(after[0].data<float>()[c * 4 + p], ConvBnMulAddReference(x, c, p) * wide[c], 1e-5);
 }
 
 TEST(FoldIntoConvTest, DoesNotFoldWhenConvOutputHasOtherReaders) {

@@ -73,7 +73,8 @@ Subcommand AddRun(CLI::App& app) {
   run->add_option("--stats-json", a->stats_json, "write latency statistics here");
   run->add_option("--trace", a->trace, "write a Chrome trace-event JSON file here (as --trace_to)");
   run->add_flag("--profile", a->profile, "print the per-op profile table of the timed runs");
-  run->add_option("--concurrency", a->concurrency, "run the timed iterations from N threads on one session (throughput)")
+  run->add_option("--concurrency", a->concurrency,
+                  "run the timed iterations from N threads on one session (throughput)")
       ->check(CLI::PositiveNumber);
   return {run, [a] {
             return cjit::CmdRun(a->model, a->inputs, a->shapes, a->iterations, a->warmup, a->output_dir, a->stats_json,
@@ -115,7 +116,8 @@ Subcommand AddQuantCheck(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   auto* quant_check = app.add_subcommand(
-      "quant-check", "--auto_quantize vs float32 on a test-data directory; the most sensitive node, what to keep float32");
+      "quant-check",
+      "--auto_quantize vs float32 on a test-data directory; the most sensitive node, what to keep float32");
   quant_check->add_option("dir", a->dir, "directory with model.onnx and test_data_set_*")->required();
   quant_check->add_option("--mode", a->mode, "dynamic (default) or weight_only")
       ->check(CLI::IsMember({"dynamic", "weight_only"}));
@@ -218,8 +220,9 @@ Subcommand AddCache(CLI::App& app) {
       ->required()
       ->check(CLI::IsMember({"ls", "stats", "verify", "clear", "prune", "push", "pull"}));
   cache->add_option("--dir", a->dir, "the cache directory (push: the one to publish; pull: the one to fill)");
-  cache->add_option("--remote", a->remote,
-                    "the fleet tier (a --remote_cache URL): ls/stats/verify its entries, push --dir to it, pull it into --dir");
+  cache->add_option(
+      "--remote", a->remote,
+      "the fleet tier (a --remote_cache URL): ls/stats/verify its entries, push --dir to it, pull it into --dir");
   cache->add_option("--key-file", a->key_file,
                     "with --remote: the fleet key file (default: --remote_cache_key_file of CJIT_FLAGS)");
   cache->add_option("--max-bytes", a->max_bytes, "for prune: the size to evict down to");
@@ -248,7 +251,8 @@ Subcommand AddOpt(CLI::App& app) {
   auto* opt = app.add_subcommand("opt", "run pipeline passes on a textual IR file and print the result (as LLVM opt)");
   opt->add_option("file", a->file, "textual IR (compiler/ir/text.h); - for stdin");
   opt->add_option("--passes", a->passes, "comma-separated pass names (default: the whole pipeline)");
-  opt->add_option("--flags", a->flags, "flags the passes read, CJIT_FLAGS grammar (\"--auto_mixed_precision=bfloat16\")");
+  opt->add_option("--flags", a->flags,
+                  "flags the passes read, CJIT_FLAGS grammar (\"--auto_mixed_precision=bfloat16\")");
   opt->add_flag("--gpu", a->gpu, "as for the GPU executor (no CPU-only rewrites)");
   opt->add_flag("--list", a->list, "list the passes in pipeline order");
   opt->add_flag("--print-after-all", a->print_after_all, "print the IR after each pass");
@@ -273,10 +277,18 @@ int CliMain(int argc, char** argv) {
   app.require_subcommand(1);
   // In the order of `cjit --help`.
   const std::vector<Subcommand> subcommands = {
-      AddRun(app),     AddCheck(app),   AddAmpCheck(app), AddQuantCheck(app),
-      AddExplain(app), AddBench(app),   AddBenchProcess(app), AddCompile(app),
-      AddCache(app),   AddAutotune(app), {app.add_subcommand("flags", "list every CJIT_FLAGS flag with its default and help"),
-                                          [] { return cjit::CmdFlags(); }},
+      AddRun(app),
+      AddCheck(app),
+      AddAmpCheck(app),
+      AddQuantCheck(app),
+      AddExplain(app),
+      AddBench(app),
+      AddBenchProcess(app),
+      AddCompile(app),
+      AddCache(app),
+      AddAutotune(app),
+      {app.add_subcommand("flags", "list every CJIT_FLAGS flag with its default and help"),
+       [] { return cjit::CmdFlags(); }},
       AddOpt(app)};
   try {
     app.parse(argc, argv);

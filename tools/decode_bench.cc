@@ -97,13 +97,14 @@ int main(int argc, char** argv) {
   }
   double total = load_ms;
   for (double m : step_ms) total += m;
-  std::printf("{\"model\": \"%s\", \"threads\": %d, \"load_ms\": %.3f, \"total_ms\": %.3f, \"step_ms\": [", model.c_str(),
-              threads, load_ms, total);
+  std::printf("{\"model\": \"%s\", \"threads\": %d, \"load_ms\": %.3f, \"total_ms\": %.3f, \"step_ms\": [",
+              model.c_str(), threads, load_ms, total);
   for (size_t i = 0; i < step_ms.size(); ++i) std::printf("%s%.4f", i ? ", " : "", step_ms[i]);
   const cjit::SessionStats st = session.stats();
-  std::printf("], \"specialized\": %lld, \"replayed\": %lld, \"dynamic_shape_runs\": %lld, \"dynamic_shape_misses\": %lld",
-              static_cast<long long>(st.specializations), static_cast<long long>(st.specialization_replays),
-              static_cast<long long>(st.dynamic_shape_runs), static_cast<long long>(st.dynamic_shape_misses));
+  std::printf(
+      "], \"specialized\": %lld, \"replayed\": %lld, \"dynamic_shape_runs\": %lld, \"dynamic_shape_misses\": %lld",
+      static_cast<long long>(st.specializations), static_cast<long long>(st.specialization_replays),
+      static_cast<long long>(st.dynamic_shape_runs), static_cast<long long>(st.dynamic_shape_misses));
   std::printf(", \"tokens\": [");
   for (size_t i = 0; i < tokens.size(); ++i) std::printf("%s%lld", i ? ", " : "", static_cast<long long>(tokens[i]));
   std::printf("]}\n");

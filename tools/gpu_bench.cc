@@ -10,7 +10,8 @@
 //    four executors timed before and after allocation churn and level-4 autotuning (BenchTuningSideEffect).
 // Timing: CUDA events around `--reps` launches after warm-up; the median of `--trials` trials. Each fused
 // kernel's output is checked against the CPU fallback executor on the same random inputs first.
-// Usage: cjit-gpu-bench [--elements N] [--reps R] [--trials T] [--gemm M] [--json PATH] | --model DIR [--reps R] [--trials T] [--cuda_data_dir D] [--tuning_side_effect true]
+// Usage: cjit-gpu-bench [--elements N] [--reps R] [--trials T] [--gemm M] [--json PATH] | --model DIR [--reps R]
+// [--trials T] [--cuda_data_dir D] [--tuning_side_effect true]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -149,8 +150,8 @@ absl::StatusOr<nlohmann::json> BenchFused(CudaDevice& dev, const Options& o, con
   }
   CJIT_ASSIGN_OR_RETURN(double ms, TimeMs(dev, o, [&] { return LaunchFused(dev, launch, ptrs); }));
   double gbs = static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
-  std::printf("%-28s %9.3f ms  %8.1f GB/s  %5.1f%% of copy  matches CPU: %s (max |diff| %.2e)\n", c.name.c_str(), ms, gbs,
-              100 * gbs / copy_gbs, ok ? "yes" : "NO", max_abs);
+  std::printf("%-28s %9.3f ms  %8.1f GB/s  %5.1f%% of copy  matches CPU: %s (max |diff| %.2e)\n", c.name.c_str(), ms,
+              gbs, 100 * gbs / copy_gbs, ok ? "yes" : "NO", max_abs);
   return nlohmann::json{{"name", c.name}, {"ms", ms}, {"bytes", bytes}, {"gb_per_s", gbs},
                         {"share_of_copy", gbs / copy_gbs}, {"matches_cpu", ok}, {"max_abs_diff", max_abs}};
 }
@@ -212,7 +213,8 @@ absl::Status BenchTuningSideEffect(const Options& o, std::shared_ptr<const Graph
     std::vector<const GpuExecutor*> all;
     for (const auto& e : ex) all.push_back(e.get());
     CJIT_ASSIGN_OR_RETURN(std::vector<RunTimes> t, TimeExecutors(o, all, inputs));
-    for (size_t i = 0; i < t.size(); ++i) std::printf("%-24s %-30s median %.4f ms\n", when, names[i].c_str(), t[i].median);
+    for (size_t i = 0; i < t.size(); ++i)
+      std::printf("%-24s %-30s median %.4f ms\n", when, names[i].c_str(), t[i].median);
     return absl::OkStatus();
   };
   CJIT_RETURN_IF_ERROR(report("before anything"));
@@ -292,11 +294,12 @@ absl::Status BenchTuningSideEffect(const Options& o, std::shared_ptr<const Graph
 // --model DIR: move_conv_bias on vs off, `trials` alternating blocks of `reps` runs each; medians of all runs.
 absl::Status BenchModel(const Options& o) {
   std::string path = o.model + "/model.onnx";
-  CJIT_ASSIGN_OR_RETURN(std::unique_ptr<Session> session,
-                        LoadSessionWithFlags(path,
-                                             absl::StrCat("--device=cuda --autotune_level=0",
-                                                          o.cuda_data_dir.empty() ? "" : " --cuda_data_dir=", o.cuda_data_dir),
-                                             1));
+  CJIT_ASSIGN_OR_RETURN(
+      std::unique_ptr<Session> session,
+      LoadSessionWithFlags(path,
+                           absl::StrCat("--device=cuda --autotune_level=0",
+                                        o.cuda_data_dir.empty() ? "" : " --cuda_data_dir=", o.cuda_data_dir),
+                           1));
   CJIT_ASSIGN_OR_RETURN(std::vector<DataSet> sets, ReadDataSets(o.model, *session));
   if (sets.empty()) return absl::NotFoundError(absl::StrCat(o.model, " has no test_data_set_*"));
   CJIT_ASSIGN_OR_RETURN(std::shared_ptr<Graph> graph, session->SpecializeAndCluster(sets[0].inputs, nullptr));
@@ -368,16 +371,27 @@ absl::Status Main(const Options& o) {
       "  %v = ReduceMean(%q) {axes=[-1]}\n  %e = constant f32[] {1e-5}\n  %ve = Add(%v, %e)\n"
       "  %s = Sqrt(%ve)\n  %n = Div(%d, %s)\n  %gn = Mul(%n, %g)\n  %y = Add(%gn, %b)\n  return %y\n}");
   std::vector<FusedCase> cases = {
-      {"scale_shift (1 in, 1 out)", absl::StrCat("graph g(%x: f32", shape, ") {\n  %a = constant f32[] {2}\n  %b = constant f32[] {1}\n  %m = Mul(%x, %a)\n  %y = Add(%m, %b)\n  return %y\n}")},
-      {"silu (1 in, 1 out)", absl::StrCat("graph g(%x: f32", shape, ") {\n  %s = Sigmoid(%x)\n  %y = Mul(%x, %s)\n  return %y\n}")},
-      {"relu(a*b+c) (3 in, 1 out)", absl::StrCat("graph g(%a: f32", shape, ", %b: f32", shape, ", %c: f32", shape, ") {\n  %m = Mul(%a, %b)\n  %s = Add(%m, %c)\n  %y = Relu(%s)\n  return %y\n}")},
-      {"bias_gelu_erf (row bcast)", absl::StrCat("graph g(%x: f32", shape, ", %b: f32[", cols, "]) {\n  %h = Add(%x, %b)\n  %k = constant f32[] {0.70710678}\n  %s = Mul(%h, %k)\n  %e = Erf(%s)\n  %one = constant f32[] {1}\n  %p = Add(%e, %one)\n  %half = constant f32[] {0.5}\n  %q = Mul(%h, %half)\n  %y = Mul(%q, %p)\n  return %y\n}")},
+      {"scale_shift (1 in, 1 out)", absl::StrCat("graph g(%x: f32", shape,
+                                                 ") {\n  %a = constant f32[] {2}\n  %b = constant f32[] {1}\n  %m = "
+                                                 "Mul(%x, %a)\n  %y = Add(%m, %b)\n  return %y\n}")},
+      {"silu (1 in, 1 out)",
+       absl::StrCat("graph g(%x: f32", shape, ") {\n  %s = Sigmoid(%x)\n  %y = Mul(%x, %s)\n  return %y\n}")},
+      {"relu(a*b+c) (3 in, 1 out)",
+       absl::StrCat("graph g(%a: f32", shape, ", %b: f32", shape, ", %c: f32", shape,
+                    ") {\n  %m = Mul(%a, %b)\n  %s = Add(%m, %c)\n  %y = Relu(%s)\n  return %y\n}")},
+      {"bias_gelu_erf (row bcast)",
+       absl::StrCat("graph g(%x: f32", shape, ", %b: f32[", cols,
+                    "]) {\n  %h = Add(%x, %b)\n  %k = constant f32[] {0.70710678}\n  %s = Mul(%h, %k)\n  %e = "
+                    "Erf(%s)\n  %one = constant f32[] {1}\n  %p = Add(%e, %one)\n  %half = constant f32[] {0.5}\n  %q "
+                    "= Mul(%h, %half)\n  %y = Mul(%q, %p)\n  return %y\n}")},
       {"softmax (row kernel)", softmax},
       {"softmax, no row cache", softmax, false},
       {"layernorm 768 (+gamma,beta)", layernorm, true, 1e-4},
       {"layernorm 768, no row cache", layernorm, false, 1e-4},
-      {"softmax 128-elem rows", absl::StrCat("graph g(%x: f32[", o.elements / 128, ",128]) {\n  %y = Softmax(%x) {axis=-1}\n  return %y\n}")},
-      {"softmax, 64 long rows", absl::StrCat("graph g(%x: f32[64,", o.elements / 64, "]) {\n  %y = Softmax(%x) {axis=-1}\n  return %y\n}")},
+      {"softmax 128-elem rows",
+       absl::StrCat("graph g(%x: f32[", o.elements / 128, ",128]) {\n  %y = Softmax(%x) {axis=-1}\n  return %y\n}")},
+      {"softmax, 64 long rows",
+       absl::StrCat("graph g(%x: f32[64,", o.elements / 64, "]) {\n  %y = Softmax(%x) {axis=-1}\n  return %y\n}")},
   };
   j["fused"] = nlohmann::json::array();
   for (const FusedCase& c : cases) {
@@ -403,7 +417,8 @@ absl::Status Main(const Options& o) {
     CJIT_RETURN_IF_ERROR(dev->CopyToDevice(a->address(), host.data(), bytes));
     CJIT_RETURN_IF_ERROR(dev->CopyToDevice(b->address(), host.data(), bytes));
     CJIT_ASSIGN_OR_RETURN(auto plan, MakeGemmPlan(dev, s));
-    CJIT_ASSIGN_OR_RETURN(double ms, TimeMs(*dev, o, [&] { return plan->Run(a->address(), b->address(), 0, d->address()); }));
+    CJIT_ASSIGN_OR_RETURN(double ms,
+                          TimeMs(*dev, o, [&] { return plan->Run(a->address(), b->address(), 0, d->address()); }));
     double tflops = 2.0 * static_cast<double>(o.gemm) * o.gemm * o.gemm / (ms * 1e-3) / 1e12;
     std::printf("%-28s %9.3f ms  %8.1f TFLOP/s (float32, CUBLAS_COMPUTE_32F)\n",
                 absl::StrCat("gemm ", o.gemm, "^3").c_str(), ms, tflops);
@@ -436,7 +451,9 @@ int main(int argc, char** argv) {
     }
   }
   if (argc % 2 == 0) {
-    std::fprintf(stderr, "usage: cjit-gpu-bench [--elements N] [--reps R] [--trials T] [--gemm M] [--json PATH] | --model DIR [--reps R] [--trials T] [--cuda_data_dir D] [--tuning_side_effect true]\n");
+    std::fprintf(stderr,
+                 "usage: cjit-gpu-bench [--elements N] [--reps R] [--trials T] [--gemm M] [--json PATH] | --model DIR "
+                 "[--reps R] [--trials T] [--cuda_data_dir D] [--tuning_side_effect true]\n");
     return 2;
   }
   absl::Status st = cjit::Main(o);

@@ -134,7 +134,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: %s\n", manifest.c_str(), e.what());
     return 2;
   }
-  if (copy) std::printf("%s\n", nlohmann::json{{"copy_gbps", CopyBandwidth(threads)}, {"threads", threads}}.dump().c_str());
+  if (copy)
+    std::printf("%s\n", nlohmann::json{{"copy_gbps", CopyBandwidth(threads)}, {"threads", threads}}.dump().c_str());
   int failures = 0;
   for (const auto& c : cases) {
     const std::string name = c["name"];

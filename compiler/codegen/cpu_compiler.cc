@@ -229,7 +229,8 @@ std::vector<PlannedKernel> PlanKernels(const FusionPlan& plan, CpuCodeImpl* code
 
 absl::StatusOr<CpuKernelFn> Lookup(Jit& jit, const std::string& symbol) {
   auto addr = jit.lljit->lookup(symbol);
-  if (!addr) return absl::InternalError(absl::StrCat("LLVM JIT lookup of ", symbol, " failed: ", ToString(addr.takeError())));
+  if (!addr)
+    return absl::InternalError(absl::StrCat("LLVM JIT lookup of ", symbol, " failed: ", ToString(addr.takeError())));
   return addr->toPtr<CpuKernelFn>();
 }
 
@@ -490,7 +491,8 @@ absl::StatusOr<std::vector<CpuKernelDump>> DumpCpuKernels(const FusionPlan& plan
     absl::Status st = RunLlvmRecoverably("dumping CPU code", [&]() -> absl::Status {
       llvm::LLVMContext ctx;
       std::string symbol = KernelSymbol(planned[i].structure);
-      CJIT_ASSIGN_OR_RETURN(std::unique_ptr<llvm::Module> module, EmitKernelModule(jit, plan.kernels[i], planned[i], symbol, ctx));
+      CJIT_ASSIGN_OR_RETURN(std::unique_ptr<llvm::Module> module,
+                            EmitKernelModule(jit, plan.kernels[i], planned[i], symbol, ctx));
       {
         llvm::raw_string_ostream os(out[i].llvm_ir);
         module->print(os, nullptr);

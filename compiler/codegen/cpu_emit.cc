@@ -123,7 +123,8 @@ class CpuMath : public TargetMath {
                                4.89352455891786e-03},
                               {1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
                                4.89352518554385e-03});
-    llvm::Value* ax = b.CreateSelect(b.CreateFCmpOLT(x, llvm::ConstantFP::get(b.getFloatTy(), 0.0)), b.CreateFNeg(x), x);
+    llvm::Value* ax =
+        b.CreateSelect(b.CreateFCmpOLT(x, llvm::ConstantFP::get(b.getFloatTy(), 0.0)), b.CreateFNeg(x), x);
     return b.CreateSelect(b.CreateFCmpOLT(ax, llvm::ConstantFP::get(b.getFloatTy(), 0.0004)), x, r);
   }
 
@@ -189,7 +190,8 @@ absl::Status EmitKernel(llvm::Module& m, const FusedKernel& k, const Collapsed& 
     int64_t np = 0;
     for (const Node* node : k.nodes)
       for (const Value* v : node->inputs) np += v && IsScalarConstant(v) && node->op_type != "Pow";
-    for (int64_t i = 0; i < np; ++i) params_v.push_back(b.CreateLoad(f32, b.CreateInBoundsGEP(f32, consts, b.getInt64(i))));
+    for (int64_t i = 0; i < np; ++i)
+      params_v.push_back(b.CreateLoad(f32, b.CreateInBoundsGEP(f32, consts, b.getInt64(i))));
   }
   ForLoop::Options rows;
   rows.guard = b.CreateAnd(b.CreateICmpSLT(row_begin, row_end), b.CreateICmpSGT(inner, b.getInt64(0)));
@@ -209,7 +211,8 @@ absl::Status EmitKernel(llvm::Module& m, const FusedKernel& k, const Collapsed& 
   }
   std::vector<llvm::Value*> out_ptr(n_out);
   for (size_t o = 0; o < n_out; ++o) {
-    out_ptr[o] = b.CreateInBoundsGEP(StorageType(b, k.outputs[o]->dtype), fn->getArg(static_cast<unsigned>(n_in + o)), out_base);
+    out_ptr[o] =
+        b.CreateInBoundsGEP(StorageType(b, k.outputs[o]->dtype), fn->getArg(static_cast<unsigned>(n_in + o)), out_base);
   }
   // Broadcast (innermost stride 0) inputs are loop-invariant.
   std::map<const Value*, llvm::Value*> vals;
@@ -324,7 +327,8 @@ class RowEmitter {
     }
     in_ptr_.resize(n_in);
     for (size_t i = 0; i < n_in; ++i) {
-      in_ptr_[i] = b_.CreateInBoundsGEP(StorageType(b_, k_.inputs[i]->dtype), fn_->getArg(static_cast<unsigned>(i)), base[i]);
+      in_ptr_[i] =
+          b_.CreateInBoundsGEP(StorageType(b_, k_.inputs[i]->dtype), fn_->getArg(static_cast<unsigned>(i)), base[i]);
       if (c_.strides[i].back() == 0) row_vals_[k_.inputs[i]] = LoadF32(b_, k_.inputs[i]->dtype, in_ptr_[i], nullptr);
     }
     Dims rd = k_.shape;
@@ -363,7 +367,8 @@ class RowEmitter {
         }
         for (const auto& [o, val] : vals) {
           DType dt = k_.outputs[o]->dtype;
-          llvm::Value* p = b_.CreateInBoundsGEP(StorageType(b_, dt), fn_->getArg(static_cast<unsigned>(n_in + o)), out_base);
+          llvm::Value* p =
+              b_.CreateInBoundsGEP(StorageType(b_, dt), fn_->getArg(static_cast<unsigned>(n_in + o)), out_base);
           StoreF32(b_, dt, val, p, j);
         }
         return absl::OkStatus();
@@ -386,8 +391,8 @@ class RowEmitter {
   // A loop over j in [0, inner); `accs` are (init, step(acc, j) -> next) accumulators; their final values
   // (init for an empty row) go to `results`.
   using Step = std::function<absl::StatusOr<llvm::Value*>(llvm::Value* acc, llvm::Value* j)>;
-  absl::Status Loop(const std::function<absl::Status(llvm::Value*)>& body, const std::vector<std::pair<llvm::Value*, Step>>& accs,
-                    std::vector<llvm::Value*>* results) {
+  absl::Status Loop(const std::function<absl::Status(llvm::Value*)>& body,
+                    const std::vector<std::pair<llvm::Value*, Step>>& accs, std::vector<llvm::Value*>* results) {
     ForLoop::Options options;
     options.guard = b_.CreateICmpSGT(inner_, b_.getInt64(0));
     ForLoop loop(b_, "pass", "j", b_.getInt64(0), inner_, b_.getInt64(1), options);

@@ -85,7 +85,8 @@ FusionDecision FusibleElementwise(const Node& n) {
   }
   const DType out = n.outputs[0]->dtype;
   if (!IsKernelStorage(out)) return {false, absl::StrCat("output dtype ", DTypeName(out), " is not stored by kernels")};
-  if ((float_op && out == DType::kBool) || (predicate && out != DType::kBool)) return {false, "output dtype of its class"};
+  if ((float_op && out == DType::kBool) || (predicate && out != DType::kBool))
+    return {false, "output dtype of its class"};
   if (op == "Clip" && n.HasAttr("min") == false && n.inputs.size() > 1) {
     // Clip bounds must be scalar float32 constants (they are folded into the code).
     for (size_t i = 1; i < n.inputs.size(); ++i) {
@@ -101,7 +102,8 @@ FusionDecision FusibleElementwise(const Node& n) {
     if (fc == FusionClass::kCast) {
       // An integer is read as its float32 value (the rounding Cast to float32 does) and is only cast: to
       // float32, or to bool (nonzero stays nonzero).
-      ok = IsKernelStorage(t) || ((t == DType::kI32 || t == DType::kI64) && (out == DType::kF32 || out == DType::kBool));
+      ok =
+          IsKernelStorage(t) || ((t == DType::kI32 || t == DType::kI64) && (out == DType::kF32 || out == DType::kBool));
     } else if (fc == FusionClass::kSelect) {
       ok = i == 0 ? t == DType::kBool : t == out;
     } else if (fc == FusionClass::kLogic) {
@@ -327,7 +329,8 @@ std::vector<const Node*> MatchPostOps(const Node& conv, const Readers& users,
   const bool bf16_ok = excess_precision && (conv.op_type == "Conv" || conv.op_type == "NhwcConv");
   if (dt != DType::kF32 && !(dt == DType::kBF16 && bf16_ok)) return absorbed;
   // Conv: [N, M, o..]; NhwcConv (channels-last): [N, o.., M].
-  int channel_axis = conv.op_type == "NhwcConv" || conv.op_type == "NhwcPointwiseDepthwiseConv" ? v->shape.rank() - 1 : 1;
+  int channel_axis =
+      conv.op_type == "NhwcConv" || conv.op_type == "NhwcPointwiseDepthwiseConv" ? v->shape.rank() - 1 : 1;
   int64_t oc = v->shape.dims[channel_axis].value;
   auto readers = [&](const Value* x) -> const std::vector<const Node*>& {
     static const std::vector<const Node*> kNone;
@@ -511,8 +514,9 @@ struct Absorbed {
 
 // The post-ops each Conv / GEMM of `order` absorbs (FusionPlanOptions::conv_post_ops, gemm_epilogues), by
 // its index; (*owner_out)[absorbed node's index] = that index.
-std::map<int, Absorbed> AbsorbPostOps(const std::vector<Node*>& order, const std::unordered_map<const Node*, int>& index,
-                                      const Readers& readers, const std::unordered_set<const Value*>& outputs_set,
+std::map<int, Absorbed> AbsorbPostOps(const std::vector<Node*>& order,
+                                      const std::unordered_map<const Node*, int>& index, const Readers& readers,
+                                      const std::unordered_set<const Value*>& outputs_set,
                                       const FusionPlanOptions& options, std::vector<int>* owner_out) {
   std::map<int, Absorbed> post;
   std::vector<int>& owner = *owner_out;
@@ -965,7 +969,8 @@ std::string FusionPlanToString(const FusionPlan& plan) {
           absl::StrAppend(&out, " read from ", k.input_sources[j]->name);
         }
         if (j < k.input_offsets.size()) absl::StrAppend(&out, " offset ", k.input_offsets[j]);
-        if (j < k.input_strides.size()) absl::StrAppend(&out, " strides [", absl::StrJoin(k.input_strides[j], ","), "]");
+        if (j < k.input_strides.size())
+          absl::StrAppend(&out, " strides [", absl::StrJoin(k.input_strides[j], ","), "]");
         out.append("\n");
       }
       for (const Value* v : k.outputs) absl::StrAppend(&out, "  out: ", vshape(v), "\n");

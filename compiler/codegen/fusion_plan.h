@@ -4,11 +4,11 @@
 // A fused kernel is a maximal group of elementwise ops (float32/float16/bfloat16 values, computed in float32;
 // supported by the elemental emitter) whose
 // outputs all have the same dims — its iteration space — possibly with reductions over the last axis and
-// the elementwise ops on their per-row results (a "row kernel", see FusedKernel::row_reduction). It reads each of its inputs once per element
-// (inputs may broadcast to the iteration space) and writes each value that is read outside the kernel
-// once; values used only inside stay in registers. Groups are formed by contracting producer->consumer
-// edges through GraphCycles, so no group depends on itself through a library step. Every other op of the
-// cluster (MatMul, Conv, reductions, data movement for now) is a library step run by the runtime.
+// the elementwise ops on their per-row results (a "row kernel", see FusedKernel::row_reduction). It reads each of its
+// inputs once per element (inputs may broadcast to the iteration space) and writes each value that is read outside the
+// kernel once; values used only inside stay in registers. Groups are formed by contracting producer->consumer edges
+// through GraphCycles, so no group depends on itself through a library step. Every other op of the cluster (MatMul,
+// Conv, reductions, data movement for now) is a library step run by the runtime.
 //
 // No LLVM here: the plan is target-independent; cpu_compiler.cc (and later the NVPTX compiler) lower it.
 #ifndef CJIT_COMPILER_CODEGEN_FUSION_PLAN_H_

@@ -111,7 +111,8 @@ std::string KernelStructure(const FusedKernel& k, const Collapsed& c) {
     }
     absl::StrAppend(&s, ")");
     for (const auto& [name, a] : node->attrs) {
-      absl::StrAppend(&s, name, "=", a.i, "/", absl::StrFormat("%a", a.f), "/", a.s, "/", absl::StrJoin(a.ints, ":"), "/");
+      absl::StrAppend(&s, name, "=", a.i, "/", absl::StrFormat("%a", a.f), "/", a.s, "/", absl::StrJoin(a.ints, ":"),
+                      "/");
       for (float f : a.floats) absl::StrAppend(&s, absl::StrFormat("%a:", f));
       absl::StrAppend(&s, ",");
     }

@@ -89,8 +89,8 @@ class GpuEmitter {
     params.push_back(ptr);  // meta
     params.push_back(ptr);  // consts
     params.push_back(i64);  // rows
-    fn_ = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), params, false), llvm::Function::ExternalLinkage,
-                                 name, m_);
+    fn_ = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), params, false),
+                                 llvm::Function::ExternalLinkage, name, m_);
     fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
     for (size_t i = 0; i < n_in + n_out; ++i) fn_->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::NoAlias);
     // meta and consts are only read: their loads may leave the loops (LICM), once per thread instead of
@@ -113,7 +113,8 @@ class GpuEmitter {
     for (const Node* node : k_.nodes)
       for (const Value* v : node->inputs) {
         if (v && IsScalarConstant(v) && node->op_type != "Pow") {
-          llvm::Value* p = b_.CreateLoad(b_.getFloatTy(), b_.CreateInBoundsGEP(b_.getFloatTy(), consts, b_.getInt64(np++)));
+          llvm::Value* p =
+              b_.CreateLoad(b_.getFloatTy(), b_.CreateInBoundsGEP(b_.getFloatTy(), consts, b_.getInt64(np++)));
           if (!params_.count(v)) params_[v] = p;
         }
       }
@@ -141,12 +142,14 @@ class GpuEmitter {
       llvm::Value* dim = MetaAt(1 + d);
       llvm::Value* idx = d == 0 ? rem : b_.CreateURem(rem, dim);
       if (d > 0) rem = b_.CreateUDiv(rem, dim);
-      for (size_t i = 0; i < n_in; ++i) base[i] = b_.CreateAdd(base[i], b_.CreateMul(idx, MetaAt(MetaIndex(nd_, i, d))));
+      for (size_t i = 0; i < n_in; ++i)
+        base[i] = b_.CreateAdd(base[i], b_.CreateMul(idx, MetaAt(MetaIndex(nd_, i, d))));
     }
     in_ptr_.assign(n_in, nullptr);
     inner_stride_.assign(n_in, nullptr);
     for (size_t i = 0; i < n_in; ++i) {
-      in_ptr_[i] = b_.CreateInBoundsGEP(StorageType(b_, k_.inputs[i]->dtype), fn_->getArg(static_cast<unsigned>(i)), base[i]);
+      in_ptr_[i] =
+          b_.CreateInBoundsGEP(StorageType(b_, k_.inputs[i]->dtype), fn_->getArg(static_cast<unsigned>(i)), base[i]);
       inner_stride_[i] = MetaAt(MetaIndex(nd_, i, nd_ - 1));
     }
   }
@@ -349,7 +352,8 @@ class GpuEmitter {
     llvm::LLVMContext& ctx = m_.getContext();
     llvm::Value* row0 = Sreg(b_, m_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y);
     llvm::Value* ntid = Sreg(b_, m_, llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x);
-    llvm::Value* col0 = b_.CreateAdd(b_.CreateMul(Sreg(b_, m_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x), ntid), tid_);
+    llvm::Value* col0 =
+        b_.CreateAdd(b_.CreateMul(Sreg(b_, m_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x), ntid), tid_);
     llvm::Value* col_stride = b_.CreateMul(ntid, Sreg(b_, m_, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x));
     ForLoop::Options options;
     options.exit = done;
@@ -418,7 +422,8 @@ class GpuEmitter {
     b_.CreateCall(barrier, {});
     llvm::Value* total = b_.CreateLoad(f32, b_.CreateInBoundsGEP(smem_type_, smem_, {b_.getInt64(0), b_.getInt64(0)}));
     for (int w = 1; w < kBlockWarps; ++w) {
-      total = combine(total, b_.CreateLoad(f32, b_.CreateInBoundsGEP(smem_type_, smem_, {b_.getInt64(0), b_.getInt64(w)})));
+      total =
+          combine(total, b_.CreateLoad(f32, b_.CreateInBoundsGEP(smem_type_, smem_, {b_.getInt64(0), b_.getInt64(w)})));
     }
     b_.CreateCall(barrier, {});
     return total;
@@ -441,8 +446,9 @@ class GpuEmitter {
       if (row_cache_) {
         // extern __shared__ float cache[]: sized by the launch (RowCacheBytes).
         llvm::Type* dyn = llvm::ArrayType::get(b_.getFloatTy(), 0);
-        auto* gv = new llvm::GlobalVariable(m_, dyn, false, llvm::GlobalValue::ExternalLinkage, nullptr,
-                                            fn_->getName() + "_row_cache", nullptr, llvm::GlobalValue::NotThreadLocal, 3);
+        auto* gv =
+            new llvm::GlobalVariable(m_, dyn, false, llvm::GlobalValue::ExternalLinkage, nullptr,
+                                     fn_->getName() + "_row_cache", nullptr, llvm::GlobalValue::NotThreadLocal, 3);
         gv->setAlignment(llvm::Align(16));
         cache_ = gv;
         int slot = 0;
@@ -478,7 +484,8 @@ class GpuEmitter {
         if (k_.outputs[o]->shape.concrete() != k_.shape) continue;
         CJIT_ASSIGN_OR_RETURN(llvm::Value* val, Elem(k_.outputs[o], j, memo));
         DType dt = k_.outputs[o]->dtype;
-        llvm::Value* p = b_.CreateInBoundsGEP(StorageType(b_, dt), fn_->getArg(static_cast<unsigned>(k_.inputs.size() + o)), out_base);
+        llvm::Value* p = b_.CreateInBoundsGEP(StorageType(b_, dt),
+                                              fn_->getArg(static_cast<unsigned>(k_.inputs.size() + o)), out_base);
         StoreF32(b_, dt, val, p, j);
       }
       store.End();
@@ -544,7 +551,8 @@ std::string NvptxTargetDescription(const PtxOptions& options) {
   auto bytes = std::filesystem::file_size(options.libdevice, ec);
   // codegen=N: the revision of the kernels this file emits (2: row kernels gained the row-cache function and
   // float32 kernels 16-byte accesses; 3: meta/consts are noalias readonly).
-  return absl::StrCat("nvptx64 ", options.gpu_arch, " +", PtxVersionFor(options.gpu_arch), " codegen=3 llvm=", LLVM_VERSION_STRING,
+  return absl::StrCat("nvptx64 ", options.gpu_arch, " +", PtxVersionFor(options.gpu_arch),
+                      " codegen=3 llvm=", LLVM_VERSION_STRING,
                       " libdevice=", ec ? std::string("missing") : absl::StrCat(bytes));
 }
 
@@ -620,16 +628,17 @@ void MarkKernel(llvm::Module& m, llvm::Function* fn) {
   llvm::LLVMContext& ctx = m.getContext();
   fn->setCallingConv(llvm::CallingConv::PTX_Kernel);
   m.getOrInsertNamedMetadata("nvvm.annotations")
-      ->addOperand(llvm::MDNode::get(ctx, {llvm::ValueAsMetadata::get(fn), llvm::MDString::get(ctx, "kernel"),
-                                           llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(llvm::Type::getInt32Ty(ctx), 1))}));
+      ->addOperand(llvm::MDNode::get(
+          ctx, {llvm::ValueAsMetadata::get(fn), llvm::MDString::get(ctx, "kernel"),
+                llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(llvm::Type::getInt32Ty(ctx), 1))}));
 }
 
 // One gather kernel moving `unit`-typed elements (see GatherKernelsPtx):
 //   for (row = blockIdx.y; row < n_outer * n_rows; row += gridDim.y)   // one index tuple per row
 //     o = row / n_rows; r = row % n_rows; off = o * outer_stride; ok = true
-//     for j < k: v = idx[r * k + j]; v += v < 0 ? dims[j] : 0; ok &= 0 <= v < dims[j]; off += (ok_j ? v : 0) * strides[j]
-//     if (!ok && first thread of the row's x range) *err = 1
-//     for (u = blockIdx.x * blockDim.x + threadIdx.x; u < row_units; u += gridDim.x * blockDim.x)
+//     for j < k: v = idx[r * k + j]; v += v < 0 ? dims[j] : 0; ok &= 0 <= v < dims[j]; off += (ok_j ? v : 0) *
+//     strides[j] if (!ok && first thread of the row's x range) *err = 1 for (u = blockIdx.x * blockDim.x + threadIdx.x;
+//     u < row_units; u += gridDim.x * blockDim.x)
 //       dst[row * row_units + u] = ok ? src[off + u] : 0
 // A bad index reads within the source (its component counts as 0), writes zeros and raises the flag.
 void EmitGatherKernel(llvm::Module& m, const std::string& name, llvm::Type* unit, unsigned align) {
@@ -729,7 +738,8 @@ void EmitGatherKernel(llvm::Module& m, const std::string& name, llvm::Type* unit
   llvm::Value* dst_row = b.CreateMul(row, row_units);
   ForLoop units(b, "u_head", "u", u0, row_units, u_stride, while_loop(u_head, u_body, row_latch, true));
   llvm::PHINode* u = units.index();
-  llvm::Value* loaded = b.CreateAlignedLoad(unit, b.CreateInBoundsGEP(unit, src, b.CreateAdd(off, u)), llvm::Align(align));
+  llvm::Value* loaded =
+      b.CreateAlignedLoad(unit, b.CreateInBoundsGEP(unit, src, b.CreateAdd(off, u)), llvm::Align(align));
   llvm::Value* val = b.CreateSelect(ok, loaded, llvm::Constant::getNullValue(unit));
   b.CreateAlignedStore(val, b.CreateInBoundsGEP(unit, dst, b.CreateAdd(dst_row, u)), llvm::Align(align));
   units.End();  // leaves b in row_latch
@@ -801,7 +811,8 @@ absl::StatusOr<PtxModule> CompileForNvptxUnsafe(const FusionPlan& plan, const Pt
   // Link libdevice (only the functions used), then optimize: the NVPTX pipeline runs NVVMReflect.
   auto buf = llvm::MemoryBuffer::getFile(options.libdevice);
   if (!buf) {
-    return absl::NotFoundError(absl::StrCat("cannot read libdevice at ", options.libdevice, ": ", buf.getError().message()));
+    return absl::NotFoundError(
+        absl::StrCat("cannot read libdevice at ", options.libdevice, ": ", buf.getError().message()));
   }
   auto libdevice = llvm::parseBitcodeFile((*buf)->getMemBufferRef(), ctx);
   if (!libdevice) return absl::InternalError(absl::StrCat("bad libdevice bitcode: ", ToString(libdevice.takeError())));

@@ -9,9 +9,9 @@
 // Memory comes in regions (2 MiB aligned; not advised as transparent huge pages: on a VM with THP defrag
 // "madvise" that made the detector stream's total vary 750-1220 ms, against 810-845 ms without). A region
 // is at least Options::min_region_bytes and at least the total already reserved (geometric growth: few
-// regions); regions are never touched by the arena itself (untouched pages are not resident). The total reserved stays within Options::max_bytes: when a request
-// does not fit, wholly free regions are released first, and if it still does not fit Allocate returns null
-// (the caller allocates outside the arena).
+// regions); regions are never touched by the arena itself (untouched pages are not resident). The total reserved stays
+// within Options::max_bytes: when a request does not fit, wholly free regions are released first, and if it still does
+// not fit Allocate returns null (the caller allocates outside the arena).
 //
 // Pages a block uses for the first time are prefaulted in one madvise(MADV_POPULATE_WRITE) call (Linux
 // 5.14+; Options::populate) outside the lock, instead of one page fault per 4 KiB page at first touch: on

@@ -137,7 +137,9 @@ uint64_t DefaultMaxTensorBytes() {
 
 uint64_t MaxTensorBytes() { return tls_max_tensor_bytes ? tls_max_tensor_bytes : DefaultMaxTensorBytes(); }
 
-ScopedMaxTensorBytes::ScopedMaxTensorBytes(uint64_t bytes) : saved_(tls_max_tensor_bytes) { tls_max_tensor_bytes = bytes; }
+ScopedMaxTensorBytes::ScopedMaxTensorBytes(uint64_t bytes) : saved_(tls_max_tensor_bytes) {
+  tls_max_tensor_bytes = bytes;
+}
 
 ScopedMaxTensorBytes::~ScopedMaxTensorBytes() { tls_max_tensor_bytes = saved_; }
 
@@ -154,7 +156,8 @@ absl::StatusOr<size_t> CheckedByteSize(DType dtype, const Dims& dims) {
   if (empty) return size_t{0};
   uint64_t esize = DTypeSize(dtype);
   if (overflow || (esize && n > static_cast<uint64_t>(INT64_MAX) / esize)) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor of dims ", DimsToString(dims), " is too large (its size overflows)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor of dims ", DimsToString(dims), " is too large (its size overflows)"));
   }
   uint64_t bytes = n * esize;
   uint64_t limit = MaxTensorBytes();

@@ -303,7 +303,8 @@ class Parser {
     while (pos_ < text_.size()) {
       char c = text_[pos_];
       // ':' belongs to a value name ("onnx::Flatten_0") unless a space follows ("%x: f32[2]").
-      bool colon_in_name = c == ':' && pos_ + 1 < text_.size() && !std::isspace(static_cast<unsigned char>(text_[pos_ + 1]));
+      bool colon_in_name =
+          c == ':' && pos_ + 1 < text_.size() && !std::isspace(static_cast<unsigned char>(text_[pos_ + 1]));
       if (std::isalnum(static_cast<unsigned char>(c)) || c == '_' ||
           (allow_punct && (c == '.' || colon_in_name || c == '/' || c == '-'))) {
         ++pos_;

@@ -451,9 +451,11 @@ absl::Status ExpandGroupQueryAttention(const onnx::NodeProto& n, Expansion& e, c
   std::string total = e.Op("Reshape", {int64_of(In(n, 6), "total"), e.Ints({})});
   std::string buffer = e.Op("Max", {total, p});  // present length
   // Where each row's new tokens start: 0 for a first prompt, else seqlens_k + 1 - S.
-  std::string past_len = e.Op("Where", {e.Op("Equal", {s, total}), e.Int(0), e.Op("Sub", {e.Op("Add", {lens, e.Int(1)}), s})});
+  std::string past_len =
+      e.Op("Where", {e.Op("Equal", {s, total}), e.Int(0), e.Op("Sub", {e.Op("Add", {lens, e.Int(1)}), s})});
   std::string steps = e.Op("Range", {e.Int(0), s, e.Int(1)});
-  std::string positions = e.Op("Add", {e.Op("Unsqueeze", {past_len, e.Ints({1})}), e.Op("Unsqueeze", {steps, e.Ints({0})})});
+  std::string positions =
+      e.Op("Add", {e.Op("Unsqueeze", {past_len, e.Ints({1})}), e.Op("Unsqueeze", {steps, e.Ints({0})})});
   if (rotary) {
     std::string pos = In(n, 9).empty() ? positions : In(n, 9);  // [B, S]
     std::string half = DimOf(e, In(n, 7), 1);

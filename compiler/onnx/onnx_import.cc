@@ -199,11 +199,13 @@ class Importer {
       elem = &elem->sequence_type().elem_type();
     }
     if (!elem->has_tensor_type()) {
-      return absl::UnimplementedError(absl::StrCat(
-          options_.source, ": value '", name, "' has an unsupported type (",
-          elem->has_map_type() ? "a map" : elem->has_sparse_tensor_type() ? "a sparse tensor"
-          : elem->has_sequence_type() || elem->has_optional_type() ? "a nested sequence or optional" : "no element type",
-          "); clusterjit supports tensors, sequences of tensors and optionals of either"));
+      return absl::UnimplementedError(
+          absl::StrCat(options_.source, ": value '", name, "' has an unsupported type (",
+                       elem->has_map_type()                                     ? "a map"
+                       : elem->has_sparse_tensor_type()                         ? "a sparse tensor"
+                       : elem->has_sequence_type() || elem->has_optional_type() ? "a nested sequence or optional"
+                                                                                : "no element type",
+                       "); clusterjit supports tensors, sequences of tensors and optionals of either"));
     }
     const auto& tt = elem->tensor_type();
     *t = DTypeFromOnnxCode(tt.elem_type());
@@ -262,7 +264,9 @@ class Importer {
     // optional input). Kernels and shape functions rely on this: they read the required inputs freely.
     std::string sig = absl::StrCat(np.op_type(), "-", schema->since_version);
     auto range = [](int lo, int hi) {
-      return lo == hi ? absl::StrCat(lo) : hi >= (1 << 30) ? absl::StrCat(lo, " or more") : absl::StrCat(lo, " to ", hi);
+      return lo == hi          ? absl::StrCat(lo)
+             : hi >= (1 << 30) ? absl::StrCat(lo, " or more")
+                               : absl::StrCat(lo, " to ", hi);
     };
     if (np.input_size() < schema->min_inputs || np.input_size() > schema->max_inputs) {
       return NodeErr(name, np.op_type(), absl::StrCat("has ", np.input_size(), " inputs; ", sig, " takes ",

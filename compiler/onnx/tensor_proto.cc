@@ -42,7 +42,8 @@ void UnpackNibbles(const uint8_t* packed, DType t, int64_t n, Tensor& out) {
 std::string PackNibbles(const Tensor& t) {
   std::string packed((t.numel() + 1) / 2, '\0');
   const uint8_t* src = static_cast<const uint8_t*>(t.raw());
-  for (int64_t i = 0; i < t.numel(); ++i) packed[i / 2] = static_cast<char>(packed[i / 2] | ((src[i] & 0xF) << (4 * (i % 2))));
+  for (int64_t i = 0; i < t.numel(); ++i)
+    packed[i / 2] = static_cast<char>(packed[i / 2] | ((src[i] & 0xF) << (4 * (i % 2))));
   return packed;
 }
 
@@ -273,7 +274,8 @@ absl::StatusOr<Tensor> SequenceFromProto(const onnx::SequenceProto& p, const std
   DType elem = empty_elem;  // an empty sequence's element type is not recorded
   for (int i = 0; i < p.tensor_values_size(); ++i) {
     auto t = TensorFromProto(p.tensor_values(i), dir);
-    if (!t.ok()) return absl::Status(t.status().code(), absl::StrCat(where, " element ", i, ": ", t.status().message()));
+    if (!t.ok())
+      return absl::Status(t.status().code(), absl::StrCat(where, " element ", i, ": ", t.status().message()));
     if (i == 0) elem = t->dtype();
     if (t->dtype() != elem) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": element ", i, " is ", DTypeName(t->dtype()),

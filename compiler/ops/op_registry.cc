@@ -95,7 +95,8 @@ absl::Status InferNode(const Node& node, std::span<const InferInput> inputs,
   if (!def->string_values) {
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (inputs[i].present && inputs[i].dtype == DType::kString) {
-        return NodeError(node, absl::StrCat("input ", i, " is a string tensor; ", node.op_type, " does not take strings"));
+        return NodeError(node,
+                         absl::StrCat("input ", i, " is a string tensor; ", node.op_type, " does not take strings"));
       }
     }
   }
@@ -140,8 +141,10 @@ absl::Status InferNodeDims(const OpDef& def, const Node& node, std::span<const I
   // A shape that cannot be allocated is an error here, not an abort later.
   for (const InferOutput& o : outputs) {
     if (!o.shape.fully_known()) continue;
-    absl::StatusOr<size_t> bytes = CheckedByteSize(o.dtype == DType::kInvalid ? DType::kU8 : o.dtype, o.shape.concrete());
-    if (!bytes.ok()) return NodeError(node, absl::StrCat("output ", o.shape.ToString(), ": ", bytes.status().message()));
+    absl::StatusOr<size_t> bytes =
+        CheckedByteSize(o.dtype == DType::kInvalid ? DType::kU8 : o.dtype, o.shape.concrete());
+    if (!bytes.ok())
+      return NodeError(node, absl::StrCat("output ", o.shape.ToString(), ": ", bytes.status().message()));
   }
   return absl::OkStatus();
 }

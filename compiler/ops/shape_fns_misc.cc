@@ -127,7 +127,8 @@ absl::Status EinsumInfer(const Node& n, Inputs in, Outputs& out) {
       i += 2;
       continue;
     }
-    if (!size.count(rhs[i])) return NodeError(n, absl::StrCat("output letter '", std::string(1, rhs[i]), "' is not an input letter"));
+    if (!size.count(rhs[i]))
+      return NodeError(n, absl::StrCat("output letter '", std::string(1, rhs[i]), "' is not an input letter"));
     out[0].shape.dims.push_back(size[rhs[i]]);
   }
   return absl::OkStatus();
@@ -150,7 +151,8 @@ void RegisterMiscOps() {
     }
     const bool has_zp = in.size() > 2 && in[2].present;
     if (has_zp && attr != DType::kInvalid && in[2].dtype != DType::kInvalid && in[2].dtype != attr) {
-      return NodeError(n, absl::StrCat("output_dtype is ", DTypeName(attr), ", the zero point ", DTypeName(in[2].dtype)));
+      return NodeError(n,
+                       absl::StrCat("output_dtype is ", DTypeName(attr), ", the zero point ", DTypeName(in[2].dtype)));
     }
     const DType t = has_zp ? in[2].dtype : attr != DType::kInvalid ? attr : DType::kU8;
     out[0] = {t, in[0].shape};
@@ -208,7 +210,8 @@ void RegisterMiscOps() {
     size_t sp = x.rank() - 2;
     std::vector<int64_t> st = n.GetInts("strides", std::vector<int64_t>(sp, 1));
     std::vector<int64_t> pads = n.GetInts("pads", std::vector<int64_t>(2 * sp, 0));
-    if (k.size() != sp || st.size() != sp || pads.size() != 2 * sp) return NodeError(n, "bad kernel_shape/strides/pads");
+    if (k.size() != sp || st.size() != sp || pads.size() != 2 * sp)
+      return NodeError(n, "bad kernel_shape/strides/pads");
     constexpr int64_t kMax = int64_t{1} << 24;
     for (size_t i = 0; i < sp; ++i) {
       if (k[i] <= 0 || k[i] > kMax || st[i] <= 0 || st[i] > kMax) {
@@ -275,7 +278,8 @@ void RegisterMiscOps() {
     int64_t r = x.rank();
     if (r < 2) return NodeError(n, absl::StrCat("input must have rank >= 2 ([..., 1|2]), got ", x.ToString()));
     if (x.dims[r - 1].known() && x.dims[r - 1].value != 1 && x.dims[r - 1].value != 2) {
-      return NodeError(n, absl::StrCat("the last dim of the input must be 1 (real) or 2 (complex), got ", x.ToString()));
+      return NodeError(n,
+                       absl::StrCat("the last dim of the input must be 1 (real) or 2 (complex), got ", x.ToString()));
     }
     int64_t axis = n.GetInt("axis", 1);
     if (n.opset_version >= 20) {
@@ -291,7 +295,8 @@ void RegisterMiscOps() {
       }
     }
     if (axis < -r || axis > r - 2 || axis == -1) {
-      return NodeError(n, absl::StrCat("axis ", axis, " is outside [", -r, ", -2] and [0, ", r - 2, "] for ", x.ToString()));
+      return NodeError(
+          n, absl::StrCat("axis ", axis, " is outside [", -r, ", -2] and [0, ", r - 2, "] for ", x.ToString()));
     }
     if (axis < 0) axis += r;
     out[0].shape = x;
@@ -343,7 +348,8 @@ void RegisterMiscOps() {
   // MelWeightMatrix-17: [dft_length / 2 + 1, num_mel_bins] of output_datatype (default float).
   Reg("MelWeightMatrix", C::kShape, A::kDeny, 5, 5, [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
     DType t = OnnxCode(n.GetInt("output_datatype", 1));
-    if (t == DType::kInvalid) return NodeError(n, absl::StrCat("unsupported output_datatype ", n.GetInt("output_datatype", 1)));
+    if (t == DType::kInvalid)
+      return NodeError(n, absl::StrCat("unsupported output_datatype ", n.GetInt("output_datatype", 1)));
     out[0].dtype = t;
     out[0].shape.rank_known = true;
     out[0].shape.dims = {Dim{}, Dim{}};
@@ -363,7 +369,8 @@ void RegisterMiscOps() {
       return NodeError(n, absl::StrCat("X must be [N, C, H, W], rois [R, 4] and batch_indices [R], got ", x.ToString(),
                                        ", ", rois.ToString(), " and ", idx.ToString()));
     }
-    if (in[2].dtype != DType::kInvalid && in[2].dtype != DType::kI64) return NodeError(n, "batch_indices must be int64");
+    if (in[2].dtype != DType::kInvalid && in[2].dtype != DType::kI64)
+      return NodeError(n, "batch_indices must be int64");
     std::string mode = n.GetString("mode", "avg");
     std::string ctm = n.GetString("coordinate_transformation_mode", "half_pixel");
     if (mode != "avg" && mode != "max") return NodeError(n, absl::StrCat("unsupported mode '", mode, "'"));
@@ -383,24 +390,25 @@ void RegisterMiscOps() {
   // the *Like ops and Bernoulli of the input's shape; `dtype` attribute, else float / the input's dtype.
   for (const char* op : {"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Bernoulli"}) {
     const bool like = std::string(op) != "RandomUniform" && std::string(op) != "RandomNormal";
-    Reg(op, C::kOther, A::kDeny, like ? 1 : 0, like ? 1 : 0, [like](const Node& n, Inputs in, Outputs& out) -> absl::Status {
-      DType t = like ? in[0].dtype : DType::kF32;
-      if (n.HasAttr("dtype")) {
-        t = OnnxCode(n.GetInt("dtype", 1));
-        if (t == DType::kInvalid) return NodeError(n, absl::StrCat("unsupported dtype ", n.GetInt("dtype", 1)));
-      }
-      out[0].dtype = t;
-      if (like) {
-        out[0].shape = in[0].shape;
-      } else {
-        std::vector<int64_t> shape = n.GetInts("shape");
-        for (int64_t d : shape) {
-          if (d < 0) return NodeError(n, absl::StrCat("shape has a negative dim ", d));
-        }
-        out[0].shape = Shape::Of(shape);
-      }
-      return absl::OkStatus();
-    });
+    Reg(op, C::kOther, A::kDeny, like ? 1 : 0, like ? 1 : 0,
+        [like](const Node& n, Inputs in, Outputs& out) -> absl::Status {
+          DType t = like ? in[0].dtype : DType::kF32;
+          if (n.HasAttr("dtype")) {
+            t = OnnxCode(n.GetInt("dtype", 1));
+            if (t == DType::kInvalid) return NodeError(n, absl::StrCat("unsupported dtype ", n.GetInt("dtype", 1)));
+          }
+          out[0].dtype = t;
+          if (like) {
+            out[0].shape = in[0].shape;
+          } else {
+            std::vector<int64_t> shape = n.GetInts("shape");
+            for (int64_t d : shape) {
+              if (d < 0) return NodeError(n, absl::StrCat("shape has a negative dim ", d));
+            }
+            out[0].shape = Shape::Of(shape);
+          }
+          return absl::OkStatus();
+        });
   }
   Reg("Multinomial", C::kOther, A::kDeny, 1, 1, [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
     DType t = OnnxCode(n.GetInt("dtype", 6));
@@ -448,7 +456,8 @@ void RegisterMiscOps() {
     // ONNX GridSample-16: X [N, C, H, W], grid [N, H_out, W_out, 2] of a float type.
     if ((x.rank_known && x.rank() != 4) || (g.rank_known && g.rank() != 4) ||
         (g.rank_known && g.dims[3].known() && g.dims[3].value != 2) ||
-        (x.rank_known && g.rank_known && x.dims[0].known() && g.dims[0].known() && x.dims[0].value != g.dims[0].value)) {
+        (x.rank_known && g.rank_known && x.dims[0].known() && g.dims[0].known() &&
+         x.dims[0].value != g.dims[0].value)) {
       return NodeError(n, absl::StrCat("X must be [N, C, H, W] and grid [N, H_out, W_out, 2], got ", x.ToString(),
                                        " and ", g.ToString()));
     }

@@ -49,7 +49,8 @@ absl::Status CheckConvOperands(const Node& n, Inputs in, bool transposed) {
   int64_t group = n.GetInt("group", 1);
   if (group <= 0) return NodeError(n, absl::StrCat("group must be positive, got ", group));
   if (x.rank_known && x.rank() < 3) return NodeError(n, absl::StrCat("X must be N x C x spatial, got ", x.ToString()));
-  if (w.rank_known && w.rank() < 3) return NodeError(n, absl::StrCat("W must be M x C/group x kernel, got ", w.ToString()));
+  if (w.rank_known && w.rank() < 3)
+    return NodeError(n, absl::StrCat("W must be M x C/group x kernel, got ", w.ToString()));
   if (x.rank_known && w.rank_known && x.rank() != w.rank()) {
     return NodeError(n, absl::StrCat("W has rank ", w.rank(), ", X has rank ", x.rank()));
   }
@@ -68,7 +69,8 @@ absl::Status CheckConvOperands(const Node& n, Inputs in, bool transposed) {
                                          " channels in ", group, " groups"));
       }
       if (w.dims[0].known() && w.dims[0].value % group != 0) {
-        return NodeError(n, absl::StrCat("W's ", w.dims[0].value, " output channels are not divisible by group ", group));
+        return NodeError(n,
+                         absl::StrCat("W's ", w.dims[0].value, " output channels are not divisible by group ", group));
       }
       oc = w.dims[0];
     } else {
@@ -426,7 +428,8 @@ absl::Status RecurrentInfer(const Node& n, Inputs in, Outputs& out) {
     for (size_t i = 0; ok && i < want.size(); ++i) ok = want[i] < 0 || !s.dims[i].known() || s.dims[i].value == want[i];
     if (ok) return absl::OkStatus();
     std::string w_text;
-    for (int64_t v : want) absl::StrAppend(&w_text, w_text.empty() ? "" : ",", v < 0 ? std::string("?") : absl::StrCat(v));
+    for (int64_t v : want)
+      absl::StrAppend(&w_text, w_text.empty() ? "" : ",", v < 0 ? std::string("?") : absl::StrCat(v));
     return NodeError(n, absl::StrCat(name, " has shape ", s.ToString(), ", expected [", w_text, "]"));
   };
   if (hidden > 0) {
@@ -435,8 +438,9 @@ absl::Status RecurrentInfer(const Node& n, Inputs in, Outputs& out) {
     if (in.size() > 3 && in[3].present) CJIT_RETURN_IF_ERROR(check(in[3].shape, "B", {num_dir, 2 * gates * hidden}));
     if (in.size() > 5 && in[5].present) {
       CJIT_RETURN_IF_ERROR(check(in[5].shape, "initial_h",
-                                 batch_major ? std::vector<int64_t>{batch.known() ? batch.value : -1, num_dir, hidden}
-                                             : std::vector<int64_t>{num_dir, batch.known() ? batch.value : -1, hidden}));
+                                 batch_major
+                                     ? std::vector<int64_t>{batch.known() ? batch.value : -1, num_dir, hidden}
+                                     : std::vector<int64_t>{num_dir, batch.known() ? batch.value : -1, hidden}));
     }
   }
   if (in.size() > 4 && in[4].present && in[4].shape.rank_known) {
@@ -548,9 +552,10 @@ void RegisterNnOps() {
           const Shape& p = in[i].shape;
           if (!p.rank_known) continue;
           if (p.rank() != 1 || (want.known() && p.dims[0].known() && p.dims[0].value != want.value)) {
-            return NodeError(n, absl::StrCat(i == 1 ? "scale" : "bias", " has shape ", p.ToString(), "; GroupNormalization-",
-                                             n.opset_version >= 21 ? "21 takes one value per channel"
-                                                                   : "18 takes one value per group"));
+            return NodeError(
+                n, absl::StrCat(
+                       i == 1 ? "scale" : "bias", " has shape ", p.ToString(), "; GroupNormalization-",
+                       n.opset_version >= 21 ? "21 takes one value per channel" : "18 takes one value per group"));
           }
         }
         return absl::OkStatus();

@@ -154,7 +154,8 @@ void RegisterSequenceOps() {
     }
     const ValueKind kind = static_cast<ValueKind>(it->second.i);
     if (kind != ValueKind::kTensor && kind != ValueKind::kSequence) {
-      return NodeError(n, absl::StrCat("'type' is a ", ValueKindName(kind), "; an optional holds a tensor or a sequence"));
+      return NodeError(n,
+                       absl::StrCat("'type' is a ", ValueKindName(kind), "; an optional holds a tensor or a sequence"));
     }
     out[0] = InferOutput{static_cast<DType>(it->second.ints[0]), Shape::Unknown(), OptionalKindOf(kind)};
     return absl::OkStatus();
@@ -166,14 +167,16 @@ void RegisterSequenceOps() {
       return NodeError(n, "OptionalHasElement-15 needs its input");
     }
     if (!in.empty() && in[0].present && !IsOptionalKind(in[0].kind) && n.opset_version > 0 && n.opset_version < 18) {
-      return NodeError(n, absl::StrCat("input 0 is a ", ValueKindName(in[0].kind), "; OptionalHasElement-15 takes an optional"));
+      return NodeError(
+          n, absl::StrCat("input 0 is a ", ValueKindName(in[0].kind), "; OptionalHasElement-15 takes an optional"));
     }
     out[0] = InferOutput{DType::kBool, Shape::Of({}), ValueKind::kTensor};
     return absl::OkStatus();
   });
   RegSequenceOp("OptionalGetElement", 1, 1, [](const Node& n, Inputs in, Outputs& out) {
     if (!IsOptionalKind(in[0].kind) && n.opset_version > 0 && n.opset_version < 18) {
-      return NodeError(n, absl::StrCat("input 0 is a ", ValueKindName(in[0].kind), "; OptionalGetElement-15 takes an optional"));
+      return NodeError(
+          n, absl::StrCat("input 0 is a ", ValueKindName(in[0].kind), "; OptionalGetElement-15 takes an optional"));
     }
     const ValueKind elem = IsOptionalKind(in[0].kind) ? ElementKindOf(in[0].kind) : in[0].kind;
     out[0] = InferOutput{in[0].dtype, IsOptionalKind(in[0].kind) ? Shape::Unknown() : in[0].shape, elem};

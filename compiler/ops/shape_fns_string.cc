@@ -1,6 +1,6 @@
 // Shape/dtype functions of the string operators (ONNX operator specification: StringNormalizer-10,
-// StringConcat-20, StringSplit-20, RegexFullMatch-20). Cast / CastLike to and from string and TfIdfVectorizer's string pool
-// share their numeric ops' functions.
+// StringConcat-20, StringSplit-20, RegexFullMatch-20). Cast / CastLike to and from string and TfIdfVectorizer's string
+// pool share their numeric ops' functions.
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "compiler/ops/op_registry.h"

@@ -71,7 +71,12 @@ absl::Status ReshapeInfer(const Node& n, Inputs in, Outputs& out) {
       s.dims[infer_at] = Dim{total / known, ""};
     } else if (known != total) {
       return NodeError(n, absl::StrCat("cannot reshape ", x.ToString(), " (", total, " elements) to ",
-                                       Shape::Of([&] { Dims d; for (auto& q : s.dims) d.push_back(q.value); return d; }()).ToString()));
+                                       Shape::Of([&] {
+                                         Dims d;
+                                         for (auto& q : s.dims) d.push_back(q.value);
+                                         return d;
+                                       }())
+                                           .ToString()));
     }
   }
   out[0].shape = s;
@@ -474,34 +479,36 @@ void RegisterTensorOps() {
   }
   Reg("Pad", C::kDataMovement, true, A::kInfer, 1, 4, PadInfer);
   // CenterCropPad-18: each axis of `axes` (default all) cropped or zero-padded, centred, to `shape`.
-  Reg("CenterCropPad", C::kDataMovement, false, A::kInfer, 2, 2, [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
-    out[0].dtype = in[0].dtype;
-    const Shape& x = in[0].shape;
-    if (!x.rank_known) return absl::OkStatus();
-    std::vector<int64_t> axes = n.GetInts("axes");
-    if (axes.empty()) for (int i = 0; i < x.rank(); ++i) axes.push_back(i);
-    out[0].shape = x;
-    if (in[1].value == nullptr) {
-      for (int64_t a : axes) {
-        CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(n, a, x.rank()));
-        out[0].shape.dims[ax] = Dim{};
-      }
-      return absl::OkStatus();
-    }
-    std::vector<int64_t> shape = in[1].value->ToInt64Vector();
-    if (shape.size() != axes.size()) {
-      return NodeError(n, absl::StrCat("shape has ", shape.size(), " values for ", axes.size(), " axes"));
-    }
-    std::vector<bool> seen(x.rank(), false);
-    for (size_t k = 0; k < axes.size(); ++k) {
-      CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(n, axes[k], x.rank()));
-      if (seen[ax]) return NodeError(n, absl::StrCat("axis ", axes[k], " is given twice"));
-      seen[ax] = true;
-      if (shape[k] < 0) return NodeError(n, absl::StrCat("shape has a negative value ", shape[k]));
-      out[0].shape.dims[ax] = Dim{shape[k], ""};
-    }
-    return absl::OkStatus();
-  });
+  Reg("CenterCropPad", C::kDataMovement, false, A::kInfer, 2, 2,
+      [](const Node& n, Inputs in, Outputs& out) -> absl::Status {
+        out[0].dtype = in[0].dtype;
+        const Shape& x = in[0].shape;
+        if (!x.rank_known) return absl::OkStatus();
+        std::vector<int64_t> axes = n.GetInts("axes");
+        if (axes.empty())
+          for (int i = 0; i < x.rank(); ++i) axes.push_back(i);
+        out[0].shape = x;
+        if (in[1].value == nullptr) {
+          for (int64_t a : axes) {
+            CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(n, a, x.rank()));
+            out[0].shape.dims[ax] = Dim{};
+          }
+          return absl::OkStatus();
+        }
+        std::vector<int64_t> shape = in[1].value->ToInt64Vector();
+        if (shape.size() != axes.size()) {
+          return NodeError(n, absl::StrCat("shape has ", shape.size(), " values for ", axes.size(), " axes"));
+        }
+        std::vector<bool> seen(x.rank(), false);
+        for (size_t k = 0; k < axes.size(); ++k) {
+          CJIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(n, axes[k], x.rank()));
+          if (seen[ax]) return NodeError(n, absl::StrCat("axis ", axes[k], " is given twice"));
+          seen[ax] = true;
+          if (shape[k] < 0) return NodeError(n, absl::StrCat("shape has a negative value ", shape[k]));
+          out[0].shape.dims[ax] = Dim{shape[k], ""};
+        }
+        return absl::OkStatus();
+      });
   Reg("Expand", C::kDataMovement, true, A::kInfer, 2, 2, ExpandInfer);
   Reg("Tile", C::kDataMovement, true, A::kInfer, 2, 2, TileInfer);
   Reg("Trilu", C::kDataMovement, true, A::kInfer, 1, 2, [](const Node&, Inputs in, Outputs& out) {

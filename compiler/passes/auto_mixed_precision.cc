@@ -330,7 +330,8 @@ void DropUnusableAllow(const AmpOptions& o, AmpGraph& a, AmpReport* report) {
       }
     }
     for (int k : f.edges.outputs) {
-      if (node.outputs[k]->dtype != DType::kF32) why = absl::StrCat("output ", k, " is ", DTypeName(node.outputs[k]->dtype));
+      if (node.outputs[k]->dtype != DType::kF32)
+        why = absl::StrCat("output ", k, " is ", DTypeName(node.outputs[k]->dtype));
     }
     if (!why.empty()) {
       f.allow = false;

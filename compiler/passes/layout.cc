@@ -38,9 +38,9 @@ Shape Permuted(const Shape& s, const std::vector<int64_t>& perm) {
   return out;
 }
 
-// Unary transparency of a node: the ops op_traits.cc marks layout_unary, and QuantizeLinear / DequantizeLinear with one scale and zero
-// point (per tensor: elementwise; per axis they would need their axis remapped) - the Q/DQ pairs between the
-// QLinearConvs of a quantized model.
+// Unary transparency of a node: the ops op_traits.cc marks layout_unary, and QuantizeLinear / DequantizeLinear with one
+// scale and zero point (per tensor: elementwise; per axis they would need their axis remapped) - the Q/DQ pairs between
+// the QLinearConvs of a quantized model.
 bool IsUnaryTransparentNode(const Node& n) {
   if (TraitsOf(n).layout_unary) return true;
   if ((n.op_type != "QuantizeLinear" && n.op_type != "DequantizeLinear") || !n.domain.empty()) return false;
@@ -60,8 +60,9 @@ bool Float32Known(const Value* v) {
 }
 
 // The Transpose to channels-first producing v, or null.
-// Resize (opset 11+: Resize-10 takes scales as input 1) of a rank-r tensor whose result does not depend on the axis order: no region of
-// interest (tf_crop_and_resize), no `axes` (opset 18), and constant scales or sizes with one entry per axis.
+// Resize (opset 11+: Resize-10 takes scales as input 1) of a rank-r tensor whose result does not depend on the axis
+// order: no region of interest (tf_crop_and_resize), no `axes` (opset 18), and constant scales or sizes with one entry
+// per axis.
 bool ResizeIsTransparent(const Node& n, int r) {
   if (n.op_type != "Resize" || !n.domain.empty() || n.opset_version == 10 || n.HasAttr("axes")) return false;
   if (n.GetString("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize") return false;
@@ -145,11 +146,11 @@ bool PadIsTransparent(const Node& n, int r) {
   return PadAmounts(n, r, &pads) && n.input(0)->shape.rank_known && n.input(0)->shape.rank() == r;
 }
 
-// An ONNX Transpose of a rank 4-5 tensor to channels-first (to_first) or to channels-last. Rank 3 is left out: [0, 2, 1] is both
-// directions, and a model's [N, L, C] <-> [N, C, L] is as often a sequence model's as a layout change.
+// An ONNX Transpose of a rank 4-5 tensor to channels-first (to_first) or to channels-last. Rank 3 is left out: [0, 2,
+// 1] is both directions, and a model's [N, L, C] <-> [N, C, L] is as often a sequence model's as a layout change.
 bool IsModelTranspose(const Node* t, bool to_first) {
-  if (t == nullptr || t->op_type != "Transpose" || !t->domain.empty() || t->inputs.size() != 1 || t->input(0) == nullptr ||
-      !t->input(0)->shape.rank_known) {
+  if (t == nullptr || t->op_type != "Transpose" || !t->domain.empty() || t->inputs.size() != 1 ||
+      t->input(0) == nullptr || !t->input(0)->shape.rank_known) {
     return false;
   }
   const int r = t->input(0)->shape.rank();
@@ -742,8 +743,9 @@ absl::StatusOr<int> FusePointwiseDepthwise(Graph& g) {
     if (!NhwcGeometry(*pw, &pg)) continue;
     const Dims& w1 = pw->input(1)->constant->dims();
     const int64_t M = w1[0];
-    const bool pointwise = pw->GetInt("group", 1) == 1 && w1[2] == 1 && w1[3] == 1 && pg.strides == std::vector<int64_t>{1, 1} &&
-                           pg.pad_begin == std::vector<int64_t>{0, 0} && pg.pad_end == std::vector<int64_t>{0, 0};
+    const bool pointwise = pw->GetInt("group", 1) == 1 && w1[2] == 1 && w1[3] == 1 &&
+                           pg.strides == std::vector<int64_t>{1, 1} && pg.pad_begin == std::vector<int64_t>{0, 0} &&
+                           pg.pad_end == std::vector<int64_t>{0, 0};
     if (!pointwise || !OptionalF32Vector(pw->input(2), M)) continue;
     // pw -> [activations] -> dw, every value in between read once, by the next node, as input 0.
     std::vector<Node*> chain;

@@ -207,7 +207,8 @@ absl::StatusOr<ClusteringReport> MarkForCompilation(Graph& graph, const Clusteri
         if (!cycles.ContractEdge(a, b)) {
           CJIT_VLOG(2) << "not merging " << order[i]->name << " with " << order[j]->name
                   << ": would create a cycle through another path";
-          report.refused_merges.push_back({order[i]->name, order[j]->name, "would create a cycle through another path"});
+          report.refused_merges.push_back(
+              {order[i]->name, order[j]->name, "would create a cycle through another path"});
           continue;
         }
         clusters_of.MergeInto(a, b);

@@ -236,7 +236,8 @@ class Fuser {
         reads_[n->outputs[0]] == 0 || n->input(0) == nullptr) {
       return false;  // (a product fused above is left unread)
     }
-    if (gemm && (n->GetInt("transA", 0) != 0 || n->GetFloat("alpha", 1.0f) != 1.0f || n->GetFloat("beta", 1.0f) != 1.0f)) {
+    if (gemm &&
+        (n->GetInt("transA", 0) != 0 || n->GetFloat("alpha", 1.0f) != 1.0f || n->GetFloat("beta", 1.0f) != 1.0f)) {
       return false;
     }
     const bool tb = gemm && n->GetInt("transB", 0) != 0;

@@ -61,10 +61,10 @@ absl::StatusOr<int> FuseQdqIntoIntegerOps(Graph& graph);
 //
 // Candidates: nodes of the default domain whose op type is in `op_types` (by default those of ONNX
 // Runtime's quantize_dynamic: MatMul, Gemm, Conv), with a float32 constant weight of at least `min_weights`
-// elements (depthwise and other small convolutions stay float32: they are memory-bound) (MatMul: rank 2 [K, N]; Gemm: transA = 0; Conv: any rank, dynamic
-// only), not named in `denied_nodes`, and accepted by `rule` when set. Gemm with a non-constant C and
-// beta != 1 stays float32. Returns the names of the quantized nodes, in graph order.
-// Thread-safety: mutates `graph`; `rule` is called on this thread.
+// elements (depthwise and other small convolutions stay float32: they are memory-bound) (MatMul: rank 2 [K, N]; Gemm:
+// transA = 0; Conv: any rank, dynamic only), not named in `denied_nodes`, and accepted by `rule` when set. Gemm with a
+// non-constant C and beta != 1 stays float32. Returns the names of the quantized nodes, in graph order. Thread-safety:
+// mutates `graph`; `rule` is called on this thread.
 struct AutoQuantizeOptions {
   enum class Mode { kDynamic, kWeightOnly };
   Mode mode = Mode::kDynamic;

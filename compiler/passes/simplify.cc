@@ -166,7 +166,8 @@ absl::StatusOr<bool> FoldIntoConv(Graph& g) {
     }
     Value* w = conv->input(1);
     Value* b = conv->input(2);
-    if (!w || !w->is_constant() || w->dtype != DType::kF32 || (b && (!b->is_constant() || b->dtype != DType::kF32))) continue;
+    if (!w || !w->is_constant() || w->dtype != DType::kF32 || (b && (!b->is_constant() || b->dtype != DType::kF32)))
+      continue;
     // Also before specialization, when nothing has validated the Conv yet: fold only well-formed operands
     // (W of rank >= 3, B of OC values); anything else is left for shape inference to reject.
     if (w->constant->dims().size() < 3) continue;
@@ -298,8 +299,8 @@ absl::StatusOr<bool> EliminateCommonSubexpressions(Graph& g) {
     }
     std::vector<std::string> attrs;
     for (const auto& [k, a] : n->attrs) {
-      if (a.kind == Attribute::Kind::kGraph || a.kind == Attribute::Kind::kGraphs || a.kind == Attribute::Kind::kTensor ||
-          a.kind == Attribute::Kind::kTensors) {
+      if (a.kind == Attribute::Kind::kGraph || a.kind == Attribute::Kind::kGraphs ||
+          a.kind == Attribute::Kind::kTensor || a.kind == Attribute::Kind::kTensors) {
         has_graph = true;
         break;
       }
@@ -336,7 +337,8 @@ absl::StatusOr<bool> DivisionByPowerOfTwoToMultiplication(Graph& g) {
     Node* n = up.get();
     if (n->op_type != "Div" || !n->domain.empty() || n->inputs.size() != 2 || !n->inputs[0] || !n->inputs[1]) continue;
     const Value* c = n->inputs[1];
-    if (!c->is_constant() || c->constant->numel() != 1 || c->dtype != DType::kF32 || n->inputs[0]->dtype != DType::kF32) {
+    if (!c->is_constant() || c->constant->numel() != 1 || c->dtype != DType::kF32 ||
+        n->inputs[0]->dtype != DType::kF32) {
       continue;
     }
     // Only a scalar divisor (shape [] or all 1s) whose broadcast adds no dims beyond the dividend's.

@@ -157,7 +157,8 @@ void ReplayRecorder::AfterSpecializeShapes(const Graph& specialized) {
   for (const Value* v : specialized.outputs()) count(v);
 }
 
-std::shared_ptr<const ReplayTemplate> ReplayRecorder::Finish(std::shared_ptr<const Graph> final_graph, std::string* why) {
+std::shared_ptr<const ReplayTemplate> ReplayRecorder::Finish(std::shared_ptr<const Graph> final_graph,
+                                                             std::string* why) {
   if (!unreplayable_.empty()) {
     *why = unreplayable_;
     return nullptr;
@@ -245,7 +246,8 @@ absl::StatusOr<Dims> RecipeEvaluator::LeafDims(const std::string& name) {
     if (d == nullptr) break;
     Dims out;
     for (int64_t axis : leaf.second) {
-      if (axis < 0 || axis >= static_cast<int64_t>(d->size())) return Miss(absl::StrCat("bad twin permutation for %", name));
+      if (axis < 0 || axis >= static_cast<int64_t>(d->size()))
+        return Miss(absl::StrCat("bad twin permutation for %", name));
       out.push_back((*d)[static_cast<size_t>(axis)]);
     }
     return out;
@@ -444,7 +446,8 @@ std::string ValueDiff(const Value* a, const Value* b) {
   if ((a == nullptr) != (b == nullptr)) return "one is absent";
   if (a == nullptr) return "";
   if (a->name != b->name) return absl::StrCat("%", a->name, " vs %", b->name);
-  if (a->dtype != b->dtype) return absl::StrCat("%", a->name, ": dtype ", DTypeName(a->dtype), " vs ", DTypeName(b->dtype));
+  if (a->dtype != b->dtype)
+    return absl::StrCat("%", a->name, ": dtype ", DTypeName(a->dtype), " vs ", DTypeName(b->dtype));
   if (a->shape.ToString() != b->shape.ToString()) {
     return absl::StrCat("%", a->name, ": shape ", a->shape.ToString(), " vs ", b->shape.ToString());
   }
@@ -469,7 +472,8 @@ bool SameFloatsBits(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<Graph>> ReplaySpecialization(const ReplayTemplate& t, const std::vector<Dims>& input_dims,
+absl::StatusOr<std::shared_ptr<Graph>> ReplaySpecialization(const ReplayTemplate& t,
+                                                            const std::vector<Dims>& input_dims,
                                                             const ConstantEvaluator& evaluate) {
   std::shared_ptr<Graph> g(t.graph->Clone().release());
   if (input_dims.size() != g->inputs().size()) return Miss("input count differs");

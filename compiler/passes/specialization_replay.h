@@ -113,7 +113,8 @@ struct ReplayTemplate {
 
 // The specialized graph for `input_dims` (graph-input order), from `t`; an error (kFailedPrecondition,
 // with the reason) when the template does not apply — the caller specializes in full.
-absl::StatusOr<std::shared_ptr<Graph>> ReplaySpecialization(const ReplayTemplate& t, const std::vector<Dims>& input_dims,
+absl::StatusOr<std::shared_ptr<Graph>> ReplaySpecialization(const ReplayTemplate& t,
+                                                            const std::vector<Dims>& input_dims,
                                                             const ConstantEvaluator& evaluate);
 
 // Evaluates a template's recipes (the folded nodes that computed its shape-derived constants) for other

@@ -42,7 +42,8 @@ absl::Status InlineBranch(Graph& graph, Node* node, const Graph& branch) {
   for (Node* bn : *order) {
     std::vector<Value*> ins;
     for (Value* v : bn->inputs) {
-      if (v && !mapped(v)) return absl::InternalError(absl::StrCat(node->Describe(), ": branch value %", v->name, " unresolved"));
+      if (v && !mapped(v))
+        return absl::InternalError(absl::StrCat(node->Describe(), ": branch value %", v->name, " unresolved"));
       ins.push_back(v ? mapped(v) : nullptr);
     }
     std::vector<std::string> outs;
@@ -52,7 +53,8 @@ absl::Status InlineBranch(Graph& graph, Node* node, const Graph& branch) {
     c->opset_version = bn->opset_version;
     c->attrs = bn->attrs;
     for (Value* v : bn->implicit_inputs) {
-      if (!mapped(v)) return absl::InternalError(absl::StrCat(node->Describe(), ": branch value %", v->name, " unresolved"));
+      if (!mapped(v))
+        return absl::InternalError(absl::StrCat(node->Describe(), ": branch value %", v->name, " unresolved"));
       c->implicit_inputs.push_back(mapped(v));
     }
     c->implicit_names = bn->implicit_names;

@@ -91,7 +91,8 @@ py::dtype NumpyDtypeUncached(int32_t code) {
     case CJIT_UINT64: return py::dtype("uint64");
     case CJIT_INT4: return py::dtype("int8");  // one element per byte (include/clusterjit/clusterjit.h)
     case CJIT_UINT4: return py::dtype("uint8");
-    case CJIT_BFLOAT16: return g_bfloat16.is_none() ? py::dtype("uint16") : py::reinterpret_borrow<py::dtype>(g_bfloat16);
+    case CJIT_BFLOAT16:
+      return g_bfloat16.is_none() ? py::dtype("uint16") : py::reinterpret_borrow<py::dtype>(g_bfloat16);
     default: break;
   }
   PyErr_SetString(PyExc_TypeError, ("clusterjit: no numpy dtype for element type " + std::to_string(code)).c_str());
@@ -115,7 +116,8 @@ int32_t CjitDtype(const py::dtype& dt, int32_t declared) {
   if (kind == 'f') return size == 4 ? CJIT_FLOAT32 : size == 2 ? CJIT_FLOAT16 : size == 8 ? CJIT_FLOAT64 : 0;
   if (kind == 'i' && size == 1 && declared == CJIT_INT4) return CJIT_INT4;
   if (kind == 'u' && size == 1 && declared == CJIT_UINT4) return CJIT_UINT4;
-  if (kind == 'i') return size == 1 ? CJIT_INT8 : size == 2 ? CJIT_INT16 : size == 4 ? CJIT_INT32 : size == 8 ? CJIT_INT64 : 0;
+  if (kind == 'i')
+    return size == 1 ? CJIT_INT8 : size == 2 ? CJIT_INT16 : size == 4 ? CJIT_INT32 : size == 8 ? CJIT_INT64 : 0;
   if (kind == 'u') {
     if (size == 2 && declared == CJIT_BFLOAT16) return CJIT_BFLOAT16;
     return size == 1 ? CJIT_UINT8 : size == 2 ? CJIT_UINT16 : size == 4 ? CJIT_UINT32 : size == 8 ? CJIT_UINT64 : 0;
@@ -131,11 +133,19 @@ int32_t DlpackDtype(const DLDataType& t, int32_t declared) {
     case kDLFloat: return t.bits == 32 ? CJIT_FLOAT32 : t.bits == 16 ? CJIT_FLOAT16 : t.bits == 64 ? CJIT_FLOAT64 : 0;
     case kDLInt:
       if (t.bits == 8 && declared == CJIT_INT4) return CJIT_INT4;
-      return t.bits == 8 ? CJIT_INT8 : t.bits == 16 ? CJIT_INT16 : t.bits == 32 ? CJIT_INT32 : t.bits == 64 ? CJIT_INT64 : 0;
+      return t.bits == 8    ? CJIT_INT8
+             : t.bits == 16 ? CJIT_INT16
+             : t.bits == 32 ? CJIT_INT32
+             : t.bits == 64 ? CJIT_INT64
+                            : 0;
     case kDLUInt:
       if (t.bits == 16 && declared == CJIT_BFLOAT16) return CJIT_BFLOAT16;
       if (t.bits == 8 && declared == CJIT_UINT4) return CJIT_UINT4;
-      return t.bits == 8 ? CJIT_UINT8 : t.bits == 16 ? CJIT_UINT16 : t.bits == 32 ? CJIT_UINT32 : t.bits == 64 ? CJIT_UINT64 : 0;
+      return t.bits == 8    ? CJIT_UINT8
+             : t.bits == 16 ? CJIT_UINT16
+             : t.bits == 32 ? CJIT_UINT32
+             : t.bits == 64 ? CJIT_UINT64
+                            : 0;
     case kDLBfloat: return t.bits == 16 ? CJIT_BFLOAT16 : 0;
     case 6 /* kDLBool (DLPack >= 0.8) */: return t.bits == 8 ? CJIT_BOOL : 0;
     default: return 0;
@@ -419,7 +429,9 @@ class Options {
   ~Options() { cjit_options_free(o_); }
   Options(const Options&) = delete;
   Options& operator=(const Options&) = delete;
-  void Set(const std::string& name, const std::string& value) { Check(cjit_options_set(o_, name.c_str(), value.c_str())); }
+  void Set(const std::string& name, const std::string& value) {
+    Check(cjit_options_set(o_, name.c_str(), value.c_str()));
+  }
   std::string Get(const std::string& name) const {
     return TextOut([&](char* b, size_t n, size_t* len) { return cjit_options_get(o_, name.c_str(), b, n, len); });
   }
@@ -591,8 +603,10 @@ class Session {
       out_names.push_back(want[i].c_str());
       if (bound.size() > 0 && bound.contains(want[i])) {
         py::object arr = bound[py::str(want[i])];
-        if (!py::isinstance<py::array>(arr)) Raise(PyExc_TypeError, "bound output '" + want[i] + "' must be a numpy array");
-        bound_values.push_back(WrapArray("bound output '" + want[i] + "'", py::reinterpret_borrow<py::array>(arr), 0, true));
+        if (!py::isinstance<py::array>(arr))
+          Raise(PyExc_TypeError, "bound output '" + want[i] + "' must be a numpy array");
+        bound_values.push_back(
+            WrapArray("bound output '" + want[i] + "'", py::reinterpret_borrow<py::array>(arr), 0, true));
         outs[i] = bound_values.back().value.get();
         bound_arrays[i] = arr;
       }
@@ -749,7 +763,8 @@ PYBIND11_MODULE(_clusterjit, m) {
   m.doc() = "clusterjit's C API for Python (use the clusterjit package, not this module)";
   g_errors_by_code = py::object(py::module_::import("clusterjit._errors").attr("BY_CODE")).release();
   try {
-    g_bfloat16 = py::module_::import("numpy").attr("dtype")(py::module_::import("ml_dtypes").attr("bfloat16")).release();
+    g_bfloat16 =
+        py::module_::import("numpy").attr("dtype")(py::module_::import("ml_dtypes").attr("bfloat16")).release();
   } catch (py::error_already_set&) {
     g_bfloat16 = py::none().release();
   }
@@ -762,7 +777,8 @@ PYBIND11_MODULE(_clusterjit, m) {
   g_main_thread = py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
 
   m.def("version", [] { return std::string(cjit_version()); });
-  m.def("flags_json", [] { return TextOut([](char* b, size_t n, size_t* len) { return cjit_flags_json(b, n, len); }); });
+  m.def("flags_json",
+        [] { return TextOut([](char* b, size_t n, size_t* len) { return cjit_flags_json(b, n, len); }); });
   m.def("input_data_pointer", &InputDataPointer);
   m.attr("HAS_BFLOAT16_DTYPE") = !g_bfloat16.is_none();
 

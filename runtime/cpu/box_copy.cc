@@ -192,13 +192,16 @@ void BoxCopy(const void* src, void* dst, size_t elem_bytes, const std::vector<st
       BoxCopyT(static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst), maps, FillValue<uint8_t>(fill), threads);
       break;
     case 2:
-      BoxCopyT(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), maps, FillValue<uint16_t>(fill), threads);
+      BoxCopyT(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), maps, FillValue<uint16_t>(fill),
+               threads);
       break;
     case 4:
-      BoxCopyT(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), maps, FillValue<uint32_t>(fill), threads);
+      BoxCopyT(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), maps, FillValue<uint32_t>(fill),
+               threads);
       break;
     default:
-      BoxCopyT(static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst), maps, FillValue<uint64_t>(fill), threads);
+      BoxCopyT(static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst), maps, FillValue<uint64_t>(fill),
+               threads);
       break;
   }
 }

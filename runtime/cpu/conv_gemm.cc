@@ -231,8 +231,8 @@ const float* PackedDepthwiseWeights(const KernelContext& ctx, int index, int64_t
 
 std::optional<PanelWeights> PackPanelWeights(const KernelContext& ctx, int index, int64_t offset, bool b_is_nk,
                                              int64_t K, int64_t N) {
-  if (Pointwise().panel_pointwise == nullptr || K <= 0 || N <= 0 || N % 8 != 0 || offset < 0 || !ctx.is_constant(index) ||
-      ctx.in(index).dtype() != DType::kF32 || ctx.in(index).numel() < offset + K * N) {
+  if (Pointwise().panel_pointwise == nullptr || K <= 0 || N <= 0 || N % 8 != 0 || offset < 0 ||
+      !ctx.is_constant(index) || ctx.in(index).dtype() != DType::kF32 || ctx.in(index).numel() < offset + K * N) {
     return std::nullopt;
   }
   std::shared_ptr<DnnlEntry> entry = PanelProductWeights(ctx, index, b_is_nk, K, N, offset);
@@ -354,7 +354,8 @@ absl::StatusOr<bool> TryNhwcConvWithoutJit(KernelContext& ctx, const WindowGeome
 }
 
 bool IndirectConvFits(const Dims& x, const Dims& w, const Dims& y, const WindowGeometry& g, int64_t group) {
-  if (Pointwise().indirect == nullptr || group != 1 || x.size() != 4 || y.size() != 4 || g.kernel.size() != 2) return false;
+  if (Pointwise().indirect == nullptr || group != 1 || x.size() != 4 || y.size() != 4 || g.kernel.size() != 2)
+    return false;
   const int64_t C = x.back(), OC = y.back();
   return C >= kIndirectMinChannels && OC % 8 == 0 && w.size() == 4 && w[0] == OC && w[1] == C &&
          w[2] == g.kernel[0] && w[3] == g.kernel[1] && x[0] == y[0];
@@ -419,7 +420,8 @@ absl::Status RunPointwiseDepthwiseConv(KernelContext& ctx) {
       (ctx.has(2) && ctx.in(2).numel() != M) || (ctx.has(4) && ctx.in(4).numel() != M)) {
     return ctx.Error("operands do not form a pointwise [M, C, 1, 1] -> depthwise [M, 1, KH, KW] pair");
   }
-  CJIT_ASSIGN_OR_RETURN(WindowGeometry g, ComputeWindowGeometry(*ctx.node, {H, W}, {w2.dim(2), w2.dim(3)}, false, false));
+  CJIT_ASSIGN_OR_RETURN(WindowGeometry g,
+                        ComputeWindowGeometry(*ctx.node, {H, W}, {w2.dim(2), w2.dim(3)}, false, false));
   Tensor& y = ctx.Alloc(0);
   if (y.numel() == 0) return absl::OkStatus();
   if (y.rank() != 4 || y.dim(0) != N || y.dim(1) != g.out[0] || y.dim(2) != g.out[1] || y.dim(3) != M) {
@@ -463,7 +465,8 @@ absl::Status RunPointwiseDepthwiseConv(KernelContext& ctx) {
   const int64_t row_floats = W * M;
   const int64_t window = (a.KH - 1) * a.dh + 1;
   auto span = [&](int64_t b) { return (b - 1) * a.sh + window; };
-  int64_t band = std::max<int64_t>(1, ((int64_t{384} << 10) / (4 * std::max<int64_t>(row_floats, 1)) - window) / a.sh + 1);
+  int64_t band =
+      std::max<int64_t>(1, ((int64_t{384} << 10) / (4 * std::max<int64_t>(row_floats, 1)) - window) / a.sh + 1);
   band = std::min(band, a.OH);
   const int64_t total = N * a.OH;
   // At least one band per thread: on the small maps of a network's last stages (7 x 7, 14 x 14) one band
@@ -570,7 +573,8 @@ absl::StatusOr<bool> TryNchwDepthwiseConv(KernelContext& ctx, const WindowGeomet
   a.C = C;
   std::tie(a.H, a.W) = SpatialHW(x, false);
   std::tie(a.OH, a.OW) = SpatialHW(y, false);
-  a.KH = win.KH, a.KW = win.KW, a.sh = win.sh, a.sw = win.sw, a.ph = win.ph, a.pw = win.pw, a.dh = win.dh, a.dw = win.dw;
+  a.KH = win.KH, a.KW = win.KW, a.sh = win.sh, a.sw = win.sw, a.ph = win.ph, a.pw = win.pw, a.dh = win.dh,
+  a.dw = win.dw;
   if (w.numel() != C * a.KH * a.KW) return false;
   const int64_t planes = x.dim(0) * C;
   const int nt = ThreadsForWork(static_cast<int>(std::min<int64_t>(ctx.threads, planes)),

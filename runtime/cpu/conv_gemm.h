@@ -5,8 +5,9 @@
 // oneDNN's convolution primitives generate machine code for every new input shape (0.1-1.3 ms per
 // convolution on the shared and tools/make_*.py models), which dominated a network's first run at a new shape; these
 // paths cost the same on a shape's first run as on its hundredth, and run as fast as oneDNN's brgconv_1x1 /
-// brdgmm_dw in steady state (docs/design/convolutions-without-per-shape-jit.md). The choice depends on the convolution's geometry
-// only, never on run history, so a shape's results are the same on every run and from every thread.
+// brdgmm_dw in steady state (docs/design/convolutions-without-per-shape-jit.md). The choice depends on the
+// convolution's geometry only, never on run history, so a shape's results are the same on every run and from every
+// thread.
 //
 // Semantics: ONNX Conv (https://onnx.ai/onnx/operators/onnx__Conv.html) with X [N, spatial.., C] and
 // Y [N, spatial.., OC] (com.clusterjit.NhwcConv), float32, float32 accumulation. Post-ops (the fused

@@ -56,9 +56,9 @@ inline __attribute__((always_inline)) void AccumulateTile(V (&acc)[P][NB], const
 }
 
 template <typename V, int P, int NB>
-inline __attribute__((always_inline)) void SmallKTile(const float* x, int64_t ldx, int64_t C, const float* w, int64_t ldw,
-                                                      int64_t OC, const float* bias, const std::vector<PostOp>* ops,
-                                                      float* y, int64_t n0, int rows) {
+inline __attribute__((always_inline)) void SmallKTile(const float* x, int64_t ldx, int64_t C, const float* w,
+                                                      int64_t ldw, int64_t OC, const float* bias,
+                                                      const std::vector<PostOp>* ops, float* y, int64_t n0, int rows) {
   V acc[P][NB];
   InitTile<V, P, NB>(acc, bias, n0);
   const float* xp[P];

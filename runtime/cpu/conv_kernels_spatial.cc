@@ -116,7 +116,8 @@ inline __attribute__((always_inline)) void DepthwiseBody(const DwArgs& a, int64_
       const int64_t kh_n = kh_hi - kh_lo;
       // np (<= kPix) pixels from ow; `x0` holds tap (kh_lo, 0) of pixel ow at the block's first channel,
       // columns `ld` floats apart, kh rows row_stride apart.
-      auto group = [&](int64_t ow, int np, const float* x0, int64_t ld, int64_t row_stride) __attribute__((always_inline)) {
+      auto group = [&](int64_t ow, int np, const float* x0, int64_t ld, int64_t row_stride)
+          __attribute__((always_inline)) {
         if constexpr (std::is_same_v<V, float>) {
           for (int j = 0; j < np; ++j) {
             float acc = a.bias ? a.bias[c0] : 0.0f;

@@ -480,8 +480,8 @@ Int8Rhs PreparedInt8Rhs(const Tensor& w, bool constant, const std::string& key, 
   if (constant) {
     // The zero points are part of the prepared values: they are constants of the same node, named by the key.
     std::shared_ptr<DnnlEntry> e = CachedPackedWeights(
-        w, absl::StrCat("int8rhs:", reinterpret_cast<uintptr_t>(w.raw()), ":", key, ":", static_cast<int>(path)), (bytes + 3) / 4,
-        [&](float* buf) {
+        w, absl::StrCat("int8rhs:", reinterpret_cast<uintptr_t>(w.raw()), ":", key, ":", static_cast<int>(path)),
+        (bytes + 3) / 4, [&](float* buf) {
           PrepareInt8Rhs(source(&scratch), b_signed, K, N, ldk, ldn, zp, zp_per_column, path,
                          reinterpret_cast<uint8_t*>(buf));
         });

@@ -238,7 +238,8 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
   return std::move(ctx.outputs);
 }
 
-absl::Status CheckKernelResult(const KernelContext& ctx, const absl::Status& status, const std::vector<int>& out_slots) {
+absl::Status CheckKernelResult(const KernelContext& ctx, const absl::Status& status,
+                               const std::vector<int>& out_slots) {
   if (!status.ok()) {
     if (absl::StrContains(status.message(), ctx.node->name)) return status;
     return absl::Status(status.code(), absl::StrCat(ctx.node->Describe(), ": ", status.message()));

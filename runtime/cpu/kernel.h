@@ -22,8 +22,9 @@ namespace cjit {
 struct PostOp;  // compiler/codegen/fusion_plan.h
 
 // Runs a subgraph (If branch, Loop body) with positional inputs and named captured values.
-using SubgraphRunner = std::function<absl::StatusOr<std::vector<Tensor>>(
-    const Graph& graph, const std::vector<Tensor>& inputs, const std::vector<std::pair<std::string, Tensor>>& captures)>;
+using SubgraphRunner =
+    std::function<absl::StatusOr<std::vector<Tensor>>(const Graph& graph, const std::vector<Tensor>& inputs,
+                                                      const std::vector<std::pair<std::string, Tensor>>& captures)>;
 
 struct KernelContext {
   const Node* node = nullptr;

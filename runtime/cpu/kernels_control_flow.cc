@@ -48,7 +48,8 @@ absl::Status Loop(KernelContext& ctx) {
     return ctx.Error(absl::StrCat("has ", n_carried, " loop-carried inputs but only ", ctx.outputs.size(), " outputs"));
   }
   if (static_cast<int>(body->inputs().size()) != 2 + n_carried) {
-    return ctx.Error(absl::StrCat("the body takes ", body->inputs().size(), " inputs; the node gives it ", 2 + n_carried));
+    return ctx.Error(
+        absl::StrCat("the body takes ", body->inputs().size(), " inputs; the node gives it ", 2 + n_carried));
   }
   std::vector<std::vector<Tensor>> scans(n_scan);
   std::vector<uint64_t> scan_bytes(n_scan, 0);
@@ -68,7 +69,8 @@ absl::Status Loop(KernelContext& ctx) {
       // to has one holder and grows in place (SequenceInsert).
       const Value* formal = body->inputs()[2 + i];
       Tensor t = std::move(carried[i]);
-      in.push_back(IsOptionalKind(formal->kind) && !IsOptionalKind(t.kind()) ? Tensor::Optional(std::move(t)) : std::move(t));
+      in.push_back(IsOptionalKind(formal->kind) && !IsOptionalKind(t.kind()) ? Tensor::Optional(std::move(t))
+                                                                             : std::move(t));
     }
     CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> out, (*ctx.run_subgraph)(*body, in, caps));
     if (static_cast<int>(out.size()) != 1 + n_carried + n_scan) return ctx.Error("body output count mismatch");
@@ -129,10 +131,12 @@ Tensor SliceAlong(const Tensor& x, int axis, int64_t t) {
 // The slices stacked along a new `axis` (all of one dtype and dims).
 absl::StatusOr<Tensor> StackAlong(const std::vector<Tensor>& parts, int axis, const Node& node) {
   if (!parts[0].is_tensor() || parts[0].dtype() == DType::kString) {
-    return NodeError(node, absl::StrCat("a scan output is ", parts[0].Describe(), "; Scan stacks numeric tensors only"));
+    return NodeError(node,
+                     absl::StrCat("a scan output is ", parts[0].Describe(), "; Scan stacks numeric tensors only"));
   }
   Dims d = parts[0].dims();
-  if (axis < 0 || axis > static_cast<int>(d.size())) return NodeError(node, absl::StrCat("scan axis ", axis, " out of range"));
+  if (axis < 0 || axis > static_cast<int>(d.size()))
+    return NodeError(node, absl::StrCat("scan axis ", axis, " out of range"));
   const int64_t n = static_cast<int64_t>(parts.size());
   int64_t outer = 1, inner = static_cast<int64_t>(DTypeSize(parts[0].dtype()));
   for (int i = 0; i < axis; ++i) outer *= d[i];
@@ -168,7 +172,8 @@ absl::Status ScanOnce(KernelContext& ctx, const Graph& body, std::vector<Tensor>
     }
     CJIT_ASSIGN_OR_RETURN(std::vector<Tensor> out, (*ctx.run_subgraph)(body, in, caps));
     if (out.size() != states.size() + n_scan_out) {
-      return ctx.Error(absl::StrCat("the body returns ", out.size(), " values; the node needs ", states.size() + n_scan_out));
+      return ctx.Error(
+          absl::StrCat("the body returns ", out.size(), " values; the node needs ", states.size() + n_scan_out));
     }
     for (size_t i = 0; i < states.size(); ++i) states[i] = out[i];
     for (int k = 0; k < n_scan_out; ++k) {
@@ -215,7 +220,8 @@ absl::Status Scan(KernelContext& ctx) {
   auto attr = [&](const char* name, int count) -> absl::StatusOr<std::vector<int64_t>> {
     std::vector<int64_t> v = ctx.node->GetInts(name);
     if (v.empty()) v.assign(count, 0);
-    if (static_cast<int>(v.size()) != count) return ctx.Error(absl::StrCat(name, " has ", v.size(), " values, not ", count));
+    if (static_cast<int>(v.size()) != count)
+      return ctx.Error(absl::StrCat(name, " has ", v.size(), " values, not ", count));
     return v;
   };
   std::vector<Tensor> states, scans;
@@ -229,7 +235,8 @@ absl::Status Scan(KernelContext& ctx) {
     int64_t steps = -1;
     for (int j = 0; j < m; ++j) {
       const int r = scans[j].rank();
-      if (in_axes[j] < -r || in_axes[j] >= r) return ctx.Error(absl::StrCat("scan_input_axes[", j, "] is out of range"));
+      if (in_axes[j] < -r || in_axes[j] >= r)
+        return ctx.Error(absl::StrCat("scan_input_axes[", j, "] is out of range"));
       if (in_axes[j] < 0) in_axes[j] += r;
       const int64_t len = scans[j].dim(static_cast<int>(in_axes[j]));
       if (steps >= 0 && len != steps) return ctx.Error("the scan inputs differ in length along their scan axes");
@@ -268,7 +275,8 @@ absl::Status Scan(KernelContext& ctx) {
     }
     const int64_t full = sc[0].dim(0);
     const int64_t steps = lens.empty() ? full : lens.at(b);
-    if (steps < 1 || steps > full) return ctx.Error(absl::StrCat("sequence_lens[", b, "] = ", steps, " is outside [1, ", full, "]"));
+    if (steps < 1 || steps > full)
+      return ctx.Error(absl::StrCat("sequence_lens[", b, "] = ", steps, " is outside [1, ", full, "]"));
     std::vector<Tensor> sc_used;
     for (const Tensor& t : sc) {
       // The first `steps` positions; a reverse direction starts at position steps - 1.

@@ -80,7 +80,9 @@ inline __attribute__((always_inline)) float MaxAbsOrInfBody(const float* p, int6
   return zs == 0.0f ? mx : std::numeric_limits<float>::infinity();
 }
 
-__attribute__((target("avx512f"))) float MaxAbsOrInfAvx512(const float* p, int64_t n) { return MaxAbsOrInfBody<V16f>(p, n); }
+__attribute__((target("avx512f"))) float MaxAbsOrInfAvx512(const float* p, int64_t n) {
+  return MaxAbsOrInfBody<V16f>(p, n);
+}
 __attribute__((target("avx2"))) float MaxAbsOrInfAvx2(const float* p, int64_t n) { return MaxAbsOrInfBody<V8f>(p, n); }
 float MaxAbsOrInfBaseline(const float* p, int64_t n) { return MaxAbsOrInfBody<V4f>(p, n); }
 
@@ -296,7 +298,15 @@ ConvDnnlDescs MakeConvDescs(const KernelContext& ctx, const WindowGeometry& g, c
 // where <impl> is oneDNN's primitive_desc::impl_info_str() ("brgconv:avx512_core", "jit:avx512_core",
 // "gemm:jit", ...), found by iterating primitive_desc::next_impl().
 struct ConvAlgorithm {
-  enum Kind { kDefault, kOwnPointwise, kOwnDepthwise, kOwnIm2col, kOwnGemmCol2im, kOwnIndirect, kOneDnn } kind = kDefault;
+  enum Kind {
+    kDefault,
+    kOwnPointwise,
+    kOwnDepthwise,
+    kOwnIm2col,
+    kOwnGemmCol2im,
+    kOwnIndirect,
+    kOneDnn
+  } kind = kDefault;
   bool plain = false, winograd = false;
   std::string impl;
 };
@@ -427,7 +437,8 @@ absl::StatusOr<bool> TryOwnConvPaths(KernelContext& ctx, const ConvAlgorithm& al
   // NCHW depthwise: by default where the output is a quarter of the input or less (strides >= 2; oneDNN's
   // path reorders the whole input to channels-last for it) and the window is at most 5x5 (one pass over
   // the output row per tap); an autotuning candidate everywhere (at stride 1 oneDNN is 1.8-3.7x faster).
-  const bool nchw_dw_default = dflt && std::all_of(g.strides.begin(), g.strides.end(), [](int64_t s) { return s >= 2; }) &&
+  const bool nchw_dw_default = dflt &&
+                               std::all_of(g.strides.begin(), g.strides.end(), [](int64_t s) { return s >= 2; }) &&
                                w.numel() <= 25 * w.dim(0);
   if (!channels_last && !transposed && own_f32 && (nchw_dw_default || algo.kind == ConvAlgorithm::kOwnDepthwise)) {
     CJIT_ASSIGN_OR_RETURN(bool done, TryNchwDepthwiseConv(ctx, g, group, y));
@@ -665,7 +676,8 @@ void RunConvEntry(KernelContext& ctx, const std::shared_ptr<DnnlEntry>& entry, c
     if (entry->src_is_transpose) {
       BatchedTranspose(xs.raw(), src.get_data_handle(), DTypeSize(xs.dtype()), xd[0], xd[1], spatial(xd), ctx.threads);
     } else {
-      ExecuteDnnl(entry->src_reorder, s, {{DNNL_ARG_FROM, user_src}, {DNNL_ARG_TO, src}}, entry->src_reorder_scratchpad_md);
+      ExecuteDnnl(entry->src_reorder, s, {{DNNL_ARG_FROM, user_src}, {DNNL_ARG_TO, src}},
+                  entry->src_reorder_scratchpad_md);
     }
   }
   if (entry->has_dst_reorder) dst = memory(entry->dst_md, CpuEngine(), reorder_buffer(1, entry->dst_md.get_size()));
@@ -676,7 +688,8 @@ void RunConvEntry(KernelContext& ctx, const std::shared_ptr<DnnlEntry>& entry, c
     memory::dims cd(yd.size(), 1);
     cd[1] = OC;
     args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(idx)) | DNNL_ARG_SRC_1] =
-        memory(memory::desc(cd, memory::data_type::f32, DenseStrides(cd)), CpuEngine(), const_cast<void*>(binary_args[b++]->raw()));
+        memory(memory::desc(cd, memory::data_type::f32, DenseStrides(cd)), CpuEngine(),
+               const_cast<void*>(binary_args[b++]->raw()));
   }
   ctx.scratch_bytes = static_cast<int64_t>(entry->scratchpad_md.get_size()) +
                       (entry->has_src_reorder ? static_cast<int64_t>(entry->src_md.get_size()) : 0) +
@@ -686,7 +699,8 @@ void RunConvEntry(KernelContext& ctx, const std::shared_ptr<DnnlEntry>& entry, c
     if (entry->dst_is_transpose) {
       BatchedTranspose(dst.get_data_handle(), y.raw(), DTypeSize(y.dtype()), yd[0], spatial(yd), yd[1], ctx.threads);
     } else {
-      ExecuteDnnl(entry->dst_reorder, s, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, user_dst}}, entry->dst_reorder_scratchpad_md);
+      ExecuteDnnl(entry->dst_reorder, s, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, user_dst}},
+                  entry->dst_reorder_scratchpad_md);
     }
   }
 }
@@ -761,7 +775,8 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
   CJIT_ASSIGN_OR_RETURN(bool own_done, TryOwnConvPaths(ctx, algo, g, group, transposed, channels_last, own_f32, y));
   if (own_done) return absl::OkStatus();
   if (!dflt && algo.kind != ConvAlgorithm::kOneDnn) return ConvAlgorithmDoesNotFit(ctx);
-  const ConvDnnlDescs descs = MakeConvDescs(ctx, g, xs.dims(), y.dims(), lib_c, OC, group, transposed, channels_last, bf16, medium);
+  const ConvDnnlDescs descs =
+      MakeConvDescs(ctx, g, xs.dims(), y.dims(), lib_c, OC, group, transposed, channels_last, bf16, medium);
   const memory::dims &wd = descs.wd, &dil = descs.dil, &pl = descs.pl, &pr = descs.pr, &st = descs.st, &xd = descs.xd,
                      &yd = descs.yd;
   const int64_t ksz = descs.ksz;
@@ -797,11 +812,16 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
   }
   const DnnlConvPostOps post = MakeDnnlConvPostOps(post_ops, yd.size(), OC);
   const std::string& post_key = post.key;
-  std::string key = absl::StrCat(transposed ? "deconv:" : "conv:", bf16 ? "bf16:" : "", x3 ? "bf16x3:" : medium ? "medium:" : "", static_cast<int>(bias_dt), post_key, ":", absl::StrJoin(xd, ","), ":", absl::StrJoin(wd, ","),
-                                 ":", absl::StrJoin(st, ","), ":", absl::StrJoin(dil, ","), ":", absl::StrJoin(pl, ","),
-                                 ":", absl::StrJoin(pr, ","), ":", has_bias, channels_last ? ":nxc:" : ":",
-                                 const_w ? absl::StrCat(reinterpret_cast<uintptr_t>(w.raw())) : "var",
-                                 dflt ? "" : absl::StrCat(":", *ctx.algorithm));
+  std::string key =
+      absl::StrCat(transposed ? "deconv:" : "conv:", bf16 ? "bf16:" : "",
+                   x3       ? "bf16x3:"
+                   : medium ? "medium:"
+                            : "",
+                   static_cast<int>(bias_dt), post_key, ":", absl::StrJoin(xd, ","), ":", absl::StrJoin(wd, ","), ":",
+                   absl::StrJoin(st, ","), ":", absl::StrJoin(dil, ","), ":", absl::StrJoin(pl, ","), ":",
+                   absl::StrJoin(pr, ","), ":", has_bias, channels_last ? ":nxc:" : ":",
+                   const_w ? absl::StrCat(reinterpret_cast<uintptr_t>(w.raw())) : "var",
+                   dflt ? "" : absl::StrCat(":", *ctx.algorithm));
   absl::Status create_status = absl::OkStatus();
   auto entry = GetOrCreateDnnl(key, [&]() -> std::shared_ptr<DnnlEntry> {
     return CreateConvEntry(ctx, algo, descs, OC, transposed, has_bias, const_w, wsrc, post, &create_status);
@@ -815,7 +835,9 @@ absl::Status Conv(KernelContext& ctx, bool transposed, bool channels_last = fals
   if (exact_post_ops != nullptr) ApplyPostOpsExact(*exact_post_ops, y, channels_last);
   if (!after_part.empty()) ApplyPostOpsAfterConv(ctx, after_part, OC, channels_last, y);
   if (ctx.want_impl) {
-    ctx.impl = x3 ? absl::StrCat("bfloat16x3: ", entry->impl) : medium ? absl::StrCat("bfloat16 operands: ", entry->impl) : entry->impl;
+    ctx.impl = x3       ? absl::StrCat("bfloat16x3: ", entry->impl)
+               : medium ? absl::StrCat("bfloat16 operands: ", entry->impl)
+                        : entry->impl;
     if (exact_post_ops != nullptr) absl::StrAppend(&ctx.impl, " (post-ops after it: non-finite operands)");
     if (entry->has_src_reorder || entry->has_dst_reorder) absl::StrAppend(&ctx.impl, " (+ layout reorders)");
   }
@@ -894,7 +916,8 @@ std::vector<AlgorithmCandidate> ConvAlgorithms(const KernelContext& ctx, bool tr
     // primitive_desc in a helper that returns it crashed with SIGFPE inside dnnl_primitive_desc_iterator_next).
     try {
       if (!transposed) {
-        const dnnl::algorithm alg = winograd ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct;
+        const dnnl::algorithm alg =
+            winograd ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct;
         auto d = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, alg, src_md, w_any,
                                                             b_md, dst_md, D.st, D.dil, D.pl, D.pr)
                           : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, alg, src_md, w_any,

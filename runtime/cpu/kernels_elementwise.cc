@@ -270,8 +270,9 @@ void RegisterUnary() {
   CJIT_FLOAT_UNARY_ATTR("Shrink", A bias = n.GetFloat("bias", 0.0f); A lambd = n.GetFloat("lambd", 0.5f),
                         x < -lambd ? x + bias : (x > lambd ? x - bias : A(0)));
   CJIT_FLOAT_UNARY_ATTR("Gelu", bool tanh_approx = n.GetString("approximate", "none") == "tanh",
-                        tanh_approx ? A(0.5) * x * (A(1) + std::tanh(A(0.7978845608028654) * (x + A(0.044715) * x * x * x)))
-                                    : A(0.5) * x * (A(1) + std::erf(x * A(0.7071067811865476))));
+                        tanh_approx
+                            ? A(0.5) * x * (A(1) + std::tanh(A(0.7978845608028654) * (x + A(0.044715) * x * x * x)))
+                            : A(0.5) * x * (A(1) + std::erf(x * A(0.7071067811865476))));
 #undef CJIT_FLOAT_UNARY_ATTR
   NumericUnary("Abs", [](auto a, const Node&) {
     using A = decltype(a);
@@ -280,7 +281,10 @@ void RegisterUnary() {
       if constexpr (std::is_unsigned_v<A>) return x; else return x < A(0) ? WrappingSub(A(0), x) : x;
     };
   });
-  NumericUnary("Neg", [](auto a, const Node&) { using A = decltype(a); return [](A x) -> A { return WrappingSub(A(0), x); }; });
+  NumericUnary("Neg", [](auto a, const Node&) {
+    using A = decltype(a);
+    return [](A x) -> A { return WrappingSub(A(0), x); };
+  });
   NumericUnary("Relu", [](auto a, const Node&) {
     using A = decltype(a);
     return [](A x) -> A { return x > A(0) ? x : A(0); };
@@ -323,7 +327,8 @@ void RegisterUnary() {
   // CPU has them, where Eigen's exp runs at the SSE2 baseline width.
   VectorActivationF32("Sigmoid", [](const Node&) { return std::vector<PostOp>{MakePostOp(PostOp::Kind::kSigmoid)}; });
   EigenUnaryF32("Relu", [](const auto& in, auto& out) { out = in.max(0.0f); });
-  VectorActivationF32("HardSwish", [](const Node&) { return std::vector<PostOp>{MakePostOp(PostOp::Kind::kHardSwish)}; });
+  VectorActivationF32("HardSwish",
+                      [](const Node&) { return std::vector<PostOp>{MakePostOp(PostOp::Kind::kHardSwish)}; });
   VectorActivationF32("HardSigmoid", [](const Node& n) {
     return std::vector<PostOp>{MakePostOp(PostOp::Kind::kLinear, n.GetFloat("alpha", 0.2f), n.GetFloat("beta", 0.5f)),
                                MakePostOp(PostOp::Kind::kClip, 0.0f, 1.0f)};

@@ -209,9 +209,9 @@ absl::Status DnnlMatMul(const void* a, const memory::dims& ad, const memory::dim
   // Small products stay on this thread; the primitive is created under the same setting it runs with
   // (GetOrCreateDnnl keys it by that setting).
   ScopedLibraryThreadsForWork library_threads(macs);
-  std::string key = absl::StrCat("mm:", static_cast<int>(dt), ":", static_cast<int>(dst_dt), ":", absl::StrJoin(ad, ","),
-                                 "/", absl::StrJoin(as, ","), ":", absl::StrJoin(bd, ","), "/", absl::StrJoin(bs, ","),
-                                 ":", alpha);
+  std::string key =
+      absl::StrCat("mm:", static_cast<int>(dt), ":", static_cast<int>(dst_dt), ":", absl::StrJoin(ad, ","), "/",
+                   absl::StrJoin(as, ","), ":", absl::StrJoin(bd, ","), "/", absl::StrJoin(bs, ","), ":", alpha);
   auto entry = GetOrCreateDnnl(key, [&] {
     auto e = std::make_shared<DnnlEntry>();
     e->src_md = memory::desc(ad, dt, as);
@@ -304,7 +304,9 @@ absl::Status ReducedPrecisionMatMul(bool high, const float* a, const float* b, f
     EigenMatMul(a32.data(), b32.data(), c, M, KK, N, KK, 1, N, 1, alpha);
     if (impl) *impl = "Eigen on bfloat16 values widened to float32 (no bfloat16 arithmetic on this CPU)";
   }
-  if (impl) *impl = absl::StrCat(high ? "bfloat16x3 (--matmul_precision=high): " : "bfloat16 (--matmul_precision=medium): ", *impl);
+  if (impl)
+    *impl =
+        absl::StrCat(high ? "bfloat16x3 (--matmul_precision=high): " : "bfloat16 (--matmul_precision=medium): ", *impl);
   return absl::OkStatus();
 }
 
@@ -380,7 +382,8 @@ void LoopMatMul(const T* a, const T* b, T* c, int64_t M, int64_t K, int64_t N, i
       A acc = 0;
       // Integers wrap on overflow (numpy's int64 matmul), never C++'s undefined signed overflow.
       for (int64_t k = 0; k < K; ++k) {
-        acc = WrappingAdd(acc, WrappingMul(static_cast<A>(a[m * as_m + k * as_k]), static_cast<A>(b[k * bs_k + n * bs_n])));
+        acc = WrappingAdd(acc,
+                          WrappingMul(static_cast<A>(a[m * as_m + k * as_k]), static_cast<A>(b[k * bs_k + n * bs_n])));
       }
       c[m * N + n] = static_cast<T>(acc);
     }
@@ -590,7 +593,8 @@ absl::Status Gemm(KernelContext& ctx) {
   CJIT_ASSIGN_OR_RETURN(const ProductAlgorithm algo, ParseProductAlgorithm(ctx));
   if (algo != ProductAlgorithm::kDefault &&
       (a.dtype() != DType::kF32 || precision != Float32Precision::kHighest || K <= 0 || M <= 0 || N <= 0)) {
-    return ctx.Error(absl::StrCat("algorithm '", *ctx.algorithm, "' is for non-empty float32 products at precision highest"));
+    return ctx.Error(
+        absl::StrCat("algorithm '", *ctx.algorithm, "' is for non-empty float32 products at precision highest"));
   }
   if (algo == ProductAlgorithm::kPanel) {
     if (ta || alpha != 1.0f || !TryPanelProduct(ctx, 1, tb, a.data<float>(), M, K, N, y.data<float>())) {
@@ -616,9 +620,9 @@ absl::Status Gemm(KernelContext& ctx) {
     CJIT_RETURN_IF_ERROR(DnnlMatMul(a.raw(), {M, K}, {as_m, as_k}, b.raw(), {K, N}, {bs_k, bs_n}, y.raw(), {M, N},
                                     alpha, ctx.want_impl ? &ctx.impl : nullptr));
   } else if (a.dtype() == DType::kF32 && K > 0 && M > 0 && N > 0 && precision != Float32Precision::kHighest) {
-    CJIT_RETURN_IF_ERROR(ReducedPrecisionMatMul(precision == Float32Precision::kBf16x3, a.data<float>(), b.data<float>(),
-                                                y.data<float>(), M, K, N, as_m, as_k, bs_k, bs_n, alpha,
-                                                ctx.want_impl ? &ctx.impl : nullptr));
+    CJIT_RETURN_IF_ERROR(ReducedPrecisionMatMul(precision == Float32Precision::kBf16x3, a.data<float>(),
+                                                b.data<float>(), y.data<float>(), M, K, N, as_m, as_k, bs_k, bs_n,
+                                                alpha, ctx.want_impl ? &ctx.impl : nullptr));
   } else if (a.dtype() == DType::kF32 && K > 0 && M > 0 && N > 0 && M <= kMatrixVectorRows && !ta && alpha == 1.0f) {
     MatrixVectorProduct(ctx, a.data<float>(), M, K, N, tb, y.data<float>());
   } else if (a.dtype() == DType::kF32 && K > 0 && N > 0 && !ta && alpha == 1.0f &&
@@ -646,7 +650,8 @@ absl::Status Gemm(KernelContext& ctx) {
       using T = decltype(t);
       LoopMatMul<T>(a.data<T>(), b.data<T>(), y.data<T>(), M, K, N, as_m, as_k, bs_k, bs_n);
       if (alpha != 1.0f) {
-        for (int64_t i = 0; i < M * N; ++i) y.data<T>()[i] = static_cast<T>(static_cast<double>(y.data<T>()[i]) * alpha);
+        for (int64_t i = 0; i < M * N; ++i)
+          y.data<T>()[i] = static_cast<T>(static_cast<double>(y.data<T>()[i]) * alpha);
       }
     }));
   }
@@ -659,9 +664,10 @@ absl::Status Gemm(KernelContext& ctx) {
       ForEachBroadcastRow<1>(y.dims(), {&c.dims()}, 1,
                              [&](std::array<int64_t, 1> off, int64_t o, int64_t n, std::array<int64_t, 1> s) {
                                for (int64_t i = 0; i < n; ++i) {
-                                 py[o + i] = static_cast<T>(static_cast<typename Acc<T>::type>(py[o + i]) +
-                                                            static_cast<typename Acc<T>::type>(beta) *
-                                                                static_cast<typename Acc<T>::type>(pc[off[0] + i * s[0]]));
+                                 py[o + i] =
+                                     static_cast<T>(static_cast<typename Acc<T>::type>(py[o + i]) +
+                                                    static_cast<typename Acc<T>::type>(beta) *
+                                                        static_cast<typename Acc<T>::type>(pc[off[0] + i * s[0]]));
                                }
                              });
     });

@@ -259,7 +259,8 @@ absl::Status MatMulNBitsKernel(KernelContext& ctx) {
   const float* bias = nullptr;
   if (ctx.has(5)) {
     const Tensor& t = ctx.in(5);
-    if (t.dtype() != DType::kF32 || t.numel() != l.N) return ctx.Error(absl::StrCat("bias must be float32 [", l.N, "]"));
+    if (t.dtype() != DType::kF32 || t.numel() != l.N)
+      return ctx.Error(absl::StrCat("bias must be float32 [", l.N, "]"));
     bias = t.data<float>();
   }
   Dims ydims = a.dims();

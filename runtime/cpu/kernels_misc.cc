@@ -28,7 +28,8 @@ namespace {
 absl::Status NllCore(KernelContext& ctx, const std::vector<double>& lp, const Dims& in_dims, const Tensor& target,
                      const Tensor* weight, Tensor& out) {
   // ONNX: input [N, C, d1...], target [N, d1...] (integer), weight [C].
-  if (in_dims.size() < 2) return ctx.Error(absl::StrCat("input must have rank >= 2 ([N, C, ...]), got ", in_dims.size()));
+  if (in_dims.size() < 2)
+    return ctx.Error(absl::StrCat("input must have rank >= 2 ([N, C, ...]), got ", in_dims.size()));
   Dims want(in_dims);
   want.erase(want.begin() + 1);
   if (target.dims() != want || !IsInteger(target.dtype())) {
@@ -113,7 +114,10 @@ absl::Status Nms(KernelContext& ctx) {
     if (center) {
       c[0] = p[1] - p[3] / 2; c[1] = p[0] - p[2] / 2; c[2] = p[1] + p[3] / 2; c[3] = p[0] + p[2] / 2;
     } else {
-      c[0] = std::min(p[0], p[2]); c[1] = std::min(p[1], p[3]); c[2] = std::max(p[0], p[2]); c[3] = std::max(p[1], p[3]);
+      c[0] = std::min(p[0], p[2]);
+      c[1] = std::min(p[1], p[3]);
+      c[2] = std::max(p[0], p[2]);
+      c[3] = std::max(p[1], p[3]);
     }
   };
   std::vector<int64_t> sel;
@@ -352,7 +356,8 @@ absl::Status Einsum(KernelContext& ctx) {
   int max_ell = 0;
   for (size_t k = 0; k < terms.size(); ++k) {
     size_t e = terms[k].find("...");
-    if (e != std::string::npos) max_ell = std::max<int>(max_ell, ctx.in(k).rank() - static_cast<int>(terms[k].size() - 3));
+    if (e != std::string::npos)
+      max_ell = std::max<int>(max_ell, ctx.in(k).rank() - static_cast<int>(terms[k].size() - 3));
   }
   if (max_ell > 31) return ctx.Error("more than 31 dims under an ellipsis");
   std::string ell;
@@ -364,7 +369,8 @@ absl::Status Einsum(KernelContext& ctx) {
       int n = ctx.in(k).rank() - static_cast<int>(terms[k].size() - 3);
       terms[k] = terms[k].substr(0, e) + ell.substr(max_ell - n) + terms[k].substr(e + 3);
     }
-    if (static_cast<int>(terms[k].size()) != ctx.in(k).rank()) return ctx.Error("term length differs from operand rank");
+    if (static_cast<int>(terms[k].size()) != ctx.in(k).rank())
+      return ctx.Error("term length differs from operand rank");
     for (size_t i = 0; i < terms[k].size(); ++i) {
       int64_t d = ctx.in(k).dim(static_cast<int>(i));
       auto it = size.find(terms[k][i]);
@@ -505,8 +511,8 @@ absl::Status RoiAlign(KernelContext& ctx) {
   if (x.rank() != 4 || rois_t.rank() != 2 || rois_t.dim(1) != 4 || idx_t.rank() != 1 ||
       idx_t.dim(0) != rois_t.dim(0) || idx_t.dtype() != DType::kI64 || rois_t.dtype() != x.dtype()) {
     return ctx.Error(absl::StrCat("X must be [N, C, H, W], rois [R, 4] of X's dtype and batch_indices int64 [R], got ",
-                                  DTypeName(x.dtype()), "[", DimsToString(x.dims()), "], ", DTypeName(rois_t.dtype()), "[",
-                                  DimsToString(rois_t.dims()), "] and ", DTypeName(idx_t.dtype()), "[",
+                                  DTypeName(x.dtype()), "[", DimsToString(x.dims()), "], ", DTypeName(rois_t.dtype()),
+                                  "[", DimsToString(rois_t.dims()), "] and ", DTypeName(idx_t.dtype()), "[",
                                   DimsToString(idx_t.dims()), "]"));
   }
   const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3), R = rois_t.dim(0);
@@ -588,7 +594,8 @@ absl::Status RoiAlign(KernelContext& ctx) {
               if (xlo >= W - 1) xhi = xlo = W - 1, xx = static_cast<double>(xlo);
               else xhi = xlo + 1;
               const double ly = yv - ylo, lx = xx - xlo, hy = 1 - ly, hx = 1 - lx;
-              sm = Sample{{ylo * W + xlo, ylo * W + xhi, yhi * W + xlo, yhi * W + xhi}, {hy * hx, hy * lx, ly * hx, ly * lx}};
+              sm = Sample{{ylo * W + xlo, ylo * W + xhi, yhi * W + xlo, yhi * W + xhi},
+                          {hy * hx, hy * lx, ly * hx, ly * lx}};
             }
           }
       const int64_t per_bin = gh * gw;
@@ -656,7 +663,8 @@ absl::StatusOr<std::shared_ptr<const TfIdfTables>> BuildTfIdfTables(const Kernel
     const int64_t len = static_cast<int64_t>(g) + 1;
     const int64_t begin = counts[g], end = g + 1 < counts.size() ? counts[g + 1] : static_cast<int64_t>(pool.size());
     if (begin < 0 || end < begin || end > static_cast<int64_t>(pool.size()) || (end - begin) % len != 0) {
-      return ctx.Error(absl::StrCat("ngram_counts[", g, "] = ", begin, " does not split the pool into ", len, "-grams"));
+      return ctx.Error(
+          absl::StrCat("ngram_counts[", g, "] = ", begin, " does not split the pool into ", len, "-grams"));
     }
     for (int64_t at = begin; at < end; at += len, ++k) {
       if (k >= static_cast<int64_t>(indexes.size())) return ctx.Error("fewer ngram_indexes than pool n-grams");

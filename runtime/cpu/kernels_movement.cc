@@ -26,7 +26,8 @@ namespace {
 absl::Status ZeroCopy(KernelContext& ctx) {
   if (!ctx.in(0).is_tensor()) {  // Identity of a sequence or optional: the same value
     if (TraitsOf(*ctx.node).view != ViewKind::kIdentity) {
-      return ctx.Error(absl::StrCat("input 0 is a ", ValueKindName(ctx.in(0).kind()), "; ", ctx.node->op_type, " takes a tensor"));
+      return ctx.Error(
+          absl::StrCat("input 0 is a ", ValueKindName(ctx.in(0).kind()), "; ", ctx.node->op_type, " takes a tensor"));
     }
     ctx.outputs[0] = ctx.in(0);
     return absl::OkStatus();
@@ -241,7 +242,11 @@ absl::Status ElementsOp(KernelContext& ctx, bool scatter) {
     }
     return absl::OkStatus();
   }
-  const int kind = reduction == "add" ? 0 : reduction == "mul" ? 1 : reduction == "max" ? 2 : reduction == "min" ? 3 : -1;
+  const int kind = reduction == "add"   ? 0
+                   : reduction == "mul" ? 1
+                   : reduction == "max" ? 2
+                   : reduction == "min" ? 3
+                                        : -1;
   if (kind < 0) return ctx.Error(absl::StrCat("unknown reduction '", reduction, "' (none, add, mul, max, min)"));
   const Tensor& upd = ctx.in(2);
   return DispatchNumeric(x.dtype(), [&](auto t) {
@@ -336,7 +341,11 @@ absl::Status ScatterND(KernelContext& ctx) {
     for (int64_t j = 0; j < n; ++j) std::memcpy(dst + offsets[j] * DTypeSize(x.dtype()), src + j * bytes, bytes);
     return absl::OkStatus();
   }
-  const int kind = reduction == "add" ? 0 : reduction == "mul" ? 1 : reduction == "max" ? 2 : reduction == "min" ? 3 : -1;
+  const int kind = reduction == "add"   ? 0
+                   : reduction == "mul" ? 1
+                   : reduction == "max" ? 2
+                   : reduction == "min" ? 3
+                                        : -1;
   if (kind < 0) return ctx.Error(absl::StrCat("unknown reduction '", reduction, "' (none, add, mul, max, min)"));
   return DispatchNumeric(x.dtype(), [&](auto t) {
     using T = decltype(t);
@@ -397,7 +406,8 @@ absl::Status Pad(KernelContext& ctx) {
   return DispatchAll(x.dtype(), [&](auto t) {
     using T = decltype(t);
     T value = T(0);
-    if (ctx.node->HasAttr("value")) value = NumericCast<T>(ctx.node->GetFloat("value", 0));  // saturating: see numeric_cast.h
+    if (ctx.node->HasAttr("value"))
+      value = NumericCast<T>(ctx.node->GetFloat("value", 0));  // saturating: see numeric_cast.h
     if (ctx.has(2) && ctx.in(2).numel() > 0) value = ctx.in(2).data<T>()[0];
     std::vector<int64_t> ys(r, 1), xs(r, 1);
     for (int i = r - 2; i >= 0; --i) {
@@ -456,7 +466,8 @@ absl::Status ExpandLike(KernelContext& ctx, const Tensor& x, Tensor& y) {
                            if (s[0] == 1) {
                              std::memcpy(dst + o * es, src + off[0] * es, n * es);
                            } else {
-                             for (int64_t i = 0; i < n; ++i) std::memcpy(dst + (o + i) * es, src + (off[0] + i * s[0]) * es, es);
+                             for (int64_t i = 0; i < n; ++i)
+                               std::memcpy(dst + (o + i) * es, src + (off[0] + i * s[0]) * es, es);
                            }
                          });
   return absl::OkStatus();
@@ -656,7 +667,8 @@ void RegisterMovementKernels() {
     Tensor& y = ctx.Alloc(0, t, dims);
     size_t es = DTypeSize(t);
     for (int64_t i = 0; i < y.numel(); ++i) {
-      if (it != ctx.node->attrs.end() && it->second.t) std::memcpy(static_cast<uint8_t*>(y.raw()) + i * es, it->second.t->raw(), es);
+      if (it != ctx.node->attrs.end() && it->second.t)
+        std::memcpy(static_cast<uint8_t*>(y.raw()) + i * es, it->second.t->raw(), es);
       else std::memset(static_cast<uint8_t*>(y.raw()) + i * es, 0, es);
     }
     return absl::OkStatus();
@@ -703,7 +715,8 @@ void RegisterMovementKernels() {
         for (int64_t i = 0; i < inner; ++i) {
           int64_t v = ind[o * inner + i];
           if (v < 0) v += depth;
-          std::memcpy(static_cast<uint8_t*>(y.raw()) + ((o * depth + d) * inner + i) * es, off_v + (v == d ? es : 0), es);
+          std::memcpy(static_cast<uint8_t*>(y.raw()) + ((o * depth + d) * inner + i) * es, off_v + (v == d ? es : 0),
+                      es);
         }
     return absl::OkStatus();
   });

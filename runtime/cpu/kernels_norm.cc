@@ -24,7 +24,8 @@ absl::Status BatchNorm(KernelContext& ctx) {
   if (x.rank() < 2) return ctx.Error(absl::StrCat("X must have a channel dim, got ", DimsToString(x.dims())));
   for (int i = 1; i <= 4; ++i) {
     if (ctx.in(i).dims() != Dims{C}) {
-      return ctx.Error(absl::StrCat("input ", i, " has dims ", DimsToString(ctx.in(i).dims()), ", X has ", C, " channels"));
+      return ctx.Error(
+          absl::StrCat("input ", i, " has dims ", DimsToString(ctx.in(i).dims()), ", X has ", C, " channels"));
     }
   }
   std::vector<double> sc = ctx.in(1).ToDoubleVector(), b = ctx.in(2).ToDoubleVector(),
@@ -247,7 +248,8 @@ absl::Status GroupNorm(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   float eps = ctx.node->GetFloat("epsilon", 1e-5f);
   int64_t G = ctx.node->GetInt("num_groups", 0);
-  if (x.rank() < 2 || G <= 0 || x.dim(1) % G != 0) return ctx.Error("X must be N x C x ... with C divisible by num_groups");
+  if (x.rank() < 2 || G <= 0 || x.dim(1) % G != 0)
+    return ctx.Error("X must be N x C x ... with C divisible by num_groups");
   int64_t N = x.dim(0), C = x.dim(1), sp = x.numel() / std::max<int64_t>(N * C, 1), cpg = C / G;
   bool per_channel = ctx.node->opset_version >= 21;
   int64_t plen = per_channel ? C : G;

@@ -79,16 +79,17 @@ absl::StatusOr<bool> DnnlPool(KernelContext& ctx, int kind, const WindowGeometry
   dnnl::algorithm alg = kind == 0 ? dnnl::algorithm::pooling_max
                         : count_pad ? dnnl::algorithm::pooling_avg_include_padding
                                     : dnnl::algorithm::pooling_avg_exclude_padding;
-  std::string key = absl::StrCat("pool:", bf16 ? "bf16:" : "", static_cast<int>(alg), ":", absl::StrJoin(xd, ","), ":", absl::StrJoin(yd, ","),
-                                 ":", absl::StrJoin(st, ","), ":", absl::StrJoin(ker, ","), ":", absl::StrJoin(dil, ","),
-                                 ":", absl::StrJoin(pl, ","), ":", absl::StrJoin(pr, ","));
+  std::string key = absl::StrCat("pool:", bf16 ? "bf16:" : "", static_cast<int>(alg), ":", absl::StrJoin(xd, ","), ":",
+                                 absl::StrJoin(yd, ","), ":", absl::StrJoin(st, ","), ":", absl::StrJoin(ker, ","), ":",
+                                 absl::StrJoin(dil, ","), ":", absl::StrJoin(pl, ","), ":", absl::StrJoin(pr, ","));
   bool failed = false;
   auto entry = GetOrCreateDnnl(key, [&]() -> std::shared_ptr<DnnlEntry> {
     auto e = std::make_shared<DnnlEntry>();
     e->src_md = memory::desc(xd, dt, DenseStrides(xd));
     e->dst_md = memory::desc(yd, dt, DenseStrides(yd));
     try {
-      dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, e->src_md, e->dst_md, st, ker, dil, pl, pr);
+      dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, e->src_md, e->dst_md, st, ker, dil, pl,
+                                       pr);
       dnnl::pooling_v2_forward::primitive_desc pd(d, DnnlAttr(), CpuEngine());
       e->prim = dnnl::pooling_v2_forward(pd);
       e->scratchpad_md = pd.scratchpad_desc();

@@ -122,7 +122,8 @@ int32_t ZeroPointAt(const KernelContext& ctx, int64_t k) {
   if (!ctx.has(2)) return 0;
   const Tensor& z = ctx.in(2);
   const int64_t i = z.numel() == 1 ? 0 : k;
-  return z.dtype() == DType::kI8 ? static_cast<int32_t>(z.data<int8_t>()[i]) : static_cast<int32_t>(z.data<uint8_t>()[i]);
+  return z.dtype() == DType::kI8 ? static_cast<int32_t>(z.data<int8_t>()[i])
+                                 : static_cast<int32_t>(z.data<uint8_t>()[i]);
 }
 
 // outer x channels x inner blocks of x for a per-axis parameter of `channels` values along `axis`
@@ -212,8 +213,9 @@ absl::Status Quantize(KernelContext& ctx) {
     // The division in the float type of x and the scale, as the reference implementation does: float32
     // division, rounded once more to float16 / bfloat16 (float32 holds 2p + 2 bits of either, so this is
     // their correctly rounded quotient); integer x in double. Then round half to even and saturate.
-    const double scaled = float_x ? RoundToFloatType(static_cast<float>(a.xv[e]) / static_cast<float>(a.sv[p]), x.dtype())
-                                  : a.xv[e] / a.sv[p];
+    const double scaled = float_x
+                              ? RoundToFloatType(static_cast<float>(a.xv[e]) / static_cast<float>(a.sv[p]), x.dtype())
+                              : a.xv[e] / a.sv[p];
     q[e] = std::isnan(scaled) ? lo : std::clamp(std::nearbyint(scaled) + a.zv[p], lo, hi);
   }
   return StoreDoubles(y, q);
@@ -226,7 +228,8 @@ absl::Status Dequantize(KernelContext& ctx) {
     CJIT_ASSIGN_OR_RETURN(QuantArgsShape a, CheckQuantArgs(ctx));
     return FastDequantize(ctx, a);
   }
-  if (!IsFloat(scale.dtype())) return ctx.Error(absl::StrCat("the scale must be a float tensor, got ", DTypeName(scale.dtype())));
+  if (!IsFloat(scale.dtype()))
+    return ctx.Error(absl::StrCat("the scale must be a float tensor, got ", DTypeName(scale.dtype())));
   if (ctx.has(2) && ctx.in(2).dtype() != x.dtype()) {
     return ctx.Error(absl::StrCat("the zero point is ", DTypeName(ctx.in(2).dtype()), ", x ", DTypeName(x.dtype())));
   }
@@ -263,7 +266,8 @@ absl::Status DynamicQuantize(KernelContext& ctx) {
   }
   const float scale = (mx - mn) / 255.0f;
   // An infinite range (scale inf) gives 0 - min / scale = 0 or NaN (-inf / inf): zero point 0.
-  const float zpf = scale == 0 || !std::isfinite(scale) ? 0 : std::clamp(std::nearbyint(0.0f - mn / scale), 0.0f, 255.0f);
+  const float zpf =
+      scale == 0 || !std::isfinite(scale) ? 0 : std::clamp(std::nearbyint(0.0f - mn / scale), 0.0f, 255.0f);
   const int32_t zp = static_cast<int32_t>(zpf);
   Tensor& y = ctx.Alloc(0);
   uint8_t* yp = y.data<uint8_t>();

@@ -57,13 +57,16 @@ using quant::ZeroPoints;
 // Value k of an optional per-tensor-or-per-axis parameter (absent = 0).
 double Param(const std::vector<double>& p, int64_t k) { return p.empty() ? 0.0 : (p.size() == 1 ? p[0] : p[k]); }
 
-std::vector<double> Opt(const KernelContext& ctx, int i) { return ctx.has(i) ? ctx.in(i).ToDoubleVector() : std::vector<double>(); }
+std::vector<double> Opt(const KernelContext& ctx, int i) {
+  return ctx.has(i) ? ctx.in(i).ToDoubleVector() : std::vector<double>();
+}
 
 // A zero point or scale is absent, per tensor (one value) or per row/column/channel (`len` values).
 absl::Status CheckParam(const KernelContext& ctx, const char* what, const std::vector<double>& p, int64_t len,
                         bool required = false) {
   if ((p.empty() && !required) || p.size() == 1 || static_cast<int64_t>(p.size()) == len) return absl::OkStatus();
-  return ctx.Error(absl::StrCat(what, " has ", p.size(), " values; expected 1", len > 1 ? absl::StrCat(" or ", len) : ""));
+  return ctx.Error(
+      absl::StrCat(what, " has ", p.size(), " values; expected 1", len > 1 ? absl::StrCat(" or ", len) : ""));
 }
 
 // acc[b][m][n] = sum_k (A[b][m][k] - azp[m]) * (B[b][k][n] - bzp[n]) with numpy batch broadcasting.
@@ -366,8 +369,8 @@ void RegisterQuantKernels() {
                        y.dtype() == DType::kI8, static_cast<uint8_t*>(y.raw()), ctx.threads);
       return absl::OkStatus();
     }
-    CJIT_ASSIGN_OR_RETURN(std::vector<int64_t> acc,
-                          IntMatMul(ctx, ctx.in(0), ctx.in(3), ctx.in(2).ToDoubleVector(), ctx.in(5).ToDoubleVector(), &d));
+    CJIT_ASSIGN_OR_RETURN(std::vector<int64_t> acc, IntMatMul(ctx, ctx.in(0), ctx.in(3), ctx.in(2).ToDoubleVector(),
+                                                              ctx.in(5).ToDoubleVector(), &d));
     int64_t n = d.empty() ? 1 : d.back();
     return Requantize(ctx, acc, d, a_scale.at(0), b_scale, b_scale.size() > 1 ? n : 1, 1, y_scale.at(0), ctx.in(7),
                       nullptr);
@@ -406,7 +409,8 @@ absl::Status QLinearConvKernel(KernelContext& ctx, bool channels_last) {
                               static_cast<float>(y_scale[0]);
                   }
                   y = &ctx.Alloc(0, ctx.in(7).dtype(), dims);
-                  if (!channels_last) img = Scratch<uint8_t>(kScratchAcc, NumElements(dims) / std::max<int64_t>(dims[0], 1));
+                  if (!channels_last)
+                    img = Scratch<uint8_t>(kScratchAcc, NumElements(dims) / std::max<int64_t>(dims[0], 1));
                   return absl::OkStatus();
                 },
                 [&](int64_t n, int64_t p0, int64_t count, const int32_t* acc, int64_t P, int64_t OC) {

@@ -247,7 +247,8 @@ absl::Status ResolveRecurrent(const KernelContext& ctx, int kind, RecurrentSpec*
   CJIT_ASSIGN_OR_RETURN(s->acts, Activations(ctx, s->dflt, nd));
   auto expect = [&](int i, const char* what, Dims want) -> absl::Status {
     if (!ctx.has(i) || ctx.in(i).dims() == want) return absl::OkStatus();
-    return ctx.Error(absl::StrCat(what, " must have dims ", DimsToString(want), ", got ", DimsToString(ctx.in(i).dims())));
+    return ctx.Error(
+        absl::StrCat(what, " must have dims ", DimsToString(want), ", got ", DimsToString(ctx.in(i).dims())));
   };
   const Dims state_dims = s->batch_major ? Dims{B, nd, H} : Dims{nd, B, H};
   CJIT_RETURN_IF_ERROR(expect(1, "W", {nd, gates * H, I}));

@@ -73,7 +73,8 @@ absl::StatusOr<std::vector<bool>> ReducedAxes(const KernelContext& ctx, int rank
 
 template <typename T, typename W>
 void ReduceLoop(const ReduceView& v, T* out, int threads, const std::string& op) {
-  using A = std::conditional_t<std::is_integral_v<T>, int64_t, std::conditional_t<std::is_same_v<T, double>, double, float>>;
+  using A =
+      std::conditional_t<std::is_integral_v<T>, int64_t, std::conditional_t<std::is_same_v<T, double>, double, float>>;
   const T* x = v.x.data<T>();
   int64_t work = v.outer * v.inner;
   int nt = work > 1 ? ThreadsForElements(threads, work * v.red) : 1;
@@ -85,8 +86,14 @@ void ReduceLoop(const ReduceView& v, T* out, int threads, const std::string& op)
       const T* p = x + o * v.red * v.inner + i;
       A acc;
       switch (kind) {
-        case 2: acc = std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity() : std::numeric_limits<A>::lowest(); break;
-        case 3: acc = std::numeric_limits<A>::has_infinity ? std::numeric_limits<A>::infinity() : std::numeric_limits<A>::max(); break;
+        case 2:
+          acc = std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity()
+                                                     : std::numeric_limits<A>::lowest();
+          break;
+        case 3:
+          acc =
+              std::numeric_limits<A>::has_infinity ? std::numeric_limits<A>::infinity() : std::numeric_limits<A>::max();
+          break;
         case 4: acc = 1; break;
         default: acc = 0;
       }
@@ -174,9 +181,14 @@ bool ReduceRowsF32(const ReduceView& v, float* out, int threads, const std::stri
            : op == "ReduceL1" ? ReduceRow<6> : nullptr;
 #if defined(__x86_64__)
   if (CpuHasAvx2()) {
-    fn = op == "ReduceSum" ? ReduceRowAvx2<0> : op == "ReduceMean" ? ReduceRowAvx2<1> : op == "ReduceMax" ? ReduceRowAvx2<2>
-       : op == "ReduceMin" ? ReduceRowAvx2<3> : op == "ReduceSumSquare" ? ReduceRowAvx2<4> : op == "ReduceL2" ? ReduceRowAvx2<5>
-       : op == "ReduceL1" ? ReduceRowAvx2<6> : nullptr;
+    fn = op == "ReduceSum"         ? ReduceRowAvx2<0>
+         : op == "ReduceMean"      ? ReduceRowAvx2<1>
+         : op == "ReduceMax"       ? ReduceRowAvx2<2>
+         : op == "ReduceMin"       ? ReduceRowAvx2<3>
+         : op == "ReduceSumSquare" ? ReduceRowAvx2<4>
+         : op == "ReduceL2"        ? ReduceRowAvx2<5>
+         : op == "ReduceL1"        ? ReduceRowAvx2<6>
+                                   : nullptr;
   }
 #endif
   if (fn == nullptr || v.inner != 1 || v.red < 16) return false;

@@ -125,7 +125,9 @@ absl::StatusOr<std::vector<ResizeTaps>> ResizeTapsOf(const Node& n, const Dims& 
         else if (nearest == "floor") k = NumericCast<int64_t>(std::floor(xo));
         else if (nearest == "ceil") k = NumericCast<int64_t>(std::ceil(xo));
         else if (nearest == "round_prefer_ceil") k = NumericCast<int64_t>(std::floor(xo + 0.5));
-        else k = (xo - std::floor(xo) == 0.5) ? NumericCast<int64_t>(std::floor(xo)) : NumericCast<int64_t>(std::round(xo));
+        else
+          k = (xo - std::floor(xo) == 0.5) ? NumericCast<int64_t>(std::floor(xo))
+                                           : NumericCast<int64_t>(std::round(xo));
         t.idx[i] = std::clamp<int64_t>(k, 0, in - 1);
         t.w[i] = 1;
       } else if (mode == "linear") {

@@ -141,8 +141,8 @@ absl::Status SplitToSequence(KernelContext& ctx) {
     }
   }
   if (sizes.size() * kItemOverheadBytes + x.nbytes() > MaxTensorBytes()) {
-    return ctx.Error(absl::StrCat(sizes.size(), " pieces of ", x.Describe(), " would take more than --max_tensor_bytes (",
-                                  MaxTensorBytes(), ")"));
+    return ctx.Error(absl::StrCat(sizes.size(), " pieces of ", x.Describe(),
+                                  " would take more than --max_tensor_bytes (", MaxTensorBytes(), ")"));
   }
   if (x.dtype() == DType::kString) return ctx.Error("sequences of strings are not supported");
   ctx.outputs[0] = Tensor::Sequence(x.dtype(), SplitAlong(x, axis, sizes, drop_axis, ctx.threads));
@@ -202,7 +202,8 @@ absl::Status SequenceMap(KernelContext& ctx) {
       return ctx.Error(absl::StrCat("sequence input ", i, " has ", t.items().size(), " tensors; input 0 has ", n));
     }
     if (t.kind() != ValueKind::kSequence && !t.is_tensor()) {
-      return ctx.Error(absl::StrCat("input ", i, " is a ", ValueKindName(t.kind()), "; SequenceMap takes tensors or sequences"));
+      return ctx.Error(
+          absl::StrCat("input ", i, " is a ", ValueKindName(t.kind()), "; SequenceMap takes tensors or sequences"));
     }
   }
   const auto caps = SubgraphCaptures(ctx);

@@ -272,7 +272,8 @@ absl::Status StringConcat(KernelContext& ctx) {
   std::string* py = y.data<std::string>();
   ForEachBroadcastRow<2>(out_dims, {&a.dims(), &b.dims()}, 1,
                          [&](std::array<int64_t, 2> in, int64_t out, int64_t n, std::array<int64_t, 2> step) {
-                           for (int64_t j = 0; j < n; ++j) py[out + j] = pa[in[0] + j * step[0]] + pb[in[1] + j * step[1]];
+                           for (int64_t j = 0; j < n; ++j)
+                             py[out + j] = pa[in[0] + j * step[0]] + pb[in[1] + j * step[1]];
                          });
   return absl::OkStatus();
 }

@@ -62,9 +62,9 @@ void ExecuteDnnl(const dnnl::primitive& prim, dnnl::stream& s, std::unordered_ma
 // it is created (its kernels' nthr is the OpenMP setting then) and keeps it at every execution: a primitive
 // created while a run had lent a CPU to a background compile (1 thread) would otherwise serve later runs
 // on one thread. `valid` (optional) rejects a cached entry, which is then re-created (e.g. its weights'
-// buffer was freed and the address reused by another tensor). The process-wide cache is bounded: entries whose weights' buffer is gone (the Session that owned
-// the constant was destroyed) are dropped, and beyond kMaxDnnlEntries the least recently used go (a caller
-// still holding one keeps it alive). Thread-safe.
+// buffer was freed and the address reused by another tensor). The process-wide cache is bounded: entries whose weights'
+// buffer is gone (the Session that owned the constant was destroyed) are dropped, and beyond kMaxDnnlEntries the least
+// recently used go (a caller still holding one keeps it alive). Thread-safe.
 constexpr size_t kMaxDnnlEntries = 1024;
 // Number of cached entries (for tests).
 size_t DnnlCacheSize();

@@ -43,7 +43,8 @@ __attribute__((target("avx512f"))) void TransposeTile16Avx512(const uint32_t* x,
   // column 4L + k of rows 4q..4q+3.
   for (int q = 0; q < 4; ++q) {
     const __m512 lo01 = _mm512_unpacklo_ps(r[4 * q], r[4 * q + 1]), hi01 = _mm512_unpackhi_ps(r[4 * q], r[4 * q + 1]);
-    const __m512 lo23 = _mm512_unpacklo_ps(r[4 * q + 2], r[4 * q + 3]), hi23 = _mm512_unpackhi_ps(r[4 * q + 2], r[4 * q + 3]);
+    const __m512 lo23 = _mm512_unpacklo_ps(r[4 * q + 2], r[4 * q + 3]),
+                 hi23 = _mm512_unpackhi_ps(r[4 * q + 2], r[4 * q + 3]);
     t[4 * q + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(lo01), _mm512_castps_pd(lo23)));
     t[4 * q + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(lo01), _mm512_castps_pd(lo23)));
     t[4 * q + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(hi01), _mm512_castps_pd(hi23)));
@@ -119,7 +120,8 @@ __attribute__((target("avx512f"))) void InterleaveRowsAvx512(const uint32_t* x, 
     const int64_t m = std::min<int64_t>(16, n - j0);
     const __mmask16 load = static_cast<__mmask16>((1u << m) - 1);
     __m512i r[4];
-    for (int i = 0; i < 4; ++i) r[i] = i < rows ? _mm512_maskz_loadu_epi32(load, x + i * ldx + j0) : _mm512_setzero_si512();
+    for (int i = 0; i < 4; ++i)
+      r[i] = i < rows ? _mm512_maskz_loadu_epi32(load, x + i * ldx + j0) : _mm512_setzero_si512();
     uint32_t* out = y + j0 * rows;
     const int64_t total = m * rows;
     for (int v = 0; v < rows && 16 * v < total; ++v) {
@@ -289,10 +291,14 @@ void CollapseTranspose(const Dims& d, const std::vector<int64_t>& perm, Dims* cd
 void BatchedTranspose(const void* x, void* y, size_t elem_bytes, int64_t batch, int64_t rows, int64_t cols,
                       int threads) {
   switch (elem_bytes) {
-    case 1: return BatchedTranspose2D(static_cast<const uint8_t*>(x), static_cast<uint8_t*>(y), batch, rows, cols, threads);
-    case 2: return BatchedTranspose2D(static_cast<const uint16_t*>(x), static_cast<uint16_t*>(y), batch, rows, cols, threads);
-    case 4: return BatchedTranspose2D(static_cast<const uint32_t*>(x), static_cast<uint32_t*>(y), batch, rows, cols, threads);
-    default: return BatchedTranspose2D(static_cast<const uint64_t*>(x), static_cast<uint64_t*>(y), batch, rows, cols, threads);
+    case 1:
+      return BatchedTranspose2D(static_cast<const uint8_t*>(x), static_cast<uint8_t*>(y), batch, rows, cols, threads);
+    case 2:
+      return BatchedTranspose2D(static_cast<const uint16_t*>(x), static_cast<uint16_t*>(y), batch, rows, cols, threads);
+    case 4:
+      return BatchedTranspose2D(static_cast<const uint32_t*>(x), static_cast<uint32_t*>(y), batch, rows, cols, threads);
+    default:
+      return BatchedTranspose2D(static_cast<const uint64_t*>(x), static_cast<uint64_t*>(y), batch, rows, cols, threads);
   }
 }
 
@@ -322,10 +328,22 @@ absl::StatusOr<Tensor> TransposeTensor(const Tensor& x, const std::vector<int64_
       for (int i = 0; i + 2 < k; ++i) batch *= cd[i];
       int64_t rows = cd[k - 2], cols = cd[k - 1];
       switch (es) {
-        case 1: BatchedTranspose2D(static_cast<const uint8_t*>(x.raw()), static_cast<uint8_t*>(y.raw()), batch, rows, cols, threads); break;
-        case 2: BatchedTranspose2D(static_cast<const uint16_t*>(x.raw()), static_cast<uint16_t*>(y.raw()), batch, rows, cols, threads); break;
-        case 4: BatchedTranspose2D(static_cast<const uint32_t*>(x.raw()), static_cast<uint32_t*>(y.raw()), batch, rows, cols, threads); break;
-        default: BatchedTranspose2D(static_cast<const uint64_t*>(x.raw()), static_cast<uint64_t*>(y.raw()), batch, rows, cols, threads); break;
+        case 1:
+          BatchedTranspose2D(static_cast<const uint8_t*>(x.raw()), static_cast<uint8_t*>(y.raw()), batch, rows, cols,
+                             threads);
+          break;
+        case 2:
+          BatchedTranspose2D(static_cast<const uint16_t*>(x.raw()), static_cast<uint16_t*>(y.raw()), batch, rows, cols,
+                             threads);
+          break;
+        case 4:
+          BatchedTranspose2D(static_cast<const uint32_t*>(x.raw()), static_cast<uint32_t*>(y.raw()), batch, rows, cols,
+                             threads);
+          break;
+        default:
+          BatchedTranspose2D(static_cast<const uint64_t*>(x.raw()), static_cast<uint64_t*>(y.raw()), batch, rows, cols,
+                             threads);
+          break;
       }
       return y;
     }
@@ -364,7 +382,8 @@ absl::StatusOr<Tensor> TransposeTensor(const Tensor& x, const std::vector<int64_
 
 absl::StatusOr<MatMulGeometry> PlanMatMul(const Dims& a, const Dims& b) {
   // numpy.matmul (ONNX MatMul, MatMulInteger, QLinearMatMul): scalars are not operands.
-  if (a.empty() || b.empty()) return absl::InvalidArgumentError("MatMul operands must have rank 1 or more, got a scalar");
+  if (a.empty() || b.empty())
+    return absl::InvalidArgumentError("MatMul operands must have rank 1 or more, got a scalar");
   MatMulGeometry g;
   g.ad = a;
   g.bd = b;

@@ -45,7 +45,8 @@ inline __attribute__((always_inline)) void EpilogueBody(float* y, int64_t rows, 
 
 // y[i] = ops(x[i]) for ops without per-channel operands (the unary activations).
 template <typename VW>
-inline __attribute__((always_inline)) void UnaryBody(const float* x, float* y, int64_t n, const std::vector<PostOp>* ops) {
+inline __attribute__((always_inline)) void UnaryBody(const float* x, float* y, int64_t n,
+                                                     const std::vector<PostOp>* ops) {
   constexpr int64_t kW = sizeof(VW) / sizeof(float);
   int64_t i = 0;
   for (; i + kW <= n; i += kW) StoreV(y + i, ApplyOpsVec(LoadV<VW>(x + i), ops, 0));
@@ -55,13 +56,17 @@ inline __attribute__((always_inline)) void UnaryBody(const float* x, float* y, i
     y[i] = v;
   }
 }
-__attribute__((target("avx512f,fma"))) void UnaryAvx512(const float* x, float* y, int64_t n, const std::vector<PostOp>* ops) {
+__attribute__((target("avx512f,fma"))) void UnaryAvx512(const float* x, float* y, int64_t n,
+                                                        const std::vector<PostOp>* ops) {
   UnaryBody<V16f>(x, y, n, ops);
 }
-__attribute__((target("avx2,fma"))) void UnaryAvx2(const float* x, float* y, int64_t n, const std::vector<PostOp>* ops) {
+__attribute__((target("avx2,fma"))) void UnaryAvx2(const float* x, float* y, int64_t n,
+                                                   const std::vector<PostOp>* ops) {
   UnaryBody<V8f>(x, y, n, ops);
 }
-void UnaryBaseline(const float* x, float* y, int64_t n, const std::vector<PostOp>* ops) { UnaryBody<V4f>(x, y, n, ops); }
+void UnaryBaseline(const float* x, float* y, int64_t n, const std::vector<PostOp>* ops) {
+  UnaryBody<V4f>(x, y, n, ops);
+}
 
 // exp(x) per lane with the code generator's FastExp semantics (compiler/codegen/cpu_emit.cc): x clamped to [-103.97,
 // 88.72], n = round(x / ln2), exp(r) by Cephes' polynomial, times 2^n applied as 2^a * 2^(n - a) so that

@@ -267,13 +267,14 @@ class LtGemmPlan : public GemmOp {
     MutexLock lock(&mu_);  // the bias pointer is set on the shared descriptor
     if (shape_.bias) {
       void* p = reinterpret_cast<void*>(bias);
-      CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p, sizeof(p)));
+      CJIT_LT_RETURN_IF_ERROR(lt,
+                              cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p, sizeof(p)));
     }
     float alpha = shape_.alpha, beta = 0;
     auto ptr = [](uint64_t x) { return reinterpret_cast<void*>(x); };
-    CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatmul(dev_lt_->handle, desc_, &alpha, ptr(b), b_, ptr(a), a_, &beta, ptr(d), d_,
-                                               ptr(d), d_, &algo_, ptr(dev_lt_->workspace->address()), kWorkspaceBytes,
-                                               reinterpret_cast<cudaStream_t>(device_->stream())));
+    CJIT_LT_RETURN_IF_ERROR(lt, cublasLtMatmul(dev_lt_->handle, desc_, &alpha, ptr(b), b_, ptr(a), a_, &beta, ptr(d),
+                                               d_, ptr(d), d_, &algo_, ptr(dev_lt_->workspace->address()),
+                                               kWorkspaceBytes, reinterpret_cast<cudaStream_t>(device_->stream())));
     return absl::OkStatus();
   }
 

@@ -1,6 +1,6 @@
-// float32, float16 and bfloat16 matrix products (float32 accumulation) on the GPU through cuBLASLt, loaded with dlopen (libcublasLt.so.13, then .12)
-// so that nothing links CUDA libraries. Serves ONNX MatMul (numpy matmul semantics, batched with one
-// side broadcast) and Gemm (transA/transB, alpha, a per-column bias vector C as a bias epilogue; see
+// float32, float16 and bfloat16 matrix products (float32 accumulation) on the GPU through cuBLASLt, loaded with dlopen
+// (libcublasLt.so.13, then .12) so that nothing links CUDA libraries. Serves ONNX MatMul (numpy matmul semantics,
+// batched with one side broadcast) and Gemm (transA/transB, alpha, a per-column bias vector C as a bias epilogue; see
 // https://onnx.ai/onnx/operators/onnx__Gemm.html), with a Relu epilogue where the plan absorbed one.
 //
 // Row-major products are run as their column-major transposes: D^T = op(B)^T op(A)^T, so no data moves.

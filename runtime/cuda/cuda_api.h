@@ -19,18 +19,21 @@
 namespace cjit {
 
 // X(name): cuda.h function `name` (which cuda.h may map to name_v2 etc.; decltype picks that prototype).
-#define CJIT_CUDA_DRIVER_FUNCTIONS(X)                                                                      \
-  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet) X(cuDeviceGetCount) \
-  X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain)              \
-  X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuStreamCreate) X(cuStreamDestroy) \
-  X(cuStreamSynchronize) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)     \
-  X(cuEventDestroy) X(cuMemAlloc) X(cuMemFree) X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemGetInfo)        \
-  X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemcpy2DAsync) X(cuMemcpy3DAsync) X(cuMemsetD8Async) X(cuMemsetD32Async)   \
-  X(cuMemHostAlloc) X(cuMemFreeHost) X(cuModuleLoadDataEx) X(cuModuleGetFunction) X(cuModuleUnload)        \
-  X(cuLaunchKernel) X(cuFuncGetAttribute) X(cuDeviceGetDefaultMemPool) X(cuMemPoolSetAttribute)          \
-  X(cuMemPoolTrimTo) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags)          \
-  X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuCtxGetLimit) X(cuCtxSetLimit) X(cuStreamGetAttribute) \
-  X(cuStreamSetAttribute)
+#define CJIT_CUDA_DRIVER_FUNCTIONS(X)                                                                                  \
+  X(cuInit)                                                                                                            \
+  X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetName)    \
+      X(cuDeviceGetAttribute) X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)             \
+          X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)           \
+              X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy)          \
+                  X(cuMemAlloc) X(cuMemFree) X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemGetInfo) X(cuMemcpyHtoDAsync) \
+                      X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemcpy2DAsync) X(cuMemcpy3DAsync)                  \
+                          X(cuMemsetD8Async) X(cuMemsetD32Async) X(cuMemHostAlloc) X(cuMemFreeHost)                    \
+                              X(cuModuleLoadDataEx) X(cuModuleGetFunction) X(cuModuleUnload) X(cuLaunchKernel)         \
+                                  X(cuFuncGetAttribute) X(cuDeviceGetDefaultMemPool) X(cuMemPoolSetAttribute)          \
+                                      X(cuMemPoolTrimTo) X(cuStreamBeginCapture) X(cuStreamEndCapture)                 \
+                                          X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy)        \
+                                              X(cuGraphDestroy) X(cuCtxGetLimit) X(cuCtxSetLimit)                      \
+                                                  X(cuStreamGetAttribute) X(cuStreamSetAttribute)
 
 struct CudaApi {
 #define CJIT_CUDA_FIELD(name) decltype(&::name) name = nullptr;

@@ -78,7 +78,11 @@ class CudaBackend : public DeviceBackend {
  public:
   CudaBackend(CudaDevice* dev, DeviceAllocator* allocator, std::string arch, std::string libdevice,
               std::unique_ptr<TieredCache> disk)
-      : dev_(dev), allocator_(allocator), arch_(std::move(arch)), libdevice_(std::move(libdevice)), disk_(std::move(disk)) {}
+      : dev_(dev),
+        allocator_(allocator),
+        arch_(std::move(arch)),
+        libdevice_(std::move(libdevice)),
+        disk_(std::move(disk)) {}
 
   std::string Describe() const override { return absl::StrCat(dev_->name(), " (", dev_->sm(), ")"); }
   std::string target() const override { return arch_; }
@@ -90,7 +94,9 @@ class CudaBackend : public DeviceBackend {
   absl::Status CopyToDevice(uint64_t dst, const void* src, size_t bytes) const override {
     return dev_->CopyToDevice(dst, src, bytes);
   }
-  absl::Status CopyToHost(void* dst, uint64_t src, size_t bytes) const override { return dev_->CopyToHost(dst, src, bytes); }
+  absl::Status CopyToHost(void* dst, uint64_t src, size_t bytes) const override {
+    return dev_->CopyToHost(dst, src, bytes);
+  }
   absl::Status Fill(uint64_t dst, uint8_t byte, size_t bytes) const override { return dev_->Fill(dst, byte, bytes); }
   absl::Status Copy2D(uint64_t dst, size_t dst_pitch, uint64_t src, size_t src_pitch, size_t width,
                       size_t height) const override {
@@ -150,7 +156,8 @@ class CudaBackend : public DeviceBackend {
   absl::Status LaunchFused(const FusedKernelHandle& kernel, const FusedLaunchArgs& a,
                            const std::vector<uint64_t>& buffers) const override {
     const auto& k = static_cast<const PtxKernelHandle&>(kernel);
-    FusedLaunch launch{k.fn, k.fn_block, k.fn_cached, k.row_cache_inputs, a.rows, a.row_elems, a.row_kernel, a.meta, a.consts};
+    FusedLaunch launch{k.fn,         k.fn_block, k.fn_cached, k.row_cache_inputs, a.rows, a.row_elems,
+                       a.row_kernel, a.meta,     a.consts};
     return cjit::LaunchFused(*dev_, launch, std::vector<CUdeviceptr>(buffers.begin(), buffers.end()));
   }
 
@@ -205,7 +212,8 @@ class CudaBackend : public DeviceBackend {
                                  s.outer_stride_bytes / unit};
     meta.insert(meta.end(), s.dims.begin(), s.dims.end());
     for (int64_t st : s.strides_bytes) meta.push_back(st / unit);
-    CJIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceBuffer> buffer, dev_->Allocate(meta.size() * sizeof(int64_t), allocator_));
+    CJIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceBuffer> buffer,
+                          dev_->Allocate(meta.size() * sizeof(int64_t), allocator_));
     CJIT_RETURN_IF_ERROR(dev_->CopyToDevice(buffer->address(), meta.data(), meta.size() * sizeof(int64_t)));
     return std::unique_ptr<GatherOp>(std::make_unique<CudaGather>(dev_, kernels->by_unit.at(unit), std::move(buffer),
                                                                    s.n_outer * s.n_rows, s.row_bytes / unit));

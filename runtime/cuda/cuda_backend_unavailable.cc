@@ -11,8 +11,8 @@ absl::StatusOr<std::shared_ptr<DeviceBackend>> MakeCudaBackend(const CudaBackend
   const auto& devices = ProbeCudaDriver();  // a missing driver or device is named first, as in a CUDA build
   if (!devices.ok()) return devices.status();
   if (options.ordinal < 0 || options.ordinal >= static_cast<int>(devices->size())) {
-    return absl::FailedPreconditionError(absl::StrCat("CUDA device ", options.ordinal, " does not exist (the driver reports ",
-                                                      devices->size(), " device(s))"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "CUDA device ", options.ordinal, " does not exist (the driver reports ", devices->size(), " device(s))"));
   }
   return absl::UnimplementedError(absl::StrCat(
       "CUDA device ", options.ordinal,

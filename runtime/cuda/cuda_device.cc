@@ -166,7 +166,8 @@ absl::StatusOr<std::unique_ptr<CudaGraph>> CudaDevice::Capture(const std::functi
     api_->cuStreamDestroy(cs);
     return CudaStatus(*api_, rc, "cuStreamBeginCapture");
   }
-  graph->pool_ = std::make_shared<CachingDeviceAllocator>(std::make_unique<DriverBackend>(this), /*release_on_oom=*/false);
+  graph->pool_ =
+      std::make_shared<CachingDeviceAllocator>(std::make_unique<DriverBackend>(this), /*release_on_oom=*/false);
   t_capture = CaptureState{this, cs, graph->pool_};
   absl::Status st = enqueue();
   t_capture = CaptureState{};
@@ -212,7 +213,8 @@ absl::StatusOr<DeviceAllocator*> CudaDevice::Allocator(const std::string& name) 
 absl::StatusOr<std::shared_ptr<DeviceBuffer>> CudaDevice::Allocate(size_t bytes, DeviceAllocator* allocator) {
   if (t_capture.device == this) {  // inside Capture(): from the graph's private pool
     CJIT_ASSIGN_OR_RETURN(uint64_t address, t_capture.pool->Allocate(bytes));
-    return std::make_shared<DeviceBuffer>(t_capture.pool.get(), static_cast<CUdeviceptr>(address), bytes, t_capture.pool);
+    return std::make_shared<DeviceBuffer>(t_capture.pool.get(), static_cast<CUdeviceptr>(address), bytes,
+                                          t_capture.pool);
   }
   if (allocator == nullptr) allocator = caching_.get();
   CJIT_ASSIGN_OR_RETURN(uint64_t address, allocator->Allocate(bytes));
@@ -247,7 +249,8 @@ absl::Status CudaDevice::Copy2D(CUdeviceptr dst, size_t dst_pitch, CUdeviceptr s
   if (width == 0 || height == 0) return absl::OkStatus();
   if (height == 1 || (width == dst_pitch && width == src_pitch)) return CopyOnDevice(dst, src, width * height);
   if (static_cast<int64_t>(std::max(dst_pitch, src_pitch)) > max_pitch_) {
-    for (size_t r = 0; r < height; ++r) CJIT_RETURN_IF_ERROR(CopyOnDevice(dst + r * dst_pitch, src + r * src_pitch, width));
+    for (size_t r = 0; r < height; ++r)
+      CJIT_RETURN_IF_ERROR(CopyOnDevice(dst + r * dst_pitch, src + r * src_pitch, width));
     return absl::OkStatus();
   }
   CUDA_MEMCPY2D c = {};
@@ -269,8 +272,9 @@ absl::Status CudaDevice::Fill32(CUdeviceptr dst, uint32_t value, size_t count) c
   return absl::OkStatus();
 }
 
-absl::Status CudaDevice::CopyIntoPadded(CUdeviceptr dst, size_t dst_pitch, size_t dst_height, size_t dst_x, size_t dst_y,
-                                        CUdeviceptr src, size_t width, size_t height, size_t planes) const {
+absl::Status CudaDevice::CopyIntoPadded(CUdeviceptr dst, size_t dst_pitch, size_t dst_height, size_t dst_x,
+                                        size_t dst_y, CUdeviceptr src, size_t width, size_t height,
+                                        size_t planes) const {
   if (width == 0 || height == 0 || planes == 0) return absl::OkStatus();
   if (static_cast<int64_t>(std::max(dst_pitch, width)) > max_pitch_) {
     for (size_t p = 0; p < planes; ++p) {
@@ -344,7 +348,8 @@ absl::StatusOr<std::shared_ptr<CudaModule>> CudaDevice::LoadModule(const std::st
 
 absl::Status CudaDevice::Launch(CUfunction fn, unsigned grid_x, unsigned grid_y, unsigned block, void** args,
                                 unsigned shared_bytes) const {
-  CJIT_CU_RETURN_IF_ERROR(*api_, cuLaunchKernel(fn, grid_x, grid_y, 1, block, 1, 1, shared_bytes, stream(), args, nullptr));
+  CJIT_CU_RETURN_IF_ERROR(*api_,
+                          cuLaunchKernel(fn, grid_x, grid_y, 1, block, 1, 1, shared_bytes, stream(), args, nullptr));
   return absl::OkStatus();
 }
 

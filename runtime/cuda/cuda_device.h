@@ -143,7 +143,8 @@ class CudaDevice {
   int64_t max_pitch_ = 0;
   std::unique_ptr<DeviceAllocator> caching_;
   Mutex allocators_mu_;
-  std::unique_ptr<DeviceAllocator> async_ ABSL_GUARDED_BY(allocators_mu_);  // created by the first Allocator("cuda_malloc_async")
+  std::unique_ptr<DeviceAllocator> async_
+      ABSL_GUARDED_BY(allocators_mu_);  // created by the first Allocator("cuda_malloc_async")
 };
 
 // Per-device library state (a cuBLASLt or cuDNN handle): `create` runs once per device and process, and its

@@ -40,7 +40,8 @@ absl::StatusOr<const DnnApi*> LoadDnn() {
     void* lib = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) {
       const char* err = dlerror();
-      return absl::FailedPreconditionError(absl::StrCat("cannot load cuDNN (libcudnn.so.9): ", err ? err : "unknown error"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot load cuDNN (libcudnn.so.9): ", err ? err : "unknown error"));
     }
     auto* api = new DnnApi();
 #define CJIT_DNN_RESOLVE(name)                                                \
@@ -169,23 +170,26 @@ class CudnnConv : public ConvOp {
     const DnnApi& d = *dnn_;
     auto i = [](int64_t v) { return static_cast<int>(v); };
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateTensorDescriptor(&x_));
-    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetTensor4dDescriptor(x_, CUDNN_TENSOR_NCHW, DnnType(s.dtype), i(s.n), i(s.c), i(s.h), i(s.w)));
+    CJIT_DNN_RETURN_IF_ERROR(
+        d, cudnnSetTensor4dDescriptor(x_, CUDNN_TENSOR_NCHW, DnnType(s.dtype), i(s.n), i(s.c), i(s.h), i(s.w)));
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateFilterDescriptor(&w_));
-    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetFilter4dDescriptor(w_, DnnType(s.dtype), CUDNN_TENSOR_NCHW, i(s.k), i(s.c / s.groups),
-                                                           i(s.r), i(s.s)));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetFilter4dDescriptor(w_, DnnType(s.dtype), CUDNN_TENSOR_NCHW, i(s.k),
+                                                           i(s.c / s.groups), i(s.r), i(s.s)));
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateConvolutionDescriptor(&conv_));
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetConvolution2dDescriptor(conv_, i(s.pad_top), i(s.pad_left), i(s.stride_h),
                                                                 i(s.stride_w), i(s.dil_h), i(s.dil_w),
                                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetConvolutionGroupCount(conv_, i(s.groups)));
-    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetConvolutionMathType(conv_, s.precision == MathPrecision::kHighest && s.dtype == DType::kF32
-                                                                         ? CUDNN_FMA_MATH
-                                                                         : CUDNN_DEFAULT_MATH));
+    CJIT_DNN_RETURN_IF_ERROR(
+        d, cudnnSetConvolutionMathType(conv_, s.precision == MathPrecision::kHighest && s.dtype == DType::kF32
+                                                  ? CUDNN_FMA_MATH
+                                                  : CUDNN_DEFAULT_MATH));
     int on = 0, oc = 0, oh = 0, ow = 0;
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnGetConvolution2dForwardOutputDim(conv_, x_, w_, &on, &oc, &oh, &ow));
     if (on != s.n || oc != s.k || oh != s.out_h || ow != s.out_w) {
       return absl::UnimplementedError(absl::StrCat("cuDNN computes a ", on, "x", oc, "x", oh, "x", ow,
-                                                   " output, the graph expects ", s.n, "x", s.k, "x", s.out_h, "x", s.out_w));
+                                                   " output, the graph expects ", s.n, "x", s.k, "x", s.out_h, "x",
+                                                   s.out_w));
     }
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateTensorDescriptor(&y_));
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetTensor4dDescriptor(y_, CUDNN_TENSOR_NCHW, DnnType(s.dtype), on, oc, oh, ow));
@@ -337,12 +341,14 @@ class CudnnConvTranspose : public ConvOp {
     auto i = [](int64_t v) { return static_cast<int>(v); };
     // The forward view: "dy" is our input x [n, c, h, w], "dx" our output y [n, k, out_h, out_w].
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateTensorDescriptor(&x_));
-    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetTensor4dDescriptor(x_, CUDNN_TENSOR_NCHW, DnnType(s.dtype), i(s.n), i(s.c), i(s.h), i(s.w)));
+    CJIT_DNN_RETURN_IF_ERROR(
+        d, cudnnSetTensor4dDescriptor(x_, CUDNN_TENSOR_NCHW, DnnType(s.dtype), i(s.n), i(s.c), i(s.h), i(s.w)));
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateTensorDescriptor(&y_));
-    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetTensor4dDescriptor(y_, CUDNN_TENSOR_NCHW, DnnType(s.dtype), i(s.n), i(s.k), i(s.out_h), i(s.out_w)));
+    CJIT_DNN_RETURN_IF_ERROR(
+        d, cudnnSetTensor4dDescriptor(y_, CUDNN_TENSOR_NCHW, DnnType(s.dtype), i(s.n), i(s.k), i(s.out_h), i(s.out_w)));
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateFilterDescriptor(&w_));
-    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetFilter4dDescriptor(w_, DnnType(s.dtype), CUDNN_TENSOR_NCHW, i(s.c), i(s.k / s.groups),
-                                                           i(s.r), i(s.s)));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetFilter4dDescriptor(w_, DnnType(s.dtype), CUDNN_TENSOR_NCHW, i(s.c),
+                                                           i(s.k / s.groups), i(s.r), i(s.s)));
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateConvolutionDescriptor(&conv_));
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetConvolution2dDescriptor(conv_, i(s.pad_top), i(s.pad_left), i(s.stride_h),
                                                                 i(s.stride_w), i(s.dil_h), i(s.dil_w),
@@ -394,7 +400,8 @@ class CudnnConvTranspose : public ConvOp {
       chosen_ = true;
     }
     if (!chosen_) {
-      return absl::UnimplementedError("cuDNN has no backward-data algorithm for this transposed convolution within 256 MiB");
+      return absl::UnimplementedError(
+          "cuDNN has no backward-data algorithm for this transposed convolution within 256 MiB");
     }
     if (workspace_bytes_ > 0) {
       CJIT_ASSIGN_OR_RETURN(workspace_, device->Allocate(workspace_bytes_));
@@ -445,7 +452,8 @@ class CudnnPool : public PoolOp {
       if (!s.max && !s.count_include_pad) {
         return absl::UnimplementedError("average pooling without counting padding takes symmetric padding only");
       }
-      if (s.max && s.dtype != DType::kF32) return absl::UnimplementedError("16-bit max pooling takes symmetric padding only");
+      if (s.max && s.dtype != DType::kF32)
+        return absl::UnimplementedError("16-bit max pooling takes symmetric padding only");
       pad_.Init(s.n, s.c, s.h, s.w, s.pad_top, s.pad_left, s.pad_bottom, s.pad_right, s.max ? 0xFF800000u : 0u,
                 DTypeSize(s.dtype));
       s.h = pad_.padded_h, s.w = pad_.padded_w;
@@ -460,10 +468,11 @@ class CudnnPool : public PoolOp {
                               : s.count_include_pad ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
                                                     : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreatePoolingDescriptor(&pool_));
-    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetPooling2dDescriptor(pool_, mode, CUDNN_PROPAGATE_NAN, i(s.r), i(s.s), i(s.pad_top),
-                                                            i(s.pad_left), i(s.stride_h), i(s.stride_w)));
+    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetPooling2dDescriptor(pool_, mode, CUDNN_PROPAGATE_NAN, i(s.r), i(s.s),
+                                                            i(s.pad_top), i(s.pad_left), i(s.stride_h), i(s.stride_w)));
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnCreateTensorDescriptor(&x_));
-    CJIT_DNN_RETURN_IF_ERROR(d, cudnnSetTensor4dDescriptor(x_, CUDNN_TENSOR_NCHW, DnnType(s.dtype), i(s.n), i(s.c), i(s.h), i(s.w)));
+    CJIT_DNN_RETURN_IF_ERROR(
+        d, cudnnSetTensor4dDescriptor(x_, CUDNN_TENSOR_NCHW, DnnType(s.dtype), i(s.n), i(s.c), i(s.h), i(s.w)));
     int on = 0, oc = 0, oh = 0, ow = 0;
     CJIT_DNN_RETURN_IF_ERROR(d, cudnnGetPooling2dForwardOutputDim(pool_, x_, &on, &oc, &oh, &ow));
     if (oh != s.out_h || ow != s.out_w) {
@@ -484,8 +493,8 @@ class CudnnPool : public PoolOp {
     }
     MutexLock lock(&dev_dnn_->mu);
     CJIT_DNN_BIND_STREAM(*dnn_, dev_dnn_, device_);
-    CJIT_DNN_RETURN_IF_ERROR(*dnn_, cudnnPoolingForward(dev_dnn_->handle, pool_, &one, x_, reinterpret_cast<void*>(x), &zero,
-                                                        y_, reinterpret_cast<void*>(y)));
+    CJIT_DNN_RETURN_IF_ERROR(*dnn_, cudnnPoolingForward(dev_dnn_->handle, pool_, &one, x_, reinterpret_cast<void*>(x),
+                                                        &zero, y_, reinterpret_cast<void*>(y)));
     return absl::OkStatus();
   }
 

@@ -5,12 +5,12 @@
 // by cuDNN 9 through its engines. Math (ConvShape::precision, from --conv_precision): CUDNN_FMA_MATH for "highest" (no
 // TF32); CUDNN_DEFAULT_MATH (TF32 tensor cores on sm_80+) for "high" and "medium" (cuDNN has no bfloat16 compute type
 // for float32 tensors). Bias: cudnnAddTensor after the convolution (inside a cluster, the GPU executor moves a bias
-// whose consumers are elementwise into their fused kernel and calls this without one). Padding with begin != end (SAME_UPPER with an odd
-// total, explicit asymmetric pads), which the legacy API cannot express, is done by copying the input into the interior
-// of a filled buffer (0; -inf for max pooling) and running without padding. Errors: FailedPreconditionError when cuDNN
-// cannot be loaded; UnimplementedError for average pooling that excludes asymmetric padding or when cuDNN's output dims
-// differ from the graph's; InternalError naming the cuDNN call and status otherwise. Thread-safety: a ConvOp may run
-// concurrently (calls on one device's cuDNN handle are serialized).
+// whose consumers are elementwise into their fused kernel and calls this without one). Padding with begin != end
+// (SAME_UPPER with an odd total, explicit asymmetric pads), which the legacy API cannot express, is done by copying the
+// input into the interior of a filled buffer (0; -inf for max pooling) and running without padding. Errors:
+// FailedPreconditionError when cuDNN cannot be loaded; UnimplementedError for average pooling that excludes asymmetric
+// padding or when cuDNN's output dims differ from the graph's; InternalError naming the cuDNN call and status
+// otherwise. Thread-safety: a ConvOp may run concurrently (calls on one device's cuDNN handle are serialized).
 #ifndef CJIT_RUNTIME_CUDA_CUDNN_CONV_H_
 #define CJIT_RUNTIME_CUDA_CUDNN_CONV_H_
 

@@ -42,8 +42,8 @@ inline absl::Status LaunchFused(const CudaDevice& dev, const FusedLaunch& k, std
     fn = k.fn_cached;
     grid = k.rows;
     shared_bytes = static_cast<unsigned>(cache_bytes);
-  } else if (k.row_kernel && k.fn_block != nullptr && k.row_elems >= 512 && k.rows < int64_t{dev.multiprocessors()} * 32 &&
-      k.rows <= 0x7fffffff) {
+  } else if (k.row_kernel && k.fn_block != nullptr && k.row_elems >= 512 &&
+             k.rows < int64_t{dev.multiprocessors()} * 32 && k.rows <= 0x7fffffff) {
     // Few long rows: a block of kRowKernelBlockThreads per row instead of a warp.
     fn = k.fn_block;
     grid = k.rows;

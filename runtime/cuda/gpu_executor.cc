@@ -34,7 +34,8 @@
 namespace cjit {
 
 absl::StatusOr<std::vector<Tensor>> GpuExecutor::Impl::RunSubgraph(
-    const Graph& g, const std::vector<Tensor>& inputs, const std::vector<std::pair<std::string, Tensor>>& captures) const {
+    const Graph& g, const std::vector<Tensor>& inputs,
+    const std::vector<std::pair<std::string, Tensor>>& captures) const {
   const Executor* sub = nullptr;
   {
     MutexLock lock(&sub_mu);
@@ -131,7 +132,8 @@ absl::Status RunSteps(const GpuExecutor::Impl& m, RunValues& v, size_t begin = 0
   end = std::min(end, m.steps.size());
   for (size_t step_index = begin; step_index < end; ++step_index) {
     const GpuExecutor::Impl::Step& st = m.steps[step_index];
-    if (const char* why = RunCancellationReason()) return RunCancelledError(why, absl::StrCat("GPU plan step ", step_index));
+    if (const char* why = RunCancellationReason())
+      return RunCancelledError(why, absl::StrCat("GPU plan step ", step_index));
     switch (st.kind) {
       case GpuExecutor::Impl::Step::Kind::kKernel: {
         std::vector<uint64_t> ptrs;
@@ -176,8 +178,9 @@ absl::Status RunSteps(const GpuExecutor::Impl& m, RunValues& v, size_t begin = 0
         for (size_t i = 0; i < st.out.size(); ++i) {
           CJIT_RETURN_IF_ERROR(allocate_output(st.out[i]));
           if (st.concat_width[i] == 0 || st.concat_rows == 0) continue;
-          CJIT_RETURN_IF_ERROR(dev.Copy2D(on_device[st.out[i]]->address(), st.concat_width[i], src + st.concat_offset[i],
-                                          st.concat_pitch, st.concat_width[i], st.concat_rows));
+          CJIT_RETURN_IF_ERROR(dev.Copy2D(on_device[st.out[i]]->address(), st.concat_width[i],
+                                          src + st.concat_offset[i], st.concat_pitch, st.concat_width[i],
+                                          st.concat_rows));
         }
         break;
       }
@@ -302,7 +305,8 @@ absl::Status GpuExecutor::CaptureGraph(const Impl& m, const std::vector<Tensor>&
     CJIT_RETURN_IF_ERROR(RunSteps(m, v, m.prologue_steps));
     for (int s : m.output_slots) {
       if (!v.on_device[s]) {
-        return absl::FailedPreconditionError(absl::StrCat("output '", m.slots[s].value->name, "' is not on the device"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("output '", m.slots[s].value->name, "' is not on the device"));
       }
       gs->outputs.push_back(v.on_device[s]);
     }
@@ -360,7 +364,8 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::vector<Tensor>& 
   const DeviceBackend& dev = *m.device;
   CJIT_RETURN_IF_ERROR(dev.MakeCurrent());
   if (inputs.size() != m.input_slots.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("the graph takes ", m.input_slots.size(), " inputs, got ", inputs.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the graph takes ", m.input_slots.size(), " inputs, got ", inputs.size()));
   }
   if (m.graph_ineligible.empty()) {
     // Wrong inputs are the caller's error, not a reason to stop using graphs.

@@ -19,7 +19,8 @@
 //      - reshapes -> an alias of the same buffer; Concat -> pitched device-to-device copies; Reduce* over
 //        trailing axes or one axis, GlobalAverage/MaxPool, Clip with runtime bounds, Gather of one constant
 //        index -> one fused kernel over a view;
-//      - everything else (ceil-mode pooling, edge/reflect Pad, LSTM, integer ops, data-dependent shapes, control flow) runs on the
+//      - everything else (ceil-mode pooling, edge/reflect Pad, LSTM, integer ops, data-dependent shapes, control flow)
+//      runs on the
 //        host through the CPU fallback kernels; its inputs are copied device->host and its outputs back
 //        only when a device step needs them (as TF's soft placement). placement() names these ops.
 // Graph inputs are copied host->device when a device step first reads them; outputs device->host at the

@@ -59,14 +59,14 @@ DType LibraryType(const Node& n) {
 // library itself is missing.
 absl::StatusOr<bool> LibraryAccepts(const Node& n, const absl::Status& made) {
   if (made.ok()) return true;
-  if (absl::IsFailedPrecondition(made)) return absl::FailedPreconditionError(absl::StrCat(n.Describe(), ": ", made.message()));
+  if (absl::IsFailedPrecondition(made))
+    return absl::FailedPreconditionError(absl::StrCat(n.Describe(), ": ", made.message()));
   CJIT_LOG(WARNING) << n.Describe() << " runs on the host: " << made;
   return false;
 }
 
-
-// A Conv's constant bias (float32, float16 or bfloat16) moved out of the convolution into an Add(y, bias as [1, K, 1(, 1)]) when
-// every consumer of y is a fusible elementwise op: the fusion plan then fuses the Add into the consumers'
+// A Conv's constant bias (float32, float16 or bfloat16) moved out of the convolution into an Add(y, bias as [1, K, 1(,
+// 1)]) when every consumer of y is a fusible elementwise op: the fusion plan then fuses the Add into the consumers'
 // kernel (Relu, HardSwish, a residual Add...), which reads the bias as a per-channel broadcast — instead of
 // cuDNN's separate cudnnAddTensor launch per convolution (a quarter of ppocr_mobile_cls's GPU time, Nsight
 // Compute on an H200). The same sum in a different order: (conv + b) rounded once more at most. Returns the
@@ -110,7 +110,8 @@ std::unique_ptr<Graph> MoveConvBiasToConsumers(const Graph& body, int* moved) {
     bd[1] = y->shape.dims[1].value;
     Value* bias = g->AddConstant(absl::StrCat(conv->name, "/bias"), conv->inputs[2]->constant->Reshaped(bd));
     conv->inputs.resize(2);
-    Node* add = g->AddNode("Add", absl::StrCat(conv->name, "/bias_add"), {y, bias}, {absl::StrCat(conv->name, "/biased")});
+    Node* add =
+        g->AddNode("Add", absl::StrCat(conv->name, "/bias_add"), {y, bias}, {absl::StrCat(conv->name, "/biased")});
     add->opset_version = 14;
     Value* sum = add->outputs[0];
     sum->dtype = y->dtype;
@@ -165,15 +166,14 @@ bool SpatialWindows(const Node& n, const Dims& xd, const Dims& window, const Dim
 std::string GpuPlacement::ToString() const {
   std::string host;
   for (const auto& [op, count] : host_op_types) absl::StrAppend(&host, host.empty() ? "" : ", ", op, " x", count);
-  return absl::StrCat(device, " (code for ", target, "): ", fused_kernels, " fused kernels, ", op_kernels,
-                      " single-op kernels, ", gemms, " GEMM calls (", epilogue_ops, " ops in their epilogues), ", convs,
-                      " convolutions (", conv_biases_moved, " biases in a consumer's kernel), ", pools, " pools, ", gathers, " gathers, ", tuned_library_calls,
-                      " library calls with tuned algorithms, ", aliases, " reshapes as aliases, ", copies,
-                      " concats/pads as copies, ", host_ops, " host ops",
-                      host.empty() ? "" : absl::StrCat(" (", host, ")"),
-                      prologue_ops > 0 ? absl::StrCat(", ", prologue_ops, " of them in the host prologue") : "", "; ",
-                      compiles, " kernel compilations, ",
-                      disk_hits, " from the persistent cache, in ", static_cast<int64_t>(compile_ms), " ms");
+  return absl::StrCat(
+      device, " (code for ", target, "): ", fused_kernels, " fused kernels, ", op_kernels, " single-op kernels, ",
+      gemms, " GEMM calls (", epilogue_ops, " ops in their epilogues), ", convs, " convolutions (", conv_biases_moved,
+      " biases in a consumer's kernel), ", pools, " pools, ", gathers, " gathers, ", tuned_library_calls,
+      " library calls with tuned algorithms, ", aliases, " reshapes as aliases, ", copies, " concats/pads as copies, ",
+      host_ops, " host ops", host.empty() ? "" : absl::StrCat(" (", host, ")"),
+      prologue_ops > 0 ? absl::StrCat(", ", prologue_ops, " of them in the host prologue") : "", "; ", compiles,
+      " kernel compilations, ", disk_hits, " from the persistent cache, in ", static_cast<int64_t>(compile_ms), " ms");
 }
 
 absl::StatusOr<bool> GpuExecutor::Impl::PlacePlan(const FusionPlan& plan, bool single_op) {
@@ -219,12 +219,14 @@ absl::Status GpuExecutor::Impl::PlaceCluster(const Node& n) {
   const Graph* body = n.GetGraph("body");
   if (body == nullptr) return absl::InternalError(absl::StrCat(n.Describe(), ": cluster without a body"));
   int biases_moved = 0;
-  if (std::unique_ptr<Graph> rewritten = options.move_conv_bias ? MoveConvBiasToConsumers(*body, &biases_moved) : nullptr) {
+  if (std::unique_ptr<Graph> rewritten =
+          options.move_conv_bias ? MoveConvBiasToConsumers(*body, &biases_moved) : nullptr) {
     body = rewritten.get();
     owned.push_back(std::move(rewritten));
     placement.conv_biases_moved += biases_moved;
   }
-  for (size_t i = 0; i < body->inputs().size() && i < n.inputs.size(); ++i) slot_of[body->inputs()[i]] = Slot(n.inputs[i]);
+  for (size_t i = 0; i < body->inputs().size() && i < n.inputs.size(); ++i)
+    slot_of[body->inputs()[i]] = Slot(n.inputs[i]);
   absl::StatusOr<FusionPlan> plan = BuildFusionPlan(*body, GpuPlanOptions());
   bool placed = false;
   if (plan.ok()) {
@@ -348,7 +350,8 @@ absl::StatusOr<bool> GpuExecutor::Impl::TryConv(const Node& n) {
   s.c = xd[1];
   s.k = wd[0];
   s.groups = n.GetInt("group", 1);
-  if (s.groups <= 0 || s.c % s.groups != 0 || s.k % s.groups != 0 || wd[1] * s.groups != s.c || yd[1] != s.k) return false;
+  if (s.groups <= 0 || s.c % s.groups != 0 || s.k % s.groups != 0 || wd[1] * s.groups != s.c || yd[1] != s.k)
+    return false;
   if (sp == 2) {
     s.h = xd[2], s.w = xd[3], s.r = wd[2], s.s = wd[3], s.out_h = yd[2], s.out_w = yd[3];
     s.pad_top = begin[0], s.pad_left = begin[1], s.pad_bottom = end[0], s.pad_right = end[1];
@@ -404,7 +407,8 @@ absl::StatusOr<bool> GpuExecutor::Impl::TryConvTranspose(const Node& n) {
   if (s.groups <= 0 || s.c % s.groups != 0 || wd[0] != s.c || wd[1] * s.groups != s.k) return false;
   if (sp == 2) {
     s.h = xd[2], s.w = xd[3], s.r = wd[2], s.s = wd[3], s.out_h = yd[2], s.out_w = yd[3];
-    s.pad_top = g->pad_begin[0], s.pad_left = g->pad_begin[1], s.pad_bottom = g->pad_end[0], s.pad_right = g->pad_end[1];
+    s.pad_top = g->pad_begin[0], s.pad_left = g->pad_begin[1], s.pad_bottom = g->pad_end[0],
+    s.pad_right = g->pad_end[1];
     s.stride_h = g->strides[0], s.stride_w = g->strides[1], s.dil_h = g->dilations[0], s.dil_w = g->dilations[1];
   } else {
     s.w = xd[2], s.s = wd[2], s.out_w = yd[2];
@@ -605,7 +609,8 @@ bool GpuExecutor::Impl::TryPad(const Node& n) {
   st.pad_top = r >= 2 ? static_cast<size_t>(begin[r - 2]) : 0;
   st.pad_out_w = st.pad_w + st.pad_left + static_cast<size_t>(end[r - 1]);
   st.pad_out_h = st.pad_h + st.pad_top + (r >= 2 ? static_cast<size_t>(end[r - 2]) : 0);
-  if (NumElements(y->shape.concrete()) != static_cast<int64_t>(st.pad_planes * st.pad_out_h * st.pad_out_w)) return false;
+  if (NumElements(y->shape.concrete()) != static_cast<int64_t>(st.pad_planes * st.pad_out_h * st.pad_out_w))
+    return false;
   st.pad_fill = fill;
   st.in = {Slot(x)};
   st.out = {Slot(y)};
@@ -671,7 +676,8 @@ absl::Status GpuExecutor::Impl::AddHost(const Node& n, const std::vector<PostOp>
   st.kind = Step::Kind::kHost;
   st.node = &n;
   st.kernel = FindKernel(n.op_type);
-  if (st.kernel == nullptr) return absl::UnimplementedError(absl::StrCat(n.Describe(), ": no kernel for this operator"));
+  if (st.kernel == nullptr)
+    return absl::UnimplementedError(absl::StrCat(n.Describe(), ": no kernel for this operator"));
   if (post_ops) st.post_ops = *post_ops;
   for (const Value* v : n.inputs) {
     st.in.push_back(v ? Slot(v) : -1);
@@ -688,7 +694,9 @@ absl::Status GpuExecutor::Impl::AddHost(const Node& n, const std::vector<PostOp>
   if (CJIT_VLOG_IS_ON(2)) {
     std::string ins;
     for (const Value* v : n.inputs)
-      if (v) absl::StrAppend(&ins, ins.empty() ? "" : ", ", DTypeName(v->dtype), v->shape.ToString(), v->is_constant() ? " const" : "");
+      if (v)
+        absl::StrAppend(&ins, ins.empty() ? "" : ", ", DTypeName(v->dtype), v->shape.ToString(),
+                        v->is_constant() ? " const" : "");
     CJIT_VLOG(2) << "GPU placement: " << n.Describe() << " runs on the host (inputs " << ins << ")";
   }
   steps.push_back(std::move(st));
@@ -702,7 +710,8 @@ absl::Status GpuExecutor::Impl::PlaceNode(const Node& n, const PlanStep* step) {
   // Sequences, optionals and strings live on the host: so do the ops that read or make them.
   for (const std::vector<Value*>* vs : {&n.inputs, &n.outputs}) {
     for (const Value* v : *vs) {
-      if (v != nullptr && (v->kind != ValueKind::kTensor || v->dtype == DType::kString)) return AddHost(n, nullptr, nullptr);
+      if (v != nullptr && (v->kind != ValueKind::kTensor || v->dtype == DType::kString))
+        return AddHost(n, nullptr, nullptr);
     }
   }
   if (step != nullptr && !step->post_ops.empty()) {
@@ -745,7 +754,9 @@ absl::StatusOr<std::unique_ptr<GpuExecutor>> GpuExecutor::Create(std::shared_ptr
   impl->placement.target = impl->device->target();
   Impl* self = impl.get();
   impl->runner = [self](const Graph& g, const std::vector<Tensor>& in,
-                        const std::vector<std::pair<std::string, Tensor>>& caps) { return self->RunSubgraph(g, in, caps); };
+                        const std::vector<std::pair<std::string, Tensor>>& caps) {
+    return self->RunSubgraph(g, in, caps);
+  };
   for (const Value* v : graph->inputs()) impl->input_slots.push_back(impl->Slot(v));
   CJIT_ASSIGN_OR_RETURN(std::vector<Node*> order, graph->TopologicalOrder());
   for (const Node* n : order) CJIT_RETURN_IF_ERROR(impl->PlaceNode(*n));

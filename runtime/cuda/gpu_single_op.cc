@@ -49,7 +49,8 @@ struct SingleOpBody {
   Value* In(const Value* v) {
     auto it = inputs.find(v);
     if (it != inputs.end()) return it->second;
-    Value* bv = v->is_constant() ? graph->AddConstant(v->name, v->constant) : graph->AddInput(v->name, v->dtype, v->shape);
+    Value* bv =
+        v->is_constant() ? graph->AddConstant(v->name, v->constant) : graph->AddInput(v->name, v->dtype, v->shape);
     inputs.emplace(v, bv);
     return bv;
   }
@@ -183,11 +184,14 @@ std::unique_ptr<SingleOpBody> LowerSingleOp(const Node& n) {
       if (bound->dtype != DType::kF32 || !bound->shape.fully_known() || NumElements(bound->shape.concrete()) != 1) {
         return nullptr;
       }
-      x = b->Add(i == 1 ? "Max" : "Min", absl::StrCat(n.name, i == 1 ? "/max" : "/min"), {x, b->In(bound)}, DType::kF32, od);
+      x = b->Add(i == 1 ? "Max" : "Min", absl::StrCat(n.name, i == 1 ? "/max" : "/min"), {x, b->In(bound)}, DType::kF32,
+                 od);
     }
     b->result = x;
   } else if (f32 && (TraitsOf(n).reduce || n.op_type == "GlobalAveragePool" || n.op_type == "GlobalMaxPool")) {
-    std::string op = n.op_type == "GlobalAveragePool" ? "ReduceMean" : n.op_type == "GlobalMaxPool" ? "ReduceMax" : n.op_type;
+    std::string op = n.op_type == "GlobalAveragePool" ? "ReduceMean"
+                     : n.op_type == "GlobalMaxPool"   ? "ReduceMax"
+                                                      : n.op_type;
     std::vector<int64_t> axes;
     if (TraitsOf(n).reduce) {
       std::optional<std::vector<int64_t>> a = ReducedAxes(n, r);
@@ -213,7 +217,8 @@ std::unique_ptr<SingleOpBody> LowerSingleOp(const Node& n) {
     Value* x = b->In(n.input(0));
     bool trailing = axes.front() == r - static_cast<int64_t>(axes.size()) && axes.back() == r - 1;
     if (trailing) {
-      x = b->Add("Reshape", n.name + "/rows", {x, b->ConstI64(n.name + "/rows_shape", row_in)}, DType::kF32, row_in, {}, 14);
+      x = b->Add("Reshape", n.name + "/rows", {x, b->ConstI64(n.name + "/rows_shape", row_in)}, DType::kF32, row_in, {},
+                 14);
     } else if (axes.size() == 1) {
       std::vector<int64_t> perm = kept;
       perm.push_back(axes[0]);
@@ -221,7 +226,8 @@ std::unique_ptr<SingleOpBody> LowerSingleOp(const Node& n) {
     } else {
       return nullptr;
     }
-    b->result = b->Add(op, n.name + "/reduce", {x}, DType::kF32, row_out, {{"axes", Attribute::Ints({-1})}, {"keepdims", Attribute::Int(1)}}, 11);
+    b->result = b->Add(op, n.name + "/reduce", {x}, DType::kF32, row_out,
+                       {{"axes", Attribute::Ints({-1})}, {"keepdims", Attribute::Int(1)}}, 11);
   } else if (n.op_type == "LayerNormalization" && n.domain.empty() && f32) {
     // Its ONNX function body (compiler/passes/decompose.h): one row kernel when it normalizes the last axis.
     std::vector<Value*> ins;
@@ -264,8 +270,8 @@ std::unique_ptr<SingleOpBody> LowerSingleOp(const Node& n) {
     Value* var = b->Add("ReduceMean", n.name + "/variance", {sq}, DType::kF32, stats, last, 13);
     Tensor eps(DType::kF32, {});
     *eps.data<float>() = n.GetFloat("epsilon", 1e-5f);
-    Value* ve = b->Add("Add", n.name + "/plus_epsilon", {var, b->graph->AddConstant(n.name + "/epsilon", std::move(eps))},
-                       DType::kF32, stats);
+    Value* ve = b->Add("Add", n.name + "/plus_epsilon",
+                       {var, b->graph->AddConstant(n.name + "/epsilon", std::move(eps))}, DType::kF32, stats);
     Value* sd = b->Add("Sqrt", n.name + "/stddev", {ve}, DType::kF32, stats);
     Value* normed = b->Add("Div", n.name + "/normalized", {d, sd}, DType::kF32, rows);
     Value* sc = b->graph->AddConstant(n.name + "/group_scale", scale->constant->Reshaped({groups, 1}));
@@ -287,7 +293,8 @@ std::unique_ptr<SingleOpBody> LowerSingleOp(const Node& n) {
     }
     Value* x = b->Add("Reshape", n.name + "/split", {b->In(n.input(0)), b->ConstI64(n.name + "/split_shape", split)},
                       dt, split, {}, 14);
-    x = b->Add("Expand", n.name + "/repeat", {x, b->ConstI64(n.name + "/repeat_shape", expanded)}, dt, expanded, {}, 13);
+    x = b->Add("Expand", n.name + "/repeat", {x, b->ConstI64(n.name + "/repeat_shape", expanded)}, dt, expanded, {},
+               13);
     b->result = b->Add("Identity", n.name + "/copy", {x}, dt, expanded);
   } else {
     return nullptr;
@@ -299,8 +306,9 @@ std::unique_ptr<SingleOpBody> LowerSingleOp(const Node& n) {
 // A buffer alias: a reshape-like op or Identity (OpTraits::view) with the same dtype and element count.
 bool IsBufferAlias(const Node& n) {
   const ViewKind view = TraitsOf(n).view;
-  return (view == ViewKind::kReshape || view == ViewKind::kIdentity) && n.outputs.size() == 1 && n.outputs[0] && n.input(0) &&
-         n.outputs[0]->shape.fully_known() && n.input(0)->shape.fully_known() && n.outputs[0]->dtype == n.input(0)->dtype &&
+  return (view == ViewKind::kReshape || view == ViewKind::kIdentity) && n.outputs.size() == 1 && n.outputs[0] &&
+         n.input(0) && n.outputs[0]->shape.fully_known() && n.input(0)->shape.fully_known() &&
+         n.outputs[0]->dtype == n.input(0)->dtype &&
          NumElements(n.outputs[0]->shape.concrete()) == NumElements(n.input(0)->shape.concrete());
 }
 

@@ -86,7 +86,9 @@ class HostGemm : public GemmOp {
  private:
   absl::Status RunNow(uint64_t a, uint64_t b, uint64_t bias, uint64_t d) const {
     const DType t = s_.dtype;
-    auto operand = [&](uint64_t base, int64_t i) { return double(RoundToMathPrecision(float(Load(t, base, i)), s_.precision)); };
+    auto operand = [&](uint64_t base, int64_t i) {
+      return double(RoundToMathPrecision(float(Load(t, base, i)), s_.precision));
+    };
     for (int64_t z = 0; z < s_.batch; ++z) {
       const int64_t az = z * s_.stride_a, bz = z * s_.stride_b, dz = z * s_.m * s_.n;
       for (int64_t i = 0; i < s_.m; ++i)
@@ -110,7 +112,8 @@ class HostConv : public ConvOp {
  public:
   explicit HostConv(const ConvShape& s) : s_(s) {}
   absl::Status Run(uint64_t x_addr, uint64_t w_addr, uint64_t bias_addr, uint64_t y_addr) const override {
-    return Enqueue([s = s_, x_addr, w_addr, bias_addr, y_addr] { return HostConv(s).RunNow(x_addr, w_addr, bias_addr, y_addr); });
+    return Enqueue(
+        [s = s_, x_addr, w_addr, bias_addr, y_addr] { return HostConv(s).RunNow(x_addr, w_addr, bias_addr, y_addr); });
   }
 
  private:
@@ -166,7 +169,8 @@ class HostConvTranspose : public ConvOp {
           for (int64_t c = 0; c < cg; ++c)
             for (int64_t i = 0; i < s.h; ++i)
               for (int64_t j = 0; j < s.w; ++j) {
-                const double xv = RoundToMathPrecision(float(Load(dt, x_addr, ((n * s.c + g * cg + c) * s.h + i) * s.w + j)), prec);
+                const double xv =
+                    RoundToMathPrecision(float(Load(dt, x_addr, ((n * s.c + g * cg + c) * s.h + i) * s.w + j)), prec);
                 for (int64_t r = 0; r < s.r; ++r) {
                   const int64_t p = i * s.stride_h - s.pad_top + r * s.dil_h;
                   if (p < 0 || p >= s.out_h) continue;
@@ -174,7 +178,8 @@ class HostConvTranspose : public ConvOp {
                     const int64_t q = j * s.stride_w - s.pad_left + t * s.dil_w;
                     if (q < 0 || q >= s.out_w) continue;
                     acc[p * s.out_w + q] +=
-                        xv * double(RoundToMathPrecision(float(Load(dt, w_addr, (((g * cg + c) * kg + kk) * s.r + r) * s.s + t)), prec));
+                        xv * double(RoundToMathPrecision(
+                                 float(Load(dt, w_addr, (((g * cg + c) * kg + kk) * s.r + r) * s.s + t)), prec));
                   }
                 }
               }
@@ -273,7 +278,8 @@ class HostBackend : public DeviceBackend {
   absl::Status MakeCurrent() const override { return absl::OkStatus(); }
   absl::StatusOr<std::shared_ptr<DeviceMemory>> Allocate(size_t bytes) const override {
     void* p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
-    if (p == nullptr) return absl::ResourceExhaustedError(absl::StrCat("host backend: cannot allocate ", bytes, " bytes"));
+    if (p == nullptr)
+      return absl::ResourceExhaustedError(absl::StrCat("host backend: cannot allocate ", bytes, " bytes"));
     auto m = std::shared_ptr<DeviceMemory>(std::make_shared<HostMemory>(p, bytes));
     if (g_recording != nullptr) g_recording->buffers.push_back(m);
     return m;
@@ -298,7 +304,8 @@ class HostBackend : public DeviceBackend {
                       size_t height) const override {
     return Enqueue([=] {
       for (size_t r = 0; r < height; ++r) {
-        std::memcpy(reinterpret_cast<void*>(dst + r * dst_pitch), reinterpret_cast<const void*>(src + r * src_pitch), width);
+        std::memcpy(reinterpret_cast<void*>(dst + r * dst_pitch), reinterpret_cast<const void*>(src + r * src_pitch),
+                    width);
       }
       return absl::OkStatus();
     });
@@ -310,7 +317,8 @@ class HostBackend : public DeviceBackend {
       const auto* in = reinterpret_cast<const uint32_t*>(src);
       std::fill(out, out + planes * out_h * out_w, fill);
       for (size_t p = 0; p < planes; ++p)
-        for (size_t y = 0; y < h; ++y) std::memcpy(out + (p * out_h + top + y) * out_w + left, in + (p * h + y) * w, w * 4);
+        for (size_t y = 0; y < h; ++y)
+          std::memcpy(out + (p * out_h + top + y) * out_w + left, in + (p * h + y) * w, w * 4);
       return absl::OkStatus();
     });
   }
@@ -352,7 +360,8 @@ class HostBackend : public DeviceBackend {
       std::vector<void*> args;
       for (uint64_t b : buffers) args.push_back(reinterpret_cast<void*>(b));
       if (a.rows > 0 && a.row_elems > 0) {
-        k.fn(args.data(), reinterpret_cast<const int64_t*>(a.meta), reinterpret_cast<const float*>(a.consts), 0, a.rows);
+        k.fn(args.data(), reinterpret_cast<const int64_t*>(a.meta), reinterpret_cast<const float*>(a.consts), 0,
+             a.rows);
       }
       return absl::OkStatus();
     });

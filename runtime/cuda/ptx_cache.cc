@@ -47,8 +47,8 @@ absl::StatusOr<CachedPtx> DecodePayload(absl::string_view payload, size_t expect
 
 CacheKey PtxCacheKey(const FusionPlan& plan, const PtxOptions& options) {
   CacheKey key;
-  key.canonical = absl::StrCat("clusterjit cache format ", kCacheFormatVersion, "\ntarget: ", NvptxTargetDescription(options),
-                               "\nflags: ptx-kernels\n");
+  key.canonical = absl::StrCat("clusterjit cache format ", kCacheFormatVersion,
+                               "\ntarget: ", NvptxTargetDescription(options), "\nflags: ptx-kernels\n");
   for (const FusedKernel& k : plan.kernels) {
     absl::StrAppend(&key.canonical, KernelStructure(k, Collapse(k.shape, Layouts(k), k.row_reduction)), "\n");
   }

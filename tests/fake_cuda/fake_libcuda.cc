@@ -126,7 +126,8 @@ CUresult cuEventRecord(CUevent e, CUstream) {
 }
 CUresult cuEventSynchronize(CUevent) { return CUDA_SUCCESS; }
 CUresult cuEventElapsedTime_v2(float* ms, CUevent a, CUevent b) {
-  *ms = std::chrono::duration<float, std::milli>(reinterpret_cast<Event*>(b)->t - reinterpret_cast<Event*>(a)->t).count();
+  *ms =
+      std::chrono::duration<float, std::milli>(reinterpret_cast<Event*>(b)->t - reinterpret_cast<Event*>(a)->t).count();
   return CUDA_SUCCESS;
 }
 CUresult cuEventDestroy_v2(CUevent e) {
@@ -154,7 +155,8 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream) 
   return CUDA_SUCCESS;
 }
 CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* c, CUstream) {
-  if (c->srcMemoryType != CU_MEMORYTYPE_DEVICE || c->dstMemoryType != CU_MEMORYTYPE_DEVICE) return CUDA_ERROR_NOT_SUPPORTED;
+  if (c->srcMemoryType != CU_MEMORYTYPE_DEVICE || c->dstMemoryType != CU_MEMORYTYPE_DEVICE)
+    return CUDA_ERROR_NOT_SUPPORTED;
   if (c->srcPitch > 4096 || c->dstPitch > 4096 || c->WidthInBytes > c->srcPitch || c->WidthInBytes > c->dstPitch) {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -165,7 +167,8 @@ CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* c, CUstream) {
   return CUDA_SUCCESS;
 }
 CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* c, CUstream) {
-  if (c->srcMemoryType != CU_MEMORYTYPE_DEVICE || c->dstMemoryType != CU_MEMORYTYPE_DEVICE) return CUDA_ERROR_NOT_SUPPORTED;
+  if (c->srcMemoryType != CU_MEMORYTYPE_DEVICE || c->dstMemoryType != CU_MEMORYTYPE_DEVICE)
+    return CUDA_ERROR_NOT_SUPPORTED;
   if (c->srcPitch > 4096 || c->dstPitch > 4096 || c->srcXInBytes + c->WidthInBytes > c->srcPitch ||
       c->dstXInBytes + c->WidthInBytes > c->dstPitch || c->srcY + c->Height > c->srcHeight ||
       c->dstY + c->Height > c->dstHeight) {
@@ -175,8 +178,8 @@ CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* c, CUstream) {
     for (size_t y = 0; y < c->Height; ++y) {
       std::memcpy(reinterpret_cast<void*>(c->dstDevice + ((c->dstZ + z) * c->dstHeight + c->dstY + y) * c->dstPitch +
                                           c->dstXInBytes),
-                  reinterpret_cast<const void*>(c->srcDevice + ((c->srcZ + z) * c->srcHeight + c->srcY + y) * c->srcPitch +
-                                                c->srcXInBytes),
+                  reinterpret_cast<const void*>(
+                      c->srcDevice + ((c->srcZ + z) * c->srcHeight + c->srcY + y) * c->srcPitch + c->srcXInBytes),
                   c->WidthInBytes);
     }
   return CUDA_SUCCESS;
@@ -271,17 +274,59 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint
                              CUdriverProcAddressQueryResult* status) {
   static const std::map<std::string, void*> table = {
 #define E(name) {#name, reinterpret_cast<void*>(&name)}
-      E(cuInit), E(cuDriverGetVersion), E(cuGetErrorName), E(cuGetErrorString), E(cuDeviceGet), E(cuDeviceGetCount),
-      E(cuDeviceGetName), E(cuDeviceGetAttribute), E(cuDeviceTotalMem), E(cuDevicePrimaryCtxRetain),
-      E(cuDevicePrimaryCtxRelease), E(cuCtxSetCurrent), E(cuCtxSynchronize), E(cuStreamCreate), E(cuStreamDestroy),
-      E(cuStreamSynchronize), E(cuEventCreate), E(cuEventRecord), E(cuEventSynchronize), E(cuEventElapsedTime),
-      E(cuEventDestroy), E(cuMemAlloc), E(cuMemFree), E(cuMemAllocAsync), E(cuMemFreeAsync), E(cuMemGetInfo),
-      E(cuMemcpyHtoDAsync), E(cuMemcpyDtoHAsync), E(cuMemcpyDtoDAsync), E(cuMemcpy2DAsync), E(cuMemcpy3DAsync), E(cuMemsetD8Async),
-      E(cuMemsetD32Async), E(cuMemHostAlloc), E(cuMemFreeHost), E(cuModuleLoadDataEx), E(cuModuleGetFunction),
-      E(cuModuleUnload), E(cuLaunchKernel), E(cuFuncGetAttribute), E(cuDeviceGetDefaultMemPool),
-      E(cuMemPoolSetAttribute), E(cuMemPoolTrimTo), E(cuStreamBeginCapture), E(cuStreamEndCapture),
-      E(cuGraphInstantiateWithFlags), E(cuGraphLaunch), E(cuGraphExecDestroy), E(cuGraphDestroy),
-      E(cuCtxGetLimit), E(cuCtxSetLimit), E(cuStreamGetAttribute), E(cuStreamSetAttribute),
+      E(cuInit),
+      E(cuDriverGetVersion),
+      E(cuGetErrorName),
+      E(cuGetErrorString),
+      E(cuDeviceGet),
+      E(cuDeviceGetCount),
+      E(cuDeviceGetName),
+      E(cuDeviceGetAttribute),
+      E(cuDeviceTotalMem),
+      E(cuDevicePrimaryCtxRetain),
+      E(cuDevicePrimaryCtxRelease),
+      E(cuCtxSetCurrent),
+      E(cuCtxSynchronize),
+      E(cuStreamCreate),
+      E(cuStreamDestroy),
+      E(cuStreamSynchronize),
+      E(cuEventCreate),
+      E(cuEventRecord),
+      E(cuEventSynchronize),
+      E(cuEventElapsedTime),
+      E(cuEventDestroy),
+      E(cuMemAlloc),
+      E(cuMemFree),
+      E(cuMemAllocAsync),
+      E(cuMemFreeAsync),
+      E(cuMemGetInfo),
+      E(cuMemcpyHtoDAsync),
+      E(cuMemcpyDtoHAsync),
+      E(cuMemcpyDtoDAsync),
+      E(cuMemcpy2DAsync),
+      E(cuMemcpy3DAsync),
+      E(cuMemsetD8Async),
+      E(cuMemsetD32Async),
+      E(cuMemHostAlloc),
+      E(cuMemFreeHost),
+      E(cuModuleLoadDataEx),
+      E(cuModuleGetFunction),
+      E(cuModuleUnload),
+      E(cuLaunchKernel),
+      E(cuFuncGetAttribute),
+      E(cuDeviceGetDefaultMemPool),
+      E(cuMemPoolSetAttribute),
+      E(cuMemPoolTrimTo),
+      E(cuStreamBeginCapture),
+      E(cuStreamEndCapture),
+      E(cuGraphInstantiateWithFlags),
+      E(cuGraphLaunch),
+      E(cuGraphExecDestroy),
+      E(cuGraphDestroy),
+      E(cuCtxGetLimit),
+      E(cuCtxSetLimit),
+      E(cuStreamGetAttribute),
+      E(cuStreamSetAttribute),
 #undef E
   };
   // #name above is the base name (the argument is not macro-expanded by #); &name the _v2 etc. function.

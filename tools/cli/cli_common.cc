@@ -128,10 +128,9 @@ absl::StatusOr<std::vector<NamedTensor>> PrepareInputs(const Session& s, const s
     for (const auto& in : inputs) given |= in.name == info.name;
     if (given) continue;
     if (info.kind != ValueKind::kTensor) {
-      return absl::InvalidArgumentError(absl::StrCat("input '", info.name, "' is a ", ValueKindName(info.kind),
-                                                     ": give --input ", info.name, "=FILE (an ONNX ",
-                                                     info.kind == ValueKind::kSequence ? "SequenceProto" : "OptionalProto",
-                                                     ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", info.name, "' is a ", ValueKindName(info.kind), ": give --input ", info.name,
+                       "=FILE (an ONNX ", info.kind == ValueKind::kSequence ? "SequenceProto" : "OptionalProto", ")"));
     }
     Dims dims;
     if (shapes.count(info.name)) {

@@ -156,22 +156,25 @@ int CmdBench(const std::string& model, const std::vector<std::string>& input_arg
     std::map<std::string, std::pair<const Profiler::Row*, const Profiler::Row*>> rows;
     for (const auto& r : fb->profile.by_type) rows[r.name].first = &r;
     for (const auto& r : cl->profile.by_type) rows[r.name].second = &r;
-    std::vector<std::pair<std::string, std::pair<const Profiler::Row*, const Profiler::Row*>>> v(rows.begin(), rows.end());
+    std::vector<std::pair<std::string, std::pair<const Profiler::Row*, const Profiler::Row*>>> v(rows.begin(),
+                                                                                                 rows.end());
     auto total = [](const Profiler::Row* r) { return r ? r->total_ns : 0; };
     std::sort(v.begin(), v.end(), [&](const auto& a, const auto& b) {
-      return std::max(total(a.second.first), total(a.second.second)) > std::max(total(b.second.first), total(b.second.second));
+      return std::max(total(a.second.first), total(a.second.second)) >
+             std::max(total(b.second.first), total(b.second.second));
     });
     auto per_run = [](const Profiler::Row* r, int64_t runs) { return r && runs ? r->total_ns / 1e3 / runs : 0.0; };
-    std::printf("\nProfile by op type, per timed run (us; times include tracing):\n%-30s %10s %8s %12s %8s\n", "op type",
-                "fallback", "calls", "clustered", "calls");
+    std::printf("\nProfile by op type, per timed run (us; times include tracing):\n%-30s %10s %8s %12s %8s\n",
+                "op type", "fallback", "calls", "clustered", "calls");
     for (const auto& [name, p] : v) {
       std::printf("%-30s %10.1f %8lld %12.1f %8lld\n", name.c_str(), per_run(p.first, fb->profile.runs),
                   static_cast<long long>(p.first && fb->profile.runs ? p.first->count / fb->profile.runs : 0),
                   per_run(p.second, cl->profile.runs),
                   static_cast<long long>(p.second && cl->profile.runs ? p.second->count / cl->profile.runs : 0));
     }
-    std::printf("%-30s %10.1f %8s %12.1f\n", "Run (whole)", fb->profile.runs ? fb->profile.run_ns / 1e3 / fb->profile.runs : 0.0,
-                "", cl->profile.runs ? cl->profile.run_ns / 1e3 / cl->profile.runs : 0.0);
+    std::printf("%-30s %10.1f %8s %12.1f\n", "Run (whole)",
+                fb->profile.runs ? fb->profile.run_ns / 1e3 / fb->profile.runs : 0.0, "",
+                cl->profile.runs ? cl->profile.run_ns / 1e3 / cl->profile.runs : 0.0);
   }
   return 0;
 }
@@ -207,7 +210,8 @@ int CmdBenchStream(const std::string& dir, double rtol, double atol, int passes,
       auto r0 = std::chrono::steady_clock::now();
       auto out = (*session)->Run(set.inputs);
       double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r0).count();
-      if (!out.ok()) return Fail(absl::Status(out.status().code(), set.dir + ": " + std::string(out.status().message())));
+      if (!out.ok())
+        return Fail(absl::Status(out.status().code(), set.dir + ": " + std::string(out.status().message())));
       runs_ms += ms;
       // Kept for the comparison as heap copies (untimed): holding the session's own output buffers until
       // the pass ends would make every later run allocate its outputs in never-used pages (prefaulted by
@@ -242,7 +246,8 @@ int CmdBenchStream(const std::string& dir, double rtol, double atol, int passes,
     for (size_t k = 0; k < outputs.size(); ++k) {
       bool ok = true;
       for (const NamedTensor& ref : (*sets)[k].outputs) {
-        auto it = std::find_if(outputs[k].begin(), outputs[k].end(), [&](const NamedTensor& t) { return t.name == ref.name; });
+        auto it = std::find_if(outputs[k].begin(), outputs[k].end(),
+                               [&](const NamedTensor& t) { return t.name == ref.name; });
         if (it == outputs[k].end()) {
           ok = false;
           continue;
@@ -345,7 +350,8 @@ int CmdBenchColdWarm(const std::string& model, const std::vector<std::string>& i
   nlohmann::json res[2];
   for (int p = 0; p < 2; ++p) {
     auto out = RunChild(args);
-    if (!out.ok()) return Fail(absl::InternalError(absl::StrCat("benchmark process ", p + 1, ": ", out.status().message())));
+    if (!out.ok())
+      return Fail(absl::InternalError(absl::StrCat("benchmark process ", p + 1, ": ", out.status().message())));
     size_t brace = out->find('{');
     res[p] = nlohmann::json::parse(brace == std::string::npos ? std::string() : out->substr(brace), nullptr, false);
     if (res[p].is_discarded()) return Fail(absl::InternalError("benchmark process printed no result: " + *out));
@@ -363,7 +369,8 @@ int CmdBenchColdWarm(const std::string& model, const std::vector<std::string>& i
                 static_cast<long long>(res[p]["disk_hits"].get<int64_t>()));
   }
   std::printf("warm speedup: first compiled result %.1fx, total %.1fx\n",
-              d(res[0], "first_compiled_ms") / d(res[1], "first_compiled_ms"), d(res[0], "total_ms") / d(res[1], "total_ms"));
+              d(res[0], "first_compiled_ms") / d(res[1], "first_compiled_ms"),
+              d(res[0], "total_ms") / d(res[1], "total_ms"));
   return 0;
 }
 

@@ -79,12 +79,14 @@ int CmdRemoteCache(const std::string& action, const std::string& dir, const std:
       auto file = ReadRegularFile(absl::StrCat(dir, "/", e.file), int64_t{1} << 31, "cache entry");
       std::string key_text;
       uint32_t kind = 0;
-      auto payload = file.ok() ? DiskCache::Decode(*file, &key_text, &kind) : absl::StatusOr<std::string>(file.status());
+      auto payload =
+          file.ok() ? DiskCache::Decode(*file, &key_text, &kind) : absl::StatusOr<std::string>(file.status());
       if (!payload.ok() || PayloadKindName(kind) == nullptr) {
         ++skipped;
         continue;
       }
-      absl::Status st = (*remote)->PutNow(CacheKey{key_text, Fingerprint64(key_text)}, static_cast<PayloadKind>(kind), *payload);
+      absl::Status st =
+          (*remote)->PutNow(CacheKey{key_text, Fingerprint64(key_text)}, static_cast<PayloadKind>(kind), *payload);
       if (!st.ok()) return Fail(st);
       ++pushed;
       bytes += static_cast<int64_t>(payload->size());
@@ -113,8 +115,8 @@ int CmdRemoteCache(const std::string& action, const std::string& dir, const std:
     for (size_t i = 0; i < entries->size(); ++i) {
       const auto& e = (*entries)[i];
       if (!e.ok) continue;
-      absl::Status st = (*disk)->Store(CacheKey{keys[i], Fingerprint64(keys[i])}, static_cast<PayloadKind>(e.payload_kind),
-                                       payloads[i]);
+      absl::Status st = (*disk)->Store(CacheKey{keys[i], Fingerprint64(keys[i])},
+                                       static_cast<PayloadKind>(e.payload_kind), payloads[i]);
       if (!st.ok()) return Fail(st);
       ++pulled;
     }

@@ -73,7 +73,8 @@ int CmdCheck(const std::string& dir, double rtol, double atol, int concurrency, 
             ++bad;
             std::lock_guard<std::mutex> lock(mu);
             if (first.empty()) {
-              first = set.dir + ": " + (res.status.ok() ? "outputs differ from the reference" : std::string(res.status.message()));
+              first = set.dir + ": " +
+                      (res.status.ok() ? "outputs differ from the reference" : std::string(res.status.message()));
             }
           }
         }

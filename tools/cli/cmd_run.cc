@@ -111,7 +111,8 @@ int CmdRun(const std::string& model, const std::vector<std::string>& input_args,
                                                           ec ? absl::StrCat(": ", ec.message()) : "")));
     }
     for (size_t k = 0; k < outputs.size(); ++k) {
-      absl::Status st = WriteValueProtoFile(absl::StrCat(output_dir, "/output_", k, ".pb"), outputs[k].name, outputs[k].tensor);
+      absl::Status st =
+          WriteValueProtoFile(absl::StrCat(output_dir, "/output_", k, ".pb"), outputs[k].name, outputs[k].tensor);
       if (!st.ok()) return Fail(st);
     }
   }
