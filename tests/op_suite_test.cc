@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 
+#include "compiler/ir/cpu_isa.h"
 #include "compiler/ir/text.h"
 #include "compiler/passes/mark_for_compilation.h"
 #include "compiler/passes/specialize_shapes.h"
@@ -282,6 +283,15 @@ TEST(TransposeTest, BatchedTransposeMatchesIndexArithmetic) {
   }
   for (int64_t rows : {15, 16, 17, 32, 33})
     for (int64_t cols : {1, 16, 31, 48}) check(DType::kU8, 1, rows, cols, 1);
+  // 2-4 planes of 4-byte elements interleaved (a float image to channels-last) per instruction set: AVX-512
+  // and AVX2 permutes (whole vectors, the column tail, 4096-column blocks), the baseline's tiles.
+  for (CpuIsa isa : {CpuIsa::kAll, CpuIsa::kAvx2, CpuIsa::kBaseline}) {
+    SetMaxCpuIsa(isa);
+    for (int64_t rows : {2, 3, 4})
+      for (int64_t cols : {1, 7, 8, 9, 23, 4096, 4103}) check(DType::kF32, 2, rows, cols, 2);
+    check(DType::kF32, 1, 3, 224 * 224, 1);
+  }
+  SetMaxCpuIsa(CpuIsa::kAll);
 }
 
 }  // namespace

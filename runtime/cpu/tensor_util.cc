@@ -137,6 +137,38 @@ __attribute__((target("avx512f"))) void InterleaveRowsAvx512(const uint32_t* x, 
     }
   }
 }
+// InterleaveRowsAvx512 for CPUs without AVX-512 (AVX2-only EPYC Zen 2/3): per 8 columns, `rows` loads and
+// `rows` outputs of 8 elements, each the blend of one in-lane-crossing permute per row (element e of output
+// v is column (8v + e) / rows of row (8v + e) % rows); the columns past the last multiple of 8 one by one.
+// The 16 x 16 tiles below ran a 3-channel 224 x 224 float image element by element (213 us on a Zen 3).
+__attribute__((target("avx2"))) void InterleaveRowsAvx2(const uint32_t* x, int64_t ldx, uint32_t* y, int64_t rows,
+                                                        int64_t n) {
+  __m256i idx[4], pick[4][4];
+  for (int v = 0; v < rows; ++v) {
+    alignas(32) int32_t col[8], lane[4][8];
+    for (int e = 0; e < 8; ++e) {
+      const int g = 8 * v + e, i = g % static_cast<int>(rows);
+      col[e] = g / static_cast<int>(rows);
+      for (int r = 0; r < 4; ++r) lane[r][e] = i == r ? -1 : 0;
+    }
+    idx[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(col));
+    for (int r = 0; r < 4; ++r) pick[v][r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lane[r]));
+  }
+  int64_t j0 = 0;
+  for (; j0 + 8 <= n; j0 += 8) {
+    __m256i r[4];
+    for (int i = 0; i < rows; ++i) r[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i * ldx + j0));
+    uint32_t* out = y + j0 * rows;
+    for (int v = 0; v < rows; ++v) {
+      __m256i o = _mm256_permutevar8x32_epi32(r[0], idx[v]);
+      for (int i = 1; i < rows; ++i) o = _mm256_blendv_epi8(o, _mm256_permutevar8x32_epi32(r[i], idx[v]), pick[v][i]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 8 * v), o);
+    }
+  }
+  for (; j0 < n; ++j0)
+    for (int64_t i = 0; i < rows; ++i) y[j0 * rows + i] = x[i * ldx + j0];
+}
+
 // A full 16 x 16 tile of a 1-byte transpose, y[c * ldy + r] = x[r * ldx + c], in SSE2 registers (baseline
 // x86-64): four rounds of unpacks merge rows in pairs, quads, octets and halves (8-bit, 16-bit, 32-bit,
 // 64-bit lanes), leaving one column per register. The uint8 NCHW <-> NHWC transposes of the quantized
@@ -190,6 +222,15 @@ void BatchedTranspose2D(const T* x, T* y, int64_t batch, int64_t rows, int64_t c
       const int64_t b = w / blocks, j0 = (w % blocks) * block, n = std::min(block, cols - j0);
       InterleaveRowsAvx512(reinterpret_cast<const uint32_t*>(x + b * rows * cols + j0), cols,
                            reinterpret_cast<uint32_t*>(y + b * rows * cols + j0 * rows), rows, n);
+    });
+    return;
+  }
+  if (vector8 && rows >= 2 && rows <= 4) {
+    const int64_t block = 4096, blocks = (cols + block - 1) / block;
+    ParallelFor(nt, batch * blocks, [&](int64_t w) {
+      const int64_t b = w / blocks, j0 = (w % blocks) * block, n = std::min(block, cols - j0);
+      InterleaveRowsAvx2(reinterpret_cast<const uint32_t*>(x + b * rows * cols + j0), cols,
+                         reinterpret_cast<uint32_t*>(y + b * rows * cols + j0 * rows), rows, n);
     });
     return;
   }
