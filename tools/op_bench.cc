@@ -4,10 +4,10 @@
 // the timed runs are steady state) — and, when ONNX Runtime's outputs are given (--ref-dir, written by
 // tools/ort-bench/ort_ops.js), checked against them. Prints one JSON line per case:
 //   {"name", "fallback_ms", "cjit_ms", "bytes", "copy_ms", "ok", "max_abs", "problem"}
-// (medians over --iterations runs after --warmup; `bytes` = every input and output once: the memory a
-// memory-bound op must move at least; `copy_ms` = a memcpy moving as many bytes (bytes / 2 read, as many
-// written) between buffers as large, at --threads threads: the op's floor at its size, in the caches it
-// fits in). With --copy-bandwidth, first a line {"copy_gbps"}: this machine's
+// (medians over --iterations runs after --warmup, the two sessions' runs alternating; `bytes` = every
+// input and output once: the memory a memory-bound op must move at least; `copy_ms` = a memcpy moving as
+// many bytes (bytes / 2 read, as many written) between buffers as large, at --threads threads: the op's
+// floor at its size, in the caches it fits in). With --copy-bandwidth, first a line {"copy_gbps"}: this machine's
 // memcpy of 64 MiB at --threads threads, bytes read plus bytes written per second.
 //   cjit-op-bench CASES.json [--threads T] [--iterations N] [--warmup W] [--filter TEXT] [--ref-dir DIR]
 //                 [--copy-bandwidth] [--flags "CJIT_FLAGS text for both sessions"]
@@ -20,6 +20,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -70,18 +71,26 @@ double CopyBandwidth(int threads) {
 }
 
 // Median ms of `iterations` runs after `warmup` ones; the last outputs in *out.
-absl::StatusOr<double> Time(cjit::Session& s, const std::vector<cjit::NamedTensor>& in, int warmup, int iterations,
-                            std::vector<cjit::NamedTensor>* out) {
-  std::vector<double> times;
+// Median ms per run of `a` and of `b`, their runs alternating (a, b, a, b, ...) so that both see the same
+// machine: on a shared VM a burst of load during one block of runs moved a ratio of two blocks by 2.5x.
+absl::StatusOr<std::pair<double, double>> TimeInterleaved(cjit::Session& a, cjit::Session& b,
+                                                          const std::vector<cjit::NamedTensor>& in, int warmup,
+                                                          int iterations, std::vector<cjit::NamedTensor>* out_a,
+                                                          std::vector<cjit::NamedTensor>* out_b) {
+  std::vector<double> times[2];
+  cjit::Session* sessions[2] = {&a, &b};
+  std::vector<cjit::NamedTensor>* outs[2] = {out_a, out_b};
   for (int i = 0; i < warmup + iterations; ++i) {
-    auto t0 = Clock::now();
-    auto r = s.Run(in);
-    auto t1 = Clock::now();
-    if (!r.ok()) return r.status();
-    if (i >= warmup) times.push_back(Ms(t0, t1));
-    if (i + 1 == warmup + iterations) *out = std::move(*r);
+    for (int k = 0; k < 2; ++k) {
+      auto t0 = Clock::now();
+      auto r = sessions[k]->Run(in);
+      auto t1 = Clock::now();
+      if (!r.ok()) return r.status();
+      if (i >= warmup) times[k].push_back(Ms(t0, t1));
+      if (i + 1 == warmup + iterations) *outs[k] = std::move(*r);
+    }
   }
-  return Median(times);
+  return std::make_pair(Median(times[0]), Median(times[1]));
 }
 
 }  // namespace
@@ -160,13 +169,12 @@ int main(int argc, char** argv) {
       if (!fb.ok() || !cj.ok()) {
         problem = std::string((fb.ok() ? cj.status() : fb.status()).message());
       } else {
-        auto tf = Time(**fb, in, warmup, iterations, &fallback_out);
-        auto tc = Time(**cj, in, warmup, iterations, &cjit_out);
-        if (!tf.ok() || !tc.ok()) {
-          problem = std::string((tf.ok() ? tc.status() : tf.status()).message());
+        auto t = TimeInterleaved(**fb, **cj, in, warmup, iterations, &fallback_out, &cjit_out);
+        if (!t.ok()) {
+          problem = std::string(t.status().message());
         } else {
-          row["fallback_ms"] = *tf;
-          row["cjit_ms"] = *tc;
+          row["fallback_ms"] = t->first;
+          row["cjit_ms"] = t->second;
         }
       }
     }
